@@ -1,0 +1,88 @@
+# CommInsight build, generation, tests and benchmarks. Everything a fresh machine needs is set
+# up from here: `make test` creates .venv from requirements/dev.txt (exact pins) first.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.installed
+CC ?= gcc
+# The flags every generated header and contract program must pass.
+CSTRICT := -std=c11 -Wall -Wextra -Werror -pedantic
+BUILD := build
+DIST := dist
+INSTALL_PREFIX ?= /opt/comminsight
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+WHEEL := $(DIST)/comminsight-$(VERSION)-py3-none-any.whl
+PYTEST_ARGS ?=
+
+GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
+
+.PHONY: all build venv generate verify-generated check-schemas headers test test-contract \
+        test-unit bench demo install clean
+
+## all: build everything buildable so far (artifacts under dist/)
+all: build
+
+build: $(WHEEL) headers
+
+$(VENV_STAMP): requirements/dev.txt requirements/runtime.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	$(VPY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+## venv: the development virtualenv from pinned dependencies
+venv: $(VENV_STAMP)
+
+## generate: regenerate generated/ (and README tables) from protocols/
+generate: $(VENV_STAMP)
+	$(VPY) -m codegen generate
+
+## verify-generated: fail if generated/ differs from what protocols/ produce
+verify-generated: $(VENV_STAMP)
+	$(VPY) -m codegen verify
+
+## check-schemas: validate the registry and every protocol source, write nothing
+check-schemas: $(VENV_STAMP)
+	$(VPY) -m codegen check
+
+## headers: every generated C header compiles on its own with -Werror
+headers: $(patsubst generated/c/include/comminsight/%.h,$(BUILD)/headers/%.o,$(GEN_HEADERS))
+
+$(BUILD)/headers/%.o: generated/c/include/comminsight/%.h
+	@mkdir -p $(@D)
+	printf '#include "comminsight/%s.h"\n' $* | $(CC) $(CSTRICT) -Igenerated/c/include -x c -c - -o $@
+
+$(WHEEL): $(VENV_STAMP) $(shell find comminsight generated/python -name '*.py' 2>/dev/null) pyproject.toml
+	@mkdir -p $(DIST)
+	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
+
+## test: verify-generated, contract tests and unit tests
+test: verify-generated headers test-contract test-unit
+
+test-contract: $(VENV_STAMP)
+	$(VPY) -m pytest contract-tests $(PYTEST_ARGS)
+
+test-unit: $(VENV_STAMP)
+	$(VPY) -m pytest tests $(PYTEST_ARGS)
+
+## bench: CPU benchmarks, one JSON line per metric
+bench: $(VENV_STAMP)
+	@for b in bench/*.py; do $(VPY) $$b || exit 1; done
+
+## demo: the main job on an embedded default
+demo: $(VENV_STAMP)
+	$(VENV)/bin/comminsight demo
+
+## install: install what exists so far under INSTALL_PREFIX and into the active Python
+install: $(WHEEL) headers
+	install -d -m 0755 $(INSTALL_PREFIX)/etc $(INSTALL_PREFIX)/include/comminsight $(INSTALL_PREFIX)/lib
+	test -e $(INSTALL_PREFIX)/etc/comminsight.conf || install -m 0644 config/comminsight.conf $(INSTALL_PREFIX)/etc/comminsight.conf
+	install -m 0644 generated/c/include/comminsight/*.h $(INSTALL_PREFIX)/include/comminsight/
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(WHEEL)
+
+clean:
+	rm -rf $(BUILD) $(DIST) .pytest_cache

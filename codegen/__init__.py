@@ -1,0 +1,1 @@
+"""CommInsight protocol code generator: protocols/ -> generated/ (run as `python -m codegen`)."""

@@ -1,0 +1,78 @@
+"""JSON Schema protocols: check the schema, then datamodel-code-generator -> msgspec models.
+
+msgspec Structs are the decoding target because the Engine must read >= 1 M log records/s on
+one core (bench/decode_models.py measures it); datamodel-code-generator turns the schema into
+them so no model is written by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from codegen.context import Context
+from codegen.errors import SchemaError
+from codegen.registry import Protocol
+
+# Pinned generator (requirements/dev.txt) + these flags = byte-stable output.
+DATAMODEL_FLAGS = [
+    "--output-model-type", "msgspec.Struct",
+    "--target-python-version", "3.10",
+    "--disable-timestamp",
+    "--use-standard-collections",
+    "--use-union-operator",
+    "--use-schema-description",
+    "--use-field-description",
+    "--use-title-as-name",
+    "--collapse-root-models",
+    "--enum-field-as-literal", "none",
+    "--formatters", "black", "isort",
+]
+
+
+def load_schema(root: Path, source: str, expected_id: str) -> dict:
+    """Parse a JSON Schema source and check it is a valid 2020-12 schema with the right $id."""
+    try:
+        doc = json.loads((root / source).read_text())
+    except FileNotFoundError:
+        raise SchemaError(source, "", "source file does not exist") from None
+    except json.JSONDecodeError as e:
+        raise SchemaError(source, f"line {e.lineno} column {e.colno}", f"not valid JSON: {e.msg}")
+    import jsonschema  # development dependency: the generator runs in the dev venv
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(doc)
+    except jsonschema.SchemaError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "(top)"
+        raise SchemaError(source, where, f"not a valid JSON Schema 2020-12: {e.message}") from None
+    if doc.get("$schema") != "https://json-schema.org/draft/2020-12/schema":
+        raise SchemaError(source, "$schema", "must be https://json-schema.org/draft/2020-12/schema")
+    if doc.get("$id") != expected_id:
+        raise SchemaError(source, "$id", f"must be {expected_id}")
+    return doc
+
+
+def protocol_urn(p: Protocol) -> str:
+    return f"urn:comminsight:protocol:{p.id}:v{p.version}"
+
+
+def generate_models(ctx: Context, source: str, input_type: str, rel_out: str) -> None:
+    out = ctx.stage / rel_out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ctx.run_tool(source, ["datamodel_code_generator", "--input", source, "--input-file-type",
+                          input_type, "--output", str(out), *DATAMODEL_FLAGS])
+    ctx.written.append(rel_out)
+
+
+def generate(p: Protocol, ctx: Context) -> None:
+    doc = load_schema(ctx.root, p.source, protocol_urn(p))
+    if p.role == "config":
+        from codegen import config_gen
+
+        config_gen.generate(p, doc, ctx)
+        return
+    generate_models(ctx, p.source, "jsonschema", f"generated/python/comminsight_gen/models/{p.stem}.py")
+    if p.role == "log":
+        from codegen import log_fields
+
+        log_fields.generate(p, doc, ctx)

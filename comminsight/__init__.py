@@ -1,0 +1,1 @@
+"""CommInsight: observability and semantic analysis for NCCL collective communication."""
