@@ -56,11 +56,44 @@ def protocol_urn(p: Protocol) -> str:
     return f"urn:comminsight:protocol:{p.id}:v{p.version}"
 
 
-def generate_models(ctx: Context, source: str, input_type: str, rel_out: str) -> None:
+def closed_models(doc: dict) -> dict[str, dict]:
+    """extra-template-data making msgspec reject unknown fields where the schema does.
+
+    msgspec ignores unknown fields by default; `additionalProperties: false` in the schema
+    must still reject them, or a typo in a template or API body would pass silently.
+    """
+    names: dict[str, dict] = {}
+
+    def visit(node: object, key: str | None) -> None:
+        if isinstance(node, dict):
+            if node.get("additionalProperties") is False and node.get("type") == "object":
+                name = node.get("title") or key
+                if name:
+                    names[name] = {"base_class_kwargs": {"forbid_unknown_fields": True}}
+            for k, v in node.items():
+                child_key = None
+                if k in ("$defs", "schemas") and isinstance(v, dict):
+                    for def_name, body in v.items():
+                        visit(body, def_name)
+                    continue
+                visit(v, child_key)
+        elif isinstance(node, list):
+            for v in node:
+                visit(v, None)
+
+    visit(doc, doc.get("title") if isinstance(doc, dict) else None)
+    return dict(sorted(names.items()))
+
+
+def generate_models(ctx: Context, source: str, input_type: str, rel_out: str, doc: dict) -> None:
     out = ctx.stage / rel_out
     out.parent.mkdir(parents=True, exist_ok=True)
+    extra = ctx.stage / "extra-template-data" / (Path(rel_out).stem + ".json")
+    extra.parent.mkdir(parents=True, exist_ok=True)
+    extra.write_text(json.dumps(closed_models(doc), indent=1))
     ctx.run_tool(source, ["datamodel_code_generator", "--input", source, "--input-file-type",
-                          input_type, "--output", str(out), *DATAMODEL_FLAGS])
+                          input_type, "--output", str(out), "--extra-template-data", str(extra),
+                          *DATAMODEL_FLAGS])
     ctx.written.append(rel_out)
 
 
@@ -71,7 +104,8 @@ def generate(p: Protocol, ctx: Context) -> None:
 
         config_gen.generate(p, doc, ctx)
         return
-    generate_models(ctx, p.source, "jsonschema", f"generated/python/comminsight_gen/models/{p.stem}.py")
+    generate_models(ctx, p.source, "jsonschema",
+                    f"generated/python/comminsight_gen/models/{p.stem}.py", doc)
     if p.role == "log":
         from codegen import log_fields
 

@@ -45,14 +45,14 @@ def bundle(root: Path, source: str) -> dict:
         raise SchemaError(source, "", f"not valid YAML: {e}") from None
     if not isinstance(spec, dict) or not str(spec.get("openapi", "")).startswith("3.1"):
         raise SchemaError(source, "openapi", "must be an OpenAPI 3.1.x document")
-    schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+    imported_schemas: dict[str, dict] = {}  # component name -> schema, from external files
     imported: dict[str, str] = {}  # external file (repo-relative) -> component name of its root
 
     def add(name: str, body: dict, origin: str) -> None:
-        if name in schemas and schemas[name] != body:
+        if name in imported_schemas and imported_schemas[name] != body:
             raise SchemaError(source, f"components.schemas.{name}",
-                              f"name clash with a schema bundled from {origin}")
-        schemas[name] = body
+                              f"name clash between schemas bundled from {origin} and another file")
+        imported_schemas[name] = body
 
     def import_file(rel: str) -> str:
         if rel in imported:
@@ -98,6 +98,12 @@ def bundle(root: Path, source: str) -> dict:
         raise SchemaError(source, "$ref", f"unsupported reference {ref!r}")
 
     bundled = _rewrite_refs(copy.deepcopy(spec), external)
+    schemas = bundled.setdefault("components", {}).setdefault("schemas", {})
+    for name, body in imported_schemas.items():
+        if name in schemas and schemas[name] != body:
+            raise SchemaError(source, f"components.schemas.{name}",
+                              "defined in the spec and in a bundled schema file, differently")
+        schemas[name] = body
     bundled["components"]["schemas"] = dict(sorted(schemas.items()))
     return bundled
 
@@ -117,7 +123,7 @@ def generate(p: Protocol, ctx: Context) -> None:
     rel_json = f"generated/python/comminsight_gen/openapi/{p.stem}.json"
     ctx.write(rel_json, json.dumps(bundled, indent=2, ensure_ascii=False) + "\n")
     generate_models(ctx, str(ctx.stage / rel_json), "openapi",
-                    f"generated/python/comminsight_gen/models/{p.stem}.py")
+                    f"generated/python/comminsight_gen/models/{p.stem}.py", bundled)
     out = ctx.stage / "generated/python" / CLIENT_PACKAGE
     _client(ctx, p.source, ctx.stage / rel_json, out)
     ctx.collect(f"generated/python/{CLIENT_PACKAGE}")

@@ -1,0 +1,1 @@
+"""The CommInsight Agent (SHM/FIFO consumer, metrics, API, hang diagnosis, archive)."""

@@ -1,0 +1,65 @@
+"""`comminsight` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from comminsight.config import ConfigError, load_settings
+
+
+def cmd_protocols(args: argparse.Namespace, console: Console) -> int:
+    from comminsight_gen.registry import PROTOCOLS
+
+    table = Table(title="CommInsight protocols")
+    for column in ("protocol", "version", "kind", "status", "producer → consumers"):
+        table.add_column(column)
+    for p in PROTOCOLS:
+        table.add_row(p.id, f"v{p.version}", p.kind, p.status,
+                      f"{p.producer} → {', '.join(p.consumers)}")
+    console.print(table)
+    return 0
+
+
+def cmd_config(args: argparse.Namespace, console: Console) -> int:
+    from comminsight_gen.config_v1 import KEYS
+
+    try:
+        settings = load_settings()
+    except ConfigError as e:
+        console.print(f"[red]configuration error:[/red] {e}")
+        return 2
+    table = Table(title="Resolved configuration (environment > file > default)")
+    for column in ("key", "value", "default"):
+        table.add_column(column)
+    for key in KEYS:
+        value = getattr(settings, key.field)
+        shown = "***" if key.name.endswith("TOKEN") and value else repr(value)
+        table.add_row(key.name, shown, repr(key.default))
+    console.print(table)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    from comminsight.demo import run
+
+    return run(console)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="comminsight", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("protocols", help="list the protocols this build speaks").set_defaults(
+        func=cmd_protocols)
+    sub.add_parser("config", help="show the resolved configuration").set_defaults(
+        func=cmd_config)
+    sub.add_parser("demo", help="run the demo on an embedded default").set_defaults(func=cmd_demo)
+    args = parser.parse_args(argv)
+    return args.func(args, Console())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+""" Contains all the data models used in inputs/outputs """
+
+from .agent_mode import AgentMode
+from .anomaly import Anomaly
+from .anomaly_kind import AnomalyKind
+from .anomaly_unit import AnomalyUnit
+from .archive_error import ArchiveError
+from .archive_flush import ArchiveFlush
+from .archive_provider import ArchiveProvider
+from .archive_status import ArchiveStatus
+from .comm_progress import CommProgress
+from .comm_rank import CommRank
+from .comm_ref import CommRef
+from .communicator import Communicator
+from .communicator_page import CommunicatorPage
+from .communicator_state import CommunicatorState
+from .communicator_state_filter import CommunicatorStateFilter
+from .communicator_view import CommunicatorView
+from .culprit import Culprit
+from .error import Error
+from .error_code import ErrorCode
+from .error_detail import ErrorDetail
+from .error_location import ErrorLocation
+from .hang_report import HangReport
+from .hang_report_list import HangReportList
+from .hang_status_filter import HangStatusFilter
+from .health import Health
+from .health_status import HealthStatus
+from .inflight_evidence import InflightEvidence
+from .inflight_op import InflightOp
+from .inflight_op_list import InflightOpList
+from .inflight_state import InflightState
+from .ingest_state import IngestState
+from .name_source import NameSource
+from .node import Node
+from .node_list import NodeList
+from .node_reject import NodeReject
+from .node_state import NodeState
+from .node_state_filter import NodeStateFilter
+from .node_summary import NodeSummary
+from .op_class import OpClass
+from .op_info import OpInfo
+from .op_kind import OpKind
+from .op_record import OpRecord
+from .op_record_list import OpRecordList
+from .op_ref import OpRef
+from .open_api_document import OpenApiDocument
+from .open_api_document_info import OpenApiDocumentInfo
+from .open_api_document_paths import OpenApiDocumentPaths
+from .process import Process
+from .process_state import ProcessState
+from .producer import Producer
+from .producer_mode import ProducerMode
+from .progress_mark import ProgressMark
+from .proxy_direction import ProxyDirection
+from .proxy_progress import ProxyProgress
+from .rank_evidence import RankEvidence
+from .recovery import Recovery
+from .recovery_method import RecoveryMethod
+from .report_status import ReportStatus
+from .resolution import Resolution
+from .resolve_hang_request import ResolveHangRequest
+from .role_stats import RoleStats
+from .seq_progress import SeqProgress
+from .severity import Severity
+from .slowest_op import SlowestOp
+from .step_page import StepPage
+from .step_summary import StepSummary
+from .timing_source import TimingSource
+from .verdict import Verdict
+
+__all__ = (
+    "AgentMode",
+    "Anomaly",
+    "AnomalyKind",
+    "AnomalyUnit",
+    "ArchiveError",
+    "ArchiveFlush",
+    "ArchiveProvider",
+    "ArchiveStatus",
+    "CommProgress",
+    "CommRank",
+    "CommRef",
+    "Communicator",
+    "CommunicatorPage",
+    "CommunicatorState",
+    "CommunicatorStateFilter",
+    "CommunicatorView",
+    "Culprit",
+    "Error",
+    "ErrorCode",
+    "ErrorDetail",
+    "ErrorLocation",
+    "HangReport",
+    "HangReportList",
+    "HangStatusFilter",
+    "Health",
+    "HealthStatus",
+    "InflightEvidence",
+    "InflightOp",
+    "InflightOpList",
+    "InflightState",
+    "IngestState",
+    "NameSource",
+    "Node",
+    "NodeList",
+    "NodeReject",
+    "NodeState",
+    "NodeStateFilter",
+    "NodeSummary",
+    "OpClass",
+    "OpenApiDocument",
+    "OpenApiDocumentInfo",
+    "OpenApiDocumentPaths",
+    "OpInfo",
+    "OpKind",
+    "OpRecord",
+    "OpRecordList",
+    "OpRef",
+    "Process",
+    "ProcessState",
+    "Producer",
+    "ProducerMode",
+    "ProgressMark",
+    "ProxyDirection",
+    "ProxyProgress",
+    "RankEvidence",
+    "Recovery",
+    "RecoveryMethod",
+    "ReportStatus",
+    "Resolution",
+    "ResolveHangRequest",
+    "RoleStats",
+    "SeqProgress",
+    "Severity",
+    "SlowestOp",
+    "StepPage",
+    "StepSummary",
+    "TimingSource",
+    "Verdict",
+)

@@ -1,0 +1,9 @@
+from enum import StrEnum
+
+class AgentMode(StrEnum):
+    MASTER = "master"
+    SLAVE = "slave"
+    STANDALONE = "standalone"
+
+    def __str__(self) -> str:
+        return str(self.value)

@@ -1,0 +1,10 @@
+from enum import StrEnum
+
+class AnomalyUnit(StrEnum):
+    COUNT = "count"
+    GBS = "gbs"
+    NS = "ns"
+    RATIO = "ratio"
+
+    def __str__(self) -> str:
+        return str(self.value)

@@ -1,0 +1,201 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar, BinaryIO, TextIO, TYPE_CHECKING, Generator
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..types import UNSET, Unset
+
+from ..models.agent_mode import AgentMode
+from ..models.health_status import HealthStatus
+from typing import cast
+
+
+
+
+
+
+T = TypeVar("T", bound="Health")
+
+
+
+@_attrs_define
+class Health:
+    """ 
+        Attributes:
+            status (HealthStatus):
+            reasons (list[str]): Why the status is degraded (quarantined SHM files, stale slaves, archive errors, ...);
+                empty when ok.
+            mode (AgentMode): COMMINSIGHT_AGENT_MODE of an agent.
+            node_name (str): Agent node name (COMMINSIGHT_AGENT_NODE_NAME, default the host name); unique in a job.
+            agent_version (str):
+            started_real_ns (int):
+            uptime_s (float):
+            processes_alive (int):
+            processes_total (int):
+            communicators_total (int):
+            open_hangs (int):
+            nodes_connected (int): Nodes whose data is current (this node included); 1 on a standalone agent.
+            nodes_total (int): Nodes known to this agent; 1 on a standalone agent.
+            ingest_lag_ms (float | None): How far SHM consumption trails the producers (worst process); null before any
+                data.
+     """
+
+    status: HealthStatus
+    reasons: list[str]
+    mode: AgentMode
+    node_name: str
+    agent_version: str
+    started_real_ns: int
+    uptime_s: float
+    processes_alive: int
+    processes_total: int
+    communicators_total: int
+    open_hangs: int
+    nodes_connected: int
+    nodes_total: int
+    ingest_lag_ms: float | None
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+
+
+
+
+    def to_dict(self) -> dict[str, Any]:
+        status = self.status.value
+
+        reasons = self.reasons
+
+
+
+        mode = self.mode.value
+
+        node_name = self.node_name
+
+        agent_version = self.agent_version
+
+        started_real_ns = self.started_real_ns
+
+        uptime_s = self.uptime_s
+
+        processes_alive = self.processes_alive
+
+        processes_total = self.processes_total
+
+        communicators_total = self.communicators_total
+
+        open_hangs = self.open_hangs
+
+        nodes_connected = self.nodes_connected
+
+        nodes_total = self.nodes_total
+
+        ingest_lag_ms: float | None
+        ingest_lag_ms = self.ingest_lag_ms
+
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update({
+            "status": status,
+            "reasons": reasons,
+            "mode": mode,
+            "node_name": node_name,
+            "agent_version": agent_version,
+            "started_real_ns": started_real_ns,
+            "uptime_s": uptime_s,
+            "processes_alive": processes_alive,
+            "processes_total": processes_total,
+            "communicators_total": communicators_total,
+            "open_hangs": open_hangs,
+            "nodes_connected": nodes_connected,
+            "nodes_total": nodes_total,
+            "ingest_lag_ms": ingest_lag_ms,
+        })
+
+        return field_dict
+
+
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        d = dict(src_dict)
+        status = HealthStatus(d.pop("status"))
+
+
+
+
+        reasons = cast(list[str], d.pop("reasons"))
+
+
+        mode = AgentMode(d.pop("mode"))
+
+
+
+
+        node_name = d.pop("node_name")
+
+        agent_version = d.pop("agent_version")
+
+        started_real_ns = d.pop("started_real_ns")
+
+        uptime_s = d.pop("uptime_s")
+
+        processes_alive = d.pop("processes_alive")
+
+        processes_total = d.pop("processes_total")
+
+        communicators_total = d.pop("communicators_total")
+
+        open_hangs = d.pop("open_hangs")
+
+        nodes_connected = d.pop("nodes_connected")
+
+        nodes_total = d.pop("nodes_total")
+
+        def _parse_ingest_lag_ms(data: object) -> float | None:
+            if data is None:
+                return data
+            return cast(float | None, data)
+
+        ingest_lag_ms = _parse_ingest_lag_ms(d.pop("ingest_lag_ms"))
+
+
+        health = cls(
+            status=status,
+            reasons=reasons,
+            mode=mode,
+            node_name=node_name,
+            agent_version=agent_version,
+            started_real_ns=started_real_ns,
+            uptime_s=uptime_s,
+            processes_alive=processes_alive,
+            processes_total=processes_total,
+            communicators_total=communicators_total,
+            open_hangs=open_hangs,
+            nodes_connected=nodes_connected,
+            nodes_total=nodes_total,
+            ingest_lag_ms=ingest_lag_ms,
+        )
+
+
+        health.additional_properties = d
+        return health
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

@@ -1,0 +1,8 @@
+from enum import StrEnum
+
+class RecoveryMethod(StrEnum):
+    PERIOD = "period"
+    TEMPLATE = "template"
+
+    def __str__(self) -> str:
+        return str(self.value)
