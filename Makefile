@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 
 .PHONY: all build venv generate verify-generated check-schemas headers test test-contract \
-        test-unit bench demo install clean
+        test-unit lint bench demo install clean
 
 ## all: build everything buildable so far (artifacts under dist/)
 all: build
@@ -60,8 +60,13 @@ $(WHEEL): $(VENV_STAMP) $(shell find comminsight generated/python -name '*.py' 2
 	@mkdir -p $(DIST)
 	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
 
-## test: verify-generated, contract tests and unit tests
-test: verify-generated headers test-contract test-unit
+## test: verify-generated, lint, contract tests and unit tests
+test: verify-generated headers lint test-contract test-unit
+
+## lint: ruff on the hand-written Python (generated/ is excluded)
+lint: $(VENV_STAMP)
+	$(VPY) -m ruff check comminsight codegen tests contract-tests bench
+	$(VPY) -m ruff format --check comminsight codegen tests contract-tests bench
 
 test-contract: $(VENV_STAMP)
 	$(VPY) -m pytest contract-tests $(PYTEST_ARGS)

@@ -31,8 +31,9 @@ class Context:
 
     def run_tool(self, source: str, args: list[str]) -> None:
         """Run `python -m <tool>` from the repo root; a failure names the protocol source."""
-        proc = subprocess.run([sys.executable, "-m", *args], cwd=self.root,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", *args], cwd=self.root, capture_output=True, text=True
+        )
         if proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip().splitlines()
             raise SchemaError(source, "", f"{args[0]} failed: " + "\n  ".join(detail[-15:]))

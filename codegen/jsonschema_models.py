@@ -16,8 +16,10 @@ from codegen.registry import Protocol
 
 # Pinned generator (requirements/dev.txt) + these flags = byte-stable output.
 DATAMODEL_FLAGS = [
-    "--output-model-type", "msgspec.Struct",
-    "--target-python-version", "3.10",
+    "--output-model-type",
+    "msgspec.Struct",
+    "--target-python-version",
+    "3.10",
     "--disable-timestamp",
     "--use-standard-collections",
     "--use-union-operator",
@@ -25,8 +27,11 @@ DATAMODEL_FLAGS = [
     "--use-field-description",
     "--use-title-as-name",
     "--collapse-root-models",
-    "--enum-field-as-literal", "none",
-    "--formatters", "black", "isort",
+    "--enum-field-as-literal",
+    "none",
+    "--formatters",
+    "black",
+    "isort",
 ]
 
 
@@ -37,7 +42,9 @@ def load_schema(root: Path, source: str, expected_id: str) -> dict:
     except FileNotFoundError:
         raise SchemaError(source, "", "source file does not exist") from None
     except json.JSONDecodeError as e:
-        raise SchemaError(source, f"line {e.lineno} column {e.colno}", f"not valid JSON: {e.msg}")
+        raise SchemaError(
+            source, f"line {e.lineno} column {e.colno}", f"not valid JSON: {e.msg}"
+        ) from None
     import jsonschema  # development dependency: the generator runs in the dev venv
 
     try:
@@ -91,9 +98,21 @@ def generate_models(ctx: Context, source: str, input_type: str, rel_out: str, do
     extra = ctx.stage / "extra-template-data" / (Path(rel_out).stem + ".json")
     extra.parent.mkdir(parents=True, exist_ok=True)
     extra.write_text(json.dumps(closed_models(doc), indent=1))
-    ctx.run_tool(source, ["datamodel_code_generator", "--input", source, "--input-file-type",
-                          input_type, "--output", str(out), "--extra-template-data", str(extra),
-                          *DATAMODEL_FLAGS])
+    ctx.run_tool(
+        source,
+        [
+            "datamodel_code_generator",
+            "--input",
+            source,
+            "--input-file-type",
+            input_type,
+            "--output",
+            str(out),
+            "--extra-template-data",
+            str(extra),
+            *DATAMODEL_FLAGS,
+        ],
+    )
     ctx.written.append(rel_out)
 
 
@@ -104,8 +123,9 @@ def generate(p: Protocol, ctx: Context) -> None:
 
         config_gen.generate(p, doc, ctx)
         return
-    generate_models(ctx, p.source, "jsonschema",
-                    f"generated/python/comminsight_gen/models/{p.stem}.py", doc)
+    generate_models(
+        ctx, p.source, "jsonschema", f"generated/python/comminsight_gen/models/{p.stem}.py", doc
+    )
     if p.role == "log":
         from codegen import log_fields
 

@@ -1,4 +1,4 @@
-"""inspector-log: a C header naming every JSON field, so the Profiler's writer cannot misspell one."""
+"""inspector-log: a C header naming every JSON field, so the Profiler cannot misspell one."""
 
 from __future__ import annotations
 
@@ -48,8 +48,9 @@ def _macros(prefix: str, items: set[str], source: str) -> list[dict]:
             continue
         macro = f"{prefix}_{part}"
         if macro in by_macro:
-            raise SchemaError(source, item, f"'{item}' and '{by_macro[macro]}' map to the same "
-                              f"C macro {macro}")
+            raise SchemaError(
+                source, item, f"'{item}' and '{by_macro[macro]}' map to the same C macro {macro}"
+            )
         by_macro[macro] = item
     return [{"macro": m, "value": v} for m, v in by_macro.items()]
 
@@ -62,12 +63,15 @@ def generate(p: Protocol, doc: dict, ctx: Context) -> None:
     prefix = f"CI_{_macro_part(p.id)}_V{p.version}"
     ctx.write(
         f"generated/c/include/comminsight/{p.stem}.h",
-        render("log_fields.h.j2", {
-            "source": p.source,
-            "guard": f"COMMINSIGHT_{_macro_part(p.id)}_V{p.version}_H",
-            "prefix": prefix,
-            "version": p.version,
-            "fields": _macros(f"{prefix}_F", names, p.source),
-            "values": _macros(f"{prefix}_V", values, p.source),
-        }),
+        render(
+            "log_fields.h.j2",
+            {
+                "source": p.source,
+                "guard": f"COMMINSIGHT_{_macro_part(p.id)}_V{p.version}_H",
+                "prefix": prefix,
+                "version": p.version,
+                "fields": _macros(f"{prefix}_F", names, p.source),
+                "values": _macros(f"{prefix}_V", values, p.source),
+            },
+        ),
     )

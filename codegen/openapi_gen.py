@@ -50,8 +50,11 @@ def bundle(root: Path, source: str) -> dict:
 
     def add(name: str, body: dict, origin: str) -> None:
         if name in imported_schemas and imported_schemas[name] != body:
-            raise SchemaError(source, f"components.schemas.{name}",
-                              f"name clash between schemas bundled from {origin} and another file")
+            raise SchemaError(
+                source,
+                f"components.schemas.{name}",
+                f"name clash between schemas bundled from {origin} and another file",
+            )
         imported_schemas[name] = body
 
     def import_file(rel: str) -> str:
@@ -72,7 +75,7 @@ def bundle(root: Path, source: str) -> dict:
             if ref == "#":
                 return f"#/components/schemas/{title}"
             if ref.startswith("#/$defs/"):
-                return f"#/components/schemas/{ref[len('#/$defs/'):]}"
+                return f"#/components/schemas/{ref[len('#/$defs/') :]}"
             raise SchemaError(rel, "$ref", f"unsupported reference {ref!r} in a bundled schema")
 
         doc = _rewrite_refs(doc, local)
@@ -94,15 +97,18 @@ def bundle(root: Path, source: str) -> dict:
         if not fragment:
             return f"#/components/schemas/{title}"
         if fragment.startswith("/$defs/"):
-            return f"#/components/schemas/{fragment[len('/$defs/'):]}"
+            return f"#/components/schemas/{fragment[len('/$defs/') :]}"
         raise SchemaError(source, "$ref", f"unsupported reference {ref!r}")
 
     bundled = _rewrite_refs(copy.deepcopy(spec), external)
     schemas = bundled.setdefault("components", {}).setdefault("schemas", {})
     for name, body in imported_schemas.items():
         if name in schemas and schemas[name] != body:
-            raise SchemaError(source, f"components.schemas.{name}",
-                              "defined in the spec and in a bundled schema file, differently")
+            raise SchemaError(
+                source,
+                f"components.schemas.{name}",
+                "defined in the spec and in a bundled schema file, differently",
+            )
         schemas[name] = body
     bundled["components"]["schemas"] = dict(sorted(schemas.items()))
     return bundled
@@ -122,8 +128,13 @@ def generate(p: Protocol, ctx: Context) -> None:
     bundled = bundle(ctx.root, p.source)
     rel_json = f"generated/python/comminsight_gen/openapi/{p.stem}.json"
     ctx.write(rel_json, json.dumps(bundled, indent=2, ensure_ascii=False) + "\n")
-    generate_models(ctx, str(ctx.stage / rel_json), "openapi",
-                    f"generated/python/comminsight_gen/models/{p.stem}.py", bundled)
+    generate_models(
+        ctx,
+        str(ctx.stage / rel_json),
+        "openapi",
+        f"generated/python/comminsight_gen/models/{p.stem}.py",
+        bundled,
+    )
     out = ctx.stage / "generated/python" / CLIENT_PACKAGE
     _client(ctx, p.source, ctx.stage / rel_json, out)
     ctx.collect(f"generated/python/{CLIENT_PACKAGE}")
@@ -133,9 +144,24 @@ def _client(ctx: Context, source: str, spec: Path, out: Path) -> None:
     config = ctx.root / "codegen" / "openapi-client.yaml"
     tool = Path(sys.executable).parent / "openapi-python-client"
     proc = subprocess.run(
-        [str(tool), "generate", "--path", str(spec), "--meta", "none", "--output-path", str(out),
-         "--config", str(config), "--overwrite", "--fail-on-warning"],
-        cwd=ctx.root, capture_output=True, text=True)
+        [
+            str(tool),
+            "generate",
+            "--path",
+            str(spec),
+            "--meta",
+            "none",
+            "--output-path",
+            str(out),
+            "--config",
+            str(config),
+            "--overwrite",
+            "--fail-on-warning",
+        ],
+        cwd=ctx.root,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         detail = (proc.stdout + proc.stderr).strip().splitlines()
         raise SchemaError(source, "", "openapi-python-client failed: " + "\n  ".join(detail[-20:]))

@@ -25,5 +25,6 @@ def refresh(root: Path) -> None:
         if not pattern.search(text):
             raise SchemaError("README.md", name, f"missing the markers {begin} ... {end}")
         body = (root / rel).read_text().strip()
-        text = pattern.sub(lambda _m: f"{begin}\n{body}\n{end}", text)
+        replacement = f"{begin}\n{body}\n{end}"
+        text = pattern.sub(lambda _m, r=replacement: r, text)
     path.write_text(text)

@@ -12,8 +12,18 @@ from codegen.errors import SchemaError
 KINDS = ("c-abi", "json-schema", "openapi", "protobuf")
 STATUSES = ("live", "draft", "deprecated")
 ROLES = ("config", "log")  # json-schema protocols with extra, role-specific outputs
-_KEYS = {"id", "version", "kind", "role", "status", "producer", "consumers", "description",
-         "source", "outputs"}
+_KEYS = {
+    "id",
+    "version",
+    "kind",
+    "role",
+    "status",
+    "producer",
+    "consumers",
+    "description",
+    "source",
+    "outputs",
+}
 
 
 @dataclass(frozen=True)
@@ -62,37 +72,65 @@ def load(root: Path, path: Path) -> list[Protocol]:
         unknown = sorted(set(e) - _KEYS)
         if unknown:
             raise SchemaError(rel, where, f"unknown key(s) {unknown}")
-        for key in ("id", "version", "kind", "status", "source", "outputs", "description",
-                    "producer", "consumers"):
+        for key in (
+            "id",
+            "version",
+            "kind",
+            "status",
+            "source",
+            "outputs",
+            "description",
+            "producer",
+            "consumers",
+        ):
             if key not in e:
                 raise SchemaError(rel, where, f"missing required key '{key}'")
         where = f"protocols[{e['id']} v{e['version']}]"
         if not isinstance(e["version"], int) or e["version"] < 1:
             raise SchemaError(rel, f"{where}.version", "must be an integer >= 1")
         if e["kind"] not in KINDS:
-            raise SchemaError(rel, f"{where}.kind",
-                              f"unknown protocol kind '{e['kind']}'; known: {', '.join(KINDS)}")
+            raise SchemaError(
+                rel,
+                f"{where}.kind",
+                f"unknown protocol kind '{e['kind']}'; known: {', '.join(KINDS)}",
+            )
         if e["status"] not in STATUSES:
-            raise SchemaError(rel, f"{where}.status",
-                              f"unknown status '{e['status']}'; known: {', '.join(STATUSES)}")
+            raise SchemaError(
+                rel,
+                f"{where}.status",
+                f"unknown status '{e['status']}'; known: {', '.join(STATUSES)}",
+            )
         role = e.get("role")
         if role is not None and (role not in ROLES or e["kind"] != "json-schema"):
-            raise SchemaError(rel, f"{where}.role",
-                              f"unknown role '{role}' (json-schema protocols only: {ROLES})")
+            raise SchemaError(
+                rel, f"{where}.role", f"unknown role '{role}' (json-schema protocols only: {ROLES})"
+            )
         if (e["id"], e["version"]) in seen:
             raise SchemaError(rel, where, "duplicate protocol id and version")
         seen.add((e["id"], e["version"]))
         if not (root / e["source"]).is_file():
             raise SchemaError(rel, f"{where}.source", f"missing source file {e['source']}")
         if f"/v{e['version']}/" not in e["source"]:
-            raise SchemaError(rel, f"{where}.source",
-                              f"source must live in a v{e['version']}/ folder")
+            raise SchemaError(
+                rel, f"{where}.source", f"source must live in a v{e['version']}/ folder"
+            )
         outputs = e["outputs"]
         if not isinstance(outputs, list) or not all(
-                isinstance(o, str) and o.startswith("generated/") for o in outputs):
+            isinstance(o, str) and o.startswith("generated/") for o in outputs
+        ):
             raise SchemaError(rel, f"{where}.outputs", "must be a list of paths under generated/")
-        result.append(Protocol(
-            id=e["id"], version=e["version"], kind=e["kind"], role=role, status=e["status"],
-            producer=str(e["producer"]), consumers=tuple(e["consumers"]),
-            description=str(e["description"]), source=e["source"], outputs=tuple(outputs)))
+        result.append(
+            Protocol(
+                id=e["id"],
+                version=e["version"],
+                kind=e["kind"],
+                role=role,
+                status=e["status"],
+                producer=str(e["producer"]),
+                consumers=tuple(e["consumers"]),
+                description=str(e["description"]),
+                source=e["source"],
+                outputs=tuple(outputs),
+            )
+        )
     return result

@@ -18,8 +18,9 @@ def cmd_protocols(args: argparse.Namespace, console: Console) -> int:
     for column in ("protocol", "version", "kind", "status", "producer → consumers"):
         table.add_column(column)
     for p in PROTOCOLS:
-        table.add_row(p.id, f"v{p.version}", p.kind, p.status,
-                      f"{p.producer} → {', '.join(p.consumers)}")
+        table.add_row(
+            p.id, f"v{p.version}", p.kind, p.status, f"{p.producer} → {', '.join(p.consumers)}"
+        )
     console.print(table)
     return 0
 
@@ -53,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="comminsight", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("protocols", help="list the protocols this build speaks").set_defaults(
-        func=cmd_protocols)
-    sub.add_parser("config", help="show the resolved configuration").set_defaults(
-        func=cmd_config)
+        func=cmd_protocols
+    )
+    sub.add_parser("config", help="show the resolved configuration").set_defaults(func=cmd_config)
     sub.add_parser("demo", help="run the demo on an embedded default").set_defaults(func=cmd_demo)
     args = parser.parse_args(argv)
     return args.func(args, Console())

@@ -45,7 +45,7 @@ def parse_conf_file(path: Path) -> dict[str, tuple[str, Origin]]:
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
-            line = line[len("export "):].lstrip()
+            line = line[len("export ") :].lstrip()
         key, sep, value = line.partition("=")
         key, value = key.strip(), value.strip()
         where = Origin(f"{path}:{lineno}")
@@ -79,8 +79,7 @@ def convert(key: ConfigKey, raw: str, origin: Origin) -> object:
         raise ConfigError(f"{key.name}={raw!r} ({origin.text}): {detail}") from None
 
 
-def load_settings(env: Mapping[str, str] | None = None,
-                  conf_path: Path | None = None) -> ConfigV1:
+def load_settings(env: Mapping[str, str] | None = None, conf_path: Path | None = None) -> ConfigV1:
     """Resolve settings from `env` (default os.environ) and the config file.
 
     The file is COMMINSIGHT_CONF if set, else <COMMINSIGHT_HOME>/etc/comminsight.conf; a missing
@@ -99,8 +98,10 @@ def load_settings(env: Mapping[str, str] | None = None,
     for key in KEYS:
         if key.name in env:
             raw[key.name] = (env[key.name], Origin("environment"))
-    typed = {KEY_BY_NAME[name].field: convert(KEY_BY_NAME[name], value, origin)
-             for name, (value, origin) in raw.items()}
+    typed = {
+        KEY_BY_NAME[name].field: convert(KEY_BY_NAME[name], value, origin)
+        for name, (value, origin) in raw.items()
+    }
     try:
         return msgspec.convert(typed, ConfigV1)
     except msgspec.ValidationError as e:
@@ -109,6 +110,7 @@ def load_settings(env: Mapping[str, str] | None = None,
         for name, (value, origin) in raw.items():
             field = KEY_BY_NAME[name].field
             if f"`$.{field}`" in message:
-                raise ConfigError(f"{name}={value!r} ({origin.text}): "
-                                  f"{message.split(' - at ')[0]}") from None
+                raise ConfigError(
+                    f"{name}={value!r} ({origin.text}): {message.split(' - at ')[0]}"
+                ) from None
         raise ConfigError(message) from None

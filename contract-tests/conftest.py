@@ -6,6 +6,7 @@ import os
 import shutil
 
 import pytest
+
 from contract_helpers import Compiler
 
 

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +32,15 @@ class Compiler:
 
     def build(self, name: str, sources: list[Path], extra: list[str] | None = None) -> Path:
         exe = self.out / name
-        cmd = [self.cc, *CSTRICT, f"-I{INCLUDE}", *(extra or []), *map(str, sources), "-o",
-               str(exe)]
+        cmd = [
+            self.cc,
+            *CSTRICT,
+            f"-I{INCLUDE}",
+            *(extra or []),
+            *map(str, sources),
+            "-o",
+            str(exe),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
         return exe

@@ -12,9 +12,10 @@ import subprocess
 
 import numpy as np
 import pytest
-from contract_helpers import ROOT
 
 from comminsight_gen.abi import fifo_event_v1, shm_v1
+
+from contract_helpers import ROOT
 
 FIXTURES = ROOT / "contract-tests" / "fixtures" / "binary"
 KINDS = {
@@ -73,16 +74,18 @@ def test_c_reads_python_written_bytes(kind, tool, tmp_path):
     values = expected(kind)
     path = tmp_path / f"{kind}.bin"
     path.write_bytes(encode(kind, values))
-    out = subprocess.run([str(tool), "read", kind, str(path)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [str(tool), "read", kind, str(path)], capture_output=True, text=True, check=True
+    ).stdout
     assert json.loads(out) == values
 
 
 def test_c_refuses_a_truncated_file(tool, tmp_path):
     path = tmp_path / "short.bin"
     path.write_bytes((FIXTURES / "shm_op_slot.bin").read_bytes()[:100])
-    proc = subprocess.run([str(tool), "read", "shm_op_slot", str(path)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [str(tool), "read", "shm_op_slot", str(path)], capture_output=True, text=True
+    )
     assert proc.returncode != 0 and "expected 256 bytes" in proc.stderr
 
 

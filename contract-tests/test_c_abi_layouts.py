@@ -13,6 +13,7 @@ import json
 import subprocess
 
 import pytest
+
 from contract_helpers import INCLUDE, ROOT, protocols_of_kind, stem
 
 C_ABI = protocols_of_kind("c-abi")
@@ -31,7 +32,9 @@ def layout(request, compiler):
 
 def test_every_struct_size_and_alignment_matches(layout):
     _, records, m = layout
-    sizes = {r["type"]: (r["size"], r["align"]) for r in records if "field" not in r and "type" in r}
+    sizes = {
+        r["type"]: (r["size"], r["align"]) for r in records if "field" not in r and "type" in r
+    }
     assert set(sizes) == set(m.SIZEOF), "C and Python know different types"
     ffi = m.ffi()
     for ctype, (size, align) in sizes.items():
@@ -70,15 +73,20 @@ def test_every_macro_value_matches(layout):
 
 def test_python_enums_match_c_macros(layout):
     _, _, m = layout
-    classes = [v for v in vars(m).values()
-               if isinstance(v, type) and issubclass(v, (enum.IntEnum, enum.IntFlag))
-               and v.__module__ == m.__name__]
+    classes = [
+        v
+        for v in vars(m).values()
+        if isinstance(v, type)
+        and issubclass(v, (enum.IntEnum, enum.IntFlag))
+        and v.__module__ == m.__name__
+    ]
     assert classes, "every C-ABI protocol here defines enums"
     for cls in classes:
         for member in cls.__members__.values():
-            assert any(name.endswith(f"_{member.name}") and value == member.value
-                       for name, value in m.MACROS.items()), \
-                f"{cls.__name__}.{member.name} has no C macro with value {member.value}"
+            assert any(
+                name.endswith(f"_{member.name}") and value == member.value
+                for name, value in m.MACROS.items()
+            ), f"{cls.__name__}.{member.name} has no C macro with value {member.value}"
 
 
 @pytest.mark.parametrize("p", C_ABI, ids=IDS)
@@ -87,10 +95,24 @@ def test_header_compiles_alone(p, std, tmp_path):
     header = INCLUDE / "comminsight" / f"{stem(p)}.h"
     lang = ["-x", "c", f"-std={std}"] if std.startswith("c1") else ["-x", "c++", f"-std={std}"]
     cc = "g++" if std.startswith("c++") else "gcc"
-    proc = subprocess.run([cc, *lang, "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{INCLUDE}",
-                           "-c", "-", "-o", str(tmp_path / "x.o")],
-                          input=f'#include "comminsight/{header.name}"\n', capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [
+            cc,
+            *lang,
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            f"-I{INCLUDE}",
+            "-c",
+            "-",
+            "-o",
+            str(tmp_path / "x.o"),
+        ],
+        input=f'#include "comminsight/{header.name}"\n',
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
 
 

@@ -11,6 +11,7 @@ import jsonschema
 import msgspec
 import pytest
 import yaml
+
 from contract_helpers import ROOT, protocols_of_kind, stem
 
 FIXTURES = ROOT / "contract-tests" / "fixtures" / "json"
@@ -74,9 +75,14 @@ def test_invalid_fixture_is_rejected_naming_the_field(p, path):
     errors = list(all_errors(validator(schema).iter_errors(json.loads(doc))))
     assert errors, "jsonschema accepted an invalid fixture"
     parent = want_path.rsplit(".", 1)[0] if "." in want_path else "$"
-    assert any(e.validator == keyword and (e.json_path == want_path or (
-        e.json_path == parent and field and f"'{field}'" in e.message)) for e in errors), \
-        [(e.json_path, e.validator, e.message) for e in errors]
+    assert any(
+        e.validator == keyword
+        and (
+            e.json_path == want_path
+            or (e.json_path == parent and field and f"'{field}'" in e.message)
+        )
+        for e in errors
+    ), [(e.json_path, e.validator, e.message) for e in errors]
 
     if keyword in SCHEMA_ONLY_KEYWORDS:
         return

@@ -22,19 +22,33 @@ def make_repo(tmp_path: Path, schema_text: str, registry_entry: dict | None = No
     (tmp_path / "protocols/shm/v1").mkdir(parents=True)
     (tmp_path / SHM).write_text(schema_text)
     entry = registry_entry or {
-        "id": "shm", "version": 1, "kind": "c-abi", "status": "live", "producer": "profiler",
-        "consumers": ["agent"], "description": "test", "source": SHM,
-        "outputs": ["generated/c/include/comminsight/shm_v1.h",
-                    "generated/c/contract/shm_v1_layout.c",
-                    "generated/python/comminsight_gen/abi/shm_v1.py"]}
+        "id": "shm",
+        "version": 1,
+        "kind": "c-abi",
+        "status": "live",
+        "producer": "profiler",
+        "consumers": ["agent"],
+        "description": "test",
+        "source": SHM,
+        "outputs": [
+            "generated/c/include/comminsight/shm_v1.h",
+            "generated/c/contract/shm_v1_layout.c",
+            "generated/python/comminsight_gen/abi/shm_v1.py",
+        ],
+    }
     (tmp_path / "protocols/registry.yaml").write_text(
-        yaml.safe_dump({"registry_version": 1, "protocols": [entry]}))
+        yaml.safe_dump({"registry_version": 1, "protocols": [entry]})
+    )
     return tmp_path
 
 
 def run_codegen(root: Path, command: str = "check") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "codegen", command, "--root", str(root)],
-                          cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "codegen", command, "--root", str(root)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
 
 
 def shm_text() -> str:
@@ -49,30 +63,75 @@ def test_the_real_shm_schema_passes(tmp_path):
 @pytest.mark.parametrize(
     ("edit", "where", "message"),
     [
-        (("type: u64, offset: 0, description: \"MAGIC.\"", "type: u65, offset: 0, description: \"MAGIC.\""),
-         "structs.header.fields.magic.type", "unknown type 'u65'"),
-        (("{name: uid, type: u32,", "{name: pid, type: u32,"),
-         "structs.header.fields.pid", "duplicate field 'pid'"),
-        (("{name: LIVE, value: 1,", "{name: LIVE, value: 0,"),
-         "enums.file_state.values.LIVE", "duplicate enum value 0"),
-        (("{name: LIVE, value: 1,", "{name: CREATING, value: 1,"),
-         "enums.file_state.values.CREATING", "duplicate enum value name"),
-        (("count: 3328, offset: 768", "count: 3320, offset: 768"),
-         "structs.header.size", "declared size 4096 but the fields lay out to 4088 bytes"),
-        (("{name: rank, type: i32, offset: 32, description: \"This process's rank in the communicator.\"}",
-          "{name: rank, type: i32, offset: 36, description: \"This process's rank in the communicator.\"}"),
-         "structs.op_slot.fields.rank.offset", "declared offset 36 but the layout puts it at 32"),
-        (("{name: tid, type: u32, offset: 72,", "{name: tid, type: u16, offset: 72,"),
-         "structs.op_slot.fields.nranks", "2 byte(s) of implicit padding"),
-        (("{name: NONE, value: 0, description: \"Never written.\"}",
-          "{name: NONE, value: 300, description: \"Never written.\"}"),
-         "enums.record_kind.values.NONE.value", "does not fit in u8"),
-        (("storage: u32\n    description: Life cycle", "storage: float\n    description: Life cycle"),
-         "enums.file_state.storage", "unknown integer type 'float'"),
+        (
+            (
+                'type: u64, offset: 0, description: "MAGIC."',
+                'type: u65, offset: 0, description: "MAGIC."',
+            ),
+            "structs.header.fields.magic.type",
+            "unknown type 'u65'",
+        ),
+        (
+            ("{name: uid, type: u32,", "{name: pid, type: u32,"),
+            "structs.header.fields.pid",
+            "duplicate field 'pid'",
+        ),
+        (
+            ("{name: LIVE, value: 1,", "{name: LIVE, value: 0,"),
+            "enums.file_state.values.LIVE",
+            "duplicate enum value 0",
+        ),
+        (
+            ("{name: LIVE, value: 1,", "{name: CREATING, value: 1,"),
+            "enums.file_state.values.CREATING",
+            "duplicate enum value name",
+        ),
+        (
+            ("count: 3328, offset: 768", "count: 3320, offset: 768"),
+            "structs.header.size",
+            "declared size 4096 but the fields lay out to 4088 bytes",
+        ),
+        (
+            (
+                "{name: rank, type: i32, offset: 32, description: \"This process's rank in",
+                "{name: rank, type: i32, offset: 36, description: \"This process's rank in",
+            ),
+            "structs.op_slot.fields.rank.offset",
+            "declared offset 36 but the layout puts it at 32",
+        ),
+        (
+            ("{name: tid, type: u32, offset: 72,", "{name: tid, type: u16, offset: 72,"),
+            "structs.op_slot.fields.nranks",
+            "2 byte(s) of implicit padding",
+        ),
+        (
+            (
+                '{name: NONE, value: 0, description: "Never written."}',
+                '{name: NONE, value: 300, description: "Never written."}',
+            ),
+            "enums.record_kind.values.NONE.value",
+            "does not fit in u8",
+        ),
+        (
+            (
+                "storage: u32\n    description: Life cycle",
+                "storage: float\n    description: Life cycle",
+            ),
+            "enums.file_state.storage",
+            "unknown integer type 'float'",
+        ),
     ],
-    ids=["unknown-type", "duplicate-field", "duplicate-enum-value", "duplicate-enum-name",
-         "size-mismatch", "offset-mismatch", "implicit-padding", "enum-out-of-range",
-         "bad-enum-storage"],
+    ids=[
+        "unknown-type",
+        "duplicate-field",
+        "duplicate-enum-value",
+        "duplicate-enum-name",
+        "size-mismatch",
+        "offset-mismatch",
+        "implicit-padding",
+        "enum-out-of-range",
+        "bad-enum-storage",
+    ],
 )
 def test_malformed_c_abi_schema_is_refused(tmp_path, edit, where, message):
     old, new = edit
@@ -85,8 +144,11 @@ def test_malformed_c_abi_schema_is_refused(tmp_path, edit, where, message):
 
 
 def test_unknown_key_in_schema_is_refused(tmp_path):
-    text = shm_text().replace("      - {name: magic, type: u64, offset: 0,",
-                              "      - {name: magic, typ: u64, offset: 0,", 1)
+    text = shm_text().replace(
+        "      - {name: magic, type: u64, offset: 0,",
+        "      - {name: magic, typ: u64, offset: 0,",
+        1,
+    )
     proc = run_codegen(make_repo(tmp_path, text))
     assert proc.returncode != 0 and "unknown key(s) ['typ']" in proc.stderr
 
@@ -111,7 +173,9 @@ def test_unknown_protocol_kind_is_refused(tmp_path):
     (root / "protocols/registry.yaml").write_text(yaml.safe_dump(reg))
     proc = run_codegen(root)
     assert proc.returncode != 0
-    assert "protocols[shm v1].kind" in proc.stderr and "unknown protocol kind 'thrift'" in proc.stderr
+    assert (
+        "protocols[shm v1].kind" in proc.stderr and "unknown protocol kind 'thrift'" in proc.stderr
+    )
 
 
 def test_registry_outputs_must_match_what_is_generated(tmp_path):
@@ -131,10 +195,23 @@ def test_schema_protocol_must_match_registry(tmp_path):
 
 def test_struct_containing_itself_is_refused(tmp_path):
     path = tmp_path / "x.abi.yaml"
-    path.write_text(yaml.safe_dump({
-        "protocol": "x", "version": 1, "prefix": "ci_x", "description": "d",
-        "structs": [{"name": "a", "description": "d",
-                     "fields": [{"name": "self", "type": "a", "description": "d"}]}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "protocol": "x",
+                "version": 1,
+                "prefix": "ci_x",
+                "description": "d",
+                "structs": [
+                    {
+                        "name": "a",
+                        "description": "d",
+                        "fields": [{"name": "self", "type": "a", "description": "d"}],
+                    }
+                ],
+            }
+        )
+    )
     with pytest.raises(SchemaError, match="'a' contains itself"):
         model.load(path)
 
@@ -152,10 +229,15 @@ def test_verify_fails_on_a_stale_schema_and_names_the_file(tmp_path):
     assert run_codegen(root, "verify").returncode == 0
     before = {p: p.read_bytes() for p in (root / "generated").rglob("*") if p.is_file()}
 
-    text = (root / SHM).read_text().replace(
-        "      - {name: reserved4, type: u8, count: 3328, offset: 768,",
-        "      - {name: new_counter, type: u64, offset: 768, description: \"Added.\"}\n"
-        "      - {name: reserved4, type: u8, count: 3320, offset: 776,")
+    text = (
+        (root / SHM)
+        .read_text()
+        .replace(
+            "      - {name: reserved4, type: u8, count: 3328, offset: 768,",
+            '      - {name: new_counter, type: u64, offset: 768, description: "Added."}\n'
+            "      - {name: reserved4, type: u8, count: 3320, offset: 776,",
+        )
+    )
     (root / SHM).write_text(text)
     proc = run_codegen(root, "verify")
     assert proc.returncode != 0

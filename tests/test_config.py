@@ -23,21 +23,34 @@ def test_defaults_come_from_the_schema(tmp_path):
 
 def test_every_fixed_design_key_exists():
     names = {k.name for k in KEYS}
-    for fixed in ("COMMINSIGHT_HOME", "COMMINSIGHT_CONF", "COMMINSIGHT_AGENT_LISTEN",
-                  "COMMINSIGHT_AGENT_AUTOSTART", "COMMINSIGHT_AGENT_MODE",
-                  "COMMINSIGHT_AGENT_MASTER_LISTEN", "COMMINSIGHT_AGENT_MASTER_ADDR",
-                  "COMMINSIGHT_AGENT_NODE_NAME", "COMMINSIGHT_AGENT_TOKEN",
-                  "COMMINSIGHT_PROFILER_EVENT_MASK", "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S",
-                  "COMMINSIGHT_COMMON_ARCHIVE_URL", "COMMINSIGHT_INJECT_DISABLE"):
+    for fixed in (
+        "COMMINSIGHT_HOME",
+        "COMMINSIGHT_CONF",
+        "COMMINSIGHT_AGENT_LISTEN",
+        "COMMINSIGHT_AGENT_AUTOSTART",
+        "COMMINSIGHT_AGENT_MODE",
+        "COMMINSIGHT_AGENT_MASTER_LISTEN",
+        "COMMINSIGHT_AGENT_MASTER_ADDR",
+        "COMMINSIGHT_AGENT_NODE_NAME",
+        "COMMINSIGHT_AGENT_TOKEN",
+        "COMMINSIGHT_PROFILER_EVENT_MASK",
+        "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S",
+        "COMMINSIGHT_COMMON_ARCHIVE_URL",
+        "COMMINSIGHT_INJECT_DISABLE",
+    ):
         assert fixed in names
 
 
 def test_file_beats_default_and_environment_beats_file(tmp_path):
     conf = tmp_path / "c.conf"
-    conf.write_text("# comment\n\nCOMMINSIGHT_AGENT_LISTEN=127.0.0.1:1\n"
-                    "export COMMINSIGHT_PROFILER_RING_SLOTS = 1024\n"
-                    "COMMINSIGHT_AGENT_TOKEN='s3cret'\n")
-    s = load_settings(env={"COMMINSIGHT_CONF": str(conf), "COMMINSIGHT_AGENT_LISTEN": "127.0.0.1:2"})
+    conf.write_text(
+        "# comment\n\nCOMMINSIGHT_AGENT_LISTEN=127.0.0.1:1\n"
+        "export COMMINSIGHT_PROFILER_RING_SLOTS = 1024\n"
+        "COMMINSIGHT_AGENT_TOKEN='s3cret'\n"
+    )
+    s = load_settings(
+        env={"COMMINSIGHT_CONF": str(conf), "COMMINSIGHT_AGENT_LISTEN": "127.0.0.1:2"}
+    )
     assert s.agent_listen == "127.0.0.1:2"
     assert s.profiler_ring_slots == 1024
     assert s.agent_token == "s3cret"
@@ -51,8 +64,12 @@ def test_default_file_under_home_is_read(tmp_path):
 
 @pytest.mark.parametrize("text", ["1", "true", "YES", "on"])
 def test_boolean_spellings(text, tmp_path):
-    assert load_settings(env={"COMMINSIGHT_HOME": str(tmp_path),
-                              "COMMINSIGHT_INJECT_DISABLE": text}).inject_disable is True
+    assert (
+        load_settings(
+            env={"COMMINSIGHT_HOME": str(tmp_path), "COMMINSIGHT_INJECT_DISABLE": text}
+        ).inject_disable
+        is True
+    )
 
 
 @pytest.mark.parametrize(
@@ -75,7 +92,9 @@ def test_bad_environment_value_names_the_key(key, value, message, tmp_path):
 def test_bad_file_value_names_key_file_and_line(tmp_path):
     conf = tmp_path / "c.conf"
     conf.write_text("COMMINSIGHT_AGENT_MODE=master\nCOMMINSIGHT_AGENT_POLL_INTERVAL_MS=0\n")
-    with pytest.raises(ConfigError, match=r"COMMINSIGHT_AGENT_POLL_INTERVAL_MS='0' \(.*c\.conf:2\)"):
+    with pytest.raises(
+        ConfigError, match=r"COMMINSIGHT_AGENT_POLL_INTERVAL_MS='0' \(.*c\.conf:2\)"
+    ):
         load_settings(env={"COMMINSIGHT_CONF": str(conf)})
 
 

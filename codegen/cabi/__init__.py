@@ -12,11 +12,17 @@ def generate(p: Protocol, ctx: Context) -> None:
     if schema.protocol != p.id or schema.version != p.version:
         from codegen.errors import SchemaError
 
-        raise SchemaError(p.source, "protocol", f"says {schema.protocol} v{schema.version} but "
-                          f"the registry lists it as {p.label}")
+        raise SchemaError(
+            p.source,
+            "protocol",
+            f"says {schema.protocol} v{schema.version} but the registry lists it as {p.label}",
+        )
     header = f"{p.stem}.h"
     ctx.write(f"generated/c/include/comminsight/{header}", render.header(schema, p.source))
-    ctx.write(f"generated/c/contract/{p.stem}_layout.c",
-              render.layout_dump(schema, p.source, header))
-    ctx.write(f"generated/python/comminsight_gen/abi/{p.stem}.py",
-              render.python_module(schema, p.source, header))
+    ctx.write(
+        f"generated/c/contract/{p.stem}_layout.c", render.layout_dump(schema, p.source, header)
+    )
+    ctx.write(
+        f"generated/python/comminsight_gen/abi/{p.stem}.py",
+        render.python_module(schema, p.source, header),
+    )

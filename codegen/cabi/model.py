@@ -218,9 +218,21 @@ def load(path: Path) -> AbiSchema:
         raise SchemaError(path, "", "top level must be a mapping")
     _only_keys(
         doc,
-        {"protocol", "version", "prefix", "description", "platform", "explicit_padding",
-         "constants", "enums", "functions", "structs", "unions"},
-        path, "",
+        {
+            "protocol",
+            "version",
+            "prefix",
+            "description",
+            "platform",
+            "explicit_padding",
+            "constants",
+            "enums",
+            "functions",
+            "structs",
+            "unions",
+        },
+        path,
+        "",
     )
     if doc.get("platform", "lp64") != "lp64":
         raise SchemaError(path, "platform", "only 'lp64' (x86-64/aarch64 Linux) is supported")
@@ -239,8 +251,13 @@ def load(path: Path) -> AbiSchema:
         name = _ident(_req(c, "name", path, where, str), path, f"{where}.name")
         where = f"constants.{name}"
         schema.constants.append(
-            Constant(name, _int_scalar(c.get("type", "u64"), path, f"{where}.type"),
-                     _req(c, "value", path, where, int), _req(c, "description", path, where, str)))
+            Constant(
+                name,
+                _int_scalar(c.get("type", "u64"), path, f"{where}.type"),
+                _req(c, "value", path, where, int),
+                _req(c, "description", path, where, str),
+            )
+        )
     _unique([c.name for c in schema.constants], path, "constants", "constant")
     for c in schema.constants:
         _check_range(c.value, c.type, path, f"constants.{c.name}.value")
@@ -266,16 +283,27 @@ def load(path: Path) -> AbiSchema:
         if not values:
             raise SchemaError(path, f"{where}.values", "an enum needs at least one value")
         _unique([v.name for v in values], path, f"{where}.values", "enum value name")
-        _unique([v.label for v in values if v.label is not None], path, f"{where}.values",
-                "enum label")
+        _unique(
+            [v.label for v in values if v.label is not None], path, f"{where}.values", "enum label"
+        )
         by_value: dict[int, str] = {}
         for v in values:
             if v.value in by_value:
-                raise SchemaError(path, f"{where}.values.{v.name}",
-                                  f"duplicate enum value {v.value} (also '{by_value[v.value]}')")
+                raise SchemaError(
+                    path,
+                    f"{where}.values.{v.name}",
+                    f"duplicate enum value {v.value} (also '{by_value[v.value]}')",
+                )
             by_value[v.value] = v.name
-        schema.enums.append(Enum(name, storage, _req(e, "description", path, where, str),
-                                 values, bool(e.get("flags", False))))
+        schema.enums.append(
+            Enum(
+                name,
+                storage,
+                _req(e, "description", path, where, str),
+                values,
+                bool(e.get("flags", False)),
+            )
+        )
 
     for i, f in enumerate(doc.get("functions") or []):
         where = f"functions[{i}]"
@@ -287,12 +315,24 @@ def load(path: Path) -> AbiSchema:
             pwhere = f"{where}.params[{j}]"
             _only_keys(p, {"name", "type", "pointer", "const"}, path, pwhere)
             pname = _ident(_req(p, "name", path, pwhere, str), path, f"{pwhere}.name")
-            params.append(Param(pname, _req(p, "type", path, f"{where}.params.{pname}", str),
-                                int(p.get("pointer", 0)), bool(p.get("const", False))))
+            params.append(
+                Param(
+                    pname,
+                    _req(p, "type", path, f"{where}.params.{pname}", str),
+                    int(p.get("pointer", 0)),
+                    bool(p.get("const", False)),
+                )
+            )
         _unique([p.name for p in params], path, f"{where}.params", "parameter")
-        schema.functions.append(Function(name, _req(f, "description", path, where, str),
-                                         f.get("returns", "void"), params,
-                                         bool(f.get("variadic", False))))
+        schema.functions.append(
+            Function(
+                name,
+                _req(f, "description", path, where, str),
+                f.get("returns", "void"),
+                params,
+                bool(f.get("variadic", False)),
+            )
+        )
 
     for kind, key in (("struct", "structs"), ("union", "unions")):
         for i, r in enumerate(doc.get(key) or []):
@@ -312,20 +352,46 @@ def load(path: Path) -> AbiSchema:
                 offset = fd.get("offset")
                 if offset is not None and (not isinstance(offset, int) or offset < 0):
                     raise SchemaError(path, f"{fwhere}.offset", "offset must be an integer >= 0")
-                fields.append(Field(fname, _req(fd, "type", path, fwhere, str), count, offset,
-                                    _req(fd, "description", path, fwhere, str)))
+                fields.append(
+                    Field(
+                        fname,
+                        _req(fd, "type", path, fwhere, str),
+                        count,
+                        offset,
+                        _req(fd, "description", path, fwhere, str),
+                    )
+                )
             if not fields:
                 raise SchemaError(path, f"{where}.fields", f"a {kind} needs at least one field")
             _unique([f.name for f in fields], path, f"{where}.fields", "field")
             size = r.get("size")
             if size is not None and (not isinstance(size, int) or size < 1):
                 raise SchemaError(path, f"{where}.size", "size must be an integer >= 1")
-            schema.records.append(Record(kind, name, _req(r, "description", path, where, str),
-                                         fields, size, explicit_padding and kind == "struct",
-                                         where))
+            schema.records.append(
+                Record(
+                    kind,
+                    name,
+                    _req(r, "description", path, where, str),
+                    fields,
+                    size,
+                    explicit_padding and kind == "struct",
+                    where,
+                )
+            )
 
-    _unique([n for n in [*(e.name for e in schema.enums), *(f.name for f in schema.functions),
-                         *(r.name for r in schema.records)]], path, "types", "type name")
+    _unique(
+        [
+            n
+            for n in [
+                *(e.name for e in schema.enums),
+                *(f.name for f in schema.functions),
+                *(r.name for r in schema.records),
+            ]
+        ],
+        path,
+        "types",
+        "type name",
+    )
     for n in [*schema.enum_by_name, *schema.function_by_name, *schema.record_by_name]:
         if n in SCALARS or n == "void":
             raise SchemaError(path, f"types.{n}", f"'{n}' shadows a built-in type")
@@ -336,8 +402,9 @@ def load(path: Path) -> AbiSchema:
 
 def _int_scalar(name: str, path: Path, where: str) -> Scalar:
     if name not in INTEGER_SCALARS:
-        raise SchemaError(path, where, f"unknown integer type '{name}'; use one of "
-                          f"{sorted(INTEGER_SCALARS)}")
+        raise SchemaError(
+            path, where, f"unknown integer type '{name}'; use one of {sorted(INTEGER_SCALARS)}"
+        )
     return SCALARS[name]
 
 
@@ -349,20 +416,30 @@ def _check_range(value: int, t: Scalar, path: Path, where: str) -> None:
 
 
 def _check_functions(schema: AbiSchema) -> None:
-    known = {"void", *SCALARS, *schema.enum_by_name, *schema.function_by_name,
-             *schema.record_by_name}
+    known = {
+        "void",
+        *SCALARS,
+        *schema.enum_by_name,
+        *schema.function_by_name,
+        *schema.record_by_name,
+    }
     for f in schema.functions:
         where = f"functions.{f.name}"
         if f.returns not in known or f.returns in schema.record_by_name:
-            raise SchemaError(schema.path, f"{where}.returns",
-                              f"unknown or unsupported return type '{f.returns}'")
+            raise SchemaError(
+                schema.path, f"{where}.returns", f"unknown or unsupported return type '{f.returns}'"
+            )
         for p in f.params:
             if p.type not in known:
-                raise SchemaError(schema.path, f"{where}.params.{p.name}.type",
-                                  f"unknown type '{p.type}'")
+                raise SchemaError(
+                    schema.path, f"{where}.params.{p.name}.type", f"unknown type '{p.type}'"
+                )
             if p.type == "void" and p.pointer == 0:
-                raise SchemaError(schema.path, f"{where}.params.{p.name}.type",
-                                  "'void' parameter needs pointer >= 1")
+                raise SchemaError(
+                    schema.path,
+                    f"{where}.params.{p.name}.type",
+                    "'void' parameter needs pointer >= 1",
+                )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,26 +489,35 @@ def layout(schema: AbiSchema) -> None:
                 aligned = _align_up(offset, ealign)
                 if r.explicit_padding and aligned != offset:
                     raise SchemaError(
-                        schema.path, fwhere,
+                        schema.path,
+                        fwhere,
                         f"needs {aligned - offset} byte(s) of implicit padding before it "
                         f"(offset {offset} is not {ealign}-aligned); add an explicit "
-                        f"padding field - this protocol names every byte")
+                        f"padding field - this protocol names every byte",
+                    )
                 f.offset = aligned
             if f.declared_offset is not None and f.declared_offset != f.offset:
-                raise SchemaError(schema.path, f"{fwhere}.offset",
-                                  f"declared offset {f.declared_offset} but the layout puts it "
-                                  f"at {f.offset}")
+                raise SchemaError(
+                    schema.path,
+                    f"{fwhere}.offset",
+                    f"declared offset {f.declared_offset} but the layout puts it at {f.offset}",
+                )
             offset = max(offset, f.offset + f.size) if r.kind == "union" else f.offset + f.size
             align = max(align, ealign)
         size = _align_up(offset, align)
         if r.explicit_padding and size != offset:
-            raise SchemaError(schema.path, r.where,
-                              f"needs {size - offset} byte(s) of tail padding to reach its "
-                              f"alignment {align}; add an explicit padding field")
+            raise SchemaError(
+                schema.path,
+                r.where,
+                f"needs {size - offset} byte(s) of tail padding to reach its "
+                f"alignment {align}; add an explicit padding field",
+            )
         if r.declared_size is not None and r.declared_size != size:
-            raise SchemaError(schema.path, f"{r.where}.size",
-                              f"declared size {r.declared_size} but the fields lay out to "
-                              f"{size} bytes")
+            raise SchemaError(
+                schema.path,
+                f"{r.where}.size",
+                f"declared size {r.declared_size} but the fields lay out to {size} bytes",
+            )
         r.size, r.align = size, align
         visiting.discard(r.name)
         done[r.name] = r

@@ -67,7 +67,8 @@ def _record_view(s: AbiSchema, r: Record) -> dict:
 def view(s: AbiSchema, source: str) -> dict:
     """Everything the templates need, computed once, so templates hold no logic."""
     uses_bool = any(f.type == "bool" for r in s.records for f in r.fields) or any(
-        p.type == "bool" or fn.returns == "bool" for fn in s.functions for p in fn.params)
+        p.type == "bool" or fn.returns == "bool" for fn in s.functions for p in fn.params
+    )
     return {
         "source": source,
         "protocol": s.protocol,
@@ -78,10 +79,14 @@ def view(s: AbiSchema, source: str) -> dict:
         "version_macro": s.macro("PROTOCOL_VERSION"),
         "uses_bool": uses_bool,
         "constants": [
-            {"name": c.name, "macro": s.macro(c.name), "value": c.value,
-             "literal": _c_literal(c.value, c.type.signed, c.type.size),
-             "cdef_literal": _c_literal(c.value, c.type.signed, c.type.size, cdef=True),
-             "description": " ".join(c.description.split())}
+            {
+                "name": c.name,
+                "macro": s.macro(c.name),
+                "value": c.value,
+                "literal": _c_literal(c.value, c.type.signed, c.type.size),
+                "cdef_literal": _c_literal(c.value, c.type.signed, c.type.size, cdef=True),
+                "description": " ".join(c.description.split()),
+            }
             for c in s.constants
         ],
         "enums": [
@@ -94,20 +99,28 @@ def view(s: AbiSchema, source: str) -> dict:
                 "label_fn": f"{s.prefix}_v{s.version}_{e.name}_label",
                 "has_labels": any(v.label is not None for v in e.values),
                 "members": [
-                    {"name": v.name, "macro": s.macro(e.name, v.name), "value": v.value,
-                     "label": v.label,
-                     "literal": _c_literal(v.value, e.storage.signed, e.storage.size),
-                     "cdef_literal": _c_literal(v.value, e.storage.signed, e.storage.size,
-                                                cdef=True),
-                     "description": " ".join(v.description.split())}
+                    {
+                        "name": v.name,
+                        "macro": s.macro(e.name, v.name),
+                        "value": v.value,
+                        "label": v.label,
+                        "literal": _c_literal(v.value, e.storage.signed, e.storage.size),
+                        "cdef_literal": _c_literal(
+                            v.value, e.storage.signed, e.storage.size, cdef=True
+                        ),
+                        "description": " ".join(v.description.split()),
+                    }
                     for v in e.values
                 ],
             }
             for e in s.enums
         ],
         "functions": [
-            {"name": fn.name, "typedef": _fn_typedef(s, fn),
-             "description": " ".join(fn.description.split())}
+            {
+                "name": fn.name,
+                "typedef": _fn_typedef(s, fn),
+                "description": " ".join(fn.description.split()),
+            }
             for fn in s.functions
         ],
         "records": [_record_view(s, r) for r in s.records],

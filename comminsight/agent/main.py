@@ -10,8 +10,11 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("comminsight-agent: the Agent is not implemented in this build yet; "
-          "nothing is being monitored.", file=sys.stderr)
+    print(
+        "comminsight-agent: the Agent is not implemented in this build yet; "
+        "nothing is being monitored.",
+        file=sys.stderr,
+    )
     return 2
 
 
