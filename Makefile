@@ -52,9 +52,11 @@ check-schemas: $(VENV_STAMP)
 ## headers: every generated C header compiles on its own with -Werror
 headers: $(patsubst generated/c/include/comminsight/%.h,$(BUILD)/headers/%.o,$(GEN_HEADERS))
 
+# (the typedef only keeps a header of nothing but macros from being an "empty translation unit")
 $(BUILD)/headers/%.o: generated/c/include/comminsight/%.h
 	@mkdir -p $(@D)
-	printf '#include "comminsight/%s.h"\n' $* | $(CC) $(CSTRICT) -Igenerated/c/include -x c -c - -o $@
+	printf '#include "comminsight/%s.h"\ntypedef int header_check;\n' $* | \
+	  $(CC) $(CSTRICT) -Igenerated/c/include -x c -c - -o $@
 
 $(WHEEL): $(VENV_STAMP) $(shell find comminsight generated/python -name '*.py' 2>/dev/null) pyproject.toml
 	@mkdir -p $(DIST)
