@@ -89,6 +89,9 @@ install: $(WHEEL) headers
 	install -d -m 0755 $(INSTALL_PREFIX)/etc $(INSTALL_PREFIX)/include/comminsight $(INSTALL_PREFIX)/lib
 	test -e $(INSTALL_PREFIX)/etc/comminsight.conf || install -m 0644 config/comminsight.conf $(INSTALL_PREFIX)/etc/comminsight.conf
 	install -m 0644 generated/c/include/comminsight/*.h $(INSTALL_PREFIX)/include/comminsight/
+	# dependencies resolved against pyproject's ranges (not exact pins: this is the user's
+	# training environment), then the wheel itself replaced even if the version is unchanged
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check $(WHEEL)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(WHEEL)
 
 clean:
