@@ -132,3 +132,19 @@ def test_grpc_messages_round_trip_and_service_stub_exists():
     assert pb.DESCRIPTOR.package == "comminsight.agent_master_slave.v1"
     service = pb.DESCRIPTOR.services_by_name["AgentMaster"]
     assert {m.name for m in service.methods} >= {"Register", "StreamNodeState", "Heartbeat"}
+
+
+def test_protobuf_runtime_floor_covers_the_gencode_version():
+    import re
+
+    import google.protobuf
+
+    pb2 = (
+        ROOT / "generated/python/comminsight_gen/agent_master_slave/v1/agent_master_slave_pb2.py"
+    ).read_text()
+    gencode = tuple(
+        int(x) for x in re.search(r"Protobuf Python Version: ([\d.]+)", pb2)[1].split(".")
+    )
+    floor = re.search(r'"protobuf>=([\d.]+)', (ROOT / "pyproject.toml").read_text())[1]
+    assert tuple(int(x) for x in floor.split(".")) >= gencode
+    assert tuple(int(x) for x in google.protobuf.__version__.split(".")[:3]) >= gencode
