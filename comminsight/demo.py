@@ -27,7 +27,7 @@ SAMPLE_OP = {
     "datatype": shm_v1.Datatype.BFLOAT16,
     "algo": shm_v1.Algo.RING,
     "proto": shm_v1.Proto.SIMPLE,
-    "timing_source": shm_v1.TimingSource.GPU,
+    "timing_source": shm_v1.TimingSource.KERNEL_GPU,
     "n_channels": 24,
     "n_warps": 17,
     "kernel_ch_count": 24,

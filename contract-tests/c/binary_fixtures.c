@@ -135,7 +135,7 @@ static void fill_slot(ci_shm_op_slot_v1_t* s) {
     s->datatype = CI_SHM_V1_DATATYPE_FLOAT32;
     s->algo = CI_SHM_V1_ALGO_RING;
     s->proto = CI_SHM_V1_PROTO_SIMPLE;
-    s->timing_source = CI_SHM_V1_TIMING_SOURCE_GPU;
+    s->timing_source = CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU;
     s->n_channels = 24;
     s->n_warps = 17;
     s->flags = CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED;

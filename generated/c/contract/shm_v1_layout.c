@@ -175,6 +175,10 @@ int main(void) {
     printf("{\"macro\":\"CI_SHM_V1_FUNC_ALL_TO_ALL\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_FUNC_ALL_TO_ALL);
     printf("{\"macro\":\"CI_SHM_V1_FUNC_GATHER\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_FUNC_GATHER);
     printf("{\"macro\":\"CI_SHM_V1_FUNC_SCATTER\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_FUNC_SCATTER);
+    printf("{\"macro\":\"CI_SHM_V1_FUNC_SEND_RECV\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_FUNC_SEND_RECV);
+    printf("{\"macro\":\"CI_SHM_V1_FUNC_PUT_SIGNAL\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_FUNC_PUT_SIGNAL);
+    printf("{\"macro\":\"CI_SHM_V1_FUNC_SIGNAL\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_FUNC_SIGNAL);
+    printf("{\"macro\":\"CI_SHM_V1_FUNC_WAIT_SIGNAL\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_FUNC_WAIT_SIGNAL);
     printf("{\"macro\":\"CI_SHM_V1_DATATYPE_UNKNOWN\",\"value\":%lld}\n", (long long)CI_SHM_V1_DATATYPE_UNKNOWN);
     printf("{\"macro\":\"CI_SHM_V1_DATATYPE_INT8\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_DATATYPE_INT8);
     printf("{\"macro\":\"CI_SHM_V1_DATATYPE_UINT8\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_DATATYPE_UINT8);
@@ -201,8 +205,9 @@ int main(void) {
     printf("{\"macro\":\"CI_SHM_V1_PROTO_LL128\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_PROTO_LL128);
     printf("{\"macro\":\"CI_SHM_V1_PROTO_SIMPLE\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_PROTO_SIMPLE);
     printf("{\"macro\":\"CI_SHM_V1_TIMING_SOURCE_NONE\",\"value\":%lld}\n", (long long)CI_SHM_V1_TIMING_SOURCE_NONE);
-    printf("{\"macro\":\"CI_SHM_V1_TIMING_SOURCE_HOST\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_TIMING_SOURCE_HOST);
-    printf("{\"macro\":\"CI_SHM_V1_TIMING_SOURCE_GPU\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_TIMING_SOURCE_GPU);
+    printf("{\"macro\":\"CI_SHM_V1_TIMING_SOURCE_COLLECTIVE_CPU\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_TIMING_SOURCE_COLLECTIVE_CPU);
+    printf("{\"macro\":\"CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU);
+    printf("{\"macro\":\"CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU);
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_NONE\",\"value\":%lld}\n", (long long)CI_SHM_V1_SLOT_FLAGS_NONE);
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED);
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE);

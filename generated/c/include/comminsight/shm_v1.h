@@ -66,6 +66,10 @@ extern "C" {
 #define CI_SHM_V1_FUNC_ALL_TO_ALL 8 /* ncclAlltoAll (NCCL 2.28+). */
 #define CI_SHM_V1_FUNC_GATHER 9 /* ncclGather (NCCL 2.28+). */
 #define CI_SHM_V1_FUNC_SCATTER 10 /* ncclScatter (NCCL 2.28+). */
+#define CI_SHM_V1_FUNC_SEND_RECV 11 /* A fused send/receive task. */
+#define CI_SHM_V1_FUNC_PUT_SIGNAL 12 /* One-sided put with signal (NCCL 2.28+). */
+#define CI_SHM_V1_FUNC_SIGNAL 13 /* One-sided signal (NCCL 2.28+). */
+#define CI_SHM_V1_FUNC_WAIT_SIGNAL 14 /* Wait for a one-sided signal (NCCL 2.28+). */
 /* The external spelling of a func value, or NULL for a value without one. */
 static inline const char* ci_shm_v1_func_label(uint8_t value) {
     switch (value) {
@@ -77,9 +81,13 @@ static inline const char* ci_shm_v1_func_label(uint8_t value) {
     case CI_SHM_V1_FUNC_ALL_REDUCE: return "AllReduce";
     case CI_SHM_V1_FUNC_SEND: return "Send";
     case CI_SHM_V1_FUNC_RECV: return "Recv";
-    case CI_SHM_V1_FUNC_ALL_TO_ALL: return "AllToAll";
+    case CI_SHM_V1_FUNC_ALL_TO_ALL: return "AlltoAll";
     case CI_SHM_V1_FUNC_GATHER: return "Gather";
     case CI_SHM_V1_FUNC_SCATTER: return "Scatter";
+    case CI_SHM_V1_FUNC_SEND_RECV: return "SendRecv";
+    case CI_SHM_V1_FUNC_PUT_SIGNAL: return "PutSignal";
+    case CI_SHM_V1_FUNC_SIGNAL: return "Signal";
+    case CI_SHM_V1_FUNC_WAIT_SIGNAL: return "WaitSignal";
     default: return NULL;
     }
 }
@@ -101,7 +109,7 @@ static inline const char* ci_shm_v1_func_label(uint8_t value) {
 /* The external spelling of a datatype value, or NULL for a value without one. */
 static inline const char* ci_shm_v1_datatype_label(uint8_t value) {
     switch (value) {
-    case CI_SHM_V1_DATATYPE_UNKNOWN: return "ncclUnknown";
+    case CI_SHM_V1_DATATYPE_UNKNOWN: return "Unknown";
     case CI_SHM_V1_DATATYPE_INT8: return "ncclInt8";
     case CI_SHM_V1_DATATYPE_UINT8: return "ncclUint8";
     case CI_SHM_V1_DATATYPE_INT32: return "ncclInt32";
@@ -158,16 +166,18 @@ static inline const char* ci_shm_v1_proto_label(uint8_t value) {
     }
 }
 
-/* ---- enum timing_source (stored as uint8_t): Where an op record's duration comes from. */
+/* ---- enum timing_source (stored as uint8_t): Where an op record's duration comes from; labels are NCCL Inspector's coll_timing_source words. */
 #define CI_SHM_V1_TIMING_SOURCE_NONE 0 /* No timing (the op never completed in view). */
-#define CI_SHM_V1_TIMING_SOURCE_HOST 1 /* Host clock only: KernelCh events were off or missing; duration is enqueue-to-completion as the host saw it. */
-#define CI_SHM_V1_TIMING_SOURCE_GPU 2 /* GPU globaltimer ticks from KernelCh start/stop events (earliest channel start to latest channel stop). */
+#define CI_SHM_V1_TIMING_SOURCE_COLLECTIVE_CPU 1 /* Host start/stop of the op (KernelCh events were off): enqueue time only, not GPU execution. */
+#define CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU 2 /* GPU globaltimer ticks from KernelCh start/stop events (earliest channel start to latest channel stop). */
+#define CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU 3 /* Host times of the KernelCh events (GPU ticks missing): enqueue to the last channel stop as the host saw it. */
 /* The external spelling of a timing_source value, or NULL for a value without one. */
 static inline const char* ci_shm_v1_timing_source_label(uint8_t value) {
     switch (value) {
     case CI_SHM_V1_TIMING_SOURCE_NONE: return "none";
-    case CI_SHM_V1_TIMING_SOURCE_HOST: return "host";
-    case CI_SHM_V1_TIMING_SOURCE_GPU: return "kernel_gpu";
+    case CI_SHM_V1_TIMING_SOURCE_COLLECTIVE_CPU: return "collective_cpu";
+    case CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU: return "kernel_gpu";
+    case CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU: return "kernel_cpu";
     default: return NULL;
     }
 }

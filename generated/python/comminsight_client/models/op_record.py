@@ -54,10 +54,11 @@ class OpRecord:
             gpu_start_ns (int | None): GPU globaltimer at the earliest channel start; comparable only with GPU times of the
                 same device. Null without GPU timing.
             gpu_end_ns (int | None): GPU globaltimer at the latest channel stop. Null without GPU timing.
-            timing_source (TimingSource): Where an op's duration comes from, with the shm v1 timing_source labels:
-                kernel_gpu
-                (GPU globaltimer ticks of the kernel channels), host (host clock only; KernelCh events
-                were off or missing), none (the op never completed in view).
+            timing_source (TimingSource): Where an op's duration comes from, with the shm v1 timing_source labels (the same
+                words
+                NCCL Inspector's coll_timing_source uses): kernel_gpu (GPU globaltimer ticks of the
+                kernel channels), kernel_cpu (host times of the kernel-channel events), collective_cpu
+                (host start/stop of the op; KernelCh events were off), none (never completed in view).
             duration_us (float | None): kernel_gpu: earliest channel start to latest channel stop on the GPU; host: enqueue
                 to completion on the host; null when none.
             algbw_gbs (float | None): size_bytes / duration in GB/s (1e9 bytes/s); null without a duration.

@@ -1,7 +1,8 @@
 from enum import StrEnum
 
 class TimingSource(StrEnum):
-    HOST = "host"
+    COLLECTIVE_CPU = "collective_cpu"
+    KERNEL_CPU = "kernel_cpu"
     KERNEL_GPU = "kernel_gpu"
     NONE = "none"
 

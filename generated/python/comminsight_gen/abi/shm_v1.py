@@ -50,6 +50,10 @@ CDEF = r"""
 #define CI_SHM_V1_FUNC_ALL_TO_ALL 8
 #define CI_SHM_V1_FUNC_GATHER 9
 #define CI_SHM_V1_FUNC_SCATTER 10
+#define CI_SHM_V1_FUNC_SEND_RECV 11
+#define CI_SHM_V1_FUNC_PUT_SIGNAL 12
+#define CI_SHM_V1_FUNC_SIGNAL 13
+#define CI_SHM_V1_FUNC_WAIT_SIGNAL 14
 #define CI_SHM_V1_DATATYPE_UNKNOWN 0
 #define CI_SHM_V1_DATATYPE_INT8 1
 #define CI_SHM_V1_DATATYPE_UINT8 2
@@ -76,8 +80,9 @@ CDEF = r"""
 #define CI_SHM_V1_PROTO_LL128 2
 #define CI_SHM_V1_PROTO_SIMPLE 3
 #define CI_SHM_V1_TIMING_SOURCE_NONE 0
-#define CI_SHM_V1_TIMING_SOURCE_HOST 1
-#define CI_SHM_V1_TIMING_SOURCE_GPU 2
+#define CI_SHM_V1_TIMING_SOURCE_COLLECTIVE_CPU 1
+#define CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU 2
+#define CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU 3
 #define CI_SHM_V1_SLOT_FLAGS_NONE 0
 #define CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED 1
 #define CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE 2
@@ -283,6 +288,10 @@ class Func(enum.IntEnum):
     ALL_TO_ALL = 8  # ncclAlltoAll (NCCL 2.28+).
     GATHER = 9  # ncclGather (NCCL 2.28+).
     SCATTER = 10  # ncclScatter (NCCL 2.28+).
+    SEND_RECV = 11  # A fused send/receive task.
+    PUT_SIGNAL = 12  # One-sided put with signal (NCCL 2.28+).
+    SIGNAL = 13  # One-sided signal (NCCL 2.28+).
+    WAIT_SIGNAL = 14  # Wait for a one-sided signal (NCCL 2.28+).
 
 
 # External spelling of each Func value that has one (and the reverse).
@@ -295,9 +304,13 @@ FUNC_LABELS: dict[Func, str] = {
     Func.ALL_REDUCE: "AllReduce",
     Func.SEND: "Send",
     Func.RECV: "Recv",
-    Func.ALL_TO_ALL: "AllToAll",
+    Func.ALL_TO_ALL: "AlltoAll",
     Func.GATHER: "Gather",
     Func.SCATTER: "Scatter",
+    Func.SEND_RECV: "SendRecv",
+    Func.PUT_SIGNAL: "PutSignal",
+    Func.SIGNAL: "Signal",
+    Func.WAIT_SIGNAL: "WaitSignal",
 }
 FUNC_BY_LABEL: dict[str, Func] = {v: k for k, v in FUNC_LABELS.items()}
 
@@ -322,7 +335,7 @@ class Datatype(enum.IntEnum):
 
 # External spelling of each Datatype value that has one (and the reverse).
 DATATYPE_LABELS: dict[Datatype, str] = {
-    Datatype.UNKNOWN: "ncclUnknown",
+    Datatype.UNKNOWN: "Unknown",
     Datatype.INT8: "ncclInt8",
     Datatype.UINT8: "ncclUint8",
     Datatype.INT32: "ncclInt32",
@@ -386,18 +399,20 @@ PROTO_BY_LABEL: dict[str, Proto] = {v: k for k, v in PROTO_LABELS.items()}
 
 
 class TimingSource(enum.IntEnum):
-    """Where an op record's duration comes from. (stored as uint8_t)"""
+    """Where an op record's duration comes from; labels are NCCL Inspector's coll_timing_source words. (stored as uint8_t)"""
 
     NONE = 0  # No timing (the op never completed in view).
-    HOST = 1  # Host clock only: KernelCh events were off or missing; duration is enqueue-to-completion as the host saw it.
-    GPU = 2  # GPU globaltimer ticks from KernelCh start/stop events (earliest channel start to latest channel stop).
+    COLLECTIVE_CPU = 1  # Host start/stop of the op (KernelCh events were off): enqueue time only, not GPU execution.
+    KERNEL_GPU = 2  # GPU globaltimer ticks from KernelCh start/stop events (earliest channel start to latest channel stop).
+    KERNEL_CPU = 3  # Host times of the KernelCh events (GPU ticks missing): enqueue to the last channel stop as the host saw it.
 
 
 # External spelling of each TimingSource value that has one (and the reverse).
 TIMING_SOURCE_LABELS: dict[TimingSource, str] = {
     TimingSource.NONE: "none",
-    TimingSource.HOST: "host",
-    TimingSource.GPU: "kernel_gpu",
+    TimingSource.COLLECTIVE_CPU: "collective_cpu",
+    TimingSource.KERNEL_GPU: "kernel_gpu",
+    TimingSource.KERNEL_CPU: "kernel_cpu",
 }
 TIMING_SOURCE_BY_LABEL: dict[str, TimingSource] = {v: k for k, v in TIMING_SOURCE_LABELS.items()}
 
@@ -648,6 +663,10 @@ MACROS: dict[str, int] = {
     "CI_SHM_V1_FUNC_ALL_TO_ALL": 8,
     "CI_SHM_V1_FUNC_GATHER": 9,
     "CI_SHM_V1_FUNC_SCATTER": 10,
+    "CI_SHM_V1_FUNC_SEND_RECV": 11,
+    "CI_SHM_V1_FUNC_PUT_SIGNAL": 12,
+    "CI_SHM_V1_FUNC_SIGNAL": 13,
+    "CI_SHM_V1_FUNC_WAIT_SIGNAL": 14,
     "CI_SHM_V1_DATATYPE_UNKNOWN": 0,
     "CI_SHM_V1_DATATYPE_INT8": 1,
     "CI_SHM_V1_DATATYPE_UINT8": 2,
@@ -674,8 +693,9 @@ MACROS: dict[str, int] = {
     "CI_SHM_V1_PROTO_LL128": 2,
     "CI_SHM_V1_PROTO_SIMPLE": 3,
     "CI_SHM_V1_TIMING_SOURCE_NONE": 0,
-    "CI_SHM_V1_TIMING_SOURCE_HOST": 1,
-    "CI_SHM_V1_TIMING_SOURCE_GPU": 2,
+    "CI_SHM_V1_TIMING_SOURCE_COLLECTIVE_CPU": 1,
+    "CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU": 2,
+    "CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU": 3,
     "CI_SHM_V1_SLOT_FLAGS_NONE": 0,
     "CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED": 1,
     "CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE": 2,

@@ -944,14 +944,16 @@ StepCursor: TypeAlias = Annotated[
 
 class TimingSource(Enum):
     """
-    Where an op's duration comes from, with the shm v1 timing_source labels: kernel_gpu
-    (GPU globaltimer ticks of the kernel channels), host (host clock only; KernelCh events
-    were off or missing), none (the op never completed in view).
+    Where an op's duration comes from, with the shm v1 timing_source labels (the same words
+    NCCL Inspector's coll_timing_source uses): kernel_gpu (GPU globaltimer ticks of the
+    kernel channels), kernel_cpu (host times of the kernel-channel events), collective_cpu
+    (host start/stop of the op; KernelCh events were off), none (never completed in view).
 
     """
 
     kernel_gpu = 'kernel_gpu'
-    host = 'host'
+    kernel_cpu = 'kernel_cpu'
+    collective_cpu = 'collective_cpu'
     none = 'none'
 
 
