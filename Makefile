@@ -20,13 +20,41 @@ PYTEST_ARGS ?=
 
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 
+.PHONY: build-profiler build-profiler-sanitizers bench-profiler
 .PHONY: all build venv generate verify-generated check-schemas headers test test-contract \
         test-unit lint bench demo install clean
 
 ## all: build everything buildable so far (artifacts under dist/)
 all: build
 
-build: $(WHEEL) headers
+build: $(WHEEL) headers build-profiler
+
+# ---- the Profiler plugin (C11, generated headers only; no NCCL/CUDA headers) ----
+PROFILER_SO := $(DIST)/libnccl-profiler-comminsight.so
+PROFILER_SRC := $(wildcard profiler/src/*.c)
+PROFILER_DEPS := $(PROFILER_SRC) $(wildcard profiler/src/*.h) $(GEN_HEADERS)
+PROFILER_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -shared -pthread \
+  -fvisibility=hidden -Igenerated/c/include
+PROFILER_LIBS := -lm
+
+## build-profiler: dist/libnccl-profiler-comminsight.so
+build-profiler: $(PROFILER_SO)
+
+$(PROFILER_SO): $(PROFILER_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(PROFILER_CFLAGS) -O2 -g -flto $(PROFILER_SRC) -o $@ $(PROFILER_LIBS)
+
+# Sanitizer builds for the test suites (loaded with the sanitizer runtime preloaded).
+$(BUILD)/asan/libnccl-profiler-comminsight.so: $(PROFILER_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(PROFILER_CFLAGS) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+	  -fno-sanitize-recover=undefined $(PROFILER_SRC) -o $@ $(PROFILER_LIBS)
+
+$(BUILD)/tsan/libnccl-profiler-comminsight.so: $(PROFILER_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(PROFILER_CFLAGS) -O1 -g -fsanitize=thread $(PROFILER_SRC) -o $@ $(PROFILER_LIBS)
+
+build-profiler-sanitizers: $(BUILD)/asan/libnccl-profiler-comminsight.so $(BUILD)/tsan/libnccl-profiler-comminsight.so
 
 $(VENV_STAMP): requirements/dev.txt requirements/runtime.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -142,6 +142,9 @@ int main(void) {
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"api_start_mono_ns\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, api_start_mono_ns), sizeof(((ci_shm_op_slot_v1_t*)0)->api_start_mono_ns));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"group_id\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, group_id), sizeof(((ci_shm_op_slot_v1_t*)0)->group_id));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"raw_name\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, raw_name), sizeof(((ci_shm_op_slot_v1_t*)0)->raw_name));
+    printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"channels_started\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, channels_started), sizeof(((ci_shm_op_slot_v1_t*)0)->channels_started));
+    printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"reserved0\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, reserved0), sizeof(((ci_shm_op_slot_v1_t*)0)->reserved0));
+    printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"hang_threshold_ms\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, hang_threshold_ms), sizeof(((ci_shm_op_slot_v1_t*)0)->hang_threshold_ms));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"reserved\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, reserved), sizeof(((ci_shm_op_slot_v1_t*)0)->reserved));
     printf("{\"macro\":\"CI_SHM_V1_PROTOCOL_VERSION\",\"value\":%lld}\n", (long long)CI_SHM_V1_PROTOCOL_VERSION);
     printf("{\"macro\":\"CI_SHM_V1_MAGIC\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_MAGIC);
@@ -213,6 +216,7 @@ int main(void) {
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE);
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED);
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE);
+    printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN);
     printf("{\"macro\":\"CI_SHM_V1_COMM_STATE_FREE\",\"value\":%lld}\n", (long long)CI_SHM_V1_COMM_STATE_FREE);
     printf("{\"macro\":\"CI_SHM_V1_COMM_STATE_ACTIVE\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_COMM_STATE_ACTIVE);
     printf("{\"macro\":\"CI_SHM_V1_COMM_STATE_FINALIZED\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_COMM_STATE_FINALIZED);

@@ -290,6 +290,15 @@ KEYS: tuple[ConfigKey, ...] = (
         components=("profiler",),
     ),
     ConfigKey(
+        name="COMMINSIGHT_PROFILER_SHM_DIR",
+        field="profiler_shm_dir",
+        type="string",
+        default='/dev/shm',
+        unit="path",
+        description="Memory-backed directory (tmpfs) holding each process\u0027s SHM region; \u003cCOMMINSIGHT_HOME\u003e/shms/ gets a symbolic link to it. A disk-backed mapping would make the kernel write the ring back to disk and fault on the hot path. Empty, or not a usable directory: the region is a file in shms/ itself.",
+        components=("profiler","agent",),
+    ),
+    ConfigKey(
         name="COMMINSIGHT_PROFILER_LOG_ENABLE",
         field="profiler_log_enable",
         type="boolean",
@@ -471,6 +480,7 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     profiler_event_pool: Annotated[int, msgspec.Meta(ge=64, le=16777216, description="Preallocated in-flight event handles per process (ops and their channel events); when exhausted, events are dropped and counted.")] = 16384
     profiler_heartbeat_ms: Annotated[int, msgspec.Meta(ge=10, le=60000, description="Period of the SHM heartbeat and of the watchdog\u0027s scan.")] = 1000
     profiler_shm_enable: Annotated[bool, msgspec.Meta(description="Publish op records to SHM for the Agent.")] = True
+    profiler_shm_dir: Annotated[str, msgspec.Meta(description="Memory-backed directory (tmpfs) holding each process\u0027s SHM region; \u003cCOMMINSIGHT_HOME\u003e/shms/ gets a symbolic link to it. A disk-backed mapping would make the kernel write the ring back to disk and fault on the hot path. Empty, or not a usable directory: the region is a file in shms/ itself.")] = '/dev/shm'
     profiler_log_enable: Annotated[bool, msgspec.Meta(description="Write raw records to inspector_logs.")] = True
     profiler_log_segment_bytes: Annotated[int, msgspec.Meta(ge=4096, le=17179869184, description="An inspector_logs segment is sealed once it reaches this size.")] = 67108864
     profiler_log_segment_s: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0, description="An open inspector_logs segment is sealed after this long even if small.")] = 300.0

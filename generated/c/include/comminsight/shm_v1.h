@@ -52,7 +52,7 @@ extern "C" {
 #define CI_SHM_V1_RECORD_KIND_P2P 2 /* A completed point-to-point send or receive. */
 #define CI_SHM_V1_RECORD_KIND_COMM_INIT 3 /* A communicator was initialized (identity is in comm_entry[comm_index]). */
 #define CI_SHM_V1_RECORD_KIND_COMM_FINALIZE 4 /* A communicator was finalized. */
-#define CI_SHM_V1_RECORD_KIND_HANG 5 /* The watchdog flagged the op described by this slot as in flight past the hang threshold. */
+#define CI_SHM_V1_RECORD_KIND_HANG 5 /* The watchdog flagged the op described by this slot as in flight past the hang threshold (host_start_mono_ns: when it was enqueued; complete_mono_ns: when it was flagged). */
 
 /* ---- enum func (stored as uint8_t): NCCL operation, mapped from the func string NCCL passes in Coll/P2P descriptors. */
 #define CI_SHM_V1_FUNC_UNKNOWN 0 /* A name this version does not know; the raw name is in op_slot.raw_name. */
@@ -188,6 +188,7 @@ static inline const char* ci_shm_v1_timing_source_label(uint8_t value) {
 #define CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE 2 /* Some KernelCh events never stopped (e.g. finalize with the op in flight). */
 #define CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED 4 /* raw_name was truncated. */
 #define CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE 8 /* Completed by finalize or process exit rather than by NCCL's events. */
+#define CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN 16 /* HANG records: the matching fifo-event reached the Agent's FIFO (else it was dropped: no reader). */
 
 /* ---- enum comm_state (stored as uint32_t): State of a comm table entry. */
 #define CI_SHM_V1_COMM_STATE_FREE 0 /* Unused entry. */
@@ -447,7 +448,10 @@ struct ci_shm_op_slot_v1 {
     uint64_t api_start_mono_ns; /* @120: Start of the NCCL API call (v5 CollApi/P2pApi event), 0 if not observed. */
     uint64_t group_id; /* @128: Per-process id of the NCCL group the op was launched in (0 if unknown); ops of one group share it. */
     char raw_name[32]; /* @136: The func string when func is UNKNOWN (NUL-terminated, may be truncated), else empty. */
-    uint8_t reserved[88]; /* @168: Zero; room for fields. */
+    uint16_t channels_started; /* @168: KernelCh events started for the op (kernel_ch_count counts the stopped ones). */
+    uint16_t reserved0; /* @170: Zero. */
+    uint32_t hang_threshold_ms; /* @172: HANG records: the threshold the op exceeded; 0 otherwise. */
+    uint8_t reserved[80]; /* @176: Zero; room for fields. */
 };
 CI_SHM_V1_STATIC_ASSERT(sizeof(ci_shm_op_slot_v1_t) == 256, "sizeof ci_shm_op_slot_v1_t");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, seq) == 0, "offsetof ci_shm_op_slot_v1_t.seq");
@@ -479,7 +483,10 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, gpu_end_ticks) == 112, "of
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, api_start_mono_ns) == 120, "offsetof ci_shm_op_slot_v1_t.api_start_mono_ns");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, group_id) == 128, "offsetof ci_shm_op_slot_v1_t.group_id");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, raw_name) == 136, "offsetof ci_shm_op_slot_v1_t.raw_name");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved) == 168, "offsetof ci_shm_op_slot_v1_t.reserved");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, channels_started) == 168, "offsetof ci_shm_op_slot_v1_t.channels_started");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved0) == 170, "offsetof ci_shm_op_slot_v1_t.reserved0");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, hang_threshold_ms) == 172, "offsetof ci_shm_op_slot_v1_t.hang_threshold_ms");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved) == 176, "offsetof ci_shm_op_slot_v1_t.reserved");
 
 #ifdef __cplusplus
 } /* extern "C" */

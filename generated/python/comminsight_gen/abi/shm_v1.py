@@ -88,6 +88,7 @@ CDEF = r"""
 #define CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE 2
 #define CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED 4
 #define CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE 8
+#define CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN 16
 #define CI_SHM_V1_COMM_STATE_FREE 0
 #define CI_SHM_V1_COMM_STATE_ACTIVE 1
 #define CI_SHM_V1_COMM_STATE_FINALIZED 2
@@ -232,7 +233,10 @@ struct ci_shm_op_slot_v1 {
     uint64_t api_start_mono_ns;
     uint64_t group_id;
     char raw_name[32];
-    uint8_t reserved[88];
+    uint16_t channels_started;
+    uint16_t reserved0;
+    uint32_t hang_threshold_ms;
+    uint8_t reserved[80];
 };
 """
 
@@ -271,7 +275,7 @@ class RecordKind(enum.IntEnum):
     P2P = 2  # A completed point-to-point send or receive.
     COMM_INIT = 3  # A communicator was initialized (identity is in comm_entry[comm_index]).
     COMM_FINALIZE = 4  # A communicator was finalized.
-    HANG = 5  # The watchdog flagged the op described by this slot as in flight past the hang threshold.
+    HANG = 5  # The watchdog flagged the op described by this slot as in flight past the hang threshold (host_start_mono_ns: when it was enqueued; complete_mono_ns: when it was flagged).
 
 
 class Func(enum.IntEnum):
@@ -425,6 +429,7 @@ class SlotFlags(enum.IntFlag):
     CHANNELS_INCOMPLETE = 2  # Some KernelCh events never stopped (e.g. finalize with the op in flight).
     NAME_TRUNCATED = 4  # raw_name was truncated.
     FORCED_COMPLETE = 8  # Completed by finalize or process exit rather than by NCCL's events.
+    FIFO_WRITTEN = 16  # HANG records: the matching fifo-event reached the Agent's FIFO (else it was dropped: no reader).
 
 
 class CommState(enum.IntEnum):
@@ -467,9 +472,9 @@ COMM_ENTRY_DTYPE = np.dtype(
 # ci_shm_op_slot_v1_t: One ring record. Producers claim ticket t with a fetch-add on header.ring_head, set seq = (t + 1) | SLOT_BUSY_BIT, write the payload, then store seq = t + 1 (release). A reader accepts the slot for ticket t only if seq == t + 1 before and after copying it; seq > t + 1 means the ring overwrote it.
 OP_SLOT_DTYPE = np.dtype(
     {
-        "names": ["seq", "kind", "func", "datatype", "algo", "proto", "timing_source", "n_channels", "n_warps", "flags", "kernel_ch_count", "comm_index", "comm_id", "rank", "peer", "op_seq", "count", "bytes", "stream", "tid", "nranks", "host_start_mono_ns", "host_stop_mono_ns", "complete_mono_ns", "gpu_start_ticks", "gpu_end_ticks", "api_start_mono_ns", "group_id", "raw_name", "reserved"],
-        "formats": ['<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u2', '<u2', '<u4', '<u8', '<i4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S32', ('<u1', (88,))],
-        "offsets": [0, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 24, 32, 36, 40, 48, 56, 64, 72, 76, 80, 88, 96, 104, 112, 120, 128, 136, 168],
+        "names": ["seq", "kind", "func", "datatype", "algo", "proto", "timing_source", "n_channels", "n_warps", "flags", "kernel_ch_count", "comm_index", "comm_id", "rank", "peer", "op_seq", "count", "bytes", "stream", "tid", "nranks", "host_start_mono_ns", "host_stop_mono_ns", "complete_mono_ns", "gpu_start_ticks", "gpu_end_ticks", "api_start_mono_ns", "group_id", "raw_name", "channels_started", "reserved0", "hang_threshold_ms", "reserved"],
+        "formats": ['<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u2', '<u2', '<u4', '<u8', '<i4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S32', '<u2', '<u2', '<u4', ('<u1', (80,))],
+        "offsets": [0, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 24, 32, 36, 40, 48, 56, 64, 72, 76, 80, 88, 96, 104, 112, 120, 128, 136, 168, 170, 172, 176],
         "itemsize": 256,
     }
 )
@@ -621,7 +626,10 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "api_start_mono_ns": 120,
         "group_id": 128,
         "raw_name": 136,
-        "reserved": 168,
+        "channels_started": 168,
+        "reserved0": 170,
+        "hang_threshold_ms": 172,
+        "reserved": 176,
     },
 }
 DTYPES: dict[str, np.dtype] = {
@@ -701,6 +709,7 @@ MACROS: dict[str, int] = {
     "CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE": 2,
     "CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED": 4,
     "CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE": 8,
+    "CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN": 16,
     "CI_SHM_V1_COMM_STATE_FREE": 0,
     "CI_SHM_V1_COMM_STATE_ACTIVE": 1,
     "CI_SHM_V1_COMM_STATE_FINALIZED": 2,

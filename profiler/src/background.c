@@ -1,0 +1,268 @@
+/* The plugin's two threads, started at the first init and stopped at the last finalize:
+ *
+ * - the log writer (logwriter.c), woken every COMMINSIGHT_PROFILER_LOG_FLUSH_MS: disk I/O
+ *   lives here, so a slow disk delays nothing else;
+ * - the background thread, every COMMINSIGHT_PROFILER_HEARTBEAT_MS: SHM heartbeat, in-flight
+ *   summaries of each communicator, the hang watchdog (FIFO event + hang record), completion of
+ *   ops whose channel events fell short, and the one-time agent autostart.
+ *
+ * Both block every signal, so the application's handlers never run on them and a write to a
+ * FIFO whose reader left returns EPIPE here instead of killing the process.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ci_internal.h"
+
+static pthread_t writer_thread, bg_thread;
+static bool writer_started, bg_started;
+static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static bool stopping;
+static uint64_t fifo_event_seq;
+
+static void sleep_ms(uint32_t ms) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&wake_lock);
+    if (!stopping) pthread_cond_timedwait(&wake, &wake_lock, &until);
+    pthread_mutex_unlock(&wake_lock);
+}
+
+static bool should_stop(void) {
+    pthread_mutex_lock(&wake_lock);
+    bool s = stopping;
+    pthread_mutex_unlock(&wake_lock);
+    return s;
+}
+
+static void* writer_main(void* arg) {
+    (void)arg;
+    while (!should_stop()) {
+        ci_logwriter_run_once(false, NULL);
+        sleep_ms(ci_g.cfg.log_flush_ms);
+    }
+    return NULL;
+}
+
+/* ---- hang events ---- */
+
+static bool write_fifo_event(const ci_fifo_event_v1_t* ev) {
+    char dir[CI_DIR_MAX], path[CI_PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/fifos", ci_g.cfg.home);
+    snprintf(path, sizeof(path), "%s/hang-events.fifo", dir);
+    if (ci_mkdirs(dir) != 0 || (mkfifo(path, 0600) != 0 && errno != EEXIST)) return false;
+    int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC); /* ENXIO: nobody reads */
+    if (fd < 0) return false;
+    ssize_t n = write(fd, ev, sizeof(*ev)); /* <= PIPE_BUF: all or nothing */
+    int err = errno;
+    close(fd);
+    if (n < 0 && err == EPIPE) { /* reader left after our open: consume the pending SIGPIPE */
+        sigset_t pipe_set;
+        sigemptyset(&pipe_set);
+        sigaddset(&pipe_set, SIGPIPE);
+        struct timespec zero = {0, 0};
+        sigtimedwait(&pipe_set, NULL, &zero);
+    }
+    return n == (ssize_t)sizeof(*ev);
+}
+
+/* What the watchdog saw of one communicator, copied under ci_g.lock so the I/O happens without it. */
+typedef struct hang_snapshot {
+    uint32_t comm_index;
+    uint64_t comm_id;
+    int32_t rank, nranks;
+    uint16_t event_type;
+    ci_shm_comm_entry_v1_t entry;
+} hang_snapshot_t;
+
+static void report_hang(const hang_snapshot_t* snap, uint64_t now, uint64_t threshold_ns) {
+    const ci_shm_comm_entry_v1_t* e = &snap->entry;
+    uint16_t event_type = snap->event_type;
+    ci_fifo_event_v1_t ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.magic = CI_FIFO_V1_MAGIC;
+    ev.abi_version = CI_FIFO_V1_PROTOCOL_VERSION;
+    ev.event_size = CI_FIFO_V1_EVENT_SIZE;
+    ev.event_type = event_type;
+    ev.op_kind = e->inflight_kind;
+    ev.func = e->inflight_func;
+    ev.pid = ci_g.pid;
+    ev.event_seq = ++fifo_event_seq;
+    ev.detect_mono_ns = now;
+    ev.detect_real_ns = ci_now_real();
+    ev.comm_id = snap->comm_id;
+    ev.rank = snap->rank;
+    ev.nranks = snap->nranks;
+    ev.datatype = e->inflight_datatype;
+    ev.channels_started = (uint8_t)(e->inflight_channels_started > 255 ? 255 : e->inflight_channels_started);
+    ev.channels_stopped = (uint8_t)(e->inflight_channels_stopped > 255 ? 255 : e->inflight_channels_stopped);
+    ev.peer = e->inflight_peer;
+    ev.op_seq = e->inflight_seq;
+    ev.count = e->inflight_count_elems;
+    ev.bytes = e->inflight_bytes;
+    ev.enqueue_mono_ns = e->inflight_enqueue_mono_ns;
+    ev.age_ns = now - e->inflight_enqueue_mono_ns;
+    ev.threshold_ns = threshold_ns;
+    ev.coll_enqueued = e->coll_enqueued;
+    ev.coll_completed = e->coll_completed;
+    ev.p2p_enqueued = e->p2p_enqueued;
+    ev.p2p_completed = e->p2p_completed;
+    ev.inflight_count = e->inflight_count;
+    ev.local_rank = e->local_rank;
+    ev.cuda_device = e->cuda_device;
+    ci_copy_name(ev.hostname, sizeof(ev.hostname), ci_g.hostname, NULL);
+    ci_copy_name(ev.comm_name, sizeof(ev.comm_name), e->name, NULL);
+    bool written = write_fifo_event(&ev);
+    ci_counter_add(written ? &ci_g.hdr->fifo_events_written : &ci_g.hdr->fifo_events_dropped, 1);
+    if (event_type != CI_FIFO_V1_EVENT_TYPE_HANG_SUSPECTED) return;
+
+    /* The same evidence, durably: a HANG record the log writer turns into hang_evidence. */
+    ci_shm_op_slot_v1_t r;
+    memset(&r, 0, sizeof(r));
+    r.kind = CI_SHM_V1_RECORD_KIND_HANG;
+    r.func = e->inflight_func;
+    r.datatype = e->inflight_datatype;
+    r.algo = e->inflight_algo;
+    r.proto = e->inflight_proto;
+    r.flags = written ? CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN : 0;
+    r.kernel_ch_count = e->inflight_channels_stopped;
+    r.channels_started = e->inflight_channels_started;
+    r.comm_index = snap->comm_index;
+    r.comm_id = snap->comm_id;
+    r.rank = snap->rank;
+    r.nranks = snap->nranks;
+    r.peer = e->inflight_peer;
+    r.op_seq = e->inflight_seq;
+    r.count = e->inflight_count_elems;
+    r.bytes = e->inflight_bytes;
+    r.host_start_mono_ns = e->inflight_enqueue_mono_ns;
+    r.host_stop_mono_ns = e->inflight_start_mono_ns; /* when its kernel was seen starting */
+    r.complete_mono_ns = now;                        /* when it was flagged */
+    r.hang_threshold_ms = (uint32_t)(threshold_ns / 1000000ull);
+    ci_ring_publish(&r);
+    ci_counter_add(&ci_g.hdr->hangs_flagged, 1);
+    ci_warn("communicator %016llx rank %d: %s seq %llu in flight for %.1f s (threshold %.1f s)",
+            (unsigned long long)snap->comm_id, snap->rank,
+            ci_shm_v1_func_label(e->inflight_func) ? ci_shm_v1_func_label(e->inflight_func) : "op",
+            (unsigned long long)e->inflight_seq, (double)(now - e->inflight_enqueue_mono_ns) / 1e9,
+            (double)threshold_ns / 1e9);
+}
+
+#define MAX_REPORTS_PER_SCAN 64
+
+void ci_watchdog_scan(uint64_t now) {
+    static hang_snapshot_t reports[MAX_REPORTS_PER_SCAN]; /* only the background thread scans */
+    uint32_t n = 0;
+    uint64_t threshold_ns = (uint64_t)(ci_g.cfg.hang_timeout_s * 1e9);
+    pthread_mutex_lock(&ci_g.table_lock); /* against init/finalize changing the table; no I/O inside */
+    for (uint32_t i = 0; i < ci_g.comm_capacity && n < MAX_REPORTS_PER_SCAN; i++) {
+        ci_comm_t* comm = &ci_g.comms[i];
+        if (!__atomic_load_n(&comm->in_use, __ATOMIC_ACQUIRE)) continue;
+        ci_comm_refresh(comm, now);
+        if (threshold_ns == 0) continue;
+        ci_shm_comm_entry_v1_t* e = comm->entry;
+        bool stuck = e->inflight_count > 0 && e->inflight_kind != CI_SHM_V1_RECORD_KIND_NONE &&
+                     now - e->inflight_enqueue_mono_ns > threshold_ns;
+        uint16_t type = 0;
+        if (stuck && e->hang_flagged_seq != e->inflight_seq) {
+            e->hang_flagged_seq = e->inflight_seq;
+            e->hang_flagged_mono_ns = now;
+            type = CI_FIFO_V1_EVENT_TYPE_HANG_SUSPECTED;
+        } else if (!stuck && e->hang_flagged_seq != UINT64_MAX && e->hang_flagged_mono_ns) {
+            e->hang_flagged_mono_ns = 0; /* the flagged op finished after all: say so once */
+            type = CI_FIFO_V1_EVENT_TYPE_HANG_CLEARED;
+        }
+        if (!type) continue;
+        hang_snapshot_t* snap = &reports[n++];
+        snap->comm_index = comm->index;
+        snap->comm_id = comm->comm_id;
+        snap->rank = comm->rank;
+        snap->nranks = comm->nranks;
+        snap->event_type = type;
+        memcpy(&snap->entry, e, sizeof(*e));
+    }
+    pthread_mutex_unlock(&ci_g.table_lock);
+    for (uint32_t i = 0; i < n; i++) report_hang(&reports[i], now, threshold_ns);
+}
+
+static void heartbeat(uint64_t now) {
+    ci_shm_header_v1_t* h = ci_g.hdr;
+    __atomic_store_n(&h->heartbeat_real_ns, ci_now_real(), __ATOMIC_RELAXED);
+    __atomic_store_n(&h->heartbeat_mono_ns, now, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&h->heartbeat_count, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&h->event_mask, __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+}
+
+static void* bg_main(void* arg) {
+    (void)arg;
+    uint64_t quiet_ns = 2ull * ci_g.cfg.heartbeat_ms * 1000000ull;
+    if (quiet_ns < 2000000000ull) quiet_ns = 2000000000ull;
+    while (!should_stop()) {
+        uint64_t now = ci_now_mono();
+        heartbeat(now);
+        ci_ops_sweep(NULL, now, quiet_ns);
+        ci_watchdog_scan(now);
+        if (!ci_g.autostart_done) {
+            ci_g.autostart_done = true;
+            ci_autostart_agent();
+        }
+        sleep_ms(ci_g.cfg.heartbeat_ms);
+    }
+    return NULL;
+}
+
+static int start_blocked(pthread_t* t, void* (*fn)(void*)) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits this mask */
+    int rc = pthread_create(t, NULL, fn, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+/* Called with ci_g.lock held. */
+int ci_threads_start(void) {
+    if (ci_g.threads_running) return 0;
+    pthread_mutex_lock(&wake_lock);
+    stopping = false;
+    pthread_mutex_unlock(&wake_lock);
+    writer_started = ci_g.cfg.log_enable && start_blocked(&writer_thread, writer_main) == 0;
+    bg_started = start_blocked(&bg_thread, bg_main) == 0;
+    if (!bg_started) ci_warn("cannot start the background thread: no heartbeat or hang watchdog");
+    ci_g.threads_running = true;
+    return 0;
+}
+
+/* Called with ci_g.lock held: join both threads, then drain the ring and seal the segment. */
+void ci_threads_stop(const char* seal_reason) {
+    if (!ci_g.threads_running) return;
+    pthread_mutex_lock(&wake_lock);
+    stopping = true;
+    pthread_cond_broadcast(&wake);
+    pthread_mutex_unlock(&wake_lock);
+    if (bg_started) pthread_join(bg_thread, NULL);
+    if (writer_started) pthread_join(writer_thread, NULL);
+    bg_started = writer_started = false;
+    ci_g.threads_running = false;
+    if (ci_g.cfg.log_enable) ci_logwriter_run_once(true, seal_reason);
+}
+
+/* In a forked child only the forking thread exists: forget the parent's threads. */
+void ci_threads_forget_after_fork(void) {
+    bg_started = writer_started = false;
+    stopping = false;
+    pthread_mutex_init(&wake_lock, NULL);
+    pthread_cond_init(&wake, NULL);
+}

@@ -1,0 +1,250 @@
+/* CommInsight NCCL profiler plugin - internal declarations shared by its modules.
+ *
+ * Data flow: NCCL entry points (plugin.c) -> op assembly (ops.c, pool.c) -> the SHM ring and
+ * communicator table (shm.c) -> the log writer thread (logwriter.c) and the background thread
+ * (background.c: heartbeat, hang watchdog, FIFO events, agent autostart). Every layout that
+ * leaves the process comes from the generated protocol headers.
+ *
+ * Concurrency rules: the hot path (start/stop/recordEventState) takes no lock except a
+ * per-communicator spinlock held for a handful of stores, never across I/O; it does not
+ * allocate and makes no syscall but a vDSO clock read. Shared fields use GCC __atomic builtins.
+ */
+#ifndef CI_INTERNAL_H
+#define CI_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "comminsight/config_v1.h"
+#include "comminsight/fifo_event_v1.h"
+#include "comminsight/shm_v1.h"
+
+#define CI_PLUGIN_NAME "CommInsight"
+#define CI_VERSION_MAJOR 0
+#define CI_VERSION_MINOR 1
+#define CI_VERSION_PATCH 0
+#define CI_VERSION_STRING "0.1.0"
+#define CI_PLUGIN_VERSION ((CI_VERSION_MAJOR << 16) | (CI_VERSION_MINOR << 8) | CI_VERSION_PATCH)
+
+/* NCCL's event-type bits (identical in ABI v4 and v5). */
+#define CI_EV_GROUP 0x1
+#define CI_EV_COLL 0x2
+#define CI_EV_P2P 0x4
+#define CI_EV_KERNEL_CH 0x40
+#define CI_STATE_KERNEL_CH_STOP 22
+
+#define CI_WINDOW 64 /* in-flight ops remembered per communicator and kind */
+/* Buffer sizes chosen so that every path we build provably fits (gcc checks, -Werror): a
+ * home of up to CI_HOME_MAX - 1 bytes, its subdirectories, then file names inside them. */
+#define CI_HOME_MAX 3072
+#define CI_DIR_MAX 3200
+#define CI_PATH_MAX 4096
+
+#if defined(__x86_64__) || defined(__i386__)
+#define ci_cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define ci_cpu_relax() __asm__ __volatile__("yield")
+#else
+#define ci_cpu_relax() ((void)0)
+#endif
+
+#define CI_LIKELY(x) __builtin_expect(!!(x), 1)
+#define CI_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+static inline uint64_t ci_clock_ns(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts); /* vDSO for MONOTONIC/REALTIME: no syscall */
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static inline uint64_t ci_now_mono(void) { return ci_clock_ns(CLOCK_MONOTONIC); }
+static inline uint64_t ci_now_real(void) { return ci_clock_ns(CLOCK_REALTIME); }
+
+/* ---- configuration (config.c): environment > file > generated defaults ---- */
+typedef struct ci_config {
+    char home[CI_HOME_MAX];
+    bool agent_autostart;
+    int32_t event_mask;
+    double hang_timeout_s;
+    uint32_t ring_slots;
+    uint32_t comm_slots;
+    uint32_t event_pool;
+    uint32_t heartbeat_ms;
+    bool shm_enable;
+    char shm_dir[CI_DIR_MAX];
+    bool log_enable;
+    uint64_t log_segment_bytes;
+    double log_segment_s;
+    uint32_t log_flush_ms;
+    char agent_bin[CI_PATH_MAX];
+    bool debug;
+} ci_config_t;
+
+void ci_config_load(ci_config_t* cfg);
+
+/* ---- logging (log.c): NCCL's logger when it gave one, else stderr ---- */
+void ci_log_set_nccl_logger(void* logfn);
+void ci_warn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void ci_debug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- names (names.c): NCCL's strings -> shm v1 enums ---- */
+uint8_t ci_func_of(const char* name);
+uint8_t ci_datatype_of(const char* name);
+uint8_t ci_algo_of(const char* name);
+uint8_t ci_proto_of(const char* name);
+uint32_t ci_datatype_size(uint8_t datatype);
+void ci_copy_name(char* dst, size_t size, const char* src, bool* truncated);
+
+/* ---- ops and their pool (pool.c) ---- */
+enum { CI_OP_FREE = 0, CI_OP_LIVE = 1 };
+struct ci_comm;
+
+typedef struct ci_op {
+    /* set at start, read-only afterwards (until the op returns to the pool) */
+    struct ci_comm* comm;
+    uint64_t op_seq, count, bytes, stream, group_id;
+    uint64_t host_start_mono_ns;
+    int32_t peer;
+    uint32_t tid;
+    uint32_t expect_channels; /* KernelCh events expected (0: KernelCh off at start) */
+    uint16_t flags;           /* ci_shm slot_flags */
+    uint8_t kind, func, datatype, algo, proto, n_channels, n_warps;
+    char raw_name[32];
+    /* written by the proxy thread's channel events (single writer, relaxed atomics) */
+    uint64_t gpu_start_ticks; /* min over channels */
+    uint64_t gpu_end_ticks;   /* max over channels */
+    uint32_t ch_started, ch_stopped;
+    /* written by whichever side finishes */
+    uint64_t host_stop_mono_ns;
+    uint64_t complete_mono_ns;
+    uint32_t gate; /* GATE_* bits: host done, channels done, forced (see ops.c) */
+    /* the background sweep's own bookkeeping */
+    uint32_t sweep_events;
+    uint64_t sweep_seen_mono_ns;
+    /* pool */
+    uint32_t state;      /* CI_OP_FREE / CI_OP_LIVE */
+    uint32_t generation; /* bumped on every reuse; part of every handle */
+    uint32_t index;
+    uint32_t next_free;
+} ci_op_t;
+
+int ci_pool_init(uint32_t size);
+void ci_pool_destroy(void);
+ci_op_t* ci_pool_get(void); /* NULL when exhausted (counted by the caller) */
+void ci_pool_put(ci_op_t* op);
+ci_op_t* ci_pool_at(uint32_t index);
+uint32_t ci_pool_size(void);
+
+/* Handles given to NCCL: kind, pool index, channel and generation packed into a pointer-sized
+ * value, so a late child event naming a parent that was already recycled is recognised. */
+enum { CI_HANDLE_OP = 1, CI_HANDLE_CHANNEL = 2 };
+static inline void* ci_handle_make(uint32_t kind, uint32_t index, uint32_t generation,
+                                   uint32_t channel) {
+    uint64_t v = ((uint64_t)(generation & 0xFFFFFFu) << 40) | ((uint64_t)(channel & 0xFFu) << 32) |
+                 ((uint64_t)(kind & 0xFFu) << 24) | (uint64_t)((index + 1) & 0xFFFFFFu);
+    return (void*)(uintptr_t)v;
+}
+static inline uint32_t ci_handle_kind(const void* h) { return (uint32_t)(((uintptr_t)h >> 24) & 0xFF); }
+static inline uint32_t ci_handle_channel(const void* h) { return (uint32_t)(((uintptr_t)h >> 32) & 0xFF); }
+static inline uint32_t ci_handle_generation(const void* h) { return (uint32_t)((uintptr_t)h >> 40); }
+static inline int64_t ci_handle_index(const void* h) { return (int64_t)((uintptr_t)h & 0xFFFFFFu) - 1; }
+
+/* ---- communicators (comm.c) ---- */
+typedef struct ci_comm {
+    uint32_t index;
+    uint32_t in_use;
+    ci_shm_comm_entry_v1_t* entry; /* its row of the SHM communicator table */
+    uint64_t comm_id;
+    int32_t rank, nranks, nnodes;
+    uint32_t abi;
+    uint64_t p2p_counter; /* NCCL numbers collectives only; P2P ops get this per-comm counter */
+    uint64_t coll_inflight[CI_WINDOW]; /* handles of in-flight collectives, by seq % CI_WINDOW */
+    uint64_t p2p_inflight[CI_WINDOW];
+    uint64_t finalize_ticket; /* ring ticket of the COMM_FINALIZE record (entry reuse) */
+    uint64_t seen_coll_started, seen_p2p_started; /* background thread: last values stamped */
+} ci_comm_t;
+
+ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nranks, int rank,
+                        uint32_t abi);
+void ci_comm_close(ci_comm_t* comm);
+void ci_comm_note_enqueued(ci_comm_t* comm, ci_op_t* op, void* handle);
+void ci_comm_note_started(ci_comm_t* comm, const ci_op_t* op);
+void ci_comm_note_completed(ci_comm_t* comm, const ci_op_t* op, uint64_t now);
+/* Background thread: derive in-flight count and the oldest in-flight op into the SHM row. */
+void ci_comm_refresh(ci_comm_t* comm, uint64_t now);
+
+/* ---- op life cycle (ops.c) ---- */
+void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq, uint64_t count,
+                  const char* datatype, int peer, int n_channels /* < 0: unknown */, uint8_t n_warps,
+                  const char* algo, const char* proto);
+void ci_op_stop(ci_op_t* op);
+void* ci_channel_start(const void* parent_handle, uint8_t channel, uint64_t ptimer);
+void ci_channel_record_stop(ci_op_t* op, uint64_t ptimer);
+void ci_channel_stop(ci_op_t* op);
+/* The op a handle names, or NULL if the handle is not ours or its op has been recycled since:
+ * the pool bumps an entry's generation when it is freed, so a stale handle never matches. */
+extern ci_op_t* ci_pool_ops;
+extern uint32_t ci_pool_n;
+static inline ci_op_t* ci_op_from_handle(const void* handle) {
+    uint32_t index = (uint32_t)((uintptr_t)handle & 0xFFFFFFu) - 1u;
+    if (CI_UNLIKELY(index >= ci_pool_n)) return NULL;
+    ci_op_t* op = &ci_pool_ops[index];
+    if (CI_UNLIKELY((__atomic_load_n(&op->generation, __ATOMIC_ACQUIRE) & 0xFFFFFFu) != ci_handle_generation(handle)))
+        return NULL;
+    return op;
+}
+/* Complete ops that will get no more events: quiescent ones (all started channels stopped for
+ * a while) and, when `comm` is given, every op of that communicator (finalize). */
+void ci_ops_sweep(ci_comm_t* finalizing, uint64_t now, uint64_t quiet_ns);
+
+/* ---- SHM region (shm.c) ---- */
+int ci_mkdirs(const char* path); /* mkdir -p, new directories 0700 */
+int ci_shm_open(void);
+void ci_shm_close(uint32_t final_state);
+void ci_shm_remove_if_unwatched(void);
+void ci_shm_detach_after_fork(void);
+uint64_t ci_ring_publish(const ci_shm_op_slot_v1_t* record); /* returns the ticket */
+void ci_counter_add(uint64_t* counter, uint64_t n);
+
+/* ---- threads ---- */
+int ci_threads_start(void);
+void ci_threads_stop(const char* seal_reason);
+void ci_threads_forget_after_fork(void);
+void ci_logwriter_run_once(bool final, const char* seal_reason); /* writer thread's step */
+uint64_t ci_logwriter_cursor(void);
+void ci_logwriter_reset(void);
+void ci_watchdog_scan(uint64_t now);
+void ci_autostart_agent(void);
+
+/* ---- process-wide state (plugin.c) ---- */
+typedef struct ci_process {
+    pthread_mutex_t lock;       /* init/finalize/thread control only - never the hot path */
+    pthread_mutex_t table_lock; /* the comm table: open/close vs. the watchdog's scan */
+    bool initialized;
+    ci_config_t cfg;
+    int32_t mask; /* the process-global activation mask NCCL reads */
+    /* the SHM region (file-backed, or anonymous memory when the file cannot be made) */
+    void* region;
+    size_t region_size;
+    bool region_is_file;
+    char shm_path[CI_PATH_MAX];    /* the name the Agent finds: <home>/shms/<name>.shm */
+    char shm_target[CI_PATH_MAX];  /* where the memory lives when that name is a link */
+    ci_shm_header_v1_t* hdr;
+    ci_shm_comm_entry_v1_t* comm_table;
+    ci_shm_op_slot_v1_t* ring;
+    uint64_t ring_mask;
+    ci_comm_t* comms;
+    uint32_t comm_capacity;
+    uint32_t live_comms;
+    pid_t pid;
+    char hostname[64];
+    uint64_t group_counter;
+    bool threads_running;
+    bool autostart_done;
+} ci_process_t;
+
+extern ci_process_t ci_g;
+
+#endif /* CI_INTERNAL_H */

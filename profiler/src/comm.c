@@ -1,0 +1,189 @@
+/* Communicators: their row in the SHM table (identity + live progress) and in-flight windows.
+ *
+ * Progress is what hang diagnosis reads. The hot path keeps it with plain (relaxed) stores of
+ * single-writer fields: the enqueuing thread writes *_enqueued, the proxy thread *_started, the
+ * completing thread *_completed, each a count with its time. The background thread derives the
+ * rest once per heartbeat - the in-flight count and the oldest op in flight - and writes those
+ * under the row's seqlock, as the only writer of them.
+ */
+#include <string.h>
+
+#include "ci_internal.h"
+
+#define LOAD(p) __atomic_load_n(p, __ATOMIC_RELAXED)
+#define STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELAXED)
+
+static bool reusable(const ci_comm_t* c) {
+    if (__atomic_load_n(&c->in_use, __ATOMIC_ACQUIRE)) return false;
+    uint32_t state = __atomic_load_n(&c->entry->state, __ATOMIC_ACQUIRE);
+    if (state == CI_SHM_V1_COMM_STATE_FREE) return true;
+    /* A finalized row stays readable until the log writer has passed its finalize record. */
+    return state == CI_SHM_V1_COMM_STATE_FINALIZED && ci_logwriter_cursor() > c->finalize_ticket;
+}
+
+static void publish_comm_record(ci_comm_t* comm, uint8_t kind) {
+    ci_shm_op_slot_v1_t r;
+    memset(&r, 0, sizeof(r));
+    r.kind = kind;
+    r.comm_index = comm->index;
+    r.comm_id = comm->comm_id;
+    r.rank = comm->rank;
+    r.nranks = comm->nranks;
+    r.peer = CI_SHM_V1_NO_RANK;
+    r.host_start_mono_ns = ci_now_mono();
+    uint64_t ticket = ci_ring_publish(&r);
+    if (kind == CI_SHM_V1_RECORD_KIND_COMM_FINALIZE) comm->finalize_ticket = ticket;
+}
+
+/* Called with ci_g.lock held (init/finalize are serialized). */
+ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nranks, int rank,
+                        uint32_t abi) {
+    ci_comm_t* comm = NULL;
+    for (uint32_t i = 0; i < ci_g.comm_capacity && !comm; i++)
+        if (reusable(&ci_g.comms[i])) comm = &ci_g.comms[i];
+    if (!comm) {
+        ci_counter_add(&ci_g.hdr->comms_dropped, 1);
+        return NULL;
+    }
+    ci_shm_comm_entry_v1_t* e = comm->entry;
+    uint32_t generation = e->generation + 1;
+    __atomic_store_n(&e->state, CI_SHM_V1_COMM_STATE_FREE, __ATOMIC_RELEASE);
+    memset((char*)e + sizeof(e->state), 0, sizeof(*e) - sizeof(e->state));
+    e->generation = generation;
+    memset(comm->coll_inflight, 0, sizeof(comm->coll_inflight));
+    memset(comm->p2p_inflight, 0, sizeof(comm->p2p_inflight));
+    comm->comm_id = comm_id;
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->nnodes = nnodes;
+    comm->abi = abi;
+    comm->p2p_counter = 0;
+    comm->finalize_ticket = UINT64_MAX;
+    e->comm_id = comm_id;
+    e->rank = rank;
+    e->nranks = nranks;
+    e->nnodes = nnodes;
+    e->local_rank = ci_g.hdr->local_rank;
+    e->cuda_device = ci_g.hdr->cuda_device;
+    e->nccl_abi_version = abi;
+    e->init_real_ns = ci_now_real();
+    e->init_mono_ns = ci_now_mono();
+    ci_copy_name(e->name, sizeof(e->name), name, NULL);
+    e->name_source = (name && *name) ? CI_SHM_V1_NAME_SOURCE_NCCL : CI_SHM_V1_NAME_SOURCE_NONE;
+    e->hang_flagged_seq = UINT64_MAX;
+    __atomic_store_n(&comm->in_use, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->state, CI_SHM_V1_COMM_STATE_ACTIVE, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&ci_g.hdr->comms_active, 1, __ATOMIC_RELAXED);
+    publish_comm_record(comm, CI_SHM_V1_RECORD_KIND_COMM_INIT);
+    return comm;
+}
+
+/* Called with ci_g.lock held. */
+void ci_comm_close(ci_comm_t* comm) {
+    ci_ops_sweep(comm, ci_now_mono(), 0); /* ops NCCL will never finish for this comm */
+    ci_shm_comm_entry_v1_t* e = comm->entry;
+    e->finalize_mono_ns = ci_now_mono();
+    publish_comm_record(comm, CI_SHM_V1_RECORD_KIND_COMM_FINALIZE);
+    __atomic_store_n(&e->state, CI_SHM_V1_COMM_STATE_FINALIZED, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&ci_g.hdr->comms_active, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&comm->in_use, 0, __ATOMIC_RELEASE);
+}
+
+void ci_comm_note_enqueued(ci_comm_t* comm, ci_op_t* op, void* handle) {
+    ci_shm_comm_entry_v1_t* e = comm->entry;
+    uint64_t now = op->host_start_mono_ns;
+    if (op->kind == CI_SHM_V1_RECORD_KIND_COLL) {
+        if (op->op_seq + 1 > LOAD(&e->coll_enqueued)) STORE(&e->coll_enqueued, op->op_seq + 1);
+        STORE(&e->coll_enqueued_mono_ns, now);
+        STORE(&comm->coll_inflight[op->op_seq % CI_WINDOW], (uint64_t)(uintptr_t)handle);
+    } else {
+        STORE(&e->p2p_enqueued, op->op_seq + 1);
+        STORE(&e->p2p_enqueued_mono_ns, now);
+        STORE(&comm->p2p_inflight[op->op_seq % CI_WINDOW], (uint64_t)(uintptr_t)handle);
+    }
+}
+
+void ci_comm_note_started(ci_comm_t* comm, const ci_op_t* op) {
+    ci_shm_comm_entry_v1_t* e = comm->entry;
+    uint64_t* started = op->kind == CI_SHM_V1_RECORD_KIND_COLL ? &e->coll_started : &e->p2p_started;
+    if (op->op_seq + 1 > LOAD(started)) STORE(started, op->op_seq + 1);
+}
+
+void ci_comm_note_completed(ci_comm_t* comm, const ci_op_t* op, uint64_t now) {
+    ci_shm_comm_entry_v1_t* e = comm->entry;
+    bool coll = op->kind == CI_SHM_V1_RECORD_KIND_COLL;
+    uint64_t* slot = &(coll ? comm->coll_inflight : comm->p2p_inflight)[op->op_seq % CI_WINDOW];
+    uint64_t expected = LOAD(slot);
+    if (ci_op_from_handle((void*)(uintptr_t)expected) == op)
+        __atomic_compare_exchange_n(slot, &expected, 0, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    uint64_t* completed = coll ? &e->coll_completed : &e->p2p_completed;
+    /* Ops of one communicator complete in order (one stream), so the count is the last seq + 1;
+     * a forced completion out of order must not move it backwards. */
+    if (op->op_seq + 1 > LOAD(completed)) STORE(completed, op->op_seq + 1);
+    STORE(coll ? &e->coll_completed_mono_ns : &e->p2p_completed_mono_ns, now);
+    __atomic_add_fetch(&e->bytes_total, op->bytes, __ATOMIC_RELAXED);
+}
+
+static void show_inflight(ci_shm_comm_entry_v1_t* e, const ci_op_t* op, uint64_t now) {
+    uint32_t started = LOAD(&op->ch_started), stopped = LOAD(&op->ch_stopped);
+    if (!started || e->inflight_kind != op->kind || e->inflight_seq != op->op_seq) e->inflight_start_mono_ns = 0;
+    if (started && e->inflight_start_mono_ns == 0) e->inflight_start_mono_ns = now; /* first seen started */
+    e->inflight_seq = op->op_seq;
+    e->inflight_kind = op->kind;
+    e->inflight_func = op->func;
+    e->inflight_datatype = op->datatype;
+    e->inflight_algo = op->algo;
+    e->inflight_proto = op->proto;
+    e->inflight_peer = op->peer;
+    e->inflight_channels_started = (uint16_t)(started > 0xFFFF ? 0xFFFF : started);
+    e->inflight_channels_stopped = (uint16_t)(stopped > 0xFFFF ? 0xFFFF : stopped);
+    e->inflight_count_elems = op->count;
+    e->inflight_bytes = op->bytes;
+    e->inflight_enqueue_mono_ns = op->host_start_mono_ns;
+}
+
+/* The oldest op still in flight, collectives first (they are what peers wait on together). */
+static const ci_op_t* oldest_inflight(const ci_comm_t* comm) {
+    const ci_op_t* best = NULL;
+    for (int pass = 0; pass < 2 && !best; pass++) {
+        const uint64_t* window = pass == 0 ? comm->coll_inflight : comm->p2p_inflight;
+        for (int i = 0; i < CI_WINDOW; i++) {
+            uint64_t h = LOAD(&window[i]);
+            const ci_op_t* op = h ? ci_op_from_handle((void*)(uintptr_t)h) : NULL;
+            if (!op) continue;
+            /* pairs with the release in ci_op_start: the op's fields are visible from here */
+            (void)__atomic_load_n(&op->gate, __ATOMIC_ACQUIRE);
+            if (!best || op->op_seq < best->op_seq) best = op;
+        }
+    }
+    return best;
+}
+
+/* GPU starts are noted without a clock read; stamp them here, at heartbeat resolution. */
+static void stamp_starts(ci_comm_t* comm, uint64_t now) {
+    ci_shm_comm_entry_v1_t* e = comm->entry;
+    uint64_t coll = LOAD(&e->coll_started), p2p = LOAD(&e->p2p_started);
+    if (coll != comm->seen_coll_started) {
+        comm->seen_coll_started = coll;
+        STORE(&e->coll_started_mono_ns, now);
+    }
+    if (p2p != comm->seen_p2p_started) {
+        comm->seen_p2p_started = p2p;
+        STORE(&e->p2p_started_mono_ns, now);
+    }
+}
+
+void ci_comm_refresh(ci_comm_t* comm, uint64_t now) {
+    ci_shm_comm_entry_v1_t* e = comm->entry;
+    stamp_starts(comm, now);
+    uint64_t colls = LOAD(&e->coll_enqueued) - LOAD(&e->coll_completed);
+    uint64_t p2ps = LOAD(&e->p2p_enqueued) - LOAD(&e->p2p_completed);
+    const ci_op_t* oldest = (colls + p2ps) ? oldest_inflight(comm) : NULL;
+    __atomic_add_fetch(&e->progress_seqlock, 1, __ATOMIC_ACQ_REL); /* odd: being updated */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    e->inflight_count = (uint32_t)((int64_t)(colls + p2ps) > 0 ? colls + p2ps : 0);
+    e->ops_total = LOAD(&e->coll_completed) + LOAD(&e->p2p_completed);
+    if (oldest) show_inflight(e, oldest, now);
+    else e->inflight_kind = CI_SHM_V1_RECORD_KIND_NONE;
+    __atomic_add_fetch(&e->progress_seqlock, 1, __ATOMIC_RELEASE); /* even: consistent */
+}

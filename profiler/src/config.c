@@ -1,0 +1,208 @@
+/* Configuration: environment beats the KEY=VALUE file beats the generated defaults.
+ *
+ * Keys, types, limits and defaults come from the generated config_v1.h table, the same source
+ * the Python side uses. A bad value never stops training: it is reported (naming the key and
+ * where it came from) and the default is used instead.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ci_internal.h"
+
+#define CI_VALUE_MAX 4096
+
+typedef struct raw_value {
+    char text[CI_VALUE_MAX];
+    char origin[CI_PATH_MAX + 64];
+    bool set;
+} raw_value_t;
+
+static bool parse_bool(const char* s, bool* out) {
+    static const char* yes[] = {"1", "true", "yes", "on"};
+    static const char* no[] = {"0", "false", "no", "off"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) return (*out = true), true;
+        if (strcasecmp(s, no[i]) == 0) return (*out = false), true;
+    }
+    return false;
+}
+
+static bool matches_choice(const char* choices, const char* value) {
+    size_t n = strlen(value);
+    for (const char* p = choices; *p;) {
+        const char* bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, value, n) == 0) return true;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return false;
+}
+
+static bool matches_pattern(const char* pattern, const char* value) {
+    regex_t re;
+    if (regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0) return true; /* not ours to judge */
+    bool ok = regexec(&re, value, 0, NULL, 0) == 0;
+    regfree(&re);
+    return ok;
+}
+
+/* Check one raw value against its key; on success store the canonical text in `out`. */
+static bool validate(const ci_config_v1_key_t* key, const char* text, char* why, size_t why_len) {
+    char* end = NULL;
+    errno = 0;
+    switch (key->type) {
+    case CI_CONFIG_V1_TYPE_BOOLEAN: {
+        bool b;
+        if (!parse_bool(text, &b)) return snprintf(why, why_len, "expected 1/0, true/false, yes/no or on/off"), false;
+        return true;
+    }
+    case CI_CONFIG_V1_TYPE_INTEGER: {
+        long long v = strtoll(text, &end, 0);
+        if (errno || end == text || *end) return snprintf(why, why_len, "expected an integer"), false;
+        if ((key->has_min && (double)v < key->min) || (key->has_max && (double)v > key->max))
+            return snprintf(why, why_len, "out of range [%.0f, %.0f]", key->min, key->max), false;
+        return true;
+    }
+    case CI_CONFIG_V1_TYPE_NUMBER: {
+        double v = strtod(text, &end);
+        if (errno || end == text || *end || isnan(v)) return snprintf(why, why_len, "expected a number"), false;
+        if ((key->has_min && v < key->min) || (key->has_max && v > key->max))
+            return snprintf(why, why_len, "out of range [%g, %g]", key->min, key->max), false;
+        return true;
+    }
+    default:
+        if (key->choices && !matches_choice(key->choices, text))
+            return snprintf(why, why_len, "expected one of %s", key->choices), false;
+        if (key->pattern && !matches_pattern(key->pattern, text))
+            return snprintf(why, why_len, "does not match %s", key->pattern), false;
+        return true;
+    }
+}
+
+static char* trim(char* s) {
+    while (isspace((unsigned char)*s)) s++;
+    char* e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s;
+}
+
+static int key_index(const ci_config_v1_key_t* keys, size_t n, const char* name) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(keys[i].key, name) == 0) return (int)i;
+    return -1;
+}
+
+static void read_file(const char* path, bool explicit_path, const ci_config_v1_key_t* keys, size_t n,
+                      raw_value_t* raw) {
+    FILE* f = fopen(path, "r");
+    if (!f) {
+        if (explicit_path) ci_warn("cannot read configuration file %s: %s", path, strerror(errno));
+        return;
+    }
+    char line[CI_VALUE_MAX + 256];
+    for (int lineno = 1; fgets(line, sizeof(line), f); lineno++) {
+        char* s = trim(line);
+        if (!*s || *s == '#') continue;
+        if (strncmp(s, "export ", 7) == 0) s = trim(s + 7);
+        char* eq = strchr(s, '=');
+        if (!eq) {
+            ci_warn("%s:%d: expected KEY=VALUE; line ignored", path, lineno);
+            continue;
+        }
+        *eq = '\0';
+        char* name = trim(s);
+        char* value = trim(eq + 1);
+        size_t len = strlen(value);
+        if (len >= 2 && (value[0] == '"' || value[0] == '\'') && value[len - 1] == value[0]) {
+            value[len - 1] = '\0';
+            value++;
+        }
+        int i = key_index(keys, n, name);
+        if (i < 0) {
+            ci_warn("%s:%d: unknown key %s; ignored", path, lineno, name);
+            continue;
+        }
+        snprintf(raw[i].text, sizeof(raw[i].text), "%s", value);
+        snprintf(raw[i].origin, sizeof(raw[i].origin), "%.*s:%d", CI_PATH_MAX, path, lineno);
+        raw[i].set = true;
+    }
+    fclose(f);
+}
+
+/* The text each key resolves to, after validation (default on error). */
+static const char* resolved(const ci_config_v1_key_t* keys, raw_value_t* raw, int i) {
+    if (!raw[i].set) return keys[i].default_text;
+    char why[256];
+    if (validate(&keys[i], raw[i].text, why, sizeof(why))) return raw[i].text;
+    ci_warn("%s='%s' (%s): %s; using the default '%s'", keys[i].key, raw[i].text, raw[i].origin, why,
+            keys[i].default_text);
+    raw[i].set = false;
+    return keys[i].default_text;
+}
+
+static long long as_int(const char* s) { return strtoll(s, NULL, 0); }
+static bool as_bool(const char* s) {
+    bool b = false;
+    parse_bool(s, &b);
+    return b;
+}
+
+void ci_config_load(ci_config_t* cfg) {
+    size_t n = 0;
+    const ci_config_v1_key_t* keys = ci_config_v1_keys(&n);
+    raw_value_t* raw = calloc(n, sizeof(*raw));
+    if (!raw) return;
+    /* The home and the file location come from the environment only. */
+    const char* home_env = getenv(CI_CONFIG_V1_HOME_KEY);
+    const char* home = home_env && *home_env ? home_env : CI_CONFIG_V1_HOME_DEFAULT;
+    const char* conf = getenv(CI_CONFIG_V1_CONF_KEY);
+    char default_conf[CI_PATH_MAX + 32];
+    snprintf(default_conf, sizeof(default_conf), "%s/etc/comminsight.conf", home);
+    read_file(conf && *conf ? conf : default_conf, conf && *conf, keys, n, raw);
+    for (size_t i = 0; i < n; i++) {
+        const char* v = getenv(keys[i].key);
+        if (!v) continue;
+        snprintf(raw[i].text, sizeof(raw[i].text), "%s", v);
+        snprintf(raw[i].origin, sizeof(raw[i].origin), "environment");
+        raw[i].set = true;
+    }
+#define TEXT(name) resolved(keys, raw, CI_CONFIG_V1_##name##_INDEX)
+    const char* home_text = TEXT(HOME);
+    if (strlen(home_text) >= sizeof(cfg->home)) {
+        ci_warn("%s is longer than %zu bytes; using the default '%s'", CI_CONFIG_V1_HOME_KEY, sizeof(cfg->home) - 1,
+                CI_CONFIG_V1_HOME_DEFAULT);
+        home_text = CI_CONFIG_V1_HOME_DEFAULT;
+    }
+    snprintf(cfg->home, sizeof(cfg->home), "%s", home_text);
+    cfg->agent_autostart = as_bool(TEXT(AGENT_AUTOSTART));
+    cfg->event_mask = (int32_t)as_int(TEXT(PROFILER_EVENT_MASK));
+    cfg->hang_timeout_s = strtod(TEXT(PROFILER_HANG_TIMEOUT_S), NULL);
+    cfg->ring_slots = (uint32_t)as_int(TEXT(PROFILER_RING_SLOTS));
+    cfg->comm_slots = (uint32_t)as_int(TEXT(PROFILER_COMM_SLOTS));
+    cfg->event_pool = (uint32_t)as_int(TEXT(PROFILER_EVENT_POOL));
+    cfg->heartbeat_ms = (uint32_t)as_int(TEXT(PROFILER_HEARTBEAT_MS));
+    cfg->shm_enable = as_bool(TEXT(PROFILER_SHM_ENABLE));
+    snprintf(cfg->shm_dir, sizeof(cfg->shm_dir), "%.*s", (int)sizeof(cfg->shm_dir) - 1, TEXT(PROFILER_SHM_DIR));
+    cfg->log_enable = as_bool(TEXT(PROFILER_LOG_ENABLE));
+    cfg->log_segment_bytes = (uint64_t)as_int(TEXT(PROFILER_LOG_SEGMENT_BYTES));
+    cfg->log_segment_s = strtod(TEXT(PROFILER_LOG_SEGMENT_S), NULL);
+    cfg->log_flush_ms = (uint32_t)as_int(TEXT(PROFILER_LOG_FLUSH_MS));
+    snprintf(cfg->agent_bin, sizeof(cfg->agent_bin), "%s", TEXT(PROFILER_AGENT_BIN));
+    cfg->debug = as_bool(TEXT(PROFILER_DEBUG));
+#undef TEXT
+    /* The ring index is a mask: round a non-power-of-two up, and say so. */
+    uint32_t slots = 1;
+    while (slots < cfg->ring_slots && slots < (1u << 24)) slots <<= 1;
+    if (slots != cfg->ring_slots)
+        ci_warn("%s=%u is not a power of two; using %u", CI_CONFIG_V1_PROFILER_RING_SLOTS_KEY, cfg->ring_slots,
+                slots);
+    cfg->ring_slots = slots;
+    if (cfg->event_pool > 0xFFFFFEu) cfg->event_pool = 0xFFFFFEu; /* handles carry a 24-bit index */
+    free(raw);
+}

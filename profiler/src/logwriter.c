@@ -1,0 +1,559 @@
+/* The log writer: reads the SHM ring with its own cursor and appends inspector-log v1 lines
+ * (protocols/inspector-log/v1) to segmented files under <home>/inspector_logs/.
+ *
+ * A segment is written as <name>.jsonl.partial, starts with a segment_start line and ends with
+ * a seal line (line count, byte count and CRC-32 of everything before it); it is fsync'ed and
+ * renamed to <name>.jsonl, so a sealed file is complete by construction. Records the ring
+ * overwrote before the writer read them become one gap line with the lost range. A failed
+ * write (disk full) truncates the segment back to its last good byte, drops and counts what it
+ * could not write, and resumes with a gap line when space returns. Only this thread (or the
+ * finalizing thread after joining it) touches the writer state.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ci_internal.h"
+#include "comminsight/inspector_log_v1.h"
+
+#define BUF_SIZE (1u << 20)
+#define FLUSH_AT (BUF_SIZE - 16384) /* a line is < 4 KiB; keep headroom */
+#define RETRY_NS 1000000000ull      /* disk-full retry period */
+#define STUCK_NS 1000000000ull      /* a ticket never completed after this is lost */
+
+typedef struct segment {
+    int fd;
+    uint64_t index;
+    char partial[CI_PATH_MAX];
+    uint64_t bytes, records, ring_records, ops, lost;
+    uint64_t first_ring_seq, last_ring_seq;
+    uint32_t crc;
+    uint64_t opened_mono;
+} segment_t;
+
+typedef struct writer {
+    bool disabled;
+    uint64_t cursor; /* next ring ticket to read */
+    segment_t seg;
+    uint64_t next_index;
+    char dir[CI_DIR_MAX];
+    char* buf;
+    size_t len;
+    uint64_t buf_records; /* records in buf, for drop accounting */
+    bool disk_full;
+    uint64_t retry_at;
+    uint64_t gap_first, gap_count; /* pending lost range (ring seqs) */
+    const char* gap_reason;
+    uint64_t stuck_ticket, stuck_since;
+} writer_t;
+
+static writer_t w = {.seg = {.fd = -1}, .stuck_ticket = UINT64_MAX};
+
+uint64_t ci_logwriter_cursor(void) {
+    if (w.disabled || !ci_g.cfg.log_enable) return UINT64_MAX;
+    return __atomic_load_n(&w.cursor, __ATOMIC_ACQUIRE);
+}
+
+/* In a forked child: forget the parent's segment without touching it. */
+void ci_logwriter_reset(void) {
+    if (w.seg.fd >= 0) close(w.seg.fd);
+    free(w.buf);
+    memset(&w, 0, sizeof(w));
+    w.seg.fd = -1;
+    w.stuck_ticket = UINT64_MAX;
+}
+
+/* ---- CRC-32 (zlib polynomial, as the seal line promises) ---- */
+static uint32_t crc_table[256];
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
+static uint32_t crc_update(uint32_t crc, const char* p, size_t n) {
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) crc = crc_table[(crc ^ (uint8_t)p[i]) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* ---- JSON building into the buffer ---- */
+static void put(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void put(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(w.buf + w.len, BUF_SIZE - w.len, fmt, ap);
+    va_end(ap);
+    if (n > 0) w.len += ((size_t)n < BUF_SIZE - w.len) ? (size_t)n : BUF_SIZE - w.len - 1;
+}
+
+static void put_str(const char* key, const char* s) {
+    put("\"%s\":\"", key);
+    for (; *s && w.len < BUF_SIZE - 8; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') put("\\%c", c);
+        else if (c < 0x20) put("\\u%04x", c);
+        else w.buf[w.len++] = (char)c;
+    }
+    put("\"");
+}
+
+static void put_bw(const char* key, double gbs) {
+    if (isfinite(gbs)) put("\"%s\":%.6f", key, gbs);
+    else put("\"%s\":\"nan\"", key);
+}
+
+static uint64_t mono_to_real(uint64_t mono) {
+    const ci_shm_header_v1_t* h = ci_g.hdr;
+    return h->start_real_ns + (mono - h->start_mono_ns);
+}
+
+static const char* label_or(const char* label, const char* fallback) { return label ? label : fallback; }
+
+static void put_comm_identity(const ci_shm_comm_entry_v1_t* e) {
+    put("{\"comm_id\":\"%016llx\",", (unsigned long long)e->comm_id);
+    if (e->name[0]) {
+        put_str("comm_name", e->name);
+        put(",");
+    }
+    put("\"name_source\":\"%s\",\"comm_rank\":%d,\"nranks\":%d,\"nnodes\":%d,",
+        e->name_source == CI_SHM_V1_NAME_SOURCE_INJECT ? "inject"
+        : e->name_source == CI_SHM_V1_NAME_SOURCE_NCCL ? "nccl"
+                                                       : "none",
+        e->rank, e->nranks, e->nnodes);
+    if (e->local_rank >= 0) put("\"local_rank\":%d,", e->local_rank);
+    if (e->cuda_device >= 0) put("\"cuda_device\":%d,", e->cuda_device);
+    put("\"pid\":%d,", (int)ci_g.pid);
+    put_str("host", ci_g.hostname);
+    put("}");
+}
+
+/* NCCL Inspector's header + metadata objects, shared by op lines. */
+static void put_inspector_prefix(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_entry_v1_t* e) {
+    put("{\"header\":{\"id\":\"0x%llx\",", (unsigned long long)r->comm_id);
+    if (e && e->name[0]) {
+        put_str("comm_name", e->name);
+        put(",");
+    }
+    put("\"rank\":%d,\"n_ranks\":%d,\"nnodes\":%d},", r->rank, r->nranks, e ? e->nnodes : 1);
+    put("\"metadata\":{\"inspector_output_format_version\":\"v4.0\",\"git_rev\":\"comminsight-%s\","
+        "\"rec_mechanism\":\"nccl_profiler_interface\",\"dump_timestamp_us\":%llu,",
+        CI_VERSION_STRING, (unsigned long long)(ci_now_real() / 1000));
+    put_str("hostname", ci_g.hostname);
+    put(",\"pid\":%d},", (int)ci_g.pid);
+}
+
+/* Execution time and bandwidth by NCCL Inspector's definitions (algbw = traffic / time; bus
+ * bandwidth = algbw x the collective's factor). */
+static void op_timing(const ci_shm_op_slot_v1_t* r, uint64_t* exec_us, double* algbw, double* busbw) {
+    uint64_t ns;
+    if (r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU) ns = r->gpu_end_ticks - r->gpu_start_ticks;
+    else if (r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU) ns = r->complete_mono_ns - r->host_start_mono_ns;
+    else ns = r->host_stop_mono_ns - r->host_start_mono_ns;
+    *exec_us = ns / 1000;
+    double n = r->nranks > 0 ? (double)r->nranks : 1.0;
+    double traffic = (double)r->bytes, factor = 1.0;
+    switch (r->func) {
+    case CI_SHM_V1_FUNC_ALL_REDUCE: factor = 2.0 * (n - 1.0) / n; break;
+    case CI_SHM_V1_FUNC_REDUCE_SCATTER:
+    case CI_SHM_V1_FUNC_ALL_GATHER:
+    case CI_SHM_V1_FUNC_ALL_TO_ALL:
+        traffic *= n;
+        factor = (n - 1.0) / n;
+        break;
+    default: break;
+    }
+    double secs = (double)*exec_us / 1e6;
+    *algbw = secs > 0 ? traffic / 1e9 / secs : 0.0;
+    *busbw = *algbw * factor;
+}
+
+static const char* func_name(const ci_shm_op_slot_v1_t* r) {
+    if (r->func == CI_SHM_V1_FUNC_UNKNOWN && r->raw_name[0]) return r->raw_name;
+    return label_or(ci_shm_v1_func_label(r->func), "Unknown");
+}
+
+static bool rooted(uint8_t func) {
+    return func == CI_SHM_V1_FUNC_BROADCAST || func == CI_SHM_V1_FUNC_REDUCE ||
+           func == CI_SHM_V1_FUNC_GATHER || func == CI_SHM_V1_FUNC_SCATTER;
+}
+
+static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
+    const ci_shm_comm_entry_v1_t* e = r->comm_index < ci_g.comm_capacity ? &ci_g.comm_table[r->comm_index] : NULL;
+    uint64_t exec_us;
+    double algbw, busbw;
+    op_timing(r, &exec_us, &algbw, &busbw);
+    const char* timing = label_or(ci_shm_v1_timing_source_label(r->timing_source), "none");
+    bool coll = r->kind == CI_SHM_V1_RECORD_KIND_COLL;
+    put_inspector_prefix(r, e);
+    if (coll) {
+        put("\"coll_perf\":{");
+        put_str("coll", func_name(r));
+        put(",\"coll_sn\":%llu,\"coll_msg_size_bytes\":%llu,\"coll_exec_time_us\":%llu,"
+            "\"coll_timing_source\":\"%s\",",
+            (unsigned long long)r->op_seq, (unsigned long long)r->bytes, (unsigned long long)exec_us, timing);
+        put_bw("coll_algobw_gbs", algbw);
+        put(",");
+        put_bw("coll_busbw_gbs", busbw);
+    } else {
+        put("\"p2p_perf\":{");
+        put_str("p2p", func_name(r));
+        put(",\"p2p_sn\":%llu,\"p2p_peer\":%d,\"p2p_msg_size_bytes\":%llu,\"p2p_exec_time_us\":%llu,"
+            "\"p2p_timing_source\":\"%s\",",
+            (unsigned long long)r->op_seq, r->peer, (unsigned long long)r->bytes, (unsigned long long)exec_us,
+            timing);
+        put_bw("p2p_algobw_gbs", algbw);
+        put(",");
+        put_bw("p2p_busbw_gbs", busbw);
+    }
+    put("},\"ci\":{\"kind\":\"%s\",\"schema_version\":1,\"ring_seq\":%llu,\"count\":%llu,\"datatype\":\"%s\",",
+        coll ? "coll" : "p2p", (unsigned long long)ring_seq, (unsigned long long)r->count,
+        label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"));
+    if (coll) {
+        if (rooted(r->func) && r->peer >= 0) put("\"root\":%d,", r->peer);
+        put("\"algo\":\"%s\",\"proto\":\"%s\",\"n_channels\":%u,\"n_warps\":%u,",
+            label_or(ci_shm_v1_algo_label(r->algo), "UNKNOWN"), label_or(ci_shm_v1_proto_label(r->proto), "UNKNOWN"),
+            r->n_channels, r->n_warps);
+    } else {
+        put("\"n_channels\":%u,", r->n_channels);
+    }
+    if (r->stream) put("\"stream\":\"0x%llx\",", (unsigned long long)r->stream);
+    put("\"graph_captured\":%s,", (r->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) ? "true" : "false");
+    if (r->group_id) put("\"group_id\":%llu,", (unsigned long long)r->group_id);
+    put("\"tid\":%u,\"host_start_mono_ns\":%llu,\"host_stop_mono_ns\":%llu,", r->tid,
+        (unsigned long long)r->host_start_mono_ns, (unsigned long long)r->host_stop_mono_ns);
+    if (r->complete_mono_ns) put("\"host_complete_mono_ns\":%llu,", (unsigned long long)r->complete_mono_ns);
+    if (r->gpu_start_ticks)
+        put("\"gpu_start_globaltimer_ns\":%llu,\"gpu_stop_globaltimer_ns\":%llu,",
+            (unsigned long long)r->gpu_start_ticks, (unsigned long long)r->gpu_end_ticks);
+    put("\"channels_completed\":%u,\"forced_complete\":%s}}\n", r->kernel_ch_count,
+        (r->flags & CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE) ? "true" : "false");
+}
+
+static void put_progress(const ci_shm_comm_entry_v1_t* e) {
+    put("{\"collectives\":{");
+    if (e->coll_enqueued)
+        put("\"last_enqueued_seq\":%llu,\"last_enqueued_mono_ns\":%llu,", (unsigned long long)(e->coll_enqueued - 1),
+            (unsigned long long)e->coll_enqueued_mono_ns);
+    if (e->coll_started)
+        put("\"last_gpu_started_seq\":%llu,\"last_gpu_started_mono_ns\":%llu,", (unsigned long long)(e->coll_started - 1),
+            (unsigned long long)e->coll_started_mono_ns);
+    if (e->coll_completed)
+        put("\"last_completed_seq\":%llu,\"last_completed_mono_ns\":%llu,", (unsigned long long)(e->coll_completed - 1),
+            (unsigned long long)e->coll_completed_mono_ns);
+    if (w.buf[w.len - 1] == ',') w.len--;
+    put("},\"p2p\":{");
+    if (e->p2p_enqueued)
+        put("\"last_enqueued_seq\":%llu,\"last_enqueued_mono_ns\":%llu,", (unsigned long long)(e->p2p_enqueued - 1),
+            (unsigned long long)e->p2p_enqueued_mono_ns);
+    if (e->p2p_completed)
+        put("\"last_completed_seq\":%llu,\"last_completed_mono_ns\":%llu,", (unsigned long long)(e->p2p_completed - 1),
+            (unsigned long long)e->p2p_completed_mono_ns);
+    if (w.buf[w.len - 1] == ',') w.len--;
+    put("},\"inflight_count\":%u}", e->inflight_count);
+}
+
+static void put_hang_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
+    const ci_shm_comm_entry_v1_t* e = &ci_g.comm_table[r->comm_index];
+    uint64_t detected = r->complete_mono_ns;
+    put("{\"ci\":{\"kind\":\"hang_evidence\",\"schema_version\":1,\"ring_seq\":%llu,\"comm_id\":\"%016llx\","
+        "\"comm_rank\":%d,",
+        (unsigned long long)ring_seq, (unsigned long long)r->comm_id, r->rank);
+    if (e->name[0]) {
+        put_str("comm_name", e->name);
+        put(",");
+    }
+    put("\"op_kind\":\"%s\",", r->func == CI_SHM_V1_FUNC_SEND || r->func == CI_SHM_V1_FUNC_RECV ? "p2p" : "coll");
+    put_str("func", func_name(r));
+    put(",\"seq\":%llu,\"count\":%llu,\"datatype\":\"%s\",\"size_bytes\":%llu,", (unsigned long long)r->op_seq,
+        (unsigned long long)r->count, label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"),
+        (unsigned long long)r->bytes);
+    if (r->peer >= 0) put("\"%s\":%d,", rooted(r->func) ? "root" : "peer", r->peer);
+    put("\"n_channels\":%u,\"channels_started\":%u,\"channels_completed\":%u,\"enqueued_mono_ns\":%llu,",
+        r->n_channels, r->channels_started, r->kernel_ch_count, (unsigned long long)r->host_start_mono_ns);
+    if (r->host_stop_mono_ns) put("\"gpu_started_mono_ns\":%llu,", (unsigned long long)r->host_stop_mono_ns);
+    put("\"age_ns\":%llu,\"threshold_ns\":%llu,\"detected_mono_ns\":%llu,\"detected_real_ns\":%llu,\"progress\":",
+        (unsigned long long)(detected - r->host_start_mono_ns), (unsigned long long)r->hang_threshold_ms * 1000000ull,
+        (unsigned long long)detected, (unsigned long long)mono_to_real(detected));
+    put_progress(e);
+    put(",\"fifo_event_written\":%s}}\n", (r->flags & CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN) ? "true" : "false");
+}
+
+static void put_comm_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
+    const ci_shm_comm_entry_v1_t* e = &ci_g.comm_table[r->comm_index];
+    if (r->kind == CI_SHM_V1_RECORD_KIND_COMM_INIT) {
+        put("{\"ci\":{\"kind\":\"comm_init\",\"schema_version\":1,\"ring_seq\":%llu,\"comm\":",
+            (unsigned long long)ring_seq);
+        put_comm_identity(e);
+        put(",\"profiler_abi\":\"v%u\",\"init_mono_ns\":%llu,\"init_real_ns\":%llu}}\n", e->nccl_abi_version,
+            (unsigned long long)e->init_mono_ns, (unsigned long long)e->init_real_ns);
+        return;
+    }
+    uint64_t at = r->host_start_mono_ns;
+    put("{\"ci\":{\"kind\":\"comm_finalize\",\"schema_version\":1,\"ring_seq\":%llu,\"comm_id\":\"%016llx\","
+        "\"comm_rank\":%d,\"finalize_mono_ns\":%llu,\"finalize_real_ns\":%llu,\"coll_count\":%llu,"
+        "\"p2p_count\":%llu,",
+        (unsigned long long)ring_seq, (unsigned long long)r->comm_id, r->rank, (unsigned long long)at,
+        (unsigned long long)mono_to_real(at), (unsigned long long)e->coll_completed,
+        (unsigned long long)e->p2p_completed);
+    if (e->coll_completed) put("\"last_coll_seq\":%llu,", (unsigned long long)(e->coll_completed - 1));
+    put("\"inflight_count\":%u}}\n", e->inflight_count);
+}
+
+/* ---- segments ---- */
+static void write_out(void);
+
+static void account_line(size_t start, uint64_t ring_seq, bool op) {
+    (void)start;
+    w.seg.records++;
+    w.buf_records++;
+    if (ring_seq) {
+        w.seg.ring_records++;
+        if (!w.seg.first_ring_seq) w.seg.first_ring_seq = ring_seq;
+        w.seg.last_ring_seq = ring_seq;
+    }
+    if (op) w.seg.ops++;
+}
+
+static void segment_open(void) {
+    segment_t* s = &w.seg;
+    memset(s, 0, sizeof(*s));
+    s->fd = -1;
+    s->index = w.next_index++;
+    snprintf(s->partial, sizeof(s->partial), "%s/ci-%s-%d-%llu-%06llu.jsonl.partial", w.dir, ci_g.hostname,
+             (int)ci_g.pid, (unsigned long long)ci_g.hdr->start_mono_ns, (unsigned long long)s->index);
+    s->fd = open(s->partial, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+    if (s->fd < 0) {
+        ci_counter_add(&ci_g.hdr->log_write_errors, 1);
+        ci_warn("cannot create %s: %s; log writing paused", s->partial, strerror(errno));
+        w.disk_full = true;
+        w.retry_at = ci_now_mono() + RETRY_NS;
+        return;
+    }
+    s->opened_mono = ci_now_mono();
+    /* segment_start: who wrote it, the clock pair, the live communicators */
+    put("{\"ci\":{\"kind\":\"segment_start\",\"schema_version\":1,\"segment_index\":%llu,\"process\":{",
+        (unsigned long long)s->index);
+    const ci_shm_header_v1_t* h = ci_g.hdr;
+    put_str("host", ci_g.hostname);
+    put(",\"pid\":%d,\"start_real_ns\":%llu,\"profiler_version\":\"%s\"", (int)ci_g.pid,
+        (unsigned long long)h->start_real_ns, CI_VERSION_STRING);
+    if (h->job_id[0]) {
+        put(",");
+        put_str("job_id", h->job_id);
+    }
+    if (h->rank >= 0) put(",\"global_rank\":%d", h->rank);
+    if (h->local_rank >= 0) put(",\"local_rank\":%d", h->local_rank);
+    if (h->world_size >= 0) put(",\"world_size\":%d", h->world_size);
+    put("},\"clock\":{\"mono_ns\":%llu,\"real_ns\":%llu},\"communicators\":[", (unsigned long long)ci_now_mono(),
+        (unsigned long long)ci_now_real());
+    bool first = true;
+    for (uint32_t i = 0; i < ci_g.comm_capacity; i++) {
+        const ci_shm_comm_entry_v1_t* e = &ci_g.comm_table[i];
+        if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != CI_SHM_V1_COMM_STATE_ACTIVE) continue;
+        if (!first) put(",");
+        put_comm_identity(e);
+        first = false;
+    }
+    put("],\"next_ring_seq\":%llu}}\n", (unsigned long long)(w.cursor + 1));
+    account_line(0, 0, false);
+}
+
+static void segment_seal(const char* reason) {
+    segment_t* s = &w.seg;
+    if (s->fd < 0) return;
+    write_out();
+    if (w.disk_full || s->fd < 0) return; /* sealed later, when the disk takes it */
+    put("{\"ci\":{\"kind\":\"seal\",\"schema_version\":1,\"segment_index\":%llu,\"record_count\":%llu,"
+        "\"byte_count\":%llu,\"crc32\":%u,\"op_count\":%llu,\"ring_record_count\":%llu,\"lost_count\":%llu,",
+        (unsigned long long)s->index, (unsigned long long)s->records, (unsigned long long)s->bytes, s->crc,
+        (unsigned long long)s->ops, (unsigned long long)s->ring_records, (unsigned long long)s->lost);
+    if (s->first_ring_seq)
+        put("\"first_ring_seq\":%llu,\"last_ring_seq\":%llu,", (unsigned long long)s->first_ring_seq,
+            (unsigned long long)s->last_ring_seq);
+    uint64_t mono = ci_now_mono();
+    put("\"reason\":\"%s\",\"sealed_mono_ns\":%llu,\"sealed_real_ns\":%llu}}\n", reason,
+        (unsigned long long)mono, (unsigned long long)mono_to_real(mono));
+    w.buf_records = 0; /* the seal is not a record */
+    write_out();
+    if (w.disk_full) return;
+    char final_path[CI_PATH_MAX];
+    size_t n = strlen(s->partial) - strlen(".partial");
+    memcpy(final_path, s->partial, n);
+    final_path[n] = '\0';
+    if (fsync(s->fd) != 0 || rename(s->partial, final_path) != 0) {
+        ci_counter_add(&ci_g.hdr->log_write_errors, 1);
+        ci_warn("cannot seal %s: %s", s->partial, strerror(errno));
+    } else {
+        ci_counter_add(&ci_g.hdr->log_segments_sealed, 1);
+        int dfd = open(w.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) { /* the rename itself must survive a crash */
+            fsync(dfd);
+            close(dfd);
+        }
+    }
+    close(s->fd);
+    s->fd = -1;
+}
+
+/* Write the buffer; on failure truncate to the last good byte and count the records dropped. */
+static void write_out(void) {
+    segment_t* s = &w.seg;
+    if (!w.len) return;
+    size_t done = 0;
+    while (s->fd >= 0 && done < w.len) {
+        ssize_t n = write(s->fd, w.buf + done, w.len - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += (size_t)n;
+    }
+    if (s->fd >= 0 && done == w.len) {
+        s->crc = crc_update(s->crc, w.buf, w.len);
+        s->bytes += w.len;
+        ci_counter_add(&ci_g.hdr->log_records_written, w.buf_records);
+    } else {
+        int err = errno;
+        if (s->fd >= 0 && ftruncate(s->fd, (off_t)s->bytes) != 0) { /* keep the file = its CRC */
+            close(s->fd);
+            s->fd = -1;
+        }
+        ci_counter_add(&ci_g.hdr->log_write_errors, 1);
+        ci_counter_add(&ci_g.hdr->log_records_dropped, w.buf_records);
+        s->records -= w.buf_records <= s->records ? w.buf_records : s->records;
+        if (!w.disk_full)
+            ci_warn("writing %s failed (%s): records are dropped and counted until it succeeds", s->partial,
+                    strerror(err));
+        w.disk_full = true;
+        w.retry_at = ci_now_mono() + RETRY_NS;
+    }
+    w.len = 0;
+    w.buf_records = 0;
+}
+
+static void flush_gap(void) {
+    if (!w.gap_count) return;
+    if (w.seg.fd < 0) segment_open();
+    put("{\"ci\":{\"kind\":\"gap\",\"schema_version\":1,\"reason\":\"%s\",\"lost_count\":%llu,"
+        "\"first_lost_ring_seq\":%llu,\"last_lost_ring_seq\":%llu,\"detected_mono_ns\":%llu}}\n",
+        w.gap_reason, (unsigned long long)w.gap_count, (unsigned long long)w.gap_first,
+        (unsigned long long)(w.gap_first + w.gap_count - 1), (unsigned long long)ci_now_mono());
+    w.seg.lost += w.gap_count;
+    account_line(0, 0, false);
+    w.gap_count = 0;
+}
+
+static void note_lost(uint64_t ring_seq, const char* reason) {
+    if (w.gap_count && (w.gap_first + w.gap_count != ring_seq || strcmp(w.gap_reason, reason) != 0)) flush_gap();
+    if (!w.gap_count) {
+        w.gap_first = ring_seq;
+        w.gap_reason = reason;
+    }
+    w.gap_count++;
+    if (strcmp(reason, "ring_overwrite") == 0) ci_counter_add(&ci_g.hdr->log_records_lost, 1);
+}
+
+static void emit(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
+    if (w.disk_full) { /* nothing reaches the disk now: count it, remember the range */
+        ci_counter_add(&ci_g.hdr->log_records_dropped, 1);
+        note_lost(ring_seq, "disk_full");
+        return;
+    }
+    flush_gap();
+    if (w.seg.fd < 0) segment_open();
+    if (w.seg.fd < 0) {
+        ci_counter_add(&ci_g.hdr->log_records_dropped, 1);
+        note_lost(ring_seq, "write_error");
+        return;
+    }
+    bool op = false;
+    switch (r->kind) {
+    case CI_SHM_V1_RECORD_KIND_COLL:
+    case CI_SHM_V1_RECORD_KIND_P2P:
+        put_op_line(r, ring_seq);
+        op = true;
+        break;
+    case CI_SHM_V1_RECORD_KIND_COMM_INIT:
+    case CI_SHM_V1_RECORD_KIND_COMM_FINALIZE:
+        if (r->comm_index >= ci_g.comm_capacity) return;
+        put_comm_line(r, ring_seq);
+        break;
+    case CI_SHM_V1_RECORD_KIND_HANG:
+        if (r->comm_index >= ci_g.comm_capacity) return;
+        put_hang_line(r, ring_seq);
+        break;
+    default: return;
+    }
+    account_line(0, ring_seq, op);
+    if (w.len >= FLUSH_AT) write_out();
+    if (w.seg.bytes + w.len >= ci_g.cfg.log_segment_bytes) segment_seal("size");
+}
+
+/* Read ring tickets [cursor, head). */
+static void drain(bool final) {
+    const ci_shm_header_v1_t* h = ci_g.hdr;
+    uint64_t cap = ci_g.ring_mask + 1;
+    uint64_t head = __atomic_load_n(&h->ring_head, __ATOMIC_ACQUIRE);
+    ci_shm_op_slot_v1_t copy;
+    while (w.cursor < head) {
+        uint64_t t = w.cursor;
+        const ci_shm_op_slot_v1_t* slot = &ci_g.ring[t & ci_g.ring_mask];
+        uint64_t s1 = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
+        if (s1 == t + 1) {
+            memcpy(&copy, slot, sizeof(copy));
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            uint64_t s2 = __atomic_load_n(&slot->seq, __ATOMIC_RELAXED);
+            if (s2 == t + 1) emit(&copy, t + 1);
+            else note_lost(t + 1, "ring_overwrite");
+        } else if ((s1 & ~CI_SHM_V1_SLOT_BUSY_BIT) > t + 1 || head - t > cap) {
+            note_lost(t + 1, "ring_overwrite");
+        } else {
+            /* Not written yet: wait, unless it has been pending too long (its producer dropped it)
+             * or this is the final drain. */
+            uint64_t now = ci_now_mono();
+            if (w.stuck_ticket != t) {
+                w.stuck_ticket = t;
+                w.stuck_since = now;
+            }
+            if (!final && now - w.stuck_since < STUCK_NS) break;
+            note_lost(t + 1, "ring_overwrite");
+        }
+        __atomic_store_n(&w.cursor, t + 1, __ATOMIC_RELEASE);
+    }
+}
+
+void ci_logwriter_run_once(bool final, const char* seal_reason) {
+    if (w.disabled || !ci_g.hdr) return;
+    if (!w.buf) {
+        crc_init();
+        w.buf = malloc(BUF_SIZE);
+        snprintf(w.dir, sizeof(w.dir), "%s/inspector_logs", ci_g.cfg.home);
+        if (!w.buf || ci_mkdirs(w.dir) != 0) {
+            ci_warn("cannot create %s (%s): inspector_logs disabled", w.dir, strerror(errno));
+            w.disabled = true;
+            return;
+        }
+        w.cursor = __atomic_load_n(&ci_g.hdr->ring_head, __ATOMIC_ACQUIRE) > ci_g.ring_mask + 1
+                       ? __atomic_load_n(&ci_g.hdr->ring_head, __ATOMIC_ACQUIRE) - (ci_g.ring_mask + 1)
+                       : 0;
+    }
+    uint64_t now = ci_now_mono();
+    if (w.disk_full && now >= w.retry_at) {
+        w.disk_full = false; /* try again; a failure sets it back */
+        if (w.seg.fd < 0) segment_open();
+        if (!w.disk_full) flush_gap();
+        write_out();
+    }
+    drain(final);
+    if (!w.disk_full) flush_gap();
+    write_out();
+    if (w.seg.fd >= 0 && w.seg.records > 1 &&
+        (double)(now - w.seg.opened_mono) >= ci_g.cfg.log_segment_s * 1e9)
+        segment_seal("age");
+    if (final) segment_seal(seal_reason);
+}

@@ -1,0 +1,111 @@
+/* NCCL's operation, datatype, algorithm and protocol strings -> shm v1 enum values.
+ *
+ * The spellings are the generated enum labels (protocols/shm/v1). NCCL passes pointers to
+ * static strings, so a small direct-mapped cache keyed by the pointer answers almost every
+ * lookup; a hit is confirmed by comparing the string with the cached value's label, so a
+ * caller that reuses a buffer for another name (the simulator does) still gets the right
+ * value. Cache entries are single 64-bit words (pointer << 8 | value): no torn reads between
+ * threads. NULL or unknown strings map to UNKNOWN (0).
+ */
+#include <string.h>
+#include <strings.h>
+
+#include "ci_internal.h"
+
+typedef const char* (*label_fn)(uint8_t);
+
+#define CACHE_SLOTS 64 /* per enum; NCCL uses a handful of distinct strings */
+
+typedef struct name_table {
+    label_fn label;
+    uint8_t max_value;
+    bool ignore_case;
+    uint64_t cache[CACHE_SLOTS];
+} name_table_t;
+
+static bool same(const name_table_t* t, const char* a, const char* b) {
+    return t->ignore_case ? strcasecmp(a, b) == 0 : strcmp(a, b) == 0;
+}
+
+static uint8_t slow_lookup(const name_table_t* t, const char* name) {
+    for (uint8_t v = 1; v <= t->max_value; v++) {
+        const char* l = t->label(v);
+        if (l && same(t, l, name)) return v;
+    }
+    return 0;
+}
+
+static uint8_t lookup(name_table_t* t, const char* name) {
+    if (CI_UNLIKELY(!name || !*name)) return 0;
+    uintptr_t p = (uintptr_t)name;
+    uint64_t* slot = &t->cache[(p >> 3) % CACHE_SLOTS];
+    uint64_t entry = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (CI_LIKELY(entry >> 8 == (uint64_t)p)) {
+        uint8_t v = (uint8_t)entry;
+        const char* l = v ? t->label(v) : NULL;
+        if (CI_LIKELY(l && same(t, l, name))) return v;
+    }
+    uint8_t v = slow_lookup(t, name);
+    if (v && (uint64_t)p < (1ull << 56)) __atomic_store_n(slot, (uint64_t)p << 8 | v, __ATOMIC_RELAXED);
+    return v;
+}
+
+static const char* func_label(uint8_t v) { return ci_shm_v1_func_label(v); }
+static const char* datatype_label(uint8_t v) { return ci_shm_v1_datatype_label(v); }
+static const char* algo_label(uint8_t v) { return ci_shm_v1_algo_label(v); }
+static const char* proto_label(uint8_t v) { return ci_shm_v1_proto_label(v); }
+
+static name_table_t funcs = {func_label, CI_SHM_V1_FUNC_WAIT_SIGNAL, false, {0}};
+static name_table_t datatypes = {datatype_label, CI_SHM_V1_DATATYPE_FLOAT8_E5M2, false, {0}};
+/* NCCL spells algorithms/protocols in capitals ("RING", "SIMPLE") in profiler events but in
+ * mixed case elsewhere ("Ring", "Simple"); accept both. */
+static name_table_t algos = {algo_label, CI_SHM_V1_ALGO_PAT, true, {0}};
+static name_table_t protos = {proto_label, CI_SHM_V1_PROTO_SIMPLE, true, {0}};
+
+uint8_t ci_func_of(const char* name) { return lookup(&funcs, name); }
+uint8_t ci_datatype_of(const char* name) { return lookup(&datatypes, name); }
+
+uint8_t ci_algo_of(const char* name) {
+    uint8_t v = lookup(&algos, name);
+    if (v || !name) return v;
+    if (strcasecmp(name, "CollNetDirect") == 0) return CI_SHM_V1_ALGO_COLLNET_DIRECT;
+    if (strcasecmp(name, "CollNetChain") == 0) return CI_SHM_V1_ALGO_COLLNET_CHAIN;
+    if (strcasecmp(name, "NVLSTree") == 0) return CI_SHM_V1_ALGO_NVLS_TREE;
+    return 0;
+}
+
+uint8_t ci_proto_of(const char* name) { return lookup(&protos, name); }
+
+uint32_t ci_datatype_size(uint8_t datatype) {
+    switch (datatype) {
+    case CI_SHM_V1_DATATYPE_INT8:
+    case CI_SHM_V1_DATATYPE_UINT8:
+    case CI_SHM_V1_DATATYPE_FLOAT8_E4M3:
+    case CI_SHM_V1_DATATYPE_FLOAT8_E5M2: return 1;
+    case CI_SHM_V1_DATATYPE_FLOAT16:
+    case CI_SHM_V1_DATATYPE_BFLOAT16: return 2;
+    case CI_SHM_V1_DATATYPE_INT32:
+    case CI_SHM_V1_DATATYPE_UINT32:
+    case CI_SHM_V1_DATATYPE_FLOAT32: return 4;
+    case CI_SHM_V1_DATATYPE_INT64:
+    case CI_SHM_V1_DATATYPE_UINT64:
+    case CI_SHM_V1_DATATYPE_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+/* Copy a NUL-terminated string NCCL owns into a fixed field; never reads past `size - 1`. */
+void ci_copy_name(char* dst, size_t size, const char* src, bool* truncated) {
+    if (truncated) *truncated = false;
+    if (!src) {
+        dst[0] = '\0';
+        return;
+    }
+    size_t n = strnlen(src, size);
+    if (n >= size) {
+        n = size - 1;
+        if (truncated) *truncated = true;
+    }
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}

@@ -1,0 +1,208 @@
+/* Op life cycle: one Coll/P2p event plus its KernelCh children -> one ring record.
+ *
+ * NCCL stops a Coll on the host microseconds after starting it (at enqueue); the GPU finishes
+ * later, which only the KernelCh children tell (their start/stop carry GPU globaltimer ticks).
+ * Those come from NCCL's proxy thread, one thread per op, before or after the Coll stop. So an
+ * op is published when both sides are done: the host side (Coll stop) and the channel side (as
+ * many channel stops as the nChannels NCCL announced; nothing to wait for when KernelCh was off
+ * at start). Each side sets its bit in `gate` with one atomic OR; the side that finds the other
+ * bit already set publishes the record and returns the entry to the pool.
+ *
+ * Budget (DESIGN §8): <= 150 ns per collective with 24 channels, so per channel event there is
+ * no atomic read-modify-write and no clock read: channel fields have a single writer (the
+ * proxy thread) and are read by others only after the gate's acquire. Ops whose channels fall
+ * short (NCCL sent fewer KernelCh events) are completed by the background sweep once nothing
+ * has happened to them for a while; late events for a recycled entry are recognised by the
+ * generation in their handle and ignored.
+ */
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "ci_internal.h"
+
+enum { GATE_HOST = 1, GATE_CHANNELS = 2, GATE_FORCED = 4 };
+
+static __thread uint32_t cached_tid;
+
+static uint32_t thread_id(void) {
+    if (CI_UNLIKELY(cached_tid == 0)) cached_tid = (uint32_t)syscall(SYS_gettid); /* once per thread */
+    return cached_tid;
+}
+
+#define LOAD(p) __atomic_load_n(p, __ATOMIC_RELAXED)
+#define STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELAXED)
+
+void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq, uint64_t count,
+                  const char* datatype, int peer, int n_channels, uint8_t n_warps, const char* algo,
+                  const char* proto) {
+    ci_op_t* op = ci_pool_get();
+    if (CI_UNLIKELY(!op)) {
+        ci_counter_add(&ci_g.hdr->events_dropped_pool, 1);
+        return NULL;
+    }
+    STORE(&op->comm, comm);
+    op->kind = kind;
+    op->func = ci_func_of(func);
+    op->flags = 0;
+    if (CI_UNLIKELY(op->func == CI_SHM_V1_FUNC_UNKNOWN)) {
+        bool truncated;
+        ci_copy_name(op->raw_name, sizeof(op->raw_name), func, &truncated);
+        if (truncated) op->flags |= CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED;
+    } else {
+        op->raw_name[0] = '\0';
+    }
+    op->datatype = ci_datatype_of(datatype);
+    op->algo = ci_algo_of(algo);
+    op->proto = ci_proto_of(proto);
+    op->op_seq = seq;
+    op->count = count;
+    op->bytes = count * ci_datatype_size(op->datatype);
+    op->peer = peer;
+    op->n_channels = n_channels < 0 ? 0 : (uint8_t)n_channels;
+    op->n_warps = n_warps;
+    op->stream = 0;
+    op->group_id = 0;
+    op->tid = thread_id();
+    /* n_channels < 0: NCCL did not say (v4 P2P); the background sweep completes such ops once
+     * their channels have gone quiet. */
+    uint32_t expect = n_channels < 0 ? UINT32_MAX : (uint32_t)n_channels;
+    STORE(&op->expect_channels, (LOAD(&ci_g.mask) & CI_EV_KERNEL_CH) ? expect : 0u);
+    op->host_start_mono_ns = ci_now_mono();
+    STORE(&op->host_stop_mono_ns, 0);
+    STORE(&op->gpu_start_ticks, 0);
+    STORE(&op->gpu_end_ticks, 0);
+    STORE(&op->complete_mono_ns, 0);
+    STORE(&op->ch_started, 0);
+    STORE(&op->ch_stopped, 0);
+    STORE(&op->sweep_events, 0);
+    STORE(&op->sweep_seen_mono_ns, 0);
+    uint32_t generation = LOAD(&op->generation);
+    __atomic_store_n(&op->gate, 0, __ATOMIC_RELEASE); /* everything above is visible with it */
+    void* handle = ci_handle_make(CI_HANDLE_OP, op->index, generation, 0);
+    ci_comm_note_enqueued(comm, op, handle);
+    return handle;
+}
+
+static void publish(ci_op_t* op, uint16_t extra_flags) {
+    uint32_t started = LOAD(&op->ch_started);
+    uint32_t stopped = LOAD(&op->ch_stopped);
+    uint64_t gpu_start = LOAD(&op->gpu_start_ticks);
+    uint64_t gpu_end = LOAD(&op->gpu_end_ticks);
+    uint64_t host_stop = LOAD(&op->host_stop_mono_ns);
+    uint64_t complete = LOAD(&op->complete_mono_ns);
+    ci_shm_op_slot_v1_t r;
+    memset(&r, 0, sizeof(r));
+    r.kind = op->kind;
+    r.func = op->func;
+    r.datatype = op->datatype;
+    r.algo = op->algo;
+    r.proto = op->proto;
+    r.n_channels = op->n_channels;
+    r.n_warps = op->n_warps;
+    r.flags = op->flags | extra_flags;
+    if (started != stopped || stopped < op->expect_channels) r.flags |= CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE;
+    r.kernel_ch_count = (uint16_t)stopped;
+    r.channels_started = (uint16_t)started;
+    if (gpu_start && gpu_end >= gpu_start) r.timing_source = CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU;
+    else if (stopped && complete) r.timing_source = CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU;
+    else r.timing_source = CI_SHM_V1_TIMING_SOURCE_COLLECTIVE_CPU;
+    r.comm_index = op->comm->index;
+    r.comm_id = op->comm->comm_id;
+    r.rank = op->comm->rank;
+    r.nranks = op->comm->nranks;
+    r.peer = op->peer;
+    r.op_seq = op->op_seq;
+    r.count = op->count;
+    r.bytes = op->bytes;
+    r.stream = op->stream;
+    r.tid = op->tid;
+    r.host_start_mono_ns = op->host_start_mono_ns;
+    r.host_stop_mono_ns = host_stop;
+    r.complete_mono_ns = complete ? complete : ci_now_mono();
+    r.gpu_start_ticks = gpu_start;
+    r.gpu_end_ticks = gpu_end;
+    r.group_id = op->group_id;
+    memcpy(r.raw_name, op->raw_name, sizeof(r.raw_name));
+    ci_ring_publish(&r);
+    ci_comm_note_completed(op->comm, op, r.complete_mono_ns);
+    ci_pool_put(op);
+}
+
+void ci_op_stop(ci_op_t* op) {
+    STORE(&op->host_stop_mono_ns, ci_now_mono());
+    uint32_t old = __atomic_fetch_or(&op->gate, GATE_HOST, __ATOMIC_ACQ_REL);
+    if (CI_UNLIKELY(old & (GATE_HOST | GATE_FORCED))) return; /* stopped twice, or swept */
+    if (op->expect_channels == 0) {
+        STORE(&op->complete_mono_ns, LOAD(&op->host_stop_mono_ns));
+        publish(op, 0);
+    } else if (old & GATE_CHANNELS) {
+        publish(op, 0);
+    }
+}
+
+/* The first channel of an op: the GPU has started it. No clock read here (a clock read costs
+ * ~20 ns of the 150 ns budget); the background thread stamps the time when it sees it. */
+static __attribute__((noinline)) void first_channel(ci_op_t* op) { ci_comm_note_started(op->comm, op); }
+
+void* ci_channel_start(const void* parent, uint8_t channel, uint64_t ptimer) {
+    ci_op_t* op = ci_op_from_handle(parent);
+    if (CI_UNLIKELY(!op)) return NULL;
+    uint32_t started = LOAD(&op->ch_started);
+    if (CI_UNLIKELY(started == 0)) first_channel(op);
+    STORE(&op->ch_started, started + 1);
+    if (ptimer) {
+        uint64_t cur = LOAD(&op->gpu_start_ticks);
+        if (cur == 0 || ptimer < cur) STORE(&op->gpu_start_ticks, ptimer);
+    }
+    return ci_handle_make(CI_HANDLE_CHANNEL, op->index, ci_handle_generation(parent), channel);
+}
+
+void ci_channel_record_stop(ci_op_t* op, uint64_t ptimer) {
+    if (ptimer > LOAD(&op->gpu_end_ticks)) STORE(&op->gpu_end_ticks, ptimer);
+}
+
+void ci_channel_stop(ci_op_t* op) {
+    uint32_t stopped = LOAD(&op->ch_stopped) + 1;
+    STORE(&op->ch_stopped, stopped);
+    if (stopped != op->expect_channels) return;
+    STORE(&op->complete_mono_ns, ci_now_mono());
+    uint32_t old = __atomic_fetch_or(&op->gate, GATE_CHANNELS, __ATOMIC_ACQ_REL);
+    if ((old & GATE_HOST) && !(old & (GATE_CHANNELS | GATE_FORCED))) publish(op, 0);
+}
+
+/* Claim an op for a forced publication; false if either side already published it. */
+static bool force_claim(ci_op_t* op) {
+    uint32_t old = __atomic_fetch_or(&op->gate, GATE_HOST | GATE_CHANNELS | GATE_FORCED, __ATOMIC_ACQ_REL);
+    if (old & GATE_FORCED) return false;
+    if ((old & GATE_HOST) && (old & GATE_CHANNELS)) return false;
+    if ((old & GATE_HOST) && op->expect_channels == 0) return false; /* published at its stop */
+    return true;
+}
+
+void ci_ops_sweep(ci_comm_t* finalizing, uint64_t now, uint64_t quiet_ns) {
+    uint32_t n = ci_pool_size();
+    for (uint32_t i = 0; i < n; i++) {
+        ci_op_t* op = ci_pool_at(i);
+        if (__atomic_load_n(&op->state, __ATOMIC_ACQUIRE) != CI_OP_LIVE) continue;
+        uint32_t gate = __atomic_load_n(&op->gate, __ATOMIC_ACQUIRE);
+        if (finalizing) {
+            if (LOAD(&op->comm) == finalizing && force_claim(op))
+                publish(op, CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE);
+            continue;
+        }
+        /* Only the background thread runs this branch, so the sweep_* fields are its own. */
+        if (!(gate & GATE_HOST) || LOAD(&op->expect_channels) == 0) continue;
+        uint32_t started = LOAD(&op->ch_started), stopped = LOAD(&op->ch_stopped);
+        uint32_t events = started + stopped;
+        if (events != LOAD(&op->sweep_events) || LOAD(&op->sweep_seen_mono_ns) == 0) {
+            STORE(&op->sweep_events, events);
+            STORE(&op->sweep_seen_mono_ns, now);
+            continue;
+        }
+        /* fewer channels than announced, all of them done, and quiet since */
+        if (started > 0 && started == stopped && now - LOAD(&op->sweep_seen_mono_ns) >= quiet_ns &&
+            force_claim(op))
+            publish(op, 0);
+    }
+}

@@ -1,0 +1,261 @@
+/* NCCL entry points: ncclProfiler_v5 and ncclProfiler_v4 over one implementation.
+ *
+ * The two ABIs differ only in layout (descriptor type width, union members, init argument
+ * order); each adapter reads its own generated descriptor type and calls the same core. Every
+ * entry point returns success except init, which fails only when the plugin cannot work at all
+ * (so NCCL disables it for that communicator and carries on).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ci_internal.h"
+#include "comminsight/nccl_profiler_v4.h"
+#include "comminsight/nccl_profiler_v5.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+ci_process_t ci_g = {.lock = PTHREAD_MUTEX_INITIALIZER, .table_lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Context for communicators we could not track (comm table full): events are ignored. */
+static ci_comm_t untracked;
+
+static void at_exit(void) {
+    pthread_mutex_lock(&ci_g.lock);
+    if (ci_g.initialized && ci_g.pid == getpid()) {
+        ci_threads_stop("process_exit");
+        ci_shm_close(CI_SHM_V1_FILE_STATE_CLOSED);
+        ci_shm_remove_if_unwatched();
+    }
+    pthread_mutex_unlock(&ci_g.lock);
+}
+
+static void after_fork_in_child(void) {
+    /* Only this thread survives; the parent's threads, comms and SHM are not ours. */
+    pthread_mutex_init(&ci_g.lock, NULL);
+    pthread_mutex_init(&ci_g.table_lock, NULL);
+    ci_threads_forget_after_fork();
+    ci_logwriter_reset();
+    ci_shm_detach_after_fork();
+    ci_pool_destroy();
+    free(ci_g.comms);
+    ci_g.comms = NULL;
+    ci_g.initialized = false;
+    ci_g.threads_running = false;
+    ci_g.live_comms = 0;
+    ci_g.autostart_done = false;
+}
+
+/* Called with ci_g.lock held. */
+static int process_init(void) {
+    if (ci_g.initialized) return 0;
+    static bool hooks_installed;
+    ci_g.pid = getpid();
+    if (gethostname(ci_g.hostname, sizeof(ci_g.hostname)) != 0) strcpy(ci_g.hostname, "unknown");
+    ci_g.hostname[sizeof(ci_g.hostname) - 1] = '\0';
+    ci_config_load(&ci_g.cfg);
+    ci_g.mask = ci_g.cfg.event_mask;
+    if (ci_pool_init(ci_g.cfg.event_pool) != 0 || ci_shm_open() != 0) {
+        ci_warn("cannot allocate the event pool or the record ring; profiling disabled");
+        ci_pool_destroy();
+        return -1;
+    }
+    ci_g.comm_capacity = ci_g.cfg.comm_slots;
+    ci_g.comms = calloc(ci_g.comm_capacity, sizeof(*ci_g.comms));
+    if (!ci_g.comms) {
+        ci_pool_destroy();
+        ci_shm_detach_after_fork(); /* unmaps */
+        return -1;
+    }
+    for (uint32_t i = 0; i < ci_g.comm_capacity; i++) {
+        ci_g.comms[i].index = i;
+        ci_g.comms[i].entry = &ci_g.comm_table[i];
+    }
+    if (!hooks_installed) {
+        atexit(at_exit);
+        pthread_atfork(NULL, NULL, after_fork_in_child);
+        hooks_installed = true;
+    }
+    ci_g.initialized = true;
+    ci_debug("initialized: home %s, mask 0x%x, ring %u slots, SHM %s", ci_g.cfg.home, ci_g.mask,
+             ci_g.cfg.ring_slots, ci_g.region_is_file ? ci_g.shm_path : "(in memory only)");
+    return 0;
+}
+
+static uint32_t init_common(void** context, uint64_t comm_id, int* mask, const char* name, int nnodes,
+                            int nranks, int rank, void* logfn, uint32_t abi) {
+    if (context) *context = NULL;
+    ci_log_set_nccl_logger(logfn);
+    pthread_mutex_lock(&ci_g.lock);
+    if (process_init() != 0) {
+        pthread_mutex_unlock(&ci_g.lock);
+        return CI_NCCL_V5_RESULT_INTERNAL_ERROR; /* NCCL disables the plugin for this comm */
+    }
+    if (ci_g.hdr->nccl_abi_version == 0) ci_g.hdr->nccl_abi_version = abi;
+    pthread_mutex_lock(&ci_g.table_lock);
+    ci_comm_t* comm = ci_comm_open(comm_id, name, nnodes, nranks, rank, abi);
+    pthread_mutex_unlock(&ci_g.table_lock);
+    if (!comm) ci_warn("communicator %016llx not tracked: all %u comm slots in use", (unsigned long long)comm_id,
+                       ci_g.comm_capacity);
+    ci_g.live_comms++;
+    ci_threads_start();
+    pthread_mutex_unlock(&ci_g.lock);
+    /* One process-global int that NCCL re-reads per task: we own its value from now on. */
+    if (mask) *mask = __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED);
+    if (context) *context = comm ? comm : &untracked;
+    return CI_NCCL_V5_RESULT_SUCCESS;
+}
+
+static uint32_t finalize_common(void* context) {
+    ci_comm_t* comm = context;
+    if (!comm) return CI_NCCL_V5_RESULT_SUCCESS;
+    pthread_mutex_lock(&ci_g.lock);
+    if (ci_g.initialized && ci_g.live_comms > 0) {
+        if (comm != &untracked) {
+            pthread_mutex_lock(&ci_g.table_lock);
+            ci_comm_close(comm);
+            pthread_mutex_unlock(&ci_g.table_lock);
+        }
+        if (--ci_g.live_comms == 0) ci_threads_stop("finalize"); /* drains and seals the log */
+    }
+    pthread_mutex_unlock(&ci_g.lock);
+    return CI_NCCL_V5_RESULT_SUCCESS;
+}
+
+static bool tracked(void* context) {
+    return context && context != &untracked && CI_LIKELY(ci_g.initialized);
+}
+
+static void* start_p2p(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype, int peer,
+                       int n_channels) {
+    uint64_t seq = __atomic_fetch_add(&comm->p2p_counter, 1, __ATOMIC_RELAXED);
+    return ci_op_start(comm, CI_SHM_V1_RECORD_KIND_P2P, func, seq, count, datatype, peer, n_channels, 0, NULL,
+                       NULL);
+}
+
+/* Event types we know and deliberately do not track: no handle, no counting. */
+#define KNOWN_UNTRACKED_V5 0x0FB9ull /* Group, ProxyOp/Step/Ctrl, NetPlugin, GroupApi, CollApi, P2pApi, KernelLaunch */
+
+static void on_unknown_event(void) {
+    if (ci_g.hdr) ci_counter_add(&ci_g.hdr->events_unknown, 1);
+}
+
+/* ---------------------------------------------------------------------------------------- v5 */
+
+static uint32_t init_v5(void** context, uint64_t comm_id, int32_t* mask, const char* name, int32_t nnodes,
+                        int32_t nranks, int32_t rank, ci_nccl_debug_logger_v5_fn logfn) {
+    return init_common(context, comm_id, mask, name, nnodes, nranks, rank, (void*)logfn, 5);
+}
+
+static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t* d) {
+    if (!handle) return CI_NCCL_V5_RESULT_SUCCESS;
+    *handle = NULL;
+    if (!d || !tracked(context)) return CI_NCCL_V5_RESULT_SUCCESS;
+    ci_comm_t* comm = context;
+    if (CI_LIKELY(d->type == CI_EV_KERNEL_CH)) { /* 24 of every ~80 events: first */
+        *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
+        return CI_NCCL_V5_RESULT_SUCCESS;
+    }
+    switch (d->type) {
+    case CI_EV_COLL:
+        *handle = ci_op_start(comm, CI_SHM_V1_RECORD_KIND_COLL, d->u.coll.func, d->u.coll.seqNumber,
+                              d->u.coll.count, d->u.coll.datatype, d->u.coll.root, d->u.coll.nChannels,
+                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto);
+        break;
+    case CI_EV_P2P:
+        *handle = start_p2p(comm, d->u.p2p.func, d->u.p2p.count, d->u.p2p.datatype, d->u.p2p.peer,
+                            d->u.p2p.nChannels);
+        break;
+    default:
+        if (!(d->type & KNOWN_UNTRACKED_V5) || (d->type & (d->type - 1))) on_unknown_event();
+        break;
+    }
+    return CI_NCCL_V5_RESULT_SUCCESS;
+}
+
+static uint32_t stop_common(void* handle) {
+    ci_op_t* op = ci_op_from_handle(handle); /* NULL for NULL, foreign and stale handles */
+    if (CI_UNLIKELY(!op)) {
+        if (handle) on_unknown_event();
+        return CI_NCCL_V5_RESULT_SUCCESS;
+    }
+    uint32_t kind = ci_handle_kind(handle);
+    if (CI_LIKELY(kind == CI_HANDLE_CHANNEL)) ci_channel_stop(op);
+    else if (kind == CI_HANDLE_OP) ci_op_stop(op);
+    else on_unknown_event();
+    return CI_NCCL_V5_RESULT_SUCCESS;
+}
+
+static void record_kernel_stop(void* handle, uint32_t state, const uint64_t* ptimer) {
+    /* NCCL passes NULL args for GroupApi states, and we hand out no handle for those anyway */
+    if (state != CI_STATE_KERNEL_CH_STOP || !ptimer || ci_handle_kind(handle) != CI_HANDLE_CHANNEL) return;
+    ci_op_t* op = ci_op_from_handle(handle);
+    if (CI_LIKELY(op != NULL)) ci_channel_record_stop(op, *ptimer);
+}
+
+static uint32_t record_v5(void* handle, uint32_t state, ci_nccl_state_args_v5_t* args) {
+    record_kernel_stop(handle, state, args ? &args->kernelCh.pTimer : NULL);
+    return CI_NCCL_V5_RESULT_SUCCESS;
+}
+
+static uint32_t stop_v5(void* handle) { return stop_common(handle); }
+static uint32_t finalize_v5(void* context) { return finalize_common(context); }
+
+EXPORT ci_nccl_profiler_v5_t ncclProfiler_v5 = {
+    .name = CI_PLUGIN_NAME,
+    .init = init_v5,
+    .startEvent = start_v5,
+    .stopEvent = stop_v5,
+    .recordEventState = record_v5,
+    .finalize = finalize_v5,
+};
+
+/* ---------------------------------------------------------------------------------------- v4 */
+
+static uint32_t init_v4(void** context, int32_t* mask, const char* name, uint64_t comm_hash, int32_t nnodes,
+                        int32_t nranks, int32_t rank, ci_nccl_debug_logger_v4_fn logfn) {
+    return init_common(context, comm_hash, mask, name, nnodes, nranks, rank, (void*)logfn, 4);
+}
+
+static uint32_t start_v4(void* context, void** handle, ci_nccl_event_descr_v4_t* d) {
+    if (!handle) return CI_NCCL_V4_RESULT_SUCCESS;
+    *handle = NULL;
+    if (!d || !tracked(context)) return CI_NCCL_V4_RESULT_SUCCESS;
+    ci_comm_t* comm = context;
+    switch (d->type) {
+    case CI_EV_COLL:
+        *handle = ci_op_start(comm, CI_SHM_V1_RECORD_KIND_COLL, d->u.coll.func, d->u.coll.seqNumber,
+                              d->u.coll.count, d->u.coll.datatype, d->u.coll.root, d->u.coll.nChannels,
+                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto);
+        break;
+    case CI_EV_P2P:
+        /* NCCL leaves p2p.nChannels unset for v4 plugins: the channel count is unknown */
+        *handle = start_p2p(comm, d->u.p2p.func, d->u.p2p.count, d->u.p2p.datatype, d->u.p2p.peer, -1);
+        break;
+    case CI_EV_KERNEL_CH:
+        *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
+        break;
+    default:
+        if (!(d->type & 0xB9) || (d->type & (d->type - 1))) on_unknown_event();
+        break;
+    }
+    return CI_NCCL_V4_RESULT_SUCCESS;
+}
+
+static uint32_t record_v4(void* handle, uint32_t state, ci_nccl_state_args_v4_t* args) {
+    record_kernel_stop(handle, state, args ? &args->kernelCh.pTimer : NULL);
+    return CI_NCCL_V4_RESULT_SUCCESS;
+}
+
+static uint32_t stop_v4(void* handle) { return stop_common(handle); }
+static uint32_t finalize_v4(void* context) { return finalize_common(context); }
+
+EXPORT ci_nccl_profiler_v4_t ncclProfiler_v4 = {
+    .name = CI_PLUGIN_NAME,
+    .init = init_v4,
+    .startEvent = start_v4,
+    .stopEvent = stop_v4,
+    .recordEventState = record_v4,
+    .finalize = finalize_v4,
+};

@@ -1,0 +1,225 @@
+/* The process's SHM region (shm v1): header, communicator table and op ring.
+ *
+ * One file per process under <home>/shms/, created 0600 in a 0700 directory. When it cannot be
+ * created (no home, read-only disk, SHM disabled) the same layout lives in anonymous memory, so
+ * the rest of the plugin (log writer, watchdog) works unchanged and only the Agent is blind.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ci_internal.h"
+
+void ci_counter_add(uint64_t* counter, uint64_t n) { __atomic_add_fetch(counter, n, __ATOMIC_RELAXED); }
+
+static int env_int(const char* name) {
+    const char* v = getenv(name);
+    if (!v || !*v) return CI_SHM_V1_NO_RANK;
+    char* end;
+    long x = strtol(v, &end, 10);
+    return (*end || x < 0 || x > 0x7fffffff) ? CI_SHM_V1_NO_RANK : (int)x;
+}
+
+static void process_name(char* out, size_t size) {
+    out[0] = '\0';
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, out, size - 1);
+    close(fd);
+    if (n <= 0) return;
+    for (ssize_t i = 0; i < n - 1; i++)
+        if (out[i] == '\0') out[i] = ' '; /* argv separators */
+    out[n] = '\0';
+}
+
+static const char* job_id(void) {
+    static const char* vars[] = {"COMMINSIGHT_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "JOB_ID"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char* v = getenv(vars[i]);
+        if (v && *v) return v;
+    }
+    return "";
+}
+
+/* mkdir -p with 0700 for the directories we create; existing ones are left as they are. */
+int ci_mkdirs(const char* path) {
+    char buf[CI_PATH_MAX];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char* p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return (mkdir(buf, 0700) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+static void fill_header(ci_shm_header_v1_t* h, size_t comm_off, size_t ring_off, size_t total) {
+    const ci_config_t* cfg = &ci_g.cfg;
+    memset(h, 0, sizeof(*h));
+    h->magic = CI_SHM_V1_MAGIC;
+    h->abi_version = CI_SHM_V1_PROTOCOL_VERSION;
+    h->header_size = sizeof(*h);
+    h->file_size = total;
+    h->state = CI_SHM_V1_FILE_STATE_CREATING;
+    h->flags = (cfg->log_enable ? CI_SHM_V1_HEADER_FLAGS_LOGS_ENABLED : 0) |
+               (cfg->hang_timeout_s > 0 ? CI_SHM_V1_HEADER_FLAGS_WATCHDOG_ENABLED : 0) |
+               ((cfg->event_mask & CI_EV_KERNEL_CH) ? CI_SHM_V1_HEADER_FLAGS_GPU_TIMING : 0);
+    h->comm_table_offset = comm_off;
+    h->comm_capacity = cfg->comm_slots;
+    h->comm_entry_size = sizeof(ci_shm_comm_entry_v1_t);
+    h->ring_offset = ring_off;
+    h->ring_capacity = cfg->ring_slots;
+    h->slot_size = sizeof(ci_shm_op_slot_v1_t);
+    h->pid = ci_g.pid;
+    h->uid = (uint32_t)getuid();
+    h->rank = env_int("RANK");
+    h->local_rank = env_int("LOCAL_RANK");
+    h->world_size = env_int("WORLD_SIZE");
+    h->local_world_size = env_int("LOCAL_WORLD_SIZE");
+    h->cuda_device = CI_SHM_V1_NO_RANK;
+    h->start_real_ns = ci_now_real();
+    h->start_mono_ns = ci_now_mono();
+    h->plugin_version = CI_PLUGIN_VERSION;
+    h->event_mask = cfg->event_mask;
+    h->hang_threshold_ms = (uint32_t)(cfg->hang_timeout_s * 1000.0);
+    ci_copy_name(h->hostname, sizeof(h->hostname), ci_g.hostname, NULL);
+    ci_copy_name(h->job_id, sizeof(h->job_id), job_id(), NULL);
+    process_name(h->process_name, sizeof(h->process_name));
+    h->heartbeat_interval_ms = cfg->heartbeat_ms;
+    h->heartbeat_mono_ns = h->start_mono_ns;
+    h->heartbeat_real_ns = h->start_real_ns;
+}
+
+static bool usable_dir(const char* dir) {
+    struct stat st;
+    return dir[0] && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(dir, W_OK | X_OK) == 0;
+}
+
+/* Create and map the region. The memory lives in the tmpfs directory (COMMINSIGHT_PROFILER_
+ * SHM_DIR) and <home>/shms/<name>.shm links to it; without a usable tmpfs it is the file in
+ * shms/ itself. Pages are populated now so that the hot path never takes a first-touch fault. */
+static void* map_file(size_t total) {
+    char dir[CI_DIR_MAX];
+    snprintf(dir, sizeof(dir), "%s/shms", ci_g.cfg.home);
+    if (ci_mkdirs(dir) != 0) {
+        ci_warn("cannot create %s (%s): SHM disabled, the Agent will not see this process", dir,
+                strerror(errno));
+        return NULL;
+    }
+    char name[256];
+    snprintf(name, sizeof(name), "ci-%s-%d-%llu.shm", ci_g.hostname, (int)ci_g.pid,
+             (unsigned long long)ci_now_mono());
+    snprintf(ci_g.shm_path, sizeof(ci_g.shm_path), "%s/%s", dir, name);
+    bool linked = usable_dir(ci_g.cfg.shm_dir);
+    if (linked) snprintf(ci_g.shm_target, sizeof(ci_g.shm_target), "%s/%s", ci_g.cfg.shm_dir, name);
+    else snprintf(ci_g.shm_target, sizeof(ci_g.shm_target), "%s", ci_g.shm_path);
+    int fd = open(ci_g.shm_target, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        ci_warn("cannot create %s (%s): SHM disabled", ci_g.shm_target, strerror(errno));
+        return NULL;
+    }
+    void* p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)total) == 0)
+        p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    int err = errno;
+    close(fd);
+    if (p != MAP_FAILED && linked && symlink(ci_g.shm_target, ci_g.shm_path) != 0) {
+        err = errno;
+        munmap(p, total);
+        p = MAP_FAILED;
+    }
+    if (p == MAP_FAILED) {
+        ci_warn("cannot size, map or link %s (%s): SHM disabled", ci_g.shm_target, strerror(err));
+        unlink(ci_g.shm_target);
+        return NULL;
+    }
+    return p;
+}
+
+/* At a clean exit with no Agent running nobody will ever read the region: remove it, so that
+ * memory-backed SHM does not accumulate on the node. With an Agent, it retires the file after
+ * draining it. */
+void ci_shm_remove_if_unwatched(void) {
+    if (!ci_g.region_is_file) return;
+    char lock_path[CI_PATH_MAX];
+    snprintf(lock_path, sizeof(lock_path), "%.*s/metadata/agent.lock", CI_HOME_MAX, ci_g.cfg.home);
+    int fd = open(lock_path, O_RDWR | O_CLOEXEC);
+    bool agent_running = false;
+    if (fd >= 0) {
+        agent_running = flock(fd, LOCK_EX | LOCK_NB) != 0;
+        if (!agent_running) flock(fd, LOCK_UN);
+        close(fd);
+    }
+    if (agent_running) return;
+    unlink(ci_g.shm_path);
+    if (strcmp(ci_g.shm_target, ci_g.shm_path) != 0) unlink(ci_g.shm_target);
+}
+
+int ci_shm_open(void) {
+    const ci_config_t* cfg = &ci_g.cfg;
+    size_t comm_off = sizeof(ci_shm_header_v1_t);
+    size_t ring_off = comm_off + (size_t)cfg->comm_slots * sizeof(ci_shm_comm_entry_v1_t);
+    size_t total = ring_off + (size_t)cfg->ring_slots * sizeof(ci_shm_op_slot_v1_t);
+    void* p = cfg->shm_enable ? map_file(total) : NULL;
+    ci_g.region_is_file = p != NULL;
+    if (!p) {
+        ci_g.shm_path[0] = '\0';
+        p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return -1;
+    }
+    ci_g.region = p;
+    ci_g.region_size = total;
+    ci_g.hdr = (ci_shm_header_v1_t*)p;
+    ci_g.comm_table = (ci_shm_comm_entry_v1_t*)((char*)p + comm_off);
+    ci_g.ring = (ci_shm_op_slot_v1_t*)((char*)p + ring_off);
+    ci_g.ring_mask = cfg->ring_slots - 1;
+    fill_header(ci_g.hdr, comm_off, ring_off, total);
+    /* Readers trust nothing until LIVE; the release orders every store above before it. */
+    __atomic_store_n(&ci_g.hdr->state, CI_SHM_V1_FILE_STATE_LIVE, __ATOMIC_RELEASE);
+    return 0;
+}
+
+void ci_shm_close(uint32_t final_state) {
+    if (ci_g.hdr) __atomic_store_n(&ci_g.hdr->state, final_state, __ATOMIC_RELEASE);
+    if (ci_g.region && ci_g.region_is_file) msync(ci_g.region, sizeof(ci_shm_header_v1_t), MS_ASYNC);
+}
+
+/* In a forked child the mapping is shared with the parent: writing to it would corrupt the
+ * parent's records. Drop it; the child starts afresh if it initializes NCCL itself. */
+void ci_shm_detach_after_fork(void) {
+    if (ci_g.region) munmap(ci_g.region, ci_g.region_size);
+    ci_g.region = NULL;
+    ci_g.hdr = NULL;
+    ci_g.comm_table = NULL;
+    ci_g.ring = NULL;
+}
+
+/* Multi-producer publish: claim a ticket, mark the slot busy, fill it, release it. A slot still
+ * being written by a producer one full lap behind is not touched: the record is dropped and
+ * counted (readers see the ticket as lost). */
+uint64_t ci_ring_publish(const ci_shm_op_slot_v1_t* record) {
+    ci_shm_header_v1_t* h = ci_g.hdr;
+    uint64_t ticket = __atomic_fetch_add(&h->ring_head, 1, __ATOMIC_RELAXED);
+    ci_shm_op_slot_v1_t* slot = &ci_g.ring[ticket & ci_g.ring_mask];
+    uint64_t prev = __atomic_load_n(&slot->seq, __ATOMIC_RELAXED);
+    uint64_t busy = (ticket + 1) | CI_SHM_V1_SLOT_BUSY_BIT;
+    if (CI_UNLIKELY((prev & CI_SHM_V1_SLOT_BUSY_BIT) ||
+                    !__atomic_compare_exchange_n(&slot->seq, &prev, busy, false, __ATOMIC_ACQUIRE,
+                                                 __ATOMIC_RELAXED))) {
+        ci_counter_add(&h->records_dropped_busy, 1);
+        return ticket;
+    }
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* busy mark visible before the payload changes */
+    memcpy((char*)slot + sizeof(slot->seq), (const char*)record + sizeof(record->seq),
+           sizeof(*slot) - sizeof(slot->seq));
+    __atomic_store_n(&slot->seq, ticket + 1, __ATOMIC_RELEASE);
+    ci_counter_add(&h->records_published, 1);
+    return ticket;
+}
