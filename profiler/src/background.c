@@ -191,7 +191,7 @@ void ci_watchdog_scan(uint64_t now) {
         snap->rank = comm->rank;
         snap->nranks = comm->nranks;
         snap->event_type = type;
-        memcpy(&snap->entry, e, sizeof(*e));
+        ci_seqlock_read_comm(&snap->entry, e);
     }
     pthread_mutex_unlock(&ci_g.table_lock);
     for (uint32_t i = 0; i < n; i++) report_hang(&reports[i], now, threshold_ns);

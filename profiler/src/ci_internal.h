@@ -206,6 +206,9 @@ void ci_shm_close(uint32_t final_state);
 void ci_shm_remove_if_unwatched(void);
 void ci_shm_detach_after_fork(void);
 uint64_t ci_ring_publish(const ci_shm_op_slot_v1_t* record); /* returns the ticket */
+void ci_seqlock_write_slot(ci_shm_op_slot_v1_t* slot, const ci_shm_op_slot_v1_t* record);
+void ci_seqlock_read_slot(ci_shm_op_slot_v1_t* dst, const ci_shm_op_slot_v1_t* slot);
+void ci_seqlock_read_comm(ci_shm_comm_entry_v1_t* dst, const ci_shm_comm_entry_v1_t* e);
 void ci_counter_add(uint64_t* counter, uint64_t n);
 
 /* ---- threads ---- */

@@ -185,7 +185,11 @@ static bool rooted(uint8_t func) {
 }
 
 static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
-    const ci_shm_comm_entry_v1_t* e = r->comm_index < ci_g.comm_capacity ? &ci_g.comm_table[r->comm_index] : NULL;
+    ci_shm_comm_entry_v1_t snapshot, *e = NULL;
+    if (r->comm_index < ci_g.comm_capacity) {
+        ci_seqlock_read_comm(&snapshot, &ci_g.comm_table[r->comm_index]);
+        e = &snapshot;
+    }
     uint64_t exec_us;
     double algbw, busbw;
     op_timing(r, &exec_us, &algbw, &busbw);
@@ -260,7 +264,8 @@ static void put_progress(const ci_shm_comm_entry_v1_t* e) {
 }
 
 static void put_hang_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
-    const ci_shm_comm_entry_v1_t* e = &ci_g.comm_table[r->comm_index];
+    ci_shm_comm_entry_v1_t snapshot, *e = &snapshot;
+    ci_seqlock_read_comm(&snapshot, &ci_g.comm_table[r->comm_index]);
     uint64_t detected = r->complete_mono_ns;
     put("{\"ci\":{\"kind\":\"hang_evidence\",\"schema_version\":1,\"ring_seq\":%llu,\"comm_id\":\"%016llx\","
         "\"comm_rank\":%d,",
@@ -286,7 +291,8 @@ static void put_hang_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
 }
 
 static void put_comm_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
-    const ci_shm_comm_entry_v1_t* e = &ci_g.comm_table[r->comm_index];
+    ci_shm_comm_entry_v1_t snapshot, *e = &snapshot;
+    ci_seqlock_read_comm(&snapshot, &ci_g.comm_table[r->comm_index]);
     if (r->kind == CI_SHM_V1_RECORD_KIND_COMM_INIT) {
         put("{\"ci\":{\"kind\":\"comm_init\",\"schema_version\":1,\"ring_seq\":%llu,\"comm\":",
             (unsigned long long)ring_seq);
@@ -355,10 +361,11 @@ static void segment_open(void) {
         (unsigned long long)ci_now_real());
     bool first = true;
     for (uint32_t i = 0; i < ci_g.comm_capacity; i++) {
-        const ci_shm_comm_entry_v1_t* e = &ci_g.comm_table[i];
-        if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != CI_SHM_V1_COMM_STATE_ACTIVE) continue;
+        if (__atomic_load_n(&ci_g.comm_table[i].state, __ATOMIC_ACQUIRE) != CI_SHM_V1_COMM_STATE_ACTIVE) continue;
+        ci_shm_comm_entry_v1_t e;
+        ci_seqlock_read_comm(&e, &ci_g.comm_table[i]);
         if (!first) put(",");
-        put_comm_identity(e);
+        put_comm_identity(&e);
         first = false;
     }
     put("],\"next_ring_seq\":%llu}}\n", (unsigned long long)(w.cursor + 1));
@@ -505,7 +512,7 @@ static void drain(bool final) {
         const ci_shm_op_slot_v1_t* slot = &ci_g.ring[t & ci_g.ring_mask];
         uint64_t s1 = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
         if (s1 == t + 1) {
-            memcpy(&copy, slot, sizeof(copy));
+            ci_seqlock_read_slot(&copy, slot);
             __atomic_thread_fence(__ATOMIC_ACQUIRE);
             uint64_t s2 = __atomic_load_n(&slot->seq, __ATOMIC_RELAXED);
             if (s2 == t + 1) emit(&copy, t + 1);
@@ -552,7 +559,8 @@ void ci_logwriter_run_once(bool final, const char* seal_reason) {
     drain(final);
     if (!w.disk_full) flush_gap();
     write_out();
-    if (w.seg.fd >= 0 && w.seg.records > 1 &&
+    now = ci_now_mono(); /* the segment may have been opened during this pass */
+    if (w.seg.fd >= 0 && w.seg.records > 1 && now > w.seg.opened_mono &&
         (double)(now - w.seg.opened_mono) >= ci_g.cfg.log_segment_s * 1e9)
         segment_seal("age");
     if (final) segment_seal(seal_reason);

@@ -201,6 +201,22 @@ void ci_shm_detach_after_fork(void) {
     ci_g.ring = NULL;
 }
 
+/* The payload copy into a claimed slot. Readers copy slots concurrently and discard what
+ * changed under them (seqlock): a race by design, named so sanitizers can be told. */
+__attribute__((noinline)) void ci_seqlock_write_slot(ci_shm_op_slot_v1_t* slot, const ci_shm_op_slot_v1_t* record) {
+    memcpy((char*)slot + sizeof(slot->seq), (const char*)record + sizeof(record->seq), sizeof(*slot) - sizeof(slot->seq));
+}
+
+__attribute__((noinline)) void ci_seqlock_read_slot(ci_shm_op_slot_v1_t* dst, const ci_shm_op_slot_v1_t* slot) {
+    memcpy(dst, slot, sizeof(*dst));
+}
+
+/* A comm-table row copied while NCCL's threads update its counters: each field is a single
+ * aligned word, the copy may mix moments (readers use it as a snapshot, not an invariant). */
+__attribute__((noinline)) void ci_seqlock_read_comm(ci_shm_comm_entry_v1_t* dst, const ci_shm_comm_entry_v1_t* e) {
+    memcpy(dst, e, sizeof(*dst));
+}
+
 /* Multi-producer publish: claim a ticket, mark the slot busy, fill it, release it. A slot still
  * being written by a producer one full lap behind is not touched: the record is dropped and
  * counted (readers see the ticket as lost). */
@@ -217,8 +233,7 @@ uint64_t ci_ring_publish(const ci_shm_op_slot_v1_t* record) {
         return ticket;
     }
     __atomic_thread_fence(__ATOMIC_RELEASE); /* busy mark visible before the payload changes */
-    memcpy((char*)slot + sizeof(slot->seq), (const char*)record + sizeof(record->seq),
-           sizeof(*slot) - sizeof(slot->seq));
+    ci_seqlock_write_slot(slot, record);
     __atomic_store_n(&slot->seq, ticket + 1, __ATOMIC_RELEASE);
     ci_counter_add(&h->records_published, 1);
     return ticket;
