@@ -54,7 +54,9 @@ def verify_segment(path: str | Path) -> Segment:
     if not isinstance(seal, CiSeal):
         raise SegmentError(f"{path}: the last line is not a seal: the segment is truncated")
     if seal.byte_count != len(body):
-        raise SegmentError(f"{path}: seal says {seal.byte_count} bytes before it, found {len(body)}")
+        raise SegmentError(
+            f"{path}: seal says {seal.byte_count} bytes before it, found {len(body)}"
+        )
     if seal.record_count != len(records):
         raise SegmentError(f"{path}: seal says {seal.record_count} lines, found {len(records)}")
     crc = zlib.crc32(body)

@@ -45,7 +45,9 @@ class ShmRegion:
         try:
             size = os.fstat(fd).st_size
             if size < HEADER.itemsize:
-                raise ShmError(f"{self.path}: {size} bytes, shorter than the {HEADER.itemsize}-byte header")
+                raise ShmError(
+                    f"{self.path}: {size} bytes, shorter than the {HEADER.itemsize}-byte header"
+                )
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
         finally:
             os.close(fd)
@@ -55,10 +57,12 @@ class ShmRegion:
         h = self.header
         self.comm_capacity = int(h["comm_capacity"])
         self.ring_capacity = int(h["ring_capacity"])
-        self.comms = np.frombuffer(self._map, dtype=COMM, count=self.comm_capacity,
-                                   offset=int(h["comm_table_offset"]))
-        self.ring = np.frombuffer(self._map, dtype=SLOT, count=self.ring_capacity,
-                                  offset=int(h["ring_offset"]))
+        self.comms = np.frombuffer(
+            self._map, dtype=COMM, count=self.comm_capacity, offset=int(h["comm_table_offset"])
+        )
+        self.ring = np.frombuffer(
+            self._map, dtype=SLOT, count=self.ring_capacity, offset=int(h["ring_offset"])
+        )
 
     def _check(self, size: int) -> None:
         h = self.header
@@ -69,12 +73,21 @@ class ShmRegion:
         if int(h["magic"]) != shm_v1.MAGIC:
             raise bad("magic", f"0x{int(h['magic']):016x} is not an shm v1 region")
         if int(h["abi_version"]) != shm_v1.PROTOCOL_VERSION:
-            raise bad("abi_version", f"{int(h['abi_version'])} (this reader knows {shm_v1.PROTOCOL_VERSION})")
-        for name, dtype in (("header_size", HEADER), ("comm_entry_size", COMM), ("slot_size", SLOT)):
+            raise bad(
+                "abi_version",
+                f"{int(h['abi_version'])} (this reader knows {shm_v1.PROTOCOL_VERSION})",
+            )
+        for name, dtype in (
+            ("header_size", HEADER),
+            ("comm_entry_size", COMM),
+            ("slot_size", SLOT),
+        ):
             if int(h[name]) != dtype.itemsize:
                 raise bad(name, f"{int(h[name])}, expected {dtype.itemsize}")
         if int(h["file_size"]) != size:
-            raise bad("file_size", f"{int(h['file_size'])} but the file has {size} bytes (truncated?)")
+            raise bad(
+                "file_size", f"{int(h['file_size'])} but the file has {size} bytes (truncated?)"
+            )
         cap = int(h["ring_capacity"])
         if cap <= 0 or cap & (cap - 1):
             raise bad("ring_capacity", f"{cap} is not a power of two")
@@ -83,7 +96,9 @@ class ShmRegion:
         if int(h["comm_table_offset"]) < HEADER.itemsize or comm_end > int(h["ring_offset"]):
             raise bad("comm_table_offset", "the comm table overlaps the header or the ring")
         if ring_end > size:
-            raise bad("ring_offset", f"the ring ends at {ring_end}, past the end of the file ({size})")
+            raise bad(
+                "ring_offset", f"the ring ends at {ring_end}, past the end of the file ({size})"
+            )
 
     @property
     def state(self) -> int:

@@ -21,7 +21,9 @@ ci_process_t ci_g = {.lock = PTHREAD_MUTEX_INITIALIZER, .table_lock = PTHREAD_MU
 /* Context for communicators we could not track (comm table full): events are ignored. */
 static ci_comm_t untracked;
 
-static void at_exit(void) {
+/* Runs at process exit and when the library is unloaded (a destructor, not atexit(): an
+ * atexit handler would outlive a dlclose'd library under some runtimes). */
+__attribute__((destructor)) static void at_exit(void) {
     pthread_mutex_lock(&ci_g.lock);
     if (ci_g.initialized && ci_g.pid == getpid()) {
         ci_threads_stop("process_exit");
@@ -73,7 +75,6 @@ static int process_init(void) {
         ci_g.comms[i].entry = &ci_g.comm_table[i];
     }
     if (!hooks_installed) {
-        atexit(at_exit);
         pthread_atfork(NULL, NULL, after_fork_in_child);
         hooks_installed = true;
     }

@@ -1,0 +1,272 @@
+"""Edge-case scenarios for the Profiler plugin, each run in a fresh process.
+
+    python tests/plugin_scenarios.py SCENARIO PLUGIN.so
+
+The plugin keeps per-process state (SHM file, threads), so every scenario gets its own
+interpreter; it prints one JSON object (what it observed through the SHM reader) for the test
+to check. COMMINSIGHT_* settings come from the environment the test sets.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from comminsight.shm_reader import RingCursor, ShmRegion
+from comminsight.sim.abi import load_plugin
+
+COLL = {
+    "seq": 0,
+    "func": "AllReduce",
+    "send_buff": 0x1000,
+    "recv_buff": 0x2000,
+    "count": 1024,
+    "root": 0,
+    "datatype": "ncclFloat32",
+    "n_channels": 4,
+    "n_warps": 8,
+    "algo": "RING",
+    "proto": "SIMPLE",
+}
+
+
+class Driver:
+    def __init__(self, plugin: str, version: int = 5):
+        self.abi = load_plugin(plugin, version)
+        self.mask = self.abi.new_activation_mask()
+
+    def init(self, comm_id: int, name: str | None = None, nranks: int = 2, rank: int = 0):
+        return self.abi.init(self.mask, comm_id, name, 1, nranks, rank)
+
+    def coll(self, ctx, seq: int, channels: int = 4, finish: bool = True, **fields):
+        coll = {**COLL, "seq": seq, "n_channels": channels, **fields}
+        op = self.abi.start_coll(ctx, None, None, 0, coll)
+        self.abi.stop(op)
+        if not finish:
+            return op
+        self.channels(ctx, op, channels, base=1_000_000 * (seq + 1))
+        return op
+
+    def channels(self, ctx, op, n: int, base: int = 1000):
+        handles = [self.abi.start_kernel_ch(ctx, op, c, base + c) for c in range(n)]
+        for h in handles:
+            self.abi.record_state(h, shm_v1_kernel_ch_stop(), ptimer=base + 5000)
+            self.abi.stop(h)
+        return handles
+
+
+def shm_v1_kernel_ch_stop():
+    from comminsight_gen.abi.nccl_profiler_v5 import EventState
+
+    return EventState.KERNEL_CH_STOP
+
+
+def home() -> Path:
+    return Path(os.environ["COMMINSIGHT_HOME"])
+
+
+def hold_agent_lock():
+    """Pretend an Agent runs, so the plugin leaves its SHM file for us to read at exit."""
+    (home() / "metadata").mkdir(parents=True, exist_ok=True)
+    f = open(home() / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held until exit
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
+
+
+def region() -> ShmRegion | None:
+    shms = sorted((home() / "shms").glob("*.shm")) if (home() / "shms").exists() else []
+    return ShmRegion(shms[0]) if shms else None
+
+
+def snapshot(r: ShmRegion | None) -> dict:
+    if r is None:
+        return {"shm": False}
+    records = RingCursor(r).poll()
+    counters = [
+        "records_published",
+        "records_dropped_busy",
+        "events_dropped_pool",
+        "comms_dropped",
+        "events_unknown",
+        "hangs_flagged",
+        "fifo_events_dropped",
+        "comms_active",
+    ]
+    return {
+        "shm": True,
+        "counters": {c: r.counter(c) for c in counters},
+        "kinds": [int(k) for k in records["kind"]],
+        "funcs": [int(f) for f in records["func"]],
+        "seqs": [int(s) for s in records["op_seq"]],
+        "flags": [int(f) for f in records["flags"]],
+        "datatypes": [int(d) for d in records["datatype"]],
+        "raw_names": [
+            bytes(n).split(b"\0")[0].decode("utf-8", "replace") for n in records["raw_name"]
+        ],
+        "channels": [int(c) for c in records["kernel_ch_count"]],
+        "timing": [int(t) for t in records["timing_source"]],
+    }
+
+
+# ---- scenarios: each returns a JSON-able dict ----
+
+
+def odd_strings(d: Driver) -> dict:
+    ctx = d.init(0xA1, name="x" * 500).context  # a name longer than the SHM field
+    d.coll(ctx, 0, func=None, datatype=None, algo=None, proto=None)
+    d.coll(ctx, 1, func="Frobnicate" * 10, datatype="ncclNotAType", algo="", proto="\xff\xfe")
+    d.coll(ctx, 2, func="Gather", datatype="ncclBfloat16")
+    time.sleep(0.3)
+    out = snapshot(region())
+    out["name"] = bytes(region().comms[0]["name"]).split(b"\0")[0].decode()
+    d.abi.finalize(ctx)
+    return out
+
+
+def unknown_events(d: Driver) -> dict:
+    ctx = d.init(0xA2).context
+    for bad_type in (1 << 20, 0x6, 1 << 40):
+        descr = d.abi.ffi.new("ci_nccl_event_descr_v5_t *")
+        descr.type = bad_type
+        handle = d.abi.ffi.new("void **")
+        rc = d.abi._plugin.startEvent(ctx, handle, descr)
+        assert rc == 0 and handle[0] == d.abi.ffi.NULL
+    rc = d.abi._plugin.startEvent(ctx, d.abi.ffi.NULL, d.abi.ffi.NULL)  # NULL out-pointer
+    assert rc == 0
+    d.coll(ctx, 0)
+    time.sleep(0.2)
+    out = snapshot(region())
+    d.abi.finalize(ctx)
+    return out
+
+
+def stop_without_start(d: Driver) -> dict:
+    ctx = d.init(0xA3).context
+    ffi = d.abi.ffi
+    for value in (0x1, 0xDEADBEEF, 0x7FFF_FFFF_FFFF, 0x0100_0000_0001, 0xFFFF_FFFF_FFFF_FFFF):
+        h = ffi.cast("void *", value)
+        d.abi.stop(h)
+        d.abi.record_state(h, shm_v1_kernel_ch_stop(), ptimer=5)
+    op = d.coll(ctx, 0)
+    d.abi.stop(op)  # a second stop of a published op
+    time.sleep(0.2)
+    out = snapshot(region())
+    out["nonzero_returns"] = d.abi.nonzero_returns
+    d.abi.finalize(ctx)
+    return out
+
+
+def late_kernel_channels(d: Driver) -> dict:
+    """KernelCh events naming a parent that was already published and recycled."""
+    ctx = d.init(0xA4).context
+    op = d.coll(ctx, 0, channels=2)  # complete: published, entry back in the pool
+    late = d.abi.start_kernel_ch(ctx, op, 0, 123)  # stale parent: must give no handle
+    d.coll(ctx, 1, channels=2)  # reuses the pool entry
+    d.abi.stop(late)
+    time.sleep(0.2)
+    out = snapshot(region())
+    out["late_handle"] = late is not None
+    d.abi.finalize(ctx)
+    return out
+
+
+def finalize_in_flight(d: Driver) -> dict:
+    lock = hold_agent_lock()
+    ctx = d.init(0xA5).context
+    d.coll(ctx, 0)
+    op = d.coll(ctx, 1, finish=False)
+    started = d.abi.start_kernel_ch(ctx, op, 0, 77)  # one channel running, three never start
+    d.abi.finalize(ctx)
+    d.abi.stop(started)  # NCCL's proxy thread after finalize: must be harmless
+    out = snapshot(region())
+    lock.close()
+    return out
+
+
+def many_inits(d: Driver) -> dict:
+    n = int(os.environ.get("SCENARIO_COMMS", "300"))
+    for i in range(n):  # init/finalize cycles reuse comm slots
+        ctx = d.init(0x1000 + i, name=f"c{i}").context
+        d.coll(ctx, 0, channels=1)
+        d.abi.finalize(ctx)
+    lock = hold_agent_lock()
+    keep = [d.init(0x9000 + i) for i in range(20)]  # more than COMMINSIGHT_PROFILER_COMM_SLOTS
+    results = [k.result for k in keep]
+    out = snapshot(region())
+    out["init_results"] = results
+    for k in keep:
+        d.abi.finalize(k.context)
+    lock.close()
+    return out
+
+
+def unusable_home(d: Driver) -> dict:
+    res = d.init(0xA7)
+    d.coll(res.context, 0)
+    d.abi.finalize(res.context)
+    return {"init_result": res.result, "context": res.context is not None}
+
+
+def mask_change(d: Driver) -> dict:
+    """KernelCh off at start: ops complete at host stop with host timing."""
+    ctx = d.init(0xA8).context
+    out = {"mask": int(d.mask[0])}
+    d.coll(ctx, 0)
+    time.sleep(0.2)
+    out.update(snapshot(region()))
+    d.abi.finalize(ctx)
+    return out
+
+
+def hang(d: Driver) -> dict:
+    lock = hold_agent_lock()
+    ctx = d.init(0xA9, name="dp:0").context
+    d.coll(ctx, 0)
+    op = d.coll(ctx, 1, finish=False)  # never completes
+    d.abi.start_kernel_ch(ctx, op, 0, 5)
+    time.sleep(float(os.environ.get("SCENARIO_WAIT_S", "1.5")))
+    r = region()
+    e = r.comm_entries()[0]
+    out = snapshot(r)
+    out["progress"] = {
+        k: int(e[k])
+        for k in (
+            "coll_enqueued",
+            "coll_started",
+            "coll_completed",
+            "inflight_count",
+            "inflight_seq",
+            "hang_flagged_seq",
+            "inflight_channels_started",
+        )
+    }
+    d.abi.finalize(ctx)
+    lock.close()
+    return out
+
+
+SCENARIOS = {
+    f.__name__: f
+    for f in (
+        odd_strings,
+        unknown_events,
+        stop_without_start,
+        late_kernel_channels,
+        finalize_in_flight,
+        many_inits,
+        unusable_home,
+        mask_change,
+        hang,
+    )
+}
+
+if __name__ == "__main__":
+    scenario, plugin = sys.argv[1], sys.argv[2]
+    version = int(os.environ.get("SCENARIO_ABI", "5"))
+    result = SCENARIOS[scenario](Driver(plugin, version))
+    print(json.dumps(result))
+    sys.stdout.flush()

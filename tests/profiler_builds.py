@@ -1,0 +1,64 @@
+"""The Profiler plugin builds the tests run against, and how to load each in a subprocess.
+
+One recipe builds them (the Makefile); tests ask make for them, so `pytest` alone works too.
+Sanitizer builds need their runtime preloaded into the Python process that loads them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAIN = ROOT / "dist" / "libnccl-profiler-comminsight.so"
+ASAN = ROOT / "build" / "asan" / "libnccl-profiler-comminsight.so"
+TSAN = ROOT / "build" / "tsan" / "libnccl-profiler-comminsight.so"
+
+
+@dataclass(frozen=True)
+class Build:
+    name: str
+    path: Path
+    env: dict  # extra environment for the process that loads it
+
+
+def _runtime(lib: str) -> str:
+    cc = os.environ.get("CC", "gcc")
+    return subprocess.run(
+        [cc, f"-print-file-name={lib}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+@cache
+def builds() -> dict[str, Build]:
+    subprocess.run(
+        ["make", "-s", "build-profiler", "build-profiler-sanitizers"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    return {
+        "plain": Build("plain", PLAIN, {}),
+        "asan": Build(
+            "asan",
+            ASAN,
+            {
+                "LD_PRELOAD": f"{_runtime('libasan.so')}:{_runtime('libubsan.so')}",
+                # Python itself leaks by design at exit; UBSan findings are fatal in this build.
+                "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+                "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+            },
+        ),
+        "tsan": Build(
+            "tsan",
+            TSAN,
+            {
+                "LD_PRELOAD": _runtime("libtsan.so"),
+                "TSAN_OPTIONS": f"suppressions={ROOT / 'profiler/tests/tsan.supp'}:halt_on_error=1:"
+                "exitcode=66:report_signal_unsafe=0",
+            },
+        ),
+    }

@@ -1,0 +1,164 @@
+"""The Profiler survives what NCCL (or a broken caller) may throw at it, in every build.
+
+Each scenario of plugin_scenarios.py runs in a fresh interpreter against the plain build and
+the ASan+UBSan and TSan builds; a sanitizer finding fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from profiler_builds import builds
+
+from comminsight.log_segments import segments_in, verify_segment
+from comminsight_gen.abi import shm_v1
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tests" / "plugin_scenarios.py"
+BUILDS = ["plain", "asan", "tsan"]
+
+
+def run(scenario: str, build: str, home: Path, **env) -> dict:
+    b = builds()[build]
+    full_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
+        "COMMINSIGHT_HOME": str(home),
+        "COMMINSIGHT_AGENT_AUTOSTART": "0",
+        "COMMINSIGHT_PROFILER_HEARTBEAT_MS": "50",
+        "COMMINSIGHT_PROFILER_LOG_FLUSH_MS": "20",
+        "COMMINSIGHT_PROFILER_RING_SLOTS": "4096",
+        "COMMINSIGHT_PROFILER_EVENT_POOL": "1024",
+        "PYTHONPATH": str(ROOT / "tests"),
+        **b.env,
+        **env,
+    }
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), scenario, str(b.path)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, (
+        f"{scenario} on {build} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+    )
+    assert "ERROR: AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr
+    assert "WARNING: ThreadSanitizer" not in proc.stderr, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def sealed(home: Path) -> list:
+    return [verify_segment(p) for p in segments_in(home / "inspector_logs")]
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_null_and_odd_strings(build, tmp_path):
+    out = run("odd_strings", build, tmp_path)
+    assert out["kinds"] == [shm_v1.RecordKind.COMM_INIT] + [shm_v1.RecordKind.COLL] * 3
+    assert out["funcs"][1:] == [shm_v1.Func.UNKNOWN, shm_v1.Func.UNKNOWN, shm_v1.Func.GATHER]
+    assert out["raw_names"][2] == ("Frobnicate" * 10)[:31]  # kept, truncated to the field
+    assert out["flags"][2] & shm_v1.SlotFlags.NAME_TRUNCATED
+    assert out["datatypes"][1:] == [0, 0, shm_v1.Datatype.BFLOAT16]
+    assert out["name"] == "x" * 127
+    for seg in sealed(tmp_path):  # the odd names still make valid log lines
+        assert seg.seal is not None
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_unknown_event_types_are_counted_and_ignored(build, tmp_path):
+    out = run("unknown_events", build, tmp_path)
+    assert out["counters"]["events_unknown"] == 3
+    assert out["kinds"].count(shm_v1.RecordKind.COLL) == 1
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_stop_without_start_and_double_stop(build, tmp_path):
+    out = run("stop_without_start", build, tmp_path)
+    assert out["nonzero_returns"] == 0
+    assert out["kinds"].count(shm_v1.RecordKind.COLL) == 1  # published once
+    assert out["counters"]["events_unknown"] >= 5
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_kernel_channels_after_their_parent_completed(build, tmp_path):
+    out = run("late_kernel_channels", build, tmp_path)
+    assert out["late_handle"] is False
+    assert out["seqs"][1:] == [0, 1] and out["channels"][1:] == [2, 2]
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_finalize_with_events_in_flight(build, tmp_path):
+    out = run("finalize_in_flight", build, tmp_path)
+    kinds = out["kinds"]
+    assert kinds == [
+        shm_v1.RecordKind.COMM_INIT,
+        shm_v1.RecordKind.COLL,
+        shm_v1.RecordKind.COLL,
+        shm_v1.RecordKind.COMM_FINALIZE,
+    ]
+    forced = out["flags"][2]
+    assert (
+        forced & shm_v1.SlotFlags.FORCED_COMPLETE and forced & shm_v1.SlotFlags.CHANNELS_INCOMPLETE
+    )
+    (seg,) = sealed(tmp_path)
+    assert seg.seal.reason.value == "finalize" and seg.seal.op_count == 2
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_hundreds_of_inits(build, tmp_path):
+    n = 300 if build == "plain" else 60
+    out = run(
+        "many_inits", build, tmp_path, COMMINSIGHT_PROFILER_COMM_SLOTS="8", SCENARIO_COMMS=str(n)
+    )
+    assert out["init_results"] == [0] * 20  # NCCL keeps running even when slots run out
+    assert out["counters"]["comms_dropped"] == 12
+    assert out["counters"]["comms_active"] == 8
+
+
+@pytest.mark.parametrize(
+    "home",
+    [
+        "/sys/comminsight-test-home",  # read-only file system
+        "{tmp}/a-file/below-a-file",  # cannot be created
+    ],
+    ids=["read-only", "uncreatable"],
+)
+def test_unusable_home_keeps_nccl_running(home, tmp_path):
+    (tmp_path / "a-file").write_text("not a directory")
+    out = run("unusable_home", "plain", Path(home.format(tmp=tmp_path)))
+    assert out == {"init_result": 0, "context": True}
+
+
+def test_mask_without_kernel_channels_times_on_the_host(tmp_path):
+    out = run("mask_change", "plain", tmp_path, COMMINSIGHT_PROFILER_EVENT_MASK="6")
+    assert out["mask"] == 6
+    assert out["timing"][1] == shm_v1.TimingSource.COLLECTIVE_CPU and out["channels"][1] == 0
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_watchdog_flags_a_stuck_collective(build, tmp_path):
+    out = run("hang", build, tmp_path, COMMINSIGHT_PROFILER_HANG_TIMEOUT_S="0.5")
+    p = out["progress"]
+    assert (p["coll_enqueued"], p["coll_started"], p["coll_completed"]) == (2, 2, 1)
+    assert p["inflight_count"] == 1 and p["inflight_seq"] == 1 and p["hang_flagged_seq"] == 1
+    assert p["inflight_channels_started"] == 1
+    assert out["counters"]["hangs_flagged"] == 1
+    assert out["counters"]["fifo_events_dropped"] == 1  # nobody reads the FIFO in this test
+    assert shm_v1.RecordKind.HANG in out["kinds"]
+    hang_lines = [
+        r.ci for s in sealed(tmp_path) for r in s.records if type(r.ci).__name__ == "CiHangEvidence"
+    ]
+    assert len(hang_lines) == 1
+    h = hang_lines[0]
+    assert (
+        h.seq == 1
+        and h.comm_name == "dp:0"
+        and h.channels_started == 1
+        and h.fifo_event_written is False
+    )
+    assert h.age_ns >= 500_000_000 and h.threshold_ns == 500_000_000
