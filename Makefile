@@ -90,8 +90,8 @@ $(WHEEL): $(VENV_STAMP) $(shell find comminsight generated/python -name '*.py' 2
 	@mkdir -p $(DIST)
 	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
 
-## test: verify-generated, lint, contract tests and unit tests
-test: verify-generated headers lint test-contract test-unit
+## test: verify-generated, lint, contract tests, unit tests (incl. the Profiler under sanitizers)
+test: verify-generated headers lint build-profiler build-profiler-sanitizers test-contract test-unit
 
 ## lint: ruff on the hand-written Python (generated/ is excluded)
 lint: $(VENV_STAMP)
@@ -105,8 +105,12 @@ test-unit: $(VENV_STAMP)
 	$(VPY) -m pytest tests $(PYTEST_ARGS)
 
 ## bench: CPU benchmarks, one JSON line per metric
-bench: $(VENV_STAMP)
+bench: $(VENV_STAMP) build-profiler
 	@for b in bench/*.py; do $(VPY) $$b || exit 1; done
+
+## bench-profiler: the Profiler's hot path over an empty plugin (DESIGN §8: <= 150 ns)
+bench-profiler: $(VENV_STAMP) build-profiler
+	$(VPY) bench/profiler_hot_path.py
 
 ## demo: the main job on an embedded default
 demo: $(VENV_STAMP)

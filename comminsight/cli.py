@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from comminsight.config import ConfigError, load_settings
+from comminsight.sim.cli_args import add_sim_arguments
 
 
 def cmd_protocols(args: argparse.Namespace, console: Console) -> int:
@@ -50,6 +51,24 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return run(console)
 
 
+def cmd_sim(args: argparse.Namespace, console: Console) -> int:
+    import json
+
+    from comminsight.sim import SimConfigError, render, run_simulation, summarize
+    from comminsight.sim.cli_args import config_from_args
+
+    try:
+        summary = summarize(run_simulation(config_from_args(args)))
+    except SimConfigError as e:
+        console.print(f"[red]sim:[/red] {e}")
+        return 2
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        render(summary, console)
+    return 0 if summary["ok"] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="comminsight", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -58,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub.add_parser("config", help="show the resolved configuration").set_defaults(func=cmd_config)
     sub.add_parser("demo", help="run the demo on an embedded default").set_defaults(func=cmd_demo)
+    sim = sub.add_parser("sim", help="drive a profiler plugin with a simulated NCCL (no GPU)")
+    add_sim_arguments(sim)
+    sim.set_defaults(func=cmd_sim)
     args = parser.parse_args(argv)
     return args.func(args, Console())
 

@@ -123,6 +123,9 @@ static void fill_comm(ci_shm_comm_entry_v1_t* c) {
     c->inflight_bytes = 2097152;
     c->inflight_enqueue_mono_ns = 987654900000ULL;
     c->hang_flagged_seq = UINT64_MAX;
+    c->inflight_n_channels = 24;
+    c->inflight_op_index = 112;
+    c->gpu_clock_offset_ns = -1764399012345678901LL;
     c->ops_total = 60;
     c->bytes_total = 125829120;
 }
@@ -157,6 +160,8 @@ static void fill_slot(ci_shm_op_slot_v1_t* s) {
     s->gpu_end_ticks = 1764400000700051200ULL;
     s->api_start_mono_ns = 987654799000ULL;
     s->group_id = 77;
+    s->channels_started = 24;
+    s->comm_op_index = 110;
 }
 
 static void fill_fifo(ci_fifo_event_v1_t* e) {
@@ -194,6 +199,7 @@ static void fill_fifo(ci_fifo_event_v1_t* e) {
     e->cuda_device = 1;
     strcpy(e->hostname, "node-a");
     strcpy(e->comm_name, "dp_group:3");
+    e->op_index = 112;
 }
 
 #define U(name, v) printf("%s\"%s\":%" PRIu64, first ? "" : ",", name, (uint64_t)(v)), first = 0
@@ -246,7 +252,8 @@ static int read_kind(const char* kind, const char* path) {
         U("inflight_count_elems", c.inflight_count_elems); U("inflight_bytes", c.inflight_bytes);
         U("inflight_enqueue_mono_ns", c.inflight_enqueue_mono_ns);
         U("hang_flagged_seq", c.hang_flagged_seq); U("ops_total", c.ops_total);
-        U("bytes_total", c.bytes_total);
+        U("bytes_total", c.bytes_total); U("inflight_n_channels", c.inflight_n_channels);
+        U("inflight_op_index", c.inflight_op_index); I("gpu_clock_offset_ns", c.gpu_clock_offset_ns);
     } else if (strcmp(kind, "shm_op_slot") == 0) {
         ci_shm_op_slot_v1_t s;
         if (read_file(path, &s, sizeof(s))) return 1;
@@ -260,7 +267,8 @@ static int read_kind(const char* kind, const char* path) {
         U("host_stop_mono_ns", s.host_stop_mono_ns); U("complete_mono_ns", s.complete_mono_ns);
         U("gpu_start_ticks", s.gpu_start_ticks); U("gpu_end_ticks", s.gpu_end_ticks);
         U("api_start_mono_ns", s.api_start_mono_ns); U("group_id", s.group_id);
-        S("raw_name", s.raw_name);
+        S("raw_name", s.raw_name); U("channels_started", s.channels_started);
+        U("hang_threshold_ms", s.hang_threshold_ms); U("comm_op_index", s.comm_op_index);
     } else if (strcmp(kind, "fifo_event") == 0) {
         ci_fifo_event_v1_t e;
         if (read_file(path, &e, sizeof(e))) return 1;
@@ -276,7 +284,7 @@ static int read_kind(const char* kind, const char* path) {
         U("coll_completed", e.coll_completed); U("p2p_enqueued", e.p2p_enqueued);
         U("p2p_completed", e.p2p_completed); U("inflight_count", e.inflight_count);
         I("local_rank", e.local_rank); I("cuda_device", e.cuda_device);
-        S("hostname", e.hostname); S("comm_name", e.comm_name);
+        S("hostname", e.hostname); S("comm_name", e.comm_name); U("op_index", e.op_index);
     } else {
         fprintf(stderr, "unknown kind %s\n", kind);
         return 2;

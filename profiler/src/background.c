@@ -110,6 +110,7 @@ static void report_hang(const hang_snapshot_t* snap, uint64_t now, uint64_t thre
     ev.channels_stopped = (uint8_t)(e->inflight_channels_stopped > 255 ? 255 : e->inflight_channels_stopped);
     ev.peer = e->inflight_peer;
     ev.op_seq = e->inflight_seq;
+    ev.op_index = e->inflight_op_index;
     ev.count = e->inflight_count_elems;
     ev.bytes = e->inflight_bytes;
     ev.enqueue_mono_ns = e->inflight_enqueue_mono_ns;
@@ -132,6 +133,7 @@ static void report_hang(const hang_snapshot_t* snap, uint64_t now, uint64_t thre
     ci_shm_op_slot_v1_t r;
     memset(&r, 0, sizeof(r));
     r.kind = CI_SHM_V1_RECORD_KIND_HANG;
+    r.hang_op_kind = e->inflight_kind;
     r.func = e->inflight_func;
     r.datatype = e->inflight_datatype;
     r.algo = e->inflight_algo;
@@ -145,6 +147,8 @@ static void report_hang(const hang_snapshot_t* snap, uint64_t now, uint64_t thre
     r.nranks = snap->nranks;
     r.peer = e->inflight_peer;
     r.op_seq = e->inflight_seq;
+    r.comm_op_index = e->inflight_op_index;
+    r.n_channels = e->inflight_n_channels;
     r.count = e->inflight_count_elems;
     r.bytes = e->inflight_bytes;
     r.host_start_mono_ns = e->inflight_enqueue_mono_ns;
@@ -176,8 +180,8 @@ void ci_watchdog_scan(uint64_t now) {
         bool stuck = e->inflight_count > 0 && e->inflight_kind != CI_SHM_V1_RECORD_KIND_NONE &&
                      now - e->inflight_enqueue_mono_ns > threshold_ns;
         uint16_t type = 0;
-        if (stuck && e->hang_flagged_seq != e->inflight_seq) {
-            e->hang_flagged_seq = e->inflight_seq;
+        if (stuck && e->hang_flagged_seq != e->inflight_op_index) {
+            e->hang_flagged_seq = e->inflight_op_index;
             e->hang_flagged_mono_ns = now;
             type = CI_FIFO_V1_EVENT_TYPE_HANG_SUSPECTED;
         } else if (!stuck && e->hang_flagged_seq != UINT64_MAX && e->hang_flagged_mono_ns) {

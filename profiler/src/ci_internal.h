@@ -104,7 +104,9 @@ struct ci_comm;
 typedef struct ci_op {
     /* set at start, read-only afterwards (until the op returns to the pool) */
     struct ci_comm* comm;
-    uint64_t op_seq, count, bytes, stream, group_id;
+    uint64_t op_seq;   /* NCCL's seqNumber (per comm and function) or the P2P counter */
+    uint64_t op_index; /* the comm's own count of its collectives (or P2P ops), issue order */
+    uint64_t count, bytes, stream, group_id;
     uint64_t host_start_mono_ns;
     int32_t peer;
     uint32_t tid;
@@ -159,7 +161,9 @@ typedef struct ci_comm {
     uint64_t comm_id;
     int32_t rank, nranks, nnodes;
     uint32_t abi;
-    uint64_t p2p_counter; /* NCCL numbers collectives only; P2P ops get this per-comm counter */
+    /* Op indices: NCCL numbers collectives per function; these count each kind in issue order,
+     * the same on every rank. One thread at a time enqueues on a communicator (NCCL's rule). */
+    uint64_t coll_counter, p2p_counter;
     uint64_t coll_inflight[CI_WINDOW]; /* handles of in-flight collectives, by seq % CI_WINDOW */
     uint64_t p2p_inflight[CI_WINDOW];
     uint64_t finalize_ticket; /* ring ticket of the COMM_FINALIZE record (entry reuse) */
@@ -172,6 +176,7 @@ void ci_comm_close(ci_comm_t* comm);
 void ci_comm_note_enqueued(ci_comm_t* comm, ci_op_t* op, void* handle);
 void ci_comm_note_started(ci_comm_t* comm, const ci_op_t* op);
 void ci_comm_note_completed(ci_comm_t* comm, const ci_op_t* op, uint64_t now);
+void ci_comm_note_clock(ci_comm_t* comm, uint64_t host_mono_ns, uint64_t gpu_ticks);
 /* Background thread: derive in-flight count and the oldest in-flight op into the SHM row. */
 void ci_comm_refresh(ci_comm_t* comm, uint64_t now);
 

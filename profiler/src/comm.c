@@ -57,7 +57,7 @@ ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nran
     comm->nranks = nranks;
     comm->nnodes = nnodes;
     comm->abi = abi;
-    comm->p2p_counter = 0;
+    comm->coll_counter = comm->p2p_counter = 0;
     comm->finalize_ticket = UINT64_MAX;
     e->comm_id = comm_id;
     e->rank = rank;
@@ -93,42 +93,58 @@ void ci_comm_note_enqueued(ci_comm_t* comm, ci_op_t* op, void* handle) {
     ci_shm_comm_entry_v1_t* e = comm->entry;
     uint64_t now = op->host_start_mono_ns;
     if (op->kind == CI_SHM_V1_RECORD_KIND_COLL) {
-        if (op->op_seq + 1 > LOAD(&e->coll_enqueued)) STORE(&e->coll_enqueued, op->op_seq + 1);
+        STORE(&e->coll_enqueued, op->op_index + 1);
         STORE(&e->coll_enqueued_mono_ns, now);
-        STORE(&comm->coll_inflight[op->op_seq % CI_WINDOW], (uint64_t)(uintptr_t)handle);
+        STORE(&comm->coll_inflight[op->op_index % CI_WINDOW], (uint64_t)(uintptr_t)handle);
     } else {
-        STORE(&e->p2p_enqueued, op->op_seq + 1);
+        STORE(&e->p2p_enqueued, op->op_index + 1);
         STORE(&e->p2p_enqueued_mono_ns, now);
-        STORE(&comm->p2p_inflight[op->op_seq % CI_WINDOW], (uint64_t)(uintptr_t)handle);
+        STORE(&comm->p2p_inflight[op->op_index % CI_WINDOW], (uint64_t)(uintptr_t)handle);
     }
 }
 
 void ci_comm_note_started(ci_comm_t* comm, const ci_op_t* op) {
     ci_shm_comm_entry_v1_t* e = comm->entry;
     uint64_t* started = op->kind == CI_SHM_V1_RECORD_KIND_COLL ? &e->coll_started : &e->p2p_started;
-    if (op->op_seq + 1 > LOAD(started)) STORE(started, op->op_seq + 1);
+    if (op->op_index + 1 > LOAD(started)) STORE(started, op->op_index + 1);
 }
 
 void ci_comm_note_completed(ci_comm_t* comm, const ci_op_t* op, uint64_t now) {
     ci_shm_comm_entry_v1_t* e = comm->entry;
     bool coll = op->kind == CI_SHM_V1_RECORD_KIND_COLL;
-    uint64_t* slot = &(coll ? comm->coll_inflight : comm->p2p_inflight)[op->op_seq % CI_WINDOW];
+    uint64_t* slot = &(coll ? comm->coll_inflight : comm->p2p_inflight)[op->op_index % CI_WINDOW];
     uint64_t expected = LOAD(slot);
     if (ci_op_from_handle((void*)(uintptr_t)expected) == op)
         __atomic_compare_exchange_n(slot, &expected, 0, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     uint64_t* completed = coll ? &e->coll_completed : &e->p2p_completed;
     /* Ops of one communicator complete in order (one stream), so the count is the last seq + 1;
      * a forced completion out of order must not move it backwards. */
-    if (op->op_seq + 1 > LOAD(completed)) STORE(completed, op->op_seq + 1);
+    if (op->op_index + 1 > LOAD(completed)) STORE(completed, op->op_index + 1);
     STORE(coll ? &e->coll_completed_mono_ns : &e->p2p_completed_mono_ns, now);
     __atomic_add_fetch(&e->bytes_total, op->bytes, __ATOMIC_RELAXED);
 }
 
+void ci_comm_note_clock(ci_comm_t* comm, uint64_t host_mono_ns, uint64_t gpu_ticks) {
+    /* host - GPU at a channel stop: the proxy thread sees the stop a little after the GPU
+     * wrote it, so the smallest difference is the best estimate of the true offset */
+    int64_t offset = (int64_t)(host_mono_ns - gpu_ticks);
+    int64_t cur = LOAD(&comm->entry->gpu_clock_offset_ns);
+    if (offset && (cur == 0 || offset < cur)) STORE(&comm->entry->gpu_clock_offset_ns, offset);
+}
+
 static void show_inflight(ci_shm_comm_entry_v1_t* e, const ci_op_t* op, uint64_t now) {
     uint32_t started = LOAD(&op->ch_started), stopped = LOAD(&op->ch_stopped);
-    if (!started || e->inflight_kind != op->kind || e->inflight_seq != op->op_seq) e->inflight_start_mono_ns = 0;
-    if (started && e->inflight_start_mono_ns == 0) e->inflight_start_mono_ns = now; /* first seen started */
+    if (!started || e->inflight_kind != op->kind || e->inflight_op_index != op->op_index)
+        e->inflight_start_mono_ns = 0;
+    if (started && e->inflight_start_mono_ns == 0) {
+        /* the GPU's own start tick in host time when the clock offset is known, else now */
+        uint64_t tick = LOAD(&op->gpu_start_ticks);
+        int64_t offset = LOAD(&e->gpu_clock_offset_ns);
+        e->inflight_start_mono_ns = (tick && offset) ? (uint64_t)((int64_t)tick + offset) : now;
+    }
     e->inflight_seq = op->op_seq;
+    e->inflight_op_index = op->op_index;
+    e->inflight_n_channels = op->n_channels;
     e->inflight_kind = op->kind;
     e->inflight_func = op->func;
     e->inflight_datatype = op->datatype;
@@ -153,7 +169,7 @@ static const ci_op_t* oldest_inflight(const ci_comm_t* comm) {
             if (!op) continue;
             /* pairs with the release in ci_op_start: the op's fields are visible from here */
             (void)__atomic_load_n(&op->gate, __ATOMIC_ACQUIRE);
-            if (!best || op->op_seq < best->op_seq) best = op;
+            if (!best || op->op_index < best->op_index) best = op;
         }
     }
     return best;

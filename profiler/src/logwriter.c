@@ -216,8 +216,10 @@ static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
         put(",");
         put_bw("p2p_busbw_gbs", busbw);
     }
-    put("},\"ci\":{\"kind\":\"%s\",\"schema_version\":1,\"ring_seq\":%llu,\"count\":%llu,\"datatype\":\"%s\",",
-        coll ? "coll" : "p2p", (unsigned long long)ring_seq, (unsigned long long)r->count,
+    put("},\"ci\":{\"kind\":\"%s\",\"schema_version\":1,\"ring_seq\":%llu,\"op_index\":%llu,\"count\":%llu,"
+        "\"datatype\":\"%s\",",
+        coll ? "coll" : "p2p", (unsigned long long)ring_seq, (unsigned long long)r->comm_op_index,
+        (unsigned long long)r->count,
         label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"));
     if (coll) {
         if (rooted(r->func) && r->peer >= 0) put("\"root\":%d,", r->peer);
@@ -274,9 +276,10 @@ static void put_hang_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
         put_str("comm_name", e->name);
         put(",");
     }
-    put("\"op_kind\":\"%s\",", r->func == CI_SHM_V1_FUNC_SEND || r->func == CI_SHM_V1_FUNC_RECV ? "p2p" : "coll");
+    put("\"op_kind\":\"%s\",", r->hang_op_kind == CI_SHM_V1_RECORD_KIND_P2P ? "p2p" : "coll");
     put_str("func", func_name(r));
-    put(",\"seq\":%llu,\"count\":%llu,\"datatype\":\"%s\",\"size_bytes\":%llu,", (unsigned long long)r->op_seq,
+    put(",\"seq\":%llu,\"op_index\":%llu,\"count\":%llu,\"datatype\":\"%s\",\"size_bytes\":%llu,",
+        (unsigned long long)r->op_seq, (unsigned long long)r->comm_op_index,
         (unsigned long long)r->count, label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"),
         (unsigned long long)r->bytes);
     if (r->peer >= 0) put("\"%s\":%d,", rooted(r->func) ? "root" : "peer", r->peer);

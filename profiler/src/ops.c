@@ -56,6 +56,9 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
     op->algo = ci_algo_of(algo);
     op->proto = ci_proto_of(proto);
     op->op_seq = seq;
+    uint64_t* counter = kind == CI_SHM_V1_RECORD_KIND_COLL ? &comm->coll_counter : &comm->p2p_counter;
+    op->op_index = LOAD(counter);
+    STORE(counter, op->op_index + 1);
     op->count = count;
     op->bytes = count * ci_datatype_size(op->datatype);
     op->peer = peer;
@@ -104,7 +107,10 @@ static void publish(ci_op_t* op, uint16_t extra_flags) {
     if (started != stopped || stopped < op->expect_channels) r.flags |= CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE;
     r.kernel_ch_count = (uint16_t)stopped;
     r.channels_started = (uint16_t)started;
-    if (gpu_start && gpu_end >= gpu_start) r.timing_source = CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU;
+    if (gpu_start && gpu_end >= gpu_start) {
+        r.timing_source = CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU;
+        if (complete) ci_comm_note_clock(op->comm, complete, gpu_end);
+    }
     else if (stopped && complete) r.timing_source = CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU;
     else r.timing_source = CI_SHM_V1_TIMING_SOURCE_COLLECTIVE_CPU;
     r.comm_index = op->comm->index;
@@ -113,6 +119,7 @@ static void publish(ci_op_t* op, uint16_t extra_flags) {
     r.nranks = op->comm->nranks;
     r.peer = op->peer;
     r.op_seq = op->op_seq;
+    r.comm_op_index = op->op_index;
     r.count = op->count;
     r.bytes = op->bytes;
     r.stream = op->stream;

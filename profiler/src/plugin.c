@@ -130,7 +130,8 @@ static bool tracked(void* context) {
 
 static void* start_p2p(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype, int peer,
                        int n_channels) {
-    uint64_t seq = __atomic_fetch_add(&comm->p2p_counter, 1, __ATOMIC_RELAXED);
+    /* NCCL gives P2P no sequence number: its seq is its index among the comm's P2P ops */
+    uint64_t seq = __atomic_load_n(&comm->p2p_counter, __ATOMIC_RELAXED);
     return ci_op_start(comm, CI_SHM_V1_RECORD_KIND_P2P, func, seq, count, datatype, peer, n_channels, 0, NULL,
                        NULL);
 }

@@ -44,6 +44,7 @@ int main(void) {
     printf("{\"type\":\"ci_fifo_event_v1_t\",\"field\":\"reserved0\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_fifo_event_v1_t, reserved0), sizeof(((ci_fifo_event_v1_t*)0)->reserved0));
     printf("{\"type\":\"ci_fifo_event_v1_t\",\"field\":\"hostname\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_fifo_event_v1_t, hostname), sizeof(((ci_fifo_event_v1_t*)0)->hostname));
     printf("{\"type\":\"ci_fifo_event_v1_t\",\"field\":\"comm_name\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_fifo_event_v1_t, comm_name), sizeof(((ci_fifo_event_v1_t*)0)->comm_name));
+    printf("{\"type\":\"ci_fifo_event_v1_t\",\"field\":\"op_index\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_fifo_event_v1_t, op_index), sizeof(((ci_fifo_event_v1_t*)0)->op_index));
     printf("{\"type\":\"ci_fifo_event_v1_t\",\"field\":\"reserved\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_fifo_event_v1_t, reserved), sizeof(((ci_fifo_event_v1_t*)0)->reserved));
     printf("{\"macro\":\"CI_FIFO_V1_PROTOCOL_VERSION\",\"value\":%lld}\n", (long long)CI_FIFO_V1_PROTOCOL_VERSION);
     printf("{\"macro\":\"CI_FIFO_V1_MAGIC\",\"value\":%llu}\n", (unsigned long long)CI_FIFO_V1_MAGIC);

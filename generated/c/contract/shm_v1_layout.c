@@ -99,6 +99,7 @@ int main(void) {
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_datatype\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_datatype), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_datatype));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_algo\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_algo), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_algo));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_proto\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_proto), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_proto));
+    printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_n_channels\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_n_channels), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_n_channels));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"reserved1\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, reserved1), sizeof(((ci_shm_comm_entry_v1_t*)0)->reserved1));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_peer\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_peer), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_peer));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_channels_started\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_channels_started), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_channels_started));
@@ -111,6 +112,8 @@ int main(void) {
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"hang_flagged_mono_ns\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, hang_flagged_mono_ns), sizeof(((ci_shm_comm_entry_v1_t*)0)->hang_flagged_mono_ns));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"ops_total\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, ops_total), sizeof(((ci_shm_comm_entry_v1_t*)0)->ops_total));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"bytes_total\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, bytes_total), sizeof(((ci_shm_comm_entry_v1_t*)0)->bytes_total));
+    printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_op_index\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_op_index), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_op_index));
+    printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"gpu_clock_offset_ns\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, gpu_clock_offset_ns), sizeof(((ci_shm_comm_entry_v1_t*)0)->gpu_clock_offset_ns));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"reserved2\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, reserved2), sizeof(((ci_shm_comm_entry_v1_t*)0)->reserved2));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"size\":%zu,\"align\":%zu}\n", sizeof(ci_shm_op_slot_v1_t), alignof(ci_shm_op_slot_v1_t));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"seq\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, seq), sizeof(((ci_shm_op_slot_v1_t*)0)->seq));
@@ -143,8 +146,10 @@ int main(void) {
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"group_id\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, group_id), sizeof(((ci_shm_op_slot_v1_t*)0)->group_id));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"raw_name\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, raw_name), sizeof(((ci_shm_op_slot_v1_t*)0)->raw_name));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"channels_started\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, channels_started), sizeof(((ci_shm_op_slot_v1_t*)0)->channels_started));
+    printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"hang_op_kind\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, hang_op_kind), sizeof(((ci_shm_op_slot_v1_t*)0)->hang_op_kind));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"reserved0\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, reserved0), sizeof(((ci_shm_op_slot_v1_t*)0)->reserved0));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"hang_threshold_ms\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, hang_threshold_ms), sizeof(((ci_shm_op_slot_v1_t*)0)->hang_threshold_ms));
+    printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"comm_op_index\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, comm_op_index), sizeof(((ci_shm_op_slot_v1_t*)0)->comm_op_index));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"reserved\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, reserved), sizeof(((ci_shm_op_slot_v1_t*)0)->reserved));
     printf("{\"macro\":\"CI_SHM_V1_PROTOCOL_VERSION\",\"value\":%lld}\n", (long long)CI_SHM_V1_PROTOCOL_VERSION);
     printf("{\"macro\":\"CI_SHM_V1_MAGIC\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_MAGIC);

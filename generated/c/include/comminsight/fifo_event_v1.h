@@ -55,7 +55,7 @@ struct ci_fifo_event_v1 {
     uint8_t channels_started; /* @58: KernelCh events started for the op (saturates at 255). */
     uint8_t channels_stopped; /* @59: KernelCh events stopped for the op (saturates at 255). */
     int32_t peer; /* @60: Root or peer of the op, -1 if none. */
-    uint64_t op_seq; /* @64: Sequence number of the stuck op. */
+    uint64_t op_seq; /* @64: NCCL's sequence number of the stuck op (per communicator and function), or its P2P counter. */
     uint64_t count; /* @72: Element count of the op. */
     uint64_t bytes; /* @80: Bytes of the op. */
     uint64_t enqueue_mono_ns; /* @88: When the op was enqueued. */
@@ -71,7 +71,8 @@ struct ci_fifo_event_v1 {
     uint32_t reserved0; /* @156: Zero. */
     char hostname[64]; /* @160: Host name, NUL-terminated. */
     char comm_name[128]; /* @224: Communicator name, NUL-terminated, empty if none. */
-    uint8_t reserved[160]; /* @352: Zero; room for fields. */
+    uint64_t op_index; /* @352: The op's index among its communicator's collectives (all functions, issue order; the same on every rank) or among its P2P ops (shm v1 comm_op_index). */
+    uint8_t reserved[152]; /* @360: Zero; room for fields. */
 };
 CI_FIFO_V1_STATIC_ASSERT(sizeof(ci_fifo_event_v1_t) == 512, "sizeof ci_fifo_event_v1_t");
 CI_FIFO_V1_STATIC_ASSERT(offsetof(ci_fifo_event_v1_t, magic) == 0, "offsetof ci_fifo_event_v1_t.magic");
@@ -108,7 +109,8 @@ CI_FIFO_V1_STATIC_ASSERT(offsetof(ci_fifo_event_v1_t, cuda_device) == 152, "offs
 CI_FIFO_V1_STATIC_ASSERT(offsetof(ci_fifo_event_v1_t, reserved0) == 156, "offsetof ci_fifo_event_v1_t.reserved0");
 CI_FIFO_V1_STATIC_ASSERT(offsetof(ci_fifo_event_v1_t, hostname) == 160, "offsetof ci_fifo_event_v1_t.hostname");
 CI_FIFO_V1_STATIC_ASSERT(offsetof(ci_fifo_event_v1_t, comm_name) == 224, "offsetof ci_fifo_event_v1_t.comm_name");
-CI_FIFO_V1_STATIC_ASSERT(offsetof(ci_fifo_event_v1_t, reserved) == 352, "offsetof ci_fifo_event_v1_t.reserved");
+CI_FIFO_V1_STATIC_ASSERT(offsetof(ci_fifo_event_v1_t, op_index) == 352, "offsetof ci_fifo_event_v1_t.op_index");
+CI_FIFO_V1_STATIC_ASSERT(offsetof(ci_fifo_event_v1_t, reserved) == 360, "offsetof ci_fifo_event_v1_t.reserved");
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -103,6 +103,7 @@
 #define CI_INSPECTOR_LOG_V1_F_NNODES "nnodes"
 #define CI_INSPECTOR_LOG_V1_F_NRANKS "nranks"
 #define CI_INSPECTOR_LOG_V1_F_OP_COUNT "op_count"
+#define CI_INSPECTOR_LOG_V1_F_OP_INDEX "op_index"
 #define CI_INSPECTOR_LOG_V1_F_OP_KIND "op_kind"
 #define CI_INSPECTOR_LOG_V1_F_P2P "p2p"
 #define CI_INSPECTOR_LOG_V1_F_P2P_ALGOBW_GBS "p2p_algobw_gbs"

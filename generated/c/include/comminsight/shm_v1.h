@@ -333,13 +333,13 @@ struct ci_shm_comm_entry_v1 {
     char name[128]; /* @64: Communicator name, NUL-terminated; empty when name_source is NONE. */
     uint8_t name_source; /* @192: name_source. */
     uint8_t reserved0[63]; /* @193: Zero; room for identity fields. */
-    uint32_t progress_seqlock; /* @256: Odd while a producer updates the progress fields below; a reader copies them between two equal even reads. */
+    uint32_t progress_seqlock; /* @256: Odd while the background thread updates the in-flight fields (inflight_*); a reader copies them between two equal even reads. The counters are single aligned words, each updated atomically by its one writer. */
     uint32_t inflight_count; /* @260: Ops enqueued and not yet complete. */
-    uint64_t coll_enqueued; /* @264: Collectives enqueued (startEvent Coll); the last enqueued seq number is coll_enqueued - 1. */
+    uint64_t coll_enqueued; /* @264: Collectives enqueued (startEvent Coll), all functions together, in issue order: op index N is the communicator's N-th collective (op_slot.comm_op_index), the same on every rank since NCCL requires all ranks to issue a communicator's collectives in one order. (NCCL's own seqNumber counts per function.) */
     uint64_t coll_enqueued_mono_ns; /* @272: When the last collective was enqueued. */
-    uint64_t coll_started; /* @280: Collectives whose kernel started on the GPU (first KernelCh start). */
-    uint64_t coll_started_mono_ns; /* @288: Host time the last such start was seen. */
-    uint64_t coll_completed; /* @296: Collectives completed (all channels stopped), counted in sequence order. */
+    uint64_t coll_started; /* @280: 1 + the highest op index whose kernel started on the GPU (first KernelCh start). */
+    uint64_t coll_started_mono_ns; /* @288: Host time the background thread first saw coll_started change (heartbeat resolution). */
+    uint64_t coll_completed; /* @296: 1 + the highest op index completed (all channels stopped); ops of one communicator complete in order. */
     uint64_t coll_completed_mono_ns; /* @304: Host time the last completion was seen. */
     uint64_t p2p_enqueued; /* @312: Point-to-point ops enqueued (this communicator's own counter; NCCL gives P2P no sequence number). */
     uint64_t p2p_enqueued_mono_ns; /* @320: When the last P2P was enqueued. */
@@ -347,25 +347,28 @@ struct ci_shm_comm_entry_v1 {
     uint64_t p2p_started_mono_ns; /* @336: Host time of the last P2P start. */
     uint64_t p2p_completed; /* @344: P2P ops completed. */
     uint64_t p2p_completed_mono_ns; /* @352: Host time of the last P2P completion. */
-    uint64_t inflight_seq; /* @360: Sequence number of the oldest op in flight (valid when inflight_count > 0). */
+    uint64_t inflight_seq; /* @360: NCCL's per-function sequence number (or the P2P counter) of the oldest op in flight (valid when inflight_count > 0). */
     uint8_t inflight_kind; /* @368: COLL or P2P. */
     uint8_t inflight_func; /* @369: func of the oldest op in flight. */
     uint8_t inflight_datatype; /* @370: datatype of the oldest op in flight. */
     uint8_t inflight_algo; /* @371: algo of the oldest op in flight. */
     uint8_t inflight_proto; /* @372: proto of the oldest op in flight. */
-    uint8_t reserved1[3]; /* @373: Zero. */
+    uint8_t inflight_n_channels; /* @373: Channels NCCL announced for the oldest op in flight. */
+    uint8_t reserved1[2]; /* @374: Zero. */
     int32_t inflight_peer; /* @376: Root (collectives) or peer (P2P) of the oldest op in flight, NO_RANK if none. */
     uint16_t inflight_channels_started; /* @380: KernelCh events started for the oldest op in flight. */
     uint16_t inflight_channels_stopped; /* @382: KernelCh events stopped for it. */
     uint64_t inflight_count_elems; /* @384: Element count of the oldest op in flight. */
     uint64_t inflight_bytes; /* @392: Bytes of the oldest op in flight. */
     uint64_t inflight_enqueue_mono_ns; /* @400: When the oldest op in flight was enqueued. */
-    uint64_t inflight_start_mono_ns; /* @408: When its kernel was seen starting, 0 if not yet. */
-    uint64_t hang_flagged_seq; /* @416: Sequence number the watchdog last flagged (so each hang is reported once); UINT64_MAX if none. */
+    uint64_t inflight_start_mono_ns; /* @408: When its kernel started, in host CLOCK_MONOTONIC: its first KernelCh GPU tick converted with the communicator's measured GPU-to-host clock offset, else when the background thread first saw it started; 0 if not started. */
+    uint64_t hang_flagged_seq; /* @416: Op index (coll or P2P space, by inflight_kind) the watchdog last flagged (so each hang is reported once); UINT64_MAX if none. */
     uint64_t hang_flagged_mono_ns; /* @424: When it was flagged. */
     uint64_t ops_total; /* @432: Ops completed (collective and P2P). */
     uint64_t bytes_total; /* @440: Bytes of the ops completed. */
-    uint8_t reserved2[64]; /* @448: Zero; room for progress fields. */
+    uint64_t inflight_op_index; /* @448: Op index (see coll_enqueued; the P2P counter for P2P) of the oldest op in flight. */
+    int64_t gpu_clock_offset_ns; /* @456: Host CLOCK_MONOTONIC minus GPU globaltimer, the smallest seen at op completions (0 until measured): converts this communicator's GPU ticks to host time. */
+    uint8_t reserved2[48]; /* @464: Zero; room for progress fields. */
 };
 CI_SHM_V1_STATIC_ASSERT(sizeof(ci_shm_comm_entry_v1_t) == 512, "sizeof ci_shm_comm_entry_v1_t");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, state) == 0, "offsetof ci_shm_comm_entry_v1_t.state");
@@ -403,7 +406,8 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_func) == 369, 
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_datatype) == 370, "offsetof ci_shm_comm_entry_v1_t.inflight_datatype");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_algo) == 371, "offsetof ci_shm_comm_entry_v1_t.inflight_algo");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_proto) == 372, "offsetof ci_shm_comm_entry_v1_t.inflight_proto");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved1) == 373, "offsetof ci_shm_comm_entry_v1_t.reserved1");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_n_channels) == 373, "offsetof ci_shm_comm_entry_v1_t.inflight_n_channels");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved1) == 374, "offsetof ci_shm_comm_entry_v1_t.reserved1");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_peer) == 376, "offsetof ci_shm_comm_entry_v1_t.inflight_peer");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_channels_started) == 380, "offsetof ci_shm_comm_entry_v1_t.inflight_channels_started");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_channels_stopped) == 382, "offsetof ci_shm_comm_entry_v1_t.inflight_channels_stopped");
@@ -415,7 +419,9 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, hang_flagged_seq) == 41
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, hang_flagged_mono_ns) == 424, "offsetof ci_shm_comm_entry_v1_t.hang_flagged_mono_ns");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, ops_total) == 432, "offsetof ci_shm_comm_entry_v1_t.ops_total");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, bytes_total) == 440, "offsetof ci_shm_comm_entry_v1_t.bytes_total");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved2) == 448, "offsetof ci_shm_comm_entry_v1_t.reserved2");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_op_index) == 448, "offsetof ci_shm_comm_entry_v1_t.inflight_op_index");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, gpu_clock_offset_ns) == 456, "offsetof ci_shm_comm_entry_v1_t.gpu_clock_offset_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved2) == 464, "offsetof ci_shm_comm_entry_v1_t.reserved2");
 
 /* One ring record. Producers claim ticket t with a fetch-add on header.ring_head, set seq = (t + 1) | SLOT_BUSY_BIT, write the payload, then store seq = t + 1 (release). A reader accepts the slot for ticket t only if seq == t + 1 before and after copying it; seq > t + 1 means the ring overwrote it. (256 bytes) */
 struct ci_shm_op_slot_v1 {
@@ -434,7 +440,7 @@ struct ci_shm_op_slot_v1 {
     uint64_t comm_id; /* @24: comm_entry.comm_id, repeated so a record stands alone. */
     int32_t rank; /* @32: This process's rank in the communicator. */
     int32_t peer; /* @36: Root of a rooted collective or peer of a P2P, NO_RANK otherwise. */
-    uint64_t op_seq; /* @40: NCCL's per-communicator collective seqNumber, or the communicator's P2P counter. */
+    uint64_t op_seq; /* @40: NCCL's collective seqNumber (per communicator and function), or the communicator's P2P counter. */
     uint64_t count; /* @48: Element count NCCL reported. */
     uint64_t bytes; /* @56: Message size in bytes as NCCL Inspector defines it for the func (count x element size). */
     uint64_t stream; /* @64: CUDA stream handle (0 if NCCL did not report one). */
@@ -449,9 +455,11 @@ struct ci_shm_op_slot_v1 {
     uint64_t group_id; /* @128: Per-process id of the NCCL group the op was launched in (0 if unknown); ops of one group share it. */
     char raw_name[32]; /* @136: The func string when func is UNKNOWN (NUL-terminated, may be truncated), else empty. */
     uint16_t channels_started; /* @168: KernelCh events started for the op (kernel_ch_count counts the stopped ones). */
-    uint16_t reserved0; /* @170: Zero. */
+    uint8_t hang_op_kind; /* @170: HANG records: the kind (COLL or P2P) of the flagged op; NONE otherwise. */
+    uint8_t reserved0; /* @171: Zero. */
     uint32_t hang_threshold_ms; /* @172: HANG records: the threshold the op exceeded; 0 otherwise. */
-    uint8_t reserved[80]; /* @176: Zero; room for fields. */
+    uint64_t comm_op_index; /* @176: The op's index among the communicator's collectives (all functions, issue order; the same on every rank) or among its P2P ops. */
+    uint8_t reserved[72]; /* @184: Zero; room for fields. */
 };
 CI_SHM_V1_STATIC_ASSERT(sizeof(ci_shm_op_slot_v1_t) == 256, "sizeof ci_shm_op_slot_v1_t");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, seq) == 0, "offsetof ci_shm_op_slot_v1_t.seq");
@@ -484,9 +492,11 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, api_start_mono_ns) == 120,
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, group_id) == 128, "offsetof ci_shm_op_slot_v1_t.group_id");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, raw_name) == 136, "offsetof ci_shm_op_slot_v1_t.raw_name");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, channels_started) == 168, "offsetof ci_shm_op_slot_v1_t.channels_started");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved0) == 170, "offsetof ci_shm_op_slot_v1_t.reserved0");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, hang_op_kind) == 170, "offsetof ci_shm_op_slot_v1_t.hang_op_kind");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved0) == 171, "offsetof ci_shm_op_slot_v1_t.reserved0");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, hang_threshold_ms) == 172, "offsetof ci_shm_op_slot_v1_t.hang_threshold_ms");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved) == 176, "offsetof ci_shm_op_slot_v1_t.reserved");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, comm_op_index) == 176, "offsetof ci_shm_op_slot_v1_t.comm_op_index");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved) == 184, "offsetof ci_shm_op_slot_v1_t.reserved");
 
 #ifdef __cplusplus
 } /* extern "C" */

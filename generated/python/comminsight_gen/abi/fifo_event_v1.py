@@ -61,7 +61,8 @@ struct ci_fifo_event_v1 {
     uint32_t reserved0;
     char hostname[64];
     char comm_name[128];
-    uint8_t reserved[160];
+    uint64_t op_index;
+    uint8_t reserved[152];
 };
 """
 
@@ -83,9 +84,9 @@ class EventType(enum.IntEnum):
 # ci_fifo_event_v1_t: One hang event.
 EVENT_DTYPE = np.dtype(
     {
-        "names": ["magic", "abi_version", "event_size", "event_type", "op_kind", "func", "pid", "event_seq", "detect_mono_ns", "detect_real_ns", "comm_id", "rank", "nranks", "datatype", "n_channels", "channels_started", "channels_stopped", "peer", "op_seq", "count", "bytes", "enqueue_mono_ns", "age_ns", "threshold_ns", "coll_enqueued", "coll_completed", "p2p_enqueued", "p2p_completed", "inflight_count", "local_rank", "cuda_device", "reserved0", "hostname", "comm_name", "reserved"],
-        "formats": ['<u4', '<u2', '<u2', '<u2', '<u1', '<u1', '<i4', '<u8', '<u8', '<u8', '<u8', '<i4', '<i4', '<u1', '<u1', '<u1', '<u1', '<i4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u4', '<i4', '<i4', '<u4', 'S64', 'S128', ('<u1', (160,))],
-        "offsets": [0, 4, 6, 8, 10, 11, 12, 16, 24, 32, 40, 48, 52, 56, 57, 58, 59, 60, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 148, 152, 156, 160, 224, 352],
+        "names": ["magic", "abi_version", "event_size", "event_type", "op_kind", "func", "pid", "event_seq", "detect_mono_ns", "detect_real_ns", "comm_id", "rank", "nranks", "datatype", "n_channels", "channels_started", "channels_stopped", "peer", "op_seq", "count", "bytes", "enqueue_mono_ns", "age_ns", "threshold_ns", "coll_enqueued", "coll_completed", "p2p_enqueued", "p2p_completed", "inflight_count", "local_rank", "cuda_device", "reserved0", "hostname", "comm_name", "op_index", "reserved"],
+        "formats": ['<u4', '<u2', '<u2', '<u2', '<u1', '<u1', '<i4', '<u8', '<u8', '<u8', '<u8', '<i4', '<i4', '<u1', '<u1', '<u1', '<u1', '<i4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u4', '<i4', '<i4', '<u4', 'S64', 'S128', '<u8', ('<u1', (152,))],
+        "offsets": [0, 4, 6, 8, 10, 11, 12, 16, 24, 32, 40, 48, 52, 56, 57, 58, 59, 60, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 148, 152, 156, 160, 224, 352, 360],
         "itemsize": 512,
     }
 )
@@ -133,7 +134,8 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "reserved0": 156,
         "hostname": 160,
         "comm_name": 224,
-        "reserved": 352,
+        "op_index": 352,
+        "reserved": 360,
     },
 }
 DTYPES: dict[str, np.dtype] = {

@@ -189,7 +189,8 @@ struct ci_shm_comm_entry_v1 {
     uint8_t inflight_datatype;
     uint8_t inflight_algo;
     uint8_t inflight_proto;
-    uint8_t reserved1[3];
+    uint8_t inflight_n_channels;
+    uint8_t reserved1[2];
     int32_t inflight_peer;
     uint16_t inflight_channels_started;
     uint16_t inflight_channels_stopped;
@@ -201,7 +202,9 @@ struct ci_shm_comm_entry_v1 {
     uint64_t hang_flagged_mono_ns;
     uint64_t ops_total;
     uint64_t bytes_total;
-    uint8_t reserved2[64];
+    uint64_t inflight_op_index;
+    int64_t gpu_clock_offset_ns;
+    uint8_t reserved2[48];
 };
 struct ci_shm_op_slot_v1 {
     uint64_t seq;
@@ -234,9 +237,11 @@ struct ci_shm_op_slot_v1 {
     uint64_t group_id;
     char raw_name[32];
     uint16_t channels_started;
-    uint16_t reserved0;
+    uint8_t hang_op_kind;
+    uint8_t reserved0;
     uint32_t hang_threshold_ms;
-    uint8_t reserved[80];
+    uint64_t comm_op_index;
+    uint8_t reserved[72];
 };
 """
 
@@ -462,9 +467,9 @@ HEADER_DTYPE = np.dtype(
 # ci_shm_comm_entry_v1_t: One communicator of this process. Identity (first 256 bytes) is written before state becomes ACTIVE; progress (last 256 bytes) changes with every op and is read under progress_seqlock.
 COMM_ENTRY_DTYPE = np.dtype(
     {
-        "names": ["state", "generation", "comm_id", "rank", "nranks", "nnodes", "local_rank", "cuda_device", "nccl_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns", "name", "name_source", "reserved0", "progress_seqlock", "inflight_count", "coll_enqueued", "coll_enqueued_mono_ns", "coll_started", "coll_started_mono_ns", "coll_completed", "coll_completed_mono_ns", "p2p_enqueued", "p2p_enqueued_mono_ns", "p2p_started", "p2p_started_mono_ns", "p2p_completed", "p2p_completed_mono_ns", "inflight_seq", "inflight_kind", "inflight_func", "inflight_datatype", "inflight_algo", "inflight_proto", "reserved1", "inflight_peer", "inflight_channels_started", "inflight_channels_stopped", "inflight_count_elems", "inflight_bytes", "inflight_enqueue_mono_ns", "inflight_start_mono_ns", "hang_flagged_seq", "hang_flagged_mono_ns", "ops_total", "bytes_total", "reserved2"],
-        "formats": ['<u4', '<u4', '<u8', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u8', 'S128', '<u1', ('<u1', (63,)), '<u4', '<u4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u1', '<u1', '<u1', '<u1', '<u1', ('<u1', (3,)), '<i4', '<u2', '<u2', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u1', (64,))],
-        "offsets": [0, 4, 8, 16, 20, 24, 28, 32, 36, 40, 48, 56, 64, 192, 193, 256, 260, 264, 272, 280, 288, 296, 304, 312, 320, 328, 336, 344, 352, 360, 368, 369, 370, 371, 372, 373, 376, 380, 382, 384, 392, 400, 408, 416, 424, 432, 440, 448],
+        "names": ["state", "generation", "comm_id", "rank", "nranks", "nnodes", "local_rank", "cuda_device", "nccl_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns", "name", "name_source", "reserved0", "progress_seqlock", "inflight_count", "coll_enqueued", "coll_enqueued_mono_ns", "coll_started", "coll_started_mono_ns", "coll_completed", "coll_completed_mono_ns", "p2p_enqueued", "p2p_enqueued_mono_ns", "p2p_started", "p2p_started_mono_ns", "p2p_completed", "p2p_completed_mono_ns", "inflight_seq", "inflight_kind", "inflight_func", "inflight_datatype", "inflight_algo", "inflight_proto", "inflight_n_channels", "reserved1", "inflight_peer", "inflight_channels_started", "inflight_channels_stopped", "inflight_count_elems", "inflight_bytes", "inflight_enqueue_mono_ns", "inflight_start_mono_ns", "hang_flagged_seq", "hang_flagged_mono_ns", "ops_total", "bytes_total", "inflight_op_index", "gpu_clock_offset_ns", "reserved2"],
+        "formats": ['<u4', '<u4', '<u8', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u8', 'S128', '<u1', ('<u1', (63,)), '<u4', '<u4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', ('<u1', (2,)), '<i4', '<u2', '<u2', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<i8', ('<u1', (48,))],
+        "offsets": [0, 4, 8, 16, 20, 24, 28, 32, 36, 40, 48, 56, 64, 192, 193, 256, 260, 264, 272, 280, 288, 296, 304, 312, 320, 328, 336, 344, 352, 360, 368, 369, 370, 371, 372, 373, 374, 376, 380, 382, 384, 392, 400, 408, 416, 424, 432, 440, 448, 456, 464],
         "itemsize": 512,
     }
 )
@@ -472,9 +477,9 @@ COMM_ENTRY_DTYPE = np.dtype(
 # ci_shm_op_slot_v1_t: One ring record. Producers claim ticket t with a fetch-add on header.ring_head, set seq = (t + 1) | SLOT_BUSY_BIT, write the payload, then store seq = t + 1 (release). A reader accepts the slot for ticket t only if seq == t + 1 before and after copying it; seq > t + 1 means the ring overwrote it.
 OP_SLOT_DTYPE = np.dtype(
     {
-        "names": ["seq", "kind", "func", "datatype", "algo", "proto", "timing_source", "n_channels", "n_warps", "flags", "kernel_ch_count", "comm_index", "comm_id", "rank", "peer", "op_seq", "count", "bytes", "stream", "tid", "nranks", "host_start_mono_ns", "host_stop_mono_ns", "complete_mono_ns", "gpu_start_ticks", "gpu_end_ticks", "api_start_mono_ns", "group_id", "raw_name", "channels_started", "reserved0", "hang_threshold_ms", "reserved"],
-        "formats": ['<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u2', '<u2', '<u4', '<u8', '<i4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S32', '<u2', '<u2', '<u4', ('<u1', (80,))],
-        "offsets": [0, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 24, 32, 36, 40, 48, 56, 64, 72, 76, 80, 88, 96, 104, 112, 120, 128, 136, 168, 170, 172, 176],
+        "names": ["seq", "kind", "func", "datatype", "algo", "proto", "timing_source", "n_channels", "n_warps", "flags", "kernel_ch_count", "comm_index", "comm_id", "rank", "peer", "op_seq", "count", "bytes", "stream", "tid", "nranks", "host_start_mono_ns", "host_stop_mono_ns", "complete_mono_ns", "gpu_start_ticks", "gpu_end_ticks", "api_start_mono_ns", "group_id", "raw_name", "channels_started", "hang_op_kind", "reserved0", "hang_threshold_ms", "comm_op_index", "reserved"],
+        "formats": ['<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u2', '<u2', '<u4', '<u8', '<i4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S32', '<u2', '<u1', '<u1', '<u4', '<u8', ('<u1', (72,))],
+        "offsets": [0, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 24, 32, 36, 40, 48, 56, 64, 72, 76, 80, 88, 96, 104, 112, 120, 128, 136, 168, 170, 171, 172, 176, 184],
         "itemsize": 256,
     }
 )
@@ -582,7 +587,8 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "inflight_datatype": 370,
         "inflight_algo": 371,
         "inflight_proto": 372,
-        "reserved1": 373,
+        "inflight_n_channels": 373,
+        "reserved1": 374,
         "inflight_peer": 376,
         "inflight_channels_started": 380,
         "inflight_channels_stopped": 382,
@@ -594,7 +600,9 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "hang_flagged_mono_ns": 424,
         "ops_total": 432,
         "bytes_total": 440,
-        "reserved2": 448,
+        "inflight_op_index": 448,
+        "gpu_clock_offset_ns": 456,
+        "reserved2": 464,
     },
     "ci_shm_op_slot_v1_t": {
         "seq": 0,
@@ -627,9 +635,11 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "group_id": 128,
         "raw_name": 136,
         "channels_started": 168,
-        "reserved0": 170,
+        "hang_op_kind": 170,
+        "reserved0": 171,
         "hang_threshold_ms": 172,
-        "reserved": 176,
+        "comm_op_index": 176,
+        "reserved": 184,
     },
 }
 DTYPES: dict[str, np.dtype] = {

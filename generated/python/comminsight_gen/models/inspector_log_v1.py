@@ -388,6 +388,19 @@ class CiColl(Struct, forbid_unknown_fields=True, tag_field='kind', tag='coll'):
     """
     CLOCK_MONOTONIC time NCCL stopped the collective event on the host; typically microseconds after the start and long before the GPU finishes.
     """
+    op_index: (
+        Annotated[
+            int,
+            Meta(
+                description="The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops.",
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops.
+    """
     root: (
         Annotated[
             int,
@@ -594,6 +607,19 @@ class CiP2p(Struct, forbid_unknown_fields=True, tag_field='kind', tag='p2p'):
     ]
     """
     CLOCK_MONOTONIC time NCCL stopped the P2P event on the host.
+    """
+    op_index: (
+        Annotated[
+            int,
+            Meta(
+                description="The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops.",
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops.
     """
     stream: (
         Annotated[
@@ -1326,6 +1352,19 @@ class CiHangEvidence(
     ) = UNSET
     """
     Communicator name; absent when there is none.
+    """
+    op_index: (
+        Annotated[
+            int,
+            Meta(
+                description="The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops.",
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops.
     """
     root: (
         Annotated[

@@ -1,0 +1,323 @@
+"""Read and verify CommInsight inspector_logs with the Python standard library only.
+
+The GPU machine's image may lack msgspec and the project's generated models, so the GPU
+benchmarks read `<COMMINSIGHT_HOME>/inspector_logs/*.jsonl` with `json` and `zlib` alone
+(protocols/inspector-log/v1 says what a line holds). Everything is aggregated while streaming:
+a host-lean run writes hundreds of thousands of op lines.
+
+Checks per sealed segment: the file ends with a newline, its last line is a seal, the bytes
+before the seal line number byte_count, hold record_count lines and have CRC-32 crc32
+(zlib.crc32), op_count matches the op lines, and last_ring_seq - first_ring_seq + 1 =
+ring_record_count + lost_count. A `.partial` file is an unsealed segment (counted, its lines
+still read except a possibly truncated last one).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class CommStats:
+    """Op lines of one communicator member, keyed by (comm id, rank)."""
+
+    comm_id: str
+    rank: int
+    n_ranks: int = 0
+    pids: set[int] = field(default_factory=set)
+    global_ranks: set[int] = field(default_factory=set)
+    colls: Counter[str] = field(default_factory=Counter)  # coll func -> lines
+    p2p: int = 0
+    # AllReduce only, per message size
+    allreduce_by_size: Counter[int] = field(default_factory=Counter)
+    allreduce_by_size_dtype: Counter[tuple[int, str]] = field(default_factory=Counter)
+    timing_source: Counter[str] = field(default_factory=Counter)
+    kernel_gpu: int = 0
+    gpu_times_present: int = 0
+    gpu_stop_before_start: int = 0
+    exec_us: dict[int, list[float]] = field(default_factory=dict)  # size -> [n, sum, min, max]
+    exec_zero: Counter[int] = field(default_factory=Counter)  # size -> lines with exec 0
+    channels_short: int = 0  # channels_completed < n_channels
+    forced_complete: int = 0
+    # NCCL numbers collectives per function (seqNumber counts 0,1,2,... per func and comm)
+    coll_sns: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def allreduce(self) -> int:
+        return self.colls.get("AllReduce", 0)
+
+    def coll_sn_report(self) -> dict[str, dict[str, object]]:
+        out: dict[str, dict[str, object]] = {}
+        for func, sns in sorted(self.coll_sns.items()):
+            distinct = len(set(sns))
+            lo, hi = min(sns), max(sns)
+            out[func] = {
+                "n": len(sns),
+                "min": lo,
+                "max": hi,
+                "duplicates": len(sns) - distinct,
+                "contiguous": distinct == len(sns) and hi - lo + 1 == len(sns),
+            }
+        return out
+
+    def coll_sn_contiguous(self) -> bool:
+        return all(r["contiguous"] for r in self.coll_sn_report().values())
+
+    def exec_report(self) -> dict[str, dict[str, float]]:
+        out = {}
+        for size, (n, total, lo, hi) in sorted(self.exec_us.items()):
+            out[str(size)] = {"n": n, "mean_us": round(total / n, 3), "min_us": lo, "max_us": hi}
+        return out
+
+
+@dataclass
+class ProcessStats:
+    host: str
+    pid: int
+    start_real_ns: int
+    global_rank: int | None = None
+    local_rank: int | None = None
+    segments_sealed: int = 0
+    segments_unsealed: int = 0
+    segment_indices: list[int] = field(default_factory=list)
+    comm_init: int = 0
+    comm_finalize: int = 0
+    profiler_abis: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class LogSummary:
+    home: str
+    files: int = 0
+    sealed: int = 0
+    unsealed: int = 0
+    seal_failures: list[str] = field(default_factory=list)
+    gap_lines: int = 0
+    lost_records: int = 0
+    bad_lines: int = 0
+    hang_evidence: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)
+    comms: dict[tuple[str, int], CommStats] = field(default_factory=dict)
+    processes: dict[tuple[str, int, int], ProcessStats] = field(default_factory=dict)
+
+    @property
+    def seals_ok(self) -> bool:
+        return self.files > 0 and self.unsealed == 0 and not self.seal_failures
+
+    def segment_index_problems(self) -> list[str]:
+        problems = []
+        for p in self.processes.values():
+            idx = sorted(p.segment_indices)
+            if idx != list(range(len(idx))):
+                problems.append(f"pid {p.pid}: segment indices {idx}")
+        return problems
+
+
+def _verify_seal(data: bytes, name: str) -> tuple[dict | None, str | None]:
+    """Returns (seal ci object, problem) for a sealed file's bytes."""
+    if not data.endswith(b"\n"):
+        return None, f"{name}: does not end with a newline"
+    cut = data.rfind(b"\n", 0, len(data) - 1) + 1  # first byte of the last line
+    try:
+        seal = json.loads(data[cut:-1])["ci"]
+    except (ValueError, KeyError, TypeError):
+        return None, f"{name}: last line is not JSON with ci"
+    if seal.get("kind") != "seal":
+        return None, f"{name}: last line kind {seal.get('kind')!r}, not seal"
+    prefix = data[:cut]
+    if seal.get("byte_count") != len(prefix):
+        return seal, f"{name}: byte_count {seal.get('byte_count')} != {len(prefix)}"
+    lines = prefix.count(b"\n")
+    if seal.get("record_count") != lines:
+        return seal, f"{name}: record_count {seal.get('record_count')} != {lines}"
+    crc = zlib.crc32(prefix) & 0xFFFFFFFF
+    if seal.get("crc32") != crc:
+        return seal, f"{name}: crc32 {seal.get('crc32')} != {crc}"
+    first, last = seal.get("first_ring_seq"), seal.get("last_ring_seq")
+    if first is not None and last is not None:
+        covered = seal.get("ring_record_count", 0) + seal.get("lost_count", 0)
+        if last - first + 1 != covered:
+            return seal, f"{name}: ring seqs {first}..{last} but {covered} records+lost"
+    return seal, None
+
+
+def _add_op(s: LogSummary, obj: dict, proc: ProcessStats | None) -> None:
+    hdr = obj.get("header") or {}
+    ci = obj["ci"]
+    key = (str(hdr.get("id")), int(hdr.get("rank", -1)))
+    cs = s.comms.get(key)
+    if cs is None:
+        cs = s.comms[key] = CommStats(comm_id=key[0], rank=key[1])
+    cs.n_ranks = int(hdr.get("n_ranks", 0))
+    if proc is not None:
+        cs.pids.add(proc.pid)
+        if proc.global_rank is not None:
+            cs.global_ranks.add(proc.global_rank)
+    if ci.get("forced_complete"):
+        cs.forced_complete += 1
+    if ci["kind"] == "p2p":
+        cs.p2p += 1
+        return
+    perf = obj.get("coll_perf") or {}
+    func = str(perf.get("coll"))
+    cs.colls[func] += 1
+    cs.coll_sns.setdefault(func, []).append(int(perf.get("coll_sn", -1)))
+    if func != "AllReduce":
+        return
+    size = int(perf.get("coll_msg_size_bytes", -1))
+    cs.allreduce_by_size[size] += 1
+    cs.allreduce_by_size_dtype[(size, str(ci.get("datatype")))] += 1
+    src = str(perf.get("coll_timing_source"))
+    cs.timing_source[src] += 1
+    if src == "kernel_gpu":
+        cs.kernel_gpu += 1
+    g0, g1 = ci.get("gpu_start_globaltimer_ns"), ci.get("gpu_stop_globaltimer_ns")
+    if g0 is not None and g1 is not None:
+        cs.gpu_times_present += 1
+        if g1 < g0:
+            cs.gpu_stop_before_start += 1
+    ex = float(perf.get("coll_exec_time_us", -1))
+    acc = cs.exec_us.get(size)
+    if acc is None:
+        cs.exec_us[size] = [1, ex, ex, ex]
+    else:
+        acc[0] += 1
+        acc[1] += ex
+        acc[2] = min(acc[2], ex)
+        acc[3] = max(acc[3], ex)
+    if ex <= 0:
+        cs.exec_zero[size] += 1
+    if ci.get("channels_completed", 0) < ci.get("n_channels", 0):
+        cs.channels_short += 1
+
+
+def read_home(home: str | Path) -> LogSummary:
+    """Reads every segment under <home>/inspector_logs and aggregates it."""
+    home = Path(home)
+    s = LogSummary(home=str(home))
+    logdir = home / "inspector_logs"
+    paths = sorted(logdir.glob("*.jsonl")) + sorted(logdir.glob("*.jsonl.partial"))
+    for path in paths:
+        s.files += 1
+        data = path.read_bytes()
+        sealed = path.name.endswith(".jsonl")
+        seal: dict | None = None
+        if sealed:
+            seal, problem = _verify_seal(data, path.name)
+            if problem:
+                s.seal_failures.append(problem)
+                seal = None
+                body = data
+            else:
+                s.sealed += 1
+                body = data[: seal["byte_count"]]
+        else:
+            s.unsealed += 1
+            body = data[: data.rfind(b"\n") + 1]  # the last line may be cut short
+        proc: ProcessStats | None = None
+        ops_seen = 0
+        for raw in body.splitlines():
+            if not raw:
+                continue
+            try:
+                obj = json.loads(raw)
+                ci = obj["ci"]
+                kind = ci["kind"]
+            except (ValueError, KeyError, TypeError):
+                s.bad_lines += 1
+                continue
+            s.kinds[kind] += 1
+            if kind in ("coll", "p2p"):
+                ops_seen += 1
+                _add_op(s, obj, proc)
+            elif kind == "segment_start":
+                p = ci.get("process") or {}
+                pkey = (str(p.get("host")), int(p.get("pid", 0)), int(p.get("start_real_ns", 0)))
+                proc = s.processes.get(pkey)
+                if proc is None:
+                    proc = s.processes[pkey] = ProcessStats(*pkey)
+                proc.global_rank = p.get("global_rank")
+                proc.local_rank = p.get("local_rank")
+                proc.segment_indices.append(int(ci.get("segment_index", -1)))
+                if sealed:
+                    proc.segments_sealed += 1
+                else:
+                    proc.segments_unsealed += 1
+            elif kind == "comm_init":
+                if proc is not None:
+                    proc.comm_init += 1
+                    proc.profiler_abis[str(ci.get("profiler_abi"))] += 1
+            elif kind == "comm_finalize":
+                if proc is not None:
+                    proc.comm_finalize += 1
+            elif kind == "gap":
+                s.gap_lines += 1
+                s.lost_records += int(ci.get("lost_count", 0))
+            elif kind == "hang_evidence":
+                s.hang_evidence += 1
+            elif kind == "seal":
+                s.seal_failures.append(f"{path.name}: a seal line before the end")
+        if seal is not None and seal.get("op_count") != ops_seen:
+            s.seal_failures.append(
+                f"{path.name}: op_count {seal.get('op_count')} != {ops_seen} op lines"
+            )
+    return s
+
+
+def comm_report(cs: CommStats) -> dict[str, object]:
+    """One communicator member's counts as a JSON-able dict."""
+    return {
+        "comm_id": cs.comm_id,
+        "rank": cs.rank,
+        "n_ranks": cs.n_ranks,
+        "pids": sorted(cs.pids),
+        "global_ranks": sorted(cs.global_ranks),
+        "colls": dict(cs.colls),
+        "p2p": cs.p2p,
+        "allreduce": cs.allreduce,
+        "allreduce_by_size": {str(k): v for k, v in sorted(cs.allreduce_by_size.items())},
+        "allreduce_by_size_dtype": {
+            f"{k[0]}:{k[1]}": v for k, v in sorted(cs.allreduce_by_size_dtype.items())
+        },
+        "timing_source": dict(cs.timing_source),
+        "kernel_gpu": cs.kernel_gpu,
+        "gpu_times_present": cs.gpu_times_present,
+        "gpu_stop_before_start": cs.gpu_stop_before_start,
+        "exec_zero_by_size": {str(k): v for k, v in sorted(cs.exec_zero.items())},
+        "channels_short": cs.channels_short,
+        "forced_complete": cs.forced_complete,
+        "coll_sn": cs.coll_sn_report(),
+    }
+
+
+def summary_report(s: LogSummary) -> dict[str, object]:
+    """Segment-level facts as a JSON-able dict."""
+    return {
+        "files": s.files,
+        "sealed_ok": s.sealed,
+        "unsealed": s.unsealed,
+        "seal_failures": s.seal_failures[:10],
+        "segment_index_problems": s.segment_index_problems(),
+        "gap_lines": s.gap_lines,
+        "lost_records": s.lost_records,
+        "bad_lines": s.bad_lines,
+        "hang_evidence": s.hang_evidence,
+        "kinds": dict(s.kinds),
+        "processes": [
+            {
+                "pid": p.pid,
+                "global_rank": p.global_rank,
+                "local_rank": p.local_rank,
+                "segments_sealed": p.segments_sealed,
+                "segments_unsealed": p.segments_unsealed,
+                "comm_init": p.comm_init,
+                "comm_finalize": p.comm_finalize,
+                "profiler_abi": dict(p.profiler_abis),
+            }
+            for p in s.processes.values()
+        ],
+    }

@@ -1,0 +1,206 @@
+"""Summarize the alternating host-lean overhead runs of bench/gpu/run_overhead.sh.
+
+Input: a work directory holding manifest.jsonl (one line per run: round, variant, out, home,
+rc) and each run's stdout (hostlean_allreduce's JSON lines mixed with NCCL's own output).
+For every CommInsight run, its fresh COMMINSIGHT_HOME is read with ci_logs (standard library
+only) and checked: the AllReduce op lines of each communicator member must equal the
+all-reduces that run issued (hostlean's final "issued" line), per message size.
+
+Output (stdout and --out): JSON lines {"bench":"gpu_overhead","metric","value","unit"}, with
+extra keys where a number needs context:
+  us_per_iter_<variant>_<size>            median over every (round, inner round) sample
+  ratio_comminsight_over_empty_mask<M>_<size>, delta_us_... (same mask, per size)
+  ratio_empty_mask70_over_none_<size>     NCCL's own cost of loading a plugin with KernelCh
+  records_match (one per CommInsight run), records_match_all, kernel_gpu_records_...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import ci_logs  # bench/gpu/ci_logs.py: the script's own directory is on sys.path
+
+BENCH = "gpu_overhead"
+VARIANTS = ["none", "empty_mask70", "comminsight_mask70", "comminsight_mask6", "empty_mask6"]
+RATIOS = [
+    ("comminsight_mask70", "empty_mask70", "ratio_comminsight_over_empty_mask70"),
+    ("comminsight_mask6", "empty_mask6", "ratio_comminsight_over_empty_mask6"),
+    ("empty_mask70", "none", "ratio_empty_mask70_over_none"),
+    ("comminsight_mask70", "none", "ratio_comminsight_mask70_over_none"),
+]
+
+
+class Emitter:
+    def __init__(self, out: Path | None) -> None:
+        self.fh = out.open("w") if out else None
+
+    def __call__(self, metric: str, value: object, unit: str, **extra: object) -> None:
+        line = {"bench": BENCH, "metric": metric, "value": value, "unit": unit, **extra}
+        text = json.dumps(line, separators=(",", ":"))
+        print(text, flush=True)
+        if self.fh:
+            self.fh.write(text + "\n")
+            self.fh.flush()
+
+
+def json_lines(path: Path) -> list[dict]:
+    """hostlean's JSON lines out of a log that NCCL also writes to."""
+    out = []
+    for raw in path.read_text(errors="replace").splitlines():
+        if raw.startswith('{"bench":"hostlean_allreduce"'):
+            try:
+                out.append(json.loads(raw))
+            except ValueError:
+                pass
+    return out
+
+
+def nccl_lines(path: Path, word: str) -> list[str]:
+    return [ln for ln in path.read_text(errors="replace").splitlines() if word in ln]
+
+
+def check_records(run: dict, lines: list[dict], summary: ci_logs.LogSummary, emit: Emitter) -> dict:
+    """Compares a CommInsight run's sealed logs with what it issued; emits one line."""
+    issued = next((ln for ln in lines if ln.get("event") == "issued"), None)
+    base = {"variant": run["variant"], "round": run["round"]}
+    if issued is None:
+        emit("records_match", False, "bool", **base, reason="run printed no issued line")
+        return {"match": False, "kernel_gpu": 0, "records": 0}
+    want_total = issued["allreduce_per_comm"]
+    want_sizes = {int(k): v for k, v in issued["per_size"].items()}
+    ncomms = issued["ncomms"]
+    per_rank = {}
+    match = len(summary.comms) == ncomms and summary.seals_ok and summary.lost_records == 0
+    kernel_gpu = 0
+    records = 0
+    for (_cid, rank), cs in sorted(summary.comms.items(), key=lambda kv: kv[0][1]):
+        sizes_ok = dict(cs.allreduce_by_size) == want_sizes
+        other = sum(n for f, n in cs.colls.items() if f != "AllReduce") + cs.p2p
+        ok = cs.allreduce == want_total and sizes_ok and other == 0 and cs.coll_sn_contiguous()
+        match = match and ok
+        kernel_gpu += cs.kernel_gpu
+        records += cs.allreduce
+        per_rank[str(rank)] = {
+            "allreduce_records": cs.allreduce,
+            "per_size_match": sizes_ok,
+            "kernel_gpu": cs.kernel_gpu,
+            "timing_source": dict(cs.timing_source),
+            "gpu_stop_before_start": cs.gpu_stop_before_start,
+            "channels_short": cs.channels_short,
+            "forced_complete": cs.forced_complete,
+            "coll_sn_contiguous": cs.coll_sn_contiguous(),
+            "other_ops": other,
+        }
+        if not sizes_ok:
+            per_rank[str(rank)]["allreduce_by_size"] = {
+                str(k): v for k, v in sorted(cs.allreduce_by_size.items())
+            }
+    seg = ci_logs.summary_report(summary)
+    emit(
+        "records_match",
+        match,
+        "bool",
+        **base,
+        expected_allreduce_per_comm=want_total,
+        expected_comms=ncomms,
+        comms_seen=len(summary.comms),
+        per_rank=per_rank,
+        kernel_gpu_records=kernel_gpu,
+        sealed_segments=seg["sealed_ok"],
+        unsealed_segments=seg["unsealed"],
+        seal_failures=seg["seal_failures"],
+        gap_lines=seg["gap_lines"],
+        lost_records=seg["lost_records"],
+        profiler_abi=[p["profiler_abi"] for p in seg["processes"]],
+    )
+    return {"match": match, "kernel_gpu": kernel_gpu, "records": records}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON lines here")
+    ap.add_argument("--raw", type=Path, default=None, help="write every sample line here")
+    args = ap.parse_args()
+    emit = Emitter(args.out)
+    runs = [json.loads(ln) for ln in (args.work / "manifest.jsonl").read_text().splitlines()]
+    # Reading the logs is the slow part (hundreds of MB per CommInsight run): one process each.
+    homes = [run["home"] for run in runs if run.get("home")]
+    with ProcessPoolExecutor(max_workers=max(1, min(len(homes), os.cpu_count() or 1))) as ex:
+        summaries = dict(zip(homes, ex.map(ci_logs.read_home, homes), strict=True))
+
+    samples: dict[tuple[str, str], list[float]] = defaultdict(list)
+    size_bytes: dict[str, int] = {}
+    raw = args.raw.open("w") if args.raw else None
+    failed = []
+    warn_lines = 0
+    checks: dict[str, list[dict]] = defaultdict(list)
+    for run in runs:
+        out = Path(run["out"])
+        lines = json_lines(out) if out.exists() else []
+        warns = nccl_lines(out, " WARN ") if out.exists() else []
+        warn_lines += len(warns)
+        if run["rc"] != 0 or not any(ln.get("event") == "issued" for ln in lines):
+            tail = out.read_text(errors="replace").splitlines()[-5:] if out.exists() else []
+            failed.append({"variant": run["variant"], "round": run["round"], "rc": run["rc"]})
+            emit("run_failed", True, "bool", **failed[-1], tail=tail)
+        for ln in lines:
+            if raw:
+                raw.write(json.dumps({**ln, "outer_round": run["round"]}) + "\n")
+            if ln.get("event") == "sample":
+                samples[(run["variant"], ln["size"])].append(float(ln["us_per_iter"]))
+                size_bytes[ln["size"]] = int(ln["size_bytes"])
+        if warns:
+            emit("nccl_warn_lines", len(warns), "lines", variant=run["variant"], first=warns[:3])
+        if run.get("home"):
+            result = check_records(run, lines, summaries[run["home"]], emit)
+            checks[run["variant"]].append(result)
+    if raw:
+        raw.close()
+
+    sizes = sorted(size_bytes, key=size_bytes.get)
+    med: dict[tuple[str, str], float] = {}
+    for variant in VARIANTS:
+        for size in sizes:
+            vals = samples.get((variant, size))
+            if not vals:
+                continue
+            med[(variant, size)] = m = statistics.median(vals)
+            emit(
+                f"us_per_iter_{variant}_{size}",
+                round(m, 3),
+                "us",
+                n=len(vals),
+                min=round(min(vals), 3),
+                max=round(max(vals), 3),
+            )
+    for num, den, name in RATIOS:
+        for size in sizes:
+            if (num, size) in med and (den, size) in med:
+                a, b = med[(num, size)], med[(den, size)]
+                emit(f"{name}_{size}", round(a / b, 4), "ratio", delta_us=round(a - b, 3))
+
+    for variant, results in sorted(checks.items()):
+        emit(
+            f"records_match_all_{variant}",
+            all(r["match"] for r in results),
+            "bool",
+            runs=len(results),
+            runs_matching=sum(r["match"] for r in results),
+        )
+        total = sum(r["records"] for r in results)
+        gpu = sum(r["kernel_gpu"] for r in results)
+        emit(f"kernel_gpu_records_{variant}", gpu, "records", of_allreduce_records=total)
+    emit("runs_total", len(runs), "runs", failed=len(failed), nccl_warn_lines=warn_lines)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""Calls an NCCL profiler plugin `.so` exactly through the generated nccl-profiler bindings.
+
+The FFI is the generated CDEF plus one `extern` line for the plugin symbol, opened in ABI mode
+(dlopen, no compiler at run time). Descriptors are filled field by field from those types; no
+struct is defined here. What differs between v4 and v5 is what NCCL's own v4 adapter does:
+v4 has a one-byte `type`, drops the *Api/KernelLaunch events and the Group API states, puts the
+parent Group handle into `parentObj` of Coll/P2p, leaves P2p `nChannels` unset, and takes
+`commHash` as init's fourth argument.
+
+Strings are NCCL's and valid only during the call: every string here is a fresh buffer that is
+overwritten with '?' and freed as soon as the call returns, so a plugin that keeps the pointer
+reads garbage instead of silently working.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import cffi
+
+from comminsight_gen.abi import nccl_profiler_v4, nccl_profiler_v5
+from comminsight_gen.abi.nccl_profiler_v5 import EventState, EventType
+
+_MODULES = {4: nccl_profiler_v4, 5: nccl_profiler_v5}
+POISON = b"?"
+
+
+class PluginLoadError(RuntimeError):
+    """The plugin file cannot be opened or does not export the requested symbol."""
+
+
+@dataclass(frozen=True)
+class InitResult:
+    result: int
+    context: object  # cdata void*, or None when init failed (NCCL then disables the plugin)
+
+
+class _CallStrings:
+    """Fresh C strings for one call, poisoned and freed right after it."""
+
+    def __init__(self, ffi: cffi.FFI):
+        self._ffi = ffi
+        self._buffers: list = []
+
+    def __call__(self, text: str | None):
+        if text is None:
+            return self._ffi.NULL
+        buf = self._ffi.new("char[]", text.encode())
+        self._buffers.append(buf)
+        return buf
+
+    def release(self) -> None:
+        for buf in self._buffers:
+            n = len(buf) - 1
+            if n:
+                self._ffi.memmove(buf, POISON * n, n)
+            self._ffi.release(buf)
+        self._buffers.clear()
+
+
+class ProfilerAbi:
+    """One loaded plugin: its entry points, called the way NCCL 2.28 calls them."""
+
+    version: int
+
+    def __init__(self, path: str):
+        module = _MODULES[self.version]
+        symbol = f"ncclProfiler_v{self.version}"
+        self.ffi = cffi.FFI()
+        self.ffi.cdef(module.CDEF + f"\nextern ci_nccl_profiler_v{self.version}_t {symbol};\n")
+        try:
+            self._lib = self.ffi.dlopen(path)
+        except OSError as e:
+            raise PluginLoadError(f"cannot load profiler plugin {path}: {e}") from None
+        try:
+            self._plugin = self.ffi.addressof(self._lib, symbol)
+        except (AttributeError, cffi.FFIError) as e:
+            raise PluginLoadError(f"{path} does not export {symbol}: {e}") from None
+        self._descr_type = f"ci_nccl_event_descr_v{self.version}_t *"
+        self._state_type = f"ci_nccl_state_args_v{self.version}_t *"
+        raw_name = self._plugin.name
+        self.name = (
+            ""
+            if raw_name == self.ffi.NULL
+            else self.ffi.string(raw_name).decode("utf-8", "replace")
+        )
+        self.nonzero_returns = 0  # entry points other than init must return success
+        self._count_lock = threading.Lock()
+
+    # ---- the activation mask and communicators ----
+
+    def new_activation_mask(self):
+        """The ONE process-global int NCCL passes to every init (zero until a plugin sets it)."""
+        return self.ffi.new("int32_t *")
+
+    def init(self, mask, comm_id: int, name: str | None, nnodes: int, nranks: int, rank: int):
+        context = self.ffi.new("void **")
+        strings = _CallStrings(self.ffi)
+        try:
+            result = self._call_init(context, mask, comm_id, strings(name), nnodes, nranks, rank)
+        finally:
+            strings.release()
+        handle = context[0]
+        return InitResult(int(result), handle if result == 0 and handle != self.ffi.NULL else None)
+
+    def _call_init(self, context, mask, comm_id, name, nnodes, nranks, rank):
+        raise NotImplementedError
+
+    def finalize(self, context) -> None:
+        self._check(self._plugin.finalize(context))
+
+    # ---- events (each returns the plugin's handle, or None for NULL / not delivered) ----
+
+    def start_group_api(self, context, depth: int):
+        return None
+
+    def start_coll_api(self, context, parent, func, count, datatype, root, stream):
+        return None
+
+    def start_p2p_api(self, context, parent, func, count, datatype, stream):
+        return None
+
+    def start_kernel_launch(self, context, parent, stream):
+        return None
+
+    def start_group(self, context):
+        return self._start(context, EventType.GROUP, None, 0, lambda d, s: None)
+
+    def start_coll(self, context, api_parent, group, rank: int, coll: dict):
+        def fill(d, s):
+            c = d.u.coll
+            c.seqNumber = coll["seq"]
+            c.func = s(coll["func"])
+            c.sendBuff = self.ffi.cast("void *", coll["send_buff"])
+            c.recvBuff = self.ffi.cast("void *", coll["recv_buff"])
+            c.count = coll["count"]
+            c.root = coll["root"]
+            c.datatype = s(coll["datatype"])
+            c.nChannels = coll["n_channels"]
+            c.nWarps = coll["n_warps"]
+            c.algo = s(coll["algo"])
+            c.proto = s(coll["proto"])
+            self._set_parent_group(c, group)
+
+        return self._start(
+            context, EventType.COLL, self._task_parent(api_parent, group), rank, fill
+        )
+
+    def start_p2p(self, context, api_parent, group, rank: int, p2p: dict):
+        def fill(d, s):
+            p = d.u.p2p
+            p.func = s(p2p["func"])
+            p.buff = self.ffi.cast("void *", p2p["buff"])
+            p.datatype = s(p2p["datatype"])
+            p.count = p2p["count"]
+            p.peer = p2p["peer"]
+            p.nChannels = self._p2p_channels(p2p["n_channels"])
+            self._set_parent_group(p, group)
+
+        return self._start(context, EventType.P2P, self._task_parent(api_parent, group), rank, fill)
+
+    def start_proxy_op(self, context, parent, rank, pid, channel, peer, n_steps, chunk, is_send):
+        def fill(d, s):
+            p = d.u.proxyOp
+            p.pid, p.channelId, p.peer = pid, channel, peer
+            p.nSteps, p.chunkSize, p.isSend = n_steps, chunk, int(is_send)
+
+        return self._start(context, EventType.PROXY_OP, parent, rank, fill)
+
+    def start_proxy_step(self, context, parent, rank: int, step: int):
+        def fill(d, s):
+            d.u.proxyStep.step = step
+
+        return self._start(context, EventType.PROXY_STEP, parent, rank, fill)
+
+    def start_kernel_ch(self, context, parent, channel: int, ptimer: int):
+        # NCCL leaves rank 0 in KernelCh descriptors: the plugin must take it from the parent.
+        def fill(d, s):
+            d.u.kernelCh.channelId = channel
+            d.u.kernelCh.pTimer = ptimer
+
+        return self._start(context, EventType.KERNEL_CH, parent, 0, fill)
+
+    def stop(self, handle) -> None:
+        if handle is not None:
+            self._check(self._plugin.stopEvent(handle))
+
+    def record_state(self, handle, state: EventState, *, ptimer=None, trans_size=None) -> None:
+        if handle is None:
+            return
+        if state in (EventState.GROUP_START_API_STOP, EventState.GROUP_END_API_START):
+            args = self.ffi.NULL  # NCCL passes no arguments with the Group API states
+        else:
+            args = self.ffi.new(self._state_type)
+            if ptimer is not None:
+                args.kernelCh.pTimer = ptimer
+            if trans_size is not None:
+                args.proxyStep.transSize = trans_size
+        self._check(self._plugin.recordEventState(handle, int(state), args))
+
+    # ---- plumbing ----
+
+    def _start(self, context, event_type: EventType, parent, rank: int, fill):
+        descr = self.ffi.new(self._descr_type)
+        descr.type = int(event_type)
+        descr.parentObj = self.ffi.NULL if parent is None else parent
+        descr.rank = rank
+        strings = _CallStrings(self.ffi)
+        handle = self.ffi.new("void **")
+        try:
+            fill(descr, strings)
+            self._check(self._plugin.startEvent(context, handle, descr))
+        finally:
+            strings.release()
+            self.ffi.release(descr)
+        value = handle[0]
+        return None if value == self.ffi.NULL else value
+
+    def _check(self, result: int) -> None:
+        if result != 0:
+            with self._count_lock:
+                self.nonzero_returns += 1
+
+    def _task_parent(self, api_parent, group):
+        raise NotImplementedError
+
+    def _set_parent_group(self, task_descr, group) -> None:
+        raise NotImplementedError
+
+    def _p2p_channels(self, n_channels: int) -> int:
+        return n_channels
+
+
+class ProfilerAbiV5(ProfilerAbi):
+    version = 5
+
+    def _call_init(self, context, mask, comm_id, name, nnodes, nranks, rank):
+        return self._plugin.init(context, comm_id, mask, name, nnodes, nranks, rank, self.ffi.NULL)
+
+    def start_group_api(self, context, depth: int):
+        def fill(d, s):
+            d.u.groupApi.graphCaptured = False
+            d.u.groupApi.groupDepth = depth
+
+        return self._start(context, EventType.GROUP_API, None, 0, fill)
+
+    def start_coll_api(self, context, parent, func, count, datatype, root, stream):
+        def fill(d, s):
+            a = d.u.collApi
+            a.func, a.count, a.datatype, a.root = s(func), count, s(datatype), root
+            a.stream = self.ffi.cast("void *", stream)
+            a.graphCaptured = False
+
+        return self._start(context, EventType.COLL_API, parent, 0, fill)
+
+    def start_p2p_api(self, context, parent, func, count, datatype, stream):
+        def fill(d, s):
+            a = d.u.p2pApi
+            a.func, a.count, a.datatype = s(func), count, s(datatype)
+            a.stream = self.ffi.cast("void *", stream)
+            a.graphCaptured = False
+
+        return self._start(context, EventType.P2P_API, parent, 0, fill)
+
+    def start_kernel_launch(self, context, parent, stream):
+        def fill(d, s):
+            d.u.kernelLaunch.stream = self.ffi.cast("void *", stream)
+
+        return self._start(context, EventType.KERNEL_LAUNCH, parent, 0, fill)
+
+    def _task_parent(self, api_parent, group):
+        return api_parent  # v5: the CollApi/P2pApi event; the Group goes into parentGroup
+
+    def _set_parent_group(self, task_descr, group) -> None:
+        task_descr.parentGroup = self.ffi.NULL if group is None else group
+
+
+class ProfilerAbiV4(ProfilerAbi):
+    version = 4
+
+    def _call_init(self, context, mask, comm_id, name, nnodes, nranks, rank):
+        return self._plugin.init(context, mask, name, comm_id, nnodes, nranks, rank, self.ffi.NULL)
+
+    def record_state(self, handle, state: EventState, *, ptimer=None, trans_size=None) -> None:
+        if state in (EventState.GROUP_START_API_STOP, EventState.GROUP_END_API_START):
+            return  # v4 has no Group API states; NCCL's adapter drops them
+        super().record_state(handle, state, ptimer=ptimer, trans_size=trans_size)
+
+    def _task_parent(self, api_parent, group):
+        return group  # NCCL's v4 adapter: parentObj = the parent Group
+
+    def _set_parent_group(self, task_descr, group) -> None:
+        pass  # no such field in v4
+
+    def _p2p_channels(self, n_channels: int) -> int:
+        return 0  # NCCL's v4 adapter never copies it
+
+
+def load_plugin(path: str, version: int) -> ProfilerAbi:
+    cls = {4: ProfilerAbiV4, 5: ProfilerAbiV5}[version]
+    return cls(path)

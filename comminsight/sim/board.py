@@ -1,0 +1,115 @@
+"""The rendezvous board: a small file every rank process maps, standing in for the wire.
+
+It holds what real ranks learn from each other through the network: when each participant's
+GPU reached an op (its arrival time, CLOCK_MONOTONIC ns), whether an op was poisoned by a
+mismatched participant, and each rank's liveness for the launcher's hang detection. Every cell
+is an aligned int64 written by one process only, so plain loads and stores are enough.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = 0x31445241_4F424953  # "SIBOARD1"
+HEADER_CELLS = 8
+RANK_CELLS = 4  # state, state since (ns), last progress (ns), pid
+
+H_MAGIC, H_WORLD, H_INSTANCES, H_ABORT, H_ABORT_NS = range(5)
+R_STATE, R_SINCE, R_PROGRESS, R_PID = range(RANK_CELLS)
+
+
+class RankState(enum.IntEnum):
+    STARTING = 0
+    RUNNING = 1  # the host thread is doing work (compute, calls, a fault's sleep)
+    BLOCKED = 2  # the host thread waits for its GPU or for ever (a skipping rank)
+    DONE = 3
+    ABORTED = 4
+    DEAD = 5  # set by the launcher when the process is gone without finishing
+
+
+class RunAborted(Exception):
+    """The launcher aborted the run (a hang held long enough, or the time limit)."""
+
+
+class Board:
+    def __init__(self, path: Path, world: int, instances: int):
+        cells = self.cells(world, instances)
+        self._mem = np.memmap(path, dtype=np.int64, mode="r+", shape=(cells,))
+        self.world, self.n_instances = world, instances
+        self.header = self._mem[:HEADER_CELLS]
+        start = HEADER_CELLS
+        self.ranks = self._mem[start : start + world * RANK_CELLS].reshape(world, RANK_CELLS)
+        start += world * RANK_CELLS
+        self.arrivals = self._mem[start : start + instances * world].reshape(instances, world)
+        start += instances * world
+        self.poisoned = self._mem[start : start + instances]
+
+    @staticmethod
+    def cells(world: int, instances: int) -> int:
+        return HEADER_CELLS + world * RANK_CELLS + instances * world + instances
+
+    @classmethod
+    def create(cls, path: Path, world: int, instances: int) -> Board:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, cls.cells(world, instances) * 8)  # zero-filled
+        finally:
+            os.close(fd)
+        board = cls(path, world, instances)
+        board.header[H_WORLD], board.header[H_INSTANCES] = world, instances
+        board.header[H_MAGIC] = MAGIC
+        board._mem.flush()
+        return board
+
+    @classmethod
+    def attach(cls, path: Path, world: int, instances: int) -> Board:
+        board = cls(path, world, instances)
+        if int(board.header[H_MAGIC]) != MAGIC or int(board.header[H_WORLD]) != world:
+            raise RuntimeError(f"{path} is not this run's rendezvous board")
+        return board
+
+    # ---- ranks ----
+
+    def set_state(self, rank: int, state: RankState) -> None:
+        self.ranks[rank, R_SINCE] = time.monotonic_ns()
+        self.ranks[rank, R_STATE] = int(state)
+
+    def state(self, rank: int) -> RankState:
+        return RankState(int(self.ranks[rank, R_STATE]))
+
+    def set_pid(self, rank: int, pid: int) -> None:
+        self.ranks[rank, R_PID] = pid
+
+    def progress(self, rank: int) -> None:
+        self.ranks[rank, R_PROGRESS] = time.monotonic_ns()
+
+    # ---- ops ----
+
+    def arrive(self, instance: int, rank: int, gpu_ns: int) -> None:
+        self.arrivals[instance, rank] = max(1, gpu_ns)
+
+    def poison(self, instance: int) -> None:
+        self.poisoned[instance] = 1
+
+    def arrivals_of(self, instance: int, participants: tuple[int, ...]) -> list[int] | None:
+        """Every participant's arrival, or None while one is missing or the op is poisoned."""
+        if self.poisoned[instance]:
+            return None
+        row = self.arrivals[instance]
+        values = [int(row[p]) for p in participants]
+        return None if 0 in values else values
+
+    # ---- abort ----
+
+    @property
+    def aborted(self) -> bool:
+        return bool(self.header[H_ABORT])
+
+    def abort(self) -> None:
+        self.header[H_ABORT_NS] = time.monotonic_ns()
+        self.header[H_ABORT] = 1

@@ -1,0 +1,103 @@
+"""The options of `comminsight sim`, and the `SimConfig` they make (argparse only: cheap to
+import when the CLI builds its parser)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from comminsight.sim.config import ABI_VERSIONS, WORKLOADS, SimConfig, SimConfigError
+from comminsight.sim.faults import FaultSpecError, parse_fault
+from comminsight.sim.workloads.model import parse_param_count
+
+DEFAULT_PLUGIN = "dist/libnccl-profiler-comminsight.so"
+
+
+def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("--plugin", default=DEFAULT_PLUGIN, help="profiler plugin .so (default: %(default)s)")
+    a("--workload", choices=WORKLOADS, default="ddp")
+    a("--ranks", type=int, default=2, help="simulated ranks, one process each")
+    a("--nodes", type=int, default=1, help="simulated nodes (ranks are spread evenly)")
+    a("--steps", type=int, default=3, help="training steps after the warm-up")
+    a("--warmup", type=int, default=1, help="warm-up steps (slower) before --steps")
+    a("--grad-accum", type=int, default=1, help="micro-batches per step")
+    a("--tp", type=int, default=2, help="tensor-parallel size (tp-pp-dp)")
+    a("--pp", type=int, default=2, help="pipeline-parallel size (tp-pp-dp)")
+    a("--model-params", default="125M", help="model size, e.g. 125M, 1.3B")
+    a("--layers", type=int, default=12)
+    a("--abi", type=int, choices=ABI_VERSIONS, default=5, help="profiler ABI to drive")
+    a("--seed", type=int, default=0)
+    a(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiply every modeled duration (0.01: 100x faster)",
+    )
+    a(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="skip|sleep|die|mismatch:rank=R,op=K[,comm=ROLE][,seconds=X][,field=count|func];"
+        " repeatable",
+    )
+    a(
+        "--hang-hold",
+        type=float,
+        default=10.0,
+        help="seconds a hang is held before the sim aborts it",
+    )
+    a("--timeout", type=float, default=600.0, help="abort the whole run after this many seconds")
+    a("--home", default=os.environ.get("COMMINSIGHT_HOME"), help="COMMINSIGHT_HOME of the ranks")
+    a("--out", default=None, help="ground-truth directory (default: <home>/sim/<run id>)")
+    a("--no-comm-names", action="store_true", help="pass commName NULL, as PyTorch without Inject")
+    a(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set in every rank's environment, e.g. COMMINSIGHT_PROFILER_HANG_TIMEOUT_S=2",
+    )
+    a("--json", action="store_true", help="print the summary as one JSON object")
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    if not args.home:
+        raise SimConfigError("--home is required when COMMINSIGHT_HOME is not set")
+    try:
+        faults = tuple(parse_fault(spec) for spec in args.fault)
+        env = tuple(_env_item(item) for item in args.env)
+        params = parse_param_count(args.model_params)
+    except (FaultSpecError, ValueError) as e:
+        raise SimConfigError(str(e)) from None
+    return SimConfig(
+        plugin=args.plugin,
+        home=args.home,
+        workload=args.workload,
+        ranks=args.ranks,
+        nodes=args.nodes,
+        steps=args.steps,
+        warmup_steps=args.warmup,
+        grad_accum=args.grad_accum,
+        tp=args.tp,
+        pp=args.pp,
+        model_params=params,
+        layers=args.layers,
+        abi=args.abi,
+        seed=args.seed,
+        time_scale=args.time_scale,
+        hang_hold_s=args.hang_hold,
+        timeout_s=args.timeout,
+        comm_names=not args.no_comm_names,
+        out=args.out,
+        faults=faults,
+        env=env,
+    ).validate()
+
+
+def _env_item(item: str) -> tuple[str, str]:
+    key, eq, value = item.partition("=")
+    if not eq or not key:
+        raise ValueError(f"--env {item!r} is not KEY=VALUE")
+    return key, value

@@ -1,0 +1,254 @@
+"""The host side of one process's simulated NCCL: communicators and the API call sequence.
+
+What NCCL 2.28.9 does on the calling thread for one ncclAllReduce/ncclSend/... in its implicit
+group (src/enqueue.cc, src/group.cc, src/plugin/profiler.cc):
+
+  GroupApi start (groupDepth 1) · state GroupStartApiStop · CollApi|P2pApi start · its stop ·
+  state GroupEndApiStart · KernelLaunch start · its stop · Group start · Coll|P2p start ·
+  Coll|P2p stop · Group stop · GroupApi stop
+
+The Coll stops microseconds after it starts, when the op is enqueued; the GPU work is reported
+later by the proxy thread (`proxy.py`) through KernelCh events whose parent is the Coll. The
+activation mask is read once per call, at the GroupApi start, and every event of the op uses
+that value, as NCCL stores it in the task. Sequence numbers count per communicator and per
+function, whether or not a plugin listens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from comminsight.sim import cost_model
+from comminsight.sim.abi import ProfilerAbi
+from comminsight.sim.board import Board
+from comminsight.sim.event_gate import starts
+from comminsight.sim.plan import CommSpec, OpInstance, RankOp
+from comminsight.sim.proxy import ProxyThread
+from comminsight.sim.truth import GroundTruthWriter
+from comminsight_gen.abi.nccl_profiler_v5 import EventState, EventType
+
+STREAM_BASE = 0x7F3A_0000_0000  # fake cudaStream_t / device addresses, one range per comm
+BUFFER_BASE = 0x7E00_0000_0000
+
+
+@dataclass
+class SimComm:
+    spec: CommSpec
+    rank: int  # this process's rank in the communicator
+    context: object = None  # the plugin's context, None if init failed
+    init_result: int | None = None
+    seq: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    @property
+    def stream(self) -> int:
+        return STREAM_BASE + self.spec.index * 0x1000
+
+
+@dataclass
+class IssuedOp:
+    """An op handed from the calling thread to the proxy thread."""
+
+    op: RankOp
+    comm: SimComm
+    instance: OpInstance
+    mask: int
+    task: object  # the Coll/P2p handle: parent of KernelCh and ProxyOp events
+    launch_ns: int
+    n_channels: int
+    mismatched: bool
+    record: dict  # the ground-truth line, completed by the proxy thread
+
+
+class SimNccl:
+    def __init__(
+        self,
+        abi: ProfilerAbi,
+        comms: list[CommSpec],
+        instances: list[OpInstance],
+        rank: int,
+        board: Board,
+        truth: GroundTruthWriter,
+        time_scale: float,
+        gpu_tick_offset_ns: int,
+        comm_names: bool,
+    ):
+        self.abi, self.rank, self.truth = abi, rank, truth
+        self._specs, self._instances, self._comm_names = comms, instances, comm_names
+        self.mask = abi.new_activation_mask()  # ONE int for the whole process, as in NCCL
+        self.comms: dict[int, SimComm] = {}
+        self.proxy = ProxyThread(abi, board, rank, truth, time_scale, gpu_tick_offset_ns)
+        self.ops_issued = 0
+
+    # ---- communicators ----
+
+    def comm(self, index: int) -> SimComm:
+        """The communicator, initialized on first use as PyTorch does without device_id."""
+        comm = self.comms.get(index)
+        if comm is None:
+            spec = self._specs[index]
+            comm = SimComm(spec, spec.comm_rank(self.rank))
+            name = spec.name if self._comm_names else None
+            init_ns = time.monotonic_ns()
+            result = self.abi.init(
+                self.mask, spec.comm_id, name, spec.nnodes, spec.nranks, comm.rank
+            )
+            comm.context, comm.init_result = result.context, result.result
+            self.comms[index] = comm
+            self.truth.write(
+                "comm",
+                comm_id=spec.comm_id_hex,
+                name=spec.name,
+                role=spec.role,
+                nranks=spec.nranks,
+                rank=comm.rank,
+                nnodes=spec.nnodes,
+                init_ns=init_ns,
+                init_result=result.result,
+                mask_after_init=int(self.mask[0]),
+            )
+        return comm
+
+    def finalize_all(self, aborted: bool) -> None:
+        """ncclCommDestroy / ncclCommAbort of every communicator: the plugin's finalize."""
+        for comm in self.comms.values():
+            if comm.context is not None:
+                self.abi.finalize(comm.context)
+            self.truth.write(
+                "comm_finalize",
+                comm_id=comm.spec.comm_id_hex,
+                finalize_ns=time.monotonic_ns(),
+                aborted=aborted,
+            )
+
+    # ---- ops ----
+
+    def issue(self, op: RankOp, mismatched: dict | None = None) -> IssuedOp:
+        comm = self.comm(op.comm)
+        ctx, abi = comm.context, self.abi
+        mask = int(self.mask[0]) if ctx is not None else 0
+        instance = self._instances[op.instance]
+        p2p = op.func in cost_model.P2P_FUNCS
+        record = self._record(op, comm, instance, mismatched)
+
+        record["host_api_ns"] = time.monotonic_ns()
+        group_api = abi.start_group_api(ctx, 1) if starts(EventType.GROUP_API, mask) else None
+        abi.record_state(group_api, EventState.GROUP_START_API_STOP)
+        if p2p:
+            api = (
+                abi.start_p2p_api(ctx, group_api, op.func, op.count, op.datatype, 0)
+                if starts(EventType.P2P_API, mask)
+                else None
+            )
+        else:
+            api = (
+                abi.start_coll_api(ctx, group_api, op.func, op.count, op.datatype, op.root, 0)
+                if starts(EventType.COLL_API, mask)
+                else None
+            )
+        abi.stop(api)
+        abi.record_state(group_api, EventState.GROUP_END_API_START)
+        launch = (
+            abi.start_kernel_launch(ctx, group_api, comm.stream)
+            if starts(EventType.KERNEL_LAUNCH, mask)
+            else None
+        )
+        abi.stop(launch)
+        launch_ns = time.monotonic_ns()
+        group = abi.start_group(ctx) if starts(EventType.GROUP, mask) else None
+        record["host_start_ns"] = time.monotonic_ns()
+        task = self._start_task(comm, op, record, api, group, mask)
+        abi.stop(task)
+        record["host_stop_ns"] = time.monotonic_ns()
+        abi.stop(group)
+        abi.stop(group_api)
+
+        self.ops_issued += 1
+        issued = IssuedOp(
+            op,
+            comm,
+            instance,
+            mask,
+            task,
+            launch_ns,
+            record["n_channels"],
+            bool(mismatched),
+            record,
+        )
+        self.proxy.submit(issued)
+        return issued
+
+    def _start_task(self, comm: SimComm, op: RankOp, record: dict, api, group, mask: int):
+        buffers = BUFFER_BASE + (op.op_index << 24)
+        if op.func in cost_model.P2P_FUNCS:
+            if not starts(EventType.P2P, mask):
+                return None
+            p2p = {
+                "func": op.func,
+                "buff": buffers,
+                "datatype": record["datatype"],
+                "count": record["count"],
+                "peer": op.peer,
+                "n_channels": record["n_channels"],
+            }
+            return self.abi.start_p2p(comm.context, api, group, comm.rank, p2p)
+        # NCCL numbers collectives per function, plugin or not (RAS relies on it too)
+        record["seq"] = comm.seq[op.func]
+        comm.seq[op.func] += 1
+        if not starts(EventType.COLL, mask):
+            return None
+        coll = {
+            "seq": record["seq"],
+            "func": op.func,
+            "send_buff": buffers,
+            "recv_buff": buffers + (1 << 23),
+            "count": record["count"],
+            "root": op.root,
+            "datatype": record["datatype"],
+            "n_channels": record["n_channels"],
+            "n_warps": record["n_warps"],
+            "algo": record["algo"],
+            "proto": record["proto"],
+        }
+        return self.abi.start_coll(comm.context, api, group, comm.rank, coll)
+
+    def _record(self, op: RankOp, comm: SimComm, instance: OpInstance, mismatched) -> dict:
+        count, datatype = op.count, op.datatype
+        if op.func in cost_model.BYTE_FUNCS:  # NCCL hands these to the device as bytes
+            count, datatype = count * cost_model.element_bytes(datatype), "ncclInt8"
+        tuning = instance.tuning
+        return {
+            "op_index": op.op_index,
+            "comm_id": comm.spec.comm_id_hex,
+            "comm_name": comm.spec.name,
+            "role": comm.spec.role,
+            "rank": comm.rank,
+            "global_rank": self.rank,
+            "comm_op_index": op.comm_op_index,
+            "instance": instance.id,
+            "func": op.func,
+            "seq": None,
+            "count": count,
+            "datatype": datatype,
+            "bytes": count * cost_model.element_bytes(datatype),
+            "api_count": op.count,
+            "api_datatype": op.datatype,
+            "root": op.root if op.peer < 0 else None,
+            "peer": op.peer if op.peer >= 0 else None,
+            "algo": tuning.algo,
+            "proto": tuning.proto,
+            "n_channels": tuning.n_channels,
+            "n_warps": tuning.n_warps,
+            "step": op.step,
+            "phase": op.phase,
+            "micro_batch": op.micro_batch,
+            "host_api_ns": None,
+            "host_start_ns": None,
+            "host_stop_ns": None,
+            "gpu_start_tick": None,
+            "gpu_end_tick": None,
+            "kernel_ch_events": 0,
+            "completed": False,
+            "mismatch": mismatched,
+        }

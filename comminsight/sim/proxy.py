@@ -1,0 +1,264 @@
+"""The GPU and proxy side of one process's simulated NCCL, on its own thread.
+
+NCCL's proxy progress thread, not the thread that called ncclAllReduce, reports the GPU: it
+polls the kernel's per-channel counters and starts a KernelCh event for every channel as the
+kernel reaches it (pTimer = the GPU globaltimer at that moment), then, as channels finish,
+records KernelChStop with the end tick and stops each one (src/transport/profiler.cc). This
+thread does the same against a model of the GPU:
+
+- one timeline per process: an op's kernel starts when it was launched and the previous op
+  has finished; it finishes when every participant's kernel has started (their arrivals, read
+  from the rendezvous board) plus the op's modeled duration;
+- an op some participant never joins, or joined with other arguments, never finishes: its
+  channels stay started until the run is aborted, and every later op waits behind it;
+- across nodes it also reports the network proxy: per channel a send and a receive ProxyOp
+  (parent: the Coll/P2p) and their ProxySteps with NCCL's state sequence, when the mask asks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import deque
+
+from comminsight.sim.abi import ProfilerAbi
+from comminsight.sim.board import Board, RunAborted
+from comminsight.sim.event_gate import starts
+from comminsight.sim.truth import GroundTruthWriter
+from comminsight_gen.abi.nccl_profiler_v5 import EventState, EventType
+
+LAUNCH_LATENCY_NS = 5_000
+CHANNEL_SKEW_NS = 150  # channels of one kernel start and end a little apart
+PROXY_CHUNK_BYTES = 512 * 1024
+MAX_PROXY_STEPS = 4  # per ProxyOp; real transfers have more, the sim keeps the volume bounded
+POLL_MIN_S, POLL_MAX_S = 0.0002, 0.005
+SLEEP_SLICE_S = 0.05
+
+
+class ProxyThread(threading.Thread):
+    def __init__(
+        self,
+        abi: ProfilerAbi,
+        board: Board,
+        rank: int,
+        truth: GroundTruthWriter,
+        time_scale: float,
+        gpu_tick_offset_ns: int,
+    ):
+        super().__init__(name=f"sim-proxy-{rank}", daemon=True)
+        self.abi, self.board, self.rank, self.truth = abi, board, rank, truth
+        self.scale, self.tick_offset = time_scale, gpu_tick_offset_ns
+        self._queue: deque = deque()
+        self._cond = threading.Condition()
+        self._current = None
+        self._stopping = False
+        self.error: BaseException | None = None
+        self.prev_end_ns = 0
+        self.completed = 0
+
+    # ---- the calling thread's side ----
+
+    def submit(self, issued) -> None:
+        with self._cond:
+            self._queue.append(issued)
+            self._cond.notify_all()
+
+    def wait_idle(self) -> None:
+        """Block until the GPU has finished everything submitted (a host synchronization)."""
+        with self._cond:
+            while self._queue or self._current is not None:
+                self._raise_if_failed()
+                if self.board.aborted:
+                    raise RunAborted()
+                self._cond.wait(0.05)
+            self._raise_if_failed()
+
+    def shutdown(self) -> list:
+        """Stop, leaving started events open as an aborted NCCL does; return unfinished ops."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self.is_alive():
+            self.join()
+        unfinished = [self._current] if self._current is not None else []
+        return unfinished + list(self._queue)
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise RuntimeError("the proxy thread failed") from self.error
+
+    # ---- the proxy thread ----
+
+    def run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._queue and not self._stopping:
+                        self._cond.wait()
+                    if self._stopping:
+                        return
+                    self._current = self._queue.popleft()
+                self._execute(self._current)
+                with self._cond:
+                    self._current = None
+                    self._cond.notify_all()
+        except RunAborted:
+            return
+        except BaseException as e:  # reported to the calling thread at its next sync
+            self.error = e
+            with self._cond:
+                self._cond.notify_all()
+
+    def _execute(self, issued) -> None:
+        abi, ctx, mask = self.abi, issued.comm.context, issued.mask
+        instance, record = issued.instance, issued.record
+        gpu_start = max(issued.launch_ns + int(LAUNCH_LATENCY_NS * self.scale), self.prev_end_ns)
+        if issued.mismatched:
+            self.board.poison(instance.id)
+        self.board.arrive(instance.id, self.rank, gpu_start)
+
+        network = _NetworkProxy(abi, issued) if self._uses_network(issued) else None
+        if network:
+            network.start_ops()
+        self._sleep_until(gpu_start)
+        channels = []
+        if starts(EventType.KERNEL_CH, mask):
+            for ch in range(issued.n_channels):
+                tick = self._tick(gpu_start + ch * CHANNEL_SKEW_NS)
+                channels.append(abi.start_kernel_ch(ctx, issued.task, ch, tick))
+            record["kernel_ch_events"] = len(channels)
+        record["gpu_start_tick"] = self._tick(gpu_start)
+        if network:
+            network.start_first_steps()
+
+        arrivals = self._await_participants(instance)
+        # the op ends the same way whatever the mask: never before its last channel started
+        n = issued.n_channels
+        end = max(
+            max(arrivals) + int(instance.duration_ns * self.scale),
+            gpu_start + (n - 1) * CHANNEL_SKEW_NS + 1,
+        )
+        if network:
+            network.finish_steps()
+        self._sleep_until(end)
+        for ch, handle in enumerate(channels):
+            stop = max(gpu_start + ch * CHANNEL_SKEW_NS + 1, end - (n - 1 - ch) * CHANNEL_SKEW_NS)
+            abi.record_state(handle, EventState.KERNEL_CH_STOP, ptimer=self._tick(stop))
+            abi.stop(handle)
+        if network:
+            network.stop_ops()
+
+        self.prev_end_ns = end
+        record["gpu_end_tick"] = self._tick(end)
+        record["completed"] = True
+        self.truth.write("op", **record)
+        self.completed += 1
+        self.board.progress(self.rank)
+
+    def _uses_network(self, issued) -> bool:
+        return (
+            issued.comm.context is not None
+            and issued.comm.spec.nnodes > 1
+            and starts(EventType.PROXY_OP, issued.mask)
+        )
+
+    def _await_participants(self, instance) -> list[int]:
+        pause = POLL_MIN_S
+        while True:
+            arrivals = self.board.arrivals_of(instance.id, instance.participants)
+            if arrivals is not None:
+                return arrivals
+            if self.board.aborted or self._stopping:
+                raise RunAborted()
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_MAX_S)
+
+    def _sleep_until(self, target_ns: int) -> None:
+        while True:
+            left = (target_ns - time.monotonic_ns()) / 1e9
+            if left <= 0:
+                return
+            if self.board.aborted or self._stopping:
+                raise RunAborted()
+            time.sleep(min(left, SLEEP_SLICE_S))
+
+    def _tick(self, monotonic_ns: int) -> int:
+        return monotonic_ns + self.tick_offset
+
+
+class _NetworkProxy:
+    """ProxyOp and ProxyStep events of one op: a send and a receive op on every channel."""
+
+    def __init__(self, abi: ProfilerAbi, issued):
+        self.abi, self.issued = abi, issued
+        comm, op = issued.comm, issued.op
+        self.ctx, self.rank = comm.context, comm.rank
+        n = comm.spec.nranks
+        if op.peer >= 0:  # Send/Recv: one direction
+            self.directions = [(op.func == "Send", op.peer)]
+        else:  # ring: send to the next rank, receive from the previous one
+            self.directions = [(True, (comm.rank + 1) % n), (False, (comm.rank - 1) % n)]
+        per_channel = max(1, issued.record["bytes"] // max(1, issued.n_channels))
+        self.n_steps = min(MAX_PROXY_STEPS, max(1, math.ceil(per_channel / PROXY_CHUNK_BYTES)))
+        self.chunk = min(per_channel, PROXY_CHUNK_BYTES)
+        self.with_steps = starts(EventType.PROXY_STEP, issued.mask)
+        self.ops: list[tuple[object, bool]] = []
+        self.first_steps: list[object] = []
+
+    def start_ops(self) -> None:
+        pid = os.getpid()
+        for ch in range(self.issued.n_channels):
+            for is_send, peer in self.directions:
+                handle = self.abi.start_proxy_op(
+                    self.ctx,
+                    self.issued.task,
+                    self.rank,
+                    pid,
+                    ch,
+                    peer,
+                    self.n_steps,
+                    self.chunk,
+                    is_send,
+                )
+                self.abi.record_state(handle, EventState.PROXY_OP_IN_PROGRESS)
+                self.ops.append((handle, is_send))
+
+    def start_first_steps(self) -> None:
+        """Step 0 of every op, left waiting on the peer until the peer shows up."""
+        if not self.with_steps:
+            return
+        for handle, is_send in self.ops:
+            step = self.abi.start_proxy_step(self.ctx, handle, self.rank, 0)
+            if is_send:
+                self.abi.record_state(step, EventState.PROXY_STEP_SEND_GPU_WAIT, trans_size=0)
+                self.abi.record_state(step, EventState.PROXY_STEP_SEND_PEER_WAIT, trans_size=0)
+            else:
+                self.abi.record_state(step, EventState.PROXY_STEP_RECV_WAIT, trans_size=0)
+            self.first_steps.append(step)
+
+    def finish_steps(self) -> None:
+        if not self.with_steps:
+            return
+        for (handle, is_send), first in zip(self.ops, self.first_steps, strict=True):
+            self._finish(first, is_send)
+            for index in range(1, self.n_steps):
+                step = self.abi.start_proxy_step(self.ctx, handle, self.rank, index)
+                if is_send:
+                    self.abi.record_state(step, EventState.PROXY_STEP_SEND_GPU_WAIT, trans_size=0)
+                    self.abi.record_state(step, EventState.PROXY_STEP_SEND_PEER_WAIT, trans_size=0)
+                else:
+                    self.abi.record_state(step, EventState.PROXY_STEP_RECV_WAIT, trans_size=0)
+                self._finish(step, is_send)
+
+    def _finish(self, step, is_send: bool) -> None:
+        if is_send:
+            self.abi.record_state(step, EventState.PROXY_STEP_SEND_WAIT, trans_size=self.chunk)
+        else:
+            self.abi.record_state(step, EventState.PROXY_STEP_RECV_GPU_WAIT, trans_size=self.chunk)
+        self.abi.stop(step)
+
+    def stop_ops(self) -> None:
+        for handle, _ in self.ops:
+            self.abi.stop(handle)

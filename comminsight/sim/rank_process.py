@@ -1,0 +1,224 @@
+"""One simulated rank: an OS process that loads the plugin itself and plays its program.
+
+Started by the launcher as `python -m comminsight.sim.rank_process RUN_DIR RANK` with RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and COMMINSIGHT_HOME already in its environment (the
+plugin reads them when it loads). It rebuilds the plan from RUN_DIR/config.json, then walks
+its program: host compute is a sleep, each op goes through `SimNccl`, each step ends with the
+host waiting for its GPU (as `loss.item()` makes training do). Faults are applied here.
+
+Exit status: 0 when the program finished or the launcher aborted the run (both are recorded
+in the ground truth), 1 on an error of the simulation itself; a `die` fault ends the process
+with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+from comminsight.sim.abi import load_plugin
+from comminsight.sim.board import Board, RankState, RunAborted
+from comminsight.sim.config import SimConfig
+from comminsight.sim.nccl import SimNccl
+from comminsight.sim.plan import Compute, HostSync, Issue, RankOp, StepBegin, StepEnd
+from comminsight.sim.truth import GroundTruthWriter, truth_path
+from comminsight.sim.workloads import build_plan
+
+GPU_CLOCK_SKEW_NS = 20_000  # GPU globaltimers of one job disagree by microseconds
+MISMATCHED_FUNC = {
+    "AllReduce": "AllGather",
+    "AllGather": "AllReduce",
+    "ReduceScatter": "AllReduce",
+    "Broadcast": "AllReduce",
+}
+
+
+def mismatched_op(op: RankOp, field: str) -> tuple[RankOp, dict]:
+    if field == "func" and op.func in MISMATCHED_FUNC:
+        changed = dataclasses.replace(op, func=MISMATCHED_FUNC[op.func])
+        return changed, {"field": "func", "expected": op.func, "issued": changed.func}
+    changed = dataclasses.replace(op, count=op.count * 2)
+    return changed, {"field": "count", "expected": op.count, "issued": changed.count}
+
+
+class RankRunner:
+    def __init__(self, run_dir: Path, rank: int):
+        self.run_dir, self.rank = run_dir, rank
+        self.config = SimConfig.load(run_dir / "config.json")
+        self.plan = build_plan(self.config)
+        self.board = Board.attach(run_dir / "board.bin", self.plan.world, len(self.plan.instances))
+        self.faults = [f for f in self.config.faults if f.rank == rank]
+        self.scale = self.config.time_scale
+        self.step_start: dict[int, int] = {}
+        self.current_step: StepBegin | None = None
+
+    def run(self) -> int:
+        self.board.set_pid(self.rank, os.getpid())
+        self.board.set_state(self.rank, RankState.RUNNING)
+        abi = load_plugin(self.config.plugin, self.config.abi)
+        skew = random.Random(f"{self.config.seed}/gpu-clock/{self.rank}")
+        tick_offset = (
+            time.time_ns()
+            - time.monotonic_ns()
+            + skew.randint(-GPU_CLOCK_SKEW_NS, GPU_CLOCK_SKEW_NS)
+        )
+        self.truth = GroundTruthWriter(truth_path(self.run_dir, self.rank))
+        self.truth.write(
+            "run",
+            format=1,
+            workload=self.config.workload,
+            rank=self.rank,
+            world_size=self.config.ranks,
+            local_rank=self.rank % self.config.ranks_per_node,
+            node=self.rank // self.config.ranks_per_node,
+            pid=os.getpid(),
+            abi=self.config.abi,
+            plugin=self.config.plugin,
+            plugin_name=abi.name,
+            seed=self.config.seed,
+            time_scale=self.scale,
+            gpu_tick_offset_ns=tick_offset,
+            clock="CLOCK_MONOTONIC",
+        )
+        self.nccl = SimNccl(
+            abi,
+            self.plan.comms,
+            self.plan.instances,
+            self.rank,
+            self.board,
+            self.truth,
+            self.scale,
+            tick_offset,
+            self.config.comm_names,
+        )
+        self.nccl.proxy.start()
+        status = "done"
+        try:
+            self._play()
+            self._blocked(self.nccl.proxy.wait_idle)
+        except RunAborted:
+            status = "aborted"
+        for issued in self.nccl.proxy.shutdown():
+            self.truth.write("op", **issued.record)
+        self._close_open_step()
+        self.nccl.finalize_all(aborted=status == "aborted")
+        self.truth.write(
+            "end",
+            status=status,
+            ops_issued=self.nccl.ops_issued,
+            ops_completed=self.nccl.proxy.completed,
+            nonzero_returns=abi.nonzero_returns,
+            end_ns=time.monotonic_ns(),
+        )
+        self.truth.close()
+        self.board.set_state(self.rank, RankState.DONE if status == "done" else RankState.ABORTED)
+        return 0
+
+    # ---- the program ----
+
+    def _play(self) -> None:
+        for action in self.plan.programs[self.rank]:
+            if self.board.aborted:
+                raise RunAborted()
+            if isinstance(action, Compute):
+                self._sleep(action.ns * self.scale / 1e9)
+            elif isinstance(action, Issue):
+                self._issue(action.op)
+            elif isinstance(action, StepBegin):
+                self.step_start[action.step] = time.monotonic_ns()
+                self.current_step = action
+            elif isinstance(action, HostSync):
+                self._blocked(self.nccl.proxy.wait_idle)
+            elif isinstance(action, StepEnd):
+                self._blocked(self.nccl.proxy.wait_idle)
+                self._write_step(action.step, completed=True)
+                self.current_step = None
+
+    def _issue(self, op: RankOp) -> None:
+        fault = next((f for f in self.faults if f.targets(self.plan, op)), None)
+        if fault is None:
+            self.nccl.issue(op)
+            return
+        record = {
+            "fault": fault.kind,
+            "spec": str(fault),
+            "op_index": op.op_index,
+            "comm_id": self.plan.comms[op.comm].comm_id_hex,
+            "comm_op_index": op.comm_op_index,
+            "instance": op.instance,
+            "func": op.func,
+            "at_ns": time.monotonic_ns(),
+        }
+        if fault.kind == "sleep":
+            self.truth.write("fault", seconds=fault.seconds, **record)
+            self._sleep(fault.seconds)
+            self.nccl.issue(op)
+        elif fault.kind == "mismatch":
+            changed, what = mismatched_op(op, fault.field)
+            self.truth.write("fault", mismatch=what, **record)
+            self.nccl.issue(changed, what)
+        elif fault.kind == "skip":
+            # the rank never calls NCCL for this op and is stuck elsewhere from now on
+            self.truth.write("fault", **record)
+            self._blocked(self._wait_for_abort)
+        elif fault.kind == "die":
+            # the earlier ops are done on its GPU (it crashed in Python, after a sync)
+            self._blocked(self.nccl.proxy.wait_idle)
+            record["at_ns"] = time.monotonic_ns()
+            self.truth.write("fault", **record)
+            self.truth.close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _blocked(self, wait) -> None:
+        self.board.set_state(self.rank, RankState.BLOCKED)
+        wait()
+        self.board.set_state(self.rank, RankState.RUNNING)
+
+    def _wait_for_abort(self) -> None:
+        while not self.board.aborted:
+            time.sleep(0.02)
+        raise RunAborted()
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self.board.aborted:
+                raise RunAborted()
+            time.sleep(min(left, 0.05))
+
+    # ---- steps ----
+
+    def _write_step(self, step: int, completed: bool) -> None:
+        ops = [o.op_index for o in self.plan.rank_ops(self.rank) if o.step == step]
+        self.truth.write(
+            "step",
+            step=step,
+            warmup=step < self.config.warmup_steps,
+            first_op=min(ops) if ops else None,
+            last_op=max(ops) if ops else None,
+            n_ops=len(ops),
+            start_ns=self.step_start[step],
+            end_ns=time.monotonic_ns() if completed else None,
+            completed=completed,
+        )
+
+    def _close_open_step(self) -> None:
+        if self.current_step is not None:
+            self._write_step(self.current_step.step, completed=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m comminsight.sim.rank_process RUN_DIR RANK", file=sys.stderr)
+        return 2
+    return RankRunner(Path(args[0]), int(args[1])).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

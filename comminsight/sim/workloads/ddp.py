@@ -1,0 +1,69 @@
+"""DDP: every rank holds the whole model; gradients are all-reduced in buckets during backward.
+
+As torch.nn.parallel.DistributedDataParallel does it: at construction a barrier and a
+broadcast of the parameters from rank 0 (250 MB chunks); per step a forward pass, then
+backward with one all-reduce per gradient bucket as the bucket fills (the first bucket 1 MiB,
+the others 25 MiB, in reverse parameter order), then the optimizer. With gradient accumulation
+only the last micro-batch synchronizes (no_sync() for the others).
+"""
+
+from __future__ import annotations
+
+from comminsight.sim.plan import PlanBuilder
+from comminsight.sim.workloads.model import ModelShape
+
+FIRST_BUCKET_BYTES = 1 << 20
+BUCKET_BYTES = 25 << 20
+BROADCAST_BYTES = 250 << 20
+GRAD_DTYPE, GRAD_BYTES = "ncclFloat32", 4
+
+
+def bucket_sizes(total_bytes: int, first: int, rest: int) -> list[int]:
+    sizes, left = [], total_bytes
+    while left > 0:
+        size = min(left, first if not sizes else rest)
+        sizes.append(size)
+        left -= size
+    return sizes
+
+
+def build(b: PlanBuilder, model: ModelShape) -> None:
+    cfg = b.config
+    world = b.add_comm("world", "default_pg", tuple(range(cfg.ranks)))
+    grad_bytes = model.params * GRAD_BYTES
+    buckets = bucket_sizes(grad_bytes, FIRST_BUCKET_BYTES, BUCKET_BYTES)
+    for rank in range(cfg.ranks):
+        b.barrier(rank, world)
+        for size in bucket_sizes(grad_bytes, BROADCAST_BYTES, BROADCAST_BYTES):
+            b.collective(
+                rank,
+                world,
+                "Broadcast",
+                size // GRAD_BYTES,
+                GRAD_DTYPE,
+                root=0,
+                phase="sync_module_states",
+                step=None,
+            )
+        for step in range(cfg.total_steps):
+            warmup = step < cfg.warmup_steps
+            b.step_begin(rank, step, warmup)
+            for micro in range(cfg.grad_accum):
+                b.compute(rank, model.forward_ns(model.params, warmup), "forward")
+                sync = micro == cfg.grad_accum - 1
+                for size in buckets:
+                    share = size / grad_bytes
+                    b.compute(rank, model.backward_ns(model.params, warmup) * share, "backward")
+                    if sync:
+                        b.collective(
+                            rank,
+                            world,
+                            "AllReduce",
+                            size // GRAD_BYTES,
+                            GRAD_DTYPE,
+                            phase="backward",
+                            step=step,
+                            micro_batch=micro,
+                        )
+            b.compute(rank, model.optimizer_ns(model.params), "optimizer")
+            b.step_end(rank, step)
