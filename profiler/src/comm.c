@@ -132,15 +132,45 @@ void ci_comm_note_clock(ci_comm_t* comm, uint64_t host_mono_ns, uint64_t gpu_tic
     if (offset && (cur == 0 || offset < cur)) STORE(&comm->entry->gpu_clock_offset_ns, offset);
 }
 
-static void show_inflight(ci_shm_comm_entry_v1_t* e, const ci_op_t* op, uint64_t now) {
-    uint32_t started = LOAD(&op->ch_started), stopped = LOAD(&op->ch_stopped);
-    if (!started || e->inflight_kind != op->kind || e->inflight_op_index != op->op_index)
+/* A copy of the in-flight op's fields, taken while NCCL's threads may recycle its entry;
+ * valid only if the handle still names the same op afterwards. */
+typedef struct inflight_view {
+    uint64_t op_seq, op_index, count, bytes, host_start_mono_ns, gpu_start_ticks;
+    uint32_t ch_started, ch_stopped;
+    int32_t peer;
+    uint8_t kind, func, datatype, algo, proto, n_channels;
+} inflight_view_t;
+
+static bool view_of(uint64_t handle, inflight_view_t* v) {
+    const ci_op_t* op = ci_op_from_handle((void*)(uintptr_t)handle);
+    if (!op) return false;
+    (void)__atomic_load_n(&op->gate, __ATOMIC_ACQUIRE); /* pairs with ci_op_start's release */
+    v->op_seq = LOAD(&op->op_seq);
+    v->op_index = LOAD(&op->op_index);
+    v->count = LOAD(&op->count);
+    v->bytes = LOAD(&op->bytes);
+    v->host_start_mono_ns = LOAD(&op->host_start_mono_ns);
+    v->gpu_start_ticks = LOAD(&op->gpu_start_ticks);
+    v->ch_started = LOAD(&op->ch_started);
+    v->ch_stopped = LOAD(&op->ch_stopped);
+    v->peer = LOAD(&op->peer);
+    v->kind = LOAD(&op->kind);
+    v->func = LOAD(&op->func);
+    v->datatype = LOAD(&op->datatype);
+    v->algo = LOAD(&op->algo);
+    v->proto = LOAD(&op->proto);
+    v->n_channels = LOAD(&op->n_channels);
+    return ci_op_from_handle((void*)(uintptr_t)handle) == op; /* not recycled meanwhile */
+}
+
+static void show_inflight(ci_shm_comm_entry_v1_t* e, const inflight_view_t* op, uint64_t now) {
+    if (!op->ch_started || e->inflight_kind != op->kind || e->inflight_op_index != op->op_index)
         e->inflight_start_mono_ns = 0;
-    if (started && e->inflight_start_mono_ns == 0) {
+    if (op->ch_started && e->inflight_start_mono_ns == 0) {
         /* the GPU's own start tick in host time when the clock offset is known, else now */
-        uint64_t tick = LOAD(&op->gpu_start_ticks);
         int64_t offset = LOAD(&e->gpu_clock_offset_ns);
-        e->inflight_start_mono_ns = (tick && offset) ? (uint64_t)((int64_t)tick + offset) : now;
+        e->inflight_start_mono_ns =
+            (op->gpu_start_ticks && offset) ? (uint64_t)((int64_t)op->gpu_start_ticks + offset) : now;
     }
     e->inflight_seq = op->op_seq;
     e->inflight_op_index = op->op_index;
@@ -151,28 +181,27 @@ static void show_inflight(ci_shm_comm_entry_v1_t* e, const ci_op_t* op, uint64_t
     e->inflight_algo = op->algo;
     e->inflight_proto = op->proto;
     e->inflight_peer = op->peer;
-    e->inflight_channels_started = (uint16_t)(started > 0xFFFF ? 0xFFFF : started);
-    e->inflight_channels_stopped = (uint16_t)(stopped > 0xFFFF ? 0xFFFF : stopped);
+    e->inflight_channels_started = (uint16_t)(op->ch_started > 0xFFFF ? 0xFFFF : op->ch_started);
+    e->inflight_channels_stopped = (uint16_t)(op->ch_stopped > 0xFFFF ? 0xFFFF : op->ch_stopped);
     e->inflight_count_elems = op->count;
     e->inflight_bytes = op->bytes;
     e->inflight_enqueue_mono_ns = op->host_start_mono_ns;
 }
 
 /* The oldest op still in flight, collectives first (they are what peers wait on together). */
-static const ci_op_t* oldest_inflight(const ci_comm_t* comm) {
-    const ci_op_t* best = NULL;
-    for (int pass = 0; pass < 2 && !best; pass++) {
+static bool oldest_inflight(const ci_comm_t* comm, inflight_view_t* best) {
+    bool found = false;
+    for (int pass = 0; pass < 2 && !found; pass++) {
         const uint64_t* window = pass == 0 ? comm->coll_inflight : comm->p2p_inflight;
         for (int i = 0; i < CI_WINDOW; i++) {
             uint64_t h = LOAD(&window[i]);
-            const ci_op_t* op = h ? ci_op_from_handle((void*)(uintptr_t)h) : NULL;
-            if (!op) continue;
-            /* pairs with the release in ci_op_start: the op's fields are visible from here */
-            (void)__atomic_load_n(&op->gate, __ATOMIC_ACQUIRE);
-            if (!best || op->op_index < best->op_index) best = op;
+            inflight_view_t v;
+            if (!h || !view_of(h, &v)) continue;
+            if (!found || v.op_index < best->op_index) *best = v;
+            found = true;
         }
     }
-    return best;
+    return found;
 }
 
 /* GPU starts are noted without a clock read; stamp them here, at heartbeat resolution. */
@@ -194,12 +223,13 @@ void ci_comm_refresh(ci_comm_t* comm, uint64_t now) {
     stamp_starts(comm, now);
     uint64_t colls = LOAD(&e->coll_enqueued) - LOAD(&e->coll_completed);
     uint64_t p2ps = LOAD(&e->p2p_enqueued) - LOAD(&e->p2p_completed);
-    const ci_op_t* oldest = (colls + p2ps) ? oldest_inflight(comm) : NULL;
+    inflight_view_t oldest = {0};
+    bool any = (colls + p2ps) && oldest_inflight(comm, &oldest);
     __atomic_add_fetch(&e->progress_seqlock, 1, __ATOMIC_ACQ_REL); /* odd: being updated */
     __atomic_thread_fence(__ATOMIC_RELEASE);
     e->inflight_count = (uint32_t)((int64_t)(colls + p2ps) > 0 ? colls + p2ps : 0);
     e->ops_total = LOAD(&e->coll_completed) + LOAD(&e->p2p_completed);
-    if (oldest) show_inflight(e, oldest, now);
+    if (any) show_inflight(e, &oldest, now);
     else e->inflight_kind = CI_SHM_V1_RECORD_KIND_NONE;
     __atomic_add_fetch(&e->progress_seqlock, 1, __ATOMIC_RELEASE); /* even: consistent */
 }

@@ -41,28 +41,32 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
         ci_counter_add(&ci_g.hdr->events_dropped_pool, 1);
         return NULL;
     }
+    /* Fields the background thread may read while this entry is being reused are written
+     * with relaxed atomic stores (plain moves on x86); it re-checks the generation after. */
+    uint8_t func_id = ci_func_of(func), datatype_id = ci_datatype_of(datatype);
     STORE(&op->comm, comm);
-    op->kind = kind;
-    op->func = ci_func_of(func);
+    STORE(&op->kind, kind);
+    STORE(&op->func, func_id);
     op->flags = 0;
-    if (CI_UNLIKELY(op->func == CI_SHM_V1_FUNC_UNKNOWN)) {
+    if (CI_UNLIKELY(func_id == CI_SHM_V1_FUNC_UNKNOWN)) {
         bool truncated;
         ci_copy_name(op->raw_name, sizeof(op->raw_name), func, &truncated);
         if (truncated) op->flags |= CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED;
     } else {
         op->raw_name[0] = '\0';
     }
-    op->datatype = ci_datatype_of(datatype);
-    op->algo = ci_algo_of(algo);
-    op->proto = ci_proto_of(proto);
-    op->op_seq = seq;
+    STORE(&op->datatype, datatype_id);
+    STORE(&op->algo, ci_algo_of(algo));
+    STORE(&op->proto, ci_proto_of(proto));
+    STORE(&op->op_seq, seq);
     uint64_t* counter = kind == CI_SHM_V1_RECORD_KIND_COLL ? &comm->coll_counter : &comm->p2p_counter;
-    op->op_index = LOAD(counter);
-    STORE(counter, op->op_index + 1);
-    op->count = count;
-    op->bytes = count * ci_datatype_size(op->datatype);
-    op->peer = peer;
-    op->n_channels = n_channels < 0 ? 0 : (uint8_t)n_channels;
+    uint64_t index = LOAD(counter);
+    STORE(counter, index + 1);
+    STORE(&op->op_index, index);
+    STORE(&op->count, count);
+    STORE(&op->bytes, count * ci_datatype_size(datatype_id));
+    STORE(&op->peer, peer);
+    STORE(&op->n_channels, (uint8_t)(n_channels < 0 ? 0 : n_channels));
     op->n_warps = n_warps;
     op->stream = 0;
     op->group_id = 0;
@@ -71,7 +75,7 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
      * their channels have gone quiet. */
     uint32_t expect = n_channels < 0 ? UINT32_MAX : (uint32_t)n_channels;
     STORE(&op->expect_channels, (LOAD(&ci_g.mask) & CI_EV_KERNEL_CH) ? expect : 0u);
-    op->host_start_mono_ns = ci_now_mono();
+    STORE(&op->host_start_mono_ns, ci_now_mono());
     STORE(&op->host_stop_mono_ns, 0);
     STORE(&op->gpu_start_ticks, 0);
     STORE(&op->gpu_end_ticks, 0);
