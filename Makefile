@@ -113,7 +113,7 @@ bench-profiler: $(VENV_STAMP) build-profiler
 	$(VPY) bench/profiler_hot_path.py
 
 ## demo: the main job on an embedded default
-demo: $(VENV_STAMP)
+demo: $(VENV_STAMP) build-profiler
 	$(VENV)/bin/comminsight demo
 
 ## install: install what exists so far under INSTALL_PREFIX and into the active Python

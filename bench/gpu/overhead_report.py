@@ -72,7 +72,7 @@ def check_records(run: dict, lines: list[dict], summary: ci_logs.LogSummary, emi
     base = {"variant": run["variant"], "round": run["round"]}
     if issued is None:
         emit("records_match", False, "bool", **base, reason="run printed no issued line")
-        return {"match": False, "kernel_gpu": 0, "records": 0}
+        return {"match": False, "kernel_gpu": 0, "records": 0, "gpu_stop_before_start": 0}
     want_total = issued["allreduce_per_comm"]
     want_sizes = {int(k): v for k, v in issued["per_size"].items()}
     ncomms = issued["ncomms"]
@@ -80,6 +80,7 @@ def check_records(run: dict, lines: list[dict], summary: ci_logs.LogSummary, emi
     match = len(summary.comms) == ncomms and summary.seals_ok and summary.lost_records == 0
     kernel_gpu = 0
     records = 0
+    stop_before_start = 0
     for (_cid, rank), cs in sorted(summary.comms.items(), key=lambda kv: kv[0][1]):
         sizes_ok = dict(cs.allreduce_by_size) == want_sizes
         other = sum(n for f, n in cs.colls.items() if f != "AllReduce") + cs.p2p
@@ -87,6 +88,7 @@ def check_records(run: dict, lines: list[dict], summary: ci_logs.LogSummary, emi
         match = match and ok
         kernel_gpu += cs.kernel_gpu
         records += cs.allreduce
+        stop_before_start += cs.gpu_stop_before_start
         per_rank[str(rank)] = {
             "allreduce_records": cs.allreduce,
             "per_size_match": sizes_ok,
@@ -120,7 +122,23 @@ def check_records(run: dict, lines: list[dict], summary: ci_logs.LogSummary, emi
         lost_records=seg["lost_records"],
         profiler_abi=[p["profiler_abi"] for p in seg["processes"]],
     )
-    return {"match": match, "kernel_gpu": kernel_gpu, "records": records}
+    return {
+        "match": match,
+        "kernel_gpu": kernel_gpu,
+        "records": records,
+        "gpu_stop_before_start": stop_before_start,
+    }
+
+
+def paired_ratios(
+    by_round: dict[tuple[str, str, int], list[float]], num: str, den: str, size: str
+) -> list[float]:
+    """Per outer round: median of num's samples / median of den's (same round, same size)."""
+    out = []
+    for (variant, sz, r), vals in by_round.items():
+        if variant == num and sz == size and (den, size, r) in by_round:
+            out.append(statistics.median(vals) / statistics.median(by_round[(den, size, r)]))
+    return out
 
 
 def main() -> int:
@@ -137,6 +155,7 @@ def main() -> int:
         summaries = dict(zip(homes, ex.map(ci_logs.read_home, homes), strict=True))
 
     samples: dict[tuple[str, str], list[float]] = defaultdict(list)
+    by_round: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     size_bytes: dict[str, int] = {}
     raw = args.raw.open("w") if args.raw else None
     failed = []
@@ -156,6 +175,9 @@ def main() -> int:
                 raw.write(json.dumps({**ln, "outer_round": run["round"]}) + "\n")
             if ln.get("event") == "sample":
                 samples[(run["variant"], ln["size"])].append(float(ln["us_per_iter"]))
+                by_round[(run["variant"], ln["size"], run["round"])].append(
+                    float(ln["us_per_iter"])
+                )
                 size_bytes[ln["size"]] = int(ln["size_bytes"])
         if warns:
             emit("nccl_warn_lines", len(warns), "lines", variant=run["variant"], first=warns[:3])
@@ -185,7 +207,15 @@ def main() -> int:
         for size in sizes:
             if (num, size) in med and (den, size) in med:
                 a, b = med[(num, size)], med[(den, size)]
-                emit(f"{name}_{size}", round(a / b, 4), "ratio", delta_us=round(a - b, 3))
+                paired = paired_ratios(by_round, num, den, size)
+                emit(
+                    f"{name}_{size}",
+                    round(a / b, 4),
+                    "ratio",
+                    delta_us=round(a - b, 3),
+                    paired_median=round(statistics.median(paired), 4) if paired else None,
+                    paired_rounds=len(paired),
+                )
 
     for variant, results in sorted(checks.items()):
         emit(
@@ -197,7 +227,13 @@ def main() -> int:
         )
         total = sum(r["records"] for r in results)
         gpu = sum(r["kernel_gpu"] for r in results)
-        emit(f"kernel_gpu_records_{variant}", gpu, "records", of_allreduce_records=total)
+        emit(
+            f"kernel_gpu_records_{variant}",
+            gpu,
+            "records",
+            of_allreduce_records=total,
+            gpu_stop_before_start=sum(r["gpu_stop_before_start"] for r in results),
+        )
     emit("runs_total", len(runs), "runs", failed=len(failed), nccl_warn_lines=warn_lines)
     return 1 if failed else 0
 
