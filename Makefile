@@ -35,14 +35,17 @@ PROFILER_SRC := $(wildcard profiler/src/*.c)
 PROFILER_DEPS := $(PROFILER_SRC) $(wildcard profiler/src/*.h) $(GEN_HEADERS)
 PROFILER_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -shared -pthread \
   -fvisibility=hidden -Igenerated/c/include
-PROFILER_LIBS := -lm
+PROFILER_LIBS := -lm -ldl
+# Link-time optimization lets the hot path inline across files; some toolchains ship a gcc
+# whose lto-wrapper cannot run, so use it only where it works.
+PROFILER_LTO := $(shell echo 'int main(void){return 0;}' | $(CC) -flto -x c - -o /dev/null 2>/dev/null && echo -flto)
 
 ## build-profiler: dist/libnccl-profiler-comminsight.so
 build-profiler: $(PROFILER_SO)
 
 $(PROFILER_SO): $(PROFILER_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(PROFILER_CFLAGS) -O2 -g -flto $(PROFILER_SRC) -o $@ $(PROFILER_LIBS)
+	$(CC) $(PROFILER_CFLAGS) -O2 -g $(PROFILER_LTO) $(PROFILER_SRC) -o $@ $(PROFILER_LIBS)
 
 # Sanitizer builds for the test suites (loaded with the sanitizer runtime preloaded).
 $(BUILD)/asan/libnccl-profiler-comminsight.so: $(PROFILER_DEPS)

@@ -249,6 +249,122 @@ def hang(d: Driver) -> dict:
     return out
 
 
+def disk_full(d: Driver) -> dict:
+    """inspector_logs cannot grow (RLIMIT_FSIZE stands in for a full disk), then can again."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
+    lock = hold_agent_lock()
+    ctx = d.init(0xB1).context
+    for seq in range(5):
+        d.coll(ctx, seq)
+    time.sleep(0.3)  # written while there is room
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1, hard))  # "disk full"
+    for seq in range(5, 25):
+        d.coll(ctx, seq)
+    time.sleep(0.5)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # space returns
+    time.sleep(1.5)  # past the writer's retry period
+    for seq in range(25, 30):
+        d.coll(ctx, seq)
+    time.sleep(0.3)
+    r = region()
+    out = snapshot(r)
+    out["log_counters"] = {
+        c: r.counter(c)
+        for c in ("log_records_written", "log_records_dropped", "log_write_errors", "ring_head")
+    }
+    d.abi.finalize(ctx)
+    lock.close()
+    return out
+
+
+def fifo_reader(d: Driver) -> dict:
+    """An Agent-like reader on the FIFO receives the hang event, byte for byte a fifo-event."""
+    import numpy as np
+
+    from comminsight_gen.abi import fifo_event_v1
+
+    fifo = home() / "fifos" / "hang-events.fifo"
+    fifo.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(fifo, 0o600)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    ctx = d.init(0xB2, name="tp:0").context
+    op = d.coll(ctx, 0, finish=False)
+    d.abi.start_kernel_ch(ctx, op, 0, 5)
+    time.sleep(float(os.environ.get("SCENARIO_WAIT_S", "1.2")))
+    data = os.read(reader, 4096)
+    ev = np.frombuffer(data, dtype=fifo_event_v1.EVENT_DTYPE)
+    d.abi.finalize(ctx)
+    return {
+        "bytes": len(data),
+        "magic": int(ev["magic"][0]),
+        "event_type": int(ev["event_type"][0]),
+        "comm_id": int(ev["comm_id"][0]),
+        "comm_name": bytes(ev["comm_name"][0]).split(b"\0")[0].decode(),
+        "op_index": int(ev["op_index"][0]),
+        "func": int(ev["func"][0]),
+        "channels_started": int(ev["channels_started"][0]),
+        "n_channels": int(ev["n_channels"][0]) if "n_channels" in ev.dtype.names else -1,
+        "pid_matches": int(ev["pid"][0]) == os.getpid(),
+    }
+
+
+def autostart(d: Driver) -> dict:
+    ctx = d.init(0xB3).context
+    time.sleep(float(os.environ.get("SCENARIO_WAIT_S", "1.0")))
+    d.abi.finalize(ctx)
+    return {}
+
+
+def fork_child(d: Driver) -> dict:
+    """A process that forks after init: the child must not write into the parent's SHM, and can
+    use the plugin on its own; the parent carries on."""
+    lock = hold_agent_lock()
+    ctx = d.init(0xB4).context
+    d.coll(ctx, 0)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child_ctx = d.init(0xB5).context  # a fresh start in the child
+            d.coll(child_ctx, 0)
+            d.abi.finalize(child_ctx)
+            os._exit(0)
+        except BaseException:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    d.coll(ctx, 1)
+    time.sleep(0.2)
+    shm_files = sorted(p.name for p in (home() / "shms").glob("*.shm"))
+    out = snapshot(region_of(os.getpid()))
+    out["child_status"] = status
+    out["shm_files"] = len(shm_files)
+    d.abi.finalize(ctx)
+    lock.close()
+    return out
+
+
+def region_of(pid: int) -> ShmRegion:
+    (path,) = [p for p in (home() / "shms").glob(f"*-{pid}-*.shm")]
+    return ShmRegion(path)
+
+
+def mask_reload(d: Driver) -> dict:
+    """The operator edits the mask in the config file: NCCL's mask follows at run time."""
+    conf = Path(os.environ["COMMINSIGHT_CONF"])
+    ctx = d.init(0xB6).context
+    before = int(d.mask[0])
+    time.sleep(0.2)
+    conf.write_text("COMMINSIGHT_PROFILER_EVENT_MASK=6\n")
+    os.utime(conf, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    time.sleep(0.5)
+    after = int(d.mask[0])
+    d.abi.finalize(ctx)
+    return {"before": before, "after": after}
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
@@ -261,6 +377,11 @@ SCENARIOS = {
         unusable_home,
         mask_change,
         hang,
+        disk_full,
+        fifo_reader,
+        autostart,
+        fork_child,
+        mask_reload,
     )
 }
 

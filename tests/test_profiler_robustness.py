@@ -162,3 +162,105 @@ def test_watchdog_flags_a_stuck_collective(build, tmp_path):
         and h.fifo_event_written is False
     )
     assert h.age_ns >= 500_000_000 and h.threshold_ns == 500_000_000
+
+
+@pytest.mark.parametrize("build", ["plain", "asan"])
+def test_disk_full_drops_counts_and_resumes(build, tmp_path):
+    out = run("disk_full", build, tmp_path)
+    counters = out["log_counters"]
+    assert counters["log_records_dropped"] > 0 and counters["log_write_errors"] > 0
+    lines = [r for seg in sealed(tmp_path) for r in seg.records]
+    gaps = [r.ci for r in lines if type(r.ci).__name__ == "CiGap"]
+    assert gaps and all(g.reason.value in ("disk_full", "write_error") for g in gaps)
+    ops = [r for r in lines if type(r.ci).__name__ == "CiColl"]
+    seqs = sorted(r.coll_perf.coll_sn for r in ops)
+    assert seqs[:5] == [0, 1, 2, 3, 4] and seqs[-5:] == [25, 26, 27, 28, 29]  # before and after
+    lost = sum(g.lost_count for g in gaps)
+    assert len(ops) + lost == 30, "every op is either written or counted in a gap"
+
+
+def test_fifo_event_reaches_a_reader(tmp_path):
+    from comminsight_gen.abi import fifo_event_v1, shm_v1
+
+    out = run("fifo_reader", "plain", tmp_path, COMMINSIGHT_PROFILER_HANG_TIMEOUT_S="0.4")
+    assert out["bytes"] == fifo_event_v1.EVENT_SIZE  # exactly one atomic event
+    assert out["magic"] == fifo_event_v1.MAGIC
+    assert out["event_type"] == fifo_event_v1.EventType.HANG_SUSPECTED
+    assert (out["comm_id"], out["comm_name"], out["op_index"]) == (0xB2, "tp:0", 0)
+    assert out["func"] == shm_v1.Func.ALL_REDUCE and out["channels_started"] == 1
+    assert out["pid_matches"]
+
+
+def test_agent_autostart_spawns_once_under_the_lock(tmp_path):
+    marker = tmp_path / "agent-started"
+    fake = tmp_path / "fake-agent"
+    # A stand-in agent: records that it ran, then holds the lock as the real one will.
+    lock = tmp_path / "home/metadata/agent.lock"
+    fake.write_text(f"#!/bin/sh\necho $$ >> {marker}\nexec flock {lock} sleep 3\n")
+    fake.chmod(0o755)
+    home = tmp_path / "home"
+    env = {
+        "COMMINSIGHT_AGENT_AUTOSTART": "1",
+        "COMMINSIGHT_PROFILER_AGENT_BIN": str(fake),
+        "LOCAL_RANK": "0",
+    }
+    run("autostart", "plain", home, **env)
+    run("autostart", "plain", home, **env)  # the first agent still holds the lock
+    assert len(marker.read_text().split()) == 1
+    run("autostart", "plain", home, **{**env, "LOCAL_RANK": "1"})  # only local rank 0 spawns
+    assert len(marker.read_text().split()) == 1
+
+
+def test_agent_autostart_failure_is_ignored(tmp_path):
+    out = run(
+        "autostart",
+        "plain",
+        tmp_path,
+        COMMINSIGHT_AGENT_AUTOSTART="1",
+        COMMINSIGHT_PROFILER_AGENT_BIN="/nonexistent/comminsight-agent",
+        LOCAL_RANK="0",
+    )
+    assert out == {}
+
+
+@pytest.mark.parametrize("build", ["plain", "asan"])
+def test_fork_after_init(build, tmp_path):
+    out = run("fork_child", build, tmp_path)
+    assert out["child_status"] == 0
+    assert out["shm_files"] == 2  # the child made its own region
+    assert out["seqs"][1:] == [0, 1]  # the parent's ring holds only the parent's ops
+
+
+def test_mask_change_at_run_time(tmp_path):
+    conf = tmp_path / "comminsight.conf"
+    conf.write_text("COMMINSIGHT_PROFILER_EVENT_MASK=70\n")
+    out = run("mask_reload", "plain", tmp_path, COMMINSIGHT_CONF=str(conf))
+    assert out == {"before": 70, "after": 6}
+
+
+def test_bad_config_values_fall_back_to_defaults(tmp_path):
+    b = builds()["plain"]
+    env = {
+        **os.environ,
+        "COMMINSIGHT_HOME": str(tmp_path),
+        "COMMINSIGHT_AGENT_AUTOSTART": "0",
+        "COMMINSIGHT_PROFILER_RING_SLOTS": "lots",
+        "COMMINSIGHT_PROFILER_EVENT_MASK": "-5",
+        "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S": "nan",
+        "PYTHONPATH": str(ROOT / "tests"),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "mask_change", str(b.path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["mask"] == 70  # the default
+    for key in (
+        "COMMINSIGHT_PROFILER_RING_SLOTS='lots' (environment): expected an integer",
+        "COMMINSIGHT_PROFILER_EVENT_MASK='-5' (environment): out of range",
+        "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S='nan' (environment): expected a number",
+    ):
+        assert key in proc.stderr, proc.stderr

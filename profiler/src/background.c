@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -209,6 +210,30 @@ static void heartbeat(uint64_t now) {
     __atomic_store_n(&h->event_mask, __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 }
 
+/* Run-time mask changes: an operator edits COMMINSIGHT_PROFILER_EVENT_MASK in the config file
+ * (the environment, which beats the file, cannot change under a running process); the new
+ * value reaches NCCL at its next task. Checked once per heartbeat: one stat(). */
+static void watch_config(void) {
+    static struct timespec seen;
+    static bool primed;
+    char path[CI_PATH_MAX];
+    ci_config_file(path, sizeof(path));
+    struct stat st;
+    if (stat(path, &st) != 0) return;
+    bool changed = primed && (st.st_mtim.tv_sec != seen.tv_sec || st.st_mtim.tv_nsec != seen.tv_nsec);
+    seen = st.st_mtim;
+    primed = true;
+    if (!changed || getenv(CI_CONFIG_V1_PROFILER_EVENT_MASK_KEY)) return;
+    ci_config_t fresh;
+    ci_config_load(&fresh);
+    int32_t old = __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED);
+    if (fresh.event_mask == old) return;
+    __atomic_store_n(&ci_g.mask, fresh.event_mask, __ATOMIC_RELAXED);
+    int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
+    if (nccl_mask) __atomic_store_n(nccl_mask, fresh.event_mask, __ATOMIC_RELAXED);
+    ci_warn("activation mask changed from 0x%x to 0x%x (%s)", old, fresh.event_mask, path);
+}
+
 static void* bg_main(void* arg) {
     (void)arg;
     uint64_t quiet_ns = 2ull * ci_g.cfg.heartbeat_ms * 1000000ull;
@@ -216,6 +241,7 @@ static void* bg_main(void* arg) {
     while (!should_stop()) {
         uint64_t now = ci_now_mono();
         heartbeat(now);
+        watch_config();
         ci_ops_sweep(NULL, now, quiet_ns);
         ci_watchdog_scan(now);
         if (!ci_g.autostart_done) {

@@ -83,11 +83,15 @@ typedef struct ci_config {
 } ci_config_t;
 
 void ci_config_load(ci_config_t* cfg);
+void ci_config_file(char* path, size_t size); /* the KEY=VALUE file config_load reads */
 
 /* ---- logging (log.c): NCCL's logger when it gave one, else stderr ---- */
 void ci_log_set_nccl_logger(void* logfn);
 void ci_warn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void ci_debug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- the CUDA device, from a runtime already loaded (device.c); NO_RANK if none ---- */
+int ci_cuda_device(void);
 
 /* ---- names (names.c): NCCL's strings -> shm v1 enums ---- */
 uint8_t ci_func_of(const char* name);
@@ -232,7 +236,8 @@ typedef struct ci_process {
     pthread_mutex_t table_lock; /* the comm table: open/close vs. the watchdog's scan */
     bool initialized;
     ci_config_t cfg;
-    int32_t mask; /* the process-global activation mask NCCL reads */
+    int32_t mask;       /* the activation mask we want */
+    int32_t* nccl_mask; /* NCCL's one process-global int, re-read per task (from init) */
     /* the SHM region (file-backed, or anonymous memory when the file cannot be made) */
     void* region;
     size_t region_size;

@@ -153,6 +153,14 @@ static bool as_bool(const char* s) {
     return b;
 }
 
+void ci_config_file(char* path, size_t size) {
+    const char* conf = getenv(CI_CONFIG_V1_CONF_KEY);
+    const char* home_env = getenv(CI_CONFIG_V1_HOME_KEY);
+    const char* home = home_env && *home_env ? home_env : CI_CONFIG_V1_HOME_DEFAULT;
+    if (conf && *conf) snprintf(path, size, "%s", conf);
+    else snprintf(path, size, "%.*s/etc/comminsight.conf", CI_HOME_MAX, home);
+}
+
 void ci_config_load(ci_config_t* cfg) {
     size_t n = 0;
     const ci_config_v1_key_t* keys = ci_config_v1_keys(&n);

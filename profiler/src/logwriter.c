@@ -36,6 +36,13 @@ typedef struct segment {
     uint64_t opened_mono;
 } segment_t;
 
+/* Lines in the buffer, not yet on disk: they count for the segment only once written. */
+typedef struct tally {
+    uint64_t records, ring_records, ops, lost;
+    uint64_t first_ring_seq, last_ring_seq; /* of the ring records */
+    uint64_t span_first, span_last;         /* every ring seq the lines account for, gaps too */
+} tally_t;
+
 typedef struct writer {
     bool disabled;
     uint64_t cursor; /* next ring ticket to read */
@@ -44,7 +51,7 @@ typedef struct writer {
     char dir[CI_DIR_MAX];
     char* buf;
     size_t len;
-    uint64_t buf_records; /* records in buf, for drop accounting */
+    tally_t pending; /* what the buffer holds, added to the segment once it is on disk */
     bool disk_full;
     uint64_t retry_at;
     uint64_t gap_first, gap_count; /* pending lost range (ring seqs) */
@@ -235,7 +242,7 @@ static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     put("\"tid\":%u,\"host_start_mono_ns\":%llu,\"host_stop_mono_ns\":%llu,", r->tid,
         (unsigned long long)r->host_start_mono_ns, (unsigned long long)r->host_stop_mono_ns);
     if (r->complete_mono_ns) put("\"host_complete_mono_ns\":%llu,", (unsigned long long)r->complete_mono_ns);
-    if (r->gpu_start_ticks)
+    if (r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU) /* absent when not a valid span */
         put("\"gpu_start_globaltimer_ns\":%llu,\"gpu_stop_globaltimer_ns\":%llu,",
             (unsigned long long)r->gpu_start_ticks, (unsigned long long)r->gpu_end_ticks);
     put("\"channels_completed\":%u,\"forced_complete\":%s}}\n", r->kernel_ch_count,
@@ -318,16 +325,35 @@ static void put_comm_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
 /* ---- segments ---- */
 static void write_out(void);
 
-static void account_line(size_t start, uint64_t ring_seq, bool op) {
-    (void)start;
-    w.seg.records++;
-    w.buf_records++;
+static void span(uint64_t first, uint64_t last) {
+    tally_t* t = &w.pending;
+    if (!t->span_first || first < t->span_first) t->span_first = first;
+    if (last > t->span_last) t->span_last = last;
+}
+
+static void account_line(uint64_t ring_seq, bool op) {
+    tally_t* t = &w.pending;
+    t->records++;
     if (ring_seq) {
-        w.seg.ring_records++;
-        if (!w.seg.first_ring_seq) w.seg.first_ring_seq = ring_seq;
-        w.seg.last_ring_seq = ring_seq;
+        t->ring_records++;
+        if (!t->first_ring_seq) t->first_ring_seq = ring_seq;
+        t->last_ring_seq = ring_seq;
+        span(ring_seq, ring_seq);
     }
-    if (op) w.seg.ops++;
+    if (op) t->ops++;
+}
+
+static void commit_pending(void) {
+    segment_t* s = &w.seg;
+    tally_t* t = &w.pending;
+    s->records += t->records;
+    s->ring_records += t->ring_records;
+    s->ops += t->ops;
+    s->lost += t->lost;
+    if (!s->first_ring_seq) s->first_ring_seq = t->first_ring_seq;
+    if (t->last_ring_seq) s->last_ring_seq = t->last_ring_seq;
+    ci_counter_add(&ci_g.hdr->log_records_written, t->ring_records);
+    memset(t, 0, sizeof(*t));
 }
 
 static void segment_open(void) {
@@ -372,7 +398,7 @@ static void segment_open(void) {
         first = false;
     }
     put("],\"next_ring_seq\":%llu}}\n", (unsigned long long)(w.cursor + 1));
-    account_line(0, 0, false);
+    account_line(0, false);
 }
 
 static void segment_seal(const char* reason) {
@@ -390,8 +416,7 @@ static void segment_seal(const char* reason) {
     uint64_t mono = ci_now_mono();
     put("\"reason\":\"%s\",\"sealed_mono_ns\":%llu,\"sealed_real_ns\":%llu}}\n", reason,
         (unsigned long long)mono, (unsigned long long)mono_to_real(mono));
-    w.buf_records = 0; /* the seal is not a record */
-    write_out();
+    write_out(); /* the seal line adds nothing to the tally */
     if (w.disk_full) return;
     char final_path[CI_PATH_MAX];
     size_t n = strlen(s->partial) - strlen(".partial");
@@ -412,7 +437,34 @@ static void segment_seal(const char* reason) {
     s->fd = -1;
 }
 
-/* Write the buffer; on failure truncate to the last good byte and count the records dropped. */
+static void flush_gap(void);
+
+/* The buffer could not be written: everything it accounted for is now missing from the file.
+ * Record that as a disk_full gap placed before any gap still pending (which comes later in
+ * ring order), so the log still accounts for every ticket once. */
+static void requeue_as_lost(void) {
+    tally_t* t = &w.pending;
+    ci_counter_add(&ci_g.hdr->log_records_dropped, t->ring_records);
+    uint64_t first = t->span_first, last = t->span_last;
+    memset(t, 0, sizeof(*t));
+    if (!first) return;
+    uint64_t later_first = w.gap_first, later_count = w.gap_count;
+    const char* later_reason = w.gap_reason;
+    w.gap_first = first;
+    w.gap_count = last - first + 1;
+    w.gap_reason = "disk_full";
+    if (!later_count) return;
+    if (later_first == last + 1 && strcmp(later_reason, "disk_full") == 0) {
+        w.gap_count += later_count;
+        return;
+    }
+    flush_gap(); /* into the (now empty) buffer; written when the disk takes it */
+    w.gap_first = later_first;
+    w.gap_count = later_count;
+    w.gap_reason = later_reason;
+}
+
+/* Write the buffer; on failure truncate to the last good byte and account for what was lost. */
 static void write_out(void) {
     segment_t* s = &w.seg;
     if (!w.len) return;
@@ -426,24 +478,29 @@ static void write_out(void) {
     if (s->fd >= 0 && done == w.len) {
         s->crc = crc_update(s->crc, w.buf, w.len);
         s->bytes += w.len;
-        ci_counter_add(&ci_g.hdr->log_records_written, w.buf_records);
-    } else {
-        int err = errno;
-        if (s->fd >= 0 && ftruncate(s->fd, (off_t)s->bytes) != 0) { /* keep the file = its CRC */
-            close(s->fd);
-            s->fd = -1;
-        }
-        ci_counter_add(&ci_g.hdr->log_write_errors, 1);
-        ci_counter_add(&ci_g.hdr->log_records_dropped, w.buf_records);
-        s->records -= w.buf_records <= s->records ? w.buf_records : s->records;
-        if (!w.disk_full)
-            ci_warn("writing %s failed (%s): records are dropped and counted until it succeeds", s->partial,
-                    strerror(err));
-        w.disk_full = true;
-        w.retry_at = ci_now_mono() + RETRY_NS;
+        w.len = 0;
+        commit_pending();
+        return;
     }
+    int err = errno;
+    if (s->fd >= 0 && ftruncate(s->fd, (off_t)s->bytes) != 0) { /* keep the file = its CRC */
+        close(s->fd);
+        s->fd = -1;
+    }
+    if (s->fd >= 0 && s->bytes == 0) { /* not even segment_start made it: start over later */
+        close(s->fd);
+        unlink(s->partial);
+        s->fd = -1;
+        w.next_index = s->index; /* keep segment indices gap-free */
+    }
+    ci_counter_add(&ci_g.hdr->log_write_errors, 1);
+    if (!w.disk_full)
+        ci_warn("writing %s failed (%s): records are dropped and counted until it succeeds", s->partial,
+                strerror(err));
+    w.disk_full = true;
+    w.retry_at = ci_now_mono() + RETRY_NS;
     w.len = 0;
-    w.buf_records = 0;
+    requeue_as_lost();
 }
 
 static void flush_gap(void) {
@@ -453,8 +510,9 @@ static void flush_gap(void) {
         "\"first_lost_ring_seq\":%llu,\"last_lost_ring_seq\":%llu,\"detected_mono_ns\":%llu}}\n",
         w.gap_reason, (unsigned long long)w.gap_count, (unsigned long long)w.gap_first,
         (unsigned long long)(w.gap_first + w.gap_count - 1), (unsigned long long)ci_now_mono());
-    w.seg.lost += w.gap_count;
-    account_line(0, 0, false);
+    w.pending.lost += w.gap_count;
+    span(w.gap_first, w.gap_first + w.gap_count - 1);
+    account_line(0, false);
     w.gap_count = 0;
 }
 
@@ -499,7 +557,7 @@ static void emit(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
         break;
     default: return;
     }
-    account_line(0, ring_seq, op);
+    account_line(ring_seq, op);
     if (w.len >= FLUSH_AT) write_out();
     if (w.seg.bytes + w.len >= ci_g.cfg.log_segment_bytes) segment_seal("size");
 }

@@ -111,6 +111,8 @@ static void publish(ci_op_t* op, uint16_t extra_flags) {
     if (started != stopped || stopped < op->expect_channels) r.flags |= CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE;
     r.kernel_ch_count = (uint16_t)stopped;
     r.channels_started = (uint16_t)started;
+    /* NCCL occasionally reports a channel stop tick older than the op's start ticks (seen on
+     * H200: ~1 in 15,000 ops); such a span is not a GPU time, so fall back to host times. */
     if (gpu_start && gpu_end >= gpu_start) {
         r.timing_source = CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU;
         if (complete) ci_comm_note_clock(op->comm, complete, gpu_end);

@@ -102,8 +102,12 @@ static uint32_t init_common(void** context, uint64_t comm_id, int* mask, const c
     ci_g.live_comms++;
     ci_threads_start();
     pthread_mutex_unlock(&ci_g.lock);
-    /* One process-global int that NCCL re-reads per task: we own its value from now on. */
-    if (mask) *mask = __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED);
+    /* One process-global int that NCCL re-reads per task: we own its value from now on, and
+     * keep its address so the mask can change at run time (background.c). */
+    if (mask) {
+        __atomic_store_n(mask, __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+        __atomic_store_n(&ci_g.nccl_mask, mask, __ATOMIC_RELEASE);
+    }
     if (context) *context = comm ? comm : &untracked;
     return CI_NCCL_V5_RESULT_SUCCESS;
 }
