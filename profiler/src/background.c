@@ -208,6 +208,7 @@ static void heartbeat(uint64_t now) {
     __atomic_store_n(&h->heartbeat_mono_ns, now, __ATOMIC_RELAXED);
     __atomic_add_fetch(&h->heartbeat_count, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&h->event_mask, __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    ci_update_published_count();
 }
 
 /* Run-time mask changes: an operator edits COMMINSIGHT_PROFILER_EVENT_MASK in the config file

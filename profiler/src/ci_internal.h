@@ -105,8 +105,10 @@ void ci_copy_name(char* dst, size_t size, const char* src, bool* truncated);
 enum { CI_OP_FREE = 0, CI_OP_LIVE = 1 };
 struct ci_comm;
 
+/* Laid out by writer, a cache line each, so NCCL's enqueuing thread and its proxy thread never
+ * write the same line (false sharing cost more than the whole budget in measurements). */
 typedef struct ci_op {
-    /* set at start, read-only afterwards (until the op returns to the pool) */
+    /* written by the enqueuing thread at start; read by whoever publishes */
     struct ci_comm* comm;
     uint64_t op_seq;   /* NCCL's seqNumber (per comm and function) or the P2P counter */
     uint64_t op_index; /* the comm's own count of its collectives (or P2P ops), issue order */
@@ -119,17 +121,15 @@ typedef struct ci_op {
     uint8_t kind, func, datatype, algo, proto, n_channels, n_warps;
     char raw_name[32];
     /* written by the proxy thread's channel events (single writer, relaxed atomics) */
-    uint64_t gpu_start_ticks; /* min over channels */
-    uint64_t gpu_end_ticks;   /* max over channels */
+    _Alignas(64) uint64_t gpu_start_ticks; /* min over channels */
+    uint64_t gpu_end_ticks;                /* max over channels */
     uint32_t ch_started, ch_stopped;
-    /* written by whichever side finishes */
-    uint64_t host_stop_mono_ns;
     uint64_t complete_mono_ns;
+    /* written by either side, or by the background sweep, or by the pool */
+    _Alignas(64) uint64_t host_stop_mono_ns;
     uint32_t gate; /* GATE_* bits: host done, channels done, forced (see ops.c) */
-    /* the background sweep's own bookkeeping */
     uint32_t sweep_events;
     uint64_t sweep_seen_mono_ns;
-    /* pool */
     uint32_t state;      /* CI_OP_FREE / CI_OP_LIVE */
     uint32_t generation; /* bumped on every reuse; part of every handle */
     uint32_t index;
@@ -159,19 +159,27 @@ static inline int64_t ci_handle_index(const void* h) { return (int64_t)((uintptr
 
 /* ---- communicators (comm.c) ---- */
 typedef struct ci_comm {
+    /* identity: written at open (under ci_g.table_lock), read everywhere */
     uint32_t index;
     uint32_t in_use;
     ci_shm_comm_entry_v1_t* entry; /* its row of the SHM communicator table */
     uint64_t comm_id;
     int32_t rank, nranks, nnodes;
     uint32_t abi;
-    /* Op indices: NCCL numbers collectives per function; these count each kind in issue order,
-     * the same on every rank. One thread at a time enqueues on a communicator (NCCL's rule). */
-    uint64_t coll_counter, p2p_counter;
-    uint64_t coll_inflight[CI_WINDOW]; /* handles of in-flight collectives, by seq % CI_WINDOW */
-    uint64_t p2p_inflight[CI_WINDOW];
     uint64_t finalize_ticket; /* ring ticket of the COMM_FINALIZE record (entry reuse) */
-    uint64_t seen_coll_started, seen_p2p_started; /* background thread: last values stamped */
+    /* enqueue side. Op indices: NCCL numbers collectives per function; these count each kind
+     * in issue order, the same on every rank. One thread at a time enqueues on a communicator
+     * (NCCL's rule). */
+    _Alignas(64) uint64_t coll_counter;
+    uint64_t p2p_counter;
+    /* completion side */
+    _Alignas(64) uint64_t completions; /* sampling counter for completion clock reads */
+    /* background thread */
+    _Alignas(64) uint64_t seen_coll_started, seen_p2p_started; /* last values stamped */
+    uint64_t offset_window_start;                               /* clock offset restarts */
+    /* in-flight ops by index % CI_WINDOW: set at enqueue, cleared at completion */
+    _Alignas(64) uint64_t coll_inflight[CI_WINDOW];
+    uint64_t p2p_inflight[CI_WINDOW];
 } ci_comm_t;
 
 ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nranks, int rank,
@@ -215,6 +223,7 @@ void ci_shm_close(uint32_t final_state);
 void ci_shm_remove_if_unwatched(void);
 void ci_shm_detach_after_fork(void);
 uint64_t ci_ring_publish(const ci_shm_op_slot_v1_t* record); /* returns the ticket */
+void ci_update_published_count(void);
 void ci_seqlock_write_slot(ci_shm_op_slot_v1_t* slot, const ci_shm_op_slot_v1_t* record);
 void ci_seqlock_read_slot(ci_shm_op_slot_v1_t* dst, const ci_shm_op_slot_v1_t* slot);
 void ci_seqlock_read_comm(ci_shm_comm_entry_v1_t* dst, const ci_shm_comm_entry_v1_t* e);

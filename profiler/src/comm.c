@@ -58,6 +58,8 @@ ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nran
     comm->nnodes = nnodes;
     comm->abi = abi;
     comm->coll_counter = comm->p2p_counter = 0;
+    comm->completions = 0;
+    comm->offset_window_start = ci_now_mono();
     comm->finalize_ticket = UINT64_MAX;
     e->comm_id = comm_id;
     e->rank = rank;
@@ -219,8 +221,16 @@ static void stamp_starts(ci_comm_t* comm, uint64_t now) {
     }
 }
 
+#define CLOCK_OFFSET_WINDOW_NS 60000000000ull
+
 void ci_comm_refresh(ci_comm_t* comm, uint64_t now) {
     ci_shm_comm_entry_v1_t* e = comm->entry;
+    /* The offset is the minimum seen; restart it now and then so slow drift between the GPU
+     * and host clocks cannot leave it stale (the next sampled completion measures it again). */
+    if (now - comm->offset_window_start > CLOCK_OFFSET_WINDOW_NS) {
+        comm->offset_window_start = now;
+        STORE(&e->gpu_clock_offset_ns, 0);
+    }
     stamp_starts(comm, now);
     uint64_t colls = LOAD(&e->coll_enqueued) - LOAD(&e->coll_completed);
     uint64_t p2ps = LOAD(&e->p2p_enqueued) - LOAD(&e->p2p_completed);

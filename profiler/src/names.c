@@ -21,18 +21,33 @@ typedef struct name_table {
     uint8_t max_value;
     bool ignore_case;
     uint64_t cache[CACHE_SLOTS];
+    const char* labels[256]; /* label of each value, filled on first use */
+    uint32_t ready;
 } name_table_t;
 
 static bool same(const name_table_t* t, const char* a, const char* b) {
     return t->ignore_case ? strcasecmp(a, b) == 0 : strcmp(a, b) == 0;
 }
 
-static uint8_t slow_lookup(const name_table_t* t, const char* name) {
+static uint8_t slow_lookup(name_table_t* t, const char* name) {
+    if (!__atomic_load_n(&t->ready, __ATOMIC_ACQUIRE)) {
+        for (unsigned v = 0; v <= t->max_value; v++) __atomic_store_n(&t->labels[v], t->label((uint8_t)v), __ATOMIC_RELAXED);
+        __atomic_store_n(&t->ready, 1, __ATOMIC_RELEASE);
+    }
     for (uint8_t v = 1; v <= t->max_value; v++) {
         const char* l = t->label(v);
         if (l && same(t, l, name)) return v;
     }
     return 0;
+}
+
+/* Exact comparison, inlined: labels are short, and this runs on every op. */
+static inline bool equal(const char* a, const char* b) {
+    while (*a && *a == *b) {
+        a++;
+        b++;
+    }
+    return *a == *b;
 }
 
 static uint8_t lookup(name_table_t* t, const char* name) {
@@ -42,11 +57,13 @@ static uint8_t lookup(name_table_t* t, const char* name) {
     uint64_t entry = __atomic_load_n(slot, __ATOMIC_RELAXED);
     if (CI_LIKELY(entry >> 8 == (uint64_t)p)) {
         uint8_t v = (uint8_t)entry;
-        const char* l = v ? t->label(v) : NULL;
-        if (CI_LIKELY(l && same(t, l, name))) return v;
+        const char* l = __atomic_load_n(&t->labels[v], __ATOMIC_RELAXED);
+        if (CI_LIKELY(l && equal(l, name))) return v; /* same pointer, still the same text */
     }
     uint8_t v = slow_lookup(t, name);
-    if (v && (uint64_t)p < (1ull << 56)) __atomic_store_n(slot, (uint64_t)p << 8 | v, __ATOMIC_RELAXED);
+    /* cache only exact spellings, so that a hit can be confirmed with an exact compare */
+    if (v && (uint64_t)p < (1ull << 56) && equal(t->label(v), name))
+        __atomic_store_n(slot, (uint64_t)p << 8 | v, __ATOMIC_RELAXED);
     return v;
 }
 
@@ -55,12 +72,12 @@ static const char* datatype_label(uint8_t v) { return ci_shm_v1_datatype_label(v
 static const char* algo_label(uint8_t v) { return ci_shm_v1_algo_label(v); }
 static const char* proto_label(uint8_t v) { return ci_shm_v1_proto_label(v); }
 
-static name_table_t funcs = {func_label, CI_SHM_V1_FUNC_WAIT_SIGNAL, false, {0}};
-static name_table_t datatypes = {datatype_label, CI_SHM_V1_DATATYPE_FLOAT8_E5M2, false, {0}};
+static name_table_t funcs = {.label = func_label, .max_value = CI_SHM_V1_FUNC_WAIT_SIGNAL};
+static name_table_t datatypes = {.label = datatype_label, .max_value = CI_SHM_V1_DATATYPE_FLOAT8_E5M2};
 /* NCCL spells algorithms/protocols in capitals ("RING", "SIMPLE") in profiler events but in
  * mixed case elsewhere ("Ring", "Simple"); accept both. */
-static name_table_t algos = {algo_label, CI_SHM_V1_ALGO_PAT, true, {0}};
-static name_table_t protos = {proto_label, CI_SHM_V1_PROTO_SIMPLE, true, {0}};
+static name_table_t algos = {.label = algo_label, .max_value = CI_SHM_V1_ALGO_PAT, .ignore_case = true};
+static name_table_t protos = {.label = proto_label, .max_value = CI_SHM_V1_PROTO_SIMPLE, .ignore_case = true};
 
 uint8_t ci_func_of(const char* name) { return lookup(&funcs, name); }
 uint8_t ci_datatype_of(const char* name) { return lookup(&datatypes, name); }

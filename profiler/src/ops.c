@@ -98,44 +98,43 @@ static void publish(ci_op_t* op, uint16_t extra_flags) {
     uint64_t gpu_end = LOAD(&op->gpu_end_ticks);
     uint64_t host_stop = LOAD(&op->host_stop_mono_ns);
     uint64_t complete = LOAD(&op->complete_mono_ns);
-    ci_shm_op_slot_v1_t r;
-    memset(&r, 0, sizeof(r));
-    r.kind = op->kind;
-    r.func = op->func;
-    r.datatype = op->datatype;
-    r.algo = op->algo;
-    r.proto = op->proto;
-    r.n_channels = op->n_channels;
-    r.n_warps = op->n_warps;
-    r.flags = op->flags | extra_flags;
-    if (started != stopped || stopped < op->expect_channels) r.flags |= CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE;
-    r.kernel_ch_count = (uint16_t)stopped;
-    r.channels_started = (uint16_t)started;
+    uint16_t flags = op->flags | extra_flags;
+    if (started != stopped || stopped < op->expect_channels) flags |= CI_SHM_V1_SLOT_FLAGS_CHANNELS_INCOMPLETE;
+    uint8_t timing = CI_SHM_V1_TIMING_SOURCE_COLLECTIVE_CPU;
     /* NCCL occasionally reports a channel stop tick older than the op's start ticks (seen on
      * H200: ~1 in 15,000 ops); such a span is not a GPU time, so fall back to host times. */
-    if (gpu_start && gpu_end >= gpu_start) {
-        r.timing_source = CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU;
-        if (complete) ci_comm_note_clock(op->comm, complete, gpu_end);
-    }
-    else if (stopped && complete) r.timing_source = CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU;
-    else r.timing_source = CI_SHM_V1_TIMING_SOURCE_COLLECTIVE_CPU;
-    r.comm_index = op->comm->index;
-    r.comm_id = op->comm->comm_id;
-    r.rank = op->comm->rank;
-    r.nranks = op->comm->nranks;
-    r.peer = op->peer;
-    r.op_seq = op->op_seq;
-    r.comm_op_index = op->op_index;
-    r.count = op->count;
-    r.bytes = op->bytes;
-    r.stream = op->stream;
-    r.tid = op->tid;
-    r.host_start_mono_ns = op->host_start_mono_ns;
-    r.host_stop_mono_ns = host_stop;
-    r.complete_mono_ns = complete ? complete : ci_now_mono();
-    r.gpu_start_ticks = gpu_start;
-    r.gpu_end_ticks = gpu_end;
-    r.group_id = op->group_id;
+    if (gpu_start && gpu_end >= gpu_start) timing = CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU;
+    else if (stopped && complete) timing = CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU;
+    ci_shm_op_slot_v1_t r = {
+        .kind = op->kind,
+        .func = op->func,
+        .datatype = op->datatype,
+        .algo = op->algo,
+        .proto = op->proto,
+        .timing_source = timing,
+        .n_channels = op->n_channels,
+        .n_warps = op->n_warps,
+        .flags = flags,
+        .kernel_ch_count = (uint16_t)stopped,
+        .comm_index = op->comm->index,
+        .comm_id = op->comm->comm_id,
+        .rank = op->comm->rank,
+        .peer = op->peer,
+        .op_seq = op->op_seq,
+        .count = op->count,
+        .bytes = op->bytes,
+        .stream = op->stream,
+        .tid = op->tid,
+        .nranks = op->comm->nranks,
+        .host_start_mono_ns = op->host_start_mono_ns,
+        .host_stop_mono_ns = host_stop,
+        .complete_mono_ns = complete ? complete : ci_now_mono(),
+        .gpu_start_ticks = gpu_start,
+        .gpu_end_ticks = gpu_end,
+        .group_id = op->group_id,
+        .channels_started = (uint16_t)started,
+        .comm_op_index = op->op_index,
+    };
     memcpy(r.raw_name, op->raw_name, sizeof(r.raw_name));
     ci_ring_publish(&r);
     ci_comm_note_completed(op->comm, op, r.complete_mono_ns);
@@ -175,11 +174,26 @@ void ci_channel_record_stop(ci_op_t* op, uint64_t ptimer) {
     if (ptimer > LOAD(&op->gpu_end_ticks)) STORE(&op->gpu_end_ticks, ptimer);
 }
 
+/* When the op completed, in host time. A clock read costs ~20 ns of the budget, so with GPU
+ * ticks and a measured GPU-to-host offset it is derived from the last stop tick; one op in 64
+ * (and any op without an offset) reads the clock, which also keeps the offset measured. */
+static uint64_t completion_time(ci_op_t* op) {
+    ci_comm_t* comm = op->comm;
+    uint64_t n = LOAD(&comm->completions) + 1;
+    STORE(&comm->completions, n); /* a lost increment only shifts the sampling */
+    int64_t offset = LOAD(&comm->entry->gpu_clock_offset_ns);
+    uint64_t end = LOAD(&op->gpu_end_ticks);
+    if (offset && end && (n & 63) && end >= LOAD(&op->gpu_start_ticks)) return (uint64_t)((int64_t)end + offset);
+    uint64_t now = ci_now_mono();
+    if (end) ci_comm_note_clock(comm, now, end);
+    return now;
+}
+
 void ci_channel_stop(ci_op_t* op) {
     uint32_t stopped = LOAD(&op->ch_stopped) + 1;
     STORE(&op->ch_stopped, stopped);
     if (stopped != op->expect_channels) return;
-    STORE(&op->complete_mono_ns, ci_now_mono());
+    STORE(&op->complete_mono_ns, completion_time(op));
     uint32_t old = __atomic_fetch_or(&op->gate, GATE_CHANNELS, __ATOMIC_ACQ_REL);
     if ((old & GATE_HOST) && !(old & (GATE_CHANNELS | GATE_FORCED))) publish(op, 0);
 }

@@ -27,6 +27,7 @@ __attribute__((destructor)) static void at_exit(void) {
     pthread_mutex_lock(&ci_g.lock);
     if (ci_g.initialized && ci_g.pid == getpid()) {
         ci_threads_stop("process_exit");
+        ci_update_published_count();
         ci_shm_close(CI_SHM_V1_FILE_STATE_CLOSED);
         ci_shm_remove_if_unwatched();
     }
@@ -64,7 +65,8 @@ static int process_init(void) {
         return -1;
     }
     ci_g.comm_capacity = ci_g.cfg.comm_slots;
-    ci_g.comms = calloc(ci_g.comm_capacity, sizeof(*ci_g.comms));
+    ci_g.comms = aligned_alloc(64, (size_t)ci_g.comm_capacity * sizeof(*ci_g.comms));
+    if (ci_g.comms) memset(ci_g.comms, 0, (size_t)ci_g.comm_capacity * sizeof(*ci_g.comms));
     if (!ci_g.comms) {
         ci_pool_destroy();
         ci_shm_detach_after_fork(); /* unmaps */
@@ -123,6 +125,7 @@ static uint32_t finalize_common(void* context) {
             pthread_mutex_unlock(&ci_g.table_lock);
         }
         if (--ci_g.live_comms == 0) ci_threads_stop("finalize"); /* drains and seals the log */
+        ci_update_published_count();
     }
     pthread_mutex_unlock(&ci_g.lock);
     return CI_NCCL_V5_RESULT_SUCCESS;

@@ -217,6 +217,16 @@ __attribute__((noinline)) void ci_seqlock_read_comm(ci_shm_comm_entry_v1_t* dst,
     memcpy(dst, e, sizeof(*dst));
 }
 
+/* Every claimed ticket is either published or dropped as busy: derive the count (heartbeat,
+ * finalize) instead of paying an atomic per record. Tickets still being written may be counted
+ * a moment early. */
+void ci_update_published_count(void) {
+    ci_shm_header_v1_t* h = ci_g.hdr;
+    uint64_t head = __atomic_load_n(&h->ring_head, __ATOMIC_ACQUIRE);
+    uint64_t dropped = __atomic_load_n(&h->records_dropped_busy, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->records_published, head - dropped, __ATOMIC_RELAXED);
+}
+
 /* Multi-producer publish: claim a ticket, mark the slot busy, fill it, release it. A slot still
  * being written by a producer one full lap behind is not touched: the record is dropped and
  * counted (readers see the ticket as lost). */
@@ -235,6 +245,5 @@ uint64_t ci_ring_publish(const ci_shm_op_slot_v1_t* record) {
     __atomic_thread_fence(__ATOMIC_RELEASE); /* busy mark visible before the payload changes */
     ci_seqlock_write_slot(slot, record);
     __atomic_store_n(&slot->seq, ticket + 1, __ATOMIC_RELEASE);
-    ci_counter_add(&h->records_published, 1);
-    return ticket;
+    return ticket; /* records_published is derived by the heartbeat: not one more atomic here */
 }

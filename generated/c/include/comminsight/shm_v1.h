@@ -337,38 +337,40 @@ struct ci_shm_comm_entry_v1 {
     uint32_t inflight_count; /* @260: Ops enqueued and not yet complete. */
     uint64_t coll_enqueued; /* @264: Collectives enqueued (startEvent Coll), all functions together, in issue order: op index N is the communicator's N-th collective (op_slot.comm_op_index), the same on every rank since NCCL requires all ranks to issue a communicator's collectives in one order. (NCCL's own seqNumber counts per function.) */
     uint64_t coll_enqueued_mono_ns; /* @272: When the last collective was enqueued. */
-    uint64_t coll_started; /* @280: 1 + the highest op index whose kernel started on the GPU (first KernelCh start). */
-    uint64_t coll_started_mono_ns; /* @288: Host time the background thread first saw coll_started change (heartbeat resolution). */
-    uint64_t coll_completed; /* @296: 1 + the highest op index completed (all channels stopped); ops of one communicator complete in order. */
-    uint64_t coll_completed_mono_ns; /* @304: Host time the last completion was seen. */
-    uint64_t p2p_enqueued; /* @312: Point-to-point ops enqueued (this communicator's own counter; NCCL gives P2P no sequence number). */
-    uint64_t p2p_enqueued_mono_ns; /* @320: When the last P2P was enqueued. */
-    uint64_t p2p_started; /* @328: P2P ops whose kernel started. */
-    uint64_t p2p_started_mono_ns; /* @336: Host time of the last P2P start. */
-    uint64_t p2p_completed; /* @344: P2P ops completed. */
-    uint64_t p2p_completed_mono_ns; /* @352: Host time of the last P2P completion. */
-    uint64_t inflight_seq; /* @360: NCCL's per-function sequence number (or the P2P counter) of the oldest op in flight (valid when inflight_count > 0). */
-    uint8_t inflight_kind; /* @368: COLL or P2P. */
-    uint8_t inflight_func; /* @369: func of the oldest op in flight. */
-    uint8_t inflight_datatype; /* @370: datatype of the oldest op in flight. */
-    uint8_t inflight_algo; /* @371: algo of the oldest op in flight. */
-    uint8_t inflight_proto; /* @372: proto of the oldest op in flight. */
-    uint8_t inflight_n_channels; /* @373: Channels NCCL announced for the oldest op in flight. */
-    uint8_t reserved1[2]; /* @374: Zero. */
-    int32_t inflight_peer; /* @376: Root (collectives) or peer (P2P) of the oldest op in flight, NO_RANK if none. */
-    uint16_t inflight_channels_started; /* @380: KernelCh events started for the oldest op in flight. */
-    uint16_t inflight_channels_stopped; /* @382: KernelCh events stopped for it. */
-    uint64_t inflight_count_elems; /* @384: Element count of the oldest op in flight. */
-    uint64_t inflight_bytes; /* @392: Bytes of the oldest op in flight. */
-    uint64_t inflight_enqueue_mono_ns; /* @400: When the oldest op in flight was enqueued. */
-    uint64_t inflight_start_mono_ns; /* @408: When its kernel started, in host CLOCK_MONOTONIC: its first KernelCh GPU tick converted with the communicator's measured GPU-to-host clock offset, else when the background thread first saw it started; 0 if not started. */
-    uint64_t hang_flagged_seq; /* @416: Op index (coll or P2P space, by inflight_kind) the watchdog last flagged (so each hang is reported once); UINT64_MAX if none. */
-    uint64_t hang_flagged_mono_ns; /* @424: When it was flagged. */
-    uint64_t ops_total; /* @432: Ops completed (collective and P2P). */
-    uint64_t bytes_total; /* @440: Bytes of the ops completed. */
+    uint64_t p2p_enqueued; /* @280: Point-to-point ops enqueued (this communicator's own counter; NCCL gives P2P no sequence number). */
+    uint64_t p2p_enqueued_mono_ns; /* @288: When the last P2P was enqueued. */
+    uint8_t reserved_enqueue[24]; /* @296: Zero; keeps the enqueue side on its own cache line. */
+    uint64_t coll_started; /* @320: 1 + the highest op index whose kernel started on the GPU (first KernelCh start). */
+    uint64_t coll_completed; /* @328: 1 + the highest op index completed (all channels stopped); ops of one communicator complete in order. */
+    uint64_t coll_completed_mono_ns; /* @336: Host time the last completion was seen. */
+    uint64_t p2p_started; /* @344: P2P ops whose kernel started. */
+    uint64_t p2p_completed; /* @352: P2P ops completed. */
+    uint64_t p2p_completed_mono_ns; /* @360: Host time of the last P2P completion. */
+    uint64_t bytes_total; /* @368: Bytes of the ops completed. */
+    int64_t gpu_clock_offset_ns; /* @376: Host CLOCK_MONOTONIC minus GPU globaltimer, the smallest seen at op completions (0 until measured): converts this communicator's GPU ticks to host time. */
+    uint64_t inflight_seq; /* @384: NCCL's per-function sequence number (or the P2P counter) of the oldest op in flight (valid when inflight_count > 0). */
+    uint8_t inflight_kind; /* @392: COLL or P2P. */
+    uint8_t inflight_func; /* @393: func of the oldest op in flight. */
+    uint8_t inflight_datatype; /* @394: datatype of the oldest op in flight. */
+    uint8_t inflight_algo; /* @395: algo of the oldest op in flight. */
+    uint8_t inflight_proto; /* @396: proto of the oldest op in flight. */
+    uint8_t inflight_n_channels; /* @397: Channels NCCL announced for the oldest op in flight. */
+    uint8_t reserved1[2]; /* @398: Zero. */
+    int32_t inflight_peer; /* @400: Root (collectives) or peer (P2P) of the oldest op in flight, NO_RANK if none. */
+    uint16_t inflight_channels_started; /* @404: KernelCh events started for the oldest op in flight. */
+    uint16_t inflight_channels_stopped; /* @406: KernelCh events stopped for it. */
+    uint64_t inflight_count_elems; /* @408: Element count of the oldest op in flight. */
+    uint64_t inflight_bytes; /* @416: Bytes of the oldest op in flight. */
+    uint64_t inflight_enqueue_mono_ns; /* @424: When the oldest op in flight was enqueued. */
+    uint64_t inflight_start_mono_ns; /* @432: When its kernel started, in host CLOCK_MONOTONIC: its first KernelCh GPU tick converted with the communicator's measured GPU-to-host clock offset, else when the background thread first saw it started; 0 if not started. */
+    uint8_t reserved_inflight[8]; /* @440: Zero; ends the in-flight view's cache line. */
     uint64_t inflight_op_index; /* @448: Op index (see coll_enqueued; the P2P counter for P2P) of the oldest op in flight. */
-    int64_t gpu_clock_offset_ns; /* @456: Host CLOCK_MONOTONIC minus GPU globaltimer, the smallest seen at op completions (0 until measured): converts this communicator's GPU ticks to host time. */
-    uint8_t reserved2[48]; /* @464: Zero; room for progress fields. */
+    uint64_t coll_started_mono_ns; /* @456: Host time the background thread first saw coll_started change (heartbeat resolution). */
+    uint64_t p2p_started_mono_ns; /* @464: Host time of the last P2P start. */
+    uint64_t hang_flagged_seq; /* @472: Op index (coll or P2P space, by inflight_kind) the watchdog last flagged (so each hang is reported once); UINT64_MAX if none. */
+    uint64_t hang_flagged_mono_ns; /* @480: When it was flagged. */
+    uint64_t ops_total; /* @488: Ops completed (collective and P2P). */
+    uint8_t reserved2[16]; /* @496: Zero; room for progress fields. */
 };
 CI_SHM_V1_STATIC_ASSERT(sizeof(ci_shm_comm_entry_v1_t) == 512, "sizeof ci_shm_comm_entry_v1_t");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, state) == 0, "offsetof ci_shm_comm_entry_v1_t.state");
@@ -390,38 +392,40 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, progress_seqlock) == 25
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_count) == 260, "offsetof ci_shm_comm_entry_v1_t.inflight_count");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, coll_enqueued) == 264, "offsetof ci_shm_comm_entry_v1_t.coll_enqueued");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, coll_enqueued_mono_ns) == 272, "offsetof ci_shm_comm_entry_v1_t.coll_enqueued_mono_ns");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, coll_started) == 280, "offsetof ci_shm_comm_entry_v1_t.coll_started");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, coll_started_mono_ns) == 288, "offsetof ci_shm_comm_entry_v1_t.coll_started_mono_ns");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, coll_completed) == 296, "offsetof ci_shm_comm_entry_v1_t.coll_completed");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, coll_completed_mono_ns) == 304, "offsetof ci_shm_comm_entry_v1_t.coll_completed_mono_ns");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_enqueued) == 312, "offsetof ci_shm_comm_entry_v1_t.p2p_enqueued");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_enqueued_mono_ns) == 320, "offsetof ci_shm_comm_entry_v1_t.p2p_enqueued_mono_ns");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_started) == 328, "offsetof ci_shm_comm_entry_v1_t.p2p_started");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_started_mono_ns) == 336, "offsetof ci_shm_comm_entry_v1_t.p2p_started_mono_ns");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_completed) == 344, "offsetof ci_shm_comm_entry_v1_t.p2p_completed");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_completed_mono_ns) == 352, "offsetof ci_shm_comm_entry_v1_t.p2p_completed_mono_ns");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_seq) == 360, "offsetof ci_shm_comm_entry_v1_t.inflight_seq");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_kind) == 368, "offsetof ci_shm_comm_entry_v1_t.inflight_kind");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_func) == 369, "offsetof ci_shm_comm_entry_v1_t.inflight_func");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_datatype) == 370, "offsetof ci_shm_comm_entry_v1_t.inflight_datatype");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_algo) == 371, "offsetof ci_shm_comm_entry_v1_t.inflight_algo");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_proto) == 372, "offsetof ci_shm_comm_entry_v1_t.inflight_proto");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_n_channels) == 373, "offsetof ci_shm_comm_entry_v1_t.inflight_n_channels");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved1) == 374, "offsetof ci_shm_comm_entry_v1_t.reserved1");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_peer) == 376, "offsetof ci_shm_comm_entry_v1_t.inflight_peer");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_channels_started) == 380, "offsetof ci_shm_comm_entry_v1_t.inflight_channels_started");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_channels_stopped) == 382, "offsetof ci_shm_comm_entry_v1_t.inflight_channels_stopped");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_count_elems) == 384, "offsetof ci_shm_comm_entry_v1_t.inflight_count_elems");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_bytes) == 392, "offsetof ci_shm_comm_entry_v1_t.inflight_bytes");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_enqueue_mono_ns) == 400, "offsetof ci_shm_comm_entry_v1_t.inflight_enqueue_mono_ns");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_start_mono_ns) == 408, "offsetof ci_shm_comm_entry_v1_t.inflight_start_mono_ns");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, hang_flagged_seq) == 416, "offsetof ci_shm_comm_entry_v1_t.hang_flagged_seq");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, hang_flagged_mono_ns) == 424, "offsetof ci_shm_comm_entry_v1_t.hang_flagged_mono_ns");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, ops_total) == 432, "offsetof ci_shm_comm_entry_v1_t.ops_total");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, bytes_total) == 440, "offsetof ci_shm_comm_entry_v1_t.bytes_total");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_enqueued) == 280, "offsetof ci_shm_comm_entry_v1_t.p2p_enqueued");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_enqueued_mono_ns) == 288, "offsetof ci_shm_comm_entry_v1_t.p2p_enqueued_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved_enqueue) == 296, "offsetof ci_shm_comm_entry_v1_t.reserved_enqueue");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, coll_started) == 320, "offsetof ci_shm_comm_entry_v1_t.coll_started");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, coll_completed) == 328, "offsetof ci_shm_comm_entry_v1_t.coll_completed");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, coll_completed_mono_ns) == 336, "offsetof ci_shm_comm_entry_v1_t.coll_completed_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_started) == 344, "offsetof ci_shm_comm_entry_v1_t.p2p_started");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_completed) == 352, "offsetof ci_shm_comm_entry_v1_t.p2p_completed");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_completed_mono_ns) == 360, "offsetof ci_shm_comm_entry_v1_t.p2p_completed_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, bytes_total) == 368, "offsetof ci_shm_comm_entry_v1_t.bytes_total");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, gpu_clock_offset_ns) == 376, "offsetof ci_shm_comm_entry_v1_t.gpu_clock_offset_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_seq) == 384, "offsetof ci_shm_comm_entry_v1_t.inflight_seq");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_kind) == 392, "offsetof ci_shm_comm_entry_v1_t.inflight_kind");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_func) == 393, "offsetof ci_shm_comm_entry_v1_t.inflight_func");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_datatype) == 394, "offsetof ci_shm_comm_entry_v1_t.inflight_datatype");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_algo) == 395, "offsetof ci_shm_comm_entry_v1_t.inflight_algo");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_proto) == 396, "offsetof ci_shm_comm_entry_v1_t.inflight_proto");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_n_channels) == 397, "offsetof ci_shm_comm_entry_v1_t.inflight_n_channels");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved1) == 398, "offsetof ci_shm_comm_entry_v1_t.reserved1");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_peer) == 400, "offsetof ci_shm_comm_entry_v1_t.inflight_peer");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_channels_started) == 404, "offsetof ci_shm_comm_entry_v1_t.inflight_channels_started");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_channels_stopped) == 406, "offsetof ci_shm_comm_entry_v1_t.inflight_channels_stopped");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_count_elems) == 408, "offsetof ci_shm_comm_entry_v1_t.inflight_count_elems");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_bytes) == 416, "offsetof ci_shm_comm_entry_v1_t.inflight_bytes");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_enqueue_mono_ns) == 424, "offsetof ci_shm_comm_entry_v1_t.inflight_enqueue_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_start_mono_ns) == 432, "offsetof ci_shm_comm_entry_v1_t.inflight_start_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved_inflight) == 440, "offsetof ci_shm_comm_entry_v1_t.reserved_inflight");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_op_index) == 448, "offsetof ci_shm_comm_entry_v1_t.inflight_op_index");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, gpu_clock_offset_ns) == 456, "offsetof ci_shm_comm_entry_v1_t.gpu_clock_offset_ns");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved2) == 464, "offsetof ci_shm_comm_entry_v1_t.reserved2");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, coll_started_mono_ns) == 456, "offsetof ci_shm_comm_entry_v1_t.coll_started_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, p2p_started_mono_ns) == 464, "offsetof ci_shm_comm_entry_v1_t.p2p_started_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, hang_flagged_seq) == 472, "offsetof ci_shm_comm_entry_v1_t.hang_flagged_seq");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, hang_flagged_mono_ns) == 480, "offsetof ci_shm_comm_entry_v1_t.hang_flagged_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, ops_total) == 488, "offsetof ci_shm_comm_entry_v1_t.ops_total");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved2) == 496, "offsetof ci_shm_comm_entry_v1_t.reserved2");
 
 /* One ring record. Producers claim ticket t with a fetch-add on header.ring_head, set seq = (t + 1) | SLOT_BUSY_BIT, write the payload, then store seq = t + 1 (release). A reader accepts the slot for ticket t only if seq == t + 1 before and after copying it; seq > t + 1 means the ring overwrote it. (256 bytes) */
 struct ci_shm_op_slot_v1 {
@@ -448,7 +452,7 @@ struct ci_shm_op_slot_v1 {
     int32_t nranks; /* @76: Ranks in the communicator (for bandwidth formulas). */
     uint64_t host_start_mono_ns; /* @80: startEvent of the Coll/P2P (enqueue). */
     uint64_t host_stop_mono_ns; /* @88: stopEvent of the Coll/P2P (enqueue finished; long before the GPU finishes). */
-    uint64_t complete_mono_ns; /* @96: Host time the op was known complete (last KernelCh stop seen), 0 if never. */
+    uint64_t complete_mono_ns; /* @96: When the op completed, host CLOCK_MONOTONIC: its last GPU stop tick converted with the communicator's measured clock offset, or (one op in 64, and whenever no offset is known) the host clock at the last channel stop; the host stop without GPU timing. */
     uint64_t gpu_start_ticks; /* @104: Earliest KernelCh start, GPU globaltimer ns (0 if none). */
     uint64_t gpu_end_ticks; /* @112: Latest KernelCh stop, GPU globaltimer ns (0 if none). */
     uint64_t api_start_mono_ns; /* @120: Start of the NCCL API call (v5 CollApi/P2pApi event), 0 if not observed. */

@@ -173,16 +173,17 @@ struct ci_shm_comm_entry_v1 {
     uint32_t inflight_count;
     uint64_t coll_enqueued;
     uint64_t coll_enqueued_mono_ns;
-    uint64_t coll_started;
-    uint64_t coll_started_mono_ns;
-    uint64_t coll_completed;
-    uint64_t coll_completed_mono_ns;
     uint64_t p2p_enqueued;
     uint64_t p2p_enqueued_mono_ns;
+    uint8_t reserved_enqueue[24];
+    uint64_t coll_started;
+    uint64_t coll_completed;
+    uint64_t coll_completed_mono_ns;
     uint64_t p2p_started;
-    uint64_t p2p_started_mono_ns;
     uint64_t p2p_completed;
     uint64_t p2p_completed_mono_ns;
+    uint64_t bytes_total;
+    int64_t gpu_clock_offset_ns;
     uint64_t inflight_seq;
     uint8_t inflight_kind;
     uint8_t inflight_func;
@@ -198,13 +199,14 @@ struct ci_shm_comm_entry_v1 {
     uint64_t inflight_bytes;
     uint64_t inflight_enqueue_mono_ns;
     uint64_t inflight_start_mono_ns;
+    uint8_t reserved_inflight[8];
+    uint64_t inflight_op_index;
+    uint64_t coll_started_mono_ns;
+    uint64_t p2p_started_mono_ns;
     uint64_t hang_flagged_seq;
     uint64_t hang_flagged_mono_ns;
     uint64_t ops_total;
-    uint64_t bytes_total;
-    uint64_t inflight_op_index;
-    int64_t gpu_clock_offset_ns;
-    uint8_t reserved2[48];
+    uint8_t reserved2[16];
 };
 struct ci_shm_op_slot_v1 {
     uint64_t seq;
@@ -467,9 +469,9 @@ HEADER_DTYPE = np.dtype(
 # ci_shm_comm_entry_v1_t: One communicator of this process. Identity (first 256 bytes) is written before state becomes ACTIVE; progress (last 256 bytes) changes with every op and is read under progress_seqlock.
 COMM_ENTRY_DTYPE = np.dtype(
     {
-        "names": ["state", "generation", "comm_id", "rank", "nranks", "nnodes", "local_rank", "cuda_device", "nccl_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns", "name", "name_source", "reserved0", "progress_seqlock", "inflight_count", "coll_enqueued", "coll_enqueued_mono_ns", "coll_started", "coll_started_mono_ns", "coll_completed", "coll_completed_mono_ns", "p2p_enqueued", "p2p_enqueued_mono_ns", "p2p_started", "p2p_started_mono_ns", "p2p_completed", "p2p_completed_mono_ns", "inflight_seq", "inflight_kind", "inflight_func", "inflight_datatype", "inflight_algo", "inflight_proto", "inflight_n_channels", "reserved1", "inflight_peer", "inflight_channels_started", "inflight_channels_stopped", "inflight_count_elems", "inflight_bytes", "inflight_enqueue_mono_ns", "inflight_start_mono_ns", "hang_flagged_seq", "hang_flagged_mono_ns", "ops_total", "bytes_total", "inflight_op_index", "gpu_clock_offset_ns", "reserved2"],
-        "formats": ['<u4', '<u4', '<u8', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u8', 'S128', '<u1', ('<u1', (63,)), '<u4', '<u4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', ('<u1', (2,)), '<i4', '<u2', '<u2', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<i8', ('<u1', (48,))],
-        "offsets": [0, 4, 8, 16, 20, 24, 28, 32, 36, 40, 48, 56, 64, 192, 193, 256, 260, 264, 272, 280, 288, 296, 304, 312, 320, 328, 336, 344, 352, 360, 368, 369, 370, 371, 372, 373, 374, 376, 380, 382, 384, 392, 400, 408, 416, 424, 432, 440, 448, 456, 464],
+        "names": ["state", "generation", "comm_id", "rank", "nranks", "nnodes", "local_rank", "cuda_device", "nccl_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns", "name", "name_source", "reserved0", "progress_seqlock", "inflight_count", "coll_enqueued", "coll_enqueued_mono_ns", "p2p_enqueued", "p2p_enqueued_mono_ns", "reserved_enqueue", "coll_started", "coll_completed", "coll_completed_mono_ns", "p2p_started", "p2p_completed", "p2p_completed_mono_ns", "bytes_total", "gpu_clock_offset_ns", "inflight_seq", "inflight_kind", "inflight_func", "inflight_datatype", "inflight_algo", "inflight_proto", "inflight_n_channels", "reserved1", "inflight_peer", "inflight_channels_started", "inflight_channels_stopped", "inflight_count_elems", "inflight_bytes", "inflight_enqueue_mono_ns", "inflight_start_mono_ns", "reserved_inflight", "inflight_op_index", "coll_started_mono_ns", "p2p_started_mono_ns", "hang_flagged_seq", "hang_flagged_mono_ns", "ops_total", "reserved2"],
+        "formats": ['<u4', '<u4', '<u8', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u8', 'S128', '<u1', ('<u1', (63,)), '<u4', '<u4', '<u8', '<u8', '<u8', '<u8', ('<u1', (24,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<i8', '<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', ('<u1', (2,)), '<i4', '<u2', '<u2', '<u8', '<u8', '<u8', '<u8', ('<u1', (8,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u1', (16,))],
+        "offsets": [0, 4, 8, 16, 20, 24, 28, 32, 36, 40, 48, 56, 64, 192, 193, 256, 260, 264, 272, 280, 288, 296, 320, 328, 336, 344, 352, 360, 368, 376, 384, 392, 393, 394, 395, 396, 397, 398, 400, 404, 406, 408, 416, 424, 432, 440, 448, 456, 464, 472, 480, 488, 496],
         "itemsize": 512,
     }
 )
@@ -571,38 +573,40 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "inflight_count": 260,
         "coll_enqueued": 264,
         "coll_enqueued_mono_ns": 272,
-        "coll_started": 280,
-        "coll_started_mono_ns": 288,
-        "coll_completed": 296,
-        "coll_completed_mono_ns": 304,
-        "p2p_enqueued": 312,
-        "p2p_enqueued_mono_ns": 320,
-        "p2p_started": 328,
-        "p2p_started_mono_ns": 336,
-        "p2p_completed": 344,
-        "p2p_completed_mono_ns": 352,
-        "inflight_seq": 360,
-        "inflight_kind": 368,
-        "inflight_func": 369,
-        "inflight_datatype": 370,
-        "inflight_algo": 371,
-        "inflight_proto": 372,
-        "inflight_n_channels": 373,
-        "reserved1": 374,
-        "inflight_peer": 376,
-        "inflight_channels_started": 380,
-        "inflight_channels_stopped": 382,
-        "inflight_count_elems": 384,
-        "inflight_bytes": 392,
-        "inflight_enqueue_mono_ns": 400,
-        "inflight_start_mono_ns": 408,
-        "hang_flagged_seq": 416,
-        "hang_flagged_mono_ns": 424,
-        "ops_total": 432,
-        "bytes_total": 440,
+        "p2p_enqueued": 280,
+        "p2p_enqueued_mono_ns": 288,
+        "reserved_enqueue": 296,
+        "coll_started": 320,
+        "coll_completed": 328,
+        "coll_completed_mono_ns": 336,
+        "p2p_started": 344,
+        "p2p_completed": 352,
+        "p2p_completed_mono_ns": 360,
+        "bytes_total": 368,
+        "gpu_clock_offset_ns": 376,
+        "inflight_seq": 384,
+        "inflight_kind": 392,
+        "inflight_func": 393,
+        "inflight_datatype": 394,
+        "inflight_algo": 395,
+        "inflight_proto": 396,
+        "inflight_n_channels": 397,
+        "reserved1": 398,
+        "inflight_peer": 400,
+        "inflight_channels_started": 404,
+        "inflight_channels_stopped": 406,
+        "inflight_count_elems": 408,
+        "inflight_bytes": 416,
+        "inflight_enqueue_mono_ns": 424,
+        "inflight_start_mono_ns": 432,
+        "reserved_inflight": 440,
         "inflight_op_index": 448,
-        "gpu_clock_offset_ns": 456,
-        "reserved2": 464,
+        "coll_started_mono_ns": 456,
+        "p2p_started_mono_ns": 464,
+        "hang_flagged_seq": 472,
+        "hang_flagged_mono_ns": 480,
+        "ops_total": 488,
+        "reserved2": 496,
     },
     "ci_shm_op_slot_v1_t": {
         "seq": 0,
