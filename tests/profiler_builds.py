@@ -62,3 +62,24 @@ def builds() -> dict[str, Build]:
             },
         ),
     }
+
+
+def hot_path_driver(out_dir: Path, optimize: str = "-O2") -> Path:
+    """The C driver that replays NCCL's event trees (profiler/bench/hot_path.c), built for tests."""
+    exe = out_dir / "hot_path"
+    subprocess.run(
+        [
+            os.environ.get("CC", "gcc"),
+            "-std=c11",
+            optimize,
+            "-g",
+            "-pthread",
+            f"-I{ROOT / 'generated/c/include'}",
+            str(ROOT / "profiler/bench/hot_path.c"),
+            "-o",
+            str(exe),
+            "-ldl",
+        ],
+        check=True,
+    )
+    return exe

@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from profiler_builds import builds
+from profiler_builds import builds, hot_path_driver
 
 from comminsight.log_segments import segments_in, verify_segment
 from comminsight.shm_reader import RingCursor, ShmRegion
@@ -175,21 +175,7 @@ def test_overrun_is_counted_exactly(tmp_path):
 def test_concurrent_producers(tmp_path):
     """Two communicators driven from two threads at once (the C driver), plus a proxy thread
     each: every ring ticket is logged once or counted lost, and published = tickets."""
-    exe = tmp_path / "hot_path"
-    subprocess.run(
-        [
-            os.environ.get("CC", "gcc"),
-            "-std=c11",
-            "-O2",
-            "-pthread",
-            f"-I{ROOT / 'generated/c/include'}",
-            str(ROOT / "profiler/bench/hot_path.c"),
-            "-o",
-            str(exe),
-            "-ldl",
-        ],
-        check=True,
-    )
+    exe = hot_path_driver(tmp_path)
     home = tmp_path / "home"
     lock = agent_lock(home)
     env = {

@@ -12,30 +12,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from profiler_builds import builds
+from profiler_builds import builds, hot_path_driver
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory) -> Path:
-    exe = tmp_path_factory.mktemp("valgrind") / "hot_path"
-    subprocess.run(
-        [
-            os.environ.get("CC", "gcc"),
-            "-std=c11",
-            "-O1",
-            "-g",
-            "-pthread",
-            f"-I{ROOT / 'generated/c/include'}",
-            str(ROOT / "profiler/bench/hot_path.c"),
-            "-o",
-            str(exe),
-            "-ldl",
-        ],
-        check=True,
-    )
-    return exe
+    return hot_path_driver(tmp_path_factory.mktemp("valgrind"), optimize="-O1")
 
 
 @pytest.mark.slow
