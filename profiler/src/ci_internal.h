@@ -223,6 +223,8 @@ void ci_shm_close(uint32_t final_state);
 void ci_shm_remove_if_unwatched(void);
 void ci_shm_detach_after_fork(void);
 uint64_t ci_ring_publish(const ci_shm_op_slot_v1_t* record); /* returns the ticket */
+ci_shm_op_slot_v1_t* ci_ring_claim(uint64_t* ticket); /* NULL: dropped (counted) */
+void ci_ring_commit(ci_shm_op_slot_v1_t* slot, uint64_t ticket);
 void ci_update_published_count(void);
 void ci_seqlock_write_slot(ci_shm_op_slot_v1_t* slot, const ci_shm_op_slot_v1_t* record);
 void ci_seqlock_read_slot(ci_shm_op_slot_v1_t* dst, const ci_shm_op_slot_v1_t* slot);

@@ -91,6 +91,48 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
     return handle;
 }
 
+/* Write an op's record straight into its claimed ring slot (every byte: the slot holds the
+ * previous lap's record). Readers may copy the slot meanwhile and discard the copy (seqlock). */
+__attribute__((noinline)) void ci_seqlock_fill_op_slot(ci_shm_op_slot_v1_t* s, const ci_op_t* op, uint16_t flags,
+                                                       uint8_t timing, uint32_t started, uint32_t stopped,
+                                                       uint64_t host_stop, uint64_t complete, uint64_t gpu_start,
+                                                       uint64_t gpu_end) {
+    s->kind = op->kind;
+    s->func = op->func;
+    s->datatype = op->datatype;
+    s->algo = op->algo;
+    s->proto = op->proto;
+    s->timing_source = timing;
+    s->n_channels = op->n_channels;
+    s->n_warps = op->n_warps;
+    s->flags = flags;
+    s->kernel_ch_count = (uint16_t)stopped;
+    s->comm_index = op->comm->index;
+    s->comm_id = op->comm->comm_id;
+    s->rank = op->comm->rank;
+    s->peer = op->peer;
+    s->op_seq = op->op_seq;
+    s->count = op->count;
+    s->bytes = op->bytes;
+    s->stream = op->stream;
+    s->tid = op->tid;
+    s->nranks = op->comm->nranks;
+    s->host_start_mono_ns = op->host_start_mono_ns;
+    s->host_stop_mono_ns = host_stop;
+    s->complete_mono_ns = complete;
+    s->gpu_start_ticks = gpu_start;
+    s->gpu_end_ticks = gpu_end;
+    s->api_start_mono_ns = 0;
+    s->group_id = op->group_id;
+    memcpy(s->raw_name, op->raw_name, sizeof(s->raw_name));
+    s->channels_started = (uint16_t)started;
+    s->hang_op_kind = CI_SHM_V1_RECORD_KIND_NONE;
+    s->reserved0 = 0;
+    s->hang_threshold_ms = 0;
+    s->comm_op_index = op->op_index;
+    memset(s->reserved, 0, sizeof(s->reserved));
+}
+
 static void publish(ci_op_t* op, uint16_t extra_flags) {
     uint32_t started = LOAD(&op->ch_started);
     uint32_t stopped = LOAD(&op->ch_stopped);
@@ -105,39 +147,14 @@ static void publish(ci_op_t* op, uint16_t extra_flags) {
      * H200: ~1 in 15,000 ops); such a span is not a GPU time, so fall back to host times. */
     if (gpu_start && gpu_end >= gpu_start) timing = CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU;
     else if (stopped && complete) timing = CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU;
-    ci_shm_op_slot_v1_t r = {
-        .kind = op->kind,
-        .func = op->func,
-        .datatype = op->datatype,
-        .algo = op->algo,
-        .proto = op->proto,
-        .timing_source = timing,
-        .n_channels = op->n_channels,
-        .n_warps = op->n_warps,
-        .flags = flags,
-        .kernel_ch_count = (uint16_t)stopped,
-        .comm_index = op->comm->index,
-        .comm_id = op->comm->comm_id,
-        .rank = op->comm->rank,
-        .peer = op->peer,
-        .op_seq = op->op_seq,
-        .count = op->count,
-        .bytes = op->bytes,
-        .stream = op->stream,
-        .tid = op->tid,
-        .nranks = op->comm->nranks,
-        .host_start_mono_ns = op->host_start_mono_ns,
-        .host_stop_mono_ns = host_stop,
-        .complete_mono_ns = complete ? complete : ci_now_mono(),
-        .gpu_start_ticks = gpu_start,
-        .gpu_end_ticks = gpu_end,
-        .group_id = op->group_id,
-        .channels_started = (uint16_t)started,
-        .comm_op_index = op->op_index,
-    };
-    memcpy(r.raw_name, op->raw_name, sizeof(r.raw_name));
-    ci_ring_publish(&r);
-    ci_comm_note_completed(op->comm, op, r.complete_mono_ns);
+    uint64_t complete_ns = complete ? complete : ci_now_mono();
+    uint64_t ticket;
+    ci_shm_op_slot_v1_t* slot = ci_ring_claim(&ticket);
+    if (CI_LIKELY(slot != NULL)) {
+        ci_seqlock_fill_op_slot(slot, op, flags, timing, started, stopped, host_stop, complete_ns, gpu_start, gpu_end);
+        ci_ring_commit(slot, ticket);
+    }
+    ci_comm_note_completed(op->comm, op, complete_ns);
     ci_pool_put(op);
 }
 

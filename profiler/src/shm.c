@@ -227,23 +227,37 @@ void ci_update_published_count(void) {
     __atomic_store_n(&h->records_published, head - dropped, __ATOMIC_RELAXED);
 }
 
-/* Multi-producer publish: claim a ticket, mark the slot busy, fill it, release it. A slot still
- * being written by a producer one full lap behind is not touched: the record is dropped and
- * counted (readers see the ticket as lost). */
-uint64_t ci_ring_publish(const ci_shm_op_slot_v1_t* record) {
+/* Multi-producer publish, in two steps so the record is written once, in place: claim a
+ * ticket and mark its slot busy (ci_ring_claim), fill it, then release it (ci_ring_commit). A
+ * slot still being written by a producer one full lap behind is not touched: the record is
+ * dropped and counted (readers see the ticket as lost). */
+ci_shm_op_slot_v1_t* ci_ring_claim(uint64_t* ticket_out) {
     ci_shm_header_v1_t* h = ci_g.hdr;
     uint64_t ticket = __atomic_fetch_add(&h->ring_head, 1, __ATOMIC_RELAXED);
     ci_shm_op_slot_v1_t* slot = &ci_g.ring[ticket & ci_g.ring_mask];
     uint64_t prev = __atomic_load_n(&slot->seq, __ATOMIC_RELAXED);
     uint64_t busy = (ticket + 1) | CI_SHM_V1_SLOT_BUSY_BIT;
+    *ticket_out = ticket;
     if (CI_UNLIKELY((prev & CI_SHM_V1_SLOT_BUSY_BIT) ||
                     !__atomic_compare_exchange_n(&slot->seq, &prev, busy, false, __ATOMIC_ACQUIRE,
                                                  __ATOMIC_RELAXED))) {
         ci_counter_add(&h->records_dropped_busy, 1);
-        return ticket;
+        return NULL;
     }
     __atomic_thread_fence(__ATOMIC_RELEASE); /* busy mark visible before the payload changes */
-    ci_seqlock_write_slot(slot, record);
+    return slot;
+}
+
+void ci_ring_commit(ci_shm_op_slot_v1_t* slot, uint64_t ticket) {
     __atomic_store_n(&slot->seq, ticket + 1, __ATOMIC_RELEASE);
+}
+
+uint64_t ci_ring_publish(const ci_shm_op_slot_v1_t* record) {
+    uint64_t ticket;
+    ci_shm_op_slot_v1_t* slot = ci_ring_claim(&ticket);
+    if (slot) {
+        ci_seqlock_write_slot(slot, record);
+        ci_ring_commit(slot, ticket);
+    }
     return ticket; /* records_published is derived by the heartbeat: not one more atomic here */
 }
