@@ -69,10 +69,10 @@ def log_key(line) -> tuple:
 
 
 def simulate(home: Path, **kw):
+    kw.setdefault("time_scale", 0.01)
     config = SimConfig(
         plugin=str(builds()["plain"].path),
         home=str(home),
-        time_scale=0.01,
         env=FAST + tuple(kw.pop("env", ())),
         **kw,
     )
@@ -244,3 +244,37 @@ def test_simulation_suite_under_sanitizers(build, fault, tmp_path):
     assert all(code == 0 for code in result.exit_codes), result.exit_codes
     logs = logs_by_rank(tmp_path)
     assert sorted(logs) == list(range(8))
+
+
+def test_host_times_follow_the_kernel_clock(tmp_path):
+    """The Profiler's host timestamps (TSC-based where safe, steered every heartbeat) agree with
+    CLOCK_MONOTONIC as the simulation read it around each call, and never run backwards."""
+    tolerance_ns = 50_000
+    _, truths = simulate(
+        tmp_path,
+        workload="ddp",
+        ranks=2,
+        steps=6,
+        time_scale=0.3,
+        env=(("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "20"),),
+    )
+    logs = logs_by_rank(tmp_path)
+    for truth in truths:
+        by_key = {}
+        for op in truth.ops:
+            if op["completed"] and op["seq"] is not None:
+                by_key[(int(op["comm_id"], 16), op["func"], op["seq"])] = op
+        lines = [ln for ln in logs[truth.rank] if isinstance(ln.ci, CiColl)]
+        assert len(lines) == len(by_key) > 20
+        for line in lines:
+            op = by_key[log_key(line)[:3]]
+            ci = line.ci
+            assert (
+                op["host_start_ns"] - tolerance_ns
+                <= ci.host_start_mono_ns
+                <= op["host_stop_ns"] + tolerance_ns
+            )
+            assert (
+                ci.host_start_mono_ns <= ci.host_stop_mono_ns <= op["host_stop_ns"] + tolerance_ns
+            )
+            assert ci.host_complete_mono_ns >= ci.host_start_mono_ns

@@ -242,6 +242,7 @@ static void* bg_main(void* arg) {
     while (!should_stop()) {
         uint64_t now = ci_now_mono();
         heartbeat(now);
+        ci_clock_steer((uint64_t)ci_g.cfg.heartbeat_ms * 1000000ull);
         watch_config();
         ci_ops_sweep(NULL, now, quiet_ns);
         ci_watchdog_scan(now);

@@ -59,7 +59,10 @@ static inline uint64_t ci_clock_ns(clockid_t clock) {
     clock_gettime(clock, &ts); /* vDSO for MONOTONIC/REALTIME: no syscall */
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
-static inline uint64_t ci_now_mono(void) { return ci_clock_ns(CLOCK_MONOTONIC); }
+/* CLOCK_MONOTONIC in ns; through the TSC where that is safe (clock.c) */
+uint64_t ci_now_mono(void);
+void ci_clock_init(void);
+void ci_clock_steer(uint64_t period_ns);
 static inline uint64_t ci_now_real(void) { return ci_clock_ns(CLOCK_REALTIME); }
 
 /* ---- configuration (config.c): environment > file > generated defaults ---- */

@@ -58,6 +58,7 @@ static int process_init(void) {
     if (gethostname(ci_g.hostname, sizeof(ci_g.hostname)) != 0) strcpy(ci_g.hostname, "unknown");
     ci_g.hostname[sizeof(ci_g.hostname) - 1] = '\0';
     ci_config_load(&ci_g.cfg);
+    ci_clock_init();
     ci_g.mask = ci_g.cfg.event_mask;
     if (ci_pool_init(ci_g.cfg.event_pool) != 0 || ci_shm_open() != 0) {
         ci_warn("cannot allocate the event pool or the record ring; profiling disabled");
