@@ -365,6 +365,73 @@ def mask_reload(d: Driver) -> dict:
     return {"before": before, "after": after}
 
 
+def api_info(d: Driver) -> dict:
+    """The CollApi event behind a Coll (v5) gives the op its stream and graph-capture flag."""
+    ctx = d.init(0xB7).context
+    api = d.abi.start_coll_api(ctx, None, "AllReduce", 1024, "ncclFloat32", 0, 0xABC000)
+    d.abi.stop(api)
+    op = d.abi.start_coll(ctx, api, None, 0, {**COLL, "seq": 0})
+    d.abi.stop(op)
+    d.channels(ctx, op, 4)
+    descr = d.abi.ffi.new("ci_nccl_event_descr_v5_t *")  # a graph-captured call, by hand
+    descr.type = 1 << 9
+    descr.u.collApi.stream = d.abi.ffi.cast("void *", 0xDEF000)
+    descr.u.collApi.graphCaptured = True
+    handle = d.abi.ffi.new("void **")
+    d.abi._plugin.startEvent(ctx, handle, descr)
+    graph_api = handle[0]
+    d.abi.stop(graph_api)
+    op = d.abi.start_coll(ctx, graph_api, None, 0, {**COLL, "seq": 1})
+    d.abi.stop(op)
+    d.channels(ctx, op, 4)
+    time.sleep(0.2)
+    r = region()
+    records = RingCursor(r).poll()
+    colls = records[records["kind"] == 1]
+    out = {
+        "streams": [int(x) for x in colls["stream"]],
+        "graph": [bool(f & 1) for f in colls["flags"]],
+        "unknown": r.counter("events_unknown"),
+    }
+    d.abi.finalize(ctx)
+    return out
+
+
+def many_threads(d: Driver) -> dict:
+    """More concurrent NCCL threads than per-thread blocks: the extra ones share the fallback
+    block; every op is still recorded once."""
+    import threading
+
+    lock = hold_agent_lock()
+    n = int(os.environ.get("SCENARIO_THREADS", "1100"))
+    ctxs = [d.init(0xC000 + i).context for i in range(4)]
+    barrier = threading.Barrier(n)
+
+    def work(i: int) -> None:
+        barrier.wait()
+        d.coll(ctxs[i % 4], i // 4, channels=2)
+        barrier.wait()  # hold every thread alive until all have issued their op
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    time.sleep(0.3)
+    records = RingCursor(region()).poll(1 << 20)
+    colls = records[records["kind"] == 1]
+    out = {
+        "colls": int(len(colls)),
+        "distinct": len(
+            {(int(c), int(s)) for c, s in zip(colls["comm_id"], colls["op_seq"], strict=True)}
+        ),
+    }
+    for ctx in ctxs:
+        d.abi.finalize(ctx)
+    lock.close()
+    return out
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
@@ -382,6 +449,8 @@ SCENARIOS = {
         autostart,
         fork_child,
         mask_reload,
+        api_info,
+        many_threads,
     )
 }
 

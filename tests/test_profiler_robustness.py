@@ -264,3 +264,20 @@ def test_bad_config_values_fall_back_to_defaults(tmp_path):
         "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S='nan' (environment): expected a number",
     ):
         assert key in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("build", ["plain", "tsan"])
+def test_stream_and_graph_capture_come_from_the_api_call(build, tmp_path):
+    out = run("api_info", build, tmp_path)
+    assert out == {"streams": [0xABC000, 0xDEF000], "graph": [False, True], "unknown": 0}
+
+
+def test_more_threads_than_thread_blocks(tmp_path):
+    out = run(
+        "many_threads",
+        "plain",
+        tmp_path,
+        COMMINSIGHT_PROFILER_EVENT_POOL="4096",
+        COMMINSIGHT_PROFILER_RING_SLOTS="8192",
+    )
+    assert out == {"colls": 1100, "distinct": 1100}

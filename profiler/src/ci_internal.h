@@ -104,6 +104,38 @@ uint8_t ci_proto_of(const char* name);
 uint32_t ci_datatype_size(uint8_t datatype);
 void ci_copy_name(char* dst, size_t size, const char* src, bool* truncated);
 
+/* ---- per-thread state (thread.c): one initial-exec TLS pointer, blocks preallocated ---- */
+#define CI_POOL_CACHE 64
+#define CI_API_RING 16
+
+/* What the API call behind a task told (v5 CollApi/P2pApi events); zero when not seen. */
+typedef struct ci_api_info {
+    uint64_t stream;
+    bool graph_captured;
+} ci_api_info_t;
+
+typedef struct ci_thread {
+    struct ci_thread* next; /* free list */
+    bool shared;            /* the fallback block: no caching through it */
+    uint32_t tid;
+    /* pool.c: free op entries kept by this thread */
+    uint64_t pool_epoch;
+    bool pool_cached; /* this thread holds a share of the pool cache allowance */
+    uint32_t pool_n;
+    uint32_t pool_items[CI_POOL_CACHE];
+    /* plugin.c: the last API calls (v5 CollApi/P2pApi) made on this thread */
+    uint32_t api_next;
+    struct {
+        uintptr_t handle;
+        ci_api_info_t info;
+    } api_ring[CI_API_RING];
+} ci_thread_t;
+
+extern __thread ci_thread_t* ci_tls __attribute__((tls_model("initial-exec")));
+ci_thread_t* ci_thread_attach(void);
+void ci_thread_after_fork(void);
+static inline ci_thread_t* ci_thread(void) { return CI_LIKELY(ci_tls != NULL) ? ci_tls : ci_thread_attach(); }
+
 /* ---- ops and their pool (pool.c) ---- */
 enum { CI_OP_FREE = 0, CI_OP_LIVE = 1 };
 struct ci_comm;
@@ -143,12 +175,13 @@ int ci_pool_init(uint32_t size);
 void ci_pool_destroy(void);
 ci_op_t* ci_pool_get(void); /* NULL when exhausted (counted by the caller) */
 void ci_pool_put(ci_op_t* op);
+void ci_pool_flush_thread(ci_thread_t* t); /* give a thread's cached entries back */
 ci_op_t* ci_pool_at(uint32_t index);
 uint32_t ci_pool_size(void);
 
 /* Handles given to NCCL: kind, pool index, channel and generation packed into a pointer-sized
  * value, so a late child event naming a parent that was already recycled is recognised. */
-enum { CI_HANDLE_OP = 1, CI_HANDLE_CHANNEL = 2 };
+enum { CI_HANDLE_OP = 1, CI_HANDLE_CHANNEL = 2, CI_HANDLE_API = 3 };
 static inline void* ci_handle_make(uint32_t kind, uint32_t index, uint32_t generation,
                                    uint32_t channel) {
     uint64_t v = ((uint64_t)(generation & 0xFFFFFFu) << 40) | ((uint64_t)(channel & 0xFFu) << 32) |
@@ -198,7 +231,7 @@ void ci_comm_refresh(ci_comm_t* comm, uint64_t now);
 /* ---- op life cycle (ops.c) ---- */
 void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq, uint64_t count,
                   const char* datatype, int peer, int n_channels /* < 0: unknown */, uint8_t n_warps,
-                  const char* algo, const char* proto);
+                  const char* algo, const char* proto, ci_api_info_t api);
 void ci_op_stop(ci_op_t* op);
 void* ci_channel_start(const void* parent_handle, uint8_t channel, uint64_t ptimer);
 void ci_channel_record_stop(ci_op_t* op, uint64_t ptimer);

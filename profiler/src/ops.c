@@ -23,11 +23,9 @@
 
 enum { GATE_HOST = 1, GATE_CHANNELS = 2, GATE_FORCED = 4 };
 
-static __thread uint32_t cached_tid;
-
 static uint32_t thread_id(void) {
-    if (CI_UNLIKELY(cached_tid == 0)) cached_tid = (uint32_t)syscall(SYS_gettid); /* once per thread */
-    return cached_tid;
+    ci_thread_t* t = ci_thread();
+    return CI_LIKELY(!t->shared) ? t->tid : (uint32_t)syscall(SYS_gettid);
 }
 
 #define LOAD(p) __atomic_load_n(p, __ATOMIC_RELAXED)
@@ -35,7 +33,7 @@ static uint32_t thread_id(void) {
 
 void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq, uint64_t count,
                   const char* datatype, int peer, int n_channels, uint8_t n_warps, const char* algo,
-                  const char* proto) {
+                  const char* proto, ci_api_info_t api) {
     ci_op_t* op = ci_pool_get();
     if (CI_UNLIKELY(!op)) {
         ci_counter_add(&ci_g.hdr->events_dropped_pool, 1);
@@ -47,7 +45,7 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
     STORE(&op->comm, comm);
     STORE(&op->kind, kind);
     STORE(&op->func, func_id);
-    op->flags = 0;
+    op->flags = api.graph_captured ? CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED : 0;
     if (CI_UNLIKELY(func_id == CI_SHM_V1_FUNC_UNKNOWN)) {
         bool truncated;
         ci_copy_name(op->raw_name, sizeof(op->raw_name), func, &truncated);
@@ -68,7 +66,7 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
     STORE(&op->peer, peer);
     STORE(&op->n_channels, (uint8_t)(n_channels < 0 ? 0 : n_channels));
     op->n_warps = n_warps;
-    op->stream = 0;
+    op->stream = api.stream;
     op->group_id = 0;
     op->tid = thread_id();
     /* n_channels < 0: NCCL did not say (v4 P2P); the background sweep completes such ops once

@@ -39,6 +39,7 @@ static void after_fork_in_child(void) {
     pthread_mutex_init(&ci_g.lock, NULL);
     pthread_mutex_init(&ci_g.table_lock, NULL);
     ci_threads_forget_after_fork();
+    ci_thread_after_fork();
     ci_logwriter_reset();
     ci_shm_detach_after_fork();
     ci_pool_destroy();
@@ -137,11 +138,35 @@ static bool tracked(void* context) {
 }
 
 static void* start_p2p(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype, int peer,
-                       int n_channels) {
+                       int n_channels, ci_api_info_t api) {
     /* NCCL gives P2P no sequence number: its seq is its index among the comm's P2P ops */
     uint64_t seq = __atomic_load_n(&comm->p2p_counter, __ATOMIC_RELAXED);
     return ci_op_start(comm, CI_SHM_V1_RECORD_KIND_P2P, func, seq, count, datatype, peer, n_channels, 0, NULL,
-                       NULL);
+                       NULL, api);
+}
+
+/* The API call behind a task (v5 CollApi/P2pApi events): NCCL starts it on the calling thread
+ * before the task and names it as the task's parent. Its stream and graph flag are kept in a
+ * small per-thread ring, found again through the handle; no allocation, no clock read (the
+ * API start time is not recorded: it would cost a clock read per op). */
+static void* start_api(uint64_t stream, bool graph_captured) {
+    ci_thread_t* t = ci_thread();
+    uint32_t i = t->api_next++ & 0xFFFFFu;
+    void* handle = ci_handle_make(CI_HANDLE_API, i, 0, 0);
+    if (!t->shared) {
+        t->api_ring[i % CI_API_RING].handle = (uintptr_t)handle;
+        t->api_ring[i % CI_API_RING].info = (ci_api_info_t){stream, graph_captured};
+    }
+    return handle;
+}
+
+static ci_api_info_t api_of(const void* parent) {
+    if (parent && ci_handle_kind(parent) == CI_HANDLE_API) {
+        ci_thread_t* t = ci_thread();
+        uint32_t i = (uint32_t)ci_handle_index(parent) % CI_API_RING;
+        if (!t->shared && t->api_ring[i].handle == (uintptr_t)parent) return t->api_ring[i].info;
+    }
+    return (ci_api_info_t){0, false};
 }
 
 /* Event types we know and deliberately do not track: no handle, no counting. */
@@ -171,11 +196,17 @@ static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t*
     case CI_EV_COLL:
         *handle = ci_op_start(comm, CI_SHM_V1_RECORD_KIND_COLL, d->u.coll.func, d->u.coll.seqNumber,
                               d->u.coll.count, d->u.coll.datatype, d->u.coll.root, d->u.coll.nChannels,
-                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto);
+                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto, api_of(d->parentObj));
         break;
     case CI_EV_P2P:
         *handle = start_p2p(comm, d->u.p2p.func, d->u.p2p.count, d->u.p2p.datatype, d->u.p2p.peer,
-                            d->u.p2p.nChannels);
+                            d->u.p2p.nChannels, api_of(d->parentObj));
+        break;
+    case CI_NCCL_V5_EVENT_TYPE_COLL_API:
+        *handle = start_api((uint64_t)(uintptr_t)d->u.collApi.stream, d->u.collApi.graphCaptured);
+        break;
+    case CI_NCCL_V5_EVENT_TYPE_P2P_API:
+        *handle = start_api((uint64_t)(uintptr_t)d->u.p2pApi.stream, d->u.p2pApi.graphCaptured);
         break;
     default:
         if (!(d->type & KNOWN_UNTRACKED_V5) || (d->type & (d->type - 1))) on_unknown_event();
@@ -185,6 +216,7 @@ static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t*
 }
 
 static uint32_t stop_common(void* handle) {
+    if (handle && ci_handle_kind(handle) == CI_HANDLE_API) return CI_NCCL_V5_RESULT_SUCCESS; /* nothing held */
     ci_op_t* op = ci_op_from_handle(handle); /* NULL for NULL, foreign and stale handles */
     if (CI_UNLIKELY(!op)) {
         if (handle) on_unknown_event();
@@ -237,11 +269,12 @@ static uint32_t start_v4(void* context, void** handle, ci_nccl_event_descr_v4_t*
     case CI_EV_COLL:
         *handle = ci_op_start(comm, CI_SHM_V1_RECORD_KIND_COLL, d->u.coll.func, d->u.coll.seqNumber,
                               d->u.coll.count, d->u.coll.datatype, d->u.coll.root, d->u.coll.nChannels,
-                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto);
+                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto, (ci_api_info_t){0, false});
         break;
     case CI_EV_P2P:
         /* NCCL leaves p2p.nChannels unset for v4 plugins: the channel count is unknown */
-        *handle = start_p2p(comm, d->u.p2p.func, d->u.p2p.count, d->u.p2p.datatype, d->u.p2p.peer, -1);
+        *handle = start_p2p(comm, d->u.p2p.func, d->u.p2p.count, d->u.p2p.datatype, d->u.p2p.peer, -1,
+                            (ci_api_info_t){0, false});
         break;
     case CI_EV_KERNEL_CH:
         *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);

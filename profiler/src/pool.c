@@ -16,23 +16,16 @@
 
 #include "ci_internal.h"
 
-#define CACHE_MAX 64
 #define BATCH 32
 
 ci_op_t* ci_pool_ops; /* read inline by ci_op_from_handle (hot path) */
 uint32_t ci_pool_n;
 static uint64_t head; /* tag << 32 | (index + 1); 0 index part = empty */
 static uint64_t epoch; /* bumped when the pool is (re)made: thread caches of an old pool are void */
-
-typedef struct thread_cache {
-    uint64_t epoch;
-    uint32_t n;
-    uint32_t items[CACHE_MAX]; /* indices */
-} thread_cache_t;
-
-static __thread thread_cache_t cache;
-static pthread_key_t exit_key;
-static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+/* Thread caches may hold at most half the pool between them: each caching thread reserves a
+ * full cache's worth once; threads beyond that work straight on the shared stack, so many
+ * threads cannot hoard the pool empty. */
+static uint64_t reserved;
 
 static ci_op_t* shared_pop(void) {
     uint64_t old = __atomic_load_n(&head, __ATOMIC_ACQUIRE);
@@ -55,24 +48,30 @@ static void shared_push(ci_op_t* op) {
     }
 }
 
-static void flush_cache(void* unused) {
-    (void)unused;
-    if (cache.epoch == __atomic_load_n(&epoch, __ATOMIC_ACQUIRE))
-        while (cache.n) shared_push(&ci_pool_ops[cache.items[--cache.n]]);
-    cache.n = 0;
+void ci_pool_flush_thread(ci_thread_t* t) {
+    if (t->pool_epoch == __atomic_load_n(&epoch, __ATOMIC_ACQUIRE)) {
+        while (t->pool_n) shared_push(&ci_pool_ops[t->pool_items[--t->pool_n]]);
+        if (t->pool_cached) __atomic_sub_fetch(&reserved, CI_POOL_CACHE, __ATOMIC_RELAXED);
+    }
+    t->pool_n = 0;
+    t->pool_cached = false;
 }
 
-static void make_exit_key(void) { pthread_key_create(&exit_key, flush_cache); }
-
-static thread_cache_t* my_cache(void) {
+/* This thread's cache, emptied if it belongs to an earlier pool (after fork, or re-init). */
+static ci_thread_t* my_cache(void) {
+    ci_thread_t* t = ci_thread();
     uint64_t current = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
-    if (CI_UNLIKELY(cache.epoch != current)) {
-        cache.epoch = current;
-        cache.n = 0;
-        pthread_once(&exit_key_once, make_exit_key);
-        pthread_setspecific(exit_key, &cache); /* non-NULL: run flush_cache at thread exit */
+    if (CI_UNLIKELY(t->pool_epoch != current)) {
+        t->pool_epoch = current;
+        t->pool_n = 0;
+        t->pool_cached = false;
+        if (!t->shared) {
+            uint64_t now = __atomic_add_fetch(&reserved, CI_POOL_CACHE, __ATOMIC_RELAXED);
+            if (now <= ci_pool_n / 2) t->pool_cached = true;
+            else __atomic_sub_fetch(&reserved, CI_POOL_CACHE, __ATOMIC_RELAXED);
+        }
     }
-    return &cache;
+    return t;
 }
 
 int ci_pool_init(uint32_t n) {
@@ -85,6 +84,7 @@ int ci_pool_init(uint32_t n) {
         ops[i].next_free = (i + 1 < n) ? i + 2 : 0; /* stored as index + 1 */
     }
     head = n ? 1 : 0;
+    reserved = 0;
     ci_pool_n = n;
     ci_pool_ops = ops;
     __atomic_add_fetch(&epoch, 1, __ATOMIC_RELEASE);
@@ -100,16 +100,22 @@ void ci_pool_destroy(void) {
 }
 
 ci_op_t* ci_pool_get(void) {
-    thread_cache_t* c = my_cache();
-    if (CI_UNLIKELY(c->n == 0)) {
-        while (c->n < BATCH) {
-            ci_op_t* op = shared_pop();
-            if (!op) break;
-            c->items[c->n++] = op->index;
+    ci_thread_t* c = my_cache();
+    ci_op_t* op;
+    if (CI_UNLIKELY(!c->pool_cached)) {
+        op = shared_pop();
+        if (!op) return NULL;
+    } else {
+        if (CI_UNLIKELY(c->pool_n == 0)) {
+            while (c->pool_n < BATCH) {
+                ci_op_t* got = shared_pop();
+                if (!got) break;
+                c->pool_items[c->pool_n++] = got->index;
+            }
+            if (c->pool_n == 0) return NULL;
         }
-        if (c->n == 0) return NULL;
+        op = &ci_pool_ops[c->pool_items[--c->pool_n]];
     }
-    ci_op_t* op = &ci_pool_ops[c->items[--c->n]];
     __atomic_store_n(&op->state, CI_OP_LIVE, __ATOMIC_RELAXED);
     return op;
 }
@@ -118,10 +124,14 @@ void ci_pool_put(ci_op_t* op) {
     /* A new generation first: handles of the previous life stop resolving to this entry. */
     __atomic_store_n(&op->generation, __atomic_load_n(&op->generation, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
     __atomic_store_n(&op->state, CI_OP_FREE, __ATOMIC_RELEASE);
-    thread_cache_t* c = my_cache();
-    if (CI_UNLIKELY(c->n == CACHE_MAX))
-        while (c->n > CACHE_MAX - BATCH) shared_push(&ci_pool_ops[c->items[--c->n]]);
-    c->items[c->n++] = op->index;
+    ci_thread_t* c = my_cache();
+    if (CI_UNLIKELY(!c->pool_cached)) {
+        shared_push(op);
+        return;
+    }
+    if (CI_UNLIKELY(c->pool_n == CI_POOL_CACHE))
+        while (c->pool_n > CI_POOL_CACHE - BATCH) shared_push(&ci_pool_ops[c->pool_items[--c->pool_n]]);
+    c->pool_items[c->pool_n++] = op->index;
 }
 
 ci_op_t* ci_pool_at(uint32_t index) { return index < ci_pool_n ? &ci_pool_ops[index] : NULL; }
