@@ -1,0 +1,91 @@
+"""The Agent's ingest of Profiler SHM files: every record read once, bad files quarantined
+while the others are served, finished producers retired after their data is drained."""
+
+from __future__ import annotations
+
+import fcntl
+import time
+
+import numpy as np
+from profiler_builds import builds
+
+from comminsight.agent.producers import ProducerSet
+from comminsight.sim import SimConfig, read_ground_truth, run_simulation
+from comminsight_gen.abi import shm_v1
+
+ENV = (("COMMINSIGHT_AGENT_AUTOSTART", "0"), ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "50"))
+
+
+def hold_agent_lock(home):
+    (home / "metadata").mkdir(parents=True, exist_ok=True)
+    f = open(home / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held by the caller
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
+
+
+def run_sim(home, ranks=4):
+    config = SimConfig(
+        plugin=str(builds()["plain"].path),
+        home=str(home),
+        workload="ddp",
+        ranks=ranks,
+        steps=2,
+        time_scale=0.01,
+        env=ENV,
+    )
+    result = run_simulation(config)
+    assert not result.errors
+    return read_ground_truth(result.run_dir)
+
+
+def ops_of(batches) -> np.ndarray:
+    if not batches:
+        return np.empty(0, dtype=shm_v1.OP_SLOT_DTYPE)
+    records = np.concatenate([b.records for b in batches])
+    kinds = records["kind"]
+    return records[(kinds == shm_v1.RecordKind.COLL) | (kinds == shm_v1.RecordKind.P2P)]
+
+
+def test_reads_every_record_once_then_retires_the_finished_producers(tmp_path):
+    lock = hold_agent_lock(tmp_path)
+    truths = run_sim(tmp_path)
+    producers = ProducerSet(tmp_path)
+    batches = producers.poll(time.monotonic_ns())
+    completed = sum(1 for t in truths for op in t.ops if op["completed"])
+    assert len(ops_of(batches)) == completed
+    assert producers.counters.records_lost == 0
+    assert len({(b.producer.pid) for b in batches}) == 4
+    links = list((tmp_path / "shms").glob("*.shm"))
+    targets = [p.resolve() for p in links]
+    # the rank processes have exited: the next pass finds nothing new and retires them
+    assert ops_of(producers.poll(time.monotonic_ns())).size == 0
+    assert producers.producers == {} and producers.counters.producers_retired == 4
+    assert not any(p.exists() for p in links + targets)
+    lock.close()
+
+
+def test_bad_files_are_quarantined_and_the_rest_served(tmp_path):
+    lock = hold_agent_lock(tmp_path)
+    run_sim(tmp_path, ranks=2)
+    shms = tmp_path / "shms"
+    (shms / "garbage.shm").write_bytes(b"\x00garbage" * 1000)
+    (shms / "short.shm").write_bytes(b"CI")
+    good = sorted(shms.glob("ci-*.shm"))[0].resolve().read_bytes()
+    wrong_version = bytearray(good)
+    wrong_version[8:12] = (2).to_bytes(4, "little")  # header.abi_version
+    (shms / "v2.shm").write_bytes(bytes(wrong_version))
+    truncated = good[: len(good) // 2]
+    (shms / "truncated.shm").write_bytes(truncated)
+    producers = ProducerSet(tmp_path)
+    batches = producers.poll(time.monotonic_ns())
+    assert len({b.producer.pid for b in batches}) == 2  # the good ones are read
+    refused = producers.counters.refused
+    assert set(refused) == {"garbage.shm", "short.shm", "v2.shm", "truncated.shm"}
+    assert "header.magic" in refused["garbage.shm"]
+    assert "shorter than the 4096-byte header" in refused["short.shm"]
+    assert "header.abi_version: 2" in refused["v2.shm"]
+    assert "header.file_size" in refused["truncated.shm"]
+    quarantine = shms / "quarantine"
+    assert (quarantine / "v2.shm").exists() and (quarantine / "v2.shm.reason").exists()
+    assert not (shms / "v2.shm").exists()
+    lock.close()
