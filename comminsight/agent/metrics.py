@@ -1,0 +1,263 @@
+"""Prometheus metrics of the node, computed from ingested op records in batches.
+
+Records arrive by the hundred thousand per second, so nothing here is per-record Python: a
+batch is grouped with numpy (by communicator and op type) and added to plain arrays; the
+exposition is built at scrape time by a custom collector. Label sets are bounded: op type (a
+few NCCL functions), communicator (its name, or its id when unnamed; one per communicator this
+node has seen), message-size bucket (fixed); never a sequence number or a timestamp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.exposition import generate_latest
+
+from comminsight_gen.abi import shm_v1
+
+LATENCY_BUCKETS_S = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
+BUSBW_BUCKETS_GBS = (1, 5, 10, 25, 50, 100, 200, 300, 400, 600, 900)
+SIZE_BUCKETS = (
+    (65536, "le_64KiB"),
+    (1 << 20, "le_1MiB"),
+    (16 << 20, "le_16MiB"),
+    (256 << 20, "le_256MiB"),
+    (None, "gt_256MiB"),
+)
+PROFILER_COUNTERS = (
+    "records_dropped_busy",
+    "events_dropped_pool",
+    "comms_dropped",
+    "events_unknown",
+    "fifo_events_dropped",
+    "log_records_lost",
+    "log_records_dropped",
+    "log_write_errors",
+)
+
+_FUNC_LABELS = {int(k): v for k, v in shm_v1.FUNC_LABELS.items()}
+
+
+def size_bucket(nbytes: np.ndarray) -> np.ndarray:
+    """Index into SIZE_BUCKETS for every message size."""
+    edges = np.array([b for b, _ in SIZE_BUCKETS if b is not None], dtype=np.uint64)
+    return np.searchsorted(edges, nbytes, side="left")
+
+
+def durations_s(records: np.ndarray) -> np.ndarray:
+    """GPU span where the record has one, else host enqueue to completion."""
+    gpu = records["timing_source"] == shm_v1.TimingSource.KERNEL_GPU
+    span = np.where(
+        gpu,
+        records["gpu_end_ticks"] - records["gpu_start_ticks"],
+        records["complete_mono_ns"] - records["host_start_mono_ns"],
+    )
+    return span.astype(np.float64) / 1e9
+
+
+def bus_bandwidth_gbs(records: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """NCCL's bus bandwidth (the Inspector's formulas), GB/s; 0 where the time is 0."""
+    n = np.maximum(records["nranks"].astype(np.float64), 1.0)
+    func = records["func"]
+    traffic = records["bytes"].astype(np.float64)
+    gathered = np.isin(
+        func, [shm_v1.Func.ALL_GATHER, shm_v1.Func.REDUCE_SCATTER, shm_v1.Func.ALL_TO_ALL]
+    )
+    traffic = np.where(gathered, traffic * n, traffic)
+    factor = np.where(
+        func == shm_v1.Func.ALL_REDUCE, 2 * (n - 1) / n, np.where(gathered, (n - 1) / n, 1.0)
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(seconds > 0, traffic / 1e9 / seconds, 0.0)
+    return algbw * factor
+
+
+@dataclass
+class _Series:
+    """Everything kept for one (communicator, op type)."""
+
+    ops: int = 0
+    bytes: int = 0
+    latency: np.ndarray = field(
+        default_factory=lambda: np.zeros(len(LATENCY_BUCKETS_S) + 1, np.int64)
+    )
+    latency_sum: float = 0.0
+    busbw: np.ndarray = field(
+        default_factory=lambda: np.zeros((len(SIZE_BUCKETS), len(BUSBW_BUCKETS_GBS) + 1), np.int64)
+    )
+    busbw_sum: np.ndarray = field(default_factory=lambda: np.zeros(len(SIZE_BUCKETS)))
+
+
+class NodeMetrics:
+    """Accumulates ingest results; `render()` gives the Prometheus text exposition."""
+
+    def __init__(self) -> None:
+        self.series: dict[tuple[str, str], _Series] = {}
+        self.comm_names: dict[int, str] = {}
+        self.inflight_age_s: dict[str, float] = {}
+        self.profiler_counters: dict[str, int] = dict.fromkeys(PROFILER_COUNTERS, 0)
+        self.records_lost = 0
+        self.files_refused = 0
+        self.producers = 0
+        self.lag_s = 0.0
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def comm_label(self, comm_id: int) -> str:
+        return self.comm_names.get(comm_id) or f"{comm_id:016x}"
+
+    def add_records(self, records: np.ndarray) -> None:
+        ops = records[
+            (records["kind"] == shm_v1.RecordKind.COLL) | (records["kind"] == shm_v1.RecordKind.P2P)
+        ]
+        if not len(ops):
+            return
+        seconds = durations_s(ops)
+        busbw = bus_bandwidth_gbs(ops, seconds)
+        sizes = size_bucket(ops["bytes"])
+        keys = np.stack([ops["comm_id"], ops["func"].astype(np.uint64)], axis=1)
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        for i, (comm_id, func) in enumerate(unique):
+            sel = inverse == i
+            label = (self.comm_label(int(comm_id)), _FUNC_LABELS.get(int(func), "Unknown"))
+            s = self.series.setdefault(label, _Series())
+            s.ops += int(sel.sum())
+            s.bytes += int(ops["bytes"][sel].sum())
+            lat = seconds[sel]
+            s.latency += np.bincount(
+                np.searchsorted(LATENCY_BUCKETS_S, lat, side="left"),
+                minlength=len(LATENCY_BUCKETS_S) + 1,
+            )
+            s.latency_sum += float(lat.sum())
+            for b in np.unique(sizes[sel]):
+                bsel = sel & (sizes == b)
+                s.busbw[b] += np.bincount(
+                    np.searchsorted(BUSBW_BUCKETS_GBS, busbw[bsel], side="left"),
+                    minlength=len(BUSBW_BUCKETS_GBS) + 1,
+                )
+                s.busbw_sum[b] += float(busbw[bsel].sum())
+
+    # ---- prometheus_client collector protocol ----
+
+    def collect(self) -> Iterable:
+        ops = CounterMetricFamily(
+            "comminsight_ops", "Completed NCCL operations", labels=["comm", "op_type"]
+        )
+        nbytes = CounterMetricFamily(
+            "comminsight_op_bytes",
+            "Message bytes of completed operations",
+            labels=["comm", "op_type"],
+        )
+        latency = HistogramMetricFamily(
+            "comminsight_op_latency_seconds",
+            "Operation duration (GPU span where measured)",
+            labels=["comm", "op_type"],
+        )
+        busbw = HistogramMetricFamily(
+            "comminsight_op_busbw_gbs",
+            "Bus bandwidth per operation (GB/s)",
+            labels=["comm", "op_type", "size"],
+        )
+        for (comm, op_type), s in sorted(self.series.items()):
+            ops.add_metric([comm, op_type], s.ops)
+            nbytes.add_metric([comm, op_type], s.bytes)
+            latency.add_metric(
+                [comm, op_type], _buckets(LATENCY_BUCKETS_S, s.latency), s.latency_sum
+            )
+            for b, (_, size_name) in enumerate(SIZE_BUCKETS):
+                if s.busbw[b].sum():
+                    busbw.add_metric(
+                        [comm, op_type, size_name],
+                        _buckets(BUSBW_BUCKETS_GBS, s.busbw[b]),
+                        float(s.busbw_sum[b]),
+                    )
+        yield from (ops, nbytes, latency, busbw)
+        age = GaugeMetricFamily(
+            "comminsight_inflight_age_seconds",
+            "Age of the oldest operation in flight",
+            labels=["comm"],
+        )
+        for comm, value in sorted(self.inflight_age_s.items()):
+            age.add_metric([comm], value)
+        yield age
+        drops = CounterMetricFamily(
+            "comminsight_profiler_drops",
+            "What the Profilers of this node dropped and counted",
+            labels=["reason"],
+        )
+        for reason, value in sorted(self.profiler_counters.items()):
+            drops.add_metric([reason], value)
+        yield drops
+        yield CounterMetricFamily(
+            "comminsight_agent_records_lost",
+            "Records the ring overwrote before the Agent read them",
+            value=self.records_lost,
+        )
+        yield CounterMetricFamily(
+            "comminsight_agent_shm_files_refused",
+            "SHM files refused (unknown ABI or corrupt) and quarantined",
+            value=self.files_refused,
+        )
+        yield GaugeMetricFamily(
+            "comminsight_agent_producers", "Profiler processes being read", value=self.producers
+        )
+        yield GaugeMetricFamily(
+            "comminsight_agent_lag_seconds",
+            "Completion-to-ingest delay of the newest record read",
+            value=self.lag_s,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _buckets(edges: tuple, counts: np.ndarray) -> list[tuple[str, float]]:
+    cumulative = np.cumsum(counts)
+    out = [(_le(e), float(c)) for e, c in zip(edges, cumulative[:-1], strict=True)]
+    out.append(("+Inf", float(cumulative[-1])))
+    return out
+
+
+def _le(edge: float) -> str:
+    return repr(float(edge))
+
+
+def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns: int) -> None:
+    """Fold one ingest pass (comminsight.agent.producers) into the node's metrics."""
+    ages: dict[str, float] = {}
+    totals = dict.fromkeys(PROFILER_COUNTERS, 0)
+    for producer in producers.producers.values():
+        for row in producer.region.comm_entries():
+            if int(row["state"]) != shm_v1.CommState.ACTIVE:
+                continue
+            comm_id = int(row["comm_id"])
+            name = bytes(row["name"]).split(b"\0", 1)[0].decode("utf-8", "replace")
+            if name:
+                metrics.comm_names.setdefault(comm_id, name)
+            if int(row["inflight_count"]) and int(row["inflight_kind"]):
+                age = max(0, now_mono_ns - int(row["inflight_enqueue_mono_ns"])) / 1e9
+                label = metrics.comm_label(comm_id)
+                ages[label] = max(ages.get(label, 0.0), age)
+        for name in PROFILER_COUNTERS:
+            totals[name] += producer.region.counter(name)
+    for batch in batches:
+        metrics.add_records(batch.records)
+        newest = int(batch.records["complete_mono_ns"].max())
+        if newest:
+            metrics.lag_s = max(0.0, (now_mono_ns - newest) / 1e9)
+    metrics.inflight_age_s = ages
+    # Producers retire: keep their last counts by only ever raising the totals.
+    for name, value in totals.items():
+        metrics.profiler_counters[name] = max(metrics.profiler_counters[name], value)
+    metrics.records_lost = producers.counters.records_lost
+    metrics.files_refused = producers.counters.files_refused
+    metrics.producers = len(producers.producers)
