@@ -120,8 +120,9 @@ demo: $(VENV_STAMP) build-profiler
 	$(VENV)/bin/comminsight demo
 
 ## install: install what exists so far under INSTALL_PREFIX and into the active Python
-install: $(WHEEL) headers
+install: $(WHEEL) headers build-profiler
 	install -d -m 0755 $(INSTALL_PREFIX)/etc $(INSTALL_PREFIX)/include/comminsight $(INSTALL_PREFIX)/lib
+	install -m 0755 $(PROFILER_SO) $(INSTALL_PREFIX)/lib/
 	test -e $(INSTALL_PREFIX)/etc/comminsight.conf || install -m 0644 config/comminsight.conf $(INSTALL_PREFIX)/etc/comminsight.conf
 	install -m 0644 generated/c/include/comminsight/*.h $(INSTALL_PREFIX)/include/comminsight/
 	# dependencies resolved against pyproject's ranges (not exact pins: this is the user's
