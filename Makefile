@@ -33,7 +33,7 @@ build: $(WHEEL) headers build-profiler
 PROFILER_SO := $(DIST)/libnccl-profiler-comminsight.so
 PROFILER_SRC := $(wildcard profiler/src/*.c)
 PROFILER_DEPS := $(PROFILER_SRC) $(wildcard profiler/src/*.h) $(GEN_HEADERS)
-PROFILER_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -shared -pthread \
+PROFILER_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -shared -pthread -fno-strict-aliasing \
   -fvisibility=hidden -Igenerated/c/include
 PROFILER_LIBS := -lm -ldl
 # Link-time optimization lets the hot path inline across files; some toolchains ship a gcc

@@ -432,6 +432,21 @@ def many_threads(d: Driver) -> dict:
     return out
 
 
+def ce_events(d: Driver) -> dict:
+    """v6 copy-engine events are recognised and left alone; ordinary ops still recorded."""
+    ctx = d.init(0xB8).context
+    for ce_type in (1 << 12, 1 << 13, 1 << 14):
+        descr = d.abi.ffi.new("ci_nccl_event_descr_v6_t *")
+        descr.type = ce_type
+        handle = d.abi.ffi.new("void **")
+        assert d.abi._plugin.startEvent(ctx, handle, descr) == 0 and handle[0] == d.abi.ffi.NULL
+    d.coll(ctx, 0)
+    time.sleep(0.2)
+    out = snapshot(region())
+    d.abi.finalize(ctx)
+    return out
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
@@ -451,6 +466,7 @@ SCENARIOS = {
         mask_reload,
         api_info,
         many_threads,
+        ce_events,
     )
 }
 

@@ -83,7 +83,14 @@ def simulate(home: Path, **kw):
 
 @pytest.mark.parametrize(
     ("workload", "abi", "ranks"),
-    [("ddp", 5, 4), ("fsdp", 5, 4), ("tp-pp-dp", 5, 8), ("ddp", 4, 2), ("tp-pp-dp", 4, 8)],
+    [
+        ("ddp", 5, 4),
+        ("fsdp", 5, 4),
+        ("tp-pp-dp", 5, 8),
+        ("ddp", 4, 2),
+        ("tp-pp-dp", 4, 8),
+        ("fsdp", 6, 4),
+    ],
 )
 def test_every_op_appears_exactly_once_with_its_content(workload, abi, ranks, tmp_path):
     lock = agent_lock(tmp_path)

@@ -281,3 +281,9 @@ def test_more_threads_than_thread_blocks(tmp_path):
         COMMINSIGHT_PROFILER_RING_SLOTS="8192",
     )
     assert out == {"colls": 1100, "distinct": 1100}
+
+
+def test_abi_v6_ignores_copy_engine_events(tmp_path):
+    out = run("ce_events", "plain", tmp_path, SCENARIO_ABI="6")
+    assert out["counters"]["events_unknown"] == 0
+    assert out["kinds"].count(shm_v1.RecordKind.COLL) == 1

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import cffi
 
-from comminsight_gen.abi import nccl_profiler_v4, nccl_profiler_v5
+from comminsight_gen.abi import nccl_profiler_v4, nccl_profiler_v5, nccl_profiler_v6
 from comminsight_gen.abi.nccl_profiler_v5 import EventState, EventType
 
-_MODULES = {4: nccl_profiler_v4, 5: nccl_profiler_v5}
+_MODULES = {4: nccl_profiler_v4, 5: nccl_profiler_v5, 6: nccl_profiler_v6}
 POISON = b"?"
 
 
@@ -297,6 +297,12 @@ class ProfilerAbiV4(ProfilerAbi):
         return 0  # NCCL's v4 adapter never copies it
 
 
+class ProfilerAbiV6(ProfilerAbiV5):
+    """NCCL 2.29+: v5's calls and layouts (v6 only adds copy-engine events, not simulated)."""
+
+    version = 6
+
+
 def load_plugin(path: str, version: int) -> ProfilerAbi:
-    cls = {4: ProfilerAbiV4, 5: ProfilerAbiV5}[version]
+    cls = {4: ProfilerAbiV4, 5: ProfilerAbiV5, 6: ProfilerAbiV6}[version]
     return cls(path)

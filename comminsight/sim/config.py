@@ -13,7 +13,7 @@ from pathlib import Path
 from comminsight.sim.faults import Fault
 
 WORKLOADS = ("ddp", "fsdp", "tp-pp-dp")
-ABI_VERSIONS = (4, 5)
+ABI_VERSIONS = (4, 5, 6)
 
 
 class SimConfigError(ValueError):
@@ -58,7 +58,7 @@ class SimConfig:
                 raise SimConfigError(message)
 
         need(self.workload in WORKLOADS, f"workload must be one of {', '.join(WORKLOADS)}")
-        need(self.abi in ABI_VERSIONS, "abi must be 4 or 5")
+        need(self.abi in ABI_VERSIONS, "abi must be 4, 5 or 6")
         need(self.ranks >= 1, "ranks must be at least 1")
         need(self.nodes >= 1 and self.ranks % self.nodes == 0, "nodes must divide ranks")
         need(self.steps >= 1 and self.warmup_steps >= 0, "steps >= 1 and warmup >= 0")

@@ -13,6 +13,7 @@
 #include "ci_internal.h"
 #include "comminsight/nccl_profiler_v4.h"
 #include "comminsight/nccl_profiler_v5.h"
+#include "comminsight/nccl_profiler_v6.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -301,4 +302,64 @@ EXPORT ci_nccl_profiler_v4_t ncclProfiler_v4 = {
     .stopEvent = stop_v4,
     .recordEventState = record_v4,
     .finalize = finalize_v4,
+};
+
+/* ---------------------------------------------------------------------------------------- v6 */
+/* v6 (NCCL 2.29+) adds copy-engine events and moves nothing: every field the v5 adapter reads is
+ * at the same offset, asserted here, so v6 events go through it. CE events are not tracked. */
+#define SAME_OFFSET(member)                                                                                \
+    _Static_assert(offsetof(ci_nccl_event_descr_v6_t, member) == offsetof(ci_nccl_event_descr_v5_t, member), \
+                   "v6 moved " #member)
+SAME_OFFSET(type);
+SAME_OFFSET(parentObj);
+SAME_OFFSET(u.coll.seqNumber);
+SAME_OFFSET(u.coll.func);
+SAME_OFFSET(u.coll.count);
+SAME_OFFSET(u.coll.root);
+SAME_OFFSET(u.coll.datatype);
+SAME_OFFSET(u.coll.nChannels);
+SAME_OFFSET(u.coll.nWarps);
+SAME_OFFSET(u.coll.algo);
+SAME_OFFSET(u.coll.proto);
+SAME_OFFSET(u.p2p.func);
+SAME_OFFSET(u.p2p.datatype);
+SAME_OFFSET(u.p2p.count);
+SAME_OFFSET(u.p2p.peer);
+SAME_OFFSET(u.p2p.nChannels);
+SAME_OFFSET(u.kernelCh.channelId);
+SAME_OFFSET(u.kernelCh.pTimer);
+SAME_OFFSET(u.collApi.stream);
+SAME_OFFSET(u.collApi.graphCaptured);
+SAME_OFFSET(u.p2pApi.stream);
+SAME_OFFSET(u.p2pApi.graphCaptured);
+_Static_assert(sizeof(ci_nccl_state_args_v6_t) == sizeof(ci_nccl_state_args_v5_t), "v6 state args differ");
+_Static_assert(offsetof(ci_nccl_state_args_v6_t, kernelCh.pTimer) == offsetof(ci_nccl_state_args_v5_t, kernelCh.pTimer),
+               "v6 moved kernelCh.pTimer");
+
+#define CE_EVENTS (CI_NCCL_V6_EVENT_TYPE_CE_COLL | CI_NCCL_V6_EVENT_TYPE_CE_SYNC | CI_NCCL_V6_EVENT_TYPE_CE_BATCH)
+
+static uint32_t start_v6(void* context, void** handle, ci_nccl_event_descr_v6_t* d) {
+    if (d && (d->type & CE_EVENTS) && !(d->type & (d->type - 1))) { /* known, not tracked */
+        if (handle) *handle = NULL;
+        return CI_NCCL_V6_RESULT_SUCCESS;
+    }
+    return start_v5(context, handle, (ci_nccl_event_descr_v5_t*)(void*)d);
+}
+
+static uint32_t record_v6(void* handle, uint32_t state, ci_nccl_state_args_v6_t* args) {
+    return record_v5(handle, state, (ci_nccl_state_args_v5_t*)(void*)args);
+}
+
+static uint32_t init_v6(void** context, uint64_t comm_id, int32_t* mask, const char* name, int32_t nnodes,
+                        int32_t nranks, int32_t rank, ci_nccl_debug_logger_v6_fn logfn) {
+    return init_common(context, comm_id, mask, name, nnodes, nranks, rank, (void*)logfn, 6);
+}
+
+EXPORT ci_nccl_profiler_v6_t ncclProfiler_v6 = {
+    .name = CI_PLUGIN_NAME,
+    .init = init_v6,
+    .startEvent = start_v6,
+    .stopEvent = stop_v5,
+    .recordEventState = record_v6,
+    .finalize = finalize_v5,
 };

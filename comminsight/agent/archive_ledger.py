@@ -1,0 +1,87 @@
+"""The durable record of what has been archived: one small JSON file per archived local file.
+
+An entry exists only once its object is committed and verified in the archive, so after a
+restart the Archiver uploads exactly what has no entry. Each entry is written atomically
+(write a temporary file, fsync, rename, fsync the directory): a crash leaves either the old
+state or the new one, never a torn entry. Entries live under
+`<home>/metadata/archive-ledger/`, mirroring the file's path relative to home.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import msgspec
+
+from comminsight.agent.archive_providers import fsync_directory, make_private_dirs
+
+log = logging.getLogger(__name__)
+_SUFFIX = ".json"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    source: str  # path relative to home, e.g. inspector_logs/ci-host-1-2-000000.jsonl
+    remote: str  # object name in the archive
+    source_bytes: int
+    source_sha256: str
+    archived_bytes: int  # compressed size, checked against the archive after the commit
+    archived_sha256: str
+    zstd_level: int
+    uploaded_real_ns: int
+    adopted: bool = False  # found already complete in the archive after a crash; not re-sent
+    local_deleted_real_ns: int | None = None  # set when the disk budget removed the local file
+
+
+class ArchiveLedger:
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self._entries: dict[str, LedgerEntry] = {}
+        self._load()
+
+    def _entry_path(self, source: str) -> Path:
+        return self.directory / (source + _SUFFIX)
+
+    def _load(self) -> None:
+        if not self.directory.is_dir():
+            return
+        for path in self.directory.rglob("*" + _SUFFIX):
+            try:
+                entry = msgspec.json.decode(path.read_bytes(), type=LedgerEntry)
+            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as e:
+                # Cannot happen through atomic writes; if it does, the file is re-checked
+                # against the archive (and adopted, not re-sent, when it is already there).
+                log.warning("ignoring unreadable archive ledger entry %s: %s", path, e)
+                continue
+            self._entries[entry.source] = entry
+
+    def get(self, source: str) -> LedgerEntry | None:
+        return self._entries.get(source)
+
+    def __contains__(self, source: str) -> bool:
+        return source in self._entries
+
+    def entries(self) -> list[LedgerEntry]:
+        return list(self._entries.values())
+
+    def record(self, entry: LedgerEntry) -> None:
+        _write_atomically(self._entry_path(entry.source), msgspec.json.encode(asdict(entry)))
+        self._entries[entry.source] = entry
+
+    def mark_local_deleted(self, source: str, at_real_ns: int) -> None:
+        self.record(replace(self._entries[source], local_deleted_real_ns=at_real_ns))
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    make_private_dirs(path.parent)
+    temp = path.with_name(path.name + ".tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+    fsync_directory(path.parent)

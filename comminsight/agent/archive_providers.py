@@ -1,0 +1,187 @@
+"""Where archived files go: a local directory (the default; a 3FS mount is one) or an fsspec URL.
+
+A Provider stores opaque objects under relative, '/'-separated names. The Archiver writes
+each object under a temporary name and then commits it to its final name, so a reader (or an
+agent restarting after a crash) never takes a half-written object for a complete one.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+from urllib.parse import urlsplit, urlunsplit
+
+URL_KEY = "COMMINSIGHT_COMMON_ARCHIVE_URL"
+
+
+class ArchiveConfigError(ValueError):
+    """COMMINSIGHT_COMMON_ARCHIVE_URL cannot be used; the message names the key."""
+
+
+class Provider(ABC):
+    """An archive destination. Names are relative, '/'-separated object names."""
+
+    kind: str  # "local" or "fsspec": the ArchiveStatus.provider value
+    url: str  # the destination with any credentials removed, safe to show
+
+    @abstractmethod
+    @contextmanager
+    def open_for_write(self, name: str) -> Iterator[BinaryIO]:
+        """Create or overwrite `name`; the data is durable when the block exits normally."""
+
+    @abstractmethod
+    def commit(self, temp_name: str, name: str) -> None:
+        """Move a completely written `temp_name` to `name`, replacing any object there."""
+
+    @abstractmethod
+    def size(self, name: str) -> int | None:
+        """Size of `name` in bytes, or None when there is no such object."""
+
+    @abstractmethod
+    @contextmanager
+    def open_for_read(self, name: str) -> Iterator[BinaryIO]: ...
+
+    @abstractmethod
+    def remove(self, name: str) -> None:
+        """Delete `name` if it exists."""
+
+
+class LocalDirectoryProvider(Provider):
+    """A directory on this machine: `<home>/archives` by default, or a shared (3FS) mount."""
+
+    kind = "local"
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.url = str(self.root)
+
+    def _path(self, name: str) -> Path:
+        return self.root / name
+
+    @contextmanager
+    def open_for_write(self, name: str) -> Iterator[BinaryIO]:
+        path = self._path(name)
+        make_private_dirs(path.parent)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+
+    def commit(self, temp_name: str, name: str) -> None:
+        final = self._path(name)
+        os.replace(self._path(temp_name), final)
+        fsync_directory(final.parent)  # the rename itself must survive a power loss
+
+    def size(self, name: str) -> int | None:
+        try:
+            return self._path(name).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    @contextmanager
+    def open_for_read(self, name: str) -> Iterator[BinaryIO]:
+        with open(self._path(name), "rb") as f:
+            yield f
+
+    def remove(self, name: str) -> None:
+        self._path(name).unlink(missing_ok=True)
+
+
+class FsspecProvider(Provider):
+    """Any fsspec filesystem (s3://, gs://, file://, memory://, ...) named by a URL."""
+
+    kind = "fsspec"
+
+    def __init__(self, url: str):
+        import fsspec  # imported here so the local default works even without it installed
+
+        try:
+            self.fs, root = fsspec.core.url_to_fs(url)
+        except (ValueError, ImportError) as e:
+            # ValueError: unknown protocol; ImportError: its backend (s3fs, gcsfs) is missing.
+            raise ArchiveConfigError(f"{URL_KEY}={redact_url(url)!r}: {e}") from None
+        self.root = root.rstrip("/")
+        self.url = redact_url(url)
+
+    def _path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    @contextmanager
+    def open_for_write(self, name: str) -> Iterator[BinaryIO]:
+        path = self._path(name)
+        # Object stores have no directories (a no-op there); file:// needs them to exist.
+        self.fs.makedirs(path.rpartition("/")[0], exist_ok=True)
+        with self.fs.open(path, "wb") as f:
+            yield f
+
+    def commit(self, temp_name: str, name: str) -> None:
+        self.fs.mv(self._path(temp_name), self._path(name))
+
+    def size(self, name: str) -> int | None:
+        try:
+            return int(self.fs.size(self._path(name)))
+        except FileNotFoundError:
+            return None
+
+    @contextmanager
+    def open_for_read(self, name: str) -> Iterator[BinaryIO]:
+        with self.fs.open(self._path(name), "rb") as f:
+            yield f
+
+    def remove(self, name: str) -> None:
+        try:
+            self.fs.rm(self._path(name))
+        except FileNotFoundError:
+            pass
+
+
+def provider_for_url(url: str, home: str | Path) -> Provider:
+    """The Provider COMMINSIGHT_COMMON_ARCHIVE_URL names: empty -> <home>/archives, an absolute
+    path -> that directory, scheme://... -> fsspec. Anything else is an ArchiveConfigError."""
+    text = url.strip()
+    if not text:
+        return LocalDirectoryProvider(Path(home) / "archives")
+    if "://" not in text:
+        if not os.path.isabs(text):
+            # A relative path would depend on whatever directory the agent was started in.
+            raise ArchiveConfigError(
+                f"{URL_KEY}={text!r}: a directory must be an absolute path "
+                "(or use an fsspec URL such as s3://bucket/prefix or file:///path)"
+            )
+        return LocalDirectoryProvider(text)
+    scheme = text.split("://", 1)[0]
+    if not scheme or not all(c.isalnum() or c in "+-." for c in scheme):
+        raise ArchiveConfigError(f"{URL_KEY}={redact_url(text)!r}: malformed URL scheme")
+    return FsspecProvider(text)
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password or query string (where tokens are often passed)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_private_dirs(path: Path) -> None:
+    """mkdir -p with every created level 0700 (DESIGN §7); Path.mkdir(parents=True) would
+    give the missing parents the default mode."""
+    if path.is_dir():
+        return
+    make_private_dirs(path.parent)
+    path.mkdir(mode=0o700, exist_ok=True)

@@ -1,0 +1,593 @@
+"""Hang diagnosis across the ranks of each communicator (DESIGN §6), as a pure function.
+
+`diagnose(snapshot, now_mono_ns, threshold_ns)` looks at every active communicator of a
+`NodeSnapshot` and returns one `HangReport` per condition it finds; a healthy snapshot gives
+none. Report ids depend only on the communicator, the verdict and the op index (or the ranks
+blamed), so diagnosing the same hang on every poll names the same report.
+
+Per communicator, in order (the first that applies wins, because later ones would only be a
+less precise description of the same stall):
+  process_died     a member's process is gone or its heartbeat is stale while peers wait
+  op_mismatch      members in flight at the same op index disagree on func/count/type/root
+  stuck_outside_nccl / rank_not_joined
+                   peers wait in op N past the threshold; some members never enqueued N.
+                   stuck_outside_nccl when such a member has nothing in flight on any
+                   communicator and no NCCL activity for longer than the threshold (it is in
+                   host code); rank_not_joined when it is still inside NCCL elsewhere or
+                   moving (behind, or blocked in another communicator's op)
+  all_joined_none_complete
+                   every rank enqueued op N and all of them have it in flight past the threshold
+  inconclusive     local members all wait past the threshold, the others are on other nodes
+  comm_init_stuck  single-node communicator with fewer member rows than nranks, no op yet
+  straggler        no hang, but a rank joins ops consistently later than its peers (needs
+                   earlier snapshots: `history`)
+
+Op indexes (comm_entry.coll_enqueued/inflight_op_index) identify an op across ranks; NCCL's
+per-function seq is reported alongside as OpInfo.seq. ProgressMark.seq carries op indexes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from msgspec import UNSET
+
+from comminsight.agent.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
+from comminsight_gen.models.hang_report_v1 import (
+    CommRef,
+    Culprit,
+    HangReport,
+    InflightEvidence,
+    OpClass,
+    OpInfo,
+    ProcessState,
+    ProgressMark,
+    RankEvidence,
+    ReportStatus,
+    Severity,
+    Verdict,
+)
+
+MS = 1_000_000
+ROOTED_FUNCS = frozenset({"Broadcast", "Reduce", "Gather", "Scatter"})
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A verdict on one communicator before it is dressed as a HangReport."""
+
+    verdict: Verdict
+    comm: CommView
+    key: str  # what makes the report id unique besides comm and verdict
+    summary: str
+    culprits: dict[int, str]  # comm rank -> reason
+    op: InflightOp | None = None
+    joined_index: int | None = None  # op index whose `joined` flag the evidence carries
+    join_delays_ns: dict[int, int] | None = None
+    threshold_ns: int | None = None
+
+
+# ---- entry point ----
+
+
+def diagnose(
+    snapshot: NodeSnapshot,
+    now_mono_ns: int,
+    threshold_ns: int,
+    *,
+    history: Sequence[NodeSnapshot] = (),
+    straggler_factor: float = 3.0,
+    straggler_min_lag_ns: int = 50 * MS,
+    straggler_min_ops: int = 5,
+    now_real_ns: int | None = None,
+) -> list[HangReport]:
+    """Reports for every communicator of `snapshot` that is hung or has a straggler.
+
+    now_mono_ns is the snapshot host's CLOCK_MONOTONIC at diagnosis; threshold_ns the hang
+    threshold (COMMINSIGHT_PROFILER_HANG_TIMEOUT_S); history earlier snapshots of the same
+    node, oldest first, for the straggler verdict.
+    """
+    real = now_real_ns if now_real_ns is not None else _mono_to_real(snapshot, now_mono_ns)
+    reports = []
+    for comm in sorted(snapshot.comms.values(), key=lambda c: c.comm_id):
+        finding = diagnose_comm(comm, snapshot, now_mono_ns, threshold_ns) or find_straggler(
+            comm,
+            [*history, snapshot],
+            straggler_factor,
+            straggler_min_lag_ns,
+            straggler_min_ops,
+        )
+        if finding is not None:
+            reports.append(to_report(finding, snapshot, now_mono_ns, real, threshold_ns))
+    return reports
+
+
+def diagnose_comm(
+    comm: CommView, snapshot: NodeSnapshot, now: int, threshold_ns: int
+) -> Finding | None:
+    waiting = waiting_members(comm, now, threshold_ns)
+    if not waiting:
+        return comm_init_stuck(comm, now, threshold_ns)
+    op_index = min(m.inflight.op_index for m in waiting)
+    stuck_op = majority_op([m.inflight for m in waiting if m.inflight.op_index == op_index])
+    wait_s = max(now - m.inflight.enqueue_mono_ns for m in waiting) / 1e9
+    return (
+        process_died(comm, waiting, op_index, stuck_op, wait_s)
+        or op_mismatch(comm, op_index, stuck_op)
+        or not_joined(comm, snapshot, now, threshold_ns, op_index, stuck_op, wait_s)
+        or all_joined(comm, waiting, op_index, stuck_op, wait_s)
+    )
+
+
+# ---- verdicts ----
+
+
+def waiting_members(comm: CommView, now: int, threshold_ns: int) -> list[CommMember]:
+    """Members whose oldest collective in flight is older than the threshold."""
+    return [
+        m
+        for m in comm.members
+        if m.inflight is not None
+        and m.inflight.is_coll
+        and now - m.inflight.enqueue_mono_ns > threshold_ns
+    ]
+
+
+def process_died(
+    comm: CommView, waiting: list[CommMember], op_index: int, op: InflightOp, wait_s: float
+) -> Finding | None:
+    # Only members that still owe op N matter: a dead rank that completed it blocks no one.
+    dead = [m for m in comm.members if not m.process.alive and m.coll_completed <= op_index]
+    if not dead:
+        return None
+    reasons = {m.rank: death_reason(m) for m in dead}
+    waiters = [m for m in waiting if m.process.alive]
+    return Finding(
+        Verdict.process_died,
+        comm,
+        key=f"{op_index}:r" + ".".join(str(m.rank) for m in dead),
+        summary=(
+            f"{_who(dead)} died ({reasons[dead[0].rank]}); {len(waiters)} rank(s) wait in "
+            f"{op.func} #{op_index} (seq {op.seq}) on {_comm_label(comm)} for {wait_s:.1f} s"
+        ),
+        culprits=reasons,
+        op=op,
+        joined_index=op_index,
+    )
+
+
+def death_reason(m: CommMember) -> str:
+    p = m.process
+    why = (
+        f"pid {p.pid} is gone"
+        if not p.pid_exists
+        else f"heartbeat stale for {p.heartbeat_age_ns / 1e9:.1f} s"
+    )
+    return f"{why}; last enqueued #{m.coll_enqueued - 1}, completed #{m.coll_completed - 1}"
+
+
+def op_mismatch(comm: CommView, op_index: int, majority: InflightOp) -> Finding | None:
+    at_index = [
+        m
+        for m in comm.members
+        if m.inflight is not None and m.inflight.is_coll and m.inflight.op_index == op_index
+    ]
+    odd = [m for m in at_index if m.inflight.signature() != majority.signature()]
+    if not odd:
+        return None
+    culprits = {m.rank: mismatch_reason(m.inflight, majority) for m in odd}
+    return Finding(
+        Verdict.op_mismatch,
+        comm,
+        key=str(op_index),
+        summary=(
+            f"op #{op_index} on {_comm_label(comm)} differs across ranks: {_who(odd)} "
+            f"{culprits[odd[0].rank]}"
+        ),
+        culprits=culprits,
+        op=majority,
+        joined_index=op_index,
+    )
+
+
+def mismatch_reason(mine: InflightOp, majority: InflightOp) -> str:
+    diffs = [
+        f"{name} {getattr(mine, attr)} vs {getattr(majority, attr)}"
+        for name, attr in (
+            ("func", "func"),
+            ("count", "count"),
+            ("datatype", "datatype"),
+            ("root/peer", "peer"),
+        )
+        if getattr(mine, attr) != getattr(majority, attr)
+    ]
+    return f"issued {', '.join(diffs)} (the other ranks)"
+
+
+def not_joined(
+    comm: CommView,
+    snapshot: NodeSnapshot,
+    now: int,
+    threshold_ns: int,
+    op_index: int,
+    op: InflightOp,
+    wait_s: float,
+) -> Finding | None:
+    absent = [m for m in comm.members if m.coll_enqueued <= op_index]
+    if not absent:
+        return None
+    outside = [m for m in absent if idle_outside_nccl(m, snapshot, now, threshold_ns)]
+    # The precise verdict: every missing rank sits in host code -> stuck outside NCCL.
+    verdict = Verdict.stuck_outside_nccl if len(outside) == len(absent) else Verdict.rank_not_joined
+    reasons = {m.rank: absent_reason(m, snapshot, now, op_index, wait_s) for m in absent}
+    where = (
+        "is stuck outside NCCL (nothing in flight, no NCCL activity)"
+        if verdict is Verdict.stuck_outside_nccl
+        else "has not joined"
+    )
+    return Finding(
+        verdict,
+        comm,
+        key=str(op_index),
+        summary=(
+            f"{_who(absent)} {where}: {len(comm.members) - len(absent)} rank(s) wait in "
+            f"{op.func} #{op_index} (seq {op.seq}) on {_comm_label(comm)} for {wait_s:.1f} s"
+        ),
+        culprits=reasons,
+        op=op,
+        joined_index=op_index,
+    )
+
+
+def idle_outside_nccl(m: CommMember, snapshot: NodeSnapshot, now: int, threshold_ns: int) -> bool:
+    """No op in flight on any of the process's communicators and none touched for long."""
+    rows = snapshot.members_of_process(m.process.pid) or [m]
+    return all(r.inflight_count == 0 and now - r.last_activity_mono_ns > threshold_ns for r in rows)
+
+
+def absent_reason(
+    m: CommMember, snapshot: NodeSnapshot, now: int, op_index: int, wait_s: float
+) -> str:
+    last = f"last enqueued #{m.coll_enqueued - 1}" if m.coll_enqueued else "enqueued nothing"
+    idle_s = (now - m.last_activity_mono_ns) / 1e9
+    elsewhere = [
+        r
+        for r in snapshot.members_of_process(m.process.pid)
+        if r.comm_id != m.comm_id and r.inflight is not None
+    ]
+    state = (
+        f"in flight on {_comm_label_id(elsewhere[0].comm_id, elsewhere[0].name)} "
+        f"#{elsewhere[0].inflight.op_index}"
+        if elsewhere
+        else f"nothing in flight, idle {idle_s:.1f} s"
+    )
+    return f"{last}; others are in #{op_index} for {wait_s:.1f} s; {state}"
+
+
+def all_joined(
+    comm: CommView, waiting: list[CommMember], op_index: int, op: InflightOp, wait_s: float
+) -> Finding | None:
+    if comm.missing_ranks:  # the rest are on other nodes: only the master can conclude
+        return inconclusive(comm, op_index, op, wait_s)
+    if len(waiting) < len(comm.members):
+        return None  # someone is not stuck yet: wait for the next poll
+    # A member whose kernel never started while the others' did points at its GPU/launch.
+    unstarted = [m for m in waiting if m.inflight.start_mono_ns is None]
+    culprits = (
+        {m.rank: "kernel never started while the other ranks' did" for m in unstarted}
+        if 0 < len(unstarted) < len(waiting)
+        else {}
+    )
+    channels = ", ".join(
+        f"r{m.rank} {m.inflight.channels_started}/{m.inflight.channels_stopped}"
+        f"/{m.inflight.n_channels}"
+        for m in waiting
+    )
+    return Finding(
+        Verdict.all_joined_none_complete,
+        comm,
+        key=str(op_index),
+        summary=(
+            f"all {comm.nranks} ranks joined {op.func} #{op_index} (seq {op.seq}) on "
+            f"{_comm_label(comm)} and none completed in {wait_s:.1f} s "
+            f"(channels started/stopped/total: {channels})"
+        ),
+        culprits=culprits,
+        op=op,
+        joined_index=op_index,
+    )
+
+
+def inconclusive(comm: CommView, op_index: int, op: InflightOp, wait_s: float) -> Finding:
+    return Finding(
+        Verdict.inconclusive,
+        comm,
+        key=str(op_index),
+        summary=(
+            f"{len(comm.members)} local rank(s) wait in {op.func} #{op_index} (seq {op.seq}) "
+            f"on {_comm_label(comm)} for {wait_s:.1f} s; ranks {comm.missing_ranks} are on "
+            "other nodes"
+        ),
+        culprits={},
+        op=op,
+        joined_index=op_index,
+    )
+
+
+def comm_init_stuck(comm: CommView, now: int, threshold_ns: int) -> Finding | None:
+    # Rows missing on a single-node communicator mean ranks that never initialized it; any op
+    # enqueued proves init finished everywhere (NCCL init is collective), so require none.
+    missing = comm.missing_ranks
+    if comm.nnodes != 1 or not missing:
+        return None
+    if any(m.coll_enqueued or m.p2p_enqueued for m in comm.members):
+        return None
+    waited_ns = now - min(m.init_mono_ns for m in comm.members)
+    if waited_ns <= threshold_ns:
+        return None
+    return Finding(
+        Verdict.comm_init_stuck,
+        comm,
+        key="init",
+        summary=(
+            f"{_comm_label(comm)}: ranks {missing} have not initialized the communicator; "
+            f"{len(comm.members)} of {comm.nranks} waiting for {waited_ns / 1e9:.1f} s"
+        ),
+        culprits={r: "no communicator row on this node (init not reached)" for r in missing},
+    )
+
+
+# ---- straggler ----
+
+
+def join_samples(comm_id: int, snapshots: Sequence[NodeSnapshot]) -> dict[int, dict[int, int]]:
+    """op index -> {rank: wall-clock enqueue time} for ops seen enqueued on every rank.
+
+    Two sources per snapshot: the oldest op in flight (when all ranks are in flight at the
+    same index) and the last op enqueued (when all ranks enqueued the same number).
+    Wall-clock times so the comparison survives members on different hosts.
+    """
+    samples: dict[int, dict[int, int]] = {}
+    for snap in snapshots:
+        comm = snap.comms.get(comm_id)
+        if comm is None or comm.missing_ranks:
+            continue
+        ms = comm.members
+        inflight = {m.inflight.op_index for m in ms if m.inflight and m.inflight.is_coll}
+        if len(inflight) == 1 and all(m.inflight and m.inflight.is_coll for m in ms):
+            samples.setdefault(
+                inflight.pop(),
+                {m.rank: m.process.to_real_ns(m.inflight.enqueue_mono_ns) for m in ms},
+            )
+        enqueued = {m.coll_enqueued for m in ms}
+        if len(enqueued) == 1 and (n := enqueued.pop()) > 0:
+            samples.setdefault(
+                n - 1, {m.rank: m.process.to_real_ns(m.coll_enqueued_mono_ns) for m in ms}
+            )
+    return samples
+
+
+def find_straggler(
+    comm: CommView,
+    snapshots: Sequence[NodeSnapshot],
+    factor: float,
+    min_lag_ns: int,
+    min_ops: int,
+) -> Finding | None:
+    samples = join_samples(comm.comm_id, snapshots)
+    if len(samples) < min_ops or comm.nranks < 2:
+        return None
+    delays: dict[int, list[int]] = {m.rank: [] for m in comm.members}
+    for times in samples.values():
+        first = min(times.values())
+        for rank, t in times.items():
+            delays.setdefault(rank, []).append(t - first)
+    median = {rank: int(statistics.median(d)) for rank, d in delays.items() if d}
+    slow = {}
+    for rank, lag in median.items():
+        peers = [v for r, v in median.items() if r != rank]
+        limit = max(int(factor * statistics.median(peers)), min_lag_ns)
+        if lag > limit:
+            slow[rank] = (lag, limit)
+    if not slow:
+        return None
+    limit_ns = min(limit for _, limit in slow.values())
+    ranks = sorted(slow)
+    return Finding(
+        Verdict.straggler,
+        comm,
+        key="r" + ".".join(map(str, ranks)),
+        summary=(
+            f"rank(s) {ranks} on {_comm_label(comm)} join ops late: median "
+            f"{', '.join(f'{slow[r][0] / MS:.0f} ms' for r in ranks)} after the first rank "
+            f"over {len(samples)} ops"
+        ),
+        culprits={
+            r: f"joins {slow[r][0] / MS:.0f} ms after the first rank (median of "
+            f"{len(delays[r])} ops; limit {slow[r][1] / MS:.0f} ms)"
+            for r in ranks
+        },
+        join_delays_ns=median,
+        threshold_ns=limit_ns,
+    )
+
+
+# ---- building the report ----
+
+
+def majority_op(ops: list[InflightOp]) -> InflightOp:
+    """The op as most ranks enqueued it (ties: the one of the lowest rank's order)."""
+    counts = Counter(op.signature() for op in ops)
+    best = max(counts.values())
+    return next(op for op in ops if counts[op.signature()] == best)
+
+
+def to_report(
+    f: Finding, snap: NodeSnapshot, now_mono: int, now_real: int, threshold_ns: int
+) -> HangReport:
+    node = node_name(snap.node_name)
+    members = {m.rank: m for m in f.comm.members}
+    job = next((m.process.job_id for m in f.comm.members if m.process.job_id), None)
+    data_age = max(0, now_mono - snap.taken_mono_ns)  # the snapshot was read this long ago
+    return HangReport(
+        schema_version=1,
+        report_id=report_id(f),
+        job_id=job if job else _unset(),
+        diagnosed_by=node,
+        detected_mono_ns=now_mono,
+        detected_real_ns=now_real,
+        verdict=f.verdict,
+        severity=Severity.warning
+        if f.verdict in (Verdict.straggler, Verdict.inconclusive)
+        else Severity.critical,
+        comm=CommRef(
+            comm_id=f.comm.comm_id_hex,
+            nranks=max(1, f.comm.nranks),
+            comm_name=f.comm.name or _unset(),
+            nnodes=f.comm.nnodes if f.comm.nnodes >= 1 else _unset(),
+        ),
+        op=op_info(f.op) if f.op is not None else _unset(),
+        culprits=[culprit(r, reason, members.get(r), node) for r, reason in f.culprits.items()],
+        evidence=[
+            rank_evidence(r, members.get(r), f, node, now_mono, data_age)
+            for r in range(f.comm.nranks)
+        ]
+        or [RankEvidence(comm_rank=0, node_name=node, process_state=ProcessState.unknown)],
+        threshold_ms=max(1, (f.threshold_ns or threshold_ns) // MS),
+        summary=f.summary,
+        status=ReportStatus.open,
+    )
+
+
+def report_id(f: Finding) -> str:
+    """Stable across polls: the same comm, verdict and op (or ranks) give the same id."""
+    raw = f"{f.comm.comm_id_hex}:{f.verdict.value}:{f.key}"
+    digest = hashlib.sha1(raw.encode()).hexdigest()[:12]
+    return f"{f.comm.comm_id_hex}-{f.verdict.value}-{digest}"
+
+
+def op_info(op: InflightOp) -> OpInfo:
+    root, peer = _root_peer(op)
+    return OpInfo(
+        kind=OpClass.coll if op.is_coll else OpClass.p2p,
+        func=op.func,
+        seq=op.seq,
+        count=op.count,
+        datatype=op.datatype,
+        size_bytes=op.bytes,
+        root=root,
+        peer=peer,
+    )
+
+
+def culprit(rank: int, reason: str, m: CommMember | None, node: str) -> Culprit:
+    if m is None:
+        return Culprit(comm_rank=rank, node_name=node, reason=reason)
+    p = m.process
+    return Culprit(
+        comm_rank=rank,
+        node_name=node,
+        reason=reason,
+        global_rank=p.global_rank if p.global_rank is not None else _unset(),
+        host=p.host or _unset(),
+        pid=p.pid if p.pid > 0 else _unset(),
+    )
+
+
+def rank_evidence(
+    rank: int, m: CommMember | None, f: Finding, node: str, now: int, data_age_ns: int
+) -> RankEvidence:
+    if m is None:
+        return RankEvidence(comm_rank=rank, node_name=node, process_state=ProcessState.unknown)
+    p = m.process
+    delays = f.join_delays_ns or {}
+    return RankEvidence(
+        comm_rank=rank,
+        node_name=node,
+        process_state=ProcessState.alive if p.alive else ProcessState.exited,
+        global_rank=p.global_rank if p.global_rank is not None else _unset(),
+        host=p.host or _unset(),
+        pid=p.pid if p.pid > 0 else _unset(),
+        heartbeat_age_ms=p.heartbeat_age_ns // MS,
+        data_age_ms=data_age_ns // MS,
+        joined=m.coll_enqueued > f.joined_index if f.joined_index is not None else _unset(),
+        join_delay_ms=delays[rank] // MS if rank in delays else _unset(),
+        last_enqueued=mark(m, m.coll_enqueued, m.coll_enqueued_mono_ns, now),
+        last_gpu_started=mark(m, m.coll_started, m.coll_started_mono_ns, now),
+        last_completed=mark(m, m.coll_completed, m.coll_completed_mono_ns, now),
+        inflight=inflight_evidence(m.inflight, now) if m.inflight else _unset(),
+        inflight_count=m.inflight_count,
+    )
+
+
+def mark(m: CommMember, count: int, at_mono: int, now: int):
+    """The latest op index reached at one stage; absent until the stage was reached once."""
+    if count == 0 or at_mono == 0:
+        return _unset()
+    return ProgressMark(
+        seq=count - 1,
+        at_real_ns=m.process.to_real_ns(at_mono),
+        age_ms=max(0, now - at_mono) // MS,
+    )
+
+
+def inflight_evidence(op: InflightOp, now: int) -> InflightEvidence:
+    root, peer = _root_peer(op)
+    return InflightEvidence(
+        kind=OpClass.coll if op.is_coll else OpClass.p2p,
+        func=op.func,
+        seq=op.seq,
+        count=op.count,
+        datatype=op.datatype,
+        size_bytes=op.bytes,
+        age_ms=max(0, now - op.enqueue_mono_ns) // MS,
+        n_channels=min(op.n_channels, 255),
+        channels_started=min(op.channels_started, 255),
+        channels_completed=min(op.channels_stopped, 255),
+        root=root,
+        peer=peer,
+    )
+
+
+# ---- small helpers ----
+
+
+def node_name(name: str) -> str:
+    """COMMINSIGHT_AGENT_NODE_NAME or the host name, fitted to the schema's pattern."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", name).lstrip("._-")[:253]
+    return cleaned or "node"
+
+
+def _root_peer(op: InflightOp):
+    if op.peer is None:
+        return _unset(), _unset()
+    if not op.is_coll:
+        return _unset(), op.peer
+    return (op.peer if op.func in ROOTED_FUNCS else _unset()), _unset()
+
+
+def _who(members: list[CommMember]) -> str:
+    return ", ".join(
+        f"rank {m.rank} ({m.process.host or '?'}, pid {m.process.pid})" for m in members
+    )
+
+
+def _comm_label(comm: CommView) -> str:
+    return _comm_label_id(comm.comm_id, comm.name)
+
+
+def _comm_label_id(comm_id: int, name: str) -> str:
+    return f"{name} ({comm_id:016x})" if name else f"comm {comm_id:016x}"
+
+
+def _mono_to_real(snap: NodeSnapshot, mono: int) -> int:
+    return max(0, snap.taken_real_ns + (mono - snap.taken_mono_ns))
+
+
+def _unset():
+    return UNSET

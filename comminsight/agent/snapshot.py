@@ -1,0 +1,290 @@
+"""One node at one instant, as plain Python values: its processes and their communicator rows.
+
+`build_snapshot` reads a list of `ShmRegion`s (one per Profiler process) once and copies what
+hang diagnosis needs out of the mapped memory, so the result stays valid after the regions are
+closed and can be built by hand in tests or shipped to a master Agent. The only side effect is
+the liveness probe `os.kill(pid, 0)`; everything downstream (`diagnosis.diagnose`) is pure.
+
+Monotonic times are the producing host's CLOCK_MONOTONIC; `ProcessView.to_real_ns` converts
+them to wall-clock time with the (start_real_ns, start_mono_ns) pair of the process's header.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from comminsight.shm_reader import ShmRegion, record_text
+from comminsight_gen.abi import shm_v1
+
+NO_RANK = shm_v1.NO_RANK
+NO_FLAGGED_SEQ = (1 << 64) - 1  # hang_flagged_seq when the watchdog flagged nothing
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """One Profiler process as its SHM header describes it."""
+
+    pid: int
+    host: str
+    global_rank: int | None
+    local_rank: int | None
+    job_id: str
+    file_state: int  # shm_v1.FileState
+    start_real_ns: int
+    start_mono_ns: int
+    heartbeat_mono_ns: int
+    heartbeat_age_ns: int
+    heartbeat_interval_ms: int
+    pid_exists: bool
+    heartbeat_fresh: bool
+
+    @property
+    def alive(self) -> bool:
+        # A live pid with a stale heartbeat is a frozen producer: as good as dead for peers.
+        return self.pid_exists and self.heartbeat_fresh
+
+    def to_real_ns(self, mono_ns: int) -> int:
+        return max(0, self.start_real_ns + (mono_ns - self.start_mono_ns))
+
+
+@dataclass(frozen=True)
+class InflightOp:
+    """The oldest op a member has enqueued and not completed (comm_entry.inflight_*)."""
+
+    kind: int  # shm_v1.RecordKind: COLL or P2P
+    func: str  # label, e.g. "AllReduce"
+    datatype: str  # label, e.g. "ncclFloat32"
+    seq: int  # NCCL's per-function seqNumber (or the P2P counter)
+    op_index: int  # the communicator's op index: the same op on every rank
+    count: int
+    bytes: int
+    peer: int | None  # root of a rooted collective, peer of a P2P
+    n_channels: int
+    channels_started: int
+    channels_stopped: int
+    enqueue_mono_ns: int
+    start_mono_ns: int | None  # GPU kernel start in host time; None until started
+
+    @property
+    def is_coll(self) -> bool:
+        return self.kind == shm_v1.RecordKind.COLL
+
+    def signature(self) -> tuple:
+        """What every rank must agree on for the same op index."""
+        return (self.kind, self.func, self.count, self.datatype, self.peer)
+
+
+@dataclass(frozen=True)
+class CommMember:
+    """One process's row for one communicator (comm_entry), progress copied consistently."""
+
+    comm_id: int
+    name: str
+    rank: int
+    nranks: int
+    nnodes: int
+    state: int  # shm_v1.CommState
+    init_mono_ns: int
+    coll_enqueued: int  # op indexes 0..coll_enqueued-1 were enqueued
+    coll_enqueued_mono_ns: int
+    coll_started: int
+    coll_started_mono_ns: int
+    coll_completed: int
+    coll_completed_mono_ns: int
+    p2p_enqueued: int
+    p2p_completed: int
+    inflight_count: int
+    inflight: InflightOp | None
+    hang_flagged_op_index: int | None
+    process: ProcessView = field(repr=False)
+
+    @property
+    def last_activity_mono_ns(self) -> int:
+        """The last time this member did anything NCCL-visible on this communicator."""
+        return max(self.init_mono_ns, self.coll_enqueued_mono_ns, self.coll_completed_mono_ns)
+
+
+@dataclass(frozen=True)
+class CommView:
+    """A communicator as seen on this node: its member rows across processes, by rank."""
+
+    comm_id: int
+    name: str
+    nranks: int
+    nnodes: int
+    members: tuple[CommMember, ...]
+
+    @property
+    def comm_id_hex(self) -> str:
+        return f"{self.comm_id:016x}"
+
+    def member(self, rank: int) -> CommMember | None:
+        return next((m for m in self.members if m.rank == rank), None)
+
+    @property
+    def missing_ranks(self) -> list[int]:
+        present = {m.rank for m in self.members}
+        return [r for r in range(self.nranks) if r not in present]
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    node_name: str
+    taken_mono_ns: int
+    taken_real_ns: int
+    heartbeat_stale_ns: int
+    processes: tuple[ProcessView, ...]
+    comms: dict[int, CommView]  # active communicators by comm_id
+
+    def members_of_process(self, pid: int) -> list[CommMember]:
+        return [m for c in self.comms.values() for m in c.members if m.process.pid == pid]
+
+
+def pid_exists(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    return True
+
+
+def _rank_or_none(value: int) -> int | None:
+    return None if value == NO_RANK else value
+
+
+def _label(labels: dict, enum_type, code: int) -> str:
+    try:
+        return labels[enum_type(code)]
+    except ValueError:
+        return labels[enum_type(0)]
+
+
+def process_view(
+    region: ShmRegion, now_mono_ns: int, stale_ns: int, exists: Callable[[int], bool]
+) -> ProcessView:
+    h = region.header
+    hb = int(h["heartbeat_mono_ns"])
+    age = max(0, now_mono_ns - hb)
+    pid = int(h["pid"])
+    return ProcessView(
+        pid=pid,
+        host=record_text(h["hostname"]),
+        global_rank=_rank_or_none(int(h["rank"])),
+        local_rank=_rank_or_none(int(h["local_rank"])),
+        job_id=record_text(h["job_id"]),
+        file_state=int(h["state"]),
+        start_real_ns=int(h["start_real_ns"]),
+        start_mono_ns=int(h["start_mono_ns"]),
+        heartbeat_mono_ns=hb,
+        heartbeat_age_ns=age,
+        heartbeat_interval_ms=int(h["heartbeat_interval_ms"]),
+        pid_exists=exists(pid),
+        heartbeat_fresh=age <= stale_ns,
+    )
+
+
+def inflight_op(row) -> InflightOp | None:
+    if int(row["inflight_count"]) == 0:
+        return None
+    start = int(row["inflight_start_mono_ns"])
+    return InflightOp(
+        kind=int(row["inflight_kind"]),
+        func=_label(shm_v1.FUNC_LABELS, shm_v1.Func, int(row["inflight_func"])),
+        datatype=_label(shm_v1.DATATYPE_LABELS, shm_v1.Datatype, int(row["inflight_datatype"])),
+        seq=int(row["inflight_seq"]),
+        op_index=int(row["inflight_op_index"]),
+        count=int(row["inflight_count_elems"]),
+        bytes=int(row["inflight_bytes"]),
+        peer=_rank_or_none(int(row["inflight_peer"])),
+        n_channels=int(row["inflight_n_channels"]),
+        channels_started=int(row["inflight_channels_started"]),
+        channels_stopped=int(row["inflight_channels_stopped"]),
+        enqueue_mono_ns=int(row["inflight_enqueue_mono_ns"]),
+        start_mono_ns=start or None,
+    )
+
+
+def comm_member(row, process: ProcessView) -> CommMember:
+    flagged = int(row["hang_flagged_seq"])
+    return CommMember(
+        comm_id=int(row["comm_id"]),
+        name=record_text(row["name"]),
+        rank=int(row["rank"]),
+        nranks=int(row["nranks"]),
+        nnodes=int(row["nnodes"]),
+        state=int(row["state"]),
+        init_mono_ns=int(row["init_mono_ns"]),
+        coll_enqueued=int(row["coll_enqueued"]),
+        coll_enqueued_mono_ns=int(row["coll_enqueued_mono_ns"]),
+        coll_started=int(row["coll_started"]),
+        coll_started_mono_ns=int(row["coll_started_mono_ns"]),
+        coll_completed=int(row["coll_completed"]),
+        coll_completed_mono_ns=int(row["coll_completed_mono_ns"]),
+        p2p_enqueued=int(row["p2p_enqueued"]),
+        p2p_completed=int(row["p2p_completed"]),
+        inflight_count=int(row["inflight_count"]),
+        inflight=inflight_op(row),
+        hang_flagged_op_index=None if flagged == NO_FLAGGED_SEQ else flagged,
+        process=process,
+    )
+
+
+def group_by_comm(members: Iterable[CommMember]) -> dict[int, CommView]:
+    """Rows with the same comm_id are one communicator, whichever process they came from."""
+    by_id: dict[int, list[CommMember]] = {}
+    for m in members:
+        by_id.setdefault(m.comm_id, []).append(m)
+    comms = {}
+    for comm_id, rows in by_id.items():
+        rows.sort(key=lambda m: m.rank)
+        first = rows[0]
+        name = next((m.name for m in rows if m.name), "")
+        comms[comm_id] = CommView(comm_id, name, first.nranks, first.nnodes, tuple(rows))
+    return comms
+
+
+def build_snapshot(
+    regions: Iterable[ShmRegion],
+    *,
+    node_name: str | None = None,
+    heartbeat_stale_ms: int = 10_000,
+    now_mono_ns: int | None = None,
+    now_real_ns: int | None = None,
+    exists: Callable[[int], bool] = pid_exists,
+) -> NodeSnapshot:
+    """Read every region once. Only ACTIVE communicator rows count as members: a FINALIZED
+    row belongs to a communicator that was destroyed or aborted and waits for nobody, and a
+    communicator that some rank has already finalized is being torn down, so it is left out
+    (its remaining rows would look like members missing on other nodes)."""
+    now_mono = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
+    now_real = time.time_ns() if now_real_ns is None else now_real_ns
+    stale_ns = heartbeat_stale_ms * 1_000_000
+    processes, members, finalized = [], [], set()
+    for region in regions:
+        if region.state == shm_v1.FileState.CREATING:  # nothing in it can be trusted yet
+            continue
+        proc = process_view(region, now_mono, stale_ns, exists)
+        processes.append(proc)
+        for row in region.comm_entries():
+            state = int(row["state"])
+            if state == shm_v1.CommState.ACTIVE:
+                members.append(comm_member(row, proc))
+            elif state == shm_v1.CommState.FINALIZED:
+                finalized.add(int(row["comm_id"]))
+    members = [m for m in members if m.comm_id not in finalized]
+    return NodeSnapshot(
+        node_name=node_name or socket.gethostname(),
+        taken_mono_ns=now_mono,
+        taken_real_ns=now_real,
+        heartbeat_stale_ns=stale_ns,
+        processes=tuple(processes),
+        comms=group_by_comm(members),
+    )
