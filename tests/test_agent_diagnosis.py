@@ -124,6 +124,26 @@ def culprit_ranks(report: HangReport) -> list[int]:
     return sorted(c.comm_rank for c in report.culprits)
 
 
+def test_an_inflight_view_the_counters_have_overtaken_is_not_believed(tmp_path):
+    """A process that died between two refreshes of its in-flight view leaves a stale view
+    (op #0 in flight) beside counters that moved on (5 enqueued, 5 completed)."""
+    import numpy as np
+
+    from comminsight.agent.snapshot import inflight_op
+    from comminsight_gen.abi import shm_v1
+
+    row = np.zeros(1, dtype=shm_v1.COMM_ENTRY_DTYPE)[0]
+    row["inflight_count"], row["inflight_kind"], row["inflight_op_index"] = (
+        1,
+        shm_v1.RecordKind.COLL,
+        0,
+    )
+    row["coll_enqueued"], row["coll_completed"] = 5, 5
+    assert inflight_op(row) is None
+    row["coll_enqueued"], row["coll_completed"], row["inflight_op_index"] = 7, 5, 5
+    assert inflight_op(row).op_index == 5
+
+
 def test_healthy_snapshot_gives_no_report():
     snap = snapshot(*(member(r, 10, 10) for r in range(4)))
     assert diagnose(snap, NOW, THRESHOLD) == []
@@ -265,7 +285,9 @@ def poll_once(home: Path) -> NodeSnapshot:
             region.close()
 
 
-def run_and_diagnose(plugin: Path, home: Path, faults: tuple[str, ...]):
+def run_and_diagnose(
+    plugin: Path, home: Path, faults: tuple[str, ...], steps: int = 2, time_scale: float = 0.02
+):
     """Run the sim in a thread and diagnose every 100 ms; returns every poll's reports."""
     (home / "metadata").mkdir(parents=True, exist_ok=True)
     lock = open(home / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held for the run
@@ -275,8 +297,8 @@ def run_and_diagnose(plugin: Path, home: Path, faults: tuple[str, ...]):
         home=str(home),
         workload="ddp",
         ranks=4,
-        steps=2,
-        time_scale=0.02,
+        steps=steps,
+        time_scale=time_scale,
         hang_hold_s=3.0,
         faults=tuple(parse_fault(f) for f in faults),
         env=E2E_ENV,
@@ -331,23 +353,23 @@ def latencies():
     print("\ndetection latency (s, stuck-op enqueue to first report):", seen)
 
 
-# The end-to-end runs below poll a live simulation. They pass most runs, but about one run in
-# four of the `die` case (and rarely the healthy and skip cases) sees a snapshot that does not
-# match the ranks' state; until that is understood (issue 4) they are skipped, not left to flake
-# in CI. The verdict logic itself is covered by the unit tests above.
-E2E_FLAKY = pytest.mark.skip(
-    reason="flaky against the live simulation; see the comment above (issue 4)"
-)
+# The end-to-end runs below poll a live simulation. One real cause of their flakiness was found
+# and fixed (a dead rank's stale in-flight view: see inflight_op), but they still depend on the
+# run lasting several polls and on which of two overlapping verdicts a skipped rank gets in the
+# poll that sees it first; until that is settled (issue 4) they are skipped rather than left to
+# flake in CI. The verdict logic itself is covered by the unit tests above.
+E2E = pytest.mark.skip(reason="timing-dependent against the live simulation (issue 4); see comment")
 
 
-@E2E_FLAKY
+@E2E
 def test_e2e_healthy_run_gives_no_report(plugin, tmp_path):
-    polls = run_and_diagnose(plugin, tmp_path, ())
+    # long enough (about 1.5 s) for polls to land in every phase, under the 0.5 s threshold per op
+    polls = run_and_diagnose(plugin, tmp_path, (), steps=6, time_scale=0.1)
     assert len(polls) >= 3
     assert [r.summary for _, reports in polls for r in reports] == []
 
 
-@E2E_FLAKY
+@E2E
 def test_e2e_skip_is_stuck_outside_nccl_naming_the_rank(plugin, tmp_path, latencies):
     polls = run_and_diagnose(plugin, tmp_path, ("skip:rank=1,op=5",))
     report = first_report(polls, Verdict.stuck_outside_nccl)
@@ -356,7 +378,7 @@ def test_e2e_skip_is_stuck_outside_nccl_naming_the_rank(plugin, tmp_path, latenc
     assert len({r.report_id for _, reports in polls for r in reports}) == 1
 
 
-@E2E_FLAKY
+@E2E
 def test_e2e_die_is_process_died_naming_the_rank(plugin, tmp_path, latencies):
     polls = run_and_diagnose(plugin, tmp_path, ("die:rank=2,op=5",))
     report = first_report(polls, Verdict.process_died)
@@ -364,7 +386,7 @@ def test_e2e_die_is_process_died_naming_the_rank(plugin, tmp_path, latencies):
     assert report.evidence[2].process_state.value == "exited"
 
 
-@E2E_FLAKY
+@E2E
 @pytest.mark.parametrize("field", ["count", "func"])
 def test_e2e_mismatch_is_op_mismatch_naming_the_rank(plugin, tmp_path, latencies, field):
     polls = run_and_diagnose(plugin, tmp_path, (f"mismatch:rank=3,op=5,field={field}",))
@@ -373,7 +395,7 @@ def test_e2e_mismatch_is_op_mismatch_naming_the_rank(plugin, tmp_path, latencies
     assert field in report.culprits[0].reason
 
 
-@E2E_FLAKY
+@E2E
 def test_e2e_sleep_past_the_threshold_names_the_sleeper_then_clears(plugin, tmp_path, latencies):
     polls = run_and_diagnose(plugin, tmp_path, ("sleep:rank=0,op=5,seconds=2",))
     report = first_report(polls, Verdict.stuck_outside_nccl)

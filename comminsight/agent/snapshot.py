@@ -192,7 +192,17 @@ def process_view(
 
 
 def inflight_op(row) -> InflightOp | None:
-    if int(row["inflight_count"]) == 0:
+    """The row's oldest op in flight, or None. The Profiler refreshes this view once per
+    heartbeat while its counters move on every op, so a view the counters have overtaken (a
+    process that died between refreshes, say) is stale and is not believed."""
+    if int(row["inflight_count"]) == 0 or int(row["inflight_kind"]) == shm_v1.RecordKind.NONE:
+        return None
+    kind = int(row["inflight_kind"])
+    completed = int(
+        row["coll_completed"] if kind == shm_v1.RecordKind.COLL else row["p2p_completed"]
+    )
+    enqueued = int(row["coll_enqueued"] if kind == shm_v1.RecordKind.COLL else row["p2p_enqueued"])
+    if not completed <= int(row["inflight_op_index"]) < enqueued:
         return None
     start = int(row["inflight_start_mono_ns"])
     return InflightOp(
