@@ -21,6 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import generate_latest
 
+from comminsight.shm_reader import record_text
 from comminsight_gen.abi import shm_v1
 
 LATENCY_BUCKETS_S = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
@@ -240,7 +241,7 @@ def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns:
             if int(row["state"]) != shm_v1.CommState.ACTIVE:
                 continue
             comm_id = int(row["comm_id"])
-            name = bytes(row["name"]).split(b"\0", 1)[0].decode("utf-8", "replace")
+            name = record_text(row["name"])
             if name:
                 metrics.comm_names.setdefault(comm_id, name)
             if int(row["inflight_count"]) and int(row["inflight_kind"]):

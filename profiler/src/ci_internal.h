@@ -30,7 +30,6 @@
 #define CI_PLUGIN_VERSION ((CI_VERSION_MAJOR << 16) | (CI_VERSION_MINOR << 8) | CI_VERSION_PATCH)
 
 /* NCCL's event-type bits (identical in ABI v4 and v5). */
-#define CI_EV_GROUP 0x1
 #define CI_EV_COLL 0x2
 #define CI_EV_P2P 0x4
 #define CI_EV_KERNEL_CH 0x40
@@ -189,7 +188,6 @@ static inline void* ci_handle_make(uint32_t kind, uint32_t index, uint32_t gener
     return (void*)(uintptr_t)v;
 }
 static inline uint32_t ci_handle_kind(const void* h) { return (uint32_t)(((uintptr_t)h >> 24) & 0xFF); }
-static inline uint32_t ci_handle_channel(const void* h) { return (uint32_t)(((uintptr_t)h >> 32) & 0xFF); }
 static inline uint32_t ci_handle_generation(const void* h) { return (uint32_t)((uintptr_t)h >> 40); }
 static inline int64_t ci_handle_index(const void* h) { return (int64_t)((uintptr_t)h & 0xFFFFFFu) - 1; }
 
