@@ -172,3 +172,12 @@ class RingCursor:
 def record_text(value: bytes) -> str:
     """A NUL-terminated char[] field as str."""
     return _text(bytes(value))
+
+
+def enum_label(labels: dict, enum_type, code: int) -> str:
+    """The protocol label of an enum code; the label of code 0 (unknown) for codes a newer
+    Profiler may send that this reader does not know."""
+    try:
+        return labels[enum_type(code)]
+    except ValueError:
+        return labels[enum_type(0)]

@@ -93,6 +93,7 @@ def snapshot(r: ShmRegion | None) -> dict:
         "comms_dropped",
         "events_unknown",
         "hangs_flagged",
+        "fifo_events_written",
         "fifo_events_dropped",
         "comms_active",
     ]

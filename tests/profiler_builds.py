@@ -6,8 +6,10 @@ Sanitizer builds need their runtime preloaded into the Python process that loads
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -16,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PLAIN = ROOT / "dist" / "libnccl-profiler-comminsight.so"
 ASAN = ROOT / "build" / "asan" / "libnccl-profiler-comminsight.so"
 TSAN = ROOT / "build" / "tsan" / "libnccl-profiler-comminsight.so"
+SCENARIOS = ROOT / "tests" / "plugin_scenarios.py"
 
 
 @dataclass(frozen=True)
@@ -83,3 +86,33 @@ def hot_path_driver(out_dir: Path, optimize: str = "-O2") -> Path:
         check=True,
     )
     return exe
+
+
+def run_scenario(scenario: str, build: str, home: Path, **env) -> dict:
+    """Run one plugin_scenarios.py scenario in a fresh interpreter; its JSON result."""
+    b = builds()[build]
+    full_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
+        "COMMINSIGHT_HOME": str(home),
+        "COMMINSIGHT_AGENT_AUTOSTART": "0",
+        "COMMINSIGHT_PROFILER_HEARTBEAT_MS": "50",
+        "COMMINSIGHT_PROFILER_LOG_FLUSH_MS": "20",
+        "COMMINSIGHT_PROFILER_RING_SLOTS": "4096",
+        "COMMINSIGHT_PROFILER_EVENT_POOL": "1024",
+        "PYTHONPATH": str(ROOT / "tests"),
+        **b.env,
+        **env,
+    }
+    proc = subprocess.run(
+        [sys.executable, str(SCENARIOS), scenario, str(b.path)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, (
+        f"{scenario} on {build} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+    )
+    assert "ERROR: AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr
+    assert "WARNING: ThreadSanitizer" not in proc.stderr, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

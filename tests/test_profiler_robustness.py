@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from profiler_builds import builds
+from profiler_builds import run_scenario as run
 
 from comminsight.log_segments import segments_in, verify_segment
 from comminsight_gen.abi import shm_v1
@@ -21,35 +22,6 @@ from comminsight_gen.abi import shm_v1
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "plugin_scenarios.py"
 BUILDS = ["plain", "asan", "tsan"]
-
-
-def run(scenario: str, build: str, home: Path, **env) -> dict:
-    b = builds()[build]
-    full_env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
-        "COMMINSIGHT_HOME": str(home),
-        "COMMINSIGHT_AGENT_AUTOSTART": "0",
-        "COMMINSIGHT_PROFILER_HEARTBEAT_MS": "50",
-        "COMMINSIGHT_PROFILER_LOG_FLUSH_MS": "20",
-        "COMMINSIGHT_PROFILER_RING_SLOTS": "4096",
-        "COMMINSIGHT_PROFILER_EVENT_POOL": "1024",
-        "PYTHONPATH": str(ROOT / "tests"),
-        **b.env,
-        **env,
-    }
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), scenario, str(b.path)],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, (
-        f"{scenario} on {build} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
-    )
-    assert "ERROR: AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr
-    assert "WARNING: ThreadSanitizer" not in proc.stderr, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def sealed(home: Path) -> list:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from comminsight.shm_reader import ShmRegion, record_text
+from comminsight.shm_reader import ShmRegion, enum_label, record_text
 from comminsight_gen.abi import shm_v1
 
 NO_RANK = shm_v1.NO_RANK
@@ -160,13 +160,6 @@ def _rank_or_none(value: int) -> int | None:
     return None if value == NO_RANK else value
 
 
-def _label(labels: dict, enum_type, code: int) -> str:
-    try:
-        return labels[enum_type(code)]
-    except ValueError:
-        return labels[enum_type(0)]
-
-
 def process_view(
     region: ShmRegion, now_mono_ns: int, stale_ns: int, exists: Callable[[int], bool]
 ) -> ProcessView:
@@ -207,8 +200,8 @@ def inflight_op(row) -> InflightOp | None:
     start = int(row["inflight_start_mono_ns"])
     return InflightOp(
         kind=int(row["inflight_kind"]),
-        func=_label(shm_v1.FUNC_LABELS, shm_v1.Func, int(row["inflight_func"])),
-        datatype=_label(shm_v1.DATATYPE_LABELS, shm_v1.Datatype, int(row["inflight_datatype"])),
+        func=enum_label(shm_v1.FUNC_LABELS, shm_v1.Func, int(row["inflight_func"])),
+        datatype=enum_label(shm_v1.DATATYPE_LABELS, shm_v1.Datatype, int(row["inflight_datatype"])),
         seq=int(row["inflight_seq"]),
         op_index=int(row["inflight_op_index"]),
         count=int(row["inflight_count_elems"]),
