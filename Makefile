@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 
-.PHONY: build-profiler build-profiler-sanitizers bench-profiler
+.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent
 .PHONY: all build venv generate verify-generated check-schemas headers test test-contract \
         test-unit lint bench demo install clean
 
@@ -110,6 +110,10 @@ test-unit: $(VENV_STAMP)
 ## bench: CPU benchmarks, one JSON line per metric
 bench: $(VENV_STAMP) build-profiler
 	@for b in bench/*.py; do $(VPY) $$b || exit 1; done
+
+## bench-agent: the Agent's SHM ingest on one core, real plugin producers (budget >= 2 M records/s, lag < 100 ms)
+bench-agent: $(VENV_STAMP) build-profiler
+	$(VPY) bench/agent_ingest.py
 
 ## bench-profiler: the Profiler's hot path over an empty plugin (DESIGN §8: <= 150 ns)
 bench-profiler: $(VENV_STAMP) build-profiler

@@ -112,14 +112,17 @@ struct options {
     int threads;    /* communicators, each driven by its own thread */
     bool kernelch_thread;
     unsigned depth; /* collectives in flight between user and proxy thread */
+    long rate;      /* collectives per second per communicator; 0: as fast as possible */
 };
 
 static void usage(const char* argv0) {
     fprintf(stderr,
             "usage: %s PLUGIN.so [--n N] [--warmup W] [--threads T] [--kernelch-thread]"
-            " [--depth D]\n"
+            " [--depth D] [--rate R]\n"
             "  Replays NCCL 2.28 profiler event trees (AllReduce, 24 channels) against PLUGIN's\n"
-            "  ncclProfiler_v5 and prints CPU ns per collective as one JSON line.\n",
+            "  ncclProfiler_v5 and prints CPU ns per collective as one JSON line.\n"
+            "  --rate paces each communicator to R collectives/s (a steady producer for the\n"
+            "  Agent's ingest benchmark) instead of running flat out.\n",
             argv0);
 }
 
@@ -132,7 +135,7 @@ static bool parse_long(const char* text, long lo, long hi, long* out) {
 }
 
 static bool parse_options(int argc, char** argv, struct options* o) {
-    *o = (struct options){NULL, 200000, 20000, 1, false, 16};
+    *o = (struct options){NULL, 200000, 20000, 1, false, 16, 0};
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -147,6 +150,8 @@ static bool parse_options(int argc, char** argv, struct options* o) {
             o->threads = (int)x, i++;
         } else if (strcmp(a, "--depth") == 0 && v && parse_long(v, 1, MAX_DEPTH, &x)) {
             o->depth = (unsigned)x, i++;
+        } else if (strcmp(a, "--rate") == 0 && v && parse_long(v, 1, 1L << 30, &x)) {
+            o->rate = x, i++;
         } else if (a[0] != '-' && o->plugin_path == NULL) {
             o->plugin_path = a;
         } else {
@@ -186,6 +191,7 @@ struct comm {
     uint64_t calls;     /* plugin calls made by the user thread */
     uint64_t wait_ns;   /* user thread time spent waiting for queue space */
     bool kernelch_thread;
+    long rate; /* see options.rate */
     struct handoff* queue;
     pthread_t proxy;
     /* measured results */
@@ -389,8 +395,25 @@ static void replay_collective(struct comm* c) {
     if (!c->kernelch_thread) c->calls += replay_kernel_channels(c, &w);
 }
 
+/* Paced runs sleep in bursts of PACE_BATCH collectives so the sleeps stay coarse. */
+#define PACE_BATCH 256
+
 static void run_collectives(struct comm* c, long n) {
-    for (long i = 0; i < n; i++) replay_collective(c);
+    if (c->rate <= 0) {
+        for (long i = 0; i < n; i++) replay_collective(c);
+        return;
+    }
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    for (long i = 0; i < n; i++) {
+        replay_collective(c);
+        if ((i + 1) % PACE_BATCH) continue;
+        uint64_t due = t0 + (uint64_t)((double)(i + 1) * 1e9 / (double)c->rate);
+        uint64_t now = now_ns(CLOCK_MONOTONIC);
+        if (due > now) {
+            struct timespec ts = {(time_t)((due - now) / 1000000000u), (long)((due - now) % 1000000000u)};
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 /* Kept out of line so valgrind --toggle-collect / callgrind_annotate can find it by name. */
@@ -535,6 +558,7 @@ static int run(const struct options* o, const ci_nccl_profiler_v5_t* prof) {
         w->opt = o;
         w->start = &start;
         w->comm.kernelch_thread = o->kernelch_thread;
+        w->comm.rate = o->rate;
     }
     for (int i = 0; i < o->threads; i++) {
         struct comm* c = &workers[i].comm;

@@ -172,14 +172,21 @@ void ci_watchdog_scan(uint64_t now) {
     uint32_t n = 0;
     uint64_t threshold_ns = (uint64_t)(ci_g.cfg.hang_timeout_s * 1e9);
     pthread_mutex_lock(&ci_g.table_lock); /* against init/finalize changing the table; no I/O inside */
+    /* The caller's clock reading predates the clock steer and a stat() of the config file; ops
+     * enqueued since then would look younger than zero. Read it again, as close as we can. */
+    uint64_t fresh = ci_now_mono();
+    if (fresh > now) now = fresh;
     for (uint32_t i = 0; i < ci_g.comm_capacity && n < MAX_REPORTS_PER_SCAN; i++) {
         ci_comm_t* comm = &ci_g.comms[i];
         if (!__atomic_load_n(&comm->in_use, __ATOMIC_ACQUIRE)) continue;
         ci_comm_refresh(comm, now);
         if (threshold_ns == 0) continue;
         ci_shm_comm_entry_v1_t* e = comm->entry;
+        /* An op enqueued after `now` (on another core, a few ns later) is young, not 584 years
+         * old as an unsigned difference would make it. */
+        uint64_t enqueued = e->inflight_enqueue_mono_ns;
         bool stuck = e->inflight_count > 0 && e->inflight_kind != CI_SHM_V1_RECORD_KIND_NONE &&
-                     now - e->inflight_enqueue_mono_ns > threshold_ns;
+                     enqueued < now && now - enqueued > threshold_ns;
         uint16_t type = 0;
         if (stuck && e->hang_flagged_seq != e->inflight_op_index) {
             e->hang_flagged_seq = e->inflight_op_index;
