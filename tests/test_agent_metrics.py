@@ -3,16 +3,28 @@ parses and passes `promtool check metrics`."""
 
 from __future__ import annotations
 
+import bisect
 import shutil
 import subprocess
 import time
+from collections import Counter
 
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_agent_producers import hold_agent_lock, run_sim
 
-from comminsight.agent.metrics import NodeMetrics, update_from_producers
+from comminsight.agent.metrics import (
+    BUSBW_BUCKETS_GBS,
+    LATENCY_BUCKETS_S,
+    NodeMetrics,
+    bus_bandwidth_gbs,
+    durations_s,
+    size_bucket,
+    update_from_producers,
+)
 from comminsight.agent.producers import ProducerSet
+from comminsight_gen.abi import shm_v1
 
 
 def scrape(tmp_path):
@@ -62,3 +74,52 @@ def test_exposition_passes_promtool(tmp_path):
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def random_slots(n: int, seed: int = 1) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    r = np.zeros(n, dtype=shm_v1.OP_SLOT_DTYPE)
+    r["kind"] = rng.choice([1, 2, 3, 4], n, p=[0.7, 0.2, 0.05, 0.05])
+    r["comm_id"] = rng.choice([5, 2**63 + 7, 99], n)
+    r["func"] = rng.choice([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 200], n)
+    r["bytes"] = rng.integers(0, 2**30, n)
+    r["nranks"] = rng.integers(1, 16, n)
+    r["timing_source"] = rng.integers(0, 4, n)
+    r["host_start_mono_ns"] = rng.integers(0, 10**9, n)
+    r["complete_mono_ns"] = r["host_start_mono_ns"] + rng.integers(0, 10**9, n)
+    r["gpu_start_ticks"] = rng.integers(0, 10**9, n)
+    r["gpu_end_ticks"] = r["gpu_start_ticks"] + rng.integers(0, 10**8, n)
+    return r
+
+
+def test_batched_grouping_equals_a_record_by_record_fold():
+    """add_records groups with bincounts; fold the same records one by one, plainly, and
+    every series (counts, bytes, latency and bus-bandwidth histograms) must agree."""
+    records = random_slots(5000)
+    metrics = NodeMetrics()
+    for chunk in np.array_split(records, 3):
+        metrics.add_records(chunk)
+    expected: dict = {}
+    for rec in records:
+        if rec["kind"] not in (shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P):
+            continue
+        one = rec.reshape(1)
+        seconds = float(durations_s(one)[0])
+        busbw = float(bus_bandwidth_gbs(one, np.array([seconds]))[0])
+        func = {int(k): v for k, v in shm_v1.FUNC_LABELS.items()}.get(int(rec["func"]), "Unknown")
+        key = (f"{int(rec['comm_id']):016x}", func)
+        e = expected.setdefault(key, {"ops": 0, "bytes": 0, "lat": Counter(), "bw": Counter()})
+        e["ops"] += 1
+        e["bytes"] += int(rec["bytes"])
+        e["lat"][bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+        size = int(size_bucket(one["bytes"])[0])
+        e["bw"][(size, bisect.bisect_left(BUSBW_BUCKETS_GBS, busbw))] += 1
+    assert set(metrics.series) == set(expected)
+    for key, e in expected.items():
+        s = metrics.series[key]
+        assert (s.ops, s.bytes) == (e["ops"], e["bytes"]), key
+        assert dict(enumerate(s.latency.tolist())) == {
+            i: e["lat"].get(i, 0) for i in range(len(s.latency))
+        }
+        got_bw = {(i, j): int(c) for (i, j), c in np.ndenumerate(s.busbw) if c}
+        assert got_bw == dict(e["bw"]), key
