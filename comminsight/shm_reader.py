@@ -149,17 +149,29 @@ class RingCursor:
         if end <= self.next_ticket:
             return np.empty(0, dtype=SLOT)
         tickets = np.arange(self.next_ticket, end, dtype=np.uint64)
-        idx = (tickets & np.uint64(cap - 1)).astype(np.intp)
-        batch = self.region.ring[idx].copy()
-        seq_after = self.region.ring["seq"][idx]  # re-read: slots rewritten during the copy
+        batch = self._slots(self.region.ring, self.next_ticket, end).copy()
+        # re-read: slots rewritten during the copy
+        seq_after = self._slots(self.region.ring["seq"], self.next_ticket, end)
         want = tickets + np.uint64(1)
         good = (batch["seq"] == want) & (seq_after == want)
         pending = (batch["seq"] & ~BUSY) < want  # not written yet: stop before the first one
         stop = int(np.argmax(pending)) if pending.any() else len(tickets)
+        self.next_ticket += stop
+        if good[:stop].all():
+            return batch[:stop]
         for t in tickets[:stop][~good[:stop]]:
             self._lose(int(t), int(t) + 1)
-        self.next_ticket += stop
         return batch[:stop][good[:stop]]
+
+    def _slots(self, ring: np.ndarray, first_ticket: int, end_ticket: int) -> np.ndarray:
+        """The ring entries of tickets [first, end): one slice, or two where it wraps
+        (slices, not a fancy index: this copy is most of the ingest cost)."""
+        cap = len(ring)
+        start = first_ticket & (cap - 1)
+        n = end_ticket - first_ticket
+        if start + n <= cap:
+            return ring[start : start + n]
+        return np.concatenate((ring[start:], ring[: start + n - cap]))
 
     def _lose(self, first_ticket: int, end_ticket: int) -> None:
         if end_ticket <= first_ticket:
