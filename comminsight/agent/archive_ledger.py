@@ -10,13 +10,12 @@ state or the new one, never a torn entry. Entries live under
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import msgspec
 
-from comminsight.agent.archive_providers import fsync_directory, make_private_dirs
+from comminsight.durable_files import write_atomically
 
 log = logging.getLogger(__name__)
 _SUFFIX = ".json"
@@ -68,20 +67,8 @@ class ArchiveLedger:
         return list(self._entries.values())
 
     def record(self, entry: LedgerEntry) -> None:
-        _write_atomically(self._entry_path(entry.source), msgspec.json.encode(asdict(entry)))
+        write_atomically(self._entry_path(entry.source), msgspec.json.encode(asdict(entry)))
         self._entries[entry.source] = entry
 
     def mark_local_deleted(self, source: str, at_real_ns: int) -> None:
         self.record(replace(self._entries[source], local_deleted_real_ns=at_real_ns))
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    make_private_dirs(path.parent)
-    temp = path.with_name(path.name + ".tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, path)
-    fsync_directory(path.parent)

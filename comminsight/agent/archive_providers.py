@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
+from comminsight.durable_files import fsync_directory, make_private_dirs
+
 URL_KEY = "COMMINSIGHT_COMMON_ARCHIVE_URL"
 
 
@@ -168,20 +170,3 @@ def redact_url(url: str) -> str:
         return "<unparseable URL>"
     netloc = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def make_private_dirs(path: Path) -> None:
-    """mkdir -p with every created level 0700 (DESIGN §7); Path.mkdir(parents=True) would
-    give the missing parents the default mode."""
-    if path.is_dir():
-        return
-    make_private_dirs(path.parent)
-    path.mkdir(mode=0o700, exist_ok=True)

@@ -1,0 +1,76 @@
+"""Hang reports on disk: `<home>/metadata/hangs/<report_id>.json`, one hang-report v1 each.
+
+Reports are the evidence an operator reads after the job is gone, so each is written
+atomically (a crash leaves the previous version or the new one) and re-written in place when
+the same hang is seen again or resolved: report ids are stable for one hang (diagnosis.
+report_id). On start the Agent loads what an earlier run left; a file that is not a valid
+report is named in `errors`, moved to `hangs/invalid/` for inspection, and does not stop the
+others from loading.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from pathlib import Path
+
+import msgspec
+
+from comminsight.durable_files import make_private_dirs, write_atomically
+from comminsight_gen.models.hang_report_v1 import HangReport
+
+log = logging.getLogger(__name__)
+
+# hang-report v1's report_id pattern: no '/', no leading '.', so a file name in this directory.
+REPORT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+INVALID = "invalid"
+
+
+class HangStore:
+    def __init__(self, home: str | Path) -> None:
+        self.dir = Path(home) / "metadata" / "hangs"
+        self.reports: dict[str, HangReport] = {}
+        self.errors: dict[str, str] = {}  # file name -> why it was not loaded
+
+    def path_of(self, report_id: str) -> Path:
+        if not REPORT_ID.match(report_id):
+            raise ValueError(
+                f"hang report id {report_id!r} does not match hang-report v1's report_id pattern"
+            )
+        return self.dir / f"{report_id}.json"
+
+    def save(self, report: HangReport) -> bool:
+        """Write the report if it is new or changed; True when it was written."""
+        if self.reports.get(report.report_id) == report:
+            return False
+        write_atomically(self.path_of(report.report_id), msgspec.json.encode(report))
+        self.reports[report.report_id] = report
+        return True
+
+    def load(self) -> None:
+        """Every report an earlier run left; invalid files are set aside and named."""
+        if not self.dir.is_dir():
+            return
+        decoder = msgspec.json.Decoder(HangReport)
+        for path in sorted(self.dir.glob("*.json")):
+            try:
+                report = decoder.decode(path.read_bytes())
+                if path.stem != report.report_id:
+                    raise ValueError(f"holds report {report.report_id!r}, not {path.stem!r}")
+            except (OSError, ValueError, msgspec.DecodeError) as err:
+                self._set_aside(path, str(err))
+                continue
+            self.reports[report.report_id] = report
+
+    def _set_aside(self, path: Path, reason: str) -> None:
+        self.errors[path.name] = reason
+        log.error(
+            "hang report %s is not a valid hang-report v1 (%s); moved to %s/", path, reason, INVALID
+        )
+        target = self.dir / INVALID
+        try:
+            make_private_dirs(target)
+            shutil.move(str(path), str(target / path.name))
+        except OSError as err:
+            log.error("cannot move %s aside: %s", path, err)

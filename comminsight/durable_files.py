@@ -1,0 +1,40 @@
+"""Files that survive a crash or power loss: atomic replacement and private directories.
+
+Shared by everything the Agent keeps on disk (archive ledger and uploads, hang reports).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_private_dirs(path: Path) -> None:
+    """mkdir -p with every created level 0700 (DESIGN §7); Path.mkdir(parents=True) would
+    give the missing parents the default mode."""
+    if path.is_dir():
+        return
+    make_private_dirs(path.parent)
+    path.mkdir(mode=0o700, exist_ok=True)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace path with data so that a crash leaves the old or the new content, never a mix:
+    write a temporary file, fsync, rename over, fsync the directory."""
+    make_private_dirs(path.parent)
+    temp = path.with_name(path.name + ".tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+    fsync_directory(path.parent)

@@ -1,0 +1,70 @@
+"""metadata/hangs/: reports written atomically, updated in place, reloaded after a restart;
+bad files are named and set aside without losing the good ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from comminsight.agent.hang_store import HangStore
+from comminsight_gen.models.hang_report_v1 import HangReport, ReportStatus
+
+FIXTURES = Path(__file__).resolve().parent.parent / "contract-tests/fixtures/json/hang-report/v1"
+
+
+def fixture(name: str) -> HangReport:
+    return msgspec.json.decode((FIXTURES / "valid" / name).read_bytes(), type=HangReport)
+
+
+def test_reports_survive_a_restart(tmp_path):
+    store = HangStore(tmp_path)
+    a, b = fixture("rank-not-joined-open.json"), fixture("process-died-no-op.json")
+    assert store.save(a) and store.save(b)
+    files = sorted(p.name for p in (tmp_path / "metadata/hangs").iterdir())
+    assert files == sorted([f"{a.report_id}.json", f"{b.report_id}.json"])  # no temp left
+    again = HangStore(tmp_path)
+    again.load()
+    assert again.reports == {a.report_id: a, b.report_id: b} and again.errors == {}
+
+
+def test_the_same_hang_is_rewritten_in_place_and_unchanged_reports_are_not(tmp_path):
+    store = HangStore(tmp_path)
+    report = fixture("rank-not-joined-open.json")
+    assert store.save(report)
+    path = store.path_of(report.report_id)
+    before = path.stat().st_mtime_ns
+    assert not store.save(report)  # the next poll finds the same hang: no write
+    assert path.stat().st_mtime_ns == before
+    resolved = msgspec.structs.replace(report, status=ReportStatus.resolved)
+    assert store.save(resolved)
+    assert json.loads(path.read_text())["status"] == "resolved"
+    assert len(list(path.parent.glob("*.json"))) == 1
+
+
+def test_bad_files_are_named_and_set_aside_and_the_rest_load(tmp_path):
+    store = HangStore(tmp_path)
+    good = fixture("straggler-resolved-by-operator.json")
+    store.save(good)
+    hangs = tmp_path / "metadata/hangs"
+    (hangs / "truncated.json").write_bytes(store.path_of(good.report_id).read_bytes()[:50])
+    (hangs / "wrong-version.json").write_text(
+        json.dumps({**json.loads(store.path_of(good.report_id).read_text()), "schema_version": 9})
+    )
+    other = fixture("process-died-no-op.json")
+    (hangs / "renamed.json").write_bytes(msgspec.json.encode(other))
+    again = HangStore(tmp_path)
+    again.load()
+    assert list(again.reports) == [good.report_id]
+    assert set(again.errors) == {"truncated.json", "wrong-version.json", "renamed.json"}
+    assert "schema_version" in again.errors["wrong-version.json"]
+    assert "not 'renamed'" in again.errors["renamed.json"]
+    assert sorted(p.name for p in (hangs / "invalid").iterdir()) == sorted(again.errors)
+
+
+@pytest.mark.parametrize("bad_id", ["../escape", "a/b", ".hidden", ""])
+def test_an_id_that_is_not_a_file_name_is_refused(tmp_path, bad_id):
+    with pytest.raises(ValueError, match="report_id pattern"):
+        HangStore(tmp_path).path_of(bad_id)
