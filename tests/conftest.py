@@ -1,8 +1,40 @@
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # codegen is a development tool, not part of the package
     sys.path.insert(0, str(ROOT))
+
+
+import pytest  # noqa: E402
+
+
+def remove_linked_shm(root: Path) -> None:
+    """Producers whose test held the agent lock leave their SHM regions for an Agent that, in
+    most tests, never comes to retire them; the regions are memory in the tmpfs (/dev/shm),
+    outside the test's directory. Remove the targets of every region link under root."""
+    if not root.is_dir():
+        return
+    for link in root.rglob("*.shm"):
+        if link.is_symlink():
+            target = Path(os.readlink(link))
+            if not target.is_relative_to(root):
+                target.unlink(missing_ok=True)
+
+
+@pytest.fixture(autouse=True)
+def _release_shm_regions(request):
+    # Taken before the test (it asks for tmp_path anyway) so that it outlives this teardown.
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is not None:
+        remove_linked_shm(tmp)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _release_shm_regions_of_the_session(tmp_path_factory):
+    yield
+    remove_linked_shm(tmp_path_factory.getbasetemp())

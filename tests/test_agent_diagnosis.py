@@ -357,15 +357,20 @@ def latencies():
 # and fixed (a dead rank's stale in-flight view: see inflight_op), but they still depend on the
 # run lasting several polls and on which of two overlapping verdicts a skipped rank gets in the
 # poll that sees it first; until that is settled (issue 4) they are skipped rather than left to
-# flake in CI. The verdict logic itself is covered by the unit tests above.
-E2E = pytest.mark.skip(reason="timing-dependent against the live simulation (issue 4); see comment")
+# flake in CI. The verdict logic itself is covered by the unit tests above. A second cause was
+# found later: leaked SHM regions had filled /dev/shm, so regions were sparse and reads of them
+# took SIGBUS (fixed: posix_fallocate in the Profiler, conftest releases regions). Since then
+# the healthy, die, mismatch and sleep runs passed 3 of 3 locally; the skip run failed 1 of 3.
+E2E = pytest.mark.skipif(
+    False, reason="timing-dependent against the live simulation (issue 4); see comment"
+)
 
 
 @E2E
 def test_e2e_healthy_run_gives_no_report(plugin, tmp_path):
-    # long enough (about 1.5 s) for polls to land in every phase, under the 0.5 s threshold per op
-    polls = run_and_diagnose(plugin, tmp_path, (), steps=6, time_scale=0.1)
-    assert len(polls) >= 3
+    # long enough for several polls to see live communicators, under the 0.5 s threshold per op
+    polls = run_and_diagnose(plugin, tmp_path, (), steps=40, time_scale=0.1)
+    assert sum(1 for snap, _ in polls if snap.comms) >= 3, f"only {len(polls)} polls"
     assert [r.summary for _, reports in polls for r in reports] == []
 
 

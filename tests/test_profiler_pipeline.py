@@ -311,3 +311,37 @@ def test_watchdog_does_not_flag_ops_younger_than_its_clock_reading(tmp_path):
     assert region.counter("records_published") + region.counter("records_dropped_busy") >= 2 * n
     assert region.counter("hangs_flagged") == 0
     lock.close()
+
+
+def test_a_full_tmpfs_disables_shm_instead_of_crashing_training(tmp_path):
+    """The SHM tmpfs cannot hold the region: the Profiler must find out at creation and fail
+    open (SHM disabled, logs still written), not take SIGBUS on a later write to a page that
+    was never allocated. Uses a 1 MiB tmpfs in a private mount namespace (unshare -rm)."""
+    small = tmp_path / "small-tmpfs"
+    small.mkdir()
+    probe = subprocess.run(
+        ["unshare", "-rm", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+        capture_output=True,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a private tmpfs here: {probe.stderr.decode().strip()}")
+    exe = hot_path_driver(tmp_path)
+    home = tmp_path / "home"
+    driver = f"{exe} {builds()['plain'].path} --n 200000 --warmup 0"
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {small} && exec {driver}"],
+        env={
+            **os.environ,
+            "COMMINSIGHT_HOME": str(home),
+            "COMMINSIGHT_AGENT_AUTOSTART": "0",
+            "COMMINSIGHT_PROFILER_SHM_DIR": str(small),
+            "COMMINSIGHT_PROFILER_RING_SLOTS": "65536",  # 8 MiB of ring: cannot fit
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"the training process died ({proc.returncode}): {proc.stderr}"
+    assert "SHM disabled" in proc.stderr
+    (lines,) = logs_by_rank(home).values()
+    assert sum(isinstance(ln.ci, CiColl) for ln in lines) >= 1  # the logs still work

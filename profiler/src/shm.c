@@ -125,10 +125,15 @@ static void* map_file(size_t total) {
         ci_warn("cannot create %s (%s): SHM disabled", ci_g.shm_target, strerror(errno));
         return NULL;
     }
+    /* Allocate every page now: ftruncate alone leaves a sparse file, MAP_POPULATE ignores
+     * allocation failures, and a full tmpfs would then SIGBUS the training process on its first
+     * write to a missing page. posix_fallocate fails here instead (ENOSPC), and we fail open. */
     void* p = MAP_FAILED;
-    if (ftruncate(fd, (off_t)total) == 0)
+    int err = ftruncate(fd, (off_t)total) == 0 ? posix_fallocate(fd, 0, (off_t)total) : errno;
+    if (err == 0) {
         p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    int err = errno;
+        if (p == MAP_FAILED) err = errno;
+    }
     close(fd);
     if (p != MAP_FAILED && linked && symlink(ci_g.shm_target, ci_g.shm_path) != 0) {
         err = errno;
