@@ -353,20 +353,18 @@ def latencies():
     print("\ndetection latency (s, stuck-op enqueue to first report):", seen)
 
 
-# The end-to-end runs below poll a live simulation. One real cause of their flakiness was found
-# and fixed (a dead rank's stale in-flight view: see inflight_op), but they still depend on the
-# run lasting several polls and on which of two overlapping verdicts a skipped rank gets in the
-# poll that sees it first; until that is settled (issue 4) they are skipped rather than left to
-# flake in CI. The verdict logic itself is covered by the unit tests above. A second cause was
-# found later: leaked SHM regions had filled /dev/shm, so regions were sparse and reads of them
-# took SIGBUS (fixed: posix_fallocate in the Profiler, conftest releases regions). Since then
-# the healthy, die, mismatch and sleep runs passed 3 of 3 locally; the skip run failed 1 of 3.
-E2E = pytest.mark.skipif(
-    False, reason="timing-dependent against the live simulation (issue 4); see comment"
+# The end-to-end runs below poll a live simulation every 100 ms. They were flaky for two causes,
+# both found and fixed: a dead rank's stale in-flight view (see inflight_op), and leaked SHM
+# regions that had filled /dev/shm, so regions were sparse and reading them took SIGBUS (fixed:
+# posix_fallocate in the Profiler; conftest releases the regions tests leave). The skip run
+# still depends on which of two overlapping verdicts (rank_not_joined, stuck_outside_nccl) the
+# skipped rank gets in the poll that first sees it (failed 1 of 3 runs locally), so it stays
+# skipped until the service settles that (issue 4).
+OVERLAPPING_VERDICTS = pytest.mark.skip(
+    reason="rank_not_joined vs stuck_outside_nccl for a skipped rank is not settled (issue 4)"
 )
 
 
-@E2E
 def test_e2e_healthy_run_gives_no_report(plugin, tmp_path):
     # long enough for several polls to see live communicators, under the 0.5 s threshold per op
     polls = run_and_diagnose(plugin, tmp_path, (), steps=40, time_scale=0.1)
@@ -374,7 +372,7 @@ def test_e2e_healthy_run_gives_no_report(plugin, tmp_path):
     assert [r.summary for _, reports in polls for r in reports] == []
 
 
-@E2E
+@OVERLAPPING_VERDICTS
 def test_e2e_skip_is_stuck_outside_nccl_naming_the_rank(plugin, tmp_path, latencies):
     polls = run_and_diagnose(plugin, tmp_path, ("skip:rank=1,op=5",))
     report = first_report(polls, Verdict.stuck_outside_nccl)
@@ -383,7 +381,6 @@ def test_e2e_skip_is_stuck_outside_nccl_naming_the_rank(plugin, tmp_path, latenc
     assert len({r.report_id for _, reports in polls for r in reports}) == 1
 
 
-@E2E
 def test_e2e_die_is_process_died_naming_the_rank(plugin, tmp_path, latencies):
     polls = run_and_diagnose(plugin, tmp_path, ("die:rank=2,op=5",))
     report = first_report(polls, Verdict.process_died)
@@ -391,7 +388,6 @@ def test_e2e_die_is_process_died_naming_the_rank(plugin, tmp_path, latencies):
     assert report.evidence[2].process_state.value == "exited"
 
 
-@E2E
 @pytest.mark.parametrize("field", ["count", "func"])
 def test_e2e_mismatch_is_op_mismatch_naming_the_rank(plugin, tmp_path, latencies, field):
     polls = run_and_diagnose(plugin, tmp_path, (f"mismatch:rank=3,op=5,field={field}",))
@@ -400,7 +396,6 @@ def test_e2e_mismatch_is_op_mismatch_naming_the_rank(plugin, tmp_path, latencies
     assert field in report.culprits[0].reason
 
 
-@E2E
 def test_e2e_sleep_past_the_threshold_names_the_sleeper_then_clears(plugin, tmp_path, latencies):
     polls = run_and_diagnose(plugin, tmp_path, ("sleep:rank=0,op=5,seconds=2",))
     report = first_report(polls, Verdict.stuck_outside_nccl)

@@ -32,7 +32,11 @@ def test_profiler_hang_event_reaches_the_agent_reader(tmp_path):
         out = run_scenario("hang", "plain", tmp_path, COMMINSIGHT_PROFILER_HANG_TIMEOUT_S="0.5")
         events = fifo.read_available()
     assert out["counters"]["fifo_events_dropped"] == 0
-    assert out["counters"]["fifo_events_written"] == len(events) == 1
+    assert out["counters"]["fifo_events_written"] == 1  # counted before the scenario finalized
+    # the watchdog's report, then the finalize of the (only) communicator with the op in flight
+    assert [e.event_type for e in events] == ["hang_suspected", "process_exit"]
+    assert [e.event_seq for e in events] == [1, 2]
+    assert events[1].op_index == events[0].op_index and events[1].comm_id == 0xA9
     e = events[0]
     assert (e.event_type, e.comm_id, e.comm_name, e.rank, e.nranks) == (
         "hang_suspected",
@@ -45,7 +49,7 @@ def test_profiler_hang_event_reaches_the_agent_reader(tmp_path):
     assert e.channels_started == 1 and e.coll_enqueued == 2 and e.coll_completed == 1
     assert e.age_ns >= e.threshold_ns == 500_000_000
     assert e.pid > 0 and e.hostname == os.uname().nodename
-    assert fifo.stats.events == 1 and fifo.stats.rejected == fifo.stats.bytes_discarded == 0
+    assert fifo.stats.events == 2 and fifo.stats.rejected == fifo.stats.bytes_discarded == 0
 
 
 def test_events_split_across_reads_are_joined():

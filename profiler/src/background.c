@@ -79,14 +79,7 @@ static bool write_fifo_event(const ci_fifo_event_v1_t* ev) {
     return n == (ssize_t)sizeof(*ev);
 }
 
-/* What the watchdog saw of one communicator, copied under ci_g.lock so the I/O happens without it. */
-typedef struct hang_snapshot {
-    uint32_t comm_index;
-    uint64_t comm_id;
-    int32_t rank, nranks;
-    uint16_t event_type;
-    ci_shm_comm_entry_v1_t entry;
-} hang_snapshot_t;
+typedef ci_hang_snapshot_t hang_snapshot_t;
 
 static void report_hang(const hang_snapshot_t* snap, uint64_t now, uint64_t threshold_ns) {
     const ci_shm_comm_entry_v1_t* e = &snap->entry;
@@ -100,7 +93,7 @@ static void report_hang(const hang_snapshot_t* snap, uint64_t now, uint64_t thre
     ev.op_kind = e->inflight_kind;
     ev.func = e->inflight_func;
     ev.pid = ci_g.pid;
-    ev.event_seq = ++fifo_event_seq;
+    ev.event_seq = __atomic_add_fetch(&fifo_event_seq, 1, __ATOMIC_RELAXED); /* watchdog, finalize */
     ev.detect_mono_ns = now;
     ev.detect_real_ns = ci_now_real();
     ev.comm_id = snap->comm_id;
@@ -166,6 +159,22 @@ static void report_hang(const hang_snapshot_t* snap, uint64_t now, uint64_t thre
 }
 
 #define MAX_REPORTS_PER_SCAN 64
+
+bool ci_exit_capture(const ci_comm_t* comm, ci_hang_snapshot_t* out) {
+    const ci_shm_comm_entry_v1_t* e = comm->entry;
+    if (!e->inflight_count || e->inflight_kind == CI_SHM_V1_RECORD_KIND_NONE) return false;
+    out->comm_index = comm->index;
+    out->comm_id = comm->comm_id;
+    out->rank = comm->rank;
+    out->nranks = comm->nranks;
+    out->event_type = CI_FIFO_V1_EVENT_TYPE_PROCESS_EXIT;
+    ci_seqlock_read_comm(&out->entry, e);
+    return true;
+}
+
+void ci_exit_report(const ci_hang_snapshot_t* snap) {
+    report_hang(snap, ci_now_mono(), (uint64_t)(ci_g.cfg.hang_timeout_s * 1e9));
+}
 
 void ci_watchdog_scan(uint64_t now) {
     static hang_snapshot_t reports[MAX_REPORTS_PER_SCAN]; /* only the background thread scans */

@@ -273,6 +273,21 @@ void ci_logwriter_run_once(bool final, const char* seal_reason); /* writer threa
 uint64_t ci_logwriter_cursor(void);
 void ci_logwriter_reset(void);
 void ci_watchdog_scan(uint64_t now);
+
+/* What the watchdog (or a finalize) saw of one communicator, copied under a lock so that the
+ * FIFO write and logging happen after it is released. */
+typedef struct ci_hang_snapshot {
+    uint32_t comm_index;
+    uint64_t comm_id;
+    int32_t rank, nranks;
+    uint16_t event_type;
+    ci_shm_comm_entry_v1_t entry;
+} ci_hang_snapshot_t;
+
+/* Finalize of the last communicator with ops still in flight (fifo-event PROCESS_EXIT): capture
+ * with ci_g.table_lock held, before the comm is closed; report once every lock is released. */
+bool ci_exit_capture(const ci_comm_t* comm, ci_hang_snapshot_t* out);
+void ci_exit_report(const ci_hang_snapshot_t* snap);
 void ci_autostart_agent(void);
 
 /* ---- process-wide state (plugin.c) ---- */

@@ -120,10 +120,13 @@ static uint32_t init_common(void** context, uint64_t comm_id, int* mask, const c
 static uint32_t finalize_common(void* context) {
     ci_comm_t* comm = context;
     if (!comm) return CI_NCCL_V5_RESULT_SUCCESS;
+    ci_hang_snapshot_t exiting;
+    bool report_exit = false;
     pthread_mutex_lock(&ci_g.lock);
     if (ci_g.initialized && ci_g.live_comms > 0) {
         if (comm != &untracked) {
             pthread_mutex_lock(&ci_g.table_lock);
+            report_exit = ci_g.live_comms == 1 && ci_exit_capture(comm, &exiting);
             ci_comm_close(comm);
             pthread_mutex_unlock(&ci_g.table_lock);
         }
@@ -131,6 +134,7 @@ static uint32_t finalize_common(void* context) {
         ci_update_published_count();
     }
     pthread_mutex_unlock(&ci_g.lock);
+    if (report_exit) ci_exit_report(&exiting); /* the FIFO write, outside every lock */
     return CI_NCCL_V5_RESULT_SUCCESS;
 }
 
