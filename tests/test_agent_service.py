@@ -1,0 +1,87 @@
+"""The Agent's poll loop end to end: simulated NCCL -> real plugin -> SHM and FIFO ->
+AgentService (metrics, diagnosis, hang reports on disk)."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import threading
+
+import msgspec
+from test_agent_diagnosis import E2E_ENV, E2E_THRESHOLD_S, plugin  # noqa: F401 - fixture
+
+from comminsight.agent.hang_store import HangStore
+from comminsight.agent.service import AgentService
+from comminsight.sim import SimConfig, parse_fault, run_simulation
+from comminsight_gen.config_v1 import ConfigV1
+from comminsight_gen.models.hang_report_v1 import Verdict
+
+
+def run_service_during_sim(plugin_path, home, faults):
+    (home / "metadata").mkdir(parents=True, exist_ok=True)
+    lock = open(home / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held for the run
+    fcntl.flock(lock, fcntl.LOCK_EX)  # as the Agent does: producers leave their files to it
+    settings = msgspec.convert(
+        {
+            "home": str(home),
+            "agent_poll_interval_ms": 100,
+            "agent_heartbeat_stale_ms": 1000,
+            "profiler_hang_timeout_s": E2E_THRESHOLD_S,
+        },
+        ConfigV1,
+    )
+    service = AgentService(settings)
+    config = SimConfig(
+        plugin=str(plugin_path),
+        home=str(home),
+        workload="ddp",
+        ranks=4,
+        steps=2,
+        time_scale=0.02,
+        hang_hold_s=3.0,
+        faults=tuple(parse_fault(f) for f in faults),
+        env=E2E_ENV,
+    )
+
+    async def main():
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        result = {}
+
+        def simulate():
+            result["sim"] = run_simulation(config)
+            loop.call_soon_threadsafe(stop.set)
+
+        threading.Thread(target=simulate).start()
+        await service.run(stop)
+        return result["sim"]
+
+    sim = asyncio.run(main())
+    lock.close()
+    assert not sim.errors, sim.errors
+    return service
+
+
+def test_a_dead_rank_is_reported_on_disk_with_fifo_events_and_metrics(plugin, tmp_path):  # noqa: F811
+    service = run_service_during_sim(plugin, tmp_path, ("die:rank=2,op=5",))
+    died = [r for r in service.hangs.reports.values() if r.verdict is Verdict.process_died]
+    assert died, [r.summary for r in service.hangs.reports.values()]
+    assert [c.comm_rank for c in died[0].culprits] == [2]
+    # on disk, as a restarted agent would find it
+    again = HangStore(tmp_path)
+    again.load()
+    assert again.reports == service.hangs.reports and again.errors == {}
+    # the surviving ranks' watchdogs flagged the op they waited on, through the FIFO
+    suspected = [e for e in service.hang_events if e.event_type == "hang_suspected"]
+    assert suspected and {e.rank for e in suspected} <= {0, 1, 3}
+    assert service.fifo.stats.rejected == service.fifo.stats.bytes_discarded == 0
+    text = service.metrics.render().decode()
+    assert "comminsight_ops_total{" in text
+    assert service.passes >= 3
+
+
+def test_a_healthy_run_leaves_no_report(plugin, tmp_path):  # noqa: F811
+    service = run_service_during_sim(plugin, tmp_path, ())
+    assert [r.summary for r in service.hangs.reports.values()] == []
+    assert not (tmp_path / "metadata" / "hangs").exists()
+    assert [e for e in service.hang_events if e.event_type == "hang_suspected"] == []
