@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "dist" / "libnccl-profiler-comminsight.so"
 DEMO_DIR = ROOT / "var" / "demo"
 SETTINGS = (
-    ("COMMINSIGHT_AGENT_AUTOSTART", "0"),  # the Agent is not built yet
+    ("COMMINSIGHT_AGENT_AUTOSTART", "0"),  # a demo leaves no Agent daemon running behind it
     ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "100"),
     ("COMMINSIGHT_PROFILER_HANG_TIMEOUT_S", "1"),
 )

@@ -7,6 +7,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # codegen is a development tool, not part of the package
     sys.path.insert(0, str(ROOT))
+# A Profiler loaded by a test must not start a real Agent daemon (found on PATH where the
+# package is installed) that outlives the test; tests of autostart set this themselves.
+os.environ.setdefault("COMMINSIGHT_AGENT_AUTOSTART", "0")
 
 
 import pytest  # noqa: E402

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import msgspec
 from test_agent_diagnosis import E2E_ENV, E2E_THRESHOLD_S, plugin  # noqa: F401 - fixture
@@ -85,3 +90,63 @@ def test_a_healthy_run_leaves_no_report(plugin, tmp_path):  # noqa: F811
     assert [r.summary for r in service.hangs.reports.values()] == []
     assert not (tmp_path / "metadata" / "hangs").exists()
     assert [e for e in service.hang_events if e.event_type == "hang_suspected"] == []
+
+
+def agent_process(home, **env):
+    return subprocess.Popen(
+        [sys.executable, "-m", "comminsight.agent.main"],
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
+            "COMMINSIGHT_HOME": str(home),
+            "COMMINSIGHT_AGENT_POLL_INTERVAL_MS": "100",
+            "COMMINSIGHT_AGENT_HEARTBEAT_STALE_MS": "1000",
+            "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S": str(E2E_THRESHOLD_S),
+            **env,
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(path, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+def test_the_agent_command_reports_a_dead_rank_and_stops_on_sigterm(plugin, tmp_path):  # noqa: F811
+    agent = agent_process(tmp_path)
+    try:
+        wait_for(tmp_path / "fifos" / "hang-events.fifo")  # it holds the lock and the FIFO
+        second = agent_process(tmp_path)
+        assert second.wait(timeout=30) == 1 and "another agent holds" in second.stderr.read()
+        config = SimConfig(
+            plugin=str(plugin),
+            home=str(tmp_path),
+            workload="ddp",
+            ranks=4,
+            steps=2,
+            time_scale=0.02,
+            hang_hold_s=3.0,
+            faults=(parse_fault("die:rank=2,op=5"),),
+            env=E2E_ENV,
+        )
+        assert not run_simulation(config).errors
+        time.sleep(0.5)  # a pass or more after the run
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 0, stderr
+    store = HangStore(tmp_path)
+    store.load()
+    verdicts = {r.verdict for r in store.reports.values()}
+    assert Verdict.process_died in verdicts, stderr
+    assert "not served by this build yet" in stderr
+
+
+def test_the_agent_command_names_a_bad_setting(tmp_path):
+    agent = agent_process(tmp_path, COMMINSIGHT_AGENT_POLL_INTERVAL_MS="0")
+    _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 2 and "COMMINSIGHT_AGENT_POLL_INTERVAL_MS" in stderr

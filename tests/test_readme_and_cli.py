@@ -87,8 +87,3 @@ def test_config_command_hides_the_token(tmp_path):
         env={"COMMINSIGHT_HOME": str(tmp_path), "COMMINSIGHT_AGENT_TOKEN": "hunter2"},
     )
     assert proc.returncode == 0 and "hunter2" not in proc.stdout
-
-
-def test_agent_entry_point_says_it_is_not_built():
-    proc = run("comminsight.agent.main")
-    assert proc.returncode == 2 and "not implemented" in proc.stderr
