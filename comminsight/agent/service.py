@@ -94,7 +94,7 @@ class AgentService:
                 stopping = asyncio.ensure_future(stop.wait())
                 woken = asyncio.ensure_future(self._wake.wait())
                 await asyncio.wait(
-                    {stopping, woken}, timeout=interval_s, return_when="FIRST_COMPLETED"
+                    {stopping, woken}, timeout=interval_s, return_when=asyncio.FIRST_COMPLETED
                 )
                 for task in (stopping, woken):
                     task.cancel()
