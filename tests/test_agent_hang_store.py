@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from comminsight.agent.hang_store import HangStore
+from comminsight.agent.hang_store import REFRESH_NS, HangStore
 from comminsight_gen.models.hang_report_v1 import HangReport, ReportStatus
 
 FIXTURES = Path(__file__).resolve().parent.parent / "contract-tests/fixtures/json/hang-report/v1"
@@ -68,3 +68,23 @@ def test_bad_files_are_named_and_set_aside_and_the_rest_load(tmp_path):
 def test_an_id_that_is_not_a_file_name_is_refused(tmp_path, bad_id):
     with pytest.raises(ValueError, match="report_id pattern"):
         HangStore(tmp_path).path_of(bad_id)
+
+
+def test_evidence_only_changes_are_written_at_most_every_refresh(tmp_path):
+    store = HangStore(tmp_path)
+    first = fixture("rank-not-joined-open.json")
+    assert store.save(first, now_mono_ns=0)
+    later = msgspec.structs.replace(
+        first, detected_mono_ns=first.detected_mono_ns + 10**9, summary="same hang, older"
+    )
+    assert not store.save(later, now_mono_ns=10**9)  # same conclusion, written 1 s ago
+    kept = store.reports[first.report_id]
+    assert kept.summary == "same hang, older"  # served fresh
+    assert kept.detected_mono_ns == first.detected_mono_ns  # first detection time kept
+    on_disk = json.loads(store.path_of(first.report_id).read_text())
+    assert on_disk["summary"] == first.summary
+    assert store.save(later, now_mono_ns=REFRESH_NS + 1)  # refreshed
+    assert json.loads(store.path_of(first.report_id).read_text())["summary"] == "same hang, older"
+    new_culprit = msgspec.structs.replace(later.culprits[0], comm_rank=3)
+    changed = msgspec.structs.replace(later, culprits=[new_culprit])
+    assert store.save(changed, now_mono_ns=REFRESH_NS + 2)  # a new conclusion: at once

@@ -22,7 +22,7 @@ from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models.hang_report_v1 import Verdict
 
 
-def run_service_during_sim(plugin_path, home, faults):
+def run_service_during_sim(plugin_path, home, faults, steps: int = 2):
     (home / "metadata").mkdir(parents=True, exist_ok=True)
     lock = open(home / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held for the run
     fcntl.flock(lock, fcntl.LOCK_EX)  # as the Agent does: producers leave their files to it
@@ -41,7 +41,7 @@ def run_service_during_sim(plugin_path, home, faults):
         home=str(home),
         workload="ddp",
         ranks=4,
-        steps=2,
+        steps=steps,
         time_scale=0.02,
         hang_hold_s=3.0,
         faults=tuple(parse_fault(f) for f in faults),
@@ -150,3 +150,19 @@ def test_the_agent_command_names_a_bad_setting(tmp_path):
     agent = agent_process(tmp_path, COMMINSIGHT_AGENT_POLL_INTERVAL_MS="0")
     _, stderr = agent.communicate(timeout=30)
     assert agent.returncode == 2 and "COMMINSIGHT_AGENT_POLL_INTERVAL_MS" in stderr
+
+
+def test_a_sleeper_is_reported_then_resolved_when_it_rejoins(plugin, tmp_path):  # noqa: F811
+    # enough steps after the sleep that passes see the communicator live again before finalize
+    faults = ("sleep:rank=0,op=5,seconds=2",)
+    service = run_service_during_sim(plugin, tmp_path, faults, steps=100)
+    reports = list(service.hangs.reports.values())
+    assert reports, "no report"
+    stuck = [r for r in reports if r.verdict is Verdict.stuck_outside_nccl]
+    assert stuck and [c.comm_rank for c in stuck[0].culprits] == [0]
+    assert all(r.status.value == "resolved" for r in reports), [r.summary for r in reports]
+    assert stuck[0].resolution.value == "op_completed"
+    assert stuck[0].resolved_mono_ns > stuck[0].detected_mono_ns
+    again = HangStore(tmp_path)
+    again.load()
+    assert again.reports[stuck[0].report_id].status.value == "resolved"  # written, not only kept

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import time
 from pathlib import Path
 
 import msgspec
@@ -25,6 +26,18 @@ log = logging.getLogger(__name__)
 # hang-report v1's report_id pattern: no '/', no leading '.', so a file name in this directory.
 REPORT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 INVALID = "invalid"
+# An open report's evidence (ages, progress) changes every pass; on disk it is refreshed at
+# most this often unless what it concludes changes (verdict, severity, status, culprits).
+REFRESH_NS = 5_000_000_000
+
+
+def _conclusion(report: HangReport) -> tuple:
+    return (
+        report.verdict,
+        report.severity,
+        report.status,
+        tuple(sorted(c.comm_rank for c in report.culprits)),
+    )
 
 
 class HangStore:
@@ -32,6 +45,7 @@ class HangStore:
         self.dir = Path(home) / "metadata" / "hangs"
         self.reports: dict[str, HangReport] = {}
         self.errors: dict[str, str] = {}  # file name -> why it was not loaded
+        self._on_disk: dict[str, tuple[HangReport, int]] = {}  # id -> (as written, when)
 
     def path_of(self, report_id: str) -> Path:
         if not REPORT_ID.match(report_id):
@@ -40,12 +54,29 @@ class HangStore:
             )
         return self.dir / f"{report_id}.json"
 
-    def save(self, report: HangReport) -> bool:
-        """Write the report if it is new or changed; True when it was written."""
-        if self.reports.get(report.report_id) == report:
+    def save(self, report: HangReport, now_mono_ns: int | None = None) -> bool:
+        """Keep the report; write it if it is new, concludes something new, or its evidence
+        on disk is older than REFRESH_NS. A report seen again keeps its first detection time.
+        True when it was written."""
+        now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
+        old = self.reports.get(report.report_id)
+        if old is not None and old.status is report.status:
+            report = msgspec.structs.replace(
+                report, detected_mono_ns=old.detected_mono_ns, detected_real_ns=old.detected_real_ns
+            )
+        path = self.path_of(report.report_id)
+        self.reports[report.report_id] = report  # served fresh even when not written now
+        written, written_at = self._on_disk.get(report.report_id, (None, 0))
+        if written == report:
             return False
-        write_atomically(self.path_of(report.report_id), msgspec.json.encode(report))
-        self.reports[report.report_id] = report
+        if (
+            written is not None
+            and _conclusion(written) == _conclusion(report)
+            and now - written_at < REFRESH_NS
+        ):
+            return False
+        write_atomically(path, msgspec.json.encode(report))
+        self._on_disk[report.report_id] = (report, now)
         return True
 
     def load(self) -> None:
@@ -62,6 +93,7 @@ class HangStore:
                 self._set_aside(path, str(err))
                 continue
             self.reports[report.report_id] = report
+            self._on_disk[report.report_id] = (report, -REFRESH_NS)  # refresh allowed at once
 
     def _set_aside(self, path: Path, reason: str) -> None:
         self.errors[path.name] = reason

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from comminsight.agent.diagnosis import diagnose
 from comminsight.agent.fifo_reader import HangEvent, HangEventFifo
+from comminsight.agent.hang_resolution import resolve_cleared
 from comminsight.agent.hang_store import HangStore
 from comminsight.agent.metrics import NodeMetrics, update_from_producers
 from comminsight.agent.producers import ProducerSet
@@ -72,6 +73,9 @@ class AgentService:
         for report in reports:
             if self.hangs.save(report):
                 log.warning("hang report %s: %s", report.report_id, report.summary)
+        for report in resolve_cleared(list(self.hangs.reports.values()), reports, snapshot):
+            self.hangs.save(report)
+            log.warning("hang report %s resolved: %s", report.report_id, report.resolution.value)
         self.passes += 1
         return reports
 
