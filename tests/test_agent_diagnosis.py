@@ -285,14 +285,11 @@ def poll_once(home: Path) -> NodeSnapshot:
             region.close()
 
 
-def run_and_diagnose(
+def e2e_sim_config(
     plugin: Path, home: Path, faults: tuple[str, ...], steps: int = 2, time_scale: float = 0.02
-):
-    """Run the sim in a thread and diagnose every 100 ms; returns every poll's reports."""
-    (home / "metadata").mkdir(parents=True, exist_ok=True)
-    lock = open(home / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held for the run
-    fcntl.flock(lock, fcntl.LOCK_EX)  # so the plugin leaves its SHM files for us
-    config = SimConfig(
+) -> SimConfig:
+    """Four DDP ranks with the fast heartbeat and 0.5 s hang threshold of E2E_ENV."""
+    return SimConfig(
         plugin=str(plugin),
         home=str(home),
         workload="ddp",
@@ -303,6 +300,16 @@ def run_and_diagnose(
         faults=tuple(parse_fault(f) for f in faults),
         env=E2E_ENV,
     )
+
+
+def run_and_diagnose(
+    plugin: Path, home: Path, faults: tuple[str, ...], steps: int = 2, time_scale: float = 0.02
+):
+    """Run the sim in a thread and diagnose every 100 ms; returns every poll's reports."""
+    (home / "metadata").mkdir(parents=True, exist_ok=True)
+    lock = open(home / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held for the run
+    fcntl.flock(lock, fcntl.LOCK_EX)  # so the plugin leaves its SHM files for us
+    config = e2e_sim_config(plugin, home, faults, steps, time_scale)
     result = {}
     sim = threading.Thread(target=lambda: result.setdefault("sim", run_simulation(config)))
     sim.start()

@@ -13,11 +13,11 @@ import threading
 import time
 
 import msgspec
-from test_agent_diagnosis import E2E_ENV, E2E_THRESHOLD_S, plugin  # noqa: F401 - fixture
+from test_agent_diagnosis import E2E_THRESHOLD_S, e2e_sim_config, plugin  # noqa: F401 - fixture
 
 from comminsight.agent.hang_store import HangStore
 from comminsight.agent.service import AgentService
-from comminsight.sim import SimConfig, parse_fault, run_simulation
+from comminsight.sim import run_simulation
 from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models.hang_report_v1 import Verdict
 
@@ -36,17 +36,7 @@ def run_service_during_sim(plugin_path, home, faults, steps: int = 2):
         ConfigV1,
     )
     service = AgentService(settings)
-    config = SimConfig(
-        plugin=str(plugin_path),
-        home=str(home),
-        workload="ddp",
-        ranks=4,
-        steps=steps,
-        time_scale=0.02,
-        hang_hold_s=3.0,
-        faults=tuple(parse_fault(f) for f in faults),
-        env=E2E_ENV,
-    )
+    config = e2e_sim_config(plugin_path, home, faults, steps)
 
     async def main():
         stop = asyncio.Event()
@@ -122,17 +112,7 @@ def test_the_agent_command_reports_a_dead_rank_and_stops_on_sigterm(plugin, tmp_
         wait_for(tmp_path / "fifos" / "hang-events.fifo")  # it holds the lock and the FIFO
         second = agent_process(tmp_path)
         assert second.wait(timeout=30) == 1 and "another agent holds" in second.stderr.read()
-        config = SimConfig(
-            plugin=str(plugin),
-            home=str(tmp_path),
-            workload="ddp",
-            ranks=4,
-            steps=2,
-            time_scale=0.02,
-            hang_hold_s=3.0,
-            faults=(parse_fault("die:rank=2,op=5"),),
-            env=E2E_ENV,
-        )
+        config = e2e_sim_config(plugin, tmp_path, ("die:rank=2,op=5",))
         assert not run_simulation(config).errors
         time.sleep(0.5)  # a pass or more after the run
     finally:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from comminsight.agent.snapshot import rank_or_none
 from comminsight.shm_reader import enum_label, record_text
 from comminsight_gen.abi import fifo_event_v1, shm_v1
 
@@ -101,10 +102,6 @@ def _op_kind(code: int) -> str:
     return "unknown"
 
 
-def _rank_or_none(value: int) -> int | None:
-    return value if value >= 0 else None
-
-
 def decode_event(raw: bytes) -> HangEvent:
     """One EVENT_SIZE-byte event whose header has already been checked."""
     e = np.frombuffer(raw, dtype=EVENT, count=1)[0]
@@ -113,8 +110,8 @@ def decode_event(raw: bytes) -> HangEvent:
         event_seq=int(e["event_seq"]),
         pid=int(e["pid"]),
         hostname=record_text(e["hostname"]),
-        local_rank=_rank_or_none(int(e["local_rank"])),
-        cuda_device=_rank_or_none(int(e["cuda_device"])),
+        local_rank=rank_or_none(int(e["local_rank"])),
+        cuda_device=rank_or_none(int(e["cuda_device"])),
         comm_id=int(e["comm_id"]),
         comm_name=record_text(e["comm_name"]),
         rank=int(e["rank"]),
@@ -122,7 +119,7 @@ def decode_event(raw: bytes) -> HangEvent:
         op_kind=_op_kind(int(e["op_kind"])),
         func=enum_label(shm_v1.FUNC_LABELS, shm_v1.Func, int(e["func"])),
         datatype=enum_label(shm_v1.DATATYPE_LABELS, shm_v1.Datatype, int(e["datatype"])),
-        peer=_rank_or_none(int(e["peer"])),
+        peer=rank_or_none(int(e["peer"])),
         op_seq=int(e["op_seq"]),
         op_index=int(e["op_index"]),
         count=int(e["count"]),

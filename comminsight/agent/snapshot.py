@@ -156,7 +156,8 @@ def pid_exists(pid: int) -> bool:
     return True
 
 
-def _rank_or_none(value: int) -> int | None:
+def rank_or_none(value: int) -> int | None:
+    """A rank field of the ABIs, where NO_RANK means none."""
     return None if value == NO_RANK else value
 
 
@@ -170,8 +171,8 @@ def process_view(
     return ProcessView(
         pid=pid,
         host=record_text(h["hostname"]),
-        global_rank=_rank_or_none(int(h["rank"])),
-        local_rank=_rank_or_none(int(h["local_rank"])),
+        global_rank=rank_or_none(int(h["rank"])),
+        local_rank=rank_or_none(int(h["local_rank"])),
         job_id=record_text(h["job_id"]),
         file_state=int(h["state"]),
         start_real_ns=int(h["start_real_ns"]),
@@ -206,7 +207,7 @@ def inflight_op(row) -> InflightOp | None:
         op_index=int(row["inflight_op_index"]),
         count=int(row["inflight_count_elems"]),
         bytes=int(row["inflight_bytes"]),
-        peer=_rank_or_none(int(row["inflight_peer"])),
+        peer=rank_or_none(int(row["inflight_peer"])),
         n_channels=int(row["inflight_n_channels"]),
         channels_started=int(row["inflight_channels_started"]),
         channels_stopped=int(row["inflight_channels_stopped"]),
