@@ -186,6 +186,12 @@ class Archiver:
             **kwargs,
         )
 
+    @property
+    def last_error(self) -> ArchiveErrorInfo | None:
+        """The last failed upload, None once an upload succeeded again."""
+        with self._state_lock:
+            return self._last_error
+
     def register_kind(self, kind: ArchiveKind) -> None:
         """Archive another kind of file (e.g. a new summary directory) from the next pass on."""
         self.local.add_kind(kind)

@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 
 from comminsight.durable_files import make_private_dirs, write_atomically
-from comminsight_gen.models.hang_report_v1 import HangReport
+from comminsight_gen.models.hang_report_v1 import HangReport, ReportStatus, Resolution
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,12 @@ class HangStore:
         True when it was written."""
         now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
         old = self.reports.get(report.report_id)
+        if (
+            old is not None
+            and old.resolution is Resolution.operator
+            and report.status is ReportStatus.open
+        ):
+            return False  # an operator closed this hang; seeing it again does not reopen it
         if old is not None and old.status is report.status:
             report = msgspec.structs.replace(
                 report, detected_mono_ns=old.detected_mono_ns, detected_real_ns=old.detected_real_ns

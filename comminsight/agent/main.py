@@ -2,12 +2,12 @@
 
 Holds `<home>/metadata/agent.lock` for its whole life (the Profilers' sign that an Agent will
 retire their SHM files, and what keeps a second Agent out), then runs AgentService until
-SIGTERM or SIGINT. What it does today: SHM ingest, metrics state, the hang-event FIFO, hang
-diagnosis and reports under `<home>/metadata/hangs/`. The HTTP API and /metrics endpoint are
-not served yet (issue 4); the Agent says so at start.
+SIGTERM or SIGINT: SHM ingest, metrics, the hang-event FIFO, hang diagnosis and reports under
+`<home>/metadata/hangs/`, archive passes, and the Agent Master API with /metrics on
+COMMINSIGHT_AGENT_LISTEN.
 
-Exit status: 0 after a signal, 1 when another Agent holds the lock or the home is unusable,
-2 for a configuration error.
+Exit status: 0 after a signal, 1 when another Agent holds the lock, the home is unusable or
+the listen address cannot be bound, 2 for a configuration error.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import signal
 import sys
 from pathlib import Path
 
+from comminsight.agent.api_server import start_server
 from comminsight.agent.fifo_reader import FifoError
 from comminsight.agent.service import AgentService
 from comminsight.config import ConfigError, load_settings
@@ -40,12 +41,24 @@ def take_lock(home: Path):
     return f
 
 
-async def serve(service: AgentService) -> None:
+class ListenError(Exception):
+    pass
+
+
+async def serve(service: AgentService, listen: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await service.run(stop)
+    try:
+        runner = await start_server(service, listen)
+    except OSError as e:
+        raise ListenError(f"cannot listen on {listen} (COMMINSIGHT_AGENT_LISTEN): {e}") from e
+    log.info("Agent Master API and /metrics on http://%s", listen)
+    try:
+        await service.run(stop)
+    finally:
+        await runner.cleanup()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,14 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     log.info("home %s: watching shms/ and fifos/hang-events.fifo", home)
-    log.warning(
-        "the HTTP API and /metrics are not served by this build yet (issue 4); "
-        "hang reports are written under %s",
-        home / "metadata" / "hangs",
-    )
     try:
-        asyncio.run(serve(AgentService(settings)))
-    except FifoError as e:
+        asyncio.run(serve(AgentService(settings), settings.agent_listen))
+    except (FifoError, ListenError) as e:
         print(f"comminsight-agent: {e}", file=sys.stderr)
         return 1
     finally:

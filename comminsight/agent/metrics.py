@@ -111,6 +111,7 @@ class NodeMetrics:
         self.files_refused = 0
         self.producers = 0
         self.lag_s = 0.0
+        self.open_hangs: dict[str, int] = {}  # verdict -> open hang reports
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -227,6 +228,14 @@ class NodeMetrics:
         yield GaugeMetricFamily(
             "comminsight_agent_producers", "Profiler processes being read", value=self.producers
         )
+        hangs = GaugeMetricFamily(
+            "comminsight_hangs_open",
+            "Open hang reports of this node's diagnosis, by verdict",
+            labels=["verdict"],
+        )
+        for verdict, count in sorted(self.open_hangs.items()):
+            hangs.add_metric([verdict], count)
+        yield hangs
         yield GaugeMetricFamily(
             "comminsight_agent_lag_seconds",
             "Completion-to-ingest delay of the newest record read",
@@ -254,12 +263,15 @@ def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns:
     totals = dict.fromkeys(PROFILER_COUNTERS, 0)
     for producer in producers.producers.values():
         for row in producer.region.comm_entries():
-            if int(row["state"]) != shm_v1.CommState.ACTIVE:
+            state = int(row["state"])
+            if state == shm_v1.CommState.FREE:
                 continue
             comm_id = int(row["comm_id"])
             name = record_text(row["name"])
-            if name:
+            if name:  # finalized rows too: an agent may start after the job ended
                 metrics.comm_names.setdefault(comm_id, name)
+            if state != shm_v1.CommState.ACTIVE:
+                continue
             if int(row["inflight_count"]) and int(row["inflight_kind"]):
                 age = max(0, now_mono_ns - int(row["inflight_enqueue_mono_ns"])) / 1e9
                 label = metrics.comm_label(comm_id)

@@ -2,28 +2,44 @@
 metrics, diagnoses the node and keeps the hang reports on disk; FIFO hang events arrive in
 between through the event loop and trigger a pass at once rather than at the next tick.
 
-Data flows one way per pass: SHM rings -> ProducerSet batches -> NodeMetrics; SHM comm tables
--> NodeSnapshot -> diagnose -> HangStore. The HTTP API (still to come, issue 4) only reads the
-state kept here.
+Data flows one way per pass: SHM rings -> ProducerSet batches -> NodeMetrics, the recent-ops
+window and the engine hook (per GPU); SHM comm tables -> NodeSnapshot -> diagnose -> HangStore.
+Archive passes run beside the loop in a thread of their own every ARCHIVE_INTERVAL_S. The
+HTTP API (api_server) only reads the state kept here, between passes on the same loop; its
+one write is an operator resolving a hang report.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
+import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 
+import msgspec
+import numpy as np
+
+from comminsight import __version__
+from comminsight.agent import api_views
+from comminsight.agent.archive import ArchiveConfigError, Archiver
 from comminsight.agent.diagnosis import diagnose
+from comminsight.agent.engine_hook import EngineHook, GpuStream, PassThroughEngine
 from comminsight.agent.fifo_reader import HangEvent, HangEventFifo
 from comminsight.agent.hang_resolution import resolve_cleared
 from comminsight.agent.hang_store import HangStore
 from comminsight.agent.metrics import NodeMetrics, update_from_producers
-from comminsight.agent.producers import ProducerSet
-from comminsight.agent.snapshot import NodeSnapshot, build_snapshot
+from comminsight.agent.producers import Batch, ProducerSet
+from comminsight.agent.recent_ops import Origin, RecentOps
+from comminsight.agent.snapshot import NodeSnapshot, build_snapshot, rank_or_none
+from comminsight.agent.step_files import StepFiles
+from comminsight_gen.abi import shm_v1
 from comminsight_gen.config_v1 import ConfigV1
-from comminsight_gen.models.hang_report_v1 import HangReport
+from comminsight_gen.models import agent_master_api_v1 as api
+from comminsight_gen.models.hang_report_v1 import HangReport, ReportStatus, Resolution
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +48,30 @@ HISTORY = 50  # snapshots kept for the straggler verdict
 RECENT_EVENTS = 1000  # FIFO hang events kept for the API
 # A dead producer's region is kept this long after it is drained: process_died needs it.
 MIN_RETIRE_S = 60.0
+ARCHIVE_INTERVAL_S = 30.0  # sealed segments wait at most this long for their upload
+_OP_KINDS = [shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P]
 
 
 class AgentService:
-    def __init__(self, settings: ConfigV1) -> None:
+    def __init__(self, settings: ConfigV1, engine: EngineHook | None = None) -> None:
         self.settings = settings
         self.home = Path(settings.home)
+        self.node_name = settings.agent_node_name or socket.gethostname()
+        self.started_real_ns = time.time_ns()
+        self.started_mono_ns = time.monotonic_ns()
+        self.recent_ops = RecentOps(settings.agent_recent_ops)
+        self.step_files = StepFiles(self.home)
+        self.engine: EngineHook = engine or PassThroughEngine()
+        self.archiver: Archiver | None = None
+        self.archive_error: str | None = None
+        try:
+            self.archiver = Archiver.from_settings(settings)
+        except ArchiveConfigError as e:
+            self.archive_error = str(e)
+            log.error("archiving is off: %s", e)
+        self._archive_thread: threading.Thread | None = None
+        self._archive_due_mono_ns = 0
+        self.stopping = False
         self.producers = ProducerSet(self.home, batch_max=settings.agent_batch_max)
         self.metrics = NodeMetrics()
         self.fifo = HangEventFifo(self.home)
@@ -54,9 +88,10 @@ class AgentService:
         now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
         batches = self.producers.poll(now, retire_after_ns=self.retire_after_ns)
         update_from_producers(self.metrics, self.producers, batches, now)
+        self._hand_on(batches)
         snapshot = build_snapshot(
             [p.region for p in self.producers.producers.values()],
-            node_name=self.settings.agent_node_name or None,
+            node_name=self.node_name,
             heartbeat_stale_ms=self.settings.agent_heartbeat_stale_ms,
             now_mono_ns=now,
         )
@@ -76,8 +111,181 @@ class AgentService:
         for report in resolve_cleared(list(self.hangs.reports.values()), reports, snapshot):
             self.hangs.save(report)
             log.warning("hang report %s resolved: %s", report.report_id, report.resolution.value)
+        self.metrics.open_hangs = Counter(
+            r.verdict.value for r in self.hangs.reports.values() if r.status is ReportStatus.open
+        )
         self.passes += 1
+        self._maybe_archive(now)
         return reports
+
+    def _hand_on(self, batches: list[Batch]) -> None:
+        """Completed ops to the recent-ops window and, per GPU, to the engine hook."""
+        for batch in batches:
+            ops = batch.records[np.isin(batch.records["kind"], _OP_KINDS)]
+            if not len(ops):
+                continue
+            h = batch.producer.region.header
+            pid, start_real = batch.producer.pid, int(h["start_real_ns"])
+            rank = rank_or_none(int(h["rank"]))
+            origin = Origin(pid, rank, self.node_name, start_real, int(h["start_mono_ns"]))
+            self.recent_ops.add(origin, ops)
+            device = int(h["cuda_device"])
+            gpu = GpuStream(self.node_name, pid, start_real, rank, device if device >= 0 else None)
+            self.engine.feed(gpu, ops)
+        mapped = self.producers.producers.values()
+        self.recent_ops.set_live({(p.pid, int(p.region.header["start_real_ns"])) for p in mapped})
+
+    # ---- archive -------------------------------------------------------------------------
+
+    def _maybe_archive(self, now_mono_ns: int) -> None:
+        """Start an archive pass in its own thread when one is due and none runs. A daemon
+        thread: stopping the agent mid-upload is what the archive's exactly-once design is for,
+        so shutdown never waits on a slow object store."""
+        if self.archiver is None or now_mono_ns < self._archive_due_mono_ns:
+            return
+        if self._archive_thread is not None and self._archive_thread.is_alive():
+            return
+        self._archive_due_mono_ns = now_mono_ns + int(ARCHIVE_INTERVAL_S * S)
+        self._archive_thread = threading.Thread(
+            target=self._archive_pass, name="archive", daemon=True
+        )
+        self._archive_thread.start()
+
+    def _archive_pass(self) -> None:
+        try:
+            report = self.archiver.run_once()
+        except Exception:  # a bug or an unexpected provider error must not end the agent
+            log.exception("archive pass failed")
+            return
+        if report.uploaded_files or report.deleted_files or report.failed_files:
+            log.info(
+                "archive: %d uploaded (%d bytes), %d adopted, %d failed, %d deleted locally",
+                report.uploaded_files,
+                report.uploaded_bytes,
+                report.adopted_files,
+                len(report.failed_files),
+                report.deleted_files,
+            )
+
+    # ---- what the API reads --------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Serving: the first pass is done and the agent is not stopping."""
+        return self.passes > 0 and not self.stopping
+
+    def live_node(self) -> api_views.LiveNode:
+        return api_views.read_live_node(
+            self.producers.producers.values(),
+            self.node_name,
+            self.settings.agent_heartbeat_stale_ms * 1_000_000,
+            time.monotonic_ns(),
+            time.time_ns(),
+        )
+
+    def open_report_ids(self) -> dict[str, list[str]]:
+        by_comm: dict[str, list[str]] = {}
+        for r in self.hangs.reports.values():
+            if r.status is ReportStatus.open:
+                by_comm.setdefault(r.comm.comm_id, []).append(r.report_id)
+        return by_comm
+
+    def resolve_by_operator(self, report_id: str, note: str | None) -> HangReport:
+        """POST hangs/{id}/resolve: idempotent; the operator's decision sticks while the
+        diagnosis keeps finding the same hang."""
+        report = self.hangs.reports[report_id]
+        if report.status is ReportStatus.resolved:
+            return report
+        resolved = msgspec.structs.replace(
+            report,
+            status=ReportStatus.resolved,
+            resolution=Resolution.operator,
+            resolved_mono_ns=max(time.monotonic_ns(), report.detected_mono_ns),
+            resolved_real_ns=max(time.time_ns(), report.detected_real_ns),
+            **({"resolution_note": note} if note else {}),
+        )
+        self.hangs.save(resolved)
+        log.warning("hang report %s resolved by an operator: %s", report_id, note or "")
+        return resolved
+
+    def health(self) -> api.Health:
+        reasons = []
+        for name, why in sorted(self.producers.counters.refused.items()):
+            reasons.append(f"SHM file {name} quarantined: {why}")
+        draining = [p for p in self.producers.producers.values() if p.gone_since_mono_ns]
+        if draining:
+            reasons.append(
+                "profiled process(es) exited: pid " + ", ".join(str(p.pid) for p in draining)
+            )
+        if self.producers.counters.records_lost:
+            reasons.append(
+                f"{self.producers.counters.records_lost} op records were overwritten before "
+                "the agent read them"
+            )
+        for name, why in sorted(self.hangs.errors.items()):
+            reasons.append(f"hang report file {name} set aside: {why}")
+        if self.archive_error:
+            reasons.append(f"archiving is off: {self.archive_error}")
+        elif self.archiver is not None and self.archiver.last_error is not None:
+            reasons.append(f"archive upload failing: {self.archiver.last_error.message}")
+        alive = sum(1 for p in self.producers.producers.values() if p.gone_since_mono_ns is None)
+        comm_ids = {
+            int(row["comm_id"])
+            for p in self.producers.producers.values()
+            for row in p.region.comm_entries()
+            if int(row["state"]) != shm_v1.CommState.FREE
+        }
+        lag = self.metrics.lag_s * 1000 if self.producers.counters.records else None
+        return api.Health(
+            status=api.HealthStatus.degraded if reasons else api.HealthStatus.ok,
+            reasons=reasons,
+            mode=api.AgentMode(self.settings.agent_mode),
+            node_name=self.node_name,
+            agent_version=__version__,
+            started_real_ns=self.started_real_ns,
+            uptime_s=(time.monotonic_ns() - self.started_mono_ns) / S,
+            processes_alive=alive,
+            processes_total=len(self.producers.producers),
+            communicators_total=len(comm_ids),
+            open_hangs=sum(1 for r in self.hangs.reports.values() if r.status is ReportStatus.open),
+            nodes_connected=1,
+            nodes_total=1,
+            ingest_lag_ms=lag,
+        )
+
+    def node_model(self, live: api_views.LiveNode) -> api.Node:
+        return api.Node(
+            node_name=self.node_name,
+            host=socket.gethostname(),
+            boot_id=_boot_id(),
+            mode=api.AgentMode(self.settings.agent_mode),
+            agent_version=__version__,
+            agent_pid=os.getpid(),
+            comminsight_home=str(self.home),
+            started_real_ns=self.started_real_ns,
+            now_mono_ns=live.now_mono_ns,
+            now_real_ns=live.now_real_ns,
+            processes=api_views.processes(live),
+        )
+
+    def node_summary(self, live: api_views.LiveNode) -> api.NodeSummary:
+        """This node as /nodes lists it (a standalone agent knows no other)."""
+        procs = api_views.processes(live)
+        return api.NodeSummary(
+            node_name=self.node_name,
+            host=socket.gethostname(),
+            mode=api.AgentMode(self.settings.agent_mode),
+            state=api.NodeState.local,
+            agent_version=__version__,
+            processes_alive=sum(1 for p in procs if p.alive),
+            processes_total=len(procs),
+            global_ranks=sorted({p.global_rank for p in procs if p.global_rank is not None}),
+            last_seen_real_ns=live.now_real_ns,
+            last_seen_age_ms=0,
+            last_applied_batch_seq=None,
+            rejects_total=0,
+            last_reject=None,
+        )
 
     def _on_fifo_events(self, events: list[HangEvent]) -> None:
         self.hang_events.extend(events)
@@ -103,5 +311,13 @@ class AgentService:
                 for task in (stopping, woken):
                     task.cancel()
         finally:
+            self.stopping = True
             self.fifo.close()
             self.producers.close()
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:64] or None
+    except OSError:
+        return None

@@ -1,0 +1,98 @@
+"""An AgentService with its HTTP API, on 127.0.0.1 (an ephemeral port) in a background thread,
+for tests that talk to the real server over TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+
+import msgspec
+
+from comminsight.agent.api_server import start_server
+from comminsight.agent.service import AgentService
+from comminsight_gen.config_v1 import ConfigV1
+
+
+class LiveAgent:
+    """polling=False: one pass at start, then the API alone, so what a test puts into the
+    service (a hang report, say) is not changed by later passes."""
+
+    def __init__(self, home, polling: bool = True, **settings) -> None:
+        self.polling = polling
+        self.settings = msgspec.convert(
+            {"home": str(home), "agent_listen": "127.0.0.1:0", **settings}, ConfigV1
+        )
+        self.service = AgentService(self.settings)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.base_url = ""
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="live-agent", daemon=True)
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as e:  # surfaced by start()
+            self._error = e
+            self._started.set()
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        runner = await start_server(self.service, self.settings.agent_listen)
+        host, port = runner.addresses[0][:2]
+        self.base_url = f"http://{host}:{port}"
+        if self.polling:
+            task = asyncio.ensure_future(self.service.run(self._stop))
+        else:
+            self.service.poll_once()
+            task = asyncio.ensure_future(self._stop.wait())
+        while not self.service.ready and not task.done():
+            await asyncio.sleep(0.01)
+        self._started.set()
+        try:
+            await task
+        finally:
+            await runner.cleanup()
+
+    def start(self) -> LiveAgent:
+        self._thread.start()
+        self._started.wait(30)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def call(self, fn, *args):
+        """Run fn on the agent's loop (between passes) and return its result."""
+
+        async def run():
+            return fn(*args)
+
+        future = asyncio.run_coroutine_threadsafe(run(), self.loop)
+        return future.result(timeout=30)
+
+    def wait_passes(self, n: int = 2) -> None:
+        """Until n more passes ran (everything published before now is ingested)."""
+        target = self.service.passes + n
+        for _ in range(3000):
+            if self.service.passes >= target:
+                return
+            try:
+                self.call(lambda: None)
+            except concurrent.futures.TimeoutError:
+                pass
+            threading.Event().wait(0.01)
+        raise AssertionError("the agent made no progress")
+
+    def stop(self) -> None:
+        if self.loop is not None and self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+    def __enter__(self) -> LiveAgent:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
