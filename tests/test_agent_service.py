@@ -7,11 +7,13 @@ import asyncio
 import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 
+import httpx
 import msgspec
 from test_agent_diagnosis import E2E_THRESHOLD_S, e2e_sim_config, plugin  # noqa: F401 - fixture
 
@@ -82,7 +84,14 @@ def test_a_healthy_run_leaves_no_report(plugin, tmp_path):  # noqa: F811
     assert [e for e in service.hang_events if e.event_type == "hang_suspected"] == []
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def agent_process(home, **env):
+    env.setdefault("COMMINSIGHT_AGENT_LISTEN", f"127.0.0.1:{free_port()}")
     return subprocess.Popen(
         [sys.executable, "-m", "comminsight.agent.main"],
         env={
@@ -106,15 +115,36 @@ def wait_for(path, timeout_s: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def api_get(listen: str, path: str, timeout_s: float = 20.0):
+    """GET from the agent's API, waiting for it to come up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            response = httpx.get(f"http://{listen}{path}", timeout=5)
+            if response.status_code != 503:  # 503 while the first pass runs
+                return response
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, f"no answer from {listen}{path}"
+        time.sleep(0.05)
+
+
 def test_the_agent_command_reports_a_dead_rank_and_stops_on_sigterm(plugin, tmp_path):  # noqa: F811
-    agent = agent_process(tmp_path)
+    listen = f"127.0.0.1:{free_port()}"
+    agent = agent_process(tmp_path, COMMINSIGHT_AGENT_LISTEN=listen)
     try:
         wait_for(tmp_path / "fifos" / "hang-events.fifo")  # it holds the lock and the FIFO
+        assert api_get(listen, "/api/v1/health").json()["processes_total"] == 0
         second = agent_process(tmp_path)
         assert second.wait(timeout=30) == 1 and "another agent holds" in second.stderr.read()
         config = e2e_sim_config(plugin, tmp_path, ("die:rank=2,op=5",))
         assert not run_simulation(config).errors
         time.sleep(0.5)  # a pass or more after the run
+        hangs = api_get(listen, "/api/v1/hangs?status=all", timeout_s=5).json()["items"]
+        assert "process_died" in {h["verdict"] for h in hangs}, hangs
+        metrics = api_get(listen, "/metrics").text
+        assert "# TYPE comminsight_hangs_open gauge" in metrics
+        assert 'comminsight_ops_total{comm="default_pg:0"' in metrics
     finally:
         agent.send_signal(signal.SIGTERM)
         _, stderr = agent.communicate(timeout=30)
@@ -123,7 +153,18 @@ def test_the_agent_command_reports_a_dead_rank_and_stops_on_sigterm(plugin, tmp_
     store.load()
     verdicts = {r.verdict for r in store.reports.values()}
     assert Verdict.process_died in verdicts, stderr
-    assert "not served by this build yet" in stderr
+    assert f"Agent Master API and /metrics on http://{listen}" in stderr
+
+
+def test_the_agent_command_names_an_address_it_cannot_listen_on(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = "127.0.0.1:%d" % taken.getsockname()[1]
+        agent = agent_process(tmp_path, COMMINSIGHT_AGENT_LISTEN=listen)
+        _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 1
+    assert f"cannot listen on {listen} (COMMINSIGHT_AGENT_LISTEN)" in stderr
 
 
 def test_the_agent_command_names_a_bad_setting(tmp_path):

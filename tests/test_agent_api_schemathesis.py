@@ -1,0 +1,74 @@
+"""schemathesis against the live Agent Master API (127.0.0.1, a background thread of this
+process): every operation of the protocol document, positive and negative cases, stateful
+links, all checks (server errors, status codes, content types, headers, response schemas,
+rejection of invalid data, ignored auth). Zero failures allowed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from live_agent import LiveAgent
+from test_agent_diagnosis import e2e_sim_config, plugin  # noqa: F401 - fixture
+from test_agent_producers import hold_agent_lock
+
+from comminsight.sim import run_simulation
+
+TOKEN = "schemathesis-token"
+FIXTURES = Path(__file__).parents[1] / "contract-tests" / "fixtures" / "json"
+
+
+def write_step_summaries(home: Path) -> None:
+    fixture = FIXTURES / "step-summary" / "v1" / "valid" / "ddp-warmup-anomalies.json"
+    base = json.loads(fixture.read_text())
+    step_dir = home / "semantics" / "step"
+    step_dir.mkdir(parents=True)
+    lines = [
+        json.dumps({**base, "step_index": step, "global_rank": rank})
+        for step in range(5)
+        for rank in range(4)
+    ]
+    (step_dir / "steps.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.slow
+def test_schemathesis_finds_nothing(plugin, tmp_path):  # noqa: F811
+    lock = hold_agent_lock(tmp_path)
+    write_step_summaries(tmp_path)
+    st = shutil.which("schemathesis", path=str(Path(sys.executable).parent))
+    assert st, "schemathesis is pinned in requirements/dev.txt"
+    with LiveAgent(tmp_path, agent_token=TOKEN, profiler_hang_timeout_s=0.5) as live:
+        # data behind every endpoint: communicators, ops, hang reports (a rank dies)
+        assert not run_simulation(e2e_sim_config(plugin, tmp_path, ("die:rank=2,op=5",))).errors
+        live.wait_passes(2)
+        assert live.service.hangs.reports, "the dead rank was not reported"
+        result = subprocess.run(
+            [
+                st,
+                "run",
+                f"{live.base_url}/openapi.json",
+                "--checks",
+                "all",
+                "--header",
+                f"Authorization: Bearer {TOKEN}",
+                "--phases",
+                "examples,coverage,fuzzing,stateful",
+                "--max-examples",
+                "40",
+                "--workers",
+                "2",
+                "--request-timeout",
+                "20",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    lock.close()
+    report = result.stdout[-8000:] + result.stderr[-2000:]
+    assert result.returncode == 0, report
+    print(report[-1500:])  # what was generated and checked, for the log
