@@ -8,6 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from comminsight.cli_agent import add_agent_commands
 from comminsight.config import ConfigError, load_settings
 from comminsight.sim.cli_args import add_sim_arguments
 
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub.add_parser("config", help="show the resolved configuration").set_defaults(func=cmd_config)
     sub.add_parser("demo", help="run the demo on an embedded default").set_defaults(func=cmd_demo)
+    add_agent_commands(sub)
     sim = sub.add_parser("sim", help="drive a profiler plugin with a simulated NCCL (no GPU)")
     add_sim_arguments(sim)
     sim.set_defaults(func=cmd_sim)

@@ -160,7 +160,7 @@ def test_the_agent_command_names_an_address_it_cannot_listen_on(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        listen = "127.0.0.1:%d" % taken.getsockname()[1]
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
         agent = agent_process(tmp_path, COMMINSIGHT_AGENT_LISTEN=listen)
         _, stderr = agent.communicate(timeout=30)
     assert agent.returncode == 1

@@ -1,0 +1,91 @@
+"""`comminsight status|comms|inflight|hangs|steps` as a user runs them: a real CLI process
+talking to a live agent through the generated client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import msgspec
+import pytest
+from live_agent import LiveAgent
+from test_agent_api import FIXTURES
+from test_agent_api_schemathesis import write_step_summaries
+from test_agent_producers import hold_agent_lock, run_sim
+
+from comminsight_gen.models.hang_report_v1 import HangReport
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory):
+    home = tmp_path_factory.mktemp("cli-home")
+    lock = hold_agent_lock(home)
+    truths = run_sim(home)
+    write_step_summaries(home)
+    with LiveAgent(home, polling=False) as live:
+        report = msgspec.json.decode(
+            (FIXTURES / "hang-report" / "v1" / "valid" / "rank-not-joined-open.json").read_bytes(),
+            type=HangReport,
+        )
+        live.call(live.service.hangs.save, report)
+        yield live, truths, report
+    lock.close()
+
+
+def cli(*args, url=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
+    env["COLUMNS"] = "250"  # wide tables: no wrapped cells in the assertions
+    command = [sys.executable, "-m", "comminsight.cli", *args]
+    if url:
+        command += ["--url", url]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_status_shows_health_and_processes(agent):
+    live, truths, _ = agent
+    out = cli("status", url=live.base_url)
+    assert out.returncode == 0, out.stderr
+    assert "Profiled processes" in out.stdout and "degraded" in out.stdout
+    assert all(str(t.run["pid"]) in out.stdout for t in truths)
+    data = json.loads(cli("status", "--json", url=live.base_url).stdout)
+    assert data["health"]["processes_total"] == len(truths)
+    assert sorted(p["global_rank"] for p in data["node"]["processes"]) == [0, 1, 2, 3]
+
+
+def test_comms_shows_the_communicator_totals(agent):
+    live, truths, _ = agent
+    completed = [op for t in truths for op in t.ops if op["completed"]]
+    out = cli("comms", "--full", url=live.base_url)
+    assert out.returncode == 0, out.stderr
+    assert "default_pg:0" in out.stdout and str(len(completed)) in out.stdout
+    data = json.loads(cli("comms", "--json", url=live.base_url).stdout)
+    assert [c["ops_completed_total"] for c in data] == [len(completed)]
+    assert data[0]["ranks"] is None
+    assert json.loads(cli("comms", "--json", "--state", "active", url=live.base_url).stdout) == []
+
+
+def test_inflight_hangs_and_steps(agent):
+    live, _, report = agent
+    out = cli("inflight", url=live.base_url)
+    assert out.returncode == 0 and "In flight: 0" in out.stdout
+    out = cli("hangs", url=live.base_url)
+    assert out.returncode == 0 and "rank_not_joined" in out.stdout
+    one = json.loads(cli("hangs", "--id", report.report_id, "--json", url=live.base_url).stdout)
+    assert one["report_id"] == report.report_id
+    detail = cli("hangs", "--id", report.report_id, url=live.base_url)
+    assert "Evidence per rank" in detail.stdout
+    steps = json.loads(cli("steps", "--rank", "2", "--json", url=live.base_url).stdout)
+    assert steps["total"] == 5 and {s["global_rank"] for s in steps["items"]} == {2}
+    assert "Step summaries: 20" in cli("steps", url=live.base_url).stdout
+
+
+def test_errors_are_named_and_exit_1(agent):
+    live, _, _ = agent
+    missing = cli("hangs", "--id", "no-such-report", url=live.base_url)
+    assert missing.returncode == 1 and "404 not_found" in missing.stderr
+    bad = cli("hangs", "--id", "bad id", url=live.base_url)
+    assert bad.returncode == 1 and "invalid_parameter" in bad.stderr
+    down = cli("status", url="http://127.0.0.1:9")
+    assert down.returncode == 1 and "cannot reach the agent at http://127.0.0.1:9" in down.stderr
