@@ -38,6 +38,10 @@ def agent(tmp_path_factory):
     home = tmp_path_factory.mktemp("api-home")
     lock = hold_agent_lock(home)  # producers leave their SHM files to an agent
     truths = run_sim(home)
+    # a garbage file and a truncated copy of a real one, among the real ones
+    real = sorted((home / "shms").glob("*.shm"))[0]
+    (home / "shms" / "ci-garbage-1-1.shm").write_bytes(b"not a profiler region" * 300)
+    (home / "shms" / "ci-truncated-2-2.shm").write_bytes(real.read_bytes()[:5000])
     with LiveAgent(home, agent_token=TOKEN, agent_recent_ops=50) as live:
         live.wait_passes(2)
         yield live, truths
@@ -67,6 +71,10 @@ def test_health_and_node_list_every_profiled_process(agent):
     assert health["open_hangs"] == 0 and health["nodes_total"] == 1
     assert health["status"] == "degraded"  # the simulated ranks have exited
     assert any("exited" in reason for reason in health["reasons"])
+    quarantined = [r for r in health["reasons"] if "quarantined" in r]
+    assert len(quarantined) == 2, health["reasons"]
+    assert any("ci-garbage-1-1.shm" in r for r in quarantined)
+    assert any("ci-truncated-2-2.shm" in r for r in quarantined)
     node = get(live, "/api/v1/node").json()
     assert sorted(p["global_rank"] for p in node["processes"]) == list(range(len(truths)))
     assert {p["pid"] for p in node["processes"]} == {t.run["pid"] for t in truths}
@@ -138,6 +146,8 @@ def test_metrics_count_what_the_simulation_completed_and_pass_promtool(agent):
         assert s.labels["comm"] == "default_pg:0"
         by_func[s.labels["op_type"]] += s.value
     assert by_func == Counter(op["func"] for op in completed_ops(truths))
+    refused = families["comminsight_agent_shm_files_refused"].samples[0]
+    assert refused.value == 2  # the garbage and the truncated file; the rest were served
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool not installed (Debian package prometheus)")

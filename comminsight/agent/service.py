@@ -4,7 +4,8 @@ between through the event loop and trigger a pass at once rather than at the nex
 
 Data flows one way per pass: SHM rings -> ProducerSet batches -> NodeMetrics, the recent-ops
 window and the engine hook (per GPU); SHM comm tables -> NodeSnapshot -> diagnose -> HangStore.
-Archive passes run beside the loop in a thread of their own every ARCHIVE_INTERVAL_S. The
+Archive passes run beside the loop in a thread of their own every
+COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S. The
 HTTP API (api_server) only reads the state kept here, between passes on the same loop; its
 one write is an operator resolving a hang report.
 """
@@ -48,7 +49,6 @@ HISTORY = 50  # snapshots kept for the straggler verdict
 RECENT_EVENTS = 1000  # FIFO hang events kept for the API
 # A dead producer's region is kept this long after it is drained: process_died needs it.
 MIN_RETIRE_S = 60.0
-ARCHIVE_INTERVAL_S = 30.0  # sealed segments wait at most this long for their upload
 _OP_KINDS = [shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P]
 
 
@@ -145,7 +145,7 @@ class AgentService:
             return
         if self._archive_thread is not None and self._archive_thread.is_alive():
             return
-        self._archive_due_mono_ns = now_mono_ns + int(ARCHIVE_INTERVAL_S * S)
+        self._archive_due_mono_ns = now_mono_ns + int(self.settings.common_archive_interval_s * S)
         self._archive_thread = threading.Thread(
             target=self._archive_pass, name="archive", daemon=True
         )

@@ -420,6 +420,17 @@ KEYS: tuple[ConfigKey, ...] = (
         maximum=1000,
     ),
     ConfigKey(
+        name="COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S",
+        field="common_archive_interval_s",
+        type="number",
+        default=30.0,
+        unit="s",
+        description="How often the Agent looks for sealed files to archive (a flush through the API archives at once).",
+        components=("agent",),
+        minimum=0.1,
+        maximum=86400.0,
+    ),
+    ConfigKey(
         name="COMMINSIGHT_COMMON_DISK_BUDGET_BYTES",
         field="common_disk_budget_bytes",
         type="integer",
@@ -493,6 +504,7 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     common_archive_url: Annotated[str, msgspec.Meta(description="Where sealed logs and summaries are archived: a directory path or an fsspec URL (s3://..., file://...). Empty means \u003cCOMMINSIGHT_HOME\u003e/archives.")] = ''
     common_archive_zstd_level: Annotated[int, msgspec.Meta(ge=1, le=22, description="zstd compression level of archived files.")] = 3
     common_archive_retry_max: Annotated[int, msgspec.Meta(ge=1, le=1000, description="Upload attempts before an archive error is reported (with exponential backoff).")] = 8
+    common_archive_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=86400.0, description="How often the Agent looks for sealed files to archive (a flush through the API archives at once).")] = 30.0
     common_disk_budget_bytes: Annotated[int, msgspec.Meta(ge=0, le=1125899906842624, description="Local inspector_logs and summaries are deleted, oldest first and only once archived, to stay under this size. 0 disables deletion.")] = 10737418240
     inject_disable: Annotated[bool, msgspec.Meta(description="Turn Inject off entirely.")] = False
     inject_step_markers: Annotated[bool, msgspec.Meta(description="Record optimizer-step timestamps to metadata/ as ground truth for the Semantic Engine.")] = False

@@ -1,0 +1,108 @@
+"""`comminsight-agent` SIGKILLed in the middle of a training run and started again: training
+goes on, every sealed inspector_logs segment reaches the archive exactly once (nothing
+uploaded twice, nothing lost), and the restarted agent serves the run from where it is."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import httpx
+import zstandard
+from test_agent_diagnosis import E2E_ENV, plugin  # noqa: F401 - fixture
+from test_agent_service import agent_process, api_get, free_port
+
+from comminsight.agent.archive_ledger import ArchiveLedger
+from comminsight.sim import SimConfig, run_simulation
+
+TOKEN = "restart-token"
+NODE = "node-r"
+
+
+def archived_objects(home):
+    return {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (home / "archives").rglob("*.zst")}
+
+
+def wait_until(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_agent_killed_mid_run_then_restarted_archives_every_segment_once(plugin, tmp_path):  # noqa: F811
+    env = {
+        "COMMINSIGHT_AGENT_NODE_NAME": NODE,
+        "COMMINSIGHT_AGENT_TOKEN": TOKEN,
+        "COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S": "0.1",
+    }
+    listen = f"127.0.0.1:{free_port()}"
+    config = SimConfig(
+        plugin=str(plugin),
+        home=str(tmp_path),
+        workload="ddp",
+        ranks=4,
+        steps=12,
+        time_scale=0.05,
+        # small segments: many seal during the run
+        env=(*E2E_ENV, ("COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES", "4096")),
+    )
+    first = agent_process(tmp_path, COMMINSIGHT_AGENT_LISTEN=listen, **env)
+    result = {}
+    sim = threading.Thread(target=lambda: result.setdefault("sim", run_simulation(config)))
+    try:
+        api_get(listen, "/api/v1/health")
+        sim.start()
+        ledger = tmp_path / "metadata" / "archive-ledger"
+        wait_until(
+            lambda: len(ArchiveLedger(ledger).entries()) >= 3,
+            60,
+            "the first agent archived nothing",
+        )
+        assert sim.is_alive(), "the run ended before the agent could be killed mid-run"
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        before_restart = archived_objects(tmp_path)
+        second = agent_process(tmp_path, COMMINSIGHT_AGENT_LISTEN=listen, **env)
+        try:
+            assert api_get(listen, "/api/v1/health").status_code == 200
+            sim.join(timeout=300)
+            assert not result["sim"].errors, result["sim"].errors
+            flushed = httpx.post(
+                f"http://{listen}/api/v1/archive/flush",
+                headers={"Authorization": f"Bearer {TOKEN}"},
+                timeout=30,
+            )
+            assert flushed.status_code == 202, flushed.text
+
+            def archived_all() -> bool:
+                status = api_get(listen, "/api/v1/archive").json()
+                return status["pending_files"] == 0 and not status["flush_in_progress"]
+
+            wait_until(archived_all, 60, "the restarted agent did not archive the rest")
+            status = api_get(listen, "/api/v1/archive").json()
+        finally:
+            second.send_signal(signal.SIGTERM)
+            _, stderr = second.communicate(timeout=30)
+        assert second.returncode == 0, stderr
+    finally:
+        if first.poll() is None:
+            first.kill()
+        sim.join(timeout=300)
+
+    segments = sorted((tmp_path / "inspector_logs").glob("*.jsonl"))
+    print(f"{len(before_restart)} of {len(segments)} segments archived before the kill")
+    assert len(segments) > len(before_restart) >= 3
+    objects = archived_objects(tmp_path)
+    expected = {tmp_path / "archives" / NODE / "inspector_logs" / f"{s.name}.zst" for s in segments}
+    assert set(objects) == expected  # every sealed segment, nothing else (no temporaries)
+    # nothing the killed agent committed was sent again
+    assert all(objects[p] == identity for p, identity in before_restart.items())
+    decompress = zstandard.ZstdDecompressor()
+    for segment in segments:
+        archived = tmp_path / "archives" / NODE / "inspector_logs" / f"{segment.name}.zst"
+        assert decompress.decompressobj().decompress(archived.read_bytes()) == segment.read_bytes()
+    entries = ArchiveLedger(tmp_path / "metadata" / "archive-ledger").entries()
+    assert sorted(e.source for e in entries) == [f"inspector_logs/{s.name}" for s in segments]
+    assert status["uploaded_files_total"] == len(segments) and status["last_error"] is None
