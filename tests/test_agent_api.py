@@ -320,3 +320,12 @@ def test_steps_are_served_from_the_summary_files_with_keyset_pages(agent):
     only = get(live, "/api/v1/steps", rank=1, since_step=1).json()
     assert [(s["step_index"], s["global_rank"]) for s in only["items"]] == [(1, 1), (2, 1)]
     assert live.service.step_files.invalid_lines() == 1
+
+
+def test_completed_ops_reach_the_engine_hook_per_gpu(agent):
+    live, truths = agent
+    engine = live.service.engine
+    assert "no Semantic Engine" in engine.name  # a pass-through, not presented as the engine
+    by_rank = {gpu.global_rank: n for gpu, n in engine.records_by_gpu.items()}
+    assert by_rank == {r: sum(1 for op in t.ops if op["completed"]) for r, t in enumerate(truths)}
+    assert {gpu.pid for gpu in engine.records_by_gpu} == {t.run["pid"] for t in truths}

@@ -360,16 +360,12 @@ def latencies():
     print("\ndetection latency (s, stuck-op enqueue to first report):", seen)
 
 
-# The end-to-end runs below poll a live simulation every 100 ms. They were flaky for two causes,
-# both found and fixed: a dead rank's stale in-flight view (see inflight_op), and leaked SHM
+# The end-to-end runs below poll a live simulation every 100 ms. They were flaky for three
+# causes, all found and fixed: a dead rank's stale in-flight view (see inflight_op), leaked SHM
 # regions that had filled /dev/shm, so regions were sparse and reading them took SIGBUS (fixed:
-# posix_fallocate in the Profiler; conftest releases the regions tests leave). The skip run
-# still depends on which of two overlapping verdicts (rank_not_joined, stuck_outside_nccl) the
-# skipped rank gets in the poll that first sees it (failed 1 of 3 runs locally), so it stays
-# skipped until the service settles that (issue 4).
-OVERLAPPING_VERDICTS = pytest.mark.skip(
-    reason="rank_not_joined vs stuck_outside_nccl for a skipped rank is not settled (issue 4)"
-)
+# posix_fallocate in the Profiler; conftest releases the regions tests leave), and a skipped
+# rank judged by its idle time, which gave rank_not_joined or stuck_outside_nccl depending on
+# the poll that first saw it (fixed: diagnosis.outside_nccl judges by what is in flight).
 
 
 def test_e2e_healthy_run_gives_no_report(plugin, tmp_path):
@@ -379,7 +375,6 @@ def test_e2e_healthy_run_gives_no_report(plugin, tmp_path):
     assert [r.summary for _, reports in polls for r in reports] == []
 
 
-@OVERLAPPING_VERDICTS
 def test_e2e_skip_is_stuck_outside_nccl_naming_the_rank(plugin, tmp_path, latencies):
     polls = run_and_diagnose(plugin, tmp_path, ("skip:rank=1,op=5",))
     report = first_report(polls, Verdict.stuck_outside_nccl)

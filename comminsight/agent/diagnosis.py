@@ -11,10 +11,11 @@ less precise description of the same stall):
   op_mismatch      members in flight at the same op index disagree on func/count/type/root
   stuck_outside_nccl / rank_not_joined
                    peers wait in op N past the threshold; some members never enqueued N.
-                   stuck_outside_nccl when such a member has nothing in flight on any
-                   communicator and no NCCL activity for longer than the threshold (it is in
-                   host code); rank_not_joined when it is still inside NCCL elsewhere or
-                   moving (behind, or blocked in another communicator's op)
+                   stuck_outside_nccl when every such member has nothing in flight on any of
+                   its communicators (it is in host code: the peers' wait past the threshold
+                   is the evidence, its own idle time is reported); rank_not_joined when one
+                   is still inside NCCL (behind on this communicator, or blocked in another
+                   communicator's op)
   all_joined_none_complete
                    every rank enqueued op N and all of them have it in flight past the threshold
   inconclusive     local members all wait past the threshold, the others are on other nodes
@@ -119,7 +120,7 @@ def diagnose_comm(
     return (
         process_died(comm, waiting, op_index, stuck_op, wait_s)
         or op_mismatch(comm, op_index, stuck_op)
-        or not_joined(comm, snapshot, now, threshold_ns, op_index, stuck_op, wait_s)
+        or not_joined(comm, snapshot, now, op_index, stuck_op, wait_s)
         or all_joined(comm, waiting, op_index, stuck_op, wait_s)
     )
 
@@ -213,7 +214,6 @@ def not_joined(
     comm: CommView,
     snapshot: NodeSnapshot,
     now: int,
-    threshold_ns: int,
     op_index: int,
     op: InflightOp,
     wait_s: float,
@@ -221,7 +221,7 @@ def not_joined(
     absent = [m for m in comm.members if m.coll_enqueued <= op_index]
     if not absent:
         return None
-    outside = [m for m in absent if idle_outside_nccl(m, snapshot, now, threshold_ns)]
+    outside = [m for m in absent if outside_nccl(m, snapshot)]
     # The precise verdict: every missing rank sits in host code -> stuck outside NCCL.
     verdict = Verdict.stuck_outside_nccl if len(outside) == len(absent) else Verdict.rank_not_joined
     reasons = {m.rank: absent_reason(m, snapshot, now, op_index, wait_s) for m in absent}
@@ -244,10 +244,16 @@ def not_joined(
     )
 
 
-def idle_outside_nccl(m: CommMember, snapshot: NodeSnapshot, now: int, threshold_ns: int) -> bool:
-    """No op in flight on any of the process's communicators and none touched for long."""
+def outside_nccl(m: CommMember, snapshot: NodeSnapshot) -> bool:
+    """No op in flight on any of the process's communicators, by the counters that move with
+    every op (the row's inflight_count is refreshed only at heartbeats). Not a time test: the
+    missing rank's last completion can come after its peers enqueued the op they wait in (the
+    enqueue is asynchronous), so an idle-time rule gave a different verdict depending on which
+    poll saw the hang first."""
     rows = snapshot.members_of_process(m.process.pid) or [m]
-    return all(r.inflight_count == 0 and now - r.last_activity_mono_ns > threshold_ns for r in rows)
+    return all(
+        r.coll_enqueued <= r.coll_completed and r.p2p_enqueued <= r.p2p_completed for r in rows
+    )
 
 
 def absent_reason(
