@@ -2,10 +2,12 @@
 
 Producers are real: the C driver of profiler/bench/hot_path.c replays NCCL's event trees into
 the real plugin (dist/libnccl-profiler-comminsight.so), which publishes op records into its
-SHM ring exactly as under NCCL. The consumer is the Agent's own ingest path, in this process
-on one thread: ProducerSet.poll (discover files, read new slots in batches through the
-generated numpy dtype, count overwritten slots) and update_from_producers (fold the batches
-into the Prometheus collector's state).
+SHM ring exactly as under NCCL. The consumer is the Agent's own ingest pass
+(comminsight.agent.ingest.NodeIngest.run_pass), in this process on one thread: discover
+files, read new slots in batches through the generated numpy dtype, count overwritten slots,
+fold the batches into the Prometheus collector's state, keep the API's recent-ops window
+(COMMINSIGHT_AGENT_RECENT_OPS per process, default) and hand the ops per GPU to the engine
+hook (the pass-through until the Semantic Engine lands).
 
 Two phases:
 - capacity: producers fill their rings (sized to hold every record) and exit; then the
@@ -34,9 +36,13 @@ from pathlib import Path
 import numpy as np
 from profiler_hot_path import DEFAULT_PLUGIN, build_tools, ensure_plugin, plugin_env
 
-from comminsight.agent.metrics import NodeMetrics, update_from_producers
+from comminsight.agent.engine_hook import PassThroughEngine
+from comminsight.agent.ingest import NodeIngest
+from comminsight.agent.metrics import NodeMetrics
 from comminsight.agent.producers import ProducerSet
+from comminsight.agent.recent_ops import RecentOps
 from comminsight_gen.abi import shm_v1
+from comminsight_gen.config_v1 import ConfigV1
 
 MASK = 0x46  # Coll|P2p|KernelCh: the Profiler's default
 RING_SLOTS = 1 << 20
@@ -69,6 +75,9 @@ def consume(home: Path, procs: list, poll_s: float) -> dict:
     """Run the Agent's ingest loop until every producer exited and its ring is drained."""
     producers = ProducerSet(home)
     metrics = NodeMetrics()
+    ingest = NodeIngest(
+        producers, metrics, RecentOps(ConfigV1().agent_recent_ops), PassThroughEngine(), "bench"
+    )
     lags_ms: list[float] = []
     cpu = 0.0
     ops = 0
@@ -76,8 +85,7 @@ def consume(home: Path, procs: list, poll_s: float) -> dict:
         running = any(p.poll() is None for p in procs)
         t0 = time.thread_time()
         now = time.monotonic_ns()
-        batches = producers.poll(now)
-        update_from_producers(metrics, producers, batches, now)
+        batches = ingest.run_pass(now)
         cpu += time.thread_time() - t0
         for b in batches:
             ops += int(np.isin(b.records["kind"], OP_KINDS).sum())

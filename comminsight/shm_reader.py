@@ -181,6 +181,17 @@ class RingCursor:
         self.next_ticket = max(self.next_ticket, end_ticket)
 
 
+_OP_KINDS = np.array([shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P], dtype=np.uint8)
+
+
+def op_records(records: np.ndarray) -> np.ndarray:
+    """The Coll and P2P records of a batch, in order. The batch itself, not a copy, when it
+    holds nothing else (the common case): slots are 256 bytes, so copying a 64 Ki-record
+    batch to drop nothing cost a third of the Agent's ingest time."""
+    mask = np.isin(records["kind"], _OP_KINDS)
+    return records if mask.all() else records[mask]
+
+
 def record_text(value: bytes) -> str:
     """A NUL-terminated char[] field as str."""
     return _text(bytes(value))

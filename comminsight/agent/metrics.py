@@ -21,7 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import generate_latest
 
-from comminsight.shm_reader import record_text
+from comminsight.shm_reader import op_records, record_text
 from comminsight_gen.abi import shm_v1
 
 LATENCY_BUCKETS_S = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
@@ -46,7 +46,6 @@ PROFILER_COUNTERS = (
 
 _FUNC_LABELS = {int(k): v for k, v in shm_v1.FUNC_LABELS.items()}
 _FUNC_CODES = 256  # func is a u8 in the op slot
-_OP_KINDS = [shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P]
 
 
 def size_bucket(nbytes: np.ndarray) -> np.ndarray:
@@ -122,7 +121,7 @@ class NodeMetrics:
         """Fold a batch into the series. Grouped with bincounts over one small group index
         (communicator x func) rather than a loop per group: ingest runs at millions of records
         a second (bench/agent_ingest.py)."""
-        ops = records[np.isin(records["kind"], _OP_KINDS)]
+        ops = op_records(records)
         if not len(ops):
             return
         seconds = durations_s(ops)

@@ -26,7 +26,6 @@ RETIRED_WINDOWS = 256
 ROOTED_FUNCS = frozenset(
     {shm_v1.Func.BROADCAST, shm_v1.Func.REDUCE, shm_v1.Func.GATHER, shm_v1.Func.SCATTER}
 )
-_OP_KINDS = [shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P]
 _FUNC_NAME = re.compile(r"[^A-Za-z0-9]")
 
 
@@ -50,12 +49,11 @@ class RecentOps:
         # (pid, start_real_ns) -> (origin, records); a recycled pid is another process
         self._windows: OrderedDict[tuple[int, int], tuple[Origin, np.ndarray]] = OrderedDict()
 
-    def add(self, origin: Origin, records: np.ndarray) -> None:
-        if self.per_process == 0:
+    def add(self, origin: Origin, ops: np.ndarray) -> None:
+        """Keep the newest of a process's completed ops (Coll/P2P records, ring order)."""
+        if self.per_process == 0 or not len(ops):
             return
-        ops = records[np.isin(records["kind"], _OP_KINDS)][-self.per_process :]
-        if not len(ops):
-            return
+        ops = ops[-self.per_process :]
         key = (origin.pid, origin.start_real_ns)
         _, old = self._windows.get(key, (origin, ops[:0]))
         keep = self.per_process - len(ops)

@@ -22,20 +22,20 @@ from collections import Counter, deque
 from pathlib import Path
 
 import msgspec
-import numpy as np
 
 from comminsight import __version__
 from comminsight.agent import api_views
 from comminsight.agent.archive import ArchiveConfigError, Archiver
 from comminsight.agent.diagnosis import diagnose
-from comminsight.agent.engine_hook import EngineHook, GpuStream, PassThroughEngine
+from comminsight.agent.engine_hook import EngineHook, PassThroughEngine
 from comminsight.agent.fifo_reader import HangEvent, HangEventFifo
 from comminsight.agent.hang_resolution import resolve_cleared
 from comminsight.agent.hang_store import HangStore
-from comminsight.agent.metrics import NodeMetrics, update_from_producers
-from comminsight.agent.producers import Batch, ProducerSet
-from comminsight.agent.recent_ops import Origin, RecentOps
-from comminsight.agent.snapshot import NodeSnapshot, build_snapshot, rank_or_none
+from comminsight.agent.ingest import NodeIngest
+from comminsight.agent.metrics import NodeMetrics
+from comminsight.agent.producers import ProducerSet
+from comminsight.agent.recent_ops import RecentOps
+from comminsight.agent.snapshot import NodeSnapshot, build_snapshot
 from comminsight.agent.step_files import StepFiles
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.config_v1 import ConfigV1
@@ -49,7 +49,6 @@ HISTORY = 50  # snapshots kept for the straggler verdict
 RECENT_EVENTS = 1000  # FIFO hang events kept for the API
 # A dead producer's region is kept this long after it is drained: process_died needs it.
 MIN_RETIRE_S = 60.0
-_OP_KINDS = [shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P]
 
 
 class AgentService:
@@ -74,6 +73,9 @@ class AgentService:
         self.stopping = False
         self.producers = ProducerSet(self.home, batch_max=settings.agent_batch_max)
         self.metrics = NodeMetrics()
+        self.ingest = NodeIngest(
+            self.producers, self.metrics, self.recent_ops, self.engine, self.node_name
+        )
         self.fifo = HangEventFifo(self.home)
         self.hangs = HangStore(self.home)
         self.history: deque[NodeSnapshot] = deque(maxlen=HISTORY)
@@ -86,9 +88,7 @@ class AgentService:
     def poll_once(self, now_mono_ns: int | None = None) -> list[HangReport]:
         """One pass; the reports of this pass (also saved under metadata/hangs/)."""
         now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
-        batches = self.producers.poll(now, retire_after_ns=self.retire_after_ns)
-        update_from_producers(self.metrics, self.producers, batches, now)
-        self._hand_on(batches)
+        self.ingest.run_pass(now, retire_after_ns=self.retire_after_ns)
         snapshot = build_snapshot(
             [p.region for p in self.producers.producers.values()],
             node_name=self.node_name,
@@ -117,23 +117,6 @@ class AgentService:
         self.passes += 1
         self._maybe_archive(now)
         return reports
-
-    def _hand_on(self, batches: list[Batch]) -> None:
-        """Completed ops to the recent-ops window and, per GPU, to the engine hook."""
-        for batch in batches:
-            ops = batch.records[np.isin(batch.records["kind"], _OP_KINDS)]
-            if not len(ops):
-                continue
-            h = batch.producer.region.header
-            pid, start_real = batch.producer.pid, int(h["start_real_ns"])
-            rank = rank_or_none(int(h["rank"]))
-            origin = Origin(pid, rank, self.node_name, start_real, int(h["start_mono_ns"]))
-            self.recent_ops.add(origin, ops)
-            device = int(h["cuda_device"])
-            gpu = GpuStream(self.node_name, pid, start_real, rank, device if device >= 0 else None)
-            self.engine.feed(gpu, ops)
-        mapped = self.producers.producers.values()
-        self.recent_ops.set_live({(p.pid, int(p.region.header["start_real_ns"])) for p in mapped})
 
     # ---- archive -------------------------------------------------------------------------
 
