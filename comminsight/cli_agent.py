@@ -322,27 +322,20 @@ def hangs_cmd(client: Client, args, console: Console) -> None:
         print_json(console, body)
         return
     table = Table(title=f"Hang reports ({args.status}): {body['total']}")
-    for column in (
-        "detected (UTC)",
-        "verdict",
-        "severity",
-        "comm",
-        "culprits",
-        "status",
-        "summary",
-    ):
+    for column in ("#", "detected (UTC)", "verdict", "comm", "culprits", "status"):
         table.add_column(column)
-    for r in body["items"]:
+    for n, r in enumerate(body["items"], 1):
         table.add_row(
+            str(n),
             when(r["detected_real_ns"]),
-            r["verdict"],
-            r["severity"],
+            f"{r['verdict']} ({r['severity']})",
             r["comm"].get("comm_name") or r["comm"]["comm_id"],
             ", ".join(str(c["comm_rank"]) for c in r["culprits"]) or "-",
             r["status"] + (f" ({r['resolution']})" if r.get("resolution") else ""),
-            r["summary"],
         )
     console.print(table)
+    for n, r in enumerate(body["items"], 1):  # summaries are sentences: below, not in cells
+        console.print(f"{n}. [bold]{r['report_id']}[/bold]: {r['summary']}")
 
 
 def steps_cmd(client: Client, args, console: Console) -> None:

@@ -1,24 +1,38 @@
 """`comminsight demo`: the pipeline that exists so far, end to end, on an embedded default.
 
 1. A simulated 8-rank tensor+pipeline+data-parallel training run (2 nodes x 4 ranks, 3 steps)
-   drives the real Profiler plugin through NCCL's ABI; the demo verifies every sealed
-   inspector_logs segment and prints what each rank recorded.
-2. The same run with rank 1 skipping an all-reduce: the other ranks hang, and each one's
-   Profiler watchdog writes hang evidence, which the demo prints.
-The Agent (API, metrics, cross-rank verdicts) and the Semantic Engine are not built yet; the
-demo says so rather than pretending. Files stay under var/demo/ for inspection.
+   drives the real Profiler plugin through NCCL's ABI while a real `comminsight-agent` runs
+   for the demo's home; the demo verifies every sealed inspector_logs segment, prints what
+   each rank recorded, and shows what the Agent serves (`comminsight status`, `comms`).
+2. The same run with rank 1 skipping an all-reduce: the other ranks hang, each one's Profiler
+   watchdog writes hang evidence, and the Agent's cross-rank diagnosis names rank 1
+   (`comminsight hangs`).
+The Semantic Engine and Inject are not built yet; the demo says so rather than pretending.
+Files stay under var/demo/ for inspection.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import shutil
+import signal
+import socket
 import statistics
+import subprocess
+import sys
+import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import httpx
 
 from rich.console import Console
 from rich.table import Table
 
+from comminsight import cli_agent
 from comminsight.log_segments import segments_in, verify_segment
 from comminsight.sim import SimConfig, parse_fault, run_simulation
 from comminsight_gen.models.inspector_log_v1 import CiColl, CiHangEvidence, CiP2p, CiSegmentStart
@@ -33,8 +47,54 @@ SETTINGS = (
 )
 
 
+@contextmanager
+def running_agent(home: Path, console: Console) -> Iterator[str]:
+    """`comminsight-agent` for this home on a free local port, as a user would run it; its
+    log goes to <home>/agent.log. Yields the API's base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
+    env.update(
+        COMMINSIGHT_HOME=str(home),
+        COMMINSIGHT_AGENT_LISTEN=f"127.0.0.1:{port}",
+        COMMINSIGHT_AGENT_HEARTBEAT_STALE_MS="2000",
+        COMMINSIGHT_PROFILER_HANG_TIMEOUT_S="1",
+    )
+    home.mkdir(parents=True, exist_ok=True)
+    log = open(home / "agent.log", "w")  # noqa: SIM115 - closed below
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "comminsight.agent.main"], env=env, stdout=log, stderr=log
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/api/v1/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if agent.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the agent did not start; see {home / 'agent.log'}")
+            time.sleep(0.05)
+        console.print(f"comminsight-agent (pid {agent.pid}) serves {url}")
+        yield url
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=30)
+        log.close()
+
+
+def show(console: Console, command: str, url: str, **options) -> None:
+    """What `comminsight <command> --url URL` prints."""
+    console.print(f"[dim]$ comminsight {command} --url {url}[/dim]")
+    args = argparse.Namespace(url=url, json=False, **options)
+    func = {"status": cli_agent.status, "comms": cli_agent.comms_cmd, "hangs": cli_agent.hangs_cmd}
+    cli_agent.run(func[command], args, console)
+
+
 def simulate(home: Path, faults: tuple = ()) -> object:
-    shutil.rmtree(home, ignore_errors=True)
     config = SimConfig(
         plugin=str(PLUGIN),
         home=str(home),
@@ -62,8 +122,13 @@ def read_logs(home: Path) -> dict[int, list]:
 
 def healthy_run(console: Console) -> bool:
     home = DEMO_DIR / "healthy"
-    console.rule("1. simulated TP+PP+DP training through the Profiler")
-    result = simulate(home)
+    shutil.rmtree(home, ignore_errors=True)
+    console.rule("1. simulated TP+PP+DP training through the Profiler, with the Agent")
+    with running_agent(home, console) as url:
+        result = simulate(home)
+        time.sleep(0.3)  # a few agent passes after the run
+        show(console, "status", url)
+        show(console, "comms", url, state="all", name=None, full=False)
     if result.errors:
         console.print(f"[red]simulation failed:[/red] {result.errors}")
         return False
@@ -101,8 +166,12 @@ def healthy_run(console: Console) -> bool:
 
 def hang_run(console: Console) -> bool:
     home = DEMO_DIR / "hang"
+    shutil.rmtree(home, ignore_errors=True)
     console.rule("2. the same run, rank 1 skips its 6th tensor-parallel all-reduce")
-    result = simulate(home, faults=(parse_fault("skip:rank=1,op=5,comm=tp"),))
+    with running_agent(home, console) as url:
+        result = simulate(home, faults=(parse_fault("skip:rank=1,op=5,comm=tp"),))
+        # the diagnosis outlives the run: resolved once the communicators were torn down
+        show(console, "hangs", url, status="all", id=None, limit=10)
     logs = read_logs(home)
     evidence = [
         (rank, r.ci)
@@ -140,8 +209,8 @@ def hang_run(console: Console) -> bool:
     console.print(table)
     flagged = sorted({rank for rank, _ in evidence})
     console.print(
-        f"ranks {flagged} report a stuck op; rank 1, which never issued it, reports none. "
-        "Naming the culprit across ranks is the Agent's job (not built yet)."
+        f"ranks {flagged} report a stuck op; rank 1, which never issued it, reports none: "
+        "the Agent's diagnosis across the ranks names it."
     )
     console.print(f"logs: {home / 'inspector_logs'}")
     return True
@@ -154,7 +223,7 @@ def run(console: Console) -> int:
     ok = healthy_run(console) and hang_run(console)
     console.rule()
     console.print(
-        "Not built yet, so not run: the Agent (HTTP API, Prometheus metrics, cross-rank hang "
-        "verdicts, archives), the Semantic Engine (step recovery) and Inject."
+        "Not built yet, so not run: the Semantic Engine (step recovery; the Agent hands it "
+        "ops through a pass-through hook until then) and Inject."
     )
     return 0 if ok else 1

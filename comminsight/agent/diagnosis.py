@@ -226,7 +226,7 @@ def not_joined(
     verdict = Verdict.stuck_outside_nccl if len(outside) == len(absent) else Verdict.rank_not_joined
     reasons = {m.rank: absent_reason(m, snapshot, now, op_index, wait_s) for m in absent}
     where = (
-        "is stuck outside NCCL (nothing in flight, no NCCL activity)"
+        "is stuck outside NCCL (nothing in flight on any communicator)"
         if verdict is Verdict.stuck_outside_nccl
         else "has not joined"
     )
