@@ -28,7 +28,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-
 from rich.console import Console
 from rich.table import Table
 
