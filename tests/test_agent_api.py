@@ -117,8 +117,17 @@ def test_recent_ops_are_the_newest_completed_ops_of_each_rank(agent):
         assert [(o["func"], o["size_bytes"], o["count"]) for o in got] == [
             (op["func"], op["bytes"], op["count"]) for op in expected
         ]
-        assert all(o["global_rank"] == rank and o["timing_source"] != "none" for o in got)
-        assert all(o["duration_us"] > 0 and o["busbw_gbs"] > 0 for o in got)
+        assert all(o["global_rank"] == rank and o["timing_source"] == "kernel_gpu" for o in got)
+        # latencies: the GPU span the simulated kernels took, to the nanosecond
+        for o, op in zip(got, expected, strict=True):
+            assert (o["gpu_start_ns"], o["gpu_end_ns"]) == (
+                op["gpu_start_tick"],
+                op["gpu_end_tick"],
+            )
+            assert o["duration_us"] == pytest.approx(
+                (op["gpu_end_tick"] - op["gpu_start_tick"]) / 1e3
+            )
+            assert o["busbw_gbs"] > 0 and o["seq"] == op["seq"]
     in_window = [op for t in truths for op in [o for o in t.ops if o["completed"]][-50:]]
     for func in ("AllReduce", "Broadcast"):
         got = get(live, "/api/v1/ops/recent", func=func, limit=1000).json()["items"]
