@@ -259,13 +259,7 @@ def communicator(
     return Communicator(
         comm_id=f"{int(first['comm_id']):016x}",
         name=record_text(named["name"])[:1024] if named is not None else None,
-        name_source=NameSource(
-            enum_label(
-                {k: v.lower() for k, v in _NAME_SOURCES.items()},
-                shm_v1.NameSource,
-                int(named["name_source"]) if named is not None else 0,
-            )
-        ),
+        name_source=_name_source(int(named["name_source"]) if named is not None else 0),
         nranks=nranks,
         nnodes=nnodes if nnodes > 0 else None,
         state=CommunicatorState.finalized if finalized else CommunicatorState.active,
@@ -286,7 +280,11 @@ def communicator(
     )
 
 
-_NAME_SOURCES = {code: code.name for code in shm_v1.NameSource}
+def _name_source(code: int) -> NameSource:
+    try:
+        return NameSource(shm_v1.NameSource(code).name.lower())
+    except ValueError:  # a code a newer Profiler may send: where the name came from is unknown
+        return NameSource.none
 
 
 def comm_rank(live: LiveRow, node: LiveNode) -> CommRank:
