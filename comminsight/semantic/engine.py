@@ -1,0 +1,231 @@
+"""The Semantic Engine for one GPU: completed ops in, step-summary records out.
+
+Ops arrive in completion order and are put back in issue order (ops.ReorderBuffer). Until
+the engine knows how to cut this GPU's stream into Steps it keeps them (selection "pending")
+and, every PROBE_CHUNK ops, tries every template on what it kept: a template fits when its
+FSM recovers at least warm-up + probe_steps Steps from it, the steady ones alike, with few
+unexpected ops. The best fit (confidence, then priority, then name) is chosen and the kept
+ops are replayed through it; from then on each op is placed as it arrives. When no template
+fits by PROBE_MAX ops (or the input ends), the engine falls back to the repeating period of
+the op sequence itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from comminsight.semantic.cycle import Cycle, learn_cycle
+from comminsight.semantic.ops import EngineOp, ReorderBuffer
+from comminsight.semantic.recovery import (
+    Decision,
+    PeriodRunner,
+    TemplateRunner,
+    cycle_key,
+)
+from comminsight.semantic.step_builder import (
+    GpuIdentity,
+    History,
+    OpenStep,
+    recovery_of,
+    summarize,
+)
+from comminsight.semantic.templates import CompiledTemplate, TemplateSet
+from comminsight_gen.models.step_summary_v1 import ProducerMode, StepSummary
+
+ENGINE_VERSION = "1.0.0"
+PROBE_CHUNK = 512
+PROBE_MAX = 50_000
+
+
+@dataclass
+class Fit:
+    template: CompiledTemplate
+    cycle: Cycle | None
+    score: float
+    steps: int
+
+
+def idle_gaps(ops: list[EngineOp]) -> list[int]:
+    """For each op, how long the GPU had no op of this process running before it started."""
+    gaps, busy_until = [], None
+    for op in ops:
+        gaps.append(0 if busy_until is None else max(0, op.start_ns - busy_until))
+        busy_until = op.end_ns if busy_until is None else max(busy_until, op.end_ns)
+    return gaps
+
+
+def learn_template_cycle(template: CompiledTemplate, ops: list[EngineOp]) -> Cycle | None:
+    gaps = idle_gaps(ops)
+    keys, key_gaps = [], []
+    for op, gap in zip(ops, gaps, strict=True):
+        role = template.role_of(op)
+        if role in template.cycle_roles:
+            keys.append(cycle_key(role, op))
+            key_gaps.append(gap)
+    return learn_cycle(keys, key_gaps)
+
+
+def dry_run(runner, ops: list[EngineOp]) -> tuple[list[int], int, int]:
+    """How a runner would cut `ops`, as GpuEngine._place does: (op counts of the closed
+    Steps, unexpected ops from the first Step on, ops from the first Step on)."""
+    closed: list[int] = []
+    open_count = 0
+    unexpected = seen = 0
+    for op in ops:
+        d = runner.decide(op)
+        if d.in_step or seen:
+            seen += 1
+            unexpected += d.unexpected
+        if d.boundary == "begin" and open_count:
+            closed.append(open_count)
+            open_count = 0
+        if not d.in_step:
+            continue
+        open_count += 1
+        if d.boundary == "end":
+            closed.append(open_count)
+            open_count = 0
+    return closed, unexpected, seen
+
+
+def evaluate(template: CompiledTemplate, ops: list[EngineOp]) -> Fit | None:
+    cycle = None
+    if template.cycle_roles:
+        cycle = learn_template_cycle(template, ops)
+        if cycle is None:
+            return None
+    closed, unexpected, seen = dry_run(TemplateRunner(template, cycle), ops)
+    warmup = template.spec.tolerance.warmup_steps
+    steady = closed[warmup:]
+    if len(steady) < template.spec.selection.probe_steps or not seen:
+        return None
+    _, alike = Counter(steady).most_common(1)[0]
+    score = (1 - unexpected / seen) * (alike / len(steady))
+    if score < template.spec.selection.min_confidence:
+        return None
+    return Fit(template, cycle, score, len(closed))
+
+
+class GpuEngine:
+    def __init__(
+        self,
+        gpu: GpuIdentity,
+        templates: TemplateSet,
+        mode: ProducerMode = ProducerMode.offline,
+        probe_max: int = PROBE_MAX,
+    ) -> None:
+        self.gpu = gpu
+        self.templates = templates
+        self.mode = mode
+        self.probe_max = probe_max
+        self.reorder = ReorderBuffer()
+        self.pending: list[EngineOp] = []
+        self.runner: TemplateRunner | PeriodRunner | None = None
+        self.open: OpenStep | None = None
+        self.next_step_index = 0
+        self.steps_emitted = 0
+        self.matched_op_count = 0
+        self.unexpected_op_count = 0
+        self.history = History()
+
+    # ---- input ---------------------------------------------------------------------------
+
+    def feed(self, op: EngineOp) -> list[StepSummary]:
+        out: list[StepSummary] = []
+        for released in self.reorder.push(op):
+            out += self._take(released)
+        return out
+
+    def finish(self) -> list[StepSummary]:
+        """End of input: place every op still held, and close the open Step."""
+        out: list[StepSummary] = []
+        for op in self.reorder.drain():
+            out += self._take(op)
+        if self.runner is None and self.pending:
+            out += self._select(final=True)
+        if self.open is not None:
+            out.append(self._close())
+        return out
+
+    def _take(self, op: EngineOp) -> list[StepSummary]:
+        if self.runner is not None:
+            return self._place(op)
+        self.pending.append(op)
+        if len(self.pending) % PROBE_CHUNK == 0 or len(self.pending) >= self.probe_max:
+            return self._select(final=len(self.pending) >= self.probe_max)
+        return []
+
+    # ---- selection -----------------------------------------------------------------------
+
+    def _select(self, final: bool) -> list[StepSummary]:
+        fits = [f for t in self.templates.templates if (f := evaluate(t, self.pending))]
+        if fits:
+            best = min(fits, key=lambda f: (-f.score, -f.template.spec.priority, f.template.name))
+            self.runner = TemplateRunner(best.template, best.cycle)
+        elif final:
+            gaps = idle_gaps(self.pending)
+            cycle = learn_cycle([op.key() for op in self.pending], gaps)
+            if cycle is None:
+                # Nothing repeats: keep the newer half and look again with more ops.
+                del self.pending[: len(self.pending) // 2]
+                return []
+            self.runner = PeriodRunner(cycle)
+        else:
+            return []
+        kept, self.pending = self.pending, []
+        out = []
+        for op in kept:
+            out += self._place(op)
+        return out
+
+    # ---- placement -----------------------------------------------------------------------
+
+    @property
+    def warmup_steps(self) -> int:
+        if isinstance(self.runner, TemplateRunner):
+            return self.runner.template.spec.tolerance.warmup_steps
+        return 0
+
+    def _place(self, op: EngineOp) -> list[StepSummary]:
+        d: Decision = self.runner.decide(op)
+        self.unexpected_op_count += d.unexpected
+        self.matched_op_count += not d.unexpected
+        out = []
+        if d.boundary == "begin" and self.open is not None:
+            out.append(self._close())
+        if not d.in_step:
+            return out
+        if self.open is None:
+            self.open = OpenStep.begin(
+                self.next_step_index, self.next_step_index < self.warmup_steps, op, d.role
+            )
+            self.next_step_index += 1
+        self.open.add(op, d.role, d.unexpected)
+        self.open.micro_step_count += d.micro_step
+        if d.boundary == "end":
+            out.append(self._close())
+        return out
+
+    def _close(self) -> StepSummary:
+        step, self.open = self.open, None
+        runner = self.runner
+        confidence = 1 - step.unexpected_op_count / step.op_count
+        if isinstance(runner, TemplateRunner):
+            recovery = recovery_of("template", confidence, runner.template.name, None)
+            tolerance = runner.template.spec.tolerance.max_unexpected_ops_per_step
+            micro = any(t.micro_step is True for t in runner.template.transitions)
+        else:
+            recovery = recovery_of("period", confidence, None, len(runner.tracker.cycle))
+            tolerance, micro = 0, False
+        self.steps_emitted += 1
+        return summarize(
+            step,
+            self.gpu,
+            self.history,
+            recovery,
+            self.mode,
+            ENGINE_VERSION,
+            tolerance,
+            micro,
+        )

@@ -1,0 +1,313 @@
+"""Offline input: the op streams of a directory of inspector_logs, one per GPU (process).
+
+A Profiler writes `ci-<host>-<pid>-<start>-<index>.jsonl` segments, sealed by rename; each
+begins with a segment_start line (process identity, a clock anchor, the communicators) and
+ends with a seal (line and byte counts, CRC-32). `read_gpu_logs` groups the files by process
+and `GpuLog.ops()` yields its Coll/P2P lines as `EngineOp`s in file order, each with its
+position (segment, byte offset, line index) so a checkpoint can resume after it.
+
+Only the fields the engine uses are decoded (lean msgspec structs); a line that does not
+decode, a segment whose seal does not match its content, and a missing segment are each
+reported in `problems` naming the file (and line), and reading goes on with the rest. Records
+known lost (gap lines, missing segments) are attached to the next op as `lost_before`.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from comminsight.semantic.ops import EngineOp
+
+SEGMENT_NAME = re.compile(r"^(?P<stream>.+)-(?P<index>\d{6,})\.jsonl(?P<partial>\.partial)?$")
+
+
+class _Header(msgspec.Struct):
+    id: str
+    rank: int
+    n_ranks: int
+    nnodes: int | None = None
+    comm_name: str | None = None
+
+
+class _CollPerf(msgspec.Struct):
+    coll: str
+    coll_sn: int
+    coll_msg_size_bytes: int
+    coll_exec_time_us: float = 0.0
+    coll_busbw_gbs: float | None = None
+    coll_timing_source: str | None = None
+
+
+class _P2pPerf(msgspec.Struct):
+    p2p: str
+    p2p_sn: int
+    p2p_msg_size_bytes: int
+    p2p_peer: int | None = None
+    p2p_exec_time_us: float = 0.0
+    p2p_busbw_gbs: float | None = None
+    p2p_timing_source: str | None = None
+
+
+class _Process(msgspec.Struct):
+    host: str
+    pid: int
+    start_real_ns: int
+    global_rank: int | None = None
+    local_rank: int | None = None
+
+
+class _Clock(msgspec.Struct):
+    mono_ns: int
+    real_ns: int
+
+
+class _Ci(msgspec.Struct):
+    kind: str
+    ring_seq: int | None = None
+    segment_index: int | None = None
+    process: _Process | None = None
+    clock: _Clock | None = None
+    host_start_mono_ns: int | None = None
+    host_complete_mono_ns: int | None = None
+    gpu_start_globaltimer_ns: int | None = None
+    gpu_stop_globaltimer_ns: int | None = None
+    lost_count: int | None = None
+    record_count: int | None = None
+    byte_count: int | None = None
+    crc32: int | None = None
+    first_ring_seq: int | None = None
+    last_ring_seq: int | None = None
+
+
+class _Line(msgspec.Struct):
+    header: _Header | None = None
+    coll_perf: _CollPerf | None = None
+    p2p_perf: _P2pPerf | None = None
+    ci: _Ci | None = None
+
+
+_DECODER = msgspec.json.Decoder(_Line)
+
+
+@dataclass(frozen=True)
+class LogPosition:
+    """Where an op's line is: the checkpoint's `input` (semantic-engine LogPosition)."""
+
+    segment: str
+    segment_index: int | None
+    byte_offset: int
+    record_index: int
+    ring_seq: int | None
+
+
+@dataclass
+class Identity:
+    host: str
+    pid: int | None
+    global_rank: int | None
+    local_rank: int | None
+
+
+@dataclass
+class GpuLog:
+    """The segments of one process, in segment order."""
+
+    stream: str  # the file-name stem shared by the process's segments
+    segments: list[Path]
+    problems: list[str] = field(default_factory=list)
+    identity: Identity | None = None
+
+    def ops(self, start: LogPosition | None = None) -> Iterator[EngineOp]:
+        """The process's ops from `start` (the first line not yet consumed) on."""
+        lost = 0
+        expected_index: int | None = None
+        started = start is None
+        for path in self.segments:
+            index = int(SEGMENT_NAME.match(path.name)["index"])
+            if expected_index is not None and index > expected_index:
+                self.problems.append(
+                    f"{path.parent / _name(self.stream, expected_index)}: missing "
+                    f"(segments {expected_index}..{index - 1} of this process are absent)"
+                )
+            expected_index = index + 1
+            if not started:
+                if _base(path.name) != _base(start.segment):
+                    continue
+                started = True
+                offset, record = start.byte_offset, start.record_index
+            else:
+                offset, record = 0, 0
+            for item in self._lines(path, offset, record):
+                if isinstance(item, int):
+                    lost += item
+                    continue
+                item.lost_before, lost = lost, 0
+                yield item
+
+    def _lines(self, path: Path, offset: int, record: int) -> Iterator[EngineOp | int]:
+        """Ops of one segment (and ints: records lost), from a byte offset."""
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # sealed (renamed) since the listing: try the sealed name
+            sealed = path.with_name(path.name.removesuffix(".partial"))
+            try:
+                data = sealed.read_bytes()
+                path = sealed
+            except OSError as e:
+                self.problems.append(f"{path}: cannot read: {e}")
+                return
+        except OSError as e:
+            self.problems.append(f"{path}: cannot read: {e}")
+            return
+        partial = path.name.endswith(".partial")
+        anchor = self._anchor(data)  # the clock pair of the segment_start line
+        segment_index = int(SEGMENT_NAME.match(path.name)["index"])
+        pos = offset
+        line_no = record
+        crc = zlib.crc32(data[:offset]) if offset else 0
+        while pos < len(data):
+            end = data.find(b"\n", pos)
+            if end < 0:
+                if not partial:
+                    self.problems.append(
+                        f"{path}:{line_no + 1}: truncated line (no newline) at the end"
+                    )
+                return  # an open segment's last line may still be being written
+            line = data[pos : end + 1]
+            try:
+                decoded = _DECODER.decode(line)
+            except msgspec.DecodeError as e:
+                self.problems.append(f"{path}:{line_no + 1}: not an inspector-log line: {e}")
+                crc = zlib.crc32(line, crc)
+                pos, line_no = end + 1, line_no + 1
+                continue
+            ci = decoded.ci
+            if ci is not None and ci.kind == "seal":
+                if ci.crc32 != crc or ci.record_count != line_no or ci.byte_count != pos:
+                    self.problems.append(
+                        f"{path}:{line_no + 1}: seal does not match the segment "
+                        f"(crc32 {ci.crc32} vs {crc}, lines {ci.record_count} vs {line_no}, "
+                        f"bytes {ci.byte_count} vs {pos}); its ops were read anyway"
+                    )
+                return
+            crc = zlib.crc32(line, crc)
+            position = LogPosition(
+                path.name, segment_index, pos, line_no, ci.ring_seq if ci else None
+            )
+            pos, line_no = end + 1, line_no + 1
+            if ci is not None and ci.kind == "gap":
+                yield ci.lost_count or 0
+                continue
+            op = _op(decoded, anchor, position)
+            if op is not None:
+                yield op
+
+    def _anchor(self, data: bytes) -> tuple[int, int]:
+        first = data[: data.find(b"\n") + 1]
+        try:
+            ci = _DECODER.decode(first).ci
+        except msgspec.DecodeError:
+            ci = None
+        if ci is None or ci.kind != "segment_start" or ci.clock is None:
+            return (0, 0)
+        if self.identity is None and ci.process is not None:
+            p = ci.process
+            self.identity = Identity(p.host, p.pid, p.global_rank, p.local_rank)
+        return (ci.clock.mono_ns, ci.clock.real_ns)
+
+
+def _op(line: _Line, anchor: tuple[int, int], position: LogPosition) -> EngineOp | None:
+    ci, h = line.ci, line.header
+    if ci is None or h is None or ci.kind not in ("coll", "p2p"):
+        return None
+    if ci.kind == "coll" and line.coll_perf is not None:
+        perf = line.coll_perf
+        func, seq, size = perf.coll, perf.coll_sn, perf.coll_msg_size_bytes
+        exec_us, busbw, timing, peer = (
+            perf.coll_exec_time_us,
+            perf.coll_busbw_gbs,
+            perf.coll_timing_source,
+            None,
+        )
+    elif ci.kind == "p2p" and line.p2p_perf is not None:
+        perf = line.p2p_perf
+        func, seq, size = perf.p2p, perf.p2p_sn, perf.p2p_msg_size_bytes
+        exec_us, busbw, timing, peer = (
+            perf.p2p_exec_time_us,
+            perf.p2p_busbw_gbs,
+            perf.p2p_timing_source,
+            perf.p2p_peer,
+        )
+    else:
+        return None
+    issue = ci.host_start_mono_ns or 0
+    complete = ci.host_complete_mono_ns or issue
+    gpu_start, gpu_stop = ci.gpu_start_globaltimer_ns, ci.gpu_stop_globaltimer_ns
+    if timing == "kernel_gpu" and gpu_start and gpu_stop and gpu_stop >= gpu_start:
+        duration = gpu_stop - gpu_start
+    else:
+        duration = max(0, int(exec_us * 1000)) if exec_us else max(0, complete - issue)
+    start_mono = max(issue, complete - duration)
+    mono0, real0 = anchor
+    to_real = real0 - mono0 if anchor != (0, 0) else 0
+    return EngineOp(
+        kind=ci.kind,
+        func=func,
+        comm_id=h.id.removeprefix("0x").rjust(16, "0"),
+        comm_name=h.comm_name,
+        comm_nranks=h.n_ranks,
+        comm_nnodes=h.nnodes,
+        comm_rank=h.rank,
+        peer=peer,
+        seq=seq,
+        size_bytes=size,
+        issue_ns=issue,
+        start_ns=start_mono,
+        end_ns=complete,
+        start_real_ns=max(0, start_mono + to_real),
+        end_real_ns=max(0, complete + to_real),
+        start_mono_ns=start_mono,
+        end_mono_ns=complete,
+        duration_ns=duration,
+        busbw_gbs=float(busbw or 0.0),
+        ring_seq=ci.ring_seq,
+        position=position,
+    )
+
+
+def _name(stream: str, index: int) -> str:
+    return f"{stream}-{index:06d}.jsonl"
+
+
+def _base(name: str) -> str:
+    return name.removesuffix(".partial")
+
+
+def read_gpu_logs(directory: str | Path) -> tuple[list[GpuLog], list[str]]:
+    """The processes whose segments are in `directory`, and what could not be used."""
+    directory = Path(directory)
+    problems: list[str] = []
+    if not directory.is_dir():
+        return [], [f"{directory}: not a directory"]
+    streams: dict[str, list[tuple[int, Path]]] = {}
+    for path in sorted(directory.iterdir()):
+        m = SEGMENT_NAME.match(path.name)
+        if m is None:
+            if path.is_file() and path.name.endswith((".jsonl", ".partial")):
+                problems.append(f"{path}: not named like an inspector_logs segment; skipped")
+            continue
+        streams.setdefault(m["stream"], []).append((int(m["index"]), path))
+    logs = []
+    for stream, files in sorted(streams.items()):
+        by_index: dict[int, Path] = {}
+        for index, path in files:  # a sealed file wins over a leftover .partial of it
+            if index not in by_index or not path.name.endswith(".partial"):
+                by_index[index] = path
+        logs.append(GpuLog(stream, [by_index[i] for i in sorted(by_index)]))
+    return logs, problems

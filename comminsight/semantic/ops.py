@@ -1,0 +1,77 @@
+"""The Semantic Engine's input: one GPU's completed ops, in the order the GPU's process issued
+them.
+
+`EngineOp` holds what step recovery and summaries need of one Collective or P2P op, whatever
+it came from (inspector_logs lines, NVIDIA Inspector lines, SHM records). Ops complete out of
+issue order when they run on different streams, but a Step is a stretch of the issue order,
+so `ReorderBuffer` restores it over a bounded window: an op is released once WINDOW later
+ops have arrived, smallest issue time first. The release rule depends only on what the buffer
+holds, so re-reading the same input from a checkpoint reproduces the same releases.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+# More than the ops one process can have in flight at once across its streams.
+WINDOW = 256
+
+
+@dataclass(slots=True)
+class EngineOp:
+    kind: str  # "coll" or "p2p"
+    func: str
+    comm_id: str  # 16 lowercase hex digits
+    comm_name: str | None
+    comm_nranks: int
+    comm_nnodes: int | None
+    comm_rank: int
+    peer: int | None  # P2P peer (comm rank); None for collectives
+    seq: int  # coll_sn, or the communicator's P2P counter
+    size_bytes: int
+    issue_ns: int  # host enqueue time (CLOCK_MONOTONIC): the issue order
+    start_ns: int  # execution start: GPU start where measured, else host
+    end_ns: int  # execution end, same clock as start_ns
+    start_real_ns: int
+    end_real_ns: int
+    start_mono_ns: int | None  # CLOCK_MONOTONIC start/end; None when the input has none
+    end_mono_ns: int | None
+    duration_ns: int
+    busbw_gbs: float
+    ring_seq: int | None
+    lost_before: int = 0  # op records lost (a log gap) just before this op
+    position: object = None  # the input position of the op (for checkpoints)
+    arrival: int = 0  # arrival counter, set by the buffer: a stable tie-break
+
+    def key(self) -> tuple:
+        """What repeats from one Step to the next: where, what and how big."""
+        return (self.comm_id, self.func, self.size_bytes)
+
+
+class ReorderBuffer:
+    def __init__(self, window: int = WINDOW) -> None:
+        self.window = window
+        self._heap: list[tuple[int, int, EngineOp]] = []
+        self._arrivals = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, op: EngineOp) -> list[EngineOp]:
+        """Add an op; the ops it releases, in issue order."""
+        op.arrival = self._arrivals
+        self._arrivals += 1
+        heapq.heappush(self._heap, (op.issue_ns, op.arrival, op))
+        released = []
+        while len(self._heap) > self.window:
+            released.append(heapq.heappop(self._heap)[2])
+        return released
+
+    def drain(self) -> list[EngineOp]:
+        """Every op still held, in issue order (end of input)."""
+        out = [heapq.heappop(self._heap)[2] for _ in range(len(self._heap))]
+        return out
+
+    def held(self) -> list[EngineOp]:
+        return [item[2] for item in self._heap]
