@@ -12,6 +12,7 @@ the op sequence itself.
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 
@@ -63,45 +64,65 @@ def learn_template_cycle(template: CompiledTemplate, ops: list[EngineOp]) -> Cyc
         if role in template.cycle_roles:
             keys.append(cycle_key(role, op))
             key_gaps.append(gap)
-    return learn_cycle(keys, key_gaps)
+    return learn_cycle(*without_rare_keys(keys, key_gaps))
 
 
-def dry_run(runner, ops: list[EngineOp]) -> tuple[list[int], int, int]:
-    """How a runner would cut `ops`, as GpuEngine._place does: (op counts of the closed
-    Steps, unexpected ops from the first Step on, ops from the first Step on)."""
-    closed: list[int] = []
-    open_count = 0
-    unexpected = seen = 0
+def without_rare_keys(keys: list, gaps: list[int]) -> tuple[list, list[int]]:
+    """Drop the ops whose key is rarer than once per Step: extra ops (an evaluation barrier
+    every few Steps) and warm-up Steps that differ would otherwise break the repetition the
+    cycle is learned from. Every key of the cycle occurs at least once per Step, and the
+    median count over distinct keys is about the number of Steps seen (or a multiple)."""
+    counts = Counter(keys)
+    if len(counts) < 2:
+        return keys, gaps
+    floor = 0.75 * statistics.median(sorted(counts.values()))
+    kept = [(k, g) for k, g in zip(keys, gaps, strict=True) if counts[k] >= floor]
+    return [k for k, _ in kept], [g for _, g in kept]
+
+
+def dry_run(runner, ops: list[EngineOp]) -> list[tuple[int, int]]:
+    """How a runner would cut `ops`, as GpuEngine._place does: (ops, unexpected ops) of each
+    closed Step, and of the ops between Steps after the first one as a last entry."""
+    closed: list[tuple[int, int]] = []
+    count = unexpected = 0
+    between = [0, 0]
+    started = False
     for op in ops:
         d = runner.decide(op)
-        if d.in_step or seen:
-            seen += 1
-            unexpected += d.unexpected
-        if d.boundary == "begin" and open_count:
-            closed.append(open_count)
-            open_count = 0
+        if d.boundary == "begin" and count:
+            closed.append((count, unexpected))
+            count = unexpected = 0
         if not d.in_step:
+            if started:
+                between[0] += 1
+                between[1] += d.unexpected
             continue
-        open_count += 1
+        started = True
+        count += 1
+        unexpected += d.unexpected
         if d.boundary == "end":
-            closed.append(open_count)
-            open_count = 0
-    return closed, unexpected, seen
+            closed.append((count, unexpected))
+            count = unexpected = 0
+    return closed + [tuple(between)]
 
 
 def evaluate(template: CompiledTemplate, ops: list[EngineOp]) -> Fit | None:
+    """Whether the template cuts `ops` into enough steady Steps that look alike: score =
+    the share of steady ops that fit, times the share of steady Steps with the most common
+    number of fitting ops. Warm-up Steps are allowed to differ and do not count."""
     cycle = None
     if template.cycle_roles:
         cycle = learn_template_cycle(template, ops)
         if cycle is None:
             return None
-    closed, unexpected, seen = dry_run(TemplateRunner(template, cycle), ops)
-    warmup = template.spec.tolerance.warmup_steps
-    steady = closed[warmup:]
-    if len(steady) < template.spec.selection.probe_steps or not seen:
+    *closed, between = dry_run(TemplateRunner(template, cycle), ops)
+    steady = closed[template.spec.tolerance.warmup_steps :]
+    if len(steady) < template.spec.selection.probe_steps:
         return None
-    _, alike = Counter(steady).most_common(1)[0]
-    score = (1 - unexpected / seen) * (alike / len(steady))
+    ops_seen = sum(n for n, _ in steady) + between[0]
+    unexpected = sum(u for _, u in steady) + between[1]
+    _, alike = Counter(n - u for n, u in steady).most_common(1)[0]
+    score = (1 - unexpected / ops_seen) * (alike / len(steady))
     if score < template.spec.selection.min_confidence:
         return None
     return Fit(template, cycle, score, len(closed))

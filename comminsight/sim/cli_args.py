@@ -22,6 +22,12 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     a("--steps", type=int, default=3, help="training steps after the warm-up")
     a("--warmup", type=int, default=1, help="warm-up steps (slower) before --steps")
     a("--grad-accum", type=int, default=1, help="micro-batches per step")
+    a(
+        "--extra-ops-every",
+        type=int,
+        default=0,
+        help="an extra barrier (evaluation) inside every N-th steady step; 0: none",
+    )
     a("--tp", type=int, default=2, help="tensor-parallel size (tp-pp-dp)")
     a("--pp", type=int, default=2, help="pipeline-parallel size (tp-pp-dp)")
     a("--model-params", default="125M", help="model size, e.g. 125M, 1.3B")
@@ -80,6 +86,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         steps=args.steps,
         warmup_steps=args.warmup,
         grad_accum=args.grad_accum,
+        extra_ops_every=args.extra_ops_every,
         tp=args.tp,
         pp=args.pp,
         model_params=params,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from comminsight.sim.faults import Fault
 
-WORKLOADS = ("ddp", "fsdp", "tp-pp-dp")
+WORKLOADS = ("ddp", "fsdp", "tp-pp-dp", "moe")
 ABI_VERSIONS = (4, 5, 6)
 
 
@@ -30,6 +30,7 @@ class SimConfig:
     steps: int = 3  # measured steps, after the warm-up steps
     warmup_steps: int = 1
     grad_accum: int = 1  # micro-batches per step
+    extra_ops_every: int = 0  # every N-th steady step has an extra barrier (evaluation); 0: none
     tp: int = 2  # tp-pp-dp only
     pp: int = 2  # tp-pp-dp only
     model_params: int = 125_000_000
@@ -63,6 +64,7 @@ class SimConfig:
         need(self.nodes >= 1 and self.ranks % self.nodes == 0, "nodes must divide ranks")
         need(self.steps >= 1 and self.warmup_steps >= 0, "steps >= 1 and warmup >= 0")
         need(self.grad_accum >= 1, "grad-accum must be at least 1")
+        need(self.extra_ops_every >= 0, "extra-ops-every must be 0 (none) or more")
         need(self.model_params >= 1_000_000, "model-params must be at least 1M")
         need(self.layers >= 1, "layers must be at least 1")
         need(self.time_scale > 0, "time-scale must be positive")

@@ -169,6 +169,15 @@ class PlanBuilder:
         self.collective(rank, comm, "AllReduce", 1, "ncclFloat32", phase="barrier", step=None)
         self.programs[rank].append(HostSync("barrier"))
 
+    def extra_ops(self, rank: int, comm: CommSpec, step: int) -> None:
+        """What a training loop does now and then inside a Step besides training: an
+        evaluation or checkpoint barrier, every `extra_ops_every`-th steady Step."""
+        every = self.config.extra_ops_every
+        steady = step - self.config.warmup_steps
+        if every and steady >= 0 and steady % every == every - 1:
+            self.collective(rank, comm, "AllReduce", 1, "ncclFloat32", phase="extra", step=step)
+            self.programs[rank].append(HostSync("barrier"))
+
     def step_begin(self, rank: int, step: int, warmup: bool) -> None:
         if rank == 0:
             self.steps.append((step, warmup))

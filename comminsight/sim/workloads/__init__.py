@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from comminsight.sim.config import SimConfig
 from comminsight.sim.plan import PlanBuilder, WorkloadPlan
-from comminsight.sim.workloads import ddp, fsdp, tp_pp_dp
+from comminsight.sim.workloads import ddp, fsdp, moe, tp_pp_dp
 from comminsight.sim.workloads.model import ModelShape
 
-BUILDERS = {"ddp": ddp.build, "fsdp": fsdp.build, "tp-pp-dp": tp_pp_dp.build}
+BUILDERS = {
+    "ddp": ddp.build,
+    "fsdp": fsdp.build,
+    "tp-pp-dp": tp_pp_dp.build,
+    "moe": moe.build,
+}
 
 
 def build_plan(config: SimConfig) -> WorkloadPlan:

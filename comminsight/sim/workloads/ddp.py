@@ -4,7 +4,9 @@ As torch.nn.parallel.DistributedDataParallel does it: at construction a barrier 
 broadcast of the parameters from rank 0 (250 MB chunks); per step a forward pass, then
 backward with one all-reduce per gradient bucket as the bucket fills (the first bucket 1 MiB,
 the others 25 MiB, in reverse parameter order), then the optimizer. With gradient accumulation
-only the last micro-batch synchronizes (no_sync() for the others).
+only the last micro-batch synchronizes (no_sync() for the others). During the warm-up Steps
+the buckets are still the ones built at construction (all 25 MiB); DDP rebuilds them from the
+order gradients became ready in the first iteration, so later Steps have other sizes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def build(b: PlanBuilder, model: ModelShape) -> None:
     world = b.add_comm("world", "default_pg", tuple(range(cfg.ranks)))
     grad_bytes = model.params * GRAD_BYTES
     buckets = bucket_sizes(grad_bytes, FIRST_BUCKET_BYTES, BUCKET_BYTES)
+    initial_buckets = bucket_sizes(grad_bytes, BUCKET_BYTES, BUCKET_BYTES)
     for rank in range(cfg.ranks):
         b.barrier(rank, world)
         for size in bucket_sizes(grad_bytes, BROADCAST_BYTES, BROADCAST_BYTES):
@@ -51,7 +54,7 @@ def build(b: PlanBuilder, model: ModelShape) -> None:
             for micro in range(cfg.grad_accum):
                 b.compute(rank, model.forward_ns(model.params, warmup), "forward")
                 sync = micro == cfg.grad_accum - 1
-                for size in buckets:
+                for size in initial_buckets if warmup else buckets:
                     share = size / grad_bytes
                     b.compute(rank, model.backward_ns(model.params, warmup) * share, "backward")
                     if sync:
@@ -65,5 +68,6 @@ def build(b: PlanBuilder, model: ModelShape) -> None:
                             step=step,
                             micro_batch=micro,
                         )
+            b.extra_ops(rank, world, step)
             b.compute(rank, model.optimizer_ns(model.params), "optimizer")
             b.step_end(rank, step)

@@ -49,5 +49,6 @@ def build(b: PlanBuilder, model: ModelShape) -> None:
                             phase="backward",
                             **where,
                         )
+            b.extra_ops(rank, world, step)
             b.compute(rank, model.optimizer_ns(model.params // cfg.ranks), "optimizer")
             b.step_end(rank, step)

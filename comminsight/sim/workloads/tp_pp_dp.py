@@ -73,7 +73,7 @@ def build(b: PlanBuilder, model: ModelShape) -> None:
         for step in range(cfg.total_steps):
             b.step_begin(rank, step, step < cfg.warmup_steps)
             pipe = {other: comm for (me, other), comm in pair_comm.items() if me == rank}
-            _step(b, model, rank, step, tp_comm.get(rank), pipe, dp_comm.get(rank))
+            _step(b, model, rank, step, tp_comm.get(rank), pipe, dp_comm.get(rank), world)
             b.step_end(rank, step)
 
 
@@ -85,6 +85,7 @@ def _step(
     tp_comm: CommSpec | None,
     pipe: dict[int, CommSpec],
     dp_comm: CommSpec | None,
+    world: CommSpec,
 ) -> None:
     """One rank's step: GPipe forward and backward over the micro-batches, then the optimizer."""
     cfg = b.config
@@ -121,6 +122,7 @@ def _step(
         if not first:
             p2p(b.send, rank - tp, where)
 
+    b.extra_ops(rank, world, step)
     shard = model.params // pp // tp // dp
     where = {"phase": "optimizer", "step": step}
     if dp_comm:
