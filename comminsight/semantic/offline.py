@@ -85,8 +85,12 @@ def recover_steps(
     logs_dir: str | Path,
     template_dirs: str = "",
     on_ops: Callable[[int], None] | None = None,
+    templates: TemplateSet | None = None,
 ) -> OfflineResult:
-    templates = load_templates(template_dirs)
+    """Steps of every GPU in `logs_dir`, with the built-in templates plus `template_dirs`
+    (or exactly `templates` when given)."""
+    if templates is None:
+        templates = load_templates(template_dirs)
     logs, problems = read_gpu_logs(logs_dir)
     result = OfflineResult(problems=problems + templates.problems)
     for index, log in enumerate(logs):
