@@ -1,4 +1,5 @@
-"""`comminsight status | comms | inflight | hangs | steps`: the Agent's view, from its API.
+"""`comminsight status | comms | inflight | hangs | steps`: the Agent's view, from its API
+(`steps <logs>` and `trace <logs>` run the Semantic Engine offline: cli_semantic).
 
 These commands talk to a running agent only through the generated `comminsight_client`
 (agent-master-api v1), so they see exactly what any other API user sees. Tables by default,
@@ -17,6 +18,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from comminsight.cli_semantic import add_offline_arguments, cmd_steps_offline, cmd_trace
 from comminsight.config import ConfigError, load_settings
 from comminsight_client import Client
 from comminsight_client.api.communicators import list_communicators
@@ -72,10 +74,30 @@ def add_agent_commands(sub: argparse._SubParsersAction) -> None:
     hangs.add_argument("--status", choices=["open", "resolved", "all"], default="open")
     hangs.add_argument("--id", default=None, help="one report with all its evidence")
     hangs.add_argument("--limit", type=int, default=100)
-    steps = command("steps", "step summaries", steps_cmd)
+    steps = command(
+        "steps", "step summaries: from the agent, or recovered from a directory of logs", steps_cmd
+    )
+    steps.add_argument(
+        "logs",
+        nargs="?",
+        default=None,
+        help="an inspector_logs directory: recover its steps offline instead of asking the agent",
+    )
     steps.add_argument("--rank", type=int, default=None)
     steps.add_argument("--since-step", type=int, default=0)
     steps.add_argument("--limit", type=int, default=100)
+    steps.add_argument("--out", default=None, help="offline: where to write the summaries")
+    add_offline_arguments(steps)
+    steps.set_defaults(
+        func=lambda args, console: (
+            cmd_steps_offline(args, console) if args.logs else run(steps_cmd, args, console)
+        )
+    )
+    trace = sub.add_parser("trace", help="a Chrome/Perfetto trace of a directory of logs")
+    trace.add_argument("logs", help="an inspector_logs directory")
+    trace.add_argument("-o", "--output", required=True, help="trace file to write (JSON)")
+    add_offline_arguments(trace)
+    trace.set_defaults(func=cmd_trace)
 
 
 def run(func: Callable, args: argparse.Namespace, console: Console) -> int:

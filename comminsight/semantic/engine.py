@@ -214,7 +214,7 @@ class GpuEngine:
         self.matched_op_count += not d.unexpected
         out = []
         if d.boundary == "begin" and self.open is not None:
-            out.append(self._close())
+            out.append(self._close(next_start=op))
         if not d.in_step:
             return out
         if self.open is None:
@@ -228,8 +228,11 @@ class GpuEngine:
             out.append(self._close())
         return out
 
-    def _close(self) -> StepSummary:
+    def _close(self, next_start: EngineOp | None = None) -> StepSummary:
+        """Emit the open Step; `next_start` is the op beginning the next one, if known."""
         step, self.open = self.open, None
+        if next_start is not None:
+            step.period_ns = max(0, next_start.start_real_ns - step.start_real_ns)
         runner = self.runner
         confidence = 1 - step.unexpected_op_count / step.op_count
         if isinstance(runner, TemplateRunner):

@@ -18,6 +18,7 @@ import msgspec
 from comminsight.durable_files import write_atomically
 from comminsight.semantic.engine import GpuEngine
 from comminsight.semantic.log_input import GpuLog, read_gpu_logs
+from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.step_builder import GpuIdentity
 from comminsight.semantic.templates import TemplateSet, load_templates
 from comminsight_gen.models.step_summary_v1 import StepSummary
@@ -30,6 +31,7 @@ class GpuResult:
     summaries: list[StepSummary]
     ops: int
     method: str | None  # template name, "period", or None when no Step was found
+    kept_ops: list[EngineOp] | None = None  # every op, when asked for (trace export)
 
 
 @dataclass
@@ -55,9 +57,14 @@ def identity_of(log: GpuLog, fallback_rank: int) -> GpuIdentity:
 
 
 def recover_gpu(
-    log: GpuLog, templates: TemplateSet, index: int, on_ops: Callable[[int], None] | None = None
+    log: GpuLog,
+    templates: TemplateSet,
+    index: int,
+    on_ops: Callable[[int], None] | None = None,
+    keep_ops: bool = False,
 ) -> GpuResult:
-    ops = log.ops()
+    kept: list[EngineOp] | None = [] if keep_ops else None
+    ops = log.ops() if kept is None else _keeping(log.ops(), kept)
     first = next(ops, None)
     gpu = identity_of(log, index)  # the identity is known once the first line was read
     engine = GpuEngine(gpu, templates)
@@ -78,7 +85,13 @@ def recover_gpu(
     method = None
     if runner is not None:
         method = runner.template.name if runner.method == "template" else "period"
-    return GpuResult(log.stream, gpu, summaries, count, method)
+    return GpuResult(log.stream, gpu, summaries, count, method, kept)
+
+
+def _keeping(ops, kept: list):
+    for op in ops:
+        kept.append(op)
+        yield op
 
 
 def recover_steps(
@@ -86,6 +99,7 @@ def recover_steps(
     template_dirs: str = "",
     on_ops: Callable[[int], None] | None = None,
     templates: TemplateSet | None = None,
+    keep_ops: bool = False,
 ) -> OfflineResult:
     """Steps of every GPU in `logs_dir`, with the built-in templates plus `template_dirs`
     (or exactly `templates` when given)."""
@@ -94,7 +108,7 @@ def recover_steps(
     logs, problems = read_gpu_logs(logs_dir)
     result = OfflineResult(problems=problems + templates.problems)
     for index, log in enumerate(logs):
-        result.gpus.append(recover_gpu(log, templates, index, on_ops))
+        result.gpus.append(recover_gpu(log, templates, index, on_ops, keep_ops))
         result.problems += log.problems
     result.gpus.sort(key=lambda g: (g.gpu.host, g.gpu.global_rank, g.stream))
     return result

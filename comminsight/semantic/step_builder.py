@@ -68,6 +68,7 @@ class OpenStep:
     slowest_role: str = ""
     last: EngineOp | None = None
     max_op_time: dict[str, int] = field(default_factory=dict)  # per role
+    period_ns: int | None = None  # start of the next Step minus this one's, once known
 
     @classmethod
     def begin(cls, index: int, warmup: bool, op: EngineOp, role: str) -> OpenStep:
@@ -230,6 +231,7 @@ def summarize(
             ("start_mono_ns", step.start_mono_ns),
             ("end_mono_ns", step.end_mono_ns),
             ("micro_step_count", step.micro_step_count if micro_steps else None),
+            ("period_ns", step.period_ns),
         )
         if v is not None
     }
