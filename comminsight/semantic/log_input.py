@@ -127,6 +127,8 @@ class GpuLog:
         """The process's ops from `start` (the first line not yet consumed) on."""
         lost = 0
         expected_index: int | None = None
+        last_ring_seq = start.ring_seq if start is not None else None
+        missing = False
         started = start is None
         for path in self.segments:
             index = int(SEGMENT_NAME.match(path.name)["index"])
@@ -135,6 +137,7 @@ class GpuLog:
                     f"{path.parent / _name(self.stream, expected_index)}: missing "
                     f"(segments {expected_index}..{index - 1} of this process are absent)"
                 )
+                missing = True
             expected_index = index + 1
             if not started:
                 if _base(path.name) != _base(start.segment):
@@ -147,6 +150,13 @@ class GpuLog:
                 if isinstance(item, int):
                     lost += item
                     continue
+                if missing and item.ring_seq is not None and last_ring_seq is not None:
+                    # what the absent segments held: every ring record between (some of
+                    # them not ops; the count is an upper bound on the ops lost)
+                    lost += max(0, item.ring_seq - last_ring_seq - 1)
+                missing = False
+                if item.ring_seq is not None:
+                    last_ring_seq = item.ring_seq
                 item.lost_before, lost = lost, 0
                 yield item
 
