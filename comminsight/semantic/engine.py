@@ -219,7 +219,7 @@ class GpuEngine:
             return out
         if self.open is None:
             self.open = OpenStep.begin(
-                self.next_step_index, self.next_step_index < self.warmup_steps, op, d.role
+                self.next_step_index, self.next_step_index < self.warmup_steps, op
             )
             self.next_step_index += 1
         self.open.add(op, d.role, d.unexpected)

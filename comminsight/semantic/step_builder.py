@@ -25,9 +25,9 @@ from comminsight_gen.models.step_summary_v1 import (
     Recovery,
     RecoveryMethod,
     RoleStats,
-    SlowestOp,
     StepSummary,
 )
+from comminsight_gen.models.step_summary_v1 import SlowestOp as SummarySlowestOp
 
 STEP_WINDOW = 50  # steady Steps the step-duration median is taken over
 ROLE_OP_WINDOW = 50  # per role, its slowest op time in each recent steady Step
@@ -44,16 +44,44 @@ class RoleTotals:
     time_ns: int = 0
     bytes: int = 0
     busbw_time_sum: float = 0.0
+    max_op_time_ns: int = 0
+
+
+@dataclass(frozen=True)
+class OpId:
+    """Which op (step-summary OpRef)."""
+
+    kind: str
+    comm_id: str
+    seq: int
+    func: str
+    ring_seq: int | None = None
+
+    @classmethod
+    def of(cls, op: EngineOp) -> OpId:
+        return cls(op.kind, op.comm_id, op.seq, op.func, op.ring_seq)
+
+
+@dataclass(frozen=True)
+class SlowestOp:
+    op: OpId
+    comm_name: str | None
+    role: str
+    duration_ns: int
+    size_bytes: int
+    busbw_gbs: float
 
 
 @dataclass
 class OpenStep:
+    """The open Step's accumulators (semantic-engine PartialStep)."""
+
     step_index: int
     warmup: bool
-    first: EngineOp
-    first_role: str
+    first_op: OpId
     start_mono_ns: int | None
     start_real_ns: int
+    last_op: OpId
     end_mono_ns: int | None = None
     end_real_ns: int = 0
     op_count: int = 0
@@ -64,15 +92,13 @@ class OpenStep:
     total_op_time_ns: int = 0
     busbw_time_sum: float = 0.0
     roles: dict[str, RoleTotals] = field(default_factory=dict)
-    slowest: EngineOp | None = None
-    slowest_role: str = ""
-    last: EngineOp | None = None
-    max_op_time: dict[str, int] = field(default_factory=dict)  # per role
+    slowest: SlowestOp | None = None
     period_ns: int | None = None  # start of the next Step minus this one's, once known
 
     @classmethod
-    def begin(cls, index: int, warmup: bool, op: EngineOp, role: str) -> OpenStep:
-        return cls(index, warmup, op, role, op.start_mono_ns, op.start_real_ns)
+    def begin(cls, index: int, warmup: bool, op: EngineOp) -> OpenStep:
+        first = OpId.of(op)
+        return cls(index, warmup, first, op.start_mono_ns, op.start_real_ns, first)
 
     def add(self, op: EngineOp, role: str, unexpected: bool) -> None:
         self.op_count += 1
@@ -82,19 +108,22 @@ class OpenStep:
         self.total_op_time_ns += op.duration_ns
         weighted = op.busbw_gbs * op.duration_ns
         self.busbw_time_sum += weighted
-        r = self.roles.setdefault(role, RoleTotals())
+        r = self.roles.get(role)
+        if r is None:
+            r = self.roles[role] = RoleTotals()
         r.op_count += 1
         r.time_ns += op.duration_ns
         r.bytes += op.size_bytes
         r.busbw_time_sum += weighted
-        if op.duration_ns > self.max_op_time.get(role, -1):
-            self.max_op_time[role] = op.duration_ns
+        r.max_op_time_ns = max(r.max_op_time_ns, op.duration_ns)
         if self.slowest is None or op.duration_ns > self.slowest.duration_ns:
-            self.slowest, self.slowest_role = op, role
+            self.slowest = SlowestOp(
+                OpId.of(op), op.comm_name, role, op.duration_ns, op.size_bytes, op.busbw_gbs
+            )
         if op.end_mono_ns is not None:
             self.end_mono_ns = max(self.end_mono_ns or 0, op.end_mono_ns)
         self.end_real_ns = max(self.end_real_ns, op.end_real_ns)
-        self.last = op
+        self.last_op = OpId.of(op)
 
 
 @dataclass
@@ -120,7 +149,7 @@ class GpuIdentity:
     job_id: str | None = None
 
 
-def op_ref(op: EngineOp) -> OpRef:
+def op_ref(op: OpId) -> OpRef:
     extra = {"ring_seq": op.ring_seq} if op.ring_seq is not None else {}
     return OpRef(kind=OpClass(op.kind), comm_id=op.comm_id, seq=op.seq, func=op.func, **extra)
 
@@ -145,7 +174,7 @@ def anomalies(step: OpenStep, duration: int, history: History, max_unexpected: i
                 )
             )
     slow = step.slowest
-    times = history.role_op_time_ns.get(step.slowest_role)
+    times = history.role_op_time_ns.get(slow.role) if slow is not None else None
     if slow is not None and times is not None and len(times) >= MIN_HISTORY:
         # against the slowest op of the role in recent Steps: an op that waits for a peer at
         # the same place every Step (a pipeline bubble) is the pattern, not an anomaly
@@ -154,12 +183,13 @@ def anomalies(step: OpenStep, duration: int, history: History, max_unexpected: i
             found.append(
                 Anomaly(
                     kind=AnomalyKind.op_slow,
-                    description=f"{slow.func} #{slow.seq} took {slow.duration_ns / median:.1f}x "
-                    f"the median slowest {step.slowest_role} op of recent steps",
+                    description=f"{slow.op.func} #{slow.op.seq} took "
+                    f"{slow.duration_ns / median:.1f}x the median slowest {slow.role} op of "
+                    "recent steps",
                     value=float(slow.duration_ns),
                     threshold=float(OP_SLOW_FACTOR * median),
                     unit=AnomalyUnit.ns,
-                    role=step.slowest_role,
+                    role=slow.role,
                 )
             )
     for role, totals in sorted(step.roles.items()):
@@ -258,19 +288,19 @@ def summarize(
             )
             for name, t in sorted(step.roles.items())
         ],
-        slowest_op=SlowestOp(
-            kind=OpClass(slow.kind),
-            func=slow.func,
-            seq=slow.seq,
-            comm_id=slow.comm_id,
-            role=step.slowest_role,
+        slowest_op=SummarySlowestOp(
+            kind=OpClass(slow.op.kind),
+            func=slow.op.func,
+            seq=slow.op.seq,
+            comm_id=slow.op.comm_id,
+            role=slow.role,
             duration_ns=slow.duration_ns,
             size_bytes=slow.size_bytes,
             busbw_gbs=slow.busbw_gbs,
             **({"comm_name": slow.comm_name} if slow.comm_name else {}),
         ),
-        first_op=op_ref(step.first),
-        last_op=op_ref(step.last),
+        first_op=op_ref(step.first_op),
+        last_op=op_ref(step.last_op),
         anomalies=found,
         recovery=recovery,
         produced_by=Producer(mode=mode, engine_version=engine_version),
@@ -281,7 +311,7 @@ def summarize(
         for role, t in sorted(step.roles.items()):
             if t.time_ns:
                 history.bandwidths(role).append(_bw(t.busbw_time_sum, t.time_ns))
-            history.op_times(role).append(step.max_op_time[role])
+            history.op_times(role).append(t.max_op_time_ns)
     return summary
 
 

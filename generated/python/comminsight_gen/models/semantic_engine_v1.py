@@ -723,6 +723,19 @@ class RoleAccumulator(Struct, forbid_unknown_fields=True):
     """
     Sum of busbw_gbs x execution time in ns so far (divided by time_ns at the end); stored exactly (shortest round-trip float) so that resumed output is identical.
     """
+    max_op_time_ns: (
+        Annotated[
+            int,
+            Meta(
+                description="Longest execution time of one op of the role so far (fed to the role's history when the Step closes); absent in checkpoints of engines that did not keep it.",
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Longest execution time of one op of the role so far (fed to the role's history when the Step closes); absent in checkpoints of engines that did not keep it.
+    """
 
 
 class PartialStep(Struct, forbid_unknown_fields=True):
@@ -893,6 +906,50 @@ class History(Struct, forbid_unknown_fields=True):
     ]
     """
     Per-role windows, ordered by role name.
+    """
+
+
+class CycleKey(Struct, forbid_unknown_fields=True):
+    """
+    One element of the per-Step op cycle: what the op at that position of the cycle is.
+    """
+
+    func: Annotated[
+        str, Meta(description='Function name.', pattern='^[A-Za-z][A-Za-z0-9]{0,31}$')
+    ]
+    """
+    Function name.
+    """
+    size_bytes: Annotated[int, Meta(description='Message size in bytes.', ge=0)]
+    """
+    Message size in bytes.
+    """
+    role: (
+        Annotated[
+            str,
+            Meta(
+                description="The op's role (template cycles).",
+                pattern='^[a-z][a-z0-9_]{0,63}$',
+                title='RoleName',
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The op's role (template cycles).
+    """
+    comm_id: (
+        Annotated[
+            str,
+            Meta(
+                description="The op's communicator (period cycles, which have no roles).",
+                pattern='^[0-9a-f]{16}$',
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The op's communicator (period cycles, which have no roles).
     """
 
 
@@ -1147,6 +1204,32 @@ class GpuState(Struct, forbid_unknown_fields=True):
     ) = UNSET
     """
     Position within the period of the next op; present when selection is period.
+    """
+    cycle: (
+        Annotated[
+            list[CycleKey],
+            Meta(
+                description="The per-Step op cycle learned while probing, starting with a Step's first op: for selection period (its period_ops keys), or for a template with cycle_start transitions. Absent otherwise.",
+                min_length=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The per-Step op cycle learned while probing, starting with a Step's first op: for selection period (its period_ops keys), or for a template with cycle_start transitions. Absent otherwise.
+    """
+    cycle_phase: (
+        Annotated[
+            int,
+            Meta(
+                description='Index in cycle of the key expected next; present with cycle.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Index in cycle of the key expected next; present with cycle.
     """
     open_step: (
         Annotated[PartialStep, Meta(description='The open Step; absent between Steps.')]
