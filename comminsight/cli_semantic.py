@@ -6,7 +6,7 @@ JSON-lines file per GPU, default `<logs>/../semantics/step/`), and prints a tabl
 or with `--json` the records themselves as JSON lines. `trace` writes a Chrome/Perfetto trace
 (a track per rank and communicator, ops and Steps as slices). Problems with the input (bad
 lines, bad seals, missing segments, bad template files) are printed on stderr, each naming its
-file, and the rest is processed. Exit status 0, or 1 when the directory held no ops at all.
+file, and the rest is processed. Exit status 0, or 1 when the directory held no segments.
 """
 
 from __future__ import annotations
@@ -22,14 +22,16 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from comminsight.semantic.offline import OfflineResult, recover_steps, write_summaries
+from comminsight.semantic.offline import CHECKPOINT_NAME, OfflineResult, recover_steps
 
 
 def default_out(logs: Path) -> Path:
     return logs.resolve().parent / "semantics" / "step"
 
 
-def _recover(args, console: Console, keep_ops: bool) -> OfflineResult | None:
+def _recover(
+    args, console: Console, keep_ops: bool, out: Path | None = None
+) -> OfflineResult | None:
     logs = Path(args.logs)
     err = Console(stderr=True)
     with Progress(
@@ -47,21 +49,22 @@ def _recover(args, console: Console, keep_ops: bool) -> OfflineResult | None:
             args.templates or "",
             on_ops=lambda n: progress.advance(task, n),
             keep_ops=keep_ops,
+            out_dir=out,
+            checkpoint_every_ops=getattr(args, "checkpoint_every_ops", 0) if out else 0,
         )
     for problem in result.problems:
         err.print(f"[yellow]warning:[/yellow] {problem}", highlight=False, soft_wrap=True)
-    if not result.ops:
-        err.print(f"[red]comminsight:[/red] no op records found in {logs}")
+    if not result.gpus:  # (a resumed run that was already complete reads no ops: fine)
+        err.print(f"[red]comminsight:[/red] no inspector_logs segments found in {logs}")
         return None
     return result
 
 
 def cmd_steps_offline(args: argparse.Namespace, console: Console) -> int:
-    result = _recover(args, console, keep_ops=False)
+    out = Path(args.out) if args.out else default_out(Path(args.logs))
+    result = _recover(args, console, keep_ops=False, out=out)
     if result is None:
         return 1
-    out = Path(args.out) if args.out else default_out(Path(args.logs))
-    written = write_summaries(result, out)
     if args.json:
         encoder = msgspec.json.Encoder()
         try:
@@ -74,9 +77,10 @@ def cmd_steps_offline(args: argparse.Namespace, console: Console) -> int:
         return 0
     for gpu in result.gpus:
         print_rank_table(console, gpu)
+    resumed = f", resumed {result.resumed} from {out / CHECKPOINT_NAME}" if result.resumed else ""
     console.print(
-        f"{sum(len(g.summaries) for g in result.gpus)} step summaries written to {out}/ "
-        f"({len(written)} files, {result.ops:,} ops read)"
+        f"{sum(len(g.summaries) for g in result.gpus)} step summaries in {out}/ "
+        f"({len(result.gpus)} files, {result.ops:,} ops read{resumed})"
     )
     return 0
 
@@ -135,6 +139,12 @@ def cmd_trace(args: argparse.Namespace, console: Console) -> int:
 
 
 def add_offline_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--checkpoint-every-ops",
+        type=int,
+        default=100_000,
+        help="checkpoint the engines this often (ops); a killed run resumes from it",
+    )
     p.add_argument(
         "--templates",
         default=None,

@@ -149,6 +149,7 @@ class GpuEngine:
         self.matched_op_count = 0
         self.unexpected_op_count = 0
         self.history = History()
+        self._placed_max: tuple | None = None  # the input position of the latest placed op
 
     # ---- input ---------------------------------------------------------------------------
 
@@ -208,7 +209,25 @@ class GpuEngine:
             return self.runner.template.spec.tolerance.warmup_steps
         return 0
 
+    def resume_point(self, last_read: EngineOp | None):
+        """The input position P a checkpoint can resume from (every op before P placed, none
+        from P on), or None while ops taken from later lines are placed and earlier ones not
+        yet (reordering straddles the point: try again after a few more ops)."""
+        unreflected = self.reorder.held() + self.pending
+        if not unreflected:
+            return last_read.position.after() if last_read is not None else None
+        first = min(unreflected, key=lambda op: op.position.order())
+        if self._placed_max is not None and self._placed_max >= first.position.order():
+            return None
+        p = first.position
+        before = p.ring_seq - 1 if p.ring_seq else None  # the last ring record consumed
+        return type(p)(p.segment, p.segment_index, p.byte_offset, p.record_index, before)
+
     def _place(self, op: EngineOp) -> list[StepSummary]:
+        if op.position is not None:
+            order = op.position.order()
+            if self._placed_max is None or order > self._placed_max:
+                self._placed_max = order
         d: Decision = self.runner.decide(op)
         self.unexpected_op_count += d.unexpected
         self.matched_op_count += not d.unexpected

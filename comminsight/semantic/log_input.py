@@ -104,6 +104,21 @@ class LogPosition:
     byte_offset: int
     record_index: int
     ring_seq: int | None
+    end_offset: int = 0  # the byte after the line
+
+    def order(self) -> tuple[int, int]:
+        return (self.segment_index or 0, self.byte_offset)
+
+    def after(self) -> LogPosition:
+        """The position of the next line."""
+        return LogPosition(
+            self.segment,
+            self.segment_index,
+            self.end_offset,
+            self.record_index + 1,
+            self.ring_seq,
+            self.end_offset,
+        )
 
 
 @dataclass
@@ -208,7 +223,7 @@ class GpuLog:
                 return
             crc = zlib.crc32(line, crc)
             position = LogPosition(
-                path.name, segment_index, pos, line_no, ci.ring_seq if ci else None
+                path.name, segment_index, pos, line_no, ci.ring_seq if ci else None, end + 1
             )
             pos, line_no = end + 1, line_no + 1
             if ci is not None and ci.kind == "gap":

@@ -2,26 +2,38 @@
 
 `recover_steps(logs_dir)` runs one GpuEngine per process found in the logs, over its ops in
 file order, and returns the summaries and every problem met (bad lines, bad seals, missing
-segments, bad template files), each naming its file. `write_summaries` puts each GPU's
-records in `<out>/<stream>.jsonl`, written atomically, where the Agent's API and
-`comminsight steps` read them.
+segments, bad template files), each naming its file. With `out_dir`, each GPU's records are
+appended to `<out_dir>/<stream>.jsonl` as they are produced, and with `checkpoint_every_ops`
+the engines' state is checkpointed to `<out_dir>/engine.checkpoint.json` that often: a run
+killed at any moment and started again resumes from the checkpoint (its output truncated to
+the checkpointed length) and leaves byte-identical files.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
 
-from comminsight.durable_files import write_atomically
+from comminsight.semantic.checkpoint import (
+    CheckpointFile,
+    gpu_state,
+    restore_engine,
+    resume_position,
+)
 from comminsight.semantic.engine import GpuEngine
 from comminsight.semantic.log_input import GpuLog, read_gpu_logs
 from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.step_builder import GpuIdentity
 from comminsight.semantic.templates import TemplateSet, load_templates
+from comminsight_gen.models.semantic_engine_v1 import GpuState, ProducerMode
 from comminsight_gen.models.step_summary_v1 import StepSummary
+
+CHECKPOINT_NAME = "engine.checkpoint.json"
+_ENCODER = msgspec.json.Encoder()
 
 
 @dataclass
@@ -29,7 +41,7 @@ class GpuResult:
     stream: str
     gpu: GpuIdentity
     summaries: list[StepSummary]
-    ops: int
+    ops: int  # ops read in this run
     method: str | None  # template name, "period", or None when no Step was found
     kept_ops: list[EngineOp] | None = None  # every op, when asked for (trace export)
 
@@ -38,10 +50,52 @@ class GpuResult:
 class OfflineResult:
     gpus: list[GpuResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    resumed: int = 0  # GPUs continued from a checkpoint
 
     @property
     def ops(self) -> int:
         return sum(g.ops for g in self.gpus)
+
+
+class SummaryFile:
+    """One GPU's step-summary records, appended as they come (or kept in memory)."""
+
+    def __init__(self, path: Path | None, truncate_to: int, written: int) -> None:
+        self.path = path
+        self.written = written
+        self.kept: list[StepSummary] = []
+        self._file = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._file = os.fdopen(fd, "r+b")
+            self._file.truncate(truncate_to)  # drop what came after the checkpoint
+            self._file.seek(truncate_to)
+
+    def add(self, summaries: list[StepSummary]) -> None:
+        if not summaries:
+            return
+        self.written += len(summaries)
+        if self._file is None:
+            self.kept += summaries
+        else:
+            self._file.write(b"".join(_ENCODER.encode(s) + b"\n" for s in summaries))
+
+    def sync(self) -> int:
+        """Flush to disk; the file's length."""
+        if self._file is None:
+            return 0
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        return self._file.tell()
+
+    def close(self) -> list[StepSummary]:
+        """Every summary of the GPU (read back from the file, which holds earlier runs' too)."""
+        if self._file is None:
+            return self.kept
+        self._file.close()
+        decoder = msgspec.json.Decoder(StepSummary)
+        return [decoder.decode(line) for line in self.path.read_bytes().splitlines() if line]
 
 
 def identity_of(log: GpuLog, fallback_rank: int) -> GpuIdentity:
@@ -56,42 +110,67 @@ def identity_of(log: GpuLog, fallback_rank: int) -> GpuIdentity:
     )
 
 
-def recover_gpu(
-    log: GpuLog,
-    templates: TemplateSet,
-    index: int,
-    on_ops: Callable[[int], None] | None = None,
-    keep_ops: bool = False,
-) -> GpuResult:
-    kept: list[EngineOp] | None = [] if keep_ops else None
-    ops = log.ops() if kept is None else _keeping(log.ops(), kept)
-    first = next(ops, None)
-    gpu = identity_of(log, index)  # the identity is known once the first line was read
-    engine = GpuEngine(gpu, templates)
-    summaries: list[StepSummary] = []
-    count = 0
-    if first is not None:
-        summaries += engine.feed(first)
-        count = 1
-    for op in ops:
-        summaries += engine.feed(op)
-        count += 1
-        if on_ops is not None and count % 4096 == 0:
-            on_ops(4096)
-    summaries += engine.finish()
-    if on_ops is not None:
-        on_ops(count % 4096)
-    runner = engine.runner
-    method = None
-    if runner is not None:
-        method = runner.template.name if runner.method == "template" else "period"
-    return GpuResult(log.stream, gpu, summaries, count, method, kept)
+@dataclass
+class _Run:
+    templates: TemplateSet
+    out_dir: Path | None
+    checkpoint: CheckpointFile | None
+    every: int
+    states: dict[str, GpuState]
+    on_ops: Callable[[int], None] | None
+    keep_ops: bool
 
+    def gpu(self, log: GpuLog, index: int) -> GpuResult:
+        name = f"{log.stream}.jsonl"
+        state = self.states.get(name)
+        start = resume_position(state) if state is not None else None
+        ops = log.ops(start)
+        kept: list[EngineOp] | None = [] if self.keep_ops else None
+        first = next(ops, None)
+        if state is not None:
+            engine = restore_engine(state, self.templates)
+            sink = SummaryFile(
+                self._path(name), state.output.byte_offset, state.output.summaries_written
+            )
+        else:
+            engine = GpuEngine(identity_of(log, index), self.templates)
+            sink = SummaryFile(self._path(name), 0, 0)
+        count = 0
+        last = None
+        op = first
+        while op is not None:
+            sink.add(engine.feed(op))
+            if kept is not None:
+                kept.append(op)
+            last = op
+            count += 1
+            if count % 4096 == 0 and self.on_ops is not None:
+                self.on_ops(4096)
+            if self.checkpoint is not None and count % self.every == 0:
+                self._save(engine, engine.resume_point(last), name, sink)
+            op = next(ops, None)
+        sink.add(engine.finish())
+        if self.on_ops is not None:
+            self.on_ops(count % 4096)
+        if self.checkpoint is not None:
+            end = last.position.after() if last is not None else start
+            if end is not None:
+                self._save(engine, end, name, sink)
+        runner = engine.runner
+        method = None
+        if runner is not None:
+            method = runner.template.name if runner.method == "template" else "period"
+        return GpuResult(log.stream, engine.gpu, sink.close(), count, method, kept)
 
-def _keeping(ops, kept: list):
-    for op in ops:
-        kept.append(op)
-        yield op
+    def _path(self, name: str) -> Path | None:
+        return self.out_dir / name if self.out_dir is not None else None
+
+    def _save(self, engine: GpuEngine, position, name: str, sink: SummaryFile) -> None:
+        if position is None:
+            return  # not a clean point: the next one will be
+        size = sink.sync()
+        self.states[name] = gpu_state(engine, position, name, size, sink.written)
+        self.checkpoint.save(self.states)
 
 
 def recover_steps(
@@ -100,26 +179,25 @@ def recover_steps(
     on_ops: Callable[[int], None] | None = None,
     templates: TemplateSet | None = None,
     keep_ops: bool = False,
+    out_dir: str | Path | None = None,
+    checkpoint_every_ops: int = 0,
 ) -> OfflineResult:
     """Steps of every GPU in `logs_dir`, with the built-in templates plus `template_dirs`
-    (or exactly `templates` when given)."""
+    (or exactly `templates` when given); see the module docstring for out_dir and
+    checkpoints."""
     if templates is None:
         templates = load_templates(template_dirs)
     logs, problems = read_gpu_logs(logs_dir)
-    result = OfflineResult(problems=problems + templates.problems)
+    out = Path(out_dir) if out_dir is not None else None
+    checkpoint = None
+    states: dict[str, GpuState] = {}
+    if out is not None and checkpoint_every_ops > 0:
+        checkpoint = CheckpointFile(out / CHECKPOINT_NAME, templates.digest(), ProducerMode.offline)
+        states = checkpoint.load()
+    run = _Run(templates, out, checkpoint, checkpoint_every_ops, states, on_ops, keep_ops)
+    result = OfflineResult(problems=problems + templates.problems, resumed=len(states))
     for index, log in enumerate(logs):
-        result.gpus.append(recover_gpu(log, templates, index, on_ops, keep_ops))
+        result.gpus.append(run.gpu(log, index))
         result.problems += log.problems
     result.gpus.sort(key=lambda g: (g.gpu.host, g.gpu.global_rank, g.stream))
     return result
-
-
-def write_summaries(result: OfflineResult, out_dir: str | Path) -> list[Path]:
-    out_dir = Path(out_dir)
-    written = []
-    encoder = msgspec.json.Encoder()
-    for g in result.gpus:
-        path = out_dir / f"{g.stream}.jsonl"
-        write_atomically(path, b"".join(encoder.encode(s) + b"\n" for s in g.summaries))
-        written.append(path)
-    return written
