@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 
-.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent
+.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine
 .PHONY: all build venv generate verify-generated check-schemas headers test test-contract \
         test-unit lint bench demo install clean
 
@@ -114,6 +114,10 @@ bench: $(VENV_STAMP) build-profiler
 ## bench-agent: the Agent's SHM ingest on one core, real plugin producers (budget >= 2 M records/s, lag < 100 ms)
 bench-agent: $(VENV_STAMP) build-profiler
 	$(VPY) bench/agent_ingest.py
+
+## bench-engine: the Semantic Engine's offline parse + step recovery on one core (budget >= 1 M records/s)
+bench-engine: $(VENV_STAMP) build-profiler
+	$(VPY) bench/engine_parse.py
 
 ## bench-profiler: the Profiler's hot path over an empty plugin (DESIGN §8: <= 150 ns)
 bench-profiler: $(VENV_STAMP) build-profiler
