@@ -18,12 +18,11 @@ from comminsight.agent.metrics import (
     BUSBW_BUCKETS_GBS,
     LATENCY_BUCKETS_S,
     NodeMetrics,
-    bus_bandwidth_gbs,
-    durations_s,
     size_bucket,
     update_from_producers,
 )
 from comminsight.agent.producers import ProducerSet
+from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
 
 

@@ -22,6 +22,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 
 from comminsight.shm_reader import op_records, record_text
+from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
 
 LATENCY_BUCKETS_S = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
@@ -52,34 +53,6 @@ def size_bucket(nbytes: np.ndarray) -> np.ndarray:
     """Index into SIZE_BUCKETS for every message size."""
     edges = np.array([b for b, _ in SIZE_BUCKETS if b is not None], dtype=np.uint64)
     return np.searchsorted(edges, nbytes, side="left")
-
-
-def durations_s(records: np.ndarray) -> np.ndarray:
-    """GPU span where the record has one, else host enqueue to completion."""
-    gpu = records["timing_source"] == shm_v1.TimingSource.KERNEL_GPU
-    span = np.where(
-        gpu,
-        records["gpu_end_ticks"] - records["gpu_start_ticks"],
-        records["complete_mono_ns"] - records["host_start_mono_ns"],
-    )
-    return span.astype(np.float64) / 1e9
-
-
-def bus_bandwidth_gbs(records: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-    """NCCL's bus bandwidth (the Inspector's formulas), GB/s; 0 where the time is 0."""
-    n = np.maximum(records["nranks"].astype(np.float64), 1.0)
-    func = records["func"]
-    traffic = records["bytes"].astype(np.float64)
-    gathered = np.isin(
-        func, [shm_v1.Func.ALL_GATHER, shm_v1.Func.REDUCE_SCATTER, shm_v1.Func.ALL_TO_ALL]
-    )
-    traffic = np.where(gathered, traffic * n, traffic)
-    factor = np.where(
-        func == shm_v1.Func.ALL_REDUCE, 2 * (n - 1) / n, np.where(gathered, (n - 1) / n, 1.0)
-    )
-    with np.errstate(divide="ignore", invalid="ignore"):
-        algbw = np.where(seconds > 0, traffic / 1e9 / seconds, 0.0)
-    return algbw * factor
 
 
 @dataclass

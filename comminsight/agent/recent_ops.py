@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comminsight.agent.metrics import bus_bandwidth_gbs, durations_s
 from comminsight.agent.snapshot import rank_or_none
 from comminsight.shm_reader import enum_label, record_text
+from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.agent_master_api_v1 import OpKind, OpRecord, TimingSource
 

@@ -219,9 +219,7 @@ class GpuEngine:
         first = min(unreflected, key=lambda op: op.position.order())
         if self._placed_max is not None and self._placed_max >= first.position.order():
             return None
-        p = first.position
-        before = p.ring_seq - 1 if p.ring_seq else None  # the last ring record consumed
-        return type(p)(p.segment, p.segment_index, p.byte_offset, p.record_index, before)
+        return first.position.resume_here()
 
     def _place(self, op: EngineOp) -> list[StepSummary]:
         if op.position is not None:

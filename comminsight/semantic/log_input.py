@@ -109,6 +109,13 @@ class LogPosition:
     def order(self) -> tuple[int, int]:
         return (self.segment_index or 0, self.byte_offset)
 
+    def resume_here(self) -> LogPosition:
+        """The checkpoint position that re-reads this line first."""
+        before = self.ring_seq - 1 if self.ring_seq else None  # the last ring record consumed
+        return LogPosition(
+            self.segment, self.segment_index, self.byte_offset, self.record_index, before
+        )
+
     def after(self) -> LogPosition:
         """The position of the next line."""
         return LogPosition(
