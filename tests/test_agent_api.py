@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -278,8 +279,18 @@ def test_mutations_are_forbidden_without_a_configured_token(tmp_path):
         assert_error(resolve(live, "any-report"), 403, "forbidden")
 
 
+def wait_for_the_engine(live, truths) -> None:
+    """Until the semantic engine has closed every exited rank's stream."""
+    engine = live.service.engine
+    deadline = time.monotonic() + 30
+    while not engine.idle() or engine.steps_written < len(truths):
+        assert time.monotonic() < deadline, "the engine wrote no summaries"
+        time.sleep(0.05)
+
+
 def test_archive_status_and_flush(agent):
-    live, _ = agent
+    live, truths = agent
+    wait_for_the_engine(live, truths)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     assert_error(httpx.post(live.base_url + "/api/v1/archive/flush"), 401, "unauthorized")
     flushed = httpx.post(live.base_url + "/api/v1/archive/flush", headers=auth)
@@ -290,7 +301,10 @@ def test_archive_status_and_flush(agent):
         "already_running",
     }
     status = get(live, "/api/v1/archive").json()
-    sealed = list((live.service.home / "inspector_logs").glob("*.jsonl"))
+    home = live.service.home
+    # sealed segments and the engine's sealed step summaries (the ranks have exited)
+    sealed = list((home / "inspector_logs").glob("*.jsonl"))
+    sealed += list((home / "semantics" / "step").glob("*.jsonl"))
     assert status["provider"] == "local"
     assert status["url"] == str(live.service.home / "archives")
     assert status["disk_used_bytes"] >= sum(p.stat().st_size for p in sealed)
@@ -302,8 +316,8 @@ def test_archive_status_and_flush(agent):
     assert status["uploaded_files_total"] == len(sealed) > 0
 
 
-def test_steps_are_served_from_the_summary_files_with_keyset_pages(agent):
-    live, _ = agent
+def test_steps_are_served_from_the_summary_files_with_keyset_pages(idle_agent):
+    live = idle_agent
     step_dir = live.service.home / "semantics" / "step"
     step_dir.mkdir(parents=True, exist_ok=True)
     fixture = FIXTURES / "step-summary" / "v1" / "valid" / "ddp-warmup-anomalies.json"
@@ -331,10 +345,18 @@ def test_steps_are_served_from_the_summary_files_with_keyset_pages(agent):
     assert live.service.step_files.invalid_lines() == 1
 
 
-def test_completed_ops_reach_the_engine_hook_per_gpu(agent):
+def test_the_semantic_engine_writes_step_summaries_the_api_serves(agent):
     live, truths = agent
     engine = live.service.engine
-    assert "no Semantic Engine" in engine.name  # a pass-through, not presented as the engine
-    by_rank = {gpu.global_rank: n for gpu, n in engine.records_by_gpu.items()}
-    assert by_rank == {r: sum(1 for op in t.ops if op["completed"]) for r, t in enumerate(truths)}
-    assert {gpu.pid for gpu in engine.records_by_gpu} == {t.run["pid"] for t in truths}
+    assert engine.name == "semantic engine"
+    wait_for_the_engine(live, truths)
+    page = get(live, "/api/v1/steps", limit=1000).json()
+    assert {s["produced_by"]["mode"] for s in page["items"]} == {"live"}
+    assert page["total"] == sum(len(t.records["step"]) for t in truths)
+    for rank, truth in enumerate(truths):
+        mine = [s for s in page["items"] if s["global_rank"] == rank]
+        assert len(mine) == len(truth.records["step"]), (rank, mine)
+        ops = [op for op in truth.ops if op["completed"] and op["step"] is not None]
+        assert sum(s["op_count"] for s in mine) == len(ops)
+        assert sum(s["total_bytes"] for s in mine) == sum(op["bytes"] for op in ops)
+    assert engine.dropped_records == 0

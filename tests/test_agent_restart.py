@@ -36,6 +36,7 @@ def test_agent_killed_mid_run_then_restarted_archives_every_segment_once(plugin,
         "COMMINSIGHT_AGENT_NODE_NAME": NODE,
         "COMMINSIGHT_AGENT_TOKEN": TOKEN,
         "COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S": "0.1",
+        "COMMINSIGHT_SEMANTIC_ENABLE": "0",  # this test is about segments only
     }
     listen = f"127.0.0.1:{free_port()}"
     config = SimConfig(

@@ -1,10 +1,11 @@
 """Where the Agent hands completed ops to the Semantic Engine, one stream per GPU.
 
-The Agent calls `feed(gpu, records)` after every ingest pass with the Coll/P2P records of one
-process (one process drives one GPU), in ring order. The Semantic Engine is its own issue;
-until it lands the Agent runs `PassThroughEngine`, which only counts what it was handed so
-the hand-off itself is exercised and visible. It recovers no Steps and writes no summaries,
-and says so in its name.
+After every ingest pass the Agent calls `feed(gpu, records, comms)` with the Coll/P2P records
+of one process (one process drives one GPU) in ring order, and what its communicator table says
+of the communicators; `finished(gpu)` once the process is gone and its ring drained. The
+Agent runs `comminsight.agent.semantic_hook.SemanticEngineHook` (COMMINSIGHT_SEMANTIC_ENABLE);
+`PassThroughEngine` only counts what it is handed, for an Agent with the engine turned off
+and for measuring the hand-off itself.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+from comminsight.semantic.shm_input import CommInfo
 
 
 @dataclass(frozen=True)
@@ -24,20 +27,29 @@ class GpuStream:
     start_real_ns: int  # with pid: one process, even if the pid is reused
     global_rank: int | None
     cuda_device: int | None
+    start_mono_ns: int = field(default=0, compare=False)  # with start_real_ns: the clock pair
+    local_rank: int | None = field(default=None, compare=False)
+    job_id: str | None = field(default=None, compare=False)
 
 
 class EngineHook(Protocol):
     name: str
 
-    def feed(self, gpu: GpuStream, records: np.ndarray) -> None: ...
+    def feed(self, gpu: GpuStream, records: np.ndarray, comms: dict[int, CommInfo]) -> None: ...
+
+    def finished(self, gpu: GpuStream) -> None: ...
 
 
 @dataclass
 class PassThroughEngine:
     """Counts the records handed over per GPU; recovers nothing."""
 
-    name: str = "pass-through (no Semantic Engine in this build)"
+    name: str = "pass-through (Semantic Engine disabled)"
     records_by_gpu: dict[GpuStream, int] = field(default_factory=dict)
+    finished_gpus: set[GpuStream] = field(default_factory=set)
 
-    def feed(self, gpu: GpuStream, records: np.ndarray) -> None:
+    def feed(self, gpu: GpuStream, records: np.ndarray, comms: dict[int, CommInfo]) -> None:
         self.records_by_gpu[gpu] = self.records_by_gpu.get(gpu, 0) + len(records)
+
+    def finished(self, gpu: GpuStream) -> None:
+        self.finished_gpus.add(gpu)

@@ -13,10 +13,12 @@ import numpy as np
 
 from comminsight.agent.engine_hook import EngineHook, GpuStream
 from comminsight.agent.metrics import NodeMetrics, update_from_producers
-from comminsight.agent.producers import Batch, ProducerSet
+from comminsight.agent.producers import Batch, Producer, ProducerSet
 from comminsight.agent.recent_ops import Origin, RecentOps
 from comminsight.agent.snapshot import rank_or_none
-from comminsight.shm_reader import op_records
+from comminsight.semantic.shm_input import CommInfo
+from comminsight.shm_reader import op_records, record_text
+from comminsight_gen.abi import shm_v1
 
 
 class NodeIngest:
@@ -37,21 +39,51 @@ class NodeIngest:
     def run_pass(self, now_mono_ns: int, retire_after_ns: int = 0) -> list[Batch]:
         batches = self.producers.poll(now_mono_ns, retire_after_ns=retire_after_ns)
         update_from_producers(self.metrics, self.producers, batches, now_mono_ns)
+        fed = set()
         for batch in batches:
             ops = op_records(batch.records)
             if len(ops):
-                self._hand_on(batch, ops)
+                self._hand_on(batch.producer, ops)
+                fed.add(batch.producer.path)
         mapped = self.producers.producers.values()
         self.recent_ops.set_live({(p.pid, int(p.region.header["start_real_ns"])) for p in mapped})
+        for producer in mapped:
+            # gone and drained: the engine can close the GPU's last Step now rather than at
+            # retirement, a minute later
+            if producer.gone_since_mono_ns is not None and producer.path not in fed:
+                self.engine.finished(self.gpu_of(producer))
         return batches
 
-    def _hand_on(self, batch: Batch, ops: np.ndarray) -> None:
-        h = batch.producer.region.header
-        pid, start_real = batch.producer.pid, int(h["start_real_ns"])
-        rank = rank_or_none(int(h["rank"]))
-        self.recent_ops.add(
-            Origin(pid, rank, self.node_name, start_real, int(h["start_mono_ns"])), ops
-        )
+    def gpu_of(self, producer: Producer) -> GpuStream:
+        h = producer.region.header
         device = int(h["cuda_device"])
-        gpu = GpuStream(self.node_name, pid, start_real, rank, device if device >= 0 else None)
-        self.engine.feed(gpu, ops)
+        return GpuStream(
+            self.node_name,
+            producer.pid,
+            int(h["start_real_ns"]),
+            rank_or_none(int(h["rank"])),
+            device if device >= 0 else None,
+            start_mono_ns=int(h["start_mono_ns"]),
+            local_rank=rank_or_none(int(h["local_rank"])),
+            job_id=record_text(h["job_id"]) or None,
+        )
+
+    def _hand_on(self, producer: Producer, ops: np.ndarray) -> None:
+        gpu = self.gpu_of(producer)
+        self.recent_ops.add(
+            Origin(gpu.pid, gpu.global_rank, self.node_name, gpu.start_real_ns, gpu.start_mono_ns),
+            ops,
+        )
+        self.engine.feed(gpu, ops, comm_infos(producer))
+
+
+def comm_infos(producer: Producer) -> dict[int, CommInfo]:
+    """What the process's communicator table says of each communicator (a slot has neither
+    the name nor the node count)."""
+    infos = {}
+    for row in producer.region.comm_entries():
+        if int(row["state"]) == shm_v1.CommState.FREE:
+            continue
+        nnodes = int(row["nnodes"])
+        infos[int(row["comm_id"])] = CommInfo(record_text(row["name"]) or None, nnodes or None)
+    return infos

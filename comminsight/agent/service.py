@@ -35,8 +35,10 @@ from comminsight.agent.ingest import NodeIngest
 from comminsight.agent.metrics import NodeMetrics
 from comminsight.agent.producers import ProducerSet
 from comminsight.agent.recent_ops import RecentOps
+from comminsight.agent.semantic_hook import SemanticEngineHook
 from comminsight.agent.snapshot import NodeSnapshot, build_snapshot
 from comminsight.agent.step_files import StepFiles
+from comminsight.semantic.templates import load_templates
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models import agent_master_api_v1 as api
@@ -60,7 +62,7 @@ class AgentService:
         self.started_mono_ns = time.monotonic_ns()
         self.recent_ops = RecentOps(settings.agent_recent_ops)
         self.step_files = StepFiles(self.home)
-        self.engine: EngineHook = engine or PassThroughEngine()
+        self.engine: EngineHook = engine or self._engine_hook(settings)
         self.archiver: Archiver | None = None
         self.archive_error: str | None = None
         try:
@@ -84,6 +86,14 @@ class AgentService:
         self.retire_after_ns = int(max(MIN_RETIRE_S, 2 * settings.profiler_hang_timeout_s) * S)
         self.passes = 0
         self._wake = asyncio.Event()
+
+    def _engine_hook(self, settings: ConfigV1) -> EngineHook:
+        if not settings.semantic_enable:
+            return PassThroughEngine()
+        templates = load_templates(settings.semantic_template_dirs)
+        for problem in templates.problems:
+            log.error("semantic engine template: %s", problem)
+        return SemanticEngineHook(self.home, templates)
 
     def poll_once(self, now_mono_ns: int | None = None) -> list[HangReport]:
         """One pass; the reports of this pass (also saved under metadata/hangs/)."""
@@ -297,6 +307,8 @@ class AgentService:
             self.stopping = True
             self.fifo.close()
             self.producers.close()
+            if isinstance(self.engine, SemanticEngineHook):
+                self.engine.stop()
 
 
 def _boot_id() -> str | None:

@@ -280,7 +280,7 @@ class CheckpointFile:
         self.sequence = 0
 
     def load(self) -> dict[str, se.GpuState]:
-        """States by output file name; {} (start over) when there is no usable checkpoint."""
+        """States by GPU stream; {} (start over) when there is no usable checkpoint."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -304,7 +304,8 @@ class CheckpointFile:
             )
             return {}
         self.sequence = ckpt.sequence
-        return {g.output.file: g for g in ckpt.gpus}
+        # by the GPU's stream: its file is <stream>.jsonl.partial while open, then sealed
+        return {g.output.file.removesuffix(".partial").removesuffix(".jsonl"): g for g in ckpt.gpus}
 
     def save(self, states: dict[str, se.GpuState]) -> None:
         self.sequence += 1

@@ -38,16 +38,21 @@ def _longest_true_run(eq: np.ndarray) -> tuple[int, int]:
     return int(ends[i] - starts[i]), int(starts[i])
 
 
-def learn_cycle(keys: Sequence[Hashable], gaps: Sequence[int], max_period: int = 4096):
+def learn_cycle(
+    keys: Sequence[Hashable],
+    gaps: Sequence[int],
+    max_period: int = 4096,
+    min_repeats: int = MIN_REPEATS,
+):
     """The cycle of `keys` (with `gaps[i]`: GPU idle time before op i), or None when no period
-    repeats MIN_REPEATS times."""
+    repeats `min_repeats` times in a row."""
     codes = _codes(keys)
     n = len(codes)
     best: tuple[int, int, int] | None = None  # (stretch length, -p, start)
-    for p in range(1, min(max_period, n // MIN_REPEATS) + 1):
+    for p in range(1, min(max_period, n // min_repeats) + 1):
         run, start = _longest_true_run(codes[p:] == codes[:-p])
         length = run + p  # keys[start .. start+run+p) repeat with period p
-        if run == 0 or length < MIN_REPEATS * p:
+        if run == 0 or length < min_repeats * p:
             continue
         if best is None or (length, -p) > (best[0], best[1]):
             best = (length, -p, start)

@@ -56,7 +56,11 @@ def idle_gaps(ops: list[EngineOp]) -> list[int]:
     return gaps
 
 
-def learn_template_cycle(template: CompiledTemplate, ops: list[EngineOp]) -> Cycle | None:
+def learn_template_cycle(
+    template: CompiledTemplate, ops: list[EngineOp], final: bool = False
+) -> Cycle | None:
+    """The template's per-Step cycle in `ops`; at the end of input (`final`) two repetitions
+    are enough, as a short run is all there is."""
     gaps = idle_gaps(ops)
     keys, key_gaps = [], []
     for op, gap in zip(ops, gaps, strict=True):
@@ -64,7 +68,7 @@ def learn_template_cycle(template: CompiledTemplate, ops: list[EngineOp]) -> Cyc
         if role in template.cycle_roles:
             keys.append(cycle_key(role, op))
             key_gaps.append(gap)
-    return learn_cycle(*without_rare_keys(keys, key_gaps))
+    return learn_cycle(*without_rare_keys(keys, key_gaps), min_repeats=2 if final else 3)
 
 
 def without_rare_keys(keys: list, gaps: list[int]) -> tuple[list, list[int]]:
@@ -80,9 +84,10 @@ def without_rare_keys(keys: list, gaps: list[int]) -> tuple[list, list[int]]:
     return [k for k, _ in kept], [g for _, g in kept]
 
 
-def dry_run(runner, ops: list[EngineOp]) -> list[tuple[int, int]]:
+def dry_run(runner, ops: list[EngineOp], final: bool = False) -> list[tuple[int, int]]:
     """How a runner would cut `ops`, as GpuEngine._place does: (ops, unexpected ops) of each
-    closed Step, and of the ops between Steps after the first one as a last entry."""
+    closed Step (with `final`, the input has ended: the open Step too), and of the ops between
+    Steps after the first one as a last entry."""
     closed: list[tuple[int, int]] = []
     count = unexpected = 0
     between = [0, 0]
@@ -103,21 +108,24 @@ def dry_run(runner, ops: list[EngineOp]) -> list[tuple[int, int]]:
         if d.boundary == "end":
             closed.append((count, unexpected))
             count = unexpected = 0
+    if final and count:
+        closed.append((count, unexpected))
     return closed + [tuple(between)]
 
 
-def evaluate(template: CompiledTemplate, ops: list[EngineOp]) -> Fit | None:
+def evaluate(template: CompiledTemplate, ops: list[EngineOp], final: bool = False) -> Fit | None:
     """Whether the template cuts `ops` into enough steady Steps that look alike: score =
     the share of steady ops that fit, times the share of steady Steps with the most common
-    number of fitting ops. Warm-up Steps are allowed to differ and do not count."""
+    number of fitting ops. Warm-up Steps are allowed to differ and do not count. When the
+    input has ended (`final`), one steady Step is enough: a short run is all there is."""
     cycle = None
     if template.cycle_roles:
-        cycle = learn_template_cycle(template, ops)
+        cycle = learn_template_cycle(template, ops, final)
         if cycle is None:
             return None
-    *closed, between = dry_run(TemplateRunner(template, cycle), ops)
+    *closed, between = dry_run(TemplateRunner(template, cycle), ops, final)
     steady = closed[template.spec.tolerance.warmup_steps :]
-    if len(steady) < template.spec.selection.probe_steps:
+    if len(steady) < (1 if final else template.spec.selection.probe_steps):
         return None
     ops_seen = sum(n for n, _ in steady) + between[0]
     unexpected = sum(u for _, u in steady) + between[1]
@@ -181,7 +189,7 @@ class GpuEngine:
     # ---- selection -----------------------------------------------------------------------
 
     def _select(self, final: bool) -> list[StepSummary]:
-        fits = [f for t in self.templates.templates if (f := evaluate(t, self.pending))]
+        fits = [f for t in self.templates.templates if (f := evaluate(t, self.pending, final))]
         if fits:
             best = min(fits, key=lambda f: (-f.score, -f.template.spec.priority, f.template.name))
             self.runner = TemplateRunner(best.template, best.cycle)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 
+from comminsight.durable_files import fsync_directory
 from comminsight.semantic.checkpoint import (
     CheckpointFile,
     gpu_state,
@@ -81,6 +82,10 @@ class SummaryFile:
         else:
             self._file.write(b"".join(_ENCODER.encode(s) + b"\n" for s in summaries))
 
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
     def sync(self) -> int:
         """Flush to disk; the file's length."""
         if self._file is None:
@@ -89,13 +94,35 @@ class SummaryFile:
         os.fsync(self._file.fileno())
         return self._file.tell()
 
-    def close(self) -> list[StepSummary]:
-        """Every summary of the GPU (read back from the file, which holds earlier runs' too)."""
+    def seal(self) -> Path | None:
+        """Complete: fsync, close, rename `<name>.jsonl.partial` to `<name>.jsonl` (archives
+        and readers take sealed files as final) and fsync the directory."""
         if self._file is None:
-            return self.kept
+            return None
+        self.sync()
         self._file.close()
-        decoder = msgspec.json.Decoder(StepSummary)
-        return [decoder.decode(line) for line in self.path.read_bytes().splitlines() if line]
+        self._file = None
+        sealed = self.path.with_name(self.path.name.removesuffix(".partial"))
+        os.replace(self.path, sealed)
+        fsync_directory(sealed.parent)
+        self.path = sealed
+        return sealed
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def summaries(self) -> list[StepSummary]:
+        """Every summary of the GPU (read back from the file, which holds earlier runs' too)."""
+        if self.path is None:
+            return self.kept
+        return read_summaries(self.path)
+
+
+def read_summaries(path: Path) -> list[StepSummary]:
+    decoder = msgspec.json.Decoder(StepSummary)
+    return [decoder.decode(line) for line in path.read_bytes().splitlines() if line]
 
 
 def identity_of(log: GpuLog, fallback_rank: int) -> GpuIdentity:
@@ -122,19 +149,25 @@ class _Run:
 
     def gpu(self, log: GpuLog, index: int) -> GpuResult:
         name = f"{log.stream}.jsonl"
-        state = self.states.get(name)
+        state = self.states.get(log.stream)
+        sealed = self.out_dir / name if self.out_dir is not None else None
+        if state is not None and sealed is not None and sealed.exists():
+            # complete before the interruption (sealed, maybe just before the checkpoint)
+            gpu = restore_engine(state, self.templates).gpu
+            return GpuResult(log.stream, gpu, read_summaries(sealed), 0, _method_of(state))
+        if state is not None and state.output.file == name:
+            state = None  # sealed in the checkpoint but the file is gone: start over
         start = resume_position(state) if state is not None else None
         ops = log.ops(start)
         kept: list[EngineOp] | None = [] if self.keep_ops else None
         first = next(ops, None)
+        partial = self._path(name + ".partial")
         if state is not None:
             engine = restore_engine(state, self.templates)
-            sink = SummaryFile(
-                self._path(name), state.output.byte_offset, state.output.summaries_written
-            )
+            sink = SummaryFile(partial, state.output.byte_offset, state.output.summaries_written)
         else:
             engine = GpuEngine(identity_of(log, index), self.templates)
-            sink = SummaryFile(self._path(name), 0, 0)
+            sink = SummaryFile(partial, 0, 0)
         count = 0
         last = None
         op = first
@@ -147,30 +180,40 @@ class _Run:
             if count % 4096 == 0 and self.on_ops is not None:
                 self.on_ops(4096)
             if self.checkpoint is not None and count % self.every == 0:
-                self._save(engine, engine.resume_point(last), name, sink)
+                self._save(log.stream, engine, engine.resume_point(last), sink)
             op = next(ops, None)
         sink.add(engine.finish())
         if self.on_ops is not None:
             self.on_ops(count % 4096)
+        sink.seal()
         if self.checkpoint is not None:
             end = last.position.after() if last is not None else start
             if end is not None:
-                self._save(engine, end, name, sink)
+                self._save(log.stream, engine, end, sink)
         runner = engine.runner
         method = None
         if runner is not None:
             method = runner.template.name if runner.method == "template" else "period"
-        return GpuResult(log.stream, engine.gpu, sink.close(), count, method, kept)
+        return GpuResult(log.stream, engine.gpu, sink.summaries(), count, method, kept)
 
     def _path(self, name: str) -> Path | None:
         return self.out_dir / name if self.out_dir is not None else None
 
-    def _save(self, engine: GpuEngine, position, name: str, sink: SummaryFile) -> None:
+    def _save(self, stream: str, engine: GpuEngine, position, sink: SummaryFile) -> None:
         if position is None:
             return  # not a clean point: the next one will be
-        size = sink.sync()
-        self.states[name] = gpu_state(engine, position, name, size, sink.written)
+        if sink.path.name.endswith(".partial"):
+            size = sink.sync()
+        else:
+            size = sink.path.stat().st_size
+        self.states[stream] = gpu_state(engine, position, sink.path.name, size, sink.written)
         self.checkpoint.save(self.states)
+
+
+def _method_of(state: GpuState) -> str | None:
+    if state.selection.value == "template":
+        return state.template_name
+    return "period" if state.selection.value == "period" else None
 
 
 def recover_steps(
