@@ -7,8 +7,8 @@
 2. The same run with rank 1 skipping an all-reduce: the other ranks hang, each one's Profiler
    watchdog writes hang evidence, and the Agent's cross-rank diagnosis names rank 1
    (`comminsight hangs`).
-The Semantic Engine and Inject are not built yet; the demo says so rather than pretending.
-Files stay under var/demo/ for inspection.
+Along the way the Agent's Semantic Engine recovers the Steps of the healthy run from the op
+sequence alone (`comminsight steps`). Files stay under var/demo/ for inspection.
 """
 
 from __future__ import annotations
@@ -85,11 +85,28 @@ def running_agent(home: Path, console: Console) -> Iterator[str]:
         log.close()
 
 
+def wait_for_steps(url: str, expected: int, timeout_s: float = 30.0) -> int:
+    """Step summaries the agent serves, once it has all `expected` (or the time is up)."""
+    deadline = time.monotonic() + timeout_s
+    total = 0
+    while time.monotonic() < deadline:
+        total = httpx.get(f"{url}/api/v1/steps", params={"limit": 1}, timeout=5).json()["total"]
+        if total >= expected:
+            break
+        time.sleep(0.1)
+    return total
+
+
 def show(console: Console, command: str, url: str, **options) -> None:
     """What `comminsight <command> --url URL` prints."""
     console.print(f"[dim]$ comminsight {command} --url {url}[/dim]")
     args = argparse.Namespace(url=url, json=False, **options)
-    func = {"status": cli_agent.status, "comms": cli_agent.comms_cmd, "hangs": cli_agent.hangs_cmd}
+    func = {
+        "status": cli_agent.status,
+        "comms": cli_agent.comms_cmd,
+        "hangs": cli_agent.hangs_cmd,
+        "steps": cli_agent.steps_cmd,
+    }
     cli_agent.run(func[command], args, console)
 
 
@@ -125,9 +142,17 @@ def healthy_run(console: Console) -> bool:
     console.rule("1. simulated TP+PP+DP training through the Profiler, with the Agent")
     with running_agent(home, console) as url:
         result = simulate(home)
-        time.sleep(0.3)  # a few agent passes after the run
+        expected = 8 * 4  # ranks x (3 steps + the warm-up step)
+        steps = wait_for_steps(url, expected)
         show(console, "status", url)
         show(console, "comms", url, state="all", name=None, full=False)
+        show(console, "steps", url, rank=0, since_step=0, limit=100, logs=None)
+        console.print(
+            f"the agent's Semantic Engine recovered {steps} of {expected} steps (8 ranks) "
+            f"from the op sequence alone; summaries in {home / 'semantics' / 'step'}"
+        )
+        metrics = httpx.get(f"{url}/metrics", timeout=5).text.count("comminsight_ops_total{")
+        console.print(f"{url}/metrics exposed {metrics} comminsight_ops_total series")
     if result.errors:
         console.print(f"[red]simulation failed:[/red] {result.errors}")
         return False
@@ -222,7 +247,11 @@ def run(console: Console) -> int:
     ok = healthy_run(console) and hang_run(console)
     console.rule()
     console.print(
-        "Not built yet, so not run: the Semantic Engine (step recovery; the Agent hands it "
-        "ops through a pass-through hook until then) and Inject."
+        f"Everything stays under {DEMO_DIR}: inspector_logs/ (the Profiler's sealed logs), "
+        "semantics/step/ (step summaries), metadata/hangs/ (hang reports), archives/ (what "
+        "the agent archived). Run `comminsight steps <dir>/inspector_logs` or `comminsight "
+        "trace <dir>/inspector_logs -o trace.json` on them; the agent served its API and "
+        "/metrics at the URLs printed above while it ran (README: Using the Agent). "
+        "Not built yet: Inject and multi-node agents."
     )
     return 0 if ok else 1
