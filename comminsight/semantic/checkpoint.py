@@ -51,7 +51,8 @@ def _opt(**values) -> dict:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _op_ref(op: OpId) -> se.OpRef:
+def _op_ref(op) -> se.OpRef:
+    """An OpId or an EngineOp (both have kind, comm_id, seq, func, ring_seq)."""
     return se.OpRef(
         kind=se.OpClass(op.kind),
         comm_id=op.comm_id,

@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -35,13 +36,19 @@ class _Header(msgspec.Struct):
     comm_name: str | None = None
 
 
+class _TraceTs(msgspec.Struct):
+    coll_start_ts: int | None = None
+    coll_stop_ts: int | None = None
+
+
 class _CollPerf(msgspec.Struct):
     coll: str
     coll_sn: int
     coll_msg_size_bytes: int
     coll_exec_time_us: float = 0.0
-    coll_busbw_gbs: float | None = None
+    coll_busbw_gbs: float | str | None = None  # NVIDIA writes the string "nan"
     coll_timing_source: str | None = None
+    event_trace_ts: _TraceTs | None = None
 
 
 class _P2pPerf(msgspec.Struct):
@@ -50,7 +57,7 @@ class _P2pPerf(msgspec.Struct):
     p2p_msg_size_bytes: int
     p2p_peer: int | None = None
     p2p_exec_time_us: float = 0.0
-    p2p_busbw_gbs: float | None = None
+    p2p_busbw_gbs: float | str | None = None
     p2p_timing_source: str | None = None
 
 
@@ -85,8 +92,15 @@ class _Ci(msgspec.Struct):
     last_ring_seq: int | None = None
 
 
+class _Metadata(msgspec.Struct):
+    dump_timestamp_us: int = 0
+    hostname: str | None = None
+    pid: int | None = None
+
+
 class _Line(msgspec.Struct):
     header: _Header | None = None
+    metadata: _Metadata | None = None
     coll_perf: _CollPerf | None = None
     p2p_perf: _P2pPerf | None = None
     ci: _Ci | None = None
@@ -95,9 +109,9 @@ class _Line(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Line)
 
 
-@dataclass(frozen=True)
-class LogPosition:
-    """Where an op's line is: the checkpoint's `input` (semantic-engine LogPosition)."""
+class LogPosition(NamedTuple):
+    """Where an op's line is: the checkpoint's `input` (semantic-engine LogPosition). A
+    NamedTuple: one is made per op line, and tuples are the cheapest to make."""
 
     segment: str
     segment_index: int | None
@@ -153,14 +167,14 @@ class GpuLog:
         missing = False
         started = start is None
         for path in self.segments:
-            index = int(SEGMENT_NAME.match(path.name)["index"])
-            if expected_index is not None and index > expected_index:
+            index = _segment_index(path)
+            if index is not None and expected_index is not None and index > expected_index:
                 self.problems.append(
                     f"{path.parent / _name(self.stream, expected_index)}: missing "
                     f"(segments {expected_index}..{index - 1} of this process are absent)"
                 )
                 missing = True
-            expected_index = index + 1
+            expected_index = index + 1 if index is not None else None
             if not started:
                 if _base(path.name) != _base(start.segment):
                     continue
@@ -199,7 +213,7 @@ class GpuLog:
             return
         partial = path.name.endswith(".partial")
         anchor = self._anchor(data)  # the clock pair of the segment_start line
-        segment_index = int(SEGMENT_NAME.match(path.name)["index"])
+        segment_index = _segment_index(path)
         pos = offset
         line_no = record
         crc = zlib.crc32(data[:offset]) if offset else 0
@@ -256,6 +270,8 @@ class GpuLog:
 
 def _op(line: _Line, anchor: tuple[int, int], position: LogPosition) -> EngineOp | None:
     ci, h = line.ci, line.header
+    if ci is None and h is not None:
+        return _nvidia_op(line, position)
     if ci is None or h is None or ci.kind not in ("coll", "p2p"):
         return None
     if ci.kind == "coll" and line.coll_perf is not None:
@@ -307,10 +323,108 @@ def _op(line: _Line, anchor: tuple[int, int], position: LogPosition) -> EngineOp
         start_mono_ns=start_mono,
         end_mono_ns=complete,
         duration_ns=duration,
-        busbw_gbs=float(busbw or 0.0),
+        busbw_gbs=_float(busbw),
         ring_seq=ci.ring_seq,
         position=position,
     )
+
+
+def _float(value) -> float:
+    """A bandwidth as NVIDIA writes it: a number, or "nan"/"inf" strings."""
+    try:
+        v = float(value or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+    return v if v == v and v not in (float("inf"), float("-inf")) else 0.0
+
+
+def _nvidia_op(line: _Line, position: LogPosition) -> EngineOp | None:
+    """A foreign NVIDIA Inspector line: no issue time and no monotonic clock. Lines are in the
+    order NVIDIA wrote them (completion order), which stands for the issue order; an op ended
+    by the time its line was dumped (dump_timestamp_us), or at its stop callback in verbose
+    mode."""
+    h, meta = line.header, line.metadata
+    if line.coll_perf is not None:
+        perf = line.coll_perf
+        func, seq, size, peer = perf.coll, perf.coll_sn, perf.coll_msg_size_bytes, None
+        exec_us, busbw, kind = perf.coll_exec_time_us, perf.coll_busbw_gbs, "coll"
+        trace = perf.event_trace_ts
+    elif line.p2p_perf is not None:
+        perf = line.p2p_perf
+        func, seq, size, peer = perf.p2p, perf.p2p_sn, perf.p2p_msg_size_bytes, perf.p2p_peer
+        exec_us, busbw, kind = perf.p2p_exec_time_us, perf.p2p_busbw_gbs, "p2p"
+        trace = None
+    else:
+        return None
+    duration = max(0, int(exec_us * 1000))
+    end_real = (meta.dump_timestamp_us if meta is not None else 0) * 1000
+    if trace is not None and trace.coll_stop_ts:
+        end_real = trace.coll_stop_ts * 1000
+    start_real = max(0, end_real - duration)
+    return EngineOp(
+        kind=kind,
+        func=FUNC_SPELLINGS.get(func, func),
+        comm_id=h.id.removeprefix("0x").rjust(16, "0"),
+        comm_name=None if h.comm_name in (None, "unknown") else h.comm_name,
+        comm_nranks=h.n_ranks,
+        comm_nnodes=h.nnodes,
+        comm_rank=h.rank,
+        peer=peer,
+        seq=seq,
+        size_bytes=size,
+        issue_ns=position.byte_offset,  # file order
+        start_ns=start_real,
+        end_ns=end_real,
+        start_real_ns=start_real,
+        end_real_ns=end_real,
+        start_mono_ns=None,
+        end_mono_ns=None,
+        duration_ns=duration,
+        busbw_gbs=_float(busbw),
+        ring_seq=None,
+        position=position,
+    )
+
+
+# NVIDIA Inspector's spellings -> NCCL profiler's (what templates and summaries use)
+FUNC_SPELLINGS = {"All2All": "AlltoAll", "AllToAll": "AlltoAll", "AllGatherV": "AllGather"}
+
+
+def _segment_index(path: Path) -> int | None:
+    """A CommInsight segment's index; None for an NVIDIA Inspector file."""
+    m = SEGMENT_NAME.match(path.name)
+    return int(m["index"]) if m else None
+
+
+NVIDIA_PROBE_LINES = 1000
+
+
+def nvidia_identity(path: Path) -> Identity | None:
+    """Whether `path` is an NVIDIA Inspector log (op lines without `ci`) and whose: its host
+    and pid, and as global rank the rank in the largest communicator it has (the logs name no
+    global rank)."""
+    best: tuple[int, int] | None = None
+    host = pid = None
+    try:
+        with path.open("rb") as f:
+            for _, line in zip(range(NVIDIA_PROBE_LINES), f, strict=False):
+                try:
+                    decoded = _DECODER.decode(line)
+                except msgspec.DecodeError:
+                    continue
+                if decoded.ci is not None:
+                    return None  # a CommInsight file under another name
+                if decoded.header is None or decoded.metadata is None:
+                    continue
+                h, meta = decoded.header, decoded.metadata
+                host, pid = meta.hostname or host, meta.pid or pid
+                if best is None or h.n_ranks > best[0]:
+                    best = (h.n_ranks, h.rank)
+    except OSError:
+        return None
+    if best is None:
+        return None
+    return Identity(host or "unknown", pid, best[1], None)
 
 
 def _name(stream: str, index: int) -> str:
@@ -328,14 +442,22 @@ def read_gpu_logs(directory: str | Path) -> tuple[list[GpuLog], list[str]]:
     if not directory.is_dir():
         return [], [f"{directory}: not a directory"]
     streams: dict[str, list[tuple[int, Path]]] = {}
+    logs = []
     for path in sorted(directory.iterdir()):
         m = SEGMENT_NAME.match(path.name)
         if m is None:
-            if path.is_file() and path.name.endswith((".jsonl", ".partial")):
-                problems.append(f"{path}: not named like an inspector_logs segment; skipped")
+            if not path.is_file() or not path.name.endswith((".jsonl", ".log", ".json")):
+                continue
+            identity = nvidia_identity(path)
+            if identity is None:
+                problems.append(
+                    f"{path}: neither an inspector_logs segment nor an NVIDIA Inspector log; "
+                    "skipped"
+                )
+                continue
+            logs.append(GpuLog(path.stem, [path], identity=identity))
             continue
         streams.setdefault(m["stream"], []).append((int(m["index"]), path))
-    logs = []
     for stream, files in sorted(streams.items()):
         by_index: dict[int, Path] = {}
         for index, path in files:  # a sealed file wins over a leftover .partial of it

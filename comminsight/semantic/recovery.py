@@ -7,15 +7,14 @@ keep only small state (the FSM state, the position in the cycle), which checkpoi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from comminsight.semantic.cycle import Cycle, CycleTracker
 from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.templates import UNMATCHED, CompiledTemplate
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):  # one per op: a tuple is the cheapest to make
     role: str
     boundary: str  # "begin", "end" or "none"
     in_step: bool  # the op belongs to a Step (the one it begins, ends or continues)

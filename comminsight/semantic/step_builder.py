@@ -64,7 +64,7 @@ class OpId:
 
 @dataclass(frozen=True)
 class SlowestOp:
-    op: OpId
+    op: OpId | EngineOp
     comm_name: str | None
     role: str
     duration_ns: int
@@ -78,10 +78,10 @@ class OpenStep:
 
     step_index: int
     warmup: bool
-    first_op: OpId
+    first_op: OpId | EngineOp  # an op id once restored from a checkpoint; the op itself else
     start_mono_ns: int | None
     start_real_ns: int
-    last_op: OpId
+    last_op: OpId | EngineOp
     end_mono_ns: int | None = None
     end_real_ns: int = 0
     op_count: int = 0
@@ -97,8 +97,7 @@ class OpenStep:
 
     @classmethod
     def begin(cls, index: int, warmup: bool, op: EngineOp) -> OpenStep:
-        first = OpId.of(op)
-        return cls(index, warmup, first, op.start_mono_ns, op.start_real_ns, first)
+        return cls(index, warmup, op, op.start_mono_ns, op.start_real_ns, op)
 
     def add(self, op: EngineOp, role: str, unexpected: bool) -> None:
         self.op_count += 1
@@ -118,12 +117,12 @@ class OpenStep:
         r.max_op_time_ns = max(r.max_op_time_ns, op.duration_ns)
         if self.slowest is None or op.duration_ns > self.slowest.duration_ns:
             self.slowest = SlowestOp(
-                OpId.of(op), op.comm_name, role, op.duration_ns, op.size_bytes, op.busbw_gbs
+                op, op.comm_name, role, op.duration_ns, op.size_bytes, op.busbw_gbs
             )
         if op.end_mono_ns is not None:
             self.end_mono_ns = max(self.end_mono_ns or 0, op.end_mono_ns)
         self.end_real_ns = max(self.end_real_ns, op.end_real_ns)
-        self.last_op = OpId.of(op)
+        self.last_op = op
 
 
 @dataclass
@@ -149,7 +148,7 @@ class GpuIdentity:
     job_id: str | None = None
 
 
-def op_ref(op: OpId) -> OpRef:
+def op_ref(op: OpId | EngineOp) -> OpRef:
     extra = {"ring_seq": op.ring_seq} if op.ring_seq is not None else {}
     return OpRef(kind=OpClass(op.kind), comm_id=op.comm_id, seq=op.seq, func=op.func, **extra)
 
