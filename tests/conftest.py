@@ -41,3 +41,15 @@ def _release_shm_regions(request):
 def _release_shm_regions_of_the_session(tmp_path_factory):
     yield
     remove_linked_shm(tmp_path_factory.getbasetemp())
+
+
+# Accuracy figures tests want in the run's output even when they pass (pytest shows a passing
+# test's prints only with -s): test modules append lines here, the summary prints them.
+REPORT_LINES: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if REPORT_LINES:
+        terminalreporter.section("CommInsight measurements")
+        for line in REPORT_LINES:
+            terminalreporter.write_line(line)

@@ -16,6 +16,8 @@ from comminsight.semantic.offline import recover_steps
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.truth import RankTruth, read_ground_truth
 
+from conftest import REPORT_LINES
+
 ENV = (("COMMINSIGHT_AGENT_AUTOSTART", "0"),)
 
 
@@ -105,7 +107,11 @@ def test_every_step_is_found_on_its_true_ops(tmp_path, workload):
     result = recover_steps(tmp_path / "inspector_logs")
     assert result.problems == []
     stats = score(truths, result)
-    print(f"\n{workload.name}: {stats}")
+    REPORT_LINES.append(
+        f"semantic accuracy {workload.name}: precision {stats['precision']:.3f} recall "
+        f"{stats['recall']:.3f} max boundary error {stats['max_boundary_error_ops']} ops "
+        f"({stats['found']} of {stats['steps']} steps)"
+    )
     assert {g.method for g in result.gpus} == {workload.template}
     assert stats["precision"] == stats["recall"] == 1.0, stats
     assert stats["max_boundary_error_ops"] == 0

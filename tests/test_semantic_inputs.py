@@ -184,3 +184,20 @@ def test_the_cli_names_problems_and_still_writes_summaries(logs, tmp_path):
         timeout=60,
     )
     assert empty.returncode == 1 and "not a directory" in empty.stderr
+
+
+def test_a_users_template_is_used_without_code_changes(tmp_path, logs):
+    """A template file dropped into a directory: a DDP variant named for the user's job, of
+    higher priority than the built-in one it copies, wins the tie."""
+    mine = tmp_path / "my-templates"
+    mine.mkdir()
+    (mine / "my_ddp.yaml").write_text(
+        (ROOT / "comminsight" / "semantic" / "templates" / "ddp.yaml")
+        .read_text()
+        .replace("name: ddp", "name: my-ddp")
+        .replace("priority: 100", "priority: 500")
+    )
+    result = recover_steps(logs[0], str(mine))
+    assert result.problems == []
+    assert {g.method for g in result.gpus} == {"my-ddp"}
+    assert all(s.recovery.template_name == "my-ddp" for g in result.gpus for s in g.summaries)
