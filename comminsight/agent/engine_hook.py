@@ -30,6 +30,7 @@ class GpuStream:
     start_mono_ns: int = field(default=0, compare=False)  # with start_real_ns: the clock pair
     local_rank: int | None = field(default=None, compare=False)
     job_id: str | None = field(default=None, compare=False)
+    shm_file: str | None = field(default=None, compare=False)  # its SHM file's name
 
 
 class EngineHook(Protocol):

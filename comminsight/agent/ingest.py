@@ -66,6 +66,7 @@ class NodeIngest:
             start_mono_ns=int(h["start_mono_ns"]),
             local_rank=rank_or_none(int(h["local_rank"])),
             job_id=record_text(h["job_id"]) or None,
+            shm_file=producer.path.name,
         )
 
     def _hand_on(self, producer: Producer, ops: np.ndarray) -> None:

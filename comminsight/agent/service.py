@@ -93,7 +93,7 @@ class AgentService:
         templates = load_templates(settings.semantic_template_dirs)
         for problem in templates.problems:
             log.error("semantic engine template: %s", problem)
-        return SemanticEngineHook(self.home, templates)
+        return SemanticEngineHook(self.home, templates, checkpoint_s=settings.semantic_checkpoint_s)
 
     def poll_once(self, now_mono_ns: int | None = None) -> list[HangReport]:
         """One pass; the reports of this pass (also saved under metadata/hangs/)."""

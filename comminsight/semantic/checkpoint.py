@@ -26,6 +26,7 @@ from comminsight.semantic.cycle import Cycle
 from comminsight.semantic.engine import ENGINE_VERSION, GpuEngine
 from comminsight.semantic.log_input import LogPosition
 from comminsight.semantic.recovery import PeriodRunner, TemplateRunner
+from comminsight.semantic.shm_input import RingPosition
 from comminsight.semantic.step_builder import (
     ROLE_BW_WINDOW,
     ROLE_OP_WINDOW,
@@ -125,9 +126,33 @@ def _cycle_keys(cycle: Cycle, period: bool) -> list[se.CycleKey]:
     return keys
 
 
+def input_position(resume_at, shm_file: str | None = None, producer_start_real_ns: int = 0):
+    """The checkpoint's `input`: where in the logs (offline) or the ring (live) to go on."""
+    if isinstance(resume_at, RingPosition):
+        return se.ShmPosition(
+            shm_file=shm_file or "unknown",
+            producer_start_real_ns=producer_start_real_ns,
+            last_ring_seq=max(0, resume_at.ring_seq - 1),
+        )
+    return se.LogPosition(
+        segment=resume_at.segment,
+        byte_offset=resume_at.byte_offset,
+        record_index=resume_at.record_index,
+        **_opt(segment_index=resume_at.segment_index, last_ring_seq=resume_at.ring_seq),
+    )
+
+
 def gpu_state(
-    engine: GpuEngine, resume_at: LogPosition, output_file: str, output_bytes: int, written: int
+    engine: GpuEngine,
+    resume_at,
+    output_file: str,
+    output_bytes: int,
+    written: int,
+    shm_file: str | None = None,
+    producer_start_real_ns: int = 0,
 ) -> se.GpuState:
+    """`resume_at` is a LogPosition (offline) or a RingPosition (live, with the producer's
+    SHM file name and start time)."""
     g = engine.gpu
     runner = engine.runner
     selection: dict = {"selection": se.SelectionState.pending}
@@ -171,12 +196,7 @@ def gpu_state(
                 for r in roles
             ],
         ),
-        input=se.LogPosition(
-            segment=resume_at.segment,
-            byte_offset=resume_at.byte_offset,
-            record_index=resume_at.record_index,
-            **_opt(segment_index=resume_at.segment_index, last_ring_seq=resume_at.ring_seq),
-        ),
+        input=input_position(resume_at, shm_file, producer_start_real_ns),
         output=se.OutputPosition(
             file=output_file, byte_offset=output_bytes, summaries_written=written
         ),

@@ -1,0 +1,100 @@
+"""The Agent's live Semantic Engine across an Agent crash: `comminsight-agent` is SIGKILLed
+while training runs and step summaries are being written, a new one starts, restores the
+engines from the live checkpoint and goes on. Every rank's summaries then hold each true Step
+exactly once, on its true ops: none lost, none written twice."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import msgspec
+from test_agent_diagnosis import plugin  # noqa: F401 - fixture
+from test_agent_restart import wait_until
+from test_agent_service import agent_process, api_get, free_port
+from test_semantic_accuracy import op_identity
+
+from comminsight.sim import SimConfig, run_simulation
+from comminsight.sim.truth import read_ground_truth
+from comminsight_gen.models.step_summary_v1 import StepSummary
+
+RANKS = 8
+
+
+def summary_lines(home) -> int:
+    return sum(
+        len(p.read_bytes().splitlines()) for p in (home / "semantics" / "step").glob("live-*")
+    )
+
+
+def test_agent_killed_mid_run_resumes_its_engines_without_losing_or_repeating_a_step(
+    plugin,  # noqa: F811
+    tmp_path,
+):
+    env = {"COMMINSIGHT_SEMANTIC_CHECKPOINT_S": "0.2"}
+    listen = f"127.0.0.1:{free_port()}"
+    config = SimConfig(
+        plugin=str(plugin),
+        home=str(tmp_path),
+        workload="tp-pp-dp",
+        ranks=RANKS,
+        steps=120,  # long enough that the kill lands mid-run: summaries start ~20 steps in
+        time_scale=0.5,
+        env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
+    )
+    first = agent_process(tmp_path, COMMINSIGHT_AGENT_LISTEN=listen, **env)
+    result = {}
+    sim = threading.Thread(target=lambda: result.setdefault("sim", run_simulation(config)))
+    try:
+        api_get(listen, "/api/v1/health")
+        sim.start()
+        wait_until(lambda: summary_lines(tmp_path) >= 2 * RANKS, 120, "no summaries written")
+        assert sim.is_alive(), "the run ended before the agent could be killed mid-run"
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        second = agent_process(tmp_path, COMMINSIGHT_AGENT_LISTEN=listen, **env)
+        try:
+            api_get(listen, "/api/v1/health")
+            sim.join(timeout=300)
+            assert not result["sim"].errors
+            step_dir = tmp_path / "semantics" / "step"
+            sealed = False
+            deadline = time.monotonic() + 60
+            while not sealed and time.monotonic() < deadline:
+                sealed = len(list(step_dir.glob("live-*.jsonl"))) == RANKS
+                time.sleep(0.05)
+        finally:
+            second.send_signal(signal.SIGTERM)
+            _, stderr = second.communicate(timeout=30)
+        assert sealed, (
+            "the engines did not seal every rank's summaries:\n"
+            + "\n".join(sorted(p.name for p in step_dir.iterdir()))
+            + "\n"
+            + stderr[-4000:]
+        )
+        assert second.returncode == 0, stderr
+        assert "resumed after ring record" in stderr
+    finally:
+        if first.poll() is None:
+            first.kill()
+        sim.join(timeout=300)
+
+    truths = read_ground_truth(result["sim"].run_dir)
+    decoder = msgspec.json.Decoder(StepSummary)
+    for path in sorted((tmp_path / "semantics" / "step").glob("live-*.jsonl")):
+        summaries = [decoder.decode(line) for line in path.read_bytes().splitlines()]
+        truth = truths[summaries[0].global_rank]
+        ids = op_identity(truth)
+        expected = [(ids[s["first_op"]], ids[s["last_op"]]) for s in truth.records["step"]]
+        got = [
+            (
+                (s.first_op.comm_id, s.first_op.func, s.first_op.seq),
+                (s.last_op.comm_id, s.last_op.func, s.last_op.seq),
+            )
+            for s in summaries
+        ]
+        assert got == expected, path.name
+        assert [s.step_index for s in summaries] == list(range(len(expected)))
+        assert all(s.produced_by.mode.value == "live" for s in summaries)
+    assert (tmp_path / "semantics" / "step" / "engine-live.checkpoint.json").exists()
