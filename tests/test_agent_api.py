@@ -360,3 +360,7 @@ def test_the_semantic_engine_writes_step_summaries_the_api_serves(agent):
         assert sum(s["op_count"] for s in mine) == len(ops)
         assert sum(s["total_bytes"] for s in mine) == sum(op["bytes"] for op in ops)
     assert engine.dropped_records == 0
+    live.wait_passes(2)
+    families = {f.name: f for f in text_string_to_metric_families(get(live, "/metrics").text)}
+    assert families["comminsight_engine_steps"].samples[0].value == page["total"]
+    assert families["comminsight_engine_records_dropped"].samples[0].value == 0

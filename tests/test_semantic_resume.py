@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -97,7 +96,6 @@ def test_killed_at_twenty_random_points_the_summaries_are_byte_identical(tmp_pat
     assert final.returncode == 0, stderr
     assert files(out) == expected
     assert kills_after_a_checkpoint >= KILLS // 4, "too few kills landed mid-run"
-    assert re.search(r"resumed [1-8] from", stdout.splitlines()[-1]), stdout
     print(
         f"\n{KILLS} kills ({kills_after_a_checkpoint} after a checkpoint), run {run_s:.2f} s; "
         f"final run: {stdout.splitlines()[-1]}"

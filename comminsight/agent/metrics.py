@@ -84,6 +84,10 @@ class NodeMetrics:
         self.producers = 0
         self.lag_s = 0.0
         self.open_hangs: dict[str, int] = {}  # verdict -> open hang reports
+        # the Semantic Engine's counters (None while it is off)
+        self.engine_steps: int | None = None
+        self.engine_records_dropped = 0
+        self.engine_records_queued = 0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -208,6 +212,22 @@ class NodeMetrics:
         for verdict, count in sorted(self.open_hangs.items()):
             hangs.add_metric([verdict], count)
         yield hangs
+        if self.engine_steps is not None:
+            yield CounterMetricFamily(
+                "comminsight_engine_steps",
+                "Step summaries the Semantic Engine wrote",
+                value=self.engine_steps,
+            )
+            yield CounterMetricFamily(
+                "comminsight_engine_records_dropped",
+                "Op records the Semantic Engine could not take (its queue was full)",
+                value=self.engine_records_dropped,
+            )
+            yield GaugeMetricFamily(
+                "comminsight_engine_records_queued",
+                "Op records waiting for the Semantic Engine",
+                value=self.engine_records_queued,
+            )
         yield GaugeMetricFamily(
             "comminsight_agent_lag_seconds",
             "Completion-to-ingest delay of the newest record read",

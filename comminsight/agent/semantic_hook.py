@@ -113,6 +113,11 @@ class SemanticEngineHook:
             self._items.append(("finished", gpu, None))
             self._cond.notify()
 
+    @property
+    def queued_records(self) -> int:
+        with self._cond:
+            return self._queued
+
     def idle(self) -> bool:
         """Nothing queued and nothing being processed (for tests and shutdown)."""
         with self._cond:

@@ -121,6 +121,10 @@ class AgentService:
         for report in resolve_cleared(list(self.hangs.reports.values()), reports, snapshot):
             self.hangs.save(report)
             log.warning("hang report %s resolved: %s", report.report_id, report.resolution.value)
+        if isinstance(self.engine, SemanticEngineHook):
+            self.metrics.engine_steps = self.engine.steps_written
+            self.metrics.engine_records_dropped = self.engine.dropped_records
+            self.metrics.engine_records_queued = self.engine.queued_records
         self.metrics.open_hangs = Counter(
             r.verdict.value for r in self.hangs.reports.values() if r.status is ReportStatus.open
         )
