@@ -295,6 +295,9 @@ def _op(line: _Line, anchor: tuple[int, int], position: LogPosition) -> EngineOp
     else:
         return None
     issue = ci.host_start_mono_ns or 0
+    comm_id = _COMM_IDS.get(h.id)
+    if comm_id is None:
+        comm_id = _COMM_IDS[h.id] = h.id.removeprefix("0x").rjust(16, "0")
     complete = ci.host_complete_mono_ns or issue
     gpu_start, gpu_stop = ci.gpu_start_globaltimer_ns, ci.gpu_stop_globaltimer_ns
     if timing == "kernel_gpu" and gpu_start and gpu_stop and gpu_stop >= gpu_start:
@@ -307,7 +310,7 @@ def _op(line: _Line, anchor: tuple[int, int], position: LogPosition) -> EngineOp
     return EngineOp(
         kind=ci.kind,
         func=func,
-        comm_id=h.id.removeprefix("0x").rjust(16, "0"),
+        comm_id=comm_id,
         comm_name=h.comm_name,
         comm_nranks=h.n_ranks,
         comm_nnodes=h.nnodes,
@@ -327,6 +330,9 @@ def _op(line: _Line, anchor: tuple[int, int], position: LogPosition) -> EngineOp
         ring_seq=ci.ring_seq,
         position=position,
     )
+
+
+_COMM_IDS: dict[str, str] = {}  # NVIDIA's "0x2b5e..." -> CommInsight's 16 digits
 
 
 def _float(value) -> float:

@@ -11,7 +11,7 @@ holds, so re-reading the same input from a checkpoint reproduces the same releas
 
 from __future__ import annotations
 
-import heapq
+import bisect
 from dataclasses import dataclass
 
 # More than the ops one process can have in flight at once across its streams.
@@ -50,28 +50,36 @@ class EngineOp:
 
 
 class ReorderBuffer:
+    """Ops sorted by (issue time, arrival); most arrive in order and are appended, the few
+    that complete out of order are inserted at their place."""
+
     def __init__(self, window: int = WINDOW) -> None:
         self.window = window
-        self._heap: list[tuple[int, int, EngineOp]] = []
+        self._ops: list[tuple[int, int, EngineOp]] = []
         self._arrivals = 0
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._ops)
 
     def push(self, op: EngineOp) -> list[EngineOp]:
         """Add an op; the ops it releases, in issue order."""
         op.arrival = self._arrivals
         self._arrivals += 1
-        heapq.heappush(self._heap, (op.issue_ns, op.arrival, op))
-        released = []
-        while len(self._heap) > self.window:
-            released.append(heapq.heappop(self._heap)[2])
-        return released
+        item = (op.issue_ns, op.arrival, op)
+        ops = self._ops
+        if not ops or item[0] >= ops[-1][0]:
+            ops.append(item)
+        else:
+            bisect.insort(ops, item)
+        if len(ops) > self.window:
+            return [ops.pop(0)[2]]
+        return []
 
     def drain(self) -> list[EngineOp]:
         """Every op still held, in issue order (end of input)."""
-        out = [heapq.heappop(self._heap)[2] for _ in range(len(self._heap))]
+        out = [item[2] for item in self._ops]
+        self._ops.clear()
         return out
 
     def held(self) -> list[EngineOp]:
-        return [item[2] for item in self._heap]
+        return [item[2] for item in self._ops]

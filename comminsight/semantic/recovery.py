@@ -40,6 +40,7 @@ class TemplateRunner:
         self.state = state or template.spec.fsm.initial_state
         self.tracker = CycleTracker(cycle, cycle_pos) if cycle is not None else None
         self.unexpected_policy = template.spec.fsm.unmatched_ops.value == "unexpected"
+        self._table: dict[tuple, tuple[str, Decision]] = {}
 
     @property
     def needs_cycle(self) -> bool:
@@ -51,10 +52,22 @@ class TemplateRunner:
         where = None
         if self.tracker is not None and role in t.cycle_roles:
             where = self.tracker.advance(cycle_key(role, op))
-            if where == "off" and t.in_step[self.state]:
-                # an extra op inside a Step (evaluation, a checkpoint barrier): it is counted
-                # in the Step and fits nothing
-                return Decision(role, "none", True, True, False)
+        # The decision depends only on (state, role, where): computed once, then looked up
+        # (this runs for every op).
+        key = (self.state, role, where)
+        hit = self._table.get(key)
+        if hit is None:
+            hit = self._table[key] = self._decide(role, where)
+        self.state, decision = hit
+        return decision
+
+    def _decide(self, role: str, where: str | None) -> tuple[str, Decision]:
+        """(the state after, the decision) for an op of `role` at `where` in the cycle."""
+        t = self.template
+        if where == "off" and t.in_step[self.state]:
+            # an extra op inside a Step (evaluation, a checkpoint barrier): it is counted in
+            # the Step and fits nothing
+            return self.state, Decision(role, "none", True, True, False)
         for tr in t.transitions:
             if role not in tr.on_roles:
                 continue
@@ -62,13 +75,12 @@ class TemplateRunner:
                 continue
             if tr.cycle_start is True and where != "start":
                 continue
-            self.state = tr.to_state
             boundary = tr.step.value
-            in_step = boundary != "none" or t.in_step[self.state]
-            return Decision(role, boundary, in_step, False, tr.micro_step is True)
+            in_step = boundary != "none" or t.in_step[tr.to_state]
+            return tr.to_state, Decision(role, boundary, in_step, False, tr.micro_step is True)
         in_step = t.in_step[self.state]
         unexpected = self.unexpected_policy or role == UNMATCHED or not in_step
-        return Decision(role, "none", in_step, unexpected, False)
+        return self.state, Decision(role, "none", in_step, unexpected, False)
 
 
 class PeriodRunner:

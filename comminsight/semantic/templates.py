@@ -90,16 +90,8 @@ class CompiledTemplate:
         return self.spec.name
 
     def role_of(self, op: EngineOp) -> str:
-        shape = (
-            op.comm_id,
-            op.func,
-            op.size_bytes,
-            op.peer,
-            op.comm_rank,
-            op.comm_name,
-            op.comm_nranks,
-            op.comm_nnodes,
-        )
+        # a communicator's name, size and node count never change: its id stands for them
+        shape = (op.comm_id, op.comm_rank, op.func, op.size_bytes, op.peer)
         role = self._cache.get(shape)
         if role is None:
             role = next((r.name for r in self.rules if r.matches(op)), UNMATCHED)
