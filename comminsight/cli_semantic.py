@@ -2,7 +2,7 @@
 offline, over a directory of inspector_logs.
 
 `steps` recovers every GPU's Steps with a progress bar, writes the step-summary records (one
-JSON-lines file per GPU, default `<logs>/../semantics/step/`), and prints a table per rank,
+JSON-lines file per GPU, default `<logs>/../semantics/step/offline/`), and prints a table per rank,
 or with `--json` the records themselves as JSON lines. `trace` writes a Chrome/Perfetto trace
 (a track per rank and communicator, ops and Steps as slices). Problems with the input (bad
 lines, bad seals, missing segments, bad template files) are printed on stderr, each naming its
@@ -26,7 +26,9 @@ from comminsight.semantic.offline import CHECKPOINT_NAME, OfflineResult, recover
 
 
 def default_out(logs: Path) -> Path:
-    return logs.resolve().parent / "semantics" / "step"
+    """Beside the logs' home, apart from the live engine's files (an agent serving that home
+    would otherwise list every step twice)."""
+    return logs.resolve().parent / "semantics" / "step" / "offline"
 
 
 def _recover(

@@ -35,6 +35,7 @@ class NodeIngest:
         self.recent_ops = recent_ops
         self.engine = engine
         self.node_name = node_name
+        self._finished: set = set()  # producers whose end the engine was told of
 
     def run_pass(self, now_mono_ns: int, retire_after_ns: int = 0) -> list[Batch]:
         batches = self.producers.poll(now_mono_ns, retire_after_ns=retire_after_ns)
@@ -49,9 +50,15 @@ class NodeIngest:
         self.recent_ops.set_live({(p.pid, int(p.region.header["start_real_ns"])) for p in mapped})
         for producer in mapped:
             # gone and drained: the engine can close the GPU's last Step now rather than at
-            # retirement, a minute later
-            if producer.gone_since_mono_ns is not None and producer.path not in fed:
+            # retirement, a minute later (once per process)
+            if (
+                producer.gone_since_mono_ns is not None
+                and producer.path not in fed
+                and producer.path not in self._finished
+            ):
+                self._finished.add(producer.path)
                 self.engine.finished(self.gpu_of(producer))
+        self._finished &= {p.path for p in mapped}  # retired files leave the set
         return batches
 
     def gpu_of(self, producer: Producer) -> GpuStream:
