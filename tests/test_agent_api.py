@@ -364,3 +364,17 @@ def test_the_semantic_engine_writes_step_summaries_the_api_serves(agent):
     families = {f.name: f for f in text_string_to_metric_families(get(live, "/metrics").text)}
     assert families["comminsight_engine_steps"].samples[0].value == page["total"]
     assert families["comminsight_engine_records_dropped"].samples[0].value == 0
+
+
+def test_with_the_engine_off_the_hook_only_counts(tmp_path):
+    lock = hold_agent_lock(tmp_path)
+    truths = run_sim(tmp_path)
+    with LiveAgent(tmp_path, semantic_enable=False) as live:
+        live.wait_passes(2)
+        engine = live.service.engine
+        assert engine.name.startswith("pass-through")
+        by_rank = {gpu.global_rank: n for gpu, n in engine.records_by_gpu.items()}
+        assert by_rank == {r: len(completed_ops([t])) for r, t in enumerate(truths)}
+        assert {gpu.global_rank for gpu in engine.finished_gpus} == set(range(len(truths)))
+        assert get(live, "/api/v1/steps").json()["total"] == 0
+    lock.close()

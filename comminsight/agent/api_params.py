@@ -169,12 +169,3 @@ def _find_operation(operation_id: str) -> tuple[str, str, dict]:
             if isinstance(operation, dict) and operation.get("operationId") == operation_id:
                 return path, method, operation
     raise KeyError(f"operationId {operation_id!r} is not in the agent-master-api document")
-
-
-def operation_ids() -> list[str]:
-    return [
-        op["operationId"]
-        for item in openapi_document()["paths"].values()
-        for op in item.values()
-        if isinstance(op, dict) and "operationId" in op
-    ]

@@ -44,7 +44,6 @@ class Fit:
     template: CompiledTemplate
     cycle: Cycle | None
     score: float
-    steps: int
 
 
 def idle_gaps(ops: list[EngineOp]) -> list[int]:
@@ -133,7 +132,7 @@ def evaluate(template: CompiledTemplate, ops: list[EngineOp], final: bool = Fals
     score = (1 - unexpected / ops_seen) * (alike / len(steady))
     if score < template.spec.selection.min_confidence:
         return None
-    return Fit(template, cycle, score, len(closed))
+    return Fit(template, cycle, score)
 
 
 class GpuEngine:

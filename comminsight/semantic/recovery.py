@@ -42,10 +42,6 @@ class TemplateRunner:
         self.unexpected_policy = template.spec.fsm.unmatched_ops.value == "unexpected"
         self._table: dict[tuple, tuple[str, Decision]] = {}
 
-    @property
-    def needs_cycle(self) -> bool:
-        return bool(self.template.cycle_roles)
-
     def decide(self, op: EngineOp) -> Decision:
         t = self.template
         role = t.role_of(op)

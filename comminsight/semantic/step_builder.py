@@ -57,10 +57,6 @@ class OpId:
     func: str
     ring_seq: int | None = None
 
-    @classmethod
-    def of(cls, op: EngineOp) -> OpId:
-        return cls(op.kind, op.comm_id, op.seq, op.func, op.ring_seq)
-
 
 @dataclass(frozen=True)
 class SlowestOp:
