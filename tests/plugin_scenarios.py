@@ -433,6 +433,33 @@ def many_threads(d: Driver) -> dict:
     return out
 
 
+def unload_then_threads_exit(d: Driver) -> dict:
+    """NCCL dlcloses the plugin when its last communicator is gone, while threads that
+    called into it (its proxy threads, PyTorch's) live on; when they exit later, nothing of
+    the unloaded library may run (a thread-exit destructor did, and killed the process with
+    SIGSEGV at the end of every PyTorch job on real GPUs)."""
+    import threading
+
+    lock = hold_agent_lock()
+    ctx = d.init(0xD000).context
+    issued, release = threading.Event(), threading.Event()
+
+    def nccl_thread() -> None:
+        d.coll(ctx, 0, channels=2)  # this thread now has the plugin's per-thread block
+        issued.set()
+        release.wait()
+
+    t = threading.Thread(target=nccl_thread)
+    t.start()
+    issued.wait()
+    d.abi.finalize(ctx)
+    d.abi.ffi.dlclose(d.abi._lib)
+    release.set()
+    t.join()  # the thread exits after the unload
+    lock.close()
+    return {"survived": True}
+
+
 def ce_events(d: Driver) -> dict:
     """v6 copy-engine events are recognised and left alone; ordinary ops still recorded."""
     ctx = d.init(0xB8).context
@@ -468,6 +495,7 @@ SCENARIOS = {
         api_info,
         many_threads,
         ce_events,
+        unload_then_threads_exit,
     )
 }
 

@@ -259,3 +259,11 @@ def test_abi_v6_ignores_copy_engine_events(tmp_path):
     out = run("ce_events", "plain", tmp_path, SCENARIO_ABI="6")
     assert out["counters"]["events_unknown"] == 0
     assert out["kinds"].count(shm_v1.RecordKind.COLL) == 1
+
+
+@pytest.mark.parametrize("build", ["plain", "asan"])
+def test_threads_outliving_the_unloaded_plugin_exit_cleanly(build, tmp_path):
+    """Found on 2xH200 with PyTorch 2.11 / NCCL 2.28.9: every job ended in SIGSEGV after
+    destroy_process_group, because NCCL unloads the plugin and a thread-exit destructor of
+    the plugin ran later. The process must exit 0."""
+    assert run("unload_then_threads_exit", build, tmp_path) == {"survived": True}

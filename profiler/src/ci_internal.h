@@ -132,6 +132,7 @@ typedef struct ci_thread {
 
 extern __thread ci_thread_t* ci_tls __attribute__((tls_model("initial-exec")));
 ci_thread_t* ci_thread_attach(void);
+void ci_thread_unload(void);
 void ci_thread_after_fork(void);
 static inline ci_thread_t* ci_thread(void) { return CI_LIKELY(ci_tls != NULL) ? ci_tls : ci_thread_attach(); }
 

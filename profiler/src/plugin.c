@@ -33,6 +33,7 @@ __attribute__((destructor)) static void at_exit(void) {
         ci_shm_remove_if_unwatched();
     }
     pthread_mutex_unlock(&ci_g.lock);
+    ci_thread_unload(); /* no thread-exit callback into an unloaded library */
 }
 
 static void after_fork_in_child(void) {

@@ -7,6 +7,7 @@
  * the per-thread caches off (correct, just slower).
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -35,7 +36,19 @@ static void detach(void* block) {
     pthread_mutex_unlock(&blocks_lock);
 }
 
-static void make_exit_key(void) { pthread_key_create(&exit_key, detach); }
+static bool exit_key_made;
+
+static void make_exit_key(void) { exit_key_made = pthread_key_create(&exit_key, detach) == 0; }
+
+/* The library is being unloaded (NCCL dlcloses the plugin once its last communicator is
+ * gone) while threads that called in live on: their exit must not run `detach`, which goes
+ * with the library. Found on real GPUs, where every PyTorch job then died of SIGSEGV at exit. */
+void ci_thread_unload(void) {
+    if (exit_key_made) {
+        pthread_key_delete(exit_key);
+        exit_key_made = false;
+    }
+}
 
 ci_thread_t* ci_thread_attach(void) {
     pthread_once(&exit_key_once, make_exit_key);
