@@ -55,11 +55,15 @@ def idle_gaps(ops: list[EngineOp]) -> list[int]:
     return gaps
 
 
-def learn_template_cycle(
+def template_cycles(
     template: CompiledTemplate, ops: list[EngineOp], final: bool = False
-) -> Cycle | None:
-    """The template's per-Step cycle in `ops`; at the end of input (`final`) two repetitions
-    are enough, as a short run is all there is."""
+) -> list[Cycle]:
+    """Candidate per-Step cycles of the template's ops (at the end of input, `final`, two
+    repetitions are enough: a short run is all there is). Extra ops (an evaluation barrier
+    every few Steps) and warm-up Steps that differ break the repetition a cycle is learned
+    from, so the cycle is also learned without the keys rarer than once per Step; as which
+    keys those are cannot be known before the Steps are, each guess gives a candidate and
+    `evaluate` keeps the one that cuts the ops best."""
     gaps = idle_gaps(ops)
     keys, key_gaps = [], []
     for op, gap in zip(ops, gaps, strict=True):
@@ -67,20 +71,32 @@ def learn_template_cycle(
         if role in template.cycle_roles:
             keys.append(cycle_key(role, op))
             key_gaps.append(gap)
-    return learn_cycle(*without_rare_keys(keys, key_gaps), min_repeats=2 if final else 3)
-
-
-def without_rare_keys(keys: list, gaps: list[int]) -> tuple[list, list[int]]:
-    """Drop the ops whose key is rarer than once per Step: extra ops (an evaluation barrier
-    every few Steps) and warm-up Steps that differ would otherwise break the repetition the
-    cycle is learned from. Every key of the cycle occurs at least once per Step, and the
-    median count over distinct keys is about the number of Steps seen (or a multiple)."""
+    cycles: list[Cycle] = []
     counts = Counter(keys)
-    if len(counts) < 2:
-        return keys, gaps
-    floor = 0.75 * statistics.median(sorted(counts.values()))
-    kept = [(k, g) for k, g in zip(keys, gaps, strict=True) if counts[k] >= floor]
-    return [k for k, _ in kept], [g for _, g in kept]
+    for floor in rare_key_floors(counts, len(keys)):
+        kept = [(k, g) for k, g in zip(keys, key_gaps, strict=True) if counts[k] >= floor]
+        cycle = learn_cycle(
+            [k for k, _ in kept], [g for _, g in kept], min_repeats=2 if final else 3
+        )
+        if cycle is not None and cycle not in cycles:
+            cycles.append(cycle)
+    return cycles
+
+
+def rare_key_floors(counts: Counter, total: int) -> list[float]:
+    """Guesses of the count below which a key is rarer than once per Step: none (0); three
+    quarters of the median count over distinct keys; three quarters of the count of the
+    least frequent of the keys that together make three quarters of the ops."""
+    floors = [0.0]
+    if len(counts) >= 2:
+        floors.append(0.75 * statistics.median(counts.values()))
+        covered = 0
+        for count in sorted(counts.values(), reverse=True):
+            covered += count
+            if covered >= 0.75 * total:
+                floors.append(0.75 * count)
+                break
+    return floors
 
 
 def dry_run(runner, ops: list[EngineOp], final: bool = False) -> list[tuple[int, int]]:
@@ -117,11 +133,19 @@ def evaluate(template: CompiledTemplate, ops: list[EngineOp], final: bool = Fals
     the share of steady ops that fit, times the share of steady Steps with the most common
     number of fitting ops. Warm-up Steps are allowed to differ and do not count. When the
     input has ended (`final`), one steady Step is enough: a short run is all there is."""
-    cycle = None
-    if template.cycle_roles:
-        cycle = learn_template_cycle(template, ops, final)
-        if cycle is None:
-            return None
+    if not template.cycle_roles:
+        return _evaluate(template, None, ops, final)
+    fits = [
+        f
+        for c in template_cycles(template, ops, final)
+        if (f := _evaluate(template, c, ops, final))
+    ]
+    return max(fits, key=lambda f: f.score, default=None)
+
+
+def _evaluate(
+    template: CompiledTemplate, cycle: Cycle | None, ops: list[EngineOp], final: bool
+) -> Fit | None:
     *closed, between = dry_run(TemplateRunner(template, cycle), ops, final)
     steady = closed[template.spec.tolerance.warmup_steps :]
     if len(steady) < (1 if final else template.spec.selection.probe_steps):

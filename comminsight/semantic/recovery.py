@@ -60,12 +60,13 @@ class TemplateRunner:
     def _decide(self, role: str, where: str | None) -> tuple[str, Decision]:
         """(the state after, the decision) for an op of `role` at `where` in the cycle."""
         t = self.template
-        if where == "off" and t.in_step[self.state]:
-            # an extra op inside a Step (evaluation, a checkpoint barrier): it is counted in
-            # the Step and fits nothing
-            return self.state, Decision(role, "none", True, True, False)
+        off = where == "off" and t.in_step[self.state]
         for tr in t.transitions:
             if role not in tr.on_roles:
+                continue
+            if off and tr.step.value == "none":
+                # an extra op inside a Step (evaluation, a checkpoint barrier) fits nothing,
+                # unless a transition names it as a boundary (DDP's bucket-rebuild broadcasts)
                 continue
             if "*" not in tr.from_states and self.state not in tr.from_states:
                 continue
@@ -74,6 +75,8 @@ class TemplateRunner:
             boundary = tr.step.value
             in_step = boundary != "none" or t.in_step[tr.to_state]
             return tr.to_state, Decision(role, boundary, in_step, False, tr.micro_step is True)
+        if off:
+            return self.state, Decision(role, "none", True, True, False)
         in_step = t.in_step[self.state]
         unexpected = self.unexpected_policy or role == UNMATCHED or not in_step
         return self.state, Decision(role, "none", in_step, unexpected, False)

@@ -148,8 +148,6 @@ def compile_template(spec: Template, source: str) -> CompiledTemplate:
         states[state.name] = state.in_step
     if spec.fsm.initial_state not in states:
         raise bad("fsm.initial_state", f"{spec.fsm.initial_state!r} is not a state")
-    step_roles: set[str] = set()
-    uses_cycle = False
     for i, t in enumerate(spec.fsm.transitions):
         for s in t.from_states:
             if s != "*" and s not in states:
@@ -159,16 +157,27 @@ def compile_template(spec: Template, source: str) -> CompiledTemplate:
         for r in t.on_roles:
             if r not in names and r != UNMATCHED:
                 raise bad(f"fsm.transitions[{i}].on_roles", f"{r!r} is not a role")
-        if states[t.to_state]:
-            step_roles.update(t.on_roles)
-        uses_cycle = uses_cycle or t.cycle_start is True
     tol = spec.tolerance
     lo, hi = _unset(tol.micro_steps_min), _unset(tol.micro_steps_max)
     if lo is not None and hi is not None and lo > hi:
         raise bad("tolerance", f"micro_steps_min {lo} > micro_steps_max {hi}")
-    # The cycle is made of the ops a Step contains: the roles that lead into in-step states.
-    cycle_roles = frozenset(step_roles) if uses_cycle else frozenset()
-    return CompiledTemplate(spec, source, rules, states, list(spec.fsm.transitions), cycle_roles)
+    return CompiledTemplate(
+        spec, source, rules, states, list(spec.fsm.transitions), cycle_roles_of(spec)
+    )
+
+
+def cycle_roles_of(spec: Template) -> frozenset[str]:
+    """What the per-Step cycle is made of: the roles of the cycle_start transitions and of the
+    transitions that continue a Step in the states those enter (no boundary). Roles that only
+    mark a boundary elsewhere (DDP's bucket-rebuild broadcasts) or set up are not in it."""
+    starts = [t for t in spec.fsm.transitions if t.cycle_start is True]
+    entered = {t.to_state for t in starts}
+    roles = {r for t in starts for r in t.on_roles}
+    for t in spec.fsm.transitions:
+        from_entered = "*" in t.from_states or entered.intersection(t.from_states)
+        if t.step.value == "none" and t.cycle_start is not True and from_entered:
+            roles.update(t.on_roles)
+    return frozenset(roles)
 
 
 def load_template_file(path: Path) -> CompiledTemplate:
