@@ -27,15 +27,31 @@ class Cycle:
         return len(self.keys)
 
 
-def _longest_true_run(eq: np.ndarray) -> tuple[int, int]:
-    """(length, start) of the longest run of True in eq."""
-    if not eq.any():
-        return 0, 0
-    padded = np.concatenate(([0], eq.astype(np.int8), [0]))
-    edges = np.flatnonzero(np.diff(padded))
-    starts, ends = edges[0::2], edges[1::2]
-    i = int(np.argmax(ends - starts))  # the first longest
-    return int(ends[i] - starts[i]), int(starts[i])
+CELLS_PER_BLOCK = 1 << 21  # periods x positions handled at once: bounded memory
+
+
+def _longest_runs(codes: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every period p: (length, start) of the longest run of positions i with
+    codes[i + p] == codes[i], the first on a tie. Blocks of (periods x n) cells, no Python
+    loop per period."""
+    block = max(1, CELLS_PER_BLOCK // max(1, len(codes)))
+    parts = [_runs_block(codes, periods[i : i + block]) for i in range(0, len(periods), block)]
+    return np.concatenate([r for r, _ in parts]), np.concatenate([s for _, s in parts])
+
+
+def _runs_block(codes: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = len(codes)
+    idx = np.arange(n)
+    shifted = idx[None, :] + periods[:, None]
+    valid = shifted < n
+    same = np.zeros((len(periods), n), dtype=bool)
+    same[valid] = codes[shifted[valid]] == np.broadcast_to(codes, same.shape)[valid]
+    # run length ending at each position: distance to the last mismatch before it
+    last_miss = np.maximum.accumulate(np.where(same, -1, idx[None, :]), axis=1)
+    run_end = idx[None, :] - last_miss  # 0 at a mismatch
+    best_end = run_end.argmax(axis=1)
+    runs = run_end[np.arange(len(periods)), best_end]
+    return runs, best_end - runs + 1
 
 
 def learn_cycle(
@@ -48,17 +64,17 @@ def learn_cycle(
     repeats `min_repeats` times in a row."""
     codes = _codes(keys)
     n = len(codes)
-    best: tuple[int, int, int] | None = None  # (stretch length, -p, start)
-    for p in range(1, min(max_period, n // min_repeats) + 1):
-        run, start = _longest_true_run(codes[p:] == codes[:-p])
-        length = run + p  # keys[start .. start+run+p) repeat with period p
-        if run == 0 or length < min_repeats * p:
-            continue
-        if best is None or (length, -p) > (best[0], best[1]):
-            best = (length, -p, start)
-    if best is None:
+    periods = np.arange(1, min(max_period, n // min_repeats) + 1)
+    if not len(periods):
         return None
-    length, p, start = best[0], -best[1], best[2]
+    runs, starts = _longest_runs(codes, periods)
+    lengths = runs + periods  # keys[start .. start+run+p) repeat with period p
+    ok = (runs > 0) & (lengths >= min_repeats * periods)
+    if not ok.any():
+        return None
+    # the longest stretch; on a tie the smallest period (multiples repeat as far)
+    i = int(np.flatnonzero(ok & (lengths == lengths[ok].max()))[0])
+    length, p, start = int(lengths[i]), int(periods[i]), int(starts[i])
     run = range(start, start + length)
     by_phase: list[list[int]] = [[] for _ in range(p)]
     for i in run:

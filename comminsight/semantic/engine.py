@@ -73,8 +73,12 @@ def template_cycles(
             key_gaps.append(gap)
     cycles: list[Cycle] = []
     counts = Counter(keys)
+    tried = set()
     for floor in rare_key_floors(counts, len(keys)):
         kept = [(k, g) for k, g in zip(keys, key_gaps, strict=True) if counts[k] >= floor]
+        if len(kept) in tried:  # floors are thresholds: as many kept means the same keys
+            continue
+        tried.add(len(kept))
         cycle = learn_cycle(
             [k for k, _ in kept], [g for _, g in kept], min_repeats=2 if final else 3
         )
