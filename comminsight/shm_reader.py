@@ -197,6 +197,15 @@ def record_text(value: bytes) -> str:
     return _text(bytes(value))
 
 
+# Collectives whose op_slot.peer / inflight_peer is a root rank (labels of shm v1 func).
+ROOTED_FUNCS = frozenset({"Broadcast", "Reduce", "Gather", "Scatter"})
+
+
+def label_or_none(labels: dict, enum_type, code: int) -> str | None:
+    """enum_label, or None for code 0 (not reported, as algo and proto are for P2P)."""
+    return None if code == 0 else enum_label(labels, enum_type, code)
+
+
 def enum_label(labels: dict, enum_type, code: int) -> str:
     """The protocol label of an enum code; the label of code 0 (unknown) for codes a newer
     Profiler may send that this reader does not know."""

@@ -23,7 +23,7 @@ from comminsight.agent.snapshot import (
     process_view,
     rank_or_none,
 )
-from comminsight.shm_reader import enum_label, record_text
+from comminsight.shm_reader import ROOTED_FUNCS, label_or_none, record_text
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.agent_master_api_v1 import (
     CommProgress,
@@ -40,7 +40,6 @@ from comminsight_gen.models.agent_master_api_v1 import (
 )
 
 MS = 1_000_000
-_ROOTED = frozenset({"Broadcast", "Reduce", "Gather", "Scatter"})
 
 
 @dataclass(frozen=True)
@@ -169,10 +168,10 @@ def inflight_model(live: LiveRow, node: LiveNode) -> InflightOp | None:
         datatype=op.datatype,
         count=op.count,
         size_bytes=op.bytes,
-        root=op.peer if is_coll and op.func in _ROOTED else None,
+        root=op.peer if is_coll and op.func in ROOTED_FUNCS else None,
         peer=None if is_coll else op.peer,
-        algo=_label(shm_v1.ALGO_LABELS, shm_v1.Algo, int(row["inflight_algo"])),
-        proto=_label(shm_v1.PROTO_LABELS, shm_v1.Proto, int(row["inflight_proto"])),
+        algo=label_or_none(shm_v1.ALGO_LABELS, shm_v1.Algo, int(row["inflight_algo"])),
+        proto=label_or_none(shm_v1.PROTO_LABELS, shm_v1.Proto, int(row["inflight_proto"])),
         n_channels=op.n_channels or None,
         channels_started=op.channels_started,
         channels_completed=op.channels_stopped,
@@ -301,7 +300,3 @@ def comm_rank(live: LiveRow, node: LiveNode) -> CommRank:
         alive=proc.alive,
         progress=comm_progress(live, node),
     )
-
-
-def _label(labels: dict, enum_type, code: int) -> str | None:
-    return None if code == 0 else enum_label(labels, enum_type, code)

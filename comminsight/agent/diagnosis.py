@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from msgspec import UNSET
 
 from comminsight.agent.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
+from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.models.hang_report_v1 import (
     CommRef,
     Culprit,
@@ -55,7 +56,6 @@ from comminsight_gen.models.hang_report_v1 import (
 )
 
 MS = 1_000_000
-ROOTED_FUNCS = frozenset({"Broadcast", "Reduce", "Gather", "Scatter"})
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from comminsight.agent.snapshot import rank_or_none
-from comminsight.shm_reader import enum_label, record_text
+from comminsight.shm_reader import ROOTED_FUNCS, enum_label, label_or_none, record_text
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.agent_master_api_v1 import OpKind, OpRecord, TimingSource
 
 RETIRED_WINDOWS = 256
-ROOTED_FUNCS = frozenset(
-    {shm_v1.Func.BROADCAST, shm_v1.Func.REDUCE, shm_v1.Func.GATHER, shm_v1.Func.SCATTER}
-)
 _FUNC_NAME = re.compile(r"[^A-Za-z0-9]")
 
 
@@ -117,6 +114,7 @@ def op_record(row: np.void, origin: Origin) -> OpRecord:
     peer = rank_or_none(int(row["peer"]))
     is_coll = int(row["kind"]) == shm_v1.RecordKind.COLL
     flags = int(row["flags"])
+    func_name = _func_name(row, func)
     algbw = busbw = None
     if seconds:
         algbw = int(row["bytes"]) / 1e9 / seconds
@@ -129,14 +127,14 @@ def op_record(row: np.void, origin: Origin) -> OpRecord:
         pid=origin.pid,
         seq=int(row["op_seq"]),
         kind=OpKind.coll if is_coll else OpKind.p2p,
-        func=_func_name(row, func),
+        func=func_name,
         datatype=enum_label(shm_v1.DATATYPE_LABELS, shm_v1.Datatype, int(row["datatype"])),
         count=int(row["count"]),
         size_bytes=int(row["bytes"]),
-        root=peer if is_coll and func in ROOTED_FUNCS else None,
+        root=peer if is_coll and func_name in ROOTED_FUNCS else None,
         peer=None if is_coll else peer,
-        algo=_label_or_none(shm_v1.ALGO_LABELS, shm_v1.Algo, int(row["algo"])),
-        proto=_label_or_none(shm_v1.PROTO_LABELS, shm_v1.Proto, int(row["proto"])),
+        algo=label_or_none(shm_v1.ALGO_LABELS, shm_v1.Algo, int(row["algo"])),
+        proto=label_or_none(shm_v1.PROTO_LABELS, shm_v1.Proto, int(row["proto"])),
         n_channels=int(row["n_channels"]),
         n_warps=int(row["n_warps"]),
         stream_id=int(row["stream"]) or None,
@@ -163,7 +161,3 @@ def _func_name(row: np.void, func: int) -> str:
     # An NCCL function this build does not know: its own name, cut to the API's FuncName.
     name = _FUNC_NAME.sub("", record_text(row["raw_name"]))[:32]
     return name if name[:1].isalpha() else "Unknown"
-
-
-def _label_or_none(labels: dict, enum_type, code: int) -> str | None:
-    return None if code == 0 else enum_label(labels, enum_type, code)
