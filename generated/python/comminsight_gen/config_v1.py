@@ -150,6 +150,50 @@ KEYS: tuple[ConfigKey, ...] = (
         components=("agent",),
     ),
     ConfigKey(
+        name="COMMINSIGHT_AGENT_REPORT_INTERVAL_MS",
+        field="agent_report_interval_ms",
+        type="integer",
+        default=500,
+        unit="ms",
+        description="How often a slave sends the rows of its node state that changed to the master (hang events go at once). With N nodes the master receives N/interval batches a second.",
+        components=("agent",),
+        minimum=10,
+        maximum=600000,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_MASTER_STALE_MS",
+        field="agent_master_stale_ms",
+        type="integer",
+        default=15000,
+        unit="ms",
+        description="A master reports a slave stale when neither a batch nor a heartbeat arrived for this long; slaves heartbeat every quarter of it.",
+        components=("agent",),
+        minimum=400,
+        maximum=3600000,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_MASTER_MAX_BATCH_BYTES",
+        field="agent_master_max_batch_bytes",
+        type="integer",
+        default=4194304,
+        unit="bytes",
+        description="Largest serialized batch of node state a master accepts (announced to slaves at registration; larger ones are refused as oversized).",
+        components=("agent",),
+        minimum=65536,
+        maximum=268435456,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_OUTBOX_MAX_BYTES",
+        field="agent_outbox_max_bytes",
+        type="integer",
+        default=268435456,
+        unit="bytes",
+        description="Bytes of unacknowledged batches a slave keeps on disk for its master; beyond it the oldest state-only batches are dropped and a full state is sent instead, and events that do not fit are dropped and counted.",
+        components=("agent",),
+        minimum=1048576,
+        maximum=17179869184,
+    ),
+    ConfigKey(
         name="COMMINSIGHT_AGENT_POLL_INTERVAL_MS",
         field="agent_poll_interval_ms",
         type="integer",
@@ -478,6 +522,10 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_tls_cert: Annotated[str, msgspec.Meta(description="PEM certificate for the master\u0027s gRPC listener (TLS is off when empty).")] = ''
     agent_tls_key: Annotated[str, msgspec.Meta(description="PEM private key matching COMMINSIGHT_AGENT_TLS_CERT.")] = ''
     agent_tls_ca: Annotated[str, msgspec.Meta(description="PEM CA bundle a slave uses to verify the master (TLS is off when empty).")] = ''
+    agent_report_interval_ms: Annotated[int, msgspec.Meta(ge=10, le=600000, description="How often a slave sends the rows of its node state that changed to the master (hang events go at once). With N nodes the master receives N/interval batches a second.")] = 500
+    agent_master_stale_ms: Annotated[int, msgspec.Meta(ge=400, le=3600000, description="A master reports a slave stale when neither a batch nor a heartbeat arrived for this long; slaves heartbeat every quarter of it.")] = 15000
+    agent_master_max_batch_bytes: Annotated[int, msgspec.Meta(ge=65536, le=268435456, description="Largest serialized batch of node state a master accepts (announced to slaves at registration; larger ones are refused as oversized).")] = 4194304
+    agent_outbox_max_bytes: Annotated[int, msgspec.Meta(ge=1048576, le=17179869184, description="Bytes of unacknowledged batches a slave keeps on disk for its master; beyond it the oldest state-only batches are dropped and a full state is sent instead, and events that do not fit are dropped and counted.")] = 268435456
     agent_poll_interval_ms: Annotated[int, msgspec.Meta(ge=1, le=10000, description="How often the Agent polls SHM rings for new records.")] = 20
     agent_batch_max: Annotated[int, msgspec.Meta(ge=1, le=16777216, description="Most records read from one ring per poll.")] = 65536
     agent_recent_ops: Annotated[int, msgspec.Meta(ge=0, le=1048576, description="Completed ops kept in memory per process for /api/v1/ops/recent.")] = 4096
