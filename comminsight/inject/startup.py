@@ -1,0 +1,98 @@
+"""What the `.pth` line runs at every interpreter start (`install()`): register a lazy hook,
+nothing more.
+
+Cost matters here (every Python process of the environment pays it, torch or not), so this
+module imports nothing that start-up has not already loaded (only `os` and `sys`) and reads
+no file. The hook is a `sys.meta_path` finder that answers for `torch.distributed` alone:
+it lets the other finders locate the real module, runs the real loader, then hands the
+executed module to `torch_adapter.activate`, and leaves `sys.meta_path` again. torch itself
+is imported by the program, never by Inject.
+"""
+
+import os
+import sys
+
+TARGET = "torch.distributed"
+_TRUE = ("1", "true", "yes", "on")
+
+
+class TorchDistributedHook:
+    """A meta path finder that only watches for `torch.distributed`."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != TARGET:
+            return None
+        spec = None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = ActivateAfterLoad(spec.loader, self)
+        return spec
+
+
+class ActivateAfterLoad:
+    """The real loader, followed by `torch_adapter.activate` once the module executed."""
+
+    def __init__(self, loader, hook):
+        self.loader, self.hook = loader, hook
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        # the module keeps the real loader (inspect, pkgutil and linecache ask it for source)
+        module.__loader__ = self.loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        remove(self.hook)
+        activate(module)
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
+def activate(module) -> None:
+    """Run the adapter; nothing it raises may reach the program's `import torch.distributed`."""
+    try:
+        from . import torch_adapter
+
+        torch_adapter.activate(module)
+    except Exception as e:
+        try:
+            from . import state
+
+            state.disable(f"activating: {type(e).__name__}: {e}")
+        except Exception:
+            pass
+
+
+def remove(hook) -> None:
+    try:
+        sys.meta_path.remove(hook)
+    except ValueError:
+        pass
+
+
+def install(environ=None) -> "TorchDistributedHook | None":
+    """Register the hook (or act at once if torch.distributed is already imported); None when
+    COMMINSIGHT_INJECT_DISABLE is set in the environment."""
+    env = os.environ if environ is None else environ
+    if env.get("COMMINSIGHT_INJECT_DISABLE", "").strip().lower() in _TRUE:
+        return None
+    loaded = sys.modules.get(TARGET)
+    if loaded is not None:
+        activate(loaded)
+        return None
+    for finder in sys.meta_path:
+        if isinstance(finder, TorchDistributedHook):
+            return finder
+    hook = TorchDistributedHook()
+    sys.meta_path.insert(0, hook)
+    return hook
