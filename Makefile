@@ -27,7 +27,24 @@ GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 ## all: build everything buildable so far (artifacts under dist/)
 all: build
 
-build: $(WHEEL) headers build-profiler
+build: $(WHEEL) headers build-profiler build-inject
+
+# ---- Inject: a dependency-free wheel for the training environment (.pth + comminsight/inject) ----
+.PHONY: build-inject
+INJECT_VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' comminsight/inject/__init__.py)
+INJECT_WHEEL := $(DIST)/comminsight_inject-$(INJECT_VERSION)-py3-none-any.whl
+INJECT_SRC := $(wildcard comminsight/inject/*.py) $(wildcard inject/*)
+
+## build-inject: dist/comminsight_inject-<version>-py3-none-any.whl
+build-inject: $(INJECT_WHEEL)
+
+# The sources are staged as the package `comminsight_inject` (the wheel's import name) and
+# built from that copy with the venv's pinned setuptools.
+$(INJECT_WHEEL): $(VENV_STAMP) $(INJECT_SRC)
+	rm -rf $(BUILD)/inject && mkdir -p $(BUILD)/inject/comminsight_inject $(DIST)
+	cp inject/pyproject.toml inject/setup.py inject/comminsight_inject.pth $(BUILD)/inject/
+	cp comminsight/inject/*.py $(BUILD)/inject/comminsight_inject/
+	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) $(BUILD)/inject
 
 # ---- the Profiler plugin (C11, generated headers only; no NCCL/CUDA headers) ----
 PROFILER_SO := $(DIST)/libnccl-profiler-comminsight.so
@@ -128,7 +145,7 @@ demo: $(VENV_STAMP) build-profiler
 	$(VENV)/bin/comminsight demo
 
 ## install: install what exists so far under INSTALL_PREFIX and into the active Python
-install: $(WHEEL) headers build-profiler
+install: $(WHEEL) headers build-profiler $(INJECT_WHEEL)
 	install -d -m 0755 $(INSTALL_PREFIX)/etc $(INSTALL_PREFIX)/include/comminsight $(INSTALL_PREFIX)/lib
 	install -m 0755 $(PROFILER_SO) $(INSTALL_PREFIX)/lib/
 	test -e $(INSTALL_PREFIX)/etc/comminsight.conf || install -m 0644 config/comminsight.conf $(INSTALL_PREFIX)/etc/comminsight.conf
@@ -137,6 +154,8 @@ install: $(WHEEL) headers build-profiler
 	# training environment), then the wheel itself replaced even if the version is unchanged
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check $(WHEEL)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(WHEEL)
+	# Inject: the .pth hook of the environment that runs the workload (no dependencies)
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(INJECT_WHEEL)
 
 clean:
 	rm -rf $(BUILD) $(DIST) .pytest_cache
