@@ -420,7 +420,9 @@ def parse_listen(address: str) -> tuple[str, int]:
 
 async def start_server(service, address: str) -> web.AppRunner:
     """Serve the API on address; OSError (address in use, ...) propagates to the caller."""
-    runner = web.AppRunner(AgentApi(service).app(), access_log=None)
+    # a master answers some endpoints for the whole job (master_agent.MasterApi)
+    api_class = getattr(service, "api_class", AgentApi)
+    runner = web.AppRunner(api_class(service).app(), access_log=None)
     await runner.setup()
     host, port = parse_listen(address)
     site = web.TCPSite(runner, host, port, reuse_address=True)

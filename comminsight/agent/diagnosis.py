@@ -250,7 +250,7 @@ def outside_nccl(m: CommMember, snapshot: NodeSnapshot) -> bool:
     missing rank's last completion can come after its peers enqueued the op they wait in (the
     enqueue is asynchronous), so an idle-time rule gave a different verdict depending on which
     poll saw the hang first."""
-    rows = snapshot.members_of_process(m.process.pid) or [m]
+    rows = snapshot.members_of_process(m.process.pid, m.process.node_name) or [m]
     return all(
         r.coll_enqueued <= r.coll_completed and r.p2p_enqueued <= r.p2p_completed for r in rows
     )
@@ -263,7 +263,7 @@ def absent_reason(
     idle_s = (now - m.last_activity_mono_ns) / 1e9
     elsewhere = [
         r
-        for r in snapshot.members_of_process(m.process.pid)
+        for r in snapshot.members_of_process(m.process.pid, m.process.node_name)
         if r.comm_id != m.comm_id and r.inflight is not None
     ]
     state = (
@@ -497,7 +497,7 @@ def culprit(rank: int, reason: str, m: CommMember | None, node: str) -> Culprit:
     p = m.process
     return Culprit(
         comm_rank=rank,
-        node_name=node,
+        node_name=node_name(p.node_name) if p.node_name else node,
         reason=reason,
         global_rank=p.global_rank if p.global_rank is not None else _unset(),
         host=p.host or _unset(),
@@ -514,7 +514,7 @@ def rank_evidence(
     delays = f.join_delays_ns or {}
     return RankEvidence(
         comm_rank=rank,
-        node_name=node,
+        node_name=node_name(p.node_name) if p.node_name else node,
         process_state=ProcessState.alive if p.alive else ProcessState.exited,
         global_rank=p.global_rank if p.global_rank is not None else _unset(),
         host=p.host or _unset(),
@@ -579,7 +579,8 @@ def _root_peer(op: InflightOp):
 
 def _who(members: list[CommMember]) -> str:
     return ", ".join(
-        f"rank {m.rank} ({m.process.host or '?'}, pid {m.process.pid})" for m in members
+        f"rank {m.rank} ({m.process.node_name or m.process.host or '?'}, pid {m.process.pid})"
+        for m in members
     )
 
 

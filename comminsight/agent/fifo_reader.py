@@ -74,6 +74,9 @@ class HangEvent:
     p2p_enqueued: int
     p2p_completed: int
     inflight_count: int
+    # the record as read, which a slave forwards to its master unchanged (agent-master-slave
+    # HangEvent.record)
+    raw: bytes = field(default=b"", repr=False, compare=False)
 
 
 @dataclass
@@ -137,6 +140,7 @@ def decode_event(raw: bytes) -> HangEvent:
         p2p_enqueued=int(e["p2p_enqueued"]),
         p2p_completed=int(e["p2p_completed"]),
         inflight_count=int(e["inflight_count"]),
+        raw=bytes(raw),
     )
 
 

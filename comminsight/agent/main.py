@@ -61,11 +61,53 @@ async def serve(service: AgentService, listen: str) -> None:
         await runner.cleanup()
 
 
+def multinode_problem(settings) -> str | None:
+    """What a master or slave cannot run without (DESIGN §7), named by key."""
+    if settings.agent_mode == "standalone":
+        return None
+    if settings.agent_mode == "slave" and not settings.agent_master_addr:
+        return "COMMINSIGHT_AGENT_MODE=slave needs COMMINSIGHT_AGENT_MASTER_ADDR"
+    if not settings.agent_token:
+        return (
+            f"COMMINSIGHT_AGENT_MODE={settings.agent_mode} needs COMMINSIGHT_AGENT_TOKEN "
+            "(the secret slaves and master share)"
+        )
+    if settings.agent_mode == "master" and bool(settings.agent_tls_cert) != bool(
+        settings.agent_tls_key
+    ):
+        return "COMMINSIGHT_AGENT_TLS_CERT and COMMINSIGHT_AGENT_TLS_KEY go together"
+    for key, path in (
+        ("COMMINSIGHT_AGENT_TLS_CERT", settings.agent_tls_cert),
+        ("COMMINSIGHT_AGENT_TLS_KEY", settings.agent_tls_key),
+        ("COMMINSIGHT_AGENT_TLS_CA", settings.agent_tls_ca),
+    ):
+        if path and not Path(path).is_file():
+            return f"{key}={path}: no such file"
+    return None
+
+
+def service_for(settings) -> AgentService:
+    """The Agent of COMMINSIGHT_AGENT_MODE."""
+    if settings.agent_mode == "master":
+        from comminsight.agent.master_agent import MasterAgentService
+
+        return MasterAgentService(settings)
+    if settings.agent_mode == "slave":
+        from comminsight.agent.slave_agent import SlaveAgentService
+
+        return SlaveAgentService(settings)
+    return AgentService(settings)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings()
     except ConfigError as e:
         print(f"comminsight-agent: configuration error: {e}", file=sys.stderr)
+        return 2
+    problem = multinode_problem(settings)
+    if problem:
+        print(f"comminsight-agent: configuration error: {problem}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=settings.agent_log_level.upper(),
@@ -86,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     log.info("home %s: watching shms/ and fifos/hang-events.fifo", home)
     try:
-        asyncio.run(serve(AgentService(settings), settings.agent_listen))
+        asyncio.run(serve(service_for(settings), settings.agent_listen))
     except (FifoError, ListenError) as e:
         print(f"comminsight-agent: {e}", file=sys.stderr)
         return 1

@@ -99,12 +99,7 @@ class AgentService:
         """One pass; the reports of this pass (also saved under metadata/hangs/)."""
         now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
         self.ingest.run_pass(now, retire_after_ns=self.retire_after_ns)
-        snapshot = build_snapshot(
-            [p.region for p in self.producers.producers.values()],
-            node_name=self.node_name,
-            heartbeat_stale_ms=self.settings.agent_heartbeat_stale_ms,
-            now_mono_ns=now,
-        )
+        snapshot = self.take_snapshot(now)
         reports = []
         if self.threshold_ns:  # 0 disables hang detection, as in the Profiler
             reports = diagnose(
@@ -131,6 +126,15 @@ class AgentService:
         self.passes += 1
         self._maybe_archive(now)
         return reports
+
+    def take_snapshot(self, now_mono_ns: int) -> NodeSnapshot:
+        """What this pass diagnoses: this node (a master joins every node of the job)."""
+        return build_snapshot(
+            [p.region for p in self.producers.producers.values()],
+            node_name=self.node_name,
+            heartbeat_stale_ms=self.settings.agent_heartbeat_stale_ms,
+            now_mono_ns=now_mono_ns,
+        )
 
     # ---- archive -------------------------------------------------------------------------
 

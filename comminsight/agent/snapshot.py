@@ -41,6 +41,9 @@ class ProcessView:
     heartbeat_interval_ms: int
     pid_exists: bool
     heartbeat_fresh: bool
+    # The node the process runs on, where a master's snapshot joins several; None: the
+    # snapshot's own node
+    node_name: str | None = None
 
     @property
     def alive(self) -> bool:
@@ -140,8 +143,14 @@ class NodeSnapshot:
     processes: tuple[ProcessView, ...]
     comms: dict[int, CommView]  # active communicators by comm_id
 
-    def members_of_process(self, pid: int) -> list[CommMember]:
-        return [m for c in self.comms.values() for m in c.members if m.process.pid == pid]
+    def members_of_process(self, pid: int, node_name: str | None = None) -> list[CommMember]:
+        """pids repeat across nodes: a master's snapshot tells processes apart by node too."""
+        return [
+            m
+            for c in self.comms.values()
+            for m in c.members
+            if m.process.pid == pid and m.process.node_name == node_name
+        ]
 
 
 def pid_exists(pid: int) -> bool:

@@ -65,6 +65,14 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="set in every rank's environment, e.g. COMMINSIGHT_PROFILER_HANG_TIMEOUT_S=2",
     )
+    a(
+        "--node-home",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="COMMINSIGHT_HOME of each simulated node's ranks, one per --nodes (multi-node "
+        "agents); default: every rank uses --home",
+    )
     a("--json", action="store_true", help="print the summary as one JSON object")
 
 
@@ -100,6 +108,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         out=args.out,
         faults=faults,
         env=env,
+        node_homes=tuple(args.node_home),
     ).validate()
 
 

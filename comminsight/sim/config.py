@@ -44,10 +44,16 @@ class SimConfig:
     out: str | None = None  # ground-truth directory; default <home>/sim/<run id>
     faults: tuple[Fault, ...] = field(default_factory=tuple)
     env: tuple[tuple[str, str], ...] = ()  # extra environment of every rank (plugin settings)
+    # COMMINSIGHT_HOME of each simulated node's ranks (one per node), so that each node's
+    # Agent (a slave of a multi-node job) sees only its own ranks; empty: every rank uses home
+    node_homes: tuple[str, ...] = ()
 
     @property
     def ranks_per_node(self) -> int:
         return self.ranks // self.nodes
+
+    def home_of(self, rank: int) -> str:
+        return self.node_homes[rank // self.ranks_per_node] if self.node_homes else self.home
 
     @property
     def total_steps(self) -> int:
@@ -73,6 +79,10 @@ class SimConfig:
             need(self.tp >= 1 and self.pp >= 1, "tp and pp must be at least 1")
             need(self.ranks % (self.tp * self.pp) == 0, "tp*pp must divide ranks")
             need(self.layers % self.pp == 0, "pp must divide layers")
+        need(
+            not self.node_homes or len(self.node_homes) == self.nodes,
+            "node homes: give one per node or none",
+        )
         for f in self.faults:
             need(f.rank < self.ranks, f"fault {f}: rank {f.rank} is not below --ranks")
         return self
@@ -90,6 +100,7 @@ class SimConfig:
         data = json.loads(text)
         data["faults"] = tuple(Fault.from_json(f) for f in data.get("faults", ()))
         data["env"] = tuple((k, v) for k, v in data.get("env", ()))
+        data["node_homes"] = tuple(data.get("node_homes", ()))
         return cls(**data)
 
     @classmethod

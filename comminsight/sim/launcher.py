@@ -87,7 +87,7 @@ def _rank_env(config: SimConfig, rank: int) -> dict[str, str]:
         "WORLD_SIZE": str(config.ranks),
         "LOCAL_WORLD_SIZE": str(per_node),
         "GROUP_RANK": str(rank // per_node),
-        "COMMINSIGHT_HOME": config.home,
+        "COMMINSIGHT_HOME": config.home_of(rank),
         "NCCL_PROFILER_PLUGIN": config.plugin,
         **dict(config.env),
         "PYTHONPATH": _python_path(),

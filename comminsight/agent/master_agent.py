@@ -1,0 +1,245 @@
+"""A master Agent (COMMINSIGHT_AGENT_MODE=master): a node Agent that also takes slaves'
+node state over gRPC (master_grpc) and answers the Agent Master API for the whole job.
+
+Each pass reads the master's own node into the same rows a slave sends, diagnoses the
+job-wide snapshot (job_view) instead of the node's, and keeps its hang reports as any Agent
+does; a slave's hang event triggers a pass at once, as a local FIFO event does. /steps serves
+the master's own summaries and every slave's (master_store keeps them); /ops/recent stays
+local (agent-master-slave carries no op records).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import msgspec
+
+from comminsight.agent import job_view
+from comminsight.agent.api_params import Problem
+from comminsight.agent.api_server import AgentApi, ApiError, json_response
+from comminsight.agent.engine_hook import EngineHook
+from comminsight.agent.fifo_reader import decode_event
+from comminsight.agent.job_view import NodeRecord
+from comminsight.agent.master_grpc import AgentMasterServer
+from comminsight.agent.master_store import MasterStore
+from comminsight.agent.node_state import read_node_rows
+from comminsight.agent.service import AgentService
+from comminsight.agent.snapshot import NodeSnapshot
+from comminsight.agent.step_files import StepFiles
+from comminsight_gen.config_v1 import ConfigV1
+from comminsight_gen.models import agent_master_api_v1 as api
+from comminsight_gen.models.step_summary_v1 import StepSummary
+
+log = logging.getLogger(__name__)
+
+MS = 1_000_000
+
+
+class JobStepFiles(StepFiles):
+    """The master's own step summaries and those its slaves sent (master_store)."""
+
+    def __init__(self, home: Path, received: Path) -> None:
+        super().__init__(home)
+        self.received = received
+
+    def all(self) -> list[StepSummary]:
+        out = super().all()
+        for path in sorted(self.received.glob("*.jsonl")):
+            out.extend(self._read(path))
+        return out
+
+
+class MasterAgentService(AgentService):
+    def __init__(self, settings: ConfigV1, engine: EngineHook | None = None) -> None:
+        super().__init__(settings, engine)
+        self.local = NodeRecord(
+            self.node_name,
+            api.AgentMode.master,
+            local=True,
+            offset_ns=0,
+            state=api.NodeState.local,
+            has_state=True,
+        )
+        self.nodes: dict[str, NodeRecord] = {self.node_name: self.local}
+        self.store = MasterStore(self.home)
+        self.server = AgentMasterServer(
+            nodes=self.nodes,
+            store=self.store,
+            token=settings.agent_token,
+            max_batch_bytes=settings.agent_master_max_batch_bytes,
+            stale_ms=settings.agent_master_stale_ms,
+            on_events=self._on_slave_events,
+        )
+        self.step_files = JobStepFiles(self.home, self.store.steps_dir)
+        self.grpc_port: int | None = None
+        self.stale_ns = settings.agent_heartbeat_stale_ms * MS
+
+    # ---- the pass ------------------------------------------------------------------------
+
+    def take_snapshot(self, now_mono_ns: int) -> NodeSnapshot:
+        self.local.rows = read_node_rows(
+            self.producers.producers.values(), now_mono_ns, self.stale_ns
+        )
+        self.local.last_seen_mono_ns, self.local.last_seen_real_ns = now_mono_ns, time.time_ns()
+        self.server.mark_stale(now_mono_ns)
+        return job_view.job_snapshot(
+            self.nodes.values(), self.node_name, now_mono_ns, time.time_ns(), self.stale_ns
+        )
+
+    def _on_slave_events(self, node: str, records: list[bytes]) -> None:
+        events = [decode_event(r) for r in records]
+        for e in events:
+            log.warning(
+                "hang event from %s: pid %d rank %d %s %s #%d on %016x",
+                node,
+                e.pid,
+                e.rank,
+                e.event_type,
+                e.func,
+                e.op_index,
+                e.comm_id,
+            )
+        self._on_fifo_events(events)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.store.load()
+        for name, cursor in self.store.cursors.items():
+            if name not in self.nodes:  # known from before a restart, not back yet
+                self.nodes[name] = NodeRecord(
+                    name, api.AgentMode.slave, epoch=cursor.epoch, last_applied=cursor.last_applied
+                )
+        server, self.grpc_port = await self.server.start(
+            self.settings.agent_master_listen,
+            self.settings.agent_tls_cert,
+            self.settings.agent_tls_key,
+        )
+        log.info(
+            "master: slaves' gRPC on %s (port %d, TLS %s)",
+            self.settings.agent_master_listen,
+            self.grpc_port,
+            "on" if self.settings.agent_tls_cert else "off",
+        )
+        try:
+            await super().run(stop)
+        finally:
+            self.server.shutting_down = True
+            await server.stop(grace=1.0)
+
+    # ---- what the API reads --------------------------------------------------------------
+
+    def job_rows(self) -> list[job_view.JobRow]:
+        return job_view.job_rows(self.nodes.values())
+
+    def health(self) -> api.Health:
+        base = super().health()
+        now = time.monotonic_ns()
+        reasons = list(base.reasons)
+        for node in sorted(self.nodes.values(), key=lambda n: n.name):
+            if node.state is api.NodeState.stale:
+                age = (now - node.last_seen_mono_ns) / 1e9 if node.last_seen_mono_ns else 0
+                reasons.append(f"node {node.name} is stale: nothing from its slave for {age:.1f} s")
+            elif node.state is api.NodeState.disconnected:
+                reasons.append(f"node {node.name} disconnected")
+            elif node.state is api.NodeState.rejected and node.last_reject is not None:
+                reasons.append(
+                    f"node {node.name} refused: {node.last_reject.reason}: "
+                    f"{node.last_reject.message}"
+                )
+        procs = [p for n in self.nodes.values() for p in n.rows.processes.values()]
+        comms = {m.comm_id for n in self.nodes.values() for m in n.rows.members.values()}
+        return msgspec.structs.replace(
+            base,
+            status=api.HealthStatus.degraded if reasons else api.HealthStatus.ok,
+            reasons=reasons,
+            processes_alive=sum(1 for p in procs if p.alive),
+            processes_total=len(procs),
+            communicators_total=len(comms),
+            nodes_connected=sum(
+                1
+                for n in self.nodes.values()
+                if n.state in (api.NodeState.local, api.NodeState.connected)
+            ),
+            nodes_total=len(self.nodes),
+        )
+
+
+class MasterApi(AgentApi):
+    """The endpoints whose answer is the job's rather than the node's."""
+
+    async def nodes(self, request, values):
+        self._ready()
+        now, real = time.monotonic_ns(), time.time_ns()
+        items = [
+            job_view.node_summary(n, now, real)
+            for n in sorted(self.service.nodes.values(), key=lambda n: n.name)
+            if values["state"] in ("all", n.state.value)
+        ]
+        total = len(items)
+        if values["cursor"] is not None:
+            items = [n for n in items if n.node_name > values["cursor"]]
+        page = items[: values["limit"]]
+        next_cursor = page[-1].node_name if len(items) > len(page) else None
+        return json_response(api.NodeList(items=page, total=total, next_cursor=next_cursor))
+
+    async def communicators(self, request, values):
+        self._ready()
+        now = time.monotonic_ns()
+        rows = self.service.job_rows()
+        full = values["view"] == "full"
+        comms = job_view.communicators(rows, self.service.open_report_ids(), full, now)
+        if values["state"] != "all":
+            comms = [c for c in comms if c.state.value == values["state"]]
+        if values["name_contains"] is not None:
+            comms = [c for c in comms if c.name and values["name_contains"] in c.name]
+        if values["rank"] is not None:
+            with_rank = {
+                f"{r.member.comm_id:016x}"
+                for r in rows
+                if r.process.HasField("global_rank") and r.process.global_rank == values["rank"]
+            }
+            comms = [c for c in comms if c.comm_id in with_rank]
+        if values["node_name"] is not None:
+            comms = [c for c in comms if values["node_name"] in c.nodes]
+        total = len(comms)
+        if values["cursor"] is not None:
+            comms = [c for c in comms if c.comm_id > values["cursor"]]
+        page = comms[: values["limit"]]
+        next_cursor = page[-1].comm_id if len(comms) > len(page) else None
+        return json_response(api.CommunicatorPage(items=page, total=total, next_cursor=next_cursor))
+
+    async def communicator(self, request, values):
+        self._ready()
+        comm_id = values["comm_id"]
+        rows = [r for r in self.service.job_rows() if f"{r.member.comm_id:016x}" == comm_id]
+        if not rows:
+            raise ApiError(
+                api.ErrorCode.not_found,
+                f"communicator {comm_id} is not known to this master",
+                [Problem("path", "comm_id", "no such communicator")],
+            )
+        full = values["view"] != "summary"
+        report_ids = self.service.open_report_ids().get(comm_id, [])
+        return json_response(job_view.communicator(rows, report_ids, full, time.monotonic_ns()))
+
+    async def inflight(self, request, values):
+        self._ready()
+        now = time.monotonic_ns()
+        ops = [
+            op
+            for op in job_view.inflight_ops(self.service.job_rows(), now)
+            if op.age_ms >= values["min_age_ms"]
+            and values["comm_id"] in (None, op.comm_id)
+            and values["rank"] in (None, op.global_rank)
+            and values["node_name"] in (None, op.node_name)
+        ]
+        return json_response(
+            api.InflightOpList(
+                as_of_real_ns=time.time_ns(), items=ops[: values["limit"]], total=len(ops)
+            )
+        )
+
+
+MasterAgentService.api_class = MasterApi

@@ -1,0 +1,135 @@
+"""Multi-node Agent over real gRPC and real HTTP: a master and three slaves as separate
+`comminsight-agent` processes on 127.0.0.1, six simulated ranks (two per slave home) driving
+the real plugin. The master's API shows the union of the nodes, joins the communicator that
+spans them, and diagnoses a fault on one node naming the culprit's rank and node."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from multinode_job import SIM_ENV, start_job, wait_until
+from test_agent_diagnosis import plugin  # noqa: F401 - fixture
+
+from comminsight.sim import SimConfig, parse_fault, read_ground_truth, run_simulation
+
+RANKS, NODES = 6, 3
+
+
+def sim_config(plugin, root, job, faults=(), steps=3, time_scale=0.02, hold=6.0):  # noqa: F811
+    return SimConfig(
+        plugin=str(plugin),
+        home=str(root / "sim"),
+        workload="ddp",
+        ranks=RANKS,
+        nodes=NODES,
+        node_homes=tuple(str(s.home) for s in job.slaves),
+        steps=steps,
+        time_scale=time_scale,
+        hang_hold_s=hold,
+        faults=tuple(parse_fault(f) for f in faults),
+        env=SIM_ENV,
+    )
+
+
+@pytest.fixture(scope="module")
+def faulty_job(plugin, tmp_path_factory):  # noqa: F811
+    """Rank 4 (on node-2) skips op 5: its peers on every node wait in it."""
+    root = tmp_path_factory.mktemp("multinode")
+    (root / "sim").mkdir()
+    job = start_job(root, NODES, slave_extra={"COMMINSIGHT_SEMANTIC_ENABLE": "0"})
+    result = {}
+    config = sim_config(plugin, root, job, ("skip:rank=4,op=5",))
+    sim = threading.Thread(target=lambda: result.setdefault("sim", run_simulation(config)))
+    sim.start()
+    try:
+        report = wait_until(
+            lambda: next(
+                (
+                    r
+                    for r in job.master.get("/api/v1/hangs", status="all").json()["items"]
+                    if r["verdict"] == "stuck_outside_nccl" and _waits_in_op_5(r)
+                ),
+                None,
+            ),
+            60,
+            lambda: f"no verdict from the master:\n{job.master.log_text()[-3000:]}",
+        )
+        sim.join()
+        truths = read_ground_truth(result["sim"].run_dir)
+        yield job, report, truths
+    finally:
+        sim.join()
+        job.stop()
+
+
+def _waits_in_op_5(report) -> bool:
+    """The skipped op, not an earlier wait (ranks of a loaded machine start unevenly)."""
+    return any(
+        e.get("joined") and e.get("last_enqueued", {}).get("seq", -1) >= 5
+        for e in report["evidence"]
+    )
+
+
+def test_master_lists_every_node_and_the_union_of_their_processes(faulty_job):
+    job, _, truths = faulty_job
+    nodes = job.master.get("/api/v1/nodes").json()
+    by_name = {n["node_name"]: n for n in nodes["items"]}
+    assert sorted(by_name) == ["master", "node-0", "node-1", "node-2"]
+    assert by_name["master"]["state"] == "local" and by_name["master"]["mode"] == "master"
+    for i in range(NODES):
+        node = by_name[f"node-{i}"]
+        assert node["state"] == "connected" and node["mode"] == "slave", node
+        assert node["global_ranks"] == [2 * i, 2 * i + 1]
+        assert node["last_applied_batch_seq"] >= 1 and node["rejects_total"] == 0
+    health = job.master.get("/api/v1/health").json()
+    assert health["mode"] == "master" and health["nodes_total"] == 4
+    assert health["nodes_connected"] == 4 and health["processes_total"] == RANKS
+    # each slave answers for its own node only
+    slave_nodes = job.slaves[1].get("/api/v1/nodes").json()["items"]
+    assert [n["node_name"] for n in slave_nodes] == ["node-1"]
+    assert len(truths) == RANKS
+
+
+def test_the_communicator_spanning_nodes_is_joined_by_comm_id(faulty_job):
+    job, _, truths = faulty_job
+    page = job.master.get("/api/v1/communicators").json()
+    assert page["total"] == 1
+    comm = page["items"][0]
+    assert comm["complete"] and comm["ranks_seen"] == list(range(RANKS))
+    assert comm["nodes"] == ["node-0", "node-1", "node-2"] and comm["nranks"] == RANKS
+    # the master's totals are the union of what each slave reads from its SHM (which counts
+    # the ops the aborted ranks force-completed at finalize, unlike the ground truth)
+    local = [s.get(f"/api/v1/communicators/{comm['comm_id']}").json() for s in job.slaves]
+    assert comm["ops_completed_total"] == sum(c["ops_completed_total"] for c in local)
+    assert comm["bytes_completed_total"] == sum(c["bytes_completed_total"] for c in local)
+    full = job.master.get(f"/api/v1/communicators/{comm['comm_id']}").json()
+    assert [(r["comm_rank"], r["node_name"]) for r in full["ranks"]] == [
+        (rank, f"node-{rank // 2}") for rank in range(RANKS)
+    ]
+    slave_ranks = {r["comm_rank"]: r for c in local for r in c["ranks"]}
+    for rank in full["ranks"]:
+        mine = slave_ranks[rank["comm_rank"]]
+        assert rank["pid"] == mine["pid"] and rank["global_rank"] == mine["global_rank"]
+        assert rank["progress"]["collectives"] == mine["progress"]["collectives"]
+        issued = [op for op in truths[rank["comm_rank"]].ops]
+        assert rank["progress"]["collectives"]["last_enqueued_seq"] == len(issued) - 1
+    # a slave sees its two ranks of the same communicator
+    local = job.slaves[0].get("/api/v1/communicators").json()["items"][0]
+    assert local["comm_id"] == comm["comm_id"] and local["ranks_seen"] == [0, 1]
+    assert not local["complete"]
+
+
+def test_a_fault_on_one_node_is_diagnosed_by_the_master_naming_rank_and_node(faulty_job):
+    job, report, _ = faulty_job
+    assert report["diagnosed_by"] == "master"
+    assert [(c["comm_rank"], c["node_name"]) for c in report["culprits"]] == [(4, "node-2")]
+    assert report["culprits"][0]["global_rank"] == 4
+    evidence = {e["comm_rank"]: e for e in report["evidence"]}
+    assert sorted(evidence) == list(range(RANKS))
+    assert {e["node_name"] for e in evidence.values()} == {"node-0", "node-1", "node-2"}
+    assert not evidence[4]["joined"] and all(evidence[r]["joined"] for r in (0, 1, 2, 3, 5))
+    # the slave of node-0 alone sees only its own ranks: it can never name rank 4
+    local = job.slaves[0].get("/api/v1/hangs", status="all").json()["items"]
+    assert local, "node-0's ranks waited past the threshold"
+    assert all(c["comm_rank"] in (0, 1) for r in local for c in r["culprits"]), local
