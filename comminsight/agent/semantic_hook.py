@@ -37,7 +37,8 @@ from comminsight.semantic.checkpoint import (
 )
 from comminsight.semantic.engine import GpuEngine
 from comminsight.semantic.offline import SummaryFile
-from comminsight.semantic.shm_input import CommInfo, engine_ops
+from comminsight.semantic.op_batch import CommTable, SegmentTable
+from comminsight.semantic.shm_input import CommInfo, engine_batch
 from comminsight.semantic.step_builder import GpuIdentity
 from comminsight.semantic.templates import TemplateSet
 from comminsight_gen.models.semantic_engine_v1 import GpuState, ShmPosition
@@ -57,7 +58,9 @@ class _Gpu:
         self.lost = 0  # records dropped before reaching the engine, not yet reported
         self.finished = False
         self.skip_through = -1  # ring records up to this seq were placed before a restart
-        self.last_op = None
+        self.last_position = None  # of the latest op fed
+        self.comms = CommTable()  # the GPU's communicators, shared by its batches
+        self.segments = SegmentTable()
         self.saved: GpuState | None = None  # a finished process's state, carried over
 
 
@@ -227,11 +230,14 @@ class SemanticEngineHook:
             if len(records):
                 g.lost += max(0, int(records["seq"][0]) - (g.skip_through + 1))
                 g.skip_through = -1
-        for op in engine_ops(records, comms, gpu.start_real_ns, gpu.start_mono_ns):
-            if g.lost:
-                op.lost_before, g.lost = op.lost_before + g.lost, 0
-            self._write(g, g.engine.feed(op))
-            g.last_op = op
+        batch = engine_batch(
+            records, comms, gpu.start_real_ns, gpu.start_mono_ns, g.comms, g.segments
+        )
+        if len(batch):
+            batch.cols["lost_before"][0] += g.lost
+            g.lost = 0
+            self._write(g, g.engine.feed(batch))
+            g.last_position = batch.position(len(batch) - 1)
         g.out.flush()  # visible to readers (the API); fsync at checkpoints
 
     def _write(self, g: _Gpu, summaries: list) -> None:
@@ -248,9 +254,9 @@ class SemanticEngineHook:
                     states[g.saved.output.file] = g.saved
                 continue
             if g.finished:
-                position = g.last_op.position.after() if g.last_op is not None else None
+                position = g.last_position.after() if g.last_position is not None else None
             else:
-                position = g.engine.resume_point(g.last_op)
+                position = g.engine.resume_point(g.last_position)
             if position is None:
                 continue
             size = g.out.sync() if g.out.path.name.endswith(".partial") else 0

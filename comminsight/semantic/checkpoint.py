@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from pathlib import Path
 
 import msgspec
@@ -36,6 +35,7 @@ from comminsight.semantic.step_builder import (
     OpenStep,
     OpId,
     RoleTotals,
+    RollingWindow,
     SlowestOp,
 )
 from comminsight.semantic.templates import TemplateSet
@@ -162,16 +162,16 @@ def gpu_state(
             "template_name": runner.template.name,
             "fsm_state": runner.state,
         }
-        if runner.tracker is not None:
-            selection["cycle"] = _cycle_keys(runner.tracker.cycle, period=False)
-            selection["cycle_phase"] = runner.tracker.pos
+        if runner.cycle is not None:
+            selection["cycle"] = _cycle_keys(runner.cycle, period=False)
+            selection["cycle_phase"] = runner.cycle_pos
     elif isinstance(runner, PeriodRunner):
         selection = {
             "selection": se.SelectionState.period,
-            "period_ops": len(runner.tracker.cycle),
-            "period_phase": runner.tracker.pos,
-            "cycle": _cycle_keys(runner.tracker.cycle, period=True),
-            "cycle_phase": runner.tracker.pos,
+            "period_ops": len(runner.cycle),
+            "period_phase": runner.cycle_pos,
+            "cycle": _cycle_keys(runner.cycle, period=True),
+            "cycle_phase": runner.cycle_pos,
         }
     history = engine.history
     roles = sorted(set(history.role_op_time_ns) | set(history.role_busbw_gbs))
@@ -260,8 +260,7 @@ def restore_engine(state: se.GpuState, templates: TemplateSet, **engine_kwargs) 
         if not keys:
             raise CheckpointError("a period checkpoint without its cycle")
         cycle = Cycle(tuple((k.comm_id, k.func, k.size_bytes) for k in keys))
-        engine.runner = PeriodRunner(cycle, phase)
-        engine.runner.started = state.next_step_index > 0
+        engine.runner = PeriodRunner(cycle, phase, started=state.next_step_index > 0)
     engine.next_step_index = state.next_step_index
     engine.steps_emitted = state.steps_emitted
     engine.matched_op_count = state.matched_op_count
@@ -269,12 +268,12 @@ def restore_engine(state: se.GpuState, templates: TemplateSet, **engine_kwargs) 
     if state.open_step is not msgspec.UNSET:
         engine.open = _open_step(state.open_step)
     h = History()
-    h.step_duration_ns = deque(state.history.step_duration_ns, maxlen=STEP_WINDOW)
+    h.step_duration_ns = RollingWindow(state.history.step_duration_ns, maxlen=STEP_WINDOW)
     for r in state.history.roles:
         if r.op_time_ns:
-            h.role_op_time_ns[r.role] = deque(r.op_time_ns, maxlen=ROLE_OP_WINDOW)
+            h.role_op_time_ns[r.role] = RollingWindow(r.op_time_ns, maxlen=ROLE_OP_WINDOW)
         if r.busbw_gbs:
-            h.role_busbw_gbs[r.role] = deque(r.busbw_gbs, maxlen=ROLE_BW_WINDOW)
+            h.role_busbw_gbs[r.role] = RollingWindow(r.busbw_gbs, maxlen=ROLE_BW_WINDOW)
     engine.history = h
     return engine
 

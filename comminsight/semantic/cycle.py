@@ -5,7 +5,9 @@ uninterrupted stretch (so warm-up Steps that differ and occasional extra ops do 
 the smallest such p on a tie (a multiple of the period repeats as far). Which rotation of the
 cycle begins a Step is not in the keys; it is where the GPU idles longest: a Step's first op
 follows the optimizer, data loading and forward compute, its other ops only a slice of
-compute. `CycleTracker` then follows the stream through the cycle, op by op.
+compute. native.decide (engine_core.c) then follows the stream through the cycle, op by op:
+an op with the next key continues it, one with the first key starts a new repetition, any
+other is off the cycle.
 """
 
 from __future__ import annotations
@@ -62,7 +64,19 @@ def learn_cycle(
 ):
     """The cycle of `keys` (with `gaps[i]`: GPU idle time before op i), or None when no period
     repeats `min_repeats` times in a row."""
-    codes = _codes(keys)
+    ids: dict[Hashable, int] = {}
+    codes = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), np.int64, len(keys))
+    return learn_cycle_codes(codes, np.asarray(gaps), list(ids), max_period, min_repeats)
+
+
+def learn_cycle_codes(
+    codes: np.ndarray,
+    gaps: np.ndarray,
+    key_of: Sequence[Hashable],
+    max_period: int = 4096,
+    min_repeats: int = MIN_REPEATS,
+):
+    """learn_cycle over key codes (key_of[code] is the key)."""
     n = len(codes)
     periods = np.arange(1, min(max_period, n // min_repeats) + 1)
     if not len(periods):
@@ -75,35 +89,7 @@ def learn_cycle(
     # the longest stretch; on a tie the smallest period (multiples repeat as far)
     i = int(np.flatnonzero(ok & (lengths == lengths[ok].max()))[0])
     length, p, start = int(lengths[i]), int(periods[i]), int(starts[i])
-    run = range(start, start + length)
-    by_phase: list[list[int]] = [[] for _ in range(p)]
-    for i in run:
-        by_phase[(i - start) % p].append(gaps[i])
-    phase = max(range(p), key=lambda r: (statistics.median(by_phase[r]), -r))
+    run_gaps = np.asarray(gaps[start : start + length])
+    phase = max(range(p), key=lambda r: (statistics.median(run_gaps[r::p].tolist()), -r))
     first = start + phase
-    return Cycle(tuple(keys[first + k] for k in range(p)))
-
-
-def _codes(keys: Sequence[Hashable]) -> np.ndarray:
-    ids: dict[Hashable, int] = {}
-    return np.fromiter((ids.setdefault(k, len(ids)) for k in keys), np.int64, len(keys))
-
-
-class CycleTracker:
-    """Where the stream is in the cycle. `advance(key)` says whether the op starts a new
-    repetition, continues it, or is off the cycle (an extra op: the position does not move)."""
-
-    def __init__(self, cycle: Cycle, pos: int = 0) -> None:
-        self.cycle = cycle
-        self.pos = pos  # index in cycle.keys of the key expected next
-
-    def advance(self, key: Hashable) -> str:
-        keys = self.cycle.keys
-        if key == keys[self.pos]:
-            starts = self.pos == 0
-            self.pos = (self.pos + 1) % len(keys)
-            return "start" if starts else "in"
-        if key == keys[0]:  # lost our place (ops missing): a new repetition begins here
-            self.pos = 1 % len(keys)
-            return "start"
-        return "off"
+    return Cycle(tuple(key_of[int(codes[first + k])] for k in range(p)))

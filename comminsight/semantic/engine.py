@@ -1,13 +1,16 @@
-"""The Semantic Engine for one GPU: completed ops in, step-summary records out.
+"""The Semantic Engine for one GPU: batches of completed ops in, step-summary records out.
 
-Ops arrive in completion order and are put back in issue order (ops.ReorderBuffer). Until
-the engine knows how to cut this GPU's stream into Steps it keeps them (selection "pending")
-and, every PROBE_CHUNK ops, tries every template on what it kept: a template fits when its
-FSM recovers at least warm-up + probe_steps Steps from it, the steady ones alike, with few
-unexpected ops. The best fit (confidence, then priority, then name) is chosen and the kept
-ops are replayed through it; from then on each op is placed as it arrives. When no template
-fits by PROBE_MAX ops (or the input ends), the engine falls back to the repeating period of
-the op sequence itself.
+Ops arrive in completion order and are put back in issue order (native.reorder, a bounded
+window: see ops.ReorderBuffer for the rule). Until the engine knows how to cut this GPU's
+stream into Steps it keeps them (selection "pending") and, every PROBE_CHUNK ops, tries every
+template on what it kept: a template fits when its FSM recovers at least warm-up +
+probe_steps Steps from it, the steady ones alike, with few unexpected ops. The best fit
+(confidence, then priority, then name) is chosen and the kept ops are placed through it; from
+then on each batch is placed as it arrives. When no template fits by PROBE_MAX ops (or the
+input ends), the engine falls back to the repeating period of the op sequence itself.
+
+Everything per op runs over whole batches (numpy, and engine_core.c through native); Python
+works per op shape, per Step and per batch.
 """
 
 from __future__ import annotations
@@ -16,19 +19,20 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from comminsight.semantic.cycle import Cycle, learn_cycle
-from comminsight.semantic.ops import EngineOp, ReorderBuffer
-from comminsight.semantic.recovery import (
-    Decision,
-    PeriodRunner,
-    TemplateRunner,
-    cycle_key,
-)
+import numpy as np
+
+from comminsight.semantic import native
+from comminsight.semantic.cycle import Cycle, learn_cycle_codes
+from comminsight.semantic.op_batch import FUNCS, OpBatch
+from comminsight.semantic.ops import WINDOW
+from comminsight.semantic.recovery import PeriodRunner, TemplateRunner, cycle_key
 from comminsight.semantic.step_builder import (
     GpuIdentity,
     History,
     OpenStep,
+    open_step_rows,
     recovery_of,
+    steps_of_placement,
     summarize,
 )
 from comminsight.semantic.templates import CompiledTemplate, TemplateSet
@@ -46,56 +50,67 @@ class Fit:
     score: float
 
 
-def idle_gaps(ops: list[EngineOp]) -> list[int]:
+def idle_gaps(batch: OpBatch) -> np.ndarray:
     """For each op, how long the GPU had no op of this process running before it started."""
-    gaps, busy_until = [], None
-    for op in ops:
-        gaps.append(0 if busy_until is None else max(0, op.start_ns - busy_until))
-        busy_until = op.end_ns if busy_until is None else max(busy_until, op.end_ns)
+    start, end = batch["start"], batch["end"]
+    gaps = np.zeros(len(start), np.int64)
+    if len(start) > 1:
+        busy_until = np.maximum.accumulate(end)[:-1]
+        gaps[1:] = np.maximum(0, start[1:] - busy_until)
     return gaps
 
 
-def template_cycles(
-    template: CompiledTemplate, ops: list[EngineOp], final: bool = False
-) -> list[Cycle]:
+def template_cycles(template: CompiledTemplate, batch: OpBatch, final: bool = False) -> list[Cycle]:
     """Candidate per-Step cycles of the template's ops (at the end of input, `final`, two
     repetitions are enough: a short run is all there is). Extra ops (an evaluation barrier
     every few Steps) and warm-up Steps that differ break the repetition a cycle is learned
     from, so the cycle is also learned without the keys rarer than once per Step; as which
     keys those are cannot be known before the Steps are, each guess gives a candidate and
     `evaluate` keeps the one that cuts the ops best."""
-    gaps = idle_gaps(ops)
-    keys, key_gaps = [], []
-    for op, gap in zip(ops, gaps, strict=True):
+    first, inverse = batch.shapes()
+    key_of: list[tuple] = []
+    codes: dict[tuple, int] = {}
+    shape_code = []
+    for i in first.tolist():
+        op = batch.op(i)
         role = template.role_of(op)
         if role in template.cycle_roles:
-            keys.append(cycle_key(role, op))
-            key_gaps.append(gap)
+            key = cycle_key(role, op.func, op.size_bytes)
+            if key not in codes:
+                codes[key] = len(key_of)
+                key_of.append(key)
+            shape_code.append(codes[key])
+        else:
+            shape_code.append(-1)
+    if not key_of:
+        return []
+    op_code = np.array(shape_code, np.int64)[inverse]
+    on_cycle = op_code >= 0
+    keys, key_gaps = op_code[on_cycle], idle_gaps(batch)[on_cycle]
+    counts = np.bincount(keys, minlength=len(key_of))
     cycles: list[Cycle] = []
-    counts = Counter(keys)
     tried = set()
-    for floor in rare_key_floors(counts, len(keys)):
-        kept = [(k, g) for k, g in zip(keys, key_gaps, strict=True) if counts[k] >= floor]
-        if len(kept) in tried:  # floors are thresholds: as many kept means the same keys
+    for floor in rare_key_floors(counts.tolist(), len(keys)):
+        kept = counts[keys] >= floor
+        n_kept = int(kept.sum())
+        if n_kept in tried:  # floors are thresholds: as many kept means the same keys
             continue
-        tried.add(len(kept))
-        cycle = learn_cycle(
-            [k for k, _ in kept], [g for _, g in kept], min_repeats=2 if final else 3
-        )
+        tried.add(n_kept)
+        cycle = learn_cycle_codes(keys[kept], key_gaps[kept], key_of, min_repeats=2 if final else 3)
         if cycle is not None and cycle not in cycles:
             cycles.append(cycle)
     return cycles
 
 
-def rare_key_floors(counts: Counter, total: int) -> list[float]:
+def rare_key_floors(counts: list[int], total: int) -> list[float]:
     """Guesses of the count below which a key is rarer than once per Step: none (0); three
     quarters of the median count over distinct keys; three quarters of the count of the
     least frequent of the keys that together make three quarters of the ops."""
     floors = [0.0]
     if len(counts) >= 2:
-        floors.append(0.75 * statistics.median(counts.values()))
+        floors.append(0.75 * statistics.median(counts))
         covered = 0
-        for count in sorted(counts.values(), reverse=True):
+        for count in sorted(counts, reverse=True):
             covered += count
             if covered >= 0.75 * total:
                 floors.append(0.75 * count)
@@ -103,64 +118,72 @@ def rare_key_floors(counts: Counter, total: int) -> list[float]:
     return floors
 
 
-def dry_run(runner, ops: list[EngineOp], final: bool = False) -> list[tuple[int, int]]:
-    """How a runner would cut `ops`, as GpuEngine._place does: (ops, unexpected ops) of each
+def dry_run(runner, batch: OpBatch, final: bool = False) -> list[tuple[int, int]]:
+    """How a runner would cut the ops, as GpuEngine places them: (ops, unexpected ops) of each
     closed Step (with `final`, the input has ended: the open Step too), and of the ops between
     Steps after the first one as a last entry."""
-    closed: list[tuple[int, int]] = []
-    count = unexpected = 0
-    between = [0, 0]
-    started = False
-    for op in ops:
-        d = runner.decide(op)
-        if d.boundary == "begin" and count:
-            closed.append((count, unexpected))
-            count = unexpected = 0
-        if not d.in_step:
-            if started:
-                between[0] += 1
-                between[1] += d.unexpected
-            continue
-        started = True
-        count += 1
-        unexpected += d.unexpected
-        if d.boundary == "end":
-            closed.append((count, unexpected))
-            count = unexpected = 0
-    if final and count:
-        closed.append((count, unexpected))
-    return closed + [tuple(between)]
+    labels = runner.labels(batch)
+    dec = runner.decide(labels)
+    placed = native.place(dec, labels.role, len(runner.names), batch.cols, None, None)
+    steps = placed.steps
+    keep = steps["closed"] == 1
+    if final:
+        keep |= steps["op_count"] > 0
+    counts, unexpected = steps["op_count"][keep].tolist(), steps["unexpected"][keep].tolist()
+    closed = list(zip(counts, unexpected, strict=True))
+    in_step = (dec & native.IN_STEP) != 0
+    between = (0, 0)
+    if in_step.any():
+        after = dec[int(np.argmax(in_step)) :]
+        outside = (after & native.IN_STEP) == 0
+        between = (int(outside.sum()), int((outside & ((after & native.UNEXPECTED) != 0)).sum()))
+    return closed + [between]
 
 
-def evaluate(template: CompiledTemplate, ops: list[EngineOp], final: bool = False) -> Fit | None:
-    """Whether the template cuts `ops` into enough steady Steps that look alike: score =
+def evaluate(template: CompiledTemplate, batch: OpBatch, final: bool = False) -> Fit | None:
+    """Whether the template cuts the ops into enough steady Steps that look alike: score =
     the share of steady ops that fit, times the share of steady Steps with the most common
     number of fitting ops. Warm-up Steps are allowed to differ and do not count. When the
     input has ended (`final`), one steady Step is enough: a short run is all there is."""
     if not template.cycle_roles:
-        return _evaluate(template, None, ops, final)
+        return _evaluate(template, None, batch, final)
     fits = [
         f
-        for c in template_cycles(template, ops, final)
-        if (f := _evaluate(template, c, ops, final))
+        for c in template_cycles(template, batch, final)
+        if (f := _evaluate(template, c, batch, final))
     ]
     return max(fits, key=lambda f: f.score, default=None)
 
 
 def _evaluate(
-    template: CompiledTemplate, cycle: Cycle | None, ops: list[EngineOp], final: bool
+    template: CompiledTemplate, cycle: Cycle | None, batch: OpBatch, final: bool
 ) -> Fit | None:
-    *closed, between = dry_run(TemplateRunner(template, cycle), ops, final)
+    *closed, between = dry_run(TemplateRunner(template, cycle), batch, final)
     steady = closed[template.spec.tolerance.warmup_steps :]
     if len(steady) < (1 if final else template.spec.selection.probe_steps):
         return None
     ops_seen = sum(n for n, _ in steady) + between[0]
     unexpected = sum(u for _, u in steady) + between[1]
-    _, alike = Counter(n - u for n, u in steady).most_common(1)[0]
+    alike = max(Counter(n - u for n, u in steady).values())
     score = (1 - unexpected / ops_seen) * (alike / len(steady))
     if score < template.spec.selection.min_confidence:
         return None
     return Fit(template, cycle, score)
+
+
+def period_codes(batch: OpBatch) -> tuple[np.ndarray, list[tuple]]:
+    """Each op's key (communicator, function, size) as a code, and the keys by code."""
+    first, inverse = batch.shapes()
+    key_of: list[tuple] = []
+    codes: dict[tuple, int] = {}
+    shape_code = []
+    for i in first.tolist():
+        key = (batch.comm(i).comm_id, FUNCS[int(batch["func"][i])], int(batch["size"][i]))
+        if key not in codes:
+            codes[key] = len(key_of)
+            key_of.append(key)
+        shape_code.append(codes[key])
+    return np.array(shape_code, np.int64)[inverse], key_of
 
 
 class GpuEngine:
@@ -175,8 +198,10 @@ class GpuEngine:
         self.templates = templates
         self.mode = mode
         self.probe_max = probe_max
-        self.reorder = ReorderBuffer()
-        self.pending: list[EngineOp] = []
+        self.window = WINDOW
+        self.held: OpBatch | None = None  # the reorder window (unordered)
+        self.arrivals = 0
+        self.pending: OpBatch | None = None  # ops kept while no runner is chosen
         self.runner: TemplateRunner | PeriodRunner | None = None
         self.open: OpenStep | None = None
         self.next_step_index = 0
@@ -184,57 +209,75 @@ class GpuEngine:
         self.matched_op_count = 0
         self.unexpected_op_count = 0
         self.history = History()
-        self._placed_max: tuple | None = None  # the input position of the latest placed op
+        self._placed_max: int | None = None  # the input order of the latest placed op
 
     # ---- input ---------------------------------------------------------------------------
 
-    def feed(self, op: EngineOp) -> list[StepSummary]:
-        out: list[StepSummary] = []
-        for released in self.reorder.push(op):
-            out += self._take(released)
-        return out
+    def feed(self, batch: OpBatch) -> list[StepSummary]:
+        """Ops in arrival order; the summaries of the Steps they close."""
+        n = len(batch)
+        if not n:
+            return []
+        batch.cols["arrival"] = np.arange(self.arrivals, self.arrivals + n, dtype=np.int64)
+        self.arrivals += n
+        held = self.held
+        every = held.concat(batch) if held is not None else batch
+        released, keep = native.reorder(
+            every["issue"], every["arrival"], len(held) if held is not None else 0, self.window
+        )
+        self.held = every.take(keep)
+        return self._take(every.take(released))
 
     def finish(self) -> list[StepSummary]:
         """End of input: place every op still held, and close the open Step."""
         out: list[StepSummary] = []
-        for op in self.reorder.drain():
-            out += self._take(op)
-        if self.runner is None and self.pending:
+        if self.held is not None and len(self.held):
+            held, self.held = self.held, None
+            out += self._take(held.take(np.lexsort((held["arrival"], held["issue"]))))
+        if self.runner is None and self.pending is not None and len(self.pending):
             out += self._select(final=True)
         if self.open is not None:
-            out.append(self._close())
+            step, self.open = self.open, None
+            out.append(self._close(step))
         return out
 
-    def _take(self, op: EngineOp) -> list[StepSummary]:
-        if self.runner is not None:
-            return self._place(op)
-        self.pending.append(op)
-        if len(self.pending) % PROBE_CHUNK == 0 or len(self.pending) >= self.probe_max:
-            return self._select(final=len(self.pending) >= self.probe_max)
-        return []
+    def _take(self, batch: OpBatch) -> list[StepSummary]:
+        out: list[StepSummary] = []
+        i, n = 0, len(batch)
+        while i < n:
+            if self.runner is not None:
+                out += self._place(batch.take(slice(i, n)))
+                break
+            have = len(self.pending) if self.pending is not None else 0
+            k = max(1, min(PROBE_CHUNK - have % PROBE_CHUNK, self.probe_max - have, n - i))
+            part = batch.take(slice(i, i + k))
+            self.pending = self.pending.concat(part) if self.pending is not None else part
+            i += k
+            total = len(self.pending)
+            if total % PROBE_CHUNK == 0 or total >= self.probe_max:
+                out += self._select(final=total >= self.probe_max)
+        return out
 
     # ---- selection -----------------------------------------------------------------------
 
     def _select(self, final: bool) -> list[StepSummary]:
-        fits = [f for t in self.templates.templates if (f := evaluate(t, self.pending, final))]
+        pending = self.pending
+        fits = [f for t in self.templates.templates if (f := evaluate(t, pending, final))]
         if fits:
             best = min(fits, key=lambda f: (-f.score, -f.template.spec.priority, f.template.name))
             self.runner = TemplateRunner(best.template, best.cycle)
         elif final:
-            gaps = idle_gaps(self.pending)
-            cycle = learn_cycle([op.key() for op in self.pending], gaps)
+            codes, key_of = period_codes(pending)
+            cycle = learn_cycle_codes(codes, idle_gaps(pending), key_of)
             if cycle is None:
                 # Nothing repeats: keep the newer half and look again with more ops.
-                del self.pending[: len(self.pending) // 2]
+                self.pending = pending.take(slice(len(pending) // 2, None))
                 return []
             self.runner = PeriodRunner(cycle)
         else:
             return []
-        kept, self.pending = self.pending, []
-        out = []
-        for op in kept:
-            out += self._place(op)
-        return out
+        self.pending = None
+        return self._place(pending)
 
     # ---- placement -----------------------------------------------------------------------
 
@@ -244,47 +287,67 @@ class GpuEngine:
             return self.runner.template.spec.tolerance.warmup_steps
         return 0
 
-    def resume_point(self, last_read: EngineOp | None):
+    def resume_point(self, last_read):
         """The input position P a checkpoint can resume from (every op before P placed, none
         from P on), or None while ops taken from later lines are placed and earlier ones not
-        yet (reordering straddles the point: try again after a few more ops)."""
-        unreflected = self.reorder.held() + self.pending
-        if not unreflected:
-            return last_read.position.after() if last_read is not None else None
-        first = min(unreflected, key=lambda op: op.position.order())
-        if self._placed_max is not None and self._placed_max >= first.position.order():
+        yet (reordering straddles the point: try again after a few more ops). `last_read` is
+        the position of the latest op fed."""
+        waiting = [b for b in (self.held, self.pending) if b is not None and len(b)]
+        if not waiting:
+            return last_read.after() if last_read is not None else None
+        orders = np.concatenate([b["order"] for b in waiting])
+        i = int(np.argmin(orders))
+        if self._placed_max is not None and self._placed_max >= int(orders[i]):
             return None
-        return first.position.resume_here()
+        for b in waiting:
+            if i < len(b):
+                return b.position(i).resume_here()
+            i -= len(b)
+        raise AssertionError("unreachable")
 
-    def _place(self, op: EngineOp) -> list[StepSummary]:
-        if op.position is not None:
-            order = op.position.order()
-            if self._placed_max is None or order > self._placed_max:
-                self._placed_max = order
-        d: Decision = self.runner.decide(op)
-        self.unexpected_op_count += d.unexpected
-        self.matched_op_count += not d.unexpected
+    def _place(self, batch: OpBatch) -> list[StepSummary]:
+        runner = self.runner
+        labels = runner.labels(batch)
+        dec = runner.decide(labels)
+        unexpected = int(np.count_nonzero(dec & native.UNEXPECTED))
+        self.unexpected_op_count += unexpected
+        self.matched_op_count += len(batch) - unexpected
+        top = int(batch["order"].max())
+        if self._placed_max is None or top > self._placed_max:
+            self._placed_max = top
+        open_rows = None
+        if self.open is not None:
+            open_rows = open_step_rows(self.open, runner.code)
+        names = runner.names
+        placed = native.place(
+            dec,
+            labels.role,
+            len(names),
+            batch.cols,
+            open_rows[0] if open_rows else None,
+            open_rows[1] if open_rows else None,
+        )
         out = []
-        if d.boundary == "begin" and self.open is not None:
-            out.append(self._close(next_start=op))
-        if not d.in_step:
-            return out
-        if self.open is None:
-            self.open = OpenStep.begin(
-                self.next_step_index, self.next_step_index < self.warmup_steps, op
-            )
-            self.next_step_index += 1
-        self.open.add(op, d.role, d.unexpected)
-        self.open.micro_step_count += d.micro_step
-        if d.boundary == "end":
-            out.append(self._close())
+        for step, closed, next_start in steps_of_placement(
+            placed, batch, labels.role, names, self.open, self._new_index
+        ):
+            if not closed:
+                self.open = step
+                continue
+            self.open = None
+            if next_start is not None:
+                step.period_ns = max(0, int(batch["start_real"][next_start]) - step.start_real_ns)
+            out.append(self._close(step))
         return out
 
-    def _close(self, next_start: EngineOp | None = None) -> StepSummary:
-        """Emit the open Step; `next_start` is the op beginning the next one, if known."""
-        step, self.open = self.open, None
-        if next_start is not None:
-            step.period_ns = max(0, next_start.start_real_ns - step.start_real_ns)
+    def _new_index(self) -> tuple[int, bool]:
+        """The index of a Step that begins, and whether it is a warm-up Step."""
+        index = self.next_step_index
+        self.next_step_index += 1
+        return index, index < self.warmup_steps
+
+    def _close(self, step: OpenStep) -> StepSummary:
+        """The summary of a Step that closed."""
         runner = self.runner
         confidence = 1 - step.unexpected_op_count / step.op_count
         if isinstance(runner, TemplateRunner):
@@ -292,7 +355,7 @@ class GpuEngine:
             tolerance = runner.template.spec.tolerance.max_unexpected_ops_per_step
             micro = any(t.micro_step is True for t in runner.template.transitions)
         else:
-            recovery = recovery_of("period", confidence, None, len(runner.tracker.cycle))
+            recovery = recovery_of("period", confidence, None, len(runner.cycle))
             tolerance, micro = 0, False
         self.steps_emitted += 1
         return summarize(

@@ -22,7 +22,19 @@ from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
+import numpy as np
 
+from comminsight.semantic import native
+from comminsight.semantic.native import NONE
+from comminsight.semantic.op_batch import (
+    SEGMENT_SHIFT,
+    Comm,
+    CommTable,
+    OpBatch,
+    SegmentTable,
+    from_engine_ops,
+    func_code,
+)
 from comminsight.semantic.ops import EngineOp
 
 SEGMENT_NAME = re.compile(r"^(?P<stream>.+)-(?P<index>\d{6,})\.jsonl(?P<partial>\.partial)?$")
@@ -160,12 +172,21 @@ class GpuLog:
     identity: Identity | None = None
 
     def ops(self, start: LogPosition | None = None) -> Iterator[EngineOp]:
-        """The process's ops from `start` (the first line not yet consumed) on."""
-        lost = 0
+        """The process's ops from `start` on, one by one (for scripts; the engine takes
+        `batches`)."""
+        for batch in self.batches(start):
+            yield from batch.ops()
+
+    def batches(self, start: LogPosition | None = None) -> Iterator[OpBatch]:
+        """The process's ops from `start` (the first line not yet consumed) on, a batch per
+        segment, in file order. Records known lost (gap lines, absent segments) are counted
+        into the next op's lost_before."""
+        reader = _SegmentReader(self)
         expected_index: int | None = None
         last_ring_seq = start.ring_seq if start is not None else None
         missing = False
         started = start is None
+        lost = 0
         for path in self.segments:
             index = _segment_index(path)
             if index is not None and expected_index is not None and index > expected_index:
@@ -182,77 +203,24 @@ class GpuLog:
                 offset, record = start.byte_offset, start.record_index
             else:
                 offset, record = 0, 0
-            for item in self._lines(path, offset, record):
-                if isinstance(item, int):
-                    lost += item
-                    continue
-                if missing and item.ring_seq is not None and last_ring_seq is not None:
-                    # what the absent segments held: every ring record between (some of
-                    # them not ops; the count is an upper bound on the ops lost)
-                    lost += max(0, item.ring_seq - last_ring_seq - 1)
-                missing = False
-                if item.ring_seq is not None:
-                    last_ring_seq = item.ring_seq
-                item.lost_before, lost = lost, 0
-                yield item
-
-    def _lines(self, path: Path, offset: int, record: int) -> Iterator[EngineOp | int]:
-        """Ops of one segment (and ints: records lost), from a byte offset."""
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:  # sealed (renamed) since the listing: try the sealed name
-            sealed = path.with_name(path.name.removesuffix(".partial"))
-            try:
-                data = sealed.read_bytes()
-                path = sealed
-            except OSError as e:
-                self.problems.append(f"{path}: cannot read: {e}")
-                return
-        except OSError as e:
-            self.problems.append(f"{path}: cannot read: {e}")
-            return
-        partial = path.name.endswith(".partial")
-        anchor = self._anchor(data)  # the clock pair of the segment_start line
-        segment_index = _segment_index(path)
-        pos = offset
-        line_no = record
-        crc = zlib.crc32(data[:offset]) if offset else 0
-        while pos < len(data):
-            end = data.find(b"\n", pos)
-            if end < 0:
-                if not partial:
-                    self.problems.append(
-                        f"{path}:{line_no + 1}: truncated line (no newline) at the end"
-                    )
-                return  # an open segment's last line may still be being written
-            line = data[pos : end + 1]
-            try:
-                decoded = _DECODER.decode(line)
-            except msgspec.DecodeError as e:
-                self.problems.append(f"{path}:{line_no + 1}: not an inspector-log line: {e}")
-                crc = zlib.crc32(line, crc)
-                pos, line_no = end + 1, line_no + 1
+            batch, lost_after = reader.read(path, offset, record)
+            if not len(batch):
+                lost += lost_after
                 continue
-            ci = decoded.ci
-            if ci is not None and ci.kind == "seal":
-                if ci.crc32 != crc or ci.record_count != line_no or ci.byte_count != pos:
-                    self.problems.append(
-                        f"{path}:{line_no + 1}: seal does not match the segment "
-                        f"(crc32 {ci.crc32} vs {crc}, lines {ci.record_count} vs {line_no}, "
-                        f"bytes {ci.byte_count} vs {pos}); its ops were read anyway"
-                    )
-                return
-            crc = zlib.crc32(line, crc)
-            position = LogPosition(
-                path.name, segment_index, pos, line_no, ci.ring_seq if ci else None, end + 1
-            )
-            pos, line_no = end + 1, line_no + 1
-            if ci is not None and ci.kind == "gap":
-                yield ci.lost_count or 0
-                continue
-            op = _op(decoded, anchor, position)
-            if op is not None:
-                yield op
+            c = batch.cols
+            rings = c["ring_seq"]
+            first_ring = int(rings[0])
+            if missing and first_ring != NONE and last_ring_seq is not None:
+                # what the absent segments held: every ring record between (some of them
+                # not ops; the count is an upper bound on the ops lost)
+                lost += max(0, first_ring - last_ring_seq - 1)
+            missing = False
+            c["lost_before"][0] += lost
+            lost = lost_after
+            known = rings[rings != NONE]
+            if len(known):
+                last_ring_seq = int(known[-1])
+            yield batch
 
     def _anchor(self, data: bytes) -> tuple[int, int]:
         first = data[: data.find(b"\n") + 1]
@@ -266,6 +234,184 @@ class GpuLog:
             p = ci.process
             self.identity = Identity(p.host, p.pid, p.global_rank, p.local_rank)
         return (ci.clock.mono_ns, ci.clock.real_ns)
+
+
+class _SegmentReader:
+    """Reads one process's segments into OpBatches: op lines through the C scanner
+    (native.scan), every other line through msgspec, as `_op` describes."""
+
+    def __init__(self, log: GpuLog) -> None:
+        self.log = log
+        self.headers = native.InternTable()
+        self.funcs = native.InternTable(cap=256, arena=1 << 14)
+        self.comms = CommTable()
+        self.segments = SegmentTable()
+        self.comm_of_header = np.empty(0, np.int64)  # interned header -> comms index
+        self.code_of_func = np.empty(0, np.int64)  # interned function name -> FUNCS code
+
+    def read(self, path: Path, offset: int, record: int) -> tuple[OpBatch, int]:
+        """The ops of one segment from a byte offset, and the records lost after its last op."""
+        problems = self.log.problems
+        empty = OpBatch.empty(self.comms, self.segments)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # sealed (renamed) since the listing: try the sealed name
+            sealed = path.with_name(path.name.removesuffix(".partial"))
+            try:
+                data = sealed.read_bytes()
+                path = sealed
+            except OSError as e:
+                problems.append(f"{path}: cannot read: {e}")
+                return empty, 0
+        except OSError as e:
+            problems.append(f"{path}: cannot read: {e}")
+            return empty, 0
+        anchor = self.log._anchor(data)  # the clock pair of the segment_start line
+        seg = self.segments.add(path.name, _segment_index(path))
+        rows, rest = native.scan(data, offset, self.headers, self.funcs)
+        self._learn_interned()
+        ops = np.flatnonzero(rows["status"] == native.LINE_OP)
+        # a header C took but the schema does not (a wrong type): Python names the problem
+        refused = ops[self.comm_of_header[rows["header"][ops]] < 0]
+        rows["status"][refused] = native.LINE_OTHER
+        ends = rows["end"]
+        n = len(rows)
+        # the lines C left to Python: before the seal (or the end), in order
+        others = np.flatnonzero(rows["status"] != native.LINE_OP)
+        cut = n  # rows from the seal on are not read
+        py_ops: list[tuple[int, EngineOp]] = []
+        gaps: list[tuple[int, int]] = []  # (row, records lost)
+        no_seal = True
+        for r in others.tolist():
+            start, end = int(rows["start"][r]), int(ends[r])
+            line_no = record + r
+            line = data[start:end]
+            try:
+                decoded = _DECODER.decode(line)
+            except msgspec.DecodeError as e:
+                problems.append(f"{path}:{line_no + 1}: not an inspector-log line: {e}")
+                continue
+            ci = decoded.ci
+            if ci is not None and ci.kind == "seal":
+                crc = zlib.crc32(data[:start])
+                if ci.crc32 != crc or ci.record_count != line_no or ci.byte_count != start:
+                    problems.append(
+                        f"{path}:{line_no + 1}: seal does not match the segment "
+                        f"(crc32 {ci.crc32} vs {crc}, lines {ci.record_count} vs {line_no}, "
+                        f"bytes {ci.byte_count} vs {start}); its ops were read anyway"
+                    )
+                cut, no_seal = r, False
+                break
+            if ci is not None and ci.kind == "gap":
+                gaps.append((r, ci.lost_count or 0))
+                continue
+            position = LogPosition(
+                path.name, _segment_index(path), start, line_no, ci.ring_seq if ci else None, end
+            )
+            op = _op(decoded, anchor, position)
+            if op is not None:
+                py_ops.append((r, op))
+        if no_seal and rest < len(data) and not path.name.endswith(".partial"):
+            problems.append(f"{path}:{record + n + 1}: truncated line (no newline) at the end")
+        # an open segment's last line may still be being written: it is read next time
+        fast = np.flatnonzero(rows["status"][:cut] == native.LINE_OP)
+        batch = self._columns(rows[fast], anchor, seg, record + fast)
+        row_of = fast
+        if py_ops:
+            extra = from_engine_ops([op for _, op in py_ops], self.comms, self.segments)
+            batch = batch.concat(extra)
+            row_of = np.concatenate((fast, np.array([r for r, _ in py_ops], np.int64)))
+            order = np.argsort(row_of, kind="stable")
+            batch, row_of = batch.take(order), row_of[order]
+        lost_after = 0
+        for r, count in gaps:
+            i = int(np.searchsorted(row_of, r))  # the first op after the gap line
+            if i < len(row_of):
+                batch.cols["lost_before"][i] += count
+            else:
+                lost_after += count
+        return batch, lost_after
+
+    def _learn_interned(self) -> None:
+        ids = []
+        for raw in self.headers.new_entries():
+            try:
+                h = msgspec.json.decode(raw, type=_Header)
+            except msgspec.ValidationError:
+                ids.append(-1)
+                continue
+            ids.append(
+                self.comms.index(Comm(_comm_id(h.id), h.comm_name, h.n_ranks, h.nnodes, h.rank))
+            )
+        if ids:
+            self.comm_of_header = np.concatenate((self.comm_of_header, ids)).astype(np.int64)
+        new_funcs = self.funcs.new_entries()
+        if new_funcs:
+            codes = [func_code(f.decode()) for f in new_funcs]
+            self.code_of_func = np.concatenate((self.code_of_func, codes)).astype(np.int64)
+
+    def _columns(
+        self, rows: np.ndarray, anchor: tuple[int, int], seg: int, records: np.ndarray
+    ) -> OpBatch:
+        """The ops of scanned rows, computed as `_op` computes one."""
+        none = native.NONE
+        issue = rows["host_start"].copy()
+        issue[issue == none] = 0
+        complete = rows["host_complete"].copy()
+        absent = (complete == none) | (complete == 0)
+        complete[absent] = issue[absent]
+        g0, g1 = rows["gpu_start"], rows["gpu_stop"]
+        kernel = (
+            (rows["kernel_timing"] != 0)
+            & (g0 != none) & (g0 != 0) & (g1 != none) & (g1 != 0) & (g1 >= g0)
+        )  # fmt: skip
+        exec_us = rows["exec_us"]
+        from_exec = np.maximum(0, np.trunc(exec_us * 1000.0)).astype(np.int64)
+        host = np.maximum(0, complete - issue)
+        duration = np.where(kernel, g1 - g0, np.where(exec_us != 0.0, from_exec, host))
+        start_mono = np.maximum(issue, complete - duration)
+        mono0, real0 = anchor
+        to_real = real0 - mono0 if anchor != (0, 0) else 0
+        busbw = rows["busbw"]
+        busbw = np.where(np.isfinite(busbw), busbw, 0.0)
+        coll = rows["kind"] == 0
+        peer = np.where(coll, none, rows["peer"])
+        n = len(rows)
+        seg_index = self.segments.segments[seg][1] or 0
+        cols = {
+            "kind": rows["kind"].astype(np.int64),
+            "func": self.code_of_func[rows["func"]],
+            "comm": self.comm_of_header[rows["header"]],
+            "peer": peer,
+            "seq": rows["seq"],
+            "size": rows["size"],
+            "issue": issue,
+            "start": start_mono,
+            "end": complete,
+            "start_real": np.maximum(0, start_mono + to_real),
+            "end_real": np.maximum(0, complete + to_real),
+            "end_mono": complete,
+            "duration": duration,
+            "busbw": busbw,
+            "ring_seq": rows["ring_seq"],
+            "lost_before": np.zeros(n, np.int64),
+            "pos_seg": np.full(n, seg, np.int64),
+            "pos_offset": rows["start"],
+            "pos_record": records.astype(np.int64),
+            "pos_end": rows["end"],
+            "order": (seg_index << SEGMENT_SHIFT) | rows["start"],
+            "arrival": np.zeros(n, np.int64),
+        }
+        return OpBatch(
+            {k: np.ascontiguousarray(v) for k, v in cols.items()}, self.comms, self.segments
+        )
+
+
+def _comm_id(nccl_id: str) -> str:
+    comm_id = _COMM_IDS.get(nccl_id)
+    if comm_id is None:
+        comm_id = _COMM_IDS[nccl_id] = nccl_id.removeprefix("0x").rjust(16, "0")
+    return comm_id
 
 
 def _op(line: _Line, anchor: tuple[int, int], position: LogPosition) -> EngineOp | None:
@@ -295,9 +441,7 @@ def _op(line: _Line, anchor: tuple[int, int], position: LogPosition) -> EngineOp
     else:
         return None
     issue = ci.host_start_mono_ns or 0
-    comm_id = _COMM_IDS.get(h.id)
-    if comm_id is None:
-        comm_id = _COMM_IDS[h.id] = h.id.removeprefix("0x").rjust(16, "0")
+    comm_id = _comm_id(h.id)
     complete = ci.host_complete_mono_ns or issue
     gpu_start, gpu_stop = ci.gpu_start_globaltimer_ns, ci.gpu_stop_globaltimer_ns
     if timing == "kernel_gpu" and gpu_start and gpu_stop and gpu_stop >= gpu_start:

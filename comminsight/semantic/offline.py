@@ -11,6 +11,7 @@ the checkpointed length) and leaves byte-identical files.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from comminsight.semantic.checkpoint import (
 )
 from comminsight.semantic.engine import GpuEngine
 from comminsight.semantic.log_input import GpuLog, read_gpu_logs
+from comminsight.semantic.op_batch import OpBatch
 from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.step_builder import GpuIdentity
 from comminsight.semantic.templates import TemplateSet, load_templates
@@ -158,9 +160,9 @@ class _Run:
         if state is not None and state.output.file == name:
             state = None  # sealed in the checkpoint but the file is gone: start over
         start = resume_position(state) if state is not None else None
-        ops = log.ops(start)
-        kept: list[EngineOp] | None = [] if self.keep_ops else None
-        first = next(ops, None)
+        kept: list[OpBatch] | None = [] if self.keep_ops else None
+        batches = log.batches(start)
+        first = next(batches, None)  # reading the first segment learns the GPU's identity
         partial = self._path(name + ".partial")
         if state is not None:
             engine = restore_engine(state, self.templates)
@@ -169,32 +171,41 @@ class _Run:
             engine = GpuEngine(identity_of(log, index), self.templates)
             sink = SummaryFile(partial, 0, 0)
         count = 0
-        last = None
-        op = first
-        while op is not None:
-            sink.add(engine.feed(op))
+        last = None  # the position of the latest op fed
+        for batch in itertools.chain([first] if first is not None else [], batches):
             if kept is not None:
-                kept.append(op)
-            last = op
-            count += 1
-            if count % 4096 == 0 and self.on_ops is not None:
-                self.on_ops(4096)
-            if self.checkpoint is not None and count % self.every == 0:
-                self._save(log.stream, engine, engine.resume_point(last), sink)
-            op = next(ops, None)
+                kept.append(batch)
+            for part in self._pieces(batch, count):
+                sink.add(engine.feed(part))
+                count += len(part)
+                last = part.position(len(part) - 1)
+                if self.checkpoint is not None and count % self.every == 0:
+                    self._save(log.stream, engine, engine.resume_point(last), sink)
+            if self.on_ops is not None:
+                self.on_ops(len(batch))
         sink.add(engine.finish())
-        if self.on_ops is not None:
-            self.on_ops(count % 4096)
         sink.seal()
         if self.checkpoint is not None:
-            end = last.position.after() if last is not None else start
+            end = last.after() if last is not None else start
             if end is not None:
                 self._save(log.stream, engine, end, sink)
         runner = engine.runner
         method = None
         if runner is not None:
             method = runner.template.name if runner.method == "template" else "period"
-        return GpuResult(log.stream, engine.gpu, sink.summaries(), count, method, kept)
+        ops = [op for b in kept for op in b.ops()] if kept is not None else None
+        return GpuResult(log.stream, engine.gpu, sink.summaries(), count, method, ops)
+
+    def _pieces(self, batch: OpBatch, count: int) -> list[OpBatch]:
+        """The batch, cut where the op count reaches a multiple of the checkpoint interval."""
+        if self.checkpoint is None:
+            return [batch]
+        pieces, i = [], 0
+        while i < len(batch):
+            k = min(len(batch) - i, self.every - (count + i) % self.every)
+            pieces.append(batch.take(slice(i, i + k)))
+            i += k
+        return pieces
 
     def _path(self, name: str) -> Path | None:
         return self.out_dir / name if self.out_dir is not None else None

@@ -1,4 +1,4 @@
-"""Live input: op slots (shm v1) from the Agent's ingest, as the engine's `EngineOp`s.
+"""Live input: op slots (shm v1) from the Agent's ingest, as the engine's `OpBatch`es.
 
 The Agent hands each process's completed Coll/P2P records in ring order, with what its
 communicator table says about the communicators (name, nodes), which a slot does not repeat.
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comminsight.semantic.ops import EngineOp
+from comminsight.semantic.native import NONE
+from comminsight.semantic.op_batch import Comm, CommTable, OpBatch, SegmentTable, func_code
 from comminsight.shm_reader import enum_label
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
@@ -41,55 +42,89 @@ class RingPosition:
         return self
 
 
-def engine_ops(
-    records: np.ndarray, comms: dict[int, CommInfo], start_real_ns: int, start_mono_ns: int
-) -> list[EngineOp]:
-    """The ops of a batch of Coll/P2P slots of one process."""
-    if not len(records):
-        return []
+def engine_batch(
+    records: np.ndarray,
+    comms: dict[int, CommInfo],
+    start_real_ns: int,
+    start_mono_ns: int,
+    table: CommTable,
+    segments: SegmentTable,
+) -> OpBatch:
+    """The ops of a batch of Coll/P2P slots of one process (`table`, `segments`: the GPU's,
+    shared by all its batches)."""
+    n = len(records)
+    if not n:
+        return OpBatch.empty(table, segments)
     seconds = durations_s(records)
     busbw = bus_bandwidth_gbs(records, seconds)
     duration = np.maximum(np.rint(seconds * 1e9), 0).astype(np.int64)
     to_real = start_real_ns - start_mono_ns
-    out = []
-    for r, dur, bw in zip(records.tolist(), duration.tolist(), busbw.tolist(), strict=True):
-        # tolist() gives tuples in dtype field order: index by name once, below
-        out.append(_op(r, dur, bw, comms, to_real))
-    return out
+    complete = records["complete_mono_ns"].astype(np.int64)
+    issue = records["host_start_mono_ns"].astype(np.int64)
+    start = np.maximum(issue, complete - duration)
+    is_coll = records["kind"] == shm_v1.RecordKind.COLL
+    peer = records["peer"].astype(np.int64)
+    ring = records["seq"].astype(np.int64)
+    cols = {
+        "kind": np.where(is_coll, 0, 1).astype(np.int64),
+        "func": _func_codes(records["func"]),
+        "comm": _comm_indices(records, comms, table),
+        "peer": np.where(is_coll | (peer == shm_v1.NO_RANK), NONE, peer),
+        "seq": records["op_seq"].astype(np.int64),
+        "size": records["bytes"].astype(np.int64),
+        "issue": issue,
+        "start": start,
+        "end": complete,
+        "start_real": np.maximum(0, start + to_real),
+        "end_real": np.maximum(0, complete + to_real),
+        "end_mono": complete,
+        "duration": duration,
+        "busbw": np.ascontiguousarray(busbw, np.float64),
+        "ring_seq": ring,
+        "lost_before": np.zeros(n, np.int64),
+        "pos_seg": np.full(n, -1, np.int64),
+        "pos_offset": ring,
+        "pos_record": np.zeros(n, np.int64),
+        "pos_end": np.zeros(n, np.int64),
+        "order": ring,
+        "arrival": np.zeros(n, np.int64),
+    }
+    return OpBatch(cols, table, segments)
 
 
-_F = {name: i for i, name in enumerate(shm_v1.OP_SLOT_DTYPE.names)}
+def _func_codes(funcs: np.ndarray) -> np.ndarray:
+    values, inverse = np.unique(funcs, return_inverse=True)
+    codes = [
+        func_code(_FUNC_LABELS.get(int(v)) or enum_label(shm_v1.FUNC_LABELS, shm_v1.Func, int(v)))
+        for v in values
+    ]
+    return np.array(codes, np.int64)[inverse.reshape(-1)]
 
 
-def _op(r: tuple, duration: int, busbw: float, comms: dict, to_real: int) -> EngineOp:
-    comm_id = r[_F["comm_id"]]
-    info = comms.get(comm_id)
-    complete = r[_F["complete_mono_ns"]]
-    issue = r[_F["host_start_mono_ns"]]
-    start = max(issue, complete - duration)
-    is_coll = r[_F["kind"]] == shm_v1.RecordKind.COLL
-    peer = r[_F["peer"]]
-    func = r[_F["func"]]
-    return EngineOp(
-        kind="coll" if is_coll else "p2p",
-        func=_FUNC_LABELS.get(func) or enum_label(shm_v1.FUNC_LABELS, shm_v1.Func, func),
-        comm_id=f"{comm_id:016x}",
-        comm_name=info.name if info is not None else None,
-        comm_nranks=max(1, r[_F["nranks"]]),
-        comm_nnodes=info.nnodes if info is not None else None,
-        comm_rank=max(0, r[_F["rank"]]),
-        peer=None if is_coll or peer == shm_v1.NO_RANK else peer,
-        seq=r[_F["op_seq"]],
-        size_bytes=r[_F["bytes"]],
-        issue_ns=issue,
-        start_ns=start,
-        end_ns=complete,
-        start_real_ns=max(0, start + to_real),
-        end_real_ns=max(0, complete + to_real),
-        start_mono_ns=start,
-        end_mono_ns=complete,
-        duration_ns=duration,
-        busbw_gbs=busbw,
-        ring_seq=r[_F["seq"]],
-        position=RingPosition(r[_F["seq"]]),
+def _comm_indices(records: np.ndarray, comms: dict[int, CommInfo], table: CommTable):
+    """Each op's communicator (as a CommTable index): by comm id, size and rank."""
+    keys = np.stack(
+        (
+            records["comm_id"].astype(np.uint64).view(np.int64),
+            records["nranks"].astype(np.int64),
+            records["rank"].astype(np.int64),
+        ),
+        axis=1,
     )
+    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
+    indices = []
+    for raw_id, nranks, rank in distinct.tolist():
+        comm_id = raw_id & 0xFFFFFFFFFFFFFFFF
+        info = comms.get(comm_id)
+        indices.append(
+            table.index(
+                Comm(
+                    f"{comm_id:016x}",
+                    info.name if info is not None else None,
+                    max(1, nranks),
+                    info.nnodes if info is not None else None,
+                    max(0, rank),
+                )
+            )
+        )
+    return np.array(indices, np.int64)[inverse.reshape(-1)]

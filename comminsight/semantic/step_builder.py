@@ -1,18 +1,24 @@
 """A Step's totals while it is open, and its step-summary v1 record once it closes.
 
-`OpenStep` accumulates every op of the Step (time, bytes, bus bandwidth per role, the slowest
-op, lost records, unexpected ops). `History` keeps bounded windows of recent steady Steps,
-which `summarize` compares a closing Step against to report anomalies. All arithmetic is
-integer or a fixed sequence of float operations, so the same ops give the same bytes out,
-whether the engine ran through or resumed from a checkpoint.
+`OpenStep` holds a Step's totals (time, bytes, bus bandwidth per role, the slowest op, lost
+records, unexpected ops): native.place computes them over a batch of ops, continuing the Step
+left open by the batch before (`open_step_rows`, `steps_of_placement`). `History` keeps
+bounded windows of recent steady Steps, which `summarize` compares a closing Step against to
+report anomalies. All arithmetic is integer or a fixed sequence of float operations, so the
+same ops give the same bytes out, whether the engine ran through or resumed from a checkpoint.
 """
 
 from __future__ import annotations
 
-import statistics
+import bisect
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from comminsight.semantic import native
+from comminsight.semantic.op_batch import FUNCS, KINDS, OpBatch
 from comminsight.semantic.ops import EngineOp
 from comminsight_gen.models.step_summary_v1 import (
     Anomaly,
@@ -91,47 +97,190 @@ class OpenStep:
     slowest: SlowestOp | None = None
     period_ns: int | None = None  # start of the next Step minus this one's, once known
 
-    @classmethod
-    def begin(cls, index: int, warmup: bool, op: EngineOp) -> OpenStep:
-        return cls(index, warmup, op, op.start_mono_ns, op.start_real_ns, op)
 
-    def add(self, op: EngineOp, role: str, unexpected: bool) -> None:
-        self.op_count += 1
-        self.unexpected_op_count += unexpected
-        self.records_lost += op.lost_before if self.op_count > 1 else 0
-        self.total_bytes += op.size_bytes
-        self.total_op_time_ns += op.duration_ns
-        weighted = op.busbw_gbs * op.duration_ns
-        self.busbw_time_sum += weighted
-        r = self.roles.get(role)
-        if r is None:
-            r = self.roles[role] = RoleTotals()
-        r.op_count += 1
-        r.time_ns += op.duration_ns
-        r.bytes += op.size_bytes
-        r.busbw_time_sum += weighted
-        r.max_op_time_ns = max(r.max_op_time_ns, op.duration_ns)
-        if self.slowest is None or op.duration_ns > self.slowest.duration_ns:
-            self.slowest = SlowestOp(
-                op, op.comm_name, role, op.duration_ns, op.size_bytes, op.busbw_gbs
+def open_step_rows(step: OpenStep, code_of) -> tuple[np.ndarray, tuple]:
+    """The Step left open, as native.place continues it: a STEP_DTYPE row and its role rows
+    (`code_of(role)` gives a role's column)."""
+    row = np.zeros(1, native.STEP_DTYPE)[0]
+    row["first"] = row["last"] = row["next_start"] = row["slowest"] = -1
+    row["op_count"] = step.op_count
+    row["micro"] = step.micro_step_count
+    row["unexpected"] = step.unexpected_op_count
+    row["lost"] = step.records_lost
+    row["bytes"] = step.total_bytes
+    row["time_ns"] = step.total_op_time_ns
+    row["end_real"] = step.end_real_ns
+    row["end_mono"] = native.NONE if step.end_mono_ns is None else step.end_mono_ns
+    row["slowest_dur"] = step.slowest.duration_ns if step.slowest is not None else -1
+    row["busbw_sum"] = step.busbw_time_sum
+    codes = {name: code_of(name) for name in step.roles}
+    width = max(codes.values(), default=-1) + 1
+    count, time_ns, nbytes, top = (np.zeros(width, np.int64) for _ in range(4))
+    bw = np.zeros(width, np.float64)
+    for name, t in step.roles.items():
+        c = codes[name]
+        count[c], time_ns[c], nbytes[c], top[c], bw[c] = (
+            t.op_count,
+            t.time_ns,
+            t.bytes,
+            t.max_op_time_ns,
+            t.busbw_time_sum,
+        )
+    return row, (count, time_ns, nbytes, top, bw)
+
+
+F = {name: i for i, name in enumerate(native.STEP_DTYPE.names)}  # STEP_DTYPE field -> column
+
+
+class _Ops:
+    """The few ops of a batch that Steps name (first, last, slowest), gathered from the
+    columns at once: Python values by op index."""
+
+    def __init__(self, batch: OpBatch, role: np.ndarray, idx: np.ndarray) -> None:
+        c = batch.cols
+        idx = np.unique(idx[idx >= 0])
+        self.at = {i: k for k, i in enumerate(idx.tolist())}
+        take = {
+            name: c[name][idx].tolist()
+            for name in (
+                "kind", "comm", "seq", "func", "ring_seq", "start", "start_real", "end_mono",
+                "duration", "size", "busbw",
             )
-        if op.end_mono_ns is not None:
-            self.end_mono_ns = max(self.end_mono_ns or 0, op.end_mono_ns)
-        self.end_real_ns = max(self.end_real_ns, op.end_real_ns)
-        self.last_op = op
+        }  # fmt: skip
+        self.role = role[idx].tolist()
+        self.cols = take
+        comms = batch.comms.comms
+        none = native.NONE
+        self.ids = [
+            OpId(KINDS[k], comms[m].comm_id, q, FUNCS[f], None if r == none else r)
+            for k, m, q, f, r in zip(
+                take["kind"], take["comm"], take["seq"], take["func"], take["ring_seq"],
+                strict=True,
+            )
+        ]  # fmt: skip
+        self.comm_names = [comms[m].name for m in take["comm"]]
+
+
+def steps_of_placement(
+    placed, batch: OpBatch, role: np.ndarray, names: list[str], open_step, new_index
+):
+    """(OpenStep, closed, the op index that began the next Step or None) for each Step of a
+    native.place result (`role`: each op's role code). The first continues `open_step` when
+    there is one; `new_index()` numbers a Step that begins."""
+    steps = placed.steps
+    rows = steps.tolist()
+    k = len(rows)
+    ops = _Ops(batch, role, np.concatenate((steps["first"], steps["last"], steps["slowest"])))
+    at, ids, oc = ops.at, ops.ids, ops.cols
+    role_rows = zip(
+        placed.role_count[:k].tolist(),
+        placed.role_time[:k].tolist(),
+        placed.role_bytes[:k].tolist(),
+        placed.role_max[:k].tolist(),
+        placed.role_bw[:k].tolist(),
+        strict=True,
+    )
+    none = native.NONE
+    (first_f, last_f, next_f, count_f, micro_f, unexp_f, lost_f, bytes_f, time_f, end_real_f,
+     end_mono_f, slowest_f, _, bw_f, closed_f, _) = range(len(F))  # fmt: skip
+    for j, (row, roles) in enumerate(zip(rows, role_rows, strict=True)):
+        if j == 0 and open_step is not None:
+            step = open_step
+        else:
+            index, warmup = new_index()
+            f = at[row[first_f]]
+            mono = oc["end_mono"][f] != none
+            step = OpenStep(
+                index,
+                warmup,
+                ids[f],
+                oc["start"][f] if mono else None,
+                oc["start_real"][f],
+                ids[f],
+            )
+        last = row[last_f]
+        if last >= 0:
+            step.last_op = ids[at[last]]
+        end_mono = row[end_mono_f]
+        step.end_mono_ns = None if end_mono == none else end_mono
+        step.end_real_ns = row[end_real_f]
+        step.op_count = row[count_f]
+        step.micro_step_count = row[micro_f]
+        step.unexpected_op_count = row[unexp_f]
+        step.records_lost = row[lost_f]
+        step.total_bytes = row[bytes_f]
+        step.total_op_time_ns = row[time_f]
+        step.busbw_time_sum = row[bw_f]
+        step.roles = {
+            names[r]: RoleTotals(n, t, b, bw, top)
+            for r, (n, t, b, top, bw) in enumerate(zip(*roles, strict=True))
+            if n
+        }
+        slowest = row[slowest_f]
+        if slowest >= 0:
+            w = at[slowest]
+            step.slowest = SlowestOp(
+                ids[w],
+                ops.comm_names[w],
+                names[ops.role[w]],
+                oc["duration"][w],
+                oc["size"][w],
+                oc["busbw"][w],
+            )
+        next_start = row[next_f]
+        yield step, row[closed_f] != 0, next_start if next_start >= 0 else None
+
+
+class RollingWindow:
+    """The latest `maxlen` values in arrival order (a deque), kept sorted too: the median of
+    recent Steps is asked for several times per Step."""
+
+    def __init__(self, values=(), maxlen: int = 50) -> None:
+        self._recent: deque = deque(maxlen=maxlen)
+        self._sorted: list = []
+        for v in values:
+            self.append(v)
+
+    def append(self, value) -> None:
+        recent = self._recent
+        if len(recent) == recent.maxlen:
+            del self._sorted[bisect.bisect_left(self._sorted, recent[0])]
+        recent.append(value)
+        bisect.insort(self._sorted, value)
+
+    def median(self) -> float:
+        """statistics.median of the values (the same float)."""
+        s = self._sorted
+        n = len(s)
+        mid = n // 2
+        return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2
+
+    def __len__(self) -> int:
+        return len(self._recent)
+
+    def __iter__(self):
+        return iter(self._recent)
 
 
 @dataclass
 class History:
-    step_duration_ns: deque = field(default_factory=lambda: deque(maxlen=STEP_WINDOW))
-    role_op_time_ns: dict[str, deque] = field(default_factory=dict)
-    role_busbw_gbs: dict[str, deque] = field(default_factory=dict)
+    step_duration_ns: RollingWindow = field(
+        default_factory=lambda: RollingWindow(maxlen=STEP_WINDOW)
+    )
+    role_op_time_ns: dict[str, RollingWindow] = field(default_factory=dict)
+    role_busbw_gbs: dict[str, RollingWindow] = field(default_factory=dict)
 
-    def op_times(self, role: str) -> deque:
-        return self.role_op_time_ns.setdefault(role, deque(maxlen=ROLE_OP_WINDOW))
+    def op_times(self, role: str) -> RollingWindow:
+        w = self.role_op_time_ns.get(role)
+        if w is None:
+            w = self.role_op_time_ns[role] = RollingWindow(maxlen=ROLE_OP_WINDOW)
+        return w
 
-    def bandwidths(self, role: str) -> deque:
-        return self.role_busbw_gbs.setdefault(role, deque(maxlen=ROLE_BW_WINDOW))
+    def bandwidths(self, role: str) -> RollingWindow:
+        w = self.role_busbw_gbs.get(role)
+        if w is None:
+            w = self.role_busbw_gbs[role] = RollingWindow(maxlen=ROLE_BW_WINDOW)
+        return w
 
 
 @dataclass(frozen=True)
@@ -144,9 +293,14 @@ class GpuIdentity:
     job_id: str | None = None
 
 
+_OP_CLASS = {c.value: c for c in OpClass}  # enum calls cost more than a dict lookup
+
+
 def op_ref(op: OpId | EngineOp) -> OpRef:
-    extra = {"ring_seq": op.ring_seq} if op.ring_seq is not None else {}
-    return OpRef(kind=OpClass(op.kind), comm_id=op.comm_id, seq=op.seq, func=op.func, **extra)
+    kind = _OP_CLASS[op.kind]
+    if op.ring_seq is None:
+        return OpRef(kind=kind, comm_id=op.comm_id, seq=op.seq, func=op.func)
+    return OpRef(kind=kind, comm_id=op.comm_id, seq=op.seq, func=op.func, ring_seq=op.ring_seq)
 
 
 def _bw(weighted: float, time_ns: int) -> float:
@@ -156,7 +310,7 @@ def _bw(weighted: float, time_ns: int) -> float:
 def anomalies(step: OpenStep, duration: int, history: History, max_unexpected: int) -> list:
     found = []
     if len(history.step_duration_ns) >= MIN_HISTORY:
-        median = statistics.median(history.step_duration_ns)
+        median = history.step_duration_ns.median()
         if median and duration > STEP_SLOW_FACTOR * median:
             found.append(
                 Anomaly(
@@ -173,7 +327,7 @@ def anomalies(step: OpenStep, duration: int, history: History, max_unexpected: i
     if slow is not None and times is not None and len(times) >= MIN_HISTORY:
         # against the slowest op of the role in recent Steps: an op that waits for a peer at
         # the same place every Step (a pipeline bubble) is the pattern, not an anomaly
-        median = statistics.median(times)
+        median = times.median()
         if median and slow.duration_ns > OP_SLOW_FACTOR * median:
             found.append(
                 Anomaly(
@@ -192,7 +346,7 @@ def anomalies(step: OpenStep, duration: int, history: History, max_unexpected: i
         bw = _bw(totals.busbw_time_sum, totals.time_ns)
         if bws is None or len(bws) < MIN_HISTORY or not totals.time_ns:
             continue
-        median = statistics.median(bws)
+        median = bws.median()
         if median and bw < BANDWIDTH_LOW_FACTOR * median:
             found.append(
                 Anomaly(
@@ -284,7 +438,7 @@ def summarize(
             for name, t in sorted(step.roles.items())
         ],
         slowest_op=SummarySlowestOp(
-            kind=OpClass(slow.op.kind),
+            kind=_OP_CLASS[slow.op.kind],
             func=slow.op.func,
             seq=slow.op.seq,
             comm_id=slow.op.comm_id,
@@ -298,7 +452,7 @@ def summarize(
         last_op=op_ref(step.last_op),
         anomalies=found,
         recovery=recovery,
-        produced_by=Producer(mode=mode, engine_version=engine_version),
+        produced_by=_producer(mode, engine_version),
         **optional,
     )
     if not step.warmup:
@@ -310,6 +464,12 @@ def summarize(
     return summary
 
 
+@functools.lru_cache(maxsize=16)
+def _producer(mode: ProducerMode, engine_version: str) -> Producer:
+    return Producer(mode=mode, engine_version=engine_version)
+
+
+@functools.lru_cache(maxsize=1024)
 def recovery_of(method: str, confidence: float, template: str | None, period: int | None):
     extra = {}
     if template is not None:

@@ -1,0 +1,256 @@
+"""The Semantic Engine's C core (engine_core.c), loaded with cffi, and numpy views of its rows.
+
+`make build-engine` compiles engine_core.c into libciengine.so next to it. The functions here
+take and fill numpy arrays; what each C function does is said in engine_core.c.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cffi
+import numpy as np
+
+LIBRARY = Path(__file__).resolve().parent / "libciengine.so"
+
+_CDEF = """
+typedef struct ci_intern ci_intern_t;
+typedef struct ci_line {
+    int64_t start, end;
+    int64_t seq, size, peer, ring_seq;
+    int64_t host_start, host_complete, gpu_start, gpu_stop;
+    double exec_us, busbw;
+    int32_t status, kind, header, func, kernel_timing, pad;
+} ci_line_t;
+typedef struct ci_step {
+    int64_t first, last, next_start;
+    int64_t op_count, micro, unexpected, lost, bytes, time_ns;
+    int64_t end_real, end_mono;
+    int64_t slowest, slowest_dur;
+    double busbw_sum;
+    int32_t closed, pad;
+} ci_step_t;
+ci_intern_t* ci_intern_new(int32_t cap, int64_t arena_cap);
+void ci_intern_free(ci_intern_t* t);
+int32_t ci_intern_count(const ci_intern_t* t);
+const char* ci_intern_bytes(const ci_intern_t* t, int32_t i, int32_t* len);
+int64_t ci_scan(const char* buf, int64_t len, int64_t pos, ci_line_t* rows, int64_t max_lines,
+                ci_intern_t* headers, ci_intern_t* funcs, int64_t* next_pos);
+int64_t ci_reorder(const int64_t* issue, const int64_t* arrival, int64_t n_held, int64_t n,
+                   int64_t window, int64_t* released, int64_t* held_out, int64_t* n_held_out);
+void ci_decide(int64_t n, const int32_t* role, const int32_t* ckey, const int32_t* cycle,
+               int32_t cycle_len, int32_t* cycle_pos, const int32_t* table, int32_t nroles,
+               int32_t* state, int32_t period, int32_t* started, uint8_t* out);
+int64_t ci_place(int64_t n, const uint8_t* dec, const int32_t* role, int32_t nroles,
+                 const int64_t* duration, const int64_t* size, const double* busbw,
+                 const int64_t* lost, const int64_t* end_real, const int64_t* end_mono,
+                 int32_t open_in, ci_step_t* steps, int64_t* role_count, int64_t* role_time,
+                 int64_t* role_bytes, int64_t* role_max, double* role_bw, int64_t* step_of);
+"""
+
+NONE = np.iinfo(np.int64).min  # an absent integer (JSON null, or no value)
+LINE_OP, LINE_OTHER = 0, 1
+
+# Decision bits (ci_decide) and where an op is in the cycle.
+B_BEGIN, B_END, B_MASK, IN_STEP, UNEXPECTED, MICRO = 1, 2, 3, 4, 8, 16
+WHERE = {None: 0, "start": 1, "in": 2, "off": 3}
+
+LINE_DTYPE = np.dtype(
+    [(f, "<i8") for f in ("start", "end", "seq", "size", "peer", "ring_seq")]
+    + [(f, "<i8") for f in ("host_start", "host_complete", "gpu_start", "gpu_stop")]
+    + [("exec_us", "<f8"), ("busbw", "<f8")]
+    + [(f, "<i4") for f in ("status", "kind", "header", "func", "kernel_timing", "pad")]
+)
+STEP_DTYPE = np.dtype(
+    [(f, "<i8") for f in ("first", "last", "next_start", "op_count", "micro", "unexpected")]
+    + [(f, "<i8") for f in ("lost", "bytes", "time_ns", "end_real", "end_mono", "slowest")]
+    + [("slowest_dur", "<i8"), ("busbw_sum", "<f8"), ("closed", "<i4"), ("pad", "<i4")]
+)
+
+
+class NativeEngineMissing(RuntimeError):
+    pass
+
+
+_ffi = cffi.FFI()
+_ffi.cdef(_CDEF)
+_lib = None
+
+
+def lib():
+    global _lib
+    if _lib is None:
+        if not LIBRARY.exists():
+            raise NativeEngineMissing(
+                f"{LIBRARY} is missing: build the Semantic Engine's C core with `make build-engine`"
+            )
+        _lib = _ffi.dlopen(str(LIBRARY))
+        if _ffi.sizeof("ci_line_t") != LINE_DTYPE.itemsize:
+            raise NativeEngineMissing(f"{LIBRARY}: ci_line_t does not match LINE_DTYPE")
+        if _ffi.sizeof("ci_step_t") != STEP_DTYPE.itemsize:
+            raise NativeEngineMissing(f"{LIBRARY}: ci_step_t does not match STEP_DTYPE")
+    return _lib
+
+
+def _ptr(ctype: str, array: np.ndarray):
+    assert array.flags.c_contiguous
+    return _ffi.cast(ctype, array.ctypes.data)
+
+
+class InternTable:
+    """Distinct byte strings met by ci_scan (headers, function names) and their indices."""
+
+    def __init__(self, cap: int = 4096, arena: int = 1 << 20) -> None:
+        raw = lib().ci_intern_new(cap, arena)
+        if raw == _ffi.NULL:
+            raise MemoryError("ci_intern_new")
+        self._table = _ffi.gc(raw, lib().ci_intern_free)
+        self.seen = 0  # entries already handed out by `new_entries`
+
+    def new_entries(self) -> list[bytes]:
+        """The entries added since the last call, in index order."""
+        count = lib().ci_intern_count(self._table)
+        out = []
+        n = _ffi.new("int32_t*")
+        for i in range(self.seen, count):
+            p = lib().ci_intern_bytes(self._table, i, n)
+            out.append(bytes(_ffi.buffer(p, n[0])))
+        self.seen = count
+        return out
+
+
+def scan(data: bytes, pos: int, headers: InternTable, funcs: InternTable) -> tuple[np.ndarray, int]:
+    """Rows (LINE_DTYPE) for the complete lines of data[pos:], and where the rest begins."""
+    rows = np.empty(data.count(b"\n", pos) + 1, LINE_DTYPE)
+    next_pos = _ffi.new("int64_t*")
+    n = lib().ci_scan(
+        _ffi.from_buffer(data),
+        len(data),
+        pos,
+        _ptr("ci_line_t*", rows),
+        len(rows),
+        headers._table,
+        funcs._table,
+        next_pos,
+    )
+    return rows[:n], next_pos[0]
+
+
+def reorder(
+    issue: np.ndarray, arrival: np.ndarray, n_held: int, window: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(released in release order, still held) indices; see ci_reorder."""
+    n = len(issue)
+    issue = np.ascontiguousarray(issue, np.int64)
+    arrival = np.ascontiguousarray(arrival, np.int64)
+    released = np.empty(n, np.int64)
+    held = np.empty(window + 1, np.int64)
+    n_held_out = _ffi.new("int64_t*")
+    k = lib().ci_reorder(
+        _ptr("int64_t*", issue),
+        _ptr("int64_t*", arrival),
+        n_held,
+        n,
+        window,
+        _ptr("int64_t*", released),
+        _ptr("int64_t*", held),
+        n_held_out,
+    )
+    if k < 0:
+        raise MemoryError("ci_reorder")
+    return released[:k], held[: n_held_out[0]]
+
+
+def decide(
+    role: np.ndarray,
+    ckey: np.ndarray,
+    cycle: np.ndarray,
+    table: np.ndarray | None,
+    nroles: int,
+    state: int,
+    cycle_pos: int,
+    started: bool,
+    period: bool,
+) -> tuple[np.ndarray, int, int, bool]:
+    """(decision bits per op, state, cycle position, started) after the ops."""
+    n = len(role)
+    out = np.empty(n, np.uint8)
+    role = np.ascontiguousarray(role, np.int32)
+    ckey = np.ascontiguousarray(ckey, np.int32)
+    cycle = np.ascontiguousarray(cycle, np.int32)
+    if table is None:
+        table = np.zeros(4, np.int32)
+    io = _ffi.new("int32_t[3]", [state, cycle_pos, int(started)])
+    lib().ci_decide(
+        n,
+        _ptr("int32_t*", role),
+        _ptr("int32_t*", ckey),
+        _ptr("int32_t*", cycle),
+        len(cycle),
+        io + 1,
+        _ptr("int32_t*", table),
+        nroles,
+        io,
+        int(period),
+        io + 2,
+        _ptr("uint8_t*", out),
+    )
+    return out, io[0], io[1], bool(io[2])
+
+
+class Placement:
+    """ci_place's output: Steps (STEP_DTYPE), role rows [step, role], each op's Step."""
+
+    def __init__(self, steps, role_count, role_time, role_bytes, role_max, role_bw, step_of):
+        self.steps = steps
+        self.role_count = role_count
+        self.role_time = role_time
+        self.role_bytes = role_bytes
+        self.role_max = role_max
+        self.role_bw = role_bw
+        self.step_of = step_of
+
+
+def place(
+    dec: np.ndarray,
+    role: np.ndarray,
+    nroles: int,
+    cols: dict[str, np.ndarray],
+    open_step: np.ndarray | None,
+    open_roles: tuple[np.ndarray, ...] | None,
+) -> Placement:
+    """Ops into Steps; `open_step` (one STEP_DTYPE row) and `open_roles` (count, time, bytes,
+    max, bw rows of nroles) continue the Step left open before."""
+    n = len(dec)
+    m = n + 1
+    steps = np.zeros(m, STEP_DTYPE)
+    shape = (m, max(1, nroles))
+    counts, times, nbytes, maxes = (np.zeros(shape, np.int64) for _ in range(4))
+    bws = np.zeros(shape, np.float64)
+    if open_step is not None:
+        steps[0] = open_step
+        for dst, src in zip((counts, times, nbytes, maxes, bws), open_roles, strict=True):
+            dst[0, : len(src)] = src
+    step_of = np.empty(n, np.int64)
+    c = {k: np.ascontiguousarray(v) for k, v in cols.items()}
+    k = lib().ci_place(
+        n,
+        _ptr("uint8_t*", np.ascontiguousarray(dec, np.uint8)),
+        _ptr("int32_t*", np.ascontiguousarray(role, np.int32)),
+        max(1, nroles),
+        _ptr("int64_t*", c["duration"]),
+        _ptr("int64_t*", c["size"]),
+        _ptr("double*", c["busbw"]),
+        _ptr("int64_t*", c["lost_before"]),
+        _ptr("int64_t*", c["end_real"]),
+        _ptr("int64_t*", c["end_mono"]),
+        int(open_step is not None),
+        _ptr("ci_step_t*", steps),
+        _ptr("int64_t*", counts),
+        _ptr("int64_t*", times),
+        _ptr("int64_t*", nbytes),
+        _ptr("int64_t*", maxes),
+        _ptr("double*", bws),
+        _ptr("int64_t*", step_of),
+    )
+    return Placement(steps[:k], counts, times, nbytes, maxes, bws, step_of)

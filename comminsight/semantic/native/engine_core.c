@@ -1,0 +1,820 @@
+/* The Semantic Engine's per-op work, in C: what Python cannot do a million times a second.
+ *
+ * 1. ci_scan: inspector_logs lines -> one fixed-size row per line. A line is walked as JSON
+ *    (strings, numbers, literals, nesting all checked) and its op fields are taken when it is
+ *    a Coll/P2P line whose fields have exactly the types the Python decoder requires. Any
+ *    other line (segment_start, gap, seal, NVIDIA Inspector lines, anything unusual: escapes,
+ *    non-ASCII bytes, a float where an int belongs, malformed JSON) is marked CI_LINE_OTHER
+ *    and decoded by the Python (msgspec) path, which also names what is wrong with it. So C
+ *    only ever takes lines that Python would take the same way.
+ *    The header object and the function name repeat on every line: they are interned (an
+ *    index into a table of distinct byte strings) and Python decodes each distinct one once.
+ * 2. ci_reorder: the ReorderBuffer's releases (a min-heap on (issue time, arrival)).
+ * 3. ci_decide: a runner's decision per op from a (state, role, where-in-cycle) table, with
+ *    the cycle tracker (semantic/recovery.py, cycle.py give the meaning).
+ * 4. ci_place: ops into Steps and each Step's totals, in op order with the same sequence of
+ *    float operations as step_builder.OpenStep.add (built with -ffp-contract=off), so the
+ *    summaries are the same bytes whichever path made them.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#define NONE INT64_MIN
+
+/* ---- interned byte strings --------------------------------------------------------------- */
+
+typedef struct ci_intern {
+    int32_t cap, count;
+    uint32_t mask;       /* open addressing over 2 * cap (a power of two) slots */
+    int32_t* slots;      /* entry index + 1, 0 when free */
+    uint64_t* hashes;
+    int64_t* offs;
+    int32_t* lens;
+    char* arena;
+    int64_t arena_cap, arena_used;
+} ci_intern_t;
+
+void ci_intern_free(ci_intern_t* t) {
+    if (!t) return;
+    free(t->slots);
+    free(t->hashes);
+    free(t->offs);
+    free(t->lens);
+    free(t->arena);
+    free(t);
+}
+
+ci_intern_t* ci_intern_new(int32_t cap, int64_t arena_cap) {
+    ci_intern_t* t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    uint32_t slots = 1;
+    while (slots < 2u * (uint32_t)cap) slots <<= 1;
+    t->cap = cap;
+    t->mask = slots - 1;
+    t->slots = calloc(slots, sizeof *t->slots);
+    t->hashes = calloc((size_t)cap, sizeof *t->hashes);
+    t->offs = calloc((size_t)cap, sizeof *t->offs);
+    t->lens = calloc((size_t)cap, sizeof *t->lens);
+    t->arena = malloc((size_t)arena_cap);
+    t->arena_cap = arena_cap;
+    if (!t->slots || !t->hashes || !t->offs || !t->lens || !t->arena) {
+        ci_intern_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+int32_t ci_intern_count(const ci_intern_t* t) { return t->count; }
+
+const char* ci_intern_bytes(const ci_intern_t* t, int32_t i, int32_t* len) {
+    *len = t->lens[i];
+    return t->arena + t->offs[i];
+}
+
+/* FNV-1a over 8-byte words (then the tail): equality is checked by memcmp anyway. */
+static uint64_t fnv1a(const char* s, int64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The index of the byte string s[0..n); -1 when the table is full. */
+static int32_t intern(ci_intern_t* t, const char* s, int64_t n) {
+    uint64_t h = fnv1a(s, n);
+    for (uint32_t k = (uint32_t)h & t->mask;; k = (k + 1) & t->mask) {
+        int32_t e = t->slots[k];
+        if (!e) break;
+        e--;
+        if (t->hashes[e] == h && t->lens[e] == n && memcmp(t->arena + t->offs[e], s, (size_t)n) == 0)
+            return e;
+    }
+    if (t->count >= t->cap || t->arena_used + n > t->arena_cap) return -1;
+    int32_t e = t->count++;
+    t->hashes[e] = h;
+    t->offs[e] = t->arena_used;
+    t->lens[e] = (int32_t)n;
+    memcpy(t->arena + t->arena_used, s, (size_t)n);
+    t->arena_used += n;
+    uint32_t k = (uint32_t)h & t->mask;
+    while (t->slots[k]) k = (k + 1) & t->mask;
+    t->slots[k] = e + 1;
+    return e;
+}
+
+/* ---- a strict JSON walker over one line ------------------------------------------------- */
+
+typedef struct {
+    const char* p;
+    const char* end;
+    int depth;
+} cur_t;
+
+enum { MAX_DEPTH = 64 };
+
+static inline void ws(cur_t* c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r' || *c->p == '\n')) c->p++;
+}
+
+static inline int eat(cur_t* c, char ch) {
+    ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+static int hexdigit(char ch) {
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+}
+
+/* Bytes a string scan must stop at: the quote, the backslash, control and non-ASCII bytes. */
+static const uint8_t STRING_STOP[256] = {
+    [0 ... 0x1f] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xff] = 1,
+};
+
+/* A string at c->p (after whitespace). Its raw bytes are s[0..n); *plain says it has no escape.
+ * Non-ASCII bytes are refused: UTF-8 checking is left to the Python decoder. */
+static int string(cur_t* c, const char** s, int64_t* n, int* plain) {
+    ws(c);
+    if (c->p >= c->end || *c->p != '"') return 0;
+    const char* q = ++c->p;
+    int escaped = 0;
+    for (;;) {
+#ifdef __SSE2__
+        /* 16 bytes at a time: a quote, a backslash, or a byte < 0x20 as signed (control
+         * and non-ASCII bytes) stops the scan */
+        const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'),
+                      space = _mm_set1_epi8(0x20);
+        while (q + 16 <= c->end) {
+            __m128i v = _mm_loadu_si128((const __m128i*)q);
+            __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                        _mm_cmplt_epi8(v, space));
+            int mask = _mm_movemask_epi8(stop);
+            if (mask) {
+                q += __builtin_ctz((unsigned)mask);
+                goto found;
+            }
+            q += 16;
+        }
+#endif
+        while (q < c->end && !STRING_STOP[(uint8_t)*q]) q++;
+#ifdef __SSE2__
+    found:
+#endif
+        if (q >= c->end) return 0;
+        unsigned char ch = (unsigned char)*q;
+        if (ch == '"') {
+            *s = c->p;
+            *n = q - c->p;
+            *plain = !escaped;
+            c->p = q + 1;
+            return 1;
+        }
+        if (ch != '\\') return 0; /* a control or non-ASCII byte */
+        escaped = 1;
+        if (q + 1 >= c->end) return 0;
+        char e = q[1];
+        if (e == 'u') {
+            if (q + 6 > c->end || !hexdigit(q[2]) || !hexdigit(q[3]) || !hexdigit(q[4]) || !hexdigit(q[5]))
+                return 0;
+            q += 6;
+            continue;
+        }
+        if (e == 0 || !strchr("\"\\/bfnrt", e)) return 0;
+        q += 2;
+    }
+}
+
+enum { NUM_INT = 1, NUM_FLOAT = 2 };
+
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                               1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                               1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* A JSON number. *iv holds it when it is an integer that fits int64. With dv, *dv is the
+ * nearest double (as strtod, which a decimal with few digits does not need: digits < 2^53
+ * divided by an exact power of ten is one correctly rounded operation). */
+static int number(cur_t* c, int64_t* iv, double* dv) {
+    ws(c);
+    const char* s = c->p;
+    const char* q = s;
+    int neg = 0;
+    if (q < c->end && *q == '-') {
+        neg = 1;
+        q++;
+    }
+    if (q >= c->end || *q < '0' || *q > '9') return 0;
+    uint64_t mag = 0;
+    int overflow = 0;
+    if (*q == '0') {
+        q++;
+    } else {
+        while (q < c->end && *q >= '0' && *q <= '9') {
+            unsigned d = (unsigned)(*q - '0');
+            if (mag > (UINT64_MAX - d) / 10) overflow = 1;
+            mag = mag * 10 + d;
+            q++;
+        }
+    }
+    int is_int = 1, frac_digits = 0;
+    uint64_t mant = mag;
+    if (q < c->end && *q == '.') {
+        is_int = 0;
+        q++;
+        if (q >= c->end || *q < '0' || *q > '9') return 0;
+        while (q < c->end && *q >= '0' && *q <= '9') {
+            if (mant <= (UINT64_MAX - 9) / 10) {
+                mant = mant * 10 + (unsigned)(*q - '0');
+                frac_digits++;
+            } else {
+                overflow = 1;
+            }
+            q++;
+        }
+    }
+    int has_exp = 0;
+    if (q < c->end && (*q == 'e' || *q == 'E')) {
+        is_int = 0;
+        has_exp = 1;
+        q++;
+        if (q < c->end && (*q == '+' || *q == '-')) q++;
+        if (q >= c->end || *q < '0' || *q > '9') return 0;
+        while (q < c->end && *q >= '0' && *q <= '9') q++;
+    }
+    c->p = q;
+    if (dv) {
+        if (!has_exp && !overflow && mant < (1ull << 53) && frac_digits <= 22) {
+            double v = (double)mant / POW10[frac_digits];
+            *dv = neg ? -v : v;
+        } else {
+            char tmp[64];
+            if (q - s >= (int64_t)sizeof tmp) return 0;
+            memcpy(tmp, s, (size_t)(q - s));
+            tmp[q - s] = 0;
+            *dv = strtod(tmp, NULL);
+        }
+    }
+    if (!is_int) return NUM_FLOAT;
+    if (overflow || mag > (uint64_t)INT64_MAX + (uint64_t)neg) return NUM_FLOAT; /* not an int64 */
+    *iv = neg ? (int64_t)(0 - mag) : (int64_t)mag;
+    return NUM_INT;
+}
+
+static int literal_n(cur_t* c, const char* word, size_t n) {
+    ws(c);
+    if ((size_t)(c->end - c->p) >= n && memcmp(c->p, word, n) == 0) {
+        c->p += n;
+        return 1;
+    }
+    return 0;
+}
+
+#define literal(c, word) literal_n((c), (word), sizeof(word) - 1)
+
+static int skip_value(cur_t* c);
+
+static int skip_object(cur_t* c) {
+    if (!eat(c, '{')) return 0;
+    if (++c->depth > MAX_DEPTH) return 0;
+    if (eat(c, '}')) {
+        c->depth--;
+        return 1;
+    }
+    for (;;) {
+        const char* s;
+        int64_t n;
+        int plain;
+        if (!string(c, &s, &n, &plain) || !eat(c, ':') || !skip_value(c)) return 0;
+        if (eat(c, ',')) continue;
+        if (eat(c, '}')) break;
+        return 0;
+    }
+    c->depth--;
+    return 1;
+}
+
+static int skip_array(cur_t* c) {
+    if (!eat(c, '[')) return 0;
+    if (++c->depth > MAX_DEPTH) return 0;
+    if (eat(c, ']')) {
+        c->depth--;
+        return 1;
+    }
+    for (;;) {
+        if (!skip_value(c)) return 0;
+        if (eat(c, ',')) continue;
+        if (eat(c, ']')) break;
+        return 0;
+    }
+    c->depth--;
+    return 1;
+}
+
+static int skip_value(cur_t* c) {
+    ws(c);
+    if (c->p >= c->end) return 0;
+    switch (*c->p) {
+    case '{': return skip_object(c);
+    case '[': return skip_array(c);
+    case '"': {
+        const char* s;
+        int64_t n;
+        int plain;
+        return string(c, &s, &n, &plain);
+    }
+    case 't': return literal(c, "true");
+    case 'f': return literal(c, "false");
+    case 'n': return literal(c, "null");
+    default: {
+        int64_t iv;
+        return number(c, &iv, NULL) != 0;
+    }
+    }
+}
+
+static inline int key_n(const char* s, int64_t n, const char* k, int64_t kn) {
+    return kn == n && memcmp(s, k, (size_t)n) == 0;
+}
+/* k is a string literal: its length is known at compile time */
+#define key_is(s, n, k) key_n((s), (n), (k), (int64_t)sizeof(k) - 1)
+
+/* int | None field: *v = the int, or NONE for null. */
+static int opt_int(cur_t* c, int64_t* v) {
+    ws(c);
+    if (c->p < c->end && *c->p == 'n') {
+        *v = NONE;
+        return literal(c, "null");
+    }
+    return number(c, v, NULL) == NUM_INT;
+}
+
+static int req_int(cur_t* c, int64_t* v) { return number(c, v, NULL) == NUM_INT; }
+
+/* ---- one line -> one row ---------------------------------------------------------------- */
+
+enum { CI_LINE_OP = 0, CI_LINE_OTHER = 1 };
+enum { KIND_COLL = 0, KIND_P2P = 1 };
+
+typedef struct ci_line {
+    int64_t start, end; /* the line's first byte, and the byte after its '\n' */
+    int64_t seq, size, peer, ring_seq;
+    int64_t host_start, host_complete, gpu_start, gpu_stop;
+    double exec_us, busbw;
+    int32_t status, kind, header, func, kernel_timing, pad;
+} ci_line_t;
+
+typedef struct {
+    int present;
+    const char* func;
+    int64_t func_n;
+    int64_t seq, size, peer;
+    double exec_us, busbw;
+    int kernel_timing;
+} perf_t;
+
+typedef struct {
+    const char* s;
+    int64_t n;
+} json_key_t;
+#define K(lit) {lit, sizeof(lit) - 1}
+typedef struct {
+    json_key_t func, sn, size, exec, bw, timing, peer;
+} perf_keys_t;
+#define KEYS(p) {K(p), K(p "_sn"), K(p "_msg_size_bytes"), K(p "_exec_time_us"), K(p "_busbw_gbs"), \
+                 K(p "_timing_source"), K(p "_peer")}
+static const perf_keys_t COLL_KEYS = KEYS("coll"), P2P_KEYS = KEYS("p2p");
+
+static inline int key_s(const char* s, int64_t n, json_key_t k) { return key_n(s, n, k.s, k.n); }
+
+/* coll_perf / p2p_perf (their keys are prefixed "coll" or "p2p"). */
+static int perf(cur_t* c, perf_t* out, int p2p_keys) {
+    ws(c);
+    if (c->p < c->end && *c->p == 'n') return literal(c, "null"); /* None: not present */
+    if (!eat(c, '{')) return 0;
+    int have_func = 0, have_sn = 0, have_size = 0;
+    out->peer = NONE;
+    out->exec_us = 0.0;
+    out->busbw = 0.0;
+    out->kernel_timing = 0;
+    const perf_keys_t* K = p2p_keys ? &P2P_KEYS : &COLL_KEYS;
+    int is_p2p = p2p_keys;
+    if (!eat(c, '}')) {
+        for (;;) {
+            const char* k;
+            int64_t kn;
+            int plain;
+            if (!string(c, &k, &kn, &plain) || !plain || !eat(c, ':')) return 0;
+            if (key_s(k, kn, K->func)) {
+                if (have_func || !string(c, &out->func, &out->func_n, &plain) || !plain) return 0;
+                have_func = 1;
+            } else if (key_s(k, kn, K->sn)) {
+                if (have_sn || !req_int(c, &out->seq)) return 0;
+                have_sn = 1;
+            } else if (key_s(k, kn, K->size)) {
+                if (have_size || !req_int(c, &out->size)) return 0;
+                have_size = 1;
+            } else if (key_s(k, kn, K->exec)) {
+                int64_t iv;
+                if (!number(c, &iv, &out->exec_us)) return 0;
+            } else if (key_s(k, kn, K->bw)) {
+                ws(c);
+                if (c->p < c->end && *c->p == 'n') {
+                    if (!literal(c, "null")) return 0;
+                    out->busbw = 0.0;
+                } else {
+                    int64_t iv;
+                    if (!number(c, &iv, &out->busbw)) return 0; /* a string ("nan"): Python */
+                }
+            } else if (key_s(k, kn, K->timing)) {
+                ws(c);
+                if (c->p < c->end && *c->p == 'n') {
+                    if (!literal(c, "null")) return 0;
+                    out->kernel_timing = 0;
+                } else {
+                    const char* s;
+                    int64_t n;
+                    if (!string(c, &s, &n, &plain) || !plain) return 0;
+                    out->kernel_timing = key_is(s, n, "kernel_gpu");
+                }
+            } else if (is_p2p && key_s(k, kn, K->peer)) {
+                if (!opt_int(c, &out->peer)) return 0;
+            } else if (!is_p2p && key_is(k, kn, "event_trace_ts")) {
+                ws(c);
+                if (!literal(c, "null")) return 0; /* an object: Python */
+            } else if (!skip_value(c)) {
+                return 0;
+            }
+            if (eat(c, ',')) continue;
+            if (eat(c, '}')) break;
+            return 0;
+        }
+    }
+    if (!have_func || !have_sn || !have_size) return 0;
+    out->present = 1;
+    return 1;
+}
+
+static int metadata(cur_t* c) {
+    ws(c);
+    if (c->p < c->end && *c->p == 'n') return literal(c, "null");
+    if (!eat(c, '{')) return 0;
+    if (eat(c, '}')) return 1;
+    for (;;) {
+        const char* k;
+        int64_t kn;
+        int plain;
+        int64_t iv;
+        if (!string(c, &k, &kn, &plain) || !plain || !eat(c, ':')) return 0;
+        if (key_is(k, kn, "dump_timestamp_us")) {
+            if (!req_int(c, &iv)) return 0;
+        } else if (key_is(k, kn, "pid")) {
+            if (!opt_int(c, &iv)) return 0;
+        } else if (key_is(k, kn, "hostname")) {
+            ws(c);
+            if (c->p < c->end && *c->p == 'n') {
+                if (!literal(c, "null")) return 0;
+            } else {
+                const char* s;
+                int64_t n;
+                if (!string(c, &s, &n, &plain)) return 0;
+            }
+        } else if (!skip_value(c)) {
+            return 0;
+        }
+        if (eat(c, ',')) continue;
+        if (eat(c, '}')) return 1;
+        return 0;
+    }
+}
+
+typedef struct {
+    int present;
+    const char* kind;
+    int64_t kind_n;
+    int64_t ring_seq, host_start, host_complete, gpu_start, gpu_stop;
+} ci_obj_t;
+
+static const json_key_t CI_INT_KEYS[] = {K("segment_index"), K("lost_count"),     K("record_count"),
+                                    K("byte_count"),    K("crc32"),          K("first_ring_seq"),
+                                    K("last_ring_seq"), {NULL, 0}};
+
+static int ci_object(cur_t* c, ci_obj_t* o) {
+    ws(c);
+    if (c->p < c->end && *c->p == 'n') return literal(c, "null");
+    if (!eat(c, '{')) return 0;
+    o->ring_seq = o->host_start = o->host_complete = o->gpu_start = o->gpu_stop = NONE;
+    int have_kind = 0;
+    if (!eat(c, '}')) {
+        for (;;) {
+            const char* k;
+            int64_t kn;
+            int plain;
+            int64_t iv;
+            if (!string(c, &k, &kn, &plain) || !plain || !eat(c, ':')) return 0;
+            if (key_is(k, kn, "kind")) {
+                if (have_kind || !string(c, &o->kind, &o->kind_n, &plain) || !plain) return 0;
+                have_kind = 1;
+            } else if (key_is(k, kn, "ring_seq")) {
+                if (!opt_int(c, &o->ring_seq)) return 0;
+            } else if (key_is(k, kn, "host_start_mono_ns")) {
+                if (!opt_int(c, &o->host_start)) return 0;
+            } else if (key_is(k, kn, "host_complete_mono_ns")) {
+                if (!opt_int(c, &o->host_complete)) return 0;
+            } else if (key_is(k, kn, "gpu_start_globaltimer_ns")) {
+                if (!opt_int(c, &o->gpu_start)) return 0;
+            } else if (key_is(k, kn, "gpu_stop_globaltimer_ns")) {
+                if (!opt_int(c, &o->gpu_stop)) return 0;
+            } else if (key_is(k, kn, "process") || key_is(k, kn, "clock")) {
+                if (!literal(c, "null")) return 0; /* segment_start: Python */
+            } else {
+                int typed = 0;
+                for (const json_key_t* t = CI_INT_KEYS; t->s; t++) {
+                    if (key_s(k, kn, *t)) {
+                        typed = 1;
+                        break;
+                    }
+                }
+                if (typed ? !opt_int(c, &iv) : !skip_value(c)) return 0;
+            }
+            if (eat(c, ',')) continue;
+            if (eat(c, '}')) break;
+            return 0;
+        }
+    }
+    if (!have_kind) return 0;
+    o->present = 1;
+    return 1;
+}
+
+static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern_t* headers,
+                         ci_intern_t* funcs) {
+    cur_t c = {s, e, 0};
+    perf_t coll = {0}, p2p = {0};
+    ci_obj_t ci = {0};
+    const char* header = NULL;
+    int64_t header_n = 0;
+    int seen_header = 0, seen_meta = 0;
+    if (!eat(&c, '{') || eat(&c, '}')) return CI_LINE_OTHER;
+    for (;;) {
+        const char* k;
+        int64_t kn;
+        int plain;
+        if (!string(&c, &k, &kn, &plain) || !plain || !eat(&c, ':')) return CI_LINE_OTHER;
+        if (key_is(k, kn, "header")) {
+            ws(&c);
+            if (seen_header++ || c.p >= c.end || *c.p != '{') return CI_LINE_OTHER;
+            header = c.p;
+            if (!skip_object(&c)) return CI_LINE_OTHER;
+            header_n = c.p - header;
+        } else if (key_is(k, kn, "metadata")) {
+            if (seen_meta++ || !metadata(&c)) return CI_LINE_OTHER;
+        } else if (key_is(k, kn, "coll_perf")) {
+            if (coll.present || !perf(&c, &coll, 0)) return CI_LINE_OTHER;
+        } else if (key_is(k, kn, "p2p_perf")) {
+            if (p2p.present || !perf(&c, &p2p, 1)) return CI_LINE_OTHER;
+        } else if (key_is(k, kn, "ci")) {
+            if (ci.present || !ci_object(&c, &ci)) return CI_LINE_OTHER;
+        } else if (!skip_value(&c)) {
+            return CI_LINE_OTHER;
+        }
+        if (eat(&c, ',')) continue;
+        if (eat(&c, '}')) break;
+        return CI_LINE_OTHER;
+    }
+    ws(&c);
+    if (c.p != c.end || !ci.present || !header) return CI_LINE_OTHER;
+    const perf_t* p;
+    if (key_is(ci.kind, ci.kind_n, "coll") && coll.present) {
+        p = &coll;
+        row->kind = KIND_COLL;
+    } else if (key_is(ci.kind, ci.kind_n, "p2p") && p2p.present) {
+        p = &p2p;
+        row->kind = KIND_P2P;
+    } else {
+        return CI_LINE_OTHER;
+    }
+    row->header = intern(headers, header, header_n);
+    row->func = intern(funcs, p->func, p->func_n);
+    if (row->header < 0 || row->func < 0) return CI_LINE_OTHER;
+    row->seq = p->seq;
+    row->size = p->size;
+    row->peer = p->peer;
+    row->exec_us = p->exec_us;
+    row->busbw = p->busbw;
+    row->kernel_timing = p->kernel_timing;
+    row->ring_seq = ci.ring_seq;
+    row->host_start = ci.host_start;
+    row->host_complete = ci.host_complete;
+    row->gpu_start = ci.gpu_start;
+    row->gpu_stop = ci.gpu_stop;
+    return CI_LINE_OP;
+}
+
+/* Rows for the lines of buf[pos..len), at most max_lines; a last line without its '\n' is
+ * left (*next_pos is where it begins). Returns the number of rows. */
+int64_t ci_scan(const char* buf, int64_t len, int64_t pos, ci_line_t* rows, int64_t max_lines,
+                ci_intern_t* headers, ci_intern_t* funcs, int64_t* next_pos) {
+    int64_t n = 0;
+    while (pos < len && n < max_lines) {
+        const char* nl = memchr(buf + pos, '\n', (size_t)(len - pos));
+        if (!nl) break;
+        ci_line_t* row = &rows[n++];
+        memset(row, 0, sizeof *row);
+        row->start = pos;
+        row->end = nl - buf + 1;
+        row->status = scan_line(buf + pos, nl, row, headers, funcs);
+        pos = row->end;
+    }
+    *next_pos = pos;
+    return n;
+}
+
+/* ---- reorder ---------------------------------------------------------------------------- */
+
+static inline int before(const int64_t* issue, const int64_t* arrival, int64_t a, int64_t b) {
+    return issue[a] < issue[b] || (issue[a] == issue[b] && arrival[a] < arrival[b]);
+}
+
+/* Items 0..n_held-1 are held already; items n_held..n-1 arrive in order. Each arrival past
+ * `window` held items releases the smallest (issue, arrival). Writes the released items in
+ * release order and the still-held ones (unordered); returns the number released. */
+int64_t ci_reorder(const int64_t* issue, const int64_t* arrival, int64_t n_held, int64_t n,
+                   int64_t window, int64_t* released, int64_t* held_out, int64_t* n_held_out) {
+    int64_t* heap = malloc((size_t)(window + 2) * sizeof *heap);
+    if (!heap) return -1;
+    int64_t size = 0, out = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = size++; /* sift up */
+        while (k > 0) {
+            int64_t parent = (k - 1) / 2;
+            if (!before(issue, arrival, i, heap[parent])) break;
+            heap[k] = heap[parent];
+            k = parent;
+        }
+        heap[k] = i;
+        if (i < n_held || size <= window) continue;
+        released[out++] = heap[0];
+        int64_t last = heap[--size]; /* sift down */
+        k = 0;
+        for (;;) {
+            int64_t child = 2 * k + 1;
+            if (child >= size) break;
+            if (child + 1 < size && before(issue, arrival, heap[child + 1], heap[child])) child++;
+            if (!before(issue, arrival, heap[child], last)) break;
+            heap[k] = heap[child];
+            k = child;
+        }
+        heap[k] = last;
+    }
+    memcpy(held_out, heap, (size_t)size * sizeof *heap);
+    *n_held_out = size;
+    free(heap);
+    return out;
+}
+
+/* ---- decisions -------------------------------------------------------------------------- */
+
+enum { WHERE_NONE = 0, WHERE_START = 1, WHERE_IN = 2, WHERE_OFF = 3 };
+enum { B_BEGIN = 1, B_END = 2, B_MASK = 3, IN_STEP = 4, UNEXPECTED = 8, MICRO = 16 };
+
+/* table[(state * nroles + role) * 4 + where] = next_state << 8 | decision bits (template
+ * mode). ckey[i] < 0: the op's role is not in the cycle (where = none). In period mode
+ * (`period` set) every op is on the cycle and the decision follows from `where` and whether a
+ * repetition has started. state, cycle_pos and started are read and updated. */
+void ci_decide(int64_t n, const int32_t* role, const int32_t* ckey, const int32_t* cycle,
+               int32_t cycle_len, int32_t* cycle_pos, const int32_t* table, int32_t nroles,
+               int32_t* state, int32_t period, int32_t* started, uint8_t* out) {
+    int32_t s = *state, pos = *cycle_pos, st = *started;
+    for (int64_t i = 0; i < n; i++) {
+        int where = WHERE_NONE;
+        int32_t k = ckey[i];
+        if (k >= 0 && cycle_len > 0) {
+            if (k == cycle[pos]) {
+                where = pos == 0 ? WHERE_START : WHERE_IN;
+                pos = (pos + 1) % cycle_len;
+            } else if (k == cycle[0]) {
+                where = WHERE_START;
+                pos = 1 % cycle_len;
+            } else {
+                where = WHERE_OFF;
+            }
+        }
+        if (period) {
+            if (where == WHERE_START) {
+                st = 1;
+                out[i] = B_BEGIN | IN_STEP;
+            } else if (!st) {
+                out[i] = UNEXPECTED;
+            } else {
+                out[i] = IN_STEP | (where == WHERE_OFF ? UNEXPECTED : 0);
+            }
+            continue;
+        }
+        int32_t e = table[((int64_t)s * nroles + role[i]) * 4 + where];
+        s = e >> 8;
+        out[i] = (uint8_t)(e & 0xff);
+    }
+    *state = s;
+    *cycle_pos = pos;
+    *started = st;
+}
+
+/* ---- Steps ------------------------------------------------------------------------------ */
+
+typedef struct ci_step {
+    int64_t first;      /* its first op; -1: it began before this batch */
+    int64_t last;       /* its latest op; -1: none in this batch */
+    int64_t next_start; /* the op whose "begin" closed it; -1 */
+    int64_t op_count, micro, unexpected, lost, bytes, time_ns;
+    int64_t end_real, end_mono; /* end_mono NONE: no op with a monotonic time */
+    int64_t slowest;            /* op index; -1: the slowest is from before this batch */
+    int64_t slowest_dur;        /* -1 when the Step has no op yet */
+    double busbw_sum;
+    int32_t closed, pad;
+} ci_step_t;
+
+/* Places ops (with decisions `dec`) into Steps, as GpuEngine._place does one op at a time.
+ * With open_in, steps[0] and its role row hold the Step left open by the previous batch and
+ * are continued. Role rows are [step][role]. step_of[i] is the op's Step or -1. Returns the
+ * number of Steps written; the last is still open when its `closed` is 0. */
+int64_t ci_place(int64_t n, const uint8_t* dec, const int32_t* role, int32_t nroles,
+                 const int64_t* duration, const int64_t* size, const double* busbw,
+                 const int64_t* lost, const int64_t* end_real, const int64_t* end_mono, int32_t open_in,
+                 ci_step_t* steps, int64_t* role_count, int64_t* role_time, int64_t* role_bytes,
+                 int64_t* role_max, double* role_bw, int64_t* step_of) {
+    int64_t s = 0;
+    int open = open_in != 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t d = dec[i];
+        if ((d & B_MASK) == B_BEGIN && open) {
+            steps[s].closed = 1;
+            steps[s].next_start = i;
+            open = 0;
+            s++;
+        }
+        if (!(d & IN_STEP)) {
+            step_of[i] = -1;
+            continue;
+        }
+        ci_step_t* st = &steps[s];
+        int64_t row = s * nroles;
+        if (!open) {
+            memset(st, 0, sizeof *st);
+            st->first = i;
+            st->last = -1;
+            st->next_start = -1;
+            st->end_mono = NONE;
+            st->slowest = -1;
+            st->slowest_dur = -1;
+            for (int32_t r = 0; r < nroles; r++) {
+                role_count[row + r] = role_time[row + r] = role_bytes[row + r] = role_max[row + r] = 0;
+                role_bw[row + r] = 0.0;
+            }
+            open = 1;
+        }
+        step_of[i] = s;
+        int64_t dur = duration[i];
+        st->op_count++;
+        st->unexpected += (d & UNEXPECTED) != 0;
+        if (st->op_count > 1) st->lost += lost[i];
+        st->bytes += size[i];
+        st->time_ns += dur;
+        double weighted = busbw[i] * (double)dur;
+        st->busbw_sum += weighted;
+        int64_t r = row + role[i];
+        role_count[r]++;
+        role_time[r] += dur;
+        role_bytes[r] += size[i];
+        role_bw[r] += weighted;
+        if (dur > role_max[r]) role_max[r] = dur;
+        if (dur > st->slowest_dur) {
+            st->slowest_dur = dur;
+            st->slowest = i;
+        }
+        if (end_mono[i] != NONE) {
+            int64_t m = st->end_mono == NONE ? 0 : st->end_mono;
+            st->end_mono = end_mono[i] > m ? end_mono[i] : m;
+        }
+        if (end_real[i] > st->end_real) st->end_real = end_real[i];
+        st->last = i;
+        st->micro += (d & MICRO) != 0;
+        if ((d & B_MASK) == B_END) {
+            st->closed = 1;
+            open = 0;
+            s++;
+        }
+    }
+    return s + (open ? 1 : 0);
+}

@@ -1,0 +1,257 @@
+"""Ops as columns: the Semantic Engine's unit of work.
+
+An `OpBatch` holds n ops of one GPU as numpy columns (what `EngineOp` holds per op), so that
+reordering, role assignment, FSM decisions and Step totals run over whole arrays (and in
+C, semantic/native). Communicators and log segments, which repeat on every op, are indices
+into tables shared by all batches of the GPU (`CommTable`, `SegmentTable`). `op(i)` gives
+one op as an `EngineOp` where a single op is wanted (a Step's first op, trace export).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from comminsight.semantic.native import NONE
+from comminsight.semantic.ops import EngineOp
+
+KINDS = ("coll", "p2p")
+
+# Function names by code, shared by every batch (a handful of names, append-only).
+FUNCS: list[str] = []
+_FUNC_CODES: dict[str, int] = {}
+
+
+def func_code(name: str) -> int:
+    code = _FUNC_CODES.get(name)
+    if code is None:
+        code = _FUNC_CODES[name] = len(FUNCS)
+        FUNCS.append(name)
+    return code
+
+
+class Comm(NamedTuple):
+    comm_id: str  # 16 lowercase hex digits
+    name: str | None
+    nranks: int
+    nnodes: int | None
+    rank: int
+
+
+@dataclass
+class CommTable:
+    """The communicators (as this rank sees them) of one GPU's ops; a batch's `comm` column
+    indexes `comms`."""
+
+    comms: list[Comm] = field(default_factory=list)
+    _index: dict[Comm, int] = field(default_factory=dict)
+
+    def index(self, comm: Comm) -> int:
+        i = self._index.get(comm)
+        if i is None:
+            i = self._index[comm] = len(self.comms)
+            self.comms.append(comm)
+        return i
+
+
+class SegmentTable:
+    """Log segment names and indices, for positions (`pos_seg` column); ring positions use
+    pos_seg -1 and pos_offset = ring_seq."""
+
+    def __init__(self) -> None:
+        self.segments: list[tuple[str, int | None]] = []
+
+    def add(self, name: str, index: int | None) -> int:
+        self.segments.append((name, index))
+        return len(self.segments) - 1
+
+
+INT_COLUMNS = (
+    "kind", "func", "comm", "peer", "seq", "size", "issue", "start", "end", "start_real",
+    "end_real", "end_mono", "duration", "ring_seq", "lost_before", "pos_seg", "pos_offset",
+    "pos_record", "pos_end", "order", "arrival",
+)  # fmt: skip
+COLUMNS = INT_COLUMNS + ("busbw",)
+
+
+class OpBatch:
+    """n ops of one GPU in columns (all int64 but busbw). end_mono is NONE for ops without a
+    monotonic clock (NVIDIA logs; start_mono is then None too), peer and ring_seq NONE when
+    absent. order is the input order of the op's position (checkpoints), arrival the
+    engine's arrival counter."""
+
+    __slots__ = ("cols", "comms", "segments")
+
+    def __init__(self, cols: dict[str, np.ndarray], comms: CommTable, segments: SegmentTable):
+        self.cols = cols
+        self.comms = comms
+        self.segments = segments
+
+    @classmethod
+    def empty(cls, comms: CommTable, segments: SegmentTable) -> OpBatch:
+        cols = {c: np.empty(0, np.int64) for c in INT_COLUMNS}
+        cols["busbw"] = np.empty(0, np.float64)
+        return cls(cols, comms, segments)
+
+    def __len__(self) -> int:
+        return len(self.cols["seq"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols[name]
+
+    def take(self, idx) -> OpBatch:
+        return OpBatch({k: v[idx] for k, v in self.cols.items()}, self.comms, self.segments)
+
+    def concat(self, other: OpBatch) -> OpBatch:
+        if not len(other):
+            return self
+        if not len(self):
+            return other
+        cols = {k: np.concatenate((v, other.cols[k])) for k, v in self.cols.items()}
+        return OpBatch(cols, self.comms, self.segments)
+
+    def comm(self, i: int) -> Comm:
+        return self.comms.comms[int(self.cols["comm"][i])]
+
+    def position(self, i: int):
+        """The input position of op i (a LogPosition or a RingPosition)."""
+        from comminsight.semantic.log_input import LogPosition
+        from comminsight.semantic.shm_input import RingPosition
+
+        c = self.cols
+        seg = int(c["pos_seg"][i])
+        ring = int(c["ring_seq"][i])
+        if seg < 0:
+            return RingPosition(int(c["pos_offset"][i]))
+        name, index = self.segments.segments[seg]
+        return LogPosition(
+            name,
+            index,
+            int(c["pos_offset"][i]),
+            int(c["pos_record"][i]),
+            None if ring == NONE else ring,
+            int(c["pos_end"][i]),
+        )
+
+    def op(self, i: int) -> EngineOp:
+        c = self.cols
+        comm = self.comm(i)
+        end_mono = int(c["end_mono"][i])
+        peer, ring = int(c["peer"][i]), int(c["ring_seq"][i])
+        return EngineOp(
+            kind=KINDS[int(c["kind"][i])],
+            func=FUNCS[int(c["func"][i])],
+            comm_id=comm.comm_id,
+            comm_name=comm.name,
+            comm_nranks=comm.nranks,
+            comm_nnodes=comm.nnodes,
+            comm_rank=comm.rank,
+            peer=None if peer == NONE else peer,
+            seq=int(c["seq"][i]),
+            size_bytes=int(c["size"][i]),
+            issue_ns=int(c["issue"][i]),
+            start_ns=int(c["start"][i]),
+            end_ns=int(c["end"][i]),
+            start_real_ns=int(c["start_real"][i]),
+            end_real_ns=int(c["end_real"][i]),
+            start_mono_ns=None if end_mono == NONE else int(c["start"][i]),
+            end_mono_ns=None if end_mono == NONE else end_mono,
+            duration_ns=int(c["duration"][i]),
+            busbw_gbs=float(c["busbw"][i]),
+            ring_seq=None if ring == NONE else ring,
+            lost_before=int(c["lost_before"][i]),
+            position=self.position(i),
+            arrival=int(c["arrival"][i]),
+        )
+
+    def ops(self) -> list[EngineOp]:
+        return [self.op(i) for i in range(len(self))]
+
+    def shapes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct op shapes (communicator, function, size, peer): (the index of one op
+        of each shape, each op's shape number). Roles depend on the shape only."""
+        c = self.cols
+        n = len(self)
+        if not n:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        keys = (c["peer"], c["size"], c["func"], c["comm"])
+        order = np.lexsort(keys)
+        new = np.ones(n, bool)
+        if n > 1:
+            diff = np.zeros(n - 1, bool)
+            for k in keys:
+                sk = k[order]
+                diff |= sk[1:] != sk[:-1]
+            new[1:] = diff
+        shape_sorted = np.cumsum(new) - 1
+        inverse = np.empty(n, np.int64)
+        inverse[order] = shape_sorted
+        return order[new], inverse
+
+
+def from_engine_ops(ops: list[EngineOp], comms: CommTable, segments: SegmentTable) -> OpBatch:
+    """Columns of EngineOps (ops decoded by the Python paths: NVIDIA logs, unusual lines)."""
+    from comminsight.semantic.log_input import LogPosition
+
+    def col(values, dtype=np.int64):
+        return np.fromiter(values, dtype, len(ops))
+
+    def opt(v):
+        return NONE if v is None else v
+
+    positions = [op.position for op in ops]
+    seg_ids: dict[tuple, int] = {}
+
+    def seg(p) -> int:
+        if not isinstance(p, LogPosition):
+            return -1
+        key = (p.segment, p.segment_index)
+        if key not in seg_ids:
+            seg_ids[key] = segments.add(*key)
+        return seg_ids[key]
+
+    cols = {
+        "kind": col(KINDS.index(op.kind) for op in ops),
+        "func": col(func_code(op.func) for op in ops),
+        "comm": col(
+            comms.index(
+                Comm(op.comm_id, op.comm_name, op.comm_nranks, op.comm_nnodes, op.comm_rank)
+            )
+            for op in ops
+        ),
+        "peer": col(opt(op.peer) for op in ops),
+        "seq": col(op.seq for op in ops),
+        "size": col(op.size_bytes for op in ops),
+        "issue": col(op.issue_ns for op in ops),
+        "start": col(op.start_ns for op in ops),
+        "end": col(op.end_ns for op in ops),
+        "start_real": col(op.start_real_ns for op in ops),
+        "end_real": col(op.end_real_ns for op in ops),
+        "end_mono": col(opt(op.end_mono_ns) for op in ops),
+        "duration": col(op.duration_ns for op in ops),
+        "busbw": col((op.busbw_gbs for op in ops), np.float64),
+        "ring_seq": col(opt(op.ring_seq) for op in ops),
+        "lost_before": col(op.lost_before for op in ops),
+        "pos_seg": col(seg(p) for p in positions),
+        "pos_offset": col(
+            p.byte_offset if isinstance(p, LogPosition) else getattr(p, "ring_seq", 0)
+            for p in positions
+        ),
+        "pos_record": col(p.record_index if isinstance(p, LogPosition) else 0 for p in positions),
+        "pos_end": col(p.end_offset if isinstance(p, LogPosition) else 0 for p in positions),
+        "order": col(order_key(p) for p in positions),
+        "arrival": np.zeros(len(ops), np.int64),
+    }
+    return OpBatch(cols, comms, segments)
+
+
+SEGMENT_SHIFT = 40  # order key of a log position: segment index << 40 | byte offset
+
+
+def order_key(position) -> int:
+    if position is None:
+        return 0
+    segment, offset = position.order()
+    return (segment << SEGMENT_SHIFT) | offset
