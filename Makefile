@@ -20,14 +20,14 @@ PYTEST_ARGS ?=
 
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 
-.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine
+.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine build-engine
 .PHONY: all build venv generate verify-generated check-schemas headers test test-contract \
         test-unit lint bench demo install clean
 
 ## all: build everything buildable so far (artifacts under dist/)
 all: build
 
-build: $(WHEEL) headers build-profiler build-inject
+build: $(WHEEL) headers build-profiler build-engine build-inject
 
 # ---- Inject: a dependency-free wheel for the training environment (.pth + comminsight/inject) ----
 .PHONY: build-inject
@@ -76,6 +76,17 @@ $(BUILD)/tsan/libnccl-profiler-comminsight.so: $(PROFILER_DEPS)
 
 build-profiler-sanitizers: $(BUILD)/asan/libnccl-profiler-comminsight.so $(BUILD)/tsan/libnccl-profiler-comminsight.so
 
+# ---- the Semantic Engine's C core (loaded with cffi; see comminsight/semantic/native) ----
+ENGINE_SO := comminsight/semantic/native/libciengine.so
+ENGINE_SRC := comminsight/semantic/native/engine_core.c
+
+## build-engine: the Semantic Engine's C core, next to its source (the package loads it there)
+build-engine: $(ENGINE_SO)
+
+# -ffp-contract=off: Step totals must be the same float operations as the Python definition
+$(ENGINE_SO): $(ENGINE_SRC)
+	$(CC) -std=gnu11 -Wall -Wextra -Werror -O2 -g -fPIC -shared -ffp-contract=off $< -o $@
+
 $(VENV_STAMP): requirements/dev.txt requirements/runtime.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
@@ -106,7 +117,7 @@ $(BUILD)/headers/%.o: generated/c/include/comminsight/%.h
 	printf '#include "comminsight/%s.h"\ntypedef int header_check;\n' $* | \
 	  $(CC) $(CSTRICT) -Igenerated/c/include -x c -c - -o $@
 
-$(WHEEL): $(VENV_STAMP) $(shell find comminsight generated/python -name '*.py' 2>/dev/null) pyproject.toml
+$(WHEEL): $(VENV_STAMP) $(ENGINE_SO) $(shell find comminsight generated/python -name '*.py' 2>/dev/null) pyproject.toml
 	@mkdir -p $(DIST)
 	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
 
@@ -121,19 +132,19 @@ lint: $(VENV_STAMP)
 test-contract: $(VENV_STAMP)
 	$(VPY) -m pytest contract-tests $(PYTEST_ARGS)
 
-test-unit: $(VENV_STAMP)
+test-unit: $(VENV_STAMP) $(ENGINE_SO)
 	$(VPY) -m pytest tests $(PYTEST_ARGS)
 
 ## bench: CPU benchmarks, one JSON line per metric
-bench: $(VENV_STAMP) build-profiler
+bench: $(VENV_STAMP) build-profiler $(ENGINE_SO)
 	@for b in bench/*.py; do $(VPY) $$b || exit 1; done
 
 ## bench-agent: the Agent's SHM ingest on one core, real plugin producers (budget >= 2 M records/s, lag < 100 ms)
-bench-agent: $(VENV_STAMP) build-profiler
+bench-agent: $(VENV_STAMP) build-profiler $(ENGINE_SO)
 	$(VPY) bench/agent_ingest.py
 
 ## bench-engine: the Semantic Engine's offline parse + step recovery on one core (budget >= 1 M records/s)
-bench-engine: $(VENV_STAMP) build-profiler
+bench-engine: $(VENV_STAMP) build-profiler $(ENGINE_SO)
 	$(VPY) bench/engine_parse.py
 
 ## bench-profiler: the Profiler's hot path over an empty plugin (DESIGN §8: <= 150 ns)
@@ -141,7 +152,7 @@ bench-profiler: $(VENV_STAMP) build-profiler
 	$(VPY) bench/profiler_hot_path.py
 
 ## demo: the main job on an embedded default
-demo: $(VENV_STAMP) build-profiler
+demo: $(VENV_STAMP) build-profiler $(ENGINE_SO)
 	$(VENV)/bin/comminsight demo
 
 ## install: install what exists so far under INSTALL_PREFIX and into the active Python
