@@ -217,13 +217,16 @@ def test_nccl_config_refuses_an_unproven_layout_and_writes_nothing(fake_pointers
 
 
 def test_nccl_config_refuses_a_config_outside_its_options(fake_pointers):
-    opts = FakeOptions(new_options_struct())
-    elsewhere = new_options_struct()
-    opts.config = FakeConfig(elsewhere.config)  # a copy somewhere else: would not reach NCCL
-    opts.struct = new_options_struct()
+    """A config object that is a copy (elsewhere in memory) would not reach NCCL: refused
+    before anything is read through its pointer."""
+    arena = (ctypes.c_char * 16384)()
+    elsewhere = NcclConfig.from_buffer(arena, 0)  # before the options object
+    opts = FakeOptions(OptionsStruct.from_buffer(arena, 8192))
+    ctypes.memmove(ctypes.addressof(elsewhere), ctypes.addressof(new_options_struct().config), 80)
+    opts.config = FakeConfig(elsewhere)
     with pytest.raises(nccl_config.LayoutError, match="not a member"):
         nccl_config.set_comm_name(opts, "x:1")
-    assert elsewhere.config.commName is None
+    assert elsewhere.commName is None
 
 
 def test_torch_option_is_used_where_torch_has_it():

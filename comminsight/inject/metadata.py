@@ -21,6 +21,14 @@ from . import state
 SCHEMA = "comminsight.inject-metadata.v1"
 
 
+def global_rank() -> int | None:
+    """The process's rank as the launcher (torchrun, mp.spawn scripts) exports it, if it has."""
+    try:
+        return int(os.environ["RANK"])
+    except (KeyError, ValueError):
+        return None
+
+
 class MetadataFile:
     def __init__(
         self,

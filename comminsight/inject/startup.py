@@ -17,10 +17,15 @@ _TRUE = ("1", "true", "yes", "on")
 
 
 class TorchDistributedHook:
-    """A meta path finder that only watches for `torch.distributed`."""
+    """A meta path finder that only watches for a few module names: `torch.distributed`, and
+    whatever `after_import` adds (modules the adapter must not import itself while torch is
+    still initializing, such as torch.optim.optimizer for step markers)."""
+
+    def __init__(self):
+        self.targets = {TARGET: activate}
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != TARGET:
+        if fullname not in self.targets:
             return None
         spec = None
         for finder in list(sys.meta_path):
@@ -32,15 +37,22 @@ class TorchDistributedHook:
                 break
         if spec is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = ActivateAfterLoad(spec.loader, self)
+        spec.loader = ActivateAfterLoad(spec.loader, self, fullname)
         return spec
+
+    def done(self, fullname):
+        """Called after `fullname` executed: its callback, once; the hook leaves when idle."""
+        callback = self.targets.pop(fullname, None)
+        if not self.targets:
+            remove(self)
+        return callback
 
 
 class ActivateAfterLoad:
-    """The real loader, followed by `torch_adapter.activate` once the module executed."""
+    """The real loader, followed by the target's callback once the module executed."""
 
-    def __init__(self, loader, hook):
-        self.loader, self.hook = loader, hook
+    def __init__(self, loader, hook, fullname):
+        self.loader, self.hook, self.fullname = loader, hook, fullname
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
@@ -51,26 +63,46 @@ class ActivateAfterLoad:
         if getattr(module, "__spec__", None) is not None:
             module.__spec__.loader = self.loader
         self.loader.exec_module(module)
-        remove(self.hook)
-        activate(module)
+        callback = self.hook.done(self.fullname)
+        if callback is not None:
+            run_safely(callback, module)
 
     def __getattr__(self, name):
         return getattr(self.loader, name)
 
 
-def activate(module) -> None:
-    """Run the adapter; nothing it raises may reach the program's `import torch.distributed`."""
+def run_safely(callback, module) -> None:
+    """Nothing Inject raises may reach the program's import."""
     try:
-        from . import torch_adapter
-
-        torch_adapter.activate(module)
+        callback(module)
     except Exception as e:
         try:
             from . import state
 
-            state.disable(f"activating: {type(e).__name__}: {e}")
+            state.disable(f"after importing {module.__name__}: {type(e).__name__}: {e}")
         except Exception:
             pass
+
+
+def after_import(fullname, callback) -> None:
+    """Run `callback(module)` once `fullname` is imported (at once if it already is)."""
+    loaded = sys.modules.get(fullname)
+    if loaded is not None:
+        run_safely(callback, loaded)
+        return
+    hook = next((f for f in sys.meta_path if isinstance(f, TorchDistributedHook)), None)
+    if hook is None:
+        hook = TorchDistributedHook()
+        hook.targets.clear()
+        sys.meta_path.insert(0, hook)
+    hook.targets[fullname] = callback
+
+
+def activate(module) -> None:
+    """Hand the freshly executed torch.distributed to the adapter."""
+    from . import torch_adapter
+
+    torch_adapter.activate(module)
 
 
 def remove(hook) -> None:
@@ -88,10 +120,10 @@ def install(environ=None) -> "TorchDistributedHook | None":
         return None
     loaded = sys.modules.get(TARGET)
     if loaded is not None:
-        activate(loaded)
+        run_safely(activate, loaded)
         return None
     for finder in sys.meta_path:
-        if isinstance(finder, TorchDistributedHook):
+        if isinstance(finder, TorchDistributedHook) and TARGET in finder.targets:
             return finder
     hook = TorchDistributedHook()
     sys.meta_path.insert(0, hook)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import time
 
 from . import state
-from .metadata import MetadataFile
+from .metadata import MetadataFile, global_rank
 
 
 class StepMarkers:
-    def __init__(self, sink: MetadataFile, rank: int | None):
-        self.sink, self.rank = sink, rank
+    def __init__(self, sink: MetadataFile):
+        self.sink = sink
         self.counts: dict[str, int] = {}
         self.handle = None
 
@@ -28,7 +28,8 @@ class StepMarkers:
             name = type(optimizer).__name__
             index = self.counts.get(name, 0)
             self.counts[name] = index + 1
-            self.sink.write("step", mono_ns=now, rank=self.rank, optimizer=name, index=index)
+            rank = global_rank()  # read per step: a launcher may export it after import
+            self.sink.write("step", mono_ns=now, rank=rank, optimizer=name, index=index)
         except Exception as e:  # a marker is never worth a failed step
             state.warn_once("step-markers", f"step markers stopped: {type(e).__name__}: {e}")
             self.remove()

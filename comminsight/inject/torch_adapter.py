@@ -15,12 +15,11 @@ arguments. Exceptions torch raises reach the caller unchanged.
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 import threading
 
-from . import __version__, group_naming, settings, state
-from .metadata import MetadataFile
+from . import __version__, group_naming, settings, startup, state
+from .metadata import MetadataFile, global_rank
 from .step_markers import StepMarkers
 
 MIN_TORCH = (2, 4)  # group_desc reaches _new_process_group_helper from 2.4 on
@@ -98,6 +97,11 @@ class Adapter:
         if self.markers is not None:
             self.markers.remove()
 
+    def install_markers(self, optim_module) -> None:
+        if self.markers is not None and not state.disabled():
+            if not self.markers.install(optim_module):
+                state.warn_once("step-markers", "this torch has no global optimizer step hook")
+
     def fail(self, what: str, error: BaseException) -> None:
         state.disable(f"{what}: {type(error).__name__}: {error}")
         self.uninstall()
@@ -166,7 +170,7 @@ class Adapter:
                 comm_name=plan.comm_name,
                 naming=plan.naming,
                 reason=plan.reason,
-                rank=_global_rank(),
+                rank=global_rank(),
                 group_rank=plan.group_rank,
                 group_size=plan.group_size,
                 global_ranks=plan.global_ranks,
@@ -179,13 +183,6 @@ def _params(function) -> set[str] | None:
     try:
         return set(inspect.signature(function).parameters)
     except (TypeError, ValueError):
-        return None
-
-
-def _global_rank() -> int | None:
-    try:
-        return int(os.environ["RANK"])
-    except (KeyError, ValueError):
         return None
 
 
@@ -224,7 +221,7 @@ def activate(distributed, environ: dict[str, str] | None = None) -> Adapter | No
         "torch_version": raw_version,
         "torch_tested": version in TESTED_TORCH,
         "nccl_build": bool(getattr(c10d, "_NCCL_AVAILABLE", False)),
-        "rank": _global_rank(),
+        "rank": global_rank(),
         "step_markers": conf.step_markers,
     }
     sink = MetadataFile(conf.home, process)
@@ -232,11 +229,10 @@ def activate(distributed, environ: dict[str, str] | None = None) -> Adapter | No
     try:
         adapter.install()
         if conf.step_markers:
-            import torch.optim.optimizer as optim_module  # already loaded by `import torch`
-
-            adapter.markers = StepMarkers(sink, _global_rank())
-            if not adapter.markers.install(optim_module):
-                state.warn_once("step-markers", "this torch has no global optimizer step hook")
+            # torch.distributed is imported halfway through `import torch`: importing the
+            # optimizers from here would run torch's own imports out of order, so wait for them
+            adapter.markers = StepMarkers(sink)
+            startup.after_import("torch.optim.optimizer", adapter.install_markers)
     except Exception as e:
         adapter.fail("installing", e)
         return None
