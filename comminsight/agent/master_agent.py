@@ -36,6 +36,7 @@ from comminsight_gen.models.step_summary_v1 import StepSummary
 log = logging.getLogger(__name__)
 
 MS = 1_000_000
+REBUILD_NS = 1_000_000_000
 
 
 class JobStepFiles(StepFiles):
@@ -75,19 +76,36 @@ class MasterAgentService(AgentService):
         )
         self.step_files = JobStepFiles(self.home, self.store.steps_dir)
         self.grpc_port: int | None = None
+        self._snapshot: NodeSnapshot | None = None
+        self._snapshot_version = -1
         self.stale_ns = settings.agent_heartbeat_stale_ms * MS
 
     # ---- the pass ------------------------------------------------------------------------
 
     def take_snapshot(self, now_mono_ns: int) -> NodeSnapshot:
+        """The job-wide snapshot, rebuilt only when something changed: slaves' rows change
+        once per report interval, while passes run every poll interval for the local rings;
+        rebuilding thousands of ranks every 20 ms would cost the master a core at scale.
+        Ages do not need a rebuild (diagnosis measures them against `now`); heartbeat
+        freshness does, hence the rebuild at least every REBUILD_NS."""
         self.local.rows = read_node_rows(
             self.producers.producers.values(), now_mono_ns, self.stale_ns
         )
         self.local.last_seen_mono_ns, self.local.last_seen_real_ns = now_mono_ns, time.time_ns()
         self.server.mark_stale(now_mono_ns)
-        return job_view.job_snapshot(
+        cached = self._snapshot
+        if (
+            cached is not None
+            and self._snapshot_version == self.server.version
+            and not self.local.rows.processes
+            and now_mono_ns - cached.taken_mono_ns < REBUILD_NS
+        ):
+            return cached
+        self._snapshot_version = self.server.version
+        self._snapshot = job_view.job_snapshot(
             self.nodes.values(), self.node_name, now_mono_ns, time.time_ns(), self.stale_ns
         )
+        return self._snapshot
 
     def _on_slave_events(self, node: str, records: list[bytes]) -> None:
         events = [decode_event(r) for r in records]

@@ -80,6 +80,7 @@ class AgentMasterServer:
         self.bytes_received = 0
         self.duplicates_dropped = 0
         self.rejects_total = 0
+        self.version = 0  # moves whenever a node's rows or state change
 
     # ---- wiring ------------------------------------------------------------------------
 
@@ -251,6 +252,7 @@ class AgentMasterServer:
             record.rows.processes[p.pid] = p
         for m in request.communicators:
             record.rows.members[(m.comm_id, m.pid, m.generation)] = m
+        self.version += 1
         log.info(
             "slave %s registered from %s (epoch %016x, master holds batch %s, slave built %d)",
             node.node_name,
@@ -269,14 +271,16 @@ class AgentMasterServer:
             self._check_token(context)
             async for raw in requests:
                 self.bytes_received += len(raw)
+                # parsed first (gRPC already bounded it) so the refusal names the node
+                batch = _parse(pb.NodeStateBatch, raw, "NodeStateBatch")
+                record = self._session(batch.session_id)
                 if len(raw) > self.max_batch_bytes:
                     raise Refusal(
                         pb.REJECT_REASON_OVERSIZED,
-                        f"batch of {len(raw)} bytes is over max_batch_bytes {self.max_batch_bytes}",
+                        f"batch {batch.batch_seq} of {len(raw)} bytes is over max_batch_bytes "
+                        f"{self.max_batch_bytes}; nothing of it was applied",
                         max_batch_bytes=self.max_batch_bytes,
                     )
-                batch = _parse(pb.NodeStateBatch, raw, "NodeStateBatch")
-                record = self._session(batch.session_id)
                 ack = self._apply(record, batch)
                 yield ack.SerializeToString()
         except Refusal as r:
@@ -313,6 +317,7 @@ class AgentMasterServer:
         self.duplicates_dropped += committed.duplicates
         record.last_applied = seq
         self.batches_applied += 1
+        self.version += 1
         if committed.hang_events:
             self.on_events(record.name, committed.hang_events)
         return pb.BatchAck(
@@ -387,6 +392,7 @@ class AgentMasterServer:
                 and now_mono_ns - seen > self.stale_ms * 1_000_000
             ):
                 record.state = api.NodeState.stale
+                self.version += 1
                 went.append(record)
                 log.warning(
                     "slave %s is stale: nothing for %.1f s", record.name, (now_mono_ns - seen) / 1e9
