@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from pathlib import Path
 
 import msgspec
@@ -27,16 +28,17 @@ from comminsight.semantic.log_input import LogPosition
 from comminsight.semantic.recovery import PeriodRunner, TemplateRunner
 from comminsight.semantic.shm_input import RingPosition
 from comminsight.semantic.step_builder import (
-    ROLE_BW_WINDOW,
-    ROLE_OP_WINDOW,
-    STEP_WINDOW,
     GpuIdentity,
-    History,
     OpenStep,
     OpId,
     RoleTotals,
-    RollingWindow,
     SlowestOp,
+)
+from comminsight.semantic.step_summary import (
+    ROLE_BW_WINDOW,
+    ROLE_OP_WINDOW,
+    STEP_WINDOW,
+    History,
 )
 from comminsight.semantic.templates import TemplateSet
 from comminsight_gen.models import semantic_engine_v1 as se
@@ -268,12 +270,12 @@ def restore_engine(state: se.GpuState, templates: TemplateSet, **engine_kwargs) 
     if state.open_step is not msgspec.UNSET:
         engine.open = _open_step(state.open_step)
     h = History()
-    h.step_duration_ns = RollingWindow(state.history.step_duration_ns, maxlen=STEP_WINDOW)
+    h.step_duration_ns = deque(state.history.step_duration_ns, maxlen=STEP_WINDOW)
     for r in state.history.roles:
         if r.op_time_ns:
-            h.role_op_time_ns[r.role] = RollingWindow(r.op_time_ns, maxlen=ROLE_OP_WINDOW)
+            h.role_op_time_ns[r.role] = deque(r.op_time_ns, maxlen=ROLE_OP_WINDOW)
         if r.busbw_gbs:
-            h.role_busbw_gbs[r.role] = RollingWindow(r.busbw_gbs, maxlen=ROLE_BW_WINDOW)
+            h.role_busbw_gbs[r.role] = deque(r.busbw_gbs, maxlen=ROLE_BW_WINDOW)
     engine.history = h
     return engine
 

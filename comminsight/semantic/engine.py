@@ -28,13 +28,12 @@ from comminsight.semantic.ops import WINDOW
 from comminsight.semantic.recovery import PeriodRunner, TemplateRunner, cycle_key
 from comminsight.semantic.step_builder import (
     GpuIdentity,
-    History,
     OpenStep,
+    StepTable,
     open_step_rows,
-    recovery_of,
-    steps_of_placement,
-    summarize,
+    place_steps,
 )
+from comminsight.semantic.step_summary import History, recovery_of, summarize
 from comminsight.semantic.templates import CompiledTemplate, TemplateSet
 from comminsight_gen.models.step_summary_v1 import ProducerMode, StepSummary
 
@@ -238,7 +237,7 @@ class GpuEngine:
             out += self._select(final=True)
         if self.open is not None:
             step, self.open = self.open, None
-            out.append(self._close(step))
+            out += self._close(StepTable.of_open_step(step, self.runner.names, self.runner.code))
         return out
 
     def _take(self, batch: OpBatch) -> list[StepSummary]:
@@ -327,42 +326,37 @@ class GpuEngine:
             open_rows[0] if open_rows else None,
             open_rows[1] if open_rows else None,
         )
-        out = []
-        for step, closed, next_start in steps_of_placement(
-            placed, batch, labels.role, names, self.open, self._new_index
-        ):
-            if not closed:
-                self.open = step
-                continue
-            self.open = None
-            if next_start is not None:
-                step.period_ns = max(0, int(batch["start_real"][next_start]) - step.start_real_ns)
-            out.append(self._close(step))
-        return out
+        closed, self.open, began = place_steps(
+            placed,
+            batch,
+            labels.role,
+            names,
+            self.open,
+            self.next_step_index,
+            self.warmup_steps,
+        )
+        self.next_step_index += began
+        return self._close(closed) if closed is not None else []
 
-    def _new_index(self) -> tuple[int, bool]:
-        """The index of a Step that begins, and whether it is a warm-up Step."""
-        index = self.next_step_index
-        self.next_step_index += 1
-        return index, index < self.warmup_steps
-
-    def _close(self, step: OpenStep) -> StepSummary:
-        """The summary of a Step that closed."""
+    def _close(self, steps: StepTable) -> list[StepSummary]:
+        """The summaries of Steps that closed, in order."""
         runner = self.runner
-        confidence = 1 - step.unexpected_op_count / step.op_count
+        confidence = (1 - steps.unexpected / steps.op_count).tolist()
         if isinstance(runner, TemplateRunner):
-            recovery = recovery_of("template", confidence, runner.template.name, None)
+            name = runner.template.name
+            recoveries = [recovery_of("template", c, name, None) for c in confidence]
             tolerance = runner.template.spec.tolerance.max_unexpected_ops_per_step
             micro = any(t.micro_step is True for t in runner.template.transitions)
         else:
-            recovery = recovery_of("period", confidence, None, len(runner.cycle))
+            period = len(runner.cycle)
+            recoveries = [recovery_of("period", c, None, period) for c in confidence]
             tolerance, micro = 0, False
-        self.steps_emitted += 1
+        self.steps_emitted += len(steps)
         return summarize(
-            step,
+            steps,
+            recoveries,
             self.gpu,
             self.history,
-            recovery,
             self.mode,
             ENGINE_VERSION,
             tolerance,

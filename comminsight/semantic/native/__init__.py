@@ -119,21 +119,25 @@ class InternTable:
         return out
 
 
+SCAN_CHUNK = 1 << 15  # rows per ci_scan call
+
+
 def scan(data: bytes, pos: int, headers: InternTable, funcs: InternTable) -> tuple[np.ndarray, int]:
     """Rows (LINE_DTYPE) for the complete lines of data[pos:], and where the rest begins."""
-    rows = np.empty(data.count(b"\n", pos) + 1, LINE_DTYPE)
+    parts = []
     next_pos = _ffi.new("int64_t*")
-    n = lib().ci_scan(
-        _ffi.from_buffer(data),
-        len(data),
-        pos,
-        _ptr("ci_line_t*", rows),
-        len(rows),
-        headers._table,
-        funcs._table,
-        next_pos,
-    )
-    return rows[:n], next_pos[0]
+    buf = _ffi.from_buffer(data)
+    while True:
+        rows = np.empty(SCAN_CHUNK, LINE_DTYPE)
+        n = lib().ci_scan(
+            buf, len(data), pos, _ptr("ci_line_t*", rows), SCAN_CHUNK, headers._table,
+            funcs._table, next_pos,
+        )  # fmt: skip
+        parts.append(rows[:n])
+        pos = next_pos[0]
+        if n < SCAN_CHUNK:
+            break
+    return (parts[0] if len(parts) == 1 else np.concatenate(parts)), pos
 
 
 def reorder(

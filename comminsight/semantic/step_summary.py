@@ -1,0 +1,366 @@
+"""step-summary v1 records of the Steps that closed together, with their anomalies.
+
+A Step is compared with the steady Steps before it (`History`: bounded windows of their
+durations, and per role its bus bandwidth and its slowest op time): a Step far slower than
+the median, an op far slower than its role's usual slowest, a role's bandwidth far below its
+median, records lost inside the Step, more unexpected ops than the template allows. The
+medians of a whole StepTable are computed at once (numpy over sliding windows), the same
+values statistics.median gives Step by Step; then the windows learn the steady Steps.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from comminsight.semantic import native
+from comminsight.semantic.ops import EngineOp
+from comminsight.semantic.step_builder import GpuIdentity, OpId, StepTable
+from comminsight_gen.models.step_summary_v1 import (
+    Anomaly,
+    AnomalyKind,
+    AnomalyUnit,
+    OpClass,
+    OpRef,
+    Producer,
+    ProducerMode,
+    Recovery,
+    RecoveryMethod,
+    RoleStats,
+    StepSummary,
+)
+from comminsight_gen.models.step_summary_v1 import SlowestOp as SummarySlowestOp
+
+STEP_WINDOW = 50  # steady Steps the step-duration median is taken over
+ROLE_OP_WINDOW = 50  # per role, its slowest op time in each recent steady Step
+ROLE_BW_WINDOW = 50  # recent per-Step bandwidths per role
+STEP_SLOW_FACTOR = 2.0
+OP_SLOW_FACTOR = 5.0
+BANDWIDTH_LOW_FACTOR = 0.5
+MIN_HISTORY = 5  # no anomaly is claimed against fewer samples
+
+
+def _window(maxlen: int) -> deque:
+    return deque(maxlen=maxlen)
+
+
+@dataclass
+class History:
+    step_duration_ns: deque = field(default_factory=lambda: _window(STEP_WINDOW))
+    role_op_time_ns: dict[str, deque] = field(default_factory=dict)
+    role_busbw_gbs: dict[str, deque] = field(default_factory=dict)
+
+    def op_times(self, role: str) -> deque:
+        w = self.role_op_time_ns.get(role)
+        if w is None:
+            w = self.role_op_time_ns[role] = _window(ROLE_OP_WINDOW)
+        return w
+
+    def bandwidths(self, role: str) -> deque:
+        w = self.role_busbw_gbs.get(role)
+        if w is None:
+            w = self.role_busbw_gbs[role] = _window(ROLE_BW_WINDOW)
+        return w
+
+
+def medians(
+    window: deque, asked: np.ndarray, learns: np.ndarray, values: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For Steps in order: the median of `window` as it stands just before each Step where
+    `asked` (NaN where not asked or fewer than MIN_HISTORY values), and the window's length
+    then; the window learns values[j] at each Step where `learns`."""
+    k = len(asked)
+    med = np.full(k, np.nan)
+    size = np.zeros(k, np.int64)
+    learned = values[learns]
+    if asked.any():
+        prior = list(window)
+        series = np.concatenate((np.array(prior, dtype=values.dtype), learned))
+        width = window.maxlen
+        end = len(prior) + np.cumsum(learns) - learns  # values in the window before Step j
+        start = np.maximum(0, end - width)
+        size = end - start
+        full = np.flatnonzero(asked & (size == width))
+        if len(full):
+            rows = np.lib.stride_tricks.sliding_window_view(series, width)[start[full]]
+            med[full] = np.median(rows, axis=1)
+        part = np.flatnonzero(asked & (size >= MIN_HISTORY) & (size < width))
+        if len(part):  # the first Steps of a run: windows not yet full, NaN-padded
+            cols = np.arange(width)
+            take = start[part, None] + cols
+            rows = np.where(cols < size[part, None], series[np.minimum(take, len(series) - 1)], np.nan)
+            rows.sort(axis=1)  # NaN last
+            n = size[part]
+            lo, hi = rows[np.arange(len(part)), (n - 1) // 2], rows[np.arange(len(part)), n // 2]
+            med[part] = np.where(n % 2 == 1, hi, (lo + hi) / 2)
+        med[asked & (size < MIN_HISTORY)] = np.nan
+    window.extend(learned.tolist())
+    return med, size
+
+
+def _bw(weighted, time_ns):
+    return weighted / time_ns if time_ns else 0.0
+
+
+class _Anomalies:
+    """The anomalies of the Steps of a table, against the History (which then learns)."""
+
+    def __init__(self, t: StepTable, durations: np.ndarray, history: History) -> None:
+        steady = ~t.warmup
+        k = len(t)
+        self.step_med, self.step_n = medians(
+            history.step_duration_ns, np.ones(k, bool), steady, durations
+        )
+        names = t.names
+        slow_roles = [s.role for s in t.slowest]
+        self.op_med = np.full(k, np.nan)
+        self.bw_med = np.full(t.role_time.shape, np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.bw = np.where(t.role_time > 0, t.role_bw / t.role_time, 0.0)
+        for r, name in enumerate(names):
+            timed = t.role_time[:, r] > 0
+            if timed.any():
+                self.bw_med[:, r], _ = medians(
+                    history.bandwidths(name), timed, timed & steady, self.bw[:, r]
+                )
+            present = t.role_count[:, r] > 0
+            asked = np.array([role == name for role in slow_roles])
+            if asked.any() or (present & steady).any():
+                med, _ = medians(history.op_times(name), asked, present & steady, t.role_max[:, r])
+                self.op_med[asked] = med[asked]
+        # which anomalies each Step has, for all Steps at once; `of` words them
+        step_med = np.nan_to_num(self.step_med, nan=0.0)
+        op_med = np.nan_to_num(self.op_med, nan=0.0)
+        bw_med = np.nan_to_num(self.bw_med, nan=0.0)
+        slow_durations = np.array([s.duration_ns for s in t.slowest])
+        self.step_slow = ((step_med != 0) & (durations > STEP_SLOW_FACTOR * step_med)).tolist()
+        self.op_slow = ((op_med != 0) & (slow_durations > OP_SLOW_FACTOR * op_med)).tolist()
+        self.bw_low = (bw_med != 0) & (t.role_time > 0) & (self.bw < BANDWIDTH_LOW_FACTOR * bw_med)
+        self.any_bw_low = self.bw_low.any(axis=1).tolist()
+        self.lost = t.lost.tolist()
+        self.unexpected = t.unexpected.tolist()
+        self.durations = durations.tolist()
+
+    def of(self, t: StepTable, j: int, max_unexpected: int) -> list[Anomaly]:
+        unexpected = self.unexpected[j]
+        lost = self.lost[j]
+        if not (
+            self.step_slow[j]
+            or self.op_slow[j]
+            or self.any_bw_low[j]
+            or lost
+            or unexpected > max_unexpected
+        ):
+            return []
+        found = []
+        if self.step_slow[j]:
+            duration = self.durations[j]
+            median = float(self.step_med[j])
+            found.append(
+                Anomaly(
+                    kind=AnomalyKind.step_slow,
+                    description=f"step took {duration / median:.1f}x the median of the "
+                    f"last {int(self.step_n[j])} steps",
+                    value=float(duration),
+                    threshold=float(STEP_SLOW_FACTOR * median),
+                    unit=AnomalyUnit.ns,
+                )
+            )
+        if self.op_slow[j]:
+            # against the slowest op of the role in recent Steps: an op that waits for a
+            # peer at the same place every Step (a pipeline bubble) is the pattern, not an
+            # anomaly
+            slow = t.slowest[j]
+            median = float(self.op_med[j])
+            found.append(
+                Anomaly(
+                    kind=AnomalyKind.op_slow,
+                    description=f"{slow.op.func} #{slow.op.seq} took "
+                    f"{slow.duration_ns / median:.1f}x the median slowest {slow.role} op of "
+                    "recent steps",
+                    value=float(slow.duration_ns),
+                    threshold=float(OP_SLOW_FACTOR * median),
+                    unit=AnomalyUnit.ns,
+                    role=slow.role,
+                )
+            )
+        if self.any_bw_low[j]:
+            for r in np.flatnonzero(self.bw_low[j]).tolist():
+                median = float(self.bw_med[j, r])
+                bw = float(self.bw[j, r])
+                role = t.names[r]
+                found.append(
+                    Anomaly(
+                        kind=AnomalyKind.bandwidth_low,
+                        description=f"{role} bus bandwidth {bw:.1f} GB/s is below "
+                        f"{BANDWIDTH_LOW_FACTOR:g}x its median {median:.1f} GB/s",
+                        value=bw,
+                        threshold=BANDWIDTH_LOW_FACTOR * median,
+                        unit=AnomalyUnit.gbs,
+                        role=role,
+                    )
+                )
+        if lost:
+            found.append(
+                Anomaly(
+                    kind=AnomalyKind.records_lost,
+                    description=f"{lost} op records were lost inside the step; its totals "
+                    "are low",
+                    value=float(lost),
+                    threshold=0.0,
+                    unit=AnomalyUnit.count,
+                )
+            )
+        if unexpected > max_unexpected:
+            found.append(
+                Anomaly(
+                    kind=AnomalyKind.unexpected_ops,
+                    description=f"{unexpected} ops the pattern did not expect",
+                    value=float(unexpected),
+                    threshold=float(max_unexpected),
+                    unit=AnomalyUnit.count,
+                )
+            )
+        if len(found) > 1:
+            found.sort(key=lambda a: (a.kind.value, a.description))
+        return found
+
+
+_OP_CLASS = {c.value: c for c in OpClass}  # enum calls cost more than a dict lookup
+
+
+def op_ref(op: OpId | EngineOp) -> OpRef:
+    kind = _OP_CLASS[op.kind]
+    if op.ring_seq is None:
+        return OpRef(kind=kind, comm_id=op.comm_id, seq=op.seq, func=op.func)
+    return OpRef(kind=kind, comm_id=op.comm_id, seq=op.seq, func=op.func, ring_seq=op.ring_seq)
+
+
+def durations_of(t: StepTable) -> np.ndarray:
+    none = native.NONE
+    mono = (t.start_mono != none) & (t.end_mono != none)
+    return np.maximum(0, np.where(mono, t.end_mono - t.start_mono, t.end_real - t.start_real))
+
+
+def summarize(
+    t: StepTable,
+    recoveries: list[Recovery],
+    gpu: GpuIdentity,
+    history: History,
+    mode: ProducerMode,
+    engine_version: str,
+    max_unexpected: int,
+    micro_steps: bool,
+) -> list[StepSummary]:
+    """The records of the table's Steps, in order; then the history learns from them
+    (steady Steps only)."""
+    durations = durations_of(t)
+    anomalies = _Anomalies(t, durations, history)
+    producer = _producer(mode, engine_version)
+    fixed = {
+        k: v
+        for k, v in (
+            ("job_id", gpu.job_id),
+            ("pid", gpu.pid),
+            ("local_rank", gpu.local_rank),
+            ("cuda_device", gpu.cuda_device),
+        )
+        if v is not None
+    }
+    none = native.NONE
+    order = sorted(range(len(t.names)), key=lambda r: t.names[r])
+    role_rows = zip(
+        t.role_count[:, order].tolist(),
+        t.role_time[:, order].tolist(),
+        t.role_bytes[:, order].tolist(),
+        t.role_bw[:, order].tolist(),
+        strict=True,
+    )
+    sorted_names = [t.names[r] for r in order]
+    columns = zip(
+        t.index,
+        t.warmup.tolist(),
+        t.start_real.tolist(),
+        t.end_real.tolist(),
+        t.start_mono.tolist(),
+        t.end_mono.tolist(),
+        durations.tolist(),
+        t.op_count.tolist(),
+        t.total_bytes.tolist(),
+        t.time_ns.tolist(),
+        t.busbw_sum.tolist(),
+        t.micro.tolist(),
+        t.period.tolist(),
+        strict=True,
+    )
+    out = []
+    for j, (row, roles, recovery) in enumerate(zip(columns, role_rows, recoveries, strict=True)):
+        (index, warmup, start_real, end_real, start_mono, end_mono, duration, op_count,
+         total_bytes, time_ns, bw_sum, micro, period) = row  # fmt: skip
+        slow = t.slowest[j]
+        optional = dict(fixed)
+        if start_mono != none:
+            optional["start_mono_ns"] = start_mono
+        if end_mono != none:
+            optional["end_mono_ns"] = end_mono
+        if micro_steps:
+            optional["micro_step_count"] = micro
+        if period != none:
+            optional["period_ns"] = period
+        out.append(
+            StepSummary(
+                schema_version=1,
+                host=gpu.host,
+                global_rank=gpu.global_rank,
+                step_index=index,
+                start_real_ns=start_real,
+                end_real_ns=max(end_real, start_real),
+                duration_ns=duration,
+                op_count=op_count,
+                warmup=warmup,
+                total_bytes=total_bytes,
+                total_op_time_ns=time_ns,
+                busbw_gbs=_bw(bw_sum, time_ns),
+                roles=[
+                    RoleStats(role=name, op_count=n, time_ns=tn, bytes=b, busbw_gbs=_bw(w, tn))
+                    for name, n, tn, b, w in zip(sorted_names, *roles, strict=True)
+                    if n
+                ],
+                slowest_op=SummarySlowestOp(
+                    kind=_OP_CLASS[slow.op.kind],
+                    func=slow.op.func,
+                    seq=slow.op.seq,
+                    comm_id=slow.op.comm_id,
+                    role=slow.role,
+                    duration_ns=slow.duration_ns,
+                    size_bytes=slow.size_bytes,
+                    busbw_gbs=slow.busbw_gbs,
+                    **({"comm_name": slow.comm_name} if slow.comm_name else {}),
+                ),
+                first_op=op_ref(t.first_op[j]),
+                last_op=op_ref(t.last_op[j]),
+                anomalies=anomalies.of(t, j, max_unexpected),
+                recovery=recovery,
+                produced_by=producer,
+                **optional,
+            )
+        )
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _producer(mode: ProducerMode, engine_version: str) -> Producer:
+    return Producer(mode=mode, engine_version=engine_version)
+
+
+@functools.lru_cache(maxsize=1024)
+def recovery_of(method: str, confidence: float, template: str | None, period: int | None):
+    extra = {}
+    if template is not None:
+        extra["template_name"] = template
+    if period is not None:
+        extra["period_ops"] = period
+    return Recovery(method=RecoveryMethod(method), confidence=round(confidence, 6), **extra)
