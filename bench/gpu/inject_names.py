@@ -26,6 +26,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+STEPS = 3
+
 
 def expected_group(pg) -> dict:
     import torch.distributed as dist
@@ -67,6 +69,11 @@ def job(args) -> None:
         dist.send(t, dst=peer)
     else:
         dist.recv(t, src=peer)
+    model = torch.nn.Linear(4, 4, device=device)  # step markers (COMMINSIGHT_INJECT_STEP_MARKERS)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(STEPS):
+        model(t).sum().backward()
+        opt.step()
     torch.cuda.synchronize()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -139,6 +146,22 @@ def verify(args) -> int:
                 log=len(in_log),
                 name_source=sorted({c.get("name_source") for c in in_api}),
             )
+    meta = []
+    for path in sorted((home / "metadata" / "inject").glob("*.jsonl")):
+        meta += [json.loads(x) for x in path.read_text().splitlines()]
+    groups = [m for m in meta if m["kind"] == "group"]
+    ok &= emit(
+        "metadata_groups_named_in_nccl_options",
+        bool(groups) and all(g["naming"] in ("nccl-config", "torch-option") for g in groups),
+        namings=sorted({g["naming"] for g in groups}),
+        count=len(groups),
+    )
+    steps = sorted((m["rank"], m["index"]) for m in meta if m["kind"] == "step")
+    ok &= emit(
+        "metadata_step_markers",
+        steps == [(r, i) for r in sorted(expected) for i in range(STEPS)],
+        count=len(steps),
+    )
     known = {n for groups in expected.values() for n in groups}
     stray = sorted(names_api - known)
     ok &= emit("no_unexpected_names", not stray, stray=stray)

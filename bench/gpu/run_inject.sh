@@ -23,7 +23,7 @@ for mode in eager lazy; do
   home="$(mktemp -d /tmp/ci_inject_home.XXXXXX)"
   port=$((19300 + RANDOM % 500))
   COMMINSIGHT_HOME="$home" COMMINSIGHT_AGENT_LISTEN="127.0.0.1:$port" PYTHONPATH="$AGENT_PATH" \
-    python3 -m comminsight.agent.main >"$OUT/agent_$mode.log" 2>&1 &
+    python3 -m comminsight.agent.main >"$home/agent.log" 2>&1 &
   agent=$!
   python3 - "$port" <<'PY'
 import sys, time, urllib.request
@@ -35,14 +35,17 @@ for _ in range(100):
         time.sleep(0.2)
 PY
   COMMINSIGHT_HOME="$home" NCCL_PROFILER_PLUGIN="$ROOT/dist/libnccl-profiler-comminsight.so" \
-    timeout 200 python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
+    COMMINSIGHT_INJECT_STEP_MARKERS=1 timeout 200 python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
     bench/gpu/inject_names.py --mode "$mode" --out "$home/out" --api "http://127.0.0.1:$port" \
-    >"$OUT/job_$mode.log" 2>&1
-  echo "$mode job rc=$?"
+    >"$home/job.log" 2>&1
+  job_rc=$?
+  echo "$mode job rc=$job_rc"
+  [ "$job_rc" = 0 ] || tail -30 "$home/job.log" "$home/agent.log"
   kill "$agent"; wait "$agent" 2>/dev/null
   echo "== $mode"
   COMMINSIGHT_HOME="$home" python3 bench/gpu/inject_names.py --verify --out "$home/out" | tee "$OUT/inject_$mode.jsonl" || rc=1
-  cat "$home"/metadata/inject/*.jsonl > "$OUT/metadata_$mode.jsonl" 2>/dev/null
-  cp "$home/out/api_communicators.json" "$OUT/api_$mode.json" 2>/dev/null
+  mkdir -p "$OUT/$mode"
+  cat "$home"/metadata/inject/*.jsonl > "$OUT/$mode/metadata.jsonl" 2>/dev/null
+  cp "$home/out/api_communicators.json" "$OUT/$mode/api_communicators.json" 2>/dev/null
 done
 exit $rc
