@@ -35,7 +35,7 @@ void ci_intern_free(ci_intern_t* t);
 int32_t ci_intern_count(const ci_intern_t* t);
 const char* ci_intern_bytes(const ci_intern_t* t, int32_t i, int32_t* len);
 int64_t ci_scan(const char* buf, int64_t len, int64_t pos, ci_line_t* rows, int64_t max_lines,
-                ci_intern_t* headers, ci_intern_t* funcs, int64_t* next_pos);
+                ci_intern_t* headers, ci_intern_t* funcs, int32_t trusted, int64_t* next_pos);
 int64_t ci_reorder(const int64_t* issue, const int64_t* arrival, int64_t n_held, int64_t n,
                    int64_t window, int64_t* released, int64_t* held_out, int64_t* n_held_out);
 void ci_decide(int64_t n, const int32_t* role, const int32_t* ckey, const int32_t* cycle,
@@ -122,8 +122,11 @@ class InternTable:
 SCAN_CHUNK = 1 << 15  # rows per ci_scan call
 
 
-def scan(data: bytes, pos: int, headers: InternTable, funcs: InternTable) -> tuple[np.ndarray, int]:
-    """Rows (LINE_DTYPE) for the complete lines of data[pos:], and where the rest begins."""
+def scan(
+    data: bytes, pos: int, headers: InternTable, funcs: InternTable, trusted: bool = False
+) -> tuple[np.ndarray, int]:
+    """Rows (LINE_DTYPE) for the complete lines of data[pos:], and where the rest begins.
+    `trusted`: the segment's seal checksum matched (its lines are the writer's own)."""
     parts = []
     next_pos = _ffi.new("int64_t*")
     buf = _ffi.from_buffer(data)
@@ -131,7 +134,7 @@ def scan(data: bytes, pos: int, headers: InternTable, funcs: InternTable) -> tup
         rows = np.empty(SCAN_CHUNK, LINE_DTYPE)
         n = lib().ci_scan(
             buf, len(data), pos, _ptr("ci_line_t*", rows), SCAN_CHUNK, headers._table,
-            funcs._table, next_pos,
+            funcs._table, int(trusted), next_pos,
         )  # fmt: skip
         parts.append(rows[:n])
         pos = next_pos[0]

@@ -16,6 +16,7 @@
  *    float operations as step_builder.OpenStep.add (built with -ffp-contract=off), so the
  *    summaries are the same bytes whichever path made them.
  */
+#define _GNU_SOURCE /* memmem */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -622,10 +623,154 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern
     return CI_LINE_OP;
 }
 
+/* ---- the writer's own lines, in a segment whose seal checksum matched -------------------- *
+ *
+ * Such a line is byte for byte what profiler/src/logwriter.c wrote: valid JSON in a known key
+ * order. It is read by that layout, skipping what the engine does not use (the metadata, the
+ * ci fields after the timing ones) instead of walking every token. Searches are only for
+ * sequences that begin with a raw quote after a '}' or ',', which cannot occur inside a JSON
+ * string (a quote there is escaped), so the first match is the structural one. Anything
+ * unexpected returns 0 and the line is walked as any other. */
+
+#define LIT(p, e, lit) ((e) - (p) >= (int64_t)sizeof(lit) - 1 && memcmp((p), (lit), sizeof(lit) - 1) == 0)
+
+static const char* find(const char* p, const char* e, const char* needle, size_t n) {
+    return e - p >= (int64_t)n ? memmem(p, (size_t)(e - p), needle, n) : NULL;
+}
+
+/* p at the start of a number; the number must be followed by `next` (a literal). */
+static const char* layout_int(const char* p, const char* e, int64_t* v) {
+    cur_t c = {p, e, 0};
+    if (number(&c, v, NULL) != NUM_INT) return NULL;
+    return c.p;
+}
+
+static const char* layout_num(const char* p, const char* e, double* v) {
+    cur_t c = {p, e, 0};
+    int64_t iv;
+    if (!number(&c, &iv, v)) return NULL;
+    return c.p;
+}
+
+/* A plain string's body at p (after its opening quote): its end (the closing quote). */
+static const char* layout_str(const char* p, const char* e) {
+    const char* q = memchr(p, '"', (size_t)(e - p));
+    if (!q || memchr(p, '\\', (size_t)(q - p))) return NULL;
+    return q;
+}
+
+/* the literal is next: step over it (1), or stay (0) */
+#define ACCEPT(lit) (LIT(p, e, lit) ? (p += sizeof(lit) - 1, 1) : 0)
+
+#define EXPECT(lit)                 \
+    do {                            \
+        if (!LIT(p, e, lit)) return 0; \
+        p += sizeof(lit) - 1;       \
+    } while (0)
+
+static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t* headers,
+                       ci_intern_t* funcs) {
+    const char* p = s;
+    EXPECT("{\"header\":");
+    const char* header = p;
+    const char* q = find(p, e, "},\"metadata\":{", 14);
+    if (!q) return 0;
+    int64_t header_n = q + 1 - header;
+    p = q + 14;
+    q = find(p, e, "},\"c", 4);
+    const char* q2 = find(p, e, "},\"p2p_perf\":{", 14);
+    int p2p;
+    if (q2 && (!q || q2 < q)) {
+        p = q2 + 14;
+        p2p = 1;
+    } else if (q && LIT(q, e, "},\"coll_perf\":{")) {
+        p = q + 15;
+        p2p = 0;
+    } else {
+        return 0;
+    }
+    const char *func, *fe;
+    row->peer = NONE;
+    if (!p2p) {
+        EXPECT("\"coll\":\"");
+        func = p;
+        if (!(fe = layout_str(p, e))) return 0;
+        p = fe;
+        EXPECT("\",\"coll_sn\":");
+        if (!(p = layout_int(p, e, &row->seq))) return 0;
+        EXPECT(",\"coll_msg_size_bytes\":");
+        if (!(p = layout_int(p, e, &row->size))) return 0;
+        EXPECT(",\"coll_exec_time_us\":");
+        if (!(p = layout_num(p, e, &row->exec_us))) return 0;
+        EXPECT(",\"coll_timing_source\":\"");
+    } else {
+        EXPECT("\"p2p\":\"");
+        func = p;
+        if (!(fe = layout_str(p, e))) return 0;
+        p = fe;
+        EXPECT("\",\"p2p_sn\":");
+        if (!(p = layout_int(p, e, &row->seq))) return 0;
+        EXPECT(",\"p2p_peer\":");
+        if (!(p = layout_int(p, e, &row->peer))) return 0;
+        EXPECT(",\"p2p_msg_size_bytes\":");
+        if (!(p = layout_int(p, e, &row->size))) return 0;
+        EXPECT(",\"p2p_exec_time_us\":");
+        if (!(p = layout_num(p, e, &row->exec_us))) return 0;
+        EXPECT(",\"p2p_timing_source\":\"");
+    }
+    const char* timing = p;
+    if (!(p = layout_str(p, e))) return 0;
+    row->kernel_timing = p - timing == 10 && memcmp(timing, "kernel_gpu", 10) == 0;
+    p++;
+    if (!p2p) {
+        EXPECT(",\"coll_algobw_gbs\":");
+        if (!(p = layout_num(p, e, &row->busbw))) return 0;
+        EXPECT(",\"coll_busbw_gbs\":");
+    } else {
+        EXPECT(",\"p2p_algobw_gbs\":");
+        if (!(p = layout_num(p, e, &row->busbw))) return 0;
+        EXPECT(",\"p2p_busbw_gbs\":");
+    }
+    if (!(p = layout_num(p, e, &row->busbw))) return 0;
+    if (!p2p) EXPECT("},\"ci\":{\"kind\":\"coll\",\"schema_version\":1,\"ring_seq\":");
+    else EXPECT("},\"ci\":{\"kind\":\"p2p\",\"schema_version\":1,\"ring_seq\":");
+    if (!(p = layout_int(p, e, &row->ring_seq))) return 0;
+    /* the timing fields follow "tid"; nothing before them is used */
+    q = find(p, e, ",\"tid\":", 7);
+    if (!q) return 0;
+    p = q + 7;
+    int64_t tid;
+    if (!(p = layout_int(p, e, &tid))) return 0;
+    row->host_start = row->host_complete = row->gpu_start = row->gpu_stop = NONE;
+    EXPECT(",\"host_start_mono_ns\":");
+    if (!(p = layout_int(p, e, &row->host_start))) return 0;
+    EXPECT(",\"host_stop_mono_ns\":");
+    int64_t stop;
+    if (!(p = layout_int(p, e, &stop))) return 0;
+    if (ACCEPT(",\"host_complete_mono_ns\":")) {
+        if (!(p = layout_int(p, e, &row->host_complete))) return 0;
+    }
+    if (ACCEPT(",\"gpu_start_globaltimer_ns\":")) {
+        if (!(p = layout_int(p, e, &row->gpu_start))) return 0;
+        EXPECT(",\"gpu_stop_globaltimer_ns\":");
+        if (!(p = layout_int(p, e, &row->gpu_stop))) return 0;
+    }
+    EXPECT(",\"channels_completed\":");
+    int64_t channels;
+    if (!(p = layout_int(p, e, &channels))) return 0;
+    if (!ACCEPT(",\"forced_complete\":false}}") && !ACCEPT(",\"forced_complete\":true}}")) return 0;
+    if (p != e) return 0;
+    row->kind = p2p ? KIND_P2P : KIND_COLL;
+    row->header = intern(headers, header, header_n);
+    row->func = intern(funcs, func, fe - func);
+    return row->header >= 0 && row->func >= 0;
+}
+
 /* Rows for the lines of buf[pos..len), at most max_lines; a last line without its '\n' is
- * left (*next_pos is where it begins). Returns the number of rows. */
+ * left (*next_pos is where it begins). With `trusted` (the segment's seal matched), lines are
+ * first read by the writer's layout. Returns the number of rows. */
 int64_t ci_scan(const char* buf, int64_t len, int64_t pos, ci_line_t* rows, int64_t max_lines,
-                ci_intern_t* headers, ci_intern_t* funcs, int64_t* next_pos) {
+                ci_intern_t* headers, ci_intern_t* funcs, int32_t trusted, int64_t* next_pos) {
     int64_t n = 0;
     while (pos < len && n < max_lines) {
         const char* nl = memchr(buf + pos, '\n', (size_t)(len - pos));
@@ -634,7 +779,14 @@ int64_t ci_scan(const char* buf, int64_t len, int64_t pos, ci_line_t* rows, int6
         memset(row, 0, sizeof *row);
         row->start = pos;
         row->end = nl - buf + 1;
-        row->status = scan_line(buf + pos, nl, row, headers, funcs);
+        if (trusted && layout_line(buf + pos, nl, row, headers, funcs)) {
+            row->status = CI_LINE_OP;
+        } else {
+            memset(row, 0, sizeof *row);
+            row->start = pos;
+            row->end = nl - buf + 1;
+            row->status = scan_line(buf + pos, nl, row, headers, funcs);
+        }
         pos = row->end;
     }
     *next_pos = pos;
