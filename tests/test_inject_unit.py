@@ -653,3 +653,37 @@ def test_startup_module_imports_nothing_new(inject_wheel, tmp_path):
     )
     assert out.stdout.strip() == "['comminsight_inject', 'comminsight_inject.startup']"
     assert startup.TARGET == "torch.distributed"
+
+
+# ---------------------------------------------------------------------------- the protocol
+
+
+def metadata_lines() -> list[dict]:
+    """Lines Inject wrote on 2xH200 (torch 2.11) and lines written here."""
+    results = ROOT / "bench" / "gpu" / "inject_results_2026-11-30-h200x2"
+    lines = []
+    for path in sorted(results.glob("metadata_*.jsonl")):
+        lines += [json.loads(x) for x in path.read_text().splitlines()]
+    return lines
+
+
+def test_metadata_lines_follow_the_inject_metadata_protocol(tmp_path):
+    import jsonschema
+    import msgspec
+
+    from comminsight_gen.models.inject_metadata_v1 import InjectMetadata
+
+    schema = json.loads(
+        (ROOT / "protocols/inject-metadata/v1/inject-metadata.schema.json").read_text()
+    )
+    sink = MetadataFile(tmp_path, {"inject_version": "0.1.0", "rank": None}, pid=7, host="h")
+    sink.write("step", rank=0, optimizer="SGD", index=0)
+    sink.close()
+    written = [json.loads(x) for x in sink.path.read_text().splitlines()]
+    lines = metadata_lines() + written
+    assert {x["kind"] for x in lines} == {"process", "group", "step"}
+    for line in lines:
+        jsonschema.validate(line, schema)
+        msgspec.convert(line, InjectMetadata)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**written[0], "naming": "guessed"}, schema)

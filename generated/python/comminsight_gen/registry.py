@@ -28,6 +28,7 @@ PROTOCOLS: tuple[ProtocolInfo, ...] = (
     ProtocolInfo("step-summary", 1, "json-schema", "live", "engine", ("agent", "users", ), "One record per recovered training Step per GPU.", "protocols/step-summary/v1/step-summary.schema.json"),
     ProtocolInfo("semantic-engine", 1, "json-schema", "live", "users (templates), engine (checkpoints)", ("engine", ), "Step templates (YAML data) and engine checkpoints.", "protocols/semantic-engine/v1/semantic-engine.schema.json"),
     ProtocolInfo("hang-report", 1, "json-schema", "live", "agent", ("users", "master", ), "One hang diagnosis with verdict, culprits and evidence.", "protocols/hang-report/v1/hang-report.schema.json"),
+    ProtocolInfo("inject-metadata", 1, "json-schema", "live", "inject", ("users", "bench", ), "Process groups, their communicator names and optional step markers, from Inject (metadata/inject/).", "protocols/inject-metadata/v1/inject-metadata.schema.json"),
     ProtocolInfo("agent-master-api", 1, "openapi", "live", "agent", ("cli", "users", ), "HTTP/JSON Agent Master API (OpenAPI 3.1); external schema refs are bundled.", "protocols/agent-master-api/v1/agent-master-api.openapi.yaml"),
     ProtocolInfo("agent-master-slave", 1, "protobuf", "live", "slave agent", ("master agent", ), "gRPC service through which slave Agents stream node state to the master.", "protocols/agent-master-slave/v1/comminsight_gen/agent_master_slave/v1/agent_master_slave.proto"),
 )
