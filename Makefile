@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 
-.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine build-engine
+.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-master-scale build-engine
 .PHONY: all build venv generate verify-generated check-schemas headers test test-contract \
         test-unit lint bench demo install clean
 
@@ -146,6 +146,10 @@ bench-agent: $(VENV_STAMP) build-profiler $(ENGINE_SO)
 ## bench-engine: the Semantic Engine's offline parse + step recovery on one core (budget >= 1 M records/s)
 bench-engine: $(VENV_STAMP) build-profiler $(ENGINE_SO)
 	$(VPY) bench/engine_parse.py
+
+## bench-master-scale: one master Agent fed by simulated slaves (64 and 256 nodes x 8 ranks): CPU, memory, fault-to-verdict
+bench-master-scale: $(VENV_STAMP)
+	$(VPY) bench/master_scale.py
 
 ## bench-profiler: the Profiler's hot path over an empty plugin (DESIGN §8: <= 150 ns)
 bench-profiler: $(VENV_STAMP) build-profiler
