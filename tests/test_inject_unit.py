@@ -687,3 +687,63 @@ def test_metadata_lines_follow_the_inject_metadata_protocol(tmp_path):
         msgspec.convert(line, InjectMetadata)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**written[0], "naming": "guessed"}, schema)
+
+
+# ---------------------------------------------------------------------------- split_group
+
+
+def split_world(parent_options=None, rank=1, group_desc="default_pg"):
+    """Fakes of what plan_split reads: the default group bound to cuda:<rank>, its backend."""
+    c10d = fake_c10d()
+    backend = types.SimpleNamespace(
+        options=parent_options or c10d.ProcessGroupNCCL.Options(), comm_split_count=lambda: 3
+    )
+    default = types.SimpleNamespace(
+        rank=lambda: rank,
+        group_desc=group_desc,
+        bound_device_id=types.SimpleNamespace(type="cuda", index=rank),
+        _get_backend=lambda device: backend,
+    )
+    c10d._get_default_group = lambda: default
+    c10d._process_group_name = lambda ranks, use_hashed_name: "h" + "".join(map(str, ranks))
+    c10d.get_process_group_ranks = lambda pg: [10, 11, 12, 13]  # parent rank -> global rank
+    torch = types.SimpleNamespace(device=lambda kind: kind)
+    return c10d, torch, backend
+
+
+def test_split_plan_names_a_copy_of_the_parents_options_like_torch():
+    c10d, torch, parent_backend = split_world()
+    nccl_config.set_comm_name(parent_backend.options, "default_pg:0")  # named by Inject
+    args = {"split_ranks": [[0, 2], [3, 1]]}
+    plan = group_naming.plan_split(c10d, torch, args)
+    assert (plan.group_name, plan.group_desc) == ("h13", "default_pg:split:3")
+    assert (plan.comm_name, plan.naming) == ("default_pg:split:3:h13", nccl_config.TORCH_OPTION)
+    assert (plan.group_rank, plan.group_size, plan.global_ranks) == (0, 2, [11, 13])
+    assert args["pg_options"] is not parent_backend.options  # torch's own deep copy
+    assert args["pg_options"].config.comm_name == "default_pg:split:3:h13"
+    assert parent_backend.options.config.comm_name == "default_pg:0"  # the parent keeps its name
+
+
+def test_split_plan_keeps_a_users_name_inherited_from_the_parent():
+    c10d, torch, parent_backend = split_world()
+    parent_backend.options.config.comm_name = "users-parent"
+    args = {"split_ranks": [[1]]}
+    plan = group_naming.plan_split(c10d, torch, args)
+    assert plan.naming == nccl_config.USER_NAMED
+    assert "pg_options" not in args  # torch makes the same copy itself
+
+
+def test_split_plan_uses_the_given_description_and_options():
+    c10d, torch, _ = split_world()
+    mine = c10d.ProcessGroupNCCL.Options()
+    args = {"split_ranks": [[1]], "pg_options": mine, "group_desc": "mesh_tp"}
+    plan = group_naming.plan_split(c10d, torch, args)
+    assert plan.comm_name == "mesh_tp:h1" and args["pg_options"] is mine
+    assert mine.config.comm_name == "mesh_tp:h1"
+
+
+def test_split_plan_is_none_for_a_rank_in_no_split():
+    c10d, torch, _ = split_world(rank=3)
+    args = {"split_ranks": [[0, 1]]}
+    assert group_naming.plan_split(c10d, torch, args) is None
+    assert "pg_options" not in args
