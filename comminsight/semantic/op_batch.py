@@ -9,11 +9,13 @@ one op as an `EngineOp` where a single op is wanted (a Step's first op, trace ex
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
+from comminsight.semantic import native
 from comminsight.semantic.native import NONE
 from comminsight.semantic.ops import EngineOp
 
@@ -76,41 +78,86 @@ INT_COLUMNS = (
 COLUMNS = INT_COLUMNS + ("busbw",)
 
 
+class LazyColumns(Mapping):
+    """Columns made on first use (a gather or a concatenation of other batches' columns):
+    the engine reorders and slices whole batches, but reads only some columns of each."""
+
+    __slots__ = ("_make", "_made")
+
+    def __init__(self, make: Callable[[str], np.ndarray]) -> None:
+        self._make = make
+        self._made: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        column = self._made.get(name)
+        if column is None:
+            column = self._made[name] = self._make(name)
+        return column
+
+    def __setitem__(self, name: str, column: np.ndarray) -> None:
+        self._made[name] = column
+
+    def __iter__(self):
+        return iter(COLUMNS)
+
+    def __len__(self) -> int:
+        return len(COLUMNS)
+
+
 class OpBatch:
     """n ops of one GPU in columns (all int64 but busbw). end_mono is NONE for ops without a
     monotonic clock (NVIDIA logs; start_mono is then None too), peer and ring_seq NONE when
     absent. order is the input order of the op's position (checkpoints), arrival the
     engine's arrival counter."""
 
-    __slots__ = ("cols", "comms", "segments")
+    __slots__ = ("cols", "comms", "segments", "n", "_shapes")
 
-    def __init__(self, cols: dict[str, np.ndarray], comms: CommTable, segments: SegmentTable):
+    def __init__(
+        self,
+        cols: dict[str, np.ndarray] | LazyColumns,
+        comms: CommTable,
+        segments: SegmentTable,
+        n: int | None = None,
+    ) -> None:
         self.cols = cols
         self.comms = comms
         self.segments = segments
+        self.n = len(cols["seq"]) if n is None else n
+        self._shapes = None
 
     @classmethod
     def empty(cls, comms: CommTable, segments: SegmentTable) -> OpBatch:
         cols = {c: np.empty(0, np.int64) for c in INT_COLUMNS}
         cols["busbw"] = np.empty(0, np.float64)
-        return cls(cols, comms, segments)
+        return cls(cols, comms, segments, 0)
 
     def __len__(self) -> int:
-        return len(self.cols["seq"])
+        return self.n
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.cols[name]
 
     def take(self, idx) -> OpBatch:
-        return OpBatch({k: v[idx] for k, v in self.cols.items()}, self.comms, self.segments)
+        """The ops at `idx` (an index array or a slice), columns gathered when used."""
+        cols = self.cols
+        if isinstance(idx, slice):
+            n = len(range(*idx.indices(self.n)))
+        else:
+            n = len(idx)
+        return OpBatch(LazyColumns(lambda name: cols[name][idx]), self.comms, self.segments, n)
 
     def concat(self, other: OpBatch) -> OpBatch:
         if not len(other):
             return self
         if not len(self):
             return other
-        cols = {k: np.concatenate((v, other.cols[k])) for k, v in self.cols.items()}
-        return OpBatch(cols, self.comms, self.segments)
+        a, b = self.cols, other.cols
+        return OpBatch(
+            LazyColumns(lambda name: np.concatenate((a[name], b[name]))),
+            self.comms,
+            self.segments,
+            self.n + other.n,
+        )
 
     def comm(self, i: int) -> Comm:
         return self.comms.comms[int(self.cols["comm"][i])]
@@ -172,23 +219,10 @@ class OpBatch:
     def shapes(self) -> tuple[np.ndarray, np.ndarray]:
         """The distinct op shapes (communicator, function, size, peer): (the index of one op
         of each shape, each op's shape number). Roles depend on the shape only."""
-        c = self.cols
-        n = len(self)
-        if not n:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        keys = (c["peer"], c["size"], c["func"], c["comm"])
-        order = np.lexsort(keys)
-        new = np.ones(n, bool)
-        if n > 1:
-            diff = np.zeros(n - 1, bool)
-            for k in keys:
-                sk = k[order]
-                diff |= sk[1:] != sk[:-1]
-            new[1:] = diff
-        shape_sorted = np.cumsum(new) - 1
-        inverse = np.empty(n, np.int64)
-        inverse[order] = shape_sorted
-        return order[new], inverse
+        if self._shapes is None:
+            c = self.cols
+            self._shapes = native.shapes(c["comm"], c["func"], c["peer"], c["size"])
+        return self._shapes
 
 
 def from_engine_ops(ops: list[EngineOp], comms: CommTable, segments: SegmentTable) -> OpBatch:

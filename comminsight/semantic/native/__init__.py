@@ -46,6 +46,8 @@ int64_t ci_place(int64_t n, const uint8_t* dec, const int32_t* role, int32_t nro
                  const int64_t* lost, const int64_t* end_real, const int64_t* end_mono,
                  int32_t open_in, ci_step_t* steps, int64_t* role_count, int64_t* role_time,
                  int64_t* role_bytes, int64_t* role_max, double* role_bw, int64_t* step_of);
+int64_t ci_shapes(int64_t n, const int64_t* comm, const int64_t* func, const int64_t* peer,
+                  const int64_t* size, int64_t* shape, int64_t* first);
 """
 
 NONE = np.iinfo(np.int64).min  # an absent integer (JSON null, or no value)
@@ -239,7 +241,10 @@ def place(
         for dst, src in zip((counts, times, nbytes, maxes, bws), open_roles, strict=True):
             dst[0, : len(src)] = src
     step_of = np.empty(n, np.int64)
-    c = {k: np.ascontiguousarray(v) for k, v in cols.items()}
+    c = {
+        k: np.ascontiguousarray(cols[k])
+        for k in ("duration", "size", "busbw", "lost_before", "end_real", "end_mono")
+    }
     k = lib().ci_place(
         n,
         _ptr("uint8_t*", np.ascontiguousarray(dec, np.uint8)),
@@ -261,3 +266,18 @@ def place(
         _ptr("int64_t*", step_of),
     )
     return Placement(steps[:k], counts, times, nbytes, maxes, bws, step_of)
+
+
+def shapes(
+    comm: np.ndarray, func: np.ndarray, peer: np.ndarray, size: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(the first op of each distinct shape, each op's shape number); see ci_shapes."""
+    n = len(comm)
+    cols = [np.ascontiguousarray(a, np.int64) for a in (comm, func, peer, size)]
+    shape = np.empty(n, np.int64)
+    first = np.empty(max(1, n), np.int64)
+    k = lib().ci_shapes(n, *(_ptr("int64_t*", a) for a in cols), _ptr("int64_t*", shape),
+                        _ptr("int64_t*", first))  # fmt: skip
+    if k < 0:
+        raise MemoryError("ci_shapes")
+    return first[:k], shape

@@ -970,3 +970,41 @@ int64_t ci_place(int64_t n, const uint8_t* dec, const int32_t* role, int32_t nro
     }
     return s + (open ? 1 : 0);
 }
+
+/* ---- op shapes ------------------------------------------------------------------------------ */
+
+/* Numbers the distinct (comm, func, peer, size) of n ops in order of first appearance:
+ * shape[i] is op i's number, first[k] the first op of shape k. Returns the number of shapes,
+ * or -1 when out of memory. */
+int64_t ci_shapes(int64_t n, const int64_t* comm, const int64_t* func, const int64_t* peer,
+                  const int64_t* size, int64_t* shape, int64_t* first) {
+    uint64_t slots = 16;
+    while (slots < 2 * (uint64_t)n) slots <<= 1;
+    int64_t* table = malloc(slots * sizeof *table); /* shape number + 1, 0 when free */
+    if (!table) return -1;
+    memset(table, 0, slots * sizeof *table);
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t h = (uint64_t)comm[i] * 0x9E3779B97F4A7C15ull;
+        h = (h ^ (uint64_t)func[i]) * 0xC2B2AE3D27D4EB4Full;
+        h = (h ^ (uint64_t)peer[i]) * 0x165667B19E3779F9ull;
+        h = (h ^ (uint64_t)size[i]) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 31;
+        for (uint64_t k = h & (slots - 1);; k = (k + 1) & (slots - 1)) {
+            int64_t e = table[k];
+            if (!e) {
+                first[count] = i;
+                shape[i] = count;
+                table[k] = ++count;
+                break;
+            }
+            int64_t f = first[e - 1];
+            if (comm[f] == comm[i] && func[f] == func[i] && peer[f] == peer[i] && size[f] == size[i]) {
+                shape[i] = e - 1;
+                break;
+            }
+        }
+    }
+    free(table);
+    return count;
+}
