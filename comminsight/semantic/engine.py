@@ -1,7 +1,7 @@
 """The Semantic Engine for one GPU: batches of completed ops in, step-summary records out.
 
 Ops arrive in completion order and are put back in issue order (native.reorder, a bounded
-window: see ops.ReorderBuffer for the rule). Until the engine knows how to cut this GPU's
+window: see ops for the rule). Until the engine knows how to cut this GPU's
 stream into Steps it keeps them (selection "pending") and, every PROBE_CHUNK ops, tries every
 template on what it kept: a template fits when its FSM recovers at least warm-up +
 probe_steps Steps from it, the steady ones alike, with few unexpected ops. The best fit

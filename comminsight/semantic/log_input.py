@@ -119,6 +119,8 @@ class _Line(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(_Line)
+# what decoding a line can raise: msgspec raises UnicodeDecodeError for invalid UTF-8
+BAD_JSON = (msgspec.DecodeError, UnicodeDecodeError)
 
 
 class LogPosition(NamedTuple):
@@ -226,7 +228,7 @@ class GpuLog:
         first = data[: data.find(b"\n") + 1]
         try:
             ci = _DECODER.decode(first).ci
-        except msgspec.DecodeError:
+        except BAD_JSON:
             ci = None
         if ci is None or ci.kind != "segment_start" or ci.clock is None:
             return (0, 0)
@@ -289,7 +291,7 @@ class _SegmentReader:
             line = data[start:end]
             try:
                 decoded = _DECODER.decode(line)
-            except msgspec.DecodeError as e:
+            except BAD_JSON as e:
                 problems.append(f"{path}:{line_no + 1}: not an inspector-log line: {e}")
                 continue
             ci = decoded.ci
@@ -338,7 +340,7 @@ class _SegmentReader:
         for raw in self.headers.new_entries():
             try:
                 h = msgspec.json.decode(raw, type=_Header)
-            except msgspec.ValidationError:
+            except BAD_JSON:
                 ids.append(-1)
                 continue
             ids.append(
@@ -416,7 +418,7 @@ def _seal_checksum(data: bytes) -> tuple[int, int] | None:
     start = data.rfind(b"\n", 0, len(data) - 1) + 1
     try:
         ci = _DECODER.decode(data[start:]).ci
-    except msgspec.DecodeError:
+    except BAD_JSON:
         return None
     if ci is None or ci.kind != "seal":
         return None
@@ -577,7 +579,7 @@ def nvidia_identity(path: Path) -> Identity | None:
             for _, line in zip(range(NVIDIA_PROBE_LINES), f, strict=False):
                 try:
                     decoded = _DECODER.decode(line)
-                except msgspec.DecodeError:
+                except BAD_JSON:
                     continue
                 if decoded.ci is not None:
                     return None  # a CommInsight file under another name

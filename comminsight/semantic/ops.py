@@ -2,16 +2,17 @@
 them.
 
 `EngineOp` holds what step recovery and summaries need of one Collective or P2P op, whatever
-it came from (inspector_logs lines, NVIDIA Inspector lines, SHM records). Ops complete out of
-issue order when they run on different streams, but a Step is a stretch of the issue order,
-so `ReorderBuffer` restores it over a bounded window: an op is released once WINDOW later
-ops have arrived, smallest issue time first. The release rule depends only on what the buffer
-holds, so re-reading the same input from a checkpoint reproduces the same releases.
+it came from (inspector_logs lines, NVIDIA Inspector lines, SHM records); the engine works
+on batches of them in columns (op_batch.OpBatch), and `EngineOp` is one op of a batch where a
+single op is wanted. Ops complete out of issue order when they run on different streams, but
+a Step is a stretch of the issue order, so the engine restores it over a bounded window
+(native.reorder): an op is released once WINDOW later ops have arrived, smallest (issue
+time, arrival) first. The release rule depends only on what the window holds, so re-reading
+the same input from a checkpoint reproduces the same releases.
 """
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 # More than the ops one process can have in flight at once across its streams.
@@ -47,39 +48,3 @@ class EngineOp:
     def key(self) -> tuple:
         """What repeats from one Step to the next: where, what and how big."""
         return (self.comm_id, self.func, self.size_bytes)
-
-
-class ReorderBuffer:
-    """Ops sorted by (issue time, arrival); most arrive in order and are appended, the few
-    that complete out of order are inserted at their place."""
-
-    def __init__(self, window: int = WINDOW) -> None:
-        self.window = window
-        self._ops: list[tuple[int, int, EngineOp]] = []
-        self._arrivals = 0
-
-    def __len__(self) -> int:
-        return len(self._ops)
-
-    def push(self, op: EngineOp) -> list[EngineOp]:
-        """Add an op; the ops it releases, in issue order."""
-        op.arrival = self._arrivals
-        self._arrivals += 1
-        item = (op.issue_ns, op.arrival, op)
-        ops = self._ops
-        if not ops or item[0] >= ops[-1][0]:
-            ops.append(item)
-        else:
-            bisect.insort(ops, item)
-        if len(ops) > self.window:
-            return [ops.pop(0)[2]]
-        return []
-
-    def drain(self) -> list[EngineOp]:
-        """Every op still held, in issue order (end of input)."""
-        out = [item[2] for item in self._ops]
-        self._ops.clear()
-        return out
-
-    def held(self) -> list[EngineOp]:
-        return [item[2] for item in self._ops]

@@ -91,7 +91,8 @@ def medians(
         if len(part):  # the first Steps of a run: windows not yet full, NaN-padded
             cols = np.arange(width)
             take = start[part, None] + cols
-            rows = np.where(cols < size[part, None], series[np.minimum(take, len(series) - 1)], np.nan)
+            values = series[np.minimum(take, len(series) - 1)]
+            rows = np.where(cols < size[part, None], values, np.nan)
             rows.sort(axis=1)  # NaN last
             n = size[part]
             lo, hi = rows[np.arange(len(part)), (n - 1) // 2], rows[np.arange(len(part)), n // 2]
@@ -207,8 +208,7 @@ class _Anomalies:
             found.append(
                 Anomaly(
                     kind=AnomalyKind.records_lost,
-                    description=f"{lost} op records were lost inside the step; its totals "
-                    "are low",
+                    description=f"{lost} op records were lost inside the step; its totals are low",
                     value=float(lost),
                     threshold=0.0,
                     unit=AnomalyUnit.count,

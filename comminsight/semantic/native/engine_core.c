@@ -9,7 +9,8 @@
  *    only ever takes lines that Python would take the same way.
  *    The header object and the function name repeat on every line: they are interned (an
  *    index into a table of distinct byte strings) and Python decodes each distinct one once.
- * 2. ci_reorder: the ReorderBuffer's releases (a min-heap on (issue time, arrival)).
+ * 2. ci_reorder: the reorder window's releases (a min-heap on (issue time, arrival); the
+ *    rule is in semantic/ops.py).
  * 3. ci_decide: a runner's decision per op from a (state, role, where-in-cycle) table, with
  *    the cycle tracker (semantic/recovery.py, cycle.py give the meaning).
  * 4. ci_place: ops into Steps and each Step's totals, in op order with the same sequence of
@@ -17,6 +18,7 @@
  *    summaries are the same bytes whichever path made them.
  */
 #define _GNU_SOURCE /* memmem */
+#include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +267,7 @@ static int number(cur_t* c, int64_t* iv, double* dv) {
             memcpy(tmp, s, (size_t)(q - s));
             tmp[q - s] = 0;
             *dv = strtod(tmp, NULL);
+            if (*dv > DBL_MAX || *dv < -DBL_MAX) return 0; /* out of range: Python names it */
         }
     }
     if (!is_int) return NUM_FLOAT;

@@ -1,0 +1,269 @@
+"""The Semantic Engine's C core against Python references.
+
+C may leave any line to Python, but a line it takes must give exactly what the Python
+(msgspec) decoder gives: checked on real plugin logs, on the writer's layout path, and on
+thousands of randomly corrupted lines. The reorder window and the shape numbering are checked
+against plain Python versions of their rules.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+
+import msgspec
+import numpy as np
+import pytest
+from profiler_builds import builds
+
+from comminsight.semantic import native
+from comminsight.semantic.log_input import _DECODER, BAD_JSON, _float, _Header
+from comminsight.sim import SimConfig, run_simulation
+
+
+@pytest.fixture(scope="module")
+def segments(tmp_path_factory):
+    home = tmp_path_factory.mktemp("native")
+    sim = run_simulation(
+        SimConfig(
+            plugin=str(builds()["plain"].path),
+            home=str(home),
+            workload="tp-pp-dp",
+            ranks=4,
+            steps=4,
+            time_scale=0.02,
+            env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
+        )
+    )
+    assert not sim.errors
+    paths = sorted((home / "inspector_logs").glob("*.jsonl"))
+    assert paths
+    return [p.read_bytes() for p in paths]
+
+
+def expected(line: bytes):
+    """What the Python decoder makes of an op line, in the C row's terms; None when Python
+    does not take it as a CommInsight op line (or cannot decode it)."""
+    try:
+        decoded = _DECODER.decode(line)
+    except BAD_JSON:
+        return None
+    ci, h = decoded.ci, decoded.header
+    if ci is None or h is None:
+        return None
+    if ci.kind == "coll" and decoded.coll_perf is not None:
+        p = decoded.coll_perf
+        func, seq, size, exec_us, bw, timing, peer = (
+            p.coll, p.coll_sn, p.coll_msg_size_bytes, p.coll_exec_time_us, p.coll_busbw_gbs,
+            p.coll_timing_source, None,
+        )  # fmt: skip
+    elif ci.kind == "p2p" and decoded.p2p_perf is not None:
+        p = decoded.p2p_perf
+        func, seq, size, exec_us, bw, timing, peer = (
+            p.p2p, p.p2p_sn, p.p2p_msg_size_bytes, p.p2p_exec_time_us, p.p2p_busbw_gbs,
+            p.p2p_timing_source, p.p2p_peer,
+        )  # fmt: skip
+    else:
+        return None
+    none = native.NONE
+
+    def opt(v):
+        return none if v is None else v
+
+    return {
+        "kind": 0 if ci.kind == "coll" else 1,
+        "header": h,
+        "func": func,
+        "seq": seq,
+        "size": size,
+        "peer": opt(peer),
+        "exec_us": float(exec_us),
+        "busbw": _float(bw),  # absent, null or a string ("nan"): 0
+        "kernel_timing": timing == "kernel_gpu",
+        "ring_seq": opt(ci.ring_seq),
+        "host_start": opt(ci.host_start_mono_ns),
+        "host_complete": opt(ci.host_complete_mono_ns),
+        "gpu_start": opt(ci.gpu_start_globaltimer_ns),
+        "gpu_stop": opt(ci.gpu_stop_globaltimer_ns),
+    }
+
+
+def got(row, headers: list[bytes], funcs: list[bytes]):
+    header = headers[row["header"]]
+    return {
+        "kind": int(row["kind"]),
+        "header": msgspec.json.decode(header, type=_Header),
+        "func": funcs[row["func"]].decode(),
+        "seq": int(row["seq"]),
+        "size": int(row["size"]),
+        "peer": int(row["peer"]),
+        "exec_us": float(row["exec_us"]),
+        "busbw": float(row["busbw"]),
+        "kernel_timing": bool(row["kernel_timing"]),
+        "ring_seq": int(row["ring_seq"]),
+        "host_start": int(row["host_start"]),
+        "host_complete": int(row["host_complete"]),
+        "gpu_start": int(row["gpu_start"]),
+        "gpu_stop": int(row["gpu_stop"]),
+    }
+
+
+class Scanner:
+    def __init__(self) -> None:
+        self.headers = native.InternTable()
+        self.funcs = native.InternTable()
+        self.header_bytes: list[bytes] = []
+        self.func_bytes: list[bytes] = []
+
+    def scan(self, data: bytes, trusted: bool) -> np.ndarray:
+        rows, _ = native.scan(data, 0, self.headers, self.funcs, trusted)
+        self.header_bytes += self.headers.new_entries()
+        self.func_bytes += self.funcs.new_entries()
+        return rows
+
+
+def check_line(scanner: Scanner, line: bytes, row, trusted: bool = False) -> bool:
+    """Whether C took the line; when it did, its row must be Python's reading. In a trusted
+    segment (seal checksum matched) the writer's layout path skips what it does not use, so
+    a line made invalid there could be taken; the checksum rules such lines out."""
+    want = expected(line)
+    if row["status"] != native.LINE_OP:
+        return False
+    try:  # log_input sends lines whose interned header the schema refuses to Python
+        msgspec.json.decode(scanner.header_bytes[row["header"]], type=_Header)
+    except BAD_JSON:
+        return False
+    if want is None and trusted:
+        return True
+    assert want is not None, f"C took a line Python does not: {line!r}"
+    have = got(row, scanner.header_bytes, scanner.func_bytes)
+    assert have == want, line
+    return True
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["walked", "writer-layout"])
+def test_every_op_line_of_real_logs_reads_as_python_reads_it(segments, trusted):
+    taken = ops = 0
+    for data in segments:
+        scanner = Scanner()
+        rows = scanner.scan(data, trusted)
+        lines = data.split(b"\n")[: len(rows)]
+        for line, row in zip(lines, rows, strict=True):
+            ops += expected(line + b"\n") is not None
+            taken += check_line(scanner, line + b"\n", row)
+    assert ops > 300
+    assert taken == ops  # the writer's lines are all taken by C (no fallback needed)
+
+
+def test_the_layout_path_and_the_walker_give_the_same_rows(segments):
+    for data in segments:
+        walked = Scanner().scan(data, trusted=False)
+        laid = Scanner().scan(data, trusted=True)
+        assert walked.tobytes() == laid.tobytes()
+
+
+MUTATIONS = b'"\\{}[],:0123456789.-+eE tfnul\x00\x1f\x7f\x80\xff'
+
+
+def mutate(rng: random.Random, line: bytes) -> bytes:
+    b = bytearray(line)
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(len(b))
+        what = rng.random()
+        if what < 0.4:
+            b[i] = rng.choice(MUTATIONS)
+        elif what < 0.7:
+            del b[i]
+        else:
+            b.insert(i, rng.choice(MUTATIONS))
+    return bytes(b).replace(b"\n", b" ")
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["walked", "writer-layout"])
+def test_corrupted_lines_are_taken_only_when_python_reads_them_the_same(segments, trusted):
+    """A corrupted line in a segment whose seal matched cannot happen (the checksum would not
+    match); even so, wherever Python reads such a line the layout path reads it the same."""
+    rng = random.Random(20261130)
+    ops = [line for data in segments for line in data.split(b"\n") if expected(line) is not None]
+    taken = refused = 0
+    for _ in range(4000):
+        line = mutate(rng, rng.choice(ops))
+        scanner = Scanner()
+        rows = scanner.scan(line + b"\n", trusted)
+        assert len(rows) == 1
+        if check_line(scanner, line + b"\n", rows[0], trusted):
+            taken += 1
+        else:
+            refused += 1
+    assert taken > 100 and refused > 1000  # both outcomes were exercised
+
+
+def test_lines_with_spaces_escapes_or_other_key_orders_fall_back_to_the_walker(segments):
+    line = next(
+        line
+        for data in segments
+        for line in data.split(b"\n")
+        if (e := expected(line)) is not None and e["kind"] == 0
+    )
+    variants = [
+        line.replace(b'":', b'": '),  # whitespace: not the writer's layout, still JSON
+        line.replace(b'"ci":{"kind":"coll",', b'"ci":{"schema_version":1,"kind":"coll",', 1),
+        line.replace(b'"coll_sn":', b'"extra":[1,{"a":"\\"}"}],"coll_sn":', 1),
+    ]
+    for variant in variants:
+        assert variant != line
+        for trusted in (False, True):
+            scanner = Scanner()
+            rows = scanner.scan(variant + b"\n", trusted)
+            assert check_line(scanner, variant + b"\n", rows[0])  # taken: Python's values
+
+
+class ReorderReference:
+    """The reorder rule in plain Python: sorted by (issue, arrival); each op past the window
+    releases the smallest."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.held: list[tuple[int, int]] = []
+
+    def push(self, issue: int, arrival: int) -> list[int]:
+        bisect.insort(self.held, (issue, arrival))
+        if len(self.held) > self.window:
+            return [self.held.pop(0)[1]]
+        return []
+
+
+def test_reorder_releases_as_the_rule_says_across_batches():
+    rng = np.random.default_rng(7)
+    window = 16
+    ref = ReorderReference(window)
+    issue = np.cumsum(rng.integers(0, 5, 3000)) + rng.integers(-40, 40, 3000)
+    arrival = np.arange(3000)
+    expected_out = [a for i, a in zip(issue.tolist(), arrival.tolist(), strict=True)
+                    for a in ref.push(i, a)]  # fmt: skip
+    got_out: list[int] = []
+    held = np.empty(0, np.int64)
+    for lo in range(0, 3000, 700):  # batches, the held ops carried over
+        idx = np.concatenate((held, arrival[lo : lo + 700]))
+        released, keep = native.reorder(issue[idx], arrival[idx], len(held), window)
+        got_out += idx[released].tolist()
+        held = idx[keep]
+    assert got_out == expected_out
+    assert sorted(held.tolist()) == sorted(a for _, a in ref.held)
+
+
+def test_shapes_number_distinct_ops_in_order_of_first_appearance():
+    rng = np.random.default_rng(3)
+    n = 5000
+    cols = [rng.integers(0, k, n) for k in (3, 4, 5, 2)]
+    cols[2] = np.where(cols[2] == 0, native.NONE, cols[2])  # peers: some absent
+    first, shape = native.shapes(*cols)
+    numbers: dict[tuple, int] = {}
+    for i, key in enumerate(zip(*(c.tolist() for c in cols), strict=True)):
+        k = numbers.setdefault(key, len(numbers))
+        assert shape[i] == k
+        if k == len(numbers) - 1 and i == first[k]:
+            pass
+    assert len(first) == len(numbers)
+    for k, i in enumerate(first.tolist()):
+        assert numbers[tuple(int(c[i]) for c in cols)] == k
