@@ -1,12 +1,15 @@
 """Semantic Engine offline: parse inspector_logs and recover Steps, on one core.
 
-The logs are real: a simulated tensor + pipeline + data parallel run (8 ranks) drives the real
-plugin (dist/libnccl-profiler-comminsight.so), whose writer thread produces the segments the
-engine reads in production. The measured work is `recover_steps` exactly as `comminsight steps`
-runs it, without output files: read and decode every line, restore issue order, select a
+The logs are real: a simulated tensor + pipeline + data parallel run (8 ranks, 28 ops per
+Step) drives the real plugin (dist/libnccl-profiler-comminsight.so), whose writer thread
+produces the segments the engine reads in production (about 900 bytes of JSON per op). The
+measured work is `recover_steps` exactly as `comminsight steps` runs it, without output files:
+read every segment and check its seal, decode every line, restore issue order, select a
 template, place every op into Steps, build the summaries. records_per_s = op records consumed
-per second of this thread's CPU time (the median of --repeat runs); decode_records_per_s is
-the JSON decoding alone, for scale.
+per second of this thread's CPU time (the median of --repeat runs). For scale, on the same
+logs: parse_records_per_s is the input side alone (read, seal check, decode into columns),
+msgspec_records_per_s a full msgspec decode of every line (the pure-Python reader's floor),
+and us_per_step the rest of recover_steps per Step recovered.
 
 DESIGN budget: >= 1 M records/s.
 Prints JSON lines {"bench","metric","value","unit"}.
@@ -37,9 +40,13 @@ def emit(metric: str, value: float, unit: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--logs", help="measure these inspector_logs instead of generating them")
     args = ap.parse_args()
+    if args.logs:
+        measure(Path(args.logs), args.repeat)
+        return
     if not PLUGIN.exists():
         sys.exit(f"engine_parse: {PLUGIN} is missing; run `make build-profiler`")
     with tempfile.TemporaryDirectory(prefix="ci-engine-bench-") as tmp:
@@ -56,26 +63,41 @@ def main() -> None:
         )
         if sim.errors:
             sys.exit(f"engine_parse: the simulation failed: {sim.errors}")
-        logs = Path(tmp) / "inspector_logs"
-        rates, ops, steps = [], 0, 0
-        for _ in range(args.repeat):
-            t0 = time.thread_time()
-            result = recover_steps(logs)
-            cpu = time.thread_time() - t0
-            ops, steps = result.ops, sum(len(g.summaries) for g in result.gpus)
-            rates.append(ops / cpu)
-        lines = 0
+        measure(Path(tmp) / "inspector_logs", args.repeat)
+
+
+def measure(logs: Path, repeat: int) -> None:
+    rates, cpus, ops, steps = [], [], 0, 0
+    for _ in range(repeat):
         t0 = time.thread_time()
-        for log in read_gpu_logs(logs)[0]:
-            for path in log.segments:
-                for line in path.read_bytes().splitlines():
-                    _DECODER.decode(line)
-                    lines += 1
-        decode_cpu = time.thread_time() - t0
+        result = recover_steps(logs)
+        cpu = time.thread_time() - t0
+        ops, steps = result.ops, sum(len(g.summaries) for g in result.gpus)
+        rates.append(ops / cpu)
+        cpus.append(cpu)
+    parse = []
+    for _ in range(repeat):
+        t0 = time.thread_time()
+        parsed = sum(len(b) for log in read_gpu_logs(logs)[0] for b in log.batches())
+        parse.append(time.thread_time() - t0)
+    lines = 0
+    t0 = time.thread_time()
+    for log in read_gpu_logs(logs)[0]:
+        for path in log.segments:
+            for line in path.read_bytes().splitlines():
+                _DECODER.decode(line)
+                lines += 1
+    decode_cpu = time.thread_time() - t0
     emit("records_per_s", statistics.median(rates), "records/s")
     emit("records", ops, "records")
     emit("steps_recovered", steps, "steps")
-    emit("decode_records_per_s", lines / decode_cpu, "lines/s")
+    emit("parse_records_per_s", parsed / statistics.median(parse), "records/s")
+    emit("msgspec_records_per_s", lines / decode_cpu, "lines/s")
+    emit(
+        "us_per_step",
+        (statistics.median(cpus) - statistics.median(parse)) / max(1, steps) * 1e6,
+        "us",
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ bytes out, whether the engine ran through or resumed from a checkpoint.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,8 +29,7 @@ class RoleTotals:
     max_op_time_ns: int = 0
 
 
-@dataclass(frozen=True)
-class OpId:
+class OpId(NamedTuple):  # a tuple: made three times per Step
     """Which op (step-summary OpRef)."""
 
     kind: str
@@ -39,8 +39,7 @@ class OpId:
     ring_seq: int | None = None
 
 
-@dataclass(frozen=True)
-class SlowestOp:
+class SlowestOp(NamedTuple):
     op: OpId | EngineOp
     comm_name: str | None
     role: str

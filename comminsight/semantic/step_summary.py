@@ -14,6 +14,7 @@ import functools
 from collections import deque
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from comminsight.semantic import native
@@ -189,7 +190,7 @@ class _Anomalies:
                 )
             )
         if self.any_bw_low[j]:
-            for r in np.flatnonzero(self.bw_low[j]).tolist():
+            for r in np.flatnonzero(self.bw_low[j]).tolist():  # few Steps: bandwidth fell
                 median = float(self.bw_med[j, r])
                 bw = float(self.bw[j, r])
                 role = t.names[r]
@@ -272,79 +273,85 @@ def summarize(
     }
     none = native.NONE
     order = sorted(range(len(t.names)), key=lambda r: t.names[r])
-    role_rows = zip(
-        t.role_count[:, order].tolist(),
-        t.role_time[:, order].tolist(),
-        t.role_bytes[:, order].tolist(),
-        t.role_bw[:, order].tolist(),
-        strict=True,
+    names = [t.names[r] for r in order]
+    counts = t.role_count[:, order]
+    times = t.role_time[:, order]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bws = np.where(times > 0, t.role_bw[:, order] / times, 0.0)
+    counts, times, nbytes, bws = (
+        counts.tolist(), times.tolist(), t.role_bytes[:, order].tolist(), bws.tolist()
     )
-    sorted_names = [t.names[r] for r in order]
+    # each Step's roles, in name order (only those with ops)
+    present = [[r for r, n in enumerate(row) if n] for row in counts]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        step_bw = np.where(t.time_ns > 0, t.busbw_sum / t.time_ns, 0.0).tolist()
+    end_real = np.maximum(t.end_real, t.start_real).tolist()
+    start_mono, end_mono, period = t.start_mono.tolist(), t.end_mono.tolist(), t.period.tolist()
+    micro = t.micro.tolist() if micro_steps else None
     columns = zip(
         t.index,
         t.warmup.tolist(),
         t.start_real.tolist(),
-        t.end_real.tolist(),
-        t.start_mono.tolist(),
-        t.end_mono.tolist(),
+        end_real,
         durations.tolist(),
         t.op_count.tolist(),
         t.total_bytes.tolist(),
         t.time_ns.tolist(),
-        t.busbw_sum.tolist(),
-        t.micro.tolist(),
-        t.period.tolist(),
+        step_bw,
+        t.first_op,
+        t.last_op,
+        t.slowest,
+        recoveries,
         strict=True,
     )
+    host, rank = gpu.host, gpu.global_rank
     out = []
-    for j, (row, roles, recovery) in enumerate(zip(columns, role_rows, recoveries, strict=True)):
-        (index, warmup, start_real, end_real, start_mono, end_mono, duration, op_count,
-         total_bytes, time_ns, bw_sum, micro, period) = row  # fmt: skip
-        slow = t.slowest[j]
-        optional = dict(fixed)
-        if start_mono != none:
-            optional["start_mono_ns"] = start_mono
-        if end_mono != none:
-            optional["end_mono_ns"] = end_mono
-        if micro_steps:
-            optional["micro_step_count"] = micro
-        if period != none:
-            optional["period_ns"] = period
-        out.append(
+    append = out.append
+    for j, row in enumerate(columns):
+        (index, warmup, start_real, end_real_j, duration, op_count, total_bytes, time_ns,
+         busbw, first, last, slow, recovery) = row  # fmt: skip
+        optional = fixed.copy()
+        if start_mono[j] != none:
+            optional["start_mono_ns"] = start_mono[j]
+        if end_mono[j] != none:
+            optional["end_mono_ns"] = end_mono[j]
+        if micro is not None:
+            optional["micro_step_count"] = micro[j]
+        if period[j] != none:
+            optional["period_ns"] = period[j]
+        c, tn, b, w = counts[j], times[j], nbytes[j], bws[j]
+        op = slow.op
+        append(
             StepSummary(
-                schema_version=1,
-                host=gpu.host,
-                global_rank=gpu.global_rank,
-                step_index=index,
-                start_real_ns=start_real,
-                end_real_ns=max(end_real, start_real),
-                duration_ns=duration,
-                op_count=op_count,
-                warmup=warmup,
-                total_bytes=total_bytes,
-                total_op_time_ns=time_ns,
-                busbw_gbs=_bw(bw_sum, time_ns),
-                roles=[
-                    RoleStats(role=name, op_count=n, time_ns=tn, bytes=b, busbw_gbs=_bw(w, tn))
-                    for name, n, tn, b, w in zip(sorted_names, *roles, strict=True)
-                    if n
-                ],
-                slowest_op=SummarySlowestOp(
-                    kind=_OP_CLASS[slow.op.kind],
-                    func=slow.op.func,
-                    seq=slow.op.seq,
-                    comm_id=slow.op.comm_id,
-                    role=slow.role,
-                    duration_ns=slow.duration_ns,
-                    size_bytes=slow.size_bytes,
-                    busbw_gbs=slow.busbw_gbs,
-                    **({"comm_name": slow.comm_name} if slow.comm_name else {}),
+                1,
+                host,
+                rank,
+                index,
+                start_real,
+                end_real_j,
+                duration,
+                op_count,
+                warmup,
+                total_bytes,
+                time_ns,
+                busbw,
+                [RoleStats(names[r], c[r], tn[r], b[r], w[r]) for r in present[j]],
+                SummarySlowestOp(
+                    _OP_CLASS[op.kind],
+                    op.func,
+                    op.seq,
+                    op.comm_id,
+                    slow.role,
+                    slow.duration_ns,
+                    slow.size_bytes,
+                    slow.busbw_gbs,
+                    slow.comm_name or msgspec.UNSET,
                 ),
-                first_op=op_ref(t.first_op[j]),
-                last_op=op_ref(t.last_op[j]),
-                anomalies=anomalies.of(t, j, max_unexpected),
-                recovery=recovery,
-                produced_by=producer,
+                op_ref(first),
+                op_ref(last),
+                anomalies.of(t, j, max_unexpected),
+                recovery,
+                producer,
                 **optional,
             )
         )
