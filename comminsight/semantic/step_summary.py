@@ -279,7 +279,10 @@ def summarize(
     with np.errstate(divide="ignore", invalid="ignore"):
         bws = np.where(times > 0, t.role_bw[:, order] / times, 0.0)
     counts, times, nbytes, bws = (
-        counts.tolist(), times.tolist(), t.role_bytes[:, order].tolist(), bws.tolist()
+        counts.tolist(),
+        times.tolist(),
+        t.role_bytes[:, order].tolist(),
+        bws.tolist(),
     )
     # each Step's roles, in name order (only those with ops)
     present = [[r for r, n in enumerate(row) if n] for row in counts]
