@@ -2,7 +2,9 @@
 (`steps <logs>` and `trace <logs>` run the Semantic Engine offline: cli_semantic).
 
 These commands talk to a running agent only through the generated `comminsight_client`
-(agent-master-api v1), so they see exactly what any other API user sees. Tables by default,
+(agent-master-api v1), so they see exactly what any other API user sees. `status` against a
+master shows the whole job: every node and its agent's state, the processes of each node and
+the communicators that span nodes. Tables by default,
 `--json` for the response bodies as the API sent them. Exit status: 0 when the agent answered,
 1 when it could not be reached or answered with an error (named on stderr).
 """
@@ -24,7 +26,7 @@ from comminsight_client import Client
 from comminsight_client.api.communicators import list_communicators
 from comminsight_client.api.hangs import get_hang, list_hangs
 from comminsight_client.api.health import get_health
-from comminsight_client.api.node import get_node
+from comminsight_client.api.node import get_node, list_nodes
 from comminsight_client.api.ops import list_inflight_ops
 from comminsight_client.api.steps import list_steps
 from comminsight_client.models import (
@@ -32,6 +34,7 @@ from comminsight_client.models import (
     CommunicatorView,
     Error,
     HangStatusFilter,
+    NodeStateFilter,
 )
 from comminsight_client.types import UNSET
 
@@ -149,9 +152,17 @@ def opt(value) -> str:
 def status(client: Client, args, console: Console) -> None:
     health = answer(get_health.sync_detailed(client=client)).to_dict()
     node = answer(get_node.sync_detailed(client=client)).to_dict()
+    if health["mode"] == "master":
+        job_status(client, args, console, health, node)
+        return
     if args.json:
         print_json(console, {"health": health, "node": node})
         return
+    print_health(console, health)
+    print_processes(console, node)
+
+
+def print_health(console: Console, health: dict) -> None:
     colour = "green" if health["status"] == "ok" else "yellow"
     console.print(
         f"agent {health['agent_version']} on [bold]{health['node_name']}[/bold] "
@@ -163,6 +174,9 @@ def status(client: Client, args, console: Console) -> None:
     )
     for reason in health["reasons"]:
         console.print(f"  [yellow]•[/yellow] {reason}")
+
+
+def print_processes(console: Console, node: dict) -> None:
     table = Table(title=f"Profiled processes on {node['node_name']}")
     for column in (
         "rank",
@@ -191,23 +205,175 @@ def status(client: Client, args, console: Console) -> None:
     console.print(table)
 
 
-def comms_cmd(client: Client, args, console: Console) -> None:
+def all_pages(fetch: Callable) -> list[dict]:
+    """Every item of a paged list endpoint; `fetch(cursor)` gets one page."""
     items, cursor = [], UNSET
     while True:
-        page = answer(
-            list_communicators.sync_detailed(
-                client=client,
-                state=CommunicatorStateFilter(args.state),
-                name_contains=args.name or UNSET,
-                view=CommunicatorView.FULL if args.full else CommunicatorView.SUMMARY,
-                limit=PAGE,
-                cursor=cursor,
-            )
-        ).to_dict()
+        page = answer(fetch(cursor)).to_dict()
         items.extend(page["items"])
         if not page["next_cursor"]:
-            break
+            return items
         cursor = page["next_cursor"]
+
+
+def list_all_communicators(client: Client, state: str, name: str | None, full: bool) -> list:
+    return all_pages(
+        lambda cursor: list_communicators.sync_detailed(
+            client=client,
+            state=CommunicatorStateFilter(state),
+            name_contains=name or UNSET,
+            view=CommunicatorView.FULL if full else CommunicatorView.SUMMARY,
+            limit=PAGE,
+            cursor=cursor,
+        )
+    )
+
+
+# ---- status of a whole job (a master) ------------------------------------------------------
+
+NODE_STATE_STYLE = {
+    "local": "green",
+    "connected": "green",
+    "stale": "yellow",
+    "disconnected": "red",
+    "rejected": "red",
+}
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5': a node of many GPUs stays one cell wide."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
+
+
+def job_processes(node: dict, comms: list[dict]) -> dict[str, list[dict]]:
+    """Processes by node name. The API lists the processes of the master's own node (/node);
+    those of other nodes appear as the ranks of their communicators (node_name, pid, rank),
+    so a remote process in no communicator is only counted (NodeSummary.processes_total)."""
+    by_node: dict[str, dict[int, dict]] = {}
+    for p in node["processes"]:
+        by_node.setdefault(p["node_name"], {})[p["pid"]] = {
+            "global_rank": p["global_rank"],
+            "local_rank": p["local_rank"],
+            "pid": p["pid"],
+            "cuda_device": p["cuda_device"],
+            "alive": p["alive"],
+            "comm_ids": set(p["comm_ids"]),
+        }
+    for c in comms:
+        for r in c["ranks"] or []:
+            proc = by_node.setdefault(r["node_name"], {}).setdefault(
+                r["pid"],
+                {
+                    "global_rank": r["global_rank"],
+                    "local_rank": r["local_rank"],
+                    "pid": r["pid"],
+                    "cuda_device": r["cuda_device"],
+                    "alive": r["alive"],
+                    "comm_ids": set(),
+                },
+            )
+            proc["comm_ids"].add(c["comm_id"])
+    return {
+        name: sorted(
+            procs.values(), key=lambda p: (p["global_rank"] is None, p["global_rank"] or 0)
+        )
+        for name, procs in by_node.items()
+    }
+
+
+def job_status(client: Client, args, console: Console, health: dict, node: dict) -> None:
+    nodes = all_pages(
+        lambda cursor: list_nodes.sync_detailed(
+            client=client, state=NodeStateFilter.ALL, limit=PAGE, cursor=cursor
+        )
+    )
+    comms = list_all_communicators(client, "all", None, full=True)
+    if args.json:
+        print_json(
+            console, {"health": health, "node": node, "nodes": nodes, "communicators": comms}
+        )
+        return
+    print_health(console, health)
+    table = Table(title=f"Nodes of the job: {len(nodes)}")
+    for column in (
+        "node",
+        "host",
+        "mode",
+        "state",
+        "processes",
+        "global ranks",
+        "last seen (ms)",
+        "batch",
+        "refusals",
+        "last refusal",
+    ):
+        table.add_column(column)
+    for n in nodes:
+        style = NODE_STATE_STYLE.get(n["state"], "white")
+        reject = n["last_reject"]
+        table.add_row(
+            n["node_name"],
+            opt(n["host"]),
+            n["mode"],
+            f"[{style}]{n['state']}[/{style}]",
+            f"{n['processes_alive']}/{n['processes_total']}",
+            rank_ranges(n["global_ranks"]),
+            opt(n["last_seen_age_ms"]),
+            opt(n["last_applied_batch_seq"]),
+            str(n["rejects_total"]),
+            f"{reject['reason']}: {reject['message']}" if reject else "-",
+        )
+    console.print(table)
+    processes = job_processes(node, comms)
+    table = Table(title="Processes per node")
+    for column in ("node", "rank", "local", "pid", "device", "alive", "communicators"):
+        table.add_column(column)
+    unlisted = []
+    for n in nodes:
+        procs = processes.get(n["node_name"], [])
+        for p in procs:
+            table.add_row(
+                n["node_name"],
+                opt(p["global_rank"]),
+                opt(p["local_rank"]),
+                str(p["pid"]),
+                opt(p["cuda_device"]),
+                "yes" if p["alive"] else "[red]no[/red]",
+                str(len(p["comm_ids"])),
+            )
+        if n["processes_total"] > len(procs):
+            unlisted.append(f"{n['node_name']}: {n['processes_total'] - len(procs)}")
+    console.print(table)
+    if unlisted:
+        console.print(
+            "processes in no communicator yet, counted but not listed (only the node's own "
+            f"agent lists them): {', '.join(unlisted)}"
+        )
+    spanning = [c for c in comms if len(c["nodes"]) > 1]
+    table = Table(title=f"Communicators spanning nodes: {len(spanning)} of {len(comms)}")
+    for column in ("comm_id", "name", "state", "ranks seen", "nodes", "in flight", "open hangs"):
+        table.add_column(column)
+    for c in spanning:
+        table.add_row(
+            c["comm_id"],
+            opt(c["name"]),
+            c["state"],
+            f"{len(c['ranks_seen'])}/{c['nranks']}",
+            ", ".join(c["nodes"]),
+            str(c["ranks_inflight"]),
+            str(len(c["open_hang_report_ids"])),
+        )
+    console.print(table)
+
+
+def comms_cmd(client: Client, args, console: Console) -> None:
+    items = list_all_communicators(client, args.state, args.name, args.full)
     if args.json:
         print_json(console, items)
         return

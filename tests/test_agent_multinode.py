@@ -1,17 +1,23 @@
 """Multi-node Agent over real gRPC and real HTTP: a master and three slaves as separate
 `comminsight-agent` processes on 127.0.0.1, six simulated ranks (two per slave home) driving
 the real plugin. The master's API shows the union of the nodes, joins the communicator that
-spans them, and diagnoses a fault on one node naming the culprit's rank and node."""
+spans them, and diagnoses a fault on one node naming the culprit's rank and node; a slave with
+a wrong token is refused and listed; `comminsight status` against the master shows it all."""
 
 from __future__ import annotations
 
+import json
+import secrets
 import threading
 
+import grpc
 import pytest
 from multinode_job import SIM_ENV, start_job, wait_until
 from test_agent_diagnosis import plugin  # noqa: F401 - fixture
+from test_cli_agent import cli
 
 from comminsight.sim import SimConfig, parse_fault, read_ground_truth, run_simulation
+from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 
 RANKS, NODES = 6, 3
 
@@ -57,10 +63,28 @@ def faulty_job(plugin, tmp_path_factory):  # noqa: F811
         )
         sim.join()
         truths = read_ground_truth(result["sim"].run_dir)
+        register_with_wrong_token(job.grpc, "intruder")
         yield job, report, truths
     finally:
         sim.join()
         job.stop()
+
+
+def register_with_wrong_token(address: str, node: str) -> None:
+    request = pb.RegisterRequest(
+        protocol_version=pb.PROTOCOL_VERSION_1,
+        node=pb.NodeIdentity(node_name=node, host="elsewhere", comminsight_home="/nowhere"),
+        stream_epoch=secrets.randbits(64) | 1,
+    )
+    with grpc.insecure_channel(address) as channel:
+        register = channel.unary_unary(
+            "/comminsight.agent_master_slave.v1.AgentMaster/Register",
+            request_serializer=None,
+            response_deserializer=None,
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            register(request.SerializeToString(), metadata=(("authorization", "Bearer nope"),))
+    assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
 
 
 def _waits_in_op_5(report) -> bool:
@@ -75,16 +99,20 @@ def test_master_lists_every_node_and_the_union_of_their_processes(faulty_job):
     job, _, truths = faulty_job
     nodes = job.master.get("/api/v1/nodes").json()
     by_name = {n["node_name"]: n for n in nodes["items"]}
-    assert sorted(by_name) == ["master", "node-0", "node-1", "node-2"]
+    assert sorted(by_name) == ["intruder", "master", "node-0", "node-1", "node-2"]
     assert by_name["master"]["state"] == "local" and by_name["master"]["mode"] == "master"
+    intruder = by_name["intruder"]
+    assert intruder["state"] == "rejected" and intruder["rejects_total"] == 1
+    assert intruder["last_reject"]["reason"] == "wrong_token" and not intruder["global_ranks"]
     for i in range(NODES):
         node = by_name[f"node-{i}"]
         assert node["state"] == "connected" and node["mode"] == "slave", node
         assert node["global_ranks"] == [2 * i, 2 * i + 1]
         assert node["last_applied_batch_seq"] >= 1 and node["rejects_total"] == 0
     health = job.master.get("/api/v1/health").json()
-    assert health["mode"] == "master" and health["nodes_total"] == 4
+    assert health["mode"] == "master" and health["nodes_total"] == 5
     assert health["nodes_connected"] == 4 and health["processes_total"] == RANKS
+    assert any("node intruder refused: wrong_token" in r for r in health["reasons"])
     # each slave answers for its own node only
     slave_nodes = job.slaves[1].get("/api/v1/nodes").json()["items"]
     assert [n["node_name"] for n in slave_nodes] == ["node-1"]
@@ -133,3 +161,38 @@ def test_a_fault_on_one_node_is_diagnosed_by_the_master_naming_rank_and_node(fau
     local = job.slaves[0].get("/api/v1/hangs", status="all").json()["items"]
     assert local, "node-0's ranks waited past the threshold"
     assert all(c["comm_rank"] in (0, 1) for r in local for c in r["culprits"]), local
+
+
+def test_status_against_the_master_shows_the_whole_job(faulty_job):
+    job, _, truths = faulty_job
+    url = f"http://{job.master.listen}"
+    out = cli("status", url=url)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "Nodes of the job: 5" in text and "Processes per node" in text
+    nodes_table = text[text.index("Nodes of the job") : text.index("Processes per node")]
+    node_rows = {
+        line.split("│")[1].strip(): line for line in nodes_table.splitlines() if "│" in line
+    }
+    assert "local" in node_rows["master"]
+    for i in range(NODES):
+        assert "connected" in node_rows[f"node-{i}"] and f"{2 * i}-{2 * i + 1}" in text
+    assert "rejected" in node_rows["intruder"] and "wrong_token" in node_rows["intruder"]
+    assert "Communicators spanning nodes: 1 of 1" in text
+    assert "node-0, node-1, node-2" in text
+    # every rank's process under its node, as the JSON says and as the sim ran them
+    data = json.loads(cli("status", "--json", url=url).stdout)
+    assert [n["node_name"] for n in data["nodes"]] == [
+        "intruder",
+        "master",
+        "node-0",
+        "node-1",
+        "node-2",
+    ]
+    (comm,) = data["communicators"]
+    placed = {(r["node_name"], r["pid"], r["global_rank"]) for r in comm["ranks"]}
+    assert placed == {(f"node-{t.rank // 2}", t.run["pid"], t.rank) for t in truths}
+    processes_table = text[text.index("Processes per node") : text.index("Communicators span")]
+    rows = [line.split("│") for line in processes_table.splitlines() if "│" in line]
+    listed = {(r[1].strip(), int(r[4])) for r in rows if r[4].strip().isdigit()}
+    assert {(node, pid) for node, pid, _ in placed} <= listed
