@@ -71,7 +71,7 @@ def template_cycles(template: CompiledTemplate, batch: OpBatch, final: bool = Fa
     codes: dict[tuple, int] = {}
     shape_code = []
     for i in first.tolist():
-        op = batch.op(i)
+        op = batch.shape(i)
         role = template.role_of(op)
         if role in template.cycle_roles:
             key = cycle_key(role, op.func, op.size_bytes)

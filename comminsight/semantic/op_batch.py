@@ -42,6 +42,19 @@ class Comm(NamedTuple):
     rank: int
 
 
+class OpShape(NamedTuple):
+    """The fields of an op that decide its role (an EngineOp has them too)."""
+
+    func: str
+    comm_id: str
+    comm_name: str | None
+    comm_nranks: int
+    comm_nnodes: int | None
+    comm_rank: int
+    peer: int | None
+    size_bytes: int
+
+
 @dataclass
 class CommTable:
     """The communicators (as this rank sees them) of one GPU's ops; a batch's `comm` column
@@ -211,6 +224,22 @@ class OpBatch:
             lost_before=int(c["lost_before"][i]),
             position=self.position(i),
             arrival=int(c["arrival"][i]),
+        )
+
+    def shape(self, i: int) -> OpShape:
+        """What a role depends on, of op i (templates.role_of reads these fields)."""
+        c = self.cols
+        comm = self.comm(i)
+        peer = int(c["peer"][i])
+        return OpShape(
+            FUNCS[int(c["func"][i])],
+            comm.comm_id,
+            comm.name,
+            comm.nranks,
+            comm.nnodes,
+            comm.rank,
+            None if peer == NONE else peer,
+            int(c["size"][i]),
         )
 
     def ops(self) -> list[EngineOp]:

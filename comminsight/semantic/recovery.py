@@ -69,7 +69,7 @@ class TemplateRunner:
         t = self.template
         roles, ckeys = [], []
         for i in first.tolist():
-            op = batch.op(i)
+            op = batch.shape(i)
             role = t.role_of(op)
             roles.append(self._codes[role])
             if self.cycle is not None and role in t.cycle_roles:

@@ -24,6 +24,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from comminsight.semantic.op_batch import OpShape
 from comminsight.semantic.ops import EngineOp
 from comminsight_gen.models.semantic_engine_v1 import FsmTransition, Template
 
@@ -48,7 +49,7 @@ class RoleRule:
     bytes_max: int | None
     peer_offsets: tuple[int, ...] | None
 
-    def matches(self, op: EngineOp) -> bool:
+    def matches(self, op: EngineOp | OpShape) -> bool:
         if FUNC_ALIASES.get(op.func, op.func) not in self.funcs:
             return False
         if self.comm_name is not None and (
@@ -89,7 +90,7 @@ class CompiledTemplate:
     def name(self) -> str:
         return self.spec.name
 
-    def role_of(self, op: EngineOp) -> str:
+    def role_of(self, op: EngineOp | OpShape) -> str:
         # a communicator's name, size and node count never change: its id stands for them
         shape = (op.comm_id, op.comm_rank, op.func, op.size_bytes, op.peer)
         role = self._cache.get(shape)
