@@ -10,6 +10,7 @@ import threading
 import time
 
 import msgspec
+import numpy as np
 from test_agent_diagnosis import plugin  # noqa: F401 - fixture
 from test_agent_restart import wait_until
 from test_agent_service import agent_process, api_get, free_port
@@ -98,3 +99,29 @@ def test_agent_killed_mid_run_resumes_its_engines_without_losing_or_repeating_a_
         assert [s.step_index for s in summaries] == list(range(len(expected)))
         assert all(s.produced_by.mode.value == "live" for s in summaries)
     assert (tmp_path / "semantics" / "step" / "engine-live.checkpoint.json").exists()
+
+
+def test_queued_batches_are_merged_per_gpu_in_order_without_crossing_a_loss():
+    from comminsight.agent.engine_hook import GpuStream
+    from comminsight.agent.semantic_hook import coalesce
+
+    a = GpuStream("n", 1, 10, 0, 0)
+    b = GpuStream("n", 2, 20, 1, 1)
+    rec = [np.arange(k * 10, k * 10 + 3) for k in range(5)]
+    items = [
+        ("ops", a, (rec[0], {1: "x"})),
+        ("ops", b, (rec[1], {})),
+        ("ops", a, (rec[2], {2: "y"})),
+        ("lost", a, 7),
+        ("ops", a, (rec[3], {})),
+        ("finished", b, None),
+        ("ops", b, (rec[4], {})),
+    ]
+    out = coalesce(items)
+    assert [(k, g.pid) for k, g, _ in out] == [
+        ("ops", 1), ("lost", 1), ("ops", 1), ("ops", 2), ("finished", 2), ("ops", 2)
+    ]  # fmt: skip
+    merged = out[0][2]
+    assert merged[0].tolist() == rec[0].tolist() + rec[2].tolist()
+    assert merged[1] == {1: "x", 2: "y"}
+    assert out[1][2] == 7 and out[2][2][0].tolist() == rec[3].tolist()

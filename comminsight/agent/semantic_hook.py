@@ -64,6 +64,30 @@ class _Gpu:
         self.saved: GpuState | None = None  # a finished process's state, carried over
 
 
+def coalesce(items: list) -> list:
+    """The queued items GPU by GPU, in order, each run of one GPU's op batches merged into
+    one: the engine's cost is mostly per batch, and GPUs are independent of each other."""
+    by_gpu: dict = {}
+    for kind, gpu, payload in items:
+        run = by_gpu.setdefault(gpu, [])
+        if kind == "ops" and run and run[-1][0] == "ops":
+            records, comms = run[-1][2]
+            records.append(payload[0])
+            comms.update(payload[1])
+        elif kind == "ops":
+            run.append(("ops", gpu, ([payload[0]], dict(payload[1]))))
+        else:
+            run.append((kind, gpu, payload))
+    out = []
+    for run in by_gpu.values():
+        for kind, gpu, payload in run:
+            if kind == "ops":
+                records, comms = payload
+                payload = (records[0] if len(records) == 1 else np.concatenate(records), comms)
+            out.append((kind, gpu, payload))
+    return out
+
+
 class SemanticEngineHook:
     name = "semantic engine"
 
@@ -149,12 +173,11 @@ class SemanticEngineHook:
                         break
                 if self._stopping:
                     return
-                item = self._items.popleft() if self._items else None
-                self._busy = item is not None
-                if item is not None and item[0] == "ops":
-                    self._queued -= len(item[2][0])
-            if item is not None:
-                kind, gpu, payload = item
+                items = list(self._items)
+                self._items.clear()
+                self._busy = bool(items)
+                self._queued -= sum(len(p[0]) for kind, _, p in items if kind == "ops")
+            for kind, gpu, payload in coalesce(items):
                 try:
                     self._handle(kind, gpu, payload)
                 except Exception:  # one GPU's bad data must not stop the others

@@ -55,7 +55,6 @@ def _opt(**values) -> dict:
 
 
 def _op_ref(op) -> se.OpRef:
-    """An OpId or an EngineOp (both have kind, comm_id, seq, func, ring_seq)."""
     return se.OpRef(
         kind=se.OpClass(op.kind),
         comm_id=op.comm_id,

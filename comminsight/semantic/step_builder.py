@@ -17,7 +17,6 @@ import numpy as np
 
 from comminsight.semantic import native
 from comminsight.semantic.op_batch import FUNCS, KINDS, OpBatch
-from comminsight.semantic.ops import EngineOp
 
 
 @dataclass
@@ -40,7 +39,7 @@ class OpId(NamedTuple):  # a tuple: made three times per Step
 
 
 class SlowestOp(NamedTuple):
-    op: OpId | EngineOp
+    op: OpId
     comm_name: str | None
     role: str
     duration_ns: int
@@ -54,10 +53,10 @@ class OpenStep:
 
     step_index: int
     warmup: bool
-    first_op: OpId | EngineOp  # an op id once restored from a checkpoint; the op itself else
+    first_op: OpId
     start_mono_ns: int | None
     start_real_ns: int
-    last_op: OpId | EngineOp
+    last_op: OpId
     end_mono_ns: int | None = None
     end_real_ns: int = 0
     op_count: int = 0
@@ -151,8 +150,8 @@ class StepTable:
     names: list[str]
     index: list[int]
     warmup: np.ndarray
-    first_op: list[OpId | EngineOp]
-    last_op: list[OpId | EngineOp]
+    first_op: list[OpId]
+    last_op: list[OpId]
     slowest: list[SlowestOp]
     start_mono: np.ndarray  # native.NONE where absent
     start_real: np.ndarray

@@ -18,7 +18,6 @@ import msgspec
 import numpy as np
 
 from comminsight.semantic import native
-from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.step_builder import GpuIdentity, OpId, StepTable
 from comminsight_gen.models.step_summary_v1 import (
     Anomaly,
@@ -233,7 +232,7 @@ class _Anomalies:
 _OP_CLASS = {c.value: c for c in OpClass}  # enum calls cost more than a dict lookup
 
 
-def op_ref(op: OpId | EngineOp) -> OpRef:
+def op_ref(op: OpId) -> OpRef:
     kind = _OP_CLASS[op.kind]
     if op.ring_seq is None:
         return OpRef(kind=kind, comm_id=op.comm_id, seq=op.seq, func=op.func)
