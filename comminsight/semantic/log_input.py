@@ -318,7 +318,7 @@ class _SegmentReader:
             problems.append(f"{path}:{record + n + 1}: truncated line (no newline) at the end")
         # an open segment's last line may still be being written: it is read next time
         fast = np.flatnonzero(rows["status"][:cut] == native.LINE_OP)
-        batch = self._columns(rows[fast], anchor, seg, record + fast)
+        batch = self._columns(rows.take(fast), anchor, seg, record + fast)
         row_of = fast
         if py_ops:
             extra = from_engine_ops([op for _, op in py_ops], self.comms, self.segments)
@@ -354,7 +354,7 @@ class _SegmentReader:
             self.code_of_func = np.concatenate((self.code_of_func, codes)).astype(np.int64)
 
     def _columns(
-        self, rows: np.ndarray, anchor: tuple[int, int], seg: int, records: np.ndarray
+        self, rows: native.Lines, anchor: tuple[int, int], seg: int, records: np.ndarray
     ) -> OpBatch:
         """The ops of scanned rows, computed as `_op` computes one."""
         none = native.NONE

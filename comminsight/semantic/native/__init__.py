@@ -15,13 +15,12 @@ LIBRARY = Path(__file__).resolve().parent / "libciengine.so"
 
 _CDEF = """
 typedef struct ci_intern ci_intern_t;
-typedef struct ci_line {
-    int64_t start, end;
-    int64_t seq, size, peer, ring_seq;
-    int64_t host_start, host_complete, gpu_start, gpu_stop;
-    double exec_us, busbw;
-    int32_t status, kind, header, func, kernel_timing, pad;
-} ci_line_t;
+typedef struct ci_columns {
+    int64_t *start, *end, *seq, *size, *peer, *ring_seq;
+    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop;
+    double *exec_us, *busbw;
+    int32_t *status, *kind, *header, *func, *kernel_timing;
+} ci_columns_t;
 typedef struct ci_step {
     int64_t first, last, next_start;
     int64_t op_count, micro, unexpected, lost, bytes, time_ns;
@@ -34,8 +33,9 @@ ci_intern_t* ci_intern_new(int32_t cap, int64_t arena_cap);
 void ci_intern_free(ci_intern_t* t);
 int32_t ci_intern_count(const ci_intern_t* t);
 const char* ci_intern_bytes(const ci_intern_t* t, int32_t i, int32_t* len);
-int64_t ci_scan(const char* buf, int64_t len, int64_t pos, ci_line_t* rows, int64_t max_lines,
-                ci_intern_t* headers, ci_intern_t* funcs, int32_t trusted, int64_t* next_pos);
+int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_columns_t* cols,
+                int64_t max_lines, ci_intern_t* headers, ci_intern_t* funcs, int32_t trusted,
+                int64_t* next_pos);
 int64_t ci_reorder(const int64_t* issue, const int64_t* arrival, int64_t n_held, int64_t n,
                    int64_t window, int64_t* released, int64_t* held_out, int64_t* n_held_out);
 void ci_decide(int64_t n, const int32_t* role, const int32_t* ckey, const int32_t* cycle,
@@ -57,12 +57,17 @@ LINE_OP, LINE_OTHER = 0, 1
 B_BEGIN, B_END, B_MASK, IN_STEP, UNEXPECTED, MICRO = 1, 2, 3, 4, 8, 16
 WHERE = {None: 0, "start": 1, "in": 2, "off": 3}
 
-LINE_DTYPE = np.dtype(
-    [(f, "<i8") for f in ("start", "end", "seq", "size", "peer", "ring_seq")]
-    + [(f, "<i8") for f in ("host_start", "host_complete", "gpu_start", "gpu_stop")]
-    + [("exec_us", "<f8"), ("busbw", "<f8")]
-    + [(f, "<i4") for f in ("status", "kind", "header", "func", "kernel_timing", "pad")]
-)
+# ci_scan's columns, one entry per line
+_INT_LINE_COLUMNS = (
+    "start", "end", "seq", "size", "peer", "ring_seq", "host_start", "host_complete",
+    "gpu_start", "gpu_stop",
+)  # fmt: skip
+LINE_COLUMNS = {
+    **{f: np.int64 for f in _INT_LINE_COLUMNS},
+    "exec_us": np.float64,
+    "busbw": np.float64,
+    **{f: np.int32 for f in ("status", "kind", "header", "func", "kernel_timing")},
+}
 STEP_DTYPE = np.dtype(
     [(f, "<i8") for f in ("first", "last", "next_start", "op_count", "micro", "unexpected")]
     + [(f, "<i8") for f in ("lost", "bytes", "time_ns", "end_real", "end_mono", "slowest")]
@@ -87,8 +92,6 @@ def lib():
                 f"{LIBRARY} is missing: build the Semantic Engine's C core with `make build-engine`"
             )
         _lib = _ffi.dlopen(str(LIBRARY))
-        if _ffi.sizeof("ci_line_t") != LINE_DTYPE.itemsize:
-            raise NativeEngineMissing(f"{LIBRARY}: ci_line_t does not match LINE_DTYPE")
         if _ffi.sizeof("ci_step_t") != STEP_DTYPE.itemsize:
             raise NativeEngineMissing(f"{LIBRARY}: ci_step_t does not match STEP_DTYPE")
     return _lib
@@ -121,28 +124,44 @@ class InternTable:
         return out
 
 
-SCAN_CHUNK = 1 << 15  # rows per ci_scan call
+SCAN_CHUNK = 1 << 15  # lines per ci_scan call
+
+
+class Lines(dict):
+    """ci_scan's output: a column (numpy array) per LINE_COLUMNS name, one entry per line."""
+
+    def __len__(self) -> int:
+        return len(self["start"])
+
+    def take(self, idx) -> Lines:
+        return Lines({k: v[idx] for k, v in self.items()})
 
 
 def scan(
     data: bytes, pos: int, headers: InternTable, funcs: InternTable, trusted: bool = False
-) -> tuple[np.ndarray, int]:
-    """Rows (LINE_DTYPE) for the complete lines of data[pos:], and where the rest begins.
+) -> tuple[Lines, int]:
+    """The complete lines of data[pos:] as columns, and where the rest begins.
     `trusted`: the segment's seal checksum matched (its lines are the writer's own)."""
     parts = []
     next_pos = _ffi.new("int64_t*")
     buf = _ffi.from_buffer(data)
     while True:
-        rows = np.empty(SCAN_CHUNK, LINE_DTYPE)
+        chunk = {name: np.empty(SCAN_CHUNK, dtype) for name, dtype in LINE_COLUMNS.items()}
+        cols = _ffi.new("ci_columns_t*")
+        for name, column in chunk.items():
+            ctype = "double*" if column.dtype == np.float64 else f"int{column.itemsize * 8}_t*"
+            setattr(cols, name, _ptr(ctype, column))
         n = lib().ci_scan(
-            buf, len(data), pos, _ptr("ci_line_t*", rows), SCAN_CHUNK, headers._table,
-            funcs._table, int(trusted), next_pos,
+            buf, len(data), pos, cols, SCAN_CHUNK, headers._table, funcs._table, int(trusted),
+            next_pos,
         )  # fmt: skip
-        parts.append(rows[:n])
+        parts.append({name: column[:n] for name, column in chunk.items()})
         pos = next_pos[0]
         if n < SCAN_CHUNK:
             break
-    return (parts[0] if len(parts) == 1 else np.concatenate(parts)), pos
+    if len(parts) == 1:
+        return Lines(parts[0]), pos
+    return Lines({k: np.concatenate([p[k] for p in parts]) for k in LINE_COLUMNS}), pos
 
 
 def reorder(

@@ -769,28 +769,56 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t
     return row->header >= 0 && row->func >= 0;
 }
 
-/* Rows for the lines of buf[pos..len), at most max_lines; a last line without its '\n' is
+/* Column arrays, one entry per line (what ci_line_t holds, field by field): numpy reads them
+ * without striding over whole rows. */
+typedef struct ci_columns {
+    int64_t *start, *end, *seq, *size, *peer, *ring_seq;
+    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop;
+    double *exec_us, *busbw;
+    int32_t *status, *kind, *header, *func, *kernel_timing;
+} ci_columns_t;
+
+/* The lines of buf[pos..len), at most max_lines, into `cols`; a last line without its '\n' is
  * left (*next_pos is where it begins). With `trusted` (the segment's seal matched), lines are
- * first read by the writer's layout. Returns the number of rows. */
-int64_t ci_scan(const char* buf, int64_t len, int64_t pos, ci_line_t* rows, int64_t max_lines,
-                ci_intern_t* headers, ci_intern_t* funcs, int32_t trusted, int64_t* next_pos) {
+ * first read by the writer's layout. Returns the number of lines. */
+int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_columns_t* cols,
+                int64_t max_lines, ci_intern_t* headers, ci_intern_t* funcs, int32_t trusted,
+                int64_t* next_pos) {
     int64_t n = 0;
+    ci_line_t row;
     while (pos < len && n < max_lines) {
         const char* nl = memchr(buf + pos, '\n', (size_t)(len - pos));
         if (!nl) break;
-        ci_line_t* row = &rows[n++];
-        memset(row, 0, sizeof *row);
-        row->start = pos;
-        row->end = nl - buf + 1;
-        if (trusted && layout_line(buf + pos, nl, row, headers, funcs)) {
-            row->status = CI_LINE_OP;
+        memset(&row, 0, sizeof row);
+        row.start = pos;
+        row.end = nl - buf + 1;
+        if (trusted && layout_line(buf + pos, nl, &row, headers, funcs)) {
+            row.status = CI_LINE_OP;
         } else {
-            memset(row, 0, sizeof *row);
-            row->start = pos;
-            row->end = nl - buf + 1;
-            row->status = scan_line(buf + pos, nl, row, headers, funcs);
+            memset(&row, 0, sizeof row);
+            row.start = pos;
+            row.end = nl - buf + 1;
+            row.status = scan_line(buf + pos, nl, &row, headers, funcs);
         }
-        pos = row->end;
+        cols->start[n] = row.start;
+        cols->end[n] = row.end;
+        cols->seq[n] = row.seq;
+        cols->size[n] = row.size;
+        cols->peer[n] = row.peer;
+        cols->ring_seq[n] = row.ring_seq;
+        cols->host_start[n] = row.host_start;
+        cols->host_complete[n] = row.host_complete;
+        cols->gpu_start[n] = row.gpu_start;
+        cols->gpu_stop[n] = row.gpu_stop;
+        cols->exec_us[n] = row.exec_us;
+        cols->busbw[n] = row.busbw;
+        cols->status[n] = row.status;
+        cols->kind[n] = row.kind;
+        cols->header[n] = row.header;
+        cols->func[n] = row.func;
+        cols->kernel_timing[n] = row.kernel_timing;
+        pos = row.end;
+        n++;
     }
     *next_pos = pos;
     return n;
