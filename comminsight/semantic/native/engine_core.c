@@ -78,10 +78,12 @@ const char* ci_intern_bytes(const ci_intern_t* t, int32_t i, int32_t* len) {
     return t->arena + t->offs[i];
 }
 
-/* FNV-1a over 8-byte words (then the tail): equality is checked by memcmp anyway. */
+/* FNV-1a over 8-byte words (then the tail) of at most the first 48 bytes and the length:
+ * equality is checked by memcmp anyway, and interned strings (headers) differ early. */
 static uint64_t fnv1a(const char* s, int64_t n) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)n;
     int64_t i = 0;
+    if (n > 48) n = 48;
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, s + i, 8);
@@ -637,15 +639,33 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern
 
 #define LIT(p, e, lit) ((e) - (p) >= (int64_t)sizeof(lit) - 1 && memcmp((p), (lit), sizeof(lit) - 1) == 0)
 
+/* The first `needle` in [p, e): memchr (vectorized) for its first byte, then a compare;
+ * glibc's memmem goes byte by byte for needles this long. */
 static const char* find(const char* p, const char* e, const char* needle, size_t n) {
-    return e - p >= (int64_t)n ? memmem(p, (size_t)(e - p), needle, n) : NULL;
+    while (e - p >= (int64_t)n) {
+        const char* q = memchr(p, needle[0], (size_t)(e - p) - n + 1);
+        if (!q) return NULL;
+        if (memcmp(q + 1, needle + 1, n - 1) == 0) return q;
+        p = q + 1;
+    }
+    return NULL;
 }
 
-/* p at the start of a number; the number must be followed by `next` (a literal). */
+/* A non-negative integer as the writer prints it (%llu: digits, no sign, no leading zero),
+ * up to INT64_MAX; anything else is left to number() (which may still take it). */
 static const char* layout_int(const char* p, const char* e, int64_t* v) {
-    cur_t c = {p, e, 0};
-    if (number(&c, v, NULL) != NUM_INT) return NULL;
-    return c.p;
+    const char* q = p;
+    uint64_t mag = 0;
+    while (q < e && (unsigned)(*q - '0') < 10 && q - p < 19) mag = mag * 10 + (unsigned)(*q++ - '0');
+    int64_t digits = q - p;
+    if (digits == 0 || (digits > 1 && *p == '0') || mag > (uint64_t)INT64_MAX ||
+        (q < e && ((unsigned)(*q - '0') < 10 || *q == '.' || *q == 'e' || *q == 'E'))) {
+        cur_t c = {p, e, 0};
+        if (number(&c, v, NULL) != NUM_INT) return NULL;
+        return c.p;
+    }
+    *v = (int64_t)mag;
+    return q;
 }
 
 static const char* layout_num(const char* p, const char* e, double* v) {
