@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
+import subprocess
 import threading
 
 import grpc
 import pytest
 from multinode_job import SIM_ENV, start_job, wait_until
+from prometheus_client.parser import text_string_to_metric_families
 from test_agent_diagnosis import plugin  # noqa: F401 - fixture
 from test_cli_agent import cli
 
@@ -196,3 +199,74 @@ def test_status_against_the_master_shows_the_whole_job(faulty_job):
     rows = [line.split("│") for line in processes_table.splitlines() if "│" in line]
     listed = {(r[1].strip(), int(r[4])) for r in rows if r[4].strip().isdigit()}
     assert {(node, pid) for node, pid, _ in placed} <= listed
+
+
+def _samples(text: str, name: str) -> dict[tuple, float]:
+    """{label values sorted by label name: value} of one sample name in an exposition."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name:
+                out[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def _by(samples: dict[tuple, float], *keep: str) -> dict[tuple, float]:
+    summed: dict[tuple, float] = {}
+    for labels, value in samples.items():
+        key = tuple(v for k, v in labels if k in keep)
+        summed[key] = summed.get(key, 0) + value
+    return summed
+
+
+def test_master_metrics_carry_every_node_under_a_node_label(faulty_job):
+    job, _, _ = faulty_job
+
+    pairs = (  # (a slave's own series, the master's node-labelled one, the label they share)
+        ("comminsight_ops_total", "comminsight_job_ops_total", "op_type"),
+        ("comminsight_op_bytes_total", "comminsight_job_op_bytes_total", "op_type"),
+        ("comminsight_profiler_drops_total", "comminsight_job_profiler_drops_total", "reason"),
+        ("comminsight_hangs_open", "comminsight_job_node_hangs_open", "verdict"),
+    )
+
+    def consistent():
+        """The slaves' own /metrics and the master's node-labelled series agree (slaves send
+        their totals every report interval; the job may have just ended)."""
+        master = job.master.get("/metrics").text
+        mine = [s.get("/metrics").text for s in job.slaves]
+        for own, job_wide, label in pairs:
+            want = {
+                (f"node-{i}", *key): v
+                for i, text in enumerate(mine)
+                for key, v in _by(_samples(text, own), label).items()
+            }
+            got = _by(_samples(master, job_wide), "node", label)
+            if {k: v for k, v in got.items() if k[0] != "master"} != want:
+                return None
+            if own == "comminsight_ops_total" and not want:
+                return None
+        return master, mine
+
+    master, mine = wait_until(
+        consistent,
+        30,
+        lambda: f"master and slaves disagree:\n{job.master.get('/metrics').text[-4000:]}",
+    )
+    # one communicator spans the three nodes: its job-wide count is the sum of theirs
+    comm = _by(_samples(master, "comminsight_job_comm_ops_total"), "comm")
+    per_node = [_by(_samples(t, "comminsight_ops_total"), "comm") for t in mine]
+    assert comm == {("default_pg:0",): sum(p[("default_pg:0",)] for p in per_node)}
+    assert comm[("default_pg:0",)] > 0
+    states = _by(_samples(master, "comminsight_job_nodes"), "state")
+    assert states[("connected",)] == 3 and states[("local",)] == 1
+    assert states[("rejected",)] == 1
+    # the refused stranger has no series of its own
+    assert "intruder" not in master
+    assert _by(_samples(master, "comminsight_job_hang_events_total"), "node")[("node-0",)] >= 1
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is required (Debian's prometheus package)")
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=master, capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -61,6 +61,7 @@ class NodeRecord:
     rejects_total: int = 0
     last_reject: api.NodeReject | None = None
     counters: pb.AgentCounters = field(default_factory=pb.AgentCounters)
+    metric_totals: pb.NodeMetricTotals | None = None  # the latest the node sent
     has_state: bool = False  # rows are the node's (a full state arrived since master start)
     full_state_keys: set | None = None  # keys of a full state spanning several batches
 

@@ -22,13 +22,16 @@ from comminsight.agent.api_params import Problem
 from comminsight.agent.api_server import AgentApi, ApiError, json_response
 from comminsight.agent.engine_hook import EngineHook
 from comminsight.agent.fifo_reader import decode_event
+from comminsight.agent.job_metrics import JobMetrics
 from comminsight.agent.job_view import NodeRecord
 from comminsight.agent.master_grpc import AgentMasterServer
 from comminsight.agent.master_store import MasterStore
+from comminsight.agent.metric_totals import node_metric_totals
 from comminsight.agent.node_state import read_node_rows
 from comminsight.agent.service import AgentService
 from comminsight.agent.snapshot import NodeSnapshot
 from comminsight.agent.step_files import StepFiles
+from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models import agent_master_api_v1 as api
 from comminsight_gen.models.step_summary_v1 import StepSummary
@@ -79,6 +82,21 @@ class MasterAgentService(AgentService):
         self._snapshot: NodeSnapshot | None = None
         self._snapshot_version = -1
         self.stale_ns = settings.agent_heartbeat_stale_ms * MS
+        self.metrics.registry.register(
+            JobMetrics(
+                self.nodes,
+                self._local_metric_totals,
+                lambda node: len(self.store.hang_keys.get(node, ())),
+                time.monotonic_ns,
+            )
+        )
+
+    def _local_metric_totals(self) -> pb.NodeMetricTotals:
+        totals = node_metric_totals(self.metrics)
+        # this agent's open hangs are the job's diagnosis (comminsight_hangs_open), not a
+        # diagnosis of its own node's ranks
+        totals.hangs_open.clear()
+        return totals
 
     # ---- the pass ------------------------------------------------------------------------
 

@@ -439,6 +439,8 @@ def apply_rows(record: NodeRecord, batch: pb.NodeStateBatch) -> None:
             keys.add(("g", *key))
     if batch.HasField("agent_counters"):
         record.counters = batch.agent_counters
+    if batch.HasField("metric_totals"):
+        record.metric_totals = batch.metric_totals
     if batch.full_state and batch.full_state_last:
         rows.processes = {pid: p for pid, p in rows.processes.items() if ("p", pid) in keys}
         rows.members = {k: m for k, m in rows.members.items() if ("m", *k) in keys}

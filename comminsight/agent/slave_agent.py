@@ -3,7 +3,8 @@ state to the master (agent-master-slave v1).
 
 After each pass it decides what to put in the outbox: hang events at once (the master
 diagnoses on them); every COMMINSIGHT_AGENT_REPORT_INTERVAL_MS the state rows that changed
-(node_state.RowDiff), the step summaries not forwarded yet and the agent's counters. While the
+(node_state.RowDiff), the node's metric totals when they changed (metric_totals), the step
+summaries not forwarded yet and the agent's counters. While the
 link is down only events are queued; the state rows that changed meanwhile go in the first
 batch after it comes back, and a full state whenever the master asks for one. Batches are
 split below the master's max_batch_bytes.
@@ -22,6 +23,7 @@ import msgspec
 from comminsight import __version__
 from comminsight.agent.engine_hook import EngineHook
 from comminsight.agent.fifo_reader import HangEvent
+from comminsight.agent.metric_totals import node_metric_totals
 from comminsight.agent.node_state import NodeRows, RowChanges, RowDiff, read_node_rows
 from comminsight.agent.service import AgentService, _boot_id
 from comminsight.agent.slave_link import SlaveLink, clock
@@ -55,6 +57,7 @@ class SlaveAgentService(AgentService):
             heartbeat_s=settings.agent_master_stale_ms / 4000,
         )
         self.events_waiting: list[HangEvent] = []
+        self.totals_sent = b""  # the NodeMetricTotals last put in the outbox, serialized
         self._next_report_ns = 0
         self._full_state_due = False
 
@@ -116,7 +119,7 @@ class SlaveAgentService(AgentService):
         ]
         self.events_waiting = []
         steps, steps_sent = ([], {})
-        changes, full = None, False
+        changes, full, totals = None, False, None
         if due:
             self._next_report_ns = now + self.report_ns
             steps, steps_sent = self._new_steps()
@@ -133,7 +136,13 @@ class SlaveAgentService(AgentService):
                 self._full_state_due = False
                 if full:
                     changes = _everything(rows)
-        if not (events or steps or changes or full):
+                totals = node_metric_totals(self.metrics)
+                data = totals.SerializeToString(deterministic=True)
+                if full or data != self.totals_sent:
+                    self.totals_sent = data
+                else:
+                    totals = None
+        if not (events or steps or changes or full or totals is not None):
             return
         counters = pb.AgentCounters(
             ingest_lag_ms=self.metrics.lag_s * 1000,
@@ -144,7 +153,7 @@ class SlaveAgentService(AgentService):
             outbox_events_dropped_total=self.outbox.events_dropped_total,
         )
         batches = split_batches(
-            changes, events, steps, full, int(self.link.max_batch_bytes * BATCH_FILL)
+            changes, events, steps, full, int(self.link.max_batch_bytes * BATCH_FILL), totals
         )
         for i, batch in enumerate(batches):
             batch.clock.CopyFrom(clock())
@@ -191,9 +200,12 @@ def _everything(rows: NodeRows) -> RowChanges:
     )
 
 
-def split_batches(changes, events, steps, full: bool, budget: int) -> list[pb.NodeStateBatch]:
+def split_batches(
+    changes, events, steps, full: bool, budget: int, totals: pb.NodeMetricTotals | None = None
+) -> list[pb.NodeStateBatch]:
     """Rows and events packed into batches of at most about `budget` bytes each. A full state
-    that spans batches marks them all full_state and the last one full_state_last."""
+    that spans batches marks them all full_state and the last one full_state_last. The
+    metric totals (bounded to a few KiB) go whole into the first batch."""
     items: list[tuple[str, object]] = [("hang_events", e) for e in events]
     items += [("step_summaries", s) for s in steps]
     if changes is not None:
@@ -202,6 +214,9 @@ def split_batches(changes, events, steps, full: bool, budget: int) -> list[pb.No
         items += [("progress", g) for g in changes.progress]
     batches = [pb.NodeStateBatch()]
     size = 0
+    if totals is not None:
+        batches[0].metric_totals.CopyFrom(totals)
+        size = totals.ByteSize() + ROW_OVERHEAD
     for field, msg in items:
         n = msg.ByteSize() + ROW_OVERHEAD
         if size and size + n > budget:

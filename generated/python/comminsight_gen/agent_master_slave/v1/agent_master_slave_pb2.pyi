@@ -141,7 +141,7 @@ class ClockSample(_message.Message):
     def __init__(self, mono_ns: _Optional[int] = ..., real_ns: _Optional[int] = ...) -> None: ...
 
 class NodeStateBatch(_message.Message):
-    __slots__ = ("session_id", "batch_seq", "clock", "full_state", "full_state_last", "processes", "communicators", "progress", "metric_summaries", "agent_counters", "hang_events", "step_summaries")
+    __slots__ = ("session_id", "batch_seq", "clock", "full_state", "full_state_last", "processes", "communicators", "progress", "agent_counters", "hang_events", "step_summaries", "metric_totals")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_SEQ_FIELD_NUMBER: _ClassVar[int]
     CLOCK_FIELD_NUMBER: _ClassVar[int]
@@ -150,10 +150,10 @@ class NodeStateBatch(_message.Message):
     PROCESSES_FIELD_NUMBER: _ClassVar[int]
     COMMUNICATORS_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
-    METRIC_SUMMARIES_FIELD_NUMBER: _ClassVar[int]
     AGENT_COUNTERS_FIELD_NUMBER: _ClassVar[int]
     HANG_EVENTS_FIELD_NUMBER: _ClassVar[int]
     STEP_SUMMARIES_FIELD_NUMBER: _ClassVar[int]
+    METRIC_TOTALS_FIELD_NUMBER: _ClassVar[int]
     session_id: int
     batch_seq: int
     clock: ClockSample
@@ -162,11 +162,11 @@ class NodeStateBatch(_message.Message):
     processes: _containers.RepeatedCompositeFieldContainer[ProcessInfo]
     communicators: _containers.RepeatedCompositeFieldContainer[CommunicatorMember]
     progress: _containers.RepeatedCompositeFieldContainer[CommProgress]
-    metric_summaries: _containers.RepeatedCompositeFieldContainer[MetricSummary]
     agent_counters: AgentCounters
     hang_events: _containers.RepeatedCompositeFieldContainer[HangEvent]
     step_summaries: _containers.RepeatedCompositeFieldContainer[StepSummaryRecord]
-    def __init__(self, session_id: _Optional[int] = ..., batch_seq: _Optional[int] = ..., clock: _Optional[_Union[ClockSample, _Mapping]] = ..., full_state: _Optional[bool] = ..., full_state_last: _Optional[bool] = ..., processes: _Optional[_Iterable[_Union[ProcessInfo, _Mapping]]] = ..., communicators: _Optional[_Iterable[_Union[CommunicatorMember, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., metric_summaries: _Optional[_Iterable[_Union[MetricSummary, _Mapping]]] = ..., agent_counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., hang_events: _Optional[_Iterable[_Union[HangEvent, _Mapping]]] = ..., step_summaries: _Optional[_Iterable[_Union[StepSummaryRecord, _Mapping]]] = ...) -> None: ...
+    metric_totals: NodeMetricTotals
+    def __init__(self, session_id: _Optional[int] = ..., batch_seq: _Optional[int] = ..., clock: _Optional[_Union[ClockSample, _Mapping]] = ..., full_state: _Optional[bool] = ..., full_state_last: _Optional[bool] = ..., processes: _Optional[_Iterable[_Union[ProcessInfo, _Mapping]]] = ..., communicators: _Optional[_Iterable[_Union[CommunicatorMember, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., agent_counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., hang_events: _Optional[_Iterable[_Union[HangEvent, _Mapping]]] = ..., step_summaries: _Optional[_Iterable[_Union[StepSummaryRecord, _Mapping]]] = ..., metric_totals: _Optional[_Union[NodeMetricTotals, _Mapping]] = ...) -> None: ...
 
 class BatchAck(_message.Message):
     __slots__ = ("last_applied_batch_seq", "master_clock", "full_state_requested")
@@ -364,41 +364,49 @@ class StepSummaryRecord(_message.Message):
     json: bytes
     def __init__(self, step_summary_version: _Optional[int] = ..., json: _Optional[bytes] = ...) -> None: ...
 
-class MetricSummary(_message.Message):
-    __slots__ = ("pid", "comm_id", "comm_rank", "kind", "func", "size_bucket_upper_bytes", "ops_total", "bytes_total", "latency_us", "busbw_gbs_sum")
-    PID_FIELD_NUMBER: _ClassVar[int]
+class NodeMetricTotals(_message.Message):
+    __slots__ = ("comm_ops", "profiler_drops", "records_lost_total", "hangs_open", "comms_folded")
+    class ProfilerDropsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class HangsOpenEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    COMM_OPS_FIELD_NUMBER: _ClassVar[int]
+    PROFILER_DROPS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_LOST_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    HANGS_OPEN_FIELD_NUMBER: _ClassVar[int]
+    COMMS_FOLDED_FIELD_NUMBER: _ClassVar[int]
+    comm_ops: _containers.RepeatedCompositeFieldContainer[CommOpTotals]
+    profiler_drops: _containers.ScalarMap[str, int]
+    records_lost_total: int
+    hangs_open: _containers.ScalarMap[str, int]
+    comms_folded: int
+    def __init__(self, comm_ops: _Optional[_Iterable[_Union[CommOpTotals, _Mapping]]] = ..., profiler_drops: _Optional[_Mapping[str, int]] = ..., records_lost_total: _Optional[int] = ..., hangs_open: _Optional[_Mapping[str, int]] = ..., comms_folded: _Optional[int] = ...) -> None: ...
+
+class CommOpTotals(_message.Message):
+    __slots__ = ("comm_id", "comm_name", "func", "ops_total", "bytes_total", "latency_seconds_sum")
     COMM_ID_FIELD_NUMBER: _ClassVar[int]
-    COMM_RANK_FIELD_NUMBER: _ClassVar[int]
-    KIND_FIELD_NUMBER: _ClassVar[int]
+    COMM_NAME_FIELD_NUMBER: _ClassVar[int]
     FUNC_FIELD_NUMBER: _ClassVar[int]
-    SIZE_BUCKET_UPPER_BYTES_FIELD_NUMBER: _ClassVar[int]
     OPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
-    LATENCY_US_FIELD_NUMBER: _ClassVar[int]
-    BUSBW_GBS_SUM_FIELD_NUMBER: _ClassVar[int]
-    pid: int
+    LATENCY_SECONDS_SUM_FIELD_NUMBER: _ClassVar[int]
     comm_id: int
-    comm_rank: int
-    kind: OpKind
+    comm_name: str
     func: str
-    size_bucket_upper_bytes: int
     ops_total: int
     bytes_total: int
-    latency_us: LatencyHistogram
-    busbw_gbs_sum: float
-    def __init__(self, pid: _Optional[int] = ..., comm_id: _Optional[int] = ..., comm_rank: _Optional[int] = ..., kind: _Optional[_Union[OpKind, str]] = ..., func: _Optional[str] = ..., size_bucket_upper_bytes: _Optional[int] = ..., ops_total: _Optional[int] = ..., bytes_total: _Optional[int] = ..., latency_us: _Optional[_Union[LatencyHistogram, _Mapping]] = ..., busbw_gbs_sum: _Optional[float] = ...) -> None: ...
-
-class LatencyHistogram(_message.Message):
-    __slots__ = ("upper_bounds", "bucket_counts", "sum", "count")
-    UPPER_BOUNDS_FIELD_NUMBER: _ClassVar[int]
-    BUCKET_COUNTS_FIELD_NUMBER: _ClassVar[int]
-    SUM_FIELD_NUMBER: _ClassVar[int]
-    COUNT_FIELD_NUMBER: _ClassVar[int]
-    upper_bounds: _containers.RepeatedScalarFieldContainer[float]
-    bucket_counts: _containers.RepeatedScalarFieldContainer[int]
-    sum: float
-    count: int
-    def __init__(self, upper_bounds: _Optional[_Iterable[float]] = ..., bucket_counts: _Optional[_Iterable[int]] = ..., sum: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
+    latency_seconds_sum: float
+    def __init__(self, comm_id: _Optional[int] = ..., comm_name: _Optional[str] = ..., func: _Optional[str] = ..., ops_total: _Optional[int] = ..., bytes_total: _Optional[int] = ..., latency_seconds_sum: _Optional[float] = ...) -> None: ...
 
 class AgentCounters(_message.Message):
     __slots__ = ("ingest_lag_ms", "shm_files_quarantined_total", "fifo_events_read_total", "outbox_batches", "outbox_bytes", "outbox_events_dropped_total")
