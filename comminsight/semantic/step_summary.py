@@ -139,8 +139,10 @@ class _Anomalies:
         slow_durations = np.array([s.duration_ns for s in t.slowest])
         self.step_slow = ((step_med != 0) & (durations > STEP_SLOW_FACTOR * step_med)).tolist()
         self.op_slow = ((op_med != 0) & (slow_durations > OP_SLOW_FACTOR * op_med)).tolist()
-        self.bw_low = (bw_med != 0) & (t.role_time > 0) & (self.bw < BANDWIDTH_LOW_FACTOR * bw_med)
-        self.any_bw_low = self.bw_low.any(axis=1).tolist()
+        bw_low = (bw_med != 0) & (t.role_time > 0) & (self.bw < BANDWIDTH_LOW_FACTOR * bw_med)
+        self.bw_low: dict[int, list[int]] = {}  # Step -> the roles whose bandwidth fell
+        for j, r in zip(*(a.tolist() for a in np.nonzero(bw_low)), strict=True):
+            self.bw_low.setdefault(j, []).append(r)
         self.lost = t.lost.tolist()
         self.unexpected = t.unexpected.tolist()
         self.durations = durations.tolist()
@@ -151,7 +153,7 @@ class _Anomalies:
         if not (
             self.step_slow[j]
             or self.op_slow[j]
-            or self.any_bw_low[j]
+            or j in self.bw_low
             or lost
             or unexpected > max_unexpected
         ):
@@ -188,8 +190,8 @@ class _Anomalies:
                     role=slow.role,
                 )
             )
-        if self.any_bw_low[j]:
-            for r in np.flatnonzero(self.bw_low[j]).tolist():  # few Steps: bandwidth fell
+        if j in self.bw_low:
+            for r in self.bw_low[j]:
                 median = float(self.bw_med[j, r])
                 bw = float(self.bw[j, r])
                 role = t.names[r]
