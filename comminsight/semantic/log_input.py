@@ -14,6 +14,8 @@ known lost (gap lines, missing segments) are attached to the next op as `lost_be
 
 from __future__ import annotations
 
+import mmap
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -256,11 +258,11 @@ class _SegmentReader:
         problems = self.log.problems
         empty = OpBatch.empty(self.comms, self.segments)
         try:
-            data = path.read_bytes()
+            contents = _SegmentBytes(path)
         except FileNotFoundError:  # sealed (renamed) since the listing: try the sealed name
             sealed = path.with_name(path.name.removesuffix(".partial"))
             try:
-                data = sealed.read_bytes()
+                contents = _SegmentBytes(sealed)
                 path = sealed
             except OSError as e:
                 problems.append(f"{path}: cannot read: {e}")
@@ -268,6 +270,11 @@ class _SegmentReader:
         except OSError as e:
             problems.append(f"{path}: cannot read: {e}")
             return empty, 0
+        with contents as data:
+            return self._read(path, data, offset, record)
+
+    def _read(self, path: Path, data, offset: int, record: int) -> tuple[OpBatch, int]:
+        problems = self.log.problems
         anchor = self.log._anchor(data)  # the clock pair of the segment_start line
         seg = self.segments.add(path.name, _segment_index(path))
         seal = _seal_checksum(data) if not path.name.endswith(".partial") else None
@@ -410,10 +417,40 @@ class _SegmentReader:
         )
 
 
-def _seal_checksum(data: bytes) -> tuple[int, int] | None:
+class _SegmentBytes:
+    """A segment's bytes, as a context manager. A sealed segment never changes: it is mapped
+    and prefaulted in one call (copying it would cost as much as checksumming it). An open
+    one (.partial) is still growing, and a mapping of a file that changes size is unsafe: it
+    is read."""
+
+    def __init__(self, path: Path) -> None:
+        self._map = None
+        if path.name.endswith(".partial") or not hasattr(mmap, "MAP_POPULATE"):
+            self.data = path.read_bytes()
+            return
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                self.data = b""
+                return
+            flags = mmap.MAP_SHARED | mmap.MAP_POPULATE
+            self._map = self.data = mmap.mmap(f.fileno(), size, flags=flags, prot=mmap.PROT_READ)
+
+    def __enter__(self):
+        return self.data
+
+    def __exit__(self, *exc) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a view is still alive: unmapped when it goes
+                pass
+
+
+def _seal_checksum(data) -> tuple[int, int] | None:
     """(where the seal line begins, the CRC-32 of what precedes it) when the segment ends with
     a seal whose checksum matches: its lines are then exactly what the writer wrote."""
-    if not data.endswith(b"\n"):
+    if not len(data) or data[-1:] != b"\n":
         return None
     start = data.rfind(b"\n", 0, len(data) - 1) + 1
     try:
