@@ -61,7 +61,11 @@ class TemplateRunner:
         self._codes = {name: i for i, name in enumerate(self.names)}
         self._states = list(template.in_step)
         self._cycle, self._key_codes = _cycle_codes(cycle)
-        self._table = self._build_table()
+        # the decision table depends on the template alone: built once per template
+        table = template.derived.get("decision_table")
+        if table is None:
+            table = template.derived["decision_table"] = self._build_table()
+        self._table = table
 
     def labels(self, batch: OpBatch) -> Labels:
         """Roles from the op shapes (a training run repeats a few shapes)."""

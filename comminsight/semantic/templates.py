@@ -87,6 +87,7 @@ class CompiledTemplate:
     transitions: list[FsmTransition]
     cycle_roles: frozenset[str]  # with cycle_start transitions: the roles a Step's cycle has
     _cache: dict[tuple, str] = field(default_factory=dict)
+    derived: dict = field(default_factory=dict)  # what runners compute once from the template
 
     @property
     def name(self) -> str:
