@@ -269,3 +269,18 @@ def test_shapes_number_distinct_ops_in_order_of_first_appearance():
     assert len(first) == len(numbers)
     for k, i in enumerate(first.tolist()):
         assert numbers[tuple(int(c[i]) for c in cols)] == k
+
+
+def test_window_medians_are_statistics_median():
+    import statistics
+
+    rng = np.random.default_rng(11)
+    series = np.concatenate((rng.integers(0, 10**12, 300), rng.integers(0, 5, 100))).astype(float)
+    series[::7] = series[3]  # ties
+    ends = rng.integers(1, len(series), 500)
+    starts = np.maximum(0, ends - rng.integers(1, 60, 500))
+    got = native.window_medians(series, starts, ends)
+    for s, e, m in zip(starts.tolist(), ends.tolist(), got.tolist(), strict=True):
+        assert m == statistics.median(series[s:e].tolist())
+    with pytest.raises(ValueError, match="4096"):
+        native.window_medians(series, np.array([5]), np.array([5]))

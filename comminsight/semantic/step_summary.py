@@ -83,21 +83,9 @@ def medians(
         end = len(prior) + np.cumsum(learns) - learns  # values in the window before Step j
         start = np.maximum(0, end - width)
         size = end - start
-        full = np.flatnonzero(asked & (size == width))
-        if len(full):
-            rows = np.lib.stride_tricks.sliding_window_view(series, width)[start[full]]
-            med[full] = np.median(rows, axis=1)
-        part = np.flatnonzero(asked & (size >= MIN_HISTORY) & (size < width))
-        if len(part):  # the first Steps of a run: windows not yet full, NaN-padded
-            cols = np.arange(width)
-            take = start[part, None] + cols
-            values = series[np.minimum(take, len(series) - 1)]
-            rows = np.where(cols < size[part, None], values, np.nan)
-            rows.sort(axis=1)  # NaN last
-            n = size[part]
-            lo, hi = rows[np.arange(len(part)), (n - 1) // 2], rows[np.arange(len(part)), n // 2]
-            med[part] = np.where(n % 2 == 1, hi, (lo + hi) / 2)
-        med[asked & (size < MIN_HISTORY)] = np.nan
+        wanted = np.flatnonzero(asked & (size >= MIN_HISTORY))
+        if len(wanted):
+            med[wanted] = native.window_medians(series, start[wanted], end[wanted])
     window.extend(learned.tolist())
     return med, size
 

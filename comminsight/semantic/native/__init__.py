@@ -46,6 +46,8 @@ int64_t ci_place(int64_t n, const uint8_t* dec, const int32_t* role, int32_t nro
                  const int64_t* lost, const int64_t* end_real, const int64_t* end_mono,
                  int32_t open_in, ci_step_t* steps, int64_t* role_count, int64_t* role_time,
                  int64_t* role_bytes, int64_t* role_max, double* role_bw, int64_t* step_of);
+int32_t ci_window_medians(const double* series, int64_t n, const int64_t* start,
+                          const int64_t* end, double* out);
 int64_t ci_shapes(int64_t n, const int64_t* comm, const int64_t* func, const int64_t* peer,
                   const int64_t* size, int64_t* shape, int64_t* first);
 """
@@ -300,3 +302,18 @@ def shapes(
     if k < 0:
         raise MemoryError("ci_shapes")
     return first[:k], shape
+
+
+def window_medians(series: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The median of series[start[q]:end[q]] for each q (windows of 1..4096 values)."""
+    series = np.ascontiguousarray(series, np.float64)
+    start = np.ascontiguousarray(start, np.int64)
+    end = np.ascontiguousarray(end, np.int64)
+    out = np.empty(len(start), np.float64)
+    rc = lib().ci_window_medians(
+        _ptr("double*", series), len(start), _ptr("int64_t*", start), _ptr("int64_t*", end),
+        _ptr("double*", out),
+    )  # fmt: skip
+    if rc != 0:
+        raise ValueError("ci_window_medians: a window of no value or of more than 4096")
+    return out

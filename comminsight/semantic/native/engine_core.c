@@ -1059,3 +1059,28 @@ int64_t ci_shapes(int64_t n, const int64_t* comm, const int64_t* func, const int
     free(table);
     return count;
 }
+
+/* ---- medians of history windows --------------------------------------------------------- */
+
+/* out[q] = the median of series[start[q] .. end[q]) (statistics.median: the middle value, or
+ * the mean of the two middle ones), for windows of at most 4096 values. */
+int32_t ci_window_medians(const double* series, int64_t n, const int64_t* start, const int64_t* end,
+                          double* out) {
+    double window[4096];
+    for (int64_t q = 0; q < n; q++) {
+        int64_t size = end[q] - start[q];
+        if (size <= 0 || size > 4096) return -1;
+        const double* v = series + start[q];
+        for (int64_t i = 0; i < size; i++) { /* insertion sort: windows are short */
+            double x = v[i];
+            int64_t j = i;
+            while (j > 0 && window[j - 1] > x) {
+                window[j] = window[j - 1];
+                j--;
+            }
+            window[j] = x;
+        }
+        out[q] = size % 2 ? window[size / 2] : (window[size / 2 - 1] + window[size / 2]) / 2;
+    }
+    return 0;
+}
