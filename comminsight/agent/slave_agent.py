@@ -31,6 +31,7 @@ from comminsight.agent.slave_outbox import SlaveOutbox
 from comminsight_gen.abi import fifo_event_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.config_v1 import ConfigV1
+from comminsight_gen.models import agent_master_api_v1 as api
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,18 @@ class SlaveAgentService(AgentService):
             comminsight_home=str(self.home),
             api_url=f"http://{host}:{port}" if port not in ("", "0") else "",
             agent_started_real_ns=self.started_real_ns,
+        )
+
+    def health(self):
+        """Degraded, with the reason, while the link to the master is down: a refusal or a TLS
+        mismatch is a configuration error the node's own API should name."""
+        base = super().health()
+        if self.link.connected or self.link.last_error is None:
+            return base
+        return msgspec.structs.replace(
+            base,
+            status=api.HealthStatus.degraded,
+            reasons=[*base.reasons, f"not connected to the master: {self.link.last_error}"],
         )
 
     def inventory(self) -> tuple[list, list]:

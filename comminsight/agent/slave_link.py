@@ -21,10 +21,10 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import grpc
 
+from comminsight.agent import slave_tls
 from comminsight.agent.master_rejects import PROTOCOL_VERSION, Rejected, reason_name, reject_of
 from comminsight.agent.slave_outbox import SlaveOutbox
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
@@ -110,9 +110,14 @@ class SlaveLink:
                     if Rejected(reject).fatal:
                         wait = FATAL_RETRY_S
                 else:
-                    self._failed(
-                        f"master {self.master_addr} unreachable: {e.code().name} {e.details()}"
-                    )
+                    tls = await slave_tls.tls_failure(e, self.master_addr, self.tls_ca)
+                    if tls is not None:
+                        self._failed(f"cannot connect to the master: {tls}", error=True)
+                        wait = FATAL_RETRY_S  # a configuration error: retrying cannot fix it
+                    else:
+                        self._failed(
+                            f"master {self.master_addr} unreachable: {e.code().name} {e.details()}"
+                        )
             except (OSError, ValueError) as e:
                 self._failed(f"link to master {self.master_addr} failed: {e}", error=True)
             self.connected = False
@@ -129,21 +134,10 @@ class SlaveLink:
             (log.error if error else log.warning)("%s", message)
         self.last_error = message
 
-    def _channel(self) -> grpc.aio.Channel:
-        options = [
-            ("grpc.max_send_message_length", -1),
-            ("grpc.max_receive_message_length", 4 << 20),
-            ("grpc.keepalive_time_ms", 20_000),
-        ]
-        if self.tls_ca:
-            creds = grpc.ssl_channel_credentials(Path(self.tls_ca).read_bytes())
-            return grpc.aio.secure_channel(self.master_addr, creds, options=options)
-        return grpc.aio.insecure_channel(self.master_addr, options=options)
-
     # ---- one session ---------------------------------------------------------------------
 
     async def _session(self, stop: asyncio.Event) -> None:
-        async with self._channel() as channel:
+        async with slave_tls.channel(self.master_addr, self.tls_ca) as channel:
             stub = AgentMasterStub(channel)
             metadata = (("authorization", f"Bearer {self.token}"),)
             processes, communicators = self.inventory()

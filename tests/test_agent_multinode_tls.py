@@ -1,0 +1,160 @@
+"""agent-master-slave over TLS: a throwaway CA (openssl CLI) signs the master's certificate;
+a master and a slave as separate processes stream over TLS; the master's port refuses
+plaintext; a slave without the CA, and one trusting another CA, are refused with errors that
+name the setting to fix, while the good slave keeps streaming."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+import grpc
+import pytest
+from multinode_job import AgentProc, start_job, wait_until
+from test_agent_service import free_port
+
+from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
+
+REGISTER = "/comminsight.agent_master_slave.v1.AgentMaster/Register"
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def make_ca(d: Path, name: str) -> None:
+    openssl(
+        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={name}",
+        cwd=d,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Path:
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl command is required to make the test certificates")
+    d = tmp_path_factory.mktemp("pki")
+    make_ca(d, "ca")
+    make_ca(d, "other-ca")
+    (d / "server.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+    )
+    openssl(
+        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=master",
+        cwd=d,
+    )  # fmt: skip
+    openssl(
+        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext",
+        cwd=d,
+    )  # fmt: skip
+    return d
+
+
+def _nodes(job) -> dict:
+    return {n["node_name"]: n for n in job.master.get("/api/v1/nodes").json()["items"]}
+
+
+@pytest.fixture(scope="module")
+def tls_job(pki, tmp_path_factory):
+    job = start_job(
+        tmp_path_factory.mktemp("tls"),
+        1,
+        master_extra={
+            "COMMINSIGHT_AGENT_TLS_CERT": str(pki / "server.pem"),
+            "COMMINSIGHT_AGENT_TLS_KEY": str(pki / "server.key"),
+        },
+        slave_extra={
+            "COMMINSIGHT_AGENT_TLS_CA": str(pki / "ca.pem"),
+            "COMMINSIGHT_SEMANTIC_ENABLE": "0",
+        },
+    )
+    try:
+        wait_until(
+            lambda: _nodes(job).get("node-0", {}).get("state") == "connected",
+            30,
+            lambda: f"the TLS slave did not connect:\n{job.slaves[0].log_text()[-3000:]}",
+        )
+        yield job
+    finally:
+        job.stop()
+
+
+def _register(channel) -> grpc.RpcError:
+    request = pb.RegisterRequest(
+        protocol_version=pb.PROTOCOL_VERSION_1,
+        node=pb.NodeIdentity(node_name="probe", host="elsewhere"),
+        stream_epoch=secrets.randbits(64) | 1,
+    )
+    call = channel.unary_unary(REGISTER, request_serializer=None, response_deserializer=None)
+    with pytest.raises(grpc.RpcError) as refused:
+        call(request.SerializeToString(), metadata=(("authorization", "Bearer wrong"),), timeout=10)
+    return refused.value
+
+
+def test_a_slave_streams_to_the_master_over_tls(tls_job, pki):
+    job = tls_job
+    node = _nodes(job)["node-0"]
+    assert node["last_applied_batch_seq"] >= 1  # its full state, over TLS
+    wait_until(  # and its heartbeats, on the same channel
+        lambda: _nodes(job)["node-0"]["last_seen_real_ns"] > node["last_seen_real_ns"],
+        20,
+        "no heartbeat over TLS",
+    )
+    assert "TLS on" in job.master.log_text()
+    # the port speaks only TLS: plaintext gets no answer from a handler, TLS with the CA does
+    with grpc.insecure_channel(job.grpc) as plain:
+        assert _register(plain).code() is grpc.StatusCode.UNAVAILABLE
+    creds = grpc.ssl_channel_credentials((pki / "ca.pem").read_bytes())
+    with grpc.secure_channel(job.grpc, creds) as tls:
+        error = _register(tls)
+    assert error.code() is grpc.StatusCode.UNAUTHENTICATED and "wrong token" in error.details()
+
+
+@pytest.mark.parametrize(
+    ("ca", "message"),
+    [
+        (
+            None,
+            "serves TLS and this slave dials without it: set COMMINSIGHT_AGENT_TLS_CA",
+        ),
+        ("other-ca.pem", "does not verify against COMMINSIGHT_AGENT_TLS_CA="),
+    ],
+)
+def test_a_slave_without_the_ca_is_refused_with_a_clear_error(tls_job, pki, ca, message):
+    """The bad slave has the right token (agent_env): only TLS refuses it."""
+    job = tls_job
+    name = "no-ca" if ca is None else "other-ca"
+    home = job.master.home.parent / name
+    home.mkdir()
+    extra = {"COMMINSIGHT_AGENT_MASTER_ADDR": job.grpc, "COMMINSIGHT_SEMANTIC_ENABLE": "0"}
+    if ca is not None:
+        extra["COMMINSIGHT_AGENT_TLS_CA"] = str(pki / ca)
+    bad = AgentProc(home, "slave", name, f"127.0.0.1:{free_port()}", extra).start()
+    try:
+        bad.wait_ready()
+        wait_until(
+            lambda: message in bad.log_text(),
+            30,
+            lambda: f"no clear TLS error in the slave's log:\n{bad.log_text()[-3000:]}",
+        )
+        health = bad.get("/api/v1/health").json()
+        assert health["status"] == "degraded"
+        assert any(message in r for r in health["reasons"]), health["reasons"]
+        assert name not in _nodes(job)  # it never got past the handshake
+        # the master goes on serving the slave that has the CA
+        seen = _nodes(job)["node-0"]["last_seen_real_ns"]
+        wait_until(
+            lambda: _nodes(job)["node-0"]["last_seen_real_ns"] > seen,
+            20,
+            "the good slave stopped",
+        )
+        assert _nodes(job)["node-0"]["state"] == "connected"
+    finally:
+        bad.stop()
