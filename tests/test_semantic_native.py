@@ -284,3 +284,21 @@ def test_window_medians_are_statistics_median():
         assert m == statistics.median(series[s:e].tolist())
     with pytest.raises(ValueError, match="4096"):
         native.window_medians(series, np.array([5]), np.array([5]))
+
+
+def test_longest_runs_per_period_are_the_first_longest():
+    rng = np.random.default_rng(5)
+    cycle = rng.integers(0, 6, 7)
+    codes = np.concatenate((rng.integers(0, 9, 20), np.tile(cycle, 30), rng.integers(0, 9, 15)))
+    codes[100] = 99  # an extra op breaks one repetition
+    periods = np.arange(1, 60)
+    runs, starts = native.longest_runs(codes, periods)
+    n = len(codes)
+    for p, run, start in zip(periods.tolist(), runs.tolist(), starts.tolist(), strict=True):
+        best, best_end, cur = 0, 0, 0
+        for i in range(n):
+            cur = cur + 1 if i + p < n and codes[i + p] == codes[i] else 0
+            if cur > best:
+                best, best_end = cur, i
+        assert (run, start) == (best, best_end - best + 1), p
+    assert runs[6] > runs[5]  # the true period repeats furthest

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from comminsight.semantic import native
+
 MIN_REPEATS = 3  # a cycle must be seen whole this many times in a row
 
 
@@ -27,33 +29,6 @@ class Cycle:
 
     def __len__(self) -> int:
         return len(self.keys)
-
-
-CELLS_PER_BLOCK = 1 << 21  # periods x positions handled at once: bounded memory
-
-
-def _longest_runs(codes: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For every period p: (length, start) of the longest run of positions i with
-    codes[i + p] == codes[i], the first on a tie. Blocks of (periods x n) cells, no Python
-    loop per period."""
-    block = max(1, CELLS_PER_BLOCK // max(1, len(codes)))
-    parts = [_runs_block(codes, periods[i : i + block]) for i in range(0, len(periods), block)]
-    return np.concatenate([r for r, _ in parts]), np.concatenate([s for _, s in parts])
-
-
-def _runs_block(codes: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    n = len(codes)
-    idx = np.arange(n)
-    shifted = idx[None, :] + periods[:, None]
-    valid = shifted < n
-    same = np.zeros((len(periods), n), dtype=bool)
-    same[valid] = codes[shifted[valid]] == np.broadcast_to(codes, same.shape)[valid]
-    # run length ending at each position: distance to the last mismatch before it
-    last_miss = np.maximum.accumulate(np.where(same, -1, idx[None, :]), axis=1)
-    run_end = idx[None, :] - last_miss  # 0 at a mismatch
-    best_end = run_end.argmax(axis=1)
-    runs = run_end[np.arange(len(periods)), best_end]
-    return runs, best_end - runs + 1
 
 
 def learn_cycle(
@@ -81,7 +56,7 @@ def learn_cycle_codes(
     periods = np.arange(1, min(max_period, n // min_repeats) + 1)
     if not len(periods):
         return None
-    runs, starts = _longest_runs(codes, periods)
+    runs, starts = native.longest_runs(codes, periods)
     lengths = runs + periods  # keys[start .. start+run+p) repeat with period p
     ok = (runs > 0) & (lengths >= min_repeats * periods)
     if not ok.any():

@@ -46,6 +46,8 @@ int64_t ci_place(int64_t n, const uint8_t* dec, const int32_t* role, int32_t nro
                  const int64_t* lost, const int64_t* end_real, const int64_t* end_mono,
                  int32_t open_in, ci_step_t* steps, int64_t* role_count, int64_t* role_time,
                  int64_t* role_bytes, int64_t* role_max, double* role_bw, int64_t* step_of);
+void ci_longest_runs(const int64_t* codes, int64_t n, const int64_t* periods,
+                     int64_t n_periods, int64_t* runs, int64_t* starts);
 int32_t ci_window_medians(const double* series, int64_t n, const int64_t* start,
                           const int64_t* end, double* out);
 int64_t ci_shapes(int64_t n, const int64_t* comm, const int64_t* func, const int64_t* peer,
@@ -317,3 +319,16 @@ def window_medians(series: np.ndarray, start: np.ndarray, end: np.ndarray) -> np
     if rc != 0:
         raise ValueError("ci_window_medians: a window of no value or of more than 4096")
     return out
+
+
+def longest_runs(codes: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(run, start) per period; see ci_longest_runs."""
+    codes = np.ascontiguousarray(codes, np.int64)
+    periods = np.ascontiguousarray(periods, np.int64)
+    runs = np.empty(len(periods), np.int64)
+    starts = np.empty(len(periods), np.int64)
+    lib().ci_longest_runs(
+        _ptr("int64_t*", codes), len(codes), _ptr("int64_t*", periods), len(periods),
+        _ptr("int64_t*", runs), _ptr("int64_t*", starts),
+    )  # fmt: skip
+    return runs, starts

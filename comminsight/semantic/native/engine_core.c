@@ -1084,3 +1084,24 @@ int32_t ci_window_medians(const double* series, int64_t n, const int64_t* start,
     }
     return 0;
 }
+
+/* ---- cycle learning --------------------------------------------------------------------- */
+
+/* For each period p = periods[k]: the longest run of positions i with codes[i + p] ==
+ * codes[i] (runs[k]) and the position it starts at (starts[k]), the first on a tie; a period
+ * with no such position gets run 0, start 1. */
+void ci_longest_runs(const int64_t* codes, int64_t n, const int64_t* periods, int64_t n_periods,
+                     int64_t* runs, int64_t* starts) {
+    for (int64_t k = 0; k < n_periods; k++) {
+        int64_t p = periods[k], cur = 0, best = 0, best_end = 0;
+        for (int64_t i = 0; i < n; i++) {
+            cur = (i + p < n && codes[i + p] == codes[i]) ? cur + 1 : 0;
+            if (cur > best) {
+                best = cur;
+                best_end = i;
+            }
+        }
+        runs[k] = best;
+        starts[k] = best_end - best + 1;
+    }
+}
