@@ -1,15 +1,21 @@
 """Semantic Engine offline: parse inspector_logs and recover Steps, on one core.
 
-The logs are real: a simulated tensor + pipeline + data parallel run (8 ranks, 28 ops per
-Step) drives the real plugin (dist/libnccl-profiler-comminsight.so), whose writer thread
+The logs are real: a simulated tensor + pipeline + data parallel job on 8 ranks (TP 2 x PP 2 x
+DP 2) drives the real plugin (dist/libnccl-profiler-comminsight.so), whose writer thread
 produces the segments the engine reads in production (about 900 bytes of JSON per op). The
-measured work is `recover_steps` exactly as `comminsight steps` runs it, without output files:
-read every segment and check its seal, decode every line, restore issue order, select a
-template, place every op into Steps, build the summaries. records_per_s = op records consumed
-per second of this thread's CPU time (the median of --repeat runs). For scale, on the same
-logs: parse_records_per_s is the input side alone (read, seal check, decode into columns),
-msgspec_records_per_s a full msgspec decode of every line (the pure-Python reader's floor),
-and us_per_step the rest of recover_steps per Step recovered.
+model is 7B-class: 32 layers, so a GPU issues about 68 ops per Step (16 layers of its pipeline
+stage, two tensor-parallel all-reduces each, the pipeline sends and receives, the data
+parallel reduce-scatter and all-gather). A second, GPT-2-small-sized job (12 layers, 28 ops per
+Step) shows how the rate depends on the ops per Step: Step summaries cost per Step.
+
+The measured work is `recover_steps` exactly as `comminsight steps` runs it, without output
+files: read every segment and check its seal, decode every line, restore issue order, select
+a template, place every op into Steps, build the summaries. records_per_s = op records
+consumed per second of this thread's CPU time (the median of --repeat runs). For scale, on the
+same logs: parse_records_per_s is the input side alone (read, seal check, decode into
+columns), msgspec_records_per_s a full msgspec decode of every line (a pure-Python reader's
+floor), us_per_step the rest of recover_steps per Step recovered. The 12-layer job's metrics
+carry the suffix _12_layers.
 
 DESIGN budget: >= 1 M records/s.
 Prints JSON lines {"bench","metric","value","unit"}.
@@ -38,35 +44,39 @@ def emit(metric: str, value: float, unit: str) -> None:
     print(json.dumps({"bench": "engine_parse", "metric": metric, "value": value, "unit": unit}))
 
 
+JOBS = (("", 32, 500), ("_12_layers", 12, 1000))  # metric suffix, layers, Steps
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--logs", help="measure these inspector_logs instead of generating them")
     args = ap.parse_args()
     if args.logs:
-        measure(Path(args.logs), args.repeat)
+        measure(Path(args.logs), args.repeat, "")
         return
     if not PLUGIN.exists():
         sys.exit(f"engine_parse: {PLUGIN} is missing; run `make build-profiler`")
-    with tempfile.TemporaryDirectory(prefix="ci-engine-bench-") as tmp:
-        sim = run_simulation(
-            SimConfig(
-                plugin=str(PLUGIN),
-                home=tmp,
-                workload="tp-pp-dp",
-                ranks=8,
-                steps=args.steps,
-                time_scale=0.005,
-                env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
+    for suffix, layers, steps in JOBS:
+        with tempfile.TemporaryDirectory(prefix="ci-engine-bench-") as tmp:
+            sim = run_simulation(
+                SimConfig(
+                    plugin=str(PLUGIN),
+                    home=tmp,
+                    workload="tp-pp-dp",
+                    ranks=8,
+                    steps=steps,
+                    layers=layers,
+                    time_scale=0.005,
+                    env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
+                )
             )
-        )
-        if sim.errors:
-            sys.exit(f"engine_parse: the simulation failed: {sim.errors}")
-        measure(Path(tmp) / "inspector_logs", args.repeat)
+            if sim.errors:
+                sys.exit(f"engine_parse: the simulation failed: {sim.errors}")
+            measure(Path(tmp) / "inspector_logs", args.repeat, suffix)
 
 
-def measure(logs: Path, repeat: int) -> None:
+def measure(logs: Path, repeat: int, suffix: str) -> None:
     rates, cpus, ops, steps = [], [], 0, 0
     for _ in range(repeat):
         t0 = time.thread_time()
@@ -88,13 +98,14 @@ def measure(logs: Path, repeat: int) -> None:
                 _DECODER.decode(line)
                 lines += 1
     decode_cpu = time.thread_time() - t0
-    emit("records_per_s", statistics.median(rates), "records/s")
-    emit("records", ops, "records")
-    emit("steps_recovered", steps, "steps")
-    emit("parse_records_per_s", parsed / statistics.median(parse), "records/s")
-    emit("msgspec_records_per_s", lines / decode_cpu, "lines/s")
+    emit("records_per_s" + suffix, statistics.median(rates), "records/s")
+    emit("records" + suffix, ops, "records")
+    emit("steps_recovered" + suffix, steps, "steps")
+    emit("ops_per_step" + suffix, ops / max(1, steps), "ops")
+    emit("parse_records_per_s" + suffix, parsed / statistics.median(parse), "records/s")
+    emit("msgspec_records_per_s" + suffix, lines / decode_cpu, "lines/s")
     emit(
-        "us_per_step",
+        "us_per_step" + suffix,
         (statistics.median(cpus) - statistics.median(parse)) / max(1, steps) * 1e6,
         "us",
     )

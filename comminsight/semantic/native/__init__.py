@@ -102,8 +102,9 @@ def lib():
 
 
 def _ptr(ctype: str, array: np.ndarray):
+    """A C pointer to a contiguous array's data (from_buffer: no ctypes object per call)."""
     assert array.flags.c_contiguous
-    return _ffi.cast(ctype, array.ctypes.data)
+    return _ffi.from_buffer(ctype[:-1] + "[]", array)
 
 
 class InternTable:
