@@ -1,0 +1,287 @@
+"""A small GPT-style training job for issue 7 (throughput, fail-open, step recovery), 2 ranks.
+
+    torchrun --standalone --nproc_per_node=2 bench/gpu/gpt_train.py --mode ddp --steps 300 \
+        --out DIR
+
+Modes:
+  ddp   the whole model under DistributedDataParallel (default 25 MiB buckets);
+  fsdp  FSDP2: fully_shard on every block, then on the model;
+  tpdp  a 2-D DeviceMesh (dp x tp = world/2... here 1 x 2 on two GPUs): Megatron-style tensor
+        parallel MLP blocks (column-parallel then row-parallel Linear, one all-reduce on the
+        tp group forward and one backward per block) and, every --accum micro-batches, the
+        data-parallel gradient all-reduce on the dp group before the optimizer step.
+
+Every optimizer step ends with `loss.item()` (the usual logging sync). Each rank writes
+<out>/rank<R>.json: per-step wall times (host CLOCK_MONOTONIC after the sync), the host time
+at which `opt.step()` returned (the same instant Inject's step markers stamp), the job's own
+collective count where it issues them itself (tpdp), and throughput over the steps after
+--warmup. `--progress FILE` (rank 0) rewrites FILE with the step number every 10 steps so a
+driver can act mid-run. `--cpu` runs a tiny model on gloo for a dry run without GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        a = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab: int, d: int, layers: int, heads: int, seq: int):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x))
+
+
+# ---- tensor parallel pieces (tpdp): explicit collectives on the tp group ----
+
+
+class _ReduceForward(torch.autograd.Function):
+    """Row-parallel output: sum the partial results across tp ranks; the gradient passes."""
+
+    @staticmethod
+    def forward(ctx, x, group, counter):
+        counter[0] += 1
+        x = x.contiguous()
+        dist.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None, None
+
+
+class _ReduceBackward(torch.autograd.Function):
+    """Column-parallel input: identity forward; the input gradient is summed across tp."""
+
+    @staticmethod
+    def forward(ctx, x, group, counter):
+        ctx.group, ctx.counter = group, counter
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.counter[0] += 1
+        g = g.contiguous()
+        dist.all_reduce(g, group=ctx.group)
+        return g, None, None
+
+
+class TPBlock(nn.Module):
+    def __init__(self, d: int, tp: int, group, counter):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d // tp)  # column shard
+        self.fc2 = nn.Linear(4 * d // tp, d, bias=False)  # row shard
+        self.group, self.counter = group, counter
+
+    def forward(self, x):
+        h = _ReduceBackward.apply(self.ln(x), self.group, self.counter)
+        h = self.fc2(F.gelu(self.fc1(h)))
+        return x + _ReduceForward.apply(h, self.group, self.counter)
+
+
+class TPNet(nn.Module):
+    def __init__(self, vocab, d, layers, tp, group, counter):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(TPBlock(d, tp, group, counter) for _ in range(layers))
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.tok(idx)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(x)
+
+
+def dp_allreduce(params, group, counter, bucket_bytes=25 << 20):
+    """DDP-like: flatten gradients into ~25 MiB buckets, average them on the dp group."""
+    bucket, size = [], 0
+    n = dist.get_world_size(group)
+
+    def flush():
+        if not bucket:
+            return
+        flat = torch.cat([p.grad.reshape(-1) for p in bucket])
+        counter[0] += 1
+        dist.all_reduce(flat, group=group)
+        flat /= n
+        off = 0
+        for p in bucket:
+            k = p.grad.numel()
+            p.grad.copy_(flat[off : off + k].view_as(p.grad))
+            off += k
+
+    for p in params:
+        if p.grad is None:
+            continue
+        bucket.append(p)
+        size += p.grad.numel() * p.grad.element_size()
+        if size >= bucket_bytes:
+            flush()
+            bucket, size = [], 0
+    flush()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=["ddp", "fsdp", "tpdp"], default="ddp")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--d", type=int, default=1024)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--progress", default="")
+    ap.add_argument("--cpu", action="store_true", help="gloo on CPU, for a dry run")
+    args = ap.parse_args()
+    if args.cpu:
+        args.layers, args.d, args.heads, args.seq, args.batch, args.vocab = 2, 64, 4, 16, 2, 128
+
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    if args.cpu:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    else:
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    world = dist.get_world_size()
+    torch.manual_seed(0)
+    issued = [0]  # collectives this script issues itself (tpdp)
+    amp = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if not args.cpu
+        else torch.autocast("cpu", enabled=False)
+    )
+
+    if args.mode == "tpdp":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        tp = 2 if world % 2 == 0 else 1
+        mesh = init_device_mesh(device.type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
+        tp_group, dp_group = mesh.get_group("tp"), mesh.get_group("dp")
+        net = TPNet(args.vocab, args.d, args.layers, tp, tp_group, issued).to(device)
+        mesh_desc = {"dp": world // tp, "tp": tp}
+    else:
+        net = GPT(args.vocab, args.d, args.layers, args.heads, args.seq).to(device)
+        mesh_desc = {"dp": world}
+        if args.mode == "ddp":
+            net = nn.parallel.DistributedDataParallel(
+                net, device_ids=None if args.cpu else [local]
+            )
+        else:
+            from torch.distributed.fsdp import fully_shard
+
+            for blk in net.blocks:
+                fully_shard(blk)
+            fully_shard(net)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    # tp ranks of one dp replica see the same batch
+    data_seed = mesh.get_local_rank("dp") if args.mode == "tpdp" else rank
+    gen = torch.Generator(device=device).manual_seed(data_seed)
+    data = torch.randint(0, args.vocab, (16, args.batch, args.seq + 1), device=device, generator=gen)
+
+    step_done, opt_returned = [], []
+    t_prev = time.monotonic_ns()
+    t0 = t_prev
+    micro = 0
+    for step in range(args.steps):
+        for _ in range(args.accum):
+            batch = data[micro % data.shape[0]]
+            micro += 1
+            with amp:
+                logits = net(batch[:, :-1])
+            loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
+            (loss / args.accum).backward()
+        if args.mode == "tpdp":
+            dp_allreduce(net.parameters(), dp_group, issued)
+        opt.step()
+        opt_returned.append(time.monotonic_ns())
+        opt.zero_grad(set_to_none=True)
+        lv = loss.item()
+        now = time.monotonic_ns()
+        step_done.append(now - t_prev)
+        t_prev = now
+        if rank == 0 and args.progress and step % 10 == 0:
+            Path(args.progress).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.progress).write_text(str(step))
+    end = time.monotonic_ns()
+    if not math.isfinite(lv):
+        raise SystemExit(f"loss is {lv}")
+
+    w = min(args.warmup, args.steps - 1)
+    timed = step_done[w:]
+    elapsed_s = sum(timed) / 1e9
+    tokens = len(timed) * args.accum * args.batch * args.seq * world
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "mode": args.mode,
+                "rank": rank,
+                "pid": os.getpid(),
+                "world": world,
+                "mesh": mesh_desc,
+                "steps": args.steps,
+                "accum": args.accum,
+                "warmup": w,
+                "model": {k: getattr(args, k) for k in ("layers", "d", "heads", "seq", "batch")},
+                "params": sum(p.numel() for p in net.parameters()),
+                "loss_last": lv,
+                "start_mono_ns": t0,
+                "end_mono_ns": end,
+                "step_ns": step_done,
+                "opt_step_returned_mono_ns": opt_returned,
+                "issued_by_script": issued[0],
+                "timed_s": elapsed_s,
+                "median_step_ms": statistics.median(timed) / 1e6,
+                "tokens_per_s": tokens / elapsed_s if elapsed_s else 0.0,
+            }
+        )
+    )
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
