@@ -251,7 +251,8 @@ def run(console: Console) -> int:
         "semantics/step/ (step summaries), metadata/hangs/ (hang reports), archives/ (what "
         "the agent archived). Run `comminsight steps <dir>/inspector_logs` or `comminsight "
         "trace <dir>/inspector_logs -o trace.json` on them; the agent served its API and "
-        "/metrics at the URLs printed above while it ran (README: Using the Agent). "
-        "Not built yet: Inject and multi-node agents."
+        "/metrics at the URLs printed above while it ran (README: Using the Agent). Real "
+        "PyTorch jobs get their process-group names through Inject (README: Using Inject); "
+        "several nodes report to one master agent (COMMINSIGHT_AGENT_MODE)."
     )
     return 0 if ok else 1
