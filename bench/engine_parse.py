@@ -44,7 +44,7 @@ def emit(metric: str, value: float, unit: str) -> None:
     print(json.dumps({"bench": "engine_parse", "metric": metric, "value": value, "unit": unit}))
 
 
-JOBS = (("", 32, 500), ("_12_layers", 12, 1000))  # metric suffix, layers, Steps
+JOBS = (("", 32, 1000), ("_12_layers", 12, 1000))  # metric suffix, layers, Steps
 
 
 def main() -> None:
