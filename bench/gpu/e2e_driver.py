@@ -51,6 +51,7 @@ EXPECTED_VERDICTS = {
     "sleep": {"stuck_outside_nccl", "rank_not_joined"},
     "kill": {"process_died"},
     "mismatch": {"op_mismatch"},
+    "mismatch_count": {"op_mismatch"},
 }
 
 
@@ -190,8 +191,9 @@ def run_fault(out: Out, fault: str, threshold_s: float, at: int, sleep_s: float)
         cmd += ["--sleep-s", str(sleep_s), "--events", str(home / "events")]
         logf = open(home / f"rank{r}.log", "wb")  # noqa: SIM115
         ranks.append(
-            subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+            subprocess.Popen(
+                cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+            )
         )
     t_start = time.monotonic_ns()
     seen: dict[str, dict] = {}  # report_id -> first sighting
@@ -213,7 +215,9 @@ def run_fault(out: Out, fault: str, threshold_s: float, at: int, sleep_s: float)
             seen[rid]["last"] = rep
             if rep.get("severity") == "critical" and critical_at is None:
                 critical_at = now
-        done = all(p.poll() is not None for p in ranks)
+        # poll (reap) every rank each pass, as a launcher does: an unreaped SIGKILLed rank is
+        # a zombie whose pid still exists
+        done = all([p.poll() is not None for p in ranks])
         if done and exited_at is None:
             exited_at = time.monotonic()
         if fault == "sleep":
@@ -320,6 +324,10 @@ def run_fault(out: Out, fault: str, threshold_s: float, at: int, sleep_s: float)
     else:
         ok = False
         res["checks"] = {"verdict": False}
+    res["events"] = {
+        r: [e for e in evs if e["ev"] != "enqueue" or e["op_index"] >= at - 1]
+        for r, evs in events.items()
+    }
     rank_logs = {r: (home / f"rank{r}.log").read_text(errors="replace")[-800:] for r in range(2)}
     res["rank_log_tails"] = rank_logs if not ok else {}
     res["agent_log_tail"] = agent.tail()[-800:] if not ok else ""
@@ -332,24 +340,47 @@ def run_fault(out: Out, fault: str, threshold_s: float, at: int, sleep_s: float)
 # ---- scenarios 1b, 2, 4: training ----
 
 
-def torchrun(home: Path, job_out: Path, mode: str, steps: int, variant: str, accum: int = 1,
-             progress: Path | None = None, timeout: int = 200, extra_env=None):
+def torchrun(
+    home: Path,
+    job_out: Path,
+    mode: str,
+    steps: int,
+    variant: str,
+    accum: int = 1,
+    progress: Path | None = None,
+    nproc: int = 2,
+    extra_env=None,
+):
     env_kw = dict(COMMINSIGHT_HOME=home)
     if variant == "none":
         env_kw.update(NCCL_PROFILER_PLUGIN="none", COMMINSIGHT_INJECT_DISABLE="1")
     else:
         env_kw.update(NCCL_PROFILER_PLUGIN=PLUGIN, COMMINSIGHT_INJECT_STEP_MARKERS="1")
     env_kw.update(extra_env or {})
-    cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(ROOT / "bench/gpu/gpt_train.py"), "--mode", mode, "--steps", str(steps),
-           "--accum", str(accum), "--out", str(job_out)]
+    cmd = [
+        PY,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        str(ROOT / "bench/gpu/gpt_train.py"),
+        "--mode",
+        mode,
+        "--steps",
+        str(steps),
+        "--accum",
+        str(accum),
+        "--out",
+        str(job_out),
+    ]
     if os.environ.get("E2E_CPU"):  # dry run without GPUs (gloo)
         cmd.append("--cpu")
     if progress:
         cmd += ["--progress", str(progress)]
     logf = open(home / f"job_{mode}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, env=env_with(**env_kw), stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env_with(**env_kw), stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+    )
     return proc, logf
 
 
@@ -364,18 +395,29 @@ def logs_check(home: Path) -> dict:
     s = ci_logs.read_home(home)
     members = []
     for cs in s.comms.values():
-        members.append({
-            "comm_id": cs.comm_id, "rank": cs.rank, "n_ranks": cs.n_ranks,
-            "ops": sum(cs.colls.values()) + cs.p2p, "colls": dict(cs.colls), "p2p": cs.p2p,
-            "coll_sn_contiguous": cs.coll_sn_contiguous(),
-            "coll_sn_max": {f: r["max"] for f, r in cs.coll_sn_report().items()},
-        })
+        members.append(
+            {
+                "comm_id": cs.comm_id,
+                "rank": cs.rank,
+                "n_ranks": cs.n_ranks,
+                "ops": sum(cs.colls.values()) + cs.p2p,
+                "colls": dict(cs.colls),
+                "p2p": cs.p2p,
+                "coll_sn_contiguous": cs.coll_sn_contiguous(),
+                "coll_sn_max": {f: r["max"] for f, r in cs.coll_sn_report().items()},
+            }
+        )
     members.sort(key=lambda m: (m["n_ranks"], m["comm_id"], m["rank"]))
     return {
-        "files": s.files, "sealed": s.sealed, "unsealed": s.unsealed,
-        "seal_failures": s.seal_failures[:5], "gap_lines": s.gap_lines,
-        "lost_records": s.lost_records, "bad_lines": s.bad_lines,
-        "seals_ok": s.seals_ok, "members": members,
+        "files": s.files,
+        "sealed": s.sealed,
+        "unsealed": s.unsealed,
+        "seal_failures": s.seal_failures[:5],
+        "gap_lines": s.gap_lines,
+        "lost_records": s.lost_records,
+        "bad_lines": s.bad_lines,
+        "seals_ok": s.seals_ok,
+        "members": members,
         "ops_total": sum(m["ops"] for m in members),
         "all_contiguous": all(m["coll_sn_contiguous"] for m in members),
     }
@@ -390,8 +432,18 @@ def keep_for_steps(home: Path, keep: Path, name: str) -> None:
             shutil.copytree(src, dst / sub, dirs_exist_ok=True)
 
 
-def train_run(out: Out, mode: str, variant: str, rep: int, steps: int, keep: Path | None,
-              accum: int = 1, fault: str = "", reference_ops: dict | None = None) -> dict:
+def train_run(
+    out: Out,
+    mode: str,
+    variant: str,
+    rep: int,
+    steps: int,
+    keep: Path | None,
+    accum: int = 1,
+    fault: str = "",
+    reference_ops: dict | None = None,
+    nproc: int = 2,
+) -> dict:
     home = Path(tempfile.mkdtemp(prefix=f"ci_train_{mode}_{variant}_"))
     job_out = home / "job"
     agent = None
@@ -400,8 +452,11 @@ def train_run(out: Out, mode: str, variant: str, rep: int, steps: int, keep: Pat
     if fault == "logdir_unwritable":
         d = home / "inspector_logs"
         d.mkdir(mode=0o700)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(d)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(d)],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode == 0:
             ro_mount = d
             how = "read-only tmpfs mounted on inspector_logs"
@@ -414,7 +469,7 @@ def train_run(out: Out, mode: str, variant: str, rep: int, steps: int, keep: Pat
         agent = Agent(home)
     progress = home / "progress" if fault == "agent_killed" else None
     t = time.monotonic()
-    proc, logf = torchrun(home, job_out, mode, steps, variant, accum, progress)
+    proc, logf = torchrun(home, job_out, mode, steps, variant, accum, progress, nproc)
     killed_at = None
     while proc.poll() is None:
         if time.monotonic() - t > 240:
@@ -447,12 +502,21 @@ def train_run(out: Out, mode: str, variant: str, rep: int, steps: int, keep: Pat
     ranks = job_result(job_out)
     r0 = ranks.get(0, {})
     line = {
-        "job": mode, "variant": variant, "rep": rep, "steps": steps, "accum": accum,
-        "rc": rc, "wall_s": round(wall, 2), "agent_alive_at_end": agent_ok,
+        "job": mode if nproc == 2 else f"{mode}{nproc}",
+        "nproc": nproc,
+        "variant": variant,
+        "rep": rep,
+        "steps": steps,
+        "accum": accum,
+        "rc": rc,
+        "wall_s": round(wall, 2),
+        "agent_alive_at_end": agent_ok,
         "agent_live_step_summaries": live_steps,
         "tokens_per_s": [round(ranks[r]["tokens_per_s"], 1) for r in sorted(ranks)],
         "median_step_ms": [round(ranks[r]["median_step_ms"], 4) for r in sorted(ranks)],
-        "params": r0.get("params"), "model": r0.get("model"), "mesh": r0.get("mesh"),
+        "params": r0.get("params"),
+        "model": r0.get("model"),
+        "mesh": r0.get("mesh"),
         "issued_by_script": [ranks[r].get("issued_by_script") for r in sorted(ranks)],
         **extra,
     }
@@ -463,10 +527,14 @@ def train_run(out: Out, mode: str, variant: str, rep: int, steps: int, keep: Pat
             acc += ns
             ends.append(acc)
         w = r0["warmup"]
-        before = [ns for ns, e in zip(r0["step_ns"][w:], ends[w:]) if e < killed_at]
-        after = [ns for ns, e in zip(r0["step_ns"][w:], ends[w:]) if e > killed_at]
-        line["median_step_ms_before_kill"] = round(statistics.median(before) / 1e6, 4) if before else None
-        line["median_step_ms_after_kill"] = round(statistics.median(after) / 1e6, 4) if after else None
+        before = [ns for ns, e in zip(r0["step_ns"][w:], ends[w:], strict=True) if e < killed_at]
+        after = [ns for ns, e in zip(r0["step_ns"][w:], ends[w:], strict=True) if e > killed_at]
+        line["median_step_ms_before_kill"] = (
+            round(statistics.median(before) / 1e6, 4) if before else None
+        )
+        line["median_step_ms_after_kill"] = (
+            round(statistics.median(after) / 1e6, 4) if after else None
+        )
         line["steps_after_kill"] = len(after)
     if variant == "ci" and fault != "logdir_unwritable":
         lc = logs_check(home)
@@ -479,6 +547,8 @@ def train_run(out: Out, mode: str, variant: str, rep: int, steps: int, keep: Pat
             line["ops_equal_reference"] = line["ops_per_member"] == reference_ops.get((mode, steps))
         if reference_ops is not None and fault == "":
             reference_ops.setdefault((mode, steps), line["ops_per_member"])
+            line["reference_ops_per_member"] = reference_ops[(mode, steps)]
+            line["ops_equal_reference"] = line["ops_per_member"] == reference_ops[(mode, steps)]
     if fault == "logdir_unwritable":
         d = home / "inspector_logs"
         line["files_in_inspector_logs"] = len(list(d.iterdir())) if d.is_dir() else 0
@@ -489,7 +559,7 @@ def train_run(out: Out, mode: str, variant: str, rep: int, steps: int, keep: Pat
     if agent is not None and not agent_ok and fault != "agent_killed":
         line["agent_log_tail"] = agent.tail()[-800:]
     if keep is not None and rc == 0:
-        keep_for_steps(home, keep, f"{mode}{'_' + fault if fault else ''}")
+        keep_for_steps(home, keep, f"{line['job']}{'_' + fault if fault else ''}")
     metric = f"failopen_{fault}" if fault else "run"
     out("gpu_train", metric, rc == 0, "pass", **line)
     clean_shm(home)
@@ -505,10 +575,15 @@ def ratios(out: Out, runs: list[dict]) -> None:
                 by.setdefault(r["variant"], []).append(statistics.mean(r["tokens_per_s"]))
         if "none" in by and "ci" in by:
             ratio = statistics.mean(by["ci"]) / statistics.mean(by["none"])
-            out("gpu_train", f"throughput_ratio_ci_over_none_{mode}", round(ratio, 5), "ratio",
+            out(
+                "gpu_train",
+                f"throughput_ratio_ci_over_none_{mode}",
+                round(ratio, 5),
+                "ratio",
                 tokens_per_s_none=[round(x, 1) for x in by["none"]],
                 tokens_per_s_ci=[round(x, 1) for x in by["ci"]],
-                overhead_pct=round((1 - ratio) * 100, 3))
+                overhead_pct=round((1 - ratio) * 100, 3),
+            )
 
 
 def main() -> int:
@@ -520,6 +595,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--jobs", default="ddp,fsdp")
+    ap.add_argument("--rep-base", type=int, default=0, help="first rep number (a later call)")
+    ap.add_argument("--keep-train", type=int, default=1, help="keep a ci run's logs per job")
     ap.add_argument("--deadline-s", type=float, default=520)
     args = ap.parse_args()
     out_dir = Path(args.out)
@@ -544,6 +621,14 @@ def main() -> int:
     tout = Out(out_dir / "train.jsonl")
     reference: dict = {}
     runs = []
+    if "tpdp4" in sections and time.monotonic() < t_end - 40:
+        # 2 x 2 mesh on two GPUs: 4 processes, GPU (dp + tp) % 2, so each tp and each dp
+        # communicator spans both GPUs (NCCL refuses two ranks of one GPU in a communicator)
+        log("== tpdp4")
+        try:
+            train_run(tout, "tpdp", "ci", 0, 60, keep, accum=4, nproc=4)
+        except Exception as e:
+            tout("gpu_train", "run", False, "pass", job="tpdp4", error=repr(e))
     if "train" in sections:
         for mode in args.jobs.split(","):
             order = ["none", "ci", "ci", "none"] if args.reps >= 2 else ["none", "ci"]
@@ -554,13 +639,24 @@ def main() -> int:
                     log(f"deadline: {mode} {variant} not run")
                     continue
                 log(f"== train {mode} {variant} #{i}")
-                k = keep if variant == "ci" and not kept else None
+                k = keep if variant == "ci" and not kept and args.keep_train else None
                 try:
-                    runs.append(train_run(tout, mode, variant, i, args.steps, k,
-                                          reference_ops=reference))
+                    runs.append(
+                        train_run(
+                            tout,
+                            mode,
+                            variant,
+                            i + args.rep_base,
+                            args.steps,
+                            k,
+                            reference_ops=reference,
+                        )
+                    )
                     kept = kept or k is not None
                 except Exception as e:
-                    tout("gpu_train", "run", False, "pass", job=mode, variant=variant, error=repr(e))
+                    tout(
+                        "gpu_train", "run", False, "pass", job=mode, variant=variant, error=repr(e)
+                    )
         ratios(tout, runs)
     if "failopen" in sections:
         for fault in ("agent_killed", "logdir_unwritable"):
@@ -569,8 +665,16 @@ def main() -> int:
                 continue
             log(f"== failopen {fault}")
             try:
-                train_run(tout, "ddp", "ci", 0, args.steps, keep if fault == "agent_killed" else None,
-                          fault=fault, reference_ops=reference)
+                train_run(
+                    tout,
+                    "ddp",
+                    "ci",
+                    0,
+                    args.steps,
+                    keep if fault == "agent_killed" else None,
+                    fault=fault,
+                    reference_ops=reference,
+                )
             except Exception as e:
                 tout("gpu_train", f"failopen_{fault}", False, "pass", error=repr(e))
     if "tpdp" in sections and time.monotonic() < t_end - 40:

@@ -178,9 +178,18 @@ def main() -> None:
         args.layers, args.d, args.heads, args.seq, args.batch, args.vocab = 2, 64, 4, 16, 2, 128
 
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world_env = int(os.environ["WORLD_SIZE"])
     if args.cpu:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
+    elif args.mode == "tpdp" and world_env > torch.cuda.device_count():
+        # more ranks than GPUs (2 x 2 mesh on two GPUs): GPU (dp + tp) % n puts the two ranks
+        # of every tp and every dp group on different GPUs; the world group, which would hold
+        # two ranks of one GPU, is never used for a collective (lazy NCCL init, no device_id)
+        dp_i, tp_j = divmod(rank, 2)
+        device = torch.device("cuda", (dp_i + tp_j) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl")
     else:
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
@@ -197,7 +206,7 @@ def main() -> None:
     if args.mode == "tpdp":
         from torch.distributed.device_mesh import init_device_mesh
 
-        tp = 2 if world % 2 == 0 else 1
+        tp = 2 if world % 2 == 0 else 1  # ranks 2i, 2i+1 form a tp group
         mesh = init_device_mesh(device.type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
         tp_group, dp_group = mesh.get_group("tp"), mesh.get_group("dp")
         net = TPNet(args.vocab, args.d, args.layers, tp, tp_group, issued).to(device)
@@ -206,9 +215,7 @@ def main() -> None:
         net = GPT(args.vocab, args.d, args.layers, args.heads, args.seq).to(device)
         mesh_desc = {"dp": world}
         if args.mode == "ddp":
-            net = nn.parallel.DistributedDataParallel(
-                net, device_ids=None if args.cpu else [local]
-            )
+            net = nn.parallel.DistributedDataParallel(net, device_ids=None if args.cpu else [local])
         else:
             from torch.distributed.fsdp import fully_shard
 
@@ -219,7 +226,9 @@ def main() -> None:
     # tp ranks of one dp replica see the same batch
     data_seed = mesh.get_local_rank("dp") if args.mode == "tpdp" else rank
     gen = torch.Generator(device=device).manual_seed(data_seed)
-    data = torch.randint(0, args.vocab, (16, args.batch, args.seq + 1), device=device, generator=gen)
+    data = torch.randint(
+        0, args.vocab, (16, args.batch, args.seq + 1), device=device, generator=gen
+    )
 
     step_done, opt_returned = [], []
     t_prev = time.monotonic_ns()

@@ -10,6 +10,7 @@ collectives the job issues, so the op index of step N is N), then torch.cuda.syn
   sleep     time.sleep(--sleep-s) first, then calls it (the hang resolves by itself)
   kill      synchronizes, then SIGKILLs itself
   mismatch  calls broadcast(src=0) on the same buffer where the peer calls all_reduce
+  mismatch_count  calls all_reduce on twice as many elements as the peer
 Every rank appends JSON lines to <events>/rank<R>.jsonl with CLOCK_MONOTONIC: start (with
 the default group's `<group_desc>:<group_name>`), enqueue (just before each collective call),
 fault, done.
@@ -40,7 +41,9 @@ class Events:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fault", choices=["none", "skip", "sleep", "kill", "mismatch"])
+    ap.add_argument(
+        "--fault", choices=["none", "skip", "sleep", "kill", "mismatch", "mismatch_count"]
+    )
     ap.add_argument("--at", type=int, default=20)
     ap.add_argument("--fault-rank", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
@@ -80,6 +83,14 @@ def main() -> None:
                 ev("fault", kind="mismatch", op_index=step, func="Broadcast")
                 ev("enqueue", op_index=step, func="Broadcast")
                 dist.broadcast(buf, src=0)
+                torch.cuda.synchronize()
+                ev("completed", op_index=step)
+                continue
+            elif args.fault == "mismatch_count":
+                big = torch.ones(8 << 20, device=device)
+                ev("fault", kind="mismatch_count", op_index=step, count=big.numel())
+                ev("enqueue", op_index=step, func="AllReduce", count=big.numel())
+                dist.all_reduce(big)
                 torch.cuda.synchronize()
                 ev("completed", op_index=step)
                 continue

@@ -6,8 +6,8 @@
 # Carry from the dev machine: .whl (the Agent's runtime wheels for Python 3.12),
 # build/agent-src (git archive HEAD comminsight generated/python) and
 # dist/comminsight_inject-*.whl (make build-inject).
-# Knobs: SECTIONS (hangs,train,failopen,tpdp), FAULTS, THRESHOLD_S (5), STEPS (300), REPS (2),
-# DEADLINE_S (500: the driver starts nothing new past it).
+# Knobs: SECTIONS (hangs,train,failopen,tpdp; tpdp4 adds the 2x2 mesh on 4 processes), FAULTS, THRESHOLD_S (5), STEPS (300), REPS (2),
+# DEADLINE_S (500: the driver starts nothing new past it), REP_BASE, KEEP_TRAIN.
 # Results under $OUT: run.log, versions.json, hangs.jsonl, hang_reports.jsonl, train.jsonl,
 # steps.tar.gz (bench/gpu/e2e_report.py turns them into bench/gpu/RESULTS.md).
 set -uo pipefail
@@ -41,7 +41,7 @@ BUILD_ONLY=1 NO_PROBE=1 bash bench/gpu/run_overhead.sh >"$ROOT/build/gpu_build.l
 }
 python3 -m pip install -q --no-index --no-deps --force-reinstall dist/comminsight_inject-*.whl || exit 1
 AGENT_SITE=/tmp/agent-site
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$AGENT_SITE" .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$AGENT_SITE" .whl/*.whl || exit 1
 NATIVE=build/agent-src/comminsight/semantic/native
 /usr/bin/gcc -std=gnu11 -O2 -fPIC -shared -ffp-contract=off "$NATIVE/engine_core.c" \
   -o "$NATIVE/libciengine.so" || exit 1
@@ -53,7 +53,8 @@ n.lib(); print("agent imports ok; engine core", n.LIBRARY)') || exit 1
 echo "== driver ($(($(date +%s) - T0)) s)"
 python3 bench/gpu/e2e_driver.py --out "$OUT" --sections "${SECTIONS:-hangs,train,failopen,tpdp}" \
   --faults "${FAULTS:-skip,sleep,kill,mismatch}" --threshold-s "${THRESHOLD_S:-5}" \
-  --steps "${STEPS:-300}" --reps "${REPS:-2}" --deadline-s "${DEADLINE_S:-500}"
+  --steps "${STEPS:-300}" --reps "${REPS:-2}" --deadline-s "${DEADLINE_S:-500}" \
+  --rep-base "${REP_BASE:-0}" --keep-train "${KEEP_TRAIN:-1}"
 rc=$?
 echo "== done rc=$rc ($(($(date +%s) - T0)) s)"
 exit $rc

@@ -1,0 +1,531 @@
+"""bench/gpu/RESULTS.md from what bench/gpu/run_e2e.sh brought back (issue 7). Run here, in the
+project's venv (the step scoring runs the Semantic Engine on the logs; no GPU needed):
+
+    python bench/gpu/e2e_report.py bench/gpu/results/2026-11-30-h200x2-e2e/run1 \
+        bench/gpu/results/2026-11-30-h200x2-e2e/run2 > bench/gpu/RESULTS.md
+
+Each run directory holds hangs.jsonl, train.jsonl, versions.json, run.log and steps.tar.gz
+(the logs, Inject's step markers and the job output of the runs kept for step recovery).
+Step scoring: per rank, the ops in host-issue order; a true Step boundary is the last op
+issued before Inject's marker of that optimizer step (CLOCK_MONOTONIC at `step()` return);
+a recovered boundary is the engine's last op of a Step. A boundary counts when it is within
+one op of the other side's nearest boundary: precision over the recovered, recall over the
+true; the error is the distance in ops. The engine never reads the markers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import statistics
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERHEAD_1A = ROOT / "bench/gpu/results/2026-11-29-h200x2/overhead.jsonl"
+GOAL_LAT_S = 2.0
+
+
+def jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def table(head: list[str], rows: list[list]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def command_of(run: Path) -> str:
+    for line in (run / "COMMAND").read_text().splitlines() if (run / "COMMAND").exists() else []:
+        return line.strip()
+    return "bash bench/gpu/run_e2e.sh"
+
+
+# ---- scenario 2: step scoring ----
+
+
+def markers_of(job_dir: Path) -> dict[int, list[int]]:
+    out: dict[int, list[tuple[int, int]]] = {}
+    for p in sorted((job_dir / "metadata" / "inject").glob("*.jsonl")):
+        for m in jsonl(p):
+            if m.get("kind") == "step":
+                out.setdefault(m["rank"], []).append((m["index"], m["mono_ns"]))
+    return {r: [t for _, t in sorted(v)] for r, v in out.items()}
+
+
+def score_job(job_dir: Path) -> list[dict]:
+    from comminsight.semantic.log_input import read_gpu_logs
+    from comminsight.semantic.offline import recover_steps
+
+    result = recover_steps(job_dir / "inspector_logs")
+    logs = {log.stream: log for log in read_gpu_logs(job_dir / "inspector_logs")[0]}
+    markers = markers_of(job_dir)
+    rows = []
+    for gpu in result.gpus:
+        rank = gpu.gpu.global_rank
+        ops = sorted(logs[gpu.stream].ops(), key=lambda o: o.issue_ns)
+        issue = [o.issue_ns for o in ops]
+        pos = {o.ring_seq: i for i, o in enumerate(ops)}
+        truth = [bisect.bisect_left(issue, m) - 1 for m in markers.get(rank, [])]
+        found = [pos[s.last_op.ring_seq] for s in gpu.summaries]
+
+        def near(x, pool):
+            j = bisect.bisect_left(pool, x)
+            return min(abs(x - pool[k]) for k in (j - 1, j) if 0 <= k < len(pool))
+
+        truth_sorted, found_sorted = sorted(truth), sorted(found)
+        errs = [near(b, truth_sorted) for b in found] if truth else []
+        hit_p = sum(e <= 1 for e in errs)
+        hit_r = sum(near(b, found_sorted) <= 1 for b in truth) if found else 0
+        rows.append(
+            {
+                "job": job_dir.name,
+                "rank": rank,
+                "method": gpu.method,
+                "ops": len(ops),
+                "steps_run": len(truth),
+                "steps_found": len(found),
+                "precision": hit_p / len(found) if found else 0.0,
+                "recall": hit_r / len(truth) if truth else 0.0,
+                "max_err_ops": max(errs) if errs else None,
+                "mean_err_ops": statistics.mean(errs) if errs else None,
+                "ops_per_step": sorted({s.op_count for s in gpu.summaries})[:6],
+                "problems": result.problems,
+            }
+        )
+    return rows
+
+
+def steps_section(runs: list[Path]) -> tuple[str, list[dict]]:
+    rows = []
+    for run in runs:
+        tar = run / "steps.tar.gz"
+        if not tar.exists():
+            continue
+        with tempfile.TemporaryDirectory() as tmp, tarfile.open(tar) as t:
+            t.extractall(tmp, filter="data")
+            for job in sorted(Path(tmp).iterdir()):
+                for r in score_job(job):
+                    rows.append({"run": run.name, **r})
+    body = table(
+        [
+            "run",
+            "job",
+            "rank",
+            "template",
+            "ops",
+            "steps run",
+            "steps found",
+            "precision",
+            "recall",
+            "max / mean boundary error (ops)",
+            "ops per Step",
+        ],
+        [
+            [
+                r["run"],
+                r["job"],
+                r["rank"],
+                r["method"],
+                r["ops"],
+                r["steps_run"],
+                r["steps_found"],
+                f"{r['precision']:.3f}",
+                f"{r['recall']:.3f}",
+                f"{r['max_err_ops']} / {r['mean_err_ops']:.2f}"
+                if r["max_err_ops"] is not None
+                else "-",
+                r["ops_per_step"],
+            ]
+            for r in rows
+        ],
+    )
+    return body, rows
+
+
+# ---- the rest ----
+
+
+def hangs_section(runs: list[Path]) -> tuple[str, list[dict]]:
+    rows = []
+    for run in runs:
+        for h in jsonl(run / "hangs.jsonl"):
+            rows.append({"run": run.name, **h})
+    lines = []
+    for h in rows:
+        ex = h.get("expected", {})
+        lines.append(
+            [
+                h["run"],
+                h.get("fault"),
+                "pass" if h["value"] else "**fail**",
+                h.get("verdict", "none"),
+                h.get("culprits", "-"),
+                h.get("comm_name", "-"),
+                f"{h.get('op_func', '-')} seq {h.get('op_seq', '-')}",
+                f"{', '.join(ex.get('verdicts', []))}; rank 1; {ex.get('comm_name')}; seq "
+                f"{ex.get('op_seq')}",
+                h.get("detection_latency_s", "-"),
+                h.get("api_latency_s", "-"),
+                f"{h.get('threshold_s', 0) + GOAL_LAT_S:g}",
+            ]
+        )
+    return table(
+        [
+            "run",
+            "fault",
+            "result",
+            "verdict",
+            "culprit ranks",
+            "communicator",
+            "op",
+            "expected",
+            "detected after (s)",
+            "seen in API after (s)",
+            "limit (s)",
+        ],
+        lines,
+    ), rows
+
+
+def train_section(runs: list[Path]):
+    rows = []
+    for run in runs:
+        for t in jsonl(run / "train.jsonl"):
+            rows.append({"run": run.name, **t})
+    runs_ = [r for r in rows if r["metric"] == "run" and r.get("job") in ("ddp", "fsdp")]
+    per = table(
+        [
+            "run",
+            "job",
+            "variant",
+            "rep",
+            "rc",
+            "tokens/s (rank 0)",
+            "median step ms",
+            "Agent alive at end",
+            "op lines per rank",
+            "= reference",
+        ],
+        [
+            [
+                r["run"],
+                r["job"],
+                r["variant"],
+                r["rep"],
+                r["rc"],
+                r["tokens_per_s"][0],
+                r["median_step_ms"][0],
+                r.get("agent_alive_at_end", "-"),
+                [m[2] for m in r.get("ops_per_member", [])] or "-",
+                r.get("ops_equal_reference", "-"),
+            ]
+            for r in runs_
+        ],
+    )
+    agg = []
+    ratios = {}
+    for job in ("ddp", "fsdp"):
+        by = {
+            v: [
+                statistics.mean(r["tokens_per_s"])
+                for r in runs_
+                if r["job"] == job and r["variant"] == v and r["rc"] == 0
+            ]
+            for v in ("none", "ci")
+        }
+        if not by["none"] or not by["ci"]:
+            continue
+        mn, mc = statistics.mean(by["none"]), statistics.mean(by["ci"])
+        sd_n = statistics.stdev(by["none"]) if len(by["none"]) > 1 else 0.0
+        sd_c = statistics.stdev(by["ci"]) if len(by["ci"]) > 1 else 0.0
+        se = (mc / mn) * (
+            (sd_n / mn) ** 2 / len(by["none"]) + (sd_c / mc) ** 2 / len(by["ci"])
+        ) ** 0.5
+        spread = (max(by["none"]) - min(by["none"])) / mn
+        ratios[job] = (mc / mn, se, spread)
+        agg.append(
+            [
+                job,
+                len(by["none"]),
+                len(by["ci"]),
+                f"{mn:,.0f} ± {sd_n:,.0f}",
+                f"{mc:,.0f} ± {sd_c:,.0f}",
+                f"{mc / mn:.4f} ± {se:.4f}",
+                f"{(1 - mc / mn) * 100:+.2f} %",
+                f"{spread * 100:.1f} %",
+            ]
+        )
+    agg_t = table(
+        [
+            "job",
+            "runs without",
+            "runs with",
+            "tokens/s without (mean ± sd)",
+            "tokens/s with (mean ± sd)",
+            "ratio with/without (± s.e.)",
+            "overhead",
+            "spread of the runs without",
+        ],
+        agg,
+    )
+    fo = [r for r in rows if r["metric"].startswith("failopen_")]
+    other = [r for r in rows if r["metric"] == "run" and r.get("job") not in ("ddp", "fsdp")]
+    return per, agg_t, ratios, fo, other
+
+
+def overhead_1a() -> str:
+    lines = jsonl(OVERHEAD_1A)
+    by = {x["metric"]: x for x in lines}
+    rows = []
+    for size in ("8B", "64KiB", "1MiB", "16MiB", "256MiB"):
+        r70 = by.get(f"ratio_comminsight_over_empty_mask70_{size}", {})
+        r6 = by.get(f"ratio_comminsight_over_empty_mask6_{size}", {})
+        us = {
+            v: by.get(f"us_per_iter_{v}_{size}", {}).get("value")
+            for v in (
+                "none",
+                "empty_mask70",
+                "comminsight_mask70",
+                "comminsight_mask6",
+                "empty_mask6",
+            )
+        }
+        rows.append(
+            [
+                size,
+                us["none"],
+                us["empty_mask70"],
+                us["comminsight_mask70"],
+                us["empty_mask6"],
+                us["comminsight_mask6"],
+                f"{r70.get('value')} (paired {r70.get('paired_median')}, "
+                f"Δ {r70.get('delta_us')} µs)",
+                f"{r6.get('value')} (paired {r6.get('paired_median')})",
+            ]
+        )
+    return table(
+        [
+            "size",
+            "none µs",
+            "empty mask 70 µs",
+            "CommInsight mask 70 µs",
+            "empty mask 6 µs",
+            "CommInsight mask 6 µs",
+            "CommInsight / empty, mask 70",
+            "CommInsight / empty, mask 6",
+        ],
+        rows,
+    )
+
+
+def main(argv: list[str]) -> int:
+    runs = [Path(a) for a in argv]
+    versions = json.loads((runs[0] / "versions.json").read_text())
+    first_line = (runs[0] / "run.log").read_text().splitlines()[0]
+    hang_t, hangs = hangs_section(runs)
+    per, agg, ratios, fo, other = train_section(runs)
+    steps_t, steps = steps_section(runs)
+    out = []
+    w = out.append
+    w("# Issue 7 on real GPUs: 2×H200, PyTorch + NCCL, end to end\n")
+    w(
+        "Generated by `bench/gpu/e2e_report.py` from the JSON lines under "
+        + ", ".join(f"`{r.relative_to(ROOT) if r.is_absolute() else r}`" for r in runs)
+        + "; nothing in this file is typed by hand except the prose under *Findings*.\n"
+    )
+    w(
+        f"- Machine: device tool kind `nvidia-h200-x2`: {versions['gpus'][0].split(',')[0]} × "
+        f"{len(versions['gpus'])}, driver {versions['gpus'][0].split(',')[1].strip()}, "
+        f"{versions['cpus']} CPUs, kernel {versions['kernel']} (Firecracker VM)."
+    )
+    w(
+        f"- Software: Python {versions['python']}, torch {versions['torch']} (CUDA "
+        f"{versions['cuda']}), NCCL {versions['nccl']} (torch's), the plugin built there from "
+        "`profiler/src` (`run_overhead.sh BUILD_ONLY=1`), Inject installed from "
+        "`dist/comminsight_inject-*.whl`, the Agent from `git archive HEAD` with its C engine "
+        "core compiled there."
+    )
+    w(f"- Date: {first_line.split()[1]} (first run).")
+    w(
+        "- Commands (device tool `run`, kind `nvidia-h200-x2`, carrying `.whl`, "
+        "`build/agent-src`, `dist/comminsight_inject-0.1.0-py3-none-any.whl`):"
+    )
+    for r in runs:
+        w(f"  - `{r.name}`: `{command_of(r)}`")
+    w(
+        "- Report: `python bench/gpu/e2e_report.py "
+        + " ".join(str(r) for r in argv)
+        + " > bench/gpu/RESULTS.md` (project venv).\n"
+    )
+
+    w("## Scenario 3: hangs (live Agent, 2 ranks on 2 GPUs, threshold 5 s)\n")
+    w(
+        "`bench/gpu/hang_job.py` (started by `e2e_driver.py` without torchrun, which would tear "
+        "the job down before any threshold): one 16 MiB all-reduce a step on the default group, "
+        "rank 1 faults at op 20. Latency is from the moment the hang began (rank 0's enqueue of "
+        "op 20, or rank 1's fault if later) to the report's `detected_mono_ns`, and to the first "
+        "poll (every 0.1 s) of `/api/v1/hangs` that listed it.\n"
+    )
+    w(hang_t + "\n")
+    w("## Scenario 1b: training throughput with and without CommInsight\n")
+    w(
+        "`bench/gpu/gpt_train.py` under torchrun, 2 ranks: a GPT (8 blocks, d 1024, 16 heads, "
+        "seq 512, batch 8 per rank, vocab 8192, 118 M parameters, bf16 autocast, AdamW), 300 "
+        "steps, `loss.item()` every step, tokens/s over steps 30..299. *Without*: "
+        "`NCCL_PROFILER_PLUGIN=none`, `COMMINSIGHT_INJECT_DISABLE=1`, no Agent. *With*: the "
+        "plugin (default mask 70, GPU timing on), a live Agent with the Semantic Engine, Inject "
+        "with step markers on. Runs alternate none, ci, ci, none per job, in two calls.\n"
+    )
+    w(agg + "\n")
+    w("<details><summary>every run</summary>\n\n" + per + "\n\n</details>\n")
+    w("## Scenario 4: fail-open\n")
+    fo_rows = []
+    for r in fo:
+        detail = []
+        if "agent_killed_at_step" in r:
+            detail.append(
+                f"Agent SIGKILLed at step {r['agent_killed_at_step']}; median step "
+                f"{r.get('median_step_ms_before_kill')} ms before, "
+                f"{r.get('median_step_ms_after_kill')} ms after "
+                f"({r.get('steps_after_kill')} steps)"
+            )
+            lg = r.get("logs", {})
+            detail.append(
+                f"sealed {lg.get('sealed')}, unsealed {lg.get('unsealed')}, gaps "
+                f"{lg.get('gap_lines')}, lost {lg.get('lost_records')}, coll_sn "
+                f"contiguous {lg.get('all_contiguous')}; op lines per rank "
+                f"{[m[2] for m in r.get('ops_per_member', [])]} vs the undisturbed "
+                f"runs' {[m[2] for m in r.get('reference_ops_per_member') or []]}: "
+                f"equal {r.get('ops_equal_reference')}"
+            )
+        if "unwritable" in r:
+            detail.append(
+                f"{r['unwritable']}; files written there "
+                f"{r.get('files_in_inspector_logs')}; Agent alive at end "
+                f"{r.get('agent_alive_at_end')}"
+            )
+        fo_rows.append(
+            [
+                r["run"],
+                r["metric"][9:],
+                r["rc"],
+                r["tokens_per_s"][0],
+                r["median_step_ms"][0],
+                "; ".join(detail),
+            ]
+        )
+    w(table(["run", "case", "job rc", "tokens/s", "median step ms", "evidence"], fo_rows) + "\n")
+    w("## Scenario 2: step recovery against Inject's step markers\n")
+    w(
+        "The Semantic Engine (this checkout, `recover_steps`) on the sealed logs of the runs kept "
+        "(the first *with* run of each job, the Agent-killed run, the TP+DP jobs); Inject's "
+        "`step` lines are the truth. `tpdp`: a 1 × 2 DeviceMesh (dp × tp) on 2 processes, "
+        "Megatron-style tensor-parallel MLP blocks (all-reduce on tp forward and backward per "
+        "block), 4 micro-batches per optimizer step, then the dp gradient all-reduce (25 MiB "
+        "buckets) on the 1-rank dp group. `tpdp4`: the same on a 2 × 2 mesh of 4 processes on the "
+        "2 GPUs (GPU = (dp + tp) mod 2, so every tp and dp communicator spans both GPUs; the world "
+        "group is never used for a collective).\n"
+    )
+    w(steps_t + "\n")
+    if other:
+        w(
+            table(
+                [
+                    "run",
+                    "job",
+                    "mesh",
+                    "rc",
+                    "tokens/s",
+                    "median step ms",
+                    "op lines per member",
+                    "collectives the script issued per rank",
+                ],
+                [
+                    [
+                        r["run"],
+                        r["job"],
+                        r.get("mesh"),
+                        r["rc"],
+                        r["tokens_per_s"][0],
+                        r["median_step_ms"][0],
+                        [m[2] for m in r.get("ops_per_member", [])],
+                        r.get("issued_by_script", [None])[0],
+                    ]
+                    for r in other
+                ],
+            )
+            + "\n"
+        )
+    w("## Scenario 1a: host-lean all-reduce overhead (2026-11-29, cited)\n")
+    w(
+        "Not re-run (device budget); `bench/gpu/results/2026-11-29-h200x2/` (`ROUNDS=10 bash "
+        "bench/gpu/run_all.sh`, 10 alternating rounds, medians of GPU-event µs per iteration, "
+        "profiler sources sha256 f850f315a1cc75f8; today's sources are 23bf36f6c9c22db8):\n"
+    )
+    w(overhead_1a() + "\n")
+
+    w("## Goals\n")
+    g = []
+    for h in hangs:
+        ok = h["value"]
+        gap = ""
+        if not ok:
+            gap = (
+                "no critical report"
+                if not h.get("verdict")
+                else ", ".join(k for k, v in h.get("checks", {}).items() if not v) + " wrong"
+            )
+        g.append(
+            [
+                f"hang `{h['fault']}` ({h['run']}) localized within threshold + 2 s",
+                "met" if ok else "**missed**",
+                f"{h.get('detection_latency_s', '-')} s" + (f"; {gap}" if gap else ""),
+            ]
+        )
+    for job, (ratio, se, spread) in ratios.items():
+        # shown only when the overhead's upper bound (2 s.e.) is within 1 %
+        met = (1 - ratio) + 2 * se <= 0.01
+        g.append(
+            [
+                f"{job} throughput within 1 %",
+                "met" if met else "**not shown** (noise)",
+                f"ratio {ratio:.4f} ± {se:.4f} (s.e.); runs without CommInsight alone spread "
+                f"{spread * 100:.1f} %",
+            ]
+        )
+    for r in fo:
+        g.append(
+            [
+                f"fail-open `{r['metric'][9:]}` ({r['run']}): training completes",
+                "met" if r["rc"] == 0 else "**missed**",
+                f"job rc {r['rc']}",
+            ]
+        )
+    for s in steps:
+        exact = s["steps_found"] == s["steps_run"] and s["precision"] == 1 and s["recall"] == 1
+        g.append(
+            [
+                f"steps `{s['job']}` rank {s['rank']} ({s['run']}): exact count, every "
+                "boundary within one op",
+                "met" if exact else "**missed**",
+                f"{s['steps_found']} / {s['steps_run']} steps, precision "
+                f"{s['precision']:.3f}, recall {s['recall']:.3f}, max error "
+                f"{s['max_err_ops']} ops",
+            ]
+        )
+    w(table(["goal", "result", "measured"], g) + "\n")
+    w(FINDINGS_PATH.read_text() if FINDINGS_PATH.exists() else "")
+    print("\n".join(out))
+    return 0
+
+
+FINDINGS_PATH = Path(__file__).resolve().parent / "results/2026-11-30-h200x2-e2e/FINDINGS.md"
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
