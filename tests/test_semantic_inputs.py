@@ -137,7 +137,7 @@ def test_an_invalid_template_is_named_and_the_others_load(tmp_path, logs):
         .replace("to_state: sync, step: none", "to_state: nowhere, step: none")
     )
     templates = load_templates(str(bad))
-    assert {t.name for t in templates.templates} == {"ddp", "fsdp", "moe", "tp_pp_dp"}
+    assert {t.name for t in templates.templates} == {"ddp", "fsdp", "moe", "tp_dp", "tp_pp_dp"}
     problems = "\n".join(templates.problems)
     assert f"{bad / 'broken.yaml'}: not a semantic-engine v1 template" in problems
     assert f"{bad / 'unknown_state.yaml'}: fsm.transitions[" in problems
