@@ -352,29 +352,15 @@ def comm_init_stuck(comm: CommView, now: int, threshold_ns: int) -> Finding | No
 
 
 def join_samples(comm_id: int, snapshots: Sequence[NodeSnapshot]) -> dict[int, dict[int, int]]:
-    """op index -> {rank: wall-clock enqueue time} for ops seen enqueued on every rank.
-
-    Two sources per snapshot: the oldest op in flight (when all ranks are in flight at the
-    same index) and the last op enqueued (when all ranks enqueued the same number).
-    Wall-clock times so the comparison survives members on different hosts.
-    """
+    """op index -> {rank: wall-clock enqueue time} for ops seen enqueued on every rank, over
+    the snapshots, the oldest sample of an op kept (CommView.join_points)."""
     samples: dict[int, dict[int, int]] = {}
     for snap in snapshots:
         comm = snap.comms.get(comm_id)
-        if comm is None or comm.missing_ranks:
+        if comm is None:
             continue
-        ms = comm.members
-        inflight = {m.inflight.op_index for m in ms if m.inflight and m.inflight.is_coll}
-        if len(inflight) == 1 and all(m.inflight and m.inflight.is_coll for m in ms):
-            samples.setdefault(
-                inflight.pop(),
-                {m.rank: m.process.to_real_ns(m.inflight.enqueue_mono_ns) for m in ms},
-            )
-        enqueued = {m.coll_enqueued for m in ms}
-        if len(enqueued) == 1 and (n := enqueued.pop()) > 0:
-            samples.setdefault(
-                n - 1, {m.rank: m.process.to_real_ns(m.coll_enqueued_mono_ns) for m in ms}
-            )
+        for op_index, times in comm.join_points:
+            samples.setdefault(op_index, times)
     return samples
 
 

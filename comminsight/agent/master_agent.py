@@ -39,7 +39,9 @@ from comminsight_gen.models.step_summary_v1 import StepSummary
 log = logging.getLogger(__name__)
 
 MS = 1_000_000
-REBUILD_NS = 1_000_000_000
+REBUILD_MIN_NS = 200_000_000
+REBUILD_MAX_NS = 500_000_000
+CURSOR_FLUSH_NS = 1_000_000_000
 
 
 class JobStepFiles(StepFiles):
@@ -81,6 +83,8 @@ class MasterAgentService(AgentService):
         self.grpc_port: int | None = None
         self._snapshot: NodeSnapshot | None = None
         self._snapshot_version = -1
+        self._rebuild_now = False
+        self._cursors_flushed_ns = 0
         self.stale_ns = settings.agent_heartbeat_stale_ms * MS
         self.metrics.registry.register(
             JobMetrics(
@@ -101,29 +105,41 @@ class MasterAgentService(AgentService):
     # ---- the pass ------------------------------------------------------------------------
 
     def take_snapshot(self, now_mono_ns: int) -> NodeSnapshot:
-        """The job-wide snapshot, rebuilt only when something changed: slaves' rows change
-        once per report interval, while passes run every poll interval for the local rings;
-        rebuilding thousands of ranks every 20 ms would cost the master a core at scale.
+        """The job-wide snapshot, rebuilt (and so diagnosed, see AgentService.poll_once) when
+        rows changed and REBUILD_MIN_NS passed, at once when a hang event arrived, and at
+        least every REBUILD_MAX_NS. Passes run every poll interval for the local rings, while
+        slaves' rows arrive per report interval from every node: rebuilding and diagnosing
+        thousands of ranks every pass would cost the master more than a core at scale.
         Ages do not need a rebuild (diagnosis measures them against `now`); heartbeat
-        freshness does, hence the rebuild at least every REBUILD_NS."""
+        freshness does, hence REBUILD_MAX_NS, which also bounds how late a verdict comes
+        past the hang threshold."""
         self.local.rows = read_node_rows(
             self.producers.producers.values(), now_mono_ns, self.stale_ns
         )
         self.local.last_seen_mono_ns, self.local.last_seen_real_ns = now_mono_ns, time.time_ns()
         self.server.mark_stale(now_mono_ns)
+        if now_mono_ns - self._cursors_flushed_ns >= CURSOR_FLUSH_NS:
+            self._cursors_flushed_ns = now_mono_ns
+            try:
+                self.store.flush_cursors()
+            except OSError as e:  # only a later restart's resend is at stake: go on serving
+                log.error("cannot write slave cursors under %s: %s", self.store.dir, e)
         cached = self._snapshot
-        if (
-            cached is not None
-            and self._snapshot_version == self.server.version
-            and not self.local.rows.processes
-            and now_mono_ns - cached.taken_mono_ns < REBUILD_NS
-        ):
-            return cached
+        if cached is not None and not self._rebuild_now:
+            age = now_mono_ns - cached.taken_mono_ns
+            changed = self._snapshot_version != self.server.version or self.local.rows.processes
+            if age < REBUILD_MIN_NS or (age < REBUILD_MAX_NS and not changed):
+                return cached
+        self._rebuild_now = False
         self._snapshot_version = self.server.version
         self._snapshot = job_view.job_snapshot(
             self.nodes.values(), self.node_name, now_mono_ns, time.time_ns(), self.stale_ns
         )
         return self._snapshot
+
+    def _on_fifo_events(self, events) -> None:
+        self._rebuild_now = True  # a hang event: diagnose the job at the coming pass
+        super()._on_fifo_events(events)
 
     def _on_slave_events(self, node: str, records: list[bytes]) -> None:
         events = [decode_event(r) for r in records]
@@ -163,6 +179,7 @@ class MasterAgentService(AgentService):
         finally:
             self.server.shutting_down = True
             await server.stop(grace=1.0)
+            self.store.flush_cursors()
 
     # ---- what the API reads --------------------------------------------------------------
 

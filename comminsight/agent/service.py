@@ -81,6 +81,7 @@ class AgentService:
         self.fifo = HangEventFifo(self.home)
         self.hangs = HangStore(self.home)
         self.history: deque[NodeSnapshot] = deque(maxlen=HISTORY)
+        self._diagnosed: NodeSnapshot | None = None
         self.hang_events: deque[HangEvent] = deque(maxlen=RECENT_EVENTS)
         self.threshold_ns = int(settings.profiler_hang_timeout_s * S)
         self.retire_after_ns = int(max(MIN_RETIRE_S, 2 * settings.profiler_hang_timeout_s) * S)
@@ -101,21 +102,28 @@ class AgentService:
         self.ingest.run_pass(now, retire_after_ns=self.retire_after_ns)
         snapshot = self.take_snapshot(now)
         reports = []
-        if self.threshold_ns:  # 0 disables hang detection, as in the Profiler
-            reports = diagnose(
-                snapshot,
-                now,
-                self.threshold_ns,
-                history=list(self.history),
-                straggler_factor=self.settings.agent_straggler_factor,
-            )
-        self.history.append(snapshot)
-        for report in reports:
-            if self.hangs.save(report):
-                log.warning("hang report %s: %s", report.report_id, report.summary)
-        for report in resolve_cleared(list(self.hangs.reports.values()), reports, snapshot):
-            self.hangs.save(report)
-            log.warning("hang report %s resolved: %s", report.report_id, report.resolution.value)
+        # A master hands back the same job snapshot until it rebuilds it (master_agent): there
+        # is nothing new to diagnose then, and diagnosing thousands of ranks every pass is
+        # what would make it fall behind.
+        if snapshot is not self._diagnosed:
+            self._diagnosed = snapshot
+            if self.threshold_ns:  # 0 disables hang detection, as in the Profiler
+                reports = diagnose(
+                    snapshot,
+                    now,
+                    self.threshold_ns,
+                    history=list(self.history),
+                    straggler_factor=self.settings.agent_straggler_factor,
+                )
+            self.history.append(snapshot)
+            for report in reports:
+                if self.hangs.save(report):
+                    log.warning("hang report %s: %s", report.report_id, report.summary)
+            for report in resolve_cleared(list(self.hangs.reports.values()), reports, snapshot):
+                self.hangs.save(report)
+                log.warning(
+                    "hang report %s resolved: %s", report.report_id, report.resolution.value
+                )
         if isinstance(self.engine, SemanticEngineHook):
             self.metrics.engine_steps = self.engine.steps_written
             self.metrics.engine_records_dropped = self.engine.dropped_records

@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from comminsight.shm_reader import ShmRegion, enum_label, record_text
 from comminsight_gen.abi import shm_v1
@@ -128,10 +129,36 @@ class CommView:
     def member(self, rank: int) -> CommMember | None:
         return next((m for m in self.members if m.rank == rank), None)
 
-    @property
+    # Cached (a frozen view never changes): a master's diagnosis asks these of every
+    # communicator of every snapshot in its history, thousands of ranks each.
+    @cached_property
     def missing_ranks(self) -> list[int]:
         present = {m.rank for m in self.members}
         return [r for r in range(self.nranks) if r not in present]
+
+    @cached_property
+    def join_points(self) -> tuple[tuple[int, dict[int, int]], ...]:
+        """(op index, {rank: real-time enqueue}) for the ops this view shows enqueued on every
+        rank at once: the oldest op in flight (when all ranks are in flight at the same index)
+        and the last op enqueued (when all ranks enqueued the same number). Real time, so
+        that members on different hosts compare; the straggler verdict joins them over the
+        snapshots of its history."""
+        ms = self.members
+        if self.missing_ranks or not ms:
+            return ()
+        out = []
+        inflight = {m.inflight.op_index for m in ms if m.inflight and m.inflight.is_coll}
+        if len(inflight) == 1 and all(m.inflight and m.inflight.is_coll for m in ms):
+            out.append(
+                (
+                    inflight.pop(),
+                    {m.rank: m.process.to_real_ns(m.inflight.enqueue_mono_ns) for m in ms},
+                )
+            )
+        enqueued = {m.coll_enqueued for m in ms}
+        if len(enqueued) == 1 and (n := enqueued.pop()) > 0:
+            out.append((n - 1, {m.rank: m.process.to_real_ns(m.coll_enqueued_mono_ns) for m in ms}))
+        return tuple(out)
 
 
 @dataclass(frozen=True)
