@@ -53,8 +53,7 @@ def test_tensor_and_data_parallel_steps_end_after_the_gradient_all_reduces(tmp_p
             if m["kind"] == "step":
                 markers.setdefault(m["pid"], []).append(m["mono_ns"])
     issued = {
-        log.stream: {op.ring_seq: op.issue_ns for op in log.ops()}
-        for log in read_gpu_logs(logs)[0]
+        log.stream: {op.ring_seq: op.issue_ns for op in log.ops()} for log in read_gpu_logs(logs)[0]
     }
     result = recover_steps(logs)
     assert result.problems == [] and len(result.gpus) == 4
