@@ -403,3 +403,48 @@ def test_e2e_sleep_past_the_threshold_names_the_sleeper_then_clears(plugin, tmp_
     report = first_report(polls, Verdict.stuck_outside_nccl)
     assert_detected(report, 0, latencies)
     assert polls[-1][1] == [], "the report should clear once the sleeper rejoins"
+
+
+def test_a_rank_waiting_in_an_op_its_peers_completed_is_a_divergence():
+    """A mismatched call NCCL completes (a broadcast against an all-reduce of the same size)
+    desynchronizes the ranks; later one rank waits in op N that the others completed (seen on
+    2xH200, bench/gpu/results/2026-11-30-h200x2-e2e). The progress counters cannot say which
+    rank made the odd call: op_mismatch, no culprit, every rank in the evidence."""
+    snap = snapshot(
+        stuck_at(0, 29, nranks=2),
+        member(1, enqueued=30, completed=30, nranks=2),
+    )
+    report = only(diagnose(snap, NOW, 2 * S))
+    assert report.verdict is Verdict.op_mismatch
+    assert report.culprits == []
+    assert "completed" in report.summary and "#29" in report.summary
+    assert sorted(e.comm_rank for e in report.evidence) == [0, 1]
+
+
+def test_a_peer_that_completed_the_op_moments_ago_is_not_a_divergence():
+    snap = snapshot(
+        stuck_at(0, 29, age=S // 2, nranks=2),
+        member(1, enqueued=30, completed=30, nranks=2),
+    )
+    assert diagnose(snap, NOW, 2 * S) == []
+
+
+def test_a_zombie_rank_is_not_running():
+    """A killed rank its launcher has not reaped still answers kill(pid, 0); it runs nothing."""
+    import subprocess
+    import time
+
+    from comminsight.agent.liveness import process_runs
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert process_runs(child.pid)
+        child.kill()
+        deadline = time.monotonic() + 10
+        while process_runs(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not process_runs(child.pid)  # a zombie: not reaped yet
+        assert child.returncode is None
+    finally:
+        child.kill()
+        child.wait()

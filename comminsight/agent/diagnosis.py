@@ -121,6 +121,7 @@ def diagnose_comm(
         process_died(comm, waiting, op_index, stuck_op, wait_s)
         or op_mismatch(comm, op_index, stuck_op)
         or not_joined(comm, snapshot, now, op_index, stuck_op, wait_s)
+        or diverged(comm, waiting, op_index, stuck_op, wait_s)
         or all_joined(comm, waiting, op_index, stuck_op, wait_s)
     )
 
@@ -273,6 +274,36 @@ def absent_reason(
         else f"nothing in flight, idle {idle_s:.1f} s"
     )
     return f"{last}; others are in #{op_index} for {wait_s:.1f} s; {state}"
+
+
+def diverged(
+    comm: CommView, waiting: list[CommMember], op_index: int, op: InflightOp, wait_s: float
+) -> Finding | None:
+    """Ranks wait in op N which every other rank has completed. Their N-th ops cannot be the
+    same op: the ranks' collective sequences went apart earlier, in a mismatched call that
+    NCCL completed anyway (a broadcast against an all-reduce of the same size does), and
+    NCCL has been pairing different ops since. Which rank made the odd call is not in the
+    progress counters, so no rank is blamed."""
+    if comm.missing_ranks or not op.is_coll:
+        return None
+    stuck = [m for m in waiting if m.inflight.op_index == op_index]
+    stuck_ids = {id(m) for m in stuck}
+    others = [m for m in comm.members if id(m) not in stuck_ids]
+    if not others or any(m.coll_completed <= op_index for m in others):
+        return None
+    return Finding(
+        Verdict.op_mismatch,
+        comm,
+        key=str(op_index),
+        summary=(
+            f"{_who(stuck)} wait(s) in {op.func} #{op_index} (seq {op.seq}) on "
+            f"{_comm_label(comm)} for {wait_s:.1f} s, which {_who(others)} completed: the "
+            "ranks' collective sequences diverged earlier (a mismatched call NCCL completed)"
+        ),
+        culprits={},
+        op=op,
+        joined_index=op_index,
+    )
 
 
 def all_joined(

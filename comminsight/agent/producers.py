@@ -10,13 +10,13 @@ as a list of `Batch`es for the metrics, the engine hook and the API's recent-ops
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from comminsight.agent.liveness import process_runs
 from comminsight.shm_reader import RingCursor, ShmError, ShmRegion
 from comminsight_gen.abi import shm_v1
 
@@ -39,12 +39,8 @@ class Producer:
         return self.region.pid
 
     def alive(self) -> bool:
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
+        if not process_runs(self.pid):
             return False
-        except PermissionError:
-            return True  # exists, owned by someone else
         return int(self.region.header["state"]) != shm_v1.FileState.CLOSED
 
 

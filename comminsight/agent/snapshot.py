@@ -3,7 +3,7 @@
 `build_snapshot` reads a list of `ShmRegion`s (one per Profiler process) once and copies what
 hang diagnosis needs out of the mapped memory, so the result stays valid after the regions are
 closed and can be built by hand in tests or shipped to a master Agent. The only side effect is
-the liveness probe `os.kill(pid, 0)`; everything downstream (`diagnosis.diagnose`) is pure.
+the liveness probe (liveness.process_runs); everything downstream (`diagnosis.diagnose`) is pure.
 
 Monotonic times are the producing host's CLOCK_MONOTONIC; `ProcessView.to_real_ns` converts
 them to wall-clock time with the (start_real_ns, start_mono_ns) pair of the process's header.
@@ -11,13 +11,13 @@ them to wall-clock time with the (start_real_ns, start_mono_ns) pair of the proc
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from comminsight.agent.liveness import process_runs
 from comminsight.shm_reader import ShmRegion, enum_label, record_text
 from comminsight_gen.abi import shm_v1
 
@@ -181,15 +181,7 @@ class NodeSnapshot:
 
 
 def pid_exists(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: it exists
-        return True
-    return True
+    return process_runs(pid)
 
 
 def rank_or_none(value: int) -> int | None:
