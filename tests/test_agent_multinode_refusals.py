@@ -205,3 +205,43 @@ def test_a_slave_with_a_wrong_token_is_refused_and_logs_why(job, tmp_path):
     finally:
         intruder.stop()
     _still_serving(job)
+
+
+def test_refusals_of_new_names_add_at_most_a_bounded_number_of_node_records():
+    """Anyone reaching the port can present a new node name with a wrong token: the master
+    records such strangers (for /api/v1/nodes) up to MAX_REFUSED_STRANGERS, then counts them."""
+    import asyncio
+
+    from comminsight.agent import master_grpc
+
+    class Aborted(Exception):
+        pass
+
+    class Context:
+        def peer(self):
+            return "ipv4:10.0.0.9:4242"
+
+        async def abort(self, code, details, trailing_metadata=()):
+            raise Aborted(details)
+
+    server = master_grpc.AgentMasterServer(
+        nodes={}, store=None, token=TOKEN, max_batch_bytes=MAX_BATCH, stale_ms=1000,
+        on_events=lambda node, events: None,
+    )  # fmt: skip
+    refusal = master_grpc.Refusal(pb.REJECT_REASON_WRONG_TOKEN, "wrong token")
+    cap = master_grpc.MAX_REFUSED_STRANGERS
+
+    async def refuse(name):
+        with pytest.raises(Aborted):
+            await server._refuse(Context(), refusal, name)
+
+    async def main():
+        for i in range(cap + 50):
+            await refuse(f"stranger-{i}")
+        await refuse("stranger-0")  # a name already recorded is still counted on its record
+
+    asyncio.run(main())
+    assert len(server.nodes) == cap
+    assert server.strangers_unrecorded == 50
+    assert server.nodes["stranger-0"].rejects_total == 2
+    assert server.rejects_total == cap + 51

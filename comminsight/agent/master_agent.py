@@ -24,7 +24,7 @@ from comminsight.agent.engine_hook import EngineHook
 from comminsight.agent.fifo_reader import decode_event
 from comminsight.agent.job_metrics import JobMetrics
 from comminsight.agent.job_view import NodeRecord
-from comminsight.agent.master_grpc import AgentMasterServer
+from comminsight.agent.master_grpc import MAX_REFUSED_STRANGERS, AgentMasterServer
 from comminsight.agent.master_store import MasterStore
 from comminsight.agent.metric_totals import node_metric_totals
 from comminsight.agent.node_state import read_node_rows
@@ -201,6 +201,11 @@ class MasterAgentService(AgentService):
                     f"node {node.name} refused: {node.last_reject.reason}: "
                     f"{node.last_reject.message}"
                 )
+        if self.server.strangers_unrecorded:
+            reasons.append(
+                f"{self.server.strangers_unrecorded} refusals of unknown node names were not "
+                f"recorded (more than {MAX_REFUSED_STRANGERS} such names)"
+            )
         procs = [p for n in self.nodes.values() for p in n.rows.processes.values()]
         comms = {m.comm_id for n in self.nodes.values() for m in n.rows.members.values()}
         return msgspec.structs.replace(

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 SERVICE = "comminsight.agent_master_slave.v1.AgentMaster"
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+MAX_REFUSED_STRANGERS = 256  # names never admitted that refusals may add to the node table
 GRPC_LIMIT_SLACK = 64 * 1024  # gRPC's limit above max_batch_bytes: ours refuses first
 
 
@@ -80,6 +81,7 @@ class AgentMasterServer:
         self.bytes_received = 0
         self.duplicates_dropped = 0
         self.rejects_total = 0
+        self.strangers_unrecorded = 0  # refusals of unknown names past MAX_REFUSED_STRANGERS
         self.version = 0  # moves whenever a node's rows or state change
 
     # ---- wiring ------------------------------------------------------------------------
@@ -127,10 +129,13 @@ class AgentMasterServer:
             reason_name(reject.reason),
             reject.message,
         )
-        if node_name and NODE_NAME.match(node_name):
-            record = self.nodes.get(node_name)
-            if record is None:
+        record = self.nodes.get(node_name) if node_name and NODE_NAME.match(node_name) else None
+        if record is None and node_name and NODE_NAME.match(node_name):
+            if self.refused_strangers() < MAX_REFUSED_STRANGERS:
                 record = self.nodes[node_name] = NodeRecord(node_name, api.AgentMode.slave)
+            else:  # bounded: anyone can present a new name with a wrong token
+                self.strangers_unrecorded += 1
+        if record is not None:
             record.rejects_total += 1
             record.last_reject = api.NodeReject(
                 reason=reason_name(reject.reason),
@@ -145,6 +150,10 @@ class AgentMasterServer:
             reject.message,
             trailing_metadata=((REJECT_KEY, reject.SerializeToString()),),
         )
+
+    def refused_strangers(self) -> int:
+        """Node records made only by refusals (never admitted)."""
+        return sum(1 for r in self.nodes.values() if r.identity is None and not r.local)
 
     def _check_token(self, context) -> None:
         presented = ""
