@@ -33,7 +33,7 @@ import hashlib
 import re
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from msgspec import UNSET
@@ -76,6 +76,11 @@ class Finding:
 # ---- entry point ----
 
 
+# A member's recently completed collectives on its communicator, by op index: (func, count,
+# datatype, root) (RecentOps.collectives).
+CompletedOps = Callable[[CommMember], dict[int, tuple]]
+
+
 def diagnose(
     snapshot: NodeSnapshot,
     now_mono_ns: int,
@@ -86,17 +91,22 @@ def diagnose(
     straggler_min_lag_ns: int = 50 * MS,
     straggler_min_ops: int = 5,
     now_real_ns: int | None = None,
+    completed_ops: CompletedOps | None = None,
 ) -> list[HangReport]:
     """Reports for every communicator of `snapshot` that is hung or has a straggler.
 
     now_mono_ns is the snapshot host's CLOCK_MONOTONIC at diagnosis; threshold_ns the hang
     threshold (COMMINSIGHT_PROFILER_HANG_TIMEOUT_S); history earlier snapshots of the same
-    node, oldest first, for the straggler verdict.
+    node, oldest first, for the straggler verdict. completed_ops(member) gives a member's
+    recently completed collectives by op index, where the caller keeps them (the Agent's
+    recent-ops window), to find where ranks' sequences diverged.
     """
     real = now_real_ns if now_real_ns is not None else _mono_to_real(snapshot, now_mono_ns)
     reports = []
     for comm in sorted(snapshot.comms.values(), key=lambda c: c.comm_id):
-        finding = diagnose_comm(comm, snapshot, now_mono_ns, threshold_ns) or find_straggler(
+        finding = diagnose_comm(
+            comm, snapshot, now_mono_ns, threshold_ns, completed_ops
+        ) or find_straggler(
             comm,
             [*history, snapshot],
             straggler_factor,
@@ -109,7 +119,11 @@ def diagnose(
 
 
 def diagnose_comm(
-    comm: CommView, snapshot: NodeSnapshot, now: int, threshold_ns: int
+    comm: CommView,
+    snapshot: NodeSnapshot,
+    now: int,
+    threshold_ns: int,
+    completed_ops: CompletedOps | None = None,
 ) -> Finding | None:
     waiting = waiting_members(comm, now, threshold_ns)
     if not waiting:
@@ -121,7 +135,7 @@ def diagnose_comm(
         process_died(comm, waiting, op_index, stuck_op, wait_s)
         or op_mismatch(comm, op_index, stuck_op)
         or not_joined(comm, snapshot, now, op_index, stuck_op, wait_s)
-        or diverged(comm, waiting, op_index, stuck_op, wait_s)
+        or diverged(comm, waiting, op_index, stuck_op, wait_s, completed_ops)
         or all_joined(comm, waiting, op_index, stuck_op, wait_s)
     )
 
@@ -277,13 +291,19 @@ def absent_reason(
 
 
 def diverged(
-    comm: CommView, waiting: list[CommMember], op_index: int, op: InflightOp, wait_s: float
+    comm: CommView,
+    waiting: list[CommMember],
+    op_index: int,
+    op: InflightOp,
+    wait_s: float,
+    completed_ops: CompletedOps | None = None,
 ) -> Finding | None:
     """Ranks wait in op N which every other rank has completed. Their N-th ops cannot be the
     same op: the ranks' collective sequences went apart earlier, in a mismatched call that
     NCCL completed anyway (a broadcast against an all-reduce of the same size does), and
-    NCCL has been pairing different ops since. Which rank made the odd call is not in the
-    progress counters, so no rank is blamed."""
+    NCCL has been pairing different ops since. The progress counters cannot say which rank
+    made the odd call; the ranks' completed ops (completed_ops) can: the first op index at
+    which they differ, and there the rank whose op is the odd one out."""
     if comm.missing_ranks or not op.is_coll:
         return None
     stuck = [m for m in waiting if m.inflight.op_index == op_index]
@@ -291,19 +311,63 @@ def diverged(
     others = [m for m in comm.members if id(m) not in stuck_ids]
     if not others or any(m.coll_completed <= op_index for m in others):
         return None
+    summary = (
+        f"{_who(stuck)} wait(s) in {op.func} #{op_index} (seq {op.seq}) on "
+        f"{_comm_label(comm)} for {wait_s:.1f} s, which {_who(others)} completed: the "
+        "ranks' collective sequences diverged earlier (a mismatched call NCCL completed)"
+    )
+    culprits: dict[int, str] = {}
+    first = first_difference(comm, completed_ops) if completed_ops is not None else None
+    if first is not None:
+        index, ops, odd = first
+        summary += f"; they first differ at op #{index}: " + ", ".join(
+            f"rank {rank} {_sig_text(sig)}" for rank, sig in sorted(ops.items())
+        )
+        culprits = {
+            rank: f"issued {_sig_text(ops[rank])} at op #{index} where the other ranks "
+            f"issued {_sig_text(next(s for r, s in ops.items() if r not in odd))}"
+            for rank in odd
+        }
     return Finding(
         Verdict.op_mismatch,
         comm,
         key=str(op_index),
-        summary=(
-            f"{_who(stuck)} wait(s) in {op.func} #{op_index} (seq {op.seq}) on "
-            f"{_comm_label(comm)} for {wait_s:.1f} s, which {_who(others)} completed: the "
-            "ranks' collective sequences diverged earlier (a mismatched call NCCL completed)"
-        ),
-        culprits={},
+        summary=summary,
+        culprits=culprits,
         op=op,
         joined_index=op_index,
     )
+
+
+def first_difference(comm: CommView, completed_ops: CompletedOps):
+    """(op index, each rank's op there, the odd ranks) at the first index every member's
+    window holds and where their ops differ; None when the windows show no difference. The
+    odd ranks: a minority that differs from the rest; between two ranks (or an even split),
+    the rank whose op there is rarest in all the windows: a single broadcast among
+    all-reduces is the odd call."""
+    windows = {m.rank: completed_ops(m) for m in comm.members}
+    if not windows or any(not w for w in windows.values()):
+        return None
+    shared = set.intersection(*(set(w) for w in windows.values()))
+    for index in sorted(shared):
+        ops = {rank: w[index] for rank, w in windows.items()}
+        counts = Counter(ops.values())
+        if len(counts) == 1:
+            continue
+        (top, n_top), *rest = counts.most_common()
+        if rest and n_top > rest[0][1]:  # a majority (or plurality) agrees: the rest are odd
+            return index, ops, {r for r, s in ops.items() if s != top}
+        seen = Counter(sig for w in windows.values() for sig in w.values())
+        rarest = min(counts, key=lambda sig: seen[sig])
+        if sum(1 for sig in counts if seen[sig] == seen[rarest]) > 1:
+            return index, ops, set()  # no op stands out: name the difference, blame no one
+        return index, ops, {r for r, s in ops.items() if s == rarest}
+    return None
+
+
+def _sig_text(sig: tuple) -> str:
+    func, count, datatype, root = sig
+    return f"{func}(count {count}, {datatype}" + (f", root {root})" if root is not None else ")")
 
 
 def all_joined(

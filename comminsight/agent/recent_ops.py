@@ -94,6 +94,32 @@ class RecentOps:
         picked.sort(key=lambda item: item[0], reverse=True)
         return [op_record(row, origin) for _, origin, row in picked[:limit]]
 
+    def collectives(self, pid: int, start_real_ns: int, comm_id: int) -> dict[int, tuple]:
+        """A process's completed collectives on one communicator still in its window, by the
+        communicator's op index: (func, count, datatype, root), for comparing ranks op by
+        op."""
+        entry = self._windows.get((pid, start_real_ns))
+        if entry is None:
+            return {}
+        window = entry[1]
+        rows = window[
+            (window["comm_id"] == np.uint64(comm_id)) & (window["kind"] == shm_v1.RecordKind.COLL)
+        ]
+        out = {}
+        for index, func, count, datatype, peer in zip(
+            rows["comm_op_index"].tolist(), rows["func"].tolist(), rows["count"].tolist(),
+            rows["datatype"].tolist(), rows["peer"].tolist(), strict=True,
+        ):  # fmt: skip
+            label = enum_label(shm_v1.FUNC_LABELS, shm_v1.Func, func)
+            root = rank_or_none(peer) if label in ROOTED_FUNCS else None
+            out[index] = (
+                label,
+                count,
+                enum_label(shm_v1.DATATYPE_LABELS, shm_v1.Datatype, datatype),
+                root,
+            )
+        return out
+
 
 def _func_code(name: str) -> int | bool:
     for code, label in shm_v1.FUNC_LABELS.items():

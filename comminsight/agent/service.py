@@ -114,6 +114,7 @@ class AgentService:
                     self.threshold_ns,
                     history=list(self.history),
                     straggler_factor=self.settings.agent_straggler_factor,
+                    completed_ops=self._completed_ops,
                 )
             self.history.append(snapshot)
             for report in reports:
@@ -134,6 +135,13 @@ class AgentService:
         self.passes += 1
         self._maybe_archive(now)
         return reports
+
+    def _completed_ops(self, member) -> dict[int, tuple]:
+        """A member's recent completed collectives (this node's processes only)."""
+        p = member.process
+        if p.node_name not in (None, self.node_name):
+            return {}
+        return self.recent_ops.collectives(p.pid, p.start_real_ns, member.comm_id)
 
     def take_snapshot(self, now_mono_ns: int) -> NodeSnapshot:
         """What this pass diagnoses: this node (a master joins every node of the job)."""
