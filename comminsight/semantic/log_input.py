@@ -17,7 +17,6 @@ from __future__ import annotations
 import mmap
 import os
 import re
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import NamedTuple
 
 import msgspec
 import numpy as np
+from isal.isal_zlib import crc32  # zlib's CRC-32, with PCLMUL: 4x faster
 
 from comminsight.semantic import native
 from comminsight.semantic.native import NONE
@@ -303,7 +303,7 @@ class _SegmentReader:
                 continue
             ci = decoded.ci
             if ci is not None and ci.kind == "seal":
-                crc = seal[1] if seal is not None and seal[0] == start else zlib.crc32(data[:start])
+                crc = seal[1] if seal is not None and seal[0] == start else crc32(data[:start])
                 if ci.crc32 != crc or ci.record_count != line_no or ci.byte_count != start:
                     problems.append(
                         f"{path}:{line_no + 1}: seal does not match the segment "
@@ -459,7 +459,7 @@ def _seal_checksum(data) -> tuple[int, int] | None:
         return None
     if ci is None or ci.kind != "seal":
         return None
-    crc = zlib.crc32(memoryview(data)[:start])
+    crc = crc32(memoryview(data)[:start])
     return (start, crc) if crc == ci.crc32 else None
 
 
