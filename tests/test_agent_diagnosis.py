@@ -450,30 +450,35 @@ def test_a_zombie_rank_is_not_running():
         child.wait()
 
 
-def _completed(windows: dict[int, dict[int, tuple]]):
+def _completed(windows: dict[int, dict[int, InflightOp]]):
     return lambda m: windows.get(m.rank, {})
 
 
-AR = ("AllReduce", 4 << 20, "ncclFloat32", None)
-BCAST = ("Broadcast", 4 << 20, "ncclFloat32", 0)
+def _ar(i: int, count: int = 4 << 20) -> InflightOp:
+    return op(i, NOW - 10 * S, count=count)
+
+
+def _bcast(i: int, root: int = 0) -> InflightOp:
+    return dataclasses.replace(op(i, NOW - 10 * S, func="Broadcast", count=16 << 20), peer=root)
 
 
 def test_a_divergence_names_the_rank_whose_completed_op_was_the_odd_call():
     """The 2xH200 case: rank 1 broadcast at op 20 where rank 0 all-reduced; NCCL completed
     both, and at op 29 rank 0 waits in an op rank 1 completed."""
-    rank0 = {i: AR for i in range(29)}
-    rank1 = {i: (BCAST if i == 20 else AR) for i in range(30)}
+    rank0 = {i: _ar(i) for i in range(29)}
+    rank1 = {i: (_bcast(i) if i == 20 else _ar(i)) for i in range(30)}
     snap = snapshot(stuck_at(0, 29, nranks=2), member(1, enqueued=30, completed=30, nranks=2))
     report = only(diagnose(snap, NOW, 2 * S, completed_ops=_completed({0: rank0, 1: rank1})))
     assert report.verdict is Verdict.op_mismatch
     assert culprit_ranks(report) == [1]
     assert "first differ at op #20" in report.summary
     assert "Broadcast" in report.culprits[0].reason
+    assert (report.op.func, report.op.seq) == ("AllReduce", 10)  # the call rank 1 should have made
 
 
 def test_a_divergence_among_three_ranks_blames_the_minority():
-    ops = {r: {i: AR for i in range(29)} for r in range(3)}
-    ops[2][20] = ("AllReduce", 8 << 20, "ncclFloat32", None)  # twice the count
+    ops = {r: {i: _ar(i) for i in range(29)} for r in range(3)}
+    ops[2][20] = _ar(20, count=8 << 20)  # twice the count
     snap = snapshot(
         stuck_at(0, 29, nranks=3),
         stuck_at(1, 29, nranks=3),
@@ -484,13 +489,14 @@ def test_a_divergence_among_three_ranks_blames_the_minority():
 
 
 def test_a_divergence_without_a_standing_out_op_blames_no_one():
-    rank0 = {i: AR for i in range(29)}
+    rank0 = {i: _ar(i) for i in range(29)}
     rank1 = dict(rank0)
-    rank0[20] = BCAST
-    rank1[20] = ("Broadcast", 4 << 20, "ncclFloat32", 1)  # each rank its own root: a tie
+    rank0[20] = _bcast(20, root=0)
+    rank1[20] = _bcast(20, root=1)  # each rank its own root: a tie
     snap = snapshot(stuck_at(0, 29, nranks=2), member(1, enqueued=30, completed=30, nranks=2))
     report = only(diagnose(snap, NOW, 2 * S, completed_ops=_completed({0: rank0, 1: rank1})))
     assert report.culprits == [] and "first differ at op #20" in report.summary
+    assert report.op.seq == 29 // 2  # nothing stands out: the report keeps the op waited in
 
 
 def test_recent_ops_give_a_process_s_completed_collectives_by_op_index():
@@ -510,8 +516,8 @@ def test_recent_ops_give_a_process_s_completed_collectives_by_op_index():
     slots["peer"] = [shm_v1.NO_RANK, 0, 1, shm_v1.NO_RANK]
     recent = RecentOps(16)
     recent.add(Origin(pid=5, global_rank=1, node_name="n", start_real_ns=9, start_mono_ns=0), slots)
-    assert recent.collectives(5, 9, 7) == {
-        19: ("AllReduce", 1024, "ncclFloat32", None),
-        20: ("Broadcast", 1024, "ncclFloat32", 0),
-    }
+    got = recent.collectives(5, 9, 7)
+    assert sorted(got) == [19, 20]
+    assert got[19].signature()[1:] == ("AllReduce", 1024, "ncclFloat32", None)
+    assert got[20].signature()[1:] == ("Broadcast", 1024, "ncclFloat32", 0)
     assert recent.collectives(5, 10, 7) == {}  # another process with the same pid

@@ -76,9 +76,9 @@ class Finding:
 # ---- entry point ----
 
 
-# A member's recently completed collectives on its communicator, by op index: (func, count,
-# datatype, root) (RecentOps.collectives).
-CompletedOps = Callable[[CommMember], dict[int, tuple]]
+# A member's recently completed collectives on its communicator, by op index
+# (RecentOps.collectives).
+CompletedOps = Callable[[CommMember], dict[int, InflightOp]]
 
 
 def diagnose(
@@ -321,13 +321,15 @@ def diverged(
     if first is not None:
         index, ops, odd = first
         summary += f"; they first differ at op #{index}: " + ", ".join(
-            f"rank {rank} {_sig_text(sig)}" for rank, sig in sorted(ops.items())
+            f"rank {rank} {_op_text(o)}" for rank, o in sorted(ops.items())
         )
-        culprits = {
-            rank: f"issued {_sig_text(ops[rank])} at op #{index} where the other ranks "
-            f"issued {_sig_text(next(s for r, s in ops.items() if r not in odd))}"
-            for rank in odd
-        }
+        if odd:  # the report's op is then the odd call's counterpart: where it went wrong
+            op = next(o for r, o in sorted(ops.items()) if r not in odd)
+            culprits = {
+                rank: f"issued {_op_text(ops[rank])} at op #{index} where the other ranks "
+                f"issued {_op_text(op)}"
+                for rank in odd
+            }
     return Finding(
         Verdict.op_mismatch,
         comm,
@@ -344,30 +346,30 @@ def first_difference(comm: CommView, completed_ops: CompletedOps):
     window holds and where their ops differ; None when the windows show no difference. The
     odd ranks: a minority that differs from the rest; between two ranks (or an even split),
     the rank whose op there is rarest in all the windows: a single broadcast among
-    all-reduces is the odd call."""
+    all-reduces is the odd call; none when no op stands out."""
     windows = {m.rank: completed_ops(m) for m in comm.members}
     if not windows or any(not w for w in windows.values()):
         return None
     shared = set.intersection(*(set(w) for w in windows.values()))
     for index in sorted(shared):
         ops = {rank: w[index] for rank, w in windows.items()}
-        counts = Counter(ops.values())
+        counts = Counter(o.signature() for o in ops.values())
         if len(counts) == 1:
             continue
         (top, n_top), *rest = counts.most_common()
         if rest and n_top > rest[0][1]:  # a majority (or plurality) agrees: the rest are odd
-            return index, ops, {r for r, s in ops.items() if s != top}
-        seen = Counter(sig for w in windows.values() for sig in w.values())
+            return index, ops, {r for r, o in ops.items() if o.signature() != top}
+        seen = Counter(o.signature() for w in windows.values() for o in w.values())
         rarest = min(counts, key=lambda sig: seen[sig])
         if sum(1 for sig in counts if seen[sig] == seen[rarest]) > 1:
-            return index, ops, set()  # no op stands out: name the difference, blame no one
-        return index, ops, {r for r, s in ops.items() if s == rarest}
+            return index, ops, set()
+        return index, ops, {r for r, o in ops.items() if o.signature() == rarest}
     return None
 
 
-def _sig_text(sig: tuple) -> str:
-    func, count, datatype, root = sig
-    return f"{func}(count {count}, {datatype}" + (f", root {root})" if root is not None else ")")
+def _op_text(op: InflightOp) -> str:
+    root = f", root {op.peer}" if op.peer is not None else ""
+    return f"{op.func} seq {op.seq} (count {op.count}, {op.datatype}{root})"
 
 
 def all_joined(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comminsight.agent.snapshot import rank_or_none
+from comminsight.agent.snapshot import InflightOp, rank_or_none
 from comminsight.shm_reader import ROOTED_FUNCS, enum_label, label_or_none, record_text
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
@@ -94,10 +94,9 @@ class RecentOps:
         picked.sort(key=lambda item: item[0], reverse=True)
         return [op_record(row, origin) for _, origin, row in picked[:limit]]
 
-    def collectives(self, pid: int, start_real_ns: int, comm_id: int) -> dict[int, tuple]:
+    def collectives(self, pid: int, start_real_ns: int, comm_id: int) -> dict[int, InflightOp]:
         """A process's completed collectives on one communicator still in its window, by the
-        communicator's op index: (func, count, datatype, root), for comparing ranks op by
-        op."""
+        communicator's op index, as InflightOps (whose signature() ranks must agree on)."""
         entry = self._windows.get((pid, start_real_ns))
         if entry is None:
             return {}
@@ -106,17 +105,22 @@ class RecentOps:
             (window["comm_id"] == np.uint64(comm_id)) & (window["kind"] == shm_v1.RecordKind.COLL)
         ]
         out = {}
-        for index, func, count, datatype, peer in zip(
-            rows["comm_op_index"].tolist(), rows["func"].tolist(), rows["count"].tolist(),
-            rows["datatype"].tolist(), rows["peer"].tolist(), strict=True,
-        ):  # fmt: skip
-            label = enum_label(shm_v1.FUNC_LABELS, shm_v1.Func, func)
-            root = rank_or_none(peer) if label in ROOTED_FUNCS else None
-            out[index] = (
-                label,
-                count,
-                enum_label(shm_v1.DATATYPE_LABELS, shm_v1.Datatype, datatype),
-                root,
+        for row in rows:
+            func = enum_label(shm_v1.FUNC_LABELS, shm_v1.Func, int(row["func"]))
+            out[int(row["comm_op_index"])] = InflightOp(
+                kind=shm_v1.RecordKind.COLL,
+                func=func,
+                datatype=enum_label(shm_v1.DATATYPE_LABELS, shm_v1.Datatype, int(row["datatype"])),
+                seq=int(row["op_seq"]),
+                op_index=int(row["comm_op_index"]),
+                count=int(row["count"]),
+                bytes=int(row["bytes"]),
+                peer=rank_or_none(int(row["peer"])) if func in ROOTED_FUNCS else None,
+                n_channels=int(row["n_channels"]),
+                channels_started=int(row["channels_started"]),
+                channels_stopped=int(row["kernel_ch_count"]),
+                enqueue_mono_ns=int(row["host_start_mono_ns"]),
+                start_mono_ns=None,
             )
         return out
 

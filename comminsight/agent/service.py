@@ -136,7 +136,7 @@ class AgentService:
         self._maybe_archive(now)
         return reports
 
-    def _completed_ops(self, member) -> dict[int, tuple]:
+    def _completed_ops(self, member) -> dict:
         """A member's recent completed collectives (this node's processes only)."""
         p = member.process
         if p.node_name not in (None, self.node_name):
