@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-OVERHEAD_1A = ROOT / "bench/gpu/results/2026-11-29-h200x2/overhead.jsonl"
+# scenario 1a: re-run on 2026-11-30 on the sources of that day (4 rounds)
+OVERHEAD_1A = ROOT / "bench/gpu/results/2026-11-30-h200x2-e2e/overhead-1a/overhead.jsonl"
 GOAL_LAT_S = 2.0
 
 
@@ -462,11 +463,14 @@ def main(argv: list[str]) -> int:
             )
             + "\n"
         )
-    w("## Scenario 1a: host-lean all-reduce overhead (2026-11-29, cited)\n")
+    w("## Scenario 1a: host-lean all-reduce overhead (2026-11-30)\n")
     w(
-        "Not re-run (device budget); `bench/gpu/results/2026-11-29-h200x2/` (`ROUNDS=10 bash "
-        "bench/gpu/run_all.sh`, 10 alternating rounds, medians of GPU-event µs per iteration, "
-        "profiler sources sha256 f850f315a1cc75f8; today's sources are 23bf36f6c9c22db8):\n"
+        "`bench/gpu/results/2026-11-30-h200x2-e2e/overhead-1a/` (`OUT=$OUT/overhead ROUNDS=4 "
+        "DEADLINE_S=230 NO_PROBE=1 bash bench/gpu/run_overhead.sh`: 4 alternating rounds of the "
+        "five variants, medians of GPU-event µs per iteration, profiler sources sha256 "
+        "23bf36f6c9c22db8, this checkout's). The 2026-11-29 run with 10 rounds is in "
+        "`bench/gpu/results/2026-11-29-h200x2/`. Small sizes move by a few µs between rounds: "
+        "ratios below 1 there are noise, not a speed-up.\n"
     )
     w(overhead_1a() + "\n")
 
