@@ -44,7 +44,8 @@ def test_agent_killed_mid_run_then_restarted_archives_every_segment_once(plugin,
         home=str(tmp_path),
         workload="ddp",
         ranks=4,
-        steps=12,
+        # long enough that a loaded 2-core machine archives a few segments before it ends
+        steps=40,
         time_scale=0.05,
         # small segments: many seal during the run
         env=(*E2E_ENV, ("COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES", "4096")),
