@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import random
+from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -21,22 +22,26 @@ from comminsight.semantic.log_input import _DECODER, BAD_JSON, _float, _Header
 from comminsight.sim import SimConfig, run_simulation
 
 
-@pytest.fixture(scope="module")
-def segments(tmp_path_factory):
-    home = tmp_path_factory.mktemp("native")
+def tp_pp_dp_logs(home: Path, ranks: int, steps: int) -> Path:
+    """The inspector_logs of a simulated TP+PP+DP run through the real plugin."""
     sim = run_simulation(
         SimConfig(
             plugin=str(builds()["plain"].path),
             home=str(home),
             workload="tp-pp-dp",
-            ranks=4,
-            steps=4,
+            ranks=ranks,
+            steps=steps,
             time_scale=0.02,
             env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
         )
     )
     assert not sim.errors
-    paths = sorted((home / "inspector_logs").glob("*.jsonl"))
+    return home / "inspector_logs"
+
+
+@pytest.fixture(scope="module")
+def segments(tmp_path_factory):
+    paths = sorted(tp_pp_dp_logs(tmp_path_factory.mktemp("native"), 4, 4).glob("*.jsonl"))
     assert paths
     return [p.read_bytes() for p in paths]
 

@@ -52,9 +52,12 @@ def gpu_events(gpu: GpuIdentity, ops: Iterable[EngineOp], steps: list[StepSummar
                 "name": op.func,
                 "pid": pid,
                 "tid": tid,
+                # the op's span on the host clock, as Steps are placed: its start is clamped
+                # to the host issue time, so the span can be shorter than the kernel time
                 "ts": _us(op.start_real_ns),
-                "dur": _us(op.duration_ns),
+                "dur": _us(max(0, op.end_real_ns - op.start_real_ns)),
                 "args": {
+                    "duration_us": _us(op.duration_ns),
                     "seq": op.seq,
                     "bytes": op.size_bytes,
                     "busbw_gbs": round(op.busbw_gbs, 3),

@@ -691,6 +691,24 @@ static const char* layout_str(const char* p, const char* e) {
         p += sizeof(lit) - 1;       \
     } while (0)
 
+/* The writer's literal text between the values a coll or p2p line's engine fields hold, in
+ * its order (p2p has its peer after the sequence number). */
+typedef struct {
+    json_key_t func, sn, peer, size, exec, timing, algobw, busbw, ci;
+} layout_keys_t;
+#define LAYOUT(p)                                                                                 \
+    {K("\"" p "\":\""), K("\",\"" p "_sn\":"), K(",\"" p "_peer\":"),                            \
+     K(",\"" p "_msg_size_bytes\":"), K(",\"" p "_exec_time_us\":"), K(",\"" p "_timing_source\":\""), \
+     K(",\"" p "_algobw_gbs\":"), K(",\"" p "_busbw_gbs\":"),                                         \
+     K("},\"ci\":{\"kind\":\"" p "\",\"schema_version\":1,\"ring_seq\":")}
+static const layout_keys_t COLL_LAYOUT = LAYOUT("coll"), P2P_LAYOUT = LAYOUT("p2p");
+
+#define EXPECT_KEY(k)                                                                     \
+    do {                                                                                  \
+        if (e - p < (k).n || memcmp(p, (k).s, (size_t)(k).n) != 0) return 0;              \
+        p += (k).n;                                                                       \
+    } while (0)
+
 static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t* headers,
                        ci_intern_t* funcs) {
     const char* p = s;
@@ -712,51 +730,33 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t
     } else {
         return 0;
     }
-    const char *func, *fe;
+    const layout_keys_t* K = p2p ? &P2P_LAYOUT : &COLL_LAYOUT;
     row->peer = NONE;
-    if (!p2p) {
-        EXPECT("\"coll\":\"");
-        func = p;
-        if (!(fe = layout_str(p, e))) return 0;
-        p = fe;
-        EXPECT("\",\"coll_sn\":");
-        if (!(p = layout_int(p, e, &row->seq))) return 0;
-        EXPECT(",\"coll_msg_size_bytes\":");
-        if (!(p = layout_int(p, e, &row->size))) return 0;
-        EXPECT(",\"coll_exec_time_us\":");
-        if (!(p = layout_num(p, e, &row->exec_us))) return 0;
-        EXPECT(",\"coll_timing_source\":\"");
-    } else {
-        EXPECT("\"p2p\":\"");
-        func = p;
-        if (!(fe = layout_str(p, e))) return 0;
-        p = fe;
-        EXPECT("\",\"p2p_sn\":");
-        if (!(p = layout_int(p, e, &row->seq))) return 0;
-        EXPECT(",\"p2p_peer\":");
+    EXPECT_KEY(K->func);
+    const char* func = p;
+    const char* fe = layout_str(p, e);
+    if (!fe) return 0;
+    p = fe;
+    EXPECT_KEY(K->sn);
+    if (!(p = layout_int(p, e, &row->seq))) return 0;
+    if (p2p) {
+        EXPECT_KEY(K->peer);
         if (!(p = layout_int(p, e, &row->peer))) return 0;
-        EXPECT(",\"p2p_msg_size_bytes\":");
-        if (!(p = layout_int(p, e, &row->size))) return 0;
-        EXPECT(",\"p2p_exec_time_us\":");
-        if (!(p = layout_num(p, e, &row->exec_us))) return 0;
-        EXPECT(",\"p2p_timing_source\":\"");
     }
+    EXPECT_KEY(K->size);
+    if (!(p = layout_int(p, e, &row->size))) return 0;
+    EXPECT_KEY(K->exec);
+    if (!(p = layout_num(p, e, &row->exec_us))) return 0;
+    EXPECT_KEY(K->timing);
     const char* timing = p;
     if (!(p = layout_str(p, e))) return 0;
     row->kernel_timing = p - timing == 10 && memcmp(timing, "kernel_gpu", 10) == 0;
     p++;
-    if (!p2p) {
-        EXPECT(",\"coll_algobw_gbs\":");
-        if (!(p = layout_num(p, e, &row->busbw))) return 0;
-        EXPECT(",\"coll_busbw_gbs\":");
-    } else {
-        EXPECT(",\"p2p_algobw_gbs\":");
-        if (!(p = layout_num(p, e, &row->busbw))) return 0;
-        EXPECT(",\"p2p_busbw_gbs\":");
-    }
+    EXPECT_KEY(K->algobw);
     if (!(p = layout_num(p, e, &row->busbw))) return 0;
-    if (!p2p) EXPECT("},\"ci\":{\"kind\":\"coll\",\"schema_version\":1,\"ring_seq\":");
-    else EXPECT("},\"ci\":{\"kind\":\"p2p\",\"schema_version\":1,\"ring_seq\":");
+    EXPECT_KEY(K->busbw);
+    if (!(p = layout_num(p, e, &row->busbw))) return 0;
+    EXPECT_KEY(K->ci);
     if (!(p = layout_int(p, e, &row->ring_seq))) return 0;
     /* the timing fields follow "tid"; nothing before them is used */
     q = find(p, e, ",\"tid\":", 7);
