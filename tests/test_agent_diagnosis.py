@@ -521,3 +521,14 @@ def test_recent_ops_give_a_process_s_completed_collectives_by_op_index():
     assert got[19].signature()[1:] == ("AllReduce", 1024, "ncclFloat32", None)
     assert got[20].signature()[1:] == ("Broadcast", 1024, "ncclFloat32", 0)
     assert recent.collectives(5, 10, 7) == {}  # another process with the same pid
+
+
+def test_ranks_without_a_row_on_a_single_node_communicator_have_not_joined():
+    """A single-node communicator is created at first use: a rank with no row has not
+    initialized it, so it has not joined the op the others wait in (seen in the demo: a data
+    parallel group whose rank 0 was blocked in a tensor-parallel op)."""
+    rows = [stuck_at(r, 0, nranks=4, nnodes=1) for r in (1, 2, 3)]
+    report = only(diagnose(snapshot(*rows), NOW, THRESHOLD))
+    assert report.verdict is Verdict.rank_not_joined
+    assert culprit_ranks(report) == [0]
+    assert "not initialized" in report.summary

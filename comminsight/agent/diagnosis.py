@@ -375,6 +375,8 @@ def _op_text(op: InflightOp) -> str:
 def all_joined(
     comm: CommView, waiting: list[CommMember], op_index: int, op: InflightOp, wait_s: float
 ) -> Finding | None:
+    if comm.missing_ranks and comm.nnodes == 1:
+        return uninitialized(comm, op_index, op, wait_s)
     if comm.missing_ranks:  # the rest are on other nodes: only the master can conclude
         return inconclusive(comm, op_index, op, wait_s)
     if len(waiting) < len(comm.members):
@@ -401,6 +403,24 @@ def all_joined(
             f"(channels started/stopped/total: {channels})"
         ),
         culprits=culprits,
+        op=op,
+        joined_index=op_index,
+    )
+
+
+def uninitialized(comm: CommView, op_index: int, op: InflightOp, wait_s: float) -> Finding:
+    """Ranks of a single-node communicator with no row here have not initialized it (it is
+    created at first use): they have not joined the op the others wait in."""
+    missing = comm.missing_ranks
+    return Finding(
+        Verdict.rank_not_joined,
+        comm,
+        key=str(op_index),
+        summary=(
+            f"ranks {missing} have not initialized {_comm_label(comm)}: {len(comm.members)} "
+            f"rank(s) wait in {op.func} #{op_index} (seq {op.seq}) for {wait_s:.1f} s"
+        ),
+        culprits={r: "has not initialized the communicator (no row on this node)" for r in missing},
         op=op,
         joined_index=op_index,
     )
