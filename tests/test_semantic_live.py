@@ -125,3 +125,46 @@ def test_queued_batches_are_merged_per_gpu_in_order_without_crossing_a_loss():
     assert merged[0].tolist() == rec[0].tolist() + rec[2].tolist()
     assert merged[1] == {1: "x", 2: "y"}
     assert out[1][2] == 7 and out[2][2][0].tolist() == rec[3].tolist()
+
+
+def test_without_its_c_core_the_agent_serves_on_and_says_the_engine_is_off(tmp_path, monkeypatch):
+    from comminsight.agent.engine_hook import PassThroughEngine
+    from comminsight.agent.service import AgentService
+    from comminsight.semantic import native
+    from comminsight_gen.config_v1 import ConfigV1
+
+    monkeypatch.setattr(native, "LIBRARY", tmp_path / "libciengine.so")  # not built
+    monkeypatch.setattr(native, "_lib", None)
+    settings = msgspec.convert({"home": str(tmp_path)}, ConfigV1)
+    service = AgentService(settings)
+    assert isinstance(service.engine, PassThroughEngine)
+    health = service.health()
+    assert health.status.value == "degraded"
+    assert any("Semantic Engine is off" in r and "make build-engine" in r for r in health.reasons)
+
+
+def test_a_gpu_whose_engine_fails_is_given_up_once_and_the_others_go_on(tmp_path, caplog):
+    from comminsight.agent.engine_hook import GpuStream
+    from comminsight.agent.semantic_hook import SemanticEngineHook
+    from comminsight.semantic.templates import load_templates
+
+    hook = SemanticEngineHook(tmp_path, load_templates(), checkpoint_s=60)
+    bad, good = GpuStream("n", 7, 70, 0, 0), GpuStream("n", 8, 80, 1, 1)
+    handled = []
+
+    def handle(kind, gpu, payload):
+        handled.append(gpu.pid)
+        if gpu == bad:
+            raise ValueError("corrupt batch")
+
+    hook._handle = handle
+    try:
+        for _ in range(3):
+            hook.feed(bad, np.zeros(0), {})
+            hook.feed(good, np.zeros(0), {})
+            wait_until(hook.idle, 10, "the worker did not drain its queue")
+    finally:
+        hook.stop()
+    assert handled.count(7) == 1 and handled.count(8) == 3
+    assert hook.failed == {bad: "ValueError: corrupt batch"}
+    assert sum("GPU pid 7 failed" in r.message for r in caplog.records) == 1

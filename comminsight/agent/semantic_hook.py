@@ -104,6 +104,7 @@ class SemanticEngineHook:
         self.checkpoint_s = checkpoint_s
         self.dropped_records = 0
         self.steps_written = 0
+        self.failed: dict[GpuStream, str] = {}  # why a GPU's engine gave up (logged once)
         self.restored = 0  # GPUs resumed from a checkpoint
         self._items: deque = deque()
         self._queued = 0
@@ -178,10 +179,17 @@ class SemanticEngineHook:
                 self._busy = bool(items)
                 self._queued -= sum(len(p[0]) for kind, _, p in items if kind == "ops")
             for kind, gpu, payload in coalesce(items):
+                if gpu in self.failed:
+                    continue
                 try:
                     self._handle(kind, gpu, payload)
-                except Exception:  # one GPU's bad data must not stop the others
-                    log.exception("semantic engine: GPU pid %d failed", gpu.pid)
+                except Exception as e:  # one GPU's bad data must not stop the others
+                    # once: its engine's state is no longer to be trusted, and the same
+                    # error would come with every batch
+                    log.exception(
+                        "semantic engine: GPU pid %d failed; its ops are skipped", gpu.pid
+                    )
+                    self.failed[gpu] = f"{type(e).__name__}: {e}"[:300]
             if time.monotonic() >= self._next_checkpoint:
                 self._save_checkpoint()
 

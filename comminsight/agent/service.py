@@ -38,6 +38,7 @@ from comminsight.agent.recent_ops import RecentOps
 from comminsight.agent.semantic_hook import SemanticEngineHook
 from comminsight.agent.snapshot import NodeSnapshot, build_snapshot
 from comminsight.agent.step_files import StepFiles
+from comminsight.semantic import native
 from comminsight.semantic.templates import load_templates
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.config_v1 import ConfigV1
@@ -62,6 +63,7 @@ class AgentService:
         self.started_mono_ns = time.monotonic_ns()
         self.recent_ops = RecentOps(settings.agent_recent_ops)
         self.step_files = StepFiles(self.home)
+        self.engine_error: str | None = None
         self.engine: EngineHook = engine or self._engine_hook(settings)
         self.archiver: Archiver | None = None
         self.archive_error: str | None = None
@@ -90,6 +92,12 @@ class AgentService:
 
     def _engine_hook(self, settings: ConfigV1) -> EngineHook:
         if not settings.semantic_enable:
+            return PassThroughEngine()
+        try:
+            native.lib()
+        except native.NativeEngineMissing as e:  # the Agent serves on without step recovery
+            self.engine_error = str(e)
+            log.error("semantic engine off: %s", e)
             return PassThroughEngine()
         templates = load_templates(settings.semantic_template_dirs)
         for problem in templates.problems:
@@ -241,6 +249,11 @@ class AgentService:
             )
         for name, why in sorted(self.hangs.errors.items()):
             reasons.append(f"hang report file {name} set aside: {why}")
+        if self.engine_error:
+            reasons.append(f"the Semantic Engine is off: {self.engine_error}")
+        if isinstance(self.engine, SemanticEngineHook):
+            for gpu, why in sorted(self.engine.failed.items(), key=lambda kv: kv[0].pid):
+                reasons.append(f"the Semantic Engine gave up on pid {gpu.pid}: {why}")
         if self.archive_error:
             reasons.append(f"archiving is off: {self.archive_error}")
         elif self.archiver is not None and self.archiver.last_error is not None:
