@@ -532,3 +532,23 @@ def test_ranks_without_a_row_on_a_single_node_communicator_have_not_joined():
     assert report.verdict is Verdict.rank_not_joined
     assert culprit_ranks(report) == [0]
     assert "not initialized" in report.summary
+
+
+def test_a_hang_behind_another_names_the_one_it_follows_from():
+    """Rank 1 never issues op 5 on the tensor-parallel group, so rank 0 waits there; rank 0's
+    later op on the data-parallel group (with rank 2) cannot complete behind it. The second
+    report says which report it follows from and is a warning; the first stays critical."""
+    tp, dp = 0x1111, 0x2222
+    rank0, rank1, rank2 = proc(0), proc(1), proc(2)
+    snap = snapshot(
+        stuck_at(0, 5, age=4 * S, comm_id=tp, name="tp:1", nranks=2, process=rank0),
+        member(1, enqueued=5, completed=5, comm_id=tp, name="tp:1", nranks=2, process=rank1),
+        member(0, 1, 0, op(0, NOW - 3 * S), comm_id=dp, name="dp:2", nranks=2, process=rank0),
+        member(1, 1, 0, op(0, NOW - 3 * S), comm_id=dp, name="dp:2", nranks=2, process=rank2),
+    )
+    reports = {r.comm.comm_name: r for r in diagnose(snap, NOW, THRESHOLD)}
+    root, behind = reports["tp:1"], reports["dp:2"]
+    assert root.verdict is Verdict.stuck_outside_nccl and root.severity.value == "critical"
+    assert behind.verdict is Verdict.all_joined_none_complete
+    assert behind.severity.value == "warning"
+    assert behind.summary.endswith(f"it follows from {root.report_id}")

@@ -29,6 +29,7 @@ per-function seq is reported alongside as OpInfo.seq. ProgressMark.seq carries o
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import statistics
@@ -71,6 +72,7 @@ class Finding:
     joined_index: int | None = None  # op index whose `joined` flag the evidence carries
     join_delays_ns: dict[int, int] | None = None
     threshold_ns: int | None = None
+    cause: Finding | None = None  # the hang this one follows from (see follows_from)
 
 
 # ---- entry point ----
@@ -102,7 +104,7 @@ def diagnose(
     recent-ops window), to find where ranks' sequences diverged.
     """
     real = now_real_ns if now_real_ns is not None else _mono_to_real(snapshot, now_mono_ns)
-    reports = []
+    findings = []
     for comm in sorted(snapshot.comms.values(), key=lambda c: c.comm_id):
         finding = diagnose_comm(
             comm, snapshot, now_mono_ns, threshold_ns, completed_ops
@@ -114,8 +116,75 @@ def diagnose(
             straggler_min_ops,
         )
         if finding is not None:
-            reports.append(to_report(finding, snapshot, now_mono_ns, real, threshold_ns))
-    return reports
+            findings.append(finding)
+    findings = follows_from(findings, snapshot)
+    return [to_report(f, snapshot, now_mono_ns, real, threshold_ns) for f in findings]
+
+
+# Verdicts that name the rank a hang starts from.
+ROOT_VERDICTS = (
+    Verdict.process_died,
+    Verdict.op_mismatch,
+    Verdict.rank_not_joined,
+    Verdict.stuck_outside_nccl,
+)
+
+
+def follows_from(findings: list[Finding], snapshot: NodeSnapshot) -> list[Finding]:
+    """One stuck rank blocks its peers' streams, and their other communicators hang behind
+    them. A root is a finding that names culprits which do not themselves wait in another
+    finding's communicator (stuck outside NCCL, dead, a mismatched call). A finding follows
+    from a root (its `cause`) when its culprits all wait in the root's communicator, or, for
+    a finding without culprits, when a rank waiting in it had been waiting in the root's op
+    since before (it got stuck there first)."""
+    waits_in = {id(f): _culprits_wait_in(f, findings, snapshot) for f in findings}
+    roots = [
+        f for f in findings if f.verdict in ROOT_VERDICTS and f.culprits and waits_in[id(f)] is None
+    ]
+    out = []
+    for f in findings:
+        cause = None
+        if f.culprits and any(waits_in[id(f)] is r for r in roots):
+            cause = waits_in[id(f)]
+        elif not f.culprits and f.verdict is not Verdict.straggler:
+            cause = _waited_there_first(f, roots, snapshot)
+        out.append(dataclasses.replace(f, cause=cause) if cause is not None else f)
+    return out
+
+
+def _culprits_wait_in(
+    f: Finding, findings: list[Finding], snapshot: NodeSnapshot
+) -> Finding | None:
+    """The other finding whose communicator every culprit of `f` has an op in flight in."""
+    members = {m.rank: m for m in f.comm.members}
+    found = None
+    for rank in f.culprits:
+        m = members.get(rank)
+        if m is None:
+            return None
+        rows = snapshot.members_of_process(m.process.pid, m.process.node_name)
+        busy = {r.comm_id for r in rows if r.inflight is not None and r.comm_id != f.comm.comm_id}
+        there = [g for g in findings if g is not f and g.comm.comm_id in busy]
+        if not there or (found is not None and there[0] is not found):
+            return None
+        found = there[0]
+    return found
+
+
+def _waited_there_first(f: Finding, roots: list[Finding], snapshot: NodeSnapshot):
+    for m in f.comm.members:
+        if m.inflight is None:
+            continue
+        rows = snapshot.members_of_process(m.process.pid, m.process.node_name)
+        for r in roots:
+            for row in rows:
+                if (
+                    row.comm_id == r.comm.comm_id
+                    and row.inflight is not None
+                    and row.inflight.enqueue_mono_ns < m.inflight.enqueue_mono_ns
+                ):
+                    return r
+    return None
 
 
 def diagnose_comm(
@@ -552,7 +621,7 @@ def to_report(
         detected_real_ns=now_real,
         verdict=f.verdict,
         severity=Severity.warning
-        if f.verdict in (Verdict.straggler, Verdict.inconclusive)
+        if f.verdict in (Verdict.straggler, Verdict.inconclusive) or f.cause is not None
         else Severity.critical,
         comm=CommRef(
             comm_id=f.comm.comm_id_hex,
@@ -568,7 +637,8 @@ def to_report(
         ]
         or [RankEvidence(comm_rank=0, node_name=node, process_state=ProcessState.unknown)],
         threshold_ms=max(1, (f.threshold_ns or threshold_ns) // MS),
-        summary=f.summary,
+        summary=f.summary
+        + (f"; it follows from {report_id(f.cause)}" if f.cause is not None else ""),
         status=ReportStatus.open,
     )
 
