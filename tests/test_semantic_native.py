@@ -307,3 +307,17 @@ def test_longest_runs_per_period_are_the_first_longest():
                 best, best_end = cur, i
         assert (run, start) == (best, best_end - best + 1), p
     assert runs[6] > runs[5]  # the true period repeats furthest
+
+
+def test_window_medians_of_a_sliding_window_are_statistics_median():
+    """History windows slide forward Step by Step (the kept-sorted path), filling up first."""
+    import statistics
+
+    rng = np.random.default_rng(12)
+    series = rng.integers(0, 20, 600).astype(float)  # many ties
+    ends = np.arange(1, 601)
+    starts = np.maximum(0, ends - 50)
+    keep = rng.random(600) < 0.7  # Steps that ask skip some
+    got = native.window_medians(series, starts[keep], ends[keep])
+    for s, e, m in zip(starts[keep].tolist(), ends[keep].tolist(), got.tolist(), strict=True):
+        assert m == statistics.median(series[s:e].tolist())

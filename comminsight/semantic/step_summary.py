@@ -97,7 +97,9 @@ def _bw(weighted, time_ns):
 class _Anomalies:
     """The anomalies of the Steps of a table, against the History (which then learns)."""
 
-    def __init__(self, t: StepTable, durations: np.ndarray, history: History) -> None:
+    def __init__(
+        self, t: StepTable, durations: np.ndarray, history: History, max_unexpected: int
+    ) -> None:
         steady = ~t.warmup
         k = len(t)
         self.step_med, self.step_n = medians(
@@ -134,18 +136,19 @@ class _Anomalies:
         self.lost = t.lost.tolist()
         self.unexpected = t.unexpected.tolist()
         self.durations = durations.tolist()
+        # the Steps with any anomaly (most have none: `of` is asked only about these)
+        self.flagged = (
+            np.array(self.step_slow)
+            | np.array(self.op_slow)
+            | (t.lost > 0)
+            | (t.unexpected > max_unexpected)
+        )
+        self.flagged[list(self.bw_low)] = True
+        self.flagged = self.flagged.tolist()
 
     def of(self, t: StepTable, j: int, max_unexpected: int) -> list[Anomaly]:
         unexpected = self.unexpected[j]
         lost = self.lost[j]
-        if not (
-            self.step_slow[j]
-            or self.op_slow[j]
-            or j in self.bw_low
-            or lost
-            or unexpected > max_unexpected
-        ):
-            return []
         found = []
         if self.step_slow[j]:
             duration = self.durations[j]
@@ -248,7 +251,8 @@ def summarize(
     """The records of the table's Steps, in order; then the history learns from them
     (steady Steps only)."""
     durations = durations_of(t)
-    anomalies = _Anomalies(t, durations, history)
+    anomalies = _Anomalies(t, durations, history, max_unexpected)
+    flagged = anomalies.flagged
     producer = _producer(mode, engine_version)
     fixed = {
         k: v
@@ -341,7 +345,7 @@ def summarize(
                 ),
                 op_ref(first),
                 op_ref(last),
-                anomalies.of(t, j, max_unexpected),
+                anomalies.of(t, j, max_unexpected) if flagged[j] else [],
                 recovery,
                 producer,
                 **optional,

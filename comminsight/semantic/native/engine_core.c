@@ -1062,23 +1062,42 @@ int64_t ci_shapes(int64_t n, const int64_t* comm, const int64_t* func, const int
 
 /* ---- medians of history windows --------------------------------------------------------- */
 
+/* First index in sorted w[0..n) whose value is >= x. */
+static int64_t lower_bound(const double* w, int64_t n, double x) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (w[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* out[q] = the median of series[start[q] .. end[q]) (statistics.median: the middle value, or
- * the mean of the two middle ones), for windows of at most 4096 values. */
+ * the mean of the two middle ones), for windows of 1..4096 values. Queries come in Step
+ * order, so the window slides: it is kept sorted and moved one value at a time (a binary
+ * search and a memmove each), and rebuilt only when it jumps back. */
 int32_t ci_window_medians(const double* series, int64_t n, const int64_t* start, const int64_t* end,
                           double* out) {
     double window[4096];
+    int64_t lo = 0, hi = 0, size = 0; /* window holds series[lo .. hi), sorted */
     for (int64_t q = 0; q < n; q++) {
-        int64_t size = end[q] - start[q];
-        if (size <= 0 || size > 4096) return -1;
-        const double* v = series + start[q];
-        for (int64_t i = 0; i < size; i++) { /* insertion sort: windows are short */
-            double x = v[i];
-            int64_t j = i;
-            while (j > 0 && window[j - 1] > x) {
-                window[j] = window[j - 1];
-                j--;
-            }
-            window[j] = x;
+        int64_t s = start[q], e = end[q];
+        if (e - s <= 0 || e - s > 4096) return -1;
+        if (s < lo || e < hi || s >= hi) { /* not a slide forward: start again at s */
+            lo = hi = s;
+            size = 0;
+        }
+        for (; lo < s; lo++) { /* drop the values that left */
+            int64_t i = lower_bound(window, size, series[lo]);
+            memmove(&window[i], &window[i + 1], (size_t)(size - i - 1) * sizeof *window);
+            size--;
+        }
+        for (; hi < e; hi++) { /* add the values that came */
+            int64_t i = lower_bound(window, size, series[hi]);
+            memmove(&window[i + 1], &window[i], (size_t)(size - i) * sizeof *window);
+            window[i] = series[hi];
+            size++;
         }
         out[q] = size % 2 ? window[size / 2] : (window[size / 2 - 1] + window[size / 2]) / 2;
     }
