@@ -37,6 +37,7 @@ import ci_logs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "dist" / "libnccl-profiler-comminsight.so"
+INSPECTOR_PLUGIN = ROOT / "build" / "gpu" / "libnccl-profiler-inspector.so"
 PY = sys.executable
 BASE_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -350,10 +351,23 @@ def torchrun(
     progress: Path | None = None,
     nproc: int = 2,
     extra_env=None,
+    extra_args: list[str] | None = None,
 ):
     env_kw = dict(COMMINSIGHT_HOME=home)
     if variant == "none":
         env_kw.update(NCCL_PROFILER_PLUGIN="none", COMMINSIGHT_INJECT_DISABLE="1")
+    elif variant == "inspector":
+        # NCCL's own Inspector plugin (ext-profiler/inspector, built by run_overhead.sh), as
+        # its README runs it; Inject is CommInsight's, so it stays off
+        env_kw.update(
+            NCCL_PROFILER_PLUGIN=INSPECTOR_PLUGIN,
+            NCCL_INSPECTOR_ENABLE="1",
+            NCCL_INSPECTOR_DUMP_DIR=home / "inspector_dump",
+            NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=os.environ.get(
+                "INSPECTOR_INTERVAL_US", "500"
+            ),
+            COMMINSIGHT_INJECT_DISABLE="1",
+        )
     else:
         env_kw.update(NCCL_PROFILER_PLUGIN=PLUGIN, COMMINSIGHT_INJECT_STEP_MARKERS="1")
     env_kw.update(extra_env or {})
@@ -377,6 +391,7 @@ def torchrun(
         cmd.append("--cpu")
     if progress:
         cmd += ["--progress", str(progress)]
+    cmd += extra_args or []
     logf = open(home / f"job_{mode}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         cmd, env=env_with(**env_kw), stdout=logf, stderr=subprocess.STDOUT, start_new_session=True

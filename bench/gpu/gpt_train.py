@@ -17,6 +17,16 @@ at which `opt.step()` returned (the same instant Inject's step markers stamp), t
 collective count where it issues them itself (tpdp), and throughput over the steps after
 --warmup. `--progress FILE` (rank 0) rewrites FILE with the step number every 10 steps so a
 driver can act mid-run. `--cpu` runs a tiny model on gloo for a dry run without GPUs.
+
+Taking turns (`--turns DIR --turn-job I --turn-jobs N --block-steps K`): N copies of the job
+(e.g. without CommInsight, with it, with NCCL's Inspector) share the two GPUs and run one at a
+time, K steps each, so that the machine's drift over seconds hits every copy alike and
+throughputs can be compared round by round. Round r gives its N turns to the jobs
+(r, r+1, ..., r+N-1) mod N; DIR/turn holds the number of the turn now running. Each rank waits
+for the turns of its job, polling DIR/turn; rank 0 writes the next number when its block ends.
+Round 0 is the warm-up (--warmup steps). A driver starts the rotation by writing 0 to
+DIR/turn once every rank of every job has written DIR/ready.<job>.<rank>. Each rank reports
+its blocks: the host time at which it saw its turn and at which its last step's sync returned.
 """
 
 from __future__ import annotations
@@ -158,6 +168,54 @@ def dp_allreduce(params, group, counter, bucket_bytes=25 << 20):
     flush()
 
 
+class TurnGate:
+    """This job's place in the rotation of --turns (see the module docstring)."""
+
+    def __init__(self, directory: str, job: int, jobs: int, rank: int):
+        self.dir, self.job, self.jobs, self.rank = Path(directory), job, jobs, rank
+        self.turn_file = self.dir / "turn"
+
+    def turn_of_block(self, block: int) -> int:
+        # round `block` gives position p to job (p + block) mod N
+        return block * self.jobs + (self.job - block) % self.jobs
+
+    def ready(self) -> None:
+        (self.dir / f"ready.{self.job}.{self.rank}").write_text(str(os.getpid()))
+
+    def wait(self, block: int) -> int:
+        """Block until the turn of `block` runs; returns the host time it was seen."""
+        want = self.turn_of_block(block)
+        while True:
+            try:
+                now = int(self.turn_file.read_text() or -1)
+            except (FileNotFoundError, ValueError):
+                now = -1
+            if now == want:
+                return time.monotonic_ns()
+            if now > want:
+                raise SystemExit(f"turn {now} passed this job's turn {want}")
+            time.sleep(0.0002)
+
+    def wait_end(self, blocks: int) -> None:
+        """Stay until every job has run its blocks: a copy tearing down (NCCL, CUDA context)
+        while another runs would slow that one's turns."""
+        last = blocks * self.jobs
+        while True:
+            try:
+                if int(self.turn_file.read_text() or -1) >= last:
+                    return
+            except (FileNotFoundError, ValueError):
+                pass
+            time.sleep(0.001)
+
+    def done(self, block: int) -> None:
+        if self.rank != 0:
+            return
+        tmp = self.dir / f".turn.{self.job}"
+        tmp.write_text(str(self.turn_of_block(block) + 1))
+        os.replace(tmp, self.turn_file)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=["ddp", "fsdp", "tpdp"], default="ddp")
@@ -173,6 +231,10 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--progress", default="")
     ap.add_argument("--cpu", action="store_true", help="gloo on CPU, for a dry run")
+    ap.add_argument("--turns", default="", help="take turns with other jobs (module docstring)")
+    ap.add_argument("--turn-job", type=int, default=0)
+    ap.add_argument("--turn-jobs", type=int, default=1)
+    ap.add_argument("--block-steps", type=int, default=20)
     args = ap.parse_args()
     if args.cpu:
         args.layers, args.d, args.heads, args.seq, args.batch, args.vocab = 2, 64, 4, 16, 2, 128
@@ -230,11 +292,30 @@ def main() -> None:
         0, args.vocab, (16, args.batch, args.seq + 1), device=device, generator=gen
     )
 
+    gate = None
+    block_of_step: dict[int, int] = {}  # first step of a block -> block number
+    last_of_block: dict[int, int] = {}  # last step of a block -> block number
+    if args.turns:
+        w = min(args.warmup, args.steps - 1)
+        if (args.steps - w) % args.block_steps:
+            raise SystemExit("--steps minus --warmup must be a multiple of --block-steps")
+        starts = [0] + list(range(w, args.steps, args.block_steps))
+        ends = [s - 1 for s in starts[1:]] + [args.steps - 1]
+        block_of_step = {s: b for b, s in enumerate(starts)}
+        last_of_block = {e: b for b, e in enumerate(ends)}
+        gate = TurnGate(args.turns, args.turn_job, args.turn_jobs, rank)
+        gate.ready()
+    blocks = []
+
     step_done, opt_returned = [], []
     t_prev = time.monotonic_ns()
     t0 = t_prev
     micro = 0
     for step in range(args.steps):
+        if gate is not None and step in block_of_step:
+            # waiting for the turn is not the job's time: the block's clock starts here
+            t_prev = gate.wait(block_of_step[step])
+            blocks.append({"block": block_of_step[step], "first_step": step, "seen_ns": t_prev})
         for _ in range(args.accum):
             batch = data[micro % data.shape[0]]
             micro += 1
@@ -251,10 +332,15 @@ def main() -> None:
         now = time.monotonic_ns()
         step_done.append(now - t_prev)
         t_prev = now
+        if gate is not None and step in last_of_block:
+            blocks[-1].update(end_ns=now, steps=step + 1 - blocks[-1]["first_step"])
+            gate.done(last_of_block[step])
         if rank == 0 and args.progress and step % 10 == 0:
             Path(args.progress).parent.mkdir(parents=True, exist_ok=True)
             Path(args.progress).write_text(str(step))
     end = time.monotonic_ns()
+    if gate is not None:
+        gate.wait_end(len(block_of_step))
     if not math.isfinite(lv):
         raise SystemExit(f"loss is {lv}")
 
@@ -286,6 +372,12 @@ def main() -> None:
                 "timed_s": elapsed_s,
                 "median_step_ms": statistics.median(timed) / 1e6,
                 "tokens_per_s": tokens / elapsed_s if elapsed_s else 0.0,
+                "tokens_per_step": args.accum * args.batch * args.seq * world,
+                "turns": (
+                    {"job": args.turn_job, "jobs": args.turn_jobs, "blocks": blocks}
+                    if gate is not None
+                    else None
+                ),
             }
         )
     )

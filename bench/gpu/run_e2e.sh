@@ -6,10 +6,14 @@
 # Carry from the dev machine: .whl (the Agent's runtime wheels for Python 3.12),
 # build/agent-src (git archive HEAD comminsight generated/python) and
 # dist/comminsight_inject-*.whl (make build-inject).
-# Knobs: SECTIONS (hangs,train,failopen,tpdp; tpdp4 adds the 2x2 mesh on 4 processes), FAULTS, THRESHOLD_S (5), STEPS (300), REPS (2),
-# DEADLINE_S (500: the driver starts nothing new past it), REP_BASE, KEEP_TRAIN.
+# Knobs: SECTIONS (hangs,train,failopen,tpdp; tpdp4 adds the 2x2 mesh on 4 processes; turns
+# runs bench/gpu/throughput_turns.py after the rest), FAULTS, THRESHOLD_S (5), STEPS (300),
+# REPS (2), DEADLINE_S (500: the driver starts nothing new past it), REP_BASE, KEEP_TRAIN;
+# for turns: TURN_JOBS (ddp,fsdp), TURN_VARIANTS (none,ci,inspector,none), SESSIONS (2),
+# BLOCKS (30), TURNS_DEADLINE_S (300); the inspector copy needs build/nccl-inspector-src
+# (bench/gpu/get_inspector_src.sh) carried too.
 # Results under $OUT: run.log, versions.json, hangs.jsonl, hang_reports.jsonl, train.jsonl,
-# steps.tar.gz (bench/gpu/e2e_report.py turns them into bench/gpu/RESULTS.md).
+# steps.tar.gz, turns.jsonl (bench/gpu/e2e_report.py turns them into bench/gpu/RESULTS.md).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -50,11 +54,22 @@ export AGENT_PYTHONPATH="$AGENT_SITE:$ROOT/build/agent-src:$ROOT/build/agent-src
 (cd /tmp && PYTHONPATH="$AGENT_PYTHONPATH" python3 -c '
 import comminsight.agent.main, comminsight.semantic.native as n
 n.lib(); print("agent imports ok; engine core", n.LIBRARY)') || exit 1
-echo "== driver ($(($(date +%s) - T0)) s)"
-python3 bench/gpu/e2e_driver.py --out "$OUT" --sections "${SECTIONS:-hangs,train,failopen,tpdp}" \
-  --faults "${FAULTS:-skip,sleep,kill,mismatch}" --threshold-s "${THRESHOLD_S:-5}" \
-  --steps "${STEPS:-300}" --reps "${REPS:-2}" --deadline-s "${DEADLINE_S:-500}" \
-  --rep-base "${REP_BASE:-0}" --keep-train "${KEEP_TRAIN:-1}"
-rc=$?
+SECTIONS="${SECTIONS:-hangs,train,failopen,tpdp}"
+DRIVER_SECTIONS="$(tr ',' '\n' <<<"$SECTIONS" | grep -vx turns | paste -sd, -)"
+rc=0
+if [[ -n "$DRIVER_SECTIONS" ]]; then
+  echo "== driver ($(($(date +%s) - T0)) s)"
+  python3 bench/gpu/e2e_driver.py --out "$OUT" --sections "$DRIVER_SECTIONS" \
+    --faults "${FAULTS:-skip,sleep,kill,mismatch}" --threshold-s "${THRESHOLD_S:-5}" \
+    --steps "${STEPS:-300}" --reps "${REPS:-2}" --deadline-s "${DEADLINE_S:-500}" \
+    --rep-base "${REP_BASE:-0}" --keep-train "${KEEP_TRAIN:-1}"
+  rc=$?
+fi
+if [[ ",$SECTIONS," == *,turns,* ]]; then
+  echo "== turns ($(($(date +%s) - T0)) s)"
+  python3 bench/gpu/throughput_turns.py --out "$OUT" --jobs "${TURN_JOBS:-ddp,fsdp}" \
+    --variants "${TURN_VARIANTS:-none,ci,inspector,none}" --sessions "${SESSIONS:-2}" \
+    --blocks "${BLOCKS:-30}" --deadline-s "${TURNS_DEADLINE_S:-300}" || rc=1
+fi
 echo "== done rc=$rc ($(($(date +%s) - T0)) s)"
 exit $rc
