@@ -11,7 +11,16 @@ extra keys where a number needs context:
   us_per_iter_<variant>_<size>            median over every (round, inner round) sample
   ratio_comminsight_over_empty_mask<M>_<size>, delta_us_... (same mask, per size)
   ratio_empty_mask70_over_none_<size>     NCCL's own cost of loading a plugin with KernelCh
+  ratio_inspector_over_empty_mask66_<size> NVIDIA's NCCL Inspector / empty plugin, its mask 66
+  ratio_inspector_over_none_<size>, ratio_empty_mask66_over_none_<size>,
+  ratio_comminsight_mask70_over_inspector_<size>
   records_match (one per CommInsight run), records_match_all, kernel_gpu_records_...
+  inspector_records (one per Inspector run): JSON records it wrote vs the all-reduces issued
+Any subset of the variants may be present; ratios need both of theirs.
+
+--inspector-dir DIR (run_overhead.sh, after each Inspector run): one JSON object on stdout
+counting what the Inspector wrote under DIR (files, bytes, records; per communicator, size,
+timing source), which the manifest line of that run carries as "inspector".
 """
 
 from __future__ import annotations
@@ -21,19 +30,34 @@ import json
 import os
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import ci_logs  # bench/gpu/ci_logs.py: the script's own directory is on sys.path
 
 BENCH = "gpu_overhead"
-VARIANTS = ["none", "empty_mask70", "comminsight_mask70", "comminsight_mask6", "empty_mask6"]
+# The order of the us_per_iter lines; a variant not named here comes after these, by name.
+VARIANT_ORDER = [
+    "none",
+    "empty_mask70",
+    "comminsight_mask70",
+    "comminsight_mask6",
+    "empty_mask6",
+    "inspector",
+    "empty_mask66",
+]
 RATIOS = [
     ("comminsight_mask70", "empty_mask70", "ratio_comminsight_over_empty_mask70"),
     ("comminsight_mask6", "empty_mask6", "ratio_comminsight_over_empty_mask6"),
     ("empty_mask70", "none", "ratio_empty_mask70_over_none"),
     ("comminsight_mask70", "none", "ratio_comminsight_mask70_over_none"),
+    # NVIDIA's NCCL Inspector (mask Coll|KernelCh = 66) against the empty plugin with its mask:
+    # its own cost, as comminsight/empty_mask70 is ours; then against nothing and against us.
+    ("inspector", "empty_mask66", "ratio_inspector_over_empty_mask66"),
+    ("inspector", "none", "ratio_inspector_over_none"),
+    ("empty_mask66", "none", "ratio_empty_mask66_over_none"),
+    ("comminsight_mask70", "inspector", "ratio_comminsight_mask70_over_inspector"),
 ]
 
 
@@ -130,6 +154,106 @@ def check_records(run: dict, lines: list[dict], summary: ci_logs.LogSummary, emi
     }
 
 
+def inspector_summary(dump_dir: Path) -> dict:
+    """What the NCCL Inspector wrote under dump_dir: one JSON object per line (a communicator's
+    latest completed collective each time its dump thread found a new one)."""
+    files = sorted(p for p in dump_dir.rglob("*") if p.is_file()) if dump_dir.is_dir() else []
+    records = bad = nbytes = 0
+    comms: dict[str, dict] = {}
+    per_size: Counter[str] = Counter()
+    colls: Counter[str] = Counter()
+    timing: Counter[str] = Counter()
+    for path in files:
+        nbytes += path.stat().st_size
+        with path.open("rb") as fh:
+            for raw in fh:
+                if not raw.strip():
+                    continue
+                try:
+                    rec = json.loads(raw)
+                    head, perf = rec["header"], rec["coll_perf"]
+                    key = f"{head['id']}:{head['rank']}"
+                    sn = int(perf["coll_sn"])
+                except (ValueError, KeyError, TypeError):
+                    bad += 1
+                    continue
+                records += 1
+                cs = comms.setdefault(key, {"rank": head["rank"], "records": 0, "sns": set()})
+                cs["records"] += 1
+                cs["sns"].add(sn)
+                per_size[str(perf.get("coll_msg_size_bytes"))] += 1
+                colls[str(perf.get("coll"))] += 1
+                timing[str(perf.get("coll_timing_source"))] += 1
+    per_comm = {
+        key: {
+            "rank": cs["rank"],
+            "records": cs["records"],
+            "distinct_coll_sn": len(cs["sns"]),
+            "max_coll_sn": max(cs["sns"]),
+        }
+        for key, cs in sorted(comms.items())
+    }
+    # "records" first: run_overhead.sh's log line takes the first "records" of this object.
+    return {
+        "records": records,
+        "files": len(files),
+        "bytes": nbytes,
+        "bad_lines": bad,
+        "dir": str(dump_dir),
+        "per_comm": per_comm,
+        "per_size": dict(sorted(per_size.items(), key=lambda kv: (len(kv[0]), kv[0]))),
+        "colls": dict(colls),
+        "timing_source": dict(timing),
+    }
+
+
+def inspector_records(run: dict, lines: list[dict], emit: Emitter) -> None:
+    """One line per Inspector run: the records it wrote against the all-reduces issued. The
+    Inspector keeps only each communicator's latest completed collective and its dump thread
+    writes that when it finds a new one, so fewer records than ops is its design, not a loss."""
+    summ = run["inspector"]
+    issued = next((ln for ln in lines if ln.get("event") == "issued"), None)
+    base = {"variant": run["variant"], "round": run["round"]}
+    counts = {k: summ.get(k) for k in ("files", "bytes", "bad_lines")}
+    if issued is None or "per_comm" not in summ:
+        reason = "run printed no issued line" if issued is None else "no summary of the dump"
+        emit("inspector_records", summ.get("records"), "records", **base, **counts, reason=reason)
+        return
+    ncomms = issued["ncomms"]
+    per_comm_issued = issued["allreduce_per_comm"]
+    expected = per_comm_issued * ncomms
+    records = summ["records"]
+    got_sizes = summ.get("per_size", {})
+    per_size = {
+        k: {"issued": v * ncomms, "records": got_sizes.get(k, 0)}
+        for k, v in sorted(issued["per_size"].items(), key=lambda kv: int(kv[0]))
+    }
+    for k, n in got_sizes.items():
+        if k not in per_size:
+            per_size[k] = {"issued": 0, "records": n}
+    comms = summ["per_comm"]
+    emit(
+        "inspector_records",
+        records,
+        "records",
+        **base,
+        ops_issued=expected,
+        records_per_op=round(records / expected, 6) if expected else None,
+        comms_expected=ncomms,
+        comms_seen=len(comms),
+        allreduce_per_comm=per_comm_issued,
+        # coll_sn counts a communicator's all-reduces from 0: the last op is per_comm - 1.
+        last_op_recorded_all=len(comms) == ncomms
+        and all(c["max_coll_sn"] == per_comm_issued - 1 for c in comms.values()),
+        duplicate_records=sum(c["records"] - c["distinct_coll_sn"] for c in comms.values()),
+        per_comm=comms,
+        per_size=per_size,
+        colls=summ.get("colls"),
+        timing_source=summ.get("timing_source"),
+        **counts,
+    )
+
+
 def paired_ratios(
     by_round: dict[tuple[str, str, int], list[float]], num: str, den: str, size: str
 ) -> list[float]:
@@ -143,10 +267,21 @@ def paired_ratios(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--work", type=Path)
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON lines here")
     ap.add_argument("--raw", type=Path, default=None, help="write every sample line here")
+    ap.add_argument(
+        "--inspector-dir",
+        type=Path,
+        default=None,
+        help="only print the summary of one NCCL Inspector dump directory (one JSON line)",
+    )
     args = ap.parse_args()
+    if args.inspector_dir is not None:
+        print(json.dumps(inspector_summary(args.inspector_dir), separators=(",", ":")))
+        return 0
+    if args.work is None:
+        ap.error("--work is required (or --inspector-dir)")
     emit = Emitter(args.out)
     runs = [json.loads(ln) for ln in (args.work / "manifest.jsonl").read_text().splitlines()]
     # Reading the logs is the slow part (hundreds of MB per CommInsight run): one process each.
@@ -184,12 +319,16 @@ def main() -> int:
         if run.get("home"):
             result = check_records(run, lines, summaries[run["home"]], emit)
             checks[run["variant"]].append(result)
+        if run.get("inspector") is not None:
+            inspector_records(run, lines, emit)
     if raw:
         raw.close()
 
     sizes = sorted(size_bytes, key=size_bytes.get)
     med: dict[tuple[str, str], float] = {}
-    for variant in VARIANTS:
+    seen = {variant for variant, _size in samples}
+    order = [v for v in VARIANT_ORDER if v in seen] + sorted(seen - set(VARIANT_ORDER))
+    for variant in order:
         for size in sizes:
             vals = samples.get((variant, size))
             if not vals:
