@@ -552,3 +552,139 @@ def test_a_hang_behind_another_names_the_one_it_follows_from():
     assert behind.verdict is Verdict.all_joined_none_complete
     assert behind.severity.value == "warning"
     assert behind.summary.endswith(f"it follows from {root.report_id}")
+
+
+# ---- point-to-point waits (pipeline stages) ----
+
+
+def p2p(func: str, peer: int, index: int = 7, age: int = 3 * S, count: int = 1024):
+    return InflightOp(
+        kind=shm_v1.RecordKind.P2P,
+        func=func,
+        datatype="ncclFloat32",
+        seq=index,
+        op_index=index,
+        count=count,
+        bytes=count * 4,
+        peer=peer,
+        n_channels=1,
+        channels_started=1,
+        channels_stopped=0,
+        enqueue_mono_ns=NOW - age,
+        start_mono_ns=NOW - age + MS,
+    )
+
+
+def in_p2p(rank: int, func: str, peer: int, nranks: int = 4, **kw) -> CommMember:
+    """A member of a pipeline communicator waiting in a Send or Recv."""
+    op_kw = {k: kw.pop(k) for k in ("age", "count") if k in kw}
+    return member(
+        rank,
+        0,
+        0,
+        p2p(func, peer, **op_kw),
+        nranks=nranks,
+        p2p_enqueued=8,
+        p2p_completed=7,
+        name="pp:3",
+        **kw,
+    )
+
+
+def idle_in_pp(rank: int, nranks: int = 4, **kw) -> CommMember:
+    return member(rank, 0, 0, nranks=nranks, p2p_enqueued=7, p2p_completed=7, name="pp:3", **kw)
+
+
+def test_a_recv_waiting_for_a_peer_in_host_code_blames_the_peer():
+    snap = snapshot(idle_in_pp(0, nranks=2), in_p2p(1, "Recv", 0, nranks=2))
+    report = only(diagnose(snap, NOW, THRESHOLD))
+    assert report.verdict is Verdict.stuck_outside_nccl
+    assert culprit_ranks(report) == [0]
+    assert report.op.func == "Recv" and report.op.kind.value == "p2p"
+    assert "rank 1 waits in Recv from rank 0" in report.summary
+    assert "no op in flight toward rank 1" in report.culprits[0].reason
+
+
+def test_p2p_waits_below_the_threshold_give_no_report():
+    snap = snapshot(idle_in_pp(0, nranks=2), in_p2p(1, "Recv", 0, nranks=2, age=THRESHOLD // 2))
+    assert diagnose(snap, NOW, THRESHOLD) == []
+
+
+def test_a_chain_of_pipeline_stages_waiting_leads_to_the_first_stage():
+    """Stage 3 waits for 2, 2 for 1, 1 for 0; stage 0 sits in host code: the culprit is 0,
+    and the report shows the chain."""
+    snap = snapshot(
+        idle_in_pp(0),
+        in_p2p(1, "Recv", 0, age=2 * S),
+        in_p2p(2, "Recv", 1, age=3 * S),
+        in_p2p(3, "Recv", 2, age=4 * S),
+    )
+    report = only(diagnose(snap, NOW, THRESHOLD))
+    assert report.verdict is Verdict.stuck_outside_nccl
+    assert culprit_ranks(report) == [0]
+    assert "rank 3 (Recv) -> rank 2 (Recv) -> rank 1 (Recv) -> rank 0" in report.summary
+
+
+def test_a_dead_peer_is_process_died():
+    snap = snapshot(
+        idle_in_pp(0, nranks=2, process=proc(0, exists=False)), in_p2p(1, "Recv", 0, nranks=2)
+    )
+    report = only(diagnose(snap, NOW, THRESHOLD))
+    assert report.verdict is Verdict.process_died
+    assert culprit_ranks(report) == [0]
+    assert "gone" in report.culprits[0].reason
+
+
+def test_two_ranks_both_receiving_from_each_other_is_a_call_order_mismatch():
+    snap = snapshot(in_p2p(0, "Recv", 1, nranks=2), in_p2p(1, "Recv", 0, nranks=2, age=4 * S))
+    report = only(diagnose(snap, NOW, THRESHOLD))
+    assert report.verdict is Verdict.op_mismatch
+    assert culprit_ranks(report) == [0, 1]
+    assert "none can proceed" in report.summary
+
+
+def test_a_posted_send_and_recv_that_do_not_finish():
+    pair = [in_p2p(0, "Send", 1, nranks=2), in_p2p(1, "Recv", 0, nranks=2, age=4 * S)]
+    report = only(diagnose(snapshot(*pair), NOW, THRESHOLD))
+    assert report.verdict is Verdict.all_joined_none_complete
+    assert culprit_ranks(report) == []
+    # the peer's side posted just now: the transfer gets its time
+    fresh = [in_p2p(0, "Send", 1, nranks=2, age=THRESHOLD // 2), pair[1]]
+    assert diagnose(snapshot(*fresh), NOW, THRESHOLD) == []
+    # sizes that disagree
+    odd = [in_p2p(0, "Send", 1, nranks=2, count=2048), pair[1]]
+    report = only(diagnose(snapshot(*odd), NOW, THRESHOLD))
+    assert report.verdict is Verdict.op_mismatch
+    assert "sends 2048 ncclFloat32 to rank 1, which receives 1024" in report.summary
+
+
+def test_a_pipeline_wait_behind_a_tensor_parallel_hang_follows_from_it():
+    """Rank 1 (pipeline stage 1) is stuck in a tensor-parallel all-reduce that its tp peer
+    (rank 0) never joined; stage 2 (rank 2) waits in Recv from rank 1. The tp report is the
+    root; the pipeline report blames rank 1 and follows from it."""
+    tp, pp = 0x1111, 0x2222
+    r0, r1, r2 = proc(0), proc(1), proc(2)
+    snap = snapshot(
+        member(0, enqueued=5, completed=5, comm_id=tp, name="tp:1", nranks=2, process=r0),
+        stuck_at(1, 5, age=4 * S, comm_id=tp, name="tp:1", nranks=2, process=r1),
+        member(0, 0, 0, comm_id=pp, name="pp:2", nranks=2, process=r1),
+        member(
+            1,
+            0,
+            0,
+            p2p("Recv", 0),
+            comm_id=pp,
+            name="pp:2",
+            nranks=2,
+            process=r2,
+            p2p_enqueued=8,
+            p2p_completed=7,
+        ),
+    )
+    reports = {r.comm.comm_name: r for r in diagnose(snap, NOW, THRESHOLD)}
+    root, behind = reports["tp:1"], reports["pp:2"]
+    assert root.verdict is Verdict.stuck_outside_nccl and culprit_ranks(root) == [0]
+    assert behind.verdict is Verdict.rank_not_joined and culprit_ranks(behind) == [0]
+    assert "tp:1" in behind.culprits[0].reason
+    assert behind.severity.value == "warning"
+    assert behind.summary.endswith(f"it follows from {root.report_id}")

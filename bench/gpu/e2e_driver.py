@@ -53,6 +53,7 @@ EXPECTED_VERDICTS = {
     "kill": {"process_died"},
     "mismatch": {"op_mismatch"},
     "mismatch_count": {"op_mismatch"},
+    "p2p_skip": {"stuck_outside_nccl", "rank_not_joined"},
 }
 
 
@@ -255,8 +256,10 @@ def run_fault(out: Out, fault: str, threshold_s: float, at: int, sleep_s: float)
     start0 = next((e for e in events.get(0, []) if e["ev"] == "start"), {})
     group = start0.get("group")
     fault_ev = next((e for e in events.get(1, []) if e["ev"] == "fault"), None)
+    # the op rank 0 hangs in: the all-reduce of step `at`, or with p2p_skip its Recv
+    index_key = "p2p_index" if fault.startswith("p2p") else "op_index"
     enq0 = next(
-        (e for e in events.get(0, []) if e["ev"] == "enqueue" and e["op_index"] == at), None
+        (e for e in events.get(0, []) if e["ev"] == "enqueue" and e.get(index_key) == at), None
     )
     t0 = max(x["mono_ns"] for x in (fault_ev, enq0) if x) if (fault_ev or enq0) else t_start
     if fault == "sleep" and enq0:
@@ -306,10 +309,14 @@ def run_fault(out: Out, fault: str, threshold_s: float, at: int, sleep_s: float)
         checks = {
             "verdict": first["verdict"] in EXPECTED_VERDICTS[fault],
             "culprit": culprits == [1],
-            "comm": bool(group) and first["comm"].get("comm_name") == group,
+            # PyTorch may give point-to-point ops a communicator of their own
+            "comm": bool(group)
+            and (fault.startswith("p2p") or first["comm"].get("comm_name") == group),
             "seq": op.get("seq") == at,
             "latency": detect_s <= threshold_s + 2.0,
         }
+        if fault.startswith("p2p"):
+            checks["func"] = op.get("func") == "Recv"
         res.update(
             verdict=first["verdict"],
             culprits=culprits,
@@ -326,7 +333,7 @@ def run_fault(out: Out, fault: str, threshold_s: float, at: int, sleep_s: float)
         ok = False
         res["checks"] = {"verdict": False}
     res["events"] = {
-        r: [e for e in evs if e["ev"] != "enqueue" or e["op_index"] >= at - 1]
+        r: [e for e in evs if e["ev"] != "enqueue" or e.get(index_key, at) >= at - 1]
         for r, evs in events.items()
     }
     rank_logs = {r: (home / f"rank{r}.log").read_text(errors="replace")[-800:] for r in range(2)}

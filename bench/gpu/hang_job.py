@@ -11,6 +11,9 @@ collectives the job issues, so the op index of step N is N), then torch.cuda.syn
   kill      synchronizes, then SIGKILLs itself
   mismatch  calls broadcast(src=0) on the same buffer where the peer calls all_reduce
   mismatch_count  calls all_reduce on twice as many elements as the peer
+  p2p_skip  with --p2p (every step, after the all-reduce, rank 1 sends a 1 MiB activation to
+            rank 0, as one pipeline stage to the next): never sends that step's activation
+            and waits in host code, so rank 0 waits in its Recv
 Every rank appends JSON lines to <events>/rank<R>.jsonl with CLOCK_MONOTONIC: start (with
 the default group's `<group_desc>:<group_name>`), enqueue (just before each collective call),
 fault, done.
@@ -42,8 +45,10 @@ class Events:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
-        "--fault", choices=["none", "skip", "sleep", "kill", "mismatch", "mismatch_count"]
+        "--fault",
+        choices=["none", "skip", "sleep", "kill", "mismatch", "mismatch_count", "p2p_skip"],
     )
+    ap.add_argument("--p2p", action="store_true", help="a Send/Recv after every all-reduce")
     ap.add_argument("--at", type=int, default=20)
     ap.add_argument("--fault-rank", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
@@ -64,6 +69,7 @@ def main() -> None:
     ev("start", pid=os.getpid(), rank=rank, group=f"{pg.group_desc}:{pg.group_name}")
     buf = torch.ones(4 << 20, device=device)
     a = torch.randn(2048, 2048, device=device)
+    act = torch.ones(256 << 10, device=device)  # 1 MiB: a pipeline stage's activation
     for step in range(args.steps):
         a = torch.tanh(a @ a)
         if rank == args.fault_rank and step == args.at and args.fault != "none":
@@ -96,6 +102,17 @@ def main() -> None:
                 continue
         ev("enqueue", op_index=step, func="AllReduce")
         dist.all_reduce(buf)
+        if args.p2p or args.fault == "p2p_skip":
+            if rank == args.fault_rank and step == args.at and args.fault == "p2p_skip":
+                ev("fault", kind="p2p_skip", p2p_index=step)
+                torch.cuda.synchronize()
+                while True:  # host code, outside NCCL, until the driver kills it
+                    time.sleep(0.05)
+            if rank == 1:
+                dist.send(act, dst=0)
+            else:
+                ev("enqueue", p2p_index=step, func="Recv")
+                dist.recv(act, src=1)
         torch.cuda.synchronize()
         buf.fill_(1.0)
     ev("done")
