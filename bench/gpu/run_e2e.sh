@@ -10,7 +10,8 @@
 # runs bench/gpu/throughput_turns.py after the rest), FAULTS, THRESHOLD_S (5), STEPS (300),
 # REPS (2), DEADLINE_S (500: the driver starts nothing new past it), REP_BASE, KEEP_TRAIN;
 # for turns: TURN_JOBS (ddp,fsdp), TURN_VARIANTS (none,ci,inspector,none), SESSIONS (2),
-# BLOCKS (30), TURNS_DEADLINE_S (300); the inspector copy needs build/nccl-inspector-src
+# BLOCKS (30), BLOCK_STEPS (ddp=20,fsdp=10), JOB_ARGS (more gpt_train.py arguments),
+# TURNS_DEADLINE_S (300); the inspector copy needs build/nccl-inspector-src
 # (bench/gpu/get_inspector_src.sh) carried too.
 # Results under $OUT: run.log, versions.json, hangs.jsonl, hang_reports.jsonl, train.jsonl,
 # steps.tar.gz, turns.jsonl (bench/gpu/e2e_report.py turns them into bench/gpu/RESULTS.md).
@@ -69,7 +70,8 @@ if [[ ",$SECTIONS," == *,turns,* ]]; then
   echo "== turns ($(($(date +%s) - T0)) s)"
   python3 bench/gpu/throughput_turns.py --out "$OUT" --jobs "${TURN_JOBS:-ddp,fsdp}" \
     --variants "${TURN_VARIANTS:-none,ci,inspector,none}" --sessions "${SESSIONS:-2}" \
-    --blocks "${BLOCKS:-30}" --deadline-s "${TURNS_DEADLINE_S:-300}" || rc=1
+    --blocks "${BLOCKS:-30}" --deadline-s "${TURNS_DEADLINE_S:-300}" \
+    --block-steps "${BLOCK_STEPS:-ddp=20,fsdp=10}" --job-args "${JOB_ARGS:-}" || rc=1
 fi
 echo "== done rc=$rc ($(($(date +%s) - T0)) s)"
 exit $rc

@@ -72,6 +72,7 @@ def run_session(
     block_steps: int,
     warmup: int,
     timeout_s: float,
+    job_args: list[str] | None = None,
 ) -> dict:
     base = Path(tempfile.mkdtemp(prefix=f"ci_turns_{mode}_{session}_"))
     turns = base / "turns"
@@ -88,6 +89,7 @@ def run_session(
                 agent = e2e.Agent(home)
             args = ["--turns", str(turns), "--turn-job", str(j), "--turn-jobs", str(len(variants))]
             args += ["--block-steps", str(block_steps), "--warmup", str(warmup)]
+            args += job_args or []
             proc, logf = e2e.torchrun(home, home / "job", mode, steps, variant, extra_args=args)
             jobs.append(
                 {"label": label, "variant": variant, "home": home, "proc": proc, "logf": logf}
@@ -106,6 +108,7 @@ def run_session(
                 raise RuntimeError(f"copies still running after {timeout_s} s")
             time.sleep(0.1)
         line = {"job": mode, "session": session, "variants": labels, "blocks": blocks}
+        line["job_args"] = job_args or []
         line["block_steps"], line["warmup"] = block_steps, warmup
         line["copies"] = {}
         for j in jobs:
@@ -200,6 +203,7 @@ def main() -> int:
     ap.add_argument("--block-steps", default="ddp=20,fsdp=10", help="steps per turn, per job")
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--deadline-s", type=float, default=500)
+    ap.add_argument("--job-args", default="", help="more gpt_train.py arguments, e.g. '--batch 64'")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -231,6 +235,7 @@ def main() -> int:
                     int(block_steps[mode]),
                     args.warmup,
                     timeout_s=max(60.0, t_end - time.monotonic()),
+                    job_args=args.job_args.split(),
                 )
                 sessions.append(line)
             except Exception as e:  # one session's breakage must not cost the others
