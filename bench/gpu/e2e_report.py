@@ -169,8 +169,12 @@ def hangs_section(runs: list[Path]) -> tuple[str, list[dict]]:
                 h.get("culprits", "-"),
                 h.get("comm_name", "-"),
                 f"{h.get('op_func', '-')} seq {h.get('op_seq', '-')}",
-                f"{', '.join(ex.get('verdicts', []))}; rank 1; {ex.get('comm_name')}; seq "
-                f"{ex.get('op_seq')}",
+                f"{', '.join(ex.get('verdicts', []))}; rank 1; "
+                + (
+                    f"rank 0's Recv, seq {ex.get('op_seq')}"
+                    if str(h.get("fault", "")).startswith("p2p")
+                    else f"{ex.get('comm_name')}; seq {ex.get('op_seq')}"
+                ),
                 h.get("detection_latency_s", "-"),
                 h.get("api_latency_s", "-"),
                 f"{h.get('threshold_s', 0) + GOAL_LAT_S:g}",
@@ -286,14 +290,25 @@ def turns_section(runs: list[Path]):
     lines = [{"run": run.name, **t} for run in runs for t in jsonl(run / "turns.jsonl")]
     sessions = [x for x in lines if x["metric"] == "session"]
     ratios = [x for x in lines if x["metric"].startswith("throughput_ratio_")]
+    config = {}  # run -> the job's size, told by its step time
+    for x in sessions:
+        batch = 8
+        args = x.get("job_args") or []
+        if "--batch" in args:
+            batch = int(args[args.index("--batch") + 1])
+        steps_ms = [c.get("median_step_ms") or 0 for c in (x.get("copies") or {}).values()]
+        config.setdefault((x["run"], x["job"]), (batch, []))[1].extend(steps_ms)
     rows, goals = [], []
     for r in ratios:
         label, job = r["metric"][len("throughput_ratio_") :].split("_over_none_")
+        batch, steps_ms = config.get((r["run"], job), (8, [0]))
+        what = f"batch {batch}/rank, {statistics.median(steps_ms):.0f} ms/step"
         lo, hi = (1 - r["value"] - 2 * r["se"]) * 100, (1 - r["value"] + 2 * r["se"]) * 100
         rows.append(
             [
                 r["run"],
                 job,
+                what,
                 label,
                 r["sessions"],
                 r["rounds"],
@@ -305,11 +320,12 @@ def turns_section(runs: list[Path]):
             ]
         )
         if label == "ci":
-            goals.append((r["run"], job, r["value"], r["se"], hi))
+            goals.append((r["run"], f"{job}, {what}", r["value"], r["se"], hi))
     agg = table(
         [
             "run",
             "job",
+            "size",
             "copy",
             "sessions",
             "rounds per session",
@@ -412,6 +428,119 @@ def overhead_1a() -> str:
     )
 
 
+INSPECTOR_1A = ROOT / "bench/gpu/results/2026-11-30-h200x2-e2e/overhead-1a-inspector"
+SIZES = ("8B", "64KiB", "1MiB", "16MiB", "256MiB")
+
+
+def round_medians(raw: list[dict]) -> dict[tuple, float]:
+    """(variant, size, outer round) -> median µs per iteration of that round's samples."""
+    samples: dict[tuple, list[float]] = {}
+    for x in raw:
+        if x.get("event") == "sample":
+            key = (x["variant"], x["size"], x["outer_round"])
+            samples.setdefault(key, []).append(x["us_per_iter"])
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def round_ratio_iqr(per_round: dict, num: str, den: str, size: str) -> tuple[float, float]:
+    """Quartiles of the same round's ratio num/den: the round-to-round noise of the ratio."""
+    rounds = sorted({r for v, sz, r in per_round if sz == size})
+    ratios = [
+        per_round[(num, size, r)] / per_round[(den, size, r)]
+        for r in rounds
+        if (num, size, r) in per_round and (den, size, r) in per_round
+    ]
+    if len(ratios) < 2:
+        return (float("nan"), float("nan"))
+    q = statistics.quantiles(ratios, n=4)
+    return q[0], q[2]
+
+
+def inspector_1a() -> tuple[str, list[list]]:
+    """Scenario 1a with NCCL's Inspector: one table per run directory under INSPECTOR_1A, and
+    the goal rows: CommInsight within the noise of the empty plugin with the same mask (the
+    rounds' interquartile range of their ratio holds 1)."""
+    parts, goals = [], []
+    for run in sorted(p for p in INSPECTOR_1A.iterdir() if p.is_dir()):
+        lines = jsonl(run / "overhead.jsonl")
+        by = {x["metric"]: x for x in lines}
+        rounds = by.get("ratio_inspector_over_empty_mask66_8B", {}).get("paired_rounds")
+        per_round = round_medians(jsonl(run / "overhead_raw.jsonl"))
+        rows = []
+        for size in SIZES:
+            lo, hi = round_ratio_iqr(per_round, "comminsight_mask70", "empty_mask70", size)
+            goals.append(
+                [
+                    f"1a: CommInsight within the noise of the empty plugin, {size} ({run.name})",
+                    "met" if lo <= 1 <= hi else "**missed**",
+                    f"CommInsight / empty, mask 70: rounds' IQR {lo:.3f}–{hi:.3f}",
+                ]
+            )
+            us = [
+                by.get(f"us_per_iter_{v}_{size}", {}).get("value")
+                for v in ("none", "empty_mask70", "comminsight_mask70", "empty_mask66", "inspector")
+            ]
+
+            def ratio(name, num, den, by=by, size=size, per_round=per_round):
+                x = by.get(f"{name}_{size}", {})
+                if not x:
+                    return "-"
+                lo, hi = round_ratio_iqr(per_round, num, den, size)
+                return (
+                    f"{x['value']} (paired {x.get('paired_median')}, rounds' IQR "
+                    f"{lo:.2f}–{hi:.2f}, Δ {x.get('delta_us')} µs)"
+                )
+
+            rows.append(
+                [size, *us]
+                + [
+                    ratio(*n)
+                    for n in (
+                        (
+                            "ratio_comminsight_over_empty_mask70",
+                            "comminsight_mask70",
+                            "empty_mask70",
+                        ),
+                        ("ratio_inspector_over_empty_mask66", "inspector", "empty_mask66"),
+                        (
+                            "ratio_comminsight_mask70_over_inspector",
+                            "comminsight_mask70",
+                            "inspector",
+                        ),
+                    )
+                ]
+            )
+        recs = [x for x in lines if x["metric"] == "inspector_records"]
+        per_op = [x["records_per_op"] for x in recs]
+        parts.append(
+            f"`{run.relative_to(ROOT)}` (`{(run / 'COMMAND').read_text().strip()}`; "
+            f"{rounds} rounds)\n\n"
+            + table(
+                [
+                    "size",
+                    "none µs",
+                    "empty mask 70 µs",
+                    "CommInsight mask 70 µs",
+                    "empty mask 66 µs",
+                    "Inspector µs",
+                    "CommInsight / empty, mask 70",
+                    "Inspector / empty, mask 66",
+                    "CommInsight / Inspector",
+                ],
+                rows,
+            )
+            + (
+                f"\n\nRecords the Inspector wrote per all-reduce issued: "
+                f"{min(per_op):.3f} to {max(per_op):.3f} over its {len(per_op)} runs "
+                "(CommInsight's logs hold every op: `records_match_all_comminsight_mask70` "
+                f"{by.get('records_match_all_comminsight_mask70', {}).get('value')})."
+                if per_op
+                else ""
+            )
+        )
+    return "\n\n".join(parts), goals
+
+
 def main(argv: list[str]) -> int:
     runs = [Path(a) for a in argv]
     versions = json.loads((runs[0] / "versions.json").read_text())
@@ -420,6 +549,7 @@ def main(argv: list[str]) -> int:
     per, agg, ratios, fo, other = train_section(runs)
     steps_t, steps = steps_section(runs)
     turn_agg, turn_per, turn_goals, turn_sessions = turns_section(runs)
+    inspector_text, inspector_goals = inspector_1a() if INSPECTOR_1A.is_dir() else ("", [])
     out = []
     w = out.append
     w("# Issue 7 on real GPUs: 2×H200, PyTorch + NCCL, end to end\n")
@@ -479,12 +609,14 @@ def main(argv: list[str]) -> int:
         w(
             "`bench/gpu/throughput_turns.py` (`SECTIONS=turns`): the copies of one job "
             f"({', '.join(first['variants'])}) are started together and take turns on both "
-            "GPUs, "
+            "GPUs, a block of steps each ("
             + ", ".join(
-                f"{k} steps ({j.upper()})"
-                for j, k in sorted({(x["job"], x["block_steps"]) for x in turn_sessions})
+                f"{run} {j.upper()}: {k}"
+                for run, j, k in sorted(
+                    {(x["run"], x["job"], x["block_steps"]) for x in turn_sessions}
+                )
             )
-            + " each, rotating, each copy "
+            + "), rotating, each copy "
             f"{first['blocks']} blocks after a {first['warmup']}-step warm-up; a round of turns "
             "gives each copy's throughput over the first `none` copy's in the same round. "
             "`ci`: plugin (mask 70) + live Agent + Inject with step markers; `inspector`: NCCL's "
@@ -582,6 +714,17 @@ def main(argv: list[str]) -> int:
         "ratios below 1 there are noise, not a speed-up.\n"
     )
     w(overhead_1a() + "\n")
+    if INSPECTOR_1A.is_dir():
+        w("### The same with NCCL's Inspector plugin\n")
+        w(
+            "NCCL's own Inspector (`ext-profiler/inspector` at tag v2.28.9-1, exported by "
+            "`bench/gpu/get_inspector_src.sh` and built there by `run_overhead.sh`, the "
+            "Makefile's flags without `-march=native`), run as its README says "
+            "(`NCCL_INSPECTOR_ENABLE=1`, `NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=500`). "
+            "It asks NCCL for Coll|KernelCh (mask 66), so its own cost is Inspector / empty "
+            "plugin with mask 66, as CommInsight's is CommInsight / empty with mask 70.\n"
+        )
+        w(inspector_text + "\n")
 
     w("## Goals\n")
     g = []
@@ -621,6 +764,7 @@ def main(argv: list[str]) -> int:
                 f"ratio {ratio:.4f} ± {se:.4f} (s.e.); overhead at most {hi:+.2f} % (95 %)",
             ]
         )
+    g.extend(inspector_goals)
     for r in fo:
         g.append(
             [
