@@ -91,10 +91,14 @@ def register_with_wrong_token(address: str, node: str) -> None:
 
 
 def _waits_in_op_5(report) -> bool:
-    """The skipped op, not an earlier wait (ranks of a loaded machine start unevenly)."""
-    return any(
-        e.get("joined") and e.get("last_enqueued", {}).get("seq", -1) >= 5
-        for e in report["evidence"]
+    """The skipped op, not an earlier wait, and the whole picture: ranks of a loaded machine
+    start unevenly, and a rank whose node has not reported it yet is missing from the
+    evidence (the report is diagnosed again on every poll, so it fills in)."""
+    evidence = report["evidence"]
+    return (
+        sorted(e["comm_rank"] for e in evidence) == list(range(RANKS))
+        and sorted(e["comm_rank"] for e in evidence if e.get("joined")) == [0, 1, 2, 3, 5]
+        and any(e.get("last_enqueued", {}).get("seq", -1) >= 5 for e in evidence)
     )
 
 
