@@ -15,7 +15,9 @@ BUILD := build
 DIST := dist
 INSTALL_PREFIX ?= /opt/comminsight
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
-WHEEL := $(DIST)/comminsight-$(VERSION)-py3-none-any.whl
+# the wheel carries a native library (setup.py): tagged for this platform, e.g. linux_x86_64
+WHEEL_PLATFORM := $(shell python3 -c "import sysconfig; print(sysconfig.get_platform().replace('-', '_').replace('.', '_'))")
+WHEEL := $(DIST)/comminsight-$(VERSION)-py3-none-$(WHEEL_PLATFORM).whl
 PYTEST_ARGS ?=
 
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
@@ -117,7 +119,7 @@ $(BUILD)/headers/%.o: generated/c/include/comminsight/%.h
 	printf '#include "comminsight/%s.h"\ntypedef int header_check;\n' $* | \
 	  $(CC) $(CSTRICT) -Igenerated/c/include -x c -c - -o $@
 
-$(WHEEL): $(VENV_STAMP) $(ENGINE_SO) $(shell find comminsight generated/python -name '*.py' 2>/dev/null) pyproject.toml
+$(WHEEL): $(VENV_STAMP) $(ENGINE_SO) $(shell find comminsight generated/python -name '*.py' 2>/dev/null) pyproject.toml setup.py
 	@mkdir -p $(DIST)
 	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
 
