@@ -70,9 +70,10 @@ SCENARIO = textwrap.dedent(
 )
 
 
-def test_injected_name_reaches_the_plugin_shm_and_logs(tmp_path):
+def run_scenario(home: Path) -> dict:
+    """SCENARIO's three communicators (Inject-named, user-named, unnamed) made by the real
+    plugin in a child process whose SHM and logs stay under `home`."""
     plugin = builds()["plain"].path
-    home = tmp_path / "home"
     env = {
         **os.environ,
         "COMMINSIGHT_HOME": str(home),
@@ -87,7 +88,12 @@ def test_injected_name_reaches_the_plugin_shm_and_logs(tmp_path):
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_injected_name_reaches_the_plugin_shm_and_logs(tmp_path):
+    home = tmp_path / "home"
+    result = run_scenario(home)
     from comminsight_gen.abi.shm_v1 import NameSource
 
     assert result["kept"] == "user-named"

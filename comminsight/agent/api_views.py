@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from comminsight.agent.inject_names import InjectNames
 from comminsight.agent.producers import Producer
 from comminsight.agent.snapshot import (
     NO_FLAGGED_SEQ,
@@ -58,10 +59,16 @@ class LiveNode:
     now_real_ns: int
     processes: list[tuple[Producer, ProcessView]]
     rows: list[LiveRow]
+    inject_names: InjectNames | None = None  # names Inject set (name_source INJECT)
 
 
 def read_live_node(
-    producers: Iterable[Producer], node_name: str, stale_ns: int, now_mono_ns: int, now_real_ns: int
+    producers: Iterable[Producer],
+    node_name: str,
+    stale_ns: int,
+    now_mono_ns: int,
+    now_real_ns: int,
+    inject_names: InjectNames | None = None,
 ) -> LiveNode:
     processes, rows = [], []
     for producer in producers:
@@ -70,7 +77,7 @@ def read_live_node(
         for row in producer.region.comm_entries():
             if int(row["state"]) != shm_v1.CommState.FREE:
                 rows.append(LiveRow(row, view, producer))
-    return LiveNode(node_name, now_mono_ns, now_real_ns, processes, rows)
+    return LiveNode(node_name, now_mono_ns, now_real_ns, processes, rows, inject_names)
 
 
 # ---- processes ------------------------------------------------------------------------
@@ -244,7 +251,7 @@ def communicator(
 ) -> Communicator:
     rows = sorted(rows, key=lambda live: int(live.row["rank"]))
     first = rows[0].row
-    named = next((live.row for live in rows if record_text(live.row["name"])), None)
+    named = next((live for live in rows if record_text(live.row["name"])), None)
     finalized = all(int(live.row["state"]) == shm_v1.CommState.FINALIZED for live in rows)
     nranks = max(1, int(first["nranks"]))
     ranks_seen = sorted({int(live.row["rank"]) for live in rows if int(live.row["rank"]) >= 0})
@@ -257,8 +264,8 @@ def communicator(
     nnodes = int(first["nnodes"])
     return Communicator(
         comm_id=f"{int(first['comm_id']):016x}",
-        name=record_text(named["name"])[:1024] if named is not None else None,
-        name_source=_name_source(int(named["name_source"]) if named is not None else 0),
+        name=record_text(named.row["name"])[:1024] if named is not None else None,
+        name_source=_name_source(row_name_source(named, node.inject_names) if named else 0),
         nranks=nranks,
         nnodes=nnodes if nnodes > 0 else None,
         state=CommunicatorState.finalized if finalized else CommunicatorState.active,
@@ -277,6 +284,14 @@ def communicator(
         open_hang_report_ids=sorted(report_ids),
         ranks=[comm_rank(live, node) for live in rows] if full else None,
     )
+
+
+def row_name_source(live: LiveRow, inject_names: InjectNames | None) -> int:
+    code = int(live.row["name_source"])
+    if inject_names is None:
+        return code
+    name = record_text(live.row["name"])
+    return inject_names.name_source(code, live.process.host, live.process.pid, name)
 
 
 def _name_source(code: int) -> NameSource:

@@ -114,7 +114,7 @@ class MasterAgentService(AgentService):
         freshness does, hence REBUILD_MAX_NS, which also bounds how late a verdict comes
         past the hang threshold."""
         self.local.rows = read_node_rows(
-            self.producers.producers.values(), now_mono_ns, self.stale_ns
+            self.producers.producers.values(), now_mono_ns, self.stale_ns, self.inject_names
         )
         self.local.last_seen_mono_ns, self.local.last_seen_real_ns = now_mono_ns, time.time_ns()
         self.server.mark_stale(now_mono_ns)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from comminsight.agent.inject_names import InjectNames
 from comminsight.agent.producers import Producer
 from comminsight.agent.snapshot import NO_FLAGGED_SEQ, inflight_op, process_view, rank_or_none
 from comminsight.shm_reader import label_or_none, record_text
@@ -88,9 +89,15 @@ def _stage(count: int, at: int) -> tuple[int, int]:
     return count, at if count else 0
 
 
-def comm_rows(row, pid: int) -> tuple[pb.CommunicatorMember, pb.CommProgress]:
+def comm_rows(
+    row, pid: int, host: str = "", inject_names: InjectNames | None = None
+) -> tuple[pb.CommunicatorMember, pb.CommProgress]:
     comm_id, generation = int(row["comm_id"]), int(row["generation"])
     rank = max(0, int(row["rank"]))
+    name = record_text(row["name"])[:1024]
+    source = int(row["name_source"])
+    if inject_names is not None:
+        source = inject_names.name_source(source, host, pid, name)
     member = pb.CommunicatorMember(
         comm_id=comm_id,
         pid=pid,
@@ -98,8 +105,8 @@ def comm_rows(row, pid: int) -> tuple[pb.CommunicatorMember, pb.CommProgress]:
         comm_rank=rank,
         nranks=max(0, int(row["nranks"])),
         nnodes=max(0, int(row["nnodes"])),
-        name=record_text(row["name"])[:1024],
-        name_source=_NAME_SOURCES.get(int(row["name_source"]), pb.NAME_SOURCE_UNSPECIFIED),
+        name=name,
+        name_source=_NAME_SOURCES.get(source, pb.NAME_SOURCE_UNSPECIFIED),
         nccl_profiler_abi_version=max(0, int(row["nccl_abi_version"])),
         init_real_ns=int(row["init_real_ns"]),
         init_mono_ns=int(row["init_mono_ns"]),
@@ -165,7 +172,12 @@ def comm_rows(row, pid: int) -> tuple[pb.CommunicatorMember, pb.CommProgress]:
     return member, progress
 
 
-def read_node_rows(producers: Iterable[Producer], now_mono_ns: int, stale_ns: int) -> NodeRows:
+def read_node_rows(
+    producers: Iterable[Producer],
+    now_mono_ns: int,
+    stale_ns: int,
+    inject_names: InjectNames | None = None,
+) -> NodeRows:
     rows = NodeRows()
     for producer in producers:
         region = producer.region
@@ -173,10 +185,11 @@ def read_node_rows(producers: Iterable[Producer], now_mono_ns: int, stale_ns: in
             continue
         info = process_info(producer, now_mono_ns, stale_ns)
         rows.processes[info.pid] = info
+        host = record_text(region.header["hostname"])
         for row in region.comm_entries():
             if int(row["state"]) == shm_v1.CommState.FREE:
                 continue
-            member, progress = comm_rows(row, info.pid)
+            member, progress = comm_rows(row, info.pid, host, inject_names)
             key = (member.comm_id, member.pid, member.generation)
             rows.members[key] = member
             rows.progress[key] = progress

@@ -32,6 +32,7 @@ from comminsight.agent.fifo_reader import HangEvent, HangEventFifo
 from comminsight.agent.hang_resolution import resolve_cleared
 from comminsight.agent.hang_store import HangStore
 from comminsight.agent.ingest import NodeIngest
+from comminsight.agent.inject_names import InjectNames
 from comminsight.agent.metrics import NodeMetrics
 from comminsight.agent.producers import ProducerSet
 from comminsight.agent.recent_ops import RecentOps
@@ -82,6 +83,7 @@ class AgentService:
         )
         self.fifo = HangEventFifo(self.home)
         self.hangs = HangStore(self.home)
+        self.inject_names = InjectNames(self.home)
         self.history: deque[NodeSnapshot] = deque(maxlen=HISTORY)
         self._diagnosed: NodeSnapshot | None = None
         self.hang_events: deque[HangEvent] = deque(maxlen=RECENT_EVENTS)
@@ -108,6 +110,7 @@ class AgentService:
         """One pass; the reports of this pass (also saved under metadata/hangs/)."""
         now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
         self.ingest.run_pass(now, retire_after_ns=self.retire_after_ns)
+        self.inject_names.refresh()
         snapshot = self.take_snapshot(now)
         reports = []
         # A master hands back the same job snapshot until it rebuilds it (master_agent): there
@@ -206,6 +209,7 @@ class AgentService:
             self.settings.agent_heartbeat_stale_ms * 1_000_000,
             time.monotonic_ns(),
             time.time_ns(),
+            self.inject_names,
         )
 
     def open_report_ids(self) -> dict[str, list[str]]:

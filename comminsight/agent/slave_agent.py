@@ -91,7 +91,9 @@ class SlaveAgentService(AgentService):
         )
 
     def inventory(self) -> tuple[list, list]:
-        rows = read_node_rows(self.producers.producers.values(), time.monotonic_ns(), self.stale_ns)
+        rows = read_node_rows(
+            self.producers.producers.values(), time.monotonic_ns(), self.stale_ns, self.inject_names
+        )
         return list(rows.processes.values()), list(rows.members.values())
 
     def _on_fifo_events(self, events: list[HangEvent]) -> None:
@@ -137,7 +139,9 @@ class SlaveAgentService(AgentService):
             self._next_report_ns = now + self.report_ns
             steps, steps_sent = self._new_steps()
             if self.link.connected or self._full_state_due:
-                rows = read_node_rows(self.producers.producers.values(), now, self.stale_ns)
+                rows = read_node_rows(
+                    self.producers.producers.values(), now, self.stale_ns, self.inject_names
+                )
                 full = self._full_state_due
                 if full:
                     self.diff.reset()
