@@ -32,8 +32,9 @@ class Communicator:
             comm_id (str): NCCL communicator id (commId in profiler ABI v5+, commHash in v4), 16 lowercase hex digits, zero
                 padded.
             name (None | str): commName, "<group_desc>:<group_name>" when Inject named it; null when NCCL passed none.
-            name_source (NameSource): Where a communicator's name came from (shm v1 name_source) - none, NCCL's commName, or
-                CommInsight Inject.
+            name_source (NameSource): Where a communicator's name came from - none; NCCL's commName (shm v1 name_source); or
+                CommInsight Inject, when the commName is one Inject set for that process (its metadata/inject group lines,
+                inject-metadata v1, naming nccl-config or torch-option).
             nranks (int):
             nnodes (int | None): nNodes as NCCL reported it at init.
             state (CommunicatorState): active (initialized on at least one rank seen and not finalized on all of them) or

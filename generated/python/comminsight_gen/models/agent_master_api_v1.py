@@ -352,7 +352,7 @@ class IngestState(Enum):
 
 class NameSource(Enum):
     """
-    Where a communicator's name came from (shm v1 name_source) - none, NCCL's commName, or CommInsight Inject.
+    Where a communicator's name came from - none; NCCL's commName (shm v1 name_source); or CommInsight Inject, when the commName is one Inject set for that process (its metadata/inject group lines, inject-metadata v1, naming nccl-config or torch-option).
     """
 
     none = 'none'
