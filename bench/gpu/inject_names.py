@@ -111,6 +111,12 @@ def verify(args) -> int:
         all(c.get("name") for c in api),
         unnamed=[c.get("comm_id") for c in api if not c.get("name")],
     )
+    # every name here is one Inject set (its metadata says so): the Agent tells it from NCCL's
+    ok &= emit(
+        "api_name_source_inject",
+        bool(api) and all(c.get("name_source") == "inject" for c in api),
+        name_sources=sorted({c.get("name_source") or "" for c in api}),
+    )
     inits = []
     for path in sorted((home / "inspector_logs").rglob("*.jsonl*")):
         for line in path.read_text(errors="replace").splitlines():
