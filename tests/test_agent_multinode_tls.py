@@ -1,7 +1,10 @@
 """agent-master-slave over TLS: a throwaway CA (openssl CLI) signs the master's certificate;
 a master and a slave as separate processes stream over TLS; the master's port refuses
 plaintext; a slave without the CA, and one trusting another CA, are refused with errors that
-name the setting to fix, while the good slave keeps streaming."""
+name the setting to fix, while the good slave keeps streaming. With mutual TLS
+(COMMINSIGHT_AGENT_TLS_CLIENT_CA) a slave must also present a certificate the master's client
+CA signed: one without, and one signed by another CA, are refused in the handshake, each with
+an error naming the setting."""
 
 from __future__ import annotations
 
@@ -11,11 +14,14 @@ import subprocess
 from pathlib import Path
 
 import grpc
+import msgspec
 import pytest
 from multinode_job import AgentProc, start_job, wait_until
 from test_agent_service import free_port
 
+from comminsight.agent.main import multinode_problem
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
+from comminsight_gen.config_v1 import ConfigV1
 
 REGISTER = "/comminsight.agent_master_slave.v1.AgentMaster/Register"
 
@@ -54,6 +60,19 @@ def pki(tmp_path_factory) -> Path:
         "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext",
         cwd=d,
     )  # fmt: skip
+    # slaves' client certificates: one signed by the CA the master trusts, one by another
+    (d / "client.ext").write_text("basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")
+    for ca in ("ca", "other-ca"):
+        openssl(
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", f"client-{ca}.key", "-out", f"client-{ca}.csr", "-subj", "/CN=node-0",
+            cwd=d,
+        )  # fmt: skip
+        openssl(
+            "x509", "-req", "-in", f"client-{ca}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-out", f"client-{ca}.pem", "-days", "2", "-extfile", "client.ext",
+            cwd=d,
+        )  # fmt: skip
     return d
 
 
@@ -158,3 +177,138 @@ def test_a_slave_without_the_ca_is_refused_with_a_clear_error(tls_job, pki, ca, 
         assert _nodes(job)["node-0"]["state"] == "connected"
     finally:
         bad.stop()
+
+
+# ---- mutual TLS: the master requires slaves' client certificates ----
+
+
+@pytest.fixture(scope="module")
+def mtls_job(pki, tmp_path_factory):
+    job = start_job(
+        tmp_path_factory.mktemp("mtls"),
+        1,
+        master_extra={
+            "COMMINSIGHT_AGENT_TLS_CERT": str(pki / "server.pem"),
+            "COMMINSIGHT_AGENT_TLS_KEY": str(pki / "server.key"),
+            "COMMINSIGHT_AGENT_TLS_CLIENT_CA": str(pki / "ca.pem"),
+        },
+        slave_extra={
+            "COMMINSIGHT_AGENT_TLS_CA": str(pki / "ca.pem"),
+            "COMMINSIGHT_AGENT_TLS_CERT": str(pki / "client-ca.pem"),
+            "COMMINSIGHT_AGENT_TLS_KEY": str(pki / "client-ca.key"),
+            "COMMINSIGHT_SEMANTIC_ENABLE": "0",
+        },
+    )
+    try:
+        wait_until(
+            lambda: _nodes(job).get("node-0", {}).get("state") == "connected",
+            30,
+            lambda: f"the mTLS slave did not connect:\n{job.slaves[0].log_text()[-3000:]}",
+        )
+        yield job
+    finally:
+        job.stop()
+
+
+def test_a_slave_with_a_certificate_the_client_ca_signed_streams(mtls_job, pki):
+    job = mtls_job
+    assert _nodes(job)["node-0"]["last_applied_batch_seq"] >= 1
+    assert "TLS on, client certificates required" in job.master.log_text()
+    # TLS that trusts the master but shows no certificate is closed before any handler runs:
+    # the token is never read
+    creds = grpc.ssl_channel_credentials((pki / "ca.pem").read_bytes())
+    with grpc.secure_channel(job.grpc, creds) as tls:
+        assert _register(tls).code() is grpc.StatusCode.UNAVAILABLE
+    # with the slave's certificate the handshake passes and the token decides
+    creds = grpc.ssl_channel_credentials(
+        (pki / "ca.pem").read_bytes(),
+        (pki / "client-ca.key").read_bytes(),
+        (pki / "client-ca.pem").read_bytes(),
+    )
+    with grpc.secure_channel(job.grpc, creds) as tls:
+        error = _register(tls)
+    assert error.code() is grpc.StatusCode.UNAUTHENTICATED and "wrong token" in error.details()
+
+
+@pytest.mark.parametrize(
+    ("client", "message"),
+    [
+        (None, "requires a client certificate (COMMINSIGHT_AGENT_TLS_CLIENT_CA there): set "),
+        ("other-ca", "refused this slave's certificate COMMINSIGHT_AGENT_TLS_CERT="),
+    ],
+)
+def test_a_slave_without_a_trusted_client_certificate_is_refused_clearly(
+    mtls_job, pki, client, message
+):
+    job = mtls_job
+    name = f"client-{client or 'none'}"
+    home = job.master.home.parent / name
+    home.mkdir()
+    extra = {
+        "COMMINSIGHT_AGENT_MASTER_ADDR": job.grpc,
+        "COMMINSIGHT_AGENT_TLS_CA": str(pki / "ca.pem"),
+        "COMMINSIGHT_SEMANTIC_ENABLE": "0",
+    }
+    if client is not None:
+        extra["COMMINSIGHT_AGENT_TLS_CERT"] = str(pki / f"client-{client}.pem")
+        extra["COMMINSIGHT_AGENT_TLS_KEY"] = str(pki / f"client-{client}.key")
+    bad = AgentProc(home, "slave", name, f"127.0.0.1:{free_port()}", extra).start()
+    try:
+        bad.wait_ready()
+        wait_until(
+            lambda: message in bad.log_text(),
+            30,
+            lambda: f"no clear mTLS error in the slave's log:\n{bad.log_text()[-3000:]}",
+        )
+        health = bad.get("/api/v1/health").json()
+        assert health["status"] == "degraded"
+        assert any(message in r for r in health["reasons"]), health["reasons"]
+        assert name not in _nodes(job)
+        seen = _nodes(job)["node-0"]["last_seen_real_ns"]
+        wait_until(
+            lambda: _nodes(job)["node-0"]["last_seen_real_ns"] > seen,
+            20,
+            "the good slave stopped",
+        )
+    finally:
+        bad.stop()
+
+
+@pytest.mark.parametrize(
+    ("mode", "settings", "problem"),
+    [
+        (
+            "master",
+            {"agent_tls_client_ca": "ca.pem"},
+            "COMMINSIGHT_AGENT_TLS_CLIENT_CA needs COMMINSIGHT_AGENT_TLS_CERT",
+        ),
+        (
+            "slave",
+            {"agent_tls_cert": "client-ca.pem", "agent_tls_key": "client-ca.key"},
+            "it needs COMMINSIGHT_AGENT_TLS_CA",
+        ),
+        ("slave", {"agent_tls_cert": "client-ca.pem"}, "go together"),
+        (
+            "master",
+            {
+                "agent_tls_cert": "server.pem",
+                "agent_tls_key": "server.key",
+                "agent_tls_client_ca": "missing.pem",
+            },
+            "COMMINSIGHT_AGENT_TLS_CLIENT_CA=",
+        ),
+    ],
+)
+def test_tls_settings_that_cannot_work_are_named_at_start(pki, mode, settings, problem):
+    values = {k: str(pki / v) for k, v in settings.items()}
+    config = msgspec.convert(
+        {
+            "agent_mode": mode,
+            "agent_token": "t",
+            "agent_master_addr": "127.0.0.1:1" if mode == "slave" else "",
+            **values,
+        },
+        ConfigV1,
+    )
+    found = multinode_problem(config)
+    assert found is not None and problem in found, found

@@ -72,14 +72,24 @@ def multinode_problem(settings) -> str | None:
             f"COMMINSIGHT_AGENT_MODE={settings.agent_mode} needs COMMINSIGHT_AGENT_TOKEN "
             "(the secret slaves and master share)"
         )
-    if settings.agent_mode == "master" and bool(settings.agent_tls_cert) != bool(
-        settings.agent_tls_key
-    ):
+    if bool(settings.agent_tls_cert) != bool(settings.agent_tls_key):
         return "COMMINSIGHT_AGENT_TLS_CERT and COMMINSIGHT_AGENT_TLS_KEY go together"
+    if settings.agent_mode == "master" and settings.agent_tls_client_ca:
+        if not settings.agent_tls_cert:
+            return (
+                "COMMINSIGHT_AGENT_TLS_CLIENT_CA needs COMMINSIGHT_AGENT_TLS_CERT and "
+                "COMMINSIGHT_AGENT_TLS_KEY: client certificates are checked in a TLS handshake"
+            )
+    if settings.agent_mode == "slave" and settings.agent_tls_cert and not settings.agent_tls_ca:
+        return (
+            "COMMINSIGHT_AGENT_TLS_CERT on a slave is its client certificate, presented over "
+            "TLS: it needs COMMINSIGHT_AGENT_TLS_CA (the CA that signed the master's)"
+        )
     for key, path in (
         ("COMMINSIGHT_AGENT_TLS_CERT", settings.agent_tls_cert),
         ("COMMINSIGHT_AGENT_TLS_KEY", settings.agent_tls_key),
         ("COMMINSIGHT_AGENT_TLS_CA", settings.agent_tls_ca),
+        ("COMMINSIGHT_AGENT_TLS_CLIENT_CA", settings.agent_tls_client_ca),
     ):
         if path and not Path(path).is_file():
             return f"{key}={path}: no such file"

@@ -167,12 +167,15 @@ class MasterAgentService(AgentService):
             self.settings.agent_master_listen,
             self.settings.agent_tls_cert,
             self.settings.agent_tls_key,
+            self.settings.agent_tls_client_ca,
         )
         log.info(
             "master: slaves' gRPC on %s (port %d, TLS %s)",
             self.settings.agent_master_listen,
             self.grpc_port,
-            "on" if self.settings.agent_tls_cert else "off",
+            ("on, client certificates required" if self.settings.agent_tls_client_ca else "on")
+            if self.settings.agent_tls_cert
+            else "off",
         )
         try:
             await super().run(stop)

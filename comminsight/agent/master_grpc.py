@@ -97,9 +97,10 @@ class AgentMasterServer:
         )
 
     async def start(
-        self, listen: str, cert: str = "", key: str = ""
+        self, listen: str, cert: str = "", key: str = "", client_ca: str = ""
     ) -> tuple[grpc.aio.Server, int]:
-        """Serve on listen; returns the server and the bound port (listen may say port 0)."""
+        """Serve on listen; returns the server and the bound port (listen may say port 0).
+        With client_ca, TLS is mutual: a slave must present a certificate that CA signed."""
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", self.max_batch_bytes + GRPC_LIMIT_SLACK),
@@ -109,7 +110,11 @@ class AgentMasterServer:
         )
         server.add_generic_rpc_handlers((self.handler(),))
         if cert:
-            creds = grpc.ssl_server_credentials([(Path(key).read_bytes(), Path(cert).read_bytes())])
+            creds = grpc.ssl_server_credentials(
+                [(Path(key).read_bytes(), Path(cert).read_bytes())],
+                root_certificates=Path(client_ca).read_bytes() if client_ca else None,
+                require_client_auth=bool(client_ca),
+            )
             port = server.add_secure_port(listen, creds)
         else:
             port = server.add_insecure_port(listen)

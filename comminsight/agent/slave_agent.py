@@ -28,6 +28,7 @@ from comminsight.agent.node_state import NodeRows, RowChanges, RowDiff, read_nod
 from comminsight.agent.service import AgentService, _boot_id
 from comminsight.agent.slave_link import SlaveLink, clock
 from comminsight.agent.slave_outbox import SlaveOutbox
+from comminsight.agent.slave_tls import SlaveTls
 from comminsight_gen.abi import fifo_event_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.config_v1 import ConfigV1
@@ -50,7 +51,7 @@ class SlaveAgentService(AgentService):
         self.link = SlaveLink(
             master_addr=settings.agent_master_addr,
             token=settings.agent_token,
-            tls_ca=settings.agent_tls_ca,
+            tls=SlaveTls(settings.agent_tls_ca, settings.agent_tls_cert, settings.agent_tls_key),
             outbox=self.outbox,
             identity=self.identity(),
             inventory=self.inventory,

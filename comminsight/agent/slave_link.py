@@ -54,7 +54,7 @@ class SlaveLink:
         *,
         master_addr: str,
         token: str,
-        tls_ca: str,
+        tls: slave_tls.SlaveTls,
         outbox: SlaveOutbox,
         identity: pb.NodeIdentity,
         inventory: Callable[[], tuple[list, list]],
@@ -63,7 +63,7 @@ class SlaveLink:
     ) -> None:
         self.master_addr = master_addr
         self.token = token
-        self.tls_ca = tls_ca
+        self.tls = tls
         self.outbox = outbox
         self.identity = identity
         self.inventory = inventory
@@ -110,7 +110,7 @@ class SlaveLink:
                     if Rejected(reject).fatal:
                         wait = FATAL_RETRY_S
                 else:
-                    tls = await slave_tls.tls_failure(e, self.master_addr, self.tls_ca)
+                    tls = await slave_tls.tls_failure(e, self.master_addr, self.tls)
                     if tls is not None:
                         self._failed(f"cannot connect to the master: {tls}", error=True)
                         wait = FATAL_RETRY_S  # a configuration error: retrying cannot fix it
@@ -137,7 +137,7 @@ class SlaveLink:
     # ---- one session ---------------------------------------------------------------------
 
     async def _session(self, stop: asyncio.Event) -> None:
-        async with slave_tls.channel(self.master_addr, self.tls_ca) as channel:
+        async with slave_tls.channel(self.master_addr, self.tls) as channel:
             stub = AgentMasterStub(channel)
             metadata = (("authorization", f"Bearer {self.token}"),)
             processes, communicators = self.inventory()

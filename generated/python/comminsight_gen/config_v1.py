@@ -128,7 +128,7 @@ KEYS: tuple[ConfigKey, ...] = (
         type="string",
         default='',
         unit="path",
-        description="PEM certificate for the master\u0027s gRPC listener (TLS is off when empty).",
+        description="This Agent\u0027s PEM certificate. A master serves it on its gRPC listener (TLS is off when empty); a slave presents it to a master that requires client certificates (COMMINSIGHT_AGENT_TLS_CLIENT_CA).",
         components=("agent",),
     ),
     ConfigKey(
@@ -147,6 +147,15 @@ KEYS: tuple[ConfigKey, ...] = (
         default='',
         unit="path",
         description="PEM CA bundle a slave uses to verify the master (TLS is off when empty).",
+        components=("agent",),
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_TLS_CLIENT_CA",
+        field="agent_tls_client_ca",
+        type="string",
+        default='',
+        unit="path",
+        description="Master only: PEM CA bundle that must have signed each slave\u0027s certificate (mutual TLS: a slave without a certificate it signed is refused in the handshake, before its token is read). Needs COMMINSIGHT_AGENT_TLS_CERT; off when empty.",
         components=("agent",),
     ),
     ConfigKey(
@@ -519,9 +528,10 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_master_addr: Annotated[str, msgspec.Meta(pattern="^$|^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Where a slave dials its master. Required in slave mode.")] = ''
     agent_node_name: Annotated[str, msgspec.Meta(max_length=63, description="Name of this node in a multi-node job. Empty means the host name.")] = ''
     agent_token: Annotated[str, msgspec.Meta(description="Bearer token required by mutating API endpoints and shared between slaves and master. Empty: mutating endpoints are refused.")] = ''
-    agent_tls_cert: Annotated[str, msgspec.Meta(description="PEM certificate for the master\u0027s gRPC listener (TLS is off when empty).")] = ''
+    agent_tls_cert: Annotated[str, msgspec.Meta(description="This Agent\u0027s PEM certificate. A master serves it on its gRPC listener (TLS is off when empty); a slave presents it to a master that requires client certificates (COMMINSIGHT_AGENT_TLS_CLIENT_CA).")] = ''
     agent_tls_key: Annotated[str, msgspec.Meta(description="PEM private key matching COMMINSIGHT_AGENT_TLS_CERT.")] = ''
     agent_tls_ca: Annotated[str, msgspec.Meta(description="PEM CA bundle a slave uses to verify the master (TLS is off when empty).")] = ''
+    agent_tls_client_ca: Annotated[str, msgspec.Meta(description="Master only: PEM CA bundle that must have signed each slave\u0027s certificate (mutual TLS: a slave without a certificate it signed is refused in the handshake, before its token is read). Needs COMMINSIGHT_AGENT_TLS_CERT; off when empty.")] = ''
     agent_report_interval_ms: Annotated[int, msgspec.Meta(ge=10, le=600000, description="How often a slave sends the rows of its node state that changed to the master (hang events go at once). With N nodes the master receives N/interval batches a second.")] = 500
     agent_master_stale_ms: Annotated[int, msgspec.Meta(ge=400, le=3600000, description="A master reports a slave stale when neither a batch nor a heartbeat arrived for this long; slaves heartbeat every quarter of it.")] = 15000
     agent_master_max_batch_bytes: Annotated[int, msgspec.Meta(ge=65536, le=268435456, description="Largest serialized batch of node state a master accepts (announced to slaves at registration; larger ones are refused as oversized).")] = 4194304
