@@ -15,6 +15,7 @@ to the first hang report naming that rank and node at /api/v1/hangs (the hang th
 included; it is printed too).
 
     .venv/bin/python bench/master_scale.py [--nodes 64 256] [--seconds 10] [--profile DIR]
+        [--report-interval-s 0.5]
 
 --profile runs the master under cProfile and writes DIR/master-<nodes>.prof (its CPU figures
 then include the profiler's overhead: use it to find the hot spots, not for the figures).
@@ -318,7 +319,7 @@ async def measure(nodes: int, seconds: float, profile_dir: Path | None) -> None:
             master.send_signal(signal.SIGTERM)
             master.wait(30)
     ranks = nodes * RANKS_PER_NODE
-    tag = {"nodes": nodes, "ranks": ranks}
+    tag = {"nodes": nodes, "ranks": ranks, "report_interval_s": REPORT_S}
     emit("nodes_connected", nodes_seen["nodes_connected"] - 1, "nodes", **tag)
     emit("master_cpu", round(cpu * 100, 2), "percent_of_a_core", **tag)
     emit("master_cpu_per_node", round(cpu * 100 / nodes, 4), "percent_of_a_core", **tag)
@@ -349,11 +350,20 @@ async def wait_verdict(api: str, culprit: SimSlave, fault: dict) -> float:
 
 
 def main() -> None:
+    global REPORT_S  # the feeder's batch interval, read by every simulated slave
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--seconds", type=float, default=10.0, help="CPU measurement window")
     parser.add_argument("--profile", type=Path, default=None, help="cProfile the master into DIR")
+    parser.add_argument(
+        "--report-interval-s",
+        type=float,
+        default=REPORT_S,
+        help="how often each slave sends a batch (COMMINSIGHT_AGENT_REPORT_INTERVAL_MS on "
+        "real slaves; the default is its default)",
+    )
     args = parser.parse_args()
+    REPORT_S = args.report_interval_s
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     for nodes in args.nodes:

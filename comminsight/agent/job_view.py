@@ -73,7 +73,8 @@ class NodeRecord:
         """A node monotonic time on the master's clock; 0 (never) stays 0."""
         if not mono_ns:
             return 0
-        return max(1, mono_ns + (self.offset_ns or 0))
+        t = mono_ns + (self.offset_ns or 0)
+        return t if t > 0 else 1  # not max(): called for every time of every row, every rebuild
 
     @property
     def host(self) -> str:

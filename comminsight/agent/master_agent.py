@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 MS = 1_000_000
 REBUILD_MIN_NS = 200_000_000
 REBUILD_MAX_NS = 500_000_000
+# A rebuild and its diagnosis may take at most 1/REBUILD_COST_SHARE of the master's time: the
+# rest is for the slaves' batches (see take_snapshot)
+REBUILD_COST_SHARE = 3
 CURSOR_FLUSH_NS = 1_000_000_000
 
 
@@ -84,6 +87,7 @@ class MasterAgentService(AgentService):
         self._snapshot: NodeSnapshot | None = None
         self._snapshot_version = -1
         self._rebuild_now = False
+        self._rebuild_cost_ns = 0  # wall time of the last pass that rebuilt and diagnosed
         self._cursors_flushed_ns = 0
         self.stale_ns = settings.agent_heartbeat_stale_ms * MS
         self.metrics.registry.register(
@@ -112,7 +116,13 @@ class MasterAgentService(AgentService):
         thousands of ranks every pass would cost the master more than a core at scale.
         Ages do not need a rebuild (diagnosis measures them against `now`); heartbeat
         freshness does, hence REBUILD_MAX_NS, which also bounds how late a verdict comes
-        past the hang threshold."""
+        past the hang threshold.
+
+        Both grow with the job's ranks: at 8192 ranks a rebuild and its diagnosis took about
+        0.4 s, so rebuilding every 200 ms left no time for the slaves' batches, and a
+        verdict came 15-24 s after a fault. The spacing between rebuilds is therefore also
+        at least REBUILD_COST_SHARE times what the last one cost (hang events still rebuild
+        at once)."""
         self.local.rows = read_node_rows(
             self.producers.producers.values(), now_mono_ns, self.stale_ns, self.inject_names
         )
@@ -128,7 +138,8 @@ class MasterAgentService(AgentService):
         if cached is not None and not self._rebuild_now:
             age = now_mono_ns - cached.taken_mono_ns
             changed = self._snapshot_version != self.server.version or self.local.rows.processes
-            if age < REBUILD_MIN_NS or (age < REBUILD_MAX_NS and not changed):
+            spacing = max(REBUILD_MIN_NS, REBUILD_COST_SHARE * self._rebuild_cost_ns)
+            if age < spacing or (age < REBUILD_MAX_NS and not changed):
                 return cached
         self._rebuild_now = False
         self._snapshot_version = self.server.version
@@ -136,6 +147,14 @@ class MasterAgentService(AgentService):
             self.nodes.values(), self.node_name, now_mono_ns, time.time_ns(), self.stale_ns
         )
         return self._snapshot
+
+    def poll_once(self, now_mono_ns: int | None = None):
+        began = time.perf_counter_ns()
+        before = self._snapshot
+        reports = super().poll_once(now_mono_ns)
+        if self._snapshot is not before:  # this pass rebuilt the job snapshot and diagnosed it
+            self._rebuild_cost_ns = time.perf_counter_ns() - began
+        return reports
 
     def _on_fifo_events(self, events) -> None:
         self._rebuild_now = True  # a hang event: diagnose the job at the coming pass

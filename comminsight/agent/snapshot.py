@@ -172,12 +172,17 @@ class NodeSnapshot:
 
     def members_of_process(self, pid: int, node_name: str | None = None) -> list[CommMember]:
         """pids repeat across nodes: a master's snapshot tells processes apart by node too."""
-        return [
-            m
-            for c in self.comms.values()
-            for m in c.members
-            if m.process.pid == pid and m.process.node_name == node_name
-        ]
+        return list(self._members_by_process.get((pid, node_name), ()))
+
+    @cached_property
+    def _members_by_process(self) -> dict[tuple[int, str | None], list[CommMember]]:
+        # built once per snapshot: diagnosis asks for the rows of every absent rank's process,
+        # and a scan of all rows per question was quadratic (16 s for one verdict at 8192 ranks)
+        index: dict[tuple[int, str | None], list[CommMember]] = {}
+        for c in self.comms.values():
+            for m in c.members:
+                index.setdefault((m.process.pid, m.process.node_name), []).append(m)
+        return index
 
 
 def pid_exists(pid: int) -> bool:
