@@ -80,29 +80,75 @@ def _nodes(job) -> dict:
     return {n["node_name"]: n for n in job.master.get("/api/v1/nodes").json()["items"]}
 
 
-@pytest.fixture(scope="module")
-def tls_job(pki, tmp_path_factory):
+def _connected_job(root, master_extra: dict, slave_extra: dict, what: str):
+    """A master and one slave (node-0) with these settings, once the slave is connected."""
     job = start_job(
-        tmp_path_factory.mktemp("tls"),
+        root,
         1,
-        master_extra={
-            "COMMINSIGHT_AGENT_TLS_CERT": str(pki / "server.pem"),
-            "COMMINSIGHT_AGENT_TLS_KEY": str(pki / "server.key"),
-        },
-        slave_extra={
-            "COMMINSIGHT_AGENT_TLS_CA": str(pki / "ca.pem"),
-            "COMMINSIGHT_SEMANTIC_ENABLE": "0",
-        },
+        master_extra=master_extra,
+        slave_extra={**slave_extra, "COMMINSIGHT_SEMANTIC_ENABLE": "0"},
     )
     try:
         wait_until(
             lambda: _nodes(job).get("node-0", {}).get("state") == "connected",
             30,
-            lambda: f"the TLS slave did not connect:\n{job.slaves[0].log_text()[-3000:]}",
+            lambda: f"the {what} slave did not connect:\n{job.slaves[0].log_text()[-3000:]}",
         )
+    except BaseException:
+        job.stop()
+        raise
+    return job
+
+
+def _server_tls(pki) -> dict:
+    return {
+        "COMMINSIGHT_AGENT_TLS_CERT": str(pki / "server.pem"),
+        "COMMINSIGHT_AGENT_TLS_KEY": str(pki / "server.key"),
+    }
+
+
+@pytest.fixture(scope="module")
+def tls_job(pki, tmp_path_factory):
+    job = _connected_job(
+        tmp_path_factory.mktemp("tls"),
+        _server_tls(pki),
+        {"COMMINSIGHT_AGENT_TLS_CA": str(pki / "ca.pem")},
+        "TLS",
+    )
+    try:
         yield job
     finally:
         job.stop()
+
+
+def _refused_while_the_good_slave_streams(job, name: str, extra: dict, message: str) -> None:
+    """A slave `name` with these settings (and the right token: agent_env) is refused, says
+    `message` in its log and health, never reaches the master's node list, and node-0 keeps
+    streaming."""
+    home = job.master.home.parent / name
+    home.mkdir()
+    extra = {"COMMINSIGHT_AGENT_MASTER_ADDR": job.grpc, "COMMINSIGHT_SEMANTIC_ENABLE": "0", **extra}
+    bad = AgentProc(home, "slave", name, f"127.0.0.1:{free_port()}", extra).start()
+    try:
+        bad.wait_ready()
+        wait_until(
+            lambda: message in bad.log_text(),
+            30,
+            lambda: f"no clear TLS error in the slave's log:\n{bad.log_text()[-3000:]}",
+        )
+        health = bad.get("/api/v1/health").json()
+        assert health["status"] == "degraded"
+        assert any(message in r for r in health["reasons"]), health["reasons"]
+        assert name not in _nodes(job)  # it never got past the handshake
+        seen = _nodes(job)["node-0"]["last_seen_real_ns"]
+        wait_until(
+            lambda: _nodes(job)["node-0"]["last_seen_real_ns"] > seen,
+            20,
+            "the good slave stopped",
+        )
+        assert _nodes(job)["node-0"]["state"] == "connected"
+    finally:
+        bad.stop()
 
 
 def _register(channel) -> grpc.RpcError:
@@ -148,35 +194,10 @@ def test_a_slave_streams_to_the_master_over_tls(tls_job, pki):
 )
 def test_a_slave_without_the_ca_is_refused_with_a_clear_error(tls_job, pki, ca, message):
     """The bad slave has the right token (agent_env): only TLS refuses it."""
-    job = tls_job
-    name = "no-ca" if ca is None else "other-ca"
-    home = job.master.home.parent / name
-    home.mkdir()
-    extra = {"COMMINSIGHT_AGENT_MASTER_ADDR": job.grpc, "COMMINSIGHT_SEMANTIC_ENABLE": "0"}
-    if ca is not None:
-        extra["COMMINSIGHT_AGENT_TLS_CA"] = str(pki / ca)
-    bad = AgentProc(home, "slave", name, f"127.0.0.1:{free_port()}", extra).start()
-    try:
-        bad.wait_ready()
-        wait_until(
-            lambda: message in bad.log_text(),
-            30,
-            lambda: f"no clear TLS error in the slave's log:\n{bad.log_text()[-3000:]}",
-        )
-        health = bad.get("/api/v1/health").json()
-        assert health["status"] == "degraded"
-        assert any(message in r for r in health["reasons"]), health["reasons"]
-        assert name not in _nodes(job)  # it never got past the handshake
-        # the master goes on serving the slave that has the CA
-        seen = _nodes(job)["node-0"]["last_seen_real_ns"]
-        wait_until(
-            lambda: _nodes(job)["node-0"]["last_seen_real_ns"] > seen,
-            20,
-            "the good slave stopped",
-        )
-        assert _nodes(job)["node-0"]["state"] == "connected"
-    finally:
-        bad.stop()
+    extra = {} if ca is None else {"COMMINSIGHT_AGENT_TLS_CA": str(pki / ca)}
+    _refused_while_the_good_slave_streams(
+        tls_job, "no-ca" if ca is None else "other-ca", extra, message
+    )
 
 
 # ---- mutual TLS: the master requires slaves' client certificates ----
@@ -184,27 +205,17 @@ def test_a_slave_without_the_ca_is_refused_with_a_clear_error(tls_job, pki, ca, 
 
 @pytest.fixture(scope="module")
 def mtls_job(pki, tmp_path_factory):
-    job = start_job(
+    job = _connected_job(
         tmp_path_factory.mktemp("mtls"),
-        1,
-        master_extra={
-            "COMMINSIGHT_AGENT_TLS_CERT": str(pki / "server.pem"),
-            "COMMINSIGHT_AGENT_TLS_KEY": str(pki / "server.key"),
-            "COMMINSIGHT_AGENT_TLS_CLIENT_CA": str(pki / "ca.pem"),
-        },
-        slave_extra={
+        {**_server_tls(pki), "COMMINSIGHT_AGENT_TLS_CLIENT_CA": str(pki / "ca.pem")},
+        {
             "COMMINSIGHT_AGENT_TLS_CA": str(pki / "ca.pem"),
             "COMMINSIGHT_AGENT_TLS_CERT": str(pki / "client-ca.pem"),
             "COMMINSIGHT_AGENT_TLS_KEY": str(pki / "client-ca.key"),
-            "COMMINSIGHT_SEMANTIC_ENABLE": "0",
         },
+        "mTLS",
     )
     try:
-        wait_until(
-            lambda: _nodes(job).get("node-0", {}).get("state") == "connected",
-            30,
-            lambda: f"the mTLS slave did not connect:\n{job.slaves[0].log_text()[-3000:]}",
-        )
         yield job
     finally:
         job.stop()
@@ -240,38 +251,11 @@ def test_a_slave_with_a_certificate_the_client_ca_signed_streams(mtls_job, pki):
 def test_a_slave_without_a_trusted_client_certificate_is_refused_clearly(
     mtls_job, pki, client, message
 ):
-    job = mtls_job
-    name = f"client-{client or 'none'}"
-    home = job.master.home.parent / name
-    home.mkdir()
-    extra = {
-        "COMMINSIGHT_AGENT_MASTER_ADDR": job.grpc,
-        "COMMINSIGHT_AGENT_TLS_CA": str(pki / "ca.pem"),
-        "COMMINSIGHT_SEMANTIC_ENABLE": "0",
-    }
+    extra = {"COMMINSIGHT_AGENT_TLS_CA": str(pki / "ca.pem")}
     if client is not None:
         extra["COMMINSIGHT_AGENT_TLS_CERT"] = str(pki / f"client-{client}.pem")
         extra["COMMINSIGHT_AGENT_TLS_KEY"] = str(pki / f"client-{client}.key")
-    bad = AgentProc(home, "slave", name, f"127.0.0.1:{free_port()}", extra).start()
-    try:
-        bad.wait_ready()
-        wait_until(
-            lambda: message in bad.log_text(),
-            30,
-            lambda: f"no clear mTLS error in the slave's log:\n{bad.log_text()[-3000:]}",
-        )
-        health = bad.get("/api/v1/health").json()
-        assert health["status"] == "degraded"
-        assert any(message in r for r in health["reasons"]), health["reasons"]
-        assert name not in _nodes(job)
-        seen = _nodes(job)["node-0"]["last_seen_real_ns"]
-        wait_until(
-            lambda: _nodes(job)["node-0"]["last_seen_real_ns"] > seen,
-            20,
-            "the good slave stopped",
-        )
-    finally:
-        bad.stop()
+    _refused_while_the_good_slave_streams(mtls_job, f"client-{client or 'none'}", extra, message)
 
 
 @pytest.mark.parametrize(
