@@ -10,6 +10,7 @@ from ..types import UNSET, Unset
 
 from ..models.recovery_method import RecoveryMethod
 from ..types import UNSET, Unset
+from typing import cast
 
 
 
@@ -26,16 +27,26 @@ class Recovery:
 
         Attributes:
             method (RecoveryMethod): template: a template's FSM placed the boundaries; period: no template fit and the
-                engine found the repeating period of the op sequence itself.
-            confidence (float): How well the op stream fits: 1 = every op matched the expected pattern, 0 = no fit.
+                engine found the repeating period of the op sequence itself; job: the boundaries are a consistent cut of the
+                whole job, decided on the GPU whose ops show them best and carried to this GPU through the ops it shares with
+                other ranks.
+            confidence (float): How sure the boundaries are: 1 = the evidence is unambiguous (and, with method job, every
+                rank agrees), 0 = no fit. Below 1, `reasons` says why.
             template_name (str | Unset): Name of the template used; present when method is template.
             period_ops (int | Unset): Length in ops of the detected period; present when method is period.
+            reasons (list[str] | Unset): Why confidence is below 1, each naming the GPU (log stream) and the evidence: a
+                cycle covering its ops poorly, ranks that disagree, a boundary resting on idle time alone. Absent when there is
+                nothing to say.
+            job_steps (int | Unset): With method job: the number of Steps of the whole job; every GPU of a job whose ranks
+                agree reports that many.
      """
 
     method: RecoveryMethod
     confidence: float
     template_name: str | Unset = UNSET
     period_ops: int | Unset = UNSET
+    reasons: list[str] | Unset = UNSET
+    job_steps: int | Unset = UNSET
 
 
 
@@ -50,6 +61,14 @@ class Recovery:
 
         period_ops = self.period_ops
 
+        reasons: list[str] | Unset = UNSET
+        if not isinstance(self.reasons, Unset):
+            reasons = self.reasons
+
+
+
+        job_steps = self.job_steps
+
 
         field_dict: dict[str, Any] = {}
 
@@ -61,6 +80,10 @@ class Recovery:
             field_dict["template_name"] = template_name
         if period_ops is not UNSET:
             field_dict["period_ops"] = period_ops
+        if reasons is not UNSET:
+            field_dict["reasons"] = reasons
+        if job_steps is not UNSET:
+            field_dict["job_steps"] = job_steps
 
         return field_dict
 
@@ -80,11 +103,18 @@ class Recovery:
 
         period_ops = d.pop("period_ops", UNSET)
 
+        reasons = cast(list[str], d.pop("reasons", UNSET))
+
+
+        job_steps = d.pop("job_steps", UNSET)
+
         recovery = cls(
             method=method,
             confidence=confidence,
             template_name=template_name,
             period_ops=period_ops,
+            reasons=reasons,
+            job_steps=job_steps,
         )
 
         return recovery

@@ -1,6 +1,7 @@
 from enum import StrEnum
 
 class RecoveryMethod(StrEnum):
+    JOB = "job"
     PERIOD = "period"
     TEMPLATE = "template"
 

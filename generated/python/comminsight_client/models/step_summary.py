@@ -41,7 +41,9 @@ class StepSummary:
             host (str): Host name of the GPU's process.
             global_rank (int): Global rank of the GPU's process (RANK). For inputs that lack it (NVIDIA Inspector logs) the
                 engine uses the GPU's rank in its largest communicator.
-            step_index (int): Index of this Step on this GPU: 0 for the first Step recovered, then consecutive.
+            step_index (int): Index of this Step: 0 for the first Step recovered, then consecutive. Start-up ops (barriers,
+                parameter broadcasts) are in no Step, so the training's first Step is 0; with recovery method job the same index
+                is the same iteration on every GPU of the job.
             start_real_ns (int): CLOCK_REALTIME time at which the Step's first op started, nanoseconds since the Unix epoch.
             end_real_ns (int): CLOCK_REALTIME time at which the Step's last op completed, nanoseconds since the Unix epoch.
             duration_ns (int): end - start in nanoseconds (from the monotonic times when present).

@@ -701,13 +701,17 @@ A rank (global rank in the job unless the field name says comm_rank).
 """
 
 
+Reason: TypeAlias = Annotated[str, Meta(max_length=1000, min_length=1)]
+
+
 class RecoveryMethod(Enum):
     """
-    template: a template's FSM placed the boundaries; period: no template fit and the engine found the repeating period of the op sequence itself.
+    template: a template's FSM placed the boundaries; period: no template fit and the engine found the repeating period of the op sequence itself; job: the boundaries are a consistent cut of the whole job, decided on the GPU whose ops show them best and carried to this GPU through the ops it shares with other ranks.
     """
 
     template = 'template'
     period = 'period'
+    job = 'job'
 
 
 ReportId: TypeAlias = Annotated[
@@ -2034,13 +2038,13 @@ class Recovery(Struct, forbid_unknown_fields=True):
     confidence: Annotated[
         float,
         Meta(
-            description='How well the op stream fits: 1 = every op matched the expected pattern, 0 = no fit.',
+            description='How sure the boundaries are: 1 = the evidence is unambiguous (and, with method job, every rank agrees), 0 = no fit. Below 1, `reasons` says why.',
             ge=0.0,
             le=1.0,
         ),
     ]
     """
-    How well the op stream fits: 1 = every op matched the expected pattern, 0 = no fit.
+    How sure the boundaries are: 1 = the evidence is unambiguous (and, with method job, every rank agrees), 0 = no fit. Below 1, `reasons` says why.
     """
     template_name: (
         Annotated[
@@ -2067,6 +2071,32 @@ class Recovery(Struct, forbid_unknown_fields=True):
     ) = UNSET
     """
     Length in ops of the detected period; present when method is period.
+    """
+    reasons: (
+        Annotated[
+            list[Reason],
+            Meta(
+                description='Why confidence is below 1, each naming the GPU (log stream) and the evidence: a cycle covering its ops poorly, ranks that disagree, a boundary resting on idle time alone. Absent when there is nothing to say.',
+                max_length=32,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Why confidence is below 1, each naming the GPU (log stream) and the evidence: a cycle covering its ops poorly, ranks that disagree, a boundary resting on idle time alone. Absent when there is nothing to say.
+    """
+    job_steps: (
+        Annotated[
+            int,
+            Meta(
+                description='With method job: the number of Steps of the whole job; every GPU of a job whose ranks agree reports that many.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    With method job: the number of Steps of the whole job; every GPU of a job whose ranks agree reports that many.
     """
 
 
@@ -2103,12 +2133,12 @@ class StepSummary(Struct, forbid_unknown_fields=True):
     step_index: Annotated[
         int,
         Meta(
-            description='Index of this Step on this GPU: 0 for the first Step recovered, then consecutive.',
+            description="Index of this Step: 0 for the first Step recovered, then consecutive. Start-up ops (barriers, parameter broadcasts) are in no Step, so the training's first Step is 0; with recovery method job the same index is the same iteration on every GPU of the job.",
             ge=0,
         ),
     ]
     """
-    Index of this Step on this GPU: 0 for the first Step recovered, then consecutive.
+    Index of this Step: 0 for the first Step recovered, then consecutive. Start-up ops (barriers, parameter broadcasts) are in no Step, so the training's first Step is 0; with recovery method job the same index is the same iteration on every GPU of the job.
     """
     start_real_ns: Annotated[
         int,

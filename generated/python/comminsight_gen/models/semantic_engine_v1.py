@@ -955,12 +955,13 @@ class CycleKey(Struct, forbid_unknown_fields=True):
 
 class SelectionState(Enum):
     """
-    pending: still choosing how to recover Steps (ops being probed are not reflected in the state; see input); template: a template was chosen; period: no template fit and a repeating period is used.
+    pending: still choosing how to recover Steps (ops being probed are not reflected in the state; see input); template: a template was chosen; period: no template fit and a repeating period is used; job: the boundaries come from a cut of the whole job (offline, over every rank's logs), recomputed from the same input on resume.
     """
 
     pending = 'pending'
     template = 'template'
     period = 'period'
+    job = 'job'
 
 
 class LogPosition(Struct, forbid_unknown_fields=True, tag_field='source', tag='log'):

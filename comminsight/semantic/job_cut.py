@@ -1,0 +1,360 @@
+"""Step boundaries as a consistent cut of the whole job.
+
+Every rank takes the same optimizer Steps, and an op instance (job_ops) is on the same side
+of a Step boundary on every rank that takes part in it. So the boundaries are decided once,
+where the evidence is strongest, and carried to every other rank through the ops they share:
+
+1. **Each GPU's own units** (local_cycle): the cycle of its op keys and where each repetition
+   begins. A GPU that sees the whole Step repeats once per Step; one that sees only the inner
+   loop repeats once per micro-batch.
+2. **The pivot**: the GPU whose cycle is the coarsest (fewest repetitions) with good coverage
+   sees the whole Step. Its units are Steps, unless its repetitions themselves group by the
+   GPU's idle time (tensor parallelism alone: a micro-batch repeats, and the optimizer and
+   data loading leave a longer idle gap before each Step's first micro-batch than before the
+   others). Ops before its first repetition are the start-up (barriers, parameter broadcasts)
+   and warm-up Steps that differ from the steady ones (DDP's first buckets); ops after its
+   last complete repetition are the tail.
+3. **Carrying**: each op instance the pivot labelled has that Step on every rank. A rank
+   whose ops are labelled that way, in part, gets the rest from its neighbours in its own op
+   order: between an op of Step k and one of Step k+1 the boundary falls at the rank's own
+   unit start if there is one, else before the op with the longest idle gap. Ranks are fixed
+   in order of how much they share with ranks already fixed, so the cut spreads over tensor,
+   pipeline and data-parallel communicators alike. A rank that shares nothing with the fixed
+   ones starts a component of its own, with its own pivot.
+
+Confidence says how sure the answer is: it falls when the pivot's cycle covers its ops
+poorly, when ranks disagree (an op carried to a Step earlier than one before it on that
+rank), when a GPU's own cycle disagrees with the carried boundary, and when a boundary rests
+on idle time alone; each cause is named in `reasons`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from comminsight.semantic.job_ops import GpuOps, JobOps
+from comminsight.semantic.local_cycle import LocalUnits, local_units
+
+UNKNOWN = -(1 << 40)
+STARTUP = -1
+TAIL = 1 << 40  # ops after the last Step, ordered after every Step
+GROUP_GAP_RATIO = 2.0  # idle gaps before Steps at least this much above those before micro-batches
+GROUP_REGULAR = 0.6  # share of Steps with the most common number of micro-batches
+MIN_COVERAGE = 0.5
+
+
+@dataclass
+class RankCut:
+    """One GPU's ops by Step: label[i] is op i's Step (0, 1, ...), STARTUP before the first
+    Step, TAIL after the last."""
+
+    gpu: GpuOps
+    label: np.ndarray
+    warmup_steps: int = 0
+    micro_steps: np.ndarray | None = None  # per Step of this GPU, when counted
+    reasons: set[str] = field(default_factory=set)
+    doubtful_steps: set[int] = field(default_factory=set)
+
+
+@dataclass
+class JobCut:
+    ranks: list[RankCut]
+    confidence: float
+    reasons: list[str]
+    steps: int  # Steps of the job (the most any component has)
+    pivots: list[str]  # streams whose cycles decided the boundaries
+
+    def step_confidence(self, rank: RankCut, step: int) -> float:
+        c = self.confidence
+        if step in rank.doubtful_steps:
+            c = min(c, 0.5)
+        return round(c, 4)
+
+
+def cut_job(job: JobOps) -> JobCut:
+    """Label every op of every GPU with its Step (see the module docstring)."""
+    job.match()
+    gpus = job.gpus
+    units = [local_units(g) for g in gpus]
+    inst_label = np.full(job.instances, UNKNOWN, np.int64)
+    cuts: list[RankCut | None] = [None] * len(gpus)
+    reasons: list[str] = []
+    pivots: list[str] = []
+    confidence = 1.0
+    steps = 0
+    while any(c is None for c in cuts):
+        known = [
+            int((inst_label[g.instance] != UNKNOWN).sum()) if cuts[i] is None else -1
+            for i, g in enumerate(gpus)
+        ]
+        best = int(np.argmax(known))
+        if known[best] <= 0:
+            pivot = _choose_pivot([i for i, c in enumerate(cuts) if c is None], units, gpus)
+            cut, pivot_conf, why = _pivot_cut(gpus[pivot], units[pivot])
+            pivots.append(gpus[pivot].stream)
+            confidence = min(confidence, pivot_conf)
+            reasons += why
+            cuts[pivot] = cut
+            steps = max(steps, _step_count(cut.label))
+            _spread(inst_label, gpus[pivot], cut.label)
+            continue
+        g = gpus[best]
+        cut = _carried_cut(g, inst_label[g.instance], units[best])
+        cuts[best] = cut
+        _spread(inst_label, g, cut.label)
+    for cut in cuts:
+        for why in sorted(cut.reasons):
+            reasons.append(f"{cut.gpu.stream}: {why}")
+    if any(c.reasons for c in cuts):
+        confidence = min(confidence, 0.6)
+    counts = {_step_count(c.label) for c in cuts if len(c.gpu)}
+    if len(counts) > 1:
+        confidence = min(confidence, 0.5)
+        reasons.append(
+            "ranks report different numbers of Steps: "
+            + ", ".join(f"{c.gpu.stream} {_step_count(c.label)}" for c in cuts)
+        )
+    return JobCut(cuts, confidence, reasons, steps, pivots)
+
+
+def _step_count(label: np.ndarray) -> int:
+    inside = label[(label >= 0) & (label != TAIL)]
+    return int(inside.max()) + 1 if len(inside) else 0
+
+
+def _spread(inst_label: np.ndarray, g: GpuOps, label: np.ndarray) -> None:
+    unset = inst_label[g.instance] == UNKNOWN
+    inst_label[g.instance[unset]] = label[unset]
+
+
+def _choose_pivot(candidates: list[int], units: list[LocalUnits], gpus: list[GpuOps]) -> int:
+    """The coarsest well-covered cycle; else the GPU with the most ops."""
+    good = [i for i in candidates if units[i].found and units[i].coverage >= MIN_COVERAGE]
+    if good:
+        return min(good, key=lambda i: (len(units[i].starts), -units[i].coverage, gpus[i].rank))
+    found = [i for i in candidates if units[i].found]
+    if found:
+        return max(found, key=lambda i: (units[i].coverage, -gpus[i].rank))
+    return max(candidates, key=lambda i: (len(gpus[i]), -gpus[i].rank))
+
+
+# ---- the pivot ---------------------------------------------------------------------------
+
+
+def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
+    n = len(g)
+    label = np.full(n, STARTUP, np.int64)
+    if not u.found:
+        why = [f"{g.stream}: no repeating op pattern: its ops are in no Step"] if n else []
+        return RankCut(g, label), 0.0 if n else 1.0, why
+    gaps = g.idle_gaps()
+    reasons: list[str] = []
+    confidence = 1.0
+    if u.coverage < 0.9:
+        confidence = min(confidence, u.coverage)
+        reasons.append(
+            f"{g.stream}: its op cycle ({u.period} ops) covers {u.coverage:.0%} of its ops"
+        )
+    starts = u.starts
+    step_starts, micro = _group_units(starts, gaps)
+    if micro is not None:
+        confidence = min(confidence, 0.85)
+        reasons.append(
+            f"{g.stream}: Steps of {int(np.median(micro))} repetitions told apart by idle time"
+        )
+    warmup = _warmup_starts(g, u, gaps, int(starts[0]), len(step_starts), n)
+    all_starts = np.concatenate([warmup, step_starts]).astype(np.int64)
+    label[:] = np.searchsorted(all_starts, np.arange(n), side="right") - 1
+    label[_last_step_end(u, n) :] = TAIL
+    cut = RankCut(g, label, warmup_steps=len(warmup))
+    if micro is not None:
+        cut.micro_steps = np.concatenate([np.ones(len(warmup), np.int64), micro])
+    return cut, confidence, reasons
+
+
+def _group_units(starts: np.ndarray, gaps: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Unit starts that begin Steps: all of them, unless the idle gaps before them fall into
+    two clearly separated sizes, with regularly many small ones between the large ones
+    (micro-batches of one Step)."""
+    if len(starts) < 4:
+        return starts, None
+    before = gaps[starts[1:]].astype(np.float64)  # the first unit's gap is the start-up's
+    order = np.sort(before)
+    ratios = (order[1:] + 1.0) / (order[:-1] + 1.0)
+    j = int(np.argmax(ratios))
+    if ratios[j] < GROUP_GAP_RATIO:
+        return starts, None
+    threshold = order[j + 1]
+    large = np.concatenate([[True], before >= threshold])
+    if large.sum() < 2 or large.all():
+        return starts, None
+    first = np.flatnonzero(large)
+    sizes = np.diff(np.concatenate([first, [len(starts)]]))
+    common = np.bincount(sizes[:-1] if len(sizes) > 1 else sizes).max()
+    if common < GROUP_REGULAR * max(1, len(sizes) - 1) or np.median(sizes) < 2:
+        return starts, None
+    return starts[first], sizes
+
+
+def _warmup_starts(
+    g: GpuOps, u: LocalUnits, gaps: np.ndarray, first: int, steady: int, n: int
+) -> np.ndarray:
+    """Starts of Steps before the first repetition of the cycle (warm-up Steps that differ
+    from the steady ones): the longest stretch just before it made of the cycle's
+    (communicator, function) pairs, beginning with an op of the pair a Step begins with; as
+    many Steps as it holds cycles' worth of ops, each begun by such an op after a long idle
+    gap. None when the stretch holds no such op."""
+    if first == 0:
+        return np.zeros(0, np.int64)
+    cf = (g.comm << 8) | g.func
+    steady_ops = slice(first, n)
+    cycle_pairs = np.unique(cf[steady_ops][u.on_cycle[steady_ops]])
+    in_cycle = np.isin(cf[:first], cycle_pairs)
+    outside = np.flatnonzero(~in_cycle)
+    begin = int(outside[-1]) + 1 if len(outside) else 0
+    if begin >= first:
+        return np.zeros(0, np.int64)
+    start_pair = cf[first]
+    candidates = begin + np.flatnonzero(cf[begin:first] == start_pair)
+    if not len(candidates):
+        return np.zeros(0, np.int64)
+    per_step = max(1, (n - first) // max(1, steady))
+    count = max(1, int(round((first - int(candidates[0])) / per_step)))
+    count = min(count, len(candidates))
+    # the earliest candidate always begins one; the rest by the longest gaps before them
+    rest = candidates[1:]
+    chosen = rest[np.argsort(-gaps[rest], kind="stable")[: count - 1]] if count > 1 else rest[:0]
+    return np.sort(np.concatenate([[int(candidates[0])], chosen])).astype(np.int64)
+
+
+def _last_step_end(u: LocalUnits, n: int) -> int:
+    """Where the last Step ends: after its last repetition's final on-cycle op when that
+    repetition is whole (ops after it are the tail: a final barrier, a checkpoint), else at
+    the end of input (the job stopped inside it)."""
+    last = int(u.starts[-1])
+    on = np.flatnonzero(u.on_cycle[last:])
+    if len(on) < u.period or not _complete(u):
+        return n
+    return last + int(on[u.period - 1]) + 1
+
+
+def _complete(u: LocalUnits) -> bool:
+    """The last repetition holds as many on-cycle ops as the earlier ones do."""
+    if len(u.starts) < 2:
+        return True
+    on_counts = np.add.reduceat(u.on_cycle.astype(np.int64), u.starts)
+    return on_counts[-1] >= np.median(on_counts[:-1])
+
+
+# ---- carried cuts ------------------------------------------------------------------------
+
+
+def _carried_cut(g: GpuOps, carried: np.ndarray, u: LocalUnits) -> RankCut:
+    """A GPU's labels from the instances already labelled, the rest filled in (module
+    docstring, step 3)."""
+    n = len(g)
+    label = carried.copy()
+    cut = RankCut(g, label)
+    known = np.flatnonzero(label != UNKNOWN)
+    # ops carried to a Step before one already seen on this rank: the ranks disagree
+    if len(known):
+        running = np.maximum.accumulate(label[known])
+        bad = known[label[known] < running]
+        if len(bad):
+            steps = sorted({int(s) for s in label[bad] if 0 <= s < TAIL})
+            cut.reasons.add(
+                f"{len(bad)} ops matched to other ranks' earlier Steps (Steps {steps[:5]})"
+            )
+            cut.doubtful_steps.update(steps)
+            label[bad] = UNKNOWN
+            known = np.flatnonzero(label != UNKNOWN)
+    gaps = g.idle_gaps()
+    unit_start = np.zeros(n + 1, bool)
+    if u.found:
+        unit_start[u.starts] = True
+    if not len(known):
+        label[:] = STARTUP
+        return cut
+    # runs of unknown ops between known ones
+    edges = np.concatenate([[-1], known, [n]])
+    for a_idx, b_idx in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        lo, hi = a_idx + 1, b_idx  # unknown ops lo..hi-1
+        if lo >= hi:
+            continue
+        left = int(label[a_idx]) if a_idx >= 0 else None
+        right = int(label[b_idx]) if b_idx < n else None
+        _fill(cut, lo, hi, left, right, gaps, unit_start)
+    if u.found:
+        _check_local(cut, u)
+    return cut
+
+
+def _fill(
+    cut: RankCut,
+    lo: int,
+    hi: int,
+    left: int | None,
+    right: int | None,
+    gaps: np.ndarray,
+    unit_start: np.ndarray,
+) -> None:
+    label = cut.label
+    if left is None and right is None:
+        label[lo:hi] = STARTUP
+        return
+    if right is None:
+        label[lo:hi] = left  # the last Step goes on (or the tail does)
+        return
+    if left is None:
+        if right == STARTUP:
+            label[lo:hi] = STARTUP
+            return
+        left = STARTUP
+    if left == right:
+        label[lo:hi] = left
+        return
+    # one boundary (or more, when Steps passed with no shared op) inside lo..hi: before op t
+    # for t in lo..hi, where op hi is the known op of the right label
+    bounds = _steps_between(left, right)
+    positions = np.arange(lo, hi + 1)
+    score = np.log1p(gaps[positions].astype(np.float64))
+    score = score + np.where(unit_start[positions], 1e3, 0.0)
+    chosen = np.sort(positions[np.argsort(-score, kind="stable")[: len(bounds)]])
+    if len(bounds) == 1 and not unit_start[chosen[0]]:
+        ranked = np.sort(score)[::-1]
+        if len(ranked) > 1 and ranked[0] - ranked[1] < np.log(GROUP_GAP_RATIO):
+            if 0 <= right < TAIL:
+                cut.doubtful_steps.add(right)
+    prev = lo
+    value = left
+    for t, nxt in zip(chosen.tolist(), bounds, strict=True):
+        label[prev:t] = value
+        prev, value = t, nxt
+    label[prev:hi] = value
+
+
+def _steps_between(left: int, right: int) -> list[int]:
+    """The labels that begin between an op of `left` and one of `right`."""
+    if right == TAIL or left == STARTUP:
+        if right == TAIL and left == STARTUP:
+            return [TAIL]
+        return [right]
+    return list(range(left + 1, right + 1))
+
+
+def _check_local(cut: RankCut, u: LocalUnits) -> None:
+    """A GPU's own cycle should begin a repetition where a Step begins; where it does not, on
+    a GPU whose cycle covers its ops well, its own evidence disagrees with the job's."""
+    if u.coverage < 0.9:
+        return
+    label = cut.label
+    begins = np.flatnonzero((label[1:] != label[:-1]) & (label[1:] >= 0) & (label[1:] != TAIL)) + 1
+    steady = begins[begins > u.starts[0]] if len(u.starts) else begins
+    on_unit = np.isin(steady, u.starts)
+    if len(steady) >= 3 and on_unit.mean() < 0.5:
+        cut.reasons.add(
+            f"its own op cycle ({u.period} ops) begins at {on_unit.mean():.0%} of the "
+            "Step boundaries carried to it"
+        )

@@ -1,0 +1,163 @@
+"""One GPU's own evidence of where repetitions begin: the cycle of its op keys.
+
+A GPU's ops repeat once per training Step, and inside a Step again per micro-batch and per
+layer. `local_units` finds the shortest cycle that covers the GPU's ops well (extra ops
+rarer than once per cycle do not count against it) and the ops where each repetition of it
+begins ("units"). On a GPU that sees the whole Step (a data-parallel rank, a first pipeline
+stage) a unit is a Step; on one that sees only the inner loop (a last pipeline stage, a
+tensor-parallel rank without data parallelism) a unit is a micro-batch: which one is decided
+across ranks (job_cut), not here.
+
+An op's key is (communicator, function, size). Where the sizes of a communicator's function
+change from op to op (router-dependent all-to-all of a mixture of experts) the size is left
+out of the key, or nothing would ever repeat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from comminsight.semantic import native
+from comminsight.semantic.cycle import learn_cycle_codes
+from comminsight.semantic.engine import rare_key_floors
+from comminsight.semantic.job_ops import GpuOps
+
+OFF = 1 << 30  # the key code of an op that is on no position of the cycle
+MAX_FLOORS = 8
+LOCAL_SPAN = 0.3  # sizes whose recurrences span less of the run than this vary (module docstring)
+MIN_OPS_VARYING = 8
+
+
+@dataclass
+class LocalUnits:
+    period: int  # ops per repetition; 0 when nothing repeats
+    starts: np.ndarray  # op positions where a repetition begins, ascending
+    on_cycle: np.ndarray  # bool per op: the op has its place in the cycle
+    coverage: float  # share of the ops from the first unit on that are on the cycle
+    keys: np.ndarray  # each op's key code
+    first_key: int  # the key a repetition begins with; -1 when none
+
+    @property
+    def found(self) -> bool:
+        return self.period > 0
+
+
+def key_codes(g: GpuOps) -> np.ndarray:
+    """Each op's key code, sizes left out where they vary (see the module docstring)."""
+    n = len(g)
+    if not n:
+        return np.zeros(0, np.int64)
+    _, kcf = np.unique((g.comm << 8) | (g.func << 1) | g.kind, return_inverse=True)
+    kcf = kcf.reshape(-1)
+    _, pair = np.unique(np.stack([kcf, g.size], axis=1), axis=0, return_inverse=True)
+    pair = pair.reshape(-1)
+    varying = _sizes_vary(kcf, pair, n)
+    size = np.where(varying[kcf], -1, g.size)
+    _, codes = np.unique(np.stack([kcf, size], axis=1), axis=0, return_inverse=True)
+    return codes.reshape(-1).astype(np.int64)
+
+
+def _sizes_vary(kcf: np.ndarray, pair: np.ndarray, n: int) -> np.ndarray:
+    """Per (kind, communicator, function): whether its sizes stay local in time. A size a
+    training loop uses again every Step recurs over the whole run; a router's size recurs,
+    if at all, within one Step. Measured per op: the span between the first and the last op
+    of its size, over the span of all ops of its function; varying when the median is short."""
+    pos = np.arange(n)
+    pair_first = np.full(pair.max() + 1, n, np.int64)
+    pair_last = np.zeros(pair.max() + 1, np.int64)
+    np.minimum.at(pair_first, pair, pos)
+    np.maximum.at(pair_last, pair, pos)
+    kcf_first = np.full(kcf.max() + 1, n, np.int64)
+    kcf_last = np.zeros(kcf.max() + 1, np.int64)
+    np.minimum.at(kcf_first, kcf, pos)
+    np.maximum.at(kcf_last, kcf, pos)
+    ratio = (pair_last[pair] - pair_first[pair]) / np.maximum(1, kcf_last[kcf] - kcf_first[kcf])
+    count = np.bincount(kcf)
+    varying = np.zeros(len(count), bool)
+    for k in np.flatnonzero(count >= MIN_OPS_VARYING):
+        varying[k] = np.median(ratio[kcf == k]) < LOCAL_SPAN
+    return varying
+
+
+def follow(keys: np.ndarray, cycle: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each repetition of `cycle` begins in `keys`, and which ops are on it."""
+    n = len(keys)
+    on = np.isin(keys, cycle)
+    ckey = np.where(on, _index_in(keys, cycle), OFF).astype(np.int32)
+    # keys repeated inside the cycle share the code of their first place
+    first_place: dict[int, int] = {}
+    for i, k in enumerate(cycle.tolist()):
+        first_place.setdefault(k, i)
+    cyc = np.array([first_place[k] for k in cycle.tolist()], np.int32)
+    dec, _, _, _ = native.decide(
+        np.zeros(n, np.int32), ckey, cyc, None, 1, 0, 0, False, period=True
+    )
+    starts = np.flatnonzero((dec & native.B_MASK) == native.B_BEGIN)
+    on_cycle = (dec & native.IN_STEP).astype(bool) & ~(dec & native.UNEXPECTED).astype(bool)
+    return starts, on_cycle
+
+
+def _index_in(keys: np.ndarray, cycle: np.ndarray) -> np.ndarray:
+    first_place: dict[int, int] = {}
+    for i, k in enumerate(cycle.tolist()):
+        first_place.setdefault(k, i)
+    lookup = np.full(int(max(keys.max(initial=0), cycle.max(initial=0))) + 1, OFF, np.int64)
+    for k, i in first_place.items():
+        lookup[k] = i
+    return lookup[keys]
+
+
+def key_floors(counts: np.ndarray, n: int) -> list[float]:
+    """Counts below which keys are taken for extra ops (rarer than once per repetition):
+    none, then each distinct count in turn (at most MAX_FLOORS of them, spread out)."""
+    distinct = np.unique(counts[counts > 0])
+    floors = set(rare_key_floors(counts[counts > 0].tolist(), n))
+    if len(distinct) > MAX_FLOORS:
+        distinct = distinct[np.linspace(0, len(distinct) - 1, MAX_FLOORS).astype(int)]
+    floors.update(float(c) + 0.5 for c in distinct[:-1])
+    return sorted(floors)
+
+
+def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -> LocalUnits:
+    """The cycle that describes the GPU's ops most briefly: its length plus what the ops off
+    it cost to name one by one (log2 of the op count each). Extra ops every few Steps cost
+    little, so the per-Step cycle beats one of several Steps; a per-layer cycle leaves a
+    Step's other ops off and costs more."""
+    keys = key_codes(g)
+    n = len(keys)
+    none = LocalUnits(0, np.zeros(0, np.int64), np.zeros(n, bool), 0.0, keys, -1)
+    if n < 2:
+        return none
+    if gaps is None:
+        gaps = g.idle_gaps()
+    counts = np.bincount(keys)
+    ids = np.arange(len(counts))
+    candidates: list[tuple[float, LocalUnits]] = []
+    tried: set[int] = set()
+    op_cost = np.log2(n)
+    for floor in key_floors(counts, n):
+        kept = counts[keys] >= floor
+        n_kept = int(kept.sum())
+        if n_kept in tried or n_kept < 2:
+            continue
+        tried.add(n_kept)
+        cycle = learn_cycle_codes(keys[kept], gaps[kept], ids, min_repeats=3)
+        if cycle is None and final:
+            cycle = learn_cycle_codes(keys[kept], gaps[kept], ids, min_repeats=2)
+        if cycle is None:
+            continue
+        cyc = np.array(cycle.keys, np.int64)
+        starts, on_cycle = follow(keys, cyc)
+        if not len(starts):
+            continue
+        tail = on_cycle[starts[0] :]
+        coverage = float(tail.mean()) if len(tail) else 0.0
+        cost = len(cyc) + float((~tail).sum()) * op_cost
+        candidates.append(
+            (cost, LocalUnits(len(cyc), starts, on_cycle, coverage, keys, int(cyc[0])))
+        )
+    if not candidates:
+        return none
+    return min(candidates, key=lambda c: (c[0], c[1].period))[1]
