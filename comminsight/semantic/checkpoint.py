@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 
 from comminsight.durable_files import write_atomically
+from comminsight.semantic.cut_runner import CutRunner
 from comminsight.semantic.cycle import Cycle
 from comminsight.semantic.engine import ENGINE_VERSION, GpuEngine
 from comminsight.semantic.log_input import LogPosition
@@ -166,6 +167,9 @@ def gpu_state(
         if runner.cycle is not None:
             selection["cycle"] = _cycle_keys(runner.cycle, period=False)
             selection["cycle_phase"] = runner.cycle_pos
+    elif isinstance(runner, CutRunner):
+        # the cut is recomputed from the same input on resume: nothing of it to keep
+        selection = {"selection": se.SelectionState.job}
     elif isinstance(runner, PeriodRunner):
         selection = {
             "selection": se.SelectionState.period,

@@ -68,3 +68,19 @@ def learn_cycle_codes(
     phase = max(range(p), key=lambda r: (statistics.median(run_gaps[r::p].tolist()), -r))
     first = start + phase
     return Cycle(tuple(key_of[int(codes[first + k])] for k in range(p)))
+
+
+def rare_key_floors(counts: list[int], total: int) -> list[float]:
+    """Guesses of the count below which a key is rarer than once per Step: none (0); three
+    quarters of the median count over distinct keys; three quarters of the count of the
+    least frequent of the keys that together make three quarters of the ops."""
+    floors = [0.0]
+    if len(counts) >= 2:
+        floors.append(0.75 * statistics.median(counts))
+        covered = 0
+        for count in sorted(counts, reverse=True):
+            covered += count
+            if covered >= 0.75 * total:
+                floors.append(0.75 * count)
+                break
+    return floors

@@ -15,14 +15,14 @@ works per op shape, per Step and per batch.
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from comminsight.semantic import native
-from comminsight.semantic.cycle import Cycle, learn_cycle_codes
+from comminsight.semantic.cut_runner import CutRunner
+from comminsight.semantic.cycle import Cycle, learn_cycle_codes, rare_key_floors
 from comminsight.semantic.op_batch import FUNCS, OpBatch
 from comminsight.semantic.ops import WINDOW
 from comminsight.semantic.recovery import PeriodRunner, TemplateRunner, cycle_key
@@ -99,22 +99,6 @@ def template_cycles(template: CompiledTemplate, batch: OpBatch, final: bool = Fa
         if cycle is not None and cycle not in cycles:
             cycles.append(cycle)
     return cycles
-
-
-def rare_key_floors(counts: list[int], total: int) -> list[float]:
-    """Guesses of the count below which a key is rarer than once per Step: none (0); three
-    quarters of the median count over distinct keys; three quarters of the count of the
-    least frequent of the keys that together make three quarters of the ops."""
-    floors = [0.0]
-    if len(counts) >= 2:
-        floors.append(0.75 * statistics.median(counts))
-        covered = 0
-        for count in sorted(counts, reverse=True):
-            covered += count
-            if covered >= 0.75 * total:
-                floors.append(0.75 * count)
-                break
-    return floors
 
 
 def dry_run(runner, batch: OpBatch, final: bool = False) -> list[tuple[int, int]]:
@@ -284,6 +268,8 @@ class GpuEngine:
     def warmup_steps(self) -> int:
         if isinstance(self.runner, TemplateRunner):
             return self.runner.template.spec.tolerance.warmup_steps
+        if isinstance(self.runner, CutRunner):
+            return self.runner.warmup_steps
         return 0
 
     def resume_point(self, last_read):
@@ -342,14 +328,19 @@ class GpuEngine:
         """The summaries of Steps that closed, in order."""
         runner = self.runner
         confidence = (1 - steps.unexpected / steps.op_count).tolist()
-        if isinstance(runner, TemplateRunner):
+        if isinstance(runner, CutRunner):
+            recoveries = [
+                recovery_of("job", None, None, **runner.recovery(int(i))) for i in steps.index
+            ]
+            tolerance, micro = 0, False
+        elif isinstance(runner, TemplateRunner):
             name = runner.template.name
-            recoveries = [recovery_of("template", c, name, None) for c in confidence]
+            recoveries = [recovery_of("template", name, None, c) for c in confidence]
             tolerance = runner.template.spec.tolerance.max_unexpected_ops_per_step
             micro = any(t.micro_step is True for t in runner.template.transitions)
         else:
             period = len(runner.cycle)
-            recoveries = [recovery_of("period", c, None, period) for c in confidence]
+            recoveries = [recovery_of("period", None, period, c) for c in confidence]
             tolerance, micro = 0, False
         self.steps_emitted += len(steps)
         return summarize(

@@ -40,8 +40,9 @@ from comminsight.semantic.local_cycle import LocalUnits, local_units
 UNKNOWN = -(1 << 40)
 STARTUP = -1
 TAIL = 1 << 40  # ops after the last Step, ordered after every Step
-GROUP_GAP_RATIO = 2.0  # idle gaps before Steps at least this much above those before micro-batches
-GROUP_REGULAR = 0.6  # share of Steps with the most common number of micro-batches
+GROUP_GAP_RATIO = 3.0  # idle gaps before Steps at least this much above those before micro-batches
+GROUP_HINT_RATIO = 2.0  # a separation this large already casts doubt on one repetition a Step
+GROUP_MIN_STEPS = 3
 MIN_COVERAGE = 0.5
 
 
@@ -65,6 +66,7 @@ class JobCut:
     reasons: list[str]
     steps: int  # Steps of the job (the most any component has)
     pivots: list[str]  # streams whose cycles decided the boundaries
+    warmup_steps: int = 0  # Steps before the pivot's first steady repetition
 
     def step_confidence(self, rank: RankCut, step: int) -> float:
         c = self.confidence
@@ -116,7 +118,8 @@ def cut_job(job: JobOps) -> JobCut:
             "ranks report different numbers of Steps: "
             + ", ".join(f"{c.gpu.stream} {_step_count(c.label)}" for c in cuts)
         )
-    return JobCut(cuts, confidence, reasons, steps, pivots)
+    warmup = max((c.warmup_steps for c in cuts), default=0)
+    return JobCut(cuts, confidence, reasons, steps, pivots, warmup)
 
 
 def _step_count(label: np.ndarray) -> int:
@@ -158,11 +161,17 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
             f"{g.stream}: its op cycle ({u.period} ops) covers {u.coverage:.0%} of its ops"
         )
     starts = u.starts
-    step_starts, micro = _group_units(starts, gaps)
+    step_starts, micro, hinted = _group_units(starts, gaps)
     if micro is not None:
         confidence = min(confidence, 0.85)
         reasons.append(
             f"{g.stream}: Steps of {int(np.median(micro))} repetitions told apart by idle time"
+        )
+    elif hinted:
+        confidence = min(confidence, 0.7)
+        reasons.append(
+            f"{g.stream}: idle time hints that its {u.period}-op repetitions group into Steps "
+            "(micro-batches), without a regular pattern: each repetition is taken as a Step"
         )
     warmup = _warmup_starts(g, u, gaps, int(starts[0]), len(step_starts), n)
     all_starts = np.concatenate([warmup, step_starts]).astype(np.int64)
@@ -174,28 +183,35 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     return cut, confidence, reasons
 
 
-def _group_units(starts: np.ndarray, gaps: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+def _group_units(
+    starts: np.ndarray, gaps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None, bool]:
     """Unit starts that begin Steps: all of them, unless the idle gaps before them fall into
-    two clearly separated sizes, with regularly many small ones between the large ones
-    (micro-batches of one Step)."""
+    two clearly separated sizes with the same number of small ones between the large ones
+    every time (micro-batches of one Step), at least GROUP_MIN_STEPS times. The third value
+    says whether the gaps hinted at such groups without showing them clearly (then which
+    units are Steps is in doubt)."""
     if len(starts) < 4:
-        return starts, None
+        return starts, None, False
     before = gaps[starts[1:]].astype(np.float64)  # the first unit's gap is the start-up's
     order = np.sort(before)
     ratios = (order[1:] + 1.0) / (order[:-1] + 1.0)
     j = int(np.argmax(ratios))
-    if ratios[j] < GROUP_GAP_RATIO:
-        return starts, None
-    threshold = order[j + 1]
-    large = np.concatenate([[True], before >= threshold])
-    if large.sum() < 2 or large.all():
-        return starts, None
+    if ratios[j] < GROUP_HINT_RATIO:
+        return starts, None, False
+    large = np.concatenate([[True], before >= order[j + 1]])
     first = np.flatnonzero(large)
     sizes = np.diff(np.concatenate([first, [len(starts)]]))
-    common = np.bincount(sizes[:-1] if len(sizes) > 1 else sizes).max()
-    if common < GROUP_REGULAR * max(1, len(sizes) - 1) or np.median(sizes) < 2:
-        return starts, None
-    return starts[first], sizes
+    whole = sizes[:-1]  # the last group may be cut by the end of input
+    clear = (
+        ratios[j] >= GROUP_GAP_RATIO
+        and len(whole) >= GROUP_MIN_STEPS
+        and whole.min() == whole.max() >= 2
+        and sizes[-1] <= whole[0]
+    )
+    if not clear:
+        return starts, None, True
+    return starts[first], sizes, False
 
 
 def _warmup_starts(
@@ -231,13 +247,19 @@ def _warmup_starts(
 
 def _last_step_end(u: LocalUnits, n: int) -> int:
     """Where the last Step ends: after its last repetition's final on-cycle op when that
-    repetition is whole (ops after it are the tail: a final barrier, a checkpoint), else at
-    the end of input (the job stopped inside it)."""
+    repetition is whole (ops after it are the tail: a final barrier, a checkpoint, unless
+    earlier Steps held ops like them), else at the end of input (the job stopped inside
+    it)."""
     last = int(u.starts[-1])
     on = np.flatnonzero(u.on_cycle[last:])
     if len(on) < u.period or not _complete(u):
         return n
-    return last + int(on[u.period - 1]) + 1
+    end = last + int(on[u.period - 1]) + 1
+    # ops of a kind earlier Steps held besides their cycle (an evaluation barrier at the end
+    # of every few Steps) still belong to the last one
+    inside = np.unique(u.keys[int(u.starts[0]) : last][~u.on_cycle[int(u.starts[0]) : last]])
+    more = np.isin(u.keys[end:], inside)
+    return end + (int(np.argmin(more)) if not more.all() else len(more))
 
 
 def _complete(u: LocalUnits) -> bool:
@@ -324,7 +346,7 @@ def _fill(
     chosen = np.sort(positions[np.argsort(-score, kind="stable")[: len(bounds)]])
     if len(bounds) == 1 and not unit_start[chosen[0]]:
         ranked = np.sort(score)[::-1]
-        if len(ranked) > 1 and ranked[0] - ranked[1] < np.log(GROUP_GAP_RATIO):
+        if len(ranked) > 1 and ranked[0] - ranked[1] < np.log(GROUP_HINT_RATIO):
             if 0 <= right < TAIL:
                 cut.doubtful_steps.add(right)
     prev = lo

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from comminsight.semantic.native import NONE
-from comminsight.semantic.op_batch import FUNCS, KINDS, OpBatch
+from comminsight.semantic.op_batch import FUNCS, KINDS, OpBatch, func_code
 
 P2P = KINDS.index("p2p")
 # op_key layout: communicator 20 bits | function 6 | kind 1 | sequence 37
@@ -64,6 +64,10 @@ class CommIds:
             self.names[c] = name
         return c
 
+    def lookup(self, comm_id: str) -> int:
+        """The code of a communicator seen before; -1 for one never seen."""
+        return self._code.get(comm_id, -1)
+
     def codes_of(self, batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
         """For a batch's communicator table: (global code, rank in the communicator) by
         table index."""
@@ -92,6 +96,7 @@ class GpuOps:
     end: np.ndarray
     issue: np.ndarray
     lost_before: np.ndarray
+    group: np.ndarray  # the op's NCCL group within its process, 0 when unknown
     instance: np.ndarray = field(default=None)  # set by JobOps.match
     key: np.ndarray = field(default=None)  # op_keys, in op order
 
@@ -116,7 +121,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
     cols: dict[str, list[np.ndarray]] = {
         k: [] for k in ("kind", "func", "comm", "comm_rank", "peer", "seq", "size")
     }
-    for k in ("start", "end", "issue", "arrival", "lost_before"):
+    for k in ("start", "end", "issue", "arrival", "lost_before", "group"):
         cols[k] = []
     arrival = 0
     for batch in batches:
@@ -130,6 +135,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
         for k in ("kind", "func", "peer", "seq", "size", "start", "end", "issue", "lost_before"):
             cols[k].append(np.asarray(c[k], np.int64))
         cols["arrival"].append(np.arange(arrival, arrival + len(batch), dtype=np.int64))
+        cols["group"].append(np.asarray(c["group_id"], np.int64))
         arrival += len(batch)
     joined = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
     order = np.lexsort((joined["arrival"], joined["issue"]))
@@ -148,6 +154,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
         take["end"],
         take["issue"],
         take["lost_before"],
+        take["group"],
     )
     ops.key = op_keys(ops.kind, ops.comm, ops.func, ops.seq)
     return ops
@@ -165,7 +172,7 @@ class JobOps:
         parts = []
         for g in self.gpus:
             p2p = g.kind == P2P
-            send = p2p & (g.func == _func_code("Send"))
+            send = p2p & (g.func == func_code("Send"))
             sender = np.where(send, g.comm_rank, g.peer)
             receiver = np.where(send, g.peer, g.comm_rank)
             # a P2P op's n-th message between its sender and receiver on its communicator
@@ -193,12 +200,6 @@ class JobOps:
         for g in self.gpus:
             g.instance = ids[at : at + len(g)]
             at += len(g)
-
-
-def _func_code(name: str) -> int:
-    from comminsight.semantic.op_batch import func_code
-
-    return func_code(name)
 
 
 def _occurrence(values: np.ndarray) -> np.ndarray:

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from comminsight.semantic import native
-from comminsight.semantic.cycle import learn_cycle_codes
-from comminsight.semantic.engine import rare_key_floors
-from comminsight.semantic.job_ops import GpuOps
+from comminsight.semantic.cycle import learn_cycle_codes, rare_key_floors
+from comminsight.semantic.job_ops import P2P, GpuOps
 
 OFF = 1 << 30  # the key code of an op that is on no position of the cycle
 MAX_FLOORS = 8
@@ -49,7 +48,8 @@ def key_codes(g: GpuOps) -> np.ndarray:
     n = len(g)
     if not n:
         return np.zeros(0, np.int64)
-    _, kcf = np.unique((g.comm << 8) | (g.func << 1) | g.kind, return_inverse=True)
+    peer = np.where(g.kind == P2P, g.peer & 0xFFFFF, 0)
+    _, kcf = np.unique((g.comm << 28) | (peer << 8) | (g.func << 1) | g.kind, return_inverse=True)
     kcf = kcf.reshape(-1)
     _, pair = np.unique(np.stack([kcf, g.size], axis=1), axis=0, return_inverse=True)
     pair = pair.reshape(-1)
@@ -120,32 +120,63 @@ def key_floors(counts: np.ndarray, n: int) -> list[float]:
     return sorted(floors)
 
 
+class Elements:
+    """The GPU's ops with each NCCL group made one element (the Send and Recv to every
+    peer of an all-to-all, a pipeline's send-forward-receive-backward): a group repeats
+    as one step of the cycle however its members are ordered. An element's key is the
+    set of its members' keys."""
+
+    def __init__(self, keys: np.ndarray, group: np.ndarray) -> None:
+        n = len(keys)
+        grouped = group > 0
+        new = np.ones(n, bool)
+        if n > 1:
+            new[1:] = ~(grouped[1:] & (group[1:] == group[:-1]))
+        self.first = np.flatnonzero(new)  # op index of each element's first op
+        self.of_op = np.cumsum(new) - 1  # element of each op
+        if new.all():
+            self.keys = keys
+            return
+        member_sets: dict[tuple, int] = {}
+        bounds = np.append(self.first, n).tolist()
+        codes = [
+            member_sets.setdefault(tuple(sorted(set(keys[a:b].tolist()))), len(member_sets))
+            if b - a > 1
+            else -1 - int(keys[a])
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+        _, self.keys = np.unique(np.array(codes, np.int64), return_inverse=True)
+        self.keys = self.keys.reshape(-1).astype(np.int64)
+
+
 def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -> LocalUnits:
     """The cycle that describes the GPU's ops most briefly: its length plus what the ops off
-    it cost to name one by one (log2 of the op count each). Extra ops every few Steps cost
-    little, so the per-Step cycle beats one of several Steps; a per-layer cycle leaves a
-    Step's other ops off and costs more."""
-    keys = key_codes(g)
-    n = len(keys)
-    none = LocalUnits(0, np.zeros(0, np.int64), np.zeros(n, bool), 0.0, keys, -1)
+    it, and the ops missing from repetitions cut short, cost to name one by one (log2 of the
+    op count each). Extra ops every few Steps cost little, so the per-Step cycle beats one
+    of several Steps; a per-layer cycle leaves a Step's other ops off and costs more."""
+    op_keys = key_codes(g)
+    n = len(op_keys)
+    none = LocalUnits(0, np.zeros(0, np.int64), np.zeros(n, bool), 0.0, op_keys, -1)
     if n < 2:
         return none
     if gaps is None:
         gaps = g.idle_gaps()
+    el = Elements(op_keys, g.group)
+    keys, el_gaps, m = el.keys, gaps[el.first], len(el.keys)
     counts = np.bincount(keys)
     ids = np.arange(len(counts))
     candidates: list[tuple[float, LocalUnits]] = []
     tried: set[int] = set()
-    op_cost = np.log2(n)
-    for floor in key_floors(counts, n):
+    op_cost = np.log2(m)
+    for floor in key_floors(counts, m):
         kept = counts[keys] >= floor
         n_kept = int(kept.sum())
         if n_kept in tried or n_kept < 2:
             continue
         tried.add(n_kept)
-        cycle = learn_cycle_codes(keys[kept], gaps[kept], ids, min_repeats=3)
+        cycle = learn_cycle_codes(keys[kept], el_gaps[kept], ids, min_repeats=3)
         if cycle is None and final:
-            cycle = learn_cycle_codes(keys[kept], gaps[kept], ids, min_repeats=2)
+            cycle = learn_cycle_codes(keys[kept], el_gaps[kept], ids, min_repeats=2)
         if cycle is None:
             continue
         cyc = np.array(cycle.keys, np.int64)
@@ -154,10 +185,24 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
             continue
         tail = on_cycle[starts[0] :]
         coverage = float(tail.mean()) if len(tail) else 0.0
-        cost = len(cyc) + float((~tail).sum()) * op_cost
-        candidates.append(
-            (cost, LocalUnits(len(cyc), starts, on_cycle, coverage, keys, int(cyc[0])))
-        )
+        # repetitions cut short count as much as ops off the cycle (the last may be cut by
+        # the end of input)
+        on_counts = np.add.reduceat(on_cycle.astype(np.int64), starts)[:-1]
+        missing = int(np.maximum(0, len(cyc) - on_counts).sum())
+        cost = len(cyc) + float((~tail).sum() + missing) * op_cost
+        candidates.append((cost, _in_ops(el, cyc, starts, on_cycle, coverage)))
     if not candidates:
         return none
     return min(candidates, key=lambda c: (c[0], c[1].period))[1]
+
+
+def _in_ops(
+    el: Elements, cyc: np.ndarray, starts: np.ndarray, on_cycle: np.ndarray, coverage: float
+) -> LocalUnits:
+    """A cycle found over elements, told in ops (what the job cut works on)."""
+    op_starts = el.first[starts]
+    op_on = on_cycle[el.of_op]
+    per_unit = np.add.reduceat(op_on.astype(np.int64), op_starts)
+    period = int(np.median(per_unit[:-1])) if len(per_unit) > 1 else int(per_unit[0])
+    op_keys = el.keys[el.of_op]
+    return LocalUnits(max(1, period), op_starts, op_on, coverage, op_keys, int(cyc[0]))

@@ -28,7 +28,10 @@ from comminsight.semantic.checkpoint import (
     restore_engine,
     resume_position,
 )
+from comminsight.semantic.cut_runner import CutRunner
 from comminsight.semantic.engine import GpuEngine
+from comminsight.semantic.job_cut import JobCut, RankCut, cut_job
+from comminsight.semantic.job_ops import CommIds, JobOps, gpu_ops
 from comminsight.semantic.log_input import GpuLog, read_gpu_logs
 from comminsight.semantic.op_batch import OpBatch
 from comminsight.semantic.ops import EngineOp
@@ -56,6 +59,7 @@ class OfflineResult:
     gpus: list[GpuResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     resumed: int = 0  # GPUs continued from a checkpoint
+    cut: JobCut | None = None  # the job-wide cut, when Steps were cut job-wide
 
     @property
     def ops(self) -> int:
@@ -142,6 +146,29 @@ def identity_of(log: GpuLog, fallback_rank: int) -> GpuIdentity:
 
 
 @dataclass
+class JobInput:
+    """Every GPU's ops read once (pass 1), cut into Steps job-wide; pass 2 places them."""
+
+    cut: JobCut
+    comms: CommIds
+    rank_cuts: dict[str, RankCut]
+    batches: dict[str, list[OpBatch]]
+    problems: dict[str, list[str]]
+
+
+def read_job(logs: list[GpuLog]) -> JobInput:
+    comms = CommIds()
+    gpus, batches, problems = [], {}, {}
+    for index, log in enumerate(logs):
+        kept = list(log.batches())
+        batches[log.stream] = kept
+        problems[log.stream] = list(log.problems)
+        gpus.append(gpu_ops(log.stream, identity_of(log, index).global_rank, kept, comms))
+    cut = cut_job(JobOps(gpus, comms))
+    return JobInput(cut, comms, {r.gpu.stream: r for r in cut.ranks}, batches, problems)
+
+
+@dataclass
 class _Run:
     templates: TemplateSet
     out_dir: Path | None
@@ -150,6 +177,25 @@ class _Run:
     states: dict[str, GpuState]
     on_ops: Callable[[int], None] | None
     keep_ops: bool
+    job: JobInput | None = None
+
+    def _batches(self, log: GpuLog, start):
+        """The GPU's ops from `start`: those pass 1 kept, or read again when resuming."""
+        if self.job is None:
+            return log.batches(start)
+        if start is None:
+            return iter(self.job.batches[log.stream])
+        batches = log.batches(start)
+        return _then(batches, lambda: setattr(log, "problems", self.job.problems[log.stream]))
+
+    def _runner(self, log: GpuLog, engine: GpuEngine) -> None:
+        if self.job is not None:
+            engine.runner = CutRunner(
+                self.job.rank_cuts[log.stream],
+                self.job.cut,
+                self.job.comms.lookup,
+                last_step=engine.next_step_index - 1,
+            )
 
     def gpu(self, log: GpuLog, index: int) -> GpuResult:
         name = f"{log.stream}.jsonl"
@@ -163,7 +209,7 @@ class _Run:
             state = None  # sealed in the checkpoint but the file is gone: start over
         start = resume_position(state) if state is not None else None
         kept: list[OpBatch] | None = [] if self.keep_ops else None
-        batches = log.batches(start)
+        batches = self._batches(log, start)
         first = next(batches, None)  # reading the first segment learns the GPU's identity
         partial = self._path(name + ".partial")
         if state is not None:
@@ -172,6 +218,7 @@ class _Run:
         else:
             engine = GpuEngine(identity_of(log, index), self.templates)
             sink = SummaryFile(partial, 0, 0)
+        self._runner(log, engine)
         count = 0
         last = None  # the position of the latest op fed
         for batch in itertools.chain([first] if first is not None else [], batches):
@@ -194,7 +241,7 @@ class _Run:
         runner = engine.runner
         method = None
         if runner is not None:
-            method = runner.template.name if runner.method == "template" else "period"
+            method = runner.template.name if runner.method == "template" else runner.method
         ops = [op for b in kept for op in b.ops()] if kept is not None else None
         return GpuResult(log.stream, engine.gpu, sink.summaries(), count, method, ops)
 
@@ -226,7 +273,13 @@ class _Run:
 def _method_of(state: GpuState) -> str | None:
     if state.selection.value == "template":
         return state.template_name
-    return "period" if state.selection.value == "period" else None
+    return state.selection.value if state.selection.value in ("period", "job") else None
+
+
+def _then(items, done):
+    """The items, then done() once they are exhausted."""
+    yield from items
+    done()
 
 
 @contextmanager
@@ -251,10 +304,12 @@ def recover_steps(
     keep_ops: bool = False,
     out_dir: str | Path | None = None,
     checkpoint_every_ops: int = 0,
+    per_gpu: bool = False,
 ) -> OfflineResult:
     """Steps of every GPU in `logs_dir`, with the built-in templates plus `template_dirs`
     (or exactly `templates` when given); see the module docstring for out_dir and
-    checkpoints."""
+    checkpoints. Boundaries are cut job-wide (job_cut) unless `per_gpu` asks for each GPU
+    decided alone by the templates and its own period."""
     if templates is None:
         templates = load_templates(template_dirs)
     logs, problems = read_gpu_logs(logs_dir)
@@ -264,8 +319,11 @@ def recover_steps(
     if out is not None and checkpoint_every_ops > 0:
         checkpoint = CheckpointFile(out / CHECKPOINT_NAME, templates.digest(), ProducerMode.offline)
         states = checkpoint.load()
-    run = _Run(templates, out, checkpoint, checkpoint_every_ops, states, on_ops, keep_ops)
+    job = None if per_gpu else read_job(logs)
+    run = _Run(templates, out, checkpoint, checkpoint_every_ops, states, on_ops, keep_ops, job)
     result = OfflineResult(problems=problems + templates.problems, resumed=len(states))
+    if job is not None:
+        result.cut = job.cut
     with _collector_paused():
         for index, log in enumerate(logs):
             result.gpus.append(run.gpu(log, index))

@@ -359,11 +359,20 @@ def _producer(mode: ProducerMode, engine_version: str) -> Producer:
     return Producer(mode=mode, engine_version=engine_version)
 
 
+def recovery_of(
+    method: str, template: str | None, period: int | None, confidence: float, **extra
+) -> Recovery:
+    """A Step's recovery; `extra` holds the job method's reasons and job_steps."""
+    if "reasons" in extra:
+        extra["reasons"] = tuple(extra["reasons"])  # hashable: the records are cached
+    return _recovery(method, template, period, confidence, tuple(sorted(extra.items())))
+
+
 @functools.lru_cache(maxsize=1024)
-def recovery_of(method: str, confidence: float, template: str | None, period: int | None):
-    extra = {}
+def _recovery(method, template, period, confidence, extra: tuple) -> Recovery:
+    fields = {k: list(v) if k == "reasons" else v for k, v in extra}
     if template is not None:
-        extra["template_name"] = template
+        fields["template_name"] = template
     if period is not None:
-        extra["period_ops"] = period
-    return Recovery(method=RecoveryMethod(method), confidence=round(confidence, 6), **extra)
+        fields["period_ops"] = period
+    return Recovery(method=RecoveryMethod(method), confidence=round(confidence, 6), **fields)

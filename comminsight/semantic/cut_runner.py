@@ -1,0 +1,91 @@
+"""Step boundaries a job cut decided (job_cut), placed by one GPU's engine.
+
+The job cut labels each op of the GPU with its Step; the engine streams the same ops again
+(batch by batch, resumable from a checkpoint) and needs, per op, the decision bits its
+placement takes. An op is found by its key (job_ops.op_keys) with a binary search over the
+GPU's labelled keys. A Step begins at the first op labelled with a Step later than any
+before it; an op labelled with an earlier Step (reordered across a boundary by more than
+the cut saw) stays in the Step that is open, so no Step is begun twice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from comminsight.semantic import native
+from comminsight.semantic.job_cut import STARTUP, TAIL, JobCut, RankCut
+from comminsight.semantic.job_ops import op_keys
+from comminsight.semantic.op_batch import FUNCS, OpBatch
+from comminsight.semantic.recovery import Labels, func_role
+
+MAX_REASONS = 32
+
+
+class CutLabels(Labels):
+    def __init__(self, role: np.ndarray, step: np.ndarray) -> None:
+        super().__init__(role, np.full(len(role), -1, np.int32))
+        self.step = step
+
+
+class CutRunner:
+    method = "job"
+
+    def __init__(self, rank: RankCut, job: JobCut, comm_code, last_step: int = -1) -> None:
+        """`comm_code(comm_id)` is the job's code of a communicator id (job_ops.CommIds)."""
+        self.rank = rank
+        self.job = job
+        self._comm_code = comm_code
+        order = np.argsort(rank.gpu.key, kind="stable")
+        self._keys = rank.gpu.key[order]
+        self._steps = rank.label[order]
+        self.last_step = last_step  # the latest Step begun
+        self.names: list[str] = []
+        self._codes: dict[str, int] = {}
+        self.warmup_steps = job.warmup_steps
+
+    def labels(self, batch: OpBatch) -> CutLabels:
+        first, inverse = batch.shapes()
+        roles = [self.code(func_role(FUNCS[int(batch["func"][i])])) for i in first.tolist()]
+        role = np.array(roles, np.int32)[inverse] if len(first) else np.zeros(0, np.int32)
+        table = np.fromiter(
+            (self._comm_code(c.comm_id) for c in batch.comms.comms),
+            np.int64,
+            len(batch.comms.comms),
+        )
+        c = batch.cols
+        keys = op_keys(c["kind"], table[c["comm"]], c["func"], c["seq"])
+        at = np.searchsorted(self._keys, keys)
+        at = np.minimum(at, max(0, len(self._keys) - 1))
+        found = (self._keys[at] == keys) if len(self._keys) else np.zeros(len(keys), bool)
+        step = np.where(found, self._steps[at] if len(self._keys) else 0, STARTUP)
+        return CutLabels(role, step)
+
+    def decide(self, labels: CutLabels) -> np.ndarray:
+        step = labels.step
+        in_step = (step >= 0) & (step != TAIL)
+        before = np.maximum.accumulate(
+            np.concatenate([[self.last_step], np.where(in_step, step, -1)])
+        )
+        begin = in_step & (step > before[:-1])
+        if len(before) > 1:
+            self.last_step = int(before[-1])
+        return (np.where(in_step, native.IN_STEP, 0) | np.where(begin, native.B_BEGIN, 0)).astype(
+            np.uint8
+        )
+
+    def code(self, role: str) -> int:
+        if role not in self._codes:
+            self._codes[role] = len(self.names)
+            self.names.append(role)
+        return self._codes[role]
+
+    def recovery(self, step_index: int) -> dict:
+        """What the step-summary's recovery says of a Step (recovery_of's arguments)."""
+        confidence = self.job.step_confidence(self.rank, step_index)
+        extra: dict = {"job_steps": self.job.steps}
+        if confidence < 1.0 and self.job.reasons:
+            extra["reasons"] = self.job.reasons[:MAX_REASONS]
+        return {"confidence": confidence, **extra}
+
+
+__all__ = ["STARTUP", "CutRunner"]
