@@ -15,6 +15,7 @@ out of the key, or nothing would ever repeat.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,9 +23,12 @@ import numpy as np
 from comminsight.semantic import native
 from comminsight.semantic.cycle import learn_cycle_codes, rare_key_floors
 from comminsight.semantic.job_ops import P2P, GpuOps
+from comminsight.semantic.op_batch import func_code
 
 OFF = 1 << 30  # the key code of an op that is on no position of the cycle
 MAX_FLOORS = 8
+SCALAR_BYTES = 64  # a few scalars: a gradient norm, a found-inf flag, a loss
+STARTUP_SMALL_BYTES = 4096  # barriers, object gathers (sizes, then small pickles)
 LOCAL_SPAN = 0.3  # sizes whose recurrences span less of the run than this vary (module docstring)
 MIN_OPS_VARYING = 8
 
@@ -126,7 +130,27 @@ class Elements:
     as one step of the cycle however its members are ordered. An element's key is the
     set of its members' keys."""
 
-    def __init__(self, keys: np.ndarray, group: np.ndarray) -> None:
+    def __init__(
+        self,
+        keys: np.ndarray,
+        group: np.ndarray,
+        small: np.ndarray,
+        cf: np.ndarray,
+        gather: np.ndarray,
+    ) -> None:
+        """Per op: `small`, a collective of a few scalars; `cf`, its (communicator,
+        function) code; `gather`, an all-gather or broadcast. Per element key: `small` and
+        `gathers` (every member so), `comm_func` (its first member's)."""
+        self._init(keys, group)
+        n_keys = int(self.keys.max()) + 1 if len(self.keys) else 0
+        self.small = np.ones(n_keys, bool)
+        np.logical_and.at(self.small, self.keys[self.of_op], small)
+        self.gathers = np.ones(n_keys, bool)
+        np.logical_and.at(self.gathers, self.keys[self.of_op], gather)
+        self.comm_func = np.zeros(n_keys, np.int64)
+        self.comm_func[self.keys] = cf[self.first]
+
+    def _init(self, keys: np.ndarray, group: np.ndarray) -> None:
         n = len(keys)
         grouped = group > 0
         new = np.ones(n, bool)
@@ -149,6 +173,19 @@ class Elements:
         self.keys = self.keys.reshape(-1).astype(np.int64)
 
 
+def startup_prefix(g: GpuOps) -> int:
+    """How many ops the start-up takes before training: the longest prefix of broadcasts
+    (DDP's and DeepSpeed's per-parameter broadcasts of the model from rank 0) and small
+    collectives (barriers, all_gather_object), where the ops after it repeat. A pattern of
+    the start-up (one broadcast per parameter of each layer) repeats as well as a Step's,
+    but says nothing of the Steps."""
+    small = (g.kind != P2P) & (g.size <= STARTUP_SMALL_BYTES)
+    startup_like = small | (g.func == func_code("Broadcast"))
+    if not len(g) or startup_like.all():
+        return 0
+    return int(np.argmin(startup_like))
+
+
 def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -> LocalUnits:
     """The cycle that describes the GPU's ops most briefly: its length plus what the ops off
     it, and the ops missing from repetitions cut short, cost to name one by one (log2 of the
@@ -161,8 +198,11 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
         return none
     if gaps is None:
         gaps = g.idle_gaps()
-    el = Elements(op_keys, g.group)
-    keys, el_gaps, m = el.keys, gaps[el.first], len(el.keys)
+    small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
+    gather = (g.kind != P2P) & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
+    el = Elements(op_keys, g.group, small, (g.comm << 8) | g.func, gather)
+    skip = int(np.searchsorted(el.first, startup_prefix(g)))  # elements of the start-up
+    keys, el_gaps, m = el.keys[skip:], gaps[el.first[skip:]], len(el.keys) - skip
     counts = np.bincount(keys)
     ids = np.arange(len(counts))
     candidates: list[tuple[float, LocalUnits]] = []
@@ -179,7 +219,9 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
             cycle = learn_cycle_codes(keys[kept], el_gaps[kept], ids, min_repeats=2)
         if cycle is None:
             continue
-        cyc = np.array(cycle.keys, np.int64)
+        cyc = after_optimizer(
+            np.array(cycle.keys, np.int64), el.small, el.comm_func, el.gathers
+        )
         starts, on_cycle = follow(keys, cyc)
         if not len(starts):
             continue
@@ -190,10 +232,62 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
         on_counts = np.add.reduceat(on_cycle.astype(np.int64), starts)[:-1]
         missing = int(np.maximum(0, len(cyc) - on_counts).sum())
         cost = len(cyc) + float((~tail).sum() + missing) * op_cost
-        candidates.append((cost, _in_ops(el, cyc, starts, on_cycle, coverage)))
+        on_all = np.concatenate([np.zeros(skip, bool), on_cycle])
+        candidates.append((cost, _in_ops(el, cyc, starts + skip, on_all, coverage)))
     if not candidates:
         return none
     return min(candidates, key=lambda c: (c[0], c[1].period))[1]
+
+
+def after_optimizer(
+    cyc: np.ndarray, small: np.ndarray, comm_func: np.ndarray, gathers: np.ndarray
+) -> np.ndarray:
+    """The cycle rotated to begin where a Step begins, when its ops show it: a Step ends
+    with its optimizer, whose scalar reductions (gradient norm, found-inf, a success flag,
+    the loss) come once per Step, together, with nothing between them that repeats within
+    the Step, then maybe the parameter all-gathers or broadcasts of a sharded optimizer's
+    update (on a communicator and function the cycle uses nowhere else). Where the scalars
+    are spread over the Step (an auxiliary loss per layer) the rotation the idle gaps chose
+    stays. `gathers`: per element key, an all-gather or broadcast."""
+    p = len(cyc)
+    is_small = small[cyc]
+    if p < 2 or not is_small.any() or is_small.all():
+        return cyc
+    uses = Counter(cyc.tolist())
+    once = np.array([uses[k] == 1 for k in cyc.tolist()])
+    last = _last_scalar(is_small, once)
+    if last is None:
+        return cyc
+    cf = comm_func[cyc]
+    cf_uses = Counter(cf.tolist())
+    k = (last + 1) % p
+    update: Counter = Counter()
+    while not is_small[k] and gathers[cyc[k]] and k != last:
+        update[int(cf[k])] += 1
+        k = (k + 1) % p
+    # the update's pairs must be its own; else they are the next Step's first gathers
+    if any(cf_uses[c] != n for c, n in update.items()):
+        k = (last + 1) % p
+    return np.roll(cyc, -k)
+
+
+def _last_scalar(is_small: np.ndarray, once: np.ndarray) -> int | None:
+    """The position of the optimizer's last scalar reduction: the end of a run of scalars
+    from which, going back, every other scalar is reached through scalars and ops the
+    cycle has once; None when no run is so."""
+    p = len(is_small)
+    total = int(is_small.sum())
+    for end in np.flatnonzero(is_small & ~np.roll(is_small, -1)).tolist():
+        seen, k = 0, end
+        for _ in range(p):
+            if is_small[k]:
+                seen += 1
+            elif not once[k]:
+                break
+            k = (k - 1) % p
+        if seen == total:
+            return end
+    return None
 
 
 def _in_ops(

@@ -31,22 +31,51 @@ class Case:
 
 
 SUITE: list[Case] = [
+    # PyTorch DDP: evaluation barriers, accumulation (no_sync), a varying number of
+    # micro-batches, fp16 steps whose update GradScaler skips
     Case("ddp", dict(workload="ddp", ranks=4, steps=8, extra_ops_every=3)),
     Case("ddp_accum", dict(workload="ddp", ranks=4, steps=6, grad_accum=3)),
+    Case(
+        "ddp_dynamic_accum_skipped",
+        dict(
+            workload="ddp", ranks=4, steps=6, grad_accum=3, dynamic_accum=True, skipped_updates=True
+        ),
+    ),
+    # FSDP2 (one unit per layer), with accumulation and evaluation barriers
     Case("fsdp2", dict(workload="fsdp", ranks=4, steps=6, layers=12, warmup_steps=2)),
     Case(
         "fsdp2_accum_extra",
         dict(workload="fsdp", ranks=4, steps=8, layers=6, grad_accum=2, extra_ops_every=2),
     ),
+    # DeepSpeed ZeRO with fp16 loss-scale overflow steps
+    Case("zero1", dict(workload="zero", ranks=4, steps=8, zero_stage=1, layers=4)),
+    Case("zero2", dict(workload="zero", ranks=4, steps=6, zero_stage=2, layers=4, grad_accum=2)),
+    Case("zero3", dict(workload="zero", ranks=4, steps=6, zero_stage=3, layers=4)),
+    # Megatron pipeline parallelism: 1F1B and interleaved, every stage
+    Case("pp_1f1b_m4", dict(workload="pp", ranks=4, pp=4, tp=1, steps=4, grad_accum=4)),
+    Case("pp_1f1b_m8", dict(workload="pp", ranks=8, pp=4, tp=1, steps=4, grad_accum=8)),
+    Case(
+        "pp_interleaved",
+        dict(workload="pp", ranks=4, pp=4, tp=1, steps=4, grad_accum=8, virtual_pp=2, layers=16),
+    ),
+    # DTensor tensor parallelism x FSDP2 over a DeviceMesh, with accumulation; TP alone
+    Case("tp_dp_accum", dict(workload="tp-dp", ranks=4, tp=2, steps=5, grad_accum=2)),
+    Case("tp_only_accum", dict(workload="tp-dp", ranks=2, tp=2, steps=5, grad_accum=2)),
+    # Megatron 3D (TP x PP x DP), distributed optimizer, groups created at first use
+    Case("megatron_3d", dict(workload="megatron", ranks=8, pp=2, tp=2, steps=4, grad_accum=4)),
     Case(
         "tp_pp_dp_gpipe",
         dict(workload="tp-pp-dp", ranks=8, steps=6, grad_accum=2, extra_ops_every=2),
     ),
+    # mixture of experts: router-sized all-to-alls, as a collective and as PyTorch's NCCL
+    # backend issues all_to_all_single (grouped Send/Recv)
     Case("moe_alltoall", dict(workload="moe", ranks=4, steps=6, layers=4, extra_ops_every=4)),
     Case(
         "moe_grouped_p2p",
         dict(workload="moe", ranks=4, steps=6, layers=4, moe_alltoall="grouped-p2p"),
     ),
+    # RL post-training: rollout (weight sync, generation) then PPO optimizer Steps
+    Case("rl", dict(workload="rl", ranks=4, steps=4)),
 ]
 
 
