@@ -54,7 +54,7 @@ def _recover(
             out_dir=out,
             checkpoint_every_ops=getattr(args, "checkpoint_every_ops", 0) if out else 0,
         )
-    for problem in result.problems:
+    for problem in result.problems + result.warnings:
         err.print(f"[yellow]warning:[/yellow] {problem}", highlight=False, soft_wrap=True)
     if not result.gpus:  # (a resumed run that was already complete reads no ops: fine)
         err.print(f"[red]comminsight:[/red] no inspector_logs segments found in {logs}")
@@ -79,6 +79,8 @@ def cmd_steps_offline(args: argparse.Namespace, console: Console) -> int:
         return 0
     for gpu in result.gpus:
         print_rank_table(console, gpu)
+    for warning in result.warnings:
+        console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     resumed = f", resumed {result.resumed} from {out / CHECKPOINT_NAME}" if result.resumed else ""
     console.print(
         f"{sum(len(g.summaries) for g in result.gpus)} step summaries in {out}/ "
@@ -88,7 +90,7 @@ def cmd_steps_offline(args: argparse.Namespace, console: Console) -> int:
 
 
 def print_rank_table(console: Console, gpu) -> None:
-    how = gpu.method or "no steps recognized"
+    how = gpu.method or "no Step recognized: see the warning"
     table = Table(
         title=f"rank {gpu.gpu.global_rank} ({gpu.gpu.host}, pid {gpu.gpu.pid}): "
         f"{len(gpu.summaries)} steps, {gpu.ops:,} ops, by {how}"

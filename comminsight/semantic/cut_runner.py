@@ -17,6 +17,7 @@ from comminsight.semantic.job_cut import STARTUP, TAIL, JobCut, RankCut
 from comminsight.semantic.job_ops import op_keys
 from comminsight.semantic.op_batch import FUNCS, OpBatch
 from comminsight.semantic.recovery import Labels, func_role
+from comminsight.semantic.templates import CompiledTemplate
 
 MAX_REASONS = 32
 
@@ -30,8 +31,18 @@ class CutLabels(Labels):
 class CutRunner:
     method = "job"
 
-    def __init__(self, rank: RankCut, job: JobCut, comm_code, last_step: int = -1) -> None:
-        """`comm_code(comm_id)` is the job's code of a communicator id (job_ops.CommIds)."""
+    def __init__(
+        self,
+        rank: RankCut,
+        job: JobCut,
+        comm_code,
+        last_step: int = -1,
+        template: CompiledTemplate | None = None,
+    ) -> None:
+        """`comm_code(comm_id)` is the job's code of a communicator id (job_ops.CommIds);
+        `template`, when one fits the GPU's ops, names their roles (else their functions
+        do)."""
+        self.template = template
         self.rank = rank
         self.job = job
         self._comm_code = comm_code
@@ -45,7 +56,7 @@ class CutRunner:
 
     def labels(self, batch: OpBatch) -> CutLabels:
         first, inverse = batch.shapes()
-        roles = [self.code(func_role(FUNCS[int(batch["func"][i])])) for i in first.tolist()]
+        roles = [self.code(self._role(batch, i)) for i in first.tolist()]
         role = np.array(roles, np.int32)[inverse] if len(first) else np.zeros(0, np.int32)
         table = np.fromiter(
             (self._comm_code(c.comm_id) for c in batch.comms.comms),
@@ -73,6 +84,11 @@ class CutRunner:
             np.uint8
         )
 
+    def _role(self, batch: OpBatch, i: int) -> str:
+        if self.template is not None:
+            return self.template.role_of(batch.shape(i))
+        return func_role(FUNCS[int(batch["func"][i])])
+
     def code(self, role: str) -> int:
         if role not in self._codes:
             self._codes[role] = len(self.names)
@@ -83,6 +99,8 @@ class CutRunner:
         """What the step-summary's recovery says of a Step (recovery_of's arguments)."""
         confidence = self.job.step_confidence(self.rank, step_index)
         extra: dict = {"job_steps": self.job.steps}
+        if self.template is not None:
+            extra["template_name"] = self.template.name
         if confidence < 1.0 and self.job.reasons:
             extra["reasons"] = self.job.reasons[:MAX_REASONS]
         return {"confidence": confidence, **extra}

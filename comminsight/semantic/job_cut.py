@@ -252,9 +252,9 @@ def _last_step_end(u: LocalUnits, n: int) -> int:
     it)."""
     last = int(u.starts[-1])
     on = np.flatnonzero(u.on_cycle[last:])
-    if len(on) < u.period or not _complete(u):
+    if not len(on) or not _complete(u):
         return n
-    end = last + int(on[u.period - 1]) + 1
+    end = last + int(on[-1]) + 1
     # ops of a kind earlier Steps held besides their cycle (an evaluation barrier at the end
     # of every few Steps) still belong to the last one
     inside = np.unique(u.keys[int(u.starts[0]) : last][~u.on_cycle[int(u.starts[0]) : last]])

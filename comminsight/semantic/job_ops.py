@@ -97,6 +97,7 @@ class GpuOps:
     issue: np.ndarray
     lost_before: np.ndarray
     group: np.ndarray  # the op's NCCL group within its process, 0 when unknown
+    host_issue: np.ndarray  # bool: `issue` is the host's clock (NVIDIA logs give file order)
     instance: np.ndarray = field(default=None)  # set by JobOps.match
     key: np.ndarray = field(default=None)  # op_keys, in op order
 
@@ -112,7 +113,8 @@ class GpuOps:
         if len(self) > 1:
             busy_until = np.maximum.accumulate(self.end)[:-1]
             gaps[1:] = np.maximum(0, self.start[1:] - busy_until)
-            gaps[1:] += np.maximum(0, np.diff(self.issue))
+            host_clock = self.host_issue[1:] & self.host_issue[:-1]
+            gaps[1:] += np.where(host_clock, np.maximum(0, np.diff(self.issue)), 0)
         return gaps
 
 
@@ -121,7 +123,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
     cols: dict[str, list[np.ndarray]] = {
         k: [] for k in ("kind", "func", "comm", "comm_rank", "peer", "seq", "size")
     }
-    for k in ("start", "end", "issue", "arrival", "lost_before", "group"):
+    for k in ("start", "end", "issue", "arrival", "lost_before", "group", "host_issue"):
         cols[k] = []
     arrival = 0
     for batch in batches:
@@ -136,6 +138,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
             cols[k].append(np.asarray(c[k], np.int64))
         cols["arrival"].append(np.arange(arrival, arrival + len(batch), dtype=np.int64))
         cols["group"].append(np.asarray(c["group_id"], np.int64))
+        cols["host_issue"].append(np.asarray(c["end_mono"]) != NONE)
         arrival += len(batch)
     joined = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
     order = np.lexsort((joined["arrival"], joined["issue"]))
@@ -155,6 +158,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
         take["issue"],
         take["lost_before"],
         take["group"],
+        take["host_issue"].astype(bool),
     )
     ops.key = op_keys(ops.kind, ops.comm, ops.func, ops.seq)
     return ops

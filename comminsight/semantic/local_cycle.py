@@ -137,6 +137,7 @@ class Elements:
         small: np.ndarray,
         cf: np.ndarray,
         gather: np.ndarray,
+        reduction: np.ndarray,
     ) -> None:
         """Per op: `small`, a collective of a few scalars; `cf`, its (communicator,
         function) code; `gather`, an all-gather or broadcast. Per element key: `small` and
@@ -147,6 +148,8 @@ class Elements:
         np.logical_and.at(self.small, self.keys[self.of_op], small)
         self.gathers = np.ones(n_keys, bool)
         np.logical_and.at(self.gathers, self.keys[self.of_op], gather)
+        self.reductions = np.ones(n_keys, bool)
+        np.logical_and.at(self.reductions, self.keys[self.of_op], reduction)
         self.comm_func = np.zeros(n_keys, np.int64)
         self.comm_func[self.keys] = cf[self.first]
 
@@ -200,7 +203,13 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
         gaps = g.idle_gaps()
     small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
     gather = (g.kind != P2P) & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
-    el = Elements(op_keys, g.group, small, (g.comm << 8) | g.func, gather)
+    reduction = (
+        (g.kind != P2P)
+        & np.isin(g.func, [func_code("AllReduce"), func_code("ReduceScatter")])
+        & ~small
+    )
+    el = Elements(op_keys, g.group, small, (g.comm << 8) | g.func, gather, reduction)
+    timed = bool(g.host_issue.any())  # else idle gaps are not measured (NVIDIA logs)
     skip = int(np.searchsorted(el.first, startup_prefix(g)))  # elements of the start-up
     keys, el_gaps, m = el.keys[skip:], gaps[el.first[skip:]], len(el.keys) - skip
     counts = np.bincount(keys)
@@ -219,9 +228,10 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
             cycle = learn_cycle_codes(keys[kept], el_gaps[kept], ids, min_repeats=2)
         if cycle is None:
             continue
-        cyc = after_optimizer(
-            np.array(cycle.keys, np.int64), el.small, el.comm_func, el.gathers
-        )
+        cyc = np.array(cycle.keys, np.int64)
+        if not timed:
+            cyc = after_reductions(cyc, el.reductions)
+        cyc = after_optimizer(cyc, el.small, el.comm_func, el.gathers)
         starts, on_cycle = follow(keys, cyc)
         if not len(starts):
             continue
@@ -269,6 +279,27 @@ def after_optimizer(
     if any(cf_uses[c] != n for c, n in update.items()):
         k = (last + 1) % p
     return np.roll(cyc, -k)
+
+
+def after_reductions(cyc: np.ndarray, reductions: np.ndarray) -> np.ndarray:
+    """Without measured idle time, the cycle rotated to begin the longest stretch free of
+    gradient reductions (all-reduces and reduce-scatters of more than a few scalars): a
+    Step's forward pass (parameter gathers, expert all-to-alls), after the previous Step's
+    backward reduced its gradients. A cycle of reductions only (DDP, tensor parallelism)
+    stays as it is."""
+    red = reductions[cyc]
+    if red.all() or not red.any():
+        return cyc
+    best, best_len, run = 0, -1, 0
+    p = len(cyc)
+    for k in range(2 * p):  # twice round: a stretch may wrap
+        if red[k % p]:
+            run = 0
+            continue
+        run += 1
+        if best_len < run <= p:
+            best_len, best = run, (k - run + 1) % p
+    return np.roll(cyc, -best)
 
 
 def _last_scalar(is_small: np.ndarray, once: np.ndarray) -> int | None:

@@ -29,7 +29,7 @@ from comminsight.semantic.checkpoint import (
     resume_position,
 )
 from comminsight.semantic.cut_runner import CutRunner
-from comminsight.semantic.engine import GpuEngine
+from comminsight.semantic.engine import GpuEngine, evaluate
 from comminsight.semantic.job_cut import JobCut, RankCut, cut_job
 from comminsight.semantic.job_ops import CommIds, JobOps, gpu_ops
 from comminsight.semantic.log_input import GpuLog, read_gpu_logs
@@ -60,6 +60,7 @@ class OfflineResult:
     problems: list[str] = field(default_factory=list)
     resumed: int = 0  # GPUs continued from a checkpoint
     cut: JobCut | None = None  # the job-wide cut, when Steps were cut job-wide
+    warnings: list[str] = field(default_factory=list)  # what the Steps say of themselves
 
     @property
     def ops(self) -> int:
@@ -195,6 +196,7 @@ class _Run:
                 self.job.cut,
                 self.job.comms.lookup,
                 last_step=engine.next_step_index - 1,
+                template=role_template(self.templates, self.job.batches[log.stream]),
             )
 
     def gpu(self, log: GpuLog, index: int) -> GpuResult:
@@ -270,6 +272,20 @@ class _Run:
         self.checkpoint.save(self.states)
 
 
+def role_template(templates: TemplateSet, batches: list[OpBatch]):
+    """The template whose roles fit the GPU's ops best (templates name roles; where Steps
+    begin is the job cut's), or None when none fits."""
+    ops = None
+    for b in batches:
+        ops = b if ops is None else ops.concat(b)
+    if ops is None or not len(ops):
+        return None
+    fits = [f for t in templates.templates if (f := evaluate(t, ops, final=True))]
+    if not fits:
+        return None
+    return min(fits, key=lambda f: (-f.score, -f.template.spec.priority, f.template.name)).template
+
+
 def _method_of(state: GpuState) -> str | None:
     if state.selection.value == "template":
         return state.template_name
@@ -329,4 +345,25 @@ def recover_steps(
             result.gpus.append(run.gpu(log, index))
             result.problems += log.problems
     result.gpus.sort(key=lambda g: (g.gpu.host, g.gpu.global_rank, g.stream))
+    result.warnings = step_warnings(result)
     return result
+
+
+MANY_OPS = 64  # a GPU with this many ops and no Step is worth a warning
+
+
+def step_warnings(result: OfflineResult) -> list[str]:
+    """Steps that cannot be trusted as they are, said once: GPUs with many ops and no Step,
+    and the reasons the job cut's confidence fell."""
+    warnings = [
+        f"{g.stream} (rank {g.gpu.global_rank}): {g.ops:,} ops and no Step recognized"
+        for g in result.gpus
+        if not g.summaries and g.ops >= MANY_OPS
+    ]
+    cut = result.cut
+    if cut is not None and cut.confidence < 1.0:
+        warnings.append(
+            f"Step boundaries have confidence {cut.confidence:.2f} across the job's "
+            f"{len(cut.ranks)} GPUs: " + "; ".join(cut.reasons[:8])
+        )
+    return warnings

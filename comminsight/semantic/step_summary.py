@@ -362,7 +362,10 @@ def _producer(mode: ProducerMode, engine_version: str) -> Producer:
 def recovery_of(
     method: str, template: str | None, period: int | None, confidence: float, **extra
 ) -> Recovery:
-    """A Step's recovery; `extra` holds the job method's reasons and job_steps."""
+    """A Step's recovery; `extra` holds the job method's reasons, job_steps and the template
+    that named its roles."""
+    if "template_name" in extra:
+        template = extra.pop("template_name")
     if "reasons" in extra:
         extra["reasons"] = tuple(extra["reasons"])  # hashable: the records are cached
     return _recovery(method, template, period, confidence, tuple(sorted(extra.items())))
