@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 
-.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-master-scale build-engine
+.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale build-engine
 .PHONY: all build venv generate verify-generated check-schemas headers test test-contract \
         test-unit lint bench demo install clean
 
@@ -148,6 +148,14 @@ bench-agent: $(VENV_STAMP) build-profiler $(ENGINE_SO)
 ## bench-engine: the Semantic Engine's offline parse + step recovery on one core (budget >= 1 M records/s)
 bench-engine: $(VENV_STAMP) build-profiler $(ENGINE_SO)
 	$(VPY) bench/engine_parse.py
+
+## bench-engine-soak: 8 simulated ranks (TP 2 x PP 2 x DP 2) through a real Agent and the live engine for 10 simulated minutes: Agent RSS growth, engine lag, Steps recovered (SOAK_ARGS="--minutes 1" for a quick check)
+bench-engine-soak: $(VENV_STAMP) build-profiler $(ENGINE_SO)
+	$(VPY) bench/engine_soak.py $(SOAK_ARGS)
+
+## bench-accuracy: Steps recovered against ground truth over the accuracy suite (every family, NULL and Inject names)
+bench-accuracy: $(VENV_STAMP) build-profiler $(ENGINE_SO)
+	$(VPY) bench/step_accuracy.py
 
 ## bench-master-scale: one master Agent fed by simulated slaves (64 and 256 nodes x 8 ranks): CPU, memory, fault-to-verdict
 bench-master-scale: $(VENV_STAMP)

@@ -203,3 +203,54 @@ def test_a_users_template_is_used_without_code_changes(tmp_path, logs):
     assert {g.method for g in result.gpus} == {"job"}
     assert {s.recovery.template_name for g in result.gpus for s in g.summaries} == {"my-ddp"}
     assert all(s.recovery.template_name == "my-ddp" for g in result.gpus for s in g.summaries)
+
+
+def _boundaries(result, rank: int) -> dict[int, tuple]:
+    return {
+        s.step_index: ((s.first_op.func, s.first_op.seq), (s.last_op.func, s.last_op.seq))
+        for s in steps_of(result, rank)
+    }
+
+
+def _damage_garbage_line(segment):
+    lines = segment.read_bytes().split(b"\n")
+    lines[op_lines(segment)[1]] = b'{"not": "an op'
+    segment.write_bytes(b"\n".join(lines))
+
+
+def _damage_cut(segment):
+    data = segment.read_bytes()
+    segment.write_bytes(data[: len(data) // 2])
+
+
+def _damage_empty(segment):
+    segment.write_bytes(b"")
+
+
+def _damage_duplicate(segment):
+    # the same records again under the next index: a copy an operator made by hand
+    stream, index = segment.name.rsplit("-", 1)
+    later = sorted(segment.parent.glob(f"{stream}-*.jsonl"))[-1]
+    last = int(later.name.rsplit("-", 1)[1].removesuffix(".jsonl"))
+    (segment.parent / f"{stream}-{last + 1:06d}.jsonl").write_bytes(segment.read_bytes())
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [_damage_garbage_line, _damage_cut, _damage_empty, _damage_duplicate],
+    ids=["garbage_line", "cut_segment", "empty_segment", "duplicated_segment"],
+)
+def test_damaged_input_costs_at_most_the_steps_it_touches(logs, damage):
+    """One rank's segment damaged: every rank still reports the Steps of the intact run,
+    except at most the Steps whose ops the damage took; the damage is named."""
+    logs_dir, truths = logs
+    intact = recover_steps(logs_dir)
+    segment = rank0_segments(logs_dir)[2]
+    damage(segment)
+    result = recover_steps(logs_dir)
+    assert any(segment.name.rsplit("-", 1)[0] in p for p in result.problems), result.problems
+    for rank in (0, 1):
+        before, after = _boundaries(intact, rank), _boundaries(result, rank)
+        assert abs(len(after) - len(before)) <= 1
+        changed = [k for k in before if after.get(k) != before[k]]
+        assert len(changed) <= 2, (rank, changed, before, after)

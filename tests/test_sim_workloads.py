@@ -117,7 +117,7 @@ def test_tuning_follows_observed_nccl_choices():
     [
         ({"workload": "tp-pp-dp", "ranks": 6, "tp": 4, "pp": 1}, "tp\\*pp must divide ranks"),
         ({"workload": "ddp", "ranks": 3, "nodes": 2}, "nodes must divide ranks"),
-        ({"workload": "zero"}, "workload must be one of"),
+        ({"workload": "zero-infinity"}, "workload must be one of"),
         ({"workload": "ddp", "abi": 3}, "abi must be 4, 5 or 6"),
     ],
 )

@@ -50,6 +50,7 @@ class CutRunner:
         self._keys = rank.gpu.key[order]
         self._steps = rank.label[order]
         self.last_step = last_step  # the latest Step begun
+        self.begun: list[int] = []
         self.names: list[str] = []
         self._codes: dict[str, int] = {}
         self.warmup_steps = job.warmup_steps
@@ -78,6 +79,7 @@ class CutRunner:
             np.concatenate([[self.last_step], np.where(in_step, step, -1)])
         )
         begin = in_step & (step > before[:-1])
+        self.begun = step[begin].tolist()  # the job's indices of the Steps begun
         if len(before) > 1:
             self.last_step = int(before[-1])
         return (np.where(in_step, native.IN_STEP, 0) | np.where(begin, native.B_BEGIN, 0)).astype(

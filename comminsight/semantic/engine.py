@@ -320,8 +320,11 @@ class GpuEngine:
             self.open,
             self.next_step_index,
             self.warmup_steps,
+            getattr(runner, "begun", None),
         )
         self.next_step_index += began
+        if getattr(runner, "begun", None):
+            self.next_step_index = runner.begun[-1] + 1
         return self._close(closed) if closed is not None else []
 
     def _close(self, steps: StepTable) -> list[StepSummary]:

@@ -133,10 +133,15 @@ def _spread(inst_label: np.ndarray, g: GpuOps, label: np.ndarray) -> None:
 
 
 def _choose_pivot(candidates: list[int], units: list[LocalUnits], gpus: list[GpuOps]) -> int:
-    """The coarsest well-covered cycle; else the GPU with the most ops."""
+    """The coarsest well-covered cycle (most ops per repetition); among equals the GPU with
+    the most ops (the others lost some: a cut or missing segment) and the best coverage;
+    else the GPU with the most ops."""
     good = [i for i in candidates if units[i].found and units[i].coverage >= MIN_COVERAGE]
     if good:
-        return min(good, key=lambda i: (len(units[i].starts), -units[i].coverage, gpus[i].rank))
+        return min(
+            good,
+            key=lambda i: (-units[i].period, -len(gpus[i]), -units[i].coverage, gpus[i].rank),
+        )
     found = [i for i in candidates if units[i].found]
     if found:
         return max(found, key=lambda i: (units[i].coverage, -gpus[i].rank))

@@ -98,6 +98,7 @@ class _Ci(msgspec.Struct):
     host_complete_mono_ns: int | None = None
     gpu_start_globaltimer_ns: int | None = None
     gpu_stop_globaltimer_ns: int | None = None
+    group_id: int | None = None
     lost_count: int | None = None
     record_count: int | None = None
     byte_count: int | None = None
@@ -211,6 +212,9 @@ class GpuLog:
             if not len(batch):
                 lost += lost_after
                 continue
+            batch = _without_repeats(batch, last_ring_seq, path, self.problems)
+            if not len(batch):
+                continue
             c = batch.cols
             rings = c["ring_seq"]
             first_ring = int(rings[0])
@@ -238,6 +242,22 @@ class GpuLog:
             p = ci.process
             self.identity = Identity(p.host, p.pid, p.global_rank, p.local_rank)
         return (ci.clock.mono_ns, ci.clock.real_ns)
+
+
+def _without_repeats(batch: OpBatch, last_ring_seq: int | None, path: Path, problems) -> OpBatch:
+    """The batch without records whose ring sequence number was read already (a segment
+    copied under another index): each op counts once."""
+    if last_ring_seq is None:
+        return batch
+    rings = batch.cols["ring_seq"]
+    repeat = (rings != NONE) & (rings <= last_ring_seq)
+    if not repeat.any():
+        return batch
+    problems.append(
+        f"{path}: {int(repeat.sum())} op records repeat ring sequence numbers already read "
+        f"(up to {last_ring_seq}): a duplicated segment? skipped"
+    )
+    return batch.take(np.flatnonzero(~repeat))
 
 
 class _SegmentReader:
@@ -323,6 +343,9 @@ class _SegmentReader:
                 py_ops.append((r, op))
         if no_seal and rest < len(data) and not path.name.endswith(".partial"):
             problems.append(f"{path}:{record + n + 1}: truncated line (no newline) at the end")
+        elif no_seal and not path.name.endswith(".partial") and offset == 0:
+            what = "empty (0 bytes)" if not len(data) else "no seal line: the segment was cut"
+            problems.append(f"{path}: {what}; the ops before the end were read")
         # an open segment's last line may still be being written: it is read next time
         fast = np.flatnonzero(rows["status"][:cut] == native.LINE_OP)
         batch = self._columns(rows.take(fast), anchor, seg, record + fast)
@@ -411,6 +434,7 @@ class _SegmentReader:
             "pos_end": rows["end"],
             "order": (seg_index << SEGMENT_SHIFT) | rows["start"],
             "arrival": np.zeros(n, np.int64),
+            "group_id": np.maximum(rows["group_id"], 0),  # absent (NONE): unknown, 0
         }
         return OpBatch(
             {k: np.ascontiguousarray(v) for k, v in cols.items()}, self.comms, self.segments
@@ -529,6 +553,7 @@ def _op(line: _Line, anchor: tuple[int, int], position: LogPosition) -> EngineOp
         busbw_gbs=_float(busbw),
         ring_seq=ci.ring_seq,
         position=position,
+        group_id=max(ci.group_id or 0, 0),  # as the C scanner reads it
     )
 
 

@@ -86,20 +86,30 @@ class SegmentTable:
 INT_COLUMNS = (
     "kind", "func", "comm", "peer", "seq", "size", "issue", "start", "end", "start_real",
     "end_real", "end_mono", "duration", "ring_seq", "lost_before", "pos_seg", "pos_offset",
-    "pos_record", "pos_end", "order", "arrival",
+    "pos_record", "pos_end", "order", "arrival", "group_id",
 )  # fmt: skip
 COLUMNS = INT_COLUMNS + ("busbw",)
 
 
+# How many lazy levels (a take or a concat over other lazy columns) a batch may stack before it
+# is made concrete. The live engine takes and concatenates a little at every batch (the reorder
+# window, the selection probe): without a bound, a batch's columns would reach back through
+# every batch ever fed, keeping each one alive, and reading a column never read before would
+# recurse once per batch (a RecursionError some tens of seconds into a live run).
+MAX_LAZY_DEPTH = 8
+
+
 class LazyColumns(Mapping):
     """Columns made on first use (a gather or a concatenation of other batches' columns):
-    the engine reorders and slices whole batches, but reads only some columns of each."""
+    the engine reorders and slices whole batches, but reads only some columns of each.
+    `depth`: how many lazy levels a column read may go through (MAX_LAZY_DEPTH at most)."""
 
-    __slots__ = ("_make", "_made")
+    __slots__ = ("_make", "_made", "depth")
 
-    def __init__(self, make: Callable[[str], np.ndarray]) -> None:
+    def __init__(self, make: Callable[[str], np.ndarray], depth: int = 1) -> None:
         self._make = make
         self._made: dict[str, np.ndarray] = {}
+        self.depth = depth
 
     def __getitem__(self, name: str) -> np.ndarray:
         column = self._made.get(name)
@@ -116,12 +126,16 @@ class LazyColumns(Mapping):
     def __len__(self) -> int:
         return len(COLUMNS)
 
+    def concrete(self) -> dict[str, np.ndarray]:
+        """Every column made: a plain dict that no longer refers to the source batches."""
+        return {**{name: self[name] for name in COLUMNS}, **self._made}
+
 
 class OpBatch:
     """n ops of one GPU in columns (all int64 but busbw). end_mono is NONE for ops without a
     monotonic clock (NVIDIA logs; start_mono is then None too), peer and ring_seq NONE when
     absent. order is the input order of the op's position (checkpoints), arrival the
-    engine's arrival counter."""
+    engine's arrival counter, group_id the op's NCCL group (0: unknown)."""
 
     __slots__ = ("cols", "comms", "segments", "n", "_shapes")
 
@@ -150,23 +164,44 @@ class OpBatch:
     def __getitem__(self, name: str) -> np.ndarray:
         return self.cols[name]
 
+    @property
+    def depth(self) -> int:
+        """Lazy levels under this batch's columns (0: every column is an array)."""
+        return self.cols.depth if isinstance(self.cols, LazyColumns) else 0
+
+    def make_concrete(self) -> OpBatch:
+        """Make every column now (in place) and drop the references to the batches they came
+        from; the batch itself is returned."""
+        if isinstance(self.cols, LazyColumns):
+            self.cols = self.cols.concrete()
+        return self
+
+    def _source(self) -> tuple[dict[str, np.ndarray] | LazyColumns, int]:
+        """The columns a new lazy batch may read from, and their depth (made concrete first
+        where another level would pass MAX_LAZY_DEPTH)."""
+        if self.depth >= MAX_LAZY_DEPTH:
+            self.make_concrete()
+        return self.cols, self.depth
+
     def take(self, idx) -> OpBatch:
         """The ops at `idx` (an index array or a slice), columns gathered when used."""
-        cols = self.cols
+        cols, depth = self._source()
         if isinstance(idx, slice):
             n = len(range(*idx.indices(self.n)))
         else:
             n = len(idx)
-        return OpBatch(LazyColumns(lambda name: cols[name][idx]), self.comms, self.segments, n)
+        return OpBatch(
+            LazyColumns(lambda name: cols[name][idx], depth + 1), self.comms, self.segments, n
+        )
 
     def concat(self, other: OpBatch) -> OpBatch:
         if not len(other):
             return self
         if not len(self):
             return other
-        a, b = self.cols, other.cols
+        (a, depth_a), (b, depth_b) = self._source(), other._source()
         return OpBatch(
-            LazyColumns(lambda name: np.concatenate((a[name], b[name]))),
+            LazyColumns(lambda name: np.concatenate((a[name], b[name])), max(depth_a, depth_b) + 1),
             self.comms,
             self.segments,
             self.n + other.n,
@@ -224,6 +259,7 @@ class OpBatch:
             lost_before=int(c["lost_before"][i]),
             position=self.position(i),
             arrival=int(c["arrival"][i]),
+            group_id=int(c["group_id"][i]),
         )
 
     def shape(self, i: int) -> OpShape:
@@ -306,6 +342,7 @@ def from_engine_ops(ops: list[EngineOp], comms: CommTable, segments: SegmentTabl
         "pos_end": col(p.end_offset if isinstance(p, LogPosition) else 0 for p in positions),
         "order": col(order_key(p) for p in positions),
         "arrival": np.zeros(len(ops), np.int64),
+        "group_id": col(op.group_id for op in ops),
     }
     return OpBatch(cols, comms, segments)
 

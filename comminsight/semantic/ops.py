@@ -44,6 +44,7 @@ class EngineOp:
     lost_before: int = 0  # op records lost (a log gap) just before this op
     position: object = None  # the input position of the op (for checkpoints)
     arrival: int = 0  # arrival counter, set by the buffer: a stable tie-break
+    group_id: int = 0  # per-process id of the NCCL group the op was launched in; 0: unknown
 
     def key(self) -> tuple:
         """What repeats from one Step to the next: where, what and how big."""

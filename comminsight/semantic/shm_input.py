@@ -88,6 +88,7 @@ def engine_batch(
         "pos_end": np.zeros(n, np.int64),
         "order": ring,
         "arrival": np.zeros(n, np.int64),
+        "group_id": records["group_id"].astype(np.int64),
     }
     return OpBatch(cols, table, segments)
 

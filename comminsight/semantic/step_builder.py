@@ -221,16 +221,20 @@ def place_steps(
     open_step: OpenStep | None,
     next_index: int,
     warmup_steps: int,
+    indices: list[int] | None = None,
 ) -> tuple[StepTable | None, OpenStep | None, int]:
     """A native.place result as (the Steps it closed, the Step it leaves open, the number of
     Steps that began). The first Step continues `open_step` when there is one; Steps that
-    begin are numbered from next_index, the first warmup_steps of a run being warm-up."""
+    begin are numbered from next_index (or as `indices` says: a job cut's Step indices,
+    which skip a Step whose ops this GPU lost), the first warmup_steps of a run being
+    warm-up."""
     steps = placed.steps
     k = len(steps)
     ops = _Ops(batch, role, np.concatenate((steps["first"], steps["last"], steps["slowest"])))
     cont = 1 if open_step is not None else 0
     began = k - cont
-    index = ([open_step.step_index] if cont else []) + list(range(next_index, next_index + began))
+    numbers = indices if indices is not None else range(next_index, next_index + began)
+    index = ([open_step.step_index] if cont else []) + list(numbers)
     first = steps["first"].tolist()
     last = steps["last"].tolist()
     slowest = steps["slowest"].tolist()

@@ -6,7 +6,15 @@ from __future__ import annotations
 import argparse
 import os
 
-from comminsight.sim.config import ABI_VERSIONS, WORKLOADS, SimConfig, SimConfigError
+from comminsight.sim.config import (
+    ABI_VERSIONS,
+    PRECISIONS,
+    TP_DP_DATA_PARALLEL,
+    WORKLOADS,
+    ZERO_STAGES,
+    SimConfig,
+    SimConfigError,
+)
 from comminsight.sim.faults import FaultSpecError, parse_fault
 from comminsight.sim.workloads.model import parse_param_count
 
@@ -28,8 +36,10 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="an extra barrier (evaluation) inside every N-th steady step; 0: none",
     )
-    a("--tp", type=int, default=2, help="tensor-parallel size (tp-pp-dp)")
-    a("--pp", type=int, default=2, help="pipeline-parallel size (tp-pp-dp)")
+    a("--tp", type=int, default=2, help="tensor-parallel size (tp-pp-dp, pp, megatron, tp-dp)")
+    a("--pp", type=int, default=2, help="pipeline-parallel size (tp-pp-dp, pp, megatron)")
+    _add_pipeline_arguments(parser)
+    _add_dp_workload_arguments(parser)
     a("--model-params", default="125M", help="model size, e.g. 125M, 1.3B")
     a("--layers", type=int, default=12)
     a("--abi", type=int, choices=ABI_VERSIONS, default=5, help="profiler ABI to drive")
@@ -76,6 +86,116 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     a("--json", action="store_true", help="print the summary as one JSON object")
 
 
+def _add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a(
+        "--virtual-pp",
+        type=int,
+        default=1,
+        help="model chunks per pipeline stage (pp, megatron); > 1: interleaved 1F1B",
+    )
+    a(
+        "--vp-group",
+        type=int,
+        default=0,
+        help="micro-batches each chunk runs before the next (interleaved); 0: --pp",
+    )
+    a(
+        "--sequence-parallel",
+        action="store_true",
+        help="tensor parallelism all-gathers and reduce-scatters sequence shards",
+    )
+    a(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp16",
+        help="training precision (pp, megatron); fp16 adds the loss scaler's found-inf",
+    )
+
+
+def _add_dp_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a(
+        "--dynamic-accum",
+        action="store_true",
+        help="micro-batches per step vary per step, the same on every rank",
+    )
+    a(
+        "--skipped-updates",
+        action="store_true",
+        help="ddp: fp16 GradScaler; steps with inf gradients skip the optimizer",
+    )
+    a(
+        "--loss-scale-window",
+        type=int,
+        default=1000,
+        help="clean steps before the fp16 loss scale doubles (zero, ddp --skipped-updates)",
+    )
+    a(
+        "--tp-dp-data-parallel",
+        choices=TP_DP_DATA_PARALLEL,
+        default="fsdp2",
+        help="tp-dp: what runs over the dp mesh dimension (--tp sets the TP size)",
+    )
+    a(
+        "--no-loss-parallel",
+        action="store_true",
+        help="tp-dp: gather the logits instead of the vocab-sharded cross-entropy",
+    )
+    a("--zero-stage", type=int, choices=ZERO_STAGES, default=2, help="zero: DeepSpeed stage")
+    a(
+        "--reduce-bucket-size",
+        type=int,
+        default=500_000_000,
+        help="zero: gradient elements per reduction bucket",
+    )
+    a(
+        "--prefetch-bucket-size",
+        type=int,
+        default=50_000_000,
+        help="zero stage 3: parameter elements per prefetch all-gather",
+    )
+    a(
+        "--max-reuse-distance",
+        type=int,
+        default=1_000_000_000,
+        help="zero stage 3: keep parameters used again within this many elements",
+    )
+    a(
+        "--max-live-parameters",
+        type=int,
+        default=1_000_000_000,
+        help="zero stage 3: gathered elements beyond which nothing is prefetched",
+    )
+    a("--ppo-mini-batches", type=int, default=2, help="rl: optimizer steps per rollout")
+    a("--rollout-tp", type=int, default=2, help="rl: the inference engine's TP size")
+    a("--response-length", type=int, default=32, help="rl: most tokens per response")
+    a(
+        "--rollout-cuda-graphs",
+        action="store_true",
+        help="rl: decode steps replay CUDA graphs (their all-reduces are not NCCL calls)",
+    )
+
+
+def _dp_workload_settings(args: argparse.Namespace) -> dict:
+    return {
+        "dynamic_accum": args.dynamic_accum,
+        "skipped_updates": args.skipped_updates,
+        "loss_scale_window": args.loss_scale_window,
+        "tp_dp_data_parallel": args.tp_dp_data_parallel,
+        "loss_parallel": not args.no_loss_parallel,
+        "zero_stage": args.zero_stage,
+        "reduce_bucket_size": args.reduce_bucket_size,
+        "prefetch_bucket_size": args.prefetch_bucket_size,
+        "max_reuse_distance": args.max_reuse_distance,
+        "max_live_parameters": args.max_live_parameters,
+        "ppo_mini_batches": args.ppo_mini_batches,
+        "rollout_tp": args.rollout_tp,
+        "response_length": args.response_length,
+        "rollout_cuda_graphs": args.rollout_cuda_graphs,
+    }
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     if not args.home:
         raise SimConfigError("--home is required when COMMINSIGHT_HOME is not set")
@@ -97,6 +217,10 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         extra_ops_every=args.extra_ops_every,
         tp=args.tp,
         pp=args.pp,
+        virtual_pp=args.virtual_pp,
+        vp_group=args.vp_group,
+        sequence_parallel=args.sequence_parallel,
+        precision=args.precision,
         model_params=params,
         layers=args.layers,
         abi=args.abi,
@@ -109,6 +233,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         faults=faults,
         env=env,
         node_homes=tuple(args.node_home),
+        **_dp_workload_settings(args),
     ).validate()
 
 

@@ -12,8 +12,14 @@ from pathlib import Path
 
 from comminsight.sim.faults import Fault
 
-WORKLOADS = ("ddp", "fsdp", "tp-pp-dp", "moe")
+WORKLOADS = ("ddp", "fsdp", "tp-pp-dp", "moe", "tp-dp", "zero", "rl", "pp", "megatron")
 ABI_VERSIONS = (4, 5, 6)
+TP_DP_DATA_PARALLEL = ("fsdp2", "ddp")  # tp-dp: what shards or replicates over the dp mesh dim
+ZERO_STAGES = (1, 2, 3)
+PRECISIONS = ("fp16", "bf16")  # pp, megatron: the training precision
+# How the MoE workload issues its all-to-alls: one ncclAlltoAll collective each, or as
+# PyTorch's NCCL backend issues all_to_all_single: a Send and a Recv per peer in one group
+MOE_ALLTOALL_MODES = ("collective", "grouped-p2p")
 
 
 class SimConfigError(ValueError):
@@ -35,6 +41,7 @@ class SimConfig:
     pp: int = 2  # tp-pp-dp only
     model_params: int = 125_000_000
     layers: int = 12
+    moe_alltoall: str = "collective"  # moe only: one of MOE_ALLTOALL_MODES
     abi: int = 5
     seed: int = 0
     time_scale: float = 1.0  # every modeled duration (host and GPU) is multiplied by this
@@ -47,6 +54,26 @@ class SimConfig:
     # COMMINSIGHT_HOME of each simulated node's ranks (one per node), so that each node's
     # Agent (a slave of a multi-node job) sees only its own ranks; empty: every rank uses home
     node_homes: tuple[str, ...] = ()
+    # ---- data/tensor-parallel and RL workloads (tp-dp, zero, rl) and DDP options ----
+    dynamic_accum: bool = False  # micro-batches per step vary per step (seeded, job-wide)
+    skipped_updates: bool = False  # ddp: fp16 GradScaler; steps with inf grads skip the update
+    loss_scale_window: int = 1000  # clean steps before the loss scale doubles (DS window)
+    tp_dp_data_parallel: str = "fsdp2"  # tp-dp: one of TP_DP_DATA_PARALLEL
+    sequence_parallel: bool = False  # tp-dp: SequenceParallel (reduce-scatter/all-gather)
+    loss_parallel: bool = True  # tp-dp: vocab-sharded cross-entropy (loss_parallel())
+    zero_stage: int = 2  # zero: DeepSpeed ZeRO stage
+    reduce_bucket_size: int = 500_000_000  # zero: elements per gradient bucket
+    prefetch_bucket_size: int = 50_000_000  # zero stage 3: elements per parameter prefetch
+    max_reuse_distance: int = 1_000_000_000  # zero stage 3: keep params reused this soon
+    max_live_parameters: int = 1_000_000_000  # zero stage 3: gathered elements before no prefetch
+    ppo_mini_batches: int = 2  # rl: optimizer steps per rollout
+    rollout_tp: int = 2  # rl: the inference engine's tensor-parallel size
+    response_length: int = 32  # rl: most tokens generated per response
+    rollout_cuda_graphs: bool = False  # rl: decode steps replay CUDA graphs (no NCCL calls)
+    # ---- pipeline-parallel workloads (pp, megatron; also use tp, pp, sequence_parallel) ----
+    virtual_pp: int = 1  # model chunks per stage; > 1: the interleaved 1F1B schedule
+    vp_group: int = 0  # micro-batches per chunk before the next chunk (interleaved); 0: pp
+    precision: str = "fp16"  # one of PRECISIONS; fp16 adds the loss scaler's found-inf
 
     @property
     def ranks_per_node(self) -> int:
@@ -73,12 +100,18 @@ class SimConfig:
         need(self.extra_ops_every >= 0, "extra-ops-every must be 0 (none) or more")
         need(self.model_params >= 1_000_000, "model-params must be at least 1M")
         need(self.layers >= 1, "layers must be at least 1")
+        need(
+            self.moe_alltoall in MOE_ALLTOALL_MODES,
+            f"moe-alltoall must be one of {', '.join(MOE_ALLTOALL_MODES)}",
+        )
         need(self.time_scale > 0, "time-scale must be positive")
         need(self.hang_hold_s >= 0 and self.timeout_s > 0, "hang-hold >= 0 and timeout > 0")
         if self.workload == "tp-pp-dp":
             need(self.tp >= 1 and self.pp >= 1, "tp and pp must be at least 1")
             need(self.ranks % (self.tp * self.pp) == 0, "tp*pp must divide ranks")
             need(self.layers % self.pp == 0, "pp must divide layers")
+        self._validate_dp_workloads(need)
+        self._validate_pipeline_workloads(need)
         need(
             not self.node_homes or len(self.node_homes) == self.nodes,
             "node homes: give one per node or none",
@@ -86,6 +119,45 @@ class SimConfig:
         for f in self.faults:
             need(f.rank < self.ranks, f"fault {f}: rank {f.rank} is not below --ranks")
         return self
+
+    def _validate_dp_workloads(self, need) -> None:
+        need(self.loss_scale_window >= 1, "loss-scale-window must be at least 1")
+        if self.workload == "tp-dp":
+            need(self.tp >= 1 and self.ranks % self.tp == 0, "tp must divide ranks")
+            need(
+                self.tp_dp_data_parallel in TP_DP_DATA_PARALLEL,
+                f"tp-dp-data-parallel must be one of {', '.join(TP_DP_DATA_PARALLEL)}",
+            )
+        if self.workload == "zero":
+            need(self.zero_stage in ZERO_STAGES, "zero-stage must be 1, 2 or 3")
+            need(
+                self.reduce_bucket_size >= 1 and self.prefetch_bucket_size >= 0,
+                "reduce-bucket-size >= 1 and prefetch-bucket-size >= 0",
+            )
+            need(self.max_reuse_distance >= 0, "max-reuse-distance must be 0 or more")
+            need(self.max_live_parameters >= 0, "max-live-parameters must be 0 or more")
+        if self.workload == "rl":
+            need(self.ppo_mini_batches >= 1, "ppo-mini-batches must be at least 1")
+            need(
+                self.rollout_tp >= 1 and self.ranks % self.rollout_tp == 0,
+                "rollout-tp must divide ranks",
+            )
+            need(self.response_length >= 1, "response-length must be at least 1")
+
+    def _validate_pipeline_workloads(self, need) -> None:
+        if self.workload not in ("pp", "megatron"):
+            return
+        # imported here: the workloads package imports this module
+        from comminsight.sim.workloads.pipeline_schedule import ScheduleShape, schedule_problem
+
+        need(self.tp >= 1 and self.pp >= 1, "tp and pp must be at least 1")
+        need(self.ranks % (self.tp * self.pp) == 0, "tp*pp must divide ranks")
+        need(self.virtual_pp >= 1 and self.vp_group >= 0, "virtual-pp >= 1 and vp-group >= 0")
+        need(self.layers % (self.pp * self.virtual_pp) == 0, "pp*virtual-pp must divide layers")
+        need(self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}")
+        shape = ScheduleShape(self.pp, self.grad_accum, self.virtual_pp, self.vp_group)
+        problem = schedule_problem(shape)
+        need(problem is None, str(problem))
 
     def with_out(self, out: str) -> SimConfig:
         return replace(self, out=out)

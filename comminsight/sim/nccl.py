@@ -7,11 +7,19 @@ group (src/enqueue.cc, src/group.cc, src/plugin/profiler.cc):
   state GroupEndApiStart · KernelLaunch start · its stop · Group start · Coll|P2p start ·
   Coll|P2p stop · Group stop · GroupApi stop
 
+Inside a user group (ncclGroupStart · ncclSend · ncclRecv · ... · ncclGroupEnd) NCCL starts one
+GroupApi at the group's first op (groupDepth 2: that op's implicit group nests in the user's),
+runs the API events of every op as it is called, and launches at ncclGroupEnd:
+
+  GroupApi start (groupDepth 2) · GroupStartApiStop · (*Api start · stop) per op ·
+  GroupEndApiStart · per communicator: KernelLaunch start · stop · Group start · every task's
+  start · every task's stop · Group stop · then GroupApi stop
+
 The Coll stops microseconds after it starts, when the op is enqueued; the GPU work is reported
 later by the proxy thread (`proxy.py`) through KernelCh events whose parent is the Coll. The
-activation mask is read once per call, at the GroupApi start, and every event of the op uses
-that value, as NCCL stores it in the task. Sequence numbers count per communicator and per
-function, whether or not a plugin listens.
+activation mask is read at each op's call, and every event of that op uses that value, as NCCL
+stores it in the task. Sequence numbers count per communicator and per function, whether or
+not a plugin listens.
 """
 
 from __future__ import annotations
@@ -54,11 +62,35 @@ class IssuedOp:
     comm: SimComm
     instance: OpInstance
     mask: int
-    task: object  # the Coll/P2p handle: parent of KernelCh and ProxyOp events
-    launch_ns: int
+    task: object  # the Coll/P2p handle: parent of KernelCh and ProxyOp events (set at launch)
+    launch_ns: int  # set at launch
     n_channels: int
     mismatched: bool
     record: dict  # the ground-truth line, completed by the proxy thread
+
+
+IMPLICIT_GROUP_DEPTH = 1  # NCCL's ncclGroupDepth inside a lone op's own implicit group
+# ncclGroupDepth when NCCL starts the GroupApi of a user group: at its first op, inside that
+# op's implicit group nested in the user's (ncclEnqueueCheck, then taskAppend)
+EXPLICIT_GROUP_DEPTH = 2
+
+
+@dataclass
+class _OpenGroup:
+    """An NCCL group between its first op's call and its end."""
+
+    depth: int
+    api: object = None  # the GroupApi handle, None when not started or not delivered
+    api_started: bool = False
+    ops: list[IssuedOp] = field(default_factory=list)
+    api_of: dict[int, object] = field(default_factory=dict)  # id(op) -> its *Api handle
+
+
+def _in_order_of_first_use(comms) -> list[SimComm]:
+    seen: dict[int, SimComm] = {}
+    for comm in comms:
+        seen.setdefault(id(comm), comm)
+    return list(seen.values())
 
 
 class SimNccl:
@@ -80,6 +112,7 @@ class SimNccl:
         self.comms: dict[int, SimComm] = {}
         self.proxy = ProxyThread(abi, board, rank, truth, time_scale, gpu_tick_offset_ns)
         self.ops_issued = 0
+        self._group: _OpenGroup | None = None  # the user's group between start and end
 
     # ---- communicators ----
 
@@ -124,60 +157,100 @@ class SimNccl:
 
     # ---- ops ----
 
-    def issue(self, op: RankOp, mismatched: dict | None = None) -> IssuedOp:
+    def group_start(self) -> None:
+        """ncclGroupStart: nothing reaches the plugin until the group's first op."""
+        if self._group is None:
+            self._group = _OpenGroup(depth=EXPLICIT_GROUP_DEPTH)
+
+    def group_end(self) -> list[IssuedOp]:
+        """ncclGroupEnd: launch every op issued since group_start, as one group."""
+        group, self._group = self._group, None
+        return self._launch(group) if group is not None else []
+
+    def issue(self, op: RankOp, mismatched: dict | None = None) -> IssuedOp | None:
+        """One ncclAllReduce/ncclSend/...: inside a group its API part only (None is returned,
+        the group's end launches it), else the whole op in its implicit group."""
+        if self._group is not None:
+            self._api_call(self._group, op, mismatched)
+            return None
+        group = _OpenGroup(depth=IMPLICIT_GROUP_DEPTH)
+        self._api_call(group, op, mismatched)
+        return self._launch(group)[0]
+
+    def unlaunched(self) -> list[IssuedOp]:
+        """Ops of a group whose end was never reached (their rank stopped inside it)."""
+        return list(self._group.ops) if self._group is not None else []
+
+    def _api_call(self, group: _OpenGroup, op: RankOp, mismatched: dict | None) -> None:
+        """The part of an op NCCL runs at its call (taskAppend): the group's GroupApi at the
+        first op whose mask wants it, then the op's CollApi/P2pApi. The task keeps the mask
+        read here."""
         comm = self.comm(op.comm)
         ctx, abi = comm.context, self.abi
         mask = int(self.mask[0]) if ctx is not None else 0
         instance = self._instances[op.instance]
-        p2p = op.func in cost_model.P2P_FUNCS
         record = self._record(op, comm, instance, mismatched)
-
         record["host_api_ns"] = time.monotonic_ns()
-        group_api = abi.start_group_api(ctx, 1) if starts(EventType.GROUP_API, mask) else None
-        abi.record_state(group_api, EventState.GROUP_START_API_STOP)
-        if p2p:
+        if not group.api_started and starts(EventType.GROUP_API, mask):
+            group.api = abi.start_group_api(ctx, group.depth)
+            group.api_started = True
+            abi.record_state(group.api, EventState.GROUP_START_API_STOP)
+        if op.func in cost_model.P2P_FUNCS:
             api = (
-                abi.start_p2p_api(ctx, group_api, op.func, op.count, op.datatype, 0)
+                abi.start_p2p_api(ctx, group.api, op.func, op.count, op.datatype, 0)
                 if starts(EventType.P2P_API, mask)
                 else None
             )
         else:
             api = (
-                abi.start_coll_api(ctx, group_api, op.func, op.count, op.datatype, op.root, 0)
+                abi.start_coll_api(ctx, group.api, op.func, op.count, op.datatype, op.root, 0)
                 if starts(EventType.COLL_API, mask)
                 else None
             )
         abi.stop(api)
-        abi.record_state(group_api, EventState.GROUP_END_API_START)
+        issued = IssuedOp(
+            op, comm, instance, mask, None, 0, record["n_channels"], bool(mismatched), record
+        )
+        group.ops.append(issued)
+        group.api_of[id(issued)] = api
+
+    def _launch(self, group: _OpenGroup) -> list[IssuedOp]:
+        """ncclGroupEnd of the outermost group: one kernel plan per communicator (KernelLaunch,
+        then a Group event with the plan's tasks as children), then the GroupApi stops. The GPU
+        side runs the whole group as one launch, so its sends and receives can meet."""
+        self.abi.record_state(group.api, EventState.GROUP_END_API_START)
+        for comm in _in_order_of_first_use(issued.comm for issued in group.ops):
+            self._launch_plan(comm, group, [i for i in group.ops if i.comm is comm])
+        self.abi.stop(group.api)
+        self.ops_issued += len(group.ops)
+        self.proxy.submit(group.ops)
+        return group.ops
+
+    def _launch_plan(self, comm: SimComm, group: _OpenGroup, ops: list[IssuedOp]) -> None:
+        abi, ctx = self.abi, comm.context
+        # NCCL decides the plan's events by the first task that captured a mask
+        mask = next((i.mask for i in ops if i.mask), 0)
         launch = (
-            abi.start_kernel_launch(ctx, group_api, comm.stream)
+            abi.start_kernel_launch(ctx, group.api, comm.stream)
             if starts(EventType.KERNEL_LAUNCH, mask)
             else None
         )
         abi.stop(launch)
         launch_ns = time.monotonic_ns()
-        group = abi.start_group(ctx) if starts(EventType.GROUP, mask) else None
-        record["host_start_ns"] = time.monotonic_ns()
-        task = self._start_task(comm, op, record, api, group, mask)
-        abi.stop(task)
-        record["host_stop_ns"] = time.monotonic_ns()
-        abi.stop(group)
-        abi.stop(group_api)
-
-        self.ops_issued += 1
-        issued = IssuedOp(
-            op,
-            comm,
-            instance,
-            mask,
-            task,
-            launch_ns,
-            record["n_channels"],
-            bool(mismatched),
-            record,
-        )
-        self.proxy.submit(issued)
-        return issued
+        plan_group = abi.start_group(ctx) if starts(EventType.GROUP, mask) else None
+        # a plan starts its collective tasks, then its P2P tasks, and stops them all after
+        ordered = sorted(ops, key=lambda i: i.op.func in cost_model.P2P_FUNCS)
+        for issued in ordered:
+            api = group.api_of[id(issued)]
+            issued.launch_ns = launch_ns
+            issued.record["host_start_ns"] = time.monotonic_ns()
+            issued.task = self._start_task(
+                comm, issued.op, issued.record, api, plan_group, issued.mask
+            )
+        for issued in ordered:
+            abi.stop(issued.task)
+            issued.record["host_stop_ns"] = time.monotonic_ns()
+        abi.stop(plan_group)
 
     def _start_task(self, comm: SimComm, op: RankOp, record: dict, api, group, mask: int):
         buffers = BUFFER_BASE + (op.op_index << 24)
@@ -242,6 +315,7 @@ class SimNccl:
             "n_warps": tuning.n_warps,
             "step": op.step,
             "phase": op.phase,
+            "group": op.group,
             "micro_batch": op.micro_batch,
             "host_api_ns": None,
             "host_start_ns": None,

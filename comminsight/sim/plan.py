@@ -6,12 +6,19 @@ completes on every participant when the last one has arrived on its GPU plus the
 duration. Each rank's program is built independently by walking the workload's schedule;
 `PlanBuilder` matches a rank's k-th collective on a communicator (or its j-th message to a
 peer) with the same instance on the other participants, and checks that they agree.
+
+Ops issued inside `PlanBuilder.nccl_group(rank)` form one NCCL group of that rank
+(ncclGroupStart ... ncclGroupEnd): the program brackets them with `GroupStart`/`GroupEnd`, and
+NCCL launches them together at the end, so a rank can send to and receive from the same peer
+without waiting for it in between (PyTorch's all_to_all_single and batch_isend_irecv).
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from comminsight.sim import cost_model
@@ -64,6 +71,7 @@ class RankOp:
     phase: str
     step: int | None  # None for setup ops
     micro_batch: int | None
+    group: int | None = None  # the rank's NCCL group counter; None: issued alone
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,16 @@ class Compute:
 @dataclass(frozen=True)
 class Issue:
     op: RankOp
+
+
+@dataclass(frozen=True)
+class GroupStart:
+    group: int  # ncclGroupStart: the ops up to the matching GroupEnd are launched together
+
+
+@dataclass(frozen=True)
+class GroupEnd:
+    group: int  # ncclGroupEnd: NCCL launches the group's ops
 
 
 @dataclass(frozen=True)
@@ -93,7 +111,7 @@ class HostSync:
     label: str  # the host waits for its GPU (torch.distributed.barrier() does)
 
 
-Action = Compute | Issue | StepBegin | StepEnd | HostSync
+Action = Compute | Issue | GroupStart | GroupEnd | StepBegin | StepEnd | HostSync
 
 
 @dataclass
@@ -130,6 +148,7 @@ class PlanBuilder:
         self._instance_api: dict[int, tuple] = {}
         self._counters: dict[tuple, int] = {}
         self._group_names = 0
+        self._open_nccl_groups: dict[int, int] = {}  # rank -> its NCCL group being built
         self._host_rngs = [random.Random(f"{config.seed}/host/{r}") for r in range(config.ranks)]
 
     # ---- communicators ----
@@ -178,6 +197,24 @@ class PlanBuilder:
             self.collective(rank, comm, "AllReduce", 1, "ncclFloat32", phase="extra", step=step)
             self.programs[rank].append(HostSync("barrier"))
 
+    @contextmanager
+    def nccl_group(self, rank: int) -> Iterator[int]:
+        """ncclGroupStart/ncclGroupEnd around the collectives, sends and receives `rank` issues
+        inside: they are launched as one NCCL group. A nested group joins the outer one, as
+        NCCL counts group depth. Yields the group's number (the rank's group counter)."""
+        outer = self._open_nccl_groups.get(rank)
+        if outer is not None:
+            yield outer
+            return
+        group = self._next(("nccl-group", rank))
+        self._open_nccl_groups[rank] = group
+        self.programs[rank].append(GroupStart(group))
+        try:
+            yield group
+        finally:
+            del self._open_nccl_groups[rank]
+            self.programs[rank].append(GroupEnd(group))
+
     def step_begin(self, rank: int, step: int, warmup: bool) -> None:
         if rank == 0:
             self.steps.append((step, warmup))
@@ -217,6 +254,8 @@ class PlanBuilder:
         self._p2p(rank, comm, "Recv", comm.members[peer], rank, peer, count, datatype, where)
 
     def build(self) -> WorkloadPlan:
+        if self._open_nccl_groups:
+            raise AssertionError(f"workload plan: NCCL groups left open: {self._open_nccl_groups}")
         return WorkloadPlan(
             self.config.workload,
             self.config.ranks,
@@ -229,7 +268,9 @@ class PlanBuilder:
     # ---- matching ----
 
     def _p2p(self, rank, comm, func, sender, receiver, peer, count, datatype, where) -> None:
-        j = self._next(("p2p", comm.index, sender, receiver, rank))
+        # a rank's send to itself pairs with its own receive (all_to_all_single includes self)
+        side = (func,) if sender == receiver else ()
+        j = self._next(("p2p", comm.index, sender, receiver, rank, *side))
         nbytes = count * cost_model.element_bytes(datatype)
         instance = self._instance(
             ("p2p", comm.index, sender, receiver, j),
@@ -257,6 +298,7 @@ class PlanBuilder:
             phase=phase,
             step=step,
             micro_batch=micro_batch,
+            group=self._open_nccl_groups.get(rank),
         )
         self.programs[rank].append(Issue(op))
 

@@ -6,9 +6,10 @@ kernel reaches it (pTimer = the GPU globaltimer at that moment), then, as channe
 records KernelChStop with the end tick and stops each one (src/transport/profiler.cc). This
 thread does the same against a model of the GPU:
 
-- one timeline per process: an op's kernel starts when it was launched and the previous op
-  has finished; it finishes when every participant's kernel has started (their arrivals, read
-  from the rendezvous board) plus the op's modeled duration;
+- one timeline per process: a kernel starts when it was launched and the previous kernel has
+  finished; each op in it (one, or every op of an NCCL group, side by side) finishes when every
+  participant has reached it (their arrivals, read from the rendezvous board) plus the op's
+  modeled duration, and the kernel when its last op has;
 - an op some participant never joins, or joined with other arguments, never finishes: its
   channels stay started until the run is aborted, and every later op waits behind it;
 - across nodes it also reports the network proxy: per channel a send and a receive ProxyOp
@@ -60,9 +61,10 @@ class ProxyThread(threading.Thread):
 
     # ---- the calling thread's side ----
 
-    def submit(self, issued) -> None:
+    def submit(self, launch: list) -> None:
+        """One kernel launch: the ops of one NCCL group (a lone op is a group of one)."""
         with self._cond:
-            self._queue.append(issued)
+            self._queue.append(list(launch))
             self._cond.notify_all()
 
     def wait_idle(self) -> None:
@@ -82,8 +84,10 @@ class ProxyThread(threading.Thread):
             self._cond.notify_all()
         if self.is_alive():
             self.join()
-        unfinished = [self._current] if self._current is not None else []
-        return unfinished + list(self._queue)
+        launches = ([self._current] if self._current is not None else []) + list(self._queue)
+        return [
+            issued for launch in launches for issued in launch if not issued.record["completed"]
+        ]
 
     def _raise_if_failed(self) -> None:
         if self.error is not None:
@@ -111,51 +115,46 @@ class ProxyThread(threading.Thread):
             with self._cond:
                 self._cond.notify_all()
 
-    def _execute(self, issued) -> None:
-        abi, ctx, mask = self.abi, issued.comm.context, issued.mask
-        instance, record = issued.instance, issued.record
-        gpu_start = max(issued.launch_ns + int(LAUNCH_LATENCY_NS * self.scale), self.prev_end_ns)
-        if issued.mismatched:
-            self.board.poison(instance.id)
-        self.board.arrive(instance.id, self.rank, gpu_start)
-
-        network = _NetworkProxy(abi, issued) if self._uses_network(issued) else None
-        if network:
-            network.start_ops()
+    def _execute(self, launch: list) -> None:
+        """One kernel launch: a lone op, or every op of an NCCL group, which run side by side
+        (each finishes once its own participants have arrived, so a group's sends and receives
+        between the same two ranks meet)."""
+        first = launch[0]
+        gpu_start = max(first.launch_ns + int(LAUNCH_LATENCY_NS * self.scale), self.prev_end_ns)
+        runs = [_KernelOp(self, issued, gpu_start) for issued in launch]
+        for run in runs:
+            run.arrive()
         self._sleep_until(gpu_start)
-        channels = []
-        if starts(EventType.KERNEL_CH, mask):
-            for ch in range(issued.n_channels):
-                tick = self._tick(gpu_start + ch * CHANNEL_SKEW_NS)
-                channels.append(abi.start_kernel_ch(ctx, issued.task, ch, tick))
-            record["kernel_ch_events"] = len(channels)
-        record["gpu_start_tick"] = self._tick(gpu_start)
-        if network:
-            network.start_first_steps()
+        for run in runs:
+            run.start_channels()
+        self.prev_end_ns = self._finish(runs)
 
-        arrivals = self._await_participants(instance)
-        # the op ends the same way whatever the mask: never before its last channel started
-        n = issued.n_channels
-        end = max(
-            max(arrivals) + int(instance.duration_ns * self.scale),
-            gpu_start + (n - 1) * CHANNEL_SKEW_NS + 1,
-        )
-        if network:
-            network.finish_steps()
-        self._sleep_until(end)
-        for ch, handle in enumerate(channels):
-            stop = max(gpu_start + ch * CHANNEL_SKEW_NS + 1, end - (n - 1 - ch) * CHANNEL_SKEW_NS)
-            abi.record_state(handle, EventState.KERNEL_CH_STOP, ptimer=self._tick(stop))
-            abi.stop(handle)
-        if network:
-            network.stop_ops()
-
-        self.prev_end_ns = end
-        record["gpu_end_tick"] = self._tick(end)
-        record["completed"] = True
-        self.truth.write("op", **record)
-        self.completed += 1
-        self.board.progress(self.rank)
+    def _finish(self, runs: list[_KernelOp]) -> int:
+        """Complete each op of a launch as its participants arrive and its time comes; returns
+        when the last one is done, with its end."""
+        waiting, due, last_end = list(runs), [], 0
+        pause = POLL_MIN_S
+        while waiting or due:
+            arrived = [run for run in waiting if run.resolve_end()]
+            if arrived:
+                waiting = [run for run in waiting if run not in arrived]
+                due = sorted(due + arrived, key=lambda run: run.end)
+                pause = POLL_MIN_S
+            now = time.monotonic_ns()
+            while due and due[0].end <= now:
+                run = due.pop(0)
+                run.complete()
+                last_end = max(last_end, run.end)
+            if not waiting:
+                if due:
+                    self._sleep_until(due[0].end)
+                continue
+            if self.board.aborted or self._stopping:
+                raise RunAborted()
+            wait_s = pause if not due else min(pause, max(0, due[0].end - now) / 1e9)
+            time.sleep(wait_s)
+            pause = min(pause * 2, POLL_MAX_S)
+        return last_end
 
     def _uses_network(self, issued) -> bool:
         return (
@@ -163,17 +162,6 @@ class ProxyThread(threading.Thread):
             and issued.comm.spec.nnodes > 1
             and starts(EventType.PROXY_OP, issued.mask)
         )
-
-    def _await_participants(self, instance) -> list[int]:
-        pause = POLL_MIN_S
-        while True:
-            arrivals = self.board.arrivals_of(instance.id, instance.participants)
-            if arrivals is not None:
-                return arrivals
-            if self.board.aborted or self._stopping:
-                raise RunAborted()
-            time.sleep(pause)
-            pause = min(pause * 2, POLL_MAX_S)
 
     def _sleep_until(self, target_ns: int) -> None:
         while True:
@@ -186,6 +174,70 @@ class ProxyThread(threading.Thread):
 
     def _tick(self, monotonic_ns: int) -> int:
         return monotonic_ns + self.tick_offset
+
+
+class _KernelOp:
+    """One op's part of a kernel launch: its arrival, channels, network proxy and completion."""
+
+    def __init__(self, thread: ProxyThread, issued, gpu_start: int):
+        self.thread, self.issued, self.gpu_start = thread, issued, gpu_start
+        self.channels: list = []
+        self.end = 0
+        self.network = _NetworkProxy(thread.abi, issued) if thread._uses_network(issued) else None
+
+    def arrive(self) -> None:
+        thread, instance = self.thread, self.issued.instance
+        if self.issued.mismatched:
+            thread.board.poison(instance.id)
+        thread.board.arrive(instance.id, thread.rank, self.gpu_start)
+        if self.network:
+            self.network.start_ops()
+
+    def start_channels(self) -> None:
+        thread, issued = self.thread, self.issued
+        if starts(EventType.KERNEL_CH, issued.mask):
+            for ch in range(issued.n_channels):
+                tick = thread._tick(self.gpu_start + ch * CHANNEL_SKEW_NS)
+                self.channels.append(
+                    thread.abi.start_kernel_ch(issued.comm.context, issued.task, ch, tick)
+                )
+            issued.record["kernel_ch_events"] = len(self.channels)
+        issued.record["gpu_start_tick"] = thread._tick(self.gpu_start)
+        if self.network:
+            self.network.start_first_steps()
+
+    def resolve_end(self) -> bool:
+        """Once every participant has arrived: when the op ends. False while one is missing."""
+        instance = self.issued.instance
+        arrivals = self.thread.board.arrivals_of(instance.id, instance.participants)
+        if arrivals is None:
+            return False
+        # the op ends the same way whatever the mask: never before its last channel started
+        n = self.issued.n_channels
+        self.end = max(
+            max(arrivals) + int(instance.duration_ns * self.thread.scale),
+            self.gpu_start + (n - 1) * CHANNEL_SKEW_NS + 1,
+        )
+        if self.network:
+            self.network.finish_steps()
+        return True
+
+    def complete(self) -> None:
+        thread, issued = self.thread, self.issued
+        n, end = issued.n_channels, self.end
+        for ch, handle in enumerate(self.channels):
+            stop = max(
+                self.gpu_start + ch * CHANNEL_SKEW_NS + 1, end - (n - 1 - ch) * CHANNEL_SKEW_NS
+            )
+            thread.abi.record_state(handle, EventState.KERNEL_CH_STOP, ptimer=thread._tick(stop))
+            thread.abi.stop(handle)
+        if self.network:
+            self.network.stop_ops()
+        issued.record["gpu_end_tick"] = thread._tick(end)
+        issued.record["completed"] = True
+        thread.truth.write("op", **issued.record)
+        thread.completed += 1
+        thread.board.progress(thread.rank)
 
 
 class _NetworkProxy:

@@ -25,7 +25,16 @@ from comminsight.sim.abi import load_plugin
 from comminsight.sim.board import Board, RankState, RunAborted
 from comminsight.sim.config import SimConfig
 from comminsight.sim.nccl import SimNccl
-from comminsight.sim.plan import Compute, HostSync, Issue, RankOp, StepBegin, StepEnd
+from comminsight.sim.plan import (
+    Compute,
+    GroupEnd,
+    GroupStart,
+    HostSync,
+    Issue,
+    RankOp,
+    StepBegin,
+    StepEnd,
+)
 from comminsight.sim.truth import GroundTruthWriter, truth_path
 from comminsight.sim.workloads import build_plan
 
@@ -103,7 +112,7 @@ class RankRunner:
             self._blocked(self.nccl.proxy.wait_idle)
         except RunAborted:
             status = "aborted"
-        for issued in self.nccl.proxy.shutdown():
+        for issued in self.nccl.proxy.shutdown() + self.nccl.unlaunched():
             self.truth.write("op", **issued.record)
         self._close_open_step()
         self.nccl.finalize_all(aborted=status == "aborted")
@@ -129,6 +138,10 @@ class RankRunner:
                 self._sleep(action.ns * self.scale / 1e9)
             elif isinstance(action, Issue):
                 self._issue(action.op)
+            elif isinstance(action, GroupStart):
+                self.nccl.group_start()
+            elif isinstance(action, GroupEnd):
+                self.nccl.group_end()
             elif isinstance(action, StepBegin):
                 self.step_start[action.step] = time.monotonic_ns()
                 self.current_step = action

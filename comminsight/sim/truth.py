@@ -12,7 +12,9 @@
            api_datatype, root, peer, algo, proto, n_channels, n_warps, step, phase,
            host_start_ns / host_stop_ns (around the Coll/P2p start/stop calls), gpu_start_tick
            / gpu_end_tick (the KernelCh pTimer values; end null if it never finished),
-           kernel_ch_events, completed, mismatch (null, or what differed from the peers)
+           kernel_ch_events, completed, mismatch (null, or what differed from the peers),
+           group (the rank's count of its NCCL groups, from 0, for an op issued inside
+           ncclGroupStart/End with others; null for an op issued alone)
 - `step`   a training step: step, warmup, first_op, last_op (op_index), start_ns, end_ns,
            completed
 - `fault`  a fault this rank applied: fault, spec, op_index, comm_id, func, at_ns

@@ -122,6 +122,10 @@ typedef struct ci_thread {
     bool pool_cached; /* this thread holds a share of the pool cache allowance */
     uint32_t pool_n;
     uint32_t pool_items[CI_POOL_CACHE];
+    /* plugin.c: the NCCL group of the last GroupApi (v5/v6) started on this thread, 0 if none,
+     * and the group ids this thread has reserved: [group_id_next, group_id_end) */
+    uint64_t current_group_id;
+    uint64_t group_id_next, group_id_end;
     /* plugin.c: the last API calls (v5 CollApi/P2pApi) made on this thread */
     uint32_t api_next;
     struct {
@@ -181,7 +185,7 @@ uint32_t ci_pool_size(void);
 
 /* Handles given to NCCL: kind, pool index, channel and generation packed into a pointer-sized
  * value, so a late child event naming a parent that was already recycled is recognised. */
-enum { CI_HANDLE_OP = 1, CI_HANDLE_CHANNEL = 2, CI_HANDLE_API = 3 };
+enum { CI_HANDLE_OP = 1, CI_HANDLE_CHANNEL = 2, CI_HANDLE_API = 3, CI_HANDLE_GROUP = 4 };
 static inline void* ci_handle_make(uint32_t kind, uint32_t index, uint32_t generation,
                                    uint32_t channel) {
     uint64_t v = ((uint64_t)(generation & 0xFFFFFFu) << 40) | ((uint64_t)(channel & 0xFFu) << 32) |
@@ -191,6 +195,20 @@ static inline void* ci_handle_make(uint32_t kind, uint32_t index, uint32_t gener
 static inline uint32_t ci_handle_kind(const void* h) { return (uint32_t)(((uintptr_t)h >> 24) & 0xFF); }
 static inline uint32_t ci_handle_generation(const void* h) { return (uint32_t)((uintptr_t)h >> 40); }
 static inline int64_t ci_handle_index(const void* h) { return (int64_t)((uintptr_t)h & 0xFFFFFFu) - 1; }
+
+/* A Group handle carries its NCCL group's id itself (56 bits: bits 0-23 and 32-63), so the
+ * ops below it read the id straight from the handle they name, on any thread, with no table
+ * to look it up in. */
+static inline void* ci_group_handle_make(uint64_t group_id) {
+    uint64_t v = (group_id & 0xFFFFFFu) | ((uint64_t)CI_HANDLE_GROUP << 24) | ((group_id >> 24) << 32);
+    return (void*)(uintptr_t)v;
+}
+/* The group id a Group handle carries; 0 (unknown) for NULL and any other handle. */
+static inline uint64_t ci_group_of(const void* h) {
+    if (ci_handle_kind(h) != CI_HANDLE_GROUP) return 0;
+    uint64_t v = (uint64_t)(uintptr_t)h;
+    return (v & 0xFFFFFFu) | ((v >> 32) << 24);
+}
 
 /* ---- communicators (comm.c) ---- */
 typedef struct ci_comm {
@@ -230,7 +248,7 @@ void ci_comm_refresh(ci_comm_t* comm, uint64_t now);
 /* ---- op life cycle (ops.c) ---- */
 void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq, uint64_t count,
                   const char* datatype, int peer, int n_channels /* < 0: unknown */, uint8_t n_warps,
-                  const char* algo, const char* proto, ci_api_info_t api);
+                  const char* algo, const char* proto, ci_api_info_t api, uint64_t group_id /* 0: unknown */);
 void ci_op_stop(ci_op_t* op);
 void* ci_channel_start(const void* parent_handle, uint8_t channel, uint64_t ptimer);
 void ci_channel_record_stop(ci_op_t* op, uint64_t ptimer);
@@ -314,7 +332,7 @@ typedef struct ci_process {
     uint32_t live_comms;
     pid_t pid;
     char hostname[64];
-    uint64_t group_counter;
+    uint64_t group_counter; /* the last NCCL group id a thread reserved (plugin.c); ids start at 1 */
     bool threads_running;
     bool autostart_done;
 } ci_process_t;

@@ -33,7 +33,7 @@ static uint32_t thread_id(void) {
 
 void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq, uint64_t count,
                   const char* datatype, int peer, int n_channels, uint8_t n_warps, const char* algo,
-                  const char* proto, ci_api_info_t api) {
+                  const char* proto, ci_api_info_t api, uint64_t group_id) {
     ci_op_t* op = ci_pool_get();
     if (CI_UNLIKELY(!op)) {
         ci_counter_add(&ci_g.hdr->events_dropped_pool, 1);
@@ -67,7 +67,7 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
     STORE(&op->n_channels, (uint8_t)(n_channels < 0 ? 0 : n_channels));
     op->n_warps = n_warps;
     op->stream = api.stream;
-    op->group_id = 0;
+    op->group_id = group_id;
     op->tid = thread_id();
     /* n_channels < 0: NCCL did not say (v4 P2P); the background sweep completes such ops once
      * their channels have gone quiet. */

@@ -144,11 +144,62 @@ static bool tracked(void* context) {
 }
 
 static void* start_p2p(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype, int peer,
-                       int n_channels, ci_api_info_t api) {
+                       int n_channels, ci_api_info_t api, uint64_t group_id) {
     /* NCCL gives P2P no sequence number: its seq is its index among the comm's P2P ops */
     uint64_t seq = __atomic_load_n(&comm->p2p_counter, __ATOMIC_RELAXED);
     return ci_op_start(comm, CI_SHM_V1_RECORD_KIND_P2P, func, seq, count, datatype, peer, n_channels, 0, NULL,
-                       NULL, api);
+                       NULL, api, group_id);
+}
+
+/* NCCL groups: which ops were launched together (one ncclGroupStart..End, or an op alone in
+ * its implicit group), so that a grouped Send/Recv all-to-all reads as one operation.
+ *
+ * NCCL (2.27-2.29, src/plugin/profiler.cc) starts a Group event per kernel plan as soon as
+ * the mask has Coll, P2p, KernelCh or a proxy bit, and names it as the parent of the plan's
+ * tasks: v4's Coll/P2p parentObj, v5/v6's coll.parentGroup/p2p.parentGroup. v5/v6 also start
+ * one GroupApi per outermost group, on the calling thread, at its first op (same gating), and
+ * launch the group's plans on that thread before the next one. So the Profiler's default mask
+ * (Coll|P2p|KernelCh) already brings both; asking for the Group/GroupApi bits would add no
+ * event and is not done.
+ *
+ * A GroupApi start takes a new group id and makes it this thread's current group; every Group
+ * started on the thread after it (one per communicator and plan of that group) carries it, in
+ * its handle. The GroupApi itself gets no handle: nothing we read is its child, and a handle
+ * would make NCCL call us three more times per group (two states and the stop), 70
+ * instructions per op in bench/profiler_hot_path.py's count.
+ * A Group on a thread that has seen no GroupApi (ABI v4, a plan launched from a CUDA host
+ * callback, a graph replay or a non-blocking communicator's thread) takes a new id: its
+ * plan's ops are still one group. Ops take the id from the Group handle they name, not
+ * through their CollApi/P2pApi: the API ring below keeps a thread's last 16 calls, fewer than
+ * an all-to-all over 8 peers makes before its first task. Ids are reserved from the process
+ * counter a block at a time, so taking one is a thread-local increment, not an atomic one. */
+#define GROUP_ID_BLOCK 256
+
+static uint64_t new_group_id(ci_thread_t* t) {
+    if (CI_UNLIKELY(t->shared)) return __atomic_add_fetch(&ci_g.group_counter, 1, __ATOMIC_RELAXED);
+    if (CI_UNLIKELY(t->group_id_next == t->group_id_end)) {
+        uint64_t first = __atomic_fetch_add(&ci_g.group_counter, GROUP_ID_BLOCK, __ATOMIC_RELAXED) + 1;
+        t->group_id_next = first;
+        t->group_id_end = first + GROUP_ID_BLOCK;
+    }
+    return t->group_id_next++;
+}
+
+static void start_group_api(void) {
+    ci_thread_t* t = ci_thread();
+    if (!t->shared) t->current_group_id = new_group_id(t);
+}
+
+/* A group begun on a communicator we do not track: its plans on tracked ones take new ids. */
+static void start_untracked_group_api(void) {
+    ci_thread_t* t = ci_thread();
+    if (!t->shared) t->current_group_id = 0;
+}
+
+static void* start_group(void) {
+    ci_thread_t* t = ci_thread();
+    uint64_t id = !t->shared && t->current_group_id ? t->current_group_id : new_group_id(t);
+    return ci_group_handle_make(id);
 }
 
 /* The API call behind a task (v5 CollApi/P2pApi events): NCCL starts it on the calling thread
@@ -176,7 +227,8 @@ static ci_api_info_t api_of(const void* parent) {
 }
 
 /* Event types we know and deliberately do not track: no handle, no counting. */
-#define KNOWN_UNTRACKED_V5 0x0FB9ull /* Group, ProxyOp/Step/Ctrl, NetPlugin, GroupApi, CollApi, P2pApi, KernelLaunch */
+#define KNOWN_UNTRACKED_V5 0x0EB8ull /* ProxyOp/Step/Ctrl, NetPlugin, CollApi, P2pApi, KernelLaunch */
+#define KNOWN_UNTRACKED_V4 0xB8u     /* ProxyOp/Step/Ctrl, NetPlugin */
 
 static void on_unknown_event(void) {
     if (ci_g.hdr) ci_counter_add(&ci_g.hdr->events_unknown, 1);
@@ -192,7 +244,10 @@ static uint32_t init_v5(void** context, uint64_t comm_id, int32_t* mask, const c
 static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t* d) {
     if (!handle) return CI_NCCL_V5_RESULT_SUCCESS;
     *handle = NULL;
-    if (!d || !tracked(context)) return CI_NCCL_V5_RESULT_SUCCESS;
+    if (CI_UNLIKELY(!d || !tracked(context))) {
+        if (d && d->type == CI_NCCL_V5_EVENT_TYPE_GROUP_API) start_untracked_group_api();
+        return CI_NCCL_V5_RESULT_SUCCESS;
+    }
     ci_comm_t* comm = context;
     if (CI_LIKELY(d->type == CI_EV_KERNEL_CH)) { /* 24 of every ~80 events: first */
         *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
@@ -202,11 +257,18 @@ static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t*
     case CI_EV_COLL:
         *handle = ci_op_start(comm, CI_SHM_V1_RECORD_KIND_COLL, d->u.coll.func, d->u.coll.seqNumber,
                               d->u.coll.count, d->u.coll.datatype, d->u.coll.root, d->u.coll.nChannels,
-                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto, api_of(d->parentObj));
+                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto, api_of(d->parentObj),
+                              ci_group_of(d->u.coll.parentGroup));
         break;
     case CI_EV_P2P:
         *handle = start_p2p(comm, d->u.p2p.func, d->u.p2p.count, d->u.p2p.datatype, d->u.p2p.peer,
-                            d->u.p2p.nChannels, api_of(d->parentObj));
+                            d->u.p2p.nChannels, api_of(d->parentObj), ci_group_of(d->u.p2p.parentGroup));
+        break;
+    case CI_NCCL_V5_EVENT_TYPE_GROUP_API:
+        start_group_api(); /* no handle: see start_group_api */
+        break;
+    case CI_NCCL_V5_EVENT_TYPE_GROUP:
+        *handle = start_group();
         break;
     case CI_NCCL_V5_EVENT_TYPE_COLL_API:
         *handle = start_api((uint64_t)(uintptr_t)d->u.collApi.stream, d->u.collApi.graphCaptured);
@@ -222,7 +284,9 @@ static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t*
 }
 
 static uint32_t stop_common(void* handle) {
-    if (handle && ci_handle_kind(handle) == CI_HANDLE_API) return CI_NCCL_V5_RESULT_SUCCESS; /* nothing held */
+    /* API and Group handles hold nothing (one range test: this runs for every channel too) */
+    if (CI_UNLIKELY(ci_handle_kind(handle) - CI_HANDLE_API <= CI_HANDLE_GROUP - CI_HANDLE_API))
+        return CI_NCCL_V5_RESULT_SUCCESS;
     ci_op_t* op = ci_op_from_handle(handle); /* NULL for NULL, foreign and stale handles */
     if (CI_UNLIKELY(!op)) {
         if (handle) on_unknown_event();
@@ -271,22 +335,27 @@ static uint32_t start_v4(void* context, void** handle, ci_nccl_event_descr_v4_t*
     *handle = NULL;
     if (!d || !tracked(context)) return CI_NCCL_V4_RESULT_SUCCESS;
     ci_comm_t* comm = context;
+    /* v4's tasks name their Group as parentObj */
     switch (d->type) {
     case CI_EV_COLL:
         *handle = ci_op_start(comm, CI_SHM_V1_RECORD_KIND_COLL, d->u.coll.func, d->u.coll.seqNumber,
                               d->u.coll.count, d->u.coll.datatype, d->u.coll.root, d->u.coll.nChannels,
-                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto, (ci_api_info_t){0, false});
+                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto, (ci_api_info_t){0, false},
+                              ci_group_of(d->parentObj));
         break;
     case CI_EV_P2P:
         /* NCCL leaves p2p.nChannels unset for v4 plugins: the channel count is unknown */
         *handle = start_p2p(comm, d->u.p2p.func, d->u.p2p.count, d->u.p2p.datatype, d->u.p2p.peer, -1,
-                            (ci_api_info_t){0, false});
+                            (ci_api_info_t){0, false}, ci_group_of(d->parentObj));
         break;
     case CI_EV_KERNEL_CH:
         *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
         break;
+    case CI_NCCL_V4_EVENT_TYPE_GROUP:
+        *handle = start_group();
+        break;
     default:
-        if (!(d->type & 0xB9) || (d->type & (d->type - 1))) on_unknown_event();
+        if (!(d->type & KNOWN_UNTRACKED_V4) || (d->type & (d->type - 1))) on_unknown_event();
         break;
     }
     return CI_NCCL_V4_RESULT_SUCCESS;
@@ -337,6 +406,8 @@ SAME_OFFSET(u.collApi.stream);
 SAME_OFFSET(u.collApi.graphCaptured);
 SAME_OFFSET(u.p2pApi.stream);
 SAME_OFFSET(u.p2pApi.graphCaptured);
+SAME_OFFSET(u.coll.parentGroup);
+SAME_OFFSET(u.p2p.parentGroup);
 _Static_assert(sizeof(ci_nccl_state_args_v6_t) == sizeof(ci_nccl_state_args_v5_t), "v6 state args differ");
 _Static_assert(offsetof(ci_nccl_state_args_v6_t, kernelCh.pTimer) == offsetof(ci_nccl_state_args_v5_t, kernelCh.pTimer),
                "v6 moved kernelCh.pTimer");

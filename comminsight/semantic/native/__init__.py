@@ -17,7 +17,7 @@ _CDEF = """
 typedef struct ci_intern ci_intern_t;
 typedef struct ci_columns {
     int64_t *start, *end, *seq, *size, *peer, *ring_seq;
-    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop;
+    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop, *group_id;
     double *exec_us, *busbw;
     int32_t *status, *kind, *header, *func, *kernel_timing;
 } ci_columns_t;
@@ -64,7 +64,7 @@ WHERE = {None: 0, "start": 1, "in": 2, "off": 3}
 # ci_scan's columns, one entry per line
 _INT_LINE_COLUMNS = (
     "start", "end", "seq", "size", "peer", "ring_seq", "host_start", "host_complete",
-    "gpu_start", "gpu_stop",
+    "gpu_start", "gpu_stop", "group_id",
 )  # fmt: skip
 LINE_COLUMNS = {
     **{f: np.int64 for f in _INT_LINE_COLUMNS},

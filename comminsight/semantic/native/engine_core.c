@@ -377,6 +377,7 @@ typedef struct ci_line {
     int64_t start, end; /* the line's first byte, and the byte after its '\n' */
     int64_t seq, size, peer, ring_seq;
     int64_t host_start, host_complete, gpu_start, gpu_stop;
+    int64_t group_id; /* the op's NCCL group, 0 when the line has none */
     double exec_us, busbw;
     int32_t status, kind, header, func, kernel_timing, pad;
 } ci_line_t;
@@ -509,7 +510,7 @@ typedef struct {
     int present;
     const char* kind;
     int64_t kind_n;
-    int64_t ring_seq, host_start, host_complete, gpu_start, gpu_stop;
+    int64_t ring_seq, host_start, host_complete, gpu_start, gpu_stop, group_id;
 } ci_obj_t;
 
 static const json_key_t CI_INT_KEYS[] = {K("segment_index"), K("lost_count"),     K("record_count"),
@@ -521,6 +522,7 @@ static int ci_object(cur_t* c, ci_obj_t* o) {
     if (c->p < c->end && *c->p == 'n') return literal(c, "null");
     if (!eat(c, '{')) return 0;
     o->ring_seq = o->host_start = o->host_complete = o->gpu_start = o->gpu_stop = NONE;
+    o->group_id = 0;
     int have_kind = 0;
     if (!eat(c, '}')) {
         for (;;) {
@@ -542,6 +544,9 @@ static int ci_object(cur_t* c, ci_obj_t* o) {
                 if (!opt_int(c, &o->gpu_start)) return 0;
             } else if (key_is(k, kn, "gpu_stop_globaltimer_ns")) {
                 if (!opt_int(c, &o->gpu_stop)) return 0;
+            } else if (key_is(k, kn, "group_id")) {
+                if (!opt_int(c, &o->group_id)) return 0;
+                if (o->group_id < 0) o->group_id = 0; /* null: unknown */
             } else if (key_is(k, kn, "process") || key_is(k, kn, "clock")) {
                 if (!literal(c, "null")) return 0; /* segment_start: Python */
             } else {
@@ -625,6 +630,7 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern
     row->host_complete = ci.host_complete;
     row->gpu_start = ci.gpu_start;
     row->gpu_stop = ci.gpu_stop;
+    row->group_id = ci.group_id;
     return CI_LINE_OP;
 }
 
@@ -680,6 +686,18 @@ static const char* layout_str(const char* p, const char* e) {
     const char* q = memchr(p, '"', (size_t)(e - p));
     if (!q || memchr(p, '\\', (size_t)(q - p))) return NULL;
     return q;
+}
+
+/* The group id the writer puts right before ",\"tid\":" at q (`"group_id":N`), or 0 when the
+ * line has none: read backwards from q, no further than `from`. */
+static int64_t layout_group_before(const char* from, const char* q) {
+    static const char key[] = ",\"group_id\":";
+    const int64_t key_n = sizeof(key) - 1;
+    const char* d = q;
+    while (d > from && q - d < 20 && (unsigned)(d[-1] - '0') < 10) d--;
+    if (d == q || d - from < key_n || memcmp(d - key_n, key, (size_t)key_n) != 0) return 0;
+    int64_t v;
+    return layout_int(d, q, &v) == q ? v : 0;
 }
 
 /* the literal is next: step over it (1), or stay (0) */
@@ -758,9 +776,10 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t
     if (!(p = layout_num(p, e, &row->busbw))) return 0;
     EXPECT_KEY(K->ci);
     if (!(p = layout_int(p, e, &row->ring_seq))) return 0;
-    /* the timing fields follow "tid"; nothing before them is used */
+    /* the timing fields follow "tid"; before it only the group id is used */
     q = find(p, e, ",\"tid\":", 7);
     if (!q) return 0;
+    row->group_id = layout_group_before(p, q);
     p = q + 7;
     int64_t tid;
     if (!(p = layout_int(p, e, &tid))) return 0;
@@ -793,7 +812,7 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t
  * without striding over whole rows. */
 typedef struct ci_columns {
     int64_t *start, *end, *seq, *size, *peer, *ring_seq;
-    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop;
+    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop, *group_id;
     double *exec_us, *busbw;
     int32_t *status, *kind, *header, *func, *kernel_timing;
 } ci_columns_t;
@@ -830,6 +849,7 @@ int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_columns_t* c
         cols->host_complete[n] = row.host_complete;
         cols->gpu_start[n] = row.gpu_start;
         cols->gpu_stop[n] = row.gpu_stop;
+        cols->group_id[n] = row.group_id;
         cols->exec_us[n] = row.exec_us;
         cols->busbw[n] = row.busbw;
         cols->status[n] = row.status;
@@ -962,6 +982,8 @@ int64_t ci_place(int64_t n, const uint8_t* dec, const int32_t* role, int32_t nro
     for (int64_t i = 0; i < n; i++) {
         uint8_t d = dec[i];
         if ((d & B_MASK) == B_BEGIN && open) {
+            /* records lost just before a Step's first op: the hole cut the open Step short */
+            steps[s].lost += lost[i];
             steps[s].closed = 1;
             steps[s].next_start = i;
             open = 0;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comminsight.sim.config import SimConfig
 from comminsight.sim.plan import PlanBuilder, WorkloadPlan
-from comminsight.sim.workloads import ddp, fsdp, moe, tp_pp_dp
+from comminsight.sim.workloads import ddp, fsdp, megatron, moe, pp, rl, tp_dp, tp_pp_dp, zero
 from comminsight.sim.workloads.model import ModelShape
 
 BUILDERS = {
@@ -12,6 +12,11 @@ BUILDERS = {
     "fsdp": fsdp.build,
     "tp-pp-dp": tp_pp_dp.build,
     "moe": moe.build,
+    "pp": pp.build,
+    "megatron": megatron.build,
+    "tp-dp": tp_dp.build,
+    "zero": zero.build,
+    "rl": rl.build,
 }
 
 

@@ -7,11 +7,22 @@ the others 25 MiB, in reverse parameter order), then the optimizer. With gradien
 only the last micro-batch synchronizes (no_sync() for the others). During the warm-up Steps
 the buckets are still the ones built at construction (all 25 MiB); DDP rebuilds them from the
 order gradients became ready in the first iteration, so later Steps have other sizes.
+
+Options: `dynamic_accum` varies the micro-batches per Step (seeded, the same on every rank);
+the communication of a Step is unchanged (only the last micro-batch synchronizes), its length
+is not. `skipped_updates` trains in fp16 with torch.amp.GradScaler: `scaler.step()` reads the
+found-inf flags on the host (`.item()`, after the all-reduced gradients were unscaled) and
+skips `optimizer.step()` when there were any, so an overflow Step issues the same collectives
+and only lacks the optimizer's compute; which Steps overflow follows GradScaler.update
+(`loss_scale`, seeded, growth interval `loss_scale_window`).
 """
 
 from __future__ import annotations
 
 from comminsight.sim.plan import PlanBuilder
+from comminsight.sim.workloads import accumulation
+from comminsight.sim.workloads.host_sync import wait_for_gpu
+from comminsight.sim.workloads.loss_scale import grad_scaler_overflows
 from comminsight.sim.workloads.model import ModelShape
 
 FIRST_BUCKET_BYTES = 1 << 20
@@ -35,6 +46,7 @@ def build(b: PlanBuilder, model: ModelShape) -> None:
     grad_bytes = model.params * GRAD_BYTES
     buckets = bucket_sizes(grad_bytes, FIRST_BUCKET_BYTES, BUCKET_BYTES)
     initial_buckets = bucket_sizes(grad_bytes, BUCKET_BYTES, BUCKET_BYTES)
+    overflows = grad_scaler_overflows(cfg.seed, cfg.total_steps, cfg.loss_scale_window)
     for rank in range(cfg.ranks):
         b.barrier(rank, world)
         for size in bucket_sizes(grad_bytes, BROADCAST_BYTES, BROADCAST_BYTES):
@@ -51,9 +63,10 @@ def build(b: PlanBuilder, model: ModelShape) -> None:
         for step in range(cfg.total_steps):
             warmup = step < cfg.warmup_steps
             b.step_begin(rank, step, warmup)
-            for micro in range(cfg.grad_accum):
+            micros = accumulation.micro_batches(cfg, step)
+            for micro in range(micros):
                 b.compute(rank, model.forward_ns(model.params, warmup), "forward")
-                sync = micro == cfg.grad_accum - 1
+                sync = micro == micros - 1
                 for size in initial_buckets if warmup else buckets:
                     share = size / grad_bytes
                     b.compute(rank, model.backward_ns(model.params, warmup) * share, "backward")
@@ -69,5 +82,8 @@ def build(b: PlanBuilder, model: ModelShape) -> None:
                             micro_batch=micro,
                         )
             b.extra_ops(rank, world, step)
-            b.compute(rank, model.optimizer_ns(model.params), "optimizer")
+            if cfg.skipped_updates:
+                wait_for_gpu(b, rank, "GradScaler found_inf .item()")
+            if not (cfg.skipped_updates and overflows[step]):
+                b.compute(rank, model.optimizer_ns(model.params), "optimizer")
             b.step_end(rank, step)
