@@ -38,6 +38,7 @@ class CutRunner:
         comm_code,
         last_step: int = -1,
         template: CompiledTemplate | None = None,
+        by_arrival: bool = False,
     ) -> None:
         """`comm_code(comm_id)` is the job's code of a communicator id (job_ops.CommIds);
         `template`, when one fits the GPU's ops, names their roles (else their functions
@@ -49,8 +50,15 @@ class CutRunner:
         order = np.argsort(rank.gpu.key, kind="stable")
         self._keys = rank.gpu.key[order]
         self._steps = rank.label[order]
+        # the same batches fed again in the same order (not resumed): an op's arrival
+        # number is its place in the cut's arrival order
+        self._by_arrival: np.ndarray | None = None
+        if by_arrival:
+            self._by_arrival = np.empty(len(rank.label), np.int64)
+            self._by_arrival[rank.gpu.arrival] = rank.label
         self.last_step = last_step  # the latest Step begun
         self.begun: list[int] = []
+        self._recoveries: dict[bool, dict] = {}
         self.names: list[str] = []
         self._codes: dict[str, int] = {}
         self.warmup_steps = job.warmup_steps
@@ -59,6 +67,8 @@ class CutRunner:
         first, inverse = batch.shapes()
         roles = [self.code(self._role(batch, i)) for i in first.tolist()]
         role = np.array(roles, np.int32)[inverse] if len(first) else np.zeros(0, np.int32)
+        if self._by_arrival is not None:
+            return CutLabels(role, self._by_arrival[batch["arrival"]])
         table = np.fromiter(
             (self._comm_code(c.comm_id) for c in batch.comms.comms),
             np.int64,
@@ -99,6 +109,13 @@ class CutRunner:
 
     def recovery(self, step_index: int) -> dict:
         """What the step-summary's recovery says of a Step (recovery_of's arguments)."""
+        doubtful = step_index in self.rank.doubtful_steps
+        made = self._recoveries.get(doubtful)
+        if made is None:
+            made = self._recoveries[doubtful] = self._recovery(step_index)
+        return made
+
+    def _recovery(self, step_index: int) -> dict:
         confidence = self.job.step_confidence(self.rank, step_index)
         extra: dict = {"job_steps": self.job.steps}
         if self.template is not None:

@@ -304,18 +304,64 @@ def _carried_cut(g: GpuOps, carried: np.ndarray, u: LocalUnits) -> RankCut:
     if not len(known):
         label[:] = STARTUP
         return cut
-    # runs of unknown ops between known ones
-    edges = np.concatenate([[-1], known, [n]])
-    for a_idx, b_idx in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
-        lo, hi = a_idx + 1, b_idx  # unknown ops lo..hi-1
-        if lo >= hi:
-            continue
-        left = int(label[a_idx]) if a_idx >= 0 else None
-        right = int(label[b_idx]) if b_idx < n else None
-        _fill(cut, lo, hi, left, right, gaps, unit_start)
+    _fill_runs(cut, known, gaps, unit_start)
     if u.found:
         _check_local(cut, u)
     return cut
+
+
+def _fill_runs(cut: RankCut, known: np.ndarray, gaps: np.ndarray, unit_start: np.ndarray) -> None:
+    """Every run of unknown ops between known ones filled (as _fill does one run), the runs
+    with no boundary or one at once over arrays: a long run has a run per Step per rank."""
+    label = cut.label
+    n = len(label)
+    edges = np.concatenate([[-1], known, [n]])
+    lo, hi = edges[:-1] + 1, edges[1:]  # unknown ops lo..hi-1
+    runs = lo < hi
+    lo, hi, a, b = lo[runs], hi[runs], edges[:-1][runs], edges[1:][runs]
+    left = np.where(a >= 0, label[np.maximum(a, 0)], STARTUP)
+    right = np.where(b < n, label[np.minimum(b, n - 1)], UNKNOWN)
+    no_right = b >= n
+    left = np.where(no_right & (a < 0), STARTUP, left)
+    one = ~no_right & (left != right) & ((right == TAIL) | (left == STARTUP) | (right - left == 1))
+    none = no_right | (left == right)
+    _fill_constant(label, lo[none], hi[none], left[none])
+    if one.any():
+        _fill_one_boundary(cut, lo[one], hi[one], left[one], right[one], gaps, unit_start)
+    for i in np.flatnonzero(~none & ~one).tolist():  # Steps passed with no op shared
+        _fill(cut, int(lo[i]), int(hi[i]), int(left[i]), int(right[i]), gaps, unit_start)
+
+
+def _spans(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions lo[i]..hi[i]-1 of every span, and each position's span number."""
+    lengths = hi - lo
+    span = np.repeat(np.arange(len(lo)), lengths)
+    offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.repeat(lo, lengths) + offsets, span
+
+
+def _fill_constant(label: np.ndarray, lo, hi, value) -> None:
+    positions, span = _spans(lo, hi)
+    label[positions] = value[span]
+
+
+def _fill_one_boundary(cut: RankCut, lo, hi, left, right, gaps, unit_start) -> None:
+    """One boundary in each run, before op t for t in lo..hi (op hi is the known op of the
+    right label): at the GPU's own unit start if there is one, else before the longest
+    idle gap; a gap not clearly the longest makes the Step doubtful."""
+    positions, span = _spans(lo, hi + 1)
+    score = np.log1p(gaps[positions].astype(np.float64)) + np.where(unit_start[positions], 1e3, 0.0)
+    order = np.lexsort((-score, span))
+    first = np.flatnonzero(np.diff(np.concatenate([[-1], span[order]])) != 0)
+    best = order[first]
+    t = positions[best]
+    has_second = np.diff(np.concatenate([first, [len(order)]])) > 1
+    second = order[np.minimum(first + 1, len(order) - 1)]
+    close = has_second & (score[best] - score[second] < np.log(GROUP_HINT_RATIO))
+    doubtful = close & ~unit_start[t] & (right >= 0) & (right < TAIL)
+    cut.doubtful_steps.update(int(s) for s in right[doubtful].tolist())
+    _fill_constant(cut.label, lo, t, left)
+    _fill_constant(cut.label, t, hi, right)
 
 
 def _fill(

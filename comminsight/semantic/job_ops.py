@@ -98,6 +98,7 @@ class GpuOps:
     lost_before: np.ndarray
     group: np.ndarray  # the op's NCCL group within its process, 0 when unknown
     host_issue: np.ndarray  # bool: `issue` is the host's clock (NVIDIA logs give file order)
+    arrival: np.ndarray  # each op's place in the order its batches came in
     instance: np.ndarray = field(default=None)  # set by JobOps.match
     key: np.ndarray = field(default=None)  # op_keys, in op order
 
@@ -159,6 +160,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
         take["lost_before"],
         take["group"],
         take["host_issue"].astype(bool),
+        take["arrival"],
     )
     ops.key = op_keys(ops.kind, ops.comm, ops.func, ops.seq)
     return ops

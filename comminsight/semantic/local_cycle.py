@@ -27,6 +27,7 @@ from comminsight.semantic.op_batch import func_code
 
 OFF = 1 << 30  # the key code of an op that is on no position of the cycle
 MAX_FLOORS = 8
+FIRST_PROBE = 1024  # elements the first cycle probe holds (x4 while none covers well)
 SCALAR_BYTES = 64  # a few scalars: a gradient norm, a found-inf flag, a loss
 STARTUP_SMALL_BYTES = 4096  # barriers, object gathers (sizes, then small pickles)
 LOCAL_SPAN = 0.3  # sizes whose recurrences span less of the run than this vary (module docstring)
@@ -48,40 +49,56 @@ class LocalUnits:
 
 
 def key_codes(g: GpuOps) -> np.ndarray:
-    """Each op's key code, sizes left out where they vary (see the module docstring)."""
+    """Each op's key code, sizes left out where they vary (see the module docstring). Work
+    over the ops is done by distinct shape (native.shapes): a run repeats a few hundred."""
     n = len(g)
     if not n:
         return np.zeros(0, np.int64)
     peer = np.where(g.kind == P2P, g.peer & 0xFFFFF, 0)
-    _, kcf = np.unique((g.comm << 28) | (peer << 8) | (g.func << 1) | g.kind, return_inverse=True)
+    first, shape = native.shapes(g.comm, (g.func << 1) | g.kind, peer, g.size)
+    # per shape: its (kind, communicator, function, peer) and size
+    _, kcf = np.unique(
+        (g.comm[first] << 28) | (peer[first] << 8) | (g.func[first] << 1) | g.kind[first],
+        return_inverse=True,
+    )
     kcf = kcf.reshape(-1)
-    _, pair = np.unique(np.stack([kcf, g.size], axis=1), axis=0, return_inverse=True)
-    pair = pair.reshape(-1)
-    varying = _sizes_vary(kcf, pair, n)
-    size = np.where(varying[kcf], -1, g.size)
-    _, codes = np.unique(np.stack([kcf, size], axis=1), axis=0, return_inverse=True)
-    return codes.reshape(-1).astype(np.int64)
+    varying = _sizes_vary(kcf, shape, first, n)
+    size = np.where(varying[kcf], -1, g.size[first])
+    _, shape_key = np.unique(_pack(kcf, size), return_inverse=True)
+    return shape_key.reshape(-1).astype(np.int64)[shape]
 
 
-def _sizes_vary(kcf: np.ndarray, pair: np.ndarray, n: int) -> np.ndarray:
-    """Per (kind, communicator, function): whether its sizes stay local in time. A size a
-    training loop uses again every Step recurs over the whole run; a router's size recurs,
-    if at all, within one Step. Measured per op: the span between the first and the last op
-    of its size, over the span of all ops of its function; varying when the median is short."""
-    pos = np.arange(n)
-    pair_first = np.full(pair.max() + 1, n, np.int64)
-    pair_last = np.zeros(pair.max() + 1, np.int64)
-    np.minimum.at(pair_first, pair, pos)
-    np.maximum.at(pair_last, pair, pos)
-    kcf_first = np.full(kcf.max() + 1, n, np.int64)
-    kcf_last = np.zeros(kcf.max() + 1, np.int64)
-    np.minimum.at(kcf_first, kcf, pos)
-    np.maximum.at(kcf_last, kcf, pos)
-    ratio = (pair_last[pair] - pair_first[pair]) / np.maximum(1, kcf_last[kcf] - kcf_first[kcf])
-    count = np.bincount(kcf)
-    varying = np.zeros(len(count), bool)
-    for k in np.flatnonzero(count >= MIN_OPS_VARYING):
-        varying[k] = np.median(ratio[kcf == k]) < LOCAL_SPAN
+def _pack(code: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """(code, size or -1) as one int64 that sorts alike."""
+    width = int(size.max(initial=0)) + 2
+    return code.astype(np.int64) * width + (size + 1)
+
+
+def _sizes_vary(kcf: np.ndarray, shape: np.ndarray, first: np.ndarray, n: int) -> np.ndarray:
+    """Per (kind, communicator, function, peer) of the shapes (`kcf`, by shape): whether its
+    sizes stay local in time. A size a training loop uses again every Step recurs over the
+    whole run; a router's size recurs, if at all, within one Step. Measured per op: the span
+    between the first and the last op of its shape, over the span of all ops of its kind;
+    varying when the median over its ops is short."""
+    k = len(kcf)
+    shape_first = first.astype(np.int64)
+    shape_last = np.zeros(k, np.int64)
+    np.maximum.at(shape_last, shape, np.arange(n))
+    count = np.bincount(shape, minlength=k)
+    groups = int(kcf.max()) + 1
+    kcf_first = np.full(groups, n, np.int64)
+    kcf_last = np.zeros(groups, np.int64)
+    np.minimum.at(kcf_first, kcf, shape_first)
+    np.maximum.at(kcf_last, kcf, shape_last)
+    ratio = (shape_last - shape_first) / np.maximum(1, kcf_last[kcf] - kcf_first[kcf])
+    kcf_count = np.bincount(kcf, weights=count, minlength=groups)
+    varying = np.zeros(groups, bool)
+    for c in np.flatnonzero(kcf_count >= MIN_OPS_VARYING).tolist():
+        mine = np.flatnonzero(kcf == c)
+        order = mine[np.argsort(ratio[mine])]
+        cumulative = np.cumsum(count[order])
+        median = ratio[order[np.searchsorted(cumulative, cumulative[-1] / 2)]]
+        varying[c] = median < LOCAL_SPAN
     return varying
 
 
@@ -212,41 +229,60 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
     timed = bool(g.host_issue.any())  # else idle gaps are not measured (NVIDIA logs)
     skip = int(np.searchsorted(el.first, startup_prefix(g)))  # elements of the start-up
     keys, el_gaps, m = el.keys[skip:], gaps[el.first[skip:]], len(el.keys) - skip
-    counts = np.bincount(keys)
-    ids = np.arange(len(counts))
+    ids = np.arange(int(keys.max()) + 1 if m else 0)
+    op_cost = np.log2(max(2, m))
     candidates: list[tuple[float, LocalUnits]] = []
-    tried: set[int] = set()
-    op_cost = np.log2(m)
-    for floor in key_floors(counts, m):
-        kept = counts[keys] >= floor
-        n_kept = int(kept.sum())
-        if n_kept in tried or n_kept < 2:
-            continue
-        tried.add(n_kept)
-        cycle = learn_cycle_codes(keys[kept], el_gaps[kept], ids, min_repeats=3)
-        if cycle is None and final:
-            cycle = learn_cycle_codes(keys[kept], el_gaps[kept], ids, min_repeats=2)
-        if cycle is None:
-            continue
-        cyc = np.array(cycle.keys, np.int64)
-        if not timed:
-            cyc = after_reductions(cyc, el.reductions)
-        cyc = after_optimizer(cyc, el.small, el.comm_func, el.gathers)
-        starts, on_cycle = follow(keys, cyc)
-        if not len(starts):
-            continue
-        tail = on_cycle[starts[0] :]
-        coverage = float(tail.mean()) if len(tail) else 0.0
-        # repetitions cut short count as much as ops off the cycle (the last may be cut by
-        # the end of input)
-        on_counts = np.add.reduceat(on_cycle.astype(np.int64), starts)[:-1]
-        missing = int(np.maximum(0, len(cyc) - on_counts).sum())
-        cost = len(cyc) + float((~tail).sum() + missing) * op_cost
-        on_all = np.concatenate([np.zeros(skip, bool), on_cycle])
-        candidates.append((cost, _in_ops(el, cyc, starts + skip, on_all, coverage)))
+    learned: set[tuple] = set()
+    # Cycles are learned from a probe of the first ops after the start-up (learning costs
+    # probe length x longest period), grown until one covers the GPU's ops well, and then
+    # followed over every op.
+    probe = min(m, FIRST_PROBE)
+    while True:
+        for floor in key_floors(np.bincount(keys[:probe], minlength=len(ids)), probe):
+            kept = np.bincount(keys[:probe], minlength=len(ids))[keys[:probe]] >= floor
+            cycle = _learn(keys[:probe][kept], el_gaps[:probe][kept], ids, final)
+            if cycle is None or cycle.keys in learned:
+                continue
+            learned.add(cycle.keys)
+            cyc = np.array(cycle.keys, np.int64)
+            if not timed:
+                cyc = after_reductions(cyc, el.reductions, keys)
+            cyc = after_optimizer(cyc, el.small, el.comm_func, el.gathers)
+            found = _follow_cost(keys, cyc, op_cost)
+            if found is not None:
+                cost, starts, on_cycle, coverage = found
+                on_all = np.concatenate([np.zeros(skip, bool), on_cycle])
+                candidates.append((cost, _in_ops(el, cyc, starts + skip, on_all, coverage)))
+        if probe >= m or max((c[1].coverage for c in candidates), default=0.0) >= 0.9:
+            break
+        probe = min(m, probe * 4)
     if not candidates:
         return none
     return min(candidates, key=lambda c: (c[0], c[1].period))[1]
+
+
+def _learn(keys: np.ndarray, gaps: np.ndarray, ids: np.ndarray, final: bool):
+    if len(keys) < 2:
+        return None
+    cycle = learn_cycle_codes(keys, gaps, ids, min_repeats=3)
+    if cycle is None and final:
+        cycle = learn_cycle_codes(keys, gaps, ids, min_repeats=2)
+    return cycle
+
+
+def _follow_cost(keys: np.ndarray, cyc: np.ndarray, op_cost: float):
+    """The cycle followed over every op: (its description length, repetition starts, ops on
+    it, coverage), or None when it never begins. Repetitions cut short count as much as ops
+    off the cycle (the last may be cut by the end of input)."""
+    starts, on_cycle = follow(keys, cyc)
+    if not len(starts):
+        return None
+    tail = on_cycle[starts[0] :]
+    coverage = float(tail.mean()) if len(tail) else 0.0
+    on_counts = np.add.reduceat(on_cycle.astype(np.int64), starts)[:-1]
+    missing = int(np.maximum(0, len(cyc) - on_counts).sum())
+    cost = len(cyc) + float((~tail).sum() + missing) * op_cost
+    return cost, starts, on_cycle, coverage
 
 
 def after_optimizer(
@@ -281,14 +317,19 @@ def after_optimizer(
     return np.roll(cyc, -k)
 
 
-def after_reductions(cyc: np.ndarray, reductions: np.ndarray) -> np.ndarray:
+def after_reductions(cyc: np.ndarray, reductions: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Without measured idle time, the cycle rotated to begin the longest stretch free of
     gradient reductions (all-reduces and reduce-scatters of more than a few scalars): a
     Step's forward pass (parameter gathers, expert all-to-alls), after the previous Step's
-    backward reduced its gradients. A cycle of reductions only (DDP, tensor parallelism)
-    stays as it is."""
+    backward reduced its gradients. A cycle of reductions only (DDP's buckets) begins after
+    the op the run ended with, when that op has one place in the cycle: a run ends with a
+    whole Step."""
     red = reductions[cyc]
-    if red.all() or not red.any():
+    if red.all():
+        on = keys[np.isin(keys, cyc)]
+        last = np.flatnonzero(cyc == on[-1]) if len(on) else []
+        return np.roll(cyc, -(int(last[0]) + 1)) if len(last) == 1 else cyc
+    if not red.any():
         return cyc
     best, best_len, run = 0, -1, 0
     p = len(cyc)

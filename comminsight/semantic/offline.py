@@ -189,7 +189,7 @@ class _Run:
         batches = log.batches(start)
         return _then(batches, lambda: setattr(log, "problems", self.job.problems[log.stream]))
 
-    def _runner(self, log: GpuLog, engine: GpuEngine) -> None:
+    def _runner(self, log: GpuLog, engine: GpuEngine, resumed_from) -> None:
         if self.job is not None:
             engine.runner = CutRunner(
                 self.job.rank_cuts[log.stream],
@@ -197,6 +197,7 @@ class _Run:
                 self.job.comms.lookup,
                 last_step=engine.next_step_index - 1,
                 template=role_template(self.templates, self.job.batches[log.stream]),
+                by_arrival=resumed_from is None,
             )
 
     def gpu(self, log: GpuLog, index: int) -> GpuResult:
@@ -220,7 +221,7 @@ class _Run:
         else:
             engine = GpuEngine(identity_of(log, index), self.templates)
             sink = SummaryFile(partial, 0, 0)
-        self._runner(log, engine)
+        self._runner(log, engine, start)
         count = 0
         last = None  # the position of the latest op fed
         for batch in itertools.chain([first] if first is not None else [], batches):
@@ -276,10 +277,13 @@ def role_template(templates: TemplateSet, batches: list[OpBatch]):
     """The template whose roles fit the GPU's ops best (templates name roles; where Steps
     begin is the job cut's), or None when none fits."""
     ops = None
-    for b in batches:
+    for b in batches:  # a probe of the first ops is enough to tell roles
         ops = b if ops is None else ops.concat(b)
+        if len(ops) >= ROLE_PROBE:
+            break
     if ops is None or not len(ops):
         return None
+    ops = ops.take(slice(0, ROLE_PROBE))
     fits = [f for t in templates.templates if (f := evaluate(t, ops, final=True))]
     if not fits:
         return None
@@ -349,6 +353,7 @@ def recover_steps(
     return result
 
 
+ROLE_PROBE = 1024  # ops a template's roles are tried on
 MANY_OPS = 64  # a GPU with this many ops and no Step is worth a warning
 
 
