@@ -63,7 +63,44 @@ def learn_cycle_codes(
         return None
     # the longest stretch; on a tie the smallest period (multiples repeat as far)
     i = int(np.flatnonzero(ok & (lengths == lengths[ok].max()))[0])
-    length, p, start = int(lengths[i]), int(periods[i]), int(starts[i])
+    return _cycle_at(codes, gaps, key_of, int(lengths[i]), int(periods[i]), int(starts[i]))
+
+
+def learn_cycles_codes(
+    codes: np.ndarray,
+    gaps: np.ndarray,
+    key_of: Sequence[Hashable],
+    max_period: int = 4096,
+    min_repeats: int = MIN_REPEATS,
+    count: int = 4,
+) -> list[Cycle]:
+    """Up to `count` cycles of `codes`: the one learn_cycle_codes finds, then those of the
+    next longest stretches whose periods are no multiple of a period taken before (an
+    evaluation every few Steps makes a stretch of several Steps the longest, but the
+    per-Step period repeats almost as far between evaluations)."""
+    n = len(codes)
+    periods = np.arange(1, min(max_period, n // min_repeats) + 1)
+    if not len(periods):
+        return []
+    runs, starts = native.longest_runs(codes, periods)
+    lengths = runs + periods
+    ok = np.flatnonzero((runs > 0) & (lengths >= min_repeats * periods))
+    cycles: list[Cycle] = []
+    taken: list[int] = []
+    for i in ok[np.lexsort((periods[ok], -lengths[ok]))].tolist():
+        p = int(periods[i])
+        if any(p % q == 0 or q % p == 0 for q in taken):
+            continue
+        taken.append(p)
+        cycles.append(_cycle_at(codes, gaps, key_of, int(lengths[i]), p, int(starts[i])))
+        if len(cycles) == count:
+            break
+    return cycles
+
+
+def _cycle_at(codes, gaps, key_of, length: int, p: int, start: int) -> Cycle:
+    """The cycle of period p repeating from `start` for `length` keys, rotated to begin
+    after the longest median idle gap."""
     run_gaps = np.asarray(gaps[start : start + length])
     phase = max(range(p), key=lambda r: (statistics.median(run_gaps[r::p].tolist()), -r))
     first = start + phase

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from comminsight.semantic.job_ops import GpuOps, JobOps
-from comminsight.semantic.local_cycle import LocalUnits, local_units
+from comminsight.semantic.job_ops import P2P, GpuOps, JobOps
+from comminsight.semantic.local_cycle import SCALAR_BYTES, LocalUnits, local_units
 
 UNKNOWN = -(1 << 40)
 STARTUP = -1
@@ -57,6 +57,7 @@ class RankCut:
     micro_steps: np.ndarray | None = None  # per Step of this GPU, when counted
     reasons: set[str] = field(default_factory=set)
     doubtful_steps: set[int] = field(default_factory=set)
+    component: int = 0  # GPUs linked by shared ops (one job) have the same component
 
 
 @dataclass
@@ -98,12 +99,14 @@ def cut_job(job: JobOps) -> JobCut:
             pivots.append(gpus[pivot].stream)
             confidence = min(confidence, pivot_conf)
             reasons += why
+            cut.component = len(pivots) - 1
             cuts[pivot] = cut
             steps = max(steps, _step_count(cut.label))
             _spread(inst_label, gpus[pivot], cut.label)
             continue
         g = gpus[best]
         cut = _carried_cut(g, inst_label[g.instance], units[best])
+        cut.component = len(pivots) - 1  # ranks share ops only within their component
         cuts[best] = cut
         _spread(inst_label, g, cut.label)
     for cut in cuts:
@@ -111,13 +114,15 @@ def cut_job(job: JobOps) -> JobCut:
             reasons.append(f"{cut.gpu.stream}: {why}")
     if any(c.reasons for c in cuts):
         confidence = min(confidence, 0.6)
-    counts = {_step_count(c.label) for c in cuts if len(c.gpu)}
-    if len(counts) > 1:
-        confidence = min(confidence, 0.5)
-        reasons.append(
-            "ranks report different numbers of Steps: "
-            + ", ".join(f"{c.gpu.stream} {_step_count(c.label)}" for c in cuts)
-        )
+    # ranks that share no op (two jobs' logs in one directory) need not agree
+    for component in range(len(pivots)):
+        mine = [c for c in cuts if c.component == component and len(c.gpu)]
+        if len({_step_count(c.label) for c in mine}) > 1:
+            confidence = min(confidence, 0.5)
+            reasons.append(
+                "ranks report different numbers of Steps: "
+                + ", ".join(f"{c.gpu.stream} {_step_count(c.label)}" for c in mine)
+            )
     warmup = max((c.warmup_steps for c in cuts), default=0)
     return JobCut(cuts, confidence, reasons, steps, pivots, warmup)
 
@@ -178,7 +183,9 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
             f"{g.stream}: idle time hints that its {u.period}-op repetitions group into Steps "
             "(micro-batches), without a regular pattern: each repetition is taken as a Step"
         )
-    warmup = _warmup_starts(g, u, gaps, int(starts[0]), len(step_starts), n)
+    warmup, steady_start = _warmup_starts(g, u, gaps, int(starts[0]), len(step_starts), n)
+    step_starts = step_starts.copy()
+    step_starts[0] = steady_start
     all_starts = np.concatenate([warmup, step_starts]).astype(np.int64)
     label[:] = np.searchsorted(all_starts, np.arange(n), side="right") - 1
     label[_last_step_end(u, n) :] = TAIL
@@ -221,33 +228,44 @@ def _group_units(
 
 def _warmup_starts(
     g: GpuOps, u: LocalUnits, gaps: np.ndarray, first: int, steady: int, n: int
-) -> np.ndarray:
-    """Starts of Steps before the first repetition of the cycle (warm-up Steps that differ
-    from the steady ones): the longest stretch just before it made of the cycle's
-    (communicator, function) pairs, beginning with an op of the pair a Step begins with; as
-    many Steps as it holds cycles' worth of ops, each begun by such an op after a long idle
-    gap. None when the stretch holds no such op."""
+) -> tuple[np.ndarray, int]:
+    """(the starts of Steps before the first repetition of the cycle, where the first steady
+    Step begins). Warm-up Steps differ from the steady ones (DDP's first iteration reduces
+    its gradients in the buckets built at construction): they are made of the cycle's
+    (communicator, function) pairs, beyond a few scalars, after the start-up's broadcasts
+    and barriers; as many Steps as the stretch holds cycles' worth of ops, the later ones
+    begun after the longest idle gaps. The first steady Step may begin with ops of no cycle
+    pair before its first repetition (DDP broadcasting its rebuilt buckets at the second
+    forward): it begins after the longest gap past the last warm-up op."""
+    none = np.zeros(0, np.int64)
     if first == 0:
-        return np.zeros(0, np.int64)
+        return none, first
     cf = (g.comm << 8) | g.func
     steady_ops = slice(first, n)
     cycle_pairs = np.unique(cf[steady_ops][u.on_cycle[steady_ops]])
-    in_cycle = np.isin(cf[:first], cycle_pairs)
-    outside = np.flatnonzero(~in_cycle)
-    begin = int(outside[-1]) + 1 if len(outside) else 0
-    if begin >= first:
-        return np.zeros(0, np.int64)
-    start_pair = cf[first]
-    candidates = begin + np.flatnonzero(cf[begin:first] == start_pair)
-    if not len(candidates):
-        return np.zeros(0, np.int64)
+    small = (g.kind[:first] != P2P) & (g.size[:first] <= SCALAR_BYTES)
+    material = np.flatnonzero(np.isin(cf[:first], cycle_pairs) & ~small)
+    # a warm-up Step begins with the pair steady Steps begin with: ops of other cycle pairs
+    # before the first such op are the start-up's (Megatron's embedding all-reduce)
+    opening = material[u.keys[material] == u.keys[first]]  # same size too, where it recurs
+    if not len(opening):
+        opening = material[cf[material] == cf[first]]
+    if not len(opening):
+        return none, first
+    material = material[material >= opening[0]]
+    w0 = int(material[0])
     per_step = max(1, (n - first) // max(1, steady))
-    count = max(1, int(round((first - int(candidates[0])) / per_step)))
-    count = min(count, len(candidates))
-    # the earliest candidate always begins one; the rest by the longest gaps before them
-    rest = candidates[1:]
-    chosen = rest[np.argsort(-gaps[rest], kind="stable")[: count - 1]] if count > 1 else rest[:0]
-    return np.sort(np.concatenate([[int(candidates[0])], chosen])).astype(np.int64)
+    count = min(len(material), max(1, int(round((first - w0) / per_step))))
+    # the first warm-up Step begins at its first op; the others after the longest gaps
+    # before an op of the pair steady Steps begin with (else any of its ops)
+    rest = material[1:]
+    begins = rest[cf[rest] == cf[first]]
+    pool = begins if len(begins) >= count - 1 else rest
+    chosen = pool[np.argsort(-gaps[pool], kind="stable")[: count - 1]] if count > 1 else pool[:0]
+    starts = np.sort(np.concatenate([[w0], chosen])).astype(np.int64)
+    span = np.arange(int(material[-1]) + 1, first + 1)
+    steady_start = int(span[len(span) - 1 - int(np.argmax(gaps[span][::-1]))])
+    return starts, steady_start
 
 
 def _last_step_end(u: LocalUnits, n: int) -> int:
@@ -392,6 +410,9 @@ def _fill(
     # for t in lo..hi, where op hi is the known op of the right label
     bounds = _steps_between(left, right)
     positions = np.arange(lo, hi + 1)
+    if len(bounds) > len(positions):
+        # more Steps passed than ops lie between: the middle ones have no op on this GPU
+        bounds = bounds[: len(positions) - 1] + [bounds[-1]]
     score = np.log1p(gaps[positions].astype(np.float64))
     score = score + np.where(unit_start[positions], 1e3, 0.0)
     chosen = np.sort(positions[np.argsort(-score, kind="stable")[: len(bounds)]])

@@ -21,12 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from comminsight.semantic import native
-from comminsight.semantic.cycle import learn_cycle_codes, rare_key_floors
+from comminsight.semantic.cycle import Cycle, learn_cycles_codes, rare_key_floors
 from comminsight.semantic.job_ops import P2P, GpuOps
 from comminsight.semantic.op_batch import func_code
 
 OFF = 1 << 30  # the key code of an op that is on no position of the cycle
 MAX_FLOORS = 8
+COVERAGE_SLACK = 0.05  # a shorter cycle this close to the best coverage is the Step's
+WHOLE_UNITS = 0.9  # share of its repetitions a Step's cycle completes
 FIRST_PROBE = 1024  # elements the first cycle probe holds (x4 while none covers well)
 SCALAR_BYTES = 64  # a few scalars: a gradient norm, a found-inf flag, a loss
 STARTUP_SMALL_BYTES = 4096  # barriers, object gathers (sizes, then small pickles)
@@ -240,34 +242,49 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
     while True:
         for floor in key_floors(np.bincount(keys[:probe], minlength=len(ids)), probe):
             kept = np.bincount(keys[:probe], minlength=len(ids))[keys[:probe]] >= floor
-            cycle = _learn(keys[:probe][kept], el_gaps[:probe][kept], ids, final)
-            if cycle is None or cycle.keys in learned:
-                continue
-            learned.add(cycle.keys)
-            cyc = np.array(cycle.keys, np.int64)
-            if not timed:
-                cyc = after_reductions(cyc, el.reductions, keys)
-            cyc = after_optimizer(cyc, el.small, el.comm_func, el.gathers)
-            found = _follow_cost(keys, cyc, op_cost)
-            if found is not None:
-                cost, starts, on_cycle, coverage = found
-                on_all = np.concatenate([np.zeros(skip, bool), on_cycle])
-                candidates.append((cost, _in_ops(el, cyc, starts + skip, on_all, coverage)))
-        if probe >= m or max((c[1].coverage for c in candidates), default=0.0) >= 0.9:
+            for cycle in _learn(keys[:probe][kept], el_gaps[:probe][kept], ids, final):
+                if cycle.keys in learned:
+                    continue
+                learned.add(cycle.keys)
+                cyc = np.array(cycle.keys, np.int64)
+                if not timed:
+                    cyc = after_reductions(cyc, el.reductions, keys)
+                cyc = after_optimizer(cyc, el.small, el.comm_func, el.gathers)
+                found = _follow_cost(keys, cyc, op_cost)
+                if found is not None:
+                    cost, starts, on_cycle, coverage, whole = found
+                    on_all = np.concatenate([np.zeros(skip, bool), on_cycle])
+                    units = _in_ops(el, cyc, starts + skip, on_all, coverage)
+                    candidates.append((cost, whole, units))
+        if probe >= m or max((c[2].coverage for c in candidates), default=0.0) >= 0.9:
             break
         probe = min(m, probe * 4)
-    if not candidates:
-        return none
-    return min(candidates, key=lambda c: (c[0], c[1].period))[1]
+    return _shortest_covering(candidates) if candidates else none
 
 
-def _learn(keys: np.ndarray, gaps: np.ndarray, ids: np.ndarray, final: bool):
+def _shortest_covering(candidates: list[tuple[float, float, LocalUnits]]) -> LocalUnits:
+    """The Step's cycle among the candidates: the shortest that covers the ops nearly as
+    well as the best one does, with repetitions that are whole. Extra ops every few Steps
+    (an evaluation, the loss logged every tenth Step) leave a cycle of several Steps only a
+    little better covered than the per-Step one, and a cycle of several Steps is the shorter
+    description of a long run (which is why description length alone does not decide); a
+    per-layer cycle leaves a Step's other ops off and falls short of the coverage."""
+    best = max(c[2].coverage for c in candidates)
+    eligible = [
+        c for c in candidates if c[2].coverage >= best - COVERAGE_SLACK and c[1] >= WHOLE_UNITS
+    ]
+    if not eligible:
+        return min(candidates, key=lambda c: (c[0], c[2].period))[2]
+    return min(eligible, key=lambda c: (c[2].period, c[0]))[2]
+
+
+def _learn(keys: np.ndarray, gaps: np.ndarray, ids: np.ndarray, final: bool) -> list[Cycle]:
     if len(keys) < 2:
-        return None
-    cycle = learn_cycle_codes(keys, gaps, ids, min_repeats=3)
-    if cycle is None and final:
-        cycle = learn_cycle_codes(keys, gaps, ids, min_repeats=2)
-    return cycle
+        return []
+    cycles = learn_cycles_codes(keys, gaps, ids, min_repeats=3)
+    if not cycles and final:
+        cycles = learn_cycles_codes(keys, gaps, ids, min_repeats=2)
+    return cycles
 
 
 def _follow_cost(keys: np.ndarray, cyc: np.ndarray, op_cost: float):
@@ -282,7 +299,8 @@ def _follow_cost(keys: np.ndarray, cyc: np.ndarray, op_cost: float):
     on_counts = np.add.reduceat(on_cycle.astype(np.int64), starts)[:-1]
     missing = int(np.maximum(0, len(cyc) - on_counts).sum())
     cost = len(cyc) + float((~tail).sum() + missing) * op_cost
-    return cost, starts, on_cycle, coverage
+    whole = float((on_counts >= len(cyc)).mean()) if len(on_counts) else 1.0
+    return cost, starts, on_cycle, coverage, whole
 
 
 def after_optimizer(

@@ -1,10 +1,15 @@
-"""Offline input: the op streams of a directory of inspector_logs, one per GPU (process).
+"""Offline input: the op streams of a directory of inspector_logs, one per GPU.
 
 A Profiler writes `ci-<host>-<pid>-<start>-<index>.jsonl` segments, sealed by rename; each
 begins with a segment_start line (process identity, a clock anchor, the communicators) and
 ends with a seal (line and byte counts, CRC-32). `read_gpu_logs` groups the files by process
 and `GpuLog.ops()` yields its Coll/P2P lines as `EngineOp`s in file order, each with its
 position (segment, byte offset, line index) so a checkpoint can resume after it.
+
+A process that drives several GPUs (JAX, ncclCommInitAll) is split into one GpuLog per GPU,
+named `<process stream>.dev<N>`, by the communicator member each op belongs to
+(`process_gpus` has the rule). Its GPUs read the process's segments once between them
+(`_SharedReading`) and each keeps its own ops, so each resumes from its own position.
 
 Only the fields the engine uses are decoded (lean msgspec structs); a line that does not
 decode, a segment whose seal does not match its content, and a missing segment are each
@@ -37,7 +42,9 @@ from comminsight.semantic.op_batch import (
     from_engine_ops,
     func_code,
 )
+from comminsight.semantic.op_times import gpu_clock_offset, op_times
 from comminsight.semantic.ops import EngineOp
+from comminsight.semantic.process_gpus import GpuOfProcess, ProcessMembers, split_process
 
 SEGMENT_NAME = re.compile(r"^(?P<stream>.+)-(?P<index>\d{6,})\.jsonl(?P<partial>\.partial)?$")
 
@@ -165,28 +172,33 @@ class Identity:
     pid: int | None
     global_rank: int | None
     local_rank: int | None
+    cuda_device: int | None = None
 
 
 @dataclass
 class GpuLog:
-    """The segments of one process, in segment order."""
+    """The segments of one process, in segment order, and which of its ops are this GPU's."""
 
-    stream: str  # the file-name stem shared by the process's segments
+    stream: str  # the file-name stem shared by the process's segments (+ .dev<N>: one GPU)
     segments: list[Path]
     problems: list[str] = field(default_factory=list)
     identity: Identity | None = None
+    device: DeviceSlice | None = None  # set when the process drives several GPUs
 
     def ops(self, start: LogPosition | None = None) -> Iterator[EngineOp]:
-        """The process's ops from `start` on, one by one (for scripts; the engine takes
+        """The GPU's ops from `start` on, one by one (for scripts; the engine takes
         `batches`)."""
         for batch in self.batches(start):
             yield from batch.ops()
 
     def batches(self, start: LogPosition | None = None) -> Iterator[OpBatch]:
-        """The process's ops from `start` (the first line not yet consumed) on, a batch per
+        """The GPU's ops from `start` (the first line not yet consumed) on, a batch per
         segment, in file order. Records known lost (gap lines, absent segments) are counted
         into the next op's lost_before."""
-        reader = _SegmentReader(self)
+        reader = self.device.reading if self.device is not None else _SegmentReader(self)
+        # the process's reading problems are reported once, by one of its GPUs
+        problems = self.problems if self.device is None or self.device.reports else []
+        file_stream = self.device.process_stream if self.device is not None else self.stream
         expected_index: int | None = None
         last_ring_seq = start.ring_seq if start is not None else None
         missing = False
@@ -195,8 +207,8 @@ class GpuLog:
         for path in self.segments:
             index = _segment_index(path)
             if index is not None and expected_index is not None and index > expected_index:
-                self.problems.append(
-                    f"{path.parent / _name(self.stream, expected_index)}: missing "
+                problems.append(
+                    f"{path.parent / _name(file_stream, expected_index)}: missing "
                     f"(segments {expected_index}..{index - 1} of this process are absent)"
                 )
                 missing = True
@@ -212,22 +224,26 @@ class GpuLog:
             if not len(batch):
                 lost += lost_after
                 continue
-            batch = _without_repeats(batch, last_ring_seq, path, self.problems)
+            batch = _without_repeats(batch, last_ring_seq, path, problems)
             if not len(batch):
                 continue
-            c = batch.cols
-            rings = c["ring_seq"]
+            rings = batch.cols["ring_seq"]
             first_ring = int(rings[0])
             if missing and first_ring != NONE and last_ring_seq is not None:
                 # what the absent segments held: every ring record between (some of them
                 # not ops; the count is an upper bound on the ops lost)
                 lost += max(0, first_ring - last_ring_seq - 1)
             missing = False
-            c["lost_before"][0] += lost
-            lost = lost_after
             known = rings[rings != NONE]
             if len(known):
                 last_ring_seq = int(known[-1])
+            if self.device is not None:
+                batch, lost_after = self.device.own(batch, lost_after, path, problems)
+                if not len(batch):
+                    lost += lost_after
+                    continue
+            batch.cols["lost_before"][0] += lost
+            lost = lost_after
             yield batch
 
     def _anchor(self, data: bytes) -> tuple[int, int]:
@@ -242,6 +258,87 @@ class GpuLog:
             p = ci.process
             self.identity = Identity(p.host, p.pid, p.global_rank, p.local_rank)
         return (ci.clock.mono_ns, ci.clock.real_ns)
+
+
+@dataclass
+class DeviceSlice:
+    """Which ops of a process are one of its GPUs': those of the communicator members
+    (communicator id, rank in it) initialized on that GPU."""
+
+    process_stream: str  # the file-name stem of the process's segments
+    members: frozenset[tuple[str, int]]
+    reading: _SharedReading
+    reports: bool  # the one GPU of the process that reports what reading its files found
+    every_member: frozenset[tuple[str, int]] = frozenset()  # of every GPU of the process
+    _told: set = field(default_factory=set)  # members without a GPU, reported already
+
+    def own(self, batch: OpBatch, lost_after: int, path: Path, problems: list[str]):
+        """The GPU's ops of a batch of the process's, and the records lost after them: the
+        lost records counted on other GPUs' ops move to this GPU's next op (they could have
+        been its), and a batch read for all GPUs is never changed."""
+        comms = batch.comms.comms
+        mine = np.fromiter(((c.comm_id, c.rank) in self.members for c in comms), bool, len(comms))
+        if self.reports:
+            self._tell_orphans(comms, batch.cols["comm"], path, problems)
+        return _rows_carrying_lost(batch, mine[batch.cols["comm"]], lost_after)
+
+    def _tell_orphans(self, comms, column: np.ndarray, path: Path, problems: list[str]) -> None:
+        for i in np.unique(column).tolist():
+            key = (comms[i].comm_id, comms[i].rank)
+            if key not in self.every_member and key not in self._told:
+                self._told.add(key)
+                problems.append(
+                    f"{path}: ops of communicator {key[0]} rank {key[1]}, whose init this "
+                    "process's logs do not have (lost?): their GPU is unknown; left out"
+                )
+
+
+def _rows_carrying_lost(batch: OpBatch, keep: np.ndarray, lost_after: int) -> tuple[OpBatch, int]:
+    """The kept rows (always a new batch) with, on each, the records lost since the kept row
+    before it; and lost_after plus what was lost after the last kept row."""
+    idx = np.flatnonzero(keep)
+    lost = np.cumsum(batch.cols["lost_before"])
+    total = int(lost[-1]) if len(lost) else 0
+    # gathered now: a lazy take would keep every GPU's ops alive for as long as one GPU's
+    own = batch.take(idx).make_concrete()
+    if not len(idx):
+        return own, lost_after + total
+    through = lost[idx]  # lost up to and including each kept row
+    own.cols["lost_before"] = np.diff(through, prepend=0)
+    return own, lost_after + total - int(through[-1])
+
+
+class _SharedReading:
+    """A process's segments read once for all of its GPUs: each batch is kept until every
+    GPU has taken it, up to MAX_SHARED_OPS ops (GPUs read one after another, so past that a
+    GPU reads again what is not kept; so does one resuming at another offset). Problems go to
+    the reporting GPU's list."""
+
+    def __init__(self, reporter: GpuLog, sharers: int) -> None:
+        self.reader = _SegmentReader(reporter)
+        self.sharers = sharers
+        self._kept: dict[tuple[str, int, int], list] = {}
+        self._kept_ops = 0
+
+    def read(self, path: Path, offset: int, record: int) -> tuple[OpBatch, int]:
+        key = (path.name, offset, record)
+        kept = self._kept.get(key)
+        if kept is None:
+            result = self.reader.read(path, offset, record)
+            if self._kept_ops + len(result[0]) > MAX_SHARED_OPS:
+                return result
+            kept = self._kept[key] = [result, 0]
+            self._kept_ops += len(result[0])
+        kept[1] += 1
+        if kept[1] >= self.sharers:
+            del self._kept[key]
+            self._kept_ops -= len(kept[0][0])
+        return kept[0]
+
+
+# Ops a multi-GPU process's reading keeps for its other GPUs (~200 bytes each): the job-wide
+# cut holds every op anyway; this bounds what reading GPU by GPU (per_gpu) holds besides.
+MAX_SHARED_OPS = 2_000_000
 
 
 def _without_repeats(batch: OpBatch, last_ring_seq: int | None, path: Path, problems) -> OpBatch:
@@ -306,6 +403,7 @@ class _SegmentReader:
         rows["status"][refused] = native.LINE_OTHER
         ends = rows["end"]
         n = len(rows)
+        gpu_offset = _segment_gpu_offset(rows, ops)
         # the lines C left to Python: before the seal (or the end), in order
         others = np.flatnonzero(rows["status"] != native.LINE_OP)
         cut = n  # rows from the seal on are not read
@@ -338,17 +436,22 @@ class _SegmentReader:
             position = LogPosition(
                 path.name, _segment_index(path), start, line_no, ci.ring_seq if ci else None, end
             )
-            op = _op(decoded, anchor, position)
+            op = _op(decoded, anchor, position, gpu_offset)
             if op is not None:
                 py_ops.append((r, op))
         if no_seal and rest < len(data) and not path.name.endswith(".partial"):
             problems.append(f"{path}:{record + n + 1}: truncated line (no newline) at the end")
-        elif no_seal and not path.name.endswith(".partial") and offset == 0:
+        elif (
+            no_seal
+            and not path.name.endswith(".partial")
+            and offset == 0
+            and _segment_index(path) is not None  # NVIDIA's logs have no seals
+        ):
             what = "empty (0 bytes)" if not len(data) else "no seal line: the segment was cut"
             problems.append(f"{path}: {what}; the ops before the end were read")
         # an open segment's last line may still be being written: it is read next time
         fast = np.flatnonzero(rows["status"][:cut] == native.LINE_OP)
-        batch = self._columns(rows.take(fast), anchor, seg, record + fast)
+        batch = self._columns(rows.take(fast), anchor, seg, record + fast, gpu_offset)
         row_of = fast
         if py_ops:
             extra = from_engine_ops([op for _, op in py_ops], self.comms, self.segments)
@@ -384,7 +487,12 @@ class _SegmentReader:
             self.code_of_func = np.concatenate((self.code_of_func, codes)).astype(np.int64)
 
     def _columns(
-        self, rows: native.Lines, anchor: tuple[int, int], seg: int, records: np.ndarray
+        self,
+        rows: native.Lines,
+        anchor: tuple[int, int],
+        seg: int,
+        records: np.ndarray,
+        offset: int | None,
     ) -> OpBatch:
         """The ops of scanned rows, computed as `_op` computes one."""
         none = native.NONE
@@ -394,15 +502,12 @@ class _SegmentReader:
         absent = (complete == none) | (complete == 0)
         complete[absent] = issue[absent]
         g0, g1 = rows["gpu_start"], rows["gpu_stop"]
-        kernel = (
-            (rows["kernel_timing"] != 0)
-            & (g0 != none) & (g0 != 0) & (g1 != none) & (g1 != 0) & (g1 >= g0)
-        )  # fmt: skip
+        kernel = _kernel_timed(rows["kernel_timing"], g0, g1)
         exec_us = rows["exec_us"]
         from_exec = np.maximum(0, np.trunc(exec_us * 1000.0)).astype(np.int64)
         host = np.maximum(0, complete - issue)
         duration = np.where(kernel, g1 - g0, np.where(exec_us != 0.0, from_exec, host))
-        start_mono = np.maximum(issue, complete - duration)
+        start_mono, end_mono = op_times(issue, complete, duration, g0, g1, kernel, offset)
         mono0, real0 = anchor
         to_real = real0 - mono0 if anchor != (0, 0) else 0
         busbw = rows["busbw"]
@@ -420,10 +525,10 @@ class _SegmentReader:
             "size": rows["size"],
             "issue": issue,
             "start": start_mono,
-            "end": complete,
+            "end": end_mono,
             "start_real": np.maximum(0, start_mono + to_real),
-            "end_real": np.maximum(0, complete + to_real),
-            "end_mono": complete,
+            "end_real": np.maximum(0, end_mono + to_real),
+            "end_mono": end_mono,
             "duration": duration,
             "busbw": busbw,
             "ring_seq": rows["ring_seq"],
@@ -494,7 +599,22 @@ def _comm_id(nccl_id: str) -> str:
     return comm_id
 
 
-def _op(line: _Line, anchor: tuple[int, int], position: LogPosition) -> EngineOp | None:
+def _kernel_timed(kernel_timing, g0, g1) -> np.ndarray:
+    none = native.NONE
+    return (kernel_timing != 0) & (g0 != none) & (g0 != 0) & (g1 != none) & (g1 != 0) & (g1 >= g0)
+
+
+def _segment_gpu_offset(rows: native.Lines, ops: np.ndarray) -> int | None:
+    """The segment's GPU-minus-host clock offset (op_times), from the op lines C read."""
+    complete = rows["host_complete"][ops]
+    timed = _kernel_timed(rows["kernel_timing"][ops], rows["gpu_start"][ops], rows["gpu_stop"][ops])
+    timed &= (complete != native.NONE) & (complete != 0)
+    return gpu_clock_offset(rows["gpu_stop"][ops], complete, timed)
+
+
+def _op(
+    line: _Line, anchor: tuple[int, int], position: LogPosition, offset: int | None = None
+) -> EngineOp | None:
     ci, h = line.ci, line.header
     if ci is None and h is not None:
         return _nvidia_op(line, position)
@@ -524,11 +644,18 @@ def _op(line: _Line, anchor: tuple[int, int], position: LogPosition) -> EngineOp
     comm_id = _comm_id(h.id)
     complete = ci.host_complete_mono_ns or issue
     gpu_start, gpu_stop = ci.gpu_start_globaltimer_ns, ci.gpu_stop_globaltimer_ns
-    if timing == "kernel_gpu" and gpu_start and gpu_stop and gpu_stop >= gpu_start:
+    timed = bool(timing == "kernel_gpu" and gpu_start and gpu_stop and gpu_stop >= gpu_start)
+    if timed:
         duration = gpu_stop - gpu_start
     else:
         duration = max(0, int(exec_us * 1000)) if exec_us else max(0, complete - issue)
-    start_mono = max(issue, complete - duration)
+    starts, ends = op_times(
+        *(np.array([v], np.int64) for v in (issue, complete, duration)),
+        *(np.array([v or 0], np.int64) for v in (gpu_start, gpu_stop)),
+        np.array([timed]),
+        offset,
+    )
+    start_mono, complete = int(starts[0]), int(ends[0])
     mono0, real0 = anchor
     to_real = real0 - mono0 if anchor != (0, 0) else 0
     return EngineOp(
@@ -694,5 +821,28 @@ def read_gpu_logs(directory: str | Path) -> tuple[list[GpuLog], list[str]]:
         for index, path in files:  # a sealed file wins over a leftover .partial of it
             if index not in by_index or not path.name.endswith(".partial"):
                 by_index[index] = path
-        logs.append(GpuLog(stream, [by_index[i] for i in sorted(by_index)]))
+        logs += gpu_logs_of_process(stream, [by_index[i] for i in sorted(by_index)], problems)
     return logs, problems
+
+
+def gpu_logs_of_process(stream: str, segments: list[Path], problems: list[str]) -> list[GpuLog]:
+    """A process's GpuLogs: one, or one per GPU when it drives several (process_gpus)."""
+    split = split_process(segments)
+    problems += split.problems
+    who = split.process
+    if not split.split:
+        log = GpuLog(stream, segments)
+        if who.host is not None:  # else learnt from the first segment_start that decodes
+            log.identity = _identity(who, split.gpus[0])
+        return [log]
+    logs = [GpuLog(stream + g.suffix, segments, identity=_identity(who, g)) for g in split.gpus]
+    reading = _SharedReading(logs[0], len(logs))
+    every_member = frozenset(who.members)
+    for i, (log, gpu) in enumerate(zip(logs, split.gpus, strict=True)):
+        log.device = DeviceSlice(stream, gpu.members, reading, i == 0, every_member)
+    return logs
+
+
+def _identity(who: ProcessMembers, gpu: GpuOfProcess) -> Identity:
+    host = who.host if who.host is not None else "unknown"
+    return Identity(host, who.pid, gpu.global_rank, gpu.local_rank, gpu.device)

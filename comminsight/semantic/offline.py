@@ -143,6 +143,7 @@ def identity_of(log: GpuLog, fallback_rank: int) -> GpuIdentity:
         global_rank=ident.global_rank if ident.global_rank is not None else fallback_rank,
         pid=ident.pid,
         local_rank=ident.local_rank,
+        cuda_device=ident.cuda_device,
     )
 
 

@@ -74,10 +74,32 @@ class SimConfig:
     virtual_pp: int = 1  # model chunks per stage; > 1: the interleaved 1F1B schedule
     vp_group: int = 0  # micro-batches per chunk before the next chunk (interleaved); 0: pp
     precision: str = "fp16"  # one of PRECISIONS; fp16 adds the loss scaler's found-inf
+    # ---- processes that drive several GPUs (JAX, ncclCommInitAll) ----
+    # ranks one OS process drives, each on its own thread and device, as JAX runs one thread
+    # per local device; the process loads the plugin once
+    ranks_per_process: int = 1
+    # the CUDA runtime each process loads (cuda_runtime.py): "" none, "sim" the simulated
+    # one, or a library path; the plugin records a communicator's device only with one
+    cuda_runtime: str = ""
 
     @property
     def ranks_per_node(self) -> int:
         return self.ranks // self.nodes
+
+    @property
+    def processes(self) -> int:
+        return self.ranks // self.ranks_per_process
+
+    def ranks_of_process(self, process: int) -> range:
+        """The global ranks one process drives: consecutive, on one node."""
+        first = process * self.ranks_per_process
+        return range(first, first + self.ranks_per_process)
+
+    def cuda_device_of(self, rank: int) -> int:
+        """The device a rank runs on: its GPU's index on its node (every GPU visible to
+        every process of the node, as JAX's local_device_ids and torchrun's LOCAL_RANK
+        number them)."""
+        return rank % self.ranks_per_node
 
     def home_of(self, rank: int) -> str:
         return self.node_homes[rank // self.ranks_per_node] if self.node_homes else self.home
@@ -95,6 +117,10 @@ class SimConfig:
         need(self.abi in ABI_VERSIONS, "abi must be 4, 5 or 6")
         need(self.ranks >= 1, "ranks must be at least 1")
         need(self.nodes >= 1 and self.ranks % self.nodes == 0, "nodes must divide ranks")
+        need(
+            self.ranks_per_process >= 1 and self.ranks_per_node % self.ranks_per_process == 0,
+            "ranks-per-process must divide the ranks per node",
+        )
         need(self.steps >= 1 and self.warmup_steps >= 0, "steps >= 1 and warmup >= 0")
         need(self.grad_accum >= 1, "grad-accum must be at least 1")
         need(self.extra_ops_every >= 0, "extra-ops-every must be 0 (none) or more")

@@ -1,5 +1,8 @@
 """Starts one process per simulated rank, watches them, and ends a hang after --hang-hold.
 
+With `ranks_per_process` above 1 a process drives that many consecutive ranks of one node,
+as JAX's single-controller runtime drives all its local devices (rank_process.py).
+
 A run is hung when no rank is doing host work any more (each is blocked on its GPU, blocked
 for ever after a skipped op, finished or dead) and nothing has changed for `hang_hold_s`: then
 the launcher sets the board's abort flag, and every rank stops its proxy with the stuck events
@@ -21,6 +24,7 @@ import comminsight
 import comminsight_gen
 from comminsight.sim.board import R_PROGRESS, R_SINCE, R_STATE, Board, RankState
 from comminsight.sim.config import SimConfig, SimConfigError
+from comminsight.sim.cuda_runtime import SIM_RUNTIME, build_sim_runtime
 from comminsight.sim.plan import WorkloadPlan
 from comminsight.sim.workloads import build_plan
 
@@ -78,16 +82,19 @@ def _python_path() -> str:
     return os.pathsep.join(dict.fromkeys(roots + ([extra] if extra else [])))
 
 
-def _rank_env(config: SimConfig, rank: int) -> dict[str, str]:
-    per_node = config.ranks_per_node
+def _process_env(config: SimConfig, process: int) -> dict[str, str]:
+    """What a launcher tells each process: its rank among the processes (RANK, LOCAL_RANK,
+    ...), which is the rank of its one GPU when a process drives one."""
+    per_node = config.ranks_per_node // config.ranks_per_process
+    first_rank = config.ranks_of_process(process)[0]
     return {
         **os.environ,
-        "RANK": str(rank),
-        "LOCAL_RANK": str(rank % per_node),
-        "WORLD_SIZE": str(config.ranks),
+        "RANK": str(process),
+        "LOCAL_RANK": str(process % per_node),
+        "WORLD_SIZE": str(config.processes),
         "LOCAL_WORLD_SIZE": str(per_node),
-        "GROUP_RANK": str(rank // per_node),
-        "COMMINSIGHT_HOME": config.home_of(rank),
+        "GROUP_RANK": str(process // per_node),
+        "COMMINSIGHT_HOME": config.home_of(first_rank),
         "NCCL_PROFILER_PLUGIN": config.plugin,
         **dict(config.env),
         "PYTHONPATH": _python_path(),
@@ -112,7 +119,7 @@ def run_simulation(config: SimConfig) -> SimResult:
     if not Path(config.plugin).is_file():
         raise SimConfigError(f"plugin {config.plugin} does not exist")
     run_dir = prepare_run_dir(config)
-    config = config.with_out(str(run_dir))
+    config = replace(config.with_out(str(run_dir)), cuda_runtime=_cuda_runtime(config, run_dir))
     config_fd = os.open(run_dir / "config.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(config_fd, "w") as f:
         f.write(config.to_json())
@@ -126,11 +133,13 @@ def run_simulation(config: SimConfig) -> SimResult:
         for proc in procs:  # only if the launcher itself was interrupted
             if proc.poll() is None:
                 proc.kill()
-    exit_codes = [p.wait() for p in procs]
+    process_codes = [p.wait() for p in procs]
+    exit_codes = [process_codes[_process_of(config, r)] for r in range(config.ranks)]
 
-    dying = {f.rank for f in config.faults if f.kind == "die"}
+    # a rank that dies takes the other ranks of its process with it
+    dying = {_process_of(config, f.rank) for f in config.faults if f.kind == "die"}
     for rank, code in enumerate(exit_codes):
-        if code != 0 and not (rank in dying and code == -9):
+        if code != 0 and not (_process_of(config, rank) in dying and code == -9):
             errors.append(f"rank {rank} exited with status {code} (see its log in {run_dir})")
     if abort_reason == "timeout":
         errors.append(f"the run exceeded --timeout {config.timeout_s:g} s")
@@ -140,15 +149,41 @@ def run_simulation(config: SimConfig) -> SimResult:
     return SimResult(config, plan, run_dir, exit_codes, abort_reason, elapsed, errors)
 
 
+def _process_of(config: SimConfig, rank: int) -> int:
+    return rank // config.ranks_per_process
+
+
+def _ranks_named(config: SimConfig, process: int) -> str:
+    ranks = config.ranks_of_process(process)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}..{ranks[-1]}"
+
+
+def _cuda_runtime(config: SimConfig, run_dir: Path) -> str:
+    """The runtime library the processes load: the simulated one is built for the run."""
+    if config.cuda_runtime == SIM_RUNTIME:
+        return str(build_sim_runtime(run_dir))
+    if config.cuda_runtime and not Path(config.cuda_runtime).is_file():
+        raise SimConfigError(f"CUDA runtime {config.cuda_runtime} does not exist")
+    return str(Path(config.cuda_runtime).resolve()) if config.cuda_runtime else ""
+
+
 def _start_ranks(config: SimConfig, run_dir: Path) -> list[subprocess.Popen]:
+    """One process per group of ranks_per_process ranks (its log is named by its first)."""
     procs = []
-    for rank in range(config.ranks):
-        log_fd = os.open(run_dir / f"rank-{rank:05d}.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    for process in range(config.processes):
+        ranks = config.ranks_of_process(process)
+        log_fd = os.open(run_dir / f"rank-{ranks[0]:05d}.log", os.O_WRONLY | os.O_CREAT, 0o600)
         with os.fdopen(log_fd, "wb") as log:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "comminsight.sim.rank_process", str(run_dir), str(rank)],
-                    env=_rank_env(config, rank),
+                    [
+                        sys.executable,
+                        "-m",
+                        "comminsight.sim.rank_process",
+                        str(run_dir),
+                        *map(str, ranks),
+                    ],
+                    env=_process_env(config, process),
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -163,7 +198,8 @@ def _watch(procs, board: Board, config: SimConfig, started: float) -> tuple[str 
     hold_ns = int(config.hang_hold_s * 1e9)
     finished = (RankState.DONE, RankState.ABORTED, RankState.DEAD)
     while any(p.poll() is None for p in procs):
-        for rank, proc in enumerate(procs):
+        for rank in range(config.ranks):
+            proc = procs[_process_of(config, rank)]
             if proc.poll() is not None and board.state(rank) not in finished:
                 board.set_state(rank, RankState.DEAD)
         if not board.aborted:
@@ -175,10 +211,11 @@ def _watch(procs, board: Board, config: SimConfig, started: float) -> tuple[str 
                 board.abort()
                 kill_at = time.monotonic() + ABORT_GRACE_S
         elif kill_at is not None and time.monotonic() > kill_at:
-            for rank, proc in enumerate(procs):
+            for process, proc in enumerate(procs):
                 if proc.poll() is None:
                     proc.kill()
-                    errors.append(f"rank {rank} did not stop after the abort and was killed")
+                    who = _ranks_named(config, process)
+                    errors.append(f"{who} did not stop after the abort and was killed")
             kill_at = None
         time.sleep(POLL_S)
     return abort_reason, errors

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from comminsight.sim import cost_model
 from comminsight.sim.abi import ProfilerAbi
 from comminsight.sim.board import Board
+from comminsight.sim.cuda_runtime import CudaRuntime
 from comminsight.sim.event_gate import starts
 from comminsight.sim.plan import CommSpec, OpInstance, RankOp
 from comminsight.sim.proxy import ProxyThread
@@ -105,10 +106,15 @@ class SimNccl:
         time_scale: float,
         gpu_tick_offset_ns: int,
         comm_names: bool,
+        mask=None,
+        cuda: CudaRuntime | None = None,
+        cuda_device: int = 0,
     ):
         self.abi, self.rank, self.truth = abi, rank, truth
         self._specs, self._instances, self._comm_names = comms, instances, comm_names
-        self.mask = abi.new_activation_mask()  # ONE int for the whole process, as in NCCL
+        # ONE int for the whole process, as in NCCL: shared by the ranks of a process
+        self.mask = mask if mask is not None else abi.new_activation_mask()
+        self.cuda, self.cuda_device = cuda, cuda_device
         self.comms: dict[int, SimComm] = {}
         self.proxy = ProxyThread(abi, board, rank, truth, time_scale, gpu_tick_offset_ns)
         self.ops_issued = 0
@@ -123,6 +129,8 @@ class SimNccl:
             spec = self._specs[index]
             comm = SimComm(spec, spec.comm_rank(self.rank))
             name = spec.name if self._comm_names else None
+            if self.cuda is not None:  # NCCL's cudaSetDevice(comm->cudaDev) at init
+                self.cuda.set_device(self.cuda_device)
             init_ns = time.monotonic_ns()
             result = self.abi.init(
                 self.mask, spec.comm_id, name, spec.nnodes, spec.nranks, comm.rank

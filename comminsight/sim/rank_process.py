@@ -9,6 +9,12 @@ host waiting for its GPU (as `loss.item()` makes training do). Faults are applie
 Exit status: 0 when the program finished or the launcher aborted the run (both are recorded
 in the ground truth), 1 on an error of the simulation itself; a `die` fault ends the process
 with SIGKILL.
+
+`python -m comminsight.sim.rank_process RUN_DIR RANK RANK ...` drives several ranks from one
+process, as JAX drives its local devices: the plugin is loaded once, NCCL's activation mask
+is the process's one int, and each rank runs on its own thread (XLA executes each local
+device's program on a thread of its own and initializes each device's communicator there
+with that device current) with its own GPU timeline.
 """
 
 from __future__ import annotations
@@ -18,12 +24,16 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
-from comminsight.sim.abi import load_plugin
+from comminsight.sim.abi import ProfilerAbi, load_plugin
 from comminsight.sim.board import Board, RankState, RunAborted
 from comminsight.sim.config import SimConfig
+from comminsight.sim.cuda_runtime import CudaRuntime
 from comminsight.sim.nccl import SimNccl
 from comminsight.sim.plan import (
     Compute,
@@ -55,9 +65,26 @@ def mismatched_op(op: RankOp, field: str) -> tuple[RankOp, dict]:
     return changed, {"field": "count", "expected": op.count, "issued": changed.count}
 
 
+@dataclass
+class SharedProcess:
+    """What the ranks of one process share: the plugin NCCL loaded once, its one activation
+    mask, and the CUDA runtime (None: the process has none)."""
+
+    abi: ProfilerAbi
+    mask: object
+    cuda: CudaRuntime | None
+
+    @classmethod
+    def load(cls, config: SimConfig) -> SharedProcess:
+        abi = load_plugin(config.plugin, config.abi)
+        cuda = CudaRuntime(config.cuda_runtime) if config.cuda_runtime else None
+        return cls(abi, abi.new_activation_mask(), cuda)
+
+
 class RankRunner:
-    def __init__(self, run_dir: Path, rank: int):
+    def __init__(self, run_dir: Path, rank: int, process: SharedProcess | None = None):
         self.run_dir, self.rank = run_dir, rank
+        self.process = process  # None: the rank is the process's only one and loads it
         self.config = SimConfig.load(run_dir / "config.json")
         self.plan = build_plan(self.config)
         self.board = Board.attach(run_dir / "board.bin", self.plan.world, len(self.plan.instances))
@@ -69,7 +96,8 @@ class RankRunner:
     def run(self) -> int:
         self.board.set_pid(self.rank, os.getpid())
         self.board.set_state(self.rank, RankState.RUNNING)
-        abi = load_plugin(self.config.plugin, self.config.abi)
+        process = self.process if self.process is not None else SharedProcess.load(self.config)
+        abi = process.abi
         skew = random.Random(f"{self.config.seed}/gpu-clock/{self.rank}")
         tick_offset = (
             time.time_ns()
@@ -93,6 +121,8 @@ class RankRunner:
             time_scale=self.scale,
             gpu_tick_offset_ns=tick_offset,
             clock="CLOCK_MONOTONIC",
+            process=self.rank // self.config.ranks_per_process,
+            cuda_device=self.config.cuda_device_of(self.rank) if process.cuda else None,
         )
         self.nccl = SimNccl(
             abi,
@@ -104,6 +134,9 @@ class RankRunner:
             self.scale,
             tick_offset,
             self.config.comm_names,
+            mask=process.mask,
+            cuda=process.cuda,
+            cuda_device=self.config.cuda_device_of(self.rank),
         )
         self.nccl.proxy.start()
         status = "done"
@@ -225,12 +258,39 @@ class RankRunner:
             self._write_step(self.current_step.step, completed=False)
 
 
+def run_ranks(run_dir: Path, ranks: list[int]) -> int:
+    """Several ranks of one process, a thread each; 1 when any of them failed."""
+    config = SimConfig.load(run_dir / "config.json")
+    process = SharedProcess.load(config)
+    failed: list[int] = []
+
+    def run(rank: int) -> None:
+        runner = RankRunner(run_dir, rank, process)
+        try:
+            runner.run()
+        except BaseException:
+            traceback.print_exc()
+            failed.append(rank)
+            # not left RUNNING: the launcher then sees the run hang and aborts it
+            runner.board.set_state(rank, RankState.DEAD)
+
+    threads = [threading.Thread(target=run, args=(r,), name=f"sim-rank-{r}") for r in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m comminsight.sim.rank_process RUN_DIR RANK", file=sys.stderr)
+    if len(args) < 2:
+        usage = "usage: python -m comminsight.sim.rank_process RUN_DIR RANK [RANK...]"
+        print(usage, file=sys.stderr)
         return 2
-    return RankRunner(Path(args[0]), int(args[1])).run()
+    if len(args) == 2:
+        return RankRunner(Path(args[0]), int(args[1])).run()
+    return run_ranks(Path(args[0]), [int(r) for r in args[1:]])
 
 
 if __name__ == "__main__":

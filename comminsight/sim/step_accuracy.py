@@ -76,6 +76,20 @@ SUITE: list[Case] = [
     ),
     # RL post-training: rollout (weight sync, generation) then PPO optimizer Steps
     Case("rl", dict(workload="rl", ranks=4, steps=4)),
+    # one process drives two GPUs (JAX, ncclCommInitAll): tensor x data parallel, each rank
+    # on its own device and thread, the device known through the process's CUDA runtime
+    Case(
+        "single_process_multi_gpu",
+        dict(
+            workload="tp-dp",
+            ranks=4,
+            tp=2,
+            steps=5,
+            grad_accum=2,
+            ranks_per_process=2,
+            cuda_runtime="sim",
+        ),
+    ),
 ]
 
 

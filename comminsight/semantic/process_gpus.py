@@ -1,0 +1,291 @@
+"""Which GPU each op of a process belongs to, when one process drives several GPUs.
+
+JAX's single-controller runtime and programs built on ncclCommInitAll create, in one process,
+one NCCL communicator member per local device: NCCL calls the Profiler's init once per
+(communicator, device), and its comm_init line says the member's communicator id, its rank in
+the communicator and the CUDA device current at its init (`cuda_device`). Every op line names
+its communicator and its rank in it, so the member an op belongs to is known, and with it the
+op's GPU. The rule, in order:
+
+1. Devices known: every member of the process has a `cuda_device`. The process has as many
+   GPUs as distinct devices; each GPU owns the members initialized on it. NCCL runs one rank
+   of a communicator per device ("Duplicate GPU detected" otherwise), so two ranks of one
+   communicator on one device mean the devices are not to be trusted: the process is then
+   read as one stream and the problem reported.
+2. Devices unknown (no CUDA runtime in the process at init) and the process has a single
+   communicator with several of its ranks (ncclCommInitAll's clique alone): each rank is
+   necessarily its own GPU, so each member is one GPU, and the missing devices are reported.
+3. Devices unknown and several communicators: which members share a GPU cannot be told (the
+   rank in one communicator says nothing of the rank in another), so the process is read as
+   one stream and the problem reported, naming its first segment.
+
+A process with one member per communicator and at most one device is one GPU, as always.
+
+A GPU's global rank is its rank in its largest communicator (the world communicator where
+there is one; among equals, the one initialized first); the process's RANK belongs to the
+process, not to each of its GPUs. Its local rank counts the GPUs of the node in process order:
+the process's LOCAL_RANK times its GPU count plus the GPU's index in the process (devices in
+ascending order), which is the device ordinal when the node's processes split its GPUs evenly.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+
+class _Member(msgspec.Struct):
+    comm_id: str
+    comm_rank: int
+    nranks: int
+    cuda_device: int | None = None
+
+
+class _Process(msgspec.Struct):
+    host: str
+    pid: int
+    global_rank: int | None = None
+    local_rank: int | None = None
+
+
+class _Ci(msgspec.Struct):
+    kind: str
+    comm: _Member | None = None
+    communicators: list[_Member] | None = None
+    process: _Process | None = None
+    op_count: int | None = None  # seal
+    ring_record_count: int | None = None  # seal
+
+
+class _Line(msgspec.Struct):
+    ci: _Ci | None = None
+
+
+_DECODER = msgspec.json.Decoder(_Line)
+# as the Profiler writes it (compact JSON); the longer the needle, the faster the search
+_COMM_INIT = b'"kind":"comm_init"'
+
+
+@dataclass(frozen=True)
+class Member:
+    """One communicator member of the process: (communicator id, rank in it) is its key."""
+
+    comm_id: str  # 16 lowercase hex digits, as op lines name it once normalized
+    rank: int
+    nranks: int
+    device: int | None
+    order: int  # when it was first seen (init order)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.comm_id, self.rank)
+
+
+@dataclass
+class ProcessMembers:
+    """What a process's segments say about it: its members and who it is."""
+
+    members: dict[tuple[str, int], Member] = field(default_factory=dict)
+    host: str | None = None
+    pid: int | None = None
+    global_rank: int | None = None
+    local_rank: int | None = None
+    conflicts: list[str] = field(default_factory=list)
+
+    def add(self, m: _Member) -> None:
+        comm_id = m.comm_id.removeprefix("0x").rjust(16, "0").lower()
+        key = (comm_id, m.comm_rank)
+        seen = self.members.get(key)
+        if seen is None:
+            self.members[key] = Member(
+                comm_id, m.comm_rank, m.nranks, m.cuda_device, len(self.members)
+            )
+        elif seen.device is None and m.cuda_device is not None:
+            self.members[key] = Member(comm_id, m.comm_rank, m.nranks, m.cuda_device, seen.order)
+        elif m.cuda_device is not None and m.cuda_device != seen.device:
+            self.conflicts.append(
+                f"communicator {comm_id} rank {m.comm_rank} is on device {seen.device} "
+                f"and on device {m.cuda_device}"
+            )
+
+
+def scan_members(segments: list[Path]) -> ProcessMembers:
+    """The members of a process, from the segment_start and comm_init lines of its segments.
+    Files that cannot be read are left to the op reader, which reports them."""
+    found = ProcessMembers()
+    for path in segments:
+        data = _contents(path)
+        if data is None:
+            continue
+        try:
+            _scan_segment(data, found)
+        finally:
+            if isinstance(data, mmap.mmap):
+                data.close()
+    return found
+
+
+def _contents(path: Path):
+    """The segment's bytes (a sealed one mapped), or None when it cannot be read."""
+    for candidate in (path, path.with_name(path.name.removesuffix(".partial"))):
+        try:
+            if candidate.name.endswith(".partial"):
+                return candidate.read_bytes()
+            with candidate.open("rb") as f:
+                if os.fstat(f.fileno()).st_size == 0:
+                    return b""
+                return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        except FileNotFoundError:  # a .partial sealed (renamed) since the listing
+            continue
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def _scan_segment(data, found: ProcessMembers) -> None:
+    start = _decode(data, 0)
+    if start is not None and start.kind == "segment_start":
+        p = start.process
+        if p is not None and found.host is None:
+            found.host, found.pid = p.host, p.pid
+            found.global_rank, found.local_rank = p.global_rank, p.local_rank
+        for m in start.communicators or ():
+            found.add(m)
+    if _only_ops(data):
+        return
+    at = data.find(_COMM_INIT)
+    while at >= 0:  # a search for the few comm_init lines costs far less than decoding all
+        line_start = data.rfind(b"\n", 0, at) + 1
+        ci = _decode(data, line_start)
+        if ci is not None and ci.kind == "comm_init" and ci.comm is not None:
+            found.add(ci.comm)
+        at = data.find(_COMM_INIT, at + len(_COMM_INIT))
+
+
+def _only_ops(data) -> bool:
+    """Whether the seal says every ring record of the segment is an op: then it has no
+    comm_init line, and the search through it (most of a long run's segments) is saved."""
+    if len(data) < 2 or data[-1:] != b"\n":
+        return False
+    seal = _decode(data, data.rfind(b"\n", 0, len(data) - 1) + 1)
+    return (
+        seal is not None
+        and seal.kind == "seal"
+        and seal.ring_record_count is not None
+        and seal.ring_record_count == seal.op_count
+    )
+
+
+def _decode(data, line_start: int) -> _Ci | None:
+    end = data.find(b"\n", line_start)
+    if end < 0:
+        return None  # an unfinished last line
+    try:
+        return _DECODER.decode(data[line_start:end]).ci
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+
+
+@dataclass(frozen=True)
+class GpuOfProcess:
+    """One GPU of a process: its stream suffix and the members whose ops are its ops."""
+
+    suffix: str  # appended to the process's stream name: "" for a one-GPU process
+    members: frozenset[tuple[str, int]] | None  # None: every op of the process
+    device: int | None
+    global_rank: int | None
+    local_rank: int | None
+
+
+@dataclass
+class ProcessSplit:
+    gpus: list[GpuOfProcess]
+    problems: list[str]
+    process: ProcessMembers  # who the process is, and every member its logs name
+
+    @property
+    def split(self) -> bool:
+        return self.gpus[0].members is not None
+
+
+def split_process(segments: list[Path]) -> ProcessSplit:
+    """The GPUs of one process (see the module docstring for the rule)."""
+    found = scan_members(segments)
+    members = list(found.members.values())
+    where = segments[0] if segments else Path("?")
+    if found.conflicts:
+        problems = [f"{where}: {c}: its ops are read as one stream" for c in found.conflicts]
+        return ProcessSplit([_whole(found)], problems, found)
+    by_comm: dict[str, list[Member]] = {}
+    for m in members:
+        by_comm.setdefault(m.comm_id, []).append(m)
+    shared = sorted(c for c, ms in by_comm.items() if len(ms) > 1)
+    devices = sorted({m.device for m in members if m.device is not None})
+    unknown = [m for m in members if m.device is None]
+    if not shared and len(devices) <= 1:
+        return ProcessSplit([_whole(found)], [], found)
+    if not unknown:
+        return _by_device(found, members, devices, where)
+    ranks = ", ".join(str(m.rank) for m in by_comm[shared[0]]) if shared else "?"
+    what = (
+        f"{where}: one process drives several GPUs (ranks {ranks} of communicator "
+        f"{shared[0] if shared else '?'}) but the CUDA device of {len(unknown)} of its "
+        "communicator members is unknown (no CUDA runtime loaded at their init)"
+    )
+    if len(by_comm) == 1:
+        gpus = _each_member_a_gpu(found, members)
+        return ProcessSplit(gpus, [f"{what}: each rank of its only communicator is one GPU"], found)
+    problem = f"{what}: which members share a GPU cannot be told; its ops are read as one stream"
+    return ProcessSplit([_whole(found)], [problem], found)
+
+
+def _whole(found: ProcessMembers) -> GpuOfProcess:
+    devices = {m.device for m in found.members.values() if m.device is not None}
+    device = devices.pop() if len(devices) == 1 else None
+    return GpuOfProcess("", None, device, found.global_rank, found.local_rank)
+
+
+def _by_device(
+    found: ProcessMembers, members: list[Member], devices: list[int], where: Path
+) -> ProcessSplit:
+    on: dict[int, list[Member]] = {d: [m for m in members if m.device == d] for d in devices}
+    for device, ms in on.items():
+        comm_ids = [m.comm_id for m in ms]
+        twice = sorted({c for c in comm_ids if comm_ids.count(c) > 1})
+        if twice:
+            problem = (
+                f"{where}: communicator {twice[0]} has several ranks on device {device}, "
+                "which NCCL does not allow: the devices recorded cannot be trusted; its ops "
+                "are read as one stream"
+            )
+            return ProcessSplit([_whole(found)], [problem], found)
+    gpus = [
+        _gpu(f".dev{device}", on[device], device, index, len(devices), found.local_rank)
+        for index, device in enumerate(devices)
+    ]
+    return ProcessSplit(gpus, [], found)
+
+
+def _each_member_a_gpu(found: ProcessMembers, members: list[Member]) -> list[GpuOfProcess]:
+    ordered = sorted(members, key=lambda m: m.rank)
+    return [
+        _gpu(f".rank{m.rank}", [m], m.device, index, len(ordered), found.local_rank)
+        for index, m in enumerate(ordered)
+    ]
+
+
+def _gpu(
+    suffix: str,
+    members: list[Member],
+    device: int | None,
+    index: int,
+    count: int,
+    process_local_rank: int | None,
+) -> GpuOfProcess:
+    widest = min(members, key=lambda m: (-m.nranks, m.order))
+    local = index if process_local_rank is None else process_local_rank * count + index
+    return GpuOfProcess(suffix, frozenset(m.key for m in members), device, widest.rank, local)
