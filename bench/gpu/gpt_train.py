@@ -9,7 +9,15 @@ Modes:
   tpdp  a 2-D DeviceMesh (dp x tp = world/2... here 1 x 2 on two GPUs): Megatron-style tensor
         parallel MLP blocks (column-parallel then row-parallel Linear, one all-reduce on the
         tp group forward and one backward per block) and, every --accum micro-batches, the
-        data-parallel gradient all-reduce on the dp group before the optimizer step.
+        data-parallel gradient all-reduce on the dp group before the optimizer step. --tp
+        sets the tp size (default 2 when the world is even): --tp 1 on 2 ranks is the 2 x 1
+        mesh, data parallel across the ranks, each tp group of one rank.
+
+More ranks than GPUs (one H200 lent): with --share-gpu, or on a machine of one GPU, every rank
+takes GPU LOCAL_RANK mod count and sets NCCL_HOSTID=host-<RANK> before NCCL starts, so NCCL
+takes each rank for a host of its own and joins them over sockets (run the job with
+NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1; shared/reference/nccl-profiler-abi.md "Two ranks on
+one GPU").
 
 Every optimizer step ends with `loss.item()` (the usual logging sync). Each rank writes
 <out>/rank<R>.json: per-step wall times (host CLOCK_MONOTONIC after the sync), the host time
@@ -223,7 +231,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--d", type=int, default=1024)
+    # --dim: torchrun's argparse takes a bare --d after the script for an ambiguous abbreviation
+    ap.add_argument("--d", "--dim", dest="d", type=int, default=1024)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--batch", type=int, default=8)
@@ -231,6 +240,12 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--progress", default="")
     ap.add_argument("--cpu", action="store_true", help="gloo on CPU, for a dry run")
+    ap.add_argument("--tp", type=int, default=0, help="tpdp: tp size (0: 2 if the world is even)")
+    ap.add_argument(
+        "--share-gpu",
+        action="store_true",
+        help="ranks share GPUs, one NCCL host each (automatic on a machine of one GPU)",
+    )
     ap.add_argument("--turns", default="", help="take turns with other jobs (module docstring)")
     ap.add_argument("--turn-job", type=int, default=0)
     ap.add_argument("--turn-jobs", type=int, default=1)
@@ -241,9 +256,16 @@ def main() -> None:
 
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     world_env = int(os.environ["WORLD_SIZE"])
+    share = not args.cpu and (args.share_gpu or (world_env > 1 and torch.cuda.device_count() == 1))
     if args.cpu:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
+    elif share:
+        # NCCL refuses two ranks of one host on one GPU; its host identity is NCCL_HOSTID's
+        os.environ["NCCL_HOSTID"] = f"host-{rank}"
+        device = torch.device("cuda", local % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
     elif args.mode == "tpdp" and world_env > torch.cuda.device_count():
         # more ranks than GPUs (2 x 2 mesh on two GPUs): GPU (dp + tp) % n puts the two ranks
         # of every tp and every dp group on different GPUs; the world group, which would hold
@@ -268,7 +290,9 @@ def main() -> None:
     if args.mode == "tpdp":
         from torch.distributed.device_mesh import init_device_mesh
 
-        tp = 2 if world % 2 == 0 else 1  # ranks 2i, 2i+1 form a tp group
+        tp = args.tp or (2 if world % 2 == 0 else 1)  # ranks tp*i .. tp*i+tp-1 form a tp group
+        if world % tp:
+            raise SystemExit(f"--tp {tp} does not divide the world of {world}")
         mesh = init_device_mesh(device.type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
         tp_group, dp_group = mesh.get_group("tp"), mesh.get_group("dp")
         net = TPNet(args.vocab, args.d, args.layers, tp, tp_group, issued).to(device)
@@ -277,7 +301,9 @@ def main() -> None:
         net = GPT(args.vocab, args.d, args.layers, args.heads, args.seq).to(device)
         mesh_desc = {"dp": world}
         if args.mode == "ddp":
-            net = nn.parallel.DistributedDataParallel(net, device_ids=None if args.cpu else [local])
+            net = nn.parallel.DistributedDataParallel(
+                net, device_ids=None if args.cpu else [device.index]
+            )
         else:
             from torch.distributed.fsdp import fully_shard
 

@@ -43,6 +43,7 @@ TAIL = 1 << 40  # ops after the last Step, ordered after every Step
 GROUP_GAP_RATIO = 3.0  # idle gaps before Steps at least this much above those before micro-batches
 GROUP_HINT_RATIO = 2.0  # a separation this large already casts doubt on one repetition a Step
 GROUP_MIN_STEPS = 3
+GROUP_REGULAR = 0.8  # share of Steps with the most common number of micro-batches
 MIN_COVERAGE = 0.5
 
 
@@ -172,6 +173,12 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
         )
     starts = u.starts
     step_starts, micro, hinted = _group_units(starts, gaps)
+    if micro is None:
+        by_gaps = _steps_by_idle_time(u, gaps, n)
+        if by_gaps is not None:
+            units_at = np.searchsorted(starts, by_gaps)
+            micro = np.append(np.diff(units_at), max(1, len(starts) - int(units_at[-1])))
+            step_starts, hinted = by_gaps, False
     if micro is not None:
         confidence = min(confidence, 0.85)
         reasons.append(
@@ -193,6 +200,40 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     if micro is not None:
         cut.micro_steps = np.concatenate([np.ones(len(warmup), np.int64), micro])
     return cut, confidence, reasons
+
+
+def _steps_by_idle_time(u: LocalUnits, gaps: np.ndarray, n: int) -> np.ndarray | None:
+    """Step starts shown by idle time where the cycle's units are micro-batches whose own
+    starts are not where the GPU idles longest (tensor parallelism alone: a repetition may
+    begin at the backward's all-reduces, while the optimizer and the next batch leave the
+    GPU idle before the forward's first): the few longest gaps, clearly apart from all the
+    others, at the same place of the cycle every time, every same number of repetitions (at
+    least two), with no extra op just before them (an evaluation every few Steps)."""
+    lo = int(u.starts[0])
+    if n - lo < 8 or len(u.starts) < 2 * GROUP_MIN_STEPS:
+        return None
+    positions = np.arange(lo + 1, n)
+    ranked = np.argsort(-gaps[positions], kind="stable")[: len(u.starts)]
+    top = gaps[positions[ranked]].astype(np.float64)
+    ratios = (top[:-1] + 1.0) / (top[1:] + 1.0)
+    if len(ratios) < 2:
+        return None
+    j = int(np.argmax(ratios[1:])) + 1  # at least two long gaps
+    if ratios[j] < GROUP_GAP_RATIO or j + 1 < GROUP_MIN_STEPS - 1:
+        return None
+    big = np.sort(positions[ranked[: j + 1]])
+    keys = u.keys[big]
+    units_between = np.diff(np.searchsorted(u.starts, big, side="right"))
+    if (
+        len(set(keys.tolist())) != 1
+        or units_between.min() < 2
+        or np.bincount(units_between).max() < GROUP_REGULAR * len(units_between)
+        or not u.on_cycle[big - 1].all()
+    ):
+        return None
+    first = lo + int(np.argmax(u.keys[lo:] == keys[0]))
+    starts = big if first >= big[0] else np.concatenate([[first], big])
+    return starts.astype(np.int64)
 
 
 def _group_units(
@@ -254,8 +295,13 @@ def _warmup_starts(
         return none, first
     material = material[material >= opening[0]]
     w0 = int(material[0])
-    per_step = max(1, (n - first) // max(1, steady))
-    count = min(len(material), max(1, int(round((first - w0) / per_step))))
+    # as many Steps as the stretch moves a steady Step's bytes: a few tiny ops (shapes a
+    # pipeline exchanges in its first Step) are no Step of their own, one bucket holding a
+    # whole model's gradients (DDP's first iteration) is
+    step_bytes = max(1.0, float(g.size[first:n].sum()) / max(1, steady))
+    count = min(len(material), int(round(float(g.size[w0:first].sum()) / step_bytes)))
+    if count == 0:
+        return none, w0
     # the first warm-up Step begins at its first op; the others after the longest gaps
     # before an op of the pair steady Steps begin with (else any of its ops)
     rest = material[1:]
