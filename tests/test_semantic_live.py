@@ -143,8 +143,11 @@ def test_without_its_c_core_the_agent_serves_on_and_says_the_engine_is_off(tmp_p
     assert any("Semantic Engine is off" in r and "make build-engine" in r for r in health.reasons)
 
 
-def test_a_gpu_whose_engine_fails_is_given_up_once_and_the_others_go_on(tmp_path, caplog):
+def test_a_gpu_whose_engine_keeps_failing_backs_off_after_a_few_restarts_and_the_others_go_on(
+    tmp_path, caplog
+):
     from comminsight.agent.engine_hook import GpuStream
+    from comminsight.agent.engine_restarts import MAX_RESTARTS
     from comminsight.agent.semantic_hook import SemanticEngineHook
     from comminsight.semantic.templates import load_templates
 
@@ -152,19 +155,25 @@ def test_a_gpu_whose_engine_fails_is_given_up_once_and_the_others_go_on(tmp_path
     bad, good = GpuStream("n", 7, 70, 0, 0), GpuStream("n", 8, 80, 1, 1)
     handled = []
 
-    def handle(kind, gpu, payload):
-        handled.append(gpu.pid)
-        if gpu == bad:
+    def handle(g, kind, payload):
+        handled.append(g.gpu.pid)
+        if g.gpu == bad:
             raise ValueError("corrupt batch")
 
     hook._handle = handle
     try:
         for _ in range(3):
-            hook.feed(bad, np.zeros(0), {})
-            hook.feed(good, np.zeros(0), {})
+            hook.feed(bad, np.zeros(0, [("seq", "<u8")]), {})
+            hook.feed(good, np.zeros(0, [("seq", "<u8")]), {})
             wait_until(hook.idle, 10, "the worker did not drain its queue")
     finally:
         hook.stop()
-    assert handled.count(7) == 1 and handled.count(8) == 3
-    assert hook.failed == {bad: "ValueError: corrupt batch"}
-    assert sum("GPU pid 7 failed" in r.message for r in caplog.records) == 1
+    assert handled.count(8) == 3
+    # every failure restarts it (replaying what came since its checkpoint) until the restart
+    # budget is spent; then it waits, its batches kept for the next restart
+    assert handled.count(7) == MAX_RESTARTS + 1
+    (status,) = [s for s in hook.gpu_status() if s.pid == 7]
+    assert status.state == "backing_off" and status.restarts == MAX_RESTARTS
+    assert hook.counts.failures == {"ValueError": MAX_RESTARTS + 1}
+    assert hook.counts.restarts == {"ValueError": MAX_RESTARTS}
+    assert sum("GPU pid 7 failed" in r.message for r in caplog.records) == MAX_RESTARTS + 1

@@ -21,6 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import generate_latest
 
+from comminsight.agent import engine_metrics
 from comminsight.shm_reader import op_records, record_text
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
@@ -88,6 +89,7 @@ class NodeMetrics:
         self.engine_steps: int | None = None
         self.engine_records_dropped = 0
         self.engine_records_queued = 0
+        self.semantic: engine_metrics.SemanticEngineMetrics | None = None  # while it runs
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -228,6 +230,8 @@ class NodeMetrics:
                 "Op records waiting for the Semantic Engine",
                 value=self.engine_records_queued,
             )
+        if self.semantic is not None:
+            yield from engine_metrics.families(self.semantic)
         yield GaugeMetricFamily(
             "comminsight_agent_lag_seconds",
             "Completion-to-ingest delay of the newest record read",

@@ -14,6 +14,13 @@ position of the first op not yet placed). An Agent started again for the same ho
 the engines of processes still running, skips the ring records they had placed, truncates
 their summaries to the checkpointed length, and goes on: no Step lost or written twice, as
 long as the ring still holds the records that came after the checkpoint.
+
+An exception out of one GPU's engine (a failure) does not end step recovery for that GPU:
+the engine is restored from the GPU's last checkpoint and handed again what it was handed
+since (engine_replay), which rewrites the same summaries; failures and restarts are counted
+by reason for health and metrics. Restarts are rate-limited per GPU (engine_restarts); an ops
+batch that fails again after a restart is dropped as lost records, so one bad batch cannot
+stop a GPU for good. The worker thread itself never ends on an exception.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import logging
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -29,6 +37,13 @@ import numpy as np
 from msgspec import UnsetType
 
 from comminsight.agent.engine_hook import GpuStream
+from comminsight.agent.engine_lag import GpuLag, newest_placed_end
+from comminsight.agent.engine_replay import DEFAULT_MAX_RECORDS, ReplayEntry, ReplayLog, newest_end
+from comminsight.agent.engine_restarts import (
+    EngineFailure,
+    FailureCounts,
+    RestartBudget,
+)
 from comminsight.semantic.checkpoint import (
     CheckpointError,
     CheckpointFile,
@@ -38,7 +53,7 @@ from comminsight.semantic.checkpoint import (
 from comminsight.semantic.engine import GpuEngine
 from comminsight.semantic.offline import SummaryFile
 from comminsight.semantic.op_batch import CommTable, SegmentTable
-from comminsight.semantic.shm_input import CommInfo, engine_batch
+from comminsight.semantic.shm_input import CommInfo, RingPosition, engine_batch
 from comminsight.semantic.step_builder import GpuIdentity
 from comminsight.semantic.templates import TemplateSet
 from comminsight_gen.models.semantic_engine_v1 import GpuState, ShmPosition
@@ -48,11 +63,17 @@ log = logging.getLogger(__name__)
 
 MAX_QUEUED_RECORDS = 1 << 20
 CHECKPOINT_NAME = "engine-live.checkpoint.json"
+# A replay log nearly full asks for a checkpoint (which trims it) ahead of time, but not more
+# often than this: a checkpoint fsyncs every GPU's summaries.
+MIN_CHECKPOINT_GAP_S = 1.0
 
 
 class _Gpu:
-    def __init__(self, gpu: GpuStream, engine: GpuEngine, out: SummaryFile) -> None:
+    def __init__(
+        self, gpu: GpuStream, name: str, engine: GpuEngine, out: SummaryFile, replay_max: int
+    ) -> None:
         self.gpu = gpu
+        self.name = name  # live-<node>-<pid>-<start>.jsonl
         self.engine = engine
         self.out = out
         self.lost = 0  # records dropped before reaching the engine, not yet reported
@@ -62,6 +83,47 @@ class _Gpu:
         self.comms = CommTable()  # the GPU's communicators, shared by its batches
         self.segments = SegmentTable()
         self.saved: GpuState | None = None  # a finished process's state, carried over
+        self.checkpoint: GpuState | None = None  # the last state saved: where a restart resumes
+        self.replay = ReplayLog(replay_max)  # what the engine was handed since `checkpoint`
+        self.budget = RestartBudget()
+        self.failures = 0
+        self.restarts = 0
+        self.last_failure: EngineFailure | None = None
+        self.suspect: ReplayEntry | None = None  # the entry the engine failed on last
+        self.retry_at: float | None = None  # backing off until then (CLOCK_MONOTONIC s)
+        self.reported = out.written  # summaries counted in steps_written (restarts rewrite)
+
+
+@dataclass(frozen=True)
+class GpuEngineStatus:
+    """One GPU's live engine, for health."""
+
+    pid: int
+    global_rank: int | None
+    state: str  # running | backing_off | finished
+    lag_ns: int | None
+    steps_written: int
+    failures: int
+    restarts: int
+    last_failure: EngineFailure | None
+    retry_in_s: float | None
+
+
+@dataclass(frozen=True)
+class EngineHeld:
+    """What the hook holds, in ops and records (its memory is bounded by these)."""
+
+    queued_records: int  # waiting for the worker
+    replay_records: int  # kept for restarts
+    engine_ops: int  # in the engines' reorder windows and selection probes
+    gpus: int
+
+
+class _ReplayFailed(Exception):
+    def __init__(self, entry: ReplayEntry | None, error: Exception) -> None:
+        super().__init__(str(error))
+        self.entry = entry
+        self.error = error
 
 
 def coalesce(items: list) -> list:
@@ -97,20 +159,23 @@ class SemanticEngineHook:
         templates: TemplateSet,
         max_queued: int = MAX_QUEUED_RECORDS,
         checkpoint_s: float = 10.0,
+        replay_max: int = DEFAULT_MAX_RECORDS,
     ) -> None:
         self.out_dir = Path(home) / "semantics" / "step"
         self.templates = templates
         self.max_queued = max_queued
         self.checkpoint_s = checkpoint_s
+        self.replay_max = replay_max
         self.dropped_records = 0
         self.steps_written = 0
-        self.failed: dict[GpuStream, str] = {}  # why a GPU's engine gave up (logged once)
+        self.counts = FailureCounts()
         self.restored = 0  # GPUs resumed from a checkpoint
         self._items: deque = deque()
         self._queued = 0
         self._cond = threading.Condition()
         self._busy = False
         self._gpus: dict[GpuStream, _Gpu] = {}
+        self._lags: dict[GpuStream, GpuLag] = {}  # written by feed (ingest), read by health
         self._stopping = False
         self._checkpoint = CheckpointFile(
             self.out_dir / CHECKPOINT_NAME, templates.digest(), ProducerMode.live
@@ -120,7 +185,8 @@ class SemanticEngineHook:
         for state in self._checkpoint.load().values():
             if isinstance(state.input, ShmPosition) and not isinstance(state.gpu.pid, UnsetType):
                 self._saved[(state.gpu.pid, state.input.producer_start_real_ns)] = state
-        self._next_checkpoint = time.monotonic() + checkpoint_s
+        self._last_checkpoint = time.monotonic()
+        self._next_checkpoint = self._last_checkpoint + checkpoint_s
         self._thread = threading.Thread(target=self._run, name="semantic-engine", daemon=True)
         self._thread.start()
 
@@ -128,6 +194,11 @@ class SemanticEngineHook:
 
     def feed(self, gpu: GpuStream, records: np.ndarray, comms: dict[int, CommInfo]) -> None:
         with self._cond:
+            if len(records):
+                lag = self._lags.get(gpu)
+                if lag is None:
+                    lag = self._lags[gpu] = GpuLag()
+                lag.ingested(newest_end(records), int(records["complete_mono_ns"].min()))
             if self._queued + len(records) > self.max_queued:
                 self.dropped_records += len(records)
                 self._items.append(("lost", gpu, len(records)))
@@ -151,6 +222,11 @@ class SemanticEngineHook:
         with self._cond:
             return not self._items and not self._busy
 
+    @property
+    def running(self) -> bool:
+        """The worker thread is alive (it ends only at stop)."""
+        return self._thread.is_alive()
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the worker, checkpoint, and flush every GPU's file (open Steps are in the
         checkpoint, not in the files)."""
@@ -162,6 +238,51 @@ class SemanticEngineHook:
         for g in self._gpus.values():
             g.out.close()
 
+    # ---- what health and metrics read ----------------------------------------------------
+
+    def gpu_status(self) -> list[GpuEngineStatus]:
+        now = time.monotonic()
+        out = []
+        for g in list(self._gpus.values()):
+            lag = self._lags.get(g.gpu)
+            if g.finished:
+                state = "finished"
+            elif g.retry_at is not None:
+                state = "backing_off"
+            else:
+                state = "running"
+            out.append(
+                GpuEngineStatus(
+                    pid=g.gpu.pid,
+                    global_rank=g.gpu.global_rank,
+                    state=state,
+                    lag_ns=lag.lag_ns() if lag is not None and not g.finished else None,
+                    steps_written=g.reported,
+                    failures=g.failures,
+                    restarts=g.restarts,
+                    last_failure=g.last_failure,
+                    retry_in_s=max(0.0, g.retry_at - now) if g.retry_at is not None else None,
+                )
+            )
+        return sorted(out, key=lambda s: (s.global_rank is None, s.global_rank or 0, s.pid))
+
+    def lag_ns(self) -> int | None:
+        """The worst lag of the GPUs whose processes run (None before any op)."""
+        lags = [s.lag_ns for s in self.gpu_status() if s.lag_ns is not None]
+        return max(lags, default=None)
+
+    def held(self) -> EngineHeld:
+        gpus = list(self._gpus.values())
+        engine_ops = sum(
+            len(b) for g in gpus for b in (g.engine.held, g.engine.pending) if b is not None
+        )
+        return EngineHeld(
+            queued_records=self.queued_records,
+            replay_records=sum(g.replay.records for g in gpus),
+            engine_ops=engine_ops,
+            gpus=len(gpus),
+        )
+
     # ---- the worker ----------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -169,29 +290,54 @@ class SemanticEngineHook:
             with self._cond:
                 while not self._items and not self._stopping:
                     self._busy = False
-                    self._cond.wait(timeout=self.checkpoint_s)
-                    if time.monotonic() >= self._next_checkpoint:
+                    now = time.monotonic()
+                    due = min(self._next_checkpoint, self._next_retry())
+                    if now >= due:
                         break
+                    self._cond.wait(timeout=due - now)
                 if self._stopping:
                     return
                 items = list(self._items)
                 self._items.clear()
                 self._busy = bool(items)
                 self._queued -= sum(len(p[0]) for kind, _, p in items if kind == "ops")
-            for kind, gpu, payload in coalesce(items):
-                if gpu in self.failed:
-                    continue
-                try:
-                    self._handle(kind, gpu, payload)
-                except Exception as e:  # one GPU's bad data must not stop the others
-                    # once: its engine's state is no longer to be trusted, and the same
-                    # error would come with every batch
-                    log.exception(
-                        "semantic engine: GPU pid %d failed; its ops are skipped", gpu.pid
-                    )
-                    self.failed[gpu] = f"{type(e).__name__}: {e}"[:300]
-            if time.monotonic() >= self._next_checkpoint:
-                self._save_checkpoint()
+            try:
+                self._work(items)
+            except Exception as e:  # a bug outside any one GPU: the others must go on
+                log.exception("semantic engine: a worker pass failed")
+                failure = EngineFailure.of(e)
+                self.counts.failures[failure.reason] += 1
+                self.counts.last, self.counts.last_pid = failure, None
+
+    def _work(self, items: list) -> None:
+        for kind, gpu, payload in coalesce(items):
+            self._take(gpu, kind, payload)
+        self._retry_due(time.monotonic())
+        if time.monotonic() >= self._next_checkpoint:
+            self._save_checkpoint()
+
+    def _next_retry(self) -> float:
+        return min(
+            (g.retry_at for g in self._gpus.values() if g.retry_at is not None),
+            default=float("inf"),
+        )
+
+    def _take(self, gpu: GpuStream, kind: str, payload) -> None:
+        g = self._state(gpu)
+        if g.finished:
+            return
+        entry = g.replay.add(kind, payload)
+        if g.replay.full:  # checkpoint soon, so that a restart still finds all it needs
+            self._next_checkpoint = min(
+                self._next_checkpoint, self._last_checkpoint + MIN_CHECKPOINT_GAP_S
+            )
+        if g.retry_at is not None:  # backing off: the entry waits in the replay log
+            return
+        try:
+            self._handle(g, kind, payload)
+        except Exception as e:  # one GPU's failure must not stop the others
+            if self._note_failure(g, e, entry):
+                self._restart_when_allowed(g)
 
     def _state(self, gpu: GpuStream) -> _Gpu:
         g = self._gpus.get(gpu)
@@ -204,6 +350,13 @@ class SemanticEngineHook:
             if g is not None:
                 self._gpus[gpu] = g
                 return g
+        # open while the process runs, sealed (renamed) when it finishes: the archive takes
+        # only sealed files
+        out = SummaryFile(self.out_dir / f"{name}.partial", 0, 0)
+        g = self._gpus[gpu] = _Gpu(gpu, name, self._new_engine(gpu), out, self.replay_max)
+        return g
+
+    def _new_engine(self, gpu: GpuStream) -> GpuEngine:
         identity = GpuIdentity(
             host=gpu.node_name,
             global_rank=gpu.global_rank if gpu.global_rank is not None else gpu.pid,
@@ -212,17 +365,12 @@ class SemanticEngineHook:
             cuda_device=gpu.cuda_device,
             job_id=gpu.job_id,
         )
-        engine = GpuEngine(identity, self.templates, mode=ProducerMode.live)
-        # open while the process runs, sealed (renamed) when it finishes: the archive takes
-        # only sealed files
-        out = SummaryFile(self.out_dir / f"{name}.partial", 0, 0)
-        g = self._gpus[gpu] = _Gpu(gpu, engine, out)
-        return g
+        return GpuEngine(identity, self.templates, mode=ProducerMode.live)
 
     def _restore(self, gpu: GpuStream, state: GpuState, name: str) -> _Gpu | None:
         if state.output.file == name:  # sealed: the process had finished
             engine = GpuEngine(GpuIdentity(gpu.node_name, 0), self.templates)
-            g = _Gpu(gpu, engine, SummaryFile(None, 0, 0))
+            g = _Gpu(gpu, name, engine, SummaryFile(None, 0, 0), self.replay_max)
             g.finished, g.saved = True, state
             return g
         try:
@@ -235,71 +383,194 @@ class SemanticEngineHook:
             state.output.byte_offset,
             state.output.summaries_written,
         )
-        g = _Gpu(gpu, engine, out)
+        g = _Gpu(gpu, name, engine, out, self.replay_max)
         g.skip_through = state.input.last_ring_seq
+        g.checkpoint = state
         self.restored += 1
         log.info("semantic engine: pid %d resumed after ring record %d", gpu.pid, g.skip_through)
         return g
 
-    def _handle(self, kind: str, gpu: GpuStream, payload) -> None:
-        g = self._state(gpu)
-        if g.finished:
-            return
+    def _handle(self, g: _Gpu, kind: str, payload) -> None:
         if kind == "lost":
             g.lost += payload
             return
         if kind == "finished":
-            g.finished = True
             self._write(g, g.engine.finish())
-            g.out.seal()
+            self._seal(g)
             return
         records, comms = payload
         if g.skip_through >= 0:
-            # a restarted Agent reads the ring from its oldest record: skip what the engine
-            # had placed; records overwritten since are lost
+            # a restarted Agent reads the ring from its oldest record, a restarted engine is
+            # handed again what came after its checkpoint: skip what it had placed; records
+            # gone since (overwritten, or let go by the replay log) are lost
             records = records[records["seq"] > g.skip_through]
             if len(records):
                 g.lost += max(0, int(records["seq"][0]) - (g.skip_through + 1))
                 g.skip_through = -1
+        gpu = g.gpu
         batch = engine_batch(
             records, comms, gpu.start_real_ns, gpu.start_mono_ns, g.comms, g.segments
         )
         if len(batch):
             batch.cols["lost_before"][0] += g.lost
             g.lost = 0
+            held = g.engine.held
             self._write(g, g.engine.feed(batch))
             g.last_position = batch.position(len(batch) - 1)
+            lag = self._lags.get(gpu)
+            if lag is not None:
+                lag.placed(newest_placed_end(g.engine, held, batch))
         g.out.flush()  # visible to readers (the API); fsync at checkpoints
+
+    def _seal(self, g: _Gpu) -> None:
+        g.out.seal()
+        g.finished = True
+        g.replay = ReplayLog(0)  # a sealed file is never restarted
+        g.retry_at = None
+        with self._cond:
+            self._lags.pop(g.gpu, None)
 
     def _write(self, g: _Gpu, summaries: list) -> None:
         if summaries:
             g.out.add(summaries)
-            self.steps_written += len(summaries)
+            # a restarted engine writes again the summaries after its checkpoint: count once
+            if g.out.written > g.reported:
+                self.steps_written += g.out.written - g.reported
+                g.reported = g.out.written
+
+    # ---- failures and restarts -----------------------------------------------------------
+
+    def _note_failure(self, g: _Gpu, error: Exception, entry: ReplayEntry | None) -> bool:
+        """Count a failure of g's engine; whether to restart it (False: g was sealed)."""
+        failure = EngineFailure.of(error)
+        g.failures += 1
+        g.last_failure = failure
+        self.counts.failures[failure.reason] += 1
+        self.counts.last, self.counts.last_pid = failure, g.gpu.pid
+        log.error(
+            "semantic engine: GPU pid %d failed (%s); restarting it from its checkpoint",
+            g.gpu.pid,
+            failure.message,
+            exc_info=error if g.failures == 1 else None,  # the traceback once per GPU
+        )
+        if entry is not None and entry is g.suspect:  # failed again on the same input
+            if entry.kind == "finished":
+                log.error("semantic engine: pid %d: its last Step is not written", g.gpu.pid)
+                self._seal(g)
+                return False
+            lost = g.replay.discard(entry)
+            log.error("semantic engine: pid %d: %d op records skipped as lost", g.gpu.pid, lost)
+        g.suspect = entry
+        return True
+
+    def _restart_when_allowed(self, g: _Gpu) -> None:
+        while True:
+            now = time.monotonic()
+            if not g.budget.take(now):
+                g.retry_at = g.budget.next_at(now)
+                log.warning(
+                    "semantic engine: pid %d restarted %d times in %.0f s; next try in %.0f s",
+                    g.gpu.pid,
+                    g.budget.max_restarts,
+                    g.budget.window_s,
+                    g.retry_at - now,
+                )
+                return
+            g.retry_at = None
+            g.restarts += 1
+            self.counts.restarts[g.last_failure.reason if g.last_failure else "unknown"] += 1
+            try:
+                self._restart(g)
+                return
+            except _ReplayFailed as f:
+                if not self._note_failure(g, f.error, f.entry):
+                    return
+
+    def _restart(self, g: _Gpu) -> None:
+        """g's engine as its last checkpoint left it (a new one before any checkpoint), its
+        summaries truncated to match, handed again what came since."""
+        state = g.checkpoint
+        g.out.close()
+        try:
+            if state is None:
+                g.engine = self._new_engine(g.gpu)
+                g.out = SummaryFile(self.out_dir / f"{g.name}.partial", 0, 0)
+                g.skip_through, g.lost = -1, g.replay.dropped
+            else:
+                g.engine = restore_engine(state, self.templates, mode=ProducerMode.live)
+                g.out = SummaryFile(
+                    self.out_dir / state.output.file,
+                    state.output.byte_offset,
+                    state.output.summaries_written,
+                )
+                g.skip_through, g.lost = state.input.last_ring_seq, 0
+        except Exception as e:
+            raise _ReplayFailed(None, e) from e
+        g.last_position = None
+        for entry in list(g.replay.entries):
+            try:
+                self._handle(g, entry.kind, entry.payload)
+            except Exception as e:
+                raise _ReplayFailed(entry, e) from e
+        g.suspect = None
+        log.warning(
+            "semantic engine: pid %d restarted from %s",
+            g.gpu.pid,
+            "its checkpoint" if state is not None else "its first op",
+        )
+
+    def _retry_due(self, now: float) -> None:
+        for g in list(self._gpus.values()):
+            if g.retry_at is not None and g.retry_at <= now and not g.finished:
+                self._restart_when_allowed(g)
+
+    # ---- checkpoints ---------------------------------------------------------------------
+
+    def _current_state(self, g: _Gpu) -> GpuState | None:
+        """g's state now, or None where it cannot be saved at this moment."""
+        if g.finished:
+            position = g.last_position.after() if g.last_position is not None else None
+        else:
+            position = g.engine.resume_point(g.last_position)
+        if position is None:
+            return None
+        size = g.out.sync() if g.out.path.name.endswith(".partial") else 0
+        state = gpu_state(
+            g.engine,
+            position,
+            g.out.path.name,
+            size,
+            g.out.written,
+            shm_file=g.gpu.shm_file,
+            producer_start_real_ns=g.gpu.start_real_ns,
+        )
+        if isinstance(position, RingPosition):
+            g.replay.trim(position.ring_seq)
+        return state
 
     def _save_checkpoint(self) -> None:
-        self._next_checkpoint = time.monotonic() + self.checkpoint_s
+        self._last_checkpoint = time.monotonic()
+        self._next_checkpoint = self._last_checkpoint + self.checkpoint_s
         states = {}
-        for g in self._gpus.values():
+        for g in list(self._gpus.values()):
             if g.out.path is None:
                 if g.saved is not None:
                     states[g.saved.output.file] = g.saved
                 continue
-            if g.finished:
-                position = g.last_position.after() if g.last_position is not None else None
-            else:
-                position = g.engine.resume_point(g.last_position)
-            if position is None:
-                continue
-            size = g.out.sync() if g.out.path.name.endswith(".partial") else 0
-            states[g.out.path.name] = gpu_state(
-                g.engine,
-                position,
-                g.out.path.name,
-                size,
-                g.out.written,
-                shm_file=g.gpu.shm_file,
-                producer_start_real_ns=g.gpu.start_real_ns,
-            )
+            if g.retry_at is None:  # a failed engine's state is not to be trusted
+                try:
+                    state = self._current_state(g)
+                except Exception as e:
+                    if self._note_failure(g, e, None):
+                        self._restart_when_allowed(g)
+                    state = None
+                if state is not None:
+                    g.checkpoint = state
+                elif g.finished:  # sealed before it placed an op: nothing to resume
+                    g.checkpoint = None
+            # else the last good state: restarting from it, no Step is lost or written twice
+            if g.checkpoint is not None:
+                states[g.checkpoint.output.file] = g.checkpoint
         for state in self._saved.values():  # processes not seen since the restart: kept
             if (self.out_dir / state.output.file).exists():  # unless their file is gone
                 states[state.output.file] = state

@@ -27,7 +27,9 @@ from comminsight import __version__
 from comminsight.agent import api_views
 from comminsight.agent.archive import ArchiveConfigError, Archiver
 from comminsight.agent.diagnosis import diagnose
+from comminsight.agent.engine_health import engine_health
 from comminsight.agent.engine_hook import EngineHook, PassThroughEngine
+from comminsight.agent.engine_metrics import engine_metrics
 from comminsight.agent.fifo_reader import HangEvent, HangEventFifo
 from comminsight.agent.hang_resolution import resolve_cleared
 from comminsight.agent.hang_store import HangStore
@@ -140,6 +142,7 @@ class AgentService:
             self.metrics.engine_steps = self.engine.steps_written
             self.metrics.engine_records_dropped = self.engine.dropped_records
             self.metrics.engine_records_queued = self.engine.queued_records
+            self.metrics.semantic = engine_metrics(self.engine)
         self.metrics.open_hangs = Counter(
             r.verdict.value for r in self.hangs.reports.values() if r.status is ReportStatus.open
         )
@@ -255,9 +258,10 @@ class AgentService:
             reasons.append(f"hang report file {name} set aside: {why}")
         if self.engine_error:
             reasons.append(f"the Semantic Engine is off: {self.engine_error}")
+        semantic = None
         if isinstance(self.engine, SemanticEngineHook):
-            for gpu, why in sorted(self.engine.failed.items(), key=lambda kv: kv[0].pid):
-                reasons.append(f"the Semantic Engine gave up on pid {gpu.pid}: {why}")
+            semantic, engine_reasons = engine_health(self.engine)
+            reasons += engine_reasons
         if self.archive_error:
             reasons.append(f"archiving is off: {self.archive_error}")
         elif self.archiver is not None and self.archiver.last_error is not None:
@@ -285,6 +289,7 @@ class AgentService:
             nodes_connected=1,
             nodes_total=1,
             ingest_lag_ms=lag,
+            **({"semantic_engine": semantic} if semantic is not None else {}),
         )
 
     def node_model(self, live: api_views.LiveNode) -> api.Node:

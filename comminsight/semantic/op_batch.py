@@ -127,8 +127,10 @@ class LazyColumns(Mapping):
         return len(COLUMNS)
 
     def concrete(self) -> dict[str, np.ndarray]:
-        """Every column made: a plain dict that no longer refers to the source batches."""
-        return {**{name: self[name] for name in COLUMNS}, **self._made}
+        """Every column made: a plain dict that no longer refers to the source batches (a
+        column that is a slice of a larger one is copied, not to keep all of that alive)."""
+        columns = {**{name: self[name] for name in COLUMNS}, **self._made}
+        return {name: c.copy() if c.base is not None else c for name, c in columns.items()}
 
 
 class OpBatch:

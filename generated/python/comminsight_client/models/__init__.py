@@ -61,6 +61,10 @@ from .report_status import ReportStatus
 from .resolution import Resolution
 from .resolve_hang_request import ResolveHangRequest
 from .role_stats import RoleStats
+from .semantic_engine_failure import SemanticEngineFailure
+from .semantic_engine_gpu import SemanticEngineGpu
+from .semantic_engine_gpu_state import SemanticEngineGpuState
+from .semantic_engine_health import SemanticEngineHealth
 from .seq_progress import SeqProgress
 from .severity import Severity
 from .slowest_op import SlowestOp
@@ -131,6 +135,10 @@ __all__ = (
     "Resolution",
     "ResolveHangRequest",
     "RoleStats",
+    "SemanticEngineFailure",
+    "SemanticEngineGpu",
+    "SemanticEngineGpuState",
+    "SemanticEngineHealth",
     "SeqProgress",
     "Severity",
     "SlowestOp",

@@ -10,8 +10,11 @@ from ..types import UNSET, Unset
 
 from ..models.agent_mode import AgentMode
 from ..models.health_status import HealthStatus
+from ..types import UNSET, Unset
 from typing import cast
 
+if TYPE_CHECKING:
+  from ..models.semantic_engine_health import SemanticEngineHealth
 
 
 
@@ -41,6 +44,9 @@ class Health:
             nodes_total (int): Nodes known to this agent; 1 on a standalone agent.
             ingest_lag_ms (float | None): How far SHM consumption trails the producers (worst process); null before any
                 data.
+            semantic_engine (SemanticEngineHealth | Unset): The live Semantic Engine: one engine per profiled process (GPU).
+                An exception out of a GPU's engine is a failure; the engine is then restarted from that GPU's last checkpoint
+                (no Step lost or written twice), at most a few times a minute per GPU, and backs off in between.
      """
 
     status: HealthStatus
@@ -57,6 +63,7 @@ class Health:
     nodes_connected: int
     nodes_total: int
     ingest_lag_ms: float | None
+    semantic_engine: SemanticEngineHealth | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -64,6 +71,7 @@ class Health:
 
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.semantic_engine_health import SemanticEngineHealth # noqa: PLC0415
         status = self.status.value
 
         reasons = self.reasons
@@ -95,6 +103,10 @@ class Health:
         ingest_lag_ms: float | None
         ingest_lag_ms = self.ingest_lag_ms
 
+        semantic_engine: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.semantic_engine, Unset):
+            semantic_engine = self.semantic_engine.to_dict()
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -114,6 +126,8 @@ class Health:
             "nodes_total": nodes_total,
             "ingest_lag_ms": ingest_lag_ms,
         })
+        if semantic_engine is not UNSET:
+            field_dict["semantic_engine"] = semantic_engine
 
         return field_dict
 
@@ -121,6 +135,7 @@ class Health:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.semantic_engine_health import SemanticEngineHealth # noqa: PLC0415
         d = dict(src_dict)
         status = HealthStatus(d.pop("status"))
 
@@ -163,6 +178,16 @@ class Health:
         ingest_lag_ms = _parse_ingest_lag_ms(d.pop("ingest_lag_ms"))
 
 
+        _semantic_engine = d.pop("semantic_engine", UNSET)
+        semantic_engine: SemanticEngineHealth | Unset
+        if isinstance(_semantic_engine,  Unset):
+            semantic_engine = UNSET
+        else:
+            semantic_engine = SemanticEngineHealth.from_dict(_semantic_engine)
+
+
+
+
         health = cls(
             status=status,
             reasons=reasons,
@@ -178,6 +203,7 @@ class Health:
             nodes_connected=nodes_connected,
             nodes_total=nodes_total,
             ingest_lag_ms=ingest_lag_ms,
+            semantic_engine=semantic_engine,
         )
 
 

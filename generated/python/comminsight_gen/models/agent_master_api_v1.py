@@ -808,6 +808,40 @@ class RoleStats(Struct, forbid_unknown_fields=True):
     """
 
 
+class SemanticEngineFailure(Struct):
+    reason: Annotated[
+        str,
+        Meta(
+            description="The kind of failure, the exception's type (e.g. RecursionError): the reason label of comminsight_semantic_engine_failures_total.",
+            max_length=64,
+        ),
+    ]
+    """
+    The kind of failure, the exception's type (e.g. RecursionError): the reason label of comminsight_semantic_engine_failures_total.
+    """
+    message: Annotated[
+        str, Meta(description='The exception, one line.', max_length=300)
+    ]
+    """
+    The exception, one line.
+    """
+    pid: Annotated[int, Meta(description='The process whose engine failed.', ge=1)]
+    """
+    The process whose engine failed.
+    """
+    failed_real_ns: Annotated[int, Meta(ge=0)]
+
+
+class SemanticEngineGpuState(Enum):
+    """
+    running; backing_off (failed and restarted too often lately: its ops wait for the next restart); finished (the process is gone and its summaries are sealed: a value the metrics use).
+    """
+
+    running = 'running'
+    backing_off = 'backing_off'
+    finished = 'finished'
+
+
 class SeqProgress(Struct):
     """
     How far one kind of op (collective, or point-to-point) got on one rank of one
@@ -1044,70 +1078,6 @@ class ErrorDetail(Struct):
     ]
     """
     What is wrong with it, e.g. "must match ^[0-9a-f]{16}$".
-    """
-
-
-class Health(Struct):
-    status: HealthStatus
-    reasons: Annotated[
-        list[str],
-        Meta(
-            description='Why the status is degraded (quarantined SHM files, stale slaves, archive errors, ...); empty when ok.'
-        ),
-    ]
-    """
-    Why the status is degraded (quarantined SHM files, stale slaves, archive errors, ...); empty when ok.
-    """
-    mode: AgentMode
-    node_name: Annotated[
-        str,
-        Meta(
-            description='Agent node name (COMMINSIGHT_AGENT_NODE_NAME, default the host name); unique in a job.',
-            max_length=253,
-            min_length=1,
-            pattern='^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$',
-            title='NodeName',
-        ),
-    ]
-    """
-    Agent node name (COMMINSIGHT_AGENT_NODE_NAME, default the host name); unique in a job.
-    """
-    agent_version: Annotated[str, Meta(max_length=64)]
-    started_real_ns: Annotated[int, Meta(ge=0)]
-    uptime_s: Annotated[float, Meta(ge=0.0)]
-    processes_alive: Annotated[int, Meta(ge=0)]
-    processes_total: Annotated[int, Meta(ge=0)]
-    communicators_total: Annotated[int, Meta(ge=0)]
-    open_hangs: Annotated[int, Meta(ge=0)]
-    nodes_connected: Annotated[
-        int,
-        Meta(
-            description='Nodes whose data is current (this node included); 1 on a standalone agent.',
-            ge=0,
-        ),
-    ]
-    """
-    Nodes whose data is current (this node included); 1 on a standalone agent.
-    """
-    nodes_total: Annotated[
-        int,
-        Meta(description='Nodes known to this agent; 1 on a standalone agent.', ge=0),
-    ]
-    """
-    Nodes known to this agent; 1 on a standalone agent.
-    """
-    ingest_lag_ms: (
-        Annotated[
-            float,
-            Meta(
-                description='How far SHM consumption trails the producers (worst process); null before any data.',
-                ge=0.0,
-            ),
-        ]
-        | None
-    )
-    """
-    How far SHM consumption trails the producers (worst process); null before any data.
     """
 
 
@@ -2100,6 +2070,114 @@ class Recovery(Struct, forbid_unknown_fields=True):
     """
 
 
+class SemanticEngineGpu(Struct):
+    pid: Annotated[int, Meta(ge=1)]
+    global_rank: Rank | None
+    state: SemanticEngineGpuState
+    lag_ms: (
+        Annotated[
+            float,
+            Meta(
+                description="How far this GPU's engine trails its input (as SemanticEngineHealth.lag_ms); null before any op and once finished.",
+                ge=0.0,
+            ),
+        ]
+        | None
+    )
+    """
+    How far this GPU's engine trails its input (as SemanticEngineHealth.lag_ms); null before any op and once finished.
+    """
+    steps_written: Annotated[
+        int, Meta(description="Step summaries in this GPU's file.", ge=0)
+    ]
+    """
+    Step summaries in this GPU's file.
+    """
+    failures: Annotated[int, Meta(ge=0)]
+    restarts: Annotated[int, Meta(ge=0)]
+    retry_in_ms: (
+        Annotated[
+            float,
+            Meta(
+                description='When backing off, how long until the next restart; else null.',
+                ge=0.0,
+            ),
+        ]
+        | None
+    )
+    """
+    When backing off, how long until the next restart; else null.
+    """
+    last_failure: SemanticEngineFailure | None
+
+
+class SemanticEngineHealth(Struct):
+    """
+    The live Semantic Engine: one engine per profiled process (GPU). An exception out of a GPU's engine is a failure; the engine is then restarted from that GPU's last checkpoint (no Step lost or written twice), at most a few times a minute per GPU, and backs off in between.
+    """
+
+    running: Annotated[
+        bool,
+        Meta(
+            description="The engine's worker thread is alive (false only if it stopped, which reasons then says)."
+        ),
+    ]
+    """
+    The engine's worker thread is alive (false only if it stopped, which reasons then says).
+    """
+    failures_total: Annotated[
+        int,
+        Meta(description="Failures of any GPU's engine since the Agent started.", ge=0),
+    ]
+    """
+    Failures of any GPU's engine since the Agent started.
+    """
+    restarts_total: Annotated[
+        int,
+        Meta(
+            description="Restarts of a GPU's engine from its checkpoint since the Agent started.",
+            ge=0,
+        ),
+    ]
+    """
+    Restarts of a GPU's engine from its checkpoint since the Agent started.
+    """
+    lag_ms: (
+        Annotated[
+            float,
+            Meta(
+                description='How far the engine trails its input, worst running GPU (completion time of the newest op ingested minus that of the newest op placed into a Step); null before any op.',
+                ge=0.0,
+            ),
+        ]
+        | None
+    )
+    """
+    How far the engine trails its input, worst running GPU (completion time of the newest op ingested minus that of the newest op placed into a Step); null before any op.
+    """
+    last_failure: (
+        Annotated[
+            SemanticEngineFailure,
+            Meta(
+                description="The latest failure of any GPU's engine; null when there was none."
+            ),
+        ]
+        | None
+    )
+    """
+    The latest failure of any GPU's engine; null when there was none.
+    """
+    gpus: Annotated[
+        list[SemanticEngineGpu],
+        Meta(
+            description='One entry per profiled process whose engine runs or backs off (those whose process has finished are left out).'
+        ),
+    ]
+    """
+    One entry per profiled process whose engine runs or backs off (those whose process has finished are left out).
+    """
+
+
 class StepSummary(Struct, forbid_unknown_fields=True):
     """
     One training Step recovered by the Semantic Engine from the completed-op stream of one GPU. Written one per line (JSON lines) under semantics/step/, served by the Agent API, printed by `comminsight steps --json`. A Step spans from the start of its first op to the completion of its last op; the Semantic Engine's template decides which op begins and which ends a Step. Arrays are in a defined order (roles by name, anomalies by kind then description) so that a resumed engine writes byte-identical output.
@@ -2810,6 +2888,82 @@ class HangReportList(Struct):
     ]
     """
     Reports that matched before `limit`.
+    """
+
+
+class Health(Struct):
+    status: HealthStatus
+    reasons: Annotated[
+        list[str],
+        Meta(
+            description='Why the status is degraded (quarantined SHM files, stale slaves, archive errors, ...); empty when ok.'
+        ),
+    ]
+    """
+    Why the status is degraded (quarantined SHM files, stale slaves, archive errors, ...); empty when ok.
+    """
+    mode: AgentMode
+    node_name: Annotated[
+        str,
+        Meta(
+            description='Agent node name (COMMINSIGHT_AGENT_NODE_NAME, default the host name); unique in a job.',
+            max_length=253,
+            min_length=1,
+            pattern='^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$',
+            title='NodeName',
+        ),
+    ]
+    """
+    Agent node name (COMMINSIGHT_AGENT_NODE_NAME, default the host name); unique in a job.
+    """
+    agent_version: Annotated[str, Meta(max_length=64)]
+    started_real_ns: Annotated[int, Meta(ge=0)]
+    uptime_s: Annotated[float, Meta(ge=0.0)]
+    processes_alive: Annotated[int, Meta(ge=0)]
+    processes_total: Annotated[int, Meta(ge=0)]
+    communicators_total: Annotated[int, Meta(ge=0)]
+    open_hangs: Annotated[int, Meta(ge=0)]
+    nodes_connected: Annotated[
+        int,
+        Meta(
+            description='Nodes whose data is current (this node included); 1 on a standalone agent.',
+            ge=0,
+        ),
+    ]
+    """
+    Nodes whose data is current (this node included); 1 on a standalone agent.
+    """
+    nodes_total: Annotated[
+        int,
+        Meta(description='Nodes known to this agent; 1 on a standalone agent.', ge=0),
+    ]
+    """
+    Nodes known to this agent; 1 on a standalone agent.
+    """
+    ingest_lag_ms: (
+        Annotated[
+            float,
+            Meta(
+                description='How far SHM consumption trails the producers (worst process); null before any data.',
+                ge=0.0,
+            ),
+        ]
+        | None
+    )
+    """
+    How far SHM consumption trails the producers (worst process); null before any data.
+    """
+    semantic_engine: (
+        Annotated[
+            SemanticEngineHealth,
+            Meta(
+                description="The live Semantic Engine of this node's GPUs; absent when it is off (COMMINSIGHT_SEMANTIC_ENABLE=0, or its C core is missing, which reasons says)."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The live Semantic Engine of this node's GPUs; absent when it is off (COMMINSIGHT_SEMANTIC_ENABLE=0, or its C core is missing, which reasons says).
     """
 
 

@@ -1,0 +1,429 @@
+"""The live Semantic Engine runs as long as training runs: a long input fed batch by batch
+neither recurses nor makes the hook hold more than its settings allow, and an exception out of
+a GPU's engine is reported (health, metrics) and the engine restarts from its checkpoint with
+no Step lost or written twice.
+
+The input is a synthetic DDP job (four gradient buckets and a loss all-reduce per Step) as op
+slots (shm v1), handed to the hook's worker path directly from the test thread: the worker
+thread is left idle (checkpoints an hour apart), so every batch reaches the engine alone and
+in order, as batches do when training is slow and the Agent polls often.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+
+import msgspec
+import numpy as np
+import pytest
+from test_agent_diagnosis import plugin  # noqa: F401 - fixture
+from test_agent_restart import wait_until
+
+from comminsight.agent.engine_hook import GpuStream
+from comminsight.agent.engine_replay import ReplayLog
+from comminsight.agent.engine_restarts import RestartBudget
+from comminsight.agent.semantic_hook import SemanticEngineHook
+from comminsight.semantic.engine import GpuEngine
+from comminsight.semantic.op_batch import MAX_LAZY_DEPTH, LazyColumns, OpBatch
+from comminsight.semantic.ops import WINDOW
+from comminsight.semantic.shm_input import CommInfo
+from comminsight.semantic.step_builder import GpuIdentity
+from comminsight.semantic.templates import load_templates
+from comminsight_gen.abi import shm_v1
+from comminsight_gen.config_v1 import ConfigV1
+from comminsight_gen.models.step_summary_v1 import AnomalyKind, ProducerMode, StepSummary
+
+BUCKETS = (25 << 20, 25 << 20, 25 << 20, 10 << 20, 4)  # bytes of each all-reduce of a Step
+COMM_ID = 0x1234
+COMMS = {COMM_ID: CommInfo("default_pg:0", 1)}
+GPU = GpuStream("node", 4242, 1_000, 0, 0)
+TEMPLATES = load_templates()
+
+
+def ddp_slots(steps: int) -> np.ndarray:
+    n = steps * len(BUCKETS)
+    r = np.zeros(n, shm_v1.OP_SLOT_DTYPE)
+    r["seq"] = np.arange(1, n + 1)  # ring sequence numbers start at 1
+    r["kind"] = shm_v1.RecordKind.COLL
+    r["func"] = shm_v1.Func.ALL_REDUCE
+    r["timing_source"] = shm_v1.TimingSource.COLLECTIVE_CPU
+    r["comm_id"] = COMM_ID
+    r["rank"], r["nranks"], r["peer"] = 0, 2, shm_v1.NO_RANK
+    r["op_seq"] = np.arange(n)
+    r["bytes"] = np.tile(BUCKETS, steps)
+    step, k = np.divmod(np.arange(n), len(BUCKETS))
+    start = 1_000_000_000 + step * 100_000_000 + k * 10_000_000
+    r["host_start_mono_ns"] = start
+    r["complete_mono_ns"] = start + 5_000_000
+    return r
+
+
+def batches(slots: np.ndarray, size: int):
+    for i in range(0, len(slots), size):
+        yield slots[i : i + size]
+
+
+def new_hook(home, **kwargs) -> SemanticEngineHook:
+    return SemanticEngineHook(home, TEMPLATES, checkpoint_s=3600, **kwargs)
+
+
+def take(hook: SemanticEngineHook, slots: np.ndarray, size: int = 1) -> None:
+    """Hand the slots to the worker path, `size` at a time (the worker thread is idle)."""
+    for part in batches(slots, size):
+        hook._take(GPU, "ops", (part, COMMS))
+
+
+def finish(hook: SemanticEngineHook) -> bytes:
+    hook._take(GPU, "finished", None)
+    hook.stop()
+    (sealed,) = hook.out_dir.glob("live-*.jsonl")
+    return sealed.read_bytes()
+
+
+def frames() -> int:
+    n, f = 0, sys._getframe()
+    while f is not None:
+        n, f = n + 1, f.f_back
+    return n
+
+
+# ---- a long input --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "n_batches", [4_000, pytest.param(100_000, marks=pytest.mark.slow)], ids=["4k", "100k"]
+)
+def test_a_long_input_fed_one_small_batch_at_a_time_never_recurses(tmp_path, n_batches):
+    hook = new_hook(tmp_path)
+    slots = ddp_slots(n_batches // len(BUCKETS))
+    limit = sys.getrecursionlimit()
+    # room for this test's own frames and the engine's calls, none for a column read that
+    # goes back through every batch fed
+    sys.setrecursionlimit(frames() + 120)
+    try:
+        take(hook, slots)
+        g = hook._gpus[GPU]
+        hook._save_checkpoint()  # reads the unplaced ops' positions: their rarest columns
+        for batch in (g.engine.held, g.engine.pending):
+            if batch is not None:
+                assert batch.depth <= MAX_LAZY_DEPTH
+                batch.make_concrete()  # every column, however deep it was made
+    finally:
+        sys.setrecursionlimit(limit)
+    assert not hook.counts.failures
+    steps = n_batches // len(BUCKETS)
+    # all but the Steps whose ops the reorder window still holds, and the open one
+    assert steps - WINDOW // len(BUCKETS) - 2 <= hook.steps_written < steps
+
+
+def _lazy_objects() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, (OpBatch, LazyColumns)))
+
+
+def test_what_the_hook_holds_does_not_grow_with_the_input(tmp_path):
+    hook = new_hook(tmp_path, replay_max=500)
+    slots = ddp_slots(1_200)
+    take(hook, slots[:1_000])
+    first = _lazy_objects()
+    take(hook, slots[1_000:])
+    assert _lazy_objects() <= first + 2 * MAX_LAZY_DEPTH  # batches kept: a bounded chain
+    held = hook.held()
+    assert held.engine_ops <= WINDOW  # the reorder window; a template was chosen
+    assert held.replay_records <= 500  # the replay log's bound, though never checkpointed
+    hook.stop()
+
+
+def test_while_no_template_fits_the_probe_is_bounded_and_so_are_its_batches(tmp_path):
+    hook = new_hook(tmp_path)
+    probe_max = 1_000
+    hook._new_engine = lambda gpu: GpuEngine(
+        GpuIdentity("node", 0, GPU.pid), TEMPLATES, mode=ProducerMode.live, probe_max=probe_max
+    )
+    rng = np.random.default_rng(0)
+    slots = ddp_slots(1_000)
+    slots["bytes"] = rng.integers(65, 1 << 30, len(slots))  # nothing repeats: no template
+    take(hook, slots[:2_000])
+    first = _lazy_objects()
+    take(hook, slots[2_000:])
+    g = hook._gpus[GPU]
+    assert g.engine.runner is None
+    assert hook.held().engine_ops <= WINDOW + probe_max
+    assert g.engine.pending.depth <= MAX_LAZY_DEPTH
+    assert _lazy_objects() <= first + 2 * MAX_LAZY_DEPTH
+    hook.stop()
+
+
+# ---- failures ------------------------------------------------------------------------------
+
+
+def reference(tmp_path, slots: np.ndarray) -> bytes:
+    hook = new_hook(tmp_path / "reference")
+    take(hook, slots, size=7)
+    return finish(hook)
+
+
+def fail_next_feed(hook: SemanticEngineHook, error: Exception) -> None:
+    """The GPU's engine raises on its next batch (a restarted engine is a new object)."""
+    engine = hook._gpus[GPU].engine
+
+    def feed(batch):
+        raise error
+
+    engine.feed = feed
+
+
+def test_an_engine_failure_is_reported_and_it_resumes_from_its_checkpoint_losing_no_step(
+    tmp_path,
+):
+    from comminsight.agent.service import AgentService
+
+    slots = ddp_slots(300)
+    expected = reference(tmp_path, slots)
+    hook = new_hook(tmp_path / "live")
+    take(hook, slots[:600], size=7)
+    hook._save_checkpoint()
+    take(hook, slots[600:1_000], size=7)  # Steps written after the checkpoint: rewritten
+    fail_next_feed(hook, RuntimeError("injected"))
+    take(hook, slots[1_000:1_007], size=7)
+
+    service = AgentService(msgspec.convert({"home": str(tmp_path / "live")}, ConfigV1), hook)
+    health = service.health()
+    assert health.status.value == "degraded"
+    assert any("failed" in r and "RuntimeError: injected" in r for r in health.reasons)
+    engine = health.semantic_engine
+    assert engine.running and engine.failures_total == 1 and engine.restarts_total == 1
+    assert engine.last_failure.reason == "RuntimeError" and engine.last_failure.pid == GPU.pid
+    (gpu,) = engine.gpus
+    assert (gpu.state.value, gpu.failures, gpu.restarts) == ("running", 1, 1)
+    service.poll_once()
+    text = service.metrics.render().decode()
+    assert 'comminsight_semantic_engine_failures_total{reason="RuntimeError"} 1.0' in text
+    assert 'comminsight_semantic_engine_restarts_total{reason="RuntimeError"} 1.0' in text
+    assert "comminsight_semantic_engine_lag_seconds" in text
+
+    take(hook, slots[1_007:], size=7)
+    assert finish(hook) == expected  # every Step once, in order, byte for byte
+    service.producers.close()
+
+
+def test_a_failure_before_the_first_checkpoint_restarts_from_the_first_op(tmp_path):
+    slots = ddp_slots(100)
+    expected = reference(tmp_path, slots)
+    hook = new_hook(tmp_path / "live")
+    take(hook, slots[:300], size=7)
+    fail_next_feed(hook, ValueError("injected"))
+    take(hook, slots[300:], size=7)
+    assert hook.counts.restarts == {"ValueError": 1}
+    assert finish(hook) == expected
+
+
+def test_a_batch_that_fails_again_after_the_restart_is_skipped_as_lost_and_steps_go_on(
+    tmp_path, monkeypatch
+):
+    slots = ddp_slots(200)
+    poison = 503  # the ring seq of an op whose batch always makes the engine fail
+    real_feed = GpuEngine.feed
+
+    def feed(self, batch):
+        if poison in batch["ring_seq"]:
+            raise IndexError("poison")
+        return real_feed(self, batch)
+
+    monkeypatch.setattr(GpuEngine, "feed", feed)
+    hook = new_hook(tmp_path)
+    take(hook, slots[:400], size=5)
+    hook._save_checkpoint()
+    take(hook, slots[400:], size=5)
+    assert hook.counts.failures == {"IndexError": 2}  # the batch, then its replay
+    assert hook.counts.restarts == {"IndexError": 2}
+    summaries = [msgspec.json.decode(line, type=StepSummary) for line in finish(hook).splitlines()]
+    assert [s.step_index for s in summaries] == list(range(len(summaries)))
+    lost = [a.value for s in summaries for a in s.anomalies if a.kind is AnomalyKind.records_lost]
+    assert lost == [5]  # the poisoned batch, in the Step that went on after it
+    assert summaries[-1].last_op.seq >= len(slots) - len(BUCKETS)  # went on to the end
+
+
+def test_a_gpu_that_backs_off_keeps_its_ops_and_restarts_later_losing_no_step(tmp_path):
+    slots = ddp_slots(200)
+    expected = reference(tmp_path, slots)
+    hook = new_hook(tmp_path / "live")
+    take(hook, slots[:400], size=7)
+    hook._save_checkpoint()
+    g = hook._gpus[GPU]
+    g.budget = RestartBudget(max_restarts=0, window_s=30.0)  # no restart for now
+    fail_next_feed(hook, RuntimeError("injected"))
+    take(hook, slots[400:700], size=7)
+    (status,) = hook.gpu_status()
+    assert status.state == "backing_off" and status.restarts == 0
+    assert 0 < status.retry_in_s <= 30.0
+    assert g.replay.records >= 300  # what came meanwhile waits for the restart
+    g.budget = RestartBudget(max_restarts=1, window_s=30.0)
+    hook._retry_due(g.retry_at)
+    (status,) = hook.gpu_status()
+    assert status.state == "running" and status.restarts == 1
+    take(hook, slots[700:], size=7)
+    assert finish(hook) == expected
+
+
+def test_the_worker_thread_outlives_a_failure_outside_any_gpu(tmp_path, monkeypatch):
+    from comminsight.agent import semantic_hook
+
+    real = semantic_hook.coalesce
+    calls = []
+
+    def coalesce(items):
+        calls.append(len(items))
+        if len(calls) == 1:
+            raise KeyError("worker bug")
+        return real(items)
+
+    monkeypatch.setattr(semantic_hook, "coalesce", coalesce)
+    hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+    slots = ddp_slots(300)
+    hook.feed(GPU, slots[:10], COMMS)
+    wait_until(hook.idle, 10, "the worker did not drain its queue")
+    hook.feed(GPU, slots[10:], COMMS)
+    wait_until(hook.idle, 10, "the worker did not drain its queue")
+    assert hook.running
+    assert hook.counts.failures == {"KeyError": 1} and hook.counts.last_pid is None
+    assert hook.steps_written > 0
+    from comminsight.agent.engine_health import engine_health
+
+    model, reasons = engine_health(hook)
+    assert model.failures_total == 1 and model.last_failure is None
+    assert any("worker failed" in r and "worker bug" in r for r in reasons)
+    hook.stop()
+
+
+def test_the_engine_lag_is_how_far_placed_ops_trail_ingested_ones(tmp_path):
+    hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+    slots = ddp_slots(300)  # past the template selection's first probe
+    for part in batches(slots, 25):
+        hook.feed(GPU, part, COMMS)
+        wait_until(hook.idle, 10, "the worker did not drain its queue")
+    lag = hook.lag_ns()
+    newest = int(slots["complete_mono_ns"][-1])
+    # the reorder window keeps the newest ops unplaced: the lag is their span, at most
+    assert lag is not None
+    assert 0 < lag <= newest - int(slots["complete_mono_ns"][-WINDOW - 1])
+    gate = threading.Event()
+    real_feed = hook._gpus[GPU].engine.feed
+
+    def slow_feed(batch):  # the worker stuck on a batch: ingest goes on, placing does not
+        gate.wait(10)
+        return real_feed(batch)
+
+    hook._gpus[GPU].engine.feed = slow_feed
+    more = ddp_slots(400)[len(slots) :]
+    hook.feed(GPU, more[:5], COMMS)
+    hook.feed(GPU, more[5:], COMMS)
+    assert hook.lag_ns() >= int(more["complete_mono_ns"][-1]) - newest
+    gate.set()
+    wait_until(hook.idle, 10, "the worker did not drain its queue")
+    hook.stop()
+
+
+# ---- the parts -----------------------------------------------------------------------------
+
+
+def _entry(log: ReplayLog, first: int, n: int):
+    slots = ddp_slots(20)[first - 1 : first - 1 + n]
+    return log.add("ops", (slots, COMMS))
+
+
+def test_the_replay_log_keeps_what_a_checkpoint_does_not_cover_within_its_bound():
+    log = ReplayLog(max_records=10)
+    _entry(log, 1, 4)
+    log.add("lost", 3)
+    _entry(log, 5, 4)
+    _entry(log, 9, 4)  # over the bound: the oldest entry goes
+    assert log.records == 8 and log.dropped == 4
+    assert [e.kind for e in log.entries] == ["lost", "ops", "ops"]
+    log.trim(7)  # the loss went to op 5, placed: it goes too; ops 5 and 6 are placed
+    assert log.dropped == 0
+    assert [e.kind for e in log.entries] == ["ops", "ops"]
+    assert log.entries[0].payload[0]["seq"].tolist() == [7, 8]
+    assert log.records == 6
+    log.add("lost", 2)
+    _entry(log, 13, 2)
+    log.trim(13)  # the loss goes to op 13, not yet placed: it stays
+    assert [e.kind for e in log.entries] == ["lost", "ops"]
+    (entry,) = [e for e in log.entries if e.kind == "ops"]
+    assert log.discard(entry) == 2 and (entry.kind, entry.payload) == ("lost", 2)
+    assert log.records == 0
+
+
+def test_restarts_are_limited_per_window():
+    budget = RestartBudget(max_restarts=2, window_s=60.0)
+    assert budget.take(0.0) and budget.take(1.0)
+    assert not budget.take(2.0)
+    assert budget.next_at(2.0) == 60.0
+    assert budget.take(60.0)  # the first one left the window
+    assert budget.take(61.0)  # and so did the second
+    assert not budget.take(62.0) and budget.next_at(62.0) == 120.0
+
+
+# ---- end to end ----------------------------------------------------------------------------
+
+
+def test_a_live_agent_reports_an_engine_failure_and_loses_no_step_of_a_simulated_job(
+    plugin,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """The real plugin, SHM and Agent: one GPU's engine raises once, mid-run."""
+    from live_agent import LiveAgent
+
+    from comminsight.sim import SimConfig, run_simulation
+    from comminsight.sim.step_accuracy import op_identity
+    from comminsight.sim.truth import read_ground_truth
+
+    real_feed = GpuEngine.feed
+    failed = []
+
+    def feed(self, batch):
+        if not failed and self.gpu.global_rank == 1 and self.steps_emitted >= 5:
+            failed.append(self.steps_emitted)
+            raise RuntimeError("injected")
+        return real_feed(self, batch)
+
+    monkeypatch.setattr(GpuEngine, "feed", feed)
+    config = SimConfig(
+        plugin=str(plugin),
+        home=str(tmp_path),
+        workload="ddp",
+        ranks=2,
+        steps=200,  # past the template selection (512 ops) with Steps to spare
+        time_scale=0.2,
+        env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
+    )
+    with LiveAgent(tmp_path, semantic_checkpoint_s=0.2) as agent:
+        result = run_simulation(config)
+        assert not result.errors
+        step_dir = tmp_path / "semantics" / "step"
+        wait_until(lambda: len(list(step_dir.glob("live-*.jsonl"))) == 2, 60, "not sealed")
+        health = agent.call(agent.service.health)
+    assert failed, "the injected failure never happened"
+    engine = health.semantic_engine
+    assert (engine.failures_total, engine.restarts_total) == (1, 1)
+    assert engine.last_failure.message == "RuntimeError: injected"
+    truths = read_ground_truth(result.run_dir)
+    for path in sorted(step_dir.glob("live-*.jsonl")):
+        summaries = [
+            msgspec.json.decode(line, type=StepSummary) for line in path.read_bytes().splitlines()
+        ]
+        truth = truths[summaries[0].global_rank]
+        ids = op_identity(truth)
+        expected = [(ids[s["first_op"]], ids[s["last_op"]]) for s in truth.records["step"]]
+        got = [
+            (
+                (s.first_op.comm_id, s.first_op.func, s.first_op.seq),
+                (s.last_op.comm_id, s.last_op.func, s.last_op.seq),
+            )
+            for s in summaries
+        ]
+        assert got == expected, path.name
+        assert [s.step_index for s in summaries] == list(range(len(expected)))
