@@ -28,6 +28,7 @@ ENV = (("COMMINSIGHT_AGENT_AUTOSTART", "0"),)
 class Case:
     name: str  # the workload name in bench lines: exact_fraction_<name>
     config: dict  # SimConfig fields besides plugin, home, comm_names
+    known_gap: str | None = None  # why the engine is not exact here yet (never confidently wrong)
 
 
 SUITE: list[Case] = [
@@ -50,7 +51,12 @@ SUITE: list[Case] = [
     # DeepSpeed ZeRO with fp16 loss-scale overflow steps
     Case("zero1", dict(workload="zero", ranks=4, steps=8, zero_stage=1, layers=4)),
     Case("zero2", dict(workload="zero", ranks=4, steps=6, zero_stage=2, layers=4, grad_accum=2)),
-    Case("zero3", dict(workload="zero", ranks=4, steps=6, zero_stage=3, layers=4)),
+    Case(
+        "zero3",
+        dict(workload="zero", ranks=4, steps=6, zero_stage=3, layers=4),
+        known_gap="the first two Steps trace and gather every module, later ones gather "
+        "nothing: no cycle spans both, boundaries land inside the traced Steps",
+    ),
     # Megatron pipeline parallelism: 1F1B and interleaved, every stage
     Case("pp_1f1b_m4", dict(workload="pp", ranks=4, pp=4, tp=1, steps=4, grad_accum=4)),
     Case("pp_1f1b_m8", dict(workload="pp", ranks=8, pp=4, tp=1, steps=4, grad_accum=8)),
@@ -75,7 +81,12 @@ SUITE: list[Case] = [
         dict(workload="moe", ranks=4, steps=6, layers=4, moe_alltoall="grouped-p2p"),
     ),
     # RL post-training: rollout (weight sync, generation) then PPO optimizer Steps
-    Case("rl", dict(workload="rl", ranks=4, steps=4)),
+    Case(
+        "rl",
+        dict(workload="rl", ranks=4, steps=4),
+        known_gap="generation issues a data-dependent number of per-token all-reduces: "
+        "no repeating cycle; Steps would have to follow the optimizer's scalar reductions",
+    ),
     # one process drives two GPUs (JAX, ncclCommInitAll): tensor x data parallel, each rank
     # on its own device and thread, the device known through the process's CUDA runtime
     Case(
