@@ -123,6 +123,3 @@ class CutRunner:
         if confidence < 1.0 and self.job.reasons:
             extra["reasons"] = self.job.reasons[:MAX_REASONS]
         return {"confidence": confidence, **extra}
-
-
-__all__ = ["STARTUP", "CutRunner"]

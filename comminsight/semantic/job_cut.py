@@ -55,7 +55,6 @@ class RankCut:
     gpu: GpuOps
     label: np.ndarray
     warmup_steps: int = 0
-    micro_steps: np.ndarray | None = None  # per Step of this GPU, when counted
     reasons: set[str] = field(default_factory=set)
     doubtful_steps: set[int] = field(default_factory=set)
     component: int = 0  # GPUs linked by shared ops (one job) have the same component
@@ -196,10 +195,7 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     all_starts = np.concatenate([warmup, step_starts]).astype(np.int64)
     label[:] = np.searchsorted(all_starts, np.arange(n), side="right") - 1
     label[_last_step_end(u, n) :] = TAIL
-    cut = RankCut(g, label, warmup_steps=len(warmup))
-    if micro is not None:
-        cut.micro_steps = np.concatenate([np.ones(len(warmup), np.int64), micro])
-    return cut, confidence, reasons
+    return RankCut(g, label, warmup_steps=len(warmup)), confidence, reasons
 
 
 def _steps_by_idle_time(u: LocalUnits, gaps: np.ndarray, n: int) -> np.ndarray | None:

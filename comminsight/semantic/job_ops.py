@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from comminsight.semantic.native import NONE
-from comminsight.semantic.op_batch import FUNCS, KINDS, OpBatch, func_code
+from comminsight.semantic.op_batch import KINDS, OpBatch, func_code
 
 P2P = KINDS.index("p2p")
 # op_key layout: communicator 20 bits | function 6 | kind 1 | sequence 37
@@ -218,10 +218,3 @@ def _occurrence(values: np.ndarray) -> np.ndarray:
     out = np.empty(len(values), np.int64)
     out[order] = np.arange(len(values)) - run_start
     return out
-
-
-def func_name(code: int) -> str:
-    return FUNCS[code]
-
-
-__all__ = ["CommIds", "GpuOps", "JobOps", "NONE", "gpu_ops", "op_keys"]
