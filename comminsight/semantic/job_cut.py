@@ -43,6 +43,7 @@ TAIL = 1 << 40  # ops after the last Step, ordered after every Step
 GROUP_GAP_RATIO = 3.0  # idle gaps before Steps at least this much above those before micro-batches
 GROUP_HINT_RATIO = 2.0  # a separation this large already casts doubt on one repetition a Step
 GROUP_MIN_STEPS = 3
+SUPER_CYCLE_CONFIDENCE = 0.7
 GROUP_REGULAR = 0.8  # share of Steps with the most common number of micro-batches
 MIN_COVERAGE = 0.5
 
@@ -170,6 +171,9 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
         reasons.append(
             f"{g.stream}: its op cycle ({u.period} ops) covers {u.coverage:.0%} of its ops"
         )
+    if u.doubt is not None:
+        confidence = min(confidence, SUPER_CYCLE_CONFIDENCE)
+        reasons.append(f"{g.stream}: {u.doubt}")
     starts = u.starts
     step_starts, micro, hinted = _group_units(starts, gaps)
     if micro is None:

@@ -29,6 +29,9 @@ OFF = 1 << 30  # the key code of an op that is on no position of the cycle
 MAX_FLOORS = 8
 COVERAGE_SLACK = 0.05  # a shorter cycle this close to the best coverage is the Step's
 WHOLE_UNITS = 0.9  # share of its repetitions a Step's cycle completes
+SUPER_CYCLE_COVERAGE = 0.75  # a per-Step cycle under extra ops still covers this much
+SUPER_CYCLE_EXTRAS = 0.25  # extra ops of a cycle of several Steps, at most, per its length
+SUPER_CYCLE_IDLE = 0.5  # idle before each Step, at least, against before each super-cycle
 FIRST_PROBE = 1024  # elements the first cycle probe holds (x4 while none covers well)
 SCALAR_BYTES = 64  # a few scalars: a gradient norm, a found-inf flag, a loss
 STARTUP_SMALL_BYTES = 4096  # barriers, object gathers (sizes, then small pickles)
@@ -44,6 +47,7 @@ class LocalUnits:
     coverage: float  # share of the ops from the first unit on that are on the cycle
     keys: np.ndarray  # each op's key code
     first_key: int  # the key a repetition begins with; -1 when none
+    doubt: str | None = None  # why a repetition may be several Steps
 
     @property
     def found(self) -> bool:
@@ -259,7 +263,39 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
         if probe >= m or max((c[2].coverage for c in candidates), default=0.0) >= 0.9:
             break
         probe = min(m, probe * 4)
-    return _shortest_covering(candidates) if candidates else none
+    if not candidates:
+        return none
+    chosen = _shortest_covering(candidates)
+    if timed:
+        chosen.doubt = _super_cycle_doubt(chosen, candidates, gaps)
+    return chosen
+
+
+def _super_cycle_doubt(
+    chosen: LocalUnits, candidates: list[tuple[float, float, LocalUnits]], gaps: np.ndarray
+) -> str | None:
+    """Why the chosen cycle may hold several Steps, or None: a shorter cycle repeats whole
+    inside it a few times, with a few extra ops beside (an evaluation every third Step looks
+    so, and so do a pipeline's micro-batches before its optimizer), and the GPU idles as long
+    before each of the shorter one's repetitions. Which of the two is the Step the ops do
+    not tell: the boundaries stay, their confidence falls."""
+    if not len(chosen.starts):
+        return None
+    idle = float(np.median(gaps[chosen.starts]))
+    for _, whole, u in candidates:
+        if (
+            2 * u.period <= chosen.period
+            and whole >= WHOLE_UNITS
+            and u.coverage >= SUPER_CYCLE_COVERAGE
+            and chosen.period % u.period <= SUPER_CYCLE_EXTRAS * chosen.period
+            and float(np.median(gaps[u.starts])) >= SUPER_CYCLE_IDLE * idle
+        ):
+            return (
+                f"its {chosen.period}-op cycle holds a {u.period}-op cycle "
+                f"{chosen.period // u.period} times, each after as long an idle time: "
+                "each may be a Step"
+            )
+    return None
 
 
 def _shortest_covering(candidates: list[tuple[float, float, LocalUnits]]) -> LocalUnits:
