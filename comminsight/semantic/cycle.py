@@ -51,19 +51,10 @@ def learn_cycle_codes(
     max_period: int = 4096,
     min_repeats: int = MIN_REPEATS,
 ):
-    """learn_cycle over key codes (key_of[code] is the key)."""
-    n = len(codes)
-    periods = np.arange(1, min(max_period, n // min_repeats) + 1)
-    if not len(periods):
-        return None
-    runs, starts = native.longest_runs(codes, periods)
-    lengths = runs + periods  # keys[start .. start+run+p) repeat with period p
-    ok = (runs > 0) & (lengths >= min_repeats * periods)
-    if not ok.any():
-        return None
-    # the longest stretch; on a tie the smallest period (multiples repeat as far)
-    i = int(np.flatnonzero(ok & (lengths == lengths[ok].max()))[0])
-    return _cycle_at(codes, gaps, key_of, int(lengths[i]), int(periods[i]), int(starts[i]))
+    """learn_cycle over key codes (key_of[code] is the key): the cycle of the longest
+    stretch, the smallest period on a tie (multiples repeat as far)."""
+    cycles = learn_cycles_codes(codes, gaps, key_of, max_period, min_repeats, count=1)
+    return cycles[0] if cycles else None
 
 
 def learn_cycles_codes(
