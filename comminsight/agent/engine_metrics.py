@@ -45,22 +45,16 @@ def engine_metrics(hook: SemanticEngineHook) -> SemanticEngineMetrics:
 
 
 def families(m: SemanticEngineMetrics) -> Iterator:
-    failures = CounterMetricFamily(
+    yield _by_reason(
         "comminsight_semantic_engine_failures",
         "Failures (exceptions) of a GPU's live Semantic Engine, by reason (exception type)",
-        labels=["reason"],
+        m.failures,
     )
-    for reason, n in sorted(m.failures.items()):
-        failures.add_metric([reason], n)
-    yield failures
-    restarts = CounterMetricFamily(
+    yield _by_reason(
         "comminsight_semantic_engine_restarts",
         "Restarts of a GPU's live Semantic Engine from its checkpoint, by the failure's reason",
-        labels=["reason"],
+        m.restarts,
     )
-    for reason, n in sorted(m.restarts.items()):
-        restarts.add_metric([reason], n)
-    yield restarts
     yield GaugeMetricFamily(
         "comminsight_semantic_engine_lag_seconds",
         "How far the live engine trails its input, worst GPU: completion time of the newest "
@@ -90,3 +84,10 @@ def families(m: SemanticEngineMetrics) -> Iterator:
         "1 while the engine's worker thread runs",
         value=1 if m.running else 0,
     )
+
+
+def _by_reason(name: str, documentation: str, counts: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation, labels=["reason"])
+    for reason, n in sorted(counts.items()):
+        family.add_metric([reason], n)
+    return family
