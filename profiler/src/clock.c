@@ -83,6 +83,11 @@ void ci_clock_init(void) {
     tsc_enabled = true;
 }
 
+static inline uint64_t line_at(uint64_t tsc, uint64_t base_tsc, uint64_t base_ns, uint64_t mult) {
+    if (CI_UNLIKELY(tsc < base_tsc)) return base_ns; /* a core read just before the anchor */
+    return base_ns + (uint64_t)(((unsigned __int128)(tsc - base_tsc) * mult) >> 32);
+}
+
 uint64_t ci_now_mono(void) {
     if (CI_UNLIKELY(!tsc_enabled)) return kernel_ns();
     for (int tries = 0; tries < 4; tries++) {
@@ -93,8 +98,7 @@ uint64_t ci_now_mono(void) {
         uint64_t tsc = __rdtsc();
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if ((seq & 1) || seq != __atomic_load_n(&line.seq, __ATOMIC_RELAXED)) continue;
-        if (CI_UNLIKELY(tsc < base_tsc)) return base_ns; /* a core read just before the anchor */
-        return base_ns + (uint64_t)(((unsigned __int128)(tsc - base_tsc) * mult) >> 32);
+        return line_at(tsc, base_tsc, base_ns, mult);
     }
     return kernel_ns();
 }
@@ -105,8 +109,13 @@ void ci_clock_steer(uint64_t period_ns) {
     if (!tsc_enabled || period_ns == 0) return;
     uint64_t tsc, truth;
     paired_sample(&tsc, &truth);
-    uint64_t ours = ci_now_mono();
+    /* Our time at the sample's own TSC, not a fresh read: a thread preempted between the two
+     * would see itself ahead by the preemption and slow the line by as much, running behind
+     * the kernel's clock for the next period. Only this thread replaces the line. */
+    uint64_t base_tsc = __atomic_load_n(&line.base_tsc, __ATOMIC_RELAXED);
+    uint64_t base_ns = __atomic_load_n(&line.base_ns, __ATOMIC_RELAXED);
     uint64_t mult = __atomic_load_n(&line.mult, __ATOMIC_RELAXED);
+    uint64_t ours = line_at(tsc, base_tsc, base_ns, mult);
     /* ticks per period at the current rate, and the ns the new line must cover in them */
     uint64_t ticks = (uint64_t)(((unsigned __int128)period_ns << 32) / (mult ? mult : 1));
     int64_t error = (int64_t)(truth - ours); /* > 0: we are behind */
@@ -124,6 +133,11 @@ void ci_clock_steer(uint64_t period_ns) {
 
 void ci_clock_init(void) {}
 void ci_clock_steer(uint64_t period_ns) { (void)period_ns; }
+static inline uint64_t line_at(uint64_t tsc, uint64_t base_tsc, uint64_t base_ns, uint64_t mult) {
+    if (CI_UNLIKELY(tsc < base_tsc)) return base_ns; /* a core read just before the anchor */
+    return base_ns + (uint64_t)(((unsigned __int128)(tsc - base_tsc) * mult) >> 32);
+}
+
 uint64_t ci_now_mono(void) { return ci_clock_ns(CLOCK_MONOTONIC); }
 
 #endif

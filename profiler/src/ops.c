@@ -198,7 +198,12 @@ static uint64_t completion_time(ci_op_t* op) {
     STORE(&comm->completions, n); /* a lost increment only shifts the sampling */
     int64_t offset = LOAD(&comm->entry->gpu_clock_offset_ns);
     uint64_t end = LOAD(&op->gpu_end_ticks);
-    if (offset && end && (n & 63) && end >= LOAD(&op->gpu_start_ticks)) return (uint64_t)((int64_t)end + offset);
+    if (offset && end && (n & 63) && end >= LOAD(&op->gpu_start_ticks)) {
+        /* an offset measured before the clocks drifted apart could place the end before the
+         * host even issued the op: then read the clock, which also measures the offset again */
+        uint64_t derived = (uint64_t)((int64_t)end + offset);
+        if (CI_LIKELY(derived >= op->host_start_mono_ns)) return derived;
+    }
     uint64_t now = ci_now_mono();
     if (end) ci_comm_note_clock(comm, now, end);
     return now;
