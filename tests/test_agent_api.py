@@ -38,7 +38,8 @@ def idle_agent(tmp_path_factory):
 def agent(tmp_path_factory):
     home = tmp_path_factory.mktemp("api-home")
     lock = hold_agent_lock(home)  # producers leave their SHM files to an agent
-    truths = run_sim(home)
+    # Steps enough for the job's cycle to show (two Steps after a warm-up one do not)
+    truths = run_sim(home, steps=6)
     # a garbage file and a truncated copy of a real one, among the real ones
     real = sorted((home / "shms").glob("*.shm"))[0]
     (home / "shms" / "ci-garbage-1-1.shm").write_bytes(b"not a profiler region" * 300)

@@ -23,13 +23,13 @@ def hold_agent_lock(home):
     return f
 
 
-def run_sim(home, ranks=4):
+def run_sim(home, ranks=4, steps=2):
     config = SimConfig(
         plugin=str(builds()["plain"].path),
         home=str(home),
         workload="ddp",
         ranks=ranks,
-        steps=2,
+        steps=steps,
         time_scale=0.01,
         env=ENV,
     )

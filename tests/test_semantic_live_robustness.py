@@ -26,20 +26,24 @@ from comminsight.agent.engine_replay import ReplayLog
 from comminsight.agent.engine_restarts import RestartBudget
 from comminsight.agent.semantic_hook import SemanticEngineHook
 from comminsight.semantic.engine import GpuEngine
+from comminsight.semantic.live_cut import MIN_NEW_OPS
 from comminsight.semantic.op_batch import MAX_LAZY_DEPTH, LazyColumns, OpBatch
 from comminsight.semantic.ops import WINDOW
 from comminsight.semantic.shm_input import CommInfo
-from comminsight.semantic.step_builder import GpuIdentity
 from comminsight.semantic.templates import load_templates
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.config_v1 import ConfigV1
-from comminsight_gen.models.step_summary_v1 import AnomalyKind, ProducerMode, StepSummary
+from comminsight_gen.models.step_summary_v1 import AnomalyKind, StepSummary
 
 BUCKETS = (25 << 20, 25 << 20, 25 << 20, 10 << 20, 4)  # bytes of each all-reduce of a Step
 COMM_ID = 0x1234
 COMMS = {COMM_ID: CommInfo("default_pg:0", 1)}
 GPU = GpuStream("node", 4242, 1_000, 0, 0)
 TEMPLATES = load_templates()
+# The most ops the engine holds unplaced here: the reorder window, and what waits for the
+# node's cut (a cut runs every MIN_NEW_OPS new ops, and places only what the cut before it
+# put in the same Steps, before the last Step begun)
+UNSETTLED = WINDOW + 2 * MIN_NEW_OPS + 2 * len(BUCKETS)
 
 
 def ddp_slots(steps: int) -> np.ndarray:
@@ -114,8 +118,9 @@ def test_a_long_input_fed_one_small_batch_at_a_time_never_recurses(tmp_path, n_b
         sys.setrecursionlimit(limit)
     assert not hook.counts.failures
     steps = n_batches // len(BUCKETS)
-    # all but the Steps whose ops the reorder window still holds, and the open one
-    assert steps - WINDOW // len(BUCKETS) - 2 <= hook.steps_written < steps
+    # all but the Steps whose ops the reorder window or the node's cut still hold, and the
+    # open one
+    assert steps - UNSETTLED // len(BUCKETS) - 1 <= hook.steps_written < steps
 
 
 def _lazy_objects() -> int:
@@ -131,26 +136,31 @@ def test_what_the_hook_holds_does_not_grow_with_the_input(tmp_path):
     take(hook, slots[1_000:])
     assert _lazy_objects() <= first + 2 * MAX_LAZY_DEPTH  # batches kept: a bounded chain
     held = hook.held()
-    assert held.engine_ops <= WINDOW  # the reorder window; a template was chosen
+    assert held.engine_ops <= UNSETTLED
     assert held.replay_records <= 500  # the replay log's bound, though never checkpointed
     hook.stop()
 
 
-def test_while_no_template_fits_the_probe_is_bounded_and_so_are_its_batches(tmp_path):
+def test_while_no_step_settles_what_waits_for_the_cut_is_bounded_and_so_are_its_batches(tmp_path):
     hook = new_hook(tmp_path)
-    probe_max = 1_000
-    hook._new_engine = lambda gpu: GpuEngine(
-        GpuIdentity("node", 0, GPU.pid), TEMPLATES, mode=ProducerMode.live, probe_max=probe_max
-    )
+    hook.live_cut.max_held = 1_000
     rng = np.random.default_rng(0)
     slots = ddp_slots(1_000)
-    slots["bytes"] = rng.integers(65, 1 << 30, len(slots))  # nothing repeats: no template
-    take(hook, slots[:2_000])
+    # every op another function on another communicator: nothing repeats, no Step settles
+    slots["func"] = rng.choice(
+        [shm_v1.Func.ALL_REDUCE, shm_v1.Func.BROADCAST, shm_v1.Func.ALL_GATHER], len(slots)
+    )
+    slots["comm_id"] = rng.integers(1, 1 << 40, len(slots))
+    comms = {int(c): CommInfo(None, 1) for c in np.unique(slots["comm_id"])}
+    for part in batches(slots[:2_000], 1):
+        hook._take(GPU, "ops", (part, comms))
     first = _lazy_objects()
-    take(hook, slots[2_000:])
+    for part in batches(slots[2_000:], 1):
+        hook._take(GPU, "ops", (part, comms))
     g = hook._gpus[GPU]
-    assert g.engine.runner is None
-    assert hook.held().engine_ops <= WINDOW + probe_max
+    assert hook.steps_written == 0
+    assert hook.live_cut.stats.ops_unsettled > 0  # placed in no Step, and counted
+    assert hook.held().engine_ops <= WINDOW + 1_000 + MIN_NEW_OPS
     assert g.engine.pending.depth <= MAX_LAZY_DEPTH
     assert _lazy_objects() <= first + 2 * MAX_LAZY_DEPTH
     hook.stop()
@@ -282,14 +292,14 @@ def test_the_worker_thread_outlives_a_failure_outside_any_gpu(tmp_path, monkeypa
 
     monkeypatch.setattr(semantic_hook, "coalesce", coalesce)
     hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+    hook.live_cut.interval_s = 0.1  # no more ops come: the Steps settle by the clock
     slots = ddp_slots(300)
     hook.feed(GPU, slots[:10], COMMS)
     wait_until(hook.idle, 10, "the worker did not drain its queue")
     hook.feed(GPU, slots[10:], COMMS)
-    wait_until(hook.idle, 10, "the worker did not drain its queue")
+    wait_until(lambda: hook.steps_written > 0, 10, "no Step settled")
     assert hook.running
     assert hook.counts.failures == {"KeyError": 1} and hook.counts.last_pid is None
-    assert hook.steps_written > 0
     from comminsight.agent.engine_health import engine_health
 
     model, reasons = engine_health(hook)
@@ -306,9 +316,10 @@ def test_the_engine_lag_is_how_far_placed_ops_trail_ingested_ones(tmp_path):
         wait_until(hook.idle, 10, "the worker did not drain its queue")
     lag = hook.lag_ns()
     newest = int(slots["complete_mono_ns"][-1])
-    # the reorder window keeps the newest ops unplaced: the lag is their span, at most
+    # the reorder window and the node's cut keep the newest ops unplaced: the lag is their
+    # span, at most
     assert lag is not None
-    assert 0 < lag <= newest - int(slots["complete_mono_ns"][-WINDOW - 1])
+    assert 0 < lag <= newest - int(slots["complete_mono_ns"][-UNSETTLED - 1])
     gate = threading.Event()
     real_feed = hook._gpus[GPU].engine.feed
 

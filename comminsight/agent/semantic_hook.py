@@ -50,8 +50,10 @@ from comminsight.semantic.checkpoint import (
     gpu_state,
     restore_engine,
 )
+from comminsight.semantic.cut_runner import LiveCutRunner
 from comminsight.semantic.engine import GpuEngine
-from comminsight.semantic.offline import SummaryFile
+from comminsight.semantic.live_cut import LiveJobCut
+from comminsight.semantic.offline import SummaryFile, role_template
 from comminsight.semantic.op_batch import CommTable, SegmentTable
 from comminsight.semantic.shm_input import CommInfo, RingPosition, engine_batch
 from comminsight.semantic.step_builder import GpuIdentity
@@ -187,6 +189,8 @@ class SemanticEngineHook:
                 self._saved[(state.gpu.pid, state.input.producer_start_real_ns)] = state
         self._last_checkpoint = time.monotonic()
         self._next_checkpoint = self._last_checkpoint + checkpoint_s
+        # Steps are cut over every GPU of the node at once (one answer for a job's ranks)
+        self.live_cut = LiveJobCut(role_template=lambda batches: role_template(templates, batches))
         self._thread = threading.Thread(target=self._run, name="semantic-engine", daemon=True)
         self._thread.start()
 
@@ -234,6 +238,8 @@ class SemanticEngineHook:
             self._stopping = True
             self._cond.notify()
         self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            self._finish_ended(all_ended=True)  # their peers' last ops will not come now
         self._save_checkpoint()
         for g in self._gpus.values():
             g.out.close()
@@ -291,7 +297,8 @@ class SemanticEngineHook:
                 while not self._items and not self._stopping:
                     self._busy = False
                     now = time.monotonic()
-                    due = min(self._next_checkpoint, self._next_retry())
+                    cut = self.live_cut.next_deadline()
+                    due = min(self._next_checkpoint, self._next_retry(), cut or float("inf"))
                     if now >= due:
                         break
                     self._cond.wait(timeout=due - now)
@@ -312,6 +319,9 @@ class SemanticEngineHook:
     def _work(self, items: list) -> None:
         for kind, gpu, payload in coalesce(items):
             self._take(gpu, kind, payload)
+        if self.live_cut.due(time.monotonic()):
+            self._cut()
+        self._finish_ended()
         self._retry_due(time.monotonic())
         if time.monotonic() >= self._next_checkpoint:
             self._save_checkpoint()
@@ -338,6 +348,8 @@ class SemanticEngineHook:
         except Exception as e:  # one GPU's failure must not stop the others
             if self._note_failure(g, e, entry):
                 self._restart_when_allowed(g)
+        if kind == "ops" and self.live_cut.due(time.monotonic()):
+            self._cut()
 
     def _state(self, gpu: GpuStream) -> _Gpu:
         g = self._gpus.get(gpu)
@@ -349,11 +361,13 @@ class SemanticEngineHook:
             g = self._restore(gpu, saved, name)
             if g is not None:
                 self._gpus[gpu] = g
+                self._track(g)
                 return g
         # open while the process runs, sealed (renamed) when it finishes: the archive takes
         # only sealed files
         out = SummaryFile(self.out_dir / f"{name}.partial", 0, 0)
         g = self._gpus[gpu] = _Gpu(gpu, name, self._new_engine(gpu), out, self.replay_max)
+        self._track(g)
         return g
 
     def _new_engine(self, gpu: GpuStream) -> GpuEngine:
@@ -365,7 +379,59 @@ class SemanticEngineHook:
             cuda_device=gpu.cuda_device,
             job_id=gpu.job_id,
         )
-        return GpuEngine(identity, self.templates, mode=ProducerMode.live)
+        engine = GpuEngine(identity, self.templates, mode=ProducerMode.live)
+        engine.runner = LiveCutRunner()
+        return engine
+
+    def _track(self, g: _Gpu, resumed_after: int = -1) -> None:
+        """Let the node's cut place g's ops (an engine restored with a runner of its own,
+        from an Agent that cut each GPU alone, goes on with it). A restarted engine goes on
+        after ring record `resumed_after` (-1: from its first op)."""
+        engine = g.engine
+        if engine.runner is None and engine.pending is None:
+            engine.runner = LiveCutRunner(last_step=engine.next_step_index - 1)
+        if isinstance(engine.runner, LiveCutRunner) and not g.finished:
+            rank = g.gpu.global_rank if g.gpu.global_rank is not None else g.gpu.pid
+            self.live_cut.track(g.gpu, engine, rank, resumed_after)
+
+    def _finish_ended(self, all_ended: bool = False) -> None:
+        """Place the last ops of the GPUs whose processes ended (when the node's cut says
+        their turn has come, or `all_ended`), write their last Steps and seal them."""
+        now = time.monotonic()
+        ready = self.live_cut.ended(now, all_ended)
+        if not ready:
+            return
+        self._cut(final=frozenset(ready))
+        for gpu in ready:
+            self.live_cut.forget(gpu)
+            g = self._gpus.get(gpu)
+            if g is None or g.finished:
+                continue
+            try:
+                self._write(g, g.engine.finish())
+            except Exception as e:  # its last Step is lost, not the others'
+                self._note_failure(g, e, None)
+            self._seal(g)
+
+    def _cut(self, final: frozenset = frozenset()) -> None:
+        """Cut the node's held ops and write the Steps that settle; a failure of the cut
+        is counted and the ops wait for the next one (within the cut's bound)."""
+        try:
+            placed = self.live_cut.cut(time.monotonic(), final)
+        except Exception as e:
+            log.exception("semantic engine: the node's Step cut failed")
+            failure = EngineFailure.of(e)
+            self.counts.failures[failure.reason] += 1
+            self.counts.last, self.counts.last_pid = failure, None
+            placed = self.live_cut.bound_all()
+        for gpu, summaries in placed.items():
+            g = self._gpus.get(gpu)
+            if g is not None:
+                self._write(g, summaries)
+                g.out.flush()
+            lag = self._lags.get(gpu)
+            if lag is not None and gpu in self.live_cut.placed_end:
+                lag.placed(self.live_cut.placed_end[gpu])
 
     def _restore(self, gpu: GpuStream, state: GpuState, name: str) -> _Gpu | None:
         if state.output.file == name:  # sealed: the process had finished
@@ -395,6 +461,12 @@ class SemanticEngineHook:
             g.lost += payload
             return
         if kind == "finished":
+            self._write(g, g.engine.drain())
+            if self.live_cut.tracks(g.gpu, g.engine):
+                # sealed once the GPUs it shares communicators with have ended too
+                self.live_cut.end(g.gpu, time.monotonic())
+                self._finish_ended()
+                return
             self._write(g, g.engine.finish())
             self._seal(g)
             return
@@ -416,6 +488,7 @@ class SemanticEngineHook:
             g.lost = 0
             held = g.engine.held
             self._write(g, g.engine.feed(batch))
+            self.live_cut.held_ops(g.gpu)
             g.last_position = batch.position(len(batch) - 1)
             lag = self._lags.get(gpu)
             if lag is not None:
@@ -506,6 +579,7 @@ class SemanticEngineHook:
                 g.skip_through, g.lost = state.input.last_ring_seq, 0
         except Exception as e:
             raise _ReplayFailed(None, e) from e
+        self._track(g, state.input.last_ring_seq if state is not None else -1)
         g.last_position = None
         for entry in list(g.replay.entries):
             try:

@@ -1,5 +1,9 @@
 """Step boundaries a job cut decided (job_cut), placed by one GPU's engine.
 
+Offline (CutRunner) the cut labelled every op of the input before the engine places any.
+Live (LiveCutRunner) the node's cut (live_cut) labels a prefix of the ops the engine holds
+each time it settles Steps, and hands the labels with them.
+
 The job cut labels each op of the GPU with its Step; the engine streams the same ops again
 (batch by batch, resumable from a checkpoint) and needs, per op, the decision bits its
 placement takes. An op is found by its key (job_ops.op_keys) with a binary search over the
@@ -123,3 +127,46 @@ class CutRunner:
         if confidence < 1.0 and self.job.reasons:
             extra["reasons"] = self.job.reasons[:MAX_REASONS]
         return {"confidence": confidence, **extra}
+
+
+class LiveCutRunner(CutRunner):
+    """The labels come with the ops (live_cut.LiveJobCut.settle hands them over); the
+    confidence and reasons of each Step are those of the cut that settled it."""
+
+    def __init__(self, last_step: int = -1, template: CompiledTemplate | None = None) -> None:
+        self.template = template
+        self.last_step = last_step
+        self.begun = []
+        self.names = []
+        self._codes = {}
+        self.warmup_steps = 0
+        self.given: np.ndarray | None = None  # the labels of the ops being placed
+        self._judged: dict[int, dict] = {}  # Step -> its recovery, until the Step closes
+        self._latest: dict = {"confidence": 0.0}  # before any cut: nothing is known
+
+    def give(self, steps: np.ndarray, confidence: float, reasons: list[str]) -> None:
+        # no job_steps: while training runs, how many Steps the job will have is not known
+        self.given = steps
+        recovery: dict = {"confidence": round(confidence, 4)}
+        if self.template is not None:
+            recovery["template_name"] = self.template.name
+        if confidence < 1.0 and reasons:
+            recovery["reasons"] = reasons[:MAX_REASONS]
+        for step in np.unique(steps[(steps >= 0) & (steps != TAIL)]).tolist():
+            self._judged.setdefault(step, recovery)
+        self._latest = recovery
+
+    def labels(self, batch: OpBatch) -> CutLabels:
+        first, inverse = batch.shapes()
+        roles = [self.code(self._role(batch, i)) for i in first.tolist()]
+        role = np.array(roles, np.int32)[inverse] if len(first) else np.zeros(0, np.int32)
+        steps = self.given if self.given is not None else np.full(len(batch), STARTUP, np.int64)
+        return CutLabels(role, steps)
+
+    def recovery(self, step_index: int) -> dict:
+        made = self._judged.pop(step_index, None)
+        for old in [s for s in self._judged if s < step_index]:
+            del self._judged[old]  # Steps skipped (lost) never close: forget them
+        # a Step open across a restart was judged by a cut the checkpoint does not keep:
+        # the latest cut's word stands for it
+        return made if made is not None else self._latest

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from comminsight.semantic import native
-from comminsight.semantic.cut_runner import CutRunner
+from comminsight.semantic.cut_runner import CutRunner, LiveCutRunner
 from comminsight.semantic.cycle import Cycle, learn_cycle_codes, rare_key_floors
 from comminsight.semantic.op_batch import FUNCS, OpBatch
 from comminsight.semantic.ops import WINDOW
@@ -169,6 +169,10 @@ def period_codes(batch: OpBatch) -> tuple[np.ndarray, list[tuple]]:
     return np.array(shape_code, np.int64)[inverse], key_of
 
 
+def _no_steps(n: int) -> np.ndarray:
+    return np.full(n, -1, np.int64)
+
+
 class GpuEngine:
     def __init__(
         self,
@@ -213,10 +217,10 @@ class GpuEngine:
 
     def finish(self) -> list[StepSummary]:
         """End of input: place every op still held, and close the open Step."""
-        out: list[StepSummary] = []
-        if self.held is not None and len(self.held):
-            held, self.held = self.held, None
-            out += self._take(held.take(np.lexsort((held["arrival"], held["issue"]))))
+        out = self.drain()
+        if isinstance(self.runner, LiveCutRunner) and self.pending is not None:
+            # ops no cut settled: in no Step
+            out += self.place_cut(len(self.pending), _no_steps(len(self.pending)), 0.0, [])
         if self.runner is None and self.pending is not None and len(self.pending):
             out += self._select(final=True)
         if self.open is not None:
@@ -224,8 +228,33 @@ class GpuEngine:
             out += self._close(StepTable.of_open_step(step, self.runner.names, self.runner.code))
         return out
 
+    def drain(self) -> list[StepSummary]:
+        """Release every op of the reorder window (the input has ended)."""
+        if self.held is None or not len(self.held):
+            return []
+        held, self.held = self.held, None
+        return self._take(held.take(np.lexsort((held["arrival"], held["issue"]))))
+
+    def place_cut(
+        self, count: int, steps: np.ndarray, confidence: float, reasons: list[str]
+    ) -> list[StepSummary]:
+        """Place the first `count` ops held for the node's cut (LiveCutRunner), `steps` being
+        their Steps as the cut labelled them."""
+        pending = self.pending
+        part = pending.take(slice(0, count))
+        rest = pending.take(slice(count, None))
+        self.pending = rest if len(rest) else None
+        self.runner.give(steps, confidence, reasons)
+        try:
+            return self._place(part)
+        finally:
+            self.runner.given = None
+
     def _take(self, batch: OpBatch) -> list[StepSummary]:
         out: list[StepSummary] = []
+        if isinstance(self.runner, LiveCutRunner):  # the node's cut places them
+            self.pending = self.pending.concat(batch) if self.pending is not None else batch
+            return out
         i, n = 0, len(batch)
         while i < n:
             if self.runner is not None:

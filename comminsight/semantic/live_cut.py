@@ -1,0 +1,388 @@
+"""Step boundaries job-wide while training runs: the node's GPUs cut together.
+
+Each GPU's engine holds the ops it has put in issue order (GpuEngine with a LiveCutRunner)
+until this cut labels them. Now and then (when a GPU has as many new ops as its
+context and at least `min_new_ops`, or `interval_s` after the last cut when ops came since:
+a cut costs as much as its window, so each op is cut about twice) the ops held, together with the
+*context* — the ops of the last Steps already placed, with the Steps they were placed in —
+are cut as offline (job_cut.cut_job over every GPU of the node: one answer for the GPUs
+that share communicators). The cut numbers its Steps from its window; the context tells what
+those numbers are in the job's count (the offset most context ops agree on). A fresh start
+has no context: the cut's own count holds (start-up ops are in no Step, Step 0 is the
+first).
+
+Only *settled* Steps are placed: those before the last Step begun on every GPU of a
+component, which later ops can no longer change. On each GPU the ops placed are the longest
+prefix labelled before that Step; the rest waits for the next cut. What waits is bounded
+(`max_held` ops per GPU): beyond it the oldest ops are placed in no Step and counted
+(`ops_unsettled`), so a job whose ops never repeat cannot grow the Agent.
+
+The first cut waits until the pivot GPU has `first_steps` Steps, so that start-up and
+warm-up Steps are told from steady ones with as much evidence as the offline cut would
+have, and until then nothing is placed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from comminsight.semantic.engine import GpuEngine
+from comminsight.semantic.job_cut import STARTUP, TAIL, JobCut, cut_job
+from comminsight.semantic.job_ops import CommIds, JobOps, gpu_ops
+from comminsight.semantic.op_batch import OpBatch
+from comminsight.semantic.step_summary import StepSummary
+from comminsight.semantic.templates import CompiledTemplate
+
+MIN_NEW_OPS = 512
+INTERVAL_S = 5.0
+MAX_HELD = 1 << 16
+MAX_CONTEXT_OPS = 1 << 15
+CUT_EVERY_CONTEXT = 16  # a cut is due once new ops reach 1/16 of the context
+FIRST_STEPS = 4
+END_WAIT_S = 30.0
+
+
+@dataclass
+class _Gpu:
+    engine: GpuEngine
+    rank: int
+    context: list[OpBatch] = field(default_factory=list)  # ops of the last Steps placed
+    context_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    component: int = -1  # its component in the last cut (-1: not cut yet)
+    ended_at: float | None = None  # when its process ended
+    roles_named: bool = False  # a template was tried for its roles
+    previous: np.ndarray | None = None  # the last cut's Steps of the ops held
+    unconfirmed: bool = False  # ops held that the last cut would settle if a cut agreed
+    held_at_cut: int = 0  # ops held right after the last cut
+    new_ops: int = 0  # held ops that came since
+
+
+@dataclass
+class LiveCutStats:
+    cuts: int = 0
+    ops_settled: int = 0
+    ops_unsettled: int = 0  # placed in no Step: held past max_held without a settled Step
+    offset_disagreements: int = 0  # cuts whose context gave more than one offset
+
+
+class LiveJobCut:
+    def __init__(
+        self,
+        min_new_ops: int = MIN_NEW_OPS,
+        interval_s: float = INTERVAL_S,
+        max_held: int = MAX_HELD,
+        first_steps: int = FIRST_STEPS,
+        max_context: int = MAX_CONTEXT_OPS,
+        end_wait_s: float = END_WAIT_S,
+        role_template: Callable[[list[OpBatch]], CompiledTemplate | None] | None = None,
+    ) -> None:
+        """`role_template(batches)`: the template whose roles fit a GPU's first ops best
+        (tried once per GPU, on the ops of its first cut)."""
+        self.min_new_ops = min_new_ops
+        self.interval_s = interval_s
+        self.max_held = max_held
+        self.first_steps = first_steps
+        self.max_context = max_context
+        self.end_wait_s = end_wait_s
+        self.role_template = role_template
+        self.comms = CommIds()
+        self.stats = LiveCutStats()
+        self.reasons: list[str] = []  # the latest cut's, for health
+        self.placed_end: dict[object, int] = {}  # per GPU: the latest completion placed
+        self._gpus: dict[object, _Gpu] = {}
+        self._last_cut = 0.0
+
+    # ---- membership ----------------------------------------------------------------------
+
+    def track(self, key, engine: GpuEngine, rank: int, resumed_after: int = -1) -> None:
+        """Cut `engine`'s held ops with the node's. Again after a restart: the new engine
+        goes on after ring record `resumed_after` (its checkpoint), so the context keeps the
+        ops up to there (the window then begins where the other GPUs' windows begin; a GPU
+        whose window began later would be cut against ops it cannot match)."""
+        old = self._gpus.get(key)
+        if old is not None and old.engine is engine:
+            return
+        g = self._gpus[key] = _Gpu(engine, rank)
+        if old is not None and old.context and resumed_after >= 0:
+            keep = [p["ring_seq"] <= resumed_after for p in old.context]
+            kept = [p.take(np.flatnonzero(k)) for p, k in zip(old.context, keep, strict=True)]
+            g.context = [p.make_concrete() for p in kept if len(p)]
+            g.context_steps = old.context_steps[np.concatenate(keep)]
+            g.component = old.component
+
+    def tracks(self, key, engine: GpuEngine) -> bool:
+        g = self._gpus.get(key)
+        return g is not None and g.engine is engine
+
+    def forget(self, key) -> None:
+        self._gpus.pop(key, None)
+        self.placed_end.pop(key, None)
+
+    def end(self, key, now: float) -> None:
+        """`key`'s process has ended: its ops are all in. They are placed once every GPU it
+        shared a communicator with has ended too (the others' ops still carry boundaries to
+        its last Steps), or `end_wait_s` later."""
+        g = self._gpus.get(key)
+        if g is not None and g.ended_at is None:
+            g.ended_at = now
+
+    def ended(self, now: float, all_ended: bool = False) -> list:
+        """The ended GPUs whose last cut is due now (`all_ended`: every ended GPU)."""
+        ready = []
+        for k, g in self._gpus.items():
+            if g.ended_at is None:
+                continue
+            partners = [o for o in self._gpus.values() if o.component == g.component]
+            if (
+                all_ended
+                or now - g.ended_at >= self.end_wait_s
+                or all(o.ended_at is not None for o in partners)
+            ):
+                ready.append(k)
+        return ready
+
+    def next_deadline(self) -> float | None:
+        """When a cut will be due without more ops: the interval after the last cut while
+        ops wait (training paused: its last Steps still settle), or an ended GPU's wait."""
+        times = [g.ended_at + self.end_wait_s for g in self._gpus.values() if g.ended_at]
+        if any(g.new_ops or g.unconfirmed for g in self._gpus.values()):
+            times.append(self._last_cut + self.interval_s)
+        return min(times, default=None)
+
+    def held_ops(self, key) -> None:
+        """The engine of `key` took new ops (call after each feed)."""
+        g = self._gpus.get(key)
+        if g is not None:
+            g.new_ops = max(0, _held(g) - g.held_at_cut)
+
+    # ---- cutting -------------------------------------------------------------------------
+
+    def due(self, now: float) -> bool:
+        if not any(g.new_ops or g.unconfirmed for g in self._gpus.values()):
+            return False
+        if now - self._last_cut >= self.interval_s:
+            return True
+        return any(
+            g.new_ops >= max(self.min_new_ops, _context_len(g) // CUT_EVERY_CONTEXT)
+            for g in self._gpus.values()
+        )
+
+    def cut(self, now: float, final: frozenset = frozenset()) -> dict[object, list[StepSummary]]:
+        """Cut the node's held ops and place what settles; the ops of the GPUs in `final`
+        (ended: see `ended`) are all placed. Summaries of the Steps closed, by GPU."""
+        self._last_cut = now
+        self._trim_contexts()
+        keys = [k for k, g in self._gpus.items() if _held(g) or g.context]
+        out: dict[object, list[StepSummary]] = {}
+        if not keys:
+            return out
+        windows = {k: _window(self._gpus[k]) for k in keys}
+        streams = [str(i) for i in range(len(keys))]
+        job = JobOps(
+            [
+                gpu_ops(s, self._gpus[k].rank, windows[k], self.comms)
+                for s, k in zip(streams, keys, strict=True)
+            ],
+            self.comms,
+        )
+        result = cut_job(job)
+        self.stats.cuts += 1
+        self.reasons = list(result.reasons)
+        labels = {}
+        for k, rank_cut in zip(keys, result.ranks, strict=True):
+            self._gpus[k].component = rank_cut.component
+            by_arrival = np.empty(len(rank_cut.label), np.int64)
+            by_arrival[rank_cut.gpu.arrival] = rank_cut.label
+            labels[k] = by_arrival
+        for component in sorted({r.component for r in result.ranks}):
+            members = [
+                k for k, r in zip(keys, result.ranks, strict=True) if r.component == component
+            ]
+            out.update(self._settle(members, labels, result, final))
+        for k in keys:
+            g = self._gpus[k]
+            out.setdefault(k, [])
+            out[k] += self._bound(k)
+            g.held_at_cut, g.new_ops = _held(g), 0
+        return out
+
+    def _settle(self, members, labels, result: JobCut, final) -> dict[object, list]:
+        offsets, agreeing = [], True
+        for k in members:
+            g = self._gpus[k]
+            n_ctx = _context_len(g)
+            new = labels[k][:n_ctx]
+            known = g.context_steps
+            ok = (new >= 0) & (new != TAIL) & (known >= 0)
+            if ok.any():
+                values, counts = np.unique(known[ok] - new[ok], return_counts=True)
+                offsets.append((int(counts.max()), int(values[np.argmax(counts)])))
+                agreeing &= len(values) == 1
+        reasons = list(result.reasons)
+        confidence = result.confidence
+        if offsets:
+            offset = max(offsets)[1]
+            if not agreeing or len({o for _, o in offsets}) > 1:
+                self.stats.offset_disagreements += 1
+                confidence = min(confidence, 0.5)
+                reasons.append("the Steps placed before and this cut disagree on some ops")
+        else:
+            offset = self._fresh_offset(members, labels, any(k in final for k in members))
+            if offset is None:
+                for k in members:  # what this cut says, for the next one to confirm
+                    g = self._gpus[k]
+                    g.previous = labels[k][_context_len(g) :]
+                return {}
+        # the last Step begun on every GPU may still grow: settle the Steps before it
+        tops = []
+        for k in members:
+            lab = labels[k]
+            steps = lab[(lab >= 0) & (lab != TAIL)]
+            if len(steps):
+                tops.append(int(steps.max()))
+        out: dict[object, list] = {}
+        if not tops:
+            return out
+        settle_below = min(tops)
+        for k in members:
+            g = self._gpus[k]
+            n_ctx = _context_len(g)
+            lab = labels[k][n_ctx:]
+            steps = np.where((lab >= 0) & (lab != TAIL), lab + offset, lab)
+            if k in final:
+                count = len(lab)
+                steps = np.where(lab == TAIL, STARTUP, steps)
+            else:
+                late = lab >= settle_below
+                count = int(np.argmax(late)) if late.any() else len(lab)
+                settled = count
+                if len(lab) < self.max_held // 2:
+                    count = min(count, _agreed(g.previous, steps))
+                g.unconfirmed = count < settled
+            g.previous = steps[count:]
+            if count:
+                out[k] = self._place(k, count, steps[:count], confidence, reasons)
+        return out
+
+    def _fresh_offset(self, members, labels, final: bool) -> int | None:
+        """No context: the cut's count holds, once the pivot has enough Steps to tell
+        warm-up from steady ones (or the input ends); a GPU restored from a checkpoint goes on
+        from its count."""
+        most = max(
+            (
+                int(labels[k][(labels[k] >= 0) & (labels[k] != TAIL)].max(initial=-1))
+                for k in members
+            ),
+            default=-1,
+        )
+        if most + 1 < self.first_steps and not final:
+            return None
+        resumed = [self._gpus[k].engine for k in members if self._gpus[k].engine.next_step_index]
+        if not resumed:
+            return 0
+        engine = resumed[0]
+        k = next(k for k in members if self._gpus[k].engine is engine)
+        lab = labels[k]
+        first = int(lab[(lab >= 0) & (lab != TAIL)].min(initial=0))
+        # ops before the window's first whole Step finish the Step left open
+        return engine.next_step_index - (first + 1 if engine.open is not None else first)
+
+    def _place(self, key, count: int, steps, confidence, reasons) -> list:
+        g = self._gpus[key]
+        if not g.roles_named and self.role_template is not None:
+            g.roles_named = True
+            g.engine.runner.template = self.role_template([g.engine.pending])
+        placed = g.engine.pending.take(slice(0, count))
+        self._note_placed(key, placed)
+        summaries = g.engine.place_cut(count, steps, confidence, reasons)
+        self.stats.ops_settled += count
+        # concrete: the context must not keep the engine's batches alive
+        g.context.append(placed.make_concrete())
+        g.context_steps = np.concatenate([g.context_steps, steps])
+        return summaries
+
+    def _trim_contexts(self) -> None:
+        """Keep at most `max_context` ops of context per GPU, from the same Step on every GPU
+        of a component: each window then reads like the job's run from that Step on (windows
+        that begin at other Steps on other ranks would match ops across the heads badly)."""
+        by_component: dict[int, list[_Gpu]] = {}
+        for g in self._gpus.values():
+            if g.context:
+                by_component.setdefault(g.component, []).append(g)
+        for gpus in by_component.values():
+            first = max(_trim_step(g.context_steps, self.max_context) for g in gpus)
+            if first < 0:
+                continue
+            for g in gpus:
+                known = g.context_steps
+                later = (known >= first) & (known != TAIL)
+                keep_from = int(np.argmax(later)) if later.any() else len(known)
+                keep_from = max(keep_from, len(known) - 2 * self.max_context)  # a hard bound
+                if keep_from:
+                    whole = g.context[0]
+                    for part in g.context[1:]:
+                        whole = whole.concat(part)
+                    g.context = [whole.take(slice(keep_from, None)).make_concrete()]
+                    g.context_steps = known[keep_from:]
+
+    def _note_placed(self, key, placed: OpBatch) -> None:
+        self.placed_end[key] = max(self.placed_end.get(key, 0), int(placed["end"].max()))
+
+    def bound_all(self) -> dict[object, list[StepSummary]]:
+        """Keep every GPU within `max_held` without a cut (when cutting fails)."""
+        return {k: self._bound(k) for k in self._gpus}
+
+    def _bound(self, key) -> list:
+        g = self._gpus[key]
+        surplus = _held(g) - self.max_held
+        if surplus <= 0:
+            return []
+        self.stats.ops_unsettled += surplus
+        self._note_placed(key, g.engine.pending.take(slice(0, surplus)))
+        if g.previous is not None:
+            g.previous = g.previous[surplus:]
+        return g.engine.place_cut(surplus, np.full(surplus, STARTUP, np.int64), 0.0, [])
+
+
+def _agreed(previous: np.ndarray | None, steps: np.ndarray) -> int:
+    """How many of the first ops two successive cuts put in the same Steps."""
+    if previous is None:
+        return 0
+    n = min(len(previous), len(steps))
+    differ = previous[:n] != steps[:n]
+    return int(np.argmax(differ)) if differ.any() else n
+
+
+def _last_step(label: np.ndarray) -> int:
+    return int(label[(label >= 0) & (label != TAIL)].max(initial=-1))
+
+
+def _trim_step(known: np.ndarray, most: int) -> int:
+    """The earliest Step a context of at most `most` ops can begin with."""
+    if len(known) <= most:
+        return -1
+    tail = known[len(known) - most :]
+    steps = tail[(tail >= 0) & (tail != TAIL)]
+    return (
+        int(steps.min()) + 1
+        if len(steps)
+        else int(known[(known >= 0) & (known != TAIL)].max(initial=-1))
+    )
+
+
+def _context_len(g: _Gpu) -> int:
+    return len(g.context_steps)
+
+
+def _held(g: _Gpu) -> int:
+    return len(g.engine.pending) if g.engine.pending is not None else 0
+
+
+def _window(g: _Gpu) -> list[OpBatch]:
+    parts = list(g.context)
+    if g.engine.pending is not None:
+        parts.append(g.engine.pending)
+    return parts
