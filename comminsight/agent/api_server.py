@@ -24,6 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from comminsight.agent import api_views
 from comminsight.agent.api_params import OperationParams, ParamError, Problem, openapi_document
 from comminsight.agent.archive import ArchiveConfigError
+from comminsight.agent.job_steps_view import JobStepsView, UnknownJob
 from comminsight_gen.models.agent_master_api_v1 import (
     ArchiveFlush,
     ArchiveStatus,
@@ -100,6 +101,7 @@ class AgentApi:
     def __init__(self, service) -> None:
         self.service = service
         self.token = service.settings.agent_token
+        self._job_steps: JobStepsView | None = None
 
     # ---- plumbing --------------------------------------------------------------------
 
@@ -114,6 +116,7 @@ class AgentApi:
             "list_inflight_ops": self.inflight,
             "list_recent_ops": self.recent_ops,
             "list_steps": self.steps,
+            "list_job_steps": self.job_steps,
             "list_hangs": self.hangs,
             "get_hang": self.hang,
             "resolve_hang": self.resolve_hang,
@@ -301,6 +304,33 @@ class AgentApi:
         return json_response(
             StepPage(items=result.items, total=result.total, next_cursor=result.next_cursor)
         )
+
+    def step_directories(self) -> list:
+        """Where the step summaries this agent answers for are: its own engine's."""
+        return [self.service.step_files.directory]
+
+    def job_nodes(self) -> dict | None:
+        """Nodes known to run each job's processes (a master knows its slaves'); None here."""
+        return None
+
+    async def job_steps(self, request, values):
+        self._ready()
+        if self._job_steps is None:
+            self._job_steps = JobStepsView(self.step_directories())
+        try:
+            page = await asyncio.to_thread(
+                self._job_steps.page,
+                job=values["job"],
+                since_step=values["since_step"],
+                cursor=values["cursor"],
+                limit=values["limit"],
+                job_nodes=self.job_nodes(),
+            )
+        except UnknownJob as e:
+            raise ApiError(
+                ErrorCode.not_found, str(e), [Problem("query", "job", "no such job")]
+            ) from None
+        return json_response(page)
 
     async def hangs(self, request, values):
         self._ready()

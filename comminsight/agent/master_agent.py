@@ -4,8 +4,9 @@ node state over gRPC (master_grpc) and answers the Agent Master API for the whol
 Each pass reads the master's own node into the same rows a slave sends, diagnoses the
 job-wide snapshot (job_view) instead of the node's, and keeps its hang reports as any Agent
 does; a slave's hang event triggers a pass at once, as a local FIFO event does. /steps serves
-the master's own summaries and every slave's (master_store keeps them); /ops/recent stays
-local (agent-master-slave carries no op records).
+the master's own summaries and every slave's (master_store keeps them), and /job-steps
+reconciles their step indices across nodes (job_steps); /ops/recent stays local
+(agent-master-slave carries no op records).
 """
 
 from __future__ import annotations
@@ -248,6 +249,18 @@ class MasterAgentService(AgentService):
 
 class MasterApi(AgentApi):
     """The endpoints whose answer is the job's rather than the node's."""
+
+    def step_directories(self) -> list:
+        """Its own engine's step summaries and every slave's (master_store)."""
+        return [self.service.step_files.directory, self.service.store.steps_dir]
+
+    def job_nodes(self) -> dict[str | None, frozenset[str]]:
+        """From the nodes' process rows: which nodes run each job's processes."""
+        nodes: dict[str | None, set[str]] = {}
+        for node in self.service.nodes.values():
+            for p in node.rows.processes.values():
+                nodes.setdefault(p.job_id or None, set()).add(node.name)
+        return {job: frozenset(names) for job, names in nodes.items()}
 
     async def nodes(self, request, values):
         self._ready()

@@ -4,7 +4,8 @@
 Per node: `cursors/<node>.json` (the slave's stream epoch and the last batch applied in it),
 `hang-events/<node>.jsonl` (every fifo-event record forwarded, base64) and
 `steps/<node>.jsonl` (every step summary, one step-summary v1 JSON per line, which the API's
-/steps serves beside the master's own).
+/steps serves beside the master's own, and /job-steps follows as they grow to reconcile the
+nodes' step indices).
 
 A batch is committed in this order: its new events appended (and fsynced when there are any),
 then the cursor replaced; only then is it acknowledged. The cursor of a batch with no new

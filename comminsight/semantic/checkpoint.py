@@ -112,8 +112,20 @@ def partial_step(step: OpenStep) -> se.PartialStep:
         ),
         first_op=_op_ref(step.first_op),
         last_op=_op_ref(step.last_op),
-        **_opt(start_mono_ns=step.start_mono_ns, end_mono_ns=step.end_mono_ns),
+        **_opt(
+            start_mono_ns=step.start_mono_ns,
+            end_mono_ns=step.end_mono_ns,
+            comm_seqs=_comm_seqs(step.comm_seqs),
+        ),
     )
+
+
+def _comm_seqs(spans) -> list[se.CommSeqSpan] | None:
+    if spans is None:  # not known: the restored Step reports none either
+        return None
+    return [
+        se.CommSeqSpan(se.OpClass(kind), cid, *spans[(kind, cid)]) for kind, cid in sorted(spans)
+    ]
 
 
 def _cycle_keys(cycle: Cycle, period: bool) -> list[se.CycleKey]:
@@ -235,6 +247,12 @@ def _open_step(p: se.PartialStep) -> OpenStep:
         step.roles[r.role] = RoleTotals(
             r.op_count, r.time_ns, r.bytes, r.busbw_time_sum, _unset(r.max_op_time_ns) or 0
         )
+    if p.comm_seqs is msgspec.UNSET:  # an older checkpoint: the ops before it are not known
+        step.comm_seqs = None
+    else:
+        step.comm_seqs = {
+            (c.kind.value, c.comm_id): [c.first_seq, c.last_seq, c.op_count] for c in p.comm_seqs
+        }
     s = p.slowest_op
     step.slowest = SlowestOp(
         _op_id(s.op), _unset(s.comm_name), s.role, s.duration_ns, s.size_bytes, s.busbw_gbs

@@ -1,11 +1,12 @@
 """Steps as native.place leaves them: the Step still open, and the Steps that closed.
 
 `OpenStep` holds the totals of the Step still open (time, bytes, bus bandwidth per role, the
-slowest op, lost records, unexpected ops), which the next batch continues (`open_step_rows`)
-and checkpoints save. `place_steps` turns a native.place result into a `StepTable` of the
-Steps that closed (arrays: step_summary makes their records) and the OpenStep left. All
-arithmetic is integer or a fixed sequence of float operations, so the same ops give the same
-bytes out, whether the engine ran through or resumed from a checkpoint.
+slowest op, lost records, unexpected ops, the seq span of its ops on each communicator),
+which the next batch continues (`open_step_rows`, `merge_spans`) and checkpoints save.
+`place_steps` turns a native.place result into a `StepTable` of the Steps that closed
+(arrays: step_summary makes their records) and the OpenStep left. All arithmetic is integer
+or a fixed sequence of float operations, so the same ops give the same bytes out, whether the
+engine ran through or resumed from a checkpoint.
 """
 
 from __future__ import annotations
@@ -69,6 +70,71 @@ class OpenStep:
     roles: dict[str, RoleTotals] = field(default_factory=dict)
     slowest: SlowestOp | None = None
     period_ns: int | None = None  # start of the next Step minus this one's, once known
+    # (kind, comm_id) -> [first seq, last seq, op count]; None when not known (restored from a
+    # checkpoint that predates them)
+    comm_seqs: dict[tuple[str, str], list[int]] | None = field(default_factory=dict)
+
+
+Spans = dict[tuple[str, str], list[int]] | None
+
+
+def step_spans(placed, batch: OpBatch, k: int) -> list[dict]:
+    """Per Step of a native.place result (k of them), the seq span of its ops on each
+    communicator: {(kind, comm_id): [lowest seq, highest seq, op count]}. Whole columns at
+    once: each op's (Step, kind, communicator) is a cell of a small dense table, filled with
+    ufunc.at (no sort: the engine's budget is per op)."""
+    spans: list[dict] = [{} for _ in range(k)]
+    step_of = placed.step_of
+    inside = step_of >= 0
+    c = batch.cols
+    seq = c["seq"]
+    inside &= seq >= 0  # inputs without a seq give no boundary candidate
+    if not inside.any():
+        return spans
+    s, comm, kind, seq = step_of[inside], c["comm"][inside], c["kind"][inside], seq[inside]
+    comms = batch.comms.comms
+    used = np.unique(comm).tolist()
+    ids = sorted({comms[m].comm_id for m in used})
+    code = {cid: i for i, cid in enumerate(ids)}
+    lut = np.zeros(max(used) + 1, np.int64)
+    lut[used] = [code[comms[m].comm_id] for m in used]
+    width = len(KINDS) * len(ids)
+    cell = s * width + kind * len(ids) + lut[comm]
+    size = k * width
+    if size <= 4 * len(cell) + 4096:
+        cells, slot = None, cell
+    else:  # many tiny Steps on many communicators: a dense table would be mostly empty
+        cells, slot = np.unique(cell, return_inverse=True)
+        size = len(cells)
+    low = np.full(size, np.iinfo(np.int64).max, np.int64)
+    high = np.full(size, -1, np.int64)
+    np.minimum.at(low, slot, seq)
+    np.maximum.at(high, slot, seq)
+    count = np.bincount(slot, minlength=size)
+    filled = np.flatnonzero(count)
+    named = filled if cells is None else cells[filled]
+    for f, lo, hi, n in zip(
+        named.tolist(), low[filled].tolist(), high[filled].tolist(), count[filled].tolist(),
+        strict=True,
+    ):  # fmt: skip
+        j, rest = divmod(f, width)
+        kd, i = divmod(rest, len(ids))
+        spans[j][(KINDS[kd], ids[i])] = [lo, hi, n]
+    return spans
+
+
+def merge_spans(before: Spans, after: dict) -> Spans:
+    """An open Step's spans continued by the next batch's ops of the same Step."""
+    if before is None:
+        return None
+    out = {key: list(v) for key, v in before.items()}
+    for key, (lo, hi, n) in after.items():
+        have = out.get(key)
+        if have is None:
+            out[key] = [lo, hi, n]
+        else:
+            out[key] = [min(have[0], lo), max(have[1], hi), have[2] + n]
+    return out
 
 
 def open_step_rows(step: OpenStep, code_of) -> tuple[np.ndarray, tuple]:
@@ -170,6 +236,7 @@ class StepTable:
     role_bytes: np.ndarray
     role_max: np.ndarray
     role_bw: np.ndarray
+    comm_seqs: list[Spans]
 
     def __len__(self) -> int:
         return len(self.index)
@@ -210,6 +277,7 @@ class StepTable:
             wide(nbytes),
             wide(top),
             wide(bw),
+            [step.comm_seqs],
         )
 
 
@@ -262,6 +330,9 @@ def place_steps(
     warmup = np.array(index) < warmup_steps
     if cont:
         warmup[0] = open_step.warmup
+    spans: list[Spans] = step_spans(placed, batch, k)
+    if cont:
+        spans[0] = merge_spans(open_step.comm_seqs, spans[0])
     table = StepTable(
         names,
         index,
@@ -286,6 +357,7 @@ def place_steps(
         placed.role_bytes[:k],
         placed.role_max[:k],
         placed.role_bw[:k],
+        spans,
     )
     closed = int(np.count_nonzero(steps["closed"]))
     left_open = None
@@ -304,7 +376,7 @@ def _rows(t: StepTable, rows: slice) -> StepTable:
                 "warmup", "first_op", "last_op", "slowest", "start_mono", "start_real",
                 "end_mono", "end_real", "op_count", "micro", "unexpected", "lost",
                 "total_bytes", "time_ns", "busbw_sum", "period", "role_count", "role_time",
-                "role_bytes", "role_max", "role_bw",
+                "role_bytes", "role_max", "role_bw", "comm_seqs",
             )
         ),
     )  # fmt: skip
@@ -344,6 +416,7 @@ def _open_step(t: StepTable, j: int) -> OpenStep:
         if n
     }
     step.slowest = t.slowest[j]
+    step.comm_seqs = t.comm_seqs[j]
     return step
 
 

@@ -18,11 +18,12 @@ import msgspec
 import numpy as np
 
 from comminsight.semantic import native
-from comminsight.semantic.step_builder import GpuIdentity, OpId, StepTable
+from comminsight.semantic.step_builder import GpuIdentity, OpId, Spans, StepTable
 from comminsight_gen.models.step_summary_v1 import (
     Anomaly,
     AnomalyKind,
     AnomalyUnit,
+    CommSeqSpan,
     OpClass,
     OpRef,
     Producer,
@@ -41,6 +42,7 @@ STEP_SLOW_FACTOR = 2.0
 OP_SLOW_FACTOR = 5.0
 BANDWIDTH_LOW_FACTOR = 0.5
 MIN_HISTORY = 5  # no anomaly is claimed against fewer samples
+MAX_COMM_SEQS = 64  # step-summary v1 comm_seqs maxItems
 
 
 def _window(maxlen: int) -> deque:
@@ -232,6 +234,15 @@ def op_ref(op: OpId) -> OpRef:
     return OpRef(kind=kind, comm_id=op.comm_id, seq=op.seq, func=op.func, ring_seq=op.ring_seq)
 
 
+def comm_seq_spans(spans: Spans) -> list[CommSeqSpan] | None:
+    """A Step's comm_seqs in the record's order (kind, then comm_id), or None when the engine
+    does not know them."""
+    if not spans:
+        return None
+    keys = sorted(spans)[:MAX_COMM_SEQS]
+    return [CommSeqSpan(_OP_CLASS[kind], cid, *spans[(kind, cid)]) for kind, cid in keys]
+
+
 def durations_of(t: StepTable) -> np.ndarray:
     none = native.NONE
     mono = (t.start_mono != none) & (t.end_mono != none)
@@ -315,6 +326,9 @@ def summarize(
             optional["micro_step_count"] = micro[j]
         if period[j] != none:
             optional["period_ns"] = period[j]
+        spans = comm_seq_spans(t.comm_seqs[j])
+        if spans is not None:
+            optional["comm_seqs"] = spans
         c, tn, b, w = counts[j], times[j], nbytes[j], bws[j]
         op = slow.op
         append(

@@ -11,16 +11,19 @@ from .archive_status import ArchiveStatus
 from .comm_progress import CommProgress
 from .comm_rank import CommRank
 from .comm_ref import CommRef
+from .comm_seq_span import CommSeqSpan
 from .communicator import Communicator
 from .communicator_page import CommunicatorPage
 from .communicator_state import CommunicatorState
 from .communicator_state_filter import CommunicatorStateFilter
 from .communicator_view import CommunicatorView
 from .culprit import Culprit
+from .disagreement_kind import DisagreementKind
 from .error import Error
 from .error_code import ErrorCode
 from .error_detail import ErrorDetail
 from .error_location import ErrorLocation
+from .gpu_ref import GpuRef
 from .hang_report import HangReport
 from .hang_report_list import HangReportList
 from .hang_status_filter import HangStatusFilter
@@ -31,6 +34,12 @@ from .inflight_op import InflightOp
 from .inflight_op_list import InflightOpList
 from .inflight_state import InflightState
 from .ingest_state import IngestState
+from .job_ref import JobRef
+from .job_step import JobStep
+from .job_step_gpu import JobStepGpu
+from .job_step_node import JobStepNode
+from .job_step_node_state import JobStepNodeState
+from .job_step_page import JobStepPage
 from .name_source import NameSource
 from .node import Node
 from .node_list import NodeList
@@ -66,8 +75,10 @@ from .semantic_engine_gpu import SemanticEngineGpu
 from .semantic_engine_gpu_state import SemanticEngineGpuState
 from .semantic_engine_health import SemanticEngineHealth
 from .seq_progress import SeqProgress
+from .seq_span_claim import SeqSpanClaim
 from .severity import Severity
 from .slowest_op import SlowestOp
+from .step_disagreement import StepDisagreement
 from .step_page import StepPage
 from .step_summary import StepSummary
 from .timing_source import TimingSource
@@ -85,16 +96,19 @@ __all__ = (
     "CommProgress",
     "CommRank",
     "CommRef",
+    "CommSeqSpan",
     "Communicator",
     "CommunicatorPage",
     "CommunicatorState",
     "CommunicatorStateFilter",
     "CommunicatorView",
     "Culprit",
+    "DisagreementKind",
     "Error",
     "ErrorCode",
     "ErrorDetail",
     "ErrorLocation",
+    "GpuRef",
     "HangReport",
     "HangReportList",
     "HangStatusFilter",
@@ -105,6 +119,12 @@ __all__ = (
     "InflightOpList",
     "InflightState",
     "IngestState",
+    "JobRef",
+    "JobStep",
+    "JobStepGpu",
+    "JobStepNode",
+    "JobStepNodeState",
+    "JobStepPage",
     "NameSource",
     "Node",
     "NodeList",
@@ -140,8 +160,10 @@ __all__ = (
     "SemanticEngineGpuState",
     "SemanticEngineHealth",
     "SeqProgress",
+    "SeqSpanClaim",
     "Severity",
     "SlowestOp",
+    "StepDisagreement",
     "StepPage",
     "StepSummary",
     "TimingSource",

@@ -14,6 +14,7 @@ from typing import Literal, cast
 
 if TYPE_CHECKING:
   from ..models.anomaly import Anomaly
+  from ..models.comm_seq_span import CommSeqSpan
   from ..models.op_ref import OpRef
   from ..models.producer import Producer
   from ..models.recovery import Recovery
@@ -76,6 +77,15 @@ class StepSummary:
                 after the last op. Absent when the next Step had not begun when this record was written.
             micro_step_count (int | Unset): Micro-batches recognized in the Step (gradient accumulation); absent when the
                 template does not count them.
+            comm_seqs (list[CommSeqSpan] | Unset): The Step's boundary candidates: for each communicator this GPU used in
+                the Step (its collectives and its sends/receives counted apart), the seq of the Step's first and of its last op
+                on that communicator, and how many of the Step's ops were on it. NCCL's collective seq (coll_sn) is the same on
+                every member rank for the same collective, so two GPUs of one communicator took the same iteration exactly when
+                their coll spans on it are equal; the master reconciles the step indices of nodes that numbered their Steps
+                apart through these spans, never through op streams. P2P counters are each rank's own and need not agree across
+                ranks. Ordered by kind (coll first), then comm_id; a Step that used more than 64 (kind, communicator) pairs
+                lists the first 64 in that order. Absent when the engine did not track them: records of an engine that predates
+                this field, or a Step left open in a checkpoint that predates it.
      """
 
     schema_version: Literal[1]
@@ -105,6 +115,7 @@ class StepSummary:
     end_mono_ns: int | Unset = UNSET
     period_ns: int | Unset = UNSET
     micro_step_count: int | Unset = UNSET
+    comm_seqs: list[CommSeqSpan] | Unset = UNSET
 
 
 
@@ -112,6 +123,7 @@ class StepSummary:
 
     def to_dict(self) -> dict[str, Any]:
         from ..models.anomaly import Anomaly # noqa: PLC0415
+        from ..models.comm_seq_span import CommSeqSpan # noqa: PLC0415
         from ..models.op_ref import OpRef # noqa: PLC0415
         from ..models.producer import Producer # noqa: PLC0415
         from ..models.recovery import Recovery # noqa: PLC0415
@@ -181,6 +193,15 @@ class StepSummary:
 
         micro_step_count = self.micro_step_count
 
+        comm_seqs: list[dict[str, Any]] | Unset = UNSET
+        if not isinstance(self.comm_seqs, Unset):
+            comm_seqs = []
+            for comm_seqs_item_data in self.comm_seqs:
+                comm_seqs_item = comm_seqs_item_data.to_dict()
+                comm_seqs.append(comm_seqs_item)
+
+
+
 
         field_dict: dict[str, Any] = {}
 
@@ -221,6 +242,8 @@ class StepSummary:
             field_dict["period_ns"] = period_ns
         if micro_step_count is not UNSET:
             field_dict["micro_step_count"] = micro_step_count
+        if comm_seqs is not UNSET:
+            field_dict["comm_seqs"] = comm_seqs
 
         return field_dict
 
@@ -229,6 +252,7 @@ class StepSummary:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         from ..models.anomaly import Anomaly # noqa: PLC0415
+        from ..models.comm_seq_span import CommSeqSpan # noqa: PLC0415
         from ..models.op_ref import OpRef # noqa: PLC0415
         from ..models.producer import Producer # noqa: PLC0415
         from ..models.recovery import Recovery # noqa: PLC0415
@@ -322,6 +346,18 @@ class StepSummary:
 
         micro_step_count = d.pop("micro_step_count", UNSET)
 
+        _comm_seqs = d.pop("comm_seqs", UNSET)
+        comm_seqs: list[CommSeqSpan] | Unset = UNSET
+        if _comm_seqs is not UNSET:
+            comm_seqs = []
+            for comm_seqs_item_data in _comm_seqs:
+                comm_seqs_item = CommSeqSpan.from_dict(comm_seqs_item_data)
+
+
+
+                comm_seqs.append(comm_seqs_item)
+
+
         step_summary = cls(
             schema_version=schema_version,
             host=host,
@@ -350,6 +386,7 @@ class StepSummary:
             end_mono_ns=end_mono_ns,
             period_ns=period_ns,
             micro_step_count=micro_step_count,
+            comm_seqs=comm_seqs,
         )
 
         return step_summary

@@ -294,6 +294,26 @@ class Culprit(Struct, forbid_unknown_fields=True):
     """
 
 
+class DisagreementKind(Enum):
+    """
+    offset_conflict: shared spans link two nodes with different offsets (no offset
+    reconciles them); unlinked: a node no shared span links to the reference;
+    boundary_mismatch: at one job step two GPUs of one communicator hold different coll spans
+    on it (their nodes cut the Step at different ops); node_numbering: GPUs of one node
+    number the same iteration differently; no_comm_seqs: a GPU's summaries have no
+    comm_seqs (an older engine), so only its node's other GPUs can place it; silent_node:
+    a node runs processes of the job but none of its Steps is in the window.
+
+    """
+
+    offset_conflict = 'offset_conflict'
+    unlinked = 'unlinked'
+    silent_node = 'silent_node'
+    boundary_mismatch = 'boundary_mismatch'
+    node_numbering = 'node_numbering'
+    no_comm_seqs = 'no_comm_seqs'
+
+
 class ErrorCode(Enum):
     """
     Machine-readable error class; the HTTP status says the same thing coarsely.
@@ -314,6 +334,12 @@ class ErrorLocation(Enum):
     query = 'query'
     header = 'header'
     body = 'body'
+
+
+class GpuRef(Struct):
+    node_name: Annotated[str, Meta(max_length=253)]
+    global_rank: Annotated[int, Meta(ge=0)]
+    pid: Annotated[int, Meta(ge=1)] | None
 
 
 class HangStatusFilter(Enum):
@@ -348,6 +374,88 @@ class IngestState(Enum):
     draining = 'draining'
     retired = 'retired'
     quarantined = 'quarantined'
+
+
+JobIdQuery: TypeAlias = Annotated[
+    str,
+    Meta(
+        description='A job id as the step summaries carry it (SLURM_JOB_ID, TORCHELASTIC_RUN_ID, ...).',
+        max_length=256,
+        min_length=1,
+        pattern='^[!-~]{1,256}$',
+        title='JobIdQuery',
+    ),
+]
+"""
+A job id as the step summaries carry it (SLURM_JOB_ID, TORCHELASTIC_RUN_ID, ...).
+"""
+
+
+class JobRef(Struct):
+    job_id: (
+        Annotated[
+            str,
+            Meta(description='null for summaries without a job_id.', max_length=256),
+        ]
+        | None
+    )
+    """
+    null for summaries without a job_id.
+    """
+    nodes: Annotated[int, Meta(ge=0)]
+    gpus: Annotated[int, Meta(ge=0)]
+    latest_end_real_ns: Annotated[
+        int, Meta(description='End of the latest Step any of its GPUs reported.', ge=0)
+    ]
+    """
+    End of the latest Step any of its GPUs reported.
+    """
+
+
+JobStepCursor: TypeAlias = Annotated[
+    str,
+    Meta(
+        description='The job step index of the last item of a page.',
+        max_length=16,
+        min_length=1,
+        pattern='^[0-9]{1,16}$',
+        title='JobStepCursor',
+    ),
+]
+"""
+The job step index of the last item of a page.
+"""
+
+
+class JobStepGpu(Struct):
+    node_name: Annotated[str, Meta(max_length=253)]
+    global_rank: Annotated[int, Meta(ge=0)]
+    pid: Annotated[int, Meta(ge=1)] | None
+    local_step_index: Annotated[
+        int, Meta(description="The Step's index in this GPU's step summaries.", ge=0)
+    ]
+    """
+    The Step's index in this GPU's step summaries.
+    """
+    start_real_ns: Annotated[int, Meta(ge=0)]
+    end_real_ns: Annotated[int, Meta(ge=0)]
+
+
+class JobStepNodeState(Enum):
+    """
+    reference: the node the offsets are measured from (its component's earliest); linked:
+    its offset follows from communicator spans it shares with the reference; unlinked: no
+    shared span links it to the reference (no common communicator, no coinciding span, or
+    no comm_seqs in its summaries), so its Steps are not in `items`; silent: a master knows
+    processes of this job on the node (its slave's state) but holds no Step of the job from
+    it in the window (its engine has not cut one, or its summaries do not arrive).
+
+    """
+
+    reference = 'reference'
+    linked = 'linked'
+    unlinked = 'unlinked'
+    silent = 'silent'
 
 
 class NameSource(Enum):
@@ -883,6 +991,13 @@ class SeqProgress(Struct):
     last_completed_mono_ns: Annotated[int, Meta(ge=0)] | None
 
 
+class SeqSpanClaim(Struct):
+    gpu: GpuRef
+    local_step_index: Annotated[int, Meta(ge=0)]
+    first_seq: Annotated[int, Meta(ge=0)]
+    last_seq: Annotated[int, Meta(ge=0)]
+
+
 class Severity(Enum):
     """
     critical: training is stopped (a hang or a dead process); warning: training runs but degraded (straggler) or the diagnosis is uncertain; info: informational.
@@ -980,6 +1095,29 @@ StepCursor: TypeAlias = Annotated[
 """
 
 
+Node1: TypeAlias = Annotated[str, Meta(max_length=253)]
+
+
+class StepDisagreement(Struct):
+    kind: DisagreementKind
+    description: Annotated[
+        str, Meta(description='One line naming what disagrees.', max_length=2048)
+    ]
+    """
+    One line naming what disagrees.
+    """
+    nodes: list[Node1]
+    comm_id: CommId | None
+    job_step_index: Annotated[int, Meta(ge=0)] | None
+    spans: Annotated[
+        list[SeqSpanClaim],
+        Meta(description='The coll seq spans that disagree (at most 8).', max_length=8),
+    ]
+    """
+    The coll seq spans that disagree (at most 8).
+    """
+
+
 class TimingSource(Enum):
     """
     Where an op's duration comes from, with the shm v1 timing_source labels (the same words
@@ -1054,6 +1192,62 @@ class Anomaly(Struct, forbid_unknown_fields=True):
     ) = UNSET
     """
     The role concerned, for role-level anomalies.
+    """
+
+
+class CommSeqSpan(Struct, forbid_unknown_fields=True):
+    """
+    The ops of one Step on one communicator, as seq numbers: a boundary candidate (comm_id, seq) at each end. Within a communicator seq counts up in issue order, so first_seq is the lowest seq of the Step's ops on it and last_seq the highest.
+    """
+
+    kind: Annotated[
+        OpClass,
+        Meta(
+            description="Which counter the seqs are: coll (NCCL's coll_sn, shared by the communicator's ranks) or p2p (this rank's P2P counter on the communicator)."
+        ),
+    ]
+    """
+    Which counter the seqs are: coll (NCCL's coll_sn, shared by the communicator's ranks) or p2p (this rank's P2P counter on the communicator).
+    """
+    comm_id: Annotated[
+        str,
+        Meta(
+            description='Communicator id, 16 lowercase hex digits, zero padded.',
+            pattern='^[0-9a-f]{16}$',
+        ),
+    ]
+    """
+    Communicator id, 16 lowercase hex digits, zero padded.
+    """
+    first_seq: Annotated[
+        int,
+        Meta(
+            description="Seq of the Step's first op on the communicator (as in OpRef.seq).",
+            ge=0,
+        ),
+    ]
+    """
+    Seq of the Step's first op on the communicator (as in OpRef.seq).
+    """
+    last_seq: Annotated[
+        int,
+        Meta(
+            description="Seq of the Step's last op on the communicator; equals first_seq when the Step had one op there.",
+            ge=0,
+        ),
+    ]
+    """
+    Seq of the Step's last op on the communicator; equals first_seq when the Step had one op there.
+    """
+    op_count: Annotated[
+        int,
+        Meta(
+            description="The Step's ops on the communicator of this kind; less than last_seq - first_seq + 1 when records were lost.",
+            ge=1,
+        ),
+    ]
+    """
+    The Step's ops on the communicator of this kind; less than last_seq - first_seq + 1 when records were lost.
     """
 
 
@@ -1378,6 +1572,192 @@ class InflightOpList(Struct):
     ]
     """
     Entries that matched before `limit`.
+    """
+
+
+class JobStep(Struct):
+    job_step_index: Annotated[int, Meta(ge=0)]
+    start_real_ns: Annotated[
+        int, Meta(description='Earliest start over its GPUs.', ge=0)
+    ]
+    """
+    Earliest start over its GPUs.
+    """
+    end_real_ns: Annotated[int, Meta(description='Latest end over its GPUs.', ge=0)]
+    """
+    Latest end over its GPUs.
+    """
+    gpus: Annotated[
+        list[JobStepGpu],
+        Meta(
+            description="Each linked GPU's record of this Step, by node then global rank."
+        ),
+    ]
+    """
+    Each linked GPU's record of this Step, by node then global rank.
+    """
+    missing: Annotated[
+        list[GpuRef],
+        Meta(
+            description='Linked GPUs that reported Steps before and after this one but not this one.'
+        ),
+    ]
+    """
+    Linked GPUs that reported Steps before and after this one but not this one.
+    """
+
+
+class JobStepNode(Struct):
+    node_name: Annotated[
+        str,
+        Meta(
+            description="The step summaries' host (the Agent's node name).",
+            max_length=253,
+        ),
+    ]
+    """
+    The step summaries' host (the Agent's node name).
+    """
+    state: JobStepNodeState
+    offset: (
+        Annotated[
+            int,
+            Meta(
+                description='job step index = local step index + offset; null when unlinked.'
+            ),
+        ]
+        | None
+    )
+    """
+    job step index = local step index + offset; null when unlinked.
+    """
+    gpus: Annotated[int, Meta(ge=0)]
+    first_local_step: (
+        Annotated[
+            int,
+            Meta(
+                description='Lowest local step index of its GPUs in the window.', ge=0
+            ),
+        ]
+        | None
+    )
+    """
+    Lowest local step index of its GPUs in the window.
+    """
+    last_local_step: (
+        Annotated[
+            int,
+            Meta(
+                description='Highest local step index of its GPUs in the window.', ge=0
+            ),
+        ]
+        | None
+    )
+    """
+    Highest local step index of its GPUs in the window.
+    """
+    linked_through: (
+        Annotated[
+            CommId,
+            Meta(
+                description='The communicator (16 hex digits) whose spans gave its offset; null for the reference and unlinked nodes.'
+            ),
+        ]
+        | None
+    )
+    """
+    The communicator (16 hex digits) whose spans gave its offset; null for the reference and unlinked nodes.
+    """
+    votes: Annotated[
+        int, Meta(description='Shared spans that agree with its offset.', ge=0)
+    ]
+    """
+    Shared spans that agree with its offset.
+    """
+
+
+class JobStepPage(Struct):
+    job_id: (
+        Annotated[
+            str,
+            Meta(
+                description='The job answered; null for summaries that carry no job_id.',
+                max_length=256,
+            ),
+        ]
+        | None
+    )
+    """
+    The job answered; null for summaries that carry no job_id.
+    """
+    jobs: Annotated[
+        list[JobRef],
+        Meta(
+            description='Every job in the window, latest first (at most 64).',
+            max_length=64,
+        ),
+    ]
+    """
+    Every job in the window, latest first (at most 64).
+    """
+    nodes: Annotated[
+        list[JobStepNode],
+        Meta(description="The job's nodes by name, with their offsets."),
+    ]
+    """
+    The job's nodes by name, with their offsets.
+    """
+    items: Annotated[list[JobStep], Meta(description='Job steps in ascending index.')]
+    """
+    Job steps in ascending index.
+    """
+    total: Annotated[
+        int, Meta(description='Job steps with index >= since_step (all pages).', ge=0)
+    ]
+    """
+    Job steps with index >= since_step (all pages).
+    """
+    next_cursor: (
+        Annotated[
+            JobStepCursor,
+            Meta(
+                description='Pass as `cursor` for the next page; null on the last page.'
+            ),
+        ]
+        | None
+    )
+    """
+    Pass as `cursor` for the next page; null on the last page.
+    """
+    disagreements: Annotated[
+        list[StepDisagreement],
+        Meta(
+            description='What does not reconcile, most serious first (at most 256; `disagreements_total` counts all).',
+            max_length=256,
+        ),
+    ]
+    """
+    What does not reconcile, most serious first (at most 256; `disagreements_total` counts all).
+    """
+    disagreements_total: Annotated[int, Meta(ge=0)]
+    window_steps_per_gpu: Annotated[
+        int,
+        Meta(
+            description="How many of each GPU's latest Steps the answer covers.", ge=1
+        ),
+    ]
+    """
+    How many of each GPU's latest Steps the answer covers.
+    """
+    invalid_lines: Annotated[
+        int,
+        Meta(
+            description='Lines of step-summary files read so far that were not step-summary v1 records (skipped).',
+            ge=0,
+        ),
+    ]
+    """
+    Lines of step-summary files read so far that were not step-summary v1 records (skipped).
     """
 
 
@@ -2442,6 +2822,19 @@ class StepSummary(Struct, forbid_unknown_fields=True):
     ) = UNSET
     """
     Micro-batches recognized in the Step (gradient accumulation); absent when the template does not count them.
+    """
+    comm_seqs: (
+        Annotated[
+            list[CommSeqSpan],
+            Meta(
+                description="The Step's boundary candidates: for each communicator this GPU used in the Step (its collectives and its sends/receives counted apart), the seq of the Step's first and of its last op on that communicator, and how many of the Step's ops were on it. NCCL's collective seq (coll_sn) is the same on every member rank for the same collective, so two GPUs of one communicator took the same iteration exactly when their coll spans on it are equal; the master reconciles the step indices of nodes that numbered their Steps apart through these spans, never through op streams. P2P counters are each rank's own and need not agree across ranks. Ordered by kind (coll first), then comm_id; a Step that used more than 64 (kind, communicator) pairs lists the first 64 in that order. Absent when the engine did not track them: records of an engine that predates this field, or a Step left open in a checkpoint that predates it.",
+                max_length=64,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The Step's boundary candidates: for each communicator this GPU used in the Step (its collectives and its sends/receives counted apart), the seq of the Step's first and of its last op on that communicator, and how many of the Step's ops were on it. NCCL's collective seq (coll_sn) is the same on every member rank for the same collective, so two GPUs of one communicator took the same iteration exactly when their coll spans on it are equal; the master reconciles the step indices of nodes that numbered their Steps apart through these spans, never through op streams. P2P counters are each rank's own and need not agree across ranks. Ordered by kind (coll first), then comm_id; a Step that used more than 64 (kind, communicator) pairs lists the first 64 in that order. Absent when the engine did not track them: records of an engine that predates this field, or a Step left open in a checkpoint that predates it.
     """
 
 

@@ -738,125 +738,36 @@ class RoleAccumulator(Struct, forbid_unknown_fields=True):
     """
 
 
-class PartialStep(Struct, forbid_unknown_fields=True):
+class CommSeqSpan(Struct, forbid_unknown_fields=True):
     """
-    Accumulators of the Step that is open (begun, not yet emitted).
+    The open Step's ops so far on one communicator (step-summary v1 CommSeqSpan).
     """
 
-    step_index: Annotated[int, Meta(description='Index the Step will have.', ge=0)]
+    kind: Annotated[OpClass, Meta(description='Which counter the seqs are.')]
     """
-    Index the Step will have.
+    Which counter the seqs are.
     """
-    start_real_ns: Annotated[
-        int,
+    comm_id: Annotated[
+        str,
         Meta(
-            description='CLOCK_REALTIME start of its first op, nanoseconds since the Unix epoch.',
-            ge=0,
+            description='Communicator id, 16 lowercase hex digits.',
+            pattern='^[0-9a-f]{16}$',
         ),
     ]
     """
-    CLOCK_REALTIME start of its first op, nanoseconds since the Unix epoch.
+    Communicator id, 16 lowercase hex digits.
     """
-    end_real_ns: Annotated[
-        int,
-        Meta(description='CLOCK_REALTIME completion of its latest op so far.', ge=0),
-    ]
+    first_seq: Annotated[int, Meta(description='Lowest seq so far.', ge=0)]
     """
-    CLOCK_REALTIME completion of its latest op so far.
+    Lowest seq so far.
+    """
+    last_seq: Annotated[int, Meta(description='Highest seq so far.', ge=0)]
+    """
+    Highest seq so far.
     """
     op_count: Annotated[int, Meta(description='Ops so far.', ge=1)]
     """
     Ops so far.
-    """
-    micro_step_count: Annotated[
-        int, Meta(description='Micro-batches begun so far.', ge=0)
-    ]
-    """
-    Micro-batches begun so far.
-    """
-    unexpected_op_count: Annotated[
-        int, Meta(description='Unexpected ops so far.', ge=0)
-    ]
-    """
-    Unexpected ops so far.
-    """
-    records_lost: Annotated[
-        int,
-        Meta(description='Op records lost (log gaps) inside the Step so far.', ge=0),
-    ]
-    """
-    Op records lost (log gaps) inside the Step so far.
-    """
-    warmup: Annotated[
-        bool, Meta(description='Whether the Step is within the warm-up tolerance.')
-    ]
-    """
-    Whether the Step is within the warm-up tolerance.
-    """
-    total_bytes: Annotated[int, Meta(description='Sum of message sizes so far.', ge=0)]
-    """
-    Sum of message sizes so far.
-    """
-    total_op_time_ns: Annotated[
-        int, Meta(description='Sum of execution times so far.', ge=0)
-    ]
-    """
-    Sum of execution times so far.
-    """
-    busbw_time_sum: Annotated[
-        float,
-        Meta(
-            description='Sum of busbw_gbs x execution time in ns so far, stored exactly.',
-            ge=0.0,
-        ),
-    ]
-    """
-    Sum of busbw_gbs x execution time in ns so far, stored exactly.
-    """
-    roles: Annotated[
-        list[RoleAccumulator],
-        Meta(description='Per-role totals so far, ordered by role name.'),
-    ]
-    """
-    Per-role totals so far, ordered by role name.
-    """
-    slowest_op: Annotated[SlowestOpSoFar, Meta(description='Slowest op so far.')]
-    """
-    Slowest op so far.
-    """
-    first_op: Annotated[OpRef, Meta(description='The op that began the Step.')]
-    """
-    The op that began the Step.
-    """
-    last_op: Annotated[OpRef, Meta(description='The latest op added.')]
-    """
-    The latest op added.
-    """
-    start_mono_ns: (
-        Annotated[
-            int,
-            Meta(
-                description='CLOCK_MONOTONIC start of its first op; absent when the input has no monotonic times.',
-                ge=0,
-            ),
-        ]
-        | UnsetType
-    ) = UNSET
-    """
-    CLOCK_MONOTONIC start of its first op; absent when the input has no monotonic times.
-    """
-    end_mono_ns: (
-        Annotated[
-            int,
-            Meta(
-                description='CLOCK_MONOTONIC completion of its latest op so far; absent when the input has no monotonic times.',
-                ge=0,
-            ),
-        ]
-        | UnsetType
-    ) = UNSET
-    """
-    CLOCK_MONOTONIC completion of its latest op so far; absent when the input has no monotonic times.
     """
 
 
@@ -1090,6 +1001,141 @@ class OutputPosition(Struct, forbid_unknown_fields=True):
     ]
     """
     Summaries in the file up to byte_offset.
+    """
+
+
+class PartialStep(Struct, forbid_unknown_fields=True):
+    """
+    Accumulators of the Step that is open (begun, not yet emitted).
+    """
+
+    step_index: Annotated[int, Meta(description='Index the Step will have.', ge=0)]
+    """
+    Index the Step will have.
+    """
+    start_real_ns: Annotated[
+        int,
+        Meta(
+            description='CLOCK_REALTIME start of its first op, nanoseconds since the Unix epoch.',
+            ge=0,
+        ),
+    ]
+    """
+    CLOCK_REALTIME start of its first op, nanoseconds since the Unix epoch.
+    """
+    end_real_ns: Annotated[
+        int,
+        Meta(description='CLOCK_REALTIME completion of its latest op so far.', ge=0),
+    ]
+    """
+    CLOCK_REALTIME completion of its latest op so far.
+    """
+    op_count: Annotated[int, Meta(description='Ops so far.', ge=1)]
+    """
+    Ops so far.
+    """
+    micro_step_count: Annotated[
+        int, Meta(description='Micro-batches begun so far.', ge=0)
+    ]
+    """
+    Micro-batches begun so far.
+    """
+    unexpected_op_count: Annotated[
+        int, Meta(description='Unexpected ops so far.', ge=0)
+    ]
+    """
+    Unexpected ops so far.
+    """
+    records_lost: Annotated[
+        int,
+        Meta(description='Op records lost (log gaps) inside the Step so far.', ge=0),
+    ]
+    """
+    Op records lost (log gaps) inside the Step so far.
+    """
+    warmup: Annotated[
+        bool, Meta(description='Whether the Step is within the warm-up tolerance.')
+    ]
+    """
+    Whether the Step is within the warm-up tolerance.
+    """
+    total_bytes: Annotated[int, Meta(description='Sum of message sizes so far.', ge=0)]
+    """
+    Sum of message sizes so far.
+    """
+    total_op_time_ns: Annotated[
+        int, Meta(description='Sum of execution times so far.', ge=0)
+    ]
+    """
+    Sum of execution times so far.
+    """
+    busbw_time_sum: Annotated[
+        float,
+        Meta(
+            description='Sum of busbw_gbs x execution time in ns so far, stored exactly.',
+            ge=0.0,
+        ),
+    ]
+    """
+    Sum of busbw_gbs x execution time in ns so far, stored exactly.
+    """
+    roles: Annotated[
+        list[RoleAccumulator],
+        Meta(description='Per-role totals so far, ordered by role name.'),
+    ]
+    """
+    Per-role totals so far, ordered by role name.
+    """
+    slowest_op: Annotated[SlowestOpSoFar, Meta(description='Slowest op so far.')]
+    """
+    Slowest op so far.
+    """
+    first_op: Annotated[OpRef, Meta(description='The op that began the Step.')]
+    """
+    The op that began the Step.
+    """
+    last_op: Annotated[OpRef, Meta(description='The latest op added.')]
+    """
+    The latest op added.
+    """
+    start_mono_ns: (
+        Annotated[
+            int,
+            Meta(
+                description='CLOCK_MONOTONIC start of its first op; absent when the input has no monotonic times.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    CLOCK_MONOTONIC start of its first op; absent when the input has no monotonic times.
+    """
+    end_mono_ns: (
+        Annotated[
+            int,
+            Meta(
+                description='CLOCK_MONOTONIC completion of its latest op so far; absent when the input has no monotonic times.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    CLOCK_MONOTONIC completion of its latest op so far; absent when the input has no monotonic times.
+    """
+    comm_seqs: (
+        Annotated[
+            list[CommSeqSpan],
+            Meta(
+                description="Per (kind, communicator) the seq span and op count of the Step's ops so far, ordered by kind then comm_id (every pair: the summary keeps the first 64). Absent in checkpoints of an engine that predates it; the Step's summary then has no comm_seqs.",
+                max_length=4096,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Per (kind, communicator) the seq span and op count of the Step's ops so far, ordered by kind then comm_id (every pair: the summary keeps the first 64). Absent in checkpoints of an engine that predates it; the Step's summary then has no comm_seqs.
     """
 
 

@@ -117,6 +117,62 @@ class OpRef(Struct, forbid_unknown_fields=True):
     """
 
 
+class CommSeqSpan(Struct, forbid_unknown_fields=True):
+    """
+    The ops of one Step on one communicator, as seq numbers: a boundary candidate (comm_id, seq) at each end. Within a communicator seq counts up in issue order, so first_seq is the lowest seq of the Step's ops on it and last_seq the highest.
+    """
+
+    kind: Annotated[
+        OpClass,
+        Meta(
+            description="Which counter the seqs are: coll (NCCL's coll_sn, shared by the communicator's ranks) or p2p (this rank's P2P counter on the communicator)."
+        ),
+    ]
+    """
+    Which counter the seqs are: coll (NCCL's coll_sn, shared by the communicator's ranks) or p2p (this rank's P2P counter on the communicator).
+    """
+    comm_id: Annotated[
+        str,
+        Meta(
+            description='Communicator id, 16 lowercase hex digits, zero padded.',
+            pattern='^[0-9a-f]{16}$',
+        ),
+    ]
+    """
+    Communicator id, 16 lowercase hex digits, zero padded.
+    """
+    first_seq: Annotated[
+        int,
+        Meta(
+            description="Seq of the Step's first op on the communicator (as in OpRef.seq).",
+            ge=0,
+        ),
+    ]
+    """
+    Seq of the Step's first op on the communicator (as in OpRef.seq).
+    """
+    last_seq: Annotated[
+        int,
+        Meta(
+            description="Seq of the Step's last op on the communicator; equals first_seq when the Step had one op there.",
+            ge=0,
+        ),
+    ]
+    """
+    Seq of the Step's last op on the communicator; equals first_seq when the Step had one op there.
+    """
+    op_count: Annotated[
+        int,
+        Meta(
+            description="The Step's ops on the communicator of this kind; less than last_seq - first_seq + 1 when records were lost.",
+            ge=1,
+        ),
+    ]
+    """
+    The Step's ops on the communicator of this kind; less than last_seq - first_seq + 1 when records were lost.
+    """
+
+
 class SlowestOp(Struct, forbid_unknown_fields=True):
     """
     The Step's slowest op and what it was.
@@ -639,4 +695,17 @@ class StepSummary(Struct, forbid_unknown_fields=True):
     ) = UNSET
     """
     Micro-batches recognized in the Step (gradient accumulation); absent when the template does not count them.
+    """
+    comm_seqs: (
+        Annotated[
+            list[CommSeqSpan],
+            Meta(
+                description="The Step's boundary candidates: for each communicator this GPU used in the Step (its collectives and its sends/receives counted apart), the seq of the Step's first and of its last op on that communicator, and how many of the Step's ops were on it. NCCL's collective seq (coll_sn) is the same on every member rank for the same collective, so two GPUs of one communicator took the same iteration exactly when their coll spans on it are equal; the master reconciles the step indices of nodes that numbered their Steps apart through these spans, never through op streams. P2P counters are each rank's own and need not agree across ranks. Ordered by kind (coll first), then comm_id; a Step that used more than 64 (kind, communicator) pairs lists the first 64 in that order. Absent when the engine did not track them: records of an engine that predates this field, or a Step left open in a checkpoint that predates it.",
+                max_length=64,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The Step's boundary candidates: for each communicator this GPU used in the Step (its collectives and its sends/receives counted apart), the seq of the Step's first and of its last op on that communicator, and how many of the Step's ops were on it. NCCL's collective seq (coll_sn) is the same on every member rank for the same collective, so two GPUs of one communicator took the same iteration exactly when their coll spans on it are equal; the master reconciles the step indices of nodes that numbered their Steps apart through these spans, never through op streams. P2P counters are each rank's own and need not agree across ranks. Ordered by kind (coll first), then comm_id; a Step that used more than 64 (kind, communicator) pairs lists the first 64 in that order. Absent when the engine did not track them: records of an engine that predates this field, or a Step left open in a checkpoint that predates it.
     """
