@@ -27,6 +27,9 @@ class SemanticEngineMetrics:
     replay_records: int = 0
     engine_ops: int = 0
     running: bool = True
+    cuts: int = 0  # the node's job-wide Step cuts
+    ops_unsettled: int = 0
+    cuts_contradicting: int = 0
 
 
 def engine_metrics(hook: SemanticEngineHook) -> SemanticEngineMetrics:
@@ -41,6 +44,9 @@ def engine_metrics(hook: SemanticEngineHook) -> SemanticEngineMetrics:
         replay_records=held.replay_records,
         engine_ops=held.engine_ops,
         running=hook.running,
+        cuts=hook.live_cut.stats.cuts,
+        ops_unsettled=hook.live_cut.stats.ops_unsettled,
+        cuts_contradicting=hook.live_cut.stats.offset_disagreements,
     )
 
 
@@ -76,8 +82,24 @@ def families(m: SemanticEngineMetrics) -> Iterator:
     )
     yield GaugeMetricFamily(
         "comminsight_semantic_engine_held_ops",
-        "Ops the engines hold unplaced (reorder windows, template selection)",
+        "Ops the engines hold unplaced (reorder windows, ops waiting for the node's Step cut)",
         value=m.engine_ops,
+    )
+    yield CounterMetricFamily(
+        "comminsight_semantic_engine_cuts",
+        "Job-wide Step cuts over the node's GPUs",
+        value=m.cuts,
+    )
+    yield CounterMetricFamily(
+        "comminsight_semantic_engine_cuts_contradicting",
+        "Node Step cuts that contradicted Steps already placed (they settle nothing unless "
+        "ops must go)",
+        value=m.cuts_contradicting,
+    )
+    yield CounterMetricFamily(
+        "comminsight_semantic_engine_ops_unsettled",
+        "Ops placed in no Step because no cut settled them before the engine's bound on held ops",
+        value=m.ops_unsettled,
     )
     yield GaugeMetricFamily(
         "comminsight_semantic_engine_up",

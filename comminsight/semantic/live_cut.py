@@ -17,9 +17,9 @@ prefix labelled before that Step; the rest waits for the next cut. What waits is
 (`max_held` ops per GPU): beyond it the oldest ops are placed in no Step and counted
 (`ops_unsettled`), so a job whose ops never repeat cannot grow the Agent.
 
-The first cut waits until the pivot GPU has `first_steps` Steps, so that start-up and
-warm-up Steps are told from steady ones with as much evidence as the offline cut would
-have, and until then nothing is placed.
+Nothing is placed before a cut has `first_steps` Steps and every GPU `first_ops` ops (or
+the processes end): start-up, warm-up Steps and micro-batches are told apart with evidence
+close to what the offline cut has; a few Steps alone can make micro-batches look like Steps.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ INTERVAL_S = 5.0
 MAX_HELD = 1 << 16
 MAX_CONTEXT_OPS = 1 << 15
 CUT_EVERY_CONTEXT = 16  # a cut is due once new ops reach 1/16 of the context
-FIRST_STEPS = 4
+FIRST_STEPS = 8
+FIRST_OPS = 2048
 END_WAIT_S = 30.0
 
 
@@ -66,6 +67,7 @@ class LiveCutStats:
     ops_settled: int = 0
     ops_unsettled: int = 0  # placed in no Step: held past max_held without a settled Step
     offset_disagreements: int = 0  # cuts whose context gave more than one offset
+    contexts_trimmed: int = 0
 
 
 class LiveJobCut:
@@ -75,6 +77,7 @@ class LiveJobCut:
         interval_s: float = INTERVAL_S,
         max_held: int = MAX_HELD,
         first_steps: int = FIRST_STEPS,
+        first_ops: int = FIRST_OPS,
         max_context: int = MAX_CONTEXT_OPS,
         end_wait_s: float = END_WAIT_S,
         role_template: Callable[[list[OpBatch]], CompiledTemplate | None] | None = None,
@@ -85,6 +88,7 @@ class LiveJobCut:
         self.interval_s = interval_s
         self.max_held = max_held
         self.first_steps = first_steps
+        self.first_ops = first_ops
         self.max_context = max_context
         self.end_wait_s = end_wait_s
         self.role_template = role_template
@@ -93,7 +97,7 @@ class LiveJobCut:
         self.reasons: list[str] = []  # the latest cut's, for health
         self.placed_end: dict[object, int] = {}  # per GPU: the latest completion placed
         self._gpus: dict[object, _Gpu] = {}
-        self._last_cut = 0.0
+        self._last_cut: float | None = None
 
     # ---- membership ----------------------------------------------------------------------
 
@@ -135,7 +139,8 @@ class LiveJobCut:
         for k, g in self._gpus.items():
             if g.ended_at is None:
                 continue
-            partners = [o for o in self._gpus.values() if o.component == g.component]
+            # a GPU not cut yet may share communicators with it: it is waited for too
+            partners = [o for o in self._gpus.values() if o.component in (g.component, -1)]
             if (
                 all_ended
                 or now - g.ended_at >= self.end_wait_s
@@ -148,7 +153,9 @@ class LiveJobCut:
         """When a cut will be due without more ops: the interval after the last cut while
         ops wait (training paused: its last Steps still settle), or an ended GPU's wait."""
         times = [g.ended_at + self.end_wait_s for g in self._gpus.values() if g.ended_at]
-        if any(g.new_ops or g.unconfirmed for g in self._gpus.values()):
+        if self._last_cut is not None and any(
+            g.new_ops or g.unconfirmed for g in self._gpus.values()
+        ):
             times.append(self._last_cut + self.interval_s)
         return min(times, default=None)
 
@@ -163,7 +170,9 @@ class LiveJobCut:
     def due(self, now: float) -> bool:
         if not any(g.new_ops or g.unconfirmed for g in self._gpus.values()):
             return False
-        if now - self._last_cut >= self.interval_s:
+        if self._last_cut is None:  # the interval counts from the first ops
+            self._last_cut = now
+        elif now - self._last_cut >= self.interval_s:
             return True
         return any(
             g.new_ops >= max(self.min_new_ops, _context_len(g) // CUT_EVERY_CONTEXT)
@@ -216,21 +225,36 @@ class LiveJobCut:
             n_ctx = _context_len(g)
             new = labels[k][:n_ctx]
             known = g.context_steps
-            ok = (new >= 0) & (new != TAIL) & (known >= 0)
+            # the window's first Step is left out: a cut may take a window's head for
+            # start-up or a partial Step, which says nothing of the ops that matter
+            placed = (known >= 0) & (known != TAIL)
+            head = int(known[placed].min(initial=0))
+            ok = (new >= 0) & (new != TAIL) & placed & (known > head)
             if ok.any():
                 values, counts = np.unique(known[ok] - new[ok], return_counts=True)
                 offsets.append((int(counts.max()), int(values[np.argmax(counts)])))
                 agreeing &= len(values) == 1
         reasons = list(result.reasons)
         confidence = result.confidence
+        ending = any(k in final for k in members)
         if offsets:
             offset = max(offsets)[1]
             if not agreeing or len({o for _, o in offsets}) > 1:
+                # this cut contradicts Steps already placed: it settles nothing, unless the
+                # ops must go now (a GPU ended, or the held ops near their bound)
                 self.stats.offset_disagreements += 1
+                crowded = any(_held(self._gpus[k]) >= self.max_held // 2 for k in members)
+                if not ending and not crowded:
+                    for k in members:
+                        g = self._gpus[k]
+                        lab = labels[k][_context_len(g) :]
+                        g.previous = np.where((lab >= 0) & (lab != TAIL), lab + offset, lab)
+                        g.unconfirmed = True
+                    return {}
                 confidence = min(confidence, 0.5)
                 reasons.append("the Steps placed before and this cut disagree on some ops")
         else:
-            offset = self._fresh_offset(members, labels, any(k in final for k in members))
+            offset = self._fresh_offset(members, labels, ending)
             if offset is None:
                 for k in members:  # what this cut says, for the next one to confirm
                     g = self._gpus[k]
@@ -268,17 +292,12 @@ class LiveJobCut:
         return out
 
     def _fresh_offset(self, members, labels, final: bool) -> int | None:
-        """No context: the cut's count holds, once the pivot has enough Steps to tell
-        warm-up from steady ones (or the input ends); a GPU restored from a checkpoint goes on
-        from its count."""
-        most = max(
-            (
-                int(labels[k][(labels[k] >= 0) & (labels[k] != TAIL)].max(initial=-1))
-                for k in members
-            ),
-            default=-1,
-        )
-        if most + 1 < self.first_steps and not final:
+        """No context: the cut's count holds, once it has enough Steps and ops to tell start-up,
+        warm-up and micro-batches from Steps (or the input ends); a GPU restored from a
+        checkpoint goes on from its count."""
+        most = max((_last_step(labels[k]) for k in members), default=-1)
+        fewest = min(len(labels[k]) for k in members)
+        if (most + 1 < self.first_steps or fewest < self.first_ops) and not final:
             return None
         resumed = [self._gpus[k].engine for k in members if self._gpus[k].engine.next_step_index]
         if not resumed:
@@ -327,6 +346,7 @@ class LiveJobCut:
                         whole = whole.concat(part)
                     g.context = [whole.take(slice(keep_from, None)).make_concrete()]
                     g.context_steps = known[keep_from:]
+                    self.stats.contexts_trimmed += 1
 
     def _note_placed(self, key, placed: OpBatch) -> None:
         self.placed_end[key] = max(self.placed_end.get(key, 0), int(placed["end"].max()))

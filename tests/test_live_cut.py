@@ -1,0 +1,130 @@
+"""Live Steps job-wide: the node's GPUs cut together while their ops come in (live_cut).
+
+Simulated jobs through the real plugin, their logs replayed the way the Agent meets them
+(live_replay: small chunks, GPU after GPU, processes ending one after another), with a
+context small enough that the cut's window slides many times over the run: every rank's
+Steps must be the true ones, with the true indices, as offline. The hook-level tests check
+the rules around the cut: an ended GPU waits for its peers, what the cut keeps is bounded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from profiler_builds import builds
+from test_semantic_live_robustness import BUCKETS, COMMS, GPU, TEMPLATES, UNSETTLED, ddp_slots
+
+from comminsight.agent.engine_hook import GpuStream
+from comminsight.agent.semantic_hook import SemanticEngineHook
+from comminsight.semantic.live_cut import LiveJobCut
+from comminsight.semantic.live_replay import replay_live
+from comminsight.sim import SimConfig, run_simulation
+from comminsight.sim.step_accuracy import ENV, score
+from comminsight.sim.truth import read_ground_truth
+
+# (settings, context): long enough that the context slides several times; the context holds
+# 15 Steps or more (each GPU issues 9 to 140 ops a Step here)
+LONG_RUNS = {
+    "megatron_3d": (
+        dict(workload="megatron", ranks=8, pp=2, tp=2, steps=45, grad_accum=4),
+        2048,
+    ),
+    "pp_1f1b_m8": (dict(workload="pp", ranks=4, pp=4, tp=1, steps=500, grad_accum=8), 1024),
+    "ddp_eval": (dict(workload="ddp", ranks=4, steps=250, extra_ops_every=3), 2048),
+    "moe_grouped_p2p": (
+        dict(workload="moe", ranks=4, steps=100, layers=4, moe_alltoall="grouped-p2p"),
+        2048,
+    ),
+    "zero2": (
+        dict(workload="zero", ranks=4, steps=150, zero_stage=2, layers=4, grad_accum=2),
+        1024,
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(LONG_RUNS))
+def test_live_steps_are_the_true_ones_on_every_rank_while_the_window_slides(tmp_path, name):
+    config = SimConfig(
+        plugin=str(builds()["plain"].path),
+        home=str(tmp_path),
+        time_scale=0.02,
+        env=ENV,
+        seed=1,
+        **LONG_RUNS[name][0],
+    )
+    sim = run_simulation(config)
+    assert not sim.errors
+    truths = read_ground_truth(sim.run_dir)
+    cut = LiveJobCut(max_context=LONG_RUNS[name][1])
+    result = replay_live(tmp_path / "inspector_logs", live_cut=cut)
+    s = score(truths, result)
+    assert s.wrong_confident == 0, s.first_wrong
+    assert s.exact_fraction == 1.0, s.first_wrong
+    assert set(s.step_counts.values()) == {s.true_steps}
+    assert cut.stats.contexts_trimmed > 0 and cut.stats.ops_unsettled == 0
+    assert all(s.produced_by.mode.value == "live" for g in result.gpus for s in g.summaries)
+
+
+# ---- the rules around the cut, through the hook ---------------------------------------------
+
+PEER = GpuStream("node", 4343, 1_000, 1, 1)
+
+
+def take(hook: SemanticEngineHook, gpu: GpuStream, slots: np.ndarray, size: int = 7) -> None:
+    for i in range(0, len(slots), size):
+        hook._take(gpu, "ops", (slots[i : i + size], COMMS))
+
+
+def rank_slots(rank: int, steps: int) -> np.ndarray:
+    slots = ddp_slots(steps)
+    slots["rank"] = rank
+    return slots
+
+
+def sealed(hook: SemanticEngineHook) -> list[str]:
+    return sorted(p.name for p in hook.out_dir.glob("live-*.jsonl"))
+
+
+def test_a_gpu_whose_process_ended_waits_for_its_peers_then_both_are_sealed(tmp_path):
+    hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+    take(hook, GPU, rank_slots(0, 60))
+    take(hook, PEER, rank_slots(1, 50))  # the peer is behind
+    hook._take(GPU, "finished", None)
+    assert sealed(hook) == []  # the peer's last ops may still move its last boundaries
+    take(hook, PEER, rank_slots(1, 60)[250:])
+    hook._take(PEER, "finished", None)
+    assert len(sealed(hook)) == 2
+    steps = [len(p.read_bytes().splitlines()) for p in sorted(hook.out_dir.glob("live-*.jsonl"))]
+    assert steps == [60, 60]
+    hook.stop()
+
+
+def test_an_ended_gpu_is_sealed_after_the_wait_even_if_a_peer_goes_on(tmp_path):
+    hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+    hook.live_cut.end_wait_s = 0.0
+    take(hook, GPU, rank_slots(0, 30))
+    take(hook, PEER, rank_slots(1, 30))
+    hook._take(GPU, "finished", None)
+    assert len(sealed(hook)) == 1
+    hook.stop()
+
+
+def test_the_context_and_the_held_ops_stay_bounded_over_a_long_run(tmp_path):
+    hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+    hook.live_cut.max_context = 256
+    hook.live_cut.first_ops = 0  # the steady bound; the first cut may wait for more ops
+    most_context = most_held = 0
+    slots = [rank_slots(0, 2_000), rank_slots(1, 2_000)]
+    for i in range(0, len(slots[0]), 50):
+        for gpu, s in ((GPU, slots[0]), (PEER, slots[1])):
+            take(hook, gpu, s[i : i + 50], size=50)
+        contexts = [len(g.context_steps) for g in hook.live_cut._gpus.values()]
+        most_context = max(most_context, *contexts)
+        most_held = max(most_held, hook.held().engine_ops)
+    # per GPU: no more unplaced than the reorder window and what waits for the cut
+    assert hook.steps_written >= 2 * (2_000 - UNSETTLED // len(BUCKETS))
+    assert most_held <= 2 * UNSETTLED
+    assert most_context <= 2 * 256 + UNSETTLED  # trimmed at each cut; what a cut settles on top
+    assert hook.live_cut.stats.ops_unsettled == 0
+    hook.stop()
