@@ -26,7 +26,12 @@ from comminsight.agent.engine_replay import ReplayLog
 from comminsight.agent.engine_restarts import RestartBudget
 from comminsight.agent.semantic_hook import SemanticEngineHook
 from comminsight.semantic.engine import GpuEngine
-from comminsight.semantic.live_cut import MIN_NEW_OPS
+from comminsight.semantic.live_cut import (
+    CUT_EVERY_CONTEXT,
+    FIRST_OPS,
+    MAX_CONTEXT_OPS,
+    MIN_NEW_OPS,
+)
 from comminsight.semantic.op_batch import MAX_LAZY_DEPTH, LazyColumns, OpBatch
 from comminsight.semantic.ops import WINDOW
 from comminsight.semantic.shm_input import CommInfo
@@ -41,9 +46,11 @@ COMMS = {COMM_ID: CommInfo("default_pg:0", 1)}
 GPU = GpuStream("node", 4242, 1_000, 0, 0)
 TEMPLATES = load_templates()
 # The most ops the engine holds unplaced here: the reorder window, and what waits for the
-# node's cut (a cut runs every MIN_NEW_OPS new ops, and places only what the cut before it
-# put in the same Steps, before the last Step begun)
-UNSETTLED = WINDOW + 2 * MIN_NEW_OPS + 2 * len(BUCKETS)
+# node's cut (a cut runs every MIN_NEW_OPS new ops, more with a long context, and places only
+# what the cut before it put in the same Steps, before the last Step begun)
+UNSETTLED = WINDOW + 2 * max(MIN_NEW_OPS, MAX_CONTEXT_OPS // CUT_EVERY_CONTEXT) + 2 * len(BUCKETS)
+# the same for a run shorter than MIN_NEW_OPS * CUT_EVERY_CONTEXT ops: cuts every MIN_NEW_OPS
+UNSETTLED_SHORT = WINDOW + 2 * MIN_NEW_OPS + 2 * len(BUCKETS)
 
 
 def ddp_slots(steps: int) -> np.ndarray:
@@ -293,7 +300,7 @@ def test_the_worker_thread_outlives_a_failure_outside_any_gpu(tmp_path, monkeypa
     monkeypatch.setattr(semantic_hook, "coalesce", coalesce)
     hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
     hook.live_cut.interval_s = 0.1  # no more ops come: the Steps settle by the clock
-    slots = ddp_slots(300)
+    slots = ddp_slots(2 * FIRST_OPS // len(BUCKETS))  # past the cut's first placement
     hook.feed(GPU, slots[:10], COMMS)
     wait_until(hook.idle, 10, "the worker did not drain its queue")
     hook.feed(GPU, slots[10:], COMMS)
@@ -310,7 +317,7 @@ def test_the_worker_thread_outlives_a_failure_outside_any_gpu(tmp_path, monkeypa
 
 def test_the_engine_lag_is_how_far_placed_ops_trail_ingested_ones(tmp_path):
     hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
-    slots = ddp_slots(300)  # past the template selection's first probe
+    slots = ddp_slots(2 * FIRST_OPS // len(BUCKETS))  # past the cut's first placement
     for part in batches(slots, 25):
         hook.feed(GPU, part, COMMS)
         wait_until(hook.idle, 10, "the worker did not drain its queue")
@@ -319,7 +326,7 @@ def test_the_engine_lag_is_how_far_placed_ops_trail_ingested_ones(tmp_path):
     # the reorder window and the node's cut keep the newest ops unplaced: the lag is their
     # span, at most
     assert lag is not None
-    assert 0 < lag <= newest - int(slots["complete_mono_ns"][-UNSETTLED - 1])
+    assert 0 < lag <= newest - int(slots["complete_mono_ns"][-UNSETTLED_SHORT - 1])
     gate = threading.Event()
     real_feed = hook._gpus[GPU].engine.feed
 
@@ -328,7 +335,7 @@ def test_the_engine_lag_is_how_far_placed_ops_trail_ingested_ones(tmp_path):
         return real_feed(batch)
 
     hook._gpus[GPU].engine.feed = slow_feed
-    more = ddp_slots(400)[len(slots) :]
+    more = ddp_slots(len(slots) + 100)[len(slots) :]
     hook.feed(GPU, more[:5], COMMS)
     hook.feed(GPU, more[5:], COMMS)
     assert hook.lag_ns() >= int(more["complete_mono_ns"][-1]) - newest
