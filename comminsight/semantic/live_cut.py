@@ -1,25 +1,26 @@
 """Step boundaries job-wide while training runs: the node's GPUs cut together.
 
 Each GPU's engine holds the ops it has put in issue order (GpuEngine with a LiveCutRunner)
-until this cut labels them. Now and then (when a GPU has as many new ops as its
-context and at least `min_new_ops`, or `interval_s` after the last cut when ops came since:
-a cut costs as much as its window, so each op is cut about twice) the ops held, together with the
-*context* — the ops of the last Steps already placed, with the Steps they were placed in —
-are cut as offline (job_cut.cut_job over every GPU of the node: one answer for the GPUs
-that share communicators). The cut numbers its Steps from its window; the context tells what
-those numbers are in the job's count (the offset most context ops agree on). A fresh start
-has no context: the cut's own count holds (start-up ops are in no Step, Step 0 is the
-first).
+until this cut labels them. Now and then (when a GPU has `min_new_ops` new ops, or a
+sixteenth of its context if that is more: a cut costs as much as its window; or `interval_s`
+after the last cut while ops wait) the ops held, together with the *context* — the ops of
+the last Steps already placed (at most `max_context` per GPU, from the same Step on every
+GPU), with the Steps they were placed in — are cut as offline (job_cut.cut_job over every
+GPU of the node: one answer for the GPUs that share communicators). The cut numbers its
+Steps from its window; the context tells what those numbers are in the job's count (the
+offset most context ops agree on). A fresh start has no context: the cut's own count holds
+(start-up ops are in no Step, Step 0 is the first).
 
 Only *settled* Steps are placed: those before the last Step begun on every GPU of a
-component, which later ops can no longer change. On each GPU the ops placed are the longest
-prefix labelled before that Step; the rest waits for the next cut. What waits is bounded
-(`max_held` ops per GPU): beyond it the oldest ops are placed in no Step and counted
-(`ops_unsettled`), so a job whose ops never repeat cannot grow the Agent.
+component, on which two successive cuts agree (more ops did not change them). On each GPU
+the ops placed are the longest such prefix; the rest waits for the next cut. A cut whose
+labels contradict the Steps already placed (its offset is not one) places nothing. What
+waits is bounded (`max_held` ops per GPU): beyond it the oldest ops are placed in no Step
+and counted (`ops_unsettled`), so a job whose ops never repeat cannot grow the Agent.
 
-Nothing is placed before a cut has `first_steps` Steps and every GPU `first_ops` ops (or
-the processes end): start-up, warm-up Steps and micro-batches are told apart with evidence
-close to what the offline cut has; a few Steps alone can make micro-batches look like Steps.
+Nothing is placed before a cut has `first_steps` Steps and every GPU `first_ops` ops (or the
+processes end): start-up, warm-up Steps and micro-batches are told apart with evidence close
+to what the offline cut has; a few Steps alone can make micro-batches look like Steps.
 """
 
 from __future__ import annotations
@@ -152,7 +153,9 @@ class LiveJobCut:
     def next_deadline(self) -> float | None:
         """When a cut will be due without more ops: the interval after the last cut while
         ops wait (training paused: its last Steps still settle), or an ended GPU's wait."""
-        times = [g.ended_at + self.end_wait_s for g in self._gpus.values() if g.ended_at]
+        times = [
+            g.ended_at + self.end_wait_s for g in self._gpus.values() if g.ended_at is not None
+        ]
         if self._last_cut is not None and any(
             g.new_ops or g.unconfirmed for g in self._gpus.values()
         ):
