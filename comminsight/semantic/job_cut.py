@@ -11,9 +11,12 @@ where the evidence is strongest, and carried to every other rank through the ops
    sees the whole Step. Its units are Steps, unless its repetitions themselves group by the
    GPU's idle time (tensor parallelism alone: a micro-batch repeats, and the optimizer and
    data loading leave a longer idle gap before each Step's first micro-batch than before the
-   others). Ops before its first repetition are the start-up (barriers, parameter broadcasts)
-   and warm-up Steps that differ from the steady ones (DDP's first buckets); ops after its
-   last complete repetition are the tail.
+   others), or a repetition holds several optimizer steps (RL: one rollout, then several PPO
+   updates; local_cycle finds where each ends). Ops before its first repetition are the
+   start-up (barriers, parameter broadcasts) and warm-up Steps that differ from the steady
+   ones (DDP's first buckets; ZeRO-3 gathering every module while it records its trace),
+   counted by the optimizers that end them where the steady Steps end with one; ops after
+   its last complete repetition are the tail.
 3. **Carrying**: each op instance the pivot labelled has that Step on every rank. A rank
    whose ops are labelled that way, in part, gets the rest from its neighbours in its own op
    order: between an op of Step k and one of Step k+1 the boundary falls at the rank's own
@@ -24,8 +27,10 @@ where the evidence is strongest, and carried to every other rank through the ops
 
 Confidence says how sure the answer is: it falls when the pivot's cycle covers its ops
 poorly, when ranks disagree (an op carried to a Step earlier than one before it on that
-rank), when a GPU's own cycle disagrees with the carried boundary, and when a boundary rests
-on idle time alone; each cause is named in `reasons`.
+rank), when a GPU's own cycle disagrees with the carried boundary, when a boundary rests
+on idle time alone, when the first repetitions are fragments of the cycle (warm-up Steps it
+does not describe) and when Steps are told by the optimizers inside a repetition rather
+than by where it begins; each cause is named in `reasons`.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from comminsight.semantic.job_ops import P2P, GpuOps, JobOps
-from comminsight.semantic.local_cycle import SCALAR_BYTES, LocalUnits, local_units
+from comminsight.semantic.local_cycle import SCALAR_BYTES, LocalUnits, local_units, startup_prefix
+from comminsight.semantic.op_batch import func_code
 
 UNKNOWN = -(1 << 40)
 STARTUP = -1
@@ -46,6 +52,9 @@ GROUP_MIN_STEPS = 3
 SUPER_CYCLE_CONFIDENCE = 0.7
 GROUP_REGULAR = 0.8  # share of Steps with the most common number of micro-batches
 MIN_COVERAGE = 0.5
+FRAGMENTS_CONFIDENCE = 0.8  # warm-up Steps that the cycle does not describe
+OPTIMIZERS_CONFIDENCE = 0.6  # Steps told by their optimizers alone, no cycle
+UPDATES_CONFIDENCE = 0.85  # Steps told by several optimizers in a repetition, not by its start
 
 
 @dataclass
@@ -174,9 +183,21 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     if u.doubt is not None:
         confidence = min(confidence, SUPER_CYCLE_CONFIDENCE)
         reasons.append(f"{g.stream}: {u.doubt}")
+    if u.fragments:
+        confidence = min(confidence, FRAGMENTS_CONFIDENCE)
+        reasons.append(
+            f"{g.stream}: {u.fragments} fragments of its {u.period}-op cycle before the first "
+            "whole repetition: the Steps there are unlike the later ones"
+        )
     starts = u.starts
-    step_starts, micro, hinted = _group_units(starts, gaps)
-    if micro is None:
+    if u.step_starts is not None:  # Steps told by the optimizers in each repetition
+        step_starts, micro, hinted = _after_idle(u.step_starts, u.on_cycle, gaps), None, False
+        cap = OPTIMIZERS_CONFIDENCE if u.optimizers_only else UPDATES_CONFIDENCE
+        confidence = min(confidence, cap)
+        reasons.append(f"{g.stream}: {u.note}")
+    else:
+        step_starts, micro, hinted = _group_units(starts, gaps)
+    if micro is None and u.step_starts is None:
         by_gaps = _steps_by_idle_time(u, gaps, n)
         if by_gaps is not None:
             units_at = np.searchsorted(starts, by_gaps)
@@ -193,7 +214,10 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
             f"{g.stream}: idle time hints that its {u.period}-op repetitions group into Steps "
             "(micro-batches), without a regular pattern: each repetition is taken as a Step"
         )
-    warmup, steady_start = _warmup_starts(g, u, gaps, int(starts[0]), len(step_starts), n)
+    warmup_end = _warmup_by_optimizer(g, u, gaps, step_starts)
+    if warmup_end is None:
+        warmup_end = _warmup_starts(g, u, gaps, int(step_starts[0]), len(step_starts), n)
+    warmup, steady_start = warmup_end
     step_starts = step_starts.copy()
     step_starts[0] = steady_start
     all_starts = np.concatenate([warmup, step_starts]).astype(np.int64)
@@ -265,6 +289,89 @@ def _group_units(
     if not clear:
         return starts, None, True
     return starts[first], sizes, False
+
+
+def _after_idle(starts: np.ndarray, on_cycle: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+    """Each Step start moved back to the longest idle gap after the cycle's op before it (a
+    Step's first op may be one the cycle leaves off: a key once per Step, below the floor
+    the cycle was learned over)."""
+    on = np.flatnonzero(on_cycle)
+    out = starts.copy()
+    for i, s in enumerate(starts.tolist()):
+        k = int(np.searchsorted(on, s)) - 1
+        if k < 0:
+            continue
+        span = np.arange(int(on[k]) + 1, s + 1)
+        out[i] = int(span[len(span) - 1 - int(np.argmax(gaps[span][::-1]))])
+    return out
+
+
+def _warmup_by_optimizer(
+    g: GpuOps, u: LocalUnits, gaps: np.ndarray, step_starts: np.ndarray
+) -> tuple[np.ndarray, int] | None:
+    """(the starts of Steps before the first steady one, where the first steady Step
+    begins) told by the optimizer, where every steady Step ends with it: gradient
+    reductions, then scalar reductions (the found-inf flag first, then maybe gradient
+    norms and the update's gathers). Warm-up Steps may be nothing like the steady ones
+    (ZeRO-3 gathers every module, forward and backward, while it records its trace, and
+    checks that trace against rank 0's in the next Step), yet each ends with its optimizer:
+    as many warm-up Steps as the stretch before the steady ones holds gradient reductions
+    followed by the scalar the steady Steps' optimizers begin with. A Step begins after the
+    optimizer before it, past the ops that follow that scalar in the steady Steps (norms, an
+    update's gathers); the first one after the longest idle gap from the end of the
+    start-up's broadcasts and small collectives up to its first reduction, with ops like
+    those the next Step begins with (a small broadcast of a trace check) when they come just
+    before. None when the steady Steps do not all end so, or nothing before them does."""
+    first = int(step_starts[0])
+    if first == 0 or len(step_starts) < 3:
+        return None
+    small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
+    reduction = (
+        (g.kind != P2P)
+        & np.isin(g.func, [func_code("AllReduce"), func_code("ReduceScatter")])
+        & ~small
+    )
+    cf = (g.comm << 8) | g.func
+    end_keys, tail_keys, last_reductions = set(), set(), set()
+    for a, b in zip(step_starts[:-1].tolist(), step_starts[1:].tolist(), strict=True):
+        red = np.flatnonzero(reduction[a:b])
+        scalars = np.flatnonzero(small[a:b])
+        after = scalars[scalars > red[-1]] if len(red) else scalars[:0]
+        if not len(after):
+            return None
+        end_keys.add(int(u.keys[a + int(after[0])]))
+        tail_keys.update(u.keys[a + int(after[0]) : b].tolist())
+        last_reductions.add(int(cf[a + int(red[-1])]))
+    # the gradients' reductions: on the communicator and function the steady ones end with
+    reduction &= np.isin(cf, list(last_reductions))
+    lo = startup_prefix(g)
+    ends, reductions_at, pending = [], [], -1
+    for i in range(lo, first):
+        if reduction[i]:
+            if pending < 0:
+                pending = i
+        elif pending >= 0 and small[i] and int(u.keys[i]) in end_keys:
+            ends.append(i)
+            reductions_at.append(pending)
+            pending = -1
+    if not ends:
+        return None
+    # each boundary right after an optimizer and what follows it in the steady Steps (the
+    # norms and gathers of an update that was not skipped)
+    bounds = []
+    for j, end in enumerate(ends):
+        stop = reductions_at[j + 1] if j + 1 < len(ends) else first
+        t = end + 1
+        while t < stop and int(u.keys[t]) in tail_keys:
+            t += 1
+        bounds.append(t)
+    span = np.arange(lo, reductions_at[0] + 1)
+    start = int(span[int(np.argmax(gaps[span]))])
+    next_first = u.keys[bounds[0]]
+    while start - 1 >= lo and u.keys[start - 1] == next_first:
+        start -= 1
+    starts = np.array([start] + bounds[:-1], np.int64)
+    return starts, bounds[-1]
 
 
 def _warmup_starts(
@@ -492,7 +599,8 @@ def _check_local(cut: RankCut, u: LocalUnits) -> None:
     label = cut.label
     begins = np.flatnonzero((label[1:] != label[:-1]) & (label[1:] >= 0) & (label[1:] != TAIL)) + 1
     steady = begins[begins > u.starts[0]] if len(u.starts) else begins
-    on_unit = np.isin(steady, u.starts)
+    own = u.starts if u.step_starts is None else u.step_starts
+    on_unit = np.isin(steady, own)
     if len(steady) >= 3 and on_unit.mean() < 0.5:
         cut.reasons.add(
             f"its own op cycle ({u.period} ops) begins at {on_unit.mean():.0%} of the "

@@ -8,6 +8,10 @@ stage) a unit is a Step; on one that sees only the inner loop (a last pipeline s
 tensor-parallel rank without data parallelism) a unit is a micro-batch: which one is decided
 across ranks (job_cut), not here.
 
+Where the GPU's ops repeat on one communicator only (RL training: the rollout engine's
+generation issues a data-dependent number of ops on its own communicators) the cycle is
+that communicator's, and each optimizer in it ends a Step (_units_on_one_comm).
+
 An op's key is (communicator, function, size). Where the sizes of a communicator's function
 change from op to op (router-dependent all-to-all of a mixture of experts) the size is left
 out of the key, or nothing would ever repeat.
@@ -15,13 +19,14 @@ out of the key, or nothing would ever repeat.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from comminsight.semantic import native
-from comminsight.semantic.cycle import Cycle, learn_cycles_codes, rare_key_floors
+from comminsight.semantic.cycle import MIN_REPEATS, Cycle, learn_cycles_codes, rare_key_floors
 from comminsight.semantic.job_ops import P2P, GpuOps
 from comminsight.semantic.op_batch import func_code
 
@@ -37,6 +42,10 @@ SCALAR_BYTES = 64  # a few scalars: a gradient norm, a found-inf flag, a loss
 STARTUP_SMALL_BYTES = 4096  # barriers, object gathers (sizes, then small pickles)
 LOCAL_SPAN = 0.3  # sizes whose recurrences span less of the run than this vary (module docstring)
 MIN_OPS_VARYING = 8
+ONE_COMM_BELOW = 0.9  # a GPU's best cycle covering less than this: try one communicator
+ONE_COMM_COVERAGE = 0.9  # a communicator's own cycle covers this much of its ops
+ONE_COMM_MIN_OPS = 32
+OPTIMIZERS_BELOW = 0.5  # no cycle covers even this much: Steps by their optimizers alone
 
 
 @dataclass
@@ -48,6 +57,12 @@ class LocalUnits:
     keys: np.ndarray  # each op's key code
     first_key: int  # the key a repetition begins with; -1 when none
     doubt: str | None = None  # why a repetition may be several Steps
+    # where each Step begins when a repetition holds several optimizer steps (PPO updates
+    # after a rollout: after_last_update), and why those Steps are less sure
+    step_starts: np.ndarray | None = None
+    note: str | None = None
+    optimizers_only: bool = False  # no cycle: Steps end where the optimizers do
+    fragments: int = 0  # repetitions before the first whole one, left as fragments
 
     @property
     def found(self) -> bool:
@@ -199,6 +214,202 @@ class Elements:
         self.keys = self.keys.reshape(-1).astype(np.int64)
 
 
+def _units_on_one_comm(g: GpuOps, gaps: np.ndarray, final: bool) -> LocalUnits | None:
+    """Steps that repeat on one communicator while the GPU's other ops do not: RL training
+    generates with its inference engine's own communicators, a data-dependent number of
+    per-token all-reduces between the trainer's ops, which repeat once per iteration on the
+    trainer's data-parallel communicator (weights synced to the engine, the experience's
+    forward passes, the PPO updates). The cycle of each communicator's ops alone, beginning
+    after an optimizer (gradient reductions, then a scalar reduction: the clipped gradient
+    norm): of those covering their communicator's ops well, the coarsest. Each optimizer in
+    it ends a Step, so an iteration of several PPO updates is as many Steps (`step_starts`);
+    the other communicators' ops lie inside them."""
+    best: tuple[int, np.ndarray, LocalUnits] | None = None
+    for comm in np.unique(g.comm).tolist():
+        mine = g.comm == comm
+        if mine.sum() < ONE_COMM_MIN_OPS:
+            continue
+        u = _local_units(_subset(g, mine), gaps[mine], final, one_comm=True)
+        if not u.found or u.coverage < ONE_COMM_COVERAGE:
+            continue
+        if best is None or u.period > best[2].period:
+            best = (comm, mine, u)
+    if best is None:
+        return None
+    comm, mine, u = best
+    at = np.flatnonzero(mine)
+    on_cycle = np.zeros(len(g), bool)
+    on_cycle[at] = u.on_cycle
+    keys = key_codes(g)
+    return LocalUnits(
+        u.period,
+        at[u.starts],
+        on_cycle,
+        u.coverage,
+        keys,
+        int(keys[at[u.starts[0]]]),
+        step_starts=at[u.step_starts],
+        fragments=u.fragments,
+        note=(
+            f"Steps repeat on one communicator only ({int(mine.sum())} of its "
+            f"{len(g)} ops; the others' vary in number from Step to Step); {u.note}"
+        ),
+    )
+
+
+def _units_by_optimizers(g: GpuOps) -> LocalUnits | None:
+    """Steps where nothing repeats whole, not even on one communicator (RL training whose
+    PPO updates accumulate a data-dependent number of micro-batches, as veRL's dynamic
+    batch sizes make them): each ends with its optimizer, a gradient reduction followed by
+    the scalar reduction of the gradient norm (one per parameter group), and the next begins
+    after it. Of the GPU's communicators, the one with the most such optimizers, all alike
+    and at least MIN_REPEATS + 1 of them; the first Step begins after its start-up."""
+    best = None
+    for comm in np.unique(g.comm).tolist():
+        at = np.flatnonzero(g.comm == comm)
+        if len(at) < ONE_COMM_MIN_OPS:
+            continue
+        sub = _subset(g, g.comm == comm)
+        keys = key_codes(sub)
+        small = (sub.kind != P2P) & (sub.size <= SCALAR_BYTES)
+        red = (
+            (sub.kind != P2P)
+            & np.isin(sub.func, [func_code("AllReduce"), func_code("ReduceScatter")])
+            & ~small
+        )
+        scalar_reduction = small & (sub.func == func_code("AllReduce"))
+        first = startup_prefix(sub)
+        after = _only_after(keys[first:])  # a barrier of the start-up is no gradient norm
+        ends, opening = [], set()
+        for i in np.flatnonzero(scalar_reduction[1:] & red[:-1]).tolist():
+            if i + 1 < first:
+                continue
+            opening.add(int(keys[i + 1]))
+            e = i + 1
+            # the norms of every parameter group, and scalars that come only after them
+            # (the norms after a found-inf flag) end the Step too; a gather that only ever
+            # follows them may as well begin the next Step (the weights synced to a rollout
+            # engine) as be the update's
+            while (
+                e + 1 < len(keys)
+                and scalar_reduction[e + 1]
+                and (keys[e + 1] == keys[e] or after.get(int(keys[e + 1])) == int(keys[e]))
+            ):
+                e += 1
+            ends.append(int(e))
+        if len(ends) <= MIN_REPEATS or len(opening) != 1:
+            continue
+        if best is None or len(ends) > len(best[1]):
+            best = (at, ends, first)
+    if best is None:
+        return None
+    at, ends, first = best
+    starts = np.array([first] + [e + 1 for e in ends[:-1]], np.int64)
+    on_cycle = np.zeros(len(g), bool)
+    on_cycle[at[first : ends[-1] + 1]] = True
+    keys = key_codes(g)
+    period = int(np.median(np.diff(np.append(starts, ends[-1] + 1))))
+    return LocalUnits(
+        period,
+        at[starts],
+        on_cycle,
+        1.0,
+        keys,
+        int(keys[at[first]]),
+        step_starts=at[starts],
+        optimizers_only=True,
+        note=(
+            f"no op cycle covers its ops: Steps end at its {len(ends)} optimizers (a "
+            "gradient reduction, then a scalar reduction) on one communicator"
+        ),
+    )
+
+
+def _only_after(keys: np.ndarray) -> dict[int, int]:
+    """For each key that follows one other key only (itself aside), that key."""
+    if len(keys) < 2:
+        return {}
+    pairs = np.unique(np.stack([keys[1:], keys[:-1]]), axis=1)
+    pairs = pairs[:, pairs[0] != pairs[1]]
+    key, count = np.unique(pairs[0], return_counts=True)
+    single = set(key[count == 1].tolist())
+    return {int(k): int(b) for k, b in zip(pairs[0], pairs[1], strict=True) if int(k) in single}
+
+
+def _subset(g: GpuOps, mask: np.ndarray) -> GpuOps:
+    """The GPU's ops where `mask` holds, as GpuOps of their own."""
+    return dataclasses.replace(
+        g,
+        **{
+            f.name: getattr(g, f.name)[mask]
+            for f in dataclasses.fields(g)
+            if isinstance(getattr(g, f.name), np.ndarray) and len(getattr(g, f.name)) == len(g)
+        },
+    )
+
+
+def after_last_update(
+    cyc: np.ndarray, small: np.ndarray, reductions: np.ndarray
+) -> tuple[np.ndarray, list[int]]:
+    """A cycle of several optimizer steps (PPO updates after a rollout), rotated to begin
+    after the last of them, and where each of them ends in the rotated cycle. An optimizer
+    step is a gradient reduction followed by scalar reductions of the gradient norm
+    (elements of one key, one per parameter group); the last is the one followed by the
+    longest stretch free of gradient reductions (the rollout and the experience's forward
+    passes that make the next iteration's first Step). No ends when the cycle shows no
+    optimizer."""
+    p = len(cyc)
+    is_small, red = small[cyc], reductions[cyc]
+    if p < 2 or red.all():
+        return cyc, []
+    ends = []
+    for k in range(p):
+        if is_small[k] and red[(k - 1) % p]:
+            e = k
+            while cyc[(e + 1) % p] == cyc[k] and (e + 1) % p != k:
+                e = (e + 1) % p  # the norms of the other parameter groups
+            ends.append(e)
+    if not ends:
+        return cyc, []
+
+    def free_after(e: int) -> int:
+        run = 0
+        while run < p and not red[(e + 1 + run) % p]:
+            run += 1
+        return run
+
+    last = max(ends, key=lambda e: (free_after(e), -e))
+    start = (last + 1) % p
+    return np.roll(cyc, -start), sorted((e - start) % p for e in ends)
+
+
+def _update_starts(el: Elements, cyc: np.ndarray, ends: list[int], units: LocalUnits) -> np.ndarray:
+    """Op positions where Steps begin: each repetition's start, and inside it after each
+    optimizer, found as the cycle's optimizers are: a scalar reduction of the key they
+    begin with right after a gradient reduction, with the scalars of its key that follow
+    (a repetition lacking an op the others have, an evaluation barrier, still shows them)."""
+    p = len(cyc)
+    is_small, red = el.small[cyc], el.reductions[cyc]
+    opening = {int(cyc[k]) for k in range(p) if is_small[k] and red[(k - 1) % p]}
+    if len(ends) < 2 or not opening:
+        return units.starts.copy()
+    keys = el.keys
+    small_el, red_el = el.small[keys], el.reductions[keys]
+    found = np.flatnonzero(small_el[1:] & red_el[:-1] & np.isin(keys[1:], list(opening))) + 1
+    first_el = el.of_op[units.starts]
+    found = found[found >= first_el[0]]
+    out = [units.starts]
+    for i, j in enumerate(found.tolist()):
+        e = j
+        while e + 1 < len(keys) and keys[e + 1] == keys[j]:
+            e += 1  # the norms of the other parameter groups
+        # a Step begins after every optimizer but the run's last (what follows that one is
+        # the tail: a final barrier, a checkpoint)
+        if i + 1 < len(found) or (first_el > e).any():
+            out.append(np.array([el.first[e + 1]], np.int64))
+    return np.unique(np.concatenate(out)).astype(np.int64)
+
+
 def startup_prefix(g: GpuOps) -> int:
     """How many ops the start-up takes before training: the longest prefix of broadcasts
     (DDP's and DeepSpeed's per-parameter broadcasts of the model from rank 0) and small
@@ -216,14 +427,46 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
     """The cycle that describes the GPU's ops most briefly: its length plus what the ops off
     it, and the ops missing from repetitions cut short, cost to name one by one (log2 of the
     op count each). Extra ops every few Steps cost little, so the per-Step cycle beats one
-    of several Steps; a per-layer cycle leaves a Step's other ops off and costs more."""
+    of several Steps; a per-layer cycle leaves a Step's other ops off and costs more. Where
+    no cycle covers the ops well, the Steps may still repeat on one communicator
+    (_units_on_one_comm), or at least end with their optimizers (_units_by_optimizers)."""
+    if gaps is None:
+        gaps = g.idle_gaps()
+    units = _local_units(g, gaps, final, one_comm=False)
+    if units.coverage < ONE_COMM_BELOW and len(np.unique(g.comm)) > 1:
+        alone = _units_on_one_comm(g, gaps, final)
+        if alone is not None:
+            return alone
+    if units.coverage < OPTIMIZERS_BELOW or (
+        units.coverage < ONE_COMM_BELOW and not _holds_optimizer(g, units)
+    ):
+        ended = _units_by_optimizers(g)
+        if ended is not None:
+            return ended
+    return units
+
+
+def _holds_optimizer(g: GpuOps, u: LocalUnits) -> bool:
+    """Whether the cycle's ops hold a gradient reduction followed by a scalar reduction
+    (a per-token cycle of generation does not)."""
+    on = np.flatnonzero(u.on_cycle)
+    if len(on) < 2:
+        return False
+    small = (g.kind[on] != P2P) & (g.size[on] <= SCALAR_BYTES)
+    red = (
+        (g.kind[on] != P2P)
+        & np.isin(g.func[on], [func_code("AllReduce"), func_code("ReduceScatter")])
+        & ~small
+    )
+    return bool((small[1:] & red[:-1]).any())
+
+
+def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> LocalUnits:
     op_keys = key_codes(g)
     n = len(op_keys)
     none = LocalUnits(0, np.zeros(0, np.int64), np.zeros(n, bool), 0.0, op_keys, -1)
     if n < 2:
         return none
-    if gaps is None:
-        gaps = g.idle_gaps()
     small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
     gather = (g.kind != P2P) & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
     reduction = (
@@ -246,27 +489,43 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
     while True:
         for floor in key_floors(np.bincount(keys[:probe], minlength=len(ids)), probe):
             kept = np.bincount(keys[:probe], minlength=len(ids))[keys[:probe]] >= floor
-            for cycle in _learn(keys[:probe][kept], el_gaps[:probe][kept], ids, final):
+            for cycle in _learn(keys[:probe][kept], el_gaps[:probe][kept], ids, final, one_comm):
                 if cycle.keys in learned:
                     continue
                 learned.add(cycle.keys)
                 cyc = np.array(cycle.keys, np.int64)
                 if not timed:
                     cyc = after_reductions(cyc, el.reductions, keys)
-                cyc = after_optimizer(cyc, el.small, el.comm_func, el.gathers)
+                updates: list[int] = []
+                if one_comm:
+                    cyc, updates = after_last_update(cyc, el.small, el.reductions)
+                    if not updates:
+                        continue  # a communicator that shows no optimizer shows no Step
+                else:
+                    cyc = after_optimizer(cyc, el.small, el.comm_func, el.gathers, keys)
                 found = _follow_cost(keys, cyc, op_cost)
                 if found is not None:
-                    cost, starts, on_cycle, coverage, whole = found
+                    cost, starts, on_cycle, coverage, whole, fragments = found
                     on_all = np.concatenate([np.zeros(skip, bool), on_cycle])
                     units = _in_ops(el, cyc, starts + skip, on_all, coverage)
+                    units.fragments = fragments
+                    if updates:
+                        units.step_starts = _update_starts(el, cyc, updates, units)
+                        units.note = (
+                            f"its {len(cyc)}-element cycle holds {len(updates)} optimizer "
+                            "steps (gradient reductions, then a scalar reduction): a Step each"
+                        )
                     candidates.append((cost, whole, units))
         if probe >= m or max((c[2].coverage for c in candidates), default=0.0) >= 0.9:
             break
         probe = min(m, probe * 4)
     if not candidates:
         return none
-    chosen = _shortest_covering(candidates)
-    if timed:
+    if one_comm:  # a communicator's Steps repeat whole: every op of theirs on the cycle
+        chosen = max(candidates, key=lambda c: (c[2].coverage, -c[2].period))[2]
+    else:
+        chosen = _shortest_covering(candidates)
+    if timed and not one_comm:
         chosen.doubt = _super_cycle_doubt(chosen, candidates, gaps)
     return chosen
 
@@ -314,12 +573,18 @@ def _shortest_covering(candidates: list[tuple[float, float, LocalUnits]]) -> Loc
     return min(eligible, key=lambda c: (c[2].period, c[0]))[2]
 
 
-def _learn(keys: np.ndarray, gaps: np.ndarray, ids: np.ndarray, final: bool) -> list[Cycle]:
+def _learn(
+    keys: np.ndarray, gaps: np.ndarray, ids: np.ndarray, final: bool, one_comm: bool = False
+) -> list[Cycle]:
+    """Cycles seen whole three times in a row, else (on the final pass) twice. On one
+    communicator of RL training the per-layer pattern of the weights synced to the rollout
+    engine repeats more often than an iteration does in a short run: its iterations are
+    looked for twice in a row as well."""
     if len(keys) < 2:
         return []
     cycles = learn_cycles_codes(keys, gaps, ids, min_repeats=3)
-    if not cycles and final:
-        cycles = learn_cycles_codes(keys, gaps, ids, min_repeats=2)
+    if final and (not cycles or one_comm):
+        cycles += learn_cycles_codes(keys, gaps, ids, min_repeats=2)
     return cycles
 
 
@@ -328,6 +593,8 @@ def _follow_cost(keys: np.ndarray, cyc: np.ndarray, op_cost: float):
     it, coverage), or None when it never begins. Repetitions cut short count as much as ops
     off the cycle (the last may be cut by the end of input)."""
     starts, on_cycle = follow(keys, cyc)
+    followed = len(starts)
+    starts, on_cycle = _drop_leading_fragments(starts, on_cycle, len(cyc))
     if not len(starts):
         return None
     tail = on_cycle[starts[0] :]
@@ -336,11 +603,42 @@ def _follow_cost(keys: np.ndarray, cyc: np.ndarray, op_cost: float):
     missing = int(np.maximum(0, len(cyc) - on_counts).sum())
     cost = len(cyc) + float((~tail).sum() + missing) * op_cost
     whole = float((on_counts >= len(cyc)).mean()) if len(on_counts) else 1.0
-    return cost, starts, on_cycle, coverage, whole
+    return cost, starts, on_cycle, coverage, whole, followed - len(starts)
+
+
+def _drop_leading_fragments(
+    starts: np.ndarray, on_cycle: np.ndarray, period: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The repetitions from the first that is no fragment: warm-up Steps unlike the steady
+    ones (ZeRO-3 gathering every module while it records its trace) may hold the key a
+    repetition begins with several times, each beginning a fragment (less than half the
+    cycle among more ops off it, or more among at least twice as many off it); they are no
+    repetitions but ops before the first (job_cut tells their Steps apart). A repetition cut
+    short with nothing else in it (a Step whose update was skipped) is one. The steady
+    repetitions begin with two in a row that are no fragments (the traced Step's last
+    gathers may pass for a short one), and go on for MIN_REPEATS at least, or none are
+    dropped."""
+    if not len(starts):
+        return starts, on_cycle
+    counts = np.add.reduceat(on_cycle.astype(np.int64), starts)
+    sizes = np.diff(np.append(starts, len(on_cycle)))
+    off = sizes - counts
+    whole = ((2 * counts >= period) & (off < 2 * counts)) | (off <= counts)
+    good = np.flatnonzero(whole & np.append(whole[1:], False))
+    if not len(good) or good[0] == 0 or len(starts) - good[0] < MIN_REPEATS:
+        return starts, on_cycle
+    first = int(good[0])
+    on_cycle = on_cycle.copy()
+    on_cycle[: starts[first]] = False
+    return starts[first:], on_cycle
 
 
 def after_optimizer(
-    cyc: np.ndarray, small: np.ndarray, comm_func: np.ndarray, gathers: np.ndarray
+    cyc: np.ndarray,
+    small: np.ndarray,
+    comm_func: np.ndarray,
+    gathers: np.ndarray,
+    stream: np.ndarray | None = None,
 ) -> np.ndarray:
     """The cycle rotated to begin where a Step begins, when its ops show it: a Step ends
     with its optimizer, whose scalar reductions (gradient norm, found-inf, a success flag,
@@ -348,7 +646,14 @@ def after_optimizer(
     the Step, then maybe the parameter all-gathers or broadcasts of a sharded optimizer's
     update (on a communicator and function the cycle uses nowhere else). Where the scalars
     are spread over the Step (an auxiliary loss per layer) the rotation the idle gaps chose
-    stays. `gathers`: per element key, an all-gather or broadcast."""
+    stays. `gathers`: per element key, an all-gather or broadcast.
+
+    An update's gathers come only when the update does: a Step whose update is skipped
+    (fp16 overflow) ends on its found-inf flag, and one that updates goes on to its
+    gradient norms and gathers. A gather that follows the optimizer whatever it did (the
+    flag alone, or the norms and other gathers) is the next Step's parameter fetch (ZeRO-3
+    prefetching a whole small model before the forward, which leaves the backward none to
+    gather): `stream`, the element keys in order, shows which ops each gather follows."""
     p = len(cyc)
     is_small = small[cyc]
     if p < 2 or not is_small.any() or is_small.all():
@@ -362,13 +667,26 @@ def after_optimizer(
     cf_uses = Counter(cf.tolist())
     k = (last + 1) % p
     update: Counter = Counter()
+    fetch = False  # the gathers stop where the next Step's parameter fetch begins
     while not is_small[k] and gathers[cyc[k]] and k != last:
+        if _follows_anything(int(cyc[k]), stream):
+            fetch = True
+            break
         update[int(cf[k])] += 1
         k = (k + 1) % p
-    # the update's pairs must be its own; else they are the next Step's first gathers
-    if any(cf_uses[c] != n for c, n in update.items()):
+    # the update's pairs must be its own, or end where the fetch begins; else they are the
+    # next Step's first gathers
+    if not fetch and any(cf_uses[c] != n for c, n in update.items()):
         k = (last + 1) % p
     return np.roll(cyc, -k)
+
+
+def _follows_anything(key: int, stream: np.ndarray | None) -> bool:
+    """Whether the element `key` follows more than one kind of element in `stream`."""
+    if stream is None or len(stream) < 2:
+        return False
+    before = stream[:-1][stream[1:] == key]
+    return len(before) > 1 and bool((before != before[0]).any())
 
 
 def after_reductions(cyc: np.ndarray, reductions: np.ndarray, keys: np.ndarray) -> np.ndarray:

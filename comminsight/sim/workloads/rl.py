@@ -5,7 +5,10 @@ verl/workers/fsdp_workers.py `ActorRolloutRefWorker`, the FSDP->vLLM sharding ma
 verl/workers/sharding_manager/fsdp_vllm.py, verl/workers/actor/dp_actor.py).
 
 **What a Step is.** A Step is one optimizer step of the actor: one PPO mini-batch update
-(`ppo_mini_batches` per iteration, `ppo_epochs` = 1). The rollout and the experience it makes
+(`ppo_mini_batches` per iteration, `ppo_epochs` = 1). veRL's own counter, `global_steps`
+(verl/trainer/ppo/ray_trainer.py `fit`), counts iterations instead: one batch of prompts,
+its rollout and all its updates, with the learning-rate scheduler stepped once; an
+iteration here is `ppo_mini_batches` Steps. The rollout and the experience it makes
 (generation, old and reference log-probs) feed the iteration's first update and belong to that
 Step, so the Steps tile the op stream after start-up: each ends with the actor's gradient-norm
 all-reduce, the host reading it (`torch.isfinite`) and the optimizer. An engine can find them:

@@ -1,0 +1,268 @@
+"""The job cut where Steps are told by their optimizers rather than by one repeating cycle:
+ZeRO-3's warm-up Steps (every module gathered while the trace is recorded, then the trace
+checked) before its steady prefetching ones, and RL training whose generation issues a
+data-dependent number of ops on its own communicators between the trainer's iterations of
+several PPO updates. Synthetic op streams, every rank alike."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from comminsight.semantic.job_cut import STARTUP, TAIL, cut_job
+from comminsight.semantic.job_ops import CommIds, GpuOps, JobOps, op_keys
+from comminsight.semantic.local_cycle import after_last_update, after_optimizer
+from comminsight.semantic.op_batch import func_code
+
+MS = 1_000_000
+WORLD, TP = "00000000000000a1", "00000000000000b2"
+
+
+class Stream:
+    """One GPU's ops as the job cut reads them: each op with the idle time before it and
+    the Step the truth puts it in (STARTUP for the start-up)."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[str, str, int, float, int]] = []
+        self.step = STARTUP
+
+    def op(self, func: str, size: int, gap_ms: float = 0.05, comm: str = WORLD) -> None:
+        self.ops.append((comm, func, size, gap_ms, self.step))
+
+    def truth(self) -> np.ndarray:
+        return np.array([o[4] for o in self.ops], np.int64)
+
+    def gpu(self, comms: CommIds, rank: int, nranks: dict[str, int]) -> GpuOps:
+        n = len(self.ops)
+        seq: dict[tuple, int] = defaultdict(int)
+        cols = defaultdict(list)
+        t = 0
+        for comm, func, size, gap_ms, _ in self.ops:
+            code = comms.code(comm, nranks[comm], None)
+            cols["comm"].append(code)
+            cols["func"].append(func_code(func))
+            cols["size"].append(size)
+            cols["seq"].append(seq[(code, func)])
+            seq[(code, func)] += 1
+            t += int(gap_ms * MS)
+            cols["start"].append(t)
+            t += 20_000
+            cols["end"].append(t)
+        zeros = np.zeros(n, np.int64)
+        arr = {k: np.array(v, np.int64) for k, v in cols.items()}
+        g = GpuOps(
+            stream=f"gpu{rank}",
+            rank=rank,
+            kind=zeros.copy(),
+            func=arr["func"],
+            comm=arr["comm"],
+            comm_rank=np.full(n, rank, np.int64),
+            peer=np.full(n, -1, np.int64),
+            seq=arr["seq"],
+            size=arr["size"],
+            start=arr["start"],
+            end=arr["end"],
+            issue=arr["start"].copy(),
+            lost_before=zeros.copy(),
+            group=zeros.copy(),
+            host_issue=np.zeros(n, bool),
+            arrival=np.arange(n, dtype=np.int64),
+        )
+        g.key = op_keys(g.kind, g.comm, g.func, g.seq)
+        return g
+
+
+def labels_of(streams: list[Stream], nranks: dict[str, int]):
+    comms = CommIds()
+    gpus = [s.gpu(comms, rank, nranks) for rank, s in enumerate(streams)]
+    cut = cut_job(JobOps(gpus, comms))
+    out = []
+    for rank_cut in cut.ranks:
+        label = rank_cut.label.copy()
+        label[label == TAIL] = STARTUP  # nothing follows the last Step in these streams
+        out.append(label)
+    return cut, out
+
+
+# ---- ZeRO-3 ----------------------------------------------------------------------------
+
+MODULES = [12_800_000, 400] + [640_000] * 4 + [400] + [1_750_567] * 3 + [400]
+MODULES = MODULES[:2] + MODULES[2:] * 4 + [12_800_000]  # embedding, 4 layers, lm head
+PREFETCH = [12_800_000, 13_874_435, 13_874_435, 16_301_534]
+PERSISTENT = 3_600  # the norms, gathered back after each update
+
+
+def zero3_stream(overflows: list[bool]) -> Stream:
+    s = Stream()
+    for size in MODULES:  # zero.Init
+        s.op("Broadcast", 2 * size)
+    for _ in range(3):
+        s.op("AllReduce", 4)
+    for size in MODULES:  # create_reduce_and_remove_grad_hooks
+        s.op("AllGather", 2 * size)
+    persistent_gathered = False
+    for step, overflow in enumerate(overflows):
+        s.step = step
+        if step == 0:  # the trace is recorded: every module gathered, forward and backward
+            s.op("Broadcast", 8, gap_ms=0.05)
+            for k, size in enumerate(MODULES + MODULES[::-1]):
+                s.op("AllGather", 2 * size, gap_ms=40 if k == 0 else 0.5)
+        else:
+            if step == 1:  # the recorded trace checked against rank 0's
+                for k in range(6):
+                    s.op("Broadcast", 8 if k % 2 == 0 else 624, gap_ms=40 if k == 0 else 1)
+            for k, size in enumerate(PREFETCH):
+                less = PERSISTENT // 4 if persistent_gathered and k else 0
+                s.op("AllGather", 2 * (size - less), gap_ms=3 if k == 0 else 0.1)
+        s.op("ReduceScatter", 113_700_808, gap_ms=12)
+        s.op("AllReduce", 1)  # the overflow flag
+        persistent_gathered = not overflow
+        if not overflow:
+            s.op("AllReduce", 4, gap_ms=3)  # a gradient norm per parameter group
+            s.op("AllReduce", 4)
+            s.op("AllGather", 2 * PERSISTENT)
+    return s
+
+
+def test_zero3_traced_and_checking_steps_are_warm_up_steps_ended_by_their_optimizer():
+    overflows = [True, True, True, False, False, True, False, False]
+    streams = [zero3_stream(overflows) for _ in range(4)]
+    cut, labels = labels_of(streams, {WORLD: 4})
+    assert cut.steps == len(overflows)
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+
+
+def test_gathers_after_the_flag_whatever_the_update_did_begin_the_next_step():
+    """ZeRO-1/2 gather the updated partitions only after the norms (skipped updates leave
+    both out); ZeRO-3 fetches the next forward's parameters after the flag alone as after
+    the norms and the persistent parameters."""
+    small = np.array([False, True, True, False, False, False])
+    comm_func = np.array([1, 2, 2, 3, 3, 3])  # RS, AR, AR, AG...
+    gathers = np.array([False, False, False, True, True, True])
+    # keys: 0 RS, 1 flag, 2 norm, 3 forward gather, 4 its neighbour, 5 persistent gather
+    cyc = np.array([0, 1, 3, 4])
+    zero3 = np.array([0, 1, 3, 4, 0, 1, 2, 2, 5, 3, 4, 0, 1, 3, 4, 0, 1, 2, 2, 5, 3, 4])
+    assert after_optimizer(cyc, small, comm_func, gathers, zero3).tolist() == [3, 4, 0, 1]
+    # every gather after the norms, every time: the update's own
+    update = np.array([0, 1, 2, 3, 4])
+    zero1 = np.array([0, 1, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4])
+    assert after_optimizer(update, small, comm_func, gathers, zero1).tolist() == [0, 1, 2, 3, 4]
+
+
+# ---- RL --------------------------------------------------------------------------------
+
+LAYERS = 4
+WEIGHTS = [7_168_000] + [200_704] * (4 * LAYERS)
+FSDP_GATHERS = [28_672_448] + [5_208_332] * LAYERS
+
+
+def rl_stream(
+    rank: int,
+    iterations: int,
+    updates: int,
+    seed: int = 0,
+    dynamic: bool = False,
+    barrier_every: int = 0,
+) -> Stream:
+    """veRL's hybrid engine, two ranks per rollout TP group: each iteration syncs the
+    weights to the engine, generates a data-dependent number of tokens (per TP group),
+    computes log-probs, then takes `updates` PPO optimizer Steps; `dynamic`: each update
+    agrees on its number of micro-batches (an all-reduce of the count) and runs that many;
+    `barrier_every`: an evaluation barrier ends every so many Steps."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(5, 30, size=(iterations, 2))
+    micro_batches = rng.integers(1, 4, size=iterations * updates) if dynamic else None
+    s = Stream()
+    s.op("AllReduce", 4)
+    for size in WEIGHTS:
+        s.op("Broadcast", 4 * size)
+    tp = TP + str(rank // 2)
+    s.op("AllReduce", 4, comm=tp)
+    step = 0
+    for it in range(iterations):
+        for k in range(updates):
+            s.step = step
+            if k == 0:
+                for size in WEIGHTS:  # full tensors for the rollout engine
+                    s.op("AllGather", size, gap_ms=2 if size == WEIGHTS[0] else 0.05)
+                for _ in range(int(lengths[it, rank // 2])):
+                    for _ in range(1 + 2 * LAYERS):
+                        s.op("AllReduce", 2 * 16 * 1024, comm=tp)
+                    s.op("AllGather", 64_000, comm=tp)
+                s.op("AllGather", 4)  # reduce_timing
+                s.op("AllReduce", 4)
+                for _ in range(2):  # old and reference log-probs
+                    for size in FSDP_GATHERS:
+                        s.op("AllGather", size)
+            micros = 1
+            if micro_batches is not None:
+                s.op("AllReduce", 8, gap_ms=3 if k else 0.05)
+                micros = int(micro_batches[step])
+            for _ in range(micros):
+                for size in FSDP_GATHERS:  # forward
+                    s.op("AllGather", size, gap_ms=3 if size == FSDP_GATHERS[0] and k else 0.05)
+                for size in FSDP_GATHERS[::-1]:  # backward
+                    s.op("AllGather", size)
+                    s.op("ReduceScatter", 2 * size)
+            s.op("AllReduce", 4, gap_ms=20)  # the clipped gradient norm
+            if barrier_every and step % barrier_every == barrier_every - 1:
+                s.op("AllReduce", 4, gap_ms=2)
+            step += 1
+    return s
+
+
+def test_rl_steps_follow_the_ppo_updates_between_data_dependent_generations():
+    streams = [rl_stream(rank, iterations=4, updates=2) for rank in range(4)]
+    nranks = {WORLD: 4, TP + "0": 2, TP + "1": 2}
+    cut, labels = labels_of(streams, nranks)
+    assert cut.steps == 8
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+    assert cut.confidence < 0.9
+    assert any("one communicator" in r for r in cut.reasons)
+
+
+def test_rl_steps_with_an_evaluation_barrier_after_some_updates():
+    streams = [rl_stream(rank, iterations=4, updates=2, barrier_every=3) for rank in range(4)]
+    nranks = {WORLD: 4, TP + "0": 2, TP + "1": 2}
+    cut, labels = labels_of(streams, nranks)
+    assert cut.steps == 8
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+
+
+def test_rl_run_that_stops_inside_an_iteration():
+    streams = [rl_stream(rank, iterations=3, updates=3, seed=1) for rank in range(4)]
+    for s in streams:  # the run ends after the last iteration's first update
+        last = max(np.flatnonzero(s.truth() == 6))
+        del s.ops[last + 1 :]
+    nranks = {WORLD: 4, TP + "0": 2, TP + "1": 2}
+    cut, labels = labels_of(streams, nranks)
+    assert cut.steps == 7
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+
+
+def test_rl_updates_of_varying_micro_batches_are_cut_at_their_optimizers():
+    """Dynamic batch sizes leave no cycle, not even on the trainer's communicator: each
+    Step still ends with its gradient norm, less surely."""
+    streams = [rl_stream(rank, iterations=3, updates=2, dynamic=True) for rank in range(4)]
+    nranks = {WORLD: 4, TP + "0": 2, TP + "1": 2}
+    cut, labels = labels_of(streams, nranks)
+    assert cut.steps == 6
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+    assert cut.confidence < 0.9
+
+
+def test_a_cycle_of_several_updates_begins_after_the_last():
+    # keys: 0 weight gather, 1 log-prob gather, 2 forward gather, 3 reduce-scatter, 4 norm
+    small = np.array([False, False, False, False, True])
+    reductions = np.array([False, False, False, True, False])
+    cyc = np.array([2, 3, 4, 0, 1, 2, 3, 4])
+    rotated, ends = after_last_update(cyc, small, reductions)
+    assert rotated.tolist() == [0, 1, 2, 3, 4, 2, 3, 4]
+    assert ends == [4, 7]
+    assert after_last_update(np.array([0, 1, 2]), small, reductions)[1] == []
