@@ -64,11 +64,15 @@ SUITE: list[Case] = [
         dict(workload="pp", ranks=4, pp=4, tp=1, steps=4, grad_accum=8, virtual_pp=2, layers=16),
     ),
     # DTensor tensor parallelism x FSDP2 over a DeviceMesh, with accumulation; TP alone
-    Case("tp_dp_accum", dict(workload="tp-dp", ranks=4, tp=2, steps=5, grad_accum=2)),
+    Case(
+        "tp_dp_accum",
+        dict(workload="tp-dp", ranks=4, tp=2, steps=5, grad_accum=2),
+        time_scale=0.1,
+    ),
     Case(
         "tp_only_accum",
         dict(workload="tp-dp", ranks=2, tp=2, steps=5, grad_accum=2),
-        time_scale=0.1,
+        time_scale=0.3,
     ),
     # Megatron 3D (TP x PP x DP), distributed optimizer, groups created at first use
     Case("megatron_3d", dict(workload="megatron", ranks=8, pp=2, tp=2, steps=4, grad_accum=4)),
@@ -100,6 +104,7 @@ SUITE: list[Case] = [
             ranks_per_process=2,
             cuda_runtime="sim",
         ),
+        time_scale=0.1,
     ),
 ]
 
