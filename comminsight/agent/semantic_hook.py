@@ -4,9 +4,12 @@ own, writing step summaries to `<home>/semantics/step/live-<node>-<pid>-<start>.
 
 Ingest must never wait for step recovery, so `feed` only queues the batch (records the ring
 copy already made; nothing is copied again). The worker turns the batches into engine ops and
-places them. When more than `max_queued` records wait, new batches are dropped and counted,
-and the GPU's next op carries them as lost records (the Step it falls in reports
-records_lost). `finished` closes a GPU whose process is gone: its last Step is written.
+hands them to the node's Step cut (live_cut.LiveJobCut), which decides the Steps of all the
+node's GPUs together and places them as they settle. When more than `max_queued` records
+wait, new batches are dropped and counted, and the GPU's next op carries them as lost
+records (the Step it falls in reports records_lost). `finished` ends a GPU whose process is
+gone: once the GPUs it shares communicators with have ended too (or the cut's wait is
+over), its last ops are placed, its last Step written and its file sealed.
 
 Every COMMINSIGHT_SEMANTIC_CHECKPOINT_S the worker checkpoints every engine to
 `<home>/semantics/step/engine-live.checkpoint.json` (semantic-engine v1, mode live: the ring
