@@ -167,6 +167,10 @@ def test_while_no_step_settles_what_waits_for_the_cut_is_bounded_and_so_are_its_
     g = hook._gpus[GPU]
     assert hook.steps_written == 0
     assert hook.live_cut.stats.ops_unsettled > 0  # placed in no Step, and counted
+    from comminsight.agent.engine_health import engine_health
+
+    _, reasons = engine_health(hook)
+    assert any("ops placed in no Step" in r for r in reasons), reasons
     assert hook.held().engine_ops <= WINDOW + 1_000 + MIN_NEW_OPS
     assert g.engine.pending.depth <= MAX_LAZY_DEPTH
     assert _lazy_objects() <= first + 2 * MAX_LAZY_DEPTH

@@ -83,4 +83,11 @@ def _reasons(hook: SemanticEngineHook, gpus: list[GpuEngineStatus]) -> list[str]
             f"the Semantic Engine's worker failed {now - last.mono_s:.0f} s ago outside any "
             f"GPU's engine ({last.message}); it went on with the next batches"
         )
+    stats = hook.live_cut.stats
+    if stats.last_unsettled_s is not None and now - stats.last_unsettled_s < RECENT_FAILURE_S:
+        reasons.append(
+            f"{stats.ops_unsettled} ops placed in no Step so far, the latest "
+            f"{now - stats.last_unsettled_s:.0f} s ago: no cut of the node's GPUs settled them "
+            "before the engine's bound on held ops (their ops show no Step that repeats)"
+        )
     return reasons

@@ -25,6 +25,7 @@ to what the offline cut has; a few Steps alone can make micro-batches look like 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -69,6 +70,7 @@ class LiveCutStats:
     ops_unsettled: int = 0  # placed in no Step: held past max_held without a settled Step
     offset_disagreements: int = 0  # cuts whose context gave more than one offset
     contexts_trimmed: int = 0
+    last_unsettled_s: float | None = None  # time.monotonic() of the latest ops unsettled
 
 
 class LiveJobCut:
@@ -364,6 +366,7 @@ class LiveJobCut:
         if surplus <= 0:
             return []
         self.stats.ops_unsettled += surplus
+        self.stats.last_unsettled_s = time.monotonic()
         self._note_placed(key, g.engine.pending.take(slice(0, surplus)))
         if g.previous is not None:
             g.previous = g.previous[surplus:]
