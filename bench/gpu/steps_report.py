@@ -45,6 +45,7 @@ import tempfile
 from pathlib import Path
 
 from comminsight.semantic.log_input import read_gpu_logs
+from comminsight.semantic.live_replay import replay_live
 from comminsight.semantic.offline import recover_steps
 
 SHOW_MISMATCHES = 6
@@ -144,14 +145,19 @@ def score_rank(gpu, log, ends: list[int], job: dict) -> dict:
     }
 
 
-def report(run_dir: Path, rows: list[dict], exact_all: list[bool], run: str = "") -> bool:
+def report(
+    run_dir: Path, rows: list[dict], exact_all: list[bool], run: str = "", live: bool = False
+) -> bool:
     mode, markers, source = ground_truth(run_dir)
     if not any(markers.values()):
         emit("no_ground_truth", run_dir.name, "", run=run, note="no step markers: the job failed")
         rows.append({"run": run, "job": mode, "failed": True})
         exact_all.append(False)
         return False
-    result = recover_steps(run_dir / "inspector_logs")
+    if live:
+        result = replay_live(run_dir / "inspector_logs")
+    else:
+        result = recover_steps(run_dir / "inspector_logs")
     ok = not result.problems
     for problem in result.problems:
         emit("problem", problem, "", run=run, job=run_dir.name)
@@ -267,6 +273,11 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dirs", nargs="+")
     ap.add_argument("--markdown", default="", help="also write the tables here")
+    ap.add_argument(
+        "--live",
+        action="store_true",
+        help="recover the Steps as the Agent's live engine would (live_replay), not offline",
+    )
     args = ap.parse_args(argv)
     rows: list[dict] = []
     results: list[bool] = []
@@ -274,7 +285,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for arg in args.dirs:
             run, jobs = job_dirs(arg, Path(tmp))
-            results += [report(job, rows, exact_all, run) for job in jobs]
+            results += [report(job, rows, exact_all, run, args.live) for job in jobs]
     emit("all_exact_by_index", all(exact_all), "bool")
     emit("all_exact", all(results), "bool")
     if args.markdown:
