@@ -44,8 +44,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from comminsight.semantic.log_input import read_gpu_logs
 from comminsight.semantic.live_replay import replay_live
+from comminsight.semantic.log_input import read_gpu_logs
 from comminsight.semantic.offline import recover_steps
 
 SHOW_MISMATCHES = 6
