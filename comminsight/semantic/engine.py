@@ -9,6 +9,10 @@ probe_steps Steps from it, the steady ones alike, with few unexpected ops. The b
 then on each batch is placed as it arrives. When no template fits by PROBE_MAX ops (or the
 input ends), the engine falls back to the repeating period of the op sequence itself.
 
+With a CutRunner the Steps come from a job-wide cut instead: offline it labelled every op
+before the engine runs; live (LiveCutRunner) the engine only holds its ops until the node's
+cut (live_cut) hands back a settled prefix with its Steps (`place_cut`).
+
 Everything per op runs over whole batches (numpy, and engine_core.c through native); Python
 works per op shape, per Step and per batch.
 """
@@ -23,6 +27,7 @@ import numpy as np
 from comminsight.semantic import native
 from comminsight.semantic.cut_runner import CutRunner, LiveCutRunner
 from comminsight.semantic.cycle import Cycle, learn_cycle_codes, rare_key_floors
+from comminsight.semantic.job_cut import STARTUP
 from comminsight.semantic.op_batch import FUNCS, OpBatch
 from comminsight.semantic.ops import WINDOW
 from comminsight.semantic.recovery import PeriodRunner, TemplateRunner, cycle_key
@@ -170,7 +175,7 @@ def period_codes(batch: OpBatch) -> tuple[np.ndarray, list[tuple]]:
 
 
 def _no_steps(n: int) -> np.ndarray:
-    return np.full(n, -1, np.int64)
+    return np.full(n, STARTUP, np.int64)
 
 
 class GpuEngine:
