@@ -36,7 +36,7 @@ LONG_RUNS = {
         2048,
     ),
     "zero2": (
-        dict(workload="zero", ranks=4, steps=150, zero_stage=2, layers=4, grad_accum=2),
+        dict(workload="zero", ranks=4, steps=600, zero_stage=2, layers=4, grad_accum=2),
         1024,
     ),
 }

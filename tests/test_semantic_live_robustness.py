@@ -48,7 +48,9 @@ TEMPLATES = load_templates()
 # The most ops the engine holds unplaced here: the reorder window, and what waits for the
 # node's cut (a cut runs every MIN_NEW_OPS new ops, more with a long context, and places only
 # what the cut before it put in the same Steps, before the last Step begun)
-UNSETTLED = WINDOW + 2 * max(MIN_NEW_OPS, MAX_CONTEXT_OPS // CUT_EVERY_CONTEXT) + 2 * len(BUCKETS)
+UNSETTLED = (
+    WINDOW + 2 * max(MIN_NEW_OPS, 2 * MAX_CONTEXT_OPS // CUT_EVERY_CONTEXT) + 2 * len(BUCKETS)
+)
 # the same for a run shorter than MIN_NEW_OPS * CUT_EVERY_CONTEXT ops: cuts every MIN_NEW_OPS
 UNSETTLED_SHORT = WINDOW + 2 * MIN_NEW_OPS + 2 * len(BUCKETS)
 

@@ -244,6 +244,7 @@ class LiveJobCut:
         ending = any(k in final for k in members)
         if offsets:
             offset = max(offsets)[1]
+            offset_of = dict.fromkeys(members, offset)
             if not agreeing or len({o for _, o in offsets}) > 1:
                 # this cut contradicts Steps already placed: it settles nothing, unless the
                 # ops must go now (a GPU ended, or the held ops near their bound)
@@ -259,8 +260,8 @@ class LiveJobCut:
                 confidence = min(confidence, 0.5)
                 reasons.append("the Steps placed before and this cut disagree on some ops")
         else:
-            offset = self._fresh_offset(members, labels, ending)
-            if offset is None:
+            offset_of = self._fresh_offset(members, labels, ending)
+            if offset_of is None:
                 for k in members:  # what this cut says, for the next one to confirm
                     g = self._gpus[k]
                     g.previous = labels[k][_context_len(g) :]
@@ -280,7 +281,7 @@ class LiveJobCut:
             g = self._gpus[k]
             n_ctx = _context_len(g)
             lab = labels[k][n_ctx:]
-            steps = np.where((lab >= 0) & (lab != TAIL), lab + offset, lab)
+            steps = np.where((lab >= 0) & (lab != TAIL), lab + offset_of[k], lab)
             if k in final:
                 count = len(lab)
                 steps = np.where(lab == TAIL, STARTUP, steps)
@@ -296,23 +297,25 @@ class LiveJobCut:
                 out[k] = self._place(k, count, steps[:count], confidence, reasons)
         return out
 
-    def _fresh_offset(self, members, labels, final: bool) -> int | None:
+    def _fresh_offset(self, members, labels, final: bool) -> dict | None:
         """No context: the cut's count holds, once it has enough Steps and ops to tell start-up,
-        warm-up and micro-batches from Steps (or the input ends); a GPU restored from a
-        checkpoint goes on from its count."""
+        warm-up and micro-batches from Steps (or the input ends). A GPU restored from a
+        checkpoint goes on from its own count: its first op held begins its next Step (a
+        checkpoint lies where placing stopped, at a Step's first op). Per GPU, the offset."""
         most = max((_last_step(labels[k]) for k in members), default=-1)
         fewest = min(len(labels[k]) for k in members)
         if (most + 1 < self.first_steps or fewest < self.first_ops) and not final:
             return None
-        resumed = [self._gpus[k].engine for k in members if self._gpus[k].engine.next_step_index]
-        if not resumed:
-            return 0
-        engine = resumed[0]
-        k = next(k for k in members if self._gpus[k].engine is engine)
-        lab = labels[k]
-        first = int(lab[(lab >= 0) & (lab != TAIL)].min(initial=0))
-        # ops before the window's first whole Step finish the Step left open
-        return engine.next_step_index - (first + 1 if engine.open is not None else first)
+        offsets = {}
+        for k in members:
+            engine, lab = self._gpus[k].engine, labels[k]
+            in_step = lab[(lab >= 0) & (lab != TAIL)]
+            if engine.next_step_index and len(in_step):
+                offsets[k] = engine.next_step_index - int(in_step[0])
+        resumed = sorted(offsets.values())
+        for k in members:  # a GPU new beside restored ones takes their count
+            offsets.setdefault(k, resumed[len(resumed) // 2] if resumed else 0)
+        return offsets
 
     def _place(self, key, count: int, steps, confidence, reasons) -> list:
         g = self._gpus[key]
