@@ -9,7 +9,10 @@ position (segment, byte offset, line index) so a checkpoint can resume after it.
 A process that drives several GPUs (JAX, ncclCommInitAll) is split into one GpuLog per GPU,
 named `<process stream>.dev<N>`, by the communicator member each op belongs to
 (`process_gpus` has the rule). Its GPUs read the process's segments once between them
-(`_SharedReading`) and each keeps its own ops, so each resumes from its own position.
+(`_SharedReading`) and each keeps its own ops, so each resumes from its own position. A
+segment that has to be searched for comm_init lines to tell a process's GPUs apart is read
+whole at that moment instead (`_SegmentReader.read_ahead`): its ops are kept for the first
+reading, so each segment is read once.
 
 Only the fields the engine uses are decoded (lean msgspec structs); a line that does not
 decode, a segment whose seal does not match its content, and a missing segment are each
@@ -22,6 +25,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +46,7 @@ from comminsight.semantic.op_batch import (
     from_engine_ops,
     func_code,
 )
-from comminsight.semantic.op_times import gpu_clock_offset, op_times
+from comminsight.semantic.op_times import op_times
 from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.process_gpus import GpuOfProcess, ProcessMembers, split_process
 
@@ -184,6 +188,9 @@ class GpuLog:
     problems: list[str] = field(default_factory=list)
     identity: Identity | None = None
     device: DeviceSlice | None = None  # set when the process drives several GPUs
+    # the reader that read segments ahead while the process's GPUs were told apart: the
+    # first `batches` takes it (and what it read)
+    reader: _SegmentReader | None = field(default=None, repr=False, compare=False)
 
     def ops(self, start: LogPosition | None = None) -> Iterator[EngineOp]:
         """The GPU's ops from `start` on, one by one (for scripts; the engine takes
@@ -195,7 +202,10 @@ class GpuLog:
         """The GPU's ops from `start` (the first line not yet consumed) on, a batch per
         segment, in file order. Records known lost (gap lines, absent segments) are counted
         into the next op's lost_before."""
-        reader = self.device.reading if self.device is not None else _SegmentReader(self)
+        if self.device is not None:
+            reader = self.device.reading
+        else:
+            reader, self.reader = self.reader or _SegmentReader(self), None
         # the process's reading problems are reported once, by one of its GPUs
         problems = self.problems if self.device is None or self.device.reports else []
         file_stream = self.device.process_stream if self.device is not None else self.stream
@@ -314,8 +324,9 @@ class _SharedReading:
     GPU reads again what is not kept; so does one resuming at another offset). Problems go to
     the reporting GPU's list."""
 
-    def __init__(self, reporter: GpuLog, sharers: int) -> None:
-        self.reader = _SegmentReader(reporter)
+    def __init__(self, reporter: GpuLog, sharers: int, reader: _SegmentReader) -> None:
+        reader.log = reporter
+        self.reader = reader
         self.sharers = sharers
         self._kept: dict[tuple[str, int, int], list] = {}
         self._kept_ops = 0
@@ -369,10 +380,33 @@ class _SegmentReader:
         self.segments = SegmentTable()
         self.comm_of_header = np.empty(0, np.int64)  # interned header -> comms index
         self.code_of_func = np.empty(0, np.int64)  # interned function name -> FUNCS code
+        # segments read whole before their turn: (what `read` gives, the problems found)
+        self._ahead: dict[str, tuple[tuple[OpBatch, int], list[str]]] = {}
+        self._problems: list[str] | None = None  # where problems go, when not the log's
 
-    def read(self, path: Path, offset: int, record: int) -> tuple[OpBatch, int]:
-        """The ops of one segment from a byte offset, and the records lost after its last op."""
-        problems = self.log.problems
+    def read_ahead(self, path: Path) -> list[bytes]:
+        """Read a whole segment now, for `read` to give later (its problems are reported
+        then, in their place), and return its lines that are not op lines (what a GPU split
+        needs): the segment is then read once, not searched as well."""
+        others: list[bytes] = []
+        self._problems = problems = []
+        try:
+            result = self.read(path, 0, 0, others)
+        finally:
+            self._problems = None
+        self._ahead[path.name] = (result, problems)
+        return others
+
+    def read(
+        self, path: Path, offset: int, record: int, others: list[bytes] | None = None
+    ) -> tuple[OpBatch, int]:
+        """The ops of one segment from a byte offset, and the records lost after its last op
+        (with `others`, the lines that are not op lines are added to it)."""
+        ahead = self._ahead.pop(path.name, None)
+        if ahead is not None and offset == 0 and record == 0:
+            self.log.problems += ahead[1]
+            return ahead[0]
+        problems = self._problem_list()
         empty = OpBatch.empty(self.comms, self.segments)
         try:
             contents = _SegmentBytes(path)
@@ -388,14 +422,21 @@ class _SegmentReader:
             problems.append(f"{path}: cannot read: {e}")
             return empty, 0
         with contents as data:
-            return self._read(path, data, offset, record)
+            return self._read(path, data, offset, record, others)
 
-    def _read(self, path: Path, data, offset: int, record: int) -> tuple[OpBatch, int]:
-        problems = self.log.problems
+    def _problem_list(self) -> list[str]:
+        return self.log.problems if self._problems is None else self._problems
+
+    def _read(
+        self, path: Path, data, offset: int, record: int, others_out: list[bytes] | None
+    ) -> tuple[OpBatch, int]:
+        problems = self._problem_list()
         anchor = self.log._anchor(data)  # the clock pair of the segment_start line
         seg = self.segments.add(path.name, _segment_index(path))
         seal = _seal_checksum(data) if not path.name.endswith(".partial") else None
-        rows, rest = native.scan(data, offset, self.headers, self.funcs, trusted=seal is not None)
+        rows, rest = native.scan(
+            data, offset, self.headers, self.funcs, seal is not None, _scan_scratch()
+        )
         self._learn_interned()
         ops = np.flatnonzero(rows["status"] == native.LINE_OP)
         # a header C took but the schema does not (a wrong type): Python names the problem
@@ -403,9 +444,11 @@ class _SegmentReader:
         rows["status"][refused] = native.LINE_OTHER
         ends = rows["end"]
         n = len(rows)
-        gpu_offset = _segment_gpu_offset(rows, ops)
+        gpu_offset = native.gpu_offset(rows, ops)
         # the lines C left to Python: before the seal (or the end), in order
         others = np.flatnonzero(rows["status"] != native.LINE_OP)
+        if others_out is not None:
+            others_out += [data[int(rows["start"][r]) : int(ends[r])] for r in others.tolist()]
         cut = n  # rows from the seal on are not read
         py_ops: list[tuple[int, EngineOp]] = []
         gaps: list[tuple[int, int]] = []  # (row, records lost)
@@ -451,7 +494,7 @@ class _SegmentReader:
             problems.append(f"{path}: {what}; the ops before the end were read")
         # an open segment's last line may still be being written: it is read next time
         fast = np.flatnonzero(rows["status"][:cut] == native.LINE_OP)
-        batch = self._columns(rows.take(fast), anchor, seg, record + fast, gpu_offset)
+        batch = self._columns(rows, fast, anchor, seg, record, gpu_offset)
         row_of = fast
         if py_ops:
             extra = from_engine_ops([op for _, op in py_ops], self.comms, self.segments)
@@ -489,61 +532,39 @@ class _SegmentReader:
     def _columns(
         self,
         rows: native.Lines,
+        fast: np.ndarray,
         anchor: tuple[int, int],
         seg: int,
-        records: np.ndarray,
+        record: int,
         offset: int | None,
     ) -> OpBatch:
-        """The ops of scanned rows, computed as `_op` computes one."""
-        none = native.NONE
-        issue = rows["host_start"].copy()
-        issue[issue == none] = 0
-        complete = rows["host_complete"].copy()
-        absent = (complete == none) | (complete == 0)
-        complete[absent] = issue[absent]
-        g0, g1 = rows["gpu_start"], rows["gpu_stop"]
-        kernel = _kernel_timed(rows["kernel_timing"], g0, g1)
-        exec_us = rows["exec_us"]
-        from_exec = np.maximum(0, np.trunc(exec_us * 1000.0)).astype(np.int64)
-        host = np.maximum(0, complete - issue)
-        duration = np.where(kernel, g1 - g0, np.where(exec_us != 0.0, from_exec, host))
-        start_mono, end_mono = op_times(issue, complete, duration, g0, g1, kernel, offset)
+        """The ops of scanned op lines `fast` (in C), computed as `_op` computes one."""
         mono0, real0 = anchor
-        to_real = real0 - mono0 if anchor != (0, 0) else 0
-        busbw = rows["busbw"]
-        busbw = np.where(np.isfinite(busbw), busbw, 0.0)
-        coll = rows["kind"] == 0
-        peer = np.where(coll, none, rows["peer"])
-        n = len(rows)
         seg_index = self.segments.segments[seg][1] or 0
-        cols = {
-            "kind": rows["kind"].astype(np.int64),
-            "func": self.code_of_func[rows["func"]],
-            "comm": self.comm_of_header[rows["header"]],
-            "peer": peer,
-            "seq": rows["seq"],
-            "size": rows["size"],
-            "issue": issue,
-            "start": start_mono,
-            "end": end_mono,
-            "start_real": np.maximum(0, start_mono + to_real),
-            "end_real": np.maximum(0, end_mono + to_real),
-            "end_mono": end_mono,
-            "duration": duration,
-            "busbw": busbw,
-            "ring_seq": rows["ring_seq"],
-            "lost_before": np.zeros(n, np.int64),
-            "pos_seg": np.full(n, seg, np.int64),
-            "pos_offset": rows["start"],
-            "pos_record": records.astype(np.int64),
-            "pos_end": rows["end"],
-            "order": (seg_index << SEGMENT_SHIFT) | rows["start"],
-            "arrival": np.zeros(n, np.int64),
-            "group_id": np.maximum(rows["group_id"], 0),  # absent (NONE): unknown, 0
-        }
-        return OpBatch(
-            {k: np.ascontiguousarray(v) for k, v in cols.items()}, self.comms, self.segments
+        cols = native.op_columns(
+            rows,
+            fast,
+            self.comm_of_header,
+            self.code_of_func,
+            record,
+            real0 - mono0 if anchor != (0, 0) else 0,
+            offset,
+            seg,
+            seg_index << SEGMENT_SHIFT,
         )
+        return OpBatch(cols, self.comms, self.segments)
+
+
+_SCRATCH = threading.local()
+
+
+def _scan_scratch() -> native.ScanScratch:
+    """This thread's scan columns: segments are read one at a time, and each segment's rows
+    are done with before the next is scanned."""
+    scratch = getattr(_SCRATCH, "scan", None)
+    if scratch is None:
+        scratch = _SCRATCH.scan = native.ScanScratch()
+    return scratch
 
 
 class _SegmentBytes:
@@ -597,19 +618,6 @@ def _comm_id(nccl_id: str) -> str:
     if comm_id is None:
         comm_id = _COMM_IDS[nccl_id] = nccl_id.removeprefix("0x").rjust(16, "0")
     return comm_id
-
-
-def _kernel_timed(kernel_timing, g0, g1) -> np.ndarray:
-    none = native.NONE
-    return (kernel_timing != 0) & (g0 != none) & (g0 != 0) & (g1 != none) & (g1 != 0) & (g1 >= g0)
-
-
-def _segment_gpu_offset(rows: native.Lines, ops: np.ndarray) -> int | None:
-    """The segment's GPU-minus-host clock offset (op_times), from the op lines C read."""
-    complete = rows["host_complete"][ops]
-    timed = _kernel_timed(rows["kernel_timing"][ops], rows["gpu_start"][ops], rows["gpu_stop"][ops])
-    timed &= (complete != native.NONE) & (complete != 0)
-    return gpu_clock_offset(rows["gpu_stop"][ops], complete, timed)
 
 
 def _op(
@@ -827,16 +835,18 @@ def read_gpu_logs(directory: str | Path) -> tuple[list[GpuLog], list[str]]:
 
 def gpu_logs_of_process(stream: str, segments: list[Path], problems: list[str]) -> list[GpuLog]:
     """A process's GpuLogs: one, or one per GPU when it drives several (process_gpus)."""
-    split = split_process(segments)
+    log = GpuLog(stream, segments)
+    reader = _SegmentReader(log)
+    split = split_process(segments, reader.read_ahead)
     problems += split.problems
     who = split.process
     if not split.split:
-        log = GpuLog(stream, segments)
         if who.host is not None:  # else learnt from the first segment_start that decodes
             log.identity = _identity(who, split.gpus[0])
+        log.reader = reader
         return [log]
     logs = [GpuLog(stream + g.suffix, segments, identity=_identity(who, g)) for g in split.gpus]
-    reading = _SharedReading(logs[0], len(logs))
+    reading = _SharedReading(logs[0], len(logs), reader)
     every_member = frozenset(who.members)
     for i, (log, gpu) in enumerate(zip(logs, split.gpus, strict=True)):
         log.device = DeviceSlice(stream, gpu.members, reading, i == 0, every_member)

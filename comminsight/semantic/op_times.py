@@ -8,18 +8,13 @@ log segment: no op can end on the GPU after the host saw it complete, so the off
 least max(gpu_stop - complete) over the segment's timed ops, and that bound is tight where
 one op's completion was seen at once (most are). Timed ops get their GPU start and end on
 the host clock; the others start at max(issue, complete - duration) and end at complete.
+Lines the C scanner read get the same from engine_core.c (ci_gpu_offset, ci_op_columns);
+this is the rule for the lines Python decodes one by one.
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-
-def gpu_clock_offset(gpu_stop: np.ndarray, complete: np.ndarray, timed: np.ndarray) -> int | None:
-    """GPU clock minus host clock, from the ops with GPU times; None without any."""
-    if not timed.any():
-        return None
-    return int((gpu_stop[timed] - complete[timed]).max())
 
 
 def op_times(

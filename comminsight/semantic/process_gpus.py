@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+
+from comminsight.semantic import native
 
 
 class _Member(msgspec.Struct):
@@ -66,8 +69,11 @@ class _Line(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(_Line)
-# as the Profiler writes it (compact JSON); the longer the needle, the faster the search
-_COMM_INIT = b'"kind":"comm_init"'
+# reads a segment whole (for the op reader) and gives the lines of it that are not op lines
+ReadLines = Callable[[Path], list[bytes]]
+# as the Profiler writes it (compact JSON), without the quotes around it: the search filters
+# on a needle's first and last bytes, and quotes are everywhere in JSON
+_COMM_INIT = b'kind":"comm_init'
 
 
 @dataclass(frozen=True)
@@ -113,16 +119,18 @@ class ProcessMembers:
             )
 
 
-def scan_members(segments: list[Path]) -> ProcessMembers:
+def scan_members(segments: list[Path], read_lines: ReadLines | None = None) -> ProcessMembers:
     """The members of a process, from the segment_start and comm_init lines of its segments.
-    Files that cannot be read are left to the op reader, which reports them."""
+    Files that cannot be read are left to the op reader, which reports them. `read_lines`,
+    when given, reads a whole segment for the op reader now and gives the lines it left to
+    Python (comm_init among them): the search through the segment is then saved."""
     found = ProcessMembers()
     for path in segments:
         data = _contents(path)
         if data is None:
             continue
         try:
-            _scan_segment(data, found)
+            _scan_segment(data, found, read_lines and (lambda path=path: read_lines(path)))
         finally:
             if isinstance(data, mmap.mmap):
                 data.close()
@@ -146,7 +154,7 @@ def _contents(path: Path):
     return None
 
 
-def _scan_segment(data, found: ProcessMembers) -> None:
+def _scan_segment(data, found: ProcessMembers, lines: Callable[[], list] | None = None) -> None:
     start = _decode(data, 0)
     if start is not None and start.kind == "segment_start":
         p = start.process
@@ -157,13 +165,19 @@ def _scan_segment(data, found: ProcessMembers) -> None:
             found.add(m)
     if _only_ops(data):
         return
-    at = data.find(_COMM_INIT)
-    while at >= 0:  # a search for the few comm_init lines costs far less than decoding all
-        line_start = data.rfind(b"\n", 0, at) + 1
-        ci = _decode(data, line_start)
-        if ci is not None and ci.kind == "comm_init" and ci.comm is not None:
-            found.add(ci.comm)
-        at = data.find(_COMM_INIT, at + len(_COMM_INIT))
+    if lines is not None:
+        for line in lines():  # those the search below would find, in file order
+            if _COMM_INIT in line:
+                _add_comm_init(_decode(line, 0), found)
+        return
+    # a search for the few comm_init lines costs far less than decoding all
+    for at in native.find_all(data, _COMM_INIT):
+        _add_comm_init(_decode(data, data.rfind(b"\n", 0, at) + 1), found)
+
+
+def _add_comm_init(ci: _Ci | None, found: ProcessMembers) -> None:
+    if ci is not None and ci.kind == "comm_init" and ci.comm is not None:
+        found.add(ci.comm)
 
 
 def _only_ops(data) -> bool:
@@ -212,9 +226,10 @@ class ProcessSplit:
         return self.gpus[0].members is not None
 
 
-def split_process(segments: list[Path]) -> ProcessSplit:
-    """The GPUs of one process (see the module docstring for the rule)."""
-    found = scan_members(segments)
+def split_process(segments: list[Path], read_lines: ReadLines | None = None) -> ProcessSplit:
+    """The GPUs of one process (see the module docstring for the rule); `read_lines` as
+    scan_members takes it."""
+    found = scan_members(segments, read_lines)
     members = list(found.members.values())
     where = segments[0] if segments else Path("?")
     if found.conflicts:

@@ -21,6 +21,12 @@ typedef struct ci_columns {
     double *exec_us, *busbw;
     int32_t *status, *kind, *header, *func, *kernel_timing;
 } ci_columns_t;
+typedef struct ci_ops {
+    int64_t *kind, *func, *comm, *peer, *seq, *size, *issue, *start, *end, *start_real;
+    int64_t *end_real, *end_mono, *duration, *ring_seq, *lost_before, *pos_seg, *pos_offset;
+    int64_t *pos_record, *pos_end, *order, *arrival, *group_id;
+    double* busbw;
+} ci_ops_t;
 typedef struct ci_step {
     int64_t first, last, next_start;
     int64_t op_count, micro, unexpected, lost, bytes, time_ns;
@@ -36,6 +42,13 @@ const char* ci_intern_bytes(const ci_intern_t* t, int32_t i, int32_t* len);
 int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_columns_t* cols,
                 int64_t max_lines, ci_intern_t* headers, ci_intern_t* funcs, int32_t trusted,
                 int64_t* next_pos);
+int32_t ci_gpu_offset(int64_t n, const int64_t* idx, const ci_columns_t* in, int64_t* offset);
+void ci_op_columns(int64_t n, const int64_t* idx, const ci_columns_t* in,
+                   const int64_t* comm_of_header, const int64_t* code_of_func,
+                   int64_t first_record, int64_t to_real, int32_t has_offset, int64_t offset,
+                   int64_t seg, int64_t order_base, const ci_ops_t* out);
+int64_t ci_find_all(const char* buf, int64_t len, int64_t pos, const char* needle, int64_t n,
+                    int64_t* out, int64_t max);
 int64_t ci_reorder(const int64_t* issue, const int64_t* arrival, int64_t n_held, int64_t n,
                    int64_t window, int64_t* released, int64_t* held_out, int64_t* n_held_out);
 void ci_decide(int64_t n, const int32_t* role, const int32_t* ckey, const int32_t* cycle,
@@ -129,7 +142,11 @@ class InternTable:
         return out
 
 
-SCAN_CHUNK = 1 << 15  # lines per ci_scan call
+SCAN_CHUNK = 1 << 15  # lines per ci_scan call, at least
+# Bytes per line assumed when sizing the columns for all of a buffer's lines at once (op lines
+# are 500-1000 bytes): one call, no concatenation. Room for lines never written is never
+# touched, so it costs address space, not memory.
+SCAN_LINE_BYTES = 256
 
 
 class Lines(dict):
@@ -138,35 +155,134 @@ class Lines(dict):
     def __len__(self) -> int:
         return len(self["start"])
 
-    def take(self, idx) -> Lines:
-        return Lines({k: v[idx] for k, v in self.items()})
+
+class ScanScratch:
+    """Columns one scan after another writes into (scan's `scratch`): memory written once
+    is written again, not mapped afresh for every segment (a page fault per 4 KiB)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, np.ndarray] = {}
+
+    def take(self, size: int) -> dict[str, np.ndarray]:
+        if not self.columns or len(self.columns["start"]) < size:
+            self.columns = {name: np.empty(size, t) for name, t in LINE_COLUMNS.items()}
+        return self.columns
 
 
 def scan(
-    data: bytes, pos: int, headers: InternTable, funcs: InternTable, trusted: bool = False
+    data: bytes,
+    pos: int,
+    headers: InternTable,
+    funcs: InternTable,
+    trusted: bool = False,
+    scratch: ScanScratch | None = None,
 ) -> tuple[Lines, int]:
     """The complete lines of data[pos:] as columns, and where the rest begins.
-    `trusted`: the segment's seal checksum matched (its lines are the writer's own)."""
+    `trusted`: the segment's seal checksum matched (its lines are the writer's own). With
+    `scratch`, the columns are views of its arrays, valid until its next scan."""
     parts = []
     next_pos = _ffi.new("int64_t*")
     buf = _ffi.from_buffer(data)
     while True:
-        chunk = {name: np.empty(SCAN_CHUNK, dtype) for name, dtype in LINE_COLUMNS.items()}
-        cols = _ffi.new("ci_columns_t*")
-        for name, column in chunk.items():
-            ctype = "double*" if column.dtype == np.float64 else f"int{column.itemsize * 8}_t*"
-            setattr(cols, name, _ptr(ctype, column))
+        size = max(SCAN_CHUNK, (len(data) - pos) // SCAN_LINE_BYTES + 1)
+        if scratch is not None and not parts:
+            chunk = scratch.take(size)
+            size = len(chunk["start"])
+        else:
+            chunk = {name: np.empty(size, dtype) for name, dtype in LINE_COLUMNS.items()}
         n = lib().ci_scan(
-            buf, len(data), pos, cols, SCAN_CHUNK, headers._table, funcs._table, int(trusted),
-            next_pos,
+            buf, len(data), pos, _struct("ci_columns_t*", chunk), size, headers._table,
+            funcs._table, int(trusted), next_pos,
         )  # fmt: skip
         parts.append({name: column[:n] for name, column in chunk.items()})
         pos = next_pos[0]
-        if n < SCAN_CHUNK:
+        if n < size:
             break
     if len(parts) == 1:
         return Lines(parts[0]), pos
     return Lines({k: np.concatenate([p[k] for p in parts]) for k in LINE_COLUMNS}), pos
+
+
+def _struct(ctype: str, columns: dict[str, np.ndarray]):
+    """A C struct of pointers to the columns' data, one field per column (the arrays must
+    outlive its use)."""
+    out = _ffi.new(ctype)
+    for name, column in columns.items():
+        kind = "double*" if column.dtype == np.float64 else f"int{column.itemsize * 8}_t*"
+        setattr(out, name, _ptr(kind, column))
+    return out
+
+
+def gpu_offset(rows: Lines, idx: np.ndarray) -> int | None:
+    """The GPU-minus-host clock offset (op_times.py) of the lines idx; None when none of
+    them is kernel-timed."""
+    idx = np.ascontiguousarray(idx, np.int64)
+    out = _ffi.new("int64_t*")
+    found = lib().ci_gpu_offset(
+        len(idx), _ptr("int64_t*", idx), _struct("ci_columns_t*", rows), out
+    )
+    return int(out[0]) if found else None
+
+
+# An op batch's columns, as ci_op_columns fills them (op_batch.COLUMNS, in its order).
+OP_COLUMNS = (
+    "kind", "func", "comm", "peer", "seq", "size", "issue", "start", "end", "start_real",
+    "end_real", "end_mono", "duration", "busbw", "ring_seq", "lost_before", "pos_seg",
+    "pos_offset", "pos_record", "pos_end", "order", "arrival", "group_id",
+)  # fmt: skip
+
+
+def op_columns(
+    rows: Lines,
+    idx: np.ndarray,
+    comm_of_header: np.ndarray,
+    code_of_func: np.ndarray,
+    first_record: int,
+    to_real: int,
+    offset: int | None,
+    seg: int,
+    order_base: int,
+) -> dict[str, np.ndarray]:
+    """The op columns of scanned op lines idx (see ci_op_columns)."""
+    n = len(idx)
+    idx = np.ascontiguousarray(idx, np.int64)
+    out = {k: np.empty(n, np.float64 if k == "busbw" else np.int64) for k in OP_COLUMNS}
+    lib().ci_op_columns(
+        n,
+        _ptr("int64_t*", idx),
+        _struct("ci_columns_t*", rows),
+        _ptr("int64_t*", np.ascontiguousarray(comm_of_header, np.int64)),
+        _ptr("int64_t*", np.ascontiguousarray(code_of_func, np.int64)),
+        first_record,
+        to_real,
+        int(offset is not None),
+        offset or 0,
+        seg,
+        order_base,
+        _struct("ci_ops_t*", out),
+    )
+    return out
+
+
+FIND_CHUNK = 64  # offsets per ci_find_all call
+
+
+def find_all(data, needle: bytes) -> list[int]:
+    """Where `needle` occurs in data (bytes or a mapping), without overlaps, in order. It is
+    searched by its first and last bytes together: a needle whose ends are frequent bytes of
+    the data (a JSON quote) is slower to find."""
+    found: list[int] = []
+    buf = _ffi.from_buffer(data)
+    out = np.empty(FIND_CHUNK, np.int64)
+    pos = 0
+    while True:
+        k = lib().ci_find_all(
+            buf, len(data), pos, needle, len(needle), _ptr("int64_t*", out), FIND_CHUNK
+        )
+        found += out[:k].tolist()
+        if k < FIND_CHUNK:
+            return found
+        pos = found[-1] + len(needle)
 
 
 def reorder(

@@ -643,26 +643,107 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern
  * string (a quote there is escaped), so the first match is the structural one. Anything
  * unexpected returns 0 and the line is walked as any other. */
 
-#define LIT(p, e, lit) ((e) - (p) >= (int64_t)sizeof(lit) - 1 && memcmp((p), (lit), sizeof(lit) - 1) == 0)
+/* Whether the n bytes at a are those at b, in word-sized compares (n is a constant at every
+ * use: unrolled, no call). */
+static inline __attribute__((always_inline)) int same(const char* a, const char* b, size_t n) {
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    if (n >= 4) {
+        uint32_t x, y;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        if (x != y) return 0;
+        a += 4, b += 4, n -= 4;
+    }
+    for (; n; a++, b++, n--)
+        if (*a != *b) return 0;
+    return 1;
+}
 
-/* The first `needle` in [p, e): memchr (vectorized) for its first byte, then a compare;
- * glibc's memmem goes byte by byte for needles this long. */
-static const char* find(const char* p, const char* e, const char* needle, size_t n) {
+#define LIT(p, e, lit) ((e) - (p) >= (int64_t)sizeof(lit) - 1 && same((p), (lit), sizeof(lit) - 1))
+
+/* The first `needle` (n >= 2 bytes) in [p, e), for needles whose first byte is frequent in
+ * JSON (a comma): candidates are positions whose first and last bytes both match, sixteen
+ * at a time (SSE2), and only those are compared. */
+static inline __attribute__((always_inline)) const char* find_pair(const char* p, const char* e,
+                                                                   const char* needle, size_t n) {
+    if (e - p < (int64_t)n) return NULL;
+    const char* stop = e - n + 1; /* candidates begin before it */
+#ifdef __SSE2__
+    const __m128i first = _mm_set1_epi8(needle[0]), last = _mm_set1_epi8(needle[n - 1]);
+    for (; stop - p >= 16; p += 16) {
+        __m128i a = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i*)p), first);
+        __m128i b = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i*)(p + n - 1)), last);
+        unsigned mask = (unsigned)_mm_movemask_epi8(_mm_and_si128(a, b));
+        while (mask) {
+            int i = __builtin_ctz(mask);
+            if (same(p + i + 1, needle + 1, n - 2)) return p + i;
+            mask &= mask - 1;
+        }
+    }
+#endif
+    for (; p < stop; p++)
+        if (*p == needle[0] && same(p + 1, needle + 1, n - 1)) return p;
+    return NULL;
+}
+
+/* The first `needle` in [p, e), for needles whose first byte is rare (a closing brace):
+ * memchr (vectorized) for it, then a compare. */
+static inline __attribute__((always_inline)) const char* find_rare(const char* p, const char* e,
+                                                                   const char* needle, size_t n) {
     while (e - p >= (int64_t)n) {
         const char* q = memchr(p, needle[0], (size_t)(e - p) - n + 1);
         if (!q) return NULL;
-        if (memcmp(q + 1, needle + 1, n - 1) == 0) return q;
+        if (same(q + 1, needle + 1, n - 1)) return q;
         p = q + 1;
     }
     return NULL;
 }
+
+/* How many of the 8 bytes at p are digits before the first non-digit (8: all are), and
+ * their value (SWAR: eight digits in three multiplications). */
+static inline int digits8(const char* p, uint64_t* value) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    uint64_t d = w - 0x3030303030303030ull;
+    /* a byte's high bit is set where it is not a digit ('0'..'9') */
+    uint64_t not_digit = (d | (d + 0x7676767676767676ull)) & 0x8080808080808080ull;
+    int k = not_digit ? __builtin_ctzll(not_digit) >> 3 : 8;
+    if (k == 0) return 0;
+    d <<= 8 * (8 - k); /* the k digits become the low-order end of eight, zeros before */
+    d = d * 10 + (d >> 8);
+    d = (((d & 0x000000FF000000FFull) * (100 + (1000000ull << 32))) +
+         (((d >> 16) & 0x000000FF000000FFull) * (1 + (10000ull << 32)))) >> 32;
+    *value = d;
+    return k;
+}
+
+static const uint64_t POW10_INT[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
 
 /* A non-negative integer as the writer prints it (%llu: digits, no sign, no leading zero),
  * up to INT64_MAX; anything else is left to number() (which may still take it). */
 static const char* layout_int(const char* p, const char* e, int64_t* v) {
     const char* q = p;
     uint64_t mag = 0;
-    while (q < e && (unsigned)(*q - '0') < 10 && q - p < 19) mag = mag * 10 + (unsigned)(*q++ - '0');
+    if (e - p >= 24) { /* room for 19 digits and a byte after them: eight at a time */
+        uint64_t part;
+        int k;
+        while ((k = digits8(q, &part)) != 0) {
+            mag = mag * POW10_INT[k] + part;
+            q += k;
+            if (k < 8 || q - p >= 19) break;
+        }
+        if (q - p > 19) { /* more digits than the slow loop reads: as it leaves them */
+            q = p;
+            mag = 0;
+        }
+    }
+    if (q == p)
+        while (q < e && (unsigned)(*q - '0') < 10 && q - p < 19) mag = mag * 10 + (unsigned)(*q++ - '0');
     int64_t digits = q - p;
     if (digits == 0 || (digits > 1 && *p == '0') || mag > (uint64_t)INT64_MAX ||
         (q < e && ((unsigned)(*q - '0') < 10 || *q == '.' || *q == 'e' || *q == 'E'))) {
@@ -674,18 +755,62 @@ static const char* layout_int(const char* p, const char* e, int64_t* v) {
     return q;
 }
 
+/* A number as the writer prints it (%llu, or digits '.' digits), eight digits a part at
+ * most: the value number() gives, computed the same way; anything else goes to number(). */
+/* Past a non-negative integer layout_int would take, when its value is not needed: fewer
+ * than 19 digits are counted, not converted (they cannot pass INT64_MAX). */
+static const char* layout_skip_int(const char* p, const char* e) {
+    if (e - p >= 24) {
+        uint64_t w, not_digit = 0;
+        const char* q = p;
+        for (int chunk = 0; chunk < 3 && !not_digit; chunk++, q += 8) {
+            memcpy(&w, q, 8);
+            uint64_t d = w - 0x3030303030303030ull;
+            not_digit = (d | (d + 0x7676767676767676ull)) & 0x8080808080808080ull;
+        }
+        if (not_digit) {
+            q += (__builtin_ctzll(not_digit) >> 3) - 8;
+            int64_t digits = q - p;
+            if (digits > 0 && digits < 19 && (digits == 1 || *p != '0') && *q != '.' && *q != 'e' &&
+                *q != 'E')
+                return q;
+        }
+    }
+    int64_t v;
+    return layout_int(p, e, &v);
+}
+
 static const char* layout_num(const char* p, const char* e, double* v) {
+    if (e - p >= 24) {
+        uint64_t whole, frac = 0;
+        int k = digits8(p, &whole), f = 0;
+        const char* q = p + k;
+        if (k > 0 && k < 8 && (k == 1 || *p != '0')) {
+            if (*q == '.') {
+                f = digits8(q + 1, &frac);
+                q += 1 + f;
+            }
+            if (f < 8 && q[-1] != '.' && *q != 'e' && *q != 'E') {
+                /* at most 7 + 7 digits: below 2^53, exactly a double */
+                *v = (double)(whole * POW10_INT[f] + frac) / POW10[f];
+                return q;
+            }
+        }
+    }
     cur_t c = {p, e, 0};
     int64_t iv;
     if (!number(&c, &iv, v)) return NULL;
     return c.p;
 }
 
-/* A plain string's body at p (after its opening quote): its end (the closing quote). */
+/* A plain string's body at p (after its opening quote): its end (the closing quote). The
+ * strings read this way are short names: a byte loop beats two library calls. */
 static const char* layout_str(const char* p, const char* e) {
-    const char* q = memchr(p, '"', (size_t)(e - p));
-    if (!q || memchr(p, '\\', (size_t)(q - p))) return NULL;
-    return q;
+    for (; p < e; p++) {
+        if (*p == '"') return p;
+        if (*p == '\\') return NULL;
+    }
+    return NULL;
 }
 
 /* The group id the writer puts right before ",\"tid\":" at q (`"group_id":N`), or 0 when the
@@ -703,92 +828,98 @@ static int64_t layout_group_before(const char* from, const char* q) {
 /* the literal is next: step over it (1), or stay (0) */
 #define ACCEPT(lit) (LIT(p, e, lit) ? (p += sizeof(lit) - 1, 1) : 0)
 
-#define EXPECT(lit)                 \
-    do {                            \
+#define EXPECT(lit)                    \
+    do {                               \
         if (!LIT(p, e, lit)) return 0; \
-        p += sizeof(lit) - 1;       \
+        p += sizeof(lit) - 1;          \
     } while (0)
 
 /* The writer's literal text between the values a coll or p2p line's engine fields hold, in
- * its order (p2p has its peer after the sequence number). */
-typedef struct {
-    json_key_t func, sn, peer, size, exec, timing, algobw, busbw, ci;
-} layout_keys_t;
-#define LAYOUT(p)                                                                                 \
-    {K("\"" p "\":\""), K("\",\"" p "_sn\":"), K(",\"" p "_peer\":"),                            \
-     K(",\"" p "_msg_size_bytes\":"), K(",\"" p "_exec_time_us\":"), K(",\"" p "_timing_source\":\""), \
-     K(",\"" p "_algobw_gbs\":"), K(",\"" p "_busbw_gbs\":"),                                         \
-     K("},\"ci\":{\"kind\":\"" p "\",\"schema_version\":1,\"ring_seq\":")}
-static const layout_keys_t COLL_LAYOUT = LAYOUT("coll"), P2P_LAYOUT = LAYOUT("p2p");
-
-#define EXPECT_KEY(k)                                                                     \
-    do {                                                                                  \
-        if (e - p < (k).n || memcmp(p, (k).s, (size_t)(k).n) != 0) return 0;              \
-        p += (k).n;                                                                       \
+ * its order (p2p has its peer after the sequence number). `p2p` is a constant where this is
+ * inlined, so every literal is one (compared without a call). */
+#define EXPECT_PERF(p2p, before, key)                                            \
+    do {                                                                         \
+        if (p2p)                                                                 \
+            EXPECT(before "p2p" key);                                            \
+        else                                                                     \
+            EXPECT(before "coll" key);                                           \
     } while (0)
+
+/* The perf object's fields, from its first key on; where its ci object's ring_seq begins, or
+ * NULL when the line is not the layout. */
+static inline __attribute__((always_inline)) const char* layout_perf(const char* p, const char* e,
+                                                                     ci_line_t* row, const char** func,
+                                                                     const char** func_end, const int p2p) {
+    row->peer = NONE;
+    EXPECT_PERF(p2p, "\"", "\":\"");
+    *func = p;
+    if (!(*func_end = layout_str(p, e))) return 0;
+    p = *func_end;
+    EXPECT_PERF(p2p, "\",\"", "_sn\":");
+    if (!(p = layout_int(p, e, &row->seq))) return 0;
+    if (p2p) {
+        EXPECT(",\"p2p_peer\":");
+        if (!(p = layout_int(p, e, &row->peer))) return 0;
+    }
+    EXPECT_PERF(p2p, ",\"", "_msg_size_bytes\":");
+    if (!(p = layout_int(p, e, &row->size))) return 0;
+    EXPECT_PERF(p2p, ",\"", "_exec_time_us\":");
+    if (!(p = layout_num(p, e, &row->exec_us))) return 0;
+    EXPECT_PERF(p2p, ",\"", "_timing_source\":\"");
+    const char* timing = p;
+    if (!(p = layout_str(p, e))) return 0;
+    row->kernel_timing = p - timing == 10 && same(timing, "kernel_gpu", 10);
+    p++;
+    EXPECT_PERF(p2p, ",\"", "_algobw_gbs\":");
+    if (!(p = layout_num(p, e, &row->busbw))) return 0;
+    EXPECT_PERF(p2p, ",\"", "_busbw_gbs\":");
+    if (!(p = layout_num(p, e, &row->busbw))) return 0;
+    if (p2p)
+        EXPECT("},\"ci\":{\"kind\":\"p2p\",\"schema_version\":1,\"ring_seq\":");
+    else
+        EXPECT("},\"ci\":{\"kind\":\"coll\",\"schema_version\":1,\"ring_seq\":");
+    return p;
+}
 
 static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t* headers,
                        ci_intern_t* funcs) {
     const char* p = s;
     EXPECT("{\"header\":");
     const char* header = p;
-    const char* q = find(p, e, "},\"metadata\":{", 14);
+    const char* q = find_rare(p, e, "},\"metadata\":{", 14);
     if (!q) return 0;
     int64_t header_n = q + 1 - header;
     p = q + 14;
-    q = find(p, e, "},\"c", 4);
-    const char* q2 = find(p, e, "},\"p2p_perf\":{", 14);
+    /* the first "},\"p2p_perf\":{" or "},\"c" decides: a coll_perf object, or not the layout */
     int p2p;
-    if (q2 && (!q || q2 < q)) {
-        p = q2 + 14;
-        p2p = 1;
-    } else if (q && LIT(q, e, "},\"coll_perf\":{")) {
-        p = q + 15;
-        p2p = 0;
-    } else {
-        return 0;
+    for (;; p = q + 3) {
+        if (!(q = find_rare(p, e, "},\"", 3))) return 0;
+        if (LIT(q, e, "},\"p2p_perf\":{")) {
+            p = q + 14;
+            p2p = 1;
+            break;
+        }
+        if (LIT(q, e, "},\"c")) {
+            if (!LIT(q, e, "},\"coll_perf\":{")) return 0;
+            p = q + 15;
+            p2p = 0;
+            break;
+        }
     }
-    const layout_keys_t* K = p2p ? &P2P_LAYOUT : &COLL_LAYOUT;
-    row->peer = NONE;
-    EXPECT_KEY(K->func);
-    const char* func = p;
-    const char* fe = layout_str(p, e);
-    if (!fe) return 0;
-    p = fe;
-    EXPECT_KEY(K->sn);
-    if (!(p = layout_int(p, e, &row->seq))) return 0;
-    if (p2p) {
-        EXPECT_KEY(K->peer);
-        if (!(p = layout_int(p, e, &row->peer))) return 0;
-    }
-    EXPECT_KEY(K->size);
-    if (!(p = layout_int(p, e, &row->size))) return 0;
-    EXPECT_KEY(K->exec);
-    if (!(p = layout_num(p, e, &row->exec_us))) return 0;
-    EXPECT_KEY(K->timing);
-    const char* timing = p;
-    if (!(p = layout_str(p, e))) return 0;
-    row->kernel_timing = p - timing == 10 && memcmp(timing, "kernel_gpu", 10) == 0;
-    p++;
-    EXPECT_KEY(K->algobw);
-    if (!(p = layout_num(p, e, &row->busbw))) return 0;
-    EXPECT_KEY(K->busbw);
-    if (!(p = layout_num(p, e, &row->busbw))) return 0;
-    EXPECT_KEY(K->ci);
-    if (!(p = layout_int(p, e, &row->ring_seq))) return 0;
+    const char *func, *fe;
+    p = p2p ? layout_perf(p, e, row, &func, &fe, 1) : layout_perf(p, e, row, &func, &fe, 0);
+    if (!p || !(p = layout_int(p, e, &row->ring_seq))) return 0;
     /* the timing fields follow "tid"; before it only the group id is used */
-    q = find(p, e, ",\"tid\":", 7);
+    q = find_pair(p, e, ",\"tid\":", 7);
     if (!q) return 0;
     row->group_id = layout_group_before(p, q);
     p = q + 7;
-    int64_t tid;
-    if (!(p = layout_int(p, e, &tid))) return 0;
+    if (!(p = layout_skip_int(p, e))) return 0; /* tid */
     row->host_start = row->host_complete = row->gpu_start = row->gpu_stop = NONE;
     EXPECT(",\"host_start_mono_ns\":");
     if (!(p = layout_int(p, e, &row->host_start))) return 0;
     EXPECT(",\"host_stop_mono_ns\":");
-    int64_t stop;
-    if (!(p = layout_int(p, e, &stop))) return 0;
+    if (!(p = layout_skip_int(p, e))) return 0; /* host_stop_mono_ns */
     if (ACCEPT(",\"host_complete_mono_ns\":")) {
         if (!(p = layout_int(p, e, &row->host_complete))) return 0;
     }
@@ -798,14 +929,25 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t
         if (!(p = layout_int(p, e, &row->gpu_stop))) return 0;
     }
     EXPECT(",\"channels_completed\":");
-    int64_t channels;
-    if (!(p = layout_int(p, e, &channels))) return 0;
+    if (!(p = layout_skip_int(p, e))) return 0; /* channels_completed */
     if (!ACCEPT(",\"forced_complete\":false}}") && !ACCEPT(",\"forced_complete\":true}}")) return 0;
     if (p != e) return 0;
     row->kind = p2p ? KIND_P2P : KIND_COLL;
     row->header = intern(headers, header, header_n);
     row->func = intern(funcs, func, fe - func);
     return row->header >= 0 && row->func >= 0;
+}
+
+/* Where `needle` (n >= 2 bytes) occurs in buf[pos..len), without overlaps: at most max
+ * offsets into out; returns how many were written (max: there may be more after the last). */
+int64_t ci_find_all(const char* buf, int64_t len, int64_t pos, const char* needle, int64_t n,
+                    int64_t* out, int64_t max) {
+    int64_t k = 0;
+    if (n < 2) return 0;
+    const char* e = buf + len;
+    for (const char* p = buf + pos; k < max && (p = find_pair(p, e, needle, (size_t)n)); p += n)
+        out[k++] = p - buf;
+    return k;
 }
 
 /* Column arrays, one entry per line (what ci_line_t holds, field by field): numpy reads them
@@ -864,10 +1006,110 @@ int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_columns_t* c
     return n;
 }
 
+/* ---- scanned lines -> op columns --------------------------------------------------------- */
+
+/* Wrapping int64 arithmetic, as numpy's. */
+static inline int64_t wsub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+static inline int64_t wadd(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static inline int kernel_timed(int32_t timing, int64_t g0, int64_t g1) {
+    return timing != 0 && g0 != NONE && g0 != 0 && g1 != NONE && g1 != 0 && g1 >= g0;
+}
+
+/* The GPU-minus-host clock offset of semantic/op_times.py over lines idx[0..n) of `in`: 1 and
+ * *offset when one of them is kernel-timed, else 0. */
+int32_t ci_gpu_offset(int64_t n, const int64_t* idx, const ci_columns_t* in, int64_t* offset) {
+    int found = 0;
+    int64_t best = 0;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = idx[k], c = in->host_complete[i];
+        if (!kernel_timed(in->kernel_timing[i], in->gpu_start[i], in->gpu_stop[i]) || c == NONE || c == 0)
+            continue;
+        int64_t d = wsub(in->gpu_stop[i], c);
+        if (!found || d > best) best = d;
+        found = 1;
+    }
+    *offset = best;
+    return found;
+}
+
+/* An op batch's columns (op_batch.INT_COLUMNS, and busbw), one entry per op. */
+typedef struct ci_ops {
+    int64_t *kind, *func, *comm, *peer, *seq, *size, *issue, *start, *end, *start_real;
+    int64_t *end_real, *end_mono, *duration, *ring_seq, *lost_before, *pos_seg, *pos_offset;
+    int64_t *pos_record, *pos_end, *order, *arrival, *group_id;
+    double* busbw;
+} ci_ops_t;
+
+/* The ops of scanned op lines idx[0..n) (line numbers first_record + idx), as
+ * log_input._SegmentReader._columns defines them: host times with absent ones filled in,
+ * the duration (GPU span, else the exec time, else the host span), start and end on the host
+ * clock (op_times.py; `offset` used when has_offset), real-time ones through to_real. */
+void ci_op_columns(int64_t n, const int64_t* idx, const ci_columns_t* in, const int64_t* comm_of_header,
+                   const int64_t* code_of_func, int64_t first_record, int64_t to_real, int32_t has_offset,
+                   int64_t offset, int64_t seg, int64_t order_base, const ci_ops_t* out) {
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = idx[k];
+        int64_t issue = in->host_start[i] == NONE ? 0 : in->host_start[i];
+        int64_t complete = in->host_complete[i];
+        if (complete == NONE || complete == 0) complete = issue;
+        int64_t g0 = in->gpu_start[i], g1 = in->gpu_stop[i];
+        int kernel = kernel_timed(in->kernel_timing[i], g0, g1);
+        double exec_us = in->exec_us[i];
+        int64_t duration;
+        if (kernel) {
+            duration = wsub(g1, g0);
+        } else if (exec_us != 0.0) {
+            /* max(0, trunc(us * 1000)) as an int64: a C cast truncates; numpy's cast of a
+             * value out of range gives the smallest int64 (x86) */
+            double t = exec_us * 1000.0;
+            duration = !(t >= 1.0) ? 0 : t < 9223372036854775808.0 ? (int64_t)t : NONE;
+        } else {
+            duration = max64(0, wsub(complete, issue));
+        }
+        int64_t start = max64(issue, wsub(complete, duration)), end = complete;
+        if (has_offset && kernel) {
+            start = max64(issue, wsub(g0, offset));
+            end = max64(start, wsub(g1, offset));
+        }
+        double bw = in->busbw[i];
+        out->kind[k] = in->kind[i];
+        out->func[k] = code_of_func[in->func[i]];
+        out->comm[k] = comm_of_header[in->header[i]];
+        out->peer[k] = in->kind[i] == KIND_COLL ? NONE : in->peer[i];
+        out->seq[k] = in->seq[i];
+        out->size[k] = in->size[i];
+        out->issue[k] = issue;
+        out->start[k] = start;
+        out->end[k] = end;
+        out->start_real[k] = max64(0, wadd(start, to_real));
+        out->end_real[k] = max64(0, wadd(end, to_real));
+        out->end_mono[k] = end;
+        out->duration[k] = duration;
+        out->busbw[k] = bw - bw == 0.0 ? bw : 0.0; /* not finite (inf, nan): 0 */
+        out->ring_seq[k] = in->ring_seq[i];
+        out->lost_before[k] = 0;
+        out->pos_seg[k] = seg;
+        out->pos_offset[k] = in->start[i];
+        out->pos_record[k] = first_record + i;
+        out->pos_end[k] = in->end[i];
+        out->order[k] = order_base | in->start[i];
+        out->arrival[k] = 0;
+        out->group_id[k] = max64(in->group_id[i], 0);
+    }
+}
+
 /* ---- reorder ---------------------------------------------------------------------------- */
 
-static inline int before(const int64_t* issue, const int64_t* arrival, int64_t a, int64_t b) {
-    return issue[a] < issue[b] || (issue[a] == issue[b] && arrival[a] < arrival[b]);
+/* A held item with its keys beside it: the heap compares without reaching back into the
+ * columns (a cache miss per comparison once they are large). */
+typedef struct {
+    int64_t issue, arrival, index;
+} held_t;
+
+static inline int before(const held_t* a, const held_t* b) {
+    return a->issue < b->issue || (a->issue == b->issue && a->arrival < b->arrival);
 }
 
 /* Items 0..n_held-1 are held already; items n_held..n-1 arrive in order. Each arrival past
@@ -875,33 +1117,34 @@ static inline int before(const int64_t* issue, const int64_t* arrival, int64_t a
  * release order and the still-held ones (unordered); returns the number released. */
 int64_t ci_reorder(const int64_t* issue, const int64_t* arrival, int64_t n_held, int64_t n,
                    int64_t window, int64_t* released, int64_t* held_out, int64_t* n_held_out) {
-    int64_t* heap = malloc((size_t)(window + 2) * sizeof *heap);
+    held_t* heap = malloc((size_t)(window + 2) * sizeof *heap);
     if (!heap) return -1;
     int64_t size = 0, out = 0;
     for (int64_t i = 0; i < n; i++) {
+        held_t item = {issue[i], arrival[i], i};
         int64_t k = size++; /* sift up */
         while (k > 0) {
             int64_t parent = (k - 1) / 2;
-            if (!before(issue, arrival, i, heap[parent])) break;
+            if (!before(&item, &heap[parent])) break;
             heap[k] = heap[parent];
             k = parent;
         }
-        heap[k] = i;
+        heap[k] = item;
         if (i < n_held || size <= window) continue;
-        released[out++] = heap[0];
-        int64_t last = heap[--size]; /* sift down */
+        released[out++] = heap[0].index;
+        held_t last = heap[--size]; /* sift down */
         k = 0;
         for (;;) {
             int64_t child = 2 * k + 1;
             if (child >= size) break;
-            if (child + 1 < size && before(issue, arrival, heap[child + 1], heap[child])) child++;
-            if (!before(issue, arrival, heap[child], last)) break;
+            if (child + 1 < size && before(&heap[child + 1], &heap[child])) child++;
+            if (!before(&heap[child], &last)) break;
             heap[k] = heap[child];
             k = child;
         }
         heap[k] = last;
     }
-    memcpy(held_out, heap, (size_t)size * sizeof *heap);
+    for (int64_t k = 0; k < size; k++) held_out[k] = heap[k].index;
     *n_held_out = size;
     free(heap);
     return out;
@@ -1135,8 +1378,9 @@ void ci_longest_runs(const int64_t* codes, int64_t n, const int64_t* periods, in
                      int64_t* runs, int64_t* starts) {
     for (int64_t k = 0; k < n_periods; k++) {
         int64_t p = periods[k], cur = 0, best = 0, best_end = 0;
-        for (int64_t i = 0; i < n; i++) {
-            cur = (i + p < n && codes[i + p] == codes[i]) ? cur + 1 : 0;
+        /* from n - p on there is nothing to compare with: every run there is 0 */
+        for (int64_t i = 0; i < n - p; i++) {
+            cur = (cur + 1) & -(int64_t)(codes[i + p] == codes[i]); /* branch-free: the run or 0 */
             if (cur > best) {
                 best = cur;
                 best_end = i;
