@@ -126,29 +126,36 @@ def _sizes_vary(kcf: np.ndarray, shape: np.ndarray, first: np.ndarray, n: int) -
 def follow(keys: np.ndarray, cycle: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each repetition of `cycle` begins in `keys`, and which ops are on it."""
     n = len(keys)
-    on = np.isin(keys, cycle)
-    ckey = np.where(on, _index_in(keys, cycle), OFF).astype(np.int32)
     # keys repeated inside the cycle share the code of their first place
     first_place: dict[int, int] = {}
     for i, k in enumerate(cycle.tolist()):
         first_place.setdefault(k, i)
+    ckey = _index_in(keys, first_place).astype(np.int32)
     cyc = np.array([first_place[k] for k in cycle.tolist()], np.int32)
-    dec, _, _, _ = native.decide(
-        np.zeros(n, np.int32), ckey, cyc, None, 1, 0, 0, False, period=True
-    )
+    dec, _, _, _ = native.decide(_zeros32(n), ckey, cyc, None, 1, 0, 0, False, period=True)
     starts = np.flatnonzero((dec & native.B_MASK) == native.B_BEGIN)
     on_cycle = (dec & native.IN_STEP).astype(bool) & ~(dec & native.UNEXPECTED).astype(bool)
     return starts, on_cycle
 
 
-def _index_in(keys: np.ndarray, cycle: np.ndarray) -> np.ndarray:
-    first_place: dict[int, int] = {}
-    for i, k in enumerate(cycle.tolist()):
-        first_place.setdefault(k, i)
-    lookup = np.full(int(max(keys.max(initial=0), cycle.max(initial=0))) + 1, OFF, np.int64)
-    for k, i in first_place.items():
-        lookup[k] = i
+def _index_in(keys: np.ndarray, first_place: dict[int, int]) -> np.ndarray:
+    """Each key's first place in the cycle, OFF for keys off it."""
+    top = max(int(keys.max(initial=0)), max(first_place, default=0))
+    lookup = np.full(top + 1, OFF, np.int64)
+    lookup[list(first_place)] = list(first_place.values())
     return lookup[keys]
+
+
+def _zeros32(n: int) -> np.ndarray:
+    """n zero roles: a cycle followed alone has one role. Read only, so shared."""
+    global _ZEROS
+    if len(_ZEROS) < n:
+        _ZEROS = np.zeros(max(n, 2 * len(_ZEROS)), np.int32)
+        _ZEROS.flags.writeable = False
+    return _ZEROS[:n]
+
+
+_ZEROS = np.zeros(0, np.int32)
 
 
 def key_floors(counts: np.ndarray, n: int) -> list[float]:
@@ -182,12 +189,14 @@ class Elements:
         `gathers` (every member so), `comm_func` (its first member's)."""
         self._init(keys, group)
         n_keys = int(self.keys.max()) + 1 if len(self.keys) else 0
-        self.small = np.ones(n_keys, bool)
-        np.logical_and.at(self.small, self.keys[self.of_op], small)
-        self.gathers = np.ones(n_keys, bool)
-        np.logical_and.at(self.gathers, self.keys[self.of_op], gather)
-        self.reductions = np.ones(n_keys, bool)
-        np.logical_and.at(self.reductions, self.keys[self.of_op], reduction)
+        self.key_of_op = self.keys[self.of_op]  # each op's element key
+
+        def every_member(flag: np.ndarray) -> np.ndarray:
+            return np.bincount(self.key_of_op, weights=~flag, minlength=n_keys) == 0
+
+        self.small = every_member(small)
+        self.gathers = every_member(gather)
+        self.reductions = every_member(reduction)
         self.comm_func = np.zeros(n_keys, np.int64)
         self.comm_func[self.keys] = cf[self.first]
 
@@ -594,43 +603,39 @@ def _follow_cost(keys: np.ndarray, cyc: np.ndarray, op_cost: float):
     off the cycle (the last may be cut by the end of input)."""
     starts, on_cycle = follow(keys, cyc)
     followed = len(starts)
-    starts, on_cycle = _drop_leading_fragments(starts, on_cycle, len(cyc))
-    if not len(starts):
+    if not followed:
         return None
+    counts = np.add.reduceat(on_cycle.astype(np.int64), starts)  # on-cycle ops per repetition
+    first = _first_whole(starts, counts, len(on_cycle), len(cyc))
+    if first:
+        on_cycle[: starts[first]] = False
+        starts, counts = starts[first:], counts[first:]
     tail = on_cycle[starts[0] :]
-    coverage = float(tail.mean()) if len(tail) else 0.0
-    on_counts = np.add.reduceat(on_cycle.astype(np.int64), starts)[:-1]
+    coverage = float(np.count_nonzero(tail)) / len(tail) if len(tail) else 0.0
+    on_counts = counts[:-1]
     missing = int(np.maximum(0, len(cyc) - on_counts).sum())
-    cost = len(cyc) + float((~tail).sum() + missing) * op_cost
+    cost = len(cyc) + float(len(tail) - np.count_nonzero(tail) + missing) * op_cost
     whole = float((on_counts >= len(cyc)).mean()) if len(on_counts) else 1.0
     return cost, starts, on_cycle, coverage, whole, followed - len(starts)
 
 
-def _drop_leading_fragments(
-    starts: np.ndarray, on_cycle: np.ndarray, period: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The repetitions from the first that is no fragment: warm-up Steps unlike the steady
-    ones (ZeRO-3 gathering every module while it records its trace) may hold the key a
-    repetition begins with several times, each beginning a fragment (less than half the
-    cycle among more ops off it, or more among at least twice as many off it); they are no
-    repetitions but ops before the first (job_cut tells their Steps apart). A repetition cut
-    short with nothing else in it (a Step whose update was skipped) is one. The steady
-    repetitions begin with two in a row that are no fragments (the traced Step's last
-    gathers may pass for a short one), and go on for MIN_REPEATS at least, or none are
-    dropped."""
-    if not len(starts):
-        return starts, on_cycle
-    counts = np.add.reduceat(on_cycle.astype(np.int64), starts)
-    sizes = np.diff(np.append(starts, len(on_cycle)))
+def _first_whole(starts: np.ndarray, counts: np.ndarray, n: int, period: int) -> int:
+    """The first repetition that is no fragment (`counts`: on-cycle ops per repetition):
+    warm-up Steps unlike the steady ones (ZeRO-3 gathering every module while it records its
+    trace) may hold the key a repetition begins with several times, each beginning a
+    fragment (less than half the cycle among more ops off it, or more among at least twice
+    as many off it); they are no repetitions but ops before the first (job_cut tells their
+    Steps apart). A repetition cut short with nothing else in it (a Step whose update was
+    skipped) is one. The steady repetitions begin with two in a row that are no fragments
+    (the traced Step's last gathers may pass for a short one), and go on for MIN_REPEATS at
+    least, or none are dropped (0)."""
+    sizes = np.diff(np.append(starts, n))
     off = sizes - counts
     whole = ((2 * counts >= period) & (off < 2 * counts)) | (off <= counts)
     good = np.flatnonzero(whole & np.append(whole[1:], False))
     if not len(good) or good[0] == 0 or len(starts) - good[0] < MIN_REPEATS:
-        return starts, on_cycle
-    first = int(good[0])
-    on_cycle = on_cycle.copy()
-    on_cycle[: starts[first]] = False
-    return starts[first:], on_cycle
+        return 0
+    return int(good[0])
 
 
 def after_optimizer(
@@ -742,5 +747,4 @@ def _in_ops(
     op_on = on_cycle[el.of_op]
     per_unit = np.add.reduceat(op_on.astype(np.int64), op_starts)
     period = int(np.median(per_unit[:-1])) if len(per_unit) > 1 else int(per_unit[0])
-    op_keys = el.keys[el.of_op]
-    return LocalUnits(max(1, period), op_starts, op_on, coverage, op_keys, int(cyc[0]))
+    return LocalUnits(max(1, period), op_starts, op_on, coverage, el.key_of_op, int(cyc[0]))
