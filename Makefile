@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 
-.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale build-engine
+.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults build-engine
 .PHONY: all build venv generate verify-generated check-schemas headers test test-contract \
         test-unit lint bench demo install clean
 
@@ -156,6 +156,10 @@ bench-engine-soak: $(VENV_STAMP) build-profiler $(ENGINE_SO)
 ## bench-accuracy: Steps recovered against ground truth over the accuracy suite (every family, NULL and Inject names)
 bench-accuracy: $(VENV_STAMP) build-profiler $(ENGINE_SO)
 	$(VPY) bench/step_accuracy.py
+
+## bench-faults: faults on real parts (Agent SIGKILL x5, rank SIGKILL, disk full, read-only home, forged hang events, 1,100 half-open connections): ops lost, Agent memory, health latency (root for the tmpfs cases)
+bench-faults: $(VENV_STAMP) build-profiler
+	$(VPY) bench/faults.py $(FAULTS_ARGS)
 
 ## bench-master-scale: one master Agent fed by simulated slaves (64 and 256 nodes x 8 ranks): CPU, memory, fault-to-verdict
 bench-master-scale: $(VENV_STAMP)

@@ -50,7 +50,7 @@ def default_url() -> str:
     try:
         listen = load_settings().agent_listen
     except ConfigError:
-        listen = "0.0.0.0:19102"
+        listen = "127.0.0.1:19102"
     host, _, port = listen.rpartition(":")
     if host in ("0.0.0.0", "[::]", ""):
         host = "127.0.0.1"

@@ -6,7 +6,11 @@ Keys, types, defaults and limits come only from the generated `config` protocol
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import os
+import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +22,14 @@ from comminsight_gen.config_v1 import KEY_BY_NAME, KEYS, ConfigKey, ConfigV1
 Settings = ConfigV1
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+# host:port keys; a listen address may say port 0 (any free port), an address dialled may not
+_ADDRESS_KEYS = (
+    ("COMMINSIGHT_AGENT_LISTEN", 0),
+    ("COMMINSIGHT_AGENT_MASTER_LISTEN", 0),
+    ("COMMINSIGHT_AGENT_MASTER_ADDR", 1),
+)
+MAX_CONF_BYTES = 1 << 20
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 
 
 class ConfigError(ValueError):
@@ -35,7 +47,7 @@ def parse_conf_file(path: Path) -> dict[str, tuple[str, Origin]]:
     """Read a KEY=VALUE file: '#' comments, blank lines, optional quotes around values."""
     values: dict[str, tuple[str, Origin]] = {}
     try:
-        lines = path.read_text().splitlines()
+        lines = _read_conf_text(path).splitlines()
     except OSError as e:
         raise ConfigError(f"{path}: cannot read configuration file: {e.strerror}") from None
     except UnicodeDecodeError:
@@ -59,6 +71,19 @@ def parse_conf_file(path: Path) -> dict[str, tuple[str, Origin]]:
     return values
 
 
+def _read_conf_text(path: Path) -> str:
+    """The file's text, opened without blocking: a FIFO or device planted where the file
+    belongs would make a plain open() or read() wait for ever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if st.st_size > MAX_CONF_BYTES:
+            raise OSError(errno.EFBIG, f"larger than {MAX_CONF_BYTES} bytes")
+        return f.read(MAX_CONF_BYTES + 1).decode("utf-8")
+
+
 def convert(key: ConfigKey, raw: str, origin: Origin) -> object:
     """Turn one raw string into the key's type, or raise ConfigError naming key and origin."""
     text = raw.strip()
@@ -79,6 +104,64 @@ def convert(key: ConfigKey, raw: str, origin: Origin) -> object:
         raise ConfigError(f"{key.name}={raw!r} ({origin.text}): {detail}") from None
 
 
+def address_problem(address: str, min_port: int = 0) -> str | None:
+    """Why a 'host:port' or '[v6]:port' cannot be used (port range, a host that is neither an
+    IP address nor a host name); None when it can. The schema's pattern only says which
+    characters may appear: 127.0.0.1:99999 and 999.1.1.1:80 pass it."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit() or not host:
+        return "expected host:port"
+    if not min_port <= int(port) <= 65535:
+        return f"port {int(port)} is outside {min_port}..65535"
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host.strip("[]"))
+        except ValueError:
+            return f"{host} is not an IPv6 address"
+        return None
+    if re.fullmatch(r"[0-9.]+", host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return f"{host} is not an IPv4 address"
+        return None
+    if len(host) > 253 or not all(_HOST_LABEL.match(label) for label in host.split(".")):
+        return f"{host!r} is not a host name (labels of 1-63 letters, digits or '-')"
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    """The listen host answers this machine only (127.0.0.0/8, ::1, localhost)."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def config_file_path(env: Mapping[str, str] | None = None) -> tuple[Path, bool]:
+    """The configuration file load_settings reads, and whether it was named explicitly
+    (COMMINSIGHT_CONF) rather than found under the home."""
+    env = os.environ if env is None else env
+    if env.get("COMMINSIGHT_CONF"):
+        return Path(env["COMMINSIGHT_CONF"]), True
+    home = env.get("COMMINSIGHT_HOME", str(KEY_BY_NAME["COMMINSIGHT_HOME"].default))
+    return Path(home) / "etc" / "comminsight.conf", False
+
+
+def _check_addresses(settings: ConfigV1, raw: dict[str, tuple[str, Origin]]) -> None:
+    for name, min_port in _ADDRESS_KEYS:
+        value = getattr(settings, KEY_BY_NAME[name].field)
+        if not value:
+            continue
+        problem = address_problem(value, min_port)
+        if problem:
+            origin = raw[name][1].text if name in raw else "default"
+            raise ConfigError(f"{name}={value!r} ({origin}): {problem}")
+
+
 def load_settings(env: Mapping[str, str] | None = None, conf_path: Path | None = None) -> ConfigV1:
     """Resolve settings from `env` (default os.environ) and the config file.
 
@@ -91,9 +174,12 @@ def load_settings(env: Mapping[str, str] | None = None, conf_path: Path | None =
     if explicit is not None:
         raw.update(parse_conf_file(explicit))
     else:
-        home = env.get("COMMINSIGHT_HOME", str(KEY_BY_NAME["COMMINSIGHT_HOME"].default))
-        default_file = Path(home) / "etc" / "comminsight.conf"
-        if default_file.is_file():
+        default_file, _ = config_file_path(env)
+        try:
+            present = default_file.is_file()
+        except OSError as e:  # an unreadable home: named, not a traceback
+            raise ConfigError(f"{default_file}: cannot read configuration file: {e}") from None
+        if present:
             raw.update(parse_conf_file(default_file))
     for key in KEYS:
         if key.name in env:
@@ -103,7 +189,7 @@ def load_settings(env: Mapping[str, str] | None = None, conf_path: Path | None =
         for name, (value, origin) in raw.items()
     }
     try:
-        return msgspec.convert(typed, ConfigV1)
+        settings = msgspec.convert(typed, ConfigV1)
     except msgspec.ValidationError as e:
         # msgspec names the field ("at `$.agent_mode`"); translate it back to the key.
         message = str(e)
@@ -114,3 +200,5 @@ def load_settings(env: Mapping[str, str] | None = None, conf_path: Path | None =
                     f"{name}={value!r} ({origin.text}): {message.split(' - at ')[0]}"
                 ) from None
         raise ConfigError(message) from None
+    _check_addresses(settings, raw)
+    return settings

@@ -1,11 +1,17 @@
 """Read a Profiler's SHM region (shm v1) from another process, without trusting it.
 
-`ShmRegion` maps a file read-only and checks the header before anything else is believed
-(magic, ABI version, record sizes, offsets inside the file, ring capacity a power of two).
+`ShmRegion` opens the file without following a link it was not given by the Profiler's
+layout, without blocking (a FIFO named *.shm is refused, not waited on), checks on the open
+descriptor that it is a regular file of this Agent's user, maps it read-only and checks the
+header before anything else is believed (magic, ABI version, record sizes, offsets inside the
+file, ring capacity a power of two). Communicator-table rows that break the protocol are left
+out of `comm_entries()` and counted (`bad_rows`, `bad_rows_reason`).
 `RingCursor` reads new op records in batches through the generated numpy dtype, using each
-slot's sequence number to tell complete, overwritten and not-yet-written slots apart, and
-counts what the ring overwrote before it was read. Everything layout-related comes from
-comminsight_gen.abi.shm_v1.
+slot's sequence number to tell complete, overwritten and not-yet-written slots apart (a slot
+its producer is still writing is read on a later poll, not counted lost), and counts what the
+ring overwrote before it was read. Whatever the header claims, one poll examines at most one
+ring's worth of slots; a ring_head no producer could have written sets `problem`, and the
+reader stops there. Everything layout-related comes from comminsight_gen.abi.shm_v1.
 """
 
 from __future__ import annotations
@@ -17,16 +23,53 @@ from pathlib import Path
 
 import numpy as np
 
+from comminsight.safe_open import UntrustedFile, open_checked
 from comminsight_gen.abi import shm_v1
 
 HEADER = shm_v1.HEADER_DTYPE
 COMM = shm_v1.COMM_ENTRY_DTYPE
 SLOT = shm_v1.OP_SLOT_DTYPE
 BUSY = np.uint64(shm_v1.SLOT_BUSY_BIT)
+_BUSY_INT = int(shm_v1.SLOT_BUSY_BIT)
+MAX_LOST_RANGES = 1024  # remembered lost ranges (the newest); lost counts every one
+DEFAULT_SHM_DIR = "/dev/shm"  # COMMINSIGHT_PROFILER_SHM_DIR's default
+_FREE = shm_v1.CommState.FREE
+_COMM_STATES = np.array([shm_v1.CommState.ACTIVE, shm_v1.CommState.FINALIZED], dtype=np.uint32)
+_FILE_STATES = {int(s) for s in shm_v1.FileState}
+_NAME_SOURCES = max(int(s) for s in shm_v1.NameSource)
 
 
 class ShmError(ValueError):
-    """The file is not a usable shm v1 region; the message names the file and the field."""
+    """The file is not a usable shm v1 region; the message names the file and the field.
+    `missing`: there is no file (a link whose region was removed), nothing to refuse."""
+
+    def __init__(self, message: str, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+def open_region_file(path: Path, shm_dir: str | None, owner: int | None = -1) -> tuple[int, Path]:
+    """An fd of the region behind path: path itself, or the file its symbolic link names in
+    the Profilers' SHM directory (<home>/shms/<name>.shm -> <shm_dir>/<name>.shm, the one
+    link the layout has); never a link elsewhere, never a link at the end of that."""
+    target = path
+    try:
+        if os.path.islink(path):
+            link = os.readlink(path)
+            want = os.path.join(os.path.normpath(shm_dir or DEFAULT_SHM_DIR), path.name)
+            if os.path.normpath(link) != want:
+                raise ShmError(
+                    f"{path}: a symbolic link to {link}, not to {want} "
+                    "(COMMINSIGHT_PROFILER_SHM_DIR/<its name>); not followed"
+                )
+            target = Path(want)
+        fd, _ = open_checked(target, "regular file", os.O_RDONLY, owner)
+    except UntrustedFile as e:
+        raise ShmError(str(e) if target == path else f"{path} -> {e}") from None
+    except OSError as e:
+        missing = isinstance(e, FileNotFoundError)
+        raise ShmError(f"{path}: cannot open: {e.strerror}", missing) from None
+    return fd, target
 
 
 def _text(value: bytes) -> str:
@@ -36,12 +79,16 @@ def _text(value: bytes) -> str:
 class ShmRegion:
     """A read-only view of one process's SHM file."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(
+        self, path: str | os.PathLike, shm_dir: str | None = None, owner: int | None = -1
+    ) -> None:
+        """owner: the uid the file must belong to (-1: this process's, None: anyone's)."""
         self.path = Path(path)
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            raise ShmError(f"{self.path}: cannot open: {e.strerror}") from None
+        self.bad_rows = 0  # comm-table rows the last comm_entries() left out
+        self.bad_rows_reason: str | None = None
+        self.table_copies = 0  # comm-table copies taken from the map (work, for tests)
+        self._frozen: np.ndarray | None = None
+        fd, self.target = open_region_file(self.path, shm_dir, owner)  # target: the file
         try:
             size = os.fstat(fd).st_size
             if size < HEADER.itemsize:
@@ -95,6 +142,11 @@ class ShmRegion:
         ring_end = int(h["ring_offset"]) + cap * SLOT.itemsize
         if int(h["comm_table_offset"]) < HEADER.itemsize or comm_end > int(h["ring_offset"]):
             raise bad("comm_table_offset", "the comm table overlaps the header or the ring")
+        for name in ("comm_table_offset", "ring_offset"):
+            if int(h[name]) % shm_v1.CACHE_LINE:
+                raise bad(name, f"{int(h[name])} is not a multiple of {shm_v1.CACHE_LINE}")
+        if int(h["state"]) not in _FILE_STATES:
+            raise bad("state", f"{int(h['state'])} is not a file_state")
         if ring_end > size:
             raise bad(
                 "ring_offset", f"the ring ends at {ring_end}, past the end of the file ({size})"
@@ -116,52 +168,140 @@ class ShmRegion:
         return int(self.header[name])
 
     def comm_entries(self) -> np.ndarray:
-        """A consistent copy of the comm table (seqlocked progress re-read until stable)."""
+        """A consistent copy of the comm table's used, valid rows (seqlocked progress re-read
+        until stable). Only used rows are copied: callers run every poll, and copying a
+        256-row table three times a pass for idle processes was most of an idle Agent's CPU.
+        A frozen region (its producer is gone) answers from the copy taken when it froze."""
+        if self._frozen is not None:
+            return self._frozen
+        self.table_copies += 1
+        used = np.flatnonzero(self.comms["state"] != _FREE)
+        copy = self.comms[used]
         for _ in range(100):
-            before = self.comms["progress_seqlock"].copy()
-            copy = self.comms.copy()
-            after = self.comms["progress_seqlock"]
+            before = copy["progress_seqlock"]
+            after = self.comms["progress_seqlock"][used]
             if not np.any(before & 1) and np.array_equal(before, after):
-                return copy
-        return self.comms.copy()
+                break
+            copy = self.comms[used]
+        return self._valid_rows(copy, used)
+
+    def _valid_rows(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """The rows the protocol allows; the others are counted and the first one named."""
+        nranks, rank, nnodes = rows["nranks"], rows["rank"], rows["nnodes"]
+        ok = (
+            np.isin(rows["state"], _COMM_STATES)
+            & (nranks >= 1)
+            & (rank >= 0)
+            & (rank < nranks)
+            & (nnodes >= 0)  # 0: not reported (profiler ABI v4)
+            & (nnodes <= nranks)
+            & (rows["name_source"] <= _NAME_SOURCES)
+            & (np.char.str_len(rows["name"]) < shm_v1.NAME_LEN)  # NUL-terminated
+        )
+        self.bad_rows = int(len(rows) - np.count_nonzero(ok))
+        if not self.bad_rows:
+            self.bad_rows_reason = None
+            return rows
+        i = int(np.flatnonzero(~ok)[0])
+        self.bad_rows_reason = f"row {int(index[i])}: {_row_problem(rows[i])}"
+        return rows[ok]
+
+    def freeze(self) -> None:
+        """Nothing will write the region again (its process is gone): keep one last copy of
+        the comm table instead of copying it on every call."""
+        self._frozen = None
+        self._frozen = self.comm_entries()
 
     def close(self) -> None:
-        self.header = self.comms = self.ring = self._buf = None  # release the buffer exports
+        # release the buffer exports
+        self.header = self.comms = self.ring = self._buf = self._frozen = None
         self._map.close()
+
+
+def _row_problem(row) -> str:
+    state, nranks, rank, nnodes = (int(row[k]) for k in ("state", "nranks", "rank", "nnodes"))
+    if state not in _COMM_STATES:
+        return f"state {state} is not a comm_state"
+    if nranks < 1 or not 0 <= rank < nranks:
+        return f"rank {rank} of nranks {nranks}"
+    if not 0 <= nnodes <= nranks:
+        return f"nnodes {nnodes} for nranks {nranks}"
+    if int(row["name_source"]) > _NAME_SOURCES:
+        return f"name_source {int(row['name_source'])} is not a name_source"
+    return "name is not NUL-terminated"
 
 
 @dataclass
 class RingCursor:
-    """Reads a region's ring from `next_ticket` on; keeps its own position, like the log writer."""
+    """Reads a region's ring from `next_ticket` on; keeps its own position, like the log writer.
+
+    Work per poll is bounded by the ring, never by what the header claims: the first pending
+    slot is found from the slots' seq words before any slot is copied, and a ring_head that
+    jumped past one lap is believed only if the ring's newest slot is within one lap of it
+    (a producer claims tickets in order, so it cannot be further). `slots_copied` and
+    `seqs_read` count the work done, for tests and the curious."""
 
     region: ShmRegion
     next_ticket: int = 0
     lost: int = 0  # records overwritten before they were read
     lost_ranges: list[tuple[int, int]] = field(default_factory=list)  # (first, last) ring seqs
+    problem: str | None = None  # why the ring cannot be read (set once, then polls stop)
+    slots_copied: int = 0
+    seqs_read: int = 0
 
-    def poll(self, max_records: int = 1 << 16) -> np.ndarray:
-        """Complete records published since the last call (in ticket order), as a numpy array."""
+    def poll(self, max_records: int = 1 << 16, final: bool = False) -> np.ndarray:
+        """Complete records published since the last call (in ticket order), as a numpy array.
+        final: the producer is gone, so a slot not complete now never will be: it is lost
+        rather than waited for."""
+        if self.problem is not None:
+            return np.empty(0, dtype=SLOT)
         head = int(self.region.header["ring_head"])
         cap = self.region.ring_capacity
+        if head < self.next_ticket:
+            self.problem = (
+                f"header.ring_head went back from {self.next_ticket} to {head}: no producer "
+                "does that; the ring is no longer read"
+            )
+            return np.empty(0, dtype=SLOT)
         if head - self.next_ticket > cap:  # lapped: everything older than one ring is gone
+            newest = int((self.region.ring["seq"] & ~BUSY).max())
+            self.seqs_read += cap
+            if newest + cap < head:
+                self.problem = (
+                    f"header.ring_head {head} is not plausible: the ring's newest slot holds "
+                    f"ring seq {newest} (a ring of {cap} slots); the ring is no longer read"
+                )
+                return np.empty(0, dtype=SLOT)
             self._lose(self.next_ticket, head - cap)
         end = min(head, self.next_ticket + max_records)
         if end <= self.next_ticket:
             return np.empty(0, dtype=SLOT)
+        first = int(self.region.ring["seq"][self.next_ticket & (cap - 1)])
+        self.seqs_read += 1
+        if not final and _pending(first, self.next_ticket + 1):  # the common idle case: O(1)
+            return np.empty(0, dtype=SLOT)
         tickets = np.arange(self.next_ticket, end, dtype=np.uint64)
-        batch = self._slots(self.region.ring, self.next_ticket, end).copy()
-        # re-read: slots rewritten during the copy
-        seq_after = self._slots(self.region.ring["seq"], self.next_ticket, end)
         want = tickets + np.uint64(1)
+        seq_before = self._slots(self.region.ring["seq"], self.next_ticket, end)
+        self.seqs_read += len(tickets)
+        # not written yet, or still being written for this very ticket: stop before the first
+        # one and read it on a later poll (a busy slot is not an overwritten one)
+        pending = ((seq_before & ~BUSY) < want) | (seq_before == (want | BUSY))
+        stop = len(tickets) if final or not pending.any() else int(np.argmax(pending))
+        if stop == 0:
+            return np.empty(0, dtype=SLOT)
+        batch = self._slots(self.region.ring, self.next_ticket, self.next_ticket + stop).copy()
+        self.slots_copied += stop
+        # re-read: slots rewritten during the copy
+        seq_after = self._slots(self.region.ring["seq"], self.next_ticket, self.next_ticket + stop)
+        want = want[:stop]
         good = (batch["seq"] == want) & (seq_after == want)
-        pending = (batch["seq"] & ~BUSY) < want  # not written yet: stop before the first one
-        stop = int(np.argmax(pending)) if pending.any() else len(tickets)
         self.next_ticket += stop
-        if good[:stop].all():
-            return batch[:stop]
-        for t in tickets[:stop][~good[:stop]]:
+        if good.all():
+            return batch
+        for t in tickets[:stop][~good]:
             self._lose(int(t), int(t) + 1)
-        return batch[:stop][good[:stop]]
+        return batch[good]
 
     def _slots(self, ring: np.ndarray, first_ticket: int, end_ticket: int) -> np.ndarray:
         """The ring entries of tickets [first, end): one slice, or two where it wraps
@@ -177,8 +317,19 @@ class RingCursor:
         if end_ticket <= first_ticket:
             return
         self.lost += end_ticket - first_ticket
-        self.lost_ranges.append((first_ticket + 1, end_ticket))
+        if self.lost_ranges and self.lost_ranges[-1][1] == first_ticket:  # adjacent: one range
+            self.lost_ranges[-1] = (self.lost_ranges[-1][0], end_ticket)
+        else:
+            self.lost_ranges.append((first_ticket + 1, end_ticket))
+            if len(self.lost_ranges) > MAX_LOST_RANGES:  # the count stays exact
+                del self.lost_ranges[: -MAX_LOST_RANGES // 2]
         self.next_ticket = max(self.next_ticket, end_ticket)
+
+
+def _pending(seq: int, want: int) -> bool:
+    """A slot's seq says the ticket wanting `want` is not complete yet (never written, or
+    its writer is still at work)."""
+    return (seq & ~_BUSY_INT) < want or seq == (want | _BUSY_INT)
 
 
 _OP_KINDS = np.array([shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P], dtype=np.uint8)

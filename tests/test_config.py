@@ -17,7 +17,7 @@ def test_defaults_come_from_the_schema(tmp_path):
     for key in KEYS:
         if key.name != "COMMINSIGHT_HOME":
             assert getattr(s, key.field) == key.default, key.name
-    assert s.agent_listen == "0.0.0.0:19102" and s.agent_mode == "standalone"
+    assert s.agent_listen == "127.0.0.1:19102" and s.agent_mode == "standalone"
     assert s.agent_autostart is True and s.agent_master_listen == "0.0.0.0:19103"
 
 
@@ -115,4 +115,4 @@ def test_explicit_missing_file_is_an_error(tmp_path):
 
 def test_shipped_config_file_is_valid():
     s = load_settings(env={}, conf_path=ROOT / "config" / "comminsight.conf")
-    assert s.agent_listen == "0.0.0.0:19102"
+    assert s.agent_listen == "127.0.0.1:19102"

@@ -102,8 +102,11 @@ def test_hundreds_of_inits(build, tmp_path):
 )
 def test_unusable_home_keeps_nccl_running(home, tmp_path):
     (tmp_path / "a-file").write_text("not a directory")
-    out = run("unusable_home", "plain", Path(home.format(tmp=tmp_path)))
+    xdg = tmp_path / "xdg"  # the private directory that replaces the home goes here, not /tmp
+    xdg.mkdir(mode=0o700)
+    out = run("unusable_home", "plain", Path(home.format(tmp=tmp_path)), XDG_RUNTIME_DIR=str(xdg))
     assert out == {"init_result": 0, "context": True}
+    assert len(list(xdg.glob("comminsight-*"))) == 1
 
 
 def test_mask_without_kernel_channels_times_on_the_host(tmp_path):

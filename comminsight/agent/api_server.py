@@ -24,6 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from comminsight.agent import api_views
 from comminsight.agent.api_params import OperationParams, ParamError, Problem, openapi_document
 from comminsight.agent.archive import ArchiveConfigError
+from comminsight.agent.http_guard import ConnectionGuard, GuardedSite, descriptor_budget
 from comminsight.agent.job_steps_view import JobStepsView, UnknownJob
 from comminsight_gen.models.agent_master_api_v1 import (
     ArchiveFlush,
@@ -449,13 +450,35 @@ def parse_listen(address: str) -> tuple[str, int]:
 
 
 async def start_server(service, address: str) -> web.AppRunner:
-    """Serve the API on address; OSError (address in use, ...) propagates to the caller."""
+    """Serve the API on address; OSError (address in use, ...) propagates to the caller.
+    Connections are admitted through a ConnectionGuard (limit, header deadline, EMFILE),
+    whose counts /metrics serves and whose descriptor trouble health reports."""
+    settings = service.settings
     # a master answers some endpoints for the whole job (master_agent.MasterApi)
     api_class = getattr(service, "api_class", AgentApi)
-    runner = web.AppRunner(api_class(service).app(), access_log=None)
+    runner = web.AppRunner(
+        api_class(service).app(),
+        access_log=None,
+        keepalive_timeout=settings.agent_http_idle_timeout_s,
+    )
     await runner.setup()
+    guard = ConnectionGuard(
+        settings.agent_http_max_connections, settings.agent_http_header_timeout_s
+    )
+    budget = descriptor_budget()
+    if budget is not None and guard.max_connections > budget:
+        log.warning(
+            "COMMINSIGHT_AGENT_HTTP_MAX_CONNECTIONS=%d is more than the open-file limit leaves "
+            "for connections (about %d): past it, accept() fails with EMFILE and waits",
+            guard.max_connections,
+            budget,
+        )
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(guard.loop_exception_handler(loop.get_exception_handler()))
+    service.http_guard = guard
+    service.metrics.registry.register(guard)
     host, port = parse_listen(address)
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = GuardedSite(runner, host, port, guard)
     try:
         await site.start()
     except OSError:

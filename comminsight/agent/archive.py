@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from prometheus_client.core import CounterMetricFamily
+
 from comminsight.agent.archive_ledger import ArchiveLedger
 from comminsight.agent.archive_local import (
     DEFAULT_KINDS,
@@ -43,6 +45,7 @@ from comminsight.agent.archive_providers import (
     provider_for_url,
 )
 from comminsight.agent.archive_upload import ZstdUploader
+from comminsight.safe_open import UntrustedFile
 from comminsight_gen.config_v1 import ConfigV1
 
 __all__ = [
@@ -264,6 +267,20 @@ class Archiver:
     def _pending(self) -> list[LocalFile]:
         return [f for f in self.local.complete_files() if f.source not in self.ledger]
 
+    def collect(self):
+        """The prometheus_client collector protocol: what the archive refused."""
+        yield CounterMetricFamily(
+            "comminsight_archive_files_refused",
+            "Files of an archived kind refused (a symbolic link, not a regular file, not this "
+            "user's): never archived",
+            value=self.local.refused_total,
+        )
+
+    def refused(self) -> dict[str, str]:
+        """Files of an archived kind refused as of the latest scan (source -> why): links,
+        files that are not regular, or not this user's."""
+        return dict(self.local.refused)
+
     def _remote_name(self, source: str) -> str:
         name = source + ".zst"
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -285,6 +302,9 @@ class Archiver:
                 entry = uploader.upload(local, self._remote_name(local.source))
                 # If this write fails, the retry finds the committed object and adopts it.
                 self.ledger.record(entry)
+            except UntrustedFile as e:  # swapped for a link after the scan: never retried
+                self.local.refuse(local.source, e.why)
+                return True
             except FileNotFoundError as e:
                 if not local.path.exists():
                     return True  # the local file went away (deleted by hand): nothing to do

@@ -4,9 +4,14 @@ data takes, and which archived files the disk budget removes.
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 # Names that are never complete data: open segments, atomic-write and upload temporaries.
 _INCOMPLETE_SUFFIXES = (".partial", ".tmp", ".uploading")
@@ -58,24 +63,64 @@ class LocalData:
         self.kinds = tuple(kinds)
         # A broad glob must not pick up the archiver's own ledger or an archive under home.
         self.exclude = tuple(exclude)
+        # Files that match a kind but are not this user's regular files (a symbolic link
+        # planted to make the Archiver copy a file it may read and others may not): source ->
+        # why, as of the latest scan; `refused_total` counts each (source, why) once.
+        self.refused: dict[str, str] = {}
+        self.refused_total = 0
+        self._refused_seen: set[tuple[str, str]] = set()
 
     def add_kind(self, kind: ArchiveKind) -> None:
         self.kinds += (kind,)
 
     def complete_files(self) -> list[LocalFile]:
         files = {}
+        refused: dict[str, str] = {}
         for kind in self.kinds:
             for path in kind.complete_files(self.home):
                 if any(path.is_relative_to(d) for d in self.exclude):
                     continue
+                source = path.relative_to(self.home).as_posix()
                 try:
-                    st = path.stat()
+                    st = os.lstat(path)
                 except FileNotFoundError:
                     continue  # deleted between glob and stat
-                source = path.relative_to(self.home).as_posix()
+                why = self.untrusted(path, st)
+                if why is not None:
+                    refused[source] = why
+                    continue
                 files[source] = LocalFile(path, source, st.st_size, st.st_mtime_ns)
+        self._note_refused(refused)
         # Oldest first: upload in the order data was produced, delete the oldest first.
         return sorted(files.values(), key=lambda f: (f.mtime_ns, f.source))
+
+    def untrusted(self, path: Path, st: os.stat_result) -> str | None:
+        """Why the file at path (lstat: st) must not be archived, or None."""
+        if stat.S_ISLNK(st.st_mode):
+            return "is a symbolic link"
+        if not stat.S_ISREG(st.st_mode):
+            return "is not a regular file"
+        if st.st_uid != os.geteuid():
+            return f"is owned by uid {st.st_uid}, not by this Agent's uid {os.geteuid()}"
+        # a linked directory between home and the file leads the glob out of the home
+        for parent in path.relative_to(self.home).parents:
+            if parent != Path(".") and (self.home / parent).is_symlink():
+                return f"lies under {self.home / parent}, a symbolic link"
+        return None
+
+    def refuse(self, source: str, why: str) -> None:
+        """A file found untrusted when it was opened (it changed after the scan)."""
+        self.refused[source] = why
+        self._note_refused({source: why}, replace=False)
+
+    def _note_refused(self, refused: dict[str, str], replace: bool = True) -> None:
+        for source, why in refused.items():
+            if (source, why) not in self._refused_seen:
+                self._refused_seen.add((source, why))
+                self.refused_total += 1
+                log.error("archive: refusing %s: %s", self.home / source, why)
+        if replace:
+            self.refused = refused
 
     def used_bytes(self, complete: list[LocalFile] | None = None) -> int:
         if complete is None:

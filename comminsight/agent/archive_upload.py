@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 from collections.abc import Callable
 from typing import BinaryIO
 
@@ -15,6 +16,7 @@ import zstandard
 from comminsight.agent.archive_ledger import LedgerEntry
 from comminsight.agent.archive_local import LocalFile
 from comminsight.agent.archive_providers import Provider
+from comminsight.safe_open import open_checked
 
 log = logging.getLogger(__name__)
 TEMP_SUFFIX = ".uploading"
@@ -43,7 +45,7 @@ class ZstdUploader:
         source_hash, archived_hash = hashlib.sha256(), hashlib.sha256()
         compressor = zstandard.ZstdCompressor(level=self.level, write_checksum=True)
         try:
-            with open(local.path, "rb") as src, self.provider.open_for_write(temp) as out:
+            with _open_source(local.path) as src, self.provider.open_for_write(temp) as out:
                 source_bytes, archived_bytes = compressor.copy_stream(
                     _HashingReader(src, source_hash),
                     _HashingWriter(out, archived_hash),
@@ -66,7 +68,7 @@ class ZstdUploader:
 
     def _adopt(self, local: LocalFile, remote: str) -> LedgerEntry | None:
         source_hash, source_bytes = hashlib.sha256(), 0
-        with open(local.path, "rb") as src:
+        with _open_source(local.path) as src:
             while chunk := src.read(_CHUNK):
                 source_hash.update(chunk)
                 source_bytes += len(chunk)
@@ -102,6 +104,14 @@ class ZstdUploader:
             uploaded_real_ns=self._clock_ns(),
             **kw,
         )
+
+
+def _open_source(path) -> BinaryIO:
+    """The local file to archive, opened without following a symbolic link and checked on
+    its descriptor to be a regular file of this user's (UntrustedFile otherwise): the scan's
+    check of the path could be raced by a link swapped in after it."""
+    fd, _ = open_checked(path, "regular file")
+    return os.fdopen(fd, "rb")
 
 
 class _HashingReader:

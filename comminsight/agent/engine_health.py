@@ -83,6 +83,15 @@ def _reasons(hook: SemanticEngineHook, gpus: list[GpuEngineStatus]) -> list[str]
             f"the Semantic Engine's worker failed {now - last.mono_s:.0f} s ago outside any "
             f"GPU's engine ({last.message}); it went on with the next batches"
         )
+    fault = hook.storage_fault
+    if fault is not None:
+        waiting, dropped = hook.pending_summaries()
+        reasons.append(
+            f"the Semantic Engine cannot write {fault.path} ({fault.error}) for "
+            f"{now - fault.since_mono_s:.0f} s: {waiting} Step summaries wait in memory"
+            + (f", {dropped} dropped past its bound" if dropped else "")
+            + "; retried every few seconds"
+        )
     stats = hook.live_cut.stats
     if stats.last_unsettled_s is not None and now - stats.last_unsettled_s < RECENT_FAILURE_S:
         reasons.append(

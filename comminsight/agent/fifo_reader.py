@@ -9,22 +9,31 @@ loop would spin on a readable, empty FIFO).
 Every event is one 512-byte write (<= PIPE_BUF, so writers never interleave), but the FIFO is
 a plain file anyone with the permission can write to; so the reader trusts nothing: an event
 with a wrong magic, ABI version or size is counted and named, and the reader finds the next
-magic to resynchronize instead of misreading every later event.
+magic to resynchronize instead of misreading every later event. Its work is bounded per
+event-loop callback (BYTES_PER_CALLBACK), so a flood is read between the API's requests,
+not instead of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import stat
+import struct
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from comminsight.agent.rate_limited_log import RateLimitedLog
 from comminsight.agent.snapshot import rank_or_none
+from comminsight.durable_files import make_private_dirs
+from comminsight.safe_open import UntrustedFile, open_checked
 from comminsight.shm_reader import enum_label, record_text
 from comminsight_gen.abi import fifo_event_v1, shm_v1
 
@@ -33,6 +42,14 @@ EVENT_SIZE = fifo_event_v1.EVENT_SIZE
 MAGIC_BYTES = int(fifo_event_v1.MAGIC).to_bytes(4, "little")
 FIFO_NAME = "hang-events.fifo"
 READ_CHUNK = 64 * EVENT_SIZE
+# Bytes read (and so events decoded) per event-loop callback: whatever a writer floods the
+# FIFO with, the API and the poll loop get their turn between two callbacks.
+BYTES_PER_CALLBACK = 4 * READ_CHUNK
+RECENT_S = 300.0  # how long health names a replaced FIFO
+KNOWN_TYPES = frozenset(t.name.lower() for t in fifo_event_v1.EventType)
+_VERSION_AND_SIZE = struct.Struct("<HH")  # abi_version, event_size after the magic
+
+log = logging.getLogger(__name__)
 
 
 class FifoError(OSError):
@@ -84,10 +101,15 @@ class FifoStats:
     """What the reader received and rejected since it opened the FIFO."""
 
     events: int = 0
-    rejected: int = 0  # events with a known magic but a bad ABI version or size
+    rejected: int = 0  # malformed input: bad ABI version or size, bytes without a magic
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)  # abi_version, ...
     bytes_discarded: int = 0  # bytes skipped to find the next magic
     last_error: str | None = None
+    # by event type; codes this Agent does not know count as "unknown" (a forger's codes
+    # must not grow the dict)
     by_type: dict[str, int] = field(default_factory=dict)
+    evicted: int = 0  # events pushed out of the Agent's bounded store of recent events
+    log: RateLimitedLog | None = field(default=None, repr=False)
 
 
 def _event_type(code: int) -> str:
@@ -145,59 +167,103 @@ def decode_event(raw: bytes) -> HangEvent:
 
 
 class EventDecoder:
-    """Turns a byte stream into events, rejecting and resynchronizing on bad input."""
+    """Turns a byte stream into events, rejecting and resynchronizing on bad input.
+
+    Parsing walks an index through the bytes of one call and keeps only the tail that may
+    begin an event: deleting each rejected prefix from the front of a buffer made 4 MB of
+    repeated magic cost 1 M memmoves of megabytes. Candidates are found with bytes.find."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.stats = FifoStats()
-        self._pending = bytearray()
+        self._pending = b""
+        self._last_rejection: tuple | None = None
 
     def feed(self, data: bytes) -> list[HangEvent]:
-        self._pending += data
+        buf = self._pending + data if self._pending else bytes(data)
         events: list[HangEvent] = []
-        while len(self._pending) >= EVENT_SIZE:
-            if self._pending[:4] != MAGIC_BYTES:
-                self._resync()
+        at, end = 0, len(buf)
+        while end - at >= EVENT_SIZE:
+            if not buf.startswith(MAGIC_BYTES, at):
+                at = self._resync(buf, at)
                 continue
-            header = np.frombuffer(bytes(self._pending[:8]), dtype="<u4,<u2,<u2", count=1)[0]
-            version, size = int(header[1]), int(header[2])
+            version, size = _VERSION_AND_SIZE.unpack_from(buf, at + 4)
             if version != fifo_event_v1.PROTOCOL_VERSION or size != EVENT_SIZE:
-                self.stats.rejected += 1
-                self.stats.last_error = (
-                    f"{self.source}: event with abi_version {version} and event_size {size} "
-                    f"(this Agent reads version {fifo_event_v1.PROTOCOL_VERSION}, "
-                    f"size {EVENT_SIZE}); skipped"
+                reason = (
+                    "abi_version" if version != fifo_event_v1.PROTOCOL_VERSION else "event_size"
                 )
-                del self._pending[:4]  # past this magic; the next one starts the next event
-                self._resync(report=False)  # the rest of this event, already reported
+                self._reject(reason, (version, size))
+                # past this magic; the next one starts the next event (the rest of this one
+                # is already reported, so the bytes up to it are not counted again)
+                at = self._resync(buf, at + len(MAGIC_BYTES), report=False)
                 continue
-            event = decode_event(bytes(self._pending[:EVENT_SIZE]))
-            del self._pending[:EVENT_SIZE]
+            event = decode_event(buf[at : at + EVENT_SIZE])
+            at += EVENT_SIZE
             self.stats.events += 1
-            self.stats.by_type[event.event_type] = self.stats.by_type.get(event.event_type, 0) + 1
+            key = event.event_type if event.event_type in KNOWN_TYPES else "unknown"
+            self.stats.by_type[key] = self.stats.by_type.get(key, 0) + 1
             events.append(event)
+        self._pending = buf[at:]
         return events
 
-    def _resync(self, report: bool = True) -> None:
-        """Drop bytes up to the next magic (or all but a possible magic prefix at the end)."""
-        at = self._pending.find(MAGIC_BYTES)
-        skip = at if at >= 0 else max(0, len(self._pending) - (len(MAGIC_BYTES) - 1))
-        if not skip:
-            return
-        del self._pending[:skip]
-        self.stats.bytes_discarded += skip
-        if report:
-            self.stats.last_error = (
-                f"{self.source}: {skip} bytes that are not a fifo-event (no magic 'CIFE'); skipped"
+    def _resync(self, buf: bytes, at: int, report: bool = True) -> int:
+        """The index of the next magic at or after `at` (or of the last bytes that may begin
+        one), counting what is skipped."""
+        found = buf.find(MAGIC_BYTES, at)
+        to = found if found >= 0 else max(at, len(buf) - (len(MAGIC_BYTES) - 1))
+        skip = to - at
+        if skip:
+            self.stats.bytes_discarded += skip
+            if report:
+                self._reject("no_magic", skip)
+        return to
+
+    def _reject(self, reason: str, detail) -> None:
+        """Count; the message is formatted only when it differs from the last one (a flood of
+        one forged header costs a comparison per event, not a string)."""
+        stats = self.stats
+        stats.rejected += 1
+        stats.rejected_by_reason[reason] = stats.rejected_by_reason.get(reason, 0) + 1
+        if (reason, detail) != self._last_rejection:
+            self._last_rejection = (reason, detail)
+            stats.last_error = self._message(reason, detail)
+        self._log.note(stats.last_error)
+
+    def _message(self, reason: str, detail) -> str:
+        if reason == "no_magic":
+            return (
+                f"{self.source}: {detail} bytes that are not a fifo-event (no magic 'CIFE'); "
+                "skipped"
             )
+        version, size = detail
+        return (
+            f"{self.source}: event with abi_version {version} and event_size {size} "
+            f"(this Agent reads version {fifo_event_v1.PROTOCOL_VERSION}, size {EVENT_SIZE}); "
+            "skipped"
+        )
+
+    @property
+    def _log(self) -> RateLimitedLog:
+        if self.stats.log is None:
+            self.stats.log = RateLimitedLog(log, "hang-event FIFO input rejected")
+        return self.stats.log
 
 
 class HangEventFifo:
-    """The Agent's end of `<home>/fifos/hang-events.fifo`, created if it does not exist."""
+    """The Agent's end of `<home>/fifos/hang-events.fifo`, created if it does not exist.
+
+    Only a FIFO this Agent's user owns and nobody else can write is read: another user's, a
+    group- or world-writable one, or a symbolic link in its place would let anyone who can
+    reach it forge hang events. Such a thing is refused (named in `refused`, counted, logged)
+    and, where the fifos/ directory is the Agent's own, replaced by a new FIFO (mode 0600);
+    a regular file or directory there is left alone and refused (FifoError)."""
 
     def __init__(self, home: str | os.PathLike) -> None:
         self.path = Path(home) / "fifos" / FIFO_NAME
         self.decoder = EventDecoder(str(self.path))
+        self.refused: dict[str, int] = {}  # reason -> times the FIFO in place was refused
+        self.last_refusal: str | None = None
+        self.replaced_mono_s: float | None = None
         self._read_fd = -1
         self._keep_open_fd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -206,47 +272,91 @@ class HangEventFifo:
     def stats(self) -> FifoStats:
         return self.decoder.stats
 
+    @property
+    def is_open(self) -> bool:
+        return self._read_fd >= 0
+
     def open(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.path.parent)
         except OSError as err:
             raise self._error("create", err) from None
         try:
-            os.mkfifo(self.path, 0o600)
-        except FileExistsError:
-            pass  # ours from an earlier run, or a Profiler's: checked below
-        except OSError as err:
-            raise self._error("create", err) from None
-        mode = self.path.lstat().st_mode
-        if not stat.S_ISFIFO(mode):
-            raise FifoError(
-                errno.EEXIST,
-                f"{self.path} exists but is not a FIFO (mode {stat.filemode(mode)}); "
-                "move it away so the Agent can receive hang events",
-            )
-        try:
-            self._read_fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            self._keep_open_fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            self._open_ends()
+        except UntrustedFile as bad:
+            self._refuse(bad)
+            if bad.reason == "not_fifo":
+                raise FifoError(
+                    errno.EEXIST,
+                    f"{self.path} exists but is not a FIFO ({bad.why}); move it away so the "
+                    "Agent can receive hang events",
+                ) from None
+            self._replace(bad)
         except OSError as err:
             self.close()
             raise self._error("open", err) from None
+
+    def _open_ends(self) -> None:
+        try:
+            os.mkfifo(self.path, 0o600)
+        except FileExistsError:
+            pass  # ours from an earlier run, or a Profiler's: checked on the descriptor
+        except OSError as err:
+            raise self._error("create", err) from None
+        try:
+            self._read_fd, st = open_checked(self.path, "FIFO", os.O_RDONLY)
+            self._keep_open_fd, st2 = open_checked(self.path, "FIFO", os.O_WRONLY)
+        except OSError:
+            self.close()
+            raise
+        if (st.st_dev, st.st_ino) != (st2.st_dev, st2.st_ino):  # swapped between the opens
+            self.close()
+            raise UntrustedFile(self.path, "replaced", "was replaced while it was opened")
+
+    def _refuse(self, bad: UntrustedFile) -> None:
+        self.refused[bad.reason] = self.refused.get(bad.reason, 0) + 1
+        self.last_refusal = str(bad)
+        log.error("refusing the hang-event FIFO %s", bad)
+
+    def _replace(self, bad: UntrustedFile) -> None:
+        """unlink + mkfifo 0600, only in a fifos/ directory that is the Agent's alone (else
+        whoever may write there could plant the next one too)."""
+        problem = _not_private_dir(self.path.parent)
+        if problem:
+            raise FifoError(
+                errno.EPERM, f"{bad}; not replaced: {problem}; hang events are not received"
+            )
+        try:
+            os.unlink(self.path)  # a symbolic link itself, never its target
+            self._open_ends()
+        except UntrustedFile as again:
+            self._refuse(again)
+            raise FifoError(errno.EPERM, f"{again}; hang events are not received") from None
+        except OSError as err:
+            raise self._error("replace", err) from None
+        self.replaced_mono_s = time.monotonic()
+        log.warning("replaced the hang-event FIFO %s with a new one (mode 0600)", self.path)
 
     def _error(self, what: str, err: OSError) -> FifoError:
         return FifoError(
             err.errno, f"cannot {what} the hang-event FIFO {self.path}: {err.strerror}"
         )
 
-    def read_available(self) -> list[HangEvent]:
-        """Every complete event the FIFO holds now; never blocks."""
+    def read_available(self, max_bytes: int = BYTES_PER_CALLBACK) -> list[HangEvent]:
+        """The complete events among the next max_bytes the FIFO holds; never blocks. What is
+        left stays in the pipe: the event loop calls again, after its other work."""
         events: list[HangEvent] = []
-        while True:
+        left = max_bytes
+        while left > 0:
             try:
-                data = os.read(self._read_fd, READ_CHUNK)
+                data = os.read(self._read_fd, min(READ_CHUNK, left))
             except BlockingIOError:
                 return events
             if not data:  # cannot happen while we hold a write end; do not spin if it does
                 return events
+            left -= len(data)
             events += self.decoder.feed(data)
+        return events
 
     def attach(
         self, loop: asyncio.AbstractEventLoop, on_events: Callable[[list[HangEvent]], None]
@@ -270,9 +380,45 @@ class HangEventFifo:
                 os.close(fd)
         self._read_fd = self._keep_open_fd = -1
 
+    def problems(self, now_mono_s: float) -> list[str]:
+        """What health says of the FIFO: refused input, a replaced or missing FIFO."""
+        out = []
+        if self.replaced_mono_s is not None and now_mono_s - self.replaced_mono_s < RECENT_S:
+            out.append(
+                f"the hang-event FIFO was replaced {now_mono_s - self.replaced_mono_s:.0f} s "
+                f"ago: {self.last_refusal}"
+            )
+        s = self.stats
+        if s.rejected and s.last_error:
+            counts = ", ".join(f"{n} {r}" for r, n in sorted(s.rejected_by_reason.items()))
+            out.append(f"hang-event FIFO input rejected ({counts}); last: {s.last_error}")
+        return out
+
     def __enter__(self) -> HangEventFifo:
         self.open()
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def keep_recent(store: deque, events: list[HangEvent]) -> int:
+    """Add events to a bounded store; how many older ones it pushed out."""
+    evicted = max(0, len(store) + len(events) - (store.maxlen or len(store) + len(events)))
+    store.extend(events)
+    return evicted
+
+
+def _not_private_dir(path: Path) -> str | None:
+    """Why path is not a directory this Agent alone controls; None when it is."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"{path}: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"{path} is owned by uid {st.st_uid}"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} (mode {stat.filemode(st.st_mode)}) is writable by group or others"
+    return None

@@ -10,6 +10,12 @@ Files are read incrementally (each pass reads what was appended since the last; 
 whole lines with one O_APPEND write each, so a line without its newline is waited for). A line
 that does not decode as inject-metadata v1 is skipped and remembered in `errors` by file and
 line number, with a warning logged once per file; the file's other lines still count.
+
+Whatever a file holds, a pass reads at most READ_BUDGET bytes of it and never reads a byte
+twice: a line longer than `max_line` bytes (Inject's are a few hundred) is refused once,
+counted (`rejected["line_too_long"]`) and skipped up to its newline, however many passes that
+takes, instead of being re-read every pass while its newline is waited for. Files are opened
+without following links or blocking, and only regular files of this Agent's user are read.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 
 import msgspec
 
+from comminsight.safe_open import open_checked
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.inject_metadata_v1 import InjectMetadata, Kind, Naming
 
@@ -28,6 +35,8 @@ log = logging.getLogger(__name__)
 
 # how a name reached NCCL when Inject set it (user-named: the user's own name was kept)
 SET_BY_INJECT = (Naming.nccl_config, Naming.torch_option)
+MAX_LINE = 1 << 20  # bytes; a longer line is refused
+READ_BUDGET = 4 << 20  # bytes read from one file per pass
 
 
 @dataclass
@@ -36,14 +45,18 @@ class _File:
     inode: int = 0
     line_no: int = 0
     processes: set = field(default_factory=set)  # (host, pid) of its group lines
+    skipping: bool = False  # inside a refused (too long) line: drop bytes to its newline
 
 
 class InjectNames:
-    def __init__(self, home: str | Path) -> None:
+    def __init__(self, home: str | Path, max_line: int = MAX_LINE) -> None:
         self.dir = Path(home) / "metadata" / "inject"
+        self.max_line = min(max_line, READ_BUDGET)  # a longer one could never be read whole
         self._files: dict[str, _File] = {}
         self._names: dict[tuple[str, int], set[str]] = {}
         self.errors: dict[str, str] = {}  # file name -> the first bad line, and why
+        self.rejected: dict[str, int] = {}  # reason -> lines (or files) refused
+        self.bytes_read = 0  # every byte read, for tests of the bound
         self._decoder = msgspec.json.Decoder(InjectMetadata)
 
     def refresh(self) -> None:
@@ -66,28 +79,61 @@ class InjectNames:
         st = entry.stat(follow_symlinks=False)
         state = self._files.setdefault(entry.name, _File())
         if state.inode != st.st_ino or st.st_size < state.offset:  # a new file by that name
-            state.offset, state.inode, state.line_no = 0, st.st_ino, 0
+            state.offset, state.inode, state.line_no, state.skipping = 0, st.st_ino, 0, False
         if st.st_size == state.offset:
             return
         try:
-            with open(entry.path, "rb") as f:
-                f.seek(state.offset)
-                data = f.read(st.st_size - state.offset)
+            fd, _ = open_checked(entry.path, "regular file")
         except OSError as e:
-            self._bad(entry.name, f"cannot read: {e}")
+            self._reject(entry.name, "unreadable", f"cannot read: {e}")
             return
+        try:
+            data = os.pread(fd, min(st.st_size - state.offset, READ_BUDGET), state.offset)
+        except OSError as e:
+            self._reject(entry.name, "unreadable", f"cannot read: {e}")
+            return
+        finally:
+            os.close(fd)
+        self.bytes_read += len(data)
+        at = 0
+        if state.skipping:  # the rest of a refused line
+            newline = data.find(b"\n")
+            if newline < 0:
+                state.offset += len(data)
+                return
+            at, state.skipping = newline + 1, False
         end = data.rfind(b"\n") + 1  # whole lines only
-        for line in data[:end].splitlines():
+        for line in data[at:end].split(b"\n")[:-1] if end > at else ():
             state.line_no += 1
-            if line.strip():
+            if len(line) > self.max_line:
+                self._too_long(entry.name, state, len(line))
+            elif line.strip():
                 self._line(entry.name, state, line)
-        state.offset += end
+        tail = len(data) - max(end, at)
+        if tail > self.max_line:  # no newline within the limit: refuse it now, skip the rest
+            state.line_no += 1
+            self._too_long(entry.name, state, tail)
+            state.skipping = True
+            end = len(data)
+        state.offset += max(end, at)
+
+    def _too_long(self, file: str, state: _File, size: int) -> None:
+        self._reject(
+            file,
+            "line_too_long",
+            f"line {state.line_no}: {size} bytes or more, longer than the {self.max_line}-byte "
+            "limit of an inject-metadata line; refused and skipped",
+        )
+
+    def _reject(self, file: str, reason: str, why: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self._bad(file, why)
 
     def _line(self, file: str, state: _File, line: bytes) -> None:
         try:
             record = self._decoder.decode(line)
         except (msgspec.DecodeError, UnicodeDecodeError) as e:
-            self._bad(file, f"line {state.line_no}: {e}")
+            self._reject(file, "invalid", f"line {state.line_no}: {e}")
             return
         if (
             record.kind is Kind.group

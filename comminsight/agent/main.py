@@ -7,7 +7,12 @@ SIGTERM or SIGINT: SHM ingest, metrics, the hang-event FIFO, hang diagnosis and 
 COMMINSIGHT_AGENT_LISTEN.
 
 Exit status: 0 after a signal, 1 when another Agent holds the lock, the home is unusable or
-the listen address cannot be bound, 2 for a configuration error.
+untrusted (owned by another user, writable by group or others, mode 000) or the listen address
+cannot be bound, 2 for a configuration error (a bad value, an untrusted configuration file).
+Every one is a line on stderr naming the path or key, never a traceback.
+
+Everything the Agent creates is private to its user: the umask is 077 (directories 0700,
+files 0600) whatever the shell that started it had.
 """
 
 from __future__ import annotations
@@ -15,14 +20,16 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
 from comminsight.agent.api_server import start_server
 from comminsight.agent.fifo_reader import FifoError
+from comminsight.agent.home_check import HomeError, check_config_file, check_home
 from comminsight.agent.service import AgentService
-from comminsight.config import ConfigError, load_settings
+from comminsight.config import ConfigError, config_file_path, is_loopback, load_settings
 from comminsight.durable_files import make_private_dirs
 
 log = logging.getLogger("comminsight.agent")
@@ -32,7 +39,10 @@ def take_lock(home: Path):
     """The open, exclusively locked lock file; None when another Agent has it."""
     path = home / "metadata" / "agent.lock"
     make_private_dirs(path.parent)
-    f = open(path, "a")  # noqa: SIM115 - held for the Agent's life
+    # O_NOFOLLOW: a link planted here must not make the Agent create or lock another file
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)  # a lock file an older Agent left 0644
+    f = os.fdopen(fd, "r+")  # held for the Agent's life
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -109,10 +119,26 @@ def service_for(settings) -> AgentService:
     return AgentService(settings)
 
 
+def exposure_warning(settings) -> str | None:
+    """What to say loudly at start when reads are served beyond this host without a token."""
+    host = settings.agent_listen.rpartition(":")[0]
+    if is_loopback(host) or settings.agent_token:
+        return None
+    return (
+        f"COMMINSIGHT_AGENT_LISTEN={settings.agent_listen} is beyond loopback and "
+        "COMMINSIGHT_AGENT_TOKEN is not set: anyone who can reach this port reads this node's "
+        "ops, hangs and paths (mutations stay refused). Listen on 127.0.0.1 unless others "
+        "must read it, and set a token"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
+    os.umask(0o077)
+    conf, _ = config_file_path()
     try:
+        check_config_file(conf)
         settings = load_settings()
-    except ConfigError as e:
+    except (ConfigError, HomeError) as e:
         print(f"comminsight-agent: configuration error: {e}", file=sys.stderr)
         return 2
     problem = multinode_problem(settings)
@@ -125,9 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     home = Path(settings.home)
     try:
+        check_home(home)
         lock = take_lock(home)
+    except HomeError as e:
+        print(f"comminsight-agent: refusing home {home}: {e}", file=sys.stderr)
+        return 1
     except OSError as e:
-        print(f"comminsight-agent: cannot use home {home}: {e}", file=sys.stderr)
+        print(f"comminsight-agent: cannot use home {home}: {_os_error(e)}", file=sys.stderr)
         return 1
     if lock is None:
         print(
@@ -136,16 +166,28 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    warning = exposure_warning(settings)
+    if warning:
+        log.warning("%s", warning)
+        print(f"comminsight-agent: WARNING: {warning}", file=sys.stderr)
     log.info("home %s: watching shms/ and fifos/hang-events.fifo", home)
     try:
         asyncio.run(serve(service_for(settings), settings.agent_listen))
     except (FifoError, ListenError) as e:
         print(f"comminsight-agent: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # a directory or file of the home the Agent cannot use
+        print(f"comminsight-agent: cannot use home {home}: {_os_error(e)}", file=sys.stderr)
+        return 1
     finally:
         lock.close()
     log.info("stopped")
     return 0
+
+
+def _os_error(e: OSError) -> str:
+    """'<path>: <reason>' without the errno prefix a traceback-free message does not need."""
+    return f"{e.filename}: {e.strerror}" if e.filename else (e.strerror or str(e))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ REBUILD_MAX_NS = 500_000_000
 # rest is for the slaves' batches (see take_snapshot)
 REBUILD_COST_SHARE = 3
 CURSOR_FLUSH_NS = 1_000_000_000
+# refusals of peers without the token keep health degraded this long after the latest
+RECENT_REFUSAL_NS = 300 * 1_000_000_000
 
 
 class JobStepFiles(StepFiles):
@@ -224,6 +226,12 @@ class MasterAgentService(AgentService):
                     f"node {node.name} refused: {node.last_reject.reason}: "
                     f"{node.last_reject.message}"
                 )
+        last = self.server.last_unauthenticated
+        if last is not None and time.time_ns() - last.at_real_ns < RECENT_REFUSAL_NS:
+            reasons.append(
+                f"{self.server.unauthenticated_rejects} registrations or streams without the "
+                f"token refused, the latest from {last.peer}: {last.message}"
+            )
         if self.server.strangers_unrecorded:
             reasons.append(
                 f"{self.server.strangers_unrecorded} refusals of unknown node names were not "

@@ -6,9 +6,13 @@ gRPC's anonymous "Exception deserializing request". gRPC's own receive limit sit
 above max_batch_bytes; a message past it never reaches a handler (the slave reads
 RESOURCE_EXHAUSTED as OVERSIZED), one between the two is refused here.
 
-Every refusal is recorded on the node it names (rejects_total, last_reject: /api/v1/nodes)
-and logged; it ends only the call that caused it. Handlers run on the agent's event loop, so
-they change the job view between the service's passes, never during one.
+Every refusal of a peer that presented the token is recorded on the node it names
+(rejects_total, last_reject: /api/v1/nodes) and logged; it ends only the call that caused it.
+A peer without the right token is nobody: its refusal is counted on the master alone
+(unauthenticated_rejects, the latest kept for health) and logged at most once a minute,
+never attributed to the node name it claims, so it cannot change what a live node shows.
+Handlers run on the agent's event loop, so they change the job view between the service's
+passes, never during one.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from comminsight.agent.fifo_reader import EVENT_SIZE, MAGIC_BYTES
 from comminsight.agent.job_view import NodeRecord
 from comminsight.agent.master_rejects import PROTOCOL_VERSION, REJECT_KEY, STATUS_OF, reason_name
 from comminsight.agent.master_store import MasterStore
+from comminsight.agent.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
 from comminsight_gen.abi import fifo_event_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
@@ -82,6 +87,11 @@ class AgentMasterServer:
         self.duplicates_dropped = 0
         self.rejects_total = 0
         self.strangers_unrecorded = 0  # refusals of unknown names past MAX_REFUSED_STRANGERS
+        self.unauthenticated_rejects = 0  # refusals of peers without the token: nobody's
+        self.last_unauthenticated: api.NodeReject | None = None
+        self._unauthenticated_log = RateLimitedLog(
+            log, "refused a peer without the token", PERSISTENT_PERIOD_S, logging.ERROR
+        )
         self.version = 0  # moves whenever a node's rows or state change
 
     # ---- wiring ------------------------------------------------------------------------
@@ -127,6 +137,9 @@ class AgentMasterServer:
         reject = refusal.reject
         self.rejects_total += 1
         peer = context.peer() or ""
+        if reject.reason == pb.REJECT_REASON_WRONG_TOKEN:
+            await self._refuse_unauthenticated(context, reject, peer)
+            return
         log.error(
             "refused slave %s from %s: %s: %s",
             node_name or "(unnamed)",
@@ -150,6 +163,23 @@ class AgentMasterServer:
             )
             if record.session_id == 0 or record.state is not api.NodeState.connected:
                 record.state = api.NodeState.rejected
+        await context.abort(
+            STATUS_OF[reject.reason],
+            reject.message,
+            trailing_metadata=((REJECT_KEY, reject.SerializeToString()),),
+        )
+
+    async def _refuse_unauthenticated(self, context, reject: pb.Reject, peer: str) -> None:
+        """A peer that did not prove it is one of the job's slaves: whatever node name it
+        gave is not believed, so no node's record is touched."""
+        self.unauthenticated_rejects += 1
+        self.last_unauthenticated = api.NodeReject(
+            reason=reason_name(reject.reason),
+            message=reject.message,
+            at_real_ns=time.time_ns(),
+            peer=peer[:512],
+        )
+        self._unauthenticated_log.note(f"from {peer}: {reject.message}")
         await context.abort(
             STATUS_OF[reject.reason],
             reject.message,
@@ -191,9 +221,9 @@ class AgentMasterServer:
     async def register(self, raw: bytes, context) -> bytes:
         name = None
         try:
+            self._check_token(context)  # before the request: a stranger's bytes name nobody
             request = _parse(pb.RegisterRequest, raw, "RegisterRequest")
             name = request.node.node_name or None
-            self._check_token(context)
             return self._register(request, context).SerializeToString()
         except Refusal as r:
             await self._refuse(context, r, name)

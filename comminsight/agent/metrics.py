@@ -21,7 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import generate_latest
 
-from comminsight.agent import engine_metrics
+from comminsight.agent import engine_metrics, input_metrics
 from comminsight.shm_reader import op_records, record_text
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
@@ -90,6 +90,7 @@ class NodeMetrics:
         self.engine_records_dropped = 0
         self.engine_records_queued = 0
         self.semantic: engine_metrics.SemanticEngineMetrics | None = None  # while it runs
+        self.inputs: input_metrics.AgentInputs | None = None  # set by the service
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -232,6 +233,8 @@ class NodeMetrics:
             )
         if self.semantic is not None:
             yield from engine_metrics.families(self.semantic)
+        if self.inputs is not None:
+            yield from input_metrics.families(self.inputs)
         yield GaugeMetricFamily(
             "comminsight_agent_lag_seconds",
             "Completion-to-ingest delay of the newest record read",

@@ -1,28 +1,41 @@
 """The Profilers of this node, as the Agent sees them through their SHM files.
 
 `ProducerSet.poll()` is one ingest pass: it discovers new files under <home>/shms/, maps them
-(refusing, with one log line and a quarantine, a file with another ABI version or a corrupt
-header, while the others go on), reads every producer's new ring records in one batch each,
-and retires a producer whose process is gone once its ring is drained. What it read comes back
-as a list of `Batch`es for the metrics, the engine hook and the API's recent-ops view.
+(refusing, with one log line and a quarantine, a file that is not a regular file of this
+Agent's user, has another ABI version or a corrupt header, while the others go on), reads
+every producer's new ring records in one batch each, and retires a producer whose process is
+gone once its ring is drained. What it read comes back as a list of `Batch`es for the
+metrics, the engine hook and the API's recent-ops view.
+
+A process that died without a clean end (its region never reached CLOSED) may have records
+its log writer never wrote: before its region goes they are written to its inspector_logs
+(log_recovery). A region whose process was already gone when the Agent found it (an Agent
+stopped before it retired it) is retired counting from the process's last heartbeat, so
+stopping Agents does not keep regions for ever. A producer whose ring or comm table breaks
+the protocol is named (`problems()`) and its ring no longer read: whatever a region claims,
+a pass does at most one ring's work per producer.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
-import shutil
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from comminsight.agent.liveness import process_runs
-from comminsight.shm_reader import RingCursor, ShmError, ShmRegion
+from comminsight.agent.liveness import ProcessIdentity, process_runs
+from comminsight.agent.log_recovery import Recovered, RecoveryError, recover
+from comminsight.shm_reader import RingCursor, ShmError, ShmRegion, record_text
 from comminsight_gen.abi import shm_v1
 
 log = logging.getLogger("comminsight.agent.producers")
 
 QUARANTINE = "quarantine"
+MAX_REFUSED_NAMES = 64  # refused files named in health (the count covers every one)
 
 
 @dataclass
@@ -33,15 +46,38 @@ class Producer:
     region: ShmRegion
     cursor: RingCursor
     gone_since_mono_ns: int | None = None
+    recovered: Recovered | None = None  # what was written for it after it died
+    recovery_error: str | None = None
 
     @property
     def pid(self) -> int:
         return self.region.pid
 
+    @property
+    def closed(self) -> bool:
+        return int(self.region.header["state"]) == shm_v1.FileState.CLOSED
+
     def alive(self) -> bool:
-        if not process_runs(self.pid):
+        """Dead is for ever (a pid that runs again is another process): once gone, the
+        region is frozen and no longer probed."""
+        if self.gone_since_mono_ns is not None:
             return False
-        return int(self.region.header["state"]) != shm_v1.FileState.CLOSED
+        return not self.closed and process_runs(self.pid, identity_of(self.region))
+
+    @property
+    def problem(self) -> str | None:
+        return self.cursor.problem
+
+
+def identity_of(region: ShmRegion) -> ProcessIdentity:
+    h = region.header
+    names = h.dtype.names
+    return ProcessIdentity(
+        start_ticks=int(h["process_start_ticks"]) if "process_start_ticks" in names else 0,
+        boot_id=record_text(h["boot_id"]) if "boot_id" in names else "",
+        pid_namespace=int(h["pid_namespace"]) if "pid_namespace" in names else 0,
+        created_mono_ns=int(h["start_mono_ns"]),
+    )
 
 
 @dataclass
@@ -59,29 +95,53 @@ class IngestCounters:
     files_refused: int = 0
     producers_retired: int = 0
     refused: dict[str, str] = field(default_factory=dict)  # file name -> reason (last ones)
+    refused_by_reason: dict[str, int] = field(default_factory=dict)
+    records_recovered: int = 0  # written to a dead process's logs from its region
+    recovery_failures: int = 0
+    # the work the passes did: ring slots copied and slot seq words examined
+    slots_copied: int = 0
+    seqs_read: int = 0
 
 
 class ProducerSet:
-    def __init__(self, home: Path, batch_max: int = 1 << 16) -> None:
+    def __init__(
+        self,
+        home: Path,
+        batch_max: int = 1 << 16,
+        shm_dir: str | None = None,
+        owner: int | None = -1,
+    ) -> None:
         self.shms = Path(home) / "shms"
+        self.logs = Path(home) / "inspector_logs"
         self.batch_max = batch_max
+        self.shm_dir = shm_dir
+        self.owner = owner
         self.producers: dict[Path, Producer] = {}
         self.counters = IngestCounters()
+        self._refused_here: set[tuple[str, int]] = set()  # (name, inode) left in shms/
 
     # ---- discovery ----
 
     def discover(self) -> None:
-        if not self.shms.is_dir():
-            return
-        for path in sorted(self.shms.glob("*.shm")):
-            if path not in self.producers:
-                self._open(path)
-
-    def _open(self, path: Path) -> None:
         try:
-            region = ShmRegion(path)
+            entries = list(os.scandir(self.shms))
+        except OSError:
+            return
+        known = {path.name for path in self.producers}
+        for entry in sorted(entries, key=lambda e: e.name):
+            if not entry.name.endswith(".shm") or entry.name in known:
+                continue
+            if (entry.name, entry.inode()) not in self._refused_here:
+                self._open(Path(entry.path), entry.inode())
+
+    def _open(self, path: Path, inode: int) -> None:
+        try:
+            region = ShmRegion(path, shm_dir=self.shm_dir, owner=self.owner)
         except ShmError as e:
-            self._quarantine(path, str(e))
+            if e.missing and path.is_symlink():  # its region is gone (removed by a sweep)
+                _remove_link(path)
+                return
+            self._quarantine(path, inode, str(e), _reason_label(str(e)))
             return
         state = int(region.header["state"])
         if state == shm_v1.FileState.CREATING:
@@ -90,18 +150,25 @@ class ProducerSet:
         self.producers[path] = Producer(path, region, RingCursor(region))
         log.info("producer pid %d (%s): %s", region.pid, region.hostname, path.name)
 
-    def _quarantine(self, path: Path, reason: str) -> None:
-        """Move a file the agent cannot read out of the way (keeping it for inspection)."""
+    def _quarantine(self, path: Path, inode: int, reason: str, label: str) -> None:
+        """Move a file the agent cannot read out of the way (keeping it for inspection). A
+        rename within shms/, never a copy (the file may be a FIFO or huge); where it cannot
+        be moved it stays, remembered, and is not opened again."""
         self.counters.files_refused += 1
+        self.counters.refused_by_reason[label] = self.counters.refused_by_reason.get(label, 0) + 1
+        self.counters.refused.pop(path.name, None)
         self.counters.refused[path.name] = reason
+        while len(self.counters.refused) > MAX_REFUSED_NAMES:
+            del self.counters.refused[next(iter(self.counters.refused))]
         log.error("refusing %s: %s", path, reason)
         target_dir = self.shms / QUARANTINE
         try:
-            target_dir.mkdir(mode=0o700, exist_ok=True)
-            shutil.move(str(path), str(target_dir / path.name))
-            (target_dir / f"{path.name}.reason").write_text(reason + "\n")
+            _private_dir(target_dir)
+            os.rename(path, target_dir / path.name)
+            _write_private(target_dir / f"{path.name}.reason", reason + "\n")
         except OSError as e:
-            log.error("cannot quarantine %s: %s", path, e)
+            self._refused_here.add((path.name, inode))
+            log.error("cannot quarantine %s: %s", path, e.strerror or e)
 
     # ---- ingest ----
 
@@ -110,46 +177,143 @@ class ProducerSet:
         self.discover()
         batches = []
         for path, producer in list(self.producers.items()):
-            lost_before = producer.cursor.lost
-            records = producer.cursor.poll(self.batch_max)
-            self.counters.records_lost += producer.cursor.lost - lost_before
+            gone = not producer.alive()
+            if gone and producer.gone_since_mono_ns is None:
+                self._note_gone(producer, now_mono_ns)
+            cursor = producer.cursor
+            before = (cursor.lost, cursor.slots_copied, cursor.seqs_read)
+            records = cursor.poll(self.batch_max, final=gone)
+            self.counters.records_lost += cursor.lost - before[0]
+            self.counters.slots_copied += cursor.slots_copied - before[1]
+            self.counters.seqs_read += cursor.seqs_read - before[2]
             if len(records):
                 self.counters.records += len(records)
                 batches.append(Batch(producer, records))
-            self._maybe_retire(
-                path, producer, now_mono_ns, retire_after_ns, drained=not len(records)
-            )
+            if gone:
+                self._maybe_retire(path, producer, now_mono_ns, retire_after_ns, not len(records))
         return batches
+
+    def _note_gone(self, producer: Producer, now: int) -> None:
+        """The process ended. Its region will not change again. Count its absence from its
+        last heartbeat (when the Agent was not running then, that is when it died, give or
+        take a heartbeat), never from the future."""
+        producer.region.freeze()
+        heartbeat = int(producer.region.header["heartbeat_mono_ns"])
+        producer.gone_since_mono_ns = heartbeat if 0 < heartbeat <= now else now
 
     def _maybe_retire(
         self, path: Path, producer: Producer, now: int, after_ns: int, drained: bool
     ) -> None:
-        if producer.alive():
-            producer.gone_since_mono_ns = None
-            return
-        if producer.gone_since_mono_ns is None:
-            producer.gone_since_mono_ns = now
         head = int(producer.region.header["ring_head"])
-        if (
-            not drained
-            or producer.cursor.next_ticket < head
-            or now - producer.gone_since_mono_ns < after_ns
-        ):
+        if producer.problem is None and (not drained or producer.cursor.next_ticket < head):
+            return
+        if producer.recovered is None and producer.recovery_error is None:
+            self._recover(producer)
+        if now - producer.gone_since_mono_ns < after_ns:
             return
         # The process is gone and everything it published has been read: its file can go.
         del self.producers[path]
         self.counters.producers_retired += 1
-        target = path.resolve()
         pid = producer.pid
+        target = producer.region.target
         producer.region.close()
         for p in {path, target}:
             try:
                 p.unlink()
             except FileNotFoundError:
                 pass
+            except OSError as e:
+                log.error("cannot remove %s: %s", p, e.strerror)
         log.info("retired producer pid %d (%s)", pid, path.name)
+
+    def _recover(self, producer: Producer) -> None:
+        """Write what only the region holds into the process's logs, once, for a process
+        that ended without closing its region (a closed one's writer drained and sealed)."""
+        if producer.closed or producer.problem is not None:
+            producer.recovered = Recovered(None)
+            return
+        try:
+            producer.recovered = recover(producer.region, self.logs)
+        except (RecoveryError, OSError) as e:
+            self._recovery_failed(producer, str(e))
+            return
+        except Exception as e:  # a bug must not end the Agent, nor keep the region for ever
+            log.exception("pid %d: recovering its records failed", producer.pid)
+            self._recovery_failed(producer, f"{type(e).__name__}: {e}")
+            return
+        self.counters.records_recovered += producer.recovered.records
+
+    def _recovery_failed(self, producer: Producer, why: str) -> None:
+        self.counters.recovery_failures += 1
+        producer.recovery_error = why
+        log.error("pid %d: %s", producer.pid, why)
+
+    # ---- health ----
+
+    def problems(self) -> list[str]:
+        """What health names of the producers: rings no longer read, bad comm-table rows,
+        failed recoveries."""
+        out = []
+        for p in self.producers.values():
+            who = f"SHM file {p.path.name} (pid {p.pid})"
+            if p.problem:
+                out.append(f"{who}: {p.problem}")
+            if p.region.bad_rows:
+                out.append(
+                    f"{who}: {p.region.bad_rows} communicator table rows break the shm v1 "
+                    f"protocol and are ignored ({p.region.bad_rows_reason})"
+                )
+            if p.recovery_error:
+                out.append(
+                    f"{who}: its unwritten records could not be recovered: {p.recovery_error}"
+                )
+        return out
 
     def close(self) -> None:
         for producer in self.producers.values():
             producer.region.close()
         self.producers.clear()
+
+
+def _reason_label(message: str) -> str:
+    """A short, bounded label of a refusal for metrics (the message says the rest)."""
+    for label, words in (
+        ("symlink", ("symbolic link",)),
+        ("not_regular_file", ("not a regular file",)),
+        ("other_owner", ("owned by uid",)),
+        ("writable_by_others", ("lets group or others write",)),
+        ("unreadable", ("cannot open",)),
+        ("short", ("shorter than",)),
+    ):
+        if any(w in message for w in words):
+            return label
+    if "header." in message:
+        return "header." + message.split("header.", 1)[1].split(":", 1)[0]
+    return "corrupt"
+
+
+def _remove_link(path: Path) -> None:
+    try:
+        path.unlink()
+        log.info("removed %s: the region it named is gone", path)
+    except OSError as e:
+        log.error("cannot remove %s: %s", path, e.strerror)
+
+
+def _private_dir(path: Path) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, f"{path} is not this Agent's directory") from None
+
+
+def _write_private(path: Path, text: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)

@@ -24,6 +24,11 @@ since (engine_replay), which rewrites the same summaries; failures and restarts 
 by reason for health and metrics. Restarts are rate-limited per GPU (engine_restarts); an ops
 batch that fails again after a restart is dropped as lost records, so one bad batch cannot
 stop a GPU for good. The worker thread itself never ends on an exception.
+
+A write that fails (a full disk, a read-only home) is not a failure of the engine: the
+summaries wait in their SummaryFile, the checkpoint keeps its last good state, a file due to
+be sealed stays due, and the worker tries again every STORAGE_RETRY_S until the disk takes
+them (StorageFault: health names the file and the error while it lasts).
 """
 
 from __future__ import annotations
@@ -71,6 +76,18 @@ CHECKPOINT_NAME = "engine-live.checkpoint.json"
 # A replay log nearly full asks for a checkpoint (which trims it) ahead of time, but not more
 # often than this: a checkpoint fsyncs every GPU's summaries.
 MIN_CHECKPOINT_GAP_S = 1.0
+STORAGE_RETRY_S = 5.0
+
+
+@dataclass
+class StorageFault:
+    """Writes under semantics/step/ are failing: since when, the latest file and error."""
+
+    path: str
+    error: str
+    since_mono_s: float
+    since_real_ns: int
+    failures: int = 1
 
 
 class _Gpu:
@@ -97,6 +114,7 @@ class _Gpu:
         self.suspect: ReplayEntry | None = None  # the entry the engine failed on last
         self.retry_at: float | None = None  # backing off until then (CLOCK_MONOTONIC s)
         self.reported = out.written  # summaries counted in steps_written (restarts rewrite)
+        self.seal_due = False  # finished, but sealing its file failed: sealed on a retry
 
 
 @dataclass(frozen=True)
@@ -175,6 +193,9 @@ class SemanticEngineHook:
         self.steps_written = 0
         self.counts = FailureCounts()
         self.restored = 0  # GPUs resumed from a checkpoint
+        self.storage_fault: StorageFault | None = None  # while writes fail
+        self.storage_faults_total = 0  # writes that failed, ever
+        self._storage_retry_at = float("inf")
         self._items: deque = deque()
         self._queued = 0
         self._cond = threading.Condition()
@@ -301,7 +322,12 @@ class SemanticEngineHook:
                     self._busy = False
                     now = time.monotonic()
                     cut = self.live_cut.next_deadline()
-                    due = min(self._next_checkpoint, self._next_retry(), cut or float("inf"))
+                    due = min(
+                        self._next_checkpoint,
+                        self._next_retry(),
+                        cut or float("inf"),
+                        self._storage_retry_at,
+                    )
                     if now >= due:
                         break
                     self._cond.wait(timeout=due - now)
@@ -313,6 +339,8 @@ class SemanticEngineHook:
                 self._queued -= sum(len(p[0]) for kind, _, p in items if kind == "ops")
             try:
                 self._work(items)
+            except OSError as e:  # the disk, not a bug: retried, named in health
+                self._storage_failed(self.out_dir, e)
             except Exception as e:  # a bug outside any one GPU: the others must go on
                 log.exception("semantic engine: a worker pass failed")
                 failure = EngineFailure.of(e)
@@ -320,6 +348,8 @@ class SemanticEngineHook:
                 self.counts.last, self.counts.last_pid = failure, None
 
     def _work(self, items: list) -> None:
+        if self.storage_fault is not None and time.monotonic() >= self._storage_retry_at:
+            self._retry_storage()
         for kind, gpu, payload in coalesce(items):
             self._take(gpu, kind, payload)
         if self.live_cut.due(time.monotonic()):
@@ -431,7 +461,7 @@ class SemanticEngineHook:
             g = self._gpus.get(gpu)
             if g is not None:
                 self._write(g, summaries)
-                g.out.flush()
+                self._flush(g)
             lag = self._lags.get(gpu)
             if lag is not None and gpu in self.live_cut.placed_end:
                 lag.placed(self.live_cut.placed_end[gpu])
@@ -496,10 +526,15 @@ class SemanticEngineHook:
             lag = self._lags.get(gpu)
             if lag is not None:
                 lag.placed(newest_placed_end(g.engine, held, batch))
-        g.out.flush()  # visible to readers (the API); fsync at checkpoints
+        self._flush(g)  # visible to readers (the API); fsync at checkpoints
 
     def _seal(self, g: _Gpu) -> None:
-        g.out.seal()
+        try:
+            g.out.seal()
+            g.seal_due = False
+        except OSError as e:  # sealed again once the disk takes it
+            g.seal_due = True
+            self._storage_failed(g.out.path, e)
         g.finished = True
         g.replay = ReplayLog(0)  # a sealed file is never restarted
         g.retry_at = None
@@ -508,11 +543,68 @@ class SemanticEngineHook:
 
     def _write(self, g: _Gpu, summaries: list) -> None:
         if summaries:
-            g.out.add(summaries)
+            try:
+                g.out.add(summaries)
+            except OSError as e:  # the summaries wait in g.out for the disk
+                self._storage_failed(g.out.path, e)
             # a restarted engine writes again the summaries after its checkpoint: count once
             if g.out.written > g.reported:
                 self.steps_written += g.out.written - g.reported
                 g.reported = g.out.written
+
+    def _flush(self, g: _Gpu) -> None:
+        try:
+            g.out.flush()
+        except OSError as e:
+            self._storage_failed(g.out.path, e)
+
+    # ---- a disk that refuses writes ------------------------------------------------------
+
+    def _storage_failed(self, path, error: OSError) -> None:
+        """Note a failed write; the first of a run of them is logged (the rest are counted)."""
+        self.storage_faults_total += 1
+        now = time.monotonic()
+        self._storage_retry_at = now + STORAGE_RETRY_S
+        message = f"{type(error).__name__}: {error.strerror or error}"[:300]
+        fault = self.storage_fault
+        if fault is None:
+            self.storage_fault = StorageFault(str(path), message, now, time.time_ns())
+            log.error(
+                "semantic engine: cannot write %s (%s); Step summaries wait in memory and "
+                "writes are retried every %.0f s",
+                path,
+                message,
+                STORAGE_RETRY_S,
+            )
+        else:
+            fault.path, fault.error = str(path), message
+            fault.failures += 1
+
+    def _retry_storage(self) -> None:
+        """Write what waits, seal what is due, checkpoint; the fault ends when all succeed."""
+        self._storage_retry_at = float("inf")
+        before = self.storage_faults_total
+        for g in list(self._gpus.values()):
+            if g.out.path is None:
+                continue
+            if g.seal_due:
+                self._seal(g)
+            elif g.out.pending:
+                self._flush(g)
+        if self.storage_faults_total == before:
+            self._save_checkpoint()
+        if self.storage_faults_total == before and self.storage_fault is not None:
+            log.warning(
+                "semantic engine: writes under %s succeed again (after %d failures)",
+                self.out_dir,
+                self.storage_fault.failures,
+            )
+            self.storage_fault = None
+
+    def pending_summaries(self) -> tuple[int, int]:
+        """Summaries waiting in memory for the disk, and those dropped past its bound."""
+        gpus = list(self._gpus.values())
+        return sum(g.out.pending for g in gpus), sum(g.out.dropped for g in gpus)
 
     # ---- failures and restarts -----------------------------------------------------------
 
@@ -611,7 +703,11 @@ class SemanticEngineHook:
             position = g.engine.resume_point(g.last_position)
         if position is None:
             return None
-        size = g.out.sync() if g.out.path.name.endswith(".partial") else 0
+        try:
+            size = g.out.sync() if g.out.path.name.endswith(".partial") else 0
+        except OSError as e:  # keep the last good checkpoint of g until the disk takes it
+            self._storage_failed(g.out.path, e)
+            return None
         state = gpu_state(
             g.engine,
             position,
@@ -643,7 +739,7 @@ class SemanticEngineHook:
                     state = None
                 if state is not None:
                     g.checkpoint = state
-                elif g.finished:  # sealed before it placed an op: nothing to resume
+                elif g.finished and not g.seal_due:  # sealed before it placed an op
                     g.checkpoint = None
             # else the last good state: restarting from it, no Step is lost or written twice
             if g.checkpoint is not None:
@@ -654,5 +750,7 @@ class SemanticEngineHook:
         if states:
             try:
                 self._checkpoint.save(states)
-            except (OSError, msgspec.EncodeError) as e:
+            except OSError as e:
+                self._storage_failed(self._checkpoint.path, e)
+            except msgspec.EncodeError as e:
                 log.error("semantic engine: cannot write its checkpoint: %s", e)

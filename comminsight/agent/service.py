@@ -30,13 +30,16 @@ from comminsight.agent.diagnosis import diagnose
 from comminsight.agent.engine_health import engine_health
 from comminsight.agent.engine_hook import EngineHook, PassThroughEngine
 from comminsight.agent.engine_metrics import engine_metrics
-from comminsight.agent.fifo_reader import HangEvent, HangEventFifo
+from comminsight.agent.fifo_reader import FifoError, HangEvent, HangEventFifo, keep_recent
 from comminsight.agent.hang_resolution import resolve_cleared
 from comminsight.agent.hang_store import HangStore
 from comminsight.agent.ingest import NodeIngest
 from comminsight.agent.inject_names import InjectNames
+from comminsight.agent.input_health import input_reasons
+from comminsight.agent.input_metrics import AgentInputs
 from comminsight.agent.metrics import NodeMetrics
 from comminsight.agent.producers import ProducerSet
+from comminsight.agent.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
 from comminsight.agent.recent_ops import RecentOps
 from comminsight.agent.semantic_hook import SemanticEngineHook
 from comminsight.agent.snapshot import NodeSnapshot, build_snapshot
@@ -78,14 +81,20 @@ class AgentService:
         self._archive_thread: threading.Thread | None = None
         self._archive_due_mono_ns = 0
         self.stopping = False
-        self.producers = ProducerSet(self.home, batch_max=settings.agent_batch_max)
+        self.producers = ProducerSet(
+            self.home, batch_max=settings.agent_batch_max, shm_dir=settings.profiler_shm_dir
+        )
         self.metrics = NodeMetrics()
+        if self.archiver is not None:
+            self.metrics.registry.register(self.archiver)
         self.ingest = NodeIngest(
             self.producers, self.metrics, self.recent_ops, self.engine, self.node_name
         )
         self.fifo = HangEventFifo(self.home)
         self.hangs = HangStore(self.home)
         self.inject_names = InjectNames(self.home)
+        self.fifo_error: str | None = None  # why hang events are not received
+        self.metrics.inputs = AgentInputs(self.fifo, self.producers, self.inject_names)
         self.history: deque[NodeSnapshot] = deque(maxlen=HISTORY)
         self._diagnosed: NodeSnapshot | None = None
         self.hang_events: deque[HangEvent] = deque(maxlen=RECENT_EVENTS)
@@ -93,6 +102,11 @@ class AgentService:
         self.retire_after_ns = int(max(MIN_RETIRE_S, 2 * settings.profiler_hang_timeout_s) * S)
         self.passes = 0
         self._wake = asyncio.Event()
+        self.http_guard = None  # the API server's ConnectionGuard, once it serves
+        self.pass_errors = 0  # passes that failed (out of descriptors, an unreadable file)
+        self._pass_error_log = RateLimitedLog(
+            log, "a poll pass failed", PERSISTENT_PERIOD_S, logging.ERROR
+        )
 
     def _engine_hook(self, settings: ConfigV1) -> EngineHook:
         if not settings.semantic_enable:
@@ -256,16 +270,26 @@ class AgentService:
             )
         for name, why in sorted(self.hangs.errors.items()):
             reasons.append(f"hang report file {name} set aside: {why}")
+        reasons += input_reasons(self.fifo, self.fifo_error, self.producers, self.inject_names)
         if self.engine_error:
             reasons.append(f"the Semantic Engine is off: {self.engine_error}")
         semantic = None
         if isinstance(self.engine, SemanticEngineHook):
             semantic, engine_reasons = engine_health(self.engine)
             reasons += engine_reasons
+        if self.http_guard is not None:
+            reasons += self.http_guard.health_reasons(time.monotonic())
+        if self.pass_errors and time.monotonic() - self._last_pass_error_mono_s < 300:
+            reasons.append(
+                f"{self.pass_errors} poll passes failed, the latest: {self._last_pass_error}"
+            )
         if self.archive_error:
             reasons.append(f"archiving is off: {self.archive_error}")
         elif self.archiver is not None and self.archiver.last_error is not None:
             reasons.append(f"archive upload failing: {self.archiver.last_error.message}")
+        if self.archiver is not None:
+            for source, why in sorted(self.archiver.refused().items())[:16]:
+                reasons.append(f"archive refuses {self.home / source}: {why}")
         alive = sum(1 for p in self.producers.producers.values() if p.gone_since_mono_ns is None)
         comm_ids = {
             int(row["comm_id"])
@@ -327,7 +351,7 @@ class AgentService:
         )
 
     def _on_fifo_events(self, events: list[HangEvent]) -> None:
-        self.hang_events.extend(events)
+        self.fifo.stats.evicted += keep_recent(self.hang_events, events)
         self._wake.set()  # diagnose now, not at the next tick
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -335,12 +359,22 @@ class AgentService:
         self.hangs.load()
         for name, reason in self.hangs.errors.items():
             log.error("hang report %s set aside: %s", name, reason)
-        self.fifo.open()
-        self.fifo.attach(asyncio.get_running_loop(), self._on_fifo_events)
+        try:
+            self.fifo.open()
+            self.fifo.attach(asyncio.get_running_loop(), self._on_fifo_events)
+        except FifoError as e:  # serve on: SHM still shows hangs, health names the FIFO
+            self.fifo_error = str(e)
+            log.error("hang events are not received: %s", e)
         interval_s = self.settings.agent_poll_interval_ms / 1000
         try:
             while not stop.is_set():
-                self.poll_once()
+                try:
+                    self.poll_once()
+                except OSError as e:  # EMFILE, an unreadable directory: the next pass retries
+                    self.pass_errors += 1
+                    self._last_pass_error = f"{type(e).__name__}: {e}"[:300]
+                    self._last_pass_error_mono_s = time.monotonic()
+                    self._pass_error_log.note(str(e))
                 self._wake.clear()
                 stopping = asyncio.ensure_future(stop.wait())
                 woken = asyncio.ensure_future(self._wake.wait())

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -184,10 +186,39 @@ def cycle_roles_of(spec: Template) -> frozenset[str]:
     return frozenset(roles)
 
 
-def load_template_file(path: Path) -> CompiledTemplate:
+MAX_TEMPLATE_BYTES = 1 << 20
+
+
+def _template_text(path: Path) -> str:
+    """The file's text, or TemplateError naming it: opened without blocking (a FIFO named
+    *.yaml must not stop the Agent's start), a regular file of bounded size, UTF-8."""
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
-    except (OSError, yaml.YAMLError) as e:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise TemplateError(f"{path}: cannot be read: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TemplateError(f"{path}: not a regular file")
+        if st.st_size > MAX_TEMPLATE_BYTES:
+            raise TemplateError(f"{path}: larger than {MAX_TEMPLATE_BYTES} bytes")
+        try:
+            data = f.read(MAX_TEMPLATE_BYTES + 1)
+        except OSError as e:
+            raise TemplateError(f"{path}: cannot be read: {e.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TemplateError(
+            f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None
+
+
+def load_template_file(path: Path) -> CompiledTemplate:
+    text = _template_text(path)
+    try:
+        raw = yaml.load(text, Loader=_SAFE_LOADER)
+    except yaml.YAMLError as e:
         raise TemplateError(f"{path}: not readable YAML: {e}") from None
     try:
         spec = msgspec.convert(raw, Template)
@@ -224,10 +255,15 @@ def load_templates(extra_dirs: str | list[str] = "") -> TemplateSet:
     by_name: dict[str, CompiledTemplate] = {}
     problems = []
     for d in dirs:
-        if not d.is_dir():
+        try:
+            paths = sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml")) if d.is_dir() else None
+        except OSError as e:  # an unreadable directory is named and left out
+            problems.append(f"{d}: template directory cannot be read: {e.strerror}")
+            continue
+        if paths is None:
             problems.append(f"{d}: template directory does not exist")
             continue
-        for path in sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml")):
+        for path in paths:
             try:
                 t = load_template_file(path)
             except TemplateError as e:

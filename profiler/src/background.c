@@ -59,12 +59,30 @@ static void* writer_main(void* arg) {
 
 /* ---- hang events ---- */
 
+/* The FIFO is the Agent's door into this process's evidence: write only into one this user
+ * made, that nobody else can write into (a forged event) or swap for a link to a file. */
+static int open_fifo(void) {
+    if (ci_g.home_private) return -1; /* no Agent reads a private directory */
+    int dir = ci_home_dir("fifos", true, false, NULL, 0);
+    if (dir < 0) return -1;
+    if (mkfifoat(dir, "hang-events.fifo", 0600) != 0 && errno != EEXIST) {
+        close(dir);
+        return -1;
+    }
+    char why[160];
+    int fd = ci_open_file_at(dir, "hang-events.fifo", O_WRONLY, CI_KIND_FIFO, false, why, sizeof(why));
+    int err = errno;
+    close(dir);
+    static bool warned;
+    if (fd < 0 && err != ENXIO && !warned) { /* ENXIO: nobody reads, the usual case */
+        warned = true;
+        ci_warn("%s/fifos/hang-events.fifo refused: %s; hang events are dropped and counted", ci_g.cfg.home, why);
+    }
+    return fd;
+}
+
 static bool write_fifo_event(const ci_fifo_event_v1_t* ev) {
-    char dir[CI_DIR_MAX], path[CI_PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s/fifos", ci_g.cfg.home);
-    snprintf(path, sizeof(path), "%s/hang-events.fifo", dir);
-    if (ci_mkdirs(dir) != 0 || (mkfifo(path, 0600) != 0 && errno != EEXIST)) return false;
-    int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC); /* ENXIO: nobody reads */
+    int fd = open_fifo();
     if (fd < 0) return false;
     ssize_t n = write(fd, ev, sizeof(*ev)); /* <= PIPE_BUF: all or nothing */
     int err = errno;
@@ -235,14 +253,19 @@ static void watch_config(void) {
     static bool primed;
     char path[CI_PATH_MAX];
     ci_config_file(path, sizeof(path));
-    struct stat st;
-    if (stat(path, &st) != 0) return;
+    const char* conf = getenv(CI_CONFIG_V1_CONF_KEY);
+    bool explicit_path = conf && *conf;
+    int home_fd = ci_g.home_private ? -1 : ci_g.home_fd;
+    struct stat st; /* a stat, never an open: nothing here can block */
+    if (explicit_path ? stat(path, &st) != 0
+                      : home_fd < 0 || fstatat(home_fd, "etc/comminsight.conf", &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return;
     bool changed = primed && (st.st_mtim.tv_sec != seen.tv_sec || st.st_mtim.tv_nsec != seen.tv_nsec);
     seen = st.st_mtim;
     primed = true;
     if (!changed || getenv(CI_CONFIG_V1_PROFILER_EVENT_MASK_KEY)) return;
     ci_config_t fresh;
-    ci_config_load(&fresh);
+    ci_config_load(&fresh, home_fd);
     int32_t old = __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED);
     if (fresh.event_mask == old) return;
     __atomic_store_n(&ci_g.mask, fresh.event_mask, __ATOMIC_RELAXED);

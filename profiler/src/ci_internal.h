@@ -84,8 +84,46 @@ typedef struct ci_config {
     bool debug;
 } ci_config_t;
 
-void ci_config_load(ci_config_t* cfg);
+/* home_fd: the trusted home, whose etc/comminsight.conf is read; -1: read no file in a home */
+void ci_config_load(ci_config_t* cfg, int home_fd);
 void ci_config_file(char* path, size_t size); /* the KEY=VALUE file config_load reads */
+
+/* ---- trusted file access (safefs.c): no links followed, no blocking, kind and owner checked ---- */
+typedef enum { CI_KIND_DIR, CI_KIND_FILE, CI_KIND_FIFO } ci_kind_t;
+struct stat;
+/* Of the kind wanted, owned by the effective uid (or root, when root_ok), not writable by
+ * group or others; otherwise false with the reason in `why`. */
+bool ci_trusted_stat(const struct stat* st, ci_kind_t kind, bool root_ok, char* why, size_t why_len);
+int ci_check_fd(int fd, ci_kind_t kind, bool root_ok, char* why, size_t why_len);
+/* Each returns a descriptor, or -1 with errno (EPERM: refused, ELOOP: a link) and `why`. */
+int ci_open_dir_at(int parent_fd, const char* name, bool create, char* why, size_t why_len);
+int ci_open_file_at(int dir_fd, const char* name, int flags, ci_kind_t kind, bool root_ok, char* why,
+                    size_t why_len);
+
+/* ---- the home (home.c): trusted, or a private directory in its place ---- */
+void ci_home_path(char* out, size_t size); /* COMMINSIGHT_HOME, from the environment only */
+void ci_home_open(void);                   /* sets ci_g.home_fd / home_private; says why once */
+void ci_home_adopt(ci_config_t* cfg);      /* after config load: the home in use, by name */
+/* A directory of the home, opened (created 0700 when `create`). `movable`: if the home's own is
+ * refused, or cannot be created or opened (EROFS, EACCES, EPERM), the private directory's is
+ * used instead, from then on. -1 if none; refusals and moves are said once. */
+int ci_home_dir(const char* sub, bool create, bool movable, char* path, size_t path_len);
+/* The home's `sub` opened but takes no new entry (err: one ci_unwritable_errno accepts): the
+ * private directory's `sub` from now on, said once naming the path and the errno. -1 (errno =
+ * err) when there is nowhere better: the home is already the private one, `sub` already moved,
+ * or no private directory can be made. */
+int ci_home_dir_unwritable(const char* sub, int err, char* path, size_t path_len);
+bool ci_unwritable_errno(int err); /* EROFS, EACCES, EPERM: a home we cannot write, not a full one */
+int ci_private_home(void);
+const char* ci_private_home_path(void);
+void ci_home_after_fork(void);
+
+/* ---- regions of dead processes (stale_regions.c) and process identity (proc_identity.c) ---- */
+int ci_proc_start_ticks(int pid, uint64_t* ticks); /* 0, or -1 with errno (ENOENT: no such process) */
+uint64_t ci_pid_namespace(void);
+void ci_boot_id(char* out, size_t size);
+void ci_stale_regions_sweep(void);
+int ci_agent_running(void); /* 1: an Agent holds this home's lock, 0: none, -1: cannot tell */
 
 /* ---- logging (log.c): NCCL's logger when it gave one, else stderr ---- */
 void ci_log_set_nccl_logger(void* logfn);
@@ -332,6 +370,10 @@ typedef struct ci_process {
     uint32_t live_comms;
     pid_t pid;
     char hostname[64];
+    int home_fd;       /* the home in use (trusted, or the private one); -1: none */
+    bool home_private; /* the configured home was refused: FIFO and autostart are off */
+    int shms_fd;       /* the directory holding shm_path's link (or file); -1: none */
+    char shm_name[256];
     uint64_t group_counter; /* the last NCCL group id a thread reserved (plugin.c); ids start at 1 */
     bool threads_running;
     bool autostart_done;

@@ -6,11 +6,13 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ci_internal.h"
 
@@ -98,41 +100,109 @@ static int key_index(const ci_config_v1_key_t* keys, size_t n, const char* name)
     return -1;
 }
 
-static void read_file(const char* path, bool explicit_path, const ci_config_v1_key_t* keys, size_t n,
-                      raw_value_t* raw) {
-    FILE* f = fopen(path, "r");
-    if (!f) {
-        if (explicit_path) ci_warn("cannot read configuration file %s: %s", path, strerror(errno));
+/* Keys a configuration file must not set: where the home and the file are (they decide what
+ * is trusted), and the program the Profiler starts (a file someone else could edit must never
+ * choose what the training process executes). */
+static bool environment_only(int index) {
+    return index == CI_CONFIG_V1_HOME_INDEX || index == CI_CONFIG_V1_CONF_INDEX ||
+           index == CI_CONFIG_V1_PROFILER_AGENT_BIN_INDEX;
+}
+
+static void parse_line(char* line, const char* path, int lineno, const ci_config_v1_key_t* keys, size_t n,
+                       raw_value_t* raw) {
+    char* s = trim(line);
+    if (!*s || *s == '#') return;
+    if (strncmp(s, "export ", 7) == 0) s = trim(s + 7);
+    char* eq = strchr(s, '=');
+    if (!eq) {
+        ci_warn("%s:%d: expected KEY=VALUE; line ignored", path, lineno);
         return;
     }
-    char line[CI_VALUE_MAX + 256];
-    for (int lineno = 1; fgets(line, sizeof(line), f); lineno++) {
-        char* s = trim(line);
-        if (!*s || *s == '#') continue;
-        if (strncmp(s, "export ", 7) == 0) s = trim(s + 7);
-        char* eq = strchr(s, '=');
-        if (!eq) {
-            ci_warn("%s:%d: expected KEY=VALUE; line ignored", path, lineno);
-            continue;
-        }
-        *eq = '\0';
-        char* name = trim(s);
-        char* value = trim(eq + 1);
-        size_t len = strlen(value);
-        if (len >= 2 && (value[0] == '"' || value[0] == '\'') && value[len - 1] == value[0]) {
-            value[len - 1] = '\0';
-            value++;
-        }
-        int i = key_index(keys, n, name);
-        if (i < 0) {
-            ci_warn("%s:%d: unknown key %s; ignored", path, lineno, name);
-            continue;
-        }
-        snprintf(raw[i].text, sizeof(raw[i].text), "%s", value);
-        snprintf(raw[i].origin, sizeof(raw[i].origin), "%.*s:%d", CI_PATH_MAX, path, lineno);
-        raw[i].set = true;
+    *eq = '\0';
+    char* name = trim(s);
+    char* value = trim(eq + 1);
+    size_t len = strlen(value);
+    if (len >= 2 && (value[0] == '"' || value[0] == '\'') && value[len - 1] == value[0]) {
+        value[len - 1] = '\0';
+        value++;
     }
-    fclose(f);
+    int i = key_index(keys, n, name);
+    if (i < 0) {
+        ci_warn("%s:%d: unknown key %s; ignored", path, lineno, name);
+        return;
+    }
+    if (environment_only(i)) {
+        ci_warn("%s:%d: %s is taken only from the environment; the file's value is ignored", path, lineno, name);
+        return;
+    }
+    snprintf(raw[i].text, sizeof(raw[i].text), "%s", value);
+    snprintf(raw[i].origin, sizeof(raw[i].origin), "%.*s:%d", CI_PATH_MAX, path, lineno);
+    raw[i].set = true;
+}
+
+/* A bounded read: a huge file costs no more than this at init. */
+#define CONF_MAX_BYTES (256u * 1024u)
+
+static void read_fd(int fd, const char* path, const ci_config_v1_key_t* keys, size_t n, raw_value_t* raw) {
+    char* text = malloc(CONF_MAX_BYTES + 1);
+    if (!text) return;
+    size_t len = 0;
+    while (len < CONF_MAX_BYTES) {
+        ssize_t got = read(fd, text + len, CONF_MAX_BYTES - len);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        len += (size_t)got;
+    }
+    char probe;
+    if (len == CONF_MAX_BYTES && read(fd, &probe, 1) == 1)
+        ci_warn("%s is larger than %u bytes; the rest is ignored", path, CONF_MAX_BYTES);
+    text[len] = '\0';
+    int lineno = 1;
+    for (char* line = text; line < text + len; lineno++) {
+        char* nl = memchr(line, '\n', (size_t)(text + len - line));
+        if (nl) *nl = '\0';
+        if (strlen(line) > CI_VALUE_MAX + 256) ci_warn("%s:%d: line longer than %d bytes; ignored", path, lineno,
+                                                      CI_VALUE_MAX + 256);
+        else parse_line(line, path, lineno, keys, n, raw);
+        if (!nl) break;
+        line = nl + 1;
+    }
+    free(text);
+}
+
+/* The file named by COMMINSIGHT_CONF: the operator chose the path (links along it are theirs,
+ * a mounted ConfigMap is one), but what it leads to must be a regular file that only this user
+ * or root can change. Never blocks: a FIFO or device there is refused, not read. */
+static void read_explicit(const char* path, const ci_config_v1_key_t* keys, size_t n, raw_value_t* raw) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        ci_warn("cannot read configuration file %s: %s", path, strerror(errno));
+        return;
+    }
+    char why[160];
+    if (ci_check_fd(fd, CI_KIND_FILE, true, why, sizeof(why)) != 0)
+        ci_warn("configuration file %s refused: %s; using the environment and defaults", path, why);
+    else read_fd(fd, path, keys, n, raw);
+    close(fd);
+}
+
+/* <home>/etc/comminsight.conf of a trusted home, opened without following links. */
+static void read_home_file(int home_fd, const char* path, const ci_config_v1_key_t* keys, size_t n,
+                           raw_value_t* raw) {
+    char why[160];
+    int etc = ci_open_dir_at(home_fd, "etc", false, why, sizeof(why));
+    if (etc < 0) {
+        if (errno != ENOENT) ci_warn("configuration file %s refused: its directory %s", path, why);
+        return;
+    }
+    int fd = ci_open_file_at(etc, "comminsight.conf", O_RDONLY, CI_KIND_FILE, true, why, sizeof(why));
+    close(etc);
+    if (fd < 0) {
+        if (errno != ENOENT) ci_warn("configuration file %s refused: %s; using the environment and defaults", path, why);
+        return;
+    }
+    read_fd(fd, path, keys, n, raw);
+    close(fd);
 }
 
 /* The text each key resolves to, after validation (default on error). */
@@ -161,18 +231,17 @@ void ci_config_file(char* path, size_t size) {
     else snprintf(path, size, "%.*s/etc/comminsight.conf", CI_HOME_MAX, home);
 }
 
-void ci_config_load(ci_config_t* cfg) {
+void ci_config_load(ci_config_t* cfg, int home_fd) {
     size_t n = 0;
     const ci_config_v1_key_t* keys = ci_config_v1_keys(&n);
     raw_value_t* raw = calloc(n, sizeof(*raw));
     if (!raw) return;
     /* The home and the file location come from the environment only. */
-    const char* home_env = getenv(CI_CONFIG_V1_HOME_KEY);
-    const char* home = home_env && *home_env ? home_env : CI_CONFIG_V1_HOME_DEFAULT;
     const char* conf = getenv(CI_CONFIG_V1_CONF_KEY);
-    char default_conf[CI_PATH_MAX + 32];
-    snprintf(default_conf, sizeof(default_conf), "%s/etc/comminsight.conf", home);
-    read_file(conf && *conf ? conf : default_conf, conf && *conf, keys, n, raw);
+    char conf_path[CI_PATH_MAX];
+    ci_config_file(conf_path, sizeof(conf_path));
+    if (conf && *conf) read_explicit(conf_path, keys, n, raw);
+    else if (home_fd >= 0) read_home_file(home_fd, conf_path, keys, n, raw);
     for (size_t i = 0; i < n; i++) {
         const char* v = getenv(keys[i].key);
         if (!v) continue;

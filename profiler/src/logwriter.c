@@ -29,7 +29,8 @@
 typedef struct segment {
     int fd;
     uint64_t index;
-    char partial[CI_PATH_MAX];
+    char name[256];            /* of the .partial file, in the writer's directory */
+    char partial[CI_PATH_MAX]; /* its full path, for messages */
     uint64_t bytes, records, ring_records, ops, lost;
     uint64_t first_ring_seq, last_ring_seq;
     uint32_t crc;
@@ -48,7 +49,9 @@ typedef struct writer {
     uint64_t cursor; /* next ring ticket to read */
     segment_t seg;
     uint64_t next_index;
+    int dir_fd; /* inspector_logs/, checked once; every segment is opened relative to it */
     char dir[CI_DIR_MAX];
+    bool segment_made; /* a segment was created in dir: from then on a failure is a gap */
     char* buf;
     size_t len;
     tally_t pending; /* what the buffer holds, added to the segment once it is on disk */
@@ -56,10 +59,11 @@ typedef struct writer {
     uint64_t retry_at;
     uint64_t gap_first, gap_count; /* pending lost range (ring seqs) */
     const char* gap_reason;
+    const char* seal_due; /* why the open segment is to be sealed once the disk takes it */
     uint64_t stuck_ticket, stuck_since;
 } writer_t;
 
-static writer_t w = {.seg = {.fd = -1}, .stuck_ticket = UINT64_MAX};
+static writer_t w = {.seg = {.fd = -1}, .dir_fd = -1, .stuck_ticket = UINT64_MAX};
 
 uint64_t ci_logwriter_cursor(void) {
     if (w.disabled || !ci_g.cfg.log_enable) return UINT64_MAX;
@@ -69,9 +73,11 @@ uint64_t ci_logwriter_cursor(void) {
 /* In a forked child: forget the parent's segment without touching it. */
 void ci_logwriter_reset(void) {
     if (w.seg.fd >= 0) close(w.seg.fd);
+    if (w.dir_fd >= 0) close(w.dir_fd);
     free(w.buf);
     memset(&w, 0, sizeof(w));
     w.seg.fd = -1;
+    w.dir_fd = -1;
     w.stuck_ticket = UINT64_MAX;
 }
 
@@ -356,14 +362,38 @@ static void commit_pending(void) {
     memset(t, 0, sizeof(*t));
 }
 
+/* The home's inspector_logs takes no file at all (a read-only mount, a directory this user may
+ * not write): every gap line would fail there too and the whole run would be lost. Before the
+ * first segment that is a home we cannot use, so the logs move to the private directory; once
+ * a segment exists there, a failure is a disk that filled or broke mid-run: gap lines. */
+static bool move_to_private_dir(int err) {
+    if (w.segment_made || !ci_unwritable_errno(err)) return false;
+    char dir[CI_DIR_MAX];
+    int fd = ci_home_dir_unwritable("inspector_logs", err, dir, sizeof(dir));
+    if (fd < 0) return false;
+    close(w.dir_fd);
+    w.dir_fd = fd;
+    snprintf(w.dir, sizeof(w.dir), "%s", dir);
+    snprintf(w.seg.partial, sizeof(w.seg.partial), "%s/%s", w.dir, w.seg.name);
+    return true;
+}
+
+static int segment_create(const char* name) {
+    /* Exclusive and link-free: a name planted in the directory is never written through. */
+    return openat(w.dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+}
+
 static void segment_open(void) {
     segment_t* s = &w.seg;
     memset(s, 0, sizeof(*s));
     s->fd = -1;
     s->index = w.next_index++;
-    snprintf(s->partial, sizeof(s->partial), "%s/ci-%s-%d-%llu-%06llu.jsonl.partial", w.dir, ci_g.hostname,
-             (int)ci_g.pid, (unsigned long long)ci_g.hdr->start_mono_ns, (unsigned long long)s->index);
-    s->fd = open(s->partial, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+    snprintf(s->name, sizeof(s->name), "ci-%s-%d-%llu-%06llu.jsonl.partial", ci_g.hostname, (int)ci_g.pid,
+             (unsigned long long)ci_g.hdr->start_mono_ns, (unsigned long long)s->index);
+    snprintf(s->partial, sizeof(s->partial), "%s/%s", w.dir, s->name);
+    s->fd = segment_create(s->name);
+    if (s->fd < 0 && move_to_private_dir(errno)) s->fd = segment_create(s->name);
+    if (s->fd >= 0) w.segment_made = true;
     if (s->fd < 0) {
         ci_counter_add(&ci_g.hdr->log_write_errors, 1);
         ci_warn("cannot create %s: %s; log writing paused", s->partial, strerror(errno));
@@ -404,8 +434,11 @@ static void segment_open(void) {
 static void segment_seal(const char* reason) {
     segment_t* s = &w.seg;
     if (s->fd < 0) return;
+    w.seal_due = reason;
     write_out();
     if (w.disk_full || s->fd < 0) return; /* sealed later, when the disk takes it */
+    uint64_t good_bytes = s->bytes;
+    uint32_t good_crc = s->crc;
     put("{\"ci\":{\"kind\":\"seal\",\"schema_version\":1,\"segment_index\":%llu,\"record_count\":%llu,"
         "\"byte_count\":%llu,\"crc32\":%u,\"op_count\":%llu,\"ring_record_count\":%llu,\"lost_count\":%llu,",
         (unsigned long long)s->index, (unsigned long long)s->records, (unsigned long long)s->bytes, s->crc,
@@ -418,23 +451,33 @@ static void segment_seal(const char* reason) {
         (unsigned long long)mono, (unsigned long long)mono_to_real(mono));
     write_out(); /* the seal line adds nothing to the tally */
     if (w.disk_full) return;
-    char final_path[CI_PATH_MAX];
-    size_t n = strlen(s->partial) - strlen(".partial");
-    memcpy(final_path, s->partial, n);
-    final_path[n] = '\0';
-    if (fsync(s->fd) != 0 || rename(s->partial, final_path) != 0) {
+    char final_name[sizeof(s->name)];
+    size_t n = strlen(s->name) - strlen(".partial");
+    memcpy(final_name, s->name, n);
+    final_name[n] = '\0';
+    if (fsync(s->fd) != 0 || renameat(w.dir_fd, s->name, w.dir_fd, final_name) != 0) {
+        /* Not durable (ENOSPC or EIO from fsync) or not renamed: take the seal line back and
+         * seal again on the next retry, so the file on disk always matches what is counted. */
+        int err = errno;
         ci_counter_add(&ci_g.hdr->log_write_errors, 1);
-        ci_warn("cannot seal %s: %s", s->partial, strerror(errno));
-    } else {
-        ci_counter_add(&ci_g.hdr->log_segments_sealed, 1);
-        int dfd = open(w.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) { /* the rename itself must survive a crash */
-            fsync(dfd);
-            close(dfd);
+        ci_warn("cannot seal %s (%s); retrying", s->partial, strerror(err));
+        if (ftruncate(s->fd, (off_t)good_bytes) == 0) {
+            s->bytes = good_bytes;
+            s->crc = good_crc;
+        } else {
+            close(s->fd); /* its tail is unknown: leave it, the next segment takes over */
+            s->fd = -1;
+            w.seal_due = NULL;
         }
+        w.disk_full = true;
+        w.retry_at = ci_now_mono() + RETRY_NS;
+        return;
     }
+    ci_counter_add(&ci_g.hdr->log_segments_sealed, 1);
+    fsync(w.dir_fd); /* the rename itself must survive a crash */
     close(s->fd);
     s->fd = -1;
+    w.seal_due = NULL;
 }
 
 static void flush_gap(void);
@@ -486,11 +529,13 @@ static void write_out(void) {
     if (s->fd >= 0 && ftruncate(s->fd, (off_t)s->bytes) != 0) { /* keep the file = its CRC */
         close(s->fd);
         s->fd = -1;
+        w.seal_due = NULL;
     }
     if (s->fd >= 0 && s->bytes == 0) { /* not even segment_start made it: start over later */
         close(s->fd);
-        unlink(s->partial);
+        unlinkat(w.dir_fd, s->name, 0);
         s->fd = -1;
+        w.seal_due = NULL;
         w.next_index = s->index; /* keep segment indices gap-free */
     }
     ci_counter_add(&ci_g.hdr->log_write_errors, 1);
@@ -601,8 +646,9 @@ void ci_logwriter_run_once(bool final, const char* seal_reason) {
         crc_init();
         w.buf = malloc(BUF_SIZE);
         snprintf(w.dir, sizeof(w.dir), "%s/inspector_logs", ci_g.cfg.home);
-        if (!w.buf || ci_mkdirs(w.dir) != 0) {
-            ci_warn("cannot create %s (%s): inspector_logs disabled", w.dir, strerror(errno));
+        if (w.buf) w.dir_fd = ci_home_dir("inspector_logs", true, true, w.dir, sizeof(w.dir));
+        if (!w.buf || w.dir_fd < 0) {
+            ci_warn("cannot use %s (%s): inspector_logs disabled", w.dir, strerror(errno));
             w.disabled = true;
             return;
         }
@@ -611,11 +657,13 @@ void ci_logwriter_run_once(bool final, const char* seal_reason) {
                        : 0;
     }
     uint64_t now = ci_now_mono();
-    if (w.disk_full && now >= w.retry_at) {
+    /* The last pass retries at once: there is no later one to write the gap and the seal. */
+    if (w.disk_full && (final || now >= w.retry_at)) {
         w.disk_full = false; /* try again; a failure sets it back */
         if (w.seg.fd < 0) segment_open();
         if (!w.disk_full) flush_gap();
         write_out();
+        if (!w.disk_full && w.seal_due && w.seg.fd >= 0) segment_seal(w.seal_due);
     }
     drain(final);
     if (!w.disk_full) flush_gap();

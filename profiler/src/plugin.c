@@ -17,7 +17,8 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-ci_process_t ci_g = {.lock = PTHREAD_MUTEX_INITIALIZER, .table_lock = PTHREAD_MUTEX_INITIALIZER};
+ci_process_t ci_g = {.lock = PTHREAD_MUTEX_INITIALIZER, .table_lock = PTHREAD_MUTEX_INITIALIZER, .home_fd = -1,
+                      .shms_fd = -1};
 
 /* Context for communicators we could not track (comm table full): events are ignored. */
 static ci_comm_t untracked;
@@ -44,6 +45,7 @@ static void after_fork_in_child(void) {
     ci_thread_after_fork();
     ci_logwriter_reset();
     ci_shm_detach_after_fork();
+    ci_home_after_fork();
     ci_pool_destroy();
     free(ci_g.comms);
     ci_g.comms = NULL;
@@ -60,7 +62,9 @@ static int process_init(void) {
     ci_g.pid = getpid();
     if (gethostname(ci_g.hostname, sizeof(ci_g.hostname)) != 0) strcpy(ci_g.hostname, "unknown");
     ci_g.hostname[sizeof(ci_g.hostname) - 1] = '\0';
-    ci_config_load(&ci_g.cfg);
+    ci_home_open(); /* before the config: only a trusted home's file is read */
+    ci_config_load(&ci_g.cfg, ci_g.home_private ? -1 : ci_g.home_fd);
+    ci_home_adopt(&ci_g.cfg);
     ci_clock_init();
     ci_g.mask = ci_g.cfg.event_mask;
     if (ci_pool_init(ci_g.cfg.event_pool) != 0 || ci_shm_open() != 0) {
@@ -80,6 +84,7 @@ static int process_init(void) {
         ci_g.comms[i].index = i;
         ci_g.comms[i].entry = &ci_g.comm_table[i];
     }
+    ci_stale_regions_sweep();
     if (!hooks_installed) {
         pthread_atfork(NULL, NULL, after_fork_in_child);
         hooks_installed = true;

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -86,6 +85,12 @@ static void fill_header(ci_shm_header_v1_t* h, size_t comm_off, size_t ring_off,
     h->cuda_device = CI_SHM_V1_NO_RANK;
     h->start_real_ns = ci_now_real();
     h->start_mono_ns = ci_now_mono();
+    /* Who made this file, beyond a pid that the kernel will reuse: the next Profiler removes
+     * it once this process is gone (stale_regions.c). */
+    uint64_t ticks = 0;
+    h->process_start_ticks = ci_proc_start_ticks(ci_g.pid, &ticks) == 0 ? ticks : 0;
+    h->pid_namespace = ci_pid_namespace();
+    ci_boot_id(h->boot_id, sizeof(h->boot_id));
     h->plugin_version = CI_PLUGIN_VERSION;
     h->event_mask = cfg->event_mask;
     h->hang_threshold_ms = (uint32_t)(cfg->hang_timeout_s * 1000.0);
@@ -102,25 +107,42 @@ static bool usable_dir(const char* dir) {
     return dir[0] && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(dir, W_OK | X_OK) == 0;
 }
 
+/* The home's shms/ takes no entry (a read-only mount, a directory this user may not write):
+ * the name goes to the private directory's shms/, as the logs do. */
+static bool move_shms(int err, bool linked) {
+    char dir[CI_DIR_MAX];
+    int fd = ci_home_dir_unwritable("shms", err, dir, sizeof(dir));
+    if (fd < 0) return false;
+    close(ci_g.shms_fd);
+    ci_g.shms_fd = fd;
+    snprintf(ci_g.shm_path, sizeof(ci_g.shm_path), "%s/%s", dir, ci_g.shm_name);
+    if (!linked) snprintf(ci_g.shm_target, sizeof(ci_g.shm_target), "%s", ci_g.shm_path);
+    return true;
+}
+
 /* Create and map the region. The memory lives in the tmpfs directory (COMMINSIGHT_PROFILER_
  * SHM_DIR) and <home>/shms/<name>.shm links to it; without a usable tmpfs it is the file in
- * shms/ itself. Pages are populated now so that the hot path never takes a first-touch fault. */
+ * shms/ itself. Pages are populated now so that the hot path never takes a first-touch fault.
+ * Both names are created exclusively and without following links: nothing planted there is
+ * opened. */
 static void* map_file(size_t total) {
     char dir[CI_DIR_MAX];
-    snprintf(dir, sizeof(dir), "%s/shms", ci_g.cfg.home);
-    if (ci_mkdirs(dir) != 0) {
-        ci_warn("cannot create %s (%s): SHM disabled, the Agent will not see this process", dir,
+    ci_g.shms_fd = ci_home_dir("shms", true, true, dir, sizeof(dir));
+    if (ci_g.shms_fd < 0) {
+        ci_warn("cannot use %s/shms (%s): SHM disabled, the Agent will not see this process", ci_g.cfg.home,
                 strerror(errno));
         return NULL;
     }
-    char name[256];
-    snprintf(name, sizeof(name), "ci-%s-%d-%llu.shm", ci_g.hostname, (int)ci_g.pid,
+    snprintf(ci_g.shm_name, sizeof(ci_g.shm_name), "ci-%s-%d-%llu.shm", ci_g.hostname, (int)ci_g.pid,
              (unsigned long long)ci_now_mono());
+    const char* name = ci_g.shm_name;
     snprintf(ci_g.shm_path, sizeof(ci_g.shm_path), "%s/%s", dir, name);
     bool linked = usable_dir(ci_g.cfg.shm_dir);
     if (linked) snprintf(ci_g.shm_target, sizeof(ci_g.shm_target), "%s/%s", ci_g.cfg.shm_dir, name);
     else snprintf(ci_g.shm_target, sizeof(ci_g.shm_target), "%s", ci_g.shm_path);
-    int fd = open(ci_g.shm_target, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    int fd = linked ? open(ci_g.shm_target, flags, 0600) : openat(ci_g.shms_fd, name, flags, 0600);
+    if (fd < 0 && !linked && move_shms(errno, linked)) fd = openat(ci_g.shms_fd, name, flags, 0600);
     if (fd < 0) {
         ci_warn("cannot create %s (%s): SHM disabled", ci_g.shm_target, strerror(errno));
         return NULL;
@@ -135,14 +157,19 @@ static void* map_file(size_t total) {
         if (p == MAP_FAILED) err = errno;
     }
     close(fd);
-    if (p != MAP_FAILED && linked && symlink(ci_g.shm_target, ci_g.shm_path) != 0) {
-        err = errno;
-        munmap(p, total);
-        p = MAP_FAILED;
+    if (p != MAP_FAILED && linked) {
+        int rc = symlinkat(ci_g.shm_target, ci_g.shms_fd, name);
+        if (rc != 0 && move_shms(errno, linked)) rc = symlinkat(ci_g.shm_target, ci_g.shms_fd, name);
+        if (rc != 0) {
+            err = errno;
+            munmap(p, total);
+            p = MAP_FAILED;
+        }
     }
     if (p == MAP_FAILED) {
         ci_warn("cannot size, map or link %s (%s): SHM disabled", ci_g.shm_target, strerror(err));
-        unlink(ci_g.shm_target);
+        if (linked) unlink(ci_g.shm_target);
+        else unlinkat(ci_g.shms_fd, name, 0);
         return NULL;
     }
     return p;
@@ -152,18 +179,9 @@ static void* map_file(size_t total) {
  * memory-backed SHM does not accumulate on the node. With an Agent, it retires the file after
  * draining it. */
 void ci_shm_remove_if_unwatched(void) {
-    if (!ci_g.region_is_file) return;
-    char lock_path[CI_PATH_MAX];
-    snprintf(lock_path, sizeof(lock_path), "%.*s/metadata/agent.lock", CI_HOME_MAX, ci_g.cfg.home);
-    int fd = open(lock_path, O_RDWR | O_CLOEXEC);
-    bool agent_running = false;
-    if (fd >= 0) {
-        agent_running = flock(fd, LOCK_EX | LOCK_NB) != 0;
-        if (!agent_running) flock(fd, LOCK_UN);
-        close(fd);
-    }
-    if (agent_running) return;
-    unlink(ci_g.shm_path);
+    if (!ci_g.region_is_file || ci_g.shms_fd < 0) return;
+    if (ci_agent_running() == 1) return;
+    unlinkat(ci_g.shms_fd, ci_g.shm_name, 0);
     if (strcmp(ci_g.shm_target, ci_g.shm_path) != 0) unlink(ci_g.shm_target);
 }
 
@@ -200,6 +218,8 @@ void ci_shm_close(uint32_t final_state) {
  * parent's records. Drop it; the child starts afresh if it initializes NCCL itself. */
 void ci_shm_detach_after_fork(void) {
     if (ci_g.region) munmap(ci_g.region, ci_g.region_size);
+    if (ci_g.shms_fd >= 0) close(ci_g.shms_fd);
+    ci_g.shms_fd = -1;
     ci_g.region = NULL;
     ci_g.hdr = NULL;
     ci_g.comm_table = NULL;

@@ -39,6 +39,9 @@ int main(void) {
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"hostname\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, hostname), sizeof(((ci_shm_header_v1_t*)0)->hostname));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"job_id\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, job_id), sizeof(((ci_shm_header_v1_t*)0)->job_id));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"process_name\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, process_name), sizeof(((ci_shm_header_v1_t*)0)->process_name));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"process_start_ticks\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, process_start_ticks), sizeof(((ci_shm_header_v1_t*)0)->process_start_ticks));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"pid_namespace\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, pid_namespace), sizeof(((ci_shm_header_v1_t*)0)->pid_namespace));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"boot_id\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, boot_id), sizeof(((ci_shm_header_v1_t*)0)->boot_id));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved1\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved1), sizeof(((ci_shm_header_v1_t*)0)->reserved1));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"heartbeat_mono_ns\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, heartbeat_mono_ns), sizeof(((ci_shm_header_v1_t*)0)->heartbeat_mono_ns));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"heartbeat_real_ns\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, heartbeat_real_ns), sizeof(((ci_shm_header_v1_t*)0)->heartbeat_real_ns));

@@ -58,11 +58,44 @@ KEYS: tuple[ConfigKey, ...] = (
         name="COMMINSIGHT_AGENT_LISTEN",
         field="agent_listen",
         type="string",
-        default='0.0.0.0:19102',
+        default='127.0.0.1:19102',
         unit="host:port",
-        description="Address the Agent Master API and /metrics listen on.",
+        description="Address the Agent Master API and /metrics listen on. The default answers this host only; an address beyond loopback serves reads to anyone who can reach it (mutations always need COMMINSIGHT_AGENT_TOKEN), and the Agent warns at start when no token is set. Port 0..65535; the host is an IP address or a host name.",
         components=("agent",),
         pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$",
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_HTTP_MAX_CONNECTIONS",
+        field="agent_http_max_connections",
+        type="integer",
+        default=256,
+        unit="connections",
+        description="Most HTTP connections the Agent keeps open at once. A connection beyond it closes the oldest one that has no request in progress, or is refused when every one has; both are counted (comminsight_agent_http_connections_closed_total). Keep it well below the open-file limit (ulimit -n): the Agent warns at start when it is not.",
+        components=("agent",),
+        minimum=1,
+        maximum=1048576,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_HTTP_HEADER_TIMEOUT_S",
+        field="agent_http_header_timeout_s",
+        type="number",
+        default=10.0,
+        unit="s",
+        description="A new HTTP connection that has not sent a complete request header within this long is closed and counted.",
+        components=("agent",),
+        minimum=0.01,
+        maximum=3600.0,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_HTTP_IDLE_TIMEOUT_S",
+        field="agent_http_idle_timeout_s",
+        type="number",
+        default=60.0,
+        unit="s",
+        description="A kept-alive HTTP connection with no request for this long is closed (it also bounds a later request\u0027s header on that connection).",
+        components=("agent",),
+        minimum=0.01,
+        maximum=86400.0,
     ),
     ConfigKey(
         name="COMMINSIGHT_AGENT_AUTOSTART",
@@ -399,7 +432,7 @@ KEYS: tuple[ConfigKey, ...] = (
         type="string",
         default='comminsight-agent',
         unit="path",
-        description="Agent executable the Profiler autostarts (looked up on PATH when not absolute).",
+        description="Agent executable the Profiler autostarts (looked up on PATH when not absolute). Only the environment can set this key: a value in the configuration file is ignored with a warning, because a file that others may write must never choose what the training process executes. The executable must not be writable by group or others.",
         components=("profiler",),
         min_length=1,
     ),
@@ -521,7 +554,10 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     home: Annotated[str, msgspec.Meta(min_length=1, description="Root of every runtime directory (inspector_logs/, shms/, fifos/, semantics/step/, metadata/, archives/, logs/, etc/). Directories are created 0700, files 0600.")] = '/opt/comminsight'
     conf: Annotated[str, msgspec.Meta(description="Path of the KEY=VALUE configuration file. Empty means \u003cCOMMINSIGHT_HOME\u003e/etc/comminsight.conf. Only the environment can set this key.")] = ''
-    agent_listen: Annotated[str, msgspec.Meta(pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Address the Agent Master API and /metrics listen on.")] = '0.0.0.0:19102'
+    agent_listen: Annotated[str, msgspec.Meta(pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Address the Agent Master API and /metrics listen on. The default answers this host only; an address beyond loopback serves reads to anyone who can reach it (mutations always need COMMINSIGHT_AGENT_TOKEN), and the Agent warns at start when no token is set. Port 0..65535; the host is an IP address or a host name.")] = '127.0.0.1:19102'
+    agent_http_max_connections: Annotated[int, msgspec.Meta(ge=1, le=1048576, description="Most HTTP connections the Agent keeps open at once. A connection beyond it closes the oldest one that has no request in progress, or is refused when every one has; both are counted (comminsight_agent_http_connections_closed_total). Keep it well below the open-file limit (ulimit -n): the Agent warns at start when it is not.")] = 256
+    agent_http_header_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600.0, description="A new HTTP connection that has not sent a complete request header within this long is closed and counted.")] = 10.0
+    agent_http_idle_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=86400.0, description="A kept-alive HTTP connection with no request for this long is closed (it also bounds a later request\u0027s header on that connection).")] = 60.0
     agent_autostart: Annotated[bool, msgspec.Meta(description="The local-rank-0 Profiler starts comminsight-agent if none runs for this home.")] = True
     agent_mode: Annotated[Literal["standalone", "master", "slave"], msgspec.Meta(description="standalone: one node on its own; master: also accepts slaves over gRPC and answers for the whole job; slave: streams node state to a master.")] = 'standalone'
     agent_master_listen: Annotated[str, msgspec.Meta(pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Where a master accepts slaves\u0027 gRPC connections.")] = '0.0.0.0:19103'
@@ -554,7 +590,7 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     profiler_log_segment_bytes: Annotated[int, msgspec.Meta(ge=4096, le=17179869184, description="An inspector_logs segment is sealed once it reaches this size.")] = 67108864
     profiler_log_segment_s: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0, description="An open inspector_logs segment is sealed after this long even if small.")] = 300.0
     profiler_log_flush_ms: Annotated[int, msgspec.Meta(ge=1, le=60000, description="How often the log writer drains the ring and writes.")] = 200
-    profiler_agent_bin: Annotated[str, msgspec.Meta(min_length=1, description="Agent executable the Profiler autostarts (looked up on PATH when not absolute).")] = 'comminsight-agent'
+    profiler_agent_bin: Annotated[str, msgspec.Meta(min_length=1, description="Agent executable the Profiler autostarts (looked up on PATH when not absolute). Only the environment can set this key: a value in the configuration file is ignored with a warning, because a file that others may write must never choose what the training process executes. The executable must not be writable by group or others.")] = 'comminsight-agent'
     profiler_debug: Annotated[bool, msgspec.Meta(description="Log Profiler decisions through NCCL\u0027s logger (INFO level).")] = False
     semantic_enable: Annotated[bool, msgspec.Meta(description="Run the Semantic Engine on completed ops in the Agent.")] = True
     semantic_template_dirs: Annotated[str, msgspec.Meta(description="Extra directories (colon-separated) of step templates, added to the built-in ones.")] = ''

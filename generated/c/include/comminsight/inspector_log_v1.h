@@ -161,6 +161,7 @@
 #define CI_INSPECTOR_LOG_V1_V_NONE "none"
 #define CI_INSPECTOR_LOG_V1_V_P2P "p2p"
 #define CI_INSPECTOR_LOG_V1_V_PROCESS_EXIT "process_exit"
+#define CI_INSPECTOR_LOG_V1_V_RECOVERED "recovered"
 #define CI_INSPECTOR_LOG_V1_V_RING_OVERWRITE "ring_overwrite"
 #define CI_INSPECTOR_LOG_V1_V_SEAL "seal"
 #define CI_INSPECTOR_LOG_V1_V_SEGMENT_START "segment_start"

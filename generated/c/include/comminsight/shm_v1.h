@@ -236,7 +236,10 @@ struct ci_shm_header_v1 {
     char hostname[64]; /* @128: Host name, NUL-terminated. */
     char job_id[64]; /* @192: Job id from the launcher (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, ...), NUL-terminated, empty if none. */
     char process_name[128]; /* @256: Executable name and first arguments, NUL-terminated, for inventories. */
-    uint8_t reserved1[128]; /* @384: Zero; room for identity fields. */
+    uint64_t process_start_ticks; /* @384: Start time of the producer process in clock ticks since boot (field 22 of /proc/<pid>/stat); with pid, boot_id and pid_namespace it names the process even after its pid is reused. 0 if unknown (files of older producers): such a file is never taken for a dead process's. */
+    uint64_t pid_namespace; /* @392: Inode of the producer's pid namespace (/proc/self/ns/pid), so a reader in another namespace never judges pid against its own processes. 0 if unknown. */
+    char boot_id[40]; /* @400: The kernel's boot id at creation (/proc/sys/kernel/random/boot_id), NUL-terminated, empty if unknown; a file from an earlier boot belongs to no running process. */
+    uint8_t reserved1[72]; /* @440: Zero; room for identity fields. */
     uint64_t heartbeat_mono_ns; /* @512: CLOCK_MONOTONIC of the last heartbeat of the producer's background thread. */
     uint64_t heartbeat_real_ns; /* @520: CLOCK_REALTIME of the same heartbeat. */
     uint64_t heartbeat_count; /* @528: Heartbeats so far. */
@@ -291,7 +294,10 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved0) == 124, "offseto
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, hostname) == 128, "offsetof ci_shm_header_v1_t.hostname");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, job_id) == 192, "offsetof ci_shm_header_v1_t.job_id");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, process_name) == 256, "offsetof ci_shm_header_v1_t.process_name");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved1) == 384, "offsetof ci_shm_header_v1_t.reserved1");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, process_start_ticks) == 384, "offsetof ci_shm_header_v1_t.process_start_ticks");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, pid_namespace) == 392, "offsetof ci_shm_header_v1_t.pid_namespace");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, boot_id) == 400, "offsetof ci_shm_header_v1_t.boot_id");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved1) == 440, "offsetof ci_shm_header_v1_t.reserved1");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_mono_ns) == 512, "offsetof ci_shm_header_v1_t.heartbeat_mono_ns");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_real_ns) == 520, "offsetof ci_shm_header_v1_t.heartbeat_real_ns");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_count) == 528, "offsetof ci_shm_header_v1_t.heartbeat_count");

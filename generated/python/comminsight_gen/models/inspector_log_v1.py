@@ -1593,7 +1593,7 @@ class CiSegmentStart(
 
 class SealReason(Enum):
     """
-    Why the segment was sealed: size = size limit reached; age = time limit reached; finalize = the last communicator was finalized; process_exit = normal process exit; shutdown = the writer was stopped otherwise.
+    Why the segment was sealed: size = size limit reached; age = time limit reached; finalize = the last communicator was finalized; process_exit = normal process exit; shutdown = the writer was stopped otherwise; recovered = the process died without sealing its logs (SIGKILL, OOM) and the Agent wrote this segment from the records only its SHM ring still held (those after the last one its logs hold), before removing the region.
     """
 
     size = 'size'
@@ -1601,6 +1601,7 @@ class SealReason(Enum):
     finalize = 'finalize'
     process_exit = 'process_exit'
     shutdown = 'shutdown'
+    recovered = 'recovered'
 
 
 class CiSeal(Struct, forbid_unknown_fields=True, tag_field='kind', tag='seal'):

@@ -1,0 +1,107 @@
+"""Whether the Agent may trust a COMMINSIGHT_HOME and its configuration file, checked before
+it reads or creates anything there.
+
+The Agent runs with the training user's privileges (often root) and acts on what the home
+holds: the configuration, the Profilers' SHM files and FIFO, segments it archives. A home that
+another user owns or can write lets that user plant a configuration, a symbolic link or a
+forged event, so such a home is refused with an error that names the path and what is wrong;
+so is one whose owner lacks rwx on it (mode 000), which would otherwise surface later as a
+PermissionError deep inside the Agent.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+from pathlib import Path
+
+# the home's own directories (DESIGN's runtime layout) that exist before the Agent creates them
+SUBDIRS = (
+    "etc",
+    "inspector_logs",
+    "shms",
+    "fifos",
+    "semantics",
+    "semantics/step",
+    "metadata",
+    "archives",
+    "logs",
+)
+
+
+class HomeError(Exception):
+    """The home (or its configuration file) must not be used; the message names the path."""
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _trust_problem(st: os.stat_result, me: int) -> str | None:
+    if st.st_uid != me:
+        return f"is owned by {_user(st.st_uid)}, not by this Agent's user ({_user(me)})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (
+            f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); run: chmod go-w"
+        )
+    return None
+
+
+def check_directory(path: Path, me: int, follow: bool) -> None:
+    """One directory of the home: ours, not writable by others, usable by its owner."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except FileNotFoundError:
+        return  # the Agent creates it, 0700
+    except OSError as e:
+        raise HomeError(f"{path}: cannot be examined: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise HomeError(f"{path}: is a symbolic link; the home's directories must be its own")
+    if not stat.S_ISDIR(st.st_mode):
+        raise HomeError(f"{path}: is not a directory")
+    problem = _trust_problem(st, me)
+    if problem:
+        raise HomeError(f"{path}: {problem}")
+    if st.st_mode & stat.S_IRWXU != stat.S_IRWXU:
+        raise HomeError(
+            f"{path}: its owner cannot read, write and enter it (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}); run: chmod u+rwx"
+        )
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise HomeError(f"{path}: this Agent cannot read, write and enter it")
+
+
+def check_home(home: Path, me: int | None = None) -> None:
+    """Raise HomeError when the home or one of its directories must not be used. The home
+    itself may be a symbolic link (an installation's choice, made by whoever owns its
+    parent); the directories inside it may not."""
+    me = os.geteuid() if me is None else me
+    check_directory(home, me, follow=True)
+    for sub in SUBDIRS:
+        check_directory(home / sub, me, follow=False)
+
+
+def check_config_file(path: Path, me: int | None = None) -> None:
+    """The configuration file, when there is one: owned by this user or root, and writable by
+    nobody else (it chooses where the Agent listens and what it archives where)."""
+    me = os.geteuid() if me is None else me
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise HomeError(f"{path}: cannot be examined: {e.strerror}") from None
+    if st.st_uid not in (me, 0):
+        raise HomeError(
+            f"{path}: is owned by {_user(st.st_uid)}, not by this Agent's user ({_user(me)}) "
+            "or root"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise HomeError(
+            f"{path}: is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); "
+            "run: chmod go-w"
+        )

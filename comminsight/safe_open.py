@@ -1,0 +1,93 @@
+"""Open a file another process hands the Agent (an SHM region, a FIFO, Inject's metadata)
+without trusting its path: never follow a symbolic link, never block, and check what was
+opened, on the descriptor itself (a check of the path before opening it could be raced).
+
+The Agent reads these files with its own privileges; a file that another user owns or can
+write could feed it forged data, and a FIFO where a regular file belongs would block a plain
+open() for ever. `open_checked` refuses both with an `UntrustedFile` error naming the path
+and the reason, a short word for counters (`reason`) and a sentence for logs and health.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+
+# what a file must be, by the test fstat's mode passes
+KINDS: dict[str, Callable[[int], bool]] = {
+    "regular file": stat.S_ISREG,
+    "FIFO": stat.S_ISFIFO,
+}
+
+
+class UntrustedFile(OSError):
+    """A file that is not what it must be, or not the Agent's; `reason` is a short label."""
+
+    def __init__(self, path: str | os.PathLike, reason: str, why: str, err: int = errno.EPERM):
+        super().__init__(err, f"{path}: {why}")
+        self.path = str(path)
+        self.reason = reason
+        self.why = why
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.why}"
+
+
+def kind_of(mode: int) -> str:
+    for name, test in KINDS.items():
+        if test(mode):
+            return name
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "special file"
+
+
+def check_fd(fd: int, path: str | os.PathLike, kind: str, owner: int | None) -> os.stat_result:
+    """fstat fd: the right kind, owned by `owner` (None: anyone), not writable by group or
+    others. Raises UntrustedFile."""
+    st = os.fstat(fd)
+    if not KINDS[kind](st.st_mode):
+        raise UntrustedFile(
+            path, "not_" + kind.split()[-1].lower(), f"is a {kind_of(st.st_mode)}, not a {kind}"
+        )
+    if owner is not None and st.st_uid != owner:
+        raise UntrustedFile(
+            path, "other_owner", f"is owned by uid {st.st_uid}, not by this Agent's uid {owner}"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UntrustedFile(
+            path,
+            "writable_by_others",
+            f"mode {stat.filemode(st.st_mode)} lets group or others write it",
+        )
+    return st
+
+
+def open_checked(
+    path: str | os.PathLike, kind: str, flags: int = os.O_RDONLY, owner: int | None = -1
+) -> tuple[int, os.stat_result]:
+    """An fd of path opened O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC and checked (check_fd).
+    owner -1: the Agent's effective uid. OSError for a path that cannot be opened at all;
+    UntrustedFile (an OSError) for one that is not what it must be."""
+    if owner == -1:
+        owner = os.geteuid()
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
+            raise UntrustedFile(path, "symlink", "is a symbolic link", errno.ELOOP) from None
+        raise
+    try:
+        st = check_fd(fd, path, kind, owner)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st

@@ -1,0 +1,115 @@
+/* Opening what the Profiler reads and writes so that nobody else can choose it.
+ *
+ * Every directory and file is opened relative to a directory already checked (openat), never
+ * through a symbolic link (O_NOFOLLOW), never blocking (O_NONBLOCK: a FIFO planted where a
+ * file belongs must not stop training), and then checked with fstat on the descriptor itself:
+ * the kind it should be, owned by this process's effective user (or root where that is
+ * allowed), and not writable by group or others. A refusal says why in words a log reader
+ * understands ("is a symbolic link", "owned by uid 65534", "mode 0777 writable by others").
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ci_internal.h"
+
+static const char* kind_name(mode_t mode) {
+    if (S_ISREG(mode)) return "a regular file";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISLNK(mode)) return "a symbolic link";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "of an unknown kind";
+}
+
+static bool is_kind(mode_t mode, ci_kind_t kind) {
+    switch (kind) {
+    case CI_KIND_DIR: return S_ISDIR(mode);
+    case CI_KIND_FILE: return S_ISREG(mode);
+    case CI_KIND_FIFO: return S_ISFIFO(mode);
+    }
+    return false;
+}
+
+static const char* wanted_name(ci_kind_t kind) {
+    return kind == CI_KIND_DIR ? "a directory" : kind == CI_KIND_FIFO ? "a FIFO" : "a regular file";
+}
+
+bool ci_trusted_stat(const struct stat* st, ci_kind_t kind, bool root_ok, char* why, size_t why_len) {
+    if (!is_kind(st->st_mode, kind)) {
+        snprintf(why, why_len, "is %s, not %s", kind_name(st->st_mode), wanted_name(kind));
+        return false;
+    }
+    uid_t me = geteuid();
+    if (st->st_uid != me && !(root_ok && st->st_uid == 0)) {
+        snprintf(why, why_len, "owned by uid %u, not by this process's uid %u", (unsigned)st->st_uid, (unsigned)me);
+        return false;
+    }
+    mode_t loose = st->st_mode & (S_IWGRP | S_IWOTH);
+    if (loose) {
+        snprintf(why, why_len, "mode %04o writable by %s", (unsigned)(st->st_mode & 07777),
+                 loose == (S_IWGRP | S_IWOTH) ? "group and others" : (loose & S_IWOTH) ? "others" : "group");
+        return false;
+    }
+    return true;
+}
+
+/* The reason an openat(..., O_NOFOLLOW) failed, in words: ELOOP/ENOTDIR there mean "a link". */
+static void open_failure(int dir_fd, const char* name, int err, char* why, size_t why_len) {
+    struct stat st;
+    if ((err == ELOOP || err == ENOTDIR || err == EMLINK) && fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        snprintf(why, why_len, "is %s", kind_name(st.st_mode));
+    else snprintf(why, why_len, "%s", strerror(err));
+    errno = err;
+}
+
+int ci_check_fd(int fd, ci_kind_t kind, bool root_ok, char* why, size_t why_len) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(why, why_len, "%s", strerror(errno));
+        return -1;
+    }
+    if (!ci_trusted_stat(&st, kind, root_ok, why, why_len)) {
+        errno = EPERM;
+        return -1;
+    }
+    return 0;
+}
+
+int ci_open_dir_at(int parent_fd, const char* name, bool create, char* why, size_t why_len) {
+    if (create && mkdirat(parent_fd, name, 0700) != 0 && errno != EEXIST) {
+        open_failure(parent_fd, name, errno, why, why_len);
+        return -1;
+    }
+    int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        open_failure(parent_fd, name, errno, why, why_len);
+        return -1;
+    }
+    if (ci_check_fd(fd, CI_KIND_DIR, true, why, why_len) != 0) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    return fd;
+}
+
+int ci_open_file_at(int dir_fd, const char* name, int flags, ci_kind_t kind, bool root_ok, char* why,
+                    size_t why_len) {
+    int fd = openat(dir_fd, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        open_failure(dir_fd, name, errno, why, why_len);
+        return -1;
+    }
+    if (ci_check_fd(fd, kind, root_ok, why, why_len) != 0) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    return fd;
+}

@@ -1,0 +1,636 @@
+"""The Agent's inputs under attack and accident: the hang-event FIFO, SHM files in shms/,
+Inject's metadata, dead processes' regions. Each case gets its named error (health, metrics,
+log) while the Agent goes on serving; work per poll stays bounded whatever the input claims;
+what a dead process recorded reaches its logs before its region goes."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from live_agent import LiveAgent
+from profiler_builds import builds
+
+from comminsight.agent.fifo_reader import EVENT_SIZE, HangEventFifo
+from comminsight.agent.inject_names import READ_BUDGET, InjectNames
+from comminsight.agent.log_recovery import recover, segment_prefix
+from comminsight.agent.producers import ProducerSet
+from comminsight.agent.service import RECENT_EVENTS
+from comminsight.log_segments import verify_segment
+from comminsight.shm_reader import BUSY, HEADER, SLOT, RingCursor, ShmRegion
+from comminsight.sim import SimConfig, read_ground_truth, run_simulation
+from comminsight.sim.faults import parse_fault
+from comminsight_gen.abi import fifo_event_v1, shm_v1
+from comminsight_gen.models.inspector_log_v1 import CiColl, CiGap, CiP2p, CiSeal
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+NOBODY = 65534
+SIM_ENV = (("COMMINSIGHT_AGENT_AUTOSTART", "0"), ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "50"))
+
+
+# ---- helpers -----------------------------------------------------------------------------
+
+
+def wait_until(condition, what: str, timeout_s: float = 60.0):
+    """Poll condition until it holds (a generous deadline: CI is a loaded 2-core box)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def get(agent: LiveAgent, path: str, timeout_s: float = 30.0):
+    with urllib.request.urlopen(agent.base_url + path, timeout=timeout_s) as r:
+        body = r.read()
+        return r.status, body
+
+
+def health(agent: LiveAgent) -> dict:
+    return json.loads(get(agent, "/api/v1/health")[1])
+
+
+def metric(agent: LiveAgent, name: str, labels: str = "") -> float | None:
+    text = get(agent, "/metrics")[1].decode()
+    key = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(key + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def event_bytes(**fields) -> bytes:
+    e = np.zeros(1, dtype=fifo_event_v1.EVENT_DTYPE)
+    e["magic"] = fifo_event_v1.MAGIC
+    e["abi_version"] = fifo_event_v1.PROTOCOL_VERSION
+    e["event_size"] = EVENT_SIZE
+    e["event_type"] = fifo_event_v1.EventType.HANG_SUSPECTED
+    e["op_kind"] = shm_v1.RecordKind.COLL
+    e["peer"] = -1
+    for name, value in fields.items():
+        e[name] = value
+    return e.tobytes()
+
+
+def write_fifo(path: Path, data: bytes) -> None:
+    """Blocking writes, as much as the reader takes (the pipe holds 64 KiB)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view[: 1 << 16]) :]
+    finally:
+        os.close(fd)
+
+
+def hold_agent_lock(home: Path):
+    (home / "metadata").mkdir(parents=True, exist_ok=True)
+    f = open(home / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held by the caller
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
+
+
+def sim(home: Path, ranks: int = 2, steps: int = 1, faults=(), env=(), **settings):
+    config = SimConfig(
+        plugin=str(builds()["plain"].path),
+        home=str(home),
+        workload="ddp",
+        ranks=ranks,
+        steps=steps,
+        time_scale=0.01,
+        env=SIM_ENV + tuple(env),
+        faults=tuple(parse_fault(f) for f in faults),
+        **settings,
+    )
+    return run_simulation(config)
+
+
+@pytest.fixture(scope="module")
+def region_bytes(tmp_path_factory) -> bytes:
+    """A real Profiler's finished region (the simulator's rank 0), as bytes to forge from."""
+    home = tmp_path_factory.mktemp("template")
+    lock = hold_agent_lock(home)
+    result = sim(home)
+    assert not result.errors
+    link = sorted((home / "shms").glob("*.shm"))[0]
+    data = link.resolve().read_bytes()
+    lock.close()
+    return data
+
+
+def forged_region(home: Path, data: bytes, name: str = "forged.shm", **fields) -> Path:
+    """A regular region file in home/shms/ whose header fields are replaced; by default it
+    claims this (live) test process as its producer, so the Agent keeps polling it."""
+    buf = bytearray(data)
+    header = np.frombuffer(buf, dtype=HEADER, count=1)
+    fields.setdefault("pid", os.getpid())
+    fields.setdefault("state", shm_v1.FileState.LIVE)
+    if "process_start_ticks" in HEADER.names:
+        fields.setdefault("process_start_ticks", _start_ticks(fields["pid"]))
+    if "boot_id" in HEADER.names:
+        fields.setdefault("boot_id", b"")
+    fields.setdefault("start_mono_ns", time.monotonic_ns())
+    for key, value in fields.items():
+        header[0][key] = value
+    path = home / "shms" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(bytes(buf))
+    return path
+
+
+def _start_ticks(pid: int) -> int:
+    """The start time a Profiler in pid would record (1 for a pid that is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return 1
+    return int(stat[stat.rfind(b")") + 1 :].split()[19])
+
+
+# ---- the hang-event FIFO ------------------------------------------------------------------
+
+
+def _regular_file(fifo: Path) -> None:
+    fifo.write_text("not a fifo")
+
+
+def _other_owner(fifo: Path) -> None:
+    os.mkfifo(fifo, 0o600)
+    os.chown(fifo, NOBODY, NOBODY)
+
+
+def _world_writable(fifo: Path) -> None:
+    os.mkfifo(fifo, 0o600)
+    os.chmod(fifo, 0o666)  # mkfifo's mode passes through the umask
+
+
+def _symlink(fifo: Path) -> None:
+    target = fifo.parent.parent / "elsewhere.fifo"
+    os.mkfifo(target, 0o600)
+    fifo.symlink_to(target)
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize(
+    "plant, reason",
+    [(_other_owner, "other_owner"), (_world_writable, "writable_by_others"), (_symlink, "symlink")],
+)
+def test_a_fifo_the_agent_must_not_trust_is_refused_and_replaced(tmp_path, plant, reason):
+    fifo = tmp_path / "fifos" / "hang-events.fifo"
+    fifo.parent.mkdir(mode=0o700)
+    plant(fifo)
+    with LiveAgent(tmp_path) as agent:
+        st = os.lstat(fifo)
+        assert fifo.is_fifo() and not fifo.is_symlink()
+        assert (st.st_uid, st.st_mode & 0o777) == (os.geteuid(), 0o600)
+        reasons = health(agent)["reasons"]
+        assert any("hang-event FIFO was replaced" in r and str(fifo) in r for r in reasons)
+        assert metric(agent, "comminsight_agent_fifo_refused_total", f'reason="{reason}"') == 1
+        write_fifo(fifo, event_bytes(comm_id=42))  # the new FIFO is read
+        wait_until(lambda: agent.service.fifo.stats.events == 1, "the event")
+    if reason == "symlink":
+        assert (tmp_path / "elsewhere.fifo").is_fifo()  # the link's target is left alone
+
+
+def test_a_regular_file_in_the_fifo_place_is_refused_and_the_agent_serves_on(tmp_path):
+    fifo = tmp_path / "fifos" / "hang-events.fifo"
+    fifo.parent.mkdir(mode=0o700)
+    _regular_file(fifo)
+    with LiveAgent(tmp_path) as agent:
+        body = health(agent)
+        assert body["status"] == "degraded"
+        assert any(
+            r.startswith("hang events are not received") and "is not a FIFO" in r
+            for r in body["reasons"]
+        )
+        assert metric(agent, "comminsight_agent_fifo_refused_total", 'reason="not_fifo"') == 1
+    assert fifo.read_text() == "not a fifo"  # nothing of anyone's is deleted
+
+
+@ROOT_ONLY
+def test_a_bad_fifo_in_a_directory_others_control_is_not_replaced(tmp_path):
+    fifos = tmp_path / "fifos"
+    fifos.mkdir(mode=0o700)
+    _world_writable(fifos / "hang-events.fifo")
+    os.chown(fifos, NOBODY, NOBODY)
+    with LiveAgent(tmp_path) as agent:
+        reasons = health(agent)["reasons"]
+        assert any("not replaced" in r and "owned by uid 65534" in r for r in reasons), reasons
+        assert get(agent, "/api/v1/node")[0] == 200
+    assert os.lstat(fifos / "hang-events.fifo").st_mode & 0o777 == 0o666  # left as it was
+
+
+def test_megabytes_of_magic_are_read_between_api_requests(tmp_path):
+    data = fifo_event_v1.MAGIC.to_bytes(4, "little") * (1 << 20)  # 4 MiB of 'CIFE'
+    with LiveAgent(tmp_path) as agent:
+        writer = threading.Thread(target=write_fifo, args=(agent.service.fifo.path, data))
+        writer.start()
+        stats = agent.service.fifo.stats
+        wait_until(lambda: stats.rejected, "the reader to start on the flood")
+        assert get(agent, "/api/v1/health")[0] == 200  # answered while the flood is read
+        writer.join(120)
+        # every 4-byte step is a header with a wrong version; the last 508 bytes wait for more
+        expected = (len(data) - EVENT_SIZE) // 4 + 1
+        wait_until(lambda: stats.rejected == expected, "the whole flood to be read")
+        assert stats.rejected_by_reason == {"abi_version": expected}
+        assert stats.events == 0
+        assert (
+            metric(agent, "comminsight_agent_fifo_events_rejected_total", 'reason="abi_version"')
+            == expected
+        )
+        # one log line for a million rejections, not a million lines
+        assert stats.log.lines <= 1 + 120 // stats.log.period_s
+
+
+def test_a_flood_of_forged_events_is_held_in_a_bounded_store(tmp_path):
+    n = 100_000
+    rng = np.random.default_rng(7)
+    events = np.zeros(n, dtype=fifo_event_v1.EVENT_DTYPE)
+    events["magic"] = fifo_event_v1.MAGIC
+    events["abi_version"] = fifo_event_v1.PROTOCOL_VERSION
+    events["event_size"] = EVENT_SIZE
+    events["event_type"] = rng.integers(0, 1 << 16, n)  # mostly codes no Profiler sends
+    events["pid"] = rng.integers(1, 1 << 22, n)
+    events["comm_id"] = rng.integers(1, 1 << 62, n)
+    with LiveAgent(tmp_path) as agent:
+        write_fifo(agent.service.fifo.path, events.tobytes())
+        stats = agent.service.fifo.stats
+        wait_until(lambda: stats.events == n, "every forged event", timeout_s=300)
+        store = agent.call(lambda: len(agent.service.hang_events))
+        assert store == RECENT_EVENTS
+        assert stats.evicted == n - RECENT_EVENTS  # counted, not silently gone
+        assert set(stats.by_type) <= {"hang_suspected", "hang_cleared", "process_exit", "unknown"}
+        assert metric(agent, "comminsight_agent_fifo_events_evicted_total") == n - RECENT_EVENTS
+
+
+def test_malformed_events_are_counted_in_metrics_and_the_good_one_read(tmp_path):
+    with LiveAgent(tmp_path) as agent:
+        write_fifo(
+            agent.service.fifo.path,
+            b"garbage!" * 8
+            + event_bytes(abi_version=7)
+            + event_bytes(event_size=256)
+            + event_bytes(comm_id=5),
+        )
+        stats = agent.service.fifo.stats
+        wait_until(lambda: stats.events == 1, "the good event")
+        for reason in ("no_magic", "abi_version", "event_size"):
+            labels = f'reason="{reason}"'
+            assert metric(agent, "comminsight_agent_fifo_events_rejected_total", labels) == 1
+        # the garbage, and the rest of each rejected event after its magic
+        discarded = 64 + 2 * (EVENT_SIZE - 4)
+        assert metric(agent, "comminsight_agent_fifo_bytes_discarded_total") == discarded
+        assert any("hang-event FIFO input rejected" in r for r in health(agent)["reasons"])
+        assert agent.service.hang_events[-1].comm_id == 5
+
+
+def test_fifo_reader_decodes_a_bounded_amount_per_callback(tmp_path):
+    """Without an event loop: one read_available() takes at most its budget."""
+    with HangEventFifo(tmp_path) as fifo:
+        fd = os.open(fifo.path, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(fd, event_bytes() * 120)  # 60 KiB: fits the pipe
+        os.close(fd)
+        assert len(fifo.read_available(max_bytes=10 * EVENT_SIZE)) == 10
+        assert len(fifo.read_available()) == 110
+
+
+# ---- SHM files ------------------------------------------------------------------------------
+
+
+def test_a_fifo_named_shm_does_not_block_the_agent_and_is_named(tmp_path):
+    shms = tmp_path / "shms"
+    shms.mkdir()
+    os.mkfifo(shms / "x.shm", 0o600)
+    with LiveAgent(tmp_path) as agent:
+        body = health(agent)
+        assert any("x.shm" in r and "not a regular file" in r for r in body["reasons"])
+        assert (
+            metric(agent, "comminsight_agent_shm_refusals_total", 'reason="not_regular_file"') == 1
+        )
+    assert (shms / "quarantine" / "x.shm").is_fifo() and not (shms / "x.shm").exists()
+
+
+@ROOT_ONLY
+def test_shm_files_of_another_owner_or_linked_elsewhere_are_refused(tmp_path, region_bytes):
+    other = forged_region(tmp_path, region_bytes, "other.shm")
+    os.chown(other, NOBODY, NOBODY)
+    secret = tmp_path / "secret"  # (a target outside tmp_path would be removed at teardown)
+    secret.write_text("root's")
+    (tmp_path / "shms" / "link.shm").symlink_to(secret)
+    with LiveAgent(tmp_path) as agent:
+        reasons = " | ".join(health(agent)["reasons"])
+        assert "other.shm" in reasons and "owned by uid 65534" in reasons
+        assert "link.shm" in reasons and "not followed" in reasons
+        assert agent.service.producers.producers == {}
+    assert secret.read_text() == "root's"
+
+
+def test_a_ring_head_of_two_to_the_63_is_named_and_costs_one_ring_of_work(tmp_path, region_bytes):
+    forged_region(tmp_path, region_bytes, ring_head=1 << 63)
+    with LiveAgent(tmp_path) as agent:
+        agent.wait_passes(3)
+        counters = agent.service.producers.counters
+        cap = int(np.frombuffer(region_bytes, dtype=HEADER, count=1)[0]["ring_capacity"])
+        work = (counters.seqs_read, counters.slots_copied)
+        assert work[0] <= cap + 1 and work[1] == 0
+        agent.wait_passes(20)
+        assert (counters.seqs_read, counters.slots_copied) == work  # no more work per poll
+        body = health(agent)
+        assert body["status"] == "degraded"
+        assert any(f"header.ring_head {1 << 63} is not plausible" in r for r in body["reasons"])
+        assert counters.records_lost == 0  # a forged head loses nothing real
+        assert metric(agent, "comminsight_agent_shm_rings_unread") == 1
+
+
+def test_a_random_comm_table_is_ignored_and_named(tmp_path, region_bytes):
+    h = np.frombuffer(region_bytes, dtype=HEADER, count=1)[0]
+    start, rows = int(h["comm_table_offset"]), int(h["comm_capacity"])
+    buf = bytearray(region_bytes)
+    end = start + rows * shm_v1.COMM_ENTRY_DTYPE.itemsize
+    buf[start:end] = np.random.default_rng(3).bytes(end - start)
+    forged_region(tmp_path, bytes(buf))
+    with LiveAgent(tmp_path) as agent:
+        agent.wait_passes(3)
+        body = health(agent)
+        assert body["status"] == "degraded" and body["communicators_total"] == 0
+        assert any(
+            "communicator table rows break the shm v1 protocol" in r for r in body["reasons"]
+        )
+        (producer,) = agent.service.producers.producers.values()
+        assert producer.region.bad_rows == rows  # every random row is refused
+        assert metric(agent, "comminsight_agent_shm_comm_rows_invalid") == rows
+        assert get(agent, "/api/v1/communicators")[0] == 200
+
+
+def _ring(cap: int = 8):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(header={"ring_head": 0}, ring_capacity=cap, ring=np.zeros(cap, SLOT))
+
+
+def _publish(region, first: int, end: int) -> None:
+    for t in range(first, end):
+        region.ring[t % region.ring_capacity]["seq"] = t + 1
+        region.ring[t % region.ring_capacity]["op_seq"] = t
+    region.header["ring_head"] = end
+
+
+def test_a_slot_still_being_written_is_read_later_not_lost():
+    r = _ring()
+    cursor = RingCursor(r)
+    _publish(r, 0, 6)
+    r.ring[3]["seq"] = 4 | int(BUSY)  # ticket 3 claimed (seq = ticket + 1, busy), not done
+    assert list(cursor.poll()["op_seq"]) == [0, 1, 2]
+    assert list(cursor.poll()["op_seq"]) == [] and cursor.lost == 0  # still being written
+    r.ring[3]["seq"] = 4
+    assert list(cursor.poll()["op_seq"]) == [3, 4, 5] and cursor.lost == 0
+
+
+def test_a_slot_its_dead_writer_left_busy_is_lost_on_the_final_poll():
+    r = _ring()
+    cursor = RingCursor(r)
+    _publish(r, 0, 4)
+    r.ring[2]["seq"] = 3 | int(BUSY)
+    assert list(cursor.poll(final=True)["op_seq"]) == [0, 1, 3]
+    assert cursor.lost == 1 and cursor.lost_ranges == [(3, 3)]
+
+
+# ---- Inject metadata ------------------------------------------------------------------------
+
+
+def group_line(scratch: Path, pid: int, comm_name: str) -> bytes:
+    """One inject-metadata group line, as Inject writes it."""
+    from comminsight.inject.metadata import MetadataFile
+
+    meta = MetadataFile(scratch / str(pid), {"rank": 0}, pid=pid, host="h")
+    desc, _, name = comm_name.partition(":")
+    meta.write(
+        "group",
+        api="new_process_group",
+        group_name=name,
+        group_desc=desc,
+        comm_name=comm_name,
+        naming="nccl-config",
+        reason="",
+        rank=0,
+        group_rank=0,
+        group_size=1,
+        global_ranks=[0],
+    )
+    (written,) = (scratch / str(pid)).rglob("*.jsonl")
+    return written.read_bytes()
+
+
+def test_a_200_mb_metadata_line_is_refused_once_and_never_read_twice(tmp_path):
+    inject = tmp_path / "metadata" / "inject"
+    inject.mkdir(parents=True)
+    path = inject / "p.jsonl"
+    first = group_line(tmp_path / "scratch", 1, "default_pg:1")  # Inject's lines, whole
+    with open(path, "wb") as f:
+        f.write(first)
+        f.seek(200 << 20)  # sparse: 200 MB of NUL bytes and no newline
+        f.write(b"x\n" + group_line(tmp_path / "scratch", 2, "default_pg:2"))
+    size = path.stat().st_size
+    names = InjectNames(tmp_path)
+    passes = 0
+    while names._files.get("p.jsonl") is None or names._files["p.jsonl"].offset < size:
+        names.refresh()
+        passes += 1
+        assert passes <= size // READ_BUDGET + 2, "a pass must make progress"
+    assert names.rejected == {"line_too_long": 1}
+    huge = first.count(b"\n") + 1
+    assert (
+        names.errors["p.jsonl"].startswith(f"line {huge}: ") and "limit" in names.errors["p.jsonl"]
+    )
+    assert names.named_by_inject("h", 1, "default_pg:1")
+    assert names.named_by_inject("h", 2, "default_pg:2")  # the line after it still counts
+    assert names.bytes_read == size  # every byte once
+    names.refresh()
+    assert names.bytes_read == size
+
+
+def test_a_long_metadata_line_is_named_in_agent_health(tmp_path):
+    inject = tmp_path / "metadata" / "inject"
+    inject.mkdir(parents=True)
+    line = group_line(tmp_path / "scratch", 3, "default_pg:3")
+    with LiveAgent(tmp_path) as agent:
+        agent.call(setattr, agent.service.inject_names, "max_line", 1000)  # a lower limit
+        (inject / "q.jsonl").write_bytes(b"y" * 5000 + b"\n" + line)
+        agent.wait_passes(2)
+        reasons = health(agent)["reasons"]
+        assert any("q.jsonl" in r and "1000-byte limit" in r for r in reasons)
+        labels = 'reason="line_too_long"'
+        assert metric(agent, "comminsight_agent_inject_lines_rejected_total", labels) == 1
+
+
+# ---- dead processes -------------------------------------------------------------------------
+
+
+def _segments_of(logs: Path, prefix: str) -> list[Path]:
+    return sorted(p for p in logs.iterdir() if p.name.startswith(prefix))
+
+
+def _logged_seqs(paths: list[Path]) -> tuple[list[int], set[int], list]:
+    """Op ring seqs, every ring seq the lines cover (gaps too) and the seals."""
+    ops, covered, seals = [], set(), []
+    for path in paths:
+        records = verify_segment(path).records if not path.name.endswith(".partial") else []
+        if path.name.endswith(".partial"):
+            from comminsight.log_segments import decode_lines
+
+            data = path.read_bytes()
+            records = decode_lines(path, data[: data.rfind(b"\n") + 1])
+        else:
+            seals.append(verify_segment(path).seal)
+        for rec in records:
+            ci = rec.ci
+            if isinstance(ci, CiColl | CiP2p):
+                ops.append(ci.ring_seq)
+            if isinstance(ci, CiGap):
+                covered.update(range(ci.first_lost_ring_seq, ci.last_lost_ring_seq + 1))
+            elif getattr(ci, "ring_seq", None):
+                covered.add(ci.ring_seq)
+    return ops, covered, seals
+
+
+def test_a_sigkilled_rank_loses_no_op_its_shm_held(tmp_path):
+    home = tmp_path / "home"
+    lock = hold_agent_lock(home)
+    with LiveAgent(home) as agent:
+        result = sim(
+            home,
+            faults=("die:rank=1,op=6",),
+            # the writer drains the ring only at its end: the kill leaves every record in SHM
+            env=(("COMMINSIGHT_PROFILER_LOG_FLUSH_MS", "600000"),),
+            hang_hold_s=1.0,
+        )
+        dead_truth = next(t for t in read_ground_truth(result.run_dir) if t.rank == 1)
+        producers = agent.service.producers
+        dead = wait_until(
+            lambda: next(
+                (p for p in producers.producers.values() if p.recovered and p.recovered.path),
+                None,
+            ),
+            "the dead rank's records to be recovered",
+        )
+        head = int(dead.region.header["ring_head"])
+        ring_ops = RingCursor(dead.region).poll(1 << 20)
+        prefix = segment_prefix(dead.region)
+    lock.close()
+    kinds = ring_ops["kind"]
+    shm_op_seqs = ring_ops["seq"][
+        (kinds == shm_v1.RecordKind.COLL) | (kinds == shm_v1.RecordKind.P2P)
+    ]
+    ops, covered, seals = _logged_seqs(_segments_of(home / "inspector_logs", prefix))
+    assert sorted(ops) == sorted(int(s) for s in shm_op_seqs)  # each op once, none missing
+    assert len(ops) == sum(1 for o in dead_truth.ops if o["completed"]) > 0
+    assert covered == set(range(1, head + 1))  # every ring record or a gap line
+    assert [s.reason.value for s in seals if isinstance(s, CiSeal)][-1] == "recovered"
+    assert dead.recovered.ops > 0  # ops that only SHM held, now in the logs
+
+
+def test_recovery_starts_after_the_last_whole_line_of_the_partial(tmp_path, region_bytes):
+    """A writer killed mid-write: its .partial ends in a cut line; the recovered segment
+    takes over from the last whole one, so each record is in the logs exactly once."""
+    region_path = forged_region(tmp_path, region_bytes, flags=shm_v1.HeaderFlags.LOGS_ENABLED)
+    logs = tmp_path / "inspector_logs"
+    logs.mkdir()
+    region = ShmRegion(region_path)
+    full = recover(region, logs)  # everything, to cut a .partial from
+    lines = full.path.read_bytes().splitlines(keepends=True)[:-1]  # without its seal
+    full.path.unlink()
+    keep = 6
+    partial = logs / (full.path.name + ".partial")
+    partial.write_bytes(b"".join(lines[:keep]) + lines[keep][: len(lines[keep]) // 2])
+    again = recover(region, logs)
+    region.close()
+    assert again.path.name.endswith("000001.jsonl")
+    ops, covered, _ = _logged_seqs([partial, again.path])
+    head = int(np.frombuffer(region_bytes, dtype=HEADER, count=1)[0]["ring_head"])
+    assert covered == set(range(1, head + 1))
+    assert len(ops) == len(set(ops)) == full.ops
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_regions_of_dead_processes_are_retired_at_agent_start(tmp_path, region_bytes):
+    long_ago = time.monotonic_ns() - 3600 * 10**9
+    dead = forged_region(
+        tmp_path,
+        region_bytes,
+        "dead.shm",
+        pid=_dead_pid(),
+        heartbeat_mono_ns=long_ago,
+        start_mono_ns=long_ago,
+    )
+    # a pid reused by a process that started after the region was made: not its producer
+    newer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        reused = forged_region(
+            tmp_path,
+            region_bytes,
+            "reused.shm",
+            pid=newer.pid,
+            process_start_ticks=0,
+            heartbeat_mono_ns=long_ago,
+            start_mono_ns=long_ago,
+        )
+        live = forged_region(tmp_path, region_bytes, "live.shm", heartbeat_mono_ns=long_ago)
+        with LiveAgent(tmp_path) as agent:
+            wait_until(lambda: not dead.exists() and not reused.exists(), "the stale regions")
+            agent.wait_passes(3)
+            assert live.exists()  # this test process runs: never removed
+            assert agent.service.producers.counters.producers_retired == 2
+    finally:
+        newer.send_signal(signal.SIGKILL)
+        newer.wait()
+
+
+def test_exited_processes_awaiting_retirement_cost_no_table_copies(tmp_path):
+    lock = hold_agent_lock(tmp_path)
+    assert not sim(tmp_path, ranks=8).errors
+    producers = ProducerSet(tmp_path)
+    producers.poll(time.monotonic_ns(), retire_after_ns=3600 * 10**9)
+    # (a Profiler of another home starting meanwhile may remove some dead regions)
+    assert producers.producers
+    regions = [p.region for p in producers.producers.values()]
+    for p in producers.producers.values():  # what the metrics, snapshot and health read
+        p.region.comm_entries()
+    copies = sum(r.table_copies for r in regions)
+    probes = []
+    import comminsight.agent.producers as module
+
+    real = module.process_runs
+    module.process_runs = lambda *a: probes.append(a) or real(*a)
+    try:
+        for _ in range(50):
+            producers.poll(time.monotonic_ns(), retire_after_ns=3600 * 10**9)
+            for r in regions:
+                r.comm_entries()
+    finally:
+        module.process_runs = real
+    assert sum(r.table_copies for r in regions) == copies  # frozen: answered from one copy
+    assert probes == []  # dead is for ever: no more liveness probes
+    assert producers.counters.slots_copied == producers.counters.records
+    producers.close()
+    lock.close()
+    shutil.rmtree(tmp_path / "shms", ignore_errors=True)

@@ -1,0 +1,806 @@
+"""The Profiler against hostile homes, full disks and other processes' leftovers.
+
+Every case runs the real plugin in a fresh process (tests/hostile_scenarios.py, or the
+simulated NCCL for whole training runs) and checks three things: the named error, that
+training completed every op, and that nothing else was lost or touched. Ownership cases use
+uid 65534 (nobody) for "another user"; the suite runs as root, as training often does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from profiler_builds import builds
+
+from comminsight.log_segments import segments_in, verify_segment
+from comminsight.sim import SimConfig, read_ground_truth, run_simulation
+from comminsight_gen.abi import shm_v1
+from comminsight_gen.models.inspector_log_v1 import CiColl, CiGap
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "tests" / "hostile_scenarios.py"
+NOBODY = 65534
+OPS = 40
+DEADLINE_S = 60.0
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="ownership cases need root (chown)")
+
+
+# ---- running the plugin ----
+
+
+def scenario_env(home: Path, tmp_path: Path, **env) -> dict:
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700, exist_ok=True)
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
+        "COMMINSIGHT_HOME": str(home),
+        "COMMINSIGHT_AGENT_AUTOSTART": "0",
+        "COMMINSIGHT_PROFILER_HEARTBEAT_MS": "50",
+        "COMMINSIGHT_PROFILER_LOG_FLUSH_MS": "20",
+        "COMMINSIGHT_PROFILER_RING_SLOTS": "4096",
+        "COMMINSIGHT_PROFILER_EVENT_POOL": "1024",
+        "XDG_RUNTIME_DIR": str(xdg),  # where a refused home's replacement goes
+        "PYTHONPATH": str(ROOT / "tests"),
+        "SCENARIO_OPS": str(OPS),
+        **env,
+    }
+
+
+def start(scenario: str, home: Path, tmp_path: Path, build: str = "plain", **env):
+    b = builds()[build]
+    return subprocess.Popen(
+        [sys.executable, str(SCENARIOS), scenario, str(b.path)],
+        env={**scenario_env(home, tmp_path, **env), **b.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc, expect_rc: int = 0) -> tuple[dict, str]:
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == expect_rc, f"exit {proc.returncode}:\n{err[-4000:]}"
+    assert "ERROR: AddressSanitizer" not in err and "runtime error" not in err
+    lines = out.strip().splitlines()
+    return (json.loads(lines[-1]) if lines else {}), err
+
+
+def run(scenario: str, home: Path, tmp_path: Path, **env) -> tuple[dict, str]:
+    return finish(start(scenario, home, tmp_path, **env))
+
+
+def private_homes(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "xdg").glob("comminsight-*"))
+
+
+def ops_in(log_dir: Path) -> list:
+    assert not list(log_dir.glob("*.partial")), "a segment was left unsealed"
+    return [
+        r
+        for p in segments_in(log_dir)
+        for r in verify_segment(p).records
+        if isinstance(r.ci, CiColl)
+    ]
+
+
+def tree(path: Path) -> dict:
+    """Every entry below path with what a write would change: kind, size, mode, owner, mtime."""
+    out = {}
+    for p in [path, *path.rglob("*")]:
+        st = p.lstat()
+        out[str(p)] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mode, st.st_uid, st.st_mtime_ns)
+    return out
+
+
+def poll(condition, what: str):
+    end = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def said(stderr: str, pattern: str) -> list[str]:
+    return [line for line in stderr.splitlines() if re.search(pattern, line)]
+
+
+# ---- 1. a home that is not ours ----
+
+
+@pytest.mark.parametrize(
+    ("owner", "mode", "reason"),
+    [
+        (NOBODY, 0o700, f"owned by uid {NOBODY}"),
+        (0, 0o777, "mode 0777 writable by group and others"),
+        (0, 0o770, "mode 0770 writable by group"),
+    ],
+    ids=["other-owner", "world-writable", "group-writable"],
+)
+def test_a_home_not_ours_is_refused_and_training_goes_on(owner, mode, reason, tmp_path):
+    home = tmp_path / "home"
+    (home / "etc").mkdir(parents=True)
+    # what the home's owner planted: a config that would shrink the comm table
+    (home / "etc" / "comminsight.conf").write_text("COMMINSIGHT_PROFILER_COMM_SLOTS=8\n")
+    for p in (home, home / "etc", home / "etc" / "comminsight.conf"):
+        os.chown(p, owner, owner)
+    home.chmod(mode)
+    before = tree(home)
+    out, err = run("train", home, tmp_path)
+    refusals = said(err, rf"home {re.escape(str(home))} refused: {reason}")
+    assert len(refusals) == 1, err  # said once, by name
+    assert out["init_result"] == 0 and out["comm_capacity"] == 256  # the planted file was not read
+    (private,) = private_homes(tmp_path)
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700 and str(private) in refusals[0]
+    assert sorted(r.coll_perf.coll_sn for r in ops_in(private / "inspector_logs")) == list(
+        range(OPS)
+    )
+    assert tree(home) == before, "something was written into the refused home"
+
+
+def simulate(home: Path, tmp_path: Path, **env) -> tuple:
+    config = SimConfig(
+        plugin=str(builds()["plain"].path),
+        home=str(home),
+        out=str(tmp_path / "truth"),
+        ranks=2,
+        steps=2,
+        time_scale=0.01,
+        timeout_s=120.0,
+        env=tuple(
+            {
+                "COMMINSIGHT_AGENT_AUTOSTART": "0",
+                "COMMINSIGHT_PROFILER_HEARTBEAT_MS": "50",
+                "COMMINSIGHT_PROFILER_LOG_FLUSH_MS": "20",
+                "XDG_RUNTIME_DIR": str(tmp_path / "xdg"),
+                **env,
+            }.items()
+        ),
+    )
+    (tmp_path / "xdg").mkdir(mode=0o700, exist_ok=True)
+    result = run_simulation(config)
+    assert not result.errors, result.errors
+    truths = read_ground_truth(result.run_dir)
+    rank_logs = "".join(p.read_text() for p in sorted(result.run_dir.glob("rank-*.log")))
+    return truths, rank_logs
+
+
+def test_simulated_ranks_train_to_the_end_in_a_home_owned_by_another_user(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    os.chown(home, NOBODY, NOBODY)
+    before = tree(home)
+    truths, rank_logs = simulate(home, tmp_path)
+    assert len(said(rank_logs, rf"home {re.escape(str(home))} refused: owned by uid {NOBODY}")) == 2
+    completed = sum(sum(op["completed"] for op in t.ops) for t in truths)
+    assert completed == sum(len(t.ops) for t in truths) > 0
+    logged = sum(len(ops_in(p / "inspector_logs")) for p in private_homes(tmp_path))
+    assert logged == completed, "every completed op is in the private logs"
+    assert tree(home) == before
+
+
+# ---- 2. the config file must never block ----
+
+
+def test_a_fifo_as_config_file_does_not_block_init(tmp_path):
+    home = tmp_path / "home"
+    (home / "etc").mkdir(parents=True, mode=0o700)
+    os.mkfifo(home / "etc" / "comminsight.conf", 0o600)
+    truths, rank_logs = simulate(home, tmp_path)
+    assert all(op["completed"] for t in truths for op in t.ops)
+    assert len(said(rank_logs, r"comminsight.conf refused: is a FIFO, not a regular file")) == 2
+    logs = ops_in(home / "inspector_logs")
+    assert len(logs) == sum(len(t.ops) for t in truths)
+
+
+def _symlink_to_good_file(conf: Path, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.conf"
+    target.write_text("COMMINSIGHT_PROFILER_COMM_SLOTS=8\n")
+    conf.symlink_to(target)
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda conf, tmp: os.mkfifo(conf, 0o600), "is a FIFO, not a regular file"),
+        (
+            lambda conf, tmp: os.mknod(conf, 0o600 | stat.S_IFCHR, os.makedev(1, 3)),
+            "is a character device",
+        ),
+        (lambda conf, tmp: conf.mkdir(), "is a directory, not a regular file"),
+        (_symlink_to_good_file, "is a symbolic link"),
+        (
+            lambda conf, tmp: (
+                conf.write_text("COMMINSIGHT_PROFILER_COMM_SLOTS=8\n"),
+                conf.chmod(0o666),
+            ),
+            "mode 0666 writable by group and others",
+        ),
+        (
+            lambda conf, tmp: (
+                conf.write_text("COMMINSIGHT_PROFILER_COMM_SLOTS=8\n"),
+                os.chown(conf, NOBODY, NOBODY),
+            ),
+            f"owned by uid {NOBODY}",
+        ),
+    ],
+    ids=["fifo", "device", "directory", "symlink", "world-writable", "other-owner"],
+)
+def test_a_config_file_that_is_not_a_trusted_regular_file_is_refused(make, reason, tmp_path):
+    home = tmp_path / "home"
+    (home / "etc").mkdir(parents=True, mode=0o700)
+    conf = home / "etc" / "comminsight.conf"
+    make(conf, tmp_path)
+    out, err = run("train", home, tmp_path)
+    assert len(said(err, rf"{re.escape(str(conf))} refused: {reason}")) == 1, err
+    assert out["comm_capacity"] == 256, "the refused file's value was used"
+    assert sorted(r.coll_perf.coll_sn for r in ops_in(home / "inspector_logs")) == list(range(OPS))
+
+
+def test_a_huge_config_file_is_read_up_to_a_bound(tmp_path):
+    home = tmp_path / "home"
+    (home / "etc").mkdir(parents=True, mode=0o700)
+    conf = home / "etc" / "comminsight.conf"
+    conf.write_text(
+        "COMMINSIGHT_PROFILER_COMM_SLOTS=16\n" + "#" * 1000 + "\n" + ("# x\n" * 100_000)
+    )
+    out, err = run("train", home, tmp_path)
+    assert said(err, rf"{re.escape(str(conf))} is larger than 262144 bytes; the rest is ignored"), (
+        err
+    )
+    assert out["comm_capacity"] == 16  # what came before the bound is read
+    assert len(ops_in(home / "inspector_logs")) == OPS
+
+
+# ---- 3. links and foreign files planted inside our own home ----
+
+
+@pytest.fixture
+def precious(tmp_path) -> Path:
+    """A root-only file a planted link points at: it must stay as it is."""
+    target = tmp_path / "root-only"
+    target.write_text("do not touch\n")
+    target.chmod(0o600)
+    return target
+
+
+def unchanged(path: Path, before: tuple) -> bool:
+    st = path.stat()
+    return (path.read_text(), st.st_size, st.st_mtime_ns) == before
+
+
+def fingerprint(path: Path) -> tuple:
+    st = path.stat()
+    return (path.read_text(), st.st_size, st.st_mtime_ns)
+
+
+def test_a_symlinked_hang_event_fifo_is_not_followed(tmp_path, precious):
+    home = tmp_path / "home"
+    (home / "fifos").mkdir(parents=True, mode=0o700)
+    (home / "fifos" / "hang-events.fifo").symlink_to(precious)
+    before = fingerprint(precious)
+    out, err = run("hang_with_fifo", home, tmp_path, COMMINSIGHT_PROFILER_HANG_TIMEOUT_S="0.3")
+    assert unchanged(precious, before)
+    assert len(said(err, r"fifos/hang-events.fifo refused: is a symbolic link")) == 1, err
+    assert out["counters"]["hangs_flagged"] == 1 and out["counters"]["fifo_events_dropped"] == 1
+    assert out["counters"]["fifo_events_written"] == 0
+
+
+@pytest.mark.parametrize(
+    ("owner", "mode", "reason"),
+    [
+        (NOBODY, 0o600, f"owned by uid {NOBODY}"),
+        (0, 0o666, "mode 0666 writable by group and others"),
+    ],
+    ids=["other-owner", "world-writable"],
+)
+def test_a_fifo_others_can_write_gets_no_event(owner, mode, reason, tmp_path):
+    home = tmp_path / "home"
+    (home / "fifos").mkdir(parents=True, mode=0o700)
+    fifo = home / "fifos" / "hang-events.fifo"
+    os.mkfifo(fifo, 0o600)
+    os.chown(fifo, owner, owner)
+    fifo.chmod(mode)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # someone listening, ready to forge
+    try:
+        out, err = run("hang_with_fifo", home, tmp_path, COMMINSIGHT_PROFILER_HANG_TIMEOUT_S="0.3")
+        try:
+            data = os.read(reader, 4096)
+        except BlockingIOError:  # a writer still has it open
+            data = b""
+        assert data == b"", "an event was written into a FIFO others can write"
+    finally:
+        os.close(reader)
+    assert len(said(err, rf"hang-events.fifo refused: {reason}")) == 1, err
+    assert (
+        out["counters"]["fifo_events_dropped"] == 1 and out["counters"]["fifo_events_written"] == 0
+    )
+
+
+def fake_agent(path: Path, marker: Path, mode: int = 0o755) -> Path:
+    path.write_text(f"#!/bin/sh\necho ran >> {marker}\n")
+    path.chmod(mode)
+    return path
+
+
+def test_a_symlinked_agent_lock_is_not_followed_and_no_agent_starts(tmp_path, precious):
+    home = tmp_path / "home"
+    (home / "metadata").mkdir(parents=True, mode=0o700)
+    (home / "metadata" / "agent.lock").symlink_to(precious)
+    marker = tmp_path / "agent-ran"
+    agent = fake_agent(tmp_path / "agent", marker)
+    before = fingerprint(precious)
+    out, err = run(
+        "autostart",
+        home,
+        tmp_path,
+        COMMINSIGHT_AGENT_AUTOSTART="1",
+        COMMINSIGHT_PROFILER_AGENT_BIN=str(agent),
+        LOCAL_RANK="0",
+    )
+    assert out["init_result"] == 0
+    assert unchanged(precious, before) and not marker.exists()
+    assert said(err, r"metadata/agent.lock refused: is a symbolic link"), err
+
+
+def test_a_symlinked_agent_log_is_not_followed(tmp_path, precious):
+    home = tmp_path / "home"
+    (home / "logs").mkdir(parents=True, mode=0o700)
+    (home / "logs" / "agent.log").symlink_to(precious)
+    marker = tmp_path / "agent-ran"
+    agent = tmp_path / "agent"
+    agent.write_text(f"#!/bin/sh\necho to-the-log\necho ran >> {marker}\n")
+    agent.chmod(0o755)
+    before = fingerprint(precious)
+    _, err = run(
+        "autostart",
+        home,
+        tmp_path,
+        COMMINSIGHT_AGENT_AUTOSTART="1",
+        COMMINSIGHT_PROFILER_AGENT_BIN=str(agent),
+        LOCAL_RANK="0",
+    )
+    poll(marker.exists, "the agent to run")  # it starts, its output discarded
+    assert unchanged(precious, before)
+    assert said(err, r"logs/agent.log is a symbolic link; the agent's output is discarded"), err
+
+
+@pytest.mark.parametrize("sub", ["inspector_logs", "shms"])
+def test_a_symlinked_home_directory_is_not_followed(sub, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    target = tmp_path / "root-dir"
+    target.mkdir(mode=0o700)
+    (target / "keep").write_text("x")
+    (home / sub).symlink_to(target, target_is_directory=True)
+    before = tree(target)
+    out, err = run("train", home, tmp_path)
+    assert tree(target) == before
+    refusal = said(
+        err, rf"{re.escape(str(home / sub))} refused: is a symbolic link; using .*/{sub} instead"
+    )
+    assert len(refusal) == 1, err
+    (private,) = private_homes(tmp_path)
+    logs = private / "inspector_logs" if sub == "inspector_logs" else home / "inspector_logs"
+    assert len(ops_in(logs)) == OPS and out["init_result"] == 0
+
+
+# ---- the agent binary: only from the environment or the installation ----
+
+
+def test_agent_bin_from_the_home_config_is_never_run(tmp_path):
+    home = tmp_path / "home"
+    (home / "etc").mkdir(parents=True, mode=0o700)
+    evil_marker = tmp_path / "evil-ran"
+    evil = fake_agent(tmp_path / "evil", evil_marker)
+    conf = home / "etc" / "comminsight.conf"
+    conf.write_text(f"COMMINSIGHT_PROFILER_AGENT_BIN={evil}\n")
+    installed = tmp_path / "bin"
+    installed.mkdir()
+    default_marker = tmp_path / "default-ran"
+    fake_agent(installed / "comminsight-agent", default_marker)
+    _, err = run(
+        "autostart",
+        home,
+        tmp_path,
+        COMMINSIGHT_AGENT_AUTOSTART="1",
+        LOCAL_RANK="0",
+        PATH=f"{installed}:{os.environ['PATH']}",
+    )
+    poll(default_marker.exists, "the installation's agent to run")
+    assert not evil_marker.exists()
+    assert said(
+        err,
+        rf"{re.escape(str(conf))}:1: COMMINSIGHT_PROFILER_AGENT_BIN is taken only from the "
+        "environment",
+    ), err
+
+
+def test_an_agent_bin_others_can_write_is_not_run(tmp_path):
+    marker = tmp_path / "agent-ran"
+    agent = fake_agent(tmp_path / "agent", marker, mode=0o777)
+    out, err = run(
+        "autostart",
+        tmp_path / "home",
+        tmp_path,
+        COMMINSIGHT_AGENT_AUTOSTART="1",
+        COMMINSIGHT_PROFILER_AGENT_BIN=str(agent),
+        LOCAL_RANK="0",
+    )
+    assert out["init_result"] == 0 and not marker.exists()
+    assert said(err, rf"{re.escape(str(agent))} refused: writable by group or others"), err
+
+
+# ---- 4. disk full: every lost op inside a gap line, the .partial sealed once space returns ----
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs as the home, most of it taken by a file the scenario deletes later."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(home)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
+    filler = home / "filler"
+    filler.write_bytes(b"\0" * (1200 * 1024))
+    try:
+        yield home, filler
+    finally:
+        subprocess.run(["umount", "-l", str(home)], check=True)
+
+
+def coverage(log_dir: Path, include_open: bool = False) -> dict:
+    """Per writing process: how often each ring ticket appears (a line or inside a gap), the
+    gap total, and the op lines."""
+    seen: dict = defaultdict(lambda: defaultdict(int))
+    gaps: dict = defaultdict(int)
+    ops: dict = defaultdict(int)
+    other: dict = defaultdict(int)  # lines of ring records that are not ops (comm init/finalize)
+    for path in segments_in(log_dir, include_open=include_open):
+        pid = int(path.name.split("-")[2])
+        for r in verify_segment(path).records:
+            if isinstance(r.ci, CiGap):
+                assert r.ci.reason.value in ("disk_full", "write_error"), r.ci
+                gaps[pid] += r.ci.lost_count
+                assert r.ci.lost_count == r.ci.last_lost_ring_seq - r.ci.first_lost_ring_seq + 1
+                for t in range(r.ci.first_lost_ring_seq, r.ci.last_lost_ring_seq + 1):
+                    seen[pid][t] += 1
+            elif getattr(r.ci, "ring_seq", None):
+                seen[pid][r.ci.ring_seq] += 1
+                ops[pid] += isinstance(r.ci, CiColl)
+                other[pid] += not isinstance(r.ci, CiColl)
+    return {"seen": seen, "gaps": gaps, "ops": ops, "other": other}
+
+
+@pytest.mark.parametrize(
+    ("ranks", "env"),
+    [
+        (1, {}),
+        (2, {"COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES": "65536"}),  # seals while full
+        (1, {"SCENARIO_END_AT_ONCE": "1"}),  # training ends as space returns
+    ],
+    ids=["one-rank", "two-ranks-small-segments", "ends-as-space-returns"],
+)
+def test_disk_full_gap_lines_cover_every_lost_op_exactly(ranks, env, small_disk, tmp_path):
+    home, filler = small_disk
+    procs = [
+        start("disk_fill", home, tmp_path, SCENARIO_FILLER=str(filler), **env) for _ in range(ranks)
+    ]
+    results = [finish(p) for p in procs]
+    cov = coverage(home / "inspector_logs")
+    assert not list((home / "inspector_logs").glob("*.partial")), "a segment was left unsealed"
+    assert sorted(cov["seen"]) == sorted(out["pid"] for out, _ in results)
+    for out, err in results:
+        c, pid = out["counters"], out["pid"]
+        assert c["log_records_dropped"] > 0, "the disk never filled"
+        assert said(err, r"inspector_logs/.*failed \(No space left on device\)"), err
+        seen = cov["seen"][pid]
+        # every ring ticket exactly once: as its line, or inside a gap
+        assert sorted(seen) == list(range(1, c["ring_head"] + 1))
+        assert set(seen.values()) == {1}
+        assert cov["gaps"][pid] == c["log_records_dropped"] + c["log_records_lost"]
+        # the ring holds the ops and one comm init and finalize record
+        assert c["ring_head"] == out["ops_issued"] + 2
+        lost_ops = cov["gaps"][pid] - (2 - cov["other"][pid])
+        assert cov["ops"][pid] + lost_ops == out["ops_issued"]
+
+
+def test_disk_still_full_at_finalize_ends_at_once_with_counts_exact(small_disk, tmp_path):
+    home, filler = small_disk
+    out, _ = finish(start("full_at_finalize", home, tmp_path, SCENARIO_FILLER=str(filler)))
+    c = out["counters"]
+    assert c["log_records_dropped"] > 0
+    assert c["log_records_written"] + c["log_records_dropped"] == c["ring_head"]
+    cov = coverage(home / "inspector_logs", include_open=True)
+    (pid,) = cov["seen"]
+    seen = cov["seen"][pid]
+    assert set(seen.values()) == {1} and max(seen) <= c["ring_head"]
+    # what reached the disk is what was counted as written; gap lines, if the last retry found
+    # room for them, cover only what was dropped
+    assert cov["ops"][pid] + cov["other"][pid] == c["log_records_written"]
+    assert cov["gaps"][pid] <= c["log_records_dropped"]
+
+
+# ---- 5. SHM regions of dead processes ----
+
+
+def start_ticks(pid: int) -> int:
+    stat_line = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat_line[stat_line.rindex(")") + 2 :].split()[19])
+
+
+def boot_id() -> str:
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def fake_region(path: Path, pid: int, ticks: int, **fields) -> Path:
+    h = np.zeros(1, dtype=shm_v1.HEADER_DTYPE)
+    values = {
+        "magic": shm_v1.MAGIC,
+        "abi_version": 1,
+        "header_size": shm_v1.HEADER_DTYPE.itemsize,
+        "file_size": shm_v1.HEADER_DTYPE.itemsize,
+        "state": shm_v1.FileState.LIVE,
+        "pid": pid,
+        "process_start_ticks": ticks,
+        "pid_namespace": os.stat("/proc/self/ns/pid").st_ino,
+        "boot_id": boot_id().encode(),
+        **fields,
+    }
+    for k, v in values.items():
+        h[k] = v
+    path.write_bytes(h.tobytes())
+    path.chmod(0o600)
+    return path
+
+
+def test_regions_of_dead_processes_are_removed_live_ones_kept(tmp_path):
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    home = tmp_path / "home"
+    (home / "shms").mkdir(parents=True, mode=0o700)
+    dead = subprocess.Popen(["sleep", "60"])
+    dead_ticks = start_ticks(dead.pid)
+    dead.kill()
+    dead.wait()
+    live = subprocess.Popen(["sleep", "600"])
+    try:
+        live_ticks = start_ticks(live.pid)
+        ns = os.stat("/proc/self/ns/pid").st_ino
+        r = {
+            "dead": fake_region(shm_dir / "ci-h-1-1.shm", dead.pid, dead_ticks),
+            "reused": fake_region(shm_dir / "ci-h-2-2.shm", live.pid, live_ticks - 1),
+            "earlier-boot": fake_region(
+                shm_dir / "ci-h-3-3.shm", live.pid, live_ticks, boot_id=b"0" * 36
+            ),
+            "live": fake_region(shm_dir / "ci-h-4-4.shm", live.pid, live_ticks),
+            "no-start-time": fake_region(shm_dir / "ci-h-5-5.shm", dead.pid, 0),
+            "other-user": fake_region(shm_dir / "ci-h-6-6.shm", dead.pid, dead_ticks),
+            "other-pid-ns": fake_region(
+                shm_dir / "ci-h-7-7.shm", dead.pid, dead_ticks, pid_namespace=ns + 1
+            ),
+        }
+        os.chown(r["other-user"], NOBODY, NOBODY)
+        os.mkfifo(shm_dir / "ci-h-8-8.shm", 0o600)  # must not block the sweep
+        (home / "shms" / "ci-h-1-1.shm").symlink_to(r["dead"])
+        out, err = run("train", home, tmp_path, COMMINSIGHT_PROFILER_SHM_DIR=str(shm_dir))
+        assert out["init_result"] == 0 and len(ops_in(home / "inspector_logs")) == OPS
+        gone = {name for name, p in r.items() if not p.exists()}
+        assert gone == {"dead", "reused", "earlier-boot"}
+        assert not (home / "shms" / "ci-h-1-1.shm").is_symlink(), "its link in the home stays"
+        assert (shm_dir / "ci-h-8-8.shm").exists()
+        assert said(
+            err, rf"removed 3 SHM region\(s\) of dead processes from {re.escape(str(shm_dir))}"
+        )
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_sigkilled_process_region_is_removed_by_the_next_profiler(tmp_path):
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    home = tmp_path / "home"
+    env = {"COMMINSIGHT_PROFILER_SHM_DIR": str(shm_dir)}
+    proc = start("killed", home, tmp_path, **env)
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == -9
+    left = Path(json.loads(out.splitlines()[0])["region"])
+    assert left.parent == shm_dir and left.exists(), "SIGKILL leaves the region behind"
+    train_out, _ = run("train", home, tmp_path, **env)
+    assert train_out["init_result"] == 0
+    assert not left.exists()
+    assert not list(shm_dir.iterdir()), "the second process's own region is removed at its exit"
+
+
+# ---- 6. a home that is ours but cannot be written: the logs move, nothing is lost ----
+
+
+@pytest.fixture
+def tmpfs_home(tmp_path):
+    """The home on a tmpfs of its own, so that it can be remounted read-only."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(home)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
+    try:
+        yield home
+    finally:
+        subprocess.run(["umount", "-l", str(home)], check=True)
+
+
+HOME_DIRS = ("etc", "shms", "fifos", "logs", "metadata", "inspector_logs")
+
+
+def moved_logs(text: str, home: Path, err: str) -> list[str]:
+    """The warnings that the home's inspector_logs cannot be written; each names where the
+    logs went (the private directory)."""
+    pattern = (
+        rf"{re.escape(str(home / 'inspector_logs'))} cannot be written \({err}\); "
+        r"inspector_logs go to (\S+)/inspector_logs instead"
+    )
+    return [m.group(1) for line in text.splitlines() if (m := re.search(pattern, line))]
+
+
+def logged_ops_by_pid(private_dirs: list[Path]) -> dict:
+    """Per writing process: its op lines as sorted (communicator, function, NCCL seq)."""
+    ops: dict = defaultdict(list)
+    for private in private_dirs:
+        for path in segments_in(private / "inspector_logs"):
+            for r in verify_segment(path).records:
+                assert not isinstance(r.ci, CiGap), f"a gap in {path}: {r.ci}"
+                if isinstance(r.ci, CiColl):
+                    key = (int(r.header.id, 16), r.coll_perf.coll, r.coll_perf.coll_sn)
+                    ops[r.metadata.pid].append(key)
+    return {pid: sorted(keys) for pid, keys in ops.items()}
+
+
+@pytest.mark.parametrize(
+    "present",
+    [(), HOME_DIRS],
+    ids=["empty-so-nothing-can-be-created", "with-its-directories-so-no-segment-can-be-created"],
+)
+def test_a_read_only_home_logs_every_op_in_the_private_directory(present, tmpfs_home, tmp_path):
+    home = tmpfs_home
+    for sub in present:
+        (home / sub).mkdir(mode=0o700)
+    subprocess.run(["mount", "-o", "remount,ro", str(home)], check=True, capture_output=True)
+    truths, rank_logs = simulate(home, tmp_path)
+    # each rank says so once, naming the home's directory, the errno and where the logs went
+    went_to = moved_logs(rank_logs, home, "EROFS: Read-only file system")
+    privates = private_homes(tmp_path)
+    assert sorted(went_to) == [str(p) for p in privates] and len(privates) == 2, rank_logs
+    assert not said(rank_logs, r"log writing paused|inspector_logs disabled"), rank_logs
+    # every op each rank issued (and completed: nothing blocked) is a line of its own logs
+    assert all(op["completed"] for t in truths for op in t.ops)
+    issued = {
+        t.run["pid"]: sorted((int(op["comm_id"], 16), op["func"], op["seq"]) for op in t.ops)
+        for t in truths
+    }
+    assert logged_ops_by_pid(privates) == issued
+    assert sum(len(ops) for ops in issued.values()) > 0
+
+
+@pytest.mark.parametrize("build", ["asan", "tsan"])
+def test_a_read_only_home_moves_the_logs_cleanly_under_sanitizers(build, tmpfs_home, tmp_path):
+    """The move happens on the writer thread while the background thread runs: checked for
+    races and memory errors (a sanitizer finding fails the run)."""
+    home = tmpfs_home
+    for sub in HOME_DIRS:
+        (home / sub).mkdir(mode=0o700)
+    subprocess.run(["mount", "-o", "remount,ro", str(home)], check=True, capture_output=True)
+    out, err = finish(start("train", home, tmp_path, build=build))
+    assert "WARNING: ThreadSanitizer" not in err, err[-4000:]
+    (private,) = private_homes(tmp_path)
+    assert moved_logs(err, home, "EROFS: Read-only file system") == [str(private)], err
+    assert sorted(r.coll_perf.coll_sn for r in ops_in(private / "inspector_logs")) == list(
+        range(OPS)
+    )
+
+
+def test_a_home_turned_read_only_after_its_first_segment_drops_and_counts(tmpfs_home, tmp_path):
+    """Read-only once a segment is there: a disk that broke mid-run, not a home to leave."""
+    home = tmpfs_home
+    out, err = run("read_only_after_a_segment", home, tmp_path, SCENARIO_REMOUNT=str(home))
+    c = out["counters"]
+    assert private_homes(tmp_path) == [] and not moved_logs(err, home, r"[^)]*"), err
+    assert said(
+        err,
+        rf"cannot create {re.escape(str(home / 'inspector_logs'))}/\S+: Read-only file system; "
+        "log writing paused",
+    ), err
+    # the first run is in the home, sealed; the second one's records are counted as dropped
+    assert sorted(r.coll_perf.coll_sn for r in ops_in(home / "inspector_logs")) == list(range(OPS))
+    assert c["log_records_written"] == out["written_before"] == OPS + 2  # + comm init, finalize
+    assert c["log_records_dropped"] == c["ring_head"] - c["log_records_written"] == OPS + 2
+
+
+@pytest.mark.parametrize("immutable", ["home", "inspector_logs"])
+def test_an_immutable_home_logs_every_op_in_the_private_directory(immutable, tmp_path):
+    home = tmp_path / "home"
+    (home / "inspector_logs").mkdir(parents=True, mode=0o700)
+    if immutable == "home":
+        (home / "inspector_logs").rmdir()  # to be created at init, in a home that refuses it
+    frozen = home if immutable == "home" else home / "inspector_logs"
+    made = subprocess.run(["chattr", "+i", str(frozen)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a directory immutable here: {made.stderr.decode().strip()}")
+    try:
+        out, err = run("train", home, tmp_path)
+    finally:
+        subprocess.run(["chattr", "-i", str(frozen)], check=True)
+    (private,) = private_homes(tmp_path)
+    assert moved_logs(err, home, "EPERM: Operation not permitted") == [str(private)], err
+    assert out["init_result"] == 0
+    assert sorted(r.coll_perf.coll_sn for r in ops_in(private / "inspector_logs")) == list(
+        range(OPS)
+    )
+    assert not list(home.rglob("*.jsonl*")), "a segment was written into the home"
+
+
+@pytest.fixture
+def reachable_dir():
+    """A directory uid 65534 can reach (pytest's tmp_path is root's alone); removed after."""
+    path = Path(tempfile.mkdtemp(prefix="ci-test-unwritable-home-"))
+    path.chmod(0o711)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+@pytest.mark.parametrize(
+    "logs_dir", [False, True], ids=["no-inspector_logs-yet", "inspector_logs-0500"]
+)
+def test_a_home_this_user_cannot_write_logs_every_op_in_the_private_directory(
+    logs_dir, reachable_dir, tmp_path
+):
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("no setpriv to run the plugin as another user")
+    home, xdg = reachable_dir / "home", reachable_dir / "xdg"
+    xdg.mkdir(mode=0o700)
+    os.chown(xdg, NOBODY, NOBODY)
+    home.mkdir()
+    if logs_dir:
+        (home / "inspector_logs").mkdir(mode=0o500)
+        os.chown(home / "inspector_logs", NOBODY, NOBODY)
+    os.chown(home, NOBODY, NOBODY)
+    home.chmod(0o500)  # ours (uid 65534's), readable, but nothing can be created in it
+    before = tree(home)
+    as_nobody = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    proc = subprocess.Popen(
+        [*as_nobody, sys.executable, str(SCENARIOS), "train", str(builds()["plain"].path)],
+        env=scenario_env(home, tmp_path, XDG_RUNTIME_DIR=str(xdg), PYTHONDONTWRITEBYTECODE="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = finish(proc)
+    went_to = moved_logs(err, home, "EACCES: Permission denied")
+    (private,) = sorted(xdg.glob(f"comminsight-{NOBODY}-*"))
+    assert went_to == [str(private)], err
+    st = private.stat()
+    assert st.st_uid == NOBODY and stat.S_IMODE(st.st_mode) == 0o700
+    assert out["init_result"] == 0
+    assert sorted(r.coll_perf.coll_sn for r in ops_in(private / "inspector_logs")) == list(
+        range(OPS)
+    )
+    assert tree(home) == before
