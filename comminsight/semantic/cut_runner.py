@@ -21,7 +21,9 @@ from comminsight.semantic.job_cut import STARTUP, TAIL, JobCut, RankCut
 from comminsight.semantic.job_ops import op_keys
 from comminsight.semantic.op_batch import FUNCS, OpBatch
 from comminsight.semantic.recovery import Labels, func_role
+from comminsight.semantic.step_summary import recovery_of
 from comminsight.semantic.templates import CompiledTemplate
+from comminsight_gen.models.step_summary_v1 import Recovery
 
 MAX_REASONS = 32
 
@@ -51,9 +53,7 @@ class CutRunner:
         self.rank = rank
         self.job = job
         self._comm_code = comm_code
-        order = np.argsort(rank.gpu.key, kind="stable")
-        self._keys = rank.gpu.key[order]
-        self._steps = rank.label[order]
+        self._by_key: tuple[np.ndarray, np.ndarray] | None = None  # (keys, Steps) by key
         # the same batches fed again in the same order (not resumed): an op's arrival
         # number is its place in the cut's arrival order
         self._by_arrival: np.ndarray | None = None
@@ -80,25 +80,24 @@ class CutRunner:
         )
         c = batch.cols
         keys = op_keys(c["kind"], table[c["comm"]], c["func"], c["seq"])
-        at = np.searchsorted(self._keys, keys)
-        at = np.minimum(at, max(0, len(self._keys) - 1))
-        found = (self._keys[at] == keys) if len(self._keys) else np.zeros(len(keys), bool)
-        step = np.where(found, self._steps[at] if len(self._keys) else 0, STARTUP)
+        sorted_keys, steps = self._keyed()
+        at = np.searchsorted(sorted_keys, keys)
+        at = np.minimum(at, max(0, len(sorted_keys) - 1))
+        found = (sorted_keys[at] == keys) if len(sorted_keys) else np.zeros(len(keys), bool)
+        step = np.where(found, steps[at] if len(sorted_keys) else 0, STARTUP)
         return CutLabels(role, step)
 
+    def _keyed(self) -> tuple[np.ndarray, np.ndarray]:
+        """The GPU's op keys, sorted, and their Steps (only a resumed run looks ops up)."""
+        if self._by_key is None:
+            order = np.argsort(self.rank.gpu.key, kind="stable")
+            self._by_key = (self.rank.gpu.key[order], self.rank.label[order])
+        return self._by_key
+
     def decide(self, labels: CutLabels) -> np.ndarray:
-        step = labels.step
-        in_step = (step >= 0) & (step != TAIL)
-        before = np.maximum.accumulate(
-            np.concatenate([[self.last_step], np.where(in_step, step, -1)])
-        )
-        begin = in_step & (step > before[:-1])
-        self.begun = step[begin].tolist()  # the job's indices of the Steps begun
-        if len(before) > 1:
-            self.last_step = int(before[-1])
-        return (np.where(in_step, native.IN_STEP, 0) | np.where(begin, native.B_BEGIN, 0)).astype(
-            np.uint8
-        )
+        # self.begun: the job's indices of the Steps begun
+        dec, self.begun, self.last_step = native.cut_decide(labels.step, TAIL, self.last_step)
+        return dec
 
     def _role(self, batch: OpBatch, i: int) -> str:
         if self.template is not None:
@@ -110,6 +109,17 @@ class CutRunner:
             self._codes[role] = len(self.names)
             self.names.append(role)
         return self._codes[role]
+
+    def recoveries(self, indices: list[int]) -> list[Recovery]:
+        """The step-summary recovery of each Step (one record per kind of Step: doubtful or
+        not)."""
+        doubtful = self.rank.doubtful_steps
+        flags = [i in doubtful for i in indices]
+        made = {
+            flag: recovery_of("job", None, None, **self.recovery(indices[flags.index(flag)]))
+            for flag in set(flags)
+        }
+        return list(map(made.__getitem__, flags))
 
     def recovery(self, step_index: int) -> dict:
         """What the step-summary's recovery says of a Step (recovery_of's arguments)."""
@@ -162,6 +172,9 @@ class LiveCutRunner(CutRunner):
         role = np.array(roles, np.int32)[inverse] if len(first) else np.zeros(0, np.int32)
         steps = self.given if self.given is not None else np.full(len(batch), STARTUP, np.int64)
         return CutLabels(role, steps)
+
+    def recoveries(self, indices: list[int]) -> list[Recovery]:
+        return [recovery_of("job", None, None, **self.recovery(i)) for i in indices]
 
     def recovery(self, step_index: int) -> dict:
         made = self._judged.pop(step_index, None)

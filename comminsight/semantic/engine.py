@@ -174,6 +174,14 @@ def period_codes(batch: OpBatch) -> tuple[np.ndarray, list[tuple]]:
     return np.array(shape_code, np.int64)[inverse], key_of
 
 
+def _issued_after(held: OpBatch | None, issue: np.ndarray) -> bool:
+    """Whether a batch's ops (their issue times, in arrival order) were issued in order, none
+    before an op still held (on a tie the held op, which arrived first, goes first)."""
+    if len(issue) > 1 and not bool((issue[1:] >= issue[:-1]).all()):
+        return False
+    return held is None or not len(held) or int(held["issue"].max()) <= int(issue[0])
+
+
 def _no_steps(n: int) -> np.ndarray:
     return np.full(n, STARTUP, np.int64)
 
@@ -213,6 +221,8 @@ class GpuEngine:
         batch.cols["arrival"] = np.arange(self.arrivals, self.arrivals + n, dtype=np.int64)
         self.arrivals += n
         held = self.held
+        if _issued_after(held, batch["issue"]):
+            return self._release_in_order(batch)
         every = held.concat(batch) if held is not None else batch
         released, keep = native.reorder(
             every["issue"], every["arrival"], len(held) if held is not None else 0, self.window
@@ -220,9 +230,31 @@ class GpuEngine:
         self.held = every.take(keep)
         return self._take(every.take(released))
 
+    def _release_in_order(self, batch: OpBatch) -> list[StepSummary]:
+        """feed when the held ops and the batch come in (issue, arrival) order already (logs
+        read in issue order): the window releases the ops as they come, so they are taken as
+        slices, with no reordering and no gather."""
+        held = self.held
+        n_held = len(held) if held is not None else 0
+        if n_held:
+            held = held.take(np.lexsort((held["arrival"], held["issue"])))
+        # what native.reorder releases: each op past a full window releases one
+        release = max(0, len(batch) - max(0, self.window - n_held))
+        from_held = min(release, n_held)
+        kept = batch.take(slice(release - from_held, None))
+        if from_held < n_held:
+            kept = held.take(slice(from_held, None)).concat(kept)
+        self.held = kept
+        if not release:
+            return []
+        released = batch.take(slice(0, release - from_held))
+        if from_held:
+            released = held.take(slice(0, from_held)).concat(released)
+        return self._take(released)
+
     def finish(self) -> list[StepSummary]:
         """End of input: place every op still held, and close the open Step."""
-        out = self.drain()
+        out = self._drain(final=True)
         if isinstance(self.runner, LiveCutRunner) and self.pending is not None:
             # ops no cut settled: in no Step
             out += self.place_cut(len(self.pending), _no_steps(len(self.pending)), 0.0, [])
@@ -235,10 +267,13 @@ class GpuEngine:
 
     def drain(self) -> list[StepSummary]:
         """Release every op of the reorder window (the input has ended)."""
+        return self._drain(final=False)
+
+    def _drain(self, final: bool) -> list[StepSummary]:
         if self.held is None or not len(self.held):
             return []
         held, self.held = self.held, None
-        return self._take(held.take(np.lexsort((held["arrival"], held["issue"]))))
+        return self._take(held.take(np.lexsort((held["arrival"], held["issue"]))), final)
 
     def place_cut(
         self, count: int, steps: np.ndarray, confidence: float, reasons: list[str]
@@ -255,7 +290,9 @@ class GpuEngine:
         finally:
             self.runner.given = None
 
-    def _take(self, batch: OpBatch) -> list[StepSummary]:
+    def _take(self, batch: OpBatch, final: bool = False) -> list[StepSummary]:
+        """Place the ops (or keep them while no runner is chosen); `final`: they are the last
+        of the input, so the Step they leave open closes with them."""
         out: list[StepSummary] = []
         if isinstance(self.runner, LiveCutRunner):  # the node's cut places them
             self.pending = self.pending.concat(batch) if self.pending is not None else batch
@@ -263,7 +300,7 @@ class GpuEngine:
         i, n = 0, len(batch)
         while i < n:
             if self.runner is not None:
-                out += self._place(batch.take(slice(i, n)))
+                out += self._place(batch.take(slice(i, n)), final)
                 break
             have = len(self.pending) if self.pending is not None else 0
             k = max(1, min(PROBE_CHUNK - have % PROBE_CHUNK, self.probe_max - have, n - i))
@@ -324,7 +361,7 @@ class GpuEngine:
             i -= len(b)
         raise AssertionError("unreachable")
 
-    def _place(self, batch: OpBatch) -> list[StepSummary]:
+    def _place(self, batch: OpBatch, final: bool = False) -> list[StepSummary]:
         runner = self.runner
         labels = runner.labels(batch)
         dec = runner.decide(labels)
@@ -355,6 +392,7 @@ class GpuEngine:
             self.next_step_index,
             self.warmup_steps,
             getattr(runner, "begun", None),
+            final,
         )
         self.next_step_index += began
         if getattr(runner, "begun", None):
@@ -366,9 +404,7 @@ class GpuEngine:
         runner = self.runner
         confidence = (1 - steps.unexpected / steps.op_count).tolist()
         if isinstance(runner, CutRunner):
-            recoveries = [
-                recovery_of("job", None, None, **runner.recovery(int(i))) for i in steps.index
-            ]
+            recoveries = runner.recoveries(steps.index)
             tolerance, micro = 0, False
         elif isinstance(runner, TemplateRunner):
             name = runner.template.name

@@ -78,49 +78,47 @@ class OpenStep:
 Spans = dict[tuple[str, str], list[int]] | None
 
 
+class CommSpans:
+    """Each Step's seq span on each communicator (native.spans), in the order a record's
+    comm_seqs take: by Step, then kind, then comm_id. Step j's spans are the rows
+    bounds[j]:bounds[j + 1] of `rows`; `ids` names the communicator codes."""
+
+    def __init__(self, rows: native.Spans, ids: list[str], bounds: np.ndarray) -> None:
+        self.rows = rows
+        self.ids = ids
+        self.bounds = bounds
+
+    def of(self, j: int) -> dict:
+        """Step j's spans: {(kind, comm_id): [lowest seq, highest seq, op count]}."""
+        a, b = int(self.bounds[j]), int(self.bounds[j + 1])
+        r, width = self.rows, len(self.ids)
+        return {
+            (KINDS[cell // width], self.ids[cell % width]): [lo, hi, n]
+            for cell, lo, hi, n in zip(
+                r.cell[a:b].tolist(), r.lo[a:b].tolist(), r.hi[a:b].tolist(),
+                r.count[a:b].tolist(), strict=True,
+            )
+        }  # fmt: skip
+
+
+def comm_spans(step_of: np.ndarray, batch: OpBatch, k: int) -> CommSpans:
+    """The seq spans of the ops of k Steps (`step_of`: each op's Step, or -1) on each
+    communicator; ops without a seq give no boundary candidate."""
+    comms = batch.comms.comms
+    ids = sorted({c.comm_id for c in comms})
+    code = {cid: i for i, cid in enumerate(ids)}
+    comm_code = np.array([code[c.comm_id] for c in comms] or [0], np.int64)
+    c = batch.cols
+    rows = native.spans(step_of, c["kind"], c["comm"], comm_code, len(ids), c["seq"])
+    bounds = np.searchsorted(rows.step, np.arange(k + 1))
+    return CommSpans(rows, ids, bounds)
+
+
 def step_spans(placed, batch: OpBatch, k: int) -> list[dict]:
     """Per Step of a native.place result (k of them), the seq span of its ops on each
-    communicator: {(kind, comm_id): [lowest seq, highest seq, op count]}. Whole columns at
-    once: each op's (Step, kind, communicator) is a cell of a small dense table, filled with
-    ufunc.at (no sort: the engine's budget is per op)."""
-    spans: list[dict] = [{} for _ in range(k)]
-    step_of = placed.step_of
-    inside = step_of >= 0
-    c = batch.cols
-    seq = c["seq"]
-    inside &= seq >= 0  # inputs without a seq give no boundary candidate
-    if not inside.any():
-        return spans
-    s, comm, kind, seq = step_of[inside], c["comm"][inside], c["kind"][inside], seq[inside]
-    comms = batch.comms.comms
-    used = np.unique(comm).tolist()
-    ids = sorted({comms[m].comm_id for m in used})
-    code = {cid: i for i, cid in enumerate(ids)}
-    lut = np.zeros(max(used) + 1, np.int64)
-    lut[used] = [code[comms[m].comm_id] for m in used]
-    width = len(KINDS) * len(ids)
-    cell = s * width + kind * len(ids) + lut[comm]
-    size = k * width
-    if size <= 4 * len(cell) + 4096:
-        cells, slot = None, cell
-    else:  # many tiny Steps on many communicators: a dense table would be mostly empty
-        cells, slot = np.unique(cell, return_inverse=True)
-        size = len(cells)
-    low = np.full(size, np.iinfo(np.int64).max, np.int64)
-    high = np.full(size, -1, np.int64)
-    np.minimum.at(low, slot, seq)
-    np.maximum.at(high, slot, seq)
-    count = np.bincount(slot, minlength=size)
-    filled = np.flatnonzero(count)
-    named = filled if cells is None else cells[filled]
-    for f, lo, hi, n in zip(
-        named.tolist(), low[filled].tolist(), high[filled].tolist(), count[filled].tolist(),
-        strict=True,
-    ):  # fmt: skip
-        j, rest = divmod(f, width)
-        kd, i = divmod(rest, len(ids))
-        spans[j][(KINDS[kd], ids[i])] = [lo, hi, n]
-    return spans
+    communicator: {(kind, comm_id): [lowest seq, highest seq, op count]}."""
+    spans = comm_spans(placed.step_of, batch, k)
+    return [spans.of(j) for j in range(k)]
 
 
 def merge_spans(before: Spans, after: dict) -> Spans:
@@ -168,57 +166,85 @@ def open_step_rows(step: OpenStep, code_of) -> tuple[np.ndarray, tuple]:
     return row, (count, time_ns, nbytes, top, bw)
 
 
-class _Ops:
-    """The few ops of a batch that Steps name (first, last, slowest), gathered from the
-    columns at once: Python values by op index."""
+class StepOps(NamedTuple):
+    """One op of each Step (its first, its last or its slowest) as columns, by Step: records
+    are made from columns at once, and an OpId only for the Step left open."""
 
-    def __init__(self, batch: OpBatch, role: np.ndarray, idx: np.ndarray) -> None:
-        c = batch.cols
-        idx = np.unique(idx[idx >= 0])
-        self.at = {i: k for k, i in enumerate(idx.tolist())}
-        take = {
-            name: c[name][idx].tolist()
-            for name in ("kind", "comm", "seq", "func", "ring_seq", "duration", "size", "busbw")
-        }
-        comms = batch.comms.comms
-        none = native.NONE
-        self.ids = [
-            OpId(KINDS[k], comms[m].comm_id, q, FUNCS[f], None if r == none else r)
-            for k, m, q, f, r in zip(
-                take["kind"], take["comm"], take["seq"], take["func"], take["ring_seq"],
-                strict=True,
-            )
-        ]  # fmt: skip
-        self.take = take
-        self.role = role[idx].tolist()
-        self.comm_names = [comms[m].name for m in take["comm"]]
+    kind: list[str]
+    comm_id: list[str]
+    seq: list[int]
+    func: list[str]
+    ring_seq: list[int | None]
 
-    def id(self, i: int) -> OpId:
-        return self.ids[self.at[i]]
+    def id(self, j: int) -> OpId:
+        return OpId(self.kind[j], self.comm_id[j], self.seq[j], self.func[j], self.ring_seq[j])
 
-    def slowest(self, i: int, names: list[str]) -> SlowestOp:
-        w, t = self.at[i], self.take
-        return SlowestOp(
-            self.ids[w],
-            self.comm_names[w],
-            names[self.role[w]],
-            t["duration"][w],
-            t["size"][w],
-            t["busbw"][w],
-        )
+    def put(self, j: int, op: OpId) -> None:
+        """Step j's op is `op` (one from before the batch)."""
+        for column, value in zip(self, op, strict=True):
+            column[j] = value
+
+
+class SlowestOps(NamedTuple):
+    """The slowest op of each Step, as columns by Step."""
+
+    op: StepOps
+    comm_name: list[str | None]
+    role: list[str]
+    duration_ns: list[int]
+    size_bytes: list[int]
+    busbw_gbs: list[float]
+
+    def of(self, j: int) -> SlowestOp:
+        return SlowestOp(self.op.id(j), *(column[j] for column in self[1:]))
+
+    def put(self, j: int, slowest: SlowestOp) -> None:
+        self.op.put(j, slowest.op)
+        for column, value in zip(self[1:], slowest[1:], strict=True):
+            column[j] = value
+
+
+def _step_ops(batch: OpBatch, idx: np.ndarray) -> StepOps:
+    """The ops at idx (an index >= 0 of each Step; others are put in afterwards)."""
+    c = batch.cols
+    idx = np.maximum(idx, 0)
+    ids = [m.comm_id for m in batch.comms.comms]
+    none = native.NONE
+    return StepOps(
+        list(map(KINDS.__getitem__, c["kind"][idx].tolist())),
+        list(map(ids.__getitem__, c["comm"][idx].tolist())),
+        c["seq"][idx].tolist(),
+        list(map(FUNCS.__getitem__, c["func"][idx].tolist())),
+        [None if r == none else r for r in c["ring_seq"][idx].tolist()],
+    )
+
+
+def _slowest_ops(batch: OpBatch, idx: np.ndarray, role: np.ndarray, names: list[str]):
+    c = batch.cols
+    idx = np.maximum(idx, 0)
+    comm_names = [m.name for m in batch.comms.comms]
+    return SlowestOps(
+        _step_ops(batch, idx),
+        list(map(comm_names.__getitem__, c["comm"][idx].tolist())),
+        list(map(names.__getitem__, role[idx].tolist())),
+        c["duration"][idx].tolist(),
+        c["size"][idx].tolist(),
+        c["busbw"][idx].tolist(),
+    )
 
 
 @dataclass
 class StepTable:
     """Steps that closed together, in order: their totals as arrays (one entry per Step; role
-    matrices are [step, role] with roles named by `names`) and the ops they name."""
+    matrices are [step, role] with roles named by `names`), the ops they name as columns, and
+    their seq spans (`spans` rows, or `spans_of[j]` for a Step whose spans began before)."""
 
     names: list[str]
     index: list[int]
     warmup: np.ndarray
-    first_op: list[OpId]
-    last_op: list[OpId]
-    slowest: list[SlowestOp]
+    first_op: StepOps
+    last_op: StepOps
+    slowest: SlowestOps
     start_mono: np.ndarray  # native.NONE where absent
     start_real: np.ndarray
     end_mono: np.ndarray  # native.NONE where absent
@@ -236,7 +262,8 @@ class StepTable:
     role_bytes: np.ndarray
     role_max: np.ndarray
     role_bw: np.ndarray
-    comm_seqs: list[Spans]
+    spans: CommSpans | None
+    spans_of: dict[int, Spans]
 
     def __len__(self) -> int:
         return len(self.index)
@@ -252,14 +279,18 @@ class StepTable:
             out[0, : len(a)] = a
             return out
 
+        def ops(op: OpId) -> StepOps:
+            return StepOps(*([v] for v in op))
+
+        slow = step.slowest
         none = native.NONE
         return cls(
             names,
             [step.step_index],
             np.array([step.warmup]),
-            [step.first_op],
-            [step.last_op],
-            [step.slowest],
+            ops(step.first_op),
+            ops(step.last_op),
+            SlowestOps(ops(slow.op), *([v] for v in slow[1:])),
             np.array([none if step.start_mono_ns is None else step.start_mono_ns]),
             np.array([step.start_real_ns]),
             np.array([row["end_mono"]]),
@@ -277,7 +308,8 @@ class StepTable:
             wide(nbytes),
             wide(top),
             wide(bw),
-            [step.comm_seqs],
+            None,
+            {0: step.comm_seqs},
         )
 
 
@@ -290,31 +322,30 @@ def place_steps(
     next_index: int,
     warmup_steps: int,
     indices: list[int] | None = None,
+    final: bool = False,
 ) -> tuple[StepTable | None, OpenStep | None, int]:
     """A native.place result as (the Steps it closed, the Step it leaves open, the number of
     Steps that began). The first Step continues `open_step` when there is one; Steps that
     begin are numbered from next_index (or as `indices` says: a job cut's Step indices,
     which skip a Step whose ops this GPU lost), the first warmup_steps of a run being
-    warm-up."""
+    warm-up. With `final` (the input has ended) the last Step closes too."""
     steps = placed.steps
     k = len(steps)
-    ops = _Ops(batch, role, np.concatenate((steps["first"], steps["last"], steps["slowest"])))
     cont = 1 if open_step is not None else 0
     began = k - cont
+    if not k:
+        return None, None, began
     numbers = indices if indices is not None else range(next_index, next_index + began)
     index = ([open_step.step_index] if cont else []) + list(numbers)
-    first = steps["first"].tolist()
-    last = steps["last"].tolist()
-    slowest = steps["slowest"].tolist()
-    first_ops = [ops.id(i) if i >= 0 else open_step.first_op for i in first]
-    last_ops = [
-        ops.id(i) if i >= 0 else (open_step.last_op if open_step is not None else None)
-        for i in last
-    ]
-    slow_ops = [
-        ops.slowest(i, names) if i >= 0 else (open_step.slowest if open_step else None)
-        for i in slowest
-    ]
+    first_ops = _step_ops(batch, steps["first"])
+    last_ops = _step_ops(batch, steps["last"])
+    slow_ops = _slowest_ops(batch, steps["slowest"], role, names)
+    if cont:  # the ops of the open Step's that came before
+        first_ops.put(0, open_step.first_op)
+        if steps["last"][0] < 0:
+            last_ops.put(0, open_step.last_op)
+        if steps["slowest"][0] < 0:
+            slow_ops.put(0, open_step.slowest)
     c = batch.cols
     none = native.NONE
     begin = np.maximum(steps["first"], 0)
@@ -330,9 +361,10 @@ def place_steps(
     warmup = np.array(index) < warmup_steps
     if cont:
         warmup[0] = open_step.warmup
-    spans: list[Spans] = step_spans(placed, batch, k)
+    spans = comm_spans(placed.step_of, batch, k)
+    spans_of: dict[int, Spans] = {}
     if cont:
-        spans[0] = merge_spans(open_step.comm_seqs, spans[0])
+        spans_of[0] = merge_spans(open_step.comm_seqs, spans.of(0))
     table = StepTable(
         names,
         index,
@@ -358,27 +390,39 @@ def place_steps(
         placed.role_max[:k],
         placed.role_bw[:k],
         spans,
+        spans_of,
     )
-    closed = int(np.count_nonzero(steps["closed"]))
+    closed = k if final else int(np.count_nonzero(steps["closed"]))
     left_open = None
     if closed < k:  # the last Step is still open
         left_open = _open_step(table, k - 1)
-    return (_rows(table, slice(0, closed)) if closed else None), left_open, began
+    return (_rows(table, closed) if closed else None), left_open, began
 
 
-def _rows(t: StepTable, rows: slice) -> StepTable:
+def _rows(t: StepTable, closed: int) -> StepTable:
+    """The table's first `closed` Steps."""
+    rows = slice(0, closed)
+
+    def ops(o: StepOps) -> StepOps:
+        return StepOps(*(column[rows] for column in o))
+
     return StepTable(
         t.names,
         t.index[rows],
+        t.warmup[rows],
+        ops(t.first_op),
+        ops(t.last_op),
+        SlowestOps(ops(t.slowest.op), *(column[rows] for column in t.slowest[1:])),
         *(
             getattr(t, f)[rows]
             for f in (
-                "warmup", "first_op", "last_op", "slowest", "start_mono", "start_real",
-                "end_mono", "end_real", "op_count", "micro", "unexpected", "lost",
-                "total_bytes", "time_ns", "busbw_sum", "period", "role_count", "role_time",
-                "role_bytes", "role_max", "role_bw", "comm_seqs",
+                "start_mono", "start_real", "end_mono", "end_real", "op_count", "micro",
+                "unexpected", "lost", "total_bytes", "time_ns", "busbw_sum", "period",
+                "role_count", "role_time", "role_bytes", "role_max", "role_bw",
             )
         ),
+        t.spans,
+        {j: s for j, s in t.spans_of.items() if j < closed},
     )  # fmt: skip
 
 
@@ -388,10 +432,10 @@ def _open_step(t: StepTable, j: int) -> OpenStep:
     step = OpenStep(
         t.index[j],
         bool(t.warmup[j]),
-        t.first_op[j],
+        t.first_op.id(j),
         None if start_mono == none else start_mono,
         int(t.start_real[j]),
-        t.last_op[j],
+        t.last_op.id(j),
         None if end_mono == none else end_mono,
         int(t.end_real[j]),
         int(t.op_count[j]),
@@ -415,8 +459,8 @@ def _open_step(t: StepTable, j: int) -> OpenStep:
         for r, (n, time_ns, b, bw, top) in enumerate(rows)
         if n
     }
-    step.slowest = t.slowest[j]
-    step.comm_seqs = t.comm_seqs[j]
+    step.slowest = t.slowest.of(j)
+    step.comm_seqs = t.spans_of[j] if j in t.spans_of else t.spans.of(j)
     return step
 
 

@@ -6,7 +6,9 @@ take and fill numpy arrays; what each C function does is said in engine_core.c.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import NamedTuple
 
 import cffi
 import numpy as np
@@ -65,6 +67,14 @@ int32_t ci_window_medians(const double* series, int64_t n, const int64_t* start,
                           const int64_t* end, double* out);
 int64_t ci_shapes(int64_t n, const int64_t* comm, const int64_t* func, const int64_t* peer,
                   const int64_t* size, int64_t* shape, int64_t* first);
+int32_t ci_history_medians(const double* prior, int64_t n_prior, int64_t width, int64_t k,
+                           const uint8_t* asked, const uint8_t* learns, const double* values,
+                           int64_t min_history, double* med, int64_t* size);
+int64_t ci_cut_decide(int64_t n, const int64_t* step, int64_t tail, int64_t* last_step,
+                      uint8_t* out, int64_t* begun);
+int64_t ci_spans(int64_t n, const int64_t* step_of, const int64_t* kind, const int64_t* comm,
+                 const int64_t* comm_code, int64_t ncomm, const int64_t* seq, int64_t* out_step,
+                 int64_t* out_cell, int64_t* lo, int64_t* hi, int64_t* count);
 """
 
 NONE = np.iinfo(np.int64).min  # an absent integer (JSON null, or no value)
@@ -117,7 +127,13 @@ def lib():
 def _ptr(ctype: str, array: np.ndarray):
     """A C pointer to a contiguous array's data (from_buffer: no ctypes object per call)."""
     assert array.flags.c_contiguous
-    return _ffi.from_buffer(ctype[:-1] + "[]", array)
+    return _ffi.from_buffer(_array_type(ctype), array)
+
+
+@functools.cache
+def _array_type(ctype: str):
+    """The cffi array type of a pointer type ("int64_t*" -> int64_t[]), parsed once."""
+    return _ffi.typeof(ctype[:-1] + "[]")
 
 
 class InternTable:
@@ -371,7 +387,9 @@ def place(
     """Ops into Steps; `open_step` (one STEP_DTYPE row) and `open_roles` (count, time, bytes,
     max, bw rows of nroles) continue the Step left open before."""
     n = len(dec)
-    m = n + 1
+    dec = np.ascontiguousarray(dec, np.uint8)
+    # a Step closes only at a boundary op (begin or end): room for those and the open one
+    m = int(np.count_nonzero(dec & B_MASK)) + 2
     steps = np.zeros(m, STEP_DTYPE)
     shape = (m, max(1, nroles))
     counts, times, nbytes, maxes = (np.zeros(shape, np.int64) for _ in range(4))
@@ -387,7 +405,7 @@ def place(
     }
     k = lib().ci_place(
         n,
-        _ptr("uint8_t*", np.ascontiguousarray(dec, np.uint8)),
+        _ptr("uint8_t*", dec),
         _ptr("int32_t*", np.ascontiguousarray(role, np.int32)),
         max(1, nroles),
         _ptr("int64_t*", c["duration"]),
@@ -423,6 +441,53 @@ def shapes(
     return first[:k], shape
 
 
+def cut_decide(step: np.ndarray, tail: int, last_step: int) -> tuple[np.ndarray, list[int], int]:
+    """(decision bits per op, the Steps begun, the latest Step seen) of a job cut's Step per
+    op; see ci_cut_decide."""
+    n = len(step)
+    step = np.ascontiguousarray(step, np.int64)
+    out = np.empty(n, np.uint8)
+    begun = np.empty(n, np.int64)
+    latest = _ffi.new("int64_t*", last_step)
+    k = lib().ci_cut_decide(
+        n, _ptr("int64_t*", step), tail, latest, _ptr("uint8_t*", out), _ptr("int64_t*", begun)
+    )
+    return out, begun[:k].tolist(), int(latest[0])
+
+
+class Spans(NamedTuple):
+    """ci_spans' output, one entry per (Step, cell) in that order."""
+
+    step: np.ndarray
+    cell: np.ndarray  # kind * ncomm + the communicator's code
+    lo: np.ndarray
+    hi: np.ndarray
+    count: np.ndarray
+
+
+def spans(
+    step_of: np.ndarray,
+    kind: np.ndarray,
+    comm: np.ndarray,
+    comm_code: np.ndarray,
+    ncomm: int,
+    seq: np.ndarray,
+) -> Spans:
+    """Each Step's seq span per (kind, communicator code); see ci_spans."""
+    n = len(step_of)
+    cols = [np.ascontiguousarray(a, np.int64) for a in (step_of, kind, comm, comm_code, seq)]
+    out = [np.empty(n, np.int64) for _ in Spans._fields]
+    m = lib().ci_spans(
+        n, *(_ptr("int64_t*", a) for a in cols[:4]), ncomm, _ptr("int64_t*", cols[4]),
+        *(_ptr("int64_t*", a) for a in out),
+    )  # fmt: skip
+    if m == -1:
+        raise MemoryError("ci_spans")
+    if m == -2:
+        raise ValueError("ci_spans: a Step's ops are not one stretch (step_of goes back)")
+    return Spans(*(a[:m] for a in out))
+
+
 def window_medians(series: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """The median of series[start[q]:end[q]] for each q (windows of 1..4096 values)."""
     series = np.ascontiguousarray(series, np.float64)
@@ -438,10 +503,55 @@ def window_medians(series: np.ndarray, start: np.ndarray, end: np.ndarray) -> np
     return out
 
 
+def history_medians(
+    prior: np.ndarray,
+    width: int,
+    asked: np.ndarray,
+    learns: np.ndarray,
+    values: np.ndarray,
+    min_history: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(median, size) of a bounded history just before each Step; see ci_history_medians."""
+    k = len(asked)
+    prior = np.ascontiguousarray(prior, np.float64)
+    asked = np.ascontiguousarray(asked, np.uint8)
+    learns = np.ascontiguousarray(learns, np.uint8)
+    values = np.ascontiguousarray(values, np.float64)
+    med = np.empty(k, np.float64)
+    size = np.empty(k, np.int64)
+    rc = lib().ci_history_medians(
+        _ptr("double*", prior), len(prior), width, k, _ptr("uint8_t*", asked),
+        _ptr("uint8_t*", learns), _ptr("double*", values), min_history, _ptr("double*", med),
+        _ptr("int64_t*", size),
+    )  # fmt: skip
+    if rc == -1:
+        raise MemoryError("ci_history_medians")
+    if rc != 0:
+        raise ValueError(f"ci_history_medians: a window of {width} values holding {len(prior)}")
+    return med, size
+
+
 def longest_runs(codes: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(run, start) per period; see ci_longest_runs."""
+    """(run, start) per period; see ci_longest_runs. Every template tries the same probe of
+    each GPU, and GPUs of one job issue alike: the same codes come again and again, so the
+    answers for the latest few short probes are kept."""
     codes = np.ascontiguousarray(codes, np.int64)
     periods = np.ascontiguousarray(periods, np.int64)
+    if len(codes) > RUNS_KEPT_CODES:
+        return _longest_runs(codes, periods)
+    runs, starts = _kept_longest_runs(codes.tobytes(), periods.tobytes())
+    return runs.copy(), starts.copy()
+
+
+RUNS_KEPT_CODES = 4096  # probes up to this long have their longest runs kept (16 of them)
+
+
+@functools.lru_cache(maxsize=16)
+def _kept_longest_runs(codes: bytes, periods: bytes) -> tuple[np.ndarray, np.ndarray]:
+    return _longest_runs(np.frombuffer(codes, np.int64), np.frombuffer(periods, np.int64))
+
+
+def _longest_runs(codes: np.ndarray, periods: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     runs = np.empty(len(periods), np.int64)
     starts = np.empty(len(periods), np.int64)
     lib().ci_longest_runs(

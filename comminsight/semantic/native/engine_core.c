@@ -16,9 +16,12 @@
  * 4. ci_place: ops into Steps and each Step's totals, in op order with the same sequence of
  *    float operations as step_builder.OpenStep.add (built with -ffp-contract=off), so the
  *    summaries are the same bytes whichever path made them.
+ * 5. ci_cut_decide, ci_spans: a job cut's Steps as decision bits, and each Step's seq spans
+ *    per communicator (step_builder, cut_runner give the meaning).
  */
 #define _GNU_SOURCE /* memmem */
 #include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1287,6 +1290,92 @@ int64_t ci_place(int64_t n, const uint8_t* dec, const int32_t* role, int32_t nro
     return s + (open ? 1 : 0);
 }
 
+/* ---- a job cut's decisions --------------------------------------------------------------- */
+
+/* A job cut's Step per op (step[i]; < 0 or == tail: in no Step) as decision bits: an op in a
+ * Step is IN_STEP, and begins its Step (B_BEGIN) when its Step is later than every Step seen
+ * before it, from *last_step on (an op reordered back across a boundary stays in the Step
+ * that is open). The indices of the Steps begun go to begun[] (their number is returned) and
+ * *last_step becomes the latest Step seen. */
+int64_t ci_cut_decide(int64_t n, const int64_t* step, int64_t tail, int64_t* last_step, uint8_t* out,
+                      int64_t* begun) {
+    int64_t latest = *last_step, count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = step[i];
+        if (s < 0 || s == tail) {
+            out[i] = 0;
+            continue;
+        }
+        if (s > latest) {
+            out[i] = IN_STEP | B_BEGIN;
+            begun[count++] = s;
+            latest = s;
+        } else {
+            out[i] = IN_STEP;
+        }
+    }
+    *last_step = latest;
+    return count;
+}
+
+/* ---- each Step's seq spans per communicator ------------------------------------------------ */
+
+/* For the ops in Steps (step_of[i] >= 0; a Step's ops are one stretch: step_of never goes
+ * back) with a seq (seq[i] >= 0): per Step and cell (kind * ncomm + comm_code[comm[i]]), the
+ * lowest and highest seq and the number of ops, written in (Step, cell) order. Returns the
+ * number of spans written (at most n), -1 when out of memory, -2 when step_of goes back. */
+int64_t ci_spans(int64_t n, const int64_t* step_of, const int64_t* kind, const int64_t* comm,
+                 const int64_t* comm_code, int64_t ncomm, const int64_t* seq, int64_t* out_step,
+                 int64_t* out_cell, int64_t* lo, int64_t* hi, int64_t* count) {
+    int64_t width = 2 * ncomm;
+    int64_t* slot = malloc((size_t)(width > 0 ? width : 1) * sizeof *slot); /* cell -> span */
+    if (!slot) return -1;
+    for (int64_t c = 0; c < width; c++) slot[c] = -1;
+    int64_t m = 0, first = 0, cur = -1; /* spans [first, m) are the current Step's */
+    for (int64_t i = 0; i <= n; i++) {
+        int64_t s = i < n ? step_of[i] : -1;
+        if (i < n && (s < 0 || seq[i] < 0)) continue;
+        if (i == n || s != cur) { /* the current Step is complete: its spans in cell order, slots freed */
+            if (i < n && s < cur) {
+                free(slot);
+                return -2;
+            }
+            for (int64_t a = first + 1; a < m; a++) { /* insertion sort: a Step has few cells */
+                int64_t c = out_cell[a], l = lo[a], h = hi[a], k = count[a], b = a;
+                for (; b > first && out_cell[b - 1] > c; b--) {
+                    out_cell[b] = out_cell[b - 1];
+                    lo[b] = lo[b - 1];
+                    hi[b] = hi[b - 1];
+                    count[b] = count[b - 1];
+                }
+                out_cell[b] = c;
+                lo[b] = l;
+                hi[b] = h;
+                count[b] = k;
+            }
+            for (int64_t a = first; a < m; a++) slot[out_cell[a]] = -1;
+            if (i == n) break;
+            cur = s;
+            first = m;
+        }
+        int64_t c = kind[i] * ncomm + comm_code[comm[i]];
+        int64_t at = slot[c];
+        if (at < 0) {
+            at = slot[c] = m++;
+            out_step[at] = s;
+            out_cell[at] = c;
+            lo[at] = hi[at] = seq[i];
+            count[at] = 1;
+        } else {
+            if (seq[i] < lo[at]) lo[at] = seq[i];
+            if (seq[i] > hi[at]) hi[at] = seq[i];
+            count[at]++;
+        }
+    }
+    free(slot);
+    return m;
+}
+
 /* ---- op shapes ------------------------------------------------------------------------------ */
 
 /* Numbers the distinct (comm, func, peer, size) of n ops in order of first appearance:
@@ -1367,6 +1456,47 @@ int32_t ci_window_medians(const double* series, int64_t n, const int64_t* start,
         out[q] = size % 2 ? window[size / 2] : (window[size / 2 - 1] + window[size / 2]) / 2;
     }
     return 0;
+}
+
+/* The medians of a bounded history (step_summary.medians), for Steps in order: the window
+ * holds `prior` (n_prior <= width values) and learns values[j] at each Step j where learns[j],
+ * keeping its latest `width` (1..4096). size[j] is how many values it holds just before Step
+ * j; med[j] their median where asked[j] and size[j] >= min_history, else NaN. Returns 0, -1
+ * when out of memory, -2 when width or n_prior is out of bounds. */
+int32_t ci_history_medians(const double* prior, int64_t n_prior, int64_t width, int64_t k,
+                           const uint8_t* asked, const uint8_t* learns, const double* values,
+                           int64_t min_history, double* med, int64_t* size) {
+    if (width < 1 || width > 4096 || n_prior < 0 || n_prior > width) return -2;
+    double* series = malloc((size_t)(n_prior + k + 1) * sizeof *series);
+    int64_t* bounds = calloc((size_t)(3 * k + 1), sizeof *bounds);
+    double* out = malloc((size_t)(k + 1) * sizeof *out);
+    if (!series || !bounds || !out) {
+        free(series);
+        free(bounds);
+        free(out);
+        return -1;
+    }
+    int64_t *start = bounds, *end = bounds + k, *step = bounds + 2 * k;
+    memcpy(series, prior, (size_t)n_prior * sizeof *series);
+    int64_t m = n_prior, q = 0;
+    for (int64_t j = 0; j < k; j++) {
+        int64_t s = m > width ? m - width : 0;
+        size[j] = m - s;
+        med[j] = NAN;
+        if (asked[j] && m - s >= min_history && m > s) {
+            start[q] = s;
+            end[q] = m;
+            step[q++] = j;
+        }
+        if (learns[j]) series[m++] = values[j];
+    }
+    int32_t rc = ci_window_medians(series, q, start, end, out);
+    if (rc == 0)
+        for (int64_t i = 0; i < q; i++) med[step[i]] = out[i];
+    free(series);
+    free(bounds);
+    free(out);
+    return rc;
 }
 
 /* ---- cycle learning --------------------------------------------------------------------- */
