@@ -522,13 +522,17 @@ def _fill_one_boundary(cut: RankCut, lo, hi, left, right, gaps, unit_start) -> N
     idle gap; a gap not clearly the longest makes the Step doubtful."""
     positions, span = _spans(lo, hi + 1)
     score = np.log1p(gaps[positions].astype(np.float64)) + np.where(unit_start[positions], 1e3, 0.0)
-    order = np.lexsort((-score, span))
-    first = np.flatnonzero(np.diff(np.concatenate([[-1], span[order]])) != 0)
-    best = order[first]
+    # per run (its positions are contiguous, runs in order): the first position of the
+    # highest score, and the highest score of the others
+    starts = np.concatenate([[0], np.cumsum(hi + 1 - lo)[:-1]])
+    top = np.maximum.reduceat(score, starts)
+    at_top = np.flatnonzero(score == top[span])
+    best = at_top[np.concatenate([[True], span[at_top][1:] != span[at_top][:-1]])]
     t = positions[best]
-    has_second = np.diff(np.concatenate([first, [len(order)]])) > 1
-    second = order[np.minimum(first + 1, len(order) - 1)]
-    close = has_second & (score[best] - score[second] < np.log(GROUP_HINT_RATIO))
+    rest = score.copy()
+    rest[best] = -np.inf
+    has_second = (hi - lo) > 0
+    close = has_second & (top - np.maximum.reduceat(rest, starts) < np.log(GROUP_HINT_RATIO))
     doubtful = close & ~unit_start[t] & (right >= 0) & (right < TAIL)
     cut.doubtful_steps.update(int(s) for s in right[doubtful].tolist())
     _fill_constant(cut.label, lo, t, left)
