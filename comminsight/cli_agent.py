@@ -1,5 +1,5 @@
-"""`comminsight status | comms | inflight | hangs | steps`: the Agent's view, from its API
-(`steps <logs>` and `trace <logs>` run the Semantic Engine offline: cli_semantic).
+"""`comminsight status | comms | inflight | hangs | incidents | steps`: the Agent's view, from
+its API (`steps <logs>` and `trace <logs>` run the Semantic Engine offline: cli_semantic).
 
 These commands talk to a running agent only through the generated `comminsight_client`
 (agent-master-api v1), so they see exactly what any other API user sees. `status` against a
@@ -77,6 +77,12 @@ def add_agent_commands(sub: argparse._SubParsersAction) -> None:
     hangs.add_argument("--status", choices=["open", "resolved", "all"], default="open")
     hangs.add_argument("--id", default=None, help="one report with all its evidence")
     hangs.add_argument("--limit", type=int, default=100)
+    from comminsight import cli_incidents
+
+    incidents = command(
+        "incidents", "hangs grouped by cause, the root cause first", cli_incidents.incidents_cmd
+    )
+    cli_incidents.add_arguments(incidents)
     steps = command(
         "steps", "step summaries: from the agent, or recovered from a directory of logs", steps_cmd
     )

@@ -5,8 +5,9 @@
    for the demo's home; the demo verifies every sealed inspector_logs segment, prints what
    each rank recorded, and shows what the Agent serves (`comminsight status`, `comms`).
 2. The same run with rank 1 skipping an all-reduce: the other ranks hang, each one's Profiler
-   watchdog writes hang evidence, and the Agent's cross-rank diagnosis names rank 1
-   (`comminsight hangs`).
+   watchdog writes hang evidence, and the Agent's cross-rank diagnosis names rank 1. The
+   reports of every communicator blocked behind it form one incident whose root names rank 1,
+   the communicator and the op (`comminsight incidents --tree`, then `--id`).
 Along the way the Agent's Semantic Engine recovers the Steps of the healthy run from the op
 sequence alone (`comminsight steps`). Files stay under var/demo/ for inspection.
 """
@@ -31,7 +32,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from comminsight import cli_agent
+from comminsight import cli_agent, cli_incidents
 from comminsight.log_segments import segments_in, verify_segment
 from comminsight.sim import SimConfig, parse_fault, run_simulation
 from comminsight_gen.models.inspector_log_v1 import CiColl, CiHangEvidence, CiP2p, CiSegmentStart
@@ -99,12 +100,18 @@ def wait_for_steps(url: str, expected: int, timeout_s: float = 30.0) -> int:
 
 def show(console: Console, command: str, url: str, **options) -> None:
     """What `comminsight <command> --url URL` prints."""
-    console.print(f"[dim]$ comminsight {command} --url {url}[/dim]")
+    flags = "".join(
+        f" --{k}" if v is True else f" --{k} {v}"
+        for k, v in options.items()
+        if k in ("tree", "id") and v not in (None, False)
+    )
+    console.print(f"[dim]$ comminsight {command}{flags} --url {url}[/dim]")
     args = argparse.Namespace(url=url, json=False, **options)
     func = {
         "status": cli_agent.status,
         "comms": cli_agent.comms_cmd,
         "hangs": cli_agent.hangs_cmd,
+        "incidents": cli_incidents.incidents_cmd,
         "steps": cli_agent.steps_cmd,
     }
     cli_agent.run(func[command], args, console)
@@ -195,7 +202,25 @@ def hang_run(console: Console) -> bool:
     with running_agent(home, console) as url:
         result = simulate(home, faults=(parse_fault("skip:rank=1,op=5,comm=tp"),))
         # the diagnosis outlives the run: resolved once the communicators were torn down
-        show(console, "hangs", url, status="all", id=None, limit=10)
+        incidents = httpx.get(
+            f"{url}/api/v1/incidents", params={"status": "all"}, timeout=5
+        ).json()["items"]
+        reports = httpx.get(f"{url}/api/v1/hangs", params={"status": "all"}, timeout=5).json()
+        console.print(
+            f"the Agent wrote {reports['total']} hang reports, one per communicator that "
+            f"hung; they form {len(incidents)} incident(s), the root cause first:"
+        )
+        show(console, "incidents", url, status="all", tree=True, id=None, limit=10)
+        if incidents:
+            show(
+                console,
+                "incidents",
+                url,
+                status="all",
+                tree=False,
+                id=incidents[0]["incident_id"],
+                limit=10,
+            )
     logs = read_logs(home)
     evidence = [
         (rank, r.ci)
@@ -248,7 +273,8 @@ def run(console: Console) -> int:
     console.rule()
     console.print(
         f"Everything stays under {DEMO_DIR}: inspector_logs/ (the Profiler's sealed logs), "
-        "semantics/step/ (step summaries), metadata/hangs/ (hang reports), archives/ (what "
+        "semantics/step/ (step summaries), metadata/hangs/ (hang reports), metadata/incidents/ "
+        "(the reports grouped by cause), archives/ (what "
         "the agent archived). Run `comminsight steps <dir>/inspector_logs` or `comminsight "
         "trace <dir>/inspector_logs -o trace.json` on them; the agent served its API and "
         "/metrics at the URLs printed above while it ran (README: Using the Agent). Real "

@@ -537,7 +537,7 @@ def test_ranks_without_a_row_on_a_single_node_communicator_have_not_joined():
 def test_a_hang_behind_another_names_the_one_it_follows_from():
     """Rank 1 never issues op 5 on the tensor-parallel group, so rank 0 waits there; rank 0's
     later op on the data-parallel group (with rank 2) cannot complete behind it. The second
-    report says which report it follows from and is a warning; the first stays critical."""
+    report says which report it follows from and pages no one (info); the first stays critical."""
     tp, dp = 0x1111, 0x2222
     rank0, rank1, rank2 = proc(0), proc(1), proc(2)
     snap = snapshot(
@@ -550,7 +550,7 @@ def test_a_hang_behind_another_names_the_one_it_follows_from():
     root, behind = reports["tp:1"], reports["dp:2"]
     assert root.verdict is Verdict.stuck_outside_nccl and root.severity.value == "critical"
     assert behind.verdict is Verdict.all_joined_none_complete
-    assert behind.severity.value == "warning"
+    assert behind.severity.value == "info"
     assert behind.summary.endswith(f"it follows from {root.report_id}")
 
 
@@ -686,5 +686,5 @@ def test_a_pipeline_wait_behind_a_tensor_parallel_hang_follows_from_it():
     assert root.verdict is Verdict.stuck_outside_nccl and culprit_ranks(root) == [0]
     assert behind.verdict is Verdict.rank_not_joined and culprit_ranks(behind) == [0]
     assert "tp:1" in behind.culprits[0].reason
-    assert behind.severity.value == "warning"
+    assert behind.severity.value == "info"
     assert behind.summary.endswith(f"it follows from {root.report_id}")

@@ -89,3 +89,59 @@ def test_errors_are_named_and_exit_1(agent):
     assert bad.returncode == 1 and "invalid_parameter" in bad.stderr
     down = cli("status", url="http://127.0.0.1:9")
     assert down.returncode == 1 and "cannot reach the agent at http://127.0.0.1:9" in down.stderr
+
+
+def test_incidents_root_first_consequences_folded_tree_and_one(agent):
+    from comminsight.agent.incidents import group_reports
+    from comminsight_gen.models.hang_report_v1 import (
+        IncidentStack,
+        IncidentStackFrame,
+        IncidentStackStatus,
+    )
+
+    live, _, report = agent
+    (incident,) = live.call(
+        live.service.incidents.update, group_reports([report]), {}, 1, report.detected_real_ns
+    )
+    frame = IncidentStackFrame(file="train.py", line=76, function="main", code="time.sleep(30)")
+    stack = IncidentStack(
+        rank=5,
+        host="node-a02",
+        pid=7711,
+        status=IncidentStackStatus.captured,
+        captured_at_real_ns=report.detected_real_ns,
+        frames=[frame],
+    )
+    live.call(
+        live.service.incidents.attach_stacks, incident.incident_id, [stack], incident.opened_real_ns
+    )
+    out = cli("incidents", url=live.base_url)
+    assert out.returncode == 0, out.stderr
+    assert "Incidents (open): 1" in out.stdout and incident.incident_id in out.stdout
+    assert (
+        "root cause: rank 2 (node-a02, pid 7711) on default_pg:0, AllReduce seq 18607: "
+        "rank_not_joined" in out.stdout
+    )
+    assert "rank_not_joined" in out.stdout
+    # a narrow pipe: every line whole, nothing cut
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
+    narrow = subprocess.run(
+        [sys.executable, "-m", "comminsight.cli", "incidents", "--tree", "--url", live.base_url],
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "40"},
+        timeout=60,
+    )
+    assert narrow.returncode == 0, narrow.stderr
+    assert report.summary in narrow.stdout
+    assert f"{report.report_id} (root)" in narrow.stdout
+    detail = cli("incidents", "--id", incident.incident_id, url=live.base_url)
+    assert "Evidence of the root" in detail.stdout
+    assert "rank 5 (node-a02, pid 7711) at train.py:76 in main: time.sleep(30)" in detail.stdout
+    body = json.loads(
+        cli("incidents", "--id", incident.incident_id, "--json", url=live.base_url).stdout
+    )
+    assert body["incident"]["incident_id"] == incident.incident_id
+    assert [r["report_id"] for r in body["reports"]] == [report.report_id]
+    missing = cli("incidents", "--id", "inc-nope", url=live.base_url)
+    assert missing.returncode == 1 and "404 not_found" in missing.stderr

@@ -40,6 +40,7 @@ def test_registry_module_matches_registry_yaml():
         "agent-master-api",
         "agent-master-slave",
         "inject-metadata",  # Inject's metadata/ lines (issue 6), beyond DESIGN §5's ten
+        "python-stack",  # a process's Python stacks, captured through Inject on request
     }  # the protocols of DESIGN §5 and those added since
 
 

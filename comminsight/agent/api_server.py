@@ -1,13 +1,14 @@
 """The Agent Master API (protocols/agent-master-api v1) on aiohttp, plus /metrics.
 
-Handlers only read what AgentService keeps (and, for the two mutations, ask it to act); they
+Handlers only read what AgentService keeps (and, for the mutations, ask it to act); they
 run on the service's event loop between poll passes, so they see one consistent pass. Every
 request is checked against the protocol document (api_params) before a handler runs; every
 answer is a generated model encoded by msgspec; every failure, including unknown paths and
 unexpected exceptions, is the API's one `Error` body.
 
-Mutations (resolve_hang, flush_archive) need `Authorization: Bearer <COMMINSIGHT_AGENT_TOKEN>`;
-with no token configured they are refused with 403, so an agent is read-only by default.
+Mutations (resolve_hang, resolve_incident, flush_archive) need
+`Authorization: Bearer <COMMINSIGHT_AGENT_TOKEN>`; with no token configured they are refused
+with 403, so an agent is read-only by default.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from comminsight.agent import api_views
 from comminsight.agent.api_params import OperationParams, ParamError, Problem, openapi_document
 from comminsight.agent.archive import ArchiveConfigError
 from comminsight.agent.http_guard import ConnectionGuard, GuardedSite, descriptor_budget
+from comminsight.agent.incident_store import UnknownIncident
 from comminsight.agent.job_steps_view import JobStepsView, UnknownJob
 from comminsight_gen.models.agent_master_api_v1 import (
     ArchiveFlush,
@@ -35,10 +37,13 @@ from comminsight_gen.models.agent_master_api_v1 import (
     ErrorDetail,
     ErrorLocation,
     HangReportList,
+    IncidentDetail,
+    IncidentList,
     InflightOpList,
     NodeList,
     OpRecordList,
     ResolveHangRequest,
+    ResolveIncidentRequest,
     StepPage,
 )
 
@@ -121,6 +126,9 @@ class AgentApi:
             "list_hangs": self.hangs,
             "get_hang": self.hang,
             "resolve_hang": self.resolve_hang,
+            "list_incidents": self.incidents,
+            "get_incident": self.incident,
+            "resolve_incident": self.resolve_incident,
             "get_archive_status": self.archive,
             "flush_archive": self.flush_archive,
             "get_openapi_document": self.openapi,
@@ -359,37 +367,51 @@ class AgentApi:
 
     async def resolve_hang(self, request, values):
         self._ready()
-        body = await request.read()
-        note = None
-        if body.strip():
-            if request.content_type != JSON:
-                raise ApiError(
-                    ErrorCode.malformed_body,
-                    f"the body must be {JSON}, not {request.content_type}",
-                    [Problem("header", "Content-Type", f"must be {JSON}")],
-                )
-            try:
-                raw = msgspec.json.decode(body)
-            except msgspec.DecodeError as e:
-                raise ApiError(
-                    ErrorCode.malformed_body,
-                    f"body is not JSON: {e}",
-                    [Problem("body", "", str(e))],
-                ) from None
-            try:
-                note = msgspec.convert(raw, ResolveHangRequest).note
-            except msgspec.ValidationError as e:
-                where = _json_pointer(str(e))
-                raise ApiError(
-                    ErrorCode.unprocessable,
-                    f"body does not match ResolveHangRequest: {e}",
-                    [Problem("body", where, str(e)[:1024])],
-                ) from None
+        note = await _resolve_note(request, ResolveHangRequest)
         self._report(values["report_id"])
-        report = self.service.resolve_by_operator(
-            values["report_id"], None if note is msgspec.UNSET else note
-        )
+        report = self.service.resolve_by_operator(values["report_id"], note)
         return json_response(report)
+
+    # ---- incidents -------------------------------------------------------------------
+
+    async def incidents(self, request, values):
+        self._ready()
+        items = list(self.service.incidents.incidents.values())
+        if values["status"] != "all":
+            items = [i for i in items if i.status.value == values["status"]]
+        items.sort(key=lambda i: (i.opened_real_ns, i.incident_id), reverse=True)
+        return json_response(IncidentList(items=items[: values["limit"]], total=len(items)))
+
+    def _incident(self, incident_id: str):
+        incident = self.service.incidents.incidents.get(incident_id)
+        if incident is None:
+            raise ApiError(
+                ErrorCode.not_found,
+                f"no incident {incident_id}",
+                [Problem("path", "incident_id", "no such incident")],
+            )
+        return incident
+
+    async def incident(self, request, values):
+        self._ready()
+        incident = self._incident(values["incident_id"])
+        reports = self.service.hangs.reports
+        held = [
+            reports[rid] for rid in self.service.incidents.report_ids(incident) if rid in reports
+        ]
+        return json_response(IncidentDetail(incident=incident, reports=held))
+
+    async def resolve_incident(self, request, values):
+        self._ready()
+        note = await _resolve_note(request, ResolveIncidentRequest)
+        self._incident(values["incident_id"])
+        try:
+            incident = self.service.resolve_incident_by_operator(values["incident_id"], note)
+        except UnknownIncident as e:  # resolved away between the check and now: not on one loop
+            raise ApiError(
+                ErrorCode.not_found, str(e), [Problem("path", "incident_id", "no such incident")]
+            ) from None
+        return json_response(incident)
 
     # ---- archive ---------------------------------------------------------------------
 
@@ -426,6 +448,38 @@ class AgentApi:
         return web.Response(
             body=self.service.metrics.render(), headers={"Content-Type": CONTENT_TYPE_PLAIN_0_0_4}
         )
+
+
+async def _resolve_note(request: web.Request, model) -> str | None:
+    """The note of a resolve request's optional JSON body (ResolveHangRequest or
+    ResolveIncidentRequest); ApiError naming what is wrong with the body."""
+    body = await request.read()
+    if not body.strip():
+        return None
+    if request.content_type != JSON:
+        raise ApiError(
+            ErrorCode.malformed_body,
+            f"the body must be {JSON}, not {request.content_type}",
+            [Problem("header", "Content-Type", f"must be {JSON}")],
+        )
+    try:
+        raw = msgspec.json.decode(body)
+    except msgspec.DecodeError as e:
+        raise ApiError(
+            ErrorCode.malformed_body,
+            f"body is not JSON: {e}",
+            [Problem("body", "", str(e))],
+        ) from None
+    try:
+        note = msgspec.convert(raw, model).note
+    except msgspec.ValidationError as e:
+        where = _json_pointer(str(e))
+        raise ApiError(
+            ErrorCode.unprocessable,
+            f"body does not match {model.__name__}: {e}",
+            [Problem("body", where, str(e)[:1024])],
+        ) from None
+    return None if note is msgspec.UNSET else note
 
 
 def _has_global_rank(live: api_views.LiveNode, comm_id: str, rank: int) -> bool:

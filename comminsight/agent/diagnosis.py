@@ -781,8 +781,11 @@ def to_report(
         detected_mono_ns=now_mono,
         detected_real_ns=now_real,
         verdict=f.verdict,
-        severity=Severity.warning
-        if f.verdict in (Verdict.straggler, Verdict.inconclusive) or f.cause is not None
+        # a hang behind another pages no one: only the root does (incidents decides finally)
+        severity=Severity.info
+        if f.cause is not None
+        else Severity.warning
+        if f.verdict in (Verdict.straggler, Verdict.inconclusive)
         else Severity.critical,
         comm=CommRef(
             comm_id=f.comm.comm_id_hex,

@@ -6,6 +6,10 @@ NCCL's commName and records name_source NCCL. Inject's own `group` lines
 (protocols/inject-metadata/v1) say which names it set, per process (host and pid, taken from
 each line, as a host name may hold dots): the Agent reports those names' source as Inject.
 
+Its `stacks` lines (the latest per process) say whether the process takes the stack signal,
+which `stack_capture` reads before it ever sends one (`stacks_announcement`); any line at
+all says that Inject is in the process (`has_inject`).
+
 Files are read incrementally (each pass reads what was appended since the last; Inject writes
 whole lines with one O_APPEND write each, so a line without its newline is waited for). A line
 that does not decode as inject-metadata v1 is skipped and remembered in `errors` by file and
@@ -44,7 +48,7 @@ class _File:
     offset: int = 0
     inode: int = 0
     line_no: int = 0
-    processes: set = field(default_factory=set)  # (host, pid) of its group lines
+    processes: set = field(default_factory=set)  # (host, pid) of its lines
     skipping: bool = False  # inside a refused (too long) line: drop bytes to its newline
 
 
@@ -54,6 +58,8 @@ class InjectNames:
         self.max_line = min(max_line, READ_BUDGET)  # a longer one could never be read whole
         self._files: dict[str, _File] = {}
         self._names: dict[tuple[str, int], set[str]] = {}
+        self._stacks: dict[tuple[str, int], InjectMetadata] = {}  # the latest `stacks` line
+        self._seen: set[tuple[str, int]] = set()  # processes with any valid line
         self.errors: dict[str, str] = {}  # file name -> the first bad line, and why
         self.rejected: dict[str, int] = {}  # reason -> lines (or files) refused
         self.bytes_read = 0  # every byte read, for tests of the bound
@@ -73,6 +79,8 @@ class InjectNames:
         for gone in set(self._files) - present:  # removed (a job cleaned up): forget it
             for key in self._files.pop(gone).processes:
                 self._names.pop(key, None)
+                self._stacks.pop(key, None)
+                self._seen.discard(key)
             self.errors.pop(gone, None)
 
     def _read(self, entry: os.DirEntry) -> None:
@@ -135,19 +143,30 @@ class InjectNames:
         except (msgspec.DecodeError, UnicodeDecodeError) as e:
             self._reject(file, "invalid", f"line {state.line_no}: {e}")
             return
+        key = (record.host, record.pid)
+        state.processes.add(key)
+        self._seen.add(key)
+        if record.kind is Kind.stacks:
+            self._stacks[key] = record
         if (
             record.kind is Kind.group
             and record.naming in SET_BY_INJECT
             and isinstance(record.comm_name, str)
         ):
-            key = (record.host, record.pid)
             self._names.setdefault(key, set()).add(record.comm_name)
-            state.processes.add(key)
 
     def _bad(self, file: str, why: str) -> None:
         if file not in self.errors:
             self.errors[file] = why
             log.warning("inject metadata %s: %s (line skipped)", self.dir / file, why)
+
+    def has_inject(self, host: str, pid: int) -> bool:
+        """Inject wrote at least one valid line for this process."""
+        return (host, pid) in self._seen
+
+    def stacks_announcement(self, host: str, pid: int) -> InjectMetadata | None:
+        """The process's latest `stacks` line, if it wrote one."""
+        return self._stacks.get((host, pid))
 
     def named_by_inject(self, host: str, pid: int, name: str) -> bool:
         return name in self._names.get((host, pid), ())

@@ -48,6 +48,7 @@ REBUILD_COST_SHARE = 3
 CURSOR_FLUSH_NS = 1_000_000_000
 # refusals of peers without the token keep health degraded this long after the latest
 RECENT_REFUSAL_NS = 300 * 1_000_000_000
+SLAVE_ANSWER_MARGIN_S = 3.0  # the slave waits its own timeout, then answers over the network
 
 
 class JobStepFiles(StepFiles):
@@ -150,6 +151,15 @@ class MasterAgentService(AgentService):
             self.nodes.values(), self.node_name, now_mono_ns, time.time_ns(), self.stale_ns
         )
         return self._snapshot
+
+    def ask_stack(self, culprit):
+        """A culprit on another node: asked of that node's slave over gRPC (bounded: a bit
+        more than the slave's own wait)."""
+        if culprit.node_name == self.node_name:
+            return super().ask_stack(culprit)
+        rank = culprit.global_rank if isinstance(culprit.global_rank, int) else None
+        timeout_s = self.settings.agent_stack_timeout_s + SLAVE_ANSWER_MARGIN_S
+        return self.server.request_stacks(culprit.node_name, culprit.pid, rank, timeout_s)
 
     def poll_once(self, now_mono_ns: int | None = None):
         began = time.perf_counter_ns()

@@ -33,11 +33,13 @@ from comminsight import __version__
 from comminsight.agent.fifo_reader import EVENT_SIZE, MAGIC_BYTES
 from comminsight.agent.job_view import NodeRecord
 from comminsight.agent.master_rejects import PROTOCOL_VERSION, REJECT_KEY, STATUS_OF, reason_name
+from comminsight.agent.master_stacks import StackRequests
 from comminsight.agent.master_store import MasterStore
 from comminsight.agent.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
 from comminsight_gen.abi import fifo_event_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
+from comminsight_gen.models.python_stack_v1 import PythonStack
 from comminsight_gen.models.step_summary_v1 import StepSummary
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,7 @@ class AgentMasterServer:
             log, "refused a peer without the token", PERSISTENT_PERIOD_S, logging.ERROR
         )
         self.version = 0  # moves whenever a node's rows or state change
+        self.stacks = StackRequests()
 
     # ---- wiring ------------------------------------------------------------------------
 
@@ -103,6 +106,8 @@ class AgentMasterServer:
                 "Register": grpc.unary_unary_rpc_method_handler(self.register),
                 "StreamNodeState": grpc.stream_stream_rpc_method_handler(self.stream),
                 "Heartbeat": grpc.unary_unary_rpc_method_handler(self.heartbeat),
+                "WatchStackRequests": grpc.unary_stream_rpc_method_handler(self.watch_stacks),
+                "ReportStacks": grpc.unary_unary_rpc_method_handler(self.report_stacks),
             },
         )
 
@@ -419,6 +424,50 @@ class AgentMasterServer:
             return pb.HeartbeatResponse(
                 last_applied_batch_seq=record.last_applied or 0, master_clock=clock()
             ).SerializeToString()
+        except Refusal as r:
+            await self._refuse(context, r, record.name if record is not None else None)
+
+    # ---- Python stacks on request ----------------------------------------------------
+
+    async def request_stacks(
+        self, node_name: str, pid: int, rank: int | None, timeout_s: float
+    ) -> PythonStack:
+        """Ask the slave of `node_name` for the Python stacks of its process `pid`; always
+        returns a python-stack document (`unavailable` naming the node when it cannot)."""
+        record = self.nodes.get(node_name)
+        identity = record.identity if record is not None else None
+        host = (identity.host if identity is not None else "") or node_name
+        return await self.stacks.request(node_name, host, pid, rank, timeout_s)
+
+    async def watch_stacks(self, raw: bytes, context):
+        record = None
+        queue = None
+        try:
+            self._check_token(context)
+            request = _parse(pb.WatchStackRequestsRequest, raw, "WatchStackRequestsRequest")
+            record = self._session(request.session_id)
+            queue = self.stacks.watch(record.name)
+            while True:
+                message = await queue.get()
+                if message is None:  # a newer stream of the node took over
+                    return
+                yield message.SerializeToString()
+        except Refusal as r:
+            await self._refuse(context, r, record.name if record is not None else None)
+        finally:
+            if queue is not None:
+                self.stacks.unwatch(record.name, queue)
+
+    async def report_stacks(self, raw: bytes, context) -> bytes:
+        record = None
+        try:
+            self._check_token(context)
+            report = _parse(pb.StackReport, raw, "StackReport")
+            record = self._session(report.session_id)
+            self.stacks.answer(
+                record.name, report.request_id, report.python_stack_version, report.json
+            )
+            return pb.StackReportAck().SerializeToString()
         except Refusal as r:
             await self._refuse(context, r, record.name if record is not None else None)
 

@@ -85,6 +85,8 @@ class NodeMetrics:
         self.producers = 0
         self.lag_s = 0.0
         self.open_hangs: dict[str, int] = {}  # verdict -> open hang reports
+        self.open_incidents: dict[str, int] = {}  # root verdict -> open incidents
+        self.incidents_opened: dict[str, int] = {}  # root verdict -> incidents opened
         # the Semantic Engine's counters (None while it is off)
         self.engine_steps: int | None = None
         self.engine_records_dropped = 0
@@ -215,6 +217,25 @@ class NodeMetrics:
         for verdict, count in sorted(self.open_hangs.items()):
             hangs.add_metric([verdict], count)
         yield hangs
+        incidents = GaugeMetricFamily(
+            "comminsight_incidents_open",
+            "Open incidents (one per fault) by their root report's verdict: alert on this. "
+            "Reports blocked behind a root are folded into its incident as consequences "
+            "(severity info) and do not page",
+            labels=["verdict"],
+        )
+        for verdict, count in sorted(self.open_incidents.items()):
+            incidents.add_metric([verdict], count)
+        yield incidents
+        opened = CounterMetricFamily(
+            "comminsight_incidents",
+            "Incidents opened by this Agent by their root report's verdict (consequences "
+            "join an incident and open none)",
+            labels=["verdict"],
+        )
+        for verdict, count in sorted(self.incidents_opened.items()):
+            opened.add_metric([verdict], count)
+        yield opened
         if self.engine_steps is not None:
             yield CounterMetricFamily(
                 "comminsight_engine_steps",

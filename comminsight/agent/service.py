@@ -3,11 +3,12 @@ metrics, diagnoses the node and keeps the hang reports on disk; FIFO hang events
 between through the event loop and trigger a pass at once rather than at the next tick.
 
 Data flows one way per pass: SHM rings -> ProducerSet batches -> NodeMetrics, the recent-ops
-window and the engine hook (per GPU); SHM comm tables -> NodeSnapshot -> diagnose -> HangStore.
+window and the engine hook (per GPU); SHM comm tables -> NodeSnapshot -> diagnose -> HangStore,
+and the reports grouped by cause -> IncidentStore.
 Archive passes run beside the loop in a thread of their own every
 COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S. The
 HTTP API (api_server) only reads the state kept here, between passes on the same loop; its
-one write is an operator resolving a hang report.
+writes are an operator resolving a hang report or an incident.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from comminsight.agent.engine_metrics import engine_metrics
 from comminsight.agent.fifo_reader import FifoError, HangEvent, HangEventFifo, keep_recent
 from comminsight.agent.hang_resolution import resolve_cleared
 from comminsight.agent.hang_store import HangStore
+from comminsight.agent.incident_stacks import IncidentStacks
+from comminsight.agent.incident_store import IncidentStore
+from comminsight.agent.incidents import group_reports, with_roles
 from comminsight.agent.ingest import NodeIngest
 from comminsight.agent.inject_names import InjectNames
 from comminsight.agent.input_health import input_reasons
@@ -43,13 +47,20 @@ from comminsight.agent.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedL
 from comminsight.agent.recent_ops import RecentOps
 from comminsight.agent.semantic_hook import SemanticEngineHook
 from comminsight.agent.snapshot import NodeSnapshot, build_snapshot
+from comminsight.agent.stack_capture import StackCapture
 from comminsight.agent.step_files import StepFiles
 from comminsight.semantic import native
 from comminsight.semantic.templates import load_templates
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models import agent_master_api_v1 as api
-from comminsight_gen.models.hang_report_v1 import HangReport, ReportStatus, Resolution
+from comminsight_gen.models.hang_report_v1 import (
+    HangReport,
+    Incident,
+    ReportStatus,
+    Resolution,
+    Severity,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +69,7 @@ HISTORY = 50  # snapshots kept for the straggler verdict
 RECENT_EVENTS = 1000  # FIFO hang events kept for the API
 # A dead producer's region is kept this long after it is drained: process_died needs it.
 MIN_RETIRE_S = 60.0
+PRUNE_STACKS_EVERY = 600  # passes between removals of stack files of ended processes
 
 
 class AgentService:
@@ -92,7 +104,10 @@ class AgentService:
         )
         self.fifo = HangEventFifo(self.home)
         self.hangs = HangStore(self.home)
+        self.incidents = IncidentStore(self.home, self.node_name)
         self.inject_names = InjectNames(self.home)
+        self.stacks = StackCapture.from_settings(settings, inject_names=self.inject_names)
+        self.incident_stacks = IncidentStacks(self.incidents, self.ask_stack)
         self.fifo_error: str | None = None  # why hang events are not received
         self.metrics.inputs = AgentInputs(self.fifo, self.producers, self.inject_names)
         self.history: deque[NodeSnapshot] = deque(maxlen=HISTORY)
@@ -144,6 +159,12 @@ class AgentService:
                     completed_ops=self._completed_ops,
                 )
             self.history.append(snapshot)
+            # reports an operator closed stay closed: they join no incident either
+            reports = [r for r in reports if not self._closed_by_operator(r.report_id)]
+            groups = group_reports(reports)
+            ended = [g for g in groups if self.incidents.ended_rest(g)]
+            groups = [g for g in groups if not self.incidents.ended_rest(g)]
+            reports = with_roles(reports, groups, ended)
             for report in reports:
                 if self.hangs.save(report):
                     log.warning("hang report %s: %s", report.report_id, report.summary)
@@ -152,6 +173,8 @@ class AgentService:
                 log.warning(
                     "hang report %s resolved: %s", report.report_id, report.resolution.value
                 )
+            changed = self.incidents.update(groups, self.hangs.reports, now, snapshot.taken_real_ns)
+            self._quiet_consequences(changed)
         if isinstance(self.engine, SemanticEngineHook):
             self.metrics.engine_steps = self.engine.steps_written
             self.metrics.engine_records_dropped = self.engine.dropped_records
@@ -160,7 +183,11 @@ class AgentService:
         self.metrics.open_hangs = Counter(
             r.verdict.value for r in self.hangs.reports.values() if r.status is ReportStatus.open
         )
+        self.metrics.open_incidents = self.incidents.open_by_verdict()
+        self.metrics.incidents_opened = self.incidents.opened_total
         self.passes += 1
+        if self.passes % PRUNE_STACKS_EVERY == 0:
+            self.stacks.prune()
         self._maybe_archive(now)
         return reports
 
@@ -236,6 +263,40 @@ class AgentService:
                 by_comm.setdefault(r.comm.comm_id, []).append(r.report_id)
         return by_comm
 
+    def ask_stack(self, culprit):
+        """The capture of a culprit's Python stack, when it runs on this node (None: not)."""
+        if culprit.node_name != self.node_name:
+            return None
+        rank = culprit.global_rank if isinstance(culprit.global_rank, int) else None
+        host = culprit.host if isinstance(culprit.host, str) else socket.gethostname()
+        return self.stacks.request(host, culprit.pid, rank)
+
+    def _quiet_consequences(self, incidents) -> None:
+        """A report that was a root and became a consequence (a better root arrived) is not
+        diagnosed again in that role when its communicator is no longer reported: its stored
+        severity follows its incident, so that only roots page."""
+        for incident in incidents:
+            for c in incident.consequences:
+                report = self.hangs.reports.get(c.report_id)
+                if report is not None and report.severity is not Severity.info:
+                    self.hangs.save(msgspec.structs.replace(report, severity=Severity.info))
+
+    def _closed_by_operator(self, report_id: str) -> bool:
+        stored = self.hangs.reports.get(report_id)
+        return stored is not None and stored.resolution is Resolution.operator
+
+    def resolve_incident_by_operator(self, incident_id: str, note: str | None) -> Incident:
+        """POST incidents/{id}/resolve: the incident and its open reports, with the note;
+        idempotent. UnknownIncident when there is no such incident."""
+        incident = self.incidents.resolve_by_operator(
+            incident_id, note, time.monotonic_ns(), time.time_ns()
+        )
+        for report_id in self.incidents.report_ids(incident):
+            report = self.hangs.reports.get(report_id)
+            if report is not None and report.status is ReportStatus.open:
+                self.resolve_by_operator(report_id, note or f"resolved with incident {incident_id}")
+        return incident
+
     def resolve_by_operator(self, report_id: str, note: str | None) -> HangReport:
         """POST hangs/{id}/resolve: idempotent; the operator's decision sticks while the
         diagnosis keeps finding the same hang."""
@@ -270,6 +331,8 @@ class AgentService:
             )
         for name, why in sorted(self.hangs.errors.items()):
             reasons.append(f"hang report file {name} set aside: {why}")
+        for name, why in sorted(self.incidents.errors.items()):
+            reasons.append(f"incident file {name} set aside: {why}")
         reasons += input_reasons(self.fifo, self.fifo_error, self.producers, self.inject_names)
         if self.engine_error:
             reasons.append(f"the Semantic Engine is off: {self.engine_error}")
@@ -359,6 +422,7 @@ class AgentService:
         self.hangs.load()
         for name, reason in self.hangs.errors.items():
             log.error("hang report %s set aside: %s", name, reason)
+        self.incidents.load()
         try:
             self.fifo.open()
             self.fifo.attach(asyncio.get_running_loop(), self._on_fifo_events)

@@ -9,6 +9,11 @@ this epoch and the outbox disagree (the master lost batches it had acknowledged,
 outbox dropped batches it never sent) no resend can fill the hole, so the link starts a new
 epoch and asks for a full state; the master drops duplicate events by their natural keys.
 
+When the node's Agent can capture Python stacks (`answer_stacks`), each session also opens
+WatchStackRequests and answers every request the master writes to it with ReportStacks; a
+master that does not know the call (an older one) is told once in the log and the session
+goes on without it.
+
 The session id is the connection's, not the batch's: batches are stored without it and sent
 as the serialized session id followed by the stored bytes (protobuf merges concatenated
 messages), so a resend never re-encodes a batch.
@@ -20,7 +25,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -60,6 +65,7 @@ class SlaveLink:
         inventory: Callable[[], tuple[list, list]],
         max_batch_bytes: int,
         heartbeat_s: float,
+        answer_stacks: Callable[[pb.StackRequest], Awaitable[bytes]] | None = None,
     ) -> None:
         self.master_addr = master_addr
         self.token = token
@@ -69,6 +75,8 @@ class SlaveLink:
         self.inventory = inventory
         self.max_batch_bytes = max_batch_bytes
         self.heartbeat_s = heartbeat_s
+        self.answer_stacks = answer_stacks
+        self.stack_requests_answered = 0
         self.connected = False
         self.full_state_wanted = True  # a new slave process starts with a full state
         self.session_id = 0
@@ -260,7 +268,10 @@ class SlaveLink:
                 )
                 await stub.Heartbeat(request, metadata=metadata, timeout=RPC_TIMEOUT_S)
 
-        tasks = [asyncio.ensure_future(t()) for t in (send, receive, heartbeat)]
+        async def stack_requests() -> None:
+            await self._stack_requests(stub, metadata, stop)
+
+        tasks = [asyncio.ensure_future(t()) for t in (send, receive, heartbeat, stack_requests)]
         try:
             done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -272,3 +283,52 @@ class SlaveLink:
             for task in tasks:
                 task.cancel()
             call.cancel()
+
+    async def _stack_requests(self, stub, metadata, stop: asyncio.Event) -> None:
+        """Answer the master's stack requests until the session ends; returns only at stop
+        (the session's other tasks decide when it ends)."""
+        if self.answer_stacks is None:
+            await stop.wait()
+            return
+        call = stub.WatchStackRequests(
+            pb.WatchStackRequestsRequest(session_id=self.session_id), metadata=metadata
+        )
+        answering: set[asyncio.Task] = set()
+
+        async def read() -> None:
+            async for request in call:
+                task = asyncio.ensure_future(self._answer_stacks(stub, metadata, request))
+                answering.add(task)
+                task.add_done_callback(answering.discard)
+
+        reader = asyncio.ensure_future(read())
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait((reader, stopping), return_when=asyncio.FIRST_COMPLETED)
+            if reader.done() and reader.exception() is not None:
+                raise reader.exception()
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            self._failed(f"master {self.master_addr} takes no stack requests (an older master)")
+        finally:
+            reader.cancel()
+            stopping.cancel()
+            call.cancel()
+            for task in answering:
+                task.cancel()
+        await stop.wait()
+
+    async def _answer_stacks(self, stub, metadata, request: pb.StackRequest) -> None:
+        try:
+            data = await self.answer_stacks(request)
+            report = pb.StackReport(
+                session_id=self.session_id,
+                request_id=request.request_id,
+                python_stack_version=1,
+                json=data,
+            )
+            await stub.ReportStacks(report, metadata=metadata, timeout=RPC_TIMEOUT_S)
+            self.stack_requests_answered += 1
+        except (grpc.RpcError, OSError, ValueError) as e:
+            log.warning("cannot answer the master's stack request for pid %d: %s", request.pid, e)

@@ -15,8 +15,17 @@ HOME = "COMMINSIGHT_HOME"
 CONF = "COMMINSIGHT_CONF"
 DISABLE = "COMMINSIGHT_INJECT_DISABLE"
 STEP_MARKERS = "COMMINSIGHT_INJECT_STEP_MARKERS"
+STACKS = "COMMINSIGHT_INJECT_STACKS"
+STACK_SIGNAL = "COMMINSIGHT_INJECT_STACK_SIGNAL"
 
-DEFAULTS = {HOME: "/opt/comminsight", CONF: "", DISABLE: False, STEP_MARKERS: False}
+DEFAULTS = {
+    HOME: "/opt/comminsight",
+    CONF: "",
+    DISABLE: False,
+    STEP_MARKERS: False,
+    STACKS: True,
+    STACK_SIGNAL: "SIGUSR2",
+}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -30,6 +39,8 @@ class Settings:
     home: Path
     disable: bool
     step_markers: bool
+    stacks: bool = True
+    stack_signal: str = "SIGUSR2"  # a name; stack_dump turns it into a number
 
 
 def parse_bool(key: str, raw: str, origin: str) -> bool:
@@ -82,7 +93,7 @@ def load(environ: dict[str, str] | None = None) -> Settings:
     """Resolve Inject's settings; SettingsError names the key of a bad value."""
     env = dict(os.environ if environ is None else environ)
     home = env.get(HOME) or str(DEFAULTS[HOME])
-    wanted = {HOME, DISABLE, STEP_MARKERS}
+    wanted = {HOME, DISABLE, STEP_MARKERS, STACKS, STACK_SIGNAL}
     from_file = read_conf_file(conf_path(env, home), wanted)
     if HOME not in env and HOME in from_file:
         home = from_file[HOME][0]
@@ -94,4 +105,31 @@ def load(environ: dict[str, str] | None = None) -> Settings:
             return parse_bool(key, *from_file[key])
         return bool(DEFAULTS[key])
 
-    return Settings(home=Path(home), disable=flag(DISABLE), step_markers=flag(STEP_MARKERS))
+    if STACK_SIGNAL in env:
+        signal_name = (env[STACK_SIGNAL].strip(), "environment")
+    elif STACK_SIGNAL in from_file:
+        signal_name = (from_file[STACK_SIGNAL][0].strip(), from_file[STACK_SIGNAL][1])
+    else:
+        signal_name = (str(DEFAULTS[STACK_SIGNAL]), "default")
+    return Settings(
+        home=Path(home),
+        disable=flag(DISABLE),
+        step_markers=flag(STEP_MARKERS),
+        stacks=flag(STACKS),
+        stack_signal=parse_signal_name(*signal_name),
+    )
+
+
+def parse_signal_name(raw: str, origin: str) -> str:
+    """SIGUSR1, SIGUSR2 or SIGRTMIN+N (the config protocol's pattern), checked here so that a
+    bad value is named at start, not when the Agent first asks."""
+    name = raw.upper()
+    if name in ("SIGUSR1", "SIGUSR2"):
+        return name
+    prefix = "SIGRTMIN+"
+    offset = name[len(prefix) :]
+    if name.startswith(prefix) and offset.isdigit() and len(offset) <= 2:
+        return name
+    raise SettingsError(
+        f"{STACK_SIGNAL}={raw!r} ({origin}): expected SIGUSR1, SIGUSR2 or SIGRTMIN+N"
+    )

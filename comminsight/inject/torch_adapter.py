@@ -20,6 +20,7 @@ import threading
 
 from . import __version__, group_naming, settings, startup, state
 from .metadata import MetadataFile, global_rank
+from .stack_signal import StackAnnouncer
 from .step_markers import StepMarkers
 
 MIN_TORCH = (2, 4)  # group_desc reaches _new_process_group_helper from 2.4 on
@@ -50,6 +51,7 @@ class Adapter:
         self.plans: list[group_naming.Plan] = []  # what tests and the process can inspect
         self.lock = threading.Lock()
         self.markers: StepMarkers | None = None
+        self.stacks: StackAnnouncer | None = None
 
     # ---- installing and removing ----
 
@@ -115,6 +117,8 @@ class Adapter:
         def wrapper(*args, **kwargs):
             if state.disabled():
                 return original(*args, **kwargs)
+            if adapter.stacks is not None:  # the process joins distributed training here
+                adapter.stacks.check()
             try:
                 bound = signature.bind(*args, **kwargs)
                 if kind == "helper":
@@ -226,6 +230,7 @@ def activate(distributed, environ: dict[str, str] | None = None) -> Adapter | No
     }
     sink = MetadataFile(conf.home, process)
     adapter = Adapter(torch, c10d, sink)
+    adapter.stacks = StackAnnouncer(conf, sink)
     try:
         adapter.install()
         if conf.step_markers:
@@ -244,6 +249,8 @@ def deactivate_for_tests() -> None:
     global _active
     if _active is not None:
         _active.uninstall()
+        if _active.stacks is not None:  # only here: a live process keeps its announced handler
+            _active.stacks.uninstall()
         if _active.sink is not None:
             _active.sink.close()
     _active = None

@@ -301,6 +301,28 @@ KEYS: tuple[ConfigKey, ...] = (
         choices=("debug","info","warning","error",),
     ),
     ConfigKey(
+        name="COMMINSIGHT_AGENT_STACK_INTERVAL_S",
+        field="agent_stack_interval_s",
+        type="number",
+        default=30.0,
+        unit="s",
+        description="The Agent sends a process the stack signal (COMMINSIGHT_INJECT_STACK_SIGNAL) at most once in this long; a request within it gets the answer to the last signal (or its late arrival) instead of a new signal.",
+        components=("agent",),
+        minimum=1.0,
+        maximum=86400.0,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_STACK_TIMEOUT_S",
+        field="agent_stack_timeout_s",
+        type="number",
+        default=2.0,
+        unit="s",
+        description="How long the Agent waits for a process to write its Python stacks after the signal; past it the stack is reported unavailable (timed out). A process whose main thread is blocked inside a C call answers only when the call returns.",
+        components=("agent",),
+        minimum=0.05,
+        maximum=600.0,
+    ),
+    ConfigKey(
         name="COMMINSIGHT_PROFILER_EVENT_MASK",
         field="profiler_event_mask",
         type="integer",
@@ -545,6 +567,25 @@ KEYS: tuple[ConfigKey, ...] = (
         description="Record optimizer-step timestamps to metadata/ as ground truth for the Semantic Engine.",
         components=("inject",),
     ),
+    ConfigKey(
+        name="COMMINSIGHT_INJECT_STACKS",
+        field="inject_stacks",
+        type="boolean",
+        default=True,
+        unit="",
+        description="Let the Agent ask this process for its threads\u0027 Python stacks: Inject registers a handler for COMMINSIGHT_INJECT_STACK_SIGNAL when the process makes its first process group, unless the signal already has a handler. 0 registers nothing.",
+        components=("inject",),
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_INJECT_STACK_SIGNAL",
+        field="inject_stack_signal",
+        type="string",
+        default='SIGUSR2',
+        unit="",
+        description="The signal on which Inject writes the process\u0027s Python stacks to metadata/stacks/. SIGUSR2 by default: PyTorch, torchrun and NCCL install no handler for it (SIGUSR1 is the one batch schedulers and PyTorch Lightning use); a real-time signal SIGRTMIN+N is the way out if the application uses it.",
+        components=("inject",),
+        pattern="^SIG(USR1|USR2|RTMIN\\+[0-9]{1,2})$",
+    ),
 )
 KEY_BY_NAME: dict[str, ConfigKey] = {k.name: k for k in KEYS}
 
@@ -578,6 +619,8 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_heartbeat_stale_ms: Annotated[int, msgspec.Meta(ge=100, le=3600000, description="A producer whose SHM heartbeat is older than this is considered stuck or dead (checked with its pid).")] = 10000
     agent_straggler_factor: Annotated[float, msgspec.Meta(ge=1.0, le=1000.0, description="A rank whose op latency exceeds the median of its peers by this factor is reported as a straggler.")] = 3.0
     agent_log_level: Annotated[Literal["debug", "info", "warning", "error"], msgspec.Meta(description="Agent log level.")] = 'info'
+    agent_stack_interval_s: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0, description="The Agent sends a process the stack signal (COMMINSIGHT_INJECT_STACK_SIGNAL) at most once in this long; a request within it gets the answer to the last signal (or its late arrival) instead of a new signal.")] = 30.0
+    agent_stack_timeout_s: Annotated[float, msgspec.Meta(ge=0.05, le=600.0, description="How long the Agent waits for a process to write its Python stacks after the signal; past it the stack is reported unavailable (timed out). A process whose main thread is blocked inside a C call answers only when the call returns.")] = 2.0
     profiler_event_mask: Annotated[int, msgspec.Meta(ge=0, le=2147483647, description="NCCL activation mask (nccl-profiler event_type bits). Default Coll|P2p|KernelCh = 70: ops with GPU timing. 6 turns GPU timing off.")] = 70
     profiler_hang_timeout_s: Annotated[float, msgspec.Meta(ge=0.0, le=86400.0, description="An op in flight longer than this is reported as a suspected hang. 0 disables the watchdog.")] = 300.0
     profiler_ring_slots: Annotated[int, msgspec.Meta(ge=64, le=16777216, description="Op records in each process\u0027s SHM ring; a power of two.")] = 65536
@@ -602,3 +645,5 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     common_disk_budget_bytes: Annotated[int, msgspec.Meta(ge=0, le=1125899906842624, description="Local inspector_logs and summaries are deleted, oldest first and only once archived, to stay under this size. 0 disables deletion.")] = 10737418240
     inject_disable: Annotated[bool, msgspec.Meta(description="Turn Inject off entirely.")] = False
     inject_step_markers: Annotated[bool, msgspec.Meta(description="Record optimizer-step timestamps to metadata/ as ground truth for the Semantic Engine.")] = False
+    inject_stacks: Annotated[bool, msgspec.Meta(description="Let the Agent ask this process for its threads\u0027 Python stacks: Inject registers a handler for COMMINSIGHT_INJECT_STACK_SIGNAL when the process makes its first process group, unless the signal already has a handler. 0 registers nothing.")] = True
+    inject_stack_signal: Annotated[str, msgspec.Meta(pattern="^SIG(USR1|USR2|RTMIN\\+[0-9]{1,2})$", description="The signal on which Inject writes the process\u0027s Python stacks to metadata/stacks/. SIGUSR2 by default: PyTorch, torchrun and NCCL install no handler for it (SIGUSR1 is the one batch schedulers and PyTorch Lightning use); a real-time signal SIGRTMIN+N is the way out if the application uses it.")] = 'SIGUSR2'

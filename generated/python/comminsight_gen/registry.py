@@ -29,6 +29,7 @@ PROTOCOLS: tuple[ProtocolInfo, ...] = (
     ProtocolInfo("semantic-engine", 1, "json-schema", "live", "users (templates), engine (checkpoints)", ("engine", ), "Step templates (YAML data) and engine checkpoints.", "protocols/semantic-engine/v1/semantic-engine.schema.json"),
     ProtocolInfo("hang-report", 1, "json-schema", "live", "agent", ("users", "master", ), "One hang diagnosis with verdict, culprits and evidence.", "protocols/hang-report/v1/hang-report.schema.json"),
     ProtocolInfo("inject-metadata", 1, "json-schema", "live", "inject", ("users", "bench", ), "Process groups, their communicator names and optional step markers, from Inject (metadata/inject/).", "protocols/inject-metadata/v1/inject-metadata.schema.json"),
+    ProtocolInfo("python-stack", 1, "json-schema", "live", "inject (captured), agent (unavailable)", ("agent", "master", "users", ), "One process\u0027s threads\u0027 Python frames, captured on the Agent\u0027s signal, or why they are unavailable.", "protocols/python-stack/v1/python-stack.schema.json"),
     ProtocolInfo("agent-master-api", 1, "openapi", "live", "agent", ("cli", "users", ), "HTTP/JSON Agent Master API (OpenAPI 3.1); external schema refs are bundled.", "protocols/agent-master-api/v1/agent-master-api.openapi.yaml"),
     ProtocolInfo("agent-master-slave", 1, "protobuf", "live", "slave agent", ("master agent", ), "gRPC service through which slave Agents stream node state to the master.", "protocols/agent-master-slave/v1/comminsight_gen/agent_master_slave/v1/agent_master_slave.proto"),
 )

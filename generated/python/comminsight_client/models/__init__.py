@@ -8,6 +8,7 @@ from .archive_error import ArchiveError
 from .archive_flush import ArchiveFlush
 from .archive_provider import ArchiveProvider
 from .archive_status import ArchiveStatus
+from .cause_link import CauseLink
 from .comm_progress import CommProgress
 from .comm_rank import CommRank
 from .comm_ref import CommRef
@@ -29,6 +30,16 @@ from .hang_report_list import HangReportList
 from .hang_status_filter import HangStatusFilter
 from .health import Health
 from .health_status import HealthStatus
+from .incident import Incident
+from .incident_consequence import IncidentConsequence
+from .incident_detail import IncidentDetail
+from .incident_list import IncidentList
+from .incident_root import IncidentRoot
+from .incident_stack import IncidentStack
+from .incident_stack_frame import IncidentStackFrame
+from .incident_stack_status import IncidentStackStatus
+from .incident_status import IncidentStatus
+from .incident_status_filter import IncidentStatusFilter
 from .inflight_evidence import InflightEvidence
 from .inflight_op import InflightOp
 from .inflight_op_list import InflightOpList
@@ -69,7 +80,9 @@ from .recovery_method import RecoveryMethod
 from .report_status import ReportStatus
 from .resolution import Resolution
 from .resolve_hang_request import ResolveHangRequest
+from .resolve_incident_request import ResolveIncidentRequest
 from .role_stats import RoleStats
+from .root_change import RootChange
 from .semantic_engine_failure import SemanticEngineFailure
 from .semantic_engine_gpu import SemanticEngineGpu
 from .semantic_engine_gpu_state import SemanticEngineGpuState
@@ -93,6 +106,7 @@ __all__ = (
     "ArchiveFlush",
     "ArchiveProvider",
     "ArchiveStatus",
+    "CauseLink",
     "CommProgress",
     "CommRank",
     "CommRef",
@@ -114,6 +128,16 @@ __all__ = (
     "HangStatusFilter",
     "Health",
     "HealthStatus",
+    "Incident",
+    "IncidentConsequence",
+    "IncidentDetail",
+    "IncidentList",
+    "IncidentRoot",
+    "IncidentStack",
+    "IncidentStackFrame",
+    "IncidentStackStatus",
+    "IncidentStatus",
+    "IncidentStatusFilter",
     "InflightEvidence",
     "InflightOp",
     "InflightOpList",
@@ -154,7 +178,9 @@ __all__ = (
     "ReportStatus",
     "Resolution",
     "ResolveHangRequest",
+    "ResolveIncidentRequest",
     "RoleStats",
+    "RootChange",
     "SemanticEngineFailure",
     "SemanticEngineGpu",
     "SemanticEngineGpuState",

@@ -37,7 +37,8 @@ class HangReport:
     report under metadata/hangs/. A report is open while the condition lasts and is rewritten once as resolved when it
     ends; report_id stays the same. Events on a rank's host are given as wall-clock time (*_real_ns, comparable across
     hosts up to clock skew) with an age measured on that host's monotonic clock (*_age_ms, immune to skew), as in agent-
-    master-api. comm_rank is a rank inside the communicator, global_rank the process's RANK.
+    master-api. comm_rank is a rank inside the communicator, global_rank the process's RANK. Its $defs also define the
+    Incident record (reports grouped by one cause), written under metadata/incidents/ and served by the Agent API.
 
         Attributes:
             schema_version (Literal[1]): Version of this record format; readers refuse other versions.

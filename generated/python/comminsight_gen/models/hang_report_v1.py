@@ -602,9 +602,507 @@ class RankEvidence(Struct, forbid_unknown_fields=True):
     """
 
 
+class IncidentStatus(Enum):
+    """
+    open while its root's condition lasts; resolved once the root's op completed, its processes ended, it was merged into another incident, or an operator resolved it.
+    """
+
+    open = 'open'
+    resolved = 'resolved'
+
+
+class CauseLink(Enum):
+    """
+    Why a report follows from another. culprit_waits: the ranks it blames wait in the other report's op (a rank stuck there cannot issue ops on this communicator). same_culprit: it blames the same process as the other, which explains it more precisely. waited_there_first: its waiting ranks are stuck in the other report's op: their kernel there runs and does not finish while their kernel here never started, or they have had that op in flight since before they enqueued this one (a process's ops run in order on its streams). p2p_peer: a rank it waits for in a send/receive is blocked in the other report's op. missing_member: it waits for ranks of which no data arrived, and every process that could be them is blocked behind the other report's root (or is its culprit).
+    """
+
+    culprit_waits = 'culprit_waits'
+    same_culprit = 'same_culprit'
+    waited_there_first = 'waited_there_first'
+    p2p_peer = 'p2p_peer'
+    missing_member = 'missing_member'
+
+
+class IncidentRoot(Struct, forbid_unknown_fields=True):
+    """
+    The report that explains the others: its culprits, verdict, communicator and op.
+    """
+
+    report_id: Annotated[
+        str,
+        Meta(
+            description='The root hang report (HangReport.report_id).',
+            pattern='^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$',
+        ),
+    ]
+    """
+    The root hang report (HangReport.report_id).
+    """
+    verdict: Annotated[Verdict, Meta(description="The root report's verdict.")]
+    """
+    The root report's verdict.
+    """
+    comm: Annotated[CommRef, Meta(description="The root report's communicator.")]
+    """
+    The root report's communicator.
+    """
+    culprits: Annotated[
+        list[Culprit],
+        Meta(
+            description='The ranks the root report blames; empty when its evidence names none (the incident then says the cause is not known).'
+        ),
+    ]
+    """
+    The ranks the root report blames; empty when its evidence names none (the incident then says the cause is not known).
+    """
+    summary: Annotated[
+        str, Meta(description="The root report's summary.", min_length=1)
+    ]
+    """
+    The root report's summary.
+    """
+    op: (
+        Annotated[
+            OpInfo,
+            Meta(description="The root report's op; absent when it concerns none."),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The root report's op; absent when it concerns none.
+    """
+
+
+class IncidentConsequence(Struct, forbid_unknown_fields=True):
+    """
+    A report blocked behind the root, and the link that places it there.
+    """
+
+    report_id: Annotated[
+        str,
+        Meta(
+            description="The consequence's hang report.",
+            pattern='^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$',
+        ),
+    ]
+    """
+    The consequence's hang report.
+    """
+    verdict: Annotated[Verdict, Meta(description='Its verdict.')]
+    """
+    Its verdict.
+    """
+    comm: Annotated[CommRef, Meta(description='Its communicator.')]
+    """
+    Its communicator.
+    """
+    follows_from: Annotated[
+        str,
+        Meta(
+            description='The report it follows from directly (the root, or another consequence on the way to it).',
+            pattern='^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$',
+        ),
+    ]
+    """
+    The report it follows from directly (the root, or another consequence on the way to it).
+    """
+    link: Annotated[CauseLink, Meta(description='Why it follows from that report.')]
+    """
+    Why it follows from that report.
+    """
+    reason: Annotated[
+        str,
+        Meta(
+            description='The link in words, naming the ranks and ops that make it.',
+            max_length=1024,
+            min_length=1,
+        ),
+    ]
+    """
+    The link in words, naming the ranks and ops that make it.
+    """
+
+
+class RootChange(Struct, forbid_unknown_fields=True):
+    """
+    The incident's root was replaced by a better explanation.
+    """
+
+    at_real_ns: Annotated[
+        int,
+        Meta(
+            description='When the Agent changed it, CLOCK_REALTIME nanoseconds.', ge=0
+        ),
+    ]
+    """
+    When the Agent changed it, CLOCK_REALTIME nanoseconds.
+    """
+    from_report_id: Annotated[
+        str,
+        Meta(
+            description='The former root report.',
+            pattern='^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$',
+        ),
+    ]
+    """
+    The former root report.
+    """
+    to_report_id: Annotated[
+        str,
+        Meta(
+            description='The new root report.',
+            pattern='^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$',
+        ),
+    ]
+    """
+    The new root report.
+    """
+    reason: Annotated[
+        str,
+        Meta(
+            description="Why: e.g. the former root's culprit turned out to wait in the new root's op.",
+            max_length=1024,
+            min_length=1,
+        ),
+    ]
+    """
+    Why: e.g. the former root's culprit turned out to wait in the new root's op.
+    """
+
+
+class IncidentStackStatus(Enum):
+    """
+    captured: frames holds the process's Python stack; unavailable: no stack was captured (reason says why, e.g. Inject is not in the process).
+    """
+
+    captured = 'captured'
+    unavailable = 'unavailable'
+
+
+class IncidentStackFrame(Struct, forbid_unknown_fields=True):
+    """
+    One Python frame.
+    """
+
+    file: Annotated[
+        str,
+        Meta(description='Source file of the frame.', max_length=4096, min_length=1),
+    ]
+    """
+    Source file of the frame.
+    """
+    function: Annotated[
+        str,
+        Meta(description='Function (code object) name.', max_length=1024, min_length=1),
+    ]
+    """
+    Function (code object) name.
+    """
+    line: (
+        Annotated[
+            int,
+            Meta(description='Line being run; absent when Python cannot say.', ge=0),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Line being run; absent when Python cannot say.
+    """
+    code: (
+        Annotated[
+            str,
+            Meta(
+                description='The source line, stripped; absent when the file could not be read.',
+                max_length=1024,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The source line, stripped; absent when the file could not be read.
+    """
+
+
+class IncidentStack(Struct, forbid_unknown_fields=True):
+    """
+    Where one thread of a rank's process was in Python when its stack was captured (one entry per thread, the main thread first), or why it was not (one entry for the process). The python-stack protocol's capture, as the incident carries it.
+    """
+
+    rank: Annotated[int, Meta(description='Global rank of the process (RANK).', ge=0)]
+    """
+    Global rank of the process (RANK).
+    """
+    host: Annotated[str, Meta(description='Host name of the process.', min_length=1)]
+    """
+    Host name of the process.
+    """
+    pid: Annotated[int, Meta(description='Process id.', ge=1)]
+    """
+    Process id.
+    """
+    status: Annotated[
+        IncidentStackStatus, Meta(description='Whether frames were captured.')
+    ]
+    """
+    Whether frames were captured.
+    """
+    frames: Annotated[
+        list[IncidentStackFrame],
+        Meta(
+            description='Innermost (the frame running now) first; empty when unavailable.',
+            max_length=256,
+        ),
+    ]
+    """
+    Innermost (the frame running now) first; empty when unavailable.
+    """
+    node_name: (
+        Annotated[
+            str,
+            Meta(
+                description='Node name of the Agent that captured it.',
+                pattern='^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$',
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Node name of the Agent that captured it.
+    """
+    captured_at_real_ns: (
+        Annotated[
+            int,
+            Meta(
+                description='When the frames were taken, CLOCK_REALTIME nanoseconds; absent when unavailable.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    When the frames were taken, CLOCK_REALTIME nanoseconds; absent when unavailable.
+    """
+    thread_id: (
+        Annotated[
+            int,
+            Meta(
+                description='Python thread identifier of these frames; absent when unavailable.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Python thread identifier of these frames; absent when unavailable.
+    """
+    thread_name: (
+        Annotated[
+            str, Meta(description='Thread name; absent when unknown.', max_length=256)
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Thread name; absent when unknown.
+    """
+    unavailable_reason: (
+        Annotated[
+            str,
+            Meta(
+                description='Why no stack was captured; present exactly when status is unavailable.',
+                max_length=1024,
+                min_length=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Why no stack was captured; present exactly when status is unavailable.
+    """
+
+
+class Incident(Struct, forbid_unknown_fields=True):
+    """
+    Hang reports that follow from one cause: a root (the report whose culprits explain the others) and its consequences (reports of ranks and communicators blocked behind it through shared ranks, streams or pipeline dependencies). Opened once with a stable incident_id, updated as evidence arrives (new reports join; the root can change, root_changes says why), resolved when the root's op completes or its processes end, or by an operator. Only the root pages (severity critical); consequences are reports of severity info. Served by the Agent API and written as one JSON file per incident under metadata/incidents/.
+    """
+
+    schema_version: Annotated[
+        Literal[1],
+        Meta(
+            description='Version of this record format; readers refuse other versions.'
+        ),
+    ]
+    """
+    Version of this record format; readers refuse other versions.
+    """
+    incident_id: Annotated[
+        str,
+        Meta(
+            description="Stable identifier, derived from the first root report's id.",
+            pattern='^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$',
+        ),
+    ]
+    """
+    Stable identifier, derived from the first root report's id.
+    """
+    diagnosed_by: Annotated[
+        str,
+        Meta(
+            description='Node name of the Agent that grouped it (a master groups the whole job).',
+            pattern='^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$',
+        ),
+    ]
+    """
+    Node name of the Agent that grouped it (a master groups the whole job).
+    """
+    status: Annotated[IncidentStatus, Meta(description='open or resolved.')]
+    """
+    open or resolved.
+    """
+    severity: Annotated[
+        Severity,
+        Meta(
+            description="The root report's severity: critical for a hang whose root names its cause, warning when the root is inconclusive."
+        ),
+    ]
+    """
+    The root report's severity: critical for a hang whose root names its cause, warning when the root is inconclusive.
+    """
+    root: Annotated[IncidentRoot, Meta(description='The root cause.')]
+    """
+    The root cause.
+    """
+    consequences: Annotated[
+        list[IncidentConsequence],
+        Meta(
+            description='Reports blocked behind the root, each with the link that places it; every report ever grouped into the incident, including ones resolved since.'
+        ),
+    ]
+    """
+    Reports blocked behind the root, each with the link that places it; every report ever grouped into the incident, including ones resolved since.
+    """
+    root_changes: Annotated[
+        list[RootChange],
+        Meta(
+            description='Earlier roots and why each was replaced, oldest first; empty when the root never changed.'
+        ),
+    ]
+    """
+    Earlier roots and why each was replaced, oldest first; empty when the root never changed.
+    """
+    opened_mono_ns: Annotated[
+        int,
+        Meta(
+            description="CLOCK_MONOTONIC time (grouping Agent's host) the incident opened.",
+            ge=0,
+        ),
+    ]
+    """
+    CLOCK_MONOTONIC time (grouping Agent's host) the incident opened.
+    """
+    opened_real_ns: Annotated[
+        int, Meta(description='CLOCK_REALTIME time the incident opened.', ge=0)
+    ]
+    """
+    CLOCK_REALTIME time the incident opened.
+    """
+    updated_real_ns: Annotated[
+        int,
+        Meta(
+            description='CLOCK_REALTIME time of the latest change (a report joined, the root changed, stacks arrived, it resolved).',
+            ge=0,
+        ),
+    ]
+    """
+    CLOCK_REALTIME time of the latest change (a report joined, the root changed, stacks arrived, it resolved).
+    """
+    stacks: Annotated[
+        list[IncidentStack],
+        Meta(
+            description="Python stacks of the root's culprit ranks (and ranks waiting on them) when captured; empty until a capture is attached.",
+            max_length=256,
+        ),
+    ]
+    """
+    Python stacks of the root's culprit ranks (and ranks waiting on them) when captured; empty until a capture is attached.
+    """
+    job_id: (
+        Annotated[
+            str, Meta(description='Job identifier; absent when unknown.', min_length=1)
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Job identifier; absent when unknown.
+    """
+    resolved_mono_ns: (
+        Annotated[
+            int,
+            Meta(
+                description='CLOCK_MONOTONIC time it resolved; present when status is resolved.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    CLOCK_MONOTONIC time it resolved; present when status is resolved.
+    """
+    resolved_real_ns: (
+        Annotated[
+            int,
+            Meta(
+                description='CLOCK_REALTIME time it resolved; present when status is resolved.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    CLOCK_REALTIME time it resolved; present when status is resolved.
+    """
+    resolution: (
+        Annotated[
+            Resolution,
+            Meta(
+                description="How it ended (the root report's resolution, superseded when merged into another incident, operator through the API); present when status is resolved."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    How it ended (the root report's resolution, superseded when merged into another incident, operator through the API); present when status is resolved.
+    """
+    resolution_note: (
+        Annotated[
+            str,
+            Meta(
+                description="Why it was resolved: an operator's note, or the incident it was merged into.",
+                max_length=1024,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Why it was resolved: an operator's note, or the incident it was merged into.
+    """
+    merged_into: (
+        Annotated[
+            str,
+            Meta(
+                description='The incident that took over its reports when evidence showed both had one cause; present only then.',
+                pattern='^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$',
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The incident that took over its reports when evidence showed both had one cause; present only then.
+    """
+
+
 class HangReport(Struct, forbid_unknown_fields=True):
     """
-    One hang (or slowness) diagnosis the Agent made across the ranks of one communicator: the verdict, who is to blame, and the evidence from every rank. Served by the Agent API, counted in metrics, and written as one JSON file per report under metadata/hangs/. A report is open while the condition lasts and is rewritten once as resolved when it ends; report_id stays the same. Events on a rank's host are given as wall-clock time (*_real_ns, comparable across hosts up to clock skew) with an age measured on that host's monotonic clock (*_age_ms, immune to skew), as in agent-master-api. comm_rank is a rank inside the communicator, global_rank the process's RANK.
+    One hang (or slowness) diagnosis the Agent made across the ranks of one communicator: the verdict, who is to blame, and the evidence from every rank. Served by the Agent API, counted in metrics, and written as one JSON file per report under metadata/hangs/. A report is open while the condition lasts and is rewritten once as resolved when it ends; report_id stays the same. Events on a rank's host are given as wall-clock time (*_real_ns, comparable across hosts up to clock skew) with an age measured on that host's monotonic clock (*_age_ms, immune to skew), as in agent-master-api. comm_rank is a rank inside the communicator, global_rank the process's RANK. Its $defs also define the Incident record (reports grouped by one cause), written under metadata/incidents/ and served by the Agent API.
     """
 
     schema_version: Annotated[

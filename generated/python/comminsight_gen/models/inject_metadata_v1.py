@@ -17,6 +17,7 @@ class Kind(Enum):
     process = 'process'
     group = 'group'
     step = 'step'
+    stacks = 'stacks'
 
 
 class Api(Enum):
@@ -45,9 +46,18 @@ class Naming(Enum):
 GlobalRank: TypeAlias = Annotated[int, Meta(ge=0)]
 
 
+class Stacks(Enum):
+    """
+    stacks: available: the process writes its threads' Python stacks (protocols/python-stack) to stack_dir when it receives stack_signal; unavailable: it does not, and the Agent must not send it that signal (reason says why: turned off, the application's own handler, ...).
+    """
+
+    available = 'available'
+    unavailable = 'unavailable'
+
+
 class InjectMetadata(Struct, forbid_unknown_fields=True):
     """
-    One line of <COMMINSIGHT_HOME>/metadata/inject/<host>.<pid>.jsonl, written by Inject in the training process (JSON lines, one O_APPEND write each, file 0600). A `process` line opens every file; a `group` line follows each process group the process created or joined; with COMMINSIGHT_INJECT_STEP_MARKERS a `step` line follows every optimizer step. Fields other than the common ones belong to the kinds their descriptions name.
+    One line of <COMMINSIGHT_HOME>/metadata/inject/<host>.<pid>.jsonl, written by Inject in the training process (JSON lines, one O_APPEND write each, file 0600). A `process` line opens every file; a `group` line follows each process group the process created or joined; with COMMINSIGHT_INJECT_STEP_MARKERS a `step` line follows every optimizer step; a `stacks` line says whether the Agent may ask the process for its Python stacks (written when the process makes its first group, and again if that changes; the latest one holds). Fields other than the common ones belong to the kinds their descriptions name.
     """
 
     schema: Annotated[
@@ -206,13 +216,13 @@ class InjectMetadata(Struct, forbid_unknown_fields=True):
         Annotated[
             str,
             Meta(
-                description="group: why a name could not be set, or how torch's name differed; empty otherwise."
+                description="group: why a name could not be set, or how torch's name differed; empty otherwise. stacks: why stacks are unavailable; empty when available."
             ),
         ]
         | UnsetType
     ) = UNSET
     """
-    group: why a name could not be set, or how torch's name differed; empty otherwise.
+    group: why a name could not be set, or how torch's name differed; empty otherwise. stacks: why stacks are unavailable; empty when available.
     """
     group_rank: (
         Annotated[int, Meta(description="group: this process's rank in the group.")]
@@ -261,4 +271,62 @@ class InjectMetadata(Struct, forbid_unknown_fields=True):
     ) = UNSET
     """
     step: 0 for the first step of this optimizer class in this process, then consecutive.
+    """
+    stacks: (
+        Annotated[
+            Stacks,
+            Meta(
+                description="stacks: available: the process writes its threads' Python stacks (protocols/python-stack) to stack_dir when it receives stack_signal; unavailable: it does not, and the Agent must not send it that signal (reason says why: turned off, the application's own handler, ...)."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    stacks: available: the process writes its threads' Python stacks (protocols/python-stack) to stack_dir when it receives stack_signal; unavailable: it does not, and the Agent must not send it that signal (reason says why: turned off, the application's own handler, ...).
+    """
+    stack_signal: (
+        Annotated[
+            int,
+            Meta(
+                description='stacks: the signal number the handler is registered for (or would have been).',
+                ge=1,
+                le=128,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    stacks: the signal number the handler is registered for (or would have been).
+    """
+    stack_signal_name: (
+        Annotated[str, Meta(description="stacks: that signal's name, e.g. SIGUSR2.")]
+        | UnsetType
+    ) = UNSET
+    """
+    stacks: that signal's name, e.g. SIGUSR2.
+    """
+    stack_dir: (
+        Annotated[
+            str,
+            Meta(
+                description='stacks: directory the process writes <pid>-<seq>.json stack files into (0600, written to a temporary name and renamed).'
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    stacks: directory the process writes <pid>-<seq>.json stack files into (0600, written to a temporary name and renamed).
+    """
+    start_ticks: (
+        Annotated[
+            int,
+            Meta(
+                description="stacks: the process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), so that a reader can tell this process from a later one with the same pid before signalling it; absent where /proc is unreadable.",
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    stacks: the process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), so that a reader can tell this process from a later one with the same pid before signalling it; absent where /proc is unreadable.
     """

@@ -444,6 +444,38 @@ class HeartbeatResponse(_message.Message):
     master_clock: ClockSample
     def __init__(self, last_applied_batch_seq: _Optional[int] = ..., master_clock: _Optional[_Union[ClockSample, _Mapping]] = ...) -> None: ...
 
+class WatchStackRequestsRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    def __init__(self, session_id: _Optional[int] = ...) -> None: ...
+
+class StackRequest(_message.Message):
+    __slots__ = ("request_id", "pid", "global_rank")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    pid: int
+    global_rank: int
+    def __init__(self, request_id: _Optional[int] = ..., pid: _Optional[int] = ..., global_rank: _Optional[int] = ...) -> None: ...
+
+class StackReport(_message.Message):
+    __slots__ = ("session_id", "request_id", "python_stack_version", "json")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_STACK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    session_id: int
+    request_id: int
+    python_stack_version: int
+    json: bytes
+    def __init__(self, session_id: _Optional[int] = ..., request_id: _Optional[int] = ..., python_stack_version: _Optional[int] = ..., json: _Optional[bytes] = ...) -> None: ...
+
+class StackReportAck(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class Reject(_message.Message):
     __slots__ = ("reason", "message", "master_protocol_version", "max_batch_bytes", "last_applied_batch_seq")
     REASON_FIELD_NUMBER: _ClassVar[int]

@@ -50,6 +50,16 @@ class AgentMasterStub:
                 request_serializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.WatchStackRequests = channel.unary_stream(
+                '/comminsight.agent_master_slave.v1.AgentMaster/WatchStackRequests',
+                request_serializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.WatchStackRequestsRequest.SerializeToString,
+                response_deserializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.StackRequest.FromString,
+                _registered_method=True)
+        self.ReportStacks = channel.unary_unary(
+                '/comminsight.agent_master_slave.v1.AgentMaster/ReportStacks',
+                request_serializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.StackReport.SerializeToString,
+                response_deserializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.StackReportAck.FromString,
+                _registered_method=True)
 
 
 class AgentMasterServicer:
@@ -84,6 +94,24 @@ class AgentMasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchStackRequests(self, request, context):
+        """The master's questions to a slave, which it cannot dial: the slave opens this stream once
+        per session and the master writes a StackRequest to it whenever it wants the Python
+        stacks of a process on that node (a culprit, a waiting rank). Refused with
+        UNKNOWN_SESSION (re-register); a newer stream of the same session replaces an older one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportStacks(self, request, context):
+        """The slave's answer to one StackRequest: the capture, or why there is none. An answer the
+        master no longer waits for (timed out, unknown request_id) is acknowledged and dropped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentMasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -101,6 +129,16 @@ def add_AgentMasterServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.HeartbeatRequest.FromString,
                     response_serializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'WatchStackRequests': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchStackRequests,
+                    request_deserializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.WatchStackRequestsRequest.FromString,
+                    response_serializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.StackRequest.SerializeToString,
+            ),
+            'ReportStacks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportStacks,
+                    request_deserializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.StackReport.FromString,
+                    response_serializer=comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.StackReportAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -185,6 +223,60 @@ class AgentMaster:
             '/comminsight.agent_master_slave.v1.AgentMaster/Heartbeat',
             comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.HeartbeatRequest.SerializeToString,
             comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchStackRequests(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/comminsight.agent_master_slave.v1.AgentMaster/WatchStackRequests',
+            comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.WatchStackRequestsRequest.SerializeToString,
+            comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.StackRequest.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportStacks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/comminsight.agent_master_slave.v1.AgentMaster/ReportStacks',
+            comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.StackReport.SerializeToString,
+            comminsight__gen_dot_agent__master__slave_dot_v1_dot_agent__master__slave__pb2.StackReportAck.FromString,
             options,
             channel_credentials,
             insecure,

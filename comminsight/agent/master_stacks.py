@@ -1,0 +1,121 @@
+"""The master's questions to its slaves for Python stacks (agent-master-slave v1
+WatchStackRequests / ReportStacks), and the answers it waits for.
+
+A slave dials the master and never the other way round, so each slave session holds one
+server stream the master writes StackRequests to (`watch`); the slave answers each with a
+ReportStacks call (`answer`). `request` is what the master's diagnosis awaits: it always
+returns a python-stack v1 document — the slave's answer, or `unavailable` saying which node
+did not answer and why — and never waits past its timeout. Open requests are bounded; an
+answer to a request that is no longer open, or from another node than the one asked, is
+dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+
+import msgspec
+
+from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
+from comminsight_gen.models.python_stack_v1 import PythonStack, StackStatus
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "comminsight.python-stack.v1"
+MAX_OPEN = 1024  # requests waiting for an answer, all nodes together
+QUEUE_MAX = 256  # requests written to one slave's stream and not yet sent
+
+
+def unavailable(host: str, pid: int, rank: int | None, reason: str) -> PythonStack:
+    return PythonStack(
+        schema=SCHEMA,
+        status=StackStatus.unavailable,
+        host=host,
+        pid=pid,
+        rank=rank,
+        reason=reason[:1024],
+        requested_real_ns=time.time_ns(),
+    )
+
+
+class StackRequests:
+    def __init__(self) -> None:
+        self.streams: dict[str, asyncio.Queue] = {}  # node -> the queue its stream sends
+        self.open: dict[int, tuple[str, asyncio.Future]] = {}  # request id -> (node, answer)
+        self.answers_dropped = 0
+
+    # ---- the slave's side of the stream ------------------------------------------------
+
+    def watch(self, node: str) -> asyncio.Queue:
+        """A new stream for `node`; an older one of the node is ended (None is its end)."""
+        old = self.streams.get(node)
+        if old is not None:
+            _put(old, None)
+        queue: asyncio.Queue = asyncio.Queue(QUEUE_MAX)
+        self.streams[node] = queue
+        return queue
+
+    def unwatch(self, node: str, queue: asyncio.Queue) -> None:
+        if self.streams.get(node) is queue:
+            del self.streams[node]
+
+    def answer(self, node: str, request_id: int, version: int, data: bytes) -> bool:
+        """A slave's answer; False when no open request of that node has this id."""
+        waiting = self.open.get(request_id)
+        if waiting is None or waiting[0] != node or waiting[1].done():
+            self.answers_dropped += 1
+            return False
+        future = waiting[1]
+        if version != 1:
+            future.set_exception(ValueError(f"python-stack version {version}; this master reads 1"))
+            return True
+        try:
+            future.set_result(msgspec.json.decode(data, type=PythonStack))
+        except (msgspec.DecodeError, UnicodeDecodeError) as e:
+            future.set_exception(ValueError(f"not a python-stack v1 document: {e}"))
+        return True
+
+    # ---- the master's side ---------------------------------------------------------------
+
+    async def request(
+        self, node: str, host: str, pid: int, rank: int | None, timeout_s: float
+    ) -> PythonStack:
+        queue = self.streams.get(node)
+        if queue is None:
+            return unavailable(
+                host, pid, rank, f"node {node} has no stack request stream (not connected)"
+            )
+        if len(self.open) >= MAX_OPEN:
+            return unavailable(host, pid, rank, f"{MAX_OPEN} stack requests already open")
+        request_id = secrets.randbits(64) or 1
+        future = asyncio.get_running_loop().create_future()
+        self.open[request_id] = (node, future)
+        message = pb.StackRequest(request_id=request_id, pid=pid)
+        if rank is not None:
+            message.global_rank = rank
+        try:
+            if not _put(queue, message):
+                return unavailable(host, pid, rank, f"node {node} has {QUEUE_MAX} requests queued")
+            stack = await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            return unavailable(
+                host, pid, rank, f"node {node} did not answer within {timeout_s:g} s"
+            )
+        except ValueError as e:
+            return unavailable(host, pid, rank, f"node {node} answered badly: {e}")
+        finally:
+            self.open.pop(request_id, None)
+        if stack.pid != pid:
+            return unavailable(host, pid, rank, f"node {node} answered for pid {stack.pid}")
+        return stack
+
+
+def _put(queue: asyncio.Queue, item) -> bool:
+    try:
+        queue.put_nowait(item)
+        return True
+    except asyncio.QueueFull:
+        return False

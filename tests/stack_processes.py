@@ -1,0 +1,192 @@
+"""Real Python processes for the stack tests: one with Inject (the repository's package on
+PYTHONPATH, its import hook installed as the .pth line does, and a stand-in torch whose
+_new_process_group_helper has torch's signature) that makes a process group, starts a helper
+thread and sleeps in a known function; or one without Inject that only records the signals it
+receives."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FAKE_TORCH = {
+    "torch/__init__.py": "__version__ = '2.13.0'\nimport torch.distributed\n",
+    "torch/distributed/__init__.py": "from . import distributed_c10d\n",
+    "torch/distributed/distributed_c10d.py": textwrap.dedent(
+        """
+        def _new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend,
+                                      store, group_name, backend_options=None, timeout=None,
+                                      pg_tag=None, device_id=None, group_desc=None):
+            return PG(group_name), None
+        class PG:
+            def __init__(self, name):
+                self.group_name = name
+            def rank(self):
+                return 0
+            def size(self):
+                return 1
+        class Backend(str):
+            pass
+        class BackendConfig:
+            def __init__(self, backend):
+                self.b = str(backend)
+            def get_device_backend_map(self):
+                return {"cpu": self.b}
+        """
+    ),
+}
+
+# A training script: `PRELUDE` runs before Inject (an application's own handler goes there)
+TRAIN = """\
+import os, signal, sys, threading, time
+PRELUDE
+from comminsight.inject import startup
+startup.install()
+import torch.distributed.distributed_c10d as c10d
+c10d._new_process_group_helper(1, 0, [], "gloo", None, "0", timeout=5, group_desc="d")
+
+
+def load_batches(stop):
+    stop.wait()  # HELPER_LINE
+
+
+def train_step():
+    time.sleep(600)  # SLEEP_LINE
+
+
+stop = threading.Event()
+threading.Thread(target=load_batches, args=(stop,), name="data-loader", daemon=True).start()
+print("ready", os.getpid(), flush=True)
+train_step()
+"""
+
+# No Inject at all: it counts the stack signal in a file, so a test can tell whether it came
+NO_INJECT = """\
+import os, signal, sys, time
+marker = sys.argv[1]
+def record(signum, frame):
+    with open(marker, "a") as f:
+        f.write("signal\\n")
+signal.signal(signal.SIGUSR2, record)
+print("ready", os.getpid(), flush=True)
+while True:
+    time.sleep(600)
+"""
+
+
+def line_of(script: str, marker: str) -> int:
+    return next(i for i, text in enumerate(script.splitlines(), 1) if marker in text)
+
+
+class ScriptProcess:
+    """A script run as a real process; `start()` returns once it printed its ready line."""
+
+    def __init__(self, tmp_path: Path, script: str, args=(), **env: str) -> None:
+        self.tmp_path = tmp_path
+        self.script = script
+        self.path = tmp_path / "train.py"
+        self.path.write_text(script)
+        for rel, text in FAKE_TORCH.items():
+            target = tmp_path / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        full = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
+        full.update(PYTHONPATH=f"{tmp_path}:{ROOT}", RANK="1", **env)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(self.path), *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full,
+            cwd=tmp_path,
+        )
+        self.pid = self.proc.pid
+        self.stderr: str | None = None
+        self.ready = False
+
+    def wait_ready(self, deadline_s: float = 120.0) -> None:
+        if self.ready:
+            return
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if ready:
+                line = self.proc.stdout.readline().decode()
+                if line.startswith("ready"):
+                    self.ready = True
+                    self._wait_blocked(end)
+                    return
+                if not line:
+                    break
+            if self.proc.poll() is not None:
+                break
+        raise AssertionError(f"{self.path} never got ready: {self.stop()}")
+
+    def _wait_blocked(self, end: float) -> None:
+        """After its ready line a script only blocks in its final wait: once the kernel shows
+        its main thread sleeping, a signal finds it there, not on the way."""
+        while time.monotonic() < end:
+            stat = Path(f"/proc/{self.pid}/stat").read_bytes()
+            if stat[stat.rindex(b")") + 2 :].split()[0] == b"S":
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"{self.path} never blocked after its ready line")
+
+    def stop(self) -> str:
+        """Kill it (once) and return what it wrote on stderr."""
+        if self.stderr is None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait(timeout=60)
+            self.stderr = self.proc.stderr.read().decode()
+            self.proc.stdout.close()
+            self.proc.stderr.close()
+        return self.stderr
+
+    def __enter__(self) -> ScriptProcess:
+        self.wait_ready()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def train_script(prelude: str = "pass") -> str:
+    return TRAIN.replace("PRELUDE", prelude)
+
+
+def inject_lines(home: Path) -> list[dict]:
+    lines = []
+    for path in sorted((home / "metadata" / "inject").glob("*.jsonl")):
+        lines += [json.loads(x) for x in path.read_text().splitlines()]
+    return lines
+
+
+def stacks_line(home: Path, pid: int) -> dict | None:
+    found = [x for x in inject_lines(home) if x["kind"] == "stacks" and x["pid"] == pid]
+    return found[-1] if found else None
+
+
+def poll_until(condition, deadline_s: float = 60.0, what: str = "the condition"):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"{what} did not happen within {deadline_s} s")
+
+
+def stack_files(home: Path, pid: int) -> list[Path]:
+    return sorted((home / "metadata" / "stacks").glob(f"{pid}-*.json"))
+
+
+STACK_SIGNAL = signal.SIGUSR2
