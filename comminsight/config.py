@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from comminsight.safe_open import kind_of
 from comminsight_gen.config_v1 import KEY_BY_NAME, KEYS, ConfigKey, ConfigV1
 
 Settings = ConfigV1
@@ -30,6 +31,7 @@ _ADDRESS_KEYS = (
 )
 MAX_CONF_BYTES = 1 << 20
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_KEY_NAME = re.compile(r"^COMMINSIGHT_[A-Z0-9_]{1,64}$")  # what an unknown-key error may echo
 
 
 class ConfigError(ValueError):
@@ -61,10 +63,16 @@ def parse_conf_file(path: Path) -> dict[str, tuple[str, Origin]]:
         key, sep, value = line.partition("=")
         key, value = key.strip(), value.strip()
         where = Origin(f"{path}:{lineno}")
+        # the line itself is never echoed: a file planted or linked here (a password file)
+        # must not have its content printed by the error that refuses it
         if not sep or not key:
-            raise ConfigError(f"{where.text}: expected KEY=VALUE, got {raw.strip()!r}")
+            raise ConfigError(
+                f"{where.text}: expected KEY=VALUE, got a line of {len(raw.strip())} "
+                "characters without '=' (not shown)"
+            )
         if key not in KEY_BY_NAME:
-            raise ConfigError(f"{where.text}: unknown key {key}")
+            shown = key if _KEY_NAME.match(key) else "(not shown: not a key name)"
+            raise ConfigError(f"{where.text}: unknown key {shown}")
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
         values[key] = (value, where)
@@ -74,11 +82,24 @@ def parse_conf_file(path: Path) -> dict[str, tuple[str, Origin]]:
 def _read_conf_text(path: Path) -> str:
     """The file's text, opened without blocking: a FIFO or device planted where the file
     belongs would make a plain open() or read() wait for ever."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        # a symbolic link is followed only when this user or root made it (as the Profiler
+        # decides); another user's would choose what the Agent reads as its configuration
+        owner = os.lstat(path).st_uid
+        if owner not in (os.geteuid(), 0):
+            raise OSError(
+                errno.EPERM, f"is a symbolic link owned by uid {owner}; not followed"
+            ) from None
+        fd = os.open(path, flags)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
+            raise OSError(errno.EINVAL, f"is a {kind_of(st.st_mode)}, not a regular file")
         if st.st_size > MAX_CONF_BYTES:
             raise OSError(errno.EFBIG, f"larger than {MAX_CONF_BYTES} bytes")
         return f.read(MAX_CONF_BYTES + 1).decode("utf-8")
@@ -176,9 +197,15 @@ def load_settings(env: Mapping[str, str] | None = None, conf_path: Path | None =
     else:
         default_file, _ = config_file_path(env)
         try:
-            present = default_file.is_file()
+            os.lstat(default_file)
+            present = True
+        except FileNotFoundError:
+            present = False
         except OSError as e:  # an unreadable home: named, not a traceback
-            raise ConfigError(f"{default_file}: cannot read configuration file: {e}") from None
+            raise ConfigError(
+                f"{default_file}: cannot read configuration file: {e.strerror}"
+            ) from None
+        # anything there is read or refused by name (a FIFO, a directory), never skipped
         if present:
             raw.update(parse_conf_file(default_file))
     for key in KEYS:

@@ -4,8 +4,10 @@
 layout, without blocking (a FIFO named *.shm is refused, not waited on), checks on the open
 descriptor that it is a regular file of this Agent's user, maps it read-only and checks the
 header before anything else is believed (magic, ABI version, record sizes, offsets inside the
-file, ring capacity a power of two). Communicator-table rows that break the protocol are left
-out of `comm_entries()` and counted (`bad_rows`, `bad_rows_reason`).
+file, ring capacity a power of two, clocks that fit in int64). It keeps the descriptor so that
+`shrunk()` can tell, before a pass reads the mapping, that the file was truncated under it.
+Communicator-table rows that break the protocol are left out of `comm_entries()` and counted
+(`bad_rows`, `bad_rows_reason`).
 `RingCursor` reads new op records in batches through the generated numpy dtype, using each
 slot's sequence number to tell complete, overwritten and not-yet-written slots apart (a slot
 its producer is still writing is read on a later poll, not counted lost), and counts what the
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +40,10 @@ _FREE = shm_v1.CommState.FREE
 _COMM_STATES = np.array([shm_v1.CommState.ACTIVE, shm_v1.CommState.FINALIZED], dtype=np.uint32)
 _FILE_STATES = {int(s) for s in shm_v1.FileState}
 _NAME_SOURCES = max(int(s) for s in shm_v1.NameSource)
+# header clocks a reader converts to times: a value past int64 is no clock reading, and made
+# the Semantic Engine fail with an OverflowError instead of naming the field
+_CLOCK_FIELDS = ("start_real_ns", "start_mono_ns", "heartbeat_mono_ns", "heartbeat_real_ns")
+_MAX_NS = (1 << 63) - 1
 
 
 class ShmError(ValueError):
@@ -96,8 +103,14 @@ class ShmRegion:
                     f"{self.path}: {size} bytes, shorter than the {HEADER.itemsize}-byte header"
                 )
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        # the descriptor stays open so that each poll can fstat the very file it maps: a
+        # mapping read past the end of a file truncated since kills the reader with SIGBUS
+        self._fd = fd
+        self.mapped_size = size
+        self._close_fd = weakref.finalize(self, os.close, fd)
         self._buf = np.frombuffer(self._map, dtype=np.uint8)
         self.header = np.frombuffer(self._map, dtype=HEADER, count=1)[0]
         self._check(size)
@@ -145,12 +158,30 @@ class ShmRegion:
         for name in ("comm_table_offset", "ring_offset"):
             if int(h[name]) % shm_v1.CACHE_LINE:
                 raise bad(name, f"{int(h[name])} is not a multiple of {shm_v1.CACHE_LINE}")
+        for name in _CLOCK_FIELDS:  # nanosecond clocks fit in int64 (u64 max is no time)
+            if int(h[name]) > _MAX_NS:
+                raise bad(name, f"{int(h[name])} is not a time (more than {_MAX_NS} ns)")
         if int(h["state"]) not in _FILE_STATES:
             raise bad("state", f"{int(h['state'])} is not a file_state")
         if ring_end > size:
             raise bad(
                 "ring_offset", f"the ring ends at {ring_end}, past the end of the file ({size})"
             )
+
+    def shrunk(self) -> str | None:
+        """Why the mapping must no longer be touched: the file is now shorter than what was
+        mapped (reading the lost pages would raise SIGBUS and end the Agent). None: it may be
+        read. Called before every pass touches the region."""
+        try:
+            size = os.fstat(self._fd).st_size
+        except OSError as e:
+            return f"{self.path}: cannot be examined: {e.strerror}"
+        if size < self.mapped_size:
+            return (
+                f"{self.path}: the file shrank to {size} bytes while mapped "
+                f"({self.mapped_size} bytes mapped); its region is no longer read"
+            )
+        return None
 
     @property
     def state(self) -> int:
@@ -174,6 +205,8 @@ class ShmRegion:
         A frozen region (its producer is gone) answers from the copy taken when it froze."""
         if self._frozen is not None:
             return self._frozen
+        if self.shrunk():  # the API may ask between a truncation and the pass that drops it
+            return self.comms[:0].copy()
         self.table_copies += 1
         used = np.flatnonzero(self.comms["state"] != _FREE)
         copy = self.comms[used]
@@ -216,6 +249,7 @@ class ShmRegion:
         # release the buffer exports
         self.header = self.comms = self.ring = self._buf = self._frozen = None
         self._map.close()
+        self._close_fd()
 
 
 def _row_problem(row) -> str:

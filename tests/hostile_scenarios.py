@@ -41,9 +41,13 @@ def own_region() -> ShmRegion | None:
         *Path(os.environ.get("XDG_RUNTIME_DIR", "/nonexistent")).glob("comminsight-*"),
     ]:
         shms = base / "shms"
-        if not shms.is_dir():
+        try:
+            if not shms.is_dir():
+                continue
+        except OSError:  # a home too long for the kernel to look up
             continue
-        for p in shms.glob("*.shm"):
+        # other processes' regions may be there too (dead ones, kept for their Agent)
+        for p in shms.glob(f"ci-*-{os.getpid()}-*.shm"):
             r = ShmRegion(p, shm_dir=os.environ.get("COMMINSIGHT_PROFILER_SHM_DIR"))
             if int(r.header["pid"]) == os.getpid():
                 return r

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shutil
 import signal
@@ -23,10 +24,13 @@ from live_agent import LiveAgent
 from profiler_builds import builds
 
 from comminsight.agent.fifo_reader import EVENT_SIZE, HangEventFifo
+from comminsight.agent.hang_store import HangStore
+from comminsight.agent.home_check import HomeError, check_config_file, check_home
 from comminsight.agent.inject_names import READ_BUDGET, InjectNames
 from comminsight.agent.log_recovery import recover, segment_prefix
-from comminsight.agent.producers import ProducerSet
+from comminsight.agent.producers import QUARANTINE, ProducerSet
 from comminsight.agent.service import RECENT_EVENTS
+from comminsight.config import ConfigError, load_settings
 from comminsight.log_segments import verify_segment
 from comminsight.shm_reader import BUSY, HEADER, SLOT, RingCursor, ShmRegion
 from comminsight.sim import SimConfig, read_ground_truth, run_simulation
@@ -634,3 +638,356 @@ def test_exited_processes_awaiting_retirement_cost_no_table_copies(tmp_path):
     producers.close()
     lock.close()
     shutil.rmtree(tmp_path / "shms", ignore_errors=True)
+
+
+# ---- regions truncated, ring slots and headers forged --------------------------------------
+
+
+def test_a_region_truncated_while_mapped_is_quarantined_not_a_sigbus(tmp_path, region_bytes):
+    """Reading a mapping past the end of its truncated file raises SIGBUS, which would end
+    the Agent (and this test process): the region is dropped before anything reads it."""
+    path = forged_region(tmp_path, region_bytes, "cut.shm")
+    intact = forged_region(tmp_path, region_bytes, "intact.shm")
+    producers = ProducerSet(tmp_path)
+    producers.poll(time.monotonic_ns())
+    assert set(producers.producers) == {path, intact}
+    region = producers.producers[path].region
+    os.truncate(path, 8192)
+    assert len(region.comm_entries()) == 0  # what health reads between two passes
+    producers.poll(time.monotonic_ns())
+    assert list(producers.producers) == [intact]  # the other region is still read
+    why = producers.counters.refused["cut.shm"]
+    assert "shrank to 8192 bytes while mapped" in why and str(path) in why
+    assert producers.counters.refused_by_reason == {"shrunk": 1}
+    assert (tmp_path / "shms" / QUARANTINE / "cut.shm").exists()
+    assert "shrank" in (tmp_path / "shms" / QUARANTINE / "cut.shm.reason").read_text()
+    producers.close()
+
+
+# ---- the home and its configuration file ---------------------------------------------------
+
+
+def _agent_exit(env: dict, timeout_s: float = 120.0) -> subprocess.CompletedProcess:
+    """Run the Agent to its refusal (it exits before it serves anything)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "comminsight.agent.main"],
+        env={**clean, "COMMINSIGHT_AGENT_LISTEN": "127.0.0.1:0", **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+
+
+@ROOT_ONLY
+def test_a_home_that_is_another_users_symbolic_link_is_refused(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir(mode=0o700)
+    home = tmp_path / "home"
+    home.symlink_to(target)
+    os.lchown(home, NOBODY, NOBODY)
+    done = _agent_exit({"COMMINSIGHT_HOME": str(home)})
+    assert done.returncode == 1
+    assert f"{home}: is a symbolic link owned by uid 65534" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert list(target.iterdir()) == []  # nothing written where the link points
+    os.lchown(home, os.geteuid(), os.getegid())  # this user's own link is an installation's
+    check_home(home)
+
+
+@ROOT_ONLY
+def test_a_config_link_of_another_user_is_refused_and_no_content_is_echoed(tmp_path):
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secrethash:19000:0:99999:7:::\n")
+    secret.chmod(0o600)
+    home = tmp_path / "home"
+    (home / "etc").mkdir(parents=True, mode=0o700)
+    conf = home / "etc" / "comminsight.conf"
+    conf.symlink_to(secret)
+    env = {"COMMINSIGHT_HOME": str(home)}
+    # root's own link is followed, but what it finds is refused without being shown
+    with pytest.raises(ConfigError) as err:
+        load_settings(env)
+    assert f"{conf}:1: expected KEY=VALUE" in str(err.value)
+    assert "secrethash" not in str(err.value) and "root:" not in str(err.value)
+    done = _agent_exit(env)
+    assert done.returncode == 2 and "expected KEY=VALUE" in done.stderr
+    assert "secrethash" not in done.stderr + done.stdout and "Traceback" not in done.stderr
+    os.lchown(conf, NOBODY, NOBODY)  # another user's link is not followed at all
+    with pytest.raises(ConfigError, match="symbolic link owned by uid 65534"):
+        load_settings(env)
+    with pytest.raises(HomeError, match="symbolic link owned by uid 65534"):
+        check_config_file(conf)
+    done = _agent_exit(env)
+    assert done.returncode == 2 and "symbolic link owned by uid 65534" in done.stderr
+
+
+def test_a_fifo_in_the_default_config_place_is_named_not_skipped(tmp_path):
+    (tmp_path / "etc").mkdir(mode=0o700)
+    conf = tmp_path / "etc" / "comminsight.conf"
+    os.mkfifo(conf, 0o600)
+    with pytest.raises(ConfigError) as err:
+        load_settings({"COMMINSIGHT_HOME": str(tmp_path)})
+    assert str(err.value) == (
+        f"{conf}: cannot read configuration file: is a FIFO, not a regular file"
+    )
+    with pytest.raises(HomeError, match="is a FIFO, not a regular file"):
+        check_config_file(conf)
+    conf.unlink()  # nothing there: the defaults, as before
+    assert load_settings({"COMMINSIGHT_HOME": str(tmp_path)}).home == str(tmp_path)
+
+
+# ---- a full disk ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """mount(dir) makes dir a 256 KiB tmpfs; fill() fills it; free() empties it again."""
+    mounted = []
+
+    class Disk:
+        def mount(self, where: Path) -> Path:
+            where.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(where)],
+                capture_output=True,
+            )
+            if done.returncode:
+                pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
+            mounted.append(where)
+            return where
+
+        def fill(self) -> None:
+            with open(mounted[-1] / "filler", "wb", buffering=0) as f:
+                try:
+                    while True:
+                        f.write(b"\0" * 4096)
+                except OSError as e:
+                    assert e.errno == 28  # ENOSPC
+
+        def free(self) -> None:
+            (mounted[-1] / "filler").unlink()
+
+    yield Disk()
+    for where in mounted:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+@ROOT_ONLY
+def test_a_recovery_that_meets_a_full_disk_keeps_the_region_and_is_retried(
+    tmp_path, region_bytes, full_disk
+):
+    logs = full_disk.mount(tmp_path / "inspector_logs")
+    full_disk.fill()
+    dead = forged_region(
+        tmp_path, region_bytes, "dead.shm", pid=_dead_pid(), flags=shm_v1.HeaderFlags.LOGS_ENABLED
+    )
+    head = int(np.frombuffer(region_bytes, dtype=HEADER, count=1)[0]["ring_head"])
+    producers = ProducerSet(tmp_path)
+    t0, hour = time.monotonic_ns(), 3600 * 10**9
+    producers.poll(t0, retire_after_ns=60 * 10**9)  # reads its ring; recovery comes next
+    for later in (1, 2):  # long past the retirement delay: kept, tried again, named
+        producers.poll(t0 + later * hour, retire_after_ns=60 * 10**9)
+        assert dead.exists() and len(producers.producers) == 1
+    assert producers.counters.recovery_failures == 2
+    (problem,) = producers.problems()
+    assert "could not be recovered yet" in problem and "No space left on device" in problem
+    assert "retried (2 attempts)" in problem and "[Errno" not in problem
+    assert sorted(p.name for p in logs.iterdir()) == ["filler"]  # no partial left behind
+    full_disk.free()
+    producers.poll(t0 + 3 * hour, retire_after_ns=60 * 10**9)
+    assert not dead.exists() and producers.producers == {}  # retired once written
+    assert producers.problems() == [] and producers.counters.records_unrecovered == 0
+    _, covered, _ = _logged_seqs(sorted(logs.glob("*.jsonl")))
+    assert covered == set(range(1, head + 1))  # every record, or a gap line naming it
+
+
+def test_a_recovery_that_fails_for_another_reason_is_retired_counted_and_named(
+    tmp_path, region_bytes
+):
+    dead = forged_region(
+        tmp_path, region_bytes, "dead.shm", pid=_dead_pid(), flags=shm_v1.HeaderFlags.LOGS_ENABLED
+    )
+    (tmp_path / "inspector_logs").write_text("not a directory")  # ENOTDIR: not a space problem
+    head = int(np.frombuffer(region_bytes, dtype=HEADER, count=1)[0]["ring_head"])
+    producers = ProducerSet(tmp_path)
+    t0 = time.monotonic_ns()
+    producers.poll(t0, retire_after_ns=60 * 10**9)
+    assert dead.exists()  # not before the retirement delay
+    producers.poll(t0 + 3600 * 10**9, retire_after_ns=60 * 10**9)
+    assert not dead.exists()
+    assert producers.counters.recovery_failures == 1
+    cap = int(np.frombuffer(region_bytes, dtype=HEADER, count=1)[0]["ring_capacity"])
+    assert producers.counters.records_unrecovered == min(head, cap) > 0
+    (problem,) = producers.problems()
+    assert problem.startswith("SHM file dead.shm retired: pid ")
+    assert f"{min(head, cap)} records only its SHM region held were not written" in problem
+
+
+@ROOT_ONLY
+def test_a_hang_report_that_meets_a_full_disk_is_retried_and_named(tmp_path, full_disk):
+    from test_agent_hang_store import fixture
+
+    full_disk.mount(tmp_path / "metadata")
+    store = HangStore(tmp_path)
+    kept = fixture("rank-not-joined-open.json")
+    assert store.save(kept)
+    full_disk.fill()
+    died = fixture("process-died-no-op.json")
+    assert not store.save(died)
+    hangs = tmp_path / "metadata" / "hangs"
+    assert sorted(p.name for p in hangs.iterdir()) == [f"{kept.report_id}.json"]  # no .tmp
+    assert "No space left on device" in store.write_errors[died.report_id]
+    assert str(store.path_of(died.report_id)) in store.write_errors[died.report_id]
+    assert store.retry_unwritten() == 1 and store.write_failures == 2
+    assert died.report_id in store.reports  # served by the API meanwhile
+    full_disk.free()
+    assert store.retry_unwritten() == 0 and store.write_errors == {}
+    again = HangStore(tmp_path)
+    again.load()
+    assert again.reports == {kept.report_id: kept, died.report_id: died}
+
+
+@pytest.mark.parametrize("field", ["start_real_ns", "start_mono_ns"])
+def test_a_header_clock_of_two_to_the_64_minus_one_is_refused_by_name(
+    tmp_path, region_bytes, field
+):
+    forged_region(tmp_path, region_bytes, "clock.shm", **{field: (1 << 64) - 1})
+    good = forged_region(tmp_path, region_bytes, "good.shm")
+    producers = ProducerSet(tmp_path)
+    producers.poll(time.monotonic_ns())
+    assert list(producers.producers) == [good]
+    why = producers.counters.refused["clock.shm"]
+    assert f"header.{field}: {(1 << 64) - 1} is not a time" in why
+    assert producers.counters.refused_by_reason == {f"header.{field}": 1}
+    producers.close()
+
+
+# ---- hang events misframed -----------------------------------------------------------------
+
+
+def test_a_partial_write_before_a_genuine_event_is_skipped_and_the_event_read(tmp_path):
+    from comminsight.agent.fifo_reader import EventDecoder
+
+    genuine = event_bytes(pid=4242, rank=1, nranks=2, comm_id=7)
+    decoder = EventDecoder("test")
+    assert decoder.feed(genuine[:8]) == []  # a magic, version and size, then nothing
+    (event,) = decoder.feed(genuine)
+    assert (event.pid, event.rank, event.comm_id) == (4242, 1, 7)
+    assert decoder.stats.rejected_by_reason == {"pid": 1}
+    assert "pid 33554433" in decoder.stats.last_error
+    (again,) = decoder.feed(genuine)  # framed again: nothing more rejected
+    assert again.pid == 4242 and decoder.stats.rejected == 1 and decoder.stats.events == 2
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"pid": -5}, "pid"),
+        ({"rank": 9, "nranks": 2}, "rank"),
+        ({"reserved0": 1}, "reserved"),
+    ],
+)
+def test_an_event_with_impossible_fields_is_rejected_by_name(fields, reason):
+    from comminsight.agent.fifo_reader import EventDecoder
+
+    decoder = EventDecoder("test")
+    bad = event_bytes(**{"pid": 10, "nranks": 2, **fields})
+    got = decoder.feed(bad + event_bytes(pid=11, nranks=2))
+    assert [e.pid for e in got] == [11]  # the next event is read all the same
+    assert decoder.stats.rejected_by_reason == {reason: 1} and decoder.stats.events == 1
+
+
+def _forge_slots(path: Path, n: int, seed: int) -> None:
+    """Random bytes in the first n ring slots, with the seq and kind a reader expects."""
+    rng = np.random.default_rng(seed)
+    with open(path, "r+b") as f:
+        header = np.frombuffer(bytearray(f.read(HEADER.itemsize)), HEADER, 1).copy()
+        slots = np.frombuffer(rng.integers(0, 256, n * SLOT.itemsize, np.uint8).tobytes(), SLOT)
+        slots = slots.copy()
+        slots["seq"] = np.arange(1, n + 1)
+        slots["kind"] = rng.integers(1, 3, n)
+        f.seek(int(header["ring_offset"][0]))
+        f.write(slots.tobytes())
+        header["ring_head"] = n
+        f.seek(0)
+        f.write(header.tobytes())
+
+
+def test_random_ring_slots_with_a_valid_seq_are_dropped_counted_and_named(tmp_path, region_bytes):
+    forged = forged_region(tmp_path, region_bytes, "random.shm")
+    _forge_slots(forged, 32, seed=7)
+    genuine = forged_region(tmp_path, region_bytes, "genuine.shm")
+    head = int(np.frombuffer(region_bytes, dtype=HEADER, count=1)[0]["ring_head"])
+    with LiveAgent(tmp_path) as agent:
+        agent.wait_passes(3)
+        counters = agent.service.producers.counters
+        assert counters.slots_rejected == 32  # random fields: none in range
+        assert counters.records == min(head, 1 << 16)  # the genuine region loses nothing
+        assert sum(counters.slots_rejected_by_reason.values()) == 32
+        body = health(agent)
+        assert body["status"] == "degraded"
+        (named,) = [r for r in body["reasons"] if "random.shm" in r]
+        assert "32 ring records break the shm v1 protocol and were dropped" in named
+        assert "ring seq " in named
+        assert body["ingest_lag_ms"] is None or body["ingest_lag_ms"] < 3.6e6
+        total = sum(
+            float(line.split()[-1])
+            for line in get(agent, "/metrics")[1].decode().splitlines()
+            if line.startswith("comminsight_agent_shm_slots_rejected_total{")
+        )
+        assert total == 32
+    assert genuine.exists()
+
+
+# ---- thousands of Inject files -------------------------------------------------------------
+
+
+def test_thousands_of_inject_files_are_read_in_turns_once_and_logged_once(tmp_path, caplog):
+    from comminsight.agent.inject_names import FILES_PER_PASS
+
+    inject = tmp_path / "metadata" / "inject"
+    inject.mkdir(parents=True)
+    good = group_line(tmp_path / "scratch", 7, "default_pg:7")
+    n = 3 * FILES_PER_PASS + 5
+    for i in range(n):  # a bad line, then a line whose newline never comes
+        (inject / f"h.{100000 + i}.jsonl").write_bytes(b"{not json\n" + good[:-1])
+    (inject / "h.7.jsonl").write_bytes(good)
+    names = InjectNames(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="comminsight.agent.inject_names"):
+        for expected in range(1, 5):
+            names.refresh()
+            assert names.files_opened == min(expected * FILES_PER_PASS, n + 1)
+        assert names.named_by_inject("h", 7, "default_pg:7")  # reached in its turn
+        assert len(names.errors) == n  # every bad file named
+        work = (names.files_opened, names.bytes_read)
+        for _ in range(20):
+            names.refresh()
+        assert (names.files_opened, names.bytes_read) == work  # unchanged: lstat only
+    warnings = [r for r in caplog.records if "inject metadata" in r.getMessage()]
+    assert len(warnings) == 1  # the rest summed into a later line, not one per file
+    path = inject / "h.100000.jsonl"
+    with open(path, "ab") as f:
+        f.write(b"\n")  # the cut line completes: read again
+    names.refresh()
+    assert names.files_opened == work[0] + 1
+    assert names.named_by_inject("h", 7, "default_pg:7")
+
+
+def test_inject_files_of_processes_long_gone_are_not_read(tmp_path):
+    inject = tmp_path / "metadata" / "inject"
+    inject.mkdir(parents=True)
+    dead, alive = _dead_pid(), os.getpid()
+    hours_ago = time.time() - 2 * 3600
+    for pid in (dead, alive):
+        path = inject / f"h.{pid}.jsonl"
+        path.write_bytes(group_line(tmp_path / "scratch", pid, f"pg:{pid}"))
+        os.utime(path, (hours_ago, hours_ago))
+    fresh = inject / "h.1.jsonl"  # (pid 1 runs, but the point is its age)
+    fresh.write_bytes(group_line(tmp_path / "scratch", 2, "pg:fresh"))
+    names = InjectNames(tmp_path)
+    names.refresh()
+    assert not names.named_by_inject("h", dead, f"pg:{dead}") and names.stale_ignored == 1
+    assert names.named_by_inject("h", alive, f"pg:{alive}")  # old, but its process runs
+    assert names.named_by_inject("h", 2, "pg:fresh")

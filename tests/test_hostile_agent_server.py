@@ -1,7 +1,8 @@
 """The Agent against hostile load, settings, homes and disks: its HTTP server under more
-half-open connections than it has file descriptors, a header that never ends, settings out of
-range, homes it must not trust, symbolic links where segments belong, peers without the token
-claiming a live node, and a disk that fills up under the Semantic Engine.
+half-open connections than it has file descriptors, a header that never ends, clients that
+pipeline requests and never read the answers, settings out of range, homes it must not trust,
+symbolic links where segments belong, peers without the token claiming a live node or
+flooding the master with large messages, and a disk that fills up under the Semantic Engine.
 
 Each case is run on a real `comminsight-agent` process where the process is what is at stake
 (its exit status and stderr, its descriptors, its answers over TCP); nothing here waits on a
@@ -10,6 +11,7 @@ clock to decide: every wait polls for a condition with a generous deadline.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import re
@@ -593,6 +595,124 @@ def test_an_unauthenticated_registration_claiming_a_live_node_changes_nothing_of
         assert master.log_text().count("refused a peer without the token") == 1  # rate-limited
     finally:
         master.stop()
+
+
+def _memory_kib(pid: int, field: str) -> int:
+    """VmRSS (now) or VmHWM (the peak so far) of a process, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+FLOOD_CALLS = 64  # concurrent registrations without a token
+FLOOD_ROUNDS = 8
+FLOOD_MESSAGE = b"\x32\xff\xff\xff\x01" + b"A" * (3_900 * 1024)  # under max_batch_bytes
+
+
+async def _flood(address: str) -> dict[str, int]:
+    """FLOOD_CALLS x FLOOD_ROUNDS Register calls of 3.9 MB without a token; their codes."""
+    codes: dict[str, int] = {}
+    async with grpc.aio.insecure_channel(
+        address, options=[("grpc.max_send_message_length", 64 << 20)]
+    ) as channel:
+        register = channel.unary_unary(
+            "/comminsight.agent_master_slave.v1.AgentMaster/Register",
+            request_serializer=None,
+            response_deserializer=None,
+        )
+
+        async def caller() -> None:
+            for _ in range(FLOOD_ROUNDS):
+                try:
+                    await register(FLOOD_MESSAGE, timeout=DEADLINE_S)
+                    codes["OK"] = codes.get("OK", 0) + 1
+                except grpc.aio.AioRpcError as e:
+                    codes[e.code().name] = codes.get(e.code().name, 0) + 1
+
+        await asyncio.gather(*(caller() for _ in range(FLOOD_CALLS)))
+    return codes
+
+
+def test_a_flood_of_large_registrations_without_a_token_leaves_the_master_memory_bounded(
+    tmp_path,
+):
+    grpc_address = f"127.0.0.1:{free_port()}"
+    home = tmp_path / "master"
+    home.mkdir()
+    master = AgentProc(
+        home,
+        "master",
+        "master",
+        f"127.0.0.1:{free_port()}",
+        {"COMMINSIGHT_AGENT_MASTER_LISTEN": grpc_address, "COMMINSIGHT_SEMANTIC_ENABLE": "0"},
+    ).start()
+    try:
+        master.wait_ready()
+        pid = master.proc.pid
+        before_kib = _memory_kib(pid, "VmRSS")
+        codes = asyncio.run(_flood(grpc_address))
+        calls = FLOOD_CALLS * FLOOD_ROUNDS
+        assert codes == {"UNAUTHENTICATED": calls}, codes
+        # ~2 GB were sent; refused from their metadata, none of it was buffered whole
+        growth_mib = (_memory_kib(pid, "VmHWM") - before_kib) / 1024
+        assert growth_mib < 300, f"the master's peak RSS grew {growth_mib:.0f} MiB"
+        metrics = master.get("/metrics").text
+        assert metric(metrics, "comminsight_master_unauthenticated_total") == calls
+        with grpc.insecure_channel(grpc_address) as channel:  # a slave with the token still joins
+            pb.RegisterResponse.FromString(_register(channel, "node-0", TOKEN))
+        nodes = {n["node_name"]: n for n in master.get("/api/v1/nodes").json()["items"]}
+        assert nodes["node-0"]["state"] == "connected"
+        no_traceback(master.log_text())
+    finally:
+        master.stop()
+
+
+# ---- clients that send requests and never read the answers -------------------------------------
+
+
+PIPELINED = b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n" * 64
+
+
+def test_connections_that_pipeline_and_never_read_are_closed_and_the_api_answers(tmp_path):
+    raise_own_nofile(2048)
+    agent = Agent(
+        tmp_path / "home",
+        COMMINSIGHT_SEMANTIC_ENABLE="0",
+        COMMINSIGHT_AGENT_HTTP_WRITE_TIMEOUT_S="1",
+    )
+    attackers: list[socket.socket] = []
+    try:
+        agent.wait_ready()
+        attackers = open_connections(agent.listen, 300)  # more than the 256 allowed
+        for s in attackers:
+            s.sendall(PIPELINED)  # and never a byte read back
+
+        def answers():
+            h = agent.health()
+            return h is not None and h.status_code == 200
+
+        wait_until(answers, DEADLINE_S, lambda: f"the API stopped answering:\n{agent.text()}")
+
+        def closures():
+            text = agent.get("/metrics").text
+            stalled = metric(
+                text, "comminsight_agent_http_connections_closed_total", reason="write_stalled"
+            ) + metric(
+                text, "comminsight_agent_http_connections_closed_total", reason="limit_stalled"
+            )
+            return stalled >= len(attackers) - 256 and text
+
+        text = wait_until(closures, DEADLINE_S, lambda: "stalled connections were not counted")
+        assert (
+            metric(text, "comminsight_agent_http_connections_closed_total", reason="write_stalled")
+            > 0
+        ), "no connection was closed for not reading its answers"
+        assert agent.get("/api/v1/node").status_code == 200  # nothing else lost
+        no_traceback(agent.text())
+    finally:
+        close_all(attackers)
+        agent.stop()
 
 
 # ---- a full disk under the Semantic Engine -----------------------------------------------------

@@ -25,6 +25,7 @@ import pytest
 from profiler_builds import builds
 
 from comminsight.log_segments import segments_in, verify_segment
+from comminsight.shm_reader import ShmRegion
 from comminsight.sim import SimConfig, read_ground_truth, run_simulation
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.inspector_log_v1 import CiColl, CiGap
@@ -59,7 +60,7 @@ def scenario_env(home: Path, tmp_path: Path, **env) -> dict:
     }
 
 
-def start(scenario: str, home: Path, tmp_path: Path, build: str = "plain", **env):
+def start(scenario: str, home: Path, tmp_path: Path, build: str = "plain", cwd=None, **env):
     b = builds()[build]
     return subprocess.Popen(
         [sys.executable, str(SCENARIOS), scenario, str(b.path)],
@@ -67,6 +68,7 @@ def start(scenario: str, home: Path, tmp_path: Path, build: str = "plain", **env
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=cwd,
     )
 
 
@@ -78,8 +80,8 @@ def finish(proc, expect_rc: int = 0) -> tuple[dict, str]:
     return (json.loads(lines[-1]) if lines else {}), err
 
 
-def run(scenario: str, home: Path, tmp_path: Path, **env) -> tuple[dict, str]:
-    return finish(start(scenario, home, tmp_path, **env))
+def run(scenario: str, home: Path, tmp_path: Path, cwd=None, **env) -> tuple[dict, str]:
+    return finish(start(scenario, home, tmp_path, cwd=cwd, **env))
 
 
 def private_homes(tmp_path: Path) -> list[Path]:
@@ -263,6 +265,45 @@ def test_a_huge_config_file_is_read_up_to_a_bound(tmp_path):
     assert len(ops_in(home / "inspector_logs")) == OPS
 
 
+def test_a_config_line_with_a_nul_byte_is_rejected_and_the_rest_applied(tmp_path):
+    home = tmp_path / "home"
+    (home / "etc").mkdir(parents=True, mode=0o700)
+    conf = home / "etc" / "comminsight.conf"
+    conf.write_bytes(
+        b"COMMINSIGHT_PROFILER_LOG_ENABLE=0\0garbage\nCOMMINSIGHT_PROFILER_COMM_SLOTS=16\n"
+    )
+    out, err = run("train", home, tmp_path)
+    assert len(said(err, rf"{re.escape(str(conf))}:1: line contains a NUL byte; ignored")) == 1, err
+    assert len(ops_in(home / "inspector_logs")) == OPS, "the cut line turned the logs off"
+    assert out["comm_capacity"] == 16, "the next line was lost"
+
+
+def test_a_config_line_cut_by_the_read_bound_is_not_applied(tmp_path):
+    home = tmp_path / "home"
+    (home / "etc").mkdir(parents=True, mode=0o700)
+    conf = home / "etc" / "comminsight.conf"
+    head = b"COMMINSIGHT_PROFILER_COMM_SLOTS=16\n"
+    cut = b"COMMINSIGHT_PROFILER_COMM_SLOTS=1"  # the bound falls here; the line says 128
+    filler = b"#" * (262144 - len(head) - len(cut) - 1) + b"\n"
+    conf.write_bytes(head + filler + cut + b"28\n" + b"# more\n" * 10)
+    out, err = run("train", home, tmp_path)
+    assert len(said(err, rf"{re.escape(str(conf))} is larger than 262144 bytes")) == 1, err
+    assert out["comm_capacity"] == 16, "the half-read line was applied"
+    assert len(ops_in(home / "inspector_logs")) == OPS
+
+
+def test_an_overlong_home_is_refused_for_the_private_directory(tmp_path):
+    default = Path("/opt/comminsight")
+    before = tree(default) if default.exists() else None
+    home = tmp_path / ("x" * 5000)
+    out, err = run("train", home, tmp_path)
+    refusal = said(err, r"home COMMINSIGHT_HOME \(\d+ bytes\) refused: longer than 3071 bytes")
+    assert len(refusal) == 1 and " /opt/comminsight" not in err, err
+    (private,) = private_homes(tmp_path)
+    assert out["init_result"] == 0 and len(ops_in(private / "inspector_logs")) == OPS
+    assert (tree(default) if default.exists() else None) == before, "the default home was used"
+
+
 # ---- 3. links and foreign files planted inside our own home ----
 
 
@@ -442,6 +483,69 @@ def test_an_agent_bin_others_can_write_is_not_run(tmp_path):
     assert said(err, rf"{re.escape(str(agent))} refused: writable by group or others"), err
 
 
+def planted_agent(tmp_path: Path, how: str, marker: Path) -> tuple[Path, str]:
+    """A comminsight-agent on PATH that someone else could have put there; its directory and
+    the refusal the Profiler must give."""
+    where = tmp_path / "planted"
+    where.mkdir(mode=0o755)
+    agent = fake_agent(where / "comminsight-agent", marker)
+    if how == "other-owner":
+        os.chown(agent, NOBODY, NOBODY)
+        return where, f"owned by uid {NOBODY}, not by this process's uid 0 or root"
+    if how == "other-owned-dir":
+        os.chown(where, NOBODY, NOBODY)
+        return where, f"its directory {re.escape(str(where))} is owned by uid {NOBODY}"
+    if how == "world-writable-dir":
+        where.chmod(0o777)
+        return where, f"its directory {re.escape(str(where))} is writable by group or others"
+    # a link in a trusted directory to an agent in a directory others can write
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    agent.rename(loose / "comminsight-agent")
+    agent.symlink_to(loose / "comminsight-agent")
+    return where, f"its directory {re.escape(str(loose))} is writable by group or others"
+
+
+@pytest.mark.parametrize(
+    "how", ["other-owner", "other-owned-dir", "world-writable-dir", "link-into-loose-dir"]
+)
+def test_an_agent_on_path_someone_else_controls_is_not_run(how, tmp_path):
+    marker = tmp_path / "agent-ran"
+    where, refusal = planted_agent(tmp_path, how, marker)
+    out, err = run(
+        "autostart",
+        tmp_path / "home",
+        tmp_path,
+        COMMINSIGHT_AGENT_AUTOSTART="1",
+        LOCAL_RANK="0",
+        PATH=f"{where}:{os.environ['PATH']}",
+    )
+    assert out["init_result"] == 0 and not marker.exists()
+    agent = re.escape(str(where / "comminsight-agent"))
+    assert len(said(err, rf"agent autostart: {agent} refused: {refusal}.*; not started")) == 1, err
+
+
+@pytest.mark.parametrize("entry", ["", ".", "bin"], ids=["empty", "dot", "relative"])
+def test_an_agent_in_a_relative_path_entry_is_not_run(entry, tmp_path):
+    cwd = tmp_path / "cwd"
+    (cwd / "bin").mkdir(parents=True)
+    marker = tmp_path / "agent-ran"
+    fake_agent(cwd / "comminsight-agent", marker)
+    fake_agent(cwd / "bin" / "comminsight-agent", marker)
+    out, err = run(
+        "autostart",
+        tmp_path / "home",
+        tmp_path,
+        cwd=cwd,
+        COMMINSIGHT_AGENT_AUTOSTART="1",
+        LOCAL_RANK="0",
+        PATH=f"{entry}:/nonexistent",
+    )
+    assert out["init_result"] == 0 and not marker.exists()
+    assert len(said(err, r"comminsight-agent not found in an absolute PATH directory")) == 1, err
+
+
 # ---- 4. disk full: every lost op inside a gap line, the .partial sealed once space returns ----
 
 
@@ -568,63 +672,120 @@ def fake_region(path: Path, pid: int, ticks: int, **fields) -> Path:
     return path
 
 
-def test_regions_of_dead_processes_are_removed_live_ones_kept(tmp_path):
+DAY_NS = 24 * 3600 * 1_000_000_000
+
+
+def test_regions_of_dead_processes_are_removed_once_unlinked_live_ones_kept(tmp_path):
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
     home = tmp_path / "home"
     (home / "shms").mkdir(parents=True, mode=0o700)
+    other_home = tmp_path / "other-home"
+    (other_home / "shms").mkdir(parents=True, mode=0o700)
     dead = subprocess.Popen(["sleep", "60"])
     dead_ticks = start_ticks(dead.pid)
     dead.kill()
     dead.wait()
     live = subprocess.Popen(["sleep", "600"])
+
+    def region(n: int, pid: int, ticks: int, linked_from: Path | None = None, **fields) -> Path:
+        name = f"ci-h-{n}-{n}.shm"
+        link = (linked_from or home) / "shms" / name
+        path = fake_region(shm_dir / name, pid, ticks, link_path=str(link).encode(), **fields)
+        if linked_from is not None:
+            link.symlink_to(path)
+        return path
+
     try:
         live_ticks = start_ticks(live.pid)
         ns = os.stat("/proc/self/ns/pid").st_ino
+        long_ago = time.time_ns() - DAY_NS - 3600 * 1_000_000_000
         r = {
-            "dead": fake_region(shm_dir / "ci-h-1-1.shm", dead.pid, dead_ticks),
-            "reused": fake_region(shm_dir / "ci-h-2-2.shm", live.pid, live_ticks - 1),
-            "earlier-boot": fake_region(
-                shm_dir / "ci-h-3-3.shm", live.pid, live_ticks, boot_id=b"0" * 36
-            ),
-            "live": fake_region(shm_dir / "ci-h-4-4.shm", live.pid, live_ticks),
-            "no-start-time": fake_region(shm_dir / "ci-h-5-5.shm", dead.pid, 0),
-            "other-user": fake_region(shm_dir / "ci-h-6-6.shm", dead.pid, dead_ticks),
-            "other-pid-ns": fake_region(
-                shm_dir / "ci-h-7-7.shm", dead.pid, dead_ticks, pid_namespace=ns + 1
-            ),
+            # dead, and the home's link is gone (its Agent retired it): removed
+            "dead-unlinked": region(1, dead.pid, dead_ticks),
+            "reused": region(2, live.pid, live_ticks - 1),
+            "earlier-boot": region(3, live.pid, live_ticks, boot_id=b"0" * 36),
+            # dead, still linked, but silent for longer than the grace period: removed
+            "past-grace": region(4, dead.pid, dead_ticks, home, heartbeat_real_ns=long_ago),
+            # kept
+            "live": region(5, live.pid, live_ticks, home),
+            "no-start-time": region(6, dead.pid, 0),
+            "other-user": region(7, dead.pid, dead_ticks),
+            "other-pid-ns": region(8, dead.pid, dead_ticks, pid_namespace=ns + 1),
+            "linked-here-no-agent": region(9, dead.pid, dead_ticks, home),
+            "linked-from-another-home": region(10, dead.pid, dead_ticks, other_home),
+            "home-unknown": fake_region(shm_dir / "ci-h-11-11.shm", dead.pid, dead_ticks),
         }
         os.chown(r["other-user"], NOBODY, NOBODY)
-        os.mkfifo(shm_dir / "ci-h-8-8.shm", 0o600)  # must not block the sweep
-        (home / "shms" / "ci-h-1-1.shm").symlink_to(r["dead"])
+        os.mkfifo(shm_dir / "ci-h-12-12.shm", 0o600)  # must not block the sweep
         out, err = run("train", home, tmp_path, COMMINSIGHT_PROFILER_SHM_DIR=str(shm_dir))
         assert out["init_result"] == 0 and len(ops_in(home / "inspector_logs")) == OPS
         gone = {name for name, p in r.items() if not p.exists()}
-        assert gone == {"dead", "reused", "earlier-boot"}
-        assert not (home / "shms" / "ci-h-1-1.shm").is_symlink(), "its link in the home stays"
-        assert (shm_dir / "ci-h-8-8.shm").exists()
+        assert gone == {"dead-unlinked", "reused", "earlier-boot", "past-grace"}
+        assert not (home / "shms" / "ci-h-4-4.shm").is_symlink(), "a removed region's link stays"
+        for kept, n, where in [
+            ("linked-here-no-agent", 9, home),
+            ("linked-from-another-home", 10, other_home),
+        ]:
+            link = where / "shms" / f"ci-h-{n}-{n}.shm"
+            assert link.resolve() == r[kept], f"{kept}: its link was touched"
+        assert (shm_dir / "ci-h-12-12.shm").exists()
         assert said(
-            err, rf"removed 3 SHM region\(s\) of dead processes from {re.escape(str(shm_dir))}"
+            err, rf"removed 4 SHM region\(s\) of dead processes from {re.escape(str(shm_dir))}"
         )
     finally:
         live.kill()
         live.wait()
 
 
-def test_a_sigkilled_process_region_is_removed_by_the_next_profiler(tmp_path):
+def killed_run(home: Path, tmp_path: Path, **env) -> tuple[Path, int]:
+    proc = start("killed", home, tmp_path, **env)
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == -9
+    facts = json.loads(out.splitlines()[0])
+    return Path(facts["region"]), facts["pid"]
+
+
+def test_a_sigkilled_process_region_waits_for_its_agent_then_goes(tmp_path):
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
     home = tmp_path / "home"
     env = {"COMMINSIGHT_PROFILER_SHM_DIR": str(shm_dir)}
-    proc = start("killed", home, tmp_path, **env)
-    out, _ = proc.communicate(timeout=180)
-    assert proc.returncode == -9
-    left = Path(json.loads(out.splitlines()[0])["region"])
+    left, pid = killed_run(home, tmp_path, **env)
     assert left.parent == shm_dir and left.exists(), "SIGKILL leaves the region behind"
-    train_out, _ = run("train", home, tmp_path, **env)
-    assert train_out["init_result"] == 0
-    assert not left.exists()
+    (link,) = (home / "shms").glob("*.shm")
+    records = ShmRegion(link, shm_dir=str(shm_dir)).counter("ring_head")
+    assert records >= 2  # its COMM_INIT and its one all-reduce, in SHM only
+
+    # no Agent runs: the next Profiler leaves the region, records and all, for one
+    train_out, err = run("train", home, tmp_path, **env)
+    assert train_out["init_result"] == 0 and not said(err, "removed .* SHM region"), err
+    region = ShmRegion(link, shm_dir=str(shm_dir))
+    assert int(region.header["pid"]) == pid and region.counter("ring_head") == records
+
+    # the Agent recovered it and removed the link: the next Profiler removes the region
+    link.unlink()
+    train_out, err = run("train", home, tmp_path, **env)
+    assert train_out["init_result"] == 0 and not left.exists()
+    assert len(said(err, r"removed 1 SHM region\(s\) of dead processes")) == 1, err
     assert not list(shm_dir.iterdir()), "the second process's own region is removed at its exit"
+
+
+def test_a_region_nobody_retires_goes_after_the_grace_period(tmp_path):
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    home = tmp_path / "home"
+    env = {"COMMINSIGHT_PROFILER_SHM_DIR": str(shm_dir)}
+    left, _ = killed_run(home, tmp_path, **env)
+    (link,) = (home / "shms").glob("*.shm")
+    train_out, err = run(
+        "train", home, tmp_path, COMMINSIGHT_PROFILER_STALE_REGION_GRACE_S="0", **env
+    )
+    assert train_out["init_result"] == 0
+    sealed = [p for p in segments_in(home / "inspector_logs") if not p.name.endswith(".partial")]
+    assert sum(isinstance(r.ci, CiColl) for p in sealed for r in verify_segment(p).records) == OPS
+    assert not left.exists() and not link.is_symlink(), "the region and its link are removed"
+    assert len(said(err, r"removed 1 SHM region\(s\) of dead processes")) == 1, err
 
 
 # ---- 6. a home that is ours but cannot be written: the logs move, nothing is lost ----

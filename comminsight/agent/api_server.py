@@ -505,7 +505,8 @@ def parse_listen(address: str) -> tuple[str, int]:
 
 async def start_server(service, address: str) -> web.AppRunner:
     """Serve the API on address; OSError (address in use, ...) propagates to the caller.
-    Connections are admitted through a ConnectionGuard (limit, header deadline, EMFILE),
+    Connections are admitted through a ConnectionGuard (limit, header deadline, clients that
+    do not read their answers, pipelining, EMFILE),
     whose counts /metrics serves and whose descriptor trouble health reports."""
     settings = service.settings
     # a master answers some endpoints for the whole job (master_agent.MasterApi)
@@ -517,7 +518,10 @@ async def start_server(service, address: str) -> web.AppRunner:
     )
     await runner.setup()
     guard = ConnectionGuard(
-        settings.agent_http_max_connections, settings.agent_http_header_timeout_s
+        settings.agent_http_max_connections,
+        settings.agent_http_header_timeout_s,
+        settings.agent_http_write_timeout_s,
+        settings.agent_http_max_pipelined,
     )
     budget = descriptor_budget()
     if budget is not None and guard.max_connections > budget:

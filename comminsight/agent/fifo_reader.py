@@ -166,6 +166,26 @@ def decode_event(raw: bytes) -> HangEvent:
     )
 
 
+PID_MAX = 1 << 22  # the kernel's largest pid_max (PID_MAX_LIMIT)
+
+
+def field_problem(buf: bytes, at: int) -> tuple[str, str] | None:
+    """Why the event at `at` (magic, version and size already checked) cannot be one a
+    Profiler wrote: (a reason label for counters, the field and value). None: it can.
+    Enum codes are not checked: a newer Profiler of this ABI may send codes this Agent does
+    not know, and they decode as unknown; the fields checked have no such future."""
+    e = np.frombuffer(buf, dtype=EVENT, count=1, offset=at)[0]
+    pid, nranks, rank = int(e["pid"]), int(e["nranks"]), int(e["rank"])
+    if not 0 <= pid <= PID_MAX:
+        return "pid", f"pid {pid} (outside 0..{PID_MAX})"
+    # nranks 0: not reported (an event about no communicator); then any rank >= 0 goes
+    if nranks < 0 or rank < shm_v1.NO_RANK or (nranks and rank >= nranks):
+        return "rank", f"rank {rank} of nranks {nranks}"
+    if int(e["reserved0"]) or e["reserved"].any():
+        return "reserved", "reserved bytes that are not zero"
+    return None
+
+
 class EventDecoder:
     """Turns a byte stream into events, rejecting and resynchronizing on bad input.
 
@@ -195,6 +215,13 @@ class EventDecoder:
                 self._reject(reason, (version, size))
                 # past this magic; the next one starts the next event (the rest of this one
                 # is already reported, so the bytes up to it are not counted again)
+                at = self._resync(buf, at + len(MAGIC_BYTES), report=False)
+                continue
+            problem = field_problem(buf, at)
+            if problem is not None:
+                # a misframed event (a partial write before a genuine one) or a forged one:
+                # the next magic inside these bytes may begin the real event
+                self._reject(problem[0], problem)
                 at = self._resync(buf, at + len(MAGIC_BYTES), report=False)
                 continue
             event = decode_event(buf[at : at + EVENT_SIZE])
@@ -230,6 +257,8 @@ class EventDecoder:
         self._log.note(stats.last_error)
 
     def _message(self, reason: str, detail) -> str:
+        if isinstance(detail, tuple) and len(detail) == 2 and isinstance(detail[1], str):
+            return f"{self.source}: event with {detail[1]}; skipped, resynchronized"
         if reason == "no_magic":
             return (
                 f"{self.source}: {detail} bytes that are not a fifo-event (no magic 'CIFE'); "

@@ -45,6 +45,9 @@ class HangStore:
         self.dir = Path(home) / "metadata" / "hangs"
         self.reports: dict[str, HangReport] = {}
         self.errors: dict[str, str] = {}  # file name -> why it was not loaded
+        # report id -> why its latest version is not on disk (a full disk); retried each pass
+        self.write_errors: dict[str, str] = {}
+        self.write_failures = 0  # attempts that failed, retried ones included
         self._on_disk: dict[str, tuple[HangReport, int]] = {}  # id -> (as written, when)
 
     def path_of(self, report_id: str) -> Path:
@@ -81,9 +84,42 @@ class HangStore:
             and now - written_at < REFRESH_NS
         ):
             return False
-        write_atomically(path, msgspec.json.encode(report))
+        return self._write(path, report, now)
+
+    def _write(self, path: Path, report: HangReport, now: int) -> bool:
+        """Write one report; on failure (a full disk) leave no temporary file, remember why
+        and leave it to retry_unwritten, so that a report is not lost to a moment without
+        space."""
+        try:
+            write_atomically(path, msgspec.json.encode(report))
+        except OSError as err:
+            self.write_failures += 1
+            temp = path.with_name(path.name + ".tmp")
+            try:
+                temp.unlink()
+            except OSError:
+                pass
+            why = f"cannot write {path}: {err.strerror or err}"
+            if self.write_errors.get(report.report_id) != why:
+                log.error("hang report %s: %s; tried again each pass", report.report_id, why)
+            self.write_errors[report.report_id] = why
+            return False
+        if self.write_errors.pop(report.report_id, None) is not None:
+            log.warning("hang report %s written at last: %s", report.report_id, path)
         self._on_disk[report.report_id] = (report, now)
         return True
+
+    def retry_unwritten(self, now_mono_ns: int | None = None) -> int:
+        """Write again the reports whose last write failed; how many are still unwritten."""
+        now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
+        for report_id in list(self.write_errors):
+            report = self.reports.get(report_id)
+            if report is None:
+                del self.write_errors[report_id]
+                continue
+            if not self._write(self.path_of(report_id), report, now):
+                break  # the disk is still full: the others wait for the next pass
+        return len(self.write_errors)
 
     def load(self) -> None:
         """Every report an earlier run left; invalid files are set aside and named."""

@@ -16,6 +16,8 @@ import pwd
 import stat
 from pathlib import Path
 
+from comminsight.safe_open import kind_of
+
 # the home's own directories (DESIGN's runtime layout) that exist before the Agent creates them
 SUBDIRS = (
     "etc",
@@ -80,21 +82,43 @@ def check_home(home: Path, me: int | None = None) -> None:
     itself may be a symbolic link (an installation's choice, made by whoever owns its
     parent); the directories inside it may not."""
     me = os.geteuid() if me is None else me
+    _check_link_owner(home, me)
     check_directory(home, me, follow=True)
     for sub in SUBDIRS:
         check_directory(home / sub, me, follow=False)
 
 
+def _check_link_owner(path: Path, me: int) -> None:
+    """A path whose last component is a symbolic link is used only when this user or root
+    made the link (as the Profiler decides): another user's link would send the Agent to
+    read or write wherever that user chose."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise HomeError(f"{path}: cannot be examined: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
+        raise HomeError(
+            f"{path}: is a symbolic link owned by {_user(st.st_uid)}, not by this Agent's "
+            f"user ({_user(me)}) or root; not followed"
+        )
+
+
 def check_config_file(path: Path, me: int | None = None) -> None:
-    """The configuration file, when there is one: owned by this user or root, and writable by
-    nobody else (it chooses where the Agent listens and what it archives where)."""
+    """The configuration file, when there is one: a regular file owned by this user or root,
+    writable by nobody else (it chooses where the Agent listens and what it archives where),
+    reached through no symbolic link another user made."""
     me = os.geteuid() if me is None else me
+    _check_link_owner(path, me)
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return
     except OSError as e:
         raise HomeError(f"{path}: cannot be examined: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise HomeError(f"{path}: is a {kind_of(st.st_mode)}, not a regular file")
     if st.st_uid not in (me, 0):
         raise HomeError(
             f"{path}: is owned by {_user(st.st_uid)}, not by this Agent's user ({_user(me)}) "

@@ -84,8 +84,19 @@ def families(inputs: AgentInputs) -> Iterable:
     )
     yield CounterMetricFamily(
         "comminsight_agent_recovery_failures",
-        "Dead processes whose unwritten records could not be written to their logs",
+        "Attempts to write dead processes' unwritten records to their logs that failed "
+        "(those failing for want of space are retried)",
         value=counters.recovery_failures,
+    )
+    yield CounterMetricFamily(
+        "comminsight_agent_records_unrecovered",
+        "Ring records of dead processes retired without reaching their logs",
+        value=counters.records_unrecovered,
+    )
+    yield _by_reason(
+        "comminsight_agent_shm_slots_rejected",
+        "Ring records dropped because a field is out of its range, by field",
+        counters.slots_rejected_by_reason,
     )
     yield _by_reason(
         "comminsight_agent_inject_lines_rejected",

@@ -46,6 +46,9 @@ _DECODER = msgspec.json.Decoder(InspectorLogRecord)
 class RecoveryError(OSError):
     """The recovered segment could not be written; the message names the file."""
 
+    def __str__(self) -> str:  # the sentence naming the file, without "[Errno N]"
+        return str(self.strerror)
+
 
 @dataclass
 class Recovered:

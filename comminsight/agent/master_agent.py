@@ -85,7 +85,9 @@ class MasterAgentService(AgentService):
             max_batch_bytes=settings.agent_master_max_batch_bytes,
             stale_ms=settings.agent_master_stale_ms,
             on_events=self._on_slave_events,
+            max_concurrent_rpcs=settings.agent_master_max_concurrent_rpcs,
         )
+        self.metrics.registry.register(self.server)  # comminsight_master_unauthenticated_total
         self.step_files = JobStepFiles(self.home, self.store.steps_dir)
         self.grpc_port: int | None = None
         self._snapshot: NodeSnapshot | None = None

@@ -6,6 +6,10 @@ gRPC's anonymous "Exception deserializing request". gRPC's own receive limit sit
 above max_batch_bytes; a message past it never reaches a handler (the slave reads
 RESOURCE_EXHAUSTED as OVERSIZED), one between the two is refused here.
 
+A call without the right token is refused from its metadata alone (TokenGate, a server
+interceptor), before gRPC reads its request: a stranger's message of megabytes is never
+buffered whole, so a flood of them costs the master a little per call, not the message size.
+
 Every refusal of a peer that presented the token is recorded on the node it names
 (rejects_total, last_reject: /api/v1/nodes) and logged; it ends only the call that caused it.
 A peer without the right token is nobody: its refusal is counted on the master alone
@@ -18,6 +22,7 @@ passes, never during one.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import re
@@ -28,6 +33,7 @@ from pathlib import Path
 
 import grpc
 import msgspec
+from prometheus_client.core import CounterMetricFamily
 
 from comminsight import __version__
 from comminsight.agent.fifo_reader import EVENT_SIZE, MAGIC_BYTES
@@ -48,6 +54,7 @@ SERVICE = "comminsight.agent_master_slave.v1.AgentMaster"
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 MAX_REFUSED_STRANGERS = 256  # names never admitted that refusals may add to the node table
 GRPC_LIMIT_SLACK = 64 * 1024  # gRPC's limit above max_batch_bytes: ours refuses first
+DEFAULT_MAX_CONCURRENT_RPCS = 4096
 
 
 class Refusal(Exception):
@@ -74,8 +81,10 @@ class AgentMasterServer:
         max_batch_bytes: int,
         stale_ms: int,
         on_events: Callable[[str, list[bytes]], None],
+        max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS,
     ) -> None:
         self.nodes = nodes
+        self.max_concurrent_rpcs = max_concurrent_rpcs
         self.store = store
         self.token = token
         self.max_batch_bytes = max_batch_bytes
@@ -117,11 +126,18 @@ class AgentMasterServer:
         """Serve on listen; returns the server and the bound port (listen may say port 0).
         With client_ca, TLS is mutual: a slave must present a certificate that CA signed."""
         server = grpc.aio.server(
+            interceptors=[TokenGate(self)],
             options=[
+                # a batch is the largest message a slave sends (its registration carries one
+                # node's processes and communicators, far less); max_batch_bytes bounds it
                 ("grpc.max_receive_message_length", self.max_batch_bytes + GRPC_LIMIT_SLACK),
                 ("grpc.max_send_message_length", 1 << 20),
                 ("grpc.so_reuseport", 0),
-            ]
+                ("grpc.http2.bdp_probe", 0),
+            ],
+            # each slave holds two calls open (its batch stream, its stack-request watch);
+            # calls beyond this are refused RESOURCE_EXHAUSTED before anything is read
+            maximum_concurrent_rpcs=self.max_concurrent_rpcs,
         )
         server.add_generic_rpc_handlers((self.handler(),))
         if cert:
@@ -196,20 +212,43 @@ class AgentMasterServer:
         return sum(1 for r in self.nodes.values() if r.identity is None and not r.local)
 
     def _check_token(self, context) -> None:
+        refusal = self.token_refusal(context.invocation_metadata())
+        if refusal is not None:
+            raise refusal
+
+    def token_refusal(self, metadata) -> Refusal | None:
+        """The refusal a call with this metadata earns for its token; None when it has the
+        master's token."""
         presented = ""
-        for key, value in context.invocation_metadata() or ():
+        for key, value in metadata or ():
             if key == "authorization":
-                scheme, _, presented = value.partition(" ")
+                text = value.decode(errors="replace") if isinstance(value, bytes) else value
+                scheme, _, presented = text.partition(" ")
                 presented = presented.strip() if scheme.lower() == "bearer" else ""
         if not self.token:
-            raise Refusal(
+            return Refusal(
                 pb.REJECT_REASON_WRONG_TOKEN,
                 "this master has no COMMINSIGHT_AGENT_TOKEN configured and accepts no slave",
             )
         if not presented:
-            raise Refusal(pb.REJECT_REASON_WRONG_TOKEN, "missing 'authorization: Bearer' token")
+            return Refusal(pb.REJECT_REASON_WRONG_TOKEN, "missing 'authorization: Bearer' token")
         if not hmac.compare_digest(presented.encode(), self.token.encode()):
-            raise Refusal(pb.REJECT_REASON_WRONG_TOKEN, "wrong token (COMMINSIGHT_AGENT_TOKEN)")
+            return Refusal(pb.REJECT_REASON_WRONG_TOKEN, "wrong token (COMMINSIGHT_AGENT_TOKEN)")
+        return None
+
+    async def refuse_before_reading(self, refusal: Refusal, request_iterator, context) -> None:
+        """TokenGate's handler: ends the call without reading a byte of its request."""
+        self.rejects_total += 1
+        await self._refuse_unauthenticated(context, refusal.reject, context.peer() or "")
+
+    def collect(self):
+        """/metrics: refusals of peers without the token (nobody's node carries them)."""
+        yield CounterMetricFamily(
+            "comminsight_master_unauthenticated",
+            "gRPC calls to the master refused for a missing or wrong token, before their "
+            "request was read",
+            value=self.unauthenticated_rejects,
+        )
 
     def _session(self, session_id: int) -> NodeRecord:
         record = self.sessions.get(session_id)
@@ -491,6 +530,23 @@ class AgentMasterServer:
                     "slave %s is stale: nothing for %.1f s", record.name, (now_mono_ns - seen) / 1e9
                 )
         return went
+
+
+class TokenGate(grpc.aio.ServerInterceptor):
+    """Checks the token in a call's metadata before gRPC reads its request. A call without it
+    is answered by a request-streaming handler that never reads: gRPC receives a unary
+    request whole before its handler runs, and a stream's messages only when asked for."""
+
+    def __init__(self, server: AgentMasterServer) -> None:
+        self.server = server
+
+    async def intercept_service(self, continuation, handler_call_details):
+        refusal = self.server.token_refusal(handler_call_details.invocation_metadata)
+        if refusal is None:
+            return await continuation(handler_call_details)
+        return grpc.stream_stream_rpc_method_handler(
+            functools.partial(self.server.refuse_before_reading, refusal)
+        )
 
 
 def _parse(message_type, raw: bytes, what: str):

@@ -14,6 +14,12 @@ stopped before it retired it) is retired counting from the process's last heartb
 stopping Agents does not keep regions for ever. A producer whose ring or comm table breaks
 the protocol is named (`problems()`) and its ring no longer read: whatever a region claims,
 a pass does at most one ring's work per producer.
+
+Each pass fstats a region's file before it touches the mapping: a file truncated under it is
+quarantined (reading its lost pages would end the Agent with SIGBUS). Ring records whose
+fields are out of their range are dropped, counted by field and named (slot_checks). A
+recovery that fails for want of space keeps the region and is retried with backoff; one that
+fails for another reason lets the region go, counting and naming the records lost.
 """
 
 from __future__ import annotations
@@ -22,13 +28,22 @@ import errno
 import logging
 import os
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from comminsight.agent.liveness import ProcessIdentity, process_runs
-from comminsight.agent.log_recovery import Recovered, RecoveryError, recover
+from comminsight.agent.log_recovery import (
+    Recovered,
+    RecoveryError,
+    logged_through,
+    recover,
+    segment_prefix,
+)
+from comminsight.agent.rate_limited_log import RateLimitedLog
+from comminsight.agent.slot_checks import SlotRejects, check_slots
 from comminsight.shm_reader import RingCursor, ShmError, ShmRegion, record_text
 from comminsight_gen.abi import shm_v1
 
@@ -36,6 +51,11 @@ log = logging.getLogger("comminsight.agent.producers")
 
 QUARANTINE = "quarantine"
 MAX_REFUSED_NAMES = 64  # refused files named in health (the count covers every one)
+# A recovery that failed for want of space is tried again after this, doubling up to the cap:
+# the region is the only copy of those records, so it stays until they are written.
+RECOVERY_RETRY_FIRST_NS = 1_000_000_000
+RECOVERY_RETRY_MAX_NS = 30_000_000_000
+RETRYABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
 @dataclass
@@ -48,6 +68,12 @@ class Producer:
     gone_since_mono_ns: int | None = None
     recovered: Recovered | None = None  # what was written for it after it died
     recovery_error: str | None = None
+    # a failure for want of space (or descriptors) is retried: the region is kept till then
+    recovery_retryable: bool = False
+    recovery_attempts: int = 0
+    recovery_retry_at_ns: int = 0
+    slots_rejected: int = 0  # ring records dropped: a field out of its range
+    slot_problem: str | None = None  # the latest one, named
 
     @property
     def pid(self) -> int:
@@ -97,10 +123,14 @@ class IngestCounters:
     refused: dict[str, str] = field(default_factory=dict)  # file name -> reason (last ones)
     refused_by_reason: dict[str, int] = field(default_factory=dict)
     records_recovered: int = 0  # written to a dead process's logs from its region
-    recovery_failures: int = 0
+    recovery_failures: int = 0  # attempts that failed, retried ones included
+    records_unrecovered: int = 0  # retired without reaching the logs (a named reason)
+    unrecovered: dict[str, str] = field(default_factory=dict)  # file name -> why (last ones)
     # the work the passes did: ring slots copied and slot seq words examined
     slots_copied: int = 0
     seqs_read: int = 0
+    slots_rejected: int = 0  # ring records with a field out of range (slot_checks)
+    slots_rejected_by_reason: dict[str, int] = field(default_factory=dict)  # by field
 
 
 class ProducerSet:
@@ -119,6 +149,7 @@ class ProducerSet:
         self.producers: dict[Path, Producer] = {}
         self.counters = IngestCounters()
         self._refused_here: set[tuple[str, int]] = set()  # (name, inode) left in shms/
+        self._slot_log = RateLimitedLog(log, "ring records out of range", 60.0, logging.ERROR)
 
     # ---- discovery ----
 
@@ -177,12 +208,17 @@ class ProducerSet:
         self.discover()
         batches = []
         for path, producer in list(self.producers.items()):
+            shrunk = producer.region.shrunk()
+            if shrunk:  # checked before anything reads the mapping
+                self._drop_shrunk(path, producer, shrunk)
+                continue
             gone = not producer.alive()
             if gone and producer.gone_since_mono_ns is None:
                 self._note_gone(producer, now_mono_ns)
             cursor = producer.cursor
             before = (cursor.lost, cursor.slots_copied, cursor.seqs_read)
             records = cursor.poll(self.batch_max, final=gone)
+            records = self._in_range(producer, records, now_mono_ns)
             self.counters.records_lost += cursor.lost - before[0]
             self.counters.slots_copied += cursor.slots_copied - before[1]
             self.counters.seqs_read += cursor.seqs_read - before[2]
@@ -192,6 +228,37 @@ class ProducerSet:
             if gone:
                 self._maybe_retire(path, producer, now_mono_ns, retire_after_ns, not len(records))
         return batches
+
+    def _in_range(self, producer: Producer, records: np.ndarray, now: int) -> np.ndarray:
+        """The records whose fields a Profiler could have written (slot_checks); the others
+        are dropped, counted by field and named."""
+        if not len(records):
+            return records
+        # counted into the node's totals as well as the producer's own
+        rejects = SlotRejects(by_reason=self.counters.slots_rejected_by_reason)
+        start = int(producer.region.header["start_mono_ns"])
+        # the pass's clock may be a test's; the records were stamped with this machine's
+        good = check_slots(records, start, max(now, time.monotonic_ns()), rejects)
+        if rejects.total:
+            self.counters.slots_rejected += rejects.total
+            producer.slots_rejected += rejects.total
+            producer.slot_problem = rejects.latest
+            self._slot_log.note(
+                f"SHM file {producer.path.name} (pid {producer.pid}): {rejects.total} ring "
+                f"records out of range dropped ({rejects.latest})"
+            )
+        return good
+
+    def _drop_shrunk(self, path: Path, producer: Producer, why: str) -> None:
+        """A region whose file was truncated under the mapping: never touched again (its
+        lost pages would kill the Agent with SIGBUS), quarantined with the reason."""
+        del self.producers[path]
+        producer.region.close()
+        try:
+            inode = os.lstat(path).st_ino
+        except OSError:
+            inode = 0  # already gone: counted and named all the same
+        self._quarantine(path, inode, why, "shrunk")
 
     def _note_gone(self, producer: Producer, now: int) -> None:
         """The process ended. Its region will not change again. Count its absence from its
@@ -207,10 +274,17 @@ class ProducerSet:
         head = int(producer.region.header["ring_head"])
         if producer.problem is None and (not drained or producer.cursor.next_ticket < head):
             return
-        if producer.recovered is None and producer.recovery_error is None:
-            self._recover(producer)
+        if producer.recovered is None and (
+            producer.recovery_error is None
+            or (producer.recovery_retryable and now >= producer.recovery_retry_at_ns)
+        ):
+            self._recover(producer, now)
+        if producer.recovered is None and producer.recovery_retryable:
+            return  # its records are written first: the region is their only copy
         if now - producer.gone_since_mono_ns < after_ns:
             return
+        if producer.recovered is None:
+            self._count_unrecovered(producer)
         # The process is gone and everything it published has been read: its file can go.
         del self.producers[path]
         self.counters.producers_retired += 1
@@ -226,27 +300,67 @@ class ProducerSet:
                 log.error("cannot remove %s: %s", p, e.strerror)
         log.info("retired producer pid %d (%s)", pid, path.name)
 
-    def _recover(self, producer: Producer) -> None:
+    def _recover(self, producer: Producer, now: int) -> None:
         """Write what only the region holds into the process's logs, once, for a process
         that ended without closing its region (a closed one's writer drained and sealed)."""
         if producer.closed or producer.problem is not None:
             producer.recovered = Recovered(None)
             return
+        producer.recovery_attempts += 1
         try:
             producer.recovered = recover(producer.region, self.logs)
         except (RecoveryError, OSError) as e:
-            self._recovery_failed(producer, str(e))
+            self._recovery_failed(producer, str(e), e.errno in RETRYABLE_ERRNOS, now)
             return
         except Exception as e:  # a bug must not end the Agent, nor keep the region for ever
             log.exception("pid %d: recovering its records failed", producer.pid)
-            self._recovery_failed(producer, f"{type(e).__name__}: {e}")
+            self._recovery_failed(producer, f"{type(e).__name__}: {e}", False, now)
             return
+        if producer.recovery_error is not None:
+            log.warning(
+                "pid %d: its records were recovered at attempt %d",
+                producer.pid,
+                producer.recovery_attempts,
+            )
+        producer.recovery_error = None
+        producer.recovery_retryable = False
         self.counters.records_recovered += producer.recovered.records
 
-    def _recovery_failed(self, producer: Producer, why: str) -> None:
+    def _recovery_failed(self, producer: Producer, why: str, retryable: bool, now: int) -> None:
         self.counters.recovery_failures += 1
         producer.recovery_error = why
-        log.error("pid %d: %s", producer.pid, why)
+        producer.recovery_retryable = retryable
+        if retryable:
+            delay = RECOVERY_RETRY_FIRST_NS << min(producer.recovery_attempts - 1, 16)
+            producer.recovery_retry_at_ns = now + min(delay, RECOVERY_RETRY_MAX_NS)
+            log.error(
+                "pid %d: %s; its region is kept and this is tried again (attempt %d)",
+                producer.pid,
+                why,
+                producer.recovery_attempts,
+            )
+        else:
+            log.error("pid %d: %s", producer.pid, why)
+
+    def _count_unrecovered(self, producer: Producer) -> None:
+        """A region retired without its records reaching the logs (a failure other than
+        space): how many, and why, stay counted and named once the region is gone."""
+        head = int(producer.region.header["ring_head"])
+        try:
+            last, _ = logged_through(self.logs, segment_prefix(producer.region))
+        except OSError:
+            last = 0  # the logs cannot be read either: at most the whole ring
+        lost = min(max(head - last, 0), producer.region.ring_capacity)
+        self.counters.records_unrecovered += lost
+        name = producer.path.name
+        self.counters.unrecovered.pop(name, None)
+        self.counters.unrecovered[name] = (
+            f"pid {producer.pid}: {lost} records only its SHM region held were not written to "
+            f"its logs ({producer.recovery_error})"
+        )
+        while len(self.counters.unrecovered) > MAX_REFUSED_NAMES:
+            del self.counters.unrecovered[next(iter(self.counters.unrecovered))]
+        log.error("retiring %s: %s", name, self.counters.unrecovered[name])
 
     # ---- health ----
 
@@ -258,15 +372,28 @@ class ProducerSet:
             who = f"SHM file {p.path.name} (pid {p.pid})"
             if p.problem:
                 out.append(f"{who}: {p.problem}")
+            if p.slots_rejected:
+                out.append(
+                    f"{who}: {p.slots_rejected} ring records break the shm v1 protocol and "
+                    f"were dropped (the latest: {p.slot_problem})"
+                )
             if p.region.bad_rows:
                 out.append(
                     f"{who}: {p.region.bad_rows} communicator table rows break the shm v1 "
                     f"protocol and are ignored ({p.region.bad_rows_reason})"
                 )
-            if p.recovery_error:
+            if p.recovery_error and p.recovery_retryable:
+                out.append(
+                    f"{who}: its unwritten records could not be recovered yet: "
+                    f"{p.recovery_error}; the region is kept and this is retried "
+                    f"({p.recovery_attempts} attempts)"
+                )
+            elif p.recovery_error:
                 out.append(
                     f"{who}: its unwritten records could not be recovered: {p.recovery_error}"
                 )
+        for name, why in self.counters.unrecovered.items():
+            out.append(f"SHM file {name} retired: {why}")
         return out
 
     def close(self) -> None:

@@ -142,6 +142,7 @@ class AgentService:
         now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
         self.ingest.run_pass(now, retire_after_ns=self.retire_after_ns)
         self.inject_names.refresh()
+        self.hangs.retry_unwritten(now)
         snapshot = self.take_snapshot(now)
         reports = []
         # A master hands back the same job snapshot until it rebuilds it (master_agent): there
@@ -331,6 +332,8 @@ class AgentService:
             )
         for name, why in sorted(self.hangs.errors.items()):
             reasons.append(f"hang report file {name} set aside: {why}")
+        for report_id, why in sorted(self.hangs.write_errors.items())[:16]:
+            reasons.append(f"hang report {report_id} is not on disk yet: {why}")
         for name, why in sorted(self.incidents.errors.items()):
             reasons.append(f"incident file {name} set aside: {why}")
         reasons += input_reasons(self.fifo, self.fifo_error, self.producers, self.inject_names)

@@ -8,11 +8,12 @@
  *
  * What runs is COMMINSIGHT_PROFILER_AGENT_BIN from the environment or the installation's
  * default, never from a file in the home (config.c refuses that key there), and only if no
- * one but its owner can rewrite it. The lock and the agent's log are opened without following
+ * one but this user or root could have put it there or can rewrite it (resolve_agent_bin). The lock and the agent's log are opened without following
  * links and must be this user's regular files: a link planted there is refused, not followed.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,41 +60,105 @@ int ci_agent_running(void) {
     return held ? 1 : 0;
 }
 
-/* The agent executable: a path as given, or the first match on PATH, as the shell would find
- * it. It must be a regular file that group and others cannot write. */
-static bool resolve_agent_bin(const char* bin, char* out, size_t size) {
-    out[0] = '\0';
-    if (strchr(bin, '/')) {
-        snprintf(out, size, "%s", bin);
-    } else {
-        const char* path = getenv("PATH");
-        char dir[CI_PATH_MAX];
-        for (const char* p = path ? path : "/usr/local/bin:/usr/bin:/bin"; *p;) {
-            const char* colon = strchr(p, ':');
-            size_t len = colon ? (size_t)(colon - p) : strlen(p);
-            snprintf(dir, sizeof(dir), "%.*s", (int)(len ? len : 1), len ? p : ".");
-            snprintf(out, size, "%.*s/%.*s", CI_DIR_MAX, dir, 512, bin);
-            if (access(out, X_OK) == 0) break;
-            out[0] = '\0';
-            if (!colon) break;
-            p = colon + 1;
-        }
-        if (!out[0]) {
-            ci_warn("agent autostart: %s not found on PATH; not started", bin);
+/* Whether `dir` and every directory above it could only have been changed by this user or
+ * root: each owned by one of them, and writable by no one else unless it is a root-owned
+ * sticky directory (/tmp), where others may add entries but not replace ours. */
+static bool trusted_dir_chain(const char* dir, char* why, size_t why_len) {
+    char path[CI_PATH_MAX];
+    snprintf(path, sizeof(path), "%s", dir);
+    uid_t me = geteuid();
+    for (;;) {
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            snprintf(why, why_len, "its directory %s: %s", path, strerror(errno));
             return false;
         }
+        bool sticky_root = (st.st_mode & S_ISVTX) && st.st_uid == 0;
+        if (st.st_uid != me && st.st_uid != 0) {
+            snprintf(why, why_len, "its directory %s is owned by uid %u", path, (unsigned)st.st_uid);
+            return false;
+        }
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !sticky_root) {
+            snprintf(why, why_len, "its directory %s is writable by group or others (mode %04o)", path,
+                     (unsigned)(st.st_mode & 07777));
+            return false;
+        }
+        char* slash = strrchr(path, '/');
+        if (!slash || slash == path) {
+            if (strcmp(path, "/") == 0) return true;
+            snprintf(path, sizeof(path), "/");
+            continue;
+        }
+        *slash = '\0';
+    }
+}
+
+/* The first PATH entry holding an executable `bin`, as the shell would find it, except that
+ * empty and relative entries (the working directory, which anyone may have chosen) are
+ * skipped. */
+static bool search_path(const char* bin, char* out, size_t size) {
+    const char* path = getenv("PATH");
+    for (const char* p = path ? path : "/usr/local/bin:/usr/bin:/bin"; *p;) {
+        const char* colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        if (len > 0 && p[0] == '/' && len < CI_DIR_MAX) {
+            snprintf(out, size, "%.*s/%.*s", (int)len, p, 512, bin);
+            if (access(out, X_OK) == 0) return true;
+        }
+        if (!colon) break;
+        p = colon + 1;
+    }
+    out[0] = '\0';
+    return false;
+}
+
+/* The agent executable, resolved to the real file that will run: a path as given, or found
+ * on PATH. It runs as this user (root, often), so it must be a regular file that only this
+ * user or root owns and can write, in directories only they can change, both where its name
+ * is and where it leads. Any other: refused by name, not started. */
+static bool resolve_agent_bin(const char* bin, char* out, size_t size) {
+    char found[CI_PATH_MAX];
+    if (strchr(bin, '/')) snprintf(found, sizeof(found), "%s", bin);
+    else if (!search_path(bin, found, sizeof(found))) {
+        ci_warn("agent autostart: %s not found in an absolute PATH directory; not started", bin);
+        return false;
+    }
+    char real[PATH_MAX];
+    if (!realpath(found, real)) {
+        ci_warn("agent autostart: cannot use %s: %s; not started", found, strerror(errno));
+        return false;
     }
     struct stat st;
-    if (stat(out, &st) != 0) {
-        ci_warn("agent autostart: cannot use %s: %s; not started", out, strerror(errno));
+    char why[CI_PATH_MAX + 128] = "";
+    if (stat(real, &st) != 0) snprintf(why, sizeof(why), "%s", strerror(errno));
+    else if (!S_ISREG(st.st_mode)) snprintf(why, sizeof(why), "not a regular file");
+    else if (st.st_uid != geteuid() && st.st_uid != 0)
+        snprintf(why, sizeof(why), "owned by uid %u, not by this process's uid %u or root", (unsigned)st.st_uid,
+                 (unsigned)geteuid());
+    else if (st.st_mode & (S_IWGRP | S_IWOTH))
+        snprintf(why, sizeof(why), "writable by group or others (mode %04o)", (unsigned)(st.st_mode & 07777));
+    if (!why[0]) {
+        /* where the name is (it may be a link someone could repoint) and where it leads */
+        char dir[CI_PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", found);
+        char* slash = strrchr(dir, '/');
+        if (slash == dir) dir[1] = '\0';
+        else if (slash) *slash = '\0';
+        char real_dir[PATH_MAX];
+        if (!realpath(dir, real_dir)) snprintf(why, sizeof(why), "its directory %s: %s", dir, strerror(errno));
+        else if (trusted_dir_chain(real_dir, why, sizeof(why))) {
+            snprintf(dir, sizeof(dir), "%s", real);
+            slash = strrchr(dir, '/');
+            if (slash == dir) dir[1] = '\0';
+            else if (slash) *slash = '\0';
+            trusted_dir_chain(dir, why, sizeof(why));
+        }
+    }
+    if (why[0]) {
+        ci_warn("agent autostart: %s refused: %s; not started", found, why);
         return false;
     }
-    if (!S_ISREG(st.st_mode) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
-        ci_warn("agent autostart: %s refused: %s (mode %04o); not started", out,
-                S_ISREG(st.st_mode) ? "writable by group or others" : "not a regular file",
-                (unsigned)(st.st_mode & 07777));
-        return false;
-    }
+    snprintf(out, size, "%s", real);
     return true;
 }
 

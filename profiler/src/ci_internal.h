@@ -82,6 +82,7 @@ typedef struct ci_config {
     uint32_t log_flush_ms;
     char agent_bin[CI_PATH_MAX];
     bool debug;
+    uint64_t stale_region_grace_s; /* a dead process's region still linked is kept this long */
 } ci_config_t;
 
 /* home_fd: the trusted home, whose etc/comminsight.conf is read; -1: read no file in a home */
@@ -101,7 +102,7 @@ int ci_open_file_at(int dir_fd, const char* name, int flags, ci_kind_t kind, boo
                     size_t why_len);
 
 /* ---- the home (home.c): trusted, or a private directory in its place ---- */
-void ci_home_path(char* out, size_t size); /* COMMINSIGHT_HOME, from the environment only */
+bool ci_home_path(char* out, size_t size); /* COMMINSIGHT_HOME, from the environment only; false: too long */
 void ci_home_open(void);                   /* sets ci_g.home_fd / home_private; says why once */
 void ci_home_adopt(ci_config_t* cfg);      /* after config load: the home in use, by name */
 /* A directory of the home, opened (created 0700 when `create`). `movable`: if the home's own is

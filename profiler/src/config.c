@@ -143,6 +143,12 @@ static void parse_line(char* line, const char* path, int lineno, const ci_config
 /* A bounded read: a huge file costs no more than this at init. */
 #define CONF_MAX_BYTES (256u * 1024u)
 
+static size_t count_newlines(const char* text, size_t len) {
+    size_t n = 0;
+    for (const char* p = text; (p = memchr(p, '\n', (size_t)(text + len - p))) != NULL; p++) n++;
+    return n;
+}
+
 static void read_fd(int fd, const char* path, const ci_config_v1_key_t* keys, size_t n, raw_value_t* raw) {
     char* text = malloc(CONF_MAX_BYTES + 1);
     if (!text) return;
@@ -154,15 +160,25 @@ static void read_fd(int fd, const char* path, const ci_config_v1_key_t* keys, si
         len += (size_t)got;
     }
     char probe;
-    if (len == CONF_MAX_BYTES && read(fd, &probe, 1) == 1)
-        ci_warn("%s is larger than %u bytes; the rest is ignored", path, CONF_MAX_BYTES);
+    bool cut = len == CONF_MAX_BYTES && read(fd, &probe, 1) == 1;
+    if (cut) {
+        /* the line the bound cuts through would be applied half-read: it goes with the rest */
+        char* last_nl = memrchr(text, '\n', len);
+        size_t kept = last_nl ? (size_t)(last_nl - text) + 1 : 0;
+        ci_warn("%s is larger than %u bytes; the rest is ignored (from byte %zu, line %zu on)", path, CONF_MAX_BYTES,
+                kept, (size_t)1 + (size_t)(kept ? count_newlines(text, kept) : 0));
+        len = kept;
+    }
     text[len] = '\0';
     int lineno = 1;
     for (char* line = text; line < text + len; lineno++) {
         char* nl = memchr(line, '\n', (size_t)(text + len - line));
+        size_t line_len = (size_t)((nl ? nl : text + len) - line);
         if (nl) *nl = '\0';
-        if (strlen(line) > CI_VALUE_MAX + 256) ci_warn("%s:%d: line longer than %d bytes; ignored", path, lineno,
-                                                      CI_VALUE_MAX + 256);
+        /* A NUL would cut the line short and apply what comes before it: not what the file says. */
+        if (memchr(line, '\0', line_len)) ci_warn("%s:%d: line contains a NUL byte; ignored", path, lineno);
+        else if (line_len > CI_VALUE_MAX + 256)
+            ci_warn("%s:%d: line longer than %d bytes; ignored", path, lineno, CI_VALUE_MAX + 256);
         else parse_line(line, path, lineno, keys, n, raw);
         if (!nl) break;
         line = nl + 1;
@@ -250,12 +266,10 @@ void ci_config_load(ci_config_t* cfg, int home_fd) {
         raw[i].set = true;
     }
 #define TEXT(name) resolved(keys, raw, CI_CONFIG_V1_##name##_INDEX)
+    /* A home too long to hold is refused at open (home.c says so and uses a private one); the
+     * default is never put in its place. */
     const char* home_text = TEXT(HOME);
-    if (strlen(home_text) >= sizeof(cfg->home)) {
-        ci_warn("%s is longer than %zu bytes; using the default '%s'", CI_CONFIG_V1_HOME_KEY, sizeof(cfg->home) - 1,
-                CI_CONFIG_V1_HOME_DEFAULT);
-        home_text = CI_CONFIG_V1_HOME_DEFAULT;
-    }
+    if (strlen(home_text) >= sizeof(cfg->home)) home_text = "";
     snprintf(cfg->home, sizeof(cfg->home), "%s", home_text);
     cfg->agent_autostart = as_bool(TEXT(AGENT_AUTOSTART));
     cfg->event_mask = (int32_t)as_int(TEXT(PROFILER_EVENT_MASK));
@@ -272,6 +286,7 @@ void ci_config_load(ci_config_t* cfg, int home_fd) {
     cfg->log_flush_ms = (uint32_t)as_int(TEXT(PROFILER_LOG_FLUSH_MS));
     snprintf(cfg->agent_bin, sizeof(cfg->agent_bin), "%s", TEXT(PROFILER_AGENT_BIN));
     cfg->debug = as_bool(TEXT(PROFILER_DEBUG));
+    cfg->stale_region_grace_s = (uint64_t)as_int(TEXT(PROFILER_STALE_REGION_GRACE_S));
 #undef TEXT
     /* The ring index is a mask: round a non-power-of-two up, and say so. */
     uint32_t slots = 1;

@@ -65,15 +65,15 @@ static const char* errno_name(int err) {
     }
 }
 
-void ci_home_path(char* out, size_t size) {
+bool ci_home_path(char* out, size_t size) {
     const char* env = getenv(CI_CONFIG_V1_HOME_KEY);
     const char* home = env && *env ? env : CI_CONFIG_V1_HOME_DEFAULT;
-    if (strlen(home) >= CI_HOME_MAX) {
-        ci_warn("%s is longer than %d bytes; using the default '%s'", CI_CONFIG_V1_HOME_KEY, CI_HOME_MAX - 1,
-                CI_CONFIG_V1_HOME_DEFAULT);
-        home = CI_CONFIG_V1_HOME_DEFAULT;
+    if (strlen(home) >= CI_HOME_MAX || strlen(home) >= size) {
+        out[0] = '\0';
+        return false;
     }
     snprintf(out, size, "%s", home);
+    return true;
 }
 
 /* Open the home named by `path` if it can be trusted; -1 with the reason otherwise. The path
@@ -140,11 +140,18 @@ const char* ci_private_home_path(void) { return private_path; }
 
 void ci_home_open(void) {
     char path[CI_HOME_MAX], why[256];
-    ci_home_path(path, sizeof(path));
     if (ci_g.home_fd >= 0) close(ci_g.home_fd); /* an earlier init that failed */
     ci_g.home_private = false;
-    ci_g.home_fd = open_trusted_home(path, why, sizeof(why));
-    if (ci_g.home_fd >= 0) return;
+    ci_g.home_fd = -1;
+    /* A home too long to name in full is not another home: the default would be one the
+     * operator never chose, so it is refused like an untrusted one. */
+    if (!ci_home_path(path, sizeof(path))) {
+        snprintf(path, sizeof(path), "%s (%zu bytes)", CI_CONFIG_V1_HOME_KEY, strlen(getenv(CI_CONFIG_V1_HOME_KEY)));
+        snprintf(why, sizeof(why), "longer than %d bytes", CI_HOME_MAX - 1);
+    } else {
+        ci_g.home_fd = open_trusted_home(path, why, sizeof(why));
+        if (ci_g.home_fd >= 0) return;
+    }
     int fd = ci_private_home();
     ci_warn("home %s refused: %s; nothing is read from or written to it (no config file, FIFO events or agent "
             "autostart); inspector_logs go to %s",

@@ -59,6 +59,16 @@ int ci_mkdirs(const char* path) {
     return (mkdir(buf, 0700) != 0 && errno != EEXIST) ? -1 : 0;
 }
 
+/* The link the Agent finds this file by, as an absolute path: a later Profiler that finds the
+ * file left by this process, dead, removes it only once that link is gone (stale_regions.c). */
+static void fill_link_path(ci_shm_header_v1_t* h) {
+    if (!ci_g.shm_path[0] || strcmp(ci_g.shm_target, ci_g.shm_path) == 0) return; /* not linked */
+    char cwd[CI_PATH_MAX] = "";
+    if (ci_g.shm_path[0] != '/' && !getcwd(cwd, sizeof(cwd))) return;
+    int n = snprintf(h->link_path, sizeof(h->link_path), "%s%s%s", cwd, cwd[0] ? "/" : "", ci_g.shm_path);
+    if (n < 0 || (size_t)n >= sizeof(h->link_path)) memset(h->link_path, 0, sizeof(h->link_path)); /* too long */
+}
+
 static void fill_header(ci_shm_header_v1_t* h, size_t comm_off, size_t ring_off, size_t total) {
     const ci_config_t* cfg = &ci_g.cfg;
     memset(h, 0, sizeof(*h));
@@ -100,6 +110,7 @@ static void fill_header(ci_shm_header_v1_t* h, size_t comm_off, size_t ring_off,
     h->heartbeat_interval_ms = cfg->heartbeat_ms;
     h->heartbeat_mono_ns = h->start_mono_ns;
     h->heartbeat_real_ns = h->start_real_ns;
+    fill_link_path(h);
 }
 
 static bool usable_dir(const char* dir) {

@@ -1,17 +1,24 @@
-/* SHM regions left by dead processes: removed by the next Profiler on the host.
+/* SHM regions left by dead processes: removed by the next Profiler on the host, once nobody
+ * will read them.
  *
  * A process that ends without its exit handlers (SIGKILL, OOM, os._exit) leaves its region in
  * the tmpfs directory, 17 MB each, for good. At init the Profiler looks at the regions there
- * that are its own user's and removes those whose producer is gone: same boot and pid
- * namespace (so the pid means what it says here), and either no such pid or a process with a
- * different start time under it (the pid was reused). A live producer's region is never
- * touched; a region that does not say who made it (older producers) is left alone; a dead
- * producer's region still linked from this home is left to its Agent when one runs (it
- * recovers what only SHM holds first). The work is bounded, and nothing opened can block.
+ * that are its own user's and picks those whose producer is gone: same boot and pid namespace
+ * (so the pid means what it says here), and either no such pid or a process with a different
+ * start time under it (the pid was reused). A live producer's region is never touched; a
+ * region that does not say who made it (older producers) is left alone.
+ *
+ * A dead producer's region may still hold records its logs never got: its home's Agent
+ * recovers them, then retires the region by removing the home's link to it. So a region is
+ * removed only when the link its header names is gone (whichever home it is in, with or
+ * without an Agent running now), or when its last heartbeat is older than the grace period
+ * (COMMINSIGHT_PROFILER_STALE_REGION_GRACE_S), which bounds what regions nobody will ever
+ * read can take. The work is bounded, and nothing opened can block.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,20 +51,59 @@ static bool producer_gone(const ci_shm_header_v1_t* h, const identity_t* me) {
     return errno == ENOENT && kill(h->pid, 0) != 0 && errno == ESRCH;
 }
 
-/* A dead producer's region that this home's running Agent still lists: the Agent's to retire. */
-static bool left_to_agent(const char* name, int agent_running) {
-    if (agent_running == 0 || ci_g.shms_fd < 0) return false;
-    struct stat st;
-    return fstatat(ci_g.shms_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+static const char* base_name(const char* path) {
+    const char* slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
 }
 
-static void remove_link_in_home(const char* name, const char* target) {
+typedef enum link_state { LINK_GONE, LINK_PRESENT, LINK_UNKNOWN } link_state_t;
+
+/* Whether the home link the header names still leads to the region `name`. Another home's link
+ * counts as much as ours: its Agent may be the one to recover the region. */
+static link_state_t home_link(const ci_shm_header_v1_t* h, const char* name, char* link, size_t link_len) {
+    link[0] = '\0';
+    const char* stored = h->link_path;
+    if (!memchr(stored, '\0', sizeof(h->link_path)) || stored[0] != '/') {
+        /* An older producer's region says nothing of its home: ours may still link it, another
+         * home may too, so only the grace period may end it. */
+        if (ci_g.shms_fd < 0) return LINK_UNKNOWN;
+        struct stat st;
+        return fstatat(ci_g.shms_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? LINK_PRESENT : LINK_UNKNOWN;
+    }
+    snprintf(link, link_len, "%s", stored);
+    if (strcmp(base_name(stored), name) != 0) return LINK_UNKNOWN; /* not this region's link */
+    char target[PATH_MAX];
+    ssize_t n = readlink(stored, target, sizeof(target) - 1);
+    if (n < 0) return errno == ENOENT || errno == ENOTDIR ? LINK_GONE : LINK_UNKNOWN;
+    target[n] = '\0';
+    return strcmp(base_name(target), name) == 0 ? LINK_PRESENT : LINK_GONE;
+}
+
+/* Whether the producer's last sign of life (its heartbeat, wall clock: its boot may be over)
+ * is older than the grace period. A time in the future (the clock was set back) is not. */
+static bool past_grace(const ci_shm_header_v1_t* h, const struct stat* st) {
+    uint64_t last = h->heartbeat_real_ns;
+    if (!last) last = (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec;
+    uint64_t now = ci_now_real();
+    return now > last && now - last > ci_g.cfg.stale_region_grace_s * 1000000000ull;
+}
+
+/* The home's link to a region just removed, if it still leads there. */
+static void remove_link(const char* link, const char* name) {
+    if (link[0]) {
+        char target[PATH_MAX];
+        ssize_t n = readlink(link, target, sizeof(target) - 1);
+        if (n <= 0) return;
+        target[n] = '\0';
+        if (strcmp(base_name(target), name) == 0) unlink(link);
+        return;
+    }
     if (ci_g.shms_fd < 0) return;
-    char link[CI_PATH_MAX];
-    ssize_t n = readlinkat(ci_g.shms_fd, name, link, sizeof(link) - 1);
+    char target[PATH_MAX];
+    ssize_t n = readlinkat(ci_g.shms_fd, name, target, sizeof(target) - 1);
     if (n <= 0) return;
-    link[n] = '\0';
-    if (strcmp(link, target) == 0) unlinkat(ci_g.shms_fd, name, 0);
+    target[n] = '\0';
+    if (strcmp(base_name(target), name) == 0) unlinkat(ci_g.shms_fd, name, 0);
 }
 
 void ci_stale_regions_sweep(void) {
@@ -72,10 +118,11 @@ void ci_stale_regions_sweep(void) {
     }
     identity_t me = {.pid_namespace = ci_pid_namespace()};
     ci_boot_id(me.boot_id, sizeof(me.boot_id));
-    int agent_running = -2; /* asked only when a candidate needs it */
     uid_t euid = geteuid();
-    unsigned looked = 0, removed = 0;
+    unsigned looked = 0, removed = 0, kept = 0;
     unsigned long long freed = 0;
+    static ci_shm_header_v1_t h; /* 4 KiB: init only, under ci_g.lock */
+    char link[sizeof(h.link_path)];
     struct dirent* de;
     while (looked < MAX_ENTRIES && removed < MAX_REMOVED && (de = readdir(dir)) != NULL) {
         looked++;
@@ -83,24 +130,32 @@ void ci_stale_regions_sweep(void) {
         int fd = openat(dir_fd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0) continue;
         struct stat st;
-        ci_shm_header_v1_t h;
         bool gone = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == euid &&
                     (size_t)st.st_size >= sizeof(h) && pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
                     producer_gone(&h, &me);
         close(fd);
         if (!gone) continue;
-        if (agent_running == -2) agent_running = ci_agent_running();
-        if (left_to_agent(de->d_name, agent_running)) continue;
+        link_state_t state = home_link(&h, de->d_name, link, sizeof(link));
+        bool expired = state != LINK_GONE && past_grace(&h, &st);
+        if (state != LINK_GONE && !expired) {
+            kept++;
+            ci_debug("kept %s/%s of dead pid %d: %s%s", dir_path, de->d_name, (int)h.pid,
+                     state == LINK_PRESENT ? "still linked from " : "its home is unknown",
+                     state == LINK_PRESENT ? (link[0] ? link : "this home") : "");
+            continue;
+        }
         if (unlinkat(dir_fd, de->d_name, 0) != 0) continue;
-        char target[CI_PATH_MAX];
-        snprintf(target, sizeof(target), "%.*s/%s", CI_DIR_MAX, dir_path, de->d_name);
-        remove_link_in_home(de->d_name, target);
+        remove_link(link, de->d_name);
         removed++;
         freed += (unsigned long long)st.st_size;
-        ci_debug("removed %s: its producer (pid %d) is gone", target, (int)h.pid);
+        ci_debug("removed %s/%s: its producer (pid %d) is gone and %s", dir_path, de->d_name, (int)h.pid,
+                 expired ? "its heartbeat is past the grace period" : "its home's link was removed");
     }
     closedir(dir);
     if (removed)
         ci_warn("removed %u SHM region(s) of dead processes from %s (%.1f MiB)", removed, dir_path,
                 (double)freed / (1024.0 * 1024.0));
+    if (kept)
+        ci_debug("kept %u SHM region(s) of dead processes in %s for their Agent (grace %llu s)", kept, dir_path,
+                 (unsigned long long)ci_g.cfg.stale_region_grace_s);
 }

@@ -65,6 +65,7 @@ int main(void) {
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"log_segments_sealed\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, log_segments_sealed), sizeof(((ci_shm_header_v1_t*)0)->log_segments_sealed));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"log_write_errors\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, log_write_errors), sizeof(((ci_shm_header_v1_t*)0)->log_write_errors));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved_counters\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved_counters), sizeof(((ci_shm_header_v1_t*)0)->reserved_counters));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"link_path\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, link_path), sizeof(((ci_shm_header_v1_t*)0)->link_path));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved4\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved4), sizeof(((ci_shm_header_v1_t*)0)->reserved4));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"size\":%zu,\"align\":%zu}\n", sizeof(ci_shm_comm_entry_v1_t), alignof(ci_shm_comm_entry_v1_t));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"state\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, state), sizeof(((ci_shm_comm_entry_v1_t*)0)->state));

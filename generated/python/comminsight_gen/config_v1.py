@@ -87,6 +87,28 @@ KEYS: tuple[ConfigKey, ...] = (
         maximum=3600.0,
     ),
     ConfigKey(
+        name="COMMINSIGHT_AGENT_HTTP_WRITE_TIMEOUT_S",
+        field="agent_http_write_timeout_s",
+        type="number",
+        default=10.0,
+        unit="s",
+        description="An HTTP connection whose client has not read the Agent\u0027s answer (more than the socket\u0027s write buffer waiting) for this long is closed and counted (comminsight_agent_http_connections_closed_total{reason=\"write_stalled\"}); over the connection limit such a connection is closed first.",
+        components=("agent",),
+        minimum=0.01,
+        maximum=3600.0,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_HTTP_MAX_PIPELINED",
+        field="agent_http_max_pipelined",
+        type="integer",
+        default=4,
+        unit="requests",
+        description="Requests one HTTP connection may have received and not yet been answered; the Agent reads no more from it until earlier answers are written.",
+        components=("agent",),
+        minimum=1,
+        maximum=32,
+    ),
+    ConfigKey(
         name="COMMINSIGHT_AGENT_HTTP_IDLE_TIMEOUT_S",
         field="agent_http_idle_timeout_s",
         type="number",
@@ -223,6 +245,17 @@ KEYS: tuple[ConfigKey, ...] = (
         components=("agent",),
         minimum=65536,
         maximum=268435456,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_MASTER_MAX_CONCURRENT_RPCS",
+        field="agent_master_max_concurrent_rpcs",
+        type="integer",
+        default=4096,
+        unit="calls",
+        description="Most gRPC calls a master serves at once; each slave holds two open. Calls beyond it are refused (RESOURCE_EXHAUSTED) before their request is read.",
+        components=("agent",),
+        minimum=16,
+        maximum=1048576,
     ),
     ConfigKey(
         name="COMMINSIGHT_AGENT_OUTBOX_MAX_BYTES",
@@ -405,6 +438,17 @@ KEYS: tuple[ConfigKey, ...] = (
         unit="path",
         description="Memory-backed directory (tmpfs) holding each process\u0027s SHM region; \u003cCOMMINSIGHT_HOME\u003e/shms/ gets a symbolic link to it. A disk-backed mapping would make the kernel write the ring back to disk and fault on the hot path. Empty, or not a usable directory: the region is a file in shms/ itself.",
         components=("profiler","agent",),
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_PROFILER_STALE_REGION_GRACE_S",
+        field="profiler_stale_region_grace_s",
+        type="integer",
+        default=86400,
+        unit="s",
+        description="A dead process\u0027s SHM region still linked from its home is kept for its Agent to recover what only SHM holds; once its last heartbeat is older than this, the next Profiler on the host removes it anyway, so regions nobody will read do not fill the tmpfs.",
+        components=("profiler",),
+        minimum=0,
+        maximum=31536000,
     ),
     ConfigKey(
         name="COMMINSIGHT_PROFILER_LOG_ENABLE",
@@ -598,6 +642,8 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_listen: Annotated[str, msgspec.Meta(pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Address the Agent Master API and /metrics listen on. The default answers this host only; an address beyond loopback serves reads to anyone who can reach it (mutations always need COMMINSIGHT_AGENT_TOKEN), and the Agent warns at start when no token is set. Port 0..65535; the host is an IP address or a host name.")] = '127.0.0.1:19102'
     agent_http_max_connections: Annotated[int, msgspec.Meta(ge=1, le=1048576, description="Most HTTP connections the Agent keeps open at once. A connection beyond it closes the oldest one that has no request in progress, or is refused when every one has; both are counted (comminsight_agent_http_connections_closed_total). Keep it well below the open-file limit (ulimit -n): the Agent warns at start when it is not.")] = 256
     agent_http_header_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600.0, description="A new HTTP connection that has not sent a complete request header within this long is closed and counted.")] = 10.0
+    agent_http_write_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600.0, description="An HTTP connection whose client has not read the Agent\u0027s answer (more than the socket\u0027s write buffer waiting) for this long is closed and counted (comminsight_agent_http_connections_closed_total{reason=\"write_stalled\"}); over the connection limit such a connection is closed first.")] = 10.0
+    agent_http_max_pipelined: Annotated[int, msgspec.Meta(ge=1, le=32, description="Requests one HTTP connection may have received and not yet been answered; the Agent reads no more from it until earlier answers are written.")] = 4
     agent_http_idle_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=86400.0, description="A kept-alive HTTP connection with no request for this long is closed (it also bounds a later request\u0027s header on that connection).")] = 60.0
     agent_autostart: Annotated[bool, msgspec.Meta(description="The local-rank-0 Profiler starts comminsight-agent if none runs for this home.")] = True
     agent_mode: Annotated[Literal["standalone", "master", "slave"], msgspec.Meta(description="standalone: one node on its own; master: also accepts slaves over gRPC and answers for the whole job; slave: streams node state to a master.")] = 'standalone'
@@ -612,6 +658,7 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_report_interval_ms: Annotated[int, msgspec.Meta(ge=10, le=600000, description="How often a slave sends the rows of its node state that changed to the master (hang events go at once). With N nodes the master receives N/interval batches a second.")] = 500
     agent_master_stale_ms: Annotated[int, msgspec.Meta(ge=400, le=3600000, description="A master reports a slave stale when neither a batch nor a heartbeat arrived for this long; slaves heartbeat every quarter of it.")] = 15000
     agent_master_max_batch_bytes: Annotated[int, msgspec.Meta(ge=65536, le=268435456, description="Largest serialized batch of node state a master accepts (announced to slaves at registration; larger ones are refused as oversized).")] = 4194304
+    agent_master_max_concurrent_rpcs: Annotated[int, msgspec.Meta(ge=16, le=1048576, description="Most gRPC calls a master serves at once; each slave holds two open. Calls beyond it are refused (RESOURCE_EXHAUSTED) before their request is read.")] = 4096
     agent_outbox_max_bytes: Annotated[int, msgspec.Meta(ge=1048576, le=17179869184, description="Bytes of unacknowledged batches a slave keeps on disk for its master; beyond it the oldest state-only batches are dropped and a full state is sent instead, and events that do not fit are dropped and counted.")] = 268435456
     agent_poll_interval_ms: Annotated[int, msgspec.Meta(ge=1, le=10000, description="How often the Agent polls SHM rings for new records.")] = 20
     agent_batch_max: Annotated[int, msgspec.Meta(ge=1, le=16777216, description="Most records read from one ring per poll.")] = 65536
@@ -629,6 +676,7 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     profiler_heartbeat_ms: Annotated[int, msgspec.Meta(ge=10, le=60000, description="Period of the SHM heartbeat and of the watchdog\u0027s scan.")] = 1000
     profiler_shm_enable: Annotated[bool, msgspec.Meta(description="Publish op records to SHM for the Agent.")] = True
     profiler_shm_dir: Annotated[str, msgspec.Meta(description="Memory-backed directory (tmpfs) holding each process\u0027s SHM region; \u003cCOMMINSIGHT_HOME\u003e/shms/ gets a symbolic link to it. A disk-backed mapping would make the kernel write the ring back to disk and fault on the hot path. Empty, or not a usable directory: the region is a file in shms/ itself.")] = '/dev/shm'
+    profiler_stale_region_grace_s: Annotated[int, msgspec.Meta(ge=0, le=31536000, description="A dead process\u0027s SHM region still linked from its home is kept for its Agent to recover what only SHM holds; once its last heartbeat is older than this, the next Profiler on the host removes it anyway, so regions nobody will read do not fill the tmpfs.")] = 86400
     profiler_log_enable: Annotated[bool, msgspec.Meta(description="Write raw records to inspector_logs.")] = True
     profiler_log_segment_bytes: Annotated[int, msgspec.Meta(ge=4096, le=17179869184, description="An inspector_logs segment is sealed once it reaches this size.")] = 67108864
     profiler_log_segment_s: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0, description="An open inspector_logs segment is sealed after this long even if small.")] = 300.0

@@ -262,7 +262,8 @@ struct ci_shm_header_v1 {
     uint64_t log_segments_sealed; /* @728: inspector_logs segments sealed. */
     uint64_t log_write_errors; /* @736: Failed writes, fsyncs or renames in the log writer. */
     uint64_t reserved_counters[3]; /* @744: Zero; room for counters. */
-    uint8_t reserved4[3328]; /* @768: Zero; room to grow the header within v1. */
+    char link_path[3072]; /* @768: The symbolic link by which the Agent finds this file (<COMMINSIGHT_HOME>/shms/<name>.shm, or the private directory's when the home was refused), NUL-terminated; empty if the file is not linked or the path does not fit (files of older producers too). A later Profiler removes a dead producer's file only once this link is gone (its Agent retired it) or its heartbeat is older than the grace period. Readers may ignore it. */
+    uint8_t reserved4[256]; /* @3840: Zero; room to grow the header within v1. */
 };
 CI_SHM_V1_STATIC_ASSERT(sizeof(ci_shm_header_v1_t) == 4096, "sizeof ci_shm_header_v1_t");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, magic) == 0, "offsetof ci_shm_header_v1_t.magic");
@@ -320,7 +321,8 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_records_dropped) == 720
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_segments_sealed) == 728, "offsetof ci_shm_header_v1_t.log_segments_sealed");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_write_errors) == 736, "offsetof ci_shm_header_v1_t.log_write_errors");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved_counters) == 744, "offsetof ci_shm_header_v1_t.reserved_counters");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved4) == 768, "offsetof ci_shm_header_v1_t.reserved4");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, link_path) == 768, "offsetof ci_shm_header_v1_t.link_path");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved4) == 3840, "offsetof ci_shm_header_v1_t.reserved4");
 
 /* One communicator of this process. Identity (first 256 bytes) is written before state becomes ACTIVE; progress (last 256 bytes) changes with every op and is read under progress_seqlock. (512 bytes) */
 struct ci_shm_comm_entry_v1 {

@@ -154,7 +154,8 @@ struct ci_shm_header_v1 {
     uint64_t log_segments_sealed;
     uint64_t log_write_errors;
     uint64_t reserved_counters[3];
-    uint8_t reserved4[3328];
+    char link_path[3072];
+    uint8_t reserved4[256];
 };
 struct ci_shm_comm_entry_v1 {
     uint32_t state;
@@ -462,9 +463,9 @@ class NameSource(enum.IntEnum):
 # ci_shm_header_v1_t: File header. The first cache line is immutable after state becomes LIVE.
 HEADER_DTYPE = np.dtype(
     {
-        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "reserved0", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "reserved_counters", "reserved4"],
-        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', ('<u1', (72,)), '<u8', '<u8', '<u8', '<u4', '<u4', ('<u1', (32,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u8', (3,)), ('<u1', (3328,))],
-        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 512, 520, 528, 536, 540, 544, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 768],
+        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "reserved0", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "reserved_counters", "link_path", "reserved4"],
+        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', ('<u1', (72,)), '<u8', '<u8', '<u8', '<u4', '<u4', ('<u1', (32,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u8', (3,)), 'S3072', ('<u1', (256,))],
+        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 512, 520, 528, 536, 540, 544, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 768, 3840],
         "itemsize": 4096,
     }
 )
@@ -557,7 +558,8 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "log_segments_sealed": 728,
         "log_write_errors": 736,
         "reserved_counters": 744,
-        "reserved4": 768,
+        "link_path": 768,
+        "reserved4": 3840,
     },
     "ci_shm_comm_entry_v1_t": {
         "state": 0,
