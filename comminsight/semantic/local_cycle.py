@@ -455,19 +455,37 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
     return units
 
 
+def _holds_scalar(g: GpuOps, u: LocalUnits) -> bool:
+    """Whether any op on the cycle is a collective of a few scalars."""
+    on = u.on_cycle
+    return bool(((g.kind[on] != P2P) & (g.size[on] <= SCALAR_BYTES)).any())
+
+
 def _holds_optimizer(g: GpuOps, u: LocalUnits) -> bool:
     """Whether the cycle's ops hold a gradient reduction followed by a scalar reduction
     (a per-token cycle of generation does not)."""
+    return _optimizers(g, u) > 0
+
+
+def _optimizers(g: GpuOps, u: LocalUnits) -> int:
+    """How many times, over the ops on the cycle, a gradient reduction is followed by a
+    scalar reduction."""
     on = np.flatnonzero(u.on_cycle)
     if len(on) < 2:
-        return False
+        return 0
     small = (g.kind[on] != P2P) & (g.size[on] <= SCALAR_BYTES)
     red = (
         (g.kind[on] != P2P)
         & np.isin(g.func[on], [func_code("AllReduce"), func_code("ReduceScatter")])
         & ~small
     )
-    return bool((small[1:] & red[:-1]).any())
+    return int((small[1:] & red[:-1]).sum())
+
+
+def _one_optimizer_each(g: GpuOps, u: LocalUnits) -> bool:
+    """Whether the cycle holds one optimizer a repetition (a cycle of several Steps holds
+    several)."""
+    return len(u.starts) > 0 and _optimizers(g, u) == len(u.starts)
 
 
 def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> LocalUnits:
@@ -533,7 +551,7 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
     if one_comm:  # a communicator's Steps repeat whole: every op of theirs on the cycle
         chosen = max(candidates, key=lambda c: (c[2].coverage, -c[2].period))[2]
     else:
-        chosen = _shortest_covering(candidates)
+        chosen = _shortest_covering(candidates, g)
     if timed and not one_comm:
         chosen.doubt = _super_cycle_doubt(chosen, candidates, gaps)
     return chosen
@@ -566,7 +584,9 @@ def _super_cycle_doubt(
     return None
 
 
-def _shortest_covering(candidates: list[tuple[float, float, LocalUnits]]) -> LocalUnits:
+def _shortest_covering(
+    candidates: list[tuple[float, float, LocalUnits]], g: GpuOps | None = None
+) -> LocalUnits:
     """The Step's cycle among the candidates: the shortest that covers the ops nearly as
     well as the best one does, with repetitions that are whole. Extra ops every few Steps
     (an evaluation, the loss logged every tenth Step) leave a cycle of several Steps only a
@@ -579,7 +599,20 @@ def _shortest_covering(candidates: list[tuple[float, float, LocalUnits]]) -> Loc
     ]
     if not eligible:
         return min(candidates, key=lambda c: (c[0], c[2].period))[2]
-    return min(eligible, key=lambda c: (c[2].period, c[0]))[2]
+    shortest = min(eligible, key=lambda c: (c[2].period, c[0]))
+    if g is not None and not _holds_scalar(g, shortest[2]):
+        # a Step ends with its optimizer: a cycle with no scalar reduction at all, where a
+        # cycle that holds one optimizer a repetition (gradient reductions, then a scalar
+        # reduction) covers the ops better still, is a part of the Step (the layers'
+        # tensor-parallel all-reduces alone cover nearly every op of a TP-only job)
+        better = [
+            c
+            for c in eligible
+            if c[2].coverage > shortest[2].coverage and _one_optimizer_each(g, c[2])
+        ]
+        if better:
+            return min(better, key=lambda c: (c[2].period, c[0]))[2]
+    return shortest[2]
 
 
 def _learn(
