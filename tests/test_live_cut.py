@@ -128,31 +128,3 @@ def test_the_context_and_the_held_ops_stay_bounded_over_a_long_run(tmp_path):
     assert most_context <= 2 * 256 + UNSETTLED  # trimmed at each cut; what a cut settles on top
     assert hook.live_cut.stats.ops_unsettled == 0
     hook.stop()
-
-
-def test_a_restored_gpu_whose_window_the_cut_begins_in_no_step_resumes_that_step():
-    """A restored engine's first op held begins its next Step (its checkpoint lies at a Step's
-    first op); a cut with no context may read the window's head as a start-up. The head is
-    then that Step, and the cut's first Step the one after it, on every GPU alike."""
-    from types import SimpleNamespace
-
-    from comminsight.semantic.job_cut import STARTUP
-    from comminsight.semantic.live_cut import _Gpu
-
-    cut = LiveJobCut(first_steps=2, first_ops=4)
-    head = np.array([STARTUP] * 3 + [0] * 4 + [1] * 4 + [2] * 2)
-    clean = np.array([0] * 4 + [1] * 4 + [2] * 2)
-    cut._gpus = {
-        "restored-head": _Gpu(SimpleNamespace(next_step_index=7), 0),
-        "restored-clean": _Gpu(SimpleNamespace(next_step_index=7), 1),
-        "new": _Gpu(SimpleNamespace(next_step_index=0), 2),
-    }
-    labels = {"restored-head": head, "restored-clean": clean, "new": head.copy() + 0}
-    labels["new"][:3] = STARTUP
-    offsets, heads = cut._fresh_offset(list(cut._gpus), labels, final=False)
-    assert heads == {"restored-head": (3, 7)}  # its 3 head ops are Step 7 ...
-    assert offsets["restored-head"] == 8  # ... and the cut's Step 0 is Step 8
-    assert offsets["restored-clean"] == 7  # its window begins in the cut's Step 0: Step 7
-    assert offsets["new"] in (7, 8)  # a GPU new beside restored ones takes their count
-    # too few Steps yet: nothing is decided
-    assert cut._fresh_offset(list(cut._gpus), {k: v[:4] for k, v in labels.items()}, False) is None

@@ -242,7 +242,6 @@ class LiveJobCut:
         reasons = list(result.reasons)
         confidence = result.confidence
         ending = any(k in final for k in members)
-        restored_head: dict = {}
         if offsets:
             offset = max(offsets)[1]
             offset_of = dict.fromkeys(members, offset)
@@ -261,13 +260,12 @@ class LiveJobCut:
                 confidence = min(confidence, 0.5)
                 reasons.append("the Steps placed before and this cut disagree on some ops")
         else:
-            fresh = self._fresh_offset(members, labels, ending)
-            if fresh is None:
+            offset_of = self._fresh_offset(members, labels, ending)
+            if offset_of is None:
                 for k in members:  # what this cut says, for the next one to confirm
                     g = self._gpus[k]
                     g.previous = labels[k][_context_len(g) :]
                 return {}
-            offset_of, restored_head = fresh
         # the last Step begun on every GPU may still grow: settle the Steps before it
         tops = []
         for k in members:
@@ -284,9 +282,6 @@ class LiveJobCut:
             n_ctx = _context_len(g)
             lab = labels[k][n_ctx:]
             steps = np.where((lab >= 0) & (lab != TAIL), lab + offset_of[k], lab)
-            if k in restored_head:
-                head, step = restored_head[k]
-                steps[:head] = step
             if k in final:
                 count = len(lab)
                 steps = np.where(lab == TAIL, STARTUP, steps)
@@ -302,34 +297,25 @@ class LiveJobCut:
                 out[k] = self._place(k, count, steps[:count], confidence, reasons)
         return out
 
-    def _fresh_offset(self, members, labels, final: bool) -> tuple[dict, dict] | None:
+    def _fresh_offset(self, members, labels, final: bool) -> dict | None:
         """No context: the cut's count holds, once it has enough Steps and ops to tell start-up,
         warm-up and micro-batches from Steps (or the input ends). A GPU restored from a
         checkpoint goes on from its own count: its first op held begins its next Step (a
-        checkpoint lies where placing stopped, at a Step's first op). Per GPU, the offset;
-        and per restored GPU whose window the cut begins with ops in no Step (a window that
-        begins mid-run reads like a start-up), how many such ops lead and the Step they
-        begin: the cut's first Step is then the one after it."""
+        checkpoint lies where placing stopped, at a Step's first op). Per GPU, the offset."""
         most = max((_last_step(labels[k]) for k in members), default=-1)
         fewest = min(len(labels[k]) for k in members)
         if (most + 1 < self.first_steps or fewest < self.first_ops) and not final:
             return None
-        offsets, heads = {}, {}
+        offsets = {}
         for k in members:
             engine, lab = self._gpus[k].engine, labels[k]
-            in_step = (lab >= 0) & (lab != TAIL)
-            if not engine.next_step_index or not in_step.any():
-                continue
-            first = int(np.argmax(in_step))
-            if first and (lab[:first] == STARTUP).all():
-                heads[k] = (first, engine.next_step_index)
-                offsets[k] = engine.next_step_index + 1 - int(lab[first])
-            else:
-                offsets[k] = engine.next_step_index - int(lab[first])
+            in_step = lab[(lab >= 0) & (lab != TAIL)]
+            if engine.next_step_index and len(in_step):
+                offsets[k] = engine.next_step_index - int(in_step[0])
         resumed = sorted(offsets.values())
         for k in members:  # a GPU new beside restored ones takes their count
             offsets.setdefault(k, resumed[len(resumed) // 2] if resumed else 0)
-        return offsets, heads
+        return offsets
 
     def _place(self, key, count: int, steps, confidence, reasons) -> list:
         g = self._gpus[key]
