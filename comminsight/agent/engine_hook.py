@@ -1,7 +1,8 @@
 """Where the Agent hands completed ops to the Semantic Engine, one stream per GPU.
 
 After every ingest pass the Agent calls `feed(gpu, records, comms)` with the Coll/P2P records
-of one process (one process drives one GPU) in ring order, and what its communicator table says
+of one GPU in ring order (a process that drives several GPUs is split by its
+communicator members: producer_gpus), and what its communicator table says
 of the communicators; `finished(gpu)` once the process is gone and its ring drained. The
 Agent runs `comminsight.agent.semantic_hook.SemanticEngineHook` (COMMINSIGHT_SEMANTIC_ENABLE);
 `PassThroughEngine` only counts what it is handed, for an Agent with the engine turned off
@@ -31,6 +32,9 @@ class GpuStream:
     local_rank: int | None = field(default=None, compare=False)
     job_id: str | None = field(default=None, compare=False)
     shm_file: str | None = field(default=None, compare=False)  # its SHM file's name
+    # which GPU of a process that drives several ("" for one; ".dev<N>" or ".rank<N>", as the
+    # offline reader names them)
+    suffix: str = ""
 
 
 class EngineHook(Protocol):

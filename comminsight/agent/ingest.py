@@ -1,24 +1,33 @@
 """The Agent's ingest pass: SHM rings -> metrics, the recent-ops window and the engine hook.
 
 One `NodeIngest.run_pass()` reads every Profiler's new records (ProducerSet), folds them into
-the Prometheus state (NodeMetrics) and hands the completed Coll/P2P ops on, per process and so
-per GPU, to the recent-ops window of the API and to the Semantic Engine hook. The service runs
-it every poll; bench/agent_ingest.py measures exactly this, so the benchmark is the Agent's
-own path, not a copy of it.
+the Prometheus state (NodeMetrics) and hands the completed Coll/P2P ops on, per GPU (a process
+that drives several GPUs split by its communicator members: producer_gpus), to the recent-ops
+window of the API and to the Semantic Engine hook. The service runs it every poll;
+bench/agent_ingest.py measures exactly this, so the benchmark is the Agent's own path, not a
+copy of it.
 """
 
 from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
 from comminsight.agent.engine_hook import EngineHook, GpuStream
 from comminsight.agent.metrics import NodeMetrics, update_from_producers
+from comminsight.agent.producer_gpus import ProcessGpus
 from comminsight.agent.producers import Batch, Producer, ProducerSet
 from comminsight.agent.recent_ops import Origin, RecentOps
 from comminsight.agent.snapshot import rank_or_none
+from comminsight.semantic.process_gpus import GpuOfProcess
 from comminsight.semantic.shm_input import CommInfo
 from comminsight.shm_reader import op_records, record_text
 from comminsight_gen.abi import shm_v1
+
+log = logging.getLogger("comminsight.agent.ingest")
 
 
 class NodeIngest:
@@ -36,6 +45,7 @@ class NodeIngest:
         self.engine = engine
         self.node_name = node_name
         self._finished: set = set()  # producers whose end the engine was told of
+        self._gpus: dict[Path, ProcessGpus] = {}  # each mapped producer's GPUs
 
     def run_pass(self, now_mono_ns: int, retire_after_ns: int = 0) -> list[Batch]:
         batches = self.producers.poll(now_mono_ns, retire_after_ns=retire_after_ns)
@@ -57,9 +67,42 @@ class NodeIngest:
                 and producer.path not in self._finished
             ):
                 self._finished.add(producer.path)
-                self.engine.finished(self.gpu_of(producer))
-        self._finished &= {p.path for p in mapped}  # retired files leave the set
+                for gpu in self.gpus_of(producer):
+                    self.engine.finished(gpu)
+        paths = {p.path for p in mapped}
+        self._finished &= paths  # retired files leave the sets
+        for path in self._gpus.keys() - paths:
+            del self._gpus[path]
         return batches
+
+    def gpus_of(self, producer: Producer) -> list[GpuStream]:
+        """The GPU streams of a process: one, unless it drives several GPUs."""
+        split = self._split(producer)
+        if not split.split:
+            return [self.gpu_of(producer)]
+        return [self._gpu_stream(producer, g) for g in split.gpus]
+
+    def _split(self, producer: Producer, rows: np.ndarray | None = None) -> ProcessGpus:
+        split = self._gpus.get(producer.path)
+        if split is None:
+            h = producer.region.header
+            split = self._gpus[producer.path] = ProcessGpus(producer.path.name)
+            # the process's own ranks: its GPUs' local ranks count from its LOCAL_RANK
+            split.members.global_rank = rank_or_none(int(h["rank"]))
+            split.members.local_rank = rank_or_none(int(h["local_rank"]))
+        rows = producer.region.comm_entries() if rows is None else rows
+        was_split = split.split if split.gpus else None
+        if split.update(rows):
+            for problem in split.problems:
+                log.warning("semantic engine input: %s", problem)
+            if was_split is False and split.split:
+                # its GPUs' engines start now; the ops handed on before stay one stream
+                log.warning(
+                    "semantic engine input: %s: the process drives several GPUs from now "
+                    "on (a communicator on another device); its earlier ops stay one stream",
+                    producer.path.name,
+                )
+        return split
 
     def gpu_of(self, producer: Producer) -> GpuStream:
         h = producer.region.header
@@ -76,20 +119,37 @@ class NodeIngest:
             shm_file=producer.path.name,
         )
 
+    def _gpu_stream(self, producer: Producer, g: GpuOfProcess) -> GpuStream:
+        whole = self.gpu_of(producer)
+        return replace(
+            whole,
+            global_rank=g.global_rank,
+            cuda_device=g.device,
+            local_rank=g.local_rank,
+            suffix=g.suffix,
+        )
+
     def _hand_on(self, producer: Producer, ops: np.ndarray) -> None:
         gpu = self.gpu_of(producer)
         self.recent_ops.add(
             Origin(gpu.pid, gpu.global_rank, self.node_name, gpu.start_real_ns, gpu.start_mono_ns),
             ops,
         )
-        self.engine.feed(gpu, ops, comm_infos(producer))
+        rows = producer.region.comm_entries()
+        comms = comm_infos(rows)
+        split = self._split(producer, rows)
+        if not split.split:
+            self.engine.feed(gpu, ops, comms)
+            return
+        for g, records in split.partition(ops):
+            self.engine.feed(self._gpu_stream(producer, g), records, comms)
 
 
-def comm_infos(producer: Producer) -> dict[int, CommInfo]:
-    """What the process's communicator table says of each communicator (a slot has neither
+def comm_infos(rows: np.ndarray) -> dict[int, CommInfo]:
+    """What a process's communicator table rows say of each communicator (a slot has neither
     the name nor the node count)."""
     infos = {}
-    for row in producer.region.comm_entries():
+    for row in rows:
         if int(row["state"]) == shm_v1.CommState.FREE:
             continue
         nnodes = int(row["nnodes"])

@@ -1,6 +1,7 @@
-"""The Semantic Engine inside the Agent: one GpuEngine per profiled process, on a thread of its
-own, writing step summaries to `<home>/semantics/step/live-<node>-<pid>-<start>.jsonl`
-(`.partial` while the process runs, sealed when it has exited).
+"""The Semantic Engine inside the Agent: one GpuEngine per GPU of each profiled process, on a
+thread of its own, writing step summaries to
+`<home>/semantics/step/live-<node>-<pid>-<start><suffix>.jsonl` (the suffix names one GPU of a
+process that drives several; `.partial` while the process runs, sealed when it has exited).
 
 Ingest must never wait for step recovery, so `feed` only queues the batch (records the ring
 copy already made; nothing is copied again). The worker turns the batches into engine ops and
@@ -95,7 +96,7 @@ class _Gpu:
         self, gpu: GpuStream, name: str, engine: GpuEngine, out: SummaryFile, replay_max: int
     ) -> None:
         self.gpu = gpu
-        self.name = name  # live-<node>-<pid>-<start>.jsonl
+        self.name = name  # live-<node>-<pid>-<start><suffix>.jsonl (suffix: GpuStream)
         self.engine = engine
         self.out = out
         self.lost = 0  # records dropped before reaching the engine, not yet reported
@@ -206,11 +207,12 @@ class SemanticEngineHook:
         self._checkpoint = CheckpointFile(
             self.out_dir / CHECKPOINT_NAME, templates.digest(), ProducerMode.live
         )
-        # (pid, producer start) -> the state an earlier Agent left for a process
-        self._saved: dict[tuple[int, int], GpuState] = {}
+        # its summary file's name (live-<node>-<pid>-<start><suffix>.jsonl: one GPU of one
+        # process) -> the state an earlier Agent left for that GPU
+        self._saved: dict[str, GpuState] = {}
         for state in self._checkpoint.load().values():
             if isinstance(state.input, ShmPosition) and not isinstance(state.gpu.pid, UnsetType):
-                self._saved[(state.gpu.pid, state.input.producer_start_real_ns)] = state
+                self._saved[state.output.file.removesuffix(".partial")] = state
         self._last_checkpoint = time.monotonic()
         self._next_checkpoint = self._last_checkpoint + checkpoint_s
         # Steps are cut over every GPU of the node at once (one answer for a job's ranks)
@@ -388,8 +390,8 @@ class SemanticEngineHook:
         g = self._gpus.get(gpu)
         if g is not None:
             return g
-        name = f"live-{gpu.node_name}-{gpu.pid}-{gpu.start_real_ns}.jsonl"
-        saved = self._saved.pop((gpu.pid, gpu.start_real_ns), None)
+        name = f"live-{gpu.node_name}-{gpu.pid}-{gpu.start_real_ns}{gpu.suffix}.jsonl"
+        saved = self._saved.pop(name, None)
         if saved is not None:
             g = self._restore(gpu, saved, name)
             if g is not None:
@@ -509,8 +511,9 @@ class SemanticEngineHook:
             # handed again what came after its checkpoint: skip what it had placed; records
             # gone since (overwritten, or let go by the replay log) are lost
             records = records[records["seq"] > g.skip_through]
-            if len(records):
+            if len(records) and not g.gpu.suffix:  # a split GPU's ring seqs interleave
                 g.lost += max(0, int(records["seq"][0]) - (g.skip_through + 1))
+            if len(records):
                 g.skip_through = -1
         gpu = g.gpu
         batch = engine_batch(

@@ -103,19 +103,22 @@ class ProcessMembers:
     conflicts: list[str] = field(default_factory=list)
 
     def add(self, m: _Member) -> None:
-        comm_id = m.comm_id.removeprefix("0x").rjust(16, "0").lower()
-        key = (comm_id, m.comm_rank)
+        self.add_member(m.comm_id, m.comm_rank, m.nranks, m.cuda_device)
+
+    def add_member(self, comm_id: str, rank: int, nranks: int, device: int | None) -> None:
+        """One member as a comm_init line or a communicator table entry names it (members
+        are added in the order they were initialized)."""
+        comm_id = comm_id.removeprefix("0x").rjust(16, "0").lower()
+        key = (comm_id, rank)
         seen = self.members.get(key)
         if seen is None:
-            self.members[key] = Member(
-                comm_id, m.comm_rank, m.nranks, m.cuda_device, len(self.members)
-            )
-        elif seen.device is None and m.cuda_device is not None:
-            self.members[key] = Member(comm_id, m.comm_rank, m.nranks, m.cuda_device, seen.order)
-        elif m.cuda_device is not None and m.cuda_device != seen.device:
+            self.members[key] = Member(comm_id, rank, nranks, device, len(self.members))
+        elif seen.device is None and device is not None:
+            self.members[key] = Member(comm_id, rank, nranks, device, seen.order)
+        elif device is not None and device != seen.device:
             self.conflicts.append(
-                f"communicator {comm_id} rank {m.comm_rank} is on device {seen.device} "
-                f"and on device {m.cuda_device}"
+                f"communicator {comm_id} rank {rank} is on device {seen.device} "
+                f"and on device {device}"
             )
 
 
@@ -229,9 +232,13 @@ class ProcessSplit:
 def split_process(segments: list[Path], read_lines: ReadLines | None = None) -> ProcessSplit:
     """The GPUs of one process (see the module docstring for the rule); `read_lines` as
     scan_members takes it."""
-    found = scan_members(segments, read_lines)
+    return split_members(scan_members(segments, read_lines), segments[0] if segments else "?")
+
+
+def split_members(found: ProcessMembers, where: Path | str) -> ProcessSplit:
+    """The GPUs of a process whose members are known (from its logs, or live from its
+    communicator table); `where` names the process in problems."""
     members = list(found.members.values())
-    where = segments[0] if segments else Path("?")
     if found.conflicts:
         problems = [f"{where}: {c}: its ops are read as one stream" for c in found.conflicts]
         return ProcessSplit([_whole(found)], problems, found)
@@ -265,7 +272,7 @@ def _whole(found: ProcessMembers) -> GpuOfProcess:
 
 
 def _by_device(
-    found: ProcessMembers, members: list[Member], devices: list[int], where: Path
+    found: ProcessMembers, members: list[Member], devices: list[int], where: Path | str
 ) -> ProcessSplit:
     on: dict[int, list[Member]] = {d: [m for m in members if m.device == d] for d in devices}
     for device, ms in on.items():
