@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from comminsight.agent.api_server import start_server
@@ -36,19 +37,43 @@ log = logging.getLogger("comminsight.agent")
 
 
 def take_lock(home: Path):
-    """The open, exclusively locked lock file; None when another Agent has it."""
+    """The Agent's hold on its home for its whole life; None when another Agent has it.
+
+    Two locks: the home directory itself, which is not deleted or swapped while training
+    writes into it, is what keeps a second Agent out; `agent.lock` is the Profilers' sign
+    that an Agent runs (their autostart asks it). A lock file deleted or replaced under a
+    running Agent then fools no second Agent into sharing the home."""
     path = home / "metadata" / "agent.lock"
     make_private_dirs(path.parent)
-    # O_NOFOLLOW: a link planted here must not make the Agent create or lock another file
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    os.fchmod(fd, 0o600)  # a lock file an older Agent left 0644
-    f = os.fdopen(fd, "r+")  # held for the Agent's life
+    held = []
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        directory = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        held.append(directory)
+        fcntl.flock(directory, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # O_NOFOLLOW: a link planted here must not make the Agent create or lock another file
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        held.append(fd)
+        os.fchmod(fd, 0o600)  # a lock file an older Agent left 0644
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        f.close()
+        for fd in held:
+            os.close(fd)
         return None
-    return f
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
+    return HomeLock(directory, os.fdopen(fd, "r+"))
+
+
+@dataclass
+class HomeLock:
+    directory_fd: int
+    lock_file: object  # the open agent.lock, flocked
+
+    def close(self) -> None:
+        self.lock_file.close()
+        os.close(self.directory_fd)
 
 
 class ListenError(Exception):
