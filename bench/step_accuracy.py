@@ -4,12 +4,15 @@ Every case of the accuracy suite (comminsight.sim.step_accuracy: DDP, FSDP2, ZeR
 pipeline 1F1B and interleaved, TP + DP, Megatron 3D, MoE, RL, ...) is simulated through the
 real plugin with commName NULL and with Inject's names, for each --seeds seed (the
 simulator's timing jitter and, where the workload draws them, overflow steps, router sizes,
-micro-batch counts), and its Steps recovered offline from the logs alone.
+micro-batch counts), and its Steps recovered offline from the logs alone; and again live: the
+same logs replayed the way the Agent's engine meets the ops (small chunks, GPU after GPU,
+through the node's live cut: comminsight.semantic.live_replay).
 
 exact_fraction_<workload>: the fraction of true Steps whose first and last op are right on
 every rank, over all runs of the workload. wrong_steps_at_confidence_ge_0.9: recovered
 Steps, over the whole suite, that are not a true Step of their rank yet claim confidence
-0.9 or more (must be 0).
+0.9 or more (must be 0). exact_fraction_live_<workload> and
+wrong_steps_live_at_confidence_ge_0.9: the same of the live replay.
 
 Prints JSON lines {"bench","metric","value","unit"}.
 """
@@ -22,7 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from comminsight.sim.step_accuracy import SUITE, Score, run_case
+from comminsight.semantic.live_replay import replay_live
+from comminsight.semantic.offline import recover_steps
+from comminsight.sim.step_accuracy import SUITE, Score, score, simulate_case
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "dist" / "libnccl-profiler-comminsight.so"
@@ -42,28 +47,40 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=2, help="seeds per case and naming")
     parser.add_argument("--only", nargs="*", default=None, help="case names to run")
     args = parser.parse_args()
-    total = Score()
+    total, total_live = Score(), Score()
     for case in SUITE:
         if args.only and case.name not in args.only:
             continue
-        score = Score()
+        offline, live = Score(), Score()
         for seed in range(args.seeds):
             for names in (True, False):
                 with tempfile.TemporaryDirectory() as tmp:
-                    score.add(run_case(case, str(PLUGIN), Path(tmp), names, seed=seed))
-        total.add(score)
-        line(
-            f"exact_fraction_{case.name}",
-            round(score.exact_fraction, 4),
-            "ratio",
-            true_steps=score.true_steps,
-            wrong_steps=score.wrong,
-            runs=2 * args.seeds,
-        )
-        for wrong in score.first_wrong[:2]:
-            print(f"  {case.name}: {wrong}", file=sys.stderr)
+                    truths = simulate_case(case, str(PLUGIN), Path(tmp), names, seed=seed)
+                    logs = Path(tmp) / "inspector_logs"
+                    offline.add(score(truths, recover_steps(logs)))
+                    live.add(score(truths, replay_live(logs)))
+        total.add(offline)
+        total_live.add(live)
+        for name, got in ((case.name, offline), (f"live_{case.name}", live)):
+            line(
+                f"exact_fraction_{name}",
+                round(got.exact_fraction, 4),
+                "ratio",
+                true_steps=got.true_steps,
+                wrong_steps=got.wrong,
+                runs=2 * args.seeds,
+            )
+            for wrong in got.first_wrong[:2]:
+                print(f"  {name}: {wrong}", file=sys.stderr)
     line("wrong_steps_at_confidence_ge_0.9", total.wrong_confident, "count")
     line("exact_fraction_all", round(total.exact_fraction, 4), "ratio", true_steps=total.true_steps)
+    line("wrong_steps_live_at_confidence_ge_0.9", total_live.wrong_confident, "count")
+    line(
+        "exact_fraction_live_all",
+        round(total_live.exact_fraction, 4),
+        "ratio",
+        true_steps=total_live.true_steps,
+    )
     return 0
 
 

@@ -185,6 +185,14 @@ def score(truths: list[RankTruth], result: OfflineResult) -> Score:
 
 def run_case(case: Case, plugin: str, home: Path, comm_names: bool, seed: int = 0) -> Score:
     """Simulate the case under `home`, recover its Steps from the logs, score them."""
+    truths = simulate_case(case, plugin, home, comm_names, seed)
+    return score(truths, recover_steps(home / "inspector_logs"))
+
+
+def simulate_case(
+    case: Case, plugin: str, home: Path, comm_names: bool, seed: int = 0
+) -> list[RankTruth]:
+    """Simulate the case under `home` (logs in home/inspector_logs); its ground truth."""
     config = SimConfig(
         plugin=plugin,
         home=str(home),
@@ -197,6 +205,4 @@ def run_case(case: Case, plugin: str, home: Path, comm_names: bool, seed: int = 
     sim = run_simulation(config)
     if sim.errors:
         raise RuntimeError(f"simulation of {case.name} failed: {sim.errors}")
-    truths = read_ground_truth(sim.run_dir)
-    result = recover_steps(home / "inspector_logs")
-    return score(truths, result)
+    return read_ground_truth(sim.run_dir)
