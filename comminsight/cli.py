@@ -1,4 +1,6 @@
-"""`comminsight` command line."""
+"""`comminsight`: what a CommInsight agent sees (status, communicators, ops, Steps, hangs,
+incidents, the archive), Steps recovered offline from logs, the simulator, the resolved
+configuration and the protocols of this build. `comminsight COMMAND --help` for each."""
 
 from __future__ import annotations
 
@@ -6,19 +8,22 @@ import argparse
 import sys
 
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from comminsight.cli_agent import add_agent_commands
+from comminsight.cli_output import new_table, stdout_console
 from comminsight.config import ConfigError, load_settings
+from comminsight.redaction import shown_value
 from comminsight.sim.cli_args import add_sim_arguments
+from comminsight.version_text import VersionAction
 
 
 def cmd_protocols(args: argparse.Namespace, console: Console) -> int:
     from comminsight_gen.registry import PROTOCOLS
 
-    table = Table(title="CommInsight protocols")
-    for column in ("protocol", "version", "kind", "status", "producer → consumers"):
-        table.add_column(column)
+    table = new_table(
+        "CommInsight protocols", ("protocol", "version", "kind", "status", "producer → consumers")
+    )
     for p in PROTOCOLS:
         table.add_row(
             p.id, f"v{p.version}", p.kind, p.status, f"{p.producer} → {', '.join(p.consumers)}"
@@ -35,13 +40,13 @@ def cmd_config(args: argparse.Namespace, console: Console) -> int:
     except ConfigError as e:
         console.print(f"[red]configuration error:[/red] {e}")
         return 2
-    table = Table(title="Resolved configuration (environment > file > default)")
-    for column in ("key", "value", "default"):
-        table.add_column(column)
+    table = new_table(
+        "Resolved configuration (environment > file > default)", ("key", "value", "default")
+    )
     for key in KEYS:
-        value = getattr(settings, key.field)
-        shown = "***" if key.name.endswith("TOKEN") and value else repr(value)
-        table.add_row(key.name, shown, repr(key.default))
+        # secrets and URL credentials hidden by the same function as everywhere else
+        value = shown_value(key, getattr(settings, key.field))
+        table.add_row(key.name, escape(repr(value)), escape(repr(key.default)))
     console.print(table)
     return 0
 
@@ -71,8 +76,14 @@ def cmd_sim(args: argparse.Namespace, console: Console) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="comminsight", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="comminsight",
+        description=__doc__,
+        epilog="Tables keep every value whole in a pipe; agent commands take --format "
+        "plain|json. The local agent is found at COMMINSIGHT_AGENT_LISTEN; --url names another.",
+    )
+    parser.add_argument("--version", action=VersionAction)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("protocols", help="list the protocols this build speaks").set_defaults(
         func=cmd_protocols
     )
@@ -83,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     add_sim_arguments(sim)
     sim.set_defaults(func=cmd_sim)
     args = parser.parse_args(argv)
-    return args.func(args, Console())
+    return args.func(args, stdout_console())
 
 
 if __name__ == "__main__":

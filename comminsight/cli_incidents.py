@@ -1,81 +1,111 @@
-"""`comminsight incidents`: hangs grouped by cause, the root cause first.
+"""`comminsight incidents [list | show ID | resolve ID]`: hangs grouped by cause, the root
+cause first.
 
 One line per incident says who is to blame (the root's culprits, communicator and op) and how
 many reports are blocked behind it; `--tree` shows those consequences under the report each
 follows from, `--id ID` one incident with its root's evidence, how its root changed, and the
-culprits' Python stacks when they were captured. Lines are printed whole (soft-wrapped by the
-terminal, never cut), so piping the output loses nothing.
+culprits' Python stacks when they were captured; `resolve ID` is an operator's resolution
+(needs the agent's token). Lines are printed whole (soft-wrapped by the terminal, never cut),
+so piping the output loses nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from comminsight.cli_client import answer, changing_client
+from comminsight.cli_node import opt
+from comminsight.cli_output import Output, new_table
+from comminsight.human_units import ms_text, time_text
 from comminsight_client import Client
-from comminsight_client.api.incidents import get_incident, list_incidents
-from comminsight_client.models import IncidentStatusFilter
+from comminsight_client.api.incidents import get_incident, list_incidents, resolve_incident
+from comminsight_client.models import IncidentStatusFilter, ResolveIncidentRequest
+from comminsight_client.types import UNSET
+
+NOT_FOUND = "list the incidents with `comminsight incidents --status all`"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--status", choices=["open", "resolved", "all"], default="open")
-    p.add_argument("--tree", action="store_true", help="show each incident's consequences")
-    p.add_argument("--id", default=None, help="one incident with its evidence and stacks")
-    p.add_argument("--limit", type=int, default=100)
+def add_list_arguments(p: argparse.ArgumentParser, nested: bool = False) -> None:
+    def default(value):
+        return argparse.SUPPRESS if nested else value
+
+    p.add_argument("--status", choices=["open", "resolved", "all"], default=default("open"))
+    p.add_argument(
+        "--tree",
+        action="store_true",
+        default=default(False),
+        help="show each incident's consequences",
+    )
+    p.add_argument("--limit", type=int, default=default(100))
 
 
-def incidents_cmd(client: Client, args, console: Console) -> None:
-    from comminsight.cli_agent import answer, print_json
-
+def incidents_cmd(client: Client, args, out: Output) -> None:
+    """`incidents` (a list) or, with --id, `incidents show`."""
     if args.id:
-        detail = answer(get_incident.sync_detailed(args.id, client=client)).to_dict()
-        if args.json:
-            print_json(console, detail)
-        else:
-            print_detail(console, detail)
-        return
+        show(client, args.id, out)
+    else:
+        list_cmd(client, args, out)
+
+
+def show_cmd(client: Client, args, out: Output) -> None:
+    show(client, args.incident_id, out)
+
+
+def show(client: Client, incident_id: str, out: Output) -> None:
+    detail = answer(get_incident.sync_detailed(incident_id, client=client), NOT_FOUND).to_dict()
+    if out.json:
+        out.json_value(detail)
+    else:
+        print_detail(out, detail)
+
+
+def list_cmd(client: Client, args, out: Output) -> None:
     body = answer(
         list_incidents.sync_detailed(
             client=client, status=IncidentStatusFilter(args.status), limit=args.limit
         )
     ).to_dict()
-    if args.json:
-        print_json(console, body)
+    if out.json:
+        out.json_value(body)
         return
-    say(console, f"[bold]Incidents ({args.status}): {body['total']}[/bold]")
+    out.line(f"[bold]Incidents ({args.status}): {body['total']}[/bold]")
     for incident in body["items"]:
-        print_incident(console, incident, tree=args.tree)
+        print_incident(out, incident, tree=args.tree)
 
 
-def say(console: Console, text: str) -> None:
-    console.print(text, soft_wrap=True, highlight=False)
+def resolve_cmd(client: Client, args, out: Output) -> None:
+    body = ResolveIncidentRequest(note=args.note) if args.note is not None else UNSET
+    incident = answer(
+        resolve_incident.sync_detailed(args.incident_id, client=changing_client(args), body=body),
+        NOT_FOUND,
+    ).to_dict()
+    if out.json:
+        out.json_value(incident)
+        return
+    print_incident(out, incident, tree=False)
 
 
-def print_incident(console: Console, incident: dict, tree: bool) -> None:
-    from comminsight.cli_agent import when
-
+def print_incident(out: Output, incident: dict, tree: bool) -> None:
     root = incident["root"]
     status = incident["status"] + (
         f" ({incident['resolution']})" if incident.get("resolution") else ""
     )
     colour = "red" if incident["severity"] == "critical" and status == "open" else "bold"
-    say(
-        console,
+    out.line(
         f"[{colour}]{incident['incident_id']}[/{colour}] {status}, {incident['severity']}, "
-        f"opened {when(incident['opened_real_ns'])} UTC",
+        f"opened {time_text(incident['opened_real_ns'])} UTC"
     )
-    say(console, f"  root cause: {escape(root_line(root))}")
-    say(console, f"    {escape(root['summary'])}")
+    out.line(f"  root cause: {escape(root_line(root))}")
+    out.line(f"    {escape(root['summary'])}")
     n = len(incident["consequences"])
     if not tree:
         if n:
-            say(console, f"  + {n} consequence(s) blocked behind it (--tree to show them)")
+            out.line(f"  + {n} consequence(s) blocked behind it (--tree to show them)")
         return
     for line in consequence_tree(incident):
-        say(console, "  " + escape(line))
+        out.line("  " + escape(line))
 
 
 def root_line(root: dict) -> str:
@@ -142,24 +172,22 @@ def frame_text(f: dict) -> str:
     return f"{f['file']}{line} in {f['function']}{code}"
 
 
-def print_detail(console: Console, detail: dict) -> None:
-    from comminsight.cli_agent import opt, when
-
+def print_detail(out: Output, detail: dict) -> None:
     incident, reports = detail["incident"], detail["reports"]
-    print_incident(console, incident, tree=True)
+    print_incident(out, incident, tree=True)
     for change in incident["root_changes"]:
-        say(
-            console,
-            f"  root changed {when(change['at_real_ns'])} UTC from {change['from_report_id']}: "
-            f"{escape(change['reason'])}",
+        out.line(
+            f"  root changed {time_text(change['at_real_ns'])} UTC from "
+            f"{change['from_report_id']}: {escape(change['reason'])}"
         )
     if incident.get("resolution_note"):
-        say(console, f"  note: {escape(incident['resolution_note'])}")
+        out.line(f"  note: {escape(incident['resolution_note'])}")
     root = next((r for r in reports if r["report_id"] == incident["root"]["report_id"]), None)
     if root is not None:
-        table = Table(title="Evidence of the root, per rank")
-        for column in ("rank", "global", "node", "pid", "process", "completed", "in flight"):
-            table.add_column(column, overflow="fold")
+        table = new_table(
+            "Evidence of the root, per rank",
+            ("rank", "global", "node", "pid", "process", "completed", "in flight"),
+        )
         for e in root.get("evidence", []):
             inflight = e.get("inflight")
             table.add_row(
@@ -169,16 +197,16 @@ def print_detail(console: Console, detail: dict) -> None:
                 opt(e.get("pid")),
                 e["process_state"],
                 opt((e.get("last_completed") or {}).get("seq")),
-                f"{inflight['func']} {inflight['age_ms']} ms" if inflight else "-",
+                f"{inflight['func']} {ms_text(inflight['age_ms'])}" if inflight else "-",
             )
-        console.print(table)
+        out.table(table)
     for c in incident["root"].get("culprits", []):
-        say(console, f"  {escape(culprit_label(c))}: {escape(c['reason'])}")
+        out.line(f"  {escape(culprit_label(c))}: {escape(c['reason'])}")
     stacks = incident["stacks"]
     if not stacks:
-        say(console, "Python stacks: none captured")
+        out.line("Python stacks: none captured")
         return
-    say(console, "Python stacks:")
+    out.line("Python stacks:")
     for stack in stacks:
         for line in stack_lines(stack):
-            say(console, "  " + escape(line))
+            out.line("  " + escape(line))

@@ -16,13 +16,15 @@ import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from comminsight.semantic.offline import CHECKPOINT_NAME, OfflineResult, recover_steps
+if TYPE_CHECKING:
+    from comminsight.semantic.offline import OfflineResult
 
 
 def default_out(logs: Path) -> Path:
@@ -34,6 +36,10 @@ def default_out(logs: Path) -> Path:
 def _recover(
     args, console: Console, keep_ops: bool, out: Path | None = None
 ) -> OfflineResult | None:
+    # the engine is imported only by the commands that run it: `comminsight --help` and the
+    # agent commands start without loading it
+    from comminsight.semantic.offline import recover_steps
+
     logs = Path(args.logs)
     err = Console(stderr=True)
     with Progress(
@@ -63,6 +69,8 @@ def _recover(
 
 
 def cmd_steps_offline(args: argparse.Namespace, console: Console) -> int:
+    from comminsight.semantic.offline import CHECKPOINT_NAME
+
     out = Path(args.out) if args.out else default_out(Path(args.logs))
     result = _recover(args, console, keep_ops=False, out=out)
     if result is None:

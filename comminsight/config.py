@@ -1,4 +1,5 @@
-"""Resolve CommInsight settings: environment beats the KEY=VALUE file beats schema defaults.
+"""Resolve CommInsight settings: a command-line flag (where a command has one) beats the
+environment beats the KEY=VALUE file beats schema defaults.
 
 Keys, types, defaults and limits come only from the generated `config` protocol
 (comminsight_gen.config_v1), the same definitions the Profiler's C header is generated from.
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 
+from comminsight.redaction import shown_raw
 from comminsight.safe_open import kind_of
 from comminsight_gen.config_v1 import KEY_BY_NAME, KEYS, ConfigKey, ConfigV1
 
@@ -122,7 +124,9 @@ def convert(key: ConfigKey, raw: str, origin: Origin) -> object:
         return raw
     except ValueError as e:
         detail = str(e) if key.type == "boolean" else f"expected {key.type}"
-        raise ConfigError(f"{key.name}={raw!r} ({origin.text}): {detail}") from None
+        raise ConfigError(
+            f"{key.name}={shown_raw(key.name, raw)!r} ({origin.text}): {detail}"
+        ) from None
 
 
 def address_problem(address: str, min_port: int = 0) -> str | None:
@@ -180,22 +184,34 @@ def _check_addresses(settings: ConfigV1, raw: dict[str, tuple[str, Origin]]) -> 
         problem = address_problem(value, min_port)
         if problem:
             origin = raw[name][1].text if name in raw else "default"
-            raise ConfigError(f"{name}={value!r} ({origin}): {problem}")
+            raise ConfigError(f"{name}={shown_raw(name, value)!r} ({origin}): {problem}")
 
 
-def load_settings(env: Mapping[str, str] | None = None, conf_path: Path | None = None) -> ConfigV1:
+def load_settings(
+    env: Mapping[str, str] | None = None,
+    conf_path: Path | None = None,
+    overrides: Mapping[str, tuple[str, str]] | None = None,
+) -> ConfigV1:
     """Resolve settings from `env` (default os.environ) and the config file.
 
     The file is COMMINSIGHT_CONF if set, else <COMMINSIGHT_HOME>/etc/comminsight.conf; a missing
     default file is fine, a missing file that was named explicitly is an error.
+    `overrides`: key name -> (raw value, where it came from, e.g. '--listen'), stronger than
+    the environment; an overridden COMMINSIGHT_HOME also decides where the default file is.
     """
     env = os.environ if env is None else env
+    overrides = overrides or {}
+    for name in overrides:
+        if name not in KEY_BY_NAME:
+            raise ValueError(f"override of unknown key {name}")
     raw: dict[str, tuple[str, Origin]] = {}
     explicit = conf_path or (Path(env["COMMINSIGHT_CONF"]) if env.get("COMMINSIGHT_CONF") else None)
     if explicit is not None:
         raw.update(parse_conf_file(explicit))
     else:
-        default_file, _ = config_file_path(env)
+        default_file, _ = config_file_path(
+            {**env, **{name: value for name, (value, _) in overrides.items()}}
+        )
         try:
             os.lstat(default_file)
             present = True
@@ -211,6 +227,8 @@ def load_settings(env: Mapping[str, str] | None = None, conf_path: Path | None =
     for key in KEYS:
         if key.name in env:
             raw[key.name] = (env[key.name], Origin("environment"))
+    for name, (value, where) in overrides.items():
+        raw[name] = (value, Origin(where))
     typed = {
         KEY_BY_NAME[name].field: convert(KEY_BY_NAME[name], value, origin)
         for name, (value, origin) in raw.items()
@@ -224,7 +242,8 @@ def load_settings(env: Mapping[str, str] | None = None, conf_path: Path | None =
             field = KEY_BY_NAME[name].field
             if f"`$.{field}`" in message:
                 raise ConfigError(
-                    f"{name}={value!r} ({origin.text}): {message.split(' - at ')[0]}"
+                    f"{name}={shown_raw(name, value)!r} ({origin.text}): "
+                    f"{message.split(' - at ')[0]}"
                 ) from None
         raise ConfigError(message) from None
     _check_addresses(settings, raw)

@@ -32,7 +32,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from comminsight import cli_agent, cli_incidents
+from comminsight import cli_client, cli_hangs, cli_incidents, cli_node, cli_ops, cli_steps
 from comminsight.log_segments import segments_in, verify_segment
 from comminsight.sim import SimConfig, parse_fault, run_simulation
 from comminsight_gen.models.inspector_log_v1 import CiColl, CiHangEvidence, CiP2p, CiSegmentStart
@@ -106,15 +106,15 @@ def show(console: Console, command: str, url: str, **options) -> None:
         if k in ("tree", "id") and v not in (None, False)
     )
     console.print(f"[dim]$ comminsight {command}{flags} --url {url}[/dim]")
-    args = argparse.Namespace(url=url, json=False, **options)
+    args = argparse.Namespace(url=url, json=False, format="table", token=None, **options)
     func = {
-        "status": cli_agent.status,
-        "comms": cli_agent.comms_cmd,
-        "hangs": cli_agent.hangs_cmd,
+        "status": cli_node.status,
+        "comms": cli_ops.comms_cmd,
+        "hangs": cli_hangs.hangs_cmd,
         "incidents": cli_incidents.incidents_cmd,
-        "steps": cli_agent.steps_cmd,
+        "steps": cli_steps.steps_cmd,
     }
-    cli_agent.run(func[command], args, console)
+    cli_client.run(func[command], args, console)
 
 
 def simulate(home: Path, faults: tuple = ()) -> object:
@@ -152,7 +152,7 @@ def healthy_run(console: Console) -> bool:
         expected = 8 * 4  # ranks x (3 steps + the warm-up step)
         steps = wait_for_steps(url, expected)
         show(console, "status", url)
-        show(console, "comms", url, state="all", name=None, full=False)
+        show(console, "comms", url, state="all", name=None, full=False, id=None)
         show(console, "steps", url, rank=0, since_step=0, limit=100, logs=None)
         console.print(
             f"the agent's Semantic Engine recovered {steps} of {expected} steps (8 ranks) "

@@ -32,6 +32,7 @@ from comminsight_gen.abi import shm_v1
 HEADER = shm_v1.HEADER_DTYPE
 COMM = shm_v1.COMM_ENTRY_DTYPE
 SLOT = shm_v1.OP_SLOT_DTYPE
+EVIDENCE = shm_v1.EVIDENCE_ENTRY_DTYPE
 BUSY = np.uint64(shm_v1.SLOT_BUSY_BIT)
 _BUSY_INT = int(shm_v1.SLOT_BUSY_BIT)
 MAX_LOST_RANGES = 1024  # remembered lost ranges (the newest); lost counts every one
@@ -95,6 +96,7 @@ class ShmRegion:
         self.bad_rows_reason: str | None = None
         self.table_copies = 0  # comm-table copies taken from the map (work, for tests)
         self._frozen: np.ndarray | None = None
+        self._frozen_evidence: np.ndarray | None = None
         fd, self.target = open_region_file(self.path, shm_dir, owner)  # target: the file
         try:
             size = os.fstat(fd).st_size
@@ -122,6 +124,19 @@ class ShmRegion:
         )
         self.ring = np.frombuffer(
             self._map, dtype=SLOT, count=self.ring_capacity, offset=int(h["ring_offset"])
+        )
+        # the hang evidence table (a later addition to the layout): a header that places it
+        # badly leaves it unread and says why, the rest of the region stays usable
+        self.evidence_problem = _evidence_problem(h, size)
+        self.evidence = (
+            np.frombuffer(
+                self._map,
+                dtype=EVIDENCE,
+                count=int(h["evidence_capacity"]),
+                offset=int(h["evidence_offset"]),
+            )
+            if self.evidence_problem is None and int(h["evidence_offset"])
+            else EVIDENCE_EMPTY
         )
 
     def _check(self, size: int) -> None:
@@ -239,17 +254,70 @@ class ShmRegion:
         self.bad_rows_reason = f"row {int(index[i])}: {_row_problem(rows[i])}"
         return rows[ok]
 
+    def evidence_entries(self) -> np.ndarray:
+        """A copy of the evidence entries in use, each taken whole: an entry whose generation
+        or state changed while it was copied (the Profiler rebinding it) is read again, and
+        left out if it keeps changing."""
+        if self._frozen_evidence is not None:
+            return self._frozen_evidence
+        table = self.evidence
+        if not len(table) or self.shrunk():
+            return EVIDENCE_EMPTY
+        used = np.flatnonzero(table["state"] != shm_v1.EvidenceState.FREE)
+        copy = table[used]
+        for _ in range(100):
+            now = table[["state", "generation"]][used]
+            stable = (copy["generation"] == now["generation"]) & (copy["state"] == now["state"])
+            if np.all(stable):
+                break
+            copy = table[used]
+        else:
+            copy = copy[stable]
+        known = np.isin(copy["state"], _EVIDENCE_STATES)
+        return copy[known]
+
     def freeze(self) -> None:
         """Nothing will write the region again (its process is gone): keep one last copy of
         the comm table instead of copying it on every call."""
         self._frozen = None
         self._frozen = self.comm_entries()
+        self._frozen_evidence = None
+        self._frozen_evidence = self.evidence_entries()
 
     def close(self) -> None:
         # release the buffer exports
         self.header = self.comms = self.ring = self._buf = self._frozen = None
+        self.evidence = self._frozen_evidence = None
         self._map.close()
         self._close_fd()
+
+
+EVIDENCE_EMPTY = np.zeros(0, dtype=EVIDENCE)
+_EVIDENCE_STATES = np.array(
+    [shm_v1.EvidenceState.RAISED, shm_v1.EvidenceState.LOWERED], dtype=np.uint32
+)
+MAX_EVIDENCE_ENTRIES = 1024  # far above EVIDENCE_SLOTS: a header claiming more is not believed
+
+
+def _evidence_problem(h, size: int) -> str | None:
+    """Why the header's evidence table cannot be read; None when it can (or there is none)."""
+    offset, count = int(h["evidence_offset"]), int(h["evidence_capacity"])
+    if offset == 0:
+        return None
+    ring_end = int(h["ring_offset"]) + int(h["ring_capacity"]) * SLOT.itemsize
+    entry_size = int(h["evidence_entry_size"])
+    if entry_size != EVIDENCE.itemsize:
+        return f"header.evidence_entry_size: {entry_size}, expected {EVIDENCE.itemsize}"
+    if not 0 < count <= MAX_EVIDENCE_ENTRIES:
+        return f"header.evidence_capacity: {count} is not in 1..{MAX_EVIDENCE_ENTRIES}"
+    if offset % shm_v1.CACHE_LINE or offset < ring_end:
+        return (
+            f"header.evidence_offset: {offset} is not a cache-line offset "
+            f"after the ring ({ring_end})"
+        )
+    if offset + count * EVIDENCE.itemsize > size:
+        return f"header.evidence_offset: the table ends past the end of the file ({size})"
+    return None
 
 
 def _row_problem(row) -> str:

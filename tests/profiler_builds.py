@@ -88,8 +88,9 @@ def hot_path_driver(out_dir: Path, optimize: str = "-O2") -> Path:
     return exe
 
 
-def run_scenario(scenario: str, build: str, home: Path, **env) -> dict:
-    """Run one plugin_scenarios.py scenario in a fresh interpreter; its JSON result."""
+def run_scenario(scenario: str, build: str, home: Path, script: Path = SCENARIOS, **env) -> dict:
+    """Run one scenario of `script` (plugin_scenarios.py by default) in a fresh interpreter;
+    its JSON result."""
     b = builds()[build]
     full_env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
@@ -104,7 +105,7 @@ def run_scenario(scenario: str, build: str, home: Path, **env) -> dict:
         **env,
     }
     proc = subprocess.run(
-        [sys.executable, str(SCENARIOS), scenario, str(b.path)],
+        [sys.executable, str(script), scenario, str(b.path)],
         env=full_env,
         capture_output=True,
         text=True,

@@ -539,6 +539,22 @@ def test_url_credentials_are_not_shown(tmp_path):
     assert "secret" not in provider.url and "abc" not in provider.url
 
 
+def test_an_upload_error_naming_the_remote_path_does_not_show_its_credentials(tmp_path):
+    home = tmp_path / "home"
+    write_segment(home, 0)
+    provider = FsspecProvider("memory://user:s3cr3t@bucket/prefix")
+
+    def refuse(name):
+        raise PermissionError(f"access denied to {provider._raw_url}/{name}")
+
+    provider.open_for_write = refuse
+    archiver = make_archiver(home, provider)
+    archiver.run_once()
+    error = archiver.last_error
+    assert error is not None and "access denied" in error.message
+    assert "s3cr3t" not in error.message and "user:" not in error.message
+
+
 def test_flush_uploads_now_or_joins_the_running_pass(tmp_path):
     home = tmp_path / "home"
     segments = [write_segment(home, i) for i in range(2)]

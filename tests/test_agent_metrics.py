@@ -21,6 +21,7 @@ from comminsight.agent.metrics import (
     size_bucket,
     update_from_producers,
 )
+from comminsight.agent.process_labels import NO_PROCESS
 from comminsight.agent.producers import ProducerSet
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
@@ -106,7 +107,7 @@ def test_batched_grouping_equals_a_record_by_record_fold():
         seconds = float(durations_s(one)[0])
         busbw = float(bus_bandwidth_gbs(one, np.array([seconds]))[0])
         func = {int(k): v for k, v in shm_v1.FUNC_LABELS.items()}.get(int(rec["func"]), "Unknown")
-        key = (f"{int(rec['comm_id']):016x}", func)
+        key = (NO_PROCESS, int(rec["comm_id"]), func)
         e = expected.setdefault(key, {"ops": 0, "bytes": 0, "lat": Counter(), "bw": Counter()})
         e["ops"] += 1
         e["bytes"] += int(rec["bytes"])

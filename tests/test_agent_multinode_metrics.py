@@ -19,6 +19,7 @@ from comminsight.agent.job_metrics import JobMetrics
 from comminsight.agent.job_view import NodeRecord
 from comminsight.agent.metric_totals import MAX_COMM_OP_ROWS, node_metric_totals
 from comminsight.agent.metrics import NodeMetrics, _Series
+from comminsight.agent.process_labels import NO_PROCESS
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
 
@@ -29,7 +30,7 @@ def node_metrics(n_comms: int, funcs=("AllReduce", "Broadcast")) -> NodeMetrics:
         if c % 2:
             m.comm_names[c] = f"pg:{c}"
         for f in funcs:
-            m.series[(m.comm_label(c), f)] = _Series(ops=c, bytes=1000 * c, latency_sum=0.5)
+            m.series[(NO_PROCESS, c, f)] = _Series(ops=c, bytes=1000 * c, latency_sum=0.5)
     m.profiler_counters["fifo_events_dropped"] = 3
     m.open_hangs = {"rank_not_joined": 2}
     return m

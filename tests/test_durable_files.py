@@ -31,9 +31,7 @@ def test_a_link_planted_under_the_temporary_name_is_not_followed(tmp_path):
     assert target.read_bytes() == b"new" and not target.is_symlink()
 
 
-def test_a_failed_write_removes_its_temporary_file_and_keeps_the_old_content(
-    tmp_path, monkeypatch
-):
+def test_a_failed_write_removes_its_temporary_file_and_keeps_the_old_content(tmp_path, monkeypatch):
     target = tmp_path / "state.json"
     write_atomically(target, b"old")
 

@@ -118,7 +118,7 @@ def test_proxy_events_only_on_communicators_spanning_nodes(mixed_v5):
             assert len(steps) == op.int("nsteps")
             for step in steps:
                 states = [s.int("state") for s in proc.states[step["h"]]]
-                assert states == ([8, 20, 9] if op["send"] == "1" else [10, 12])
+                assert states == ([8, 20, 9] if op["send"] == "1" else [10, 11, 12])
             assert [s.int("state") for s in proc.states[op["h"]]] == [19]
 
 

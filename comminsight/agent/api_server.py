@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 from aiohttp import web
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from comminsight.agent import api_views
 from comminsight.agent.api_params import OperationParams, ParamError, Problem, openapi_document
@@ -136,7 +135,11 @@ class AgentApi:
         }
         for operation_id, handler in routes.items():
             params = OperationParams(operation_id)
-            app.router.add_route(params.method.upper(), params.path, self._bind(params, handler))
+            endpoint = self._bind(params, handler)
+            app.router.add_route(params.method.upper(), params.path, endpoint)
+            if params.method.upper() == "GET":
+                # HEAD is GET without the body (RFC 9110): monitors probe /metrics with it
+                app.router.add_route("HEAD", params.path, endpoint)
         return app
 
     def _bind(self, params: OperationParams, handler: Handler):
@@ -445,9 +448,10 @@ class AgentApi:
         return web.json_response(openapi_document())
 
     async def metrics(self, request, values):
-        return web.Response(
-            body=self.service.metrics.render(), headers={"Content-Type": CONTENT_TYPE_PLAIN_0_0_4}
-        )
+        # OpenMetrics for a client that asks for it (Prometheus does, by default), the text
+        # format 0.0.4 for everyone else
+        body, content_type = self.service.metrics.exposition(request.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 async def _resolve_note(request: web.Request, model) -> str | None:

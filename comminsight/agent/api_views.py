@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from comminsight.agent.inject_names import InjectNames
+from comminsight.agent.process_labels import uuid_text
 from comminsight.agent.producers import Producer
 from comminsight.agent.snapshot import (
     NO_FLAGGED_SEQ,
@@ -100,7 +101,7 @@ def process_model(producer: Producer, view: ProcessView, node: LiveNode) -> Proc
         local_rank=view.local_rank,
         world_size=world if world > 0 else None,
         cuda_device=device if device >= 0 else None,
-        device_uuid=None,  # the shm v1 header carries no GPU UUID
+        device_uuid=uuid_text(h["cuda_uuid"]) or None,
         comm_ids=comm_ids,
         shm_file=str(producer.path),
         shm_abi_version=int(h["abi_version"]),
@@ -311,7 +312,7 @@ def comm_rank(live: LiveRow, node: LiveNode) -> CommRank:
         node_name=node.node_name,
         pid=max(1, proc.pid),
         cuda_device=device if device >= 0 else None,
-        device_uuid=None,
+        device_uuid=uuid_text(r["cuda_uuid"]) or None,
         alive=proc.alive,
         progress=comm_progress(live, node),
     )

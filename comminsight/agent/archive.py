@@ -325,7 +325,7 @@ class Archiver:
         return False
 
     def _note_failure(self, local: LocalFile, attempt: int, error: Exception) -> None:
-        message = f"{type(error).__name__}: {error}"[:2048]
+        message = self.provider.scrub(f"{type(error).__name__}: {error}")[:2048]
         log.warning("archive upload of %s failed (attempt %d): %s", local.source, attempt, message)
         with self._state_lock:
             self._failed_uploads_total += 1

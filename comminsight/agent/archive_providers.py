@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
-from urllib.parse import urlsplit, urlunsplit
 
 from comminsight.durable_files import fsync_directory, make_private_dirs
+from comminsight.redaction import redact_url, scrub_credentials
 
 URL_KEY = "COMMINSIGHT_COMMON_ARCHIVE_URL"
 
@@ -50,6 +50,10 @@ class Provider(ABC):
     @abstractmethod
     def remove(self, name: str) -> None:
         """Delete `name` if it exists."""
+
+    def scrub(self, text: str) -> str:
+        """`text` (an error about this destination) with its credentials hidden."""
+        return text
 
 
 class LocalDirectoryProvider(Provider):
@@ -109,6 +113,11 @@ class FsspecProvider(Provider):
             raise ArchiveConfigError(f"{URL_KEY}={redact_url(url)!r}: {e}") from None
         self.root = root.rstrip("/")
         self.url = redact_url(url)
+        self._raw_url = url  # never shown: only to hide its credentials in errors
+
+    def scrub(self, text: str) -> str:
+        # a backend's error names the remote path, which may hold the URL's credentials
+        return scrub_credentials(text, self._raw_url)
 
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -160,13 +169,3 @@ def provider_for_url(url: str, home: str | Path) -> Provider:
     if not scheme or not all(c.isalnum() or c in "+-." for c in scheme):
         raise ArchiveConfigError(f"{URL_KEY}={redact_url(text)!r}: malformed URL scheme")
     return FsspecProvider(text)
-
-
-def redact_url(url: str) -> str:
-    """The URL without user:password or query string (where tokens are often passed)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    netloc = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

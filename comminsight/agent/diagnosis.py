@@ -8,7 +8,9 @@ blamed), so diagnosing the same hang on every poll names the same report.
 Per communicator, in order (the first that applies wins, because later ones would only be a
 less precise description of the same stall):
   process_died     a member's process is gone or its heartbeat is stale while peers wait
-  op_mismatch      members in flight at the same op index disagree on func/count/type/root
+  op_mismatch      members in flight at the same op index disagree on func/count/type/root;
+                   the culprits are the minority, or where no majority decides (two ranks, an
+                   even split) the ranks that broke the job's rhythm (odd_ranks), or none
   stuck_outside_nccl / rank_not_joined
                    peers wait in op N past the threshold; some members never enqueued N.
                    stuck_outside_nccl when every such member has nothing in flight on any of
@@ -39,11 +41,15 @@ from dataclasses import dataclass
 
 from msgspec import UNSET
 
+from comminsight.agent.odd_ranks import OddRanks, odd_ranks, rhythm_reason
+from comminsight.agent.op_rhythm import Expectation, StepCycle, Unknown, comm_history, expected_op
+from comminsight.agent.proxy_evidence import hang_evidence
 from comminsight.agent.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.models.hang_report_v1 import (
     CommRef,
     Culprit,
+    CulpritBasis,
     HangReport,
     InflightEvidence,
     OpClass,
@@ -73,6 +79,7 @@ class Finding:
     join_delays_ns: dict[int, int] | None = None
     threshold_ns: int | None = None
     cause: Finding | None = None  # the hang this one follows from (see follows_from)
+    culprit_basis: CulpritBasis | None = None  # op_mismatch of collectives: how it was decided
 
 
 # ---- entry point ----
@@ -81,6 +88,9 @@ class Finding:
 # A member's recently completed collectives on its communicator, by op index
 # (RecentOps.collectives).
 CompletedOps = Callable[[CommMember], dict[int, InflightOp]]
+# The Step cycle the Semantic Engine learned on a member's GPU for its communicator, if any
+# (step_cycles.StepCycles).
+StepCycleOf = Callable[[CommMember], StepCycle | None]
 
 
 def diagnose(
@@ -94,6 +104,7 @@ def diagnose(
     straggler_min_ops: int = 5,
     now_real_ns: int | None = None,
     completed_ops: CompletedOps | None = None,
+    step_cycles: StepCycleOf | None = None,
 ) -> list[HangReport]:
     """Reports for every communicator of `snapshot` that is hung or has a straggler.
 
@@ -101,13 +112,15 @@ def diagnose(
     threshold (COMMINSIGHT_PROFILER_HANG_TIMEOUT_S); history earlier snapshots of the same
     node, oldest first, for the straggler verdict. completed_ops(member) gives a member's
     recently completed collectives by op index, where the caller keeps them (the Agent's
-    recent-ops window), to find where ranks' sequences diverged.
+    recent-ops window), to find where ranks' sequences diverged. Both it and step_cycles
+    (the engine's Step cycle of a member's GPU) give the job's rhythm, which names the odd
+    rank where ranks disagree at an op and no majority decides.
     """
     real = now_real_ns if now_real_ns is not None else _mono_to_real(snapshot, now_mono_ns)
     findings = []
     for comm in sorted(snapshot.comms.values(), key=lambda c: c.comm_id):
         finding = diagnose_comm(
-            comm, snapshot, now_mono_ns, threshold_ns, completed_ops
+            comm, snapshot, now_mono_ns, threshold_ns, completed_ops, step_cycles
         ) or find_straggler(
             comm,
             [*history, snapshot],
@@ -138,8 +151,13 @@ def follows_from(findings: list[Finding], snapshot: NodeSnapshot) -> list[Findin
     a finding without culprits, when a rank waiting in it had been waiting in the root's op
     since before (it got stuck there first)."""
     waits_in = {id(f): _culprits_wait_in(f, findings, snapshot) for f in findings}
+    # A mismatched call starts a hang even where no one can tell whose call it was.
     roots = [
-        f for f in findings if f.verdict in ROOT_VERDICTS and f.culprits and waits_in[id(f)] is None
+        f
+        for f in findings
+        if f.verdict in ROOT_VERDICTS
+        and (f.culprits or f.verdict is Verdict.op_mismatch)
+        and waits_in[id(f)] is None
     ]
     out = []
     for f in findings:
@@ -193,6 +211,7 @@ def diagnose_comm(
     now: int,
     threshold_ns: int,
     completed_ops: CompletedOps | None = None,
+    step_cycles: StepCycleOf | None = None,
 ) -> Finding | None:
     waiting = waiting_members(comm, now, threshold_ns)
     if not waiting:
@@ -204,9 +223,9 @@ def diagnose_comm(
     wait_s = max(now - m.inflight.enqueue_mono_ns for m in waiting) / 1e9
     return (
         process_died(comm, waiting, op_index, stuck_op, wait_s)
-        or op_mismatch(comm, op_index, stuck_op)
+        or op_mismatch(comm, op_index, stuck_op, completed_ops, step_cycles)
         or not_joined(comm, snapshot, now, op_index, stuck_op, wait_s)
-        or diverged(comm, waiting, op_index, stuck_op, wait_s, completed_ops)
+        or diverged(comm, waiting, op_index, stuck_op, wait_s, completed_ops, step_cycles)
         or all_joined(comm, waiting, op_index, stuck_op, wait_s)
     )
 
@@ -258,28 +277,73 @@ def death_reason(m: CommMember) -> str:
     return f"{why}; last enqueued #{m.coll_enqueued - 1}, completed #{m.coll_completed - 1}"
 
 
-def op_mismatch(comm: CommView, op_index: int, majority: InflightOp) -> Finding | None:
+def op_mismatch(
+    comm: CommView,
+    op_index: int,
+    majority: InflightOp,
+    completed_ops: CompletedOps | None = None,
+    step_cycles: StepCycleOf | None = None,
+) -> Finding | None:
     at_index = [
         m
         for m in comm.members
         if m.inflight is not None and m.inflight.is_coll and m.inflight.op_index == op_index
     ]
-    odd = [m for m in at_index if m.inflight.signature() != majority.signature()]
-    if not odd:
+    if all(m.inflight.signature() == majority.signature() for m in at_index):
         return None
-    culprits = {m.rank: mismatch_reason(m.inflight, majority) for m in odd}
+    ops = {m.rank: m.inflight for m in at_index}
+    decided = odd_ranks(ops, lambda: rhythm_at(comm, op_index, completed_ops, step_cycles))
+    label = f"op #{op_index} on {_comm_label(comm)} differs across ranks"
+    if decided.basis is CulpritBasis.undecided:
+        return Finding(
+            Verdict.op_mismatch,
+            comm,
+            key=str(op_index),
+            summary=f"{label}: {_sides(at_index)}; {decided.why}: no culprit named",
+            culprits={},
+            op=majority,  # the lowest rank's: no side is known to be right
+            joined_index=op_index,
+            culprit_basis=decided.basis,
+        )
+    odd = [m for m in at_index if m.rank in decided.odd]
+    if decided.basis is CulpritBasis.rhythm:
+        culprits = {m.rank: rhythm_reason(m.inflight, decided, ops) for m in odd}
+        label += " and no majority decides"
+    else:
+        culprits = {m.rank: mismatch_reason(m.inflight, decided.right) for m in odd}
     return Finding(
         Verdict.op_mismatch,
         comm,
         key=str(op_index),
-        summary=(
-            f"op #{op_index} on {_comm_label(comm)} differs across ranks: {_who(odd)} "
-            f"{culprits[odd[0].rank]}"
-        ),
+        summary=f"{label}: {_who(odd)} {culprits[odd[0].rank]}",
         culprits=culprits,
-        op=majority,
+        op=decided.right,
         joined_index=op_index,
+        culprit_basis=decided.basis,
     )
+
+
+def rhythm_at(
+    comm: CommView,
+    op_index: int,
+    completed_ops: CompletedOps | None,
+    step_cycles: StepCycleOf | None,
+) -> Expectation | Unknown:
+    """What the communicator's rhythm expects at op_index, from the members' completed ops
+    and their GPUs' Step cycles, where the caller keeps them."""
+    if completed_ops is None:
+        return Unknown("the Agent keeps no completed ops to learn the job's rhythm from")
+    history = comm_history((completed_ops(m) for m in comm.members), op_index)
+    cycles = [step_cycles(m) for m in comm.members] if step_cycles is not None else []
+    return expected_op(history, op_index, cycles)
+
+
+def _sides(members: list[CommMember]) -> str:
+    """Each op the members issued, with the ranks that issued it."""
+    sides: dict[tuple, list[CommMember]] = {}
+    for m in members:
+        sides.setdefault(m.inflight.signature(), []).append(m)
+    return "; ".join(f"{_who(ms)} issued {_op_text(ms[0].inflight)}" for ms in sides.values())
 
 
 def mismatch_reason(mine: InflightOp, majority: InflightOp) -> str:
@@ -368,13 +432,14 @@ def diverged(
     op: InflightOp,
     wait_s: float,
     completed_ops: CompletedOps | None = None,
+    step_cycles: StepCycleOf | None = None,
 ) -> Finding | None:
     """Ranks wait in op N which every other rank has completed. Their N-th ops cannot be the
     same op: the ranks' collective sequences went apart earlier, in a mismatched call that
     NCCL completed anyway (a broadcast against an all-reduce of the same size does), and
     NCCL has been pairing different ops since. The progress counters cannot say which rank
     made the odd call; the ranks' completed ops (completed_ops) can: the first op index at
-    which they differ, and there the rank whose op is the odd one out."""
+    which they differ, and there the rank whose op is the odd one out (odd_ranks)."""
     if comm.missing_ranks or not op.is_coll:
         return None
     stuck = [m for m in waiting if m.inflight.op_index == op_index]
@@ -388,18 +453,30 @@ def diverged(
         "ranks' collective sequences diverged earlier (a mismatched call NCCL completed)"
     )
     culprits: dict[int, str] = {}
-    first = first_difference(comm, completed_ops) if completed_ops is not None else None
-    if first is not None:
-        index, ops, odd = first
+    first = (
+        first_difference(comm, completed_ops, step_cycles) if completed_ops is not None else None
+    )
+    if first is None:
+        summary += "; no completed ops of the ranks show where: no culprit named"
+        basis = CulpritBasis.undecided
+    else:
+        index, ops, decided = first
+        basis = decided.basis
         summary += f"; they first differ at op #{index}: " + ", ".join(
             f"rank {rank} {_op_text(o)}" for rank, o in sorted(ops.items())
         )
-        if odd:  # the report's op is then the odd call's counterpart: where it went wrong
-            op = next(o for r, o in sorted(ops.items()) if r not in odd)
+        if decided.basis is CulpritBasis.undecided:
+            summary += f"; {decided.why}: no culprit named"
+        else:  # the report's op is then the odd call's counterpart: where it went wrong
+            op = decided.right
             culprits = {
-                rank: f"issued {_op_text(ops[rank])} at op #{index} where the other ranks "
-                f"issued {_op_text(op)}"
-                for rank in odd
+                rank: (
+                    f"at op #{index} " + rhythm_reason(ops[rank], decided, ops)
+                    if decided.basis is CulpritBasis.rhythm
+                    else f"issued {_op_text(ops[rank])} at op #{index} where the other ranks "
+                    f"issued {_op_text(op)}"
+                )
+                for rank in sorted(decided.odd)
             }
     return Finding(
         Verdict.op_mismatch,
@@ -409,37 +486,40 @@ def diverged(
         culprits=culprits,
         op=op,
         joined_index=op_index,
+        culprit_basis=basis,
     )
 
 
-def first_difference(comm: CommView, completed_ops: CompletedOps):
-    """(op index, each rank's op there, the odd ranks) at the first index every member's
-    window holds and where their ops differ; None when the windows show no difference. The
-    odd ranks: a minority that differs from the rest; between two ranks (or an even split),
-    the rank whose op there is rarest in all the windows: a single broadcast among
-    all-reduces is the odd call; none when no op stands out."""
+def first_difference(
+    comm: CommView, completed_ops: CompletedOps, step_cycles: StepCycleOf | None = None
+) -> tuple[int, dict[int, InflightOp], OddRanks] | None:
+    """(op index, each rank's op there, which ranks are odd) at the first index every
+    member's window holds and where their ops differ; None when the windows show no
+    difference. The odd ranks: a minority that differs from the rest; between two ranks (or
+    an even split), the ranks that broke the rhythm of the ops before that index; none when
+    the rhythm cannot tell."""
     windows = {m.rank: completed_ops(m) for m in comm.members}
     if not windows or any(not w for w in windows.values()):
         return None
     shared = set.intersection(*(set(w) for w in windows.values()))
     for index in sorted(shared):
         ops = {rank: w[index] for rank, w in windows.items()}
-        counts = Counter(o.signature() for o in ops.values())
-        if len(counts) == 1:
+        if len({o.signature() for o in ops.values()}) == 1:
             continue
-        (top, n_top), *rest = counts.most_common()
-        if rest and n_top > rest[0][1]:  # a majority (or plurality) agrees: the rest are odd
-            return index, ops, {r for r, o in ops.items() if o.signature() != top}
-        seen = Counter(o.signature() for w in windows.values() for o in w.values())
-        rarest = min(counts, key=lambda sig: seen[sig])
-        if sum(1 for sig in counts if seen[sig] == seen[rarest]) > 1:
-            return index, ops, set()
-        return index, ops, {r for r, o in ops.items() if o.signature() == rarest}
+
+        def expect(index=index) -> Expectation | Unknown:
+            history = comm_history(windows.values(), index)
+            cycles = [step_cycles(m) for m in comm.members] if step_cycles is not None else []
+            return expected_op(history, index, cycles)
+
+        return index, ops, odd_ranks(ops, expect)
     return None
 
 
 def _op_text(op: InflightOp) -> str:
-    root = f", root {op.peer}" if op.peer is not None else ""
+    # the in-flight view carries NCCL's root argument of every collective (0 for an all-reduce)
+    rooted = op.peer is not None and (not op.is_coll or op.func in ROOTED_FUNCS)
+    root = f", root {op.peer}" if rooted else ""
     return f"{op.func} seq {op.seq} (count {op.count}, {op.datatype}{root})"
 
 
@@ -795,6 +875,7 @@ def to_report(
         ),
         op=op_info(f.op) if f.op is not None else _unset(),
         culprits=[culprit(r, reason, members.get(r), node) for r, reason in f.culprits.items()],
+        culprit_basis=f.culprit_basis if f.culprit_basis is not None else _unset(),
         evidence=[
             rank_evidence(r, members.get(r), f, node, now_mono, data_age)
             for r in range(f.comm.nranks)
@@ -865,7 +946,18 @@ def rank_evidence(
         last_completed=mark(m, m.coll_completed, m.coll_completed_mono_ns, now),
         inflight=inflight_evidence(m.inflight, now) if m.inflight else _unset(),
         inflight_count=m.inflight_count,
+        hang_evidence=proxy_evidence(m, now),
     )
+
+
+def proxy_evidence(m: CommMember, now: int):
+    """The proxy progress its Profiler recorded for the hang it flagged on this row; absent
+    when it raised no mask for that flag (evidence off, or an older raise for another op)."""
+    ev = m.hang_evidence
+    flagged = m.hang_flagged_op_index
+    if ev is None or flagged is None or ev.flagged_op_index != flagged:
+        return _unset()
+    return hang_evidence(ev, m.process.to_real_ns, now)
 
 
 def mark(m: CommMember, count: int, at_mono: int, now: int):

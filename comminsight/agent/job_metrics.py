@@ -4,7 +4,8 @@ communicator's ops summed over the nodes it spans, and the state of every node's
 
 Label sets stay bounded: per node, one series per op function, drop reason and hang verdict
 (tens); per communicator, one per op function, for at most MAX_COMM_LABELS communicators of
-the job (the rest summed under comm="other"); never a pid, rank or sequence number. Refused
+the job (the rest summed under comm="other"), under the `job_id` its processes gave, so two
+jobs' communicators of one name stay apart; never a pid, rank or sequence number. Refused
 nodes that never registered carry no series of their own (only the count by state), so
 strangers with wrong tokens cannot grow the exposition.
 """
@@ -99,12 +100,12 @@ class JobMetrics:
             "job-wide diagnosis is comminsight_hangs_open",
             labels=["node", "verdict"],
         )
-        comms: dict[tuple[int, str], dict[str, _Sums]] = {}
+        comms: dict[tuple[str, int, str], dict[str, _Sums]] = {}
         for name, totals in self._totals():
             per_func: dict[str, _Sums] = {}
             for row in totals.comm_ops:
                 per_func.setdefault(row.func, _Sums()).add(row)
-                key = (row.comm_id, row.comm_name)
+                key = (row.job_id, row.comm_id, row.comm_name)
                 comms.setdefault(key, {}).setdefault(row.func, _Sums()).add(row)
             for func, s in sorted(per_func.items()):
                 ops.add_metric([name, func], s.ops)
@@ -119,36 +120,40 @@ class JobMetrics:
         yield from self._comm_families(comms)
         yield from self._link_families()
 
-    def _comm_families(self, comms: dict[tuple[int, str], dict[str, _Sums]]) -> Iterable:
+    def _comm_families(self, comms: dict[tuple[str, int, str], dict[str, _Sums]]) -> Iterable:
         ops = CounterMetricFamily(
             "comminsight_job_comm_ops",
             "Completed operations of each communicator, summed over the nodes it spans",
-            labels=["comm", "op_type"],
+            labels=["job_id", "comm", "op_type"],
         )
         nbytes = CounterMetricFamily(
             "comminsight_job_comm_op_bytes",
             "Message bytes of each communicator's completed operations, summed over its nodes",
-            labels=["comm", "op_type"],
+            labels=["job_id", "comm", "op_type"],
         )
-        # One communicator may come with its name from one node and without from another
-        # (a node that saw no name yet): a label per comm_id, its name when any node knows it.
+        # One communicator may come with its name (or job) from one node and without from
+        # another (a node that saw no name yet): one label set per comm_id, with its name and
+        # job when any node knows them.
         names: dict[int, str] = {}
-        for comm_id, name in comms:
+        jobs: dict[int, str] = {}
+        for job_id, comm_id, name in comms:
             if name:
                 names.setdefault(comm_id, name)
-        labelled: dict[str, dict[str, _Sums]] = {}
-        kept = sorted({c for c, _ in comms if c})[:MAX_COMM_LABELS]
+            if job_id:
+                jobs.setdefault(comm_id, job_id)
+        labelled: dict[tuple[str, str], dict[str, _Sums]] = {}
+        kept = sorted({c for _, c, _ in comms if c})[:MAX_COMM_LABELS]
         kept_set = set(kept)
-        for (comm_id, _), per_func in comms.items():
+        for (_, comm_id, _), per_func in comms.items():
             label = comm_label(comm_id, names.get(comm_id, "")) if comm_id in kept_set else OTHER
-            target = labelled.setdefault(label, {})
+            target = labelled.setdefault((jobs.get(comm_id, ""), label), {})
             for func, s in per_func.items():
                 t = target.setdefault(func, _Sums())
                 t.ops, t.bytes, t.seconds = t.ops + s.ops, t.bytes + s.bytes, t.seconds + s.seconds
-        for label, per_func in sorted(labelled.items()):
+        for (job_id, label), per_func in sorted(labelled.items()):
             for func, s in sorted(per_func.items()):
-                ops.add_metric([label, func], s.ops)
-                nbytes.add_metric([label, func], s.bytes)
+                ops.add_metric([job_id, label, func], s.ops)
+                nbytes.add_metric([job_id, label, func], s.bytes)
         yield from (ops, nbytes)
 
     def _link_families(self) -> Iterable:

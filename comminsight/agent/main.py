@@ -1,5 +1,9 @@
 """`comminsight-agent`: the node Agent, one per COMMINSIGHT_HOME.
 
+Flags (`--home`, `--listen`, `--mode`, `--log-level`; agent.command_line) override their
+configuration keys for this run; `--help` and `--version` answer and exit before anything is
+created, bound or locked.
+
 Holds `<home>/metadata/agent.lock` for its whole life (the Profilers' sign that an Agent will
 retire their SHM files, and what keeps a second Agent out), then runs AgentService until
 SIGTERM or SIGINT: SHM ingest, metrics, the hang-event FIFO, hang diagnosis and reports under
@@ -25,13 +29,17 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from comminsight.agent.api_server import start_server
-from comminsight.agent.fifo_reader import FifoError
+from comminsight.agent import command_line
 from comminsight.agent.home_check import HomeError, check_config_file, check_home
-from comminsight.agent.service import AgentService
 from comminsight.config import ConfigError, config_file_path, is_loopback, load_settings
 from comminsight.durable_files import make_private_dirs
+from comminsight.redaction import shown_value
+from comminsight_gen.config_v1 import KEYS
+
+if TYPE_CHECKING:
+    from comminsight.agent.service import AgentService
 
 log = logging.getLogger("comminsight.agent")
 
@@ -80,7 +88,11 @@ class ListenError(Exception):
     pass
 
 
-async def serve(service: AgentService, listen: str) -> None:
+async def serve(
+    service: AgentService, listen: str, named_by: str = "COMMINSIGHT_AGENT_LISTEN"
+) -> None:
+    from comminsight.agent.api_server import start_server
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -88,7 +100,7 @@ async def serve(service: AgentService, listen: str) -> None:
     try:
         runner = await start_server(service, listen)
     except OSError as e:
-        raise ListenError(f"cannot listen on {listen} (COMMINSIGHT_AGENT_LISTEN): {e}") from e
+        raise ListenError(f"cannot listen on {listen} ({named_by}): {e}") from e
     log.info("Agent Master API and /metrics on http://%s", listen)
     try:
         await service.run(stop)
@@ -132,7 +144,8 @@ def multinode_problem(settings) -> str | None:
 
 
 def service_for(settings) -> AgentService:
-    """The Agent of COMMINSIGHT_AGENT_MODE."""
+    """The Agent of COMMINSIGHT_AGENT_MODE. (The Agent's modules are imported here, not at the
+    top, so that --help and --version answer without loading them.)"""
     if settings.agent_mode == "master":
         from comminsight.agent.master_agent import MasterAgentService
 
@@ -141,6 +154,8 @@ def service_for(settings) -> AgentService:
         from comminsight.agent.slave_agent import SlaveAgentService
 
         return SlaveAgentService(settings)
+    from comminsight.agent.service import AgentService
+
     return AgentService(settings)
 
 
@@ -158,11 +173,13 @@ def exposure_warning(settings) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = command_line.parser().parse_args(argv)  # --help, --version, bad flags: exit here
+    flags = command_line.overrides(args)
     os.umask(0o077)
-    conf, _ = config_file_path()
+    conf, _ = config_file_path({**os.environ, **{k: v for k, (v, _) in flags.items()}})
     try:
         check_config_file(conf)
-        settings = load_settings()
+        settings = load_settings(overrides=flags)
     except (ConfigError, HomeError) as e:
         print(f"comminsight-agent: configuration error: {e}", file=sys.stderr)
         return 2
@@ -174,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         level=settings.agent_log_level.upper(),
         format="%(asctime)s comminsight-agent %(levelname)s %(name)s: %(message)s",
     )
+    log_settings(settings)
     home = Path(settings.home)
     try:
         check_home(home)
@@ -196,8 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("%s", warning)
         print(f"comminsight-agent: WARNING: {warning}", file=sys.stderr)
     log.info("home %s: watching shms/ and fifos/hang-events.fifo", home)
+    from comminsight.agent.fifo_reader import FifoError
+
     try:
-        asyncio.run(serve(service_for(settings), settings.agent_listen))
+        listen_from = flags.get("COMMINSIGHT_AGENT_LISTEN", (None, "COMMINSIGHT_AGENT_LISTEN"))[1]
+        asyncio.run(serve(service_for(settings), settings.agent_listen, listen_from))
     except (FifoError, ListenError) as e:
         print(f"comminsight-agent: {e}", file=sys.stderr)
         return 1
@@ -208,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
         lock.close()
     log.info("stopped")
     return 0
+
+
+def log_settings(settings) -> None:
+    """The resolved settings at debug level, secrets hidden as `comminsight config` hides them."""
+    if log.isEnabledFor(logging.DEBUG):
+        for key in KEYS:
+            log.debug("%s=%r", key.name, shown_value(key, getattr(settings, key.field)))
 
 
 def _os_error(e: OSError) -> str:

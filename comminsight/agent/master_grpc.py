@@ -33,7 +33,7 @@ from pathlib import Path
 
 import grpc
 import msgspec
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from comminsight import __version__
 from comminsight.agent.fifo_reader import EVENT_SIZE, MAGIC_BYTES
@@ -242,12 +242,28 @@ class AgentMasterServer:
         await self._refuse_unauthenticated(context, refusal.reject, context.peer() or "")
 
     def collect(self):
-        """/metrics: refusals of peers without the token (nobody's node carries them)."""
+        """/metrics: refusals of peers without the token (nobody's node carries them), and
+        the stack requests this master sent its slaves."""
         yield CounterMetricFamily(
             "comminsight_master_unauthenticated",
             "gRPC calls to the master refused for a missing or wrong token, before their "
             "request was read",
             value=self.unauthenticated_rejects,
+        )
+        requests = CounterMetricFamily(
+            "comminsight_master_stack_requests",
+            "Python stack requests the master sent to its slaves, by outcome: answered (the "
+            "node sent the capture or why it has none; its own comminsight_stack_requests_total "
+            "says which), not_connected, busy, timeout, bad_answer",
+            labels=["outcome"],
+        )
+        for outcome, count in self.stacks.outcomes.items():
+            requests.add_metric([outcome], count)
+        yield requests
+        yield GaugeMetricFamily(
+            "comminsight_master_stack_requests_open",
+            "Stack requests waiting for a slave's answer",
+            value=len(self.stacks.open),
         )
 
     def _session(self, session_id: int) -> NodeRecord:

@@ -7,7 +7,8 @@ ReportStacks call (`answer`). `request` is what the master's diagnosis awaits: i
 returns a python-stack v1 document — the slave's answer, or `unavailable` saying which node
 did not answer and why — and never waits past its timeout. Open requests are bounded; an
 answer to a request that is no longer open, or from another node than the one asked, is
-dropped.
+dropped. Each request ends in one of OUTCOMES, counted in `outcomes` for the master's /metrics
+(what the node's capture made of it is counted on that node).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 SCHEMA = "comminsight.python-stack.v1"
 MAX_OPEN = 1024  # requests waiting for an answer, all nodes together
 QUEUE_MAX = 256  # requests written to one slave's stream and not yet sent
+# answered: the node sent a python-stack document for the process (captured or unavailable);
+# busy: MAX_OPEN or the node's QUEUE_MAX reached; bad_answer: undecodable or another pid's
+OUTCOMES = ("answered", "not_connected", "busy", "timeout", "bad_answer")
 
 
 def unavailable(host: str, pid: int, rank: int | None, reason: str) -> PythonStack:
@@ -46,6 +50,7 @@ class StackRequests:
         self.streams: dict[str, asyncio.Queue] = {}  # node -> the queue its stream sends
         self.open: dict[int, tuple[str, asyncio.Future]] = {}  # request id -> (node, answer)
         self.answers_dropped = 0
+        self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
 
     # ---- the slave's side of the stream ------------------------------------------------
 
@@ -83,13 +88,19 @@ class StackRequests:
     async def request(
         self, node: str, host: str, pid: int, rank: int | None, timeout_s: float
     ) -> PythonStack:
+        outcome, stack = await self._request(node, host, pid, rank, timeout_s)
+        self.outcomes[outcome] += 1
+        return stack
+
+    async def _request(
+        self, node: str, host: str, pid: int, rank: int | None, timeout_s: float
+    ) -> tuple[str, PythonStack]:
         queue = self.streams.get(node)
         if queue is None:
-            return unavailable(
-                host, pid, rank, f"node {node} has no stack request stream (not connected)"
-            )
+            reason = f"node {node} has no stack request stream (not connected)"
+            return "not_connected", unavailable(host, pid, rank, reason)
         if len(self.open) >= MAX_OPEN:
-            return unavailable(host, pid, rank, f"{MAX_OPEN} stack requests already open")
+            return "busy", unavailable(host, pid, rank, f"{MAX_OPEN} stack requests already open")
         request_id = secrets.randbits(64) or 1
         future = asyncio.get_running_loop().create_future()
         self.open[request_id] = (node, future)
@@ -98,19 +109,20 @@ class StackRequests:
             message.global_rank = rank
         try:
             if not _put(queue, message):
-                return unavailable(host, pid, rank, f"node {node} has {QUEUE_MAX} requests queued")
+                reason = f"node {node} has {QUEUE_MAX} requests queued"
+                return "busy", unavailable(host, pid, rank, reason)
             stack = await asyncio.wait_for(asyncio.shield(future), timeout_s)
         except TimeoutError:
-            return unavailable(
-                host, pid, rank, f"node {node} did not answer within {timeout_s:g} s"
-            )
+            reason = f"node {node} did not answer within {timeout_s:g} s"
+            return "timeout", unavailable(host, pid, rank, reason)
         except ValueError as e:
-            return unavailable(host, pid, rank, f"node {node} answered badly: {e}")
+            return "bad_answer", unavailable(host, pid, rank, f"node {node} answered badly: {e}")
         finally:
             self.open.pop(request_id, None)
         if stack.pid != pid:
-            return unavailable(host, pid, rank, f"node {node} answered for pid {stack.pid}")
-        return stack
+            reason = f"node {node} answered for pid {stack.pid}"
+            return "bad_answer", unavailable(host, pid, rank, reason)
+        return "answered", stack
 
 
 def _put(queue: asyncio.Queue, item) -> bool:

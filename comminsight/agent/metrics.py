@@ -1,10 +1,13 @@
 """Prometheus metrics of the node, computed from ingested op records in batches.
 
 Records arrive by the hundred thousand per second, so nothing here is per-record Python: a
-batch is grouped with numpy (by communicator and op type) and added to plain arrays; the
-exposition is built at scrape time by a custom collector. Label sets are bounded: op type (a
-few NCCL functions), communicator (its name, or its id when unnamed; one per communicator this
-node has seen), message-size bucket (fixed); never a sequence number or a timestamp.
+batch (one producer's) is grouped with numpy (by communicator and op type) and added to plain
+arrays; the exposition is built at scrape time by a custom collector. A series belongs to a
+process, named by the labels a fleet joins on (process_labels: job, host, ranks, GPU and its
+UUID), never by its pid. Label sets are bounded: op type (a few NCCL functions), communicator
+(its name, or its id when unnamed), message-size bucket (fixed), never a sequence number or a
+timestamp; and the series of a process or communicator that ended expire after
+COMMINSIGHT_AGENT_METRICS_EXPIRE_S, so jobs coming and going do not grow the exposition.
 """
 
 from __future__ import annotations
@@ -13,16 +16,26 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+from prometheus_client import PlatformCollector, ProcessCollector
 from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
 )
-from prometheus_client.exposition import generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from comminsight.agent import engine_metrics, input_metrics
-from comminsight.shm_reader import op_records, record_text
+from comminsight.agent.build_info import build_info_family
+from comminsight.agent.process_labels import (
+    LABEL_NAMES,
+    NO_PROCESS,
+    ProcessLabels,
+    ProducerLabels,
+)
+from comminsight.agent.profiler_drops import ProfilerDropTotals
+from comminsight.shm_reader import COMM, op_records, record_text
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
 
@@ -48,6 +61,9 @@ PROFILER_COUNTERS = (
 
 _FUNC_LABELS = {int(k): v for k, v in shm_v1.FUNC_LABELS.items()}
 _FUNC_CODES = 256  # func is a u8 in the op slot
+DEFAULT_EXPIRE_S = 600.0  # COMMINSIGHT_AGENT_METRICS_EXPIRE_S's default
+_NO_ROWS = np.zeros(0, dtype=COMM)
+SeriesKey = tuple[ProcessLabels, int, str]  # (process, comm_id, op type)
 
 
 def size_bucket(nbytes: np.ndarray) -> np.ndarray:
@@ -70,15 +86,34 @@ class _Series:
         default_factory=lambda: np.zeros((len(SIZE_BUCKETS), len(BUSBW_BUCKETS_GBS) + 1), np.int64)
     )
     busbw_sum: np.ndarray = field(default_factory=lambda: np.zeros(len(SIZE_BUCKETS)))
+    seen_mono_ns: int = 0  # the last pass its process and communicator were live
+
+    def plus(self, other: _Series) -> _Series:
+        """A new series, the sum of both (two communicators of one label, at scrape time)."""
+        return _Series(
+            self.ops + other.ops,
+            self.bytes + other.bytes,
+            self.latency + other.latency,
+            self.latency_sum + other.latency_sum,
+            self.busbw + other.busbw,
+            self.busbw_sum + other.busbw_sum,
+            max(self.seen_mono_ns, other.seen_mono_ns),
+        )
 
 
 class NodeMetrics:
     """Accumulates ingest results; `render()` gives the Prometheus text exposition."""
 
-    def __init__(self) -> None:
-        self.series: dict[tuple[str, str], _Series] = {}
+    def __init__(self, expire_after_s: float = DEFAULT_EXPIRE_S) -> None:
+        self.expire_after_ns = int(expire_after_s * 1e9)
+        self.series: dict[SeriesKey, _Series] = {}
         self.comm_names: dict[int, str] = {}
-        self.inflight_age_s: dict[str, float] = {}
+        # (process labels..., comm label) -> age of its oldest op in flight
+        self.inflight_age_s: dict[tuple[str, ...], float] = {}
+        # op type -> what the expired series counted, so the node's totals for the master
+        # (metric_totals) keep growing when series go
+        self.expired: dict[str, _Series] = {}
+        self.drops = ProfilerDropTotals(PROFILER_COUNTERS)
         self.profiler_counters: dict[str, int] = dict.fromkeys(PROFILER_COUNTERS, 0)
         self.records_lost = 0
         self.files_refused = 0
@@ -95,14 +130,19 @@ class NodeMetrics:
         self.inputs: input_metrics.AgentInputs | None = None  # set by the service
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
+        # the Agent's own CPU, memory, descriptors and Python (process_*, python_info)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
 
     def comm_label(self, comm_id: int) -> str:
         return self.comm_names.get(comm_id) or f"{comm_id:016x}"
 
-    def add_records(self, records: np.ndarray) -> None:
-        """Fold a batch into the series. Grouped with bincounts over one small group index
-        (communicator x func) rather than a loop per group: ingest runs at millions of records
-        a second (bench/agent_ingest.py)."""
+    def add_records(
+        self, records: np.ndarray, process: ProcessLabels = NO_PROCESS, now_mono_ns: int = 0
+    ) -> None:
+        """Fold a batch of one process's records into its series. Grouped with bincounts over
+        one small group index (communicator x func) rather than a loop per group: ingest runs
+        at millions of records a second (bench/agent_ingest.py)."""
         ops = op_records(records)
         if not len(ops):
             return
@@ -136,8 +176,9 @@ class NodeMetrics:
         busbw_sum = np.bincount(size_group, weights=busbw, minlength=n * n_size).reshape(n, n_size)
         for i, key in enumerate(keys.tolist()):
             comm_id = int(comms[key // _FUNC_CODES])
-            label = (self.comm_label(comm_id), _FUNC_LABELS.get(key % _FUNC_CODES, "Unknown"))
-            s = self.series.setdefault(label, _Series())
+            func = _FUNC_LABELS.get(key % _FUNC_CODES, "Unknown")
+            s = self.series.setdefault((process, comm_id, func), _Series())
+            s.seen_mono_ns = max(s.seen_mono_ns, now_mono_ns)
             s.ops += int(counts[i])
             s.bytes += int(nbytes[i])
             s.latency += latency[i]
@@ -145,37 +186,66 @@ class NodeMetrics:
             s.busbw += busbw_hist[i]
             s.busbw_sum += busbw_sum[i]
 
+    def expire(self, now_mono_ns: int, live: set[tuple[ProcessLabels, int]]) -> None:
+        """Mark the series of live (process labels, communicator) pairs seen now and drop the
+        ones not seen for longer than the expiry: their process ended or their communicator
+        was finalized. Names of communicators no series or live process uses go too."""
+        for key, s in self.series.items():
+            if (key[0], key[1]) in live:
+                s.seen_mono_ns = now_mono_ns
+        stale = [
+            key
+            for key, s in self.series.items()
+            if now_mono_ns - s.seen_mono_ns > self.expire_after_ns
+        ]
+        for key in stale:
+            s = self.series.pop(key)
+            expired = self.expired.setdefault(key[2], _Series())
+            expired.ops += s.ops
+            expired.bytes += s.bytes
+            expired.latency_sum += s.latency_sum
+        used = {comm_id for _, comm_id, _ in self.series} | {comm_id for _, comm_id in live}
+        for comm_id in self.comm_names.keys() - used:
+            del self.comm_names[comm_id]
+
+    def labelled_series(self) -> dict[tuple[str, ...], _Series]:
+        """The series by their label values (process labels, comm, op type): communicators
+        that share a name in one process (one recreated under its old name) are one series."""
+        out: dict[tuple[str, ...], _Series] = {}
+        for (process, comm_id, func), s in self.series.items():
+            key = (*process.values(), self.comm_label(comm_id), func)
+            same = out.get(key)
+            out[key] = s if same is None else same.plus(s)
+        return out
+
     # ---- prometheus_client collector protocol ----
 
     def collect(self) -> Iterable:
-        ops = CounterMetricFamily(
-            "comminsight_ops", "Completed NCCL operations", labels=["comm", "op_type"]
-        )
+        yield build_info_family()
+        labels = [*LABEL_NAMES, "comm", "op_type"]
+        ops = CounterMetricFamily("comminsight_ops", "Completed NCCL operations", labels=labels)
         nbytes = CounterMetricFamily(
-            "comminsight_op_bytes",
-            "Message bytes of completed operations",
-            labels=["comm", "op_type"],
+            "comminsight_op_bytes", "Message bytes of completed operations", labels=labels
         )
         latency = HistogramMetricFamily(
             "comminsight_op_latency_seconds",
             "Operation duration (GPU span where measured)",
-            labels=["comm", "op_type"],
+            labels=labels,
         )
         busbw = HistogramMetricFamily(
             "comminsight_op_busbw_gbs",
             "Bus bandwidth per operation (GB/s)",
-            labels=["comm", "op_type", "size"],
+            labels=[*labels, "size"],
         )
-        for (comm, op_type), s in sorted(self.series.items()):
-            ops.add_metric([comm, op_type], s.ops)
-            nbytes.add_metric([comm, op_type], s.bytes)
-            latency.add_metric(
-                [comm, op_type], _buckets(LATENCY_BUCKETS_S, s.latency), s.latency_sum
-            )
+        for key, s in sorted(self.labelled_series().items()):
+            values = list(key)
+            ops.add_metric(values, s.ops)
+            nbytes.add_metric(values, s.bytes)
+            latency.add_metric(values, _buckets(LATENCY_BUCKETS_S, s.latency), s.latency_sum)
             for b, (_, size_name) in enumerate(SIZE_BUCKETS):
                 if s.busbw[b].sum():
                     busbw.add_metric(
-                        [comm, op_type, size_name],
+                        [*values, size_name],
                         _buckets(BUSBW_BUCKETS_GBS, s.busbw[b]),
                         float(s.busbw_sum[b]),
                     )
@@ -183,10 +253,10 @@ class NodeMetrics:
         age = GaugeMetricFamily(
             "comminsight_inflight_age_seconds",
             "Age of the oldest operation in flight",
-            labels=["comm"],
+            labels=[*LABEL_NAMES, "comm"],
         )
-        for comm, value in sorted(self.inflight_age_s.items()):
-            age.add_metric([comm], value)
+        for key, value in sorted(self.inflight_age_s.items()):
+            age.add_metric(list(key), value)
         yield age
         drops = CounterMetricFamily(
             "comminsight_profiler_drops",
@@ -263,7 +333,34 @@ class NodeMetrics:
         )
 
     def render(self) -> bytes:
+        """The Prometheus text format 0.0.4."""
         return generate_latest(self.registry)
+
+    def exposition(self, accept: str | None) -> tuple[bytes, str]:
+        """(body, content type) in the format an Accept header asks for: OpenMetrics 1.0.0
+        when it accepts application/openmetrics-text, else the text format 0.0.4."""
+        if wants_openmetrics(accept):
+            return openmetrics.generate_latest(self.registry), OPENMETRICS_CONTENT_TYPE
+        return generate_latest(self.registry), CONTENT_TYPE_PLAIN_0_0_4
+
+
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """Whether an Accept header accepts OpenMetrics (any version: 1.0.0 is what is served;
+    a media range with q=0 refuses it)."""
+    for media_range in (accept or "").split(","):
+        media_type, *params = (p.strip() for p in media_range.split(";"))
+        if media_type.lower() != "application/openmetrics-text":
+            continue
+        q = next((p.split("=", 1)[1] for p in params if p.lower().startswith("q=")), "1")
+        try:
+            if float(q) > 0:
+                return True
+        except ValueError:  # a malformed q: the range is ignored
+            continue
+    return False
 
 
 def _buckets(edges: tuple, counts: np.ndarray) -> list[tuple[str, float]]:
@@ -278,11 +375,16 @@ def _le(edge: float) -> str:
 
 
 def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns: int) -> None:
-    """Fold one ingest pass (comminsight.agent.producers) into the node's metrics."""
-    ages: dict[str, float] = {}
-    totals = dict.fromkeys(PROFILER_COUNTERS, 0)
+    """Fold one ingest pass (comminsight.agent.producers) into the node's metrics; now_mono_ns
+    is the pass's clock, which also times the expiry of ended series."""
+    ages: dict[tuple[str, ...], float] = {}
+    live: set[tuple[ProcessLabels, int]] = set()  # (labels, comm) of running communicators
+    labels_of: dict[int, ProducerLabels] = {}
     for producer in producers.producers.values():
-        for row in producer.region.comm_entries():
+        rows = producer.region.comm_entries()
+        who = labels_of[id(producer)] = ProducerLabels(producer.region.header, rows)
+        running = producer.gone_since_mono_ns is None
+        for row in rows:
             state = int(row["state"])
             if state == shm_v1.CommState.FREE:
                 continue
@@ -292,21 +394,29 @@ def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns:
                 metrics.comm_names.setdefault(comm_id, name)
             if state != shm_v1.CommState.ACTIVE:
                 continue
+            labels = who.of_member(comm_id, int(row["rank"]))
+            if running:
+                live.add((labels, comm_id))
             if int(row["inflight_count"]) and int(row["inflight_kind"]):
                 age = max(0, now_mono_ns - int(row["inflight_enqueue_mono_ns"])) / 1e9
-                label = metrics.comm_label(comm_id)
-                ages[label] = max(ages.get(label, 0.0), age)
-        for name in PROFILER_COUNTERS:
-            totals[name] += producer.region.counter(name)
+                key = (*labels.values(), metrics.comm_label(comm_id))
+                ages[key] = max(ages.get(key, 0.0), age)
     for batch in batches:
-        metrics.add_records(batch.records)
+        who = labels_of.get(id(batch.producer))
+        if who is None:  # retired by this very pass (a broken ring): its header's copy
+            header = batch.producer.final_header
+            who = ProducerLabels(header, _NO_ROWS) if header is not None else None
+        parts = who.partition(batch.records) if who else [(NO_PROCESS, batch.records)]
+        for labels, records in parts:
+            metrics.add_records(records, labels, now_mono_ns)
         newest = int(batch.records["complete_mono_ns"].max())
         if newest:
             metrics.lag_s = max(0.0, (now_mono_ns - newest) / 1e9)
     metrics.inflight_age_s = ages
-    # Producers retire: keep their last counts by only ever raising the totals.
-    for name, value in totals.items():
-        metrics.profiler_counters[name] = max(metrics.profiler_counters[name], value)
+    metrics.profiler_counters = metrics.drops.update(
+        producers.producers.values(), producers.retired_in_pass
+    )
+    metrics.expire(now_mono_ns, live)
     metrics.records_lost = producers.counters.records_lost
     metrics.files_refused = producers.counters.files_refused
     metrics.producers = len(producers.producers)

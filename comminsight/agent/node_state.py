@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from comminsight.agent.inject_names import InjectNames
+from comminsight.agent.process_labels import uuid_text
 from comminsight.agent.producers import Producer
 from comminsight.agent.snapshot import NO_FLAGGED_SEQ, inflight_op, process_view, rank_or_none
 from comminsight.shm_reader import label_or_none, record_text
@@ -57,7 +58,7 @@ def process_info(producer: Producer, now_mono_ns: int, stale_ns: int) -> pb.Proc
         alive=view.alive,
         heartbeat_mono_ns=view.heartbeat_mono_ns,
         heartbeat_real_ns=int(h["heartbeat_real_ns"]),
-        device_uuid="",
+        device_uuid=uuid_text(h["cuda_uuid"]),
         job_id=view.job_id,
         process_name=record_text(h["process_name"])[:256],
         shm_file=str(producer.path),

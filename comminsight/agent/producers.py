@@ -74,6 +74,8 @@ class Producer:
     recovery_retry_at_ns: int = 0
     slots_rejected: int = 0  # ring records dropped: a field out of its range
     slot_problem: str | None = None  # the latest one, named
+    # the header as it was when the region was retired: its final counters stay readable
+    final_header: np.ndarray | None = None
 
     @property
     def pid(self) -> int:
@@ -148,6 +150,7 @@ class ProducerSet:
         self.owner = owner
         self.producers: dict[Path, Producer] = {}
         self.counters = IngestCounters()
+        self.retired_in_pass: list[Producer] = []  # the producers the latest poll retired
         self._refused_here: set[tuple[str, int]] = set()  # (name, inode) left in shms/
         self._slot_log = RateLimitedLog(log, "ring records out of range", 60.0, logging.ERROR)
 
@@ -205,6 +208,7 @@ class ProducerSet:
 
     def poll(self, now_mono_ns: int, retire_after_ns: int = 0) -> list[Batch]:
         """One pass: discover, read every producer's new records, retire the finished ones."""
+        self.retired_in_pass = []
         self.discover()
         batches = []
         for path, producer in list(self.producers.items()):
@@ -288,6 +292,8 @@ class ProducerSet:
         # The process is gone and everything it published has been read: its file can go.
         del self.producers[path]
         self.counters.producers_retired += 1
+        producer.final_header = producer.region.header.copy()
+        self.retired_in_pass.append(producer)
         pid = producer.pid
         target = producer.region.target
         producer.region.close()

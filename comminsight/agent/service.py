@@ -48,6 +48,8 @@ from comminsight.agent.recent_ops import RecentOps
 from comminsight.agent.semantic_hook import SemanticEngineHook
 from comminsight.agent.snapshot import NodeSnapshot, build_snapshot
 from comminsight.agent.stack_capture import StackCapture
+from comminsight.agent.stack_metrics import StackCaptureMetrics
+from comminsight.agent.step_cycles import StepCycles
 from comminsight.agent.step_files import StepFiles
 from comminsight.semantic import native
 from comminsight.semantic.templates import load_templates
@@ -81,6 +83,8 @@ class AgentService:
         self.started_mono_ns = time.monotonic_ns()
         self.recent_ops = RecentOps(settings.agent_recent_ops)
         self.step_files = StepFiles(self.home)
+        # the engine's Step cycles, read from its summaries only when a diagnosis needs them
+        self.step_cycles = StepCycles(self.home, self.node_name)
         self.engine_error: str | None = None
         self.engine: EngineHook = engine or self._engine_hook(settings)
         self.archiver: Archiver | None = None
@@ -96,7 +100,7 @@ class AgentService:
         self.producers = ProducerSet(
             self.home, batch_max=settings.agent_batch_max, shm_dir=settings.profiler_shm_dir
         )
-        self.metrics = NodeMetrics()
+        self.metrics = NodeMetrics(expire_after_s=settings.agent_metrics_expire_s)
         if self.archiver is not None:
             self.metrics.registry.register(self.archiver)
         self.ingest = NodeIngest(
@@ -107,6 +111,7 @@ class AgentService:
         self.incidents = IncidentStore(self.home, self.node_name)
         self.inject_names = InjectNames(self.home)
         self.stacks = StackCapture.from_settings(settings, inject_names=self.inject_names)
+        self.metrics.registry.register(StackCaptureMetrics(self.stacks))
         self.incident_stacks = IncidentStacks(self.incidents, self.ask_stack)
         self.fifo_error: str | None = None  # why hang events are not received
         self.metrics.inputs = AgentInputs(self.fifo, self.producers, self.inject_names)
@@ -158,6 +163,7 @@ class AgentService:
                     history=list(self.history),
                     straggler_factor=self.settings.agent_straggler_factor,
                     completed_ops=self._completed_ops,
+                    step_cycles=self.step_cycles,
                 )
             self.history.append(snapshot)
             # reports an operator closed stay closed: they join no incident either

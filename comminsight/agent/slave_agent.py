@@ -29,7 +29,6 @@ from comminsight.agent.service import AgentService, _boot_id
 from comminsight.agent.slave_link import SlaveLink, clock
 from comminsight.agent.slave_outbox import SlaveOutbox
 from comminsight.agent.slave_tls import SlaveTls
-from comminsight.agent.stack_capture import StackCapture
 from comminsight_gen.abi import fifo_event_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.config_v1 import ConfigV1
@@ -46,7 +45,6 @@ class SlaveAgentService(AgentService):
     def __init__(self, settings: ConfigV1, engine: EngineHook | None = None) -> None:
         super().__init__(settings, engine)
         self.outbox = SlaveOutbox(self.home, settings.agent_outbox_max_bytes)
-        self.stack_capture = StackCapture.from_settings(settings, self.inject_names)
         self.diff = RowDiff()
         self.stale_ns = settings.agent_heartbeat_stale_ms * MS
         self.report_ns = settings.agent_report_interval_ms * MS
@@ -84,9 +82,11 @@ class SlaveAgentService(AgentService):
 
     async def answer_stack_request(self, request: pb.StackRequest) -> bytes:
         """The master's question about a process of this node, answered by this node's rules
-        (stack_capture): only a process Inject announced, at most one signal per interval."""
+        (stack_capture): only a process Inject announced, at most one signal per interval.
+        The node's own capture (AgentService.stacks), the one its own incidents ask too: with
+        a second one the process would get a signal from each within the interval."""
         rank = request.global_rank if request.HasField("global_rank") else None
-        stack = await self.stack_capture.request(socket.gethostname(), request.pid, rank)
+        stack = await self.stacks.request(socket.gethostname(), request.pid, rank)
         return msgspec.json.encode(stack)
 
     def health(self):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from comminsight.agent.liveness import process_runs
+from comminsight.agent.proxy_evidence import EvidenceView, evidence_by_row
 from comminsight.shm_reader import ShmRegion, enum_label, record_text
 from comminsight_gen.abi import shm_v1
 
@@ -105,6 +106,8 @@ class CommMember:
     inflight: InflightOp | None
     hang_flagged_op_index: int | None
     process: ProcessView = field(repr=False)
+    # proxy progress the Profiler recorded with the mask raised for this row (proxy_evidence)
+    hang_evidence: EvidenceView | None = field(default=None, repr=False)
 
     @property
     def last_activity_mono_ns(self) -> int:
@@ -249,7 +252,7 @@ def inflight_op(row) -> InflightOp | None:
     )
 
 
-def comm_member(row, process: ProcessView) -> CommMember:
+def comm_member(row, process: ProcessView, evidence: EvidenceView | None = None) -> CommMember:
     flagged = int(row["hang_flagged_seq"])
     return CommMember(
         comm_id=int(row["comm_id"]),
@@ -271,6 +274,7 @@ def comm_member(row, process: ProcessView) -> CommMember:
         inflight=inflight_op(row),
         hang_flagged_op_index=None if flagged == NO_FLAGGED_SEQ else flagged,
         process=process,
+        hang_evidence=evidence,
     )
 
 
@@ -310,10 +314,12 @@ def build_snapshot(
             continue
         proc = process_view(region, now_mono, stale_ns, exists)
         processes.append(proc)
+        evidence = evidence_by_row(region.evidence_entries())
         for row in region.comm_entries():
             state = int(row["state"])
             if state == shm_v1.CommState.ACTIVE:
-                members.append(comm_member(row, proc))
+                key = (int(row["comm_id"]), int(row["rank"]), int(row["generation"]))
+                members.append(comm_member(row, proc, evidence.get(key)))
             elif state == shm_v1.CommState.FINALIZED:
                 finalized.add(int(row["comm_id"]))
     members = [m for m in members if m.comm_id not in finalized]

@@ -16,6 +16,9 @@ signal. The answer is waited for asynchronously, polling the stack directory, fo
 `timeout_s`; a file is read only up to `max_read_bytes`, through open_checked (no links, only
 this Agent's user's regular files), and decoded against the protocol, so a huge, forged or
 garbled file becomes an `unavailable` naming it, never an exception.
+
+Every request ends in one of OUTCOMES, counted in `outcomes` (stack_metrics exposes them with
+`signals_sent` and `pending`): an operator sees how often stacks arrive, and why not.
 """
 
 from __future__ import annotations
@@ -42,6 +45,17 @@ MAX_READ_BYTES = 1 << 20  # four times what Inject writes at most
 POLL_S = 0.02
 MAX_TRACKED = 4096  # processes whose last signal is remembered
 NOT_INJECTED = "Inject is not in this process"
+
+# What became of a request. rate_limited: no signal of its own, because one went to the
+# process within the interval; it got that signal's answer (captured or not).
+CAPTURED = "captured"
+RATE_LIMITED = "rate_limited"
+NO_INJECT = "unavailable_no_inject"  # no Inject line names the process: never signalled
+REFUSED = "refused"  # Inject is in, but its announcement does not allow the signal
+PROCESS_GONE = "process_gone"  # ended (or its pid reused) before or after the signal
+TIMEOUT = "timeout"  # signalled; no stacks written within timeout_s
+ERROR = "error"  # the signal could not be sent, or the answer's file could not be used
+OUTCOMES = (CAPTURED, RATE_LIMITED, NO_INJECT, REFUSED, PROCESS_GONE, TIMEOUT, ERROR)
 
 
 def unavailable(host: str, pid: int, rank: int | None, reason: str) -> PythonStack:
@@ -72,7 +86,7 @@ class _Asked:
 
     sent_mono_ns: int
     sent_real_ns: int
-    task: asyncio.Task
+    task: asyncio.Task  # -> (outcome, answer)
 
 
 class StackCapture:
@@ -96,6 +110,7 @@ class StackCapture:
         self.max_read_bytes = max_read_bytes
         self.poll_s = poll_s
         self.signals_sent = 0
+        self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)  # requests by outcome
         self._asked: dict[tuple[int, int], _Asked] = {}  # (pid, start ticks) -> last signal
 
     @classmethod
@@ -109,77 +124,105 @@ class StackCapture:
 
     # ---- the request -----------------------------------------------------------------------
 
+    @property
+    def pending(self) -> int:
+        """Signals sent whose answer is still awaited (at most MAX_TRACKED processes')."""
+        return sum(1 for asked in self._asked.values() if not asked.task.done())
+
     async def request(self, host: str, pid: int, rank: int | None = None) -> PythonStack:
         """Never raises for anything a process or a file can do; the reason is in the answer."""
+        outcome, answer = await self._request(host, pid, rank)
+        self.outcomes[outcome] += 1
+        return answer
+
+    async def _request(self, host: str, pid: int, rank: int | None) -> tuple[str, PythonStack]:
         refused = self._refusal(host, pid)
         if refused is not None:
-            return unavailable(host, pid, rank, refused)
+            outcome, reason = refused
+            return outcome, unavailable(host, pid, rank, reason)
         ann = self.names.stacks_announcement(host, pid)
         ticks = int(ann.start_ticks)
         key = (pid, ticks)
         asked = self._asked.get(key)
         now = time.monotonic_ns()
         due = asked is None or now - asked.sent_mono_ns >= self.interval_ns
-        if due and (asked is None or asked.task.done()):
+        signalled = due and (asked is None or asked.task.done())
+        if signalled:
             sent, sent_real = time.monotonic_ns(), time.time_ns()  # before: it may answer at once
             try:
                 os.kill(pid, int(ann.stack_signal))
             except OSError as e:
-                return unavailable(host, pid, rank, f"cannot signal pid {pid}: {e.strerror}")
+                reason = f"cannot signal pid {pid}: {e.strerror}"
+                return ERROR, unavailable(host, pid, rank, reason)
             self.signals_sent += 1
             task = asyncio.ensure_future(self._answer(host, pid, ticks, sent))
             asked = self._asked[key] = _Asked(sent, sent_real, task)
             self._forget_old()
-        answer = await asyncio.shield(asked.task)
+        outcome, answer = await asyncio.shield(asked.task)
         if answer.status is StackStatus.unavailable:
             late = self._find(host, pid, asked.sent_mono_ns)  # written after the timeout
             if late is not None and late.status is StackStatus.captured:
-                answer = late
+                outcome, answer = CAPTURED, late
             else:
                 left = (asked.sent_mono_ns + self.interval_ns - time.monotonic_ns()) / 1e9
                 if left > 0:
                     reason = f"{answer.reason}; not signalled again for {left:.0f} s"
                     answer = msgspec.structs.replace(answer, reason=reason[:1024])
-        return self._finish(answer, rank, asked.sent_real_ns)
+        return (outcome if signalled else RATE_LIMITED), self._finish(
+            answer, rank, asked.sent_real_ns
+        )
 
-    def _refusal(self, host: str, pid: int) -> str | None:
-        """Why this process must not be signalled; None when it may."""
+    def _refusal(self, host: str, pid: int) -> tuple[str, str] | None:
+        """(outcome, why) this process must not be signalled; None when it may."""
         if host != self.host:
-            return f"the process runs on {host}; this Agent on {self.host} signals its own host's"
+            return REFUSED, (
+                f"the process runs on {host}; this Agent on {self.host} signals its own host's"
+            )
         self.names.refresh()
         if not self.names.has_inject(host, pid):
-            return f"{NOT_INJECTED}: no line of metadata/inject names {host} pid {pid}"
+            return NO_INJECT, f"{NOT_INJECTED}: no line of metadata/inject names {host} pid {pid}"
         ann = self.names.stacks_announcement(host, pid)
         if ann is None:
-            return (
+            return REFUSED, (
                 "Inject in this process announced no stack handler (it does when the process "
                 "makes its first process group; an older Inject never does)"
             )
         if ann.stacks is not Stacks.available:
-            return str(ann.reason or "Inject announced stacks unavailable")
+            return REFUSED, str(ann.reason or "Inject announced stacks unavailable")
         if not isinstance(ann.stack_signal, int) or not isinstance(ann.stack_dir, str):
-            return "Inject's stacks line names no signal or directory"
+            return REFUSED, "Inject's stacks line names no signal or directory"
         if Path(ann.stack_dir) != self.dir:
-            return f"Inject writes stacks to {ann.stack_dir}, not to this Agent's {self.dir}"
+            return (
+                REFUSED,
+                f"Inject writes stacks to {ann.stack_dir}, not to this Agent's {self.dir}",
+            )
         if not isinstance(ann.start_ticks, int):
-            return "Inject announced no start time, so this pid cannot be told from a later one"
+            return REFUSED, (
+                "Inject announced no start time, so this pid cannot be told from a later one"
+            )
         now = start_ticks(pid)
         if now is None:
-            return f"pid {pid} has ended"
+            return PROCESS_GONE, f"pid {pid} has ended"
         if now != ann.start_ticks:
-            return f"pid {pid} is now another process (its start time is not the one announced)"
+            return PROCESS_GONE, (
+                f"pid {pid} is now another process (its start time is not the one announced)"
+            )
         return None
 
-    async def _answer(self, host: str, pid: int, ticks: int, sent_mono_ns: int) -> PythonStack:
+    async def _answer(
+        self, host: str, pid: int, ticks: int, sent_mono_ns: int
+    ) -> tuple[str, PythonStack]:
         deadline = time.monotonic() + self.timeout_s
         while True:
             found = self._find(host, pid, sent_mono_ns)
             if found is not None:
-                return found
+                outcome = CAPTURED if found.status is StackStatus.captured else ERROR
+                return outcome, found
             if start_ticks(pid) != ticks:
-                return unavailable(host, pid, None, f"pid {pid} ended before it answered")
+                reason = f"pid {pid} ended before it answered"
+                return PROCESS_GONE, unavailable(host, pid, None, reason)
             if time.monotonic() >= deadline:
-                return unavailable(
+                return TIMEOUT, unavailable(
                     host,
                     pid,
                     None,

@@ -13,7 +13,11 @@ thread does the same against a model of the GPU:
 - an op some participant never joins, or joined with other arguments, never finishes: its
   channels stay started until the run is aborted, and every later op waits behind it;
 - across nodes it also reports the network proxy: per channel a send and a receive ProxyOp
-  (parent: the Coll/P2p) and their ProxySteps with NCCL's state sequence, when the mask asks.
+  (parent: the Coll/P2p) and their ProxySteps with NCCL's state sequence, when the op's mask
+  asks. As in NCCL, the proxy takes an op when it is launched, not when its kernel runs
+  (ncclProxyStart at launch, ProxyAppend then starts the ProxyOp and posts the first steps:
+  send buffers offered to the GPU, receives posted): so the proxy ops of a launch queued
+  behind a stuck kernel exist and wait at their first step (src/proxy.cc, src/transport/net.cc).
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ class ProxyThread(threading.Thread):
         self.abi, self.board, self.rank, self.truth = abi, board, rank, truth
         self.scale, self.tick_offset = time_scale, gpu_tick_offset_ns
         self._queue: deque = deque()
+        self._posts: deque[_NetworkProxy] = deque()  # launched, not yet taken by the proxy
+        self._network: dict[int, _NetworkProxy] = {}  # id(issued) -> its network proxy work
         self._cond = threading.Condition()
         self._current = None
         self._stopping = False
@@ -63,8 +69,14 @@ class ProxyThread(threading.Thread):
 
     def submit(self, launch: list) -> None:
         """One kernel launch: the ops of one NCCL group (a lone op is a group of one)."""
+        networks = []
+        for issued in launch:
+            if self._uses_network(issued):
+                self._network[id(issued)] = network = _NetworkProxy(self.abi, issued)
+                networks.append(network)
         with self._cond:
             self._queue.append(list(launch))
+            self._posts.extend(networks)
             self._cond.notify_all()
 
     def wait_idle(self) -> None:
@@ -104,6 +116,7 @@ class ProxyThread(threading.Thread):
                     if self._stopping:
                         return
                     self._current = self._queue.popleft()
+                self._post_launched()
                 self._execute(self._current)
                 with self._cond:
                     self._current = None
@@ -114,6 +127,14 @@ class ProxyThread(threading.Thread):
             self.error = e
             with self._cond:
                 self._cond.notify_all()
+
+    def _post_launched(self) -> None:
+        """The proxy's side of every launch so far: its ops started, first steps posted."""
+        with self._cond:
+            posts = list(self._posts)
+            self._posts.clear()
+        for network in posts:
+            network.post()
 
     def _execute(self, launch: list) -> None:
         """One kernel launch: a lone op, or every op of an NCCL group, which run side by side
@@ -151,6 +172,7 @@ class ProxyThread(threading.Thread):
                 continue
             if self.board.aborted or self._stopping:
                 raise RunAborted()
+            self._post_launched()  # later launches reach the proxy while this one runs
             wait_s = pause if not due else min(pause, max(0, due[0].end - now) / 1e9)
             time.sleep(wait_s)
             pause = min(pause * 2, POLL_MAX_S)
@@ -170,6 +192,7 @@ class ProxyThread(threading.Thread):
                 return
             if self.board.aborted or self._stopping:
                 raise RunAborted()
+            self._post_launched()
             time.sleep(min(left, SLEEP_SLICE_S))
 
     def _tick(self, monotonic_ns: int) -> int:
@@ -183,15 +206,13 @@ class _KernelOp:
         self.thread, self.issued, self.gpu_start = thread, issued, gpu_start
         self.channels: list = []
         self.end = 0
-        self.network = _NetworkProxy(thread.abi, issued) if thread._uses_network(issued) else None
+        self.network = thread._network.pop(id(issued), None)  # posted at its launch
 
     def arrive(self) -> None:
         thread, instance = self.thread, self.issued.instance
         if self.issued.mismatched:
             thread.board.poison(instance.id)
         thread.board.arrive(instance.id, thread.rank, self.gpu_start)
-        if self.network:
-            self.network.start_ops()
 
     def start_channels(self) -> None:
         thread, issued = self.thread, self.issued
@@ -204,7 +225,7 @@ class _KernelOp:
             issued.record["kernel_ch_events"] = len(self.channels)
         issued.record["gpu_start_tick"] = thread._tick(self.gpu_start)
         if self.network:
-            self.network.start_first_steps()
+            self.network.gpu_filled_first_steps()
 
     def resolve_end(self) -> bool:
         """Once every participant has arrived: when the op ends. False while one is missing."""
@@ -259,7 +280,21 @@ class _NetworkProxy:
         self.ops: list[tuple[object, bool]] = []
         self.first_steps: list[object] = []
 
-    def start_ops(self) -> None:
+    def post(self) -> None:
+        """At launch: the ProxyOps, and step 0 of each posted and left waiting: a send's buffer
+        for the GPU to fill (SendGPUWait), a receive for the peer's data (RecvWait)."""
+        self._start_ops()
+        if not self.with_steps:
+            return
+        for handle, is_send in self.ops:
+            step = self.abi.start_proxy_step(self.ctx, handle, self.rank, 0)
+            state = (
+                EventState.PROXY_STEP_SEND_GPU_WAIT if is_send else EventState.PROXY_STEP_RECV_WAIT
+            )
+            self.abi.record_state(step, state, trans_size=0)
+            self.first_steps.append(step)
+
+    def _start_ops(self) -> None:
         pid = os.getpid()
         for ch in range(self.issued.n_channels):
             for is_send, peer in self.directions:
@@ -277,18 +312,14 @@ class _NetworkProxy:
                 self.abi.record_state(handle, EventState.PROXY_OP_IN_PROGRESS)
                 self.ops.append((handle, is_send))
 
-    def start_first_steps(self) -> None:
-        """Step 0 of every op, left waiting on the peer until the peer shows up."""
+    def gpu_filled_first_steps(self) -> None:
+        """The kernel runs: a send's step 0 has its data and waits on the peer until the peer
+        shows up (SendPeerWait); a receive still waits for the peer's data."""
         if not self.with_steps:
             return
-        for handle, is_send in self.ops:
-            step = self.abi.start_proxy_step(self.ctx, handle, self.rank, 0)
+        for (_, is_send), step in zip(self.ops, self.first_steps, strict=True):
             if is_send:
-                self.abi.record_state(step, EventState.PROXY_STEP_SEND_GPU_WAIT, trans_size=0)
                 self.abi.record_state(step, EventState.PROXY_STEP_SEND_PEER_WAIT, trans_size=0)
-            else:
-                self.abi.record_state(step, EventState.PROXY_STEP_RECV_WAIT, trans_size=0)
-            self.first_steps.append(step)
 
     def finish_steps(self) -> None:
         if not self.with_steps:
@@ -307,7 +338,10 @@ class _NetworkProxy:
     def _finish(self, step, is_send: bool) -> None:
         if is_send:
             self.abi.record_state(step, EventState.PROXY_STEP_SEND_WAIT, trans_size=self.chunk)
-        else:
+        else:  # the data arrived (flush), then went to the GPU
+            self.abi.record_state(
+                step, EventState.PROXY_STEP_RECV_FLUSH_WAIT, trans_size=self.chunk
+            )
             self.abi.record_state(step, EventState.PROXY_STEP_RECV_GPU_WAIT, trans_size=self.chunk)
         self.abi.stop(step)
 

@@ -219,6 +219,7 @@ void ci_watchdog_scan(uint64_t now) {
             e->hang_flagged_seq = e->inflight_op_index;
             e->hang_flagged_mono_ns = now;
             type = CI_FIFO_V1_EVENT_TYPE_HANG_SUSPECTED;
+            ci_evidence_on_flag(comm, now);
         } else if (!stuck && e->hang_flagged_seq != UINT64_MAX && e->hang_flagged_mono_ns) {
             e->hang_flagged_mono_ns = 0; /* the flagged op finished after all: say so once */
             type = CI_FIFO_V1_EVENT_TYPE_HANG_CLEARED;
@@ -232,6 +233,7 @@ void ci_watchdog_scan(uint64_t now) {
         snap->event_type = type;
         ci_seqlock_read_comm(&snap->entry, e);
     }
+    ci_evidence_scan(now); /* raise, keep or lower the mask by what the flags say now */
     pthread_mutex_unlock(&ci_g.table_lock);
     for (uint32_t i = 0; i < n; i++) report_hang(&reports[i], now, threshold_ns);
 }
@@ -241,7 +243,8 @@ static void heartbeat(uint64_t now) {
     __atomic_store_n(&h->heartbeat_real_ns, ci_now_real(), __ATOMIC_RELAXED);
     __atomic_store_n(&h->heartbeat_mono_ns, now, __ATOMIC_RELAXED);
     __atomic_add_fetch(&h->heartbeat_count, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&h->event_mask, __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    __atomic_store_n(&h->event_mask, ci_mask_effective(), __ATOMIC_RELAXED);
+    __atomic_store_n(&h->normal_event_mask, __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
     ci_update_published_count();
 }
 
@@ -270,7 +273,7 @@ static void watch_config(void) {
     if (fresh.event_mask == old) return;
     __atomic_store_n(&ci_g.mask, fresh.event_mask, __ATOMIC_RELAXED);
     int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
-    if (nccl_mask) __atomic_store_n(nccl_mask, fresh.event_mask, __ATOMIC_RELAXED);
+    if (nccl_mask) __atomic_store_n(nccl_mask, ci_mask_effective(), __ATOMIC_RELAXED); /* raised bits stay */
     ci_warn("activation mask changed from 0x%x to 0x%x (%s)", old, fresh.event_mask, path);
 }
 

@@ -32,6 +32,8 @@
 /* NCCL's event-type bits (identical in ABI v4 and v5). */
 #define CI_EV_COLL 0x2
 #define CI_EV_P2P 0x4
+#define CI_EV_PROXY_OP 0x8
+#define CI_EV_PROXY_STEP 0x10
 #define CI_EV_KERNEL_CH 0x40
 #define CI_STATE_KERNEL_CH_STOP 22
 
@@ -83,6 +85,8 @@ typedef struct ci_config {
     char agent_bin[CI_PATH_MAX];
     bool debug;
     uint64_t stale_region_grace_s; /* a dead process's region still linked is kept this long */
+    bool hang_evidence;            /* raise the mask and record proxy progress on a suspected hang */
+    double hang_evidence_max_s;    /* the longest the mask stays raised for one flagged op */
 } ci_config_t;
 
 /* home_fd: the trusted home, whose etc/comminsight.conf is read; -1: read no file in a home */
@@ -133,6 +137,7 @@ void ci_debug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- the CUDA device, from a runtime already loaded (device.c); NO_RANK if none ---- */
 int ci_cuda_device(void);
+void ci_cuda_device_uuid(int device, uint8_t out[16]); /* all zero if unknown */
 
 /* ---- names (names.c): NCCL's strings -> shm v1 enums ---- */
 uint8_t ci_func_of(const char* name);
@@ -224,7 +229,14 @@ uint32_t ci_pool_size(void);
 
 /* Handles given to NCCL: kind, pool index, channel and generation packed into a pointer-sized
  * value, so a late child event naming a parent that was already recycled is recognised. */
-enum { CI_HANDLE_OP = 1, CI_HANDLE_CHANNEL = 2, CI_HANDLE_API = 3, CI_HANDLE_GROUP = 4 };
+enum {
+    CI_HANDLE_OP = 1,
+    CI_HANDLE_CHANNEL = 2,
+    CI_HANDLE_API = 3,
+    CI_HANDLE_GROUP = 4,
+    CI_HANDLE_PROXY_OP = 5,   /* hang_evidence.c: evidence slot, direction, channel, binding */
+    CI_HANDLE_PROXY_STEP = 6, /* the same, for a step of that ProxyOp */
+};
 static inline void* ci_handle_make(uint32_t kind, uint32_t index, uint32_t generation,
                                    uint32_t channel) {
     uint64_t v = ((uint64_t)(generation & 0xFFFFFFu) << 40) | ((uint64_t)(channel & 0xFFu) << 32) |
@@ -259,6 +271,9 @@ typedef struct ci_comm {
     int32_t rank, nranks, nnodes;
     uint32_t abi;
     uint64_t finalize_ticket; /* ring ticket of the COMM_FINALIZE record (entry reuse) */
+    /* 1 + its evidence slot while the mask is raised for it (hang_evidence.c), else 0: set and
+     * cleared under ci_g.table_lock, read by NCCL's proxy thread at each ProxyOp start */
+    uint32_t evidence_slot;
     /* enqueue side. Op indices: NCCL numbers collectives per function; these count each kind
      * in issue order, the same on every rank. One thread at a time enqueues on a communicator
      * (NCCL's rule). */
@@ -342,6 +357,21 @@ typedef struct ci_hang_snapshot {
     ci_shm_comm_entry_v1_t entry;
 } ci_hang_snapshot_t;
 
+/* ---- hang evidence (hang_evidence.c): the mask raised while a hang is suspected ---- */
+size_t ci_evidence_region_size(void); /* bytes the SHM region reserves for it; 0: off */
+void ci_evidence_attach(ci_shm_header_v1_t* hdr, void* table, uint64_t offset);
+int32_t ci_mask_effective(void); /* the mask NCCL should hold now: normal, or raised */
+/* With ci_g.table_lock held: the watchdog flagged `comm`'s oldest op; each scan; a finalize. */
+void ci_evidence_on_flag(ci_comm_t* comm, uint64_t now);
+void ci_evidence_scan(uint64_t now);
+void ci_evidence_on_close(ci_comm_t* comm, uint64_t now);
+/* NCCL's proxy thread: ProxyOp/ProxyStep events; NULL when nothing is recorded for them. */
+void* ci_evidence_proxy_op_start(ci_comm_t* comm, const void* parent, uint8_t channel, int32_t peer,
+                                 int32_t n_steps, bool is_send);
+void* ci_evidence_proxy_step_start(const void* parent);
+void ci_evidence_proxy_state(const void* handle, uint32_t state);
+void ci_evidence_proxy_stop(const void* handle);
+
 /* Finalize of the last communicator with ops still in flight (fifo-event PROCESS_EXIT): capture
  * with ci_g.table_lock held, before the comm is closed; report once every lock is released. */
 bool ci_exit_capture(const ci_comm_t* comm, ci_hang_snapshot_t* out);
@@ -354,7 +384,8 @@ typedef struct ci_process {
     pthread_mutex_t table_lock; /* the comm table: open/close vs. the watchdog's scan */
     bool initialized;
     ci_config_t cfg;
-    int32_t mask;       /* the activation mask we want */
+    int32_t mask;       /* the activation mask the configuration asks for (the normal mask) */
+    int32_t evidence_bits; /* bits added to it while hang evidence is raised, else 0 */
     int32_t* nccl_mask; /* NCCL's one process-global int, re-read per task (from init) */
     /* the SHM region (file-backed, or anonymous memory when the file cannot be made) */
     void* region;

@@ -67,7 +67,11 @@ ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nran
     e->nnodes = nnodes;
     e->local_rank = ci_g.hdr->local_rank;
     e->cuda_device = ci_cuda_device();
-    if (ci_g.hdr->cuda_device == CI_SHM_V1_NO_RANK) ci_g.hdr->cuda_device = e->cuda_device;
+    ci_cuda_device_uuid(e->cuda_device, e->cuda_uuid);
+    if (ci_g.hdr->cuda_device == CI_SHM_V1_NO_RANK) {
+        memcpy(ci_g.hdr->cuda_uuid, e->cuda_uuid, sizeof(ci_g.hdr->cuda_uuid));
+        ci_g.hdr->cuda_device = e->cuda_device;
+    }
     e->nccl_abi_version = abi;
     e->init_real_ns = ci_now_real();
     e->init_mono_ns = ci_now_mono();

@@ -287,6 +287,8 @@ void ci_config_load(ci_config_t* cfg, int home_fd) {
     snprintf(cfg->agent_bin, sizeof(cfg->agent_bin), "%s", TEXT(PROFILER_AGENT_BIN));
     cfg->debug = as_bool(TEXT(PROFILER_DEBUG));
     cfg->stale_region_grace_s = (uint64_t)as_int(TEXT(PROFILER_STALE_REGION_GRACE_S));
+    cfg->hang_evidence = as_bool(TEXT(PROFILER_HANG_EVIDENCE));
+    cfg->hang_evidence_max_s = strtod(TEXT(PROFILER_HANG_EVIDENCE_MAX_S), NULL);
 #undef TEXT
     /* The ring index is a mask: round a non-power-of-two up, and say so. */
     uint32_t slots = 1;

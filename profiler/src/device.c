@@ -5,6 +5,7 @@
  * Called at communicator init, on NCCL's thread, where the application's device is current.
  */
 #include <dlfcn.h>
+#include <string.h>
 
 #include "ci_internal.h"
 
@@ -22,4 +23,26 @@ int ci_cuda_device(void) {
         if (ok) return device;
     }
     return CI_SHM_V1_NO_RANK;
+}
+
+typedef int (*cu_device_get_fn)(int*, int);
+typedef int (*cu_device_get_uuid_fn)(uint8_t*, int);
+
+/* The UUID of the physical GPU behind a CUDA device ordinal, from the CUDA driver the runtime
+ * has loaded (again RTLD_NOLOAD: never loaded here). The driver's legacy cuDeviceGetUuid is
+ * asked, not its _v2: under MIG _v2 names the MIG instance, while DCGM and nvidia-smi label a
+ * GPU by its own UUID, which is what the Agent's metrics are joined on. Runtime and driver
+ * number devices alike (both honour CUDA_VISIBLE_DEVICES). Leaves out zeroed (unknown) on any
+ * failure. */
+void ci_cuda_device_uuid(int device, uint8_t out[16]) {
+    memset(out, 0, 16);
+    if (device < 0) return;
+    void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!lib) return;
+    cu_device_get_fn get = (cu_device_get_fn)dlsym(lib, "cuDeviceGet");
+    cu_device_get_uuid_fn get_uuid = (cu_device_get_uuid_fn)dlsym(lib, "cuDeviceGetUuid");
+    int handle = 0;
+    uint8_t uuid[16];
+    if (get && get_uuid && get(&handle, device) == 0 && get_uuid(uuid, handle) == 0) memcpy(out, uuid, 16);
+    dlclose(lib);
 }

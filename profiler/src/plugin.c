@@ -45,6 +45,7 @@ static void after_fork_in_child(void) {
     ci_thread_after_fork();
     ci_logwriter_reset();
     ci_shm_detach_after_fork();
+    ci_evidence_attach(NULL, NULL, 0); /* the parent's table went with its mapping */
     ci_home_after_fork();
     ci_pool_destroy();
     free(ci_g.comms);
@@ -114,9 +115,10 @@ static uint32_t init_common(void** context, uint64_t comm_id, int* mask, const c
     ci_threads_start();
     pthread_mutex_unlock(&ci_g.lock);
     /* One process-global int that NCCL re-reads per task: we own its value from now on, and
-     * keep its address so the mask can change at run time (background.c). */
+     * keep its address so the mask can change at run time (background.c, hang_evidence.c:
+     * raised while a hang is suspected, which this store keeps). */
     if (mask) {
-        __atomic_store_n(mask, __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+        __atomic_store_n(mask, ci_mask_effective(), __ATOMIC_RELAXED);
         __atomic_store_n(&ci_g.nccl_mask, mask, __ATOMIC_RELEASE);
     }
     if (context) *context = comm ? comm : &untracked;
@@ -133,6 +135,7 @@ static uint32_t finalize_common(void* context) {
         if (comm != &untracked) {
             pthread_mutex_lock(&ci_g.table_lock);
             report_exit = ci_g.live_comms == 1 && ci_exit_capture(comm, &exiting);
+            ci_evidence_on_close(comm, ci_now_mono()); /* its raised mask ends with it */
             ci_comm_close(comm);
             pthread_mutex_unlock(&ci_g.table_lock);
         }
@@ -231,9 +234,10 @@ static ci_api_info_t api_of(const void* parent) {
     return (ci_api_info_t){0, false};
 }
 
-/* Event types we know and deliberately do not track: no handle, no counting. */
-#define KNOWN_UNTRACKED_V5 0x0EB8ull /* ProxyOp/Step/Ctrl, NetPlugin, CollApi, P2pApi, KernelLaunch */
-#define KNOWN_UNTRACKED_V4 0xB8u     /* ProxyOp/Step/Ctrl, NetPlugin */
+/* Event types we know and deliberately do not track: no handle, no counting. (ProxyOp and
+ * ProxyStep have their own cases: recorded while hang evidence is raised, else no handle.) */
+#define KNOWN_UNTRACKED_V5 0x0EA0ull /* ProxyCtrl, NetPlugin, CollApi, P2pApi, KernelLaunch */
+#define KNOWN_UNTRACKED_V4 0xA0u     /* ProxyCtrl, NetPlugin */
 
 static void on_unknown_event(void) {
     if (ci_g.hdr) ci_counter_add(&ci_g.hdr->events_unknown, 1);
@@ -281,6 +285,13 @@ static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t*
     case CI_NCCL_V5_EVENT_TYPE_P2P_API:
         *handle = start_api((uint64_t)(uintptr_t)d->u.p2pApi.stream, d->u.p2pApi.graphCaptured);
         break;
+    case CI_EV_PROXY_OP:
+        *handle = ci_evidence_proxy_op_start(comm, d->parentObj, d->u.proxyOp.channelId, d->u.proxyOp.peer,
+                                             d->u.proxyOp.nSteps, d->u.proxyOp.isSend != 0);
+        break;
+    case CI_EV_PROXY_STEP:
+        *handle = ci_evidence_proxy_step_start(d->parentObj);
+        break;
     default:
         if (!(d->type & KNOWN_UNTRACKED_V5) || (d->type & (d->type - 1))) on_unknown_event();
         break;
@@ -289,9 +300,12 @@ static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t*
 }
 
 static uint32_t stop_common(void* handle) {
-    /* API and Group handles hold nothing (one range test: this runs for every channel too) */
-    if (CI_UNLIKELY(ci_handle_kind(handle) - CI_HANDLE_API <= CI_HANDLE_GROUP - CI_HANDLE_API))
+    /* API and Group handles hold nothing, proxy handles name evidence (one range test: this
+     * runs for every channel too) */
+    if (CI_UNLIKELY(ci_handle_kind(handle) - CI_HANDLE_API <= CI_HANDLE_PROXY_STEP - CI_HANDLE_API)) {
+        if (ci_handle_kind(handle) >= CI_HANDLE_PROXY_OP) ci_evidence_proxy_stop(handle);
         return CI_NCCL_V5_RESULT_SUCCESS;
+    }
     ci_op_t* op = ci_op_from_handle(handle); /* NULL for NULL, foreign and stale handles */
     if (CI_UNLIKELY(!op)) {
         if (handle) on_unknown_event();
@@ -304,15 +318,19 @@ static uint32_t stop_common(void* handle) {
     return CI_NCCL_V5_RESULT_SUCCESS;
 }
 
-static void record_kernel_stop(void* handle, uint32_t state, const uint64_t* ptimer) {
-    /* NCCL passes NULL args for GroupApi states, and we hand out no handle for those anyway */
-    if (state != CI_STATE_KERNEL_CH_STOP || !ptimer || ci_handle_kind(handle) != CI_HANDLE_CHANNEL) return;
+static void record_state(void* handle, uint32_t state, const uint64_t* ptimer) {
+    if (CI_UNLIKELY(state != CI_STATE_KERNEL_CH_STOP)) {
+        /* NCCL passes NULL args for GroupApi states, and we hand out no handle for those */
+        if (ci_handle_kind(handle) == CI_HANDLE_PROXY_STEP) ci_evidence_proxy_state(handle, state);
+        return;
+    }
+    if (!ptimer || ci_handle_kind(handle) != CI_HANDLE_CHANNEL) return;
     ci_op_t* op = ci_op_from_handle(handle);
     if (CI_LIKELY(op != NULL)) ci_channel_record_stop(op, *ptimer);
 }
 
 static uint32_t record_v5(void* handle, uint32_t state, ci_nccl_state_args_v5_t* args) {
-    record_kernel_stop(handle, state, args ? &args->kernelCh.pTimer : NULL);
+    record_state(handle, state, args ? &args->kernelCh.pTimer : NULL);
     return CI_NCCL_V5_RESULT_SUCCESS;
 }
 
@@ -359,6 +377,13 @@ static uint32_t start_v4(void* context, void** handle, ci_nccl_event_descr_v4_t*
     case CI_NCCL_V4_EVENT_TYPE_GROUP:
         *handle = start_group();
         break;
+    case CI_EV_PROXY_OP:
+        *handle = ci_evidence_proxy_op_start(comm, d->parentObj, d->u.proxyOp.channelId, d->u.proxyOp.peer,
+                                             d->u.proxyOp.nSteps, d->u.proxyOp.isSend != 0);
+        break;
+    case CI_EV_PROXY_STEP:
+        *handle = ci_evidence_proxy_step_start(d->parentObj);
+        break;
     default:
         if (!(d->type & KNOWN_UNTRACKED_V4) || (d->type & (d->type - 1))) on_unknown_event();
         break;
@@ -367,7 +392,7 @@ static uint32_t start_v4(void* context, void** handle, ci_nccl_event_descr_v4_t*
 }
 
 static uint32_t record_v4(void* handle, uint32_t state, ci_nccl_state_args_v4_t* args) {
-    record_kernel_stop(handle, state, args ? &args->kernelCh.pTimer : NULL);
+    record_state(handle, state, args ? &args->kernelCh.pTimer : NULL);
     return CI_NCCL_V4_RESULT_SUCCESS;
 }
 
@@ -413,6 +438,10 @@ SAME_OFFSET(u.p2pApi.stream);
 SAME_OFFSET(u.p2pApi.graphCaptured);
 SAME_OFFSET(u.coll.parentGroup);
 SAME_OFFSET(u.p2p.parentGroup);
+SAME_OFFSET(u.proxyOp.channelId);
+SAME_OFFSET(u.proxyOp.peer);
+SAME_OFFSET(u.proxyOp.nSteps);
+SAME_OFFSET(u.proxyOp.isSend);
 _Static_assert(sizeof(ci_nccl_state_args_v6_t) == sizeof(ci_nccl_state_args_v5_t), "v6 state args differ");
 _Static_assert(offsetof(ci_nccl_state_args_v6_t, kernelCh.pTimer) == offsetof(ci_nccl_state_args_v5_t, kernelCh.pTimer),
                "v6 moved kernelCh.pTimer");

@@ -37,13 +37,32 @@ static void process_name(char* out, size_t size) {
     out[n] = '\0';
 }
 
-static const char* job_id(void) {
+/* A Kubernetes Indexed Job names its pods' hosts <job>-<index> and gives the index in
+ * JOB_COMPLETION_INDEX: the job's name is the host name without that suffix. Pods of other
+ * controllers carry no job identity a process can read without the downward API (which is
+ * what COMMINSIGHT_JOB_ID is for). */
+static bool k8s_indexed_job(const char* host, char* out, size_t size) {
+    const char* index = getenv("JOB_COMPLETION_INDEX");
+    if (!index || !*index || strspn(index, "0123456789") != strlen(index)) return false;
+    size_t n = strlen(host), k = strlen(index);
+    if (n < k + 2 || host[n - k - 1] != '-' || strcmp(host + n - k, index) != 0) return false;
+    size_t len = n - k - 1;
+    if (len >= size) len = size - 1;
+    memcpy(out, host, len);
+    out[len] = '\0';
+    return true;
+}
+
+/* The job this process belongs to, from what its scheduler or launcher exports. torchrun
+ * exports TORCHELASTIC_RUN_ID even when no --rdzv-id was given, as "none": every such job
+ * would be one, so it does not count. */
+static const char* job_id(char* buf, size_t size) {
     static const char* vars[] = {"COMMINSIGHT_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "JOB_ID"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         const char* v = getenv(vars[i]);
-        if (v && *v) return v;
+        if (v && *v && !(i == 1 && strcmp(v, "none") == 0)) return v;
     }
-    return "";
+    return k8s_indexed_job(ci_g.hostname, buf, size) ? buf : "";
 }
 
 /* mkdir -p with 0700 for the directories we create; existing ones are left as they are. */
@@ -103,9 +122,11 @@ static void fill_header(ci_shm_header_v1_t* h, size_t comm_off, size_t ring_off,
     ci_boot_id(h->boot_id, sizeof(h->boot_id));
     h->plugin_version = CI_PLUGIN_VERSION;
     h->event_mask = cfg->event_mask;
+    h->normal_event_mask = cfg->event_mask;
     h->hang_threshold_ms = (uint32_t)(cfg->hang_timeout_s * 1000.0);
     ci_copy_name(h->hostname, sizeof(h->hostname), ci_g.hostname, NULL);
-    ci_copy_name(h->job_id, sizeof(h->job_id), job_id(), NULL);
+    char k8s_job[sizeof(h->job_id)];
+    ci_copy_name(h->job_id, sizeof(h->job_id), job_id(k8s_job, sizeof(k8s_job)), NULL);
     process_name(h->process_name, sizeof(h->process_name));
     h->heartbeat_interval_ms = cfg->heartbeat_ms;
     h->heartbeat_mono_ns = h->start_mono_ns;
@@ -200,7 +221,8 @@ int ci_shm_open(void) {
     const ci_config_t* cfg = &ci_g.cfg;
     size_t comm_off = sizeof(ci_shm_header_v1_t);
     size_t ring_off = comm_off + (size_t)cfg->comm_slots * sizeof(ci_shm_comm_entry_v1_t);
-    size_t total = ring_off + (size_t)cfg->ring_slots * sizeof(ci_shm_op_slot_v1_t);
+    size_t evidence_off = ring_off + (size_t)cfg->ring_slots * sizeof(ci_shm_op_slot_v1_t);
+    size_t total = evidence_off + ci_evidence_region_size();
     void* p = cfg->shm_enable ? map_file(total) : NULL;
     ci_g.region_is_file = p != NULL;
     if (!p) {
@@ -215,6 +237,10 @@ int ci_shm_open(void) {
     ci_g.ring = (ci_shm_op_slot_v1_t*)((char*)p + ring_off);
     ci_g.ring_mask = cfg->ring_slots - 1;
     fill_header(ci_g.hdr, comm_off, ring_off, total);
+    /* Hang evidence only where an Agent can read it: raising the mask costs NCCL events. */
+    if (ci_g.region_is_file && total > evidence_off)
+        ci_evidence_attach(ci_g.hdr, (char*)p + evidence_off, evidence_off);
+    else ci_evidence_attach(NULL, NULL, 0);
     /* Readers trust nothing until LIVE; the release orders every store above before it. */
     __atomic_store_n(&ci_g.hdr->state, CI_SHM_V1_FILE_STATE_LIVE, __ATOMIC_RELEASE);
     return 0;

@@ -291,6 +291,17 @@ KEYS: tuple[ConfigKey, ...] = (
         maximum=16777216,
     ),
     ConfigKey(
+        name="COMMINSIGHT_AGENT_METRICS_EXPIRE_S",
+        field="agent_metrics_expire_s",
+        type="number",
+        default=600.0,
+        unit="s",
+        description="A /metrics series of a process that ended, or of a communicator that was finalized or renamed, is dropped this long after it was last live, so the exposition stays bounded while jobs come and go (long enough for a few scrapes to see its final values).",
+        components=("agent",),
+        minimum=1.0,
+        maximum=604800.0,
+    ),
+    ConfigKey(
         name="COMMINSIGHT_AGENT_RECENT_OPS",
         field="agent_recent_ops",
         type="integer",
@@ -375,6 +386,26 @@ KEYS: tuple[ConfigKey, ...] = (
         description="An op in flight longer than this is reported as a suspected hang. 0 disables the watchdog.",
         components=("profiler","agent",),
         minimum=0.0,
+        maximum=86400.0,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_PROFILER_HANG_EVIDENCE",
+        field="profiler_hang_evidence",
+        type="boolean",
+        default=True,
+        unit="",
+        description="When the watchdog suspects a hang, raise the activation mask by ProxyOp|ProxyStep for the process and record the flagged communicator\u0027s network proxy progress per channel into SHM, until the op completes, the communicator is finalized or COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S passes; then back to the normal mask. NCCL fixes each op\u0027s mask when the op is issued, so the op already in flight gets no proxy events: the evidence comes from the ops issued after the raise. 0: the mask never changes on a hang.",
+        components=("profiler",),
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S",
+        field="profiler_hang_evidence_max_s",
+        type="number",
+        default=600.0,
+        unit="s",
+        description="The longest the mask stays raised for one flagged op that does not complete; after it the normal mask is back and the evidence entry is kept (end_reason BOUND_REACHED).",
+        components=("profiler",),
+        minimum=1.0,
         maximum=86400.0,
     ),
     ConfigKey(
@@ -662,6 +693,7 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_outbox_max_bytes: Annotated[int, msgspec.Meta(ge=1048576, le=17179869184, description="Bytes of unacknowledged batches a slave keeps on disk for its master; beyond it the oldest state-only batches are dropped and a full state is sent instead, and events that do not fit are dropped and counted.")] = 268435456
     agent_poll_interval_ms: Annotated[int, msgspec.Meta(ge=1, le=10000, description="How often the Agent polls SHM rings for new records.")] = 20
     agent_batch_max: Annotated[int, msgspec.Meta(ge=1, le=16777216, description="Most records read from one ring per poll.")] = 65536
+    agent_metrics_expire_s: Annotated[float, msgspec.Meta(ge=1.0, le=604800.0, description="A /metrics series of a process that ended, or of a communicator that was finalized or renamed, is dropped this long after it was last live, so the exposition stays bounded while jobs come and go (long enough for a few scrapes to see its final values).")] = 600.0
     agent_recent_ops: Annotated[int, msgspec.Meta(ge=0, le=1048576, description="Completed ops kept in memory per process for /api/v1/ops/recent.")] = 4096
     agent_heartbeat_stale_ms: Annotated[int, msgspec.Meta(ge=100, le=3600000, description="A producer whose SHM heartbeat is older than this is considered stuck or dead (checked with its pid).")] = 10000
     agent_straggler_factor: Annotated[float, msgspec.Meta(ge=1.0, le=1000.0, description="A rank whose op latency exceeds the median of its peers by this factor is reported as a straggler.")] = 3.0
@@ -670,6 +702,8 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_stack_timeout_s: Annotated[float, msgspec.Meta(ge=0.05, le=600.0, description="How long the Agent waits for a process to write its Python stacks after the signal; past it the stack is reported unavailable (timed out). A process whose main thread is blocked inside a C call answers only when the call returns.")] = 2.0
     profiler_event_mask: Annotated[int, msgspec.Meta(ge=0, le=2147483647, description="NCCL activation mask (nccl-profiler event_type bits). Default Coll|P2p|KernelCh = 70: ops with GPU timing. 6 turns GPU timing off.")] = 70
     profiler_hang_timeout_s: Annotated[float, msgspec.Meta(ge=0.0, le=86400.0, description="An op in flight longer than this is reported as a suspected hang. 0 disables the watchdog.")] = 300.0
+    profiler_hang_evidence: Annotated[bool, msgspec.Meta(description="When the watchdog suspects a hang, raise the activation mask by ProxyOp|ProxyStep for the process and record the flagged communicator\u0027s network proxy progress per channel into SHM, until the op completes, the communicator is finalized or COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S passes; then back to the normal mask. NCCL fixes each op\u0027s mask when the op is issued, so the op already in flight gets no proxy events: the evidence comes from the ops issued after the raise. 0: the mask never changes on a hang.")] = True
+    profiler_hang_evidence_max_s: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0, description="The longest the mask stays raised for one flagged op that does not complete; after it the normal mask is back and the evidence entry is kept (end_reason BOUND_REACHED).")] = 600.0
     profiler_ring_slots: Annotated[int, msgspec.Meta(ge=64, le=16777216, description="Op records in each process\u0027s SHM ring; a power of two.")] = 65536
     profiler_comm_slots: Annotated[int, msgspec.Meta(ge=1, le=65536, description="Communicators each process\u0027s SHM comm table holds; more are counted as dropped.")] = 256
     profiler_event_pool: Annotated[int, msgspec.Meta(ge=64, le=16777216, description="Preallocated in-flight event handles per process (ops and their channel events); when exhausted, events are dropped and counted.")] = 16384

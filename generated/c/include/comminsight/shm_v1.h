@@ -34,6 +34,14 @@ extern "C" {
 #define CI_SHM_V1_HOST_LEN 64
 /* A rank, peer, root or device that is unknown or does not apply. */
 #define CI_SHM_V1_NO_RANK (-1)
+/* Evidence entries per process: communicators whose proxy progress can be recorded at once while the mask is raised. */
+#define CI_SHM_V1_EVIDENCE_SLOTS 8
+/* Channels recorded per direction in an evidence entry (NCCL's MAXCHANNELS); events of a higher channel id are counted in events_dropped. */
+#define CI_SHM_V1_EVIDENCE_CHANNELS 64
+/* Activation-mask bits added while hang evidence is raised: ProxyOp (1<<3) | ProxyStep (1<<4). */
+#define CI_SHM_V1_HANG_EVIDENCE_BITS 24
+/* An op index that is unknown or not set. */
+#define CI_SHM_V1_NO_OP_INDEX 0xFFFFFFFFFFFFFFFF
 
 /* ---- enum file_state (stored as uint32_t): Life cycle of an SHM file, in header.state. */
 #define CI_SHM_V1_FILE_STATE_CREATING 0 /* The producer is still initializing the file; readers must not trust any other field. */
@@ -45,6 +53,7 @@ extern "C" {
 #define CI_SHM_V1_HEADER_FLAGS_GPU_TIMING 1 /* KernelCh events are enabled, so op records carry GPU timestamps. */
 #define CI_SHM_V1_HEADER_FLAGS_LOGS_ENABLED 2 /* The producer writes inspector_logs. */
 #define CI_SHM_V1_HEADER_FLAGS_WATCHDOG_ENABLED 4 /* The producer's hang watchdog runs. */
+#define CI_SHM_V1_HEADER_FLAGS_HANG_EVIDENCE 8 /* On a suspected hang the producer raises the activation mask by HANG_EVIDENCE_BITS and records network proxy progress per channel into the evidence table. */
 
 /* ---- enum record_kind (stored as uint8_t): What an op_slot holds. */
 #define CI_SHM_V1_RECORD_KIND_NONE 0 /* Never written. */
@@ -200,10 +209,23 @@ static inline const char* ci_shm_v1_timing_source_label(uint8_t value) {
 #define CI_SHM_V1_NAME_SOURCE_NCCL 1 /* The commName NCCL passed to init. */
 #define CI_SHM_V1_NAME_SOURCE_INJECT 2 /* Registered by CommInsight Inject (<group_desc>:<group_name>). */
 
+/* ---- enum evidence_state (stored as uint32_t): State of an evidence entry, in evidence_entry.state. */
+#define CI_SHM_V1_EVIDENCE_STATE_FREE 0 /* Never used; every other field is zero. */
+#define CI_SHM_V1_EVIDENCE_STATE_RAISED 1 /* The mask is raised for this entry's communicator and its proxy events are being recorded. */
+#define CI_SHM_V1_EVIDENCE_STATE_LOWERED 2 /* Recording stopped (end_reason says why); kept for readers until the entry is reused (generation changes). */
+
+/* ---- enum evidence_end (stored as uint8_t): Why an evidence entry stopped recording. */
+#define CI_SHM_V1_EVIDENCE_END_NONE 0 /* Still recording (RAISED) or never used. */
+#define CI_SHM_V1_EVIDENCE_END_OP_COMPLETED 1 /* The flagged op completed. */
+#define CI_SHM_V1_EVIDENCE_END_COMM_FINALIZED 2 /* The communicator was finalized (destroyed or aborted). */
+#define CI_SHM_V1_EVIDENCE_END_BOUND_REACHED 3 /* Recording lasted COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S with the op still in flight. */
+
 /* ---- types ---- */
 typedef struct ci_shm_header_v1 ci_shm_header_v1_t;
 typedef struct ci_shm_comm_entry_v1 ci_shm_comm_entry_v1_t;
 typedef struct ci_shm_op_slot_v1 ci_shm_op_slot_v1_t;
+typedef struct ci_shm_channel_progress_v1 ci_shm_channel_progress_v1_t;
+typedef struct ci_shm_evidence_entry_v1 ci_shm_evidence_entry_v1_t;
 
 /* File header. The first cache line is immutable after state becomes LIVE. (4096 bytes) */
 struct ci_shm_header_v1 {
@@ -234,12 +256,19 @@ struct ci_shm_header_v1 {
     uint32_t hang_threshold_ms; /* @120: Watchdog threshold in ms (0 = watchdog off). */
     uint32_t reserved0; /* @124: Zero. */
     char hostname[64]; /* @128: Host name, NUL-terminated. */
-    char job_id[64]; /* @192: Job id from the launcher (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, ...), NUL-terminated, empty if none. */
+    char job_id[64]; /* @192: Job id from the scheduler or launcher, the first set of COMMINSIGHT_JOB_ID, TORCHELASTIC_RUN_ID (unless torchrun's default 'none'), SLURM_JOB_ID, JOB_ID, and a Kubernetes Indexed Job's name (JOB_COMPLETION_INDEX set and the pod's host name <job>-<index>); NUL-terminated, truncated to 63 bytes, empty if none. */
     char process_name[128]; /* @256: Executable name and first arguments, NUL-terminated, for inventories. */
     uint64_t process_start_ticks; /* @384: Start time of the producer process in clock ticks since boot (field 22 of /proc/<pid>/stat); with pid, boot_id and pid_namespace it names the process even after its pid is reused. 0 if unknown (files of older producers): such a file is never taken for a dead process's. */
     uint64_t pid_namespace; /* @392: Inode of the producer's pid namespace (/proc/self/ns/pid), so a reader in another namespace never judges pid against its own processes. 0 if unknown. */
     char boot_id[40]; /* @400: The kernel's boot id at creation (/proc/sys/kernel/random/boot_id), NUL-terminated, empty if unknown; a file from an earlier boot belongs to no running process. */
-    uint8_t reserved1[72]; /* @440: Zero; room for identity fields. */
+    uint64_t evidence_offset; /* @440: Byte offset of evidence_entry[0] (after the ring; a multiple of CACHE_LINE), 0 when the producer keeps no hang evidence (COMMINSIGHT_PROFILER_HANG_EVIDENCE off, or a file of an older producer). */
+    uint32_t evidence_capacity; /* @448: Number of evidence_entry records (EVIDENCE_SLOTS), 0 with evidence_offset 0. */
+    uint32_t evidence_entry_size; /* @452: sizeof(evidence_entry), 0 with evidence_offset 0. */
+    int32_t normal_event_mask; /* @456: The activation mask the configuration asks for. event_mask is this value or'ed with HANG_EVIDENCE_BITS while evidence_active > 0, and equal to it otherwise. */
+    uint32_t evidence_active; /* @460: Evidence entries in state RAISED now: 0 means NCCL is asked for the normal mask. */
+    uint64_t evidence_raised_mono_ns; /* @464: CLOCK_MONOTONIC when the mask was last raised from the normal mask, 0 if never. */
+    uint8_t cuda_uuid[16]; /* @472: UUID of the physical GPU of cuda_device (the CUDA driver's cuDeviceGetUuid: the GPU's own even under MIG), the 16 bytes nvidia-smi and DCGM print as GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx; all zero if unknown (no CUDA driver in the process at first init, or a file of an older producer). */
+    uint8_t reserved1[24]; /* @488: Zero; room for identity fields. */
     uint64_t heartbeat_mono_ns; /* @512: CLOCK_MONOTONIC of the last heartbeat of the producer's background thread. */
     uint64_t heartbeat_real_ns; /* @520: CLOCK_REALTIME of the same heartbeat. */
     uint64_t heartbeat_count; /* @528: Heartbeats so far. */
@@ -261,7 +290,9 @@ struct ci_shm_header_v1 {
     uint64_t log_records_dropped; /* @720: Records not written because of a disk error or a full disk. */
     uint64_t log_segments_sealed; /* @728: inspector_logs segments sealed. */
     uint64_t log_write_errors; /* @736: Failed writes, fsyncs or renames in the log writer. */
-    uint64_t reserved_counters[3]; /* @744: Zero; room for counters. */
+    uint64_t evidence_raises; /* @744: Times the watchdog raised the activation mask from the normal mask to gather hang evidence. */
+    uint64_t evidence_no_slot; /* @752: Flagged communicators that got no evidence entry because all EVIDENCE_SLOTS were recording. */
+    uint64_t reserved_counters[1]; /* @760: Zero; room for counters. */
     char link_path[3072]; /* @768: The symbolic link by which the Agent finds this file (<COMMINSIGHT_HOME>/shms/<name>.shm, or the private directory's when the home was refused), NUL-terminated; empty if the file is not linked or the path does not fit (files of older producers too). A later Profiler removes a dead producer's file only once this link is gone (its Agent retired it) or its heartbeat is older than the grace period. Readers may ignore it. */
     uint8_t reserved4[256]; /* @3840: Zero; room to grow the header within v1. */
 };
@@ -298,7 +329,14 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, process_name) == 256, "offs
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, process_start_ticks) == 384, "offsetof ci_shm_header_v1_t.process_start_ticks");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, pid_namespace) == 392, "offsetof ci_shm_header_v1_t.pid_namespace");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, boot_id) == 400, "offsetof ci_shm_header_v1_t.boot_id");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved1) == 440, "offsetof ci_shm_header_v1_t.reserved1");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_offset) == 440, "offsetof ci_shm_header_v1_t.evidence_offset");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_capacity) == 448, "offsetof ci_shm_header_v1_t.evidence_capacity");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_entry_size) == 452, "offsetof ci_shm_header_v1_t.evidence_entry_size");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, normal_event_mask) == 456, "offsetof ci_shm_header_v1_t.normal_event_mask");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_active) == 460, "offsetof ci_shm_header_v1_t.evidence_active");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_raised_mono_ns) == 464, "offsetof ci_shm_header_v1_t.evidence_raised_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, cuda_uuid) == 472, "offsetof ci_shm_header_v1_t.cuda_uuid");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved1) == 488, "offsetof ci_shm_header_v1_t.reserved1");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_mono_ns) == 512, "offsetof ci_shm_header_v1_t.heartbeat_mono_ns");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_real_ns) == 520, "offsetof ci_shm_header_v1_t.heartbeat_real_ns");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_count) == 528, "offsetof ci_shm_header_v1_t.heartbeat_count");
@@ -320,7 +358,9 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_records_lost) == 712, "
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_records_dropped) == 720, "offsetof ci_shm_header_v1_t.log_records_dropped");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_segments_sealed) == 728, "offsetof ci_shm_header_v1_t.log_segments_sealed");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_write_errors) == 736, "offsetof ci_shm_header_v1_t.log_write_errors");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved_counters) == 744, "offsetof ci_shm_header_v1_t.reserved_counters");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_raises) == 744, "offsetof ci_shm_header_v1_t.evidence_raises");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_no_slot) == 752, "offsetof ci_shm_header_v1_t.evidence_no_slot");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved_counters) == 760, "offsetof ci_shm_header_v1_t.reserved_counters");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, link_path) == 768, "offsetof ci_shm_header_v1_t.link_path");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved4) == 3840, "offsetof ci_shm_header_v1_t.reserved4");
 
@@ -340,7 +380,9 @@ struct ci_shm_comm_entry_v1 {
     uint64_t finalize_mono_ns; /* @56: CLOCK_MONOTONIC at finalize, 0 while ACTIVE. */
     char name[128]; /* @64: Communicator name, NUL-terminated; empty when name_source is NONE. */
     uint8_t name_source; /* @192: name_source. */
-    uint8_t reserved0[63]; /* @193: Zero; room for identity fields. */
+    uint8_t reserved0[7]; /* @193: Zero. */
+    uint8_t cuda_uuid[16]; /* @200: UUID of the physical GPU of cuda_device at init (as header.cuda_uuid); all zero if unknown. */
+    uint8_t reserved_identity[40]; /* @216: Zero; room for identity fields. */
     uint32_t progress_seqlock; /* @256: Odd while the background thread updates the in-flight fields (inflight_*); a reader copies them between two equal even reads. The counters are single aligned words, each updated atomically by its one writer. */
     uint32_t inflight_count; /* @260: Ops enqueued and not yet complete. */
     uint64_t coll_enqueued; /* @264: Collectives enqueued (startEvent Coll), all functions together, in issue order: op index N is the communicator's N-th collective (op_slot.comm_op_index), the same on every rank since NCCL requires all ranks to issue a communicator's collectives in one order. (NCCL's own seqNumber counts per function.) */
@@ -396,6 +438,8 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, finalize_mono_ns) == 56
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, name) == 64, "offsetof ci_shm_comm_entry_v1_t.name");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, name_source) == 192, "offsetof ci_shm_comm_entry_v1_t.name_source");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved0) == 193, "offsetof ci_shm_comm_entry_v1_t.reserved0");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, cuda_uuid) == 200, "offsetof ci_shm_comm_entry_v1_t.cuda_uuid");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved_identity) == 216, "offsetof ci_shm_comm_entry_v1_t.reserved_identity");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, progress_seqlock) == 256, "offsetof ci_shm_comm_entry_v1_t.progress_seqlock");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_count) == 260, "offsetof ci_shm_comm_entry_v1_t.inflight_count");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, coll_enqueued) == 264, "offsetof ci_shm_comm_entry_v1_t.coll_enqueued");
@@ -509,6 +553,74 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved0) == 171, "offset
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, hang_threshold_ms) == 172, "offsetof ci_shm_op_slot_v1_t.hang_threshold_ms");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, comm_op_index) == 176, "offsetof ci_shm_op_slot_v1_t.comm_op_index");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved) == 184, "offsetof ci_shm_op_slot_v1_t.reserved");
+
+/* Network proxy progress of one channel in one direction, summed over every ProxyOp of the communicator NCCL reported on it since the entry was raised. Step counters follow NCCL's proxy: a send step is posted (buffer offered to the GPU, SendGPUWait), arrived (the GPU filled it, SendPeerWait), transmitted (handed to the network, SendWait) and done (the network completed it, stop); a receive step is posted (receive posted, RecvWait), arrived (data came from the network, RecvFlushWait), transmitted (handed to the GPU, RecvGPUWait) and done (the GPU consumed it, stop). Each counter has one writer (NCCL's proxy thread); a reader may see them a step apart. (32 bytes) */
+struct ci_shm_channel_progress_v1 {
+    int32_t peer; /* @0: Peer of the last ProxyOp on this channel and direction, NO_RANK before the first. */
+    uint32_t ops_started; /* @4: ProxyOps started. */
+    uint32_t ops_stopped; /* @8: ProxyOps stopped (all their steps done). */
+    uint32_t steps_expected; /* @12: Sum of the nSteps NCCL announced in those ProxyOps. */
+    uint32_t steps_posted; /* @16: ProxySteps started. */
+    uint32_t steps_arrived; /* @20: Steps that reached SendPeerWait (send) or RecvFlushWait (receive). */
+    uint32_t steps_transmitted; /* @24: Steps that reached SendWait (send) or RecvGPUWait (receive). */
+    uint32_t steps_done; /* @28: ProxySteps stopped. */
+};
+CI_SHM_V1_STATIC_ASSERT(sizeof(ci_shm_channel_progress_v1_t) == 32, "sizeof ci_shm_channel_progress_v1_t");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_channel_progress_v1_t, peer) == 0, "offsetof ci_shm_channel_progress_v1_t.peer");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_channel_progress_v1_t, ops_started) == 4, "offsetof ci_shm_channel_progress_v1_t.ops_started");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_channel_progress_v1_t, ops_stopped) == 8, "offsetof ci_shm_channel_progress_v1_t.ops_stopped");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_channel_progress_v1_t, steps_expected) == 12, "offsetof ci_shm_channel_progress_v1_t.steps_expected");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_channel_progress_v1_t, steps_posted) == 16, "offsetof ci_shm_channel_progress_v1_t.steps_posted");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_channel_progress_v1_t, steps_arrived) == 20, "offsetof ci_shm_channel_progress_v1_t.steps_arrived");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_channel_progress_v1_t, steps_transmitted) == 24, "offsetof ci_shm_channel_progress_v1_t.steps_transmitted");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_channel_progress_v1_t, steps_done) == 28, "offsetof ci_shm_channel_progress_v1_t.steps_done");
+
+/* Hang evidence of one communicator, recorded while the watchdog has the activation mask raised for it. NCCL copies the mask into each task when the op is issued (ncclProfilerStartGroupApiEvent / taskAppend) and from the task into its proxy ops (uploadProxyOps, ncclProxyOpToArgs); ProxyOp and ProxyStep events test that copy. So the op that was in flight when the mask was raised gets no proxy events: what is recorded is the proxy progress of the communicator's ops issued after the raise. The writer binds the entry by setting state FREE, bumping generation, filling it, then state RAISED (release); a reader copies it between two equal reads of generation. (4224 bytes) */
+struct ci_shm_evidence_entry_v1 {
+    uint32_t state; /* @0: evidence_state. */
+    uint32_t generation; /* @4: Incremented each time the entry is bound to a communicator. */
+    uint32_t comm_index; /* @8: Index of the communicator's comm_entry. */
+    uint32_t comm_generation; /* @12: comm_entry.generation when bound: a reused row is another communicator. */
+    uint64_t comm_id; /* @16: comm_entry.comm_id. */
+    int32_t rank; /* @24: comm_entry.rank (with comm_id and comm_generation it names the row). */
+    int32_t evidence_mask; /* @28: The activation mask NCCL was given while this entry was raised. */
+    uint64_t flagged_op_index; /* @32: Op index the watchdog flagged (comm_entry.hang_flagged_seq), in the space of flagged_op_kind. */
+    uint8_t flagged_op_kind; /* @40: COLL or P2P. */
+    uint8_t end_reason; /* @41: evidence_end. */
+    uint8_t reserved0[2]; /* @42: Zero. */
+    uint32_t events_dropped; /* @44: Proxy events not recorded: a channel id of EVIDENCE_CHANNELS or more. */
+    uint64_t raised_mono_ns; /* @48: CLOCK_MONOTONIC when recording began. */
+    uint64_t lowered_mono_ns; /* @56: CLOCK_MONOTONIC when recording stopped, 0 while RAISED. */
+    uint64_t first_proxy_op_index; /* @64: Lowest op index (flagged_op_kind's space) whose ProxyOps were recorded, NO_OP_INDEX if none yet. */
+    uint64_t last_proxy_op_index; /* @72: Highest such op index, NO_OP_INDEX if none yet. */
+    uint64_t last_event_mono_ns; /* @80: CLOCK_MONOTONIC of the last ProxyOp start or stop or ProxyStep stop recorded, 0 if none. */
+    uint64_t proxy_events; /* @88: Proxy event starts, stops and states recorded. */
+    uint8_t reserved1[32]; /* @96: Zero; room for fields. */
+    ci_shm_channel_progress_v1_t send[64]; /* @128: Send-side progress by channel id. */
+    ci_shm_channel_progress_v1_t recv[64]; /* @2176: Receive-side progress by channel id. */
+};
+CI_SHM_V1_STATIC_ASSERT(sizeof(ci_shm_evidence_entry_v1_t) == 4224, "sizeof ci_shm_evidence_entry_v1_t");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, state) == 0, "offsetof ci_shm_evidence_entry_v1_t.state");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, generation) == 4, "offsetof ci_shm_evidence_entry_v1_t.generation");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, comm_index) == 8, "offsetof ci_shm_evidence_entry_v1_t.comm_index");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, comm_generation) == 12, "offsetof ci_shm_evidence_entry_v1_t.comm_generation");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, comm_id) == 16, "offsetof ci_shm_evidence_entry_v1_t.comm_id");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, rank) == 24, "offsetof ci_shm_evidence_entry_v1_t.rank");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, evidence_mask) == 28, "offsetof ci_shm_evidence_entry_v1_t.evidence_mask");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, flagged_op_index) == 32, "offsetof ci_shm_evidence_entry_v1_t.flagged_op_index");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, flagged_op_kind) == 40, "offsetof ci_shm_evidence_entry_v1_t.flagged_op_kind");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, end_reason) == 41, "offsetof ci_shm_evidence_entry_v1_t.end_reason");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, reserved0) == 42, "offsetof ci_shm_evidence_entry_v1_t.reserved0");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, events_dropped) == 44, "offsetof ci_shm_evidence_entry_v1_t.events_dropped");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, raised_mono_ns) == 48, "offsetof ci_shm_evidence_entry_v1_t.raised_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, lowered_mono_ns) == 56, "offsetof ci_shm_evidence_entry_v1_t.lowered_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, first_proxy_op_index) == 64, "offsetof ci_shm_evidence_entry_v1_t.first_proxy_op_index");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, last_proxy_op_index) == 72, "offsetof ci_shm_evidence_entry_v1_t.last_proxy_op_index");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, last_event_mono_ns) == 80, "offsetof ci_shm_evidence_entry_v1_t.last_event_mono_ns");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, proxy_events) == 88, "offsetof ci_shm_evidence_entry_v1_t.proxy_events");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, reserved1) == 96, "offsetof ci_shm_evidence_entry_v1_t.reserved1");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, send) == 128, "offsetof ci_shm_evidence_entry_v1_t.send");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_evidence_entry_v1_t, recv) == 2176, "offsetof ci_shm_evidence_entry_v1_t.recv");
 
 #ifdef __cplusplus
 } /* extern "C" */

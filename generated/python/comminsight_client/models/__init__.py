@@ -19,12 +19,16 @@ from .communicator_state import CommunicatorState
 from .communicator_state_filter import CommunicatorStateFilter
 from .communicator_view import CommunicatorView
 from .culprit import Culprit
+from .culprit_basis import CulpritBasis
 from .disagreement_kind import DisagreementKind
 from .error import Error
 from .error_code import ErrorCode
 from .error_detail import ErrorDetail
 from .error_location import ErrorLocation
 from .gpu_ref import GpuRef
+from .hang_evidence import HangEvidence
+from .hang_evidence_end import HangEvidenceEnd
+from .hang_evidence_state import HangEvidenceState
 from .hang_report import HangReport
 from .hang_report_list import HangReportList
 from .hang_status_filter import HangStatusFilter
@@ -117,12 +121,16 @@ __all__ = (
     "CommunicatorStateFilter",
     "CommunicatorView",
     "Culprit",
+    "CulpritBasis",
     "DisagreementKind",
     "Error",
     "ErrorCode",
     "ErrorDetail",
     "ErrorLocation",
     "GpuRef",
+    "HangEvidence",
+    "HangEvidenceEnd",
+    "HangEvidenceState",
     "HangReport",
     "HangReportList",
     "HangStatusFilter",

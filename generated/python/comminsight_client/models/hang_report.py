@@ -8,6 +8,7 @@ from attrs import field as _attrs_field
 
 from ..types import UNSET, Unset
 
+from ..models.culprit_basis import CulpritBasis
 from ..models.report_status import ReportStatus
 from ..models.resolution import Resolution
 from ..models.severity import Severity
@@ -68,6 +69,12 @@ class HangReport:
             status (ReportStatus): open or resolved.
             job_id (str | Unset): Job identifier; absent when unknown.
             op (OpInfo | Unset): An operation on the communicator, identified by its sequence number.
+            culprit_basis (CulpritBasis | Unset): majority: most ranks issued one op, the culprits issued another. rhythm:
+                no majority (two ranks, an even split); the culprits issued an op other than the one the communicator's cycle
+                expects there (the job's Step cycle as the Semantic Engine learned it, or the repeating sequence of the ops the
+                ranks completed before), which the other ranks issued; the culprit's reason names the evidence. undecided:
+                neither could tell (no majority, and no rhythm known, or one that expects an op no rank issued); culprits is
+                empty and the summary names each side's op and why nothing decided.
             resolved_mono_ns (int | Unset): CLOCK_MONOTONIC time (diagnosing Agent's host) the condition was seen to end;
                 present when status is resolved.
             resolved_real_ns (int | Unset): CLOCK_REALTIME time the condition was seen to end, nanoseconds since the Unix
@@ -95,6 +102,7 @@ class HangReport:
     status: ReportStatus
     job_id: str | Unset = UNSET
     op: OpInfo | Unset = UNSET
+    culprit_basis: CulpritBasis | Unset = UNSET
     resolved_mono_ns: int | Unset = UNSET
     resolved_real_ns: int | Unset = UNSET
     resolution: Resolution | Unset = UNSET
@@ -151,6 +159,11 @@ class HangReport:
         if not isinstance(self.op, Unset):
             op = self.op.to_dict()
 
+        culprit_basis: str | Unset = UNSET
+        if not isinstance(self.culprit_basis, Unset):
+            culprit_basis = self.culprit_basis.value
+
+
         resolved_mono_ns = self.resolved_mono_ns
 
         resolved_real_ns = self.resolved_real_ns
@@ -184,6 +197,8 @@ class HangReport:
             field_dict["job_id"] = job_id
         if op is not UNSET:
             field_dict["op"] = op
+        if culprit_basis is not UNSET:
+            field_dict["culprit_basis"] = culprit_basis
         if resolved_mono_ns is not UNSET:
             field_dict["resolved_mono_ns"] = resolved_mono_ns
         if resolved_real_ns is not UNSET:
@@ -272,6 +287,16 @@ class HangReport:
 
 
 
+        _culprit_basis = d.pop("culprit_basis", UNSET)
+        culprit_basis: CulpritBasis | Unset
+        if isinstance(_culprit_basis,  Unset):
+            culprit_basis = UNSET
+        else:
+            culprit_basis = CulpritBasis(_culprit_basis)
+
+
+
+
         resolved_mono_ns = d.pop("resolved_mono_ns", UNSET)
 
         resolved_real_ns = d.pop("resolved_real_ns", UNSET)
@@ -304,6 +329,7 @@ class HangReport:
             status=status,
             job_id=job_id,
             op=op,
+            culprit_basis=culprit_basis,
             resolved_mono_ns=resolved_mono_ns,
             resolved_real_ns=resolved_real_ns,
             resolution=resolution,

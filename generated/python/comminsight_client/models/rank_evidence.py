@@ -13,6 +13,7 @@ from ..types import UNSET, Unset
 from typing import cast
 
 if TYPE_CHECKING:
+  from ..models.hang_evidence import HangEvidence
   from ..models.inflight_evidence import InflightEvidence
   from ..models.progress_mark import ProgressMark
 
@@ -51,6 +52,10 @@ class RankEvidence:
             last_completed (ProgressMark | Unset): The latest operation a rank reached at one stage, and when.
             inflight (InflightEvidence | Unset): The oldest op a rank has enqueued and not completed.
             inflight_count (int | Unset): Ops enqueued and not completed; absent when no data arrived.
+            hang_evidence (HangEvidence | Unset): Network proxy progress a rank's Profiler recorded after its watchdog
+                flagged this communicator and raised the activation mask by ProxyOp|ProxyStep. NCCL fixes an op's mask when the
+                op is issued, so the op that was in flight at the raise gets no proxy events: the channels describe the
+                communicator's ops issued after it (first_proxy_op..last_proxy_op), which queue behind the stuck one.
      """
 
     comm_rank: int
@@ -68,12 +73,14 @@ class RankEvidence:
     last_completed: ProgressMark | Unset = UNSET
     inflight: InflightEvidence | Unset = UNSET
     inflight_count: int | Unset = UNSET
+    hang_evidence: HangEvidence | Unset = UNSET
 
 
 
 
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.hang_evidence import HangEvidence # noqa: PLC0415
         from ..models.inflight_evidence import InflightEvidence # noqa: PLC0415
         from ..models.progress_mark import ProgressMark # noqa: PLC0415
         comm_rank = self.comm_rank
@@ -114,6 +121,10 @@ class RankEvidence:
 
         inflight_count = self.inflight_count
 
+        hang_evidence: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.hang_evidence, Unset):
+            hang_evidence = self.hang_evidence.to_dict()
+
 
         field_dict: dict[str, Any] = {}
 
@@ -146,6 +157,8 @@ class RankEvidence:
             field_dict["inflight"] = inflight
         if inflight_count is not UNSET:
             field_dict["inflight_count"] = inflight_count
+        if hang_evidence is not UNSET:
+            field_dict["hang_evidence"] = hang_evidence
 
         return field_dict
 
@@ -153,6 +166,7 @@ class RankEvidence:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.hang_evidence import HangEvidence # noqa: PLC0415
         from ..models.inflight_evidence import InflightEvidence # noqa: PLC0415
         from ..models.progress_mark import ProgressMark # noqa: PLC0415
         d = dict(src_dict)
@@ -221,6 +235,16 @@ class RankEvidence:
 
         inflight_count = d.pop("inflight_count", UNSET)
 
+        _hang_evidence = d.pop("hang_evidence", UNSET)
+        hang_evidence: HangEvidence | Unset
+        if isinstance(_hang_evidence,  Unset):
+            hang_evidence = UNSET
+        else:
+            hang_evidence = HangEvidence.from_dict(_hang_evidence)
+
+
+
+
         rank_evidence = cls(
             comm_rank=comm_rank,
             node_name=node_name,
@@ -237,6 +261,7 @@ class RankEvidence:
             last_completed=last_completed,
             inflight=inflight,
             inflight_count=inflight_count,
+            hang_evidence=hang_evidence,
         )
 
         return rank_evidence

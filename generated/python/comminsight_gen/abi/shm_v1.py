@@ -26,6 +26,10 @@ CDEF = r"""
 #define CI_SHM_V1_NAME_LEN 128
 #define CI_SHM_V1_HOST_LEN 64
 #define CI_SHM_V1_NO_RANK -1
+#define CI_SHM_V1_EVIDENCE_SLOTS 8
+#define CI_SHM_V1_EVIDENCE_CHANNELS 64
+#define CI_SHM_V1_HANG_EVIDENCE_BITS 24
+#define CI_SHM_V1_NO_OP_INDEX 0xFFFFFFFFFFFFFFFF
 #define CI_SHM_V1_FILE_STATE_CREATING 0
 #define CI_SHM_V1_FILE_STATE_LIVE 1
 #define CI_SHM_V1_FILE_STATE_CLOSED 2
@@ -33,6 +37,7 @@ CDEF = r"""
 #define CI_SHM_V1_HEADER_FLAGS_GPU_TIMING 1
 #define CI_SHM_V1_HEADER_FLAGS_LOGS_ENABLED 2
 #define CI_SHM_V1_HEADER_FLAGS_WATCHDOG_ENABLED 4
+#define CI_SHM_V1_HEADER_FLAGS_HANG_EVIDENCE 8
 #define CI_SHM_V1_RECORD_KIND_NONE 0
 #define CI_SHM_V1_RECORD_KIND_COLL 1
 #define CI_SHM_V1_RECORD_KIND_P2P 2
@@ -95,9 +100,18 @@ CDEF = r"""
 #define CI_SHM_V1_NAME_SOURCE_NONE 0
 #define CI_SHM_V1_NAME_SOURCE_NCCL 1
 #define CI_SHM_V1_NAME_SOURCE_INJECT 2
+#define CI_SHM_V1_EVIDENCE_STATE_FREE 0
+#define CI_SHM_V1_EVIDENCE_STATE_RAISED 1
+#define CI_SHM_V1_EVIDENCE_STATE_LOWERED 2
+#define CI_SHM_V1_EVIDENCE_END_NONE 0
+#define CI_SHM_V1_EVIDENCE_END_OP_COMPLETED 1
+#define CI_SHM_V1_EVIDENCE_END_COMM_FINALIZED 2
+#define CI_SHM_V1_EVIDENCE_END_BOUND_REACHED 3
 typedef struct ci_shm_header_v1 ci_shm_header_v1_t;
 typedef struct ci_shm_comm_entry_v1 ci_shm_comm_entry_v1_t;
 typedef struct ci_shm_op_slot_v1 ci_shm_op_slot_v1_t;
+typedef struct ci_shm_channel_progress_v1 ci_shm_channel_progress_v1_t;
+typedef struct ci_shm_evidence_entry_v1 ci_shm_evidence_entry_v1_t;
 struct ci_shm_header_v1 {
     uint64_t magic;
     uint32_t abi_version;
@@ -131,7 +145,14 @@ struct ci_shm_header_v1 {
     uint64_t process_start_ticks;
     uint64_t pid_namespace;
     char boot_id[40];
-    uint8_t reserved1[72];
+    uint64_t evidence_offset;
+    uint32_t evidence_capacity;
+    uint32_t evidence_entry_size;
+    int32_t normal_event_mask;
+    uint32_t evidence_active;
+    uint64_t evidence_raised_mono_ns;
+    uint8_t cuda_uuid[16];
+    uint8_t reserved1[24];
     uint64_t heartbeat_mono_ns;
     uint64_t heartbeat_real_ns;
     uint64_t heartbeat_count;
@@ -153,7 +174,9 @@ struct ci_shm_header_v1 {
     uint64_t log_records_dropped;
     uint64_t log_segments_sealed;
     uint64_t log_write_errors;
-    uint64_t reserved_counters[3];
+    uint64_t evidence_raises;
+    uint64_t evidence_no_slot;
+    uint64_t reserved_counters[1];
     char link_path[3072];
     uint8_t reserved4[256];
 };
@@ -172,7 +195,9 @@ struct ci_shm_comm_entry_v1 {
     uint64_t finalize_mono_ns;
     char name[128];
     uint8_t name_source;
-    uint8_t reserved0[63];
+    uint8_t reserved0[7];
+    uint8_t cuda_uuid[16];
+    uint8_t reserved_identity[40];
     uint32_t progress_seqlock;
     uint32_t inflight_count;
     uint64_t coll_enqueued;
@@ -249,6 +274,39 @@ struct ci_shm_op_slot_v1 {
     uint64_t comm_op_index;
     uint8_t reserved[72];
 };
+struct ci_shm_channel_progress_v1 {
+    int32_t peer;
+    uint32_t ops_started;
+    uint32_t ops_stopped;
+    uint32_t steps_expected;
+    uint32_t steps_posted;
+    uint32_t steps_arrived;
+    uint32_t steps_transmitted;
+    uint32_t steps_done;
+};
+struct ci_shm_evidence_entry_v1 {
+    uint32_t state;
+    uint32_t generation;
+    uint32_t comm_index;
+    uint32_t comm_generation;
+    uint64_t comm_id;
+    int32_t rank;
+    int32_t evidence_mask;
+    uint64_t flagged_op_index;
+    uint8_t flagged_op_kind;
+    uint8_t end_reason;
+    uint8_t reserved0[2];
+    uint32_t events_dropped;
+    uint64_t raised_mono_ns;
+    uint64_t lowered_mono_ns;
+    uint64_t first_proxy_op_index;
+    uint64_t last_proxy_op_index;
+    uint64_t last_event_mono_ns;
+    uint64_t proxy_events;
+    uint8_t reserved1[32];
+    ci_shm_channel_progress_v1_t send[64];
+    ci_shm_channel_progress_v1_t recv[64];
+};
 """
 
 # ---- constants ----
@@ -259,6 +317,10 @@ SLOT_BUSY_BIT = 9223372036854775808  # Set in op_slot.seq while a producer write
 NAME_LEN = 128  # Bytes of a communicator name, NUL-terminated (longer names are truncated).
 HOST_LEN = 64  # Bytes of a host name, NUL-terminated.
 NO_RANK = -1  # A rank, peer, root or device that is unknown or does not apply.
+EVIDENCE_SLOTS = 8  # Evidence entries per process: communicators whose proxy progress can be recorded at once while the mask is raised.
+EVIDENCE_CHANNELS = 64  # Channels recorded per direction in an evidence entry (NCCL's MAXCHANNELS); events of a higher channel id are counted in events_dropped.
+HANG_EVIDENCE_BITS = 24  # Activation-mask bits added while hang evidence is raised: ProxyOp (1<<3) | ProxyStep (1<<4).
+NO_OP_INDEX = 18446744073709551615  # An op index that is unknown or not set.
 
 
 class FileState(enum.IntEnum):
@@ -276,6 +338,7 @@ class HeaderFlags(enum.IntFlag):
     GPU_TIMING = 1  # KernelCh events are enabled, so op records carry GPU timestamps.
     LOGS_ENABLED = 2  # The producer writes inspector_logs.
     WATCHDOG_ENABLED = 4  # The producer's hang watchdog runs.
+    HANG_EVIDENCE = 8  # On a suspected hang the producer raises the activation mask by HANG_EVIDENCE_BITS and records network proxy progress per channel into the evidence table.
 
 
 class RecordKind(enum.IntEnum):
@@ -458,14 +521,31 @@ class NameSource(enum.IntEnum):
     NCCL = 1  # The commName NCCL passed to init.
     INJECT = 2  # Registered by CommInsight Inject (<group_desc>:<group_name>).
 
+
+class EvidenceState(enum.IntEnum):
+    """State of an evidence entry, in evidence_entry.state. (stored as uint32_t)"""
+
+    FREE = 0  # Never used; every other field is zero.
+    RAISED = 1  # The mask is raised for this entry's communicator and its proxy events are being recorded.
+    LOWERED = 2  # Recording stopped (end_reason says why); kept for readers until the entry is reused (generation changes).
+
+
+class EvidenceEnd(enum.IntEnum):
+    """Why an evidence entry stopped recording. (stored as uint8_t)"""
+
+    NONE = 0  # Still recording (RAISED) or never used.
+    OP_COMPLETED = 1  # The flagged op completed.
+    COMM_FINALIZED = 2  # The communicator was finalized (destroyed or aborted).
+    BOUND_REACHED = 3  # Recording lasted COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S with the op still in flight.
+
 # ---- numpy structured dtypes (little-endian, explicit offsets; unions overlap at 0) ----
 
 # ci_shm_header_v1_t: File header. The first cache line is immutable after state becomes LIVE.
 HEADER_DTYPE = np.dtype(
     {
-        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "reserved0", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "reserved_counters", "link_path", "reserved4"],
-        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', ('<u1', (72,)), '<u8', '<u8', '<u8', '<u4', '<u4', ('<u1', (32,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u8', (3,)), 'S3072', ('<u1', (256,))],
-        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 512, 520, 528, 536, 540, 544, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 768, 3840],
+        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "reserved0", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "evidence_offset", "evidence_capacity", "evidence_entry_size", "normal_event_mask", "evidence_active", "evidence_raised_mono_ns", "cuda_uuid", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "evidence_raises", "evidence_no_slot", "reserved_counters", "link_path", "reserved4"],
+        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', '<u8', '<u4', '<u4', '<i4', '<u4', '<u8', ('<u1', (16,)), ('<u1', (24,)), '<u8', '<u8', '<u8', '<u4', '<u4', ('<u1', (32,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u8', (1,)), 'S3072', ('<u1', (256,))],
+        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 448, 452, 456, 460, 464, 472, 488, 512, 520, 528, 536, 540, 544, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 752, 760, 768, 3840],
         "itemsize": 4096,
     }
 )
@@ -473,9 +553,9 @@ HEADER_DTYPE = np.dtype(
 # ci_shm_comm_entry_v1_t: One communicator of this process. Identity (first 256 bytes) is written before state becomes ACTIVE; progress (last 256 bytes) changes with every op and is read under progress_seqlock.
 COMM_ENTRY_DTYPE = np.dtype(
     {
-        "names": ["state", "generation", "comm_id", "rank", "nranks", "nnodes", "local_rank", "cuda_device", "nccl_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns", "name", "name_source", "reserved0", "progress_seqlock", "inflight_count", "coll_enqueued", "coll_enqueued_mono_ns", "p2p_enqueued", "p2p_enqueued_mono_ns", "reserved_enqueue", "coll_started", "coll_completed", "coll_completed_mono_ns", "p2p_started", "p2p_completed", "p2p_completed_mono_ns", "bytes_total", "gpu_clock_offset_ns", "inflight_seq", "inflight_kind", "inflight_func", "inflight_datatype", "inflight_algo", "inflight_proto", "inflight_n_channels", "reserved1", "inflight_peer", "inflight_channels_started", "inflight_channels_stopped", "inflight_count_elems", "inflight_bytes", "inflight_enqueue_mono_ns", "inflight_start_mono_ns", "reserved_inflight", "inflight_op_index", "coll_started_mono_ns", "p2p_started_mono_ns", "hang_flagged_seq", "hang_flagged_mono_ns", "ops_total", "reserved2"],
-        "formats": ['<u4', '<u4', '<u8', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u8', 'S128', '<u1', ('<u1', (63,)), '<u4', '<u4', '<u8', '<u8', '<u8', '<u8', ('<u1', (24,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<i8', '<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', ('<u1', (2,)), '<i4', '<u2', '<u2', '<u8', '<u8', '<u8', '<u8', ('<u1', (8,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u1', (16,))],
-        "offsets": [0, 4, 8, 16, 20, 24, 28, 32, 36, 40, 48, 56, 64, 192, 193, 256, 260, 264, 272, 280, 288, 296, 320, 328, 336, 344, 352, 360, 368, 376, 384, 392, 393, 394, 395, 396, 397, 398, 400, 404, 406, 408, 416, 424, 432, 440, 448, 456, 464, 472, 480, 488, 496],
+        "names": ["state", "generation", "comm_id", "rank", "nranks", "nnodes", "local_rank", "cuda_device", "nccl_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns", "name", "name_source", "reserved0", "cuda_uuid", "reserved_identity", "progress_seqlock", "inflight_count", "coll_enqueued", "coll_enqueued_mono_ns", "p2p_enqueued", "p2p_enqueued_mono_ns", "reserved_enqueue", "coll_started", "coll_completed", "coll_completed_mono_ns", "p2p_started", "p2p_completed", "p2p_completed_mono_ns", "bytes_total", "gpu_clock_offset_ns", "inflight_seq", "inflight_kind", "inflight_func", "inflight_datatype", "inflight_algo", "inflight_proto", "inflight_n_channels", "reserved1", "inflight_peer", "inflight_channels_started", "inflight_channels_stopped", "inflight_count_elems", "inflight_bytes", "inflight_enqueue_mono_ns", "inflight_start_mono_ns", "reserved_inflight", "inflight_op_index", "coll_started_mono_ns", "p2p_started_mono_ns", "hang_flagged_seq", "hang_flagged_mono_ns", "ops_total", "reserved2"],
+        "formats": ['<u4', '<u4', '<u8', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u8', 'S128', '<u1', ('<u1', (7,)), ('<u1', (16,)), ('<u1', (40,)), '<u4', '<u4', '<u8', '<u8', '<u8', '<u8', ('<u1', (24,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<i8', '<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', ('<u1', (2,)), '<i4', '<u2', '<u2', '<u8', '<u8', '<u8', '<u8', ('<u1', (8,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u1', (16,))],
+        "offsets": [0, 4, 8, 16, 20, 24, 28, 32, 36, 40, 48, 56, 64, 192, 193, 200, 216, 256, 260, 264, 272, 280, 288, 296, 320, 328, 336, 344, 352, 360, 368, 376, 384, 392, 393, 394, 395, 396, 397, 398, 400, 404, 406, 408, 416, 424, 432, 440, 448, 456, 464, 472, 480, 488, 496],
         "itemsize": 512,
     }
 )
@@ -490,16 +570,40 @@ OP_SLOT_DTYPE = np.dtype(
     }
 )
 
+# ci_shm_channel_progress_v1_t: Network proxy progress of one channel in one direction, summed over every ProxyOp of the communicator NCCL reported on it since the entry was raised. Step counters follow NCCL's proxy: a send step is posted (buffer offered to the GPU, SendGPUWait), arrived (the GPU filled it, SendPeerWait), transmitted (handed to the network, SendWait) and done (the network completed it, stop); a receive step is posted (receive posted, RecvWait), arrived (data came from the network, RecvFlushWait), transmitted (handed to the GPU, RecvGPUWait) and done (the GPU consumed it, stop). Each counter has one writer (NCCL's proxy thread); a reader may see them a step apart.
+CHANNEL_PROGRESS_DTYPE = np.dtype(
+    {
+        "names": ["peer", "ops_started", "ops_stopped", "steps_expected", "steps_posted", "steps_arrived", "steps_transmitted", "steps_done"],
+        "formats": ['<i4', '<u4', '<u4', '<u4', '<u4', '<u4', '<u4', '<u4'],
+        "offsets": [0, 4, 8, 12, 16, 20, 24, 28],
+        "itemsize": 32,
+    }
+)
+
+# ci_shm_evidence_entry_v1_t: Hang evidence of one communicator, recorded while the watchdog has the activation mask raised for it. NCCL copies the mask into each task when the op is issued (ncclProfilerStartGroupApiEvent / taskAppend) and from the task into its proxy ops (uploadProxyOps, ncclProxyOpToArgs); ProxyOp and ProxyStep events test that copy. So the op that was in flight when the mask was raised gets no proxy events: what is recorded is the proxy progress of the communicator's ops issued after the raise. The writer binds the entry by setting state FREE, bumping generation, filling it, then state RAISED (release); a reader copies it between two equal reads of generation.
+EVIDENCE_ENTRY_DTYPE = np.dtype(
+    {
+        "names": ["state", "generation", "comm_index", "comm_generation", "comm_id", "rank", "evidence_mask", "flagged_op_index", "flagged_op_kind", "end_reason", "reserved0", "events_dropped", "raised_mono_ns", "lowered_mono_ns", "first_proxy_op_index", "last_proxy_op_index", "last_event_mono_ns", "proxy_events", "reserved1", "send", "recv"],
+        "formats": ['<u4', '<u4', '<u4', '<u4', '<u8', '<i4', '<i4', '<u8', '<u1', '<u1', ('<u1', (2,)), '<u4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u1', (32,)), (CHANNEL_PROGRESS_DTYPE, (64,)), (CHANNEL_PROGRESS_DTYPE, (64,))],
+        "offsets": [0, 4, 8, 12, 16, 24, 28, 32, 40, 41, 42, 44, 48, 56, 64, 72, 80, 88, 96, 128, 2176],
+        "itemsize": 4224,
+    }
+)
+
 # ---- the layout the generator computed, checked against C, cffi and numpy by contract tests ----
 SIZEOF: dict[str, int] = {
     "ci_shm_header_v1_t": 4096,
     "ci_shm_comm_entry_v1_t": 512,
     "ci_shm_op_slot_v1_t": 256,
+    "ci_shm_channel_progress_v1_t": 32,
+    "ci_shm_evidence_entry_v1_t": 4224,
 }
 ALIGNOF: dict[str, int] = {
     "ci_shm_header_v1_t": 8,
     "ci_shm_comm_entry_v1_t": 8,
     "ci_shm_op_slot_v1_t": 8,
+    "ci_shm_channel_progress_v1_t": 4,
+    "ci_shm_evidence_entry_v1_t": 8,
 }
 OFFSETOF: dict[str, dict[str, int]] = {
     "ci_shm_header_v1_t": {
@@ -535,7 +639,14 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "process_start_ticks": 384,
         "pid_namespace": 392,
         "boot_id": 400,
-        "reserved1": 440,
+        "evidence_offset": 440,
+        "evidence_capacity": 448,
+        "evidence_entry_size": 452,
+        "normal_event_mask": 456,
+        "evidence_active": 460,
+        "evidence_raised_mono_ns": 464,
+        "cuda_uuid": 472,
+        "reserved1": 488,
         "heartbeat_mono_ns": 512,
         "heartbeat_real_ns": 520,
         "heartbeat_count": 528,
@@ -557,7 +668,9 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "log_records_dropped": 720,
         "log_segments_sealed": 728,
         "log_write_errors": 736,
-        "reserved_counters": 744,
+        "evidence_raises": 744,
+        "evidence_no_slot": 752,
+        "reserved_counters": 760,
         "link_path": 768,
         "reserved4": 3840,
     },
@@ -577,6 +690,8 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "name": 64,
         "name_source": 192,
         "reserved0": 193,
+        "cuda_uuid": 200,
+        "reserved_identity": 216,
         "progress_seqlock": 256,
         "inflight_count": 260,
         "coll_enqueued": 264,
@@ -653,11 +768,46 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "comm_op_index": 176,
         "reserved": 184,
     },
+    "ci_shm_channel_progress_v1_t": {
+        "peer": 0,
+        "ops_started": 4,
+        "ops_stopped": 8,
+        "steps_expected": 12,
+        "steps_posted": 16,
+        "steps_arrived": 20,
+        "steps_transmitted": 24,
+        "steps_done": 28,
+    },
+    "ci_shm_evidence_entry_v1_t": {
+        "state": 0,
+        "generation": 4,
+        "comm_index": 8,
+        "comm_generation": 12,
+        "comm_id": 16,
+        "rank": 24,
+        "evidence_mask": 28,
+        "flagged_op_index": 32,
+        "flagged_op_kind": 40,
+        "end_reason": 41,
+        "reserved0": 42,
+        "events_dropped": 44,
+        "raised_mono_ns": 48,
+        "lowered_mono_ns": 56,
+        "first_proxy_op_index": 64,
+        "last_proxy_op_index": 72,
+        "last_event_mono_ns": 80,
+        "proxy_events": 88,
+        "reserved1": 96,
+        "send": 128,
+        "recv": 2176,
+    },
 }
 DTYPES: dict[str, np.dtype] = {
     "ci_shm_header_v1_t": HEADER_DTYPE,
     "ci_shm_comm_entry_v1_t": COMM_ENTRY_DTYPE,
     "ci_shm_op_slot_v1_t": OP_SLOT_DTYPE,
+    "ci_shm_channel_progress_v1_t": CHANNEL_PROGRESS_DTYPE,
+    "ci_shm_evidence_entry_v1_t": EVIDENCE_ENTRY_DTYPE,
 }
 # Every #define of the C header with its value.
 MACROS: dict[str, int] = {
@@ -669,6 +819,10 @@ MACROS: dict[str, int] = {
     "CI_SHM_V1_NAME_LEN": 128,
     "CI_SHM_V1_HOST_LEN": 64,
     "CI_SHM_V1_NO_RANK": -1,
+    "CI_SHM_V1_EVIDENCE_SLOTS": 8,
+    "CI_SHM_V1_EVIDENCE_CHANNELS": 64,
+    "CI_SHM_V1_HANG_EVIDENCE_BITS": 24,
+    "CI_SHM_V1_NO_OP_INDEX": 18446744073709551615,
     "CI_SHM_V1_FILE_STATE_CREATING": 0,
     "CI_SHM_V1_FILE_STATE_LIVE": 1,
     "CI_SHM_V1_FILE_STATE_CLOSED": 2,
@@ -676,6 +830,7 @@ MACROS: dict[str, int] = {
     "CI_SHM_V1_HEADER_FLAGS_GPU_TIMING": 1,
     "CI_SHM_V1_HEADER_FLAGS_LOGS_ENABLED": 2,
     "CI_SHM_V1_HEADER_FLAGS_WATCHDOG_ENABLED": 4,
+    "CI_SHM_V1_HEADER_FLAGS_HANG_EVIDENCE": 8,
     "CI_SHM_V1_RECORD_KIND_NONE": 0,
     "CI_SHM_V1_RECORD_KIND_COLL": 1,
     "CI_SHM_V1_RECORD_KIND_P2P": 2,
@@ -738,6 +893,13 @@ MACROS: dict[str, int] = {
     "CI_SHM_V1_NAME_SOURCE_NONE": 0,
     "CI_SHM_V1_NAME_SOURCE_NCCL": 1,
     "CI_SHM_V1_NAME_SOURCE_INJECT": 2,
+    "CI_SHM_V1_EVIDENCE_STATE_FREE": 0,
+    "CI_SHM_V1_EVIDENCE_STATE_RAISED": 1,
+    "CI_SHM_V1_EVIDENCE_STATE_LOWERED": 2,
+    "CI_SHM_V1_EVIDENCE_END_NONE": 0,
+    "CI_SHM_V1_EVIDENCE_END_OP_COMPLETED": 1,
+    "CI_SHM_V1_EVIDENCE_END_COMM_FINALIZED": 2,
+    "CI_SHM_V1_EVIDENCE_END_BOUND_REACHED": 3,
 }
 
 

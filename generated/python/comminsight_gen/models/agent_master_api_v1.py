@@ -306,6 +306,16 @@ class Culprit(Struct, forbid_unknown_fields=True):
     """
 
 
+class CulpritBasis(Enum):
+    """
+    majority: most ranks issued one op, the culprits issued another. rhythm: no majority (two ranks, an even split); the culprits issued an op other than the one the communicator's cycle expects there (the job's Step cycle as the Semantic Engine learned it, or the repeating sequence of the ops the ranks completed before), which the other ranks issued; the culprit's reason names the evidence. undecided: neither could tell (no majority, and no rhythm known, or one that expects an op no rank issued); culprits is empty and the summary names each side's op and why nothing decided.
+    """
+
+    majority = 'majority'
+    rhythm = 'rhythm'
+    undecided = 'undecided'
+
+
 class DisagreementKind(Enum):
     """
     offset_conflict: shared spans link two nodes with different offsets (no offset
@@ -352,6 +362,25 @@ class GpuRef(Struct):
     node_name: Annotated[str, Meta(max_length=253)]
     global_rank: Annotated[int, Meta(ge=0)]
     pid: Annotated[int, Meta(ge=1)] | None
+
+
+class HangEvidenceEnd(Enum):
+    """
+    Why recording stopped: the flagged op completed, the communicator was finalized, or the configured bound (COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S) passed.
+    """
+
+    op_completed = 'op_completed'
+    comm_finalized = 'comm_finalized'
+    bound_reached = 'bound_reached'
+
+
+class HangEvidenceState(Enum):
+    """
+    raised: the rank's Profiler has NCCL's activation mask raised and records proxy progress; lowered: it stopped (end_reason says why) and is back on the normal mask.
+    """
+
+    raised = 'raised'
+    lowered = 'lowered'
 
 
 class HangStatusFilter(Enum):
@@ -850,7 +879,7 @@ class ProxyDirection(Enum):
 
 class ProxyProgress(Struct, forbid_unknown_fields=True):
     """
-    Network proxy progress of one channel of the in-flight op (from ProxyOp/ProxyStep events, when enabled).
+    Network proxy progress of one channel in one direction (from ProxyOp/ProxyStep events), summed over the proxy ops the counters cover. Steps follow NCCL's proxy: posted, arrived (send: the GPU filled the buffer; recv: data came from the network), transmitted (send: handed to the network; recv: handed to the GPU), done.
     """
 
     channel_id: Annotated[int, Meta(description='Channel index.', ge=0, le=255)]
@@ -858,10 +887,14 @@ class ProxyProgress(Struct, forbid_unknown_fields=True):
     Channel index.
     """
     peer: Annotated[
-        int, Meta(description='Peer rank the proxy sends to or receives from.', ge=0)
+        int,
+        Meta(
+            description='Peer rank the proxy sends to or receives from (of the last proxy op seen).',
+            ge=0,
+        ),
     ]
     """
-    Peer rank the proxy sends to or receives from.
+    Peer rank the proxy sends to or receives from (of the last proxy op seen).
     """
     direction: Annotated[
         ProxyDirection, Meta(description='Whether this proxy op sends or receives.')
@@ -870,23 +903,80 @@ class ProxyProgress(Struct, forbid_unknown_fields=True):
     Whether this proxy op sends or receives.
     """
     n_steps: Annotated[
-        int, Meta(description='Steps the proxy op has to transfer.', ge=0)
-    ]
-    """
-    Steps the proxy op has to transfer.
-    """
-    steps_done: Annotated[int, Meta(description='Steps transferred so far.', ge=0)]
-    """
-    Steps transferred so far.
-    """
-    last_progress_age_ms: Annotated[
         int,
         Meta(
-            description='Time since the last step made progress, in milliseconds.', ge=0
+            description='Steps the proxy ops have to transfer (the sum of their nSteps).',
+            ge=0,
         ),
     ]
     """
-    Time since the last step made progress, in milliseconds.
+    Steps the proxy ops have to transfer (the sum of their nSteps).
+    """
+    steps_done: Annotated[int, Meta(description='Steps completed so far.', ge=0)]
+    """
+    Steps completed so far.
+    """
+    last_progress_age_ms: (
+        Annotated[
+            int,
+            Meta(
+                description='Time since the last step made progress, in milliseconds; absent when not known per channel.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Time since the last step made progress, in milliseconds; absent when not known per channel.
+    """
+    proxy_ops_started: (
+        Annotated[
+            int,
+            Meta(description='Proxy ops started on this channel and direction.', ge=0),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Proxy ops started on this channel and direction.
+    """
+    proxy_ops_completed: (
+        Annotated[int, Meta(description='Proxy ops of them that completed.', ge=0)]
+        | UnsetType
+    ) = UNSET
+    """
+    Proxy ops of them that completed.
+    """
+    steps_posted: (
+        Annotated[int, Meta(description='Steps the proxy posted.', ge=0)] | UnsetType
+    ) = UNSET
+    """
+    Steps the proxy posted.
+    """
+    steps_arrived: (
+        Annotated[
+            int,
+            Meta(
+                description='Steps whose data arrived: from the GPU (send) or from the network (recv).',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Steps whose data arrived: from the GPU (send) or from the network (recv).
+    """
+    steps_transmitted: (
+        Annotated[
+            int,
+            Meta(
+                description='Steps passed on: to the network (send) or to the GPU (recv).',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Steps passed on: to the network (send) or to the GPU (recv).
     """
 
 
@@ -1430,6 +1520,135 @@ class ErrorDetail(Struct):
     ]
     """
     What is wrong with it, e.g. "must match ^[0-9a-f]{16}$".
+    """
+
+
+class HangEvidence(Struct, forbid_unknown_fields=True):
+    """
+    Network proxy progress a rank's Profiler recorded after its watchdog flagged this communicator and raised the activation mask by ProxyOp|ProxyStep. NCCL fixes an op's mask when the op is issued, so the op that was in flight at the raise gets no proxy events: the channels describe the communicator's ops issued after it (first_proxy_op..last_proxy_op), which queue behind the stuck one.
+    """
+
+    state: Annotated[HangEvidenceState, Meta(description='raised or lowered.')]
+    """
+    raised or lowered.
+    """
+    evidence_mask: Annotated[
+        int, Meta(description='The activation mask NCCL was given while raised.', ge=0)
+    ]
+    """
+    The activation mask NCCL was given while raised.
+    """
+    flagged_op: Annotated[
+        int,
+        Meta(
+            description="Op index the watchdog flagged (the communicator's op index, as in ProgressMark.seq).",
+            ge=0,
+        ),
+    ]
+    """
+    Op index the watchdog flagged (the communicator's op index, as in ProgressMark.seq).
+    """
+    raised_age_ms: Annotated[
+        int,
+        Meta(
+            description='How long before detection recording began, in milliseconds.',
+            ge=0,
+        ),
+    ]
+    """
+    How long before detection recording began, in milliseconds.
+    """
+    proxy_events: Annotated[int, Meta(description='Proxy events recorded.', ge=0)]
+    """
+    Proxy events recorded.
+    """
+    channels: Annotated[
+        list[ProxyProgress],
+        Meta(
+            description='Every channel and direction with a proxy op recorded, by channel then send before recv; empty when no proxy op was issued since the raise.',
+            max_length=128,
+        ),
+    ]
+    """
+    Every channel and direction with a proxy op recorded, by channel then send before recv; empty when no proxy op was issued since the raise.
+    """
+    end_reason: (
+        Annotated[
+            HangEvidenceEnd,
+            Meta(description='Why it was lowered; absent while raised.'),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Why it was lowered; absent while raised.
+    """
+    raised_at_real_ns: (
+        Annotated[int, Meta(description='When recording began, wall clock ns.', ge=0)]
+        | UnsetType
+    ) = UNSET
+    """
+    When recording began, wall clock ns.
+    """
+    lowered_at_real_ns: (
+        Annotated[
+            int,
+            Meta(
+                description='When recording stopped, wall clock ns; absent while raised.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    When recording stopped, wall clock ns; absent while raised.
+    """
+    first_proxy_op: (
+        Annotated[
+            int,
+            Meta(
+                description='Lowest op index whose proxy ops were recorded; absent when none were.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Lowest op index whose proxy ops were recorded; absent when none were.
+    """
+    last_proxy_op: (
+        Annotated[
+            int, Meta(description='Highest such op index; absent when none were.', ge=0)
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Highest such op index; absent when none were.
+    """
+    last_event_age_ms: (
+        Annotated[
+            int,
+            Meta(
+                description='Time since the last proxy op start/stop or step completion recorded, in milliseconds; absent when none was.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Time since the last proxy op start/stop or step completion recorded, in milliseconds; absent when none was.
+    """
+    events_dropped: (
+        Annotated[
+            int,
+            Meta(
+                description='Proxy events not recorded (a channel id beyond the recorded range).',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Proxy events not recorded (a channel id beyond the recorded range).
     """
 
 
@@ -2727,6 +2946,18 @@ class RankEvidence(Struct, forbid_unknown_fields=True):
     """
     Ops enqueued and not completed; absent when no data arrived.
     """
+    hang_evidence: (
+        Annotated[
+            HangEvidence,
+            Meta(
+                description="Proxy progress the rank's Profiler recorded with the mask raised for this communicator; absent when it raised none."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Proxy progress the rank's Profiler recorded with the mask raised for this communicator; absent when it raised none.
+    """
 
 
 class Recovery(Struct, forbid_unknown_fields=True):
@@ -3565,13 +3796,25 @@ class HangReport(Struct, forbid_unknown_fields=True):
         Annotated[
             OpInfo,
             Meta(
-                description="The operation concerned, as the majority of ranks enqueued it (for op_mismatch, each rank's view is in its evidence); absent for verdicts about no particular op (stuck_outside_nccl, comm_init_stuck)."
+                description="The operation concerned, as the majority of ranks enqueued it; for an op_mismatch without a majority, as the ranks that kept the job's rhythm enqueued it (culprit_basis rhythm), else as the lowest rank did (each rank's view is in its evidence); absent for verdicts about no particular op (stuck_outside_nccl, comm_init_stuck)."
             ),
         ]
         | UnsetType
     ) = UNSET
     """
-    The operation concerned, as the majority of ranks enqueued it (for op_mismatch, each rank's view is in its evidence); absent for verdicts about no particular op (stuck_outside_nccl, comm_init_stuck).
+    The operation concerned, as the majority of ranks enqueued it; for an op_mismatch without a majority, as the ranks that kept the job's rhythm enqueued it (culprit_basis rhythm), else as the lowest rank did (each rank's view is in its evidence); absent for verdicts about no particular op (stuck_outside_nccl, comm_init_stuck).
+    """
+    culprit_basis: (
+        Annotated[
+            CulpritBasis,
+            Meta(
+                description='For op_mismatch between collectives: how the ranks at fault were told from the others. Absent for other verdicts.'
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    For op_mismatch between collectives: how the ranks at fault were told from the others. Absent for other verdicts.
     """
     resolved_mono_ns: (
         Annotated[

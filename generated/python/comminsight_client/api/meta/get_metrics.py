@@ -55,11 +55,17 @@ def sync_detailed(
     client: AuthenticatedClient | Client,
 
 ) -> Response[str]:
-    """ Prometheus metrics in the text exposition format 0.0.4
+    """ Prometheus metrics (text exposition format 0.0.4, or OpenMetrics 1.0.0)
 
-     Per communicator and op type: counts (`comminsight_ops_total`), bytes, latency
-    histograms, bus bandwidth, in-flight age, drops and agent lag. Label sets are bounded
-    (size buckets, no unbounded ids).
+     Per process, communicator and op type: counts (`comminsight_ops_total`), bytes,
+    latency histograms, bus bandwidth, in-flight age; the node's drops and agent lag; the
+    Agent's build (`comminsight_build_info`) and process (`process_*`) metrics. A process's
+    series carry `job_id`, `host`, `rank`, `local_rank`, `gpu` (CUDA device ordinal) and
+    `UUID` (the GPU's, as DCGM's exporter labels it). Label sets are bounded (size
+    buckets, no pid or sequence number); series of ended processes and communicators
+    expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served when the
+    request's Accept header asks for `application/openmetrics-text`; HEAD answers the
+    same headers without a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -85,11 +91,17 @@ def sync(
     client: AuthenticatedClient | Client,
 
 ) -> str | None:
-    """ Prometheus metrics in the text exposition format 0.0.4
+    """ Prometheus metrics (text exposition format 0.0.4, or OpenMetrics 1.0.0)
 
-     Per communicator and op type: counts (`comminsight_ops_total`), bytes, latency
-    histograms, bus bandwidth, in-flight age, drops and agent lag. Label sets are bounded
-    (size buckets, no unbounded ids).
+     Per process, communicator and op type: counts (`comminsight_ops_total`), bytes,
+    latency histograms, bus bandwidth, in-flight age; the node's drops and agent lag; the
+    Agent's build (`comminsight_build_info`) and process (`process_*`) metrics. A process's
+    series carry `job_id`, `host`, `rank`, `local_rank`, `gpu` (CUDA device ordinal) and
+    `UUID` (the GPU's, as DCGM's exporter labels it). Label sets are bounded (size
+    buckets, no pid or sequence number); series of ended processes and communicators
+    expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served when the
+    request's Accept header asks for `application/openmetrics-text`; HEAD answers the
+    same headers without a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -110,11 +122,17 @@ async def asyncio_detailed(
     client: AuthenticatedClient | Client,
 
 ) -> Response[str]:
-    """ Prometheus metrics in the text exposition format 0.0.4
+    """ Prometheus metrics (text exposition format 0.0.4, or OpenMetrics 1.0.0)
 
-     Per communicator and op type: counts (`comminsight_ops_total`), bytes, latency
-    histograms, bus bandwidth, in-flight age, drops and agent lag. Label sets are bounded
-    (size buckets, no unbounded ids).
+     Per process, communicator and op type: counts (`comminsight_ops_total`), bytes,
+    latency histograms, bus bandwidth, in-flight age; the node's drops and agent lag; the
+    Agent's build (`comminsight_build_info`) and process (`process_*`) metrics. A process's
+    series carry `job_id`, `host`, `rank`, `local_rank`, `gpu` (CUDA device ordinal) and
+    `UUID` (the GPU's, as DCGM's exporter labels it). Label sets are bounded (size
+    buckets, no pid or sequence number); series of ended processes and communicators
+    expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served when the
+    request's Accept header asks for `application/openmetrics-text`; HEAD answers the
+    same headers without a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -140,11 +158,17 @@ async def asyncio(
     client: AuthenticatedClient | Client,
 
 ) -> str | None:
-    """ Prometheus metrics in the text exposition format 0.0.4
+    """ Prometheus metrics (text exposition format 0.0.4, or OpenMetrics 1.0.0)
 
-     Per communicator and op type: counts (`comminsight_ops_total`), bytes, latency
-    histograms, bus bandwidth, in-flight age, drops and agent lag. Label sets are bounded
-    (size buckets, no unbounded ids).
+     Per process, communicator and op type: counts (`comminsight_ops_total`), bytes,
+    latency histograms, bus bandwidth, in-flight age; the node's drops and agent lag; the
+    Agent's build (`comminsight_build_info`) and process (`process_*`) metrics. A process's
+    series carry `job_id`, `host`, `rank`, `local_rank`, `gpu` (CUDA device ordinal) and
+    `UUID` (the GPU's, as DCGM's exporter labels it). Label sets are bounded (size
+    buckets, no pid or sequence number); series of ended processes and communicators
+    expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served when the
+    request's Accept header asks for `application/openmetrics-text`; HEAD answers the
+    same headers without a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

@@ -393,20 +393,22 @@ class NodeMetricTotals(_message.Message):
     def __init__(self, comm_ops: _Optional[_Iterable[_Union[CommOpTotals, _Mapping]]] = ..., profiler_drops: _Optional[_Mapping[str, int]] = ..., records_lost_total: _Optional[int] = ..., hangs_open: _Optional[_Mapping[str, int]] = ..., comms_folded: _Optional[int] = ...) -> None: ...
 
 class CommOpTotals(_message.Message):
-    __slots__ = ("comm_id", "comm_name", "func", "ops_total", "bytes_total", "latency_seconds_sum")
+    __slots__ = ("comm_id", "comm_name", "func", "ops_total", "bytes_total", "latency_seconds_sum", "job_id")
     COMM_ID_FIELD_NUMBER: _ClassVar[int]
     COMM_NAME_FIELD_NUMBER: _ClassVar[int]
     FUNC_FIELD_NUMBER: _ClassVar[int]
     OPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     LATENCY_SECONDS_SUM_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
     comm_id: int
     comm_name: str
     func: str
     ops_total: int
     bytes_total: int
     latency_seconds_sum: float
-    def __init__(self, comm_id: _Optional[int] = ..., comm_name: _Optional[str] = ..., func: _Optional[str] = ..., ops_total: _Optional[int] = ..., bytes_total: _Optional[int] = ..., latency_seconds_sum: _Optional[float] = ...) -> None: ...
+    job_id: str
+    def __init__(self, comm_id: _Optional[int] = ..., comm_name: _Optional[str] = ..., func: _Optional[str] = ..., ops_total: _Optional[int] = ..., bytes_total: _Optional[int] = ..., latency_seconds_sum: _Optional[float] = ..., job_id: _Optional[str] = ...) -> None: ...
 
 class AgentCounters(_message.Message):
     __slots__ = ("ingest_lag_ms", "shm_files_quarantined_total", "fifo_events_read_total", "outbox_batches", "outbox_bytes", "outbox_events_dropped_total")
