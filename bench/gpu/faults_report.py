@@ -211,6 +211,7 @@ def evaluate(
         comm_id=comm.get("comm_id"),
         op_func=op.get("func"),
         op_seq=op.get("seq"),
+        op_index=op.get("index"),
         op_count=op.get("count"),
         summary=root.get("summary"),
         consequences=len(inc.get("consequences", [])),
@@ -237,7 +238,10 @@ def evaluate(
     checks["comm"] = bool(start0.get("group")) and comm.get("comm_name") == start0.get("group")
     checks["op_func"] = op.get("func") == exp.get("func")
     # the sequence number is checked where the ranks' events could say it
-    checks["op_seq"] = op.get("seq") in exp["seqs"] if exp.get("seqs") else None
+    # torch counts a group's collectives together, as the op index (#N) does; NCCL's seq
+    # counts each function apart (DDP's start-up broadcasts shift it), P2P by its own counter
+    position = op.get("index", op.get("seq")) if op.get("kind") == "coll" else op.get("seq")
+    checks["op_seq"] = position in exp["seqs"] if exp.get("seqs") else None
     checks["latency"] = (
         res["fault_to_open_s"] is not None
         and res["fault_to_open_s"] <= threshold_s + LATENCY_SLACK_S

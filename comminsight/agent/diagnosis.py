@@ -901,6 +901,7 @@ def op_info(op: InflightOp) -> OpInfo:
         kind=OpClass.coll if op.is_coll else OpClass.p2p,
         func=op.func,
         seq=op.seq,
+        index=op.op_index,
         count=op.count,
         datatype=op.datatype,
         size_bytes=op.bytes,

@@ -32,6 +32,9 @@ class OpInfo:
             count (int): Element count.
             datatype (str): NCCL datatype name, e.g. "ncclBfloat16".
             size_bytes (int): Message size: element count times datatype size.
+            index (int | Unset): The op's index on the communicator, as summaries print it (#N): the communicator's ops
+                counted in issue order, every function together (NCCL's seq counts each collective function apart); the same op
+                has the same index on every rank. Absent in reports from Agents that did not record it.
             root (int | Unset): Root rank of a rooted collective; absent otherwise.
             peer (int | Unset): Peer rank of a send/receive; absent otherwise.
      """
@@ -42,6 +45,7 @@ class OpInfo:
     count: int
     datatype: str
     size_bytes: int
+    index: int | Unset = UNSET
     root: int | Unset = UNSET
     peer: int | Unset = UNSET
 
@@ -62,6 +66,8 @@ class OpInfo:
 
         size_bytes = self.size_bytes
 
+        index = self.index
+
         root = self.root
 
         peer = self.peer
@@ -77,6 +83,8 @@ class OpInfo:
             "datatype": datatype,
             "size_bytes": size_bytes,
         })
+        if index is not UNSET:
+            field_dict["index"] = index
         if root is not UNSET:
             field_dict["root"] = root
         if peer is not UNSET:
@@ -104,6 +112,8 @@ class OpInfo:
 
         size_bytes = d.pop("size_bytes")
 
+        index = d.pop("index", UNSET)
+
         root = d.pop("root", UNSET)
 
         peer = d.pop("peer", UNSET)
@@ -115,6 +125,7 @@ class OpInfo:
             count=count,
             datatype=datatype,
             size_bytes=size_bytes,
+            index=index,
             root=root,
             peer=peer,
         )

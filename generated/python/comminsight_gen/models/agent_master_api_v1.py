@@ -713,6 +713,19 @@ class OpInfo(Struct, forbid_unknown_fields=True):
     """
     Message size: element count times datatype size.
     """
+    index: (
+        Annotated[
+            int,
+            Meta(
+                description="The op's index on the communicator, as summaries print it (#N): the communicator's ops counted in issue order, every function together (NCCL's seq counts each collective function apart); the same op has the same index on every rank. Absent in reports from Agents that did not record it.",
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The op's index on the communicator, as summaries print it (#N): the communicator's ops counted in issue order, every function together (NCCL's seq counts each collective function apart); the same op has the same index on every rank. Absent in reports from Agents that did not record it.
+    """
     root: (
         Annotated[
             int,
