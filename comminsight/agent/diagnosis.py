@@ -8,6 +8,10 @@ blamed), so diagnosing the same hang on every poll names the same report.
 Per communicator, in order (the first that applies wins, because later ones would only be a
 less precise description of the same stall):
   process_died     a member's process is gone or its heartbeat is stale while peers wait
+  rank_not_joined (left) / op_mismatch (left)
+                   a rank left the communicator (its row FINALIZED: destroyed or aborted, or
+                   its row seen here before and gone now) while peers wait; op_mismatch when
+                   its completed ops show it issued a different op at the index they wait in
   op_mismatch      members in flight at the same op index disagree on func/count/type/root;
                    the culprits are the minority, or where no majority decides (two ranks, an
                    even split) the ranks that broke the job's rhythm (odd_ranks), or none
@@ -21,6 +25,7 @@ less precise description of the same stall):
   all_joined_none_complete
                    every rank enqueued op N and all of them have it in flight past the threshold
   inconclusive     local members all wait past the threshold, the others are on other nodes
+                   (never a rank this node saw in the communicator: that one left)
   comm_init_stuck  single-node communicator with fewer member rows than nranks, no op yet
   straggler        no hang, but a rank joins ops consistently later than its peers (needs
                    earlier snapshots: `history`)
@@ -41,11 +46,13 @@ from dataclasses import dataclass
 
 from msgspec import UNSET
 
+from comminsight.agent.left_comm import MembersSeen, left_members
 from comminsight.agent.odd_ranks import OddRanks, odd_ranks, rhythm_reason
 from comminsight.agent.op_rhythm import Expectation, StepCycle, Unknown, comm_history, expected_op
 from comminsight.agent.proxy_evidence import hang_evidence
 from comminsight.agent.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.shm_reader import ROOTED_FUNCS
+from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import (
     CommRef,
     Culprit,
@@ -105,6 +112,7 @@ def diagnose(
     now_real_ns: int | None = None,
     completed_ops: CompletedOps | None = None,
     step_cycles: StepCycleOf | None = None,
+    members_seen: MembersSeen | None = None,
 ) -> list[HangReport]:
     """Reports for every communicator of `snapshot` that is hung or has a straggler.
 
@@ -114,13 +122,24 @@ def diagnose(
     recently completed collectives by op index, where the caller keeps them (the Agent's
     recent-ops window), to find where ranks' sequences diverged. Both it and step_cycles
     (the engine's Step cycle of a member's GPU) give the job's rhythm, which names the odd
-    rank where ranks disagree at an op and no majority decides.
+    rank where ranks disagree at an op and no majority decides. members_seen: the rows the
+    caller has seen of each communicator's ranks (it must have noted `snapshot`); by default
+    what history and snapshot show.
     """
     real = now_real_ns if now_real_ns is not None else _mono_to_real(snapshot, now_mono_ns)
+    seen = members_seen or MembersSeen.from_snapshots([*history, snapshot])
     findings = []
+    for comm in sorted(snapshot.torn_down.values(), key=lambda c: c.comm_id):
+        # a teardown waits for nobody: only a rank still waiting on one that left is a hang
+        waiting = waiting_members(comm, now_mono_ns, threshold_ns)
+        finding = waiting and left_comm(
+            comm, seen, waiting, now_mono_ns, threshold_ns, completed_ops, step_cycles
+        )
+        if finding:
+            findings.append(finding)
     for comm in sorted(snapshot.comms.values(), key=lambda c: c.comm_id):
         finding = diagnose_comm(
-            comm, snapshot, now_mono_ns, threshold_ns, completed_ops, step_cycles
+            comm, snapshot, now_mono_ns, threshold_ns, completed_ops, step_cycles, seen
         ) or find_straggler(
             comm,
             [*history, snapshot],
@@ -212,6 +231,7 @@ def diagnose_comm(
     threshold_ns: int,
     completed_ops: CompletedOps | None = None,
     step_cycles: StepCycleOf | None = None,
+    seen: MembersSeen | None = None,
 ) -> Finding | None:
     waiting = waiting_members(comm, now, threshold_ns)
     if not waiting:
@@ -223,6 +243,10 @@ def diagnose_comm(
     wait_s = max(now - m.inflight.enqueue_mono_ns for m in waiting) / 1e9
     return (
         process_died(comm, waiting, op_index, stuck_op, wait_s)
+        or (
+            seen is not None
+            and left_comm(comm, seen, waiting, now, threshold_ns, completed_ops, step_cycles)
+        )
         or op_mismatch(comm, op_index, stuck_op, completed_ops, step_cycles)
         or not_joined(comm, snapshot, now, op_index, stuck_op, wait_s)
         or diverged(comm, waiting, op_index, stuck_op, wait_s, completed_ops, step_cycles)
@@ -272,9 +296,99 @@ def death_reason(m: CommMember) -> str:
     why = (
         f"pid {p.pid} is gone"
         if not p.pid_exists
+        else f"pid {p.pid} closed its Profiler region (it is exiting)"
+        if p.file_state == shm_v1.FileState.CLOSED
         else f"heartbeat stale for {p.heartbeat_age_ns / 1e9:.1f} s"
     )
     return f"{why}; last enqueued #{m.coll_enqueued - 1}, completed #{m.coll_completed - 1}"
+
+
+def left_comm(
+    comm: CommView,
+    seen: MembersSeen,
+    waiting: list[CommMember],
+    now: int,
+    threshold_ns: int,
+    completed_ops: CompletedOps | None = None,
+    step_cycles: StepCycleOf | None = None,
+) -> Finding | None:
+    """Ranks wait past the threshold in op N of a communicator some rank left (more than the
+    threshold ago, where its row says when: a teardown is quicker): no op of it
+    can complete again, and the rank that left is where the hang starts. Where its completed
+    ops (the Profiler completes a finalized row's ops in flight) show it issued a different
+    op N, and a majority or the rhythm says its op is the odd one, the verdict is op_mismatch:
+    that mismatch is why it left (NCCL failed it)."""
+    op_index = min(m.inflight.op_index for m in waiting)
+    # A finalized rank that never enqueued op N may be the first of a teardown slowed down
+    # (an aborted job's ranks leave in any order): only one that joined N and left cannot be.
+    left = [
+        m
+        for m in left_members(comm, seen, now, threshold_ns)
+        if m.state != shm_v1.CommState.FINALIZED or m.coll_enqueued > op_index
+    ]
+    if not left:
+        return None
+    stuck = [m for m in waiting if m.inflight.op_index == op_index]
+    op = majority_op([m.inflight for m in stuck])
+    wait_s = max(now - m.inflight.enqueue_mono_ns for m in waiting) / 1e9
+    waiters = ", ".join(str(m.rank) for m in stuck)
+    label = _comm_label(comm)
+    reasons = {
+        m.rank: f"left {label} ({left_how(m)}); last enqueued #{m.coll_enqueued - 1}, while "
+        f"rank(s) {waiters} wait in #{op_index}"
+        for m in left
+    }
+    view = dataclasses.replace(comm, departed=tuple(left))
+    issued = {
+        m.rank: o
+        for m in left
+        if completed_ops is not None and (o := completed_ops(m).get(op_index)) is not None
+    }
+    if any(o.signature() != op.signature() for o in issued.values()):
+        ops = {**{m.rank: m.inflight for m in stuck}, **issued}
+        decided = odd_ranks(ops, lambda: rhythm_at(comm, op_index, completed_ops, step_cycles))
+        if decided.odd and decided.odd <= set(issued):
+            culprits = {
+                r: f"issued {_op_text(issued[r])} as op #{op_index} where rank(s) {waiters} "
+                f"issued {_op_text(decided.right)}, then {reasons[r]}"
+                for r in sorted(decided.odd)
+            }
+            odd = [m for m in left if m.rank in decided.odd]
+            return Finding(
+                Verdict.op_mismatch,
+                view,
+                key=f"{op_index}:left",
+                summary=f"op #{op_index} on {label} differs across ranks: {_who(odd)} "
+                f"{culprits[odd[0].rank]}",
+                culprits=culprits,
+                op=decided.right,
+                joined_index=op_index,
+                culprit_basis=decided.basis,
+            )
+        for r, o in issued.items():
+            reasons[r] += f"; it issued {_op_text(o)} as op #{op_index}"
+    return Finding(
+        Verdict.rank_not_joined,
+        view,
+        key=f"{op_index}:left:r" + ".".join(str(m.rank) for m in left),
+        summary=(
+            f"{_who(left)} left {label}: {len(stuck)} rank(s) wait in {op.func} #{op_index} "
+            f"(seq {op.seq}) for {wait_s:.1f} s, which can never complete"
+        ),
+        culprits=reasons,
+        op=op,
+        joined_index=op_index,
+    )
+
+
+def left_how(m: CommMember) -> str:
+    """What this node saw of a rank that left."""
+    if m.state == shm_v1.CommState.FINALIZED:
+        return "its communicator was destroyed or aborted"
+    p = m.process
+    if not p.pid_exists:
+        return f"its row is gone: pid {p.pid} ended"
+    return "its row is gone from this node"
 
 
 def op_mismatch(
@@ -850,7 +964,7 @@ def to_report(
     f: Finding, snap: NodeSnapshot, now_mono: int, now_real: int, threshold_ns: int
 ) -> HangReport:
     node = node_name(snap.node_name)
-    members = {m.rank: m for m in f.comm.members}
+    members = {m.rank: m for m in (*f.comm.departed, *f.comm.members)}
     job = next((m.process.job_id for m in f.comm.members if m.process.job_id), None)
     data_age = max(0, now_mono - snap.taken_mono_ns)  # the snapshot was read this long ago
     return HangReport(

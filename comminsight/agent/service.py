@@ -41,6 +41,7 @@ from comminsight.agent.ingest import NodeIngest
 from comminsight.agent.inject_names import InjectNames
 from comminsight.agent.input_health import input_reasons
 from comminsight.agent.input_metrics import AgentInputs
+from comminsight.agent.left_comm import MembersSeen
 from comminsight.agent.metrics import NodeMetrics
 from comminsight.agent.producers import ProducerSet
 from comminsight.agent.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
@@ -116,6 +117,9 @@ class AgentService:
         self.fifo_error: str | None = None  # why hang events are not received
         self.metrics.inputs = AgentInputs(self.fifo, self.producers, self.inject_names)
         self.history: deque[NodeSnapshot] = deque(maxlen=HISTORY)
+        # every rank's last row, beyond the history: a rank whose region was retired while its
+        # peers wait is a rank that left, not one on another node
+        self.members_seen = MembersSeen()
         self._diagnosed: NodeSnapshot | None = None
         self.hang_events: deque[HangEvent] = deque(maxlen=RECENT_EVENTS)
         self.threshold_ns = int(settings.profiler_hang_timeout_s * S)
@@ -155,6 +159,7 @@ class AgentService:
         # what would make it fall behind.
         if snapshot is not self._diagnosed:
             self._diagnosed = snapshot
+            self.members_seen.note(snapshot)
             if self.threshold_ns:  # 0 disables hang detection, as in the Profiler
                 reports = diagnose(
                     snapshot,
@@ -164,6 +169,7 @@ class AgentService:
                     straggler_factor=self.settings.agent_straggler_factor,
                     completed_ops=self._completed_ops,
                     step_cycles=self.step_cycles,
+                    members_seen=self.members_seen,
                 )
             self.history.append(snapshot)
             # reports an operator closed stay closed: they join no incident either

@@ -11,6 +11,7 @@ them to wall-clock time with the (start_real_ns, start_mono_ns) pair of the proc
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -50,7 +51,11 @@ class ProcessView:
     @property
     def alive(self) -> bool:
         # A live pid with a stale heartbeat is a frozen producer: as good as dead for peers.
-        return self.pid_exists and self.heartbeat_fresh
+        # A CLOSED region was closed by the Profiler's exit handler: the process is ending
+        # and its communicators will never move again, however long its pid lingers.
+        return (
+            self.pid_exists and self.heartbeat_fresh and self.file_state != shm_v1.FileState.CLOSED
+        )
 
     def to_real_ns(self, mono_ns: int) -> int:
         return max(0, self.start_real_ns + (mono_ns - self.start_mono_ns))
@@ -108,6 +113,7 @@ class CommMember:
     process: ProcessView = field(repr=False)
     # proxy progress the Profiler recorded with the mask raised for this row (proxy_evidence)
     hang_evidence: EvidenceView | None = field(default=None, repr=False)
+    finalize_mono_ns: int = 0  # when a FINALIZED row was finalized; 0 for an ACTIVE one
 
     @property
     def last_activity_mono_ns(self) -> int:
@@ -124,6 +130,8 @@ class CommView:
     nranks: int
     nnodes: int
     members: tuple[CommMember, ...]
+    # FINALIZED rows on this node (destroyed or aborted): ranks that left the communicator
+    departed: tuple[CommMember, ...] = ()
 
     @property
     def comm_id_hex(self) -> str:
@@ -172,6 +180,10 @@ class NodeSnapshot:
     heartbeat_stale_ns: int
     processes: tuple[ProcessView, ...]
     comms: dict[int, CommView]  # active communicators by comm_id
+    # communicators some rank here has finalized while others still hold ACTIVE rows: left
+    # out of `comms` (a teardown waits for nobody), kept for the ranks that wait on one that
+    # left (left_comm)
+    torn_down: dict[int, CommView] = field(default_factory=dict)
 
     def members_of_process(self, pid: int, node_name: str | None = None) -> list[CommMember]:
         """pids repeat across nodes: a master's snapshot tells processes apart by node too."""
@@ -275,6 +287,7 @@ def comm_member(row, process: ProcessView, evidence: EvidenceView | None = None)
         hang_flagged_op_index=None if flagged == NO_FLAGGED_SEQ else flagged,
         process=process,
         hang_evidence=evidence,
+        finalize_mono_ns=int(row["finalize_mono_ns"]),
     )
 
 
@@ -308,7 +321,7 @@ def build_snapshot(
     now_mono = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
     now_real = time.time_ns() if now_real_ns is None else now_real_ns
     stale_ns = heartbeat_stale_ms * 1_000_000
-    processes, members, finalized = [], [], set()
+    processes, members, finalized = [], [], []
     for region in regions:
         if region.state == shm_v1.FileState.CREATING:  # nothing in it can be trusted yet
             continue
@@ -321,13 +334,18 @@ def build_snapshot(
                 key = (int(row["comm_id"]), int(row["rank"]), int(row["generation"]))
                 members.append(comm_member(row, proc, evidence.get(key)))
             elif state == shm_v1.CommState.FINALIZED:
-                finalized.add(int(row["comm_id"]))
-    members = [m for m in members if m.comm_id not in finalized]
+                finalized.append(comm_member(row, proc))
+    torn = {m.comm_id for m in finalized}
+    torn_down = group_by_comm(m for m in members if m.comm_id in torn)
+    for comm_id, view in torn_down.items():
+        left = tuple(sorted((m for m in finalized if m.comm_id == comm_id), key=lambda m: m.rank))
+        torn_down[comm_id] = dataclasses.replace(view, departed=left)
     return NodeSnapshot(
         node_name=node_name or socket.gethostname(),
         taken_mono_ns=now_mono,
         taken_real_ns=now_real,
         heartbeat_stale_ns=stale_ns,
         processes=tuple(processes),
-        comms=group_by_comm(members),
+        comms=group_by_comm(m for m in members if m.comm_id not in torn),
+        torn_down=torn_down,
     )
