@@ -3,7 +3,8 @@
 After every ingest pass the Agent calls `feed(gpu, records, comms)` with the Coll/P2P records
 of one GPU in ring order (a process that drives several GPUs is split by its
 communicator members: producer_gpus), and what its communicator table says
-of the communicators; `finished(gpu)` once the process is gone and its ring drained. The
+of the communicators; `finished(gpu)` once the process is gone and its ring drained;
+`retired(gpu)` once its SHM file is removed too (no Agent can meet the process again). The
 Agent runs `comminsight.agent.semantic_hook.SemanticEngineHook` (COMMINSIGHT_SEMANTIC_ENABLE);
 `PassThroughEngine` only counts what it is handed, for an Agent with the engine turned off
 and for measuring the hand-off itself.
@@ -44,6 +45,8 @@ class EngineHook(Protocol):
 
     def finished(self, gpu: GpuStream) -> None: ...
 
+    def retired(self, gpu: GpuStream) -> None: ...
+
 
 @dataclass
 class PassThroughEngine:
@@ -58,3 +61,6 @@ class PassThroughEngine:
 
     def finished(self, gpu: GpuStream) -> None:
         self.finished_gpus.add(gpu)
+
+    def retired(self, gpu: GpuStream) -> None:
+        pass  # what was counted stays readable

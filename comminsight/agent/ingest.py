@@ -44,7 +44,8 @@ class NodeIngest:
         self.recent_ops = recent_ops
         self.engine = engine
         self.node_name = node_name
-        self._finished: set = set()  # producers whose end the engine was told of
+        # producers whose end the engine was told of, and their GPUs
+        self._finished: dict[Path, list[GpuStream]] = {}
         self._gpus: dict[Path, ProcessGpus] = {}  # each mapped producer's GPUs
 
     def run_pass(self, now_mono_ns: int, retire_after_ns: int = 0) -> list[Batch]:
@@ -66,11 +67,14 @@ class NodeIngest:
                 and producer.path not in fed
                 and producer.path not in self._finished
             ):
-                self._finished.add(producer.path)
-                for gpu in self.gpus_of(producer):
+                gpus = self._finished[producer.path] = self.gpus_of(producer)
+                for gpu in gpus:
                     self.engine.finished(gpu)
         paths = {p.path for p in mapped}
-        self._finished &= paths  # retired files leave the sets
+        # retired files leave the sets; the engine need keep nothing of their GPUs now
+        for path in self._finished.keys() - paths:
+            for gpu in self._finished.pop(path):
+                self.engine.retired(gpu)
         for path in self._gpus.keys() - paths:
             del self._gpus[path]
         return batches

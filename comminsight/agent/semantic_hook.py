@@ -30,6 +30,9 @@ A write that fails (a full disk, a read-only home) is not a failure of the engin
 summaries wait in their SummaryFile, the checkpoint keeps its last good state, a file due to
 be sealed stays due, and the worker tries again every STORAGE_RETRY_S until the disk takes
 them (StorageFault: health names the file and the error while it lasts).
+
+What the worker's passes free, glibc would keep resident at the highest peak so far; the
+worker hands it back to the system after its passes, at most every TRIM_EVERY_S (heap_trim).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from comminsight.agent.engine_restarts import (
     FailureCounts,
     RestartBudget,
 )
+from comminsight.agent.heap_trim import HeapTrim
 from comminsight.semantic.checkpoint import (
     CheckpointError,
     CheckpointFile,
@@ -116,6 +120,7 @@ class _Gpu:
         self.retry_at: float | None = None  # backing off until then (CLOCK_MONOTONIC s)
         self.reported = out.written  # summaries counted in steps_written (restarts rewrite)
         self.seal_due = False  # finished, but sealing its file failed: sealed on a retry
+        self.retired = False  # its SHM file is gone: dropped once sealed
 
 
 @dataclass(frozen=True)
@@ -184,6 +189,7 @@ class SemanticEngineHook:
         max_queued: int = MAX_QUEUED_RECORDS,
         checkpoint_s: float = 10.0,
         replay_max: int = DEFAULT_MAX_RECORDS,
+        heap_trim: HeapTrim | None = None,
     ) -> None:
         self.out_dir = Path(home) / "semantics" / "step"
         self.templates = templates
@@ -217,6 +223,8 @@ class SemanticEngineHook:
         self._next_checkpoint = self._last_checkpoint + checkpoint_s
         # Steps are cut over every GPU of the node at once (one answer for a job's ranks)
         self.live_cut = LiveJobCut(role_template=lambda batches: role_template(templates, batches))
+        # what the worker frees goes back to the system (see heap_trim)
+        self.heap_trim = heap_trim if heap_trim is not None else HeapTrim()
         self._thread = threading.Thread(target=self._run, name="semantic-engine", daemon=True)
         self._thread.start()
 
@@ -240,6 +248,13 @@ class SemanticEngineHook:
     def finished(self, gpu: GpuStream) -> None:
         with self._cond:
             self._items.append(("finished", gpu, None))
+            self._cond.notify()
+
+    def retired(self, gpu: GpuStream) -> None:
+        """gpu's SHM file is gone, so no Agent meets its process again: once its file is
+        sealed, nothing of it is kept (nor checkpointed), however many processes come and go."""
+        with self._cond:
+            self._items.append(("retired", gpu, None))
             self._cond.notify()
 
     @property
@@ -329,6 +344,7 @@ class SemanticEngineHook:
                         self._next_retry(),
                         cut or float("inf"),
                         self._storage_retry_at,
+                        self.heap_trim.due_at(),
                     )
                     if now >= due:
                         break
@@ -350,6 +366,8 @@ class SemanticEngineHook:
                 self.counts.last, self.counts.last_pid = failure, None
 
     def _work(self, items: list) -> None:
+        if items:
+            self.heap_trim.worked()
         if self.storage_fault is not None and time.monotonic() >= self._storage_retry_at:
             self._retry_storage()
         for kind, gpu, payload in coalesce(items):
@@ -360,6 +378,7 @@ class SemanticEngineHook:
         self._retry_due(time.monotonic())
         if time.monotonic() >= self._next_checkpoint:
             self._save_checkpoint()
+        self.heap_trim.maybe(time.monotonic())
 
     def _next_retry(self) -> float:
         return min(
@@ -368,6 +387,9 @@ class SemanticEngineHook:
         )
 
     def _take(self, gpu: GpuStream, kind: str, payload) -> None:
+        if kind == "retired":
+            self._retire(gpu)
+            return
         g = self._state(gpu)
         if g.finished:
             return
@@ -398,12 +420,35 @@ class SemanticEngineHook:
                 self._gpus[gpu] = g
                 self._track(g)
                 return g
+        if (self.out_dir / name).exists():
+            # sealed by an Agent before this one, which let go of it once its SHM file was
+            # retired: a file that outlived its removal must not start it over
+            return self._sealed_before(gpu, name)
         # open while the process runs, sealed (renamed) when it finishes: the archive takes
         # only sealed files
         out = SummaryFile(self.out_dir / f"{name}.partial", 0, 0)
         g = self._gpus[gpu] = _Gpu(gpu, name, self._new_engine(gpu), out, self.replay_max)
         self._track(g)
         return g
+
+    def _sealed_before(self, gpu: GpuStream, name: str) -> _Gpu:
+        engine = GpuEngine(GpuIdentity(gpu.node_name, 0), self.templates)
+        g = self._gpus[gpu] = _Gpu(gpu, name, engine, SummaryFile(None, 0, 0), 0)
+        g.finished = True
+        log.warning("semantic engine: %s is sealed: pid %d is not read again", name, gpu.pid)
+        return g
+
+    def _retire(self, gpu: GpuStream) -> None:
+        g = self._gpus.get(gpu)
+        if g is not None:
+            g.retired = True
+            self._drop_if_done(g)
+
+    def _drop_if_done(self, g: _Gpu) -> None:
+        """Forget a retired GPU whose file is sealed: its last checkpoint entry goes too."""
+        if g.retired and g.finished and not g.seal_due and self._gpus.get(g.gpu) is g:
+            del self._gpus[g.gpu]
+            self.live_cut.forget(g.gpu)
 
     def _new_engine(self, gpu: GpuStream) -> GpuEngine:
         identity = GpuIdentity(
@@ -451,6 +496,7 @@ class SemanticEngineHook:
     def _cut(self, final: frozenset = frozenset()) -> None:
         """Cut the node's held ops and write the Steps that settle; a failure of the cut
         is counted and the ops wait for the next one (within the cut's bound)."""
+        self.heap_trim.worked()  # a cut frees the most: its job-wide columns
         try:
             placed = self.live_cut.cut(time.monotonic(), final)
         except Exception as e:
@@ -543,6 +589,7 @@ class SemanticEngineHook:
         g.retry_at = None
         with self._cond:
             self._lags.pop(g.gpu, None)
+        self._drop_if_done(g)
 
     def _write(self, g: _Gpu, summaries: list) -> None:
         if summaries:
