@@ -16,7 +16,10 @@ While the job runs, the Agent's memory is sampled (/proc) every --sample-s and i
 the first op ingested to the end (templates are chosen, allocators reach their working size);
 agent_rss_growth_mib is the least-squares slope of the Agent's own resident memory (RssAnon)
 over the samples after warm-up times their duration (method: fitted_slope_x_duration), which a
-single late sample cannot swing. The Profilers' SHM rings that the Agent maps are apart
+single late sample cannot swing. The Agent gives freed heap back every few seconds, so
+its RSS saws between what it uses and the peaks of the cuts in between:
+agent_rss_floor_growth_mib fits each minute's lowest sample instead, which a leak raises and
+the saw's phase does not. The Profilers' SHM rings that the Agent maps are apart
 (agent_vmrss_*, agent_shm_resident_end_mib): their pages count in its VmRSS once it has read
 them, so VmRSS rises by up to the rings' size (8 x 16 MiB by default) during the first pass
 through each ring, whatever the Agent does. engine_lag_ms is the median, after warm-up, of how
@@ -208,6 +211,18 @@ def fitted_growth(samples: list[tuple[float, float]]) -> tuple[float, float, flo
     return slope, duration, slope * duration
 
 
+def minute_floors(samples: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(the minute's start, its lowest value) for each whole minute of the samples."""
+    if not samples:
+        return []
+    start = samples[0][0]
+    by_minute: dict[int, list[float]] = {}
+    for t, mib in samples:
+        by_minute.setdefault(int((t - start) // 60), []).append(mib)
+    last = int((samples[-1][0] - start) // 60)  # the last minute is not whole: left out
+    return [(start + 60 * m, min(v)) for m, v in sorted(by_minute.items()) if m < last]
+
+
 def report_rss(samples: list[tuple[float, dict[str, float]]], first_op_s: float | None) -> None:
     """The Agent's own memory (RssAnon) is what must stay flat; the SHM rings it maps are the
     Profilers' (COMMINSIGHT_PROFILER_RING_SLOTS x 256 bytes each), resident in its RSS once it
@@ -231,6 +246,21 @@ def report_rss(samples: list[tuple[float, dict[str, float]]], first_op_s: float 
         over_s=round(duration, 1),
     )
     emit("agent_rss_slope_mib_per_h", slope * 3600, "MiB/h", rss="RssAnon")
+    # The Agent hands freed heap back every few seconds (heap_trim), so its RSS saws between
+    # what is in use and the peaks of the cuts in between; a leak raises the floor, the saw's
+    # phase at the window's ends only tilts the fit. The floor: each minute's lowest sample.
+    floors = minute_floors(series["RssAnon"])
+    if len(floors) >= 3:
+        _, floor_span, floor_growth = fitted_growth(floors)
+        emit(
+            "agent_rss_floor_growth_mib",
+            floor_growth,
+            "MiB",
+            method="fitted_slope_x_duration of each minute's lowest RssAnon",
+            minutes=len(floors),
+            first_mib=round(floors[0][1], 3),
+            last_mib=round(floors[-1][1], 3),
+        )
     emit("agent_rss_after_warmup_mib", after[0][1]["RssAnon"], "MiB", rss="RssAnon")
     emit("agent_rss_end_mib", after[-1][1]["RssAnon"], "MiB", rss="RssAnon")
     emit("agent_rss_max_mib", max(s[1]["RssAnon"] for s in samples), "MiB", rss="RssAnon")
