@@ -54,10 +54,11 @@ def test_nvidia_inspector_logs_give_the_same_steps(tmp_path, workload):
             plugin=str(builds()["plain"].path),
             home=str(home),
             # NVIDIA's logs have no issue times: an op's end is the time its line was dumped,
-            # so the idle gaps that place Steps are written-out gaps, at 0.02 small beside a
-            # busy machine's delays (one CI run cut FSDP's micro-batches as Steps; not
-            # reproduced in 46 runs under load since); 0.1 makes every modeled gap 5x larger
-            time_scale=0.1,
+            # so the idle gaps that place Steps are written-out gaps, small beside a busy
+            # machine's delays at short time scales: at 0.02 one CI run cut FSDP's
+            # micro-batches as Steps, at 0.1 one fresh-clone run merged FSDP's Steps 1-5 into
+            # one; 0.3 makes every modeled gap 15x the 0.02 one
+            time_scale=0.3,
             env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
             **workload,
         )
