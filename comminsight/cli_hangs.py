@@ -100,8 +100,13 @@ def print_report(out: Output, report: dict) -> None:
     out.line(report["summary"], markup=False)
     if report.get("resolution_note"):
         out.line(f"note: {report['resolution_note']}", markup=False)
+    out.table(evidence_table("Evidence per rank", report))
+
+
+def evidence_table(title: str, report: dict):
+    """A hang report's evidence, a row per rank (also an incident's root's)."""
     table = new_table(
-        "Evidence per rank",
+        title,
         ("rank", "global", "node", "pid", "process", "completed", "in flight"),
         right=("rank", "global", "pid", "completed"),
     )
@@ -116,4 +121,4 @@ def print_report(out: Output, report: dict) -> None:
             opt((e.get("last_completed") or {}).get("seq")),
             f"{inflight['func']} {ms_text(inflight['age_ms'])}" if inflight else "-",
         )
-    out.table(table)
+    return table

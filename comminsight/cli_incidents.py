@@ -16,9 +16,9 @@ import argparse
 from rich.markup import escape
 
 from comminsight.cli_client import answer, changing_client
-from comminsight.cli_node import opt
-from comminsight.cli_output import Output, new_table
-from comminsight.human_units import ms_text, time_text
+from comminsight.cli_hangs import evidence_table
+from comminsight.cli_output import Output
+from comminsight.human_units import time_text
 from comminsight_client import Client
 from comminsight_client.api.incidents import get_incident, list_incidents, resolve_incident
 from comminsight_client.models import IncidentStatusFilter, ResolveIncidentRequest
@@ -184,22 +184,7 @@ def print_detail(out: Output, detail: dict) -> None:
         out.line(f"  note: {escape(incident['resolution_note'])}")
     root = next((r for r in reports if r["report_id"] == incident["root"]["report_id"]), None)
     if root is not None:
-        table = new_table(
-            "Evidence of the root, per rank",
-            ("rank", "global", "node", "pid", "process", "completed", "in flight"),
-        )
-        for e in root.get("evidence", []):
-            inflight = e.get("inflight")
-            table.add_row(
-                str(e["comm_rank"]),
-                opt(e.get("global_rank")),
-                e["node_name"],
-                opt(e.get("pid")),
-                e["process_state"],
-                opt((e.get("last_completed") or {}).get("seq")),
-                f"{inflight['func']} {ms_text(inflight['age_ms'])}" if inflight else "-",
-            )
-        out.table(table)
+        out.table(evidence_table("Evidence of the root, per rank", root))
     for c in incident["root"].get("culprits", []):
         out.line(f"  {escape(culprit_label(c))}: {escape(c['reason'])}")
     stacks = incident["stacks"]
