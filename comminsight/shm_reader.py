@@ -49,11 +49,14 @@ _MAX_NS = (1 << 63) - 1
 
 class ShmError(ValueError):
     """The file is not a usable shm v1 region; the message names the file and the field.
-    `missing`: there is no file (a link whose region was removed), nothing to refuse."""
+    `missing`: there is no file (a link whose region was removed), nothing to refuse.
+    `not_ready`: what a producer still creating its file shows (an empty file, or a header
+    still CREATING): not yet a region, not yet a fault either."""
 
-    def __init__(self, message: str, missing: bool = False) -> None:
+    def __init__(self, message: str, missing: bool = False, not_ready: bool = False) -> None:
         super().__init__(message)
         self.missing = missing
+        self.not_ready = not_ready
 
 
 def open_region_file(path: Path, shm_dir: str | None, owner: int | None = -1) -> tuple[int, Path]:
@@ -100,6 +103,8 @@ class ShmRegion:
         fd, self.target = open_region_file(self.path, shm_dir, owner)  # target: the file
         try:
             size = os.fstat(fd).st_size
+            if size == 0:  # created, not yet sized (the Profiler sizes it next)
+                raise ShmError(f"{self.path}: empty, not yet sized by its producer", not_ready=True)
             if size < HEADER.itemsize:
                 raise ShmError(
                     f"{self.path}: {size} bytes, shorter than the {HEADER.itemsize}-byte header"
@@ -145,6 +150,10 @@ class ShmRegion:
         def bad(name: str, why: str) -> ShmError:
             return ShmError(f"{self.path}: header.{name}: {why}")
 
+        # a file is created zeroed and its header written before it turns LIVE: while CREATING
+        # no other field may be trusted, not even the magic
+        if int(h["state"]) == shm_v1.FileState.CREATING and int(h["magic"]) in (0, shm_v1.MAGIC):
+            raise ShmError(f"{self.path}: header.state: CREATING (being created)", not_ready=True)
         if int(h["magic"]) != shm_v1.MAGIC:
             raise bad("magic", f"0x{int(h['magic']):016x} is not an shm v1 region")
         if int(h["abi_version"]) != shm_v1.PROTOCOL_VERSION:

@@ -89,3 +89,50 @@ def test_bad_files_are_quarantined_and_the_rest_served(tmp_path):
     assert (quarantine / "v2.shm").exists() and (quarantine / "v2.shm.reason").exists()
     assert not (shms / "v2.shm").exists()
     lock.close()
+
+
+def test_a_file_still_being_created_is_waited_for_not_quarantined(tmp_path):
+    """A Profiler creates its file empty, sizes it, writes the header and only then marks it
+    LIVE: a pass that lands in between sees an empty file or an all-zero header. Refusing it
+    then quarantined a live rank's region for good (seen under load: a rank with no Steps)."""
+    lock = hold_agent_lock(tmp_path)
+    run_sim(tmp_path, ranks=1)
+    shms = tmp_path / "shms"
+    good = sorted(shms.glob("ci-*.shm"))[0].resolve().read_bytes()
+    empty, zeroed = shms / "creating-empty.shm", shms / "creating-zeroed.shm"
+    empty.write_bytes(b"")
+    zeroed.write_bytes(bytes(len(good)))
+    producers = ProducerSet(tmp_path)
+    producers.poll(time.monotonic_ns())
+    producers.poll(time.monotonic_ns())
+    assert producers.counters.files_refused == 0 and not (shms / "quarantine").exists()
+    assert empty.exists() and zeroed.exists()
+    # the producers finish: the same files are read as regions
+    empty.write_bytes(good)
+    with open(zeroed, "r+b") as f:
+        f.write(good)
+    producers.poll(time.monotonic_ns())
+    assert producers.counters.files_refused == 0
+    assert {empty.name, zeroed.name} <= {p.name for p in producers.producers}
+    producers.close()
+    lock.close()
+
+
+def test_a_file_that_never_finishes_being_created_is_refused_after_the_grace(tmp_path, monkeypatch):
+    import comminsight.agent.producers as producers_module
+
+    (tmp_path / "shms").mkdir(mode=0o700)
+    (tmp_path / "shms" / "stuck.shm").write_bytes(bytes(shm_v1.HEADER_DTYPE.itemsize * 4))
+    (tmp_path / "shms" / "empty.shm").write_bytes(b"")
+    producers = ProducerSet(tmp_path)
+    producers.poll(time.monotonic_ns())
+    assert producers.counters.files_refused == 0
+    assert len(producers._creating_since) == 2  # remembered, and only while they wait
+    monkeypatch.setattr(producers_module, "CREATING_GRACE_NS", 0)
+    producers.poll(time.monotonic_ns())
+    refused = producers.counters.refused
+    assert set(refused) == {"stuck.shm", "empty.shm"}
+    assert "header.state: CREATING" in refused["stuck.shm"] and "for 0 s" in refused["stuck.shm"]
+    assert "not yet sized" in refused["empty.shm"]
+    assert (tmp_path / "shms" / "quarantine" / "stuck.shm").exists()
+    assert producers._creating_since == {}

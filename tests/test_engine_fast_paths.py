@@ -351,13 +351,14 @@ def test_a_run_leaves_the_collector_on_and_what_it_made_in_the_oldest_generation
 
 
 def test_a_run_leaves_objects_someone_froze_frozen_and_a_paused_collector_paused():
-    frozen = [object() for _ in range(3)]
+    frozen = [[i] for i in range(3)]  # lists: objects the collector tracks (and freezes)
     gc.freeze()
     try:
-        count = gc.get_freeze_count()
         with _collector_paused():
             pass
-        assert gc.get_freeze_count() == count  # not unfrozen by the run
+        # not unfrozen by the run (that empties the permanent generation); an exact count
+        # would fail whenever a frozen object elsewhere in the process is freed meanwhile
+        assert gc.get_freeze_count() >= len(frozen)
         assert gc.isenabled()
     finally:
         gc.unfreeze()

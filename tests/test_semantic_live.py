@@ -54,7 +54,7 @@ def test_agent_killed_mid_run_resumes_its_engines_without_losing_or_repeating_a_
         wait_until(lambda: summary_lines(tmp_path) >= 2 * RANKS, 120, "no summaries written")
         assert sim.is_alive(), "the run ended before the agent could be killed mid-run"
         first.send_signal(signal.SIGKILL)
-        first.wait(timeout=30)
+        _, first_stderr = first.communicate(timeout=30)
         second = agent_process(tmp_path, COMMINSIGHT_AGENT_LISTEN=listen, **env)
         try:
             api_get(listen, "/api/v1/health")
@@ -72,7 +72,9 @@ def test_agent_killed_mid_run_resumes_its_engines_without_losing_or_repeating_a_
         assert sealed, (
             "the engines did not seal every rank's summaries:\n"
             + "\n".join(sorted(p.name for p in step_dir.iterdir()))
-            + "\n"
+            + "\nthe first Agent:\n"
+            + first_stderr[-3000:]
+            + "\nthe second Agent:\n"
             + stderr[-4000:]
         )
         assert second.returncode == 0, stderr

@@ -55,6 +55,10 @@ MAX_REFUSED_NAMES = 64  # refused files named in health (the count covers every 
 # the region is the only copy of those records, so it stays until they are written.
 RECOVERY_RETRY_FIRST_NS = 1_000_000_000
 RECOVERY_RETRY_MAX_NS = 30_000_000_000
+# A file still being created (empty, or its header CREATING) is looked at again each pass for
+# this long: sizing and populating a region takes a loaded node seconds. Past it, the file is
+# refused like any other that is no region.
+CREATING_GRACE_NS = 60_000_000_000
 RETRYABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
@@ -152,6 +156,7 @@ class ProducerSet:
         self.counters = IngestCounters()
         self.retired_in_pass: list[Producer] = []  # the producers the latest poll retired
         self._refused_here: set[tuple[str, int]] = set()  # (name, inode) left in shms/
+        self._creating_since: dict[tuple[str, int], int] = {}  # (name, inode) -> first seen
         self._slot_log = RateLimitedLog(log, "ring records out of range", 60.0, logging.ERROR)
 
     # ---- discovery ----
@@ -162,27 +167,42 @@ class ProducerSet:
         except OSError:
             return
         known = {path.name for path in self.producers}
+        present = set()
         for entry in sorted(entries, key=lambda e: e.name):
             if not entry.name.endswith(".shm") or entry.name in known:
                 continue
-            if (entry.name, entry.inode()) not in self._refused_here:
-                self._open(Path(entry.path), entry.inode())
+            key = (entry.name, entry.inode())
+            present.add(key)
+            if key not in self._refused_here:
+                self._open(Path(entry.path), key)
+        for key in self._creating_since.keys() - present:  # opened, refused or removed
+            del self._creating_since[key]
 
-    def _open(self, path: Path, inode: int) -> None:
+    def _open(self, path: Path, key: tuple[str, int]) -> None:
         try:
             region = ShmRegion(path, shm_dir=self.shm_dir, owner=self.owner)
         except ShmError as e:
             if e.missing and path.is_symlink():  # its region is gone (removed by a sweep)
                 _remove_link(path)
                 return
-            self._quarantine(path, inode, str(e), _reason_label(str(e)))
+            reason = str(e)
+            if e.not_ready:
+                if self._still_creating(key):
+                    return  # look again next pass
+                reason += f", for {CREATING_GRACE_NS // 1_000_000_000} s"
+            self._quarantine(path, key[1], reason, _reason_label(reason))
             return
-        state = int(region.header["state"])
-        if state == shm_v1.FileState.CREATING:
-            region.close()  # not ready yet: look again next pass
-            return
+        self._creating_since.pop(key, None)
         self.producers[path] = Producer(path, region, RingCursor(region))
         log.info("producer pid %d (%s): %s", region.pid, region.hostname, path.name)
+
+    def _still_creating(self, key: tuple[str, int]) -> bool:
+        now = time.monotonic_ns()
+        first = self._creating_since.setdefault(key, now)
+        if now - first < CREATING_GRACE_NS:
+            return True
+        del self._creating_since[key]
+        return False
 
     def _quarantine(self, path: Path, inode: int, reason: str, label: str) -> None:
         """Move a file the agent cannot read out of the way (keeping it for inspection). A
