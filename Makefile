@@ -89,7 +89,13 @@ build-engine: $(ENGINE_SO)
 $(ENGINE_SO): $(ENGINE_SRC)
 	$(CC) -std=gnu11 -Wall -Wextra -Werror -O2 -g -fPIC -shared -ffp-contract=off $< -o $@
 
-$(VENV_STAMP): requirements/dev.txt requirements/runtime.txt pyproject.toml
+## debian-packages: the Debian packages the build and tests use (scripts/debian-packages.txt), installed if missing
+.PHONY: debian-packages
+debian-packages:
+	@bash scripts/install-debian-packages.sh
+
+# order-only: the check runs first on a fresh machine (python3-venv), never forces a rebuild
+$(VENV_STAMP): requirements/dev.txt requirements/runtime.txt pyproject.toml | debian-packages
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
 	$(VPY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
@@ -123,8 +129,8 @@ $(WHEEL): $(VENV_STAMP) $(ENGINE_SO) $(shell find comminsight generated/python -
 	@mkdir -p $(DIST)
 	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
 
-## test: verify-generated, lint, contract tests, unit tests (incl. the Profiler under sanitizers)
-test: verify-generated headers lint build-profiler build-profiler-sanitizers test-contract test-unit
+## test: Debian packages (installed if missing), verify-generated, lint, contract tests, unit tests (incl. the Profiler under sanitizers)
+test: debian-packages verify-generated headers lint build-profiler build-profiler-sanitizers test-contract test-unit
 
 ## lint: ruff on the hand-written Python (generated/ is excluded)
 lint: $(VENV_STAMP)
@@ -170,7 +176,7 @@ bench-profiler: $(VENV_STAMP) build-profiler
 	$(VPY) bench/profiler_hot_path.py
 
 ## demo: the main job on an embedded default
-demo: $(VENV_STAMP) build-profiler $(ENGINE_SO)
+demo: debian-packages $(VENV_STAMP) build-profiler $(ENGINE_SO)
 	$(VENV)/bin/comminsight demo
 
 ## install: install what exists so far under INSTALL_PREFIX and into the active Python
