@@ -26,6 +26,12 @@ GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 .PHONY: all build venv generate verify-generated check-schemas headers test test-contract \
         test-unit lint bench demo install clean
 
+## help: every target with what it does (the `## target: ...` lines of this Makefile)
+.PHONY: help
+help:
+	@sed -n 's/^## \([a-z][a-z0-9-]*\): /\1\t/p' $(MAKEFILE_LIST) | sort | \
+	  awk -F'\t' '{ printf "  %-26s %s\n", $$1, $$2 }'
+
 ## all: build everything buildable so far (artifacts under dist/)
 all: build
 
@@ -171,7 +177,7 @@ bench-faults: $(VENV_STAMP) build-profiler
 bench-master-scale: $(VENV_STAMP)
 	$(VPY) bench/master_scale.py
 
-## bench-profiler: the Profiler's hot path over an empty plugin (DESIGN §8: <= 150 ns)
+## bench-profiler: the Profiler's hot path over an empty plugin (architecture §8: <= 1.25x, 150 ns on a fast core)
 bench-profiler: $(VENV_STAMP) build-profiler
 	$(VPY) bench/profiler_hot_path.py
 
