@@ -18,7 +18,7 @@ Two phases:
   Agent does; for every batch, lag is the age of its oldest record (poll time less the
   record's complete_mono_ns, both CLOCK_MONOTONIC). lag_ms is the p99 over batches.
 
-DESIGN budget: >= 2 M records/s on one core, lag < 100 ms.
+Budget (architecture §8): >= 2 M records/s on one core, lag < 100 ms.
 Prints JSON lines {"bench","metric","value","unit"}.
 """
 

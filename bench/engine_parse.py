@@ -17,7 +17,7 @@ columns), msgspec_records_per_s a full msgspec decode of every line (a pure-Pyth
 floor), us_per_step the rest of recover_steps per Step recovered. The 12-layer job's metrics
 carry the suffix _12_layers.
 
-DESIGN budget: >= 1 M records/s.
+Budget (architecture §8): >= 1 M records/s.
 Prints JSON lines {"bench","metric","value","unit"}.
 """
 

@@ -4,7 +4,7 @@ Builds profiler/bench/empty_plugin.c and profiler/bench/hot_path.c into build/be
 runs the driver against the empty plugin and against the plugin under test (by default
 dist/libnccl-profiler-comminsight.so, built with `make build-profiler` when missing),
 alternating the two round after round so that machine noise hits both alike. Each value is a
-median over rounds; "over empty" is the median of the per-round differences. DESIGN §8 budget:
+median over rounds; "over empty" is the median of the per-round differences. architecture §8 budget:
 <= 150 ns per collective above the empty plugin, 24 channel events included.
 
 Prints JSON lines {"bench","metric","value","unit"}; the headline is

@@ -39,9 +39,9 @@ def test_registry_module_matches_registry_yaml():
         "hang-report",
         "agent-master-api",
         "agent-master-slave",
-        "inject-metadata",  # Inject's metadata/ lines (issue 6), beyond DESIGN §5's ten
+        "inject-metadata",  # Inject's metadata/ lines: which communicator got which name
         "python-stack",  # a process's Python stacks, captured through Inject on request
-    }  # the protocols of DESIGN §5 and those added since
+    }  # the protocols of architecture §5
 
 
 def test_bundled_openapi_is_self_contained_and_secures_only_mutations():

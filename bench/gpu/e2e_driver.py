@@ -1,4 +1,4 @@
-"""Issue 7 on the GPU machine: hang localization, training throughput with and without
+"""End to end on the GPU machine: hang localization, training throughput with and without
 CommInsight, fail-open, and the jobs whose logs score step recovery. Standard library only
 (it runs under the image's python3; the Agent gets its own PYTHONPATH).
 

@@ -1,4 +1,5 @@
-"""A small GPT-style training job for issue 7 (throughput, fail-open, step recovery), 2 ranks.
+"""A small GPT-style training job for the end-to-end checks, 2 ranks: throughput, fail-open and
+step recovery.
 
     torchrun --standalone --nproc_per_node=2 bench/gpu/gpt_train.py --mode ddp --steps 300 \
         --out DIR

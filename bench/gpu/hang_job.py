@@ -1,5 +1,5 @@
-"""A 2-rank NCCL job with one injected fault, for hang localization on real GPUs (issue 7,
-scenario 3). Started by bench/gpu/e2e_driver.py without torchrun (torchrun would tear the
+"""A 2-rank NCCL job with one injected fault, for hang localization on real GPUs.
+Started by bench/gpu/e2e_driver.py without torchrun (torchrun would tear the
 job down the moment a worker dies, before any threshold passes); RANK, LOCAL_RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the driver.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7 end to end on 2xH200 (device tool, kind nvidia-h200-x2), one command:
+# End to end on 2xH200 (device tool, kind nvidia-h200-x2), one command:
 #   hangs (4 injected faults, live Agent), training throughput with/without CommInsight (GPT
 #   DDP and FSDP2), fail-open (Agent SIGKILLed mid-run, unwritable log directory), and the
 #   TP+DP 2-D DeviceMesh job with gradient accumulation; see bench/gpu/e2e_driver.py.

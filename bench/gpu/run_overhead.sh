@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end overhead of the CommInsight NCCL profiler plugin on the GPU machine (DESIGN §8,
-# issue 3 "Benchmarks"). One command:
+# End-to-end overhead of the CommInsight NCCL profiler plugin on the GPU machine (architecture §8).
+# One command:
 #   1. builds build/gpu/hostlean_allreduce (against nccl.h / libnccl.so.2 of the
 #      nvidia-nccl-cu13 wheel in python3's site-packages, CUDA under /usr/local/cuda),
 #      dist/libnccl-profiler-comminsight.so (make build-profiler, else gcc with its flags),

@@ -1,4 +1,4 @@
-"""Issue 7, scenario 1b: training throughput with and without CommInsight, copies taking turns.
+"""Training throughput with and without CommInsight, copies taking turns.
 
     python3 bench/gpu/throughput_turns.py --out $OUT --jobs ddp,fsdp \
         --variants none,ci,inspector,none --sessions 2

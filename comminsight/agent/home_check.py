@@ -18,7 +18,7 @@ from pathlib import Path
 
 from comminsight.safe_open import kind_of
 
-# the home's own directories (DESIGN's runtime layout) that exist before the Agent creates them
+# the home's own directories (architecture §7) that exist before the Agent creates them
 SUBDIRS = (
     "etc",
     "inspector_logs",

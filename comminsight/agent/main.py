@@ -109,7 +109,7 @@ async def serve(
 
 
 def multinode_problem(settings) -> str | None:
-    """What a master or slave cannot run without (DESIGN §7), named by key."""
+    """What a master or slave cannot run without (architecture §7), named by key."""
     if settings.agent_mode == "standalone":
         return None
     if settings.agent_mode == "slave" and not settings.agent_master_addr:

@@ -4,7 +4,7 @@ One JSON object a line (protocols/inject-metadata/v1): a `process` line first, t
 line for every process group this process created (its communicator name and how the name
 reached NCCL) and, when step markers are on, a `step` line after every optimizer step. Lines
 are written with one O_APPEND write each, so a crash leaves whole lines, and nothing is held
-in memory. Directories are made 0700, the file 0600 (DESIGN section 7).
+in memory. Directories are made 0700, the file 0600 (architecture §7).
 """
 
 from __future__ import annotations

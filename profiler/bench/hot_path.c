@@ -4,7 +4,7 @@
  * and replays the event tree NCCL 2.28 issues for one implicit-group AllReduce (RING/SIMPLE,
  * 24 channels), collective after collective, timing the CPU spent on the calling threads.
  * Run it once against an empty plugin and once against the plugin under test: the difference
- * is the plugin's own hot-path cost (DESIGN §8: <= 150 ns per collective incl. 24 channels).
+ * is the plugin's own hot-path cost (architecture §8: <= 150 ns per collective incl. 24 channels).
  *
  * Facts mirrored from NCCL 2.28.9 (src/plugin/profiler.cc, enqueue.cc, group.cc,
  * transport/profiler.cc), so the plugin sees the calls it will see in production:

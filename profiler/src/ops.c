@@ -8,7 +8,7 @@
  * at start). Each side sets its bit in `gate` with one atomic OR; the side that finds the other
  * bit already set publishes the record and returns the entry to the pool.
  *
- * Budget (DESIGN §8): <= 150 ns per collective with 24 channels, so per channel event there is
+ * Budget (architecture §8): <= 150 ns per collective with 24 channels, so per channel event there is
  * no atomic read-modify-write and no clock read: channel fields have a single writer (the
  * proxy thread) and are read by others only after the gate's acquire. Ops whose channels fall
  * short (NCCL sent fewer KernelCh events) are completed by the background sweep once nothing
