@@ -32,7 +32,12 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from comminsight import cli_client, cli_hangs, cli_incidents, cli_node, cli_ops, cli_steps
+from comminsight.cli import client as cli_client
+from comminsight.cli import hangs as cli_hangs
+from comminsight.cli import incidents as cli_incidents
+from comminsight.cli import node as cli_node
+from comminsight.cli import ops as cli_ops
+from comminsight.cli import steps as cli_steps
 from comminsight.log_segments import segments_in, verify_segment
 from comminsight.sim import SimConfig, parse_fault, run_simulation
 from comminsight_gen.models.inspector_log_v1 import CiColl, CiHangEvidence, CiP2p, CiSegmentStart

@@ -1,7 +1,7 @@
 """The `comminsight` commands that ask an agent, one (or a sub-command) per thing its API
 offers: status, health, processes, nodes, comms, inflight, ops recent, steps, job-steps, hangs
 (list, show, resolve), incidents (list, show, resolve), archive (status, flush), metrics,
-openapi. (`steps <logs>` and `trace <logs>` run the Semantic Engine offline: cli_semantic.)
+openapi. (`steps <logs>` and `trace <logs>` run the Semantic Engine offline: cli.semantic.)
 
 They talk to a running agent only through the generated `comminsight_client`
 (agent-master-api v1), so they see exactly what any other API user sees. Tables by default
@@ -16,10 +16,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from comminsight import cli_archive, cli_hangs, cli_incidents, cli_meta, cli_node, cli_ops
-from comminsight.cli_client import add_common_options, run
-from comminsight.cli_semantic import add_offline_arguments, cmd_steps_offline, cmd_trace
-from comminsight.cli_steps import job_steps_cmd, steps_cmd
+from comminsight.cli import archive as cli_archive
+from comminsight.cli import hangs as cli_hangs
+from comminsight.cli import incidents as cli_incidents
+from comminsight.cli import meta as cli_meta
+from comminsight.cli import node as cli_node
+from comminsight.cli import ops as cli_ops
+from comminsight.cli.client import add_common_options, run
+from comminsight.cli.semantic import add_offline_arguments, cmd_steps_offline, cmd_trace
+from comminsight.cli.steps import job_steps_cmd, steps_cmd
 
 
 def bound(func: Callable):

@@ -3,8 +3,8 @@ API description, as the agent serves them (for a quick look or a pipe into a too
 
 from __future__ import annotations
 
-from comminsight.cli_client import answer
-from comminsight.cli_output import Output
+from comminsight.cli.client import answer
+from comminsight.cli.output import Output
 from comminsight_client import Client
 from comminsight_client.api.meta import get_metrics, get_openapi_document
 

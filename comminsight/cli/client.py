@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import httpx
 from rich.console import Console
 
-from comminsight.cli_output import FORMATS, Output, stderr_console
+from comminsight.cli.output import FORMATS, Output, stderr_console
 from comminsight.config import ConfigError, load_settings
 from comminsight_client import AuthenticatedClient, Client
 from comminsight_client.models import Error

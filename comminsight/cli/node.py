@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from comminsight.cli_client import PAGE, all_pages, answer
-from comminsight.cli_output import Output, new_table
+from comminsight.cli.client import PAGE, all_pages, answer
+from comminsight.cli.output import Output, new_table
 from comminsight.human_units import duration_text, ms_text, time_text
 from comminsight_client import Client
 from comminsight_client.api.communicators import list_communicators

@@ -15,9 +15,9 @@ import argparse
 
 from rich.markup import escape
 
-from comminsight.cli_client import answer, changing_client
-from comminsight.cli_hangs import evidence_table
-from comminsight.cli_output import Output
+from comminsight.cli.client import answer, changing_client
+from comminsight.cli.hangs import evidence_table
+from comminsight.cli.output import Output
 from comminsight.human_units import time_text
 from comminsight_client import Client
 from comminsight_client.api.incidents import get_incident, list_incidents, resolve_incident

@@ -8,8 +8,8 @@ import time
 
 from rich.markup import escape
 
-from comminsight.cli_client import AgentUnavailable, answer, changing_client
-from comminsight.cli_output import Output, new_table
+from comminsight.cli.client import AgentUnavailable, answer, changing_client
+from comminsight.cli.output import Output, new_table
 from comminsight.human_units import size_text, time_text
 from comminsight_client import Client
 from comminsight_client.api.archive import flush_archive, get_archive_status

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from comminsight.cli_client import answer
-from comminsight.cli_node import list_all_communicators, opt, yes_no
-from comminsight.cli_output import Output, new_table
+from comminsight.cli.client import answer
+from comminsight.cli.node import list_all_communicators, opt, yes_no
+from comminsight.cli.output import Output, new_table
 from comminsight.human_units import (
     bandwidth_text,
     ms_text,

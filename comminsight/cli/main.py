@@ -10,8 +10,8 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-from comminsight.cli_agent import add_agent_commands
-from comminsight.cli_output import new_table, stdout_console
+from comminsight.cli.agent import add_agent_commands
+from comminsight.cli.output import new_table, stdout_console
 from comminsight.config import ConfigError, load_settings
 from comminsight.redaction import shown_value
 from comminsight.sim.cli_args import add_sim_arguments

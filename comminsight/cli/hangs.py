@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from comminsight.cli_client import answer, changing_client
-from comminsight.cli_node import opt
-from comminsight.cli_output import Output, new_table
+from comminsight.cli.client import answer, changing_client
+from comminsight.cli.node import opt
+from comminsight.cli.output import Output, new_table
 from comminsight.human_units import ms_text, time_text
 from comminsight_client import Client
 from comminsight_client.api.hangs import get_hang, list_hangs, resolve_hang

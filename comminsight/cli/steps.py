@@ -1,14 +1,14 @@
 """`comminsight steps` (from the agent) and `comminsight job-steps`: the Steps the Semantic
 Engine recovered, per GPU, and the job's Steps reconciled across nodes with what disagrees.
-(`steps <logs>` recovers Steps offline instead: cli_semantic.)"""
+(`steps <logs>` recovers Steps offline instead: cli.semantic.)"""
 
 from __future__ import annotations
 
 from rich.markup import escape
 
-from comminsight.cli_client import answer
-from comminsight.cli_node import opt, rank_ranges
-from comminsight.cli_output import Output, new_table
+from comminsight.cli.client import answer
+from comminsight.cli.node import opt, rank_ranges
+from comminsight.cli.output import Output, new_table
 from comminsight.human_units import bandwidth_text, duration_text, size_text, time_text
 from comminsight_client import Client
 from comminsight_client.api.steps import list_job_steps, list_steps

@@ -1,0 +1,5 @@
+import sys
+
+from comminsight.cli import main
+
+sys.exit(main())
