@@ -45,6 +45,7 @@ from comminsight.agent.archive_providers import (
     provider_for_url,
 )
 from comminsight.agent.archive_upload import ZstdUploader
+from comminsight.backoff import Backoff
 from comminsight.safe_open import UntrustedFile
 from comminsight_gen.config_v1 import ConfigV1
 
@@ -69,14 +70,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff: base, 2*base, 4*base, ... capped, between at most max_attempts."""
+    """At most max_attempts, with exponential backoff between them."""
 
     max_attempts: int = 8
     base_delay_s: float = 0.5
     max_delay_s: float = 30.0
 
     def delay_after(self, attempt: int) -> float:
-        return min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        return Backoff(self.base_delay_s, self.max_delay_s).delay(attempt)
 
 
 @dataclass

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 
@@ -32,6 +31,7 @@ import grpc
 from comminsight.agent import slave_tls
 from comminsight.agent.master_rejects import PROTOCOL_VERSION, Rejected, reason_name, reject_of
 from comminsight.agent.slave_outbox import SlaveOutbox
+from comminsight.backoff import Backoff, jitter
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.agent_master_slave.v1.agent_master_slave_pb2_grpc import AgentMasterStub
 
@@ -39,8 +39,7 @@ log = logging.getLogger(__name__)
 
 STREAM_METHOD = "/comminsight.agent_master_slave.v1.AgentMaster/StreamNodeState"
 WINDOW = 32  # batches sent and not yet acknowledged
-BACKOFF_MIN_S = 0.2
-BACKOFF_MAX_S = 10.0
+RECONNECT = Backoff(base_s=0.2, cap_s=10.0)
 FATAL_RETRY_S = 30.0  # a refusal a retry cannot fix: try again rarely, for a corrected master
 RPC_TIMEOUT_S = 10.0
 
@@ -93,10 +92,11 @@ class SlaveLink:
     # ---- the reconnect loop --------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        backoff = BACKOFF_MIN_S
+        failures = 0
         while not stop.is_set():
             began = time.monotonic()
-            wait = backoff
+            failures += 1
+            wait = RECONNECT.delay(failures)
             try:
                 await self._session(stop)
             except _NewEpoch:
@@ -129,13 +129,13 @@ class SlaveLink:
             except (OSError, ValueError) as e:
                 self._failed(f"link to master {self.master_addr} failed: {e}", error=True)
             self.connected = False
-            if time.monotonic() - began > 5 * BACKOFF_MAX_S:
-                backoff = BACKOFF_MIN_S  # the session lasted: this is a new outage
+            if time.monotonic() - began > 5 * RECONNECT.cap_s:
+                failures = 1  # the session lasted: this is the first failure of a new outage
+                wait = RECONNECT.delay(failures)
             try:
-                await asyncio.wait_for(stop.wait(), timeout=wait * random.uniform(0.5, 1.0))
+                await asyncio.wait_for(stop.wait(), timeout=jitter(wait))
             except TimeoutError:
                 pass
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     def _failed(self, message: str, error: bool = False) -> None:
         if message != self.last_error:  # once per outage, not once per retry

@@ -17,6 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 
+def host_start(issue: np.ndarray, complete: np.ndarray, duration: np.ndarray) -> np.ndarray:
+    """When an op began on the host clock where no GPU timing places it: its measured
+    duration before its completion, never before it was issued."""
+    return np.maximum(issue, complete - duration)
+
+
 def op_times(
     issue: np.ndarray,
     complete: np.ndarray,
@@ -27,7 +33,7 @@ def op_times(
     offset: int | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of each op on the host's monotonic clock (module docstring)."""
-    start = np.maximum(issue, complete - duration)
+    start = host_start(issue, complete, duration)
     if offset is None:
         return start, complete
     gpu_start_host = np.maximum(issue, gpu_start - offset)

@@ -13,6 +13,7 @@ import numpy as np
 
 from comminsight.semantic.native import NONE
 from comminsight.semantic.op_batch import Comm, CommTable, OpBatch, SegmentTable, func_code
+from comminsight.semantic.op_times import host_start
 from comminsight.shm_reader import enum_label
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
@@ -61,7 +62,8 @@ def engine_batch(
     to_real = start_real_ns - start_mono_ns
     complete = records["complete_mono_ns"].astype(np.int64)
     issue = records["host_start_mono_ns"].astype(np.int64)
-    start = np.maximum(issue, complete - duration)
+    # the GPU span where the kernel was timed: the slot has no GPU-to-host clock offset to place it
+    start = host_start(issue, complete, duration)
     is_coll = records["kind"] == shm_v1.RecordKind.COLL
     peer = records["peer"].astype(np.int64)
     ring = records["seq"].astype(np.int64)
