@@ -41,7 +41,9 @@ build: $(WHEEL) headers build-profiler build-engine build-inject
 .PHONY: build-inject
 INJECT_VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' comminsight/inject/__init__.py)
 INJECT_WHEEL := $(DIST)/comminsight_inject-$(INJECT_VERSION)-py3-none-any.whl
-INJECT_SRC := $(wildcard comminsight/inject/*.py) $(wildcard inject/*)
+# the config protocol's generated file parser travels with it (the standard library only)
+INJECT_CONFIG := generated/python/comminsight_gen/config_file_v1.py
+INJECT_SRC := $(wildcard comminsight/inject/*.py) $(wildcard inject/*) $(INJECT_CONFIG)
 
 ## build-inject: dist/comminsight_inject-<version>-py3-none-any.whl
 build-inject: $(INJECT_WHEEL)
@@ -51,7 +53,7 @@ build-inject: $(INJECT_WHEEL)
 $(INJECT_WHEEL): $(VENV_STAMP) $(INJECT_SRC)
 	rm -rf $(BUILD)/inject && mkdir -p $(BUILD)/inject/comminsight_inject $(DIST)
 	cp inject/pyproject.toml inject/setup.py inject/comminsight_inject.pth $(BUILD)/inject/
-	cp comminsight/inject/*.py $(BUILD)/inject/comminsight_inject/
+	cp comminsight/inject/*.py $(INJECT_CONFIG) $(BUILD)/inject/comminsight_inject/
 	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) $(BUILD)/inject
 
 # ---- the Profiler plugin (C11, generated headers only; no NCCL/CUDA headers) ----

@@ -122,3 +122,7 @@ def generate(p: Protocol, doc: dict, ctx: Context) -> None:
     ctx.write(f"generated/c/include/comminsight/{p.stem}.h", render("config.h.j2", view))
     ctx.write(f"generated/python/comminsight_gen/{p.stem}.py", render("config.py.j2", view))
     ctx.write(f"generated/docs/{p.stem}.md", render("config.md.j2", view))
+    ctx.write(
+        f"generated/python/comminsight_gen/config_file_v{p.version}.py",
+        render("config_file.py.j2", view),
+    )

@@ -7,11 +7,9 @@ Keys, types, defaults and limits come only from the generated `config` protocol
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +17,7 @@ from pathlib import Path
 import msgspec
 
 from comminsight.redaction import shown_raw
-from comminsight.safe_open import kind_of
+from comminsight_gen import config_file_v1 as config_file
 from comminsight_gen.config_v1 import KEY_BY_NAME, KEYS, ConfigKey, ConfigV1
 
 Settings = ConfigV1
@@ -49,84 +47,19 @@ class Origin:
 
 def parse_conf_file(path: Path) -> dict[str, tuple[str, Origin]]:
     """Read a KEY=VALUE file: '#' comments, blank lines, optional quotes around values."""
-    values: dict[str, tuple[str, Origin]] = {}
     try:
-        lines = _read_conf_text(path).splitlines()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read configuration file: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: configuration file is not UTF-8 text") from None
-    for lineno, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        where = Origin(f"{path}:{lineno}")
-        # the line itself is never echoed: a file planted or linked here (a password file)
-        # must not have its content printed by the error that refuses it
-        if not sep or not key:
-            raise ConfigError(
-                f"{where.text}: expected KEY=VALUE, got a line of {len(raw.strip())} "
-                "characters without '=' (not shown)"
-            )
-        if key not in KEY_BY_NAME:
-            shown = key if _KEY_NAME.match(key) else "(not shown: not a key name)"
-            raise ConfigError(f"{where.text}: unknown key {shown}")
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        values[key] = (value, where)
-    return values
-
-
-def _read_conf_text(path: Path) -> str:
-    """The file's text, opened without blocking: a FIFO or device planted where the file
-    belongs would make a plain open() or read() wait for ever."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW)
-    except OSError as e:
-        if e.errno != errno.ELOOP:
-            raise
-        # a symbolic link is followed only when this user or root made it (as the Profiler
-        # decides); another user's would choose what the Agent reads as its configuration
-        owner = os.lstat(path).st_uid
-        if owner not in (os.geteuid(), 0):
-            raise OSError(
-                errno.EPERM, f"is a symbolic link owned by uid {owner}; not followed"
-            ) from None
-        fd = os.open(path, flags)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, f"is a {kind_of(st.st_mode)}, not a regular file")
-        if st.st_size > MAX_CONF_BYTES:
-            raise OSError(errno.EFBIG, f"larger than {MAX_CONF_BYTES} bytes")
-        return f.read(MAX_CONF_BYTES + 1).decode("utf-8")
+        values = config_file.read_conf_file(path)
+    except config_file.ConfFileError as e:
+        raise ConfigError(str(e)) from None
+    return {key: (value, Origin(where)) for key, (value, where) in values.items()}
 
 
 def convert(key: ConfigKey, raw: str, origin: Origin) -> object:
     """Turn one raw string into the key's type, or raise ConfigError naming key and origin."""
-    text = raw.strip()
     try:
-        if key.type == "boolean":
-            if text.lower() in _TRUE:
-                return True
-            if text.lower() in _FALSE:
-                return False
-            raise ValueError("expected 1/0, true/false, yes/no or on/off")
-        if key.type == "integer":
-            return int(text, 0)
-        if key.type == "number":
-            return float(text)
-        return raw
+        return config_file.convert(key.name, raw)
     except ValueError as e:
-        detail = str(e) if key.type == "boolean" else f"expected {key.type}"
-        raise ConfigError(
-            f"{key.name}={shown_raw(key.name, raw)!r} ({origin.text}): {detail}"
-        ) from None
+        raise ConfigError(f"{key.name}={shown_raw(key.name, raw)!r} ({origin.text}): {e}") from None
 
 
 def address_problem(address: str, min_port: int = 0) -> str | None:

@@ -655,6 +655,38 @@ def test_startup_module_imports_nothing_new(inject_wheel, tmp_path):
     assert startup.TARGET == "torch.distributed"
 
 
+def test_the_wheel_reads_the_config_file_with_its_own_copy_of_the_generated_parser(
+    inject_wheel, tmp_path
+):
+    """Inject depends on nothing: its wheel carries the config protocol's generated parser.
+    Without site-packages (-S: no comminsight_gen, no msgspec) it still reads the file, takes
+    its own keys, skips keys it does not know (a newer release's file) and names a bad value."""
+    with zipfile.ZipFile(inject_wheel) as z:
+        z.extractall(tmp_path / "site")
+    conf = tmp_path / "c.conf"
+    conf.write_text(
+        "# written by a newer release\nCOMMINSIGHT_FUTURE_KEY=1\n"
+        "export COMMINSIGHT_INJECT_DISABLE='yes'\nCOMMINSIGHT_INJECT_STACK_SIGNAL=SIGUSR1\n"
+    )
+    code = (
+        "import sys; from comminsight_inject import settings; "
+        "s = settings.load({'COMMINSIGHT_CONF': sys.argv[1]}); "
+        "print(s.disable, s.stack_signal, s.stacks, 'comminsight_gen' in sys.modules); "
+        "bad = {'COMMINSIGHT_CONF': sys.argv[1], 'COMMINSIGHT_INJECT_STACKS': 'maybe'}\n"
+        "try: settings.load(bad)\nexcept settings.SettingsError as e: print(e)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code, str(conf)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "True SIGUSR1 True False"
+    assert lines[1].startswith("COMMINSIGHT_INJECT_STACKS='maybe' (environment): expected 1/0")
+
+
 # ---------------------------------------------------------------------------- the protocol
 
 

@@ -1,8 +1,8 @@
 """Inject's configuration: environment beats the KEY=VALUE file beats the defaults.
 
-The keys and defaults are those of the `config` protocol (protocols/config/v1); this wheel
-cannot import the generated definitions (they need msgspec), so the few keys Inject reads are
-spelled here and a test checks them against the generated ones.
+The file is read, and raw values converted, by the config protocol's generated parser
+(comminsight_gen.config_file_v1: the standard library only, so the dependency-free Inject wheel
+ships a copy of it). The few keys Inject reads are named here; their defaults are the schema's.
 """
 
 from __future__ import annotations
@@ -10,6 +10,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+try:  # the Inject wheel's own copy (it depends on nothing)
+    from . import config_file_v1 as config_file  # type: ignore[attr-defined]
+except ImportError:  # the source tree, and the CommInsight package
+    from comminsight_gen import config_file_v1 as config_file
 
 HOME = "COMMINSIGHT_HOME"
 CONF = "COMMINSIGHT_CONF"
@@ -19,15 +24,9 @@ STACKS = "COMMINSIGHT_INJECT_STACKS"
 STACK_SIGNAL = "COMMINSIGHT_INJECT_STACK_SIGNAL"
 
 DEFAULTS = {
-    HOME: "/opt/comminsight",
-    CONF: "",
-    DISABLE: False,
-    STEP_MARKERS: False,
-    STACKS: True,
-    STACK_SIGNAL: "SIGUSR2",
+    key: config_file.convert(key, config_file.KEYS[key][1])
+    for key in (HOME, CONF, DISABLE, STEP_MARKERS, STACKS, STACK_SIGNAL)
 }
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 class SettingsError(ValueError):
@@ -44,19 +43,17 @@ class Settings:
 
 
 def parse_bool(key: str, raw: str, origin: str) -> bool:
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise SettingsError(f"{key}={raw!r} ({origin}): expected 1/0 (true/false/yes/no/on/off)")
+    try:
+        return config_file.parse_bool(raw)
+    except ValueError as e:
+        raise SettingsError(f"{key}={raw!r} ({origin}): {e}") from None
 
 
 def disabled_by_environment(environ: dict[str, str] | None = None) -> bool:
     """The start-up check: only the environment, so that interpreter start reads no file.
     An invalid value counts as 'not disabled' here; `load` reports it by name later."""
     raw = (os.environ if environ is None else environ).get(DISABLE, "")
-    return raw.strip().lower() in _TRUE
+    return raw.strip().lower() in config_file.TRUE
 
 
 def conf_path(environ: dict[str, str], home: str) -> Path:
@@ -67,26 +64,13 @@ def conf_path(environ: dict[str, str], home: str) -> Path:
 def read_conf_file(path: Path, keys: set[str]) -> dict[str, tuple[str, str]]:
     """The values of `keys` in a KEY=VALUE file (other keys belong to other components and are
     left to them). A missing file is no error: the defaults apply."""
-    values: dict[str, tuple[str, str]] = {}
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return values
-    except (OSError, UnicodeDecodeError) as e:
-        raise SettingsError(f"{path}: cannot read the configuration file: {e}") from None
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if key in keys and sep:
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-                value = value[1:-1]
-            values[key] = (value, f"{path}:{lineno}")
-    return values
+        values = config_file.read_conf_file(path, strict=False)
+    except config_file.ConfFileError as e:
+        if not os.path.lexists(path):
+            return {}
+        raise SettingsError(str(e)) from None
+    return {key: found for key, found in values.items() if key in keys}
 
 
 def load(environ: dict[str, str] | None = None) -> Settings:
