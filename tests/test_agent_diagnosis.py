@@ -408,7 +408,7 @@ def test_e2e_sleep_past_the_threshold_names_the_sleeper_then_clears(plugin, tmp_
 def test_a_rank_waiting_in_an_op_its_peers_completed_is_a_divergence():
     """A mismatched call NCCL completes (a broadcast against an all-reduce of the same size)
     desynchronizes the ranks; later one rank waits in op N that the others completed (seen on
-    2xH200, bench/gpu/results/2026-11-30-h200x2-e2e). The progress counters cannot say which
+    2xH200, results/2026-11-30-h200x2-e2e). The progress counters cannot say which
     rank made the odd call: op_mismatch, no culprit, every rank in the evidence."""
     snap = snapshot(
         stuck_at(0, 29, nranks=2),

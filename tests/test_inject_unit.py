@@ -692,7 +692,7 @@ def test_the_wheel_reads_the_config_file_with_its_own_copy_of_the_generated_pars
 
 def metadata_lines() -> list[dict]:
     """Lines Inject wrote on 2xH200 (torch 2.11) and lines written here."""
-    results = ROOT / "bench" / "gpu" / "inject_results_2026-11-30-h200x2"
+    results = ROOT / "results" / "2026-11-30-h200x2-inject"
     lines = []
     for path in sorted(results.glob("metadata_*.jsonl")):
         lines += [json.loads(x) for x in path.read_text().splitlines()]

@@ -1,8 +1,8 @@
-"""bench/gpu/RESULTS.md from what bench/gpu/run_e2e.sh brought back. Run here, in the
+"""results/gpu.md from what bench/gpu/run_e2e.sh brought back. Run here, in the
 project's venv (the step scoring runs the Semantic Engine on the logs; no GPU needed):
 
-    python bench/gpu/e2e_report.py bench/gpu/results/2026-11-30-h200x2-e2e/run1 \
-        bench/gpu/results/2026-11-30-h200x2-e2e/run2 > bench/gpu/RESULTS.md
+    python bench/gpu/e2e_report.py results/2026-11-30-h200x2-e2e/run1 \
+        results/2026-11-30-h200x2-e2e/run2 > results/gpu.md
 
 Each run directory holds hangs.jsonl, train.jsonl, versions.json, run.log and steps.tar.gz
 (the logs, Inject's step markers and the job output of the runs kept for step recovery).
@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # scenario 1a: re-run on 2026-11-30 on the sources of that day (4 rounds)
-OVERHEAD_1A = ROOT / "bench/gpu/results/2026-11-30-h200x2-e2e/overhead-1a/overhead.jsonl"
+OVERHEAD_1A = ROOT / "results/2026-11-30-h200x2-e2e/overhead-1a/overhead.jsonl"
 GOAL_LAT_S = 2.0
 
 
@@ -428,7 +428,7 @@ def overhead_1a() -> str:
     )
 
 
-INSPECTOR_1A = ROOT / "bench/gpu/results/2026-11-30-h200x2-e2e/overhead-1a-inspector"
+INSPECTOR_1A = ROOT / "results/2026-11-30-h200x2-e2e/overhead-1a-inspector"
 SIZES = ("8B", "64KiB", "1MiB", "16MiB", "256MiB")
 
 
@@ -558,7 +558,7 @@ def main(argv: list[str]) -> int:
         + ", ".join(f"`{r.relative_to(ROOT) if r.is_absolute() else r}`" for r in runs)
         + "; nothing in this file is typed by hand except the prose under *Findings* and the "
         "later checks' sections appended after it (each from its `REPORT.md` under "
-        "`bench/gpu/results/`).\n"
+        "`results/`).\n"
     )
     w(
         f"- Machine: device tool kind `nvidia-h200-x2`: {versions['gpus'][0].split(',')[0]} × "
@@ -582,7 +582,7 @@ def main(argv: list[str]) -> int:
     w(
         "- Report: `python bench/gpu/e2e_report.py "
         + " ".join(str(r) for r in argv)
-        + " > bench/gpu/RESULTS.md` (project venv).\n"
+        + " > results/gpu.md` (project venv).\n"
     )
 
     w("## Scenario 3: hangs (live Agent, 2 ranks on 2 GPUs, threshold 5 s)\n")
@@ -708,11 +708,11 @@ def main(argv: list[str]) -> int:
         )
     w("## Scenario 1a: host-lean all-reduce overhead (2026-11-30)\n")
     w(
-        "`bench/gpu/results/2026-11-30-h200x2-e2e/overhead-1a/` (`OUT=$OUT/overhead ROUNDS=4 "
+        "`results/2026-11-30-h200x2-e2e/overhead-1a/` (`OUT=$OUT/overhead ROUNDS=4 "
         "DEADLINE_S=230 NO_PROBE=1 bash bench/gpu/run_overhead.sh`: 4 alternating rounds of the "
         "five variants, medians of GPU-event µs per iteration, profiler sources sha256 "
         "23bf36f6c9c22db8, this checkout's). The 2026-11-29 run with 10 rounds is in "
-        "`bench/gpu/results/2026-11-29-h200x2/`. Small sizes move by a few µs between rounds: "
+        "`results/2026-11-29-h200x2/`. Small sizes move by a few µs between rounds: "
         "ratios below 1 there are noise, not a speed-up.\n"
     )
     w(overhead_1a() + "\n")
@@ -796,10 +796,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-FINDINGS_PATH = Path(__file__).resolve().parent / "results/2026-11-30-h200x2-e2e/FINDINGS.md"
+FINDINGS_PATH = ROOT / "results/2026-11-30-h200x2-e2e/FINDINGS.md"
 LATER_SECTIONS = [
     # job-wide Step recovery: DDP, FSDP2, TP + DP, PP (bench/gpu/run_steps_jobwide.sh)
-    Path(__file__).resolve().parent / "results/2026-12-01-h200-steps-jobwide/REPORT.md",
+    ROOT / "results/2026-12-01-h200-steps-jobwide/REPORT.md",
 ]
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@
 # TURNS_DEADLINE_S (300); the inspector copy needs build/nccl-inspector-src
 # (bench/gpu/get_inspector_src.sh) carried too.
 # Results under $OUT: run.log, versions.json, hangs.jsonl, hang_reports.jsonl, train.jsonl,
-# steps.tar.gz, turns.jsonl (bench/gpu/e2e_report.py turns them into bench/gpu/RESULTS.md).
+# steps.tar.gz, turns.jsonl (bench/gpu/e2e_report.py turns them into results/gpu.md).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"

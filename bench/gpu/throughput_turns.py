@@ -4,7 +4,7 @@
         --variants none,ci,inspector,none --sessions 2
 
 Separate runs of the same job on the GPU machine differ by 6-17 % in throughput (2026-11-30,
-bench/gpu/RESULTS.md), and within one run the step time drifts by as much over seconds: far
+results/gpu.md), and within one run the step time drifts by as much over seconds: far
 more than the 1 % to be shown. So the variants run *at the same time*, as copies of the job
 that take turns on the two GPUs (`gpt_train.py --turns`): each copy runs --block-steps steps,
 then the next one, rotating, until each has run --blocks blocks after its warm-up. Drift then
