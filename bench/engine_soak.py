@@ -260,6 +260,7 @@ def report_rss(samples: list[tuple[float, dict[str, float]]], first_op_s: float 
             minutes=len(floors),
             first_mib=round(floors[0][1], 3),
             last_mib=round(floors[-1][1], 3),
+            floors_mib=[round(mib, 1) for _, mib in floors],
         )
     emit("agent_rss_after_warmup_mib", after[0][1]["RssAnon"], "MiB", rss="RssAnon")
     emit("agent_rss_end_mib", after[-1][1]["RssAnon"], "MiB", rss="RssAnon")
@@ -339,6 +340,10 @@ def run(home: Path, steps: int, per_step: float, args) -> None:
         emit("engine_lag_ms", statistics.median(lags), "ms", stat="median_after_warmup")
         emit("engine_lag_p99_ms", float(np.percentile(lags, 99)), "ms")
         emit("engine_lag_max_ms", max(lags), "ms")
+        # a backlog that grows holds more ops in memory: the Agent's growth is then the
+        # engine falling behind (a starved CPU), not a leak
+        lag_slope, _, _ = fitted_growth(sampler.lag[warm:])
+        emit("engine_lag_slope_ms_per_min", lag_slope * 60, "ms/min", stat="fitted_after_warmup")
     else:
         emit("engine_lag_ms", None, "ms", note="the health API gave no engine lag")
     recovered = sealed_summaries(home)
