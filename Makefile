@@ -89,13 +89,15 @@ build-profiler-sanitizers: $(BUILD)/asan/libnccl-profiler-comminsight.so $(BUILD
 # ---- the Semantic Engine's C core (loaded with cffi; see comminsight/semantic/native) ----
 ENGINE_SO := comminsight/semantic/native/libciengine.so
 ENGINE_SRC := comminsight/semantic/native/engine_core.c
+# the log scanner spells every key as the inspector-log schema does (the writer's header)
+ENGINE_HEADERS := generated/c/include/comminsight/inspector_log_v1.h
 
 ## build-engine: the Semantic Engine's C core, next to its source (the package loads it there)
 build-engine: $(ENGINE_SO)
 
 # -ffp-contract=off: Step totals must be the same float operations as the Python definition
-$(ENGINE_SO): $(ENGINE_SRC)
-	$(CC) -std=gnu11 -Wall -Wextra -Werror -O2 -g -fPIC -shared -ffp-contract=off $< -o $@
+$(ENGINE_SO): $(ENGINE_SRC) $(ENGINE_HEADERS)
+	$(CC) -std=gnu11 -Wall -Wextra -Werror -O2 -g -fPIC -shared -ffp-contract=off -Igenerated/c/include $< -o $@
 
 ## debian-packages: the Debian packages the build and tests use (scripts/debian-packages.txt), installed if missing
 .PHONY: debian-packages

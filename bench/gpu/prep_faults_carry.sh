@@ -2,8 +2,9 @@
 # Run here (dev machine) before bench/gpu/run_faults.sh goes to the device: makes what that
 # device call carries, all under build/ (ignored by git):
 #   build/gpu-faults/comminsight_inject-*.whl   Inject, fresh from `make build-inject`
-#   build/agent-src/                            the Agent's sources: comminsight/ and
-#                                               generated/python/ at AGENT_REF (default HEAD;
+#   build/agent-src/                            the Agent's sources: comminsight/,
+#                                               generated/python/ and generated/c/include/
+#                                               at AGENT_REF (default HEAD;
 #                                               AGENT_REF=worktree: the working tree as is)
 #   build/agent-wheels/                         the Agent's runtime wheels for the device's
 #                                               CPython 3.12 on x86-64 Linux (pip download of
@@ -20,11 +21,13 @@ rm -rf build/agent-src
 mkdir -p build/agent-src
 if [[ "${AGENT_REF:-HEAD}" == worktree ]]; then
   # the working tree as it is (uncommitted Agent changes included), without ignored files
-  git ls-files -z --cached --others --exclude-standard comminsight generated/python |
+  git ls-files -z --cached --others --exclude-standard comminsight generated/python \
+    generated/c/include |
     while IFS= read -r -d '' f; do if [[ -e "$f" ]]; then printf '%s\0' "$f"; fi; done |
     tar --null -T - -c | tar -x -C build/agent-src
 else
-  git archive "${AGENT_REF:-HEAD}" comminsight generated/python | tar -x -C build/agent-src
+  git archive "${AGENT_REF:-HEAD}" comminsight generated/python generated/c/include |
+    tar -x -C build/agent-src
 fi
 if [[ -n "${REFRESH_WHEELS:-}" ]] || ! ls build/agent-wheels/*.whl >/dev/null 2>&1; then
   rm -rf build/agent-wheels

@@ -49,6 +49,7 @@ AGENT_SITE=/tmp/agent-site
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$AGENT_SITE" .whl/*.whl || exit 1
 NATIVE=build/agent-src/comminsight/semantic/native
 /usr/bin/gcc -std=gnu11 -O2 -fPIC -shared -ffp-contract=off "$NATIVE/engine_core.c" \
+  -Ibuild/agent-src/generated/c/include \
   -o "$NATIVE/libciengine.so" || exit 1
 export AGENT_PYTHONPATH="$AGENT_SITE:$ROOT/build/agent-src:$ROOT/build/agent-src/generated/python"
 # the Agent runs from its home (cwd), so build/agent-src is what it imports

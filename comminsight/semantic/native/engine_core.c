@@ -29,7 +29,15 @@
 #include <emmintrin.h>
 #endif
 
+#include "comminsight/inspector_log_v1.h"
+
 #define NONE INT64_MIN
+/* The schema's spelling of a property name (F) and of a string value (V), from the header the
+ * Profiler's log writer uses too: the scanner reads exactly what the schema says is written. */
+#define F(name) CI_INSPECTOR_LOG_V1_F_##name
+#define V(name) CI_INSPECTOR_LOG_V1_V_##name
+/* `"name":` as the writer puts it, after a comma */
+#define KEY_AFTER_COMMA(name) ",\"" F(name) "\":"
 
 /* ---- interned byte strings --------------------------------------------------------------- */
 
@@ -402,9 +410,10 @@ typedef struct {
 typedef struct {
     json_key_t func, sn, size, exec, bw, timing, peer;
 } perf_keys_t;
-#define KEYS(p) {K(p), K(p "_sn"), K(p "_msg_size_bytes"), K(p "_exec_time_us"), K(p "_busbw_gbs"), \
-                 K(p "_timing_source"), K(p "_peer")}
-static const perf_keys_t COLL_KEYS = KEYS("coll"), P2P_KEYS = KEYS("p2p");
+#define KEYS(P) K(F(P)), K(F(P##_SN)), K(F(P##_MSG_SIZE_BYTES)), K(F(P##_EXEC_TIME_US)), \
+                K(F(P##_BUSBW_GBS)), K(F(P##_TIMING_SOURCE))
+static const perf_keys_t COLL_KEYS = {KEYS(COLL), {NULL, 0}}; /* a collective has no peer */
+static const perf_keys_t P2P_KEYS = {KEYS(P2P), K(F(P2P_PEER))};
 
 static inline int key_s(const char* s, int64_t n, json_key_t k) { return key_n(s, n, k.s, k.n); }
 
@@ -460,7 +469,7 @@ static int perf(cur_t* c, perf_t* out, int p2p_keys) {
                 }
             } else if (is_p2p && key_s(k, kn, K->peer)) {
                 if (!opt_int(c, &out->peer)) return 0;
-            } else if (!is_p2p && key_is(k, kn, "event_trace_ts")) {
+            } else if (!is_p2p && key_is(k, kn, F(EVENT_TRACE_TS))) {
                 ws(c);
                 if (!literal(c, "null")) return 0; /* an object: Python */
             } else if (!skip_value(c)) {
@@ -487,11 +496,11 @@ static int metadata(cur_t* c) {
         int plain;
         int64_t iv;
         if (!string(c, &k, &kn, &plain) || !plain || !eat(c, ':')) return 0;
-        if (key_is(k, kn, "dump_timestamp_us")) {
+        if (key_is(k, kn, F(DUMP_TIMESTAMP_US))) {
             if (!req_int(c, &iv)) return 0;
-        } else if (key_is(k, kn, "pid")) {
+        } else if (key_is(k, kn, F(PID))) {
             if (!opt_int(c, &iv)) return 0;
-        } else if (key_is(k, kn, "hostname")) {
+        } else if (key_is(k, kn, F(HOSTNAME))) {
             ws(c);
             if (c->p < c->end && *c->p == 'n') {
                 if (!literal(c, "null")) return 0;
@@ -516,9 +525,9 @@ typedef struct {
     int64_t ring_seq, host_start, host_complete, gpu_start, gpu_stop, group_id;
 } ci_obj_t;
 
-static const json_key_t CI_INT_KEYS[] = {K("segment_index"), K("lost_count"),     K("record_count"),
-                                    K("byte_count"),    K("crc32"),          K("first_ring_seq"),
-                                    K("last_ring_seq"), {NULL, 0}};
+static const json_key_t CI_INT_KEYS[] = {K(F(SEGMENT_INDEX)),  K(F(LOST_COUNT)),     K(F(RECORD_COUNT)),
+                                         K(F(BYTE_COUNT)),     K(F(CRC32)),          K(F(FIRST_RING_SEQ)),
+                                         K(F(LAST_RING_SEQ)), {NULL, 0}};
 
 static int ci_object(cur_t* c, ci_obj_t* o) {
     ws(c);
@@ -534,23 +543,23 @@ static int ci_object(cur_t* c, ci_obj_t* o) {
             int plain;
             int64_t iv;
             if (!string(c, &k, &kn, &plain) || !plain || !eat(c, ':')) return 0;
-            if (key_is(k, kn, "kind")) {
+            if (key_is(k, kn, F(KIND))) {
                 if (have_kind || !string(c, &o->kind, &o->kind_n, &plain) || !plain) return 0;
                 have_kind = 1;
-            } else if (key_is(k, kn, "ring_seq")) {
+            } else if (key_is(k, kn, F(RING_SEQ))) {
                 if (!opt_int(c, &o->ring_seq)) return 0;
-            } else if (key_is(k, kn, "host_start_mono_ns")) {
+            } else if (key_is(k, kn, F(HOST_START_MONO_NS))) {
                 if (!opt_int(c, &o->host_start)) return 0;
-            } else if (key_is(k, kn, "host_complete_mono_ns")) {
+            } else if (key_is(k, kn, F(HOST_COMPLETE_MONO_NS))) {
                 if (!opt_int(c, &o->host_complete)) return 0;
-            } else if (key_is(k, kn, "gpu_start_globaltimer_ns")) {
+            } else if (key_is(k, kn, F(GPU_START_GLOBALTIMER_NS))) {
                 if (!opt_int(c, &o->gpu_start)) return 0;
-            } else if (key_is(k, kn, "gpu_stop_globaltimer_ns")) {
+            } else if (key_is(k, kn, F(GPU_STOP_GLOBALTIMER_NS))) {
                 if (!opt_int(c, &o->gpu_stop)) return 0;
-            } else if (key_is(k, kn, "group_id")) {
+            } else if (key_is(k, kn, F(GROUP_ID))) {
                 if (!opt_int(c, &o->group_id)) return 0;
                 if (o->group_id < 0) o->group_id = 0; /* null: unknown */
-            } else if (key_is(k, kn, "process") || key_is(k, kn, "clock")) {
+            } else if (key_is(k, kn, F(PROCESS)) || key_is(k, kn, F(CLOCK))) {
                 if (!literal(c, "null")) return 0; /* segment_start: Python */
             } else {
                 int typed = 0;
@@ -586,19 +595,19 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern
         int64_t kn;
         int plain;
         if (!string(&c, &k, &kn, &plain) || !plain || !eat(&c, ':')) return CI_LINE_OTHER;
-        if (key_is(k, kn, "header")) {
+        if (key_is(k, kn, F(HEADER))) {
             ws(&c);
             if (seen_header++ || c.p >= c.end || *c.p != '{') return CI_LINE_OTHER;
             header = c.p;
             if (!skip_object(&c)) return CI_LINE_OTHER;
             header_n = c.p - header;
-        } else if (key_is(k, kn, "metadata")) {
+        } else if (key_is(k, kn, F(METADATA))) {
             if (seen_meta++ || !metadata(&c)) return CI_LINE_OTHER;
-        } else if (key_is(k, kn, "coll_perf")) {
+        } else if (key_is(k, kn, F(COLL_PERF))) {
             if (coll.present || !perf(&c, &coll, 0)) return CI_LINE_OTHER;
-        } else if (key_is(k, kn, "p2p_perf")) {
+        } else if (key_is(k, kn, F(P2P_PERF))) {
             if (p2p.present || !perf(&c, &p2p, 1)) return CI_LINE_OTHER;
-        } else if (key_is(k, kn, "ci")) {
+        } else if (key_is(k, kn, F(CI))) {
             if (ci.present || !ci_object(&c, &ci)) return CI_LINE_OTHER;
         } else if (!skip_value(&c)) {
             return CI_LINE_OTHER;
@@ -610,10 +619,10 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern
     ws(&c);
     if (c.p != c.end || !ci.present || !header) return CI_LINE_OTHER;
     const perf_t* p;
-    if (key_is(ci.kind, ci.kind_n, "coll") && coll.present) {
+    if (key_is(ci.kind, ci.kind_n, V(COLL)) && coll.present) {
         p = &coll;
         row->kind = KIND_COLL;
-    } else if (key_is(ci.kind, ci.kind_n, "p2p") && p2p.present) {
+    } else if (key_is(ci.kind, ci.kind_n, V(P2P)) && p2p.present) {
         p = &p2p;
         row->kind = KIND_P2P;
     } else {
@@ -819,7 +828,7 @@ static const char* layout_str(const char* p, const char* e) {
 /* The group id the writer puts right before ",\"tid\":" at q (`"group_id":N`), or 0 when the
  * line has none: read backwards from q, no further than `from`. */
 static int64_t layout_group_before(const char* from, const char* q) {
-    static const char key[] = ",\"group_id\":";
+    static const char key[] = KEY_AFTER_COMMA(GROUP_ID);
     const int64_t key_n = sizeof(key) - 1;
     const char* d = q;
     while (d > from && q - d < 20 && (unsigned)(d[-1] - '0') < 10) d--;
@@ -840,13 +849,15 @@ static int64_t layout_group_before(const char* from, const char* q) {
 /* The writer's literal text between the values a coll or p2p line's engine fields hold, in
  * its order (p2p has its peer after the sequence number). `p2p` is a constant where this is
  * inlined, so every literal is one (compared without a call). */
-#define EXPECT_PERF(p2p, before, key)                                            \
+#define EXPECT_PERF(p2p, before, FIELD, after)                                   \
     do {                                                                         \
         if (p2p)                                                                 \
-            EXPECT(before "p2p" key);                                            \
+            EXPECT(before F(P2P##FIELD) after);                                  \
         else                                                                     \
-            EXPECT(before "coll" key);                                           \
+            EXPECT(before F(COLL##FIELD) after);                                 \
     } while (0)
+#define P2P_PERF_KEY "},\"" F(P2P_PERF) "\":{"
+#define COLL_PERF_KEY "},\"" F(COLL_PERF) "\":{"
 
 /* The perf object's fields, from its first key on; where its ci object's ring_seq begins, or
  * NULL when the line is not the layout. */
@@ -854,57 +865,58 @@ static inline __attribute__((always_inline)) const char* layout_perf(const char*
                                                                      ci_line_t* row, const char** func,
                                                                      const char** func_end, const int p2p) {
     row->peer = NONE;
-    EXPECT_PERF(p2p, "\"", "\":\"");
+    EXPECT_PERF(p2p, "\"", , "\":\"");
     *func = p;
     if (!(*func_end = layout_str(p, e))) return 0;
     p = *func_end;
-    EXPECT_PERF(p2p, "\",\"", "_sn\":");
+    EXPECT_PERF(p2p, "\",\"", _SN, "\":");
     if (!(p = layout_int(p, e, &row->seq))) return 0;
     if (p2p) {
-        EXPECT(",\"p2p_peer\":");
+        EXPECT(KEY_AFTER_COMMA(P2P_PEER));
         if (!(p = layout_int(p, e, &row->peer))) return 0;
     }
-    EXPECT_PERF(p2p, ",\"", "_msg_size_bytes\":");
+    EXPECT_PERF(p2p, ",\"", _MSG_SIZE_BYTES, "\":");
     if (!(p = layout_int(p, e, &row->size))) return 0;
-    EXPECT_PERF(p2p, ",\"", "_exec_time_us\":");
+    EXPECT_PERF(p2p, ",\"", _EXEC_TIME_US, "\":");
     if (!(p = layout_num(p, e, &row->exec_us))) return 0;
-    EXPECT_PERF(p2p, ",\"", "_timing_source\":\"");
+    EXPECT_PERF(p2p, ",\"", _TIMING_SOURCE, "\":\"");
     const char* timing = p;
     if (!(p = layout_str(p, e))) return 0;
     row->kernel_timing = p - timing == 10 && same(timing, "kernel_gpu", 10);
     p++;
-    EXPECT_PERF(p2p, ",\"", "_algobw_gbs\":");
+    EXPECT_PERF(p2p, ",\"", _ALGOBW_GBS, "\":");
     if (!(p = layout_num(p, e, &row->busbw))) return 0;
-    EXPECT_PERF(p2p, ",\"", "_busbw_gbs\":");
+    EXPECT_PERF(p2p, ",\"", _BUSBW_GBS, "\":");
     if (!(p = layout_num(p, e, &row->busbw))) return 0;
     if (p2p)
-        EXPECT("},\"ci\":{\"kind\":\"p2p\",\"schema_version\":1,\"ring_seq\":");
+        EXPECT("},\"" F(CI) "\":{\"" F(KIND) "\":\"" V(P2P) "\",\"" F(SCHEMA_VERSION) "\":1" KEY_AFTER_COMMA(RING_SEQ));
     else
-        EXPECT("},\"ci\":{\"kind\":\"coll\",\"schema_version\":1,\"ring_seq\":");
+        EXPECT("},\"" F(CI) "\":{\"" F(KIND) "\":\"" V(COLL) "\",\"" F(SCHEMA_VERSION) "\":1" KEY_AFTER_COMMA(RING_SEQ));
     return p;
 }
 
 static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t* headers,
                        ci_intern_t* funcs) {
     const char* p = s;
-    EXPECT("{\"header\":");
+    EXPECT("{\"" F(HEADER) "\":");
     const char* header = p;
-    const char* q = find_rare(p, e, "},\"metadata\":{", 14);
+    static const char metadata_key[] = "},\"" F(METADATA) "\":{";
+    const char* q = find_rare(p, e, metadata_key, sizeof(metadata_key) - 1);
     if (!q) return 0;
     int64_t header_n = q + 1 - header;
-    p = q + 14;
+    p = q + sizeof(metadata_key) - 1;
     /* the first "},\"p2p_perf\":{" or "},\"c" decides: a coll_perf object, or not the layout */
     int p2p;
     for (;; p = q + 3) {
         if (!(q = find_rare(p, e, "},\"", 3))) return 0;
-        if (LIT(q, e, "},\"p2p_perf\":{")) {
-            p = q + 14;
+        if (LIT(q, e, P2P_PERF_KEY)) {
+            p = q + sizeof(P2P_PERF_KEY) - 1;
             p2p = 1;
             break;
         }
-        if (LIT(q, e, "},\"c")) {
-            if (!LIT(q, e, "},\"coll_perf\":{")) return 0;
-            p = q + 15;
+        if (LIT(q, e, "},\"c")) { /* coll_perf, or ci: no perf object at all */
+            if (!LIT(q, e, COLL_PERF_KEY)) return 0;
+            p = q + sizeof(COLL_PERF_KEY) - 1;
             p2p = 0;
             break;
         }
@@ -913,27 +925,28 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t
     p = p2p ? layout_perf(p, e, row, &func, &fe, 1) : layout_perf(p, e, row, &func, &fe, 0);
     if (!p || !(p = layout_int(p, e, &row->ring_seq))) return 0;
     /* the timing fields follow "tid"; before it only the group id is used */
-    q = find_pair(p, e, ",\"tid\":", 7);
+    q = find_pair(p, e, KEY_AFTER_COMMA(TID), sizeof(KEY_AFTER_COMMA(TID)) - 1);
     if (!q) return 0;
     row->group_id = layout_group_before(p, q);
-    p = q + 7;
+    p = q + sizeof(KEY_AFTER_COMMA(TID)) - 1;
     if (!(p = layout_skip_int(p, e))) return 0; /* tid */
     row->host_start = row->host_complete = row->gpu_start = row->gpu_stop = NONE;
-    EXPECT(",\"host_start_mono_ns\":");
+    EXPECT(KEY_AFTER_COMMA(HOST_START_MONO_NS));
     if (!(p = layout_int(p, e, &row->host_start))) return 0;
-    EXPECT(",\"host_stop_mono_ns\":");
+    EXPECT(KEY_AFTER_COMMA(HOST_STOP_MONO_NS));
     if (!(p = layout_skip_int(p, e))) return 0; /* host_stop_mono_ns */
-    if (ACCEPT(",\"host_complete_mono_ns\":")) {
+    if (ACCEPT(KEY_AFTER_COMMA(HOST_COMPLETE_MONO_NS))) {
         if (!(p = layout_int(p, e, &row->host_complete))) return 0;
     }
-    if (ACCEPT(",\"gpu_start_globaltimer_ns\":")) {
+    if (ACCEPT(KEY_AFTER_COMMA(GPU_START_GLOBALTIMER_NS))) {
         if (!(p = layout_int(p, e, &row->gpu_start))) return 0;
-        EXPECT(",\"gpu_stop_globaltimer_ns\":");
+        EXPECT(KEY_AFTER_COMMA(GPU_STOP_GLOBALTIMER_NS));
         if (!(p = layout_int(p, e, &row->gpu_stop))) return 0;
     }
-    EXPECT(",\"channels_completed\":");
+    EXPECT(KEY_AFTER_COMMA(CHANNELS_COMPLETED));
     if (!(p = layout_skip_int(p, e))) return 0; /* channels_completed */
-    if (!ACCEPT(",\"forced_complete\":false}}") && !ACCEPT(",\"forced_complete\":true}}")) return 0;
+    if (!ACCEPT(KEY_AFTER_COMMA(FORCED_COMPLETE) "false}}") && !ACCEPT(KEY_AFTER_COMMA(FORCED_COMPLETE) "true}}"))
+        return 0;
     if (p != e) return 0;
     row->kind = p2p ? KIND_P2P : KIND_COLL;
     row->header = intern(headers, header, header_n);
