@@ -68,7 +68,8 @@ from comminsight.semantic.engine import GpuEngine
 from comminsight.semantic.live_cut import LiveJobCut
 from comminsight.semantic.offline import SummaryFile, role_template
 from comminsight.semantic.op_batch import CommTable, SegmentTable
-from comminsight.semantic.shm_input import CommInfo, RingPosition, engine_batch
+from comminsight.semantic.positions import RingPosition
+from comminsight.semantic.shm_input import CommInfo, engine_batch
 from comminsight.semantic.step_builder import GpuIdentity
 from comminsight.semantic.templates import TemplateSet
 from comminsight_gen.models.semantic_engine_v1 import GpuState, ShmPosition

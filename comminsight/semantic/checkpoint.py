@@ -25,9 +25,8 @@ from comminsight.durable_files import write_atomically
 from comminsight.semantic.cut_runner import CutRunner
 from comminsight.semantic.cycle import Cycle
 from comminsight.semantic.engine import ENGINE_VERSION, GpuEngine
-from comminsight.semantic.log_input import LogPosition
+from comminsight.semantic.positions import LogPosition, RingPosition
 from comminsight.semantic.recovery import PeriodRunner, TemplateRunner
-from comminsight.semantic.shm_input import RingPosition
 from comminsight.semantic.step_builder import (
     GpuIdentity,
     OpenStep,

@@ -29,7 +29,6 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -48,6 +47,7 @@ from comminsight.semantic.op_batch import (
 )
 from comminsight.semantic.op_times import op_times
 from comminsight.semantic.ops import EngineOp
+from comminsight.semantic.positions import LogPosition
 from comminsight.semantic.process_gpus import GpuOfProcess, ProcessMembers, split_process
 
 SEGMENT_NAME = re.compile(r"^(?P<stream>.+)-(?P<index>\d{6,})\.jsonl(?P<partial>\.partial)?$")
@@ -135,39 +135,6 @@ class _Line(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Line)
 # what decoding a line can raise: msgspec raises UnicodeDecodeError for invalid UTF-8
 BAD_JSON = (msgspec.DecodeError, UnicodeDecodeError)
-
-
-class LogPosition(NamedTuple):
-    """Where an op's line is: the checkpoint's `input` (semantic-engine LogPosition). A
-    NamedTuple: one is made per op line, and tuples are the cheapest to make."""
-
-    segment: str
-    segment_index: int | None
-    byte_offset: int
-    record_index: int
-    ring_seq: int | None
-    end_offset: int = 0  # the byte after the line
-
-    def order(self) -> tuple[int, int]:
-        return (self.segment_index or 0, self.byte_offset)
-
-    def resume_here(self) -> LogPosition:
-        """The checkpoint position that re-reads this line first."""
-        before = self.ring_seq - 1 if self.ring_seq else None  # the last ring record consumed
-        return LogPosition(
-            self.segment, self.segment_index, self.byte_offset, self.record_index, before
-        )
-
-    def after(self) -> LogPosition:
-        """The position of the next line."""
-        return LogPosition(
-            self.segment,
-            self.segment_index,
-            self.end_offset,
-            self.record_index + 1,
-            self.ring_seq,
-            self.end_offset,
-        )
 
 
 @dataclass

@@ -18,6 +18,7 @@ import numpy as np
 from comminsight.semantic import native
 from comminsight.semantic.native import NONE
 from comminsight.semantic.ops import EngineOp
+from comminsight.semantic.positions import LogPosition, RingPosition
 
 KINDS = ("coll", "p2p")
 
@@ -214,9 +215,6 @@ class OpBatch:
 
     def position(self, i: int):
         """The input position of op i (a LogPosition or a RingPosition)."""
-        from comminsight.semantic.log_input import LogPosition
-        from comminsight.semantic.shm_input import RingPosition
-
         c = self.cols
         seg = int(c["pos_seg"][i])
         ring = int(c["ring_seq"][i])
@@ -294,7 +292,6 @@ class OpBatch:
 
 def from_engine_ops(ops: list[EngineOp], comms: CommTable, segments: SegmentTable) -> OpBatch:
     """Columns of EngineOps (ops decoded by the Python paths: NVIDIA logs, unusual lines)."""
-    from comminsight.semantic.log_input import LogPosition
 
     def col(values, dtype=np.int64):
         return np.fromiter(values, dtype, len(ops))

@@ -27,22 +27,6 @@ class CommInfo:
     nnodes: int | None
 
 
-@dataclass(frozen=True)
-class RingPosition:
-    """Where an op is in its producer's ring (semantic-engine ShmPosition)."""
-
-    ring_seq: int
-
-    def order(self) -> tuple[int, int]:
-        return (0, self.ring_seq)
-
-    def after(self) -> RingPosition:
-        return RingPosition(self.ring_seq + 1)
-
-    def resume_here(self) -> RingPosition:
-        return self
-
-
 def engine_batch(
     records: np.ndarray,
     comms: dict[int, CommInfo],
