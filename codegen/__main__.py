@@ -1,4 +1,5 @@
-"""`python -m codegen generate|verify|check`: protocols/ -> generated/ (DESIGN §2, §5).
+"""`python -m codegen generate|verify|check|check-compat`: protocols/ -> generated/
+(docs/architecture.md §2, §5).
 
 generate: check the registry and every source, generate everything into a staging tree, check
           that each protocol wrote exactly the outputs the registry lists, then replace
@@ -6,6 +7,8 @@ generate: check the registry and every source, generate everything into a stagin
 verify:   generate, then fail if `git status --porcelain -- generated/ README.md` shows any
           change: the committed outputs must be exactly what the sources produce.
 check:    validate the registry and sources without writing anything.
+check-compat: fail when a protocol version live at the last release tag (v*, or --base REF)
+          changed incompatibly in the working tree (codegen/compat.py says what counts).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from codegen import cabi, jsonschema_models, openapi_gen, proto_gen, readme
+from codegen import cabi, compat, jsonschema_models, openapi_gen, proto_gen, readme
 from codegen.context import Context
 from codegen.errors import SchemaError
 from codegen.registry import Protocol, load
@@ -141,7 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["generate", "verify", "check"])
+    parser.add_argument("command", choices=["generate", "verify", "check", "check-compat"])
+    parser.add_argument(
+        "--base",
+        help="check-compat: the release to compare with (default: newest v* tag reachable "
+        "from HEAD)",
+    )
     parser.add_argument(
         "--root", type=Path, default=ROOT, help="repository root (default: this checkout)"
     )
@@ -154,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "verify":
             return verify(root)
+        if args.command == "check-compat":
+            return compat.run(root, args.base)
         return check(root)
     except SchemaError as e:
         print(f"codegen: error: {e}", file=sys.stderr)
