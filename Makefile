@@ -14,6 +14,8 @@ CSTRICT := -std=c11 -Wall -Wextra -Werror -pedantic
 BUILD := build
 DIST := dist
 INSTALL_PREFIX ?= /opt/comminsight
+# an interpreter of the training environment: `make install` gives it Inject only (empty: none)
+TRAINING_PYTHON ?=
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 # the wheel carries a native library (setup.py): tagged for this platform, e.g. linux_x86_64
 WHEEL_PLATFORM := $(shell python3 -c "import sysconfig; print(sysconfig.get_platform().replace('-', '_').replace('.', '_'))")
@@ -23,8 +25,8 @@ PYTEST_ARGS ?=
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 
 .PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults build-engine
-.PHONY: all build venv generate verify-generated check-schemas headers test test-contract \
-        test-unit lint bench demo install clean
+.PHONY: all build venv generate verify-generated check-schemas check-compat headers test test-contract \
+        test-unit lint bench demo install uninstall wheel-manylinux clean
 
 ## help: every target with what it does (the `## target: ...` lines of this Makefile)
 .PHONY: help
@@ -126,6 +128,10 @@ verify-generated: $(VENV_STAMP)
 check-schemas: $(VENV_STAMP)
 	$(VPY) -m codegen check
 
+## check-compat: fail if a protocol version live at the last release tag (v*) changed incompatibly (COMPAT_BASE=<ref> compares with another ref)
+check-compat: $(VENV_STAMP)
+	$(VPY) -m codegen check-compat $(if $(COMPAT_BASE),--base $(COMPAT_BASE))
+
 ## headers: every generated C header compiles on its own with -Werror
 headers: $(patsubst generated/c/include/comminsight/%.h,$(BUILD)/headers/%.o,$(GEN_HEADERS))
 
@@ -139,8 +145,8 @@ $(WHEEL): $(VENV_STAMP) $(ENGINE_SO) $(shell find comminsight generated/python -
 	@mkdir -p $(DIST)
 	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
 
-## test: Debian packages (installed if missing), verify-generated, lint, contract tests, unit tests (incl. the Profiler under sanitizers)
-test: debian-packages verify-generated headers lint build-profiler build-profiler-sanitizers test-contract test-unit
+## test: Debian packages (installed if missing), verify-generated, check-compat, lint, contract tests, unit tests (incl. the Profiler under sanitizers)
+test: debian-packages verify-generated check-compat headers lint build-profiler build-profiler-sanitizers test-contract test-unit
 
 ## lint: ruff on the hand-written Python (generated/ is excluded)
 lint: $(VENV_STAMP)
@@ -152,6 +158,13 @@ test-contract: $(VENV_STAMP)
 
 test-unit: $(VENV_STAMP) $(ENGINE_SO)
 	$(VPY) -m pytest tests $(PYTEST_ARGS)
+
+## check-deploy: promtool checks of deploy/prometheus (alert rules, their unit tests, the example config); make test also checks the dashboard against a real /metrics page
+.PHONY: check-deploy
+check-deploy: debian-packages
+	promtool check rules deploy/prometheus/comminsight-alerts.yml
+	promtool test rules deploy/prometheus/comminsight-alerts.test.yml
+	promtool check config deploy/prometheus/prometheus.yml
 
 ## bench: CPU benchmarks, one JSON line per metric
 bench: $(VENV_STAMP) build-profiler $(ENGINE_SO)
@@ -189,18 +202,20 @@ bench-profiler: $(VENV_STAMP) build-profiler
 demo: debian-packages $(VENV_STAMP) build-profiler $(ENGINE_SO)
 	$(VENV)/bin/comminsight demo
 
-## install: install what exists so far under INSTALL_PREFIX and into the active Python
-install: $(WHEEL) headers build-profiler $(INJECT_WHEEL)
-	install -d -m 0755 $(INSTALL_PREFIX)/etc $(INSTALL_PREFIX)/include/comminsight $(INSTALL_PREFIX)/lib
-	install -m 0755 $(PROFILER_SO) $(INSTALL_PREFIX)/lib/
-	test -e $(INSTALL_PREFIX)/etc/comminsight.conf || install -m 0644 config/comminsight.conf $(INSTALL_PREFIX)/etc/comminsight.conf
-	install -m 0644 generated/c/include/comminsight/*.h $(INSTALL_PREFIX)/include/comminsight/
-	# dependencies resolved against pyproject's ranges (not exact pins: this is the user's
-	# training environment), then the wheel itself replaced even if the version is unchanged
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check $(WHEEL)
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(WHEEL)
-	# Inject: the .pth hook of the environment that runs the workload (no dependencies)
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(INJECT_WHEEL)
+## install: the Agent in its own venv under INSTALL_PREFIX (lib/comminsight/venv from requirements/runtime.txt; bin/comminsight-agent, bin/comminsight), the plugin, headers, config, systemd unit, Inject's wheel (share/comminsight); TRAINING_PYTHON=/path/to/python also puts Inject, and nothing else, into that environment
+install: $(WHEEL) headers build-profiler $(INJECT_WHEEL) LICENSE NOTICE
+	$(PYTHON) scripts/prefix_install.py install --prefix "$(INSTALL_PREFIX)" --python "$(PYTHON)" \
+	  --requirements requirements/runtime.txt --wheel $(WHEEL) --inject-wheel $(INJECT_WHEEL) \
+	  --plugin $(PROFILER_SO) $(if $(TRAINING_PYTHON),--training-python "$(TRAINING_PYTHON)")
+
+## uninstall: remove exactly what `make install` put under INSTALL_PREFIX (its install-manifest.json), and Inject from the TRAINING_PYTHON install gave it
+uninstall:
+	$(PYTHON) scripts/prefix_install.py uninstall --prefix "$(INSTALL_PREFIX)"
+
+## wheel-manylinux: dist/comminsight-<version>-py3-none-manylinux_2_<n>_<arch>.whl, the wheel repaired and retagged by auditwheel (its native engine needs only glibc)
+wheel-manylinux: $(WHEEL)
+	rm -f $(DIST)/comminsight-$(VERSION)-py3-none-manylinux*.whl
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair --wheel-dir $(DIST) $(WHEEL)
 
 clean:
 	rm -rf $(BUILD) $(DIST) .pytest_cache
