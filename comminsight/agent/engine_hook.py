@@ -17,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from comminsight.agent.process_labels import NO_PROCESS, ProcessLabels
 from comminsight.semantic.shm_input import CommInfo
 
 
@@ -36,6 +37,8 @@ class GpuStream:
     # which GPU of a process that drives several ("" for one; ".dev<N>" or ".rank<N>", as the
     # offline reader names them)
     suffix: str = ""
+    # the GPU's /metrics labels (job, host, ranks, device, UUID)
+    labels: ProcessLabels = field(default=NO_PROCESS, compare=False)
 
 
 class EngineHook(Protocol):

@@ -18,6 +18,7 @@ import numpy as np
 
 from comminsight.agent.engine_hook import EngineHook, GpuStream
 from comminsight.agent.metrics import NodeMetrics, update_from_producers
+from comminsight.agent.process_labels import header_labels
 from comminsight.agent.producer_gpus import ProcessGpus
 from comminsight.agent.producers import Batch, Producer, ProducerSet
 from comminsight.agent.recent_ops import Origin, RecentOps
@@ -121,6 +122,7 @@ class NodeIngest:
             local_rank=rank_or_none(int(h["local_rank"])),
             job_id=record_text(h["job_id"]) or None,
             shm_file=producer.path.name,
+            labels=header_labels(h),
         )
 
     def _gpu_stream(self, producer: Producer, g: GpuOfProcess) -> GpuStream:
@@ -131,6 +133,14 @@ class NodeIngest:
             cuda_device=g.device,
             local_rank=g.local_rank,
             suffix=g.suffix,
+            labels=replace(
+                whole.labels,
+                rank=_text(g.global_rank),
+                local_rank=_text(g.local_rank),
+                gpu=_text(g.device),
+                # the header's UUID is its first device's
+                uuid=whole.labels.uuid if g.device == whole.cuda_device else "",
+            ),
         )
 
     def _hand_on(self, producer: Producer, ops: np.ndarray) -> None:
@@ -147,6 +157,10 @@ class NodeIngest:
             return
         for g, records in split.partition(ops):
             self.engine.feed(self._gpu_stream(producer, g), records, comms)
+
+
+def _text(index: int | None) -> str:
+    return "" if index is None else str(index)
 
 
 def comm_infos(rows: np.ndarray) -> dict[int, CommInfo]:

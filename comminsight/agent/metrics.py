@@ -35,6 +35,7 @@ from comminsight.agent.process_labels import (
     ProducerLabels,
 )
 from comminsight.agent.profiler_drops import ProfilerDropTotals
+from comminsight.agent.step_metrics import STEP_BUCKETS_S, StepTimes
 from comminsight.shm_reader import COMM, op_records, record_text
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
@@ -124,6 +125,7 @@ class NodeMetrics:
         self.incidents_opened: dict[str, int] = {}  # root verdict -> incidents opened
         # the Semantic Engine's counters (None while it is off)
         self.engine_steps: int | None = None
+        self.steps: dict[ProcessLabels, StepTimes] = {}  # each GPU's Step durations
         self.engine_records_dropped = 0
         self.engine_records_queued = 0
         self.semantic: engine_metrics.SemanticEngineMetrics | None = None  # while it runs
@@ -186,6 +188,13 @@ class NodeMetrics:
             s.busbw += busbw_hist[i]
             s.busbw_sum += busbw_sum[i]
 
+    def add_steps(self, new: dict[ProcessLabels, StepTimes], now_mono_ns: int) -> None:
+        """Steps the live engine wrote since the last pass (step_metrics.StepDurations)."""
+        for labels, times in new.items():
+            series = self.steps.setdefault(labels, StepTimes())
+            series.merge(times)
+            series.seen_mono_ns = now_mono_ns
+
     def expire(self, now_mono_ns: int, live: set[tuple[ProcessLabels, int]]) -> None:
         """Mark the series of live (process labels, communicator) pairs seen now and drop the
         ones not seen for longer than the expiry: their process ended or their communicator
@@ -204,6 +213,12 @@ class NodeMetrics:
             expired.ops += s.ops
             expired.bytes += s.bytes
             expired.latency_sum += s.latency_sum
+        running = {labels for labels, _ in live}
+        for labels, times in list(self.steps.items()):
+            if labels in running:
+                times.seen_mono_ns = now_mono_ns
+            elif now_mono_ns - times.seen_mono_ns > self.expire_after_ns:
+                del self.steps[labels]
         used = {comm_id for _, comm_id, _ in self.series} | {comm_id for _, comm_id in live}
         for comm_id in self.comm_names.keys() - used:
             del self.comm_names[comm_id]
@@ -258,6 +273,17 @@ class NodeMetrics:
         for key, value in sorted(self.inflight_age_s.items()):
             age.add_metric(list(key), value)
         yield age
+        steps = HistogramMetricFamily(
+            "comminsight_step_duration_seconds",
+            "Training Steps the live Semantic Engine recovered, by duration (first op's start "
+            "to last op's end), per profiled GPU",
+            labels=list(LABEL_NAMES),
+        )
+        for labels, times in sorted(self.steps.items()):
+            steps.add_metric(
+                list(labels.values()), _buckets(STEP_BUCKETS_S, times.buckets), times.sum_s
+            )
+        yield steps
         drops = CounterMetricFamily(
             "comminsight_profiler_drops",
             "What the Profilers of this node dropped and counted",

@@ -57,6 +57,7 @@ from comminsight.agent.engine_restarts import (
     RestartBudget,
 )
 from comminsight.agent.heap_trim import HeapTrim
+from comminsight.agent.step_metrics import StepDurations
 from comminsight.semantic.checkpoint import (
     CheckpointError,
     CheckpointFile,
@@ -199,6 +200,7 @@ class SemanticEngineHook:
         self.replay_max = replay_max
         self.dropped_records = 0
         self.steps_written = 0
+        self.step_durations = StepDurations()  # for /metrics, taken by the Agent's loop
         self.counts = FailureCounts()
         self.restored = 0  # GPUs resumed from a checkpoint
         self.storage_fault: StorageFault | None = None  # while writes fail
@@ -600,8 +602,12 @@ class SemanticEngineHook:
                 self._storage_failed(g.out.path, e)
             # a restarted engine writes again the summaries after its checkpoint: count once
             if g.out.written > g.reported:
-                self.steps_written += g.out.written - g.reported
+                new = g.out.written - g.reported
+                self.steps_written += new
                 g.reported = g.out.written
+                self.step_durations.add(
+                    g.gpu.labels, [s.duration_ns / 1e9 for s in summaries[-new:]]
+                )
 
     def _flush(self, g: _Gpu) -> None:
         try:

@@ -189,6 +189,7 @@ class AgentService:
             changed = self.incidents.update(groups, self.hangs.reports, now, snapshot.taken_real_ns)
             self._quiet_consequences(changed)
         if isinstance(self.engine, SemanticEngineHook):
+            self.metrics.add_steps(self.engine.step_durations.take(), now)
             self.metrics.engine_steps = self.engine.steps_written
             self.metrics.engine_records_dropped = self.engine.dropped_records
             self.metrics.engine_records_queued = self.engine.queued_records
