@@ -1,6 +1,10 @@
 """The Semantic Engine reads NVIDIA NCCL Inspector's own logs: op lines without CommInsight's
 `ci` part, no issue times, no monotonic clock, "All2All" spelling, "nan" bandwidths. The
-inputs are real plugin logs of simulated runs with everything NVIDIA does not write removed."""
+inputs are real plugin logs of simulated runs with everything NVIDIA does not write removed,
+and with the times NVIDIA would write: an op's only time is when a dump thread wrote its line.
+Those dumps are simulated on a clock of their own, so what the engine reads is the same on an
+idle machine and a loaded one (the plugin's write times are when its writer thread happened
+to wake)."""
 
 from __future__ import annotations
 
@@ -14,9 +18,17 @@ from comminsight.semantic.offline import recover_steps
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.truth import read_ground_truth
 
+DUMP_INTERVAL_US = 100_000
+# ops a simulated dump writes: dumps a few Steps apart, some beating with the Steps (one
+# begins at the same op every few Steps, which once merged FSDP's Steps 1-5 into one), and
+# dumps inside the Steps
+LINES_PER_DUMP = (16, 48, 64, 90)
 
-def as_nvidia(src_dir, dst_dir) -> None:
-    """One NVIDIA-style file per process, its op lines in the order they were written."""
+
+def as_nvidia(src_dir, dst_dir, lines_per_dump: int) -> None:
+    """One NVIDIA-style file per process, its op lines in the order they were written, a
+    dump every `lines_per_dump` lines, DUMP_INTERVAL_US after the one before, a microsecond
+    a line."""
     dst_dir.mkdir()
     by_process: dict[tuple, list[str]] = {}
     for segment in sorted(src_dir.glob("*.jsonl")):
@@ -33,9 +45,18 @@ def as_nvidia(src_dir, dst_dir) -> None:
             if record["header"]["comm_name"] is None:
                 record["header"]["comm_name"] = "unknown"
             meta = record["metadata"]
-            by_process.setdefault((meta["hostname"], meta["pid"]), []).append(json.dumps(record))
+            lines = by_process.setdefault((meta["hostname"], meta["pid"]), [])
+            lines.append(json.dumps(_dumped(record, len(lines), lines_per_dump)))
     for (host, pid), lines in by_process.items():
         (dst_dir / f"nccl-inspector-{host}-pid{pid}.log").write_text("\n".join(lines) + "\n")
+
+
+def _dumped(record: dict, line: int, lines_per_dump: int) -> dict:
+    dump, in_dump = divmod(line, lines_per_dump)
+    record["metadata"]["dump_timestamp_us"] = (
+        1_700_000_000_000_000 + dump * DUMP_INTERVAL_US + in_dump
+    )
+    return record
 
 
 @pytest.mark.parametrize(
@@ -53,21 +74,20 @@ def test_nvidia_inspector_logs_give_the_same_steps(tmp_path, workload):
         SimConfig(
             plugin=str(builds()["plain"].path),
             home=str(home),
-            # NVIDIA's logs have no issue times: an op's end is the time its line was dumped,
-            # so the idle gaps that place Steps are written-out gaps, small beside a busy
-            # machine's delays at short time scales: at 0.02 one CI run cut FSDP's
-            # micro-batches as Steps, at 0.1 one fresh-clone run merged FSDP's Steps 1-5 into
-            # one; 0.3 makes every modeled gap 15x the 0.02 one
-            time_scale=0.3,
+            time_scale=0.3,  # the run's own times do not reach the NVIDIA logs
             env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
             **workload,
         )
     )
     assert not sim.errors
     truths = read_ground_truth(sim.run_dir)
-    nvidia = tmp_path / "nvidia"
-    as_nvidia(home / "inspector_logs", nvidia)
-    result = recover_steps(nvidia)
+    for lines_per_dump in LINES_PER_DUMP:
+        nvidia = tmp_path / f"nvidia-{lines_per_dump}"
+        as_nvidia(home / "inspector_logs", nvidia, lines_per_dump)
+        _assert_true_steps(recover_steps(nvidia), truths, f"{lines_per_dump} lines a dump")
+
+
+def _assert_true_steps(result, truths, dumps: str) -> None:
     assert result.problems == []
     assert sorted(g.gpu.global_rank for g in result.gpus) == [0, 1]
     for gpu in result.gpus:
@@ -81,7 +101,7 @@ def test_nvidia_inspector_logs_give_the_same_steps(tmp_path, workload):
             )
             for s in gpu.summaries
         ]
-        assert got == expected
+        assert got == expected, dumps
         assert all("start_mono_ns" not in json.loads(_json(s)) for s in gpu.summaries)
         assert gpu.gpu.pid == truth.run["pid"]
 

@@ -27,7 +27,9 @@ import numpy as np
 from comminsight.semantic import native
 from comminsight.semantic.cut_runner import CutRunner, LiveCutRunner
 from comminsight.semantic.cycle import Cycle, learn_cycle_codes, rare_key_floors
+from comminsight.semantic.dump_times import idle_before
 from comminsight.semantic.job_cut import STARTUP
+from comminsight.semantic.native import NONE
 from comminsight.semantic.op_batch import FUNCS, OpBatch
 from comminsight.semantic.ops import WINDOW
 from comminsight.semantic.recovery import PeriodRunner, TemplateRunner, cycle_key
@@ -55,13 +57,9 @@ class Fit:
 
 
 def idle_gaps(batch: OpBatch) -> np.ndarray:
-    """For each op, how long the GPU had no op of this process running before it started."""
-    start, end = batch["start"], batch["end"]
-    gaps = np.zeros(len(start), np.int64)
-    if len(start) > 1:
-        busy_until = np.maximum.accumulate(end)[:-1]
-        gaps[1:] = np.maximum(0, start[1:] - busy_until)
-    return gaps
+    """For each op, how long the GPU had no op of this process running before it started
+    (beyond what NVIDIA Inspector's dump interval explains, where ends are its dump times)."""
+    return idle_before(batch["start"], batch["end"], bool((batch["end_mono"] == NONE).all()))
 
 
 def template_cycles(template: CompiledTemplate, batch: OpBatch, final: bool = False) -> list[Cycle]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from comminsight.semantic.dump_times import idle_before
 from comminsight.semantic.native import NONE
 from comminsight.semantic.op_batch import KINDS, OpBatch, func_code
 
@@ -109,11 +110,12 @@ class GpuOps:
         """For each op, how long before it nothing happened: the time the GPU ran none of
         this process's ops, plus the time the host took to issue it after the op before.
         A Step begins after both: the optimizer, data loading and often a host sync (the
-        loss printed) keep the host from issuing, and its GPU has drained by then."""
-        gaps = np.zeros(len(self), np.int64)
+        loss printed) keep the host from issuing, and its GPU has drained by then. Where the
+        ends are only the times NVIDIA Inspector dumped the lines, what the dump interval
+        can explain is no idle time (dump_times)."""
+        # with no host clock at all the ends are NVIDIA's dump times, and no issue times add
+        gaps = idle_before(self.start, self.end, not self.host_issue.any())
         if len(self) > 1:
-            busy_until = np.maximum.accumulate(self.end)[:-1]
-            gaps[1:] = np.maximum(0, self.start[1:] - busy_until)
             host_clock = self.host_issue[1:] & self.host_issue[:-1]
             gaps[1:] += np.where(host_clock, np.maximum(0, np.diff(self.issue)), 0)
         return gaps
