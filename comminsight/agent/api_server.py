@@ -468,7 +468,7 @@ async def _resolve_note(request: web.Request, model) -> str | None:
         )
     try:
         raw = msgspec.json.decode(body)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:  # msgspec's word for bad UTF-8
         raise ApiError(
             ErrorCode.malformed_body,
             f"body is not JSON: {e}",

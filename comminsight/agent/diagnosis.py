@@ -48,7 +48,14 @@ from msgspec import UNSET
 
 from comminsight.agent.left_comm import MembersSeen, left_members
 from comminsight.agent.odd_ranks import OddRanks, odd_ranks, rhythm_reason
-from comminsight.agent.op_rhythm import Expectation, StepCycle, Unknown, comm_history, expected_op
+from comminsight.agent.op_rhythm import (
+    Expectation,
+    StepCycle,
+    Unknown,
+    comm_history,
+    expected_op,
+    rhythm_key,
+)
 from comminsight.agent.proxy_evidence import hang_evidence
 from comminsight.agent.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.shm_reader import ROOTED_FUNCS
@@ -258,12 +265,15 @@ def diagnose_comm(
 
 
 def waiting_members(comm: CommView, now: int, threshold_ns: int) -> list[CommMember]:
-    """Members whose oldest collective in flight is older than the threshold."""
+    """Members whose oldest collective in flight is older than the threshold. A member whose
+    process ended waits for nothing: a job killed whole leaves every rank's last op in
+    flight in its rows until the Agent retires the regions, and nobody waits for anybody."""
     return [
         m
         for m in comm.members
         if m.inflight is not None
         and m.inflight.is_coll
+        and not m.process.ended
         and now - m.inflight.enqueue_mono_ns > threshold_ns
     ]
 
@@ -272,7 +282,13 @@ def process_died(
     comm: CommView, waiting: list[CommMember], op_index: int, op: InflightOp, wait_s: float
 ) -> Finding | None:
     # Only members that still owe op N matter: a dead rank that completed it blocks no one.
-    dead = [m for m in comm.members if not m.process.alive and m.coll_completed <= op_index]
+    owing = [m for m in comm.members if not m.process.alive and m.coll_completed <= op_index]
+    # One that joined op N and went silent in it (its heartbeat stale: frozen, or on a node
+    # whose reports stopped) waited like the others: where a live rank never joined N, that
+    # rank is where the hang starts (not_joined), and it stays so when the silence comes.
+    dead = [m for m in owing if m.coll_enqueued <= op_index]
+    if not dead and not any(m.process.alive and m.coll_enqueued <= op_index for m in comm.members):
+        dead = owing
     if not dead:
         return None
     reasons = {m.rank: death_reason(m) for m in dead}
@@ -344,7 +360,9 @@ def left_comm(
         for m in left
         if completed_ops is not None and (o := completed_ops(m).get(op_index)) is not None
     }
-    if any(o.signature() != op.signature() for o in issued.values()):
+    # rhythm_key, not signature: the in-flight view carries an all-reduce's root argument,
+    # the completed window does not, and the same op must not read as a different one
+    if any(rhythm_key(o) != rhythm_key(op) for o in issued.values()):
         ops = {**{m.rank: m.inflight for m in stuck}, **issued}
         decided = odd_ranks(ops, lambda: rhythm_at(comm, op_index, completed_ops, step_cycles))
         if decided.odd and decided.odd <= set(issued):
@@ -724,6 +742,7 @@ def p2p_wait(comm: CommView, snapshot: NodeSnapshot, now: int, threshold_ns: int
         if m.inflight is not None
         and not m.inflight.is_coll
         and m.inflight.peer is not None
+        and not m.process.ended  # see waiting_members
         and now - m.inflight.enqueue_mono_ns > threshold_ns
     ]
     if not waits:
@@ -743,6 +762,8 @@ def p2p_wait(comm: CommView, snapshot: NodeSnapshot, now: int, threshold_ns: int
             if len(cycle) == 2 and {x.inflight.func for x in cycle} == {"Send", "Recv"}:
                 # a Send and its Recv, both posted: the transfer itself does not finish
                 return p2p_stalled(comm, cycle, now, threshold_ns)
+            if all(m.p2p_enqueued - m.p2p_completed > 1 for m in cycle):
+                return p2p_exchange(comm, cycle, op)
             return p2p_cycle(comm, cycle, op)
         chain.append(peer)
     last = chain[-1]
@@ -862,6 +883,29 @@ def p2p_cycle(comm: CommView, cycle: list[CommMember], op: InflightOp) -> Findin
             f"{cycle[(i + 1) % len(cycle)].inflight.func} too"
             for i, m in enumerate(cycle)
         },
+        op=op,
+    )
+
+
+def p2p_exchange(comm: CommView, cycle: list[CommMember], op: InflightOp) -> Finding:
+    """Ranks whose oldest ops are sends to each other (or receives) while each has more ops
+    in flight: the view shows only the oldest op, and a batched exchange (Megatron's
+    batch_isend_irecv: a Send and a Recv toward each neighbour in one NCCL group) looks so
+    whenever it does not finish, most often because one of the ranks is stuck in an op of
+    another communicator queued before it. No call order is proven wrong: no culprit here;
+    incidents place it behind what the ranks wait in first."""
+    path = " -> ".join(f"rank {m.rank} ({m.inflight.func})" for m in cycle)
+    return Finding(
+        Verdict.all_joined_none_complete,
+        comm,
+        key="p2p-exchange:" + ".".join(str(m.rank) for m in sorted(cycle, key=lambda m: m.rank)),
+        summary=(
+            f"ranks exchange point-to-point ops on {_comm_label(comm)} and none completes: "
+            f"{path} -> rank {cycle[0].rank}, each with "
+            + ", ".join(f"{m.p2p_enqueued - m.p2p_completed}" for m in cycle)
+            + " op(s) in flight (a batched exchange, its other ops not shown)"
+        ),
+        culprits={},
         op=op,
     )
 

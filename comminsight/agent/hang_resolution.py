@@ -3,8 +3,8 @@
 A report is open while diagnosis keeps finding it (same report_id); the first pass that does
 not find it resolves it once, saying why as far as this node can tell:
 - another report now stands for the same communicator (the diagnosis changed): superseded;
-- the communicator is no longer active on this node (finalized, or its processes retired):
-  comm_finalized;
+- the communicator is no longer active on this node (finalized, its processes retired, or
+  every one of them ended: a job killed whole): comm_finalized;
 - otherwise the ranks moved on, so the op completed: op_completed.
 """
 
@@ -24,7 +24,12 @@ def resolve_cleared(
     """The stored open reports absent from `current`, as resolved reports."""
     current_ids = {r.report_id for r in current}
     comms_reported = {r.comm.comm_id for r in current}
-    active = {c.comm_id_hex for c in snapshot.comms.values()}
+    # a communicator whose every process ended is over, though its rows wait for retirement
+    active = {
+        c.comm_id_hex
+        for c in snapshot.comms.values()
+        if not c.members or not all(m.process.ended for m in c.members)
+    }
     resolved = []
     for report in stored:
         if report.status is not ReportStatus.open or report.report_id in current_ids:

@@ -454,7 +454,7 @@ class AgentMasterServer:
             )
         try:
             return msgspec.json.decode(s.json, type=StepSummary), s.json
-        except msgspec.DecodeError as e:
+        except (msgspec.DecodeError, UnicodeDecodeError) as e:  # bad UTF-8 inside a string
             raise Refusal(
                 pb.REJECT_REASON_MALFORMED, f"step summary is not a step-summary v1: {e}"
             ) from None

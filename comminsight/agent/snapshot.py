@@ -57,6 +57,12 @@ class ProcessView:
             self.pid_exists and self.heartbeat_fresh and self.file_state != shm_v1.FileState.CLOSED
         )
 
+    @property
+    def ended(self) -> bool:
+        """Certainly over: its pid is gone, or its exit handler closed its region. A stale
+        heartbeat alone is not (a frozen process, or a node whose reports stopped)."""
+        return not self.pid_exists or self.file_state == shm_v1.FileState.CLOSED
+
     def to_real_ns(self, mono_ns: int) -> int:
         return max(0, self.start_real_ns + (mono_ns - self.start_mono_ns))
 
@@ -149,11 +155,13 @@ class CommView:
 
     @cached_property
     def join_points(self) -> tuple[tuple[int, dict[int, int]], ...]:
-        """(op index, {rank: real-time enqueue}) for the ops this view shows enqueued on every
+        """(op index, {rank: monotonic enqueue}) for the ops this view shows enqueued on every
         rank at once: the oldest op in flight (when all ranks are in flight at the same index)
-        and the last op enqueued (when all ranks enqueued the same number). Real time, so
-        that members on different hosts compare; the straggler verdict joins them over the
-        snapshots of its history."""
+        and the last op enqueued (when all ranks enqueued the same number); the straggler
+        verdict joins them over the snapshots of its history. Monotonic, never real time:
+        a node's processes share its clock, and a master's job view puts every node's on
+        the master's, while real time carries each node's wall clock, which may be off by
+        seconds (no NTP) and made a whole node's ranks 'join late'."""
         ms = self.members
         if self.missing_ranks or not ms:
             return ()
@@ -163,12 +171,12 @@ class CommView:
             out.append(
                 (
                     inflight.pop(),
-                    {m.rank: m.process.to_real_ns(m.inflight.enqueue_mono_ns) for m in ms},
+                    {m.rank: m.inflight.enqueue_mono_ns for m in ms},
                 )
             )
         enqueued = {m.coll_enqueued for m in ms}
         if len(enqueued) == 1 and (n := enqueued.pop()) > 0:
-            out.append((n - 1, {m.rank: m.process.to_real_ns(m.coll_enqueued_mono_ns) for m in ms}))
+            out.append((n - 1, {m.rank: m.coll_enqueued_mono_ns for m in ms}))
         return tuple(out)
 
 
