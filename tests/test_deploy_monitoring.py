@@ -498,7 +498,9 @@ def hung_job_page(plugin, tmp_path_factory):  # noqa: F811
         )
         for config in (healthy, hung):
             result = {}
-            sim = threading.Thread(target=lambda c=config: result.update(sim=run_simulation(c)))
+            sim = threading.Thread(
+                target=lambda c=config, out=result: out.update(sim=run_simulation(c))
+            )
             sim.start()
             while sim.is_alive():
                 page.add(api_get(listen, "/metrics").text)
