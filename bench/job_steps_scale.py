@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from comminsight.agent.job_steps_view import JobStepsView
+from comminsight.agent.api.job_steps_view import JobStepsView
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "contract-tests/fixtures/json/step-summary/v1/valid/job-comm-seqs.json"

@@ -20,8 +20,8 @@ import time
 import msgspec
 from plugin_scenarios import COLL, Driver, hold_agent_lock, home, region
 
-from comminsight.agent.diagnosis import diagnose
-from comminsight.agent.snapshot import build_snapshot
+from comminsight.agent.core.snapshot import build_snapshot
+from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.abi.nccl_profiler_v5 import EventState, EventType
 

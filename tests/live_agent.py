@@ -9,8 +9,8 @@ import threading
 
 import msgspec
 
-from comminsight.agent.api_server import start_server
-from comminsight.agent.service import AgentService
+from comminsight.agent.api.server import start_server
+from comminsight.agent.core.service import AgentService
 from comminsight_gen.config_v1 import ConfigV1
 
 

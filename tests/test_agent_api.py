@@ -18,7 +18,7 @@ from live_agent import LiveAgent
 from prometheus_client.parser import text_string_to_metric_families
 from test_agent_producers import hold_agent_lock, run_sim
 
-from comminsight.agent.api_params import openapi_document
+from comminsight.agent.api.params import openapi_document
 from comminsight_gen.models.hang_report_v1 import HangReport
 
 TOKEN = "s3cret-token"

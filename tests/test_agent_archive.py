@@ -18,7 +18,7 @@ import msgspec
 import pytest
 import zstandard
 
-from comminsight.agent.archive import (
+from comminsight.agent.archive.archiver import (
     ArchiveConfigError,
     ArchiveKind,
     Archiver,
@@ -28,7 +28,7 @@ from comminsight.agent.archive import (
     RetryPolicy,
     provider_for_url,
 )
-from comminsight.agent.archive_ledger import ArchiveLedger
+from comminsight.agent.archive.ledger import ArchiveLedger
 from comminsight.config import load_settings
 from comminsight.log_segments import verify_segment
 from comminsight_gen.models.agent_master_api_v1 import ArchiveFlush, ArchiveStatus
@@ -379,8 +379,8 @@ def test_private_permissions_and_own_files_never_archived(tmp_path):
 
 _KILLED_AGENT = """
 import os, sys
-from comminsight.agent.archive import Archiver, LocalDirectoryProvider
-from comminsight.agent.archive_ledger import ArchiveLedger
+from comminsight.agent.archive.archiver import Archiver, LocalDirectoryProvider
+from comminsight.agent.archive.ledger import ArchiveLedger
 home, archive, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 real_record, count = ArchiveLedger.record, [0]
 def record(self, entry):

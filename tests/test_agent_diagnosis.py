@@ -12,8 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from comminsight.agent.diagnosis import diagnose
-from comminsight.agent.snapshot import (
+from comminsight.agent.core.snapshot import (
     CommMember,
     InflightOp,
     NodeSnapshot,
@@ -21,6 +20,7 @@ from comminsight.agent.snapshot import (
     build_snapshot,
     group_by_comm,
 )
+from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.shm_reader import ShmError, ShmRegion
 from comminsight.sim import SimConfig, parse_fault, run_simulation
 from comminsight_gen.abi import shm_v1
@@ -129,7 +129,7 @@ def test_an_inflight_view_the_counters_have_overtaken_is_not_believed(tmp_path):
     (op #0 in flight) beside counters that moved on (5 enqueued, 5 completed)."""
     import numpy as np
 
-    from comminsight.agent.snapshot import inflight_op
+    from comminsight.agent.core.snapshot import inflight_op
     from comminsight_gen.abi import shm_v1
 
     row = np.zeros(1, dtype=shm_v1.COMM_ENTRY_DTYPE)[0]
@@ -434,7 +434,7 @@ def test_a_zombie_rank_is_not_running():
     import subprocess
     import time
 
-    from comminsight.agent.liveness import process_runs
+    from comminsight.agent.core.liveness import process_runs
 
     child = subprocess.Popen(["sleep", "30"])
     try:
@@ -502,7 +502,7 @@ def test_a_divergence_without_a_standing_out_op_blames_no_one():
 def test_recent_ops_give_a_process_s_completed_collectives_by_op_index():
     import numpy as np
 
-    from comminsight.agent.recent_ops import Origin, RecentOps
+    from comminsight.agent.core.recent_ops import Origin, RecentOps
 
     slots = np.zeros(4, shm_v1.OP_SLOT_DTYPE)
     slots["kind"] = [shm_v1.RecordKind.COLL, shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P,

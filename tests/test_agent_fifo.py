@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from profiler_builds import run_scenario
 
-from comminsight.agent.fifo_reader import EVENT_SIZE, EventDecoder, FifoError, HangEventFifo
+from comminsight.agent.core.fifo_reader import EVENT_SIZE, EventDecoder, FifoError, HangEventFifo
 from comminsight_gen.abi import fifo_event_v1, shm_v1
 
 

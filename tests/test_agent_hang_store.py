@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from comminsight.agent.hang_store import REFRESH_NS, HangStore
+from comminsight.agent.hangs.store import REFRESH_NS, HangStore
 from comminsight_gen.models.hang_report_v1 import HangReport, ReportStatus
 
 FIXTURES = Path(__file__).resolve().parent.parent / "contract-tests/fixtures/json/hang-report/v1"

@@ -29,9 +29,9 @@ from test_agent_diagnosis import (
 )
 from test_agent_producers import hold_agent_lock
 
-from comminsight.agent.diagnosis import diagnose
-from comminsight.agent.incident_store import IncidentStore, UnknownIncident
-from comminsight.agent.incidents import group_reports, with_roles
+from comminsight.agent.hangs.diagnosis import diagnose
+from comminsight.agent.hangs.incident_store import IncidentStore, UnknownIncident
+from comminsight.agent.hangs.incidents import group_reports, with_roles
 from comminsight.sim import SimConfig, parse_fault, run_simulation
 from comminsight_gen.models.hang_report_v1 import (
     CauseLink,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import msgspec
 
-from comminsight.agent import master_agent
-from comminsight.agent.master_agent import MasterAgentService
+from comminsight.agent.master import agent as master_agent
+from comminsight.agent.master.agent import MasterAgentService
 from comminsight_gen.config_v1 import ConfigV1
 
 MS = 1_000_000

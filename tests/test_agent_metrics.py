@@ -14,15 +14,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_agent_producers import hold_agent_lock, run_sim
 
-from comminsight.agent.metrics import (
+from comminsight.agent.core.producers import ProducerSet
+from comminsight.agent.metrics.node import (
     BUSBW_BUCKETS_GBS,
     LATENCY_BUCKETS_S,
     NodeMetrics,
     size_bucket,
     update_from_producers,
 )
-from comminsight.agent.process_labels import NO_PROCESS
-from comminsight.agent.producers import ProducerSet
+from comminsight.agent.metrics.process_labels import NO_PROCESS
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
 

@@ -15,7 +15,7 @@ import numpy as np
 from live_agent import LiveAgent
 from profiler_builds import builds
 
-from comminsight.agent.producer_gpus import ProcessGpus
+from comminsight.agent.core.producer_gpus import ProcessGpus
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.step_accuracy import ENV, op_identity
 from comminsight.sim.truth import read_ground_truth

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from multinode_job import TOKEN, start_job, wait_until
 
-from comminsight.agent.master_rejects import REJECT_KEY
+from comminsight.agent.master.rejects import REJECT_KEY
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 
 MAX_BATCH = 65536
@@ -212,7 +212,7 @@ def test_refusals_of_new_names_add_at_most_a_bounded_number_of_node_records():
     MAX_REFUSED_STRANGERS, then counts them."""
     import asyncio
 
-    from comminsight.agent import master_grpc
+    from comminsight.agent.master import grpc_service as master_grpc
 
     class Aborted(Exception):
         pass

@@ -16,7 +16,7 @@ from multinode_job import start_job, wait_until
 from test_agent_diagnosis import plugin  # noqa: F401 - fixture
 from test_agent_multinode import sim_config
 
-from comminsight.agent.fifo_reader import EVENT
+from comminsight.agent.core.fifo_reader import EVENT
 from comminsight.shm_reader import ShmError, ShmRegion
 from comminsight.sim import run_simulation
 

@@ -9,7 +9,7 @@ import time
 import numpy as np
 from profiler_builds import builds
 
-from comminsight.agent.producers import ProducerSet
+from comminsight.agent.core.producers import ProducerSet
 from comminsight.sim import SimConfig, read_ground_truth, run_simulation
 from comminsight_gen.abi import shm_v1
 
@@ -119,7 +119,7 @@ def test_a_file_still_being_created_is_waited_for_not_quarantined(tmp_path):
 
 
 def test_a_file_that_never_finishes_being_created_is_refused_after_the_grace(tmp_path, monkeypatch):
-    import comminsight.agent.producers as producers_module
+    import comminsight.agent.core.producers as producers_module
 
     (tmp_path / "shms").mkdir(mode=0o700)
     (tmp_path / "shms" / "stuck.shm").write_bytes(bytes(shm_v1.HEADER_DTYPE.itemsize * 4))

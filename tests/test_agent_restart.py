@@ -13,7 +13,7 @@ import zstandard
 from test_agent_diagnosis import E2E_ENV, plugin  # noqa: F401 - fixture
 from test_agent_service import agent_process, api_get, free_port
 
-from comminsight.agent.archive_ledger import ArchiveLedger
+from comminsight.agent.archive.ledger import ArchiveLedger
 from comminsight.sim import SimConfig, run_simulation
 
 TOKEN = "restart-token"

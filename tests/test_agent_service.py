@@ -18,8 +18,8 @@ import httpx
 import msgspec
 from test_agent_diagnosis import E2E_THRESHOLD_S, e2e_sim_config, plugin  # noqa: F401 - fixture
 
-from comminsight.agent.hang_store import HangStore
-from comminsight.agent.service import AgentService
+from comminsight.agent.core.service import AgentService
+from comminsight.agent.hangs.store import HangStore
 from comminsight.sim import run_simulation
 from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models.hang_report_v1 import Verdict

@@ -188,8 +188,8 @@ def test_a_master_reconciles_its_own_steps_with_a_slaves_that_started_later(tmp_
 def test_a_master_expects_steps_from_every_node_whose_processes_run_the_job():
     from types import SimpleNamespace
 
-    from comminsight.agent.job_view import NodeRecord
-    from comminsight.agent.master_agent import MasterApi
+    from comminsight.agent.master.agent import MasterApi
+    from comminsight.agent.master.job_view import NodeRecord
     from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
     from comminsight_gen.models.agent_master_api_v1 import AgentMode
 

@@ -92,7 +92,7 @@ def test_errors_are_named_and_exit_1(agent):
 
 
 def test_incidents_root_first_consequences_folded_tree_and_one(agent):
-    from comminsight.agent.incidents import group_reports
+    from comminsight.agent.hangs.incidents import group_reports
     from comminsight_gen.models.hang_report_v1 import (
         IncidentStack,
         IncidentStackFrame,

@@ -25,7 +25,7 @@ from test_agent_api_schemathesis import write_step_summaries
 from test_agent_archive import write_segment
 from test_agent_producers import hold_agent_lock, run_sim
 
-from comminsight.agent import command_line
+from comminsight.agent.core import command_line
 from comminsight.config import ConfigError, load_settings
 from comminsight.human_units import (
     bandwidth_text,
@@ -547,7 +547,7 @@ def test_hangs_list_show_and_resolve(agent):
 
 
 def test_incidents_show_and_resolve(agent):
-    from comminsight.agent.incidents import group_reports
+    from comminsight.agent.hangs.incidents import group_reports
 
     live, _, report, _ = agent
     (incident,) = live.call(

@@ -35,18 +35,18 @@ from test_agent_diagnosis import (
 )
 from test_agent_producers import hold_agent_lock
 
-from comminsight.agent.diagnosis import diagnose
-from comminsight.agent.incident_store import IncidentStore
-from comminsight.agent.incidents import group_reports, with_roles
-from comminsight.agent.op_rhythm import (
+from comminsight.agent.core.snapshot import InflightOp
+from comminsight.agent.hangs.diagnosis import diagnose
+from comminsight.agent.hangs.incident_store import IncidentStore
+from comminsight.agent.hangs.incidents import group_reports, with_roles
+from comminsight.agent.hangs.op_rhythm import (
     MIN_SPAN_OPS,
     StepCycle,
     Unknown,
     comm_history,
     expected_op,
 )
-from comminsight.agent.snapshot import InflightOp
-from comminsight.agent.step_cycles import StepCycles, cycle_in, newest_steps
+from comminsight.agent.hangs.step_cycles import StepCycles, cycle_in, newest_steps
 from comminsight.sim import SimConfig, parse_fault, run_simulation
 from comminsight.sim.workloads import build_plan
 from comminsight_gen.models.hang_report_v1 import CulpritBasis, HangReport, Severity, Verdict

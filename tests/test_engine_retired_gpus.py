@@ -12,12 +12,12 @@ from profiler_builds import builds
 from test_agent_producers import hold_agent_lock
 from test_semantic_live_robustness import COMMS, TEMPLATES, ddp_slots
 
-from comminsight.agent.engine_hook import GpuStream, PassThroughEngine
-from comminsight.agent.ingest import NodeIngest
-from comminsight.agent.metrics import NodeMetrics
-from comminsight.agent.producers import ProducerSet
-from comminsight.agent.recent_ops import RecentOps
-from comminsight.agent.semantic_hook import CHECKPOINT_NAME, SemanticEngineHook
+from comminsight.agent.core.ingest import NodeIngest
+from comminsight.agent.core.producers import ProducerSet
+from comminsight.agent.core.recent_ops import RecentOps
+from comminsight.agent.metrics.node import NodeMetrics
+from comminsight.agent.steps.engine_hook import GpuStream, PassThroughEngine
+from comminsight.agent.steps.semantic_hook import CHECKPOINT_NAME, SemanticEngineHook
 from comminsight.sim import SimConfig, run_simulation
 
 STEPS = 40

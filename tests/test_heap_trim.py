@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from test_semantic_live_robustness import COMMS, GPU, TEMPLATES, ddp_slots
 
-from comminsight.agent.heap_trim import HeapTrim, libc_malloc_trim
-from comminsight.agent.semantic_hook import SemanticEngineHook
+from comminsight.agent.core.heap_trim import HeapTrim, libc_malloc_trim
+from comminsight.agent.steps.semantic_hook import SemanticEngineHook
 
 
 class Calls:

@@ -31,10 +31,10 @@ import pytest
 from multinode_job import TOKEN, AgentProc, wait_until
 from test_agent_service import free_port
 
-from comminsight.agent.archive import Archiver, PassReport
-from comminsight.agent.archive_providers import LocalDirectoryProvider
-from comminsight.agent.archive_upload import ZstdUploader
-from comminsight.agent.home_check import HomeError, check_config_file, check_home
+from comminsight.agent.archive.archiver import Archiver, PassReport
+from comminsight.agent.archive.providers import LocalDirectoryProvider
+from comminsight.agent.archive.upload import ZstdUploader
+from comminsight.agent.core.home_check import HomeError, check_config_file, check_home
 from comminsight.config import ConfigError, is_loopback, load_settings
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.config_v1 import ConfigV1
@@ -486,7 +486,7 @@ def test_a_segment_swapped_for_a_link_after_the_scan_is_refused_when_opened(tmp_
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 def test_a_segment_owned_by_another_user_is_refused_and_named_in_health(tmp_path):
-    from comminsight.agent.service import AgentService
+    from comminsight.agent.core.service import AgentService
 
     home = tmp_path / "home"
     logs = home / "inspector_logs"
@@ -742,9 +742,9 @@ def test_the_engine_survives_a_full_disk_names_it_in_health_and_writes_once_spac
 ):
     from test_semantic_live_robustness import BUCKETS, COMMS, GPU, TEMPLATES, batches, ddp_slots
 
-    from comminsight.agent import semantic_hook
-    from comminsight.agent.engine_health import engine_health
-    from comminsight.agent.semantic_hook import SemanticEngineHook
+    from comminsight.agent.steps import semantic_hook
+    from comminsight.agent.steps.health import engine_health
+    from comminsight.agent.steps.semantic_hook import SemanticEngineHook
     from comminsight.semantic.live_cut import FIRST_OPS
 
     monkeypatch.setattr(semantic_hook, "STORAGE_RETRY_S", 0.2)

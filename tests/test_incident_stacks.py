@@ -12,9 +12,9 @@ import msgspec
 from stack_processes import ScriptProcess, poll_until, stacks_line, train_script
 from test_agent_incidents import reports_of, store_at, tp_then_dp
 
-from comminsight.agent.incident_stacks import IncidentStacks
-from comminsight.agent.incidents import group_reports
-from comminsight.agent.stack_capture import StackCapture
+from comminsight.agent.hangs.incident_stacks import IncidentStacks
+from comminsight.agent.hangs.incidents import group_reports
+from comminsight.agent.hangs.stack_capture import StackCapture
 from comminsight_gen.models.hang_report_v1 import IncidentStackStatus
 
 HOST = socket.gethostname()

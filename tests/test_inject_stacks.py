@@ -27,7 +27,7 @@ from stack_processes import (
     train_script,
 )
 
-from comminsight.agent.stack_format import describe
+from comminsight.agent.hangs.stack_format import describe
 from comminsight.inject import settings, stack_dump, stack_signal, state
 from comminsight.inject.metadata import MetadataFile
 from comminsight_gen.models.python_stack_v1 import PythonStack

@@ -1,9 +1,9 @@
 """Reconciling nodes' step indices into the job's Steps through shared communicators' seq
-spans (comminsight.agent.job_steps): offsets found, and every disagreement named."""
+spans (comminsight.agent.steps.job_steps): offsets found, and every disagreement named."""
 
 from __future__ import annotations
 
-from comminsight.agent.job_steps import GpuKey, StepRecord, reconcile
+from comminsight.agent.steps.job_steps import GpuKey, StepRecord, reconcile
 
 TP_OPS, DP_OPS = 10, 3  # collectives per iteration on each communicator
 STARTUP = 2  # collectives before the first Step on each communicator

@@ -14,8 +14,8 @@ import pytest
 from profiler_builds import builds
 from test_semantic_live_robustness import BUCKETS, COMMS, GPU, TEMPLATES, UNSETTLED, ddp_slots
 
-from comminsight.agent.engine_hook import GpuStream
-from comminsight.agent.semantic_hook import SemanticEngineHook
+from comminsight.agent.steps.engine_hook import GpuStream
+from comminsight.agent.steps.semantic_hook import SemanticEngineHook
 from comminsight.semantic.live_cut import LiveJobCut
 from comminsight.semantic.live_replay import replay_live
 from comminsight.sim import SimConfig, run_simulation

@@ -31,13 +31,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_agent_producers import hold_agent_lock
 
 import comminsight
-from comminsight.agent.build_info import UNKNOWN, git_commit
-from comminsight.agent.job_metrics import JobMetrics
-from comminsight.agent.job_view import NodeRecord
-from comminsight.agent.metric_totals import node_metric_totals
-from comminsight.agent.metrics import NodeMetrics, update_from_producers, wants_openmetrics
-from comminsight.agent.process_labels import uuid_text
-from comminsight.agent.producers import ProducerSet
+from comminsight.agent.core.producers import ProducerSet
+from comminsight.agent.master.job_view import NodeRecord
+from comminsight.agent.metrics.build_info import UNKNOWN, git_commit
+from comminsight.agent.metrics.job import JobMetrics
+from comminsight.agent.metrics.node import NodeMetrics, update_from_producers, wants_openmetrics
+from comminsight.agent.metrics.process_labels import uuid_text
+from comminsight.agent.metrics.totals import node_metric_totals
 from comminsight.config import ConfigError, load_settings
 from comminsight.shm_reader import COMM, HEADER, SLOT, ShmRegion, record_text
 from comminsight_gen.abi import shm_v1

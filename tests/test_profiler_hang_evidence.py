@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from profiler_builds import run_scenario
 
-from comminsight.agent.proxy_evidence import evidence_by_row, hang_evidence
+from comminsight.agent.hangs.proxy_evidence import evidence_by_row, hang_evidence
 from comminsight.shm_reader import EVIDENCE, HEADER, ShmRegion
 from comminsight_gen.abi import shm_v1
 
@@ -277,8 +277,8 @@ def test_a_simulated_hang_across_nodes_shows_proxy_progress_in_the_report(tmp_pa
 
     from profiler_builds import builds
 
-    from comminsight.agent.diagnosis import diagnose
-    from comminsight.agent.snapshot import build_snapshot
+    from comminsight.agent.core.snapshot import build_snapshot
+    from comminsight.agent.hangs.diagnosis import diagnose
     from comminsight.shm_reader import ShmError
     from comminsight.sim import SimConfig, parse_fault
     from comminsight.sim.launcher import run_simulation

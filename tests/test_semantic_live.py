@@ -113,8 +113,8 @@ def test_agent_killed_mid_run_resumes_its_engines_without_losing_or_repeating_a_
 
 
 def test_queued_batches_are_merged_per_gpu_in_order_without_crossing_a_loss():
-    from comminsight.agent.engine_hook import GpuStream
-    from comminsight.agent.semantic_hook import coalesce
+    from comminsight.agent.steps.engine_hook import GpuStream
+    from comminsight.agent.steps.semantic_hook import coalesce
 
     a = GpuStream("n", 1, 10, 0, 0)
     b = GpuStream("n", 2, 20, 1, 1)
@@ -139,8 +139,8 @@ def test_queued_batches_are_merged_per_gpu_in_order_without_crossing_a_loss():
 
 
 def test_without_its_c_core_the_agent_serves_on_and_says_the_engine_is_off(tmp_path, monkeypatch):
-    from comminsight.agent.engine_hook import PassThroughEngine
-    from comminsight.agent.service import AgentService
+    from comminsight.agent.core.service import AgentService
+    from comminsight.agent.steps.engine_hook import PassThroughEngine
     from comminsight.semantic import native
     from comminsight_gen.config_v1 import ConfigV1
 
@@ -157,9 +157,9 @@ def test_without_its_c_core_the_agent_serves_on_and_says_the_engine_is_off(tmp_p
 def test_a_gpu_whose_engine_keeps_failing_backs_off_after_a_few_restarts_and_the_others_go_on(
     tmp_path, caplog
 ):
-    from comminsight.agent.engine_hook import GpuStream
-    from comminsight.agent.engine_restarts import MAX_RESTARTS
-    from comminsight.agent.semantic_hook import SemanticEngineHook
+    from comminsight.agent.steps.engine_hook import GpuStream
+    from comminsight.agent.steps.restarts import MAX_RESTARTS
+    from comminsight.agent.steps.semantic_hook import SemanticEngineHook
     from comminsight.semantic.templates import load_templates
 
     hook = SemanticEngineHook(tmp_path, load_templates(), checkpoint_s=60)

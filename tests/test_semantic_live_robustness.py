@@ -21,10 +21,10 @@ import pytest
 from test_agent_diagnosis import plugin  # noqa: F401 - fixture
 from test_agent_restart import wait_until
 
-from comminsight.agent.engine_hook import GpuStream
-from comminsight.agent.engine_replay import ReplayLog
-from comminsight.agent.engine_restarts import RestartBudget
-from comminsight.agent.semantic_hook import SemanticEngineHook
+from comminsight.agent.steps.engine_hook import GpuStream
+from comminsight.agent.steps.replay import ReplayLog
+from comminsight.agent.steps.restarts import RestartBudget
+from comminsight.agent.steps.semantic_hook import SemanticEngineHook
 from comminsight.semantic.engine import GpuEngine
 from comminsight.semantic.live_cut import (
     CUT_EVERY_CONTEXT,
@@ -169,7 +169,7 @@ def test_while_no_step_settles_what_waits_for_the_cut_is_bounded_and_so_are_its_
     g = hook._gpus[GPU]
     assert hook.steps_written == 0
     assert hook.live_cut.stats.ops_unsettled > 0  # placed in no Step, and counted
-    from comminsight.agent.engine_health import engine_health
+    from comminsight.agent.steps.health import engine_health
 
     _, reasons = engine_health(hook)
     assert any("ops placed in no Step" in r for r in reasons), reasons
@@ -201,7 +201,7 @@ def fail_next_feed(hook: SemanticEngineHook, error: Exception) -> None:
 def test_an_engine_failure_is_reported_and_it_resumes_from_its_checkpoint_losing_no_step(
     tmp_path,
 ):
-    from comminsight.agent.service import AgentService
+    from comminsight.agent.core.service import AgentService
 
     slots = ddp_slots(300)
     expected = reference(tmp_path, slots)
@@ -292,7 +292,7 @@ def test_a_gpu_that_backs_off_keeps_its_ops_and_restarts_later_losing_no_step(tm
 
 
 def test_the_worker_thread_outlives_a_failure_outside_any_gpu(tmp_path, monkeypatch):
-    from comminsight.agent import semantic_hook
+    from comminsight.agent.steps import semantic_hook
 
     real = semantic_hook.coalesce
     calls = []
@@ -313,7 +313,7 @@ def test_the_worker_thread_outlives_a_failure_outside_any_gpu(tmp_path, monkeypa
     wait_until(lambda: hook.steps_written > 0, 10, "no Step settled")
     assert hook.running
     assert hook.counts.failures == {"KeyError": 1} and hook.counts.last_pid is None
-    from comminsight.agent.engine_health import engine_health
+    from comminsight.agent.steps.health import engine_health
 
     model, reasons = engine_health(hook)
     assert model.failures_total == 1 and model.last_failure is None

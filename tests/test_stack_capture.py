@@ -24,9 +24,9 @@ from stack_processes import (
     train_script,
 )
 
-from comminsight.agent import stack_capture
-from comminsight.agent.stack_capture import StackCapture
-from comminsight.agent.stack_format import describe
+from comminsight.agent.hangs import stack_capture
+from comminsight.agent.hangs.stack_capture import StackCapture
+from comminsight.agent.hangs.stack_format import describe
 from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models.python_stack_v1 import Frame, PythonStack, StackStatus, ThreadStack
 
@@ -418,11 +418,11 @@ MASTER_TOKEN = "stack-token"
 async def with_master_and_slave(tmp_path: Path, answer_stacks, body):
     """A real master gRPC server and a real slave link to it on 127.0.0.1; runs
     body(server) once the slave's stack request stream is open."""
-    from comminsight.agent.master_grpc import AgentMasterServer
-    from comminsight.agent.master_store import MasterStore
-    from comminsight.agent.slave_link import SlaveLink
-    from comminsight.agent.slave_outbox import SlaveOutbox
-    from comminsight.agent.slave_tls import SlaveTls
+    from comminsight.agent.master.grpc_service import AgentMasterServer
+    from comminsight.agent.master.store import MasterStore
+    from comminsight.agent.slave.link import SlaveLink
+    from comminsight.agent.slave.outbox import SlaveOutbox
+    from comminsight.agent.slave.tls import SlaveTls
     from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 
     server = AgentMasterServer(
@@ -509,7 +509,7 @@ def test_a_garbled_answer_is_named_not_raised(tmp_path):
 
 
 def test_a_node_without_a_stream_is_unavailable_at_once(tmp_path):
-    from comminsight.agent.master_stacks import StackRequests
+    from comminsight.agent.master.stacks import StackRequests
 
     requests = StackRequests()
     stack = asyncio.run(requests.request("node-b", "host-b", 7, 0, timeout_s=60))
@@ -517,7 +517,7 @@ def test_a_node_without_a_stream_is_unavailable_at_once(tmp_path):
 
 
 def test_an_answer_from_another_node_or_unknown_request_is_dropped():
-    from comminsight.agent.master_stacks import StackRequests
+    from comminsight.agent.master.stacks import StackRequests
 
     requests = StackRequests()
 
@@ -551,7 +551,7 @@ def incident_stack_schema() -> dict:
 def test_a_capture_becomes_the_incidents_stacks_one_per_thread(tmp_path):
     import jsonschema
 
-    from comminsight.agent.stack_incident import incident_stacks
+    from comminsight.agent.hangs.stack_incident import incident_stacks
 
     p, home = ready_inject(tmp_path)
     with p:
@@ -576,7 +576,7 @@ def test_a_capture_becomes_the_incidents_stacks_one_per_thread(tmp_path):
 def test_an_unavailable_capture_becomes_one_entry_with_the_reason(tmp_path, no_inject):
     import jsonschema
 
-    from comminsight.agent.stack_incident import incident_stacks
+    from comminsight.agent.hangs.stack_incident import incident_stacks
 
     stack = ask(StackCapture(tmp_path, timeout_s=60), no_inject.pid, rank=None)
     (entry,) = incident_stacks(stack, "node-a", rank=4)

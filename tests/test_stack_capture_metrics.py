@@ -24,9 +24,9 @@ from test_stack_capture import (  # noqa: F401 - no_inject is a fixture
     write_answer,
 )
 
-from comminsight.agent import stack_capture
-from comminsight.agent.stack_capture import OUTCOMES, StackCapture
-from comminsight.agent.stack_metrics import StackCaptureMetrics
+from comminsight.agent.hangs import stack_capture
+from comminsight.agent.hangs.stack_capture import OUTCOMES, StackCapture
+from comminsight.agent.metrics.stacks import StackCaptureMetrics
 from comminsight_gen.models.python_stack_v1 import StackStatus
 
 
@@ -199,8 +199,8 @@ def master_request(requests, node: str, pid: int, reply: bytes | None, timeout_s
 
 
 def test_the_masters_requests_are_counted_by_outcome(monkeypatch):
-    from comminsight.agent import master_stacks
-    from comminsight.agent.master_stacks import StackRequests
+    from comminsight.agent.master import stacks as master_stacks
+    from comminsight.agent.master.stacks import StackRequests
 
     requests = StackRequests()
     master_request(requests, "node-b", 7, None)  # no stream: not connected

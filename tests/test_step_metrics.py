@@ -9,9 +9,9 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from comminsight.agent.metrics import NodeMetrics
-from comminsight.agent.process_labels import ProcessLabels
-from comminsight.agent.step_metrics import StepDurations
+from comminsight.agent.metrics.node import NodeMetrics
+from comminsight.agent.metrics.process_labels import ProcessLabels
+from comminsight.agent.metrics.steps import StepDurations
 
 S = 1_000_000_000
 RANK0 = ProcessLabels("job-a", "node1", "0", "0", "0", "GPU-00000000-0000-0000-0000-000000000001")

@@ -1,4 +1,4 @@
-"""The recent-Steps window over step-summary files (comminsight.agent.step_window): reads
+"""The recent-Steps window over step-summary files (comminsight.agent.steps.window): reads
 only what was appended, follows a sealed file, survives truncation and garbage, and stays
 bounded."""
 
@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from comminsight.agent.job_steps import GpuKey
-from comminsight.agent.step_window import StepWindow
+from comminsight.agent.steps.job_steps import GpuKey
+from comminsight.agent.steps.window import StepWindow
 
 FIXTURE = (
     Path(__file__).parents[1]

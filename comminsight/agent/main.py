@@ -31,15 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from comminsight.agent import command_line
-from comminsight.agent.home_check import HomeError, check_config_file, check_home
+from comminsight.agent.core import command_line
+from comminsight.agent.core.home_check import HomeError, check_config_file, check_home
 from comminsight.config import ConfigError, config_file_path, is_loopback, load_settings
 from comminsight.durable_files import make_private_dirs
 from comminsight.redaction import shown_value
 from comminsight_gen.config_v1 import KEYS
 
 if TYPE_CHECKING:
-    from comminsight.agent.service import AgentService
+    from comminsight.agent.core.service import AgentService
 
 log = logging.getLogger("comminsight.agent")
 
@@ -91,7 +91,7 @@ class ListenError(Exception):
 async def serve(
     service: AgentService, listen: str, named_by: str = "COMMINSIGHT_AGENT_LISTEN"
 ) -> None:
-    from comminsight.agent.api_server import start_server
+    from comminsight.agent.api.server import start_server
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -147,14 +147,14 @@ def service_for(settings) -> AgentService:
     """The Agent of COMMINSIGHT_AGENT_MODE. (The Agent's modules are imported here, not at the
     top, so that --help and --version answer without loading them.)"""
     if settings.agent_mode == "master":
-        from comminsight.agent.master_agent import MasterAgentService
+        from comminsight.agent.master.agent import MasterAgentService
 
         return MasterAgentService(settings)
     if settings.agent_mode == "slave":
-        from comminsight.agent.slave_agent import SlaveAgentService
+        from comminsight.agent.slave.agent import SlaveAgentService
 
         return SlaveAgentService(settings)
-    from comminsight.agent.service import AgentService
+    from comminsight.agent.core.service import AgentService
 
     return AgentService(settings)
 
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("%s", warning)
         print(f"comminsight-agent: WARNING: {warning}", file=sys.stderr)
     log.info("home %s: watching shms/ and fifos/hang-events.fifo", home)
-    from comminsight.agent.fifo_reader import FifoError
+    from comminsight.agent.core.fifo_reader import FifoError
 
     try:
         listen_from = flags.get("COMMINSIGHT_AGENT_LISTEN", (None, "COMMINSIGHT_AGENT_LISTEN"))[1]

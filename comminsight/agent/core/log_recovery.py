@@ -1,0 +1,230 @@
+"""Write what only a dead process's SHM ring still holds into its inspector_logs.
+
+A process killed without a clean end (SIGKILL, the OOM killer) leaves its log writer's last
+records unwritten: the writer drains the ring every COMMINSIGHT_PROFILER_LOG_FLUSH_MS and
+buffers lines before it writes them. Its SHM region still holds them until the Agent
+retires it, so before that the Agent appends one segment to the process's logs: the ring
+records after the last one its segments account for, each as the writer would have written
+it, with gap lines (reason ring_overwrite) for tickets the ring no longer holds or that were
+never completed, sealed like every segment and with seal reason `recovered`. The unsealed
+`.partial` the writer left is not touched (readers already ignore its cut last line); the
+recovered segment starts where its last whole line ends.
+
+Segment files are `ci-<host>-<pid>-<start_mono_ns>-<index:06d>.jsonl[.partial]`; the new one
+takes the next index.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from comminsight.agent.core.inspector_lines import ProcessLines
+from comminsight.durable_files import fsync_directory
+from comminsight.shm_reader import ShmRegion, record_text
+from comminsight_gen.abi import shm_v1
+from comminsight_gen.models.inspector_log_v1 import (
+    CiGap,
+    CiSeal,
+    CiSegmentStart,
+    InspectorLogRecord,
+)
+
+log = logging.getLogger(__name__)
+
+TAIL_BYTES = 64 * 1024  # enough for a seal line and then some
+_DECODER = msgspec.json.Decoder(InspectorLogRecord)
+
+
+class RecoveryError(OSError):
+    """The recovered segment could not be written; the message names the file."""
+
+    def __str__(self) -> str:  # the sentence naming the file, without "[Errno N]"
+        return str(self.strerror)
+
+
+@dataclass
+class Recovered:
+    path: Path | None  # None: nothing was missing
+    records: int = 0  # ring records written
+    ops: int = 0
+    lost: int = 0  # tickets in gap lines
+    first_ring_seq: int = 0
+
+
+def segment_prefix(region: ShmRegion) -> str:
+    h = region.header
+    return f"ci-{record_text(h['hostname'])}-{int(h['pid'])}-{int(h['start_mono_ns'])}-"
+
+
+def logged_through(logs: Path, prefix: str) -> tuple[int, int]:
+    """(the highest ring seq the process's segments account for, the next segment index)."""
+    last, next_index = 0, 0
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.jsonl(\.partial)?$")
+    try:
+        names = os.listdir(logs)
+    except FileNotFoundError:
+        return 0, 0
+    for name in names:
+        m = pattern.match(name)
+        if not m:
+            continue
+        next_index = max(next_index, int(m.group(1)) + 1)
+        last = max(last, _last_ring_seq(logs / name, m.group(2) is not None))
+    return last, next_index
+
+
+def _last_ring_seq(path: Path, partial: bool) -> int:
+    """What one segment accounts for: its seal's last_ring_seq, or for an unsealed one the
+    ring seq of its last whole line that decodes (the one after it may be cut)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        size = os.fstat(fd).st_size
+        # a sealed segment needs only its last line; an unsealed one is read back from the end
+        # until a whole line decodes
+        step = TAIL_BYTES
+        while True:
+            start = max(0, size - step)
+            data = os.pread(fd, size - start, start)
+            found = _last_seq_in(data, whole_first=start == 0, sealed=not partial)
+            if found is not None or start == 0:
+                return found or 0
+            step *= 4
+    finally:
+        os.close(fd)
+
+
+def _last_seq_in(data: bytes, whole_first: bool, sealed: bool) -> int | None:
+    end = data.rfind(b"\n")
+    lines = data[: end + 1].split(b"\n")[:-1]
+    if not whole_first:
+        lines = lines[1:]  # may be cut at the front
+    for line in reversed(lines):
+        try:
+            ci = _DECODER.decode(line).ci
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            if sealed:
+                return None
+            continue
+        if ci is None:
+            continue
+        if isinstance(ci, CiSeal):
+            return ci.last_ring_seq or 0
+        if isinstance(ci, CiGap):
+            return ci.last_lost_ring_seq
+        if isinstance(ci, CiSegmentStart):
+            return ci.next_ring_seq - 1
+        seq = getattr(ci, "ring_seq", None)
+        if seq is not None:
+            return seq
+    return None
+
+
+def recover(region: ShmRegion, logs: Path) -> Recovered:
+    """Append the records the process's logs lack as one sealed, recovered segment."""
+    h = region.header
+    if not int(h["flags"]) & shm_v1.HeaderFlags.LOGS_ENABLED:
+        return Recovered(None)
+    prefix = segment_prefix(region)
+    last, index = logged_through(logs, prefix)
+    head = int(h["ring_head"])
+    if head <= last:
+        return Recovered(None)
+    cap = region.ring_capacity
+    lines = ProcessLines(h, region.comms.copy())
+    now_mono, now_real = time.monotonic_ns(), time.time_ns()
+    out = [lines.segment_start(index, last + 1, now_mono, now_real)]
+    done = Recovered(None, first_ring_seq=last + 1)
+    # tickets last .. head-1 carry ring seqs last+1 .. head; those older than one ring are
+    # overwritten (one gap, whatever their number: the work is one ring at most)
+    oldest = max(last, head - cap)
+    gap_first = last + 1 if oldest > last else None
+    for ticket in range(oldest, head):
+        seq = ticket + 1
+        slot = region.ring[ticket & (cap - 1)].copy()
+        line = lines.record(slot, seq, now_real) if int(slot["seq"]) == seq else None
+        if line is None:
+            if gap_first is None:
+                gap_first = seq
+            continue
+        if gap_first is not None:
+            out.append(lines.gap(gap_first, seq - 1, "ring_overwrite", now_mono))
+            done.lost += seq - gap_first
+            gap_first = None
+        out.append(line)
+        done.records += 1
+        done.ops += int(slot["kind"]) in (shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P)
+    if gap_first is not None:
+        out.append(lines.gap(gap_first, head, "ring_overwrite", now_mono))
+        done.lost += head + 1 - gap_first
+    done.path = _write_sealed(logs, f"{prefix}{index:06d}.jsonl", index, out, done, last + 1, head)
+    log.warning(
+        "pid %d died without sealing its logs: %d records (%d ops) only its SHM region held "
+        "written to %s%s",
+        int(h["pid"]),
+        done.records,
+        done.ops,
+        done.path,
+        f", {done.lost} lost" if done.lost else "",
+    )
+    return done
+
+
+def _write_sealed(
+    logs: Path, name: str, index: int, lines: list[bytes], done: Recovered, first: int, last: int
+) -> Path:
+    body = b"".join(lines)
+    seal = ProcessLines._line(
+        {
+            "kind": "seal",
+            "schema_version": 1,
+            "segment_index": index,
+            "record_count": len(lines),
+            "byte_count": len(body),
+            "crc32": zlib.crc32(body),
+            "op_count": done.ops,
+            "ring_record_count": done.records,
+            "lost_count": done.lost,
+            "first_ring_seq": first,
+            "last_ring_seq": last,
+            "reason": "recovered",
+            "sealed_mono_ns": time.monotonic_ns(),
+            "sealed_real_ns": time.time_ns(),
+        }
+    )
+    final = logs / name
+    partial = logs / (name + ".partial")
+    try:
+        fd = os.open(
+            partial,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
+        try:
+            view = memoryview(body + seal)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(partial, final)
+        fsync_directory(logs)
+    except OSError as e:
+        try:
+            os.unlink(partial)
+        except OSError:
+            pass
+        raise RecoveryError(
+            e.errno, f"cannot write the recovered segment {final}: {e.strerror}"
+        ) from None
+    return final

@@ -1,0 +1,472 @@
+"""The Profilers of this node, as the Agent sees them through their SHM files.
+
+`ProducerSet.poll()` is one ingest pass: it discovers new files under <home>/shms/, maps them
+(refusing, with one log line and a quarantine, a file that is not a regular file of this
+Agent's user, has another ABI version or a corrupt header, while the others go on), reads
+every producer's new ring records in one batch each, and retires a producer whose process is
+gone once its ring is drained. What it read comes back as a list of `Batch`es for the
+metrics, the engine hook and the API's recent-ops view.
+
+A process that died without a clean end (its region never reached CLOSED) may have records
+its log writer never wrote: before its region goes they are written to its inspector_logs
+(log_recovery). A region whose process was already gone when the Agent found it (an Agent
+stopped before it retired it) is retired counting from the process's last heartbeat, so
+stopping Agents does not keep regions for ever. A producer whose ring or comm table breaks
+the protocol is named (`problems()`) and its ring no longer read: whatever a region claims,
+a pass does at most one ring's work per producer.
+
+Each pass fstats a region's file before it touches the mapping: a file truncated under it is
+quarantined (reading its lost pages would end the Agent with SIGBUS). Ring records whose
+fields are out of their range are dropped, counted by field and named (slot_checks). A
+recovery that fails for want of space keeps the region and is retried with backoff; one that
+fails for another reason lets the region go, counting and naming the records lost.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from comminsight.agent.core.liveness import ProcessIdentity, process_runs
+from comminsight.agent.core.log_recovery import (
+    Recovered,
+    RecoveryError,
+    logged_through,
+    recover,
+    segment_prefix,
+)
+from comminsight.agent.core.rate_limited_log import RateLimitedLog
+from comminsight.agent.core.slot_checks import SlotRejects, check_slots
+from comminsight.shm_reader import RingCursor, ShmError, ShmRegion, record_text
+from comminsight_gen.abi import shm_v1
+
+log = logging.getLogger("comminsight.agent.core.producers")
+
+QUARANTINE = "quarantine"
+MAX_REFUSED_NAMES = 64  # refused files named in health (the count covers every one)
+# A recovery that failed for want of space is tried again after this, doubling up to the cap:
+# the region is the only copy of those records, so it stays until they are written.
+RECOVERY_RETRY_FIRST_NS = 1_000_000_000
+RECOVERY_RETRY_MAX_NS = 30_000_000_000
+# A file still being created (empty, or its header CREATING) is looked at again each pass for
+# this long: sizing and populating a region takes a loaded node seconds. Past it, the file is
+# refused like any other that is no region.
+CREATING_GRACE_NS = 60_000_000_000
+RETRYABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
+@dataclass
+class Producer:
+    """One Profiler process: its region, the agent's own cursor into its ring."""
+
+    path: Path
+    region: ShmRegion
+    cursor: RingCursor
+    gone_since_mono_ns: int | None = None
+    recovered: Recovered | None = None  # what was written for it after it died
+    recovery_error: str | None = None
+    # a failure for want of space (or descriptors) is retried: the region is kept till then
+    recovery_retryable: bool = False
+    recovery_attempts: int = 0
+    recovery_retry_at_ns: int = 0
+    slots_rejected: int = 0  # ring records dropped: a field out of its range
+    slot_problem: str | None = None  # the latest one, named
+    # the header as it was when the region was retired: its final counters stay readable
+    final_header: np.ndarray | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.region.pid
+
+    @property
+    def closed(self) -> bool:
+        return int(self.region.header["state"]) == shm_v1.FileState.CLOSED
+
+    def alive(self) -> bool:
+        """Dead is for ever (a pid that runs again is another process): once gone, the
+        region is frozen and no longer probed."""
+        if self.gone_since_mono_ns is not None:
+            return False
+        return not self.closed and process_runs(self.pid, identity_of(self.region))
+
+    @property
+    def problem(self) -> str | None:
+        return self.cursor.problem
+
+
+def identity_of(region: ShmRegion) -> ProcessIdentity:
+    h = region.header
+    names = h.dtype.names
+    return ProcessIdentity(
+        start_ticks=int(h["process_start_ticks"]) if "process_start_ticks" in names else 0,
+        boot_id=record_text(h["boot_id"]) if "boot_id" in names else "",
+        pid_namespace=int(h["pid_namespace"]) if "pid_namespace" in names else 0,
+        created_mono_ns=int(h["start_mono_ns"]),
+    )
+
+
+@dataclass
+class Batch:
+    producer: Producer
+    records: np.ndarray  # shm v1 op slots, in ring order
+
+
+@dataclass
+class IngestCounters:
+    """What the ingest pass did, for metrics: all monotonic counts."""
+
+    records: int = 0
+    records_lost: int = 0  # overwritten before the agent read them
+    files_refused: int = 0
+    producers_retired: int = 0
+    refused: dict[str, str] = field(default_factory=dict)  # file name -> reason (last ones)
+    refused_by_reason: dict[str, int] = field(default_factory=dict)
+    records_recovered: int = 0  # written to a dead process's logs from its region
+    recovery_failures: int = 0  # attempts that failed, retried ones included
+    records_unrecovered: int = 0  # retired without reaching the logs (a named reason)
+    unrecovered: dict[str, str] = field(default_factory=dict)  # file name -> why (last ones)
+    # the work the passes did: ring slots copied and slot seq words examined
+    slots_copied: int = 0
+    seqs_read: int = 0
+    slots_rejected: int = 0  # ring records with a field out of range (slot_checks)
+    slots_rejected_by_reason: dict[str, int] = field(default_factory=dict)  # by field
+
+
+class ProducerSet:
+    def __init__(
+        self,
+        home: Path,
+        batch_max: int = 1 << 16,
+        shm_dir: str | None = None,
+        owner: int | None = -1,
+    ) -> None:
+        self.shms = Path(home) / "shms"
+        self.logs = Path(home) / "inspector_logs"
+        self.batch_max = batch_max
+        self.shm_dir = shm_dir
+        self.owner = owner
+        self.producers: dict[Path, Producer] = {}
+        self.counters = IngestCounters()
+        self.retired_in_pass: list[Producer] = []  # the producers the latest poll retired
+        self._refused_here: set[tuple[str, int]] = set()  # (name, inode) left in shms/
+        self._creating_since: dict[tuple[str, int], int] = {}  # (name, inode) -> first seen
+        self._slot_log = RateLimitedLog(log, "ring records out of range", 60.0, logging.ERROR)
+
+    # ---- discovery ----
+
+    def discover(self) -> None:
+        try:
+            entries = list(os.scandir(self.shms))
+        except OSError:
+            return
+        known = {path.name for path in self.producers}
+        present = set()
+        for entry in sorted(entries, key=lambda e: e.name):
+            if not entry.name.endswith(".shm") or entry.name in known:
+                continue
+            key = (entry.name, entry.inode())
+            present.add(key)
+            if key not in self._refused_here:
+                self._open(Path(entry.path), key)
+        for key in self._creating_since.keys() - present:  # opened, refused or removed
+            del self._creating_since[key]
+
+    def _open(self, path: Path, key: tuple[str, int]) -> None:
+        try:
+            region = ShmRegion(path, shm_dir=self.shm_dir, owner=self.owner)
+        except ShmError as e:
+            if e.missing and path.is_symlink():  # its region is gone (removed by a sweep)
+                _remove_link(path)
+                return
+            reason = str(e)
+            if e.not_ready:
+                if self._still_creating(key):
+                    return  # look again next pass
+                reason += f", for {CREATING_GRACE_NS // 1_000_000_000} s"
+            self._quarantine(path, key[1], reason, _reason_label(reason))
+            return
+        self._creating_since.pop(key, None)
+        self.producers[path] = Producer(path, region, RingCursor(region))
+        log.info("producer pid %d (%s): %s", region.pid, region.hostname, path.name)
+
+    def _still_creating(self, key: tuple[str, int]) -> bool:
+        now = time.monotonic_ns()
+        first = self._creating_since.setdefault(key, now)
+        if now - first < CREATING_GRACE_NS:
+            return True
+        del self._creating_since[key]
+        return False
+
+    def _quarantine(self, path: Path, inode: int, reason: str, label: str) -> None:
+        """Move a file the agent cannot read out of the way (keeping it for inspection). A
+        rename within shms/, never a copy (the file may be a FIFO or huge); where it cannot
+        be moved it stays, remembered, and is not opened again."""
+        self.counters.files_refused += 1
+        self.counters.refused_by_reason[label] = self.counters.refused_by_reason.get(label, 0) + 1
+        self.counters.refused.pop(path.name, None)
+        self.counters.refused[path.name] = reason
+        while len(self.counters.refused) > MAX_REFUSED_NAMES:
+            del self.counters.refused[next(iter(self.counters.refused))]
+        log.error("refusing %s: %s", path, reason)
+        target_dir = self.shms / QUARANTINE
+        try:
+            _private_dir(target_dir)
+            os.rename(path, target_dir / path.name)
+            _write_private(target_dir / f"{path.name}.reason", reason + "\n")
+        except OSError as e:
+            self._refused_here.add((path.name, inode))
+            log.error("cannot quarantine %s: %s", path, e.strerror or e)
+
+    # ---- ingest ----
+
+    def poll(self, now_mono_ns: int, retire_after_ns: int = 0) -> list[Batch]:
+        """One pass: discover, read every producer's new records, retire the finished ones."""
+        self.retired_in_pass = []
+        self.discover()
+        batches = []
+        for path, producer in list(self.producers.items()):
+            shrunk = producer.region.shrunk()
+            if shrunk:  # checked before anything reads the mapping
+                self._drop_shrunk(path, producer, shrunk)
+                continue
+            gone = not producer.alive()
+            if gone and producer.gone_since_mono_ns is None:
+                self._note_gone(producer, now_mono_ns)
+            cursor = producer.cursor
+            before = (cursor.lost, cursor.slots_copied, cursor.seqs_read)
+            records = cursor.poll(self.batch_max, final=gone)
+            records = self._in_range(producer, records, now_mono_ns)
+            self.counters.records_lost += cursor.lost - before[0]
+            self.counters.slots_copied += cursor.slots_copied - before[1]
+            self.counters.seqs_read += cursor.seqs_read - before[2]
+            if len(records):
+                self.counters.records += len(records)
+                batches.append(Batch(producer, records))
+            if gone:
+                self._maybe_retire(path, producer, now_mono_ns, retire_after_ns, not len(records))
+        return batches
+
+    def _in_range(self, producer: Producer, records: np.ndarray, now: int) -> np.ndarray:
+        """The records whose fields a Profiler could have written (slot_checks); the others
+        are dropped, counted by field and named."""
+        if not len(records):
+            return records
+        # counted into the node's totals as well as the producer's own
+        rejects = SlotRejects(by_reason=self.counters.slots_rejected_by_reason)
+        start = int(producer.region.header["start_mono_ns"])
+        # the pass's clock may be a test's; the records were stamped with this machine's
+        good = check_slots(records, start, max(now, time.monotonic_ns()), rejects)
+        if rejects.total:
+            self.counters.slots_rejected += rejects.total
+            producer.slots_rejected += rejects.total
+            producer.slot_problem = rejects.latest
+            self._slot_log.note(
+                f"SHM file {producer.path.name} (pid {producer.pid}): {rejects.total} ring "
+                f"records out of range dropped ({rejects.latest})"
+            )
+        return good
+
+    def _drop_shrunk(self, path: Path, producer: Producer, why: str) -> None:
+        """A region whose file was truncated under the mapping: never touched again (its
+        lost pages would kill the Agent with SIGBUS), quarantined with the reason."""
+        del self.producers[path]
+        producer.region.close()
+        try:
+            inode = os.lstat(path).st_ino
+        except OSError:
+            inode = 0  # already gone: counted and named all the same
+        self._quarantine(path, inode, why, "shrunk")
+
+    def _note_gone(self, producer: Producer, now: int) -> None:
+        """The process ended. Its region will not change again. Count its absence from its
+        last heartbeat (when the Agent was not running then, that is when it died, give or
+        take a heartbeat), never from the future."""
+        producer.region.freeze()
+        heartbeat = int(producer.region.header["heartbeat_mono_ns"])
+        producer.gone_since_mono_ns = heartbeat if 0 < heartbeat <= now else now
+
+    def _maybe_retire(
+        self, path: Path, producer: Producer, now: int, after_ns: int, drained: bool
+    ) -> None:
+        head = int(producer.region.header["ring_head"])
+        if producer.problem is None and (not drained or producer.cursor.next_ticket < head):
+            return
+        if producer.recovered is None and (
+            producer.recovery_error is None
+            or (producer.recovery_retryable and now >= producer.recovery_retry_at_ns)
+        ):
+            self._recover(producer, now)
+        if producer.recovered is None and producer.recovery_retryable:
+            return  # its records are written first: the region is their only copy
+        if now - producer.gone_since_mono_ns < after_ns:
+            return
+        if producer.recovered is None:
+            self._count_unrecovered(producer)
+        # The process is gone and everything it published has been read: its file can go.
+        del self.producers[path]
+        self.counters.producers_retired += 1
+        producer.final_header = producer.region.header.copy()
+        self.retired_in_pass.append(producer)
+        pid = producer.pid
+        target = producer.region.target
+        producer.region.close()
+        for p in {path, target}:
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.error("cannot remove %s: %s", p, e.strerror)
+        log.info("retired producer pid %d (%s)", pid, path.name)
+
+    def _recover(self, producer: Producer, now: int) -> None:
+        """Write what only the region holds into the process's logs, once, for a process
+        that ended without closing its region (a closed one's writer drained and sealed)."""
+        if producer.closed or producer.problem is not None:
+            producer.recovered = Recovered(None)
+            return
+        producer.recovery_attempts += 1
+        try:
+            producer.recovered = recover(producer.region, self.logs)
+        except (RecoveryError, OSError) as e:
+            self._recovery_failed(producer, str(e), e.errno in RETRYABLE_ERRNOS, now)
+            return
+        except Exception as e:  # a bug must not end the Agent, nor keep the region for ever
+            log.exception("pid %d: recovering its records failed", producer.pid)
+            self._recovery_failed(producer, f"{type(e).__name__}: {e}", False, now)
+            return
+        if producer.recovery_error is not None:
+            log.warning(
+                "pid %d: its records were recovered at attempt %d",
+                producer.pid,
+                producer.recovery_attempts,
+            )
+        producer.recovery_error = None
+        producer.recovery_retryable = False
+        self.counters.records_recovered += producer.recovered.records
+
+    def _recovery_failed(self, producer: Producer, why: str, retryable: bool, now: int) -> None:
+        self.counters.recovery_failures += 1
+        producer.recovery_error = why
+        producer.recovery_retryable = retryable
+        if retryable:
+            delay = RECOVERY_RETRY_FIRST_NS << min(producer.recovery_attempts - 1, 16)
+            producer.recovery_retry_at_ns = now + min(delay, RECOVERY_RETRY_MAX_NS)
+            log.error(
+                "pid %d: %s; its region is kept and this is tried again (attempt %d)",
+                producer.pid,
+                why,
+                producer.recovery_attempts,
+            )
+        else:
+            log.error("pid %d: %s", producer.pid, why)
+
+    def _count_unrecovered(self, producer: Producer) -> None:
+        """A region retired without its records reaching the logs (a failure other than
+        space): how many, and why, stay counted and named once the region is gone."""
+        head = int(producer.region.header["ring_head"])
+        try:
+            last, _ = logged_through(self.logs, segment_prefix(producer.region))
+        except OSError:
+            last = 0  # the logs cannot be read either: at most the whole ring
+        lost = min(max(head - last, 0), producer.region.ring_capacity)
+        self.counters.records_unrecovered += lost
+        name = producer.path.name
+        self.counters.unrecovered.pop(name, None)
+        self.counters.unrecovered[name] = (
+            f"pid {producer.pid}: {lost} records only its SHM region held were not written to "
+            f"its logs ({producer.recovery_error})"
+        )
+        while len(self.counters.unrecovered) > MAX_REFUSED_NAMES:
+            del self.counters.unrecovered[next(iter(self.counters.unrecovered))]
+        log.error("retiring %s: %s", name, self.counters.unrecovered[name])
+
+    # ---- health ----
+
+    def problems(self) -> list[str]:
+        """What health names of the producers: rings no longer read, bad comm-table rows,
+        failed recoveries."""
+        out = []
+        for p in self.producers.values():
+            who = f"SHM file {p.path.name} (pid {p.pid})"
+            if p.problem:
+                out.append(f"{who}: {p.problem}")
+            if p.slots_rejected:
+                out.append(
+                    f"{who}: {p.slots_rejected} ring records break the shm v1 protocol and "
+                    f"were dropped (the latest: {p.slot_problem})"
+                )
+            if p.region.bad_rows:
+                out.append(
+                    f"{who}: {p.region.bad_rows} communicator table rows break the shm v1 "
+                    f"protocol and are ignored ({p.region.bad_rows_reason})"
+                )
+            if p.recovery_error and p.recovery_retryable:
+                out.append(
+                    f"{who}: its unwritten records could not be recovered yet: "
+                    f"{p.recovery_error}; the region is kept and this is retried "
+                    f"({p.recovery_attempts} attempts)"
+                )
+            elif p.recovery_error:
+                out.append(
+                    f"{who}: its unwritten records could not be recovered: {p.recovery_error}"
+                )
+        for name, why in self.counters.unrecovered.items():
+            out.append(f"SHM file {name} retired: {why}")
+        return out
+
+    def close(self) -> None:
+        for producer in self.producers.values():
+            producer.region.close()
+        self.producers.clear()
+
+
+def _reason_label(message: str) -> str:
+    """A short, bounded label of a refusal for metrics (the message says the rest)."""
+    for label, words in (
+        ("symlink", ("symbolic link",)),
+        ("not_regular_file", ("not a regular file",)),
+        ("other_owner", ("owned by uid",)),
+        ("writable_by_others", ("lets group or others write",)),
+        ("unreadable", ("cannot open",)),
+        ("short", ("shorter than",)),
+    ):
+        if any(w in message for w in words):
+            return label
+    if "header." in message:
+        return "header." + message.split("header.", 1)[1].split(":", 1)[0]
+    return "corrupt"
+
+
+def _remove_link(path: Path) -> None:
+    try:
+        path.unlink()
+        log.info("removed %s: the region it named is gone", path)
+    except OSError as e:
+        log.error("cannot remove %s: %s", path, e.strerror)
+
+
+def _private_dir(path: Path) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, f"{path} is not this Agent's directory") from None
+
+
+def _write_private(path: Path, text: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)

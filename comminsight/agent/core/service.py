@@ -1,0 +1,478 @@
+"""The Agent's poll loop: one pass reads every Profiler's new records, folds them into the
+metrics, diagnoses the node and keeps the hang reports on disk; FIFO hang events arrive in
+between through the event loop and trigger a pass at once rather than at the next tick.
+
+Data flows one way per pass: SHM rings -> ProducerSet batches -> NodeMetrics, the recent-ops
+window and the engine hook (per GPU); SHM comm tables -> NodeSnapshot -> diagnose -> HangStore,
+and the reports grouped by cause -> IncidentStore.
+Archive passes run beside the loop in a thread of their own every
+COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S. The
+HTTP API (api_server) only reads the state kept here, between passes on the same loop; its
+writes are an operator resolving a hang report or an incident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+from collections import Counter, deque
+from pathlib import Path
+
+import msgspec
+
+from comminsight import __version__
+from comminsight.agent.api import views as api_views
+from comminsight.agent.archive.archiver import ArchiveConfigError, Archiver
+from comminsight.agent.core.fifo_reader import FifoError, HangEvent, HangEventFifo, keep_recent
+from comminsight.agent.core.ingest import NodeIngest
+from comminsight.agent.core.inject_names import InjectNames
+from comminsight.agent.core.input_health import input_reasons
+from comminsight.agent.core.producers import ProducerSet
+from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
+from comminsight.agent.core.recent_ops import RecentOps
+from comminsight.agent.core.snapshot import NodeSnapshot, build_snapshot
+from comminsight.agent.hangs.diagnosis import diagnose
+from comminsight.agent.hangs.incident_stacks import IncidentStacks
+from comminsight.agent.hangs.incident_store import IncidentStore
+from comminsight.agent.hangs.incidents import group_reports, with_roles
+from comminsight.agent.hangs.left_comm import MembersSeen
+from comminsight.agent.hangs.resolution import resolve_cleared
+from comminsight.agent.hangs.stack_capture import StackCapture
+from comminsight.agent.hangs.step_cycles import StepCycles
+from comminsight.agent.hangs.store import HangStore
+from comminsight.agent.metrics.engine import engine_metrics
+from comminsight.agent.metrics.inputs import AgentInputs
+from comminsight.agent.metrics.node import NodeMetrics
+from comminsight.agent.metrics.stacks import StackCaptureMetrics
+from comminsight.agent.steps.engine_hook import EngineHook, PassThroughEngine
+from comminsight.agent.steps.files import StepFiles
+from comminsight.agent.steps.health import engine_health
+from comminsight.agent.steps.semantic_hook import SemanticEngineHook
+from comminsight.semantic import native
+from comminsight.semantic.templates import load_templates
+from comminsight_gen.abi import shm_v1
+from comminsight_gen.config_v1 import ConfigV1
+from comminsight_gen.models import agent_master_api_v1 as api
+from comminsight_gen.models.hang_report_v1 import (
+    HangReport,
+    Incident,
+    ReportStatus,
+    Resolution,
+    Severity,
+)
+
+log = logging.getLogger(__name__)
+
+S = 1_000_000_000
+HISTORY = 50  # snapshots kept for the straggler verdict
+RECENT_EVENTS = 1000  # FIFO hang events kept for the API
+# A dead producer's region is kept this long after it is drained: process_died needs it.
+MIN_RETIRE_S = 60.0
+PRUNE_STACKS_EVERY = 600  # passes between removals of stack files of ended processes
+
+
+class AgentService:
+    def __init__(self, settings: ConfigV1, engine: EngineHook | None = None) -> None:
+        self.settings = settings
+        self.home = Path(settings.home)
+        self.node_name = settings.agent_node_name or socket.gethostname()
+        self.started_real_ns = time.time_ns()
+        self.started_mono_ns = time.monotonic_ns()
+        self.recent_ops = RecentOps(settings.agent_recent_ops)
+        self.step_files = StepFiles(self.home)
+        # the engine's Step cycles, read from its summaries only when a diagnosis needs them
+        self.step_cycles = StepCycles(self.home, self.node_name)
+        self.engine_error: str | None = None
+        self.engine: EngineHook = engine or self._engine_hook(settings)
+        self.archiver: Archiver | None = None
+        self.archive_error: str | None = None
+        try:
+            self.archiver = Archiver.from_settings(settings)
+        except ArchiveConfigError as e:
+            self.archive_error = str(e)
+            log.error("archiving is off: %s", e)
+        self._archive_thread: threading.Thread | None = None
+        self._archive_due_mono_ns = 0
+        self.stopping = False
+        self.producers = ProducerSet(
+            self.home, batch_max=settings.agent_batch_max, shm_dir=settings.profiler_shm_dir
+        )
+        self.metrics = NodeMetrics(expire_after_s=settings.agent_metrics_expire_s)
+        if self.archiver is not None:
+            self.metrics.registry.register(self.archiver)
+        self.ingest = NodeIngest(
+            self.producers, self.metrics, self.recent_ops, self.engine, self.node_name
+        )
+        self.fifo = HangEventFifo(self.home)
+        self.hangs = HangStore(self.home)
+        self.incidents = IncidentStore(self.home, self.node_name)
+        self.inject_names = InjectNames(self.home)
+        self.stacks = StackCapture.from_settings(settings, inject_names=self.inject_names)
+        self.metrics.registry.register(StackCaptureMetrics(self.stacks))
+        self.incident_stacks = IncidentStacks(self.incidents, self.ask_stack)
+        self.fifo_error: str | None = None  # why hang events are not received
+        self.metrics.inputs = AgentInputs(self.fifo, self.producers, self.inject_names)
+        self.history: deque[NodeSnapshot] = deque(maxlen=HISTORY)
+        # every rank's last row, beyond the history: a rank whose region was retired while its
+        # peers wait is a rank that left, not one on another node
+        self.members_seen = MembersSeen()
+        self._diagnosed: NodeSnapshot | None = None
+        self.hang_events: deque[HangEvent] = deque(maxlen=RECENT_EVENTS)
+        self.threshold_ns = int(settings.profiler_hang_timeout_s * S)
+        self.retire_after_ns = int(max(MIN_RETIRE_S, 2 * settings.profiler_hang_timeout_s) * S)
+        self.passes = 0
+        self._wake = asyncio.Event()
+        self.http_guard = None  # the API server's ConnectionGuard, once it serves
+        self.pass_errors = 0  # passes that failed (out of descriptors, an unreadable file)
+        self._pass_error_log = RateLimitedLog(
+            log, "a poll pass failed", PERSISTENT_PERIOD_S, logging.ERROR
+        )
+
+    def _engine_hook(self, settings: ConfigV1) -> EngineHook:
+        if not settings.semantic_enable:
+            return PassThroughEngine()
+        try:
+            native.lib()
+        except native.NativeEngineMissing as e:  # the Agent serves on without step recovery
+            self.engine_error = str(e)
+            log.error("semantic engine off: %s", e)
+            return PassThroughEngine()
+        templates = load_templates(settings.semantic_template_dirs)
+        for problem in templates.problems:
+            log.error("semantic engine template: %s", problem)
+        return SemanticEngineHook(self.home, templates, checkpoint_s=settings.semantic_checkpoint_s)
+
+    def poll_once(self, now_mono_ns: int | None = None) -> list[HangReport]:
+        """One pass; the reports of this pass (also saved under metadata/hangs/)."""
+        now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
+        self.ingest.run_pass(now, retire_after_ns=self.retire_after_ns)
+        self.inject_names.refresh()
+        self.hangs.retry_unwritten(now)
+        snapshot = self.take_snapshot(now)
+        reports = []
+        # A master hands back the same job snapshot until it rebuilds it (master_agent): there
+        # is nothing new to diagnose then, and diagnosing thousands of ranks every pass is
+        # what would make it fall behind.
+        if snapshot is not self._diagnosed:
+            self._diagnosed = snapshot
+            self.members_seen.note(snapshot)
+            if self.threshold_ns:  # 0 disables hang detection, as in the Profiler
+                reports = diagnose(
+                    snapshot,
+                    now,
+                    self.threshold_ns,
+                    history=list(self.history),
+                    straggler_factor=self.settings.agent_straggler_factor,
+                    completed_ops=self._completed_ops,
+                    step_cycles=self.step_cycles,
+                    members_seen=self.members_seen,
+                )
+            self.history.append(snapshot)
+            # reports an operator closed stay closed: they join no incident either
+            reports = [r for r in reports if not self._closed_by_operator(r.report_id)]
+            groups = group_reports(reports)
+            ended = [g for g in groups if self.incidents.ended_rest(g)]
+            groups = [g for g in groups if not self.incidents.ended_rest(g)]
+            reports = with_roles(reports, groups, ended)
+            for report in reports:
+                if self.hangs.save(report):
+                    log.warning("hang report %s: %s", report.report_id, report.summary)
+            for report in resolve_cleared(list(self.hangs.reports.values()), reports, snapshot):
+                self.hangs.save(report)
+                log.warning(
+                    "hang report %s resolved: %s", report.report_id, report.resolution.value
+                )
+            changed = self.incidents.update(groups, self.hangs.reports, now, snapshot.taken_real_ns)
+            self._quiet_consequences(changed)
+        if isinstance(self.engine, SemanticEngineHook):
+            self.metrics.add_steps(self.engine.step_durations.take(), now)
+            self.metrics.engine_steps = self.engine.steps_written
+            self.metrics.engine_records_dropped = self.engine.dropped_records
+            self.metrics.engine_records_queued = self.engine.queued_records
+            self.metrics.semantic = engine_metrics(self.engine)
+        self.metrics.open_hangs = Counter(
+            r.verdict.value for r in self.hangs.reports.values() if r.status is ReportStatus.open
+        )
+        self.metrics.open_incidents = self.incidents.open_by_verdict()
+        self.metrics.incidents_opened = self.incidents.opened_total
+        self.passes += 1
+        if self.passes % PRUNE_STACKS_EVERY == 0:
+            self.stacks.prune()
+        self._maybe_archive(now)
+        return reports
+
+    def _completed_ops(self, member) -> dict:
+        """A member's recent completed collectives (this node's processes only)."""
+        p = member.process
+        if p.node_name not in (None, self.node_name):
+            return {}
+        return self.recent_ops.collectives(p.pid, p.start_real_ns, member.comm_id)
+
+    def take_snapshot(self, now_mono_ns: int) -> NodeSnapshot:
+        """What this pass diagnoses: this node (a master joins every node of the job)."""
+        return build_snapshot(
+            [p.region for p in self.producers.producers.values()],
+            node_name=self.node_name,
+            heartbeat_stale_ms=self.settings.agent_heartbeat_stale_ms,
+            now_mono_ns=now_mono_ns,
+        )
+
+    # ---- archive -------------------------------------------------------------------------
+
+    def _maybe_archive(self, now_mono_ns: int) -> None:
+        """Start an archive pass in its own thread when one is due and none runs. A daemon
+        thread: stopping the agent mid-upload is what the archive's exactly-once design is for,
+        so shutdown never waits on a slow object store."""
+        if self.archiver is None or now_mono_ns < self._archive_due_mono_ns:
+            return
+        if self._archive_thread is not None and self._archive_thread.is_alive():
+            return
+        self._archive_due_mono_ns = now_mono_ns + int(self.settings.common_archive_interval_s * S)
+        self._archive_thread = threading.Thread(
+            target=self._archive_pass, name="archive", daemon=True
+        )
+        self._archive_thread.start()
+
+    def _archive_pass(self) -> None:
+        try:
+            report = self.archiver.run_once()
+        except Exception:  # a bug or an unexpected provider error must not end the agent
+            log.exception("archive pass failed")
+            return
+        if report.uploaded_files or report.deleted_files or report.failed_files:
+            log.info(
+                "archive: %d uploaded (%d bytes), %d adopted, %d failed, %d deleted locally",
+                report.uploaded_files,
+                report.uploaded_bytes,
+                report.adopted_files,
+                len(report.failed_files),
+                report.deleted_files,
+            )
+
+    # ---- what the API reads --------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Serving: the first pass is done and the agent is not stopping."""
+        return self.passes > 0 and not self.stopping
+
+    def live_node(self) -> api_views.LiveNode:
+        return api_views.read_live_node(
+            self.producers.producers.values(),
+            self.node_name,
+            self.settings.agent_heartbeat_stale_ms * 1_000_000,
+            time.monotonic_ns(),
+            time.time_ns(),
+            self.inject_names,
+        )
+
+    def open_report_ids(self) -> dict[str, list[str]]:
+        by_comm: dict[str, list[str]] = {}
+        for r in self.hangs.reports.values():
+            if r.status is ReportStatus.open:
+                by_comm.setdefault(r.comm.comm_id, []).append(r.report_id)
+        return by_comm
+
+    def ask_stack(self, culprit):
+        """The capture of a culprit's Python stack, when it runs on this node (None: not)."""
+        if culprit.node_name != self.node_name:
+            return None
+        rank = culprit.global_rank if isinstance(culprit.global_rank, int) else None
+        host = culprit.host if isinstance(culprit.host, str) else socket.gethostname()
+        return self.stacks.request(host, culprit.pid, rank)
+
+    def _quiet_consequences(self, incidents) -> None:
+        """A report that was a root and became a consequence (a better root arrived) is not
+        diagnosed again in that role when its communicator is no longer reported: its stored
+        severity follows its incident, so that only roots page."""
+        for incident in incidents:
+            for c in incident.consequences:
+                report = self.hangs.reports.get(c.report_id)
+                if report is not None and report.severity is not Severity.info:
+                    self.hangs.save(msgspec.structs.replace(report, severity=Severity.info))
+
+    def _closed_by_operator(self, report_id: str) -> bool:
+        stored = self.hangs.reports.get(report_id)
+        return stored is not None and stored.resolution is Resolution.operator
+
+    def resolve_incident_by_operator(self, incident_id: str, note: str | None) -> Incident:
+        """POST incidents/{id}/resolve: the incident and its open reports, with the note;
+        idempotent. UnknownIncident when there is no such incident."""
+        incident = self.incidents.resolve_by_operator(
+            incident_id, note, time.monotonic_ns(), time.time_ns()
+        )
+        for report_id in self.incidents.report_ids(incident):
+            report = self.hangs.reports.get(report_id)
+            if report is not None and report.status is ReportStatus.open:
+                self.resolve_by_operator(report_id, note or f"resolved with incident {incident_id}")
+        return incident
+
+    def resolve_by_operator(self, report_id: str, note: str | None) -> HangReport:
+        """POST hangs/{id}/resolve: idempotent; the operator's decision sticks while the
+        diagnosis keeps finding the same hang."""
+        report = self.hangs.reports[report_id]
+        if report.status is ReportStatus.resolved:
+            return report
+        resolved = msgspec.structs.replace(
+            report,
+            status=ReportStatus.resolved,
+            resolution=Resolution.operator,
+            resolved_mono_ns=max(time.monotonic_ns(), report.detected_mono_ns),
+            resolved_real_ns=max(time.time_ns(), report.detected_real_ns),
+            **({"resolution_note": note} if note else {}),
+        )
+        self.hangs.save(resolved)
+        log.warning("hang report %s resolved by an operator: %s", report_id, note or "")
+        return resolved
+
+    def health(self) -> api.Health:
+        reasons = []
+        for name, why in sorted(self.producers.counters.refused.items()):
+            reasons.append(f"SHM file {name} quarantined: {why}")
+        draining = [p for p in self.producers.producers.values() if p.gone_since_mono_ns]
+        if draining:
+            reasons.append(
+                "profiled process(es) exited: pid " + ", ".join(str(p.pid) for p in draining)
+            )
+        if self.producers.counters.records_lost:
+            reasons.append(
+                f"{self.producers.counters.records_lost} op records were overwritten before "
+                "the agent read them"
+            )
+        for name, why in sorted(self.hangs.errors.items()):
+            reasons.append(f"hang report file {name} set aside: {why}")
+        for report_id, why in sorted(self.hangs.write_errors.items())[:16]:
+            reasons.append(f"hang report {report_id} is not on disk yet: {why}")
+        for name, why in sorted(self.incidents.errors.items()):
+            reasons.append(f"incident file {name} set aside: {why}")
+        reasons += input_reasons(self.fifo, self.fifo_error, self.producers, self.inject_names)
+        if self.engine_error:
+            reasons.append(f"the Semantic Engine is off: {self.engine_error}")
+        semantic = None
+        if isinstance(self.engine, SemanticEngineHook):
+            semantic, engine_reasons = engine_health(self.engine)
+            reasons += engine_reasons
+        if self.http_guard is not None:
+            reasons += self.http_guard.health_reasons(time.monotonic())
+        if self.pass_errors and time.monotonic() - self._last_pass_error_mono_s < 300:
+            reasons.append(
+                f"{self.pass_errors} poll passes failed, the latest: {self._last_pass_error}"
+            )
+        if self.archive_error:
+            reasons.append(f"archiving is off: {self.archive_error}")
+        elif self.archiver is not None and self.archiver.last_error is not None:
+            reasons.append(f"archive upload failing: {self.archiver.last_error.message}")
+        if self.archiver is not None:
+            for source, why in sorted(self.archiver.refused().items())[:16]:
+                reasons.append(f"archive refuses {self.home / source}: {why}")
+        alive = sum(1 for p in self.producers.producers.values() if p.gone_since_mono_ns is None)
+        comm_ids = {
+            int(row["comm_id"])
+            for p in self.producers.producers.values()
+            for row in p.region.comm_entries()
+            if int(row["state"]) != shm_v1.CommState.FREE
+        }
+        lag = self.metrics.lag_s * 1000 if self.producers.counters.records else None
+        return api.Health(
+            status=api.HealthStatus.degraded if reasons else api.HealthStatus.ok,
+            reasons=reasons,
+            mode=api.AgentMode(self.settings.agent_mode),
+            node_name=self.node_name,
+            agent_version=__version__,
+            started_real_ns=self.started_real_ns,
+            uptime_s=(time.monotonic_ns() - self.started_mono_ns) / S,
+            processes_alive=alive,
+            processes_total=len(self.producers.producers),
+            communicators_total=len(comm_ids),
+            open_hangs=sum(1 for r in self.hangs.reports.values() if r.status is ReportStatus.open),
+            nodes_connected=1,
+            nodes_total=1,
+            ingest_lag_ms=lag,
+            **({"semantic_engine": semantic} if semantic is not None else {}),
+        )
+
+    def node_model(self, live: api_views.LiveNode) -> api.Node:
+        return api.Node(
+            node_name=self.node_name,
+            host=socket.gethostname(),
+            boot_id=_boot_id(),
+            mode=api.AgentMode(self.settings.agent_mode),
+            agent_version=__version__,
+            agent_pid=os.getpid(),
+            comminsight_home=str(self.home),
+            started_real_ns=self.started_real_ns,
+            now_mono_ns=live.now_mono_ns,
+            now_real_ns=live.now_real_ns,
+            processes=api_views.processes(live),
+        )
+
+    def node_summary(self, live: api_views.LiveNode) -> api.NodeSummary:
+        """This node as /nodes lists it (a standalone agent knows no other)."""
+        procs = api_views.processes(live)
+        return api.NodeSummary(
+            node_name=self.node_name,
+            host=socket.gethostname(),
+            mode=api.AgentMode(self.settings.agent_mode),
+            state=api.NodeState.local,
+            agent_version=__version__,
+            processes_alive=sum(1 for p in procs if p.alive),
+            processes_total=len(procs),
+            global_ranks=sorted({p.global_rank for p in procs if p.global_rank is not None}),
+            last_seen_real_ns=live.now_real_ns,
+            last_seen_age_ms=0,
+            last_applied_batch_seq=None,
+            rejects_total=0,
+            last_reject=None,
+        )
+
+    def _on_fifo_events(self, events: list[HangEvent]) -> None:
+        self.fifo.stats.evicted += keep_recent(self.hang_events, events)
+        self._wake.set()  # diagnose now, not at the next tick
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until stop is set; the FIFO is held open for the whole run."""
+        self.hangs.load()
+        for name, reason in self.hangs.errors.items():
+            log.error("hang report %s set aside: %s", name, reason)
+        self.incidents.load()
+        try:
+            self.fifo.open()
+            self.fifo.attach(asyncio.get_running_loop(), self._on_fifo_events)
+        except FifoError as e:  # serve on: SHM still shows hangs, health names the FIFO
+            self.fifo_error = str(e)
+            log.error("hang events are not received: %s", e)
+        interval_s = self.settings.agent_poll_interval_ms / 1000
+        try:
+            while not stop.is_set():
+                try:
+                    self.poll_once()
+                except OSError as e:  # EMFILE, an unreadable directory: the next pass retries
+                    self.pass_errors += 1
+                    self._last_pass_error = f"{type(e).__name__}: {e}"[:300]
+                    self._last_pass_error_mono_s = time.monotonic()
+                    self._pass_error_log.note(str(e))
+                self._wake.clear()
+                stopping = asyncio.ensure_future(stop.wait())
+                woken = asyncio.ensure_future(self._wake.wait())
+                await asyncio.wait(
+                    {stopping, woken}, timeout=interval_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in (stopping, woken):
+                    task.cancel()
+        finally:
+            self.stopping = True
+            self.fifo.close()
+            self.producers.close()
+            if isinstance(self.engine, SemanticEngineHook):
+                self.engine.stop()
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:64] or None
+    except OSError:
+        return None

@@ -1,0 +1,2 @@
+"""Hang diagnosis across ranks, hang reports and their resolution, incidents (one cause, its
+consequences) and the Python stacks they carry."""

@@ -1,0 +1,614 @@
+"""The master's end of agent-master-slave v1: the AgentMaster gRPC service on grpc.aio.
+
+The handlers take the request bytes themselves (no generated deserializer), so that bytes
+that do not parse are a MALFORMED refusal that names the slave and is recorded, rather than
+gRPC's anonymous "Exception deserializing request". gRPC's own receive limit sits a little
+above max_batch_bytes; a message past it never reaches a handler (the slave reads
+RESOURCE_EXHAUSTED as OVERSIZED), one between the two is refused here.
+
+A call without the right token is refused from its metadata alone (TokenGate, a server
+interceptor), before gRPC reads its request: a stranger's message of megabytes is never
+buffered whole, so a flood of them costs the master a little per call, not the message size.
+
+Every refusal of a peer that presented the token is recorded on the node it names
+(rejects_total, last_reject: /api/v1/nodes) and logged; it ends only the call that caused it.
+A peer without the right token is nobody: its refusal is counted on the master alone
+(unauthenticated_rejects, the latest kept for health) and logged at most once a minute,
+never attributed to the node name it claims, so it cannot change what a live node shows.
+Handlers run on the agent's event loop, so they change the job view between the service's
+passes, never during one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hmac
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import msgspec
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from comminsight import __version__
+from comminsight.agent.core.fifo_reader import EVENT_SIZE, MAGIC_BYTES
+from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
+from comminsight.agent.master.job_view import NodeRecord
+from comminsight.agent.master.rejects import PROTOCOL_VERSION, REJECT_KEY, STATUS_OF, reason_name
+from comminsight.agent.master.stacks import StackRequests
+from comminsight.agent.master.store import MasterStore
+from comminsight_gen.abi import fifo_event_v1
+from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
+from comminsight_gen.models import agent_master_api_v1 as api
+from comminsight_gen.models.python_stack_v1 import PythonStack
+from comminsight_gen.models.step_summary_v1 import StepSummary
+
+log = logging.getLogger(__name__)
+
+SERVICE = "comminsight.agent_master_slave.v1.AgentMaster"
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+MAX_REFUSED_STRANGERS = 256  # names never admitted that refusals may add to the node table
+GRPC_LIMIT_SLACK = 64 * 1024  # gRPC's limit above max_batch_bytes: ours refuses first
+DEFAULT_MAX_CONCURRENT_RPCS = 4096
+
+
+class Refusal(Exception):
+    def __init__(self, reason: int, message: str, **extra) -> None:
+        super().__init__(message)
+        self.reject = pb.Reject(
+            reason=reason, message=message[:1024], master_protocol_version=PROTOCOL_VERSION, **extra
+        )
+
+
+def clock() -> pb.ClockSample:
+    return pb.ClockSample(mono_ns=time.monotonic_ns(), real_ns=time.time_ns())
+
+
+class AgentMasterServer:
+    """Sessions of slaves, applied into `nodes` (shared with the master service)."""
+
+    def __init__(
+        self,
+        *,
+        nodes: dict[str, NodeRecord],
+        store: MasterStore,
+        token: str,
+        max_batch_bytes: int,
+        stale_ms: int,
+        on_events: Callable[[str, list[bytes]], None],
+        max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS,
+    ) -> None:
+        self.nodes = nodes
+        self.max_concurrent_rpcs = max_concurrent_rpcs
+        self.store = store
+        self.token = token
+        self.max_batch_bytes = max_batch_bytes
+        self.stale_ms = stale_ms
+        self.on_events = on_events
+        self.instance_id = secrets.randbits(64) or 1
+        self.sessions: dict[int, NodeRecord] = {}
+        self.shutting_down = False
+        self.batches_applied = 0
+        self.bytes_received = 0
+        self.duplicates_dropped = 0
+        self.rejects_total = 0
+        self.strangers_unrecorded = 0  # refusals of unknown names past MAX_REFUSED_STRANGERS
+        self.unauthenticated_rejects = 0  # refusals of peers without the token: nobody's
+        self.last_unauthenticated: api.NodeReject | None = None
+        self._unauthenticated_log = RateLimitedLog(
+            log, "refused a peer without the token", PERSISTENT_PERIOD_S, logging.ERROR
+        )
+        self.version = 0  # moves whenever a node's rows or state change
+        self.stacks = StackRequests()
+
+    # ---- wiring ------------------------------------------------------------------------
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "Register": grpc.unary_unary_rpc_method_handler(self.register),
+                "StreamNodeState": grpc.stream_stream_rpc_method_handler(self.stream),
+                "Heartbeat": grpc.unary_unary_rpc_method_handler(self.heartbeat),
+                "WatchStackRequests": grpc.unary_stream_rpc_method_handler(self.watch_stacks),
+                "ReportStacks": grpc.unary_unary_rpc_method_handler(self.report_stacks),
+            },
+        )
+
+    async def start(
+        self, listen: str, cert: str = "", key: str = "", client_ca: str = ""
+    ) -> tuple[grpc.aio.Server, int]:
+        """Serve on listen; returns the server and the bound port (listen may say port 0).
+        With client_ca, TLS is mutual: a slave must present a certificate that CA signed."""
+        server = grpc.aio.server(
+            interceptors=[TokenGate(self)],
+            options=[
+                # a batch is the largest message a slave sends (its registration carries one
+                # node's processes and communicators, far less); max_batch_bytes bounds it
+                ("grpc.max_receive_message_length", self.max_batch_bytes + GRPC_LIMIT_SLACK),
+                ("grpc.max_send_message_length", 1 << 20),
+                ("grpc.so_reuseport", 0),
+                ("grpc.http2.bdp_probe", 0),
+            ],
+            # each slave holds two calls open (its batch stream, its stack-request watch);
+            # calls beyond this are refused RESOURCE_EXHAUSTED before anything is read
+            maximum_concurrent_rpcs=self.max_concurrent_rpcs,
+        )
+        server.add_generic_rpc_handlers((self.handler(),))
+        if cert:
+            creds = grpc.ssl_server_credentials(
+                [(Path(key).read_bytes(), Path(cert).read_bytes())],
+                root_certificates=Path(client_ca).read_bytes() if client_ca else None,
+                require_client_auth=bool(client_ca),
+            )
+            port = server.add_secure_port(listen, creds)
+        else:
+            port = server.add_insecure_port(listen)
+        await server.start()
+        return server, port
+
+    # ---- refusals ----------------------------------------------------------------------
+
+    async def _refuse(self, context, refusal: Refusal, node_name: str | None) -> None:
+        reject = refusal.reject
+        self.rejects_total += 1
+        peer = context.peer() or ""
+        if reject.reason == pb.REJECT_REASON_WRONG_TOKEN:
+            await self._refuse_unauthenticated(context, reject, peer)
+            return
+        log.error(
+            "refused slave %s from %s: %s: %s",
+            node_name or "(unnamed)",
+            peer,
+            reason_name(reject.reason),
+            reject.message,
+        )
+        record = self.nodes.get(node_name) if node_name and NODE_NAME.match(node_name) else None
+        if record is None and node_name and NODE_NAME.match(node_name):
+            if self.refused_strangers() < MAX_REFUSED_STRANGERS:
+                record = self.nodes[node_name] = NodeRecord(node_name, api.AgentMode.slave)
+            else:  # bounded: anyone can present a new name with a wrong token
+                self.strangers_unrecorded += 1
+        if record is not None:
+            record.rejects_total += 1
+            record.last_reject = api.NodeReject(
+                reason=reason_name(reject.reason),
+                message=reject.message,
+                at_real_ns=time.time_ns(),
+                peer=peer[:512],
+            )
+            if record.session_id == 0 or record.state is not api.NodeState.connected:
+                record.state = api.NodeState.rejected
+        await context.abort(
+            STATUS_OF[reject.reason],
+            reject.message,
+            trailing_metadata=((REJECT_KEY, reject.SerializeToString()),),
+        )
+
+    async def _refuse_unauthenticated(self, context, reject: pb.Reject, peer: str) -> None:
+        """A peer that did not prove it is one of the job's slaves: whatever node name it
+        gave is not believed, so no node's record is touched."""
+        self.unauthenticated_rejects += 1
+        self.last_unauthenticated = api.NodeReject(
+            reason=reason_name(reject.reason),
+            message=reject.message,
+            at_real_ns=time.time_ns(),
+            peer=peer[:512],
+        )
+        self._unauthenticated_log.note(f"from {peer}: {reject.message}")
+        await context.abort(
+            STATUS_OF[reject.reason],
+            reject.message,
+            trailing_metadata=((REJECT_KEY, reject.SerializeToString()),),
+        )
+
+    def refused_strangers(self) -> int:
+        """Node records made only by refusals (never admitted)."""
+        return sum(1 for r in self.nodes.values() if r.identity is None and not r.local)
+
+    def _check_token(self, context) -> None:
+        refusal = self.token_refusal(context.invocation_metadata())
+        if refusal is not None:
+            raise refusal
+
+    def token_refusal(self, metadata) -> Refusal | None:
+        """The refusal a call with this metadata earns for its token; None when it has the
+        master's token."""
+        presented = ""
+        for key, value in metadata or ():
+            if key == "authorization":
+                text = value.decode(errors="replace") if isinstance(value, bytes) else value
+                scheme, _, presented = text.partition(" ")
+                presented = presented.strip() if scheme.lower() == "bearer" else ""
+        if not self.token:
+            return Refusal(
+                pb.REJECT_REASON_WRONG_TOKEN,
+                "this master has no COMMINSIGHT_AGENT_TOKEN configured and accepts no slave",
+            )
+        if not presented:
+            return Refusal(pb.REJECT_REASON_WRONG_TOKEN, "missing 'authorization: Bearer' token")
+        if not hmac.compare_digest(presented.encode(), self.token.encode()):
+            return Refusal(pb.REJECT_REASON_WRONG_TOKEN, "wrong token (COMMINSIGHT_AGENT_TOKEN)")
+        return None
+
+    async def refuse_before_reading(self, refusal: Refusal, request_iterator, context) -> None:
+        """TokenGate's handler: ends the call without reading a byte of its request."""
+        self.rejects_total += 1
+        await self._refuse_unauthenticated(context, refusal.reject, context.peer() or "")
+
+    def collect(self):
+        """/metrics: refusals of peers without the token (nobody's node carries them), and
+        the stack requests this master sent its slaves."""
+        yield CounterMetricFamily(
+            "comminsight_master_unauthenticated",
+            "gRPC calls to the master refused for a missing or wrong token, before their "
+            "request was read",
+            value=self.unauthenticated_rejects,
+        )
+        requests = CounterMetricFamily(
+            "comminsight_master_stack_requests",
+            "Python stack requests the master sent to its slaves, by outcome: answered (the "
+            "node sent the capture or why it has none; its own comminsight_stack_requests_total "
+            "says which), not_connected, busy, timeout, bad_answer",
+            labels=["outcome"],
+        )
+        for outcome, count in self.stacks.outcomes.items():
+            requests.add_metric([outcome], count)
+        yield requests
+        yield GaugeMetricFamily(
+            "comminsight_master_stack_requests_open",
+            "Stack requests waiting for a slave's answer",
+            value=len(self.stacks.open),
+        )
+
+    def _session(self, session_id: int) -> NodeRecord:
+        record = self.sessions.get(session_id)
+        if record is None or record.session_id != session_id:
+            raise Refusal(
+                pb.REJECT_REASON_UNKNOWN_SESSION,
+                f"session {session_id:016x} is unknown to this master (restarted, or replaced "
+                "by a newer registration): register again",
+            )
+        return record
+
+    # ---- Register ----------------------------------------------------------------------
+
+    async def register(self, raw: bytes, context) -> bytes:
+        name = None
+        try:
+            self._check_token(context)  # before the request: a stranger's bytes name nobody
+            request = _parse(pb.RegisterRequest, raw, "RegisterRequest")
+            name = request.node.node_name or None
+            return self._register(request, context).SerializeToString()
+        except Refusal as r:
+            await self._refuse(context, r, name)
+
+    def _register(self, request: pb.RegisterRequest, context) -> pb.RegisterResponse:
+        if self.shutting_down:
+            raise Refusal(pb.REJECT_REASON_SHUTTING_DOWN, "the master is stopping")
+        if request.protocol_version != PROTOCOL_VERSION:
+            raise Refusal(
+                pb.REJECT_REASON_VERSION_MISMATCH,
+                f"protocol_version {request.protocol_version} is not spoken by this master "
+                f"(it speaks {PROTOCOL_VERSION})",
+            )
+        node = request.node
+        if not NODE_NAME.match(node.node_name):
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED,
+                f"node.node_name {node.node_name!r} does not match {NODE_NAME.pattern}",
+            )
+        if not request.stream_epoch:
+            raise Refusal(pb.REJECT_REASON_MALFORMED, "stream_epoch must not be 0")
+        now = time.monotonic_ns()
+        record = self.nodes.get(node.node_name)
+        if record is not None and record.local:
+            raise Refusal(
+                pb.REJECT_REASON_NODE_CONFLICT,
+                f"node_name {node.node_name!r} is the master's own node",
+            )
+        if (
+            record is not None
+            and record.state is api.NodeState.connected
+            and record.identity is not None
+            and (record.identity.host, record.identity.boot_id, record.identity.comminsight_home)
+            != (node.host, node.boot_id, node.comminsight_home)
+        ):
+            raise Refusal(
+                pb.REJECT_REASON_NODE_CONFLICT,
+                f"node_name {node.node_name!r} is held by a live slave on {record.identity.host} "
+                f"({record.identity.comminsight_home}); node names must be unique in a job",
+            )
+        if record is None:
+            record = self.nodes[node.node_name] = NodeRecord(node.node_name, api.AgentMode.slave)
+        self.sessions.pop(record.session_id, None)  # a restarted slave replaces its session
+        record.session_id = secrets.randbits(64) or 1
+        self.sessions[record.session_id] = record
+        record.identity = node
+        record.state = api.NodeState.connected
+        record.offset_ns = None  # a new session may be a new boot
+        record.clock_sample(request.clock, now)
+        record.last_seen_mono_ns, record.last_seen_real_ns = now, time.time_ns()
+        cursor = self.store.cursors.get(node.node_name)
+        response = pb.RegisterResponse(
+            protocol_version=PROTOCOL_VERSION,
+            session_id=record.session_id,
+            master_instance_id=self.instance_id,
+            max_batch_bytes=self.max_batch_bytes,
+            heartbeat_interval_ms=max(100, self.stale_ms // 4),
+            stale_after_ms=self.stale_ms,
+            master_agent_version=__version__,
+            master_clock=clock(),
+            full_state_requested=not record.has_state or record.epoch != request.stream_epoch,
+        )
+        if cursor is not None and cursor.epoch == request.stream_epoch:
+            response.last_applied_batch_seq = cursor.last_applied
+            record.last_applied = cursor.last_applied
+        else:
+            record.last_applied = None  # the first batch received starts the epoch
+        record.epoch = request.stream_epoch
+        for p in request.processes:
+            record.rows.processes[p.pid] = p
+        for m in request.communicators:
+            record.rows.members[(m.comm_id, m.pid, m.generation)] = m
+        self.version += 1
+        log.info(
+            "slave %s registered from %s (epoch %016x, master holds batch %s, slave built %d)",
+            node.node_name,
+            context.peer(),
+            request.stream_epoch,
+            record.last_applied,
+            request.last_built_batch_seq,
+        )
+        return response
+
+    # ---- StreamNodeState ---------------------------------------------------------------
+
+    async def stream(self, requests, context):
+        record: NodeRecord | None = None
+        try:
+            self._check_token(context)
+            async for raw in requests:
+                self.bytes_received += len(raw)
+                # parsed first (gRPC already bounded it) so the refusal names the node
+                batch = _parse(pb.NodeStateBatch, raw, "NodeStateBatch")
+                record = self._session(batch.session_id)
+                if len(raw) > self.max_batch_bytes:
+                    raise Refusal(
+                        pb.REJECT_REASON_OVERSIZED,
+                        f"batch {batch.batch_seq} of {len(raw)} bytes is over max_batch_bytes "
+                        f"{self.max_batch_bytes}; nothing of it was applied",
+                        max_batch_bytes=self.max_batch_bytes,
+                    )
+                ack = self._apply(record, batch)
+                yield ack.SerializeToString()
+        except Refusal as r:
+            await self._refuse(context, r, record.name if record is not None else None)
+        except asyncio.CancelledError:
+            raise
+        finally:
+            if record is not None and record.state is api.NodeState.connected:
+                if self.sessions.get(record.session_id) is record and not self.shutting_down:
+                    record.state = api.NodeState.disconnected
+                    log.warning("slave %s disconnected (its stream ended)", record.name)
+
+    def _apply(self, record: NodeRecord, batch: pb.NodeStateBatch) -> pb.BatchAck:
+        now = time.monotonic_ns()
+        record.last_seen_mono_ns, record.last_seen_real_ns = now, time.time_ns()
+        record.clock_sample(batch.clock, now)
+        if record.state is not api.NodeState.connected:
+            record.state = api.NodeState.connected
+        last = record.last_applied
+        seq = batch.batch_seq
+        if last is not None and seq <= last:  # a resend the master already holds
+            self.duplicates_dropped += 1
+            return pb.BatchAck(last_applied_batch_seq=last, master_clock=clock())
+        if seq == 0 or (last is not None and seq != last + 1):
+            raise Refusal(
+                pb.REJECT_REASON_SEQUENCE_GAP,
+                f"batch {seq} does not follow batch {last} of epoch {record.epoch:016x}",
+                **({"last_applied_batch_seq": last} if last is not None else {}),
+            )
+        hang_events = [(self._hang_record(e), e.read_real_ns) for e in batch.hang_events]
+        steps = [self._step(s) for s in batch.step_summaries]
+        apply_rows(record, batch)
+        committed = self.store.commit(record.name, record.epoch, seq, hang_events, steps)
+        self.duplicates_dropped += committed.duplicates
+        record.last_applied = seq
+        self.batches_applied += 1
+        self.version += 1
+        if committed.hang_events:
+            self.on_events(record.name, committed.hang_events)
+        return pb.BatchAck(
+            last_applied_batch_seq=seq,
+            master_clock=clock(),
+            full_state_requested=not record.has_state and record.full_state_keys is None,
+        )
+
+    def _hang_record(self, e: pb.HangEvent) -> bytes:
+        record = e.record
+        if e.fifo_event_abi_version != fifo_event_v1.PROTOCOL_VERSION:
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED,
+                f"hang event of fifo-event version {e.fifo_event_abi_version}; this master "
+                f"reads version {fifo_event_v1.PROTOCOL_VERSION}",
+            )
+        if len(record) != EVENT_SIZE or record[:4] != MAGIC_BYTES:
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED,
+                f"hang event record of {len(record)} bytes is not a fifo-event "
+                f"(EVENT_SIZE {EVENT_SIZE}, magic 'CIFE')",
+            )
+        return record
+
+    def _step(self, s: pb.StepSummaryRecord) -> tuple[StepSummary, bytes]:
+        if s.step_summary_version != 1:
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED,
+                f"step summary of version {s.step_summary_version}; this master reads 1",
+            )
+        try:
+            return msgspec.json.decode(s.json, type=StepSummary), s.json
+        except (msgspec.DecodeError, UnicodeDecodeError) as e:  # bad UTF-8 inside a string
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED, f"step summary is not a step-summary v1: {e}"
+            ) from None
+
+    # ---- Heartbeat ---------------------------------------------------------------------
+
+    async def heartbeat(self, raw: bytes, context) -> bytes:
+        record = None
+        try:
+            self._check_token(context)
+            request = _parse(pb.HeartbeatRequest, raw, "HeartbeatRequest")
+            record = self._session(request.session_id)
+            now = time.monotonic_ns()
+            record.clock_sample(request.clock, now)
+            record.last_seen_mono_ns, record.last_seen_real_ns = now, time.time_ns()
+            if request.shutting_down:
+                record.state = api.NodeState.disconnected
+                self.sessions.pop(record.session_id, None)
+                log.info("slave %s said goodbye", record.name)
+            elif record.state is api.NodeState.stale:
+                record.state = api.NodeState.connected
+            return pb.HeartbeatResponse(
+                last_applied_batch_seq=record.last_applied or 0, master_clock=clock()
+            ).SerializeToString()
+        except Refusal as r:
+            await self._refuse(context, r, record.name if record is not None else None)
+
+    # ---- Python stacks on request ----------------------------------------------------
+
+    async def request_stacks(
+        self, node_name: str, pid: int, rank: int | None, timeout_s: float
+    ) -> PythonStack:
+        """Ask the slave of `node_name` for the Python stacks of its process `pid`; always
+        returns a python-stack document (`unavailable` naming the node when it cannot)."""
+        record = self.nodes.get(node_name)
+        identity = record.identity if record is not None else None
+        host = (identity.host if identity is not None else "") or node_name
+        return await self.stacks.request(node_name, host, pid, rank, timeout_s)
+
+    async def watch_stacks(self, raw: bytes, context):
+        record = None
+        queue = None
+        try:
+            self._check_token(context)
+            request = _parse(pb.WatchStackRequestsRequest, raw, "WatchStackRequestsRequest")
+            record = self._session(request.session_id)
+            queue = self.stacks.watch(record.name)
+            while True:
+                message = await queue.get()
+                if message is None:  # a newer stream of the node took over
+                    return
+                yield message.SerializeToString()
+        except Refusal as r:
+            await self._refuse(context, r, record.name if record is not None else None)
+        finally:
+            if queue is not None:
+                self.stacks.unwatch(record.name, queue)
+
+    async def report_stacks(self, raw: bytes, context) -> bytes:
+        record = None
+        try:
+            self._check_token(context)
+            report = _parse(pb.StackReport, raw, "StackReport")
+            record = self._session(report.session_id)
+            self.stacks.answer(
+                record.name, report.request_id, report.python_stack_version, report.json
+            )
+            return pb.StackReportAck().SerializeToString()
+        except Refusal as r:
+            await self._refuse(context, r, record.name if record is not None else None)
+
+    # ---- staleness ---------------------------------------------------------------------
+
+    def mark_stale(self, now_mono_ns: int) -> list[NodeRecord]:
+        """Connected slaves silent for stale_ms, now reported stale."""
+        went = []
+        for record in self.nodes.values():
+            seen = record.last_seen_mono_ns
+            if (
+                record.state is api.NodeState.connected
+                and not record.local
+                and seen is not None
+                and now_mono_ns - seen > self.stale_ms * 1_000_000
+            ):
+                record.state = api.NodeState.stale
+                self.version += 1
+                went.append(record)
+                log.warning(
+                    "slave %s is stale: nothing for %.1f s", record.name, (now_mono_ns - seen) / 1e9
+                )
+        return went
+
+
+class TokenGate(grpc.aio.ServerInterceptor):
+    """Checks the token in a call's metadata before gRPC reads its request. A call without it
+    is answered by a request-streaming handler that never reads: gRPC receives a unary
+    request whole before its handler runs, and a stream's messages only when asked for."""
+
+    def __init__(self, server: AgentMasterServer) -> None:
+        self.server = server
+
+    async def intercept_service(self, continuation, handler_call_details):
+        refusal = self.server.token_refusal(handler_call_details.invocation_metadata)
+        if refusal is None:
+            return await continuation(handler_call_details)
+        return grpc.stream_stream_rpc_method_handler(
+            functools.partial(self.server.refuse_before_reading, refusal)
+        )
+
+
+def _parse(message_type, raw: bytes, what: str):
+    try:
+        return message_type.FromString(raw)
+    except Exception as e:  # protobuf's DecodeError, and anything a hostile input triggers
+        raise Refusal(
+            pb.REJECT_REASON_MALFORMED, f"{len(raw)} bytes that are not a {what}: {e}"
+        ) from None
+
+
+def apply_rows(record: NodeRecord, batch: pb.NodeStateBatch) -> None:
+    """State rows replace the rows with their keys; a RETIRED process takes its rows with it;
+    a full state (possibly spanning batches) drops, at its last batch, every row it did not
+    name."""
+    rows = record.rows
+    keys = record.full_state_keys
+    if batch.full_state and keys is None:
+        keys = record.full_state_keys = set()
+    for p in batch.processes:
+        if p.ingest_state == pb.INGEST_STATE_RETIRED:
+            rows.processes.pop(p.pid, None)
+            for table in (rows.members, rows.progress):
+                for key in [k for k in table if k[1] == p.pid]:
+                    del table[key]
+            continue
+        rows.processes[p.pid] = p
+        if batch.full_state:
+            keys.add(("p", p.pid))
+    for m in batch.communicators:
+        key = (m.comm_id, m.pid, m.generation)
+        rows.members[key] = m
+        if batch.full_state:
+            keys.add(("m", *key))
+    for g in batch.progress:
+        key = (g.comm_id, g.pid, g.generation)
+        rows.progress[key] = g
+        if batch.full_state:
+            keys.add(("g", *key))
+    if batch.HasField("agent_counters"):
+        record.counters = batch.agent_counters
+    if batch.HasField("metric_totals"):
+        record.metric_totals = batch.metric_totals
+    if batch.full_state and batch.full_state_last:
+        rows.processes = {pid: p for pid, p in rows.processes.items() if ("p", pid) in keys}
+        rows.members = {k: m for k, m in rows.members.items() if ("m", *k) in keys}
+        rows.progress = {k: g for k, g in rows.progress.items() if ("g", *k) in keys}
+        record.full_state_keys = None
+        record.has_state = True

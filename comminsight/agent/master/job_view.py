@@ -1,0 +1,419 @@
+"""The whole job as a master sees it: every node's state rows, joined by communicator id.
+
+Each node (the master's own, and every slave that registered) is a `NodeRecord` holding the
+latest agent-master-slave rows of that node. From them this module builds, for one instant:
+- the job-wide `NodeSnapshot` that hang diagnosis reads, so a verdict can name a culprit on any
+  node (`ProcessView.node_name` says which);
+- the Agent Master API models for communicators, ranks, in-flight ops, processes and nodes.
+
+Clocks: a node's `*_mono_ns` count from its own boot. Every batch and heartbeat brings a clock
+sample of the slave; `offset_ns` (master monotonic minus slave monotonic at receipt) is the
+smallest seen in the session, since network delay only adds to it. Times are converted to the
+master's monotonic clock with it, so ages grow on the master even while a slave, having
+nothing new to say, sends nothing; real time is never compared across nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from comminsight.agent.core.node_state import NodeRows
+from comminsight.agent.core.snapshot import (
+    CommMember,
+    InflightOp,
+    NodeSnapshot,
+    ProcessView,
+    group_by_comm,
+)
+from comminsight.shm_reader import ROOTED_FUNCS
+from comminsight_gen.abi import shm_v1
+from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
+from comminsight_gen.models import agent_master_api_v1 as api
+
+MS = 1_000_000
+_INGEST = {
+    pb.INGEST_STATE_ACTIVE: api.IngestState.active,
+    pb.INGEST_STATE_DRAINING: api.IngestState.draining,
+    pb.INGEST_STATE_RETIRED: api.IngestState.retired,
+    pb.INGEST_STATE_QUARANTINED: api.IngestState.quarantined,
+}
+_NAME_SOURCE = {
+    pb.NAME_SOURCE_NCCL: api.NameSource.nccl,
+    pb.NAME_SOURCE_INJECT: api.NameSource.inject,
+}
+
+
+@dataclass
+class NodeRecord:
+    name: str
+    mode: api.AgentMode
+    local: bool = False
+    identity: pb.NodeIdentity | None = None
+    rows: NodeRows = field(default_factory=NodeRows)
+    offset_ns: int | None = None  # master monotonic - node monotonic; 0 for the local node
+    state: api.NodeState = api.NodeState.disconnected
+    session_id: int = 0
+    epoch: int = 0
+    last_applied: int | None = None
+    last_seen_mono_ns: int | None = None  # master clock
+    last_seen_real_ns: int | None = None
+    rejects_total: int = 0
+    last_reject: api.NodeReject | None = None
+    counters: pb.AgentCounters = field(default_factory=pb.AgentCounters)
+    metric_totals: pb.NodeMetricTotals | None = None  # the latest the node sent
+    has_state: bool = False  # rows are the node's (a full state arrived since master start)
+    full_state_keys: set | None = None  # keys of a full state spanning several batches
+
+    def clock_sample(self, sample: pb.ClockSample, master_mono_ns: int) -> None:
+        offset = master_mono_ns - sample.mono_ns
+        self.offset_ns = offset if self.offset_ns is None else min(self.offset_ns, offset)
+
+    def to_master(self, mono_ns: int) -> int:
+        """A node monotonic time on the master's clock; 0 (never) stays 0."""
+        if not mono_ns:
+            return 0
+        t = mono_ns + (self.offset_ns or 0)
+        return t if t > 0 else 1  # not max(): called for every time of every row, every rebuild
+
+    @property
+    def host(self) -> str:
+        return self.identity.host if self.identity is not None else ""
+
+
+# ---- the job-wide snapshot for hang diagnosis ---------------------------------------------
+
+
+def process_view(node: NodeRecord, p: pb.ProcessInfo, now: int, stale_ns: int) -> ProcessView:
+    hb = node.to_master(p.heartbeat_mono_ns)
+    age = max(0, now - hb) if hb else 0
+    return ProcessView(
+        pid=p.pid,
+        host=node.host,
+        global_rank=p.global_rank if p.HasField("global_rank") else None,
+        local_rank=p.local_rank if p.HasField("local_rank") else None,
+        job_id=p.job_id,
+        file_state=shm_v1.FileState.LIVE,
+        start_real_ns=p.started_real_ns,
+        start_mono_ns=node.to_master(p.started_mono_ns),
+        heartbeat_mono_ns=hb,
+        heartbeat_age_ns=age,
+        heartbeat_interval_ms=0,
+        # The slave probed the pid (its node's process table); DRAINING means it is gone.
+        pid_exists=p.ingest_state == pb.INGEST_STATE_ACTIVE,
+        heartbeat_fresh=age <= stale_ns,
+        node_name=node.name,
+    )
+
+
+def inflight_of(node: NodeRecord, op: pb.InflightOp) -> InflightOp:
+    return InflightOp(
+        kind=shm_v1.RecordKind.COLL if op.kind == pb.OP_KIND_COLL else shm_v1.RecordKind.P2P,
+        func=op.func,
+        datatype=op.datatype,
+        seq=op.seq,
+        op_index=op.op_index,
+        count=op.count,
+        bytes=op.size_bytes,
+        peer=op.peer_or_root if op.HasField("peer_or_root") else None,
+        n_channels=op.n_channels,
+        channels_started=op.channels_started,
+        channels_stopped=op.channels_completed,
+        enqueue_mono_ns=node.to_master(op.enqueued_mono_ns),
+        start_mono_ns=node.to_master(op.gpu_started_mono_ns) or None,
+    )
+
+
+def comm_member(
+    node: NodeRecord, m: pb.CommunicatorMember, g: pb.CommProgress, proc: ProcessView
+) -> CommMember:
+    c, p2p = g.collectives, g.p2p
+    return CommMember(
+        comm_id=m.comm_id,
+        name=m.name,
+        rank=m.comm_rank,
+        nranks=m.nranks,
+        nnodes=m.nnodes,
+        state=shm_v1.CommState.FINALIZED if m.finalize_mono_ns else shm_v1.CommState.ACTIVE,
+        init_mono_ns=node.to_master(m.init_mono_ns),
+        coll_enqueued=c.enqueued,
+        coll_enqueued_mono_ns=node.to_master(c.enqueued_mono_ns),
+        coll_started=c.gpu_started,
+        coll_started_mono_ns=node.to_master(c.gpu_started_mono_ns),
+        coll_completed=c.completed,
+        coll_completed_mono_ns=node.to_master(c.completed_mono_ns),
+        p2p_enqueued=p2p.enqueued,
+        p2p_completed=p2p.completed,
+        inflight_count=g.inflight_count,
+        inflight=inflight_of(node, g.oldest_inflight) if g.HasField("oldest_inflight") else None,
+        hang_flagged_op_index=g.hang_flagged_seq if g.HasField("hang_flagged_seq") else None,
+        process=proc,
+    )
+
+
+def job_snapshot(
+    nodes: Iterable[NodeRecord], master_name: str, now_mono: int, now_real: int, stale_ns: int
+) -> NodeSnapshot:
+    """Like snapshot.build_snapshot, over every node: only ACTIVE rows are members, and a
+    communicator some rank finalized is left out (it is being torn down)."""
+    processes, members, finalized = [], [], set()
+    for node in nodes:
+        views = {}
+        for pid, p in node.rows.processes.items():
+            views[pid] = process_view(node, p, now_mono, stale_ns)
+            processes.append(views[pid])
+        for key, m in node.rows.members.items():
+            g = node.rows.progress.get(key)
+            proc = views.get(m.pid)
+            if g is None or proc is None:
+                continue
+            if m.finalize_mono_ns:
+                finalized.add(m.comm_id)
+            else:
+                members.append(comm_member(node, m, g, proc))
+    members = [m for m in members if m.comm_id not in finalized]
+    return NodeSnapshot(
+        node_name=master_name,
+        taken_mono_ns=now_mono,
+        taken_real_ns=now_real,
+        heartbeat_stale_ns=stale_ns,
+        processes=tuple(processes),
+        comms=group_by_comm(members),
+    )
+
+
+# ---- API models ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One communicator row of one process on one node."""
+
+    node: NodeRecord
+    process: pb.ProcessInfo
+    member: pb.CommunicatorMember
+    progress: pb.CommProgress
+
+
+def job_rows(nodes: Iterable[NodeRecord]) -> list[JobRow]:
+    out = []
+    for node in nodes:
+        for key, m in node.rows.members.items():
+            p = node.rows.processes.get(m.pid)
+            g = node.rows.progress.get(key)
+            if p is not None and g is not None:
+                out.append(JobRow(node, p, m, g))
+    return out
+
+
+def _opt(msg, name: str) -> int | None:
+    return getattr(msg, name) if msg.HasField(name) else None
+
+
+def process_model(node: NodeRecord, p: pb.ProcessInfo, now: int) -> api.Process:
+    hb = node.to_master(p.heartbeat_mono_ns)
+    comm_ids = sorted({f"{m.comm_id:016x}" for m in node.rows.members.values() if m.pid == p.pid})
+    world = _opt(p, "world_size")
+    return api.Process(
+        pid=max(1, p.pid),
+        node_name=node.name,
+        process_name=p.process_name[:256],
+        job_id=p.job_id or None,
+        global_rank=_opt(p, "global_rank"),
+        local_rank=_opt(p, "local_rank"),
+        world_size=world if world else None,
+        cuda_device=_opt(p, "cuda_device"),
+        device_uuid=p.device_uuid or None,
+        comm_ids=comm_ids,
+        shm_file=p.shm_file[:4096],
+        shm_abi_version=p.shm_abi_version,
+        ingest_state=_INGEST.get(p.ingest_state, api.IngestState.active),
+        ingest_state_reason=p.ingest_state_reason or None,
+        alive=p.alive,
+        # the node's own clock, as the API documents *_mono_ns
+        heartbeat_mono_ns=p.heartbeat_mono_ns or None,
+        heartbeat_age_ms=max(0, now - hb) // MS if hb else None,
+        started_real_ns=p.started_real_ns,
+        nccl_profiler_abi_version=p.nccl_profiler_abi_version or None,
+        event_mask=p.event_mask,
+        records_read_total=p.records_read_total,
+        records_overwritten_total=p.records_overwritten_total,
+        fifo_events_dropped_total=p.fifo_events_dropped_total,
+    )
+
+
+def processes(nodes: Iterable[NodeRecord], now: int) -> list[api.Process]:
+    models = [process_model(n, p, now) for n in nodes for p in n.rows.processes.values()]
+    return sorted(models, key=lambda p: (p.global_rank is None, p.global_rank or 0, p.pid))
+
+
+def node_summary(node: NodeRecord, now_mono: int, now_real: int) -> api.NodeSummary:
+    procs = list(node.rows.processes.values())
+    seen = node.last_seen_mono_ns
+    return api.NodeSummary(
+        node_name=node.name,
+        host=node.host or None,
+        mode=node.mode,
+        state=node.state,
+        agent_version=node.identity.agent_version if node.identity is not None else None,
+        processes_alive=sum(1 for p in procs if p.alive),
+        processes_total=len(procs),
+        global_ranks=sorted({p.global_rank for p in procs if p.HasField("global_rank")}),
+        last_seen_real_ns=node.last_seen_real_ns,
+        last_seen_age_ms=max(0, now_mono - seen) // MS if seen is not None else None,
+        last_applied_batch_seq=node.last_applied,
+        rejects_total=node.rejects_total,
+        last_reject=node.last_reject,
+    )
+
+
+def _seq(n: int) -> int | None:
+    return n - 1 if n > 0 else None
+
+
+def seq_progress(node: NodeRecord, s: pb.StageCounters) -> api.SeqProgress:
+    return api.SeqProgress(
+        last_enqueued_seq=_seq(s.enqueued),
+        last_enqueued_mono_ns=s.enqueued_mono_ns or None,
+        last_gpu_started_seq=_seq(s.gpu_started),
+        last_gpu_started_mono_ns=s.gpu_started_mono_ns or None,
+        last_completed_seq=_seq(s.completed),
+        last_completed_mono_ns=s.completed_mono_ns or None,
+    )
+
+
+def to_real(node: NodeRecord, p: pb.ProcessInfo, mono_ns: int) -> int:
+    """A node monotonic time as real time, by the process's own clock pair."""
+    return max(0, p.started_real_ns + (mono_ns - p.started_mono_ns))
+
+
+def inflight_model(row: JobRow, now: int) -> api.InflightOp | None:
+    g = row.progress
+    if not g.HasField("oldest_inflight"):
+        return None
+    op, node, p = g.oldest_inflight, row.node, row.process
+    is_coll = op.kind == pb.OP_KIND_COLL
+    peer = op.peer_or_root if op.HasField("peer_or_root") else None
+    flagged = g.hang_flagged_seq if g.HasField("hang_flagged_seq") else None
+    return api.InflightOp(
+        comm_id=f"{row.member.comm_id:016x}",
+        comm_rank=row.member.comm_rank,
+        global_rank=_opt(p, "global_rank"),
+        node_name=node.name,
+        pid=max(1, p.pid),
+        seq=op.seq,
+        kind=api.OpKind.coll if is_coll else api.OpKind.p2p,
+        func=op.func,
+        datatype=op.datatype[:32],
+        count=op.count,
+        size_bytes=op.size_bytes,
+        root=peer if is_coll and op.func in ROOTED_FUNCS else None,
+        peer=None if is_coll else peer,
+        algo=op.algo or None,
+        proto=op.proto or None,
+        n_channels=op.n_channels or None,
+        channels_started=op.channels_started,
+        channels_completed=op.channels_completed,
+        state=api.InflightState.gpu_started
+        if op.channels_started or op.gpu_started_mono_ns
+        else api.InflightState.enqueued,
+        inflight_count=max(1, g.inflight_count),
+        enqueued_mono_ns=op.enqueued_mono_ns,
+        enqueued_real_ns=to_real(node, p, op.enqueued_mono_ns),
+        gpu_started_mono_ns=op.gpu_started_mono_ns or None,
+        age_ms=max(0, now - node.to_master(op.enqueued_mono_ns)) // MS,
+        hang_flagged=flagged is not None and flagged == op.op_index,
+    )
+
+
+def inflight_ops(rows: Iterable[JobRow], now: int) -> list[api.InflightOp]:
+    ops = [op for row in rows if (op := inflight_model(row, now)) is not None]
+    return sorted(ops, key=lambda o: (-o.age_ms, o.comm_id, o.comm_rank))
+
+
+def comm_progress(row: JobRow, now: int) -> api.CommProgress:
+    g, node = row.progress, row.node
+    last = max(
+        s
+        for s in (
+            g.collectives.enqueued_mono_ns,
+            g.collectives.gpu_started_mono_ns,
+            g.collectives.completed_mono_ns,
+            g.p2p.enqueued_mono_ns,
+            g.p2p.gpu_started_mono_ns,
+            g.p2p.completed_mono_ns,
+        )
+    )
+    return api.CommProgress(
+        collectives=seq_progress(node, g.collectives),
+        p2p=seq_progress(node, g.p2p),
+        last_progress_real_ns=to_real(node, row.process, last) if last else None,
+        last_progress_age_ms=max(0, now - node.to_master(last)) // MS if last else None,
+        inflight_count=g.inflight_count,
+        oldest_inflight=inflight_model(row, now),
+    )
+
+
+def comm_rank(row: JobRow, now: int) -> api.CommRank:
+    m, p = row.member, row.process
+    return api.CommRank(
+        comm_rank=m.comm_rank,
+        global_rank=_opt(p, "global_rank"),
+        local_rank=_opt(m, "local_rank"),
+        node_name=row.node.name,
+        pid=max(1, p.pid),
+        cuda_device=_opt(m, "cuda_device"),
+        device_uuid=p.device_uuid or None,
+        alive=p.alive,
+        progress=comm_progress(row, now),
+    )
+
+
+def communicator(
+    rows: list[JobRow], report_ids: list[str], full: bool, now: int
+) -> api.Communicator:
+    rows = sorted(rows, key=lambda r: (r.member.comm_rank, r.node.name))
+    first = rows[0].member
+    named = next((r.member for r in rows if r.member.name), None)
+    finalized = all(r.member.finalize_mono_ns for r in rows)
+    nranks = max(1, first.nranks)
+    ranks_seen = sorted({r.member.comm_rank for r in rows})
+    inflight = [op for r in rows if (op := inflight_model(r, now)) is not None]
+    finalize_times = [
+        to_real(r.node, r.process, r.member.finalize_mono_ns)
+        for r in rows
+        if r.member.finalize_mono_ns > 1
+    ]
+    return api.Communicator(
+        comm_id=f"{first.comm_id:016x}",
+        name=named.name[:1024] if named is not None else None,
+        name_source=_NAME_SOURCE.get(named.name_source, api.NameSource.none)
+        if named is not None
+        else api.NameSource.none,
+        nranks=nranks,
+        nnodes=first.nnodes or None,
+        state=api.CommunicatorState.finalized if finalized else api.CommunicatorState.active,
+        ranks_seen=ranks_seen,
+        complete=set(ranks_seen) >= set(range(nranks)),
+        nodes=sorted({r.node.name for r in rows}),
+        created_real_ns=min(r.member.init_real_ns for r in rows),
+        finalized_real_ns=max(finalize_times) if finalized and finalize_times else None,
+        ops_completed_total=sum(r.progress.ops_completed_total for r in rows),
+        bytes_completed_total=sum(r.progress.bytes_completed_total for r in rows),
+        ranks_inflight=len({op.comm_rank for op in inflight}),
+        oldest_inflight_age_ms=max((op.age_ms for op in inflight), default=None),
+        open_hang_report_ids=sorted(report_ids),
+        ranks=[comm_rank(r, now) for r in rows] if full else None,
+    )
+
+
+def communicators(
+    rows: list[JobRow], open_reports: dict[str, list[str]], full: bool, now: int
+) -> list[api.Communicator]:
+    by_id: dict[int, list[JobRow]] = {}
+    for r in rows:
+        by_id.setdefault(r.member.comm_id, []).append(r)
+    return [
+        communicator(group, open_reports.get(f"{cid:016x}", []), full, now)
+        for cid, group in sorted(by_id.items())
+    ]

@@ -1,0 +1,449 @@
+"""Prometheus metrics of the node, computed from ingested op records in batches.
+
+Records arrive by the hundred thousand per second, so nothing here is per-record Python: a
+batch (one producer's) is grouped with numpy (by communicator and op type) and added to plain
+arrays; the exposition is built at scrape time by a custom collector. A series belongs to a
+process, named by the labels a fleet joins on (process_labels: job, host, ranks, GPU and its
+UUID), never by its pid. Label sets are bounded: op type (a few NCCL functions), communicator
+(its name, or its id when unnamed), message-size bucket (fixed), never a sequence number or a
+timestamp; and the series of a process or communicator that ended expire after
+COMMINSIGHT_AGENT_METRICS_EXPIRE_S, so jobs coming and going do not grow the exposition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+from prometheus_client import PlatformCollector, ProcessCollector
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
+
+from comminsight.agent.metrics import engine as engine_metrics
+from comminsight.agent.metrics import inputs as input_metrics
+from comminsight.agent.metrics.build_info import build_info_family
+from comminsight.agent.metrics.process_labels import (
+    LABEL_NAMES,
+    NO_PROCESS,
+    ProcessLabels,
+    ProducerLabels,
+)
+from comminsight.agent.metrics.profiler_drops import ProfilerDropTotals
+from comminsight.agent.metrics.steps import STEP_BUCKETS_S, StepTimes
+from comminsight.shm_reader import COMM, op_records, record_text
+from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
+from comminsight_gen.abi import shm_v1
+
+LATENCY_BUCKETS_S = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
+BUSBW_BUCKETS_GBS = (1, 5, 10, 25, 50, 100, 200, 300, 400, 600, 900)
+SIZE_BUCKETS = (
+    (65536, "le_64KiB"),
+    (1 << 20, "le_1MiB"),
+    (16 << 20, "le_16MiB"),
+    (256 << 20, "le_256MiB"),
+    (None, "gt_256MiB"),
+)
+PROFILER_COUNTERS = (
+    "records_dropped_busy",
+    "events_dropped_pool",
+    "comms_dropped",
+    "events_unknown",
+    "fifo_events_dropped",
+    "log_records_lost",
+    "log_records_dropped",
+    "log_write_errors",
+)
+
+_FUNC_LABELS = {int(k): v for k, v in shm_v1.FUNC_LABELS.items()}
+_FUNC_CODES = 256  # func is a u8 in the op slot
+DEFAULT_EXPIRE_S = 600.0  # COMMINSIGHT_AGENT_METRICS_EXPIRE_S's default
+_NO_ROWS = np.zeros(0, dtype=COMM)
+SeriesKey = tuple[ProcessLabels, int, str]  # (process, comm_id, op type)
+
+
+def size_bucket(nbytes: np.ndarray) -> np.ndarray:
+    """Index into SIZE_BUCKETS for every message size."""
+    edges = np.array([b for b, _ in SIZE_BUCKETS if b is not None], dtype=np.uint64)
+    return np.searchsorted(edges, nbytes, side="left")
+
+
+@dataclass
+class _Series:
+    """Everything kept for one (communicator, op type)."""
+
+    ops: int = 0
+    bytes: int = 0
+    latency: np.ndarray = field(
+        default_factory=lambda: np.zeros(len(LATENCY_BUCKETS_S) + 1, np.int64)
+    )
+    latency_sum: float = 0.0
+    busbw: np.ndarray = field(
+        default_factory=lambda: np.zeros((len(SIZE_BUCKETS), len(BUSBW_BUCKETS_GBS) + 1), np.int64)
+    )
+    busbw_sum: np.ndarray = field(default_factory=lambda: np.zeros(len(SIZE_BUCKETS)))
+    seen_mono_ns: int = 0  # the last pass its process and communicator were live
+
+    def plus(self, other: _Series) -> _Series:
+        """A new series, the sum of both (two communicators of one label, at scrape time)."""
+        return _Series(
+            self.ops + other.ops,
+            self.bytes + other.bytes,
+            self.latency + other.latency,
+            self.latency_sum + other.latency_sum,
+            self.busbw + other.busbw,
+            self.busbw_sum + other.busbw_sum,
+            max(self.seen_mono_ns, other.seen_mono_ns),
+        )
+
+
+class NodeMetrics:
+    """Accumulates ingest results; `render()` gives the Prometheus text exposition."""
+
+    def __init__(self, expire_after_s: float = DEFAULT_EXPIRE_S) -> None:
+        self.expire_after_ns = int(expire_after_s * 1e9)
+        self.series: dict[SeriesKey, _Series] = {}
+        self.comm_names: dict[int, str] = {}
+        # (process labels..., comm label) -> age of its oldest op in flight
+        self.inflight_age_s: dict[tuple[str, ...], float] = {}
+        # op type -> what the expired series counted, so the node's totals for the master
+        # (metric_totals) keep growing when series go
+        self.expired: dict[str, _Series] = {}
+        self.drops = ProfilerDropTotals(PROFILER_COUNTERS)
+        self.profiler_counters: dict[str, int] = dict.fromkeys(PROFILER_COUNTERS, 0)
+        self.records_lost = 0
+        self.files_refused = 0
+        self.producers = 0
+        self.lag_s = 0.0
+        self.open_hangs: dict[str, int] = {}  # verdict -> open hang reports
+        self.open_incidents: dict[str, int] = {}  # root verdict -> open incidents
+        self.incidents_opened: dict[str, int] = {}  # root verdict -> incidents opened
+        # the Semantic Engine's counters (None while it is off)
+        self.engine_steps: int | None = None
+        self.steps: dict[ProcessLabels, StepTimes] = {}  # each GPU's Step durations
+        self.engine_records_dropped = 0
+        self.engine_records_queued = 0
+        self.semantic: engine_metrics.SemanticEngineMetrics | None = None  # while it runs
+        self.inputs: input_metrics.AgentInputs | None = None  # set by the service
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        # the Agent's own CPU, memory, descriptors and Python (process_*, python_info)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+
+    def comm_label(self, comm_id: int) -> str:
+        return self.comm_names.get(comm_id) or f"{comm_id:016x}"
+
+    def add_records(
+        self, records: np.ndarray, process: ProcessLabels = NO_PROCESS, now_mono_ns: int = 0
+    ) -> None:
+        """Fold a batch of one process's records into its series. Grouped with bincounts over
+        one small group index (communicator x func) rather than a loop per group: ingest runs
+        at millions of records a second (bench/agent_ingest.py)."""
+        ops = op_records(records)
+        if not len(ops):
+            return
+        seconds = durations_s(ops)
+        busbw = bus_bandwidth_gbs(ops, seconds)
+        sizes = size_bucket(ops["bytes"])
+        comms, comm_of = np.unique(ops["comm_id"], return_inverse=True)
+        keys, group = np.unique(
+            comm_of.reshape(-1).astype(np.int64) * _FUNC_CODES + ops["func"], return_inverse=True
+        )
+        group = group.reshape(-1)
+        n = len(keys)
+        n_lat, n_size, n_bw = (
+            len(LATENCY_BUCKETS_S) + 1,
+            len(SIZE_BUCKETS),
+            len(BUSBW_BUCKETS_GBS) + 1,
+        )
+        counts = np.bincount(group, minlength=n)
+        # float64 sums are exact below 2**53 bytes per batch (65536 records of 128 TiB each)
+        nbytes = np.bincount(group, weights=ops["bytes"].astype(np.float64), minlength=n)
+        latency = np.bincount(
+            group * n_lat + np.searchsorted(LATENCY_BUCKETS_S, seconds, side="left"),
+            minlength=n * n_lat,
+        ).reshape(n, n_lat)
+        latency_sum = np.bincount(group, weights=seconds, minlength=n)
+        size_group = group * n_size + sizes
+        busbw_hist = np.bincount(
+            size_group * n_bw + np.searchsorted(BUSBW_BUCKETS_GBS, busbw, side="left"),
+            minlength=n * n_size * n_bw,
+        ).reshape(n, n_size, n_bw)
+        busbw_sum = np.bincount(size_group, weights=busbw, minlength=n * n_size).reshape(n, n_size)
+        for i, key in enumerate(keys.tolist()):
+            comm_id = int(comms[key // _FUNC_CODES])
+            func = _FUNC_LABELS.get(key % _FUNC_CODES, "Unknown")
+            s = self.series.setdefault((process, comm_id, func), _Series())
+            s.seen_mono_ns = max(s.seen_mono_ns, now_mono_ns)
+            s.ops += int(counts[i])
+            s.bytes += int(nbytes[i])
+            s.latency += latency[i]
+            s.latency_sum += float(latency_sum[i])
+            s.busbw += busbw_hist[i]
+            s.busbw_sum += busbw_sum[i]
+
+    def add_steps(self, new: dict[ProcessLabels, StepTimes], now_mono_ns: int) -> None:
+        """Steps the live engine wrote since the last pass (step_metrics.StepDurations)."""
+        for labels, times in new.items():
+            series = self.steps.setdefault(labels, StepTimes())
+            series.merge(times)
+            series.seen_mono_ns = now_mono_ns
+
+    def expire(self, now_mono_ns: int, live: set[tuple[ProcessLabels, int]]) -> None:
+        """Mark the series of live (process labels, communicator) pairs seen now and drop the
+        ones not seen for longer than the expiry: their process ended or their communicator
+        was finalized. Names of communicators no series or live process uses go too."""
+        for key, s in self.series.items():
+            if (key[0], key[1]) in live:
+                s.seen_mono_ns = now_mono_ns
+        stale = [
+            key
+            for key, s in self.series.items()
+            if now_mono_ns - s.seen_mono_ns > self.expire_after_ns
+        ]
+        for key in stale:
+            s = self.series.pop(key)
+            expired = self.expired.setdefault(key[2], _Series())
+            expired.ops += s.ops
+            expired.bytes += s.bytes
+            expired.latency_sum += s.latency_sum
+        running = {labels for labels, _ in live}
+        for labels, times in list(self.steps.items()):
+            if labels in running:
+                times.seen_mono_ns = now_mono_ns
+            elif now_mono_ns - times.seen_mono_ns > self.expire_after_ns:
+                del self.steps[labels]
+        used = {comm_id for _, comm_id, _ in self.series} | {comm_id for _, comm_id in live}
+        for comm_id in self.comm_names.keys() - used:
+            del self.comm_names[comm_id]
+
+    def labelled_series(self) -> dict[tuple[str, ...], _Series]:
+        """The series by their label values (process labels, comm, op type): communicators
+        that share a name in one process (one recreated under its old name) are one series."""
+        out: dict[tuple[str, ...], _Series] = {}
+        for (process, comm_id, func), s in self.series.items():
+            key = (*process.values(), self.comm_label(comm_id), func)
+            same = out.get(key)
+            out[key] = s if same is None else same.plus(s)
+        return out
+
+    # ---- prometheus_client collector protocol ----
+
+    def collect(self) -> Iterable:
+        yield build_info_family()
+        labels = [*LABEL_NAMES, "comm", "op_type"]
+        ops = CounterMetricFamily("comminsight_ops", "Completed NCCL operations", labels=labels)
+        nbytes = CounterMetricFamily(
+            "comminsight_op_bytes", "Message bytes of completed operations", labels=labels
+        )
+        latency = HistogramMetricFamily(
+            "comminsight_op_latency_seconds",
+            "Operation duration (GPU span where measured)",
+            labels=labels,
+        )
+        busbw = HistogramMetricFamily(
+            "comminsight_op_busbw_gbs",
+            "Bus bandwidth per operation (GB/s)",
+            labels=[*labels, "size"],
+        )
+        for key, s in sorted(self.labelled_series().items()):
+            values = list(key)
+            ops.add_metric(values, s.ops)
+            nbytes.add_metric(values, s.bytes)
+            latency.add_metric(values, _buckets(LATENCY_BUCKETS_S, s.latency), s.latency_sum)
+            for b, (_, size_name) in enumerate(SIZE_BUCKETS):
+                if s.busbw[b].sum():
+                    busbw.add_metric(
+                        [*values, size_name],
+                        _buckets(BUSBW_BUCKETS_GBS, s.busbw[b]),
+                        float(s.busbw_sum[b]),
+                    )
+        yield from (ops, nbytes, latency, busbw)
+        age = GaugeMetricFamily(
+            "comminsight_inflight_age_seconds",
+            "Age of the oldest operation in flight",
+            labels=[*LABEL_NAMES, "comm"],
+        )
+        for key, value in sorted(self.inflight_age_s.items()):
+            age.add_metric(list(key), value)
+        yield age
+        steps = HistogramMetricFamily(
+            "comminsight_step_duration_seconds",
+            "Training Steps the live Semantic Engine recovered, by duration (first op's start "
+            "to last op's end), per profiled GPU",
+            labels=list(LABEL_NAMES),
+        )
+        for labels, times in sorted(self.steps.items()):
+            steps.add_metric(
+                list(labels.values()), _buckets(STEP_BUCKETS_S, times.buckets), times.sum_s
+            )
+        yield steps
+        drops = CounterMetricFamily(
+            "comminsight_profiler_drops",
+            "What the Profilers of this node dropped and counted",
+            labels=["reason"],
+        )
+        for reason, value in sorted(self.profiler_counters.items()):
+            drops.add_metric([reason], value)
+        yield drops
+        yield CounterMetricFamily(
+            "comminsight_agent_records_lost",
+            "Records the ring overwrote before the Agent read them",
+            value=self.records_lost,
+        )
+        yield CounterMetricFamily(
+            "comminsight_agent_shm_files_refused",
+            "SHM files refused (unknown ABI or corrupt) and quarantined",
+            value=self.files_refused,
+        )
+        yield GaugeMetricFamily(
+            "comminsight_agent_producers", "Profiler processes being read", value=self.producers
+        )
+        hangs = GaugeMetricFamily(
+            "comminsight_hangs_open",
+            "Open hang reports of this node's diagnosis, by verdict",
+            labels=["verdict"],
+        )
+        for verdict, count in sorted(self.open_hangs.items()):
+            hangs.add_metric([verdict], count)
+        yield hangs
+        incidents = GaugeMetricFamily(
+            "comminsight_incidents_open",
+            "Open incidents (one per fault) by their root report's verdict: alert on this. "
+            "Reports blocked behind a root are folded into its incident as consequences "
+            "(severity info) and do not page",
+            labels=["verdict"],
+        )
+        for verdict, count in sorted(self.open_incidents.items()):
+            incidents.add_metric([verdict], count)
+        yield incidents
+        opened = CounterMetricFamily(
+            "comminsight_incidents",
+            "Incidents opened by this Agent by their root report's verdict (consequences "
+            "join an incident and open none)",
+            labels=["verdict"],
+        )
+        for verdict, count in sorted(self.incidents_opened.items()):
+            opened.add_metric([verdict], count)
+        yield opened
+        if self.engine_steps is not None:
+            yield CounterMetricFamily(
+                "comminsight_engine_steps",
+                "Step summaries the Semantic Engine wrote",
+                value=self.engine_steps,
+            )
+            yield CounterMetricFamily(
+                "comminsight_engine_records_dropped",
+                "Op records the Semantic Engine could not take (its queue was full)",
+                value=self.engine_records_dropped,
+            )
+            yield GaugeMetricFamily(
+                "comminsight_engine_records_queued",
+                "Op records waiting for the Semantic Engine",
+                value=self.engine_records_queued,
+            )
+        if self.semantic is not None:
+            yield from engine_metrics.families(self.semantic)
+        if self.inputs is not None:
+            yield from input_metrics.families(self.inputs)
+        yield GaugeMetricFamily(
+            "comminsight_agent_lag_seconds",
+            "Completion-to-ingest delay of the newest record read",
+            value=self.lag_s,
+        )
+
+    def render(self) -> bytes:
+        """The Prometheus text format 0.0.4."""
+        return generate_latest(self.registry)
+
+    def exposition(self, accept: str | None) -> tuple[bytes, str]:
+        """(body, content type) in the format an Accept header asks for: OpenMetrics 1.0.0
+        when it accepts application/openmetrics-text, else the text format 0.0.4."""
+        if wants_openmetrics(accept):
+            return openmetrics.generate_latest(self.registry), OPENMETRICS_CONTENT_TYPE
+        return generate_latest(self.registry), CONTENT_TYPE_PLAIN_0_0_4
+
+
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """Whether an Accept header accepts OpenMetrics (any version: 1.0.0 is what is served;
+    a media range with q=0 refuses it)."""
+    for media_range in (accept or "").split(","):
+        media_type, *params = (p.strip() for p in media_range.split(";"))
+        if media_type.lower() != "application/openmetrics-text":
+            continue
+        q = next((p.split("=", 1)[1] for p in params if p.lower().startswith("q=")), "1")
+        try:
+            if float(q) > 0:
+                return True
+        except ValueError:  # a malformed q: the range is ignored
+            continue
+    return False
+
+
+def _buckets(edges: tuple, counts: np.ndarray) -> list[tuple[str, float]]:
+    cumulative = np.cumsum(counts)
+    out = [(_le(e), float(c)) for e, c in zip(edges, cumulative[:-1], strict=True)]
+    out.append(("+Inf", float(cumulative[-1])))
+    return out
+
+
+def _le(edge: float) -> str:
+    return repr(float(edge))
+
+
+def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns: int) -> None:
+    """Fold one ingest pass (comminsight.agent.core.producers) into the node's metrics; now_mono_ns
+    is the pass's clock, which also times the expiry of ended series."""
+    ages: dict[tuple[str, ...], float] = {}
+    live: set[tuple[ProcessLabels, int]] = set()  # (labels, comm) of running communicators
+    labels_of: dict[int, ProducerLabels] = {}
+    for producer in producers.producers.values():
+        rows = producer.region.comm_entries()
+        who = labels_of[id(producer)] = ProducerLabels(producer.region.header, rows)
+        running = producer.gone_since_mono_ns is None
+        for row in rows:
+            state = int(row["state"])
+            if state == shm_v1.CommState.FREE:
+                continue
+            comm_id = int(row["comm_id"])
+            name = record_text(row["name"])
+            if name:  # finalized rows too: an agent may start after the job ended
+                metrics.comm_names.setdefault(comm_id, name)
+            if state != shm_v1.CommState.ACTIVE:
+                continue
+            labels = who.of_member(comm_id, int(row["rank"]))
+            if running:
+                live.add((labels, comm_id))
+            if int(row["inflight_count"]) and int(row["inflight_kind"]):
+                age = max(0, now_mono_ns - int(row["inflight_enqueue_mono_ns"])) / 1e9
+                key = (*labels.values(), metrics.comm_label(comm_id))
+                ages[key] = max(ages.get(key, 0.0), age)
+    for batch in batches:
+        who = labels_of.get(id(batch.producer))
+        if who is None:  # retired by this very pass (a broken ring): its header's copy
+            header = batch.producer.final_header
+            who = ProducerLabels(header, _NO_ROWS) if header is not None else None
+        parts = who.partition(batch.records) if who else [(NO_PROCESS, batch.records)]
+        for labels, records in parts:
+            metrics.add_records(records, labels, now_mono_ns)
+        newest = int(batch.records["complete_mono_ns"].max())
+        if newest:
+            metrics.lag_s = max(0.0, (now_mono_ns - newest) / 1e9)
+    metrics.inflight_age_s = ages
+    metrics.profiler_counters = metrics.drops.update(
+        producers.producers.values(), producers.retired_in_pass
+    )
+    metrics.expire(now_mono_ns, live)
+    metrics.records_lost = producers.counters.records_lost
+    metrics.files_refused = producers.counters.files_refused
+    metrics.producers = len(producers.producers)

@@ -1,0 +1,259 @@
+"""A slave Agent (COMMINSIGHT_AGENT_MODE=slave): a node Agent that also streams its node's
+state to the master (agent-master-slave v1).
+
+After each pass it decides what to put in the outbox: hang events at once (the master
+diagnoses on them); every COMMINSIGHT_AGENT_REPORT_INTERVAL_MS the state rows that changed
+(node_state.RowDiff), the node's metric totals when they changed (metric_totals), the step
+summaries not forwarded yet and the agent's counters. While the
+link is down only events are queued; the state rows that changed meanwhile go in the first
+batch after it comes back, and a full state whenever the master asks for one. Batches are
+split below the master's max_batch_bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+
+import msgspec
+
+from comminsight import __version__
+from comminsight.agent.core.fifo_reader import HangEvent
+from comminsight.agent.core.node_state import NodeRows, RowChanges, RowDiff, read_node_rows
+from comminsight.agent.core.service import AgentService, _boot_id
+from comminsight.agent.metrics.totals import node_metric_totals
+from comminsight.agent.slave.link import SlaveLink, clock
+from comminsight.agent.slave.outbox import SlaveOutbox
+from comminsight.agent.slave.tls import SlaveTls
+from comminsight.agent.steps.engine_hook import EngineHook
+from comminsight_gen.abi import fifo_event_v1
+from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
+from comminsight_gen.config_v1 import ConfigV1
+from comminsight_gen.models import agent_master_api_v1 as api
+
+log = logging.getLogger(__name__)
+
+MS = 1_000_000
+BATCH_FILL = 0.8  # of max_batch_bytes: room for framing the size estimate leaves out
+ROW_OVERHEAD = 6  # bytes of tag and length around each repeated element
+
+
+class SlaveAgentService(AgentService):
+    def __init__(self, settings: ConfigV1, engine: EngineHook | None = None) -> None:
+        super().__init__(settings, engine)
+        self.outbox = SlaveOutbox(self.home, settings.agent_outbox_max_bytes)
+        self.diff = RowDiff()
+        self.stale_ns = settings.agent_heartbeat_stale_ms * MS
+        self.report_ns = settings.agent_report_interval_ms * MS
+        self.link = SlaveLink(
+            master_addr=settings.agent_master_addr,
+            token=settings.agent_token,
+            tls=SlaveTls(settings.agent_tls_ca, settings.agent_tls_cert, settings.agent_tls_key),
+            outbox=self.outbox,
+            identity=self.identity(),
+            inventory=self.inventory,
+            max_batch_bytes=settings.agent_master_max_batch_bytes,
+            heartbeat_s=settings.agent_master_stale_ms / 4000,
+            answer_stacks=self.answer_stack_request,
+        )
+        self.events_waiting: list[HangEvent] = []
+        self.totals_sent = b""  # the NodeMetricTotals last put in the outbox, serialized
+        self._next_report_ns = 0
+        self._full_state_due = False
+
+    def identity(self) -> pb.NodeIdentity:
+        listen = self.settings.agent_listen
+        host, _, port = listen.rpartition(":")
+        if host in ("0.0.0.0", "[::]", ""):
+            host = socket.gethostname()
+        return pb.NodeIdentity(
+            node_name=self.node_name,
+            host=socket.gethostname(),
+            boot_id=_boot_id() or "",
+            agent_version=__version__,
+            agent_pid=os.getpid(),
+            comminsight_home=str(self.home),
+            api_url=f"http://{host}:{port}" if port not in ("", "0") else "",
+            agent_started_real_ns=self.started_real_ns,
+        )
+
+    async def answer_stack_request(self, request: pb.StackRequest) -> bytes:
+        """The master's question about a process of this node, answered by this node's rules
+        (stack_capture): only a process Inject announced, at most one signal per interval.
+        The node's own capture (AgentService.stacks), the one its own incidents ask too: with
+        a second one the process would get a signal from each within the interval."""
+        rank = request.global_rank if request.HasField("global_rank") else None
+        stack = await self.stacks.request(socket.gethostname(), request.pid, rank)
+        return msgspec.json.encode(stack)
+
+    def health(self):
+        """Degraded, with the reason, while the link to the master is down: a refusal or a TLS
+        mismatch is a configuration error the node's own API should name."""
+        base = super().health()
+        if self.link.connected or self.link.last_error is None:
+            return base
+        return msgspec.structs.replace(
+            base,
+            status=api.HealthStatus.degraded,
+            reasons=[*base.reasons, f"not connected to the master: {self.link.last_error}"],
+        )
+
+    def inventory(self) -> tuple[list, list]:
+        rows = read_node_rows(
+            self.producers.producers.values(), time.monotonic_ns(), self.stale_ns, self.inject_names
+        )
+        return list(rows.processes.values()), list(rows.members.values())
+
+    def _on_fifo_events(self, events: list[HangEvent]) -> None:
+        super()._on_fifo_events(events)
+        self.events_waiting.extend(events)
+        # into the outbox (fsynced) now, not at the next pass: once read from the FIFO an
+        # event exists nowhere else, so the window in which a crash loses it stays small
+        try:
+            self.publish(time.monotonic_ns(), events_only=True)
+        except OSError as e:
+            log.error("cannot queue hang events for the master: %s", e)
+
+    def poll_once(self, now_mono_ns: int | None = None):
+        reports = super().poll_once(now_mono_ns)
+        try:
+            self.publish(time.monotonic_ns())
+        except OSError as e:  # the outbox's disk: the node's own agent goes on serving
+            log.error("cannot queue node state for the master: %s", e)
+        return reports
+
+    # ---- building batches ----------------------------------------------------------------
+
+    def publish(self, now: int, events_only: bool = False) -> None:
+        due = now >= self._next_report_ns and not events_only
+        if self.link.full_state_wanted:
+            self._full_state_due = True
+            self.link.full_state_wanted = False
+        if not due and not self.events_waiting:
+            return
+        events = [
+            pb.HangEvent(
+                fifo_event_abi_version=fifo_event_v1.PROTOCOL_VERSION,
+                record=e.raw,
+                read_real_ns=time.time_ns(),
+            )
+            for e in self.events_waiting
+            if e.raw
+        ]
+        self.events_waiting = []
+        steps, steps_sent = ([], {})
+        changes, full, totals = None, False, None
+        if due:
+            self._next_report_ns = now + self.report_ns
+            steps, steps_sent = self._new_steps()
+            if self.link.connected or self._full_state_due:
+                rows = read_node_rows(
+                    self.producers.producers.values(), now, self.stale_ns, self.inject_names
+                )
+                full = self._full_state_due
+                if full:
+                    self.diff.reset()
+                changes = self.diff.changes(rows)
+                if changes.vanished and not full:
+                    full = True
+                    self.diff.reset()
+                    changes = self.diff.changes(rows)
+                self._full_state_due = False
+                if full:
+                    changes = _everything(rows)
+                totals = node_metric_totals(self.metrics)
+                data = totals.SerializeToString(deterministic=True)
+                if full or data != self.totals_sent:
+                    self.totals_sent = data
+                else:
+                    totals = None
+        if not (events or steps or changes or full or totals is not None):
+            return
+        counters = pb.AgentCounters(
+            ingest_lag_ms=self.metrics.lag_s * 1000,
+            shm_files_quarantined_total=self.producers.counters.files_refused,
+            fifo_events_read_total=self.fifo.decoder.stats.events,
+            outbox_batches=len(self.outbox.sizes),
+            outbox_bytes=self.outbox.pending_bytes,
+            outbox_events_dropped_total=self.outbox.events_dropped_total,
+        )
+        batches = split_batches(
+            changes, events, steps, full, int(self.link.max_batch_bytes * BATCH_FILL), totals
+        )
+        for i, batch in enumerate(batches):
+            batch.clock.CopyFrom(clock())
+            batch.agent_counters.CopyFrom(counters)
+            self.outbox.append(batch, steps_sent if i == len(batches) - 1 else None)
+        self.link.notify()
+
+    def _new_steps(self) -> tuple[list[pb.StepSummaryRecord], dict[str, int]]:
+        """Summaries past the highest step index forwarded for their GPU (rank and pid)."""
+        sent = dict(self.outbox.steps_sent)
+        out, moved = [], {}
+        summaries = self.step_files.all()
+        summaries.sort(key=lambda s: (s.global_rank, _pid(s), s.step_index))
+        for s in summaries:
+            key = f"{s.global_rank}:{_pid(s)}"
+            if s.step_index <= sent.get(key, -1):
+                continue
+            sent[key] = moved[key] = s.step_index
+            out.append(pb.StepSummaryRecord(step_summary_version=1, json=msgspec.json.encode(s)))
+        return out, moved
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.outbox.load()
+        link = asyncio.ensure_future(self.link.run(stop))
+        try:
+            await super().run(stop)
+        finally:
+            try:
+                await asyncio.wait_for(link, timeout=15)
+            except (TimeoutError, asyncio.CancelledError):
+                link.cancel()
+
+
+def _pid(s) -> int:
+    return s.pid if isinstance(s.pid, int) else 0
+
+
+def _everything(rows: NodeRows) -> RowChanges:
+    return RowChanges(
+        list(rows.processes.values()),
+        list(rows.members.values()),
+        list(rows.progress.values()),
+        vanished=False,
+    )
+
+
+def split_batches(
+    changes, events, steps, full: bool, budget: int, totals: pb.NodeMetricTotals | None = None
+) -> list[pb.NodeStateBatch]:
+    """Rows and events packed into batches of at most about `budget` bytes each. A full state
+    that spans batches marks them all full_state and the last one full_state_last. The
+    metric totals (bounded to a few KiB) go whole into the first batch."""
+    items: list[tuple[str, object]] = [("hang_events", e) for e in events]
+    items += [("step_summaries", s) for s in steps]
+    if changes is not None:
+        items += [("processes", p) for p in changes.processes]
+        items += [("communicators", m) for m in changes.members]
+        items += [("progress", g) for g in changes.progress]
+    batches = [pb.NodeStateBatch()]
+    size = 0
+    if totals is not None:
+        batches[0].metric_totals.CopyFrom(totals)
+        size = totals.ByteSize() + ROW_OVERHEAD
+    for field, msg in items:
+        n = msg.ByteSize() + ROW_OVERHEAD
+        if size and size + n > budget:
+            batches.append(pb.NodeStateBatch())
+            size = 0
+        getattr(batches[-1], field).append(msg)
+        size += n
+    if full:
+        for batch in batches:
+            batch.full_state = True
+        batches[-1].full_state_last = True
+    return batches

@@ -1,0 +1,813 @@
+"""The Semantic Engine inside the Agent: one GpuEngine per GPU of each profiled process, on a
+thread of its own, writing step summaries to
+`<home>/semantics/step/live-<node>-<pid>-<start><suffix>.jsonl` (the suffix names one GPU of a
+process that drives several; `.partial` while the process runs, sealed when it has exited).
+
+Ingest must never wait for step recovery, so `feed` only queues the batch (records the ring
+copy already made; nothing is copied again). The worker turns the batches into engine ops and
+hands them to the node's Step cut (live_cut.LiveJobCut), which decides the Steps of all the
+node's GPUs together and places them as they settle. When more than `max_queued` records
+wait, new batches are dropped and counted, and the GPU's next op carries them as lost
+records (the Step it falls in reports records_lost). `finished` ends a GPU whose process is
+gone: once the GPUs it shares communicators with have ended too (or the cut's wait is
+over), its last ops are placed, its last Step written and its file sealed.
+
+Every COMMINSIGHT_SEMANTIC_CHECKPOINT_S the worker checkpoints every engine to
+`<home>/semantics/step/engine-live.checkpoint.json` (semantic-engine v1, mode live: the ring
+position of the first op not yet placed). An Agent started again for the same home restores
+the engines of processes still running, skips the ring records they had placed, truncates
+their summaries to the checkpointed length, and goes on: no Step lost or written twice, as
+long as the ring still holds the records that came after the checkpoint.
+
+An exception out of one GPU's engine (a failure) does not end step recovery for that GPU:
+the engine is restored from the GPU's last checkpoint and handed again what it was handed
+since (engine_replay), which rewrites the same summaries; failures and restarts are counted
+by reason for health and metrics. Restarts are rate-limited per GPU (engine_restarts); an ops
+batch that fails again after a restart is dropped as lost records, so one bad batch cannot
+stop a GPU for good. The worker thread itself never ends on an exception.
+
+A write that fails (a full disk, a read-only home) is not a failure of the engine: the
+summaries wait in their SummaryFile, the checkpoint keeps its last good state, a file due to
+be sealed stays due, and the worker tries again every STORAGE_RETRY_S until the disk takes
+them (StorageFault: health names the file and the error while it lasts).
+
+What the worker's passes free, glibc would keep resident at the highest peak so far; the
+worker hands it back to the system after its passes, at most every TRIM_EVERY_S (heap_trim).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+from msgspec import UnsetType
+
+from comminsight.agent.core.heap_trim import HeapTrim
+from comminsight.agent.metrics.steps import StepDurations
+from comminsight.agent.steps.engine_hook import GpuStream
+from comminsight.agent.steps.lag import GpuLag, newest_placed_end
+from comminsight.agent.steps.replay import DEFAULT_MAX_RECORDS, ReplayEntry, ReplayLog, newest_end
+from comminsight.agent.steps.restarts import (
+    EngineFailure,
+    FailureCounts,
+    RestartBudget,
+)
+from comminsight.semantic.checkpoint import (
+    CheckpointError,
+    CheckpointFile,
+    gpu_state,
+    restore_engine,
+)
+from comminsight.semantic.cut_runner import LiveCutRunner
+from comminsight.semantic.engine import GpuEngine
+from comminsight.semantic.live_cut import LiveJobCut
+from comminsight.semantic.offline import SummaryFile, role_template
+from comminsight.semantic.op_batch import CommTable, SegmentTable
+from comminsight.semantic.positions import RingPosition
+from comminsight.semantic.shm_input import CommInfo, engine_batch
+from comminsight.semantic.step_builder import GpuIdentity
+from comminsight.semantic.templates import TemplateSet
+from comminsight_gen.models.semantic_engine_v1 import GpuState, ShmPosition
+from comminsight_gen.models.step_summary_v1 import ProducerMode
+
+log = logging.getLogger(__name__)
+
+MAX_QUEUED_RECORDS = 1 << 20
+CHECKPOINT_NAME = "engine-live.checkpoint.json"
+# A replay log nearly full asks for a checkpoint (which trims it) ahead of time, but not more
+# often than this: a checkpoint fsyncs every GPU's summaries.
+MIN_CHECKPOINT_GAP_S = 1.0
+STORAGE_RETRY_S = 5.0
+
+
+@dataclass
+class StorageFault:
+    """Writes under semantics/step/ are failing: since when, the latest file and error."""
+
+    path: str
+    error: str
+    since_mono_s: float
+    since_real_ns: int
+    failures: int = 1
+
+
+class _Gpu:
+    def __init__(
+        self, gpu: GpuStream, name: str, engine: GpuEngine, out: SummaryFile, replay_max: int
+    ) -> None:
+        self.gpu = gpu
+        self.name = name  # live-<node>-<pid>-<start><suffix>.jsonl (suffix: GpuStream)
+        self.engine = engine
+        self.out = out
+        self.lost = 0  # records dropped before reaching the engine, not yet reported
+        self.finished = False
+        self.skip_through = -1  # ring records up to this seq were placed before a restart
+        self.last_position = None  # of the latest op fed
+        self.comms = CommTable()  # the GPU's communicators, shared by its batches
+        self.segments = SegmentTable()
+        self.saved: GpuState | None = None  # a finished process's state, carried over
+        self.checkpoint: GpuState | None = None  # the last state saved: where a restart resumes
+        self.replay = ReplayLog(replay_max)  # what the engine was handed since `checkpoint`
+        self.budget = RestartBudget()
+        self.failures = 0
+        self.restarts = 0
+        self.last_failure: EngineFailure | None = None
+        self.suspect: ReplayEntry | None = None  # the entry the engine failed on last
+        self.retry_at: float | None = None  # backing off until then (CLOCK_MONOTONIC s)
+        self.reported = out.written  # summaries counted in steps_written (restarts rewrite)
+        self.seal_due = False  # finished, but sealing its file failed: sealed on a retry
+        self.retired = False  # its SHM file is gone: dropped once sealed
+
+
+@dataclass(frozen=True)
+class GpuEngineStatus:
+    """One GPU's live engine, for health."""
+
+    pid: int
+    global_rank: int | None
+    state: str  # running | backing_off | finished
+    lag_ns: int | None
+    steps_written: int
+    failures: int
+    restarts: int
+    last_failure: EngineFailure | None
+    retry_in_s: float | None
+
+
+@dataclass(frozen=True)
+class EngineHeld:
+    """What the hook holds, in ops and records (its memory is bounded by these)."""
+
+    queued_records: int  # waiting for the worker
+    replay_records: int  # kept for restarts
+    engine_ops: int  # in the engines' reorder windows and selection probes
+    gpus: int
+
+
+class _ReplayFailed(Exception):
+    def __init__(self, entry: ReplayEntry | None, error: Exception) -> None:
+        super().__init__(str(error))
+        self.entry = entry
+        self.error = error
+
+
+def coalesce(items: list) -> list:
+    """The queued items GPU by GPU, in order, each run of one GPU's op batches merged into
+    one: the engine's cost is mostly per batch, and GPUs are independent of each other."""
+    by_gpu: dict = {}
+    for kind, gpu, payload in items:
+        run = by_gpu.setdefault(gpu, [])
+        if kind == "ops" and run and run[-1][0] == "ops":
+            records, comms = run[-1][2]
+            records.append(payload[0])
+            comms.update(payload[1])
+        elif kind == "ops":
+            run.append(("ops", gpu, ([payload[0]], dict(payload[1]))))
+        else:
+            run.append((kind, gpu, payload))
+    out = []
+    for run in by_gpu.values():
+        for kind, gpu, payload in run:
+            if kind == "ops":
+                records, comms = payload
+                payload = (records[0] if len(records) == 1 else np.concatenate(records), comms)
+            out.append((kind, gpu, payload))
+    return out
+
+
+class SemanticEngineHook:
+    name = "semantic engine"
+
+    def __init__(
+        self,
+        home: str | Path,
+        templates: TemplateSet,
+        max_queued: int = MAX_QUEUED_RECORDS,
+        checkpoint_s: float = 10.0,
+        replay_max: int = DEFAULT_MAX_RECORDS,
+        heap_trim: HeapTrim | None = None,
+    ) -> None:
+        self.out_dir = Path(home) / "semantics" / "step"
+        self.templates = templates
+        self.max_queued = max_queued
+        self.checkpoint_s = checkpoint_s
+        self.replay_max = replay_max
+        self.dropped_records = 0
+        self.steps_written = 0
+        self.step_durations = StepDurations()  # for /metrics, taken by the Agent's loop
+        self.counts = FailureCounts()
+        self.restored = 0  # GPUs resumed from a checkpoint
+        self.storage_fault: StorageFault | None = None  # while writes fail
+        self.storage_faults_total = 0  # writes that failed, ever
+        self._storage_retry_at = float("inf")
+        self._items: deque = deque()
+        self._queued = 0
+        self._cond = threading.Condition()
+        self._busy = False
+        self._gpus: dict[GpuStream, _Gpu] = {}
+        self._lags: dict[GpuStream, GpuLag] = {}  # written by feed (ingest), read by health
+        self._stopping = False
+        self._checkpoint = CheckpointFile(
+            self.out_dir / CHECKPOINT_NAME, templates.digest(), ProducerMode.live
+        )
+        # its summary file's name (live-<node>-<pid>-<start><suffix>.jsonl: one GPU of one
+        # process) -> the state an earlier Agent left for that GPU
+        self._saved: dict[str, GpuState] = {}
+        for state in self._checkpoint.load().values():
+            if isinstance(state.input, ShmPosition) and not isinstance(state.gpu.pid, UnsetType):
+                self._saved[state.output.file.removesuffix(".partial")] = state
+        self._last_checkpoint = time.monotonic()
+        self._next_checkpoint = self._last_checkpoint + checkpoint_s
+        # Steps are cut over every GPU of the node at once (one answer for a job's ranks)
+        self.live_cut = LiveJobCut(role_template=lambda batches: role_template(templates, batches))
+        # what the worker frees goes back to the system (see heap_trim)
+        self.heap_trim = heap_trim if heap_trim is not None else HeapTrim()
+        self._thread = threading.Thread(target=self._run, name="semantic-engine", daemon=True)
+        self._thread.start()
+
+    # ---- ingest side (the Agent's loop) --------------------------------------------------
+
+    def feed(self, gpu: GpuStream, records: np.ndarray, comms: dict[int, CommInfo]) -> None:
+        with self._cond:
+            if len(records):
+                lag = self._lags.get(gpu)
+                if lag is None:
+                    lag = self._lags[gpu] = GpuLag()
+                lag.ingested(newest_end(records), int(records["complete_mono_ns"].min()))
+            if self._queued + len(records) > self.max_queued:
+                self.dropped_records += len(records)
+                self._items.append(("lost", gpu, len(records)))
+            else:
+                self._queued += len(records)
+                self._items.append(("ops", gpu, (records, comms)))
+            self._cond.notify()
+
+    def finished(self, gpu: GpuStream) -> None:
+        with self._cond:
+            self._items.append(("finished", gpu, None))
+            self._cond.notify()
+
+    def retired(self, gpu: GpuStream) -> None:
+        """gpu's SHM file is gone, so no Agent meets its process again: once its file is
+        sealed, nothing of it is kept (nor checkpointed), however many processes come and go."""
+        with self._cond:
+            self._items.append(("retired", gpu, None))
+            self._cond.notify()
+
+    @property
+    def queued_records(self) -> int:
+        with self._cond:
+            return self._queued
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing being processed (for tests and shutdown)."""
+        with self._cond:
+            return not self._items and not self._busy
+
+    @property
+    def running(self) -> bool:
+        """The worker thread is alive (it ends only at stop)."""
+        return self._thread.is_alive()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the worker, checkpoint, and flush every GPU's file (open Steps are in the
+        checkpoint, not in the files)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            self._finish_ended(all_ended=True)  # their peers' last ops will not come now
+        self._save_checkpoint()
+        for g in self._gpus.values():
+            g.out.close()
+
+    # ---- what health and metrics read ----------------------------------------------------
+
+    def gpu_status(self) -> list[GpuEngineStatus]:
+        now = time.monotonic()
+        out = []
+        for g in list(self._gpus.values()):
+            lag = self._lags.get(g.gpu)
+            if g.finished:
+                state = "finished"
+            elif g.retry_at is not None:
+                state = "backing_off"
+            else:
+                state = "running"
+            out.append(
+                GpuEngineStatus(
+                    pid=g.gpu.pid,
+                    global_rank=g.gpu.global_rank,
+                    state=state,
+                    lag_ns=lag.lag_ns() if lag is not None and not g.finished else None,
+                    steps_written=g.reported,
+                    failures=g.failures,
+                    restarts=g.restarts,
+                    last_failure=g.last_failure,
+                    retry_in_s=max(0.0, g.retry_at - now) if g.retry_at is not None else None,
+                )
+            )
+        return sorted(out, key=lambda s: (s.global_rank is None, s.global_rank or 0, s.pid))
+
+    def lag_ns(self) -> int | None:
+        """The worst lag of the GPUs whose processes run (None before any op)."""
+        lags = [s.lag_ns for s in self.gpu_status() if s.lag_ns is not None]
+        return max(lags, default=None)
+
+    def held(self) -> EngineHeld:
+        gpus = list(self._gpus.values())
+        engine_ops = sum(
+            len(b) for g in gpus for b in (g.engine.held, g.engine.pending) if b is not None
+        )
+        return EngineHeld(
+            queued_records=self.queued_records,
+            replay_records=sum(g.replay.records for g in gpus),
+            engine_ops=engine_ops,
+            gpus=len(gpus),
+        )
+
+    # ---- the worker ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._items and not self._stopping:
+                    self._busy = False
+                    now = time.monotonic()
+                    cut = self.live_cut.next_deadline()
+                    due = min(
+                        self._next_checkpoint,
+                        self._next_retry(),
+                        cut or float("inf"),
+                        self._storage_retry_at,
+                        self.heap_trim.due_at(),
+                    )
+                    if now >= due:
+                        break
+                    self._cond.wait(timeout=due - now)
+                if self._stopping:
+                    return
+                items = list(self._items)
+                self._items.clear()
+                self._busy = bool(items)
+                self._queued -= sum(len(p[0]) for kind, _, p in items if kind == "ops")
+            try:
+                self._work(items)
+            except OSError as e:  # the disk, not a bug: retried, named in health
+                self._storage_failed(self.out_dir, e)
+            except Exception as e:  # a bug outside any one GPU: the others must go on
+                log.exception("semantic engine: a worker pass failed")
+                failure = EngineFailure.of(e)
+                self.counts.failures[failure.reason] += 1
+                self.counts.last, self.counts.last_pid = failure, None
+
+    def _work(self, items: list) -> None:
+        if items:
+            self.heap_trim.worked()
+        if self.storage_fault is not None and time.monotonic() >= self._storage_retry_at:
+            self._retry_storage()
+        for kind, gpu, payload in coalesce(items):
+            self._take(gpu, kind, payload)
+        if self.live_cut.due(time.monotonic()):
+            self._cut()
+        self._finish_ended()
+        self._retry_due(time.monotonic())
+        if time.monotonic() >= self._next_checkpoint:
+            self._save_checkpoint()
+        self.heap_trim.maybe(time.monotonic())
+
+    def _next_retry(self) -> float:
+        return min(
+            (g.retry_at for g in self._gpus.values() if g.retry_at is not None),
+            default=float("inf"),
+        )
+
+    def _take(self, gpu: GpuStream, kind: str, payload) -> None:
+        if kind == "retired":
+            self._retire(gpu)
+            return
+        g = self._state(gpu)
+        if g.finished:
+            return
+        entry = g.replay.add(kind, payload)
+        if g.replay.full:  # checkpoint soon, so that a restart still finds all it needs
+            self._next_checkpoint = min(
+                self._next_checkpoint, self._last_checkpoint + MIN_CHECKPOINT_GAP_S
+            )
+        if g.retry_at is not None:  # backing off: the entry waits in the replay log
+            return
+        try:
+            self._handle(g, kind, payload)
+        except Exception as e:  # one GPU's failure must not stop the others
+            if self._note_failure(g, e, entry):
+                self._restart_when_allowed(g)
+        if kind == "ops" and self.live_cut.due(time.monotonic()):
+            self._cut()
+
+    def _state(self, gpu: GpuStream) -> _Gpu:
+        g = self._gpus.get(gpu)
+        if g is not None:
+            return g
+        name = f"live-{gpu.node_name}-{gpu.pid}-{gpu.start_real_ns}{gpu.suffix}.jsonl"
+        saved = self._saved.pop(name, None)
+        if saved is not None:
+            g = self._restore(gpu, saved, name)
+            if g is not None:
+                self._gpus[gpu] = g
+                self._track(g)
+                return g
+        if (self.out_dir / name).exists():
+            # sealed by an Agent before this one, which let go of it once its SHM file was
+            # retired: a file that outlived its removal must not start it over
+            return self._sealed_before(gpu, name)
+        # open while the process runs, sealed (renamed) when it finishes: the archive takes
+        # only sealed files
+        out = SummaryFile(self.out_dir / f"{name}.partial", 0, 0)
+        g = self._gpus[gpu] = _Gpu(gpu, name, self._new_engine(gpu), out, self.replay_max)
+        self._track(g)
+        return g
+
+    def _sealed_before(self, gpu: GpuStream, name: str) -> _Gpu:
+        engine = GpuEngine(GpuIdentity(gpu.node_name, 0), self.templates)
+        g = self._gpus[gpu] = _Gpu(gpu, name, engine, SummaryFile(None, 0, 0), 0)
+        g.finished = True
+        log.warning("semantic engine: %s is sealed: pid %d is not read again", name, gpu.pid)
+        return g
+
+    def _retire(self, gpu: GpuStream) -> None:
+        g = self._gpus.get(gpu)
+        if g is not None:
+            g.retired = True
+            self._drop_if_done(g)
+
+    def _drop_if_done(self, g: _Gpu) -> None:
+        """Forget a retired GPU whose file is sealed: its last checkpoint entry goes too."""
+        if g.retired and g.finished and not g.seal_due and self._gpus.get(g.gpu) is g:
+            del self._gpus[g.gpu]
+            self.live_cut.forget(g.gpu)
+
+    def _new_engine(self, gpu: GpuStream) -> GpuEngine:
+        identity = GpuIdentity(
+            host=gpu.node_name,
+            global_rank=gpu.global_rank if gpu.global_rank is not None else gpu.pid,
+            pid=gpu.pid,
+            local_rank=gpu.local_rank,
+            cuda_device=gpu.cuda_device,
+            job_id=gpu.job_id,
+        )
+        engine = GpuEngine(identity, self.templates, mode=ProducerMode.live)
+        engine.runner = LiveCutRunner()
+        return engine
+
+    def _track(self, g: _Gpu, resumed_after: int = -1) -> None:
+        """Let the node's cut place g's ops (an engine restored with a runner of its own,
+        from an Agent that cut each GPU alone, goes on with it). A restarted engine goes on
+        after ring record `resumed_after` (-1: from its first op)."""
+        engine = g.engine
+        if engine.runner is None and engine.pending is None:
+            engine.runner = LiveCutRunner(last_step=engine.next_step_index - 1)
+        if isinstance(engine.runner, LiveCutRunner) and not g.finished:
+            rank = g.gpu.global_rank if g.gpu.global_rank is not None else g.gpu.pid
+            self.live_cut.track(g.gpu, engine, rank, resumed_after)
+
+    def _finish_ended(self, all_ended: bool = False) -> None:
+        """Place the last ops of the GPUs whose processes ended (when the node's cut says
+        their turn has come, or `all_ended`), write their last Steps and seal them."""
+        now = time.monotonic()
+        ready = self.live_cut.ended(now, all_ended)
+        if not ready:
+            return
+        self._cut(final=frozenset(ready))
+        for gpu in ready:
+            self.live_cut.forget(gpu)
+            g = self._gpus.get(gpu)
+            if g is None or g.finished:
+                continue
+            try:
+                self._write(g, g.engine.finish())
+            except Exception as e:  # its last Step is lost, not the others'
+                self._note_failure(g, e, None)
+            self._seal(g)
+
+    def _cut(self, final: frozenset = frozenset()) -> None:
+        """Cut the node's held ops and write the Steps that settle; a failure of the cut
+        is counted and the ops wait for the next one (within the cut's bound)."""
+        self.heap_trim.worked()  # a cut frees the most: its job-wide columns
+        try:
+            placed = self.live_cut.cut(time.monotonic(), final)
+        except Exception as e:
+            log.exception("semantic engine: the node's Step cut failed")
+            failure = EngineFailure.of(e)
+            self.counts.failures[failure.reason] += 1
+            self.counts.last, self.counts.last_pid = failure, None
+            placed = self.live_cut.bound_all()
+        for gpu, summaries in placed.items():
+            g = self._gpus.get(gpu)
+            if g is not None:
+                self._write(g, summaries)
+                self._flush(g)
+            lag = self._lags.get(gpu)
+            if lag is not None and gpu in self.live_cut.placed_end:
+                lag.placed(self.live_cut.placed_end[gpu])
+
+    def _restore(self, gpu: GpuStream, state: GpuState, name: str) -> _Gpu | None:
+        if state.output.file == name:  # sealed: the process had finished
+            engine = GpuEngine(GpuIdentity(gpu.node_name, 0), self.templates)
+            g = _Gpu(gpu, name, engine, SummaryFile(None, 0, 0), self.replay_max)
+            g.finished, g.saved = True, state
+            return g
+        try:
+            engine = restore_engine(state, self.templates, mode=ProducerMode.live)
+        except CheckpointError as e:
+            log.warning("semantic engine: pid %d starts over: %s", gpu.pid, e)
+            return None
+        out = SummaryFile(
+            self.out_dir / state.output.file,
+            state.output.byte_offset,
+            state.output.summaries_written,
+        )
+        g = _Gpu(gpu, name, engine, out, self.replay_max)
+        g.skip_through = state.input.last_ring_seq
+        g.checkpoint = state
+        self.restored += 1
+        log.info("semantic engine: pid %d resumed after ring record %d", gpu.pid, g.skip_through)
+        return g
+
+    def _handle(self, g: _Gpu, kind: str, payload) -> None:
+        if kind == "lost":
+            g.lost += payload
+            return
+        if kind == "finished":
+            self._write(g, g.engine.drain())
+            if self.live_cut.tracks(g.gpu, g.engine):
+                # sealed once the GPUs it shares communicators with have ended too
+                self.live_cut.end(g.gpu, time.monotonic())
+                self._finish_ended()
+                return
+            self._write(g, g.engine.finish())
+            self._seal(g)
+            return
+        records, comms = payload
+        if g.skip_through >= 0:
+            # a restarted Agent reads the ring from its oldest record, a restarted engine is
+            # handed again what came after its checkpoint: skip what it had placed; records
+            # gone since (overwritten, or let go by the replay log) are lost
+            records = records[records["seq"] > g.skip_through]
+            if len(records) and not g.gpu.suffix:  # a split GPU's ring seqs interleave
+                g.lost += max(0, int(records["seq"][0]) - (g.skip_through + 1))
+            if len(records):
+                g.skip_through = -1
+        gpu = g.gpu
+        batch = engine_batch(
+            records, comms, gpu.start_real_ns, gpu.start_mono_ns, g.comms, g.segments
+        )
+        if len(batch):
+            batch.cols["lost_before"][0] += g.lost
+            g.lost = 0
+            held = g.engine.held
+            self._write(g, g.engine.feed(batch))
+            self.live_cut.held_ops(g.gpu)
+            g.last_position = batch.position(len(batch) - 1)
+            lag = self._lags.get(gpu)
+            if lag is not None:
+                lag.placed(newest_placed_end(g.engine, held, batch))
+        self._flush(g)  # visible to readers (the API); fsync at checkpoints
+
+    def _seal(self, g: _Gpu) -> None:
+        try:
+            g.out.seal()
+            g.seal_due = False
+        except OSError as e:  # sealed again once the disk takes it
+            g.seal_due = True
+            self._storage_failed(g.out.path, e)
+        g.finished = True
+        g.replay = ReplayLog(0)  # a sealed file is never restarted
+        g.retry_at = None
+        with self._cond:
+            self._lags.pop(g.gpu, None)
+        self._drop_if_done(g)
+
+    def _write(self, g: _Gpu, summaries: list) -> None:
+        if summaries:
+            try:
+                g.out.add(summaries)
+            except OSError as e:  # the summaries wait in g.out for the disk
+                self._storage_failed(g.out.path, e)
+            # a restarted engine writes again the summaries after its checkpoint: count once
+            if g.out.written > g.reported:
+                new = g.out.written - g.reported
+                self.steps_written += new
+                g.reported = g.out.written
+                self.step_durations.add(
+                    g.gpu.labels, [s.duration_ns / 1e9 for s in summaries[-new:]]
+                )
+
+    def _flush(self, g: _Gpu) -> None:
+        try:
+            g.out.flush()
+        except OSError as e:
+            self._storage_failed(g.out.path, e)
+
+    # ---- a disk that refuses writes ------------------------------------------------------
+
+    def _storage_failed(self, path, error: OSError) -> None:
+        """Note a failed write; the first of a run of them is logged (the rest are counted)."""
+        self.storage_faults_total += 1
+        now = time.monotonic()
+        self._storage_retry_at = now + STORAGE_RETRY_S
+        message = f"{type(error).__name__}: {error.strerror or error}"[:300]
+        fault = self.storage_fault
+        if fault is None:
+            self.storage_fault = StorageFault(str(path), message, now, time.time_ns())
+            log.error(
+                "semantic engine: cannot write %s (%s); Step summaries wait in memory and "
+                "writes are retried every %.0f s",
+                path,
+                message,
+                STORAGE_RETRY_S,
+            )
+        else:
+            fault.path, fault.error = str(path), message
+            fault.failures += 1
+
+    def _retry_storage(self) -> None:
+        """Write what waits, seal what is due, checkpoint; the fault ends when all succeed."""
+        self._storage_retry_at = float("inf")
+        before = self.storage_faults_total
+        for g in list(self._gpus.values()):
+            if g.out.path is None:
+                continue
+            if g.seal_due:
+                self._seal(g)
+            elif g.out.pending:
+                self._flush(g)
+        if self.storage_faults_total == before:
+            self._save_checkpoint()
+        if self.storage_faults_total == before and self.storage_fault is not None:
+            log.warning(
+                "semantic engine: writes under %s succeed again (after %d failures)",
+                self.out_dir,
+                self.storage_fault.failures,
+            )
+            self.storage_fault = None
+
+    def pending_summaries(self) -> tuple[int, int]:
+        """Summaries waiting in memory for the disk, and those dropped past its bound."""
+        gpus = list(self._gpus.values())
+        return sum(g.out.pending for g in gpus), sum(g.out.dropped for g in gpus)
+
+    # ---- failures and restarts -----------------------------------------------------------
+
+    def _note_failure(self, g: _Gpu, error: Exception, entry: ReplayEntry | None) -> bool:
+        """Count a failure of g's engine; whether to restart it (False: g was sealed)."""
+        failure = EngineFailure.of(error)
+        g.failures += 1
+        g.last_failure = failure
+        self.counts.failures[failure.reason] += 1
+        self.counts.last, self.counts.last_pid = failure, g.gpu.pid
+        log.error(
+            "semantic engine: GPU pid %d failed (%s); restarting it from its checkpoint",
+            g.gpu.pid,
+            failure.message,
+            exc_info=error if g.failures == 1 else None,  # the traceback once per GPU
+        )
+        if entry is not None and entry is g.suspect:  # failed again on the same input
+            if entry.kind == "finished":
+                log.error("semantic engine: pid %d: its last Step is not written", g.gpu.pid)
+                self._seal(g)
+                return False
+            lost = g.replay.discard(entry)
+            log.error("semantic engine: pid %d: %d op records skipped as lost", g.gpu.pid, lost)
+        g.suspect = entry
+        return True
+
+    def _restart_when_allowed(self, g: _Gpu) -> None:
+        while True:
+            now = time.monotonic()
+            if not g.budget.take(now):
+                g.retry_at = g.budget.next_at(now)
+                log.warning(
+                    "semantic engine: pid %d restarted %d times in %.0f s; next try in %.0f s",
+                    g.gpu.pid,
+                    g.budget.max_restarts,
+                    g.budget.window_s,
+                    g.retry_at - now,
+                )
+                return
+            g.retry_at = None
+            g.restarts += 1
+            self.counts.restarts[g.last_failure.reason if g.last_failure else "unknown"] += 1
+            try:
+                self._restart(g)
+                return
+            except _ReplayFailed as f:
+                if not self._note_failure(g, f.error, f.entry):
+                    return
+
+    def _restart(self, g: _Gpu) -> None:
+        """g's engine as its last checkpoint left it (a new one before any checkpoint), its
+        summaries truncated to match, handed again what came since."""
+        state = g.checkpoint
+        g.out.close()
+        try:
+            if state is None:
+                g.engine = self._new_engine(g.gpu)
+                g.out = SummaryFile(self.out_dir / f"{g.name}.partial", 0, 0)
+                g.skip_through, g.lost = -1, g.replay.dropped
+            else:
+                g.engine = restore_engine(state, self.templates, mode=ProducerMode.live)
+                g.out = SummaryFile(
+                    self.out_dir / state.output.file,
+                    state.output.byte_offset,
+                    state.output.summaries_written,
+                )
+                g.skip_through, g.lost = state.input.last_ring_seq, 0
+        except Exception as e:
+            raise _ReplayFailed(None, e) from e
+        self._track(g, state.input.last_ring_seq if state is not None else -1)
+        g.last_position = None
+        for entry in list(g.replay.entries):
+            try:
+                self._handle(g, entry.kind, entry.payload)
+            except Exception as e:
+                raise _ReplayFailed(entry, e) from e
+        g.suspect = None
+        log.warning(
+            "semantic engine: pid %d restarted from %s",
+            g.gpu.pid,
+            "its checkpoint" if state is not None else "its first op",
+        )
+
+    def _retry_due(self, now: float) -> None:
+        for g in list(self._gpus.values()):
+            if g.retry_at is not None and g.retry_at <= now and not g.finished:
+                self._restart_when_allowed(g)
+
+    # ---- checkpoints ---------------------------------------------------------------------
+
+    def _current_state(self, g: _Gpu) -> GpuState | None:
+        """g's state now, or None where it cannot be saved at this moment."""
+        if g.finished:
+            position = g.last_position.after() if g.last_position is not None else None
+        else:
+            position = g.engine.resume_point(g.last_position)
+        if position is None:
+            return None
+        try:
+            size = g.out.sync() if g.out.path.name.endswith(".partial") else 0
+        except OSError as e:  # keep the last good checkpoint of g until the disk takes it
+            self._storage_failed(g.out.path, e)
+            return None
+        state = gpu_state(
+            g.engine,
+            position,
+            g.out.path.name,
+            size,
+            g.out.written,
+            shm_file=g.gpu.shm_file,
+            producer_start_real_ns=g.gpu.start_real_ns,
+        )
+        if isinstance(position, RingPosition):
+            g.replay.trim(position.ring_seq)
+        return state
+
+    def _save_checkpoint(self) -> None:
+        self._last_checkpoint = time.monotonic()
+        self._next_checkpoint = self._last_checkpoint + self.checkpoint_s
+        states = {}
+        for g in list(self._gpus.values()):
+            if g.out.path is None:
+                if g.saved is not None:
+                    states[g.saved.output.file] = g.saved
+                continue
+            if g.retry_at is None:  # a failed engine's state is not to be trusted
+                try:
+                    state = self._current_state(g)
+                except Exception as e:
+                    if self._note_failure(g, e, None):
+                        self._restart_when_allowed(g)
+                    state = None
+                if state is not None:
+                    g.checkpoint = state
+                elif g.finished and not g.seal_due:  # sealed before it placed an op
+                    g.checkpoint = None
+            # else the last good state: restarting from it, no Step is lost or written twice
+            if g.checkpoint is not None:
+                states[g.checkpoint.output.file] = g.checkpoint
+        for state in self._saved.values():  # processes not seen since the restart: kept
+            if (self.out_dir / state.output.file).exists():  # unless their file is gone
+                states[state.output.file] = state
+        if states:
+            try:
+                self._checkpoint.save(states)
+            except OSError as e:
+                self._storage_failed(self._checkpoint.path, e)
+            except msgspec.EncodeError as e:
+                log.error("semantic engine: cannot write its checkpoint: %s", e)
