@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,6 +42,13 @@ def _release_shm_regions(request):
 def _release_shm_regions_of_the_session(tmp_path_factory):
     yield
     remove_linked_shm(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="session")
+def plugin() -> Path:
+    """The Profiler plugin as `make build-profiler` builds it (built first if out of date)."""
+    subprocess.run(["make", "-s", "build-profiler"], cwd=ROOT, check=True)
+    return ROOT / "dist" / "libnccl-profiler-comminsight.so"
 
 
 # Accuracy figures tests want in the run's output even when they pass (pytest shows a passing

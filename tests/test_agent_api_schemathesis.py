@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from live_agent import LiveAgent
-from test_agent_diagnosis import e2e_sim_config, plugin  # noqa: F401 - fixture
+from test_agent_diagnosis import e2e_sim_config
 from test_agent_producers import hold_agent_lock
 
 from comminsight.sim import run_simulation
@@ -36,7 +36,7 @@ def write_step_summaries(home: Path) -> None:
 
 
 @pytest.mark.slow
-def test_schemathesis_finds_nothing(plugin, tmp_path):  # noqa: F811
+def test_schemathesis_finds_nothing(plugin, tmp_path):
     lock = hold_agent_lock(tmp_path)
     write_step_summaries(tmp_path)
     st = shutil.which("schemathesis", path=str(Path(sys.executable).parent))

@@ -22,7 +22,6 @@ from test_agent_diagnosis import (
     member,
     op,
     p2p,
-    plugin,  # noqa: F401 - fixture
     proc,
     snapshot,
     stuck_at,
@@ -441,7 +440,7 @@ def test_metrics_count_open_incidents_by_root_verdict(agent_with_incident):
 
 
 @pytest.mark.slow
-def test_the_demo_fault_gives_one_incident_rooted_at_rank_1(plugin, tmp_path):  # noqa: F811
+def test_the_demo_fault_gives_one_incident_rooted_at_rank_1(plugin, tmp_path):
     """`make demo`'s fault: 8 ranks of TP x PP x DP on two simulated nodes, rank 1 skips its
     6th tensor-parallel all-reduce. Every communicator that hangs is reported; all the
     reports form one incident whose root names rank 1, tensor_parallel and the AllReduce."""

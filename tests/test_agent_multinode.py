@@ -16,7 +16,6 @@ import grpc
 import pytest
 from multinode_job import SIM_ENV, start_job, wait_until
 from prometheus_client.parser import text_string_to_metric_families
-from test_agent_diagnosis import plugin  # noqa: F401 - fixture
 from test_cli_agent import cli
 
 from comminsight.sim import SimConfig, parse_fault, read_ground_truth, run_simulation
@@ -25,7 +24,7 @@ from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 RANKS, NODES = 6, 3
 
 
-def sim_config(plugin, root, job, faults=(), steps=3, time_scale=0.02, hold=6.0):  # noqa: F811
+def sim_config(plugin, root, job, faults=(), steps=3, time_scale=0.02, hold=6.0):
     return SimConfig(
         plugin=str(plugin),
         home=str(root / "sim"),
@@ -42,7 +41,7 @@ def sim_config(plugin, root, job, faults=(), steps=3, time_scale=0.02, hold=6.0)
 
 
 @pytest.fixture(scope="module")
-def faulty_job(plugin, tmp_path_factory):  # noqa: F811
+def faulty_job(plugin, tmp_path_factory):
     """Rank 4 (on node-2) skips op 5: its peers on every node wait in it."""
     root = tmp_path_factory.mktemp("multinode")
     (root / "sim").mkdir()

@@ -28,7 +28,6 @@ import pytest
 from multinode_job import SIM_ENV, TOKEN, start_job, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from stack_processes import FAKE_TORCH
-from test_agent_diagnosis import plugin  # noqa: F401 - fixture
 from test_cli_agent import cli
 
 from comminsight.sim import SimConfig, parse_fault, read_ground_truth, run_simulation
@@ -67,7 +66,7 @@ SITECUSTOMIZE = textwrap.dedent(
 class SimRun:
     """The simulated job in a thread of the test; `end()` aborts it as a launcher would."""
 
-    def __init__(self, plugin, root: Path, job) -> None:  # noqa: F811
+    def __init__(self, plugin, root: Path, job) -> None:
         self.config = SimConfig(
             plugin=str(plugin),
             home=str(root / "sim"),
@@ -230,7 +229,7 @@ def ended(master, incident_id: str) -> dict | None:
 
 
 @pytest.fixture(scope="module")
-def with_inject(plugin, tmp_path_factory):  # noqa: F811
+def with_inject(plugin, tmp_path_factory):
     """The fault with Inject in every rank: what the master and node-1 showed while it hung,
     what the CLI printed, and how it ended."""
     root = tmp_path_factory.mktemp("incidents-inject")
@@ -286,7 +285,7 @@ def with_inject(plugin, tmp_path_factory):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def without_inject(plugin, tmp_path_factory):  # noqa: F811
+def without_inject(plugin, tmp_path_factory):
     """The same fault with no Inject anywhere, resolved by an operator while it hangs."""
     root = tmp_path_factory.mktemp("incidents-plain")
     (root / "sim").mkdir()

@@ -13,7 +13,6 @@ from collections import Counter
 import numpy as np
 import pytest
 from multinode_job import start_job, wait_until
-from test_agent_diagnosis import plugin  # noqa: F401 - fixture
 from test_agent_multinode import sim_config
 
 from comminsight.agent.core.fifo_reader import EVENT
@@ -56,7 +55,7 @@ def fifo_events_written(home) -> int:
 
 
 @pytest.mark.slow
-def test_master_and_slave_killed_mid_run_lose_and_repeat_nothing(plugin, tmp_path):  # noqa: F811
+def test_master_and_slave_killed_mid_run_lose_and_repeat_nothing(plugin, tmp_path):
     (tmp_path / "sim").mkdir()
     job = start_job(tmp_path, 3)
     result = {}

@@ -10,7 +10,7 @@ import time
 
 import httpx
 import zstandard
-from test_agent_diagnosis import E2E_ENV, plugin  # noqa: F401 - fixture
+from test_agent_diagnosis import E2E_ENV
 from test_agent_service import agent_process, api_get, free_port
 
 from comminsight.agent.archive.ledger import ArchiveLedger
@@ -31,7 +31,7 @@ def wait_until(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def test_agent_killed_mid_run_then_restarted_archives_every_segment_once(plugin, tmp_path):  # noqa: F811
+def test_agent_killed_mid_run_then_restarted_archives_every_segment_once(plugin, tmp_path):
     env = {
         "COMMINSIGHT_AGENT_NODE_NAME": NODE,
         "COMMINSIGHT_AGENT_TOKEN": TOKEN,

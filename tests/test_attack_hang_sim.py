@@ -12,7 +12,6 @@ import threading
 
 import pytest
 from live_agent import LiveAgent
-from test_agent_diagnosis import plugin  # noqa: F401 - fixture
 from test_agent_producers import hold_agent_lock
 
 from comminsight.sim import SimConfig, parse_fault, run_simulation
@@ -80,7 +79,7 @@ PP4 = {"workload": "pp", "ranks": 4, "tp": 1, "pp": 4, "grad_accum": 4, "steps":
 
 
 @pytest.mark.parametrize("stage", [1, 3])
-def test_a_pipeline_stage_stuck_in_host_code_is_the_root(plugin, tmp_path, stage):  # noqa: F811
+def test_a_pipeline_stage_stuck_in_host_code_is_the_root(plugin, tmp_path, stage):
     """A stage never issues its 3rd batched P2P exchange (stuck in host code, a data loader,
     say): the stages before and after it wait in Send/Recv; the root names the stage."""
     incidents, _ = run_with_agent(plugin, tmp_path, (f"skip:rank={stage},op=2,comm=pp",), **PP4)
@@ -88,13 +87,13 @@ def test_a_pipeline_stage_stuck_in_host_code_is_the_root(plugin, tmp_path, stage
     assert root.verdict in (Verdict.stuck_outside_nccl, Verdict.rank_not_joined), root.summary
 
 
-def test_a_pipeline_stage_that_dies_is_process_died(plugin, tmp_path):  # noqa: F811
+def test_a_pipeline_stage_that_dies_is_process_died(plugin, tmp_path):
     incidents, _ = run_with_agent(plugin, tmp_path, ("die:rank=2,op=3,comm=pp",), **PP4)
     root = one_incident_naming(incidents, 2)
     assert root.verdict is Verdict.process_died, root.summary
 
 
-def test_a_megatron_tp_rank_skipping_an_all_reduce_while_pp_is_in_flight(plugin, tmp_path):  # noqa: F811
+def test_a_megatron_tp_rank_skipping_an_all_reduce_while_pp_is_in_flight(plugin, tmp_path):
     """TP=2 x PP=2: rank 3 (tp peer of rank 2, pipeline stage 1) never issues a
     tensor-parallel all-reduce; pipeline sends toward its stage and the other tp pair hang
     behind it: one incident, rooted at rank 3."""
@@ -124,7 +123,7 @@ def test_a_megatron_tp_rank_skipping_an_all_reduce_while_pp_is_in_flight(plugin,
     "process (no global rank, pid: no stack can be taken), though rank 1's process is on "
     "this node and the world communicator's ranks are its global ranks",
 )
-def test_a_hang_at_the_job_s_first_op_names_the_rank(plugin, tmp_path):  # noqa: F811
+def test_a_hang_at_the_job_s_first_op_names_the_rank(plugin, tmp_path):
     incidents, _ = run_with_agent(
         plugin, tmp_path, ("skip:rank=1,op=0",), workload="ddp", ranks=4, steps=2
     )
@@ -132,7 +131,7 @@ def test_a_hang_at_the_job_s_first_op_names_the_rank(plugin, tmp_path):  # noqa:
     assert root.verdict is Verdict.stuck_outside_nccl, root.summary
 
 
-def test_a_slow_rank_that_never_hangs_opens_no_incident(plugin, tmp_path):  # noqa: F811
+def test_a_slow_rank_that_never_hangs_opens_no_incident(plugin, tmp_path):
     """Rank 2 is late by 0.5 s once every Step (a slow data loader), well below the 2 s
     threshold; each Step ends in a host sync, so the lag does not add up from Step to Step
     (ten late ops in a row would: peers enqueue asynchronously, and their oldest op then

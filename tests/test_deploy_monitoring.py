@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from test_agent_diagnosis import e2e_sim_config, plugin  # noqa: F401 - plugin is a fixture
+from test_agent_diagnosis import e2e_sim_config
 from test_agent_service import agent_process, api_get, free_port, wait_for
 
 from comminsight.sim import run_simulation
@@ -479,7 +479,7 @@ def test_a_name_label_or_value_the_page_lacks_is_a_problem():
 
 
 @pytest.fixture(scope="module")
-def hung_job_page(plugin, tmp_path_factory):  # noqa: F811
+def hung_job_page(plugin, tmp_path_factory):
     """The union of the /metrics pages a real `comminsight-agent` served while a simulated DDP
     job ran through the real plugin and hung (rank 1 skips op 5, its peers wait in it until the
     simulator gives up): op series, ops in flight, hang reports and incidents, the Semantic

@@ -28,7 +28,6 @@ from test_agent_diagnosis import (
     member,
     only,
     op,
-    plugin,  # noqa: F401 - fixture
     proc,
     snapshot,
     stuck_at,
@@ -500,7 +499,7 @@ E2E_ENV = (
 
 
 @pytest.mark.parametrize("odd", [0, 1])
-def test_e2e_two_ddp_ranks_the_one_with_the_odd_count_is_named(plugin, tmp_path, odd):  # noqa: F811
+def test_e2e_two_ddp_ranks_the_one_with_the_odd_count_is_named(plugin, tmp_path, odd):
     """Two DDP ranks; one issues its first gradient bucket of a steady Step with twice the
     count (the simulator's mismatch fault). No majority between two: the Agent's recent-ops
     window shows the Step's cycle, and the rank that broke it is named."""

@@ -12,7 +12,6 @@ import time
 
 import msgspec
 import numpy as np
-from test_agent_diagnosis import plugin  # noqa: F401 - fixture
 from test_agent_restart import wait_until
 from test_agent_service import agent_process, api_get, free_port
 from test_semantic_accuracy import op_identity
@@ -31,7 +30,7 @@ def summary_lines(home) -> int:
 
 
 def test_agent_killed_mid_run_resumes_its_engines_without_losing_or_repeating_a_step(
-    plugin,  # noqa: F811
+    plugin,
     tmp_path,
 ):
     env = {"COMMINSIGHT_SEMANTIC_CHECKPOINT_S": "0.2"}

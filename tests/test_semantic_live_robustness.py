@@ -18,7 +18,6 @@ import threading
 import msgspec
 import numpy as np
 import pytest
-from test_agent_diagnosis import plugin  # noqa: F401 - fixture
 from test_agent_restart import wait_until
 
 from comminsight.agent.steps.engine_hook import GpuStream
@@ -394,7 +393,7 @@ def test_restarts_are_limited_per_window():
 
 
 def test_a_live_agent_reports_an_engine_failure_and_loses_no_step_of_a_simulated_job(
-    plugin,  # noqa: F811
+    plugin,
     tmp_path,
     monkeypatch,
 ):
