@@ -386,6 +386,19 @@ def test_two_blocking_sends_toward_each_other_stay_a_call_order_mismatch():
     assert report.verdict is Verdict.op_mismatch and culprit_ranks(report) == [0, 1]
 
 
+def test_sends_facing_each_other_with_more_ops_in_flight_and_nothing_before_are_a_mismatch():
+    """As on two H200s (bench/gpu fault `sendsend`: a pipeline job whose rank 1 sends where
+    it should receive): each rank has several P2P ops in flight, its oldest a Send to the
+    other, and nothing of another communicator enqueued before. No hang elsewhere explains
+    it: the call order is wrong, both ranks are named."""
+    rows = [
+        member(0, 0, 0, p2p("Send", 1), nranks=2, p2p_enqueued=19, p2p_completed=16),
+        member(1, 0, 0, p2p("Send", 0), nranks=2, p2p_enqueued=18, p2p_completed=16),
+    ]
+    report = only(diagnose(snapshot(*rows), NOW, THRESHOLD))
+    assert report.verdict is Verdict.op_mismatch and culprit_ranks(report) == [0, 1]
+
+
 # ---- a straggler that is slow, and the first op of a job --------------------------------
 
 

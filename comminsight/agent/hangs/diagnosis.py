@@ -763,7 +763,9 @@ def p2p_wait(comm: CommView, snapshot: NodeSnapshot, now: int, threshold_ns: int
             if len(cycle) == 2 and {x.inflight.func for x in cycle} == {"Send", "Recv"}:
                 # a Send and its Recv, both posted: the transfer itself does not finish
                 return p2p_stalled(comm, cycle, now, threshold_ns)
-            if all(m.p2p_enqueued - m.p2p_completed > 1 for m in cycle):
+            if all(m.p2p_enqueued - m.p2p_completed > 1 for m in cycle) and any(
+                waits_elsewhere_first(m, snapshot) for m in cycle
+            ):
                 return p2p_exchange(comm, cycle, op)
             return p2p_cycle(comm, cycle, op)
         chain.append(peer)
@@ -888,13 +890,27 @@ def p2p_cycle(comm: CommView, cycle: list[CommMember], op: InflightOp) -> Findin
     )
 
 
+def waits_elsewhere_first(m: CommMember, snapshot: NodeSnapshot) -> bool:
+    """m's process has an op of another communicator in flight, enqueued before m's: what it
+    waits in first (a batched exchange queued behind it cannot finish either)."""
+    mine = m.inflight.enqueue_mono_ns
+    return any(
+        other.inflight is not None and other.inflight.enqueue_mono_ns < mine
+        for view in snapshot.comms.values()
+        if view.comm_id != m.comm_id
+        for other in view.members
+        if other.process.pid == m.process.pid and other.process.node_name == m.process.node_name
+    )
+
+
 def p2p_exchange(comm: CommView, cycle: list[CommMember], op: InflightOp) -> Finding:
     """Ranks whose oldest ops are sends to each other (or receives) while each has more ops
     in flight: the view shows only the oldest op, and a batched exchange (Megatron's
     batch_isend_irecv: a Send and a Recv toward each neighbour in one NCCL group) looks so
-    whenever it does not finish, most often because one of the ranks is stuck in an op of
-    another communicator queued before it. No call order is proven wrong: no culprit here;
-    incidents place it behind what the ranks wait in first."""
+    whenever it does not finish because one of the ranks is stuck in an op of another
+    communicator queued before it (waits_elsewhere_first; without one, two Sends facing each
+    other are a call-order mismatch, as on real GPUs). No call order is proven wrong: no
+    culprit here; incidents place it behind what the ranks wait in first."""
     path = " -> ".join(f"rank {m.rank} ({m.inflight.func})" for m in cycle)
     return Finding(
         Verdict.all_joined_none_complete,
