@@ -29,6 +29,7 @@ from comminsight.agent.slave.link import SlaveLink, clock
 from comminsight.agent.slave.outbox import SlaveOutbox
 from comminsight.agent.slave.tls import SlaveTls
 from comminsight.agent.steps.engine_hook import EngineHook
+from comminsight.agent.steps.files import NewStepSummaries
 from comminsight_gen.abi import fifo_event_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.config_v1 import ConfigV1
@@ -45,6 +46,9 @@ class SlaveAgentService(AgentService):
     def __init__(self, settings: ConfigV1, engine: EngineHook | None = None) -> None:
         super().__init__(settings, engine)
         self.outbox = SlaveOutbox(self.home, settings.agent_outbox_max_bytes)
+        # each Step decoded once and kept by no one: a slave forwards new Steps every report
+        # for as long as training runs
+        self.new_steps = NewStepSummaries(self.step_files.directory)
         self.diff = RowDiff()
         self.stale_ns = settings.agent_heartbeat_stale_ms * MS
         self.report_ns = settings.agent_report_interval_ms * MS
@@ -193,7 +197,7 @@ class SlaveAgentService(AgentService):
         """Summaries past the highest step index forwarded for their GPU (rank and pid)."""
         sent = dict(self.outbox.steps_sent)
         out, moved = [], {}
-        summaries = self.step_files.all()
+        summaries = self.new_steps.read()
         summaries.sort(key=lambda s: (s.global_rank, _pid(s), s.step_index))
         for s in summaries:
             key = f"{s.global_rank}:{_pid(s)}"

@@ -10,6 +10,7 @@ Open files (`.jsonl.partial`) are read up to their last complete line.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,3 +110,78 @@ class StepFiles:
         more = len(matched) > limit
         next_cursor = f"{page[-1].step_index}:{page[-1].global_rank}" if more else None
         return StepPageResult(page, total, next_cursor)
+
+
+READ_CHUNK = 8 << 20  # bytes read per file per call at most: a call stays short
+
+
+@dataclass
+class _Position:
+    inode: int
+    offset: int  # the byte after the last complete line read
+
+
+class NewStepSummaries:
+    """The summaries appended to the step files since the last call, each decoded once and
+    kept by no one here: what a slave forwards to its master every report, for as long as
+    training runs. A file is followed by byte offset through its sealing (the open
+    `.jsonl.partial` renamed to `.jsonl`, the same inode); a new file, or one that shrank (a
+    resumed engine rewrote it), is read from its start again, so a reader must skip Steps it
+    has already seen (by GPU and step index)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.invalid_lines = 0
+        self._at: dict[str, _Position] = {}  # by stream (the file's name without .partial)
+
+    def read(self) -> list[StepSummary]:
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return []
+        out: list[StepSummary] = []
+        streams = set()
+        for name in names:
+            if not name.endswith((".jsonl", ".jsonl.partial")):
+                continue
+            stream = name.removesuffix(".partial")
+            streams.add(stream)
+            out.extend(self._read_new(self.directory / name, stream))
+        for gone in self._at.keys() - streams:
+            del self._at[gone]
+        return out
+
+    def _read_new(self, path: Path, stream: str) -> list[StepSummary]:
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                at = self._at.get(stream)
+                if at is None or at.inode != st.st_ino or st.st_size < at.offset:
+                    at = self._at[stream] = _Position(st.st_ino, 0)
+                if st.st_size == at.offset:
+                    return []
+                f.seek(at.offset)
+                data = f.read(min(st.st_size - at.offset, READ_CHUNK))
+        except FileNotFoundError:  # sealed (renamed) between the listing and the open
+            return []
+        except OSError as e:
+            log.error("cannot read step summaries %s: %s", path, e)
+            return []
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []  # no complete line yet
+        at.offset += end + 1
+        decoder = _DECODER
+        out = []
+        for line in data[:end].split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                out.append(decoder.decode(line))
+            except (msgspec.DecodeError, UnicodeDecodeError) as e:
+                self.invalid_lines += 1
+                log.error("%s: a line that is not a step-summary v1: %s", path, e)
+        return out
+
+
+_DECODER = msgspec.json.Decoder(StepSummary)
