@@ -69,3 +69,35 @@ def test_a_bad_line_is_counted_and_hides_no_other(tmp_path):
     assert indexes(follower.read()) == [(0, 0), (0, 1)]
     assert follower.invalid_lines == 2
     assert NewStepSummaries(tmp_path / "missing").read() == []
+
+
+def test_the_api_pages_every_step_once_and_keeps_only_an_index(tmp_path):
+    """StepFiles: where each line is, its step and rank; a page decodes only its own lines, so
+    what stays in memory is a few numbers per Step, not the summaries (a run writes for days)."""
+    import gc
+
+    from comminsight.agent.steps.files import StepFiles
+    from comminsight_gen.models.step_summary_v1 import StepSummary
+
+    step_dir = tmp_path / "semantics" / "step"
+    step_dir.mkdir(parents=True)
+    (step_dir / "live-a.jsonl").write_bytes(b"".join(line(k, rank=0) for k in range(150)))
+    (step_dir / "live-b.jsonl.partial").write_bytes(b"".join(line(k, rank=1) for k in range(149)))
+    files = StepFiles(tmp_path)
+    seen, cursor = [], None
+    while True:
+        page = files.page(rank=None, since_step=0, cursor=cursor, limit=7)
+        assert page.total == 299
+        seen += indexes(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    expected = [(r, k) for k in range(150) for r in (0, 1) if (r, k) != (1, 149)]
+    assert seen == expected  # by step, then rank; each once
+    del page  # the caller's last page: the only summaries that may remain
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, StepSummary)]
+    with open(step_dir / "live-b.jsonl.partial", "ab") as f:
+        f.write(line(149, rank=1))  # appended: indexed from where the index ended
+    page = files.page(rank=1, since_step=149, cursor=None, limit=10)
+    assert indexes(page.items) == [(1, 149)] and page.total == 1

@@ -35,7 +35,6 @@ from comminsight.agent.steps.files import StepFiles
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models import agent_master_api_v1 as api
-from comminsight_gen.models.step_summary_v1 import StepSummary
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +57,8 @@ class JobStepFiles(StepFiles):
         super().__init__(home)
         self.received = received
 
-    def all(self) -> list[StepSummary]:
-        out = super().all()
-        for path in sorted(self.received.glob("*.jsonl")):
-            out.extend(self._read(path))
-        return out
+    def files(self) -> list[Path]:
+        return super().files() + sorted(self.received.glob("*.jsonl"))
 
 
 class MasterAgentService(AgentService):

@@ -1,10 +1,12 @@
 """Step summaries as the Semantic Engine leaves them: `<home>/semantics/step/*.jsonl`.
 
 The API's /steps reads them from disk rather than from the engine's memory, so it serves the
-same records after an Agent restart and whatever the engine wrote before. Each file is decoded
-once per (size, mtime) with the generated step-summary v1 model; a line that is not a valid
-summary is skipped, counted and logged once per file version, and never hides the others.
-Open files (`.jsonl.partial`) are read up to their last complete line.
+same records after an Agent restart and whatever the engine wrote before. `StepFiles` keeps an
+index (where each line is, its step and rank), built by byte offset as files grow, each line
+decoded once with the generated step-summary v1 model; a page decodes its own lines again. A
+line that is not a valid summary is skipped, counted and logged once per file, and never hides
+the others. Open files (`.jsonl.partial`) are read up to their last complete line.
+`NewStepSummaries` follows the same files for what a slave forwards to its master.
 """
 
 from __future__ import annotations
@@ -15,17 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from comminsight_gen.models.step_summary_v1 import StepSummary
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _FileCache:
-    version: tuple[int, int]
-    summaries: list[StepSummary]
-    invalid_lines: int
 
 
 @dataclass
@@ -36,80 +32,127 @@ class StepPageResult:
 
 
 @dataclass
+class _FileIndex:
+    """Where each summary of one file is (its line) and what orders it, not the summary: a
+    run writes Steps for days, and the API serves any page of them."""
+
+    inode: int
+    offset: int = 0  # the byte after the last complete line indexed
+    steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    ranks: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    invalid_lines: int = 0
+
+
 class StepFiles:
-    home: Path
-    _cache: dict[Path, _FileCache] = field(default_factory=dict)
+    """The step summaries under `<home>/semantics/step/`, indexed incrementally by byte offset
+    (each line decoded once, when it is first indexed); a page decodes only its own lines."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self._index: dict[Path, _FileIndex] = {}
 
     @property
     def directory(self) -> Path:
         return Path(self.home) / "semantics" / "step"
 
-    def invalid_lines(self) -> int:
-        return sum(c.invalid_lines for c in self._cache.values())
-
-    def all(self) -> list[StepSummary]:
-        files = sorted(self.directory.glob("*.jsonl")) + sorted(
+    def files(self) -> list[Path]:
+        return sorted(self.directory.glob("*.jsonl")) + sorted(
             self.directory.glob("*.jsonl.partial")
         )
-        seen = set()
-        out: list[StepSummary] = []
-        for path in files:
-            seen.add(path)
-            out.extend(self._read(path))
-        for gone in set(self._cache) - seen:
-            del self._cache[gone]
-        return out
 
-    def _read(self, path: Path) -> list[StepSummary]:
-        try:
-            st = path.stat()
-        except FileNotFoundError:  # sealed (renamed) or deleted since the listing
-            return []
-        version = (st.st_size, st.st_mtime_ns)
-        cached = self._cache.get(path)
-        if cached is not None and cached.version == version:
-            return cached.summaries
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            log.error("cannot read step summaries %s: %s", path, e)
-            return []
-        decoder = msgspec.json.Decoder(StepSummary)
-        summaries, invalid = [], 0
-        lines = data.split(b"\n")
-        if path.name.endswith(".partial"):
-            lines = lines[:-1]  # the last line may still be being written
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                summaries.append(decoder.decode(line))
-            except msgspec.DecodeError as e:
-                invalid += 1
-                if invalid == 1:
-                    log.error("%s line %d is not a step-summary v1: %s", path, number, e)
-        self._cache[path] = _FileCache(version, summaries, invalid)
-        return summaries
+    def invalid_lines(self) -> int:
+        return sum(i.invalid_lines for i in self._index.values())
 
     def page(
         self, *, rank: int | None, since_step: int, cursor: str | None, limit: int
     ) -> StepPageResult:
         """Summaries ordered by (step_index, global_rank), as /api/v1/steps pages them."""
-        matched = [
-            s
-            for s in self.all()
-            if s.step_index >= since_step and (rank is None or s.global_rank == rank)
-        ]
-        matched.sort(key=lambda s: (s.step_index, s.global_rank))
-        total = len(matched)
+        indexed = self._refresh()
+        steps = np.concatenate([i.steps for _, i in indexed] or [np.zeros(0, np.int64)])
+        ranks = np.concatenate([i.ranks for _, i in indexed] or [np.zeros(0, np.int64)])
+        file_of = np.concatenate(
+            [np.full(len(i.steps), n, np.int64) for n, (_, i) in enumerate(indexed)]
+            or [np.zeros(0, np.int64)]
+        )
+        line_of = np.concatenate(
+            [np.arange(len(i.steps)) for _, i in indexed] or [np.zeros(0, np.int64)]
+        )
+        keep = steps >= since_step
+        if rank is not None:
+            keep &= ranks == rank
+        total = int(keep.sum())
         if cursor is not None:
             step, _, last_rank = cursor.partition(":")
-            after = (int(step), int(last_rank))
-            matched = [s for s in matched if (s.step_index, s.global_rank) > after]
-        page = matched[:limit]
-        more = len(matched) > limit
-        next_cursor = f"{page[-1].step_index}:{page[-1].global_rank}" if more else None
-        return StepPageResult(page, total, next_cursor)
+            after_step, after_rank = int(step), int(last_rank)
+            keep &= (steps > after_step) | ((steps == after_step) & (ranks > after_rank))
+        chosen = np.flatnonzero(keep)
+        chosen = chosen[np.lexsort((ranks[chosen], steps[chosen]))][: limit + 1]
+        items = [self._decode(indexed[file_of[k]], int(line_of[k])) for k in chosen[:limit]]
+        more = len(chosen) > limit
+        next_cursor = f"{items[-1].step_index}:{items[-1].global_rank}" if more else None
+        return StepPageResult(items, total, next_cursor)
+
+    def _refresh(self) -> list[tuple[Path, _FileIndex]]:
+        out = []
+        for path in self.files():
+            index = self._update(path)
+            if index is not None:
+                out.append((path, index))
+        for gone in self._index.keys() - {path for path, _ in out}:
+            del self._index[gone]
+        return out
+
+    def _update(self, path: Path) -> _FileIndex | None:
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                index = self._index.get(path)
+                if index is None or index.inode != st.st_ino or st.st_size < index.offset:
+                    index = self._index[path] = _FileIndex(st.st_ino)  # new, or rewritten
+                if st.st_size == index.offset:
+                    return index
+                f.seek(index.offset)
+                data = f.read(st.st_size - index.offset)
+        except FileNotFoundError:  # sealed (renamed) or deleted since the listing
+            self._index.pop(path, None)
+            return None
+        except OSError as e:
+            log.error("cannot read step summaries %s: %s", path, e)
+            return self._index.get(path)
+        end = data.rfind(b"\n")
+        if end < 0:
+            return index  # the last line may still be being written
+        steps, ranks, starts, lengths = [], [], [], []
+        at = index.offset
+        for line in data[: end + 1].split(b"\n")[:-1]:
+            if line.strip():
+                try:
+                    s = _DECODER.decode(line)
+                except (msgspec.DecodeError, UnicodeDecodeError) as e:
+                    index.invalid_lines += 1
+                    if index.invalid_lines == 1:
+                        log.error("%s: a line that is not a step-summary v1: %s", path, e)
+                else:
+                    steps.append(s.step_index)
+                    ranks.append(s.global_rank)
+                    starts.append(at)
+                    lengths.append(len(line))
+            at += len(line) + 1
+        index.offset = at
+        index.steps = np.concatenate((index.steps, np.array(steps, np.int64)))
+        index.ranks = np.concatenate((index.ranks, np.array(ranks, np.int64)))
+        index.starts = np.concatenate((index.starts, np.array(starts, np.int64)))
+        index.lengths = np.concatenate((index.lengths, np.array(lengths, np.int64)))
+        return index
+
+    @staticmethod
+    def _decode(entry: tuple[Path, _FileIndex], k: int) -> StepSummary:
+        path, index = entry
+        with open(path, "rb") as f:
+            line = os.pread(f.fileno(), int(index.lengths[k]), int(index.starts[k]))
+        return _DECODER.decode(line)
 
 
 READ_CHUNK = 8 << 20  # bytes read per file per call at most: a call stays short
@@ -171,13 +214,12 @@ class NewStepSummaries:
         if end < 0:
             return []  # no complete line yet
         at.offset += end + 1
-        decoder = _DECODER
         out = []
         for line in data[:end].split(b"\n"):
             if not line.strip():
                 continue
             try:
-                out.append(decoder.decode(line))
+                out.append(_DECODER.decode(line))
             except (msgspec.DecodeError, UnicodeDecodeError) as e:
                 self.invalid_lines += 1
                 log.error("%s: a line that is not a step-summary v1: %s", path, e)
