@@ -763,8 +763,10 @@ def p2p_wait(comm: CommView, snapshot: NodeSnapshot, now: int, threshold_ns: int
             if len(cycle) == 2 and {x.inflight.func for x in cycle} == {"Send", "Recv"}:
                 # a Send and its Recv, both posted: the transfer itself does not finish
                 return p2p_stalled(comm, cycle, now, threshold_ns)
+            # a batched exchange that cannot finish: behind another op, or with a rank whose
+            # process ended (its other ops are no longer in view) - not a proven call order
             if all(m.p2p_enqueued - m.p2p_completed > 1 for m in cycle) and any(
-                waits_elsewhere_first(m, snapshot) for m in cycle
+                m.process.ended or blocked_elsewhere(m, snapshot) for m in cycle
             ):
                 return p2p_exchange(comm, cycle, op)
             return p2p_cycle(comm, cycle, op)
@@ -890,12 +892,14 @@ def p2p_cycle(comm: CommView, cycle: list[CommMember], op: InflightOp) -> Findin
     )
 
 
-def waits_elsewhere_first(m: CommMember, snapshot: NodeSnapshot) -> bool:
-    """m's process has an op of another communicator in flight, enqueued before m's: what it
-    waits in first (a batched exchange queued behind it cannot finish either)."""
+def blocked_elsewhere(m: CommMember, snapshot: NodeSnapshot) -> bool:
+    """m's process has an op of another communicator in flight that was enqueued before m's
+    or whose kernel runs on the GPU and does not finish: what it waits in first (a batched
+    exchange queued behind it, or beside it on the GPU, cannot finish either)."""
     mine = m.inflight.enqueue_mono_ns
     return any(
-        other.inflight is not None and other.inflight.enqueue_mono_ns < mine
+        other.inflight is not None
+        and (other.inflight.enqueue_mono_ns < mine or other.inflight.channels_started > 0)
         for view in snapshot.comms.values()
         if view.comm_id != m.comm_id
         for other in view.members
@@ -908,7 +912,7 @@ def p2p_exchange(comm: CommView, cycle: list[CommMember], op: InflightOp) -> Fin
     in flight: the view shows only the oldest op, and a batched exchange (Megatron's
     batch_isend_irecv: a Send and a Recv toward each neighbour in one NCCL group) looks so
     whenever it does not finish because one of the ranks is stuck in an op of another
-    communicator queued before it (waits_elsewhere_first; without one, two Sends facing each
+    communicator queued before it (blocked_elsewhere; without one, two Sends facing each
     other are a call-order mismatch, as on real GPUs). No call order is proven wrong: no
     culprit here; incidents place it behind what the ranks wait in first."""
     path = " -> ".join(f"rank {m.rank} ({m.inflight.func})" for m in cycle)
