@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from test_agent_service import free_port
+from agent_processes import free_port
 
 TOKEN = "multinode-token"
 STALE_MS = 2000

@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import msgspec
 import pytest
+from agent_home import hold_agent_lock, run_sim
 from live_agent import LiveAgent
 from prometheus_client.parser import text_string_to_metric_families
-from test_agent_producers import hold_agent_lock, run_sim
 
 from comminsight.agent.api.params import openapi_document
 from comminsight_gen.models.hang_report_v1 import HangReport

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from agent_home import hold_agent_lock
+from e2e_sims import e2e_sim_config
 from live_agent import LiveAgent
-from test_agent_diagnosis import e2e_sim_config
-from test_agent_producers import hold_agent_lock
 
 from comminsight.sim import run_simulation
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from e2e_sims import E2E_THRESHOLD_S, HEALTHY_THRESHOLD_S, e2e_sim_config
 
 from comminsight.agent.core.snapshot import (
     CommMember,
@@ -22,7 +23,7 @@ from comminsight.agent.core.snapshot import (
 )
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.shm_reader import ShmError, ShmRegion
-from comminsight.sim import SimConfig, parse_fault, run_simulation
+from comminsight.sim import run_simulation
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import HangReport, Verdict
 
@@ -254,13 +255,6 @@ def test_one_late_join_is_not_a_straggler():
 
 # ---- end to end: simulated NCCL -> real plugin -> SHM -> snapshot -> diagnose ----
 
-E2E_THRESHOLD_S = 0.5
-E2E_ENV = (
-    ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
-    ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "50"),
-    ("COMMINSIGHT_PROFILER_HANG_TIMEOUT_S", str(E2E_THRESHOLD_S)),
-)
-
 
 def poll_once(home: Path) -> NodeSnapshot:
     regions = []
@@ -274,32 +268,6 @@ def poll_once(home: Path) -> NodeSnapshot:
     finally:
         for region in regions:
             region.close()
-
-
-def e2e_sim_config(
-    plugin: Path,
-    home: Path,
-    faults: tuple[str, ...],
-    steps: int = 2,
-    time_scale: float = 0.02,
-    threshold_s: float = E2E_THRESHOLD_S,
-) -> SimConfig:
-    """Four DDP ranks with the fast heartbeat and (by default) 0.5 s hang threshold of E2E_ENV."""
-    env = tuple(
-        (k, str(threshold_s)) if k == "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S" else (k, v)
-        for k, v in E2E_ENV
-    )
-    return SimConfig(
-        plugin=str(plugin),
-        home=str(home),
-        workload="ddp",
-        ranks=4,
-        steps=steps,
-        time_scale=time_scale,
-        hang_hold_s=3.0,
-        faults=tuple(parse_fault(f) for f in faults),
-        env=env,
-    )
 
 
 def run_and_diagnose(
@@ -371,11 +339,6 @@ def latencies():
 # posix_fallocate in the Profiler; conftest releases the regions tests leave), and a skipped
 # rank judged by its idle time, which gave rank_not_joined or stuck_outside_nccl depending on
 # the poll that first saw it (fixed: diagnosis.outside_nccl judges by what is in flight).
-
-
-# A healthy run is judged with a threshold no scheduling delay of a loaded machine reaches: a
-# rank starved of the CPU for longer than the fault tests' 0.5 s is late, and rightly reported.
-HEALTHY_THRESHOLD_S = 30.0
 
 
 def test_e2e_healthy_run_gives_no_report(plugin, tmp_path):

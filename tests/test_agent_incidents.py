@@ -14,19 +14,9 @@ import httpx
 import jsonschema
 import msgspec
 import pytest
+from agent_home import hold_agent_lock
 from live_agent import LiveAgent
-from test_agent_diagnosis import (
-    NOW,
-    THRESHOLD,
-    S,
-    member,
-    op,
-    p2p,
-    proc,
-    snapshot,
-    stuck_at,
-)
-from test_agent_producers import hold_agent_lock
+from test_agent_diagnosis import NOW, THRESHOLD, S, member, op, p2p, proc, snapshot, stuck_at
 
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incident_store import IncidentStore, UnknownIncident

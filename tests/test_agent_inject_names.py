@@ -8,8 +8,8 @@ import glob
 import logging
 
 import httpx
+from agent_home import hold_agent_lock
 from live_agent import LiveAgent
-from test_agent_producers import hold_agent_lock
 from test_inject_sim import run_scenario
 
 from comminsight.agent.core.inject_names import InjectNames

@@ -11,8 +11,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from agent_home import hold_agent_lock, run_sim
 from prometheus_client.parser import text_string_to_metric_families
-from test_agent_producers import hold_agent_lock, run_sim
 
 from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.metrics.node import (

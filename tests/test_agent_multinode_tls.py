@@ -16,8 +16,8 @@ from pathlib import Path
 import grpc
 import msgspec
 import pytest
+from agent_processes import free_port
 from multinode_job import AgentProc, start_job, wait_until
-from test_agent_service import free_port
 
 from comminsight.agent.main import multinode_problem
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb

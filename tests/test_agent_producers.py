@@ -3,39 +3,13 @@ while the others are served, finished producers retired after their data is drai
 
 from __future__ import annotations
 
-import fcntl
 import time
 
 import numpy as np
-from profiler_builds import builds
+from agent_home import hold_agent_lock, run_sim
 
 from comminsight.agent.core.producers import ProducerSet
-from comminsight.sim import SimConfig, read_ground_truth, run_simulation
 from comminsight_gen.abi import shm_v1
-
-ENV = (("COMMINSIGHT_AGENT_AUTOSTART", "0"), ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "50"))
-
-
-def hold_agent_lock(home):
-    (home / "metadata").mkdir(parents=True, exist_ok=True)
-    f = open(home / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held by the caller
-    fcntl.flock(f, fcntl.LOCK_EX)
-    return f
-
-
-def run_sim(home, ranks=4, steps=2):
-    config = SimConfig(
-        plugin=str(builds()["plain"].path),
-        home=str(home),
-        workload="ddp",
-        ranks=ranks,
-        steps=steps,
-        time_scale=0.01,
-        env=ENV,
-    )
-    result = run_simulation(config)
-    assert not result.errors
-    return read_ground_truth(result.run_dir)
 
 
 def ops_of(batches) -> np.ndarray:

@@ -10,8 +10,8 @@ import time
 
 import httpx
 import zstandard
-from test_agent_diagnosis import E2E_ENV
-from test_agent_service import agent_process, api_get, free_port
+from agent_processes import agent_process, api_get, free_port
+from e2e_sims import E2E_ENV
 
 from comminsight.agent.archive.ledger import ArchiveLedger
 from comminsight.sim import SimConfig, run_simulation

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
-import httpx
 import msgspec
-from test_agent_diagnosis import E2E_THRESHOLD_S, HEALTHY_THRESHOLD_S, e2e_sim_config
+from agent_processes import agent_process, api_get, free_port, wait_for
+from e2e_sims import E2E_THRESHOLD_S, HEALTHY_THRESHOLD_S, e2e_sim_config
 
 from comminsight.agent.core.service import AgentService
 from comminsight.agent.hangs.store import HangStore
@@ -85,51 +82,6 @@ def test_a_healthy_run_leaves_no_report(plugin, tmp_path):
     reports = service.hangs.reports.values()
     assert [r.summary for r in reports if r.verdict is not Verdict.straggler] == []
     assert [e for e in service.hang_events if e.event_type == "hang_suspected"] == []
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def agent_process(home, **env):
-    env.setdefault("COMMINSIGHT_AGENT_LISTEN", f"127.0.0.1:{free_port()}")
-    return subprocess.Popen(
-        [sys.executable, "-m", "comminsight.agent.main"],
-        env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
-            "COMMINSIGHT_HOME": str(home),
-            "COMMINSIGHT_AGENT_POLL_INTERVAL_MS": "100",
-            "COMMINSIGHT_AGENT_HEARTBEAT_STALE_MS": "1000",
-            "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S": str(E2E_THRESHOLD_S),
-            **env,
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def wait_for(path, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.05)
-
-
-def api_get(listen: str, path: str, timeout_s: float = 20.0):
-    """GET from the agent's API, waiting for it to come up."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            response = httpx.get(f"http://{listen}{path}", timeout=5)
-            if response.status_code != 503:  # 503 while the first pass runs
-                return response
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, f"no answer from {listen}{path}"
-        time.sleep(0.05)
 
 
 def test_the_agent_command_reports_a_dead_rank_and_stops_on_sigterm(plugin, tmp_path):

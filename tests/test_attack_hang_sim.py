@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 
 import pytest
+from agent_home import hold_agent_lock
 from live_agent import LiveAgent
-from test_agent_producers import hold_agent_lock
 
 from comminsight.sim import SimConfig, parse_fault, run_simulation
 from comminsight_gen.models.hang_report_v1 import Resolution, Verdict

@@ -10,10 +10,10 @@ import sys
 
 import msgspec
 import pytest
+from agent_home import hold_agent_lock, run_sim
 from live_agent import LiveAgent
 from test_agent_api import FIXTURES
 from test_agent_api_schemathesis import write_step_summaries
-from test_agent_producers import hold_agent_lock, run_sim
 
 from comminsight_gen.models.hang_report_v1 import HangReport
 

@@ -19,11 +19,11 @@ import httpx
 import msgspec
 import pytest
 import yaml
+from agent_home import hold_agent_lock, run_sim
 from live_agent import LiveAgent
 from test_agent_api import FIXTURES
 from test_agent_api_schemathesis import write_step_summaries
 from test_agent_archive import write_segment
-from test_agent_producers import hold_agent_lock, run_sim
 
 from comminsight.agent.core import command_line
 from comminsight.config import ConfigError, load_settings

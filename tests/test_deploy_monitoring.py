@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from agent_processes import agent_process, api_get, free_port, wait_for
+from e2e_sims import e2e_sim_config
 from prometheus_client.parser import text_string_to_metric_families
-from test_agent_diagnosis import e2e_sim_config
-from test_agent_service import agent_process, api_get, free_port, wait_for
 
 from comminsight.sim import run_simulation
 from comminsight_gen.models.hang_report_v1 import Verdict

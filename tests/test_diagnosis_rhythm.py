@@ -19,6 +19,7 @@ from pathlib import Path
 import jsonschema
 import msgspec
 import pytest
+from agent_home import hold_agent_lock
 from live_agent import LiveAgent
 from test_agent_diagnosis import (
     NOW,
@@ -32,7 +33,6 @@ from test_agent_diagnosis import (
     snapshot,
     stuck_at,
 )
-from test_agent_producers import hold_agent_lock
 
 from comminsight.agent.core.snapshot import InflightOp
 from comminsight.agent.hangs.diagnosis import diagnose

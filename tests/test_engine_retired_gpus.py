@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 
 import msgspec
+from agent_home import hold_agent_lock
 from profiler_builds import builds
-from test_agent_producers import hold_agent_lock
 from test_semantic_live_robustness import COMMS, TEMPLATES, ddp_slots
 
 from comminsight.agent.core.ingest import NodeIngest

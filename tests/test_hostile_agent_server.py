@@ -28,8 +28,8 @@ import grpc
 import httpx
 import msgspec
 import pytest
+from agent_processes import free_port
 from multinode_job import TOKEN, AgentProc, wait_until
-from test_agent_service import free_port
 
 from comminsight.agent.archive.archiver import Archiver, PassReport
 from comminsight.agent.archive.providers import LocalDirectoryProvider

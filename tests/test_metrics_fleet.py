@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from agent_home import hold_agent_lock
 from live_agent import LiveAgent
 from profiler_builds import builds
 from prometheus_client.core import CollectorRegistry
@@ -28,7 +29,6 @@ from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
-from test_agent_producers import hold_agent_lock
 
 import comminsight
 from comminsight.agent.core.producers import ProducerSet

@@ -12,8 +12,8 @@ import time
 
 import msgspec
 import numpy as np
+from agent_processes import agent_process, api_get, free_port
 from test_agent_restart import wait_until
-from test_agent_service import agent_process, api_get, free_port
 from test_semantic_accuracy import op_identity
 
 from comminsight.sim import SimConfig, run_simulation

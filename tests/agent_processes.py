@@ -1,0 +1,57 @@
+"""A real `comminsight-agent` process for a test, and waiting for what it makes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+from e2e_sims import E2E_THRESHOLD_S
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agent_process(home, **env):
+    env.setdefault("COMMINSIGHT_AGENT_LISTEN", f"127.0.0.1:{free_port()}")
+    return subprocess.Popen(
+        [sys.executable, "-m", "comminsight.agent.main"],
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
+            "COMMINSIGHT_HOME": str(home),
+            "COMMINSIGHT_AGENT_POLL_INTERVAL_MS": "100",
+            "COMMINSIGHT_AGENT_HEARTBEAT_STALE_MS": "1000",
+            "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S": str(E2E_THRESHOLD_S),
+            **env,
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(path, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+def api_get(listen: str, path: str, timeout_s: float = 20.0):
+    """GET from the agent's API, waiting for it to come up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            response = httpx.get(f"http://{listen}{path}", timeout=5)
+            if response.status_code != 503:  # 503 while the first pass runs
+                return response
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, f"no answer from {listen}{path}"
+        time.sleep(0.05)
