@@ -1,4 +1,6 @@
-"""inspector-log: a C header naming every JSON field, so the Profiler cannot misspell one."""
+"""inspector-log: every JSON field name and string constant of the schema, as a C header (the
+Profiler's writer, the engine's C scanner) and a Python module (the Agent's writer of recovered
+lines, the engine's reader), so no writer or reader spells one by hand."""
 
 from __future__ import annotations
 
@@ -36,6 +38,21 @@ def _const_values(node: object, out: set[str]) -> None:
             _const_values(value, out)
 
 
+def _int_consts(node: object, out: dict[str, set[int]]) -> None:
+    """Integer constants by the property that holds them (schema_version: 1)."""
+    if isinstance(node, dict):
+        props = node.get("properties")
+        if isinstance(props, dict):
+            for name, body in props.items():
+                if isinstance(body, dict) and type(body.get("const")) is int:
+                    out.setdefault(name, set()).add(body["const"])
+        for value in node.values():
+            _int_consts(value, out)
+    elif isinstance(node, list):
+        for value in node:
+            _int_consts(value, out)
+
+
 def _macro_part(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").upper()
 
@@ -61,6 +78,13 @@ def generate(p: Protocol, doc: dict, ctx: Context) -> None:
     _property_names(doc, names)
     _const_values(doc, values)
     prefix = f"CI_{_macro_part(p.id)}_V{p.version}"
+    fields = _macros(f"{prefix}_F", names, p.source)
+    consts = _macros(f"{prefix}_V", values, p.source)
+    ints: dict[str, set[int]] = {}
+    _int_consts(doc, ints)
+    for name, found in ints.items():
+        if len(found) != 1:
+            raise SchemaError(p.source, name, f"constant with several values {sorted(found)}")
     ctx.write(
         f"generated/c/include/comminsight/{p.stem}.h",
         render(
@@ -70,8 +94,25 @@ def generate(p: Protocol, doc: dict, ctx: Context) -> None:
                 "guard": f"COMMINSIGHT_{_macro_part(p.id)}_V{p.version}_H",
                 "prefix": prefix,
                 "version": p.version,
-                "fields": _macros(f"{prefix}_F", names, p.source),
-                "values": _macros(f"{prefix}_V", values, p.source),
+                "fields": fields,
+                "values": consts,
+            },
+        ),
+    )
+    short = len(prefix) + 3  # Python names drop the C prefix: F.COLL_PERF, V.SEGMENT_START
+    ctx.write(
+        f"generated/python/comminsight_gen/{p.stem}_fields.py",
+        render(
+            "log_fields.py.j2",
+            {
+                "source": p.source,
+                "version": p.version,
+                "fields": [{"name": f["macro"][short:], "value": f["value"]} for f in fields],
+                "values": [{"name": v["macro"][short:], "value": v["value"]} for v in consts],
+                "ints": [
+                    {"name": _macro_part(k), "value": next(iter(v))}
+                    for k, v in sorted(ints.items())
+                ],
             },
         ),
     )
