@@ -89,16 +89,21 @@ $(BUILD)/tsan/libnccl-profiler-comminsight.so: $(PROFILER_DEPS)
 build-profiler-sanitizers: $(BUILD)/asan/libnccl-profiler-comminsight.so $(BUILD)/tsan/libnccl-profiler-comminsight.so
 
 # ---- the Semantic Engine's C core (loaded with cffi; see comminsight/semantic/native) ----
-ENGINE_SO := comminsight/semantic/native/libciengine.so
+ENGINE_SO := $(BUILD)/engine/libciengine.so
 ENGINE_SRC := comminsight/semantic/native/engine_core.c
 # the log scanner spells every key as the inspector-log schema does (the writer's header)
 ENGINE_HEADERS := generated/c/include/comminsight/inspector_log_v1.h
+# where the engine was built before it moved under build/: a copy left there would be loaded
+# by nothing now, and packaged by nothing, but it is a build output in the source tree
+ENGINE_SO_OLD := comminsight/semantic/native/libciengine.so
 
-## build-engine: the Semantic Engine's C core, next to its source (the package loads it there)
+## build-engine: the Semantic Engine's C core, build/engine/libciengine.so (a checkout loads it there; the wheel carries it beside the package)
 build-engine: $(ENGINE_SO)
 
 # -ffp-contract=off: Step totals must be the same float operations as the Python definition
 $(ENGINE_SO): $(ENGINE_SRC) $(ENGINE_HEADERS)
+	@mkdir -p $(@D)
+	@rm -f $(ENGINE_SO_OLD)
 	$(CC) -std=gnu11 -Wall -Wextra -Werror -O2 -g -fPIC -shared -ffp-contract=off -Igenerated/c/include $< -o $@
 
 ## debian-packages: the Debian packages the build and tests use (scripts/debian-packages.txt), installed if missing
@@ -217,5 +222,7 @@ wheel-manylinux: $(WHEEL)
 	rm -f $(DIST)/comminsight-$(VERSION)-py3-none-manylinux*.whl
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair --wheel-dir $(DIST) $(WHEEL)
 
+## clean: remove every build output (build/, dist/) and pytest's cache
 clean:
 	rm -rf $(BUILD) $(DIST) .pytest_cache
+	rm -f $(ENGINE_SO_OLD)

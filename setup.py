@@ -2,10 +2,21 @@
 the Semantic Engine opens with cffi's ABI mode (dlopen): no Python C API, so any Python 3
 runs it, but only on the platform it was compiled for. The wheel is tagged so
 (py3-none-<platform>, its files in platlib) instead of none-any, which pip would install
-anywhere. Everything else is in pyproject.toml."""
+anywhere. Everything else is in pyproject.toml.
+
+`make build-engine` compiles the library to build/engine/ (build outputs stay out of the
+source tree); building the wheel copies it from there to where the installed package looks
+for it, beside comminsight/semantic/native/__init__.py."""
+
+from pathlib import Path
 
 from setuptools import Distribution, setup
 from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools.command.build_py import build_py
+from setuptools.errors import SetupError
+
+ENGINE = Path(__file__).resolve().parent / "build" / "engine" / "libciengine.so"
+ENGINE_IN_PACKAGE = Path("comminsight", "semantic", "native", "libciengine.so")
 
 
 class NativeLibraryDistribution(Distribution):
@@ -19,4 +30,25 @@ class PlatformWheel(bdist_wheel):
         return "py3", "none", platform  # not the interpreter's: the library has no Python ABI
 
 
-setup(distclass=NativeLibraryDistribution, cmdclass={"bdist_wheel": PlatformWheel})
+class BuildPyWithEngine(build_py):
+    """The package as built, with the engine library the Makefile built under build/."""
+
+    def run(self):
+        super().run()
+        if self.editable_mode:
+            return  # an editable install runs from the checkout, which finds build/engine/
+        if not ENGINE.is_file():
+            raise SetupError(f"{ENGINE} is missing: `make build-engine` builds it")
+        self.copy_file(str(ENGINE), str(Path(self.build_lib) / ENGINE_IN_PACKAGE))
+
+    def get_outputs(self, include_bytecode=True):
+        outputs = super().get_outputs(include_bytecode)
+        if self.editable_mode:
+            return outputs
+        return [*outputs, str(Path(self.build_lib) / ENGINE_IN_PACKAGE)]
+
+
+setup(
+    distclass=NativeLibraryDistribution,
+    cmdclass={"bdist_wheel": PlatformWheel, "build_py": BuildPyWithEngine},
+)

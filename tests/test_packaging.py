@@ -105,6 +105,10 @@ def test_install_keeps_the_agent_out_of_the_training_environment(tmp_path):
         if "==" in line and not line.startswith("#")
     }
     assert pins <= _pip_names(vpy)
+    # the engine's C core from the installed package, not from this checkout's build/
+    engine = _run([str(vpy), "-c", LOAD_ENGINE], cwd=tmp_path, env=_make_env())
+    assert engine.returncode == 0, engine.stderr
+    assert engine.stdout.strip().startswith(str(prefix / "lib/comminsight/venv")), engine.stdout
 
     assert (prefix / "lib/libnccl-profiler-comminsight.so").is_file()
     assert list((prefix / "share/comminsight").glob("comminsight_inject-*-py3-none-any.whl"))
@@ -315,7 +319,16 @@ def test_containerfile_runs_the_agent_unprivileged_with_a_health_check():
     assert json.loads(entry) == ["/opt/comminsight/bin/comminsight-agent"]
 
 
-# ---- the manylinux wheel ------------------------------------------------------------------
+# ---- the engine's C core and the wheels ---------------------------------------------------
+
+LOAD_ENGINE = "import comminsight.semantic.native as n; n.lib(); print(n.LIBRARY)"
+
+
+def test_a_checkout_builds_the_engine_core_under_build_and_loads_it_from_there():
+    _make("build-engine")
+    done = _run([sys.executable, "-c", LOAD_ENGINE], cwd=ROOT, env=_make_env())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(ROOT / "build" / "engine" / "libciengine.so")
 
 
 @pytest.mark.slow

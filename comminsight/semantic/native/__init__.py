@@ -1,7 +1,9 @@
 """The Semantic Engine's C core (engine_core.c), loaded with cffi, and numpy views of its rows.
 
-`make build-engine` compiles engine_core.c into libciengine.so next to it. The functions here
-take and fill numpy arrays; what each C function does is said in engine_core.c.
+`make build-engine` compiles engine_core.c into build/engine/libciengine.so, where a
+development checkout loads it; the wheel carries it beside this file (setup.py), where an
+installed package loads it. The functions here take and fill numpy arrays; what each C
+function does is said in engine_core.c.
 """
 
 from __future__ import annotations
@@ -13,7 +15,26 @@ from typing import NamedTuple
 import cffi
 import numpy as np
 
-LIBRARY = Path(__file__).resolve().parent / "libciengine.so"
+_HERE = Path(__file__).resolve().parent
+_CHECKOUT = _HERE.parents[2]
+# `make build-engine`'s output in a development checkout: build outputs stay out of the
+# source tree. It wins over a library beside this file, which in a checkout is a stale copy.
+CHECKOUT_LIBRARY = _CHECKOUT / "build" / "engine" / "libciengine.so"
+# Where an installed wheel carries it (or a copy of the package with it compiled beside).
+PACKAGED_LIBRARY = _HERE / "libciengine.so"
+
+
+def _find_library() -> Path:
+    """The library to load; with none built, the path the missing-library error should name
+    (the checkout's build when this is a checkout)."""
+    if CHECKOUT_LIBRARY.is_file():
+        return CHECKOUT_LIBRARY
+    if PACKAGED_LIBRARY.is_file() or not (_CHECKOUT / "Makefile").is_file():
+        return PACKAGED_LIBRARY
+    return CHECKOUT_LIBRARY
+
+
+LIBRARY = _find_library()
 
 _CDEF = """
 typedef struct ci_intern ci_intern_t;
