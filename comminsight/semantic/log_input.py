@@ -14,10 +14,12 @@ segment that has to be searched for comm_init lines to tell a process's GPUs apa
 whole at that moment instead (`_SegmentReader.read_ahead`): its ops are kept for the first
 reading, so each segment is read once.
 
-Only the fields the engine uses are decoded (lean msgspec structs); a line that does not
-decode, a segment whose seal does not match its content, and a missing segment are each
-reported in `problems` naming the file (and line), and reading goes on with the rest. Records
-known lost (gap lines, missing segments) are attached to the next op as `lost_before`.
+Only the fields the engine uses are decoded: the lean msgspec Structs generated from the
+schema (comminsight_gen.models.inspector_log_v1_lean; codegen/log_subsets.py chooses the
+fields). A line that does not decode, a segment whose seal does not match its content, and a
+missing segment are each reported in `problems` naming the file (and line), and reading goes
+on with the rest. Records known lost (gap lines, missing segments) are attached to the next
+op as `lost_before`.
 """
 
 from __future__ import annotations
@@ -49,90 +51,15 @@ from comminsight.semantic.op_times import op_times
 from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.positions import LogPosition
 from comminsight.semantic.process_gpus import GpuOfProcess, ProcessMembers, split_process
+from comminsight_gen.inspector_log_v1_fields import V
+from comminsight_gen.models.inspector_log_v1_lean import EngineHeader, EngineLine
 
 SEGMENT_NAME = re.compile(r"^(?P<stream>.+)-(?P<index>\d{6,})\.jsonl(?P<partial>\.partial)?$")
 
 
-class _Header(msgspec.Struct):
-    id: str
-    rank: int
-    n_ranks: int
-    nnodes: int | None = None
-    comm_name: str | None = None
-
-
-class _TraceTs(msgspec.Struct):
-    coll_start_ts: int | None = None
-    coll_stop_ts: int | None = None
-
-
-class _CollPerf(msgspec.Struct):
-    coll: str
-    coll_sn: int
-    coll_msg_size_bytes: int
-    coll_exec_time_us: float = 0.0
-    coll_busbw_gbs: float | str | None = None  # NVIDIA writes the string "nan"
-    coll_timing_source: str | None = None
-    event_trace_ts: _TraceTs | None = None
-
-
-class _P2pPerf(msgspec.Struct):
-    p2p: str
-    p2p_sn: int
-    p2p_msg_size_bytes: int
-    p2p_peer: int | None = None
-    p2p_exec_time_us: float = 0.0
-    p2p_busbw_gbs: float | str | None = None
-    p2p_timing_source: str | None = None
-
-
-class _Process(msgspec.Struct):
-    host: str
-    pid: int
-    start_real_ns: int
-    global_rank: int | None = None
-    local_rank: int | None = None
-
-
-class _Clock(msgspec.Struct):
-    mono_ns: int
-    real_ns: int
-
-
-class _Ci(msgspec.Struct):
-    kind: str
-    ring_seq: int | None = None
-    segment_index: int | None = None
-    process: _Process | None = None
-    clock: _Clock | None = None
-    host_start_mono_ns: int | None = None
-    host_complete_mono_ns: int | None = None
-    gpu_start_globaltimer_ns: int | None = None
-    gpu_stop_globaltimer_ns: int | None = None
-    group_id: int | None = None
-    lost_count: int | None = None
-    record_count: int | None = None
-    byte_count: int | None = None
-    crc32: int | None = None
-    first_ring_seq: int | None = None
-    last_ring_seq: int | None = None
-
-
-class _Metadata(msgspec.Struct):
-    dump_timestamp_us: int = 0
-    hostname: str | None = None
-    pid: int | None = None
-
-
-class _Line(msgspec.Struct):
-    header: _Header | None = None
-    metadata: _Metadata | None = None
-    coll_perf: _CollPerf | None = None
-    p2p_perf: _P2pPerf | None = None
-    ci: _Ci | None = None
-
-
-_DECODER = msgspec.json.Decoder(_Line)
+_DECODER = msgspec.json.Decoder(EngineLine)
+_Header = EngineHeader  # the name scripts and tests decode a header with
+_OP_KINDS = (V.COLL, V.P2P)  # the op lines' kinds, which are the engine's op kinds too
 # what decoding a line can raise: msgspec raises UnicodeDecodeError for invalid UTF-8
 BAD_JSON = (msgspec.DecodeError, UnicodeDecodeError)
 
@@ -229,7 +156,7 @@ class GpuLog:
             ci = _DECODER.decode(first).ci
         except BAD_JSON:
             ci = None
-        if ci is None or ci.kind != "segment_start" or ci.clock is None:
+        if ci is None or ci.kind != V.SEGMENT_START or ci.clock is None:
             return (0, 0)
         if self.identity is None and ci.process is not None:
             p = ci.process
@@ -430,7 +357,7 @@ class _SegmentReader:
                 problems.append(f"{path}:{line_no + 1}: not an inspector-log line: {e}")
                 continue
             ci = decoded.ci
-            if ci is not None and ci.kind == "seal":
+            if ci is not None and ci.kind == V.SEAL:
                 crc = seal[1] if seal is not None and seal[0] == start else crc32(data[:start])
                 if ci.crc32 != crc or ci.record_count != line_no or ci.byte_count != start:
                     problems.append(
@@ -440,7 +367,7 @@ class _SegmentReader:
                     )
                 cut, no_seal = r, False
                 break
-            if ci is not None and ci.kind == "gap":
+            if ci is not None and ci.kind == V.GAP:
                 gaps.append((r, ci.lost_count or 0))
                 continue
             position = LogPosition(
@@ -482,7 +409,7 @@ class _SegmentReader:
         ids = []
         for raw in self.headers.new_entries():
             try:
-                h = msgspec.json.decode(raw, type=_Header)
+                h = msgspec.json.decode(raw, type=EngineHeader)
             except BAD_JSON:
                 ids.append(-1)
                 continue
@@ -574,7 +501,7 @@ def _seal_checksum(data) -> tuple[int, int] | None:
         ci = _DECODER.decode(data[start:]).ci
     except BAD_JSON:
         return None
-    if ci is None or ci.kind != "seal":
+    if ci is None or ci.kind != V.SEAL:
         return None
     crc = crc32(memoryview(data)[:start])
     return (start, crc) if crc == ci.crc32 else None
@@ -588,14 +515,14 @@ def _comm_id(nccl_id: str) -> str:
 
 
 def _op(
-    line: _Line, anchor: tuple[int, int], position: LogPosition, offset: int | None = None
+    line: EngineLine, anchor: tuple[int, int], position: LogPosition, offset: int | None = None
 ) -> EngineOp | None:
     ci, h = line.ci, line.header
     if ci is None and h is not None:
         return _nvidia_op(line, position)
-    if ci is None or h is None or ci.kind not in ("coll", "p2p"):
+    if ci is None or h is None or ci.kind not in _OP_KINDS:
         return None
-    if ci.kind == "coll" and line.coll_perf is not None:
+    if ci.kind == V.COLL and line.coll_perf is not None:
         perf = line.coll_perf
         func, seq, size = perf.coll, perf.coll_sn, perf.coll_msg_size_bytes
         exec_us, busbw, timing, peer = (
@@ -604,7 +531,7 @@ def _op(
             perf.coll_timing_source,
             None,
         )
-    elif ci.kind == "p2p" and line.p2p_perf is not None:
+    elif ci.kind == V.P2P and line.p2p_perf is not None:
         perf = line.p2p_perf
         func, seq, size = perf.p2p, perf.p2p_sn, perf.p2p_msg_size_bytes
         exec_us, busbw, timing, peer = (
@@ -671,7 +598,7 @@ def _float(value) -> float:
     return v if v == v and v not in (float("inf"), float("-inf")) else 0.0
 
 
-def _nvidia_op(line: _Line, position: LogPosition) -> EngineOp | None:
+def _nvidia_op(line: EngineLine, position: LogPosition) -> EngineOp | None:
     """A foreign NVIDIA Inspector line: no issue time and no monotonic clock. Lines are in the
     order NVIDIA wrote them (completion order), which stands for the issue order; an op ended
     by the time its line was dumped (dump_timestamp_us), or at its stop callback in verbose
@@ -680,12 +607,12 @@ def _nvidia_op(line: _Line, position: LogPosition) -> EngineOp | None:
     if line.coll_perf is not None:
         perf = line.coll_perf
         func, seq, size, peer = perf.coll, perf.coll_sn, perf.coll_msg_size_bytes, None
-        exec_us, busbw, kind = perf.coll_exec_time_us, perf.coll_busbw_gbs, "coll"
+        exec_us, busbw, kind = perf.coll_exec_time_us, perf.coll_busbw_gbs, V.COLL
         trace = perf.event_trace_ts
     elif line.p2p_perf is not None:
         perf = line.p2p_perf
         func, seq, size, peer = perf.p2p, perf.p2p_sn, perf.p2p_msg_size_bytes, perf.p2p_peer
-        exec_us, busbw, kind = perf.p2p_exec_time_us, perf.p2p_busbw_gbs, "p2p"
+        exec_us, busbw, kind = perf.p2p_exec_time_us, perf.p2p_busbw_gbs, V.P2P
         trace = None
     else:
         return None

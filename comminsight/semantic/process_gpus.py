@@ -39,41 +39,15 @@ from pathlib import Path
 import msgspec
 
 from comminsight.semantic import native
+from comminsight_gen.inspector_log_v1_fields import F, V
+from comminsight_gen.models.inspector_log_v1_lean import MembersCi, MembersCommIdentity, MembersLine
 
-
-class _Member(msgspec.Struct):
-    comm_id: str
-    comm_rank: int
-    nranks: int
-    cuda_device: int | None = None
-
-
-class _Process(msgspec.Struct):
-    host: str
-    pid: int
-    global_rank: int | None = None
-    local_rank: int | None = None
-
-
-class _Ci(msgspec.Struct):
-    kind: str
-    comm: _Member | None = None
-    communicators: list[_Member] | None = None
-    process: _Process | None = None
-    op_count: int | None = None  # seal
-    ring_record_count: int | None = None  # seal
-
-
-class _Line(msgspec.Struct):
-    ci: _Ci | None = None
-
-
-_DECODER = msgspec.json.Decoder(_Line)
+_DECODER = msgspec.json.Decoder(MembersLine)
 # reads a segment whole (for the op reader) and gives the lines of it that are not op lines
 ReadLines = Callable[[Path], list[bytes]]
 # as the Profiler writes it (compact JSON), without the quotes around it: the search filters
 # on a needle's first and last bytes, and quotes are everywhere in JSON
-_COMM_INIT = b'kind":"comm_init'
+_COMM_INIT = f'{F.KIND}":"{V.COMM_INIT}'.encode()
 
 
 @dataclass(frozen=True)
@@ -102,7 +76,7 @@ class ProcessMembers:
     local_rank: int | None = None
     conflicts: list[str] = field(default_factory=list)
 
-    def add(self, m: _Member) -> None:
+    def add(self, m: MembersCommIdentity) -> None:
         self.add_member(m.comm_id, m.comm_rank, m.nranks, m.cuda_device)
 
     def add_member(self, comm_id: str, rank: int, nranks: int, device: int | None) -> None:
@@ -159,7 +133,7 @@ def _contents(path: Path):
 
 def _scan_segment(data, found: ProcessMembers, lines: Callable[[], list] | None = None) -> None:
     start = _decode(data, 0)
-    if start is not None and start.kind == "segment_start":
+    if start is not None and start.kind == V.SEGMENT_START:
         p = start.process
         if p is not None and found.host is None:
             found.host, found.pid = p.host, p.pid
@@ -178,8 +152,8 @@ def _scan_segment(data, found: ProcessMembers, lines: Callable[[], list] | None 
         _add_comm_init(_decode(data, data.rfind(b"\n", 0, at) + 1), found)
 
 
-def _add_comm_init(ci: _Ci | None, found: ProcessMembers) -> None:
-    if ci is not None and ci.kind == "comm_init" and ci.comm is not None:
+def _add_comm_init(ci: MembersCi | None, found: ProcessMembers) -> None:
+    if ci is not None and ci.kind == V.COMM_INIT and ci.comm is not None:
         found.add(ci.comm)
 
 
@@ -191,13 +165,13 @@ def _only_ops(data) -> bool:
     seal = _decode(data, data.rfind(b"\n", 0, len(data) - 1) + 1)
     return (
         seal is not None
-        and seal.kind == "seal"
+        and seal.kind == V.SEAL
         and seal.ring_record_count is not None
         and seal.ring_record_count == seal.op_count
     )
 
 
-def _decode(data, line_start: int) -> _Ci | None:
+def _decode(data, line_start: int) -> MembersCi | None:
     end = data.find(b"\n", line_start)
     if end < 0:
         return None  # an unfinished last line

@@ -2,22 +2,27 @@
 (profiler/src/logwriter.c): the Agent writes them when a process died before its writer
 could (log_recovery). Field for field the writer's choices: the same names, the same optional
 fields left out in the same cases, the same execution time and bandwidth formulas, so a
-reader cannot tell a recovered line from a written one but by its segment's seal.
+reader cannot tell a recovered line from a written one but by its segment's seal. Every
+field name and kind is the schema's (comminsight_gen.inspector_log_v1_fields, the names the
+writer's C header gives it); only the order they are put in is the writer's.
 """
 
 from __future__ import annotations
+
+import zlib
 
 import msgspec
 import numpy as np
 
 from comminsight.shm_reader import ROOTED_FUNCS, record_text
 from comminsight_gen.abi import shm_v1
+from comminsight_gen.inspector_log_v1_fields import SCHEMA_VERSION, F, V
 
 _ENCODE = msgspec.json.Encoder().encode
 _U64 = (1 << 64) - 1
 _NAME_SOURCES = {
-    int(shm_v1.NameSource.INJECT): "inject",
-    int(shm_v1.NameSource.NCCL): "nccl",
+    int(shm_v1.NameSource.INJECT): V.INJECT,
+    int(shm_v1.NameSource.NCCL): V.NCCL,
 }
 _TRAFFIC_TIMES_N = {
     int(shm_v1.Func.REDUCE_SCATTER),
@@ -55,47 +60,50 @@ class ProcessLines:
     # ---- identities ----
 
     def comm_identity(self, e) -> dict:
-        out: dict = {"comm_id": f"{int(e['comm_id']):016x}"}
+        out: dict = {F.COMM_ID: f"{int(e['comm_id']):016x}"}
         name = record_text(e["name"])
         if name:
-            out["comm_name"] = name
-        out["name_source"] = _NAME_SOURCES.get(int(e["name_source"]), "none")
-        out.update(comm_rank=int(e["rank"]), nranks=int(e["nranks"]), nnodes=int(e["nnodes"]))
+            out[F.COMM_NAME] = name
+        out[F.NAME_SOURCE] = _NAME_SOURCES.get(int(e["name_source"]), V.NONE)
+        out[F.COMM_RANK] = int(e["rank"])
+        out[F.NRANKS] = int(e["nranks"])
+        out[F.NNODES] = int(e["nnodes"])
         if int(e["local_rank"]) >= 0:
-            out["local_rank"] = int(e["local_rank"])
+            out[F.LOCAL_RANK] = int(e["local_rank"])
         if int(e["cuda_device"]) >= 0:
-            out["cuda_device"] = int(e["cuda_device"])
-        out.update(pid=self.pid, host=self.host)
+            out[F.CUDA_DEVICE] = int(e["cuda_device"])
+        out[F.PID] = self.pid
+        out[F.HOST] = self.host
         return out
 
     def segment_start(self, index: int, next_ring_seq: int, now_mono: int, now_real: int) -> bytes:
         h = self.header
         process: dict = {
-            "host": self.host,
-            "pid": self.pid,
-            "start_real_ns": self.start_real_ns,
-            "profiler_version": self.version,
+            F.HOST: self.host,
+            F.PID: self.pid,
+            F.START_REAL_NS: self.start_real_ns,
+            F.PROFILER_VERSION: self.version,
         }
         job = record_text(h["job_id"])
         if job:
-            process["job_id"] = job
-        for key, field in (("global_rank", "rank"), ("local_rank", "local_rank")):
+            process[F.JOB_ID] = job
+        for key, field in ((F.GLOBAL_RANK, "rank"), (F.LOCAL_RANK, "local_rank")):
             if int(h[field]) >= 0:
                 process[key] = int(h[field])
         if int(h["world_size"]) >= 0:
-            process["world_size"] = int(h["world_size"])
+            process[F.WORLD_SIZE] = int(h["world_size"])
         live = [
             self.comm_identity(e) for e in self.comms if int(e["state"]) == shm_v1.CommState.ACTIVE
         ]
         return self._line(
             {
-                "kind": "segment_start",
-                "schema_version": 1,
-                "segment_index": index,
-                "process": process,
-                "clock": {"mono_ns": now_mono, "real_ns": now_real},
-                "communicators": live,
-                "next_ring_seq": next_ring_seq,
+                F.KIND: V.SEGMENT_START,
+                F.SCHEMA_VERSION: SCHEMA_VERSION,
+                F.SEGMENT_INDEX: index,
+                F.PROCESS: process,
+                F.CLOCK: {F.MONO_NS: now_mono, F.REAL_NS: now_real},
+                F.COMMUNICATORS: live,
+                F.NEXT_RING_SEQ: next_ring_seq,
             }
         )
 
@@ -112,31 +120,31 @@ class ProcessLines:
         if kind == shm_v1.RecordKind.COMM_INIT:
             return self._line(
                 {
-                    "kind": "comm_init",
-                    "schema_version": 1,
-                    "ring_seq": ring_seq,
-                    "comm": self.comm_identity(e),
-                    "profiler_abi": f"v{int(e['nccl_abi_version'])}",
-                    "init_mono_ns": int(e["init_mono_ns"]),
-                    "init_real_ns": int(e["init_real_ns"]),
+                    F.KIND: V.COMM_INIT,
+                    F.SCHEMA_VERSION: SCHEMA_VERSION,
+                    F.RING_SEQ: ring_seq,
+                    F.COMM: self.comm_identity(e),
+                    F.PROFILER_ABI: f"v{int(e['nccl_abi_version'])}",
+                    F.INIT_MONO_NS: int(e["init_mono_ns"]),
+                    F.INIT_REAL_NS: int(e["init_real_ns"]),
                 }
             )
         if kind == shm_v1.RecordKind.COMM_FINALIZE:
             at = int(r["host_start_mono_ns"])
             line: dict = {
-                "kind": "comm_finalize",
-                "schema_version": 1,
-                "ring_seq": ring_seq,
-                "comm_id": f"{int(r['comm_id']):016x}",
-                "comm_rank": int(r["rank"]),
-                "finalize_mono_ns": at,
-                "finalize_real_ns": self.real(at),
-                "coll_count": int(e["coll_completed"]),
-                "p2p_count": int(e["p2p_completed"]),
+                F.KIND: V.COMM_FINALIZE,
+                F.SCHEMA_VERSION: SCHEMA_VERSION,
+                F.RING_SEQ: ring_seq,
+                F.COMM_ID: f"{int(r['comm_id']):016x}",
+                F.COMM_RANK: int(r["rank"]),
+                F.FINALIZE_MONO_NS: at,
+                F.FINALIZE_REAL_NS: self.real(at),
+                F.COLL_COUNT: int(e["coll_completed"]),
+                F.P2P_COUNT: int(e["p2p_completed"]),
             }
             if int(e["coll_completed"]):
-                line["last_coll_seq"] = int(e["coll_completed"]) - 1
-            line["inflight_count"] = int(e["inflight_count"])
+                line[F.LAST_COLL_SEQ] = int(e["coll_completed"]) - 1
+            line[F.INFLIGHT_COUNT] = int(e["inflight_count"])
             return self._line(line)
         if kind == shm_v1.RecordKind.HANG:
             return self.hang_line(r, e, ring_seq)
@@ -146,21 +154,19 @@ class ProcessLines:
         e = self.comm_row(int(r["comm_index"]))
         coll = int(r["kind"]) == shm_v1.RecordKind.COLL
         exec_us, algbw, busbw = _timing(r)
-        header: dict = {"id": f"0x{int(r['comm_id']):x}"}
+        header: dict = {F.ID: f"0x{int(r['comm_id']):x}"}
         if e is not None and record_text(e["name"]):
-            header["comm_name"] = record_text(e["name"])
-        header.update(
-            rank=int(r["rank"]),
-            n_ranks=int(r["nranks"]),
-            nnodes=int(e["nnodes"]) if e is not None else 1,
-        )
+            header[F.COMM_NAME] = record_text(e["name"])
+        header[F.RANK] = int(r["rank"])
+        header[F.N_RANKS] = int(r["nranks"])
+        header[F.NNODES] = int(e["nnodes"]) if e is not None else 1
         metadata = {
-            "inspector_output_format_version": "v4.0",
-            "git_rev": f"comminsight-{self.version}",
-            "rec_mechanism": "nccl_profiler_interface",
-            "dump_timestamp_us": now_real_ns // 1000,
-            "hostname": self.host,
-            "pid": self.pid,
+            F.INSPECTOR_OUTPUT_FORMAT_VERSION: "v4.0",
+            F.GIT_REV: f"comminsight-{self.version}",
+            F.REC_MECHANISM: "nccl_profiler_interface",
+            F.DUMP_TIMESTAMP_US: now_real_ns // 1000,
+            F.HOSTNAME: self.host,
+            F.PID: self.pid,
         }
         timing = _label(
             shm_v1.TIMING_SOURCE_LABELS, shm_v1.TimingSource, int(r["timing_source"]), "none"
@@ -168,128 +174,158 @@ class ProcessLines:
         func = _func_name(r)
         if coll:
             perf_key, perf = (
-                "coll_perf",
+                F.COLL_PERF,
                 {
-                    "coll": func,
-                    "coll_sn": int(r["op_seq"]),
-                    "coll_msg_size_bytes": int(r["bytes"]),
-                    "coll_exec_time_us": exec_us,
-                    "coll_timing_source": timing,
-                    "coll_algobw_gbs": algbw,
-                    "coll_busbw_gbs": busbw,
+                    F.COLL: func,
+                    F.COLL_SN: int(r["op_seq"]),
+                    F.COLL_MSG_SIZE_BYTES: int(r["bytes"]),
+                    F.COLL_EXEC_TIME_US: exec_us,
+                    F.COLL_TIMING_SOURCE: timing,
+                    F.COLL_ALGOBW_GBS: algbw,
+                    F.COLL_BUSBW_GBS: busbw,
                 },
             )
         else:
             perf_key, perf = (
-                "p2p_perf",
+                F.P2P_PERF,
                 {
-                    "p2p": func,
-                    "p2p_sn": int(r["op_seq"]),
-                    "p2p_peer": int(r["peer"]),
-                    "p2p_msg_size_bytes": int(r["bytes"]),
-                    "p2p_exec_time_us": exec_us,
-                    "p2p_timing_source": timing,
-                    "p2p_algobw_gbs": algbw,
-                    "p2p_busbw_gbs": busbw,
+                    F.P2P: func,
+                    F.P2P_SN: int(r["op_seq"]),
+                    F.P2P_PEER: int(r["peer"]),
+                    F.P2P_MSG_SIZE_BYTES: int(r["bytes"]),
+                    F.P2P_EXEC_TIME_US: exec_us,
+                    F.P2P_TIMING_SOURCE: timing,
+                    F.P2P_ALGOBW_GBS: algbw,
+                    F.P2P_BUSBW_GBS: busbw,
                 },
             )
         ci: dict = {
-            "kind": "coll" if coll else "p2p",
-            "schema_version": 1,
-            "ring_seq": ring_seq,
-            "op_index": int(r["comm_op_index"]),
-            "count": int(r["count"]),
-            "datatype": _label(
+            F.KIND: V.COLL if coll else V.P2P,
+            F.SCHEMA_VERSION: SCHEMA_VERSION,
+            F.RING_SEQ: ring_seq,
+            F.OP_INDEX: int(r["comm_op_index"]),
+            F.COUNT: int(r["count"]),
+            F.DATATYPE: _label(
                 shm_v1.DATATYPE_LABELS, shm_v1.Datatype, int(r["datatype"]), "Unknown"
             ),
         }
         if coll:
             if func in ROOTED_FUNCS and int(r["peer"]) >= 0:
-                ci["root"] = int(r["peer"])
-            ci["algo"] = _label(shm_v1.ALGO_LABELS, shm_v1.Algo, int(r["algo"]), "UNKNOWN")
-            ci["proto"] = _label(shm_v1.PROTO_LABELS, shm_v1.Proto, int(r["proto"]), "UNKNOWN")
-            ci["n_channels"] = int(r["n_channels"])
-            ci["n_warps"] = int(r["n_warps"])
+                ci[F.ROOT] = int(r["peer"])
+            ci[F.ALGO] = _label(shm_v1.ALGO_LABELS, shm_v1.Algo, int(r["algo"]), "UNKNOWN")
+            ci[F.PROTO] = _label(shm_v1.PROTO_LABELS, shm_v1.Proto, int(r["proto"]), "UNKNOWN")
+            ci[F.N_CHANNELS] = int(r["n_channels"])
+            ci[F.N_WARPS] = int(r["n_warps"])
         else:
-            ci["n_channels"] = int(r["n_channels"])
+            ci[F.N_CHANNELS] = int(r["n_channels"])
         if int(r["stream"]):
-            ci["stream"] = f"0x{int(r['stream']):x}"
+            ci[F.STREAM] = f"0x{int(r['stream']):x}"
         flags = int(r["flags"])
-        ci["graph_captured"] = bool(flags & shm_v1.SlotFlags.GRAPH_CAPTURED)
+        ci[F.GRAPH_CAPTURED] = bool(flags & shm_v1.SlotFlags.GRAPH_CAPTURED)
         if int(r["group_id"]):
-            ci["group_id"] = int(r["group_id"])
-        ci.update(
-            tid=int(r["tid"]),
-            host_start_mono_ns=int(r["host_start_mono_ns"]),
-            host_stop_mono_ns=int(r["host_stop_mono_ns"]),
-        )
+            ci[F.GROUP_ID] = int(r["group_id"])
+        ci[F.TID] = int(r["tid"])
+        ci[F.HOST_START_MONO_NS] = int(r["host_start_mono_ns"])
+        ci[F.HOST_STOP_MONO_NS] = int(r["host_stop_mono_ns"])
         if int(r["complete_mono_ns"]):
-            ci["host_complete_mono_ns"] = int(r["complete_mono_ns"])
+            ci[F.HOST_COMPLETE_MONO_NS] = int(r["complete_mono_ns"])
         if int(r["timing_source"]) == shm_v1.TimingSource.KERNEL_GPU:
-            ci["gpu_start_globaltimer_ns"] = int(r["gpu_start_ticks"])
-            ci["gpu_stop_globaltimer_ns"] = int(r["gpu_end_ticks"])
-        ci["channels_completed"] = int(r["kernel_ch_count"])
-        ci["forced_complete"] = bool(flags & shm_v1.SlotFlags.FORCED_COMPLETE)
-        return _ENCODE({"header": header, "metadata": metadata, perf_key: perf, "ci": ci}) + b"\n"
+            ci[F.GPU_START_GLOBALTIMER_NS] = int(r["gpu_start_ticks"])
+            ci[F.GPU_STOP_GLOBALTIMER_NS] = int(r["gpu_end_ticks"])
+        ci[F.CHANNELS_COMPLETED] = int(r["kernel_ch_count"])
+        ci[F.FORCED_COMPLETE] = bool(flags & shm_v1.SlotFlags.FORCED_COMPLETE)
+        line = {F.HEADER: header, F.METADATA: metadata, perf_key: perf, F.CI: ci}
+        return _ENCODE(line) + b"\n"
 
     def hang_line(self, r, e, ring_seq: int) -> bytes:
         detected = int(r["complete_mono_ns"])
         line: dict = {
-            "kind": "hang_evidence",
-            "schema_version": 1,
-            "ring_seq": ring_seq,
-            "comm_id": f"{int(r['comm_id']):016x}",
-            "comm_rank": int(r["rank"]),
+            F.KIND: V.HANG_EVIDENCE,
+            F.SCHEMA_VERSION: SCHEMA_VERSION,
+            F.RING_SEQ: ring_seq,
+            F.COMM_ID: f"{int(r['comm_id']):016x}",
+            F.COMM_RANK: int(r["rank"]),
         }
         if record_text(e["name"]):
-            line["comm_name"] = record_text(e["name"])
-        line["op_kind"] = "p2p" if int(r["hang_op_kind"]) == shm_v1.RecordKind.P2P else "coll"
+            line[F.COMM_NAME] = record_text(e["name"])
+        p2p = int(r["hang_op_kind"]) == shm_v1.RecordKind.P2P
+        line[F.OP_KIND] = V.P2P if p2p else V.COLL
         func = _func_name(r)
-        line.update(
-            func=func,
-            seq=int(r["op_seq"]),
-            op_index=int(r["comm_op_index"]),
-            count=int(r["count"]),
-            datatype=_label(shm_v1.DATATYPE_LABELS, shm_v1.Datatype, int(r["datatype"]), "Unknown"),
-            size_bytes=int(r["bytes"]),
+        line[F.FUNC] = func
+        line[F.SEQ] = int(r["op_seq"])
+        line[F.OP_INDEX] = int(r["comm_op_index"])
+        line[F.COUNT] = int(r["count"])
+        line[F.DATATYPE] = _label(
+            shm_v1.DATATYPE_LABELS, shm_v1.Datatype, int(r["datatype"]), "Unknown"
         )
+        line[F.SIZE_BYTES] = int(r["bytes"])
         if int(r["peer"]) >= 0:
-            line["root" if func in ROOTED_FUNCS else "peer"] = int(r["peer"])
-        line.update(
-            n_channels=int(r["n_channels"]),
-            channels_started=int(r["channels_started"]),
-            channels_completed=int(r["kernel_ch_count"]),
-            enqueued_mono_ns=int(r["host_start_mono_ns"]),
-        )
+            line[F.ROOT if func in ROOTED_FUNCS else F.PEER] = int(r["peer"])
+        line[F.N_CHANNELS] = int(r["n_channels"])
+        line[F.CHANNELS_STARTED] = int(r["channels_started"])
+        line[F.CHANNELS_COMPLETED] = int(r["kernel_ch_count"])
+        line[F.ENQUEUED_MONO_NS] = int(r["host_start_mono_ns"])
         if int(r["host_stop_mono_ns"]):
-            line["gpu_started_mono_ns"] = int(r["host_stop_mono_ns"])
-        line.update(
-            age_ns=(detected - int(r["host_start_mono_ns"])) & _U64,
-            threshold_ns=int(r["hang_threshold_ms"]) * 1_000_000,
-            detected_mono_ns=detected,
-            detected_real_ns=self.real(detected),
-            progress=_progress(e),
-            fifo_event_written=bool(int(r["flags"]) & shm_v1.SlotFlags.FIFO_WRITTEN),
-        )
+            line[F.GPU_STARTED_MONO_NS] = int(r["host_stop_mono_ns"])
+        line[F.AGE_NS] = (detected - int(r["host_start_mono_ns"])) & _U64
+        line[F.THRESHOLD_NS] = int(r["hang_threshold_ms"]) * 1_000_000
+        line[F.DETECTED_MONO_NS] = detected
+        line[F.DETECTED_REAL_NS] = self.real(detected)
+        line[F.PROGRESS] = _progress(e)
+        line[F.FIFO_EVENT_WRITTEN] = bool(int(r["flags"]) & shm_v1.SlotFlags.FIFO_WRITTEN)
         return self._line(line)
 
     @staticmethod
     def gap(first: int, last: int, reason: str, detected_mono_ns: int) -> bytes:
         return ProcessLines._line(
             {
-                "kind": "gap",
-                "schema_version": 1,
-                "reason": reason,
-                "lost_count": last - first + 1,
-                "first_lost_ring_seq": first,
-                "last_lost_ring_seq": last,
-                "detected_mono_ns": detected_mono_ns,
+                F.KIND: V.GAP,
+                F.SCHEMA_VERSION: SCHEMA_VERSION,
+                F.REASON: reason,
+                F.LOST_COUNT: last - first + 1,
+                F.FIRST_LOST_RING_SEQ: first,
+                F.LAST_LOST_RING_SEQ: last,
+                F.DETECTED_MONO_NS: detected_mono_ns,
+            }
+        )
+
+    @staticmethod
+    def seal(
+        index: int,
+        body: bytes,
+        records: int,
+        ops: int,
+        ring_records: int,
+        lost: int,
+        first_ring_seq: int,
+        last_ring_seq: int,
+        reason: str,
+        sealed_mono_ns: int,
+        sealed_real_ns: int,
+    ) -> bytes:
+        """The seal line of a segment whose lines before it are `body` (`records` of them)."""
+        return ProcessLines._line(
+            {
+                F.KIND: V.SEAL,
+                F.SCHEMA_VERSION: SCHEMA_VERSION,
+                F.SEGMENT_INDEX: index,
+                F.RECORD_COUNT: records,
+                F.BYTE_COUNT: len(body),
+                F.CRC32: zlib.crc32(body),
+                F.OP_COUNT: ops,
+                F.RING_RECORD_COUNT: ring_records,
+                F.LOST_COUNT: lost,
+                F.FIRST_RING_SEQ: first_ring_seq,
+                F.LAST_RING_SEQ: last_ring_seq,
+                F.REASON: reason,
+                F.SEALED_MONO_NS: sealed_mono_ns,
+                F.SEALED_REAL_NS: sealed_real_ns,
             }
         )
 
     @staticmethod
     def _line(ci: dict) -> bytes:
-        return _ENCODE({"ci": ci}) + b"\n"
+        return _ENCODE({F.CI: ci}) + b"\n"
 
 
 def _func_name(r) -> str:
@@ -325,29 +361,19 @@ def _timing(r) -> tuple[int, float, float]:
 def _progress(e) -> dict:
     coll: dict = {}
     if int(e["coll_enqueued"]):
-        coll.update(
-            last_enqueued_seq=int(e["coll_enqueued"]) - 1,
-            last_enqueued_mono_ns=int(e["coll_enqueued_mono_ns"]),
-        )
+        coll[F.LAST_ENQUEUED_SEQ] = int(e["coll_enqueued"]) - 1
+        coll[F.LAST_ENQUEUED_MONO_NS] = int(e["coll_enqueued_mono_ns"])
     if int(e["coll_started"]):
-        coll.update(
-            last_gpu_started_seq=int(e["coll_started"]) - 1,
-            last_gpu_started_mono_ns=int(e["coll_started_mono_ns"]),
-        )
+        coll[F.LAST_GPU_STARTED_SEQ] = int(e["coll_started"]) - 1
+        coll[F.LAST_GPU_STARTED_MONO_NS] = int(e["coll_started_mono_ns"])
     if int(e["coll_completed"]):
-        coll.update(
-            last_completed_seq=int(e["coll_completed"]) - 1,
-            last_completed_mono_ns=int(e["coll_completed_mono_ns"]),
-        )
+        coll[F.LAST_COMPLETED_SEQ] = int(e["coll_completed"]) - 1
+        coll[F.LAST_COMPLETED_MONO_NS] = int(e["coll_completed_mono_ns"])
     p2p: dict = {}
     if int(e["p2p_enqueued"]):
-        p2p.update(
-            last_enqueued_seq=int(e["p2p_enqueued"]) - 1,
-            last_enqueued_mono_ns=int(e["p2p_enqueued_mono_ns"]),
-        )
+        p2p[F.LAST_ENQUEUED_SEQ] = int(e["p2p_enqueued"]) - 1
+        p2p[F.LAST_ENQUEUED_MONO_NS] = int(e["p2p_enqueued_mono_ns"])
     if int(e["p2p_completed"]):
-        p2p.update(
-            last_completed_seq=int(e["p2p_completed"]) - 1,
-            last_completed_mono_ns=int(e["p2p_completed_mono_ns"]),
-        )
-    return {"collectives": coll, "p2p": p2p, "inflight_count": int(e["inflight_count"])}
+        p2p[F.LAST_COMPLETED_SEQ] = int(e["p2p_completed"]) - 1
+        p2p[F.LAST_COMPLETED_MONO_NS] = int(e["p2p_completed_mono_ns"])
+    return {F.COLLECTIVES: coll, F.P2P: p2p, F.INFLIGHT_COUNT: int(e["inflight_count"])}

@@ -20,7 +20,6 @@ import logging
 import os
 import re
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from comminsight.agent.core.inspector_lines import ProcessLines
 from comminsight.durable_files import fsync_directory
 from comminsight.shm_reader import ShmRegion, record_text
 from comminsight_gen.abi import shm_v1
+from comminsight_gen.inspector_log_v1_fields import F, V
 from comminsight_gen.models.inspector_log_v1 import (
     CiGap,
     CiSeal,
@@ -124,7 +124,7 @@ def _last_seq_in(data: bytes, whole_first: bool, sealed: bool) -> int | None:
             return ci.last_lost_ring_seq
         if isinstance(ci, CiSegmentStart):
             return ci.next_ring_seq - 1
-        seq = getattr(ci, "ring_seq", None)
+        seq = getattr(ci, F.RING_SEQ, None)  # the kinds that carry one
         if seq is not None:
             return seq
     return None
@@ -158,14 +158,14 @@ def recover(region: ShmRegion, logs: Path) -> Recovered:
                 gap_first = seq
             continue
         if gap_first is not None:
-            out.append(lines.gap(gap_first, seq - 1, "ring_overwrite", now_mono))
+            out.append(lines.gap(gap_first, seq - 1, V.RING_OVERWRITE, now_mono))
             done.lost += seq - gap_first
             gap_first = None
         out.append(line)
         done.records += 1
         done.ops += int(slot["kind"]) in (shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P)
     if gap_first is not None:
-        out.append(lines.gap(gap_first, head, "ring_overwrite", now_mono))
+        out.append(lines.gap(gap_first, head, V.RING_OVERWRITE, now_mono))
         done.lost += head + 1 - gap_first
     done.path = _write_sealed(logs, f"{prefix}{index:06d}.jsonl", index, out, done, last + 1, head)
     log.warning(
@@ -184,23 +184,18 @@ def _write_sealed(
     logs: Path, name: str, index: int, lines: list[bytes], done: Recovered, first: int, last: int
 ) -> Path:
     body = b"".join(lines)
-    seal = ProcessLines._line(
-        {
-            "kind": "seal",
-            "schema_version": 1,
-            "segment_index": index,
-            "record_count": len(lines),
-            "byte_count": len(body),
-            "crc32": zlib.crc32(body),
-            "op_count": done.ops,
-            "ring_record_count": done.records,
-            "lost_count": done.lost,
-            "first_ring_seq": first,
-            "last_ring_seq": last,
-            "reason": "recovered",
-            "sealed_mono_ns": time.monotonic_ns(),
-            "sealed_real_ns": time.time_ns(),
-        }
+    seal = ProcessLines.seal(
+        index,
+        body,
+        records=len(lines),
+        ops=done.ops,
+        ring_records=done.records,
+        lost=done.lost,
+        first_ring_seq=first,
+        last_ring_seq=last,
+        reason=V.RECOVERED,
+        sealed_mono_ns=time.monotonic_ns(),
+        sealed_real_ns=time.time_ns(),
     )
     final = logs / name
     partial = logs / (name + ".partial")
