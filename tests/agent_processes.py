@@ -1,4 +1,5 @@
-"""A real `comminsight-agent` process for a test, and waiting for what it makes."""
+"""A real `comminsight-agent` process for a test, waiting for what it makes, and the
+`comminsight` CLI run as a user runs it."""
 
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ def agent_process(home, **env):
     )
 
 
+def wait_until(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
 def wait_for(path, timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
@@ -55,3 +63,12 @@ def api_get(listen: str, path: str, timeout_s: float = 20.0):
             pass
         assert time.monotonic() < deadline, f"no answer from {listen}{path}"
         time.sleep(0.05)
+
+
+def cli(*args, url=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
+    env["COLUMNS"] = "250"  # wide tables: no wrapped cells in the assertions
+    command = [sys.executable, "-m", "comminsight.cli", *args]
+    if url:
+        command += ["--url", url]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)

@@ -51,6 +51,18 @@ def plugin() -> Path:
     return ROOT / "dist" / "libnccl-profiler-comminsight.so"
 
 
+@pytest.fixture
+def no_inject(tmp_path):
+    """A running Python process without Inject that records the signals it receives in
+    `.marker` (the stack tests ask it for stacks it cannot give)."""
+    from stack_processes import NO_INJECT, ScriptProcess
+
+    marker = tmp_path / "signals-received"
+    with ScriptProcess(tmp_path, NO_INJECT, args=[marker]) as p:
+        p.marker = marker
+        yield p
+
+
 # Accuracy figures tests want in the run's output even when they pass (pytest shows a passing
 # test's prints only with -s): test modules append lines here, the summary prints them.
 REPORT_LINES: list[str] = []

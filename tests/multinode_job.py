@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 from agent_processes import free_port
 
+from comminsight.sim import SimConfig, parse_fault
+
 TOKEN = "multinode-token"
 STALE_MS = 2000
 # Generous against a loaded 2-core CI machine: six rank processes and four agents start
@@ -153,3 +155,22 @@ def wait_until(condition, timeout_s: float, what) -> object:
             return value
         assert time.monotonic() < deadline, what() if callable(what) else what
         time.sleep(0.1)
+
+
+RANKS, NODES = 6, 3  # sim_config's job: two ranks on each of three slaves
+
+
+def sim_config(plugin, root, job, faults=(), steps=3, time_scale=0.02, hold=6.0):
+    return SimConfig(
+        plugin=str(plugin),
+        home=str(root / "sim"),
+        workload="ddp",
+        ranks=RANKS,
+        nodes=NODES,
+        node_homes=tuple(str(s.home) for s in job.slaves),
+        steps=steps,
+        time_scale=time_scale,
+        hang_hold_s=hold,
+        faults=tuple(parse_fault(f) for f in faults),
+        env=SIM_ENV,
+    )

@@ -2,19 +2,26 @@
 PYTHONPATH, its import hook installed as the .pth line does, and a stand-in torch whose
 _new_process_group_helper has torch's signature) that makes a process group, starts a helper
 thread and sleeps in a known function; or one without Inject that only records the signals it
-receives."""
+receives. Then what the Agent's StackCapture meets on disk, written by hand: the stacks line
+Inject announces a process with, and the answer a process leaves in metadata/stacks/."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+
+from comminsight.agent.hangs import stack_capture
+from comminsight.agent.hangs.stack_capture import StackCapture
+from comminsight_gen.models.python_stack_v1 import PythonStack
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,3 +197,69 @@ def stack_files(home: Path, pid: int) -> list[Path]:
 
 
 STACK_SIGNAL = signal.SIGUSR2
+
+
+HOST = socket.gethostname()
+
+
+def ask(capture: StackCapture, pid: int, rank: int | None = 1, host: str = HOST) -> PythonStack:
+    return asyncio.run(capture.request(host, pid, rank))
+
+
+def ready_inject(tmp_path: Path, script: str | None = None, **env) -> tuple[ScriptProcess, Path]:
+    home = tmp_path / "home"
+    p = ScriptProcess(tmp_path, script or train_script(), COMMINSIGHT_HOME=str(home), **env)
+    p.wait_ready()
+    poll_until(lambda: stacks_line(home, p.pid), what="the stacks line")
+    return p, home
+
+
+def forge_announcement(home: Path, pid: int, **overrides) -> None:
+    """A stacks line as Inject writes it, for a process Inject is not in."""
+    ticks = stack_capture.start_ticks(pid)
+    line = {
+        "schema": "comminsight.inject-metadata.v1",
+        "kind": "stacks",
+        "pid": pid,
+        "host": HOST,
+        "mono_ns": 1,
+        "real_ns": 1,
+        "stacks": "available",
+        "stack_signal": int(signal.SIGUSR2),
+        "stack_signal_name": "SIGUSR2",
+        "stack_dir": str(home / "metadata" / "stacks"),
+        "reason": "",
+        "start_ticks": ticks,
+    }
+    line.update(overrides)
+    directory = home / "metadata" / "inject"
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (directory / f"{HOST}.{pid}.jsonl").write_text(json.dumps(line) + "\n")
+
+
+def write_answer(home: Path, pid: int, data: bytes, seq: int = 0) -> Path:
+    directory = home / "metadata" / "stacks"
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / f"{pid}-{seq}.json"
+    path.write_bytes(data)
+    path.chmod(0o600)
+    return path
+
+
+def answer(pid: int, **changes) -> dict:
+    document = {
+        "schema": "comminsight.python-stack.v1",
+        "status": "captured",
+        "host": HOST,
+        "pid": pid,
+        "rank": 3,
+        "seq": 0,
+        "signal": int(signal.SIGUSR2),
+        "captured_mono_ns": time.monotonic_ns() + 10**12,  # after any signal of this test
+        "captured_real_ns": time.time_ns(),
+        "threads": [],
+        "threads_omitted": 0,
+        "truncated": False,
+    }
+    document.update(changes)
+    return document

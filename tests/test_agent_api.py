@@ -9,12 +9,12 @@ import shutil
 import subprocess
 import time
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import msgspec
 import pytest
 from agent_home import hold_agent_lock, run_sim
+from home_files import FIXTURES
 from live_agent import LiveAgent
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,7 +22,6 @@ from comminsight.agent.api.params import openapi_document
 from comminsight_gen.models.hang_report_v1 import HangReport
 
 TOKEN = "s3cret-token"
-FIXTURES = Path(__file__).parents[1] / "contract-tests" / "fixtures" / "json"
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ rejection of invalid data, ignored auth). Zero failures allowed."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -14,25 +13,12 @@ from pathlib import Path
 import pytest
 from agent_home import hold_agent_lock
 from e2e_sims import e2e_sim_config
+from home_files import write_step_summaries
 from live_agent import LiveAgent
 
 from comminsight.sim import run_simulation
 
 TOKEN = "schemathesis-token"
-FIXTURES = Path(__file__).parents[1] / "contract-tests" / "fixtures" / "json"
-
-
-def write_step_summaries(home: Path) -> None:
-    fixture = FIXTURES / "step-summary" / "v1" / "valid" / "ddp-warmup-anomalies.json"
-    base = json.loads(fixture.read_text())
-    step_dir = home / "semantics" / "step"
-    step_dir.mkdir(parents=True)
-    lines = [
-        json.dumps({**base, "step_index": step, "global_rank": rank})
-        for step in range(5)
-        for rank in range(4)
-    ]
-    (step_dir / "steps.jsonl").write_text("\n".join(lines) + "\n")
 
 
 @pytest.mark.slow

@@ -5,18 +5,17 @@ archived files, oldest first. Local directories and fsspec memory:// / file://, 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import uuid
-import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
 import pytest
 import zstandard
+from home_files import write_segment
 
 from comminsight.agent.archive.archiver import (
     ArchiveConfigError,
@@ -30,95 +29,9 @@ from comminsight.agent.archive.archiver import (
 )
 from comminsight.agent.archive.ledger import ArchiveLedger
 from comminsight.config import load_settings
-from comminsight.log_segments import verify_segment
 from comminsight_gen.models.agent_master_api_v1 import ArchiveFlush, ArchiveStatus
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-# -- real sealed segments, written by hand with the Profiler's seal rules ---------------------
-
-
-def _line(obj: dict) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
-
-
-def segment_body(index: int, pid: int, lines: int) -> bytes:
-    comm = {
-        "comm_id": "fc85c3a0c15c8fe3",
-        "comm_name": "default_pg:0",
-        "name_source": "nccl",
-        "comm_rank": 0,
-        "nranks": 2,
-        "nnodes": 1,
-        "local_rank": 0,
-        "pid": pid,
-        "host": "vm",
-    }
-    start = {
-        "kind": "segment_start",
-        "schema_version": 1,
-        "segment_index": index,
-        "process": {
-            "host": "vm",
-            "pid": pid,
-            "start_real_ns": 1795985227154207755,
-            "profiler_version": "0.1.0",
-            "global_rank": 0,
-            "local_rank": 0,
-            "world_size": 2,
-        },
-        "clock": {"mono_ns": 5670503892607, "real_ns": 1795985227155572361},
-        "communicators": [comm],
-        "next_ring_seq": 1,
-    }
-    body = _line({"ci": start})
-    for seq in range(1, lines):
-        init = {
-            "kind": "comm_init",
-            "schema_version": 1,
-            "ring_seq": seq,
-            "comm": comm,
-            "profiler_abi": "v5",
-            "init_mono_ns": 5670502999716 + seq,
-            "init_real_ns": 1795985227154679609 + seq,
-        }
-        body += _line({"ci": init})
-    return body
-
-
-def write_segment(home: Path, index: int, *, pid: int = 4242, lines: int = 20, sealed=True):
-    """A valid inspector-log segment; sealed ones pass verify_segment, open ones are .partial."""
-    logs = home / "inspector_logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    body = segment_body(index, pid, lines)
-    name = f"ci-vm-{pid}-1000-{index:06d}.jsonl"
-    if not sealed:
-        path = logs / (name + ".partial")
-        path.write_bytes(body)
-        return path
-    seal = {
-        "kind": "seal",
-        "schema_version": 1,
-        "segment_index": index,
-        "record_count": lines,
-        "byte_count": len(body),
-        "crc32": zlib.crc32(body),
-        "op_count": 0,
-        "ring_record_count": lines - 1,
-        "lost_count": 0,
-        "first_ring_seq": 1,
-        "last_ring_seq": lines - 1,
-        "reason": "size",
-        "sealed_mono_ns": 5670561117785,
-        "sealed_real_ns": 1795985227212797518,
-    }
-    path = logs / name
-    path.write_bytes(body + _line({"ci": seal}))
-    verify_segment(path)  # the fixture itself is a real sealed segment
-    # Distinct, increasing mtimes: "oldest first" must not depend on the file system's clock.
-    os.utime(path, ns=(1_000_000_000 * (index + 1), 1_000_000_000 * (index + 1)))
-    return path
 
 
 def write_summary(home: Path, name: str, mtime_s: int = 100) -> Path:

@@ -12,116 +12,33 @@ from pathlib import Path
 import msgspec
 import pytest
 from e2e_sims import E2E_THRESHOLD_S, HEALTHY_THRESHOLD_S, e2e_sim_config
+from hang_snapshots import (
+    COMM,
+    MS,
+    NOW,
+    THRESHOLD,
+    S,
+    culprit_ranks,
+    member,
+    only,
+    op,
+    p2p,
+    proc,
+    snapshot,
+    stuck_at,
+)
 
 from comminsight.agent.core.snapshot import (
     CommMember,
     InflightOp,
     NodeSnapshot,
-    ProcessView,
     build_snapshot,
-    group_by_comm,
 )
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.shm_reader import ShmError, ShmRegion
 from comminsight.sim import run_simulation
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import HangReport, Verdict
-
-S = 1_000_000_000
-MS = 1_000_000
-NOW = 1000 * S
-THRESHOLD = 1 * S
-COMM = 0xAE8B603A2E47EC5B
-
-# ---- hand-built snapshots ----
-
-
-def proc(rank: int, *, exists=True, hb_age=10 * MS) -> ProcessView:
-    return ProcessView(
-        pid=1000 + rank,
-        host="node-a",
-        global_rank=rank,
-        local_rank=rank,
-        job_id="job1",
-        file_state=shm_v1.FileState.LIVE,
-        start_real_ns=1_700_000_000 * S,
-        start_mono_ns=0,
-        heartbeat_mono_ns=NOW - hb_age,
-        heartbeat_age_ns=hb_age,
-        heartbeat_interval_ms=50,
-        pid_exists=exists,
-        heartbeat_fresh=hb_age <= 10 * S,
-    )
-
-
-def op(index: int, enqueued_at: int, *, func="AllReduce", count=1024, started=True):
-    return InflightOp(
-        kind=shm_v1.RecordKind.COLL,
-        func=func,
-        datatype="ncclFloat32",
-        seq=index // 2,
-        op_index=index,
-        count=count,
-        bytes=count * 4,
-        peer=None,
-        n_channels=4,
-        channels_started=4 if started else 0,
-        channels_stopped=0,
-        enqueue_mono_ns=enqueued_at,
-        start_mono_ns=enqueued_at + MS if started else None,
-    )
-
-
-def member(rank: int, enqueued: int, completed: int, inflight=None, *, process=None, **kw):
-    at = kw.pop("at", NOW - 5 * S)
-    fields = dict(
-        comm_id=COMM,
-        name="default_pg:0",
-        rank=rank,
-        nranks=kw.pop("nranks", 4),
-        nnodes=kw.pop("nnodes", 1),
-        state=shm_v1.CommState.ACTIVE,
-        init_mono_ns=NOW - 100 * S,
-        coll_enqueued=enqueued,
-        coll_enqueued_mono_ns=at if enqueued else 0,
-        coll_started=completed,
-        coll_started_mono_ns=at if completed else 0,
-        coll_completed=completed,
-        coll_completed_mono_ns=at if completed else 0,
-        p2p_enqueued=0,
-        p2p_completed=0,
-        inflight_count=enqueued - completed,
-        inflight=inflight,
-        hang_flagged_op_index=None,
-        process=process or proc(rank),
-    )
-    fields.update(kw)
-    return CommMember(**fields)
-
-
-def snapshot(*members: CommMember) -> NodeSnapshot:
-    return NodeSnapshot(
-        node_name="node-a",
-        taken_mono_ns=NOW,
-        taken_real_ns=1_700_000_000 * S + NOW,
-        heartbeat_stale_ns=10 * S,
-        processes=tuple({m.process.pid: m.process for m in members}.values()),
-        comms=group_by_comm(members),
-    )
-
-
-def stuck_at(rank: int, index: int, age: int = 3 * S, **kw) -> CommMember:
-    return member(rank, index + 1, index, op(index, NOW - age, **kw.pop("op_kw", {})), **kw)
-
-
-def only(reports: list[HangReport]) -> HangReport:
-    assert len(reports) == 1, [r.summary for r in reports]
-    # every report validates against its own generated model, unknown fields refused
-    return msgspec.json.decode(msgspec.json.encode(reports[0]), type=HangReport)
-
-
-def culprit_ranks(report: HangReport) -> list[int]:
-    return sorted(c.comm_rank for c in report.culprits)
 
 
 def test_an_inflight_view_the_counters_have_overtaken_is_not_believed(tmp_path):
@@ -534,24 +451,6 @@ def test_a_hang_behind_another_names_the_one_it_follows_from():
 
 
 # ---- point-to-point waits (pipeline stages) ----
-
-
-def p2p(func: str, peer: int, index: int = 7, age: int = 3 * S, count: int = 1024):
-    return InflightOp(
-        kind=shm_v1.RecordKind.P2P,
-        func=func,
-        datatype="ncclFloat32",
-        seq=index,
-        op_index=index,
-        count=count,
-        bytes=count * 4,
-        peer=peer,
-        n_channels=1,
-        channels_started=1,
-        channels_stopped=0,
-        enqueue_mono_ns=NOW - age,
-        start_mono_ns=NOW - age + MS,
-    )
 
 
 def in_p2p(rank: int, func: str, peer: int, nranks: int = 4, **kw) -> CommMember:

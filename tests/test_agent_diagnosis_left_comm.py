@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from test_agent_diagnosis import (
+from hang_snapshots import (
     COMM,
     MS,
     NOW,

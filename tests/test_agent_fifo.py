@@ -5,26 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 
-import numpy as np
 import pytest
+from fifo_events import event_bytes
 from profiler_builds import run_scenario
 
-from comminsight.agent.core.fifo_reader import EVENT_SIZE, EventDecoder, FifoError, HangEventFifo
-from comminsight_gen.abi import fifo_event_v1, shm_v1
-
-
-def event_bytes(**fields) -> bytes:
-    e = np.zeros(1, dtype=fifo_event_v1.EVENT_DTYPE)
-    e["magic"] = fifo_event_v1.MAGIC
-    e["abi_version"] = fifo_event_v1.PROTOCOL_VERSION
-    e["event_size"] = EVENT_SIZE
-    e["event_type"] = fifo_event_v1.EventType.HANG_SUSPECTED
-    e["op_kind"] = shm_v1.RecordKind.COLL
-    e["func"] = shm_v1.Func.ALL_REDUCE
-    e["peer"] = -1
-    for name, value in fields.items():
-        e[name] = value
-    return e.tobytes()
+from comminsight.agent.core.fifo_reader import EventDecoder, FifoError, HangEventFifo
+from comminsight_gen.abi import shm_v1
 
 
 def test_profiler_hang_event_reaches_the_agent_reader(tmp_path):

@@ -4,24 +4,21 @@ bad files are named and set aside without losing the good ones."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import msgspec
 import pytest
+from home_files import hang_report_fixture
 
 from comminsight.agent.hangs.store import REFRESH_NS, HangStore
-from comminsight_gen.models.hang_report_v1 import HangReport, ReportStatus
-
-FIXTURES = Path(__file__).resolve().parent.parent / "contract-tests/fixtures/json/hang-report/v1"
-
-
-def fixture(name: str) -> HangReport:
-    return msgspec.json.decode((FIXTURES / "valid" / name).read_bytes(), type=HangReport)
+from comminsight_gen.models.hang_report_v1 import ReportStatus
 
 
 def test_reports_survive_a_restart(tmp_path):
     store = HangStore(tmp_path)
-    a, b = fixture("rank-not-joined-open.json"), fixture("process-died-no-op.json")
+    a, b = (
+        hang_report_fixture("rank-not-joined-open.json"),
+        hang_report_fixture("process-died-no-op.json"),
+    )
     assert store.save(a) and store.save(b)
     files = sorted(p.name for p in (tmp_path / "metadata/hangs").iterdir())
     assert files == sorted([f"{a.report_id}.json", f"{b.report_id}.json"])  # no temp left
@@ -32,7 +29,7 @@ def test_reports_survive_a_restart(tmp_path):
 
 def test_the_same_hang_is_rewritten_in_place_and_unchanged_reports_are_not(tmp_path):
     store = HangStore(tmp_path)
-    report = fixture("rank-not-joined-open.json")
+    report = hang_report_fixture("rank-not-joined-open.json")
     assert store.save(report)
     path = store.path_of(report.report_id)
     before = path.stat().st_mtime_ns
@@ -46,14 +43,14 @@ def test_the_same_hang_is_rewritten_in_place_and_unchanged_reports_are_not(tmp_p
 
 def test_bad_files_are_named_and_set_aside_and_the_rest_load(tmp_path):
     store = HangStore(tmp_path)
-    good = fixture("straggler-resolved-by-operator.json")
+    good = hang_report_fixture("straggler-resolved-by-operator.json")
     store.save(good)
     hangs = tmp_path / "metadata/hangs"
     (hangs / "truncated.json").write_bytes(store.path_of(good.report_id).read_bytes()[:50])
     (hangs / "wrong-version.json").write_text(
         json.dumps({**json.loads(store.path_of(good.report_id).read_text()), "schema_version": 9})
     )
-    other = fixture("process-died-no-op.json")
+    other = hang_report_fixture("process-died-no-op.json")
     (hangs / "renamed.json").write_bytes(msgspec.json.encode(other))
     again = HangStore(tmp_path)
     again.load()
@@ -72,7 +69,7 @@ def test_an_id_that_is_not_a_file_name_is_refused(tmp_path, bad_id):
 
 def test_evidence_only_changes_are_written_at_most_every_refresh(tmp_path):
     store = HangStore(tmp_path)
-    first = fixture("rank-not-joined-open.json")
+    first = hang_report_fixture("rank-not-joined-open.json")
     assert store.save(first, now_mono_ns=0)
     later = msgspec.structs.replace(
         first, detected_mono_ns=first.detected_mono_ns + 10**9, summary="same hang, older"

@@ -15,11 +15,25 @@ import jsonschema
 import msgspec
 import pytest
 from agent_home import hold_agent_lock
+from hang_snapshots import (
+    NOW,
+    PP,
+    REAL,
+    TP,
+    TP2,
+    S,
+    member,
+    op,
+    p2p,
+    proc,
+    reports_of,
+    store_at,
+    stuck_at,
+    tp_then_dp,
+)
 from live_agent import LiveAgent
-from test_agent_diagnosis import NOW, THRESHOLD, S, member, op, p2p, proc, snapshot, stuck_at
 
-from comminsight.agent.hangs.diagnosis import diagnose
-from comminsight.agent.hangs.incident_store import IncidentStore, UnknownIncident
+from comminsight.agent.hangs.incident_store import UnknownIncident
 from comminsight.agent.hangs.incidents import group_reports, with_roles
 from comminsight.sim import SimConfig, parse_fault, run_simulation
 from comminsight_gen.models.hang_report_v1 import (
@@ -36,7 +50,6 @@ from comminsight_gen.models.hang_report_v1 import (
     Verdict,
 )
 
-REAL = 1_700_000_000 * S
 SCHEMA = json.loads(
     (
         __import__("pathlib").Path(__file__).parents[1]
@@ -55,25 +68,6 @@ def valid(incident: Incident) -> Incident:
 
 
 # ---- scenes: hand-built snapshots, diagnosed for real ----
-
-
-TP, DP, PP, TP2 = 0x1111, 0x2222, 0x3333, 0x4444
-
-
-def tp_then_dp(started: bool = False):
-    """Rank 1 never issues op 5 on tp:1 (stuck outside NCCL); rank 0 waits there, and its
-    later all-reduce on dp:2 with rank 2 cannot finish behind it (its kernel never starts,
-    unless `started`)."""
-    r0, r1, r2 = proc(0), proc(1), proc(2)
-    return [
-        stuck_at(0, 5, age=4 * S, comm_id=TP, name="tp:1", nranks=2, process=r0),
-        member(1, enqueued=5, completed=5, comm_id=TP, name="tp:1", nranks=2, process=r1),
-        member(
-            0, 1, 0, op(0, NOW - 3 * S, started=started), comm_id=DP, name="dp:2", nranks=2,
-            process=r0,
-        ),
-        member(1, 1, 0, op(0, NOW - 3 * S), comm_id=DP, name="dp:2", nranks=2, process=r2),
-    ]  # fmt: skip
 
 
 def tp_then_pp():
@@ -98,10 +92,6 @@ def independent_fault(first_rank: int, comm_id: int, name: str):
         stuck_at(0, 3, age=4 * S, comm_id=comm_id, name=name, nranks=2, process=a),
         member(1, enqueued=3, completed=3, comm_id=comm_id, name=name, nranks=2, process=b),
     ]
-
-
-def reports_of(*members) -> list[HangReport]:
-    return diagnose(snapshot(*members), NOW, THRESHOLD, now_real_ns=REAL)
 
 
 def by_comm(reports: list[HangReport]) -> dict[str, HangReport]:
@@ -201,10 +191,6 @@ def test_only_the_root_pages():
 
 
 # ---- lifecycle ----
-
-
-def store_at(tmp_path) -> IncidentStore:
-    return IncidentStore(tmp_path, "node-a")
 
 
 def resolved(report: HangReport, why: Resolution) -> HangReport:

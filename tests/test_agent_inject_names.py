@@ -9,8 +9,8 @@ import logging
 
 import httpx
 from agent_home import hold_agent_lock
+from inject_named_comms import run_named_comms
 from live_agent import LiveAgent
-from test_inject_sim import run_scenario
 
 from comminsight.agent.core.inject_names import InjectNames
 from comminsight.agent.core.node_state import read_node_rows
@@ -110,7 +110,7 @@ def test_the_agent_api_and_the_master_rows_say_inject_for_the_names_inject_set(t
     while the user's own name stays NCCL and the unnamed communicator none."""
     home = tmp_path / "home"
     lock = hold_agent_lock(home)  # the plugin leaves its SHM to an Agent
-    run_scenario(home)
+    run_named_comms(home)
     [shm] = glob.glob(str(home / "shms" / "*.shm"))
     region = ShmRegion(shm)
     pid, host = int(region.header["pid"]), record_text(region.header["hostname"])
@@ -140,7 +140,7 @@ def test_the_agent_api_and_the_master_rows_say_inject_for_the_names_inject_set(t
 def test_without_inject_metadata_the_plugin_s_source_stands(tmp_path):
     home = tmp_path / "home"
     lock = hold_agent_lock(home)
-    run_scenario(home)
+    run_named_comms(home)
     with LiveAgent(home, polling=False) as live:
         items = httpx.get(f"{live.base_url}/api/v1/communicators", timeout=10).json()["items"]
     lock.close()

@@ -14,30 +14,12 @@ import threading
 
 import grpc
 import pytest
-from multinode_job import SIM_ENV, start_job, wait_until
+from agent_processes import cli
+from multinode_job import NODES, RANKS, sim_config, start_job, wait_until
 from prometheus_client.parser import text_string_to_metric_families
-from test_cli_agent import cli
 
-from comminsight.sim import SimConfig, parse_fault, read_ground_truth, run_simulation
+from comminsight.sim import read_ground_truth, run_simulation
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
-
-RANKS, NODES = 6, 3
-
-
-def sim_config(plugin, root, job, faults=(), steps=3, time_scale=0.02, hold=6.0):
-    return SimConfig(
-        plugin=str(plugin),
-        home=str(root / "sim"),
-        workload="ddp",
-        ranks=RANKS,
-        nodes=NODES,
-        node_homes=tuple(str(s.home) for s in job.slaves),
-        steps=steps,
-        time_scale=time_scale,
-        hang_hold_s=hold,
-        faults=tuple(parse_fault(f) for f in faults),
-        env=SIM_ENV,
-    )
 
 
 @pytest.fixture(scope="module")

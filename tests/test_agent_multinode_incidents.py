@@ -25,10 +25,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from agent_processes import cli
 from multinode_job import SIM_ENV, TOKEN, start_job, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from stack_processes import FAKE_TORCH
-from test_cli_agent import cli
 
 from comminsight.sim import SimConfig, parse_fault, read_ground_truth, run_simulation
 from comminsight.sim.board import Board

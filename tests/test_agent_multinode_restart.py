@@ -12,8 +12,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from multinode_job import start_job, wait_until
-from test_agent_multinode import sim_config
+from multinode_job import sim_config, start_job, wait_until
 
 from comminsight.agent.core.fifo_reader import EVENT
 from comminsight.shm_reader import ShmError, ShmRegion

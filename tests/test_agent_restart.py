@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 
 import httpx
 import zstandard
-from agent_processes import agent_process, api_get, free_port
+from agent_processes import agent_process, api_get, free_port, wait_until
 from e2e_sims import E2E_ENV
 
 from comminsight.agent.archive.ledger import ArchiveLedger
@@ -22,13 +21,6 @@ NODE = "node-r"
 
 def archived_objects(home):
     return {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (home / "archives").rglob("*.zst")}
-
-
-def wait_until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def test_agent_killed_mid_run_then_restarted_archives_every_segment_once(plugin, tmp_path):

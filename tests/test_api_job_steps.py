@@ -209,7 +209,7 @@ def test_the_live_engines_summaries_carry_spans_that_reconcile_on_their_node(tmp
     comm_seqs, and the node's ranks agree on every Step of the data-parallel job."""
     import time
 
-    from test_agent_producers import hold_agent_lock, run_sim
+    from agent_home import hold_agent_lock, run_sim
 
     lock = hold_agent_lock(tmp_path)
     truths = run_sim(tmp_path)

@@ -15,8 +15,8 @@ import time
 
 import httpx
 import pytest
-from live_agent import LiveAgent
-from test_agent_diagnosis import (
+from fifo_events import event_bytes
+from hang_snapshots import (
     MS,
     NOW,
     THRESHOLD,
@@ -29,9 +29,9 @@ from test_agent_diagnosis import (
     proc,
     snapshot,
     stuck_at,
+    tp_then_dp,
 )
-from test_agent_fifo import event_bytes
-from test_agent_incidents import tp_then_dp
+from live_agent import LiveAgent
 
 from comminsight.agent.core.node_state import NodeRows
 from comminsight.agent.core.snapshot import group_by_comm

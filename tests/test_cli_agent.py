@@ -11,9 +11,9 @@ import sys
 import msgspec
 import pytest
 from agent_home import hold_agent_lock, run_sim
+from agent_processes import cli
+from home_files import FIXTURES, write_step_summaries
 from live_agent import LiveAgent
-from test_agent_api import FIXTURES
-from test_agent_api_schemathesis import write_step_summaries
 
 from comminsight_gen.models.hang_report_v1 import HangReport
 
@@ -32,15 +32,6 @@ def agent(tmp_path_factory):
         live.call(live.service.hangs.save, report)
         yield live, truths, report
     lock.close()
-
-
-def cli(*args, url=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
-    env["COLUMNS"] = "250"  # wide tables: no wrapped cells in the assertions
-    command = [sys.executable, "-m", "comminsight.cli", *args]
-    if url:
-        command += ["--url", url]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
 
 
 def test_status_shows_health_and_processes(agent):

@@ -20,10 +20,8 @@ import msgspec
 import pytest
 import yaml
 from agent_home import hold_agent_lock, run_sim
+from home_files import FIXTURES, write_segment, write_step_summaries
 from live_agent import LiveAgent
-from test_agent_api import FIXTURES
-from test_agent_api_schemathesis import write_step_summaries
-from test_agent_archive import write_segment
 
 from comminsight.agent.core import command_line
 from comminsight.config import ConfigError, load_settings

@@ -20,8 +20,7 @@ import jsonschema
 import msgspec
 import pytest
 from agent_home import hold_agent_lock
-from live_agent import LiveAgent
-from test_agent_diagnosis import (
+from hang_snapshots import (
     NOW,
     THRESHOLD,
     S,
@@ -33,6 +32,7 @@ from test_agent_diagnosis import (
     snapshot,
     stuck_at,
 )
+from live_agent import LiveAgent
 
 from comminsight.agent.core.snapshot import InflightOp
 from comminsight.agent.hangs.diagnosis import diagnose

@@ -9,8 +9,8 @@ import time
 
 import msgspec
 from agent_home import hold_agent_lock
+from engine_inputs import COMMS, TEMPLATES, ddp_slots
 from profiler_builds import builds
-from test_semantic_live_robustness import COMMS, TEMPLATES, ddp_slots
 
 from comminsight.agent.core.ingest import NodeIngest
 from comminsight.agent.core.producers import ProducerSet

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_semantic_live_robustness import COMMS, GPU, TEMPLATES, ddp_slots
+from engine_inputs import COMMS, GPU, TEMPLATES, ddp_slots
 
 from comminsight.agent.core.heap_trim import HeapTrim, libc_malloc_trim
 from comminsight.agent.steps.semantic_hook import SemanticEngineHook

@@ -577,7 +577,8 @@ def _dead_pid() -> int:
 
 
 def test_stale_regions_of_dead_processes_are_retired_at_agent_start(tmp_path, region_bytes):
-    long_ago = time.monotonic_ns() - 3600 * 10**9
+    # an hour ago, or the boot when the machine is younger (the clock starts near 0 at boot)
+    long_ago = max(1, time.monotonic_ns() - 3600 * 10**9)
     dead = forged_region(
         tmp_path,
         region_bytes,
@@ -827,14 +828,14 @@ def test_a_recovery_that_fails_for_another_reason_is_retired_counted_and_named(
 
 @ROOT_ONLY
 def test_a_hang_report_that_meets_a_full_disk_is_retried_and_named(tmp_path, full_disk):
-    from test_agent_hang_store import fixture
+    from home_files import hang_report_fixture
 
     full_disk.mount(tmp_path / "metadata")
     store = HangStore(tmp_path)
-    kept = fixture("rank-not-joined-open.json")
+    kept = hang_report_fixture("rank-not-joined-open.json")
     assert store.save(kept)
     full_disk.fill()
-    died = fixture("process-died-no-op.json")
+    died = hang_report_fixture("process-died-no-op.json")
     assert not store.save(died)
     hangs = tmp_path / "metadata" / "hangs"
     assert sorted(p.name for p in hangs.iterdir()) == [f"{kept.report_id}.json"]  # no .tmp

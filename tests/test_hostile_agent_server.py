@@ -740,7 +740,7 @@ def small_disk(tmp_path):
 def test_the_engine_survives_a_full_disk_names_it_in_health_and_writes_once_space_returns(
     small_disk, monkeypatch
 ):
-    from test_semantic_live_robustness import BUCKETS, COMMS, GPU, TEMPLATES, batches, ddp_slots
+    from engine_inputs import BUCKETS, COMMS, GPU, TEMPLATES, batches, ddp_slots
 
     from comminsight.agent.steps import semantic_hook
     from comminsight.agent.steps.health import engine_health

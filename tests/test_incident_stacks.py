@@ -9,8 +9,8 @@ import asyncio
 import socket
 
 import msgspec
+from hang_snapshots import reports_of, store_at, tp_then_dp
 from stack_processes import ScriptProcess, poll_until, stacks_line, train_script
-from test_agent_incidents import reports_of, store_at, tp_then_dp
 
 from comminsight.agent.hangs.incident_stacks import IncidentStacks
 from comminsight.agent.hangs.incidents import group_reports

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_inputs import BUCKETS, COMMS, GPU, TEMPLATES, UNSETTLED, ddp_slots
 from profiler_builds import builds
-from test_semantic_live_robustness import BUCKETS, COMMS, GPU, TEMPLATES, UNSETTLED, ddp_slots
 
 from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.semantic_hook import SemanticEngineHook

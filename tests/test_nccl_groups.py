@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from agent_home import hold_agent_lock
 from profiler_builds import builds
+from sim_pipeline import log_key, logs_by_rank, simulate, truth_key
 from sim_recording import assert_well_formed, build_recording_plugin, host_sequence, run_sim
-from test_profiler_pipeline import agent_lock, log_key, logs_by_rank, simulate, truth_key
 
 from comminsight.semantic import native
 from comminsight.semantic.log_input import _DECODER, _op, read_gpu_logs
@@ -74,7 +75,7 @@ class GroupedRun:
 def grouped(request, tmp_path_factory) -> GroupedRun:
     abi = request.param
     home = tmp_path_factory.mktemp(f"groups-v{abi}")
-    lock = agent_lock(home)
+    lock = hold_agent_lock(home)
     _, truths = simulate(home, abi=abi, **MOE)
     logs = {
         rank: [line for line in lines if isinstance(line.ci, (CiColl, CiP2p))]

@@ -4,81 +4,26 @@ simulation's ground truth: every op it completed appears exactly once, with its 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from agent_home import hold_agent_lock
 from profiler_builds import builds, hot_path_driver
+from sim_pipeline import FAST, log_key, logs_by_rank, simulate, truth_key
 
-from comminsight.log_segments import segments_in, verify_segment
 from comminsight.shm_reader import RingCursor, ShmRegion
-from comminsight.sim import SimConfig, read_ground_truth, run_simulation
+from comminsight.sim import SimConfig, run_simulation
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.inspector_log_v1 import (
     CiColl,
     CiGap,
     CiP2p,
-    CiSegmentStart,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = (
-    ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
-    ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "50"),
-    ("COMMINSIGHT_PROFILER_LOG_FLUSH_MS", "20"),
-)
-
-
-def agent_lock(home: Path):
-    """Hold the agent lock so the plugin leaves its SHM files for the test to read."""
-    (home / "metadata").mkdir(parents=True, exist_ok=True)
-    f = open(home / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held by the caller
-    fcntl.flock(f, fcntl.LOCK_EX)
-    return f
-
-
-def logs_by_rank(home: Path) -> dict[int, list]:
-    """Every line of every sealed segment, grouped by the writing process's global rank."""
-    by_pid: dict[int, list] = defaultdict(list)
-    rank_of_pid: dict[int, int] = {}
-    for path in segments_in(home / "inspector_logs"):
-        seg = verify_segment(path)  # record count, byte count and CRC-32 all check out
-        start = seg.records[0].ci
-        assert isinstance(start, CiSegmentStart), f"{path} does not begin with segment_start"
-        rank_of_pid[start.process.pid] = start.process.global_rank
-        by_pid[start.process.pid] += seg.records[1:]
-    assert not list((home / "inspector_logs").glob("*.partial")), "a segment was left unsealed"
-    return {rank_of_pid[pid]: lines for pid, lines in by_pid.items()}
-
-
-def truth_key(op: dict, p2p_index: int) -> tuple:
-    seq = op["seq"] if op["seq"] is not None else p2p_index
-    return (int(op["comm_id"], 16), op["func"], seq, op["count"], op["bytes"])
-
-
-def log_key(line) -> tuple:
-    comm = int(line.header.id, 16)
-    if isinstance(line.ci, CiColl):
-        p = line.coll_perf
-        return (comm, p.coll, p.coll_sn, line.ci.count, p.coll_msg_size_bytes)
-    p = line.p2p_perf
-    return (comm, p.p2p, p.p2p_sn, line.ci.count, p.p2p_msg_size_bytes)
-
-
-def simulate(home: Path, **kw):
-    kw.setdefault("time_scale", 0.01)
-    config = SimConfig(
-        plugin=str(builds()["plain"].path),
-        home=str(home),
-        env=FAST + tuple(kw.pop("env", ())),
-        **kw,
-    )
-    result = run_simulation(config)
-    assert not result.errors, result.errors
-    return result, read_ground_truth(result.run_dir)
 
 
 @pytest.mark.parametrize(
@@ -93,7 +38,7 @@ def simulate(home: Path, **kw):
     ],
 )
 def test_every_op_appears_exactly_once_with_its_content(workload, abi, ranks, tmp_path):
-    lock = agent_lock(tmp_path)
+    lock = hold_agent_lock(tmp_path)
     result, truths = simulate(tmp_path, workload=workload, abi=abi, ranks=ranks, steps=2)
     logs = logs_by_rank(tmp_path)
     shm_records = {}
@@ -156,7 +101,7 @@ def accounted_tickets(lines) -> tuple[set, int]:
 def test_overrun_is_counted_exactly(tmp_path):
     """A 64-slot ring and a writer that only runs at finalize: most records are overwritten;
     every ticket is either written once or inside a gap, and the counters agree."""
-    lock = agent_lock(tmp_path)
+    lock = hold_agent_lock(tmp_path)
     simulate(
         tmp_path,
         workload="ddp",
@@ -184,7 +129,7 @@ def test_concurrent_producers(tmp_path):
     each: every ring ticket is logged once or counted lost, and published = tickets."""
     exe = hot_path_driver(tmp_path)
     home = tmp_path / "home"
-    lock = agent_lock(home)
+    lock = hold_agent_lock(home)
     env = {
         **os.environ,
         "COMMINSIGHT_HOME": str(home),
@@ -296,7 +241,7 @@ def test_watchdog_does_not_flag_ops_younger_than_its_clock_reading(tmp_path):
     it checks the general property on every run."""
     exe = hot_path_driver(tmp_path)
     home = tmp_path / "home"
-    lock = agent_lock(home)
+    lock = hold_agent_lock(home)
     env = {
         **os.environ,
         "COMMINSIGHT_HOME": str(home),

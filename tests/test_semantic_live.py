@@ -12,11 +12,10 @@ import time
 
 import msgspec
 import numpy as np
-from agent_processes import agent_process, api_get, free_port
-from test_agent_restart import wait_until
-from test_semantic_accuracy import op_identity
+from agent_processes import agent_process, api_get, free_port, wait_until
 
 from comminsight.sim import SimConfig, run_simulation
+from comminsight.sim.step_accuracy import op_identity
 from comminsight.sim.truth import read_ground_truth
 from comminsight_gen.models.step_summary_v1 import StepSummary
 

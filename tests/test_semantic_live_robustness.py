@@ -18,63 +18,29 @@ import threading
 import msgspec
 import numpy as np
 import pytest
-from test_agent_restart import wait_until
+from agent_processes import wait_until
+from engine_inputs import (
+    BUCKETS,
+    COMMS,
+    GPU,
+    TEMPLATES,
+    UNSETTLED,
+    UNSETTLED_SHORT,
+    batches,
+    ddp_slots,
+)
 
-from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.replay import ReplayLog
 from comminsight.agent.steps.restarts import RestartBudget
 from comminsight.agent.steps.semantic_hook import SemanticEngineHook
 from comminsight.semantic.engine import GpuEngine
-from comminsight.semantic.live_cut import (
-    CUT_EVERY_CONTEXT,
-    FIRST_OPS,
-    MAX_CONTEXT_OPS,
-    MIN_NEW_OPS,
-)
+from comminsight.semantic.live_cut import FIRST_OPS, MIN_NEW_OPS
 from comminsight.semantic.op_batch import MAX_LAZY_DEPTH, LazyColumns, OpBatch
 from comminsight.semantic.ops import WINDOW
 from comminsight.semantic.shm_input import CommInfo
-from comminsight.semantic.templates import load_templates
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models.step_summary_v1 import AnomalyKind, StepSummary
-
-BUCKETS = (25 << 20, 25 << 20, 25 << 20, 10 << 20, 4)  # bytes of each all-reduce of a Step
-COMM_ID = 0x1234
-COMMS = {COMM_ID: CommInfo("default_pg:0", 1)}
-GPU = GpuStream("node", 4242, 1_000, 0, 0)
-TEMPLATES = load_templates()
-# The most ops the engine holds unplaced here: the reorder window, and what waits for the
-# node's cut (a cut runs every MIN_NEW_OPS new ops, more with a long context, and places only
-# what the cut before it put in the same Steps, before the last Step begun)
-UNSETTLED = (
-    WINDOW + 2 * max(MIN_NEW_OPS, 2 * MAX_CONTEXT_OPS // CUT_EVERY_CONTEXT) + 2 * len(BUCKETS)
-)
-# the same for a run shorter than MIN_NEW_OPS * CUT_EVERY_CONTEXT ops: cuts every MIN_NEW_OPS
-UNSETTLED_SHORT = WINDOW + 2 * MIN_NEW_OPS + 2 * len(BUCKETS)
-
-
-def ddp_slots(steps: int) -> np.ndarray:
-    n = steps * len(BUCKETS)
-    r = np.zeros(n, shm_v1.OP_SLOT_DTYPE)
-    r["seq"] = np.arange(1, n + 1)  # ring sequence numbers start at 1
-    r["kind"] = shm_v1.RecordKind.COLL
-    r["func"] = shm_v1.Func.ALL_REDUCE
-    r["timing_source"] = shm_v1.TimingSource.COLLECTIVE_CPU
-    r["comm_id"] = COMM_ID
-    r["rank"], r["nranks"], r["peer"] = 0, 2, shm_v1.NO_RANK
-    r["op_seq"] = np.arange(n)
-    r["bytes"] = np.tile(BUCKETS, steps)
-    step, k = np.divmod(np.arange(n), len(BUCKETS))
-    start = 1_000_000_000 + step * 100_000_000 + k * 10_000_000
-    r["host_start_mono_ns"] = start
-    r["complete_mono_ns"] = start + 5_000_000
-    return r
-
-
-def batches(slots: np.ndarray, size: int):
-    for i in range(0, len(slots), size):
-        yield slots[i : i + size]
 
 
 def new_hook(home, **kwargs) -> SemanticEngineHook:

@@ -10,33 +10,14 @@ from __future__ import annotations
 
 import bisect
 import random
-from pathlib import Path
 
 import msgspec
 import numpy as np
 import pytest
-from profiler_builds import builds
+from engine_inputs import tp_pp_dp_logs
 
 from comminsight.semantic import native
 from comminsight.semantic.log_input import _DECODER, BAD_JSON, _float, _Header
-from comminsight.sim import SimConfig, run_simulation
-
-
-def tp_pp_dp_logs(home: Path, ranks: int, steps: int) -> Path:
-    """The inspector_logs of a simulated TP+PP+DP run through the real plugin."""
-    sim = run_simulation(
-        SimConfig(
-            plugin=str(builds()["plain"].path),
-            home=str(home),
-            workload="tp-pp-dp",
-            ranks=ranks,
-            steps=steps,
-            time_scale=0.02,
-            env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
-        )
-    )
-    assert not sim.errors
-    return home / "inspector_logs"
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import json
 
 import pytest
 from profiler_builds import builds
-from test_semantic_accuracy import op_identity
 
 from comminsight.semantic.offline import recover_steps
 from comminsight.sim import SimConfig, run_simulation
+from comminsight.sim.step_accuracy import op_identity
 from comminsight.sim.truth import read_ground_truth
 
 DUMP_INTERVAL_US = 100_000

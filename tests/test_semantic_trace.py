@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from test_semantic_native import tp_pp_dp_logs
+from engine_inputs import tp_pp_dp_logs
 
 from comminsight.semantic.offline import recover_steps
 

@@ -8,20 +8,22 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
 import msgspec
 import pytest
 from stack_processes import (
-    NO_INJECT,
-    ScriptProcess,
+    HOST,
+    answer,
+    ask,
+    forge_announcement,
     line_of,
     poll_until,
+    ready_inject,
     stack_files,
-    stacks_line,
     train_script,
+    write_answer,
 )
 
 from comminsight.agent.hangs import stack_capture
@@ -29,52 +31,6 @@ from comminsight.agent.hangs.stack_capture import StackCapture
 from comminsight.agent.hangs.stack_format import describe
 from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models.python_stack_v1 import Frame, PythonStack, StackStatus, ThreadStack
-
-HOST = socket.gethostname()
-
-
-def ask(capture: StackCapture, pid: int, rank: int | None = 1, host: str = HOST) -> PythonStack:
-    return asyncio.run(capture.request(host, pid, rank))
-
-
-def ready_inject(tmp_path: Path, script: str | None = None, **env) -> tuple[ScriptProcess, Path]:
-    home = tmp_path / "home"
-    p = ScriptProcess(tmp_path, script or train_script(), COMMINSIGHT_HOME=str(home), **env)
-    p.wait_ready()
-    poll_until(lambda: stacks_line(home, p.pid), what="the stacks line")
-    return p, home
-
-
-def forge_announcement(home: Path, pid: int, **overrides) -> None:
-    """A stacks line as Inject writes it, for a process Inject is not in."""
-    ticks = stack_capture.start_ticks(pid)
-    line = {
-        "schema": "comminsight.inject-metadata.v1",
-        "kind": "stacks",
-        "pid": pid,
-        "host": HOST,
-        "mono_ns": 1,
-        "real_ns": 1,
-        "stacks": "available",
-        "stack_signal": int(signal.SIGUSR2),
-        "stack_signal_name": "SIGUSR2",
-        "stack_dir": str(home / "metadata" / "stacks"),
-        "reason": "",
-        "start_ticks": ticks,
-    }
-    line.update(overrides)
-    directory = home / "metadata" / "inject"
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (directory / f"{HOST}.{pid}.jsonl").write_text(json.dumps(line) + "\n")
-
-
-@pytest.fixture
-def no_inject(tmp_path):
-    marker = tmp_path / "signals-received"
-    with ScriptProcess(tmp_path, NO_INJECT, args=[marker]) as p:
-        p.marker = marker
-        yield p
-
 
 # ---------------------------------------------------------------------------- the round trip
 
@@ -258,34 +214,6 @@ def test_the_wait_is_bounded_when_the_process_does_not_answer(tmp_path, no_injec
     assert stack.reason.startswith("timed out after 0.2 s")
     assert capture.signals_sent == 1
     poll_until(no_inject.marker.exists, what="the signal")
-
-
-def write_answer(home: Path, pid: int, data: bytes, seq: int = 0) -> Path:
-    directory = home / "metadata" / "stacks"
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = directory / f"{pid}-{seq}.json"
-    path.write_bytes(data)
-    path.chmod(0o600)
-    return path
-
-
-def answer(pid: int, **changes) -> dict:
-    document = {
-        "schema": "comminsight.python-stack.v1",
-        "status": "captured",
-        "host": HOST,
-        "pid": pid,
-        "rank": 3,
-        "seq": 0,
-        "signal": int(signal.SIGUSR2),
-        "captured_mono_ns": time.monotonic_ns() + 10**12,  # after any signal of this test
-        "captured_real_ns": time.time_ns(),
-        "threads": [],
-        "threads_omitted": 0,
-        "truncated": False,
-    }
-    document.update(changes)
-    return document
 
 
 @pytest.mark.parametrize(

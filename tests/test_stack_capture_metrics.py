@@ -13,14 +13,14 @@ import pytest
 from prometheus_client.core import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from stack_processes import poll_until, stack_files
-from test_stack_capture import (  # noqa: F401 - no_inject is a fixture
+from stack_processes import (
     HOST,
     answer,
     ask,
     forge_announcement,
-    no_inject,
+    poll_until,
     ready_inject,
+    stack_files,
     write_answer,
 )
 
@@ -74,7 +74,7 @@ def test_requests_sharing_a_pending_signal_are_rate_limited(tmp_path):
     assert capture.signals_sent == 1
 
 
-def test_a_process_without_inject(tmp_path, no_inject):  # noqa: F811
+def test_a_process_without_inject(tmp_path, no_inject):
     capture = StackCapture(tmp_path / "home", timeout_s=0.3)
     ask(capture, no_inject.pid)
     assert counted(capture) == {"unavailable_no_inject": 1}
@@ -89,11 +89,7 @@ def test_a_process_without_inject(tmp_path, no_inject):  # noqa: F811
         {"host": "other-node"},
     ],
 )
-def test_an_announcement_that_forbids_the_signal_is_refused(
-    tmp_path,
-    no_inject,  # noqa: F811
-    overrides,
-):
+def test_an_announcement_that_forbids_the_signal_is_refused(tmp_path, no_inject, overrides):
     forge_announcement(tmp_path / "home", no_inject.pid, **overrides)
     capture = StackCapture(tmp_path / "home", timeout_s=0.3)
     ask(capture, no_inject.pid, host=overrides.get("host", HOST))
@@ -101,7 +97,7 @@ def test_an_announcement_that_forbids_the_signal_is_refused(
     assert capture.signals_sent == 0
 
 
-def test_a_recycled_or_ended_pid_is_process_gone(tmp_path, no_inject):  # noqa: F811
+def test_a_recycled_or_ended_pid_is_process_gone(tmp_path, no_inject):
     recycled, ended = tmp_path / "recycled", tmp_path / "ended"
     ticks = stack_capture.start_ticks(no_inject.pid)
     forge_announcement(recycled, no_inject.pid, start_ticks=ticks + 1)
@@ -116,7 +112,7 @@ def test_a_recycled_or_ended_pid_is_process_gone(tmp_path, no_inject):  # noqa: 
     assert first.signals_sent == second.signals_sent == 0
 
 
-def test_a_process_that_never_answers_times_out(tmp_path, no_inject):  # noqa: F811
+def test_a_process_that_never_answers_times_out(tmp_path, no_inject):
     forge_announcement(tmp_path / "home", no_inject.pid)
     capture = StackCapture(tmp_path / "home", timeout_s=0.2)
     ask(capture, no_inject.pid)
@@ -124,7 +120,7 @@ def test_a_process_that_never_answers_times_out(tmp_path, no_inject):  # noqa: F
     assert (capture.signals_sent, capture.pending) == (1, 0)
 
 
-def test_an_unusable_answer_is_an_error(tmp_path, no_inject):  # noqa: F811
+def test_an_unusable_answer_is_an_error(tmp_path, no_inject):
     home = tmp_path / "home"
     forge_announcement(home, no_inject.pid)
     write_answer(home, no_inject.pid, b"{not json")
@@ -134,7 +130,7 @@ def test_an_unusable_answer_is_an_error(tmp_path, no_inject):  # noqa: F811
     assert counted(capture) == {"error": 1}
 
 
-def test_pending_counts_a_signal_until_its_answer_arrives(tmp_path, no_inject):  # noqa: F811
+def test_pending_counts_a_signal_until_its_answer_arrives(tmp_path, no_inject):
     home = tmp_path / "home"
     forge_announcement(home, no_inject.pid)
     capture = StackCapture(home, timeout_s=600)
