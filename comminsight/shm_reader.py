@@ -98,6 +98,9 @@ class ShmRegion:
         self.bad_rows = 0  # comm-table rows the last comm_entries() left out
         self.bad_rows_reason: str | None = None
         self.table_copies = 0  # comm-table copies taken from the map (work, for tests)
+        # how far the producer's CLOCK_MONOTONIC runs ahead of the reader's (a time namespace
+        # of its own); set by a reader that knows (the Agent's producer_clock), 0 otherwise
+        self.mono_offset_ns = 0
         self._frozen: np.ndarray | None = None
         self._frozen_evidence: np.ndarray | None = None
         fd, self.target = open_region_file(self.path, shm_dir, owner)  # target: the file

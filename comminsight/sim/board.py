@@ -23,6 +23,12 @@ H_MAGIC, H_WORLD, H_INSTANCES, H_ABORT, H_ABORT_NS = range(5)
 R_STATE, R_SINCE, R_PROGRESS, R_PID = range(RANK_CELLS)
 
 
+def shared_clock_ns() -> int:
+    """The clock the launcher and its ranks compare: the wall clock, because a rank may run
+    in a time namespace of its own, whose CLOCK_MONOTONIC is not the launcher's."""
+    return time.time_ns()
+
+
 class RankState(enum.IntEnum):
     STARTING = 0
     RUNNING = 1  # the host thread is doing work (compute, calls, a fault's sleep)
@@ -76,7 +82,7 @@ class Board:
     # ---- ranks ----
 
     def set_state(self, rank: int, state: RankState) -> None:
-        self.ranks[rank, R_SINCE] = time.monotonic_ns()
+        self.ranks[rank, R_SINCE] = shared_clock_ns()
         self.ranks[rank, R_STATE] = int(state)
 
     def state(self, rank: int) -> RankState:
@@ -86,7 +92,7 @@ class Board:
         self.ranks[rank, R_PID] = pid
 
     def progress(self, rank: int) -> None:
-        self.ranks[rank, R_PROGRESS] = time.monotonic_ns()
+        self.ranks[rank, R_PROGRESS] = shared_clock_ns()
 
     # ---- ops ----
 
@@ -111,5 +117,5 @@ class Board:
         return bool(self.header[H_ABORT])
 
     def abort(self) -> None:
-        self.header[H_ABORT_NS] = time.monotonic_ns()
+        self.header[H_ABORT_NS] = shared_clock_ns()
         self.header[H_ABORT] = 1

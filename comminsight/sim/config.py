@@ -81,6 +81,10 @@ class SimConfig:
     # the CUDA runtime each process loads (cuda_runtime.py): "" none, "sim" the simulated
     # one, or a library path; the plugin records a communicator's device only with one
     cuda_runtime: str = ""
+    # a command each process is started under, by process index (missing or empty: none),
+    # e.g. `unshare --time --monotonic N --fork --kill-child` to put a rank in a time
+    # namespace of its own, as a checkpoint-restored container is
+    process_prefixes: tuple[tuple[str, ...], ...] = ()
 
     @property
     def ranks_per_node(self) -> int:
@@ -94,6 +98,9 @@ class SimConfig:
         """The global ranks one process drives: consecutive, on one node."""
         first = process * self.ranks_per_process
         return range(first, first + self.ranks_per_process)
+
+    def prefix_of(self, process: int) -> tuple[str, ...]:
+        return self.process_prefixes[process] if process < len(self.process_prefixes) else ()
 
     def cuda_device_of(self, rank: int) -> int:
         """The device a rank runs on: its GPU's index on its node (every GPU visible to

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import comminsight
 import comminsight_gen
-from comminsight.sim.board import R_PROGRESS, R_SINCE, R_STATE, Board, RankState
+from comminsight.sim.board import R_PROGRESS, R_SINCE, R_STATE, Board, RankState, shared_clock_ns
 from comminsight.sim.config import SimConfig, SimConfigError
 from comminsight.sim.cuda_runtime import SIM_RUNTIME, build_sim_runtime
 from comminsight.sim.plan import WorkloadPlan
@@ -177,6 +177,7 @@ def _start_ranks(config: SimConfig, run_dir: Path) -> list[subprocess.Popen]:
             procs.append(
                 subprocess.Popen(
                     [
+                        *config.prefix_of(process),
                         sys.executable,
                         "-m",
                         "comminsight.sim.rank_process",
@@ -203,7 +204,7 @@ def _watch(procs, board: Board, config: SimConfig, started: float) -> tuple[str 
             if proc.poll() is not None and board.state(rank) not in finished:
                 board.set_state(rank, RankState.DEAD)
         if not board.aborted:
-            if _hung(board, hold_ns, time.monotonic_ns()):
+            if _hung(board, hold_ns, shared_clock_ns()):
                 abort_reason = "hang"
             elif time.monotonic() - started > config.timeout_s:
                 abort_reason = "timeout"

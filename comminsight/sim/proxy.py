@@ -64,6 +64,9 @@ class ProxyThread(threading.Thread):
         self.error: BaseException | None = None
         self.prev_end_ns = 0
         self.completed = 0
+        # ranks meet on the board on the wall clock: each may run in a time namespace of its
+        # own, where CLOCK_MONOTONIC (the clock of every other time here) is shifted
+        self.to_shared_ns = time.time_ns() - time.monotonic_ns()
 
     # ---- the calling thread's side ----
 
@@ -212,7 +215,7 @@ class _KernelOp:
         thread, instance = self.thread, self.issued.instance
         if self.issued.mismatched:
             thread.board.poison(instance.id)
-        thread.board.arrive(instance.id, thread.rank, self.gpu_start)
+        thread.board.arrive(instance.id, thread.rank, self.gpu_start + thread.to_shared_ns)
 
     def start_channels(self) -> None:
         thread, issued = self.thread, self.issued
@@ -236,7 +239,9 @@ class _KernelOp:
         # the op ends the same way whatever the mask: never before its last channel started
         n = self.issued.n_channels
         self.end = max(
-            max(arrivals) + int(instance.duration_ns * self.thread.scale),
+            max(arrivals)
+            - self.thread.to_shared_ns
+            + int(instance.duration_ns * self.thread.scale),
             self.gpu_start + (n - 1) * CHANNEL_SKEW_NS + 1,
         )
         if self.network:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from comminsight.agent.core.inject_names import InjectNames
+from comminsight.agent.core.producer_clock import on_reader_clock
 from comminsight.agent.core.producers import Producer
 from comminsight.agent.core.snapshot import (
     NO_FLAGGED_SEQ,
@@ -51,6 +52,10 @@ class LiveRow:
     row: np.void
     process: ProcessView
     producer: Producer
+
+    def mono(self, name: str) -> int:
+        """The row's time field `name` on this Agent's clock (0: never)."""
+        return on_reader_clock(int(self.row[name]), self.producer.region.mono_offset_ns)
 
 
 @dataclass(frozen=True)
@@ -158,7 +163,7 @@ def inflight_count(row: np.void) -> int:
 
 def inflight_model(live: LiveRow, node: LiveNode) -> InflightOp | None:
     row, proc = live.row, live.process
-    op = inflight_op(row)
+    op = inflight_op(row, live.producer.region.mono_offset_ns)
     if op is None:
         return None
     is_coll = op.is_coll
@@ -196,17 +201,17 @@ def inflight_model(live: LiveRow, node: LiveNode) -> InflightOp | None:
 def comm_progress(live: LiveRow, node: LiveNode) -> CommProgress:
     r = live.row
     coll = _seq_progress(
-        (int(r["coll_enqueued"]), int(r["coll_enqueued_mono_ns"])),
-        (int(r["coll_started"]), int(r["coll_started_mono_ns"])),
-        (int(r["coll_completed"]), int(r["coll_completed_mono_ns"])),
+        (int(r["coll_enqueued"]), live.mono("coll_enqueued_mono_ns")),
+        (int(r["coll_started"]), live.mono("coll_started_mono_ns")),
+        (int(r["coll_completed"]), live.mono("coll_completed_mono_ns")),
     )
     p2p = _seq_progress(
-        (int(r["p2p_enqueued"]), int(r["p2p_enqueued_mono_ns"])),
-        (int(r["p2p_started"]), int(r["p2p_started_mono_ns"])),
-        (int(r["p2p_completed"]), int(r["p2p_completed_mono_ns"])),
+        (int(r["p2p_enqueued"]), live.mono("p2p_enqueued_mono_ns")),
+        (int(r["p2p_started"]), live.mono("p2p_started_mono_ns")),
+        (int(r["p2p_completed"]), live.mono("p2p_completed_mono_ns")),
     )
     last = max(
-        int(r[f])
+        live.mono(f)
         for f in (
             "coll_enqueued_mono_ns",
             "coll_started_mono_ns",
@@ -258,7 +263,7 @@ def communicator(
     ranks_seen = sorted({int(live.row["rank"]) for live in rows if int(live.row["rank"]) >= 0})
     inflight = [op for live in rows if (op := inflight_model(live, node)) is not None]
     finalize_times = [
-        live.process.to_real_ns(int(live.row["finalize_mono_ns"]))
+        live.process.to_real_ns(live.mono("finalize_mono_ns"))
         for live in rows
         if int(live.row["finalize_mono_ns"])
     ]

@@ -9,6 +9,10 @@ start time differs from the one the Profiler recorded) belongs to another proces
 from an earlier boot belongs to no running process. A region from another pid namespace is
 never judged by pid (its pids are not ours): it counts as running, so nothing of a live
 process is ever removed. Where /proc cannot be read the pid's existence is all there is.
+
+A producer may run in a time namespace of its own (a checkpoint-restored container): the
+start time it recorded, like every clock it read, is on its namespace's clocks, while
+/proc/<pid>/stat shows it on the reader's; /proc/<pid>/timens_offsets gives the difference.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ def process_runs(pid: int, identity: ProcessIdentity | None = None) -> bool:
     if identity is not None:
         if identity.boot_id and identity.boot_id != _boot_id():
             return False
-        if identity.pid_namespace and identity.pid_namespace != _pid_namespace():
+        if identity.pid_namespace and identity.pid_namespace != own_pid_namespace():
             return True
     try:
         os.kill(pid, 0)
@@ -52,25 +56,69 @@ def process_runs(pid: int, identity: ProcessIdentity | None = None) -> bool:
         return True
     if fields[_STATE] in ("Z", "X"):
         return False
-    return identity is None or _same_process(fields, identity)
+    return identity is None or _same_process(pid, fields, identity)
 
 
-def _same_process(fields: list[str], identity: ProcessIdentity) -> bool:
+def _same_process(pid: int, fields: list[str], identity: ProcessIdentity) -> bool:
     try:
         start_ticks = int(fields[_START_TICKS])
     except (IndexError, ValueError):
         return True
+    shift = namespace_shift(pid)
+    tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
     if identity.start_ticks:
-        return start_ticks == identity.start_ticks
+        if start_ticks == identity.start_ticks:
+            return True
+        # its own view of its start time: ours shifted by its namespace's boot-time offset
+        # (offsets are whole nanoseconds, ticks are not: within a tick)
+        return (
+            shift is not None
+            and abs(start_ticks * tick_ns + shift[1] - identity.start_ticks * tick_ns) < tick_ns
+        )
     if identity.created_mono_ns:
         # The producer started before it created its region. starttime counts from boot
         # (CLOCK_BOOTTIME, which runs ahead of CLOCK_MONOTONIC by the time suspended, a gap
         # that only grows): a process that started after created + today's gap + one tick
         # started after the region was made, so it is not the region's producer.
-        tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
         gap_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
-        return start_ticks * tick_ns <= identity.created_mono_ns + gap_ns + tick_ns
+        created_ns = identity.created_mono_ns - (shift[0] if shift else 0)  # on our clock
+        return start_ticks * tick_ns <= created_ns + gap_ns + tick_ns
     return True
+
+
+def namespace_shift(pid: int) -> tuple[int, int] | None:
+    """How far the clocks of `pid`'s time namespace are ahead of this process's, in ns:
+    (CLOCK_MONOTONIC, CLOCK_BOOTTIME). (0, 0) for processes that share our namespace; None
+    where it cannot be told (no such process, /proc unreadable, a kernel without time
+    namespaces)."""
+    theirs, ours = _timens_offsets(str(pid)), _own_timens_offsets()
+    if theirs is None or ours is None:
+        return None
+    return theirs[0] - ours[0], theirs[1] - ours[1]
+
+
+def _timens_offsets(pid: str) -> tuple[int, int] | None:
+    """(monotonic, boottime) offsets of a process's time namespace from the host's."""
+    try:
+        with open(f"/proc/{pid}/timens_offsets", "rb") as f:
+            text = f.read(256)
+    except OSError:
+        return None
+    offsets = {}
+    for line in text.decode("ascii", "replace").splitlines():
+        parts = line.split()
+        try:
+            offsets[parts[0]] = int(parts[1]) * 1_000_000_000 + int(parts[2])
+        except (IndexError, ValueError):
+            return None
+    if "monotonic" not in offsets or "boottime" not in offsets:
+        return None
+    return offsets["monotonic"], offsets["boottime"]
+
+
+@cache
+def _own_timens_offsets() -> tuple[int, int] | None:
+    return _timens_offsets("self")
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -96,7 +144,7 @@ def _boot_id() -> str:
 
 
 @cache
-def _pid_namespace() -> int:
+def own_pid_namespace() -> int:
     try:
         return os.stat("/proc/self/ns/pid").st_ino
     except OSError:

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from comminsight.agent.core.inject_names import InjectNames
+from comminsight.agent.core.producer_clock import on_reader_clock
 from comminsight.agent.core.producers import Producer
 from comminsight.agent.core.snapshot import NO_FLAGGED_SEQ, inflight_op, process_view, rank_or_none
 from comminsight.agent.metrics.process_labels import uuid_text
@@ -91,8 +92,9 @@ def _stage(count: int, at: int) -> tuple[int, int]:
 
 
 def comm_rows(
-    row, pid: int, host: str = "", inject_names: InjectNames | None = None
+    row, pid: int, host: str = "", inject_names: InjectNames | None = None, off: int = 0
 ) -> tuple[pb.CommunicatorMember, pb.CommProgress]:
+    """off: the region's mono_offset_ns (its times go onto this Agent's clock)."""
     comm_id, generation = int(row["comm_id"]), int(row["generation"])
     rank = max(0, int(row["rank"]))
     name = record_text(row["name"])[:1024]
@@ -110,8 +112,8 @@ def comm_rows(
         name_source=_NAME_SOURCES.get(source, pb.NAME_SOURCE_UNSPECIFIED),
         nccl_profiler_abi_version=max(0, int(row["nccl_abi_version"])),
         init_real_ns=int(row["init_real_ns"]),
-        init_mono_ns=int(row["init_mono_ns"]),
-        finalize_mono_ns=int(row["finalize_mono_ns"])
+        init_mono_ns=on_reader_clock(int(row["init_mono_ns"]), off),
+        finalize_mono_ns=on_reader_clock(int(row["finalize_mono_ns"]), off)
         or (1 if int(row["state"]) == shm_v1.CommState.FINALIZED else 0),
     )
     if (v := _opt(int(row["local_rank"]))) is not None:
@@ -125,30 +127,30 @@ def comm_rows(
         comm_rank=rank,
         collectives=pb.StageCounters(
             enqueued=int(row["coll_enqueued"]),
-            enqueued_mono_ns=int(row["coll_enqueued_mono_ns"]),
+            enqueued_mono_ns=on_reader_clock(int(row["coll_enqueued_mono_ns"]), off),
             gpu_started=int(row["coll_started"]),
-            gpu_started_mono_ns=int(row["coll_started_mono_ns"]),
+            gpu_started_mono_ns=on_reader_clock(int(row["coll_started_mono_ns"]), off),
             completed=int(row["coll_completed"]),
-            completed_mono_ns=int(row["coll_completed_mono_ns"]),
+            completed_mono_ns=on_reader_clock(int(row["coll_completed_mono_ns"]), off),
         ),
         p2p=pb.StageCounters(
             enqueued=int(row["p2p_enqueued"]),
-            enqueued_mono_ns=int(row["p2p_enqueued_mono_ns"]),
+            enqueued_mono_ns=on_reader_clock(int(row["p2p_enqueued_mono_ns"]), off),
             gpu_started=int(row["p2p_started"]),
-            gpu_started_mono_ns=int(row["p2p_started_mono_ns"]),
+            gpu_started_mono_ns=on_reader_clock(int(row["p2p_started_mono_ns"]), off),
             completed=int(row["p2p_completed"]),
-            completed_mono_ns=int(row["p2p_completed_mono_ns"]),
+            completed_mono_ns=on_reader_clock(int(row["p2p_completed_mono_ns"]), off),
         ),
         inflight_count=max(0, int(row["coll_enqueued"]) - int(row["coll_completed"]))
         + max(0, int(row["p2p_enqueued"]) - int(row["p2p_completed"])),
-        hang_flagged_mono_ns=int(row["hang_flagged_mono_ns"]),
+        hang_flagged_mono_ns=on_reader_clock(int(row["hang_flagged_mono_ns"]), off),
         ops_completed_total=int(row["coll_completed"]) + int(row["p2p_completed"]),
         bytes_completed_total=int(row["bytes_total"]),
     )
     flagged = int(row["hang_flagged_seq"])
     if flagged != NO_FLAGGED_SEQ:
         progress.hang_flagged_seq = flagged
-    op = inflight_op(row)
+    op = inflight_op(row, off)
     if op is not None:
         inflight = pb.InflightOp(
             seq=op.seq,
@@ -190,7 +192,7 @@ def read_node_rows(
         for row in region.comm_entries():
             if int(row["state"]) == shm_v1.CommState.FREE:
                 continue
-            member, progress = comm_rows(row, info.pid, host, inject_names)
+            member, progress = comm_rows(row, info.pid, host, inject_names, region.mono_offset_ns)
             key = (member.comm_id, member.pid, member.generation)
             rows.members[key] = member
             rows.progress[key] = progress

@@ -42,6 +42,7 @@ from comminsight.agent.core.log_recovery import (
     recover,
     segment_prefix,
 )
+from comminsight.agent.core.producer_clock import ProducerClock, on_reader_clock
 from comminsight.agent.core.rate_limited_log import RateLimitedLog
 from comminsight.agent.core.slot_checks import SlotRejects, check_slots
 from comminsight.shm_reader import RingCursor, ShmError, ShmRegion, record_text
@@ -69,6 +70,7 @@ class Producer:
     path: Path
     region: ShmRegion
     cursor: RingCursor
+    clock: ProducerClock
     gone_since_mono_ns: int | None = None
     recovered: Recovered | None = None  # what was written for it after it died
     recovery_error: str | None = None
@@ -193,7 +195,9 @@ class ProducerSet:
             self._quarantine(path, key[1], reason, _reason_label(reason))
             return
         self._creating_since.pop(key, None)
-        self.producers[path] = Producer(path, region, RingCursor(region))
+        clock = ProducerClock(region, identity_of(region))
+        region.mono_offset_ns = clock.offset_ns()
+        self.producers[path] = Producer(path, region, RingCursor(region), clock)
         log.info("producer pid %d (%s): %s", region.pid, region.hostname, path.name)
 
     def _still_creating(self, key: tuple[str, int]) -> bool:
@@ -237,6 +241,7 @@ class ProducerSet:
                 self._drop_shrunk(path, producer, shrunk)
                 continue
             gone = not producer.alive()
+            producer.region.mono_offset_ns = producer.clock.offset_ns()
             if gone and producer.gone_since_mono_ns is None:
                 self._note_gone(producer, now_mono_ns)
             cursor = producer.cursor
@@ -261,8 +266,11 @@ class ProducerSet:
         # counted into the node's totals as well as the producer's own
         rejects = SlotRejects(by_reason=self.counters.slots_rejected_by_reason)
         start = int(producer.region.header["start_mono_ns"])
-        # the pass's clock may be a test's; the records were stamped with this machine's
-        good = check_slots(records, start, max(now, time.monotonic_ns()), rejects)
+        # the pass's clock may be a test's; the records were stamped with this machine's,
+        # as the producer's time namespace shows it
+        here = max(now, time.monotonic_ns())
+        now_there = max(here, here + producer.region.mono_offset_ns)
+        good = check_slots(records, start, now_there, rejects)
         if rejects.total:
             self.counters.slots_rejected += rejects.total
             producer.slots_rejected += rejects.total
@@ -289,7 +297,9 @@ class ProducerSet:
         last heartbeat (when the Agent was not running then, that is when it died, give or
         take a heartbeat), never from the future."""
         producer.region.freeze()
-        heartbeat = int(producer.region.header["heartbeat_mono_ns"])
+        heartbeat = on_reader_clock(
+            int(producer.region.header["heartbeat_mono_ns"]), producer.region.mono_offset_ns
+        )
         producer.gone_since_mono_ns = heartbeat if 0 < heartbeat <= now else now
 
     def _maybe_retire(

@@ -5,8 +5,10 @@ hang diagnosis needs out of the mapped memory, so the result stays valid after t
 closed and can be built by hand in tests or shipped to a master Agent. The only side effect is
 the liveness probe (liveness.process_runs); everything downstream (`diagnosis.diagnose`) is pure.
 
-Monotonic times are the producing host's CLOCK_MONOTONIC; `ProcessView.to_real_ns` converts
-them to wall-clock time with the (start_real_ns, start_mono_ns) pair of the process's header.
+Monotonic times are the reading Agent's CLOCK_MONOTONIC: a producer in a time namespace of
+its own has its times shifted by its region's `mono_offset_ns` (producer_clock) as they are
+copied. `ProcessView.to_real_ns` converts them to wall-clock time with the (start_real_ns,
+start_mono_ns) pair of the process's header, shifted alike.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from comminsight.agent.core.liveness import process_runs
+from comminsight.agent.core.producer_clock import on_reader_clock
 from comminsight.agent.hangs.proxy_evidence import EvidenceView, evidence_by_row
 from comminsight.shm_reader import ShmRegion, enum_label, record_text
 from comminsight_gen.abi import shm_v1
@@ -221,7 +224,8 @@ def process_view(
     region: ShmRegion, now_mono_ns: int, stale_ns: int, exists: Callable[[int], bool]
 ) -> ProcessView:
     h = region.header
-    hb = int(h["heartbeat_mono_ns"])
+    off = getattr(region, "mono_offset_ns", 0)  # regions built by hand have none
+    hb = on_reader_clock(int(h["heartbeat_mono_ns"]), off)
     age = max(0, now_mono_ns - hb)
     pid = int(h["pid"])
     return ProcessView(
@@ -232,7 +236,7 @@ def process_view(
         job_id=record_text(h["job_id"]),
         file_state=int(h["state"]),
         start_real_ns=int(h["start_real_ns"]),
-        start_mono_ns=int(h["start_mono_ns"]),
+        start_mono_ns=on_reader_clock(int(h["start_mono_ns"]), off),
         heartbeat_mono_ns=hb,
         heartbeat_age_ns=age,
         heartbeat_interval_ms=int(h["heartbeat_interval_ms"]),
@@ -241,7 +245,7 @@ def process_view(
     )
 
 
-def inflight_op(row) -> InflightOp | None:
+def inflight_op(row, off: int = 0) -> InflightOp | None:
     """The row's oldest op in flight, or None. The Profiler refreshes this view once per
     heartbeat while its counters move on every op, so a view the counters have overtaken (a
     process that died between refreshes, say) is stale and is not believed."""
@@ -254,7 +258,7 @@ def inflight_op(row) -> InflightOp | None:
     enqueued = int(row["coll_enqueued"] if kind == shm_v1.RecordKind.COLL else row["p2p_enqueued"])
     if not completed <= int(row["inflight_op_index"]) < enqueued:
         return None
-    start = int(row["inflight_start_mono_ns"])
+    start = on_reader_clock(int(row["inflight_start_mono_ns"]), off)
     return InflightOp(
         kind=int(row["inflight_kind"]),
         func=enum_label(shm_v1.FUNC_LABELS, shm_v1.Func, int(row["inflight_func"])),
@@ -267,12 +271,15 @@ def inflight_op(row) -> InflightOp | None:
         n_channels=int(row["inflight_n_channels"]),
         channels_started=int(row["inflight_channels_started"]),
         channels_stopped=int(row["inflight_channels_stopped"]),
-        enqueue_mono_ns=int(row["inflight_enqueue_mono_ns"]),
+        enqueue_mono_ns=on_reader_clock(int(row["inflight_enqueue_mono_ns"]), off),
         start_mono_ns=start or None,
     )
 
 
-def comm_member(row, process: ProcessView, evidence: EvidenceView | None = None) -> CommMember:
+def comm_member(
+    row, process: ProcessView, evidence: EvidenceView | None = None, off: int = 0
+) -> CommMember:
+    """off: the region's mono_offset_ns (its times go onto the reader's clock)."""
     flagged = int(row["hang_flagged_seq"])
     return CommMember(
         comm_id=int(row["comm_id"]),
@@ -281,21 +288,21 @@ def comm_member(row, process: ProcessView, evidence: EvidenceView | None = None)
         nranks=int(row["nranks"]),
         nnodes=int(row["nnodes"]),
         state=int(row["state"]),
-        init_mono_ns=int(row["init_mono_ns"]),
+        init_mono_ns=on_reader_clock(int(row["init_mono_ns"]), off),
         coll_enqueued=int(row["coll_enqueued"]),
-        coll_enqueued_mono_ns=int(row["coll_enqueued_mono_ns"]),
+        coll_enqueued_mono_ns=on_reader_clock(int(row["coll_enqueued_mono_ns"]), off),
         coll_started=int(row["coll_started"]),
-        coll_started_mono_ns=int(row["coll_started_mono_ns"]),
+        coll_started_mono_ns=on_reader_clock(int(row["coll_started_mono_ns"]), off),
         coll_completed=int(row["coll_completed"]),
-        coll_completed_mono_ns=int(row["coll_completed_mono_ns"]),
+        coll_completed_mono_ns=on_reader_clock(int(row["coll_completed_mono_ns"]), off),
         p2p_enqueued=int(row["p2p_enqueued"]),
         p2p_completed=int(row["p2p_completed"]),
         inflight_count=int(row["inflight_count"]),
-        inflight=inflight_op(row),
+        inflight=inflight_op(row, off),
         hang_flagged_op_index=None if flagged == NO_FLAGGED_SEQ else flagged,
         process=process,
         hang_evidence=evidence,
-        finalize_mono_ns=int(row["finalize_mono_ns"]),
+        finalize_mono_ns=on_reader_clock(int(row["finalize_mono_ns"]), off),
     )
 
 
@@ -335,14 +342,15 @@ def build_snapshot(
             continue
         proc = process_view(region, now_mono, stale_ns, exists)
         processes.append(proc)
-        evidence = evidence_by_row(region.evidence_entries())
+        off = getattr(region, "mono_offset_ns", 0)  # regions built by hand have none
+        evidence = evidence_by_row(region.evidence_entries(), off)
         for row in region.comm_entries():
             state = int(row["state"])
             if state == shm_v1.CommState.ACTIVE:
                 key = (int(row["comm_id"]), int(row["rank"]), int(row["generation"]))
-                members.append(comm_member(row, proc, evidence.get(key)))
+                members.append(comm_member(row, proc, evidence.get(key), off))
             elif state == shm_v1.CommState.FINALIZED:
-                finalized.append(comm_member(row, proc))
+                finalized.append(comm_member(row, proc, off=off))
     torn = {m.comm_id for m in finalized}
     torn_down = group_by_comm(m for m in members if m.comm_id in torn)
     for comm_id, view in torn_down.items():

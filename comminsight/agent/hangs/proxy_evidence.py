@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from msgspec import UNSET
 
+from comminsight.agent.core.producer_clock import on_reader_clock
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import (
     HangEvidence,
@@ -78,19 +79,20 @@ class EvidenceView:
 RowKey = tuple[int, int, int]  # (comm_id, rank, comm_entry.generation)
 
 
-def evidence_by_row(entries) -> dict[RowKey, EvidenceView]:
+def evidence_by_row(entries, offset_ns: int = 0) -> dict[RowKey, EvidenceView]:
     """A region's evidence entries (ShmRegion.evidence_entries()) by the row each names; of
-    two naming the same row, the later raise."""
+    two naming the same row, the later raise. offset_ns: how far the producer's monotonic
+    clock runs ahead of the reader's (its times are put on the reader's)."""
     out: dict[RowKey, EvidenceView] = {}
     for entry in sorted(entries, key=lambda e: int(e["raised_mono_ns"])):
-        view = evidence_view(entry)
+        view = evidence_view(entry, offset_ns)
         if view is not None:
             key = (int(entry["comm_id"]), int(entry["rank"]), int(entry["comm_generation"]))
             out[key] = view
     return out
 
 
-def evidence_view(entry) -> EvidenceView | None:
+def evidence_view(entry, offset_ns: int = 0) -> EvidenceView | None:
     state = int(entry["state"])
     if state not in _STATES:
         return None
@@ -100,11 +102,11 @@ def evidence_view(entry) -> EvidenceView | None:
         end_reason=int(entry["end_reason"]),
         evidence_mask=int(entry["evidence_mask"]),
         flagged_op_index=int(entry["flagged_op_index"]),
-        raised_mono_ns=int(entry["raised_mono_ns"]),
-        lowered_mono_ns=int(entry["lowered_mono_ns"]),
+        raised_mono_ns=on_reader_clock(int(entry["raised_mono_ns"]), offset_ns),
+        lowered_mono_ns=on_reader_clock(int(entry["lowered_mono_ns"]), offset_ns),
         first_proxy_op_index=None if first == NO_OP_INDEX else first,
         last_proxy_op_index=None if last == NO_OP_INDEX else last,
-        last_event_mono_ns=int(entry["last_event_mono_ns"]),
+        last_event_mono_ns=on_reader_clock(int(entry["last_event_mono_ns"]), offset_ns),
         proxy_events=int(entry["proxy_events"]),
         events_dropped=int(entry["events_dropped"]),
         channels=tuple(_channels(entry)),

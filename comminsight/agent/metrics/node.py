@@ -26,6 +26,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
+from comminsight.agent.core.producer_clock import on_reader_clock
 from comminsight.agent.metrics import engine as engine_metrics
 from comminsight.agent.metrics import inputs as input_metrics
 from comminsight.agent.metrics.build_info import build_info_family
@@ -411,6 +412,7 @@ def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns:
         rows = producer.region.comm_entries()
         who = labels_of[id(producer)] = ProducerLabels(producer.region.header, rows)
         running = producer.gone_since_mono_ns is None
+        offset = producer.region.mono_offset_ns
         for row in rows:
             state = int(row["state"])
             if state == shm_v1.CommState.FREE:
@@ -425,7 +427,8 @@ def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns:
             if running:
                 live.add((labels, comm_id))
             if int(row["inflight_count"]) and int(row["inflight_kind"]):
-                age = max(0, now_mono_ns - int(row["inflight_enqueue_mono_ns"])) / 1e9
+                enqueued = on_reader_clock(int(row["inflight_enqueue_mono_ns"]), offset)
+                age = max(0, now_mono_ns - enqueued) / 1e9
                 key = (*labels.values(), metrics.comm_label(comm_id))
                 ages[key] = max(ages.get(key, 0.0), age)
     for batch in batches:
@@ -436,7 +439,9 @@ def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns:
         parts = who.partition(batch.records) if who else [(NO_PROCESS, batch.records)]
         for labels, records in parts:
             metrics.add_records(records, labels, now_mono_ns)
-        newest = int(batch.records["complete_mono_ns"].max())
+        newest = on_reader_clock(
+            int(batch.records["complete_mono_ns"].max()), batch.producer.region.mono_offset_ns
+        )
         if newest:
             metrics.lag_s = max(0.0, (now_mono_ns - newest) / 1e9)
     metrics.inflight_age_s = ages
