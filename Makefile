@@ -158,7 +158,7 @@ lint: $(VENV_STAMP)
 	$(VPY) -m ruff check comminsight codegen tests contract-tests bench
 	$(VPY) -m ruff format --check comminsight codegen tests contract-tests bench
 
-test-contract: $(VENV_STAMP)
+test-contract: $(VENV_STAMP) $(ENGINE_SO)
 	$(VPY) -m pytest contract-tests $(PYTEST_ARGS)
 
 test-unit: $(VENV_STAMP) $(ENGINE_SO)
