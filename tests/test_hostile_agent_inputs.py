@@ -18,6 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import fifo_events
 import numpy as np
 import pytest
 from live_agent import LiveAgent
@@ -77,16 +78,8 @@ def metric(agent: LiveAgent, name: str, labels: str = "") -> float | None:
 
 
 def event_bytes(**fields) -> bytes:
-    e = np.zeros(1, dtype=fifo_event_v1.EVENT_DTYPE)
-    e["magic"] = fifo_event_v1.MAGIC
-    e["abi_version"] = fifo_event_v1.PROTOCOL_VERSION
-    e["event_size"] = EVENT_SIZE
-    e["event_type"] = fifo_event_v1.EventType.HANG_SUSPECTED
-    e["op_kind"] = shm_v1.RecordKind.COLL
-    e["peer"] = -1
-    for name, value in fields.items():
-        e[name] = value
-    return e.tobytes()
+    """A suspected hang whose function is unknown (func 0) unless the fields say otherwise."""
+    return fifo_events.event_bytes(**{"func": 0, **fields})
 
 
 def write_fifo(path: Path, data: bytes) -> None:
