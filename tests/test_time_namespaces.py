@@ -26,12 +26,15 @@ UNSUPPORTED = time_namespace.supported()
 NEEDS_TIME_NAMESPACES = pytest.mark.skipif(UNSUPPORTED is not None, reason=str(UNSUPPORTED))
 
 HOUR_S = 3600
-# rank 0 shares the Agent's clocks; the others are a day ahead (boot time too), ten minutes
-# behind, and an hour ahead
+# a clock set back must stay positive (the kernel refuses the offset otherwise): up to ten
+# minutes back, less on a machine booted moments ago
+BEHIND_S = min(600, int(time.monotonic()) - 30)
+# rank 0 shares the Agent's clocks; the others are a day ahead (boot time too), behind (or,
+# on a machine up for under a minute, half an hour ahead), and an hour ahead
 SHIFTS = (
     (),
     time_namespace.prefix(27 * HOUR_S, 2 * HOUR_S),
-    time_namespace.prefix(-600),
+    time_namespace.prefix(-BEHIND_S if BEHIND_S > 0 else HOUR_S // 2),
     time_namespace.prefix(HOUR_S),
 )
 SIM_ENV = (

@@ -1,7 +1,7 @@
 """The rendezvous board: a small file every rank process maps, standing in for the wire.
 
 It holds what real ranks learn from each other through the network: when each participant's
-GPU reached an op (its arrival time, CLOCK_MONOTONIC ns), whether an op was poisoned by a
+GPU reached an op (its arrival time, on the shared clock below), whether an op was poisoned by a
 mismatched participant, and each rank's liveness for the launcher's hang detection. Every cell
 is an aligned int64 written by one process only, so plain loads and stores are enough.
 """
@@ -9,6 +9,7 @@ is an aligned int64 written by one process only, so plain loads and stores are e
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import time
 from pathlib import Path
@@ -24,9 +25,26 @@ R_STATE, R_SINCE, R_PROGRESS, R_PID = range(RANK_CELLS)
 
 
 def shared_clock_ns() -> int:
-    """The clock the launcher and its ranks compare: the wall clock, because a rank may run
-    in a time namespace of its own, whose CLOCK_MONOTONIC is not the launcher's."""
-    return time.time_ns()
+    """The clock the launcher and its ranks compare: CLOCK_MONOTONIC of the first time
+    namespace, because a rank may run in a time namespace of its own, whose CLOCK_MONOTONIC is
+    shifted. Exact, unlike the wall clock, which NTP slews apart from CLOCK_MONOTONIC while a
+    run goes on (one process's conversion then disagrees with another's)."""
+    return time.monotonic_ns() - monotonic_shift_ns()
+
+
+@functools.cache
+def monotonic_shift_ns() -> int:
+    """How far this process's CLOCK_MONOTONIC is ahead of the first time namespace's: 0 on a
+    kernel without time namespaces, where every process shares one clock."""
+    try:
+        with open("/proc/self/timens_offsets") as f:
+            for line in f:
+                name, seconds, nanoseconds = line.split()
+                if name == "monotonic":
+                    return int(seconds) * 1_000_000_000 + int(nanoseconds)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 class RankState(enum.IntEnum):

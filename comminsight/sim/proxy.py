@@ -29,7 +29,7 @@ import time
 from collections import deque
 
 from comminsight.sim.abi import ProfilerAbi
-from comminsight.sim.board import Board, RunAborted
+from comminsight.sim.board import Board, RunAborted, monotonic_shift_ns
 from comminsight.sim.event_gate import starts
 from comminsight.sim.truth import GroundTruthWriter
 from comminsight_gen.abi.nccl_profiler_v5 import EventState, EventType
@@ -64,9 +64,9 @@ class ProxyThread(threading.Thread):
         self.error: BaseException | None = None
         self.prev_end_ns = 0
         self.completed = 0
-        # ranks meet on the board on the wall clock: each may run in a time namespace of its
+        # ranks meet on the board on the shared clock: each may run in a time namespace of its
         # own, where CLOCK_MONOTONIC (the clock of every other time here) is shifted
-        self.to_shared_ns = time.time_ns() - time.monotonic_ns()
+        self.to_shared_ns = -monotonic_shift_ns()
 
     # ---- the calling thread's side ----
 
