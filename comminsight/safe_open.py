@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
+from typing import BinaryIO
 
 # what a file must be, by the test fstat's mode passes
 KINDS: dict[str, Callable[[int], bool]] = {
@@ -50,9 +51,11 @@ def kind_of(mode: int) -> str:
     return "special file"
 
 
-def check_fd(fd: int, path: str | os.PathLike, kind: str, owner: int | None) -> os.stat_result:
+def check_fd(
+    fd: int, path: str | os.PathLike, kind: str, owner: int | None, shared_ok: bool = False
+) -> os.stat_result:
     """fstat fd: the right kind, owned by `owner` (None: anyone), not writable by group or
-    others. Raises UntrustedFile."""
+    others (unless shared_ok). Raises UntrustedFile."""
     st = os.fstat(fd)
     if not KINDS[kind](st.st_mode):
         raise UntrustedFile(
@@ -62,7 +65,7 @@ def check_fd(fd: int, path: str | os.PathLike, kind: str, owner: int | None) -> 
         raise UntrustedFile(
             path, "other_owner", f"is owned by uid {st.st_uid}, not by this Agent's uid {owner}"
         )
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if not shared_ok and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise UntrustedFile(
             path,
             "writable_by_others",
@@ -72,7 +75,11 @@ def check_fd(fd: int, path: str | os.PathLike, kind: str, owner: int | None) -> 
 
 
 def open_checked(
-    path: str | os.PathLike, kind: str, flags: int = os.O_RDONLY, owner: int | None = -1
+    path: str | os.PathLike,
+    kind: str,
+    flags: int = os.O_RDONLY,
+    owner: int | None = -1,
+    shared_ok: bool = False,
 ) -> tuple[int, os.stat_result]:
     """An fd of path opened O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC and checked (check_fd).
     owner -1: the Agent's effective uid. OSError for a path that cannot be opened at all;
@@ -86,8 +93,39 @@ def open_checked(
             raise UntrustedFile(path, "symlink", "is a symbolic link", errno.ELOOP) from None
         raise
     try:
-        st = check_fd(fd, path, kind, owner)
+        st = check_fd(fd, path, kind, owner, shared_ok)
     except BaseException:
         os.close(fd)
         raise
     return fd, st
+
+
+def open_regular(path: str | os.PathLike, max_bytes: int) -> BinaryIO:
+    """A file the Agent or a tool reads back from a home (its own stores, step files, log
+    segments, certificates) opened for reading: a regular file, not a link, of at most
+    max_bytes. A FIFO planted there would block a plain open() or read() for ever and a sparse
+    file of terabytes would exhaust memory; both are refused with an UntrustedFile (reasons
+    `not_file`, `symlink`, `too_large`). Anyone may own the file: the home's own checks decide
+    who may write there."""
+    fd, st = open_checked(path, "regular file", owner=None, shared_ok=True)
+    if st.st_size > max_bytes:
+        os.close(fd)
+        raise UntrustedFile(
+            path,
+            "too_large",
+            f"is {st.st_size} bytes, more than the {max_bytes} allowed",
+            errno.EFBIG,
+        )
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: str | os.PathLike, max_bytes: int) -> bytes:
+    """The whole of a file open_regular accepts (and still within max_bytes once read: it
+    may grow while it is read)."""
+    with open_regular(path, max_bytes) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UntrustedFile(
+            path, "too_large", f"grew past the {max_bytes} bytes allowed while read", errno.EFBIG
+        )
+    return data
