@@ -120,6 +120,33 @@ def _check_addresses(settings: ConfigV1, raw: dict[str, tuple[str, Origin]]) -> 
             raise ConfigError(f"{name}={shown_raw(name, value)!r} ({origin}): {problem}")
 
 
+def _check_patterns(raw: dict[str, tuple[str, Origin]]) -> None:
+    """Each string key's pattern must match the whole value. msgspec tests a pattern with
+    re.search, whose `$` also matches before a final line break: a token or node name ending
+    in LF would pass `^...$` there."""
+    for name, (value, origin) in raw.items():
+        key = KEY_BY_NAME[name]
+        if key.pattern is None or re.fullmatch(key.pattern, value):
+            continue
+        control = next((c for c in value if ord(c) < 0x20 or ord(c) == 0x7F), None)
+        why = f" (it holds the control character U+{ord(control):04X})" if control else ""
+        raise ConfigError(
+            f"{name}={shown_raw(name, value)!r} ({origin.text}): "
+            f"Expected `str` matching regex {key.pattern!r}{why}"
+        )
+
+
+def _check_home(settings: ConfigV1, raw: dict[str, tuple[str, Origin]]) -> None:
+    # A relative home names a different directory in each process's working directory: the
+    # Agent, its children and every rank would each use their own.
+    if not os.path.isabs(settings.home):
+        origin = raw["COMMINSIGHT_HOME"][1].text if "COMMINSIGHT_HOME" in raw else "default"
+        raise ConfigError(
+            f"COMMINSIGHT_HOME={settings.home!r} ({origin}): a relative path, which each "
+            "process would resolve against its own working directory; give an absolute one"
+        )
+
+
 def load_settings(
     env: Mapping[str, str] | None = None,
     conf_path: Path | None = None,
@@ -162,6 +189,7 @@ def load_settings(
             raw[key.name] = (env[key.name], Origin("environment"))
     for name, (value, where) in overrides.items():
         raw[name] = (value, Origin(where))
+    _check_patterns(raw)
     typed = {
         KEY_BY_NAME[name].field: convert(KEY_BY_NAME[name], value, origin)
         for name, (value, origin) in raw.items()
@@ -179,5 +207,6 @@ def load_settings(
                     f"{message.split(' - at ')[0]}"
                 ) from None
         raise ConfigError(message) from None
+    _check_home(settings, raw)
     _check_addresses(settings, raw)
     return settings

@@ -5,9 +5,12 @@ archived files, oldest first. Local directories and fsspec memory:// / file://, 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +19,7 @@ import msgspec
 import pytest
 import zstandard
 from home_files import write_segment
+from live_agent import LiveAgent
 
 from comminsight.agent.archive.archiver import (
     ArchiveConfigError,
@@ -441,10 +445,41 @@ def test_from_settings_picks_the_provider(tmp_path):
     assert isinstance(provider_for_url("/mnt/3fs/ci", home), LocalDirectoryProvider)
 
 
-@pytest.mark.parametrize("url", ["bogus://bucket/x", "relative/dir", "://x"])
+@pytest.mark.parametrize(
+    "url",
+    ["bogus://bucket/x", "relative/dir", "://x", "ftp:///x", "ftp://127.0.0.1:99999/x"],
+)
 def test_bad_archive_url_is_a_clear_error_naming_the_key(tmp_path, url):
-    with pytest.raises(ArchiveConfigError, match="COMMINSIGHT_COMMON_ARCHIVE_URL"):
+    with pytest.raises(ArchiveConfigError) as err:
         provider_for_url(url, tmp_path)
+    assert str(err.value).startswith(f"COMMINSIGHT_COMMON_ARCHIVE_URL={url!r}: ")
+
+
+def _get_json(agent: LiveAgent, path: str) -> dict:
+    with urllib.request.urlopen(agent.base_url + path, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_an_unreachable_archive_does_not_stop_the_agent_and_is_reported(tmp_path):
+    # nothing listens on port 1, and fsspec's ftp filesystem connects when it is made
+    url = "ftp://127.0.0.1:1/x"
+    home = tmp_path / "home"
+    write_segment(home, 0)
+    with LiveAgent(home, common_archive_url=url, common_archive_retry_max=1) as agent:
+        assert agent.service.archive_error is None  # archiving is on: the URL is valid
+        deadline = time.monotonic() + 60
+        while agent.service.archiver.last_error is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        status = _get_json(agent, "/api/v1/archive")
+        assert status["failed_uploads_total"] >= 1 and status["pending_files"] == 1
+        message = status["last_error"]["message"]
+        assert message == (
+            f"ArchiveUnreachable: COMMINSIGHT_COMMON_ARCHIVE_URL={url!r}: cannot reach the "
+            "archive: [Errno 111] Connection refused"
+        )
+        health = _get_json(agent, "/api/v1/health")
+        assert health["status"] == "degraded"
+        assert f"archive upload failing: {message}" in health["reasons"]
 
 
 def test_url_credentials_are_not_shown(tmp_path):

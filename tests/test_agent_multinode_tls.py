@@ -8,6 +8,8 @@ an error naming the setting."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import secrets
 import shutil
 import subprocess
@@ -20,6 +22,9 @@ from agent_processes import free_port
 from multinode_job import AgentProc, start_job, wait_until
 
 from comminsight.agent.main import multinode_problem
+from comminsight.agent.master.grpc_service import AgentMasterServer
+from comminsight.agent.slave.tls import SlaveTls, channel
+from comminsight.agent.tls_files import TlsFileError
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.config_v1 import ConfigV1
 
@@ -296,3 +301,104 @@ def test_tls_settings_that_cannot_work_are_named_at_start(pki, mode, settings, p
     )
     found = multinode_problem(config)
     assert found is not None and problem in found, found
+
+
+def _odd_file(tmp_path: Path, kind: str) -> str:
+    """A path a PEM setting may name that holds no certificate to read."""
+    path = tmp_path / kind
+    if kind == "device":
+        return "/dev/zero"  # endless
+    if kind == "fifo":
+        os.mkfifo(path, 0o600)  # a plain open() waits for a writer for ever
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(2 << 20)
+    return str(path)
+
+
+ODD_FILES = [
+    ("device", "is a device, not a regular file"),
+    ("fifo", "is a FIFO, not a regular file"),
+    ("directory", "is a directory, not a regular file"),
+    ("huge", "is 2097152 bytes, more than the 1048576 allowed"),
+    ("missing", "cannot be read: No such file or directory"),
+]
+
+
+@pytest.mark.parametrize(("kind", "why"), ODD_FILES)
+@pytest.mark.parametrize("key", ["cert", "key", "client_ca"])
+def test_a_master_tls_file_that_is_not_a_pem_file_is_named_with_its_key(
+    pki, tmp_path, kind, why, key
+):
+    settings = {
+        "agent_tls_cert": str(pki / "server.pem"),
+        "agent_tls_key": str(pki / "server.key"),
+        "agent_tls_client_ca": str(pki / "ca.pem"),
+    }
+    odd = settings[f"agent_tls_{key}"] = _odd_file(tmp_path, kind)
+    config = msgspec.convert({"agent_mode": "master", "agent_token": "t", **settings}, ConfigV1)
+    assert multinode_problem(config) == f"COMMINSIGHT_AGENT_TLS_{key.upper()}={odd}: {why}"
+
+
+@pytest.mark.parametrize(("kind", "why"), ODD_FILES)
+def test_a_slave_ca_that_is_not_a_pem_file_is_named_with_its_key(tmp_path, kind, why):
+    odd = _odd_file(tmp_path, kind)
+    config = msgspec.convert(
+        {
+            "agent_mode": "slave",
+            "agent_token": "t",
+            "agent_master_addr": "127.0.0.1:1",
+            "agent_tls_ca": odd,
+        },
+        ConfigV1,
+    )
+    assert multinode_problem(config) == f"COMMINSIGHT_AGENT_TLS_CA={odd}: {why}"
+
+
+def test_the_channel_and_the_listener_refuse_a_tls_file_that_is_not_a_file(pki, tmp_path):
+    """Files read again when the link dials or the master listens (they may have changed
+    since the check at start): refused by name, never read without end."""
+    odd = _odd_file(tmp_path, "directory")
+    with pytest.raises(TlsFileError) as err:
+        channel("127.0.0.1:1", SlaveTls(ca=odd))
+    assert str(err.value) == f"COMMINSIGHT_AGENT_TLS_CA={odd}: is a directory, not a regular file"
+    server = AgentMasterServer(
+        nodes={}, store=None, token="t", max_batch_bytes=1 << 20, stale_ms=1000,
+        on_events=lambda node, events: None,
+    )  # fmt: skip
+    with pytest.raises(TlsFileError, match=f"^COMMINSIGHT_AGENT_TLS_CLIENT_CA={odd}: is a dir"):
+        asyncio.run(
+            server.start("127.0.0.1:0", str(pki / "server.pem"), str(pki / "server.key"), odd)
+        )
+
+
+def test_tls_files_behind_symbolic_links_are_read(pki, tmp_path):
+    """The way a Kubernetes secret is mounted: each file a link into ..data, itself a link to
+    the directory of the current version."""
+    version = tmp_path / "..2024_01_01"
+    version.mkdir()
+    for name in ("server.pem", "server.key", "ca.pem"):
+        shutil.copy(pki / name, version / name)
+    (tmp_path / "..data").symlink_to(version.name)
+    for name in ("server.pem", "server.key", "ca.pem"):
+        (tmp_path / name).symlink_to(f"..data/{name}")
+    config = msgspec.convert(
+        {
+            "agent_mode": "master",
+            "agent_token": "t",
+            "agent_tls_cert": str(tmp_path / "server.pem"),
+            "agent_tls_key": str(tmp_path / "server.key"),
+            "agent_tls_client_ca": str(tmp_path / "ca.pem"),
+        },
+        ConfigV1,
+    )
+    assert multinode_problem(config) is None
+    (tmp_path / "ca.pem").unlink()
+    (tmp_path / "ca.pem").symlink_to("..data/gone.pem")  # a dangling link: named, and where to
+    found = multinode_problem(config)
+    assert found == (
+        f"COMMINSIGHT_AGENT_TLS_CLIENT_CA={tmp_path / 'ca.pem'} (a link to "
+        f"{version / 'gone.pem'}): cannot be read: No such file or directory"
+    )

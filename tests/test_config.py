@@ -116,3 +116,59 @@ def test_explicit_missing_file_is_an_error(tmp_path):
 def test_shipped_config_file_is_valid():
     s = load_settings(env={}, conf_path=ROOT / "config" / "comminsight.conf")
     assert s.agent_listen == "127.0.0.1:19102"
+
+
+@pytest.mark.parametrize("home", ["rel/home", ".", "./x"])
+def test_a_relative_home_is_refused_naming_the_key(home):
+    with pytest.raises(ConfigError) as e:
+        load_settings(env={"COMMINSIGHT_HOME": home})
+    assert str(e.value).startswith(f"COMMINSIGHT_HOME={home!r} (environment): a relative path")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "control"),
+    [
+        ("COMMINSIGHT_AGENT_TOKEN", "s3cret\r\nX-Injected: 1", "U+000D"),
+        ("COMMINSIGHT_AGENT_TOKEN", "s3cret\n", "U+000A"),  # re.search's $ lets this one by
+        ("COMMINSIGHT_AGENT_TOKEN", "s3\x1bcret", "U+001B"),
+        ("COMMINSIGHT_AGENT_NODE_NAME", "node-a\nnode-b", "U+000A"),
+        ("COMMINSIGHT_AGENT_NODE_NAME", "node-a\n", "U+000A"),
+        ("COMMINSIGHT_AGENT_NODE_NAME", "node\x7f", "U+007F"),
+        ("COMMINSIGHT_AGENT_LISTEN", "127.0.0.1:19102\n", "U+000A"),
+    ],
+)
+def test_control_characters_in_a_token_or_node_name_are_refused_naming_the_key(
+    key, value, control, tmp_path
+):
+    with pytest.raises(ConfigError) as e:
+        load_settings(env={"COMMINSIGHT_HOME": str(tmp_path), key: value})
+    message = str(e.value)
+    assert message.startswith(f"{key}=") and "(environment)" in message
+    assert f"control character {control}" in message
+    if key == "COMMINSIGHT_AGENT_TOKEN":
+        assert "s3" not in message and "cret" not in message  # the secret is not echoed
+
+
+def test_a_control_character_in_a_file_value_is_refused_naming_file_and_line(tmp_path):
+    conf = tmp_path / "c.conf"
+    conf.write_bytes(b"COMMINSIGHT_AGENT_MODE=master\nCOMMINSIGHT_AGENT_TOKEN=ab\x07cd\n")
+    with pytest.raises(ConfigError, match=r"COMMINSIGHT_AGENT_TOKEN='\*\*\*' \(.*c\.conf:2\)"):
+        load_settings(env={"COMMINSIGHT_CONF": str(conf)})
+
+
+@pytest.mark.parametrize("name", ["../elsewhere", "a/b", "-node", "node name"])
+def test_a_node_name_a_master_would_refuse_is_refused(name, tmp_path):
+    with pytest.raises(ConfigError, match="COMMINSIGHT_AGENT_NODE_NAME="):
+        load_settings(env={"COMMINSIGHT_HOME": str(tmp_path), "COMMINSIGHT_AGENT_NODE_NAME": name})
+
+
+def test_printable_tokens_and_ordinary_node_names_are_kept(tmp_path):
+    token = "".join(chr(c) for c in range(0x21, 0x7F))  # every printable character but space
+    s = load_settings(
+        env={
+            "COMMINSIGHT_HOME": str(tmp_path),
+            "COMMINSIGHT_AGENT_TOKEN": f"a {token}",
+            "COMMINSIGHT_AGENT_NODE_NAME": "gpu-node_01.rack2",
+        }
+    )
+    assert s.agent_token == f"a {token}" and s.agent_node_name == "gpu-node_01.rack2"

@@ -304,6 +304,17 @@ def test_an_overlong_home_is_refused_for_the_private_directory(tmp_path):
     assert (tree(default) if default.exists() else None) == before, "the default home was used"
 
 
+def test_a_relative_home_is_refused_for_the_private_directory(tmp_path):
+    work = tmp_path / "work"  # the rank's working directory, which a relative home would follow
+    work.mkdir()
+    out, err = run("train", Path("rel/home"), tmp_path, cwd=work)
+    refusal = said(err, r"home rel/home refused: COMMINSIGHT_HOME is a relative path")
+    assert len(refusal) == 1, err
+    assert list(work.iterdir()) == [], "the relative home was created"
+    (private,) = private_homes(tmp_path)
+    assert out["init_result"] == 0 and len(ops_in(private / "inspector_logs")) == OPS
+
+
 # ---- 3. links and foreign files planted inside our own home ----
 
 

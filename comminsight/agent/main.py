@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from comminsight.agent.core import command_line
 from comminsight.agent.core.home_check import HomeError, check_config_file, check_home
+from comminsight.agent.tls_files import TlsFileError, read_pem
 from comminsight.config import ConfigError, config_file_path, is_loopback, load_settings
 from comminsight.durable_files import make_private_dirs
 from comminsight.redaction import shown_value
@@ -138,8 +139,11 @@ def multinode_problem(settings) -> str | None:
         ("COMMINSIGHT_AGENT_TLS_CA", settings.agent_tls_ca),
         ("COMMINSIGHT_AGENT_TLS_CLIENT_CA", settings.agent_tls_client_ca),
     ):
-        if path and not Path(path).is_file():
-            return f"{key}={path}: no such file"
+        if path:
+            try:
+                read_pem(key, path)
+            except TlsFileError as e:
+                return str(e)
     return None
 
 
@@ -222,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FifoError, ListenError) as e:
         print(f"comminsight-agent: {e}", file=sys.stderr)
         return 1
+    except TlsFileError as e:  # a certificate file changed since the check at start
+        print(f"comminsight-agent: configuration error: {e}", file=sys.stderr)
+        return 2
     except OSError as e:  # a directory or file of the home the Agent cannot use
         print(f"comminsight-agent: cannot use home {home}: {_os_error(e)}", file=sys.stderr)
         return 1

@@ -207,7 +207,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         raise SimConfigError(str(e)) from None
     return SimConfig(
         plugin=args.plugin,
-        home=args.home,
+        # absolute: the Profiler refuses a relative home (each rank would resolve it alone)
+        home=os.path.abspath(args.home),
         workload=args.workload,
         ranks=args.ranks,
         nodes=args.nodes,

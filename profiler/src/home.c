@@ -9,7 +9,7 @@
  * same goes for one of the home's directories that is refused on its own, for the uses that
  * can move (inspector_logs, shms), and for one the Profiler cannot write at all: a home that is
  * ours but mounted read-only (EROFS) or closed to this user (EACCES, EPERM) would otherwise
- * lose every op. Training always goes on.
+ * lose every op. A relative COMMINSIGHT_HOME is refused the same way. Training always goes on.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -148,6 +148,12 @@ void ci_home_open(void) {
     if (!ci_home_path(path, sizeof(path))) {
         snprintf(path, sizeof(path), "%s (%zu bytes)", CI_CONFIG_V1_HOME_KEY, strlen(getenv(CI_CONFIG_V1_HOME_KEY)));
         snprintf(why, sizeof(why), "longer than %d bytes", CI_HOME_MAX - 1);
+    } else if (path[0] != '/') {
+        /* Each rank would resolve it against its own working directory: ranks of one job (and
+         * their Agent) would not share a home, and a rank that changes directory writes into
+         * whatever is there. */
+        snprintf(why, sizeof(why), "%s is a relative path (each rank would resolve it against its own working "
+                 "directory); give an absolute one", CI_CONFIG_V1_HOME_KEY);
     } else {
         ci_g.home_fd = open_trusted_home(path, why, sizeof(why));
         if (ci_g.home_fd >= 0) return;

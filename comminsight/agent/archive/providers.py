@@ -7,6 +7,7 @@ agent restarting after a crash) never takes a half-written object for a complete
 
 from __future__ import annotations
 
+import inspect
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -22,6 +23,11 @@ URL_KEY = "COMMINSIGHT_COMMON_ARCHIVE_URL"
 
 class ArchiveConfigError(ValueError):
     """COMMINSIGHT_COMMON_ARCHIVE_URL cannot be used; the message names the key."""
+
+
+class ArchiveUnreachable(OSError):
+    """The archive's filesystem could not be made (its server refused or did not answer);
+    an upload failure like any other, tried again on the next attempt."""
 
 
 class Provider(ABC):
@@ -99,21 +105,32 @@ class LocalDirectoryProvider(Provider):
 
 
 class FsspecProvider(Provider):
-    """Any fsspec filesystem (s3://, gs://, file://, memory://, ...) named by a URL."""
+    """Any fsspec filesystem (s3://, gs://, file://, memory://, ...) named by a URL.
+
+    The URL is checked when the provider is made, the filesystem made only when first used:
+    some backends connect in their constructor (ftp://), and a destination that is down
+    when the Agent starts is an upload failure, retried and reported, not a reason to stop."""
 
     kind = "fsspec"
 
     def __init__(self, url: str):
-        import fsspec  # imported here so the local default works even without it installed
-
-        try:
-            self.fs, root = fsspec.core.url_to_fs(url)
-        except (ValueError, ImportError) as e:
-            # ValueError: unknown protocol; ImportError: its backend (s3fs, gcsfs) is missing.
-            raise ArchiveConfigError(f"{URL_KEY}={redact_url(url)!r}: {e}") from None
-        self.root = root.rstrip("/")
         self.url = redact_url(url)
         self._raw_url = url  # never shown: only to hide its credentials in errors
+        self.root = _checked_fsspec_url(url, self.url).rstrip("/")
+        self._fs = None
+
+    @property
+    def fs(self):
+        if self._fs is None:
+            import fsspec
+
+            try:
+                self._fs, _ = fsspec.core.url_to_fs(self._raw_url)
+            except Exception as e:
+                raise ArchiveUnreachable(
+                    f"{URL_KEY}={self.url!r}: cannot reach the archive: {e}"
+                ) from e
+        return self._fs
 
     def scrub(self, text: str) -> str:
         # a backend's error names the remote path, which may hold the URL's credentials
@@ -149,6 +166,33 @@ class FsspecProvider(Provider):
             self.fs.rm(self._path(name))
         except FileNotFoundError:
             pass
+
+
+def _checked_fsspec_url(url: str, shown: str) -> str:
+    """The filesystem path an fsspec URL names, checked without making its filesystem: the
+    protocol is known and its backend installed, the URL parses (a port in range), and it
+    gives each filesystem's constructor the arguments it requires (ftp:// needs a host).
+    ArchiveConfigError naming the key and the URL otherwise."""
+    import fsspec.core  # imported here so the local default works even without it installed
+
+    try:
+        # fsspec's own split of a URL (chained ones too) into (path, protocol, options),
+        # the one url_to_fs makes; private, but it is what url_to_fs runs before connecting
+        chain = fsspec.core._un_chain(url, {})
+        for i, (_, protocol, options) in enumerate(chain):
+            init = fsspec.get_filesystem_class(protocol).__init__
+            given = dict(options)
+            if i + 1 < len(chain):  # url_to_fs hands an outer filesystem its target too
+                given.update(fo=chain[i + 1][0], target_protocol="", target_options={})
+            try:
+                inspect.signature(init).bind(None, **given)
+            except TypeError as e:
+                raise ValueError(f"{protocol}:// {e}") from None
+    except (ValueError, TypeError, ImportError) as e:
+        # ValueError: unknown protocol or a malformed URL; ImportError: its backend (s3fs,
+        # gcsfs) is missing
+        raise ArchiveConfigError(f"{URL_KEY}={shown!r}: {e}") from None
+    return chain[0][0]
 
 
 def provider_for_url(url: str, home: str | Path) -> Provider:

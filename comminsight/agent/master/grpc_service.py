@@ -29,7 +29,6 @@ import re
 import secrets
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import grpc
 import msgspec
@@ -42,6 +41,7 @@ from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.master.rejects import PROTOCOL_VERSION, REJECT_KEY, STATUS_OF, reason_name
 from comminsight.agent.master.stacks import StackRequests
 from comminsight.agent.master.store import MasterStore
+from comminsight.agent.tls_files import read_pem
 from comminsight_gen.abi import fifo_event_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
@@ -124,7 +124,8 @@ class AgentMasterServer:
         self, listen: str, cert: str = "", key: str = "", client_ca: str = ""
     ) -> tuple[grpc.aio.Server, int]:
         """Serve on listen; returns the server and the bound port (listen may say port 0).
-        With client_ca, TLS is mutual: a slave must present a certificate that CA signed."""
+        With client_ca, TLS is mutual: a slave must present a certificate that CA signed.
+        TlsFileError (an OSError) when a TLS setting's file cannot be used."""
         server = grpc.aio.server(
             interceptors=[TokenGate(self)],
             options=[
@@ -142,8 +143,15 @@ class AgentMasterServer:
         server.add_generic_rpc_handlers((self.handler(),))
         if cert:
             creds = grpc.ssl_server_credentials(
-                [(Path(key).read_bytes(), Path(cert).read_bytes())],
-                root_certificates=Path(client_ca).read_bytes() if client_ca else None,
+                [
+                    (
+                        read_pem("COMMINSIGHT_AGENT_TLS_KEY", key),
+                        read_pem("COMMINSIGHT_AGENT_TLS_CERT", cert),
+                    )
+                ],
+                root_certificates=(
+                    read_pem("COMMINSIGHT_AGENT_TLS_CLIENT_CA", client_ca) if client_ca else None
+                ),
                 require_client_auth=bool(client_ca),
             )
             port = server.add_secure_port(listen, creds)
@@ -168,8 +176,8 @@ class AgentMasterServer:
             reason_name(reject.reason),
             reject.message,
         )
-        record = self.nodes.get(node_name) if node_name and NODE_NAME.match(node_name) else None
-        if record is None and node_name and NODE_NAME.match(node_name):
+        record = self.nodes.get(node_name) if node_name and NODE_NAME.fullmatch(node_name) else None
+        if record is None and node_name and NODE_NAME.fullmatch(node_name):
             if self.refused_strangers() < MAX_REFUSED_STRANGERS:
                 record = self.nodes[node_name] = NodeRecord(node_name, api.AgentMode.slave)
             else:  # bounded: anyone can present a new name with a wrong token
@@ -298,7 +306,7 @@ class AgentMasterServer:
                 f"(it speaks {PROTOCOL_VERSION})",
             )
         node = request.node
-        if not NODE_NAME.match(node.node_name):
+        if not NODE_NAME.fullmatch(node.node_name):
             raise Refusal(
                 pb.REJECT_REASON_MALFORMED,
                 f"node.node_name {node.node_name!r} does not match {NODE_NAME.pattern}",

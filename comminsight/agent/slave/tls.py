@@ -20,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import ssl
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
+
+from comminsight.agent.tls_files import read_pem
 
 PROBE_TIMEOUT_S = 2.0
 CHANNEL_OPTIONS = [
@@ -43,11 +44,12 @@ class SlaveTls:
 
 
 def channel(master_addr: str, tls: SlaveTls) -> grpc.aio.Channel:
+    """TlsFileError (an OSError) when a TLS setting's file cannot be used."""
     if tls.ca:
         creds = grpc.ssl_channel_credentials(
-            Path(tls.ca).read_bytes(),
-            Path(tls.key).read_bytes() if tls.cert else None,
-            Path(tls.cert).read_bytes() if tls.cert else None,
+            read_pem("COMMINSIGHT_AGENT_TLS_CA", tls.ca),
+            read_pem("COMMINSIGHT_AGENT_TLS_KEY", tls.key) if tls.cert else None,
+            read_pem("COMMINSIGHT_AGENT_TLS_CERT", tls.cert) if tls.cert else None,
         )
         return grpc.aio.secure_channel(master_addr, creds, options=CHANNEL_OPTIONS)
     return grpc.aio.insecure_channel(master_addr, options=CHANNEL_OPTIONS)
@@ -77,7 +79,13 @@ async def refuses_client(master_addr: str, tls: SlaveTls) -> bool:
     when the probe cannot tell."""
     host, _, port = master_addr.rpartition(":")
     try:
-        context = ssl.create_default_context(cafile=tls.ca)
+        # OpenSSL opens the files itself (and would wait on a FIFO): the CA goes in as text,
+        # the certificate and key, which it takes only by path, are checked first
+        ca = read_pem("COMMINSIGHT_AGENT_TLS_CA", tls.ca).decode("ascii", "replace")
+        if tls.cert:
+            read_pem("COMMINSIGHT_AGENT_TLS_CERT", tls.cert)
+            read_pem("COMMINSIGHT_AGENT_TLS_KEY", tls.key)
+        context = ssl.create_default_context(cadata=ca)
         context.check_hostname = False  # the question is the client certificate
         context.set_alpn_protocols(["h2"])
         if tls.cert:

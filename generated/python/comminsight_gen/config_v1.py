@@ -41,7 +41,7 @@ KEYS: tuple[ConfigKey, ...] = (
         type="string",
         default='/opt/comminsight',
         unit="path",
-        description="Root of every runtime directory (inspector_logs/, shms/, fifos/, semantics/step/, metadata/, archives/, logs/, etc/). Directories are created 0700, files 0600.",
+        description="Root of every runtime directory (inspector_logs/, shms/, fifos/, semantics/step/, metadata/, archives/, logs/, etc/). Directories are created 0700, files 0600. An absolute path: a relative one is refused (each rank and the Agent would resolve it against their own working directories).",
         components=("profiler","agent","engine","inject",),
         min_length=1,
     ),
@@ -164,8 +164,9 @@ KEYS: tuple[ConfigKey, ...] = (
         type="string",
         default='',
         unit="name",
-        description="Name of this node in a multi-node job. Empty means the host name.",
+        description="Name of this node in a multi-node job, and the prefix of its objects in the archive. Letters, digits and \u0027.\u0027, \u0027_\u0027, \u0027-\u0027, starting with a letter or digit (what a master accepts from a slave). Empty means the host name.",
         components=("agent",),
+        pattern="^$|^[A-Za-z0-9][A-Za-z0-9._-]*$",
         max_length=63,
     ),
     ConfigKey(
@@ -174,8 +175,9 @@ KEYS: tuple[ConfigKey, ...] = (
         type="string",
         default='',
         unit="secret",
-        description="Bearer token required by mutating API endpoints and shared between slaves and master. Empty: mutating endpoints are refused.",
+        description="Bearer token required by mutating API endpoints and shared between slaves and master. Empty: mutating endpoints are refused. Printable ASCII only (what an HTTP header and gRPC metadata carry): a CR or LF would let it split the header it is sent in.",
         components=("agent",),
+        pattern="^[ -~]*$",
     ),
     ConfigKey(
         name="COMMINSIGHT_AGENT_TLS_CERT",
@@ -577,7 +579,7 @@ KEYS: tuple[ConfigKey, ...] = (
         type="string",
         default='',
         unit="url",
-        description="Where sealed logs and summaries are archived: a directory path or an fsspec URL (s3://..., file://...). Empty means \u003cCOMMINSIGHT_HOME\u003e/archives.",
+        description="Where sealed logs and summaries are archived: a directory path or an fsspec URL (s3://..., file://...). Empty means \u003cCOMMINSIGHT_HOME\u003e/archives. An unknown scheme or a malformed URL turns archiving off (named in health); a destination that cannot be reached is an upload failure, retried and reported.",
         components=("agent",),
     ),
     ConfigKey(
@@ -668,7 +670,7 @@ KEY_BY_NAME: dict[str, ConfigKey] = {k.name: k for k in KEYS}
 class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Resolved settings; build with msgspec.convert(values, ConfigV1) to validate."""
 
-    home: Annotated[str, msgspec.Meta(min_length=1, description="Root of every runtime directory (inspector_logs/, shms/, fifos/, semantics/step/, metadata/, archives/, logs/, etc/). Directories are created 0700, files 0600.")] = '/opt/comminsight'
+    home: Annotated[str, msgspec.Meta(min_length=1, description="Root of every runtime directory (inspector_logs/, shms/, fifos/, semantics/step/, metadata/, archives/, logs/, etc/). Directories are created 0700, files 0600. An absolute path: a relative one is refused (each rank and the Agent would resolve it against their own working directories).")] = '/opt/comminsight'
     conf: Annotated[str, msgspec.Meta(description="Path of the KEY=VALUE configuration file. Empty means \u003cCOMMINSIGHT_HOME\u003e/etc/comminsight.conf. Only the environment can set this key.")] = ''
     agent_listen: Annotated[str, msgspec.Meta(pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Address the Agent Master API and /metrics listen on. The default answers this host only; an address beyond loopback serves reads to anyone who can reach it (mutations always need COMMINSIGHT_AGENT_TOKEN), and the Agent warns at start when no token is set. Port 0..65535; the host is an IP address or a host name.")] = '127.0.0.1:19102'
     agent_http_max_connections: Annotated[int, msgspec.Meta(ge=1, le=1048576, description="Most HTTP connections the Agent keeps open at once. A connection beyond it closes the oldest one that has no request in progress, or is refused when every one has; both are counted (comminsight_agent_http_connections_closed_total). Keep it well below the open-file limit (ulimit -n): the Agent warns at start when it is not.")] = 256
@@ -680,8 +682,8 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_mode: Annotated[Literal["standalone", "master", "slave"], msgspec.Meta(description="standalone: one node on its own; master: also accepts slaves over gRPC and answers for the whole job; slave: streams node state to a master.")] = 'standalone'
     agent_master_listen: Annotated[str, msgspec.Meta(pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Where a master accepts slaves\u0027 gRPC connections.")] = '0.0.0.0:19103'
     agent_master_addr: Annotated[str, msgspec.Meta(pattern="^$|^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Where a slave dials its master. Required in slave mode.")] = ''
-    agent_node_name: Annotated[str, msgspec.Meta(max_length=63, description="Name of this node in a multi-node job. Empty means the host name.")] = ''
-    agent_token: Annotated[str, msgspec.Meta(description="Bearer token required by mutating API endpoints and shared between slaves and master. Empty: mutating endpoints are refused.")] = ''
+    agent_node_name: Annotated[str, msgspec.Meta(pattern="^$|^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=63, description="Name of this node in a multi-node job, and the prefix of its objects in the archive. Letters, digits and \u0027.\u0027, \u0027_\u0027, \u0027-\u0027, starting with a letter or digit (what a master accepts from a slave). Empty means the host name.")] = ''
+    agent_token: Annotated[str, msgspec.Meta(pattern="^[ -~]*$", description="Bearer token required by mutating API endpoints and shared between slaves and master. Empty: mutating endpoints are refused. Printable ASCII only (what an HTTP header and gRPC metadata carry): a CR or LF would let it split the header it is sent in.")] = ''
     agent_tls_cert: Annotated[str, msgspec.Meta(description="This Agent\u0027s PEM certificate. A master serves it on its gRPC listener (TLS is off when empty); a slave presents it to a master that requires client certificates (COMMINSIGHT_AGENT_TLS_CLIENT_CA).")] = ''
     agent_tls_key: Annotated[str, msgspec.Meta(description="PEM private key matching COMMINSIGHT_AGENT_TLS_CERT.")] = ''
     agent_tls_ca: Annotated[str, msgspec.Meta(description="PEM CA bundle a slave uses to verify the master (TLS is off when empty).")] = ''
@@ -720,7 +722,7 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     semantic_enable: Annotated[bool, msgspec.Meta(description="Run the Semantic Engine on completed ops in the Agent.")] = True
     semantic_template_dirs: Annotated[str, msgspec.Meta(description="Extra directories (colon-separated) of step templates, added to the built-in ones.")] = ''
     semantic_checkpoint_s: Annotated[float, msgspec.Meta(ge=0.1, le=3600.0, description="How often the engine checkpoints its state.")] = 10.0
-    common_archive_url: Annotated[str, msgspec.Meta(description="Where sealed logs and summaries are archived: a directory path or an fsspec URL (s3://..., file://...). Empty means \u003cCOMMINSIGHT_HOME\u003e/archives.")] = ''
+    common_archive_url: Annotated[str, msgspec.Meta(description="Where sealed logs and summaries are archived: a directory path or an fsspec URL (s3://..., file://...). Empty means \u003cCOMMINSIGHT_HOME\u003e/archives. An unknown scheme or a malformed URL turns archiving off (named in health); a destination that cannot be reached is an upload failure, retried and reported.")] = ''
     common_archive_zstd_level: Annotated[int, msgspec.Meta(ge=1, le=22, description="zstd compression level of archived files.")] = 3
     common_archive_retry_max: Annotated[int, msgspec.Meta(ge=1, le=1000, description="Upload attempts before an archive error is reported (with exponential backoff).")] = 8
     common_archive_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=86400.0, description="How often the Agent looks for sealed files to archive (a flush through the API archives at once).")] = 30.0

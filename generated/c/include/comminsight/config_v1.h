@@ -17,7 +17,7 @@
 #define CI_CONFIG_V1_TYPE_NUMBER 2
 #define CI_CONFIG_V1_TYPE_BOOLEAN 3
 
-/* COMMINSIGHT_HOME (string, path): Root of every runtime directory (inspector_logs/, shms/, fifos/, semantics/step/, metadata/, archives/, logs/, etc/). Directories are created 0700, files 0600. */
+/* COMMINSIGHT_HOME (string, path): Root of every runtime directory (inspector_logs/, shms/, fifos/, semantics/step/, metadata/, archives/, logs/, etc/). Directories are created 0700, files 0600. An absolute path: a relative one is refused (each rank and the Agent would resolve it against their own working directories). */
 #define CI_CONFIG_V1_HOME_KEY "COMMINSIGHT_HOME"
 #define CI_CONFIG_V1_HOME_INDEX 0
 #define CI_CONFIG_V1_HOME_DEFAULT_TEXT "/opt/comminsight"
@@ -99,13 +99,13 @@
 #define CI_CONFIG_V1_AGENT_MASTER_ADDR_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_AGENT_MASTER_ADDR_DEFAULT ""
 
-/* COMMINSIGHT_AGENT_NODE_NAME (string, name): Name of this node in a multi-node job. Empty means the host name. */
+/* COMMINSIGHT_AGENT_NODE_NAME (string, name): Name of this node in a multi-node job, and the prefix of its objects in the archive. Letters, digits and '.', '_', '-', starting with a letter or digit (what a master accepts from a slave). Empty means the host name. */
 #define CI_CONFIG_V1_AGENT_NODE_NAME_KEY "COMMINSIGHT_AGENT_NODE_NAME"
 #define CI_CONFIG_V1_AGENT_NODE_NAME_INDEX 12
 #define CI_CONFIG_V1_AGENT_NODE_NAME_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_AGENT_NODE_NAME_DEFAULT ""
 
-/* COMMINSIGHT_AGENT_TOKEN (string, secret): Bearer token required by mutating API endpoints and shared between slaves and master. Empty: mutating endpoints are refused. */
+/* COMMINSIGHT_AGENT_TOKEN (string, secret): Bearer token required by mutating API endpoints and shared between slaves and master. Empty: mutating endpoints are refused. Printable ASCII only (what an HTTP header and gRPC metadata carry): a CR or LF would let it split the header it is sent in. */
 #define CI_CONFIG_V1_AGENT_TOKEN_KEY "COMMINSIGHT_AGENT_TOKEN"
 #define CI_CONFIG_V1_AGENT_TOKEN_INDEX 13
 #define CI_CONFIG_V1_AGENT_TOKEN_DEFAULT_TEXT ""
@@ -389,7 +389,7 @@
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_MIN 0.1
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_MAX 3600.0
 
-/* COMMINSIGHT_COMMON_ARCHIVE_URL (string, url): Where sealed logs and summaries are archived: a directory path or an fsspec URL (s3://..., file://...). Empty means <COMMINSIGHT_HOME>/archives. */
+/* COMMINSIGHT_COMMON_ARCHIVE_URL (string, url): Where sealed logs and summaries are archived: a directory path or an fsspec URL (s3://..., file://...). Empty means <COMMINSIGHT_HOME>/archives. An unknown scheme or a malformed URL turns archiving off (named in health); a destination that cannot be reached is an upload failure, retried and reported. */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_KEY "COMMINSIGHT_COMMON_ARCHIVE_URL"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_INDEX 52
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_DEFAULT_TEXT ""
@@ -477,8 +477,8 @@ static inline const ci_config_v1_key_t* ci_config_v1_keys(size_t* count) {
         { "COMMINSIGHT_AGENT_MODE", CI_CONFIG_V1_TYPE_STRING, "standalone", 0, 0, 0, 0, "standalone|master|slave", NULL },
         { "COMMINSIGHT_AGENT_MASTER_LISTEN", CI_CONFIG_V1_TYPE_STRING, "0.0.0.0:19103", 0, 0, 0, 0, NULL, "^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$" },
         { "COMMINSIGHT_AGENT_MASTER_ADDR", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, "^$|^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$" },
-        { "COMMINSIGHT_AGENT_NODE_NAME", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, NULL },
-        { "COMMINSIGHT_AGENT_TOKEN", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, NULL },
+        { "COMMINSIGHT_AGENT_NODE_NAME", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, "^$|^[A-Za-z0-9][A-Za-z0-9._-]*$" },
+        { "COMMINSIGHT_AGENT_TOKEN", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, "^[ -~]*$" },
         { "COMMINSIGHT_AGENT_TLS_CERT", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, NULL },
         { "COMMINSIGHT_AGENT_TLS_KEY", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, NULL },
         { "COMMINSIGHT_AGENT_TLS_CA", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, NULL },
