@@ -14,9 +14,17 @@ from pathlib import Path
 
 import msgspec
 
+from comminsight.safe_open import read_regular
+from comminsight.untrusted_json import NOT_JSON
+from comminsight_gen.config_v1 import KEY_BY_NAME
 from comminsight_gen.models.inspector_log_v1 import CiSeal, InspectorLogRecord
 
 _DECODER = msgspec.json.Decoder(InspectorLogRecord)
+
+# a segment is sealed once it reaches the configured size, which it passes by its last
+# writes only: a file of twice the largest size allowed is no segment (a sparse file planted
+# in a home, say) and is refused rather than read
+SEGMENT_BYTES_MAX = 2 * int(KEY_BY_NAME["COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES"].maximum)
 
 
 class SegmentError(ValueError):
@@ -37,14 +45,14 @@ def decode_lines(path: Path, data: bytes) -> list[InspectorLogRecord]:
             records.append(_DECODER.decode(line))
         except msgspec.ValidationError as e:
             raise SegmentError(f"{path}:{lineno}: {e}") from None
-        except msgspec.DecodeError as e:
+        except NOT_JSON as e:
             raise SegmentError(f"{path}:{lineno}: not JSON: {e}") from None
     return records
 
 
 def verify_segment(path: str | Path) -> Segment:
     path = Path(path)
-    data = path.read_bytes()
+    data = read_regular(path, SEGMENT_BYTES_MAX)
     if path.name.endswith(".partial"):
         return Segment(path, decode_lines(path, data), None)
     body, _, last = data.rstrip(b"\n").rpartition(b"\n")

@@ -119,11 +119,23 @@ def open_regular(path: str | os.PathLike, max_bytes: int) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+READ_CHUNK_BYTES = 1 << 20
+
+
 def read_regular(path: str | os.PathLike, max_bytes: int) -> bytes:
     """The whole of a file open_regular accepts (and still within max_bytes once read: it
     may grow while it is read)."""
+    # read in chunks: one read(max_bytes + 1) would allocate the whole cap up front
+    chunks: list[bytes] = []
+    total = 0
     with open_regular(path, max_bytes) as f:
-        data = f.read(max_bytes + 1)
+        while total <= max_bytes:
+            chunk = f.read(min(READ_CHUNK_BYTES, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    data = b"".join(chunks)
     if len(data) > max_bytes:
         raise UntrustedFile(
             path, "too_large", f"grew past the {max_bytes} bytes allowed while read", errno.EFBIG

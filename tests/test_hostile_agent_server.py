@@ -1,8 +1,10 @@
 """The Agent against hostile load, settings, homes and disks: its HTTP server under more
-half-open connections than it has file descriptors, a header that never ends, clients that
-pipeline requests and never read the answers, settings out of range, homes it must not trust,
-symbolic links where segments belong, peers without the token claiming a live node or
-flooding the master with large messages, and a disk that fills up under the Semantic Engine.
+half-open connections than it has file descriptors, a header that never ends, request bodies
+sent a byte at a time, bearer tokens that are not UTF-8, floods of requests that are not HTTP,
+clients that pipeline requests and never read the answers, settings out of range, homes it
+must not trust, symbolic links where segments belong, peers without the token claiming a live
+node or flooding the master with large messages, and a disk that fills up under the Semantic
+Engine.
 
 Each case is run on a real `comminsight-agent` process where the process is what is at stake
 (its exit status and stderr, its descriptors, its answers over TCP); nothing here waits on a
@@ -13,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import http.client
 import os
 import re
 import resource
 import secrets
+import select
 import shutil
 import socket
 import subprocess
@@ -126,12 +130,16 @@ def raise_own_nofile(at_least: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (at_least, hard))
 
 
-def open_connections(address: str, n: int) -> list[socket.socket]:
+def open_connections(address: str, n: int, source: str | None = None) -> list[socket.socket]:
+    """n connections to address; from the loopback address `source` (127.0.0.2, ...), a
+    client other than the test's own requests, which come from 127.0.0.1."""
     host, _, port = address.rpartition(":")
     out = []
     for _ in range(n):
         s = socket.socket()
         s.settimeout(DEADLINE_S)
+        if source is not None:
+            s.bind((source, 0))
         s.connect((host, int(port)))
         out.append(s)
     return out
@@ -201,7 +209,12 @@ def test_accept_out_of_descriptors_is_counted_logged_once_and_the_agent_recovers
             if "cannot accept connections: EMFILE" in agent.text():
                 break
             held += open_connections(agent.listen, 16)
-        assert "cannot accept connections: EMFILE" in agent.text(), agent.text()[-3000:]
+        # a loaded machine's agent may not yet have accepted what the backlog holds
+        wait_until(
+            lambda: "cannot accept connections: EMFILE" in agent.text(),
+            DEADLINE_S,
+            lambda: agent.text()[-3000:],
+        )
         assert agent.proc.poll() is None
         close_all(held)
         held = []
@@ -267,6 +280,162 @@ def test_a_kept_alive_connection_left_idle_is_closed(tmp_path):
             rest += chunk
         conn.close()
         assert agent.get("/api/v1/health").status_code == 200
+    finally:
+        agent.stop()
+
+
+API_TOKEN = "hostile-server-token"
+
+
+def slow_resolve(token: str | None = API_TOKEN) -> bytes:
+    """The header of a resolve request announcing a 60000-byte body, and its first byte."""
+    auth = b"" if token is None else b"Authorization: Bearer " + token.encode() + b"\r\n"
+    return (
+        b"POST /api/v1/hangs/some-report/resolve HTTP/1.1\r\nHost: agent\r\n"
+        + auth
+        + b"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n{"
+    )
+
+
+def still_open(s: socket.socket) -> bool:
+    """Neither answered nor closed by the agent: nothing to read, not even the end."""
+    return not select.select([s], [], [], 0)[0]
+
+
+def test_slow_bodies_on_every_connection_do_not_lock_other_clients_out(tmp_path):
+    raise_own_nofile(2048)
+    agent = Agent(
+        tmp_path / "home",
+        COMMINSIGHT_SEMANTIC_ENABLE="0",
+        COMMINSIGHT_AGENT_TOKEN=API_TOKEN,
+        COMMINSIGHT_AGENT_HTTP_BODY_TIMEOUT_S="3600",  # the limit must do it, not the clock
+    )
+    held: list[socket.socket] = []
+    try:
+        agent.wait_ready()
+        (other,) = open_connections(agent.listen, 1)  # another client with one slow body
+        other.sendall(slow_resolve())
+        # one client with the token fills every connection the limit (256) allows with a
+        # resolve whose body never ends: each a request in progress, none idle
+        held = open_connections(agent.listen, 256, source="127.0.0.2")
+        for s in held:
+            s.sendall(slow_resolve())
+
+        def served():
+            health = agent.health()
+            if health is None or health.status_code != 200:
+                return False
+            try:
+                text = agent.get("/metrics").text
+            except httpx.TransportError:
+                return False
+            return metric(
+                text, "comminsight_agent_http_connections_closed_total", reason="limit_client"
+            )
+
+        # the client holding the most busy connections loses its oldest to a newcomer
+        wait_until(served, DEADLINE_S, lambda: f"other clients were locked out:\n{agent.text()}")
+        for _ in range(5):
+            health = agent.health()
+            assert health is not None and health.status_code == 200, agent.text()
+        assert still_open(other), "the client with one connection lost it"
+        assert sum(still_open(s) for s in held) < len(held)
+        no_traceback(agent.text())
+    finally:
+        close_all(held)
+        agent.stop()
+
+
+def test_a_body_sent_a_byte_at_a_time_is_answered_408_and_its_connection_closed(tmp_path):
+    agent = Agent(
+        tmp_path / "home",
+        COMMINSIGHT_SEMANTIC_ENABLE="0",
+        COMMINSIGHT_AGENT_TOKEN=API_TOKEN,
+        COMMINSIGHT_AGENT_HTTP_BODY_TIMEOUT_S="1",
+    )
+    try:
+        agent.wait_ready()
+        (anonymous,) = open_connections(agent.listen, 1)
+        anonymous.sendall(slow_resolve(token=None))
+        # the token is checked before the body is read: no body byte more is waited for
+        assert anonymous.recv(65536).startswith(b"HTTP/1.1 401"), agent.text()
+        anonymous.close()
+        (slow,) = open_connections(agent.listen, 1)
+        slow.sendall(slow_resolve())
+        deadline = time.monotonic() + DEADLINE_S
+        while not select.select([slow], [], [], 0.2)[0]:  # a byte now and then, not the body
+            assert time.monotonic() < deadline, f"the slow body was never answered:\n{agent.text()}"
+            slow.sendall(b" ")
+        answer = slow.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert b"Connection: close" in answer and b"did not arrive within 1 s" in answer, answer
+        try:
+            while slow.recv(65536):  # closed once aiohttp's lingering read gives up
+                pass
+        except ConnectionResetError:
+            pass
+        slow.close()
+        assert agent.get("/api/v1/health").status_code == 200
+        no_traceback(agent.text())
+    finally:
+        agent.stop()
+
+
+@pytest.mark.parametrize("token", [b"t\xf6k\xe9n", "tökén".encode()], ids=["latin-1", "utf-8"])
+def test_a_bearer_token_that_is_not_ascii_is_a_wrong_token(tmp_path, token):
+    agent = Agent(
+        tmp_path / "home", COMMINSIGHT_SEMANTIC_ENABLE="0", COMMINSIGHT_AGENT_TOKEN=API_TOKEN
+    )
+    try:
+        agent.wait_ready()
+        host, _, port = agent.listen.rpartition(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=DEADLINE_S)
+        conn.putrequest("POST", "/api/v1/hangs/some-report/resolve")
+        conn.putheader("Authorization", b"Bearer " + token)  # the bytes as they are
+        conn.putheader("Content-Length", "0")
+        conn.endheaders()
+        answer = conn.getresponse()
+        body = msgspec.json.decode(answer.read())
+        conn.close()
+        assert answer.status == 401, (answer.status, body)
+        assert body["code"] == "unauthorized" and body["message"] == "wrong bearer token", body
+        assert answer.getheader("WWW-Authenticate") == 'Bearer realm="comminsight"'
+        no_traceback(agent.text())
+    finally:
+        agent.stop()
+
+
+MALFORMED = (
+    b"GET / HTTP/1.1\r\nBad Header\r\n\r\n",  # a header without a colon
+    b"GET /api/v1/health HTTP/9.9\r\n\r\n",  # no such version
+    b"GET /api/v1/health HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # bad chunk
+    b"G@T / HTTP/1.1\r\n\r\n",  # no such method
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # a TLS hello, not HTTP
+)
+
+
+def test_a_flood_of_malformed_requests_logs_a_bounded_number_of_lines(tmp_path):
+    agent = Agent(tmp_path / "home", COMMINSIGHT_SEMANTIC_ENABLE="0")
+    try:
+        agent.wait_ready()
+        started = time.monotonic()
+        for i in range(200):
+            (s,) = open_connections(agent.listen, 1)
+            s.sendall(MALFORMED[i % len(MALFORMED)])
+            assert s.recv(65536).startswith(b"HTTP/1.0 400"), MALFORMED[i % len(MALFORMED)]
+            s.close()
+        periods = (time.monotonic() - started) / 10 + 1  # one line per 10 s at most
+        assert agent.get("/api/v1/health").status_code == 200
+        metrics = agent.get("/metrics").text
+        assert (
+            metric(metrics, "comminsight_agent_http_connections_closed_total", reason="bad_request")
+            == 200
+        ), metrics
+        text = agent.text()
+        no_traceback(text)
+        assert text.count("refused a malformed request") <= periods + 1, text
+        assert len(text.splitlines()) < 20, text
     finally:
         agent.stop()
 

@@ -235,10 +235,55 @@ def _damage_duplicate(segment):
     (segment.parent / f"{stream}-{last + 1:06d}.jsonl").write_bytes(segment.read_bytes())
 
 
+def _damage_nested_line(segment):
+    # nested too deep for any JSON decoder: RecursionError, not ValueError
+    lines = segment.read_bytes().split(b"\n")
+    lines[op_lines(segment)[1]] = b"[" * 100_000
+    segment.write_bytes(b"\n".join(lines))
+
+
+def _damage_fifo(segment):
+    # a FIFO where a segment belongs: opening it to read would block for ever
+    segment.unlink()
+    os.mkfifo(segment, 0o600)
+
+
+def _damage_symlink(segment):
+    # a link to a readable file outside the log directory: not followed
+    outside = segment.parent.parent / f"outside-{segment.name}"
+    outside.write_bytes(segment.read_bytes())
+    segment.unlink()
+    segment.symlink_to(outside)
+
+
+def _damage_sparse(segment):
+    # 64 GiB of holes after the segment's lines: no segment is that big, none is read whole
+    with open(segment, "r+b") as f:
+        f.truncate(64 << 30)
+
+
 @pytest.mark.parametrize(
     "damage",
-    [_damage_garbage_line, _damage_cut, _damage_empty, _damage_duplicate],
-    ids=["garbage_line", "cut_segment", "empty_segment", "duplicated_segment"],
+    [
+        _damage_garbage_line,
+        _damage_cut,
+        _damage_empty,
+        _damage_duplicate,
+        _damage_nested_line,
+        _damage_fifo,
+        _damage_symlink,
+        _damage_sparse,
+    ],
+    ids=[
+        "garbage_line",
+        "cut_segment",
+        "empty_segment",
+        "duplicated_segment",
+        "nested_line",
+        "fifo_segment",
+        "symlinked_segment",
+        "sparse_segment",
+    ],
 )
 def test_damaged_input_costs_at_most_the_steps_it_touches(logs, damage):
     """One rank's segment damaged: every rank still reports the Steps of the intact run,

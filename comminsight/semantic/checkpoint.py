@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 
 from comminsight.durable_files import write_atomically
+from comminsight.safe_open import read_regular
 from comminsight.semantic.cut_runner import CutRunner
 from comminsight.semantic.cycle import Cycle
 from comminsight.semantic.engine import ENGINE_VERSION, GpuEngine
@@ -41,9 +42,14 @@ from comminsight.semantic.step_summary import (
     History,
 )
 from comminsight.semantic.templates import TemplateSet
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.models import semantic_engine_v1 as se
 
 log = logging.getLogger(__name__)
+
+# the states of every GPU of a node, each a few KiB; a file far bigger is none (a sparse file
+# planted in the home would otherwise be read whole at start)
+CHECKPOINT_BYTES_MAX = 1 << 30
 
 
 class CheckpointError(ValueError):
@@ -324,12 +330,15 @@ class CheckpointFile:
     def load(self) -> dict[str, se.GpuState]:
         """States by GPU stream; {} (start over) when there is no usable checkpoint."""
         try:
-            data = self.path.read_bytes()
+            data = read_regular(self.path, CHECKPOINT_BYTES_MAX)
         except FileNotFoundError:
+            return {}
+        except OSError as e:  # a FIFO, a link, a file far too big, unreadable
+            log.warning("%s cannot be used as a checkpoint (%s); starting over", self.path, e)
             return {}
         try:
             ckpt = msgspec.json.decode(data, type=se.Checkpoint)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except NOT_JSON as e:
             log.warning(
                 "%s is not a valid semantic-engine checkpoint (%s); starting over", self.path, e
             )

@@ -36,6 +36,8 @@ import msgspec
 import numpy as np
 from isal.isal_zlib import crc32  # zlib's CRC-32, with PCLMUL: 4x faster
 
+from comminsight.log_segments import SEGMENT_BYTES_MAX
+from comminsight.safe_open import open_regular, read_regular
 from comminsight.semantic import native
 from comminsight.semantic.native import NONE
 from comminsight.semantic.op_batch import (
@@ -51,6 +53,7 @@ from comminsight.semantic.op_times import op_times
 from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.positions import LogPosition
 from comminsight.semantic.process_gpus import GpuOfProcess, ProcessMembers, split_process
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.inspector_log_v1_fields import V
 from comminsight_gen.models.inspector_log_v1_lean import EngineHeader, EngineLine
 
@@ -60,8 +63,7 @@ SEGMENT_NAME = re.compile(r"^(?P<stream>.+)-(?P<index>\d{6,})\.jsonl(?P<partial>
 _DECODER = msgspec.json.Decoder(EngineLine)
 _Header = EngineHeader  # the name scripts and tests decode a header with
 _OP_KINDS = (V.COLL, V.P2P)  # the op lines' kinds, which are the engine's op kinds too
-# what decoding a line can raise: msgspec raises UnicodeDecodeError for invalid UTF-8
-BAD_JSON = (msgspec.DecodeError, UnicodeDecodeError)
+BAD_JSON = NOT_JSON  # what decoding a line can raise
 
 
 @dataclass
@@ -470,9 +472,9 @@ class _SegmentBytes:
     def __init__(self, path: Path) -> None:
         self._map = None
         if path.name.endswith(".partial") or not hasattr(mmap, "MAP_POPULATE"):
-            self.data = path.read_bytes()
+            self.data = read_regular(path, SEGMENT_BYTES_MAX)
             return
-        with path.open("rb") as f:
+        with open_regular(path, SEGMENT_BYTES_MAX) as f:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
                 self.data = b""
@@ -657,6 +659,7 @@ def _segment_index(path: Path) -> int | None:
 
 
 NVIDIA_PROBE_LINES = 1000
+PROBE_LINE_BYTES_MAX = 1 << 20  # an Inspector line is under 1 KiB; a longer one is cut
 
 
 def nvidia_identity(path: Path) -> Identity | None:
@@ -666,8 +669,10 @@ def nvidia_identity(path: Path) -> Identity | None:
     best: tuple[int, int] | None = None
     host = pid = None
     try:
-        with path.open("rb") as f:
-            for _, line in zip(range(NVIDIA_PROBE_LINES), f, strict=False):
+        with open_regular(path, SEGMENT_BYTES_MAX) as f:
+            # readline with a bound: a file of one endless line is not read whole
+            lines = iter(lambda: f.readline(PROBE_LINE_BYTES_MAX), b"")
+            for _, line in zip(range(NVIDIA_PROBE_LINES), lines, strict=False):
                 try:
                     decoded = _DECODER.decode(line)
                 except BAD_JSON:

@@ -23,6 +23,8 @@ from pathlib import Path
 import msgspec
 
 from comminsight.durable_files import fsync_directory, make_private_dirs
+from comminsight.line_reader import complete_lines
+from comminsight.safe_open import check_fd, open_regular
 from comminsight.semantic.checkpoint import (
     CheckpointFile,
     gpu_state,
@@ -38,6 +40,8 @@ from comminsight.semantic.op_batch import OpBatch
 from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.step_builder import GpuIdentity
 from comminsight.semantic.templates import TemplateSet, load_templates
+from comminsight.step_file_bounds import STEP_FILE_BYTES_MAX, STEP_LINE_BYTES_MAX
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.models.semantic_engine_v1 import GpuState, ProducerMode
 from comminsight_gen.models.step_summary_v1 import StepSummary
 
@@ -88,7 +92,16 @@ class SummaryFile:
         self._length = truncate_to  # of the records written whole
         if path is not None:
             make_private_dirs(path.parent)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            # never through a link planted there (it would truncate the file linked to), never
+            # blocked on a FIFO, only into a regular file
+            fd = os.open(
+                path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600
+            )
+            try:
+                check_fd(fd, path, "regular file", owner=None, shared_ok=True)
+            except OSError:
+                os.close(fd)
+                raise
             # unbuffered: after a failed write no buffer may hold a part to be written again
             self._file = os.fdopen(fd, "r+b", buffering=0)
             self._file.truncate(truncate_to)  # drop what came after the checkpoint
@@ -176,8 +189,21 @@ class SummaryFile:
 
 
 def read_summaries(path: Path) -> list[StepSummary]:
+    """The summaries of a step file this engine wrote (its lines written whole; a file that is
+    no regular one, or a line that is no summary, is an OSError or ValueError naming it)."""
     decoder = msgspec.json.Decoder(StepSummary)
-    return [decoder.decode(line) for line in path.read_bytes().splitlines() if line]
+    out = []
+    with open_regular(path, STEP_FILE_BYTES_MAX) as f:
+        size = os.fstat(f.fileno()).st_size
+        for line in complete_lines(f.fileno(), 0, size, STEP_LINE_BYTES_MAX):
+            try:
+                if line.data is None:
+                    raise ValueError(f"a line of {line.length} bytes")
+                if line.data.strip():
+                    out.append(decoder.decode(line.data))
+            except NOT_JSON as e:
+                raise ValueError(f"{path}: byte {line.offset}: not a step summary: {e}") from None
+    return out
 
 
 def identity_of(log: GpuLog, fallback_rank: int) -> GpuIdentity:

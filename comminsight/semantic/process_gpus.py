@@ -38,7 +38,10 @@ from pathlib import Path
 
 import msgspec
 
+from comminsight.log_segments import SEGMENT_BYTES_MAX
+from comminsight.safe_open import open_regular, read_regular
 from comminsight.semantic import native
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.inspector_log_v1_fields import F, V
 from comminsight_gen.models.inspector_log_v1_lean import MembersCi, MembersCommIdentity, MembersLine
 
@@ -119,8 +122,8 @@ def _contents(path: Path):
     for candidate in (path, path.with_name(path.name.removesuffix(".partial"))):
         try:
             if candidate.name.endswith(".partial"):
-                return candidate.read_bytes()
-            with candidate.open("rb") as f:
+                return read_regular(candidate, SEGMENT_BYTES_MAX)
+            with open_regular(candidate, SEGMENT_BYTES_MAX) as f:
                 if os.fstat(f.fileno()).st_size == 0:
                     return b""
                 return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
@@ -177,7 +180,7 @@ def _decode(data, line_start: int) -> MembersCi | None:
         return None  # an unfinished last line
     try:
         return _DECODER.decode(data[line_start:end]).ci
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except NOT_JSON:
         return None
 
 

@@ -9,7 +9,10 @@ So each connection is admitted here first:
 
 - at most `max_connections` are open; one beyond it closes the oldest connection that has no
   request in progress (a client that opened it and sent nothing loses it first), or, when
-  every one is busy, is closed at once without a handler being made for it;
+  every one is busy, the oldest of the client (peer address) holding the most, if it holds
+  more than one: a client whose requests never end (a body sent a byte at a time) cannot lock
+  the others out. Only when every busy connection is a different client's is the new one
+  closed at once, without a handler being made for it;
 - one that has not sent a complete request header within `header_timeout_s` is closed;
 - one whose client does not read its answers (asyncio paused writing to it: the socket and
   the transport's buffer are full) for `write_timeout_s` is aborted, its unsent answer
@@ -17,6 +20,9 @@ So each connection is admitted here first:
   Over the limit such a stalled connection is evicted before a new one is refused;
 - at most `max_pipelined` requests of a connection are read ahead of its answers (aiohttp
   reads 32): a client that sends requests and never reads costs a few parsed requests;
+- a request aiohttp cannot parse (a bad request line or header, bytes that are not HTTP) is
+  answered 400 and its connection closed, as aiohttp does, but counted and logged one line
+  per period instead of aiohttp's traceback each: garbage sent in a loop cannot fill the log;
 - asyncio already backs off accept() for a second when it fails with EMFILE or ENFILE; its
   report of that (a traceback every second) becomes a count and one log line per
   PERSISTENT_PERIOD_S.
@@ -35,8 +41,10 @@ import time
 from collections import Counter
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.http_parser import HttpRequestParser
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
+from aiohttp.web_request import BaseRequest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
@@ -66,6 +74,7 @@ class ConnectionGuard:
         self.write_timeout_s = write_timeout_s
         self.max_pipelined = max_pipelined
         self.open: dict[RequestHandler, asyncio.TimerHandle | None] = {}  # oldest first
+        self.client_of: dict[RequestHandler, str] = {}  # the peer address of each open one
         self.stalled: dict[RequestHandler, asyncio.TimerHandle] = {}  # writing paused, oldest first
         self.closed: Counter[str] = Counter()  # reason -> connections closed by the guard
         self.accept_errors: Counter[str] = Counter()  # errno name -> failed accept()s
@@ -73,10 +82,13 @@ class ConnectionGuard:
         self._accept_log = RateLimitedLog(
             log, "the API cannot accept connections", PERSISTENT_PERIOD_S, logging.ERROR
         )
+        self._bad_request_log = RateLimitedLog(log, "the API refused a malformed request")
 
     # ---- admission -----------------------------------------------------------------------
 
-    def admit(self, handler: RequestHandler, loop: asyncio.AbstractEventLoop) -> bool:
+    def admit(
+        self, handler: RequestHandler, loop: asyncio.AbstractEventLoop, client: str = ""
+    ) -> bool:
         if len(self.open) >= self.max_connections:
             victim = next((h for h in self.open if _idle(h)), None)
             if victim is not None:
@@ -85,13 +97,27 @@ class ConnectionGuard:
             elif self.stalled:  # busy only because its client does not read
                 self.closed["limit_stalled"] += 1
                 self._close(next(iter(self.stalled)))
+            elif (victim := self._oldest_of_largest_client()) is not None:
+                self.closed["limit_client"] += 1
+                self._close(victim)
             else:
                 self.closed["limit_busy"] += 1
                 return False
         self.open[handler] = loop.call_later(self.header_timeout_s, self._header_due, handler)
+        self.client_of[handler] = client
         return True
 
+    def _oldest_of_largest_client(self) -> RequestHandler | None:
+        held = Counter(self.client_of[h] for h in self.open)
+        if not held:
+            return None
+        client, count = held.most_common(1)[0]
+        if count < 2:
+            return None
+        return next(h for h in self.open if self.client_of[h] == client)
+
     def forget(self, handler: RequestHandler) -> None:
+        self.client_of.pop(handler, None)
         for timer in (self.open.pop(handler, None), self.stalled.pop(handler, None)):
             if timer is not None:
                 timer.cancel()
@@ -128,6 +154,13 @@ class ConnectionGuard:
         if handler._request_count == 0 and not handler._request_in_progress:
             self.closed["header_timeout"] += 1
             self._close(handler)
+
+    # ---- requests aiohttp cannot parse ---------------------------------------------------
+
+    def bad_request(self, client: str, error: HttpProcessingError) -> None:
+        self.closed["bad_request"] += 1
+        summary = " ".join(str(error.message).split())[:200]  # aiohttp's is several lines
+        self._bad_request_log.note(f"from {client}: {type(error).__name__}: {summary}")
 
     # ---- accept() failures ---------------------------------------------------------------
 
@@ -173,16 +206,20 @@ class ConnectionGuard:
         closed = CounterMetricFamily(
             "comminsight_agent_http_connections_closed",
             "HTTP connections the Agent closed itself: over the connection limit (the oldest "
-            "idle one, else the oldest whose client did not read, else the new one), no "
-            "request header in time, or a client that did not read its answers in time",
+            "idle one, else the oldest whose client did not read, else the oldest of the "
+            "client holding the most, else the new one), no "
+            "request header in time, a client that did not read its answers in time, or a "
+            "request that could not be parsed (answered 400)",
             labels=["reason"],
         )
         for reason in (
             "limit_idle",
             "limit_stalled",
+            "limit_client",
             "limit_busy",
             "header_timeout",
             "write_stalled",
+            "bad_request",
         ):
             closed.add_metric([reason], self.closed[reason])
         yield closed
@@ -233,7 +270,9 @@ class GuardedRequestHandler(RequestHandler):
         )
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._guard.admit(self, self._loop):
+        peer = transport.get_extra_info("peername")
+        client = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        if not self._guard.admit(self, self._loop, client):
             transport.abort()  # the descriptor is freed now; nothing else was made for it
             return
         self._admitted = True
@@ -250,6 +289,21 @@ class GuardedRequestHandler(RequestHandler):
             return
         self._guard.forget(self)
         super().connection_lost(exc)
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if not isinstance(exc, HttpProcessingError):
+            return super().handle_error(request, status, exc, message)
+        # what aiohttp answers, without its traceback for every request it could not parse
+        self._guard.bad_request(request.remote or "", exc)
+        response = web.Response(status=status, text=message, content_type="text/plain")
+        response.force_close()
+        return response
 
     def pause_writing(self) -> None:
         super().pause_writing()

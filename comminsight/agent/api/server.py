@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from comminsight.agent.api import views as api_views
 from comminsight.agent.api.http_guard import ConnectionGuard, GuardedSite, descriptor_budget
@@ -27,6 +28,7 @@ from comminsight.agent.api.job_steps_view import JobStepsView, UnknownJob
 from comminsight.agent.api.params import OperationParams, ParamError, Problem, openapi_document
 from comminsight.agent.archive.archiver import ArchiveConfigError
 from comminsight.agent.hangs.incident_store import UnknownIncident
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.models.agent_master_api_v1 import (
     ArchiveFlush,
     ArchiveStatus,
@@ -70,6 +72,7 @@ class ApiError(Exception):
         problems: list[Problem] = (),
         status: int | None = None,
         headers: dict[str, str] | None = None,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -77,6 +80,7 @@ class ApiError(Exception):
         self.problems = list(problems)
         self.status = status or _STATUS_OF[code]
         self.headers = headers or {}
+        self.close = close  # the connection is closed after the answer
 
 
 def json_response(model, status: int = 200) -> web.Response:
@@ -94,6 +98,8 @@ def error_response(err: ApiError) -> web.Response:
     )
     response = json_response(body, err.status)
     response.headers.update(err.headers)
+    if err.close:
+        response.force_close()
     return response
 
 
@@ -106,6 +112,7 @@ class AgentApi:
     def __init__(self, service) -> None:
         self.service = service
         self.token = service.settings.agent_token
+        self._body_timeout_s = service.settings.agent_http_body_timeout_s
         self._job_steps: JobStepsView | None = None
 
     # ---- plumbing --------------------------------------------------------------------
@@ -203,7 +210,10 @@ class AgentApi:
                 [Problem("header", "Authorization", "must be 'Bearer <token>'")],
                 headers=challenge,
             )
-        if not hmac.compare_digest(presented.strip().encode(), self.token.encode()):
+        # aiohttp decodes header bytes that are not UTF-8 to lone surrogates: kept as they
+        # came (surrogateescape), such a token is just another wrong one
+        presented_bytes = presented.strip().encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(presented_bytes, self.token.encode()):
             raise ApiError(
                 ErrorCode.unauthorized,
                 "wrong bearer token",
@@ -370,7 +380,7 @@ class AgentApi:
 
     async def resolve_hang(self, request, values):
         self._ready()
-        note = await _resolve_note(request, ResolveHangRequest)
+        note = await _resolve_note(request, ResolveHangRequest, self._body_timeout_s)
         self._report(values["report_id"])
         report = self.service.resolve_by_operator(values["report_id"], note)
         return json_response(report)
@@ -406,7 +416,7 @@ class AgentApi:
 
     async def resolve_incident(self, request, values):
         self._ready()
-        note = await _resolve_note(request, ResolveIncidentRequest)
+        note = await _resolve_note(request, ResolveIncidentRequest, self._body_timeout_s)
         self._incident(values["incident_id"])
         try:
             incident = self.service.resolve_incident_by_operator(values["incident_id"], note)
@@ -454,10 +464,26 @@ class AgentApi:
         return web.Response(body=body, headers={"Content-Type": content_type})
 
 
-async def _resolve_note(request: web.Request, model) -> str | None:
+async def _resolve_note(request: web.Request, model, timeout_s: float) -> str | None:
     """The note of a resolve request's optional JSON body (ResolveHangRequest or
-    ResolveIncidentRequest); ApiError naming what is wrong with the body."""
-    body = await request.read()
+    ResolveIncidentRequest); ApiError naming what is wrong with the body.
+
+    aiohttp waits for a body as long as its bytes keep coming: one sent a byte at a time
+    would hold its connection busy for hours, and enough of them every connection the guard
+    allows. So the whole body must arrive within timeout_s."""
+    try:
+        body = await asyncio.wait_for(request.read(), timeout_s)
+    except asyncio.TimeoutError:  # not yet the builtin TimeoutError on Python 3.10
+        raise ApiError(
+            ErrorCode.malformed_body,
+            f"the request body did not arrive within {timeout_s:g} s",
+            status=408,
+            close=True,
+        ) from None
+    except (ConnectionError, RequestPayloadError) as e:  # the client left, or a broken chunk
+        raise ApiError(
+            ErrorCode.malformed_body, f"the request body could not be read: {e}", close=True
+        ) from None
     if not body.strip():
         return None
     if request.content_type != JSON:
@@ -468,7 +494,7 @@ async def _resolve_note(request: web.Request, model) -> str | None:
         )
     try:
         raw = msgspec.json.decode(body)
-    except (msgspec.DecodeError, UnicodeDecodeError) as e:  # msgspec's word for bad UTF-8
+    except NOT_JSON as e:  # msgspec's word for bad UTF-8
         raise ApiError(
             ErrorCode.malformed_body,
             f"body is not JSON: {e}",

@@ -16,9 +16,12 @@ from pathlib import Path
 import msgspec
 
 from comminsight.durable_files import write_atomically
+from comminsight.safe_open import read_regular
+from comminsight.untrusted_json import NOT_JSON
 
 log = logging.getLogger(__name__)
 _SUFFIX = ".json"
+ENTRY_BYTES_MAX = 1 << 20  # an entry is a few hundred bytes; a bigger file is not one
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,8 @@ class ArchiveLedger:
             return
         for path in self.directory.rglob("*" + _SUFFIX):
             try:
-                entry = msgspec.json.decode(path.read_bytes(), type=LedgerEntry)
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as e:
+                entry = msgspec.json.decode(read_regular(path, ENTRY_BYTES_MAX), type=LedgerEntry)
+            except (OSError, *NOT_JSON) as e:
                 # Cannot happen through atomic writes; if it does, the file is re-checked
                 # against the archive (and adopted, not re-sent, when it is already there).
                 log.warning("ignoring unreadable archive ledger entry %s: %s", path, e)

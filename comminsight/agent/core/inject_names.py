@@ -41,6 +41,7 @@ import msgspec
 
 from comminsight.agent.core.rate_limited_log import RateLimitedLog
 from comminsight.safe_open import open_checked
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.inject_metadata_v1 import InjectMetadata, Kind, Naming
 
@@ -186,7 +187,7 @@ class InjectNames:
     def _line(self, file: str, state: _File, line: bytes) -> None:
         try:
             record = self._decoder.decode(line)
-        except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        except NOT_JSON as e:
             self._reject(file, "invalid", f"line {state.line_no}: {e}")
             return
         key = (record.host, record.pid)

@@ -28,6 +28,7 @@ import msgspec
 from comminsight.agent.core.inspector_lines import ProcessLines
 from comminsight.durable_files import fsync_directory
 from comminsight.shm_reader import ShmRegion, record_text
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.inspector_log_v1_fields import F, V
 from comminsight_gen.models.inspector_log_v1 import (
@@ -112,7 +113,7 @@ def _last_seq_in(data: bytes, whole_first: bool, sealed: bool) -> int | None:
     for line in reversed(lines):
         try:
             ci = _DECODER.decode(line).ci
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except NOT_JSON:
             if sealed:
                 return None
             continue

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import shutil
+import os
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -31,6 +31,8 @@ from msgspec import UNSET
 
 from comminsight.agent.hangs.incidents import Cause, Group
 from comminsight.durable_files import make_private_dirs, write_atomically
+from comminsight.safe_open import read_regular
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.models.hang_report_v1 import (
     CauseLink,
     HangReport,
@@ -49,6 +51,7 @@ from comminsight_gen.models.hang_report_v1 import (
 log = logging.getLogger(__name__)
 
 INVALID = "invalid"
+INCIDENT_BYTES_MAX = 256 << 20  # as for hang reports: a file refused beyond it, not read
 MAX_STACKS = 256  # the schema's bound on Incident.stacks
 MAX_ENDED_REPORTS = 4096  # reports of ended incidents remembered (a bound for long runs)
 # the hang-report v1 pattern of ids: no '/', no leading '.', so a file name in this directory
@@ -324,10 +327,10 @@ class IncidentStore:
         decoder = msgspec.json.Decoder(Incident)
         for path in sorted(self.dir.glob("*.json")):
             try:
-                incident = decoder.decode(path.read_bytes())
+                incident = decoder.decode(read_regular(path, INCIDENT_BYTES_MAX))
                 if path.stem != incident.incident_id:
                     raise ValueError(f"holds incident {incident.incident_id!r}, not {path.stem!r}")
-            except (OSError, ValueError, msgspec.DecodeError) as err:
+            except (OSError, *NOT_JSON) as err:
                 self._set_aside(path, str(err))
                 continue
             self.incidents[incident.incident_id] = incident
@@ -365,7 +368,8 @@ class IncidentStore:
         target = self.dir / INVALID
         try:
             make_private_dirs(target)
-            shutil.move(str(path), str(target / path.name))
+            # a rename, never a copy: what is set aside may be a FIFO or a link
+            os.replace(path, target / path.name)
         except OSError as err:
             log.error("cannot move %s aside: %s", path, err)
 

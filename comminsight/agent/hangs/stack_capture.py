@@ -35,6 +35,7 @@ import msgspec
 
 from comminsight.agent.core.inject_names import InjectNames
 from comminsight.safe_open import open_checked
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.models.inject_metadata_v1 import Stacks
 from comminsight_gen.models.python_stack_v1 import PythonStack, StackStatus
 
@@ -285,7 +286,7 @@ class StackCapture:
             return unavailable(host, pid, None, f"{path} is over the stack file limit; not read")
         try:
             document = msgspec.json.decode(data, type=PythonStack)
-        except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        except NOT_JSON as e:
             return unavailable(host, pid, None, f"{path} is not a python-stack v1 document: {e}")
         if document.pid != pid or document.status is not StackStatus.captured:
             return unavailable(

@@ -21,6 +21,9 @@ import msgspec
 
 from comminsight.agent.core.snapshot import CommMember
 from comminsight.agent.hangs.op_rhythm import StepCycle
+from comminsight.safe_open import open_regular
+from comminsight.step_file_bounds import STEP_FILE_BYTES_MAX
+from comminsight.untrusted_json import NOT_JSON
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ _decoder = msgspec.json.Decoder(_Step)
 def newest_steps(path: Path, tail_bytes: int = TAIL_BYTES) -> list[_Step]:
     """The step summaries in the file's last tail_bytes (whole lines only), by step index;
     lines that are not step-summary v1 are skipped."""
-    with open(path, "rb") as f:
+    with open_regular(path, STEP_FILE_BYTES_MAX) as f:
         size = os.fstat(f.fileno()).st_size
         start = max(0, size - tail_bytes)
         f.seek(start)
@@ -72,7 +75,7 @@ def newest_steps(path: Path, tail_bytes: int = TAIL_BYTES) -> list[_Step]:
             continue
         try:
             step = _decoder.decode(line)
-        except msgspec.DecodeError:
+        except NOT_JSON:
             continue
         steps[step.step_index] = step
     return [steps[k] for k in sorted(steps)]

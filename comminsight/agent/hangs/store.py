@@ -11,14 +11,16 @@ others from loading.
 from __future__ import annotations
 
 import logging
+import os
 import re
-import shutil
 import time
 from pathlib import Path
 
 import msgspec
 
 from comminsight.durable_files import make_private_dirs, write_atomically
+from comminsight.safe_open import read_regular
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.models.hang_report_v1 import HangReport, ReportStatus, Resolution
 
 log = logging.getLogger(__name__)
@@ -26,6 +28,10 @@ log = logging.getLogger(__name__)
 # hang-report v1's report_id pattern: no '/', no leading '.', so a file name in this directory.
 REPORT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 INVALID = "invalid"
+# a report file read back at start is refused beyond this: one damaged or planted (a sparse
+# file of terabytes) must not take the Agent's memory; the reports of the largest jobs are far
+# smaller, their per-rank lists being one entry per rank
+REPORT_BYTES_MAX = 256 << 20
 # An open report's evidence (ages, progress) changes every pass; on disk it is refreshed at
 # most this often unless what it concludes changes (verdict, severity, status, culprits).
 REFRESH_NS = 5_000_000_000
@@ -128,10 +134,10 @@ class HangStore:
         decoder = msgspec.json.Decoder(HangReport)
         for path in sorted(self.dir.glob("*.json")):
             try:
-                report = decoder.decode(path.read_bytes())
+                report = decoder.decode(read_regular(path, REPORT_BYTES_MAX))
                 if path.stem != report.report_id:
                     raise ValueError(f"holds report {report.report_id!r}, not {path.stem!r}")
-            except (OSError, ValueError, msgspec.DecodeError) as err:
+            except (OSError, *NOT_JSON) as err:
                 self._set_aside(path, str(err))
                 continue
             self.reports[report.report_id] = report
@@ -145,6 +151,7 @@ class HangStore:
         target = self.dir / INVALID
         try:
             make_private_dirs(target)
-            shutil.move(str(path), str(target / path.name))
+            # a rename, never a copy: what is set aside may be a FIFO or a link
+            os.replace(path, target / path.name)
         except OSError as err:
             log.error("cannot move %s aside: %s", path, err)

@@ -42,6 +42,7 @@ from comminsight.agent.master.rejects import PROTOCOL_VERSION, REJECT_KEY, STATU
 from comminsight.agent.master.stacks import StackRequests
 from comminsight.agent.master.store import MasterStore
 from comminsight.agent.tls_files import read_pem
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.abi import fifo_event_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
@@ -462,7 +463,7 @@ class AgentMasterServer:
             )
         try:
             return msgspec.json.decode(s.json, type=StepSummary), s.json
-        except (msgspec.DecodeError, UnicodeDecodeError) as e:  # bad UTF-8 inside a string
+        except NOT_JSON as e:  # bad UTF-8 inside a string, or nested too deep
             raise Refusal(
                 pb.REJECT_REASON_MALFORMED, f"step summary is not a step-summary v1: {e}"
             ) from None

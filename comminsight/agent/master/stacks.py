@@ -20,6 +20,7 @@ import time
 
 import msgspec
 
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models.python_stack_v1 import PythonStack, StackStatus
 
@@ -79,7 +80,7 @@ class StackRequests:
             return True
         try:
             future.set_result(msgspec.json.decode(data, type=PythonStack))
-        except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        except NOT_JSON as e:
             future.set_exception(ValueError(f"not a python-stack v1 document: {e}"))
         return True
 

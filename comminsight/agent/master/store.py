@@ -28,6 +28,7 @@ import base64
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,9 +37,20 @@ import numpy as np
 
 from comminsight.agent.core.fifo_reader import EVENT
 from comminsight.durable_files import make_private_dirs
+from comminsight.line_reader import complete_lines
+from comminsight.safe_open import UntrustedFile, check_fd, open_regular, read_regular
+from comminsight.step_file_bounds import STEP_LINE_BYTES_MAX
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.models.step_summary_v1 import StepSummary
 
 log = logging.getLogger(__name__)
+
+CURSOR_BYTES_MAX = 1 << 20  # a cursor is two numbers; a bigger file is not one
+HANG_EVENT_LINE_BYTES_MAX = 1 << 20  # a line holds one fifo-event record, under 1 KiB
+# the event files grow for as long as the job runs and are read a chunk at a time; the bound
+# only refuses what no run writes (a sparse file planted to make the start read for hours)
+STORE_FILE_BYTES_MAX = 1 << 40
+INVALID = "invalid"  # where a file refused at load is moved
 
 
 @dataclass
@@ -83,27 +95,27 @@ class MasterStore:
             make_private_dirs(self.dir / sub)
         for path in (self.dir / "cursors").glob("*.json"):
             try:
-                data = json.loads(path.read_text())
+                data = json.loads(read_regular(path, CURSOR_BYTES_MAX))
                 self.cursors[path.stem] = Cursor(int(data["epoch"]), int(data["last_applied"]))
-            except (OSError, ValueError, KeyError, TypeError) as e:
+            except (OSError, *NOT_JSON, KeyError, TypeError) as e:
                 # without it the slave's next batches start its epoch afresh; events are
                 # still deduplicated by key
                 log.error("master cursor %s unreadable (%s); ignored", path, e)
         for path in (self.dir / "hang-events").glob("*.jsonl"):
             keys = self.hang_keys.setdefault(path.stem, set())
-            for line in _complete_lines(path):
+            for line in _complete_lines(path, HANG_EVENT_LINE_BYTES_MAX):
                 try:
                     keys.add(hang_event_key(base64.b64decode(json.loads(line)["record"])))
-                except (ValueError, KeyError, TypeError):
+                except (*NOT_JSON, KeyError, TypeError):
                     continue
             self.hang_events_total += len(keys)
         decoder = msgspec.json.Decoder(StepSummary)
         for path in self.steps_dir.glob("*.jsonl"):
             keys = self.step_keys.setdefault(path.stem, set())
-            for line in _complete_lines(path):
+            for line in _complete_lines(path, STEP_LINE_BYTES_MAX):
                 try:
                     keys.add(step_key(decoder.decode(line)))
-                except msgspec.DecodeError:
+                except NOT_JSON:
                     continue
             self.steps_total += len(keys)
 
@@ -167,16 +179,53 @@ class MasterStore:
             self._write_cursor(node, fsync=False)
 
 
-def _complete_lines(path: Path) -> list[bytes]:
-    """The file's lines up to the last newline: a line cut by a crash is not an event."""
-    data = path.read_bytes()
-    return [line for line in data[: data.rfind(b"\n") + 1].split(b"\n") if line.strip()]
+def _complete_lines(path: Path, max_line: int) -> Iterator[bytes]:
+    """The file's lines up to the last newline: a line cut by a crash is not an event, nor is
+    one longer than any the master writes. A file that is not a regular one (a FIFO or a link
+    planted in the store) is moved aside into `invalid/`, so that nothing is appended to it."""
+    try:
+        f = open_regular(path, STORE_FILE_BYTES_MAX)
+    except UntrustedFile as e:
+        _set_aside(path, e)
+        return
+    except OSError as e:
+        log.error("master store file %s unreadable (%s); its events are not deduplicated", path, e)
+        return
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        for line in complete_lines(f.fileno(), 0, size, max_line):
+            if line.data is None:
+                log.error(
+                    "%s: a line of %d bytes at byte %d skipped", path, line.length, line.offset
+                )
+            elif line.data.strip():
+                yield line.data
+
+
+def _set_aside(path: Path, err: UntrustedFile) -> None:
+    target = path.parent / INVALID
+    log.error("master store file %s refused (%s); moved to %s/", path, err.why, target)
+    try:
+        make_private_dirs(target)
+        os.replace(path, target / path.name)  # a rename: never opens what it moves
+    except OSError as e:
+        log.error("cannot move %s aside: %s", path, e)
 
 
 def _append(path: Path, lines: list[bytes]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    # never through a link, never blocked on a FIFO, only into a regular file (read and
+    # write: its last byte is read)
+    fd = os.open(
+        path,
+        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+        0o600,
+    )
     try:
-        os.write(fd, b"".join(line.rstrip(b"\n") + b"\n" for line in lines))
+        st = check_fd(fd, path, "regular file", owner=None, shared_ok=True)
+        # after a line cut by a crash, the first new one starts on a line of its own: glued
+        # to the cut one it would be lost with it at the next load
+        cut = st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n"
+        os.write(fd, b"\n" * cut + b"".join(line.rstrip(b"\n") + b"\n" for line in lines))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -185,7 +234,11 @@ def _append(path: Path, lines: list[bytes]) -> None:
 def _replace(path: Path, data: bytes, fsync: bool) -> None:
     """Atomic replacement; fsynced only when it commits events (see the module comment)."""
     temp = path.with_name(path.name + ".tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.unlink(temp)  # left by a crash, or planted: a link or a FIFO is not opened
+    except FileNotFoundError:
+        pass
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, data)
         if fsync:

@@ -19,12 +19,23 @@ import json
 import logging
 import os
 import secrets
+import stat
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+
 from comminsight.durable_files import make_private_dirs, write_atomically
+from comminsight.safe_open import read_regular
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
+from comminsight_gen.config_v1 import KEY_BY_NAME
 
 log = logging.getLogger(__name__)
+
+# a batch is split below the master's batch limit, of which this is the largest allowed: a
+# bigger file in the outbox (a sparse one planted there) is no batch and is not read whole
+BATCH_BYTES_MAX = int(KEY_BY_NAME["COMMINSIGHT_AGENT_MASTER_MAX_BATCH_BYTES"].maximum)
+LINK_STATE_BYTES_MAX = 64 << 20  # link.json: the epoch, a sequence number, a step per GPU
 
 
 def _events_in(data: bytes) -> int:
@@ -50,19 +61,22 @@ class SlaveOutbox:
         make_private_dirs(self.batches_dir)
         state = None
         try:
-            state = json.loads((self.dir / "link.json").read_text())
+            state = json.loads(read_regular(self.dir / "link.json", LINK_STATE_BYTES_MAX))
             self.epoch = int(state["epoch"])
             self.next_seq = int(state["next_seq"])
             self.steps_sent = {str(k): int(v) for k, v in state.get("steps_sent", {}).items()}
         except FileNotFoundError:
             pass
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, *NOT_JSON, KeyError, TypeError, AttributeError) as e:
             log.error("slave link state %s is unreadable (%s): starting a new epoch", self.dir, e)
             state = None
         for path in self.batches_dir.glob("*.pb"):
             try:
                 seq = int(path.stem)
-                self.sizes[seq] = path.stat().st_size
+                st = path.lstat()
+                if not stat.S_ISREG(st.st_mode):  # a link or FIFO: nothing this Agent wrote
+                    raise ValueError(f"{path} is not a regular file")
+                self.sizes[seq] = st.st_size
             except (ValueError, OSError):
                 path.unlink(missing_ok=True)
         if state is None or not self.epoch:
@@ -120,8 +134,8 @@ class SlaveOutbox:
         while self.pending_bytes > self.max_bytes and len(self.sizes) > 1:
             oldest = min(self.sizes)
             try:
-                dropped = _events_in(self._path(oldest).read_bytes())
-            except (OSError, ValueError):
+                dropped = _events_in(read_regular(self._path(oldest), BATCH_BYTES_MAX))
+            except (OSError, ValueError, DecodeError):  # counted as 0: it held nothing readable
                 dropped = 0
             self.events_dropped_total += dropped
             self._drop(oldest)
@@ -138,8 +152,13 @@ class SlaveOutbox:
 
     def read(self, seq: int) -> bytes | None:
         try:
-            return self._path(seq).read_bytes()
+            return read_regular(self._path(seq), BATCH_BYTES_MAX)
         except FileNotFoundError:
+            return None
+        except OSError as e:  # not a file, a link, or too big: no batch this Agent wrote
+            log.error("slave outbox batch %d refused (%s): dropped unsent", seq, e)
+            self._drop(seq)
+            self.lost_batches = True
             return None
 
     def ack(self, last_applied: int) -> None:

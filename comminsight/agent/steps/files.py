@@ -5,7 +5,9 @@ same records after an Agent restart and whatever the engine wrote before. `StepF
 index (where each line is, its step and rank), built by byte offset as files grow, each line
 decoded once with the generated step-summary v1 model; a page decodes its own lines again. A
 line that is not a valid summary is skipped, counted and logged once per file, and never hides
-the others. Open files (`.jsonl.partial`) are read up to their last complete line.
+the others. Open files (`.jsonl.partial`) are read up to their last complete line. A file
+that is not a regular one (a FIFO, a link) is refused, never opened for reading, and a line
+longer than any summary passed over without being held.
 `NewStepSummaries` follows the same files for what a slave forwards to its master.
 """
 
@@ -19,6 +21,11 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from comminsight.line_reader import LineCursor, follow_lines
+from comminsight.refusals import Refusals
+from comminsight.safe_open import UntrustedFile, open_regular
+from comminsight.step_file_bounds import STEP_FILE_BYTES_MAX, STEP_LINE_BYTES_MAX
+from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.models.step_summary_v1 import StepSummary
 
 log = logging.getLogger(__name__)
@@ -37,7 +44,7 @@ class _FileIndex:
     run writes Steps for days, and the API serves any page of them."""
 
     inode: int
-    offset: int = 0  # the byte after the last complete line indexed
+    cursor: LineCursor = field(default_factory=LineCursor)  # past the last line indexed
     steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ranks: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -52,6 +59,7 @@ class StepFiles:
     def __init__(self, home: Path) -> None:
         self.home = home
         self._index: dict[Path, _FileIndex] = {}
+        self._refused = Refusals("step summaries", log)
 
     @property
     def directory(self) -> Path:
@@ -102,45 +110,50 @@ class StepFiles:
                 out.append((path, index))
         for gone in self._index.keys() - {path for path, _ in out}:
             del self._index[gone]
+        self._refused.keep_only(self.files())
         return out
 
     def _update(self, path: Path) -> _FileIndex | None:
         try:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                index = self._index.get(path)
-                if index is None or index.inode != st.st_ino or st.st_size < index.offset:
-                    index = self._index[path] = _FileIndex(st.st_ino)  # new, or rewritten
-                if st.st_size == index.offset:
-                    return index
-                f.seek(index.offset)
-                data = f.read(st.st_size - index.offset)
+            f = open_regular(path, STEP_FILE_BYTES_MAX)
         except FileNotFoundError:  # sealed (renamed) or deleted since the listing
             self._index.pop(path, None)
+            return None
+        except UntrustedFile as e:
+            self._index.pop(path, None)
+            self._refused.refused(path, e)
             return None
         except OSError as e:
             log.error("cannot read step summaries %s: %s", path, e)
             return self._index.get(path)
-        end = data.rfind(b"\n")
-        if end < 0:
-            return index  # the last line may still be being written
-        steps, ranks, starts, lengths = [], [], [], []
-        at = index.offset
-        for line in data[: end + 1].split(b"\n")[:-1]:
-            if line.strip():
-                try:
-                    s = _DECODER.decode(line)
-                except (msgspec.DecodeError, UnicodeDecodeError) as e:
-                    index.invalid_lines += 1
-                    if index.invalid_lines == 1:
-                        log.error("%s: a line that is not a step-summary v1: %s", path, e)
-                else:
+        self._refused.read(path)
+        with f:
+            st = os.fstat(f.fileno())
+            index = self._index.get(path)
+            if index is None or index.inode != st.st_ino or st.st_size < index.cursor.offset:
+                index = self._index[path] = _FileIndex(st.st_ino)  # new, or rewritten
+            if st.st_size == index.cursor.offset:
+                return index
+            steps, ranks, starts, lengths = [], [], [], []
+            try:
+                for line in follow_lines(f.fileno(), index.cursor, st.st_size, STEP_LINE_BYTES_MAX):
+                    if line.data is not None and not line.data.strip():
+                        continue
+                    try:
+                        if line.data is None:
+                            raise ValueError(f"a line of {line.length} bytes")
+                        s = _DECODER.decode(line.data)
+                    except NOT_JSON as e:
+                        index.invalid_lines += 1
+                        if index.invalid_lines == 1:
+                            log.error("%s: a line that is not a step-summary v1: %s", path, e)
+                        continue
                     steps.append(s.step_index)
                     ranks.append(s.global_rank)
-                    starts.append(at)
-                    lengths.append(len(line))
-            at += len(line) + 1
-        index.offset = at
+                    starts.append(line.offset)
+                    lengths.append(line.length)
+            except OSError as e:  # what was indexed before the error stands
+                log.error("cannot read step summaries %s: %s", path, e)
         index.steps = np.concatenate((index.steps, np.array(steps, np.int64)))
         index.ranks = np.concatenate((index.ranks, np.array(ranks, np.int64)))
         index.starts = np.concatenate((index.starts, np.array(starts, np.int64)))
@@ -150,7 +163,7 @@ class StepFiles:
     @staticmethod
     def _decode(entry: tuple[Path, _FileIndex], k: int) -> StepSummary:
         path, index = entry
-        with open(path, "rb") as f:
+        with open_regular(path, STEP_FILE_BYTES_MAX) as f:
             line = os.pread(f.fileno(), int(index.lengths[k]), int(index.starts[k]))
         return _DECODER.decode(line)
 
@@ -176,6 +189,7 @@ class NewStepSummaries:
         self.directory = directory
         self.invalid_lines = 0
         self._at: dict[str, _Position] = {}  # by stream (the file's name without .partial)
+        self._refused = Refusals("step summaries", log)
 
     def read(self) -> list[StepSummary]:
         try:
@@ -192,11 +206,12 @@ class NewStepSummaries:
             out.extend(self._read_new(self.directory / name, stream))
         for gone in self._at.keys() - streams:
             del self._at[gone]
+        self._refused.keep_only(self.directory / name for name in names)
         return out
 
     def _read_new(self, path: Path, stream: str) -> list[StepSummary]:
         try:
-            with open(path, "rb") as f:
+            with open_regular(path, STEP_FILE_BYTES_MAX) as f:
                 st = os.fstat(f.fileno())
                 at = self._at.get(stream)
                 if at is None or at.inode != st.st_ino or st.st_size < at.offset:
@@ -207,12 +222,19 @@ class NewStepSummaries:
                 data = f.read(min(st.st_size - at.offset, READ_CHUNK))
         except FileNotFoundError:  # sealed (renamed) between the listing and the open
             return []
+        except UntrustedFile as e:
+            self._refused.refused(path, e)
+            return []
         except OSError as e:
             log.error("cannot read step summaries %s: %s", path, e)
             return []
+        self._refused.read(path)
         end = data.rfind(b"\n")
         if end < 0:
-            return []  # no complete line yet
+            if len(data) == READ_CHUNK:  # a line longer than a chunk is no step summary
+                self.invalid_lines += 1
+                at.offset += len(data)
+            return []  # else no complete line yet
         at.offset += end + 1
         out = []
         for line in data[:end].split(b"\n"):
@@ -220,7 +242,7 @@ class NewStepSummaries:
                 continue
             try:
                 out.append(_DECODER.decode(line))
-            except (msgspec.DecodeError, UnicodeDecodeError) as e:
+            except NOT_JSON as e:
                 self.invalid_lines += 1
                 log.error("%s: a line that is not a step-summary v1: %s", path, e)
         return out

@@ -22,6 +22,10 @@ from typing import Annotated, Literal
 import msgspec
 
 from comminsight.agent.steps.job_steps import GpuKey, StepRecord, gpu_order
+from comminsight.refusals import Refusals
+from comminsight.safe_open import UntrustedFile, open_regular
+from comminsight.step_file_bounds import STEP_FILE_BYTES_MAX
+from comminsight.untrusted_json import NOT_JSON
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +100,11 @@ class StepWindow:
         self.version = 0  # moves whenever a record is added
         self.invalid_lines = 0
         self._files: dict[str, _Followed] = {}  # by stream (the name without .partial)
+        self._refused = Refusals("step summaries", log)
         self._decoder = msgspec.json.Decoder(_Summary)
 
     def refresh(self) -> None:
-        seen = set()
+        seen, paths = set(), []
         for directory in self.directories:
             try:
                 entries = list(os.scandir(directory))
@@ -111,6 +116,7 @@ class StepWindow:
                     continue
                 stream = f"{directory}/{name.removesuffix('.partial')}"
                 seen.add(stream)
+                paths.append(Path(entry.path))
                 try:
                     st = entry.stat()
                 except OSError:
@@ -118,6 +124,7 @@ class StepWindow:
                 self._follow(stream, Path(entry.path), st.st_ino, st.st_size)
         for gone in set(self._files) - seen:
             del self._files[gone]
+        self._refused.keep_only(paths)
 
     def _follow(self, stream: str, path: Path, inode: int, size: int) -> None:
         f = self._files.get(stream)
@@ -133,12 +140,16 @@ class StepWindow:
         if size <= f.offset:
             return
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path, STEP_FILE_BYTES_MAX) as fh:
                 fh.seek(f.offset)
                 data = fh.read(min(size - f.offset, READ_CHUNK))
+        except UntrustedFile as e:
+            self._refused.refused(path, e)
+            return
         except OSError as e:
             log.error("cannot read step summaries %s: %s", path, e)
             return
+        self._refused.read(path)
         end = data.rfind(b"\n") + 1  # only complete lines: the writer may be mid-line
         if end == 0:
             if len(data) == READ_CHUNK:  # a line longer than a chunk is no step summary
@@ -156,7 +167,7 @@ class StepWindow:
     def _add(self, line: bytes) -> None:
         try:
             s = self._decoder.decode(line)
-        except msgspec.DecodeError:  # ValidationError is one
+        except NOT_JSON:
             self.invalid_lines += 1
             return
         job = self.jobs.get(s.job_id)

@@ -22,6 +22,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "COMMINSIGHT_AGENT_LISTEN": ("string", "127.0.0.1:19102"),
     "COMMINSIGHT_AGENT_HTTP_MAX_CONNECTIONS": ("integer", "256"),
     "COMMINSIGHT_AGENT_HTTP_HEADER_TIMEOUT_S": ("number", "10.0"),
+    "COMMINSIGHT_AGENT_HTTP_BODY_TIMEOUT_S": ("number", "10.0"),
     "COMMINSIGHT_AGENT_HTTP_WRITE_TIMEOUT_S": ("number", "10.0"),
     "COMMINSIGHT_AGENT_HTTP_MAX_PIPELINED": ("integer", "4"),
     "COMMINSIGHT_AGENT_HTTP_IDLE_TIMEOUT_S": ("number", "60.0"),

@@ -70,7 +70,7 @@ KEYS: tuple[ConfigKey, ...] = (
         type="integer",
         default=256,
         unit="connections",
-        description="Most HTTP connections the Agent keeps open at once. A connection beyond it closes the oldest one that has no request in progress, or is refused when every one has; both are counted (comminsight_agent_http_connections_closed_total). Keep it well below the open-file limit (ulimit -n): the Agent warns at start when it is not.",
+        description="Most HTTP connections the Agent keeps open at once. A connection beyond it closes the oldest one that has no request in progress; when every one has, the oldest of the client (peer address) holding the most connections, if it holds more than one, so one client cannot lock the others out; else it is refused. Each is counted (comminsight_agent_http_connections_closed_total). Keep it well below the open-file limit (ulimit -n): the Agent warns at start when it is not.",
         components=("agent",),
         minimum=1,
         maximum=1048576,
@@ -82,6 +82,17 @@ KEYS: tuple[ConfigKey, ...] = (
         default=10.0,
         unit="s",
         description="A new HTTP connection that has not sent a complete request header within this long is closed and counted.",
+        components=("agent",),
+        minimum=0.01,
+        maximum=3600.0,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_HTTP_BODY_TIMEOUT_S",
+        field="agent_http_body_timeout_s",
+        type="number",
+        default=10.0,
+        unit="s",
+        description="A request body (the JSON note of a resolve request) not received in full within this long of the Agent starting to read it is answered 408 and its connection closed, however slowly its bytes keep arriving.",
         components=("agent",),
         minimum=0.01,
         maximum=3600.0,
@@ -673,8 +684,9 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     home: Annotated[str, msgspec.Meta(min_length=1, description="Root of every runtime directory (inspector_logs/, shms/, fifos/, semantics/step/, metadata/, archives/, logs/, etc/). Directories are created 0700, files 0600. An absolute path: a relative one is refused (each rank and the Agent would resolve it against their own working directories).")] = '/opt/comminsight'
     conf: Annotated[str, msgspec.Meta(description="Path of the KEY=VALUE configuration file. Empty means \u003cCOMMINSIGHT_HOME\u003e/etc/comminsight.conf. Only the environment can set this key.")] = ''
     agent_listen: Annotated[str, msgspec.Meta(pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Address the Agent Master API and /metrics listen on. The default answers this host only; an address beyond loopback serves reads to anyone who can reach it (mutations always need COMMINSIGHT_AGENT_TOKEN), and the Agent warns at start when no token is set. Port 0..65535; the host is an IP address or a host name.")] = '127.0.0.1:19102'
-    agent_http_max_connections: Annotated[int, msgspec.Meta(ge=1, le=1048576, description="Most HTTP connections the Agent keeps open at once. A connection beyond it closes the oldest one that has no request in progress, or is refused when every one has; both are counted (comminsight_agent_http_connections_closed_total). Keep it well below the open-file limit (ulimit -n): the Agent warns at start when it is not.")] = 256
+    agent_http_max_connections: Annotated[int, msgspec.Meta(ge=1, le=1048576, description="Most HTTP connections the Agent keeps open at once. A connection beyond it closes the oldest one that has no request in progress; when every one has, the oldest of the client (peer address) holding the most connections, if it holds more than one, so one client cannot lock the others out; else it is refused. Each is counted (comminsight_agent_http_connections_closed_total). Keep it well below the open-file limit (ulimit -n): the Agent warns at start when it is not.")] = 256
     agent_http_header_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600.0, description="A new HTTP connection that has not sent a complete request header within this long is closed and counted.")] = 10.0
+    agent_http_body_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600.0, description="A request body (the JSON note of a resolve request) not received in full within this long of the Agent starting to read it is answered 408 and its connection closed, however slowly its bytes keep arriving.")] = 10.0
     agent_http_write_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600.0, description="An HTTP connection whose client has not read the Agent\u0027s answer (more than the socket\u0027s write buffer waiting) for this long is closed and counted (comminsight_agent_http_connections_closed_total{reason=\"write_stalled\"}); over the connection limit such a connection is closed first.")] = 10.0
     agent_http_max_pipelined: Annotated[int, msgspec.Meta(ge=1, le=32, description="Requests one HTTP connection may have received and not yet been answered; the Agent reads no more from it until earlier answers are written.")] = 4
     agent_http_idle_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=86400.0, description="A kept-alive HTTP connection with no request for this long is closed (it also bounds a later request\u0027s header on that connection).")] = 60.0

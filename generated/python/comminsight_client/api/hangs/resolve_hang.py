@@ -81,6 +81,13 @@ def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Res
 
         return response_404
 
+    if response.status_code == 408:
+        response_408 = Error.from_dict(response.json())
+
+
+
+        return response_408
+
     if response.status_code == 422:
         response_422 = Error.from_dict(response.json())
 
