@@ -53,6 +53,13 @@ from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.faults import parse_fault
 from comminsight.sim.truth import read_ground_truth
 from comminsight_gen.abi import fifo_event_v1, shm_v1
+from comminsight_gen.models.inspector_log_v1 import (
+    CiColl,
+    CiGap,
+    CiP2p,
+    CiSegmentStart,
+    InspectorLogRecord,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "dist" / "libnccl-profiler-comminsight.so"
@@ -76,31 +83,7 @@ def note(text: str) -> None:
 # ---- counting ops ----------------------------------------------------------------------------
 
 
-class _Ci(msgspec.Struct):
-    kind: str
-    ring_seq: int | None = None
-    lost_count: int | None = None
-
-
-class _Line(msgspec.Struct):
-    ci: _Ci | None = None
-
-
-class _Process(msgspec.Struct):
-    pid: int
-
-
-class _Start(msgspec.Struct):
-    kind: str
-    process: _Process | None = None
-
-
-class _StartLine(msgspec.Struct):
-    ci: _Start | None = None
-
-
-_LINE = msgspec.json.Decoder(_Line)
-_START = msgspec.json.Decoder(_StartLine)
+_RECORD = msgspec.json.Decoder(InspectorLogRecord)
 
 
 def count_logged(segments: list[tuple[str, bytes]]) -> tuple[int, int, int]:
@@ -112,20 +95,16 @@ def count_logged(segments: list[tuple[str, bytes]]) -> tuple[int, int, int]:
         pid = -1
         for raw in data.splitlines():
             try:
-                line = _LINE.decode(raw)
+                ci = _RECORD.decode(raw).ci
             except msgspec.DecodeError:
                 continue  # a torn last line of a dead writer: the op is counted as lost
-            ci = line.ci
-            if ci is None:
-                continue
-            if ci.kind == "segment_start":
-                start = _START.decode(raw).ci
-                pid = start.process.pid if start.process is not None else -1
-            elif ci.kind in ("coll", "p2p") and ci.ring_seq is not None:
+            if isinstance(ci, CiSegmentStart):
+                pid = ci.process.pid
+            elif isinstance(ci, (CiColl, CiP2p)):
                 lines += 1
                 seen.add((pid, ci.ring_seq))
-            elif ci.kind == "gap":
-                gaps += ci.lost_count or 0
+            elif isinstance(ci, CiGap):
+                gaps += ci.lost_count
     return len(seen), lines - len(seen), gaps
 
 

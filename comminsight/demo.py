@@ -40,6 +40,17 @@ from comminsight.cli import ops as cli_ops
 from comminsight.cli import steps as cli_steps
 from comminsight.log_segments import segments_in, verify_segment
 from comminsight.sim import SimConfig, parse_fault, run_simulation
+from comminsight_client import Client
+from comminsight_client.api.hangs import list_hangs
+from comminsight_client.api.incidents import list_incidents
+from comminsight_client.api.steps import list_steps
+from comminsight_client.models import (
+    HangReportList,
+    HangStatusFilter,
+    IncidentList,
+    IncidentStatusFilter,
+    StepPage,
+)
 from comminsight_gen.models.inspector_log_v1 import CiColl, CiHangEvidence, CiP2p, CiSegmentStart
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,12 +102,17 @@ def running_agent(home: Path, console: Console) -> Iterator[str]:
         log.close()
 
 
+def api_client(url: str) -> Client:
+    return Client(base_url=url, timeout=httpx.Timeout(5.0))
+
+
 def wait_for_steps(url: str, expected: int, timeout_s: float = 30.0) -> int:
     """Step summaries the agent serves, once it has all `expected` (or the time is up)."""
     deadline = time.monotonic() + timeout_s
     total = 0
     while time.monotonic() < deadline:
-        total = httpx.get(f"{url}/api/v1/steps", params={"limit": 1}, timeout=5).json()["total"]
+        page = list_steps.sync(client=api_client(url), limit=1)
+        total = page.total if isinstance(page, StepPage) else 0
         if total >= expected:
             break
         time.sleep(0.1)
@@ -207,12 +223,18 @@ def hang_run(console: Console) -> bool:
     with running_agent(home, console) as url:
         result = simulate(home, faults=(parse_fault("skip:rank=1,op=5,comm=tp"),))
         # the diagnosis outlives the run: resolved once the communicators were torn down
-        incidents = httpx.get(
-            f"{url}/api/v1/incidents", params={"status": "all"}, timeout=5
-        ).json()["items"]
-        reports = httpx.get(f"{url}/api/v1/hangs", params={"status": "all"}, timeout=5).json()
+        client = api_client(url)
+        incident_page = list_incidents.sync(client=client, status=IncidentStatusFilter.ALL)
+        hang_page = list_hangs.sync(client=client, status=HangStatusFilter.ALL)
+        if not isinstance(incident_page, IncidentList) or not isinstance(hang_page, HangReportList):
+            console.print(
+                f"[red]the Agent did not list its incidents and hangs: {incident_page} "
+                f"{hang_page}[/red]"
+            )
+            return False
+        incidents = incident_page.items
         console.print(
-            f"the Agent wrote {reports['total']} hang reports, one per communicator that "
+            f"the Agent wrote {hang_page.total} hang reports, one per communicator that "
             f"hung; they form {len(incidents)} incident(s), the root cause first:"
         )
         show(console, "incidents", url, status="all", tree=True, id=None, limit=10)
@@ -223,7 +245,7 @@ def hang_run(console: Console) -> bool:
                 url,
                 status="all",
                 tree=False,
-                id=incidents[0]["incident_id"],
+                id=incidents[0].incident_id,
                 limit=10,
             )
     logs = read_logs(home)

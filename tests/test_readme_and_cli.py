@@ -68,6 +68,9 @@ def test_demo_runs_the_pipeline_end_to_end():
     assert "sealed segments, all verified" in proc.stdout
     assert "hang evidence written by each rank" in proc.stdout
     assert "stuck_outside_nccl" in proc.stdout  # the verdict on the skipping rank
+    # what the demo read through the generated API client
+    assert re.search(r"the Agent wrote [1-9]\d* hang reports", proc.stdout), proc.stdout
+    assert re.search(r"they form [1-9]\d* incident", proc.stdout), proc.stdout
     assert "Everything stays under" in proc.stdout
 
 

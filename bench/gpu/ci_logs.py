@@ -1,9 +1,10 @@
 """Read and verify CommInsight inspector_logs with the Python standard library only.
 
 The GPU machine's image may lack msgspec and the project's generated models, so the GPU
-benchmarks read `<COMMINSIGHT_HOME>/inspector_logs/*.jsonl` with `json` and `zlib` alone
-(protocols/inspector-log/v1 says what a line holds). Everything is aggregated while streaming:
-a host-lean run writes hundreds of thousands of op lines.
+benchmarks read `<COMMINSIGHT_HOME>/inspector_logs/*.jsonl` with `json` and `zlib` alone; the
+names of fields and kinds come from the schema's generated name table
+(`comminsight_gen.inspector_log_v1_fields`, standard library only). Everything is aggregated
+while streaming: a host-lean run writes hundreds of thousands of op lines.
 
 Checks per sealed segment: the file ends with a newline, its last line is a seal, the bytes
 before the seal line number byte_count, hold record_count lines and have CRC-32 crc32
@@ -15,10 +16,15 @@ still read except a possibly truncated last one).
 from __future__ import annotations
 
 import json
+import sys
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# the generated name table is plain Python: importable on a machine without the project installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "generated" / "python"))
+from comminsight_gen.inspector_log_v1_fields import F, V  # noqa: E402
 
 
 @dataclass
@@ -123,64 +129,64 @@ def _verify_seal(data: bytes, name: str) -> tuple[dict | None, str | None]:
         return None, f"{name}: does not end with a newline"
     cut = data.rfind(b"\n", 0, len(data) - 1) + 1  # first byte of the last line
     try:
-        seal = json.loads(data[cut:-1])["ci"]
+        seal = json.loads(data[cut:-1])[F.CI]
     except (ValueError, KeyError, TypeError):
         return None, f"{name}: last line is not JSON with ci"
-    if seal.get("kind") != "seal":
+    if seal.get(F.KIND) != V.SEAL:
         return None, f"{name}: last line kind {seal.get('kind')!r}, not seal"
     prefix = data[:cut]
-    if seal.get("byte_count") != len(prefix):
+    if seal.get(F.BYTE_COUNT) != len(prefix):
         return seal, f"{name}: byte_count {seal.get('byte_count')} != {len(prefix)}"
     lines = prefix.count(b"\n")
-    if seal.get("record_count") != lines:
+    if seal.get(F.RECORD_COUNT) != lines:
         return seal, f"{name}: record_count {seal.get('record_count')} != {lines}"
     crc = zlib.crc32(prefix) & 0xFFFFFFFF
-    if seal.get("crc32") != crc:
+    if seal.get(F.CRC32) != crc:
         return seal, f"{name}: crc32 {seal.get('crc32')} != {crc}"
-    first, last = seal.get("first_ring_seq"), seal.get("last_ring_seq")
+    first, last = seal.get(F.FIRST_RING_SEQ), seal.get(F.LAST_RING_SEQ)
     if first is not None and last is not None:
-        covered = seal.get("ring_record_count", 0) + seal.get("lost_count", 0)
+        covered = seal.get(F.RING_RECORD_COUNT, 0) + seal.get(F.LOST_COUNT, 0)
         if last - first + 1 != covered:
             return seal, f"{name}: ring seqs {first}..{last} but {covered} records+lost"
     return seal, None
 
 
 def _add_op(s: LogSummary, obj: dict, proc: ProcessStats | None) -> None:
-    hdr = obj.get("header") or {}
-    ci = obj["ci"]
-    key = (str(hdr.get("id")), int(hdr.get("rank", -1)))
+    hdr = obj.get(F.HEADER) or {}
+    ci = obj[F.CI]
+    key = (str(hdr.get(F.ID)), int(hdr.get(F.RANK, -1)))
     cs = s.comms.get(key)
     if cs is None:
         cs = s.comms[key] = CommStats(comm_id=key[0], rank=key[1])
-    cs.n_ranks = int(hdr.get("n_ranks", 0))
+    cs.n_ranks = int(hdr.get(F.N_RANKS, 0))
     if proc is not None:
         cs.pids.add(proc.pid)
         if proc.global_rank is not None:
             cs.global_ranks.add(proc.global_rank)
-    if ci.get("forced_complete"):
+    if ci.get(F.FORCED_COMPLETE):
         cs.forced_complete += 1
-    if ci["kind"] == "p2p":
+    if ci[F.KIND] == V.P2P:
         cs.p2p += 1
         return
-    perf = obj.get("coll_perf") or {}
-    func = str(perf.get("coll"))
+    perf = obj.get(F.COLL_PERF) or {}
+    func = str(perf.get(F.COLL))
     cs.colls[func] += 1
-    cs.coll_sns.setdefault(func, []).append(int(perf.get("coll_sn", -1)))
+    cs.coll_sns.setdefault(func, []).append(int(perf.get(F.COLL_SN, -1)))
     if func != "AllReduce":
         return
-    size = int(perf.get("coll_msg_size_bytes", -1))
+    size = int(perf.get(F.COLL_MSG_SIZE_BYTES, -1))
     cs.allreduce_by_size[size] += 1
-    cs.allreduce_by_size_dtype[(size, str(ci.get("datatype")))] += 1
-    src = str(perf.get("coll_timing_source"))
+    cs.allreduce_by_size_dtype[(size, str(ci.get(F.DATATYPE)))] += 1
+    src = str(perf.get(F.COLL_TIMING_SOURCE))
     cs.timing_source[src] += 1
     if src == "kernel_gpu":
         cs.kernel_gpu += 1
-    g0, g1 = ci.get("gpu_start_globaltimer_ns"), ci.get("gpu_stop_globaltimer_ns")
+    g0, g1 = ci.get(F.GPU_START_GLOBALTIMER_NS), ci.get(F.GPU_STOP_GLOBALTIMER_NS)
     if g0 is not None and g1 is not None:
         cs.gpu_times_present += 1
         if g1 < g0:
             cs.gpu_stop_before_start += 1
-    ex = float(perf.get("coll_exec_time_us", -1))
+    ex = float(perf.get(F.COLL_EXEC_TIME_US, -1))
     acc = cs.exec_us.get(size)
     if acc is None:
         cs.exec_us[size] = [1, ex, ex, ex]
@@ -191,7 +197,7 @@ def _add_op(s: LogSummary, obj: dict, proc: ProcessStats | None) -> None:
         acc[3] = max(acc[3], ex)
     if ex <= 0:
         cs.exec_zero[size] += 1
-    if ci.get("channels_completed", 0) < ci.get("n_channels", 0):
+    if ci.get(F.CHANNELS_COMPLETED, 0) < ci.get(F.N_CHANNELS, 0):
         cs.channels_short += 1
 
 
@@ -214,7 +220,7 @@ def read_home(home: str | Path) -> LogSummary:
                 body = data
             else:
                 s.sealed += 1
-                body = data[: seal["byte_count"]]
+                body = data[: seal[F.BYTE_COUNT]]
         else:
             s.unsealed += 1
             body = data[: data.rfind(b"\n") + 1]  # the last line may be cut short
@@ -225,43 +231,43 @@ def read_home(home: str | Path) -> LogSummary:
                 continue
             try:
                 obj = json.loads(raw)
-                ci = obj["ci"]
-                kind = ci["kind"]
+                ci = obj[F.CI]
+                kind = ci[F.KIND]
             except (ValueError, KeyError, TypeError):
                 s.bad_lines += 1
                 continue
             s.kinds[kind] += 1
-            if kind in ("coll", "p2p"):
+            if kind in (V.COLL, V.P2P):
                 ops_seen += 1
                 _add_op(s, obj, proc)
-            elif kind == "segment_start":
-                p = ci.get("process") or {}
-                pkey = (str(p.get("host")), int(p.get("pid", 0)), int(p.get("start_real_ns", 0)))
+            elif kind == V.SEGMENT_START:
+                p = ci.get(F.PROCESS) or {}
+                pkey = (str(p.get(F.HOST)), int(p.get(F.PID, 0)), int(p.get(F.START_REAL_NS, 0)))
                 proc = s.processes.get(pkey)
                 if proc is None:
                     proc = s.processes[pkey] = ProcessStats(*pkey)
-                proc.global_rank = p.get("global_rank")
-                proc.local_rank = p.get("local_rank")
-                proc.segment_indices.append(int(ci.get("segment_index", -1)))
+                proc.global_rank = p.get(F.GLOBAL_RANK)
+                proc.local_rank = p.get(F.LOCAL_RANK)
+                proc.segment_indices.append(int(ci.get(F.SEGMENT_INDEX, -1)))
                 if sealed:
                     proc.segments_sealed += 1
                 else:
                     proc.segments_unsealed += 1
-            elif kind == "comm_init":
+            elif kind == V.COMM_INIT:
                 if proc is not None:
                     proc.comm_init += 1
-                    proc.profiler_abis[str(ci.get("profiler_abi"))] += 1
-            elif kind == "comm_finalize":
+                    proc.profiler_abis[str(ci.get(F.PROFILER_ABI))] += 1
+            elif kind == V.COMM_FINALIZE:
                 if proc is not None:
                     proc.comm_finalize += 1
-            elif kind == "gap":
+            elif kind == V.GAP:
                 s.gap_lines += 1
-                s.lost_records += int(ci.get("lost_count", 0))
-            elif kind == "hang_evidence":
+                s.lost_records += int(ci.get(F.LOST_COUNT, 0))
+            elif kind == V.HANG_EVIDENCE:
                 s.hang_evidence += 1
-            elif kind == "seal":
+            elif kind == V.SEAL:
                 s.seal_failures.append(f"{path.name}: a seal line before the end")
-        if seal is not None and seal.get("op_count") != ops_seen:
+        if seal is not None and seal.get(F.OP_COUNT) != ops_seen:
             s.seal_failures.append(
                 f"{path.name}: op_count {seal.get('op_count')} != {ops_seen} op lines"
             )
