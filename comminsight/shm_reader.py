@@ -4,7 +4,9 @@
 layout, without blocking (a FIFO named *.shm is refused, not waited on), checks on the open
 descriptor that it is a regular file of this Agent's user, maps it read-only and checks the
 header before anything else is believed (magic, ABI version, record sizes, offsets inside the
-file, ring capacity a power of two, clocks that fit in int64). It keeps the descriptor so that
+file, ring capacity a power of two and no larger than a Profiler makes, clocks that fit in
+int64); a sparse file is refused unmapped, since touching its holes through the mapping can
+kill the reader with SIGBUS on a full tmpfs. It keeps the descriptor so that
 `shrunk()` can tell, before a pass reads the mapping, that the file was truncated under it.
 Communicator-table rows that break the protocol are left out of `comm_entries()` and counted
 (`bad_rows`, `bad_rows_reason`).
@@ -28,6 +30,7 @@ import numpy as np
 
 from comminsight.safe_open import UntrustedFile, open_checked
 from comminsight_gen.abi import shm_v1
+from comminsight_gen.config_v1 import KEY_BY_NAME
 
 HEADER = shm_v1.HEADER_DTYPE
 COMM = shm_v1.COMM_ENTRY_DTYPE
@@ -45,6 +48,9 @@ _NAME_SOURCES = max(int(s) for s in shm_v1.NameSource)
 # the Semantic Engine fail with an OverflowError instead of naming the field
 _CLOCK_FIELDS = ("start_real_ns", "start_mono_ns", "heartbeat_mono_ns", "heartbeat_real_ns")
 _MAX_NS = (1 << 63) - 1
+# the largest ring and communicator table a Profiler can be configured to make
+RING_SLOTS_MAX = int(KEY_BY_NAME["COMMINSIGHT_PROFILER_RING_SLOTS"].maximum)
+COMM_SLOTS_MAX = int(KEY_BY_NAME["COMMINSIGHT_PROFILER_COMM_SLOTS"].maximum)
 
 
 class ShmError(ValueError):
@@ -57,6 +63,30 @@ class ShmError(ValueError):
         super().__init__(message)
         self.missing = missing
         self.not_ready = not_ready
+
+
+def _unallocated(st: os.stat_result) -> bool:
+    """The file has pages no storage backs. A Profiler allocates all of its region before
+    using it (posix_fallocate), so this is no region of one: on tmpfs, reading such a page
+    through a shared mapping allocates it, and where the file system is full the reader is
+    killed by SIGBUS."""
+    return st.st_blocks * 512 < st.st_size
+
+
+def _sparse_error(path: Path, fd: int, st: os.stat_result) -> ShmError:
+    # read the header with pread, which returns a hole as zeros without allocating it: a file
+    # the Profiler has sized but not yet allocated is still zero, and is waited for
+    head = os.pread(fd, HEADER.itemsize, 0)
+    header = np.frombuffer(head.ljust(HEADER.itemsize, b"\0"), dtype=HEADER, count=1)[0]
+    if int(header["state"]) == shm_v1.FileState.CREATING and int(header["magic"]) in (
+        0,
+        shm_v1.MAGIC,
+    ):
+        return ShmError(f"{path}: being allocated by its producer", not_ready=True)
+    return ShmError(
+        f"{path}: a sparse file ({st.st_blocks * 512} of {st.st_size} bytes allocated): no "
+        "Profiler's region (a Profiler allocates every page of its own); not mapped"
+    )
 
 
 def open_region_file(path: Path, shm_dir: str | None, owner: int | None = -1) -> tuple[int, Path]:
@@ -105,13 +135,16 @@ class ShmRegion:
         self._frozen_evidence: np.ndarray | None = None
         fd, self.target = open_region_file(self.path, shm_dir, owner)  # target: the file
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size = st.st_size
             if size == 0:  # created, not yet sized (the Profiler sizes it next)
                 raise ShmError(f"{self.path}: empty, not yet sized by its producer", not_ready=True)
             if size < HEADER.itemsize:
                 raise ShmError(
                     f"{self.path}: {size} bytes, shorter than the {HEADER.itemsize}-byte header"
                 )
+            if _unallocated(st):
+                raise _sparse_error(self.path, fd, st)
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
         except BaseException:
             os.close(fd)
@@ -178,6 +211,9 @@ class ShmRegion:
         cap = int(h["ring_capacity"])
         if cap <= 0 or cap & (cap - 1):
             raise bad("ring_capacity", f"{cap} is not a power of two")
+        for name, most in (("ring_capacity", RING_SLOTS_MAX), ("comm_capacity", COMM_SLOTS_MAX)):
+            if int(h[name]) > most:
+                raise bad(name, f"{int(h[name])}, more than any Profiler makes ({most})")
         comm_end = int(h["comm_table_offset"]) + int(h["comm_capacity"]) * COMM.itemsize
         ring_end = int(h["ring_offset"]) + cap * SLOT.itemsize
         if int(h["comm_table_offset"]) < HEADER.itemsize or comm_end > int(h["ring_offset"]):
@@ -200,13 +236,18 @@ class ShmRegion:
         mapped (reading the lost pages would raise SIGBUS and end the Agent). None: it may be
         read. Called before every pass touches the region."""
         try:
-            size = os.fstat(self._fd).st_size
+            st = os.fstat(self._fd)
         except OSError as e:
             return f"{self.path}: cannot be examined: {e.strerror}"
-        if size < self.mapped_size:
+        if st.st_size < self.mapped_size:
             return (
-                f"{self.path}: the file shrank to {size} bytes while mapped "
+                f"{self.path}: the file shrank to {st.st_size} bytes while mapped "
                 f"({self.mapped_size} bytes mapped); its region is no longer read"
+            )
+        if _unallocated(st):
+            return (
+                f"{self.path}: holes were punched in the file while mapped ({st.st_blocks * 512} "
+                f"of {st.st_size} bytes allocated); its region is no longer read"
             )
         return None
 

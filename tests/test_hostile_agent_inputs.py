@@ -33,7 +33,7 @@ from comminsight.agent.core.service import RECENT_EVENTS
 from comminsight.agent.hangs.store import HangStore
 from comminsight.config import ConfigError, load_settings
 from comminsight.log_segments import verify_segment
-from comminsight.shm_reader import BUSY, HEADER, SLOT, RingCursor, ShmRegion
+from comminsight.shm_reader import BUSY, HEADER, SLOT, RingCursor, ShmError, ShmRegion
 from comminsight.sim import SimConfig, read_ground_truth, run_simulation
 from comminsight.sim.faults import parse_fault
 from comminsight_gen.abi import fifo_event_v1, shm_v1
@@ -335,6 +335,56 @@ def test_shm_files_of_another_owner_or_linked_elsewhere_are_refused(tmp_path, re
         assert "link.shm" in reasons and "not followed" in reasons
         assert agent.service.producers.producers == {}
     assert secret.read_text() == "root's"
+
+
+def _sparse_copy(path: Path, data: bytes, head: bytes) -> Path:
+    """A file of len(data) bytes of which only `head` is written: the rest is a hole."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, len(data))
+        os.pwrite(fd, head, 0)
+    finally:
+        os.close(fd)
+    return path
+
+
+def test_a_sparse_region_is_refused_unmapped_and_the_agent_serves_on(tmp_path, region_bytes):
+    # a reader touching a hole through its shared mapping makes tmpfs allocate the page, and
+    # a full tmpfs answers that with SIGBUS: the Agent died (rc 135) on a forged 2 GiB file
+    forged = forged_region(tmp_path, region_bytes, "whole.shm")
+    data = forged.read_bytes()
+    forged.unlink()
+    sparse = _sparse_copy(tmp_path / "shms" / "sparse.shm", data, data[: HEADER.itemsize])
+    assert os.stat(sparse).st_blocks * 512 < len(data)  # the file system keeps the hole
+    with pytest.raises(ShmError, match="a sparse file") as refused:
+        ShmRegion(sparse)
+    assert not refused.value.not_ready
+    with LiveAgent(tmp_path) as agent:
+        body = health(agent)
+        assert any("sparse.shm" in r and "a sparse file" in r for r in body["reasons"])
+        assert metric(agent, "comminsight_agent_shm_refusals_total", 'reason="sparse"') == 1
+        assert get(agent, "/api/v1/communicators")[0] == 200
+    assert (tmp_path / "shms" / "quarantine" / "sparse.shm").exists()
+
+
+def test_a_sized_region_not_yet_allocated_is_waited_for(tmp_path, region_bytes):
+    # between ftruncate and posix_fallocate a Profiler's new file is a zeroed hole
+    path = _sparse_copy(tmp_path / "new.shm", region_bytes, b"")
+    with pytest.raises(ShmError, match="being allocated") as waited:
+        ShmRegion(path)
+    assert waited.value.not_ready
+
+
+def test_capacities_no_profiler_makes_are_named(tmp_path, region_bytes):
+    from comminsight.shm_reader import COMM_SLOTS_MAX, RING_SLOTS_MAX
+
+    for name, value in (
+        ("comm_capacity", COMM_SLOTS_MAX + 1),
+        ("ring_capacity", RING_SLOTS_MAX * 2),
+    ):
+        path = forged_region(tmp_path, region_bytes, f"{name}.shm", **{name: value})
+        with pytest.raises(ShmError, match=f"header.{name}: {value}, more than any Profiler"):
+            ShmRegion(path)
 
 
 def test_a_ring_head_of_two_to_the_63_is_named_and_costs_one_ring_of_work(tmp_path, region_bytes):

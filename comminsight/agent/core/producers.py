@@ -447,6 +447,7 @@ def _reason_label(message: str) -> str:
         ("writable_by_others", ("lets group or others write",)),
         ("unreadable", ("cannot open",)),
         ("short", ("shorter than",)),
+        ("sparse", ("a sparse file",)),
     ):
         if any(w in message for w in words):
             return label
