@@ -20,6 +20,7 @@ from typing import BinaryIO
 KINDS: dict[str, Callable[[int], bool]] = {
     "regular file": stat.S_ISREG,
     "FIFO": stat.S_ISFIFO,
+    "directory": stat.S_ISDIR,
 }
 
 

@@ -435,7 +435,7 @@ def test_from_settings_picks_the_provider(tmp_path):
         "COMMINSIGHT_COMMON_DISK_BUDGET_BYTES": "1000",
     }
     archiver = Archiver.from_settings(load_settings(env))
-    assert archiver.provider.kind == "fsspec"
+    assert archiver.provider.kind == "local"  # a plain file:// URL is a local directory
     assert (archiver.zstd_level, archiver.retry.max_attempts) == (7, 2)
     assert archiver.disk_budget_bytes == 1000
     write_segment(home, 0)

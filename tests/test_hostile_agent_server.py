@@ -678,6 +678,73 @@ def test_a_segment_owned_by_another_user_is_refused_and_named_in_health(tmp_path
         service.producers.close()
 
 
+def _one_segment_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    (home / "inspector_logs").mkdir(parents=True)
+    (home / "inspector_logs" / "rank0.0001.jsonl").write_text('{"ok": 1}\n')
+    return home
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_shared_archive_directory_another_user_prepared_is_not_written_into(tmp_path):
+    # a shared mount (mode 1777): another user made the Agent's directories there first and
+    # planted a link at the temporary name to a root-only file, and a FIFO at the final name
+    home = _one_segment_home(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    planted = shared / "n1" / "inspector_logs"
+    planted.mkdir(parents=True)
+    for d in (shared / "n1", planted):
+        os.chown(d, NOBODY, NOBODY)
+    victim = tmp_path / "victim"
+    victim.write_text("root only\n")
+    victim.chmod(0o600)
+    (planted / "rank0.0001.jsonl.zst.uploading").symlink_to(victim)
+    os.mkfifo(planted / "rank0.0001.jsonl.zst")
+    archiver = Archiver(home, LocalDirectoryProvider(shared), prefix="n1", sleep=lambda s: None)
+    report = archiver.run_once()  # returns: no open() waits on the FIFO
+    assert report.uploaded_files == 0 and report.failed_files
+    assert victim.read_text() == "root only\n"
+    error = archiver.last_error
+    assert error is not None and f"{shared / 'n1'}: is owned by uid {NOBODY}" in error.message
+    assert archiver.refused() == {}  # the segment itself is fine: it waits for a usable archive
+
+
+def test_links_and_fifos_in_the_archive_are_replaced_never_followed_or_waited_on(tmp_path):
+    home = _one_segment_home(tmp_path)
+    archive = tmp_path / "archive"
+    objects = archive / "inspector_logs"
+    objects.mkdir(parents=True, mode=0o700)
+    archive.chmod(0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (objects / "rank0.0001.jsonl.zst.uploading").symlink_to(victim)
+    os.mkfifo(objects / "rank0.0001.jsonl.zst", 0o600)
+    archiver = _archiver(home)
+    report = archiver.run_once()
+    assert report.uploaded_files == 1 and not report.failed_files
+    assert victim.read_text() == "keep\n"
+    final = objects / "rank0.0001.jsonl.zst"
+    assert final.is_file() and not final.is_symlink()
+    assert not (objects / "rank0.0001.jsonl.zst.uploading").exists()
+
+
+def test_a_symlinked_directory_in_the_archive_is_refused_by_name(tmp_path):
+    home = _one_segment_home(tmp_path)
+    archive = tmp_path / "archive"
+    archive.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (archive / "inspector_logs").symlink_to(elsewhere)
+    archiver = _archiver(home)
+    report = archiver.run_once()
+    assert report.uploaded_files == 0
+    assert not list(elsewhere.iterdir())
+    message = archiver.last_error.message
+    assert f"{archive / 'inspector_logs'}: not a directory of this Agent" in message
+
+
 # ---- what the Agent creates ------------------------------------------------------------------
 
 

@@ -7,17 +7,23 @@ agent restarting after a crash) never takes a half-written object for a complete
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import inspect
+import logging
 import os
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from comminsight.durable_files import fsync_directory, make_private_dirs
+from comminsight.durable_files import make_private_dirs
 from comminsight.redaction import redact_url, scrub_credentials
+from comminsight.safe_open import UntrustedFile, check_fd, kind_of
 
+log = logging.getLogger(__name__)
 URL_KEY = "COMMINSIGHT_COMMON_ARCHIVE_URL"
 
 
@@ -62,8 +68,23 @@ class Provider(ABC):
         return text
 
 
+class ArchiveDestinationUntrusted(OSError):
+    """A directory or object of a local archive is not what the Agent made: a symbolic link,
+    not a directory, another user's, or writable by others. Nothing is written through it;
+    the upload fails (retried, then reported) with this message naming the path."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 class LocalDirectoryProvider(Provider):
-    """A directory on this machine: `<home>/archives` by default, or a shared (3FS) mount."""
+    """A directory on this machine: `<home>/archives` by default, or a shared (3FS) mount.
+
+    A shared mount may be writable by other users, so below its root nothing is trusted that
+    the Agent did not make: every directory is opened relative to its parent without
+    following a link and must be a directory of the Agent's user that no one else can write;
+    objects are opened the same way and never waited on (a FIFO) or written through (a link).
+    A planted entry at an object's final name is replaced by the archived file, and said."""
 
     kind = "local"
 
@@ -71,37 +92,122 @@ class LocalDirectoryProvider(Provider):
         self.root = Path(root)
         self.url = str(self.root)
 
-    def _path(self, name: str) -> Path:
-        return self.root / name
+    def _parent(self, name: str, create: bool) -> tuple[int, str]:
+        """(fd of the directory holding `name`, its last component). The root is the one
+        path followed as given (the operator named it); FileNotFoundError when a directory
+        is missing and not `create`."""
+        *dirs, base = name.split("/")
+        if not base or any(d in ("", ".", "..") for d in dirs) or base in (".", ".."):
+            raise ValueError(f"{name!r} is not an archive object name")
+        if create:
+            make_private_dirs(self.root)
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for i, d in enumerate(dirs):
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(d, 0o700, dir_fd=fd)
+                shown = self.root.joinpath(*dirs[: i + 1])
+                try:
+                    child = os.open(
+                        d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                    )
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise ArchiveDestinationUntrusted(
+                            e.errno, f"{shown}: not a directory of this Agent (a link or a file)"
+                        ) from None
+                    raise
+                os.close(fd)
+                fd = child
+                try:
+                    check_fd(fd, shown, "directory", os.geteuid())
+                except UntrustedFile as e:
+                    raise ArchiveDestinationUntrusted(e.errno, str(e)) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, base
 
     @contextmanager
     def open_for_write(self, name: str) -> Iterator[BinaryIO]:
-        path = self._path(name)
-        make_private_dirs(path.parent)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        parent, base = self._parent(name, create=True)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(base, dir_fd=parent)  # a crash's leftover, or a planted entry
+            fd = os.open(
+                base,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                0o600,
+                dir_fd=parent,
+            )
+        finally:
+            os.close(parent)
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
 
     def commit(self, temp_name: str, name: str) -> None:
-        final = self._path(name)
-        os.replace(self._path(temp_name), final)
-        fsync_directory(final.parent)  # the rename itself must survive a power loss
+        parent, base = self._parent(name, create=False)
+        try:
+            temp_parent, temp_base = self._parent(temp_name, create=False)
+            try:
+                os.replace(temp_base, base, src_dir_fd=temp_parent, dst_dir_fd=parent)
+            finally:
+                os.close(temp_parent)
+            os.fsync(parent)  # the rename itself must survive a power loss
+        finally:
+            os.close(parent)
 
     def size(self, name: str) -> int | None:
         try:
-            return self._path(name).stat().st_size
+            parent, base = self._parent(name, create=False)
         except FileNotFoundError:
             return None
+        try:
+            st = os.stat(base, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(parent)
+        if not stat.S_ISREG(st.st_mode):
+            log.warning(
+                "archive: %s is a %s, not an archived file; the archived file will replace it",
+                self.root / name,
+                kind_of(st.st_mode),
+            )
+            return None
+        return st.st_size
 
     @contextmanager
     def open_for_read(self, name: str) -> Iterator[BinaryIO]:
-        with open(self._path(name), "rb") as f:
+        parent, base = self._parent(name, create=False)
+        try:
+            fd = os.open(
+                base, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent
+            )
+        finally:
+            os.close(parent)
+        try:
+            check_fd(fd, self.root / name, "regular file", os.geteuid())
+        except UntrustedFile as e:
+            os.close(fd)
+            raise ArchiveDestinationUntrusted(e.errno, str(e)) from None
+        with os.fdopen(fd, "rb") as f:
             yield f
 
     def remove(self, name: str) -> None:
-        self._path(name).unlink(missing_ok=True)
+        try:
+            parent, base = self._parent(name, create=False)
+        except FileNotFoundError:
+            return
+        try:
+            os.unlink(base, dir_fd=parent)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(parent)
 
 
 class FsspecProvider(Provider):
@@ -197,7 +303,8 @@ def _checked_fsspec_url(url: str, shown: str) -> str:
 
 def provider_for_url(url: str, home: str | Path) -> Provider:
     """The Provider COMMINSIGHT_COMMON_ARCHIVE_URL names: empty -> <home>/archives, an absolute
-    path -> that directory, scheme://... -> fsspec. Anything else is an ArchiveConfigError."""
+    path or a plain file:///path -> that directory, scheme://... -> fsspec. Anything else is
+    an ArchiveConfigError."""
     text = url.strip()
     if not text:
         return LocalDirectoryProvider(Path(home) / "archives")
@@ -210,6 +317,10 @@ def provider_for_url(url: str, home: str | Path) -> Provider:
             )
         return LocalDirectoryProvider(text)
     scheme = text.split("://", 1)[0]
+    local = text.removeprefix("file://")
+    if scheme == "file" and os.path.isabs(local) and "::" not in text and "?" not in text:
+        # a plain file:// URL is a local directory: kept with the same care as one
+        return LocalDirectoryProvider(local)
     if not scheme or not all(c.isalnum() or c in "+-." for c in scheme):
         raise ArchiveConfigError(f"{URL_KEY}={redact_url(text)!r}: malformed URL scheme")
     return FsspecProvider(text)
