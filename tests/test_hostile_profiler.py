@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -60,7 +61,9 @@ def scenario_env(home: Path, tmp_path: Path, **env) -> dict:
     }
 
 
-def start(scenario: str, home: Path, tmp_path: Path, build: str = "plain", cwd=None, **env):
+def start(
+    scenario: str, home: Path, tmp_path: Path, build: str = "plain", cwd=None, pass_fds=(), **env
+):
     b = builds()[build]
     return subprocess.Popen(
         [sys.executable, str(SCENARIOS), scenario, str(b.path)],
@@ -69,6 +72,7 @@ def start(scenario: str, home: Path, tmp_path: Path, build: str = "plain", cwd=N
         stderr=subprocess.PIPE,
         text=True,
         cwd=cwd,
+        pass_fds=pass_fds,
     )
 
 
@@ -492,6 +496,43 @@ def test_an_agent_bin_others_can_write_is_not_run(tmp_path):
     )
     assert out["init_result"] == 0 and not marker.exists()
     assert said(err, rf"{re.escape(str(agent))} refused: writable by group or others"), err
+
+
+def test_the_agent_starts_with_no_descriptor_of_training_and_no_signal_blocked(tmp_path):
+    # training holds a listening socket opened without O_CLOEXEC (as launchers and stores do);
+    # the autostart runs on the Profiler's background thread, which blocks every signal
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    held.set_inheritable(True)
+    marker = tmp_path / "agent-ran"
+    agent = tmp_path / "agent"
+    agent.write_text(
+        "#!/bin/sh\n"
+        f"grep SigBlk /proc/$$/status >> {marker}\n"
+        f'if [ -e /proc/$$/fd/$HELD_FD ]; then echo "fd inherited"; else echo "fd closed"; fi'
+        f" >> {marker}\n"
+    )
+    agent.chmod(0o755)
+    try:
+        proc = start(
+            "autostart",
+            tmp_path / "home",
+            tmp_path,
+            pass_fds=(held.fileno(),),
+            COMMINSIGHT_AGENT_AUTOSTART="1",
+            COMMINSIGHT_PROFILER_AGENT_BIN=str(agent),
+            LOCAL_RANK="0",
+            HELD_FD=str(held.fileno()),
+        )
+        out, _ = finish(proc)
+        assert out["init_result"] == 0
+        poll(lambda: marker.exists() and len(marker.read_text().splitlines()) == 2, "the agent")
+    finally:
+        held.close()
+    blocked, fd = marker.read_text().splitlines()
+    assert blocked.split() == ["SigBlk:", "0000000000000000"]
+    assert fd == "fd closed"
 
 
 def planted_agent(tmp_path: Path, how: str, marker: Path) -> tuple[Path, str]:

@@ -96,7 +96,11 @@ async def serve(
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    stopping = (signal.SIGTERM, signal.SIGINT)
+    # a mask inherited blocked (a launcher's thread that blocks every signal) would leave an
+    # Agent only SIGKILL stops, without its final flush
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
+    for sig in stopping:
         loop.add_signal_handler(sig, stop.set)
     try:
         runner = await start_server(service, listen)

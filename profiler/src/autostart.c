@@ -11,7 +11,9 @@
  * one but this user or root could have put it there or can rewrite it (resolve_agent_bin). The lock and the agent's log are opened without following
  * links and must be this user's regular files: a link planted there is refused, not followed.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
@@ -162,6 +164,26 @@ static bool resolve_agent_bin(const char* bin, char* out, size_t size) {
     return true;
 }
 
+/* The agent inherits no descriptor of the training process but stdin/stdout/stderr: a
+ * listening socket or a pipe opened without O_CLOEXEC would otherwise stay open in the agent
+ * after training ends (its port taken from the next job, a launcher never seeing end-of-file). */
+static void close_inherited_fds(posix_spawn_file_actions_t* actions) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    posix_spawn_file_actions_addclosefrom_np(actions, STDERR_FILENO + 1);
+#else
+    DIR* d = opendir("/proc/self/fd");
+    if (!d) return;
+    int own = dirfd(d);
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        char* end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end == '\0' && end != e->d_name && fd > STDERR_FILENO && fd != own)
+            posix_spawn_file_actions_addclose(actions, (int)fd);
+    }
+    closedir(d);
+#endif
+}
+
 /* <home>/logs/agent.log for the agent's output; /dev/null when it cannot be opened safely. */
 static int open_agent_log(void) {
     char why[160] = "";
@@ -199,9 +221,18 @@ void ci_autostart_agent(void) {
         posix_spawn_file_actions_adddup2(&actions, log_fd, STDOUT_FILENO);
         posix_spawn_file_actions_adddup2(&actions, log_fd, STDERR_FILENO);
     }
+    close_inherited_fds(&actions);
+    /* the agent starts with no signal blocked and every signal at its default: this runs on
+     * the background thread, which blocks all signals (a blocked SIGTERM would leave an agent
+     * only SIGKILL can stop, with no final flush), and the training process may ignore some */
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     char* argv[] = {"sh", "-c", "exec \"$0\" </dev/null &", bin, NULL};
     pid_t pid;
     int rc = posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, environ);
