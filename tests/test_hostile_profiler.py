@@ -840,6 +840,34 @@ def test_a_region_nobody_retires_goes_after_the_grace_period(tmp_path):
     assert len(said(err, r"removed 1 SHM region\(s\) of dead processes")) == 1, err
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of another user need root")
+def test_thousands_of_other_users_files_in_the_shm_dir_do_not_hide_a_dead_region(tmp_path):
+    # a shared /dev/shm: another user's files, some named like regions, came first in the
+    # directory and used up the sweep's bound on entries examined
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir(mode=0o1777)
+    shm_dir.chmod(0o1777)
+    home = tmp_path / "home"
+    env = {"COMMINSIGHT_PROFILER_SHM_DIR": str(shm_dir)}
+    left, _ = killed_run(home, tmp_path, **env)
+    for i in range(5000):
+        for name in (f"z{i}", f"ci-junk-{i}.shm"):
+            fd = os.open(shm_dir / name, os.O_WRONLY | os.O_CREAT, 0o644)
+            os.fchown(fd, NOBODY, NOBODY)
+            os.close(fd)
+    train_out, err = run(
+        "train",
+        tmp_path / "other-home",
+        tmp_path,
+        COMMINSIGHT_PROFILER_STALE_REGION_GRACE_S="0",
+        **env,
+    )
+    assert train_out["init_result"] == 0
+    assert not left.exists(), err
+    assert len(said(err, r"removed 1 SHM region\(s\) of dead processes")) == 1, err
+    assert len(list(shm_dir.glob("ci-junk-*.shm"))) == 5000  # not this user's: left alone
+
+
 # ---- 6. a home that is ours but cannot be written: the logs move, nothing is lost ----
 
 

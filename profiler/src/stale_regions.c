@@ -27,7 +27,12 @@
 
 #include "ci_internal.h"
 
-#define MAX_ENTRIES 4096 /* directory entries looked at per init */
+/* Per init: regions of this user examined (opened and their header read), and directory
+ * entries read at all. Only this user's regions count against the first bound, so files other
+ * users create in a shared /dev/shm cannot starve the sweep; the second bounds what a
+ * directory of millions of names costs (a name and an fstatat each). */
+#define MAX_ENTRIES 4096
+#define MAX_SCANNED (1u << 18)
 #define MAX_REMOVED 256
 
 typedef struct identity {
@@ -124,9 +129,15 @@ void ci_stale_regions_sweep(void) {
     static ci_shm_header_v1_t h; /* 4 KiB: init only, under ci_g.lock */
     char link[sizeof(h.link_path)];
     struct dirent* de;
-    while (looked < MAX_ENTRIES && removed < MAX_REMOVED && (de = readdir(dir)) != NULL) {
-        looked++;
+    unsigned scanned = 0;
+    while (looked < MAX_ENTRIES && scanned < MAX_SCANNED && removed < MAX_REMOVED && (de = readdir(dir)) != NULL) {
+        scanned++;
         if (!is_region_name(de->d_name) || strcmp(de->d_name, ci_g.shm_name) == 0) continue;
+        struct stat lst;
+        if (fstatat(dir_fd, de->d_name, &lst, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(lst.st_mode) ||
+            lst.st_uid != euid)
+            continue;
+        looked++;
         int fd = openat(dir_fd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0) continue;
         struct stat st;
