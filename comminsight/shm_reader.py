@@ -65,12 +65,22 @@ class ShmError(ValueError):
         self.not_ready = not_ready
 
 
-def _unallocated(st: os.stat_result) -> bool:
-    """The file has pages no storage backs. A Profiler allocates all of its region before
-    using it (posix_fallocate), so this is no region of one: on tmpfs, reading such a page
-    through a shared mapping allocates it, and where the file system is full the reader is
-    killed by SIGBUS."""
-    return st.st_blocks * 512 < st.st_size
+def _free_bytes(fd: int) -> int:
+    """What the file system holding fd can still allocate to this reader."""
+    vfs = os.fstatvfs(fd)
+    return vfs.f_bavail * vfs.f_frsize
+
+
+def _holes_unbacked(fd: int, st: os.stat_result) -> int:
+    """How many bytes of the file's holes its file system could not back (0: none). A
+    Profiler allocates all of its region before using it (posix_fallocate), but a file sized
+    with ftruncate alone is a sound region too as long as its holes can be filled: on tmpfs,
+    reading a hole through a shared mapping allocates the page, and where the file system
+    cannot, the reader is killed by SIGBUS (a forged 2 GiB file on a 64 MiB tmpfs did)."""
+    holes = st.st_size - st.st_blocks * 512
+    if holes <= 0:
+        return 0
+    return max(0, holes - _free_bytes(fd))
 
 
 def _sparse_error(path: Path, fd: int, st: os.stat_result) -> ShmError:
@@ -84,8 +94,9 @@ def _sparse_error(path: Path, fd: int, st: os.stat_result) -> ShmError:
     ):
         return ShmError(f"{path}: being allocated by its producer", not_ready=True)
     return ShmError(
-        f"{path}: a sparse file ({st.st_blocks * 512} of {st.st_size} bytes allocated): no "
-        "Profiler's region (a Profiler allocates every page of its own); not mapped"
+        f"{path}: a sparse file ({st.st_blocks * 512} of {st.st_size} bytes allocated) whose "
+        f"holes its file system cannot fill ({_free_bytes(fd)} bytes free): reading it would "
+        "kill the reader (SIGBUS); not mapped"
     )
 
 
@@ -143,7 +154,7 @@ class ShmRegion:
                 raise ShmError(
                     f"{self.path}: {size} bytes, shorter than the {HEADER.itemsize}-byte header"
                 )
-            if _unallocated(st):
+            if _holes_unbacked(fd, st):
                 raise _sparse_error(self.path, fd, st)
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
         except BaseException:
@@ -244,10 +255,11 @@ class ShmRegion:
                 f"{self.path}: the file shrank to {st.st_size} bytes while mapped "
                 f"({self.mapped_size} bytes mapped); its region is no longer read"
             )
-        if _unallocated(st):
+        if _holes_unbacked(self._fd, st):
             return (
-                f"{self.path}: holes were punched in the file while mapped ({st.st_blocks * 512} "
-                f"of {st.st_size} bytes allocated); its region is no longer read"
+                f"{self.path}: the file has holes its file system can no longer fill "
+                f"({st.st_blocks * 512} of {st.st_size} bytes allocated, "
+                f"{_free_bytes(self._fd)} bytes free); its region is no longer read"
             )
         return None
 

@@ -348,7 +348,14 @@ def _sparse_copy(path: Path, data: bytes, head: bytes) -> Path:
     return path
 
 
-def test_a_sparse_region_is_refused_unmapped_and_the_agent_serves_on(tmp_path, region_bytes):
+def _no_free_space(monkeypatch) -> None:
+    # the file system the test runs on has room for any hole; a full tmpfs has none
+    monkeypatch.setattr("comminsight.shm_reader._free_bytes", lambda fd: 0)
+
+
+def test_a_sparse_region_its_file_system_cannot_fill_is_refused_unmapped(
+    tmp_path, region_bytes, monkeypatch
+):
     # a reader touching a hole through its shared mapping makes tmpfs allocate the page, and
     # a full tmpfs answers that with SIGBUS: the Agent died (rc 135) on a forged 2 GiB file
     forged = forged_region(tmp_path, region_bytes, "whole.shm")
@@ -356,9 +363,10 @@ def test_a_sparse_region_is_refused_unmapped_and_the_agent_serves_on(tmp_path, r
     forged.unlink()
     sparse = _sparse_copy(tmp_path / "shms" / "sparse.shm", data, data[: HEADER.itemsize])
     assert os.stat(sparse).st_blocks * 512 < len(data)  # the file system keeps the hole
-    with pytest.raises(ShmError, match="a sparse file") as refused:
+    ShmRegion(sparse).close()  # holes that free space can fill: a sound region
+    _no_free_space(monkeypatch)
+    with pytest.raises(ShmError, match="a sparse file .* whose holes its file system cannot"):
         ShmRegion(sparse)
-    assert not refused.value.not_ready
     with LiveAgent(tmp_path) as agent:
         body = health(agent)
         assert any("sparse.shm" in r and "a sparse file" in r for r in body["reasons"])
@@ -367,12 +375,59 @@ def test_a_sparse_region_is_refused_unmapped_and_the_agent_serves_on(tmp_path, r
     assert (tmp_path / "shms" / "quarantine" / "sparse.shm").exists()
 
 
-def test_a_sized_region_not_yet_allocated_is_waited_for(tmp_path, region_bytes):
+def test_a_region_sized_with_ftruncate_alone_is_read(tmp_path, region_bytes):
+    # stand-ins and older producers size the file and write what they use: holes remain
+    forged = forged_region(tmp_path, region_bytes, "whole.shm")
+    data = forged.read_bytes()
+    forged.unlink()
+    head = data[: len(data) // 2]
+    path = _sparse_copy(tmp_path / "shms" / "r.shm", data, head)
+    with LiveAgent(tmp_path) as agent:
+        agent.wait_passes(3)
+        assert len(agent.service.producers.producers) == 1
+        assert not metric(agent, "comminsight_agent_shm_refusals_total", 'reason="sparse"')
+    assert path.exists()
+
+
+def test_holes_punched_while_mapped_stop_the_reading_only_when_unfillable(
+    tmp_path, region_bytes, monkeypatch
+):
+    path = tmp_path / "r.shm"
+    path.write_bytes(region_bytes)
+    region = ShmRegion(path)
+    try:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            punched = _punch_hole(fd, len(region_bytes) // 2, len(region_bytes) // 2)
+        finally:
+            os.close(fd)
+        if not punched:
+            pytest.skip("this file system cannot punch holes")
+        assert region.shrunk() is None
+        _no_free_space(monkeypatch)
+        assert "holes its file system can no longer fill" in (region.shrunk() or "")
+    finally:
+        region.close()
+
+
+def _punch_hole(fd: int, offset: int, length: int) -> bool:
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    punch_hole_keep_size = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    return libc.fallocate(fd, punch_hole_keep_size, offset, length) == 0
+
+
+def test_a_sized_region_not_yet_allocated_is_waited_for(tmp_path, region_bytes, monkeypatch):
     # between ftruncate and posix_fallocate a Profiler's new file is a zeroed hole
     path = _sparse_copy(tmp_path / "new.shm", region_bytes, b"")
-    with pytest.raises(ShmError, match="being allocated") as waited:
-        ShmRegion(path)
-    assert waited.value.not_ready
+    for _ in range(2):
+        with pytest.raises(ShmError) as waited:
+            ShmRegion(path)
+        assert waited.value.not_ready, str(waited.value)
+        _no_free_space(monkeypatch)
 
 
 def test_capacities_no_profiler_makes_are_named(tmp_path, region_bytes):
