@@ -3,27 +3,30 @@
 Each scenario runs simulated ranks through the real plugin (dist/) and a real
 `comminsight-agent` process, then counts ops against the simulator's ground truth:
 
-- ops_lost_agent_sigkill: the Agent SIGKILLed and started again --agent-kills times while
-  training runs; ops of the truth missing from the archive (every sealed segment,
-  decompressed) once the last Agent flushed it. ops_duplicated_agent_sigkill: op lines
-  archived more than once.
-- ops_lost_rank_sigkill: one rank SIGKILLed mid-run (the simulator's `die` fault); ops it
-  issued before dying that are in neither its logs nor a gap line, once the Agent retired it.
-- ops_lost_disk_full: the home on a 64 MiB tmpfs that fills up during the run and frees
-  space before it ends; ops in neither the logs nor a gap line. (Needs root to mount; the
-  line is left out, with a note on stderr, where it cannot be mounted.)
-- ops_lost_read_only_home: the home mounted read-only; ops in no log the Profiler wrote (its
-  private fallback directory under XDG_RUNTIME_DIR included).
-- agent_rss_mib_forged_events: the Agent's resident memory after --forged-events forged
-  hang events were written into its FIFO (agent_rss_mib_before: before them).
-- health_latency_ms_half_open: the median latency of /api/v1/health while 1,100 half-open
-  connections are held, the Agent limited to 1,024 open files (agent_alive_half_open: 1
-  when it still runs afterwards).
+- ops_lost, fault agent_sigkill: the Agent SIGKILLed and started again --agent-kills times
+  while training runs; ops of the truth missing from the archive (every sealed segment,
+  decompressed) once the last Agent flushed it. ops_duplicated: op lines archived more than
+  once.
+- ops_lost, fault rank_sigkill: one rank SIGKILLed mid-run (the simulator's `die` fault);
+  ops it issued before dying that are in neither its logs nor a gap line, once the Agent
+  retired it.
+- ops_lost, fault disk_full: the home on a 64 MiB tmpfs that fills up during the run and
+  frees space before it ends; ops in neither the logs nor a gap line (ops_in_gap_lines: how
+  many the gap lines cover). (Needs root to mount; the line is left out, with a note on
+  stderr, where it cannot be mounted.)
+- ops_lost, fault read_only_home: the home mounted read-only; ops in no log the Profiler
+  wrote (its private fallback directory under XDG_RUNTIME_DIR included).
+- agent_rss_mib, fault forged_events: the Agent's resident memory after --forged-events
+  forged hang events were written into its FIFO (agent_rss_mib_baseline: before them).
+- health_latency_ms, fault half_open_connections: the median latency of /api/v1/health
+  while 1,100 half-open connections are held, the Agent limited to 1,024 open files
+  (health_answered: of 20 requests; agent_alive: 1 when it still runs afterwards).
 
 A gap line counts ring records, of which some may not be ops: ops_lost is then a lower
 bound on what a gap hid, never an overstatement of what reached the disk.
 
-Prints JSON lines {"bench","metric","value","unit"}.
+Prints JSON lines {"bench","metric","value","unit","fault"}: the metric names are the same
+for every fault, the `fault` field says which.
 """
 
 from __future__ import annotations
@@ -67,12 +70,14 @@ TOKEN = "bench-faults-token"
 NODE = "bench-node"
 SIM_ENV = (("COMMINSIGHT_AGENT_AUTOSTART", "0"),)
 HALF_OPEN = 1100
+HALF_OPEN_FAULT = "half_open_connections"
 FULL_S = 8.0  # how long the disk stays full
 
 
-def emit(metric: str, value, unit: str) -> None:
+def emit(metric: str, value, unit: str, fault: str, **detail) -> None:
     value = round(value, 3) if isinstance(value, float) else value
-    print(json.dumps({"bench": "faults", "metric": metric, "value": value, "unit": unit}))
+    line = {"bench": "faults", "metric": metric, "value": value, "unit": unit, "fault": fault}
+    print(json.dumps(line | detail))
     sys.stdout.flush()
 
 
@@ -280,9 +285,9 @@ def agent_sigkill(home: Path, kills: int) -> None:
         agent.stop()
         sim.join()
     logged = count_logged(archived_segments(home))
-    emit("agent_kills", done, "count")
-    emit("ops_lost_agent_sigkill", ops_lost(truth_ops(result["sim"].run_dir), logged), "ops")
-    emit("ops_duplicated_agent_sigkill", logged[1], "ops")
+    lost = ops_lost(truth_ops(result["sim"].run_dir), logged)
+    emit("ops_lost", lost, "ops", "agent_sigkill", agent_kills=done)
+    emit("ops_duplicated", logged[1], "ops", "agent_sigkill", agent_kills=done)
 
 
 def rank_sigkill(home: Path) -> None:
@@ -298,7 +303,7 @@ def rank_sigkill(home: Path) -> None:
     finally:
         agent.stop()
     logged = count_logged(segments_in(home / "inspector_logs"))
-    emit("ops_lost_rank_sigkill", ops_lost(truth_ops(result.run_dir), logged), "ops")
+    emit("ops_lost", ops_lost(truth_ops(result.run_dir), logged), "ops", "rank_sigkill")
 
 
 def recovered(logs: Path) -> bool:
@@ -358,8 +363,8 @@ def disk_full(work: Path) -> None:
             raise RuntimeError(f"the simulation failed: {result['sim'].errors}")
         logged = count_logged(segments_in(home / "inspector_logs"))
         truth = truth_ops(result["sim"].run_dir)
-        emit("ops_in_gap_lines_disk_full", logged[2], "ops")
-        emit("ops_lost_disk_full", ops_lost(truth, logged), "ops")
+        emit("ops_in_gap_lines", logged[2], "ops", "disk_full")
+        emit("ops_lost", ops_lost(truth, logged), "ops", "disk_full", truth_ops=truth)
 
 
 def read_only_home(work: Path) -> None:
@@ -376,7 +381,8 @@ def read_only_home(work: Path) -> None:
         if result.errors:
             raise RuntimeError(f"the simulation failed: {result.errors}")
         logged = count_logged(segments_in(home / "inspector_logs") + segments_in(private))
-        emit("ops_lost_read_only_home", ops_lost(truth_ops(result.run_dir), logged), "ops")
+        lost = ops_lost(truth_ops(result.run_dir), logged)
+        emit("ops_lost", lost, "ops", "read_only_home")
 
 
 def forged_event(pid: int, seq: int) -> bytes:
@@ -415,8 +421,8 @@ def forged_events(home: Path, count: int) -> None:
         agent.get("/api/v1/health")
         time.sleep(2.0)  # the reader drains what the pipe still holds
         agent.get("/api/v1/health")
-        emit("agent_rss_mib_before", before, "MiB")
-        emit("agent_rss_mib_forged_events", agent.rss_mib(), "MiB")
+        emit("agent_rss_mib_baseline", before, "MiB", "forged_events")
+        emit("agent_rss_mib", agent.rss_mib(), "MiB", "forged_events", events=count)
     finally:
         agent.stop()
 
@@ -443,17 +449,18 @@ def half_open(home: Path) -> None:
                 if httpx.get(f"http://{agent.listen}/api/v1/health", timeout=10).status_code:
                     latencies.append((time.monotonic() - t0) * 1e3)
             time.sleep(0.05)
-        emit("health_answered_half_open", len(latencies), "of 20")
+        emit("health_answered", len(latencies), "of 20", HALF_OPEN_FAULT)
         if latencies:
-            emit("health_latency_ms_half_open", statistics.median(latencies), "ms")
+            median = statistics.median(latencies)
+            emit("health_latency_ms", median, "ms", HALF_OPEN_FAULT, connections=HALF_OPEN)
     finally:
         for s in held:
             s.close()
     try:
         agent.get("/api/v1/health", timeout_s=30)
-        emit("agent_alive_half_open", 1, "bool")
+        emit("agent_alive", 1, "bool", HALF_OPEN_FAULT)
     except RuntimeError:
-        emit("agent_alive_half_open", 0, "bool")
+        emit("agent_alive", 0, "bool", HALF_OPEN_FAULT)
     finally:
         agent.stop()
 

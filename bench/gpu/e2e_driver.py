@@ -19,6 +19,7 @@ is started here (COMMINSIGHT_AGENT_AUTOSTART=0) on its own port. Writes, under -
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,11 +30,12 @@ import sys
 import tarfile
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import agent_api  # noqa: E402
 import ci_logs  # noqa: E402
+from agent_api import Severity  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "dist" / "libnccl-profiler-comminsight.so"
@@ -87,9 +89,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http_json(url: str, timeout: float = 2.0):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return json.loads(r.read())
+def report_seen(report_id: str, sighting: dict, final, t0: int) -> dict:
+    """One hang report as the run saw it: when it first appeared and how it ended."""
+    report = sighting["report"]
+    op = agent_api.known(report.op)
+    resolution = agent_api.known(final.resolution)
+    return {
+        "report_id": report_id,
+        "verdict": report.verdict.value,
+        "severity": report.severity.value,
+        "comm_name": agent_api.known(report.comm.comm_name),
+        "culprits": [c.comm_rank for c in report.culprits],
+        "op": op.to_dict() if op else None,
+        "detected_after_s": round((report.detected_mono_ns - t0) / 1e9, 3),
+        "api_seen_after_s": round((sighting["first_seen_mono_ns"] - t0) / 1e9, 3),
+        "final_status": final.status.value,
+        "resolution": resolution.value if resolution else None,
+        "summary": report.summary,
+    }
 
 
 # ---- the Agent ----
@@ -118,11 +135,10 @@ class Agent:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"agent exited rc={self.proc.returncode}: {self.tail()}")
-            try:
-                http_json(f"{self.url}/api/v1/health", 1.0)
-                return
-            except OSError:
-                time.sleep(0.1)
+            with contextlib.suppress(*agent_api.UNREACHABLE):
+                if agent_api.health(self.url) is not None:
+                    return
+            time.sleep(0.1)
         raise RuntimeError(f"agent not healthy in 30 s: {self.tail()}")
 
     def tail(self) -> str:
@@ -205,17 +221,17 @@ def run_fault(out: Out, fault: str, threshold_s: float, at: int, sleep_s: float)
     while time.monotonic() < deadline:
         now = time.monotonic_ns()
         try:
-            page = http_json(f"{agent.url}/api/v1/hangs?status=all&limit=100")
-        except (OSError, ValueError) as e:
-            page = {"items": []}
+            reports = agent_api.hang_reports(agent.url)
+        except agent_api.UNREACHABLE as e:
+            reports = []
             log(f"hangs poll: {e}")
-        for rep in page.get("items", []):
-            rid = rep["report_id"]
+        for rep in reports:
+            rid = rep.report_id
             if rid not in seen:
                 seen[rid] = {"first_seen_mono_ns": now, "report": rep}
-                log(f"{fault}: {rep['verdict']} {rep.get('summary', '')[:200]}")
+                log(f"{fault}: {rep.verdict.value} {rep.summary[:200]}")
             seen[rid]["last"] = rep
-            if rep.get("severity") == "critical" and critical_at is None:
+            if rep.severity == Severity.CRITICAL and critical_at is None:
                 critical_at = now
         # poll (reap) every rank each pass, as a launcher does: an unreaped SIGKILLed rank is
         # a zombie whose pid still exists
@@ -237,8 +253,8 @@ def run_fault(out: Out, fault: str, threshold_s: float, at: int, sleep_s: float)
         p.wait()
     time.sleep(1.0)
     try:
-        final = http_json(f"{agent.url}/api/v1/hangs?status=all&limit=100").get("items", [])
-    except (OSError, ValueError):
+        final = agent_api.hang_reports(agent.url)
+    except agent_api.UNREACHABLE:
         final = []
     agent.stop()
     events = read_events(home / "events")
@@ -265,11 +281,11 @@ def run_fault(out: Out, fault: str, threshold_s: float, at: int, sleep_s: float)
     if fault == "sleep" and enq0:
         t0 = enq0["mono_ns"]
     crit = sorted(
-        (s for s in seen.values() if s["report"].get("severity") == "critical"),
-        key=lambda s: s["report"]["detected_mono_ns"],
+        (s for s in seen.values() if s["report"].severity == Severity.CRITICAL),
+        key=lambda s: s["report"].detected_mono_ns,
     )
     first = crit[0]["report"] if crit else None
-    final_by_id = {r["report_id"]: r for r in final}
+    final_by_id = {r.report_id: r for r in final}
     res = {
         "fault": fault,
         "threshold_s": threshold_s,
@@ -285,45 +301,32 @@ def run_fault(out: Out, fault: str, threshold_s: float, at: int, sleep_s: float)
         "rank0_enqueue_mono_ns": enq0["mono_ns"] if enq0 else None,
         "hang_start_mono_ns": t0,
         "reports_seen": [
-            {
-                "report_id": rid,
-                "verdict": s["report"]["verdict"],
-                "severity": s["report"].get("severity"),
-                "comm_name": s["report"]["comm"].get("comm_name"),
-                "culprits": [c["comm_rank"] for c in s["report"].get("culprits", [])],
-                "op": s["report"].get("op"),
-                "detected_after_s": round((s["report"]["detected_mono_ns"] - t0) / 1e9, 3),
-                "api_seen_after_s": round((s["first_seen_mono_ns"] - t0) / 1e9, 3),
-                "final_status": final_by_id.get(rid, s["last"]).get("status"),
-                "resolution": final_by_id.get(rid, s["last"]).get("resolution"),
-                "summary": s["report"].get("summary"),
-            }
-            for rid, s in seen.items()
+            report_seen(rid, s, final_by_id.get(rid, s["last"]), t0) for rid, s in seen.items()
         ],
     }
     if first:
-        culprits = sorted(c["comm_rank"] for c in first.get("culprits", []))
-        op = first.get("op") or {}
-        detect_s = (first["detected_mono_ns"] - t0) / 1e9
+        culprits = sorted(c.comm_rank for c in first.culprits)
+        op = agent_api.known(first.op)
+        detect_s = (first.detected_mono_ns - t0) / 1e9
         api_s = (next(s for s in crit if s["report"] is first)["first_seen_mono_ns"] - t0) / 1e9
         checks = {
-            "verdict": first["verdict"] in EXPECTED_VERDICTS[fault],
+            "verdict": first.verdict.value in EXPECTED_VERDICTS[fault],
             "culprit": culprits == [1],
             # PyTorch may give point-to-point ops a communicator of their own
             "comm": bool(group)
-            and (fault.startswith("p2p") or first["comm"].get("comm_name") == group),
-            "seq": op.get("seq") == at,
+            and (fault.startswith("p2p") or agent_api.known(first.comm.comm_name) == group),
+            "seq": op is not None and op.seq == at,
             "latency": detect_s <= threshold_s + 2.0,
         }
         if fault.startswith("p2p"):
-            checks["func"] = op.get("func") == "Recv"
+            checks["func"] = op is not None and op.func == "Recv"
         res.update(
-            verdict=first["verdict"],
+            verdict=first.verdict.value,
             culprits=culprits,
-            comm_name=first["comm"].get("comm_name"),
-            comm_id=first["comm"].get("comm_id"),
-            op_func=op.get("func"),
-            op_seq=op.get("seq"),
+            comm_name=agent_api.known(first.comm.comm_name),
+            comm_id=first.comm.comm_id,
+            op_func=op.func if op else None,
+            op_seq=op.seq if op else None,
             detection_latency_s=round(detect_s, 3),
             api_latency_s=round(api_s, 3),
             checks=checks,
@@ -515,11 +518,8 @@ def train_run(
     if agent is not None:
         agent_ok = agent.alive()
         if agent_ok:
-            try:
-                live = http_json(f"{agent.url}/api/v1/steps?limit=1")
-                live_steps = live.get("total")
-            except (OSError, ValueError):
-                pass
+            with contextlib.suppress(*agent_api.UNREACHABLE):
+                live_steps = agent_api.steps_total(agent.url)
         agent.stop()
     ranks = job_result(job_out)
     r0 = ranks.get(0, {})

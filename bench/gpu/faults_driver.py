@@ -32,11 +32,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import agent_api  # noqa: E402
 import faults_report  # noqa: E402
+from agent_api import Incident  # noqa: E402
 from e2e_driver import (  # noqa: E402
     PLUGIN,
     PY,
@@ -46,7 +47,6 @@ from e2e_driver import (  # noqa: E402
     clean_shm,
     env_with,
     free_port,
-    http_json,
     log,
     read_events,
 )
@@ -93,30 +93,38 @@ def start_ranks(home: Path, fault: str, args) -> list[subprocess.Popen]:
     return ranks
 
 
-def incidents_now(agent: Agent | None) -> list[dict]:
+def incidents_now(agent: Agent | None) -> list[Incident]:
     if agent is None:
         return []
     try:
-        return http_json(f"{agent.url}/api/v1/incidents?status=all&limit=100").get("items", [])
-    except (OSError, ValueError) as e:
+        return agent_api.incidents(agent.url)
+    except agent_api.UNREACHABLE as e:
         log(f"incidents poll: {e}")
         return []
 
 
-def incident_whole(agent: Agent | None, incident_id: str, last: dict) -> dict:
-    """The incident with its reports; the last listed version when the Agent cannot say."""
+def incident_whole(agent: Agent | None, incident_id: str, last: Incident) -> dict:
+    """The incident with its reports, as the API served it (what faults_report scores); the
+    last listed version when the Agent cannot say."""
     if agent is not None:
         try:
-            return http_json(f"{agent.url}/api/v1/incidents/{incident_id}", 5.0)
-        except (OSError, ValueError, urllib.error.HTTPError) as e:
+            detail = agent_api.incident_detail(agent.url, incident_id)
+        except agent_api.UNREACHABLE as e:
+            detail = None
             log(f"incident {incident_id}: {e}")
-    return {"incident": last, "reports": []}
+        if detail is not None:
+            return detail.to_dict()
+        log(f"incident {incident_id}: not served")
+    return {"incident": last.to_dict(), "reports": []}
 
 
-def stacks_cover_culprits(incident: dict) -> bool:
-    culprits = set(faults_report.culprit_ranks(incident.get("root", {})))
-    have = {s.get("rank") for s in incident.get("stacks", [])}
-    return culprits <= have
+def stacks_cover_culprits(incident: Incident) -> bool:
+    # a culprit is named by its global rank where known, as the stacks are
+    culprits = {
+        g if (g := agent_api.known(c.global_rank)) is not None else c.comm_rank
+        for c in incident.root.culprits
+    }
+    return culprits <= {s.rank for s in incident.stacks}
 
 
 def nccl_warnings(text: str, limit: int = 6) -> list[str]:
@@ -127,18 +135,16 @@ def watch(fault: str, agent: Agent | None, ranks: list[subprocess.Popen], args):
     """Poll the incidents until the run has shown what it will show: (first sighting per
     incident id, the latest listing of each, why the watch ended)."""
     seen: dict[str, int] = {}  # incident id -> CLOCK_MONOTONIC of the poll that first listed it
-    latest: dict[str, dict] = {}
+    latest: dict[str, Incident] = {}
     first_at = exited_at = None
     deadline = time.monotonic() + args.job_deadline_s
     while time.monotonic() < deadline:
         now_ns = time.monotonic_ns()
         for inc in incidents_now(agent):
-            iid = inc["incident_id"]
+            iid = inc.incident_id
             if iid not in seen:
                 seen[iid] = now_ns
-                root = inc.get("root", {})
-                summary = root.get("summary", "")[:200]
-                log(f"{fault}: incident {iid} {root.get('verdict')}: {summary}")
+                log(f"{fault}: incident {iid} {inc.root.verdict.value}: {inc.root.summary[:200]}")
             latest[iid] = inc
         now = time.monotonic()
         # reap every rank each pass (an unreaped dead rank is a zombie whose pid still answers)
@@ -148,7 +154,7 @@ def watch(fault: str, agent: Agent | None, ranks: list[subprocess.Popen], args):
         if latest and first_at is None:
             first_at = now
         if first_at is not None and fault != "none":
-            oldest = min(latest.values(), key=lambda i: i.get("opened_mono_ns", 0))
+            oldest = min(latest.values(), key=lambda i: i.opened_mono_ns)
             waited = now - first_at
             if waited >= args.settle_s and (
                 stacks_cover_culprits(oldest) or waited >= args.stack_wait_s
