@@ -533,6 +533,52 @@ def test_a_home_owned_by_another_user_is_refused(tmp_path):
     assert not (home / "metadata").exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+@pytest.mark.parametrize("how", ["parent_other_owner", "parent_world_writable", "link_of_other"])
+def test_a_home_whose_parents_others_control_is_refused(tmp_path, how):
+    """Whoever can rename a parent of the home, or re-point a link on its way, can swap the
+    home for one of their own after the check: refused, named, nothing created."""
+    if how == "parent_other_owner":
+        parent = tmp_path / "theirs"
+        parent.mkdir()
+        os.chown(parent, NOBODY, NOBODY)
+        home, named = parent / "home", f"{parent} (a parent of {parent / 'home'}"
+    elif how == "parent_world_writable":
+        parent = tmp_path / "open"
+        parent.mkdir()
+        parent.chmod(0o777)
+        (parent / "a").mkdir()
+        home, named = parent / "a" / "home", "without the sticky bit (mode 0777)"
+    else:
+        sticky = tmp_path / "sticky"
+        sticky.mkdir()
+        sticky.chmod(0o1777)
+        (tmp_path / "target").mkdir()
+        link = sticky / "link"
+        link.symlink_to(tmp_path / "target")
+        os.lchown(link, NOBODY, NOBODY)
+        home, named = link / "home", f"{link} (on the way to {link / 'home'}"
+    with pytest.raises(HomeError, match=re.escape(named)):
+        check_home(home)
+    _refused_home(tmp_path, home, named)
+    assert not home.exists()
+    with pytest.raises(HomeError, match=re.escape(named)):
+        check_config_file(home / "etc" / "comminsight.conf")
+
+
+def test_a_home_behind_sticky_directories_and_own_links_passes(tmp_path):
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "real" / "home").mkdir(parents=True)
+    (tmp_path / "via").symlink_to("sticky/real/../real")
+    (tmp_path / "loop").symlink_to("loop")
+    check_home(tmp_path / "via" / "home")
+    check_home(tmp_path / "via" / "not-yet" / "home")  # created by the Agent, 0700
+    with pytest.raises(HomeError, match="symbolic link"):
+        check_home(tmp_path / "loop" / "home")
+
+
 def test_a_symlinked_directory_inside_the_home_is_refused(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

@@ -155,6 +155,69 @@ def test_a_home_not_ours_is_refused_and_training_goes_on(owner, mode, reason, tm
     assert tree(home) == before, "something was written into the refused home"
 
 
+def _parent_owned_by_another_user(tmp_path: Path) -> tuple[Path, str]:
+    parent = tmp_path / "theirs"
+    parent.mkdir()
+    os.chown(parent, NOBODY, NOBODY)
+    return parent / "home", f"{parent} \\(a parent of {parent / 'home'}\\) is owned by uid {NOBODY}"
+
+
+def _parent_anyone_can_write(tmp_path: Path) -> tuple[Path, str]:
+    parent = tmp_path / "open"
+    parent.mkdir()
+    parent.chmod(0o777)
+    return parent / "deep" / "home", f"{parent} .* without the sticky bit \\(mode 0777\\)"
+
+
+def _link_of_another_user_on_the_way(tmp_path: Path) -> tuple[Path, str]:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # /tmp-like: the sticky bit keeps others from renaming what is ours
+    target = tmp_path / "target"
+    target.mkdir()
+    link = shared / "link"
+    link.symlink_to(target)
+    os.lchown(link, NOBODY, NOBODY)
+    return link / "home", f"{link} \\(on the way to .*\\) is a symbolic link owned by uid {NOBODY}"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_parent_owned_by_another_user, _parent_anyone_can_write, _link_of_another_user_on_the_way],
+    ids=["parent-other-owner", "parent-world-writable", "link-of-another-user"],
+)
+def test_a_home_whose_parents_others_control_is_refused(make, tmp_path):
+    """Whoever can rename the home's parent (or re-point a link on its way) can swap the home
+    for one of their own between the check and a write: refused like a home not ours."""
+    home, reason = make(tmp_path)
+    out, err = run("train", home, tmp_path)
+    refusals = said(err, rf"home {re.escape(str(home))} refused: {reason}")
+    assert len(refusals) == 1, err
+    assert out["init_result"] == 0
+    (private,) = private_homes(tmp_path)
+    assert sorted(r.coll_perf.coll_sn for r in ops_in(private / "inspector_logs")) == list(
+        range(OPS)
+    )
+    assert not home.exists(), "the refused home was created"
+
+
+def test_a_home_under_a_sticky_directory_through_roots_links_is_used(tmp_path):
+    """/tmp-like parents (others write, the sticky bit protects each entry) and links made by
+    this user or root, relative ones and '..' included, are what real homes sit behind."""
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "real").mkdir()
+    (tmp_path / "via").symlink_to("sticky/real/../real")
+    home = tmp_path / "via" / "home"
+    out, err = run("train", home, tmp_path)
+    assert not said(err, "refused"), err
+    assert not private_homes(tmp_path)
+    assert sorted(
+        r.coll_perf.coll_sn for r in ops_in(sticky / "real" / "home" / "inspector_logs")
+    ) == (list(range(OPS)))
+
+
 def simulate(home: Path, tmp_path: Path, **env) -> tuple:
     config = SimConfig(
         plugin=str(builds()["plain"].path),

@@ -11,7 +11,8 @@ SIGTERM or SIGINT: SHM ingest, metrics, the hang-event FIFO, hang diagnosis and 
 COMMINSIGHT_AGENT_LISTEN.
 
 Exit status: 0 after a signal, 1 when another Agent holds the lock, the home is unusable or
-untrusted (owned by another user, writable by group or others, mode 000) or the listen address
+untrusted (owned by another user, writable by group or others, mode 000, or reached through a
+directory or link another user controls) or the listen address
 cannot be bound, 2 for a configuration error (a bad value, an untrusted configuration file).
 Every one is a line on stderr naming the path or key, never a traceback.
 
@@ -184,7 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     args = command_line.parser().parse_args(argv)  # --help, --version, bad flags: exit here
     flags = command_line.overrides(args)
     os.umask(0o077)
-    conf, _ = config_file_path({**os.environ, **{k: v for k, (v, _) in flags.items()}})
+    conf, named = config_file_path({**os.environ, **{k: v for k, (v, _) in flags.items()}})
+    if not named:  # the file is the home's own: a home not to be trusted is said as such
+        try:
+            check_home(conf.parent.parent)
+        except HomeError as e:
+            print(f"comminsight-agent: refusing home {conf.parent.parent}: {e}", file=sys.stderr)
+            return 1
     try:
         check_config_file(conf)
         settings = load_settings(overrides=flags)

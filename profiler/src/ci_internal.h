@@ -104,6 +104,10 @@ int ci_check_fd(int fd, ci_kind_t kind, bool root_ok, char* why, size_t why_len)
 int ci_open_dir_at(int parent_fd, const char* name, bool create, char* why, size_t why_len);
 int ci_open_file_at(int dir_fd, const char* name, int flags, ci_kind_t kind, bool root_ok, char* why,
                     size_t why_len);
+/* Every directory and link an absolute path passes through before its last component, resolved
+ * as the kernel does: owned by this user or root, and a directory others can write only with
+ * the sticky bit. 0, or -1 with the place and reason in `why`. Missing components end the walk. */
+int ci_check_ancestors(const char* path, char* why, size_t why_len);
 
 /* ---- the home (home.c): trusted, or a private directory in its place ---- */
 bool ci_home_path(char* out, size_t size); /* COMMINSIGHT_HOME, from the environment only; false: too long */

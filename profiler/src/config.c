@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <regex.h>
 #include <stdio.h>
@@ -186,16 +187,20 @@ static void read_fd(int fd, const char* path, const ci_config_v1_key_t* keys, si
     free(text);
 }
 
-/* The file named by COMMINSIGHT_CONF: the operator chose the path (links along it are theirs,
- * a mounted ConfigMap is one), but what it leads to must be a regular file that only this user
- * or root can change. Never blocks: a FIFO or device there is refused, not read. */
+/* The file named by COMMINSIGHT_CONF: the operator chose the path (links along it, a mounted
+ * ConfigMap's among them, are theirs or root's), but what it leads to must be a regular file
+ * that only this user or root can change, reached through directories nobody else can write. Never blocks: a FIFO or device there is refused, not read. */
 static void read_explicit(const char* path, const ci_config_v1_key_t* keys, size_t n, raw_value_t* raw) {
+    char why[PATH_MAX + 256];
+    if (path[0] == '/' && ci_check_ancestors(path, why, sizeof(why)) != 0) {
+        ci_warn("configuration file %s refused: %s; using the environment and defaults", path, why);
+        return;
+    }
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         ci_warn("cannot read configuration file %s: %s", path, strerror(errno));
         return;
     }
-    char why[160];
     if (ci_check_fd(fd, CI_KIND_FILE, true, why, sizeof(why)) != 0)
         ci_warn("configuration file %s refused: %s; using the environment and defaults", path, why);
     else read_fd(fd, path, keys, n, raw);

@@ -77,10 +77,11 @@ bool ci_home_path(char* out, size_t size) {
 }
 
 /* Open the home named by `path` if it can be trusted; -1 with the reason otherwise. The path
- * itself may lead through links the operator set up, but its last component, if a link, must
- * be one that only this user or root could have made. */
+ * may lead through links, but only links and directories that this user or root made and that
+ * nobody else can change (a parent others can write lets them swap the home for their own). */
 static int open_trusted_home(const char* path, char* why, size_t why_len) {
     struct stat lst;
+    if (ci_check_ancestors(path, why, why_len) != 0) return -1;
     if (lstat(path, &lst) != 0) {
         if (errno != ENOENT || ci_mkdirs(path) != 0 || lstat(path, &lst) != 0) {
             snprintf(why, why_len, "cannot be created: %s", strerror(errno));
@@ -124,7 +125,7 @@ static int private_home_locked(void) {
     }
     char why[160];
     private_fd = open_trusted_home(private_path, why, sizeof(why));
-    if (private_fd < 0) ci_warn("private directory %s %s: inspector_logs off", private_path, why);
+    if (private_fd < 0) ci_warn("private directory %s refused: %s; inspector_logs off", private_path, why);
     private_failed = private_fd < 0;
     return private_fd;
 }
@@ -139,7 +140,7 @@ int ci_private_home(void) {
 const char* ci_private_home_path(void) { return private_path; }
 
 void ci_home_open(void) {
-    char path[CI_HOME_MAX], why[256];
+    char path[CI_HOME_MAX], why[2 * CI_HOME_MAX];
     if (ci_g.home_fd >= 0) close(ci_g.home_fd); /* an earlier init that failed */
     ci_g.home_private = false;
     ci_g.home_fd = -1;

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -112,4 +113,90 @@ int ci_open_file_at(int dir_fd, const char* name, int flags, ci_kind_t kind, boo
         return -1;
     }
     return fd;
+}
+
+/* A directory the path passes through: another user (root aside) who owns it, or who may write
+ * it without the sticky bit, can rename what follows away and put something else there. */
+static bool trusted_ancestor(const char* dir, const struct stat* st, const char* path, char* why, size_t why_len) {
+    if (st->st_uid != geteuid() && st->st_uid != 0) {
+        snprintf(why, why_len, "%s (a parent of %s) is owned by uid %u, who could put another directory in its place",
+                 dir, path, (unsigned)st->st_uid);
+        return false;
+    }
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX)) {
+        snprintf(why, why_len,
+                 "%s (a parent of %s) is writable by group or others without the sticky bit (mode %04o): they could "
+                 "put another directory in its place",
+                 dir, path, (unsigned)(st->st_mode & 07777));
+        return false;
+    }
+    return true;
+}
+
+#define CI_MAX_LINKS 40 /* what the kernel follows in one path */
+
+int ci_check_ancestors(const char* path, char* why, size_t why_len) {
+    char rest[2 * PATH_MAX], cur[PATH_MAX], cand[PATH_MAX], part[NAME_MAX + 1], target[PATH_MAX];
+    const char* last = strrchr(path, '/');
+    size_t n = last ? (size_t)(last - path) : 0;
+    if (n >= sizeof(rest)) {
+        snprintf(why, why_len, "%s: path too long", path);
+        return -1;
+    }
+    memcpy(rest, path, n);
+    rest[n] = '\0';
+    snprintf(cur, sizeof(cur), "/");
+    struct stat st;
+    if (lstat("/", &st) != 0 || !trusted_ancestor("/", &st, path, why, why_len)) return -1;
+    unsigned links = 0;
+    for (;;) {
+        const char* p = rest;
+        while (*p == '/') p++;
+        if (!*p) return 0;
+        size_t len = strcspn(p, "/");
+        if (len > NAME_MAX) {
+            snprintf(why, why_len, "%s: a component is longer than %d bytes", path, NAME_MAX);
+            return -1;
+        }
+        memcpy(part, p, len);
+        part[len] = '\0';
+        memmove(rest, p + len, strlen(p + len) + 1);
+        if (strcmp(part, ".") == 0) continue;
+        if (strcmp(part, "..") == 0) {
+            char* slash = strrchr(cur, '/');
+            if (slash == cur) cur[1] = '\0';
+            else if (slash) *slash = '\0';
+            continue;
+        }
+        if ((size_t)snprintf(cand, sizeof(cand), "%s%s%s", cur, strcmp(cur, "/") ? "/" : "", part) >= sizeof(cand)) {
+            snprintf(why, why_len, "%s: path too long", path);
+            return -1;
+        }
+        if (lstat(cand, &st) != 0) {
+            if (errno == ENOENT) return 0; /* created by us from here on, 0700 */
+            snprintf(why, why_len, "%s (a parent of %s) cannot be examined: %s", cand, path, strerror(errno));
+            return -1;
+        }
+        if (S_ISLNK(st.st_mode)) {
+            if (st.st_uid != geteuid() && st.st_uid != 0) {
+                snprintf(why, why_len, "%s (on the way to %s) is a symbolic link owned by uid %u; not followed", cand,
+                         path, (unsigned)st.st_uid);
+                return -1;
+            }
+            ssize_t t = readlink(cand, target, sizeof(target) - 1);
+            if (++links > CI_MAX_LINKS || t < 0 || (size_t)t + strlen(rest) + 2 > sizeof(rest)) {
+                snprintf(why, why_len, "%s: cannot follow the symbolic link %s", path, cand);
+                return -1;
+            }
+            target[t] = '\0';
+            if (target[0] == '/') snprintf(cur, sizeof(cur), "/");
+            memmove(rest + t + 1, rest, strlen(rest) + 1);
+            memcpy(rest, target, (size_t)t);
+            rest[t] = '/';
+            continue;
+        }
+        if (!S_ISDIR(st.st_mode)) return 0; /* opening the path fails there, with its own error */
+        if (!trusted_ancestor(cand, &st, path, why, why_len)) return -1;
+        memcpy(cur, cand, strlen(cand) + 1);
+    }
 }

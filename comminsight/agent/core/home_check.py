@@ -82,10 +82,77 @@ def check_home(home: Path, me: int | None = None) -> None:
     itself may be a symbolic link (an installation's choice, made by whoever owns its
     parent); the directories inside it may not."""
     me = os.geteuid() if me is None else me
+    check_ancestors(home, me)
     _check_link_owner(home, me)
     check_directory(home, me, follow=True)
     for sub in SUBDIRS:
         check_directory(home / sub, me, follow=False)
+
+
+MAX_LINKS = 40  # what the kernel follows in one path (Linux's MAXSYMLINKS)
+
+
+def check_ancestors(path: Path, me: int) -> None:
+    """Every directory and link the path passes through on its way to its last component,
+    resolved as the kernel resolves it: a directory owned by another user (root aside), or
+    one that group or others can write without the sticky bit, lets that user rename the home
+    away and put another in its place; a link another user made sends the path wherever that
+    user chose. Such a path is refused, naming the place. Components that do not exist yet
+    end the walk: the Agent creates them itself, 0700."""
+    path = Path(path) if Path(path).is_absolute() else Path.cwd() / path
+    pending = list(path.parts[1:-1])
+    current = Path("/")
+    _check_ancestor_dir(current, os.lstat(current), path, me)
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        candidate = current / part
+        try:
+            st = os.lstat(candidate)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise HomeError(f"{candidate}: cannot be examined: {e.strerror}") from None
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (me, 0):
+                raise HomeError(
+                    f"{candidate} (on the way to {path}) is a symbolic link owned by "
+                    f"{_user(st.st_uid)}, not by this Agent's user ({_user(me)}) or root; "
+                    "not followed"
+                )
+            links += 1
+            if links > MAX_LINKS:
+                raise HomeError(f"{path}: more than {MAX_LINKS} symbolic links on the way")
+            target = Path(os.readlink(candidate))
+            if target.is_absolute():
+                current = Path("/")
+            pending[:0] = [p for p in target.parts if p != "/"]
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return  # opening the home fails there, with its own error
+        _check_ancestor_dir(candidate, st, path, me)
+        current = candidate
+
+
+def _check_ancestor_dir(directory: Path, st: os.stat_result, path: Path, me: int) -> None:
+    if st.st_uid not in (me, 0):
+        raise HomeError(
+            f"{directory} (a parent of {path}) is owned by {_user(st.st_uid)}, who could put "
+            f"another directory in the home's place; use a home whose parents belong to "
+            f"{_user(me)}{' or root' if me else ''}"
+        )
+    loose = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if loose and not st.st_mode & stat.S_ISVTX:
+        raise HomeError(
+            f"{directory} (a parent of {path}) is writable by group or others without the "
+            f"sticky bit (mode {stat.S_IMODE(st.st_mode):04o}): they could put another "
+            "directory in the home's place; run: chmod go-w (or chmod +t)"
+        )
 
 
 def _check_link_owner(path: Path, me: int) -> None:
@@ -110,6 +177,7 @@ def check_config_file(path: Path, me: int | None = None) -> None:
     writable by nobody else (it chooses where the Agent listens and what it archives where),
     reached through no symbolic link another user made."""
     me = os.geteuid() if me is None else me
+    check_ancestors(path, me)
     _check_link_owner(path, me)
     try:
         st = os.stat(path)
