@@ -1,9 +1,11 @@
 """The Agent's HTTP API as the GPU harness reads it: through the client generated from the
 OpenAPI document, never through hand-written field names.
 
-generated/python travels with the working tree to the GPU machine, and that machine's image
-has what the client needs (httpx, attrs). A field renamed or retyped in the schema then fails
-here, at the read, instead of turning a driver's `.get()` into a silent None.
+generated/python travels with the working tree to the GPU machine; what the client needs
+(httpx, attrs) comes from the image's Python or, where it lacks them, from the Agent's carried
+runtime wheels (AGENT_PYTHONPATH, set by run_faults.sh), searched after the image's own
+packages. A field renamed or retyped in the schema then fails here, at the read, instead of
+turning a driver's `.get()` into a silent None.
 
 Every read fails soft: a driver polls an Agent that is starting, loaded or gone, so an answer
 that is not the documented page (a 503 while loaded, a refused connection) is None or an empty
@@ -12,12 +14,14 @@ list, and the caller polls again.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "generated" / "python"))
+sys.path += [p for p in os.environ.get("AGENT_PYTHONPATH", "").split(":") if p]
+import httpx  # noqa: E402
+
 from comminsight_client import Client  # noqa: E402
 from comminsight_client.api.communicators import list_communicators  # noqa: E402
 from comminsight_client.api.hangs import list_hangs  # noqa: E402
