@@ -24,6 +24,7 @@ import pytest
 from live_agent import LiveAgent
 from profiler_builds import builds
 
+from comminsight.agent.core import log_recovery
 from comminsight.agent.core.fifo_reader import EVENT_SIZE, HangEventFifo
 from comminsight.agent.core.home_check import HomeError, check_config_file, check_home
 from comminsight.agent.core.inject_names import READ_BUDGET, InjectNames
@@ -666,6 +667,42 @@ def test_recovery_starts_after_the_last_whole_line_of_the_partial(tmp_path, regi
     head = int(np.frombuffer(region_bytes, dtype=HEADER, count=1)[0]["ring_head"])
     assert covered == set(range(1, head + 1))
     assert len(ops) == len(set(ops)) == full.ops
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["partial", "sealed"])
+def test_a_segment_full_of_garbage_costs_the_recovery_a_bounded_read(
+    tmp_path, region_bytes, sealed, monkeypatch, caplog
+):
+    """A dead writer's segment whose end is megabytes of lines that are not records (or a
+    sealed one whose last line is no seal): the recovery reads a bounded tail, says so, and
+    takes the segment for what its first line says it starts after. Nothing is lost: the
+    records after that are written (again), each ring seq covered."""
+    region_path = forged_region(tmp_path, region_bytes, flags=shm_v1.HeaderFlags.LOGS_ENABLED)
+    logs = tmp_path / "inspector_logs"
+    logs.mkdir()
+    region = ShmRegion(region_path)
+    full = recover(region, logs)
+    first_line = full.path.read_bytes().splitlines(keepends=True)[0]
+    full.path.unlink()
+    garbage = logs / (full.path.name + ("" if sealed else ".partial"))
+    with garbage.open("wb") as f:
+        f.write(first_line)
+        f.write(b"not a record\n" * 1_000_000)  # 13 MB: more than the tail the search reads
+    reads = []
+    real_pread = os.pread
+    monkeypatch.setattr(
+        log_recovery.os, "pread", lambda fd, n, at: reads.append(n) or real_pread(fd, n, at)
+    )
+    with caplog.at_level(logging.WARNING):
+        again = recover(region, logs)
+    region.close()
+    assert sum(reads) <= 2 * log_recovery.MAX_TAIL_BYTES, "the whole file was read"
+    assert any(
+        str(garbage) in r.getMessage() and "first line" in r.getMessage() for r in caplog.records
+    )
+    ops, covered, _ = _logged_seqs([again.path])
+    head = int(np.frombuffer(region_bytes, dtype=HEADER, count=1)[0]["ring_head"])
+    assert covered == set(range(1, head + 1)) and len(ops) == full.ops
 
 
 def _dead_pid() -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,10 @@ from comminsight_gen.models.inspector_log_v1 import (
 log = logging.getLogger(__name__)
 
 TAIL_BYTES = 64 * 1024  # enough for a seal line and then some
+# what the end of an unsealed segment is searched for its last whole line, at most (the
+# Profiler's lines are about 1 KiB: thousands of them)
+MAX_TAIL_BYTES = 4 * 1024 * 1024
+MAX_TAIL_LINES = 4096
 _DECODER = msgspec.json.Decoder(InspectorLogRecord)
 
 
@@ -84,33 +89,64 @@ def logged_through(logs: Path, prefix: str) -> tuple[int, int]:
 
 def _last_ring_seq(path: Path, partial: bool) -> int:
     """What one segment accounts for: its seal's last_ring_seq, or for an unsealed one the
-    ring seq of its last whole line that decodes (the one after it may be cut)."""
+    ring seq of its last whole line that decodes (the one after it may be cut).
+
+    The work is bounded whatever the file holds (this runs in the Agent's pass): the end is
+    read back in growing windows up to MAX_TAIL_BYTES, and at most MAX_TAIL_LINES lines are
+    tried. A segment whose end says nothing within that (garbage, a sealed file whose last
+    line is no seal) accounts for what its first line says it starts after: what its garbage
+    may hold beyond that is written again, never lost."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return 0
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0
         size = os.fstat(fd).st_size
-        # a sealed segment needs only its last line; an unsealed one is read back from the end
-        # until a whole line decodes
         step = TAIL_BYTES
         while True:
             start = max(0, size - step)
             data = os.pread(fd, size - start, start)
             found = _last_seq_in(data, whole_first=start == 0, sealed=not partial)
-            if found is not None or start == 0:
-                return found or 0
+            if found is not None:
+                return found
+            if start == 0 or step >= MAX_TAIL_BYTES or not partial:
+                break
             step *= 4
+        log.warning(
+            "%s: no %s in its last %d bytes; taken to hold only what its first line says",
+            path,
+            "seal line" if not partial else "whole record line",
+            min(size, step),
+        )
+        return _starts_after(fd)
     finally:
         os.close(fd)
 
 
+def _starts_after(fd: int) -> int:
+    """The ring seq a segment's first line (its segment_start) says came before it."""
+    head = os.pread(fd, TAIL_BYTES, 0)
+    line = head[: head.find(b"\n")] if b"\n" in head else b""
+    try:
+        ci = _DECODER.decode(line).ci
+    except NOT_JSON:
+        return 0
+    return ci.next_ring_seq - 1 if isinstance(ci, CiSegmentStart) else 0
+
+
 def _last_seq_in(data: bytes, whole_first: bool, sealed: bool) -> int | None:
+    """The ring seq the last decodable line of `data` accounts for; None when the lines tried
+    (at most MAX_TAIL_LINES, from the end; for a sealed segment only its last) say nothing."""
     end = data.rfind(b"\n")
-    lines = data[: end + 1].split(b"\n")[:-1]
-    if not whole_first:
-        lines = lines[1:]  # may be cut at the front
-    for line in reversed(lines):
+    tries = 0
+    while end > 0 and tries < MAX_TAIL_LINES:
+        begin = data.rfind(b"\n", 0, end) + 1
+        if begin == 0 and not whole_first:
+            return None  # may be cut at the front: a longer window reads it whole
+        line, end = data[begin:end], begin - 1
+        tries += 1
         try:
             ci = _DECODER.decode(line).ci
         except NOT_JSON:
