@@ -218,6 +218,24 @@ def test_a_home_under_a_sticky_directory_through_roots_links_is_used(tmp_path):
     ) == (list(range(OPS)))
 
 
+@pytest.mark.parametrize(("owner", "mode"), [(NOBODY, 0o777), (NOBODY, 0o1777), (0, 0o777)])
+def test_a_shm_dir_others_control_is_refused_for_the_home_shms(owner, mode, tmp_path):
+    """COMMINSIGHT_PROFILER_SHM_DIR where another user could rename or replace the region
+    (their directory, or one anyone may write without the sticky bit): named, and the region
+    is a file in the home's shms/ instead. /dev/shm (root's, 1777) is what is meant."""
+    shm_dir = tmp_path / "their-shm"
+    shm_dir.mkdir()
+    os.chown(shm_dir, owner, owner)
+    shm_dir.chmod(mode)
+    home = tmp_path / "home"
+    out, err = run("train", home, tmp_path, COMMINSIGHT_PROFILER_SHM_DIR=str(shm_dir))
+    refusals = said(err, rf"COMMINSIGHT_PROFILER_SHM_DIR={re.escape(str(shm_dir))} refused: ")
+    assert len(refusals) == 1 and f"{home}/shms" in refusals[0], err
+    assert out["init_result"] == 0
+    assert not list(shm_dir.iterdir()), "a region was created in the refused directory"
+    assert sorted(r.coll_perf.coll_sn for r in ops_in(home / "inspector_logs")) == list(range(OPS))
+
+
 def simulate(home: Path, tmp_path: Path, **env) -> tuple:
     config = SimConfig(
         plugin=str(builds()["plain"].path),

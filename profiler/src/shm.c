@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,9 +135,26 @@ static void fill_header(ci_shm_header_v1_t* h, size_t comm_off, size_t ring_off,
     fill_link_path(h);
 }
 
+/* The tmpfs directory, when this process can write it and nobody else can take its entries
+ * away: a directory another user owns, or others may write without the sticky bit (as
+ * /dev/shm has), lets them rename or delete the region the Agent and a dead rank's recovery
+ * read, or put their own file in its place. Refused by name; the region is then the file in
+ * shms/ itself. */
 static bool usable_dir(const char* dir) {
     struct stat st;
-    return dir[0] && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(dir, W_OK | X_OK) == 0;
+    if (!dir[0] || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) return false;
+    char why[PATH_MAX + 256] = "";
+    if (dir[0] != '/') snprintf(why, sizeof(why), "not an absolute path");
+    else if (st.st_uid != geteuid() && st.st_uid != 0)
+        snprintf(why, sizeof(why), "owned by uid %u, not by this process's uid %u or root", (unsigned)st.st_uid,
+                 (unsigned)geteuid());
+    else if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+        snprintf(why, sizeof(why), "writable by group or others without the sticky bit (mode %04o)",
+                 (unsigned)(st.st_mode & 07777));
+    else if (ci_check_ancestors(dir, why, sizeof(why)) == 0) return true;
+    ci_warn("%s=%s refused: %s; the SHM region is a file in %s/shms instead", CI_CONFIG_V1_PROFILER_SHM_DIR_KEY, dir,
+            why, ci_g.cfg.home);
+    return false;
 }
 
 /* The home's shms/ takes no entry (a read-only mount, a directory this user may not write):
