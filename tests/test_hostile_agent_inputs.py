@@ -376,6 +376,21 @@ def test_a_sparse_region_its_file_system_cannot_fill_is_refused_unmapped(
     assert (tmp_path / "shms" / "quarantine" / "sparse.shm").exists()
 
 
+def test_a_refused_file_that_cannot_be_quarantined_is_said_to_stay_in_place(tmp_path):
+    """shms/quarantine made a link once the Agent runs: nothing is moved through it, and
+    health says where the refused file is (it said "quarantined")."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "shms").mkdir(mode=0o700)
+    (tmp_path / "shms" / "quarantine").symlink_to(elsewhere)
+    (tmp_path / "shms" / "bad.shm").write_bytes(b"\0" * 64)
+    with LiveAgent(tmp_path) as agent:
+        body = health(agent)
+    (reason,) = [r for r in body["reasons"] if "bad.shm" in r]
+    assert "left in place, not read again" in reason and "quarantined" not in reason, reason
+    assert (tmp_path / "shms" / "bad.shm").exists() and not list(elsewhere.iterdir())
+
+
 def test_a_region_sized_with_ftruncate_alone_is_read(tmp_path, region_bytes):
     # stand-ins and older producers size the file and write what they use: holes remain
     forged = forged_region(tmp_path, region_bytes, "whole.shm")

@@ -579,12 +579,15 @@ def test_a_home_behind_sticky_directories_and_own_links_passes(tmp_path):
         check_home(tmp_path / "loop" / "home")
 
 
-def test_a_symlinked_directory_inside_the_home_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    "sub", ["metadata", "metadata/hangs", "metadata/slave", "semantics/step", "shms/quarantine"]
+)
+def test_a_symlinked_directory_inside_the_home_is_refused(tmp_path, sub):
     home = tmp_path / "home"
-    home.mkdir()
+    (home / sub).parent.mkdir(parents=True, exist_ok=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (home / "metadata").symlink_to(elsewhere)
+    (home / sub).symlink_to(elsewhere)
     _refused_home(tmp_path, home, "is a symbolic link")
     assert not list(elsewhere.iterdir())  # no lock was taken through it
 

@@ -18,15 +18,26 @@ from pathlib import Path
 
 from comminsight.safe_open import kind_of
 
-# the home's own directories (architecture §7) that exist before the Agent creates them
+# the home's own directories (architecture §7) and those the Agent keeps under them, checked
+# where they exist before the Agent creates them: a link planted in any of their places would
+# have the Agent write (hang reports, checkpoints, a slave's outbox) wherever it points
 SUBDIRS = (
     "etc",
     "inspector_logs",
     "shms",
+    "shms/quarantine",
     "fifos",
     "semantics",
     "semantics/step",
+    "semantics/step/offline",
     "metadata",
+    "metadata/archive-ledger",
+    "metadata/hangs",
+    "metadata/incidents",
+    "metadata/inject",
+    "metadata/master",
+    "metadata/slave",
+    "metadata/stacks",
     "archives",
     "logs",
 )

@@ -227,6 +227,11 @@ class ProducerSet:
         except OSError as e:
             self._refused_here.add((path.name, inode))
             log.error("cannot quarantine %s: %s", path, e.strerror or e)
+            where = f"left in place, not read again (cannot quarantine it: {e.strerror or e})"
+        else:
+            where = f"quarantined in shms/{QUARANTINE}/"
+        if path.name in self.counters.refused:
+            self.counters.refused[path.name] = f"{reason}; {where}"
 
     # ---- ingest ----
 

@@ -332,7 +332,7 @@ class AgentService:
     def health(self) -> api.Health:
         reasons = []
         for name, why in sorted(self.producers.counters.refused.items()):
-            reasons.append(f"SHM file {name} quarantined: {why}")
+            reasons.append(f"SHM file {name} refused: {why}")
         draining = [p for p in self.producers.producers.values() if p.gone_since_mono_ns]
         if draining:
             reasons.append(
