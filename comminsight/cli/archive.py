@@ -18,7 +18,7 @@ POLL_S = 0.5
 
 
 def status_cmd(client: Client, args, out: Output) -> None:
-    status = answer(get_archive_status.sync_detailed(client=client)).to_dict()
+    status = answer(get_archive_status, client=client).to_dict()
     if out.json:
         out.json_value(status)
         return
@@ -26,8 +26,8 @@ def status_cmd(client: Client, args, out: Output) -> None:
 
 
 def flush_cmd(client: Client, args, out: Output) -> None:
-    before = answer(get_archive_status.sync_detailed(client=client)).to_dict()
-    queued = answer(flush_archive.sync_detailed(client=changing_client(args))).to_dict()
+    before = answer(get_archive_status, client=client).to_dict()
+    queued = answer(flush_archive, client=changing_client(args)).to_dict()
     if not args.wait:
         if out.json:
             out.json_value(queued)
@@ -56,7 +56,7 @@ def wait_for_flush(client: Client, failed_before: int, deadline_s: float) -> dic
     (Not just "no pass runs": the flush's pass starts in the background after the answer.)"""
     deadline = time.monotonic() + deadline_s
     while True:
-        status = answer(get_archive_status.sync_detailed(client=client)).to_dict()
+        status = answer(get_archive_status, client=client).to_dict()
         settled = status["pending_files"] == 0 or status["failed_uploads_total"] > failed_before
         if settled and not status["flush_in_progress"]:
             return status

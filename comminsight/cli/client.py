@@ -3,20 +3,27 @@ every agent command shares, and errors that say what to do next.
 
 A command is `func(client, args, out)`: `client` reads (it carries no token: reads need none,
 and --url may name someone else's agent); a change asks `changing_client(args)` for one with
-the token. `out` prints in the chosen format. `run` turns every failure into one line on
+the token, and that client sends it to a port of this host's loopback only when the process
+listening there runs as this user or root (`local_listener`). `answer` asks an endpoint and
+decodes its answer, which must be the protocol's model: anything else is named, with where it
+came from. `out` prints in the chosen format. `run` turns every failure into one line on
 stderr and a hint, exit status 1, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import pwd
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import httpx
 from rich.console import Console
 
+from comminsight.cli import local_listener
 from comminsight.cli.output import FORMATS, Output, stderr_console
 from comminsight.config import ConfigError, load_settings
 from comminsight_client import AuthenticatedClient, Client
@@ -37,6 +44,11 @@ STATUS_HINTS = {
     503: "the agent is starting or stopping, or lacks what this needs (see the message); "
     "retry in a moment",
 }
+TOKEN_SETTING = "COMMINSIGHT_AGENT_TOKEN"
+NOT_AN_ANSWER_HINT = "is a CommInsight agent of this version listening there? check --url"
+# what decoding a body that is not the model raises in the generated client (JSON and
+# Unicode errors are ValueErrors)
+DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
 
 
 class AgentUnavailable(Exception):
@@ -106,8 +118,44 @@ def changing_client(args: argparse.Namespace) -> Client:
             token = None
     timeout = httpx.Timeout(TIMEOUT_S)
     if token:
+        refuse_a_foreign_listener(args.agent_url, "--token" if args.token else TOKEN_SETTING)
         return AuthenticatedClient(base_url=args.agent_url, token=token, timeout=timeout)
     return Client(base_url=args.agent_url, timeout=timeout)
+
+
+def refuse_a_foreign_listener(url: str, token_from: str) -> None:
+    """AgentUnavailable when `url` is on this host's loopback and a process of another user
+    (not this one, not root) listens on its port: whoever took the agent's port while the agent
+    was down would get the token. Nothing listening as far as /proc says (refused anyway,
+    another network namespace) and URLs elsewhere go ahead: TLS is what guards those."""
+    parsed = httpx.URL(url)
+    port = parsed.port or {"http": 80, "https": 443}.get(parsed.scheme)
+    if not parsed.host or port is None:
+        return
+    allowed = {os.geteuid(), 0}
+    foreign = [
+        listener
+        for listener in local_listener.listeners_for(parsed.host, port)
+        if listener.uid not in allowed
+    ]
+    if not foreign:
+        return
+    uid = foreign[0].uid
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    raise AgentUnavailable(
+        f"not sending {token_from} to {host}:{port}: the process listening there runs as "
+        f"{user_text(uid)}, not as this user or root",
+        f"something other than your agent may hold the port (`ss -ltnp 'sport = :{port}'` "
+        "names it): stop it and start the agent, run this as the agent's user, or point "
+        "--url at your agent",
+    )
+
+
+def user_text(uid: int) -> str:
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def run(func: Callable, args: argparse.Namespace, console: Console) -> int:
@@ -128,11 +176,6 @@ def run(func: Callable, args: argparse.Namespace, console: Console) -> int:
     except (httpx.HTTPError, httpx.InvalidURL) as e:
         hint = f"nothing answers at {target.url} (from {target.chosen_by}); {START_HINT}"
         return fail(f"cannot reach the agent at {target.url}: {e}", hint)
-    except json.JSONDecodeError:
-        return fail(
-            f"the answer from {target.url} is not JSON",
-            "is it a CommInsight agent? check --url",
-        )
     return 0
 
 
@@ -144,26 +187,92 @@ def fail(message: str, hint: str | None) -> int:
     return 1
 
 
-def answer(response, not_found_hint: str | None = None):
-    """The parsed body of a 2xx answer; AgentUnavailable naming the API's error otherwise."""
+def answer(endpoint: ModuleType, *args, not_found_hint: str | None = None, **params):
+    """Ask `endpoint` (a module of `comminsight_client.api`) with `args` and `params` (its
+    `client` among them); the decoded body of a 2xx answer. AgentUnavailable naming the API's
+    error otherwise, or naming what answered and why when the body is not the protocol's model
+    (the generated client's own decoding, then the protocol's types, which it does not check)."""
+    client = params.pop("client")
+    http = client.get_httpx_client().request(**endpoint._get_kwargs(*args, **params))
+    status = http.status_code
+    expected = answer_model(endpoint) if 200 <= status < 300 else Error
+    try:
+        response = endpoint._build_response(client=client, response=http)
+        if response.parsed is not None:
+            conforms(http.content, type(response.parsed))
+    except DECODE_ERRORS as e:
+        raise not_a(http, expected, why_not(http.content, expected, e)) from None
     body = response.parsed
-    status = int(response.status_code)
     if isinstance(body, Error) or not 200 <= status < 300:
         hint = not_found_hint if status == 404 else STATUS_HINTS.get(status)
         if isinstance(body, Error):
             raise AgentUnavailable(
                 f"agent answered {status} {body.code.value}: {body.message}", hint
             )
-        raise AgentUnavailable(f"agent answered {status}: {response.content[:200]!r}", hint)
+        raise AgentUnavailable(f"agent answered {status}: {http.content[:200]!r}", hint)
+    if body is None:
+        raise not_a(http, expected, f"{status} is no status this operation answers with")
     return body
 
 
-def all_pages(fetch: Callable) -> list[dict]:
-    """Every item of a paged list endpoint; `fetch(cursor)` gets one page."""
+def all_pages(endpoint: ModuleType, **params) -> list[dict]:
+    """Every item of a paged list endpoint, asked with `params` and each page's cursor."""
     items, cursor = [], UNSET
     while True:
-        page = answer(fetch(cursor)).to_dict()
+        page = answer(endpoint, **params, cursor=cursor).to_dict()
         items.extend(page["items"])
         if not page["next_cursor"]:
             return items
         cursor = page["next_cursor"]
+
+
+def answer_model(endpoint: ModuleType) -> type:
+    """The model of `endpoint`'s 2xx answer (`str` for a text one)."""
+    (union,) = typing.get_args(typing.get_type_hints(endpoint.sync_detailed)["return"])
+    return next(t for t in typing.get_args(union) or (union,) if t is not Error)
+
+
+def conforms(content: bytes, model: type) -> None:
+    """Raises msgspec's error (a ValueError) unless `content` is the JSON of the protocol's
+    `model` (agent-master-api v1, the types the agent encodes with); a text answer is one."""
+    import msgspec
+
+    from comminsight_gen.models import agent_master_api_v1 as api
+
+    struct = getattr(api, model.__name__, None)
+    if struct is not None:
+        msgspec.json.decode(content, type=struct)
+
+
+def why_not(content: bytes, model: type, error: Exception) -> str:
+    """Why `content` is not a `model`: as msgspec says it (`Object missing required field
+    `schema_version``), else as the generated client's decoding failed."""
+    try:
+        conforms(content, model)
+    except ValueError as e:
+        return str(e)
+    except RecursionError:
+        pass
+    return str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
+
+
+def not_a(http: httpx.Response, model: type, reason: str) -> AgentUnavailable:
+    """'<url> answered something that is not a HangReport: <reason>'."""
+    url = http.request.url
+    where = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"
+    if model is Error:
+        what = f"an API error (it answered {http.status_code})"
+    elif model is str:
+        what = "text"
+    else:  # the schema's name, as the API's description has it
+        what = ("an " if model.__name__[0] in "AEIOU" else "a ") + model.__name__
+    return AgentUnavailable(
+        f"{printable(where)} answered something that is not {what}: {printable(reason)}",
+        NOT_AN_ANSWER_HINT,
+    )
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """`text` shortened, each character a terminal would act on written as an escape."""
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

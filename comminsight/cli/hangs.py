@@ -34,12 +34,11 @@ def show_cmd(client: Client, args, out: Output) -> None:
 
 def list_cmd(client: Client, args, out: Output) -> None:
     body = answer(
-        list_hangs.sync_detailed(
-            client=client,
-            status=HangStatusFilter(args.status),
-            comm_id=args.comm_id or UNSET,
-            limit=args.limit,
-        )
+        list_hangs,
+        client=client,
+        status=HangStatusFilter(args.status),
+        comm_id=args.comm_id or UNSET,
+        limit=args.limit,
     ).to_dict()
     if out.json:
         out.json_value(body)
@@ -65,7 +64,7 @@ def list_cmd(client: Client, args, out: Output) -> None:
 
 
 def show(client: Client, report_id: str, out: Output) -> None:
-    report = answer(get_hang.sync_detailed(report_id, client=client), NOT_FOUND).to_dict()
+    report = answer(get_hang, report_id, client=client, not_found_hint=NOT_FOUND).to_dict()
     if out.json:
         out.json_value(report)
         return
@@ -75,8 +74,11 @@ def show(client: Client, report_id: str, out: Output) -> None:
 def resolve_cmd(client: Client, args, out: Output) -> None:
     body = ResolveHangRequest(note=args.note) if args.note is not None else UNSET
     report = answer(
-        resolve_hang.sync_detailed(args.report_id, client=changing_client(args), body=body),
-        NOT_FOUND,
+        resolve_hang,
+        args.report_id,
+        client=changing_client(args),
+        body=body,
+        not_found_hint=NOT_FOUND,
     ).to_dict()
     if out.json:
         out.json_value(report)

@@ -54,7 +54,7 @@ def show_cmd(client: Client, args, out: Output) -> None:
 
 
 def show(client: Client, incident_id: str, out: Output) -> None:
-    detail = answer(get_incident.sync_detailed(incident_id, client=client), NOT_FOUND).to_dict()
+    detail = answer(get_incident, incident_id, client=client, not_found_hint=NOT_FOUND).to_dict()
     if out.json:
         out.json_value(detail)
     else:
@@ -63,9 +63,7 @@ def show(client: Client, incident_id: str, out: Output) -> None:
 
 def list_cmd(client: Client, args, out: Output) -> None:
     body = answer(
-        list_incidents.sync_detailed(
-            client=client, status=IncidentStatusFilter(args.status), limit=args.limit
-        )
+        list_incidents, client=client, status=IncidentStatusFilter(args.status), limit=args.limit
     ).to_dict()
     if out.json:
         out.json_value(body)
@@ -78,8 +76,11 @@ def list_cmd(client: Client, args, out: Output) -> None:
 def resolve_cmd(client: Client, args, out: Output) -> None:
     body = ResolveIncidentRequest(note=args.note) if args.note is not None else UNSET
     incident = answer(
-        resolve_incident.sync_detailed(args.incident_id, client=changing_client(args), body=body),
-        NOT_FOUND,
+        resolve_incident,
+        args.incident_id,
+        client=changing_client(args),
+        body=body,
+        not_found_hint=NOT_FOUND,
     ).to_dict()
     if out.json:
         out.json_value(incident)

@@ -10,12 +10,12 @@ from comminsight_client.api.meta import get_metrics, get_openapi_document
 
 
 def metrics_cmd(client: Client, args, out: Output) -> None:
-    text = answer(get_metrics.sync_detailed(client=client))
+    text = answer(get_metrics, client=client)
     if args.grep:
         text = "".join(line + "\n" for line in text.splitlines() if args.grep in line.split("{")[0])
     out.text(text)
 
 
 def openapi_cmd(client: Client, args, out: Output) -> None:
-    document = answer(get_openapi_document.sync_detailed(client=client)).to_dict()
+    document = answer(get_openapi_document, client=client).to_dict()
     out.json_value(document)

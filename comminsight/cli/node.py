@@ -40,8 +40,8 @@ def yes_no(flag: bool) -> str:
 
 
 def status(client: Client, args, out: Output) -> None:
-    health = answer(get_health.sync_detailed(client=client)).to_dict()
-    node = answer(get_node.sync_detailed(client=client)).to_dict()
+    health = answer(get_health, client=client).to_dict()
+    node = answer(get_node, client=client).to_dict()
     if health["mode"] == "master":
         job_status(client, args, out, health, node)
         return
@@ -53,7 +53,7 @@ def status(client: Client, args, out: Output) -> None:
 
 
 def health_cmd(client: Client, args, out: Output) -> None:
-    health = answer(get_health.sync_detailed(client=client)).to_dict()
+    health = answer(get_health, client=client).to_dict()
     if out.json:
         out.json_value(health)
         return
@@ -98,7 +98,7 @@ def health_cmd(client: Client, args, out: Output) -> None:
 
 
 def processes_cmd(client: Client, args, out: Output) -> None:
-    node = answer(get_node.sync_detailed(client=client)).to_dict()
+    node = answer(get_node, client=client).to_dict()
     if out.json:
         out.json_value(node)
         return
@@ -171,23 +171,17 @@ def processes_table(node: dict):
 
 
 def list_all_nodes(client: Client, state: str = "all") -> list[dict]:
-    return all_pages(
-        lambda cursor: list_nodes.sync_detailed(
-            client=client, state=NodeStateFilter(state), limit=PAGE, cursor=cursor
-        )
-    )
+    return all_pages(list_nodes, client=client, state=NodeStateFilter(state), limit=PAGE)
 
 
 def list_all_communicators(client: Client, state: str, name: str | None, full: bool) -> list:
     return all_pages(
-        lambda cursor: list_communicators.sync_detailed(
-            client=client,
-            state=CommunicatorStateFilter(state),
-            name_contains=name or UNSET,
-            view=CommunicatorView.FULL if full else CommunicatorView.SUMMARY,
-            limit=PAGE,
-            cursor=cursor,
-        )
+        list_communicators,
+        client=client,
+        state=CommunicatorStateFilter(state),
+        name_contains=name or UNSET,
+        view=CommunicatorView.FULL if full else CommunicatorView.SUMMARY,
+        limit=PAGE,
     )
 
 

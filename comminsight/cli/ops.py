@@ -27,12 +27,11 @@ COMM_NOT_FOUND = "list the communicators with `comminsight comms`"
 def comms_cmd(client: Client, args, out: Output) -> None:
     if args.id:
         one = answer(
-            get_communicator.sync_detailed(
-                args.id,
-                client=client,
-                view=CommunicatorView.FULL,
-            ),
-            COMM_NOT_FOUND,
+            get_communicator,
+            args.id,
+            client=client,
+            view=CommunicatorView.FULL,
+            not_found_hint=COMM_NOT_FOUND,
         ).to_dict()
         items = [one]
     else:
@@ -115,13 +114,12 @@ def ranks_table(c: dict):
 
 def inflight_cmd(client: Client, args, out: Output) -> None:
     body = answer(
-        list_inflight_ops.sync_detailed(
-            client=client,
-            min_age_ms=args.min_age_ms,
-            comm_id=args.comm_id or UNSET,
-            rank=args.rank if args.rank is not None else UNSET,
-            limit=args.limit,
-        )
+        list_inflight_ops,
+        client=client,
+        min_age_ms=args.min_age_ms,
+        comm_id=args.comm_id or UNSET,
+        rank=args.rank if args.rank is not None else UNSET,
+        limit=args.limit,
     ).to_dict()
     if out.json:
         out.json_value(body)
@@ -164,13 +162,12 @@ def inflight_cmd(client: Client, args, out: Output) -> None:
 
 def recent_ops_cmd(client: Client, args, out: Output) -> None:
     body = answer(
-        list_recent_ops.sync_detailed(
-            client=client,
-            comm_id=args.comm_id or UNSET,
-            rank=args.rank if args.rank is not None else UNSET,
-            func=args.func_name or UNSET,
-            limit=args.limit,
-        )
+        list_recent_ops,
+        client=client,
+        comm_id=args.comm_id or UNSET,
+        rank=args.rank if args.rank is not None else UNSET,
+        func=args.func_name or UNSET,
+        limit=args.limit,
     ).to_dict()
     if out.json:
         out.json_value(body)

@@ -19,12 +19,11 @@ NO_JOB = "(no job id)"
 
 def steps_cmd(client: Client, args, out: Output) -> None:
     body = answer(
-        list_steps.sync_detailed(
-            client=client,
-            rank=args.rank if args.rank is not None else UNSET,
-            since_step=args.since_step,
-            limit=args.limit,
-        )
+        list_steps,
+        client=client,
+        rank=args.rank if args.rank is not None else UNSET,
+        since_step=args.since_step,
+        limit=args.limit,
     ).to_dict()
     if out.json:
         out.json_value(body)
@@ -50,13 +49,13 @@ def steps_cmd(client: Client, args, out: Output) -> None:
 
 def job_steps_cmd(client: Client, args, out: Output) -> None:
     body = answer(
-        list_job_steps.sync_detailed(
-            client=client,
-            job=args.job or UNSET,
-            since_step=args.since_step,
-            limit=args.limit,
-        ),
-        "list the jobs with `comminsight job-steps` (no --job): its answer names every job",
+        list_job_steps,
+        client=client,
+        job=args.job or UNSET,
+        since_step=args.since_step,
+        limit=args.limit,
+        not_found_hint="list the jobs with `comminsight job-steps` (no --job): its answer names "
+        "every job",
     ).to_dict()
     if out.json:
         out.json_value(body)
