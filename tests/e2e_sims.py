@@ -45,3 +45,28 @@ def e2e_sim_config(
 # A healthy run is judged with a threshold no scheduling delay of a loaded machine reaches: a
 # rank starved of the CPU for longer than the fault tests' 0.5 s is late, and rightly reported.
 HEALTHY_THRESHOLD_S = 30.0
+
+
+# `make demo`'s fault: 8 ranks of TP x PP x DP on two simulated nodes, rank 1 skips its 6th
+# tensor-parallel all-reduce; the Agent that watches it: a 1 s threshold, liveness on a 5 s
+# heartbeat
+DEMO_FAULT_AGENT_SETTINGS = {"profiler_hang_timeout_s": 1.0, "agent_heartbeat_stale_ms": 5000}
+
+
+def demo_fault_config(plugin: Path, home: Path) -> SimConfig:
+    return SimConfig(
+        plugin=str(plugin),
+        home=str(home),
+        workload="tp-pp-dp",
+        ranks=8,
+        nodes=2,
+        steps=3,
+        time_scale=0.05,
+        hang_hold_s=4.0,
+        faults=(parse_fault("skip:rank=1,op=5,comm=tp"),),
+        env=(
+            ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
+            ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "100"),
+            ("COMMINSIGHT_PROFILER_HANG_TIMEOUT_S", "1"),
+        ),
+    )

@@ -15,6 +15,7 @@ import jsonschema
 import msgspec
 import pytest
 from agent_home import hold_agent_lock
+from e2e_sims import DEMO_FAULT_AGENT_SETTINGS, demo_fault_config
 from hang_snapshots import (
     NOW,
     PP,
@@ -35,7 +36,7 @@ from live_agent import LiveAgent
 
 from comminsight.agent.hangs.incident_store import UnknownIncident
 from comminsight.agent.hangs.incidents import group_reports, with_roles
-from comminsight.sim import SimConfig, parse_fault, run_simulation
+from comminsight.sim import run_simulation
 from comminsight_gen.models.hang_report_v1 import (
     CauseLink,
     HangReport,
@@ -421,24 +422,8 @@ def test_the_demo_fault_gives_one_incident_rooted_at_rank_1(plugin, tmp_path):
     6th tensor-parallel all-reduce. Every communicator that hangs is reported; all the
     reports form one incident whose root names rank 1, tensor_parallel and the AllReduce."""
     lock = hold_agent_lock(tmp_path)
-    env = (
-        ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
-        ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "100"),
-        ("COMMINSIGHT_PROFILER_HANG_TIMEOUT_S", "1"),
-    )
-    config = SimConfig(
-        plugin=str(plugin),
-        home=str(tmp_path),
-        workload="tp-pp-dp",
-        ranks=8,
-        nodes=2,
-        steps=3,
-        time_scale=0.05,
-        hang_hold_s=4.0,
-        faults=(parse_fault("skip:rank=1,op=5,comm=tp"),),
-        env=env,
-    )
-    with LiveAgent(tmp_path, profiler_hang_timeout_s=1.0, agent_heartbeat_stale_ms=5000) as live:
+    config = demo_fault_config(plugin, tmp_path)
+    with LiveAgent(tmp_path, **DEMO_FAULT_AGENT_SETTINGS) as live:
         result = {}
         sim = threading.Thread(target=lambda: result.setdefault("sim", run_simulation(config)))
         sim.start()

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from agent_home import hold_agent_lock
+from e2e_sims import DEMO_FAULT_AGENT_SETTINGS, demo_fault_config
 from live_agent import LiveAgent
 
-from comminsight.sim import SimConfig, parse_fault, run_simulation
+from comminsight.sim import run_simulation
 
 GPU_HARNESS = Path(__file__).resolve().parents[1] / "bench" / "gpu"
 
@@ -37,24 +38,8 @@ def test_the_harness_reads_hangs_incidents_steps_and_communicators_of_a_real_age
 ):
     agent_api, e2e_driver, faults_driver = harness
     lock = hold_agent_lock(tmp_path)
-    env = (
-        ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
-        ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "100"),
-        ("COMMINSIGHT_PROFILER_HANG_TIMEOUT_S", "1"),
-    )
-    config = SimConfig(
-        plugin=str(plugin),
-        home=str(tmp_path),
-        workload="tp-pp-dp",
-        ranks=8,
-        nodes=2,
-        steps=3,
-        time_scale=0.05,
-        hang_hold_s=4.0,
-        faults=(parse_fault("skip:rank=1,op=5,comm=tp"),),
-        env=env,
-    )
-    with LiveAgent(tmp_path, profiler_hang_timeout_s=1.0, agent_heartbeat_stale_ms=5000) as live:
+    config = demo_fault_config(plugin, tmp_path)
+    with LiveAgent(tmp_path, **DEMO_FAULT_AGENT_SETTINGS) as live:
         result = {}
         sim = threading.Thread(target=lambda: result.setdefault("sim", run_simulation(config)))
         sim.start()
