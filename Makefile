@@ -37,6 +37,7 @@ help:
 ## all: build everything buildable so far (artifacts under dist/)
 all: build
 
+## build: the wheel, the generated headers compiled, the Profiler, the engine's C core and Inject's wheel
 build: $(WHEEL) headers build-profiler build-engine build-inject
 
 # ---- Inject: a dependency-free wheel for the training environment (.pth + comminsight/inject) ----
@@ -86,6 +87,7 @@ $(BUILD)/tsan/libnccl-profiler-comminsight.so: $(PROFILER_DEPS)
 	@mkdir -p $(@D)
 	$(CC) $(PROFILER_CFLAGS) -Wno-error=tsan -Wno-tsan -O1 -g -fsanitize=thread $(PROFILER_SRC) -o $@ $(PROFILER_LIBS)
 
+## build-profiler-sanitizers: the Profiler under ASan+UBSan and under TSan (build/asan/, build/tsan/), for the tests
 build-profiler-sanitizers: $(BUILD)/asan/libnccl-profiler-comminsight.so $(BUILD)/tsan/libnccl-profiler-comminsight.so
 
 # ---- the Semantic Engine's C core (loaded with cffi; see comminsight/semantic/native) ----
@@ -158,9 +160,11 @@ lint: $(VENV_STAMP)
 	$(VPY) -m ruff check comminsight codegen tests contract-tests bench
 	$(VPY) -m ruff format --check comminsight codegen tests contract-tests bench
 
+## test-contract: the cross-language contract tests (contract-tests/: C, cffi, numpy and the generated readers on the same fixtures)
 test-contract: $(VENV_STAMP) $(ENGINE_SO)
 	$(VPY) -m pytest contract-tests $(PYTEST_ARGS)
 
+## test-unit: the pytest suites under tests/ (PYTEST_ARGS=... to select)
 test-unit: $(VENV_STAMP) $(ENGINE_SO)
 	$(VPY) -m pytest tests $(PYTEST_ARGS)
 

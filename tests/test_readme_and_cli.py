@@ -59,6 +59,16 @@ def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     )
 
 
+def test_make_help_lists_every_target_of_the_makefile():
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", (ROOT / "Makefile").read_text(), re.M))
+    out = subprocess.run(
+        ["make", "--no-print-directory", "help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    listed = {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+    assert targets - listed == set(), "targets without a `## target: what it does` line"
+
+
 def test_demo_runs_the_pipeline_end_to_end():
     from profiler_builds import builds
 

@@ -1,5 +1,5 @@
 """GET /api/v1/job-steps: the job's reconciled Steps (job_steps) over the recent window of
-step summaries (step_window), as agent-master-api v1 JobStepPage.
+step summaries (steps.window), as agent-master-api v1 JobStepPage.
 
 The window is refreshed at each request (only bytes appended since are read) and a job is
 reconciled again only when a record arrived since its last answer, so a request costs the

@@ -2,7 +2,7 @@
 
 Handlers only read what AgentService keeps (and, for the mutations, ask it to act); they
 run on the service's event loop between poll passes, so they see one consistent pass. Every
-request is checked against the protocol document (api_params) before a handler runs; every
+request is checked against the protocol document (api.params) before a handler runs; every
 answer is a generated model encoded by msgspec; every failure, including unknown paths and
 unexpected exceptions, is the API's one `Error` body.
 
@@ -539,7 +539,7 @@ async def start_server(service, address: str) -> web.AppRunner:
     do not read their answers, pipelining, EMFILE),
     whose counts /metrics serves and whose descriptor trouble health reports."""
     settings = service.settings
-    # a master answers some endpoints for the whole job (master_agent.MasterApi)
+    # a master answers some endpoints for the whole job (master.agent.MasterApi)
     api_class = getattr(service, "api_class", AgentApi)
     runner = web.AppRunner(
         api_class(service).app(),

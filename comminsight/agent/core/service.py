@@ -7,7 +7,7 @@ window and the engine hook (per GPU); SHM comm tables -> NodeSnapshot -> diagnos
 and the reports grouped by cause -> IncidentStore.
 Archive passes run beside the loop in a thread of their own every
 COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S. The
-HTTP API (api_server) only reads the state kept here, between passes on the same loop; its
+HTTP API (api.server) only reads the state kept here, between passes on the same loop; its
 writes are an operator resolving a hang report or an incident.
 """
 
@@ -154,7 +154,7 @@ class AgentService:
         self.hangs.retry_unwritten(now)
         snapshot = self.take_snapshot(now)
         reports = []
-        # A master hands back the same job snapshot until it rebuilds it (master_agent): there
+        # A master hands back the same job snapshot until it rebuilds it (master.agent): there
         # is nothing new to diagnose then, and diagnosing thousands of ranks every pass is
         # what would make it fall behind.
         if snapshot is not self._diagnosed:

@@ -17,7 +17,7 @@ signal. The answer is waited for asynchronously, polling the stack directory, fo
 this Agent's user's regular files), and decoded against the protocol, so a huge, forged or
 garbled file becomes an `unavailable` naming it, never an exception.
 
-Every request ends in one of OUTCOMES, counted in `outcomes` (stack_metrics exposes them with
+Every request ends in one of OUTCOMES, counted in `outcomes` (metrics.stacks exposes them with
 `signals_sent` and `pending`): an operator sees how often stacks arrive, and why not.
 """
 

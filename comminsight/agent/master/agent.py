@@ -1,10 +1,10 @@
 """A master Agent (COMMINSIGHT_AGENT_MODE=master): a node Agent that also takes slaves'
-node state over gRPC (master_grpc) and answers the Agent Master API for the whole job.
+node state over gRPC (master.grpc_service) and answers the Agent Master API for the whole job.
 
 Each pass reads the master's own node into the same rows a slave sends, diagnoses the
 job-wide snapshot (job_view) instead of the node's, and keeps its hang reports as any Agent
 does; a slave's hang event triggers a pass at once, as a local FIFO event does. /steps serves
-the master's own summaries and every slave's (master_store keeps them), and /job-steps
+the master's own summaries and every slave's (master.store keeps them), and /job-steps
 reconciles their step indices across nodes (job_steps); /ops/recent stays local
 (agent-master-slave carries no op records).
 """
@@ -51,7 +51,7 @@ SLAVE_ANSWER_MARGIN_S = 3.0  # the slave waits its own timeout, then answers ove
 
 
 class JobStepFiles(StepFiles):
-    """The master's own step summaries and those its slaves sent (master_store)."""
+    """The master's own step summaries and those its slaves sent (master.store)."""
 
     def __init__(self, home: Path, received: Path) -> None:
         super().__init__(home)
@@ -267,7 +267,7 @@ class MasterApi(AgentApi):
     """The endpoints whose answer is the job's rather than the node's."""
 
     def step_directories(self) -> list:
-        """Its own engine's step summaries and every slave's (master_store)."""
+        """Its own engine's step summaries and every slave's (master.store)."""
         return [self.service.step_files.directory, self.service.store.steps_dir]
 
     def job_nodes(self) -> dict[str | None, frozenset[str]]:

@@ -47,7 +47,7 @@ def comm_label(comm_id: int, name: str) -> str:
 class JobMetrics:
     """A prometheus_client collector over the master's NodeRecords. `local_totals` gives the
     master's own node's totals at scrape time; `hang_events` the hang events the master
-    received from a node (master_store, which survives restarts)."""
+    received from a node (master.store, which survives restarts)."""
 
     def __init__(
         self,

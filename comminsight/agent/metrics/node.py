@@ -191,7 +191,7 @@ class NodeMetrics:
             s.busbw_sum += busbw_sum[i]
 
     def add_steps(self, new: dict[ProcessLabels, StepTimes], now_mono_ns: int) -> None:
-        """Steps the live engine wrote since the last pass (step_metrics.StepDurations)."""
+        """Steps the live engine wrote since the last pass (metrics.steps.StepDurations)."""
         for labels, times in new.items():
             series = self.steps.setdefault(labels, StepTimes())
             series.merge(times)

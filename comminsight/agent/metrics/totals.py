@@ -1,7 +1,7 @@
 """A node's /metrics counters as one agent-master-slave `NodeMetricTotals` message.
 
-A slave sends it with its state rows (slave_agent), the master keeps the latest one per node
-(NodeRecord.metric_totals) and exposes the union under a `node` label (job_metrics). The
+A slave sends it with its state rows (slave.agent), the master keeps the latest one per node
+(NodeRecord.metric_totals) and exposes the union under a `node` label (metrics.job). The
 master's own node goes through the same function at scrape time.
 
 The node's metrics (metrics.NodeMetrics) keep one series per process, communicator id and

@@ -21,8 +21,8 @@ long as the ring still holds the records that came after the checkpoint.
 
 An exception out of one GPU's engine (a failure) does not end step recovery for that GPU:
 the engine is restored from the GPU's last checkpoint and handed again what it was handed
-since (engine_replay), which rewrites the same summaries; failures and restarts are counted
-by reason for health and metrics. Restarts are rate-limited per GPU (engine_restarts); an ops
+since (steps.replay), which rewrites the same summaries; failures and restarts are counted
+by reason for health and metrics. Restarts are rate-limited per GPU (steps.restarts); an ops
 batch that fails again after a restart is dropped as lost records, so one bad batch cannot
 stop a GPU for good. The worker thread itself never ends on an exception.
 
