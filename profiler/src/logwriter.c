@@ -26,6 +26,18 @@
 #define RETRY_NS 1000000000ull      /* disk-full retry period */
 #define STUCK_NS 1000000000ull      /* a ticket never completed after this is lost */
 
+/* Every property name (F) and string constant (V) is the schema's spelling, from the generated
+ * header, joined into the format strings at compile time. K and Q paste their argument directly
+ * (no expansion first), so a name such as NAN is never taken for <math.h>'s macro. */
+#define F(name) CI_INSPECTOR_LOG_V1_F_##name
+#define V(name) CI_INSPECTOR_LOG_V1_V_##name
+#define K(name) "\"" CI_INSPECTOR_LOG_V1_F_##name "\":" /* `"name":` */
+#define Q(name) "\"" CI_INSPECTOR_LOG_V1_V_##name "\""  /* `"value"` */
+/* ci.schema_version's const (the generated C header has no macro for integer constants) */
+#define SCHEMA_V "1"
+/* `{"ci":{"kind":"<kind>","schema_version":1,` : how every CommInsight-only line starts */
+#define LINE_HEAD(kind) "{" K(CI) "{" K(KIND) "\"" CI_INSPECTOR_LOG_V1_V_##kind "\"," K(SCHEMA_VERSION) SCHEMA_V ","
+
 typedef struct segment {
     int fd;
     uint64_t index;
@@ -119,7 +131,7 @@ static void put_str(const char* key, const char* s) {
 
 static void put_bw(const char* key, double gbs) {
     if (isfinite(gbs)) put("\"%s\":%.6f", key, gbs);
-    else put("\"%s\":\"nan\"", key);
+    else put("\"%s\":" Q(NAN), key);
 }
 
 static uint64_t mono_to_real(uint64_t mono) {
@@ -130,36 +142,36 @@ static uint64_t mono_to_real(uint64_t mono) {
 static const char* label_or(const char* label, const char* fallback) { return label ? label : fallback; }
 
 static void put_comm_identity(const ci_shm_comm_entry_v1_t* e) {
-    put("{\"comm_id\":\"%016llx\",", (unsigned long long)e->comm_id);
+    put("{" K(COMM_ID) "\"%016llx\",", (unsigned long long)e->comm_id);
     if (e->name[0]) {
-        put_str("comm_name", e->name);
+        put_str(F(COMM_NAME), e->name);
         put(",");
     }
-    put("\"name_source\":\"%s\",\"comm_rank\":%d,\"nranks\":%d,\"nnodes\":%d,",
-        e->name_source == CI_SHM_V1_NAME_SOURCE_INJECT ? "inject"
-        : e->name_source == CI_SHM_V1_NAME_SOURCE_NCCL ? "nccl"
-                                                       : "none",
+    put(K(NAME_SOURCE) "\"%s\"," K(COMM_RANK) "%d," K(NRANKS) "%d," K(NNODES) "%d,",
+        e->name_source == CI_SHM_V1_NAME_SOURCE_INJECT ? V(INJECT)
+        : e->name_source == CI_SHM_V1_NAME_SOURCE_NCCL ? V(NCCL)
+                                                       : V(NONE),
         e->rank, e->nranks, e->nnodes);
-    if (e->local_rank >= 0) put("\"local_rank\":%d,", e->local_rank);
-    if (e->cuda_device >= 0) put("\"cuda_device\":%d,", e->cuda_device);
-    put("\"pid\":%d,", (int)ci_g.pid);
-    put_str("host", ci_g.hostname);
+    if (e->local_rank >= 0) put(K(LOCAL_RANK) "%d,", e->local_rank);
+    if (e->cuda_device >= 0) put(K(CUDA_DEVICE) "%d,", e->cuda_device);
+    put(K(PID) "%d,", (int)ci_g.pid);
+    put_str(F(HOST), ci_g.hostname);
     put("}");
 }
 
 /* NCCL Inspector's header + metadata objects, shared by op lines. */
 static void put_inspector_prefix(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_entry_v1_t* e) {
-    put("{\"header\":{\"id\":\"0x%llx\",", (unsigned long long)r->comm_id);
+    put("{" K(HEADER) "{" K(ID) "\"0x%llx\",", (unsigned long long)r->comm_id);
     if (e && e->name[0]) {
-        put_str("comm_name", e->name);
+        put_str(F(COMM_NAME), e->name);
         put(",");
     }
-    put("\"rank\":%d,\"n_ranks\":%d,\"nnodes\":%d},", r->rank, r->nranks, e ? e->nnodes : 1);
-    put("\"metadata\":{\"inspector_output_format_version\":\"v4.0\",\"git_rev\":\"comminsight-%s\","
-        "\"rec_mechanism\":\"nccl_profiler_interface\",\"dump_timestamp_us\":%llu,",
+    put(K(RANK) "%d," K(N_RANKS) "%d," K(NNODES) "%d},", r->rank, r->nranks, e ? e->nnodes : 1);
+    put(K(METADATA) "{" K(INSPECTOR_OUTPUT_FORMAT_VERSION) "\"v4.0\"," K(GIT_REV) "\"comminsight-%s\","
+        K(REC_MECHANISM) "\"nccl_profiler_interface\"," K(DUMP_TIMESTAMP_US) "%llu,",
         CI_VERSION_STRING, (unsigned long long)(ci_now_real() / 1000));
-    put_str("hostname", ci_g.hostname);
-    put(",\"pid\":%d},", (int)ci_g.pid);
+    put_str(F(HOSTNAME), ci_g.hostname);
+    put("," K(PID) "%d},", (int)ci_g.pid);
 }
 
 /* Execution time and bandwidth by NCCL Inspector's definitions (algbw = traffic / time; bus
@@ -210,122 +222,122 @@ static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     bool coll = r->kind == CI_SHM_V1_RECORD_KIND_COLL;
     put_inspector_prefix(r, e);
     if (coll) {
-        put("\"coll_perf\":{");
-        put_str("coll", func_name(r));
-        put(",\"coll_sn\":%llu,\"coll_msg_size_bytes\":%llu,\"coll_exec_time_us\":%llu,"
-            "\"coll_timing_source\":\"%s\",",
+        put(K(COLL_PERF) "{");
+        put_str(F(COLL), func_name(r));
+        put("," K(COLL_SN) "%llu," K(COLL_MSG_SIZE_BYTES) "%llu," K(COLL_EXEC_TIME_US) "%llu,"
+            K(COLL_TIMING_SOURCE) "\"%s\",",
             (unsigned long long)r->op_seq, (unsigned long long)r->bytes, (unsigned long long)exec_us, timing);
-        put_bw("coll_algobw_gbs", algbw);
+        put_bw(F(COLL_ALGOBW_GBS), algbw);
         put(",");
-        put_bw("coll_busbw_gbs", busbw);
+        put_bw(F(COLL_BUSBW_GBS), busbw);
     } else {
-        put("\"p2p_perf\":{");
-        put_str("p2p", func_name(r));
-        put(",\"p2p_sn\":%llu,\"p2p_peer\":%d,\"p2p_msg_size_bytes\":%llu,\"p2p_exec_time_us\":%llu,"
-            "\"p2p_timing_source\":\"%s\",",
+        put(K(P2P_PERF) "{");
+        put_str(F(P2P), func_name(r));
+        put("," K(P2P_SN) "%llu," K(P2P_PEER) "%d," K(P2P_MSG_SIZE_BYTES) "%llu," K(P2P_EXEC_TIME_US) "%llu,"
+            K(P2P_TIMING_SOURCE) "\"%s\",",
             (unsigned long long)r->op_seq, r->peer, (unsigned long long)r->bytes, (unsigned long long)exec_us,
             timing);
-        put_bw("p2p_algobw_gbs", algbw);
+        put_bw(F(P2P_ALGOBW_GBS), algbw);
         put(",");
-        put_bw("p2p_busbw_gbs", busbw);
+        put_bw(F(P2P_BUSBW_GBS), busbw);
     }
-    put("},\"ci\":{\"kind\":\"%s\",\"schema_version\":1,\"ring_seq\":%llu,\"op_index\":%llu,\"count\":%llu,"
-        "\"datatype\":\"%s\",",
-        coll ? "coll" : "p2p", (unsigned long long)ring_seq, (unsigned long long)r->comm_op_index,
+    put("}," K(CI) "{" K(KIND) "\"%s\"," K(SCHEMA_VERSION) SCHEMA_V "," K(RING_SEQ) "%llu," K(OP_INDEX) "%llu,"
+        K(COUNT) "%llu," K(DATATYPE) "\"%s\",",
+        coll ? V(COLL) : V(P2P), (unsigned long long)ring_seq, (unsigned long long)r->comm_op_index,
         (unsigned long long)r->count,
         label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"));
     if (coll) {
-        if (rooted(r->func) && r->peer >= 0) put("\"root\":%d,", r->peer);
-        put("\"algo\":\"%s\",\"proto\":\"%s\",\"n_channels\":%u,\"n_warps\":%u,",
+        if (rooted(r->func) && r->peer >= 0) put(K(ROOT) "%d,", r->peer);
+        put(K(ALGO) "\"%s\"," K(PROTO) "\"%s\"," K(N_CHANNELS) "%u," K(N_WARPS) "%u,",
             label_or(ci_shm_v1_algo_label(r->algo), "UNKNOWN"), label_or(ci_shm_v1_proto_label(r->proto), "UNKNOWN"),
             r->n_channels, r->n_warps);
     } else {
-        put("\"n_channels\":%u,", r->n_channels);
+        put(K(N_CHANNELS) "%u,", r->n_channels);
     }
-    if (r->stream) put("\"stream\":\"0x%llx\",", (unsigned long long)r->stream);
-    put("\"graph_captured\":%s,", (r->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) ? "true" : "false");
-    if (r->group_id) put("\"group_id\":%llu,", (unsigned long long)r->group_id);
-    put("\"tid\":%u,\"host_start_mono_ns\":%llu,\"host_stop_mono_ns\":%llu,", r->tid,
+    if (r->stream) put(K(STREAM) "\"0x%llx\",", (unsigned long long)r->stream);
+    put(K(GRAPH_CAPTURED) "%s,", (r->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) ? "true" : "false");
+    if (r->group_id) put(K(GROUP_ID) "%llu,", (unsigned long long)r->group_id);
+    put(K(TID) "%u," K(HOST_START_MONO_NS) "%llu," K(HOST_STOP_MONO_NS) "%llu,", r->tid,
         (unsigned long long)r->host_start_mono_ns, (unsigned long long)r->host_stop_mono_ns);
-    if (r->complete_mono_ns) put("\"host_complete_mono_ns\":%llu,", (unsigned long long)r->complete_mono_ns);
+    if (r->complete_mono_ns) put(K(HOST_COMPLETE_MONO_NS) "%llu,", (unsigned long long)r->complete_mono_ns);
     if (r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU) /* absent when not a valid span */
-        put("\"gpu_start_globaltimer_ns\":%llu,\"gpu_stop_globaltimer_ns\":%llu,",
+        put(K(GPU_START_GLOBALTIMER_NS) "%llu," K(GPU_STOP_GLOBALTIMER_NS) "%llu,",
             (unsigned long long)r->gpu_start_ticks, (unsigned long long)r->gpu_end_ticks);
-    put("\"channels_completed\":%u,\"forced_complete\":%s}}\n", r->kernel_ch_count,
+    put(K(CHANNELS_COMPLETED) "%u," K(FORCED_COMPLETE) "%s}}\n", r->kernel_ch_count,
         (r->flags & CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE) ? "true" : "false");
 }
 
 static void put_progress(const ci_shm_comm_entry_v1_t* e) {
-    put("{\"collectives\":{");
+    put("{" K(COLLECTIVES) "{");
     if (e->coll_enqueued)
-        put("\"last_enqueued_seq\":%llu,\"last_enqueued_mono_ns\":%llu,", (unsigned long long)(e->coll_enqueued - 1),
+        put(K(LAST_ENQUEUED_SEQ) "%llu," K(LAST_ENQUEUED_MONO_NS) "%llu,", (unsigned long long)(e->coll_enqueued - 1),
             (unsigned long long)e->coll_enqueued_mono_ns);
     if (e->coll_started)
-        put("\"last_gpu_started_seq\":%llu,\"last_gpu_started_mono_ns\":%llu,", (unsigned long long)(e->coll_started - 1),
-            (unsigned long long)e->coll_started_mono_ns);
+        put(K(LAST_GPU_STARTED_SEQ) "%llu," K(LAST_GPU_STARTED_MONO_NS) "%llu,",
+            (unsigned long long)(e->coll_started - 1), (unsigned long long)e->coll_started_mono_ns);
     if (e->coll_completed)
-        put("\"last_completed_seq\":%llu,\"last_completed_mono_ns\":%llu,", (unsigned long long)(e->coll_completed - 1),
-            (unsigned long long)e->coll_completed_mono_ns);
+        put(K(LAST_COMPLETED_SEQ) "%llu," K(LAST_COMPLETED_MONO_NS) "%llu,",
+            (unsigned long long)(e->coll_completed - 1), (unsigned long long)e->coll_completed_mono_ns);
     if (w.buf[w.len - 1] == ',') w.len--;
-    put("},\"p2p\":{");
+    put("}," K(P2P) "{");
     if (e->p2p_enqueued)
-        put("\"last_enqueued_seq\":%llu,\"last_enqueued_mono_ns\":%llu,", (unsigned long long)(e->p2p_enqueued - 1),
+        put(K(LAST_ENQUEUED_SEQ) "%llu," K(LAST_ENQUEUED_MONO_NS) "%llu,", (unsigned long long)(e->p2p_enqueued - 1),
             (unsigned long long)e->p2p_enqueued_mono_ns);
     if (e->p2p_completed)
-        put("\"last_completed_seq\":%llu,\"last_completed_mono_ns\":%llu,", (unsigned long long)(e->p2p_completed - 1),
+        put(K(LAST_COMPLETED_SEQ) "%llu," K(LAST_COMPLETED_MONO_NS) "%llu,", (unsigned long long)(e->p2p_completed - 1),
             (unsigned long long)e->p2p_completed_mono_ns);
     if (w.buf[w.len - 1] == ',') w.len--;
-    put("},\"inflight_count\":%u}", e->inflight_count);
+    put("}," K(INFLIGHT_COUNT) "%u}", e->inflight_count);
 }
 
 static void put_hang_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     ci_shm_comm_entry_v1_t snapshot, *e = &snapshot;
     ci_seqlock_read_comm(&snapshot, &ci_g.comm_table[r->comm_index]);
     uint64_t detected = r->complete_mono_ns;
-    put("{\"ci\":{\"kind\":\"hang_evidence\",\"schema_version\":1,\"ring_seq\":%llu,\"comm_id\":\"%016llx\","
-        "\"comm_rank\":%d,",
+    put(LINE_HEAD(HANG_EVIDENCE) K(RING_SEQ) "%llu," K(COMM_ID) "\"%016llx\","
+        K(COMM_RANK) "%d,",
         (unsigned long long)ring_seq, (unsigned long long)r->comm_id, r->rank);
     if (e->name[0]) {
-        put_str("comm_name", e->name);
+        put_str(F(COMM_NAME), e->name);
         put(",");
     }
-    put("\"op_kind\":\"%s\",", r->hang_op_kind == CI_SHM_V1_RECORD_KIND_P2P ? "p2p" : "coll");
-    put_str("func", func_name(r));
-    put(",\"seq\":%llu,\"op_index\":%llu,\"count\":%llu,\"datatype\":\"%s\",\"size_bytes\":%llu,",
+    put(K(OP_KIND) "\"%s\",", r->hang_op_kind == CI_SHM_V1_RECORD_KIND_P2P ? V(P2P) : V(COLL));
+    put_str(F(FUNC), func_name(r));
+    put("," K(SEQ) "%llu," K(OP_INDEX) "%llu," K(COUNT) "%llu," K(DATATYPE) "\"%s\"," K(SIZE_BYTES) "%llu,",
         (unsigned long long)r->op_seq, (unsigned long long)r->comm_op_index,
         (unsigned long long)r->count, label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"),
         (unsigned long long)r->bytes);
-    if (r->peer >= 0) put("\"%s\":%d,", rooted(r->func) ? "root" : "peer", r->peer);
-    put("\"n_channels\":%u,\"channels_started\":%u,\"channels_completed\":%u,\"enqueued_mono_ns\":%llu,",
+    if (r->peer >= 0) put("\"%s\":%d,", rooted(r->func) ? F(ROOT) : F(PEER), r->peer);
+    put(K(N_CHANNELS) "%u," K(CHANNELS_STARTED) "%u," K(CHANNELS_COMPLETED) "%u," K(ENQUEUED_MONO_NS) "%llu,",
         r->n_channels, r->channels_started, r->kernel_ch_count, (unsigned long long)r->host_start_mono_ns);
-    if (r->host_stop_mono_ns) put("\"gpu_started_mono_ns\":%llu,", (unsigned long long)r->host_stop_mono_ns);
-    put("\"age_ns\":%llu,\"threshold_ns\":%llu,\"detected_mono_ns\":%llu,\"detected_real_ns\":%llu,\"progress\":",
+    if (r->host_stop_mono_ns) put(K(GPU_STARTED_MONO_NS) "%llu,", (unsigned long long)r->host_stop_mono_ns);
+    put(K(AGE_NS) "%llu," K(THRESHOLD_NS) "%llu," K(DETECTED_MONO_NS) "%llu," K(DETECTED_REAL_NS) "%llu," K(PROGRESS),
         (unsigned long long)(detected - r->host_start_mono_ns), (unsigned long long)r->hang_threshold_ms * 1000000ull,
         (unsigned long long)detected, (unsigned long long)mono_to_real(detected));
     put_progress(e);
-    put(",\"fifo_event_written\":%s}}\n", (r->flags & CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN) ? "true" : "false");
+    put("," K(FIFO_EVENT_WRITTEN) "%s}}\n", (r->flags & CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN) ? "true" : "false");
 }
 
 static void put_comm_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     ci_shm_comm_entry_v1_t snapshot, *e = &snapshot;
     ci_seqlock_read_comm(&snapshot, &ci_g.comm_table[r->comm_index]);
     if (r->kind == CI_SHM_V1_RECORD_KIND_COMM_INIT) {
-        put("{\"ci\":{\"kind\":\"comm_init\",\"schema_version\":1,\"ring_seq\":%llu,\"comm\":",
+        put(LINE_HEAD(COMM_INIT) K(RING_SEQ) "%llu," K(COMM),
             (unsigned long long)ring_seq);
         put_comm_identity(e);
-        put(",\"profiler_abi\":\"v%u\",\"init_mono_ns\":%llu,\"init_real_ns\":%llu}}\n", e->nccl_abi_version,
+        put("," K(PROFILER_ABI) "\"v%u\"," K(INIT_MONO_NS) "%llu," K(INIT_REAL_NS) "%llu}}\n", e->nccl_abi_version,
             (unsigned long long)e->init_mono_ns, (unsigned long long)e->init_real_ns);
         return;
     }
     uint64_t at = r->host_start_mono_ns;
-    put("{\"ci\":{\"kind\":\"comm_finalize\",\"schema_version\":1,\"ring_seq\":%llu,\"comm_id\":\"%016llx\","
-        "\"comm_rank\":%d,\"finalize_mono_ns\":%llu,\"finalize_real_ns\":%llu,\"coll_count\":%llu,"
-        "\"p2p_count\":%llu,",
+    put(LINE_HEAD(COMM_FINALIZE) K(RING_SEQ) "%llu," K(COMM_ID) "\"%016llx\","
+        K(COMM_RANK) "%d," K(FINALIZE_MONO_NS) "%llu," K(FINALIZE_REAL_NS) "%llu," K(COLL_COUNT) "%llu,"
+        K(P2P_COUNT) "%llu,",
         (unsigned long long)ring_seq, (unsigned long long)r->comm_id, r->rank, (unsigned long long)at,
         (unsigned long long)mono_to_real(at), (unsigned long long)e->coll_completed,
         (unsigned long long)e->p2p_completed);
-    if (e->coll_completed) put("\"last_coll_seq\":%llu,", (unsigned long long)(e->coll_completed - 1));
-    put("\"inflight_count\":%u}}\n", e->inflight_count);
+    if (e->coll_completed) put(K(LAST_COLL_SEQ) "%llu,", (unsigned long long)(e->coll_completed - 1));
+    put(K(INFLIGHT_COUNT) "%u}}\n", e->inflight_count);
 }
 
 /* ---- segments ---- */
@@ -403,21 +415,21 @@ static void segment_open(void) {
     }
     s->opened_mono = ci_now_mono();
     /* segment_start: who wrote it, the clock pair, the live communicators */
-    put("{\"ci\":{\"kind\":\"segment_start\",\"schema_version\":1,\"segment_index\":%llu,\"process\":{",
+    put(LINE_HEAD(SEGMENT_START) K(SEGMENT_INDEX) "%llu," K(PROCESS) "{",
         (unsigned long long)s->index);
     const ci_shm_header_v1_t* h = ci_g.hdr;
-    put_str("host", ci_g.hostname);
-    put(",\"pid\":%d,\"start_real_ns\":%llu,\"profiler_version\":\"%s\"", (int)ci_g.pid,
+    put_str(F(HOST), ci_g.hostname);
+    put("," K(PID) "%d," K(START_REAL_NS) "%llu," K(PROFILER_VERSION) "\"%s\"", (int)ci_g.pid,
         (unsigned long long)h->start_real_ns, CI_VERSION_STRING);
     if (h->job_id[0]) {
         put(",");
-        put_str("job_id", h->job_id);
+        put_str(F(JOB_ID), h->job_id);
     }
-    if (h->rank >= 0) put(",\"global_rank\":%d", h->rank);
-    if (h->local_rank >= 0) put(",\"local_rank\":%d", h->local_rank);
-    if (h->world_size >= 0) put(",\"world_size\":%d", h->world_size);
-    put("},\"clock\":{\"mono_ns\":%llu,\"real_ns\":%llu},\"communicators\":[", (unsigned long long)ci_now_mono(),
-        (unsigned long long)ci_now_real());
+    if (h->rank >= 0) put("," K(GLOBAL_RANK) "%d", h->rank);
+    if (h->local_rank >= 0) put("," K(LOCAL_RANK) "%d", h->local_rank);
+    if (h->world_size >= 0) put("," K(WORLD_SIZE) "%d", h->world_size);
+    put("}," K(CLOCK) "{" K(MONO_NS) "%llu," K(REAL_NS) "%llu}," K(COMMUNICATORS) "[",
+        (unsigned long long)ci_now_mono(), (unsigned long long)ci_now_real());
     bool first = true;
     for (uint32_t i = 0; i < ci_g.comm_capacity; i++) {
         if (__atomic_load_n(&ci_g.comm_table[i].state, __ATOMIC_ACQUIRE) != CI_SHM_V1_COMM_STATE_ACTIVE) continue;
@@ -427,7 +439,7 @@ static void segment_open(void) {
         put_comm_identity(&e);
         first = false;
     }
-    put("],\"next_ring_seq\":%llu}}\n", (unsigned long long)(w.cursor + 1));
+    put("]," K(NEXT_RING_SEQ) "%llu}}\n", (unsigned long long)(w.cursor + 1));
     account_line(0, false);
 }
 
@@ -439,15 +451,15 @@ static void segment_seal(const char* reason) {
     if (w.disk_full || s->fd < 0) return; /* sealed later, when the disk takes it */
     uint64_t good_bytes = s->bytes;
     uint32_t good_crc = s->crc;
-    put("{\"ci\":{\"kind\":\"seal\",\"schema_version\":1,\"segment_index\":%llu,\"record_count\":%llu,"
-        "\"byte_count\":%llu,\"crc32\":%u,\"op_count\":%llu,\"ring_record_count\":%llu,\"lost_count\":%llu,",
+    put(LINE_HEAD(SEAL) K(SEGMENT_INDEX) "%llu," K(RECORD_COUNT) "%llu,"
+        K(BYTE_COUNT) "%llu," K(CRC32) "%u," K(OP_COUNT) "%llu," K(RING_RECORD_COUNT) "%llu," K(LOST_COUNT) "%llu,",
         (unsigned long long)s->index, (unsigned long long)s->records, (unsigned long long)s->bytes, s->crc,
         (unsigned long long)s->ops, (unsigned long long)s->ring_records, (unsigned long long)s->lost);
     if (s->first_ring_seq)
-        put("\"first_ring_seq\":%llu,\"last_ring_seq\":%llu,", (unsigned long long)s->first_ring_seq,
+        put(K(FIRST_RING_SEQ) "%llu," K(LAST_RING_SEQ) "%llu,", (unsigned long long)s->first_ring_seq,
             (unsigned long long)s->last_ring_seq);
     uint64_t mono = ci_now_mono();
-    put("\"reason\":\"%s\",\"sealed_mono_ns\":%llu,\"sealed_real_ns\":%llu}}\n", reason,
+    put(K(REASON) "\"%s\"," K(SEALED_MONO_NS) "%llu," K(SEALED_REAL_NS) "%llu}}\n", reason,
         (unsigned long long)mono, (unsigned long long)mono_to_real(mono));
     write_out(); /* the seal line adds nothing to the tally */
     if (w.disk_full) return;
@@ -495,9 +507,9 @@ static void requeue_as_lost(void) {
     const char* later_reason = w.gap_reason;
     w.gap_first = first;
     w.gap_count = last - first + 1;
-    w.gap_reason = "disk_full";
+    w.gap_reason = V(DISK_FULL);
     if (!later_count) return;
-    if (later_first == last + 1 && strcmp(later_reason, "disk_full") == 0) {
+    if (later_first == last + 1 && strcmp(later_reason, V(DISK_FULL)) == 0) {
         w.gap_count += later_count;
         return;
     }
@@ -551,8 +563,8 @@ static void write_out(void) {
 static void flush_gap(void) {
     if (!w.gap_count) return;
     if (w.seg.fd < 0) segment_open();
-    put("{\"ci\":{\"kind\":\"gap\",\"schema_version\":1,\"reason\":\"%s\",\"lost_count\":%llu,"
-        "\"first_lost_ring_seq\":%llu,\"last_lost_ring_seq\":%llu,\"detected_mono_ns\":%llu}}\n",
+    put(LINE_HEAD(GAP) K(REASON) "\"%s\"," K(LOST_COUNT) "%llu,"
+        K(FIRST_LOST_RING_SEQ) "%llu," K(LAST_LOST_RING_SEQ) "%llu," K(DETECTED_MONO_NS) "%llu}}\n",
         w.gap_reason, (unsigned long long)w.gap_count, (unsigned long long)w.gap_first,
         (unsigned long long)(w.gap_first + w.gap_count - 1), (unsigned long long)ci_now_mono());
     w.pending.lost += w.gap_count;
@@ -568,20 +580,20 @@ static void note_lost(uint64_t ring_seq, const char* reason) {
         w.gap_reason = reason;
     }
     w.gap_count++;
-    if (strcmp(reason, "ring_overwrite") == 0) ci_counter_add(&ci_g.hdr->log_records_lost, 1);
+    if (strcmp(reason, V(RING_OVERWRITE)) == 0) ci_counter_add(&ci_g.hdr->log_records_lost, 1);
 }
 
 static void emit(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     if (w.disk_full) { /* nothing reaches the disk now: count it, remember the range */
         ci_counter_add(&ci_g.hdr->log_records_dropped, 1);
-        note_lost(ring_seq, "disk_full");
+        note_lost(ring_seq, V(DISK_FULL));
         return;
     }
     flush_gap();
     if (w.seg.fd < 0) segment_open();
     if (w.seg.fd < 0) {
         ci_counter_add(&ci_g.hdr->log_records_dropped, 1);
-        note_lost(ring_seq, "write_error");
+        note_lost(ring_seq, V(WRITE_ERROR));
         return;
     }
     bool op = false;
@@ -604,7 +616,7 @@ static void emit(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     }
     account_line(ring_seq, op);
     if (w.len >= FLUSH_AT) write_out();
-    if (w.seg.bytes + w.len >= ci_g.cfg.log_segment_bytes) segment_seal("size");
+    if (w.seg.bytes + w.len >= ci_g.cfg.log_segment_bytes) segment_seal(V(SIZE));
 }
 
 /* Read ring tickets [cursor, head). */
@@ -622,9 +634,9 @@ static void drain(bool final) {
             __atomic_thread_fence(__ATOMIC_ACQUIRE);
             uint64_t s2 = __atomic_load_n(&slot->seq, __ATOMIC_RELAXED);
             if (s2 == t + 1) emit(&copy, t + 1);
-            else note_lost(t + 1, "ring_overwrite");
+            else note_lost(t + 1, V(RING_OVERWRITE));
         } else if ((s1 & ~CI_SHM_V1_SLOT_BUSY_BIT) > t + 1 || head - t > cap) {
-            note_lost(t + 1, "ring_overwrite");
+            note_lost(t + 1, V(RING_OVERWRITE));
         } else {
             /* Not written yet: wait, unless it has been pending too long (its producer dropped it)
              * or this is the final drain. */
@@ -634,7 +646,7 @@ static void drain(bool final) {
                 w.stuck_since = now;
             }
             if (!final && now - w.stuck_since < STUCK_NS) break;
-            note_lost(t + 1, "ring_overwrite");
+            note_lost(t + 1, V(RING_OVERWRITE));
         }
         __atomic_store_n(&w.cursor, t + 1, __ATOMIC_RELEASE);
     }
@@ -671,6 +683,6 @@ void ci_logwriter_run_once(bool final, const char* seal_reason) {
     now = ci_now_mono(); /* the segment may have been opened during this pass */
     if (w.seg.fd >= 0 && w.seg.records > 1 && now > w.seg.opened_mono &&
         (double)(now - w.seg.opened_mono) >= ci_g.cfg.log_segment_s * 1e9)
-        segment_seal("age");
+        segment_seal(V(AGE));
     if (final) segment_seal(seal_reason);
 }
