@@ -28,7 +28,7 @@ from comminsight.cli.output import FORMATS, Output, stderr_console
 from comminsight.config import ConfigError, load_settings
 from comminsight_client import AuthenticatedClient, Client
 from comminsight_client.models import Error
-from comminsight_client.types import UNSET
+from comminsight_client.types import UNSET, Unset
 
 PAGE = 1000
 TIMEOUT_S = 10.0
@@ -49,6 +49,15 @@ NOT_AN_ANSWER_HINT = "is a CommInsight agent of this version listening there? ch
 # what decoding a body that is not the model raises in the generated client (JSON and
 # Unicode errors are ValueErrors)
 DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
+
+
+T = typing.TypeVar("T")
+
+
+def known(value: T | Unset) -> T | None:
+    """An optional field of an answer (a generated model's attribute): None where the answer
+    leaves it out (UNSET), else its value."""
+    return None if isinstance(value, Unset) else value
 
 
 class AgentUnavailable(Exception):
@@ -215,15 +224,17 @@ def answer(endpoint: ModuleType, *args, not_found_hint: str | None = None, **par
     return body
 
 
-def all_pages(endpoint: ModuleType, **params) -> list[dict]:
-    """Every item of a paged list endpoint, asked with `params` and each page's cursor."""
-    items, cursor = [], UNSET
+def all_pages(endpoint: ModuleType, **params) -> list[typing.Any]:
+    """Every item (a generated model) of a paged list endpoint, asked with `params` and each
+    page's cursor."""
+    items: list[typing.Any] = []
+    cursor: str | Unset = UNSET
     while True:
-        page = answer(endpoint, **params, cursor=cursor).to_dict()
-        items.extend(page["items"])
-        if not page["next_cursor"]:
+        page = answer(endpoint, **params, cursor=cursor)
+        items.extend(page.items)
+        if not page.next_cursor:
             return items
-        cursor = page["next_cursor"]
+        cursor = page.next_cursor
 
 
 def answer_model(endpoint: ModuleType) -> type:

@@ -15,13 +15,27 @@ import argparse
 
 from rich.markup import escape
 
-from comminsight.cli.client import answer, changing_client
-from comminsight.cli.hangs import evidence_table
+from comminsight.cli.client import answer, changing_client, known
+from comminsight.cli.hangs import comm_text, evidence_table
 from comminsight.cli.output import Output
 from comminsight.human_units import time_text
 from comminsight_client import Client
 from comminsight_client.api.incidents import get_incident, list_incidents, resolve_incident
-from comminsight_client.models import IncidentStatusFilter, ResolveIncidentRequest
+from comminsight_client.models import (
+    Culprit,
+    Incident,
+    IncidentConsequence,
+    IncidentDetail,
+    IncidentList,
+    IncidentRoot,
+    IncidentStack,
+    IncidentStackFrame,
+    IncidentStackStatus,
+    IncidentStatus,
+    IncidentStatusFilter,
+    ResolveIncidentRequest,
+    Severity,
+)
 from comminsight_client.types import UNSET
 
 NOT_FOUND = "list the incidents with `comminsight incidents --status all`"
@@ -54,53 +68,58 @@ def show_cmd(client: Client, args, out: Output) -> None:
 
 
 def show(client: Client, incident_id: str, out: Output) -> None:
-    detail = answer(get_incident, incident_id, client=client, not_found_hint=NOT_FOUND).to_dict()
+    detail: IncidentDetail = answer(
+        get_incident, incident_id, client=client, not_found_hint=NOT_FOUND
+    )
     if out.json:
-        out.json_value(detail)
+        out.json_value(detail.to_dict())
     else:
         print_detail(out, detail)
 
 
 def list_cmd(client: Client, args, out: Output) -> None:
-    body = answer(
+    body: IncidentList = answer(
         list_incidents, client=client, status=IncidentStatusFilter(args.status), limit=args.limit
-    ).to_dict()
+    )
     if out.json:
-        out.json_value(body)
+        out.json_value(body.to_dict())
         return
-    out.line(f"[bold]Incidents ({args.status}): {body['total']}[/bold]")
-    for incident in body["items"]:
+    out.line(f"[bold]Incidents ({args.status}): {body.total}[/bold]")
+    for incident in body.items:
         print_incident(out, incident, tree=args.tree)
 
 
 def resolve_cmd(client: Client, args, out: Output) -> None:
     body = ResolveIncidentRequest(note=args.note) if args.note is not None else UNSET
-    incident = answer(
+    incident: Incident = answer(
         resolve_incident,
         args.incident_id,
         client=changing_client(args),
         body=body,
         not_found_hint=NOT_FOUND,
-    ).to_dict()
+    )
     if out.json:
-        out.json_value(incident)
+        out.json_value(incident.to_dict())
         return
     print_incident(out, incident, tree=False)
 
 
-def print_incident(out: Output, incident: dict, tree: bool) -> None:
-    root = incident["root"]
-    status = incident["status"] + (
-        f" ({incident['resolution']})" if incident.get("resolution") else ""
+def print_incident(out: Output, incident: Incident, tree: bool) -> None:
+    root = incident.root
+    resolution = known(incident.resolution)
+    status = incident.status.value + (f" ({resolution.value})" if resolution else "")
+    colour = (
+        "red"
+        if incident.severity is Severity.CRITICAL and status == IncidentStatus.OPEN.value
+        else "bold"
     )
-    colour = "red" if incident["severity"] == "critical" and status == "open" else "bold"
     out.line(
-        f"[{colour}]{incident['incident_id']}[/{colour}] {status}, {incident['severity']}, "
-        f"opened {time_text(incident['opened_real_ns'])} UTC"
+        f"[{colour}]{incident.incident_id}[/{colour}] {status}, {incident.severity.value}, "
+        f"opened {time_text(incident.opened_real_ns)} UTC"
     )
     out.line(f"  root cause: {escape(root_line(root))}")
-    out.line(f"    {escape(root['summary'])}")
-    n = len(incident["consequences"])
+    out.line(f"    {escape(root.summary)}")
+    n = len(incident.consequences)
     if not tree:
         if n:
             out.line(f"  + {n} consequence(s) blocked behind it (--tree to show them)")
@@ -109,57 +128,56 @@ def print_incident(out: Output, incident: dict, tree: bool) -> None:
         out.line("  " + escape(line))
 
 
-def root_line(root: dict) -> str:
+def root_line(root: IncidentRoot) -> str:
     """'rank 1 (host, pid 7) on tensor_parallel:1, AllReduce seq 5: stuck_outside_nccl'."""
-    who = ", ".join(culprit_label(c) for c in root.get("culprits", [])) or "no rank named"
-    comm = root["comm"].get("comm_name") or root["comm"]["comm_id"]
-    op = root.get("op")
-    what = f", {op['func']} seq {op['seq']}" if op else ""
-    return f"{who} on {comm}{what}: {root['verdict']}"
+    who = ", ".join(culprit_label(c) for c in root.culprits) or "no rank named"
+    op = known(root.op)
+    what = f", {op.func} seq {op.seq}" if op else ""
+    return f"{who} on {comm_text(root.comm)}{what}: {root.verdict.value}"
 
 
-def culprit_label(c: dict) -> str:
-    rank = f"rank {c['global_rank']}" if "global_rank" in c else f"comm rank {c['comm_rank']}"
-    where = c.get("host") or c["node_name"]
-    return f"{rank} ({where}, pid {c['pid']})" if "pid" in c else f"{rank} ({where})"
+def culprit_label(c: Culprit) -> str:
+    global_rank, pid = known(c.global_rank), known(c.pid)
+    rank = f"rank {global_rank}" if global_rank is not None else f"comm rank {c.comm_rank}"
+    where = known(c.host) or c.node_name
+    return f"{rank} ({where}, pid {pid})" if pid is not None else f"{rank} ({where})"
 
 
-def consequence_tree(incident: dict) -> list[str]:
+def consequence_tree(incident: Incident) -> list[str]:
     """Each consequence under the report it follows from, the root at the top."""
-    below: dict[str, list[dict]] = {}
-    for c in incident["consequences"]:
-        below.setdefault(c["follows_from"], []).append(c)
-    lines = [f"{incident['root']['report_id']} (root)"]
+    below: dict[str, list[IncidentConsequence]] = {}
+    for c in incident.consequences:
+        below.setdefault(c.follows_from, []).append(c)
+    lines = [f"{incident.root.report_id} (root)"]
     placed = set()
 
     def walk(report_id: str, prefix: str) -> None:
-        children = [c for c in below.get(report_id, []) if c["report_id"] not in placed]
+        children = [c for c in below.get(report_id, []) if c.report_id not in placed]
         for i, c in enumerate(children):
-            placed.add(c["report_id"])
+            placed.add(c.report_id)
             last = i == len(children) - 1
-            comm = c["comm"].get("comm_name") or c["comm"]["comm_id"]
             lines.append(
-                f"{prefix}{'└─' if last else '├─'} {comm}: {c['verdict']} [{c['link']}] "
-                f"{c['reason']}"
+                f"{prefix}{'└─' if last else '├─'} {comm_text(c.comm)}: {c.verdict.value} "
+                f"[{c.link.value}] {c.reason}"
             )
-            walk(c["report_id"], prefix + ("   " if last else "│  "))
+            walk(c.report_id, prefix + ("   " if last else "│  "))
 
-    walk(incident["root"]["report_id"], "")
+    walk(incident.root.report_id, "")
     # a consequence whose cause is no longer listed (a former root) still shows
-    for c in incident["consequences"]:
-        if c["report_id"] not in placed:
-            comm = c["comm"].get("comm_name") or c["comm"]["comm_id"]
-            lines.append(f"·  {comm}: {c['verdict']} [{c['link']}] {c['reason']}")
+    for c in incident.consequences:
+        if c.report_id not in placed:
+            lines.append(f"·  {comm_text(c.comm)}: {c.verdict.value} [{c.link.value}] {c.reason}")
     return lines
 
 
-def stack_lines(stack: dict) -> list[str]:
+def stack_lines(stack: IncidentStack) -> list[str]:
     """'rank 1 (host, pid 7) at train.py:76 in main: time.sleep(...)', then the outer frames."""
-    who = f"rank {stack['rank']} ({stack['host']}, pid {stack['pid']})"
-    thread = f" [{stack['thread_name']}]" if stack.get("thread_name") else ""
-    if stack["status"] != "captured":
-        return [f"{who}{thread}: unavailable: {stack.get('unavailable_reason', '')}"]
-    frames = stack["frames"]
+    who = f"rank {stack.rank} ({stack.host}, pid {stack.pid})"
+    thread_name = known(stack.thread_name)
+    thread = f" [{thread_name}]" if thread_name else ""
+    if stack.status is not IncidentStackStatus.CAPTURED:
+        return [f"{who}{thread}: unavailable: {known(stack.unavailable_reason) or ''}"]
+    frames = stack.frames
     if not frames:
         return [f"{who}{thread}: no Python frames"]
     out = [f"{who}{thread} at {frame_text(frames[0])}"]
@@ -167,28 +185,30 @@ def stack_lines(stack: dict) -> list[str]:
     return out
 
 
-def frame_text(f: dict) -> str:
-    line = f":{f['line']}" if f.get("line") is not None else ""
-    code = f": {f['code']}" if f.get("code") else ""
-    return f"{f['file']}{line} in {f['function']}{code}"
+def frame_text(f: IncidentStackFrame) -> str:
+    line_no, code_text = known(f.line), known(f.code)
+    line = f":{line_no}" if line_no is not None else ""
+    code = f": {code_text}" if code_text else ""
+    return f"{f.file}{line} in {f.function}{code}"
 
 
-def print_detail(out: Output, detail: dict) -> None:
-    incident, reports = detail["incident"], detail["reports"]
+def print_detail(out: Output, detail: IncidentDetail) -> None:
+    incident, reports = detail.incident, detail.reports
     print_incident(out, incident, tree=True)
-    for change in incident["root_changes"]:
+    for change in incident.root_changes:
         out.line(
-            f"  root changed {time_text(change['at_real_ns'])} UTC from "
-            f"{change['from_report_id']}: {escape(change['reason'])}"
+            f"  root changed {time_text(change.at_real_ns)} UTC from "
+            f"{change.from_report_id}: {escape(change.reason)}"
         )
-    if incident.get("resolution_note"):
-        out.line(f"  note: {escape(incident['resolution_note'])}")
-    root = next((r for r in reports if r["report_id"] == incident["root"]["report_id"]), None)
+    note = known(incident.resolution_note)
+    if note:
+        out.line(f"  note: {escape(note)}")
+    root = next((r for r in reports if r.report_id == incident.root.report_id), None)
     if root is not None:
         out.table(evidence_table("Evidence of the root, per rank", root))
-    for c in incident["root"].get("culprits", []):
-        out.line(f"  {escape(culprit_label(c))}: {escape(c['reason'])}")
-    stacks = incident["stacks"]
+    for c in incident.root.culprits:
+        out.line(f"  {escape(culprit_label(c))}: {escape(c.reason)}")
+    stacks = incident.stacks
     if not stacks:
         out.line("Python stacks: none captured")
         return

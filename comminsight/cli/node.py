@@ -7,16 +7,28 @@ processes of each node and the communicators that span nodes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from rich.markup import escape
 
-from comminsight.cli.client import PAGE, all_pages, answer
+from comminsight.cli.client import PAGE, all_pages, answer, known
 from comminsight.cli.output import Output, new_table
 from comminsight.human_units import duration_text, ms_text, time_text
 from comminsight_client import Client
 from comminsight_client.api.communicators import list_communicators
 from comminsight_client.api.health import get_health
 from comminsight_client.api.node import get_node, list_nodes
-from comminsight_client.models import CommunicatorStateFilter, CommunicatorView, NodeStateFilter
+from comminsight_client.models import (
+    AgentMode,
+    Communicator,
+    CommunicatorStateFilter,
+    CommunicatorView,
+    Health,
+    HealthStatus,
+    Node,
+    NodeStateFilter,
+    NodeSummary,
+)
 from comminsight_client.types import UNSET
 
 NODE_STATE_STYLE = {
@@ -29,7 +41,9 @@ NODE_STATE_STYLE = {
 
 
 def opt(value) -> str:
-    return "-" if value is None or value is UNSET else str(value)
+    """A cell for a nullable or optional field: '-' where it is null or left out."""
+    value = known(value)
+    return "-" if value is None else str(value)
 
 
 def yes_no(flag: bool) -> str:
@@ -40,42 +54,42 @@ def yes_no(flag: bool) -> str:
 
 
 def status(client: Client, args, out: Output) -> None:
-    health = answer(get_health, client=client).to_dict()
-    node = answer(get_node, client=client).to_dict()
-    if health["mode"] == "master":
+    health: Health = answer(get_health, client=client)
+    node: Node = answer(get_node, client=client)
+    if health.mode is AgentMode.MASTER:
         job_status(client, args, out, health, node)
         return
     if out.json:
-        out.json_value({"health": health, "node": node})
+        out.json_value({"health": health.to_dict(), "node": node.to_dict()})
         return
     print_health(out, health)
     out.table(processes_table(node))
 
 
 def health_cmd(client: Client, args, out: Output) -> None:
-    health = answer(get_health, client=client).to_dict()
+    health: Health = answer(get_health, client=client)
     if out.json:
-        out.json_value(health)
+        out.json_value(health.to_dict())
         return
     print_health(out, health)
     out.line(
-        f"started {time_text(health['started_real_ns'])} UTC; nodes current "
-        f"{health['nodes_connected']}/{health['nodes_total']}"
+        f"started {time_text(health.started_real_ns)} UTC; nodes current "
+        f"{health.nodes_connected}/{health.nodes_total}"
     )
-    engine = health.get("semantic_engine")
+    engine = known(health.semantic_engine)
     if not engine:
         out.line("semantic engine: off")
         return
     out.line(
-        f"semantic engine: {'running' if engine['running'] else '[red]stopped[/red]'}, lag "
-        f"{ms_text(engine['lag_ms'])}, {engine['failures_total']} failures, "
-        f"{engine['restarts_total']} restarts"
+        f"semantic engine: {'running' if engine.running else '[red]stopped[/red]'}, lag "
+        f"{ms_text(engine.lag_ms)}, {engine.failures_total} failures, "
+        f"{engine.restarts_total} restarts"
     )
-    failure = engine.get("last_failure")
+    failure = engine.last_failure
     if failure:
         out.line(
-            f"  last failure {time_text(failure['failed_real_ns'])} UTC, pid {failure['pid']}: "
-            f"{failure['reason']}: {failure['message']}",
+            f"  last failure {time_text(failure.failed_real_ns)} UTC, pid {failure.pid}: "
+            f"{failure.reason}: {failure.message}",
             markup=False,
         )
     table = new_table(
@@ -83,28 +97,28 @@ def health_cmd(client: Client, args, out: Output) -> None:
         ("rank", "pid", "state", "lag", "steps written", "failures", "restarts", "retry in"),
         right=("rank", "pid", "steps written", "failures", "restarts"),
     )
-    for g in engine["gpus"]:
+    for g in engine.gpus:
         table.add_row(
-            opt(g["global_rank"]),
-            str(g["pid"]),
-            g["state"],
-            ms_text(g["lag_ms"]),
-            str(g["steps_written"]),
-            str(g["failures"]),
-            str(g["restarts"]),
-            ms_text(g["retry_in_ms"]),
+            opt(g.global_rank),
+            str(g.pid),
+            g.state.value,
+            ms_text(g.lag_ms),
+            str(g.steps_written),
+            str(g.failures),
+            str(g.restarts),
+            ms_text(g.retry_in_ms),
         )
     out.table(table)
 
 
 def processes_cmd(client: Client, args, out: Output) -> None:
-    node = answer(get_node, client=client).to_dict()
+    node: Node = answer(get_node, client=client)
     if out.json:
-        out.json_value(node)
+        out.json_value(node.to_dict())
         return
     out.line(
-        f"{node['node_name']} (host {node['host']}): agent pid {node['agent_pid']}, home "
-        f"{node['comminsight_home']}",
+        f"{node.node_name} (host {node.host}): agent pid {node.agent_pid}, home "
+        f"{node.comminsight_home}",
         markup=False,
     )
     out.table(processes_table(node))
@@ -113,7 +127,7 @@ def processes_cmd(client: Client, args, out: Output) -> None:
 def nodes_cmd(client: Client, args, out: Output) -> None:
     nodes = list_all_nodes(client, args.state)
     if out.json:
-        out.json_value(nodes)
+        out.json_value([n.to_dict() for n in nodes])
         return
     out.table(nodes_table(nodes, f"Nodes: {len(nodes)}"))
 
@@ -121,23 +135,23 @@ def nodes_cmd(client: Client, args, out: Output) -> None:
 # ---- tables -------------------------------------------------------------------------------
 
 
-def print_health(out: Output, health: dict) -> None:
-    colour = "green" if health["status"] == "ok" else "yellow"
+def print_health(out: Output, health: Health) -> None:
+    colour = "green" if health.status is HealthStatus.OK else "yellow"
     out.line(
-        f"agent {health['agent_version']} on [bold]{health['node_name']}[/bold] "
-        f"({health['mode']}): [{colour}]{health['status']}[/{colour}], up "
-        f"{duration_text(health['uptime_s'] * 1e9)}, {health['processes_alive']}/"
-        f"{health['processes_total']} processes alive, {health['communicators_total']} "
-        f"communicators, {health['open_hangs']} open hangs, ingest lag "
-        f"{ms_text(health['ingest_lag_ms'])}"
+        f"agent {health.agent_version} on [bold]{health.node_name}[/bold] "
+        f"({health.mode.value}): [{colour}]{health.status.value}[/{colour}], up "
+        f"{duration_text(health.uptime_s * 1e9)}, {health.processes_alive}/"
+        f"{health.processes_total} processes alive, {health.communicators_total} "
+        f"communicators, {health.open_hangs} open hangs, ingest lag "
+        f"{ms_text(health.ingest_lag_ms)}"
     )
-    for reason in health["reasons"]:
+    for reason in health.reasons:
         out.line(f"  • {reason}", markup=False)
 
 
-def processes_table(node: dict):
+def processes_table(node: Node):
     table = new_table(
-        f"Profiled processes on {node['node_name']}",
+        f"Profiled processes on {node.node_name}",
         (
             "rank",
             "local",
@@ -153,28 +167,30 @@ def processes_table(node: dict):
         ),
         right=("rank", "local", "pid", "device", "records", "lost", "communicators"),
     )
-    for p in node["processes"]:
+    for p in node.processes:
         table.add_row(
-            opt(p["global_rank"]),
-            opt(p["local_rank"]),
-            str(p["pid"]),
-            opt(p["cuda_device"]),
-            p["ingest_state"],
-            yes_no(p["alive"]),
-            ms_text(p["heartbeat_age_ms"]) + (" ago" if p["heartbeat_age_ms"] is not None else ""),
-            str(p["records_read_total"]),
-            str(p["records_overwritten_total"]),
-            str(len(p["comm_ids"])),
-            escape(p["process_name"]),
+            opt(p.global_rank),
+            opt(p.local_rank),
+            str(p.pid),
+            opt(p.cuda_device),
+            p.ingest_state.value,
+            yes_no(p.alive),
+            ms_text(p.heartbeat_age_ms) + (" ago" if p.heartbeat_age_ms is not None else ""),
+            str(p.records_read_total),
+            str(p.records_overwritten_total),
+            str(len(p.comm_ids)),
+            escape(p.process_name),
         )
     return table
 
 
-def list_all_nodes(client: Client, state: str = "all") -> list[dict]:
+def list_all_nodes(client: Client, state: str = "all") -> list[NodeSummary]:
     return all_pages(list_nodes, client=client, state=NodeStateFilter(state), limit=PAGE)
 
 
-def list_all_communicators(client: Client, state: str, name: str | None, full: bool) -> list:
+def list_all_communicators(
+    client: Client, state: str, name: str | None, full: bool
+) -> list[Communicator]:
     return all_pages(
         list_communicators,
         client=client,
@@ -196,7 +212,7 @@ def rank_ranges(ranks: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"
 
 
-def nodes_table(nodes: list[dict], title: str):
+def nodes_table(nodes: list[NodeSummary], title: str):
     table = new_table(
         title,
         (
@@ -214,19 +230,20 @@ def nodes_table(nodes: list[dict], title: str):
         right=("batch", "refusals"),
     )
     for n in nodes:
-        style = NODE_STATE_STYLE.get(n["state"], "white")
-        reject = n["last_reject"]
+        state = n.state.value
+        style = NODE_STATE_STYLE.get(state, "white")
+        reject = n.last_reject
         table.add_row(
-            n["node_name"],
-            opt(n["host"]),
-            n["mode"],
-            f"[{style}]{n['state']}[/{style}]",
-            f"{n['processes_alive']}/{n['processes_total']}",
-            rank_ranges(n["global_ranks"]),
-            ms_text(n["last_seen_age_ms"]) + (" ago" if n["last_seen_age_ms"] is not None else ""),
-            opt(n["last_applied_batch_seq"]),
-            str(n["rejects_total"]),
-            escape(f"{reject['reason']}: {reject['message']}") if reject else "-",
+            n.node_name,
+            opt(n.host),
+            n.mode.value,
+            f"[{style}]{state}[/{style}]",
+            f"{n.processes_alive}/{n.processes_total}",
+            rank_ranges(n.global_ranks),
+            ms_text(n.last_seen_age_ms) + (" ago" if n.last_seen_age_ms is not None else ""),
+            opt(n.last_applied_batch_seq),
+            str(n.rejects_total),
+            escape(f"{reject.reason}: {reject.message}") if reject else "-",
         )
     return table
 
@@ -234,47 +251,51 @@ def nodes_table(nodes: list[dict], title: str):
 # ---- status of a whole job (a master) ------------------------------------------------------
 
 
-def job_processes(node: dict, comms: list[dict]) -> dict[str, list[dict]]:
+@dataclass
+class JobProcess:
+    """A process of the job, from its node's process list or from a communicator's rank."""
+
+    global_rank: int | None
+    local_rank: int | None
+    pid: int
+    cuda_device: int | None
+    alive: bool
+    comm_ids: set[str] = field(default_factory=set)
+
+
+def job_processes(node: Node, comms: list[Communicator]) -> dict[str, list[JobProcess]]:
     """Processes by node name. The API lists the processes of the master's own node (/node);
     those of other nodes appear as the ranks of their communicators (node_name, pid, rank),
     so a remote process in no communicator is only counted (NodeSummary.processes_total)."""
-    by_node: dict[str, dict[int, dict]] = {}
-    for p in node["processes"]:
-        by_node.setdefault(p["node_name"], {})[p["pid"]] = {
-            "global_rank": p["global_rank"],
-            "local_rank": p["local_rank"],
-            "pid": p["pid"],
-            "cuda_device": p["cuda_device"],
-            "alive": p["alive"],
-            "comm_ids": set(p["comm_ids"]),
-        }
-    for c in comms:
-        for r in c["ranks"] or []:
-            proc = by_node.setdefault(r["node_name"], {}).setdefault(
-                r["pid"],
-                {
-                    "global_rank": r["global_rank"],
-                    "local_rank": r["local_rank"],
-                    "pid": r["pid"],
-                    "cuda_device": r["cuda_device"],
-                    "alive": r["alive"],
-                    "comm_ids": set(),
-                },
-            )
-            proc["comm_ids"].add(c["comm_id"])
-    return {
-        name: sorted(
-            procs.values(), key=lambda p: (p["global_rank"] is None, p["global_rank"] or 0)
+    by_node: dict[str, dict[int, JobProcess]] = {}
+    for p in node.processes:
+        by_node.setdefault(p.node_name, {})[p.pid] = JobProcess(
+            p.global_rank, p.local_rank, p.pid, p.cuda_device, p.alive, set(p.comm_ids)
         )
+    for c in comms:
+        for r in c.ranks or []:
+            proc = by_node.setdefault(r.node_name, {}).setdefault(
+                r.pid, JobProcess(r.global_rank, r.local_rank, r.pid, r.cuda_device, r.alive)
+            )
+            proc.comm_ids.add(c.comm_id)
+    return {
+        name: sorted(procs.values(), key=lambda p: (p.global_rank is None, p.global_rank or 0))
         for name, procs in by_node.items()
     }
 
 
-def job_status(client: Client, args, out: Output, health: dict, node: dict) -> None:
+def job_status(client: Client, args, out: Output, health: Health, node: Node) -> None:
     nodes = list_all_nodes(client)
     comms = list_all_communicators(client, "all", None, full=True)
     if out.json:
-        out.json_value({"health": health, "node": node, "nodes": nodes, "communicators": comms})
+        out.json_value(
+            {
+                "health": health.to_dict(),
+                "node": node.to_dict(),
+                "nodes": [n.to_dict() for n in nodes],
+                "communicators": [c.to_dict() for c in comms],
+            }
+        )
         return
     print_health(out, health)
     out.table(nodes_table(nodes, f"Nodes of the job: {len(nodes)}"))
@@ -286,19 +307,19 @@ def job_status(client: Client, args, out: Output, health: dict, node: dict) -> N
     )
     unlisted = []
     for n in nodes:
-        procs = processes.get(n["node_name"], [])
+        procs = processes.get(n.node_name, [])
         for p in procs:
             table.add_row(
-                n["node_name"],
-                opt(p["global_rank"]),
-                opt(p["local_rank"]),
-                str(p["pid"]),
-                opt(p["cuda_device"]),
-                yes_no(p["alive"]),
-                str(len(p["comm_ids"])),
+                n.node_name,
+                opt(p.global_rank),
+                opt(p.local_rank),
+                str(p.pid),
+                opt(p.cuda_device),
+                yes_no(p.alive),
+                str(len(p.comm_ids)),
             )
-        if n["processes_total"] > len(procs):
-            unlisted.append(f"{n['node_name']}: {n['processes_total'] - len(procs)}")
+        if n.processes_total > len(procs):
+            unlisted.append(f"{n.node_name}: {n.processes_total - len(procs)}")
     out.table(table)
     if unlisted:
         out.line(
@@ -306,7 +327,7 @@ def job_status(client: Client, args, out: Output, health: dict, node: dict) -> N
             f"agent lists them): {', '.join(unlisted)}",
             markup=False,
         )
-    spanning = [c for c in comms if len(c["nodes"]) > 1]
+    spanning = [c for c in comms if len(c.nodes) > 1]
     table = new_table(
         f"Communicators spanning nodes: {len(spanning)} of {len(comms)}",
         ("comm_id", "name", "state", "ranks seen", "nodes", "in flight", "open hangs"),
@@ -314,12 +335,12 @@ def job_status(client: Client, args, out: Output, health: dict, node: dict) -> N
     )
     for c in spanning:
         table.add_row(
-            c["comm_id"],
-            escape(opt(c["name"])),
-            c["state"],
-            f"{len(c['ranks_seen'])}/{c['nranks']}",
-            ", ".join(c["nodes"]),
-            str(c["ranks_inflight"]),
-            str(len(c["open_hang_report_ids"])),
+            c.comm_id,
+            escape(opt(c.name)),
+            c.state.value,
+            f"{len(c.ranks_seen)}/{c.nranks}",
+            ", ".join(c.nodes),
+            str(c.ranks_inflight),
+            str(len(c.open_hang_report_ids)),
         )
     out.table(table)

@@ -18,7 +18,12 @@ from comminsight.human_units import (
 from comminsight_client import Client
 from comminsight_client.api.communicators import get_communicator
 from comminsight_client.api.ops import list_inflight_ops, list_recent_ops
-from comminsight_client.models import CommunicatorView
+from comminsight_client.models import (
+    Communicator,
+    CommunicatorView,
+    InflightOpList,
+    OpRecordList,
+)
 from comminsight_client.types import UNSET
 
 COMM_NOT_FOUND = "list the communicators with `comminsight comms`"
@@ -26,18 +31,18 @@ COMM_NOT_FOUND = "list the communicators with `comminsight comms`"
 
 def comms_cmd(client: Client, args, out: Output) -> None:
     if args.id:
-        one = answer(
+        one: Communicator = answer(
             get_communicator,
             args.id,
             client=client,
             view=CommunicatorView.FULL,
             not_found_hint=COMM_NOT_FOUND,
-        ).to_dict()
-        items = [one]
+        )
+        items: list[Communicator] = [one]
     else:
         items = list_all_communicators(client, args.state, args.name, args.full)
     if out.json:
-        out.json_value(items[0] if args.id else items)
+        out.json_value(items[0].to_dict() if args.id else [c.to_dict() for c in items])
         return
     table = new_table(
         "Communicators",
@@ -57,26 +62,26 @@ def comms_cmd(client: Client, args, out: Output) -> None:
     )
     for c in items:
         table.add_row(
-            c["comm_id"],
-            escape(opt(c["name"])),
-            c["state"],
-            f"{len(c['ranks_seen'])}/{c['nranks']}",
-            ", ".join(c["nodes"]),
-            str(c["ops_completed_total"]),
-            size_text(c["bytes_completed_total"]),
-            str(c["ranks_inflight"]),
-            ms_text(c["oldest_inflight_age_ms"]),
-            str(len(c["open_hang_report_ids"])),
+            c.comm_id,
+            escape(opt(c.name)),
+            c.state.value,
+            f"{len(c.ranks_seen)}/{c.nranks}",
+            ", ".join(c.nodes),
+            str(c.ops_completed_total),
+            size_text(c.bytes_completed_total),
+            str(c.ranks_inflight),
+            ms_text(c.oldest_inflight_age_ms),
+            str(len(c.open_hang_report_ids)),
         )
     out.table(table)
     for c in items:
-        if c.get("ranks"):
+        if c.ranks:
             out.table(ranks_table(c))
 
 
-def ranks_table(c: dict):
+def ranks_table(c: Communicator):
     table = new_table(
-        f"{c['comm_id']} {escape(opt(c['name']))}: ranks",
+        f"{c.comm_id} {escape(opt(c.name))}: ranks",
         (
             "rank",
             "global",
@@ -92,40 +97,40 @@ def ranks_table(c: dict):
         ),
         right=("rank", "global", "pid", "enqueued", "started", "completed", "in flight"),
     )
-    for r in c["ranks"]:
-        coll = r["progress"]["collectives"]
-        oldest = r["progress"]["oldest_inflight"]
-        age = r["progress"].get("last_progress_age_ms")
+    for r in c.ranks or []:
+        coll = r.progress.collectives
+        oldest = r.progress.oldest_inflight
+        age = r.progress.last_progress_age_ms
         table.add_row(
-            str(r["comm_rank"]),
-            opt(r["global_rank"]),
-            r["node_name"],
-            str(r["pid"]),
-            opt(coll["last_enqueued_seq"]),
-            opt(coll["last_gpu_started_seq"]),
-            opt(coll["last_completed_seq"]),
-            str(r["progress"]["inflight_count"]),
-            f"{oldest['func']} {ms_text(oldest['age_ms'])}" if oldest else "-",
+            str(r.comm_rank),
+            opt(r.global_rank),
+            r.node_name,
+            str(r.pid),
+            opt(coll.last_enqueued_seq),
+            opt(coll.last_gpu_started_seq),
+            opt(coll.last_completed_seq),
+            str(r.progress.inflight_count),
+            f"{oldest.func} {ms_text(oldest.age_ms)}" if oldest else "-",
             f"{ms_text(age)} ago" if age is not None else "-",
-            yes_no(r["alive"]),
+            yes_no(r.alive),
         )
     return table
 
 
 def inflight_cmd(client: Client, args, out: Output) -> None:
-    body = answer(
+    body: InflightOpList = answer(
         list_inflight_ops,
         client=client,
         min_age_ms=args.min_age_ms,
         comm_id=args.comm_id or UNSET,
         rank=args.rank if args.rank is not None else UNSET,
         limit=args.limit,
-    ).to_dict()
+    )
     if out.json:
-        out.json_value(body)
+        out.json_value(body.to_dict())
         return
     table = new_table(
-        f"In flight: {body['total']} (as of {time_text(body['as_of_real_ns'])} UTC)",
+        f"In flight: {body.total} (as of {time_text(body.as_of_real_ns)} UTC)",
         (
             "age",
             "comm_id",
@@ -142,38 +147,38 @@ def inflight_cmd(client: Client, args, out: Output) -> None:
         ),
         right=("rank", "global", "seq", "size", "queued"),
     )
-    for op in body["items"]:
+    for op in body.items:
         table.add_row(
-            ms_text(op["age_ms"]),
-            op["comm_id"],
-            str(op["comm_rank"]),
-            opt(op["global_rank"]),
-            op["node_name"],
-            op["func"],
-            str(op["seq"]),
-            size_text(op["size_bytes"]),
-            op["state"],
-            f"{op['channels_completed']}/{op['channels_started']}/{opt(op['n_channels'])}",
-            str(op["inflight_count"]),
-            "[red]yes[/red]" if op["hang_flagged"] else "no",
+            ms_text(op.age_ms),
+            op.comm_id,
+            str(op.comm_rank),
+            opt(op.global_rank),
+            op.node_name,
+            op.func,
+            str(op.seq),
+            size_text(op.size_bytes),
+            op.state.value,
+            f"{op.channels_completed}/{op.channels_started}/{opt(op.n_channels)}",
+            str(op.inflight_count),
+            "[red]yes[/red]" if op.hang_flagged else "no",
         )
     out.table(table)
 
 
 def recent_ops_cmd(client: Client, args, out: Output) -> None:
-    body = answer(
+    body: OpRecordList = answer(
         list_recent_ops,
         client=client,
         comm_id=args.comm_id or UNSET,
         rank=args.rank if args.rank is not None else UNSET,
         func=args.func_name or UNSET,
         limit=args.limit,
-    ).to_dict()
+    )
     if out.json:
-        out.json_value(body)
+        out.json_value(body.to_dict())
         return
     table = new_table(
-        f"Recently completed ops: {len(body['items'])}, newest first",
+        f"Recently completed ops: {len(body.items)}, newest first",
         (
             "completed (UTC)",
             "comm_id",
@@ -194,23 +199,23 @@ def recent_ops_cmd(client: Client, args, out: Output) -> None:
         ),
         right=("rank", "global", "seq", "size", "channels", "duration", "algbw", "busbw"),
     )
-    for op in body["items"]:
+    for op in body.items:
         table.add_row(
-            time_text(op["completed_real_ns"]),
-            op["comm_id"],
-            str(op["comm_rank"]),
-            opt(op["global_rank"]),
-            op["node_name"],
-            op["func"],
-            str(op["seq"]),
-            size_text(op["size_bytes"]),
-            op["datatype"],
-            f"{opt(op['algo'])}/{opt(op['proto'])}",
-            str(op["n_channels"]),
-            us_text(op["duration_us"]),
-            bandwidth_text(op["algbw_gbs"]),
-            bandwidth_text(op["busbw_gbs"]),
-            op["timing_source"],
-            opt(op["step"]),
+            time_text(op.completed_real_ns),
+            op.comm_id,
+            str(op.comm_rank),
+            opt(op.global_rank),
+            op.node_name,
+            op.func,
+            str(op.seq),
+            size_text(op.size_bytes),
+            op.datatype,
+            f"{opt(op.algo)}/{opt(op.proto)}",
+            str(op.n_channels),
+            us_text(op.duration_us),
+            bandwidth_text(op.algbw_gbs),
+            bandwidth_text(op.busbw_gbs),
+            op.timing_source.value,
+            opt(op.step),
         )
     out.table(table)
