@@ -48,13 +48,19 @@ import time
 import urllib.request
 from pathlib import Path
 
+import httpx
 import msgspec
 import numpy as np
 
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.truth import read_ground_truth
+from comminsight_client import Client
+from comminsight_client.api.health import get_health
+from comminsight_client.models import Health
+from comminsight_client.types import Unset
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.config_v1 import ConfigV1
+from comminsight_gen.models.step_summary_v1 import StepSummary
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "dist" / "libnccl-profiler-comminsight.so"
@@ -63,6 +69,7 @@ MODEL = {"model_params": 7_000_000_000, "layers": 32}
 CALIBRATION_STEPS = 30
 SEAL_TIMEOUT_S = 180.0
 SLOT_BYTES = shm_v1.OP_SLOT_DTYPE.itemsize
+STEP_SUMMARY = msgspec.json.Decoder(StepSummary)
 
 
 def emit(metric: str, value, unit: str, **extra) -> None:
@@ -133,9 +140,20 @@ def get(listen: str, path: str, timeout_s: float = 5.0) -> bytes | None:
         return None
 
 
+def health(listen: str, timeout_s: float = 5.0) -> Health | None:
+    """The Agent's /api/v1/health through the generated client; None while it cannot answer
+    (not listening yet, or 503 while it starts or stops)."""
+    try:
+        with Client(base_url=f"http://{listen}", timeout=httpx.Timeout(timeout_s)) as c:
+            answer = get_health.sync(client=c)
+    except (httpx.HTTPError, OSError):
+        return None
+    return answer if isinstance(answer, Health) else None
+
+
 def wait_for_agent(listen: str, agent: subprocess.Popen) -> None:
     deadline = time.monotonic() + 60
-    while get(listen, "/api/v1/health") is None:
+    while health(listen) is None:
         if agent.poll() is not None or time.monotonic() > deadline:
             sys.exit("engine_soak: the Agent did not come up (see agent.log in the home)")
         time.sleep(0.2)
@@ -174,13 +192,13 @@ class Sampler(threading.Thread):
             rss = rss_mib(self.pid)
             if rss is not None:
                 self.rss.append((now, rss))
-            body = get(self.listen, "/api/v1/health")
-            if body is None:
+            answer = health(self.listen)
+            if answer is None or isinstance(answer.semantic_engine, Unset):
                 continue
-            engine = json.loads(body).get("semantic_engine") or {}
-            if engine.get("lag_ms") is not None:
-                self.lag.append((now, engine["lag_ms"]))
-            self.failures = max(self.failures, engine.get("failures_total", 0))
+            engine = answer.semantic_engine
+            if engine.lag_ms is not None:
+                self.lag.append((now, engine.lag_ms))
+            self.failures = max(self.failures, engine.failures_total)
 
 
 def metric_sum(text: str, name: str) -> float:
@@ -198,7 +216,7 @@ def sealed_summaries(home: Path) -> dict[int, int]:
     for path in (home / "semantics" / "step").glob("live-*.jsonl"):
         lines = path.read_bytes().splitlines()
         if lines:
-            out[json.loads(lines[0])["global_rank"]] = len(lines)
+            out[STEP_SUMMARY.decode(lines[0]).global_rank] = len(lines)
     return out
 
 

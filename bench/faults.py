@@ -55,6 +55,10 @@ import zstandard
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.faults import parse_fault
 from comminsight.sim.truth import read_ground_truth
+from comminsight_client import AuthenticatedClient, Client
+from comminsight_client.api.archive import flush_archive as archive_flush
+from comminsight_client.api.archive import get_archive_status
+from comminsight_client.models import ArchiveFlush, ArchiveStatus
 from comminsight_gen.abi import fifo_event_v1, shm_v1
 from comminsight_gen.models.inspector_log_v1 import (
     CiColl,
@@ -196,19 +200,29 @@ class Agent:
                 raise RuntimeError(f"the agent on {self.listen} does not answer {path}")
             time.sleep(0.05)
 
+    def archive_status(self, timeout_s: float = 60.0) -> ArchiveStatus:
+        """/api/v1/archive through the generated client, a 503 or a refused connection waited
+        out as `get` does."""
+        deadline = time.monotonic() + timeout_s
+        with Client(base_url=f"http://{self.listen}", timeout=httpx.Timeout(10)) as c:
+            while True:
+                status = None
+                with contextlib.suppress(httpx.TransportError):
+                    status = get_archive_status.sync(client=c)
+                if isinstance(status, ArchiveStatus):
+                    return status
+                if time.monotonic() > deadline or (self.proc and self.proc.poll() is not None):
+                    raise RuntimeError(f"the agent on {self.listen} serves no archive status")
+                time.sleep(0.05)
+
     def flush_archive(self, timeout_s: float = 120.0) -> None:
-        r = httpx.post(
-            f"http://{self.listen}/api/v1/archive/flush",
-            headers={"Authorization": f"Bearer {TOKEN}"},
-            timeout=30,
-        )
-        if r.status_code != 202:
-            raise RuntimeError(f"archive flush refused: {r.status_code} {r.text}")
+        url = f"http://{self.listen}"
+        with AuthenticatedClient(base_url=url, token=TOKEN, timeout=httpx.Timeout(30)) as c:
+            queued = archive_flush.sync(client=c)
+        if not isinstance(queued, ArchiveFlush):
+            raise RuntimeError(f"archive flush refused: {queued!r}")
         wait_until(
-            lambda: (
-                (s := self.get("/api/v1/archive").json())["pending_files"] == 0
-                and not s["flush_in_progress"]
-            ),
+            lambda: (s := self.archive_status()).pending_files == 0 and not s.flush_in_progress,
             timeout_s,
             "the archive was not flushed",
         )

@@ -39,6 +39,11 @@ from pathlib import Path
 import grpc
 import httpx
 
+from comminsight_client import Client
+from comminsight_client.api.hangs import list_hangs
+from comminsight_client.api.health import get_health
+from comminsight_client.models import HangReportList, Health
+from comminsight_client.types import Unset
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.agent_master_slave.v1.agent_master_slave_pb2_grpc import AgentMasterStub
 
@@ -308,7 +313,10 @@ async def measure(nodes: int, seconds: float, profile_dir: Path | None) -> None:
             window = time.monotonic() - t0
             cpu = (proc_cpu_s(master.pid) - cpu0) / window
             batch_rate = (fault.get("batches", 0) - sent0) / window
-            nodes_seen = httpx.get(f"http://{api}/api/v1/health", timeout=30).json()
+            with Client(base_url=f"http://{api}", timeout=httpx.Timeout(30)) as c:
+                health = get_health.sync(client=c)
+            if not isinstance(health, Health):
+                raise SystemExit(f"the master serves no health: {health!r}")
             rss1 = proc_rss_bytes(master.pid)
             fault["ops"] = job_ops(fault)
             fault["at_mono_ns"] = time.monotonic_ns()
@@ -320,7 +328,7 @@ async def measure(nodes: int, seconds: float, profile_dir: Path | None) -> None:
             master.wait(30)
     ranks = nodes * RANKS_PER_NODE
     tag = {"nodes": nodes, "ranks": ranks, "report_interval_s": REPORT_S}
-    emit("nodes_connected", nodes_seen["nodes_connected"] - 1, "nodes", **tag)
+    emit("nodes_connected", health.nodes_connected - 1, "nodes", **tag)
     emit("master_cpu", round(cpu * 100, 2), "percent_of_a_core", **tag)
     emit("master_cpu_per_node", round(cpu * 100 / nodes, 4), "percent_of_a_core", **tag)
     emit("master_rss", round(rss1 / 2**20, 1), "MiB", **tag)
@@ -333,15 +341,20 @@ async def measure(nodes: int, seconds: float, profile_dir: Path | None) -> None:
 
 
 async def wait_verdict(api: str, culprit: SimSlave, fault: dict) -> float:
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with Client(base_url=f"http://{api}", timeout=httpx.Timeout(30)) as client:
         while True:
-            r = await client.get(f"http://{api}/api/v1/hangs")
-            for report in r.json()["items"]:
-                names = {(c.get("global_rank"), c["node_name"]) for c in report["culprits"]}
+            page = await list_hangs.asyncio(client=client)
+            if not isinstance(page, HangReportList):
+                raise SystemExit(f"the master serves no hang reports: {page!r}")
+            for report in page.items:
+                names = {
+                    (None if isinstance(c.global_rank, Unset) else c.global_rank, c.node_name)
+                    for c in report.culprits
+                }
                 if (culprit.stuck_rank, culprit.name) in names:
                     return (time.monotonic_ns() - fault["at_mono_ns"]) / 1e9
             if time.monotonic_ns() - fault["at_mono_ns"] > 120e9:
-                seen = [(r["verdict"], r["summary"][:200]) for r in r.json()["items"]]
+                seen = [(r.verdict.value, r.summary[:200]) for r in page.items]
                 raise SystemExit(
                     f"no verdict within 120 s; {len(fault.get('sent', ()))} slaves sent the "
                     f"fault; open reports: {seen[:5]}"

@@ -131,3 +131,7 @@ def generate(p: Protocol, ctx: Context) -> None:
 
         log_fields.generate(p, doc, ctx)
         log_subsets.generate(p, doc, ctx)
+    elif p.role == "names":
+        from codegen import record_names
+
+        record_names.generate(p, doc, ctx)

@@ -11,7 +11,9 @@ from codegen.errors import SchemaError
 
 KINDS = ("c-abi", "json-schema", "openapi", "protobuf")
 STATUSES = ("live", "draft", "deprecated")
-ROLES = ("config", "log")  # json-schema protocols with extra, role-specific outputs
+# json-schema protocols with extra, role-specific outputs; names: records a writer builds by
+# hand (Inject) get a standard-library module of their property names and constants
+ROLES = ("config", "log", "names")
 _KEYS = {
     "id",
     "version",

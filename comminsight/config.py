@@ -21,17 +21,14 @@ from comminsight_gen import config_file_v1 as config_file
 from comminsight_gen.config_v1 import KEY_BY_NAME, KEYS, ConfigKey, ConfigV1
 
 Settings = ConfigV1
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+K = config_file.K  # every key's name
 # host:port keys; a listen address may say port 0 (any free port), an address dialled may not
 _ADDRESS_KEYS = (
-    ("COMMINSIGHT_AGENT_LISTEN", 0),
-    ("COMMINSIGHT_AGENT_MASTER_LISTEN", 0),
-    ("COMMINSIGHT_AGENT_MASTER_ADDR", 1),
+    (K.AGENT_LISTEN, 0),
+    (K.AGENT_MASTER_LISTEN, 0),
+    (K.AGENT_MASTER_ADDR, 1),
 )
-MAX_CONF_BYTES = 1 << 20
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
-_KEY_NAME = re.compile(r"^COMMINSIGHT_[A-Z0-9_]{1,64}$")  # what an unknown-key error may echo
 
 
 class ConfigError(ValueError):
@@ -103,9 +100,9 @@ def config_file_path(env: Mapping[str, str] | None = None) -> tuple[Path, bool]:
     """The configuration file load_settings reads, and whether it was named explicitly
     (COMMINSIGHT_CONF) rather than found under the home."""
     env = os.environ if env is None else env
-    if env.get("COMMINSIGHT_CONF"):
-        return Path(env["COMMINSIGHT_CONF"]), True
-    home = env.get("COMMINSIGHT_HOME", str(KEY_BY_NAME["COMMINSIGHT_HOME"].default))
+    if env.get(K.CONF):
+        return Path(env[K.CONF]), True
+    home = env.get(K.HOME, str(KEY_BY_NAME[K.HOME].default))
     return Path(home) / "etc" / "comminsight.conf", False
 
 
@@ -140,9 +137,9 @@ def _check_home(settings: ConfigV1, raw: dict[str, tuple[str, Origin]]) -> None:
     # A relative home names a different directory in each process's working directory: the
     # Agent, its children and every rank would each use their own.
     if not os.path.isabs(settings.home):
-        origin = raw["COMMINSIGHT_HOME"][1].text if "COMMINSIGHT_HOME" in raw else "default"
+        origin = raw[K.HOME][1].text if K.HOME in raw else "default"
         raise ConfigError(
-            f"COMMINSIGHT_HOME={settings.home!r} ({origin}): a relative path, which each "
+            f"{K.HOME}={settings.home!r} ({origin}): a relative path, which each "
             "process would resolve against its own working directory; give an absolute one"
         )
 
@@ -165,7 +162,7 @@ def load_settings(
         if name not in KEY_BY_NAME:
             raise ValueError(f"override of unknown key {name}")
     raw: dict[str, tuple[str, Origin]] = {}
-    explicit = conf_path or (Path(env["COMMINSIGHT_CONF"]) if env.get("COMMINSIGHT_CONF") else None)
+    explicit = conf_path or (Path(env[K.CONF]) if env.get(K.CONF) else None)
     if explicit is not None:
         raw.update(parse_conf_file(explicit))
     else:

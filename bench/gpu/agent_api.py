@@ -39,7 +39,10 @@ from comminsight_client.models import (  # noqa: E402
     Incident,
     IncidentDetail,
     IncidentList,
+    IncidentStackStatus,  # noqa: F401 - faults_report reads stacks through this module
     IncidentStatusFilter,
+    NameSource,  # noqa: F401 - inject_names checks who named a communicator
+    OpClass,  # noqa: F401 - as faults_report reads ops
     Severity,  # noqa: F401 - the drivers compare severities through this module
     StepPage,
 )

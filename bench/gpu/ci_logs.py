@@ -131,18 +131,18 @@ def _verify_seal(data: bytes, name: str) -> tuple[dict | None, str | None]:
     try:
         seal = json.loads(data[cut:-1])[F.CI]
     except (ValueError, KeyError, TypeError):
-        return None, f"{name}: last line is not JSON with ci"
+        return None, f"{name}: last line is not JSON with {F.CI}"
     if seal.get(F.KIND) != V.SEAL:
-        return None, f"{name}: last line kind {seal.get('kind')!r}, not seal"
+        return None, f"{name}: last line {F.KIND} {seal.get(F.KIND)!r}, not {V.SEAL}"
     prefix = data[:cut]
     if seal.get(F.BYTE_COUNT) != len(prefix):
-        return seal, f"{name}: byte_count {seal.get('byte_count')} != {len(prefix)}"
+        return seal, f"{name}: {F.BYTE_COUNT} {seal.get(F.BYTE_COUNT)} != {len(prefix)}"
     lines = prefix.count(b"\n")
     if seal.get(F.RECORD_COUNT) != lines:
-        return seal, f"{name}: record_count {seal.get('record_count')} != {lines}"
+        return seal, f"{name}: {F.RECORD_COUNT} {seal.get(F.RECORD_COUNT)} != {lines}"
     crc = zlib.crc32(prefix) & 0xFFFFFFFF
     if seal.get(F.CRC32) != crc:
-        return seal, f"{name}: crc32 {seal.get('crc32')} != {crc}"
+        return seal, f"{name}: {F.CRC32} {seal.get(F.CRC32)} != {crc}"
     first, last = seal.get(F.FIRST_RING_SEQ), seal.get(F.LAST_RING_SEQ)
     if first is not None and last is not None:
         covered = seal.get(F.RING_RECORD_COUNT, 0) + seal.get(F.LOST_COUNT, 0)
@@ -266,12 +266,30 @@ def read_home(home: str | Path) -> LogSummary:
             elif kind == V.HANG_EVIDENCE:
                 s.hang_evidence += 1
             elif kind == V.SEAL:
-                s.seal_failures.append(f"{path.name}: a seal line before the end")
+                s.seal_failures.append(f"{path.name}: a {V.SEAL} line before the end")
         if seal is not None and seal.get(F.OP_COUNT) != ops_seen:
             s.seal_failures.append(
-                f"{path.name}: op_count {seal.get('op_count')} != {ops_seen} op lines"
+                f"{path.name}: {F.OP_COUNT} {seal.get(F.OP_COUNT)} != {ops_seen} op lines"
             )
     return s
+
+
+def comm_inits(home: str | Path) -> list[dict]:
+    """The communicator member (ci.comm) of every comm_init line under <home>/inspector_logs,
+    sealed segments and unsealed alike, unchecked (a line that is not JSON is skipped)."""
+    marker = f'"{V.COMM_INIT}"'
+    out = []
+    for path in sorted((Path(home) / "inspector_logs").rglob("*.jsonl*")):
+        for line in path.read_text(errors="replace").splitlines():
+            if marker not in line:
+                continue
+            try:
+                ci = json.loads(line).get(F.CI, {})
+            except ValueError:
+                continue
+            if ci.get(F.KIND) == V.COMM_INIT:
+                out.append(ci.get(F.COMM, {}))
+    return out
 
 
 def comm_report(cs: CommStats) -> dict[str, object]:

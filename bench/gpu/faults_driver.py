@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import agent_api  # noqa: E402
 import faults_report  # noqa: E402
-from agent_api import Incident  # noqa: E402
+from agent_api import Incident, IncidentDetail  # noqa: E402
 from e2e_driver import (  # noqa: E402
     PLUGIN,
     PY,
@@ -115,7 +115,7 @@ def incident_whole(agent: Agent | None, incident_id: str, last: Incident) -> dic
         if detail is not None:
             return detail.to_dict()
         log(f"incident {incident_id}: not served")
-    return {"incident": last.to_dict(), "reports": []}
+    return IncidentDetail(incident=last, reports=[]).to_dict()
 
 
 def stacks_cover_culprits(incident: Incident) -> bool:

@@ -1,5 +1,7 @@
 """Score one fault run of bench/gpu/fault_train.py against what the Agent's incidents say, and
-summarize a run's results. Standard library only (it runs under the GPU machine's python3).
+summarize a run's results. It runs under the GPU machine's python3: the incidents are decoded
+with the generated API client's models (bench/gpu/agent_api.py says where they come from),
+imported only to score, so the summary table needs the standard library alone.
 
 `evaluate(...)` takes the run's events (fault_train.py's JSON lines per rank), the incidents
 the Agent served (/api/v1/incidents/{id}: the incident and its reports) and when the driver
@@ -30,7 +32,17 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the generated client is imported where the incidents are decoded
+    from comminsight_client.models import (
+        Incident,
+        IncidentDetail,
+        IncidentRoot,
+        IncidentStack,
+    )
 
 LATENCY_SLACK_S = 2.0
 
@@ -86,46 +98,72 @@ def expected_op(fault: str, events: dict[int, list[dict]], fault_ev: dict | None
     }
 
 
-def culprit_ranks(root: dict) -> list[int]:
+def known(value):
+    """An optional field's value, None where the Agent left it out."""
+    import agent_api
+
+    return agent_api.known(value)
+
+
+def served(answer: Mapping | IncidentDetail | Incident) -> IncidentDetail:
+    """One incident as the Agent served it: an /api/v1/incidents/{id} answer (the incident and
+    its reports) or a bare listed incident (no reports), JSON-decoded or already a model."""
+    from agent_api import Incident, IncidentDetail
+
+    if isinstance(answer, IncidentDetail):
+        return answer
+    if isinstance(answer, Incident):
+        return IncidentDetail(incident=answer, reports=[])
+    try:
+        return IncidentDetail.from_dict(answer)
+    except KeyError:  # no incident in it: the incident itself
+        return IncidentDetail(incident=Incident.from_dict(answer), reports=[])
+
+
+def captured(stack: IncidentStack) -> bool:
+    from agent_api import IncidentStackStatus
+
+    return stack.status is IncidentStackStatus.CAPTURED
+
+
+def culprit_ranks(root: IncidentRoot) -> list[int]:
     out = []
-    for c in root.get("culprits", []):
-        g = c.get("global_rank")
-        out.append(g if isinstance(g, int) else c.get("comm_rank"))
+    for c in root.culprits:
+        g = known(c.global_rank)
+        out.append(g if isinstance(g, int) else c.comm_rank)
     return sorted(out)
 
 
-def stack_view(stacks: list[dict], max_frames: int = 8) -> list[dict]:
+def stack_view(stacks: list[IncidentStack], max_frames: int = 8) -> list[dict]:
     view = []
     for s in stacks:
-        entry = {"rank": s.get("rank"), "pid": s.get("pid"), "status": s.get("status")}
-        if s.get("status") == "captured":
-            entry["thread"] = s.get("thread_name")
+        entry = {"rank": s.rank, "pid": s.pid, "status": s.status.value}
+        if captured(s):
+            entry["thread"] = known(s.thread_name)
             entry["frames"] = [
-                f"{f.get('function')} ({os.path.basename(f.get('file', ''))}:{f.get('line')})"
-                for f in s.get("frames", [])[:max_frames]
+                f"{f.function} ({os.path.basename(f.file)}:{known(f.line)})"
+                for f in s.frames[:max_frames]
             ]
         else:
-            entry["reason"] = s.get("unavailable_reason")
+            entry["reason"] = known(s.unavailable_reason)
         view.append(entry)
     return view
 
 
-def sleeping_frame(stacks: list[dict], rank: int, fault_ev: dict) -> dict | None:
+def sleeping_frame(stacks: list[IncidentStack], rank: int, fault_ev: dict) -> dict | None:
     """The frame of fault_ev's function in a captured stack of `rank`, or None."""
     want_file = os.path.basename(fault_ev.get("file", ""))
     for s in stacks:
-        if s.get("rank") != rank or s.get("status") != "captured":
+        if s.rank != rank or not captured(s):
             continue
-        for f in s.get("frames", []):
-            if f.get("function") == fault_ev.get("function") and (
-                os.path.basename(f.get("file", "")) == want_file
-            ):
+        for f in s.frames:
+            if f.function == fault_ev.get("function") and os.path.basename(f.file) == want_file:
                 return {
-                    "function": f["function"],
-                    "file": f.get("file"),
-                    "line": f.get("line"),
-                    "code": f.get("code"),
-                    "thread": s.get("thread_name"),
+                    "function": f.function,
+                    "file": f.file,
+                    "line": known(f.line),
+                    "code": known(f.code),
+                    "thread": known(s.thread_name),
                 }
     return None
 
@@ -134,17 +172,17 @@ def evaluate(
     fault: str,
     threshold_s: float,
     events: dict[int, list[dict]],
-    incidents: list[dict],
+    incidents: list[Mapping | IncidentDetail | Incident],
     first_seen_mono_ns: dict[str, int] | None = None,
     rank_rc: list[int | None] | None = None,
 ) -> dict:
-    """`incidents`: /api/v1/incidents/{id} answers ({"incident": ..., "reports": [...]}) or
-    bare incidents, one per incident id the Agent ever served during the run."""
+    """`incidents`: /api/v1/incidents/{id} answers (the incident and its reports) or bare
+    incidents, one per incident id the Agent ever served during the run (see `served`)."""
     if fault not in EXPECTED:
         raise ValueError(f"unknown fault {fault!r}")
     want = EXPECTED[fault]
-    incs = [i.get("incident", i) for i in incidents]
-    incs.sort(key=lambda i: i.get("opened_mono_ns", 0))
+    details = sorted((served(i) for i in incidents), key=lambda d: d.incident.opened_mono_ns)
+    incs = [d.incident for d in details]
     first_seen_mono_ns = first_seen_mono_ns or {}
     start0 = first(events.get(0, []), "start") or {}
     fault_rank = start0.get("fault_rank", 1)
@@ -160,7 +198,7 @@ def evaluate(
         "group": start0.get("group"),
         "rank_rc": rank_rc,
         "incidents_opened": len(incs),
-        "incident_ids": [i.get("incident_id") for i in incs],
+        "incident_ids": [i.incident_id for i in incs],
         "fault_event": fault_ev,
         "steps_done": {
             r: sum(1 for e in evs if e.get("ev") == "step") for r, evs in events.items()
@@ -186,36 +224,36 @@ def evaluate(
         res["pass"] = False
         return res
     inc = incs[0]
-    root = inc.get("root", {})
-    detail = next((i for i in incidents if i.get("incident", i) is inc), {})
-    root_report = next(
-        (r for r in detail.get("reports", []) if r.get("report_id") == root.get("report_id")),
-        {},
-    )
-    op = root.get("op") or {}
-    comm = root.get("comm") or {}
+    root = inc.root
+    root_report = next((r for r in details[0].reports if r.report_id == root.report_id), None)
+    basis = known(root_report.culprit_basis) if root_report is not None else None
+    op = known(root.op)
+    op_func = op.func if op is not None else None
+    op_seq = op.seq if op is not None else None
+    op_index = known(op.index) if op is not None else None
+    comm_name = known(root.comm.comm_name)
     fault_ns = fault_ev["mono_ns"] if fault_ev else None
     enq0 = exp.get("rank0_enqueue_mono_ns")
     hang_start = max(x for x in (fault_ns, enq0) if x is not None) if fault_ns else None
-    opened = inc.get("opened_mono_ns")
-    seen = first_seen_mono_ns.get(inc.get("incident_id"))
-    stacks = inc.get("stacks", [])
+    opened = inc.opened_mono_ns
+    seen = first_seen_mono_ns.get(inc.incident_id)
+    stacks = inc.stacks
     res.update(
-        incident_id=inc.get("incident_id"),
-        status=inc.get("status"),
-        severity=inc.get("severity"),
-        verdict=root.get("verdict"),
-        culprit_basis=root_report.get("culprit_basis"),
+        incident_id=inc.incident_id,
+        status=inc.status.value,
+        severity=inc.severity.value,
+        verdict=root.verdict.value,
+        culprit_basis=basis.value if basis is not None else None,
         culprits=culprit_ranks(root),
-        comm_name=comm.get("comm_name"),
-        comm_id=comm.get("comm_id"),
-        op_func=op.get("func"),
-        op_seq=op.get("seq"),
-        op_index=op.get("index"),
-        op_count=op.get("count"),
-        summary=root.get("summary"),
-        consequences=len(inc.get("consequences", [])),
-        root_changes=len(inc.get("root_changes", [])),
+        comm_name=comm_name,
+        comm_id=root.comm.comm_id,
+        op_func=op_func,
+        op_seq=op_seq,
+        op_index=op_index,
+        op_count=op.count if op is not None else None,
+        summary=root.summary,
+        consequences=len(inc.consequences),
+        root_changes=len(inc.root_changes),
         fault_to_open_s=round((opened - fault_ns) / 1e9, 3) if opened and fault_ns else None,
         hang_start_to_open_s=round((opened - hang_start) / 1e9, 3)
         if opened and hang_start
@@ -224,23 +262,26 @@ def evaluate(
         stacks=stack_view(stacks),
         others=[
             {
-                "incident_id": i.get("incident_id"),
-                "verdict": i.get("root", {}).get("verdict"),
-                "culprits": culprit_ranks(i.get("root", {})),
-                "comm_name": (i.get("root", {}).get("comm") or {}).get("comm_name"),
-                "summary": i.get("root", {}).get("summary"),
+                "incident_id": i.incident_id,
+                "verdict": i.root.verdict.value,
+                "culprits": culprit_ranks(i.root),
+                "comm_name": known(i.root.comm.comm_name),
+                "summary": i.root.summary,
             }
             for i in incs[1:]
         ],
     )
-    checks["verdict"] = root.get("verdict") in want["verdicts"]
+    checks["verdict"] = res["verdict"] in want["verdicts"]
     checks["culprits"] = res["culprits"] == want_culprits
-    checks["comm"] = bool(start0.get("group")) and comm.get("comm_name") == start0.get("group")
-    checks["op_func"] = op.get("func") == exp.get("func")
+    checks["comm"] = bool(start0.get("group")) and comm_name == start0.get("group")
+    checks["op_func"] = op_func == exp.get("func")
     # the sequence number is checked where the ranks' events could say it
     # torch counts a group's collectives together, as the op index (#N) does; NCCL's seq
     # counts each function apart (DDP's start-up broadcasts shift it), P2P by its own counter
-    position = op.get("index", op.get("seq")) if op.get("kind") == "coll" else op.get("seq")
+    from agent_api import OpClass
+
+    coll = op is not None and op.kind is OpClass.COLL
+    position = op_index if coll and op_index is not None else op_seq
     checks["op_seq"] = position in exp["seqs"] if exp.get("seqs") else None
     checks["latency"] = (
         res["fault_to_open_s"] is not None

@@ -14,6 +14,10 @@ P2P communicator). The names expected are torch's own `pg.group_desc:pg.group_na
 group the rank is in. Rank 0 then asks the Agent's API for its communicators while they are
 alive; after torchrun, `--verify` compares the API's answer and the profiler's
 inspector_logs comm_init lines with the expectations, one JSON line per check.
+
+The API is read through the generated client (agent_api.py; run_inject.sh sets
+AGENT_PYTHONPATH for what the image's python lacks), the inspector_logs and Inject's metadata
+through their schemas' generated name tables (standard library only).
 """
 
 from __future__ import annotations
@@ -23,8 +27,14 @@ import json
 import os
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+import agent_api  # puts generated/python on sys.path
+from agent_api import CommunicatorPage, NameSource
+from ci_logs import F, comm_inits
+
+from comminsight_gen.inject_metadata_v1_names import F as IM  # standard library only
+from comminsight_gen.inject_metadata_v1_names import V as IMV
 
 STEPS = 3
 
@@ -82,8 +92,9 @@ def job(args) -> None:
     dist.barrier()
     if rank == 0:
         time.sleep(2.0)  # the Agent reads SHM on its own schedule: let it catch up
-        with urllib.request.urlopen(f"{args.api}/api/v1/communicators?view=full&limit=500") as r:
-            (out / "api_communicators.json").write_bytes(r.read())
+        comms = agent_api.communicators(args.api)  # the full view, every page
+        page = CommunicatorPage(items=comms, total=len(comms), next_cursor=None)
+        (out / "api_communicators.json").write_text(json.dumps(page.to_dict()))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -102,47 +113,37 @@ def verify(args) -> int:
     expected = {}
     for path in sorted(out.glob("expected.rank*.json")):
         expected[int(path.stem.split("rank")[1])] = json.loads(path.read_text())
-    page = json.loads((out / "api_communicators.json").read_text())
-    api = page.get("items", page.get("communicators", []))
-    names_api = {c.get("name") or "" for c in api}
+    page = CommunicatorPage.from_dict(json.loads((out / "api_communicators.json").read_text()))
+    api = page.items
+    names_api = {c.name or "" for c in api}
     ok = emit("api_communicators", bool(api), count=len(api), names=sorted(names_api))
     ok &= emit(
         "api_every_communicator_named",
-        all(c.get("name") for c in api),
-        unnamed=[c.get("comm_id") for c in api if not c.get("name")],
+        all(c.name for c in api),
+        unnamed=[c.comm_id for c in api if not c.name],
     )
     # every name here is one Inject set (its metadata says so): the Agent tells it from NCCL's
     ok &= emit(
         "api_name_source_inject",
-        bool(api) and all(c.get("name_source") == "inject" for c in api),
-        name_sources=sorted({c.get("name_source") or "" for c in api}),
+        bool(api) and all(c.name_source is NameSource.INJECT for c in api),
+        name_sources=sorted({c.name_source.value for c in api}),
     )
-    inits = []
-    for path in sorted((home / "inspector_logs").rglob("*.jsonl*")):
-        for line in path.read_text(errors="replace").splitlines():
-            if '"comm_init"' not in line:
-                continue
-            try:
-                ci = json.loads(line).get("ci", {})
-            except ValueError:
-                continue
-            if ci.get("kind") == "comm_init":
-                inits.append(ci.get("comm", {}))
+    inits = comm_inits(home)
     ok &= emit("log_comm_inits", bool(inits), count=len(inits))
     ok &= emit(
         "log_every_communicator_named",
-        all(x.get("comm_name") for x in inits),
-        unnamed=[x for x in inits if not x.get("comm_name")][:5],
+        all(x.get(F.COMM_NAME) for x in inits),
+        unnamed=[x for x in inits if not x.get(F.COMM_NAME)][:5],
     )
     for rank, groups in sorted(expected.items()):
         for name, g in sorted(groups.items()):
-            in_api = [c for c in api if c.get("name") == name and c.get("nranks") == g["nranks"]]
+            in_api = [c for c in api if c.name == name and c.nranks == g["nranks"]]
             in_log = [
                 x
                 for x in inits
-                if x.get("comm_name") == name
-                and x.get("nranks") == g["nranks"]
-                and x.get("local_rank") == rank
+                if x.get(F.COMM_NAME) == name
+                and x.get(F.NRANKS) == g["nranks"]
+                and x.get(F.LOCAL_RANK) == rank
             ]
             ok &= emit(
                 f"rank{rank}_{name}",
@@ -150,19 +151,19 @@ def verify(args) -> int:
                 nranks=g["nranks"],
                 api=len(in_api),
                 log=len(in_log),
-                name_source=sorted({c.get("name_source") for c in in_api}),
+                name_source=sorted({c.name_source.value for c in in_api}),
             )
     meta = []
     for path in sorted((home / "metadata" / "inject").glob("*.jsonl")):
         meta += [json.loads(x) for x in path.read_text().splitlines()]
-    groups = [m for m in meta if m["kind"] == "group"]
+    groups = [m for m in meta if m[IM.KIND] == IMV.GROUP]
     ok &= emit(
         "metadata_groups_named_in_nccl_options",
-        bool(groups) and all(g["naming"] in ("nccl-config", "torch-option") for g in groups),
-        namings=sorted({g["naming"] for g in groups}),
+        bool(groups) and all(g[IM.NAMING] in (IMV.NCCL_CONFIG, IMV.TORCH_OPTION) for g in groups),
+        namings=sorted({g[IM.NAMING] for g in groups}),
         count=len(groups),
     )
-    steps = sorted((m["rank"], m["index"]) for m in meta if m["kind"] == "step")
+    steps = sorted((m[IM.RANK], m[IM.INDEX]) for m in meta if m[IM.KIND] == IMV.STEP)
     ok &= emit(
         "metadata_step_markers",
         steps == [(r, i) for r in sorted(expected) for i in range(STEPS)],

@@ -35,6 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import ci_logs  # bench/gpu/ci_logs.py: the script's own directory is on sys.path
+from ci_logs import F  # the inspector-log schema's names (NVIDIA Inspector's lines are a subset)
 
 BENCH = "gpu_overhead"
 # The order of the us_per_iter lines; a variant not named here comes after these, by name.
@@ -171,19 +172,19 @@ def inspector_summary(dump_dir: Path) -> dict:
                     continue
                 try:
                     rec = json.loads(raw)
-                    head, perf = rec["header"], rec["coll_perf"]
-                    key = f"{head['id']}:{head['rank']}"
-                    sn = int(perf["coll_sn"])
+                    head, perf = rec[F.HEADER], rec[F.COLL_PERF]
+                    key = f"{head[F.ID]}:{head[F.RANK]}"
+                    sn = int(perf[F.COLL_SN])
                 except (ValueError, KeyError, TypeError):
                     bad += 1
                     continue
                 records += 1
-                cs = comms.setdefault(key, {"rank": head["rank"], "records": 0, "sns": set()})
+                cs = comms.setdefault(key, {"rank": head[F.RANK], "records": 0, "sns": set()})
                 cs["records"] += 1
                 cs["sns"].add(sn)
-                per_size[str(perf.get("coll_msg_size_bytes"))] += 1
-                colls[str(perf.get("coll"))] += 1
-                timing[str(perf.get("coll_timing_source"))] += 1
+                per_size[str(perf.get(F.COLL_MSG_SIZE_BYTES))] += 1
+                colls[str(perf.get(F.COLL))] += 1
+                timing[str(perf.get(F.COLL_TIMING_SOURCE))] += 1
     per_comm = {
         key: {
             "rank": cs["rank"],

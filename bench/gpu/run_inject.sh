@@ -18,6 +18,8 @@ python3 -X importtime -c pass 2>&1 | grep -E "comminsight_inject|import time: se
 AGENT_SITE=/tmp/agent-site
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$AGENT_SITE" .whl/*.whl || exit 1
 AGENT_PATH="$AGENT_SITE:$ROOT/build/agent-src:$ROOT/build/agent-src/generated/python"
+# what the API client needs (httpx, attrs) where the image's python lacks it (bench/gpu/agent_api.py)
+export AGENT_PYTHONPATH="$AGENT_PATH"
 rc=0
 for mode in eager lazy; do
   home="$(mktemp -d /tmp/ci_inject_home.XXXXXX)"

@@ -47,6 +47,8 @@ from pathlib import Path
 from comminsight.semantic.live_replay import replay_live
 from comminsight.semantic.log_input import read_gpu_logs
 from comminsight.semantic.offline import recover_steps
+from comminsight_gen.inject_metadata_v1_names import F as IM
+from comminsight_gen.inject_metadata_v1_names import V as IMV
 
 SHOW_MISMATCHES = 6
 JOB_ORDER = ["ddp", "fsdp", "tpdp_tp2", "tpdp_dp2", "pp_1f1b", "pp_gpipe"]
@@ -75,8 +77,8 @@ def ground_truth(run_dir: Path) -> tuple[str, dict[int, list[int]], str]:
     steps: dict[int, list[tuple[int, int]]] = {}
     for p in sorted((run_dir / "metadata" / "inject").glob("*.jsonl")):
         for m in jsonl(p):
-            if m.get("kind") == "step":
-                steps.setdefault(m["rank"], []).append((m["index"], m["mono_ns"]))
+            if m.get(IM.KIND) == IMV.STEP:
+                steps.setdefault(m[IM.RANK], []).append((m[IM.INDEX], m[IM.MONO_NS]))
     return run_dir.name, {r: [t for _, t in sorted(v)] for r, v in steps.items()}, "inject"
 
 

@@ -13,12 +13,14 @@ import copy
 from dataclasses import dataclass, field
 
 from . import nccl_config
+from .metadata import V
 
-NO_NCCL = "no-nccl"  # the group has no NCCL backend: no NCCL communicator to name
-NO_NCCL_BUILD = "no-nccl-build"  # this torch has no ProcessGroupNCCL
-FOREIGN_OPTIONS = "foreign-options"  # options of a backend Inject does not know; left alone
+# how the name reached NCCL (inject-metadata's `naming`), and NOT_MEMBER, which is never written
+NO_NCCL = V.NO_NCCL  # the group has no NCCL backend: no NCCL communicator to name
+NO_NCCL_BUILD = V.NO_NCCL_BUILD  # this torch has no ProcessGroupNCCL
+FOREIGN_OPTIONS = V.FOREIGN_OPTIONS  # options of a backend Inject does not know; left alone
 NOT_MEMBER = "not-member"  # this rank is not in the group: it makes no communicator
-UNAVAILABLE = "unavailable"  # NCCL options exist but no name could be set (see `reason`)
+UNAVAILABLE = V.UNAVAILABLE  # NCCL options exist but no name could be set (see `reason`)
 
 
 def comm_name(group_desc: str | None, group_name: str) -> str:
@@ -71,7 +73,7 @@ def plan_helper(c10d, arguments: dict) -> Plan:
     group_name = str(arguments["group_name"])
     desc = arguments.get("group_desc") or "undefined"
     plan = Plan(
-        api="new_process_group",
+        api=V.NEW_PROCESS_GROUP,
         group_name=group_name,
         group_desc=desc,
         comm_name=comm_name(desc, group_name),
@@ -121,7 +123,7 @@ def plan_split(c10d, torch, arguments: dict) -> Plan | None:
     if not desc and hasattr(parent_backend, "comm_split_count"):
         desc = f"{parent.group_desc}:split:{parent_backend.comm_split_count()}"
     plan = Plan(
-        api="split_group",
+        api=V.SPLIT_GROUP,
         group_name=group_name,
         group_desc=desc or "undefined",
         comm_name=comm_name(desc, group_name),

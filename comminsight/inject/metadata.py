@@ -18,7 +18,13 @@ from pathlib import Path
 
 from . import state
 
-SCHEMA = "comminsight.inject-metadata.v1"
+try:  # the Inject wheel's own copy of the generated names (the standard library only)
+    from . import inject_metadata_v1_names as names  # type: ignore[attr-defined]
+except ImportError:  # the source tree, and the CommInsight package
+    from comminsight_gen import inject_metadata_v1_names as names
+
+F, V = names.F, names.V
+SCHEMA = names.SCHEMA
 
 
 def global_rank() -> int | None:
@@ -64,7 +70,7 @@ class MetadataFile:
                     os.umask(old)
                 flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
                 self._fd = os.open(self.path, flags, 0o600)
-                self._append("process", time.monotonic_ns(), self.process)
+                self._append(V.PROCESS, time.monotonic_ns(), self.process)
             except OSError as e:
                 self._failed = True
                 state.warn_once("metadata", f"cannot write {self.path}: {e}; names go to NCCL")
@@ -72,7 +78,7 @@ class MetadataFile:
 
     def write(self, kind: str, **fields: object) -> bool:
         """Append one line; False (after one warning) when the file cannot be written."""
-        mono_ns = fields.pop("mono_ns", None) or time.monotonic_ns()
+        mono_ns = fields.pop(F.MONO_NS, None) or time.monotonic_ns()
         with self._lock:
             fd = self._open()
             if fd is None:
@@ -85,8 +91,10 @@ class MetadataFile:
                 return False
 
     def _append(self, kind: str, mono_ns: int, fields: dict) -> None:
-        record = {"schema": SCHEMA, "kind": kind, "pid": self.pid, "host": self.host}
-        record.update(mono_ns=mono_ns, real_ns=time.time_ns(), **fields)
+        record = {F.SCHEMA: SCHEMA, F.KIND: kind, F.PID: self.pid, F.HOST: self.host}
+        record[F.MONO_NS] = mono_ns
+        record[F.REAL_NS] = time.time_ns()
+        record.update(fields)
         os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
 
     def close(self) -> None:

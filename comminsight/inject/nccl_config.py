@@ -21,6 +21,8 @@ import sys
 import sysconfig
 import threading
 
+from .metadata import V
+
 # ncclConfig_t, NCCL 2.27 and later (src/nccl.h.in): size_t size; unsigned magic; unsigned
 # version; int blocking, cgaClusterSize, minCTAs, maxCTAs; const char* netName; int splitShare,
 # trafficClass; const char* commName; ... Fields are only ever appended, so these offsets hold
@@ -39,9 +41,9 @@ MAX_MEMBER_OFFSET = 4096
 MAX_NAMES = 65536
 NAME_MAX_BYTES = 1024
 
-TORCH_OPTION = "torch-option"
-NCCL_CONFIG = "nccl-config"
-USER_NAMED = "user-named"
+TORCH_OPTION = V.TORCH_OPTION
+NCCL_CONFIG = V.NCCL_CONFIG
+USER_NAMED = V.USER_NAMED
 
 
 class LayoutError(RuntimeError):

@@ -16,12 +16,13 @@ try:  # the Inject wheel's own copy (it depends on nothing)
 except ImportError:  # the source tree, and the CommInsight package
     from comminsight_gen import config_file_v1 as config_file
 
-HOME = "COMMINSIGHT_HOME"
-CONF = "COMMINSIGHT_CONF"
-DISABLE = "COMMINSIGHT_INJECT_DISABLE"
-STEP_MARKERS = "COMMINSIGHT_INJECT_STEP_MARKERS"
-STACKS = "COMMINSIGHT_INJECT_STACKS"
-STACK_SIGNAL = "COMMINSIGHT_INJECT_STACK_SIGNAL"
+K = config_file.K
+HOME = K.HOME
+CONF = K.CONF
+DISABLE = K.INJECT_DISABLE
+STEP_MARKERS = K.INJECT_STEP_MARKERS
+STACKS = K.INJECT_STACKS
+STACK_SIGNAL = K.INJECT_STACK_SIGNAL
 
 DEFAULTS = {
     key: config_file.convert(key, config_file.KEYS[key][1])

@@ -31,7 +31,13 @@ from pathlib import Path
 
 from .metadata import global_rank
 
-SCHEMA = "comminsight.python-stack.v1"
+try:  # the Inject wheel's own copy of the generated names (the standard library only)
+    from . import python_stack_v1_names as names  # type: ignore[attr-defined]
+except ImportError:  # the source tree, and the CommInsight package
+    from comminsight_gen import python_stack_v1_names as names
+
+F, V = names.F, names.V
+SCHEMA = names.SCHEMA
 MAX_THREADS = 64
 MAX_FRAMES = 50
 MAX_CODE = 256
@@ -131,13 +137,13 @@ class StackDumper:
         for ident in order[:MAX_THREADS]:
             thread = known.get(ident)
             entry = {
-                "name": _cut(getattr(thread, "name", "<unknown>"), MAX_NAME),
-                "ident": ident,
-                "native_id": getattr(thread, "native_id", None),
-                "main": ident == main_ident,
-                "daemon": bool(getattr(thread, "daemon", False)),
-                "frames": [],
-                "frames_omitted": 0,
+                F.NAME: _cut(getattr(thread, "name", "<unknown>"), MAX_NAME),
+                F.IDENT: ident,
+                F.NATIVE_ID: getattr(thread, "native_id", None),
+                F.MAIN: ident == main_ident,
+                F.DAEMON: bool(getattr(thread, "daemon", False)),
+                F.FRAMES: [],
+                F.FRAMES_OMITTED: 0,
             }
             budget -= len(json.dumps(entry))
             walked = _walk(frames[ident])
@@ -145,29 +151,29 @@ class StackDumper:
                 size = len(json.dumps(f)) + 1
                 if budget - size < 0:
                     truncated = True
-                    entry["frames_omitted"] = len(walked) - i
+                    entry[F.FRAMES_OMITTED] = len(walked) - i
                     break
                 budget -= size
-                entry["frames"].append(f)
+                entry[F.FRAMES].append(f)
             else:
-                entry["frames_omitted"] = max(0, len(walked) - MAX_FRAMES)
+                entry[F.FRAMES_OMITTED] = max(0, len(walked) - MAX_FRAMES)
             threads.append(entry)
             if budget <= 0:
                 truncated = True
                 break
         return {
-            "schema": SCHEMA,
-            "status": "captured",
-            "host": self.host,
-            "pid": self.pid,
-            "rank": global_rank(),
-            "seq": self.seq,
-            "signal": self.signum,
-            "captured_mono_ns": captured_mono_ns,
-            "captured_real_ns": captured_real_ns,
-            "threads": threads,
-            "threads_omitted": len(order) - len(threads),
-            "truncated": truncated,
+            F.SCHEMA: SCHEMA,
+            F.STATUS: V.CAPTURED,
+            F.HOST: self.host,
+            F.PID: self.pid,
+            F.RANK: global_rank(),
+            F.SEQ: self.seq,
+            F.SIGNAL: self.signum,
+            F.CAPTURED_MONO_NS: captured_mono_ns,
+            F.CAPTURED_REAL_NS: captured_real_ns,
+            F.THREADS: threads,
+            F.THREADS_OMITTED: len(order) - len(threads),
+            F.TRUNCATED: truncated,
         }
 
 
@@ -181,10 +187,10 @@ def _walk(frame) -> list[dict]:
         source = linecache.getline(file, line).strip() if isinstance(line, int) else ""
         out.append(
             {
-                "file": _cut(file, MAX_TEXT),
-                "line": line if isinstance(line, int) and line >= 0 else None,
-                "function": _cut(getattr(code, "co_qualname", code.co_name), MAX_NAME),
-                "code": _cut(source, MAX_CODE),
+                F.FILE: _cut(file, MAX_TEXT),
+                F.LINE: line if isinstance(line, int) and line >= 0 else None,
+                F.FUNCTION: _cut(getattr(code, "co_qualname", code.co_name), MAX_NAME),
+                F.CODE: _cut(source, MAX_CODE),
             }
         )
         frame = frame.f_back

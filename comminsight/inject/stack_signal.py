@@ -22,7 +22,7 @@ import signal
 import threading
 
 from . import state
-from .metadata import MetadataFile
+from .metadata import F, MetadataFile, V
 from .settings import STACKS, Settings
 from .stack_dump import StackDumper, stack_dir
 
@@ -84,7 +84,7 @@ class StackAnnouncer:
                     self._register()
                 elif self.announced == "available" and not self._still_ours():
                     name = self.conf.stack_signal
-                    self._announce("unavailable", f"{TAKEN}: it replaced Inject's {name} handler")
+                    self._announce(V.UNAVAILABLE, f"{TAKEN}: it replaced Inject's {name} handler")
         except Exception as e:
             state.warn_once("stacks", f"stacks unavailable: {type(e).__name__}: {e}")
 
@@ -99,11 +99,11 @@ class StackAnnouncer:
             self._announce("unavailable", f"{name} does not exist here: {e}")
             return
         if not self.conf.stacks:
-            self._announce("unavailable", TURNED_OFF)
+            self._announce(V.UNAVAILABLE, TURNED_OFF)
             return
         if threading.current_thread() is not threading.main_thread():
             self._announce(
-                "unavailable",
+                V.UNAVAILABLE,
                 "the first process group was made outside the main thread, where Python "
                 "cannot register signal handlers",
             )
@@ -111,30 +111,30 @@ class StackAnnouncer:
         current = signal.getsignal(self.signum)
         if current is not signal.SIG_DFL:
             held = "a handler installed outside Python" if current is None else repr(current)
-            self._announce("unavailable", f"{TAKEN}: {name} already has {held}")
+            self._announce(V.UNAVAILABLE, f"{TAKEN}: {name} already has {held}")
             return
         if kernel_handler_installed(self.signum):
-            self._announce("unavailable", f"{TAKEN}: {name} has a native (C) handler")
+            self._announce(V.UNAVAILABLE, f"{TAKEN}: {name} has a native (C) handler")
             return
         dumper = StackDumper(self.conf.home, self.sink.host, self.signum)
         signal.signal(self.signum, dumper.handler)
         self.dumper = dumper
-        self._announce("available", "")
+        self._announce(V.AVAILABLE, "")
 
     def _announce(self, stacks: str, reason: str) -> None:
         self.announced = stacks
         fields = {
-            "stacks": stacks,
-            "stack_signal_name": self.conf.stack_signal,
-            "stack_dir": str(stack_dir(self.conf.home)),
-            "reason": reason,
+            F.STACKS: stacks,
+            F.STACK_SIGNAL_NAME: self.conf.stack_signal,
+            F.STACK_DIR: str(stack_dir(self.conf.home)),
+            F.REASON: reason,
         }
         if self.signum is not None:
-            fields["stack_signal"] = self.signum
+            fields[F.STACK_SIGNAL] = self.signum
         ticks = start_ticks()
         if ticks is not None:
-            fields["start_ticks"] = ticks
-        self.sink.write("stacks", **fields)
+            fields[F.START_TICKS] = ticks
+        self.sink.write(V.STACKS, **fields)
 
     def uninstall(self) -> None:
         """Give the signal back (tests, and Inject turning itself off)."""

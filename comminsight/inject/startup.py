@@ -13,6 +13,10 @@ import os
 import sys
 
 TARGET = "torch.distributed"
+# config_file_v1.K.INJECT_DISABLE and config_file_v1.TRUE, spelled here rather than imported:
+# importing that module at every interpreter start would more than double what Inject costs
+# there (tests/test_inject_protocol_names.py holds the copies equal)
+DISABLE = "COMMINSIGHT_INJECT_DISABLE"
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -116,7 +120,7 @@ def install(environ=None) -> "TorchDistributedHook | None":
     """Register the hook (or act at once if torch.distributed is already imported); None when
     COMMINSIGHT_INJECT_DISABLE is set in the environment."""
     env = os.environ if environ is None else environ
-    if env.get("COMMINSIGHT_INJECT_DISABLE", "").strip().lower() in _TRUE:
+    if env.get(DISABLE, "").strip().lower() in _TRUE:
         return None
     loaded = sys.modules.get(TARGET)
     if loaded is not None:

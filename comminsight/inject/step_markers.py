@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from . import state
-from .metadata import MetadataFile, global_rank
+from .metadata import F, MetadataFile, V, global_rank
 
 
 class StepMarkers:
@@ -29,7 +29,9 @@ class StepMarkers:
             index = self.counts.get(name, 0)
             self.counts[name] = index + 1
             rank = global_rank()  # read per step: a launcher may export it after import
-            self.sink.write("step", mono_ns=now, rank=rank, optimizer=name, index=index)
+            self.sink.write(
+                V.STEP, **{F.MONO_NS: now, F.RANK: rank, F.OPTIMIZER: name, F.INDEX: index}
+            )
         except Exception as e:  # a marker is never worth a failed step
             state.warn_once("step-markers", f"step markers stopped: {type(e).__name__}: {e}")
             self.remove()

@@ -19,7 +19,7 @@ import sys
 import threading
 
 from . import __version__, group_naming, settings, startup, state
-from .metadata import MetadataFile, global_rank
+from .metadata import F, MetadataFile, V, global_rank
 from .stack_signal import StackAnnouncer
 from .step_markers import StepMarkers
 
@@ -167,17 +167,19 @@ class Adapter:
             state.warn_once("unavailable", f"communicator names not set: {plan.reason}")
         if self.sink is not None and plan.naming != group_naming.NOT_MEMBER:
             self.sink.write(
-                "group",
-                api=plan.api,
-                group_name=plan.group_name,
-                group_desc=plan.group_desc,
-                comm_name=plan.comm_name,
-                naming=plan.naming,
-                reason=plan.reason,
-                rank=global_rank(),
-                group_rank=plan.group_rank,
-                group_size=plan.group_size,
-                global_ranks=plan.global_ranks,
+                V.GROUP,
+                **{
+                    F.API: plan.api,
+                    F.GROUP_NAME: plan.group_name,
+                    F.GROUP_DESC: plan.group_desc,
+                    F.COMM_NAME: plan.comm_name,
+                    F.NAMING: plan.naming,
+                    F.REASON: plan.reason,
+                    F.RANK: global_rank(),
+                    F.GROUP_RANK: plan.group_rank,
+                    F.GROUP_SIZE: plan.group_size,
+                    F.GLOBAL_RANKS: plan.global_ranks,
+                },
             )
 
 
@@ -221,12 +223,12 @@ def activate(distributed, environ: dict[str, str] | None = None) -> Adapter | No
         state.disable(f"torch {raw_version}: unreadable or older than {oldest}")
         return None
     process = {
-        "inject_version": __version__,
-        "torch_version": raw_version,
-        "torch_tested": version in TESTED_TORCH,
-        "nccl_build": bool(getattr(c10d, "_NCCL_AVAILABLE", False)),
-        "rank": global_rank(),
-        "step_markers": conf.step_markers,
+        F.INJECT_VERSION: __version__,
+        F.TORCH_VERSION: raw_version,
+        F.TORCH_TESTED: version in TESTED_TORCH,
+        F.NCCL_BUILD: bool(getattr(c10d, "_NCCL_AVAILABLE", False)),
+        F.RANK: global_rank(),
+        F.STEP_MARKERS: conf.step_markers,
     }
     sink = MetadataFile(conf.home, process)
     adapter = Adapter(torch, c10d, sink)

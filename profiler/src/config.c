@@ -106,7 +106,7 @@ static int key_index(const ci_config_v1_key_t* keys, size_t n, const char* name)
  * choose what the training process executes). */
 static bool environment_only(int index) {
     return index == CI_CONFIG_V1_HOME_INDEX || index == CI_CONFIG_V1_CONF_INDEX ||
-           index == CI_CONFIG_V1_PROFILER_AGENT_BIN_INDEX;
+           index == CI_CONFIG_V1_PROFILER_AGENT_BIN_INDEX || index == CI_CONFIG_V1_JOB_ID_INDEX;
 }
 
 static void parse_line(char* line, const char* path, int lineno, const ci_config_v1_key_t* keys, size_t n,

@@ -58,7 +58,7 @@ static bool k8s_indexed_job(const char* host, char* out, size_t size) {
  * exports TORCHELASTIC_RUN_ID even when no --rdzv-id was given, as "none": every such job
  * would be one, so it does not count. */
 static const char* job_id(char* buf, size_t size) {
-    static const char* vars[] = {"COMMINSIGHT_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "JOB_ID"};
+    static const char* vars[] = {CI_CONFIG_V1_JOB_ID_KEY, "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "JOB_ID"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         const char* v = getenv(vars[i]);
         if (v && *v && !(i == 1 && strcmp(v, "none") == 0)) return v;

@@ -547,6 +547,15 @@ KEYS: tuple[ConfigKey, ...] = (
         min_length=1,
     ),
     ConfigKey(
+        name="COMMINSIGHT_JOB_ID",
+        field="job_id",
+        type="string",
+        default='',
+        unit="name",
+        description="Job this training process belongs to, as the Profiler writes it into the SHM header and the inspector-log lines (truncated to 63 bytes). Empty means the first set of TORCHELASTIC_RUN_ID (unless torchrun\u0027s default \u0027none\u0027), SLURM_JOB_ID, JOB_ID and a Kubernetes Indexed Job\u0027s name (JOB_COMPLETION_INDEX set and the pod\u0027s host name \u003cjob\u003e-\u003cindex\u003e); other Kubernetes workloads set it through the downward API. Only the environment can set this key: each job exports its own, while a configuration file is shared by every job of the host.",
+        components=("profiler",),
+    ),
+    ConfigKey(
         name="COMMINSIGHT_PROFILER_DEBUG",
         field="profiler_debug",
         type="boolean",
@@ -730,6 +739,7 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     profiler_log_segment_s: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0, description="An open inspector_logs segment is sealed after this long even if small.")] = 300.0
     profiler_log_flush_ms: Annotated[int, msgspec.Meta(ge=1, le=60000, description="How often the log writer drains the ring and writes.")] = 200
     profiler_agent_bin: Annotated[str, msgspec.Meta(min_length=1, description="Agent executable the Profiler autostarts (looked up on PATH when not absolute). Only the environment can set this key: a value in the configuration file is ignored with a warning, because a file that others may write must never choose what the training process executes. The executable must not be writable by group or others.")] = 'comminsight-agent'
+    job_id: Annotated[str, msgspec.Meta(description="Job this training process belongs to, as the Profiler writes it into the SHM header and the inspector-log lines (truncated to 63 bytes). Empty means the first set of TORCHELASTIC_RUN_ID (unless torchrun\u0027s default \u0027none\u0027), SLURM_JOB_ID, JOB_ID and a Kubernetes Indexed Job\u0027s name (JOB_COMPLETION_INDEX set and the pod\u0027s host name \u003cjob\u003e-\u003cindex\u003e); other Kubernetes workloads set it through the downward API. Only the environment can set this key: each job exports its own, while a configuration file is shared by every job of the host.")] = ''
     profiler_debug: Annotated[bool, msgspec.Meta(description="Log Profiler decisions through NCCL\u0027s logger (INFO level).")] = False
     semantic_enable: Annotated[bool, msgspec.Meta(description="Run the Semantic Engine on completed ops in the Agent.")] = True
     semantic_template_dirs: Annotated[str, msgspec.Meta(description="Extra directories (colon-separated) of step templates, added to the built-in ones.")] = ''
