@@ -3,9 +3,9 @@
 #   hangs (4 injected faults, live Agent), training throughput with/without CommInsight (GPT
 #   DDP and FSDP2), fail-open (Agent SIGKILLed mid-run, unwritable log directory), and the
 #   TP+DP 2-D DeviceMesh job with gradient accumulation; see bench/gpu/e2e_driver.py.
-# Carry from the dev machine: .whl (the Agent's runtime wheels for Python 3.12),
-# build/agent-src (git archive HEAD comminsight generated/python) and
-# dist/comminsight_inject-*.whl (make build-inject).
+# Carry from the dev machine (bench/gpu/prep_faults_carry.sh makes them): build/agent-wheels
+# (the Agent's runtime wheels for Python 3.12), build/agent-src (git archive HEAD comminsight
+# generated/python) and dist/comminsight_inject-*.whl (make build-inject).
 # Knobs: SECTIONS (hangs,train,failopen,tpdp; tpdp4 adds the 2x2 mesh on 4 processes; turns
 # runs bench/gpu/throughput_turns.py after the rest), FAULTS, THRESHOLD_S (5), STEPS (300),
 # REPS (2), DEADLINE_S (500: the driver starts nothing new past it), REP_BASE, KEEP_TRAIN;
@@ -46,7 +46,7 @@ BUILD_ONLY=1 NO_PROBE=1 bash bench/gpu/run_overhead.sh >"$ROOT/build/gpu_build.l
 }
 python3 -m pip install -q --no-index --no-deps --force-reinstall dist/comminsight_inject-*.whl || exit 1
 AGENT_SITE=/tmp/agent-site
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$AGENT_SITE" .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$AGENT_SITE" build/agent-wheels/*.whl || exit 1
 NATIVE=build/agent-src/comminsight/semantic/native
 /usr/bin/gcc -std=gnu11 -O2 -fPIC -shared -ffp-contract=off "$NATIVE/engine_core.c" \
   -Ibuild/agent-src/generated/c/include \

@@ -6,7 +6,7 @@
 # (bench/gpu/faults_driver.py), scored by bench/gpu/faults_report.py.
 #
 # Carry from the dev machine (bench/gpu/prep_faults_carry.sh makes them): build/agent-wheels
-# (the Agent's runtime wheels for Python 3.12; .whl/ is taken too), build/agent-src (git
+# (the Agent's runtime wheels for Python 3.12), build/agent-src (git
 # archive of comminsight/ and generated/python/) and the Inject wheel
 # (INJECT_WHEEL_DIR, default build/gpu-faults, else dist/comminsight_inject-*.whl).
 # Knobs: FAULTS (none,sleep,skip,extra,sendsend), THRESHOLD_S (5), AT (8), SLEEP_S (120),
@@ -57,7 +57,7 @@ PY
   [[ -n "$WHEEL" ]] || { echo "no Inject wheel carried (make build-inject)"; exit 1; }
   "$PY" -m pip install -q --no-index --no-deps --force-reinstall "$WHEEL" || exit 1
   echo "Inject: $WHEEL"
-  WHEELS="$(ls -d build/agent-wheels .whl 2>/dev/null | head -1)"
+  WHEELS="$(ls -d build/agent-wheels 2>/dev/null | head -1)"
   [[ -n "$WHEELS" && -d build/agent-src ]] || {
     echo "carry build/agent-wheels and build/agent-src (bench/gpu/prep_faults_carry.sh)"
     exit 1

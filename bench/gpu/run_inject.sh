@@ -2,8 +2,8 @@
 # Inject on 2xH200 (device tool, nvidia-h200-x2): torch 2.11 + NCCL 2.28.9 jobs whose every
 # communicator must carry `<group_desc>:<group_name>` in the profiler's records and the Agent's
 # API. Needs, carried from the dev machine: dist/comminsight_inject-*.whl (make build-inject),
-# .whl/ (the Agent's runtime wheels for Python 3.12: README "Inject" says how) and
-# build/agent-src/ (git archive of comminsight/ and generated/python/ at HEAD).
+# build/agent-wheels/ (the Agent's runtime wheels for Python 3.12) and build/agent-src/ (git
+# archive of comminsight/ and generated/python/ at HEAD): bench/gpu/prep_faults_carry.sh.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -16,7 +16,7 @@ python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.n
 python3 -m pip install -q --no-index --no-deps --force-reinstall dist/comminsight_inject-*.whl || exit 1
 python3 -X importtime -c pass 2>&1 | grep -E "comminsight_inject|import time: self" | head -5
 AGENT_SITE=/tmp/agent-site
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$AGENT_SITE" .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$AGENT_SITE" build/agent-wheels/*.whl || exit 1
 AGENT_PATH="$AGENT_SITE:$ROOT/build/agent-src:$ROOT/build/agent-src/generated/python"
 # what the API client needs (httpx, attrs) where the image's python lacks it (bench/gpu/agent_api.py)
 export AGENT_PYTHONPATH="$AGENT_PATH"
