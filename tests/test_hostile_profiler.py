@@ -588,11 +588,22 @@ def test_the_agent_starts_with_no_descriptor_of_training_and_no_signal_blocked(t
     held.set_inheritable(True)
     marker = tmp_path / "agent-ran"
     agent = tmp_path / "agent"
+    # the agent reads its own state, forking nothing (a shell script's `grep` read the shell's
+    # mask while the shell blocked every signal to fork it), and looks for the socket by its
+    # inode (a shell opens its script at fd 10 and up, which the socket's number may be)
     agent.write_text(
-        "#!/bin/sh\n"
-        f"grep SigBlk /proc/$$/status >> {marker}\n"
-        f'if [ -e /proc/$$/fd/$HELD_FD ]; then echo "fd inherited"; else echo "fd closed"; fi'
-        f" >> {marker}\n"
+        f"#!{sys.executable}\n"
+        "import os\n"
+        "blocked = next(l for l in open('/proc/self/status') if l.startswith('SigBlk'))\n"
+        "links = []\n"
+        "for n in os.listdir('/proc/self/fd'):\n"
+        "    try:\n"
+        "        links.append(os.readlink(f'/proc/self/fd/{n}'))\n"
+        "    except OSError:  # the listing's own descriptor, closed since\n"
+        "        pass\n"
+        "held = f\"socket:[{os.environ['HELD_INODE']}]\" in links\n"
+        f"with open({str(marker)!r}, 'a') as f:\n"
+        "    f.write(blocked + ('fd inherited' if held else 'fd closed') + '\\n')\n"
     )
     agent.chmod(0o755)
     try:
@@ -604,7 +615,7 @@ def test_the_agent_starts_with_no_descriptor_of_training_and_no_signal_blocked(t
             COMMINSIGHT_AGENT_AUTOSTART="1",
             COMMINSIGHT_PROFILER_AGENT_BIN=str(agent),
             LOCAL_RANK="0",
-            HELD_FD=str(held.fileno()),
+            HELD_INODE=str(os.fstat(held.fileno()).st_ino),
         )
         out, _ = finish(proc)
         assert out["init_result"] == 0
