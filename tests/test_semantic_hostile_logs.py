@@ -262,8 +262,8 @@ def test_the_cli_prints_a_few_warnings_for_a_file_of_garbage(logs, tmp_path):
         timeout=300,
     )
     assert run.returncode == 0, run.stderr
-    warnings = [line for line in run.stderr.splitlines() if "warning:" in line]
-    assert len(warnings) == SKIPPED_NAMED + 1, warnings
-    assert all(str(logs / GARBAGE) in w for w in warnings)
+    # the good logs may have their own (a loaded machine's simulation can lose records)
+    warnings = [w for w in run.stderr.splitlines() if "warning:" in w and GARBAGE in w]
+    assert len(warnings) == SKIPPED_NAMED + 1, run.stderr[-3000:]
     assert f"{BAD_LINES} lines skipped in all" in warnings[-1]
     assert f"{2 * (STEPS + 1)} step summaries" in run.stdout
