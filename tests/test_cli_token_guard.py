@@ -195,6 +195,18 @@ def test_a_listener_of_this_user_gets_the_token():
     )
 
 
+@as_root
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy", "ALL_PROXY"])
+def test_a_proxy_in_the_environment_never_gets_the_token(variable):
+    """A proxy is never checked like the agent's port: the token goes straight to the agent,
+    whatever proxy the environment names (here another user's port on this host)."""
+    with Server(b"{}", uid=NOBODY) as proxy, Server(HANG_REPORT) as agent:
+        out = resolve(agent, **{variable: proxy.url, "NO_PROXY": "", "no_proxy": ""})
+    assert out.returncode == 0, out.stderr
+    assert proxy.requests == []
+    assert agent.requests == [f"POST /api/v1/hangs/{REPORT_ID}/resolve auth=Bearer {TOKEN}"]
+
+
 def test_nothing_listening_goes_ahead_and_fails_on_its_own():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

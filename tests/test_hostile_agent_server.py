@@ -534,7 +534,9 @@ def test_a_home_owned_by_another_user_is_refused(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
-@pytest.mark.parametrize("how", ["parent_other_owner", "parent_world_writable", "link_of_other"])
+@pytest.mark.parametrize(
+    "how", ["parent_other_owner", "parent_world_writable", "link_of_other", "final_link"]
+)
 def test_a_home_whose_parents_others_control_is_refused(tmp_path, how):
     """Whoever can rename a parent of the home, or re-point a link on its way, can swap the
     home for one of their own after the check: refused, named, nothing created."""
@@ -549,6 +551,13 @@ def test_a_home_whose_parents_others_control_is_refused(tmp_path, how):
         parent.chmod(0o777)
         (parent / "a").mkdir()
         home, named = parent / "a" / "home", "without the sticky bit (mode 0777)"
+    elif how == "final_link":  # ours, into a directory whose owner can swap what it holds
+        theirs = tmp_path / "theirs"
+        (theirs / "home").mkdir(parents=True)
+        os.chown(theirs, NOBODY, NOBODY)
+        home = tmp_path / "link"
+        home.symlink_to("theirs/home")
+        named = f"{theirs} (a parent of {home}"
     else:
         sticky = tmp_path / "sticky"
         sticky.mkdir()
@@ -561,7 +570,9 @@ def test_a_home_whose_parents_others_control_is_refused(tmp_path, how):
     with pytest.raises(HomeError, match=re.escape(named)):
         check_home(home)
     _refused_home(tmp_path, home, named)
-    assert not home.exists()
+    assert not home.exists() or not list(home.iterdir())
+    with pytest.raises(HomeError, match=re.escape(named)):
+        check_home(Path(f"{home}/"))  # the same with a trailing slash
     with pytest.raises(HomeError, match=re.escape(named)):
         check_config_file(home / "etc" / "comminsight.conf")
 

@@ -181,10 +181,24 @@ def _link_of_another_user_on_the_way(tmp_path: Path) -> tuple[Path, str]:
     return link / "home", f"{link} \\(on the way to .*\\) is a symbolic link owned by uid {NOBODY}"
 
 
+def _root_link_into_a_directory_of_another_user(tmp_path: Path) -> tuple[Path, str]:
+    theirs = tmp_path / "theirs"
+    (theirs / "home").mkdir(parents=True)
+    os.chown(theirs, NOBODY, NOBODY)  # they can swap theirs/home for a link to anything
+    link = tmp_path / "link"
+    link.symlink_to("theirs/home")
+    return link, f"{theirs} \\(a parent of {link}\\) is owned by uid {NOBODY}"
+
+
 @pytest.mark.parametrize(
     "make",
-    [_parent_owned_by_another_user, _parent_anyone_can_write, _link_of_another_user_on_the_way],
-    ids=["parent-other-owner", "parent-world-writable", "link-of-another-user"],
+    [
+        _parent_owned_by_another_user,
+        _parent_anyone_can_write,
+        _link_of_another_user_on_the_way,
+        _root_link_into_a_directory_of_another_user,
+    ],
+    ids=["parent-other-owner", "parent-world-writable", "link-of-another-user", "final-link"],
 )
 def test_a_home_whose_parents_others_control_is_refused(make, tmp_path):
     """Whoever can rename the home's parent (or re-point a link on its way) can swap the home
@@ -198,7 +212,7 @@ def test_a_home_whose_parents_others_control_is_refused(make, tmp_path):
     assert sorted(r.coll_perf.coll_sn for r in ops_in(private / "inspector_logs")) == list(
         range(OPS)
     )
-    assert not home.exists(), "the refused home was created"
+    assert not home.exists() or not list(home.iterdir()), "the refused home was written"
 
 
 def test_a_home_under_a_sticky_directory_through_roots_links_is_used(tmp_path):
@@ -218,15 +232,25 @@ def test_a_home_under_a_sticky_directory_through_roots_links_is_used(tmp_path):
     ) == (list(range(OPS)))
 
 
-@pytest.mark.parametrize(("owner", "mode"), [(NOBODY, 0o777), (NOBODY, 0o1777), (0, 0o777)])
-def test_a_shm_dir_others_control_is_refused_for_the_home_shms(owner, mode, tmp_path):
+@pytest.mark.parametrize(
+    ("owner", "mode", "through_link"),
+    [(NOBODY, 0o777, False), (NOBODY, 0o1777, False), (0, 0o777, False), (0, 0o700, True)],
+)
+def test_a_shm_dir_others_control_is_refused_for_the_home_shms(owner, mode, through_link, tmp_path):
     """COMMINSIGHT_PROFILER_SHM_DIR where another user could rename or replace the region
-    (their directory, or one anyone may write without the sticky bit): named, and the region
-    is a file in the home's shms/ instead. /dev/shm (root's, 1777) is what is meant."""
+    (their directory, one anyone may write without the sticky bit, or ours reached through a
+    link into their directory): named, and the region is a file in the home's shms/
+    instead. /dev/shm (root's, 1777) is what is meant."""
     shm_dir = tmp_path / "their-shm"
     shm_dir.mkdir()
     os.chown(shm_dir, owner, owner)
     shm_dir.chmod(mode)
+    if through_link:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        shm_dir.rename(theirs / "shm")
+        os.chown(theirs, NOBODY, NOBODY)
+        shm_dir.symlink_to(theirs / "shm")
     home = tmp_path / "home"
     out, err = run("train", home, tmp_path, COMMINSIGHT_PROFILER_SHM_DIR=str(shm_dir))
     refusals = said(err, rf"COMMINSIGHT_PROFILER_SHM_DIR={re.escape(str(shm_dir))} refused: ")

@@ -128,7 +128,14 @@ def changing_client(args: argparse.Namespace) -> Client:
     timeout = httpx.Timeout(TIMEOUT_S)
     if token:
         refuse_a_foreign_listener(args.agent_url, "--token" if args.token else TOKEN_SETTING)
-        return AuthenticatedClient(base_url=args.agent_url, token=token, timeout=timeout)
+        # straight to the agent: a proxy named by HTTP_PROXY/ALL_PROXY (checked by no one,
+        # perhaps another user's port on this host) would be handed the token with the request
+        return AuthenticatedClient(
+            base_url=args.agent_url,
+            token=token,
+            timeout=timeout,
+            httpx_args={"trust_env": False},
+        )
     return Client(base_url=args.agent_url, timeout=timeout)
 
 

@@ -104,9 +104,11 @@ int ci_check_fd(int fd, ci_kind_t kind, bool root_ok, char* why, size_t why_len)
 int ci_open_dir_at(int parent_fd, const char* name, bool create, char* why, size_t why_len);
 int ci_open_file_at(int dir_fd, const char* name, int flags, ci_kind_t kind, bool root_ok, char* why,
                     size_t why_len);
-/* Every directory and link an absolute path passes through before its last component, resolved
- * as the kernel does: owned by this user or root, and a directory others can write only with
- * the sticky bit. 0, or -1 with the place and reason in `why`. Missing components end the walk. */
+/* Every directory and link a path passes through, resolved as the kernel does (a last
+ * component that is a link too): owned by this user or root, and a directory others can write
+ * only with the sticky bit. The directory it ends in is the caller's to check. 0, or -1 with
+ * the place and reason in `why`. Missing components end the walk. A relative path is taken
+ * from the working directory. */
 int ci_check_ancestors(const char* path, char* why, size_t why_len);
 
 /* ---- the home (home.c): trusted, or a private directory in its place ---- */

@@ -192,7 +192,7 @@ static void read_fd(int fd, const char* path, const ci_config_v1_key_t* keys, si
  * that only this user or root can change, reached through directories nobody else can write. Never blocks: a FIFO or device there is refused, not read. */
 static void read_explicit(const char* path, const ci_config_v1_key_t* keys, size_t n, raw_value_t* raw) {
     char why[PATH_MAX + 256];
-    if (path[0] == '/' && ci_check_ancestors(path, why, sizeof(why)) != 0) {
+    if (ci_check_ancestors(path, why, sizeof(why)) != 0) {
         ci_warn("configuration file %s refused: %s; using the environment and defaults", path, why);
         return;
     }

@@ -135,16 +135,27 @@ static bool trusted_ancestor(const char* dir, const struct stat* st, const char*
 
 #define CI_MAX_LINKS 40 /* what the kernel follows in one path */
 
+/* Whether what is left of a path names no further component ("", "/", "./", ...). */
+static bool at_end(const char* rest) {
+    for (const char* p = rest; *p; p++)
+        if (*p != '/' && !(*p == '.' && (p[1] == '/' || p[1] == '\0') && (p == rest || p[-1] == '/'))) return false;
+    return true;
+}
+
 int ci_check_ancestors(const char* path, char* why, size_t why_len) {
     char rest[2 * PATH_MAX], cur[PATH_MAX], cand[PATH_MAX], part[NAME_MAX + 1], target[PATH_MAX];
-    const char* last = strrchr(path, '/');
-    size_t n = last ? (size_t)(last - path) : 0;
-    if (n >= sizeof(rest)) {
+    rest[0] = '\0';
+    if (path[0] != '/' && !getcwd(rest, PATH_MAX)) {
+        snprintf(why, why_len, "%s: the working directory is unknown (%s)", path, strerror(errno));
+        return -1;
+    }
+    size_t at = strlen(rest), n = strlen(path);
+    if (at + 1 + n >= sizeof(rest)) {
         snprintf(why, why_len, "%s: path too long", path);
         return -1;
     }
-    memcpy(rest, path, n);
-    rest[n] = '\0';
+    if (at) rest[at++] = '/';
+    memcpy(rest + at, path, n + 1);
     snprintf(cur, sizeof(cur), "/");
     struct stat st;
     if (lstat("/", &st) != 0 || !trusted_ancestor("/", &st, path, why, why_len)) return -1;
@@ -195,7 +206,8 @@ int ci_check_ancestors(const char* path, char* why, size_t why_len) {
             rest[t] = '/';
             continue;
         }
-        if (!S_ISDIR(st.st_mode)) return 0; /* opening the path fails there, with its own error */
+        /* a file: opening the path fails there, with its own error; the end: the caller's */
+        if (!S_ISDIR(st.st_mode) || at_end(rest)) return 0;
         if (!trusted_ancestor(cand, &st, path, why, why_len)) return -1;
         memcpy(cur, cand, strlen(cand) + 1);
     }

@@ -104,14 +104,15 @@ MAX_LINKS = 40  # what the kernel follows in one path (Linux's MAXSYMLINKS)
 
 
 def check_ancestors(path: Path, me: int) -> None:
-    """Every directory and link the path passes through on its way to its last component,
-    resolved as the kernel resolves it: a directory owned by another user (root aside), or
-    one that group or others can write without the sticky bit, lets that user rename the home
-    away and put another in its place; a link another user made sends the path wherever that
-    user chose. Such a path is refused, naming the place. Components that do not exist yet
-    end the walk: the Agent creates them itself, 0700."""
+    """Every directory and link the path passes through, resolved as the kernel resolves it
+    (the last component too, when it is a link): a directory owned by another user (root
+    aside), or one that group or others can write without the sticky bit, lets that user
+    rename the home away and put another in its place; a link another user made sends the
+    path wherever that user chose. Such a path is refused, naming the place. The directory
+    the path ends in is the caller's to check; components that do not exist yet end the walk
+    (the Agent creates them itself, 0700)."""
     path = Path(path) if Path(path).is_absolute() else Path.cwd() / path
-    pending = list(path.parts[1:-1])
+    pending = list(path.parts[1:])
     current = Path("/")
     _check_ancestor_dir(current, os.lstat(current), path, me)
     links = 0
@@ -144,8 +145,8 @@ def check_ancestors(path: Path, me: int) -> None:
                 current = Path("/")
             pending[:0] = [p for p in target.parts if p != "/"]
             continue
-        if not stat.S_ISDIR(st.st_mode):
-            return  # opening the home fails there, with its own error
+        if not stat.S_ISDIR(st.st_mode) or not [p for p in pending if p not in ("", ".")]:
+            return  # a file: opening fails there, with its own error; the end: the caller's
         _check_ancestor_dir(candidate, st, path, me)
         current = candidate
 

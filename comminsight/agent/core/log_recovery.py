@@ -73,7 +73,8 @@ def segment_prefix(region: ShmRegion) -> str:
 def logged_through(logs: Path, prefix: str) -> tuple[int, int]:
     """(the highest ring seq the process's segments account for, the next segment index)."""
     last, next_index = 0, 0
-    pattern = re.compile(re.escape(prefix) + r"(\d+)\.jsonl(\.partial)?$")
+    # an index of more digits than the writer makes (a planted name) is not a segment of ours
+    pattern = re.compile(re.escape(prefix) + r"(\d{1,9})\.jsonl(\.partial)?$")
     try:
         names = os.listdir(logs)
     except FileNotFoundError:
