@@ -190,8 +190,11 @@ int ci_check_ancestors(const char* path, char* why, size_t why_len) {
         }
         if (S_ISLNK(st.st_mode)) {
             if (st.st_uid != geteuid() && st.st_uid != 0) {
-                snprintf(why, why_len, "%s (on the way to %s) is a symbolic link owned by uid %u; not followed", cand,
-                         path, (unsigned)st.st_uid);
+                if (strcmp(cand, path) == 0)
+                    snprintf(why, why_len, "is a symbolic link owned by uid %u; not followed", (unsigned)st.st_uid);
+                else
+                    snprintf(why, why_len, "%s (on the way to %s) is a symbolic link owned by uid %u; not followed",
+                             cand, path, (unsigned)st.st_uid);
                 return -1;
             }
             ssize_t t = readlink(cand, target, sizeof(target) - 1);

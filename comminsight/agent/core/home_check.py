@@ -132,10 +132,10 @@ def check_ancestors(path: Path, me: int) -> None:
             raise HomeError(f"{candidate}: cannot be examined: {e.strerror}") from None
         if stat.S_ISLNK(st.st_mode):
             if st.st_uid not in (me, 0):
+                where = f"{path}:" if candidate == path else f"{candidate} (on the way to {path})"
                 raise HomeError(
-                    f"{candidate} (on the way to {path}) is a symbolic link owned by "
-                    f"{_user(st.st_uid)}, not by this Agent's user ({_user(me)}) or root; "
-                    "not followed"
+                    f"{where} is a symbolic link owned by {_user(st.st_uid)}, not by this "
+                    f"Agent's user ({_user(me)}) or root; not followed"
                 )
             links += 1
             if links > MAX_LINKS:
