@@ -20,18 +20,10 @@ fields). A line that does not decode, a segment whose seal does not match its co
 missing segment are each reported in `problems` naming the file (and line), and reading goes
 on with the rest. Records known lost (gap lines, missing segments) are attached to the next
 op as `lost_before`.
-
-Hostile or damaged files cost in proportion to what they hold that is good: a file's skipped
-lines (that do not decode, or longer than native.LINE_BYTES_MAX, 1 MiB, which are skipped
-unread) are named up to SKIPPED_NAMED and then counted in one problem; a segment is scanned a
-chunk of lines at a time and only what its lines yield is kept (ops, gaps), never a line or
-a row per line skipped; an open segment is read into one buffer; over-long trailing bytes
-without a newline are named rather than waited for.
 """
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import re
@@ -45,7 +37,7 @@ import numpy as np
 from isal.isal_zlib import crc32  # zlib's CRC-32, with PCLMUL: 4x faster
 
 from comminsight.log_segments import SEGMENT_BYTES_MAX
-from comminsight.safe_open import READ_CHUNK_BYTES, UntrustedFile, open_regular
+from comminsight.safe_open import open_regular, read_regular
 from comminsight.semantic import native
 from comminsight.semantic.native import NONE
 from comminsight.semantic.op_batch import (
@@ -60,12 +52,7 @@ from comminsight.semantic.op_batch import (
 from comminsight.semantic.op_times import op_times
 from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.positions import LogPosition
-from comminsight.semantic.process_gpus import (
-    COMM_INIT_NEEDLE,
-    GpuOfProcess,
-    ProcessMembers,
-    split_process,
-)
+from comminsight.semantic.process_gpus import GpuOfProcess, ProcessMembers, split_process
 from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.inspector_log_v1_fields import V
 from comminsight_gen.models.inspector_log_v1_lean import EngineHeader, EngineLine
@@ -166,7 +153,7 @@ class GpuLog:
             yield batch
 
     def _anchor(self, data: bytes) -> tuple[int, int]:
-        first = data[: data.find(b"\n", 0, native.LINE_BYTES_MAX) + 1]  # none if too long
+        first = data[: data.find(b"\n") + 1]
         try:
             ci = _DECODER.decode(first).ci
         except BAD_JSON:
@@ -295,9 +282,8 @@ class _SegmentReader:
 
     def read_ahead(self, path: Path) -> list[bytes]:
         """Read a whole segment now, for `read` to give later (its problems are reported
-        then, in their place), and return its lines that may be comm_init lines (what a GPU
-        split needs: those before the seal that decode and hold COMM_INIT_NEEDLE): the segment
-        is then read once, not searched as well."""
+        then, in their place), and return its lines that are not op lines (what a GPU split
+        needs): the segment is then read once, not searched as well."""
         others: list[bytes] = []
         self._problems = problems = []
         try:
@@ -311,7 +297,7 @@ class _SegmentReader:
         self, path: Path, offset: int, record: int, others: list[bytes] | None = None
     ) -> tuple[OpBatch, int]:
         """The ops of one segment from a byte offset, and the records lost after its last op
-        (with `others`, the lines read_ahead returns are added to it)."""
+        (with `others`, the lines that are not op lines are added to it)."""
         ahead = self._ahead.pop(path.name, None)
         if ahead is not None and offset == 0 and record == 0:
             self.log.problems += ahead[1]
@@ -344,33 +330,54 @@ class _SegmentReader:
         anchor = self.log._anchor(data)  # the clock pair of the segment_start line
         seg = self.segments.add(path.name, _segment_index(path))
         seal = _seal_checksum(data) if not path.name.endswith(".partial") else None
-        found = _PythonLines(path, data, record, seal, others_out, _SkippedLines(path, problems))
-        # the op rows of each chunk, and their lines, when there are several chunks (the
-        # scratch columns are written again by the next one)
-        parts: list[dict[str, np.ndarray]] = []
-        part_lines: list[np.ndarray] = []
-        gpu_offset: int | None = None
-        n = 0  # lines scanned
-        chunks = native.scan_chunks(
+        rows, rest = native.scan(
             data, offset, self.headers, self.funcs, seal is not None, _scan_scratch()
         )
-        for rows, rest, more in chunks:  # noqa: B007 - rest: where the last chunk ended
-            self._learn_interned()
-            status = rows["status"]
-            ops = np.flatnonzero(status == native.LINE_OP)
-            # a header C took but the schema does not (a wrong type): Python names the problem
-            status[ops[self.comm_of_header[rows["header"][ops]] < 0]] = native.LINE_OTHER
-            gpu_offset = _larger(gpu_offset, native.gpu_offset(rows, ops))
-            if found.cut is None:  # the lines C left to Python, in order, up to the seal
-                found.take(rows, n)
-            # rows from the seal on are not read
-            fast = np.flatnonzero(status[: _rows_before(found.cut, n, len(rows))] == native.LINE_OP)
-            if n or more:
-                parts.append({k: column[fast] for k, column in rows.items()})
-                part_lines.append(fast + n)
-            n += len(rows)
-        found.skipped.close()
-        no_seal = found.cut is None
+        self._learn_interned()
+        ops = np.flatnonzero(rows["status"] == native.LINE_OP)
+        # a header C took but the schema does not (a wrong type): Python names the problem
+        refused = ops[self.comm_of_header[rows["header"][ops]] < 0]
+        rows["status"][refused] = native.LINE_OTHER
+        ends = rows["end"]
+        n = len(rows)
+        gpu_offset = native.gpu_offset(rows, ops)
+        # the lines C left to Python: before the seal (or the end), in order
+        others = np.flatnonzero(rows["status"] != native.LINE_OP)
+        if others_out is not None:
+            others_out += [data[int(rows["start"][r]) : int(ends[r])] for r in others.tolist()]
+        cut = n  # rows from the seal on are not read
+        py_ops: list[tuple[int, EngineOp]] = []
+        gaps: list[tuple[int, int]] = []  # (row, records lost)
+        no_seal = True
+        for r in others.tolist():
+            start, end = int(rows["start"][r]), int(ends[r])
+            line_no = record + r
+            line = data[start:end]
+            try:
+                decoded = _DECODER.decode(line)
+            except BAD_JSON as e:
+                problems.append(f"{path}:{line_no + 1}: not an inspector-log line: {e}")
+                continue
+            ci = decoded.ci
+            if ci is not None and ci.kind == V.SEAL:
+                crc = seal[1] if seal is not None and seal[0] == start else crc32(data[:start])
+                if ci.crc32 != crc or ci.record_count != line_no or ci.byte_count != start:
+                    problems.append(
+                        f"{path}:{line_no + 1}: seal does not match the segment "
+                        f"(crc32 {ci.crc32} vs {crc}, lines {ci.record_count} vs {line_no}, "
+                        f"bytes {ci.byte_count} vs {start}); its ops were read anyway"
+                    )
+                cut, no_seal = r, False
+                break
+            if ci is not None and ci.kind == V.GAP:
+                gaps.append((r, ci.lost_count or 0))
+                continue
+            position = LogPosition(
+                path.name, _segment_index(path), start, line_no, ci.ring_seq if ci else None, end
+            )
+            op = _op(decoded, anchor, position, gpu_offset)
+            if op is not None:
+                py_ops.append((r, op))
         if no_seal and rest < len(data) and not path.name.endswith(".partial"):
             problems.append(f"{path}:{record + n + 1}: truncated line (no newline) at the end")
         elif (
@@ -381,30 +388,18 @@ class _SegmentReader:
         ):
             what = "empty (0 bytes)" if not len(data) else "no seal line: the segment was cut"
             problems.append(f"{path}: {what}; the ops before the end were read")
-        elif no_seal and len(data) - rest > native.LINE_BYTES_MAX:
-            problems.append(
-                f"{path}:{record + n + 1}: {len(data) - rest} bytes without a newline at the "
-                f"end, more than any inspector-log line ({native.LINE_BYTES_MAX} bytes): not "
-                "a line being written; skipped unread"
-            )
         # an open segment's last line may still be being written: it is read next time
-        if parts:
-            rows = native.Lines({k: np.concatenate([p[k] for p in parts]) for k in rows})
-            row_of = np.concatenate(part_lines)
-            batch = self._columns(rows, np.arange(len(row_of)), anchor, seg, record, gpu_offset)
-            batch.cols["pos_record"] = record + row_of
-        else:
-            row_of = fast
-            batch = self._columns(rows, fast, anchor, seg, record, gpu_offset)
-        py_ops = found.ops(anchor, gpu_offset)
+        fast = np.flatnonzero(rows["status"][:cut] == native.LINE_OP)
+        batch = self._columns(rows, fast, anchor, seg, record, gpu_offset)
+        row_of = fast
         if py_ops:
             extra = from_engine_ops([op for _, op in py_ops], self.comms, self.segments)
             batch = batch.concat(extra)
-            row_of = np.concatenate((row_of, np.array([r for r, _ in py_ops], np.int64)))
+            row_of = np.concatenate((fast, np.array([r for r, _ in py_ops], np.int64)))
             order = np.argsort(row_of, kind="stable")
             batch, row_of = batch.take(order), row_of[order]
         lost_after = 0
-        for r, count in found.gaps:
+        for r, count in gaps:
             i = int(np.searchsorted(row_of, r))  # the first op after the gap line
             if i < len(row_of):
                 batch.cols["lost_before"][i] += count
@@ -468,169 +463,6 @@ def _scan_scratch() -> native.ScanScratch:
     return scratch
 
 
-def _larger(a: int | None, b: int | None) -> int | None:
-    """The larger of two GPU clock offsets, either one None (none found): the offset of a
-    segment's ops is the largest over its chunks (as native.gpu_offset takes it)."""
-    return b if a is None else a if b is None else max(a, b)
-
-
-def _rows_before(cut: int | None, first: int, count: int) -> int:
-    """How many of a chunk's rows (lines first.. first+count-1) are before the seal's line."""
-    return count if cut is None else min(count, max(0, cut - first))
-
-
-SKIPPED_NAMED = 5  # skipped lines named one by one per file read; the rest are only counted
-# the bytes a line that decodes can begin with: JSON's blanks (a line ends at its newline),
-# and the brace of an object
-_MAY_BEGIN_LINE = np.zeros(256, bool)
-_MAY_BEGIN_LINE[list(b" \t\r{")] = True
-_DECODE_BLOCK = 1024  # lines whose offsets are made Python ints at a time
-
-
-class _SkippedLines:
-    """The lines of one file read that are skipped (not inspector-log lines, or too long):
-    the first SKIPPED_NAMED are named with why, the rest counted and their total said once.
-    A file of garbage costs a few problems, not one (built, kept and printed) per line."""
-
-    __slots__ = ("path", "problems", "count")
-
-    def __init__(self, path: Path, problems: list[str]) -> None:
-        self.path, self.problems, self.count = path, problems, 0
-
-    def add(self, line_no: int, why: str, detail: object = None) -> None:
-        self.count += 1
-        if self.count <= SKIPPED_NAMED:  # the message is made only for those named
-            text = why if detail is None else f"{why}: {detail}"
-            self.problems.append(f"{self.path}:{line_no}: {text}")
-
-    def close(self) -> None:
-        if self.count > SKIPPED_NAMED:
-            self.problems.append(
-                f"{self.path}: {self.count} lines skipped in all (not inspector-log lines, or "
-                f"longer than {native.LINE_BYTES_MAX} bytes); the first {SKIPPED_NAMED} are "
-                "named above"
-            )
-
-
-class _PythonLines:
-    """What one segment's lines that C left to Python hold, taken chunk by chunk in file
-    order until the seal: gaps, ops (NVIDIA's, and ours C did not take), the seal's line,
-    and for a GPU split the lines that may be comm_init lines. Only what a line yields is
-    kept, never the line (a skipped one is counted in `skipped`)."""
-
-    def __init__(
-        self,
-        path: Path,
-        data,
-        record: int,
-        seal: tuple[int, int] | None,
-        others_out: list[bytes] | None,
-        skipped: _SkippedLines,
-    ) -> None:
-        self.path, self.data, self.record, self.seal = path, data, record, seal
-        self.others_out, self.skipped = others_out, skipped
-        self.cut: int | None = None  # the seal's line (counted from `record`)
-        self.gaps: list[tuple[int, int]] = []  # (line, records lost)
-        self._ops: list[tuple[int, EngineOp]] = []  # (line, op) of NVIDIA's lines
-        # (line, decoded, position) of our op lines: their ops need the clock offset of all
-        # of the segment's ops, known once the last chunk is scanned
-        self._ours: list[tuple[int, EngineLine, LogPosition]] = []
-
-    def take(self, rows: native.Lines, first: int) -> None:
-        """The lines of a chunk of rows (lines first.. on) that C left to Python."""
-        others = np.flatnonzero(rows["status"] != native.LINE_OP)
-        if self.skipped.count < SKIPPED_NAMED:  # each decoded until the named ones are found
-            others = others[self._decode(rows, others, first, until_named=True) :]
-        if not len(others) or self.cut is not None:
-            return
-        # then a line that cannot begin a JSON object (what a line is) is only counted: not
-        # copied out, nor decoded to raise an error no one reads (most garbage costs that)
-        may = _MAY_BEGIN_LINE[np.frombuffer(self.data, np.uint8)[rows["start"][others]]]
-        not_lines = others[~may]
-        self._decode(rows, others[may], first)
-        if self.cut is not None:  # lines from the seal on are not read
-            not_lines = not_lines[not_lines + first < self.cut]
-        self.skipped.count += len(not_lines)
-
-    def _decode(self, rows: native.Lines, lines: np.ndarray, first: int, until_named=False) -> int:
-        """Decode the lines (row indices, in order) up to the seal, or with until_named, up to
-        the last skipped line named; return how many of them were taken."""
-        for at in range(0, len(lines), _DECODE_BLOCK):
-            block = lines[at : at + _DECODE_BLOCK]
-            taken = self._decode_block(rows, block, first, until_named)
-            named = until_named and self.skipped.count >= SKIPPED_NAMED
-            if taken < len(block) or self.cut is not None or named:
-                return at + taken
-        return len(lines)
-
-    def _decode_block(self, rows: native.Lines, lines: np.ndarray, first: int, until_named) -> int:
-        path, data, skipped, others_out = self.path, self.data, self.skipped, self.others_out
-        index = _segment_index(path)
-        starts, ends = rows["start"][lines].tolist(), rows["end"][lines].tolist()
-        for taken, (r, start, end) in enumerate(
-            zip((lines + first).tolist(), starts, ends, strict=True), 1
-        ):
-            line_no = self.record + r
-            if end - start > native.LINE_BYTES_MAX:
-                skipped.add(
-                    line_no + 1,
-                    f"a line of {end - start} bytes, more than any inspector-log line "
-                    f"({native.LINE_BYTES_MAX} bytes): skipped unread",
-                )
-                if until_named and skipped.count >= SKIPPED_NAMED:
-                    return taken
-                continue
-            line = data[start:end]
-            try:
-                decoded = _DECODER.decode(line)
-            except BAD_JSON as e:
-                skipped.add(line_no + 1, "not an inspector-log line", e)
-                if until_named and skipped.count >= SKIPPED_NAMED:
-                    return taken
-                continue
-            if others_out is not None and COMM_INIT_NEEDLE in line:
-                others_out.append(line)
-            ci = decoded.ci
-            if ci is None:  # NVIDIA's line: no clock offset to wait for
-                position = LogPosition(path.name, index, start, line_no, None, end)
-                op = _op(decoded, (0, 0), position)
-                if op is not None:
-                    self._ops.append((r, op))
-            elif ci.kind == V.SEAL:
-                seal = self.seal
-                crc = seal[1] if seal is not None and seal[0] == start else _crc(data, start)
-                if ci.crc32 != crc or ci.record_count != line_no or ci.byte_count != start:
-                    skipped.problems.append(
-                        f"{path}:{line_no + 1}: seal does not match the segment "
-                        f"(crc32 {ci.crc32} vs {crc}, lines {ci.record_count} vs {line_no}, "
-                        f"bytes {ci.byte_count} vs {start}); its ops were read anyway"
-                    )
-                self.cut = r
-                return taken
-            elif ci.kind == V.GAP:
-                self.gaps.append((r, ci.lost_count or 0))
-            elif ci.kind in _OP_KINDS and decoded.header is not None:
-                position = LogPosition(path.name, index, start, line_no, ci.ring_seq, end)
-                self._ours.append((r, decoded, position))
-        return len(lines)
-
-    def ops(self, anchor: tuple[int, int], gpu_offset: int | None) -> list[tuple[int, EngineOp]]:
-        """(line, op) of every op the lines held, in line order."""
-        found = self._ops
-        for r, decoded, position in self._ours:
-            op = _op(decoded, anchor, position, gpu_offset)
-            if op is not None:
-                found.append((r, op))
-        if self._ours and self._ops:
-            found.sort(key=lambda item: item[0])
-        return found
-
-
-def _crc(data, end: int) -> int:
-    """The CRC-32 of data[:end], without copying it."""
-    return crc32(memoryview(data)[:end])
-
-
 class _SegmentBytes:
     """A segment's bytes, as a context manager. A sealed segment never changes: it is mapped
     and prefaulted in one call (copying it would cost as much as checksumming it). An open
@@ -640,7 +472,7 @@ class _SegmentBytes:
     def __init__(self, path: Path) -> None:
         self._map = None
         if path.name.endswith(".partial") or not hasattr(mmap, "MAP_POPULATE"):
-            self.data = _read_whole(path)
+            self.data = read_regular(path, SEGMENT_BYTES_MAX)
             return
         with open_regular(path, SEGMENT_BYTES_MAX) as f:
             size = os.fstat(f.fileno()).st_size
@@ -661,42 +493,12 @@ class _SegmentBytes:
                 pass
 
 
-def _read_whole(path: Path) -> bytes:
-    """A file as read_regular reads it (the same checks and bound), into one buffer of the
-    size it has when opened, then what it grew by meanwhile: read_regular joins chunks, so at
-    its peak it holds the file twice."""
-    with open_regular(path, SEGMENT_BYTES_MAX) as f:
-        data = f.read(os.fstat(f.fileno()).st_size)
-        grown: list[bytes] = []
-        total = len(data)
-        while total <= SEGMENT_BYTES_MAX:
-            chunk = f.read(min(READ_CHUNK_BYTES, SEGMENT_BYTES_MAX + 1 - total))
-            if not chunk:
-                break
-            grown.append(chunk)
-            total += len(chunk)
-    if grown:
-        data = b"".join((data, *grown))
-    if len(data) > SEGMENT_BYTES_MAX:
-        raise UntrustedFile(
-            path,
-            "too_large",
-            f"grew past the {SEGMENT_BYTES_MAX} bytes allowed while read",
-            errno.EFBIG,
-        )
-    return data
-
-
 def _seal_checksum(data) -> tuple[int, int] | None:
     """(where the seal line begins, the CRC-32 of what precedes it) when the segment ends with
     a seal whose checksum matches: its lines are then exactly what the writer wrote."""
     if not len(data) or data[-1:] != b"\n":
         return None
-    # the last line, searched for no further back than the longest line
-    bound = max(0, len(data) - 1 - native.LINE_BYTES_MAX)
-    start = data.rfind(b"\n", bound, len(data) - 1) + 1
-    if not start and bound:
-        return None  # a last line longer than any line: no seal
+    start = data.rfind(b"\n", 0, len(data) - 1) + 1
     try:
         ci = _DECODER.decode(data[start:]).ci
     except BAD_JSON:

@@ -46,15 +46,11 @@ from comminsight_gen.inspector_log_v1_fields import F, V
 from comminsight_gen.models.inspector_log_v1_lean import MembersCi, MembersCommIdentity, MembersLine
 
 _DECODER = msgspec.json.Decoder(MembersLine)
-# reads a segment whole (for the op reader) and gives the lines of it that may be comm_init
-# lines (those holding COMM_INIT_NEEDLE, at least)
+# reads a segment whole (for the op reader) and gives the lines of it that are not op lines
 ReadLines = Callable[[Path], list[bytes]]
 # as the Profiler writes it (compact JSON), without the quotes around it: the search filters
 # on a needle's first and last bytes, and quotes are everywhere in JSON
-COMM_INIT_NEEDLE = f'{F.KIND}":"{V.COMM_INIT}'.encode()
-# what is read of a segment's ends at first, to find its first and last lines (most are
-# under 4 KiB); up to native.LINE_BYTES_MAX when a line is longer
-_ENDS_PROBE_BYTES = 1 << 16
+_COMM_INIT = f'{F.KIND}":"{V.COMM_INIT}'.encode()
 
 
 @dataclass(frozen=True)
@@ -106,78 +102,19 @@ class ProcessMembers:
 def scan_members(segments: list[Path], read_lines: ReadLines | None = None) -> ProcessMembers:
     """The members of a process, from the segment_start and comm_init lines of its segments.
     Files that cannot be read are left to the op reader, which reports them. `read_lines`,
-    when given, reads a whole segment for the op reader now and gives the lines of it that
-    may be comm_init lines: the search through the segment is then saved, and of the segment
-    only its first and last lines are read here."""
+    when given, reads a whole segment for the op reader now and gives the lines it left to
+    Python (comm_init among them): the search through the segment is then saved."""
     found = ProcessMembers()
     for path in segments:
-        if read_lines is not None:
-            # the op reader reads the segment whole anyway, once: here only its first and
-            # last lines are read (a hostile file is not read twice, nor held twice)
-            ends = _end_lines(path)
-            if ends is not None:
-                _scan_ends(*ends, found, lambda path=path: read_lines(path))
-            continue
         data = _contents(path)
         if data is None:
             continue
         try:
-            _scan_segment(data, found)
+            _scan_segment(data, found, read_lines and (lambda path=path: read_lines(path)))
         finally:
             if isinstance(data, mmap.mmap):
                 data.close()
     return found
-
-
-def _end_lines(path: Path) -> tuple[bytes | None, bytes | None] | None:
-    """A segment's first and last complete lines (None where there is none of at most
-    native.LINE_BYTES_MAX bytes), read by themselves; None when it cannot be read."""
-    for candidate in (path, path.with_name(path.name.removesuffix(".partial"))):
-        try:
-            with open_regular(candidate, SEGMENT_BYTES_MAX) as f:
-                fd = f.fileno()
-                size = os.fstat(fd).st_size
-                return _first_line(fd, size), _last_line(fd, size)
-        except FileNotFoundError:  # a .partial sealed (renamed) since the listing
-            continue
-        except (OSError, ValueError):
-            return None
-    return None
-
-
-def _first_line(fd: int, size: int) -> bytes | None:
-    for n in (min(size, _ENDS_PROBE_BYTES), min(size, native.LINE_BYTES_MAX)):
-        head = os.pread(fd, n, 0)
-        end = head.find(b"\n")
-        if end >= 0:
-            return head[: end + 1]
-        if len(head) < n or n == size:
-            return None
-    return None
-
-
-def _last_line(fd: int, size: int) -> bytes | None:
-    for n in (min(size, _ENDS_PROBE_BYTES), min(size, native.LINE_BYTES_MAX + 1)):
-        tail = os.pread(fd, n, size - n)
-        if len(tail) < n or tail[-1:] != b"\n":
-            return None
-        start = tail.rfind(b"\n", 0, n - 1) + 1
-        if start or n == size:
-            return tail[start:]
-    return None
-
-
-def _scan_ends(
-    first: bytes | None, last: bytes | None, found: ProcessMembers, lines: Callable[[], list]
-) -> None:
-    """_scan_segment from a segment's first and last lines, and its lines that may be
-    comm_init lines as the op reader gives them."""
-    _add_start(_decode(first, 0) if first else None, found)
-    if last is not None and _is_only_ops_seal(_decode(last, 0)):
-        return
-    for line in lines():  # those the search of _scan_segment would find, in file order
-        if COMM_INIT_NEEDLE in line:
-            _add_comm_init(_decode(line, 0), found)
 
 
 def _contents(path: Path):
@@ -197,18 +134,8 @@ def _contents(path: Path):
     return None
 
 
-def _scan_segment(data, found: ProcessMembers) -> None:
-    _add_start(_decode(data, 0), found)
-    if _only_ops(data):
-        return
-    # a search for the few comm_init lines costs far less than decoding all
-    for at in native.find_all(data, COMM_INIT_NEEDLE):
-        start = data.rfind(b"\n", max(0, at - native.LINE_BYTES_MAX), at) + 1
-        if start or at <= native.LINE_BYTES_MAX:  # else a line longer than any: skipped
-            _add_comm_init(_decode(data, start), found)
-
-
-def _add_start(start: MembersCi | None, found: ProcessMembers) -> None:
+def _scan_segment(data, found: ProcessMembers, lines: Callable[[], list] | None = None) -> None:
+    start = _decode(data, 0)
     if start is not None and start.kind == V.SEGMENT_START:
         p = start.process
         if p is not None and found.host is None:
@@ -216,6 +143,16 @@ def _add_start(start: MembersCi | None, found: ProcessMembers) -> None:
             found.global_rank, found.local_rank = p.global_rank, p.local_rank
         for m in start.communicators or ():
             found.add(m)
+    if _only_ops(data):
+        return
+    if lines is not None:
+        for line in lines():  # those the search below would find, in file order
+            if _COMM_INIT in line:
+                _add_comm_init(_decode(line, 0), found)
+        return
+    # a search for the few comm_init lines costs far less than decoding all
+    for at in native.find_all(data, _COMM_INIT):
+        _add_comm_init(_decode(data, data.rfind(b"\n", 0, at) + 1), found)
 
 
 def _add_comm_init(ci: MembersCi | None, found: ProcessMembers) -> None:
@@ -228,10 +165,7 @@ def _only_ops(data) -> bool:
     comm_init line, and the search through it (most of a long run's segments) is saved."""
     if len(data) < 2 or data[-1:] != b"\n":
         return False
-    return _is_only_ops_seal(_decode(data, data.rfind(b"\n", 0, len(data) - 1) + 1))
-
-
-def _is_only_ops_seal(seal: MembersCi | None) -> bool:
+    seal = _decode(data, data.rfind(b"\n", 0, len(data) - 1) + 1)
     return (
         seal is not None
         and seal.kind == V.SEAL
@@ -241,9 +175,9 @@ def _is_only_ops_seal(seal: MembersCi | None) -> bool:
 
 
 def _decode(data, line_start: int) -> MembersCi | None:
-    end = data.find(b"\n", line_start, line_start + native.LINE_BYTES_MAX)
+    end = data.find(b"\n", line_start)
     if end < 0:
-        return None  # an unfinished last line, or one longer than any line
+        return None  # an unfinished last line
     try:
         return _DECODER.decode(data[line_start:end]).ci
     except NOT_JSON:

@@ -9,7 +9,6 @@ function does is said in engine_core.c.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -185,10 +184,6 @@ SCAN_CHUNK = 1 << 15  # lines per ci_scan call, at least
 # are 500-1000 bytes): one call, no concatenation. Room for lines never written is never
 # touched, so it costs address space, not memory.
 SCAN_LINE_BYTES = 256
-# The longest line a reader takes, newline included: the Profiler builds each line in a 1 MiB
-# buffer (profiler/src/logwriter.c, BUF_SIZE) and NVIDIA Inspector's lines are under 1 KiB. A
-# longer line is named and skipped unread: never copied out of its file's bytes nor decoded.
-LINE_BYTES_MAX = 1 << 20
 
 
 class Lines(dict):
@@ -243,34 +238,6 @@ def scan(
     if len(parts) == 1:
         return Lines(parts[0]), pos
     return Lines({k: np.concatenate([p[k] for p in parts]) for k in LINE_COLUMNS}), pos
-
-
-def scan_chunks(
-    data: bytes,
-    pos: int,
-    headers: InternTable,
-    funcs: InternTable,
-    trusted: bool,
-    scratch: ScanScratch,
-) -> Iterator[tuple[Lines, int, bool]]:
-    """scan's lines a chunk at a time, each as (its columns, where the rest begins, whether
-    lines may follow). A chunk's columns are views of scratch's arrays, valid until the next
-    chunk is asked for: however many lines data holds (a file of garbage: millions of short
-    ones), the columns take one chunk's memory. The first chunk is sized as scan sizes it, so
-    a segment of op lines is one chunk."""
-    next_pos = _ffi.new("int64_t*")
-    buf = _ffi.from_buffer(data)
-    while True:
-        chunk = scratch.take(max(SCAN_CHUNK, (len(data) - pos) // SCAN_LINE_BYTES + 1))
-        size = len(chunk["start"])
-        n = lib().ci_scan(
-            buf, len(data), pos, _struct("ci_columns_t*", chunk), size, headers._table,
-            funcs._table, int(trusted), next_pos,
-        )  # fmt: skip
-        pos = next_pos[0]
-        yield Lines({name: column[:n] for name, column in chunk.items()}), pos, n == size
-        if n < size:
-            return
 
 
 def _struct(ctype: str, columns: dict[str, np.ndarray]):
