@@ -155,8 +155,8 @@ $(WHEEL): $(VENV_STAMP) $(ENGINE_SO) $(shell find comminsight generated/python -
 	@mkdir -p $(DIST)
 	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
 
-## test: Debian packages (installed if missing), verify-generated, check-compat, lint, contract tests, unit tests (incl. the Profiler under sanitizers)
-test: debian-packages verify-generated check-compat headers lint build-profiler build-profiler-sanitizers test-contract test-unit
+## test: Debian packages (installed if missing), verify-generated, check-compat, lint, contract tests, then every pytest suite (unit, integration, e2e) spread over the cores
+test: debian-packages verify-generated check-compat headers lint build-profiler build-profiler-sanitizers test-contract test-suites
 
 ## lint: ruff on the hand-written Python (generated/ is excluded)
 lint: $(VENV_STAMP)
@@ -167,9 +167,27 @@ lint: $(VENV_STAMP)
 test-contract: $(VENV_STAMP) $(ENGINE_SO)
 	$(VPY) -m pytest contract-tests $(PYTEST_ARGS)
 
-## test-unit: the pytest suites under tests/ (PYTEST_ARGS=... to select)
+# pytest-xdist workers: one per core by default (PYTEST_WORKERS=0 runs in one process); a
+# module's tests stay on one worker so a module-scoped simulator run is shared, not repeated
+PYTEST_WORKERS ?= auto
+PYTEST_XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+
+## test-suites: tests/unit, tests/integration and tests/e2e in one pytest run (PYTEST_ARGS=... to select)
+.PHONY: test-suites test-integration test-e2e
+test-suites: $(VENV_STAMP) $(ENGINE_SO) build-profiler
+	$(VPY) -m pytest tests $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+## test-unit: tests/unit, in-process tests of one module or class each (no plugin, no Agent process), under a minute
 test-unit: $(VENV_STAMP) $(ENGINE_SO)
-	$(VPY) -m pytest tests $(PYTEST_ARGS)
+	$(VPY) -m pytest tests/unit $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+## test-integration: tests/integration, the real plugin under the simulated NCCL, the CLI, the generators and packaging (no long-running Agent beside a job)
+test-integration: $(VENV_STAMP) $(ENGINE_SO) build-profiler
+	$(VPY) -m pytest tests/integration $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+## test-e2e: tests/e2e, simulated jobs through the real plugin with a real Agent (and master, slaves) beside them
+test-e2e: $(VENV_STAMP) $(ENGINE_SO) build-profiler
+	$(VPY) -m pytest tests/e2e $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 ## check-deploy: promtool checks of deploy/prometheus (alert rules, their unit tests, the example config); make test also checks the dashboard against a real /metrics page
 .PHONY: check-deploy

@@ -1,0 +1,105 @@
+"""`comminsight sim`: runs the simulation from the command line and prints its summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sim_recording import build_recording_plugin, load_calls
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sim(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "comminsight.cli", "sim", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+        timeout=300,
+    )
+
+
+def test_sim_command_runs_a_workload_and_prints_json(tmp_path):
+    plugin = build_recording_plugin(tmp_path)
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    proc = sim(
+        "--plugin",
+        str(plugin),
+        "--workload",
+        "fsdp",
+        "--ranks",
+        "3",
+        "--steps",
+        "1",
+        "--model-params",
+        "10M",
+        "--layers",
+        "2",
+        "--time-scale",
+        "0.01",
+        "--seed",
+        "7",
+        "--home",
+        str(tmp_path / "home"),
+        "--env",
+        f"RECORDING_PLUGIN_DIR={calls}",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    summary = json.loads(proc.stdout)
+    assert summary["status"] == "completed" and summary["plugin_name"] == "recording"
+    assert summary["ops"]["planned"] == summary["ops"]["completed"] > 0
+    run_dir = Path(summary["run_dir"])
+    assert run_dir.parent == tmp_path / "home" / "sim"
+    assert oct(run_dir.stat().st_mode & 0o777) == "0o700"
+    for name in ("rank-00000.jsonl", "board.bin", "config.json"):
+        assert oct((run_dir / name).stat().st_mode & 0o777) == "0o600", name
+    assert oct(run_dir.parent.stat().st_mode & 0o777) == "0o700"
+    assert sorted(load_calls(calls)) == [0, 1, 2]
+
+
+def test_sim_command_renders_text_and_reports_a_hang(tmp_path):
+    plugin = build_recording_plugin(tmp_path)
+    proc = sim(
+        "--plugin",
+        str(plugin),
+        "--ranks",
+        "2",
+        "--steps",
+        "1",
+        "--model-params",
+        "10M",
+        "--time-scale",
+        "0.01",
+        "--home",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "truth"),
+        "--fault",
+        "skip:rank=0,op=2",
+        "--hang-hold",
+        "0.3",
+        env={"RECORDING_PLUGIN_DIR": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "aborted" in proc.stdout and "skip:rank=0,op=2" in proc.stdout
+    assert str(tmp_path / "truth") in proc.stdout.replace("\n", "")
+
+
+def test_sim_command_refuses_bad_options(tmp_path):
+    def refused(*args: str) -> str:
+        proc = sim(*args)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        return " ".join(proc.stdout.split())  # the console wraps long lines
+
+    home = ("--home", str(tmp_path))
+    assert "kind must be one of" in refused("--plugin", "x.so", *home, "--fault", "explode:rank=0")
+    assert "does not exist" in refused("--plugin", str(tmp_path / "missing.so"), *home)
+    assert "tp*pp must divide ranks" in refused("--workload", "tp-pp-dp", "--ranks", "6", *home)
+    assert "not KEY=VALUE" in refused("--plugin", "x.so", *home, "--env", "NOEQUALS")
