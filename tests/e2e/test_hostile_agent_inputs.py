@@ -131,7 +131,9 @@ def region_bytes(tmp_path_factory) -> bytes:
 
 def forged_region(home: Path, data: bytes, name: str = "forged.shm", **fields) -> Path:
     """A regular region file in home/shms/ whose header fields are replaced; by default it
-    claims this (live) test process as its producer, so the Agent keeps polling it."""
+    claims this (live) test process as its producer, so the Agent keeps polling it. Its clock
+    fields stay the real producer's, so its records stay within its clock however long ago
+    the region was recorded (a loaded machine may reach a test minutes after the fixture)."""
     buf = bytearray(data)
     header = np.frombuffer(buf, dtype=HEADER, count=1)
     fields.setdefault("pid", os.getpid())
@@ -140,7 +142,6 @@ def forged_region(home: Path, data: bytes, name: str = "forged.shm", **fields) -
         fields.setdefault("process_start_ticks", _start_ticks(fields["pid"]))
     if "boot_id" in HEADER.names:
         fields.setdefault("boot_id", b"")
-    fields.setdefault("start_mono_ns", time.monotonic_ns())
     for key, value in fields.items():
         header[0][key] = value
     path = home / "shms" / name
@@ -727,30 +728,20 @@ def _dead_pid() -> int:
 
 
 def test_stale_regions_of_dead_processes_are_retired_at_agent_start(tmp_path, region_bytes):
-    # an hour ago, or the boot when the machine is younger (the clock starts near 0 at boot)
-    long_ago = max(1, time.monotonic_ns() - 3600 * 10**9)
-    dead = forged_region(
-        tmp_path,
-        region_bytes,
-        "dead.shm",
-        pid=_dead_pid(),
-        heartbeat_mono_ns=long_ago,
-        start_mono_ns=long_ago,
-    )
+    dead = forged_region(tmp_path, region_bytes, "dead.shm", pid=_dead_pid())
     # a pid reused by a process that started after the region was made: not its producer
     newer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         reused = forged_region(
-            tmp_path,
-            region_bytes,
-            "reused.shm",
-            pid=newer.pid,
-            process_start_ticks=0,
-            heartbeat_mono_ns=long_ago,
-            start_mono_ns=long_ago,
+            tmp_path, region_bytes, "reused.shm", pid=newer.pid, process_start_ticks=0
         )
-        live = forged_region(tmp_path, region_bytes, "live.shm", heartbeat_mono_ns=long_ago)
-        with LiveAgent(tmp_path) as agent:
+        live = forged_region(tmp_path, region_bytes, "live.shm")
+        agent = LiveAgent(tmp_path)
+        # The regions' heartbeats are as old as the fixture's run; the Agent sees them two
+        # hours later on a clock of its own, so how long the machine has been up, or how long
+        # the test took to get here, never decides whether they are past the retirement delay.
+        agent.service.poll_once = agent_clock_ahead(agent.service.poll_once, 2 * HOUR_NS)
+        with agent:
             wait_until(lambda: not dead.exists() and not reused.exists(), "the stale regions")
             agent.wait_passes(3)
             assert live.exists()  # this test process runs: never removed
@@ -758,6 +749,14 @@ def test_stale_regions_of_dead_processes_are_retired_at_agent_start(tmp_path, re
     finally:
         newer.send_signal(signal.SIGKILL)
         newer.wait()
+
+
+HOUR_NS = 3600 * 10**9
+
+
+def agent_clock_ahead(poll_once, ahead_ns: int):
+    """The service's pass, run at the monotonic time `ahead_ns` from now."""
+    return lambda now_mono_ns=None: poll_once(time.monotonic_ns() + ahead_ns)
 
 
 def test_exited_processes_awaiting_retirement_cost_no_table_copies(tmp_path):
