@@ -7,10 +7,10 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 from e2e_sims import E2E_THRESHOLD_S
+from waiting import wait_until
 
 
 def free_port() -> int:
@@ -37,32 +37,19 @@ def agent_process(home, **env):
     )
 
 
-def wait_until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def wait_for(path, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.05)
+    """Until path exists."""
+    wait_until(path.exists, timeout_s, f"{path} to appear")
 
 
 def api_get(listen: str, path: str, timeout_s: float = 20.0):
     """GET from the agent's API, waiting for it to come up."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            response = httpx.get(f"http://{listen}{path}", timeout=5)
-            if response.status_code != 503:  # 503 while the first pass runs
-                return response
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, f"no answer from {listen}{path}"
-        time.sleep(0.05)
+
+    def answer():
+        response = httpx.get(f"http://{listen}{path}", timeout=5)
+        return response if response.status_code != 503 else None  # 503 while the first pass runs
+
+    return wait_until(answer, timeout_s, f"an answer from {listen}{path}")
 
 
 def cli(*args, url=None):

@@ -19,6 +19,7 @@ import time
 
 import msgspec
 from plugin_scenarios import COLL, Driver, hold_agent_lock, home, region
+from waiting import wait_until
 
 from comminsight.agent.core.snapshot import build_snapshot
 from comminsight.agent.hangs.diagnosis import diagnose
@@ -29,15 +30,6 @@ DEADLINE_S = 90.0
 PROXY_BITS = EventType.PROXY_OP | EventType.PROXY_STEP
 CHANNELS = 4
 PEER = 1
-
-
-def wait_until(condition, what: str):
-    end = time.monotonic() + DEADLINE_S
-    while not (value := condition()):
-        if time.monotonic() > end:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.01)
-    return value
 
 
 def header(r, *names: str) -> dict:
@@ -148,9 +140,9 @@ def raise_record_lower(d: Driver) -> dict:
     d.coll(ctx, 0)
     _, stuck_channels = stuck_collective(d, ctx, 1)
     r = region()
-    wait_until(lambda: int(r.header["evidence_active"]), "the mask raised")
+    wait_until(lambda: int(r.header["evidence_active"]), DEADLINE_S, "the mask raised")
     out["raised_mask"] = wait_until(
-        lambda: int(d.mask[0]) & PROXY_BITS and int(d.mask[0]), "NCCL's mask"
+        lambda: int(d.mask[0]) & PROXY_BITS and int(d.mask[0]), DEADLINE_S, "NCCL's mask"
     )
     out["header_raised"] = header(
         r, "event_mask", "normal_event_mask", "evidence_active", "evidence_raises", "flags"
@@ -164,7 +156,7 @@ def raise_record_lower(d: Driver) -> dict:
     out["report"] = agent_report(r, comm_id)
     finish_channels(d, stuck_channels)  # the flagged op completes, then the next one
     finish_channels(d, nxt_channels)
-    wait_until(lambda: int(r.header["evidence_active"]) == 0, "the mask back")
+    wait_until(lambda: int(r.header["evidence_active"]) == 0, DEADLINE_S, "the mask back")
     out["mask_after"] = int(d.mask[0])
     out["header_after"] = header(
         r, "event_mask", "normal_event_mask", "evidence_active", "evidence_raises"
@@ -186,11 +178,19 @@ def evidence_off(d: Driver) -> dict:
     stuck_collective(d, ctx, 0)
     r = region()
     masks = set()
-    wait_until(lambda: masks.add(int(d.mask[0])) or int(r.header["hangs_flagged"]), "the flag")
+    # the predicates sample NCCL's mask on every poll: keep the polls close together
+    wait_until(
+        lambda: masks.add(int(d.mask[0])) or int(r.header["hangs_flagged"]),
+        DEADLINE_S,
+        "the flag",
+        max_interval_s=0.01,
+    )
     beat = int(r.header["heartbeat_count"])
     wait_until(
         lambda: masks.add(int(d.mask[0])) or int(r.header["heartbeat_count"]) >= beat + 5,
+        DEADLINE_S,
         "five more watchdog scans",
+        max_interval_s=0.01,
     )
     out = {"normal_mask": normal, "masks": sorted(masks)}
     out["header"] = header(
@@ -240,12 +240,14 @@ def bound_reached(d: Driver) -> dict:
     normal = int(d.mask[0])
     stuck_collective(d, ctx, 0)
     r = region()
-    wait_until(lambda: int(r.header["evidence_active"]), "the mask raised")
+    wait_until(lambda: int(r.header["evidence_active"]), DEADLINE_S, "the mask raised")
     raised = int(d.mask[0])
-    wait_until(lambda: int(r.header["evidence_active"]) == 0, "the bound")
+    wait_until(lambda: int(r.header["evidence_active"]) == 0, DEADLINE_S, "the bound")
     lowered = int(d.mask[0])
     beat = int(r.header["heartbeat_count"])
-    wait_until(lambda: int(r.header["heartbeat_count"]) >= beat + 5, "five more watchdog scans")
+    wait_until(
+        lambda: int(r.header["heartbeat_count"]) >= beat + 5, DEADLINE_S, "five more watchdog scans"
+    )
     row = r.comm_entries()[0]
     out = {
         "normal_mask": normal,
@@ -269,7 +271,7 @@ def finalized(d: Driver) -> dict:
     normal = int(d.mask[0])
     stuck_collective(d, ctx, 0)
     r = region()
-    wait_until(lambda: int(r.header["evidence_active"]), "the mask raised")
+    wait_until(lambda: int(r.header["evidence_active"]), DEADLINE_S, "the mask raised")
     raised = int(d.mask[0])
     d.abi.finalize(ctx)
     out = {

@@ -12,26 +12,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from plugin_scenarios import Driver, home, snapshot
+from waiting import wait_until
 
 from comminsight.shm_reader import ShmRegion
 
 DEADLINE_S = 60.0
 OPS = int(os.environ.get("SCENARIO_OPS", "40"))
-
-
-def wait_until(condition, what: str, deadline_s: float = DEADLINE_S):
-    end = time.monotonic() + deadline_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def own_region() -> ShmRegion | None:
@@ -62,7 +51,9 @@ def train(d: Driver) -> dict:
     out = {"init_result": res.result, "context": res.context is not None}
     r = own_region()
     if r is not None:
-        wait_until(lambda: r.counter("log_records_written") >= OPS + 1, "the log writer")
+        wait_until(
+            lambda: r.counter("log_records_written") >= OPS + 1, DEADLINE_S, "the log writer"
+        )
     out.update(snapshot(r))
     if r is not None:
         out["comm_capacity"] = int(r.header["comm_capacity"])
@@ -77,7 +68,7 @@ def hang_with_fifo(d: Driver) -> dict:
     op = d.coll(res.context, 0, finish=False)
     d.abi.start_kernel_ch(res.context, op, 0, 5)
     r = own_region()
-    wait_until(lambda: r.counter("hangs_flagged") >= 1, "the watchdog")
+    wait_until(lambda: r.counter("hangs_flagged") >= 1, DEADLINE_S, "the watchdog")
     out = snapshot(r)
     d.abi.finalize(res.context)
     return out
@@ -87,7 +78,7 @@ def autostart(d: Driver) -> dict:
     """Init with autostart on, and wait for the background thread's first pass to be over."""
     res = d.init(0xC3)
     r = own_region()
-    wait_until(lambda: r.counter("heartbeat_count") >= 3, "three heartbeats")
+    wait_until(lambda: r.counter("heartbeat_count") >= 3, DEADLINE_S, "three heartbeats")
     d.coll(res.context, 0)
     d.abi.finalize(res.context)
     return {"init_result": res.result}
@@ -112,7 +103,7 @@ def disk_fill(d: Driver) -> dict:
         burst(50)
         return r.counter("log_write_errors") > 0
 
-    wait_until(full, "the disk to fill")
+    wait_until(full, DEADLINE_S, "the disk to fill")
     burst(int(os.environ.get("SCENARIO_OPS_WHILE_FULL", "400")))
     # everything issued so far has been either written or dropped
     wait_until(
@@ -120,6 +111,7 @@ def disk_fill(d: Driver) -> dict:
             r.counter("log_records_written") + r.counter("log_records_dropped")
             >= r.counter("ring_head")
         ),
+        DEADLINE_S,
         "the writer to reach the ring head",
     )
     dropped_while_full = r.counter("log_records_dropped")
@@ -138,9 +130,9 @@ def disk_fill(d: Driver) -> dict:
     def gap_on_disk() -> bool:
         return any(b'"kind":"gap"' in p.read_bytes() for p in logs.iterdir())
 
-    wait_until(gap_on_disk, "a gap line once space returned")
+    wait_until(gap_on_disk, DEADLINE_S, "a gap line once space returned")
     burst(100)
-    wait_until(lambda: r.counter("log_records_written") >= 100, "writing after the gap")
+    wait_until(lambda: r.counter("log_records_written") >= 100, DEADLINE_S, "writing after the gap")
     out["ops_issued"] = seq
     d.abi.finalize(ctx)
     return {**out, "counters": log_counters(r)}
@@ -174,7 +166,7 @@ def full_at_finalize(d: Driver) -> dict:
             seq += 1
         return r.counter("log_write_errors") > 0
 
-    wait_until(full, "the disk to fill")
+    wait_until(full, DEADLINE_S, "the disk to fill")
     d.abi.finalize(ctx)
     return {"ops_issued": seq, "counters": log_counters(r)}
 

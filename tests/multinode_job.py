@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 from agent_processes import free_port
+from waiting import wait_until
 
 from comminsight.sim import SimConfig, parse_fault
 
@@ -91,17 +91,14 @@ class AgentProc:
         return httpx.get(f"http://{self.listen}{path}", params=params, timeout=10)
 
     def wait_ready(self, timeout_s: float = 30) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def ready() -> bool:
             assert self.proc.poll() is None, f"{self.node} exited:\n{self.log_text()}"
-            try:
-                if self.get("/api/v1/health").status_code == 200:
-                    if (self.home / "fifos" / "hang-events.fifo").exists():
-                        return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"{self.node} not ready:\n{self.log_text()}"
-            time.sleep(0.05)
+            return (
+                self.get("/api/v1/health").status_code == 200
+                and (self.home / "fifos" / "hang-events.fifo").exists()
+            )
+
+        wait_until(ready, timeout_s, lambda: f"{self.node} to be ready:\n{self.log_text()}")
 
 
 @dataclass
@@ -145,16 +142,6 @@ def start_job(root: Path, n_slaves: int, master_extra=None, slave_extra=None) ->
     for agent in job.all():
         agent.wait_ready()
     return job
-
-
-def wait_until(condition, timeout_s: float, what) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, what() if callable(what) else what
-        time.sleep(0.1)
 
 
 RANKS, NODES = 6, 3  # sim_config's job: two ranks on each of three slaves

@@ -5,6 +5,9 @@
 The plugin keeps per-process state (SHM file, threads), so every scenario gets its own
 interpreter; it prints one JSON object (what it observed through the SHM reader) for the test
 to check. COMMINSIGHT_* settings come from the environment the test sets.
+
+A scenario waits for what the plugin does on its own threads by what it can see of them (the
+background thread's heartbeat count, a counter, a line on disk), never by sleeping.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from waiting import wait_until
 
 from comminsight.shm_reader import RingCursor, ShmRegion
 from comminsight.sim.abi import load_plugin
@@ -82,6 +87,19 @@ def region() -> ShmRegion | None:
     return ShmRegion(shms[0]) if shms else None
 
 
+DEADLINE_S = 60.0  # bounds a wait that went wrong (sanitizer builds on a loaded box); no measure
+
+
+def settled(r: ShmRegion) -> ShmRegion:
+    """r once the plugin's background thread has made a whole pass after what the scenario did
+    so far: ops reach the ring on the caller's thread, but the thread derives records_published
+    and runs the watchdog and the config check once per heartbeat. The count is raised at the
+    start of a pass, so two more mean one pass began and ended after now."""
+    beat = r.counter("heartbeat_count")
+    wait_until(lambda: r.counter("heartbeat_count") >= beat + 2, DEADLINE_S, "a heartbeat")
+    return r
+
+
 def snapshot(r: ShmRegion | None) -> dict:
     if r is None:
         return {"shm": False}
@@ -121,8 +139,7 @@ def odd_strings(d: Driver) -> dict:
     d.coll(ctx, 0, func=None, datatype=None, algo=None, proto=None)
     d.coll(ctx, 1, func="Frobnicate" * 10, datatype="ncclNotAType", algo="", proto="\xff\xfe")
     d.coll(ctx, 2, func="Gather", datatype="ncclBfloat16")
-    time.sleep(0.3)
-    out = snapshot(region())
+    out = snapshot(settled(region()))
     out["name"] = bytes(region().comms[0]["name"]).split(b"\0")[0].decode()
     d.abi.finalize(ctx)
     return out
@@ -139,8 +156,7 @@ def unknown_events(d: Driver) -> dict:
     rc = d.abi._plugin.startEvent(ctx, d.abi.ffi.NULL, d.abi.ffi.NULL)  # NULL out-pointer
     assert rc == 0
     d.coll(ctx, 0)
-    time.sleep(0.2)
-    out = snapshot(region())
+    out = snapshot(settled(region()))
     d.abi.finalize(ctx)
     return out
 
@@ -154,8 +170,7 @@ def stop_without_start(d: Driver) -> dict:
         d.abi.record_state(h, shm_v1_kernel_ch_stop(), ptimer=5)
     op = d.coll(ctx, 0)
     d.abi.stop(op)  # a second stop of a published op
-    time.sleep(0.2)
-    out = snapshot(region())
+    out = snapshot(settled(region()))
     out["nonzero_returns"] = d.abi.nonzero_returns
     d.abi.finalize(ctx)
     return out
@@ -168,8 +183,7 @@ def late_kernel_channels(d: Driver) -> dict:
     late = d.abi.start_kernel_ch(ctx, op, 0, 123)  # stale parent: must give no handle
     d.coll(ctx, 1, channels=2)  # reuses the pool entry
     d.abi.stop(late)
-    time.sleep(0.2)
-    out = snapshot(region())
+    out = snapshot(settled(region()))
     out["late_handle"] = late is not None
     d.abi.finalize(ctx)
     return out
@@ -217,8 +231,7 @@ def mask_change(d: Driver) -> dict:
     ctx = d.init(0xA8).context
     out = {"mask": int(d.mask[0])}
     d.coll(ctx, 0)
-    time.sleep(0.2)
-    out.update(snapshot(region()))
+    out.update(snapshot(settled(region())))
     d.abi.finalize(ctx)
     return out
 
@@ -229,8 +242,9 @@ def hang(d: Driver) -> dict:
     d.coll(ctx, 0)
     op = d.coll(ctx, 1, finish=False)  # never completes
     d.abi.start_kernel_ch(ctx, op, 0, 5)
-    time.sleep(float(os.environ.get("SCENARIO_WAIT_S", "1.5")))
     r = region()
+    # the flag is counted last, once the FIFO event, the HANG record and the warning are out
+    wait_until(lambda: r.counter("hangs_flagged") >= 1, DEADLINE_S, "the watchdog's flag")
     e = r.comm_entries()[0]
     out = snapshot(r)
     out["progress"] = {
@@ -258,20 +272,35 @@ def disk_full(d: Driver) -> dict:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
     lock = hold_agent_lock()
     ctx = d.init(0xB1).context
+    r = region()
+
+    def handled(*counters: str):
+        """Every record in the ring so far is one of `counters` (written, or dropped)."""
+        return lambda: sum(r.counter(c) for c in counters) >= r.counter("ring_head")
+
     for seq in range(5):
         d.coll(ctx, seq)
-    time.sleep(0.3)  # written while there is room
+    wait_until(handled("log_records_written"), DEADLINE_S, "written while there is room")
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (1, hard))  # "disk full"
     for seq in range(5, 25):
         d.coll(ctx, seq)
-    time.sleep(0.5)
+    wait_until(
+        handled("log_records_written", "log_records_dropped"), DEADLINE_S, "the drops counted"
+    )
     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # space returns
-    time.sleep(1.5)  # past the writer's retry period
+    # the writer tries again after its retry period: the gap line on disk says it did
+    logs = home() / "inspector_logs"
+    wait_until(
+        lambda: any(b'"kind":"gap"' in p.read_bytes() for p in logs.iterdir()),
+        DEADLINE_S,
+        "the gap line once space returned",
+    )
     for seq in range(25, 30):
         d.coll(ctx, seq)
-    time.sleep(0.3)
-    r = region()
+    wait_until(
+        handled("log_records_written", "log_records_dropped"), DEADLINE_S, "the last ops written"
+    )
     out = snapshot(r)
     out["log_counters"] = {
         c: r.counter(c)
@@ -295,8 +324,14 @@ def fifo_reader(d: Driver) -> dict:
     ctx = d.init(0xB2, name="tp:0").context
     op = d.coll(ctx, 0, finish=False)
     d.abi.start_kernel_ch(ctx, op, 0, 5)
-    time.sleep(float(os.environ.get("SCENARIO_WAIT_S", "1.2")))
-    data = os.read(reader, 4096)
+
+    def event() -> bytes | None:
+        try:
+            return os.read(reader, 4096)  # an event is written whole (PIPE_BUF): one read
+        except BlockingIOError:
+            return None  # the watchdog has not written yet
+
+    data = wait_until(event, DEADLINE_S, "the hang event on the FIFO")
     ev = np.frombuffer(data, dtype=fifo_event_v1.EVENT_DTYPE)
     d.abi.finalize(ctx)
     return {
@@ -315,7 +350,9 @@ def fifo_reader(d: Driver) -> dict:
 
 def autostart(d: Driver) -> dict:
     ctx = d.init(0xB3).context
-    time.sleep(float(os.environ.get("SCENARIO_WAIT_S", "1.0")))
+    r = region()
+    # autostart runs at the end of the background thread's first pass: over at the second beat
+    wait_until(lambda: r.counter("heartbeat_count") >= 2, DEADLINE_S, "the first pass")
     d.abi.finalize(ctx)
     return {}
 
@@ -337,9 +374,8 @@ def fork_child(d: Driver) -> dict:
             os._exit(3)
     _, status = os.waitpid(pid, 0)
     d.coll(ctx, 1)
-    time.sleep(0.2)
     shm_files = sorted(p.name for p in (home() / "shms").glob("*.shm"))
-    out = snapshot(region_of(os.getpid()))
+    out = snapshot(settled(region_of(os.getpid())))
     out["child_status"] = status
     out["shm_files"] = len(shm_files)
     d.abi.finalize(ctx)
@@ -357,11 +393,13 @@ def mask_reload(d: Driver) -> dict:
     conf = Path(os.environ["COMMINSIGHT_CONF"])
     ctx = d.init(0xB6).context
     before = int(d.mask[0])
-    time.sleep(0.2)
+    # the first pass notes the file's mtime; only a change after that is an edit
+    settled(region())
     conf.write_text("COMMINSIGHT_PROFILER_EVENT_MASK=6\n")
     os.utime(conf, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
-    time.sleep(0.5)
-    after = int(d.mask[0])
+    after = wait_until(
+        lambda: int(d.mask[0]) != before and int(d.mask[0]), DEADLINE_S, "the new mask"
+    )
     d.abi.finalize(ctx)
     return {"before": before, "after": after}
 
@@ -385,8 +423,7 @@ def api_info(d: Driver) -> dict:
     op = d.abi.start_coll(ctx, graph_api, None, 0, {**COLL, "seq": 1})
     d.abi.stop(op)
     d.channels(ctx, op, 4)
-    time.sleep(0.2)
-    r = region()
+    r = settled(region())
     records = RingCursor(r).poll()
     colls = records[records["kind"] == 1]
     out = {
@@ -418,8 +455,7 @@ def many_threads(d: Driver) -> dict:
         t.start()
     for t in threads:
         t.join()
-    time.sleep(0.3)
-    records = RingCursor(region()).poll(1 << 20)
+    records = RingCursor(settled(region())).poll(1 << 20)
     colls = records[records["kind"] == 1]
     out = {
         "colls": int(len(colls)),
@@ -469,8 +505,7 @@ def ce_events(d: Driver) -> dict:
         handle = d.abi.ffi.new("void **")
         assert d.abi._plugin.startEvent(ctx, handle, descr) == 0 and handle[0] == d.abi.ffi.NULL
     d.coll(ctx, 0)
-    time.sleep(0.2)
-    out = snapshot(region())
+    out = snapshot(settled(region()))
     d.abi.finalize(ctx)
     return out
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from profiler_builds import builds
+from waiting import wait_until
 
 from comminsight.log_segments import segments_in, verify_segment
 from comminsight.shm_reader import ShmRegion
@@ -109,13 +110,6 @@ def tree(path: Path) -> dict:
         st = p.lstat()
         out[str(p)] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mode, st.st_uid, st.st_mtime_ns)
     return out
-
-
-def poll(condition, what: str):
-    end = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def said(stderr: str, pattern: str) -> list[str]:
@@ -532,7 +526,7 @@ def test_a_symlinked_agent_log_is_not_followed(tmp_path, precious):
         COMMINSIGHT_PROFILER_AGENT_BIN=str(agent),
         LOCAL_RANK="0",
     )
-    poll(marker.exists, "the agent to run")  # it starts, its output discarded
+    wait_until(marker.exists, DEADLINE_S, "the agent to run")  # it starts, its output discarded
     assert unchanged(precious, before)
     assert said(err, r"logs/agent.log is a symbolic link; the agent's output is discarded"), err
 
@@ -579,7 +573,7 @@ def test_agent_bin_from_the_home_config_is_never_run(tmp_path):
         LOCAL_RANK="0",
         PATH=f"{installed}:{os.environ['PATH']}",
     )
-    poll(default_marker.exists, "the installation's agent to run")
+    wait_until(default_marker.exists, DEADLINE_S, "the installation's agent to run")
     assert not evil_marker.exists()
     assert said(
         err,
@@ -643,7 +637,11 @@ def test_the_agent_starts_with_no_descriptor_of_training_and_no_signal_blocked(t
         )
         out, _ = finish(proc)
         assert out["init_result"] == 0
-        poll(lambda: marker.exists() and len(marker.read_text().splitlines()) == 2, "the agent")
+        wait_until(
+            lambda: marker.exists() and len(marker.read_text().splitlines()) == 2,
+            DEADLINE_S,
+            "the agent",
+        )
     finally:
         held.close()
     blocked, fd = marker.read_text().splitlines()

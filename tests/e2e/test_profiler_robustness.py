@@ -6,6 +6,7 @@ the ASan+UBSan and TSan builds; a sanitizer finding fails the run.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from profiler_builds import builds
 from profiler_builds import run_scenario as run
+from waiting import wait_until
 
 from comminsight.log_segments import segments_in, verify_segment
 from comminsight_gen.abi import shm_v1
@@ -166,24 +168,44 @@ def test_fifo_event_reaches_a_reader(tmp_path):
     assert out["pid_matches"]
 
 
+def lock_held(path: Path) -> bool:
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
 def test_agent_autostart_spawns_once_under_the_lock(tmp_path):
     marker = tmp_path / "agent-started"
     fake = tmp_path / "fake-agent"
-    # A stand-in agent: records that it ran, then holds the lock as the real one will.
+    hold = tmp_path / "hold-the-lock"
+    # A stand-in agent: records that it ran, then holds the lock as the real one will, until
+    # the test lets it go (its loop is it staying alive, not a wait for anything).
     lock = tmp_path / "home/metadata/agent.lock"
-    fake.write_text(f"#!/bin/sh\necho $$ >> {marker}\nexec flock {lock} sleep 3\n")
+    fake.write_text(
+        f"#!/bin/sh\necho $$ >> {marker}\n"
+        f"exec flock {lock} sh -c 'while [ -e {hold} ]; do sleep 0.05; done'\n"
+    )
     fake.chmod(0o755)
+    hold.touch()
     home = tmp_path / "home"
     env = {
         "COMMINSIGHT_AGENT_AUTOSTART": "1",
         "COMMINSIGHT_PROFILER_AGENT_BIN": str(fake),
         "LOCAL_RANK": "0",
     }
-    run("autostart", "plain", home, **env)
-    run("autostart", "plain", home, **env)  # the first agent still holds the lock
-    assert len(marker.read_text().split()) == 1
-    run("autostart", "plain", home, **{**env, "LOCAL_RANK": "1"})  # only local rank 0 spawns
-    assert len(marker.read_text().split()) == 1
+    try:
+        run("autostart", "plain", home, **env)
+        wait_until(lambda: marker.exists() and lock_held(lock), 60, "the agent holding the lock")
+        run("autostart", "plain", home, **env)  # the first agent still holds the lock
+        assert len(marker.read_text().split()) == 1
+        run("autostart", "plain", home, **{**env, "LOCAL_RANK": "1"})  # only local rank 0 spawns
+        assert len(marker.read_text().split()) == 1
+    finally:
+        hold.unlink()
 
 
 def test_agent_autostart_failure_is_ignored(tmp_path):

@@ -17,6 +17,7 @@ import msgspec
 import numpy as np
 import pytest
 from profiler_builds import run_scenario
+from waiting import wait_until
 
 from comminsight.agent.hangs.proxy_evidence import evidence_by_row, hang_evidence
 from comminsight.shm_reader import EVIDENCE, HEADER, ShmRegion
@@ -305,30 +306,37 @@ def test_a_simulated_hang_across_nodes_shows_proxy_progress_in_the_report(tmp_pa
     result = {}
     sim = threading.Thread(target=lambda: result.setdefault("sim", run_simulation(config)))
     sim.start()
-    found = None
-    while sim.is_alive() and found is None:
+
+    def report_with_proxy_progress() -> dict | None:
+        running = sim.is_alive()  # before the look: a run that ends meanwhile gets this last one
         regions = []
         for path in sorted((tmp_path / "shms").glob("*.shm")):
             try:
                 regions.append(ShmRegion(path))
             except ShmError:
                 continue  # still being created
-        snap = build_snapshot(regions, node_name="test-node", heartbeat_stale_ms=1000)
-        for report in diagnose(snap, time.monotonic_ns(), 500_000_000):
-            for e in report.evidence:
-                ev = e.hang_evidence
-                settled = ev is not msgspec.UNSET and all(
-                    c.steps_posted == c.proxy_ops_started for c in ev.channels
-                )  # the proxy has posted step 0 of every proxy op it started
-                if settled and ev.channels:
-                    found = msgspec.to_builtins(report)
-        for r in regions:
-            r.close()
-        time.sleep(0.1)
-    sim.join()
-    lock.close()
+        try:
+            snap = build_snapshot(regions, node_name="test-node", heartbeat_stale_ms=1000)
+            for report in diagnose(snap, time.monotonic_ns(), 500_000_000):
+                for e in report.evidence:
+                    ev = e.hang_evidence
+                    settled = ev is not msgspec.UNSET and all(
+                        c.steps_posted == c.proxy_ops_started for c in ev.channels
+                    )  # the proxy has posted step 0 of every proxy op it started
+                    if settled and ev.channels:
+                        return msgspec.to_builtins(report)
+        finally:
+            for r in regions:
+                r.close()
+        assert running, f"no report carried proxy progress before the run ended: {result}"
+        return None
+
+    try:
+        found = wait_until(report_with_proxy_progress, 120, "a report with proxy progress")
+    finally:
+        sim.join()
+        lock.close()
     assert not result["sim"].errors, result["sim"].errors
-    assert found is not None, "no report carried proxy progress"
     jsonschema.validate(found, SCHEMA)
     (waiting,) = [e for e in found["evidence"] if "hang_evidence" in e]
     assert waiting["comm_rank"] == 0 and waiting["inflight"]["channels_started"] > 0
