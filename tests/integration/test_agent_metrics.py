@@ -27,10 +27,13 @@ from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
 
 
-def scrape(tmp_path):
-    lock = hold_agent_lock(tmp_path)
-    truths = run_sim(tmp_path)
-    producers = ProducerSet(tmp_path)
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory):
+    """One simulated job's /metrics exposition: the tests only read it, so they share the run."""
+    home = tmp_path_factory.mktemp("metrics-home")
+    lock = hold_agent_lock(home)
+    truths = run_sim(home)
+    producers = ProducerSet(home)
     metrics = NodeMetrics()
     batches = producers.poll(time.monotonic_ns())
     update_from_producers(metrics, producers, batches, time.monotonic_ns())
@@ -38,8 +41,8 @@ def scrape(tmp_path):
     return truths, metrics.render().decode()
 
 
-def test_op_counts_and_bytes_equal_the_simulation(tmp_path):
-    truths, text = scrape(tmp_path)
+def test_op_counts_and_bytes_equal_the_simulation(scraped):
+    truths, text = scraped
     families = {f.name: f for f in text_string_to_metric_families(text)}
     ops = families["comminsight_ops"]
     total_ops = sum(s.value for s in ops.samples if s.name == "comminsight_ops_total")
@@ -63,13 +66,13 @@ def test_op_counts_and_bytes_equal_the_simulation(tmp_path):
     assert latency_count == len(completed)
 
 
-def test_exposition_passes_promtool(tmp_path):
+def test_exposition_passes_promtool(scraped):
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail(
             "promtool is required (Debian's prometheus package: scripts/install-debian-packages.sh)"
         )
-    _, text = scrape(tmp_path)
+    _, text = scraped
     proc = subprocess.run(
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True
     )

@@ -48,6 +48,21 @@ def simulate(home: Path, workload: str, ranks_per_process: int, **settings):
     return read_ground_truth(sim.run_dir), home / "inspector_logs"
 
 
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    """simulate() for tests that only read the run: a job already run in this module with the
+    same settings is handed out again instead of being run once more."""
+    runs = {}
+
+    def run(workload: str, ranks_per_process: int, **settings):
+        key = (workload, ranks_per_process, tuple(sorted(settings.items())))
+        if key not in runs:
+            runs[key] = simulate(tmp_path_factory.mktemp("job"), *key[:2], **settings)
+        return runs[key]
+
+    return run
+
+
 def assert_exact(truths, result) -> None:
     s = score(truths, result)
     assert s.exact_fraction == 1.0 and s.wrong == 0, s.first_wrong
@@ -58,9 +73,9 @@ def assert_exact(truths, result) -> None:
 @pytest.mark.parametrize("ranks_per_process", [2, 4])
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 def test_every_gpu_of_a_process_gets_exactly_its_own_steps(
-    tmp_path, workload, ranks_per_process, names
+    simulated, workload, ranks_per_process, names
 ):
-    truths, logs = simulate(tmp_path, workload, ranks_per_process, comm_names=names)
+    truths, logs = simulated(workload, ranks_per_process, comm_names=names)
     result = recover_steps(logs)
     assert result.problems == []
     assert sorted(g.gpu.global_rank for g in result.gpus) == list(range(RANKS))
@@ -68,8 +83,8 @@ def test_every_gpu_of_a_process_gets_exactly_its_own_steps(
     assert_exact(truths, result)
 
 
-def test_each_gpu_has_its_own_stream_and_identity(tmp_path):
-    truths, logs = simulate(tmp_path, "tp_dp", 2)
+def test_each_gpu_has_its_own_stream_and_identity(simulated):
+    truths, logs = simulated("tp_dp", 2, comm_names=True)
     gpu_logs, problems = read_gpu_logs(logs)
     assert problems == []
     by_rank = {log.identity.global_rank: log for log in gpu_logs}
@@ -91,8 +106,8 @@ def test_each_gpu_has_its_own_stream_and_identity(tmp_path):
     assert len(pids) == RANKS // 2  # two ranks per process, for real
 
 
-def test_a_process_of_one_gpu_keeps_its_stream_and_learns_its_device(tmp_path):
-    truths, logs = simulate(tmp_path, "ddp", 1)
+def test_a_process_of_one_gpu_keeps_its_stream_and_learns_its_device(simulated):
+    truths, logs = simulated("ddp", 1)
     gpu_logs, problems = read_gpu_logs(logs)
     assert problems == [] and len(gpu_logs) == RANKS
     for log in gpu_logs:
@@ -101,8 +116,8 @@ def test_a_process_of_one_gpu_keeps_its_stream_and_learns_its_device(tmp_path):
         assert log.identity.cuda_device == truth.run["cuda_device"] == truth.rank
 
 
-def test_unknown_devices_and_several_communicators_are_reported_not_merged_silently(tmp_path):
-    _, logs = simulate(tmp_path, "tp_dp", 2, cuda_runtime="")
+def test_unknown_devices_and_several_communicators_are_reported_not_merged_silently(simulated):
+    _, logs = simulated("tp_dp", 2, cuda_runtime="")
     gpu_logs, problems = read_gpu_logs(logs)
     assert len(gpu_logs) == RANKS // 2  # one stream per process: nothing tells its GPUs apart
     assert len(problems) == len(gpu_logs)
@@ -111,8 +126,8 @@ def test_unknown_devices_and_several_communicators_are_reported_not_merged_silen
         assert "device" in said and "cannot be told" in said and "one stream" in said
 
 
-def test_unknown_devices_of_a_lone_communicator_each_rank_is_a_gpu(tmp_path):
-    truths, logs = simulate(tmp_path, "ddp", 2, cuda_runtime="")
+def test_unknown_devices_of_a_lone_communicator_each_rank_is_a_gpu(simulated):
+    truths, logs = simulated("ddp", 2, cuda_runtime="")
     result = recover_steps(logs)
     assert len(result.problems) == RANKS // 2
     assert all("each rank of its only communicator is one GPU" in p for p in result.problems)
