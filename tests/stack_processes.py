@@ -19,6 +19,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from waiting import wait_until
+
 from comminsight.agent.hangs import stack_capture
 from comminsight.agent.hangs.stack_capture import StackCapture
 from comminsight_gen.models.python_stack_v1 import PythonStack
@@ -52,7 +54,8 @@ FAKE_TORCH = {
     ),
 }
 
-# A training script: `PRELUDE` runs before Inject (an application's own handler goes there)
+# A training script: `PRELUDE` runs before Inject (an application's own handler goes there).
+# Its sleep is the behaviour under test (the frame a stack signal finds it in), not a wait.
 TRAIN = """\
 import os, signal, sys, threading, time
 PRELUDE
@@ -77,6 +80,7 @@ train_step()
 """
 
 # No Inject at all: it counts the stack signal in a file, so a test can tell whether it came
+# (it sleeps only to stay alive for the signals)
 NO_INJECT = """\
 import os, signal, sys, time
 marker = sys.argv[1]
@@ -122,30 +126,31 @@ class ScriptProcess:
     def wait_ready(self, deadline_s: float = 120.0) -> None:
         if self.ready:
             return
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
-            if ready:
-                line = self.proc.stdout.readline().decode()
-                if line.startswith("ready"):
-                    self.ready = True
-                    self._wait_blocked(end)
-                    return
-                if not line:
-                    break
-            if self.proc.poll() is not None:
-                break
-        raise AssertionError(f"{self.path} never got ready: {self.stop()}")
 
-    def _wait_blocked(self, end: float) -> None:
+        def ready_line() -> bool:
+            if select.select([self.proc.stdout], [], [], 0)[0]:
+                line = self.proc.stdout.readline().decode()
+                assert line, "its output ended"
+                return line.startswith("ready")
+            assert self.proc.poll() is None, f"it exited ({self.proc.returncode})"
+            return False
+
+        try:
+            wait_until(ready_line, deadline_s, "its ready line")
+            self._wait_blocked(deadline_s)
+        except AssertionError as e:
+            raise AssertionError(f"{self.path} never got ready ({e}): {self.stop()}") from e
+        self.ready = True
+
+    def _wait_blocked(self, timeout_s: float) -> None:
         """After its ready line a script only blocks in its final wait: once the kernel shows
         its main thread sleeping, a signal finds it there, not on the way."""
-        while time.monotonic() < end:
+
+        def state() -> bytes:
             stat = Path(f"/proc/{self.pid}/stat").read_bytes()
-            if stat[stat.rindex(b")") + 2 :].split()[0] == b"S":
-                return
-            time.sleep(0.01)
-        raise AssertionError(f"{self.path} never blocked after its ready line")
+            return stat[stat.rindex(b")") + 2 :].split()[0]
+
+        wait_until(lambda: state() == b"S", timeout_s, "its main thread blocked after ready")
 
     def stop(self) -> str:
         """Kill it (once) and return what it wrote on stderr."""
@@ -182,16 +187,6 @@ def stacks_line(home: Path, pid: int) -> dict | None:
     return found[-1] if found else None
 
 
-def poll_until(condition, deadline_s: float = 60.0, what: str = "the condition"):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"{what} did not happen within {deadline_s} s")
-
-
 def stack_files(home: Path, pid: int) -> list[Path]:
     return sorted((home / "metadata" / "stacks").glob(f"{pid}-*.json"))
 
@@ -210,7 +205,7 @@ def ready_inject(tmp_path: Path, script: str | None = None, **env) -> tuple[Scri
     home = tmp_path / "home"
     p = ScriptProcess(tmp_path, script or train_script(), COMMINSIGHT_HOME=str(home), **env)
     p.wait_ready()
-    poll_until(lambda: stacks_line(home, p.pid), what="the stacks line")
+    wait_until(lambda: stacks_line(home, p.pid), 60, "the stacks line")
     return p, home
 
 

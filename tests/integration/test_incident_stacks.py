@@ -10,7 +10,8 @@ import socket
 
 import msgspec
 from hang_snapshots import reports_of, store_at, tp_then_dp
-from stack_processes import ScriptProcess, poll_until, stacks_line, train_script
+from stack_processes import ScriptProcess, stacks_line, train_script
+from waiting import wait_until
 
 from comminsight.agent.hangs.incident_stacks import IncidentStacks
 from comminsight.agent.hangs.incidents import group_reports
@@ -42,7 +43,7 @@ def test_the_culprits_stack_is_attached_to_its_incident(tmp_path):
     home = tmp_path / "home"
     with ScriptProcess(tmp_path, train_script(), COMMINSIGHT_HOME=str(home)) as p:
         p.wait_ready()
-        poll_until(lambda: stacks_line(home, p.pid), what="the stacks line")
+        wait_until(lambda: stacks_line(home, p.pid), 60, "the stacks line")
         store = store_at(home)
         capture = StackCapture(home, timeout_s=30.0)
         stacks = IncidentStacks(

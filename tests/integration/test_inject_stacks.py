@@ -21,11 +21,11 @@ from stack_processes import (
     ROOT,
     ScriptProcess,
     line_of,
-    poll_until,
     stack_files,
     stacks_line,
     train_script,
 )
+from waiting import wait_until
 
 from comminsight.agent.hangs.stack_format import describe
 from comminsight.inject import settings, stack_dump, stack_signal, state
@@ -48,7 +48,7 @@ def catches(pid: int, signum: int) -> bool:
 
 
 def announced(home: Path, pid: int) -> dict:
-    line = poll_until(lambda: stacks_line(home, pid), what="the stacks line")
+    line = wait_until(lambda: stacks_line(home, pid), 60, "the stacks line")
     jsonschema.validate(line, META_SCHEMA)
     return line
 
@@ -67,7 +67,7 @@ def test_signal_writes_every_threads_frames(tmp_path):
         assert line["start_ticks"] == stack_signal.start_ticks(p.pid)
         assert catches(p.pid, signal.SIGUSR2)
         os.kill(p.pid, signal.SIGUSR2)
-        path = poll_until(lambda: stack_files(home, p.pid), what="a stack file")[0]
+        path = wait_until(lambda: stack_files(home, p.pid), 60, "a stack file")[0]
         assert p.proc.poll() is None  # the signal did not end it
     assert path.name == f"{p.pid}-0.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -121,7 +121,7 @@ def test_an_applications_own_handler_is_left_alone(tmp_path):
     with ScriptProcess(tmp_path, train_script(prelude), COMMINSIGHT_HOME=str(home)) as p:
         line = announced(home, p.pid)
         os.kill(p.pid, signal.SIGUSR2)  # still the application's
-        poll_until(marker.exists, what="the application's handler")
+        wait_until(marker.exists, 60, "the application's handler")
     assert line["stacks"] == "unavailable"
     assert line["reason"].startswith("signal handler taken by the application: SIGUSR2 already")
     assert stack_files(home, p.pid) == []
@@ -138,7 +138,7 @@ def test_a_native_handler_is_left_alone(tmp_path):
     with ScriptProcess(tmp_path, train_script(prelude), COMMINSIGHT_HOME=str(home)) as p:
         line = announced(home, p.pid)
         os.kill(p.pid, signal.SIGUSR2)
-        poll_until(lambda: dump.exists() and "train_step" in dump.read_text(), what="its dump")
+        wait_until(lambda: dump.exists() and "train_step" in dump.read_text(), 60, "its dump")
     assert line["stacks"] == "unavailable"
     assert (
         line["reason"]
@@ -158,7 +158,7 @@ def test_the_signal_is_configurable(tmp_path):
         line = announced(home, p.pid)
         assert not catches(p.pid, signal.SIGUSR2)
         os.kill(p.pid, signal.SIGRTMIN + 3)
-        poll_until(lambda: stack_files(home, p.pid), what="a stack file")
+        wait_until(lambda: stack_files(home, p.pid), 60, "a stack file")
     assert (line["stack_signal"], line["stack_signal_name"]) == (signal.SIGRTMIN + 3, "SIGRTMIN+3")
 
 
@@ -168,7 +168,7 @@ def test_a_process_without_inject_catches_only_its_own(tmp_path):
     with ScriptProcess(tmp_path, NO_INJECT, args=[marker]) as p:
         assert catches(p.pid, signal.SIGUSR2)
         os.kill(p.pid, signal.SIGUSR2)
-        poll_until(marker.exists, what="the marker")
+        wait_until(marker.exists, 60, "the marker")
 
 
 # ---------------------------------------------------------------------------- settings

@@ -19,12 +19,12 @@ from stack_processes import (
     ask,
     forge_announcement,
     line_of,
-    poll_until,
     ready_inject,
     stack_files,
     train_script,
     write_answer,
 )
+from waiting import wait_until, wait_until_async
 
 from comminsight.agent.hangs import stack_capture
 from comminsight.agent.hangs.stack_capture import StackCapture
@@ -62,8 +62,9 @@ def test_a_second_request_within_the_interval_sends_no_second_signal(tmp_path):
         # itself skips signals within a second of its last dump, so let that second pass
         key = next(iter(capture._asked))
         capture._asked[key].sent_mono_ns -= 31 * 10**9
-        poll_until(
-            lambda: time.monotonic_ns() - first.captured_mono_ns > 1.5e9, what="a second to pass"
+        # the process's own limit has no signal to wait on but the clock
+        wait_until(
+            lambda: time.monotonic_ns() - first.captured_mono_ns > 1.5e9, 60, "a second to pass"
         )
         third = ask(capture, p.pid)
     assert capture.signals_sent == 2
@@ -96,7 +97,7 @@ def test_a_late_answer_is_picked_up_without_a_new_signal(tmp_path):
             "stop = threading.Event()",  # before the helper thread starts: it inherits the mask
             "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})\nstop = threading.Event()",
         )
-        .replace(
+        .replace(  # the process is held until the trigger: its loop is no wait of the test
             "train_step()\n",
             f"while not os.path.exists({str(trigger)!r}):\n"
             "    time.sleep(0.01)\n"
@@ -112,7 +113,7 @@ def test_a_late_answer_is_picked_up_without_a_new_signal(tmp_path):
         assert first.reason.startswith("timed out after 0.3 s: the process wrote no stacks")
         assert "not signalled again for" in first.reason
         trigger.touch()
-        poll_until(lambda: stack_files(home, p.pid), what="the late stack file")
+        wait_until(lambda: stack_files(home, p.pid), 60, "the late stack file")
         second = ask(capture, p.pid)
     assert capture.signals_sent == 1
     assert second.status is StackStatus.captured
@@ -131,7 +132,7 @@ def test_a_process_without_inject_is_never_signalled(tmp_path, no_inject):
     assert (capture.signals_sent, no_inject.marker.exists()) == (0, False)
     assert stack.rank == 1 and "Inject is not in this process" in describe(stack)
     os.kill(no_inject.pid, signal.SIGUSR2)  # the control: a signal it gets is recorded
-    poll_until(no_inject.marker.exists, what="the control signal")
+    wait_until(no_inject.marker.exists, 60, "the control signal")
 
 
 @pytest.mark.parametrize(
@@ -213,7 +214,7 @@ def test_the_wait_is_bounded_when_the_process_does_not_answer(tmp_path, no_injec
     assert stack.status is StackStatus.unavailable
     assert stack.reason.startswith("timed out after 0.2 s")
     assert capture.signals_sent == 1
-    poll_until(no_inject.marker.exists, what="the signal")
+    wait_until(no_inject.marker.exists, 60, "the signal")
 
 
 @pytest.mark.parametrize(
@@ -378,10 +379,11 @@ async def with_master_and_slave(tmp_path: Path, answer_stacks, body):
     stop = asyncio.Event()
     running = asyncio.ensure_future(link.run(stop))
     try:
-        deadline = time.monotonic() + 60
-        while "node-a" not in server.stacks.streams:
-            assert time.monotonic() < deadline, link.last_error
-            await asyncio.sleep(0.02)
+        await wait_until_async(
+            lambda: "node-a" in server.stacks.streams,
+            60,
+            lambda: f"the slave's stack request stream (last error: {link.last_error})",
+        )
         return await body(server)
     finally:
         stop.set()
@@ -452,8 +454,7 @@ def test_an_answer_from_another_node_or_unknown_request_is_dropped():
     async def body():
         requests.watch("node-a")
         asking = asyncio.ensure_future(requests.request("node-a", "h", 7, 0, timeout_s=60))
-        while not requests.open:
-            await asyncio.sleep(0)
+        await wait_until_async(lambda: requests.open, 30, "the open request")
         request_id = next(iter(requests.open))
         assert not requests.answer("node-b", request_id, 1, b"{}")  # not the node asked
         assert not requests.answer("node-a", request_id + 1, 1, b"{}")  # no such request

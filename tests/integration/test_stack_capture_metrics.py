@@ -18,11 +18,11 @@ from stack_processes import (
     answer,
     ask,
     forge_announcement,
-    poll_until,
     ready_inject,
     stack_files,
     write_answer,
 )
+from waiting import wait_until, wait_until_async
 
 from comminsight.agent.hangs import stack_capture
 from comminsight.agent.hangs.stack_capture import OUTCOMES, StackCapture
@@ -137,8 +137,8 @@ def test_pending_counts_a_signal_until_its_answer_arrives(tmp_path, no_inject):
 
     async def go():
         asking = asyncio.ensure_future(capture.request(HOST, no_inject.pid, 1))
-        while not no_inject.marker.exists():  # the process got the signal; no answer yet
-            await asyncio.sleep(0.02)
+        # the process got the signal; no answer yet
+        await wait_until_async(no_inject.marker.exists, 60, "the signal")
         waiting = capture.pending
         text = exposition(capture)
         write_answer(home, no_inject.pid, json.dumps(answer(no_inject.pid)).encode())
@@ -157,7 +157,7 @@ def test_the_exposition_has_every_outcome_and_passes_promtool(tmp_path):
     with p:
         capture = StackCapture(home, interval_s=30, timeout_s=60)
         ask(capture, p.pid)
-        poll_until(lambda: stack_files(home, p.pid), what="the dump")
+        wait_until(lambda: stack_files(home, p.pid), 60, "the dump")
     text = exposition(capture)
     got = samples(text)
     outcomes = {
@@ -186,8 +186,7 @@ def master_request(requests, node: str, pid: int, reply: bytes | None, timeout_s
     async def body():
         asking = asyncio.ensure_future(requests.request(node, "h", pid, 0, timeout_s=timeout_s))
         if reply is not None:
-            while not requests.open:
-                await asyncio.sleep(0)
+            await wait_until_async(lambda: requests.open, 30, "the open request")
             requests.answer(node, next(iter(requests.open)), 1, reply)
         return await asking
 
