@@ -23,6 +23,7 @@ from functools import cached_property
 from comminsight.agent.core.liveness import process_runs
 from comminsight.agent.core.producer_clock import on_reader_clock
 from comminsight.agent.hangs.proxy_evidence import EvidenceView, evidence_by_row
+from comminsight.agent.hangs.runs import current_run
 from comminsight.shm_reader import ShmRegion, enum_label, record_text
 from comminsight_gen.abi import shm_v1
 
@@ -320,6 +321,17 @@ def group_by_comm(members: Iterable[CommMember]) -> dict[int, CommView]:
     return comms
 
 
+def latest_runs(
+    members: list[CommMember], finalized: list[CommMember], margin_ns: int
+) -> tuple[list[CommMember], list[CommMember]]:
+    """ACTIVE and FINALIZED rows, less those of an earlier run of their communicator id."""
+    by_id: dict[int, list[CommMember]] = {}
+    for m in (*members, *finalized):
+        by_id.setdefault(m.comm_id, []).append(m)
+    kept = {id(m) for rows in by_id.values() for m in current_run(rows, margin_ns)}
+    return [m for m in members if id(m) in kept], [m for m in finalized if id(m) in kept]
+
+
 def build_snapshot(
     regions: Iterable[ShmRegion],
     *,
@@ -332,7 +344,9 @@ def build_snapshot(
     """Read every region once. Only ACTIVE communicator rows count as members: a FINALIZED
     row belongs to a communicator that was destroyed or aborted and waits for nobody, and a
     communicator that some rank has already finalized is being torn down, so it is left out
-    (its remaining rows would look like members missing on other nodes)."""
+    (its remaining rows would look like members missing on other nodes). Of the rows of one
+    communicator id only the latest run's count (hangs.runs): a reused home still holds the
+    regions of an earlier run, whose ids may repeat."""
     now_mono = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
     now_real = time.time_ns() if now_real_ns is None else now_real_ns
     stale_ns = heartbeat_stale_ms * 1_000_000
@@ -351,17 +365,27 @@ def build_snapshot(
                 members.append(comm_member(row, proc, evidence.get(key), off))
             elif state == shm_v1.CommState.FINALIZED:
                 finalized.append(comm_member(row, proc, off=off))
-    torn = {m.comm_id for m in finalized}
-    torn_down = group_by_comm(m for m in members if m.comm_id in torn)
-    for comm_id, view in torn_down.items():
-        left = tuple(sorted((m for m in finalized if m.comm_id == comm_id), key=lambda m: m.rank))
-        torn_down[comm_id] = dataclasses.replace(view, departed=left)
+    comms, torn_down = communicators(members, finalized, stale_ns)
     return NodeSnapshot(
         node_name=node_name or socket.gethostname(),
         taken_mono_ns=now_mono,
         taken_real_ns=now_real,
         heartbeat_stale_ns=stale_ns,
         processes=tuple(processes),
-        comms=group_by_comm(m for m in members if m.comm_id not in torn),
+        comms=comms,
         torn_down=torn_down,
     )
+
+
+def communicators(
+    members: list[CommMember], finalized: list[CommMember], stale_ns: int
+) -> tuple[dict[int, CommView], dict[int, CommView]]:
+    """(active, torn down) communicators by id from ACTIVE and FINALIZED rows of the latest
+    run of each id: one that some rank finalized is torn down, its FINALIZED rows departed."""
+    members, finalized = latest_runs(members, finalized, stale_ns)
+    torn = {m.comm_id for m in finalized}
+    torn_down = group_by_comm(m for m in members if m.comm_id in torn)
+    for comm_id, view in torn_down.items():
+        left = tuple(sorted((m for m in finalized if m.comm_id == comm_id), key=lambda m: m.rank))
+        torn_down[comm_id] = dataclasses.replace(view, departed=left)
+    return group_by_comm(m for m in members if m.comm_id not in torn), torn_down

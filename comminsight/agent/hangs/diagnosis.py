@@ -1030,7 +1030,7 @@ def to_report(
 ) -> HangReport:
     node = node_name(snap.node_name)
     members = {m.rank: m for m in (*f.comm.departed, *f.comm.members)}
-    job = next((m.process.job_id for m in f.comm.members if m.process.job_id), None)
+    job = job_of(f.comm)
     data_age = max(0, now_mono - snap.taken_mono_ns)  # the snapshot was read this long ago
     return HangReport(
         schema_version=1,
@@ -1067,9 +1067,21 @@ def to_report(
     )
 
 
+def job_of(comm: CommView) -> str | None:
+    """The job its rows' processes belong to (one: hangs.runs keeps one run's rows)."""
+    return next(
+        (m.process.job_id for m in (*comm.members, *comm.departed) if m.process.job_id), None
+    )
+
+
 def report_id(f: Finding) -> str:
-    """Stable across polls: the same comm, verdict and op (or ranks) give the same id."""
+    """Stable across polls: the same comm, verdict and op (or ranks) give the same id. The job
+    is part of it: a job that reuses a home and an earlier job's communicator id (the
+    simulator's, from a seed) gets reports and incidents of its own, never the ended ones."""
     raw = f"{f.comm.comm_id_hex}:{f.verdict.value}:{f.key}"
+    job = job_of(f.comm)
+    if job:
+        raw = f"{job}/{raw}"
     digest = hashlib.sha1(raw.encode()).hexdigest()[:12]
     return f"{f.comm.comm_id_hex}-{f.verdict.value}-{digest}"
 

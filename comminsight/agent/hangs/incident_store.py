@@ -132,6 +132,7 @@ class IncidentStore:
     ) -> list[Incident]:
         """Fold one pass's groups in; `reports` are all the reports the Agent holds (for the
         resolution of a root that was not diagnosed again). The incidents that changed."""
+        self._forget_ended_resolved(reports)
         current = {rid for g in groups for rid in g.report_ids}
         changed: dict[str, Incident] = {}
         superseded_roots: dict[str, Incident] = {}  # comm id -> open incident whose root went
@@ -192,6 +193,15 @@ class IncidentStore:
         processes: what is left of it as the teardown goes on, no new cause."""
         ids = group.report_ids
         return bool(ids) and all(rid in self._ended_with for rid in ids)
+
+    def _forget_ended_resolved(self, reports: Mapping[str, HangReport]) -> None:
+        """A report of an ended incident that has since been resolved is no teardown left
+        over: diagnosed again (the next run of a job in the same home, its communicator id
+        repeated), it is a new cause and opens an incident of its own."""
+        for rid in list(self._ended_with):
+            report = reports.get(rid)
+            if report is not None and report.status is ReportStatus.resolved:
+                del self._ended_with[rid]
 
     def _remember_ended(self, incident: Incident) -> None:
         for rid in self.report_ids(incident):

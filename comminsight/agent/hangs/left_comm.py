@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from comminsight.agent.core.snapshot import CommMember, CommView, NodeSnapshot
+from comminsight.agent.hangs.runs import current_run
 from comminsight_gen.abi import shm_v1
 
 
@@ -35,9 +36,13 @@ class MembersSeen:
         for comm_id in [c for c in self._rows if c not in shown]:
             del self._rows[comm_id]
         for comm_id, comm in shown.items():
-            rows = self._rows.setdefault(comm_id, {})
-            for m in (*comm.members, *comm.departed):
-                rows[m.rank] = m
+            now = (*comm.members, *comm.departed)
+            ranks = {m.rank for m in now}
+            before = [m for rank, m in self._rows.get(comm_id, {}).items() if rank not in ranks]
+            # a rank remembered from an earlier run of this id (a reused home) never left
+            # this one: it is forgotten once the rows shown now are another run's
+            rows = current_run([*before, *now], snapshot.heartbeat_stale_ns) if before else now
+            self._rows[comm_id] = {m.rank: m for m in rows}
 
     def of(self, comm_id: int) -> dict[int, CommMember]:
         return self._rows.get(comm_id, {})
