@@ -69,21 +69,6 @@ def test_make_help_lists_every_target_of_the_makefile():
     assert targets - listed == set(), "targets without a `## target: what it does` line"
 
 
-def test_demo_runs_the_pipeline_end_to_end():
-    from profiler_builds import builds
-
-    builds()  # the demo needs the plugin
-    proc = run("comminsight.cli", "demo")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "sealed segments, all verified" in proc.stdout
-    assert "hang evidence written by each rank" in proc.stdout
-    assert "stuck_outside_nccl" in proc.stdout  # the verdict on the skipping rank
-    # what the demo read through the generated API client
-    assert re.search(r"the Agent wrote [1-9]\d* hang reports", proc.stdout), proc.stdout
-    assert re.search(r"they form [1-9]\d* incident", proc.stdout), proc.stdout
-    assert "Everything stays under" in proc.stdout
-
-
 def test_config_command_reports_a_bad_value(tmp_path):
     proc = run(
         "comminsight.cli",

@@ -1,0 +1,90 @@
+"""The demo's first half: the healthy training run with a real Agent watching it; what the
+Agent serves, what each rank's Profiler recorded, and the checks on both."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+
+import httpx
+from rich.console import Console
+
+from comminsight.cli.output import new_table
+from comminsight.demo.agent_checks import agent_stopped_check, commands_check, note_errors
+from comminsight.demo.agent_process import running_agent
+from comminsight.demo.agent_reads import steps_served
+from comminsight.demo.checklist import Checklist
+from comminsight.demo.console import show
+from comminsight.demo.log_checks import RunLogs, ops_logged_check, read_logs, segments_check
+from comminsight.demo.sim_checks import healthy_ranks_check
+from comminsight.demo.simulation import DEMO_DIR, RANKS, STEPS, simulate
+from comminsight.demo.step_check import steps_check
+from comminsight_gen.models.inspector_log_v1 import CiColl, CiP2p
+
+NAME = "healthy run"
+
+
+def healthy_run(console: Console, checks: Checklist) -> None:
+    home = DEMO_DIR / "healthy"
+    shutil.rmtree(home, ignore_errors=True)
+    console.rule("1. simulated TP+PP+DP training through the Profiler, with the Agent")
+    with running_agent(home, console) as agent:
+        run = simulate(home, console, f"{RANKS} ranks train {STEPS} steps")
+        expected = sum(len(t.of("step")) for t in run.truths)
+        summaries, errors = steps_served(agent.url, expected, console)
+        note_errors(console, errors, agent.log)
+        statuses = [
+            show(console, "status", agent.url),
+            show(console, "comms", agent.url, state="all", name=None, full=False, id=None),
+            show(console, "steps", agent.url, rank=0, since_step=0, limit=100, logs=None),
+        ]
+        metrics = httpx.get(f"{agent.url}/metrics", timeout=10, trust_env=False).text
+        console.print(
+            f"{agent.url}/metrics exposed {metrics.count('comminsight_ops_total{')} "
+            "comminsight_ops_total series"
+        )
+    checks.add(healthy_ranks_check(run))
+    logs = read_logs(home / "inspector_logs")
+    checks.add(segments_check(NAME, logs, RANKS))
+    checks.add(ops_logged_check(NAME, logs, run))
+    console.print(recorded_table(logs))
+    steps = steps_check(run, summaries)
+    checks.add(steps.check)
+    for difference in steps.differences[:3]:
+        console.print(f"[yellow]  other ops than the simulator's: {difference}[/yellow]")
+    if len(steps.differences) > 3:
+        console.print(f"[yellow]  and {len(steps.differences) - 3} more Steps so[/yellow]")
+    checks.add(commands_check(NAME, "status, comms, steps", statuses))
+    checks.add(agent_stopped_check(NAME, agent.returncode, agent.log))
+    console.print(f"logs: {home / 'inspector_logs'}")
+    console.print(f"ground truth: {run.run_dir}")
+    console.print(f"Step summaries: {home / 'semantics' / 'step'}")
+
+
+def recorded_table(logs: RunLogs):
+    table = new_table(
+        "what the Profiler recorded, per rank",
+        ("rank", "colls", "p2p", "GiB moved", "median busbw GB/s", "GPU-timed"),
+        right=("rank", "colls", "p2p", "GiB moved", "median busbw GB/s", "GPU-timed"),
+    )
+    for rank in sorted(logs.by_rank):
+        colls = logs.records_of(rank, CiColl)
+        p2ps = logs.records_of(rank, CiP2p)
+        busbw = [
+            r.coll_perf.coll_busbw_gbs
+            for r in colls
+            if isinstance(r.coll_perf.coll_busbw_gbs, float)
+        ]
+        moved = sum(r.coll_perf.coll_msg_size_bytes for r in colls) + sum(
+            r.p2p_perf.p2p_msg_size_bytes for r in p2ps
+        )
+        timed = sum(r.coll_perf.coll_timing_source == "kernel_gpu" for r in colls)
+        table.add_row(
+            str(rank),
+            str(len(colls)),
+            str(len(p2ps)),
+            f"{moved / 2**30:.2f}",
+            f"{statistics.median(busbw):.1f}" if busbw else "-",
+            f"{timed}/{len(colls)}",
+        )
+    return table
