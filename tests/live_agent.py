@@ -4,14 +4,16 @@ for tests that talk to the real server over TCP."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 
 import msgspec
+from waiting import wait_until, wait_until_async
 
 from comminsight.agent.api.server import start_server
 from comminsight.agent.core.service import AgentService
 from comminsight_gen.config_v1 import ConfigV1
+
+START_S = 120.0  # bounds a first pass that went wrong (a loaded machine is slow, not stuck)
 
 
 class LiveAgent:
@@ -49,8 +51,7 @@ class LiveAgent:
         else:
             self.service.poll_once()
             task = asyncio.ensure_future(self._stop.wait())
-        while not self.service.ready and not task.done():
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: self.service.ready or task.done(), START_S, "the first pass")
         self._started.set()
         try:
             await task
@@ -59,9 +60,10 @@ class LiveAgent:
 
     def start(self) -> LiveAgent:
         self._thread.start()
-        self._started.wait(30)
+        started = self._started.wait(START_S + 30)
         if self._error is not None:
             raise self._error
+        assert started, "the agent's thread never started serving"
         return self
 
     def call(self, fn, *args):
@@ -73,18 +75,14 @@ class LiveAgent:
         future = asyncio.run_coroutine_threadsafe(run(), self.loop)
         return future.result(timeout=30)
 
-    def wait_passes(self, n: int = 2) -> None:
+    def wait_passes(self, n: int = 2, timeout_s: float = 60.0) -> None:
         """Until n more passes ran (everything published before now is ingested)."""
         target = self.service.passes + n
-        for _ in range(3000):
-            if self.service.passes >= target:
-                return
-            try:
-                self.call(lambda: None)
-            except concurrent.futures.TimeoutError:
-                pass
-            threading.Event().wait(0.01)
-        raise AssertionError("the agent made no progress")
+        wait_until(
+            lambda: self.service.passes >= target,
+            timeout_s,
+            lambda: f"{n} passes of the agent (at {self.service.passes}, waiting for {target})",
+        )
 
     def stop(self) -> None:
         if self.loop is not None and self._stop is not None:

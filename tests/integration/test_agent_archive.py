@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ import pytest
 import zstandard
 from home_files import write_segment
 from live_agent import LiveAgent
+from waiting import wait_until
 
 from comminsight.agent.archive.archiver import (
     ArchiveConfigError,
@@ -467,9 +467,7 @@ def test_an_unreachable_archive_does_not_stop_the_agent_and_is_reported(tmp_path
     write_segment(home, 0)
     with LiveAgent(home, common_archive_url=url, common_archive_retry_max=1) as agent:
         assert agent.service.archive_error is None  # archiving is on: the URL is valid
-        deadline = time.monotonic() + 60
-        while agent.service.archiver.last_error is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: agent.service.archiver.last_error, 60, "a failed upload")
         status = _get_json(agent, "/api/v1/archive")
         assert status["failed_uploads_total"] >= 1 and status["pending_files"] == 1
         message = status["last_error"]["message"]

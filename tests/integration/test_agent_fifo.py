@@ -8,6 +8,7 @@ import os
 import pytest
 from fifo_events import event_bytes
 from profiler_builds import run_scenario
+from waiting import wait_until_async
 
 from comminsight.agent.core.fifo_reader import EventDecoder, FifoError, HangEventFifo
 from comminsight_gen.abi import shm_v1
@@ -131,8 +132,9 @@ def test_last_writer_leaving_does_not_spin_the_loop(tmp_path):
             fd = os.open(fifo.path, os.O_WRONLY | os.O_NONBLOCK)
             os.write(fd, event_bytes(comm_id=comm_id))
             os.close(fd)  # like the Profiler: one open per event
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.2)
+            await wait_until_async(lambda n=comm_id: len(got) == n, 30, f"event {comm_id} read")
+        for _ in range(100):  # loop turns, not time: a wake-up on the closed end comes in these
+            await asyncio.sleep(0)
         fifo.close()
         return got, calls
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 
 import httpx
 import pytest
@@ -32,6 +31,7 @@ from hang_snapshots import (
     tp_then_dp,
 )
 from live_agent import LiveAgent
+from waiting import wait_until
 
 from comminsight.agent.core.node_state import NodeRows
 from comminsight.agent.core.snapshot import group_by_comm
@@ -448,10 +448,7 @@ def test_forged_hang_events_open_no_report_and_no_incident(tmp_path):
             event_bytes(pid=4242, comm_id=0xDEAD0000 + i, op_index=i, rank=i % 8) for i in range(64)
         )
         _write_fifo(agent.service.fifo.path, forged)
-        deadline = time.monotonic() + 60
-        while agent.service.fifo.stats.events < 64:
-            assert time.monotonic() < deadline, "the forged events were never read"
-            time.sleep(0.02)
+        wait_until(lambda: agent.service.fifo.stats.events >= 64, 60, "the forged events read")
         agent.wait_passes(3)
         assert agent.call(lambda: dict(agent.service.hangs.reports)) == {}
         assert agent.call(lambda: dict(agent.service.incidents.incidents)) == {}

@@ -11,6 +11,7 @@ import msgspec
 from agent_home import hold_agent_lock
 from engine_inputs import COMMS, TEMPLATES, ddp_slots
 from profiler_builds import builds
+from waiting import wait_until
 
 from comminsight.agent.core.ingest import NodeIngest
 from comminsight.agent.core.producers import ProducerSet
@@ -144,13 +145,14 @@ def test_ingest_tells_the_engine_of_each_gpu_whose_shm_file_it_retired(tmp_path)
     engine = Recording()
     producers = ProducerSet(tmp_path)
     ingest = NodeIngest(producers, NodeMetrics(), RecentOps(16), engine, "node")
+
     # the processes have exited: read, then finished (the Agent keeps a retired process's
     # file for a while: process_died needs it), then retired
-    for _ in range(100):
+    def both_finished() -> bool:  # once their heartbeats say they are gone
         ingest.run_pass(time.monotonic_ns(), retire_after_ns=3600 * 10**9)
-        if len(engine.calls) == 2:
-            break
-        time.sleep(0.1)  # until their heartbeats say they are gone
+        return len(engine.calls) == 2
+
+    wait_until(both_finished, 60, lambda: f"both processes finished (calls: {engine.calls})")
     assert [c[0] for c in engine.calls] == ["finished", "finished"]
     ingest.run_pass(time.monotonic_ns(), retire_after_ns=0)
     assert producers.counters.producers_retired == 2
