@@ -101,3 +101,48 @@ def test_the_api_pages_every_step_once_and_keeps_only_an_index(tmp_path):
         f.write(line(149, rank=1))  # appended: indexed from where the index ended
     page = files.page(rank=1, since_step=149, cursor=None, limit=10)
     assert indexes(page.items) == [(1, 149)] and page.total == 1
+
+
+def test_a_file_sealed_between_a_pages_listing_and_its_reads_is_read_under_its_new_name(
+    tmp_path,
+):
+    from comminsight.agent.steps.files import StepFiles
+
+    step_dir = tmp_path / "semantics" / "step"
+    step_dir.mkdir(parents=True)
+    partial = step_dir / "live-n-1-2.jsonl.partial"
+    partial.write_bytes(line(0) + line(1))
+    files = StepFiles(tmp_path)
+    listed = files._refresh
+
+    def listed_then_sealed():
+        indexed = listed()
+        os.rename(partial, step_dir / "live-n-1-2.jsonl")  # the engine seals it now
+        return indexed
+
+    files._refresh = listed_then_sealed
+    page = files.page(rank=None, since_step=0, cursor=None, limit=10)
+    assert [s.step_index for s in page.items] == [0, 1]
+
+
+def test_a_file_removed_between_a_pages_listing_and_its_reads_is_left_out_of_the_page(
+    tmp_path,
+):
+    from comminsight.agent.steps.files import StepFiles
+
+    step_dir = tmp_path / "semantics" / "step"
+    step_dir.mkdir(parents=True)
+    (step_dir / "live-n-1-2.jsonl").write_bytes(line(0, rank=1))
+    removed = step_dir / "live-n-3-4.jsonl"
+    removed.write_bytes(line(0, rank=2))
+    files = StepFiles(tmp_path)
+    listed = files._refresh
+
+    def listed_then_removed():
+        indexed = listed()
+        removed.unlink()  # the disk budget took it
+        return indexed
+
+    files._refresh = listed_then_removed
+    page = files.page(rank=None, since_step=0, cursor=None, limit=10)
+    assert [s.global_rank for s in page.items] == [1]

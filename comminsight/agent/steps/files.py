@@ -97,9 +97,12 @@ class StepFiles:
             keep &= (steps > after_step) | ((steps == after_step) & (ranks > after_rank))
         chosen = np.flatnonzero(keep)
         chosen = chosen[np.lexsort((ranks[chosen], steps[chosen]))][: limit + 1]
-        items = [self._decode(indexed[file_of[k]], int(line_of[k])) for k in chosen[:limit]]
+        decoded = (self._decode(indexed[file_of[k]], int(line_of[k])) for k in chosen[:limit])
+        # a file removed since the listing (the disk budget) leaves its lines out of the page
+        items = [s for s in decoded if s is not None]
         more = len(chosen) > limit
-        next_cursor = f"{items[-1].step_index}:{items[-1].global_rank}" if more else None
+        last = chosen[limit - 1] if more else None  # the page's last line, read or removed
+        next_cursor = f"{steps[last]}:{ranks[last]}" if more else None
         return StepPageResult(items, total, next_cursor)
 
     def _refresh(self) -> list[tuple[Path, _FileIndex]]:
@@ -161,11 +164,32 @@ class StepFiles:
         return index
 
     @staticmethod
-    def _decode(entry: tuple[Path, _FileIndex], k: int) -> StepSummary:
+    def _decode(entry: tuple[Path, _FileIndex], k: int) -> StepSummary | None:
         path, index = entry
-        with open_regular(path, STEP_FILE_BYTES_MAX) as f:
+        try:
+            f = _open_indexed(path, index)
+        except FileNotFoundError:
+            return None
+        with f:
             line = os.pread(f.fileno(), int(index.lengths[k]), int(index.starts[k]))
         return _DECODER.decode(line)
+
+
+def _open_indexed(path: Path, index: _FileIndex):
+    """The file an index was built from. The engine seals an open file by renaming
+    `.jsonl.partial` to `.jsonl` (the same inode, the same bytes) at any moment, also between
+    a page's listing and its reads: the sealed name is the same file when its inode says so."""
+    try:
+        return open_regular(path, STEP_FILE_BYTES_MAX)
+    except FileNotFoundError:
+        if path.name.endswith(".partial"):
+            f = open_regular(
+                path.with_name(path.name.removesuffix(".partial")), STEP_FILE_BYTES_MAX
+            )
+            if os.fstat(f.fileno()).st_ino == index.inode:
+                return f
+            f.close()
+        raise
 
 
 READ_CHUNK = 8 << 20  # bytes read per file per call at most: a call stays short
