@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete's global completion looks for this in the entry point)
 """`comminsight-agent`: the node Agent, one per COMMINSIGHT_HOME.
 
 Flags (`--home`, `--listen`, `--mode`, `--log-level`; agent.command_line) override their
@@ -182,7 +183,12 @@ def exposure_warning(settings) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = command_line.parser().parse_args(argv)  # --help, --version, bad flags: exit here
+    parser = command_line.parser()
+    if "_ARGCOMPLETE" in os.environ:  # a shell asks for completions: answer and exit
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    args = parser.parse_args(argv)  # --help, --version, bad flags: exit here
     flags = command_line.overrides(args)
     os.umask(0o077)
     conf, named = config_file_path({**os.environ, **{k: v for k, (v, _) in flags.items()}})

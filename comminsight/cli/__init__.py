@@ -1,7 +1,10 @@
-"""`comminsight`, the command line: `main` (the parser and the local commands), `agent` (the
-commands that ask an agent, one module per group: `node`, `ops`, `steps`, `hangs`,
-`incidents`, `archive`, `meta`), `semantic` (Steps recovered offline from logs), `client` (how
-a command reaches an agent) and `output` (tables and formats)."""
+# PYTHON_ARGCOMPLETE_OK (argcomplete's global completion looks for this in the entry point)
+"""`comminsight`, the command line: `main` (the parser), `help_format` and `options` (help
+text and the options commands share), `local` (protocols, config, demo), `simulate` (sim),
+`agent` (the parsers of the commands that ask an agent, whose code is a module per group:
+`node`, `ops`, `steps`, `hangs`, `incidents`, `archive`, `meta`), `semantic` (Steps recovered
+offline from logs), `client` (how a command reaches an agent) and `output` (tables, formats,
+errors and progress)."""
 
 from __future__ import annotations
 

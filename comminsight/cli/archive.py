@@ -5,11 +5,13 @@ waiting, the local disk budget; and uploading everything sealed now (needs the a
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from rich.markup import escape
+from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from comminsight.cli.client import AgentUnavailable, answer, changing_client
-from comminsight.cli.output import Output, new_table
+from comminsight.cli.output import Output, new_table, terminal_progress
 from comminsight.human_units import size_text, time_text
 from comminsight_client import Client
 from comminsight_client.api.archive import flush_archive, get_archive_status
@@ -33,6 +35,15 @@ def flush_cmd(client: Client, args, out: Output) -> None:
         if out.json:
             out.json_value(queued.to_dict())
             return
+        if out.plain:
+            table = new_table(None, ("queued_files", "queued_bytes", "already_running"))
+            table.add_row(
+                str(queued.queued_files),
+                str(queued.queued_bytes),
+                "yes" if queued.already_running else "no",
+            )
+            out.table(table)
+            return
         joined = " (joined the pass already running)" if queued.already_running else ""
         out.line(
             f"flush queued{joined}: {queued.queued_files} files, "
@@ -40,7 +51,24 @@ def flush_cmd(client: Client, args, out: Output) -> None:
             markup=False,
         )
         return
-    status = wait_for_flush(client, before.failed_uploads_total, args.wait_s)
+    progress = terminal_progress(
+        out.console,
+        SpinnerColumn(),
+        TextColumn("uploading"),
+        BarColumn(),
+        TextColumn("{task.fields[files]}"),
+        TimeElapsedColumn(),
+    )
+    total = queued.queued_files
+    with progress:
+        task = progress.add_task("flush", total=total or None, files=f"0/{total} files")
+
+        def show(s: ArchiveStatus) -> None:
+            # the queued files not pending any more (files sealed since count as pending too)
+            done = total - min(s.pending_files, total)
+            progress.update(task, completed=done, files=f"{done}/{total} files")
+
+        status = wait_for_flush(client, before.failed_uploads_total, args.wait_s, show)
     if out.json:
         out.json_value({"flush": queued.to_dict(), "status": status.to_dict()})
         return
@@ -51,13 +79,20 @@ def flush_cmd(client: Client, args, out: Output) -> None:
     print_status(out, status)
 
 
-def wait_for_flush(client: Client, failed_before: int, deadline_s: float) -> ArchiveStatus:
+def wait_for_flush(
+    client: Client,
+    failed_before: int,
+    deadline_s: float,
+    on_status: Callable[[ArchiveStatus], None] = lambda status: None,
+) -> ArchiveStatus:
     """The archive status once no pass runs and nothing sealed waits, or a pass ended with
     failed uploads (left for the next pass); AgentUnavailable when `deadline_s` passes first.
-    (Not just "no pass runs": the flush's pass starts in the background after the answer.)"""
+    (Not just "no pass runs": the flush's pass starts in the background after the answer.)
+    `on_status` sees every status read on the way."""
     deadline = time.monotonic() + deadline_s
     while True:
         status: ArchiveStatus = answer(get_archive_status, client=client)
+        on_status(status)
         settled = status.pending_files == 0 or status.failed_uploads_total > failed_before
         if settled and not status.flush_in_progress:
             return status

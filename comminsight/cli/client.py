@@ -1,5 +1,5 @@
-"""How `comminsight` commands reach an agent: the generated `comminsight_client`, the options
-every agent command shares, and errors that say what to do next.
+"""How `comminsight` commands reach an agent: the generated `comminsight_client`, and errors
+that say what to do next (the options every agent command shares are in cli.options).
 
 A command is `func(client, args, out)`: `client` reads (it carries no token: reads need none,
 and --url may name someone else's agent); a change asks `changing_client(args)` for one with
@@ -24,7 +24,8 @@ import httpx
 from rich.console import Console
 
 from comminsight.cli import local_listener
-from comminsight.cli.output import FORMATS, Output, stderr_console
+from comminsight.cli.options import output_format
+from comminsight.cli.output import Output, error
 from comminsight.config import ConfigError, load_settings
 from comminsight_client import AuthenticatedClient, Client
 from comminsight_client.models import Error
@@ -90,32 +91,6 @@ def default_url() -> str:
     return local_agent().url
 
 
-def add_common_options(p: argparse.ArgumentParser, nested: bool = False) -> None:
-    """--url, --format/--json, --token. `nested`: on a sub-command (`hangs resolve`), where an
-    option given before the sub-command must not be reset by the sub-command's default."""
-
-    def default(value):
-        return argparse.SUPPRESS if nested else value
-
-    p.add_argument(
-        "--url", default=default(None), help="agent API base URL (default: the local agent)"
-    )
-    p.add_argument(
-        "--format",
-        choices=FORMATS,
-        default=default("table"),
-        help="table (default), plain (tab-separated, for scripts) or json (the API's bodies)",
-    )
-    p.add_argument(
-        "--json", action="store_true", default=default(False), help="same as --format json"
-    )
-    p.add_argument(
-        "--token",
-        default=default(None),
-        help="bearer token for changes (resolve, flush); default COMMINSIGHT_AGENT_TOKEN",
-    )
-
-
 def changing_client(args: argparse.Namespace) -> Client:
     """A client for a change (resolve, flush): with --token, else COMMINSIGHT_AGENT_TOKEN;
     without either the request goes unauthenticated and the agent's refusal is explained."""
@@ -175,7 +150,7 @@ def user_text(uid: int) -> str:
 
 
 def run(func: Callable, args: argparse.Namespace, console: Console) -> int:
-    fmt = "json" if args.json else args.format
+    fmt = output_format(args)
     args.json = fmt == "json"
     target = Target(args.url, "--url") if args.url else local_agent()
     args.agent_url = target.url
@@ -196,10 +171,7 @@ def run(func: Callable, args: argparse.Namespace, console: Console) -> int:
 
 
 def fail(message: str, hint: str | None) -> int:
-    err = stderr_console()
-    err.print(f"comminsight: {message}", markup=False, highlight=False, soft_wrap=True)
-    if hint:
-        err.print(f"  hint: {hint}", markup=False, highlight=False, soft_wrap=True)
+    error(message, hint)
     return 1
 
 

@@ -89,6 +89,11 @@ def resolve_cmd(client: Client, args, out: Output) -> None:
     if out.json:
         out.json_value(report.to_dict())
         return
+    if out.plain:
+        table = new_table(None, ("report", "status"))
+        table.add_row(report.report_id, escape(status_text(report)))
+        out.table(table)
+        return
     out.line(f"resolved {report.report_id}: {status_text(report)}", markup=False)
 
 

@@ -11,13 +11,11 @@ so piping the output loses nothing.
 
 from __future__ import annotations
 
-import argparse
-
 from rich.markup import escape
 
 from comminsight.cli.client import answer, changing_client, known
 from comminsight.cli.hangs import comm_text, evidence_table
-from comminsight.cli.output import Output
+from comminsight.cli.output import Output, new_table
 from comminsight.human_units import time_text
 from comminsight_client import Client
 from comminsight_client.api.incidents import get_incident, list_incidents, resolve_incident
@@ -39,20 +37,6 @@ from comminsight_client.models import (
 from comminsight_client.types import UNSET
 
 NOT_FOUND = "list the incidents with `comminsight incidents --status all`"
-
-
-def add_list_arguments(p: argparse.ArgumentParser, nested: bool = False) -> None:
-    def default(value):
-        return argparse.SUPPRESS if nested else value
-
-    p.add_argument("--status", choices=["open", "resolved", "all"], default=default("open"))
-    p.add_argument(
-        "--tree",
-        action="store_true",
-        default=default(False),
-        help="show each incident's consequences",
-    )
-    p.add_argument("--limit", type=int, default=default(100))
 
 
 def incidents_cmd(client: Client, args, out: Output) -> None:
@@ -84,6 +68,9 @@ def list_cmd(client: Client, args, out: Output) -> None:
     if out.json:
         out.json_value(body.to_dict())
         return
+    if out.plain:
+        out.table(incidents_table(f"Incidents ({args.status}): {body.total}", body.items))
+        return
     out.line(f"[bold]Incidents ({args.status}): {body.total}[/bold]")
     for incident in body.items:
         print_incident(out, incident, tree=args.tree)
@@ -101,7 +88,40 @@ def resolve_cmd(client: Client, args, out: Output) -> None:
     if out.json:
         out.json_value(incident.to_dict())
         return
+    if out.plain:
+        out.table(incidents_table(None, [incident]))
+        return
     print_incident(out, incident, tree=False)
+
+
+def incidents_table(title: str | None, incidents: list[Incident]):
+    """An incident a row, for --format plain (the sentences of the table format as cells)."""
+    table = new_table(
+        title,
+        (
+            "incident",
+            "status",
+            "severity",
+            "opened (UTC)",
+            "root report",
+            "root cause",
+            "summary",
+            "blocked",
+        ),
+    )
+    for incident in incidents:
+        resolution = known(incident.resolution)
+        table.add_row(
+            incident.incident_id,
+            incident.status.value + (f" ({resolution.value})" if resolution else ""),
+            incident.severity.value,
+            time_text(incident.opened_real_ns),
+            incident.root.report_id,
+            escape(root_line(incident.root)),
+            escape(incident.root.summary),
+            str(len(incident.consequences)),
+        )
+    return table
 
 
 def print_incident(out: Output, incident: Incident, tree: bool) -> None:

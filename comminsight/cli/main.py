@@ -5,96 +5,115 @@ configuration and the protocols of this build. `comminsight COMMAND --help` for 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from rich.console import Console
-from rich.markup import escape
-
-from comminsight.cli.agent import add_agent_commands
-from comminsight.cli.output import new_table, stdout_console
-from comminsight.config import ConfigError, load_settings
-from comminsight.redaction import shown_value
+from comminsight.cli.agent import add_agent_commands, command_code
+from comminsight.cli.help_format import CommandParser, examples
+from comminsight.cli.options import add_format_options
 from comminsight.sim.cli_args import add_sim_arguments
 from comminsight.version_text import VersionAction
 
+STDOUT_CLOSED = 128 + 13  # 128 + SIGPIPE, as the shell reports a tool SIGPIPE ended
 
-def cmd_protocols(args: argparse.Namespace, console: Console) -> int:
-    from comminsight_gen.registry import PROTOCOLS
+EPILOG = """\
+output: every command takes --format table|plain|json (default table). Tables fit the
+terminal, or COLUMNS in a pipe or file (80 when unset); a long value folds onto more lines
+and is never cut. For whole values in scripts use --format plain (tab-separated, one row a
+line) or --format json (one JSON document). Results go to stdout, errors and hints to stderr.
 
-    table = new_table(
-        "CommInsight protocols", ("protocol", "version", "kind", "status", "producer → consumers")
+exit status: 0 success; 1 the work failed (agent unreachable or refusing, a failed run);
+2 a bad command line or configuration; 141 stdout was closed early (`| head`).
+
+the local agent is found at COMMINSIGHT_AGENT_LISTEN; --url names another.
+
+shell completion (bash, zsh), e.g. in ~/.bashrc:
+  eval "$(register-python-argcomplete comminsight)"
+
+""" + examples(
+    "comminsight status",
+    "comminsight hangs --format json | jq '.items[0].summary'",
+    "comminsight steps var/demo/healthy/inspector_logs --format plain",
+    "COLUMNS=120 comminsight comms > comms.txt",
+)
+
+
+def local_command(sub, name: str, help_text: str, target: str, epilog: str, **kw):
+    """A command that needs no agent; `target` is 'module:function' of comminsight.cli,
+    imported when the command runs."""
+    p = sub.add_parser(name, help=help_text, description=help_text, epilog=epilog, **kw)
+    add_format_options(p)
+    p.set_defaults(func=lambda args, console: command_code(target)(args, console))
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = CommandParser(prog="comminsight", description=__doc__, epilog=EPILOG)
+    parser.add_argument("--version", action=VersionAction)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    local_command(
+        sub,
+        "protocols",
+        "list the protocols this build speaks",
+        "local:cmd_protocols",
+        examples("comminsight protocols", "comminsight protocols --format json"),
     )
-    for p in PROTOCOLS:
-        table.add_row(
-            p.id, f"v{p.version}", p.kind, p.status, f"{p.producer} → {', '.join(p.consumers)}"
-        )
-    console.print(table)
-    return 0
-
-
-def cmd_config(args: argparse.Namespace, console: Console) -> int:
-    from comminsight_gen.config_v1 import KEYS
-
-    try:
-        settings = load_settings()
-    except ConfigError as e:
-        console.print(f"[red]configuration error:[/red] {e}")
-        return 2
-    table = new_table(
-        "Resolved configuration (environment > file > default)", ("key", "value", "default")
+    local_command(
+        sub,
+        "config",
+        "show the resolved configuration (environment > file > default), secrets hidden",
+        "local:cmd_config",
+        "exit status: 0 shown; 2 a configuration value is bad (named on stderr)\n\n"
+        + examples(
+            "comminsight config",
+            "COMMINSIGHT_CONF=./my.conf comminsight config --format plain",
+            "comminsight config --format json | jq -r '.COMMINSIGHT_HOME.value'",
+        ),
     )
-    for key in KEYS:
-        # secrets and URL credentials hidden by the same function as everywhere else
-        value = shown_value(key, getattr(settings, key.field))
-        table.add_row(key.name, escape(repr(value)), escape(repr(key.default)))
-    console.print(table)
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    from comminsight.demo import run
-
-    return run(console)
-
-
-def cmd_sim(args: argparse.Namespace, console: Console) -> int:
-    import json
-
-    from comminsight.sim import SimConfigError, render, run_simulation, summarize
-    from comminsight.sim.cli_args import config_from_args
-
-    try:
-        summary = summarize(run_simulation(config_from_args(args)))
-    except SimConfigError as e:
-        console.print(f"[red]sim:[/red] {e}")
-        return 2
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        render(summary, console)
-    return 0 if summary["ok"] else 1
+    local_command(
+        sub,
+        "demo",
+        "run the demo on an embedded default (simulated ranks, the Profiler and an Agent)",
+        "local:cmd_demo",
+        "The walk-through is for people: with --format plain or json it goes to stderr and\n"
+        "stdout gets only the outcome (exit status and where the files are).\n\n"
+        "exit status: 0 every part behaved as expected; 1 otherwise\n\n"
+        + examples("comminsight demo", "comminsight demo --format json 2>demo.log"),
+    )
+    add_agent_commands(sub)
+    sim = local_command(
+        sub,
+        "sim",
+        "drive a profiler plugin with a simulated NCCL (no GPU)",
+        "simulate:cmd_sim",
+        "exit status: 0 the run went as configured (a hang a fault asked for included);\n"
+        "1 a rank failed or the run timed out; 2 a bad option or simulation configuration\n\n"
+        + examples(
+            "comminsight sim --home /tmp/ci-home",
+            "comminsight sim --workload fsdp --ranks 4 --steps 5 --home /tmp/ci-home",
+            "comminsight sim --ranks 4 --fault skip:rank=1,op=3 --hang-hold 2 --home /tmp/h "
+            "--format json",
+        ),
+    )
+    add_sim_arguments(sim)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="comminsight",
-        description=__doc__,
-        epilog="Tables keep every value whole in a pipe; agent commands take --format "
-        "plain|json. The local agent is found at COMMINSIGHT_AGENT_LISTEN; --url names another.",
-    )
-    parser.add_argument("--version", action=VersionAction)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("protocols", help="list the protocols this build speaks").set_defaults(
-        func=cmd_protocols
-    )
-    sub.add_parser("config", help="show the resolved configuration").set_defaults(func=cmd_config)
-    sub.add_parser("demo", help="run the demo on an embedded default").set_defaults(func=cmd_demo)
-    add_agent_commands(sub)
-    sim = sub.add_parser("sim", help="drive a profiler plugin with a simulated NCCL (no GPU)")
-    add_sim_arguments(sim)
-    sim.set_defaults(func=cmd_sim)
-    args = parser.parse_args(argv)
-    return args.func(args, stdout_console())
+    parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # a shell asks for completions: answer and exit
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    args = parser.parse_args(argv)  # --help, --version, a bad command line: exit here
+    from comminsight.cli.output import stdout_console
+
+    try:
+        return args.func(args, stdout_console())
+    except BrokenPipeError:  # `| head` has what it wanted: end as a tool killed by SIGPIPE
+        # (and no second error when Python flushes stdout at exit)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return STDOUT_CLOSED
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-"""Where `comminsight` output goes and in which format: tables that never cut a value.
+"""Where `comminsight` output goes and in which format.
 
-On a terminal, tables fit its width and fold a long cell onto more lines (never '…'). Into a
-pipe or a file there is no width to fit, so tables take the width their cells need and a
-value is never cut: `comminsight comms | grep` finds the whole name. Three formats:
-`table` (rich tables), `plain` (tab-separated, a header line per table, for awk and cut) and
-`json` (the API's bodies, exact numbers).
+The table format (for people) fits the terminal, or COLUMNS in a pipe or file (80 when it is
+unset: rich's rule): a long cell folds onto more lines and a sentence (a hang's summary)
+wraps, so a value is never cut or ended with '…', but it may span lines. Scripts that need
+each value whole on one line take `--format plain` (tab-separated, a header line per table,
+sentences unwrapped; for awk and cut) or `--format json` (exact values, one document). Errors
+and hints go to stderr (`error`), whole, never between the lines of stdout.
 """
 
 from __future__ import annotations
@@ -13,28 +14,39 @@ import json
 from collections.abc import Iterable
 
 from rich.console import Console
+from rich.progress import Progress, ProgressColumn
 from rich.table import Table
 from rich.text import Text
 
-FORMATS = ("table", "plain", "json")
-# a width no table reaches: rich lays a table out at most this wide and crops lines there
-UNBOUNDED_WIDTH = 1_000_000
+from comminsight.cli.options import FORMATS
 
 
 def stdout_console() -> Console:
-    """The terminal's width on a terminal; unbounded (COLUMNS ignored) into a pipe or file."""
-    console = Console()
-    if console.is_terminal:
-        return console
-    return Console(width=UNBOUNDED_WIDTH)
+    """The terminal's width on a terminal; COLUMNS, else 80, in a pipe or a file."""
+    return Console()
 
 
 def stderr_console() -> Console:
     return Console(stderr=True)
 
 
+def error(message: str, hint: str | None = None) -> None:
+    """'comminsight: MESSAGE' (and '  hint: HINT') on stderr, whole: no markup, no wrapping."""
+    err = stderr_console()
+    err.print(f"comminsight: {message}", markup=False, highlight=False, soft_wrap=True)
+    if hint:
+        err.print(f"  hint: {hint}", markup=False, highlight=False, soft_wrap=True)
+
+
+def terminal_progress(console: Console, *columns: str | ProgressColumn) -> Progress:
+    """A rich Progress drawn on `console` only when it is a terminal, and erased when done:
+    into a pipe or a file it draws nothing (no bars in a log, nothing between JSON lines).
+    Print through the same console while it runs, so the bar stays below the output."""
+    return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
+
+
 def new_table(title: str | None, columns: Iterable[str], right: Iterable[str] = ()) -> Table:
-    """A table whose cells fold rather than end in '…' when a terminal is too narrow;
+    """A table whose cells fold rather than end in '…' when the width is too small;
     the columns named in `right` (numbers) are right-aligned."""
     right = set(right)
     table = Table(title=title)
@@ -77,21 +89,29 @@ class Output:
     def json(self) -> bool:
         return self.format == "json"
 
+    @property
+    def plain(self) -> bool:
+        return self.format == "plain"
+
     def table(self, table: Table) -> None:
-        if self.format == "plain":
+        if self.plain:
             # straight to the file: rich would expand the tabs into spaces
             self.text("\n".join(plain_lines(table)) + "\n\n")
             return
-        # the title on a line of its own: as a table title rich would wrap it to the table's
-        # width, cutting a long title (a URL, a timestamp) over several lines
+        # the title above the table, wrapped (at spaces, else folded) to the output's width:
+        # as a table title rich would wrap it to the table's own width, often much narrower
         title, table.title = table.title, None
         if title:
-            self.line(f"[bold]{title}[/bold]")
+            self.console.print(f"[bold]{title}[/bold]", highlight=False, overflow="fold")
         self.console.print(table)
 
     def line(self, text: str = "", markup: bool = True) -> None:
-        """A line printed whole: soft-wrapped by a terminal, never broken by rich."""
-        self.console.print(text, markup=markup, highlight=False, soft_wrap=True)
+        """A sentence: wrapped at spaces (a longer word folded) to the output's width; in
+        plain format whole on one line, without styles (also on a terminal)."""
+        if self.plain:
+            self.text((Text.from_markup(text).plain if markup else text) + "\n")
+            return
+        self.console.print(text, markup=markup, highlight=False, overflow="fold")
 
     def text(self, text: str) -> None:
         """Verbatim text (no markup), e.g. the Prometheus exposition."""

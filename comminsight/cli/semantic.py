@@ -1,27 +1,31 @@
 """`comminsight steps <logs>` and `comminsight trace <logs> -o trace.json`: the Semantic Engine
 offline, over a directory of inspector_logs.
 
-`steps` recovers every GPU's Steps with a progress bar, writes the step-summary records (one
-JSON-lines file per GPU, default `<logs>/../semantics/step/offline/`), and prints a table per rank,
-or with `--json` the records themselves as JSON lines. `trace` writes a Chrome/Perfetto trace
-(a track per rank and communicator, ops and Steps as slices). Problems with the input (bad
-lines, bad seals, missing segments, bad template files) are printed on stderr, each naming its
-file, and the rest is processed. Exit status 0, or 1 when the directory held no segments.
+`steps` recovers every GPU's Steps with a progress bar (on a terminal), writes the step-summary
+records (one JSON-lines file per GPU, default `<logs>/../semantics/step/offline/`), and prints
+a table per rank (table, plain) or, with `--format json`, one document whose `items` are the
+records themselves and `total` their count, as the agent's `steps` answers. `trace` writes a
+Chrome/Perfetto trace (a track per rank and communicator, ops and Steps as slices). Problems
+with the input (bad lines, bad seals, missing segments, bad template files) are printed on
+stderr, each naming its file, and the rest is processed. Exit status 0, or 1 when the directory
+held no segments.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.markup import escape
+from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from comminsight.cli.options import output_format
+from comminsight.cli.output import Output, error, new_table, stderr_console, terminal_progress
 
 if TYPE_CHECKING:
     from comminsight.semantic.offline import OfflineResult
@@ -41,15 +45,14 @@ def _recover(
     from comminsight.semantic.offline import recover_steps
 
     logs = Path(args.logs)
-    err = Console(stderr=True)
-    with Progress(
+    err = stderr_console()
+    # on stderr (when it is a terminal): stdout may be a pipe that wants only the result
+    with terminal_progress(
+        err,
         SpinnerColumn(),
         TextColumn("{task.description}"),
         TextColumn("{task.completed:,.0f} ops"),
         TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
     ) as progress:
         task = progress.add_task(f"recovering steps from {logs}", total=None)
         result = recover_steps(
@@ -61,9 +64,9 @@ def _recover(
             checkpoint_every_ops=getattr(args, "checkpoint_every_ops", 0) if out else 0,
         )
     for problem in result.problems + result.warnings:
-        err.print(f"[yellow]warning:[/yellow] {problem}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]warning:[/yellow] {escape(problem)}", highlight=False, soft_wrap=True)
     if not result.gpus:  # (a resumed run that was already complete reads no ops: fine)
-        err.print(f"[red]comminsight:[/red] no inspector_logs segments found in {logs}")
+        error(f"no inspector_logs segments found in {logs}")
         return None
     return result
 
@@ -71,39 +74,36 @@ def _recover(
 def cmd_steps_offline(args: argparse.Namespace, console: Console) -> int:
     from comminsight.semantic.offline import CHECKPOINT_NAME
 
-    out = Path(args.out) if args.out else default_out(Path(args.logs))
-    result = _recover(args, console, keep_ops=False, out=out)
+    out_dir = Path(args.out) if args.out else default_out(Path(args.logs))
+    result = _recover(args, console, keep_ops=False, out=out_dir)
     if result is None:
         return 1
-    if args.json:
+    out = Output(console, output_format(args))
+    if out.json:
+        # the records as the step-summary protocol encodes them, in one document
         encoder = msgspec.json.Encoder()
-        try:
-            for gpu in result.gpus:
-                for s in gpu.summaries:
-                    sys.stdout.write(encoder.encode(s).decode() + "\n")
-            sys.stdout.flush()
-        except BrokenPipeError:  # `| head`: the reader has what it wanted
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush error at exit
+        items = [json.loads(encoder.encode(s)) for gpu in result.gpus for s in gpu.summaries]
+        out.json_value({"items": items, "total": len(items)})
         return 0
     for gpu in result.gpus:
-        print_rank_table(console, gpu)
-    for warning in result.warnings:
-        console.print(f"warning: {warning}", highlight=False, soft_wrap=True)
-    resumed = f", resumed {result.resumed} from {out / CHECKPOINT_NAME}" if result.resumed else ""
-    console.print(
-        f"{sum(len(g.summaries) for g in result.gpus)} step summaries in {out}/ "
-        f"({len(result.gpus)} files, {result.ops:,} ops read{resumed})"
+        out.table(rank_table(gpu))
+    if out.format == "table":  # repeated below the tables, where a reader of them looks
+        for warning in result.warnings:
+            out.line(f"warning: {warning}", markup=False)
+    resumed = (
+        f", resumed {result.resumed} from {out_dir / CHECKPOINT_NAME}" if result.resumed else ""
+    )
+    out.line(
+        f"{sum(len(g.summaries) for g in result.gpus)} step summaries in {out_dir}/ "
+        f"({len(result.gpus)} files, {result.ops:,} ops read{resumed})",
+        markup=False,
     )
     return 0
 
 
-def print_rank_table(console: Console, gpu) -> None:
+def rank_table(gpu):
     how = gpu.method or "no Step recognized: see the warning"
-    table = Table(
-        title=f"rank {gpu.gpu.global_rank} ({gpu.gpu.host}, pid {gpu.gpu.pid}): "
-        f"{len(gpu.summaries)} steps, {gpu.ops:,} ops, by {how}"
-    )
-    for column in (
+    columns = (
         "step",
         "start (UTC)",
         "duration ms",
@@ -113,8 +113,13 @@ def print_rank_table(console: Console, gpu) -> None:
         "busbw GB/s",
         "confidence",
         "anomalies",
-    ):
-        table.add_column(column, justify="right" if column != "anomalies" else "left")
+    )
+    table = new_table(
+        f"rank {gpu.gpu.global_rank} ({gpu.gpu.host}, pid {gpu.gpu.pid}): "
+        f"{len(gpu.summaries)} steps, {gpu.ops:,} ops, by {how}",
+        columns,
+        right=columns[:-1],
+    )
     for s in gpu.summaries:
         start = datetime.fromtimestamp(s.start_real_ns / 1e9, tz=timezone.utc)
         period = s.period_ns if isinstance(s.period_ns, int) else None
@@ -129,7 +134,7 @@ def print_rank_table(console: Console, gpu) -> None:
             f"{s.recovery.confidence:.2f}",
             ", ".join(a.kind.value for a in s.anomalies) or "-",
         )
-    console.print(table)
+    return table
 
 
 def cmd_trace(args: argparse.Namespace, console: Console) -> int:
@@ -142,23 +147,24 @@ def cmd_trace(args: argparse.Namespace, console: Console) -> int:
     for gpu in result.gpus:
         events += gpu_events(gpu.gpu, gpu.kept_ops or [], gpu.summaries)
     write_trace(args.output, events)
-    console.print(
-        f"trace of {len(result.gpus)} ranks, {result.ops:,} ops and "
-        f"{sum(len(g.summaries) for g in result.gpus)} steps written to {args.output} "
-        "(open it in https://ui.perfetto.dev or chrome://tracing)"
-    )
+    written = {
+        "trace": str(args.output),
+        "ranks": len(result.gpus),
+        "ops": result.ops,
+        "steps": sum(len(g.summaries) for g in result.gpus),
+    }
+    out = Output(console, output_format(args))
+    if out.json:
+        out.json_value(written)
+    elif out.plain:
+        table = new_table(None, tuple(written))
+        table.add_row(*map(str, written.values()))
+        out.table(table)
+    else:
+        out.line(
+            f"trace of {written['ranks']} ranks, {written['ops']:,} ops and "
+            f"{written['steps']} steps written to {args.output} "
+            "(open it in https://ui.perfetto.dev or chrome://tracing)",
+            markup=False,
+        )
     return 0
-
-
-def add_offline_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--checkpoint-every-ops",
-        type=int,
-        default=100_000,
-        help="checkpoint the engines this often (ops); a killed run resumes from it",
-    )
-    p.add_argument(
-        "--templates",
-        default=None,
-        help="extra template directories, colon-separated (added to the built-in ones)",
-    )

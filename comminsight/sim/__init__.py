@@ -20,10 +20,10 @@ _EXPORTS = {
     "parse_fault": "comminsight.sim.faults",
     "SimConfig": "comminsight.sim.config",
     "SimConfigError": "comminsight.sim.config",
+    "SimProgress": "comminsight.sim.launcher",
     "SimResult": "comminsight.sim.launcher",
     "run_simulation": "comminsight.sim.launcher",
     "summarize": "comminsight.sim.summary",
-    "render": "comminsight.sim.summary",
     "read_ground_truth": "comminsight.sim.truth",
 }
 __all__ = sorted(_EXPORTS)

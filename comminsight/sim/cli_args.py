@@ -1,5 +1,7 @@
-"""The options of `comminsight sim`, and the `SimConfig` they make (argparse only: cheap to
-import when the CLI builds its parser)."""
+"""The options of `comminsight sim`, and the `SimConfig` they make. Cheap to import (the CLI
+builds its parser for every --help and every press of TAB): the workloads, which need numpy,
+are imported only to make a SimConfig. Each option's help states its default (the CLI's help
+formatter adds '(default: X)' where the text does not say it)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ from comminsight.sim.config import (
     SimConfigError,
 )
 from comminsight.sim.faults import FaultSpecError, parse_fault
-from comminsight.sim.workloads.model import parse_param_count
 
 DEFAULT_PLUGIN = "dist/libnccl-profiler-comminsight.so"
 
@@ -24,7 +25,7 @@ DEFAULT_PLUGIN = "dist/libnccl-profiler-comminsight.so"
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--plugin", default=DEFAULT_PLUGIN, help="profiler plugin .so (default: %(default)s)")
-    a("--workload", choices=WORKLOADS, default="ddp")
+    a("--workload", choices=WORKLOADS, default="ddp", help="the training job to simulate")
     a("--ranks", type=int, default=2, help="simulated ranks, one process each")
     a("--nodes", type=int, default=1, help="simulated nodes (ranks are spread evenly)")
     a("--steps", type=int, default=3, help="training steps after the warm-up")
@@ -41,9 +42,14 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     _add_pipeline_arguments(parser)
     _add_dp_workload_arguments(parser)
     a("--model-params", default="125M", help="model size, e.g. 125M, 1.3B")
-    a("--layers", type=int, default=12)
+    a("--layers", type=int, default=12, help="transformer layers of the model")
     a("--abi", type=int, choices=ABI_VERSIONS, default=5, help="profiler ABI to drive")
-    a("--seed", type=int, default=0)
+    a(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the run's randomness (timing jitter, communicator ids, clock skew)",
+    )
     a(
         "--time-scale",
         type=float,
@@ -56,7 +62,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="SPEC",
         help="skip|sleep|die|mismatch:rank=R,op=K[,comm=ROLE][,seconds=X][,field=count|func];"
-        " repeatable",
+        " repeatable (default: no fault)",
     )
     a(
         "--hang-hold",
@@ -65,7 +71,11 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a hang is held before the sim aborts it",
     )
     a("--timeout", type=float, default=600.0, help="abort the whole run after this many seconds")
-    a("--home", default=os.environ.get("COMMINSIGHT_HOME"), help="COMMINSIGHT_HOME of the ranks")
+    a(
+        "--home",
+        default=os.environ.get("COMMINSIGHT_HOME"),
+        help="COMMINSIGHT_HOME of the ranks (default: $COMMINSIGHT_HOME; one of them is needed)",
+    )
     a("--out", default=None, help="ground-truth directory (default: <home>/sim/<run id>)")
     a("--no-comm-names", action="store_true", help="pass commName NULL, as PyTorch without Inject")
     a(
@@ -73,7 +83,8 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="set in every rank's environment, e.g. COMMINSIGHT_PROFILER_HANG_TIMEOUT_S=2",
+        help="set in every rank's environment, e.g. COMMINSIGHT_PROFILER_HANG_TIMEOUT_S=2; "
+        "repeatable (default: none)",
     )
     a(
         "--node-home",
@@ -83,7 +94,6 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help="COMMINSIGHT_HOME of each simulated node's ranks, one per --nodes (multi-node "
         "agents); default: every rank uses --home",
     )
-    a("--json", action="store_true", help="print the summary as one JSON object")
 
 
 def _add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -197,6 +207,8 @@ def _dp_workload_settings(args: argparse.Namespace) -> dict:
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
+    from comminsight.sim.workloads.model import parse_param_count
+
     if not args.home:
         raise SimConfigError("--home is required when COMMINSIGHT_HOME is not set")
     try:

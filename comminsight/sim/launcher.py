@@ -17,8 +17,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import numpy as np
 
 import comminsight
 import comminsight_gen
@@ -30,6 +33,7 @@ from comminsight.sim.workloads import build_plan
 
 POLL_S = 0.02
 ABORT_GRACE_S = 15.0
+PROGRESS_EVERY_S = 0.1
 
 
 @dataclass
@@ -41,6 +45,19 @@ class SimResult:
     abort_reason: str | None  # None, "hang" or "timeout"
     elapsed_s: float
     errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SimProgress:
+    """How far a run is, for a progress display: the ranks that have finished (done, aborted
+    or dead), and the op arrivals so far of those planned (an op counts once per participant,
+    when that participant's GPU starts it; a fault's skipped op never arrives)."""
+
+    ranks: int
+    ranks_finished: int
+    arrivals: int
+    arrivals_planned: int
+    aborting: str | None  # "hang" or "timeout" once the launcher has aborted the run
 
 
 def check_faults(config: SimConfig, plan: WorkloadPlan) -> None:
@@ -111,7 +128,11 @@ def _hung(board: Board, hold_ns: int, now_ns: int) -> bool:
     return now_ns - last_change >= hold_ns
 
 
-def run_simulation(config: SimConfig) -> SimResult:
+def run_simulation(
+    config: SimConfig, on_progress: Callable[[SimProgress], None] | None = None
+) -> SimResult:
+    """Run `config` to its end; `on_progress`, when given, is called with a SimProgress about
+    every PROGRESS_EVERY_S while the ranks run."""
     config = config.validate()
     plan = build_plan(config)
     check_faults(config, plan)
@@ -127,8 +148,12 @@ def run_simulation(config: SimConfig) -> SimResult:
 
     started = time.monotonic()
     procs = _start_ranks(config, run_dir)
+    report = None
+    if on_progress is not None:
+        planned = sum(len(instance.participants) for instance in plan.instances)
+        report = _progress_reporter(on_progress, board, config.ranks, planned)
     try:
-        abort_reason, errors = _watch(procs, board, config, started)
+        abort_reason, errors = _watch(procs, board, config, started, report)
     finally:
         for proc in procs:  # only if the launcher itself was interrupted
             if proc.poll() is None:
@@ -193,7 +218,34 @@ def _start_ranks(config: SimConfig, run_dir: Path) -> list[subprocess.Popen]:
     return procs
 
 
-def _watch(procs, board: Board, config: SimConfig, started: float) -> tuple[str | None, list[str]]:
+def _progress_reporter(
+    on_progress: Callable[[SimProgress], None], board: Board, ranks: int, planned: int
+) -> Callable[[str | None], None]:
+    """A function for each pass of the watch loop that calls `on_progress` at most every
+    PROGRESS_EVERY_S (counting the board's arrivals reads every cell of it)."""
+    finished = (RankState.DONE, RankState.ABORTED, RankState.DEAD)
+    last = [0.0]
+
+    def report(aborting: str | None) -> None:
+        now = time.monotonic()
+        if now - last[0] < PROGRESS_EVERY_S:
+            return
+        last[0] = now
+        states = board.ranks[:, R_STATE]
+        done = sum(1 for s in states if RankState(int(s)) in finished)
+        arrivals = int(np.count_nonzero(board.arrivals))
+        on_progress(SimProgress(ranks, done, arrivals, planned, aborting))
+
+    return report
+
+
+def _watch(
+    procs,
+    board: Board,
+    config: SimConfig,
+    started: float,
+    report: Callable[[str | None], None] | None = None,
+) -> tuple[str | None, list[str]]:
     """Until every rank has exited: mark the dead, abort a held hang or an overlong run."""
     abort_reason, kill_at, errors = None, None, []
     hold_ns = int(config.hang_hold_s * 1e9)
@@ -218,5 +270,7 @@ def _watch(procs, board: Board, config: SimConfig, started: float) -> tuple[str 
                     who = _ranks_named(config, process)
                     errors.append(f"{who} did not stop after the abort and was killed")
             kill_at = None
+        if report is not None:
+            report(abort_reason)
         time.sleep(POLL_S)
     return abort_reason, errors

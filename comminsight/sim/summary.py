@@ -1,9 +1,7 @@
-"""What a simulation run did, from its ground truth: a dict for --json and a text rendering."""
+"""What a simulation run did, from its ground truth, as a dict (`comminsight sim` prints it:
+cli.simulate)."""
 
 from __future__ import annotations
-
-from rich.console import Console
-from rich.table import Table
 
 from comminsight.sim.launcher import SimResult
 from comminsight.sim.truth import read_ground_truth
@@ -86,45 +84,3 @@ def summarize(result: SimResult) -> dict:
         "rank_results": ranks,
         "communicators": comms,
     }
-
-
-def render(summary: dict, console: Console) -> None:
-    colour = {"completed": "green", "aborted": "yellow", "error": "red"}[summary["status"]]
-    console.print(
-        f"[bold]simulated NCCL[/bold] {summary['workload']} · {summary['ranks']} ranks · "
-        f"ABI v{summary['abi']} · plugin {summary['plugin_name']!r} · "
-        f"[{colour}]{summary['status']}[/{colour}]"
-        + (f" ({summary['abort_reason']})" if summary["abort_reason"] else "")
-        + f" in {summary['elapsed_s']:.2f} s"
-    )
-    if summary["faults"]:
-        console.print("faults: " + ", ".join(summary["faults"]))
-    table = Table(title="ranks")
-    for column in ("rank", "pid", "status", "ops issued/planned", "completed", "steps"):
-        table.add_column(column)
-    for r in summary["rank_results"]:
-        table.add_row(
-            str(r["rank"]),
-            str(r["pid"]),
-            r["status"],
-            f"{r['ops_issued']}/{r['ops_planned']}",
-            str(r["ops_completed"]),
-            str(r["steps_completed"]),
-        )
-    console.print(table)
-    comms = Table(title="communicators")
-    for column in ("comm id", "name", "role", "ranks", "ops per rank", "completed (min)"):
-        comms.add_column(column)
-    for c in summary["communicators"]:
-        comms.add_row(
-            c["comm_id"],
-            c["name"],
-            c["role"],
-            str(c["nranks"]),
-            str(c["ops_per_rank"]),
-            str(c["completed_min"]),
-        )
-    console.print(comms)
-    for error in summary["errors"]:
-        console.print(f"[red]error:[/red] {error}")
-    console.print(f"ground truth: {summary['run_dir']}")

@@ -114,18 +114,29 @@ def test_incidents_root_first_consequences_folded_tree_and_one(agent):
         "rank_not_joined" in out.stdout
     )
     assert "rank_not_joined" in out.stdout
-    # a narrow pipe: every line whole, nothing cut
+    # a narrow pipe: every line fits, nothing is cut (wrapped at spaces, long words folded)
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
-    narrow = subprocess.run(
-        [sys.executable, "-m", "comminsight.cli", "incidents", "--tree", "--url", live.base_url],
-        capture_output=True,
-        text=True,
-        env={**env, "COLUMNS": "40"},
-        timeout=60,
+
+    def narrow(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "comminsight.cli", "incidents", *args, "--url", live.base_url],
+            capture_output=True,
+            text=True,
+            env={**env, "COLUMNS": "40"},
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    table = narrow("--tree")
+    assert max(len(line) for line in table.splitlines()) <= 40
+    assert squeezed(report.summary) in squeezed(table)
+    assert squeezed(f"{report.report_id} (root)") in squeezed(table)
+    # whole, one to a line, in plain format
+    row = next(
+        line for line in narrow("--format", "plain").splitlines() if "\t" + report.report_id in line
     )
-    assert narrow.returncode == 0, narrow.stderr
-    assert report.summary in narrow.stdout
-    assert f"{report.report_id} (root)" in narrow.stdout
+    assert f"\t{report.summary}\t" in row
     detail = cli("incidents", "--id", incident.incident_id, url=live.base_url)
     assert "Evidence of the root" in detail.stdout
     assert "rank 5 (node-a02, pid 7711) at train.py:76 in main: time.sleep(30)" in detail.stdout
@@ -136,3 +147,8 @@ def test_incidents_root_first_consequences_folded_tree_and_one(agent):
     assert [r["report_id"] for r in body["reports"]] == [report.report_id]
     missing = cli("incidents", "--id", "inc-nope", url=live.base_url)
     assert missing.returncode == 1 and "404 not_found" in missing.stderr
+
+
+def squeezed(text: str) -> str:
+    """`text` without whitespace: what is left of it however a table format wrapped it."""
+    return "".join(text.split())

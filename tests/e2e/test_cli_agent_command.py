@@ -22,8 +22,10 @@ import yaml
 from agent_home import hold_agent_lock, run_sim
 from home_files import FIXTURES, write_segment, write_step_summaries
 from live_agent import LiveAgent
+from rich_tables import squeezed, table_rows
 
 from comminsight.agent.core import command_line
+from comminsight.cli.options import FORMATS
 from comminsight.config import ConfigError, load_settings
 from comminsight.human_units import (
     bandwidth_text,
@@ -58,6 +60,12 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
     env.pop("COLUMNS", None)
     return {**env, **extra}
+
+
+def wide(**extra: str) -> dict[str, str]:
+    """Tables as wide as their cells: for assertions on what a table says, not its layout
+    (at the default 80 columns a wide table folds its cells onto more lines)."""
+    return clean_env(COLUMNS="250", **extra)
 
 
 def cli(*args: str, url: str | None = None, env: dict | None = None):
@@ -344,18 +352,17 @@ def test_redact_url_hides_credentials_and_query():
 
 
 def test_config_prints_an_archive_url_redacted(tmp_path):
-    out = cli(
-        "config",
-        env=clean_env(
-            COMMINSIGHT_HOME=str(tmp_path),
-            COMMINSIGHT_COMMON_ARCHIVE_URL="s3://alice:pa55word@bucket/prefix?X-Amz-Signature=s1g",
-            COMMINSIGHT_AGENT_TOKEN="hunter2",
-        ),
+    env = clean_env(
+        COMMINSIGHT_HOME=str(tmp_path),
+        COMMINSIGHT_COMMON_ARCHIVE_URL="s3://alice:pa55word@bucket/prefix?X-Amz-Signature=s1g",
+        COMMINSIGHT_AGENT_TOKEN="hunter2",
     )
-    assert out.returncode == 0, out.stderr
-    assert "s3://***@bucket/prefix?***" in out.stdout
-    for secret in ("alice", "pa55word", "s1g", "hunter2"):
-        assert secret not in out.stdout
+    for fmt in FORMATS:  # (the table as wide as its cells: the value on one line)
+        out = cli("config", "--format", fmt, env={**env, "COLUMNS": "250"})
+        assert out.returncode == 0, out.stderr
+        assert "s3://***@bucket/prefix?***" in out.stdout, fmt
+        for secret in ("alice", "pa55word", "s1g", "hunter2"):
+            assert secret not in out.stdout, (fmt, secret)
 
 
 def test_values_quoted_in_errors_are_redacted_alike():
@@ -395,15 +402,20 @@ def data(*args: str, url: str) -> dict | list:
     return json.loads(out.stdout)
 
 
-def test_piped_tables_keep_every_value_whole(agent):
+def test_piped_tables_fit_the_width_and_cut_nothing(agent):
     live, _, _, long_named = agent
-    for env in (clean_env(), clean_env(COLUMNS="40")):
+    for env, width in ((clean_env(), 80), (clean_env(COLUMNS="40"), 40), (wide(), 250)):
         out = cli("hangs", url=live.base_url, env=env)
         assert out.returncode == 0, out.stderr
         assert "…" not in out.stdout
-        row = next(line for line in out.stdout.splitlines() if long_named.report_id in line)
-        assert LONG_COMM_NAME in row  # whole, on the report's own line
-        assert time_text(long_named.detected_real_ns) in row
+        assert max(len(line) for line in out.stdout.splitlines()) <= width
+        # folded onto more lines, the report's cells read back whole
+        (row,) = [r for r in table_rows(out.stdout) if r[1] == long_named.report_id]
+        assert row[4] == LONG_COMM_NAME
+        assert squeezed(row[2]) == squeezed(time_text(long_named.detected_real_ns))
+    # as wide as its cells: the whole value on the report's own line
+    row = next(line for line in out.stdout.splitlines() if long_named.report_id in line)
+    assert LONG_COMM_NAME in row and time_text(long_named.detected_real_ns) in row
 
 
 def test_plain_format_is_tab_separated_with_a_header(agent):
@@ -425,18 +437,18 @@ def test_plain_format_is_tab_separated_with_a_header(agent):
 def test_tables_show_human_units(agent):
     live, _, _, _ = agent
     (comm,) = data("comms", url=live.base_url)
-    out = cli("comms", url=live.base_url)
+    out = cli("comms", url=live.base_url, env=wide())
     assert size_text(comm["bytes_completed_total"]) in out.stdout
     assert str(comm["bytes_completed_total"]) not in out.stdout
     ops = data("ops", "recent", "--limit", "5", url=live.base_url)["items"]
     timed = [op for op in ops if op["busbw_gbs"] is not None]
     assert timed, ops
-    table = cli("ops", "recent", "--limit", "5", url=live.base_url).stdout
+    table = cli("ops", "recent", "--limit", "5", url=live.base_url, env=wide()).stdout
     for op in timed:
         assert bandwidth_text(op["busbw_gbs"]) in table
         assert repr(op["busbw_gbs"]) not in table
     steps = data("steps", url=live.base_url)["items"]
-    table = cli("steps", url=live.base_url).stdout
+    table = cli("steps", url=live.base_url, env=wide()).stdout
     assert duration_text(steps[0]["duration_ns"]) in table
     assert size_text(steps[0]["total_bytes"]) in table
 
@@ -446,7 +458,7 @@ def test_health_processes_and_nodes(agent):
     health = cli("health", url=live.base_url)
     assert health.returncode == 0, health.stderr
     assert "semantic engine:" in health.stdout and "nodes current 1/1" in health.stdout
-    processes = cli("processes", url=live.base_url)
+    processes = cli("processes", url=live.base_url, env=wide())
     assert processes.returncode == 0, processes.stderr
     for t in truths:
         assert str(t.run["pid"]) in processes.stdout
@@ -480,7 +492,7 @@ def test_recent_and_inflight_ops(agent):
     rank2 = data("ops", "--rank", "2", "--limit", "1000", url=live.base_url)["items"]
     assert rank2 and {op["global_rank"] for op in rank2} == {2}
     newest = recent[0]
-    table = cli("ops", "recent", "--limit", "3", url=live.base_url).stdout
+    table = cli("ops", "recent", "--limit", "3", url=live.base_url, env=wide()).stdout
     assert "Recently completed ops: 3" in table and time_text(newest["completed_real_ns"]) in table
     inflight = cli("ops", "inflight", url=live.base_url)
     assert inflight.returncode == 0 and "In flight: 0" in inflight.stdout
@@ -490,12 +502,12 @@ def test_recent_and_inflight_ops(agent):
 def test_job_steps(agent):
     live, _, _, _ = agent
     body = data("job-steps", url=live.base_url)
-    out = cli("job-steps", url=live.base_url)
+    out = cli("job-steps", url=live.base_url, env=wide())
     assert out.returncode == 0, out.stderr
     assert f"{body['total']} job steps from 0" in out.stdout
     assert f"disagreements: {body['disagreements_total']}" in out.stdout
     for d in body["disagreements"]:
-        assert d["description"] in out.stdout
+        assert squeezed(d["description"]) in squeezed(out.stdout)  # (a sentence wraps)
     missing = cli("job-steps", "--job", "no-such-job", url=live.base_url)
     assert missing.returncode == 1 and "404" in missing.stderr and "hint:" in missing.stderr
 
@@ -599,9 +611,11 @@ def test_config_and_the_agent_show_the_archive_url_alike(agent, tmp_path):
     served = data("archive", url=live.base_url)["url"]
     out = cli(
         "config",
+        "--format",
+        "plain",
         env=clean_env(COMMINSIGHT_HOME=str(tmp_path), COMMINSIGHT_COMMON_ARCHIVE_URL=ARCHIVE_URL),
     )
-    assert f"'{served}'" in out.stdout
+    assert f"COMMINSIGHT_COMMON_ARCHIVE_URL\t'{served}'\t" in out.stdout
 
 
 def test_metrics_and_openapi(agent):
@@ -612,6 +626,15 @@ def test_metrics_and_openapi(agent):
     assert only and all("build_info" in line for line in only)
     document = data("openapi", url=live.base_url)
     assert document["openapi"].startswith("3.1") and "/api/v1/ops/recent" in document["paths"]
+    # every format honoured: a sample a line, a list of samples, the operations as a table
+    samples = data("metrics", "--grep", "build_info", url=live.base_url)
+    assert samples and all("build_info" in s["name"] for s in samples)
+    assert all(isinstance(s["labels"], dict) and "value" in s for s in samples)
+    plain = cli("metrics", "--format", "plain", url=live.base_url).stdout.splitlines()
+    assert plain[0] == "name\tlabels\tvalue"
+    assert any(line.startswith("comminsight_ops_total\t") for line in plain)
+    operations = cli("openapi", "--format", "plain", url=live.base_url).stdout.splitlines()
+    assert "GET\t/api/v1/ops/recent\tlist_recent_ops" in "\n".join(operations)
 
 
 # every operation of the API, and the command that performs it
@@ -663,7 +686,7 @@ def test_every_api_operation_has_a_command():
 def test_an_unreachable_agent_is_an_error_with_a_hint():
     port = free_port()  # nothing listens there now
     out = cli("status", url=f"http://127.0.0.1:{port}")
-    assert out.returncode == 1
+    assert out.returncode == 1 and out.stdout == ""
     assert f"cannot reach the agent at http://127.0.0.1:{port}" in out.stderr
     assert "hint:" in out.stderr and "comminsight-agent" in out.stderr
     no_traceback(out.stderr)

@@ -76,7 +76,7 @@ def test_config_command_reports_a_bad_value(tmp_path):
         env={"COMMINSIGHT_HOME": str(tmp_path), "COMMINSIGHT_AGENT_MODE": "boss"},
     )
     assert proc.returncode == 2
-    assert "COMMINSIGHT_AGENT_MODE" in proc.stdout
+    assert "COMMINSIGHT_AGENT_MODE" in proc.stderr and proc.stdout == ""
 
 
 def test_config_command_hides_the_token(tmp_path):

@@ -164,7 +164,8 @@ def test_the_cli_names_problems_and_still_writes_summaries(logs, tmp_path):
             str(logs_dir),
             "--out",
             str(out),
-            "--json",
+            "--format",
+            "json",
         ],
         capture_output=True,
         text=True,
@@ -173,7 +174,7 @@ def test_the_cli_names_problems_and_still_writes_summaries(logs, tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert f"{segment}:" in run.stderr and "not an inspector-log line" in run.stderr
-    records = [json.loads(line) for line in run.stdout.splitlines()]
+    records = json.loads(run.stdout)["items"]
     assert {r["global_rank"] for r in records} == {0, 1}
     assert sum(len(p.read_text().splitlines()) for p in out.glob("*.jsonl")) == len(records)
     empty = subprocess.run(

@@ -96,10 +96,50 @@ def test_sim_command_refuses_bad_options(tmp_path):
     def refused(*args: str) -> str:
         proc = sim(*args)
         assert proc.returncode == 2, proc.stdout + proc.stderr
-        return " ".join(proc.stdout.split())  # the console wraps long lines
+        assert proc.stdout == ""  # the error on stderr, and nothing else
+        return proc.stderr
 
     home = ("--home", str(tmp_path))
     assert "kind must be one of" in refused("--plugin", "x.so", *home, "--fault", "explode:rank=0")
     assert "does not exist" in refused("--plugin", str(tmp_path / "missing.so"), *home)
     assert "tp*pp must divide ranks" in refused("--workload", "tp-pp-dp", "--ranks", "6", *home)
     assert "not KEY=VALUE" in refused("--plugin", "x.so", *home, "--env", "NOEQUALS")
+
+
+def test_sim_reports_progress_and_draws_it_only_on_a_terminal(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from comminsight.cli.main import build_parser
+    from comminsight.cli.simulate import cmd_sim
+    from comminsight.sim import SimConfig, run_simulation
+
+    plugin = build_recording_plugin(tmp_path)
+    seen = []
+    config = SimConfig(
+        plugin=str(plugin),
+        home=str(tmp_path / "home"),
+        ranks=2,
+        steps=1,
+        model_params=10_000_000,
+        time_scale=0.01,
+        env=(("RECORDING_PLUGIN_DIR", str(tmp_path)),),
+    )
+    result = run_simulation(config, on_progress=seen.append)
+    assert not result.errors
+    assert seen, "no progress while the ranks ran"
+    planned = seen[0].arrivals_planned
+    assert planned > 0 and all(p.ranks == 2 and 0 <= p.arrivals <= planned for p in seen)
+    assert all(0 <= p.ranks_finished <= 2 and p.aborting is None for p in seen)
+    assert [p.arrivals for p in seen] == sorted(p.arrivals for p in seen)
+
+    argv = ["sim", "--plugin", str(plugin), "--ranks", "2", "--steps", "1"]
+    argv += ["--model-params", "10M", "--time-scale", "0.01", "--home", str(tmp_path / "h")]
+    argv += ["--env", f"RECORDING_PLUGIN_DIR={tmp_path}"]
+    for terminal in (True, False):
+        text = io.StringIO()
+        console = Console(file=text, force_terminal=terminal, width=100)
+        assert cmd_sim(build_parser().parse_args(argv), console) == 0
+        assert ("op arrivals" in text.getvalue()) is terminal
+        assert "ground truth:" in text.getvalue()

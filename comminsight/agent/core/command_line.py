@@ -28,6 +28,9 @@ EPILOG = """\
 exit status: 0 after SIGTERM/SIGINT; 1 when another Agent holds the home, the home is unusable
 or untrusted, or the listen address cannot be bound; 2 for a bad flag or configuration value.
 
+shell completion (bash, zsh), e.g. in ~/.bashrc:
+  eval "$(register-python-argcomplete comminsight-agent)"
+
 examples:
   comminsight-agent --home ~/comminsight
   comminsight-agent --listen 127.0.0.1:19200 --log-level debug
