@@ -11,6 +11,8 @@ VENV_STAMP := $(VENV)/.installed
 CC ?= gcc
 # The flags every generated header and contract program must pass.
 CSTRICT := -std=c11 -Wall -Wextra -Werror -pedantic
+# Where build outputs go; both may be set on the command line (`make DIST=/tmp/d build-profiler`
+# builds beside, not over, the dist/ that jobs and other tests load).
 BUILD := build
 DIST := dist
 INSTALL_PREFIX ?= /opt/comminsight
@@ -23,6 +25,15 @@ WHEEL := $(DIST)/comminsight-$(VERSION)-py3-none-$(WHEEL_PLATFORM).whl
 PYTEST_ARGS ?=
 
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
+
+# Every artifact under $(BUILD) and $(DIST) is written under a temporary name beside its target,
+# unique to the shell that writes it ($@.tmp.<pid>), and renamed over the target only once
+# complete: a job loading the plugin, or a second make, sees the old file or the new one, never
+# half of one (rename(2) within a directory is atomic). On failure or interruption the EXIT trap
+# removes the temporary and the target stays as it was. A rule writes "$$tmp" between the two:
+#   $(ATOMIC) <command writing "$$tmp"> $(ATOMIC_DONE)
+ATOMIC = tmp="$@.tmp.$$$$"; trap 'rm -rf "$$tmp"' EXIT;
+ATOMIC_DONE = && mv -f "$$tmp" "$@"
 
 .PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults build-engine
 .PHONY: all build venv generate verify-generated check-schemas check-compat headers test test-contract \
@@ -54,13 +65,18 @@ INJECT_SRC := $(wildcard comminsight/inject/*.py) $(wildcard inject/*) $(INJECT_
 ## build-inject: dist/comminsight_inject-<version>-py3-none-any.whl
 build-inject: $(INJECT_WHEEL)
 
-# The sources are staged as the package `comminsight_inject` (the wheel's import name) and
-# built from that copy with the venv's pinned setuptools.
+# The sources are staged as the package `comminsight_inject` (the wheel's import name) in a
+# directory of this make's own and built from that copy with the venv's pinned setuptools;
+# pip writes the wheel into a temporary directory beside the target, whence it is renamed.
 $(INJECT_WHEEL): $(VENV_STAMP) $(INJECT_SRC)
-	rm -rf $(BUILD)/inject && mkdir -p $(BUILD)/inject/comminsight_inject $(DIST)
-	cp inject/pyproject.toml inject/setup.py inject/comminsight_inject.pth $(BUILD)/inject/
-	cp comminsight/inject/*.py $(INJECT_CONFIG) $(BUILD)/inject/comminsight_inject/
-	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) $(BUILD)/inject
+	@mkdir -p $(BUILD) $(DIST)
+	$(ATOMIC) stage="$(BUILD)/inject.tmp.$$$$"; trap 'rm -rf "$$tmp" "$$stage"' EXIT; \
+	  mkdir -p "$$tmp" "$$stage/comminsight_inject" && \
+	  cp inject/pyproject.toml inject/setup.py inject/comminsight_inject.pth "$$stage/" && \
+	  cp comminsight/inject/*.py $(INJECT_CONFIG) "$$stage/comminsight_inject/" && \
+	  $(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+	    -w "$$tmp" "$$stage" && \
+	  mv -f "$$tmp/$(@F)" "$@"
 
 # ---- the Profiler plugin (C11, generated headers only; no NCCL/CUDA headers) ----
 PROFILER_SO := $(DIST)/libnccl-profiler-comminsight.so
@@ -78,17 +94,19 @@ build-profiler: $(PROFILER_SO)
 
 $(PROFILER_SO): $(PROFILER_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(PROFILER_CFLAGS) -O2 -g $(PROFILER_LTO) $(PROFILER_SRC) -o $@ $(PROFILER_LIBS)
+	$(ATOMIC) $(CC) $(PROFILER_CFLAGS) -O2 -g $(PROFILER_LTO) $(PROFILER_SRC) -o "$$tmp" \
+	  $(PROFILER_LIBS) $(ATOMIC_DONE)
 
 # Sanitizer builds for the test suites (loaded with the sanitizer runtime preloaded).
 $(BUILD)/asan/libnccl-profiler-comminsight.so: $(PROFILER_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(PROFILER_CFLAGS) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
-	  -fno-sanitize-recover=undefined $(PROFILER_SRC) -o $@ $(PROFILER_LIBS)
+	$(ATOMIC) $(CC) $(PROFILER_CFLAGS) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+	  -fno-sanitize-recover=undefined $(PROFILER_SRC) -o "$$tmp" $(PROFILER_LIBS) $(ATOMIC_DONE)
 
 $(BUILD)/tsan/libnccl-profiler-comminsight.so: $(PROFILER_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(PROFILER_CFLAGS) -Wno-error=tsan -Wno-tsan -O1 -g -fsanitize=thread $(PROFILER_SRC) -o $@ $(PROFILER_LIBS)
+	$(ATOMIC) $(CC) $(PROFILER_CFLAGS) -Wno-error=tsan -Wno-tsan -O1 -g -fsanitize=thread \
+	  $(PROFILER_SRC) -o "$$tmp" $(PROFILER_LIBS) $(ATOMIC_DONE)
 
 ## build-profiler-sanitizers: the Profiler under ASan+UBSan and under TSan (build/asan/, build/tsan/), for the tests
 build-profiler-sanitizers: $(BUILD)/asan/libnccl-profiler-comminsight.so $(BUILD)/tsan/libnccl-profiler-comminsight.so
@@ -109,7 +127,8 @@ build-engine: $(ENGINE_SO)
 $(ENGINE_SO): $(ENGINE_SRC) $(ENGINE_HEADERS)
 	@mkdir -p $(@D)
 	@rm -f $(ENGINE_SO_OLD)
-	$(CC) -std=gnu11 -Wall -Wextra -Werror -O2 -g -fPIC -shared -ffp-contract=off -Igenerated/c/include $< -o $@
+	$(ATOMIC) $(CC) -std=gnu11 -Wall -Wextra -Werror -O2 -g -fPIC -shared -ffp-contract=off \
+	  -Igenerated/c/include $< -o "$$tmp" $(ATOMIC_DONE)
 
 ## debian-packages: the Debian packages the build and tests use (scripts/debian-packages.txt), installed if missing
 .PHONY: debian-packages
@@ -138,9 +157,14 @@ verify-generated: $(VENV_STAMP)
 check-schemas: $(VENV_STAMP)
 	$(VPY) -m codegen check
 
-## check-compat: fail if a protocol version live at the last release tag (v*) changed incompatibly (COMPAT_BASE=<ref> compares with another ref)
+## check-compat: fail if a live protocol version changed incompatibly against the committed baseline, protocols/compat-baseline/ (no tag needed; a missing or damaged baseline fails too; COMPAT_BASE=<ref> compares with that git ref's protocols/ instead)
 check-compat: $(VENV_STAMP)
 	$(VPY) -m codegen check-compat $(if $(COMPAT_BASE),--base $(COMPAT_BASE))
+
+## compat-baseline: release step: freeze every live protocol version into protocols/compat-baseline/ (one canonical JSON file each and a sha256 index; commit it); refuses while the tree breaks the baseline it replaces unless COMPAT_FORCE=1
+.PHONY: compat-baseline
+compat-baseline: $(VENV_STAMP)
+	$(VPY) -m codegen compat-baseline $(if $(COMPAT_FORCE),--force)
 
 ## headers: every generated C header compiles on its own with -Werror
 headers: $(patsubst generated/c/include/comminsight/%.h,$(BUILD)/headers/%.o,$(GEN_HEADERS))
@@ -148,12 +172,19 @@ headers: $(patsubst generated/c/include/comminsight/%.h,$(BUILD)/headers/%.o,$(G
 # (the typedef only keeps a header of nothing but macros from being an "empty translation unit")
 $(BUILD)/headers/%.o: generated/c/include/comminsight/%.h
 	@mkdir -p $(@D)
-	printf '#include "comminsight/%s.h"\ntypedef int header_check;\n' $* | \
-	  $(CC) $(CSTRICT) -Igenerated/c/include -x c -c - -o $@
+	$(ATOMIC) printf '#include "comminsight/%s.h"\ntypedef int header_check;\n' $* | \
+	  $(CC) $(CSTRICT) -Igenerated/c/include -x c -c - -o "$$tmp" $(ATOMIC_DONE)
 
+# pip writes the wheel into a temporary directory beside the target, whence it is renamed;
+# setuptools builds under that directory too (COMMINSIGHT_BUILD_BASE, not ./build: two makes
+# never share its tree), and setup.py packages the engine this make built ($(ENGINE_SO))
 $(WHEEL): $(VENV_STAMP) $(ENGINE_SO) $(shell find comminsight generated/python -name '*.py' 2>/dev/null) pyproject.toml setup.py
 	@mkdir -p $(DIST)
-	$(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
+	$(ATOMIC) mkdir -p "$$tmp/setuptools" && base="$$(cd "$$tmp" && pwd)" && \
+	  COMMINSIGHT_ENGINE_SO="$(abspath $(ENGINE_SO))" COMMINSIGHT_BUILD_BASE="$$base/setuptools" \
+	  $(VPY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+	    -w "$$tmp" . && \
+	  mv -f "$$tmp/$(@F)" "$@"
 
 ## test: Debian packages (installed if missing), verify-generated, check-compat, lint, contract tests, then every pytest suite (unit, integration, e2e) spread over the cores
 test: debian-packages verify-generated check-compat headers lint build-profiler build-profiler-sanitizers test-contract test-suites
@@ -243,9 +274,14 @@ uninstall:
 	$(PYTHON) scripts/prefix_install.py uninstall --prefix "$(INSTALL_PREFIX)"
 
 ## wheel-manylinux: dist/comminsight-<version>-py3-none-manylinux_2_<n>_<arch>.whl, the wheel repaired and retagged by auditwheel (its native engine needs only glibc)
+# auditwheel writes into a temporary directory beside the wheels; the repaired wheel is renamed
+# into $(DIST), then any manylinux wheel of this version with another tag is removed
 wheel-manylinux: $(WHEEL)
-	rm -f $(DIST)/comminsight-$(VERSION)-py3-none-manylinux*.whl
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair --wheel-dir $(DIST) $(WHEEL)
+	tmp="$(DIST)/manylinux.tmp.$$$$"; trap 'rm -rf "$$tmp"' EXIT; mkdir "$$tmp" && \
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair --wheel-dir "$$tmp" $(WHEEL) && \
+	  new=$$(ls "$$tmp") && mv -f "$$tmp/$$new" $(DIST)/ && \
+	  for w in $(DIST)/comminsight-$(VERSION)-py3-none-manylinux*.whl; do \
+	    [ "$${w##*/}" = "$$new" ] || rm -f "$$w"; done
 
 ## clean: remove every build output (build/, dist/) and pytest's cache
 clean:

@@ -8,6 +8,7 @@ anywhere. Everything else is in pyproject.toml.
 source tree); building the wheel copies it from there to where the installed package looks
 for it, beside comminsight/semantic/native/__init__.py."""
 
+import os
 from pathlib import Path
 
 from setuptools import Distribution, setup
@@ -15,7 +16,11 @@ from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 from setuptools.errors import SetupError
 
-ENGINE = Path(__file__).resolve().parent / "build" / "engine" / "libciengine.so"
+# the Makefile names the library it built (BUILD may be elsewhere: `make BUILD=/tmp/b`)
+ENGINE = Path(
+    os.environ.get("COMMINSIGHT_ENGINE_SO")
+    or Path(__file__).resolve().parent / "build" / "engine" / "libciengine.so"
+)
 ENGINE_IN_PACKAGE = Path("comminsight", "semantic", "native", "libciengine.so")
 
 
@@ -48,7 +53,14 @@ class BuildPyWithEngine(build_py):
         return [*outputs, str(Path(self.build_lib) / ENGINE_IN_PACKAGE)]
 
 
+# `make` builds each wheel in a directory of its own (COMMINSIGHT_BUILD_BASE): two builds at
+# once never share setuptools' intermediate tree (build/lib, the .egg-info)
+BUILD_BASE = os.environ.get("COMMINSIGHT_BUILD_BASE")
+
 setup(
     distclass=NativeLibraryDistribution,
     cmdclass={"bdist_wheel": PlatformWheel, "build_py": BuildPyWithEngine},
+    options={"build": {"build_base": BUILD_BASE}, "egg_info": {"egg_base": BUILD_BASE}}
+    if BUILD_BASE
+    else {},
 )

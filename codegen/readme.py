@@ -14,17 +14,28 @@ SECTIONS = {
 }
 
 
-def refresh(root: Path) -> None:
+def refreshed(root: Path, generated_root: Path | None = None) -> tuple[str, str] | None:
+    """(README.md as it is, as it should be) with the tables read from generated_root's
+    generated/ (default: root's); None when there is no README.md."""
     path = root / "README.md"
     if not path.exists():
-        return
-    text = path.read_text()
+        return None
+    text = new = path.read_text()
     for name, rel in SECTIONS.items():
         begin, end = f"<!-- BEGIN generated:{name} -->", f"<!-- END generated:{name} -->"
         pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-        if not pattern.search(text):
+        if not pattern.search(new):
             raise SchemaError("README.md", name, f"missing the markers {begin} ... {end}")
-        body = (root / rel).read_text().strip()
+        body = ((generated_root or root) / rel).read_text().strip()
         replacement = f"{begin}\n{body}\n{end}"
-        text = pattern.sub(lambda _m, r=replacement: r, text)
-    path.write_text(text)
+        new = pattern.sub(lambda _m, r=replacement: r, new)
+    return text, new
+
+
+def refresh(root: Path) -> bool:
+    """Rewrite the README's tables from generated/; only when they changed (True then)."""
+    texts = refreshed(root)
+    if texts is None or texts[0] == texts[1]:
+        return False
+    (root / "README.md").write_text(texts[1])
+    return True

@@ -1,13 +1,18 @@
-"""make check-compat: a live protocol version may not change incompatibly after a release.
+"""make check-compat: a live protocol version may not change incompatibly once frozen.
 
-A throwaway repository holds a copy of protocols/ tagged v0.1.0; each case edits a copy of
-that release and expects exactly the breaks it made (or none). The comparisons run in-process;
-one case runs the command end to end.
+The baseline every clone checks against is committed (protocols/compat-baseline/, written by
+`make compat-baseline`). A throwaway repository holds a copy of this checkout's protocols/,
+baseline included, tagged v0.1.0 (for `--base`, i.e. COMPAT_BASE); the command's cases run in
+a shallow `git clone --no-tags` of it, where no release tag exists. The comparisons of single
+kinds run in-process on a copy of the release.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +22,7 @@ import pytest
 import yaml
 
 from codegen import compat
+from codegen.__main__ import main as codegen_main
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "v0.1.0"
@@ -26,6 +32,8 @@ API = "protocols/agent-master-api/v1/agent-master-api.openapi.yaml"
 PROTO = (
     "protocols/agent-master-slave/v1/comminsight_gen/agent_master_slave/v1/agent_master_slave.proto"
 )
+REGISTRY = "protocols/registry.yaml"
+BASELINE = "protocols/compat-baseline"
 RANK = "{name: rank, type: i32, offset: 32, "
 PEER = "{name: peer, type: i32, offset: 36, "
 SLOT_RESERVED = (
@@ -57,11 +65,52 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def base(release: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The release's protocols/ as check-compat reads it from git."""
+    """The release's protocols/ as `check-compat --base v0.1.0` reads it from git."""
     dest = tmp_path_factory.mktemp("base")
-    assert compat.release_base(release) == TAG
     assert compat.extract_protocols(release, TAG, dest)
     return dest
+
+
+@pytest.fixture
+def clone(release: Path, tmp_path: Path) -> Path:
+    """A fresh clone of the release as a contributor gets one: shallow, without its tags."""
+    repo = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--depth", "1", "--no-tags", f"file://{release}", str(repo))
+    assert git(repo, "tag", "--list").strip() == ""
+    assert git(repo, "rev-parse", "--is-shallow-repository").strip() == "true"
+    return repo
+
+
+def check_compat(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m codegen check-compat` (what `make check-compat` runs) on repo's tree."""
+    return codegen("check-compat", "--root", str(repo), *args)
+
+
+def compat_baseline(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return codegen("compat-baseline", "--root", str(repo), *args)
+
+
+def codegen(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`python -m codegen ARGV` in this process (the interpreter's start-up is most of a run)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = codegen_main(list(argv))
+    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
+
+
+def check_compat_process(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command as make runs it: its own process."""
+    return subprocess.run(
+        [sys.executable, "-m", "codegen", "check-compat", "--root", str(repo), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+
+
+def frozen_labels(repo: Path) -> list[str]:
+    index = json.loads((repo / BASELINE / "index.json").read_text())
+    return [f"{v['id']} v{v['version']}" for v in index["versions"]]
 
 
 @pytest.fixture
@@ -71,10 +120,12 @@ def work(tmp_path: Path, base: Path) -> Path:
     return tmp_path
 
 
-def edit(root: Path, rel: str, old: str, new: str) -> None:
+def edit(root: Path, rel: str, old: str, new: str, count: int | None = 1) -> None:
+    """Replace old (there `count` times; None: at least once) with new in root/rel."""
     path = root / rel
     text = path.read_text()
-    assert text.count(old) == 1, f"{rel} no longer holds {old!r} once: update the test"
+    n = text.count(old)
+    assert n == count if count else n >= 1, f"{rel} holds {old!r} {n} times: update the test"
     path.write_text(text.replace(old, new))
 
 
@@ -270,33 +321,278 @@ def test_removed_protobuf_field_must_be_reserved(base: Path, work: Path) -> None
     assert compat.compare_protobuf(base, PROTO, work, PROTO) == []
 
 
-# ---- the command
+# ---- the command against the committed baseline, in a fresh clone
 
 
-def test_command_end_to_end(release: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_this_checkout_is_compatible_with_its_baseline() -> None:
+    """What `make check-compat` checks here; every live version of the registry is frozen."""
+    proc = check_compat(ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    live = [
+        f"{e['id']} v{e['version']}"
+        for e in yaml.safe_load((ROOT / REGISTRY).read_text())["protocols"]
+        if e["status"] == "live"
+    ]
+    frozen = frozen_labels(ROOT)
+    assert set(frozen) <= set(live)
+    assert "step-summary v1" in frozen and "shm v1" in frozen
+
+
+def test_unchanged_clone_passes(clone: Path) -> None:
+    proc = check_compat(clone)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    n = len(frozen_labels(clone))
+    assert f"check-compat: OK - {n} protocol version(s) of the baseline" in proc.stdout
+    assert "note:" not in proc.stdout
+
+
+def test_renamed_step_index_fails_in_a_fresh_clone(clone: Path) -> None:
+    """The issue's case: no tag anywhere, `step_index` renamed in step-summary v1."""
+    path = clone / STEP_SUMMARY
+    text = path.read_text()
+    assert text.count('"step_index"') >= 2  # a property, and required
+    path.write_text(text.replace('"step_index"', '"step_number"'))
+    proc = check_compat_process(clone)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "step-summary v1: properties.step_index: removed" in lines
+    assert "step-summary v1: required: new required property 'step_number'" in lines
+    assert "against the baseline (protocols/compat-baseline/)" in proc.stderr
+    assert "new version folder" in proc.stderr
+
+
+def test_renamed_cabi_field_fails_in_a_fresh_clone(clone: Path) -> None:
+    edit(clone, SHM, RANK, "{name: comm_rank, type: i32, offset: 32, ")
+    proc = check_compat(clone)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "shm v1: structs.op_slot.fields.rank: renamed to comm_rank" in proc.stderr.splitlines()
+
+
+def test_compatible_addition_passes(clone: Path) -> None:
+    edit_json(
+        clone,
+        STEP_SUMMARY,
+        lambda d: d["properties"].update(retries={"type": "integer", "description": "New."}),
+    )
+    edit(clone, PROTO, "  string api_url = 7;\n", "  string api_url = 7;\n  string zone = 99;\n")
+    edit(
+        clone,
+        SHM,
+        SLOT_RESERVED,
+        '{name: retries, type: u64, offset: 184, description: "New."}\n'
+        '      - {name: reserved, type: u8, count: 64, offset: 192, description: "Zero."}',
+    )
+    proc = check_compat(clone)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_new_protocol_version_is_not_in_the_baseline_and_passes(clone: Path) -> None:
+    v2 = clone / "protocols/step-summary/v2"
+    v2.mkdir()
+    doc = json.loads((clone / STEP_SUMMARY).read_text())
+    doc["properties"].pop("step_index")  # v2 may drop what v1 may not
+    doc["required"].remove("step_index")
+    (v2 / "step-summary.schema.json").write_text(json.dumps(doc, indent=2))
+    reg = yaml.safe_load((clone / REGISTRY).read_text())
+    v1 = next(e for e in reg["protocols"] if e["id"] == "step-summary")
+    reg["protocols"].append(
+        {
+            **v1,
+            "version": 2,
+            "source": "protocols/step-summary/v2/step-summary.schema.json",
+            "outputs": ["generated/python/comminsight_gen/models/step_summary_v2.py"],
+        }
+    )
+    (clone / REGISTRY).write_text(yaml.safe_dump(reg, sort_keys=False))
+    proc = check_compat(clone)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "check-compat: note: step-summary v2 is live but not in the baseline: new, frozen at "
+        "the next `make compat-baseline`" in proc.stdout.splitlines()
+    )
+
+
+def test_frozen_version_deprecated_is_noted_and_still_compared(clone: Path) -> None:
+    reg = yaml.safe_load((clone / REGISTRY).read_text())
+    next(e for e in reg["protocols"] if e["id"] == "step-summary")["status"] = "deprecated"
+    (clone / REGISTRY).write_text(yaml.safe_dump(reg, sort_keys=False))
+    proc = check_compat(clone)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "note: step-summary v1 is deprecated now: still compared" in proc.stdout
+    edit_json(clone, STEP_SUMMARY, lambda d: d["properties"].pop("period_ns"))
+    proc = check_compat(clone)
+    assert proc.returncode == 1
+    assert "step-summary v1: properties.period_ns: removed" in proc.stderr.splitlines()
+
+
+def test_frozen_version_gone_from_the_registry_breaks(clone: Path) -> None:
+    reg = yaml.safe_load((clone / REGISTRY).read_text())
+    reg["protocols"] = [e for e in reg["protocols"] if e["id"] != "hang-report"]
+    (clone / REGISTRY).write_text(yaml.safe_dump(reg, sort_keys=False))
+    proc = check_compat(clone)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[0] == (
+        "hang-report v1: registry: removed while live (deprecate it instead)"
+    )
+
+
+def _truncate(repo: Path) -> None:
+    path = repo / BASELINE / "step-summary-v1.json"
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _hand_edit(repo: Path) -> None:
+    # valid JSON, and it would let the rename through: still refused (its sha256)
+    path = repo / BASELINE / "step-summary-v1.json"
+    doc = json.loads(path.read_text())
+    doc["surface"]["properties"].pop("step_index")
+    path.write_text(json.dumps(doc))
+
+
+def _index_not_json(repo: Path) -> None:
+    (repo / BASELINE / "index.json").write_text('{"format": 1, "versions": [\n<<<<<<< HEAD\n')
+
+
+def _index_format(repo: Path) -> None:
+    path = repo / BASELINE / "index.json"
+    path.write_text(path.read_text().replace('"format": 1', '"format": 99'))
+
+
+def _file_missing(repo: Path) -> None:
+    (repo / BASELINE / "shm-v1.json").unlink()
+
+
+def _stray_file(repo: Path) -> None:
+    (repo / BASELINE / "shm-v2.json").write_text("{}")
+
+
+def _baseline_missing(repo: Path) -> None:
+    shutil.rmtree(repo / BASELINE)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (_truncate, f"{BASELINE}/step-summary-v1.json: corrupt: its sha256 is not"),
+        (_hand_edit, f"{BASELINE}/step-summary-v1.json: corrupt: its sha256 is not"),
+        (_index_not_json, f"{BASELINE}/index.json: corrupt: not valid JSON"),
+        (_index_format, f"{BASELINE}/index.json: corrupt: format must be 1, found 99"),
+        (_file_missing, f"{BASELINE}/shm-v1.json: missing, but listed in index.json"),
+        (_stray_file, f"{BASELINE}: shm-v2.json: not listed in index.json"),
+        (_baseline_missing, f"{BASELINE}/index.json: missing: check-compat has no baseline"),
+    ],
+    ids=[
+        "truncated",
+        "hand-edited",
+        "index-not-json",
+        "index-format",
+        "file-missing",
+        "stray",
+        "no-baseline",
+    ],
+)
+def test_damaged_or_missing_baseline_is_a_named_error(clone: Path, damage, message: str) -> None:
+    damage(clone)
+    edit(clone, STEP_SUMMARY, '"step_index"', '"step_number"', count=None)
+    proc = check_compat(clone)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"check-compat: error: {message}" in proc.stderr
+    assert "OK" not in proc.stdout
+
+
+# ---- compat-baseline, the release step that writes the baseline
+
+
+def snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in directory.iterdir()}
+
+
+def test_compat_baseline_twice_rewrites_nothing(clone: Path) -> None:
+    # the first run may catch up with compatible changes made since the baseline was frozen
+    assert compat_baseline(clone).returncode == 0
+    before = snapshot(clone / BASELINE)
+    proc = compat_baseline(clone)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "compat-baseline: already current:" in proc.stdout
+    assert snapshot(clone / BASELINE) == before
+
+
+def test_compat_baseline_is_deterministic(clone: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(clone / "protocols", other / "protocols")
+    for repo in (clone, other):
+        shutil.rmtree(repo / BASELINE)
+        proc = compat_baseline(repo)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    files = sorted(p.name for p in (clone / BASELINE).iterdir())
+    assert files == sorted(p.name for p in (other / BASELINE).iterdir())
+    for name in files:
+        assert (clone / BASELINE / name).read_bytes() == (other / BASELINE / name).read_bytes()
+
+
+def test_compat_baseline_refuses_to_freeze_a_break_without_force(clone: Path) -> None:
+    edit(clone, STEP_SUMMARY, '"step_index"', '"step_number"', count=None)
+    before = (clone / BASELINE / "step-summary-v1.json").read_bytes()
+    proc = compat_baseline(clone)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "step-summary v1: properties.step_index: removed" in proc.stderr.splitlines()
+    assert "compat-baseline: refused" in proc.stderr
+    assert (clone / BASELINE / "step-summary-v1.json").read_bytes() == before
+    proc = compat_baseline(clone, "--force")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"wrote {BASELINE}/step-summary-v1.json" in proc.stdout
+    assert check_compat(clone).returncode == 0
+
+
+def test_compat_baseline_drops_versions_no_longer_live(clone: Path) -> None:
+    reg = yaml.safe_load((clone / REGISTRY).read_text())
+    next(e for e in reg["protocols"] if e["id"] == "hang-report")["status"] = "deprecated"
+    (clone / REGISTRY).write_text(yaml.safe_dump(reg, sort_keys=False))
+    proc = compat_baseline(clone)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"removed {BASELINE}/hang-report-v1.json (no longer live)" in proc.stdout
+    assert "hang-report v1" not in frozen_labels(clone)
+    assert check_compat(clone).returncode == 0
+
+
+def test_compat_baseline_refuses_to_replace_a_damaged_baseline(clone: Path) -> None:
+    _truncate(clone)
+    proc = compat_baseline(clone)
+    assert proc.returncode == 2
+    assert "the baseline to replace cannot be read" in proc.stderr
+    assert compat_baseline(clone, "--force").returncode == 0
+    assert check_compat(clone).returncode == 0
+
+
+# ---- against a git ref (COMPAT_BASE=<ref>)
+
+
+def test_explicit_base_ref_compares_with_that_tree(release: Path, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     shutil.copytree(release, repo)
-    assert compat.run(repo, None) == 0
-    assert "OK" in capsys.readouterr().out
+    proc = check_compat(repo, "--base", TAG)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"of {TAG} (" in proc.stdout and "are compatible" in proc.stdout
     edit(repo, SHM, RANK, "{name: comm_rank, type: i32, offset: 32, ")
-    proc = subprocess.run(
-        [sys.executable, "-m", "codegen", "check-compat", "--root", str(repo)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    proc = check_compat(repo, "--base", TAG)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "shm v1: structs.op_slot.fields.rank: renamed to comm_rank" in proc.stderr.splitlines()
     assert f"1 incompatible change(s) against {TAG}" in proc.stderr
+    proc = check_compat(repo, "--base", "no-such-ref")
+    assert proc.returncode == 2
+    assert "'no-such-ref' names no commit" in proc.stderr
 
 
-def test_no_release_tag_compares_nothing(release: Path, tmp_path: Path, capsys) -> None:
-    repo = tmp_path / "repo"
-    shutil.copytree(release, repo)
-    git(repo, "tag", "-d", TAG)
-    edit(repo, SHM, RANK, "{name: comm_rank, type: i32, offset: 32, ")
-    assert compat.run(repo, None) == 0
-    assert "nothing to compare" in capsys.readouterr().out
-    # an explicit base still compares
-    assert compat.run(repo, "HEAD") == 1
-    assert "structs.op_slot.fields.rank: renamed to comm_rank" in capsys.readouterr().err
+def test_make_passes_compat_base_through() -> None:
+    def dry(*args: str) -> str:
+        return subprocess.run(
+            ["make", "--no-print-directory", "-n", "-o", ".venv/.installed", "check-compat", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS")},
+        ).stdout
+
+    assert dry().strip().endswith("-m codegen check-compat")
+    assert dry("COMPAT_BASE=v0.1.0").strip().endswith("-m codegen check-compat --base v0.1.0")
