@@ -258,7 +258,7 @@ def _script(blocks: list[Block], outdir: Path) -> tuple[str, dict[int, tuple[int
 
 def sandbox_env(home: Path, tmp: Path, **extra: str) -> dict[str, str]:
     """A newcomer's environment: no CommInsight settings and no activated virtualenv from the
-    caller, a fresh HOME, no agent autostart (a test leaves no daemon behind)."""
+    caller, a fresh HOME, no agent autostart (a test leaves no daemon behind), a wide terminal."""
     venv_bin = str(Path(__file__).resolve().parent.parent / ".venv" / "bin")
     env = {
         k: v
@@ -268,6 +268,8 @@ def sandbox_env(home: Path, tmp: Path, **extra: str) -> dict[str, str]:
     }
     env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if p and p != venv_bin)
     env.update(HOME=str(home), TMPDIR=str(tmp), COMMINSIGHT_AGENT_AUTOSTART="0")
+    # a wide terminal: what a block prints stays on the lines its expectations match
+    env["COLUMNS"] = "200"
     env.update(extra)
     return env
 
