@@ -21,10 +21,12 @@ import argparse
 import importlib
 from collections.abc import Callable
 
-from comminsight.cli.help_format import examples
+from comminsight.cli.help_format import examples, paragraph
 from comminsight.cli.options import add_agent_options, add_format_options, keep_given
 
-AGENT_EXIT = "exit status: 0 answered; 1 agent unreachable or an error answer; 2 bad command line"
+AGENT_EXIT = (
+    "exit status: 0 answered; 1 agent unreachable or an error answer; 2 a bad\ncommand line"
+)
 
 
 def command_code(target: str) -> Callable:
@@ -49,7 +51,7 @@ def add_agent_commands(sub: argparse._SubParsersAction) -> None:
         p = sub.add_parser(
             name,
             help=help_text,
-            description=help_text,
+            description=paragraph(help_text),
             epilog=f"{exit_text}\n\n{examples(*lines)}",
             **kw,
         )
@@ -59,7 +61,7 @@ def add_agent_commands(sub: argparse._SubParsersAction) -> None:
 
     def action(parent_sub, name: str, help_text: str, target: str, *lines: str):
         p = parent_sub.add_parser(
-            name, help=help_text, description=help_text, epilog=examples(*lines)
+            name, help=help_text, description=paragraph(help_text), epilog=examples(*lines)
         )
         add_agent_options(p, nested=True)
         p.set_defaults(func=asks_agent(target))
@@ -236,7 +238,7 @@ def add_agent_commands(sub: argparse._SubParsersAction) -> None:
         "resolve",
         "mark an incident resolved (needs the agent's token)",
         "incidents:resolve_cmd",
-        'comminsight incidents resolve INCIDENT_ID --note "fixed the NIC" --token "$TOKEN"',
+        'comminsight incidents resolve INCIDENT_ID --note "new NIC" --token "$TOKEN"',
     )
     resolve.add_argument(
         "incident_id", help="the incident's id, as `comminsight incidents` lists it"
@@ -252,9 +254,10 @@ def add_agent_commands(sub: argparse._SubParsersAction) -> None:
         "comminsight steps --rank 0",
         "comminsight steps var/demo/healthy/inspector_logs --format plain",
         "comminsight steps ./inspector_logs --format json | jq '.items[0]'",
-        exit_text="Asking the agent takes the agent: options; recovering from LOGS the offline: "
-        "ones.\n\nexit status: 0 answered or recovered; 1 agent unreachable or an error answer, "
-        "or no\nsegments in LOGS; 2 bad command line (an option of the other way included)",
+        exit_text="Asking the agent takes the agent: options; recovering from LOGS the\n"
+        "offline: ones.\n\nexit status: 0 answered or recovered; 1 agent unreachable or an\n"
+        "error answer, or no segments in LOGS; 2 a bad command line (an option of\n"
+        "the other way included)",
     )
     steps.add_argument(
         "logs",
@@ -341,9 +344,11 @@ def add_agent_commands(sub: argparse._SubParsersAction) -> None:
     trace = sub.add_parser(
         "trace",
         help="a Chrome/Perfetto trace of a directory of logs",
-        description="Recover the Steps of a directory of inspector_logs offline and write a\n"
-        "Chrome/Perfetto trace: a track per rank and communicator, ops and Steps as slices.",
-        epilog="exit status: 0 written; 1 no segments in the directory; 2 bad command line\n\n"
+        description=paragraph(
+            "Recover the Steps of a directory of inspector_logs offline and write a "
+            "Chrome/Perfetto trace: a track per rank and communicator, ops and Steps as slices."
+        ),
+        epilog="exit status: 0 written; 1 no segments in the directory; 2 a bad command\nline\n\n"
         + examples(
             "comminsight trace var/demo/healthy/inspector_logs -o trace.json",
             "comminsight trace ./inspector_logs -o trace.json --format json",

@@ -8,6 +8,9 @@ under shell completion), so nothing heavy is imported here.
 from __future__ import annotations
 
 import argparse
+import textwrap
+
+WIDTH = 78  # help text laid out by hand fits an 80-column terminal
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -37,6 +40,11 @@ class CommandParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+
+
+def paragraph(text: str) -> str:
+    """`text` wrapped to WIDTH, for a description or epilog laid out as written."""
+    return textwrap.fill(text, WIDTH)
 
 
 def examples(*lines: str) -> str:

@@ -9,7 +9,7 @@ import os
 import sys
 
 from comminsight.cli.agent import add_agent_commands, command_code
-from comminsight.cli.help_format import CommandParser, examples
+from comminsight.cli.help_format import CommandParser, examples, paragraph
 from comminsight.cli.options import add_format_options
 from comminsight.sim.cli_args import add_sim_arguments
 from comminsight.version_text import VersionAction
@@ -17,13 +17,16 @@ from comminsight.version_text import VersionAction
 STDOUT_CLOSED = 128 + 13  # 128 + SIGPIPE, as the shell reports a tool SIGPIPE ended
 
 EPILOG = """\
-output: every command takes --format table|plain|json (default table). Tables fit the
-terminal, or COLUMNS in a pipe or file (80 when unset); a long value folds onto more lines
-and is never cut. For whole values in scripts use --format plain (tab-separated, one row a
-line) or --format json (one JSON document). Results go to stdout, errors and hints to stderr.
+output: every command takes --format table|plain|json (default table). The
+table format fits the terminal, or COLUMNS in a pipe or file (80 when unset):
+a long cell folds onto more lines and a sentence wraps; nothing is cut. For
+whole values in scripts use --format plain (tab-separated, one row a line) or
+--format json (one JSON document). Results go to stdout, errors and hints to
+stderr. Progress is drawn only on a terminal.
 
-exit status: 0 success; 1 the work failed (agent unreachable or refusing, a failed run);
-2 a bad command line or configuration; 141 stdout was closed early (`| head`).
+exit status: 0 success; 1 the work failed (agent unreachable or refusing, a
+failed run); 2 a bad command line or configuration; 141 stdout was closed
+early (`| head`).
 
 the local agent is found at COMMINSIGHT_AGENT_LISTEN; --url names another.
 
@@ -41,14 +44,14 @@ shell completion (bash, zsh), e.g. in ~/.bashrc:
 def local_command(sub, name: str, help_text: str, target: str, epilog: str, **kw):
     """A command that needs no agent; `target` is 'module:function' of comminsight.cli,
     imported when the command runs."""
-    p = sub.add_parser(name, help=help_text, description=help_text, epilog=epilog, **kw)
+    p = sub.add_parser(name, help=help_text, description=paragraph(help_text), epilog=epilog, **kw)
     add_format_options(p)
     p.set_defaults(func=lambda args, console: command_code(target)(args, console))
     return p
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="comminsight", description=__doc__, epilog=EPILOG)
+    parser = CommandParser(prog="comminsight", description=paragraph(__doc__), epilog=EPILOG)
     parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     local_command(
@@ -75,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         "run the demo on an embedded default (simulated ranks, the Profiler and an Agent)",
         "local:cmd_demo",
-        "The walk-through is for people: with --format plain or json it goes to stderr and\n"
-        "stdout gets only the outcome (exit status and where the files are).\n\n"
+        "The walk-through is for people: with --format plain or json it goes to\n"
+        "stderr and stdout gets only the outcome (exit status, where the files are).\n\n"
         "exit status: 0 every part behaved as expected; 1 otherwise\n\n"
         + examples("comminsight demo", "comminsight demo --format json 2>demo.log"),
     )
@@ -86,13 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         "sim",
         "drive a profiler plugin with a simulated NCCL (no GPU)",
         "simulate:cmd_sim",
-        "exit status: 0 the run went as configured (a hang a fault asked for included);\n"
-        "1 a rank failed or the run timed out; 2 a bad option or simulation configuration\n\n"
+        "exit status: 0 the run went as configured (a hang a fault asked for\n"
+        "included); 1 a rank failed or the run timed out; 2 a bad option or\n"
+        "simulation configuration\n\n"
         + examples(
             "comminsight sim --home /tmp/ci-home",
             "comminsight sim --workload fsdp --ranks 4 --steps 5 --home /tmp/ci-home",
-            "comminsight sim --ranks 4 --fault skip:rank=1,op=3 --hang-hold 2 --home /tmp/h "
-            "--format json",
+            "comminsight sim --ranks 4 --fault skip:rank=1,op=3 --home /tmp/h --json",
         ),
     )
     add_sim_arguments(sim)

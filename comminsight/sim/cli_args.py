@@ -25,7 +25,13 @@ DEFAULT_PLUGIN = "dist/libnccl-profiler-comminsight.so"
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--plugin", default=DEFAULT_PLUGIN, help="profiler plugin .so (default: %(default)s)")
-    a("--workload", choices=WORKLOADS, default="ddp", help="the training job to simulate")
+    a(
+        "--workload",
+        choices=WORKLOADS,
+        default="ddp",
+        metavar="WORKLOAD",
+        help=f"the training job to simulate: {', '.join(WORKLOADS)}",
+    )
     a("--ranks", type=int, default=2, help="simulated ranks, one process each")
     a("--nodes", type=int, default=1, help="simulated nodes (ranks are spread evenly)")
     a("--steps", type=int, default=3, help="training steps after the warm-up")

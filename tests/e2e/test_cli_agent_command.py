@@ -605,6 +605,29 @@ def test_archive_status_and_flush(agent):
     assert after["uploaded_files_total"] == status["uploaded_files_total"] + 1
 
 
+def test_flush_wait_draws_progress_only_on_a_terminal(agent):
+    import argparse
+    import io
+
+    from rich.console import Console
+
+    from comminsight.cli.archive import flush_cmd
+    from comminsight.cli.client import run
+
+    live, _, _, _ = agent
+    for index, terminal in ((8, True), (9, False)):
+        write_segment(live.service.home, index, pid=4343)
+        text = io.StringIO()
+        console = Console(file=text, force_terminal=terminal, width=100)
+        args = argparse.Namespace(
+            url=live.base_url, format="table", json=False, token=TOKEN, wait=True, wait_s=60.0
+        )
+        assert run(flush_cmd, args, console) == 0, text.getvalue()
+        assert "flushed:" in text.getvalue()
+        assert ("uploading" in text.getvalue()) is terminal
+    assert data("archive", url=live.base_url)["pending_files"] == 0
+
+
 def test_config_and_the_agent_show_the_archive_url_alike(agent, tmp_path):
     """One redaction: what `comminsight config` prints is what the agent's API says."""
     live, _, _, _ = agent

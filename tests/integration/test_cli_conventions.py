@@ -134,6 +134,13 @@ def test_every_command_help_shows_an_example(path, parser):
     assert any(line.strip().startswith(command) for line in text.splitlines())
 
 
+@pytest.mark.parametrize("path,parser", ALL, ids=[" ".join(p) for p, _ in ALL])
+def test_every_command_help_fits_80_columns(path, parser, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps option help to it; the rest is ours
+    for line in parser.format_help().splitlines():
+        assert len(line) <= 80, f"comminsight {' '.join(path)} --help: {line!r}"
+
+
 def test_every_listed_command_has_help():
     parser = build_parser()
     for name, text in subcommand_help(parser).items():
