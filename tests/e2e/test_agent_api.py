@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from collections import Counter
 
 import httpx
@@ -17,6 +16,7 @@ from agent_home import hold_agent_lock, run_sim
 from home_files import FIXTURES
 from live_agent import LiveAgent
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 from comminsight.agent.api.params import openapi_document
 from comminsight_gen.models.hang_report_v1 import HangReport
@@ -282,10 +282,11 @@ def test_mutations_are_forbidden_without_a_configured_token(tmp_path):
 def wait_for_the_engine(live, truths) -> None:
     """Until the semantic engine has closed every exited rank's stream."""
     engine = live.service.engine
-    deadline = time.monotonic() + 30
-    while not engine.idle() or engine.steps_written < len(truths):
-        assert time.monotonic() < deadline, "the engine wrote no summaries"
-        time.sleep(0.05)
+    wait_until(
+        lambda: engine.idle() and engine.steps_written >= len(truths),
+        60,
+        lambda: f"the engine's summaries ({engine.steps_written} written)",
+    )
 
 
 def test_archive_status_and_flush(agent):
@@ -309,10 +310,12 @@ def test_archive_status_and_flush(agent):
     assert status["url"] == str(live.service.home / "archives")
     assert status["disk_used_bytes"] >= sum(p.stat().st_size for p in sealed)
     assert status["failed_uploads_total"] == 0 and status["last_error"] is None
-    for _ in range(200):  # the flush runs in the background
+
+    def flushed() -> dict | None:  # the flush runs in the background
         status = get(live, "/api/v1/archive").json()
-        if status["pending_files"] == 0 and not status["flush_in_progress"]:
-            break
+        return status if status["pending_files"] == 0 and not status["flush_in_progress"] else None
+
+    status = wait_until(flushed, 60, lambda: f"the flush done: {get(live, '/api/v1/archive').text}")
     assert status["uploaded_files_total"] == len(sealed) > 0
 
 

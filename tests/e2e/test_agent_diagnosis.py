@@ -27,6 +27,7 @@ from hang_snapshots import (
     snapshot,
     stuck_at,
 )
+from waiting import wait_until
 
 from comminsight.agent.core.snapshot import (
     CommMember,
@@ -205,13 +206,19 @@ def run_and_diagnose(
     sim.start()
     polls: list[tuple[NodeSnapshot, list[HangReport]]] = []
     history: list[NodeSnapshot] = []
-    while sim.is_alive():
+
+    def poll_until_the_end() -> bool:  # at most 100 ms apart, as the Agent polls
+        nonlocal history
+        if not sim.is_alive():
+            return True
         if (home / "shms").is_dir():
             snap = poll_once(home)
             reports = diagnose(snap, time.monotonic_ns(), int(threshold_s * S), history=history)
             polls.append((snap, reports))
             history = [*history[-50:], snap]
-        time.sleep(0.1)
+        return False
+
+    wait_until(poll_until_the_end, 300, "the end of the run", max_interval_s=0.1)
     sim.join()
     lock.close()
     assert not result["sim"].errors, result["sim"].errors
@@ -328,7 +335,6 @@ def test_a_peer_that_completed_the_op_moments_ago_is_not_a_divergence():
 def test_a_zombie_rank_is_not_running():
     """A killed rank its launcher has not reaped still answers kill(pid, 0); it runs nothing."""
     import subprocess
-    import time
 
     from comminsight.agent.core.liveness import process_runs
 
@@ -336,9 +342,7 @@ def test_a_zombie_rank_is_not_running():
     try:
         assert process_runs(child.pid)
         child.kill()
-        deadline = time.monotonic() + 10
-        while process_runs(child.pid) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: not process_runs(child.pid), 10, "the killed child to stop")
         assert not process_runs(child.pid)  # a zombie: not reaped yet
         assert child.returncode is None
     finally:

@@ -8,12 +8,11 @@ the simulator's ground truth."""
 
 from __future__ import annotations
 
-import time
-
 import msgspec
 import numpy as np
 from live_agent import LiveAgent
 from profiler_builds import builds
+from waiting import wait_until
 
 from comminsight.agent.core.producer_gpus import ProcessGpus
 from comminsight.sim import SimConfig, run_simulation
@@ -57,10 +56,11 @@ def test_each_gpu_of_a_process_gets_its_own_live_steps(tmp_path):
     with LiveAgent(tmp_path):
         result = run_simulation(config)
         assert not result.errors, result.errors
-        deadline = time.monotonic() + 120
-        while len(list(step_dir.glob("live-*.jsonl"))) < RANKS:
-            assert time.monotonic() < deadline, sorted(p.name for p in step_dir.iterdir())
-            time.sleep(0.05)
+        wait_until(
+            lambda: len(list(step_dir.glob("live-*.jsonl"))) >= RANKS,
+            120,
+            lambda: f"every GPU's sealed summaries: {sorted(p.name for p in step_dir.iterdir())}",
+        )
     truths = read_ground_truth(result.run_dir)
     assert len({t.run["pid"] for t in truths}) == RANKS // 2  # two GPUs a process, for real
     files = sorted(step_dir.glob("live-*.jsonl"))

@@ -15,8 +15,9 @@ import threading
 import grpc
 import pytest
 from agent_processes import cli
-from multinode_job import NODES, RANKS, sim_config, start_job, wait_until
+from multinode_job import NODES, RANKS, sim_config, start_job
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import wait_until
 
 from comminsight.sim import read_ground_truth, run_simulation
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb

@@ -20,15 +20,15 @@ from __future__ import annotations
 import os
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 from agent_processes import cli
-from multinode_job import SIM_ENV, TOKEN, start_job, wait_until
+from multinode_job import SIM_ENV, TOKEN, start_job
 from prometheus_client.parser import text_string_to_metric_families
 from stack_processes import FAKE_TORCH
+from waiting import wait_until
 
 from comminsight.sim import SimConfig, parse_fault, read_ground_truth, run_simulation
 from comminsight.sim.board import Board
@@ -94,8 +94,10 @@ class SimRun:
     def stop(self) -> None:
         """Abort the run (every rank leaves its wait and exits) and wait for it."""
         board_path = Path(self.config.out) / "board.bin"
-        while self.thread.is_alive() and not board_path.exists():
-            time.sleep(0.05)  # the launcher is still preparing the run
+        # the launcher may still be preparing the run
+        wait_until(
+            lambda: not self.thread.is_alive() or board_path.exists(), 120, "the run's board"
+        )
         if self.thread.is_alive():
             instances = len(build_plan(self.config).instances)
             Board.attach(board_path, RANKS, instances).abort()

@@ -9,7 +9,8 @@ import secrets
 
 import grpc
 import pytest
-from multinode_job import TOKEN, start_job, wait_until
+from multinode_job import TOKEN, start_job
+from waiting import wait_until
 
 from comminsight.agent.master.rejects import REJECT_KEY
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb

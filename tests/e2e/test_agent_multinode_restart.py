@@ -7,12 +7,12 @@ from __future__ import annotations
 import base64
 import json
 import threading
-import time
 from collections import Counter
 
 import numpy as np
 import pytest
-from multinode_job import sim_config, start_job, wait_until
+from multinode_job import sim_config, start_job
+from waiting import wait_until
 
 from comminsight.agent.core.fifo_reader import EVENT
 from comminsight.shm_reader import ShmError, ShmRegion
@@ -80,7 +80,18 @@ def test_master_and_slave_killed_mid_run_lose_and_repeat_nothing(plugin, tmp_pat
             lambda: f"no hang report:\n{job.master.log_text()[-2000:]}",
         )
         job.master.kill()  # while the hang's events are still coming
-        time.sleep(1.0)
+        # down until every slave saw it go (and keeps what comes meanwhile for the next one)
+        wait_until(
+            lambda: all(
+                any(
+                    r.startswith("not connected to the master")
+                    for r in s.get("/api/v1/health").json()["reasons"]
+                )
+                for s in job.slaves
+            ),
+            60,
+            "every slave to see the master gone",
+        )
         job.master.start()
         job.master.wait_ready()
         wait_until(  # the slaves come back within their backoff (at most 10 s)

@@ -19,7 +19,8 @@ import grpc
 import msgspec
 import pytest
 from agent_processes import free_port
-from multinode_job import AgentProc, start_job, wait_until
+from multinode_job import AgentProc, start_job
+from waiting import wait_until
 
 from comminsight.agent.main import multinode_problem
 from comminsight.agent.master.grpc_service import AgentMasterServer

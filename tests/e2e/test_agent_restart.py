@@ -9,8 +9,9 @@ import threading
 
 import httpx
 import zstandard
-from agent_processes import agent_process, api_get, free_port, wait_until
+from agent_processes import agent_process, api_get, free_port
 from e2e_sims import E2E_ENV
+from waiting import wait_until
 
 from comminsight.agent.archive.ledger import ArchiveLedger
 from comminsight.sim import SimConfig, run_simulation

@@ -9,11 +9,11 @@ import re
 import signal
 import socket
 import threading
-import time
 
 import msgspec
 from agent_processes import agent_process, api_get, free_port, wait_for
 from e2e_sims import E2E_THRESHOLD_S, HEALTHY_THRESHOLD_S, e2e_sim_config
+from waiting import wait_until
 
 from comminsight.agent.core.service import AgentService
 from comminsight.agent.hangs.store import HangStore
@@ -94,13 +94,26 @@ def test_the_agent_command_reports_a_dead_rank_and_stops_on_sigterm(plugin, tmp_
         assert second.wait(timeout=30) == 1 and "another agent holds" in second.stderr.read()
         config = e2e_sim_config(plugin, tmp_path, ("die:rank=2,op=5",))
         assert not run_simulation(config).errors
-        time.sleep(0.5)  # a pass or more after the run
-        hangs = api_get(listen, "/api/v1/hangs?status=all", timeout_s=5).json()["items"]
-        assert "process_died" in {h["verdict"] for h in hangs}, hangs
-        metrics = api_get(listen, "/metrics").text
-        assert "# TYPE comminsight_hangs_open gauge" in metrics
+
+        def hang_verdicts() -> set[str]:
+            hangs = api_get(listen, "/api/v1/hangs?status=all").json()["items"]
+            return {h["verdict"] for h in hangs}
+
+        # the agent's passes after the run
+        wait_until(
+            lambda: "process_died" in hang_verdicts(),
+            60,
+            lambda: f"process_died in {hang_verdicts()}",
+        )
         # the communicator's series, whatever process labels come before its comm label
-        assert re.search(r'^comminsight_ops_total\{[^}]*comm="default_pg:0"', metrics, re.M)
+        ops = re.compile(r'^comminsight_ops_total\{[^}]*comm="default_pg:0"', re.M)
+
+        def metrics_with_the_ops() -> str | None:
+            text = api_get(listen, "/metrics").text
+            return text if ops.search(text) else None
+
+        metrics = wait_until(metrics_with_the_ops, 60, "the communicator's ops on /metrics")
+        assert "# TYPE comminsight_hangs_open gauge" in metrics
     finally:
         agent.send_signal(signal.SIGTERM)
         _, stderr = agent.communicate(timeout=30)

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from live_agent import LiveAgent
+from waiting import wait_until
 
 from comminsight_gen.models.agent_master_api_v1 import JobStepPage
 
@@ -144,7 +145,7 @@ def test_an_agent_without_summaries_answers_an_empty_job(tmp_path):
 
 
 def test_a_master_reconciles_its_own_steps_with_a_slaves_that_started_later(tmp_path):
-    from multinode_job import start_job, wait_until
+    from multinode_job import start_job
 
     job = start_job(tmp_path, 1)
     try:
@@ -207,18 +208,17 @@ def test_a_master_expects_steps_from_every_node_whose_processes_run_the_job():
 def test_the_live_engines_summaries_carry_spans_that_reconcile_on_their_node(tmp_path):
     """Simulated NCCL -> real plugin -> SHM -> the Agent's live engines: every summary has
     comm_seqs, and the node's ranks agree on every Step of the data-parallel job."""
-    import time
-
     from agent_home import hold_agent_lock, run_sim
 
     lock = hold_agent_lock(tmp_path)
     truths = run_sim(tmp_path)
     with LiveAgent(tmp_path) as live:
         engine = live.service.engine
-        deadline = time.monotonic() + 60
-        while not engine.idle() or engine.steps_written < len(truths):
-            assert time.monotonic() < deadline, "the engine wrote no summaries"
-            time.sleep(0.05)
+        wait_until(
+            lambda: engine.idle() and engine.steps_written >= len(truths),
+            60,
+            lambda: f"the engine's summaries ({engine.steps_written} written)",
+        )
         steps = httpx.get(live.base_url + "/api/v1/steps", params={"limit": 1000}).json()
         answer = page(get(live.base_url, limit=1000))
     lock.close()

@@ -19,7 +19,6 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ import yaml
 from agent_processes import agent_process, api_get, free_port, wait_for
 from e2e_sims import e2e_sim_config
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import WaitTimeout, wait_until
 
 from comminsight.sim import run_simulation
 from comminsight_gen.models.hang_report_v1 import Verdict
@@ -478,6 +478,14 @@ def test_a_name_label_or_value_the_page_lacks_is_a_problem():
 # ---- against a real Agent ----------------------------------------------------------------
 
 
+# series the hang and the healthy job's Steps must have given samples, with these labels
+LABELED_ON_THE_PAGE = (
+    ("comminsight_incidents_open", "verdict"),
+    ("comminsight_inflight_age_seconds", "rank"),
+    ("comminsight_step_duration_seconds_count", "rank"),
+)
+
+
 @pytest.fixture(scope="module")
 def hung_job_page(plugin, tmp_path_factory):
     """The union of the /metrics pages a real `comminsight-agent` served while a simulated DDP
@@ -502,18 +510,32 @@ def hung_job_page(plugin, tmp_path_factory):
                 target=lambda c=config, out=result: out.update(sim=run_simulation(c))
             )
             sim.start()
-            while sim.is_alive():
+
+            def scraped_to_the_end(sim=sim) -> bool:  # pages all along the run
+                running = sim.is_alive()
                 page.add(api_get(listen, "/metrics").text)
-                time.sleep(0.1)
+                return not running
+
+            wait_until(scraped_to_the_end, 300, "the end of the run")
             sim.join()
             assert not result["sim"].errors, result["sim"].errors
-        deadline = time.monotonic() + 60
-        while "comminsight_step_duration_seconds_count" not in page.labels:
-            assert time.monotonic() < deadline, "no Step of the healthy job reached /metrics"
+        # after the runs, until the pages hold what the test looks for; should that never
+        # come, the test names what is missing
+        rules = load_rules()
+        uses = dashboard_uses(load_dashboard()) + rule_uses(rules)
+        recorded = recorded_labels(rules)
+
+        def complete() -> bool:
             page.add(api_get(listen, "/metrics").text)
-            time.sleep(0.2)
-        time.sleep(0.5)  # a pass or more after the runs
-        page.add(api_get(listen, "/metrics").text)
+            return all(
+                name in page.labels and page.labels[name].get(label)
+                for name, label in LABELED_ON_THE_PAGE
+            ) and not problems(uses, page, recorded)
+
+        try:
+            wait_until(complete, 60, "every metric the dashboard and rules name")
+        except WaitTimeout:
+            pass
     finally:
         agent.send_signal(signal.SIGTERM)
         _, stderr = agent.communicate(timeout=30)
@@ -527,6 +549,5 @@ def test_every_metric_the_dashboard_and_rules_name_is_on_a_real_page(hung_job_pa
     uses = dashboard_uses(load_dashboard()) + rule_uses(rules)
     assert not problems(uses, hung_job_page, recorded_labels(rules))
     # the hang happened on the page: the series the hang panels and alerts read had samples
-    assert hung_job_page.labels["comminsight_incidents_open"]["verdict"]
-    assert hung_job_page.labels["comminsight_inflight_age_seconds"]["rank"]
-    assert hung_job_page.labels["comminsight_step_duration_seconds_count"]["rank"]
+    for name, label in LABELED_ON_THE_PAGE:
+        assert hung_job_page.labels[name][label], (name, label)

@@ -21,6 +21,7 @@ from pathlib import Path
 import fifo_events
 import numpy as np
 import pytest
+import waiting
 from live_agent import LiveAgent
 from profiler_builds import builds
 
@@ -49,14 +50,8 @@ SIM_ENV = (("COMMINSIGHT_AGENT_AUTOSTART", "0"), ("COMMINSIGHT_PROFILER_HEARTBEA
 
 
 def wait_until(condition, what: str, timeout_s: float = 60.0):
-    """Poll condition until it holds (a generous deadline: CI is a loaded 2-core box)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    """tests/waiting.py's wait_until, `what` first as this module's calls give it."""
+    return waiting.wait_until(condition, timeout_s, what)
 
 
 def get(agent: LiveAgent, path: str, timeout_s: float = 30.0):

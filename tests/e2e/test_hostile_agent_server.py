@@ -33,7 +33,8 @@ import httpx
 import msgspec
 import pytest
 from agent_processes import free_port
-from multinode_job import TOKEN, AgentProc, wait_until
+from multinode_job import TOKEN, AgentProc
+from waiting import wait_until
 
 from comminsight.agent.archive.archiver import Archiver, PassReport
 from comminsight.agent.archive.providers import LocalDirectoryProvider
@@ -362,10 +363,14 @@ def test_a_body_sent_a_byte_at_a_time_is_answered_408_and_its_connection_closed(
         anonymous.close()
         (slow,) = open_connections(agent.listen, 1)
         slow.sendall(slow_resolve())
-        deadline = time.monotonic() + DEADLINE_S
-        while not select.select([slow], [], [], 0.2)[0]:  # a byte now and then, not the body
-            assert time.monotonic() < deadline, f"the slow body was never answered:\n{agent.text()}"
+
+        def answered() -> bool:  # a byte now and then (the select's pace), not the body
+            if select.select([slow], [], [], 0.2)[0]:
+                return True
             slow.sendall(b" ")
+            return False
+
+        wait_until(answered, DEADLINE_S, lambda: f"an answer to the slow body:\n{agent.text()}")
         answer = slow.recv(65536)
         assert answer.startswith(b"HTTP/1.1 408"), answer
         assert b"Connection: close" in answer and b"did not arrive within 1 s" in answer, answer

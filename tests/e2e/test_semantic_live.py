@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 
 import msgspec
 import numpy as np
-from agent_processes import agent_process, api_get, free_port, wait_until
+from agent_processes import agent_process, api_get, free_port
+from waiting import WaitTimeout, wait_until
 
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.step_accuracy import op_identity
@@ -49,7 +49,7 @@ def test_agent_killed_mid_run_resumes_its_engines_without_losing_or_repeating_a_
     try:
         api_get(listen, "/api/v1/health")
         sim.start()
-        wait_until(lambda: summary_lines(tmp_path) >= 2 * RANKS, 120, "no summaries written")
+        wait_until(lambda: summary_lines(tmp_path) >= 2 * RANKS, 120, "two summaries per rank")
         assert sim.is_alive(), "the run ended before the agent could be killed mid-run"
         first.send_signal(signal.SIGKILL)
         _, first_stderr = first.communicate(timeout=30)
@@ -59,11 +59,12 @@ def test_agent_killed_mid_run_resumes_its_engines_without_losing_or_repeating_a_
             sim.join(timeout=300)
             assert not result["sim"].errors
             step_dir = tmp_path / "semantics" / "step"
-            sealed = False
-            deadline = time.monotonic() + 60
-            while not sealed and time.monotonic() < deadline:
-                sealed = len(list(step_dir.glob("live-*.jsonl"))) == RANKS
-                time.sleep(0.05)
+            try:
+                sealed = wait_until(
+                    lambda: len(list(step_dir.glob("live-*.jsonl"))) == RANKS, 60, "every seal"
+                )
+            except WaitTimeout:
+                sealed = False
         finally:
             second.send_signal(signal.SIGTERM)
             _, stderr = second.communicate(timeout=30)

@@ -18,7 +18,6 @@ import threading
 import msgspec
 import numpy as np
 import pytest
-from agent_processes import wait_until
 from engine_inputs import (
     BUCKETS,
     COMMS,
@@ -29,6 +28,7 @@ from engine_inputs import (
     batches,
     ddp_slots,
 )
+from waiting import wait_until
 
 from comminsight.agent.steps.replay import ReplayLog
 from comminsight.agent.steps.restarts import RestartBudget

@@ -5,11 +5,11 @@ size follows the highest peak it ever had rather than what it uses."""
 from __future__ import annotations
 
 import ctypes
-import threading
 from pathlib import Path
 
 import pytest
 from engine_inputs import COMMS, GPU, TEMPLATES, ddp_slots
+from waiting import wait_until
 
 from comminsight.agent.core.heap_trim import HeapTrim, libc_malloc_trim
 from comminsight.agent.steps.semantic_hook import SemanticEngineHook
@@ -115,10 +115,7 @@ def test_the_engine_worker_trims_after_it_took_ops(tmp_path):
     hook.live_cut.interval_s = 3600  # no cut falls due later without ops
     try:
         hook.feed(GPU, ddp_slots(20), COMMS)
-        for _ in range(3000):  # the worker's pass, however slow the machine
-            if calls.args and hook.idle():
-                break
-            threading.Event().wait(0.01)
+        wait_until(lambda: calls.args and hook.idle(), 60, "the worker's pass")
         assert calls.args == [0]  # once: nothing was freed since
         assert hook.heap_trim.trims == 1
     finally:
