@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import selectors
+import shlex
 import signal
 import subprocess
 import time
@@ -251,7 +252,7 @@ def _script(blocks: list[Block], outdir: Path) -> tuple[str, dict[int, tuple[int
         lines.append("{")
         starts[k] = (len(lines) + 1, block)
         lines.extend(block.text.splitlines() or [":"])
-        lines.append(f"}} >{outdir / f'{k}.out'} 2>&1 </dev/null")
+        lines.append(f"}} >{shlex.quote(str(outdir / f'{k}.out'))} 2>&1 </dev/null")
         lines.append(f"printf '\\n__DOC_END {k}\\n' >&3")
     return "\n".join(lines) + "\n", starts
 
