@@ -1,5 +1,6 @@
 # PYTHON_ARGCOMPLETE_OK (argcomplete's global completion looks for this in the entry point)
-"""`comminsight`, the command line: `main` (the parser), `help_format` and `options` (help
+"""`comminsight`, the command line: `command_line` (the parser; not named `main`, which
+would shadow this package's `main` once imported), `help_format` and `options` (help
 text and the options commands share), `local` (protocols, config, demo), `simulate` (sim),
 `agent` (the parsers of the commands that ask an agent, whose code is a module per group:
 `node`, `ops`, `steps`, `hangs`, `incidents`, `archive`, `meta`), `semantic` (Steps recovered
@@ -11,6 +12,6 @@ from __future__ import annotations
 
 def main(argv: list[str] | None = None) -> int:
     # imported on call: `comminsight.cli.output` and friends stay cheap to import alone
-    from comminsight.cli.main import main as run
+    from comminsight.cli.command_line import main as run
 
     return run(argv)

@@ -17,7 +17,7 @@ import pytest
 from profiler_builds import builds
 from rich_tables import table_rows
 
-from comminsight.cli.main import build_parser
+from comminsight.cli.command_line import build_parser
 from comminsight.cli.options import FORMATS
 from comminsight.version_text import VersionAction
 

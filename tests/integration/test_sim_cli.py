@@ -111,7 +111,7 @@ def test_sim_reports_progress_and_draws_it_only_on_a_terminal(tmp_path):
 
     from rich.console import Console
 
-    from comminsight.cli.main import build_parser
+    from comminsight.cli.command_line import build_parser
     from comminsight.cli.simulate import cmd_sim
     from comminsight.sim import SimConfig, run_simulation
 
