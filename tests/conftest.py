@@ -51,6 +51,15 @@ def plugin() -> Path:
     return ROOT / "dist" / "libnccl-profiler-comminsight.so"
 
 
+@pytest.fixture(scope="session")
+def recording_plugin(tmp_path_factory) -> Path:
+    """Not the Profiler: tests/plugins/recording_plugin.c, which writes down every call the
+    simulated NCCL makes to it (sim_recording.py reads it back)."""
+    from sim_recording import build_recording_plugin
+
+    return build_recording_plugin(tmp_path_factory.mktemp("recording-plugin"))
+
+
 @pytest.fixture
 def no_inject(tmp_path):
     """A running Python process without Inject that records the signals it receives in

@@ -22,7 +22,7 @@ import pytest
 from agent_home import hold_agent_lock
 from profiler_builds import builds
 from sim_pipeline import log_key, logs_by_rank, simulate, truth_key
-from sim_recording import assert_well_formed, build_recording_plugin, host_sequence, run_sim
+from sim_recording import assert_well_formed, host_sequence, run_sim
 
 from comminsight.semantic import native
 from comminsight.semantic.log_input import _DECODER, _op, read_gpu_logs
@@ -145,11 +145,6 @@ def test_the_moe_variants_move_the_same_kinds_of_ops():
             if op.instance == instance.id
         }
         assert counts["Send"] == counts["Recv"]
-
-
-@pytest.fixture(scope="module")
-def recording_plugin(tmp_path_factory):
-    return build_recording_plugin(tmp_path_factory.mktemp("plugin"))
 
 
 # NCCL 2.28's calls on the host thread for a user group of n ops (v5, every event enabled)

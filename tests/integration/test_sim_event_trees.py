@@ -8,22 +8,16 @@ import pytest
 from sim_recording import (
     HOST_SEQUENCE_V5,
     assert_well_formed,
-    build_recording_plugin,
     host_sequence,
     run_sim,
 )
 
 
 @pytest.fixture(scope="module")
-def plugin(tmp_path_factory):
-    return build_recording_plugin(tmp_path_factory.mktemp("plugin"))
-
-
-@pytest.fixture(scope="module")
-def mixed_v5(plugin, tmp_path_factory):
+def mixed_v5(recording_plugin, tmp_path_factory):
     """TP+PP+DP on 8 ranks over 2 nodes, every event enabled: colls, p2p, proxy events."""
     return run_sim(
-        plugin,
+        recording_plugin,
         tmp_path_factory.mktemp("mixed_v5"),
         workload="tp-pp-dp",
         ranks=8,
@@ -128,8 +122,8 @@ def test_kernel_channel_ticks_look_like_a_gpu_globaltimer(mixed_v5):
         assert min(ticks) > 1_600_000_000 * 10**9, "globaltimer counts ns since the epoch"
 
 
-def test_abi_v4_is_driven_through_the_v4_adapter_rules(plugin, tmp_path):
-    run = run_sim(plugin, tmp_path, workload="tp-pp-dp", ranks=4, abi=4, steps=1)
+def test_abi_v4_is_driven_through_the_v4_adapter_rules(recording_plugin, tmp_path):
+    run = run_sim(recording_plugin, tmp_path, workload="tp-pp-dp", ranks=4, abi=4, steps=1)
     assert run.summary["status"] == "completed", run.summary
     for proc in run.calls.values():
         assert_well_formed(proc, abi=4)
@@ -153,8 +147,12 @@ def test_abi_v4_is_driven_through_the_v4_adapter_rules(plugin, tmp_path):
         (0x01, {"GroupApi", "Group"}),
     ],
 )
-def test_the_activation_mask_selects_events_as_nccl_does(plugin, tmp_path, mask, expected):
-    run = run_sim(plugin, tmp_path, steps=1, plugin_env={"RECORDING_PLUGIN_MASK": str(mask)})
+def test_the_activation_mask_selects_events_as_nccl_does(
+    recording_plugin, tmp_path, mask, expected
+):
+    run = run_sim(
+        recording_plugin, tmp_path, steps=1, plugin_env={"RECORDING_PLUGIN_MASK": str(mask)}
+    )
     assert run.summary["status"] == "completed"
     for proc in run.calls.values():
         assert_well_formed(proc, abi=5)
@@ -166,9 +164,9 @@ def test_the_activation_mask_selects_events_as_nccl_does(plugin, tmp_path, mask,
         )
 
 
-def test_a_plugin_may_change_the_mask_at_run_time(plugin, tmp_path):
+def test_a_plugin_may_change_the_mask_at_run_time(recording_plugin, tmp_path):
     env = {"RECORDING_PLUGIN_MASK": "0xFFF", "RECORDING_PLUGIN_MASK_SWITCH": "4:6"}
-    run = run_sim(plugin, tmp_path, steps=1, plugin_env=env)
+    run = run_sim(recording_plugin, tmp_path, steps=1, plugin_env=env)
     for proc in run.calls.values():
         assert_well_formed(proc, abi=5)
         tasks = proc.tasks()
@@ -180,8 +178,10 @@ def test_a_plugin_may_change_the_mask_at_run_time(plugin, tmp_path):
         assert len(launches) == 4
 
 
-def test_strings_are_fresh_per_call_and_poisoned_afterwards(plugin, tmp_path):
-    run = run_sim(plugin, tmp_path, steps=1, plugin_env={"RECORDING_PLUGIN_KEEP_STRINGS": "1"})
+def test_strings_are_fresh_per_call_and_poisoned_afterwards(recording_plugin, tmp_path):
+    run = run_sim(
+        recording_plugin, tmp_path, steps=1, plugin_env={"RECORDING_PLUGIN_KEEP_STRINGS": "1"}
+    )
     for proc in run.calls.values():
         colls = proc.started("Coll")
         pointers = set()
@@ -192,13 +192,15 @@ def test_strings_are_fresh_per_call_and_poisoned_afterwards(plugin, tmp_path):
         assert len(pointers) == len(colls)
 
 
-def test_comm_names_null_without_inject_and_failed_init_disables_the_communicator(plugin, tmp_path):
-    run = run_sim(plugin, tmp_path, steps=1, comm_names=False)
+def test_comm_names_null_without_inject_and_failed_init_disables_the_communicator(
+    recording_plugin, tmp_path
+):
+    run = run_sim(recording_plugin, tmp_path, steps=1, comm_names=False)
     for proc in run.calls.values():
         assert {c["name"] for c in proc.of("init")} == {"(null)"}
 
     failing = run_sim(
-        plugin,
+        recording_plugin,
         tmp_path / "failing",
         workload="tp-pp-dp",
         ranks=4,

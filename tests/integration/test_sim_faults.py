@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sim_recording import assert_well_formed, build_recording_plugin, run_sim
+from sim_recording import assert_well_formed, run_sim
 
 from comminsight.sim import Fault, FaultSpecError, SimConfig, SimConfigError, parse_fault
 from comminsight.sim.launcher import run_simulation
@@ -14,15 +14,10 @@ HOLD_S = 0.5
 FAULT_OP = 4
 
 
-@pytest.fixture(scope="module")
-def plugin(tmp_path_factory):
-    return build_recording_plugin(tmp_path_factory.mktemp("plugin"))
-
-
-def faulty_run(plugin, tmp_path, *specs: str, **settings):
+def faulty_run(recording_plugin, tmp_path, *specs: str, **settings):
     faults = tuple(parse_fault(s) for s in specs)
     settings = {"ranks": RANKS, "hang_hold_s": HOLD_S, **settings}
-    return run_sim(plugin, tmp_path, faults=faults, **settings)
+    return run_sim(recording_plugin, tmp_path, faults=faults, **settings)
 
 
 def assert_peers_stuck_at(run, culprit: int, op_index: int) -> None:
@@ -53,8 +48,8 @@ def assert_peers_stuck_at(run, culprit: int, op_index: int) -> None:
         assert {c["ctx"] for c in proc.of("finalize")} == set(proc.contexts)
 
 
-def test_a_skipped_op_hangs_the_peers_until_the_hold_ends(plugin, tmp_path):
-    run = faulty_run(plugin, tmp_path, f"skip:rank=1,op={FAULT_OP}")
+def test_a_skipped_op_hangs_the_peers_until_the_hold_ends(recording_plugin, tmp_path):
+    run = faulty_run(recording_plugin, tmp_path, f"skip:rank=1,op={FAULT_OP}")
     summary = run.summary
     assert (summary["status"], summary["abort_reason"], summary["ok"]) == ("aborted", "hang", True)
     assert summary["elapsed_s"] >= HOLD_S
@@ -68,8 +63,8 @@ def test_a_skipped_op_hangs_the_peers_until_the_hold_ends(plugin, tmp_path):
     assert_well_formed(run.calls[1], abi=5)
 
 
-def test_a_dead_rank_leaves_its_peers_waiting(plugin, tmp_path):
-    run = faulty_run(plugin, tmp_path, f"die:rank=2,op={FAULT_OP}")
+def test_a_dead_rank_leaves_its_peers_waiting(recording_plugin, tmp_path):
+    run = faulty_run(recording_plugin, tmp_path, f"die:rank=2,op={FAULT_OP}")
     summary = run.summary
     assert (summary["status"], summary["abort_reason"], summary["ok"]) == ("aborted", "hang", True)
     dead = summary["rank_results"][2]
@@ -81,8 +76,8 @@ def test_a_dead_rank_leaves_its_peers_waiting(plugin, tmp_path):
     assert not run.calls[2].of("finalize"), "a killed process finalizes nothing"
 
 
-def test_a_mismatched_count_hangs_everyone_on_that_op(plugin, tmp_path):
-    run = faulty_run(plugin, tmp_path, f"mismatch:rank=3,op={FAULT_OP}")
+def test_a_mismatched_count_hangs_everyone_on_that_op(recording_plugin, tmp_path):
+    run = faulty_run(recording_plugin, tmp_path, f"mismatch:rank=3,op={FAULT_OP}")
     assert (run.summary["status"], run.summary["abort_reason"]) == ("aborted", "hang")
     assert_peers_stuck_at(run, culprit=3, op_index=FAULT_OP)
     bad = run.truths[3].ops[FAULT_OP]
@@ -93,17 +88,17 @@ def test_a_mismatched_count_hangs_everyone_on_that_op(plugin, tmp_path):
     assert run.calls[3].tasks()[FAULT_OP].int("count") == bad["count"]
 
 
-def test_a_mismatched_function_counts_in_its_own_sequence(plugin, tmp_path):
-    run = faulty_run(plugin, tmp_path, f"mismatch:rank=0,op={FAULT_OP},field=func")
+def test_a_mismatched_function_counts_in_its_own_sequence(recording_plugin, tmp_path):
+    run = faulty_run(recording_plugin, tmp_path, f"mismatch:rank=0,op={FAULT_OP},field=func")
     assert run.summary["abort_reason"] == "hang"
     bad = run.truths[0].ops[FAULT_OP]
     assert (bad["func"], bad["seq"], bad["datatype"]) == ("AllGather", 0, "ncclInt8")
     assert run.truths[1].ops[FAULT_OP]["func"] == "AllReduce"
 
 
-def test_a_sleeping_rank_delays_its_peers_but_everything_completes(plugin, tmp_path):
+def test_a_sleeping_rank_delays_its_peers_but_everything_completes(recording_plugin, tmp_path):
     seconds = 0.4
-    run = faulty_run(plugin, tmp_path, f"sleep:rank=0,op={FAULT_OP},seconds={seconds}")
+    run = faulty_run(recording_plugin, tmp_path, f"sleep:rank=0,op={FAULT_OP},seconds={seconds}")
     assert (run.summary["status"], run.summary["ok"]) == ("completed", True)
     sleeper = run.truths[0]
     (fault,) = sleeper.of("fault")
@@ -118,9 +113,9 @@ def test_a_sleeping_rank_delays_its_peers_but_everything_completes(plugin, tmp_p
         assert_well_formed(proc, abi=5)
 
 
-def test_several_faults_on_one_communicator_of_a_mixed_workload(plugin, tmp_path):
+def test_several_faults_on_one_communicator_of_a_mixed_workload(recording_plugin, tmp_path):
     run = faulty_run(
-        plugin,
+        recording_plugin,
         tmp_path,
         "sleep:rank=0,op=1,comm=tp,seconds=0.2",
         "skip:rank=5,op=3,comm=tp",
@@ -169,9 +164,14 @@ def test_faults_must_name_an_op_the_rank_issues(tmp_path):
         run_simulation(config)
 
 
-def test_a_run_over_its_time_limit_is_aborted_and_reported(plugin, tmp_path):
+def test_a_run_over_its_time_limit_is_aborted_and_reported(recording_plugin, tmp_path):
     run = run_sim(
-        plugin, tmp_path, steps=500, model_params=300_000_000, time_scale=1.0, timeout_s=1.0
+        recording_plugin,
+        tmp_path,
+        steps=500,
+        model_params=300_000_000,
+        time_scale=1.0,
+        timeout_s=1.0,
     )
     summary = run.summary
     assert (summary["status"], summary["abort_reason"], summary["ok"]) == (

@@ -5,22 +5,17 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from sim_recording import build_recording_plugin, run_sim
+from sim_recording import run_sim
 
 from comminsight.sim.config import SimConfig
 from comminsight.sim.workloads import build_plan
 
 
-@pytest.fixture(scope="module")
-def plugin(tmp_path_factory):
-    return build_recording_plugin(tmp_path_factory.mktemp("plugin"))
-
-
 @pytest.fixture(scope="module", params=["ddp", "fsdp", "tp-pp-dp"])
-def run(request, plugin, tmp_path_factory):
+def run(request, recording_plugin, tmp_path_factory):
     ranks = 8 if request.param == "tp-pp-dp" else 4
     return run_sim(
-        plugin,
+        recording_plugin,
         tmp_path_factory.mktemp(request.param),
         workload=request.param,
         ranks=ranks,
