@@ -90,7 +90,7 @@ class AgentProc:
     def get(self, path: str, **params):
         return httpx.get(f"http://{self.listen}{path}", params=params, timeout=10)
 
-    def wait_ready(self, timeout_s: float = 30) -> None:
+    def wait_ready(self, timeout_s: float = 120) -> None:  # a loaded box starts it slowly
         def ready() -> bool:
             assert self.proc.poll() is None, f"{self.node} exited:\n{self.log_text()}"
             return (

@@ -234,7 +234,7 @@ def test_master_metrics_carry_every_node_under_a_node_label(faulty_job):
 
     master, mine = wait_until(
         consistent,
-        30,
+        60,
         lambda: f"master and slaves disagree:\n{job.master.get('/metrics').text[-4000:]}",
     )
     # one communicator spans the three nodes: its job-wide count is the sum of theirs

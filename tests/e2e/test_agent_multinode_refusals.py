@@ -27,7 +27,7 @@ def job(tmp_path_factory):
         master_extra={"COMMINSIGHT_AGENT_MASTER_MAX_BATCH_BYTES": str(MAX_BATCH)},
         slave_extra={"COMMINSIGHT_SEMANTIC_ENABLE": "0"},
     )
-    wait_until(lambda: _node(job, "node-0")["state"] == "connected", 20, "slave not connected")
+    wait_until(lambda: _node(job, "node-0")["state"] == "connected", 60, "the slave connected")
     yield job
     job.stop()
 
@@ -77,8 +77,8 @@ def _still_serving(job):
     before = _node(job, "node-0")["last_seen_real_ns"]
     wait_until(
         lambda: _node(job, "node-0")["last_seen_real_ns"] > before,
-        20,
-        "the good slave's heartbeats stopped",
+        60,
+        "the good slave's next heartbeat",
     )
     assert _node(job, "node-0")["state"] == "connected"
     assert job.master.get("/api/v1/health").status_code == 200
@@ -199,7 +199,7 @@ def test_a_slave_with_a_wrong_token_is_refused_and_logs_why(job, tmp_path):
         {"COMMINSIGHT_AGENT_MASTER_ADDR": job.grpc, "COMMINSIGHT_AGENT_TOKEN": "guess"},
     ).start()
     try:
-        wait_until(lambda: "wrong_token" in intruder.log_text(), 20, intruder.log_text)
+        wait_until(lambda: "wrong_token" in intruder.log_text(), 60, intruder.log_text)
         assert "wrong-token-node" not in job.master.get("/api/v1/nodes").text
         assert intruder.proc.poll() is None  # it keeps serving its own node
         assert intruder.get("/api/v1/health").status_code == 200

@@ -97,7 +97,7 @@ def _connected_job(root, master_extra: dict, slave_extra: dict, what: str):
     try:
         wait_until(
             lambda: _nodes(job).get("node-0", {}).get("state") == "connected",
-            30,
+            60,
             lambda: f"the {what} slave did not connect:\n{job.slaves[0].log_text()[-3000:]}",
         )
     except BaseException:
@@ -139,7 +139,7 @@ def _refused_while_the_good_slave_streams(job, name: str, extra: dict, message: 
         bad.wait_ready()
         wait_until(
             lambda: message in bad.log_text(),
-            30,
+            60,
             lambda: f"no clear TLS error in the slave's log:\n{bad.log_text()[-3000:]}",
         )
         health = bad.get("/api/v1/health").json()
@@ -149,8 +149,8 @@ def _refused_while_the_good_slave_streams(job, name: str, extra: dict, message: 
         seen = _nodes(job)["node-0"]["last_seen_real_ns"]
         wait_until(
             lambda: _nodes(job)["node-0"]["last_seen_real_ns"] > seen,
-            20,
-            "the good slave stopped",
+            60,
+            "the good slave's next heartbeat",
         )
         assert _nodes(job)["node-0"]["state"] == "connected"
     finally:
@@ -175,7 +175,7 @@ def test_a_slave_streams_to_the_master_over_tls(tls_job, pki):
     assert node["last_applied_batch_seq"] >= 1  # its full state, over TLS
     wait_until(  # and its heartbeats, on the same channel
         lambda: _nodes(job)["node-0"]["last_seen_real_ns"] > node["last_seen_real_ns"],
-        20,
+        60,
         "no heartbeat over TLS",
     )
     assert "TLS on" in job.master.log_text()
