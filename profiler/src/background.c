@@ -191,13 +191,13 @@ bool ci_exit_capture(const ci_comm_t* comm, ci_hang_snapshot_t* out) {
 }
 
 void ci_exit_report(const ci_hang_snapshot_t* snap) {
-    report_hang(snap, ci_now_mono(), (uint64_t)(ci_g.cfg.hang_timeout_s * 1e9));
+    report_hang(snap, ci_now_mono(), ci_hang_threshold_ns());
 }
 
 void ci_watchdog_scan(uint64_t now) {
     static hang_snapshot_t reports[MAX_REPORTS_PER_SCAN]; /* only the background thread scans */
     uint32_t n = 0;
-    uint64_t threshold_ns = (uint64_t)(ci_g.cfg.hang_timeout_s * 1e9);
+    uint64_t threshold_ns = ci_hang_threshold_ns(); /* the Agent's, or this process's own */
     pthread_mutex_lock(&ci_g.table_lock); /* against init/finalize changing the table; no I/O inside */
     /* The caller's clock reading predates the clock steer and a stat() of the config file; ops
      * enqueued since then would look younger than zero. Read it again, as close as we can. */
@@ -220,8 +220,11 @@ void ci_watchdog_scan(uint64_t now) {
             e->hang_flagged_mono_ns = now;
             type = CI_FIFO_V1_EVENT_TYPE_HANG_SUSPECTED;
             ci_evidence_on_flag(comm, now);
-        } else if (!stuck && e->hang_flagged_seq != UINT64_MAX && e->hang_flagged_mono_ns) {
-            e->hang_flagged_mono_ns = 0; /* the flagged op finished after all: say so once */
+        } else if (!stuck && e->hang_flagged_seq != UINT64_MAX && e->hang_flagged_mono_ns &&
+                   (e->inflight_count == 0 || e->inflight_op_index != e->hang_flagged_seq)) {
+            /* the flagged op finished after all: say so once (a threshold raised since, the
+             * Agent's taking over, finishes nothing) */
+            e->hang_flagged_mono_ns = 0;
             type = CI_FIFO_V1_EVENT_TYPE_HANG_CLEARED;
         }
         if (!type) continue;
@@ -286,6 +289,7 @@ static void* bg_main(void* arg) {
         heartbeat(now);
         ci_clock_steer((uint64_t)ci_g.cfg.heartbeat_ms * 1000000ull);
         watch_config();
+        ci_agent_settings_poll();
         ci_ops_sweep(NULL, now, quiet_ns);
         ci_watchdog_scan(now);
         if (!ci_g.autostart_done) {

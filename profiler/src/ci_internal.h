@@ -72,6 +72,7 @@ typedef struct ci_config {
     bool agent_autostart;
     int32_t event_mask;
     double hang_timeout_s;
+    uint8_t hang_timeout_source; /* CI_SHM_V1_THRESHOLD_SOURCE_DEFAULT, _FILE or _ENVIRONMENT */
     uint32_t ring_slots;
     uint32_t comm_slots;
     uint32_t event_pool;
@@ -92,6 +93,13 @@ typedef struct ci_config {
 /* home_fd: the trusted home, whose etc/comminsight.conf is read; -1: read no file in a home */
 void ci_config_load(ci_config_t* cfg, int home_fd);
 void ci_config_file(char* path, size_t size); /* the KEY=VALUE file config_load reads */
+/* Whether `text` is a valid value of the key at `index` (CI_CONFIG_V1_*_INDEX); else why. */
+bool ci_config_valid(int index, const char* text, char* why, size_t why_len);
+
+/* ---- the Agent's published settings (agent_settings.c): one hang threshold per job ---- */
+void ci_agent_settings_reset(void); /* at process init: the watchdog on this process's own value */
+void ci_agent_settings_poll(void);  /* background thread, each heartbeat: follow the Agent's value */
+static inline uint64_t ci_hang_threshold_ns(void); /* what the watchdog uses now; 0: off */
 
 /* ---- trusted file access (safefs.c): no links followed, no blocking, kind and owner checked ---- */
 typedef enum { CI_KIND_DIR, CI_KIND_FILE, CI_KIND_FIFO } ci_kind_t;
@@ -413,10 +421,13 @@ typedef struct ci_process {
     int shms_fd;       /* the directory holding shm_path's link (or file); -1: none */
     char shm_name[256];
     uint64_t group_counter; /* the last NCCL group id a thread reserved (plugin.c); ids start at 1 */
+    uint64_t hang_threshold_ns; /* the watchdog's threshold now (agent_settings.c); 0: off */
     bool threads_running;
     bool autostart_done;
 } ci_process_t;
 
 extern ci_process_t ci_g;
+
+static inline uint64_t ci_hang_threshold_ns(void) { return __atomic_load_n(&ci_g.hang_threshold_ns, __ATOMIC_RELAXED); }
 
 #endif /* CI_INTERNAL_H */

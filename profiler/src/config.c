@@ -88,6 +88,13 @@ static bool validate(const ci_config_v1_key_t* key, const char* text, char* why,
     }
 }
 
+bool ci_config_valid(int index, const char* text, char* why, size_t why_len) {
+    size_t n = 0;
+    const ci_config_v1_key_t* keys = ci_config_v1_keys(&n);
+    if (index < 0 || (size_t)index >= n) return snprintf(why, why_len, "no such key"), false;
+    return validate(&keys[index], text, why, why_len);
+}
+
 static char* trim(char* s) {
     while (isspace((unsigned char)*s)) s++;
     char* e = s + strlen(s);
@@ -279,6 +286,12 @@ void ci_config_load(ci_config_t* cfg, int home_fd) {
     cfg->agent_autostart = as_bool(TEXT(AGENT_AUTOSTART));
     cfg->event_mask = (int32_t)as_int(TEXT(PROFILER_EVENT_MASK));
     cfg->hang_timeout_s = strtod(TEXT(PROFILER_HANG_TIMEOUT_S), NULL);
+    /* Where it came from decides whether the watchdog follows the Agent's (agent_settings.c):
+     * only a value in this process's own environment is kept against it. */
+    const raw_value_t* timeout = &raw[CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_INDEX];
+    cfg->hang_timeout_source = !timeout->set                               ? CI_SHM_V1_THRESHOLD_SOURCE_DEFAULT
+                               : strcmp(timeout->origin, "environment") == 0 ? CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT
+                                                                             : CI_SHM_V1_THRESHOLD_SOURCE_FILE;
     cfg->ring_slots = (uint32_t)as_int(TEXT(PROFILER_RING_SLOTS));
     cfg->comm_slots = (uint32_t)as_int(TEXT(PROFILER_COMM_SLOTS));
     cfg->event_pool = (uint32_t)as_int(TEXT(PROFILER_EVENT_POOL));

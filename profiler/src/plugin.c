@@ -73,6 +73,7 @@ static int process_init(void) {
         ci_pool_destroy();
         return -1;
     }
+    ci_agent_settings_reset(); /* the watchdog on this process's own threshold until the Agent's is read */
     ci_g.comm_capacity = ci_g.cfg.comm_slots;
     ci_g.comms = aligned_alloc(64, (size_t)ci_g.comm_capacity * sizeof(*ci_g.comms));
     if (ci_g.comms) memset(ci_g.comms, 0, (size_t)ci_g.comm_capacity * sizeof(*ci_g.comms));

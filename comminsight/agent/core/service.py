@@ -14,6 +14,7 @@ writes are an operator resolving a hang report or an incident.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -27,6 +28,7 @@ import msgspec
 from comminsight import __version__
 from comminsight.agent.api import views as api_views
 from comminsight.agent.archive.archiver import ArchiveConfigError, Archiver
+from comminsight.agent.core import agent_settings
 from comminsight.agent.core.fifo_reader import FifoError, HangEvent, HangEventFifo, keep_recent
 from comminsight.agent.core.ingest import NodeIngest
 from comminsight.agent.core.inject_names import InjectNames
@@ -35,6 +37,7 @@ from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
 from comminsight.agent.core.recent_ops import RecentOps
 from comminsight.agent.core.snapshot import NodeSnapshot, build_snapshot
+from comminsight.agent.core.threshold_health import Publication, threshold_health
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incident_stacks import IncidentStacks
 from comminsight.agent.hangs.incident_store import IncidentStore
@@ -123,6 +126,8 @@ class AgentService:
         self._diagnosed: NodeSnapshot | None = None
         self.hang_events: deque[HangEvent] = deque(maxlen=RECENT_EVENTS)
         self.threshold_ns = int(settings.profiler_hang_timeout_s * S)
+        # the threshold as published for the Profilers' watchdogs (agent_settings)
+        self.threshold_published = Publication()
         self.retire_after_ns = int(max(MIN_RETIRE_S, 2 * settings.profiler_hang_timeout_s) * S)
         self.passes = 0
         self._wake = asyncio.Event()
@@ -150,6 +155,7 @@ class AgentService:
         """One pass; the reports of this pass (also saved under metadata/hangs/)."""
         now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
         self.ingest.run_pass(now, retire_after_ns=self.retire_after_ns)
+        self.threshold_published.note(self.producers.producers)
         self.inject_names.refresh()
         self.hangs.retry_unwritten(now)
         snapshot = self.take_snapshot(now)
@@ -350,6 +356,12 @@ class AgentService:
         for name, why in sorted(self.incidents.errors.items()):
             reasons.append(f"incident file {name} set aside: {why}")
         reasons += input_reasons(self.fifo, self.fifo_error, self.producers, self.inject_names)
+        threshold, threshold_reasons = threshold_health(
+            self.producers.producers,
+            int(self.settings.profiler_hang_timeout_s * 1000),
+            self.threshold_published,
+        )
+        reasons += threshold_reasons
         if self.engine_error:
             reasons.append(f"the Semantic Engine is off: {self.engine_error}")
         semantic = None
@@ -392,6 +404,7 @@ class AgentService:
             nodes_connected=1,
             nodes_total=1,
             ingest_lag_ms=lag,
+            hang_threshold=threshold,
             **({"semantic_engine": semantic} if semantic is not None else {}),
         )
 
@@ -429,6 +442,19 @@ class AgentService:
             last_reject=None,
         )
 
+    def publish_threshold(self) -> None:
+        """The Agent's hang threshold into metadata/agent-settings, for the Profilers'
+        watchdogs (agent_settings); a failure is said in health, the Agent serves on."""
+        try:
+            agent_settings.publish(self.home, self.settings.profiler_hang_timeout_s)
+        except OSError as e:
+            why = f"cannot write {agent_settings.settings_path(self.home)}: {e.strerror or e}"
+            log.error("the hang threshold is not published to the Profilers: %s", why)
+            self.threshold_published = Publication(ok=False, error=why)
+            return
+        self.threshold_published = Publication(ok=True)
+        self.threshold_published.note(self.producers.producers)
+
     def _on_fifo_events(self, events: list[HangEvent]) -> None:
         self.fifo.stats.evicted += keep_recent(self.hang_events, events)
         self._wake.set()  # diagnose now, not at the next tick
@@ -446,6 +472,7 @@ class AgentService:
             self.fifo_error = str(e)
             log.error("hang events are not received: %s", e)
         interval_s = self.settings.agent_poll_interval_ms / 1000
+        self.publish_threshold()
         try:
             while not stop.is_set():
                 try:
@@ -465,6 +492,9 @@ class AgentService:
                     task.cancel()
         finally:
             self.stopping = True
+            if self.threshold_published.ok:
+                with contextlib.suppress(OSError):  # stopping goes on; the next Agent replaces it
+                    agent_settings.withdraw(self.home)
             self.fifo.close()
             self.producers.close()
             if isinstance(self.engine, SemanticEngineHook):

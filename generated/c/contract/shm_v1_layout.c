@@ -35,7 +35,7 @@ int main(void) {
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"plugin_version\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, plugin_version), sizeof(((ci_shm_header_v1_t*)0)->plugin_version));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"event_mask\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, event_mask), sizeof(((ci_shm_header_v1_t*)0)->event_mask));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"hang_threshold_ms\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, hang_threshold_ms), sizeof(((ci_shm_header_v1_t*)0)->hang_threshold_ms));
-    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved0\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved0), sizeof(((ci_shm_header_v1_t*)0)->reserved0));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"own_hang_threshold_ms\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, own_hang_threshold_ms), sizeof(((ci_shm_header_v1_t*)0)->own_hang_threshold_ms));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"hostname\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, hostname), sizeof(((ci_shm_header_v1_t*)0)->hostname));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"job_id\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, job_id), sizeof(((ci_shm_header_v1_t*)0)->job_id));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"process_name\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, process_name), sizeof(((ci_shm_header_v1_t*)0)->process_name));
@@ -49,6 +49,8 @@ int main(void) {
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"evidence_active\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, evidence_active), sizeof(((ci_shm_header_v1_t*)0)->evidence_active));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"evidence_raised_mono_ns\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, evidence_raised_mono_ns), sizeof(((ci_shm_header_v1_t*)0)->evidence_raised_mono_ns));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"cuda_uuid\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, cuda_uuid), sizeof(((ci_shm_header_v1_t*)0)->cuda_uuid));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"hang_threshold_source\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, hang_threshold_source), sizeof(((ci_shm_header_v1_t*)0)->hang_threshold_source));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"own_hang_threshold_source\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, own_hang_threshold_source), sizeof(((ci_shm_header_v1_t*)0)->own_hang_threshold_source));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved1\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved1), sizeof(((ci_shm_header_v1_t*)0)->reserved1));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"heartbeat_mono_ns\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, heartbeat_mono_ns), sizeof(((ci_shm_header_v1_t*)0)->heartbeat_mono_ns));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"heartbeat_real_ns\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, heartbeat_real_ns), sizeof(((ci_shm_header_v1_t*)0)->heartbeat_real_ns));
@@ -73,7 +75,7 @@ int main(void) {
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"log_write_errors\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, log_write_errors), sizeof(((ci_shm_header_v1_t*)0)->log_write_errors));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"evidence_raises\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, evidence_raises), sizeof(((ci_shm_header_v1_t*)0)->evidence_raises));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"evidence_no_slot\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, evidence_no_slot), sizeof(((ci_shm_header_v1_t*)0)->evidence_no_slot));
-    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved_counters\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved_counters), sizeof(((ci_shm_header_v1_t*)0)->reserved_counters));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"agent_settings_refused\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, agent_settings_refused), sizeof(((ci_shm_header_v1_t*)0)->agent_settings_refused));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"link_path\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, link_path), sizeof(((ci_shm_header_v1_t*)0)->link_path));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved4\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved4), sizeof(((ci_shm_header_v1_t*)0)->reserved4));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"size\":%zu,\"align\":%zu}\n", sizeof(ci_shm_comm_entry_v1_t), alignof(ci_shm_comm_entry_v1_t));
@@ -275,6 +277,11 @@ int main(void) {
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED);
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE);
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN);
+    printf("{\"macro\":\"CI_SHM_V1_THRESHOLD_SOURCE_UNKNOWN\",\"value\":%lld}\n", (long long)CI_SHM_V1_THRESHOLD_SOURCE_UNKNOWN);
+    printf("{\"macro\":\"CI_SHM_V1_THRESHOLD_SOURCE_DEFAULT\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_THRESHOLD_SOURCE_DEFAULT);
+    printf("{\"macro\":\"CI_SHM_V1_THRESHOLD_SOURCE_FILE\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_THRESHOLD_SOURCE_FILE);
+    printf("{\"macro\":\"CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT);
+    printf("{\"macro\":\"CI_SHM_V1_THRESHOLD_SOURCE_AGENT\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_THRESHOLD_SOURCE_AGENT);
     printf("{\"macro\":\"CI_SHM_V1_COMM_STATE_FREE\",\"value\":%lld}\n", (long long)CI_SHM_V1_COMM_STATE_FREE);
     printf("{\"macro\":\"CI_SHM_V1_COMM_STATE_ACTIVE\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_COMM_STATE_ACTIVE);
     printf("{\"macro\":\"CI_SHM_V1_COMM_STATE_FINALIZED\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_COMM_STATE_FINALIZED);

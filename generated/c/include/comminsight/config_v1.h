@@ -261,7 +261,7 @@
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_MIN 0LL
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_MAX 2147483647LL
 
-/* COMMINSIGHT_PROFILER_HANG_TIMEOUT_S (number, s): An op in flight longer than this is reported as a suspected hang. 0 disables the watchdog. */
+/* COMMINSIGHT_PROFILER_HANG_TIMEOUT_S (number, s): An op in flight longer than this is a hang. One value per job, the Agent's: it decides every verdict (0 turns hang diagnosis off), and the Agent publishes it in <home>/metadata/agent-settings, which every Profiler's watchdog follows from its next heartbeat (0 turns the watchdog off). A rank keeps its own value only where this key is set in its own environment; the Agent's health names the processes whose watchdog uses another value (that one, or a Profiler that started before the Agent published, or an older one), and the verdict still uses the Agent's. A missing or invalid published file leaves a Profiler on its own value. */
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_KEY "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S"
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_INDEX 34
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_DEFAULT_TEXT "300.0"

@@ -52,7 +52,7 @@ extern "C" {
 #define CI_SHM_V1_HEADER_FLAGS_NONE 0 /* No flag set. */
 #define CI_SHM_V1_HEADER_FLAGS_GPU_TIMING 1 /* KernelCh events are enabled, so op records carry GPU timestamps. */
 #define CI_SHM_V1_HEADER_FLAGS_LOGS_ENABLED 2 /* The producer writes inspector_logs. */
-#define CI_SHM_V1_HEADER_FLAGS_WATCHDOG_ENABLED 4 /* The producer's hang watchdog runs. */
+#define CI_SHM_V1_HEADER_FLAGS_WATCHDOG_ENABLED 4 /* The producer's own hang threshold was above 0 when the file was made; hang_threshold_ms says what its watchdog uses now (the Agent's, which may differ). */
 #define CI_SHM_V1_HEADER_FLAGS_HANG_EVIDENCE 8 /* On a suspected hang the producer raises the activation mask by HANG_EVIDENCE_BITS and records network proxy progress per channel into the evidence table. */
 
 /* ---- enum record_kind (stored as uint8_t): What an op_slot holds. */
@@ -199,6 +199,13 @@ static inline const char* ci_shm_v1_timing_source_label(uint8_t value) {
 #define CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE 8 /* Completed by finalize or process exit rather than by NCCL's events. */
 #define CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN 16 /* HANG records: the matching fifo-event reached the Agent's FIFO (else it was dropped: no reader). */
 
+/* ---- enum threshold_source (stored as uint8_t): Where a hang threshold in the header came from. */
+#define CI_SHM_V1_THRESHOLD_SOURCE_UNKNOWN 0 /* Not said: a file of an older producer, whose hang_threshold_ms is its own value and never follows the Agent's. */
+#define CI_SHM_V1_THRESHOLD_SOURCE_DEFAULT 1 /* The default of COMMINSIGHT_PROFILER_HANG_TIMEOUT_S (neither the environment nor the configuration file set it). */
+#define CI_SHM_V1_THRESHOLD_SOURCE_FILE 2 /* The configuration file (COMMINSIGHT_CONF, else <home>/etc/comminsight.conf). */
+#define CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT 3 /* COMMINSIGHT_PROFILER_HANG_TIMEOUT_S in the process's environment: the process keeps it whatever the Agent publishes. */
+#define CI_SHM_V1_THRESHOLD_SOURCE_AGENT 4 /* The Agent's value, published in <home>/metadata/agent-settings, which the watchdog follows. */
+
 /* ---- enum comm_state (stored as uint32_t): State of a comm table entry. */
 #define CI_SHM_V1_COMM_STATE_FREE 0 /* Unused entry. */
 #define CI_SHM_V1_COMM_STATE_ACTIVE 1 /* Communicator initialized and live. */
@@ -253,8 +260,8 @@ struct ci_shm_header_v1 {
     uint64_t start_mono_ns; /* @104: CLOCK_MONOTONIC at the same instant; the pair converts every *_mono_ns here to wall time. */
     uint32_t plugin_version; /* @112: Profiler version, major<<16 | minor<<8 | patch. */
     int32_t event_mask; /* @116: Activation mask currently asked of NCCL (nccl-profiler event bits). */
-    uint32_t hang_threshold_ms; /* @120: Watchdog threshold in ms (0 = watchdog off). */
-    uint32_t reserved0; /* @124: Zero. */
+    uint32_t hang_threshold_ms; /* @120: The threshold the watchdog uses now, in ms (0 = watchdog off): the producer's own (own_hang_threshold_ms) or the Agent's it follows (hang_threshold_source says which); the background thread may change it while the process runs. */
+    uint32_t own_hang_threshold_ms; /* @124: The producer's own COMMINSIGHT_PROFILER_HANG_TIMEOUT_S in ms (from own_hang_threshold_source), whatever the watchdog follows now. Zero, with own_hang_threshold_source UNKNOWN, in files of older producers. */
     char hostname[64]; /* @128: Host name, NUL-terminated. */
     char job_id[64]; /* @192: Job id from the scheduler or launcher, the first set of COMMINSIGHT_JOB_ID, TORCHELASTIC_RUN_ID (unless torchrun's default 'none'), SLURM_JOB_ID, JOB_ID, and a Kubernetes Indexed Job's name (JOB_COMPLETION_INDEX set and the pod's host name <job>-<index>); NUL-terminated, truncated to 63 bytes, empty if none. */
     char process_name[128]; /* @256: Executable name and first arguments, NUL-terminated, for inventories. */
@@ -268,7 +275,9 @@ struct ci_shm_header_v1 {
     uint32_t evidence_active; /* @460: Evidence entries in state RAISED now: 0 means NCCL is asked for the normal mask. */
     uint64_t evidence_raised_mono_ns; /* @464: CLOCK_MONOTONIC when the mask was last raised from the normal mask, 0 if never. */
     uint8_t cuda_uuid[16]; /* @472: UUID of the physical GPU of cuda_device (the CUDA driver's cuDeviceGetUuid: the GPU's own even under MIG), the 16 bytes nvidia-smi and DCGM print as GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx; all zero if unknown (no CUDA driver in the process at first init, or a file of an older producer). */
-    uint8_t reserved1[24]; /* @488: Zero; room for identity fields. */
+    uint8_t hang_threshold_source; /* @488: Where hang_threshold_ms comes from: AGENT while the watchdog follows the Agent's published value, else own_hang_threshold_source; UNKNOWN in files of older producers. */
+    uint8_t own_hang_threshold_source; /* @489: Where own_hang_threshold_ms comes from (DEFAULT, FILE or ENVIRONMENT); UNKNOWN in files of older producers. */
+    uint8_t reserved1[22]; /* @490: Zero; room for identity fields. */
     uint64_t heartbeat_mono_ns; /* @512: CLOCK_MONOTONIC of the last heartbeat of the producer's background thread. */
     uint64_t heartbeat_real_ns; /* @520: CLOCK_REALTIME of the same heartbeat. */
     uint64_t heartbeat_count; /* @528: Heartbeats so far. */
@@ -292,7 +301,7 @@ struct ci_shm_header_v1 {
     uint64_t log_write_errors; /* @736: Failed writes, fsyncs or renames in the log writer. */
     uint64_t evidence_raises; /* @744: Times the watchdog raised the activation mask from the normal mask to gather hang evidence. */
     uint64_t evidence_no_slot; /* @752: Flagged communicators that got no evidence entry because all EVIDENCE_SLOTS were recording. */
-    uint64_t reserved_counters[1]; /* @760: Zero; room for counters. */
+    uint64_t agent_settings_refused; /* @760: Reads of <home>/metadata/agent-settings that changed nothing because the file was refused (a link, another owner, not a regular file, writable by others) or held no valid COMMINSIGHT_PROFILER_HANG_TIMEOUT_S; each changed version of the file is read, and counted, once. */
     char link_path[3072]; /* @768: The symbolic link by which the Agent finds this file (<COMMINSIGHT_HOME>/shms/<name>.shm, or the private directory's when the home was refused), NUL-terminated; empty if the file is not linked or the path does not fit (files of older producers too). A later Profiler removes a dead producer's file only once this link is gone (its Agent retired it) or its heartbeat is older than the grace period. Readers may ignore it. */
     uint8_t reserved4[256]; /* @3840: Zero; room to grow the header within v1. */
 };
@@ -322,7 +331,7 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, start_mono_ns) == 104, "off
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, plugin_version) == 112, "offsetof ci_shm_header_v1_t.plugin_version");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, event_mask) == 116, "offsetof ci_shm_header_v1_t.event_mask");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, hang_threshold_ms) == 120, "offsetof ci_shm_header_v1_t.hang_threshold_ms");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved0) == 124, "offsetof ci_shm_header_v1_t.reserved0");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, own_hang_threshold_ms) == 124, "offsetof ci_shm_header_v1_t.own_hang_threshold_ms");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, hostname) == 128, "offsetof ci_shm_header_v1_t.hostname");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, job_id) == 192, "offsetof ci_shm_header_v1_t.job_id");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, process_name) == 256, "offsetof ci_shm_header_v1_t.process_name");
@@ -336,7 +345,9 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, normal_event_mask) == 456, 
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_active) == 460, "offsetof ci_shm_header_v1_t.evidence_active");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_raised_mono_ns) == 464, "offsetof ci_shm_header_v1_t.evidence_raised_mono_ns");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, cuda_uuid) == 472, "offsetof ci_shm_header_v1_t.cuda_uuid");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved1) == 488, "offsetof ci_shm_header_v1_t.reserved1");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, hang_threshold_source) == 488, "offsetof ci_shm_header_v1_t.hang_threshold_source");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, own_hang_threshold_source) == 489, "offsetof ci_shm_header_v1_t.own_hang_threshold_source");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved1) == 490, "offsetof ci_shm_header_v1_t.reserved1");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_mono_ns) == 512, "offsetof ci_shm_header_v1_t.heartbeat_mono_ns");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_real_ns) == 520, "offsetof ci_shm_header_v1_t.heartbeat_real_ns");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_count) == 528, "offsetof ci_shm_header_v1_t.heartbeat_count");
@@ -360,7 +371,7 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_segments_sealed) == 728
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_write_errors) == 736, "offsetof ci_shm_header_v1_t.log_write_errors");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_raises) == 744, "offsetof ci_shm_header_v1_t.evidence_raises");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_no_slot) == 752, "offsetof ci_shm_header_v1_t.evidence_no_slot");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved_counters) == 760, "offsetof ci_shm_header_v1_t.reserved_counters");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, agent_settings_refused) == 760, "offsetof ci_shm_header_v1_t.agent_settings_refused");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, link_path) == 768, "offsetof ci_shm_header_v1_t.link_path");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved4) == 3840, "offsetof ci_shm_header_v1_t.reserved4");
 

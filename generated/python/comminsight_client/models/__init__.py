@@ -32,6 +32,7 @@ from .hang_evidence_state import HangEvidenceState
 from .hang_report import HangReport
 from .hang_report_list import HangReportList
 from .hang_status_filter import HangStatusFilter
+from .hang_threshold import HangThreshold
 from .health import Health
 from .health_status import HealthStatus
 from .incident import Incident
@@ -98,6 +99,8 @@ from .slowest_op import SlowestOp
 from .step_disagreement import StepDisagreement
 from .step_page import StepPage
 from .step_summary import StepSummary
+from .threshold_difference import ThresholdDifference
+from .threshold_source import ThresholdSource
 from .timing_source import TimingSource
 from .verdict import Verdict
 
@@ -134,6 +137,7 @@ __all__ = (
     "HangReport",
     "HangReportList",
     "HangStatusFilter",
+    "HangThreshold",
     "Health",
     "HealthStatus",
     "Incident",
@@ -200,6 +204,8 @@ __all__ = (
     "StepDisagreement",
     "StepPage",
     "StepSummary",
+    "ThresholdDifference",
+    "ThresholdSource",
     "TimingSource",
     "Verdict",
 )

@@ -14,6 +14,7 @@ from ..types import UNSET, Unset
 from typing import cast
 
 if TYPE_CHECKING:
+  from ..models.hang_threshold import HangThreshold
   from ..models.semantic_engine_health import SemanticEngineHealth
 
 
@@ -47,6 +48,12 @@ class Health:
             semantic_engine (SemanticEngineHealth | Unset): The live Semantic Engine: one engine per profiled process (GPU).
                 An exception out of a GPU's engine is a failure; the engine is then restarted from that GPU's last checkpoint
                 (no Step lost or written twice), at most a few times a minute per GPU, and backs off in between.
+            hang_threshold (HangThreshold | Unset): One hang threshold per job. Every verdict uses the Agent's
+                COMMINSIGHT_PROFILER_HANG_TIMEOUT_S, which the Agent publishes in <home>/metadata/agent-settings for the
+                Profilers' watchdogs to follow. A process whose watchdog uses another value is listed (and named in reasons):
+                one with the key in its own environment (kept over the Agent's), one that could not read the Agent's file, or a
+                Profiler too old to follow it. A process is judged only once it has had a heartbeat since the Agent published
+                (it looks at the file once per heartbeat).
      """
 
     status: HealthStatus
@@ -64,6 +71,7 @@ class Health:
     nodes_total: int
     ingest_lag_ms: float | None
     semantic_engine: SemanticEngineHealth | Unset = UNSET
+    hang_threshold: HangThreshold | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -71,6 +79,7 @@ class Health:
 
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.hang_threshold import HangThreshold # noqa: PLC0415
         from ..models.semantic_engine_health import SemanticEngineHealth # noqa: PLC0415
         status = self.status.value
 
@@ -107,6 +116,10 @@ class Health:
         if not isinstance(self.semantic_engine, Unset):
             semantic_engine = self.semantic_engine.to_dict()
 
+        hang_threshold: dict[str, Any] | Unset = UNSET
+        if not isinstance(self.hang_threshold, Unset):
+            hang_threshold = self.hang_threshold.to_dict()
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -128,6 +141,8 @@ class Health:
         })
         if semantic_engine is not UNSET:
             field_dict["semantic_engine"] = semantic_engine
+        if hang_threshold is not UNSET:
+            field_dict["hang_threshold"] = hang_threshold
 
         return field_dict
 
@@ -135,6 +150,7 @@ class Health:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.hang_threshold import HangThreshold # noqa: PLC0415
         from ..models.semantic_engine_health import SemanticEngineHealth # noqa: PLC0415
         d = dict(src_dict)
         status = HealthStatus(d.pop("status"))
@@ -188,6 +204,16 @@ class Health:
 
 
 
+        _hang_threshold = d.pop("hang_threshold", UNSET)
+        hang_threshold: HangThreshold | Unset
+        if isinstance(_hang_threshold,  Unset):
+            hang_threshold = UNSET
+        else:
+            hang_threshold = HangThreshold.from_dict(_hang_threshold)
+
+
+
+
         health = cls(
             status=status,
             reasons=reasons,
@@ -204,6 +230,7 @@ class Health:
             nodes_total=nodes_total,
             ingest_lag_ms=ingest_lag_ms,
             semantic_engine=semantic_engine,
+            hang_threshold=hang_threshold,
         )
 
 

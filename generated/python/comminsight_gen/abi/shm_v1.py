@@ -94,6 +94,11 @@ CDEF = r"""
 #define CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED 4
 #define CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE 8
 #define CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN 16
+#define CI_SHM_V1_THRESHOLD_SOURCE_UNKNOWN 0
+#define CI_SHM_V1_THRESHOLD_SOURCE_DEFAULT 1
+#define CI_SHM_V1_THRESHOLD_SOURCE_FILE 2
+#define CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT 3
+#define CI_SHM_V1_THRESHOLD_SOURCE_AGENT 4
 #define CI_SHM_V1_COMM_STATE_FREE 0
 #define CI_SHM_V1_COMM_STATE_ACTIVE 1
 #define CI_SHM_V1_COMM_STATE_FINALIZED 2
@@ -138,7 +143,7 @@ struct ci_shm_header_v1 {
     uint32_t plugin_version;
     int32_t event_mask;
     uint32_t hang_threshold_ms;
-    uint32_t reserved0;
+    uint32_t own_hang_threshold_ms;
     char hostname[64];
     char job_id[64];
     char process_name[128];
@@ -152,7 +157,9 @@ struct ci_shm_header_v1 {
     uint32_t evidence_active;
     uint64_t evidence_raised_mono_ns;
     uint8_t cuda_uuid[16];
-    uint8_t reserved1[24];
+    uint8_t hang_threshold_source;
+    uint8_t own_hang_threshold_source;
+    uint8_t reserved1[22];
     uint64_t heartbeat_mono_ns;
     uint64_t heartbeat_real_ns;
     uint64_t heartbeat_count;
@@ -176,7 +183,7 @@ struct ci_shm_header_v1 {
     uint64_t log_write_errors;
     uint64_t evidence_raises;
     uint64_t evidence_no_slot;
-    uint64_t reserved_counters[1];
+    uint64_t agent_settings_refused;
     char link_path[3072];
     uint8_t reserved4[256];
 };
@@ -337,7 +344,7 @@ class HeaderFlags(enum.IntFlag):
     NONE = 0  # No flag set.
     GPU_TIMING = 1  # KernelCh events are enabled, so op records carry GPU timestamps.
     LOGS_ENABLED = 2  # The producer writes inspector_logs.
-    WATCHDOG_ENABLED = 4  # The producer's hang watchdog runs.
+    WATCHDOG_ENABLED = 4  # The producer's own hang threshold was above 0 when the file was made; hang_threshold_ms says what its watchdog uses now (the Agent's, which may differ).
     HANG_EVIDENCE = 8  # On a suspected hang the producer raises the activation mask by HANG_EVIDENCE_BITS and records network proxy progress per channel into the evidence table.
 
 
@@ -506,6 +513,16 @@ class SlotFlags(enum.IntFlag):
     FIFO_WRITTEN = 16  # HANG records: the matching fifo-event reached the Agent's FIFO (else it was dropped: no reader).
 
 
+class ThresholdSource(enum.IntEnum):
+    """Where a hang threshold in the header came from. (stored as uint8_t)"""
+
+    UNKNOWN = 0  # Not said: a file of an older producer, whose hang_threshold_ms is its own value and never follows the Agent's.
+    DEFAULT = 1  # The default of COMMINSIGHT_PROFILER_HANG_TIMEOUT_S (neither the environment nor the configuration file set it).
+    FILE = 2  # The configuration file (COMMINSIGHT_CONF, else <home>/etc/comminsight.conf).
+    ENVIRONMENT = 3  # COMMINSIGHT_PROFILER_HANG_TIMEOUT_S in the process's environment: the process keeps it whatever the Agent publishes.
+    AGENT = 4  # The Agent's value, published in <home>/metadata/agent-settings, which the watchdog follows.
+
+
 class CommState(enum.IntEnum):
     """State of a comm table entry. (stored as uint32_t)"""
 
@@ -543,9 +560,9 @@ class EvidenceEnd(enum.IntEnum):
 # ci_shm_header_v1_t: File header. The first cache line is immutable after state becomes LIVE.
 HEADER_DTYPE = np.dtype(
     {
-        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "reserved0", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "evidence_offset", "evidence_capacity", "evidence_entry_size", "normal_event_mask", "evidence_active", "evidence_raised_mono_ns", "cuda_uuid", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "evidence_raises", "evidence_no_slot", "reserved_counters", "link_path", "reserved4"],
-        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', '<u8', '<u4', '<u4', '<i4', '<u4', '<u8', ('<u1', (16,)), ('<u1', (24,)), '<u8', '<u8', '<u8', '<u4', '<u4', ('<u1', (32,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u8', (1,)), 'S3072', ('<u1', (256,))],
-        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 448, 452, 456, 460, 464, 472, 488, 512, 520, 528, 536, 540, 544, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 752, 760, 768, 3840],
+        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "own_hang_threshold_ms", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "evidence_offset", "evidence_capacity", "evidence_entry_size", "normal_event_mask", "evidence_active", "evidence_raised_mono_ns", "cuda_uuid", "hang_threshold_source", "own_hang_threshold_source", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "evidence_raises", "evidence_no_slot", "agent_settings_refused", "link_path", "reserved4"],
+        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', '<u8', '<u4', '<u4', '<i4', '<u4', '<u8', ('<u1', (16,)), '<u1', '<u1', ('<u1', (22,)), '<u8', '<u8', '<u8', '<u4', '<u4', ('<u1', (32,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S3072', ('<u1', (256,))],
+        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 448, 452, 456, 460, 464, 472, 488, 489, 490, 512, 520, 528, 536, 540, 544, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 752, 760, 768, 3840],
         "itemsize": 4096,
     }
 )
@@ -632,7 +649,7 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "plugin_version": 112,
         "event_mask": 116,
         "hang_threshold_ms": 120,
-        "reserved0": 124,
+        "own_hang_threshold_ms": 124,
         "hostname": 128,
         "job_id": 192,
         "process_name": 256,
@@ -646,7 +663,9 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "evidence_active": 460,
         "evidence_raised_mono_ns": 464,
         "cuda_uuid": 472,
-        "reserved1": 488,
+        "hang_threshold_source": 488,
+        "own_hang_threshold_source": 489,
+        "reserved1": 490,
         "heartbeat_mono_ns": 512,
         "heartbeat_real_ns": 520,
         "heartbeat_count": 528,
@@ -670,7 +689,7 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "log_write_errors": 736,
         "evidence_raises": 744,
         "evidence_no_slot": 752,
-        "reserved_counters": 760,
+        "agent_settings_refused": 760,
         "link_path": 768,
         "reserved4": 3840,
     },
@@ -887,6 +906,11 @@ MACROS: dict[str, int] = {
     "CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED": 4,
     "CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE": 8,
     "CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN": 16,
+    "CI_SHM_V1_THRESHOLD_SOURCE_UNKNOWN": 0,
+    "CI_SHM_V1_THRESHOLD_SOURCE_DEFAULT": 1,
+    "CI_SHM_V1_THRESHOLD_SOURCE_FILE": 2,
+    "CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT": 3,
+    "CI_SHM_V1_THRESHOLD_SOURCE_AGENT": 4,
     "CI_SHM_V1_COMM_STATE_FREE": 0,
     "CI_SHM_V1_COMM_STATE_ACTIVE": 1,
     "CI_SHM_V1_COMM_STATE_FINALIZED": 2,

@@ -1379,6 +1379,18 @@ class StepDisagreement(Struct):
     """
 
 
+class ThresholdSource(Enum):
+    """
+    Where a Profiler's hang threshold comes from: default, file (the configuration file), environment (the key in the process's own environment, kept over the Agent's), agent (the Agent's published value), unknown (a Profiler too old to say, which never follows the Agent's).
+    """
+
+    default = 'default'
+    file = 'file'
+    environment = 'environment'
+    agent = 'agent'
+    unknown = 'unknown'
+
+
 class TimingSource(Enum):
     """
     Where an op's duration comes from, with the shm v1 timing_source labels (the same words
@@ -3437,6 +3449,51 @@ class StepSummary(Struct, forbid_unknown_fields=True):
     """
 
 
+class ThresholdDifference(Struct):
+    """
+    A profiled process whose watchdog uses another hang threshold than the verdicts.
+    """
+
+    pid: Annotated[int, Meta(ge=1)]
+    global_rank: Rank | None
+    host: Annotated[str, Meta(max_length=64)]
+    watchdog_threshold_ms: Annotated[
+        int,
+        Meta(
+            description='The threshold its watchdog uses now, in ms (0 when its watchdog is off).',
+            ge=0,
+        ),
+    ]
+    """
+    The threshold its watchdog uses now, in ms (0 when its watchdog is off).
+    """
+    source: ThresholdSource
+    own_threshold_ms: (
+        Annotated[
+            int,
+            Meta(
+                description="The process's own COMMINSIGHT_PROFILER_HANG_TIMEOUT_S in ms; null where the Profiler is too old to say.",
+                ge=0,
+            ),
+        ]
+        | None
+    )
+    """
+    The process's own COMMINSIGHT_PROFILER_HANG_TIMEOUT_S in ms; null where the Profiler is too old to say.
+    """
+    own_source: ThresholdSource
+    agent_file_refused: Annotated[
+        int,
+        Meta(
+            description="Times the process refused the Agent's file (a link, another owner, no valid value), from its SHM header.",
+            ge=0,
+        ),
+    ]
+    """
+    Times the process refused the Agent's file (a link, another owner, no valid value), from its SHM header.
+    """
+
+
 class CommProgress(Struct):
     """
     Live progress of one rank in one communicator, from the profiler's communicator table
@@ -3895,6 +3952,62 @@ class HangReportList(Struct):
     """
 
 
+class HangThreshold(Struct):
+    """
+    One hang threshold per job. Every verdict uses the Agent's COMMINSIGHT_PROFILER_HANG_TIMEOUT_S, which the Agent publishes in <home>/metadata/agent-settings for the Profilers' watchdogs to follow. A process whose watchdog uses another value is listed (and named in reasons): one with the key in its own environment (kept over the Agent's), one that could not read the Agent's file, or a Profiler too old to follow it. A process is judged only once it has had a heartbeat since the Agent published (it looks at the file once per heartbeat).
+    """
+
+    verdict_threshold_ms: Annotated[
+        int,
+        Meta(
+            description='The threshold every verdict of this Agent uses (its COMMINSIGHT_PROFILER_HANG_TIMEOUT_S), in ms; 0 when hang diagnosis is off.',
+            ge=0,
+        ),
+    ]
+    """
+    The threshold every verdict of this Agent uses (its COMMINSIGHT_PROFILER_HANG_TIMEOUT_S), in ms; 0 when hang diagnosis is off.
+    """
+    published: Annotated[
+        bool,
+        Meta(
+            description="The Agent's value is in <home>/metadata/agent-settings for the Profilers to follow (false when it could not be written, which reasons says)."
+        ),
+    ]
+    """
+    The Agent's value is in <home>/metadata/agent-settings for the Profilers to follow (false when it could not be written, which reasons says).
+    """
+    processes_agreeing: Annotated[
+        int,
+        Meta(
+            description="Live profiled processes whose watchdog uses the verdicts' threshold.",
+            ge=0,
+        ),
+    ]
+    """
+    Live profiled processes whose watchdog uses the verdicts' threshold.
+    """
+    processes_differing: Annotated[
+        int,
+        Meta(
+            description='Live profiled processes whose watchdog uses another threshold (differing lists the first of them).',
+            ge=0,
+        ),
+    ]
+    """
+    Live profiled processes whose watchdog uses another threshold (differing lists the first of them).
+    """
+    differing: Annotated[
+        list[ThresholdDifference],
+        Meta(
+            description='The processes whose watchdog uses another threshold, by pid, at most 64.',
+            max_length=64,
+        ),
+    ]
+    """
+    The processes whose watchdog uses another threshold, by pid, at most 64.
+    """
+
+
 class Health(Struct):
     status: HealthStatus
     reasons: Annotated[
@@ -3968,6 +4081,18 @@ class Health(Struct):
     ) = UNSET
     """
     The live Semantic Engine of this node's GPUs; absent when it is off (COMMINSIGHT_SEMANTIC_ENABLE=0, or its C core is missing, which reasons says).
+    """
+    hang_threshold: (
+        Annotated[
+            HangThreshold,
+            Meta(
+                description="The hang threshold of this Agent's verdicts and of the watchdogs of the Profilers in its home (on a master, its own node's); absent from Agents older than this field."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The hang threshold of this Agent's verdicts and of the watchdogs of the Profilers in its home (on a master, its own node's); absent from Agents older than this field.
     """
 
 
