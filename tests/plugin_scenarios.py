@@ -243,7 +243,7 @@ def hang(d: Driver) -> dict:
     op = d.coll(ctx, 1, finish=False)  # never completes
     d.abi.start_kernel_ch(ctx, op, 0, 5)
     r = region()
-    # the flag is counted last, once the FIFO event, the HANG record and the warning are out
+    # the flag is counted once the FIFO event was tried and the HANG record is in the ring
     wait_until(lambda: r.counter("hangs_flagged") >= 1, DEADLINE_S, "the watchdog's flag")
     e = r.comm_entries()[0]
     out = snapshot(r)
