@@ -29,7 +29,10 @@ from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incidents import group_reports
 from comminsight.agent.hangs.left_comm import MembersSeen
 from comminsight.agent.hangs.runs import current_run
+from comminsight.agent.master.job_view import NodeRecord, job_snapshot
 from comminsight_gen.abi import shm_v1
+from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
+from comminsight_gen.models import agent_master_api_v1 as api
 from comminsight_gen.models.hang_report_v1 import (
     IncidentStatus,
     ReportStatus,
@@ -248,3 +251,40 @@ def resolved(report, why):
         resolved_mono_ns=NOW + S,
         resolved_real_ns=REAL + S,
     )
+
+
+# ---- a master's job view ----
+
+
+def test_a_masters_job_view_keeps_only_the_latest_run_of_a_communicator_id():
+    """The slave's rows of job A (its processes drained, its communicator finalized) and of
+    job B on the same id: the master's snapshot holds job B's communicator, not torn down."""
+    node = NodeRecord("node-a", api.AgentMode.slave, offset_ns=0)
+    for rank in range(4):
+        for pid, job, started, finalized, state in (
+            (500 + rank, "job-a", 100 * S, 300 * S, pb.INGEST_STATE_DRAINING),
+            (900 + rank, "job-b", 600 * S, 0, pb.INGEST_STATE_ACTIVE),
+        ):
+            node.rows.processes[pid] = pb.ProcessInfo(
+                pid=pid,
+                ingest_state=state,
+                job_id=job,
+                started_mono_ns=started,
+                heartbeat_mono_ns=finalized or NOW,
+                global_rank=rank,
+            )
+            key = (COMM, pid, 1)
+            node.rows.members[key] = pb.CommunicatorMember(
+                comm_id=COMM,
+                pid=pid,
+                generation=1,
+                comm_rank=rank,
+                nranks=4,
+                nnodes=1,
+                init_mono_ns=started + S,
+                finalize_mono_ns=finalized,
+            )
+            node.rows.progress[key] = pb.CommProgress(comm_id=COMM, pid=pid, generation=1)
+    snap = job_snapshot([node], "master", NOW, REAL, MARGIN)
+    assert list(snap.comms) == [COMM]
+    assert pids(snap.comms[COMM].members) == [900, 901, 902, 903]

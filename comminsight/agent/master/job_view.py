@@ -25,6 +25,7 @@ from comminsight.agent.core.snapshot import (
     NodeSnapshot,
     ProcessView,
     group_by_comm,
+    latest_runs,
 )
 from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.abi import shm_v1
@@ -154,9 +155,10 @@ def comm_member(
 def job_snapshot(
     nodes: Iterable[NodeRecord], master_name: str, now_mono: int, now_real: int, stale_ns: int
 ) -> NodeSnapshot:
-    """Like snapshot.build_snapshot, over every node: only ACTIVE rows are members, and a
-    communicator some rank finalized is left out (it is being torn down)."""
-    processes, members, finalized = [], [], set()
+    """Like snapshot.build_snapshot, over every node: only ACTIVE rows are members, a
+    communicator some rank finalized is left out (it is being torn down), and of the rows of
+    one communicator id only the latest run's count (a reused home's earlier run)."""
+    processes, members, finalized = [], [], []
     for node in nodes:
         views = {}
         for pid, p in node.rows.processes.items():
@@ -167,11 +169,10 @@ def job_snapshot(
             proc = views.get(m.pid)
             if g is None or proc is None:
                 continue
-            if m.finalize_mono_ns:
-                finalized.add(m.comm_id)
-            else:
-                members.append(comm_member(node, m, g, proc))
-    members = [m for m in members if m.comm_id not in finalized]
+            (finalized if m.finalize_mono_ns else members).append(comm_member(node, m, g, proc))
+    members, finalized = latest_runs(members, finalized, stale_ns)
+    torn = {m.comm_id for m in finalized}
+    members = [m for m in members if m.comm_id not in torn]
     return NodeSnapshot(
         node_name=master_name,
         taken_mono_ns=now_mono,
