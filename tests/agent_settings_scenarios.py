@@ -31,6 +31,8 @@ FIELDS = (
     "own_hang_threshold_source",
     "agent_settings_refused",
     "hangs_flagged",
+    "fifo_events_written",
+    "fifo_events_dropped",
 )
 
 
@@ -88,7 +90,8 @@ def follows_the_agent(d: Driver) -> dict:
     wait_until(lambda: int(r.header["hangs_flagged"]), DEADLINE_S, "the stuck op flagged")
     out["flagged"] = threshold(r)
     published(7.5)
-    out["republished"] = until_threshold(r, 7500, shm_v1.ThresholdSource.AGENT)
+    until_threshold(r, 7500, shm_v1.ThresholdSource.AGENT)
+    out["republished"] = threshold(settled(r))  # a watchdog scan by the higher threshold
     settings_file().unlink()
     own = out["before"]
     out["withdrawn"] = until_threshold(

@@ -35,6 +35,8 @@ def test_the_watchdog_follows_the_agents_threshold_and_goes_back_to_its_own(buil
         "hang_threshold_source": Source.DEFAULT,
         "agent_settings_refused": 0,
         "hangs_flagged": 0,
+        "fifo_events_written": 0,
+        "fifo_events_dropped": 0,
     }
     assert out["published"] == {
         **own,
@@ -42,10 +44,17 @@ def test_the_watchdog_follows_the_agents_threshold_and_goes_back_to_its_own(buil
         "hang_threshold_source": Source.AGENT,
         "agent_settings_refused": 0,
         "hangs_flagged": 0,
+        "fifo_events_written": 0,
+        "fifo_events_dropped": 0,
     }
     # the stuck op was flagged by the Agent's 0.3 s, never reached by its own 300 s
     assert out["flagged"]["hangs_flagged"] == 1
+    events = out["flagged"]["fifo_events_written"] + out["flagged"]["fifo_events_dropped"]
+    assert events == 1  # the hang event (nobody reads the FIFO here: dropped, counted)
     assert out["republished"]["hang_threshold_ms"] == 7500
+    # a threshold raised over the stuck op's age finishes nothing: no "cleared" event
+    again = out["republished"]["fifo_events_written"] + out["republished"]["fifo_events_dropped"]
+    assert again == 1
     assert out["withdrawn"]["hang_threshold_ms"] == DEFAULT_MS
     assert out["withdrawn"]["hang_threshold_source"] == Source.DEFAULT
     assert out["withdrawn"]["agent_settings_refused"] == 0
@@ -60,6 +69,8 @@ def test_a_threshold_in_the_processs_own_environment_is_kept(tmp_path):
         "own_hang_threshold_source": Source.ENVIRONMENT,
         "agent_settings_refused": 0,
         "hangs_flagged": 0,
+        "fifo_events_written": 0,
+        "fifo_events_dropped": 0,
     }
 
 
