@@ -18,10 +18,10 @@ import numpy as np
 
 MAGIC = 0x31445241_4F424953  # "SIBOARD1"
 HEADER_CELLS = 8
-RANK_CELLS = 4  # state, state since (ns), last progress (ns), pid
+RANK_CELLS = 5  # state, state since (ns), last progress (ns), pid, rendezvous reached
 
 H_MAGIC, H_WORLD, H_INSTANCES, H_ABORT, H_ABORT_NS = range(5)
-R_STATE, R_SINCE, R_PROGRESS, R_PID = range(RANK_CELLS)
+R_STATE, R_SINCE, R_PROGRESS, R_PID, R_READY = range(RANK_CELLS)
 
 
 def shared_clock_ns() -> int:
@@ -111,6 +111,20 @@ class Board:
 
     def progress(self, rank: int) -> None:
         self.ranks[rank, R_PROGRESS] = shared_clock_ns()
+
+    def ready(self, rank: int) -> None:
+        self.ranks[rank, R_READY] = 1
+
+    def not_ready(self) -> list[int]:
+        """Ranks that have neither reached the rendezvous nor ended (dead ones do not hold
+        the others back: their peers go on and wait in their first op, as in a real job)."""
+        gone = (RankState.DONE, RankState.ABORTED, RankState.DEAD)
+        return [
+            rank
+            for rank in range(self.world)
+            if not self.ranks[rank, R_READY]
+            and RankState(int(self.ranks[rank, R_STATE])) not in gone
+        ]
 
     # ---- ops ----
 

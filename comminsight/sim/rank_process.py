@@ -141,6 +141,7 @@ class RankRunner:
         self.nccl.proxy.start()
         status = "done"
         try:
+            self._rendezvous()
             self._play()
             self._blocked(self.nccl.proxy.wait_idle)
         except RunAborted:
@@ -224,6 +225,19 @@ class RankRunner:
         self.board.set_state(self.rank, RankState.BLOCKED)
         wait()
         self.board.set_state(self.rank, RankState.RUNNING)
+
+    def _rendezvous(self) -> None:
+        """Wait until every rank's process is up, as torch.distributed's rendezvous and the
+        first communicator's bootstrap hold a real job's ranks: no rank enters the first op
+        while a peer is still starting (on a loaded machine, seconds later), which a short hang
+        threshold would otherwise report as that peer missing."""
+        self.board.ready(self.rank)
+        pause = 0.001
+        while self.board.not_ready():
+            if self.board.aborted:
+                raise RunAborted()
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
 
     def _wait_for_abort(self) -> None:
         while not self.board.aborted:

@@ -20,7 +20,7 @@ from comminsight.agent.core.liveness import ProcessIdentity, namespace_shift, pr
 from comminsight.agent.core.producer_clock import ESTIMATE_SAME_CLOCK_NS, ProducerClock
 from comminsight.sim import SimConfig, read_ground_truth, run_simulation, time_namespace
 from comminsight.sim.faults import parse_fault
-from comminsight_gen.models.hang_report_v1 import Verdict
+from comminsight_gen.models.hang_report_v1 import Resolution, Verdict
 
 UNSUPPORTED = time_namespace.supported()
 NEEDS_TIME_NAMESPACES = pytest.mark.skipif(UNSUPPORTED is not None, reason=str(UNSUPPORTED))
@@ -102,6 +102,16 @@ def test_ranks_in_time_namespaces_of_their_own_run_healthy_with_every_op_read(tm
     assert service.hangs.reports == {}, [r.summary for r in service.hangs.reports.values()]
 
 
+def startup_race(report) -> bool:
+    """A report of ranks not yet in the job's first op that their arrival resolved."""
+    return (
+        report.verdict is Verdict.rank_not_joined
+        and report.op is not msgspec.UNSET
+        and report.op.seq == 0
+        and report.resolution is Resolution.op_completed
+    )
+
+
 @NEEDS_TIME_NAMESPACES
 @pytest.mark.parametrize(
     ("fault", "culprit", "verdict"),
@@ -120,8 +130,12 @@ def test_a_fault_on_a_shifted_rank_names_it_with_times_on_one_clock(
     assert ours, [r.summary for r in reports]
     assert [c.comm_rank for c in ours[0].culprits] == [culprit]
     # no other rank is blamed, and every age and wall-clock time is of this run (a shifted
-    # clock read raw gives ages of a day and times a day away)
-    assert {c.comm_rank for r in reports for c in r.culprits} == {culprit}
+    # clock read raw gives ages of a day and times a day away). Left out: the job's start, where
+    # the simulated NCCL lets a rank wait in the first op before a peer (slower to start through
+    # `unshare` on a loaded machine) has initialized, which a 0.5 s threshold rightly reports
+    # and the peer's arrival resolves; a clock misread would not resolve on its own.
+    blamed = {c.comm_rank for r in reports if not startup_race(r) for c in r.culprits}
+    assert blamed == {culprit}, [r.summary for r in reports]
     now_ns = time.time_ns()
     for report in ours:
         for path, value in times_in(msgspec.to_builtins(report)):
