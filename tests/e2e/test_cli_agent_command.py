@@ -20,6 +20,7 @@ import msgspec
 import pytest
 import yaml
 from agent_home import hold_agent_lock, run_sim
+from cli_in_process import run_cli
 from home_files import FIXTURES, write_segment, write_step_summaries
 from live_agent import LiveAgent
 from rich_tables import squeezed, table_rows
@@ -68,11 +69,21 @@ def wide(**extra: str) -> dict[str, str]:
     return clean_env(COLUMNS="250", **extra)
 
 
-def cli(*args: str, url: str | None = None, env: dict | None = None):
-    """`comminsight ARGS` with stdout piped (not a terminal), as `| grep` would see it."""
-    command = [*cli_script(), *args] + (["--url", url] if url else [])
+def cli(*args: str, url: str | None = None, env: dict | None = None, process: bool = False):
+    """`comminsight ARGS` with stdout piped (not a terminal), as `| grep` would see it: run in
+    this process (what a command says and prints is the same code either way, without an
+    interpreter and the CLI's imports to start each time), or with process=True the console
+    script in a process of its own, for what a process adds: its exit status and its two
+    pipes."""
+    argv = [*args] + (["--url", url] if url else [])
+    if not process:
+        return run_cli(argv, env or clean_env())
     return subprocess.run(
-        command, capture_output=True, text=True, env=env or clean_env(), timeout=DEADLINE_S
+        [*cli_script(), *argv],
+        capture_output=True,
+        text=True,
+        env=env or clean_env(),
+        timeout=DEADLINE_S,
     )
 
 
@@ -404,8 +415,13 @@ def data(*args: str, url: str) -> dict | list:
 
 def test_piped_tables_fit_the_width_and_cut_nothing(agent):
     live, _, _, long_named = agent
-    for env, width in ((clean_env(), 80), (clean_env(COLUMNS="40"), 40), (wide(), 250)):
-        out = cli("hangs", url=live.base_url, env=env)
+    # (COLUMNS unset: the width of a real process's pipe)
+    for env, width, process in (
+        (clean_env(), 80, True),
+        (clean_env(COLUMNS="40"), 40, False),
+        (wide(), 250, False),
+    ):
+        out = cli("hangs", url=live.base_url, env=env, process=process)
         assert out.returncode == 0, out.stderr
         assert "…" not in out.stdout
         assert max(len(line) for line in out.stdout.splitlines()) <= width
@@ -522,7 +538,7 @@ def test_hangs_list_show_and_resolve(agent):
         report.report_id
     )
     # without the token: refused, and told how to pass it
-    refused = cli("hangs", "resolve", long_named.report_id, url=live.base_url)
+    refused = cli("hangs", "resolve", long_named.report_id, url=live.base_url, process=True)
     assert refused.returncode == 1 and "401 unauthorized" in refused.stderr
     assert "hint:" in refused.stderr and "--token" in refused.stderr
     no_traceback(refused.stderr)
@@ -708,7 +724,7 @@ def test_every_api_operation_has_a_command():
 
 def test_an_unreachable_agent_is_an_error_with_a_hint():
     port = free_port()  # nothing listens there now
-    out = cli("status", url=f"http://127.0.0.1:{port}")
+    out = cli("status", url=f"http://127.0.0.1:{port}", process=True)
     assert out.returncode == 1 and out.stdout == ""
     assert f"cannot reach the agent at http://127.0.0.1:{port}" in out.stderr
     assert "hint:" in out.stderr and "comminsight-agent" in out.stderr
@@ -734,7 +750,7 @@ def test_a_malformed_url_is_an_error_without_a_traceback(url):
 
 def test_a_bad_cli_option_exits_2(agent):
     live, _, _, _ = agent
-    out = cli("ops", "recent", "--limit", "many", url=live.base_url)
+    out = cli("ops", "recent", "--limit", "many", url=live.base_url, process=True)
     assert out.returncode == 2 and "argument --limit" in out.stderr
     out = cli("hangs", "--format", "yaml", url=live.base_url)
     assert out.returncode == 2 and "argument --format" in out.stderr

@@ -9,6 +9,7 @@ The /proc/net/tcp parser is checked on crafted text.
 
 from __future__ import annotations
 
+import http.server
 import importlib
 import ipaddress
 import json
@@ -18,8 +19,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
+from cli_in_process import run_cli
 from home_files import FIXTURES
 
 import comminsight_client.api as api
@@ -106,21 +109,75 @@ class Server:
         self.process.stderr.close()
 
 
-def cli(*args: str, url: str | None = None, **env: str) -> subprocess.CompletedProcess:
+class LocalServer:
+    """What the SERVER script does, in a thread of this process (so as this user, whom the
+    guard lets have the token): no interpreter to start for each answer a test wants."""
+
+    def __init__(self, body: bytes, status: int = 200) -> None:
+        seen: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def answer(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                seen.append(f"{self.command} {self.path} auth={self.headers.get('Authorization')}")
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._seen = seen
+        self.requests: list[str] = []
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> LocalServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(DEADLINE_S)
+        self.requests = list(self._seen)
+
+
+def cli_environment(**env: str) -> dict[str, str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
     environment.update(COMMINSIGHT_HOME="/nonexistent", COLUMNS="200", **env)
+    return environment
+
+
+def cli(*args: str, url: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    """`comminsight ARGS` run in this process: its stdout, stderr and exit status. The guard
+    and the decoding are the CLI's code whichever process runs it; cli_process is the real
+    process, for the tests that also stand for its exit status and streams."""
+    return run_cli([*args, *(["--url", url] if url else [])], cli_environment(**env))
+
+
+def cli_process(*args: str, url: str | None = None, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "comminsight.cli", *args, *(["--url", url] if url else [])],
         capture_output=True,
         text=True,
-        env=environment,
+        env=cli_environment(**env),
         timeout=DEADLINE_S,
     )
 
 
-def resolve(server: Server, *extra: str, **env: str) -> subprocess.CompletedProcess:
+def resolve(
+    server: Server, *extra: str, process: bool = False, **env: str
+) -> subprocess.CompletedProcess:
     env.setdefault("COMMINSIGHT_AGENT_TOKEN", TOKEN)
-    return cli("hangs", "resolve", REPORT_ID, "--note", "x", *extra, url=server.url, **env)
+    run = cli_process if process else cli
+    return run("hangs", "resolve", REPORT_ID, "--note", "x", *extra, url=server.url, **env)
 
 
 def no_traceback(out: subprocess.CompletedProcess) -> None:
@@ -185,8 +242,8 @@ def test_a_listener_of_another_user_on_ipv6_loopback_never_gets_the_token():
 
 
 def test_a_listener_of_this_user_gets_the_token():
-    with Server(HANG_REPORT) as server:  # as this user (root where the others run)
-        out = resolve(server)
+    with LocalServer(HANG_REPORT) as server:  # as this user (root where the others run)
+        out = resolve(server, process=True)
     assert out.returncode == 0, out.stderr
     report = json.loads(HANG_REPORT)
     assert f"resolved {report['report_id']}" in out.stdout
@@ -200,7 +257,7 @@ def test_a_listener_of_this_user_gets_the_token():
 def test_a_proxy_in_the_environment_never_gets_the_token(variable):
     """A proxy is never checked like the agent's port: the token goes straight to the agent,
     whatever proxy the environment names (here another user's port on this host)."""
-    with Server(b"{}", uid=NOBODY) as proxy, Server(HANG_REPORT) as agent:
+    with Server(b"{}", uid=NOBODY) as proxy, LocalServer(HANG_REPORT) as agent:
         out = resolve(agent, **{variable: proxy.url, "NO_PROXY": "", "no_proxy": ""})
     assert out.returncode == 0, out.stderr
     assert proxy.requests == []
@@ -211,7 +268,7 @@ def test_nothing_listening_goes_ahead_and_fails_on_its_own():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = cli(
+    out = cli_process(
         "hangs", "resolve", REPORT_ID, url=f"http://127.0.0.1:{port}", COMMINSIGHT_AGENT_TOKEN=TOKEN
     )
     assert out.returncode == 1 and "cannot reach the agent" in out.stderr, out.stderr
@@ -244,7 +301,7 @@ WRONG_TYPE = json.dumps({**json.loads(HANG_REPORT), "threshold_ms": "soon"}).enc
     [(b"{}", "Object missing required field"), (NOT_JSON, "JSON is malformed")],
 )
 def test_an_answer_that_is_not_the_model_is_named(command, path, model, body, reason):
-    with Server(body) as server:
+    with LocalServer(body) as server:
         out = cli(*command, url=server.url, COMMINSIGHT_AGENT_TOKEN=TOKEN)
     assert out.returncode == 1, out.stdout + out.stderr
     no_traceback(out)
@@ -268,7 +325,7 @@ def test_an_answer_that_is_not_the_model_is_named(command, path, model, body, re
     ],
 )
 def test_a_malformed_resolve_answer_is_named(status, body, says):
-    with Server(body, status=status) as server:
+    with LocalServer(body, status=status) as server:
         out = resolve(server)
     assert out.returncode == 1, out.stdout + out.stderr
     no_traceback(out)
@@ -278,7 +335,7 @@ def test_a_malformed_resolve_answer_is_named(status, body, says):
 
 def test_a_well_formed_error_is_still_the_agents_error():
     error = {"code": "not_found", "message": "no hang report 0123456789abcdef", "details": []}
-    with Server(json.dumps(error).encode(), status=404) as server:
+    with LocalServer(json.dumps(error).encode(), status=404) as server:
         out = resolve(server)
     assert out.returncode == 1 and "agent answered 404 not_found" in out.stderr, out.stderr
 
