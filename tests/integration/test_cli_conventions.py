@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 from profiler_builds import builds
 from rich_tables import table_rows
 
@@ -34,8 +35,14 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`comminsight ARGS` with stdout and stderr piped (not a terminal)."""
+def cli(*args: str, env: dict | None = None, process: bool = False) -> subprocess.CompletedProcess:
+    """`comminsight ARGS` with stdout and stderr piped (not a terminal): run in this process
+    (what a command prints where, and its exit status, come from the same code either way,
+    without an interpreter and the CLI's imports to start each time), or with process=True
+    in a process of its own, for what only a process shows: its file descriptors 1 and 2
+    and the status it exits with."""
+    if not process:
+        return run_cli(args, env or clean_env(), cwd=ROOT)
     return subprocess.run(
         [sys.executable, "-m", "comminsight.cli", *args],
         capture_output=True,
@@ -151,7 +158,7 @@ def test_every_listed_command_has_help():
 
 
 def test_the_top_help_says_how_to_complete_and_how_to_get_whole_values():
-    out = cli("--help")
+    out = cli("--help", process=True)
     assert out.returncode == 0, out.stderr
     assert 'eval "$(register-python-argcomplete comminsight)"' in out.stdout
     assert "--format plain" in out.stdout and "--format json" in out.stdout
@@ -183,6 +190,7 @@ def sim_run(tmp_path_factory):
         "COMMINSIGHT_AGENT_AUTOSTART=0",
         "--format",
         "json",
+        process=True,  # the summary on stdout of a real process, its ranks' output elsewhere
     )
     assert out.returncode == 0, out.stderr + out.stdout
     return json.loads(out.stdout), home, plugin
@@ -250,7 +258,8 @@ def test_piped_tables_fit_columns_and_cut_nothing(sim_run, tmp_path, columns):
     width = columns or 80
     env = clean_env(**({"COLUMNS": str(columns)} if columns else {}))
     runs = {
-        "protocols": cli("protocols", env=env),
+        # COLUMNS unset: the width of a real process's pipe
+        "protocols": cli("protocols", env=env, process=columns is None),
         "config": cli("config", env={**env, "COMMINSIGHT_HOME": str(tmp_path / ("a" * 90))}),
         "steps": cli("steps", logs, "--out", str(tmp_path / "steps"), env=env),
         "trace": cli("trace", logs, "-o", str(tmp_path / "trace.json"), env=env),
@@ -302,13 +311,14 @@ def refused(out: subprocess.CompletedProcess, status: int, says: str) -> None:
 def test_errors_go_to_stderr_with_nothing_on_stdout(tmp_path, fmt):
     f = ("--format", fmt)
     bad_mode = clean_env(COMMINSIGHT_HOME=str(tmp_path), COMMINSIGHT_AGENT_MODE="boss")
-    refused(cli("config", *f, env=bad_mode), 2, "COMMINSIGHT_AGENT_MODE")
+    # real processes for one refusal of the configuration (2) and one of the work (1)
+    refused(cli("config", *f, env=bad_mode, process=True), 2, "COMMINSIGHT_AGENT_MODE")
     home = ("--home", str(tmp_path))
     refused(cli("sim", *home, "--workload", "tp-pp-dp", "--ranks", "6", *f), 2, "tp*pp")
     refused(cli("sim", *home, "--plugin", str(tmp_path / "no.so"), *f), 2, "does not exist")
     refused(cli("sim", *f), 2, "--home is required")
     url = f"http://127.0.0.1:{free_port()}"
-    refused(cli("status", "--url", url, *f), 1, f"cannot reach the agent at {url}")
+    refused(cli("status", "--url", url, *f, process=True), 1, f"cannot reach the agent at {url}")
     refused(cli("hangs", "show", "x", "--url", url, *f), 1, "hint:")
     refused(cli("steps", str(tmp_path / "none"), *f), 1, "no inspector_logs segments")
     refused(cli("steps", str(tmp_path), "--rank", "1", *f), 2, "--rank asks the agent")
