@@ -82,3 +82,11 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("CommInsight measurements")
         for line in REPORT_LINES:
             terminalreporter.write_line(line)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Modules with a test marked slow run first. pytest-xdist hands modules to workers in
+    this order (--dist loadfile), so a long module started last would keep one worker busy
+    alone while the others sit idle; the order of tests within a module is kept."""
+    slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow_modules)
