@@ -187,7 +187,13 @@ $(WHEEL): $(VENV_STAMP) $(ENGINE_SO) $(shell find comminsight generated/python -
 	  mv -f "$$tmp/$(@F)" "$@"
 
 ## test: Debian packages (installed if missing), verify-generated, check-compat, lint, contract tests, then every pytest suite (unit, integration, e2e) spread over the cores
-test: debian-packages verify-generated check-compat headers lint build-profiler build-profiler-sanitizers test-contract test-suites
+# The checks and builds before the tests are independent of each other (the C builds need no
+# venv): they run side by side, one per core, each target's output kept together; then the tests.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+test: debian-packages
+	$(MAKE) --no-print-directory -j$(NPROC) -Otarget verify-generated check-compat headers lint \
+	  build-profiler build-profiler-sanitizers $(ENGINE_SO)
+	$(MAKE) --no-print-directory test-contract test-suites
 
 ## lint: ruff on the hand-written Python (generated/ is excluded)
 lint: $(VENV_STAMP)
