@@ -23,6 +23,11 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 WHEEL_PLATFORM := $(shell python3 -c "import sysconfig; print(sysconfig.get_platform().replace('-', '_').replace('.', '_'))")
 WHEEL := $(DIST)/comminsight-$(VERSION)-py3-none-$(WHEEL_PLATFORM).whl
 PYTEST_ARGS ?=
+# Bytecode is cached, outside the tree, even where the environment turns it off
+# (PYTHONDONTWRITEBYTECODE=1): every simulated rank, Agent, engine and CLI process the tests start
+# would otherwise compile each module it imports again, twice the CPU of its start-up.
+export PYTHONDONTWRITEBYTECODE :=
+export PYTHONPYCACHEPREFIX := $(abspath $(BUILD))/pycache
 
 GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 
