@@ -30,7 +30,7 @@ from engine_inputs import (
 )
 from waiting import wait_until
 
-from comminsight.agent.steps.replay import ReplayLog
+from comminsight.agent.steps.replay import DEFAULT_MAX_RECORDS, ReplayLog
 from comminsight.agent.steps.restarts import RestartBudget
 from comminsight.agent.steps.semantic_hook import SemanticEngineHook
 from comminsight.semantic.engine import GpuEngine
@@ -70,11 +70,31 @@ def frames() -> int:
 # ---- a long input --------------------------------------------------------------------------
 
 
+# A long input is one that crosses, many times over, every bound that decides which batches
+# the engine keeps, joins or drops: the node's cut (every MIN_NEW_OPS new ops, or a sixteenth
+# of its context), the cut's context (trimmed past max_context ops) and the replay log (its
+# oldest entries dropped past replay_max records: no checkpoint comes here). At the defaults
+# that takes 100,000 batches, one at a time: minutes of CPU. With those bounds 4 to 16 times
+# smaller, 12,000 batches cross them as often (measured: 87 cuts, 69 context trims, 7,904
+# records dropped from the replay log; 100,000 batches at the defaults: 72, 30 and 34,464).
+SMALL_CUT = dict(min_new_ops=128, max_context=2048)
+
+
+@pytest.mark.timeout(600)  # a hang guard: a loaded machine feeds a batch several times slower
 @pytest.mark.parametrize(
-    "n_batches", [4_000, pytest.param(100_000, marks=pytest.mark.slow)], ids=["4k", "100k"]
+    "n_batches, cut, replay_max",
+    [
+        (4_000, {}, DEFAULT_MAX_RECORDS),
+        pytest.param(12_000, SMALL_CUT, 4096, marks=pytest.mark.slow),
+    ],
+    ids=["4k", "12k-small-bounds"],
 )
-def test_a_long_input_fed_one_small_batch_at_a_time_never_recurses(tmp_path, n_batches):
-    hook = new_hook(tmp_path)
+def test_a_long_input_fed_one_small_batch_at_a_time_never_recurses(
+    tmp_path, n_batches, cut, replay_max
+):
+    hook = new_hook(tmp_path, replay_max=replay_max)
+    for name, value in cut.items():
+        setattr(hook.live_cut, name, value)
     slots = ddp_slots(n_batches // len(BUCKETS))
     limit = sys.getrecursionlimit()
     # room for this test's own frames and the engine's calls, none for a column read that
@@ -83,6 +103,7 @@ def test_a_long_input_fed_one_small_batch_at_a_time_never_recurses(tmp_path, n_b
     try:
         take(hook, slots)
         g = hook._gpus[GPU]
+        crossed = (hook.live_cut.stats.contexts_trimmed, g.replay.dropped)  # a checkpoint resets
         hook._save_checkpoint()  # reads the unplaced ops' positions: their rarest columns
         for batch in (g.engine.held, g.engine.pending):
             if batch is not None:
@@ -91,6 +112,8 @@ def test_a_long_input_fed_one_small_batch_at_a_time_never_recurses(tmp_path, n_b
     finally:
         sys.setrecursionlimit(limit)
     assert not hook.counts.failures
+    if cut:  # a long input: it crossed the context's bound and the replay log's
+        assert all(crossed), crossed
     steps = n_batches // len(BUCKETS)
     # all but the Steps whose ops the reorder window or the node's cut still hold, and the
     # open one
