@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from codegen_in_process import remembered_safe_load
 
 from codegen import compat
 from codegen.__main__ import main as codegen_main
@@ -49,6 +50,14 @@ def git(repo: Path, *args: str) -> str:
         capture_output=True,
         text=True,
     ).stdout
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _parse_each_protocol_text_once():
+    """Every case parses the release's unchanged sources again (twice where it compares two
+    trees): remembered, each distinct text is parsed once per module (codegen_in_process)."""
+    with remembered_safe_load():
+        yield
 
 
 @pytest.fixture(scope="module")

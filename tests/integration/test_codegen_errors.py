@@ -1,4 +1,8 @@
-"""The generator refuses malformed protocol sources with an error naming the file and field."""
+"""The generator refuses malformed protocol sources with an error naming the file and field.
+
+The cases run codegen's main() in this process (codegen_in_process: the same exit status and
+output, without an interpreter's start-up per case); one runs `python -m codegen` as make does.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from codegen_in_process import codegen, remembered_safe_load
 
 from codegen.cabi import model
 from codegen.errors import SchemaError
@@ -42,7 +47,19 @@ def make_repo(tmp_path: Path, schema_text: str, registry_entry: dict | None = No
     return tmp_path
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _parse_each_schema_text_once():
+    """Several cases load the unchanged shm schema: parsed once (codegen_in_process)."""
+    with remembered_safe_load():
+        yield
+
+
 def run_codegen(root: Path, command: str = "check") -> subprocess.CompletedProcess:
+    return codegen(command, "--root", str(root))
+
+
+def run_codegen_process(root: Path, command: str = "check") -> subprocess.CompletedProcess:
+    """The command as make runs it: its own process."""
     return subprocess.run(
         [sys.executable, "-m", "codegen", command, "--root", str(root)],
         cwd=ROOT,
@@ -154,7 +171,7 @@ def test_unknown_key_in_schema_is_refused(tmp_path):
 
 
 def test_invalid_yaml_is_refused(tmp_path):
-    proc = run_codegen(make_repo(tmp_path, "protocol: shm\n  bad: [indent\n"))
+    proc = run_codegen_process(make_repo(tmp_path, "protocol: shm\n  bad: [indent\n"))
     assert proc.returncode != 0 and SHM in proc.stderr and "not valid YAML" in proc.stderr
 
 
