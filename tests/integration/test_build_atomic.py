@@ -4,12 +4,15 @@ Every artifact the Makefile writes under build/ and dist/ goes to a temporary na
 target and is renamed into place; `make generate` writes a generated file only when its bytes
 differ and `make verify-generated` writes nothing, so neither makes the Profiler stale. The
 builds here go to a temporary DIST/BUILD (the Makefile takes both on the command line), never
-over the dist/ that other tests load.
+over the dist/ that other tests load. The module compiles the Profiler at most once (not at
+all where this checkout's build is current: seeded_builds); the rebuilds a reader watches,
+and the failing one, run a stand-in compiler through the Makefile's own recipe.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import struct
 import subprocess
@@ -20,6 +23,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from codegen_in_process import codegen as codegen_main
+from codegen_in_process import remembered_safe_load
+from seeded_builds import HEADERS, seed
+from seeded_builds import PLUGIN as SEED_PLUGIN
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = "libnccl-profiler-comminsight.so"
@@ -76,13 +83,32 @@ def elf_problem(data: bytes) -> str | None:
     return None
 
 
+@pytest.fixture(scope="module")
+def built_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Profiler as `make build-profiler` builds it now, in a DIST of this module's."""
+    dist = tmp_path_factory.mktemp("built") / "dist"
+    seed(dist, None, SEED_PLUGIN)
+    make(f"DIST={dist}", "build-profiler")
+    assert elf_problem((dist / PLUGIN).read_bytes()) is None
+    return dist / PLUGIN
+
+
+def dist_holding(plugin: Path, dist: Path) -> Path:
+    """dist with a copy of the built plugin (as a build into it would have left it)."""
+    dist.mkdir(parents=True)
+    shutil.copy2(plugin, dist / PLUGIN)
+    return dist / PLUGIN
+
+
 # ---- make verify-generated and make generate keep mtimes: nothing rebuilds on their account
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a hang guard: codegen's verify alone is ~20 s of CPU
 def test_verify_generated_leaves_generated_files_and_the_build_up_to_date(tmp_path: Path) -> None:
     dist, build = tmp_path / "dist", tmp_path / "build"
     where = (f"DIST={dist}", f"BUILD={build}")
+    seed(dist, build, SEED_PLUGIN, HEADERS)
     make(*where, "build-profiler", "headers")
     before = mtimes(ROOT)
     assert any(p.endswith(".h") for p in before)
@@ -99,18 +125,21 @@ def test_verify_generated_leaves_generated_files_and_the_build_up_to_date(tmp_pa
     assert sorted(p.name for p in dist.iterdir()) == [PLUGIN]
 
 
+@pytest.fixture(scope="module")
+def _parse_each_schema_text_once():
+    """The small repositories all hold the same shm schema: parsed once (codegen_in_process)."""
+    with remembered_safe_load():
+        yield
+
+
 def codegen(root: Path, command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "codegen", command, "--root", str(root)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    """`python -m codegen COMMAND --root ROOT`, in this process (make's own run of it, in its
+    own process, is test_verify_generated_leaves_generated_files_and_the_build_up_to_date's)."""
+    return codegen_main(command, "--root", str(root))
 
 
 @pytest.fixture
-def small_repo(tmp_path: Path) -> Path:
+def small_repo(tmp_path: Path, _parse_each_schema_text_once) -> Path:
     """A repository of one protocol (shm v1), generated once."""
     root = tmp_path / "repo"
     (root / "protocols/shm/v1").mkdir(parents=True)
@@ -209,13 +238,40 @@ def test_verify_fails_on_generated_files_not_committed(small_repo: Path) -> None
 # ---- the plugin is replaced whole
 
 
-def test_a_reader_never_sees_the_plugin_half_written(tmp_path: Path) -> None:
+SLOW_CC = """
+# writes the plugin to its -o in small pieces, a few ms apart: a recipe that let its target be
+# written in place would show a reader that file half written, nearly every time
+import sys, time
+args = sys.argv[1:]
+out = args[args.index("-o") + 1] if "-o" in args else "/dev/null"
+if out != "/dev/null":  # (the Makefile's probe for -flto writes there)
+    data = open(sys.argv[0].removesuffix(".py") + ".so", "rb").read()
+    with open(out, "wb") as f:
+        for i in range(0, len(data), 16384):
+            f.write(data[i : i + 16384])
+            f.flush()
+            time.sleep(0.005)
+"""
+
+
+def slow_cc(tmp_path: Path, plugin: Path) -> Path:
+    """A compiler (for make's CC=) that writes a copy of plugin slowly (SLOW_CC)."""
+    shutil.copy2(plugin, tmp_path / "slow-cc.so")
+    (tmp_path / "slow-cc.py").write_text(SLOW_CC)
+    cc = tmp_path / "slow-cc"
+    cc.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$0.py" "$@"\n')
+    cc.chmod(0o755)
+    return cc
+
+
+def test_a_reader_never_sees_the_plugin_half_written(tmp_path: Path, built_plugin: Path) -> None:
     """Read the plugin's path in a loop while make rebuilds it (twice, -B): every read is a
-    whole ELF file, the old one or the new one; no temporary is left beside it."""
+    whole ELF file, the old one or the new one; no temporary is left beside it. The compiler
+    the rebuilds run writes the real plugin slowly (SLOW_CC): the recipe is the Makefile's, and
+    the time its output spends half written is long, not the microseconds of a linker's write."""
     dist = tmp_path / "dist"
-    plugin = dist / PLUGIN
-    make(f"DIST={dist}", "build-profiler")
-    assert elf_problem(plugin.read_bytes()) is None
+    plugin = dist_holding(built_plugin, dist)
+    cc = slow_cc(tmp_path, built_plugin)
     stop = threading.Event()
     reads: list[int] = []
     problems: list[str] = []
@@ -237,14 +293,16 @@ def test_a_reader_never_sees_the_plugin_half_written(tmp_path: Path) -> None:
     thread.start()
     try:
         for _ in range(2):
-            make("-B", f"DIST={dist}", "build-profiler")
+            inode = plugin.stat().st_ino
+            make("-B", f"DIST={dist}", f"CC={cc}", "build-profiler")
+            assert plugin.stat().st_ino != inode, "make did not replace the plugin"
     finally:
         stop.set()
         thread.join()
     assert problems == [], f"{len(problems)} of {len(reads)} reads: {problems[:5]}"
     assert reads, "the reader never ran"
     assert sorted(p.name for p in dist.iterdir()) == [PLUGIN]
-    assert elf_problem(plugin.read_bytes()) is None
+    assert plugin.read_bytes() == built_plugin.read_bytes()
 
 
 FAILING_CC = """#!/bin/sh
@@ -259,10 +317,11 @@ exit 1
 """
 
 
-def test_a_failed_build_keeps_the_old_artifact_and_leaves_no_temporary(tmp_path: Path) -> None:
+def test_a_failed_build_keeps_the_old_artifact_and_leaves_no_temporary(
+    tmp_path: Path, built_plugin: Path
+) -> None:
     dist, build = tmp_path / "dist", tmp_path / "build"
-    make(f"DIST={dist}", "build-profiler")
-    plugin = dist / PLUGIN
+    plugin = dist_holding(built_plugin, dist)
     good = plugin.read_bytes()
     cc = tmp_path / "failing-cc"
     cc.write_text(FAILING_CC)
