@@ -1,7 +1,11 @@
 """Deployment and packaging: `make install` into a prefix (the Agent in its own venv, the training
 environment given Inject alone) and `make uninstall`; the deployment files under deploy/, each
 checked by its own tool (systemd-analyze verify, kubernetes-validate, hadolint); the manylinux
-wheel; LICENSE and NOTICE. Every tool check also runs on a broken copy, to show it can fail."""
+wheel; LICENSE and NOTICE. Every tool check also runs on a broken copy, to show it can fail.
+
+make builds into a DIST/BUILD of this module's (seeded_builds: from copies of this checkout's
+current outputs), never into the dist/ and build/ other tests load.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from seeded_builds import ENGINE, HEADERS, INJECT_WHEEL, PLUGIN, WHEEL, seed
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -53,6 +58,34 @@ def _make(*targets: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> tuple[str, ...]:
+    """make's arguments that put its outputs in directories of this module's (the wheels built
+    once for install and wheel-manylinux); the venv exists when these run, and a make here
+    never rebuilds it under the running tests."""
+    top = tmp_path_factory.mktemp("outputs")
+    dist, build = top / "dist", top / "build"
+    seed(dist, build, PLUGIN, HEADERS, ENGINE, WHEEL, INJECT_WHEEL)
+    return (f"DIST={dist}", f"BUILD={build}", "-o", ".venv/.installed")
+
+
+def _training_venv(where: Path) -> Path:
+    """A venv with pip (and nothing else) for a training environment; its python.
+
+    pip is a copy of the one this interpreter runs, byte code included (ensurepip would install
+    the same pip from its bundled wheel and byte-compile it: some 10 s of CPU)."""
+    import pip
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    site = where / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    assert site.is_dir(), site
+    ours = Path(pip.__file__).parent
+    shutil.copytree(ours, site / "pip")
+    (info,) = ours.parent.glob(f"pip-{pip.__version__}.dist-info")
+    shutil.copytree(info, site / info.name)
+    return where / "bin" / "python"
+
+
 def _pip_names(python: Path) -> set[str]:
     done = _run([str(python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"])
     assert done.returncode == 0, done.stderr
@@ -68,18 +101,17 @@ def _tree(root: Path) -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_install_keeps_the_agent_out_of_the_training_environment(tmp_path):
+def test_install_keeps_the_agent_out_of_the_training_environment(tmp_path, outputs):
     prefix = tmp_path / "opt" / "comminsight"
     # something of the site's under the prefix before install (a home, say): never ours
     foreign = prefix / "inspector_logs" / "rank0.jsonl"
     foreign.parent.mkdir(parents=True)
     foreign.write_text("{}\n")
-    training = tmp_path / "train-venv"
-    subprocess.run([sys.executable, "-m", "venv", str(training)], check=True)
-    tpy = training / "bin" / "python"
+    tpy = _training_venv(tmp_path / "train-venv")
     before = _pip_names(tpy)
+    assert "pip" in before
 
-    _make(f"INSTALL_PREFIX={prefix}", f"TRAINING_PYTHON={tpy}", "install")
+    _make(*outputs, f"INSTALL_PREFIX={prefix}", f"TRAINING_PYTHON={tpy}", "install")
 
     # the training environment: Inject and nothing else
     assert _pip_names(tpy) - before == {"comminsight-inject"}
@@ -333,9 +365,10 @@ def test_a_checkout_builds_the_engine_core_under_build_and_loads_it_from_there()
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_wheel_manylinux_is_tagged_and_carries_the_engine():
-    _make("wheel-manylinux")
-    wheels = sorted((ROOT / "dist").glob(f"comminsight-{VERSION}-py3-none-manylinux*.whl"))
+def test_wheel_manylinux_is_tagged_and_carries_the_engine(outputs):
+    _make(*outputs, "wheel-manylinux")
+    dist = Path(outputs[0].removeprefix("DIST="))
+    wheels = sorted(dist.glob(f"comminsight-{VERSION}-py3-none-manylinux*.whl"))
     assert len(wheels) == 1, wheels
     machine = platform.machine()
     platforms = wheels[0].name.removesuffix(".whl").split("-")[-1].split(".")
