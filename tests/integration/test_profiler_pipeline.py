@@ -26,6 +26,12 @@ from comminsight_gen.models.inspector_log_v1 import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(scope="module")
+def hot_path(tmp_path_factory) -> Path:
+    """The C hot-path driver, compiled once for the module's tests that run it."""
+    return hot_path_driver(tmp_path_factory.mktemp("driver"))
+
+
 @pytest.mark.parametrize(
     ("workload", "abi", "ranks"),
     [
@@ -124,10 +130,10 @@ def test_overrun_is_counted_exactly(tmp_path):
     lock.close()
 
 
-def test_concurrent_producers(tmp_path):
+def test_concurrent_producers(hot_path, tmp_path):
     """Two communicators driven from two threads at once (the C driver), plus a proxy thread
     each: every ring ticket is logged once or counted lost, and published = tickets."""
-    exe = hot_path_driver(tmp_path)
+    exe = hot_path
     home = tmp_path / "home"
     lock = hold_agent_lock(home)
     env = {
@@ -232,14 +238,14 @@ def test_host_times_follow_the_kernel_clock(tmp_path):
             assert ci.host_complete_mono_ns >= ci.host_start_mono_ns
 
 
-def test_watchdog_does_not_flag_ops_younger_than_its_clock_reading(tmp_path):
+def test_watchdog_does_not_flag_ops_younger_than_its_clock_reading(hot_path, tmp_path):
     """A busy producer gets no hang reports: no op is ever older than the threshold here.
 
     Regression guard for ops enqueued after the watchdog read its clock, whose age was an
     unsigned `now - enqueue` (about 584 years). That race is rare: it showed twice in about
     twenty runs of the C driver before the fix, and this test alone does not reliably hit it;
     it checks the general property on every run."""
-    exe = hot_path_driver(tmp_path)
+    exe = hot_path
     home = tmp_path / "home"
     lock = hold_agent_lock(home)
     env = {
@@ -258,7 +264,7 @@ def test_watchdog_does_not_flag_ops_younger_than_its_clock_reading(tmp_path):
     lock.close()
 
 
-def test_a_full_tmpfs_disables_shm_instead_of_crashing_training(tmp_path):
+def test_a_full_tmpfs_disables_shm_instead_of_crashing_training(hot_path, tmp_path):
     """The SHM tmpfs cannot hold the region: the Profiler must find out at creation and fail
     open (SHM disabled, logs still written), not take SIGBUS on a later write to a page that
     was never allocated. Uses a 1 MiB tmpfs in a private mount namespace (unshare -rm)."""
@@ -270,7 +276,7 @@ def test_a_full_tmpfs_disables_shm_instead_of_crashing_training(tmp_path):
     )
     if probe.returncode != 0:
         pytest.skip(f"cannot mount a private tmpfs here: {probe.stderr.decode().strip()}")
-    exe = hot_path_driver(tmp_path)
+    exe = hot_path
     home = tmp_path / "home"
     driver = f"{exe} {builds()['plain'].path} --n 200000 --warmup 0"
     proc = subprocess.run(
