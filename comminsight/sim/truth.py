@@ -34,7 +34,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 FORMAT_VERSION = 1
+# A long run's truth is tens of thousands of lines; msgspec decodes them several times faster
+# than json into the same dicts. What it refuses (NaN and Infinity as json.dumps writes them,
+# integers past 64 bits) json.loads decodes, so every file reads as json reads it.
+_DECODE = msgspec.json.Decoder().decode
 
 
 def truth_path(run_dir: Path, rank: int) -> Path:
@@ -85,9 +91,12 @@ class RankTruth:
 def read_rank_truth(path: Path, rank: int) -> RankTruth:
     truth = RankTruth(rank)
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_bytes().splitlines():
             if line.strip():
-                record = json.loads(line)
+                try:
+                    record = _DECODE(line)
+                except msgspec.DecodeError:
+                    record = json.loads(line)
                 truth.records[record["kind"]].append(record)
     return truth
 
