@@ -92,6 +92,7 @@ class RankRunner:
         self.scale = self.config.time_scale
         self.step_start: dict[int, int] = {}
         self.current_step: StepBegin | None = None
+        self._step_ops: dict[int, list[int]] | None = None
 
     def run(self) -> int:
         self.board.set_pid(self.rank, os.getpid())
@@ -254,7 +255,7 @@ class RankRunner:
     # ---- steps ----
 
     def _write_step(self, step: int, completed: bool) -> None:
-        ops = [o.op_index for o in self.plan.rank_ops(self.rank) if o.step == step]
+        ops = self._ops_of_step().get(step, [])
         self.truth.write(
             "step",
             step=step,
@@ -266,6 +267,15 @@ class RankRunner:
             end_ns=time.monotonic_ns() if completed else None,
             completed=completed,
         )
+
+    def _ops_of_step(self) -> dict[int, list[int]]:
+        """This rank's op indices by step, gathered once (a step's record is written at every
+        step's end: scanning the whole program each time made long runs quadratic)."""
+        if self._step_ops is None:
+            self._step_ops = {}
+            for op in self.plan.rank_ops(self.rank):
+                self._step_ops.setdefault(op.step, []).append(op.op_index)
+        return self._step_ops
 
     def _close_open_step(self) -> None:
         if self.current_step is not None:
