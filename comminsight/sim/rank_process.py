@@ -92,7 +92,11 @@ class RankRunner:
         self.scale = self.config.time_scale
         self.step_start: dict[int, int] = {}
         self.current_step: StepBegin | None = None
-        self._step_ops: dict[int, list[int]] | None = None
+        # this rank's op indices by step, for each step's record (gathered once: scanning the
+        # whole program at every step's end made long runs quadratic)
+        self.step_ops: dict[int, list[int]] = {}
+        for op in self.plan.rank_ops(rank):
+            self.step_ops.setdefault(op.step, []).append(op.op_index)
 
     def run(self) -> int:
         self.board.set_pid(self.rank, os.getpid())
@@ -255,7 +259,7 @@ class RankRunner:
     # ---- steps ----
 
     def _write_step(self, step: int, completed: bool) -> None:
-        ops = self._ops_of_step().get(step, [])
+        ops = self.step_ops.get(step, [])
         self.truth.write(
             "step",
             step=step,
@@ -267,15 +271,6 @@ class RankRunner:
             end_ns=time.monotonic_ns() if completed else None,
             completed=completed,
         )
-
-    def _ops_of_step(self) -> dict[int, list[int]]:
-        """This rank's op indices by step, gathered once (a step's record is written at every
-        step's end: scanning the whole program each time made long runs quadratic)."""
-        if self._step_ops is None:
-            self._step_ops = {}
-            for op in self.plan.rank_ops(self.rank):
-                self._step_ops.setdefault(op.step, []).append(op.op_index)
-        return self._step_ops
 
     def _close_open_step(self) -> None:
         if self.current_step is not None:
