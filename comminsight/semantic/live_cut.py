@@ -120,6 +120,16 @@ class LiveJobCut:
             g.context_steps = old.context_steps[np.concatenate(keep)]
             g.component = old.component
 
+    def restore_context(self, key, ops: OpBatch, steps: np.ndarray) -> None:
+        """After the Agent restarted: the ops `key` had placed before its checkpoint and
+        their Steps, as written (restored_context), for its cuts to go on from. Ignored once
+        the GPU has a context of this Agent's own."""
+        g = self._gpus.get(key)
+        if g is None or g.context or not len(ops):
+            return
+        g.context = [ops.make_concrete()]
+        g.context_steps = np.asarray(steps, np.int64)
+
     def tracks(self, key, engine: GpuEngine) -> bool:
         g = self._gpus.get(key)
         return g is not None and g.engine is engine

@@ -18,6 +18,7 @@ from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.semantic_hook import SemanticEngineHook
 from comminsight.semantic.live_cut import LiveJobCut
 from comminsight.semantic.live_replay import replay_live
+from comminsight.semantic.offline import read_summaries
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.step_accuracy import ENV, score
 from comminsight.sim.truth import read_ground_truth
@@ -141,3 +142,58 @@ def test_the_context_and_the_held_ops_stay_bounded_over_a_long_run(tmp_path):
     assert most_context <= 2 * 256 + UNSETTLED  # trimmed at each cut; what a cut settles on top
     assert hook.live_cut.stats.ops_unsettled == 0
     hook.stop()
+
+
+def test_an_agent_restarted_from_checkpoints_at_other_steps_goes_on_from_the_context_it_had(
+    tmp_path, monkeypatch
+):
+    steps = 200  # the reorder window holds the last 50 or so
+    slots = {GPU: rank_slots(0, steps), PEER: rank_slots(1, steps)}
+
+    def hook() -> SemanticEngineHook:
+        h = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+        h.live_cut.first_ops, h.live_cut.min_new_ops = 0, 40  # cuts come every 8 Steps
+        return h
+
+    def feed(h: SemanticEngineHook, first_step: int, end_step: int) -> None:
+        for k in range(first_step, end_step, 2):  # the GPUs in turns, two Steps at a time
+            for gpu, s in slots.items():
+                take(h, gpu, s[k * len(BUCKETS) : min(k + 2, end_step) * len(BUCKETS)])
+
+    first = hook()
+    feed(first, 0, 100)
+    first._save_checkpoint()
+    feed(first, 100, 140)
+    # GPU's reorder window straddles the next checkpoint: it keeps the older one, PEER's is
+    # some 40 Steps further on
+    current = first._current_state
+    monkeypatch.setattr(first, "_current_state", lambda g: None if g.gpu == GPU else current(g))
+    first._save_checkpoint()
+    written = {g.gpu.pid: g.checkpoint.output.summaries_written for g in first._gpus.values()}
+    assert 0 < written[GPU.pid] < written[PEER.pid]
+    first._stopping = True  # killed: nothing more is written or checkpointed
+    with first._cond:
+        first._cond.notify()
+
+    second = hook()
+    restored = []
+    restore = second.live_cut.restore_context
+
+    def restore_and_note(key, ops, steps):
+        restored.append((key.pid, int(steps.min()), int(steps.max())))
+        restore(key, ops, steps)
+
+    monkeypatch.setattr(second.live_cut, "restore_context", restore_and_note)
+    feed(second, 0, steps)  # the rings read again from their oldest records
+    for gpu in slots:
+        second._take(gpu, "finished", None)
+    second.stop()
+    # each GPU's cut went on from the Steps its summaries had, up to its own checkpoint
+    assert {pid: last for pid, _, last in restored} == written
+    paths = sorted(second.out_dir.glob("live-*.jsonl"))
+    assert len(paths) == 2
+    for path in paths:
+        summaries = read_summaries(path)
+        assert [s.step_index for s in summaries] == list(range(steps)), path.name
+        assert [s.first_op.seq for s in summaries] == [k * len(BUCKETS) for k in range(steps)]
+        assert [s.op_count for s in summaries] == [len(BUCKETS)] * steps

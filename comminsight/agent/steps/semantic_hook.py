@@ -15,7 +15,8 @@ over), its last ops are placed, its last Step written and its file sealed.
 Every COMMINSIGHT_SEMANTIC_CHECKPOINT_S the worker checkpoints every engine to
 `<home>/semantics/step/engine-live.checkpoint.json` (semantic-engine v1, mode live: the ring
 position of the first op not yet placed). An Agent started again for the same home restores
-the engines of processes still running, skips the ring records they had placed, truncates
+the engines of processes still running, skips the ring records they had placed (those of
+their last Steps give the node's cut back the context it had: restored_context), truncates
 their summaries to the checkpointed length, and goes on: no Step lost or written twice, as
 long as the ring still holds the records that came after the checkpoint.
 
@@ -57,6 +58,12 @@ from comminsight.agent.steps.restarts import (
     EngineFailure,
     FailureCounts,
     RestartBudget,
+)
+from comminsight.agent.steps.restored_context import (
+    PlacedRecords,
+    labelled_context,
+    open_span,
+    written_spans,
 )
 from comminsight.semantic.checkpoint import (
     CheckpointError,
@@ -108,6 +115,9 @@ class _Gpu:
         self.lost = 0  # records dropped before reaching the engine, not yet reported
         self.finished = False
         self.skip_through = -1  # ring records up to this seq were placed before a restart
+        # while skipping them after an Agent restart: those of its last Steps, gathered to
+        # give its cut the context it had (restored_context)
+        self.placed_before: PlacedRecords | None = None
         self.last_position = None  # of the latest op fed
         self.comms = CommTable()  # the GPU's communicators, shared by its batches
         self.segments = SegmentTable()
@@ -536,15 +546,49 @@ class SemanticEngineHook:
         g = _Gpu(gpu, name, engine, out, self.replay_max)
         g.skip_through = state.input.last_ring_seq
         g.checkpoint = state
+        g.placed_before = self._placed_before(out, state, engine)
         self.restored += 1
         log.info("semantic engine: pid %d resumed after ring record %d", gpu.pid, g.skip_through)
         return g
+
+    def _placed_before(
+        self, out: SummaryFile, state: GpuState, engine: GpuEngine
+    ) -> PlacedRecords | None:
+        """Where to gather a restored GPU's context from: its last Steps written (and the one
+        left open), within what the node's cut keeps as context."""
+        try:
+            spans = written_spans(out.path, state.output.byte_offset, self.live_cut.max_context)
+        except (OSError, ValueError) as e:  # the file is checked again by every write
+            log.warning("semantic engine: %s: its last Steps cannot be read (%s)", out.path, e)
+            spans = []
+        last = open_span(engine.open)
+        if last is not None:
+            spans.append(last)
+        return PlacedRecords(spans) if spans else None
+
+    def _hand_context(self, g: _Gpu) -> None:
+        """Give the node's cut what g had placed before the restart (see restored_context)."""
+        placed, g.placed_before = g.placed_before, None
+        if placed is None or not placed.records:
+            return
+        ops = engine_batch(
+            np.concatenate(placed.records),
+            placed.comms,
+            g.gpu.start_real_ns,
+            g.gpu.start_mono_ns,
+            g.comms,
+            g.segments,
+        )
+        context = labelled_context(ops, placed.spans)
+        if context is not None:
+            self.live_cut.restore_context(g.gpu, *context)
 
     def _handle(self, g: _Gpu, kind: str, payload) -> None:
         if kind == "lost":
             g.lost += payload
             return
         if kind == "finished":
+            self._hand_context(g)
             self._write(g, g.engine.drain())
             if self.live_cut.tracks(g.gpu, g.engine):
                 # sealed once the GPUs it shares communicators with have ended too
@@ -559,11 +603,14 @@ class SemanticEngineHook:
             # a restarted Agent reads the ring from its oldest record, a restarted engine is
             # handed again what came after its checkpoint: skip what it had placed; records
             # gone since (overwritten, or let go by the replay log) are lost
+            if g.placed_before is not None:
+                g.placed_before.add(records[records["seq"] <= g.skip_through], comms)
             records = records[records["seq"] > g.skip_through]
             if len(records) and not g.gpu.suffix:  # a split GPU's ring seqs interleave
                 g.lost += max(0, int(records["seq"][0]) - (g.skip_through + 1))
             if len(records):
                 g.skip_through = -1
+                self._hand_context(g)
         gpu = g.gpu
         batch = engine_batch(
             records, comms, gpu.start_real_ns, gpu.start_mono_ns, g.comms, g.segments
