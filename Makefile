@@ -140,10 +140,12 @@ $(ENGINE_SO): $(ENGINE_SRC) $(ENGINE_HEADERS)
 debian-packages:
 	@bash scripts/install-debian-packages.sh
 
-# order-only: the check runs first on a fresh machine (python3-venv), never forces a rebuild
+# order-only: the check runs first on a fresh machine (python3-venv), never forces a rebuild.
+# Dependencies are not compiled ahead (a third of the install's CPU, mostly modules of torch no
+# test imports): a module is compiled once, into PYTHONPYCACHEPREFIX, when first imported.
 $(VENV_STAMP): requirements/dev.txt requirements/runtime.txt pyproject.toml | debian-packages
 	$(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	$(VPY) -m pip install --quiet --disable-pip-version-check --no-compile -r requirements/dev.txt
 	$(VPY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 

@@ -28,6 +28,7 @@ import comminsight_gen
 from comminsight.sim.board import R_PROGRESS, R_SINCE, R_STATE, Board, RankState, shared_clock_ns
 from comminsight.sim.config import SimConfig, SimConfigError
 from comminsight.sim.cuda_runtime import SIM_RUNTIME, build_sim_runtime
+from comminsight.sim.forks import ForkParent
 from comminsight.sim.plan import WorkloadPlan
 from comminsight.sim.workloads import build_plan
 
@@ -192,30 +193,58 @@ def _cuda_runtime(config: SimConfig, run_dir: Path) -> str:
     return str(Path(config.cuda_runtime).resolve()) if config.cuda_runtime else ""
 
 
-def _start_ranks(config: SimConfig, run_dir: Path) -> list[subprocess.Popen]:
-    """One process per group of ranks_per_process ranks (its log is named by its first)."""
-    procs = []
-    for process in range(config.processes):
-        ranks = config.ranks_of_process(process)
-        log_fd = os.open(run_dir / f"rank-{ranks[0]:05d}.log", os.O_WRONLY | os.O_CREAT, 0o600)
-        with os.fdopen(log_fd, "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        *config.prefix_of(process),
-                        sys.executable,
-                        "-m",
-                        "comminsight.sim.rank_process",
-                        str(run_dir),
-                        *map(str, ranks),
-                    ],
-                    env=_process_env(config, process),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-            )
+def _start_ranks(config: SimConfig, run_dir: Path) -> list:
+    """One process per group of ranks_per_process ranks (its log is named by its first):
+    forked from one parent that has imported the simulator (forks), or, for a process run
+    under a prefix (another namespace), a new interpreter of its own."""
+    procs, parent = [], None
+    try:
+        for process in range(config.processes):
+            ranks = config.ranks_of_process(process)
+            log_path = run_dir / f"rank-{ranks[0]:05d}.log"
+            os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT, 0o600))
+            args = [str(run_dir), *map(str, ranks)]
+            env = _process_env(config, process)
+            if config.prefix_of(process) or not _forkable(config, env):
+                procs.append(_interpreter(config.prefix_of(process), args, env, log_path))
+                continue
+            if parent is None:
+                parent = ForkParent({**os.environ, "PYTHONPATH": _python_path()})
+            procs.append(parent.start(args, env, log_path))
+    finally:
+        if parent is not None:
+            parent.close()
     return procs
+
+
+def _forkable(config: SimConfig, env: dict[str, str]) -> bool:
+    """Whether a process may be forked from a parent started with the launcher's environment:
+    not when its interpreter would run start-up code (a sitecustomize or usercustomize on its
+    PYTHONPATH, as Inject is loaded in tests, or Python settings in config.env), which must
+    see the process's own environment and pid, as in a training process."""
+    if any(key.startswith("PYTHON") for key, _ in config.env):
+        return False
+    for directory in env.get("PYTHONPATH", "").split(os.pathsep):
+        for name in ("sitecustomize", "usercustomize"):
+            if directory and (
+                os.path.exists(os.path.join(directory, name + ".py"))
+                or os.path.isdir(os.path.join(directory, name))
+            ):
+                return False
+    return True
+
+
+def _interpreter(
+    prefix: tuple[str, ...], args: list[str], env: dict[str, str], log_path: Path
+) -> subprocess.Popen:
+    with os.fdopen(os.open(log_path, os.O_WRONLY), "wb") as log:
+        return subprocess.Popen(
+            [*prefix, sys.executable, "-m", "comminsight.sim.rank_process", *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def _progress_reporter(
