@@ -129,6 +129,9 @@ class Recording(PassThroughEngine):
     def retired(self, gpu: GpuStream) -> None:
         self.calls.append(("retired", gpu))
 
+    def present(self, shm_files: set[str]) -> None:
+        pass
+
 
 def test_ingest_tells_the_engine_of_each_gpu_whose_shm_file_it_retired(tmp_path):
     lock = hold_agent_lock(tmp_path)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from engine_inputs import BUCKETS, COMMS, GPU, TEMPLATES, UNSETTLED, ddp_slots
 from profiler_builds import builds
+from waiting import wait_until
 
 from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.semantic_hook import SemanticEngineHook
@@ -197,3 +198,42 @@ def test_an_agent_restarted_from_checkpoints_at_other_steps_goes_on_from_the_con
         assert [s.step_index for s in summaries] == list(range(steps)), path.name
         assert [s.first_op.seq for s in summaries] == [k * len(BUCKETS) for k in range(steps)]
         assert [s.op_count for s in summaries] == [len(BUCKETS)] * steps
+
+
+def test_a_process_that_ended_while_no_agent_ran_is_sealed_at_its_checkpoint(tmp_path):
+    gpu = GpuStream("node", 4545, 1_000, 0, 0, shm_file="ci-node-4545-1.shm")
+    first = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+    first.live_cut.first_ops, first.live_cut.min_new_ops = 0, 40
+    take(first, gpu, rank_slots(0, 150))
+    first._save_checkpoint()
+    (state,) = first._checkpoint.load().values()
+    written = state.output.summaries_written
+    assert written > 0
+    take(first, gpu, rank_slots(0, 200)[750:])  # Steps written after the checkpoint
+    first._stopping = True  # killed
+    with first._cond:
+        first._cond.notify()
+
+    second = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+    second.present({"ci-node-9999-1.shm"})  # a process still running: another one
+    wait_until(second.idle, 10, "the worker did not take the node's SHM files")
+    (path,) = second.out_dir.glob("live-*")
+    assert path.name == "live-node-4545-1000.jsonl"  # sealed, at the checkpoint's length
+    assert [s.step_index for s in read_summaries(path)] == list(range(written))
+    assert second.ended_unfinished == 1
+    second.stop()
+    assert not second._checkpoint.load()  # and forgotten
+
+
+def test_a_process_still_running_is_not_sealed_when_the_agent_restarts(tmp_path):
+    gpu = GpuStream("node", 4646, 1_000, 0, 0, shm_file="ci-node-4646-1.shm")
+    first = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+    first.live_cut.first_ops, first.live_cut.min_new_ops = 0, 40
+    take(first, gpu, rank_slots(0, 150))
+    first.stop()
+    second = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+    second.present({"ci-node-4646-1.shm"})
+    wait_until(second.idle, 10, "the worker did not take the node's SHM files")
+    assert [p.name for p in second.out_dir.glob("live-*")] == ["live-node-4646-1000.jsonl.partial"]
+    assert second.ended_unfinished == 0
+    second.stop()

@@ -48,6 +48,7 @@ class NodeIngest:
         # producers whose end the engine was told of, and their GPUs
         self._finished: dict[Path, list[GpuStream]] = {}
         self._gpus: dict[Path, ProcessGpus] = {}  # each mapped producer's GPUs
+        self._told_present = False
 
     def run_pass(self, now_mono_ns: int, retire_after_ns: int = 0) -> list[Batch]:
         batches = self.producers.poll(now_mono_ns, retire_after_ns=retire_after_ns)
@@ -72,6 +73,9 @@ class NodeIngest:
                 for gpu in gpus:
                     self.engine.finished(gpu)
         paths = {p.path for p in mapped}
+        if not self._told_present:  # which processes resumed from a checkpoint have ended
+            self._told_present = True
+            self.engine.present(self.producers.shm_names())
         # retired files leave the sets; the engine need keep nothing of their GPUs now
         for path in self._finished.keys() - paths:
             for gpu in self._finished.pop(path):

@@ -163,6 +163,15 @@ class ProducerSet:
 
     # ---- discovery ----
 
+    def shm_names(self) -> set[str]:
+        """The names of the SHM files in shms/ now, mapped or not (a file refused, or one
+        still being created, is a process that runs all the same)."""
+        try:
+            listed = {e.name for e in os.scandir(self.shms) if e.name.endswith(".shm")}
+        except OSError:
+            listed = set()
+        return listed | {path.name for path in self.producers}
+
     def discover(self) -> None:
         try:
             entries = list(os.scandir(self.shms))

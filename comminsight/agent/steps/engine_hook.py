@@ -50,6 +50,8 @@ class EngineHook(Protocol):
 
     def retired(self, gpu: GpuStream) -> None: ...
 
+    def present(self, shm_files: set[str]) -> None: ...
+
 
 @dataclass
 class PassThroughEngine:
@@ -67,3 +69,6 @@ class PassThroughEngine:
 
     def retired(self, gpu: GpuStream) -> None:
         pass  # what was counted stays readable
+
+    def present(self, shm_files: set[str]) -> None:
+        pass  # nothing is resumed

@@ -213,6 +213,7 @@ class SemanticEngineHook:
         self.step_durations = StepDurations()  # for /metrics, taken by the Agent's loop
         self.counts = FailureCounts()
         self.restored = 0  # GPUs resumed from a checkpoint
+        self.ended_unfinished = 0  # resumed GPUs whose process had ended: sealed as they were
         self.storage_fault: StorageFault | None = None  # while writes fail
         self.storage_faults_total = 0  # writes that failed, ever
         self._storage_retry_at = float("inf")
@@ -229,7 +230,9 @@ class SemanticEngineHook:
         # its summary file's name (live-<node>-<pid>-<start><suffix>.jsonl: one GPU of one
         # process) -> the state an earlier Agent left for that GPU
         self._saved: dict[str, GpuState] = {}
-        for state in self._checkpoint.load().values():
+        loaded = self._checkpoint.load()
+        self._checkpoint_held = bool(loaded)  # the file on disk names GPUs
+        for state in loaded.values():
             if isinstance(state.input, ShmPosition) and not isinstance(state.gpu.pid, UnsetType):
                 self._saved[state.output.file.removesuffix(".partial")] = state
         self._last_checkpoint = time.monotonic()
@@ -261,6 +264,13 @@ class SemanticEngineHook:
     def finished(self, gpu: GpuStream) -> None:
         with self._cond:
             self._items.append(("finished", gpu, None))
+            self._cond.notify()
+
+    def present(self, shm_files: set[str]) -> None:
+        """The node's SHM files after the Agent's first pass: a process resumed from the
+        checkpoint whose file is not among them ended while no Agent ran."""
+        with self._cond:
+            self._items.append(("present", None, frozenset(shm_files)))
             self._cond.notify()
 
     def retired(self, gpu: GpuStream) -> None:
@@ -384,7 +394,10 @@ class SemanticEngineHook:
         if self.storage_fault is not None and time.monotonic() >= self._storage_retry_at:
             self._retry_storage()
         for kind, gpu, payload in coalesce(items):
-            self._take(gpu, kind, payload)
+            if kind == "present":
+                self._seal_ended_before(payload)
+            else:
+                self._take(gpu, kind, payload)
         if self.live_cut.due(time.monotonic()):
             self._cut()
         self._finish_ended()
@@ -443,6 +456,41 @@ class SemanticEngineHook:
         g = self._gpus[gpu] = _Gpu(gpu, name, self._new_engine(gpu), out, self.replay_max)
         self._track(g)
         return g
+
+    def _seal_ended_before(self, shm_files: frozenset[str]) -> None:
+        """Seal the summaries of the processes that ended while no Agent ran (their SHM file
+        is gone, and with it the ops after the checkpoint): at the checkpoint's length, the
+        Steps after it named as not recovered live."""
+        for name, state in list(self._saved.items()):
+            shm_file = state.input.shm_file if isinstance(state.input, ShmPosition) else None
+            if not isinstance(shm_file, str) or shm_file in shm_files:
+                continue
+            if not state.output.file.endswith(".partial"):
+                continue  # sealed already, by the Agent before
+            if not (self.out_dir / state.output.file).exists():  # sealed since: nothing to do
+                del self._saved[name]
+                continue
+            out = SummaryFile(
+                self.out_dir / state.output.file,
+                state.output.byte_offset,
+                state.output.summaries_written,
+            )
+            try:
+                sealed = out.seal()
+            except OSError as e:  # tried again at the next start
+                out.close()
+                self._storage_failed(out.path, e)
+                continue
+            del self._saved[name]
+            self.ended_unfinished += 1
+            log.warning(
+                "semantic engine: pid %s ended while no Agent ran: %s holds its %d Steps up to "
+                "the checkpoint; the Steps after it are not recovered live (`comminsight steps` "
+                "on its inspector logs recovers them)",
+                state.gpu.pid,
+                sealed,
+                state.output.summaries_written,
+            )
 
     def _sealed_before(self, gpu: GpuStream, name: str) -> _Gpu:
         engine = GpuEngine(GpuIdentity(gpu.node_name, 0), self.templates)
@@ -851,9 +899,11 @@ class SemanticEngineHook:
         for state in self._saved.values():  # processes not seen since the restart: kept
             if (self.out_dir / state.output.file).exists():  # unless their file is gone
                 states[state.output.file] = state
-        if states:
+        # an empty one too once the last GPU is forgotten: the next Agent must not resume it
+        if states or self._checkpoint_held:
             try:
                 self._checkpoint.save(states)
+                self._checkpoint_held = bool(states)
             except OSError as e:
                 self._storage_failed(self._checkpoint.path, e)
             except msgspec.EncodeError as e:
