@@ -145,23 +145,32 @@ def test_the_context_and_the_held_ops_stay_bounded_over_a_long_run(tmp_path):
     hook.stop()
 
 
+def cutting_hook(home) -> SemanticEngineHook:
+    """A hook whose cut places Steps from the first ops on, every 8 Steps of ops or so."""
+    hook = SemanticEngineHook(home, TEMPLATES, checkpoint_s=3600)
+    hook.live_cut.first_ops, hook.live_cut.min_new_ops = 0, 40
+    return hook
+
+
+def kill(hook: SemanticEngineHook) -> None:
+    """As if its Agent were SIGKILLed: nothing more is written or checkpointed."""
+    hook._stopping = True
+    with hook._cond:
+        hook._cond.notify()
+
+
 def test_an_agent_restarted_from_checkpoints_at_other_steps_goes_on_from_the_context_it_had(
     tmp_path, monkeypatch
 ):
     steps = 200  # the reorder window holds the last 50 or so
     slots = {GPU: rank_slots(0, steps), PEER: rank_slots(1, steps)}
 
-    def hook() -> SemanticEngineHook:
-        h = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
-        h.live_cut.first_ops, h.live_cut.min_new_ops = 0, 40  # cuts come every 8 Steps
-        return h
-
     def feed(h: SemanticEngineHook, first_step: int, end_step: int) -> None:
         for k in range(first_step, end_step, 2):  # the GPUs in turns, two Steps at a time
             for gpu, s in slots.items():
                 take(h, gpu, s[k * len(BUCKETS) : min(k + 2, end_step) * len(BUCKETS)])
 
-    first = hook()
+    first = cutting_hook(tmp_path)
     feed(first, 0, 100)
     first._save_checkpoint()
     feed(first, 100, 140)
@@ -172,11 +181,9 @@ def test_an_agent_restarted_from_checkpoints_at_other_steps_goes_on_from_the_con
     first._save_checkpoint()
     written = {g.gpu.pid: g.checkpoint.output.summaries_written for g in first._gpus.values()}
     assert 0 < written[GPU.pid] < written[PEER.pid]
-    first._stopping = True  # killed: nothing more is written or checkpointed
-    with first._cond:
-        first._cond.notify()
+    kill(first)
 
-    second = hook()
+    second = cutting_hook(tmp_path)
     restored = []
     restore = second.live_cut.restore_context
 
@@ -202,17 +209,14 @@ def test_an_agent_restarted_from_checkpoints_at_other_steps_goes_on_from_the_con
 
 def test_a_process_that_ended_while_no_agent_ran_is_sealed_at_its_checkpoint(tmp_path):
     gpu = GpuStream("node", 4545, 1_000, 0, 0, shm_file="ci-node-4545-1.shm")
-    first = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
-    first.live_cut.first_ops, first.live_cut.min_new_ops = 0, 40
+    first = cutting_hook(tmp_path)
     take(first, gpu, rank_slots(0, 150))
     first._save_checkpoint()
     (state,) = first._checkpoint.load().values()
     written = state.output.summaries_written
     assert written > 0
     take(first, gpu, rank_slots(0, 200)[750:])  # Steps written after the checkpoint
-    first._stopping = True  # killed
-    with first._cond:
-        first._cond.notify()
+    kill(first)
 
     second = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
     second.present({"ci-node-9999-1.shm"})  # a process still running: another one
@@ -227,8 +231,7 @@ def test_a_process_that_ended_while_no_agent_ran_is_sealed_at_its_checkpoint(tmp
 
 def test_a_process_still_running_is_not_sealed_when_the_agent_restarts(tmp_path):
     gpu = GpuStream("node", 4646, 1_000, 0, 0, shm_file="ci-node-4646-1.shm")
-    first = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
-    first.live_cut.first_ops, first.live_cut.min_new_ops = 0, 40
+    first = cutting_hook(tmp_path)
     take(first, gpu, rank_slots(0, 150))
     first.stop()
     second = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
