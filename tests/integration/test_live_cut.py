@@ -159,15 +159,20 @@ def kill(hook: SemanticEngineHook) -> None:
         hook._cond.notify()
 
 
+@pytest.mark.parametrize("overwritten", [0, 20])
 def test_an_agent_restarted_from_checkpoints_at_other_steps_goes_on_from_the_context_it_had(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, overwritten
 ):
+    """`overwritten`: the first Steps of GPU's ring records are gone when the second Agent
+    reads it (its peer's are all there): both contexts then begin at that Step."""
     steps = 200  # the reorder window holds the last 50 or so
     slots = {GPU: rank_slots(0, steps), PEER: rank_slots(1, steps)}
 
-    def feed(h: SemanticEngineHook, first_step: int, end_step: int) -> None:
+    def feed(h: SemanticEngineHook, first_step: int, end_step: int, skip: int = 0) -> None:
         for k in range(first_step, end_step, 2):  # the GPUs in turns, two Steps at a time
             for gpu, s in slots.items():
+                if gpu == GPU and k < skip:
+                    continue
                 take(h, gpu, s[k * len(BUCKETS) : min(k + 2, end_step) * len(BUCKETS)])
 
     first = cutting_hook(tmp_path)
@@ -192,12 +197,13 @@ def test_an_agent_restarted_from_checkpoints_at_other_steps_goes_on_from_the_con
         restore(key, ops, steps)
 
     monkeypatch.setattr(second.live_cut, "restore_context", restore_and_note)
-    feed(second, 0, steps)  # the rings read again from their oldest records
+    feed(second, 0, steps, skip=overwritten)  # the rings read again from their oldest records
     for gpu in slots:
         second._take(gpu, "finished", None)
     second.stop()
     # each GPU's cut went on from the Steps its summaries had, up to its own checkpoint
     assert {pid: last for pid, _, last in restored} == written
+    assert {pid: first for pid, first, _ in restored} == {GPU.pid: overwritten, PEER.pid: 0}
     paths = sorted(second.out_dir.glob("live-*.jsonl"))
     assert len(paths) == 2
     for path in paths:
