@@ -11,6 +11,7 @@ import threading
 
 import msgspec
 import numpy as np
+import pytest
 from agent_processes import agent_process, api_get, free_port
 from waiting import WaitTimeout, wait_until
 
@@ -28,6 +29,8 @@ def summary_lines(home) -> int:
     )
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # a hang guard: 200 Steps of 8 ranks and three Agents, on a busy machine
 def test_agent_killed_mid_run_resumes_its_engines_without_losing_or_repeating_a_step(
     plugin,
     tmp_path,
