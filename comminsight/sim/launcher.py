@@ -217,12 +217,18 @@ def _start_ranks(config: SimConfig, run_dir: Path) -> list:
     return procs
 
 
+# Variables read once, as a process starts: by the dynamic loader (LD_PRELOAD: a sanitizer's
+# runtime), the C library, a sanitizer's runtime, or the interpreter
+STARTUP_VARIABLES = ("LD_", "GLIBC_", "MALLOC_", "ASAN_", "TSAN_", "UBSAN_", "LSAN_", "PYTHON")
+
+
 def _forkable(config: SimConfig, env: dict[str, str]) -> bool:
     """Whether a process may be forked from a parent started with the launcher's environment:
-    not when its interpreter would run start-up code (a sitecustomize or usercustomize on its
-    PYTHONPATH, as Inject is loaded in tests, or Python settings in config.env), which must
-    see the process's own environment and pid, as in a training process."""
-    if any(key.startswith("PYTHON") for key, _ in config.env):
+    not when config.env sets what a process reads as it starts (STARTUP_VARIABLES), nor when
+    its interpreter would run start-up code (a sitecustomize or usercustomize on its
+    PYTHONPATH, as Inject is loaded in tests), which must see the process's own environment
+    and pid, as in a training process."""
+    if any(key.startswith(STARTUP_VARIABLES) for key, _ in config.env):
         return False
     for directory in env.get("PYTHONPATH", "").split(os.pathsep):
         for name in ("sitecustomize", "usercustomize"):

@@ -22,13 +22,35 @@ def prefix(monotonic_s: int, boottime_s: int = 0) -> tuple[str, ...]:
 
 def enter(monotonic_s: int, boottime_s: int) -> None:
     """A new time namespace for what this process execs next (the kernel moves a process into
-    its time_for_children namespace at execve)."""
+    its time_for_children namespace at execve), its clocks shifted from this process's: the
+    kernel takes offsets from the host's clocks, so a caller in a time namespace of its own
+    (a restored container) adds its own."""
+    own = _own_offsets_ns()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(CLONE_NEWTIME) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"unshare(CLONE_NEWTIME): {os.strerror(err)}")
+    lines = []
+    for clock, shift_s in (("monotonic", monotonic_s), ("boottime", boottime_s)):
+        seconds, nanoseconds = divmod(own.get(clock, 0) + shift_s * 1_000_000_000, 1_000_000_000)
+        lines.append(f"{clock} {seconds} {nanoseconds}\n")
     with open("/proc/self/timens_offsets", "w") as f:
-        f.write(f"monotonic {monotonic_s} 0\nboottime {boottime_s} 0\n")
+        f.write("".join(lines))
+
+
+def _own_offsets_ns() -> dict[str, int]:
+    """This process's time-namespace offsets from the host's clocks ({} where the kernel has
+    no time namespaces: none to add)."""
+    try:
+        with open("/proc/self/timens_offsets") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    offsets = {}
+    for line in text.splitlines():
+        clock, seconds, nanoseconds = line.split()
+        offsets[clock] = int(seconds) * 1_000_000_000 + int(nanoseconds)
+    return offsets
 
 
 def supported() -> str | None:

@@ -34,8 +34,12 @@ def test_ranks_are_forked_only_where_their_start_up_is_the_parent_s(tmp_path):
     hooked.mkdir()
     (hooked / "sitecustomize.py").write_text("")
     assert not _forkable(plain, {"PYTHONPATH": os.pathsep.join([str(hooked), *sys.path])})
-    python_settings = SimConfig(plugin="p.so", home=str(tmp_path), env=(("PYTHONHASHSEED", "1"),))
-    assert not _forkable(python_settings, env)
+    for startup in ("PYTHONHASHSEED", "LD_PRELOAD", "ASAN_OPTIONS", "MALLOC_ARENA_MAX"):
+        set_at_start = SimConfig(plugin="p.so", home=str(tmp_path), env=((startup, "1"),))
+        assert not _forkable(set_at_start, env), startup
+    assert _forkable(
+        SimConfig(plugin="p.so", home=str(tmp_path), env=(("COMMINSIGHT_X", "1"),)), env
+    )
 
 
 def test_a_forked_job_runs_every_rank_with_its_own_environment(plugin, tmp_path):
