@@ -99,7 +99,9 @@ def test_a_run_interrupted_with_a_step_open_resumes_to_the_same_spans(
         nonlocal calls
         save(self, states)
         calls += 1
-        if calls == saves:
+        # from the `saves`th checkpoint on, at the first that leaves a Step open (where the
+        # Steps lie among the checkpoints depends on the simulated run's timing)
+        if calls >= saves and any(g.open_step is not msgspec.UNSET for g in states.values()):
             raise Interrupted
 
     monkeypatch.setattr(checkpoint_module.CheckpointFile, "save", save_then_stop)
