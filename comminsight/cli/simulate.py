@@ -2,12 +2,14 @@
 with progress on a terminal, and print what the run did in the format chosen.
 
 A bad option or simulation configuration is named on stderr (exit 2); the summary goes to
-stdout, exit 0 when the run went as configured, 1 when it did not (its errors on stderr).
+stdout, exit 0 when the run went as configured, 1 when it did not (its errors on stderr) or
+when the home's trust walk refuses where its files would go (named on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -17,6 +19,7 @@ from comminsight.cli.output import Output, error, new_table, terminal_progress
 
 
 def cmd_sim(args: argparse.Namespace, console: Console) -> int:
+    from comminsight.agent.core.home_check import HomeError, make_trusted_dirs
     from comminsight.sim import SimConfigError, SimProgress, run_simulation, summarize
     from comminsight.sim.cli_args import config_from_args
 
@@ -32,6 +35,10 @@ def cmd_sim(args: argparse.Namespace, console: Console) -> int:
 
     try:
         config = config_from_args(args)
+        # the run's files (its configuration, ground truth, rank logs) go where the home's
+        # trust walk allows: run as root into a home another user controls, a link of theirs
+        # must not choose which of root's files are written
+        make_trusted_dirs(Path(config.out) if config.out else Path(config.home) / "sim")
         with progress:
             task = progress.add_task("preparing the run", total=None, arrivals="", finished="")
 
@@ -50,6 +57,9 @@ def cmd_sim(args: argparse.Namespace, console: Console) -> int:
     except SimConfigError as e:
         error(f"sim: {e}")
         return 2
+    except HomeError as e:
+        error(f"sim: refusing to write the run's files: {e}")
+        return 1
     except OSError as e:  # the home or the output directory cannot be used
         error(f"sim: {e.filename}: {e.strerror}" if e.filename else f"sim: {e}")
         return 1

@@ -14,6 +14,7 @@ reads garbage instead of silently working.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -24,6 +25,29 @@ from comminsight_gen.abi.nccl_profiler_v5 import EventState, EventType
 
 _MODULES = {4: nccl_profiler_v4, 5: nccl_profiler_v5, 6: nccl_profiler_v6}
 POISON = b"?"
+
+
+@functools.cache
+def abi_ffi(version: int) -> cffi.FFI:
+    """The FFI of one ABI version (the generated CDEF and the plugin's symbol), its types
+    parsed: one per process, shared by every plugin it opens. Parsing the CDEF (pycparser)
+    costs a rank process more CPU than its start-up, so the simulator's fork parent parses it
+    once for all the ranks it forks (forks)."""
+    ffi = cffi.FFI()
+    ffi.cdef(
+        _MODULES[version].CDEF
+        + f"\nextern ci_nccl_profiler_v{version}_t ncclProfiler_v{version};\n"
+    )
+    for ctype in (
+        f"ci_nccl_event_descr_v{version}_t *",
+        f"ci_nccl_state_args_v{version}_t *",
+        "char[]",
+        "void **",
+        "void *",
+        "int32_t *",
+    ):
+        ffi.typeof(ctype)
+    return ffi
 
 
 class PluginLoadError(RuntimeError):
@@ -46,7 +70,8 @@ class _CallStrings:
     def __call__(self, text: str | None):
         if text is None:
             return self._ffi.NULL
-        buf = self._ffi.new("char[]", text.encode())
+        # surrogateescape: a test can hand the plugin bytes that are not UTF-8, as C callers can
+        buf = self._ffi.new("char[]", text.encode("utf-8", "surrogateescape"))
         self._buffers.append(buf)
         return buf
 
@@ -65,10 +90,8 @@ class ProfilerAbi:
     version: int
 
     def __init__(self, path: str):
-        module = _MODULES[self.version]
         symbol = f"ncclProfiler_v{self.version}"
-        self.ffi = cffi.FFI()
-        self.ffi.cdef(module.CDEF + f"\nextern ci_nccl_profiler_v{self.version}_t {symbol};\n")
+        self.ffi = abi_ffi(self.version)
         try:
             self._lib = self.ffi.dlopen(path)
         except OSError as e:

@@ -1,9 +1,13 @@
 """Rank processes forked from one parent that has imported their code, not started as new
-interpreters: a fresh interpreter imports numpy and the simulator again for every process
-(about half a second of CPU each; a test suite starts thousands, a job of 64 ranks pays it 64
-times over). The launcher starts one `python -m comminsight.sim.forks` per run, sends it one
-request per process (its arguments, environment and log), and reads back each child's pid and,
-once it has ended, its exit status, as subprocess.Popen reports it (-N: killed by signal N).
+interpreters: a fresh interpreter imports numpy and the simulator and parses the plugin ABI's
+C declarations again for every process (more CPU than a short rank's whole run; a test suite
+starts thousands, a job of 64 ranks pays it 64 times over).
+
+One parent serves every run a launching process starts (`ForkParent.shared`): it is started
+once, with the launcher's environment, and lives until the launcher's end closes its stdin.
+The launcher sends it one request per rank process (its arguments, environment, working
+directory, umask and log) and reads back the child's pid and, once it has ended, its exit
+status, as subprocess.Popen reports it (-N: killed by signal N).
 
 The parent forks only while it runs no other thread (a child would inherit locks held by
 threads that do not exist in it). Each child replaces its environment with the one it was
@@ -13,8 +17,11 @@ main; it ends as that interpreter would, so buffers are flushed and exit handler
 
 from __future__ import annotations
 
+import gc
+import itertools
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -23,6 +30,21 @@ import time
 from pathlib import Path
 
 from comminsight.sim import rank_process
+from comminsight.sim.abi import abi_ffi
+
+# The parent imports numpy and the simulator before its first fork: seconds on a loaded
+# machine, never minutes
+START_DEADLINE_S = 120.0
+
+
+# Variables read once, as a process starts: by the dynamic loader (LD_PRELOAD: a sanitizer's
+# runtime), the C library, a sanitizer's runtime, or the interpreter
+STARTUP_VARIABLES = ("LD_", "GLIBC_", "MALLOC_", "ASAN_", "TSAN_", "UBSAN_", "LSAN_", "PYTHON")
+
+
+def startup_part(env: dict[str, str]) -> dict[str, str]:
+    """What of `env` a process reads only as it starts."""
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_VARIABLES)}
 
 
 class ForkedProcess:
@@ -34,17 +56,20 @@ class ForkedProcess:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        self._parent.collect(block=False)
         if self.returncode is None and self._parent.gone and not _alive(self.pid):
             self.returncode = 255  # its parent was killed: its status went with it
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
-            if not self._parent.collect(block=True, timeout=timeout):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired("rank process", timeout)
-            if self._parent.gone and self.poll() is None:  # an orphan: no report will come
+            if self._parent.gone:  # an orphan: no report will come
                 time.sleep(0.05)
+            else:
+                self._parent.wait_for_exit(self, left)
         return self.returncode
 
     def kill(self) -> None:
@@ -56,12 +81,34 @@ class ForkedProcess:
 
 
 class ForkParent:
-    """The launcher's side: requests go to the parent's stdin, reports come from its stdout."""
+    """The launcher's side: requests go to the parent's stdin, reports come from its stdout
+    (read by a thread of its own, so any thread may start and wait for processes)."""
+
+    _shared: ForkParent | None = None
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, env: dict[str, str]) -> ForkParent:
+        """This process's parent, started with `env` if none runs (or it has exited, or this
+        process is a fork of the one that started it: the pipe is not this process's, or it
+        was started with other STARTUP_VARIABLES: what its interpreter read as it started
+        would not be this environment's)."""
+        with cls._shared_lock:
+            parent = cls._shared
+            if parent is not None and parent._owner == os.getpid():
+                if parent._startup != startup_part(env):
+                    parent.close()  # it ends once the children it forked have
+                elif not parent.gone:
+                    return parent
+            parent = cls._shared = cls(env)
+            return parent
 
     def __init__(self, env: dict[str, str]) -> None:
         # numpy's BLAS would start a thread of its own in the parent at import: none, so that
         # the parent forks with no thread but its main one
         env = {**env, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        self._owner = os.getpid()
+        self._startup = startup_part(env)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "comminsight.sim.forks"],
             env=env,
@@ -69,54 +116,81 @@ class ForkParent:
             stdout=subprocess.PIPE,
             stderr=None,
         )
-        self._children: dict[int, ForkedProcess] = {}
-        self._lines: list[str] = []
+        self._ids = itertools.count(1)
+        self._write_lock = threading.Lock()
         self._cond = threading.Condition()
+        self._started: dict[int, str] = {}  # request id -> its reply
+        self._exits: dict[int, int] = {}  # pid -> status, for pids not yet known here
+        self._children: dict[int, ForkedProcess] = {}
         self.gone = False  # the parent has exited: no more reports
         self._reader = threading.Thread(target=self._read, name="sim-fork-reports", daemon=True)
         self._reader.start()
 
     def start(self, argv: list[str], env: dict[str, str], log: Path) -> ForkedProcess:
-        request = json.dumps({"argv": argv, "env": env, "log": str(log)}) + "\n"
-        self._proc.stdin.write(request.encode())
-        self._proc.stdin.flush()
+        request_id = next(self._ids)
+        umask = os.umask(0)
+        os.umask(umask)
+        request = {
+            "id": request_id,
+            "argv": argv,
+            "env": env,
+            "log": str(log),
+            "cwd": os.getcwd(),
+            "umask": umask,
+        }
+        with self._write_lock:
+            try:
+                self._proc.stdin.write((json.dumps(request) + "\n").encode())
+                self._proc.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass  # it has exited: said below
+        deadline = time.monotonic() + START_DEADLINE_S
         with self._cond:
-            while not any(line.startswith("started ") for line in self._lines):
+            while request_id not in self._started:
                 if self.gone:
                     raise RuntimeError(
                         f"the simulator's fork parent exited with status {self._proc.returncode}"
                     )
-                self._cond.wait()
-            line = next(line for line in self._lines if line.startswith("started "))
-            self._lines.remove(line)
-            child = ForkedProcess(self, int(line.split()[1]))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._proc.kill()  # a parent that cannot fork now never will
+                    raise RuntimeError(
+                        f"the simulator's fork parent (pid {self._proc.pid}) started no rank "
+                        f"process within {START_DEADLINE_S:.0f} s: killed"
+                    )
+                self._cond.wait(left)
+            reply = self._started.pop(request_id)
+            if not reply.isdigit():
+                raise RuntimeError(f"the simulator's fork parent could not fork: {reply}")
+            child = ForkedProcess(self, int(reply))
             self._children[child.pid] = child
+            if child.pid in self._exits:  # it ended before its start was read here
+                child.returncode = self._exits.pop(child.pid)
         return child
 
     def close(self) -> None:
         """No more requests: the parent ends once every child has."""
-        self._proc.stdin.close()
+        with self._write_lock:
+            self._proc.stdin.close()
 
-    def collect(self, block: bool, timeout: float | None = None) -> bool:
-        """Apply the exit reports received; `block`: wait for one (False when `timeout`
-        passes without one)."""
+    def wait_for_exit(self, child: ForkedProcess, timeout: float | None) -> None:
+        """Until `child`'s exit is reported, the parent is gone, or `timeout` passes."""
         with self._cond:
-            if block and not self._has_exit():
-                if not self._cond.wait_for(self._has_exit, timeout):
-                    return False
-            for line in [line for line in self._lines if line.startswith("exited ")]:
-                self._lines.remove(line)
-                _, pid, code = line.split()
-                self._children[int(pid)].returncode = int(code)
-            return True
-
-    def _has_exit(self) -> bool:
-        return self.gone or any(line.startswith("exited ") for line in self._lines)
+            self._cond.wait_for(lambda: child.returncode is not None or self.gone, timeout)
 
     def _read(self) -> None:
         for raw in self._proc.stdout:
+            words = raw.decode().split(maxsplit=2)
             with self._cond:
-                self._lines.append(raw.decode().strip())
+                if words[:1] == ["started"] and len(words) == 3:
+                    self._started[int(words[1])] = words[2].strip()
+                elif words[:1] == ["exited"] and len(words) == 3:
+                    pid, status = int(words[1]), int(words[2])
+                    child = self._children.pop(pid, None)
+                    if child is None:
+                        self._exits[pid] = status
+                    else:
+                        child.returncode = status
                 self._cond.notify_all()
         self._proc.wait()
         with self._cond:
@@ -141,50 +215,114 @@ def _report(line: str) -> None:
     os.write(1, (line + "\n").encode())  # unbuffered: a child inherits no pending report
 
 
-def _serve() -> tuple[list[str], dict[str, str], str] | None:
-    """Fork a child per request until stdin ends, then reap them all. Returns in a child
-    (its request), None in the parent."""
-    children = 0
-    for raw in sys.stdin.buffer:
-        request = json.loads(raw)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            return request["argv"], request["env"], request["log"]
-        children += 1
-        _report(f"started {pid}")
-    while children:
+class _Requests:
+    """Complete request lines from stdin, read as they come (the parent also waits for its
+    children's exits, so it never blocks on a partial line)."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self.ended = False
+
+    def read(self) -> list[dict]:
+        data = os.read(0, 1 << 16)
+        if not data:
+            self.ended = True
+        *lines, self._pending = (self._pending + data).split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def _reap() -> int:
+    """Report every child that has ended; how many."""
+    reaped = 0
+    while True:
         try:
-            pid, status = os.wait()
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            break
-        children -= 1
+            return reaped
+        if pid == 0:
+            return reaped
         _report(f"exited {pid} {os.waitstatus_to_exitcode(status)}")
+        reaped += 1
+
+
+def _serve() -> dict | None:
+    """Fork a child per request, reporting each child's start and end, until stdin ends and
+    every child has. Returns in a child (its request), None in the parent."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select below
+    requests, children = _Requests(), 0
+    while not requests.ended or children:
+        watched = [wake_r] if requests.ended else [0, wake_r]
+        try:
+            ready, _, _ = select.select(watched, [], [])
+        except InterruptedError:
+            ready = []
+        if wake_r in ready:
+            os.read(wake_r, 1 << 12)
+        children -= _reap()
+        if 0 not in ready:
+            continue
+        for request in requests.read():
+            if request["argv"] and rank_process.prebuild_plan(request["argv"][0]):
+                # the new plan out of every child's collections too, the old one (and
+                # whatever cycles it made) collected
+                gc.unfreeze()
+                gc.collect()
+                gc.freeze()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            try:
+                pid = os.fork()
+            except OSError as e:
+                _report(f"started {request['id']} {e}")
+                continue
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.close(wake_r)
+                os.close(wake_w)
+                return request
+            children += 1
+            _report(f"started {request['id']} {pid}")
     return None
 
 
-def _become(argv: list[str], env: dict[str, str], log: str) -> None:
-    """In a child: the rank process's environment, log and standard streams."""
+def _become(request: dict) -> list[str]:
+    """In a child: the rank process's environment, directory, umask, log and standard
+    streams; its arguments."""
     os.environ.clear()
-    os.environ.update(env)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    sys.argv = [rank_process.__file__, *argv]
+    sys.argv = [rank_process.__file__, *request["argv"]]
+    return request["argv"]
+
+
+def _prepare() -> None:
+    """What every child would otherwise do for itself: parse the ABI declarations. The
+    objects made so far are frozen out of the collector's reach, so no child's collections
+    walk (and copy, page by page) the parent's heap."""
+    for version in (4, 5, 6):
+        abi_ffi(version)
+    gc.collect()
+    gc.freeze()
 
 
 def main() -> int:
+    _prepare()
     request = _serve()
     if request is None:
         return 0
-    argv, env, log = request
-    _become(argv, env, log)
-    return rank_process.main(argv)
+    return rank_process.main(_become(request))
 
 
 if __name__ == "__main__":

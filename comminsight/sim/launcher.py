@@ -28,7 +28,7 @@ import comminsight_gen
 from comminsight.sim.board import R_PROGRESS, R_SINCE, R_STATE, Board, RankState, shared_clock_ns
 from comminsight.sim.config import SimConfig, SimConfigError
 from comminsight.sim.cuda_runtime import SIM_RUNTIME, build_sim_runtime
-from comminsight.sim.forks import ForkParent
+from comminsight.sim.forks import STARTUP_VARIABLES, ForkParent
 from comminsight.sim.plan import WorkloadPlan
 from comminsight.sim.workloads import build_plan
 
@@ -197,29 +197,19 @@ def _start_ranks(config: SimConfig, run_dir: Path) -> list:
     """One process per group of ranks_per_process ranks (its log is named by its first):
     forked from one parent that has imported the simulator (forks), or, for a process run
     under a prefix (another namespace), a new interpreter of its own."""
-    procs, parent = [], None
-    try:
-        for process in range(config.processes):
-            ranks = config.ranks_of_process(process)
-            log_path = run_dir / f"rank-{ranks[0]:05d}.log"
-            os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT, 0o600))
-            args = [str(run_dir), *map(str, ranks)]
-            env = _process_env(config, process)
-            if config.prefix_of(process) or not _forkable(config, env):
-                procs.append(_interpreter(config.prefix_of(process), args, env, log_path))
-                continue
-            if parent is None:
-                parent = ForkParent({**os.environ, "PYTHONPATH": _python_path()})
-            procs.append(parent.start(args, env, log_path))
-    finally:
-        if parent is not None:
-            parent.close()
+    procs = []
+    for process in range(config.processes):
+        ranks = config.ranks_of_process(process)
+        log_path = run_dir / f"rank-{ranks[0]:05d}.log"
+        os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT, 0o600))
+        args = [str(run_dir), *map(str, ranks)]
+        env = _process_env(config, process)
+        if config.prefix_of(process) or not _forkable(config, env):
+            procs.append(_interpreter(config.prefix_of(process), args, env, log_path))
+            continue
+        parent = ForkParent.shared({**os.environ, "PYTHONPATH": _python_path()})
+        procs.append(parent.start(args, env, log_path))
     return procs
-
-
-# Variables read once, as a process starts: by the dynamic loader (LD_PRELOAD: a sanitizer's
-# runtime), the C library, a sanitizer's runtime, or the interpreter
-STARTUP_VARIABLES = ("LD_", "GLIBC_", "MALLOC_", "ASAN_", "TSAN_", "UBSAN_", "LSAN_", "PYTHON")
 
 
 def _forkable(config: SimConfig, env: dict[str, str]) -> bool:

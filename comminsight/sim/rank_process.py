@@ -81,12 +81,36 @@ class SharedProcess:
         return cls(abi, abi.new_activation_mask(), cuda)
 
 
+# A run's plan, built by the fork parent before it forks the run's first rank process, for
+# every one of them (a plan of a large run costs a rank more CPU than its share of the run),
+# with the config.json it was built from: config text -> plan (the latest run's only)
+_PREBUILT: dict[str, object] = {}
+
+
+def prebuild_plan(run_dir: str) -> bool:
+    """In the fork parent: build the run's plan once, for the rank processes it forks; whether
+    the plan held changed. A config that cannot be read or planned is left to the ranks,
+    which report it."""
+    try:
+        text = (Path(run_dir) / "config.json").read_text()
+        if text in _PREBUILT:
+            return False
+        _PREBUILT.clear()
+        _PREBUILT[text] = build_plan(SimConfig.from_json(text))
+    except Exception:  # the parent serves other runs; the ranks say why
+        _PREBUILT.clear()
+    return True
+
+
 class RankRunner:
     def __init__(self, run_dir: Path, rank: int, process: SharedProcess | None = None):
         self.run_dir, self.rank = run_dir, rank
         self.process = process  # None: the rank is the process's only one and loads it
-        self.config = SimConfig.load(run_dir / "config.json")
-        self.plan = build_plan(self.config)
+        text = (run_dir / "config.json").read_text()
+        self.config = SimConfig.from_json(text)
+        # a prebuilt plan only where no other rank of this process shares (and plays) it
+        prebuilt = _PREBUILT.get(text) if process is None else None
+        self.plan = prebuilt if prebuilt is not None else build_plan(self.config)
         self.board = Board.attach(run_dir / "board.bin", self.plan.world, len(self.plan.instances))
         self.faults = [f for f in self.config.faults if f.rank == rank]
         self.scale = self.config.time_scale

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
-from comminsight.sim import SimConfig, run_simulation
+import pytest
+
+from comminsight.sim import SimConfig, forks, rank_process, run_simulation
 from comminsight.sim.forks import ForkParent
 from comminsight.sim.launcher import _forkable, _python_path
 
@@ -59,3 +62,81 @@ def test_a_forked_job_runs_every_rank_with_its_own_environment(plugin, tmp_path)
     # each node's ranks logged under their own node's home (COMMINSIGHT_HOME per process)
     for node in ("n0", "n1"):
         assert len(list((tmp_path / node / "inspector_logs").glob("ci-*.jsonl"))) == 2, node
+
+
+def test_a_fork_parent_that_starts_nothing_is_killed_and_named(tmp_path, monkeypatch):
+    # an interpreter that never answers (a parent stuck before its first fork)
+    stuck = tmp_path / "stuck-python"
+    stuck.write_text("#!/bin/sh\nexec sleep 600\n")
+    stuck.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(stuck))
+    monkeypatch.setattr(forks, "START_DEADLINE_S", 1.0)
+    parent = ForkParent(dict(os.environ))
+    with pytest.raises(RuntimeError, match=r"fork parent \(pid \d+\) started no rank process"):
+        parent.start(["run"], {}, tmp_path / "a.log")
+    assert parent._proc.wait(timeout=60) == -9
+
+
+def test_one_parent_serves_every_run_each_from_the_launcher_s_directory_then(tmp_path, monkeypatch):
+    base = {**os.environ, "PYTHONPATH": _python_path()}
+    parent = ForkParent.shared(base)
+    assert ForkParent.shared(dict(base)) is parent  # later runs of this process: the same
+    env = {"PATH": os.environ["PATH"]}
+    (tmp_path / "cwd0" / "run-here").mkdir(parents=True)
+    (tmp_path / "cwd0" / "run-here" / "config.json").write_text("{not json")
+    (tmp_path / "cwd1").mkdir()
+    children = []
+    for k in (0, 1):
+        monkeypatch.chdir(tmp_path / f"cwd{k}")
+        children.append(parent.start(["run-here", "0"], env, tmp_path / f"{k}.log"))
+    assert [c.wait(timeout=60) for c in children] == [1, 1]
+    assert "JSONDecodeError" in (tmp_path / "0.log").read_text()  # its config, in cwd0
+    assert "FileNotFoundError" in (tmp_path / "1.log").read_text()  # none in cwd1
+    assert not parent.gone
+
+
+def test_starts_from_many_threads_each_get_their_own_child(tmp_path):
+    parent = ForkParent.shared({**os.environ, "PYTHONPATH": _python_path()})
+    env = {"PATH": os.environ["PATH"]}
+    got: dict[int, forks.ForkedProcess] = {}
+
+    def start(k: int) -> None:
+        # usage errors (status 2) for even k, a missing run directory (1) for odd k
+        argv = ["only-a-run-dir"] if k % 2 == 0 else [str(tmp_path / f"none{k}"), "0"]
+        got[k] = parent.start(argv, env, tmp_path / f"t{k}.log")
+
+    threads = [threading.Thread(target=start, args=(k,)) for k in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({c.pid for c in got.values()}) == 12
+    assert {k: c.wait(timeout=60) for k, c in got.items()} == {k: 2 - k % 2 for k in range(12)}
+    for k in range(1, 12, 2):
+        assert f"none{k}" in (tmp_path / f"t{k}.log").read_text()
+
+
+def test_a_plan_is_prebuilt_once_per_config_and_never_for_one_that_fails(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    config = SimConfig(plugin="p.so", home=str(tmp_path), workload="ddp", ranks=2, steps=1)
+    (run / "config.json").write_text(config.to_json())
+    monkeypatch.setattr(rank_process.Board, "attach", staticmethod(lambda *a: None))
+    rank_process.prebuild_plan(str(run))
+    prebuilt = rank_process._PREBUILT[config.to_json()]
+    assert rank_process.RankRunner(run, 0).plan is prebuilt
+    assert rank_process.RankRunner(run, 1, process=object()).plan is not prebuilt
+    (run / "config.json").write_text("{broken")
+    rank_process.prebuild_plan(str(run))  # no exception: the ranks report it
+    assert rank_process._PREBUILT == {}
+    rank_process.prebuild_plan(str(tmp_path / "missing"))
+
+
+def test_a_launcher_whose_start_up_variables_changed_gets_a_new_parent(monkeypatch):
+    base = {**os.environ, "PYTHONPATH": _python_path()}
+    parent = ForkParent.shared(base)
+    assert ForkParent.shared({**base, "COMMINSIGHT_X": "1"}) is parent  # read at run time
+    other = ForkParent.shared({**base, "MALLOC_ARENA_MAX": "2"})  # read as a process starts
+    assert other is not parent
+    assert parent._proc.wait(timeout=60) == 0  # the old one ended: it had no child left
+    assert ForkParent.shared({**base, "MALLOC_ARENA_MAX": "2"}) is other
