@@ -13,6 +13,7 @@ from comminsight.agent.steps.restored_context import (
     PlacedRecords,
     StepSpan,
     labelled_context,
+    newest_within,
     written_spans,
 )
 from comminsight.semantic.op_batch import CommTable, SegmentTable
@@ -68,9 +69,30 @@ def test_a_step_counting_other_ops_than_the_ring_holds_is_not_taken_back():
 
 
 def test_only_records_of_the_steps_wanted_are_gathered():
-    placed = PlacedRecords(spans(6, 4))
+    placed = PlacedRecords(spans(6, 4), most_records=1000)
     placed.add(ddp_slots(10), COMMS)
     assert int(np.concatenate(placed.records)["seq"].min()) == 6 * PER_STEP + 1
+
+
+def test_the_records_gathered_stay_bounded_whatever_the_summaries_claim():
+    # a damaged summary file names ring record 1 as a Step's first: the whole ring would do
+    claimed = [StepSpan(0, 1, 100 * PER_STEP, 100 * PER_STEP)]
+    placed = PlacedRecords(claimed, most_records=12)
+    slots = ddp_slots(100)
+    for part in np.array_split(slots, 37):  # as the ring is read, a few records a pass
+        placed.add(part, COMMS)
+        assert placed.held == sum(len(r) for r in placed.records) <= 12
+    kept = np.concatenate(placed.records)["seq"].tolist()
+    assert kept == slots["seq"][-12:].tolist()  # the newest
+    placed.add(ddp_slots(3)[:0], COMMS)
+    assert placed.held == 12
+
+
+def test_a_step_left_open_larger_than_the_context_gives_none():
+    written = spans(0, 3)
+    huge_open = StepSpan(3, 3 * PER_STEP + 1, 10**6, 10**6)
+    assert newest_within([*written, huge_open], 4 * PER_STEP) == []
+    assert newest_within(written, 2 * PER_STEP) == written[1:]
 
 
 def _summary_line(k: int, ring_first: int, ring_last: int, ops: int) -> bytes:

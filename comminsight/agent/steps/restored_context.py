@@ -64,6 +64,11 @@ def written_spans(path: Path, size: int, most_ops: int) -> list[StepSpan]:
                 spans.clear()
             else:
                 spans.append(span)
+    return newest_within(spans, most_ops)
+
+
+def newest_within(spans: list[StepSpan], most_ops: int) -> list[StepSpan]:
+    """The newest of `spans` that hold at most `most_ops` ops together."""
     total, keep = 0, len(spans)
     while keep and total + spans[keep - 1].op_count <= most_ops:
         keep -= 1
@@ -94,21 +99,32 @@ def open_span(step: OpenStep | None) -> StepSpan | None:
 @dataclass
 class PlacedRecords:
     """The ring records of a restored GPU that its engine had placed before the checkpoint,
-    gathered while the hook skips them (at most those of the Steps in `spans`)."""
+    gathered while the hook skips them: those from the first record of the Steps in `spans`
+    on, and never more than `most_records` (the newest kept), whatever a summary file says
+    its Steps' records are (one read back from a damaged file may name record 0)."""
 
     spans: list[StepSpan]
+    most_records: int
     records: list[np.ndarray] = field(default_factory=list)
     comms: dict = field(default_factory=dict)
+    held: int = 0
 
     @property
     def lowest_ring(self) -> int:
         return min(s.first_ring for s in self.spans)
 
     def add(self, records: np.ndarray, comms: dict) -> None:
-        wanted = records[records["seq"] >= self.lowest_ring]
-        if len(wanted):
-            self.records.append(wanted)
-            self.comms.update(comms)
+        wanted = records[records["seq"] >= self.lowest_ring][-self.most_records :]
+        if not len(wanted):
+            return
+        self.records.append(wanted)
+        self.comms.update(comms)
+        self.held += len(wanted)
+        while self.held - len(self.records[0]) >= self.most_records:
+            self.held -= len(self.records.pop(0))
+        if self.held > self.most_records:
+            self.records[0] = self.records[0][self.held - self.most_records :]
+            self.held = self.most_records
 
 
 def labelled_context(ops: OpBatch, spans: list[StepSpan]) -> tuple[OpBatch, np.ndarray] | None:

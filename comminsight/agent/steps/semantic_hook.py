@@ -62,6 +62,7 @@ from comminsight.agent.steps.restarts import (
 from comminsight.agent.steps.restored_context import (
     PlacedRecords,
     labelled_context,
+    newest_within,
     open_span,
     written_spans,
 )
@@ -604,15 +605,18 @@ class SemanticEngineHook:
     ) -> PlacedRecords | None:
         """Where to gather a restored GPU's context from: its last Steps written (and the one
         left open), within what the node's cut keeps as context."""
+        most = self.live_cut.max_context
         try:
-            spans = written_spans(out.path, state.output.byte_offset, self.live_cut.max_context)
+            spans = written_spans(out.path, state.output.byte_offset, most)
         except (OSError, ValueError) as e:  # the file is checked again by every write
             log.warning("semantic engine: %s: its last Steps cannot be read (%s)", out.path, e)
             spans = []
         last = open_span(engine.open)
         if last is not None:
-            spans.append(last)
-        return PlacedRecords(spans) if spans else None
+            spans = newest_within([*spans, last], most)
+        # a Step is taken back whole or not at all: records beyond twice the context are
+        # of no use to it (ops are placed by issue order, so a few more than the Steps hold)
+        return PlacedRecords(spans, most_records=2 * most) if spans else None
 
     def _hand_context(self, g: _Gpu) -> None:
         """Give the node's cut what g had placed before the restart (see restored_context)."""
