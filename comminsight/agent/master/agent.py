@@ -235,7 +235,8 @@ class MasterAgentService(AgentService):
                     f"{node.last_reject.message}"
                 )
         last = self.server.last_unauthenticated
-        if last is not None and time.time_ns() - last.at_real_ns < RECENT_REFUSAL_NS:
+        recent = now - self.server.last_unauthenticated_mono_ns < RECENT_REFUSAL_NS
+        if last is not None and recent:
             reasons.append(
                 f"{self.server.unauthenticated_rejects} registrations or streams without the "
                 f"token refused, the latest from {last.peer}: {last.message}"

@@ -101,6 +101,7 @@ class AgentMasterServer:
         self.strangers_unrecorded = 0  # refusals of unknown names past MAX_REFUSED_STRANGERS
         self.unauthenticated_rejects = 0  # refusals of peers without the token: nobody's
         self.last_unauthenticated: api.NodeReject | None = None
+        self.last_unauthenticated_mono_ns = 0
         self._unauthenticated_log = RateLimitedLog(
             log, "refused a peer without the token", PERSISTENT_PERIOD_S, logging.ERROR
         )
@@ -199,9 +200,10 @@ class AgentMasterServer:
             trailing_metadata=((REJECT_KEY, reject.SerializeToString()),),
         )
 
-    async def _refuse_unauthenticated(self, context, reject: pb.Reject, peer: str) -> None:
-        """A peer that did not prove it is one of the job's slaves: whatever node name it
-        gave is not believed, so no node's record is touched."""
+    def note_unauthenticated(self, reject: pb.Reject, peer: str) -> None:
+        """Count and log a refusal of a peer without the token. How long it stays recent is
+        measured on the monotonic clock: a step of the wall clock (NTP) would otherwise hide
+        it at once or show it for hours."""
         self.unauthenticated_rejects += 1
         self.last_unauthenticated = api.NodeReject(
             reason=reason_name(reject.reason),
@@ -209,7 +211,13 @@ class AgentMasterServer:
             at_real_ns=time.time_ns(),
             peer=peer[:512],
         )
+        self.last_unauthenticated_mono_ns = time.monotonic_ns()
         self._unauthenticated_log.note(f"from {peer}: {reject.message}")
+
+    async def _refuse_unauthenticated(self, context, reject: pb.Reject, peer: str) -> None:
+        """A peer that did not prove it is one of the job's slaves: whatever node name it
+        gave is not believed, so no node's record is touched."""
+        self.note_unauthenticated(reject, peer)
         await context.abort(
             STATUS_OF[reject.reason],
             reject.message,
