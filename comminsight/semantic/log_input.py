@@ -53,7 +53,7 @@ from comminsight.semantic.op_times import op_times
 from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.positions import LogPosition
 from comminsight.semantic.process_gpus import GpuOfProcess, ProcessMembers, split_process
-from comminsight.untrusted_json import NOT_JSON
+from comminsight.untrusted_json import NOT_JSON, decode_mending_utf8
 from comminsight_gen.inspector_log_v1_fields import V
 from comminsight_gen.models.inspector_log_v1_lean import EngineHeader, EngineLine
 
@@ -154,8 +154,8 @@ class GpuLog:
 
     def _anchor(self, data: bytes) -> tuple[int, int]:
         first = data[: data.find(b"\n") + 1]
-        try:
-            ci = _DECODER.decode(first).ci
+        try:  # (a bad line is named where every line is read)
+            ci = decode_mending_utf8(_DECODER.decode, first)[0].ci
         except BAD_JSON:
             ci = None
         if ci is None or ci.kind != V.SEGMENT_START or ci.clock is None:
@@ -354,10 +354,12 @@ class _SegmentReader:
             line_no = record + r
             line = data[start:end]
             try:
-                decoded = _DECODER.decode(line)
+                decoded, mended = decode_mending_utf8(_DECODER.decode, line)
             except BAD_JSON as e:
                 problems.append(f"{path}:{line_no + 1}: not an inspector-log line: {e}")
                 continue
+            if mended:
+                problems.append(f"{path}:{line_no + 1}: {mended}")
             ci = decoded.ci
             if ci is not None and ci.kind == V.SEAL:
                 crc = seal[1] if seal is not None and seal[0] == start else crc32(data[:start])
@@ -378,6 +380,8 @@ class _SegmentReader:
             op = _op(decoded, anchor, position, gpu_offset)
             if op is not None:
                 py_ops.append((r, op))
+            elif (unread := _unread(decoded)) is not None:
+                problems.append(f"{path}:{line_no + 1}: {unread}; left out")
         if no_seal and rest < len(data) and not path.name.endswith(".partial"):
             problems.append(f"{path}:{record + n + 1}: truncated line (no newline) at the end")
         elif (
@@ -514,6 +518,17 @@ def _comm_id(nccl_id: str) -> str:
     if comm_id is None:
         comm_id = _COMM_IDS[nccl_id] = nccl_id.removeprefix("0x").rjust(16, "0")
     return comm_id
+
+
+def _unread(line: EngineLine) -> str | None:
+    """Why a line that gave no op is worth naming: an op kind without what an op needs, or a
+    line of neither format (a key garbled); None for the lines that are no op by design."""
+    ci = line.ci
+    if ci is None:
+        return None if line.header is not None else "neither a CommInsight nor an Inspector line"
+    if ci.kind in _OP_KINDS:
+        return f"a {ci.kind} line without its header or perf object"
+    return None
 
 
 def _op(

@@ -41,7 +41,7 @@ import msgspec
 from comminsight.log_segments import SEGMENT_BYTES_MAX
 from comminsight.safe_open import open_regular, read_regular
 from comminsight.semantic import native
-from comminsight.untrusted_json import NOT_JSON
+from comminsight.untrusted_json import NOT_JSON, decode_mending_utf8
 from comminsight_gen.inspector_log_v1_fields import F, V
 from comminsight_gen.models.inspector_log_v1_lean import MembersCi, MembersCommIdentity, MembersLine
 
@@ -178,8 +178,8 @@ def _decode(data, line_start: int) -> MembersCi | None:
     end = data.find(b"\n", line_start)
     if end < 0:
         return None  # an unfinished last line
-    try:
-        return _DECODER.decode(data[line_start:end]).ci
+    try:  # (a bad line is named where every line is read)
+        return decode_mending_utf8(_DECODER.decode, data[line_start:end])[0].ci
     except NOT_JSON:
         return None
 

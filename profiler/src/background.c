@@ -23,13 +23,26 @@
 static pthread_t writer_thread, bg_thread;
 static bool writer_started, bg_started;
 static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t wake; /* made by make_wake(): it waits on CLOCK_MONOTONIC */
 static bool stopping;
 static uint64_t fifo_event_seq;
 
+/* The threads' periods are measured on CLOCK_MONOTONIC: a deadline on the wall clock moves
+ * with it, and NTP stepping it back 15 s stalled the log writer 15 s while the ring wrapped. */
+static bool wake_made; /* under ci_g.lock, or in a forked child's only thread */
+
+static void make_wake(void) {
+    wake_made = true;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&wake, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
 static void sleep_ms(uint32_t ms) {
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += ms / 1000;
     until.tv_nsec += (long)(ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L) {
@@ -313,6 +326,7 @@ static int start_blocked(pthread_t* t, void* (*fn)(void*)) {
 /* Called with ci_g.lock held. */
 int ci_threads_start(void) {
     if (ci_g.threads_running) return 0;
+    if (!wake_made) make_wake();
     pthread_mutex_lock(&wake_lock);
     stopping = false;
     pthread_mutex_unlock(&wake_lock);
@@ -342,5 +356,5 @@ void ci_threads_forget_after_fork(void) {
     bg_started = writer_started = false;
     stopping = false;
     pthread_mutex_init(&wake_lock, NULL);
-    pthread_cond_init(&wake, NULL);
+    make_wake();
 }

@@ -160,6 +160,7 @@ uint8_t ci_algo_of(const char* name);
 uint8_t ci_proto_of(const char* name);
 uint32_t ci_datatype_size(uint8_t datatype);
 void ci_copy_name(char* dst, size_t size, const char* src, bool* truncated);
+size_t ci_utf8_trim_tail(const char* s, size_t n);
 
 /* ---- per-thread state (thread.c): one initial-exec TLS pointer, blocks preallocated ---- */
 #define CI_POOL_CACHE 64

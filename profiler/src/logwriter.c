@@ -118,13 +118,51 @@ static void put(const char* fmt, ...) {
     if (n > 0) w.len += ((size_t)n < BUF_SIZE - w.len) ? (size_t)n : BUF_SIZE - w.len - 1;
 }
 
+/* How many bytes at s form one well-formed UTF-8 character (Unicode table 3-7: no overlong
+ * forms, surrogates or code points past U+10FFFF); 0 if none does, with *bad set to the bytes
+ * one U+FFFD stands for (the maximal subpart, as Python's decode(errors="replace") counts them,
+ * so a name reads the same from a log line as from the SHM table). s is NUL-terminated. */
+static size_t utf8_char(const unsigned char* s, size_t* bad) {
+    unsigned char c = s[0];
+    size_t need;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    else if (c >= 0xE0 && c <= 0xEF) need = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) need = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return *bad = 1, 0;
+    for (size_t i = 1; i < need; i++) {
+        unsigned char b = s[i];
+        if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xBF)) return *bad = i, 0;
+    }
+    return need;
+}
+
+/* A JSON string of whatever bytes s holds: names come from NCCL, the application and the
+ * environment, and one byte that is not UTF-8 makes the whole line unreadable to a strict
+ * reader, so such bytes are written as U+FFFD. Whole characters only: the buffer's end never
+ * cuts one. */
 static void put_str(const char* key, const char* s) {
     put("\"%s\":\"", key);
-    for (; *s && w.len < BUF_SIZE - 8; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') put("\\%c", c);
-        else if (c < 0x20) put("\\u%04x", c);
-        else w.buf[w.len++] = (char)c;
+    const unsigned char* p = (const unsigned char*)s;
+    while (*p && w.len < BUF_SIZE - 8) {
+        unsigned char c = *p;
+        if (c < 0x80) {
+            if (c == '"' || c == '\\') put("\\%c", c);
+            else if (c < 0x20) put("\\u%04x", c);
+            else w.buf[w.len++] = (char)c;
+            p++;
+            continue;
+        }
+        size_t bad = 0, n = utf8_char(p, &bad);
+        if (n == 0) {
+            put("\\ufffd");
+            p += bad;
+            continue;
+        }
+        memcpy(w.buf + w.len, p, n);
+        w.len += n;
+        p += n;
     }
     put("\"");
 }

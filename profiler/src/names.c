@@ -111,6 +111,20 @@ uint32_t ci_datatype_size(uint8_t datatype) {
     }
 }
 
+/* The length of s[0..n) less a character its end cuts: the lead byte of the last character
+ * and its continuation bytes go when fewer than its length fit. Names in fixed fields are cut
+ * on character boundaries, or every line that carries them is not UTF-8; bytes that were never
+ * UTF-8 are left as they are (whoever writes them out as text escapes them). */
+size_t ci_utf8_trim_tail(const char* s, size_t n) {
+    size_t k = n;
+    while (k > 0 && n - k < 4 && ((unsigned char)s[k - 1] & 0xC0) == 0x80) k--;
+    if (k == 0) return n;
+    unsigned char lead = (unsigned char)s[k - 1];
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (lead >= 0xF8 || need == 1) return n; /* not a lead byte: nothing of ours was cut */
+    return need > n - (k - 1) ? k - 1 : n;
+}
+
 /* Copy a NUL-terminated string NCCL owns into a fixed field; never reads past `size - 1`. */
 void ci_copy_name(char* dst, size_t size, const char* src, bool* truncated) {
     if (truncated) *truncated = false;
@@ -120,7 +134,7 @@ void ci_copy_name(char* dst, size_t size, const char* src, bool* truncated) {
     }
     size_t n = strnlen(src, size);
     if (n >= size) {
-        n = size - 1;
+        n = ci_utf8_trim_tail(src, size - 1);
         if (truncated) *truncated = true;
     }
     memcpy(dst, src, n);

@@ -35,6 +35,7 @@ static void process_name(char* out, size_t size) {
     if (n <= 0) return;
     for (ssize_t i = 0; i < n - 1; i++)
         if (out[i] == '\0') out[i] = ' '; /* argv separators */
+    if ((size_t)n == size - 1) n = (ssize_t)ci_utf8_trim_tail(out, (size_t)n); /* maybe cut */
     out[n] = '\0';
 }
 
@@ -48,7 +49,7 @@ static bool k8s_indexed_job(const char* host, char* out, size_t size) {
     size_t n = strlen(host), k = strlen(index);
     if (n < k + 2 || host[n - k - 1] != '-' || strcmp(host + n - k, index) != 0) return false;
     size_t len = n - k - 1;
-    if (len >= size) len = size - 1;
+    if (len >= size) len = ci_utf8_trim_tail(host, size - 1);
     memcpy(out, host, len);
     out[len] = '\0';
     return true;
