@@ -145,6 +145,23 @@ def odd_strings(d: Driver) -> dict:
     return out
 
 
+# Names whose bytes the SHM field cuts inside a character (2-, 3- and 4-byte characters),
+# and names with bytes that were never UTF-8 (as os.fsencode writes "\udcff": 0xff).
+BYTE_NAMES = ("é" * 100, "中" * 50, "x" + "😀" * 40, "grp\udcff\udcfe:fsdp", "\udcc3")
+
+
+def odd_bytes_names(d: Driver) -> dict:
+    ctxs = [d.init(0xB0 + i, name=name).context for i, name in enumerate(BYTE_NAMES)]
+    for seq in range(3):
+        for ctx in ctxs:
+            d.coll(ctx, seq)
+    r = settled(region())
+    names = [bytes(r.comms[i]["name"]).split(b"\0")[0].hex() for i in range(len(BYTE_NAMES))]
+    for ctx in ctxs:
+        d.abi.finalize(ctx)
+    return {"shm_names": names}
+
+
 def unknown_events(d: Driver) -> dict:
     ctx = d.init(0xA2).context
     for bad_type in (1 << 20, 0x6, 1 << 40):
@@ -514,6 +531,7 @@ SCENARIOS = {
     f.__name__: f
     for f in (
         odd_strings,
+        odd_bytes_names,
         unknown_events,
         stop_without_start,
         late_kernel_channels,

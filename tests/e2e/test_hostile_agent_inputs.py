@@ -5,12 +5,14 @@ what a dead process recorded reaches its logs before its region goes."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -968,6 +970,104 @@ def test_a_recovery_that_fails_for_another_reason_is_retired_counted_and_named(
     (problem,) = producers.problems()
     assert problem.startswith("SHM file dead.shm retired: pid ")
     assert f"{min(head, cap)} records only its SHM region held were not written" in problem
+
+
+def _ring_ops(region_path: Path) -> tuple[int, int]:
+    """(the region's ring head, how many op records its ring still holds)."""
+    region = ShmRegion(region_path)
+    try:
+        slots = RingCursor(region).poll(1 << 20)
+        kinds = slots["kind"]
+        ops = int(((kinds == shm_v1.RecordKind.COLL) | (kinds == shm_v1.RecordKind.P2P)).sum())
+        return int(region.header["ring_head"]), ops
+    finally:
+        region.close()
+
+
+def test_a_rank_dead_before_its_first_log_leaves_every_op_in_a_fresh_home(tmp_path, region_bytes):
+    """A rank killed before its log writer's first pass: the home has no inspector_logs yet.
+    The Agent's recovery makes the directory (0700, as the Profiler would) and writes every
+    record the region holds into it."""
+    home = tmp_path / "home"
+    dead = forged_region(
+        home, region_bytes, "dead.shm", pid=_dead_pid(), flags=shm_v1.HeaderFlags.LOGS_ENABLED
+    )
+    head, ring_ops = _ring_ops(dead)
+    logs = home / "inspector_logs"
+    assert not logs.exists() and ring_ops > 0
+    with LiveAgent(home) as agent:
+        counters = agent.service.producers.counters
+        wait_until(
+            lambda: counters.records_recovered or counters.recovery_failures,
+            "the dead rank's recovery",
+        )
+        assert counters.recovery_failures == 0, agent.service.producers.problems()
+    assert logs.is_dir() and not logs.is_symlink()
+    assert stat.S_IMODE(logs.stat().st_mode) == 0o700
+    ops, covered, seals = _logged_seqs(sorted(logs.iterdir()))
+    assert len(ops) == len(set(ops)) == ring_ops  # every op, once
+    assert covered == set(range(1, head + 1))  # every ring record, or a gap line naming it
+    assert [s.reason.value for s in seals if isinstance(s, CiSeal)] == ["recovered"]
+
+
+def test_a_logs_directory_that_cannot_be_made_yet_is_made_on_a_later_pass(
+    tmp_path, region_bytes, monkeypatch
+):
+    """A fresh home whose disk is full when the recovery first tries to make inspector_logs
+    (mkdir fails with ENOSPC): the region is kept, and a later pass makes the directory and
+    writes every record."""
+    dead = forged_region(
+        tmp_path, region_bytes, "dead.shm", pid=_dead_pid(), flags=shm_v1.HeaderFlags.LOGS_ENABLED
+    )
+    head, ring_ops = _ring_ops(dead)
+    logs = tmp_path / "inspector_logs"
+    real_mkdir = os.mkdir
+    refused = []
+
+    def mkdir(path, mode=0o777, **kw):
+        if Path(path) == logs and not refused:
+            refused.append(path)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real_mkdir(path, mode, **kw)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    producers = ProducerSet(tmp_path)
+    t0, hour = time.monotonic_ns(), 3600 * 10**9
+    producers.poll(t0, retire_after_ns=60 * 10**9)  # reads its ring; recovery comes next
+    producers.poll(t0 + hour, retire_after_ns=60 * 10**9)
+    assert refused and dead.exists() and not logs.exists()  # kept: its records come first
+    (problem,) = producers.problems()
+    assert "could not be recovered yet" in problem and "No space left on device" in problem
+    assert str(logs) in problem
+    producers.poll(t0 + 2 * hour, retire_after_ns=60 * 10**9)
+    assert not dead.exists() and producers.producers == {}  # retired once written
+    assert producers.problems() == [] and producers.counters.records_unrecovered == 0
+    assert producers.counters.recovery_failures == 1
+    ops, covered, _ = _logged_seqs(sorted(logs.iterdir()))
+    assert len(ops) == len(set(ops)) == ring_ops
+    assert covered == set(range(1, head + 1))
+
+
+@ROOT_ONLY
+def test_a_logs_link_another_user_planted_is_not_followed_by_the_recovery(tmp_path, region_bytes):
+    """inspector_logs not there yet, and in its place a link another user made to a directory
+    of this user: the recovery writes nothing through it and names the link."""
+    dead = forged_region(
+        tmp_path, region_bytes, "dead.shm", pid=_dead_pid(), flags=shm_v1.HeaderFlags.LOGS_ENABLED
+    )
+    target = tmp_path / "root-only"
+    target.mkdir(mode=0o700)
+    logs = tmp_path / "inspector_logs"
+    logs.symlink_to(target)
+    os.lchown(logs, NOBODY, NOBODY)
+    producers = ProducerSet(tmp_path)
+    t0 = time.monotonic_ns()
+    producers.poll(t0, retire_after_ns=60 * 10**9)
+    producers.poll(t0 + 3600 * 10**9, retire_after_ns=60 * 10**9)
+    assert list(target.iterdir()) == []
+    (problem,) = producers.problems()
+    assert f"{logs}: is a symbolic link owned by uid {NOBODY}" in problem
+    assert not dead.exists()  # not retried: the link stays another user's
 
 
 @ROOT_ONLY

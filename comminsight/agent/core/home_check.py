@@ -56,7 +56,7 @@ def _user(uid: int) -> str:
 
 def _trust_problem(st: os.stat_result, me: int) -> str | None:
     if st.st_uid != me:
-        return f"is owned by {_user(st.st_uid)}, not by this Agent's user ({_user(me)})"
+        return f"is owned by {_user(st.st_uid)}, not by this user ({_user(me)})"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return (
             f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); run: chmod go-w"
@@ -100,6 +100,47 @@ def check_home(home: Path, me: int | None = None) -> None:
         check_directory(home / sub, me, follow=False)
 
 
+def make_trusted_dirs(path: Path, me: int | None = None) -> Path:
+    """`path` made ready to be written into, trusted as the home is: the way to it passes
+    only directories and links of this user or root (check_ancestors); each missing level is
+    created 0700 and, like the directory itself, must then be this user's own directory, not
+    writable by others, and no symbolic link (the directory itself may be one this user or
+    root made, as a home may). A HomeError names the path refused; nothing is created past
+    it. Whatever runs with one user's privileges and writes where a path says (the Agent's
+    recovery, the offline CLI run as root over another user's logs) goes through here, so
+    that a link or directory another user planted never decides where it writes."""
+    me = os.geteuid() if me is None else me
+    path = Path(path) if Path(path).is_absolute() else Path.cwd() / path
+    check_ancestors(path, me)
+    # the levels are made along the path with ".." taken as written; where a link comes
+    # before a "..", that is another way than the kernel's, so it is walked too
+    normal = Path(os.path.normpath(path))
+    if normal != path:
+        check_ancestors(normal, me)
+    path = normal
+    existing, missing = path, []
+    while True:
+        try:
+            os.lstat(existing)
+            break
+        except (FileNotFoundError, NotADirectoryError):  # the latter: a file on the way
+            missing.append(existing.name)
+            existing = existing.parent
+        except OSError as e:
+            raise HomeError(f"{existing}: cannot be examined: {e.strerror}") from None
+    if missing and not os.path.isdir(existing):
+        raise HomeError(f"{existing}: is not a directory")
+    for name in reversed(missing):
+        existing = existing / name
+        try:
+            os.mkdir(existing, 0o700)
+        except FileExistsError:
+            pass  # made meanwhile: checked as one made here
+        check_directory(existing, me, follow=False)
+    check_directory(path, me, follow=True)
+    return path
+
+
 MAX_LINKS = 40  # what the kernel follows in one path (Linux's MAXSYMLINKS)
 
 
@@ -135,7 +176,7 @@ def check_ancestors(path: Path, me: int) -> None:
                 where = f"{path}:" if candidate == path else f"{candidate} (on the way to {path})"
                 raise HomeError(
                     f"{where} is a symbolic link owned by {_user(st.st_uid)}, not by this "
-                    f"Agent's user ({_user(me)}) or root; not followed"
+                    f"user ({_user(me)}) or root; not followed"
                 )
             links += 1
             if links > MAX_LINKS:
@@ -155,7 +196,7 @@ def _check_ancestor_dir(directory: Path, st: os.stat_result, path: Path, me: int
     if st.st_uid not in (me, 0):
         raise HomeError(
             f"{directory} (a parent of {path}) is owned by {_user(st.st_uid)}, who could put "
-            f"another directory in the home's place; use a home whose parents belong to "
+            f"another directory in its place; use a directory whose parents belong to "
             f"{_user(me)}{' or root' if me else ''}"
         )
     loose = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
@@ -163,7 +204,7 @@ def _check_ancestor_dir(directory: Path, st: os.stat_result, path: Path, me: int
         raise HomeError(
             f"{directory} (a parent of {path}) is writable by group or others without the "
             f"sticky bit (mode {stat.S_IMODE(st.st_mode):04o}): they could put another "
-            "directory in the home's place; run: chmod go-w (or chmod +t)"
+            "directory in its place; run: chmod go-w (or chmod +t)"
         )
 
 
@@ -179,8 +220,8 @@ def _check_link_owner(path: Path, me: int) -> None:
         raise HomeError(f"{path}: cannot be examined: {e.strerror}") from None
     if stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
         raise HomeError(
-            f"{path}: is a symbolic link owned by {_user(st.st_uid)}, not by this Agent's "
-            f"user ({_user(me)}) or root; not followed"
+            f"{path}: is a symbolic link owned by {_user(st.st_uid)}, not by this user "
+            f"({_user(me)}) or root; not followed"
         )
 
 

@@ -11,11 +11,15 @@ never completed, sealed like every segment and with seal reason `recovered`. The
 recovered segment starts where its last whole line ends.
 
 Segment files are `ci-<host>-<pid>-<start_mono_ns>-<index:06d>.jsonl[.partial]`; the new one
-takes the next index.
+takes the next index. A process dead before its writer's first pass leaves no logs directory
+(in a fresh home there is none yet): the recovery makes it, through the home's trust checks
+(home_check.make_trusted_dirs: no link of another user followed, nobody else's directory
+written into); a failure for want of space is retried like the segment's own.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -26,6 +30,7 @@ from pathlib import Path
 
 import msgspec
 
+from comminsight.agent.core.home_check import HomeError, make_trusted_dirs
 from comminsight.agent.core.inspector_lines import ProcessLines
 from comminsight.durable_files import fsync_directory
 from comminsight.shm_reader import ShmRegion, record_text
@@ -237,6 +242,21 @@ def _write_sealed(
     )
     final = logs / name
     partial = logs / (name + ".partial")
+    try:
+        # a process that died before its writer's first pass left no logs directory (a fresh
+        # home has none): made here, as the Profiler would have, through the home's checks
+        made = not os.path.lexists(logs)
+        make_trusted_dirs(logs)
+        if made:  # the segment is durable only once the directory's own entry is
+            fsync_directory(logs.parent)
+    except HomeError as e:
+        raise RecoveryError(
+            errno.EPERM, f"cannot write the recovered segment {final}: {e}"
+        ) from None
+    except OSError as e:  # ENOSPC, EMFILE: tried again, as for the segment itself
+        raise RecoveryError(
+            e.errno, f"cannot write the recovered segment {final}: {e.strerror}"
+        ) from None
     try:
         fd = os.open(
             partial,
