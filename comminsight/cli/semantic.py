@@ -8,13 +8,19 @@ records themselves and `total` their count, as the agent's `steps` answers. `tra
 Chrome/Perfetto trace (a track per rank and communicator, ops and Steps as slices). Problems
 with the input (bad lines, bad seals, missing segments, bad template files) are printed on
 stderr, each naming its file, and the rest is processed. Exit status 0, or 1 when the directory
-held no segments.
+held no segments or a place to write is refused.
+
+Both may run as root over another user's logs: every directory they write into goes through
+the home's trust walk (home_check), as the Agent's own do. A symbolic link another user made on
+the way, or a directory another user owns (or may write), is refused by name before anything is
+written there, so that such a user cannot choose which of root's files get written.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,8 +39,18 @@ if TYPE_CHECKING:
 
 def default_out(logs: Path) -> Path:
     """Beside the logs' home, apart from the live engine's files (an agent serving that home
-    would otherwise list every step twice)."""
+    would otherwise list every step twice). The way to the logs is walked first, as the home's
+    is: where it passes another user's link or directory, that user would choose where the
+    summaries go (a HomeError names it; --out chooses another place)."""
+    from comminsight.agent.core.home_check import check_ancestors
+
+    check_ancestors(logs, os.geteuid())
     return logs.resolve().parent / "semantics" / "step" / "offline"
+
+
+def refused_place(e: Exception, what: str, hint: str | None = None) -> int:
+    error(f"refusing to write {what}: {e}", hint)
+    return 1
 
 
 def _recover(
@@ -42,6 +58,7 @@ def _recover(
 ) -> OfflineResult | None:
     # the engine is imported only by the commands that run it: `comminsight --help` and the
     # agent commands start without loading it
+    from comminsight.agent.core.home_check import make_trusted_dirs
     from comminsight.semantic.offline import recover_steps
 
     logs = Path(args.logs)
@@ -62,6 +79,7 @@ def _recover(
             keep_ops=keep_ops,
             out_dir=out,
             checkpoint_every_ops=getattr(args, "checkpoint_every_ops", 0) if out else 0,
+            make_out_dir=make_trusted_dirs,
         )
     for problem in result.problems + result.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(problem)}", highlight=False, soft_wrap=True)
@@ -72,10 +90,15 @@ def _recover(
 
 
 def cmd_steps_offline(args: argparse.Namespace, console: Console) -> int:
+    from comminsight.agent.core.home_check import HomeError
     from comminsight.semantic.offline import CHECKPOINT_NAME
 
-    out_dir = Path(args.out) if args.out else default_out(Path(args.logs))
-    result = _recover(args, console, keep_ops=False, out=out_dir)
+    hint = None if args.out else "choose where they go with --out"
+    try:
+        out_dir = Path(args.out) if args.out else default_out(Path(args.logs))
+        result = _recover(args, console, keep_ops=False, out=out_dir)
+    except HomeError as e:
+        return refused_place(e, "the step summaries", hint)
     if result is None:
         return 1
     out = Output(console, output_format(args))
@@ -138,6 +161,7 @@ def rank_table(gpu):
 
 
 def cmd_trace(args: argparse.Namespace, console: Console) -> int:
+    from comminsight.agent.core.home_check import HomeError
     from comminsight.semantic.trace import gpu_events, write_trace
 
     result = _recover(args, console, keep_ops=True)
@@ -146,7 +170,12 @@ def cmd_trace(args: argparse.Namespace, console: Console) -> int:
     events = []
     for gpu in result.gpus:
         events += gpu_events(gpu.gpu, gpu.kept_ops or [], gpu.summaries)
-    write_trace(args.output, events)
+    output = Path(args.output)
+    try:
+        trusted_parent(output)
+    except HomeError as e:
+        return refused_place(e, "the trace")
+    write_trace(output, events)
     written = {
         "trace": str(args.output),
         "ranks": len(result.gpus),
@@ -168,3 +197,15 @@ def cmd_trace(args: argparse.Namespace, console: Console) -> int:
             markup=False,
         )
     return 0
+
+
+def trusted_parent(path: Path) -> None:
+    """The directory a file will be written into (atomically: a new file renamed over the
+    old, so what is at its own name is replaced, never followed): the trust walk over the
+    way there, and the directory made as the home's are when it is missing."""
+    from comminsight.agent.core.home_check import check_ancestors, make_trusted_dirs
+
+    check_ancestors(path, os.geteuid())
+    parent = path.parent if path.is_absolute() else (Path.cwd() / path).parent
+    if not os.path.lexists(parent):
+        make_trusted_dirs(parent)

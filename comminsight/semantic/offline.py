@@ -252,6 +252,8 @@ class _Run:
     on_ops: Callable[[int], None] | None
     keep_ops: bool
     job: JobInput | None = None
+    make_out_dir: Callable[[Path], object] = make_private_dirs
+    _out_made: bool = False
 
     def _batches(self, log: GpuLog, start):
         """The GPU's ops from `start`: those pass 1 kept, or read again when resuming."""
@@ -288,6 +290,10 @@ class _Run:
         batches = self._batches(log, start)
         first = next(batches, None)  # reading the first segment learns the GPU's identity
         partial = self._path(name + ".partial")
+        if partial is not None and not self._out_made:
+            # made when the first file is, so that a run that has nothing to write makes nothing
+            self.make_out_dir(self.out_dir)
+            self._out_made = True
         if state is not None:
             engine = restore_engine(state, self.templates)
             sink = SummaryFile(partial, state.output.byte_offset, state.output.summaries_written)
@@ -404,11 +410,14 @@ def recover_steps(
     out_dir: str | Path | None = None,
     checkpoint_every_ops: int = 0,
     per_gpu: bool = False,
+    make_out_dir: Callable[[Path], object] = make_private_dirs,
 ) -> OfflineResult:
     """Steps of every GPU in `logs_dir`, with the built-in templates plus `template_dirs`
     (or exactly `templates` when given); see the module docstring for out_dir and
     checkpoints. Boundaries are cut job-wide (job_cut) unless `per_gpu` asks for each GPU
-    decided alone by the templates and its own period."""
+    decided alone by the templates and its own period. `make_out_dir(out_dir)` makes the
+    output directory before the first file is written there (the CLI passes the home's trust
+    walk: run as root over another user's logs, it must not write where their links point)."""
     if templates is None:
         templates = load_templates(template_dirs)
     logs, problems = read_gpu_logs(logs_dir)
@@ -419,7 +428,17 @@ def recover_steps(
         checkpoint = CheckpointFile(out / CHECKPOINT_NAME, templates.digest(), ProducerMode.offline)
         states = checkpoint.load()
     job = None if per_gpu else read_job(logs)
-    run = _Run(templates, out, checkpoint, checkpoint_every_ops, states, on_ops, keep_ops, job)
+    run = _Run(
+        templates,
+        out,
+        checkpoint,
+        checkpoint_every_ops,
+        states,
+        on_ops,
+        keep_ops,
+        job,
+        make_out_dir,
+    )
     result = OfflineResult(problems=problems + templates.problems, resumed=len(states))
     if job is not None:
         result.cut = job.cut
