@@ -21,6 +21,9 @@ Each scenario runs simulated ranks through the real plugin (dist/) and a real
 - health_latency_ms, fault half_open_connections: the median latency of /api/v1/health
   while 1,100 half-open connections are held, the Agent limited to 1,024 open files
   (health_answered: of 20 requests; agent_alive: 1 when it still runs afterwards).
+- plugin_reload_growth_mib, plugin_reload_fds_growth, plugin_reload_maps_growth, fault
+  plugin_reload: what --reload-cycles unloads and reloads of the plugin (NCCL's dlclose once
+  the last communicator is gone, dlopen for the next) leave in the process (bench/plugin_reload.py).
 
 A gap line counts ring records, of which some may not be ops: ops_lost is then a lower
 bound on what a gap hid, never an overstatement of what reached the disk.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import resource
@@ -479,13 +483,34 @@ def half_open(home: Path) -> None:
         agent.stop()
 
 
-SCENARIOS = ("agent_sigkill", "rank_sigkill", "disk_full", "read_only_home", "forged", "half_open")
+def plugin_reload(work: Path, cycles: int) -> None:
+    # loaded by path: this module is also imported by file from the tests, without bench/
+    # on sys.path
+    spec = importlib.util.spec_from_file_location(
+        "plugin_reload", ROOT / "bench" / "plugin_reload.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for metric, value, unit, detail in module.reload_soak(work, cycles):
+        emit(metric, value, unit, module.FAULT, **detail)
+
+
+SCENARIOS = (
+    "agent_sigkill",
+    "rank_sigkill",
+    "disk_full",
+    "read_only_home",
+    "forged",
+    "half_open",
+    "plugin_reload",
+)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--agent-kills", type=int, default=5)
     ap.add_argument("--forged-events", type=int, default=100_000)
+    ap.add_argument("--reload-cycles", type=int, default=500)
     ap.add_argument("--only", nargs="*", choices=SCENARIOS, default=list(SCENARIOS))
     args = ap.parse_args()
     if not PLUGIN.exists():
@@ -507,6 +532,8 @@ def main() -> int:
                     read_only_home(work)
                 elif name == "forged":
                     forged_events(home, args.forged_events)
+                elif name == "plugin_reload":
+                    plugin_reload(work, args.reload_cycles)
                 else:
                     half_open(home)
             except subprocess.CalledProcessError as e:

@@ -136,6 +136,7 @@ bool ci_unwritable_errno(int err); /* EROFS, EACCES, EPERM: a home we cannot wri
 int ci_private_home(void);
 const char* ci_private_home_path(void);
 void ci_home_after_fork(void);
+void ci_home_release(void); /* close the home's and the private directory's descriptors */
 
 /* ---- regions of dead processes (stale_regions.c) and process identity (proc_identity.c) ---- */
 int ci_proc_start_ticks(int pid, uint64_t* ticks); /* 0, or -1 with errno (ENOENT: no such process) */
@@ -344,6 +345,7 @@ int ci_shm_open(void);
 void ci_shm_close(uint32_t final_state);
 void ci_shm_remove_if_unwatched(void);
 void ci_shm_detach_after_fork(void);
+void ci_shm_unmap(void); /* the mapping and the shms/ descriptor; the file stays */
 uint64_t ci_ring_publish(const ci_shm_op_slot_v1_t* record); /* returns the ticket */
 ci_shm_op_slot_v1_t* ci_ring_claim(uint64_t* ticket); /* NULL: dropped (counted) */
 void ci_ring_commit(ci_shm_op_slot_v1_t* slot, uint64_t ticket);
@@ -359,7 +361,7 @@ void ci_threads_stop(const char* seal_reason);
 void ci_threads_forget_after_fork(void);
 void ci_logwriter_run_once(bool final, const char* seal_reason); /* writer thread's step */
 uint64_t ci_logwriter_cursor(void);
-void ci_logwriter_reset(void);
+void ci_logwriter_reset(void); /* close its files and free its buffer, the segment left as it is */
 void ci_watchdog_scan(uint64_t now);
 
 /* What the watchdog (or a finalize) saw of one communicator, copied under a lock so that the

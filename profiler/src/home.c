@@ -261,10 +261,17 @@ int ci_home_dir(const char* sub, bool create, bool movable, char* path, size_t p
 
 void ci_home_after_fork(void) {
     pthread_mutex_init(&home_lock, NULL); /* another thread may have held it at the fork */
+    /* the private directory stays the parent's: the child makes its own if it needs one */
+    ci_home_release();
+}
+
+/* The descriptors go; the directories and what is in them stay. A later init (the child of a
+ * fork, or the plugin loaded again) opens the home afresh and makes a private directory of its
+ * own if it needs one. */
+void ci_home_release(void) {
     if (ci_g.home_fd >= 0) close(ci_g.home_fd);
     ci_g.home_fd = -1;
     ci_g.home_private = false;
-    /* the private directory stays the parent's: the child makes its own if it needs one */
     if (private_fd >= 0) close(private_fd);
     private_fd = -1;
     private_failed = false;

@@ -23,18 +23,44 @@ ci_process_t ci_g = {.lock = PTHREAD_MUTEX_INITIALIZER, .table_lock = PTHREAD_MU
 /* Context for communicators we could not track (comm table full): events are ignored. */
 static ci_comm_t untracked;
 
+/* What the process holds outside the library's own image: descriptors, the region's mapping,
+ * heap. The library's static data goes with an unload, these would not: NCCL unloads the
+ * plugin when a process's last communicator is destroyed and loads it afresh for the next,
+ * and each cycle kept a region mapped, three directories open and the pool and buffers
+ * allocated. Called with ci_g.lock held, the threads joined and the region closed; also when
+ * no init succeeded, since one that failed part way holds what it had opened by then. */
+static void process_release(void) {
+    ci_g.initialized = false;
+    ci_logwriter_reset();
+    ci_evidence_attach(NULL, NULL, 0);
+    ci_shm_unmap();
+    ci_pool_destroy();
+    free(ci_g.comms);
+    ci_g.comms = NULL;
+    ci_g.comm_capacity = 0;
+    ci_g.nccl_mask = NULL;
+    ci_home_release();
+}
+
 /* Runs at process exit and when the library is unloaded (a destructor, not atexit(): an
- * atexit handler would outlive a dlclose'd library under some runtimes). */
-__attribute__((destructor)) static void at_exit(void) {
+ * atexit handler would outlive a dlclose'd library under some runtimes). The two cannot be
+ * told apart here, so what is released depends on the communicators: with none live (always
+ * so when NCCL unloads us) no NCCL thread can call in any more and everything goes; at an
+ * exit with communicators still live, NCCL's threads may still be in the hot path, so the
+ * region stays mapped and the exit itself reclaims it. */
+__attribute__((destructor)) static void at_unload(void) {
     pthread_mutex_lock(&ci_g.lock);
     if (ci_g.initialized && ci_g.pid == getpid()) {
         ci_threads_stop("process_exit");
         ci_update_published_count();
         ci_shm_close(CI_SHM_V1_FILE_STATE_CLOSED);
+        /* With an Agent running the closed region is its to retire (it reads what is left
+         * and then removes it); without one the log writer's final pass has the records. */
         ci_shm_remove_if_unwatched();
     }
+    ci_thread_unload(); /* no thread-exit callback into an unloaded library, nor into the pool */
+    if (ci_g.live_comms == 0) process_release();
     pthread_mutex_unlock(&ci_g.lock);
-    ci_thread_unload(); /* no thread-exit callback into an unloaded library */
 }
 
 static void after_fork_in_child(void) {
@@ -79,7 +105,7 @@ static int process_init(void) {
     if (ci_g.comms) memset(ci_g.comms, 0, (size_t)ci_g.comm_capacity * sizeof(*ci_g.comms));
     if (!ci_g.comms) {
         ci_pool_destroy();
-        ci_shm_detach_after_fork(); /* unmaps */
+        ci_shm_unmap();
         return -1;
     }
     for (uint32_t i = 0; i < ci_g.comm_capacity; i++) {

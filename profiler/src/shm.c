@@ -270,17 +270,22 @@ void ci_shm_close(uint32_t final_state) {
     if (ci_g.region && ci_g.region_is_file) msync(ci_g.region, sizeof(ci_shm_header_v1_t), MS_ASYNC);
 }
 
-/* In a forked child the mapping is shared with the parent: writing to it would corrupt the
- * parent's records. Drop it; the child starts afresh if it initializes NCCL itself. */
-void ci_shm_detach_after_fork(void) {
+/* Unmap the region and close the shms/ directory; the file itself is left as it is (the
+ * caller has closed it, and removed it or left it to the Agent). */
+void ci_shm_unmap(void) {
     if (ci_g.region) munmap(ci_g.region, ci_g.region_size);
     if (ci_g.shms_fd >= 0) close(ci_g.shms_fd);
     ci_g.shms_fd = -1;
     ci_g.region = NULL;
+    ci_g.region_size = 0;
     ci_g.hdr = NULL;
     ci_g.comm_table = NULL;
     ci_g.ring = NULL;
 }
+
+/* In a forked child the mapping is shared with the parent: writing to it would corrupt the
+ * parent's records. Drop it; the child starts afresh if it initializes NCCL itself. */
+void ci_shm_detach_after_fork(void) { ci_shm_unmap(); }
 
 /* The payload copy into a claimed slot. Readers copy slots concurrently and discard what
  * changed under them (seqlock): a race by design, named so sanitizers can be told. */

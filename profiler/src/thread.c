@@ -26,13 +26,21 @@ static uint32_t next_unused;
 static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+static bool unloading; /* under blocks_lock: the pool is about to be freed */
 
+/* A thread's exit gives its cached pool entries back, under blocks_lock: an unload frees the
+ * pool only after taking that lock, so an exit that began earlier has finished with the pool
+ * by then and a later one leaves it alone. A thread that called in may exit while the main
+ * thread unloads the plugin: the interpreter's join returns before the thread's own exit
+ * handlers have run. */
 static void detach(void* block) {
     ci_thread_t* t = block;
-    ci_pool_flush_thread(t);
     pthread_mutex_lock(&blocks_lock);
-    t->next = free_list;
-    free_list = t;
+    if (!unloading) {
+        ci_pool_flush_thread(t);
+        t->next = free_list;
+        free_list = t;
+    }
     pthread_mutex_unlock(&blocks_lock);
 }
 
@@ -42,8 +50,12 @@ static void make_exit_key(void) { exit_key_made = pthread_key_create(&exit_key, 
 
 /* The library is being unloaded (NCCL dlcloses the plugin once its last communicator is
  * gone) while threads that called in live on: their exit must not run `detach`, which goes
- * with the library. Found on real GPUs, where every PyTorch job then died of SIGSEGV at exit. */
+ * with the library. Found on real GPUs, where every PyTorch job then died of SIGSEGV at exit.
+ * Called before the pool is freed. */
 void ci_thread_unload(void) {
+    pthread_mutex_lock(&blocks_lock);
+    unloading = true;
+    pthread_mutex_unlock(&blocks_lock);
     if (exit_key_made) {
         pthread_key_delete(exit_key);
         exit_key_made = false;
