@@ -32,13 +32,23 @@ _NAME_SOURCES = {
 NO_DEVICE = 0xFFFFFFFF  # the shm v1 encoding of "no CUDA device" in unsigned fields
 
 
+RowKey = tuple[int, int, int, int]  # (comm_id, pid, comm_rank, generation): pid second
+
+
+def row_key(row: pb.CommunicatorMember | pb.CommProgress) -> RowKey:
+    """The protocol key of a membership and of its progress. The rank is part of it: a
+    process that drives several GPUs holds several ranks of one communicator, each a comm
+    table entry of its own whose generation counts from 1 like the others'."""
+    return row.comm_id, row.pid, row.comm_rank, row.generation
+
+
 @dataclass
 class NodeRows:
     """State rows by their protocol keys."""
 
     processes: dict[int, pb.ProcessInfo] = field(default_factory=dict)
-    members: dict[tuple[int, int, int], pb.CommunicatorMember] = field(default_factory=dict)
-    progress: dict[tuple[int, int, int], pb.CommProgress] = field(default_factory=dict)
+    members: dict[RowKey, pb.CommunicatorMember] = field(default_factory=dict)
+    progress: dict[RowKey, pb.CommProgress] = field(default_factory=dict)
 
 
 def _opt(value: int) -> int | None:
@@ -193,7 +203,7 @@ def read_node_rows(
             if int(row["state"]) == shm_v1.CommState.FREE:
                 continue
             member, progress = comm_rows(row, info.pid, host, inject_names, region.mono_offset_ns)
-            key = (member.comm_id, member.pid, member.generation)
+            key = row_key(member)
             rows.members[key] = member
             rows.progress[key] = progress
     return rows

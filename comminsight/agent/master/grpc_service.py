@@ -36,6 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from comminsight import __version__
 from comminsight.agent.core.fifo_reader import EVENT_SIZE, MAGIC_BYTES
+from comminsight.agent.core.node_state import row_key
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.master.rejects import PROTOCOL_VERSION, REJECT_KEY, STATUS_OF, reason_name
@@ -372,7 +373,7 @@ class AgentMasterServer:
         for p in request.processes:
             record.rows.processes[p.pid] = p
         for m in request.communicators:
-            record.rows.members[(m.comm_id, m.pid, m.generation)] = m
+            record.rows.members[row_key(m)] = m
         self.version += 1
         log.info(
             "slave %s registered from %s (epoch %016x, master holds batch %s, slave built %d)",
@@ -610,12 +611,12 @@ def apply_rows(record: NodeRecord, batch: pb.NodeStateBatch) -> None:
         if batch.full_state:
             keys.add(("p", p.pid))
     for m in batch.communicators:
-        key = (m.comm_id, m.pid, m.generation)
+        key = row_key(m)
         rows.members[key] = m
         if batch.full_state:
             keys.add(("m", *key))
     for g in batch.progress:
-        key = (g.comm_id, g.pid, g.generation)
+        key = row_key(g)
         rows.progress[key] = g
         if batch.full_state:
             keys.add(("g", *key))
