@@ -36,7 +36,12 @@ class IncidentConsequence:
                 progress for longer than the threshold while other ranks wait. process_died: a rank's process is gone or its
                 heartbeat is stale. comm_init_stuck: communicator initialization has not finished on some ranks. straggler: no
                 hang, but some ranks join ops consistently later than the others. inconclusive: the evidence is insufficient
-                (e.g. ranks whose node Agent is unreachable).
+                (e.g. ranks whose node Agent is unreachable). rank_left: ranks left the communicator while the others wait in
+                the operation (op), which can therefore never complete: they finalized it (ncclCommDestroy or ncclCommAbort; the
+                uneven-inputs end of data-parallel training, where a rank out of data destroys its process group and exits), or
+                their process ended and its rows were retired (culprits: the ranks that left; the reason says how and whether
+                the process exited). Added after release 0.1.0, as the last value: a reader of an earlier release does not know
+                it.
             comm (CommRef): Identity of the communicator.
             follows_from (str): The report it follows from directly (the root, or another consequence on the way to it).
             link (CauseLink): Why a report follows from another. culprit_waits: the ranks it blames wait in the other

@@ -6,6 +6,7 @@ class Verdict(StrEnum):
     INCONCLUSIVE = "inconclusive"
     OP_MISMATCH = "op_mismatch"
     PROCESS_DIED = "process_died"
+    RANK_LEFT = "rank_left"
     RANK_NOT_JOINED = "rank_not_joined"
     STRAGGLER = "straggler"
     STUCK_OUTSIDE_NCCL = "stuck_outside_nccl"

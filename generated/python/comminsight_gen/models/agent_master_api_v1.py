@@ -1408,7 +1408,7 @@ class TimingSource(Enum):
 
 class Verdict(Enum):
     """
-    rank_not_joined: some ranks have not enqueued the operation (op.seq) while the others wait in it (culprits: the missing ranks). op_mismatch: ranks enqueued different operations (func, count, datatype or root/peer) at the same sequence number. all_joined_none_complete: every rank enqueued the op and none completes (culprits: a peer the proxy/network evidence points at, if any). stuck_outside_nccl: no op in flight and no progress for longer than the threshold while other ranks wait. process_died: a rank's process is gone or its heartbeat is stale. comm_init_stuck: communicator initialization has not finished on some ranks. straggler: no hang, but some ranks join ops consistently later than the others. inconclusive: the evidence is insufficient (e.g. ranks whose node Agent is unreachable).
+    rank_not_joined: some ranks have not enqueued the operation (op.seq) while the others wait in it (culprits: the missing ranks). op_mismatch: ranks enqueued different operations (func, count, datatype or root/peer) at the same sequence number. all_joined_none_complete: every rank enqueued the op and none completes (culprits: a peer the proxy/network evidence points at, if any). stuck_outside_nccl: no op in flight and no progress for longer than the threshold while other ranks wait. process_died: a rank's process is gone or its heartbeat is stale. comm_init_stuck: communicator initialization has not finished on some ranks. straggler: no hang, but some ranks join ops consistently later than the others. inconclusive: the evidence is insufficient (e.g. ranks whose node Agent is unreachable). rank_left: ranks left the communicator while the others wait in the operation (op), which can therefore never complete: they finalized it (ncclCommDestroy or ncclCommAbort; the uneven-inputs end of data-parallel training, where a rank out of data destroys its process group and exits), or their process ended and its rows were retired (culprits: the ranks that left; the reason says how and whether the process exited). Added after release 0.1.0, as the last value: a reader of an earlier release does not know it.
     """
 
     rank_not_joined = 'rank_not_joined'
@@ -1419,6 +1419,7 @@ class Verdict(Enum):
     comm_init_stuck = 'comm_init_stuck'
     straggler = 'straggler'
     inconclusive = 'inconclusive'
+    rank_left = 'rank_left'
 
 
 class Anomaly(Struct, forbid_unknown_fields=True):
