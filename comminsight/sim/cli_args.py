@@ -67,7 +67,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="SPEC",
-        help="skip|sleep|die|mismatch:rank=R,op=K[,comm=ROLE][,seconds=X][,field=count|func];"
+        help="skip|sleep|die|mismatch|leave:rank=R,op=K[,comm=ROLE][,seconds=X][,field=count|func];"
         " repeatable (default: no fault)",
     )
     a(

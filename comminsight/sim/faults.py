@@ -4,6 +4,10 @@ A spec is `KIND:key=value,...`, e.g. `skip:rank=1,op=7` or `sleep:rank=0,op=3,se
 `op` is 0-based. Without `comm=ROLE` it counts every op the rank issues, on all of its
 communicators; with it (`comm=tp`) it counts only the ops on the rank's first communicator of
 that role (world, tp, pp, dp).
+
+`leave` is the uneven-inputs end of a data-parallel job: the rank ran out of data before op K,
+so once its GPU finished the earlier ops it destroys every communicator (ncclCommDestroy) and
+its process exits cleanly, while its peers go on into op K and wait there for ever.
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from comminsight.sim.plan import RankOp, WorkloadPlan
 
-KINDS = ("skip", "sleep", "die", "mismatch")
+KINDS = ("skip", "sleep", "die", "mismatch", "leave")
 # Faults after which some op can never complete: the run then hangs until --hang-hold ends it.
-HANGING_KINDS = frozenset({"skip", "die", "mismatch"})
+HANGING_KINDS = frozenset({"skip", "die", "mismatch", "leave"})
 MISMATCH_FIELDS = ("count", "func")
 
 _KEYS = {
@@ -24,6 +28,7 @@ _KEYS = {
     "sleep": {"rank", "op", "comm", "seconds"},
     "die": {"rank", "op", "comm"},
     "mismatch": {"rank", "op", "comm", "field"},
+    "leave": {"rank", "op", "comm"},
 }
 
 

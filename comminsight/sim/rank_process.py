@@ -6,9 +6,9 @@ plugin reads them when it loads). It rebuilds the plan from RUN_DIR/config.json,
 its program: host compute is a sleep, each op goes through `SimNccl`, each step ends with the
 host waiting for its GPU (as `loss.item()` makes training do). Faults are applied here.
 
-Exit status: 0 when the program finished or the launcher aborted the run (both are recorded
-in the ground truth), 1 on an error of the simulation itself; a `die` fault ends the process
-with SIGKILL.
+Exit status: 0 when the program finished, the rank left early (a `leave` fault) or the
+launcher aborted the run (all recorded in the ground truth), 1 on an error of the simulation
+itself; a `die` fault ends the process with SIGKILL.
 
 `python -m comminsight.sim.rank_process RUN_DIR RANK RANK ...` drives several ranks from one
 process, as JAX drives its local devices: the plugin is loaded once, NCCL's activation mask
@@ -63,6 +63,11 @@ def mismatched_op(op: RankOp, field: str) -> tuple[RankOp, dict]:
         return changed, {"field": "func", "expected": op.func, "issued": changed.func}
     changed = dataclasses.replace(op, count=op.count * 2)
     return changed, {"field": "count", "expected": op.count, "issued": changed.count}
+
+
+class RankLeft(Exception):
+    """The rank ran out of data (a `leave` fault): it ends its program here, destroys its
+    communicators and exits cleanly."""
 
 
 @dataclass
@@ -175,6 +180,8 @@ class RankRunner:
             self._blocked(self.nccl.proxy.wait_idle)
         except RunAborted:
             status = "aborted"
+        except RankLeft:
+            status = "left"
         for issued in self.nccl.proxy.shutdown() + self.nccl.unlaunched():
             self.truth.write("op", **issued.record)
         self._close_open_step()
@@ -188,7 +195,8 @@ class RankRunner:
             end_ns=time.monotonic_ns(),
         )
         self.truth.close()
-        self.board.set_state(self.rank, RankState.DONE if status == "done" else RankState.ABORTED)
+        ended = RankState.ABORTED if status == "aborted" else RankState.DONE
+        self.board.set_state(self.rank, ended)
         return 0
 
     # ---- the program ----
@@ -249,6 +257,13 @@ class RankRunner:
             self.truth.write("fault", **record)
             self.truth.close()
             os.kill(os.getpid(), signal.SIGKILL)
+        elif fault.kind == "leave":
+            # as a rank out of data leaves its training loop: after its last step's ops
+            # finished on its GPU (the loss it printed synchronized), never during one
+            self._blocked(self.nccl.proxy.wait_idle)
+            record["at_ns"] = time.monotonic_ns()
+            self.truth.write("fault", **record)
+            raise RankLeft()
 
     def _blocked(self, wait) -> None:
         self.board.set_state(self.rank, RankState.BLOCKED)

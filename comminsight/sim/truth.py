@@ -19,7 +19,8 @@
            completed
 - `fault`  a fault this rank applied: fault, spec, op_index, comm_id, func, at_ns
 - `comm_finalize` finalize was called: comm_id, finalize_ns, aborted
-- `end`    last line: status (done | aborted), ops_issued, ops_completed, nonzero_returns
+- `end`    last line: status (done | aborted | left: a `leave` fault), ops_issued,
+           ops_completed, nonzero_returns
 
 Times are CLOCK_MONOTONIC ns (the host clock the plugin reads too). A rank that died has no
 `end` line.
