@@ -140,7 +140,7 @@ def test_a_rank_that_left_after_issuing_the_very_op_the_others_wait_in_is_no_mis
         return {35: op(35, NOW - 3 * S)} if m.rank == 3 else {}
 
     report = only(diagnose(snap, NOW, THRESHOLD, completed_ops=completed))
-    assert report.verdict is Verdict.rank_not_joined, report.summary
+    assert report.verdict is Verdict.rank_left, report.summary
     assert culprit_ranks(report) == [3]
 
 

@@ -75,7 +75,7 @@ def completed_1(count: int):
 
 def test_finalized_row_while_peer_waits_names_the_rank_that_left():
     report = only(diagnose(torn(waiter(), departed=[rank1_left()]), NOW, THRESHOLD))
-    assert report.verdict is Verdict.rank_not_joined
+    assert report.verdict is Verdict.rank_left
     assert culprit_ranks(report) == [1]
     reason = report.culprits[0].reason
     assert "left default_pg:0" in reason and "destroyed or aborted" in reason
@@ -93,7 +93,7 @@ def test_finalized_row_that_issued_a_different_op_says_so():
     left stays the culprit and its reason says what it issued."""
     snap = torn(waiter(), departed=[rank1_left()])
     report = only(diagnose(snap, NOW, THRESHOLD, completed_ops=completed_1(1)))
-    assert report.verdict is Verdict.rank_not_joined
+    assert report.verdict is Verdict.rank_left
     assert culprit_ranks(report) == [1]
     assert "it issued AllReduce seq 17 (count 1," in report.culprits[0].reason
 
@@ -115,7 +115,7 @@ def test_a_majority_names_the_rank_that_left_after_issuing_a_different_op():
 def test_same_op_in_completed_ops_stays_a_rank_that_left():
     snap = torn(waiter(), departed=[rank1_left()])
     report = only(diagnose(snap, NOW, THRESHOLD, completed_ops=completed_1(BIG)))
-    assert report.verdict is Verdict.rank_not_joined
+    assert report.verdict is Verdict.rank_left
     assert culprit_ranks(report) == [1]
 
 
@@ -166,7 +166,7 @@ def test_row_that_vanished_is_a_rank_that_left_not_one_on_another_node():
     before = snapshot(waiter(age=1 * S), rank1_before())
     now = snapshot(waiter())
     report = only(diagnose(now, NOW, THRESHOLD, history=[before]))
-    assert report.verdict is Verdict.rank_not_joined
+    assert report.verdict is Verdict.rank_left
     assert culprit_ranks(report) == [1]
     assert "left default_pg:0" in report.culprits[0].reason
     assert "other nodes" not in report.summary
@@ -180,7 +180,7 @@ def test_members_seen_outlive_the_history():
     for _ in range(3):
         seen.note(snapshot(waiter()))
     report = only(diagnose(snapshot(waiter()), NOW, THRESHOLD, members_seen=seen))
-    assert report.verdict is Verdict.rank_not_joined
+    assert report.verdict is Verdict.rank_left
     assert culprit_ranks(report) == [1]
 
 

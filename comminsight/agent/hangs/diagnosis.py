@@ -9,10 +9,12 @@ blamed), so diagnosing the same hang on every poll names the same report.
 Per communicator, in order (the first that applies wins, because later ones would only be a
 less precise description of the same stall):
   process_died     a member's process is gone or its heartbeat is stale while peers wait
-  rank_not_joined (left) / op_mismatch (left)
+  rank_left / op_mismatch (left)
                    a rank left the communicator (its row FINALIZED: destroyed or aborted, or
-                   its row seen here before and gone now) while peers wait; op_mismatch when
-                   its completed ops show it issued a different op at the index they wait in
+                   its row seen here before and gone now) while peers wait, not as part of
+                   the teardown of a hang already there (left_comm.left_for_good); op_mismatch
+                   when its completed ops show it issued a different op at the index they wait
+                   in
   op_mismatch      members in flight at the same op index disagree on func/count/type/root;
                    the culprits are the minority, or where no majority decides (two ranks, an
                    even split) the ranks that broke the job's rhythm (odd_ranks), or none
@@ -165,6 +167,7 @@ def diagnose(
 ROOT_VERDICTS = (
     Verdict.process_died,
     Verdict.op_mismatch,
+    Verdict.rank_left,
     Verdict.rank_not_joined,
     Verdict.stuck_outside_nccl,
 )
@@ -329,30 +332,25 @@ def left_comm(
     completed_ops: CompletedOps | None = None,
     step_cycles: StepCycleOf | None = None,
 ) -> Finding | None:
-    """Ranks wait past the threshold in op N of a communicator some rank left (more than the
-    threshold ago, where its row says when: a teardown is quicker): no op of it
-    can complete again, and the rank that left is where the hang starts. Where its completed
-    ops (the Profiler completes a finalized row's ops in flight) show it issued a different
-    op N, and a majority or the rhythm says its op is the odd one, the verdict is op_mismatch:
-    that mismatch is why it left (NCCL failed it)."""
+    """Ranks wait past the threshold in op N of a communicator some rank left for good
+    (left_comm.left_for_good: not the teardown of a hang already there): no op of it can
+    complete again, and the rank that left is where the hang starts (rank_left). Where its
+    completed ops (the Profiler completes a finalized row's ops in flight) show it issued a
+    different op N, and a majority or the rhythm says its op is the odd one, the verdict is
+    op_mismatch: that mismatch is why it left (NCCL failed it)."""
     op_index = min(m.inflight.op_index for m in waiting)
-    # A finalized rank that never enqueued op N may be the first of a teardown slowed down
-    # (an aborted job's ranks leave in any order): only one that joined N and left cannot be.
-    left = [
-        m
-        for m in left_members(comm, seen, now, threshold_ns)
-        if m.state != shm_v1.CommState.FINALIZED or m.coll_enqueued > op_index
-    ]
+    stuck = [m for m in waiting if m.inflight.op_index == op_index]
+    wait_began = min(m.inflight.enqueue_mono_ns for m in stuck)
+    left = left_members(comm, seen, op_index, wait_began, now, threshold_ns)
     if not left:
         return None
-    stuck = [m for m in waiting if m.inflight.op_index == op_index]
     op = majority_op([m.inflight for m in stuck])
     wait_s = max(now - m.inflight.enqueue_mono_ns for m in waiting) / 1e9
     waiters = ", ".join(str(m.rank) for m in stuck)
     label = _comm_label(comm)
     reasons = {
-        m.rank: f"left {label} ({left_how(m)}); last enqueued #{m.coll_enqueued - 1}, while "
-        f"rank(s) {waiters} wait in #{op_index}"
+        m.rank: f"left {label}: {left_how(m, comm, now)}; last enqueued "
+        f"#{m.coll_enqueued - 1}, while rank(s) {waiters} wait in #{op_index}"
         for m in left
     }
     view = dataclasses.replace(comm, departed=tuple(left))
@@ -387,12 +385,12 @@ def left_comm(
         for r, o in issued.items():
             reasons[r] += f"; it issued {_op_text(o)} as op #{op_index}"
     return Finding(
-        Verdict.rank_not_joined,
+        Verdict.rank_left,
         view,
         key=f"{op_index}:left:r" + ".".join(str(m.rank) for m in left),
         summary=(
-            f"{_who(left)} left {label}: {len(stuck)} rank(s) wait in {op.func} #{op_index} "
-            f"(seq {op.seq}) for {wait_s:.1f} s, which can never complete"
+            f"{_who(left)} {left_what(left, comm, label)}: {len(stuck)} rank(s) wait in "
+            f"{op.func} #{op_index} (seq {op.seq}) for {wait_s:.1f} s, which can never complete"
         ),
         culprits=reasons,
         op=op,
@@ -400,14 +398,33 @@ def left_comm(
     )
 
 
-def left_how(m: CommMember) -> str:
-    """What this node saw of a rank that left."""
-    if m.state == shm_v1.CommState.FINALIZED:
-        return "its communicator was destroyed or aborted"
+def left_how(m: CommMember, comm: CommView, now: int) -> str:
+    """What this node saw of a rank that left, and whether its process is still there."""
     p = m.process
+    if m.state == shm_v1.CommState.FINALIZED:
+        # "destroyed or aborted": the Profiler's finalize is called for both
+        how = "it finalized the communicator (destroyed or aborted)"
+        if m.finalize_mono_ns:
+            how += f" {max(0, now - m.finalize_mono_ns) / 1e9:.1f} s ago"
+        return how + (" and exited" if exited(m, comm) else f"; pid {p.pid} still runs")
     if not p.pid_exists:
         return f"its row is gone: pid {p.pid} ended"
     return "its row is gone from this node"
+
+
+def left_what(left: list[CommMember], comm: CommView, label: str) -> str:
+    """The summary's verb: what the ranks that left did, as far as all of them did it."""
+    if any(m.state != shm_v1.CommState.FINALIZED for m in left):
+        return f"left {label}"
+    return f"finalized {label}" + (" and exited" if all(exited(m, comm) for m in left) else "")
+
+
+def exited(m: CommMember, comm: CommView) -> bool:
+    """Its process is over: its row says so, or its row is gone from this node (the Agent
+    retires a region only once its process ended; a departed row is still there). A row gone
+    from a master's view of another node says nothing of the kind (a late report)."""
+    vanished = m.rank in comm.missing_ranks and all(d.rank != m.rank for d in comm.departed)
+    return m.process.ended or (vanished and m.process.node_name is None)
 
 
 def op_mismatch(
@@ -693,20 +710,47 @@ def all_joined(
 
 
 def uninitialized(comm: CommView, op_index: int, op: InflightOp, wait_s: float) -> Finding:
-    """Ranks of a single-node communicator with no row here have not initialized it (it is
-    created at first use): they have not joined the op the others wait in."""
+    """Ranks of a single-node communicator with no row here that never had one have not
+    initialized it (it is created at first use): they have not joined the op the others
+    wait in. Unless a collective of it completed: that took every rank, so they had
+    initialized it and their rows went (an Agent that started after they left never saw
+    them)."""
     missing = comm.missing_ranks
+    what = (
+        f"have no row for {_comm_label(comm)} on this node, though they initialized it"
+        if completed_everywhere(comm)
+        else f"have not initialized {_comm_label(comm)}"
+    )
     return Finding(
         Verdict.rank_not_joined,
         comm,
         key=str(op_index),
         summary=(
-            f"ranks {missing} have not initialized {_comm_label(comm)}: {len(comm.members)} "
-            f"rank(s) wait in {op.func} #{op_index} (seq {op.seq}) for {wait_s:.1f} s"
+            f"ranks {missing} {what}: {len(comm.members)} rank(s) wait in {op.func} "
+            f"#{op_index} (seq {op.seq}) for {wait_s:.1f} s"
         ),
-        culprits={r: "has not initialized the communicator (no row on this node)" for r in missing},
+        culprits={r: no_row_reason(comm) for r in missing},
         op=op,
         joined_index=op_index,
+    )
+
+
+def completed_everywhere(comm: CommView) -> int:
+    """How many of the communicator's collectives completed, by its rows here: each took
+    every rank, so every rank had initialized the communicator when one did."""
+    return max((m.coll_completed for m in comm.members), default=0)
+
+
+def no_row_reason(comm: CommView) -> str:
+    """Why a rank of a single-node communicator has no row here, as far as the rows that are
+    here tell."""
+    done = completed_everywhere(comm)
+    if not done:
+        return "has not initialized the communicator (no row on this node)"
+    return (
+        f"has no row on this node, though it initialized the communicator (op #{done - 1} "
+        "completed on every rank): its process ended and its region was retired, or its "
+        "Profiler could not track the communicator"
     )
 
 
@@ -790,7 +834,7 @@ def p2p_wait(comm: CommView, snapshot: NodeSnapshot, now: int, threshold_ns: int
                 culprits={},
                 op=op,
             )
-        why, verdict = "has not initialized the communicator (no row on this node)", None
+        why, verdict = no_row_reason(comm), None
     elif not peer.process.alive:
         why, verdict = death_reason(peer), Verdict.process_died
     elif outside_nccl(peer, snapshot):

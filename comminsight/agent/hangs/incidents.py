@@ -44,11 +44,12 @@ MS = 1_000_000
 PRECISION = {
     Verdict.process_died: 0,
     Verdict.op_mismatch: 1,
-    Verdict.stuck_outside_nccl: 2,
-    Verdict.rank_not_joined: 3,
-    Verdict.comm_init_stuck: 4,
-    Verdict.all_joined_none_complete: 5,
-    Verdict.inconclusive: 6,
+    Verdict.rank_left: 2,
+    Verdict.stuck_outside_nccl: 3,
+    Verdict.rank_not_joined: 4,
+    Verdict.comm_init_stuck: 5,
+    Verdict.all_joined_none_complete: 6,
+    Verdict.inconclusive: 7,
 }
 
 Process = tuple[str, int]  # (node name, pid): a process anywhere in the job

@@ -48,21 +48,53 @@ class MembersSeen:
         return self._rows.get(comm_id, {})
 
 
-def left_members(comm: CommView, seen: MembersSeen, now: int, grace_ns: int) -> list[CommMember]:
-    """The ranks of `comm` that left: its FINALIZED rows finalized more than grace_ns ago
-    (ranks tearing a communicator down finalize within moments of each other, the hang
-    threshold apart never), and ranks with no row now whose row this node saw before. A
-    vanished row counts only for a process of the snapshot's own node (node_name None): in a
-    master's job snapshot a node whose report is late loses its rows too, and that is no
-    evidence that its ranks left."""
+def left_members(
+    comm: CommView,
+    seen: MembersSeen,
+    op_index: int,
+    wait_began_ns: int,
+    now: int,
+    threshold_ns: int,
+) -> list[CommMember]:
+    """The ranks of `comm` that left it while its other ranks wait in op `op_index` (the
+    oldest of them since wait_began_ns): its FINALIZED rows that `left_for_good` keeps, and
+    ranks with no row now whose row this node saw before (a FINALIZED one judged alike). A
+    vanished ACTIVE row counts only for a process of the snapshot's own node (node_name
+    None): in a master's job snapshot a node whose report is late loses its rows too, and
+    that is no evidence that its ranks left; a FINALIZED one seen before is, wherever it was
+    (once a slave retires an exited rank's process, its rows are gone from the master)."""
     left = {m.rank: m for m in comm.departed}
     before = seen.of(comm.comm_id)
     for rank in comm.missing_ranks:
         m = before.get(rank)
-        if rank not in left and m is not None and m.process.node_name is None:
+        if rank in left or m is None:
+            continue
+        if m.process.node_name is None or m.state == shm_v1.CommState.FINALIZED:
             left[rank] = m
     return [
         left[r]
         for r in sorted(left)
-        if left[r].state != shm_v1.CommState.FINALIZED or now - left[r].finalize_mono_ns > grace_ns
+        if left_for_good(left[r], op_index, wait_began_ns, now, threshold_ns)
     ]
+
+
+def left_for_good(
+    m: CommMember, op_index: int, wait_began_ns: int, now: int, threshold_ns: int
+) -> bool:
+    """Whether a rank's departure is where the others' wait in op N starts, rather than part
+    of the teardown of a hang already there.
+
+    A rank that left before the others had waited the threshold in N left a running job: no
+    hang was there yet to tear down. That is the uneven-inputs end of data-parallel training
+    (a rank out of data destroys its process group and exits while its peers go on into the
+    next all-reduce), and no grace applies: its row says it is gone for good. One that left
+    later and never joined N is the first of a teardown slowed down (an aborted job's ranks
+    leave in any order, and the hang it ends was diagnosed while it was there). One that
+    joined N and left counts once it finalized more than the threshold ago: NCCL failed its
+    op and aborted its communicator, while ranks tearing a communicator down finalize within
+    moments of each other, the hang threshold apart never."""
+    if m.state != shm_v1.CommState.FINALIZED:
+        return True  # its row is gone: its process ended and its region was retired
+    if m.finalize_mono_ns < wait_began_ns + threshold_ns and m.coll_enqueued <= op_index:
+        return True
+    return m.coll_enqueued > op_index and now - m.finalize_mono_ns > threshold_ns

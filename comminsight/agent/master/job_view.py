@@ -24,9 +24,8 @@ from comminsight.agent.core.snapshot import (
     InflightOp,
     NodeSnapshot,
     ProcessView,
-    group_by_comm,
-    latest_runs,
 )
+from comminsight.agent.core.snapshot import communicators as snapshot_communicators
 from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
@@ -149,6 +148,9 @@ def comm_member(
         inflight=inflight_of(node, g.oldest_inflight) if g.HasField("oldest_inflight") else None,
         hang_flagged_op_index=g.hang_flagged_seq if g.HasField("hang_flagged_seq") else None,
         process=proc,
+        # when it left, on the master's clock: whether it left before its peers' wait
+        # reached the threshold (a hang's cause) or after (a teardown) (left_comm)
+        finalize_mono_ns=node.to_master(m.finalize_mono_ns),
     )
 
 
@@ -156,8 +158,9 @@ def job_snapshot(
     nodes: Iterable[NodeRecord], master_name: str, now_mono: int, now_real: int, stale_ns: int
 ) -> NodeSnapshot:
     """Like snapshot.build_snapshot, over every node: only ACTIVE rows are members, a
-    communicator some rank finalized is left out (it is being torn down), and of the rows of
-    one communicator id only the latest run's count (a reused home's earlier run)."""
+    communicator some rank finalized is kept apart as torn down (its FINALIZED rows the ranks
+    that left), and of the rows of one communicator id only the latest run's count (a reused
+    home's earlier run)."""
     processes, members, finalized = [], [], []
     for node in nodes:
         views = {}
@@ -170,16 +173,16 @@ def job_snapshot(
             if g is None or proc is None:
                 continue
             (finalized if m.finalize_mono_ns else members).append(comm_member(node, m, g, proc))
-    members, finalized = latest_runs(members, finalized, stale_ns)
-    torn = {m.comm_id for m in finalized}
-    members = [m for m in members if m.comm_id not in torn]
+    # kept apart, not dropped: a rank whose peers wait on it after it left is named by them
+    comms, torn_down = snapshot_communicators(members, finalized, stale_ns)
     return NodeSnapshot(
         node_name=master_name,
         taken_mono_ns=now_mono,
         taken_real_ns=now_real,
         heartbeat_stale_ns=stale_ns,
         processes=tuple(processes),
-        comms=group_by_comm(members),
+        comms=comms,
+        torn_down=torn_down,
     )
 
 
