@@ -37,12 +37,17 @@ def agent_process(home, **env):
     )
 
 
-def wait_for(path, timeout_s: float = 20.0) -> None:
+# An Agent's start-up (imports, its first pass) takes seconds on an idle machine and many
+# times that on a loaded one: the deadline only bounds how long a broken start is waited for.
+START_DEADLINE_S = 120.0
+
+
+def wait_for(path, timeout_s: float = START_DEADLINE_S) -> None:
     """Until path exists."""
     wait_until(path.exists, timeout_s, f"{path} to appear")
 
 
-def api_get(listen: str, path: str, timeout_s: float = 20.0):
+def api_get(listen: str, path: str, timeout_s: float = START_DEADLINE_S):
     """GET from the agent's API, waiting for it to come up."""
 
     def answer():

@@ -151,8 +151,16 @@ def test_a_sleeper_is_reported_then_resolved_when_it_rejoins(plugin, tmp_path):
     stuck = [r for r in reports if r.verdict is Verdict.stuck_outside_nccl]
     assert stuck and [c.comm_rank for c in stuck[0].culprits] == [0]
     assert all(r.status.value == "resolved" for r in reports), [r.summary for r in reports]
-    assert stuck[0].resolution.value == "op_completed"
     assert stuck[0].resolved_mono_ns > stuck[0].detected_mono_ns
+    # The hang ends when the op completes. On a loaded machine the sleeper's heartbeat can lag
+    # past its staleness limit mid-hang, and another verdict then stands for the communicator
+    # (the stuck report superseded): the report that stood last is the one the op resolved.
+    same_comm = sorted(
+        (r for r in reports if r.comm.comm_id == stuck[0].comm.comm_id),
+        key=lambda r: r.detected_mono_ns,
+    )
+    assert same_comm[-1].resolution.value == "op_completed", [r.summary for r in same_comm]
+    assert all(r.resolution.value == "superseded" for r in same_comm[:-1]), same_comm
     again = HangStore(tmp_path)
     again.load()
     assert again.reports[stuck[0].report_id].status.value == "resolved"  # written, not only kept

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+import types
 
 import msgspec
 import numpy as np
@@ -120,18 +121,27 @@ def test_a_long_input_fed_one_small_batch_at_a_time_never_recurses(
     assert steps - UNSETTLED // len(BUCKETS) - 1 <= hook.steps_written < steps
 
 
-def _lazy_objects() -> int:
-    gc.collect()
-    return sum(1 for o in gc.get_objects() if isinstance(o, (OpBatch, LazyColumns)))
+def _lazy_objects(hook: SemanticEngineHook) -> int:
+    """The batches and lazy columns `hook` holds (reachable from it: a thread another test
+    left behind may hold batches of its own for a moment)."""
+    seen, todo, count = {id(hook)}, [hook], 0
+    while todo:
+        o = todo.pop()
+        count += isinstance(o, (OpBatch, LazyColumns))
+        for r in gc.get_referents(o):
+            if id(r) not in seen and not isinstance(r, (type, types.ModuleType)):
+                seen.add(id(r))
+                todo.append(r)
+    return count
 
 
 def test_what_the_hook_holds_does_not_grow_with_the_input(tmp_path):
     hook = new_hook(tmp_path, replay_max=500)
     slots = ddp_slots(1_200)
     take(hook, slots[:1_000])
-    first = _lazy_objects()
+    first = _lazy_objects(hook)
     take(hook, slots[1_000:])
-    assert _lazy_objects() <= first + 2 * MAX_LAZY_DEPTH  # batches kept: a bounded chain
+    assert _lazy_objects(hook) <= first + 2 * MAX_LAZY_DEPTH  # batches kept: a bounded chain
     held = hook.held()
     assert held.engine_ops <= UNSETTLED
     assert held.replay_records <= 500  # the replay log's bound, though never checkpointed
@@ -151,7 +161,7 @@ def test_while_no_step_settles_what_waits_for_the_cut_is_bounded_and_so_are_its_
     comms = {int(c): CommInfo(None, 1) for c in np.unique(slots["comm_id"])}
     for part in batches(slots[:2_000], 1):
         hook._take(GPU, "ops", (part, comms))
-    first = _lazy_objects()
+    first = _lazy_objects(hook)
     for part in batches(slots[2_000:], 1):
         hook._take(GPU, "ops", (part, comms))
     g = hook._gpus[GPU]
@@ -163,7 +173,7 @@ def test_while_no_step_settles_what_waits_for_the_cut_is_bounded_and_so_are_its_
     assert any("ops placed in no Step" in r for r in reasons), reasons
     assert hook.held().engine_ops <= WINDOW + 1_000 + MIN_NEW_OPS
     assert g.engine.pending.depth <= MAX_LAZY_DEPTH
-    assert _lazy_objects() <= first + 2 * MAX_LAZY_DEPTH
+    assert _lazy_objects(hook) <= first + 2 * MAX_LAZY_DEPTH
     hook.stop()
 
 
