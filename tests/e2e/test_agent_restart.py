@@ -18,6 +18,8 @@ from comminsight.sim import SimConfig, run_simulation
 
 TOKEN = "restart-token"
 NODE = "node-r"
+# how long archiving is waited for: seconds when idle, minutes on a heavily loaded machine
+DEADLINE_S = 240
 
 
 def archived_objects(home):
@@ -52,7 +54,7 @@ def test_agent_killed_mid_run_then_restarted_archives_every_segment_once(plugin,
         ledger = tmp_path / "metadata" / "archive-ledger"
         wait_until(
             lambda: len(ArchiveLedger(ledger).entries()) >= 3,
-            60,
+            DEADLINE_S,
             "the first agent archived nothing",
         )
         assert sim.is_alive(), "the run ended before the agent could be killed mid-run"
@@ -75,7 +77,7 @@ def test_agent_killed_mid_run_then_restarted_archives_every_segment_once(plugin,
                 status = api_get(listen, "/api/v1/archive").json()
                 return status["pending_files"] == 0 and not status["flush_in_progress"]
 
-            wait_until(archived_all, 60, "the restarted agent did not archive the rest")
+            wait_until(archived_all, DEADLINE_S, "the restarted agent did not archive the rest")
             status = api_get(listen, "/api/v1/archive").json()
         finally:
             second.send_signal(signal.SIGTERM)
