@@ -182,7 +182,7 @@ def test_a_gpu_whose_engine_keeps_failing_backs_off_after_a_few_restarts_and_the
         for _ in range(3):
             hook.feed(bad, np.zeros(0, [("seq", "<u8")]), {})
             hook.feed(good, np.zeros(0, [("seq", "<u8")]), {})
-            wait_until(hook.idle, 10, "the worker did not drain its queue")
+            wait_until(hook.idle, 60, "the worker did not drain its queue")
     finally:
         hook.stop()
     assert handled.count(8) == 3

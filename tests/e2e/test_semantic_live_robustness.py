@@ -306,9 +306,9 @@ def test_the_worker_thread_outlives_a_failure_outside_any_gpu(tmp_path, monkeypa
     hook.live_cut.interval_s = 0.1  # no more ops come: the Steps settle by the clock
     slots = ddp_slots(2 * FIRST_OPS // len(BUCKETS))  # past the cut's first placement
     hook.feed(GPU, slots[:10], COMMS)
-    wait_until(hook.idle, 10, "the worker did not drain its queue")
+    wait_until(hook.idle, 60, "the worker did not drain its queue")
     hook.feed(GPU, slots[10:], COMMS)
-    wait_until(lambda: hook.steps_written > 0, 10, "no Step settled")
+    wait_until(lambda: hook.steps_written > 0, 60, "no Step settled")
     assert hook.running
     assert hook.counts.failures == {"KeyError": 1} and hook.counts.last_pid is None
     from comminsight.agent.steps.health import engine_health
@@ -324,7 +324,7 @@ def test_the_engine_lag_is_how_far_placed_ops_trail_ingested_ones(tmp_path):
     slots = ddp_slots(2 * FIRST_OPS // len(BUCKETS))  # past the cut's first placement
     for part in batches(slots, 25):
         hook.feed(GPU, part, COMMS)
-        wait_until(hook.idle, 10, "the worker did not drain its queue")
+        wait_until(hook.idle, 60, "the worker did not drain its queue")
     lag = hook.lag_ns()
     newest = int(slots["complete_mono_ns"][-1])
     # the reorder window and the node's cut keep the newest ops unplaced: the lag is their
@@ -344,7 +344,7 @@ def test_the_engine_lag_is_how_far_placed_ops_trail_ingested_ones(tmp_path):
     hook.feed(GPU, more[5:], COMMS)
     assert hook.lag_ns() >= int(more["complete_mono_ns"][-1]) - newest
     gate.set()
-    wait_until(hook.idle, 10, "the worker did not drain its queue")
+    wait_until(hook.idle, 60, "the worker did not drain its queue")
     hook.stop()
 
 

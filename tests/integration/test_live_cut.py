@@ -226,7 +226,7 @@ def test_a_process_that_ended_while_no_agent_ran_is_sealed_at_its_checkpoint(tmp
 
     second = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
     second.present({"ci-node-9999-1.shm"})  # a process still running: another one
-    wait_until(second.idle, 10, "the worker did not take the node's SHM files")
+    wait_until(second.idle, 60, "the worker did not take the node's SHM files")
     (path,) = second.out_dir.glob("live-*")
     assert path.name == "live-node-4545-1000.jsonl"  # sealed, at the checkpoint's length
     assert [s.step_index for s in read_summaries(path)] == list(range(written))
@@ -242,7 +242,7 @@ def test_a_process_still_running_is_not_sealed_when_the_agent_restarts(tmp_path)
     first.stop()
     second = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
     second.present({"ci-node-4646-1.shm"})
-    wait_until(second.idle, 10, "the worker did not take the node's SHM files")
+    wait_until(second.idle, 60, "the worker did not take the node's SHM files")
     assert [p.name for p in second.out_dir.glob("live-*")] == ["live-node-4646-1000.jsonl.partial"]
     assert second.ended_unfinished == 0
     second.stop()
