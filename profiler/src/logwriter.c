@@ -477,7 +477,10 @@ static void segment_open(void) {
         put_comm_identity(&e);
         first = false;
     }
-    put("]," K(NEXT_RING_SEQ) "%llu}}\n", (unsigned long long)(w.cursor + 1));
+    /* the first ring seq this segment's lines account for: a gap still to be written comes
+     * before the next record read */
+    uint64_t next_seq = w.gap_count ? w.gap_first : w.cursor + 1;
+    put("]," K(NEXT_RING_SEQ) "%llu}}\n", (unsigned long long)next_seq);
     account_line(0, false);
 }
 
@@ -611,15 +614,18 @@ static void flush_gap(void) {
     w.gap_count = 0;
 }
 
-static void note_lost(uint64_t ring_seq, const char* reason) {
+/* `count` ring records from `ring_seq` on that no line will hold: one gap line per run of them. */
+static void note_lost_range(uint64_t ring_seq, uint64_t count, const char* reason) {
     if (w.gap_count && (w.gap_first + w.gap_count != ring_seq || strcmp(w.gap_reason, reason) != 0)) flush_gap();
     if (!w.gap_count) {
         w.gap_first = ring_seq;
         w.gap_reason = reason;
     }
-    w.gap_count++;
-    if (strcmp(reason, V(RING_OVERWRITE)) == 0) ci_counter_add(&ci_g.hdr->log_records_lost, 1);
+    w.gap_count += count;
+    if (strcmp(reason, V(RING_OVERWRITE)) == 0) ci_counter_add(&ci_g.hdr->log_records_lost, count);
 }
+
+static void note_lost(uint64_t ring_seq, const char* reason) { note_lost_range(ring_seq, 1, reason); }
 
 static void emit(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     if (w.disk_full) { /* nothing reaches the disk now: count it, remember the range */
@@ -657,12 +663,21 @@ static void emit(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     if (w.seg.bytes + w.len >= ci_g.cfg.log_segment_bytes) segment_seal(V(SIZE));
 }
 
+/* Tickets the ring has lapped since the cursor: their slots hold later records now. They are
+ * lost, as one range, without visiting each (a writer held up for long may face millions). */
+static void skip_lapped(uint64_t head, uint64_t cap) {
+    if (head - w.cursor <= cap) return;
+    note_lost_range(w.cursor + 1, head - cap - w.cursor, V(RING_OVERWRITE));
+    __atomic_store_n(&w.cursor, head - cap, __ATOMIC_RELEASE);
+}
+
 /* Read ring tickets [cursor, head). */
 static void drain(bool final) {
     const ci_shm_header_v1_t* h = ci_g.hdr;
     uint64_t cap = ci_g.ring_mask + 1;
     uint64_t head = __atomic_load_n(&h->ring_head, __ATOMIC_ACQUIRE);
     ci_shm_op_slot_v1_t copy;
+    skip_lapped(head, cap);
     while (w.cursor < head) {
         uint64_t t = w.cursor;
         const ci_shm_op_slot_v1_t* slot = &ci_g.ring[t & ci_g.ring_mask];
@@ -702,9 +717,10 @@ void ci_logwriter_run_once(bool final, const char* seal_reason) {
             w.disabled = true;
             return;
         }
-        w.cursor = __atomic_load_n(&ci_g.hdr->ring_head, __ATOMIC_ACQUIRE) > ci_g.ring_mask + 1
-                       ? __atomic_load_n(&ci_g.hdr->ring_head, __ATOMIC_ACQUIRE) - (ci_g.ring_mask + 1)
-                       : 0;
+        /* From the first ticket, not from what the ring still holds: records published
+         * before this first pass and overwritten since (a burst at start-up, a writer thread
+         * slow to be scheduled) are lost and must be said to be, in a gap line. */
+        w.cursor = 0;
     }
     uint64_t now = ci_now_mono();
     /* The last pass retries at once: there is no later one to write the gap and the seal. */
