@@ -290,11 +290,12 @@ bench-profiler: $(VENV_STAMP) build-profiler
 demo: debian-packages $(VENV_STAMP) build-profiler $(ENGINE_SO)
 	$(VENV)/bin/comminsight demo
 
-## install: the Agent in its own venv under INSTALL_PREFIX (lib/comminsight/venv from requirements/runtime.txt; bin/comminsight-agent, bin/comminsight), the plugin, headers, config, systemd unit, Inject's wheel (share/comminsight); TRAINING_PYTHON=/path/to/python also puts Inject, and nothing else, into that environment
+## install: the Agent in its own venv under INSTALL_PREFIX (lib/comminsight/venv from requirements/runtime.txt, installed by the dev venv's pinned uv, else pip; bin/comminsight-agent, bin/comminsight), the plugin, headers, config, systemd unit, Inject's wheel (share/comminsight); TRAINING_PYTHON=/path/to/python also puts Inject, and nothing else, into that environment
 install: $(WHEEL) headers build-profiler $(INJECT_WHEEL) LICENSE NOTICE
 	$(PYTHON) scripts/prefix_install.py install --prefix "$(INSTALL_PREFIX)" --python "$(PYTHON)" \
 	  --requirements requirements/runtime.txt --wheel $(WHEEL) --inject-wheel $(INJECT_WHEEL) \
-	  --plugin $(PROFILER_SO) $(if $(TRAINING_PYTHON),--training-python "$(TRAINING_PYTHON)")
+	  --plugin $(PROFILER_SO) $(if $(TRAINING_PYTHON),--training-python "$(TRAINING_PYTHON)") \
+	  $$(test -x $(VENV)/bin/uv && echo --uv $(VENV)/bin/uv)
 
 ## uninstall: remove exactly what `make install` put under INSTALL_PREFIX (its install-manifest.json), and Inject from the TRAINING_PYTHON install gave it
 uninstall:

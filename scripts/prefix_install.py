@@ -145,6 +145,27 @@ def install(args: argparse.Namespace) -> None:
             inst.write_manifest()  # even a failed install can be uninstalled
 
 
+def _install_packages(vpy: str, args: argparse.Namespace) -> None:
+    """The pinned requirements, then the wheel with no dependency resolution, into vpy's venv:
+    with uv where one is given (the same pins; a third of pip's CPU, bytecode compiled in
+    parallel), else with pip, and with pip too where uv fails (an index only pip is
+    configured for: uv reads no pip configuration but PIP_FIND_LINKS)."""
+    if args.uv:
+        uv = [args.uv, "pip"]
+        where = ["--python", vpy, "--compile-bytecode"]
+        links = [a for d in os.environ.get("PIP_FIND_LINKS", "").split() for a in ("-f", d)]
+        try:
+            _run([*uv, "install", "--quiet", *where, *links, "-r", args.requirements])
+            _run([*uv, "install", "--quiet", *where, "--no-deps", "--reinstall", args.wheel])
+            _run([*uv, "check", "--python", vpy])
+            return
+        except InstallError as e:
+            print(f"uv could not install the Agent's venv ({e}): pip installs it", flush=True)
+    _run([vpy, *PIP, "install", "--quiet", "-r", args.requirements])
+    _run([vpy, *PIP, "install", "--quiet", "--no-deps", "--force-reinstall", args.wheel])
+    _run([vpy, *PIP, "check"])
+
+
 def _install_into(inst: Installation, args: argparse.Namespace, repo: Path) -> None:
     prefix = inst.prefix
     # the Agent's own environment: exact pins, then the wheel with no dependency resolution
@@ -152,9 +173,7 @@ def _install_into(inst: Installation, args: argparse.Namespace, repo: Path) -> N
     inst.trees.append(str(VENV))
     _run([args.python, "-m", "venv", str(prefix / VENV)])
     vpy = str(prefix / VENV / "bin" / "python")
-    _run([vpy, *PIP, "install", "--quiet", "-r", args.requirements])
-    _run([vpy, *PIP, "install", "--quiet", "--no-deps", "--force-reinstall", args.wheel])
-    _run([vpy, *PIP, "check"])
+    _install_packages(vpy, args)
 
     inst.put(
         _wrapper(prefix / VENV / "bin/comminsight-agent", "Agent"),
@@ -254,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wheel", required=True, help="the comminsight wheel")
     p.add_argument("--inject-wheel", required=True)
     p.add_argument("--plugin", required=True, help="libnccl-profiler-comminsight.so")
+    p.add_argument("--uv", help="uv to install the Agent's venv with (else pip)")
     p.add_argument(
         "--training-python", default="", help="also install Inject (only) into this interpreter"
     )
