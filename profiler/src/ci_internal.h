@@ -143,6 +143,12 @@ int ci_proc_start_ticks(int pid, uint64_t* ticks); /* 0, or -1 with errno (ENOEN
 uint64_t ci_pid_namespace(void);
 void ci_boot_id(char* out, size_t size);
 void ci_stale_regions_sweep(void);
+/* ---- the ring sized for the SHM file system (ring_fit.c) ---- */
+/* Lowers ci_g.cfg.ring_slots where the region (`fixed` bytes without its ring) would not fit
+ * this process's share of the file system holding `dir` (dir_fd when >= 0); says so once. */
+void ci_ring_fit(const char* dir, int dir_fd, size_t fixed);
+uint32_t ci_ring_slots_to_fit(uint64_t fs_bytes, uint64_t fs_free, uint32_t processes, size_t fixed,
+                              uint32_t slots);
 int ci_agent_running(void); /* 1: an Agent holds this home's lock, 0: none, -1: cannot tell */
 
 /* ---- logging (log.c): NCCL's logger when it gave one, else stderr ---- */
@@ -414,6 +420,11 @@ typedef struct ci_process {
     ci_shm_comm_entry_v1_t* comm_table;
     ci_shm_op_slot_v1_t* ring;
     uint64_t ring_mask;
+    /* how the ring was sized (ring_fit.c), published in the header */
+    uint32_t ring_slots_configured;
+    uint32_t sizing_processes;
+    uint64_t shm_dir_bytes;
+    uint64_t shm_dir_free_bytes;
     ci_comm_t* comms;
     uint32_t comm_capacity;
     uint32_t live_comms;

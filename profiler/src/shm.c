@@ -106,6 +106,10 @@ static void fill_header(ci_shm_header_v1_t* h, size_t comm_off, size_t ring_off,
     h->comm_entry_size = sizeof(ci_shm_comm_entry_v1_t);
     h->ring_offset = ring_off;
     h->ring_capacity = cfg->ring_slots;
+    h->ring_slots_configured = ci_g.ring_slots_configured;
+    h->sizing_local_ranks = ci_g.sizing_processes;
+    h->shm_dir_bytes = ci_g.shm_dir_bytes;
+    h->shm_dir_free_bytes = ci_g.shm_dir_free_bytes;
     h->slot_size = sizeof(ci_shm_op_slot_v1_t);
     h->pid = ci_g.pid;
     h->uid = (uint32_t)getuid();
@@ -171,12 +175,15 @@ static bool move_shms(int err, bool linked) {
     return true;
 }
 
+static size_t region_size(size_t fixed) { return fixed + (size_t)ci_g.cfg.ring_slots * sizeof(ci_shm_op_slot_v1_t); }
+
 /* Create and map the region. The memory lives in the tmpfs directory (COMMINSIGHT_PROFILER_
  * SHM_DIR) and <home>/shms/<name>.shm links to it; without a usable tmpfs it is the file in
- * shms/ itself. Pages are populated now so that the hot path never takes a first-touch fault.
- * Both names are created exclusively and without following links: nothing planted there is
- * opened. */
-static void* map_file(size_t total) {
+ * shms/ itself. The ring is sized for the file system it lands on (ring_fit.c): `fixed` is the
+ * region without it. Pages are populated now so that the hot path never takes a first-touch
+ * fault. Both names are created exclusively and without following links: nothing planted
+ * there is opened. */
+static void* map_file(size_t fixed) {
     char dir[CI_DIR_MAX];
     ci_g.shms_fd = ci_home_dir("shms", true, true, dir, sizeof(dir));
     if (ci_g.shms_fd < 0) {
@@ -191,6 +198,8 @@ static void* map_file(size_t total) {
     bool linked = usable_dir(ci_g.cfg.shm_dir);
     if (linked) snprintf(ci_g.shm_target, sizeof(ci_g.shm_target), "%s/%s", ci_g.cfg.shm_dir, name);
     else snprintf(ci_g.shm_target, sizeof(ci_g.shm_target), "%s", ci_g.shm_path);
+    ci_ring_fit(linked ? ci_g.cfg.shm_dir : dir, linked ? -1 : ci_g.shms_fd, fixed);
+    size_t total = region_size(fixed);
     int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
     int fd = linked ? open(ci_g.shm_target, flags, 0600) : openat(ci_g.shms_fd, name, flags, 0600);
     if (fd < 0 && !linked && move_shms(errno, linked)) fd = openat(ci_g.shms_fd, name, flags, 0600);
@@ -240,9 +249,12 @@ int ci_shm_open(void) {
     const ci_config_t* cfg = &ci_g.cfg;
     size_t comm_off = sizeof(ci_shm_header_v1_t);
     size_t ring_off = comm_off + (size_t)cfg->comm_slots * sizeof(ci_shm_comm_entry_v1_t);
+    ci_g.ring_slots_configured = cfg->ring_slots;
+    ci_g.shm_dir_bytes = ci_g.shm_dir_free_bytes = 0;
+    ci_g.sizing_processes = 0;
+    void* p = cfg->shm_enable ? map_file(ring_off + ci_evidence_region_size()) : NULL; /* sizes the ring */
     size_t evidence_off = ring_off + (size_t)cfg->ring_slots * sizeof(ci_shm_op_slot_v1_t);
     size_t total = evidence_off + ci_evidence_region_size();
-    void* p = cfg->shm_enable ? map_file(total) : NULL;
     ci_g.region_is_file = p != NULL;
     if (!p) {
         ci_g.shm_path[0] = '\0';

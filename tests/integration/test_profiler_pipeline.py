@@ -267,7 +267,9 @@ def test_watchdog_does_not_flag_ops_younger_than_its_clock_reading(hot_path, tmp
 def test_a_full_tmpfs_disables_shm_instead_of_crashing_training(hot_path, tmp_path):
     """The SHM tmpfs cannot hold the region: the Profiler must find out at creation and fail
     open (SHM disabled, logs still written), not take SIGBUS on a later write to a page that
-    was never allocated. Uses a 1 MiB tmpfs in a private mount namespace (unshare -rm)."""
+    was never allocated. Uses a 64 KiB tmpfs in a private mount namespace (unshare -rm): less
+    than even the smallest region (a 64-record ring beside the communicator table), where a
+    larger one would get a ring sized down to fit it."""
     small = tmp_path / "small-tmpfs"
     small.mkdir()
     probe = subprocess.run(
@@ -280,13 +282,19 @@ def test_a_full_tmpfs_disables_shm_instead_of_crashing_training(hot_path, tmp_pa
     home = tmp_path / "home"
     driver = f"{exe} {builds()['plain'].path} --n 200000 --warmup 0"
     proc = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {small} && exec {driver}"],
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            f"mount -t tmpfs -o size=64k tmpfs {small} && exec {driver}",
+        ],
         env={
             **os.environ,
             "COMMINSIGHT_HOME": str(home),
             "COMMINSIGHT_AGENT_AUTOSTART": "0",
             "COMMINSIGHT_PROFILER_SHM_DIR": str(small),
-            "COMMINSIGHT_PROFILER_RING_SLOTS": "65536",  # 8 MiB of ring: cannot fit
+            "COMMINSIGHT_PROFILER_RING_SLOTS": "65536",  # sized down to 64, and still too big
         },
         capture_output=True,
         text=True,

@@ -57,6 +57,10 @@ int main(void) {
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"heartbeat_count\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, heartbeat_count), sizeof(((ci_shm_header_v1_t*)0)->heartbeat_count));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"heartbeat_interval_ms\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, heartbeat_interval_ms), sizeof(((ci_shm_header_v1_t*)0)->heartbeat_interval_ms));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"comms_active\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, comms_active), sizeof(((ci_shm_header_v1_t*)0)->comms_active));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"ring_slots_configured\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, ring_slots_configured), sizeof(((ci_shm_header_v1_t*)0)->ring_slots_configured));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"sizing_local_ranks\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, sizing_local_ranks), sizeof(((ci_shm_header_v1_t*)0)->sizing_local_ranks));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"shm_dir_bytes\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, shm_dir_bytes), sizeof(((ci_shm_header_v1_t*)0)->shm_dir_bytes));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"shm_dir_free_bytes\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, shm_dir_free_bytes), sizeof(((ci_shm_header_v1_t*)0)->shm_dir_free_bytes));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved2\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved2), sizeof(((ci_shm_header_v1_t*)0)->reserved2));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"ring_head\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, ring_head), sizeof(((ci_shm_header_v1_t*)0)->ring_head));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved3\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved3), sizeof(((ci_shm_header_v1_t*)0)->reserved3));

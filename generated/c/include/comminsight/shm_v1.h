@@ -283,7 +283,11 @@ struct ci_shm_header_v1 {
     uint64_t heartbeat_count; /* @528: Heartbeats so far. */
     uint32_t heartbeat_interval_ms; /* @536: Configured heartbeat period; a heartbeat older than a few periods means a stuck or dead producer. */
     uint32_t comms_active; /* @540: Communicators currently ACTIVE. */
-    uint8_t reserved2[32]; /* @544: Zero. */
+    uint32_t ring_slots_configured; /* @544: The ring size COMMINSIGHT_PROFILER_RING_SLOTS asked for. A ring_capacity below it means the producer sized its ring down to fit the file system of its SHM directory (shm_dir_bytes, shm_dir_free_bytes) rather than go without SHM; 0 in files of older producers. */
+    uint32_t sizing_local_ranks; /* @548: How many processes of the node the ring was sized to share the SHM file system with (LOCAL_WORLD_SIZE, and at least 8); each takes at most that share of shm_dir_bytes and half of what was free. 0 in files of older producers. */
+    uint64_t shm_dir_bytes; /* @552: Size of the file system holding the region when it was made, in bytes; 0 if unknown (files of older producers too). */
+    uint64_t shm_dir_free_bytes; /* @560: Bytes that file system had free for this process just before the region was made; 0 if unknown. */
+    uint8_t reserved2[8]; /* @568: Zero. */
     uint64_t ring_head; /* @576: Next ring ticket to claim (producers fetch-add it); its own cache line because every producer writes it. Ticket t goes to slot t mod ring_capacity. */
     uint8_t reserved3[56]; /* @584: Zero; keeps ring_head alone on its cache line. */
     uint64_t records_published; /* @640: Op slots completely written. */
@@ -353,7 +357,11 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_real_ns) == 520, 
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_count) == 528, "offsetof ci_shm_header_v1_t.heartbeat_count");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_interval_ms) == 536, "offsetof ci_shm_header_v1_t.heartbeat_interval_ms");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, comms_active) == 540, "offsetof ci_shm_header_v1_t.comms_active");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved2) == 544, "offsetof ci_shm_header_v1_t.reserved2");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, ring_slots_configured) == 544, "offsetof ci_shm_header_v1_t.ring_slots_configured");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, sizing_local_ranks) == 548, "offsetof ci_shm_header_v1_t.sizing_local_ranks");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, shm_dir_bytes) == 552, "offsetof ci_shm_header_v1_t.shm_dir_bytes");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, shm_dir_free_bytes) == 560, "offsetof ci_shm_header_v1_t.shm_dir_free_bytes");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved2) == 568, "offsetof ci_shm_header_v1_t.reserved2");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, ring_head) == 576, "offsetof ci_shm_header_v1_t.ring_head");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved3) == 584, "offsetof ci_shm_header_v1_t.reserved3");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, records_published) == 640, "offsetof ci_shm_header_v1_t.records_published");

@@ -165,7 +165,11 @@ struct ci_shm_header_v1 {
     uint64_t heartbeat_count;
     uint32_t heartbeat_interval_ms;
     uint32_t comms_active;
-    uint8_t reserved2[32];
+    uint32_t ring_slots_configured;
+    uint32_t sizing_local_ranks;
+    uint64_t shm_dir_bytes;
+    uint64_t shm_dir_free_bytes;
+    uint8_t reserved2[8];
     uint64_t ring_head;
     uint8_t reserved3[56];
     uint64_t records_published;
@@ -560,9 +564,9 @@ class EvidenceEnd(enum.IntEnum):
 # ci_shm_header_v1_t: File header. The first cache line is immutable after state becomes LIVE.
 HEADER_DTYPE = np.dtype(
     {
-        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "own_hang_threshold_ms", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "evidence_offset", "evidence_capacity", "evidence_entry_size", "normal_event_mask", "evidence_active", "evidence_raised_mono_ns", "cuda_uuid", "hang_threshold_source", "own_hang_threshold_source", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "evidence_raises", "evidence_no_slot", "agent_settings_refused", "link_path", "reserved4"],
-        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', '<u8', '<u4', '<u4', '<i4', '<u4', '<u8', ('<u1', (16,)), '<u1', '<u1', ('<u1', (22,)), '<u8', '<u8', '<u8', '<u4', '<u4', ('<u1', (32,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S3072', ('<u1', (256,))],
-        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 448, 452, 456, 460, 464, 472, 488, 489, 490, 512, 520, 528, 536, 540, 544, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 752, 760, 768, 3840],
+        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "own_hang_threshold_ms", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "evidence_offset", "evidence_capacity", "evidence_entry_size", "normal_event_mask", "evidence_active", "evidence_raised_mono_ns", "cuda_uuid", "hang_threshold_source", "own_hang_threshold_source", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "ring_slots_configured", "sizing_local_ranks", "shm_dir_bytes", "shm_dir_free_bytes", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "evidence_raises", "evidence_no_slot", "agent_settings_refused", "link_path", "reserved4"],
+        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', '<u8', '<u4', '<u4', '<i4', '<u4', '<u8', ('<u1', (16,)), '<u1', '<u1', ('<u1', (22,)), '<u8', '<u8', '<u8', '<u4', '<u4', '<u4', '<u4', '<u8', '<u8', ('<u1', (8,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S3072', ('<u1', (256,))],
+        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 448, 452, 456, 460, 464, 472, 488, 489, 490, 512, 520, 528, 536, 540, 544, 548, 552, 560, 568, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 752, 760, 768, 3840],
         "itemsize": 4096,
     }
 )
@@ -671,7 +675,11 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "heartbeat_count": 528,
         "heartbeat_interval_ms": 536,
         "comms_active": 540,
-        "reserved2": 544,
+        "ring_slots_configured": 544,
+        "sizing_local_ranks": 548,
+        "shm_dir_bytes": 552,
+        "shm_dir_free_bytes": 560,
+        "reserved2": 568,
         "ring_head": 576,
         "reserved3": 584,
         "records_published": 640,
