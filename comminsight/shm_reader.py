@@ -144,6 +144,7 @@ class ShmRegion:
         self.mono_offset_ns = 0
         self._frozen: np.ndarray | None = None
         self._frozen_evidence: np.ndarray | None = None
+        self.released = False  # the file let go of (release): answers from copies
         fd, self.target = open_region_file(self.path, shm_dir, owner)  # target: the file
         try:
             st = os.fstat(fd)
@@ -246,6 +247,8 @@ class ShmRegion:
         """Why the mapping must no longer be touched: the file is now shorter than what was
         mapped (reading the lost pages would raise SIGBUS and end the Agent). None: it may be
         read. Called before every pass touches the region."""
+        if self.released:
+            return None  # nothing mapped any more: nothing to fault on
         try:
             st = os.fstat(self._fd)
         except OSError as e:
@@ -349,11 +352,32 @@ class ShmRegion:
         self._frozen_evidence = None
         self._frozen_evidence = self.evidence_entries()
 
+    def release(self) -> None:
+        """Let go of the file while keeping what readers of a finished process still ask of
+        it: the header as it ended, the frozen comm table and evidence. The mapping and the
+        descriptor are closed: a node whose processes come and go would otherwise keep two
+        descriptors and the whole region's memory per ended process for as long as its
+        reader remembers the process."""
+        if self.released:
+            return
+        if self._frozen is None:
+            self.freeze()
+        # copies first: a view into the mapping left anywhere would keep it from closing
+        self.header = self.header.copy()
+        self.comms = self.comms[:0].copy()
+        self.ring = self.ring[:0].copy()
+        self.evidence = EVIDENCE_EMPTY
+        self._buf = None
+        self._map.close()
+        self._close_fd()
+        self.released = True
+
     def close(self) -> None:
         # release the buffer exports
         self.header = self.comms = self.ring = self._buf = self._frozen = None
         self.evidence = self._frozen_evidence = None
-        self._map.close()
+        if not self.released:
+            self._map.close()
         self._close_fd()
 
 

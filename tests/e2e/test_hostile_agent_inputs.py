@@ -624,9 +624,20 @@ def _logged_seqs(paths: list[Path]) -> tuple[list[int], set[int], list]:
     return ops, covered, seals
 
 
-def test_a_sigkilled_rank_loses_no_op_its_shm_held(tmp_path):
+def test_a_sigkilled_rank_loses_no_op_its_shm_held(tmp_path, monkeypatch):
     home = tmp_path / "home"
     lock = hold_agent_lock(home)
+    # The Agent releases the region once its records are recovered: a second mapping, taken
+    # just before, keeps what the ring held for the comparison below.
+    kept: dict[int, ShmRegion] = {}
+    release = ShmRegion.release
+
+    def keep_then_release(region: ShmRegion) -> None:
+        if not region.released:
+            kept[region.pid] = ShmRegion(region.path, shm_dir=str(region.target.parent))
+        release(region)
+
+    monkeypatch.setattr(ShmRegion, "release", keep_then_release)
     with LiveAgent(home) as agent:
         result = sim(
             home,
@@ -644,9 +655,10 @@ def test_a_sigkilled_rank_loses_no_op_its_shm_held(tmp_path):
             ),
             "the dead rank's records to be recovered",
         )
-        head = int(dead.region.header["ring_head"])
-        ring_ops = RingCursor(dead.region).poll(1 << 20)
-        prefix = segment_prefix(dead.region)
+        region = wait_until(lambda: kept.get(dead.pid), "the dead rank's region released")
+        head = int(region.header["ring_head"])
+        ring_ops = RingCursor(region).poll(1 << 20)
+        prefix = segment_prefix(region)
     lock.close()
     kinds = ring_ops["kind"]
     shm_op_seqs = ring_ops["seq"][

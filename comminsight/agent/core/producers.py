@@ -5,7 +5,14 @@
 Agent's user, has another ABI version or a corrupt header, while the others go on), reads
 every producer's new ring records in one batch each, and retires a producer whose process is
 gone once its ring is drained. What it read comes back as a list of `Batch`es for the
-metrics, the engine hook and the API's recent-ops view.
+metrics, the engine hook and the API's recent-ops view. shms/ is listed again only when it
+changed (shms_listing): entries that are no regions cost nothing pass after pass.
+
+Retiring has two steps. As soon as an ended process's records are safe (read, and written to
+its logs by its writer or by recovery) its region is released: the files are removed, the
+mapping and descriptors closed, so a crowded node's tmpfs and the Agent's descriptors do not
+fill with ended processes. The producer itself, its header as it ended and its frozen rows,
+is remembered for the retirement delay, for diagnosis (process_died, rank_left).
 
 A process that died without a clean end (its region never reached CLOSED) may have records
 its log writer never wrote: before its region goes they are written to its inspector_logs
@@ -44,6 +51,7 @@ from comminsight.agent.core.log_recovery import (
 )
 from comminsight.agent.core.producer_clock import ProducerClock, on_reader_clock
 from comminsight.agent.core.rate_limited_log import RateLimitedLog
+from comminsight.agent.core.shms_listing import ShmsListing
 from comminsight.agent.core.slot_checks import SlotRejects, check_slots
 from comminsight.shm_reader import RingCursor, ShmError, ShmRegion, record_text
 from comminsight_gen.abi import shm_v1
@@ -91,6 +99,11 @@ class Producer:
     def closed(self) -> bool:
         return int(self.region.header["state"]) == shm_v1.FileState.CLOSED
 
+    @property
+    def released(self) -> bool:
+        """Its region was let go of (records safe, files removed): kept for diagnosis only."""
+        return self.region.released
+
     def alive(self) -> bool:
         """Dead is for ever (a pid that runs again is another process): once gone, the
         region is frozen and no longer probed."""
@@ -128,6 +141,7 @@ class IngestCounters:
     records_lost: int = 0  # overwritten before the agent read them
     files_refused: int = 0
     producers_retired: int = 0
+    regions_released: int = 0  # ended processes' regions unmapped and removed
     refused: dict[str, str] = field(default_factory=dict)  # file name -> reason (last ones)
     refused_by_reason: dict[str, int] = field(default_factory=dict)
     records_recovered: int = 0  # written to a dead process's logs from its region
@@ -159,6 +173,7 @@ class ProducerSet:
         self.retired_in_pass: list[Producer] = []  # the producers the latest poll retired
         self._refused_here: set[tuple[str, int]] = set()  # (name, inode) left in shms/
         self._creating_since: dict[tuple[str, int], int] = {}  # (name, inode) -> first seen
+        self.listing = ShmsListing(self.shms)
         self._slot_log = RateLimitedLog(log, "ring records out of range", 60.0, logging.ERROR)
 
     # ---- discovery ----
@@ -167,34 +182,43 @@ class ProducerSet:
         """The names of the SHM files in shms/ now, mapped or not (a file refused, or one
         still being created, is a process that runs all the same)."""
         try:
-            listed = {e.name for e in os.scandir(self.shms) if e.name.endswith(".shm")}
+            listed = {name for name, _ in self.listing.entries()}
         except OSError:
             listed = set()
         return listed | {path.name for path in self.producers}
 
     def discover(self) -> None:
+        """Open the regions new in shms/. An unchanged directory is not listed again
+        (shms_listing): only files still being created are looked at once more."""
         try:
-            entries = list(os.scandir(self.shms))
+            scans = self.listing.scans
+            entries = self.listing.entries()
         except OSError:
+            return
+        if self.listing.scans == scans:
+            for key in list(self._creating_since):
+                self._open(self.shms / key[0], key)
             return
         known = {path.name for path in self.producers}
         present = set()
-        for entry in sorted(entries, key=lambda e: e.name):
-            if not entry.name.endswith(".shm") or entry.name in known:
+        for key in entries:
+            if key[0] in known:
                 continue
-            key = (entry.name, entry.inode())
             present.add(key)
             if key not in self._refused_here:
-                self._open(Path(entry.path), key)
+                self._open(self.shms / key[0], key)
         for key in self._creating_since.keys() - present:  # opened, refused or removed
             del self._creating_since[key]
+        self._refused_here &= present  # names gone from shms/ need no remembering
 
     def _open(self, path: Path, key: tuple[str, int]) -> None:
         try:
             region = ShmRegion(path, shm_dir=self.shm_dir, owner=self.owner)
         except ShmError as e:
-            if e.missing and path.is_symlink():  # its region is gone (removed by a sweep)
-                _remove_link(path)
+            if e.missing:  # removed meanwhile, or a link whose region a sweep removed
+                self._creating_since.pop(key, None)
+                if path.is_symlink():
+                    _remove_link(path)
                 return
             reason = str(e)
             if e.not_ready:
@@ -208,6 +232,9 @@ class ProducerSet:
         region.mono_offset_ns = clock.offset_ns()
         self.producers[path] = Producer(path, region, RingCursor(region), clock)
         log.info("producer pid %d (%s): %s", region.pid, region.hostname, path.name)
+        smaller = ring_sized_down(region.header)
+        if smaller:
+            log.warning("SHM file %s (pid %d): %s", path.name, region.pid, smaller)
 
     def _still_creating(self, key: tuple[str, int]) -> bool:
         now = time.monotonic_ns()
@@ -250,12 +277,16 @@ class ProducerSet:
         self.discover()
         batches = []
         for path, producer in list(self.producers.items()):
+            if producer.released:  # nothing left to read: only remembered for a while
+                self._maybe_forget(path, producer, now_mono_ns, retire_after_ns)
+                continue
             shrunk = producer.region.shrunk()
             if shrunk:  # checked before anything reads the mapping
                 self._drop_shrunk(path, producer, shrunk)
                 continue
             gone = not producer.alive()
-            producer.region.mono_offset_ns = producer.clock.offset_ns()
+            if producer.gone_since_mono_ns is None:  # an ended process's offset is settled
+                producer.region.mono_offset_ns = producer.clock.offset_ns()
             if gone and producer.gone_since_mono_ns is None:
                 self._note_gone(producer, now_mono_ns)
             cursor = producer.cursor
@@ -329,18 +360,24 @@ class ProducerSet:
             self._recover(producer, now)
         if producer.recovered is None and producer.recovery_retryable:
             return  # its records are written first: the region is their only copy
-        if now - producer.gone_since_mono_ns < after_ns:
-            return
         if producer.recovered is None:
+            # Recovery failed for good: the region stays the only copy of what it holds for
+            # the retirement delay (someone may still copy it out), then goes, counted.
+            if now - producer.gone_since_mono_ns < after_ns:
+                return
             self._count_unrecovered(producer)
-        # The process is gone and everything it published has been read: its file can go.
-        del self.producers[path]
-        self.counters.producers_retired += 1
+        # Everything it published has been read and logged: its memory and descriptors go
+        # now, however long the process itself is remembered (_maybe_forget).
+        self._release(path, producer)
+        self._maybe_forget(path, producer, now, after_ns)
+
+    def _release(self, path: Path, producer: Producer) -> None:
+        """Remove an ended process's files and unmap its region; what diagnosis reads of it
+        (its header as it ended, its frozen rows) stays in memory."""
         producer.final_header = producer.region.header.copy()
-        self.retired_in_pass.append(producer)
-        pid = producer.pid
         target = producer.region.target
-        producer.region.close()
+        producer.region.release()
+        self.counters.regions_released += 1
         for p in {path, target}:
             try:
                 p.unlink()
@@ -348,7 +385,19 @@ class ProducerSet:
                 pass
             except OSError as e:
                 log.error("cannot remove %s: %s", p, e.strerror)
-        log.info("retired producer pid %d (%s)", pid, path.name)
+        log.info(
+            "released the region of pid %d (%s): its records are safe", producer.pid, path.name
+        )
+
+    def _maybe_forget(self, path: Path, producer: Producer, now: int, after_ns: int) -> None:
+        """A dead process stays in the set, its region released, for the retirement delay:
+        diagnosis names it (process_died) while its peers wait that long."""
+        if now - producer.gone_since_mono_ns < after_ns:
+            return
+        del self.producers[path]
+        self.counters.producers_retired += 1
+        self.retired_in_pass.append(producer)
+        log.info("retired producer pid %d (%s)", producer.pid, path.name)
 
     def _recover(self, producer: Producer, now: int) -> None:
         """Write what only the region holds into the process's logs, once, for a process
@@ -420,6 +469,9 @@ class ProducerSet:
         out = []
         for p in self.producers.values():
             who = f"SHM file {p.path.name} (pid {p.pid})"
+            smaller = None if p.released else ring_sized_down(p.region.header)
+            if smaller:
+                out.append(f"{who}: {smaller}")
             if p.problem:
                 out.append(f"{who}: {p.problem}")
             if p.slots_rejected:
@@ -450,6 +502,23 @@ class ProducerSet:
         for producer in self.producers.values():
             producer.region.close()
         self.producers.clear()
+
+
+def ring_sized_down(header) -> str | None:
+    """What a producer says of a ring smaller than its configuration asked for: it sized it
+    down to fit its SHM file system rather than go without SHM. None: as configured (or a
+    file of a producer too old to say)."""
+    asked, ring = int(header["ring_slots_configured"]), int(header["ring_capacity"])
+    if not asked or ring >= asked:
+        return None
+    mib = 1024 * 1024
+    return (
+        f"its SHM ring holds {ring} records, not the {asked} configured: sized down to fit "
+        f"its SHM file system ({int(header['shm_dir_bytes']) / mib:.1f} MiB, "
+        f"{int(header['shm_dir_free_bytes']) / mib:.1f} MiB free, shared by "
+        f"{int(header['sizing_local_ranks'])} processes); records a slow reader misses are "
+        "overwritten sooner"
+    )
 
 
 def _reason_label(message: str) -> str:

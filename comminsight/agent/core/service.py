@@ -73,7 +73,8 @@ log = logging.getLogger(__name__)
 S = 1_000_000_000
 HISTORY = 50  # snapshots kept for the straggler verdict
 RECENT_EVENTS = 1000  # FIFO hang events kept for the API
-# A dead producer's region is kept this long after it is drained: process_died needs it.
+# A dead producer is remembered this long after it is drained (process_died names it while
+# its peers wait); its region itself is released as soon as its records are safe.
 MIN_RETIRE_S = 60.0
 PRUNE_STACKS_EVERY = 600  # passes between removals of stack files of ended processes
 

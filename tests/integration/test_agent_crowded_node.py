@@ -1,0 +1,167 @@
+"""The Agent on a crowded node: an ended process's region goes as soon as its records are safe,
+the Agent's descriptors do not grow with the processes that came and went, and entries in
+shms/ that are no regions are not listed again on every pass.
+
+Everything is counted (files, descriptors, directory listings), never timed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+from agent_home import hold_agent_lock, run_sim
+from profiler_builds import builds
+
+from comminsight.agent.core.producers import ProducerSet
+from comminsight.agent.core.snapshot import build_snapshot
+from comminsight.sim import SimConfig, run_simulation
+from comminsight.sim.faults import parse_fault
+from comminsight_gen.abi import shm_v1
+
+HOUR_NS = 3600 * 10**9
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def region_files(home) -> list:
+    links = list((home / "shms").glob("*.shm"))
+    return links + [p.resolve() for p in links if p.is_symlink()]
+
+
+def test_an_ended_process_region_is_released_once_drained_not_after_the_delay(tmp_path):
+    """The processes ended cleanly and their logs are sealed: their regions (16 MiB of a
+    tmpfs each by default) go at the first pass that has read them, while diagnosis still
+    sees the processes and their communicators for the whole retirement delay."""
+    lock = hold_agent_lock(tmp_path)
+    run_sim(tmp_path, ranks=4)
+    files = region_files(tmp_path)
+    assert len(files) == 8  # 4 links and their 4 regions
+    producers = ProducerSet(tmp_path)
+    producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+    producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+    assert not [p for p in files if os.path.lexists(p)], "regions kept after their drain"
+    assert producers.counters.regions_released == 4
+    assert len(producers.producers) == 4 and producers.counters.producers_retired == 0
+    assert all(p.released for p in producers.producers.values())
+    snapshot = build_snapshot([p.region for p in producers.producers.values()])
+    assert {v.pid for v in snapshot.processes} == {p.pid for p in producers.producers.values()}
+    # their communicator rows as they ended are still there to diagnose
+    assert all(len(p.region.comm_entries()) for p in producers.producers.values())
+    producers.poll(time.monotonic_ns() + 2 * HOUR_NS, retire_after_ns=HOUR_NS)
+    assert producers.producers == {} and producers.counters.producers_retired == 4
+    lock.close()
+
+
+def test_a_killed_process_region_is_released_once_its_records_are_recovered(tmp_path):
+    """A rank SIGKILLed mid-run (no exit handler): the Agent writes what only its region
+    held into its logs, and the region goes then, not after the delay."""
+    lock = hold_agent_lock(tmp_path)
+    config = SimConfig(
+        plugin=str(builds()["plain"].path),
+        home=str(tmp_path),
+        workload="ddp",
+        ranks=2,
+        steps=3,
+        time_scale=0.01,
+        env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"), ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "50")),
+        faults=(parse_fault("die:rank=1,op=5"),),
+    )
+    run_simulation(config)
+    files = region_files(tmp_path)
+    producers = ProducerSet(tmp_path)
+    producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+    producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+    killed = [p for p in producers.producers.values() if not p.closed]
+    assert len(killed) == 1 and killed[0].recovered is not None
+    assert killed[0].released and not [p for p in files if os.path.lexists(p)]
+    assert producers.counters.producers_retired == 0  # still remembered
+    producers.close()
+    lock.close()
+
+
+def test_descriptors_stay_bounded_while_processes_come_and_go(tmp_path):
+    """Each mapped region holds two descriptors (the Agent's and the mapping's): kept for
+    every ended process until the retirement delay, 500 short-lived processes took an Agent
+    past 1,000 descriptors and its API, recovery and archive failed under ulimit -n 1024."""
+    lock = hold_agent_lock(tmp_path)
+    producers = ProducerSet(tmp_path)
+    producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+    before = open_fds()
+    rounds, ranks = 4, 4
+    for _ in range(rounds):
+        run_sim(tmp_path, ranks=ranks, steps=1)
+        producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+        producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+    assert open_fds() - before <= 1, "descriptors held for ended processes"
+    assert len(producers.producers) == rounds * ranks  # all remembered, none mapped
+    assert producers.counters.regions_released == rounds * ranks
+    producers.close()
+    lock.close()
+
+
+def test_entries_in_shms_that_are_no_regions_are_not_listed_every_pass(tmp_path, monkeypatch):
+    """Thousands of entries that are no regions (other names, and *.shm names the Agent
+    cannot quarantine) cost a full directory listing per pass: an idle Agent spent 42 % of a
+    core on 20,000. An unchanged directory is listed once; a region added later is found."""
+    lock = hold_agent_lock(tmp_path)
+    shms = tmp_path / "shms"
+    shms.mkdir(mode=0o700)
+    for i in range(2000):
+        (shms / f"junk-{i}").write_bytes(b"")
+    for i in range(50):
+        (shms / f"dir-{i}.shm").mkdir()  # refused; cannot be moved once quarantine/ is a file
+    (shms / "quarantine").write_text("not a directory")
+    old = time.time_ns() - 3600 * 10**9
+    os.utime(shms, ns=(old, old))  # settled long ago, whatever the clock's granularity
+    listed = []
+    real_scandir = os.scandir
+
+    def counting_scandir(path="."):
+        if os.fspath(path) == os.fspath(shms):
+            listed.append(path)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", counting_scandir)
+    producers = ProducerSet(tmp_path)
+    for _ in range(20):
+        producers.poll(time.monotonic_ns())
+    assert producers.counters.files_refused == 50  # each refused once, not on every pass
+    assert len(listed) == 1, f"{len(listed)} listings of an unchanged shms/ in 20 passes"
+    run_sim(tmp_path, ranks=2, steps=1)  # new regions change the directory: found
+    producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+    assert len(producers.producers) == 2 and len(listed) == 2
+    producers.close()
+    lock.close()
+
+
+def test_a_ring_sized_down_to_fit_is_named_in_health(tmp_path):
+    """A Profiler that sized its ring down for a small SHM file system says so in its
+    header; the Agent names it among its health reasons while the process runs."""
+    lock = hold_agent_lock(tmp_path)
+    run_sim(tmp_path, ranks=1, steps=1)
+    (link,) = (tmp_path / "shms").glob("*.shm")
+    with open(link.resolve(), "r+b") as f:
+        header = np.frombuffer(bytearray(f.read(shm_v1.HEADER_DTYPE.itemsize)), shm_v1.HEADER_DTYPE)
+        asked = int(header[0]["ring_capacity"]) * 4
+        header[0]["ring_slots_configured"] = asked
+        header[0]["shm_dir_bytes"] = 64 * 1024 * 1024
+        header[0]["shm_dir_free_bytes"] = 40 * 1024 * 1024
+        header[0]["sizing_local_ranks"] = 8
+        # a process that runs on: this one (started before the region was made)
+        header[0]["state"] = shm_v1.FileState.LIVE
+        header[0]["pid"] = os.getpid()
+        header[0]["process_start_ticks"] = 0
+        f.seek(0)
+        f.write(header.tobytes())
+    producers = ProducerSet(tmp_path)
+    producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+    producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+    assert not producers.counters.regions_released
+    (reason,) = [r for r in producers.problems() if "sized down" in r]
+    assert f"not the {asked} configured" in reason and "64.0 MiB, 40.0 MiB free" in reason
+    producers.close()
+    lock.close()
