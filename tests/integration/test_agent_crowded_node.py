@@ -51,7 +51,9 @@ def test_an_ended_process_region_is_released_once_drained_not_after_the_delay(tm
     assert {v.pid for v in snapshot.processes} == {p.pid for p in producers.producers.values()}
     # their communicator rows as they ended are still there to diagnose
     assert all(len(p.region.comm_entries()) for p in producers.producers.values())
-    producers.poll(time.monotonic_ns() + 2 * HOUR_NS, retire_after_ns=HOUR_NS)
+    # they left cleanly (every communicator finalized): shown once, they need no more
+    # remembering, whatever the delay
+    producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
     assert producers.producers == {} and producers.counters.producers_retired == 4
     lock.close()
 
@@ -78,7 +80,9 @@ def test_a_killed_process_region_is_released_once_its_records_are_recovered(tmp_
     killed = [p for p in producers.producers.values() if not p.closed]
     assert len(killed) == 1 and killed[0].recovered is not None
     assert killed[0].released and not [p for p in files if os.path.lexists(p)]
-    assert producers.counters.producers_retired == 0  # still remembered
+    for _ in range(3):  # died with its communicator live: remembered for diagnosis
+        producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+    assert killed[0] in producers.producers.values()
     producers.close()
     lock.close()
 
@@ -89,16 +93,53 @@ def test_descriptors_stay_bounded_while_processes_come_and_go(tmp_path):
     past 1,000 descriptors and its API, recovery and archive failed under ulimit -n 1024."""
     lock = hold_agent_lock(tmp_path)
     producers = ProducerSet(tmp_path)
-    producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
-    before = open_fds()
-    rounds, ranks = 4, 4
-    for _ in range(rounds):
+    rounds, ranks = 5, 4
+
+    def one_round() -> None:
         run_sim(tmp_path, ranks=ranks, steps=1)
         producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
         producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+
+    one_round()  # the simulator's own pipes and the like are open from the first run on
+    before = open_fds()
+    for _ in range(rounds - 1):
+        one_round()
     assert open_fds() - before <= 1, "descriptors held for ended processes"
-    assert len(producers.producers) == rounds * ranks  # all remembered, none mapped
     assert producers.counters.regions_released == rounds * ranks
+    assert not [p for p in producers.producers.values() if not p.released]
+    producers.close()
+    lock.close()
+
+
+def test_ended_processes_remembered_are_bounded(tmp_path, monkeypatch):
+    """Processes that died with live communicators are remembered for diagnosis, each
+    costing every pass: past MAX_ENDED_REMEMBERED the oldest are forgotten early."""
+    import comminsight.agent.core.producers as producers_module
+
+    monkeypatch.setattr(producers_module, "MAX_ENDED_REMEMBERED", 2)
+    lock = hold_agent_lock(tmp_path)
+    config = SimConfig(
+        plugin=str(builds()["plain"].path),
+        home=str(tmp_path),
+        workload="ddp",
+        ranks=2,
+        steps=2,
+        time_scale=0.01,
+        env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"), ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "50")),
+        faults=(parse_fault("die:rank=1,op=3"),),
+    )
+    producers = ProducerSet(tmp_path)
+    remembered = []
+    for _ in range(3):  # each run: rank 1 dies, rank 0 leaves cleanly once the run is cut
+        run_simulation(config)
+        for _ in range(3):
+            producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+            remembered.append(sum(p.released for p in producers.producers.values()))
+    assert producers.counters.regions_released == 6
+    assert max(remembered) == 2  # the bound, reached
+    # the last rank that died with its communicator live is still remembered
+    (last,) = producers.producers.values()
+    assert not last.closed
     producers.close()
     lock.close()
 

@@ -68,6 +68,9 @@ RECOVERY_RETRY_MAX_NS = 30_000_000_000
 # this long: sizing and populating a region takes a loaded node seconds. Past it, the file is
 # refused like any other that is no region.
 CREATING_GRACE_NS = 60_000_000_000
+# Ended processes remembered (their regions released) for diagnosis at most: a node's GPUs'
+# processes several times over. Beyond it the oldest are forgotten before the delay.
+MAX_ENDED_REMEMBERED = 64
 RETRYABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
@@ -90,6 +93,7 @@ class Producer:
     slot_problem: str | None = None  # the latest one, named
     # the header as it was when the region was retired: its final counters stay readable
     final_header: np.ndarray | None = None
+    passes_released: int = 0  # passes since its region was released
 
     @property
     def pid(self) -> int:
@@ -277,6 +281,8 @@ class ProducerSet:
         self.discover()
         batches = []
         for path, producer in list(self.producers.items()):
+            if path not in self.producers:  # forgotten by this pass (_forget_beyond_bound)
+                continue
             if producer.released:  # nothing left to read: only remembered for a while
                 self._maybe_forget(path, producer, now_mono_ns, retire_after_ns)
                 continue
@@ -391,13 +397,32 @@ class ProducerSet:
 
     def _maybe_forget(self, path: Path, producer: Producer, now: int, after_ns: int) -> None:
         """A dead process stays in the set, its region released, for the retirement delay:
-        diagnosis names it (process_died) while its peers wait that long."""
-        if now - producer.gone_since_mono_ns < after_ns:
+        diagnosis names it (process_died) while its peers wait that long. One that left
+        cleanly (its region CLOSED, every communicator finalized) has nothing more to say
+        once a pass has shown it (its finalized rows are remembered by rank: left_comm), and
+        goes at the next pass; the others, the oldest first, once more than
+        MAX_ENDED_REMEMBERED are remembered (a node churning through processes must not pay
+        for each of them on every pass)."""
+        producer.passes_released += 1
+        if now - producer.gone_since_mono_ns < after_ns and not (
+            producer.passes_released > 1 and _left_cleanly(producer)
+        ):
+            self._forget_beyond_bound()
             return
+        self._forget(path, producer)
+
+    def _forget(self, path: Path, producer: Producer) -> None:
         del self.producers[path]
         self.counters.producers_retired += 1
         self.retired_in_pass.append(producer)
         log.info("retired producer pid %d (%s)", producer.pid, path.name)
+
+    def _forget_beyond_bound(self) -> None:
+        ended = [(p.gone_since_mono_ns, path) for path, p in self.producers.items() if p.released]
+        if len(ended) <= MAX_ENDED_REMEMBERED:
+            return
+        for _, path in sorted(ended)[: len(ended) - MAX_ENDED_REMEMBERED]:
+            self._forget(path, self.producers[path])
 
     def _recover(self, producer: Producer, now: int) -> None:
         """Write what only the region holds into the process's logs, once, for a process
@@ -502,6 +527,13 @@ class ProducerSet:
         for producer in self.producers.values():
             producer.region.close()
         self.producers.clear()
+
+
+def _left_cleanly(producer: Producer) -> bool:
+    """Its process closed its region and finalized every communicator: no peer can be left
+    waiting for it that its finalized rows do not explain."""
+    rows = producer.region.comm_entries()
+    return producer.closed and bool(np.all(rows["state"] == shm_v1.CommState.FINALIZED))
 
 
 def ring_sized_down(header) -> str | None:
