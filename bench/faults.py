@@ -24,6 +24,9 @@ Each scenario runs simulated ranks through the real plugin (dist/) and a real
 - plugin_reload_growth_mib, plugin_reload_fds_growth, plugin_reload_maps_growth, fault
   plugin_reload: what --reload-cycles unloads and reloads of the plugin (NCCL's dlclose once
   the last communicator is gone, dlopen for the next) leave in the process (bench/plugin_reload.py).
+- agent_fds_max, agent_cpu_idle_percent, agent_rss_mib, faults process_churn,
+  junk_shm_entries, random_op_stream: a crowded node (bench/crowded_node.py): 500 short-lived
+  processes, 20,000 entries in shms/ that are no regions, a random op stream with no period.
 
 A gap line counts ring records, of which some may not be ops: ops_lost is then a lower
 bound on what a gap hid, never an overstatement of what reached the disk.
@@ -483,6 +486,22 @@ def half_open(home: Path) -> None:
         agent.stop()
 
 
+def crowded_node(name: str, work: Path, args) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "crowded_node", ROOT / "bench" / "crowded_node.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if name == "process_churn":
+        module.process_churn(
+            work, Agent, emit, args.churn_processes, args.churn_parallel, args.idle_s
+        )
+    elif name == "junk_shm_entries":
+        module.junk_shm_entries(work, Agent, emit, args.junk_entries, args.idle_s)
+    else:
+        module.random_op_stream(work, Agent, emit, args.random_ops, args.idle_s)
+
+
 def plugin_reload(work: Path, cycles: int) -> None:
     # loaded by path: this module is also imported by file from the tests, without bench/
     # on sys.path
@@ -503,6 +522,9 @@ SCENARIOS = (
     "forged",
     "half_open",
     "plugin_reload",
+    "process_churn",
+    "junk_shm_entries",
+    "random_op_stream",
 )
 
 
@@ -511,6 +533,11 @@ def main() -> int:
     ap.add_argument("--agent-kills", type=int, default=5)
     ap.add_argument("--forged-events", type=int, default=100_000)
     ap.add_argument("--reload-cycles", type=int, default=500)
+    ap.add_argument("--churn-processes", type=int, default=500)
+    ap.add_argument("--churn-parallel", type=int, default=8)
+    ap.add_argument("--junk-entries", type=int, default=20_000)
+    ap.add_argument("--random-ops", type=int, default=200_000)
+    ap.add_argument("--idle-s", type=float, default=10.0, help="idle CPU window, seconds")
     ap.add_argument("--only", nargs="*", choices=SCENARIOS, default=list(SCENARIOS))
     args = ap.parse_args()
     if not PLUGIN.exists():
@@ -534,6 +561,8 @@ def main() -> int:
                     forged_events(home, args.forged_events)
                 elif name == "plugin_reload":
                     plugin_reload(work, args.reload_cycles)
+                elif name in ("process_churn", "junk_shm_entries", "random_op_stream"):
+                    crowded_node(name, work, args)
                 else:
                     half_open(home)
             except subprocess.CalledProcessError as e:
