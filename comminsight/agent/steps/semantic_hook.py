@@ -42,7 +42,7 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import msgspec
@@ -50,9 +50,11 @@ import numpy as np
 from msgspec import UnsetType
 
 from comminsight.agent.core.heap_trim import HeapTrim
+from comminsight.agent.metrics.process_labels import ProcessLabels
 from comminsight.agent.metrics.steps import StepDurations
 from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.lag import GpuLag, newest_placed_end
+from comminsight.agent.steps.log_records import op_slots, process_segments
 from comminsight.agent.steps.replay import DEFAULT_MAX_RECORDS, ReplayEntry, ReplayLog, newest_end
 from comminsight.agent.steps.restarts import (
     EngineFailure,
@@ -215,6 +217,8 @@ class SemanticEngineHook:
         self.counts = FailureCounts()
         self.restored = 0  # GPUs resumed from a checkpoint
         self.ended_unfinished = 0  # resumed GPUs whose process had ended: sealed as they were
+        self.resumed_from_logs = 0  # resumed GPUs whose process had ended: from their logs
+        self.logs_dir = Path(home) / "inspector_logs"
         self.storage_fault: StorageFault | None = None  # while writes fail
         self.storage_faults_total = 0  # writes that failed, ever
         self._storage_retry_at = float("inf")
@@ -439,7 +443,7 @@ class SemanticEngineHook:
         g = self._gpus.get(gpu)
         if g is not None:
             return g
-        name = f"live-{gpu.node_name}-{gpu.pid}-{gpu.start_real_ns}{gpu.suffix}.jsonl"
+        name = _summary_name(gpu)
         saved = self._saved.pop(name, None)
         if saved is not None:
             g = self._restore(gpu, saved, name)
@@ -471,6 +475,8 @@ class SemanticEngineHook:
             if not (self.out_dir / state.output.file).exists():  # sealed since: nothing to do
                 del self._saved[name]
                 continue
+            if self._resume_from_logs(name, state):
+                continue
             out = SummaryFile(
                 self.out_dir / state.output.file,
                 state.output.byte_offset,
@@ -492,6 +498,42 @@ class SemanticEngineHook:
                 sealed,
                 state.output.summaries_written,
             )
+
+    def _resume_from_logs(self, name: str, state: GpuState) -> bool:
+        """Go on with a process that ended while no Agent ran from its inspector_logs, which
+        hold the records after the checkpoint that went with its SHM region: restored, handed
+        them and ended as the ring would have had it (log_records), its Steps are the ones an
+        Agent that never stopped writes. False where its logs are not found (or it drove
+        several GPUs, whose records its ring's communicator table alone tells apart)."""
+        gpu = _stream_of(state)
+        if gpu is None or name != _summary_name(gpu):
+            return False
+        segments = process_segments(self.logs_dir, gpu.pid, gpu.start_real_ns)
+        if segments is None:
+            return False
+        gpu = replace(gpu, start_mono_ns=segments.start_mono_ns)
+        g = self._state(gpu)
+        if g.finished or g.skip_through < 0:
+            return True  # not restored from the checkpoint: started over or sealed
+        # from its last Steps' first records: they give the node's cut its context again
+        start = g.placed_before.lowest_ring if g.placed_before is not None else g.skip_through
+        start = min(start, g.skip_through + 1)
+        records = 0
+        for slots, comms in op_slots(segments, start):
+            self._take(gpu, "ops", (slots, comms))
+            records += len(slots)
+        self._take(gpu, "finished", None)
+        self.resumed_from_logs += 1
+        log.warning(
+            "semantic engine: pid %d ended while no Agent ran: its Steps go on from its "
+            "inspector logs (%d records read back from ring record %d on; its checkpoint "
+            "lay after %d)",
+            gpu.pid,
+            records,
+            start,
+            state.input.last_ring_seq,
+        )
+        return True
 
     def _sealed_before(self, gpu: GpuStream, name: str) -> _Gpu:
         engine = GpuEngine(GpuIdentity(gpu.node_name, 0), self.templates)
@@ -912,3 +954,36 @@ class SemanticEngineHook:
                 self._storage_failed(self._checkpoint.path, e)
             except msgspec.EncodeError as e:
                 log.error("semantic engine: cannot write its checkpoint: %s", e)
+
+
+def _summary_name(gpu: GpuStream) -> str:
+    return f"live-{gpu.node_name}-{gpu.pid}-{gpu.start_real_ns}{gpu.suffix}.jsonl"
+
+
+def _stream_of(state: GpuState) -> GpuStream | None:
+    """The GPU stream a checkpointed state names (one GPU of its process; its monotonic
+    start comes from its logs), with the labels its producer's header gave it."""
+    position, key = state.input, state.gpu
+    if not isinstance(position, ShmPosition) or isinstance(key.pid, UnsetType):
+        return None
+    local_rank = None if isinstance(key.local_rank, UnsetType) else key.local_rank
+    device = None if isinstance(key.cuda_device, UnsetType) else key.cuda_device
+    job_id = None if isinstance(key.job_id, UnsetType) else key.job_id
+    labels = ProcessLabels(
+        job_id=job_id or "",
+        host=key.host,
+        rank=str(key.global_rank),
+        local_rank="" if local_rank is None else str(local_rank),
+        gpu="" if device is None else str(device),
+    )
+    return GpuStream(
+        key.host,
+        key.pid,
+        position.producer_start_real_ns,
+        key.global_rank,
+        device,
+        local_rank=local_rank,
+        job_id=job_id,
+        shm_file=position.shm_file,
+        labels=labels,
+    )

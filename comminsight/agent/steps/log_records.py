@@ -1,0 +1,227 @@
+"""A process's op records read back from its inspector_logs, as the SHM ring held them.
+
+A process that ends while no Agent runs takes its SHM region with it (its Profiler removes
+the region at a clean exit when no Agent is there to read it), and with the region the ring
+records after the live engine's checkpoint. Its log segments hold every one of them: the
+writer drains the same ring, and each op line carries every field of its slot that the
+engine reads (ring seq, function, communicator, ranks, sequence numbers, sizes, host and GPU
+clocks, timing source, group). Turned back into op_slot records they go through the same
+path as the ring's (shm_input.engine_batch), so the Steps recovered from them are the ones,
+byte for byte, that the ring would have given.
+
+Segments are `ci-<host>-<pid>-<start_mono_ns>-<index:06d>.jsonl[.partial]`; a process is
+told apart from another of the same pid by its segment_start's start_real_ns. A line that
+does not decode (the cut last line of an unsealed segment) is skipped; a ring seq met twice
+is taken once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+from msgspec import UnsetType
+
+from comminsight.line_reader import complete_lines
+from comminsight.log_segments import SEGMENT_BYTES_MAX
+from comminsight.safe_open import open_regular
+from comminsight.semantic.shm_input import CommInfo
+from comminsight.untrusted_json import NOT_JSON
+from comminsight_gen.abi import shm_v1
+from comminsight_gen.models.inspector_log_v1 import (
+    CiColl,
+    CiP2p,
+    CiSegmentStart,
+    InspectorLogRecord,
+)
+
+log = logging.getLogger(__name__)
+
+LINE_BYTES_MAX = 1 << 20  # a Profiler line is about 1 KiB
+CHUNK_RECORDS = 4096  # handed on this many at a time: the memory held is bounded by it
+_DECODER = msgspec.json.Decoder(InspectorLogRecord)
+_ROOTED = frozenset(
+    {shm_v1.Func.BROADCAST, shm_v1.Func.REDUCE, shm_v1.Func.GATHER, shm_v1.Func.SCATTER}
+)
+
+
+@dataclass(frozen=True)
+class ProcessSegments:
+    """One process's segments, in index order, and its clock pair."""
+
+    start_mono_ns: int
+    paths: list[Path]
+
+
+def process_segments(logs: Path, pid: int, start_real_ns: int) -> ProcessSegments | None:
+    """The segments of the process `pid` that started at `start_real_ns`; None if none."""
+    pattern = re.compile(rf"ci-.+-{pid}-(\d+)-(\d{{1,9}})\.jsonl(\.partial)?$")
+    try:
+        names = os.listdir(logs)
+    except OSError:
+        return None
+    by_start: dict[int, list[tuple[int, Path]]] = {}
+    for name in names:
+        m = pattern.match(name)
+        if m:
+            by_start.setdefault(int(m.group(1)), []).append((int(m.group(2)), logs / name))
+    for start_mono, found in sorted(by_start.items()):
+        paths = [p for _, p in sorted(found)]
+        if _started_at(paths[0]) == start_real_ns:
+            return ProcessSegments(start_mono, paths)
+    return None
+
+
+def _started_at(path: Path) -> int | None:
+    """The start_real_ns the segment's first line gives its process."""
+    start = _segment_start(path)
+    return start.process.start_real_ns if start is not None else None
+
+
+def _segment_start(path: Path) -> CiSegmentStart | None:
+    try:
+        with open_regular(path, SEGMENT_BYTES_MAX) as f:
+            line = f.readline(LINE_BYTES_MAX)
+        ci = _DECODER.decode(line).ci
+    except (OSError, *NOT_JSON):
+        return None
+    return ci if isinstance(ci, CiSegmentStart) else None
+
+
+def op_slots(
+    segments: ProcessSegments, from_ring_seq: int
+) -> Iterator[tuple[np.ndarray, dict[int, CommInfo]]]:
+    """The process's Coll/P2P records of ring seq `from_ring_seq` on, in ring order, as op_slot
+    records (in chunks), with what the lines say of their communicators."""
+    starts = [_segment_start(p) for p in segments.paths]
+    last = 0  # the highest ring seq handed on: a seq met again is not
+    for k, path in enumerate(segments.paths):
+        later = next((s for s in starts[k + 1 :] if s is not None), None)
+        if later is not None and later.next_ring_seq <= from_ring_seq:
+            continue  # every record of this segment comes before
+        rows: list[tuple] = []
+        comms: dict[int, CommInfo] = {}
+        for row, comm in _rows(path):
+            seq = row[0]
+            if seq < from_ring_seq or seq <= last:
+                continue
+            last = seq
+            rows.append(row)
+            comms[comm[0]] = comm[1]
+            if len(rows) >= CHUNK_RECORDS:
+                yield _records(rows), comms
+                rows, comms = [], {}
+        if rows:
+            yield _records(rows), comms
+
+
+_FIELDS = (
+    "seq",
+    "kind",
+    "func",
+    "timing_source",
+    "comm_id",
+    "rank",
+    "peer",
+    "op_seq",
+    "count",
+    "bytes",
+    "nranks",
+    "host_start_mono_ns",
+    "host_stop_mono_ns",
+    "complete_mono_ns",
+    "gpu_start_ticks",
+    "gpu_end_ticks",
+    "group_id",
+    "comm_op_index",
+)
+
+
+def _records(rows: list[tuple]) -> np.ndarray:
+    out = np.zeros(len(rows), shm_v1.OP_SLOT_DTYPE)
+    columns = list(zip(*[r[:-1] for r in rows], strict=True))
+    for name, values in zip(_FIELDS, columns, strict=True):
+        out[name] = values
+    for i, r in enumerate(rows):
+        if r[-1]:
+            out["raw_name"][i] = r[-1]
+    return out
+
+
+def _rows(path: Path) -> Iterator[tuple[tuple, tuple[int, CommInfo]]]:
+    try:
+        f = open_regular(path, SEGMENT_BYTES_MAX)
+    except OSError as e:
+        log.warning("semantic engine: %s cannot be read back (%s)", path, e)
+        return
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        for line in complete_lines(f.fileno(), 0, size, LINE_BYTES_MAX):
+            if not line.data:
+                continue
+            try:
+                record = _DECODER.decode(line.data)
+            except NOT_JSON:
+                continue  # a line cut by a writer that died, or no line of ours
+            row = _row(record)
+            if row is not None:
+                yield row
+
+
+def _row(r: InspectorLogRecord) -> tuple[tuple, tuple[int, CommInfo]] | None:
+    ci, h = r.ci, r.header
+    if isinstance(ci, CiColl) and r.coll_perf is not None:
+        perf = r.coll_perf
+        kind, name, op_seq, size = shm_v1.RecordKind.COLL, perf.coll, perf.coll_sn, None
+        size, timing = perf.coll_msg_size_bytes, perf.coll_timing_source
+    elif isinstance(ci, CiP2p) and r.p2p_perf is not None:
+        perf = r.p2p_perf
+        kind, name, op_seq = shm_v1.RecordKind.P2P, perf.p2p, perf.p2p_sn
+        size, timing = perf.p2p_msg_size_bytes, perf.p2p_timing_source
+    else:
+        return None
+    if h is None or isinstance(h, UnsetType):
+        return None
+    try:
+        comm_id = int(h.id, 16) & 0xFFFFFFFFFFFFFFFF
+    except (TypeError, ValueError):
+        return None
+    func = shm_v1.FUNC_BY_LABEL.get(name, shm_v1.Func.UNKNOWN)
+    raw_name = name.encode()[:31] if func == shm_v1.Func.UNKNOWN else b""
+    if kind == shm_v1.RecordKind.P2P:
+        peer = perf.p2p_peer
+    else:
+        peer = _opt(ci.root, shm_v1.NO_RANK) if func in _ROOTED else shm_v1.NO_RANK
+    row = (
+        ci.ring_seq,
+        kind,
+        func,
+        shm_v1.TIMING_SOURCE_BY_LABEL.get(timing, shm_v1.TimingSource.NONE),
+        comm_id,
+        h.rank,
+        peer,
+        op_seq,
+        _opt(ci.count, 0),
+        size,
+        h.n_ranks,
+        _opt(ci.host_start_mono_ns, 0),
+        _opt(ci.host_stop_mono_ns, 0),
+        _opt(ci.host_complete_mono_ns, 0),
+        _opt(ci.gpu_start_globaltimer_ns, 0),
+        _opt(ci.gpu_stop_globaltimer_ns, 0),
+        _opt(ci.group_id, 0),
+        _opt(ci.op_index, 0),
+        raw_name,
+    )
+    comm = CommInfo(_opt(h.comm_name, None) or None, _opt(h.nnodes, None) or None)
+    return row, (comm_id, comm)
+
+
+def _opt(value, default):
+    return default if value is None or isinstance(value, UnsetType) else value
