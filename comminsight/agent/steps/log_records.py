@@ -13,6 +13,10 @@ Segments are `ci-<host>-<pid>-<start_mono_ns>-<index:06d>.jsonl[.partial]`; a pr
 told apart from another of the same pid by its segment_start's start_real_ns. A line that
 does not decode (the cut last line of an unsealed segment) is skipped; a ring seq met twice
 is taken once.
+
+The same records fill the gap a running process's ring leaves when it overwrote records after
+the checkpoint while no Agent ran: the writer read them before the ring lapped (or wrote a gap
+line where it did not), so its logs account for every ring seq up to `covered_through`.
 """
 
 from __future__ import annotations
@@ -36,7 +40,12 @@ from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.inspector_log_v1 import (
     CiColl,
+    CiCommFinalize,
+    CiCommInit,
+    CiGap,
+    CiHangEvidence,
     CiP2p,
+    CiSeal,
     CiSegmentStart,
     InspectorLogRecord,
 )
@@ -45,6 +54,7 @@ log = logging.getLogger(__name__)
 
 LINE_BYTES_MAX = 1 << 20  # a Profiler line is about 1 KiB
 CHUNK_RECORDS = 4096  # handed on this many at a time: the memory held is bounded by it
+TAIL_BYTES = 256 << 10  # where a segment's last lines are looked for (many lines of ~1 KiB)
 _DECODER = msgspec.json.Decoder(InspectorLogRecord)
 _ROOTED = frozenset(
     {shm_v1.Func.BROADCAST, shm_v1.Func.REDUCE, shm_v1.Func.GATHER, shm_v1.Func.SCATTER}
@@ -95,23 +105,36 @@ def _segment_start(path: Path) -> CiSegmentStart | None:
 
 
 def op_slots(
-    segments: ProcessSegments, from_ring_seq: int
+    segments: ProcessSegments,
+    from_ring_seq: int,
+    to_ring_seq: int | None = None,
+    not_ops: list[int] | None = None,
 ) -> Iterator[tuple[np.ndarray, dict[int, CommInfo]]]:
-    """The process's Coll/P2P records of ring seq `from_ring_seq` on, in ring order, as op_slot
-    records (in chunks), with what the lines say of their communicators."""
+    """The process's Coll/P2P records of ring seq `from_ring_seq` on (up to `to_ring_seq`,
+    not included), in ring order, as op_slot records (in chunks), with what the lines say of
+    their communicators. `not_ops` gathers the ring seqs in range of the lines that are ring
+    records but no op (communicator init and finalize, hang evidence): they are not lost."""
     starts = [_segment_start(p) for p in segments.paths]
     last = 0  # the highest ring seq handed on: a seq met again is not
+    end = to_ring_seq if to_ring_seq is not None else 1 << 64
     for k, path in enumerate(segments.paths):
+        if starts[k] is not None and starts[k].next_ring_seq >= end:
+            return  # this segment and every later one come after
         later = next((s for s in starts[k + 1 :] if s is not None), None)
         if later is not None and later.next_ring_seq <= from_ring_seq:
             continue  # every record of this segment comes before
         rows: list[tuple] = []
         comms: dict[int, CommInfo] = {}
-        for row, comm in _rows(path):
-            seq = row[0]
+        for seq, row, comm in _rows(path):
             if seq < from_ring_seq or seq <= last:
                 continue
+            if seq >= end:
+                break
             last = seq
+            if row is None:
+                if not_ops is not None:
+                    not_ops.append(seq)
+                continue
             rows.append(row)
             comms[comm[0]] = comm[1]
             if len(rows) >= CHUNK_RECORDS:
@@ -119,6 +142,51 @@ def op_slots(
                 rows, comms = [], {}
         if rows:
             yield _records(rows), comms
+
+
+def covered_through(segments: ProcessSegments) -> int:
+    """The highest ring seq the process's logs account for so far (by an op line, another
+    ring record's line or a gap line): lines follow ring order without holes, so the newest
+    segment's last complete line tells it. 0 where none does yet."""
+    for path in reversed(segments.paths):
+        seq = _last_covered(path)
+        if seq is not None:
+            return seq
+    return 0
+
+
+def _last_covered(path: Path) -> int | None:
+    try:
+        with open_regular(path, SEGMENT_BYTES_MAX) as f:
+            size = os.fstat(f.fileno()).st_size
+            start = max(0, size - TAIL_BYTES)
+            data = os.pread(f.fileno(), size - start, start)
+    except OSError:
+        return None
+    lines = data.split(b"\n")[:-1]  # what follows the last newline is still being written
+    if start:
+        lines = lines[1:]  # the tail began inside this one
+    for line in reversed(lines):
+        try:
+            seq = _covers(_DECODER.decode(line).ci)
+        except NOT_JSON:
+            continue
+        if seq is not None:
+            return seq
+    return None
+
+
+def _covers(ci) -> int | None:
+    """The highest ring seq a line accounts for, if any."""
+    if isinstance(ci, (CiColl, CiP2p, CiCommInit, CiCommFinalize, CiHangEvidence)):
+        return ci.ring_seq
+    if isinstance(ci, CiGap):
+        return ci.last_lost_ring_seq
+    if isinstance(ci, CiSeal):
+        return _opt(ci.last_ring_seq, None)
+    if isinstance(ci, CiSegmentStart):
+        return ci.next_ring_seq - 1 if ci.next_ring_seq > 0 else None
+    return None
 
 
 _FIELDS = (
@@ -154,7 +222,9 @@ def _records(rows: list[tuple]) -> np.ndarray:
     return out
 
 
-def _rows(path: Path) -> Iterator[tuple[tuple, tuple[int, CommInfo]]]:
+def _rows(path: Path) -> Iterator[tuple[int, tuple | None, tuple[int, CommInfo] | None]]:
+    """(ring seq, op_slot row, communicator) of each line that is a ring record; row and
+    communicator None for one that is no op."""
     try:
         f = open_regular(path, SEGMENT_BYTES_MAX)
     except OSError as e:
@@ -171,7 +241,9 @@ def _rows(path: Path) -> Iterator[tuple[tuple, tuple[int, CommInfo]]]:
                 continue  # a line cut by a writer that died, or no line of ours
             row = _row(record)
             if row is not None:
-                yield row
+                yield row[0][0], *row
+            elif isinstance(record.ci, (CiCommInit, CiCommFinalize, CiHangEvidence)):
+                yield record.ci.ring_seq, None, None
 
 
 def _row(r: InspectorLogRecord) -> tuple[tuple, tuple[int, CommInfo]] | None:

@@ -54,7 +54,7 @@ from comminsight.agent.metrics.process_labels import ProcessLabels
 from comminsight.agent.metrics.steps import StepDurations
 from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.lag import GpuLag, newest_placed_end
-from comminsight.agent.steps.log_records import op_slots, process_segments
+from comminsight.agent.steps.log_records import covered_through, op_slots, process_segments
 from comminsight.agent.steps.replay import DEFAULT_MAX_RECORDS, ReplayEntry, ReplayLog, newest_end
 from comminsight.agent.steps.restarts import (
     EngineFailure,
@@ -94,6 +94,11 @@ CHECKPOINT_NAME = "engine-live.checkpoint.json"
 # often than this: a checkpoint fsyncs every GPU's summaries.
 MIN_CHECKPOINT_GAP_S = 1.0
 STORAGE_RETRY_S = 5.0
+# A restored GPU whose ring lapped its checkpoint waits this long at most for its process's
+# log writer to write the records it lost (it drains the ring every
+# COMMINSIGHT_PROFILER_LOG_FLUSH_MS, 200 ms by default), looking again every LOG_RETRY_S.
+LOG_WAIT_S = 10.0
+LOG_RETRY_S = 0.2
 
 
 @dataclass
@@ -136,6 +141,13 @@ class _Gpu:
         self.reported = out.written  # summaries counted in steps_written (restarts rewrite)
         self.seal_due = False  # finished, but sealing its file failed: sealed on a retry
         self.retired = False  # its SHM file is gone: dropped once sealed
+        # restored from a checkpoint: whether its ring was checked for records it lost while
+        # no Agent ran (logs_fill), and what waits for its logs until they are read
+        self.logs_checked = True
+        self.parked: list | None = None  # (kind, payload) items, in order
+        self.parked_until = 0.0  # CLOCK_MONOTONIC s: the logs are waited for until then
+        self.parked_retry_at = 0.0
+        self.not_ops = np.empty(0, np.int64)  # ring seqs its logs show were no op records
 
 
 @dataclass(frozen=True)
@@ -229,6 +241,7 @@ class SemanticEngineHook:
         self._gpus: dict[GpuStream, _Gpu] = {}
         self._lags: dict[GpuStream, GpuLag] = {}  # written by feed (ingest), read by health
         self._stopping = False
+        self._final_checkpoint = False  # set by stop(): the worker checkpoints as it ends
         self._checkpoint = CheckpointFile(
             self.out_dir / CHECKPOINT_NAME, templates.digest(), ProducerMode.live
         )
@@ -301,16 +314,31 @@ class SemanticEngineHook:
         return self._thread.is_alive()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the worker, checkpoint, and flush every GPU's file (open Steps are in the
-        checkpoint, not in the files)."""
+        """Stop the worker: it ends the pass it is in, then places what the ended GPUs still
+        hold, checkpoints and closes every GPU's file itself (open Steps are in the
+        checkpoint, not in the files). Only the worker writes a checkpoint: one written
+        beside a busy worker would pair each engine's state with a summary file of another
+        moment, and a restart from it loses or repeats Steps. A worker still busy after
+        `timeout_s` is left to finish on its own; until it does, the checkpoint on disk is
+        the last one it wrote, which matches the files as far as it names them."""
         with self._cond:
-            self._stopping = True
+            self._stopping = self._final_checkpoint = True
             self._cond.notify()
         self._thread.join(timeout_s)
-        if not self._thread.is_alive():
+        if self._thread.is_alive():
+            log.warning(
+                "semantic engine: its worker is still busy after %.0f s; it checkpoints when "
+                "its pass ends (a restart before that resumes from its last checkpoint)",
+                timeout_s,
+            )
+
+    def _final_pass(self) -> None:
+        try:
             self._finish_ended(all_ended=True)  # their peers' last ops will not come now
-        self._save_checkpoint()
-        for g in self._gpus.values():
+            self._save_checkpoint()
+        except Exception:  # the files are closed all the same
+            log.exception("semantic engine: its final checkpoint failed")
+        for g in list(self._gpus.values()):
             g.out.close()
 
     # ---- what health and metrics read ----------------------------------------------------
@@ -373,12 +401,14 @@ class SemanticEngineHook:
                         cut or float("inf"),
                         self._storage_retry_at,
                         self.heap_trim.due_at(),
+                        self._next_log_retry(),
                     )
                     if now >= due:
                         break
                     self._cond.wait(timeout=due - now)
                 if self._stopping:
-                    return
+                    final = self._final_checkpoint
+                    break
                 items = list(self._items)
                 self._items.clear()
                 self._busy = bool(items)
@@ -392,6 +422,8 @@ class SemanticEngineHook:
                 failure = EngineFailure.of(e)
                 self.counts.failures[failure.reason] += 1
                 self.counts.last, self.counts.last_pid = failure, None
+        if final:  # the items still queued come again from the ring (or the process's logs)
+            self._final_pass()
 
     def _work(self, items: list) -> None:
         if items:
@@ -407,6 +439,7 @@ class SemanticEngineHook:
             self._cut()
         self._finish_ended()
         self._retry_due(time.monotonic())
+        self._retry_parked(time.monotonic())
         if time.monotonic() >= self._next_checkpoint:
             self._save_checkpoint()
         self.heap_trim.maybe(time.monotonic())
@@ -422,7 +455,7 @@ class SemanticEngineHook:
             self._retire(gpu)
             return
         g = self._state(gpu)
-        if g.finished:
+        if g.finished or self._waits_for_logs(g, kind, payload):
             return
         entry = g.replay.add(kind, payload)
         if g.replay.full:  # checkpoint soon, so that a restart still finds all it needs
@@ -516,9 +549,9 @@ class SemanticEngineHook:
         if g.finished or g.skip_through < 0:
             return True  # not restored from the checkpoint: started over or sealed
         # from its last Steps' first records: they give the node's cut its context again
-        start = g.placed_before.lowest_ring if g.placed_before is not None else g.skip_through
-        start = min(start, g.skip_through + 1)
+        start = self._context_start(g)
         records = 0
+        g.logs_checked = True  # its records all come from its logs
         for slots, comms in op_slots(segments, start):
             self._take(gpu, "ops", (slots, comms))
             records += len(slots)
@@ -534,6 +567,78 @@ class SemanticEngineHook:
             state.input.last_ring_seq,
         )
         return True
+
+    # ---- a ring that lapped its checkpoint while no Agent ran ------------------------------
+
+    def _waits_for_logs(self, g: _Gpu, kind: str, payload) -> bool:
+        """Whether the item waits for g's logs. A restored GPU's first ring records must
+        reach back to where its cut's context begins (its last Steps' first records, or the
+        checkpoint): a ring that overwrote them while no Agent ran holds them no more, but
+        its process's logs do, and they are handed on first (`_fill_from_logs`). Until the
+        log writer has written them, what comes for g waits, in order."""
+        if g.parked is not None:
+            g.parked.append((kind, payload))
+            return True
+        if g.logs_checked or kind != "ops" or not len(payload[0]):
+            return False
+        g.logs_checked = True
+        if int(payload[0]["seq"][0]) <= self._context_start(g):
+            return False
+        now = time.monotonic()
+        g.parked, g.parked_until = [(kind, payload)], now + LOG_WAIT_S
+        self._fill_from_logs(g, now)
+        return True
+
+    def _context_start(self, g: _Gpu) -> int:
+        """The first ring record a restored GPU's cut needs again: that of its last Steps
+        written (restored_context), else the first after its checkpoint."""
+        start = g.skip_through + 1
+        placed = g.placed_before
+        if placed is not None:
+            # never further back than the records it keeps (a damaged file may name record
+            # 0), with room for the ring records between them that are no ops
+            start = min(start, max(placed.lowest_ring, start - 2 * placed.most_records))
+        return max(start, 0)
+
+    def _fill_from_logs(self, g: _Gpu, now: float) -> None:
+        """Hand g its records from its logs, from its context's start to its ring's first
+        record, then what waited; once the logs reach that far, or their wait is over (what
+        they lack then is lost, as are the records the writer itself missed: its gap lines)."""
+        ring_first = int(g.parked[0][1][0]["seq"][0])
+        segments = process_segments(self.logs_dir, g.gpu.pid, g.gpu.start_real_ns)
+        through = covered_through(segments) if segments is not None else 0
+        if through < ring_first - 1 and segments is not None and now < g.parked_until:
+            g.parked_retry_at = now + LOG_RETRY_S
+            return
+        parked, g.parked = g.parked, None
+        start, records, not_ops = self._context_start(g), 0, []
+        if segments is not None:
+            for slots, comms in op_slots(segments, start, ring_first, not_ops):
+                self._take(g.gpu, "ops", (slots, comms))
+                records += len(slots)
+        g.not_ops = np.array(not_ops, np.int64)
+        log.warning(
+            "semantic engine: pid %d: its ring had overwritten ring records %d to %d since "
+            "its checkpoint; %d op records of them read back from its inspector logs%s",
+            g.gpu.pid,
+            start,
+            ring_first - 1,
+            records,
+            "" if through >= ring_first - 1 else f" (they reach ring record {through} only)",
+        )
+        for kind, payload in parked:
+            self._take(g.gpu, kind, payload)
+
+    def _next_log_retry(self) -> float:
+        return min(
+            (g.parked_retry_at for g in self._gpus.values() if g.parked is not None),
+            default=float("inf"),
+        )
+
+    def _retry_parked(self, now: float) -> None:
+        for g in list(self._gpus.values()):
+            if g.parked is not None and g.parked_retry_at <= now:
+                self._fill_from_logs(g, now)
 
     def _sealed_before(self, gpu: GpuStream, name: str) -> _Gpu:
         engine = GpuEngine(GpuIdentity(gpu.node_name, 0), self.templates)
@@ -636,6 +741,7 @@ class SemanticEngineHook:
         )
         g = _Gpu(gpu, name, engine, out, self.replay_max)
         g.skip_through = state.input.last_ring_seq
+        g.logs_checked = bool(gpu.suffix)  # a split GPU's ring seqs interleave with others'
         g.checkpoint = state
         g.placed_before = self._placed_before(out, state, engine)
         self.restored += 1
@@ -701,7 +807,7 @@ class SemanticEngineHook:
                 g.placed_before.add(records[records["seq"] <= g.skip_through], comms)
             records = records[records["seq"] > g.skip_through]
             if len(records) and not g.gpu.suffix:  # a split GPU's ring seqs interleave
-                g.lost += max(0, int(records["seq"][0]) - (g.skip_through + 1))
+                g.lost += _lost_after(g.skip_through, int(records["seq"][0]), g.not_ops)
             if len(records):
                 g.skip_through = -1
                 self._hand_context(g)
@@ -954,6 +1060,15 @@ class SemanticEngineHook:
                 self._storage_failed(self._checkpoint.path, e)
             except msgspec.EncodeError as e:
                 log.error("semantic engine: cannot write its checkpoint: %s", e)
+
+
+def _lost_after(skip_through: int, first: int, not_ops: np.ndarray) -> int:
+    """The ring records lost between a restored GPU's checkpoint and the first op after it:
+    those skipped, less those its logs show were no op."""
+    skipped = first - (skip_through + 1)
+    if skipped > 0 and len(not_ops):
+        skipped -= int(np.count_nonzero((not_ops > skip_through) & (not_ops < first)))
+    return max(0, skipped)
 
 
 def _summary_name(gpu: GpuStream) -> str:
