@@ -93,7 +93,6 @@ class Producer:
     slot_problem: str | None = None  # the latest one, named
     # the header as it was when the region was retired: its final counters stay readable
     final_header: np.ndarray | None = None
-    passes_released: int = 0  # passes since its region was released
 
     @property
     def pid(self) -> int:
@@ -397,16 +396,11 @@ class ProducerSet:
 
     def _maybe_forget(self, path: Path, producer: Producer, now: int, after_ns: int) -> None:
         """A dead process stays in the set, its region released, for the retirement delay:
-        diagnosis names it (process_died) while its peers wait that long. One that left
-        cleanly (its region CLOSED, every communicator finalized) has nothing more to say
-        once a pass has shown it (its finalized rows are remembered by rank: left_comm), and
-        goes at the next pass; the others, the oldest first, once more than
-        MAX_ENDED_REMEMBERED are remembered (a node churning through processes must not pay
-        for each of them on every pass)."""
-        producer.passes_released += 1
-        if now - producer.gone_since_mono_ns < after_ns and not (
-            producer.passes_released > 1 and _left_cleanly(producer)
-        ):
+        diagnosis names it (process_died) while its peers wait that long, and the node's
+        view still lists a job that just ended. At most MAX_ENDED_REMEMBERED are kept, the
+        oldest forgotten first (a node churning through processes must not pay for each of
+        them on every pass)."""
+        if now - producer.gone_since_mono_ns < after_ns:
             self._forget_beyond_bound()
             return
         self._forget(path, producer)
@@ -527,13 +521,6 @@ class ProducerSet:
         for producer in self.producers.values():
             producer.region.close()
         self.producers.clear()
-
-
-def _left_cleanly(producer: Producer) -> bool:
-    """Its process closed its region and finalized every communicator: no peer can be left
-    waiting for it that its finalized rows do not explain."""
-    rows = producer.region.comm_entries()
-    return producer.closed and bool(np.all(rows["state"] == shm_v1.CommState.FINALIZED))
 
 
 def ring_sized_down(header) -> str | None:
