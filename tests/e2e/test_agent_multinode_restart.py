@@ -41,16 +41,25 @@ def master_hang_keys(job, node: str) -> list[tuple[int, int]]:
     return keys
 
 
-def fifo_events_written(home) -> int:
-    total = 0
+def hold_regions(home, count: int) -> list[ShmRegion] | None:
+    """The node's `count` regions, mapped by the test (None until there are that many): the
+    Agent removes a region once its records are safe, and the counters read at the end are
+    the processes' final ones."""
+    regions = []
     for path in (home / "shms").glob("*.shm"):
         try:
-            region = ShmRegion(path)
+            regions.append(ShmRegion(path))
         except (ShmError, OSError):
             continue
-        total += region.counter("fifo_events_written")
+    if len(regions) == count:
+        return regions
+    for region in regions:
         region.close()
-    return total
+    return None
+
+
+def fifo_events_written(regions: list[ShmRegion]) -> int:
+    return sum(region.counter("fifo_events_written") for region in regions)
 
 
 @pytest.mark.slow
@@ -64,7 +73,15 @@ def test_master_and_slave_killed_mid_run_lose_and_repeat_nothing(plugin, tmp_pat
     )
     sim = threading.Thread(target=lambda: result.setdefault("sim", run_simulation(config)))
     sim.start()
+    regions = {}
     try:
+        # each node's regions, held from the start (see hold_regions)
+        for slave in job.slaves:
+            regions[id(slave)] = wait_until(
+                lambda slave=slave: hold_regions(slave.home, 2),
+                120,
+                "a node's two regions",
+            )
         victim = job.slaves[1]
         wait_until(
             lambda: any(k[0] in (2, 3) for k in step_keys(job.master)),
@@ -116,7 +133,7 @@ def test_master_and_slave_killed_mid_run_lose_and_repeat_nothing(plugin, tmp_pat
         assert not [k for k, n in Counter(keys).items() if n > 1], "a step reported twice"
         for i, slave in enumerate(job.slaves):
             node = f"node-{i}"
-            written = fifo_events_written(slave.home)
+            written = fifo_events_written(regions[id(slave)])
             if slave is victim:
                 continue  # events written while it was down were dropped by the Profiler
             wait_until(
@@ -129,9 +146,11 @@ def test_master_and_slave_killed_mid_run_lose_and_repeat_nothing(plugin, tmp_pat
         for i in range(3):
             hang = master_hang_keys(job, f"node-{i}")
             assert len(hang) == len(set(hang)), f"node-{i}: a hang event stored twice"
-        assert sum(fifo_events_written(s.home) for s in job.slaves) > 0
+        assert sum(fifo_events_written(r) for r in regions.values()) > 0
         nodes = {n["node_name"]: n for n in job.master.get("/api/v1/nodes").json()["items"]}
         assert all(nodes[f"node-{i}"]["state"] == "connected" for i in range(3)), nodes
     finally:
         sim.join()
         job.stop()
+        for region in (r for held in regions.values() for r in held):
+            region.close()
