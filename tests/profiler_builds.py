@@ -67,9 +67,11 @@ def builds() -> dict[str, Build]:
     }
 
 
-def hot_path_driver(out_dir: Path, optimize: str = "-O2") -> Path:
-    """The C driver that replays NCCL's event trees (profiler/bench/hot_path.c), built for tests."""
-    exe = out_dir / "hot_path"
+def c_driver(source: Path, out_dir: Path, optimize: str = "-O2", exports: bool = False) -> Path:
+    """A C program that loads the plugin (a driver under profiler/bench or tests/plugins), built
+    into out_dir. exports: the plugin binds to the driver's own definitions of libc functions
+    (pthread_create, clock_gettime) that it wraps."""
+    exe = out_dir / source.stem
     subprocess.run(
         [
             os.environ.get("CC", "gcc"),
@@ -77,8 +79,9 @@ def hot_path_driver(out_dir: Path, optimize: str = "-O2") -> Path:
             optimize,
             "-g",
             "-pthread",
+            *(["-rdynamic"] if exports else []),
             f"-I{ROOT / 'generated/c/include'}",
-            str(ROOT / "profiler/bench/hot_path.c"),
+            str(source),
             "-o",
             str(exe),
             "-ldl",
@@ -86,6 +89,11 @@ def hot_path_driver(out_dir: Path, optimize: str = "-O2") -> Path:
         check=True,
     )
     return exe
+
+
+def hot_path_driver(out_dir: Path, optimize: str = "-O2") -> Path:
+    """The C driver that replays NCCL's event trees (profiler/bench/hot_path.c), built for tests."""
+    return c_driver(ROOT / "profiler/bench/hot_path.c", out_dir, optimize)
 
 
 def run_scenario(scenario: str, build: str, home: Path, script: Path = SCENARIOS, **env) -> dict:

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from profiler_builds import builds
+from profiler_builds import builds, c_driver
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER_SRC = ROOT / "tests" / "plugins" / "late_threads.c"
@@ -26,24 +26,7 @@ RECORDS = BURST + 4  # and two communicator inits, two finalizes
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory) -> Path:
-    exe = tmp_path_factory.mktemp("late_threads") / "late_threads"
-    subprocess.run(
-        [
-            os.environ.get("CC", "gcc"),
-            "-std=c11",
-            "-O1",
-            "-g",
-            "-pthread",
-            "-rdynamic",  # the plugin must bind to the driver's pthread_create
-            f"-I{ROOT / 'generated/c/include'}",
-            str(DRIVER_SRC),
-            "-o",
-            str(exe),
-            "-ldl",
-        ],
-        check=True,
-    )
-    return exe
+    return c_driver(DRIVER_SRC, tmp_path_factory.mktemp("late_threads"), "-O1", exports=True)
 
 
 def run_burst(driver: Path, home: Path) -> list[dict]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from agent_home import hold_agent_lock
-from profiler_builds import builds
+from profiler_builds import builds, c_driver
 from waiting import wait_until
 
 from comminsight.agent.core.producers import ProducerSet
@@ -41,23 +41,7 @@ MAPS_SLACK = 2
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory) -> Path:
-    exe = tmp_path_factory.mktemp("reload_cycles") / "reload_cycles"
-    subprocess.run(
-        [
-            os.environ.get("CC", "gcc"),
-            "-std=c11",
-            "-O1",
-            "-g",
-            "-pthread",
-            f"-I{ROOT / 'generated/c/include'}",
-            str(DRIVER_SRC),
-            "-o",
-            str(exe),
-            "-ldl",
-        ],
-        check=True,
-    )
-    return exe
+    return c_driver(DRIVER_SRC, tmp_path_factory.mktemp("reload_cycles"), "-O1")
 
 
 def reload_cycles(

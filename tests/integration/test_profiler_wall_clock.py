@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from agent_home import hold_agent_lock
-from profiler_builds import builds
+from profiler_builds import builds, c_driver
 from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,24 +23,7 @@ DRIVER_SRC = ROOT / "tests" / "plugins" / "wall_clock_ahead.c"
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory) -> Path:
-    exe = tmp_path_factory.mktemp("wall_clock_ahead") / "wall_clock_ahead"
-    subprocess.run(
-        [
-            os.environ.get("CC", "gcc"),
-            "-std=c11",
-            "-O1",
-            "-g",
-            "-pthread",
-            "-rdynamic",  # the plugin must bind to the driver's clock_gettime
-            f"-I{ROOT / 'generated/c/include'}",
-            str(DRIVER_SRC),
-            "-o",
-            str(exe),
-            "-ldl",
-        ],
-        check=True,
-    )
-    return exe
+    return c_driver(DRIVER_SRC, tmp_path_factory.mktemp("wall_clock_ahead"), "-O1", exports=True)
 
 
 class StandIn:
