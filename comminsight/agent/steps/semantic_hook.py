@@ -88,7 +88,9 @@ from comminsight_gen.models.step_summary_v1 import ProducerMode
 
 log = logging.getLogger(__name__)
 
-MAX_QUEUED_RECORDS = 1 << 20
+# 256-byte ring records: 64 MiB waiting for an engine that cannot keep up, then dropped
+# and counted (an Agent that queued without end would take the node's memory)
+MAX_QUEUED_RECORDS = 1 << 18
 CHECKPOINT_NAME = "engine-live.checkpoint.json"
 # A replay log nearly full asks for a checkpoint (which trims it) ahead of time, but not more
 # often than this: a checkpoint fsyncs every GPU's summaries.
