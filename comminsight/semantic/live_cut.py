@@ -2,14 +2,14 @@
 
 Each GPU's engine holds the ops it has put in issue order (GpuEngine with a LiveCutRunner)
 until this cut labels them. Now and then (when a GPU has `min_new_ops` new ops, or a
-sixteenth of its window - context and ops held - if that is more: a cut costs as much as
-its window; or `interval_s` after the last cut while ops wait) the ops held, together with
-the *context* — the ops of the last Steps already placed (at most `max_context` per GPU,
-from the same Step on every GPU), with the Steps they were placed in — are cut as offline
-(job_cut.cut_job over every GPU of the node: one answer for the GPUs that share
-communicators). The cut numbers its Steps from its window; the context tells what those
-numbers are in the job's count (the offset most context ops agree on). A fresh start has no
-context: the cut's own count holds (start-up ops are in no Step, Step 0 is the first).
+sixteenth of its context if that is more: a cut costs as much as its window; or `interval_s`
+after the last cut while ops wait) the ops held, together with the *context* — the ops of
+the last Steps already placed (at most `max_context` per GPU, from the same Step on every
+GPU), with the Steps they were placed in — are cut as offline (job_cut.cut_job over every
+GPU of the node: one answer for the GPUs that share communicators). The cut numbers its
+Steps from its window; the context tells what those numbers are in the job's count (the
+offset most context ops agree on). A fresh start has no context: the cut's own count holds
+(start-up ops are in no Step, Step 0 is the first).
 
 Only *settled* Steps are placed: those before the last Step begun on every GPU of a
 component, on which two successive cuts agree (more ops did not change them). On each GPU
@@ -42,23 +42,10 @@ MIN_NEW_OPS = 512
 INTERVAL_S = 5.0
 MAX_HELD = 1 << 16
 MAX_CONTEXT_OPS = 1 << 15
-# A cut is due once new ops reach 1/16 of its window (the context and the ops it left held): a
-# cut costs as much as its window, so the CPU each op costs stays flat, also while ops pile
-# up towards max_held in a stream whose Steps never settle.
-CUT_EVERY_CONTEXT = 16
+CUT_EVERY_CONTEXT = 16  # a cut is due once new ops reach 1/16 of the context
 FIRST_STEPS = 8
 FIRST_OPS = 2048
 END_WAIT_S = 30.0
-# Ended GPUs waiting for their peers (each holds its ops, engine and open summary file): a node
-# where processes come and go all the time always has a GPU not cut yet to wait for, so the
-# wait alone would keep every process of the last END_WAIT_S; beyond this many, the oldest
-# are placed now.
-MAX_ENDED_WAITING = 64
-# Cuts that settle little though many ops are held (a stream that never repeats) space the
-# next ones out, twice as many new ops each time up to this many doublings, and no longer
-# come after a pause: a cut costs more than its window's length, and cutting the same
-# unsettled ops again and again would take the CPU.
-MAX_BARREN_DOUBLINGS = 6
 
 
 @dataclass
@@ -96,7 +83,6 @@ class LiveJobCut:
         first_ops: int = FIRST_OPS,
         max_context: int = MAX_CONTEXT_OPS,
         end_wait_s: float = END_WAIT_S,
-        max_ended_waiting: int = MAX_ENDED_WAITING,
         role_template: Callable[[list[OpBatch]], CompiledTemplate | None] | None = None,
     ) -> None:
         """`role_template(batches)`: the template whose roles fit a GPU's first ops best
@@ -108,7 +94,6 @@ class LiveJobCut:
         self.first_ops = first_ops
         self.max_context = max_context
         self.end_wait_s = end_wait_s
-        self.max_ended_waiting = max_ended_waiting
         self.role_template = role_template
         self.comms = CommIds()
         self.stats = LiveCutStats()
@@ -116,7 +101,6 @@ class LiveJobCut:
         self.placed_end: dict[object, int] = {}  # per GPU: the latest completion placed
         self._gpus: dict[object, _Gpu] = {}
         self._last_cut: float | None = None
-        self._barren = 0  # successive cuts that settled few of many held ops
 
     # ---- membership ----------------------------------------------------------------------
 
@@ -163,24 +147,19 @@ class LiveJobCut:
             g.ended_at = now
 
     def ended(self, now: float, all_ended: bool = False) -> list:
-        """The ended GPUs whose last cut is due now (`all_ended`: every ended GPU); at most
-        `max_ended_waiting` others are left waiting."""
-        waiting = {k: g for k, g in self._gpus.items() if g.ended_at is not None}
-        if not waiting:
-            return []
-        # a GPU not cut yet (-1) may share communicators with any: it is waited for too
-        running = {g.component for g in self._gpus.values() if g.ended_at is None}
-        ready, left = [], []
-        for k, g in waiting.items():
-            partners_run = g.component in running or -1 in running
-            if all_ended or now - g.ended_at >= self.end_wait_s or not partners_run:
+        """The ended GPUs whose last cut is due now (`all_ended`: every ended GPU)."""
+        ready = []
+        for k, g in self._gpus.items():
+            if g.ended_at is None:
+                continue
+            # a GPU not cut yet may share communicators with it: it is waited for too
+            partners = [o for o in self._gpus.values() if o.component in (g.component, -1)]
+            if (
+                all_ended
+                or now - g.ended_at >= self.end_wait_s
+                or all(o.ended_at is not None for o in partners)
+            ):
                 ready.append(k)
-            else:
-                left.append(k)
-        surplus = len(left) - self.max_ended_waiting
-        if surplus > 0:
-            left.sort(key=lambda k: waiting[k].ended_at)
-            ready += left[:surplus]
         return ready
 
     def next_deadline(self) -> float | None:
@@ -192,7 +171,7 @@ class LiveJobCut:
         if self._last_cut is not None and any(
             g.new_ops or g.unconfirmed for g in self._gpus.values()
         ):
-            times.append(self._last_cut + self._interval())
+            times.append(self._last_cut + self.interval_s)
         return min(times, default=None)
 
     def held_ops(self, key) -> None:
@@ -208,32 +187,12 @@ class LiveJobCut:
             return False
         if self._last_cut is None:  # the interval counts from the first ops
             self._last_cut = now
-        elif now - self._last_cut >= self._interval():
+        elif now - self._last_cut >= self.interval_s:
             return True
-        return any(g.new_ops >= self._new_ops_due(g) for g in self._gpus.values())
-
-    def _spacing(self) -> int:
-        return 1 << min(self._barren, MAX_BARREN_DOUBLINGS)
-
-    def _interval(self) -> float:
-        """The pause after which held ops are cut however few came: none after barren cuts
-        (a cut outlasting the interval would otherwise start the next at once)."""
-        return self.interval_s if not self._barren else float("inf")
-
-    def _new_ops_due(self, g: _Gpu) -> int:
-        due = max(self.min_new_ops, (_context_len(g) + g.held_at_cut) // CUT_EVERY_CONTEXT)
-        # spaced out, but never so far that the held ops overrun their bound by half
-        return min(due * self._spacing(), max(due, self.max_held // 2))
-
-    def _note_barren(self, keys, settled_before: int) -> None:
-        """A cut is barren when it settled less than half the ops that came since the last
-        one while many are held: the Steps do not keep up with the ops (training settles
-        about as many ops as came, once its first Steps are placed)."""
-        settled = self.stats.ops_settled - settled_before
-        came = sum(self._gpus[k].new_ops for k in keys)
-        many = max(self.first_ops, self.max_held // 16)
-        crowded = any(_held(self._gpus[k]) > many for k in keys)
-        self._barren = self._barren + 1 if crowded and 2 * settled < came else 0
+        return any(
+            g.new_ops >= max(self.min_new_ops, _context_len(g) // CUT_EVERY_CONTEXT)
+            for g in self._gpus.values()
+        )
 
     def cut(self, now: float, final: frozenset = frozenset()) -> dict[object, list[StepSummary]]:
         """Cut the node's held ops and place what settles; the ops of the GPUs in `final`
@@ -262,13 +221,11 @@ class LiveJobCut:
             by_arrival = np.empty(len(rank_cut.label), np.int64)
             by_arrival[rank_cut.gpu.arrival] = rank_cut.label
             labels[k] = by_arrival
-        settled_before = self.stats.ops_settled
         for component in sorted({r.component for r in result.ranks}):
             members = [
                 k for k, r in zip(keys, result.ranks, strict=True) if r.component == component
             ]
             out.update(self._settle(members, labels, result, final))
-        self._note_barren(keys, settled_before)
         for k in keys:
             g = self._gpus[k]
             out.setdefault(k, [])

@@ -20,11 +20,9 @@ from comminsight.agent.steps.semantic_hook import SemanticEngineHook
 from comminsight.semantic.live_cut import LiveJobCut
 from comminsight.semantic.live_replay import replay_live
 from comminsight.semantic.offline import read_summaries
-from comminsight.semantic.shm_input import CommInfo
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.step_accuracy import ENV, score
 from comminsight.sim.truth import read_ground_truth
-from comminsight_gen.abi import shm_v1
 
 # (settings, LiveJobCut settings). The context holds 15 Steps or more (each GPU issues 7 to
 # 140 ops a Step here) and is small enough, and cuts come often enough, that the cut's window
@@ -127,23 +125,6 @@ def test_an_ended_gpu_is_sealed_after_the_wait_even_if_a_peer_goes_on(tmp_path):
     hook.stop()
 
 
-def test_ended_gpus_waiting_for_a_peer_that_goes_on_stay_bounded_however_many_come(tmp_path):
-    # a churning node: short processes end one after another beside a job that runs on (a
-    # GPU not cut yet, which any of them might share a communicator with)
-    hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
-    most = hook.live_cut.max_ended_waiting
-    take(hook, PEER, rank_slots(1, 2))
-    for pid in range(10_000, 10_000 + 3 * most):
-        gpu = GpuStream("node", pid, 1_000, 0, 0)
-        take(hook, gpu, rank_slots(0, 2))
-        hook._take(gpu, "finished", None)
-        open_files = len(list(hook.out_dir.glob("live-*.jsonl.partial")))
-        assert open_files <= most + 1  # the peer's and those still waiting
-        assert sum(g.ended_at is not None for g in hook.live_cut._gpus.values()) <= most
-    assert len(sealed(hook)) == 2 * most
-    hook.stop()
-
-
 def test_the_context_and_the_held_ops_stay_bounded_over_a_long_run(tmp_path):
     hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
     hook.live_cut.max_context = 256
@@ -161,35 +142,6 @@ def test_the_context_and_the_held_ops_stay_bounded_over_a_long_run(tmp_path):
     assert most_held <= 2 * UNSETTLED
     assert most_context <= 2 * 256 + UNSETTLED  # trimmed at each cut; what a cut settles on top
     assert hook.live_cut.stats.ops_unsettled == 0
-    hook.stop()
-
-
-def test_a_stream_whose_steps_never_settle_is_cut_less_often_as_its_held_ops_grow(tmp_path):
-    # each cut costs as much as its window: one every min_new_ops ops over a window near
-    # max_held would make every op cost the whole window
-    hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
-    cut = hook.live_cut
-    # interval 0: as if every cut outlasted the pause after which held ops are cut again
-    cut.max_held, cut.min_new_ops, cut.interval_s, cut.first_ops = 4_096, 32, 0.0, 0
-    rng = np.random.default_rng(0)
-    slots = rank_slots(0, 2_000)
-    # every op another function on another communicator: nothing repeats, no Step settles
-    slots["func"] = rng.choice(
-        [shm_v1.Func.ALL_REDUCE, shm_v1.Func.BROADCAST, shm_v1.Func.ALL_GATHER], len(slots)
-    )
-    slots["comm_id"] = rng.integers(1, 1 << 40, len(slots))
-    comms = {int(c): CommInfo(None, 1) for c in np.unique(slots["comm_id"])}
-    for i in range(0, len(slots), 64):
-        hook._take(GPU, "ops", (slots[i : i + 64], comms))
-    assert hook.steps_written == 0
-    assert cut.stats.ops_unsettled > 0  # the bound on what is held did its work
-    assert cut.stats.cuts <= len(slots) // (8 * cut.min_new_ops)
-    hook.stop()
-
-
-def test_what_waits_for_a_slow_engine_is_bounded_to_64_mib_of_records(tmp_path):
-    hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
-    assert hook.max_queued * shm_v1.OP_SLOT_DTYPE.itemsize <= 64 << 20
     hook.stop()
 
 
