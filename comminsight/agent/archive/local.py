@@ -4,9 +4,11 @@ data takes, and which archived files the disk budget removes.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import stat
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +17,12 @@ log = logging.getLogger(__name__)
 
 # Names that are never complete data: open segments, atomic-write and upload temporaries.
 _INCOMPLETE_SUFFIXES = (".partial", ".tmp", ".uploading")
+# A directory listing is taken again when the directory changed; a directory modified within
+# this long of its listing is listed again all the same (file system timestamps come from a
+# coarse clock: two changes in one tick leave one mtime), and every listing at least this
+# often whatever the timestamps say (a clock stepped forward makes a new mtime look old).
+_SETTLE_NS = 2_000_000_000
+_RELIST_NS = 60_000_000_000
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,15 @@ class ArchiveKind:
     name: str
     glob: str
 
+    @property
+    def directory(self) -> str | None:
+        """The one directory the glob lists (`inspector_logs/*.jsonl`), or None for a glob
+        whose directories have wildcards too (`**/*`)."""
+        directory, _, pattern = self.glob.rpartition("/")
+        if not pattern or _has_wildcard(directory):
+            return None
+        return directory
+
     def complete_files(self, home: Path) -> list[Path]:
         return [
             p
@@ -41,10 +58,30 @@ class ArchiveKind:
         return [p for p in home.glob(self.glob + ".partial") if p.is_file()]
 
 
+def _has_wildcard(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
 DEFAULT_KINDS = (
     ArchiveKind("inspector_logs", "inspector_logs/*.jsonl"),
     ArchiveKind("step_summaries", "semantics/step/*.jsonl"),
 )
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """One directory's entries of one kind as listed: the complete files (path, lstat) and
+    the open ones. Complete files never change once they match (see ArchiveKind), so while the
+    directory itself is unchanged, so is this."""
+
+    key: tuple[int, int, int]  # the directory's device, inode and mtime
+    listed_mono_ns: int
+    settled: bool  # the directory was last changed well before the listing
+    complete: tuple[tuple[Path, os.stat_result], ...]
+    open: tuple[Path, ...]
+
+
+_NO_LISTING = _Listing((0, 0, 0), 0, False, (), ())
 
 
 @dataclass(frozen=True)
@@ -69,6 +106,7 @@ class LocalData:
         self.refused: dict[str, str] = {}
         self.refused_total = 0
         self._refused_seen: set[tuple[str, str]] = set()
+        self._listings: dict[str, _Listing] = {}  # kind name -> its directory's last listing
 
     def add_kind(self, kind: ArchiveKind) -> None:
         self.kinds += (kind,)
@@ -76,16 +114,10 @@ class LocalData:
     def complete_files(self) -> list[LocalFile]:
         files = {}
         refused: dict[str, str] = {}
+        under_link: dict[Path, str | None] = {}  # directory -> why, for this call
         for kind in self.kinds:
-            for path in kind.complete_files(self.home):
-                if any(path.is_relative_to(d) for d in self.exclude):
-                    continue
-                source = path.relative_to(self.home).as_posix()
-                try:
-                    st = os.lstat(path)
-                except FileNotFoundError:
-                    continue  # deleted between glob and stat
-                why = self.untrusted(path, st)
+            for path, source, st in self._complete(kind):
+                why = self.untrusted(path, st, under_link)
                 if why is not None:
                     refused[source] = why
                     continue
@@ -94,16 +126,98 @@ class LocalData:
         # Oldest first: upload in the order data was produced, delete the oldest first.
         return sorted(files.values(), key=lambda f: (f.mtime_ns, f.source))
 
-    def untrusted(self, path: Path, st: os.stat_result) -> str | None:
-        """Why the file at path (lstat: st) must not be archived, or None."""
+    def _complete(self, kind: ArchiveKind) -> Iterable[tuple[Path, str, os.stat_result]]:
+        """The kind's complete files: (path, source, lstat)."""
+        directory = kind.directory
+        if directory is not None:
+            return self._listing(kind, directory).complete
+        found = []
+        for path in kind.complete_files(self.home):
+            if self._excluded(path):
+                continue
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue  # deleted between glob and stat
+            found.append((path, path.relative_to(self.home).as_posix(), st))
+        return found
+
+    def _open(self, kind: ArchiveKind) -> Iterable[Path]:
+        directory = kind.directory
+        if directory is not None:
+            return self._listing(kind, directory).open
+        return kind.open_files(self.home)
+
+    def _excluded(self, path: Path) -> bool:
+        return any(path.is_relative_to(d) for d in self.exclude)
+
+    def _listing(self, kind: ArchiveKind, directory: str) -> _Listing:
+        """The directory's files of this kind, listed again only when the directory changed:
+        an Agent beside a long job keeps thousands of sealed segments, and an archive pass
+        looks at them several times."""
+        d = self.home / directory
+        if self._excluded(d):
+            return _NO_LISTING
+        try:
+            st = os.stat(d)
+        except OSError:  # not there yet (or no directory): nothing of this kind
+            self._listings.pop(kind.name, None)
+            return _NO_LISTING
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        now_mono = time.monotonic_ns()
+        cached = self._listings.get(kind.name)
+        if (
+            cached is not None
+            and cached.key == key
+            and cached.settled
+            and now_mono - cached.listed_mono_ns < _RELIST_NS
+        ):
+            return cached
+        settled = time.time_ns() - st.st_mtime_ns > _SETTLE_NS
+        pattern = kind.glob.rpartition("/")[2]
+        complete, open_files = [], []
+        try:
+            with os.scandir(d) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if fnmatch.fnmatchcase(name, pattern):
+                        if name.endswith(_INCOMPLETE_SUFFIXES) or not entry.is_file():
+                            continue
+                        try:
+                            lst = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue  # deleted while listed
+                        complete.append((Path(entry.path), f"{directory}/{name}", lst))
+                    elif fnmatch.fnmatchcase(name, pattern + ".partial") and entry.is_file():
+                        open_files.append(Path(entry.path))
+        except (FileNotFoundError, NotADirectoryError):
+            self._listings.pop(kind.name, None)
+            return _NO_LISTING
+        listing = _Listing(key, now_mono, settled, tuple(complete), tuple(open_files))
+        self._listings[kind.name] = listing
+        return listing
+
+    def untrusted(
+        self, path: Path, st: os.stat_result, under_link: dict[Path, str | None] | None = None
+    ) -> str | None:
+        """Why the file at path (lstat: st) must not be archived, or None. under_link: what
+        is known of its directories so far (they are looked at once per scan)."""
         if stat.S_ISLNK(st.st_mode):
             return "is a symbolic link"
         if not stat.S_ISREG(st.st_mode):
             return "is not a regular file"
         if st.st_uid != os.geteuid():
             return f"is owned by uid {st.st_uid}, not by this Agent's uid {os.geteuid()}"
-        # a linked directory between home and the file leads the glob out of the home
-        for parent in path.relative_to(self.home).parents:
+        known = {} if under_link is None else under_link
+        directory = path.parent
+        if directory not in known:
+            known[directory] = self._linked_directory(directory)
+        return known[directory]
+
+    def _linked_directory(self, directory: Path) -> str | None:
+        """Why files in directory are not home's: a linked directory between home and it
+        leads the scan out of the home."""
+        for parent in (directory / "f").relative_to(self.home).parents:
             if parent != Path(".") and (self.home / parent).is_symlink():
                 return f"lies under {self.home / parent}, a symbolic link"
         return None
@@ -127,7 +241,7 @@ class LocalData:
             complete = self.complete_files()
         total = sum(f.size for f in complete)
         for kind in self.kinds:
-            for path in kind.open_files(self.home):
+            for path in self._open(kind):
                 try:
                     total += path.stat().st_size
                 except FileNotFoundError:
