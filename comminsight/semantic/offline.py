@@ -90,22 +90,58 @@ class SummaryFile:
         self._pending: list[tuple[bytes, int]] = []  # (lines, summaries) not yet written
         self._file = None
         self._length = truncate_to  # of the records written whole
+        # parked: open only while written (an ended GPU's file while it waits for its peers)
+        self._parked = False
         if path is not None:
-            make_private_dirs(path.parent)
-            # never through a link planted there (it would truncate the file linked to), never
-            # blocked on a FIFO, only into a regular file
-            fd = os.open(
-                path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600
-            )
-            try:
-                check_fd(fd, path, "regular file", owner=None, shared_ok=True)
-            except OSError:
-                os.close(fd)
-                raise
-            # unbuffered: after a failed write no buffer may hold a part to be written again
-            self._file = os.fdopen(fd, "r+b", buffering=0)
+            self._file = self._open()
             self._file.truncate(truncate_to)  # drop what came after the checkpoint
             self._file.seek(truncate_to)
+
+    def _open(self):
+        make_private_dirs(self.path.parent)
+        # never through a link planted there (it would truncate the file linked to), never
+        # blocked on a FIFO, only into a regular file
+        fd = os.open(
+            self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600
+        )
+        try:
+            check_fd(fd, self.path, "regular file", owner=None, shared_ok=True)
+        except OSError:
+            os.close(fd)
+            raise
+        # unbuffered: after a failed write no buffer may hold a part to be written again
+        return os.fdopen(fd, "r+b", buffering=0)
+
+    def _reopen(self) -> None:
+        """A parked file, open again after its last whole record."""
+        f = self._open()
+        try:
+            size = os.fstat(f.fileno()).st_size
+            if size > self._length:
+                f.truncate(self._length)  # a part a failed write left
+            else:
+                self._length = size  # cut by someone else: go on after what is there
+            f.seek(self._length)
+        except OSError:
+            f.close()
+            raise
+        self._file = f
+
+    def park(self) -> None:
+        """Keep the file closed from now on except while writing to it: a GPU whose process
+        ended waits, its file open, until the GPUs it shares communicators with have ended
+        too, and a node whose processes come and go would hold a descriptor for each. What
+        waits is written first and the file flushed to disk (an OSError leaves it open; the
+        next write closes it)."""
+        if self.path is None or self._file is None:
+            return  # kept in memory, closed, or parked already
+        self._parked = True
+        self._write_pending()
+
+    def _close_parked(self) -> None:
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._file = None
 
     @property
     def pending(self) -> int:
@@ -116,7 +152,7 @@ class SummaryFile:
         if not summaries:
             return
         self.written += len(summaries)
-        if self._file is None:
+        if self._file is None and not self._parked:
             self.kept += summaries
             return
         self._pending.append(
@@ -134,7 +170,11 @@ class SummaryFile:
 
     def _write_pending(self) -> None:
         """Write what waits, oldest first, one add's records at a time (a disk with a little
-        space takes some of them)."""
+        space takes some of them). A parked file is opened for it and closed again after."""
+        if self._file is None:
+            if not (self._parked and self._pending):
+                return
+            self._reopen()
         while self._pending:
             data = memoryview(self._pending[0][0])
             try:
@@ -148,35 +188,41 @@ class SummaryFile:
                 raise
             self._length += len(data)
             self._pending.pop(0)
+        if self._parked:
+            self._close_parked()
 
     def flush(self) -> None:
-        if self._file is not None:
-            self._write_pending()
+        self._write_pending()
 
     def sync(self) -> int:
-        """Write what waits and flush to disk; the file's length."""
-        if self._file is None:
+        """Write what waits and flush to disk; the file's length (0 when there is no file)."""
+        if self._file is None and not self._parked:
             return 0
         self._write_pending()
-        os.fsync(self._file.fileno())
+        if self._file is not None:  # a parked file was flushed to disk when last closed
+            os.fsync(self._file.fileno())
         return self._length
 
     def seal(self) -> Path | None:
         """Complete: fsync, close, rename `<name>.jsonl.partial` to `<name>.jsonl` (archives
         and readers take sealed files as final) and fsync the directory. An OSError leaves it
-        open and unsealed, to be sealed again."""
-        if self._file is None:
+        unsealed, to be sealed again."""
+        if self._file is None and not self._parked:
             return None
         self.sync()
-        self._file.close()
-        self._file = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._parked = True  # closed until sealed: a seal that failed is tried again
         sealed = self.path.with_name(self.path.name.removesuffix(".partial"))
         os.replace(self.path, sealed)
         self.path = sealed
+        self._parked = False
         fsync_directory(sealed.parent)
         return sealed
 
     def close(self) -> None:
+        self._parked = False
         if self._file is not None:
             self._file.close()
             self._file = None

@@ -5,6 +5,7 @@ its checkpoint entry: ~60 KiB each) and writes all of them into every checkpoint
 
 from __future__ import annotations
 
+import os
 import time
 
 import msgspec
@@ -167,3 +168,34 @@ def test_ingest_tells_the_engine_of_each_gpu_whose_shm_file_it_retired(tmp_path)
         assert engine.calls.index(("finished", gpu)) < engine.calls.index(("retired", gpu))
     assert ingest._finished == {}
     lock.close()
+
+
+def open_summary_files(out_dir) -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        n += target.startswith(str(out_dir))
+    return n
+
+
+def test_ended_gpus_waiting_for_their_peers_hold_no_descriptor(tmp_path):
+    """A churning node's ended processes wait for peers that never come: their summary files
+    are closed meanwhile, and written whole once the cut places their last Steps."""
+    hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
+    hook._take(process(99), "ops", (ddp_slots(STEPS)[:50], COMMS))  # a peer still running
+    for pid in range(100, 160):
+        run_process(hook, process(pid))
+    assert not sealed(hook)  # they wait for the running peer
+    assert open_summary_files(hook.out_dir) == 1  # the running peer's
+    hook._save_checkpoint()  # a checkpoint opens none of them for good
+    assert open_summary_files(hook.out_dir) == 1
+    hook._finish_ended(all_ended=True)
+    files = sealed(hook)
+    assert len(files) == 60
+    lines = [(hook.out_dir / f).read_bytes().count(b"\n") for f in files]
+    assert min(lines) >= STEPS - 2
+    assert open_summary_files(hook.out_dir) == 1  # the running peer's
+    hook.stop()

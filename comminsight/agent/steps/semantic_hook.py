@@ -796,6 +796,8 @@ class SemanticEngineHook:
                 # sealed once the GPUs it shares communicators with have ended too
                 self.live_cut.end(g.gpu, time.monotonic())
                 self._finish_ended()
+                if not g.finished:
+                    self._park(g)
                 return
             self._write(g, g.engine.finish())
             self._seal(g)
@@ -842,6 +844,13 @@ class SemanticEngineHook:
         with self._cond:
             self._lags.pop(g.gpu, None)
         self._drop_if_done(g)
+
+    def _park(self, g: _Gpu) -> None:
+        """An ended GPU waiting for its peers keeps no descriptor open (SummaryFile.park)."""
+        try:
+            g.out.park()
+        except OSError as e:  # it stays open; what waits is written with the next write
+            self._storage_failed(g.out.path, e)
 
     def _write(self, g: _Gpu, summaries: list) -> None:
         if summaries:
