@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from comminsight.agent.archive import local
+from comminsight.agent import dir_listing
 from comminsight.agent.archive.local import DEFAULT_KINDS, ArchiveKind, LocalData
 
 OLD_S = 3600  # a directory timestamp this far in the past: long settled
@@ -30,7 +30,7 @@ def listings(monkeypatch) -> list[str]:
         seen.append(str(path))
         return real(path)
 
-    monkeypatch.setattr(local.os, "scandir", counting)
+    monkeypatch.setattr(dir_listing.os, "scandir", counting)
     return seen
 
 
@@ -96,8 +96,8 @@ def test_listings_are_taken_again_after_the_relist_period(tmp_path, listings, mo
     sources(data)
     sources(data)
     assert listings.count(str(logs)) == 1
-    later = time.monotonic_ns() + local._RELIST_NS + 1
-    monkeypatch.setattr(local.time, "monotonic_ns", lambda: later)
+    later = time.monotonic_ns() + dir_listing.REFRESH_NS + 1
+    monkeypatch.setattr(dir_listing.time, "monotonic_ns", lambda: later)
     sources(data)
     assert listings.count(str(logs)) == 2
 

@@ -8,21 +8,16 @@ import fnmatch
 import logging
 import os
 import stat
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from comminsight.agent.dir_listing import DirectoryListing
 
 log = logging.getLogger(__name__)
 
 # Names that are never complete data: open segments, atomic-write and upload temporaries.
 _INCOMPLETE_SUFFIXES = (".partial", ".tmp", ".uploading")
-# A directory listing is taken again when the directory changed; a directory modified within
-# this long of its listing is listed again all the same (file system timestamps come from a
-# coarse clock: two changes in one tick leave one mtime), and every listing at least this
-# often whatever the timestamps say (a clock stepped forward makes a new mtime look old).
-_SETTLE_NS = 2_000_000_000
-_RELIST_NS = 60_000_000_000
 
 
 @dataclass(frozen=True)
@@ -69,19 +64,33 @@ DEFAULT_KINDS = (
 
 
 @dataclass(frozen=True)
-class _Listing:
-    """One directory's entries of one kind as listed: the complete files (path, lstat) and
-    the open ones. Complete files never change once they match (see ArchiveKind), so while the
-    directory itself is unchanged, so is this."""
+class _Found:
+    """A file of a kind as its directory's listing found it."""
 
-    key: tuple[int, int, int]  # the directory's device, inode and mtime
-    listed_mono_ns: int
-    settled: bool  # the directory was last changed well before the listing
-    complete: tuple[tuple[Path, os.stat_result], ...]
-    open: tuple[Path, ...]
+    path: Path
+    source: str  # path relative to home
+    lstat: os.stat_result | None  # None: an open file (its size is read when counted)
 
 
-_NO_LISTING = _Listing((0, 0, 0), 0, False, (), ())
+def _kind_entry(directory: str, pattern: str) -> Callable[[os.DirEntry], _Found | None]:
+    """What a listing of the kind's directory keeps of an entry: complete files (never
+    changed once they match, so their lstat stays true while the listing does) and open ones."""
+
+    def keep(entry: os.DirEntry) -> _Found | None:
+        name = entry.name
+        if fnmatch.fnmatchcase(name, pattern):
+            if name.endswith(_INCOMPLETE_SUFFIXES) or not entry.is_file():
+                return None
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                return None  # deleted while listed
+            return _Found(Path(entry.path), f"{directory}/{name}", st)
+        if fnmatch.fnmatchcase(name, pattern + ".partial") and entry.is_file():
+            return _Found(Path(entry.path), f"{directory}/{name}", None)
+        return None
+
+    return keep
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,7 @@ class LocalData:
         self.refused: dict[str, str] = {}
         self.refused_total = 0
         self._refused_seen: set[tuple[str, str]] = set()
-        self._listings: dict[str, _Listing] = {}  # kind name -> its directory's last listing
+        self._listings: dict[str, DirectoryListing[_Found]] = {}  # kind name -> its listing
 
     def add_kind(self, kind: ArchiveKind) -> None:
         self.kinds += (kind,)
@@ -130,7 +139,11 @@ class LocalData:
         """The kind's complete files: (path, source, lstat)."""
         directory = kind.directory
         if directory is not None:
-            return self._listing(kind, directory).complete
+            return [
+                (f.path, f.source, f.lstat)
+                for f in self._found(kind, directory)
+                if f.lstat is not None
+            ]
         found = []
         for path in kind.complete_files(self.home):
             if self._excluded(path):
@@ -145,57 +158,29 @@ class LocalData:
     def _open(self, kind: ArchiveKind) -> Iterable[Path]:
         directory = kind.directory
         if directory is not None:
-            return self._listing(kind, directory).open
+            return [f.path for f in self._found(kind, directory) if f.lstat is None]
         return kind.open_files(self.home)
 
     def _excluded(self, path: Path) -> bool:
         return any(path.is_relative_to(d) for d in self.exclude)
 
-    def _listing(self, kind: ArchiveKind, directory: str) -> _Listing:
-        """The directory's files of this kind, listed again only when the directory changed:
-        an Agent beside a long job keeps thousands of sealed segments, and an archive pass
-        looks at them several times."""
+    def _found(self, kind: ArchiveKind, directory: str) -> list[_Found]:
+        """The kind's files in its directory, listed again only when the directory changed
+        (dir_listing): an Agent beside a long job keeps thousands of sealed segments, and an
+        archive pass looks at them several times."""
         d = self.home / directory
         if self._excluded(d):
-            return _NO_LISTING
+            return []
+        listing = self._listings.get(kind.name)
+        if listing is None:
+            pattern = kind.glob.rpartition("/")[2]
+            listing = self._listings[kind.name] = DirectoryListing(
+                d, _kind_entry(directory, pattern)
+            )
         try:
-            st = os.stat(d)
+            return listing.entries()
         except OSError:  # not there yet (or no directory): nothing of this kind
-            self._listings.pop(kind.name, None)
-            return _NO_LISTING
-        key = (st.st_dev, st.st_ino, st.st_mtime_ns)
-        now_mono = time.monotonic_ns()
-        cached = self._listings.get(kind.name)
-        if (
-            cached is not None
-            and cached.key == key
-            and cached.settled
-            and now_mono - cached.listed_mono_ns < _RELIST_NS
-        ):
-            return cached
-        settled = time.time_ns() - st.st_mtime_ns > _SETTLE_NS
-        pattern = kind.glob.rpartition("/")[2]
-        complete, open_files = [], []
-        try:
-            with os.scandir(d) as entries:
-                for entry in entries:
-                    name = entry.name
-                    if fnmatch.fnmatchcase(name, pattern):
-                        if name.endswith(_INCOMPLETE_SUFFIXES) or not entry.is_file():
-                            continue
-                        try:
-                            lst = entry.stat(follow_symlinks=False)
-                        except FileNotFoundError:
-                            continue  # deleted while listed
-                        complete.append((Path(entry.path), f"{directory}/{name}", lst))
-                    elif fnmatch.fnmatchcase(name, pattern + ".partial") and entry.is_file():
-                        open_files.append(Path(entry.path))
-        except (FileNotFoundError, NotADirectoryError):
-            self._listings.pop(kind.name, None)
-            return _NO_LISTING
-        listing = _Listing(key, now_mono, settled, tuple(complete), tuple(open_files))
-        self._listings[kind.name] = listing
-        return listing
+            return []
 
     def untrusted(
         self, path: Path, st: os.stat_result, under_link: dict[Path, str | None] | None = None
