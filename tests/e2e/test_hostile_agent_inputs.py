@@ -956,6 +956,7 @@ def test_a_recovery_that_meets_a_full_disk_keeps_the_region_and_is_retried(
     assert sorted(p.name for p in logs.iterdir()) == ["filler"]  # no partial left behind
     full_disk.free()
     producers.poll(t0 + 3 * hour, retire_after_ns=60 * 10**9)
+    assert producers.remover.wait(60)
     assert not dead.exists() and producers.producers == {}  # retired once written
     assert producers.problems() == [] and producers.counters.records_unrecovered == 0
     _, covered, _ = _logged_seqs(sorted(logs.glob("*.jsonl")))
@@ -975,6 +976,7 @@ def test_a_recovery_that_fails_for_another_reason_is_retired_counted_and_named(
     producers.poll(t0, retire_after_ns=60 * 10**9)
     assert dead.exists()  # not before the retirement delay
     producers.poll(t0 + 3600 * 10**9, retire_after_ns=60 * 10**9)
+    assert producers.remover.wait(60)
     assert not dead.exists()
     assert producers.counters.recovery_failures == 1
     cap = int(np.frombuffer(region_bytes, dtype=HEADER, count=1)[0]["ring_capacity"])
@@ -1052,6 +1054,7 @@ def test_a_logs_directory_that_cannot_be_made_yet_is_made_on_a_later_pass(
     assert "could not be recovered yet" in problem and "No space left on device" in problem
     assert str(logs) in problem
     producers.poll(t0 + 2 * hour, retire_after_ns=60 * 10**9)
+    assert producers.remover.wait(60)
     assert not dead.exists() and producers.producers == {}  # retired once written
     assert producers.problems() == [] and producers.counters.records_unrecovered == 0
     assert producers.counters.recovery_failures == 1
@@ -1079,6 +1082,7 @@ def test_a_logs_link_another_user_planted_is_not_followed_by_the_recovery(tmp_pa
     assert list(target.iterdir()) == []
     (problem,) = producers.problems()
     assert f"{logs}: is a symbolic link owned by uid {NOBODY}" in problem
+    assert producers.remover.wait(60)
     assert not dead.exists()  # not retried: the link stays another user's
 
 

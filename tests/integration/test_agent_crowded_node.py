@@ -8,14 +8,18 @@ Everything is counted (files, descriptors, directory listings), never timed.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from pathlib import Path
 
 import numpy as np
 from agent_home import hold_agent_lock, run_sim
 from profiler_builds import builds
 
+from comminsight.agent.core import producers as producers_module
 from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.core.snapshot import build_snapshot
+from comminsight.shm_reader import op_records
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.faults import parse_fault
 from comminsight_gen.abi import shm_v1
@@ -43,6 +47,7 @@ def test_an_ended_process_region_is_released_once_drained_not_after_the_delay(tm
     producers = ProducerSet(tmp_path)
     producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
     producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+    assert producers.remover.wait(60)  # region files are removed in a thread of their own
     assert not [p for p in files if os.path.lexists(p)], "regions kept after their drain"
     assert producers.counters.regions_released == 4
     assert len(producers.producers) == 4 and producers.counters.producers_retired == 0
@@ -54,6 +59,40 @@ def test_an_ended_process_region_is_released_once_drained_not_after_the_delay(tm
     # the node's view lists the job that just ended for the whole delay
     producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
     assert len(producers.producers) == 4 and producers.counters.producers_retired == 0
+    lock.close()
+
+
+def test_a_region_whose_removal_is_under_way_is_not_taken_for_a_new_one(tmp_path, monkeypatch):
+    """Region files are removed in a thread of their own (the kernel frees 16 MiB of memory
+    for each): until they are gone, the passes that list shms/ must not open them again as
+    new processes, even once the processes are forgotten."""
+    lock = hold_agent_lock(tmp_path)
+    run_sim(tmp_path, ranks=2)
+    files = region_files(tmp_path)
+    gate = threading.Event()
+    real_unlink = Path.unlink
+
+    def slow_unlink(self, missing_ok=False):
+        gate.wait(60)
+        real_unlink(self, missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", slow_unlink)
+    producers = ProducerSet(tmp_path)
+    for _ in range(3):  # read, released, then forgotten at once (no retirement delay)
+        producers.poll(time.monotonic_ns(), retire_after_ns=0)
+    assert producers.counters.regions_released == 2
+    assert producers.producers == {} and producers.counters.producers_retired == 2
+    assert all(os.path.lexists(p) for p in files)  # still being removed
+    records = producers.counters.records
+    (tmp_path / "shms" / "new-entry").write_bytes(b"")  # shms/ changes: listed again
+    for _ in range(2):
+        producers.poll(time.monotonic_ns(), retire_after_ns=0)
+    assert producers.listing.scans >= 2
+    assert producers.producers == {} and producers.counters.records == records
+    gate.set()
+    assert producers.remover.wait(60)
+    assert not [p for p in files if os.path.lexists(p)]
+    producers.close()
     lock.close()
 
 
@@ -78,6 +117,7 @@ def test_a_killed_process_region_is_released_once_its_records_are_recovered(tmp_
     producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
     killed = [p for p in producers.producers.values() if not p.closed]
     assert len(killed) == 1 and killed[0].recovered is not None
+    assert producers.remover.wait(60)
     assert killed[0].released and not [p for p in files if os.path.lexists(p)]
     for _ in range(3):  # died with its communicator live: remembered for diagnosis
         producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
@@ -203,5 +243,31 @@ def test_a_ring_sized_down_to_fit_is_named_in_health(tmp_path):
     assert not producers.counters.regions_released
     (reason,) = [r for r in producers.problems() if "sized down" in r]
     assert f"not the {asked} configured" in reason and "64.0 MiB, 40.0 MiB free" in reason
+    producers.close()
+    lock.close()
+
+
+def test_regions_beyond_the_mapped_bound_wait_their_turn_and_lose_nothing(tmp_path, monkeypatch):
+    """Processes that start faster than the Agent drains the ended ones: at most
+    MAX_MAPPED_REGIONS are mapped (a descriptor each); the others wait in shms/, named in
+    health, and are read in later passes, every record of them."""
+    monkeypatch.setattr(producers_module, "MAX_MAPPED_REGIONS", 2)
+    lock = hold_agent_lock(tmp_path)
+    truths = run_sim(tmp_path, ranks=4)
+    producers = ProducerSet(tmp_path)
+    mapped_most, ops = 0, 0
+    for _ in range(8):
+        batches = producers.poll(time.monotonic_ns(), retire_after_ns=HOUR_NS)
+        ops += sum(len(op_records(b.records)) for b in batches)
+        mapped = [p for p in producers.producers.values() if not p.released]
+        mapped_most = max(mapped_most, len(mapped))
+        if producers.regions_waiting:
+            (problem,) = producers.problems()
+            assert f"{producers.regions_waiting} SHM regions" in problem and "at most 2" in problem
+    assert mapped_most == 2
+    assert producers.counters.regions_deferred > 0 and producers.regions_waiting == 0
+    assert len(producers.producers) == 4 and all(p.released for p in producers.producers.values())
+    assert producers.counters.records_lost == 0
+    assert ops == sum(1 for t in truths for op in t.ops if op["completed"])
     producers.close()
     lock.close()

@@ -34,6 +34,7 @@ def test_reads_every_record_once_then_retires_the_finished_producers(tmp_path):
     # the rank processes have exited: the next pass finds nothing new and retires them
     assert ops_of(producers.poll(time.monotonic_ns())).size == 0
     assert producers.producers == {} and producers.counters.producers_retired == 4
+    assert producers.remover.wait(60)  # region files are removed in a thread of their own
     assert not any(p.exists() for p in links + targets)
     lock.close()
 

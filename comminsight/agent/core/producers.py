@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from comminsight.agent.core.file_remover import FileRemover
 from comminsight.agent.core.liveness import ProcessIdentity, process_runs
 from comminsight.agent.core.log_recovery import (
     Recovered,
@@ -71,6 +72,12 @@ CREATING_GRACE_NS = 60_000_000_000
 # Ended processes remembered (their regions released) for diagnosis at most: a node's GPUs'
 # processes several times over. Beyond it the oldest are forgotten before the delay.
 MAX_ENDED_REMEMBERED = 64
+# Regions mapped at once at most: each holds a descriptor (its file is fstat'ed before every
+# read) and a live GPU's summary file. Far above what a node runs; past it, when processes
+# start faster than their regions are drained (hundreds of short-lived processes), the newest
+# wait in shms/ for the next passes, counted, instead of taking the Agent to its descriptor
+# limit.
+MAX_MAPPED_REGIONS = 256
 RETRYABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
@@ -145,6 +152,7 @@ class IngestCounters:
     files_refused: int = 0
     producers_retired: int = 0
     regions_released: int = 0  # ended processes' regions unmapped and removed
+    regions_deferred: int = 0  # passes x regions left for a later pass (MAX_MAPPED_REGIONS)
     refused: dict[str, str] = field(default_factory=dict)  # file name -> reason (last ones)
     refused_by_reason: dict[str, int] = field(default_factory=dict)
     records_recovered: int = 0  # written to a dead process's logs from its region
@@ -174,9 +182,12 @@ class ProducerSet:
         self.producers: dict[Path, Producer] = {}
         self.counters = IngestCounters()
         self.retired_in_pass: list[Producer] = []  # the producers the latest poll retired
+        self.regions_waiting = 0  # in shms/, not opened yet: MAX_MAPPED_REGIONS were mapped
         self._refused_here: set[tuple[str, int]] = set()  # (name, inode) left in shms/
         self._creating_since: dict[tuple[str, int], int] = {}  # (name, inode) -> first seen
         self.listing = ShmsListing(self.shms)
+        # released regions' files go in a thread of their own (file_remover)
+        self.remover = FileRemover("shm-remover")
         self._slot_log = RateLimitedLog(log, "ring records out of range", 60.0, logging.ERROR)
 
     # ---- discovery ----
@@ -203,16 +214,28 @@ class ProducerSet:
                 self._open(self.shms / key[0], key)
             return
         known = {path.name for path in self.producers}
+        known |= {path.name for path in self.remover.pending() if path.parent == self.shms}
         present = set()
+        mapped = sum(1 for p in self.producers.values() if not p.released)
+        waiting = 0
         for key in entries:
             if key[0] in known:
                 continue
             present.add(key)
-            if key not in self._refused_here:
-                self._open(self.shms / key[0], key)
+            if key in self._refused_here:
+                continue
+            if mapped >= MAX_MAPPED_REGIONS:
+                waiting += 1
+                continue
+            self._open(self.shms / key[0], key)
+            mapped += (self.shms / key[0]) in self.producers
         for key in self._creating_since.keys() - present:  # opened, refused or removed
             del self._creating_since[key]
         self._refused_here &= present  # names gone from shms/ need no remembering
+        self.regions_waiting = waiting
+        if waiting:
+            self.listing.forget()  # the next pass opens them as mapped ones are released
+            self.counters.regions_deferred += waiting
 
     def _open(self, path: Path, key: tuple[str, int]) -> None:
         try:
@@ -280,8 +303,6 @@ class ProducerSet:
         self.discover()
         batches = []
         for path, producer in list(self.producers.items()):
-            if path not in self.producers:  # forgotten by this pass (_forget_beyond_bound)
-                continue
             if producer.released:  # nothing left to read: only remembered for a while
                 self._maybe_forget(path, producer, now_mono_ns, retire_after_ns)
                 continue
@@ -306,6 +327,7 @@ class ProducerSet:
                 batches.append(Batch(producer, records))
             if gone:
                 self._maybe_retire(path, producer, now_mono_ns, retire_after_ns, not len(records))
+        self._forget_beyond_bound()
         return batches
 
     def _in_range(self, producer: Producer, records: np.ndarray, now: int) -> np.ndarray:
@@ -377,19 +399,13 @@ class ProducerSet:
         self._maybe_forget(path, producer, now, after_ns)
 
     def _release(self, path: Path, producer: Producer) -> None:
-        """Remove an ended process's files and unmap its region; what diagnosis reads of it
-        (its header as it ended, its frozen rows) stays in memory."""
+        """Unmap an ended process's region and have its files removed (file_remover); what
+        diagnosis reads of it (its header as it ended, its frozen rows) stays in memory."""
         producer.final_header = producer.region.header.copy()
         target = producer.region.target
         producer.region.release()
         self.counters.regions_released += 1
-        for p in {path, target}:
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                log.error("cannot remove %s: %s", p, e.strerror)
+        self.remover.remove([path, target])
         log.info(
             "released the region of pid %d (%s): its records are safe", producer.pid, path.name
         )
@@ -400,10 +416,8 @@ class ProducerSet:
         view still lists a job that just ended. At most MAX_ENDED_REMEMBERED are kept, the
         oldest forgotten first (a node churning through processes must not pay for each of
         them on every pass)."""
-        if now - producer.gone_since_mono_ns < after_ns:
-            self._forget_beyond_bound()
-            return
-        self._forget(path, producer)
+        if now - producer.gone_since_mono_ns >= after_ns:
+            self._forget(path, producer)
 
     def _forget(self, path: Path, producer: Producer) -> None:
         del self.producers[path]
@@ -486,6 +500,12 @@ class ProducerSet:
         """What health names of the producers: rings no longer read, bad comm-table rows,
         failed recoveries."""
         out = []
+        if self.regions_waiting:
+            out.append(
+                f"{self.regions_waiting} SHM regions in {self.shms} wait to be read: at most "
+                f"{MAX_MAPPED_REGIONS} are mapped at once, and processes start faster than "
+                "their ended peers' regions are drained"
+            )
         for p in self.producers.values():
             who = f"SHM file {p.path.name} (pid {p.pid})"
             smaller = None if p.released else ring_sized_down(p.region.header)
@@ -520,6 +540,7 @@ class ProducerSet:
     def close(self) -> None:
         for producer in self.producers.values():
             producer.region.close()
+        self.remover.close()
         self.producers.clear()
 
 
