@@ -77,6 +77,7 @@ RECENT_EVENTS = 1000  # FIFO hang events kept for the API
 # its peers wait); its region itself is released as soon as its records are safe.
 MIN_RETIRE_S = 60.0
 PRUNE_STACKS_EVERY = 600  # passes between removals of stack files of ended processes
+ENGINE_METRICS_EVERY_NS = 250_000_000  # the live engine's metrics are refreshed this often
 
 
 class AgentService:
@@ -131,6 +132,7 @@ class AgentService:
         self.threshold_published = Publication()
         self.retire_after_ns = int(max(MIN_RETIRE_S, 2 * settings.profiler_hang_timeout_s) * S)
         self.passes = 0
+        self._engine_metrics_due_ns = 0
         self._wake = asyncio.Event()
         self.http_guard = None  # the API server's ConnectionGuard, once it serves
         self.pass_errors = 0  # passes that failed (out of descriptors, an unreadable file)
@@ -200,7 +202,10 @@ class AgentService:
             self.metrics.engine_steps = self.engine.steps_written
             self.metrics.engine_records_dropped = self.engine.dropped_records
             self.metrics.engine_records_queued = self.engine.queued_records
-            self.metrics.semantic = engine_metrics(self.engine)
+            # every GPU's status: what a scrape reads, not worth every 20 ms pass
+            if time.monotonic_ns() >= self._engine_metrics_due_ns:
+                self.metrics.semantic = engine_metrics(self.engine)
+                self._engine_metrics_due_ns = time.monotonic_ns() + ENGINE_METRICS_EVERY_NS
         self.metrics.open_hangs = Counter(
             r.verdict.value for r in self.hangs.reports.values() if r.status is ReportStatus.open
         )

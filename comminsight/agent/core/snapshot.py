@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -332,6 +333,59 @@ def latest_runs(
     return [m for m in members if id(m) in kept], [m for m in finalized if id(m) in kept]
 
 
+@dataclass(frozen=True)
+class RegionView:
+    """What one region shows a snapshot taken at now_mono_ns."""
+
+    process: ProcessView
+    members: tuple[CommMember, ...]  # its ACTIVE rows
+    finalized: tuple[CommMember, ...]  # its FINALIZED rows
+    now_mono_ns: int
+    stale_ns: int
+    exists: Callable[[int], bool]
+
+
+def region_view(
+    region: ShmRegion, now_mono_ns: int, stale_ns: int, exists: Callable[[int], bool]
+) -> RegionView:
+    proc = process_view(region, now_mono_ns, stale_ns, exists)
+    off = getattr(region, "mono_offset_ns", 0)  # regions built by hand have none
+    evidence = evidence_by_row(region.evidence_entries(), off)
+    members, finalized = [], []
+    for row in region.comm_entries():
+        state = int(row["state"])
+        if state == shm_v1.CommState.ACTIVE:
+            key = (int(row["comm_id"]), int(row["rank"]), int(row["generation"]))
+            members.append(comm_member(row, proc, evidence.get(key), off))
+        elif state == shm_v1.CommState.FINALIZED:
+            finalized.append(comm_member(row, proc, off=off))
+    return RegionView(proc, tuple(members), tuple(finalized), now_mono_ns, stale_ns, exists)
+
+
+# The views of released regions (their processes ended, their records safe: nothing in them
+# changes again), reused for ENDED_VIEW_REUSE_NS: a node remembers up to 64 ended processes
+# for diagnosis, and reading each one's header and rows again on every pass was most of an
+# idle Agent's CPU. Only the ages in the view grow meanwhile, by less than that.
+ENDED_VIEW_REUSE_NS = 1_000_000_000
+_ENDED_VIEWS: weakref.WeakKeyDictionary[ShmRegion, RegionView] = weakref.WeakKeyDictionary()
+
+
+def _ended_view(
+    region: ShmRegion, now_mono_ns: int, stale_ns: int, exists: Callable[[int], bool]
+) -> RegionView | None:
+    if not getattr(region, "released", False):
+        return None
+    view = _ENDED_VIEWS.get(region)
+    if (
+        view is None
+        or view.stale_ns != stale_ns
+        or view.exists is not exists
+        or not 0 <= now_mono_ns - view.now_mono_ns < ENDED_VIEW_REUSE_NS
+    ):
+        return None
+    return view
+
+
 def build_snapshot(
     regions: Iterable[ShmRegion],
     *,
@@ -354,17 +408,14 @@ def build_snapshot(
     for region in regions:
         if region.state == shm_v1.FileState.CREATING:  # nothing in it can be trusted yet
             continue
-        proc = process_view(region, now_mono, stale_ns, exists)
-        processes.append(proc)
-        off = getattr(region, "mono_offset_ns", 0)  # regions built by hand have none
-        evidence = evidence_by_row(region.evidence_entries(), off)
-        for row in region.comm_entries():
-            state = int(row["state"])
-            if state == shm_v1.CommState.ACTIVE:
-                key = (int(row["comm_id"]), int(row["rank"]), int(row["generation"]))
-                members.append(comm_member(row, proc, evidence.get(key), off))
-            elif state == shm_v1.CommState.FINALIZED:
-                finalized.append(comm_member(row, proc, off=off))
+        view = _ended_view(region, now_mono, stale_ns, exists)
+        if view is None:
+            view = region_view(region, now_mono, stale_ns, exists)
+            if getattr(region, "released", False):
+                _ENDED_VIEWS[region] = view
+        processes.append(view.process)
+        members += view.members
+        finalized += view.finalized
     comms, torn_down = communicators(members, finalized, stale_ns)
     return NodeSnapshot(
         node_name=node_name or socket.gethostname(),

@@ -12,6 +12,7 @@ COMMINSIGHT_AGENT_METRICS_EXPIRE_S, so jobs coming and going do not grow the exp
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -402,6 +403,45 @@ def _le(edge: float) -> str:
     return repr(float(edge))
 
 
+@dataclass(frozen=True)
+class _ProducerView:
+    """What the metrics take from a producer's region in one pass."""
+
+    labels: ProducerLabels
+    names: tuple[tuple[int, str], ...]  # (comm_id, name) of its named rows in use
+    # (labels, comm_id, its op in flight's enqueue time on the reader's clock, or None) of
+    # its ACTIVE rows
+    members: tuple[tuple[ProcessLabels, int, int | None], ...]
+
+
+def _producer_view(producer) -> _ProducerView:
+    rows = producer.region.comm_entries()
+    who = ProducerLabels(producer.region.header, rows)
+    offset = producer.region.mono_offset_ns
+    names, members = [], []
+    for row in rows:
+        state = int(row["state"])
+        if state == shm_v1.CommState.FREE:
+            continue
+        comm_id = int(row["comm_id"])
+        name = record_text(row["name"])
+        if name:
+            names.append((comm_id, name))
+        if state != shm_v1.CommState.ACTIVE:
+            continue
+        enqueued = None
+        if int(row["inflight_count"]) and int(row["inflight_kind"]):
+            enqueued = on_reader_clock(int(row["inflight_enqueue_mono_ns"]), offset)
+        members.append((who.of_member(comm_id, int(row["rank"])), comm_id, enqueued))
+    return _ProducerView(who, tuple(names), tuple(members))
+
+
+# Released regions' views (their processes ended: nothing in them changes again): a node
+# remembers up to 64 ended processes, and reading each one's rows on every pass was a large
+# share of an idle Agent's CPU.
+_RELEASED_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns: int) -> None:
     """Fold one ingest pass (comminsight.agent.core.producers) into the node's metrics; now_mono_ns
     is the pass's clock, which also times the expiry of ended series."""
@@ -409,25 +449,19 @@ def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns:
     live: set[tuple[ProcessLabels, int]] = set()  # (labels, comm) of running communicators
     labels_of: dict[int, ProducerLabels] = {}
     for producer in producers.producers.values():
-        rows = producer.region.comm_entries()
-        who = labels_of[id(producer)] = ProducerLabels(producer.region.header, rows)
+        view = _RELEASED_VIEWS.get(producer.region) if producer.released else None
+        if view is None:
+            view = _producer_view(producer)
+            if producer.released:  # nothing in it changes again
+                _RELEASED_VIEWS[producer.region] = view
+        labels_of[id(producer)] = view.labels
+        for comm_id, name in view.names:  # finalized rows too: an agent may start after the
+            metrics.comm_names.setdefault(comm_id, name)  # job ended
         running = producer.gone_since_mono_ns is None
-        offset = producer.region.mono_offset_ns
-        for row in rows:
-            state = int(row["state"])
-            if state == shm_v1.CommState.FREE:
-                continue
-            comm_id = int(row["comm_id"])
-            name = record_text(row["name"])
-            if name:  # finalized rows too: an agent may start after the job ended
-                metrics.comm_names.setdefault(comm_id, name)
-            if state != shm_v1.CommState.ACTIVE:
-                continue
-            labels = who.of_member(comm_id, int(row["rank"]))
+        for labels, comm_id, enqueued in view.members:
             if running:
                 live.add((labels, comm_id))
-            if int(row["inflight_count"]) and int(row["inflight_kind"]):
-                enqueued = on_reader_clock(int(row["inflight_enqueue_mono_ns"]), offset)
+            if enqueued is not None:
                 age = max(0, now_mono_ns - enqueued) / 1e9
                 key = (*labels.values(), metrics.comm_label(comm_id))
                 ages[key] = max(ages.get(key, 0.0), age)

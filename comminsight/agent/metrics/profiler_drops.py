@@ -20,7 +20,8 @@ class ProfilerDropTotals:
     def __init__(self, names: Iterable[str]) -> None:
         self.names = tuple(names)
         self.retired = dict.fromkeys(self.names, 0)  # what producers that left counted
-        self._live: dict[int, tuple[Producer, dict[str, int]]] = {}  # id(producer) ->
+        self._live: dict[int, tuple[Producer, dict[str, int]]] = {}  # id -> (it, its counts)
+        self._final: set[int] = set()  # ids of _live whose counts were read once released
 
     def _counts(self, header, before: dict[str, int] | None) -> dict[str, int]:
         counts = {name: int(header[name]) for name in self.names}
@@ -45,10 +46,16 @@ class ProfilerDropTotals:
         current: dict[int, tuple[Producer, dict[str, int]]] = {}
         for producer in live:
             seen = self._live.pop(id(producer), None)
+            if seen is not None and id(producer) in self._final:
+                current[id(producer)] = seen  # a released region's header changes no more
+                continue
             current[id(producer)] = (
                 producer,
                 self._counts(producer.region.header, seen[1] if seen else None),
             )
+            if producer.released:
+                self._final.add(id(producer))
+        self._final &= current.keys()
         for _, counts in self._live.values():  # left without a final read (dropped unread)
             self._retire(counts)
         self._live = current
