@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,14 @@ def shm_dir() -> Iterator[str]:
         yield d
 
 
+# The Agent's own defaults for what decides its idle cost (bench/faults.py's Agent polls and
+# archives faster, for the other faults' sake)
+IDLE_DEFAULTS = {
+    "COMMINSIGHT_AGENT_POLL_INTERVAL_MS": "20",
+    "COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S": "30",
+}
+
+
 def producer_env(home: Path, shm: str) -> dict:
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
@@ -135,6 +144,28 @@ def drain_stderr(agent) -> None:
             pass
 
     threading.Thread(target=run, daemon=True).start()
+
+
+def queued_records(agent) -> float | None:
+    found = re.search(
+        r"^comminsight_engine_records_queued (\S+)$", agent.get("/metrics").text, re.MULTILINE
+    )
+    return None if found is None else float(found.group(1))
+
+
+def settle(agent, home: Path) -> None:
+    """Wait until the fault's effects are over, so the idle window measures an idle Agent:
+    no record waits for the engine, every Step file is sealed (an ended GPU waits a while for
+    peers that never come), nothing waits for the archive."""
+    step_dir = home / "semantics" / "step"
+    wait_for(
+        lambda: (
+            queued_records(agent) == 0
+            and not any(step_dir.glob("*.partial"))
+            and agent.archive_status().pending_files == 0
+        ),
+        "the Agent did not settle after the fault",
+    )
 
 
 def measure(agent, sampler: Sampler, fault: str, idle_s: float, emit, **detail) -> None:
@@ -171,7 +202,7 @@ def process_churn(work: Path, agent_cls, emit, processes: int, parallel: int, id
     exe = build_reload_driver(work)
     home = work / "home"
     with shm_dir() as shm:
-        agent = agent_cls(home, COMMINSIGHT_PROFILER_SHM_DIR=shm).start()
+        agent = agent_cls(home, COMMINSIGHT_PROFILER_SHM_DIR=shm, **IDLE_DEFAULTS).start()
         drain_stderr(agent)
         try:
             env = producer_env(home, shm)
@@ -187,6 +218,7 @@ def process_churn(work: Path, agent_cls, emit, processes: int, parallel: int, id
                     p.wait()
                 wait_for(lambda: regions_left(home) == 0, "the Agent kept ended processes' regions")
                 left = len(os.listdir(shm))
+                settle(agent, home)
             measure(agent, sampler, "process_churn", idle_s, emit, processes=processes)
             emit("regions_left", left, "files", "process_churn", processes=processes)
         finally:
@@ -202,7 +234,7 @@ def junk_shm_entries(work: Path, agent_cls, emit, entries: int, idle_s: float):
     shms.mkdir(mode=0o700, parents=True, exist_ok=True)
     garbage = entries // 20
     with shm_dir() as shm:
-        agent = agent_cls(home, COMMINSIGHT_PROFILER_SHM_DIR=shm).start()
+        agent = agent_cls(home, COMMINSIGHT_PROFILER_SHM_DIR=shm, **IDLE_DEFAULTS).start()
         drain_stderr(agent)
         try:
             with Sampler(agent.proc.pid) as sampler:
@@ -214,6 +246,7 @@ def junk_shm_entries(work: Path, agent_cls, emit, entries: int, idle_s: float):
                     lambda: regions_left(home) == 0, "the Agent did not quarantine the garbage"
                 )
                 time.sleep(3.0)  # past the listing's settling time: the directory is unchanged
+                settle(agent, home)
             measure(agent, sampler, "junk_shm_entries", idle_s, emit, entries=entries)
         finally:
             agent.stop()
@@ -271,7 +304,7 @@ def produce_random(ops: int, seed: int) -> None:
 def random_op_stream(work: Path, agent_cls, emit, ops: int, idle_s: float):
     home = work / "home"
     with shm_dir() as shm:
-        agent = agent_cls(home, COMMINSIGHT_PROFILER_SHM_DIR=shm).start()
+        agent = agent_cls(home, COMMINSIGHT_PROFILER_SHM_DIR=shm, **IDLE_DEFAULTS).start()
         drain_stderr(agent)
         try:
             env = {**producer_env(home, shm), "PYTHONPATH": str(ROOT)}
@@ -289,6 +322,7 @@ def random_op_stream(work: Path, agent_cls, emit, ops: int, idle_s: float):
                         raise RuntimeError(f"a random-stream producer exited {p.returncode}")
                 busy = 100.0 * (proc_cpu_s(agent.proc.pid) - cpu0) / (time.monotonic() - t0)
                 wait_for(lambda: regions_left(home) == 0, "the Agent kept the producers' regions")
+                settle(agent, home)
             emit("agent_cpu_busy_percent", round(busy, 2), "%", "random_op_stream", ops=2 * ops)
             measure(agent, sampler, "random_op_stream", idle_s, emit, ops=2 * ops)
         finally:
