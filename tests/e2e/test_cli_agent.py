@@ -17,6 +17,9 @@ from live_agent import LiveAgent
 
 from comminsight_gen.models.hang_report_v1 import HangReport
 
+# a minute or more of simulated jobs and Agents: scheduled first (conftest)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory):

@@ -46,6 +46,9 @@ from comminsight.config import ConfigError, is_loopback, load_settings
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.config_v1 import ConfigV1
 
+# a minute or more of simulated jobs and Agents: scheduled first (conftest)
+pytestmark = pytest.mark.slow
+
 NOBODY = 65534
 DEADLINE_S = 60
 

@@ -38,7 +38,10 @@ NOBODY = 65534
 OPS = 40
 DEADLINE_S = 60.0
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="ownership cases need root (chown)")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="ownership cases need root (chown)"),
+    pytest.mark.slow,  # a minute or more of plugin runs: scheduled first (conftest)
+]
 
 
 # ---- running the plugin ----

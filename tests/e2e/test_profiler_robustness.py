@@ -21,6 +21,9 @@ from waiting import wait_until
 from comminsight.log_segments import segments_in, verify_segment
 from comminsight_gen.abi import shm_v1
 
+# a minute or more of simulated jobs and Agents: scheduled first (conftest)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "plugin_scenarios.py"
 BUILDS = ["plain", "asan", "tsan"]

@@ -109,6 +109,7 @@ def test_a_killed_process_region_is_released_once_its_records_are_recovered(tmp_
         time_scale=0.01,
         env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"), ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "50")),
         faults=(parse_fault("die:rank=1,op=5"),),
+        hang_hold_s=1.0,  # rank 0 waits for the dead one this long, then the run is cut
     )
     run_simulation(config)
     files = region_files(tmp_path)
@@ -166,6 +167,7 @@ def test_ended_processes_remembered_are_bounded(tmp_path, monkeypatch):
         time_scale=0.01,
         env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"), ("COMMINSIGHT_PROFILER_HEARTBEAT_MS", "50")),
         faults=(parse_fault("die:rank=1,op=3"),),
+        hang_hold_s=1.0,  # rank 0 waits for the dead one this long, then the run is cut
     )
     producers = ProducerSet(tmp_path)
     remembered = []

@@ -20,45 +20,42 @@ import pytest
 
 # torch is imported by the jobs this module starts, never here: importing it costs each pytest
 # process that collects the module seconds of CPU
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None, reason="torch is not installed"
-)
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed"),
+    pytest.mark.slow,  # two 2-rank torch jobs
+]
 TORCH_VERSION = importlib.metadata.version("torch") if importlib.util.find_spec("torch") else None
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# One rank of a 2-rank job, started as a launcher starts each rank (torchrun: a process of its
+# own per rank, RANK and WORLD_SIZE in its environment)
 JOB = textwrap.dedent(
     """
-    import os, sys
-    import torch.multiprocessing as mp
+    import os, json
+    import torch, torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+    from torch.distributed.device_mesh import init_device_mesh
 
-    def run(rank, world, port):
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(port))
-        import torch, torch.distributed as dist
-        from torch.distributed.device_mesh import init_device_mesh
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        pair = dist.new_group([0, 1], group_desc="tp_pair")
-        dist.new_group([0])  # no description: torch's "undefined"
-        dist.new_subgroups(group_size=1, group_desc="solo")
-        init_device_mesh("cpu", (2, 1), mesh_dim_names=("dp", "tp"))
-        t = torch.ones(2)
-        dist.all_reduce(t, group=pair)
-        model = torch.nn.Linear(2, 2)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for _ in range(3):
-            model(t).sum().backward()
-            opt.step()
-        expected = {}
-        import torch.distributed.distributed_c10d as c10d
-        for pg in c10d._world.pg_names:
-            expected[f"{pg.group_desc}:{pg.group_name}"] = dist.get_process_group_ranks(pg)
-        with open(f"expected.rank{rank}.json", "w") as f:
-            __import__("json").dump(expected, f)
-        dist.destroy_process_group()
-
-    if __name__ == "__main__":
-        mp.spawn(run, args=(2, int(sys.argv[1])), nprocs=2)
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo")
+    pair = dist.new_group([0, 1], group_desc="tp_pair")
+    dist.new_group([0])  # no description: torch's "undefined"
+    dist.new_subgroups(group_size=1, group_desc="solo")
+    init_device_mesh("cpu", (2, 1), mesh_dim_names=("dp", "tp"))
+    t = torch.ones(2)
+    dist.all_reduce(t, group=pair)
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        model(t).sum().backward()
+        opt.step()
+    expected = {}
+    for pg in c10d._world.pg_names:
+        expected[f"{pg.group_desc}:{pg.group_name}"] = dist.get_process_group_ranks(pg)
+    with open(f"expected.rank{rank}.json", "w") as f:
+        json.dump(expected, f)
+    dist.destroy_process_group()
     """
 )
 
@@ -118,15 +115,33 @@ def run_job(python: Path, tmp_path: Path, **env) -> tuple[dict, list[dict]]:
     home = tmp_path / "home"
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    out = subprocess.run(
-        [python, str(script), str(free_port())],
-        capture_output=True,
-        text=True,
-        env=clean_env(COMMINSIGHT_HOME=str(home), **env),
-        timeout=240,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    port = str(free_port())
+    ranks = [
+        subprocess.Popen(
+            [python, str(script)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(
+                COMMINSIGHT_HOME=str(home),
+                RANK=str(rank),
+                WORLD_SIZE="2",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+                **env,
+            ),
+            cwd=tmp_path,
+        )
+        for rank in (0, 1)
+    ]
+    stderr = ""
+    for proc in ranks:
+        try:
+            _, err = proc.communicate(timeout=240)
+        finally:
+            proc.kill()
+        stderr += err
+        assert proc.returncode == 0, err[-3000:]
     expected = {
         int(p.stem.split("rank")[1]): json.loads(p.read_text())
         for p in tmp_path.glob("expected.rank*.json")
@@ -134,7 +149,7 @@ def run_job(python: Path, tmp_path: Path, **env) -> tuple[dict, list[dict]]:
     lines = []
     for path in sorted((home / "metadata" / "inject").glob("*.jsonl")):
         lines += [json.loads(x) for x in path.read_text().splitlines()]
-    return {"expected": expected, "stderr": out.stderr}, lines
+    return {"expected": expected, "stderr": stderr}, lines
 
 
 def test_every_group_of_every_rank_gets_torchs_own_name(inject_env, tmp_path):

@@ -23,6 +23,9 @@ from comminsight.agent.hangs.proxy_evidence import evidence_by_row, hang_evidenc
 from comminsight.shm_reader import EVIDENCE, HEADER, ShmRegion
 from comminsight_gen.abi import shm_v1
 
+# a minute or more of simulated jobs and Agents: scheduled first (conftest)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "hang_evidence_scenarios.py"
 BUILDS = ["plain", "asan", "tsan"]

@@ -23,6 +23,9 @@ from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.step_accuracy import ENV, score
 from comminsight.sim.truth import read_ground_truth
 
+# a minute or more of simulated jobs and Agents: scheduled first (conftest)
+pytestmark = pytest.mark.slow
+
 RANKS = 4
 EVERY = 200  # ops between checkpoints: several per GPU, each costs an fsync
 # (settings, time scale): the TP x DP job's micro-batches and Steps differ in idle time
