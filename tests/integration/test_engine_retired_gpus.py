@@ -199,3 +199,42 @@ def test_ended_gpus_waiting_for_their_peers_hold_no_descriptor(tmp_path):
     assert min(lines) >= STEPS - 2
     assert open_summary_files(hook.out_dir) == 1  # the running peer's
     hook.stop()
+
+
+def test_a_process_forgotten_in_the_pass_that_read_its_last_records_is_finished_first(
+    tmp_path, monkeypatch
+):
+    """Past the ended processes remembered, the oldest are forgotten in the pass that
+    released them, before the loop that tells the engine of ended processes sees them: they
+    are told finished, then retired, all the same. Before, their GPUs stayed open for ever:
+    a churning node kept hundreds of Step files unsealed."""
+    import comminsight.agent.core.producers as producers_module
+
+    monkeypatch.setattr(producers_module, "MAX_ENDED_REMEMBERED", 0)
+    lock = hold_agent_lock(tmp_path)
+    config = SimConfig(
+        plugin=str(builds()["plain"].path),
+        home=str(tmp_path),
+        workload="ddp",
+        ranks=2,
+        steps=2,
+        time_scale=0.01,
+        env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
+    )
+    assert not run_simulation(config).errors
+    engine = Recording()
+    producers = ProducerSet(tmp_path)
+    ingest = NodeIngest(producers, NodeMetrics(), RecentOps(16), engine, "node")
+    ingest.run_pass(time.monotonic_ns(), retire_after_ns=3600 * 10**9)  # ended: read
+    assert producers.counters.producers_retired == 0 and engine.calls == []
+    ingest.run_pass(time.monotonic_ns(), retire_after_ns=3600 * 10**9)  # released, forgotten
+    assert producers.counters.producers_retired == 2
+    fed = set(engine.records_by_gpu)
+    assert len(fed) == 2
+    expected = [("finished", g) for g in fed] + [("retired", g) for g in fed]
+    assert sorted(engine.calls, key=by_kind_and_pid) == sorted(expected, key=by_kind_and_pid)
+    for gpu in fed:
+        assert engine.calls.index(("finished", gpu)) < engine.calls.index(("retired", gpu))
+    assert ingest._finished == {}
+    producers.close()
+    lock.close()

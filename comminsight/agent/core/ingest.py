@@ -72,6 +72,13 @@ class NodeIngest:
                 gpus = self._finished[producer.path] = self.gpus_of(producer)
                 for gpu in gpus:
                     self.engine.finished(gpu)
+        # forgotten by this very pass (past the ended processes remembered) before the loop
+        # above could tell the engine they ended: told now, or their GPUs stay open for ever
+        for producer in self.producers.retired_in_pass:
+            if producer.path not in self._finished and producer.path in self._gpus:
+                gpus = self._finished[producer.path] = self.gpus_of(producer)
+                for gpu in gpus:
+                    self.engine.finished(gpu)
         paths = {p.path for p in mapped}
         if not self._told_present:  # which processes resumed from a checkpoint have ended
             self._told_present = True
