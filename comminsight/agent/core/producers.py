@@ -74,7 +74,7 @@ CREATING_GRACE_NS = 60_000_000_000
 MAX_ENDED_REMEMBERED = 64
 # Regions mapped at once at most: each holds a descriptor (its file is fstat'ed before every
 # read) and a live GPU's summary file. Far above what a node runs; past it, when processes
-# start faster than their regions are drained (hundreds of short-lived processes), the newest
+# start faster than their regions are drained (hundreds of short-lived processes), the rest
 # wait in shms/ for the next passes, counted, instead of taking the Agent to its descriptor
 # limit.
 MAX_MAPPED_REGIONS = 256
