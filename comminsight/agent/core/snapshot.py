@@ -434,9 +434,11 @@ def communicators(
     """(active, torn down) communicators by id from ACTIVE and FINALIZED rows of the latest
     run of each id: one that some rank finalized is torn down, its FINALIZED rows departed."""
     members, finalized = latest_runs(members, finalized, stale_ns)
-    torn = {m.comm_id for m in finalized}
-    torn_down = group_by_comm(m for m in members if m.comm_id in torn)
+    departed: dict[int, list[CommMember]] = {}
+    for m in finalized:
+        departed.setdefault(m.comm_id, []).append(m)
+    torn_down = group_by_comm(m for m in members if m.comm_id in departed)
     for comm_id, view in torn_down.items():
-        left = tuple(sorted((m for m in finalized if m.comm_id == comm_id), key=lambda m: m.rank))
+        left = tuple(sorted(departed[comm_id], key=lambda m: m.rank))
         torn_down[comm_id] = dataclasses.replace(view, departed=left)
-    return group_by_comm(m for m in members if m.comm_id not in torn), torn_down
+    return group_by_comm(m for m in members if m.comm_id not in departed), torn_down
