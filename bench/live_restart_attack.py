@@ -37,11 +37,8 @@ import time
 from pathlib import Path
 
 import httpx
+from live_baseline import comparable, uninterrupted
 
-from comminsight.agent.steps.engine_hook import GpuStream
-from comminsight.agent.steps.log_records import op_slots, process_segments
-from comminsight.agent.steps.semantic_hook import SemanticEngineHook
-from comminsight.semantic.templates import load_templates
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.step_accuracy import op_identity
 from comminsight.sim.truth import read_ground_truth
@@ -172,48 +169,6 @@ def plan(rng: random.Random, stops: int, est_s: float, signals: str):
 
 
 # --- the baseline, as tests/e2e/test_semantic_live_restarts.py computes it -------------------
-def comparable(line: bytes) -> dict:
-    summary = json.loads(line)
-    summary["recovery"].pop("confidence")
-    summary["recovery"].pop("reasons", None)
-    return summary
-
-
-def uninterrupted(home: Path, files: list[Path], out: Path) -> dict[str, list[bytes]]:
-    hook = SemanticEngineHook(out, load_templates(), checkpoint_s=3600)
-    feeds = {}
-    for path in files:
-        first = json.loads(path.read_bytes().splitlines()[0])
-        start_real = int(path.name.removesuffix(".jsonl").rsplit("-", 1)[1])
-        segments = process_segments(home / "inspector_logs", first["pid"], start_real)
-        assert segments is not None, path
-        gpu = GpuStream(
-            first["host"],
-            first["pid"],
-            start_real,
-            first["global_rank"],
-            first.get("cuda_device"),
-            start_mono_ns=segments.start_mono_ns,
-            local_rank=first.get("local_rank"),
-            job_id=first.get("job_id"),
-        )
-        feeds[gpu] = [
-            (slots[i : i + 500], comms)
-            for slots, comms in op_slots(segments, 0)
-            for i in range(0, len(slots), 500)
-        ]
-    try:
-        while any(feeds.values()):
-            for gpu, chunks in feeds.items():
-                if chunks:
-                    hook._take(gpu, "ops", chunks.pop(0))
-        for gpu in feeds:
-            hook._take(gpu, "finished", None)
-    finally:
-        hook.stop()
-    return {p.name: (out / "semantics" / "step" / p.name).read_bytes().splitlines() for p in files}
-
-
 def index_report(indices: list[int]) -> dict:
     seen, dups = set(), []
     for i in indices:

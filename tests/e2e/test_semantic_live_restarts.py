@@ -24,12 +24,9 @@ from pathlib import Path
 
 import pytest
 from agent_processes import agent_process, api_get, free_port
+from live_baseline import comparable, uninterrupted
 from waiting import wait_until
 
-from comminsight.agent.steps.engine_hook import GpuStream
-from comminsight.agent.steps.log_records import op_slots, process_segments
-from comminsight.agent.steps.semantic_hook import SemanticEngineHook
-from comminsight.semantic.templates import load_templates
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.step_accuracy import op_identity
 from comminsight.sim.truth import read_ground_truth
@@ -53,51 +50,6 @@ def stop_points(rng: random.Random) -> list[tuple[int, signal.Signals]]:
     kinds = [signal.SIGKILL, signal.SIGTERM] + [rng.choice([signal.SIGKILL, signal.SIGTERM])]
     rng.shuffle(kinds)
     return list(zip(steps, kinds, strict=True))
-
-
-def comparable(line: bytes) -> dict:
-    """A summary without what says how sure the cut that placed it was (see above)."""
-    summary = json.loads(line)
-    summary["recovery"].pop("confidence")
-    summary["recovery"].pop("reasons", None)
-    return summary
-
-
-def uninterrupted(home: Path, files: list[Path], out: Path) -> dict[str, list[bytes]]:
-    """What the live engine writes over the same records when it never stops: every rank's
-    records from its logs, fed a chunk at a time, rank after rank."""
-    hook = SemanticEngineHook(out, load_templates(), checkpoint_s=3600)
-    feeds = {}
-    for path in files:
-        first = json.loads(path.read_bytes().splitlines()[0])
-        start_real = int(path.name.removesuffix(".jsonl").rsplit("-", 1)[1])
-        segments = process_segments(home / "inspector_logs", first["pid"], start_real)
-        assert segments is not None, path
-        gpu = GpuStream(
-            first["host"],
-            first["pid"],
-            start_real,
-            first["global_rank"],
-            first.get("cuda_device"),
-            start_mono_ns=segments.start_mono_ns,
-            local_rank=first.get("local_rank"),
-            job_id=first.get("job_id"),
-        )
-        feeds[gpu] = [
-            (slots[i : i + 500], comms)
-            for slots, comms in op_slots(segments, 0)
-            for i in range(0, len(slots), 500)
-        ]
-    try:
-        while any(feeds.values()):
-            for gpu, chunks in feeds.items():
-                if chunks:
-                    hook._take(gpu, "ops", chunks.pop(0))
-        for gpu in feeds:
-            hook._take(gpu, "finished", None)
-    finally:
-        hook.stop()
-    return {p.name: (out / "semantics" / "step" / p.name).read_bytes().splitlines() for p in files}
 
 
 @pytest.mark.slow
