@@ -9,7 +9,7 @@ import os
 import time
 
 import msgspec
-from agent_home import hold_agent_lock
+from agent_home import hold_agent_lock, run_sim
 from engine_inputs import COMMS, TEMPLATES, ddp_slots
 from profiler_builds import builds
 from waiting import wait_until
@@ -212,16 +212,7 @@ def test_a_process_forgotten_in_the_pass_that_read_its_last_records_is_finished_
 
     monkeypatch.setattr(producers_module, "MAX_ENDED_REMEMBERED", 0)
     lock = hold_agent_lock(tmp_path)
-    config = SimConfig(
-        plugin=str(builds()["plain"].path),
-        home=str(tmp_path),
-        workload="ddp",
-        ranks=2,
-        steps=2,
-        time_scale=0.01,
-        env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
-    )
-    assert not run_simulation(config).errors
+    run_sim(tmp_path, ranks=2)
     engine = Recording()
     producers = ProducerSet(tmp_path)
     ingest = NodeIngest(producers, NodeMetrics(), RecentOps(16), engine, "node")
