@@ -23,7 +23,7 @@ import msgspec
 
 from comminsight.durable_files import write_atomically
 from comminsight.safe_open import read_regular
-from comminsight.semantic.cut_runner import CutRunner
+from comminsight.semantic.cut_runner import CutRunner, LiveCutRunner
 from comminsight.semantic.cycle import Cycle
 from comminsight.semantic.engine import ENGINE_VERSION, GpuEngine
 from comminsight.semantic.positions import LogPosition, RingPosition
@@ -185,8 +185,11 @@ def gpu_state(
             selection["cycle"] = _cycle_keys(runner.cycle, period=False)
             selection["cycle_phase"] = runner.cycle_pos
     elif isinstance(runner, CutRunner):
-        # the cut is recomputed from the same input on resume: nothing of it to keep
+        # the cut is recomputed from the same input on resume: nothing of it to keep, but for
+        # the template a live GPU's roles were named by (chosen once, from its first ops)
         selection = {"selection": se.SelectionState.job}
+        if isinstance(runner, LiveCutRunner) and runner.template is not None:
+            selection["template_name"] = runner.template.name
     elif isinstance(runner, PeriodRunner):
         selection = {
             "selection": se.SelectionState.period,

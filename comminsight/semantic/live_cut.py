@@ -113,12 +113,23 @@ class LiveJobCut:
         if old is not None and old.engine is engine:
             return
         g = self._gpus[key] = _Gpu(engine, rank)
+        if old is not None and old.roles_named:  # a restarted engine keeps its GPU's roles
+            self.roles_known(key, old.engine.runner.template)
         if old is not None and old.context and resumed_after >= 0:
             keep = [p["ring_seq"] <= resumed_after for p in old.context]
             kept = [p.take(np.flatnonzero(k)) for p, k in zip(old.context, keep, strict=True)]
             g.context = [p.make_concrete() for p in kept if len(p)]
             g.context_steps = old.context_steps[np.concatenate(keep)]
             g.component = old.component
+
+    def roles_known(self, key, template: CompiledTemplate | None) -> None:
+        """`key`'s roles were named before a restart (by `template`, or by none): they stay
+        so. Chosen again, from the ops after the checkpoint, they could differ from what an
+        Agent that never stopped writes."""
+        g = self._gpus.get(key)
+        if g is not None:
+            g.roles_named = True
+            g.engine.runner.template = template
 
     def restore_context(self, key, ops: OpBatch, steps: np.ndarray) -> None:
         """After the Agent restarted: the ops `key` had placed before its checkpoint and

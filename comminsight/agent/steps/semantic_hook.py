@@ -684,6 +684,23 @@ class SemanticEngineHook:
         if isinstance(engine.runner, LiveCutRunner) and not g.finished:
             rank = g.gpu.global_rank if g.gpu.global_rank is not None else g.gpu.pid
             self.live_cut.track(g.gpu, engine, rank, resumed_after)
+            if g.checkpoint is not None:
+                self._restore_roles(g, g.checkpoint)
+
+    def _restore_roles(self, g: _Gpu, state: GpuState) -> None:
+        """The template that named a restored GPU's roles, chosen once from its first ops
+        (live_cut): the checkpoint names it, and a GPU that placed Steps without one had none."""
+        named = None if isinstance(state.template_name, UnsetType) else state.template_name
+        if named is None and not (state.next_step_index or state.steps_emitted):
+            return  # nothing placed yet: its roles are named at its first placement
+        template = next((t for t in self.templates.templates if t.name == named), None)
+        if named is not None and template is None:
+            log.warning(
+                "semantic engine: pid %d: template %r named its roles and is not loaded now",
+                g.gpu.pid,
+                named,
+            )
+        self.live_cut.roles_known(g.gpu, template)
 
     def _finish_ended(self, all_ended: bool = False) -> None:
         """Place the last ops of the GPUs whose processes ended (when the node's cut says

@@ -1202,7 +1202,7 @@ class GpuState(Struct, forbid_unknown_fields=True):
         Annotated[
             str,
             Meta(
-                description='Chosen template; present when selection is template.',
+                description="Chosen template; present when selection is template, and with selection job when a template names the GPU's roles (live: chosen once, from its first ops).",
                 pattern='^[a-z0-9][a-z0-9_.-]{0,63}$',
                 title='TemplateName',
             ),
@@ -1210,7 +1210,7 @@ class GpuState(Struct, forbid_unknown_fields=True):
         | UnsetType
     ) = UNSET
     """
-    Chosen template; present when selection is template.
+    Chosen template; present when selection is template, and with selection job when a template names the GPU's roles (live: chosen once, from its first ops).
     """
     fsm_state: (
         Annotated[
