@@ -19,15 +19,16 @@ def hold_agent_lock(home):
     return f
 
 
-def run_sim(home, ranks=4, steps=2):
+def run_sim(home, ranks=4, steps=2, time_scale=0.01, env=ENV):
+    """A finished DDP job in home through the plain plugin; its ground truth."""
     config = SimConfig(
         plugin=str(builds()["plain"].path),
         home=str(home),
         workload="ddp",
         ranks=ranks,
         steps=steps,
-        time_scale=0.01,
-        env=ENV,
+        time_scale=time_scale,
+        env=env,
     )
     result = run_simulation(config)
     assert not result.errors

@@ -12,8 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from agent_home import hold_agent_lock
-from profiler_builds import builds
+from agent_home import hold_agent_lock, run_sim
 
 from comminsight.agent.core.ingest import NodeIngest, comm_infos
 from comminsight.agent.core.producers import ProducerSet
@@ -24,7 +23,6 @@ from comminsight.agent.steps.log_records import op_slots, process_segments
 from comminsight.agent.steps.semantic_hook import SemanticEngineHook
 from comminsight.semantic.templates import load_templates
 from comminsight.shm_reader import op_records
-from comminsight.sim import SimConfig, run_simulation
 
 # The ring is large enough never to lap during the run, so the log writer (however far a
 # loaded machine lets it fall behind) logs every record; the lapped ring an Agent would find
@@ -42,16 +40,7 @@ def job(tmp_path_factory):
     the records a lapped ring would still hold, and all its records, from its logs."""
     home = tmp_path_factory.mktemp("home")
     lock = hold_agent_lock(home)
-    config = SimConfig(
-        plugin=str(builds()["plain"].path),
-        home=str(home),
-        workload="ddp",
-        ranks=2,
-        steps=60,
-        time_scale=0.02,
-        env=ENV,
-    )
-    assert not run_simulation(config).errors
+    run_sim(home, ranks=2, steps=60, time_scale=0.02, env=ENV)
     producers = ProducerSet(home)
     batches = producers.poll(time.monotonic_ns())
     ingest = NodeIngest(producers, NodeMetrics(), RecentOps(16), PassThroughEngine(), "node")

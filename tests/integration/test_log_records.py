@@ -12,8 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from agent_home import hold_agent_lock
-from profiler_builds import builds
+from agent_home import hold_agent_lock, run_sim
 
 from comminsight.agent.core.ingest import comm_infos
 from comminsight.agent.core.producers import ProducerSet
@@ -26,7 +25,6 @@ from comminsight.agent.steps.log_records import (
     process_segments,
 )
 from comminsight.shm_reader import op_records
-from comminsight.sim import SimConfig, run_simulation
 from comminsight_gen.abi import shm_v1
 
 ENV = (
@@ -41,16 +39,7 @@ def run(tmp_path_factory):
     """Each process's ring records (ops and all) and its log segments."""
     home = tmp_path_factory.mktemp("home")
     lock = hold_agent_lock(home)
-    config = SimConfig(
-        plugin=str(builds()["plain"].path),
-        home=str(home),
-        workload="ddp",
-        ranks=2,
-        steps=40,
-        time_scale=0.02,
-        env=ENV,
-    )
-    assert not run_simulation(config).errors
+    run_sim(home, ranks=2, steps=40, time_scale=0.02, env=ENV)
     producers = ProducerSet(home)
     batches = producers.poll(time.monotonic_ns())
     out = []
