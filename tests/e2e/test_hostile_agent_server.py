@@ -1118,8 +1118,11 @@ def test_the_engine_survives_a_full_disk_names_it_in_health_and_writes_once_spac
         slots = ddp_slots(4 * FIRST_OPS // len(BUCKETS))  # past the cut's first placement
         for part in batches(slots, 100):
             hook.feed(GPU, part, COMMS)
+        # the worker keeps the summaries, then notes the fault: wait for both
         wait_until(
-            lambda: hook.pending_summaries()[0] > 0, DEADLINE_S, "no Step waited for the disk"
+            lambda: hook.pending_summaries()[0] > 0 and hook.storage_fault is not None,
+            DEADLINE_S,
+            "no Step waited for the disk",
         )
         assert hook.running and hook.storage_fault is not None
         _, reasons = engine_health(hook)
