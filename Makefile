@@ -213,6 +213,12 @@ test: debian-packages
 	  build-profiler build-profiler-sanitizers $(ENGINE_SO)
 	$(MAKE) --no-print-directory test-contract test-suites
 
+## test-fresh-boot: make test on a machine that seems booted FRESH_BOOT_UPTIME_S (120) seconds ago: a time namespace (scripts/as-if-booted.sh; needs CAP_SYS_ADMIN)
+FRESH_BOOT_UPTIME_S ?= 120
+.PHONY: test-fresh-boot
+test-fresh-boot:
+	scripts/as-if-booted.sh $(FRESH_BOOT_UPTIME_S) $(MAKE) --no-print-directory test
+
 ## lint: ruff on the hand-written Python (generated/ is excluded)
 lint: $(VENV_STAMP)
 	$(VPY) -m ruff check comminsight codegen tests contract-tests bench
