@@ -112,7 +112,14 @@ def test_agent_killed_mid_run_resumes_its_engines_without_losing_or_repeating_a_
         # holds their ops): every Step exact, none lost, none written twice
         missed = [k for k, step in enumerate(expected) if step not in set(got)]
         extra = [k for k, step in enumerate(got) if step not in set(expected)]
-        assert not missed and not extra, (path.name, missed, extra, logs)
+        assert not missed and not extra, (
+            path.name,
+            f"rank {summaries[0].global_rank}: {len(got)} Steps written, {len(expected)} true",
+            f"missed {missed[:20]}, extra {extra[:20]}",
+            f"written {got[:3]}, true {expected[:3]}",
+            [(s.step_index, s.confidence, s.reasons) for s in summaries[:3]],
+            logs,
+        )
         assert [s.step_index for s in summaries] == list(range(len(got)))
         assert all(s.produced_by.mode.value == "live" for s in summaries)
     assert (tmp_path / "semantics" / "step" / "engine-live.checkpoint.json").exists()
