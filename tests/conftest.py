@@ -85,8 +85,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """Modules with a test marked slow run first. pytest-xdist hands modules to workers in
-    this order (--dist loadfile), so a long module started last would keep one worker busy
-    alone while the others sit idle; the order of tests within a module is kept."""
-    slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.module.__name__ not in slow_modules)
+    """The longest modules first (module_weights: measured seconds), each module's tests
+    together and in their order. pytest-xdist hands modules to workers in this order (--dist
+    loadfile --no-loadscope-reorder), so no long module starts last, alone, while the other
+    workers sit idle."""
+    from module_weights import load, order_key
+
+    items.sort(key=order_key(load()))
