@@ -213,6 +213,7 @@ test: debian-packages
 	  build-profiler build-profiler-sanitizers $(ENGINE_SO) test-contract test-bytecode
 	$(MAKE) --no-print-directory test-suites
 
+## test-bytecode: collect the tests once (no test runs), so that pytest's rewritten test modules are cached before the workers start
 # pytest rewrites each test module's asserts when it imports it and keeps the result beside its
 # bytecode (in PYTHONPYCACHEPREFIX); on a fresh clone every xdist worker would rewrite every
 # module itself at once (13 s of CPU each, measured). Collected once first, the workers load it.

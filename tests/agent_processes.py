@@ -4,19 +4,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
 import httpx
 from e2e_sims import E2E_THRESHOLD_S
+from ports import free_port
 from waiting import wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def agent_process(home, **env):

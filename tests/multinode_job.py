@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from agent_processes import free_port
+from ports import free_port
 from waiting import wait_until
 
 from comminsight.sim import SimConfig, parse_fault

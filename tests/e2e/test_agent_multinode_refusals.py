@@ -188,8 +188,8 @@ def test_malformed_batch_unknown_session_and_sequence_gap(job, channel):
 
 
 def test_a_slave_with_a_wrong_token_is_refused_and_logs_why(job, tmp_path):
-    from agent_processes import free_port
     from multinode_job import AgentProc
+    from ports import free_port
 
     intruder = AgentProc(
         tmp_path,

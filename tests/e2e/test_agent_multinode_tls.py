@@ -18,8 +18,8 @@ from pathlib import Path
 import grpc
 import msgspec
 import pytest
-from agent_processes import free_port
 from multinode_job import AgentProc, start_job
+from ports import free_port
 from waiting import wait_until
 
 from comminsight.agent.main import multinode_problem

@@ -9,8 +9,9 @@ import threading
 
 import httpx
 import zstandard
-from agent_processes import agent_process, api_get, free_port
+from agent_processes import agent_process, api_get
 from e2e_sims import E2E_ENV
+from ports import free_port
 from waiting import wait_until
 
 from comminsight.agent.archive.ledger import ArchiveLedger

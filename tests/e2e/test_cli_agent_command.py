@@ -23,6 +23,7 @@ from agent_home import hold_agent_lock, run_sim
 from cli_in_process import run_cli
 from home_files import FIXTURES, write_segment, write_step_summaries
 from live_agent import LiveAgent
+from ports import free_port
 from rich_tables import squeezed, table_rows
 
 from comminsight.agent.core import command_line
@@ -89,12 +90,6 @@ def cli(*args: str, url: str | None = None, env: dict | None = None, process: bo
 
 def no_traceback(text: str) -> None:
     assert "Traceback" not in text, text
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---- comminsight-agent: --help, --version, flags -----------------------------------------

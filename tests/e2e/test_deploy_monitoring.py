@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agent_processes import agent_process, api_get, free_port, wait_for
+from agent_processes import agent_process, api_get, wait_for
 from e2e_sims import e2e_sim_config
+from ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import WaitTimeout, wait_until
 

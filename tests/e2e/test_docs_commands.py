@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from agent_processes import free_port
 from doc_blocks import extract_blocks, placeholders, run_document, sandbox_env
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

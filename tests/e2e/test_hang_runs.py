@@ -11,8 +11,9 @@ import dataclasses
 import signal
 
 import pytest
-from agent_processes import agent_process, api_get, free_port, wait_for
+from agent_processes import agent_process, api_get, wait_for
 from e2e_sims import E2E_ENV, e2e_sim_config
+from ports import free_port
 from waiting import wait_until
 
 from comminsight.sim import run_simulation

@@ -34,8 +34,8 @@ import grpc
 import httpx
 import msgspec
 import pytest
-from agent_processes import free_port
 from multinode_job import TOKEN, AgentProc
+from ports import free_port
 from waiting import wait_until
 
 from comminsight.agent.archive.archiver import Archiver, PassReport

@@ -12,7 +12,8 @@ import threading
 import msgspec
 import numpy as np
 import pytest
-from agent_processes import agent_process, api_get, free_port
+from agent_processes import agent_process, api_get
+from ports import free_port
 from waiting import WaitTimeout, wait_until
 
 from comminsight.sim import SimConfig, run_simulation

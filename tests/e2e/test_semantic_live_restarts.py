@@ -23,8 +23,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from agent_processes import agent_process, api_get, free_port
+from agent_processes import agent_process, api_get
 from live_baseline import comparable, uninterrupted
+from ports import free_port
 from waiting import wait_until
 
 from comminsight.sim import SimConfig, run_simulation

@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from cli_in_process import run_cli
+from ports import free_port
 from profiler_builds import builds
 from rich_tables import table_rows
 
@@ -293,12 +293,6 @@ def test_sim_json_alias_and_plain(sim_run):
 
 
 # ---- errors ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def refused(out: subprocess.CompletedProcess, status: int, says: str) -> None:

@@ -8,7 +8,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -17,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 # torch is imported by the jobs this module starts, never here: importing it costs each pytest
 # process that collects the module seconds of CPU
@@ -90,12 +90,6 @@ def clean_env(**extra) -> dict[str, str]:
     env.pop("PYTHONPATH", None)
     env.update(extra)
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_pth_registers_the_hook_at_start_and_imports_no_torch(inject_env):
