@@ -36,4 +36,5 @@ if ! unshare --time --fork --monotonic=0 --boottime=0 true 2>/dev/null; then
         "a kernel with CONFIG_TIME_NS and CAP_SYS_ADMIN)" >&2
     exit 1
 fi
+echo "as-if-booted: up ${want} s as the command sees it (really ${up} s)" >&2
 exec unshare --time --fork --monotonic="$offset" --boottime="$offset" "$@"
