@@ -29,7 +29,15 @@ if [ "$want" -gt "$up" ]; then
     echo "$0: this machine has been up ${up} s: it cannot seem up longer (${want} s)" >&2
     exit 1
 fi
-offset=$((want - up))
+# the kernel takes a namespace's offsets from the host's clocks: a caller already in a time
+# namespace of its own (this script run inside itself) adds its own offsets
+own_offset() {
+    awk -v clock="$1" '$1 == clock { print $2 }' /proc/self/timens_offsets 2>/dev/null
+}
+own_monotonic=$(own_offset monotonic)
+own_boottime=$(own_offset boottime)
+monotonic_offset=$((want - up + ${own_monotonic:-0}))
+boottime_offset=$((want - up + ${own_boottime:-0}))
 
 if ! unshare --time --fork --monotonic=0 --boottime=0 true 2>/dev/null; then
     echo "$0: cannot make a time namespace here (unshare --time needs util-linux 2.36+," \
@@ -37,4 +45,4 @@ if ! unshare --time --fork --monotonic=0 --boottime=0 true 2>/dev/null; then
     exit 1
 fi
 echo "as-if-booted: up ${want} s as the command sees it (really ${up} s)" >&2
-exec unshare --time --fork --monotonic="$offset" --boottime="$offset" "$@"
+exec unshare --time --fork --monotonic="$monotonic_offset" --boottime="$boottime_offset" "$@"

@@ -60,3 +60,13 @@ def test_bad_arguments_are_named(args, says):
     assert done.returncode != 0
     assert says in done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.skipif(UNSUPPORTED is not None, reason=str(UNSUPPORTED))
+def test_inside_a_time_namespace_of_its_own_the_clock_is_still_the_one_asked_for():
+    """`make test-fresh-boot` runs the suite, and so this test's script, in a namespace."""
+    if time.monotonic() < 1100:
+        pytest.skip("this machine is itself younger than the outer clock asked for")
+    done = run("1000", str(SCRIPT), "90", "cat", "/proc/uptime")
+    assert done.returncode == 0, done.stderr
+    assert 90 <= float(done.stdout.split()[0]) < 150, done.stdout
