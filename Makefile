@@ -220,9 +220,9 @@ test: debian-packages
 .PHONY: test-bytecode
 test-bytecode: $(VENV_STAMP)
 	@mkdir -p $(BUILD)
-	@$(VPY) -m pytest tests --collect-only -q -p no:cacheprovider > $(BUILD)/collected.txt || \
-	  { cat $(BUILD)/collected.txt; exit 1; }
-	@tail -n 1 $(BUILD)/collected.txt
+	@tmp="$(BUILD)/collected.txt.tmp.$$$$"; trap 'rm -f "$$tmp"' EXIT; \
+	  $(VPY) -m pytest tests --collect-only -q -p no:cacheprovider > "$$tmp" || \
+	  { cat "$$tmp"; exit 1; }; tail -n 1 "$$tmp"; mv -f "$$tmp" $(BUILD)/collected.txt
 
 ## test-fresh-boot: make test on a machine that seems booted FRESH_BOOT_UPTIME_S (120) seconds ago: a time namespace (scripts/as-if-booted.sh; needs CAP_SYS_ADMIN)
 FRESH_BOOT_UPTIME_S ?= 120

@@ -25,10 +25,10 @@ def test_a_port_someone_listens_on_is_passed_over(monkeypatch):
         holder.bind(("127.0.0.1", taken))
         holder.listen()
         monkeypatch.setattr(ports, "_NEXT", ports._candidates())
-        # the fresh cycle starts at a random place: walk the block until it meets `taken`
-        seen = {ports.free_port() for _ in range(ports.BLOCK - 1)}
+        # a whole block's worth from a random start meets `taken` unless it is passed over
+        # (ports other processes hold are passed over too: no count is asserted)
+        seen = {ports.free_port() for _ in range(ports.BLOCK)}
     assert taken not in seen
-    assert len(seen) == ports.BLOCK - 1
 
 
 def test_workers_take_ports_from_blocks_of_their_own(monkeypatch):
