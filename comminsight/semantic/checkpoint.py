@@ -329,6 +329,9 @@ class CheckpointFile:
         self.digest = digest
         self.mode = mode
         self.sequence = 0
+        # since when Agents have followed the home's processes live (Checkpoint's
+        # watching_since_real_ns): None until a usable checkpoint is loaded or one is saved
+        self.watching_since_real_ns: int | None = None
 
     def load(self) -> dict[str, se.GpuState]:
         """States by GPU stream; {} (start over) when there is no usable checkpoint."""
@@ -358,11 +361,18 @@ class CheckpointFile:
             )
             return {}
         self.sequence = ckpt.sequence
+        since = ckpt.watching_since_real_ns
+        self.watching_since_real_ns = (
+            ckpt.written_real_ns if isinstance(since, msgspec.UnsetType) else since
+        )
         # by the GPU's stream: its file is <stream>.jsonl.partial while open, then sealed
         return {g.output.file.removesuffix(".partial").removesuffix(".jsonl"): g for g in ckpt.gpus}
 
     def save(self, states: dict[str, se.GpuState]) -> None:
         self.sequence += 1
+        now_real = time.time_ns()
+        if self.watching_since_real_ns is None:
+            self.watching_since_real_ns = now_real
         ckpt = se.Checkpoint(
             schema_version=1,
             engine_version=ENGINE_VERSION,
@@ -370,7 +380,8 @@ class CheckpointFile:
             mode=self.mode,
             sequence=self.sequence,
             written_mono_ns=time.monotonic_ns(),
-            written_real_ns=time.time_ns(),
+            written_real_ns=now_real,
+            watching_since_real_ns=self.watching_since_real_ns,
             gpus=sorted(
                 states.values(),
                 key=lambda g: (g.gpu.host, g.gpu.global_rank, _unset(g.gpu.cuda_device) or 0),

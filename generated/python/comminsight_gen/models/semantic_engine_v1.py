@@ -1358,6 +1358,19 @@ class Checkpoint(
     """
     One state per GPU the engine follows, ordered by (host, global_rank, cuda_device).
     """
+    watching_since_real_ns: (
+        Annotated[
+            int,
+            Meta(
+                description="CLOCK_REALTIME time, nanoseconds since the Unix epoch, from which Agents have followed this home's processes live: carried from checkpoint to checkpoint, started by the Agent that finds none. A process of the home that ran after it, has no sealed summary file and is not in `gpus` ended while no Agent ran, or before any checkpoint named it; the next Agent recovers its Steps from its inspector_logs. Absent from earlier engines' checkpoints, where written_real_ns stands for it.",
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    CLOCK_REALTIME time, nanoseconds since the Unix epoch, from which Agents have followed this home's processes live: carried from checkpoint to checkpoint, started by the Agent that finds none. A process of the home that ran after it, has no sealed summary file and is not in `gpus` ended while no Agent ran, or before any checkpoint named it; the next Agent recovers its Steps from its inspector_logs. Absent from earlier engines' checkpoints, where written_real_ns stands for it.
+    """
 
 
 SemanticEngineDocument: TypeAlias = Annotated[
