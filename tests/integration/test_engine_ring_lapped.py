@@ -151,3 +151,48 @@ def test_the_ring_records_wait_until_the_log_writer_has_written_what_it_lost(job
     assert int(g.replay.entries[-1].payload[0]["seq"][-1]) == int(ring["seq"][-1])
     assert g.lost == 0
     second.stop()
+
+
+def killed_before_naming_them(home, gpus) -> None:
+    """An Agent that wrote its start checkpoint (no GPU in it), took half the run and was
+    killed before its next checkpoint."""
+    first = SemanticEngineHook(home, load_templates(), checkpoint_s=3600)
+    first._save_checkpoint()
+    take_in_turns(first, gpus, 1 / 2)
+    first._stopping = True
+    with first._cond:
+        first._cond.notify()
+
+
+def test_a_running_process_no_checkpoint_named_takes_what_its_ring_lost_from_its_logs(
+    job, tmp_path
+):
+    home, gpus = job
+    expected = SemanticEngineHook(tmp_path / "uninterrupted", load_templates(), checkpoint_s=3600)
+    take_in_turns(expected, gpus)
+    want = finished(expected, gpus)
+    copy = tmp_path / "home"
+    shutil.copytree(home / "inspector_logs", copy / "inspector_logs")
+    killed_before_naming_them(copy, gpus)
+    second = SemanticEngineHook(copy, load_templates(), checkpoint_s=3600)
+    for gpu, (ring, comms, _) in gpus.items():  # the ring read from its oldest record
+        second._take(gpu, "ops", (ring, comms))
+    got = finished(second, gpus)
+    assert second.restored == 0
+    assert got.keys() == want.keys()
+    for name in want:
+        assert [s["step_index"] for s in got[name]] == list(range(len(want[name]))), name
+        assert got[name] == want[name], name
+
+
+def test_an_agent_in_a_home_none_followed_before_reads_the_ring_alone(job, tmp_path):
+    home, gpus = job
+    copy = tmp_path / "home"
+    shutil.copytree(home / "inspector_logs", copy / "inspector_logs")
+    first = SemanticEngineHook(copy, load_templates(), checkpoint_s=3600)
+    gpu, (ring, comms, every) = next(iter(gpus.items()))
+    first._take(gpu, "ops", (ring, comms))
+    g = first._gpus[gpu]
+    assert g.parked is None and g.logs_checked  # its logs are not read
+    assert int(g.replay.entries[0].payload[0]["seq"][0]) == int(ring["seq"][0])
+    first.stop()

@@ -94,7 +94,7 @@ def test_reading_from_and_up_to_any_ring_record_gives_those_records_once(run, mo
     ops = op_records(ring)
     seqs = ops["seq"]
     # around each segment's first record, and inside segments
-    firsts = [log_records._segment_start(p).next_ring_seq for p in segments.paths]
+    firsts = [log_records.segment_start(p).next_ring_seq for p in segments.paths]
     points = sorted({s + d for s in firsts for d in (-1, 0, 1)} | {1, int(seqs[-1])})
     for start in points[::3]:
         for end in (None, start + 1, start + 40):

@@ -152,7 +152,12 @@ class AgentService:
         templates = load_templates(settings.semantic_template_dirs)
         for problem in templates.problems:
             log.error("semantic engine template: %s", problem)
-        return SemanticEngineHook(self.home, templates, checkpoint_s=settings.semantic_checkpoint_s)
+        return SemanticEngineHook(
+            self.home,
+            templates,
+            checkpoint_s=settings.semantic_checkpoint_s,
+            node_name=self.node_name,
+        )
 
     def poll_once(self, now_mono_ns: int | None = None) -> list[HangReport]:
         """One pass; the reports of this pass (also saved under metadata/hangs/)."""

@@ -90,11 +90,12 @@ def process_segments(logs: Path, pid: int, start_real_ns: int) -> ProcessSegment
 
 def _started_at(path: Path) -> int | None:
     """The start_real_ns the segment's first line gives its process."""
-    start = _segment_start(path)
+    start = segment_start(path)
     return start.process.start_real_ns if start is not None else None
 
 
-def _segment_start(path: Path) -> CiSegmentStart | None:
+def segment_start(path: Path) -> CiSegmentStart | None:
+    """The segment's first line, its segment_start; None where it is not one."""
     try:
         with open_regular(path, SEGMENT_BYTES_MAX) as f:
             line = f.readline(LINE_BYTES_MAX)
@@ -114,7 +115,7 @@ def op_slots(
     not included), in ring order, as op_slot records (in chunks), with what the lines say of
     their communicators. `not_ops` gathers the ring seqs in range of the lines that are ring
     records but no op (communicator init and finalize, hang evidence): they are not lost."""
-    starts = [_segment_start(p) for p in segments.paths]
+    starts = [segment_start(p) for p in segments.paths]
     last = 0  # the highest ring seq handed on: a seq met again is not
     end = to_ring_seq if to_ring_seq is not None else 1 << 64
     for k, path in enumerate(segments.paths):

@@ -18,7 +18,13 @@ position of the first op not yet placed). An Agent started again for the same ho
 the engines of processes still running, skips the ring records they had placed (those of
 their last Steps give the node's cut back the context it had: restored_context), truncates
 their summaries to the checkpointed length, and goes on: no Step lost or written twice, as
-long as the ring still holds the records that came after the checkpoint.
+long as the ring still holds the records that came after the checkpoint (or the process's
+inspector logs do: a ring that lapped it, or a process that ended, is read from them).
+
+An Agent also checkpoints as it starts, with the time since when Agents have followed the
+home (watching_since_real_ns). The next one recovers the processes that ran since then and no
+checkpoint names (an Agent killed before naming them, or none running while they did) from
+their logs, from their first record on: the Steps an Agent that never stopped writes.
 
 An exception out of one GPU's engine (a failure) does not end step recovery for that GPU:
 the engine is restored from the GPU's last checkpoint and handed again what it was handed
@@ -39,6 +45,7 @@ worker hands it back to the system after its passes, at most every TRIM_EVERY_S 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections import deque
@@ -54,7 +61,13 @@ from comminsight.agent.metrics.process_labels import ProcessLabels
 from comminsight.agent.metrics.steps import StepDurations
 from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.lag import GpuLag, newest_placed_end
-from comminsight.agent.steps.log_records import covered_through, op_slots, process_segments
+from comminsight.agent.steps.log_records import (
+    ProcessSegments,
+    covered_through,
+    op_slots,
+    process_segments,
+)
+from comminsight.agent.steps.logged_processes import LoggedProcess, logged_since, running_pids
 from comminsight.agent.steps.replay import DEFAULT_MAX_RECORDS, ReplayEntry, ReplayLog, newest_end
 from comminsight.agent.steps.restarts import (
     EngineFailure,
@@ -80,6 +93,7 @@ from comminsight.semantic.live_cut import LiveJobCut
 from comminsight.semantic.offline import SummaryFile, role_template
 from comminsight.semantic.op_batch import CommTable, SegmentTable
 from comminsight.semantic.positions import RingPosition
+from comminsight.semantic.process_gpus import split_process
 from comminsight.semantic.shm_input import CommInfo, engine_batch
 from comminsight.semantic.step_builder import GpuIdentity
 from comminsight.semantic.templates import TemplateSet
@@ -101,6 +115,10 @@ STORAGE_RETRY_S = 5.0
 # COMMINSIGHT_PROFILER_LOG_FLUSH_MS, 200 ms by default), looking again every LOG_RETRY_S.
 LOG_WAIT_S = 10.0
 LOG_RETRY_S = 0.2
+# The ended processes no checkpoint named that an Agent recovers from their logs as it starts:
+# those of the last day, the latest 1024 (each is read whole, before the live ones go on)
+UNSEEN_LOOKBACK_NS = 24 * 3600 * 10**9
+MAX_UNSEEN = 1024
 
 
 @dataclass
@@ -219,8 +237,10 @@ class SemanticEngineHook:
         checkpoint_s: float = 10.0,
         replay_max: int = DEFAULT_MAX_RECORDS,
         heap_trim: HeapTrim | None = None,
+        node_name: str | None = None,
     ) -> None:
         self.out_dir = Path(home) / "semantics" / "step"
+        self.node_name = node_name or socket.gethostname()  # the Agent's: in summary names
         self.templates = templates
         self.max_queued = max_queued
         self.checkpoint_s = checkpoint_s
@@ -232,6 +252,7 @@ class SemanticEngineHook:
         self.restored = 0  # GPUs resumed from a checkpoint
         self.ended_unfinished = 0  # resumed GPUs whose process had ended: sealed as they were
         self.resumed_from_logs = 0  # resumed GPUs whose process had ended: from their logs
+        self.unseen_from_logs = 0  # ended processes no checkpoint named: from their logs
         self.logs_dir = Path(home) / "inspector_logs"
         self.storage_fault: StorageFault | None = None  # while writes fail
         self.storage_faults_total = 0  # writes that failed, ever
@@ -252,6 +273,12 @@ class SemanticEngineHook:
         self._saved: dict[str, GpuState] = {}
         loaded = self._checkpoint.load()
         self._checkpoint_held = bool(loaded)  # the file on disk names GPUs
+        # since when Agents have followed this home (None: no Agent has before this one), and
+        # since when this one does: the processes that ran in between and no checkpoint names
+        # are recovered from their logs (_recover_unseen, _state)
+        self._watching_since = self._checkpoint.watching_since_real_ns
+        self._started_real_ns = time.time_ns()
+        self._watch_marked = False  # a checkpoint says this Agent follows the home
         for state in loaded.values():
             if isinstance(state.input, ShmPosition) and not isinstance(state.gpu.pid, UnsetType):
                 self._saved[state.output.file.removesuffix(".partial")] = state
@@ -494,13 +521,24 @@ class SemanticEngineHook:
         # only sealed files
         out = SummaryFile(self.out_dir / f"{name}.partial", 0, 0)
         g = self._gpus[gpu] = _Gpu(gpu, name, self._new_engine(gpu), out, self.replay_max)
+        # a process that began before this Agent, while an earlier one followed the home
+        # that never checkpointed it: its ring may have overwritten its first records, which
+        # its logs still hold (_waits_for_logs reads them from its first record on)
+        if self._watching_since is not None and gpu.start_real_ns < self._started_real_ns:
+            g.logs_checked = bool(gpu.suffix)  # a split GPU's ring seqs interleave
         self._track(g)
         return g
 
     def _seal_ended_before(self, shm_files: frozenset[str]) -> None:
         """Seal the summaries of the processes that ended while no Agent ran (their SHM file
         is gone, and with it the ops after the checkpoint): at the checkpoint's length, the
-        Steps after it named as not recovered live."""
+        Steps after it named as not recovered live. Then those no checkpoint named, and a
+        checkpoint at once: it names what this Agent took on."""
+        self._seal_checkpointed(shm_files)
+        self._recover_unseen(shm_files)
+        self._next_checkpoint = time.monotonic()
+
+    def _seal_checkpointed(self, shm_files: frozenset[str]) -> None:
         for name, state in list(self._saved.items()):
             shm_file = state.input.shm_file if isinstance(state.input, ShmPosition) else None
             if not isinstance(shm_file, str) or shm_file in shm_files:
@@ -552,12 +590,7 @@ class SemanticEngineHook:
             return True  # not restored from the checkpoint: started over or sealed
         # from its last Steps' first records: they give the node's cut its context again
         start = self._context_start(g)
-        records = 0
-        g.logs_checked = True  # its records all come from its logs
-        for slots, comms in op_slots(segments, start):
-            self._take(gpu, "ops", (slots, comms))
-            records += len(slots)
-        self._take(gpu, "finished", None)
+        records = self._hand_logs(g, segments, start)
         self.resumed_from_logs += 1
         log.warning(
             "semantic engine: pid %d ended while no Agent ran: its Steps go on from its "
@@ -569,6 +602,86 @@ class SemanticEngineHook:
             state.input.last_ring_seq,
         )
         return True
+
+    def _hand_logs(self, g: _Gpu, segments: ProcessSegments, start: int) -> int:
+        """Hand g, whose process ended, its op records from ring record `start` on, from its
+        logs, and its end; the records handed."""
+        records = 0
+        g.logs_checked = True  # its records all come from its logs
+        for slots, comms in op_slots(segments, start):
+            self._take(g.gpu, "ops", (slots, comms))
+            records += len(slots)
+        self._take(g.gpu, "finished", None)
+        return records
+
+    def _recover_unseen(self, shm_files: frozenset[str]) -> None:
+        """Recover, from their logs, the Steps of the processes that ran since Agents began to
+        follow this home and ended with no checkpoint naming them: an earlier Agent stopped
+        before its first checkpoint that did, or none ran while they did. An Agent that never
+        stopped would have written them (from their first record on, as here)."""
+        if self._watching_since is None:
+            return  # no Agent followed this home before: its earlier processes are not ours
+        since = max(self._watching_since, time.time_ns() - UNSEEN_LOOKBACK_NS)
+        found, skipped = logged_since(self.logs_dir, since, MAX_UNSEEN)
+        if skipped:
+            log.warning(
+                "semantic engine: %d more processes ran while no Agent followed them than are "
+                "recovered at a start (%d, the latest); `comminsight steps` on %s recovers "
+                "the Steps of the others",
+                skipped,
+                MAX_UNSEEN,
+                self.logs_dir,
+            )
+        running = running_pids(shm_files)
+        known = {(g.gpu.pid, g.gpu.start_real_ns) for g in self._gpus.values()}
+        known |= {(s.gpu.pid, s.input.producer_start_real_ns) for s in self._saved.values()}
+        for p in found:
+            if p.pid in running or (p.pid, p.start_real_ns) in known:
+                continue  # read from its ring, or resumed from its checkpoint
+            split = split_process(p.segments.paths)
+            gpu = self._logged_stream(p, split.gpus[0].device)
+            if (self.out_dir / _summary_name(gpu)).exists():
+                continue  # sealed by the Agent that followed it
+            if split.split:
+                log.warning(
+                    "semantic engine: pid %d drove several GPUs and ended with no checkpoint "
+                    "naming it: its Steps are not recovered live (`comminsight steps` on its "
+                    "inspector logs recovers them)",
+                    p.pid,
+                )
+                continue
+            g = self._state(gpu)
+            if g.finished:
+                continue
+            records = self._hand_logs(g, p.segments, 0)
+            self.unseen_from_logs += 1
+            log.warning(
+                "semantic engine: pid %d ran while no Agent checkpointed it and has ended: its "
+                "Steps come from its inspector logs (%d records)",
+                p.pid,
+                records,
+            )
+
+    def _logged_stream(self, p: LoggedProcess, device: int | None) -> GpuStream:
+        """The stream of a process known from its logs alone, as its SHM header names it."""
+        labels = ProcessLabels(
+            job_id=p.job_id or "",
+            host=p.first.process.host,
+            rank=_text(p.global_rank),
+            local_rank=_text(p.local_rank),
+            gpu=_text(device),
+        )
+        return GpuStream(
+            self.node_name,
+            p.pid,
+            p.start_real_ns,
+            p.global_rank,
+            device,
+            start_mono_ns=p.segments.start_mono_ns,
+            local_rank=p.local_rank,
+            job_id=p.job_id,
+            labels=labels,
+        )
 
     # ---- a ring that lapped its checkpoint while no Agent ran ------------------------------
 
@@ -1079,11 +1192,13 @@ class SemanticEngineHook:
         for state in self._saved.values():  # processes not seen since the restart: kept
             if (self.out_dir / state.output.file).exists():  # unless their file is gone
                 states[state.output.file] = state
-        # an empty one too once the last GPU is forgotten: the next Agent must not resume it
-        if states or self._checkpoint_held:
+        # an empty one too once the last GPU is forgotten (the next Agent must not resume
+        # it), and at the start: it tells the next Agent since when Agents follow the home
+        if states or self._checkpoint_held or not self._watch_marked:
             try:
                 self._checkpoint.save(states)
                 self._checkpoint_held = bool(states)
+                self._watch_marked = True
             except OSError as e:
                 self._storage_failed(self._checkpoint.path, e)
             except msgspec.EncodeError as e:
@@ -1097,6 +1212,10 @@ def _lost_after(skip_through: int, first: int, not_ops: np.ndarray) -> int:
     if skipped > 0 and len(not_ops):
         skipped -= int(np.count_nonzero((not_ops > skip_through) & (not_ops < first)))
     return max(0, skipped)
+
+
+def _text(index: int | None) -> str:
+    return "" if index is None else str(index)
 
 
 def _summary_name(gpu: GpuStream) -> str:
