@@ -35,6 +35,11 @@ STARTED_BY: dict[E, int] = {
 }
 
 
+# the same as plain ints, by the type's value: Flag arithmetic and Enum hashing run in Python,
+# and every simulated op asks several times
+_STARTED_BY_BITS: dict[int, int] = {int(t): int(bits) for t, bits in STARTED_BY.items()}
+
+
 def starts(event_type: E, mask: int) -> bool:
     """Whether NCCL starts an event of this type for an op whose task captured `mask`."""
-    return bool(mask & STARTED_BY[event_type])
+    return bool(int(mask) & _STARTED_BY_BITS[int(event_type)])
