@@ -26,8 +26,10 @@ def bus_bandwidth_gbs(records: np.ndarray, seconds: np.ndarray) -> np.ndarray:
     n = np.maximum(records["nranks"].astype(np.float64), 1.0)
     func = records["func"]
     traffic = records["bytes"].astype(np.float64)
-    gathered = np.isin(
-        func, [shm_v1.Func.ALL_GATHER, shm_v1.Func.REDUCE_SCATTER, shm_v1.Func.ALL_TO_ALL]
+    gathered = (
+        (func == shm_v1.Func.ALL_GATHER)
+        | (func == shm_v1.Func.REDUCE_SCATTER)
+        | (func == shm_v1.Func.ALL_TO_ALL)
     )
     traffic = np.where(gathered, traffic * n, traffic)
     factor = np.where(

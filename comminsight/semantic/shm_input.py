@@ -19,6 +19,9 @@ from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
 
 _FUNC_LABELS = {int(k): v for k, v in shm_v1.FUNC_LABELS.items()}
+# Up to this many ops, a batch's functions and communicators are told apart in Python: an
+# Agent's pass often hands a GPU a few ops, and np.unique costs tens of microseconds a call
+SMALL_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -80,38 +83,48 @@ def engine_batch(
 
 
 def _func_codes(funcs: np.ndarray) -> np.ndarray:
+    if len(funcs) <= SMALL_BATCH:
+        values = funcs.tolist()
+        # registered in sorted order, as np.unique gives them (func_code numbers them)
+        codes = {v: _func_code(v) for v in sorted(set(values))}
+        return np.array([codes[v] for v in values], np.int64)
     values, inverse = np.unique(funcs, return_inverse=True)
-    codes = [
-        func_code(_FUNC_LABELS.get(int(v)) or enum_label(shm_v1.FUNC_LABELS, shm_v1.Func, int(v)))
-        for v in values
-    ]
+    codes = [_func_code(int(v)) for v in values]
     return np.array(codes, np.int64)[inverse.reshape(-1)]
 
 
+def _func_code(value: int) -> int:
+    label = _FUNC_LABELS.get(value) or enum_label(shm_v1.FUNC_LABELS, shm_v1.Func, value)
+    return func_code(label)
+
+
 def _comm_indices(records: np.ndarray, comms: dict[int, CommInfo], table: CommTable):
-    """Each op's communicator (as a CommTable index): by comm id, size and rank."""
-    keys = np.stack(
-        (
-            records["comm_id"].astype(np.uint64).view(np.int64),
-            records["nranks"].astype(np.int64),
-            records["rank"].astype(np.int64),
-        ),
-        axis=1,
+    """Each op's communicator (as a CommTable index): by comm id, size and rank. New ones
+    join the table in the order of their (id, size, rank): the same whatever the batch size."""
+    ids = records["comm_id"].astype(np.uint64).view(np.int64)
+    nranks = records["nranks"].astype(np.int64)
+    ranks = records["rank"].astype(np.int64)
+    if len(records) <= SMALL_BATCH:
+        keys = list(zip(ids.tolist(), nranks.tolist(), ranks.tolist(), strict=True))
+        index = {k: _comm_index(k, comms, table) for k in sorted(set(keys))}
+        return np.array([index[k] for k in keys], np.int64)
+    distinct, inverse = np.unique(
+        np.stack((ids, nranks, ranks), axis=1), axis=0, return_inverse=True
     )
-    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
-    indices = []
-    for raw_id, nranks, rank in distinct.tolist():
-        comm_id = raw_id & 0xFFFFFFFFFFFFFFFF
-        info = comms.get(comm_id)
-        indices.append(
-            table.index(
-                Comm(
-                    f"{comm_id:016x}",
-                    info.name if info is not None else None,
-                    max(1, nranks),
-                    info.nnodes if info is not None else None,
-                    max(0, rank),
-                )
-            )
-        )
+    indices = [_comm_index(tuple(k), comms, table) for k in distinct.tolist()]
     return np.array(indices, np.int64)[inverse.reshape(-1)]
+
+
+def _comm_index(key: tuple[int, int, int], comms: dict[int, CommInfo], table: CommTable) -> int:
+    raw_id, nranks, rank = key
+    comm_id = raw_id & 0xFFFFFFFFFFFFFFFF
+    info = comms.get(comm_id)
+    return table.index(
+        Comm(
+            f"{comm_id:016x}",
+            info.name if info is not None else None,
+            max(1, nranks),
+            info.nnodes if info is not None else None,
+            max(0, rank),
+        )
+    )

@@ -16,11 +16,18 @@ import msgspec
 import numpy as np
 import pytest
 
-from comminsight.semantic import native
+from comminsight.semantic import native, shm_input
 from comminsight.semantic.engine import GpuEngine
 from comminsight.semantic.job_cut import STARTUP, TAIL
 from comminsight.semantic.offline import _collector_paused
-from comminsight.semantic.op_batch import INT_COLUMNS, Comm, CommTable, OpBatch, SegmentTable
+from comminsight.semantic.op_batch import (
+    FUNCS,
+    INT_COLUMNS,
+    Comm,
+    CommTable,
+    OpBatch,
+    SegmentTable,
+)
 from comminsight.semantic.step_builder import (
     CommSpans,
     GpuIdentity,
@@ -40,6 +47,7 @@ from comminsight.semantic.step_summary import (
     durations_of,
 )
 from comminsight.semantic.templates import TemplateSet
+from comminsight_gen.abi import shm_v1
 
 # ---- the reorder window ----------------------------------------------------------------------
 
@@ -370,3 +378,32 @@ def test_a_run_leaves_objects_someone_froze_frozen_and_a_paused_collector_paused
     finally:
         gc.enable()
     assert frozen
+
+
+@pytest.mark.parametrize("n", [1, 7, 200])
+def test_small_live_batches_get_the_functions_and_communicators_the_numpy_path_gives(
+    n, monkeypatch
+):
+    rng = np.random.default_rng(n)
+    records = np.zeros(n, shm_v1.OP_SLOT_DTYPE)
+    # ids past 2**63 too: their order as signed numbers decides the table's
+    records["comm_id"] = rng.choice(
+        np.array([3, 1 << 63 | 5, 0xFFFFFFFFFFFFFFF0, 77], np.uint64), n
+    )
+    records["nranks"] = rng.choice([2, 8], n)
+    records["rank"] = rng.choice([0, 1], n)
+    funcs = [shm_v1.Func.ALL_REDUCE, shm_v1.Func.SEND, shm_v1.Func.RECV, shm_v1.Func.BROADCAST]
+    records["func"] = rng.choice([int(f) for f in funcs], n)
+    comms = {3: shm_input.CommInfo("dp", 1), 77: shm_input.CommInfo(None, 2)}
+
+    def run(small_batch: int):
+        monkeypatch.setattr(shm_input, "SMALL_BATCH", small_batch)
+        table = CommTable()
+        indices = shm_input._comm_indices(records, comms, table)
+        return indices.tolist(), list(table.comms), shm_input._func_codes(records["func"]).tolist()
+
+    fast, plain = run(1 << 20), run(0)
+    assert fast == plain
+    assert [FUNCS[c] for c in fast[2]] == [
+        shm_v1.FUNC_LABELS[shm_v1.Func(f)] for f in records["func"]
+    ]
