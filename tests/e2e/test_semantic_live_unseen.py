@@ -29,7 +29,9 @@ from comminsight.sim.step_accuracy import op_identity
 from comminsight.sim.truth import read_ground_truth
 
 RANKS = 2
-STEPS = 300
+# job A runs slowly enough to be caught mid-run (few ops, long Steps); job B quickly
+STEPS = {"job-a": 200, "job-b": 40}
+SCALE = {"job-a": 2.0, "job-b": 0.5}
 # no checkpoint but the one an Agent writes as it starts
 NO_CHECKPOINT = {"COMMINSIGHT_SEMANTIC_CHECKPOINT_S": "3600"}
 
@@ -40,8 +42,8 @@ def job(plugin: Path, home: Path, job_id: str, seed: int) -> SimConfig:
         home=str(home),
         workload="ddp",
         ranks=RANKS,
-        steps=STEPS,
-        time_scale=0.5,
+        steps=STEPS[job_id],
+        time_scale=SCALE[job_id],
         seed=seed,
         env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"), ("COMMINSIGHT_JOB_ID", job_id)),
     )
@@ -74,7 +76,7 @@ def test_processes_no_checkpoint_named_get_an_uninterrupted_runs_summaries(plugi
         sim.start()
         # killed once it has written Steps of the job's processes (which no checkpoint names)
         wait_until(
-            lambda: partial_lines(home) >= 5 * RANKS or not sim.is_alive(), 240, "live Steps"
+            lambda: partial_lines(home) >= 3 * RANKS or not sim.is_alive(), 240, "live Steps"
         )
         assert sim.is_alive(), "job A ended before its Agent was killed"
         stderrs.append(stop(agent, signal.SIGKILL))
