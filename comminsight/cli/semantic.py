@@ -86,6 +86,14 @@ def _recover(
     if not result.gpus:  # (a resumed run that was already complete reads no ops: fine)
         error(f"no inspector_logs segments found in {logs}")
         return None
+    if not result.ops and result.problems and not result.resumed:
+        # every line refused: an answer of "0 Steps" would pass for a job that ran none
+        n = len(result.gpus)
+        error(
+            f"no op could be read from {logs} ({n} process{'es' if n != 1 else ''}; "
+            "the warnings above say why)"
+        )
+        return None
     return result
 
 

@@ -185,6 +185,20 @@ def test_the_cli_names_problems_and_still_writes_summaries(logs, tmp_path):
         timeout=60,
     )
     assert empty.returncode == 1 and "not a directory" in empty.stderr
+    # segments none of whose lines is an op line: no "0 Steps" answer, an error naming why
+    junk = tmp_path / "junk" / "inspector_logs"
+    junk.mkdir(parents=True)
+    (junk / "ci-vm-7-1000-000000.jsonl").write_bytes(b"garbage\n")
+    unread = subprocess.run(
+        [sys.executable, "-m", "comminsight.cli", "steps", str(junk)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert unread.returncode == 1, unread.stdout
+    assert f"no op could be read from {junk} (1 process;" in unread.stderr
+    assert "ci-vm-7-1000-000000.jsonl:1: not an inspector-log line" in unread.stderr
 
 
 def test_a_users_template_is_used_without_code_changes(tmp_path, logs):
