@@ -92,29 +92,42 @@ def comparable(line: bytes) -> dict:
     return summary
 
 
+def killed(hook: SemanticEngineHook) -> None:
+    hook._stopping = True  # nothing more written
+    with hook._cond:
+        hook._cond.notify()
+
+
 def stopped_at_checkpoint(home, gpus) -> None:
     """An Agent that checkpointed at a third of the run, went on to a half, and was killed."""
     first = SemanticEngineHook(home, load_templates(), checkpoint_s=3600)
     take_in_turns(first, gpus, 1 / 3)
     first._save_checkpoint()
     take_in_turns(first, gpus, 1 / 2)  # written after the checkpoint: cut off again
-    first._stopping = True  # killed: nothing more written
-    with first._cond:
-        first._cond.notify()
+    killed(first)
+
+
+def uninterrupted(tmp_path, gpus) -> dict[str, list[dict]]:
+    expected = SemanticEngineHook(tmp_path / "uninterrupted", load_templates(), checkpoint_s=3600)
+    take_in_turns(expected, gpus)
+    return finished(expected, gpus)
+
+
+def restarted_on_lapped_rings(home, gpus) -> tuple[SemanticEngineHook, dict[str, list[dict]]]:
+    """A restarted Agent's summaries, its rings read from their oldest record."""
+    second = SemanticEngineHook(home, load_templates(), checkpoint_s=3600)
+    for gpu, (ring, comms, _) in gpus.items():
+        second._take(gpu, "ops", (ring, comms))
+    return second, finished(second, gpus)
 
 
 def test_records_the_ring_overwrote_while_no_agent_ran_come_from_the_logs(job, tmp_path):
     home, gpus = job
-    expected = SemanticEngineHook(tmp_path / "uninterrupted", load_templates(), checkpoint_s=3600)
-    take_in_turns(expected, gpus)
-    want = finished(expected, gpus)
+    want = uninterrupted(tmp_path, gpus)
     assert len(want) == 2 and all(len(v) >= 55 for v in want.values())
 
     stopped_at_checkpoint(home, gpus)
-    second = SemanticEngineHook(home, load_templates(), checkpoint_s=3600)
-    for gpu, (ring, comms, _) in gpus.items():  # the ring read from its oldest record
-        second._take(gpu, "ops", (ring, comms))
-    got = finished(second, gpus)
+    second, got = restarted_on_lapped_rings(home, gpus)
     assert second.restored == 2
     assert got.keys() == want.keys()
     for name in want:
@@ -159,25 +172,18 @@ def killed_before_naming_them(home, gpus) -> None:
     first = SemanticEngineHook(home, load_templates(), checkpoint_s=3600)
     first._save_checkpoint()
     take_in_turns(first, gpus, 1 / 2)
-    first._stopping = True
-    with first._cond:
-        first._cond.notify()
+    killed(first)
 
 
 def test_a_running_process_no_checkpoint_named_takes_what_its_ring_lost_from_its_logs(
     job, tmp_path
 ):
     home, gpus = job
-    expected = SemanticEngineHook(tmp_path / "uninterrupted", load_templates(), checkpoint_s=3600)
-    take_in_turns(expected, gpus)
-    want = finished(expected, gpus)
+    want = uninterrupted(tmp_path, gpus)
     copy = tmp_path / "home"
     shutil.copytree(home / "inspector_logs", copy / "inspector_logs")
     killed_before_naming_them(copy, gpus)
-    second = SemanticEngineHook(copy, load_templates(), checkpoint_s=3600)
-    for gpu, (ring, comms, _) in gpus.items():  # the ring read from its oldest record
-        second._take(gpu, "ops", (ring, comms))
-    got = finished(second, gpus)
+    second, got = restarted_on_lapped_rings(copy, gpus)
     assert second.restored == 0
     assert got.keys() == want.keys()
     for name in want:
