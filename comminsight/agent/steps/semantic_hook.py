@@ -45,6 +45,7 @@ worker hands it back to the system after its passes, at most every TRIM_EVERY_S 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -635,13 +636,12 @@ class SemanticEngineHook:
         running = running_pids(shm_files)
         known = {(g.gpu.pid, g.gpu.start_real_ns) for g in self._gpus.values()}
         known |= {(s.gpu.pid, s.input.producer_start_real_ns) for s in self._saved.values()}
+        known |= self._sealed_processes()
         for p in found:
             if p.pid in running or (p.pid, p.start_real_ns) in known:
-                continue  # read from its ring, or resumed from its checkpoint
+                continue  # read from its ring, resumed from its checkpoint, or sealed
             split = split_process(p.segments.paths)
             gpu = self._logged_stream(p, split.gpus[0].device)
-            if (self.out_dir / _summary_name(gpu)).exists():
-                continue  # sealed by the Agent that followed it
             if split.split:
                 log.warning(
                     "semantic engine: pid %d drove several GPUs and ended with no checkpoint "
@@ -661,6 +661,24 @@ class SemanticEngineHook:
                 p.pid,
                 records,
             )
+
+    def _sealed_processes(self) -> set[tuple[int, int]]:
+        """(pid, start_real_ns) of the processes of this node with a sealed summary file (one
+        per GPU: `live-<node>-<pid>-<start><suffix>.jsonl`)."""
+        prefix = f"live-{self.node_name}-"
+        found = set()
+        try:
+            names = os.listdir(self.out_dir)
+        except OSError:
+            return found
+        for name in names:
+            if not (name.startswith(prefix) and name.endswith(".jsonl")):
+                continue
+            pid, _, rest = name[len(prefix) :].partition("-")
+            start = rest.split(".", 1)[0]
+            if pid.isdigit() and start.isdigit():
+                found.add((int(pid), int(start)))
+        return found
 
     def _logged_stream(self, p: LoggedProcess, device: int | None) -> GpuStream:
         """The stream of a process known from its logs alone, as its SHM header names it."""
