@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from comminsight.safe_open import UntrustedFile, open_checked
+from comminsight.safe_open import UntrustedFile, check_fd, open_checked
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.config_v1 import KEY_BY_NAME
 
@@ -102,12 +103,15 @@ def _sparse_error(path: Path, fd: int, st: os.stat_result) -> ShmError:
 
 def open_region_file(path: Path, shm_dir: str | None, owner: int | None = -1) -> tuple[int, Path]:
     """An fd of the region behind path: path itself, or the file its symbolic link names in
-    the Profilers' SHM directory (<home>/shms/<name>.shm -> <shm_dir>/<name>.shm, the one
-    link the layout has); never a link elsewhere, never a link at the end of that."""
+    the Profilers' SHM directory (<home>/shms/<name>.shm -> <shm_dir>/<name>.shm), or the
+    memfd of a Profiler whose SHM directory had no room (-> /proc/<its pid>/fd/<n>): the two
+    links the layout has; never a link elsewhere, never a link at the end of that."""
     target = path
     try:
         if os.path.islink(path):
             link = os.readlink(path)
+            if _memfd_link(path.name, link):
+                return _open_memfd(path, link, owner), Path(link)
             want = os.path.join(os.path.normpath(shm_dir or DEFAULT_SHM_DIR), path.name)
             if os.path.normpath(link) != want:
                 raise ShmError(
@@ -122,6 +126,47 @@ def open_region_file(path: Path, shm_dir: str | None, owner: int | None = -1) ->
         missing = isinstance(e, FileNotFoundError)
         raise ShmError(f"{path}: cannot open: {e.strerror}", missing) from None
     return fd, target
+
+
+# ci-<host>-<pid>-<mono>.shm -> /proc/<the same pid>/fd/<n>
+_REGION_PID = re.compile(r"ci-.+-(\d+)-\d+\.shm")
+_PROC_FD = re.compile(r"/proc/(\d+)/fd/\d+")
+MEMFD_NAME = "comminsight-region"  # the Profiler's CI_MEMFD_NAME
+
+
+def _memfd_link(name: str, link: str) -> bool:
+    """Whether link is a memfd region's: a descriptor of the very process the name names."""
+    named, fd_of = _REGION_PID.fullmatch(name), _PROC_FD.fullmatch(link)
+    return named is not None and fd_of is not None and named.group(1) == fd_of.group(1)
+
+
+def is_memfd_target(target: Path) -> bool:
+    """Whether a region's target is a process's memfd (nothing to remove: it goes with the
+    process and with the last mapping)."""
+    return _PROC_FD.fullmatch(str(target)) is not None
+
+
+def _open_memfd(path: Path, link: str, owner: int | None) -> int:
+    """The memfd behind /proc/<pid>/fd/<n> (a magic link, so opened following it), checked to
+    be the Profiler's region: a regular file of the owner, named as the Profiler names it (a
+    descriptor number the process closed and reused for another file is not)."""
+    try:
+        fd = os.open(link, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        missing = isinstance(e, FileNotFoundError)
+        raise ShmError(f"{path} -> {link}: cannot open: {e.strerror}", missing) from None
+    try:
+        check_fd(fd, link, "regular file", os.geteuid() if owner == -1 else owner)
+        opened = os.readlink(f"/proc/self/fd/{fd}")
+        if not opened.startswith(f"/memfd:{MEMFD_NAME}"):
+            raise ShmError(f"{path} -> {link}: {opened}, not a CommInsight region's memfd")
+    except UntrustedFile as e:
+        os.close(fd)
+        raise ShmError(f"{path} -> {e}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _text(value: bytes) -> str:

@@ -15,6 +15,8 @@ os.environ.setdefault("COMMINSIGHT_AGENT_AUTOSTART", "0")
 
 import pytest  # noqa: E402
 
+from comminsight.shm_reader import is_memfd_target  # noqa: E402
+
 
 def remove_linked_shm(root: Path) -> None:
     """Producers whose test held the agent lock leave their SHM regions for an Agent that, in
@@ -25,7 +27,8 @@ def remove_linked_shm(root: Path) -> None:
     for link in root.rglob("*.shm"):
         if link.is_symlink():
             target = Path(os.readlink(link))
-            if not target.is_relative_to(root):
+            # a process's memfd (/proc/<pid>/fd/<n>) went with the process
+            if not target.is_relative_to(root) and not is_memfd_target(target):
                 target.unlink(missing_ok=True)
 
 

@@ -23,6 +23,8 @@
 #include "comminsight/shm_v1.h"
 
 #define CI_PLUGIN_NAME "CommInsight"
+/* The name of a region held in a memfd (shm.c); the Agent checks it when it opens one. */
+#define CI_MEMFD_NAME "comminsight-region"
 #define CI_VERSION_MAJOR 0
 #define CI_VERSION_MINOR 1
 #define CI_VERSION_PATCH 0
@@ -416,6 +418,7 @@ typedef struct ci_process {
     bool region_is_file;
     char shm_path[CI_PATH_MAX];    /* the name the Agent finds: <home>/shms/<name>.shm */
     char shm_target[CI_PATH_MAX];  /* where the memory lives when that name is a link */
+    int region_fd; /* a memfd holding the region when its file system had no room; -1: none */
     ci_shm_header_v1_t* hdr;
     ci_shm_comm_entry_v1_t* comm_table;
     ci_shm_op_slot_v1_t* ring;

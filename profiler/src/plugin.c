@@ -18,7 +18,7 @@
 #define EXPORT __attribute__((visibility("default")))
 
 ci_process_t ci_g = {.lock = PTHREAD_MUTEX_INITIALIZER, .table_lock = PTHREAD_MUTEX_INITIALIZER, .home_fd = -1,
-                      .shms_fd = -1};
+                      .shms_fd = -1, .region_fd = -1};
 
 /* Context for communicators we could not track (comm table full): events are ignored. */
 static ci_comm_t untracked;

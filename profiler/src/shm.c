@@ -177,6 +177,50 @@ static bool move_shms(int err, bool linked) {
 
 static size_t region_size(size_t fixed) { return fixed + (size_t)ci_g.cfg.ring_slots * sizeof(ci_shm_op_slot_v1_t); }
 
+/* Whether a failure to create or size the region's file is its file system being full. */
+static bool no_room(int err) { return err == ENOSPC || err == EDQUOT || err == EFBIG; }
+
+/* The region's file system had no room (a container's 64 MiB /dev/shm, crowded by other
+ * processes' regions): the region lives in a memfd instead, charged to this process's memory
+ * like any allocation, at the ring size configured (the tmpfs it was fitted to is not used),
+ * and <home>/shms/<name>.shm links to it as /proc/<pid>/fd/<fd>, which an Agent of this user
+ * opens while the process lives. Without it the process is invisible to the Agent. */
+static void* map_memfd(size_t fixed, const char* full, int why) {
+    ci_g.cfg.ring_slots = ci_g.ring_slots_configured;
+    size_t total = region_size(fixed);
+    void* p = MAP_FAILED;
+    int err = 0;
+    int fd = memfd_create(CI_MEMFD_NAME, MFD_CLOEXEC);
+    if (fd < 0) err = errno;
+    else if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)total) != 0) err = errno;
+    else if ((err = posix_fallocate(fd, 0, (off_t)total)) == 0) {
+        p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+        if (p == MAP_FAILED) err = errno;
+    }
+    if (p != MAP_FAILED) {
+        snprintf(ci_g.shm_target, sizeof(ci_g.shm_target), "/proc/%d/fd/%d", (int)ci_g.pid, fd);
+        int rc = symlinkat(ci_g.shm_target, ci_g.shms_fd, ci_g.shm_name);
+        if (rc != 0 && move_shms(errno, true)) rc = symlinkat(ci_g.shm_target, ci_g.shms_fd, ci_g.shm_name);
+        if (rc != 0) {
+            err = errno;
+            munmap(p, total);
+            p = MAP_FAILED;
+        }
+    }
+    if (p == MAP_FAILED) {
+        if (fd >= 0) close(fd);
+        ci_warn("no room for the SHM region in %s (%s), and none in memory (%s): SHM disabled, the Agent "
+                "will not see this process",
+                full, strerror(why), strerror(err));
+        return NULL;
+    }
+    ci_g.region_fd = fd;
+    ci_warn("no room for the SHM region in %s (%s): it lives in this process's memory instead (%.1f MiB), "
+            "linked from %s",
+            full, strerror(why), (double)total / (1024.0 * 1024.0), ci_g.shm_path);
+    return p;
+}
+
 /* Create and map the region. The memory lives in the tmpfs directory (COMMINSIGHT_PROFILER_
  * SHM_DIR) and <home>/shms/<name>.shm links to it; without a usable tmpfs it is the file in
  * shms/ itself. The ring is sized for the file system it lands on (ring_fit.c): `fixed` is the
@@ -204,7 +248,9 @@ static void* map_file(size_t fixed) {
     int fd = linked ? open(ci_g.shm_target, flags, 0600) : openat(ci_g.shms_fd, name, flags, 0600);
     if (fd < 0 && !linked && move_shms(errno, linked)) fd = openat(ci_g.shms_fd, name, flags, 0600);
     if (fd < 0) {
-        ci_warn("cannot create %s (%s): SHM disabled", ci_g.shm_target, strerror(errno));
+        int why = errno;
+        if (no_room(why)) return map_memfd(fixed, linked ? ci_g.cfg.shm_dir : dir, why);
+        ci_warn("cannot create %s (%s): SHM disabled", ci_g.shm_target, strerror(why));
         return NULL;
     }
     /* Allocate every page now: ftruncate alone leaves a sparse file, MAP_POPULATE ignores
@@ -227,9 +273,10 @@ static void* map_file(size_t fixed) {
         }
     }
     if (p == MAP_FAILED) {
-        ci_warn("cannot size, map or link %s (%s): SHM disabled", ci_g.shm_target, strerror(err));
         if (linked) unlink(ci_g.shm_target);
         else unlinkat(ci_g.shms_fd, name, 0);
+        if (no_room(err)) return map_memfd(fixed, linked ? ci_g.cfg.shm_dir : dir, err);
+        ci_warn("cannot size, map or link %s (%s): SHM disabled", ci_g.shm_target, strerror(err));
         return NULL;
     }
     return p;
@@ -242,7 +289,7 @@ void ci_shm_remove_if_unwatched(void) {
     if (!ci_g.region_is_file || ci_g.shms_fd < 0) return;
     if (ci_agent_running() == 1) return;
     unlinkat(ci_g.shms_fd, ci_g.shm_name, 0);
-    if (strcmp(ci_g.shm_target, ci_g.shm_path) != 0) unlink(ci_g.shm_target);
+    if (ci_g.region_fd < 0 && strcmp(ci_g.shm_target, ci_g.shm_path) != 0) unlink(ci_g.shm_target);
 }
 
 int ci_shm_open(void) {
@@ -286,6 +333,13 @@ void ci_shm_close(uint32_t final_state) {
  * caller has closed it, and removed it or left it to the Agent). */
 void ci_shm_unmap(void) {
     if (ci_g.region) munmap(ci_g.region, ci_g.region_size);
+    if (ci_g.region_fd >= 0) {
+        /* the link names this descriptor, which the next open() may reuse for another file;
+         * an Agent that has opened the memfd keeps it (its records) */
+        if (ci_g.shms_fd >= 0 && ci_g.pid == getpid()) unlinkat(ci_g.shms_fd, ci_g.shm_name, 0);
+        close(ci_g.region_fd);
+        ci_g.region_fd = -1;
+    }
     if (ci_g.shms_fd >= 0) close(ci_g.shms_fd);
     ci_g.shms_fd = -1;
     ci_g.region = NULL;

@@ -107,3 +107,19 @@ def test_a_roomy_file_system_keeps_the_configured_ring(tmp_path):
     h = np.frombuffer((out / "one.hdr").read_bytes(), dtype=shm_v1.HEADER_DTYPE, count=1)[0]
     assert int(h["ring_capacity"]) == int(h["ring_slots_configured"]) == 65536
     assert "sized down" not in (out / "stderr").read_text()
+
+
+def test_a_full_file_system_puts_the_region_in_memory_where_it_is_found_all_the_same(tmp_path):
+    """A tmpfs too small for any region: the Profiler keeps its region in a memfd at the
+    configured ring size, <home>/shms/ links to it through /proc, and the process reads its
+    own records back through that link as an Agent does. Its exit removes the link."""
+    out = tmp_path / "out"
+    out.mkdir()
+    one = f"{shlex.quote(sys.executable)} {SCENARIOS} train {builds()['plain'].path}"
+    proc = run_in_small_tmpfs(tmp_path, "64k", f"{one} > {out}/facts 2> {out}/stderr")
+    assert proc.returncode == 0, proc.stderr
+    stderr = (out / "stderr").read_text()
+    assert "SHM disabled" not in stderr and "it lives in this process's memory instead" in stderr
+    facts = json.loads((out / "facts").read_text())
+    assert facts["shm"] and facts["seqs"][1:] == list(range(facts["ops_issued"]))
+    assert list((tmp_path / "home" / "shms").glob("*.shm")) == []

@@ -264,12 +264,12 @@ def test_watchdog_does_not_flag_ops_younger_than_its_clock_reading(hot_path, tmp
     lock.close()
 
 
-def test_a_full_tmpfs_disables_shm_instead_of_crashing_training(hot_path, tmp_path):
+def test_a_full_tmpfs_moves_the_region_to_memory_instead_of_crashing_training(hot_path, tmp_path):
     """The SHM tmpfs cannot hold the region: the Profiler must find out at creation and fail
-    open (SHM disabled, logs still written), not take SIGBUS on a later write to a page that
-    was never allocated. Uses a 64 KiB tmpfs in a private mount namespace (unshare -rm): less
-    than even the smallest region (a 64-record ring beside the communicator table), where a
-    larger one would get a ring sized down to fit it."""
+    open (the region in a memfd, logs still written), not take SIGBUS on a later write to a
+    page that was never allocated. Uses a 64 KiB tmpfs in a private mount namespace (unshare
+    -rm): less than even the smallest region (a 64-record ring beside the communicator
+    table), where a larger one would get a ring sized down to fit it."""
     small = tmp_path / "small-tmpfs"
     small.mkdir()
     probe = subprocess.run(
@@ -301,6 +301,8 @@ def test_a_full_tmpfs_disables_shm_instead_of_crashing_training(hot_path, tmp_pa
         timeout=120,
     )
     assert proc.returncode == 0, f"the training process died ({proc.returncode}): {proc.stderr}"
-    assert "SHM disabled" in proc.stderr
+    # no room in the tmpfs: the region lives in the process's memory (a memfd) instead
+    assert "SHM disabled" not in proc.stderr
+    assert "no room for the SHM region" in proc.stderr and "memory instead" in proc.stderr
     (lines,) = logs_by_rank(home).values()
     assert sum(isinstance(ln.ci, CiColl) for ln in lines) >= 1  # the logs still work

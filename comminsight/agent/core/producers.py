@@ -54,7 +54,13 @@ from comminsight.agent.core.producer_clock import ProducerClock, on_reader_clock
 from comminsight.agent.core.rate_limited_log import RateLimitedLog
 from comminsight.agent.core.shms_listing import ShmsListing
 from comminsight.agent.core.slot_checks import SlotRejects, check_slots
-from comminsight.shm_reader import RingCursor, ShmError, ShmRegion, record_text
+from comminsight.shm_reader import (
+    RingCursor,
+    ShmError,
+    ShmRegion,
+    is_memfd_target,
+    record_text,
+)
 from comminsight_gen.abi import shm_v1
 
 log = logging.getLogger("comminsight.agent.core.producers")
@@ -405,7 +411,8 @@ class ProducerSet:
         target = producer.region.target
         producer.region.release()
         self.counters.regions_released += 1
-        self.remover.remove([path, target])
+        # a memfd's memory goes with its last mapping (released now): its link alone stays
+        self.remover.remove([path] if is_memfd_target(target) else [path, target])
         log.info(
             "released the region of pid %d (%s): its records are safe", producer.pid, path.name
         )
