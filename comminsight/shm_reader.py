@@ -214,6 +214,8 @@ class ShmRegion:
         self._buf = np.frombuffer(self._map, dtype=np.uint8)
         self.header = np.frombuffer(self._map, dtype=HEADER, count=1)[0]
         self._check(size)
+        if is_memfd_target(self.target):
+            self._check_memfd_owner()
         h = self.header
         self.comm_capacity = int(h["comm_capacity"])
         self.ring_capacity = int(h["ring_capacity"])
@@ -236,6 +238,19 @@ class ShmRegion:
             if self.evidence_problem is None and int(h["evidence_offset"])
             else EVIDENCE_EMPTY
         )
+
+    def _check_memfd_owner(self) -> None:
+        """A memfd link names a descriptor number of a pid: once that process is gone and the
+        pid reused, the number may hold another process's region, which its own link names
+        already. The region says which link is its own."""
+        own = os.path.basename(_text(bytes(self.header["link_path"])))
+        if own and own != self.path.name:
+            self.close()
+            raise ShmError(
+                f"{self.path}: its memfd holds the region {own} names (the pid was reused): "
+                "not read twice",
+                missing=True,
+            )
 
     def _check(self, size: int) -> None:
         h = self.header

@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from profiler_builds import builds
+from waiting import wait_until
 
+from comminsight.shm_reader import ShmError, ShmRegion
 from comminsight_gen.abi import shm_v1
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,3 +125,37 @@ def test_a_full_file_system_puts_the_region_in_memory_where_it_is_found_all_the_
     facts = json.loads((out / "facts").read_text())
     assert facts["shm"] and facts["seqs"][1:] == list(range(facts["ops_issued"]))
     assert list((tmp_path / "home" / "shms").glob("*.shm")) == []
+
+
+def test_a_memfd_link_left_by_an_earlier_process_of_the_pid_is_not_read_twice(tmp_path):
+    """A SIGKILLed process leaves its memfd link; should its pid come back with a region in
+    the same descriptor number, that old link would lead to the new process's region, which
+    its own link names already. The region says which link is its own."""
+    release = tmp_path / "release"
+    one = f"{shlex.quote(sys.executable)} {SCENARIOS} train {builds()['plain'].path}"
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    mount = f"mount -t tmpfs -o size=64k,mode=0700 tmpfs {shlex.quote(str(shm_dir))}"
+    env = {**scenario_env(tmp_path / "home", shm_dir), "SCENARIO_HOLD_FILE": str(release)}
+    job = subprocess.Popen(
+        ["unshare", "-rm", "sh", "-c", f"{mount} && exec {one}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        shms = tmp_path / "home" / "shms"
+        wait_until(lambda: list(shms.glob("*.shm")), 120, "the process's region link")
+        (own,) = shms.glob("*.shm")
+        assert ShmRegion(own).header["pid"] > 0  # its own link: read
+        pid = own.name.split("-")[-2]
+        earlier = shms / f"ci-vm-{pid}-1.shm"  # an earlier process's name, the same target
+        earlier.symlink_to(os.readlink(own))
+        with pytest.raises(ShmError, match="the pid was reused") as e:
+            ShmRegion(earlier)
+        assert e.value.missing  # its link goes, as a dead process's does
+    finally:
+        release.touch()
+        job.communicate(timeout=120)
+    assert job.returncode == 0
