@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from home_files import write_segment
 
+from comminsight.agent.steps.log_records import LogReader
 from comminsight.agent.steps.logged_processes import logged_since, running_pids
+from comminsight_gen.abi import shm_v1
 
 
 def test_each_process_once_its_segments_in_order_a_sealed_one_over_its_partial(tmp_path):
@@ -63,3 +66,18 @@ def test_a_logs_directory_that_is_not_there_has_no_processes(tmp_path):
 def test_running_pids_come_from_the_shm_files_names():
     names = {"ci-vm-4242-123.shm", "ci-host-with-dashes-77-5.shm", "junk.shm", "ci-x.shm"}
     assert running_pids(names) == {4242, 77}
+
+
+def test_a_log_reader_hands_records_on_by_when_they_completed():
+    def chunk(times):
+        slots = np.zeros(len(times), shm_v1.OP_SLOT_DTYPE)
+        slots["complete_mono_ns"] = times
+        return slots, {}
+
+    reader = LogReader(iter([chunk([10, 20, 30]), chunk([]), chunk([40, 50])]))
+    assert reader.next_complete() == 10
+    got = [list(s["complete_mono_ns"]) for s, _ in reader.until(35)]
+    assert got == [[10, 20, 30]] and reader.next_complete() == 40
+    assert list(reader.until(40)) == []  # the next one completed at 40: not before it
+    assert [list(s["complete_mono_ns"]) for s, _ in reader.until(10**9)] == [[40, 50]]
+    assert reader.next_complete() is None and reader.read == 5

@@ -145,6 +145,37 @@ def op_slots(
             yield _records(rows), comms
 
 
+class LogReader:
+    """A process's op records from op_slots, handed on by the time they completed: `until`
+    gives those completed before a time (the ring's order: up to the first that did not)."""
+
+    def __init__(self, chunks: Iterator[tuple[np.ndarray, dict[int, CommInfo]]]) -> None:
+        self._chunks = chunks
+        self._chunk: tuple[np.ndarray, dict[int, CommInfo]] | None = None
+        self._at = 0
+        self.read = 0  # records handed on
+
+    def next_complete(self) -> int | None:
+        """When its next record completed (CLOCK_MONOTONIC ns); None once all are read."""
+        while self._chunk is None or self._at >= len(self._chunk[0]):
+            self._chunk, self._at = next(self._chunks, None), 0
+            if self._chunk is None:
+                self._chunks = iter(())
+                return None
+        return int(self._chunk[0]["complete_mono_ns"][self._at])
+
+    def until(self, until_ns: int) -> Iterator[tuple[np.ndarray, dict[int, CommInfo]]]:
+        """Its next records, in order, up to the first that completed at until_ns or later."""
+        while (t := self.next_complete()) is not None and t < until_ns:
+            slots, comms = self._chunk
+            later = np.flatnonzero(slots["complete_mono_ns"][self._at :] >= until_ns)
+            end = self._at + int(later[0]) if len(later) else len(slots)
+            piece = slots[self._at : end]
+            self._at = end
+            self.read += len(piece)
+            yield piece, comms
+
+
 def covered_through(segments: ProcessSegments) -> int:
     """The highest ring seq the process's logs account for so far (by an op line, another
     ring record's line or a gap line): lines follow ring order without holes, so the newest

@@ -63,6 +63,7 @@ from comminsight.agent.metrics.steps import StepDurations
 from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.lag import GpuLag, newest_placed_end
 from comminsight.agent.steps.log_records import (
+    LogReader,
     ProcessSegments,
     covered_through,
     op_slots,
@@ -120,6 +121,11 @@ LOG_RETRY_S = 0.2
 # those of the last day, the latest 1024 (each is read whole, before the live ones go on)
 UNSEEN_LOOKBACK_NS = 24 * 3600 * 10**9
 MAX_UNSEEN = 1024
+# Ended processes' records read back from their logs are handed to the node's cut as the
+# Agent's polls (20 ms by default) met them: LOG_WINDOW_NS of the job's time at a time, for
+# at most MAX_LOG_READERS processes together (an open segment each)
+LOG_WINDOW_NS = 20_000_000
+MAX_LOG_READERS = 64
 
 
 @dataclass
@@ -535,11 +541,15 @@ class SemanticEngineHook:
         is gone, and with it the ops after the checkpoint): at the checkpoint's length, the
         Steps after it named as not recovered live. Then those no checkpoint named, and a
         checkpoint at once: it names what this Agent took on."""
-        self._seal_checkpointed(shm_files)
-        self._recover_unseen(shm_files)
+        from_logs = self._seal_checkpointed(shm_files)
+        from_logs += self._recover_unseen(shm_files)
+        self._hand_logs(from_logs)
         self._next_checkpoint = time.monotonic()
 
-    def _seal_checkpointed(self, shm_files: frozenset[str]) -> None:
+    def _seal_checkpointed(self, shm_files: frozenset[str]) -> list[_FromLogs]:
+        """The ended processes the checkpoint names: those whose logs are found go on from
+        them (returned, to be handed their records), the others are sealed as they were."""
+        from_logs = []
         for name, state in list(self._saved.items()):
             shm_file = state.input.shm_file if isinstance(state.input, ShmPosition) else None
             if not isinstance(shm_file, str) or shm_file in shm_files:
@@ -549,7 +559,10 @@ class SemanticEngineHook:
             if not (self.out_dir / state.output.file).exists():  # sealed since: nothing to do
                 del self._saved[name]
                 continue
-            if self._resume_from_logs(name, state):
+            resumed = self._resume_from_logs(name, state)
+            if resumed is not None:
+                if resumed is not _DONE:
+                    from_logs.append(resumed)
                 continue
             out = SummaryFile(
                 self.out_dir / state.output.file,
@@ -572,56 +585,67 @@ class SemanticEngineHook:
                 sealed,
                 state.output.summaries_written,
             )
+        return from_logs
 
-    def _resume_from_logs(self, name: str, state: GpuState) -> bool:
+    def _resume_from_logs(self, name: str, state: GpuState) -> _FromLogs | object | None:
         """Go on with a process that ended while no Agent ran from its inspector_logs, which
         hold the records after the checkpoint that went with its SHM region: restored, handed
         them and ended as the ring would have had it (log_records), its Steps are the ones an
-        Agent that never stopped writes. False where its logs are not found (or it drove
-        several GPUs, whose records its ring's communicator table alone tells apart)."""
+        Agent that never stopped writes. None where its logs are not found (or it drove
+        several GPUs, whose records its ring's communicator table alone tells apart); _DONE
+        where nothing is left to hand it."""
         gpu = _stream_of(state)
         if gpu is None or name != _summary_name(gpu):
-            return False
+            return None
         segments = process_segments(self.logs_dir, gpu.pid, gpu.start_real_ns)
         if segments is None:
-            return False
+            return None
         gpu = replace(gpu, start_mono_ns=segments.start_mono_ns)
         g = self._state(gpu)
         if g.finished or g.skip_through < 0:
-            return True  # not restored from the checkpoint: started over or sealed
+            return _DONE  # not restored from the checkpoint: started over or sealed
         # from its last Steps' first records: they give the node's cut its context again
         start = self._context_start(g)
-        records = self._hand_logs(g, segments, start)
         self.resumed_from_logs += 1
-        log.warning(
-            "semantic engine: pid %d ended while no Agent ran: its Steps go on from its "
-            "inspector logs (%d records read back from ring record %d on; its checkpoint "
-            "lay after %d)",
-            gpu.pid,
-            records,
-            start,
-            state.input.last_ring_seq,
+        why = (
+            f"ended while no Agent ran: its Steps go on from its inspector logs (read back from "
+            f"ring record {start} on; its checkpoint lay after {state.input.last_ring_seq})"
         )
-        return True
+        return _FromLogs(g, segments, start, why)
 
-    def _hand_logs(self, g: _Gpu, segments: ProcessSegments, start: int) -> int:
-        """Hand g, whose process ended, its op records from ring record `start` on, from its
-        logs, and its end; the records handed."""
-        records = 0
-        g.logs_checked = True  # its records all come from its logs
-        for slots, comms in op_slots(segments, start):
-            self._take(g.gpu, "ops", (slots, comms))
-            records += len(slots)
-        self._take(g.gpu, "finished", None)
-        return records
+    def _hand_logs(self, items: list[_FromLogs]) -> None:
+        """Hand the GPUs of ended processes their op records from their logs, then their ends,
+        as an Agent polling their rings met them: together, every GPU the records it completed
+        in the next LOG_WINDOW_NS of the job's time. The node's cut decides every GPU's Steps
+        from what all of them hold when it runs (after so many new ops, or so many seconds):
+        one GPU's whole run handed before the next one's, or GPUs far apart in time, had their
+        Steps cut in other places. At most MAX_LOG_READERS processes at a time (a file each)."""
+        for k in range(0, len(items), MAX_LOG_READERS):
+            group = items[k : k + MAX_LOG_READERS]
+            readers = [LogReader(op_slots(item.segments, item.start)) for item in group]
+            for item in group:
+                item.g.logs_checked = True  # its records all come from its logs
+            while True:
+                heads = [t for r in readers if (t := r.next_complete()) is not None]
+                if not heads:
+                    break
+                until = min(heads) + LOG_WINDOW_NS
+                for item, reader in zip(group, readers, strict=True):
+                    for slots, comms in reader.until(until):
+                        self._take(item.g.gpu, "ops", (slots, comms))
+            for item, reader in zip(group, readers, strict=True):
+                self._take(item.g.gpu, "finished", None)
+                log.warning(
+                    "semantic engine: pid %d %s: %d records", item.g.gpu.pid, item.why, reader.read
+                )
 
-    def _recover_unseen(self, shm_files: frozenset[str]) -> None:
+    def _recover_unseen(self, shm_files: frozenset[str]) -> list[_FromLogs]:
         """Recover, from their logs, the Steps of the processes that ran since Agents began to
         follow this home and ended with no checkpoint naming them: an earlier Agent stopped
         before its first checkpoint that did, or none ran while they did. An Agent that never
         stopped would have written them (from their first record on, as here)."""
         if self._watching_since is None:
-            return  # no Agent followed this home before: its earlier processes are not ours
+            return []  # no Agent followed this home before: its earlier processes are not ours
         since = max(self._watching_since, time.time_ns() - UNSEEN_LOOKBACK_NS)
         found, skipped = logged_since(self.logs_dir, since, MAX_UNSEEN)
         if skipped:
@@ -637,6 +661,7 @@ class SemanticEngineHook:
         known = {(g.gpu.pid, g.gpu.start_real_ns) for g in self._gpus.values()}
         known |= {(s.gpu.pid, s.input.producer_start_real_ns) for s in self._saved.values()}
         known |= self._sealed_processes()
+        from_logs = []
         for p in found:
             if p.pid in running or (p.pid, p.start_real_ns) in known:
                 continue  # read from its ring, resumed from its checkpoint, or sealed
@@ -653,14 +678,13 @@ class SemanticEngineHook:
             g = self._state(gpu)
             if g.finished:
                 continue
-            records = self._hand_logs(g, p.segments, 0)
             self.unseen_from_logs += 1
-            log.warning(
-                "semantic engine: pid %d ran while no Agent checkpointed it and has ended: its "
-                "Steps come from its inspector logs (%d records)",
-                p.pid,
-                records,
+            why = (
+                "ran while no Agent checkpointed it and has ended: its Steps come from its "
+                "inspector logs"
             )
+            from_logs.append(_FromLogs(g, p.segments, 0, why))
+        return from_logs
 
     def _sealed_processes(self) -> set[tuple[int, int]]:
         """(pid, start_real_ns) of the processes of this node with a sealed summary file (one
@@ -1230,6 +1254,19 @@ def _lost_after(skip_through: int, first: int, not_ops: np.ndarray) -> int:
     if skipped > 0 and len(not_ops):
         skipped -= int(np.count_nonzero((not_ops > skip_through) & (not_ops < first)))
     return max(0, skipped)
+
+
+@dataclass(frozen=True)
+class _FromLogs:
+    """An ended process's GPU to hand its records from its logs, from ring record `start`."""
+
+    g: _Gpu
+    segments: ProcessSegments
+    start: int
+    why: str  # for the log line
+
+
+_DONE = object()  # _resume_from_logs: nothing to hand
 
 
 def _text(index: int | None) -> str:
