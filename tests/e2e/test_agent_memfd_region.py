@@ -20,6 +20,7 @@ import httpx
 import pytest
 from agent_processes import agent_process, api_get
 from ports import free_port
+from private_tmpfs import in_private_tmpfs, skip_without_private_tmpfs
 from profiler_builds import builds
 from waiting import wait_until
 
@@ -32,12 +33,7 @@ OPS = 4
 def test_an_agent_reads_a_region_that_lives_in_its_process_memory(tmp_path):
     home, shm_dir, release = tmp_path / "home", tmp_path / "shm", tmp_path / "release"
     shm_dir.mkdir()
-    probe = subprocess.run(
-        ["unshare", "-rm", "mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(shm_dir)],
-        capture_output=True,
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"cannot mount a private tmpfs here: {probe.stderr.decode().strip()}")
+    skip_without_private_tmpfs(shm_dir)
     listen = f"127.0.0.1:{free_port()}"
     agent = agent_process(
         home, COMMINSIGHT_AGENT_LISTEN=listen, COMMINSIGHT_PROFILER_SHM_DIR=str(shm_dir)
@@ -55,10 +51,9 @@ def test_an_agent_reads_a_region_that_lives_in_its_process_memory(tmp_path):
             "SCENARIO_HOLD_FILE": str(release),
             **builds()["plain"].env,
         }
-        mount = f"mount -t tmpfs -o size=64k,mode=0700 tmpfs {shlex.quote(str(shm_dir))}"
         train = f"{shlex.quote(sys.executable)} {SCENARIOS} train {builds()['plain'].path}"
         job = subprocess.Popen(
-            ["unshare", "-rm", "sh", "-c", f"{mount} && exec {train}"],
+            in_private_tmpfs(shm_dir, "64k", f"exec {train}"),
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from private_tmpfs import in_private_tmpfs, skip_without_private_tmpfs
 from profiler_builds import builds
 from waiting import wait_until
 
@@ -46,15 +47,9 @@ def scenario_env(home: Path, shm_dir: Path) -> dict:
 def run_in_small_tmpfs(tmp_path: Path, size: str, script: str) -> subprocess.CompletedProcess:
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir(exist_ok=True)
-    probe = subprocess.run(
-        ["unshare", "-rm", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(shm_dir)],
-        capture_output=True,
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"cannot mount a private tmpfs here: {probe.stderr.decode().strip()}")
-    mount = f"mount -t tmpfs -o size={size},mode=0700 tmpfs {shlex.quote(str(shm_dir))}"
+    skip_without_private_tmpfs(shm_dir)
     return subprocess.run(
-        ["unshare", "-rm", "sh", "-c", f"{mount} && {script}"],
+        in_private_tmpfs(shm_dir, size, script),
         env=scenario_env(tmp_path / "home", shm_dir),
         capture_output=True,
         text=True,
@@ -135,10 +130,10 @@ def test_a_memfd_link_left_by_an_earlier_process_of_the_pid_is_not_read_twice(tm
     one = f"{shlex.quote(sys.executable)} {SCENARIOS} train {builds()['plain'].path}"
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
-    mount = f"mount -t tmpfs -o size=64k,mode=0700 tmpfs {shlex.quote(str(shm_dir))}"
+    skip_without_private_tmpfs(shm_dir)
     env = {**scenario_env(tmp_path / "home", shm_dir), "SCENARIO_HOLD_FILE": str(release)}
     job = subprocess.Popen(
-        ["unshare", "-rm", "sh", "-c", f"{mount} && exec {one}"],
+        in_private_tmpfs(shm_dir, "64k", f"exec {one}"),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

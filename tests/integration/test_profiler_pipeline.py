@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from agent_home import hold_agent_lock
+from private_tmpfs import skip_without_private_tmpfs
 from profiler_builds import builds, hot_path_driver
 from sim_pipeline import FAST, log_key, logs_by_rank, simulate, truth_key
 
@@ -272,12 +273,7 @@ def test_a_full_tmpfs_moves_the_region_to_memory_instead_of_crashing_training(ho
     table), where a larger one would get a ring sized down to fit it."""
     small = tmp_path / "small-tmpfs"
     small.mkdir()
-    probe = subprocess.run(
-        ["unshare", "-rm", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
-        capture_output=True,
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"cannot mount a private tmpfs here: {probe.stderr.decode().strip()}")
+    skip_without_private_tmpfs(small)
     exe = hot_path
     home = tmp_path / "home"
     driver = f"{exe} {builds()['plain'].path} --n 200000 --warmup 0"
