@@ -128,15 +128,16 @@ def open_region_file(path: Path, shm_dir: str | None, owner: int | None = -1) ->
     return fd, target
 
 
-# ci-<host>-<pid>-<mono>.shm -> /proc/<the same pid>/fd/<n>
-_REGION_PID = re.compile(r"ci-.+-(\d+)-\d+\.shm")
+# a region's name, ci-<host>-<pid>-<mono>.shm (group 1: the pid); a memfd region's link
+# leads to /proc/<that pid>/fd/<n>
+REGION_NAME = re.compile(r"ci-.+-(\d+)-\d+\.shm")
 _PROC_FD = re.compile(r"/proc/(\d+)/fd/\d+")
 MEMFD_NAME = "comminsight-region"  # the Profiler's CI_MEMFD_NAME
 
 
 def _memfd_link(name: str, link: str) -> bool:
     """Whether link is a memfd region's: a descriptor of the very process the name names."""
-    named, fd_of = _REGION_PID.fullmatch(name), _PROC_FD.fullmatch(link)
+    named, fd_of = REGION_NAME.fullmatch(name), _PROC_FD.fullmatch(link)
     return named is not None and fd_of is not None and named.group(1) == fd_of.group(1)
 
 

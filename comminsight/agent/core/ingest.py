@@ -21,7 +21,7 @@ from comminsight.agent.core.producers import Batch, Producer, ProducerSet
 from comminsight.agent.core.recent_ops import Origin, RecentOps
 from comminsight.agent.core.snapshot import rank_or_none
 from comminsight.agent.metrics.node import NodeMetrics, update_from_producers
-from comminsight.agent.metrics.process_labels import header_labels
+from comminsight.agent.metrics.process_labels import header_labels, index_label
 from comminsight.agent.steps.engine_hook import EngineHook, GpuStream
 from comminsight.semantic.process_gpus import GpuOfProcess
 from comminsight.semantic.shm_input import CommInfo
@@ -146,9 +146,9 @@ class NodeIngest:
             suffix=g.suffix,
             labels=replace(
                 whole.labels,
-                rank=_text(g.global_rank),
-                local_rank=_text(g.local_rank),
-                gpu=_text(g.device),
+                rank=index_label(g.global_rank),
+                local_rank=index_label(g.local_rank),
+                gpu=index_label(g.device),
                 # the header's UUID is its first device's
                 uuid=whole.labels.uuid if g.device == whole.cuda_device else "",
             ),
@@ -168,10 +168,6 @@ class NodeIngest:
             return
         for g, records in split.partition(ops):
             self.engine.feed(self._gpu_stream(producer, g), records, comms)
-
-
-def _text(index: int | None) -> str:
-    return "" if index is None else str(index)
 
 
 def comm_infos(rows: np.ndarray) -> dict[int, CommInfo]:

@@ -50,6 +50,11 @@ def _index(value: int) -> str:
     return str(value) if value >= 0 else ""  # NO_RANK: unset
 
 
+def index_label(index: int | None) -> str:
+    """A rank's or device's label: "" where it is not known."""
+    return "" if index is None else str(index)
+
+
 def header_labels(header) -> ProcessLabels:
     """The process's labels, its GPU being the device of its first communicator."""
     names = header.dtype.names

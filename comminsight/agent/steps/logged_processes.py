@@ -23,12 +23,12 @@ from pathlib import Path
 from msgspec import UnsetType
 
 from comminsight.agent.steps.log_records import ProcessSegments, segment_start
+from comminsight.shm_reader import REGION_NAME
 from comminsight_gen.models.inspector_log_v1 import CiSegmentStart
 
 log = logging.getLogger(__name__)
 
 SEGMENT_NAME = re.compile(r"ci-.+-(\d+)-(\d+)-(\d{1,9})\.jsonl(\.partial)?$")
-SHM_NAME = re.compile(r"ci-.+-(\d+)-\d+\.shm$")
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def logged_since(logs: Path, since_real_ns: int, limit: int) -> tuple[list[Logge
 
 def running_pids(shm_files: frozenset[str] | set[str]) -> set[int]:
     """The pids the SHM files of running processes name."""
-    return {int(m.group(1)) for name in shm_files if (m := SHM_NAME.match(name))}
+    return {int(m.group(1)) for name in shm_files if (m := REGION_NAME.fullmatch(name))}
 
 
 def _opt(value):

@@ -58,7 +58,7 @@ import numpy as np
 from msgspec import UnsetType
 
 from comminsight.agent.core.heap_trim import HeapTrim
-from comminsight.agent.metrics.process_labels import ProcessLabels
+from comminsight.agent.metrics.process_labels import ProcessLabels, index_label
 from comminsight.agent.metrics.steps import StepDurations
 from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.lag import GpuLag, newest_placed_end
@@ -559,10 +559,7 @@ class SemanticEngineHook:
             if not (self.out_dir / state.output.file).exists():  # sealed since: nothing to do
                 del self._saved[name]
                 continue
-            resumed = self._resume_from_logs(name, state)
-            if resumed is not None:
-                if resumed is not _DONE:
-                    from_logs.append(resumed)
+            if self._resume_from_logs(name, state, from_logs):
                 continue
             out = SummaryFile(
                 self.out_dir / state.output.file,
@@ -587,23 +584,23 @@ class SemanticEngineHook:
             )
         return from_logs
 
-    def _resume_from_logs(self, name: str, state: GpuState) -> _FromLogs | object | None:
+    def _resume_from_logs(self, name: str, state: GpuState, from_logs: list[_FromLogs]) -> bool:
         """Go on with a process that ended while no Agent ran from its inspector_logs, which
         hold the records after the checkpoint that went with its SHM region: restored, handed
         them and ended as the ring would have had it (log_records), its Steps are the ones an
-        Agent that never stopped writes. None where its logs are not found (or it drove
-        several GPUs, whose records its ring's communicator table alone tells apart); _DONE
-        where nothing is left to hand it."""
+        Agent that never stopped writes: added to `from_logs`, to be handed its records.
+        False where its logs are not found (or it drove several GPUs, whose records its
+        ring's communicator table alone tells apart)."""
         gpu = _stream_of(state)
         if gpu is None or name != _summary_name(gpu):
-            return None
+            return False
         segments = process_segments(self.logs_dir, gpu.pid, gpu.start_real_ns)
         if segments is None:
-            return None
+            return False
         gpu = replace(gpu, start_mono_ns=segments.start_mono_ns)
         g = self._state(gpu)
         if g.finished or g.skip_through < 0:
-            return _DONE  # not restored from the checkpoint: started over or sealed
+            return True  # not restored from the checkpoint: started over or sealed
         # from its last Steps' first records: they give the node's cut its context again
         start = self._context_start(g)
         self.resumed_from_logs += 1
@@ -611,7 +608,8 @@ class SemanticEngineHook:
             f"ended while no Agent ran: its Steps go on from its inspector logs (read back from "
             f"ring record {start} on; its checkpoint lay after {state.input.last_ring_seq})"
         )
-        return _FromLogs(g, segments, start, why)
+        from_logs.append(_FromLogs(g, segments, start, why))
+        return True
 
     def _hand_logs(self, items: list[_FromLogs]) -> None:
         """Hand the GPUs of ended processes their op records from their logs, then their ends,
@@ -640,10 +638,10 @@ class SemanticEngineHook:
                 )
 
     def _recover_unseen(self, shm_files: frozenset[str]) -> list[_FromLogs]:
-        """Recover, from their logs, the Steps of the processes that ran since Agents began to
-        follow this home and ended with no checkpoint naming them: an earlier Agent stopped
-        before its first checkpoint that did, or none ran while they did. An Agent that never
-        stopped would have written them (from their first record on, as here)."""
+        """The processes that ran since Agents began to follow this home and ended with no
+        checkpoint naming them (an earlier Agent stopped before its first checkpoint that did,
+        or none ran while they did), to be handed their records from their logs from the first
+        on: an Agent that never stopped would have written their Steps."""
         if self._watching_since is None:
             return []  # no Agent followed this home before: its earlier processes are not ours
         since = max(self._watching_since, time.time_ns() - UNSEEN_LOOKBACK_NS)
@@ -706,23 +704,18 @@ class SemanticEngineHook:
 
     def _logged_stream(self, p: LoggedProcess, device: int | None) -> GpuStream:
         """The stream of a process known from its logs alone, as its SHM header names it."""
-        labels = ProcessLabels(
-            job_id=p.job_id or "",
+        return _labelled_stream(
+            GpuStream(
+                self.node_name,
+                p.pid,
+                p.start_real_ns,
+                p.global_rank,
+                device,
+                start_mono_ns=p.segments.start_mono_ns,
+                local_rank=p.local_rank,
+                job_id=p.job_id,
+            ),
             host=p.first.process.host,
-            rank=_text(p.global_rank),
-            local_rank=_text(p.local_rank),
-            gpu=_text(device),
-        )
-        return GpuStream(
-            self.node_name,
-            p.pid,
-            p.start_real_ns,
-            p.global_rank,
-            device,
-            start_mono_ns=p.segments.start_mono_ns,
-            local_rank=p.local_rank,
-            job_id=p.job_id,
-            labels=labels,
         )
 
     # ---- a ring that lapped its checkpoint while no Agent ran ------------------------------
@@ -1266,11 +1259,16 @@ class _FromLogs:
     why: str  # for the log line
 
 
-_DONE = object()  # _resume_from_logs: nothing to hand
-
-
-def _text(index: int | None) -> str:
-    return "" if index is None else str(index)
+def _labelled_stream(gpu: GpuStream, host: str) -> GpuStream:
+    """gpu with the /metrics labels its producer's header would have given it."""
+    labels = ProcessLabels(
+        job_id=gpu.job_id or "",
+        host=host,
+        rank=index_label(gpu.global_rank),
+        local_rank=index_label(gpu.local_rank),
+        gpu=index_label(gpu.cuda_device),
+    )
+    return replace(gpu, labels=labels)
 
 
 def _summary_name(gpu: GpuStream) -> str:
@@ -1286,14 +1284,7 @@ def _stream_of(state: GpuState) -> GpuStream | None:
     local_rank = None if isinstance(key.local_rank, UnsetType) else key.local_rank
     device = None if isinstance(key.cuda_device, UnsetType) else key.cuda_device
     job_id = None if isinstance(key.job_id, UnsetType) else key.job_id
-    labels = ProcessLabels(
-        job_id=job_id or "",
-        host=key.host,
-        rank=str(key.global_rank),
-        local_rank="" if local_rank is None else str(local_rank),
-        gpu="" if device is None else str(device),
-    )
-    return GpuStream(
+    gpu = GpuStream(
         key.host,
         key.pid,
         position.producer_start_real_ns,
@@ -1302,5 +1293,5 @@ def _stream_of(state: GpuState) -> GpuStream | None:
         local_rank=local_rank,
         job_id=job_id,
         shm_file=position.shm_file,
-        labels=labels,
     )
+    return _labelled_stream(gpu, key.host)
