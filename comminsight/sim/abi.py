@@ -26,6 +26,14 @@ from comminsight_gen.abi.nccl_profiler_v5 import EventState, EventType
 _MODULES = {4: nccl_profiler_v4, 5: nccl_profiler_v5, 6: nccl_profiler_v6}
 POISON = b"?"
 
+# NCCL's activation mask is a static of libnccl: it outlives the plugin's threads, which read it
+# until the plugin's destructor at exit() joins them. Memory owned by a Python object is freed
+# as the interpreter finalizes, before that destructor runs; so the mask is taken from the C
+# heap and never freed, as NCCL's never is.
+_LIBC_FFI = cffi.FFI()
+_LIBC_FFI.cdef("void *calloc(size_t nmemb, size_t size);")
+_LIBC = _LIBC_FFI.dlopen(None)
+
 
 @functools.cache
 def abi_ffi(version: int) -> cffi.FFI:
@@ -114,8 +122,12 @@ class ProfilerAbi:
     # ---- the activation mask and communicators ----
 
     def new_activation_mask(self):
-        """The ONE process-global int NCCL passes to every init (zero until a plugin sets it)."""
-        return self.ffi.new("int32_t *")
+        """The ONE process-global int NCCL passes to every init (zero until a plugin sets it),
+        alive until the process ends (see _LIBC)."""
+        raw = _LIBC.calloc(1, self.ffi.sizeof("int32_t"))
+        if raw == _LIBC_FFI.NULL:
+            raise MemoryError("calloc of the activation mask failed")
+        return self.ffi.cast("int32_t *", int(_LIBC_FFI.cast("uintptr_t", raw)))
 
     def init(self, mask, comm_id: int, name: str | None, nnodes: int, nranks: int, rank: int):
         context = self.ffi.new("void **")
