@@ -94,10 +94,26 @@ def idle_cpu_percent(pid: int, seconds: float) -> float:
     return 100.0 * (proc_cpu_s(pid) - before) / (time.monotonic() - t0)
 
 
+# bench/faults.py --shm-size: the private tmpfs of that size it runs in
+SHM_TMPFS_ENV = "CI_BENCH_SHM_TMPFS"
+
+
+def shm_detail() -> dict:
+    """What each line says of the tmpfs the regions went to, when not the node's own."""
+    mount_point = os.environ.get(SHM_TMPFS_ENV)
+    if not mount_point:
+        return {}
+    st = os.statvfs(mount_point)
+    return {"shm_size_mib": round(st.f_blocks * st.f_frsize / (1 << 20), 1)}
+
+
 @contextmanager
 def shm_dir() -> Iterator[str]:
-    """A private directory of the tmpfs (/dev/shm where there is one) for the regions."""
-    tmpfs = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    """A private directory of the tmpfs for the regions: the bench's own (--shm-size), else
+    /dev/shm where there is one."""
+    tmpfs = os.environ.get(SHM_TMPFS_ENV)
+    if not tmpfs and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        tmpfs = "/dev/shm"
     with tempfile.TemporaryDirectory(prefix="ci-bench-crowded-", dir=tmpfs) as d:
         os.chmod(d, 0o700)
         yield d
@@ -219,8 +235,9 @@ def process_churn(work: Path, agent_cls, emit, processes: int, parallel: int, id
                 wait_for(lambda: regions_left(home) == 0, "the Agent kept ended processes' regions")
                 left = len(os.listdir(shm))
                 settle(agent, home)
-            measure(agent, sampler, "process_churn", idle_s, emit, processes=processes)
-            emit("regions_left", left, "files", "process_churn", processes=processes)
+            detail = {"processes": processes, **shm_detail()}
+            measure(agent, sampler, "process_churn", idle_s, emit, **detail)
+            emit("regions_left", left, "files", "process_churn", **detail)
         finally:
             agent.stop()
 
@@ -247,7 +264,9 @@ def junk_shm_entries(work: Path, agent_cls, emit, entries: int, idle_s: float):
                 )
                 time.sleep(3.0)  # past the listing's settling time: the directory is unchanged
                 settle(agent, home)
-            measure(agent, sampler, "junk_shm_entries", idle_s, emit, entries=entries)
+            measure(
+                agent, sampler, "junk_shm_entries", idle_s, emit, entries=entries, **shm_detail()
+            )
         finally:
             agent.stop()
 
@@ -324,7 +343,7 @@ def random_op_stream(work: Path, agent_cls, emit, ops: int, idle_s: float):
                 wait_for(lambda: regions_left(home) == 0, "the Agent kept the producers' regions")
                 settle(agent, home)
             emit("agent_cpu_busy_percent", round(busy, 2), "%", "random_op_stream", ops=2 * ops)
-            measure(agent, sampler, "random_op_stream", idle_s, emit, ops=2 * ops)
+            measure(agent, sampler, "random_op_stream", idle_s, emit, ops=2 * ops, **shm_detail())
         finally:
             agent.stop()
 

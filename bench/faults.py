@@ -27,6 +27,9 @@ Each scenario runs simulated ranks through the real plugin (dist/) and a real
 - agent_fds_max, agent_cpu_idle_percent, agent_rss_mib, faults process_churn,
   junk_shm_entries, random_op_stream: a crowded node (bench/crowded_node.py): 500 short-lived
   processes, 20,000 entries in shms/ that are no regions, a random op stream with no period.
+  With --shm-size (64m: a container's default /dev/shm), their regions go to a tmpfs of that
+  size, mounted for the whole bench in a private mount namespace (`unshare -rm`) so that the
+  Agent and every producer share it; their lines then carry `shm_size`.
 
 A gap line counts ring records, of which some may not be ops: ops_lost is then a lower
 bound on what a gap hid, never an overstatement of what reached the disk.
@@ -486,12 +489,17 @@ def half_open(home: Path) -> None:
         agent.stop()
 
 
-def crowded_node(name: str, work: Path, args) -> None:
+def crowded_node_module():
     spec = importlib.util.spec_from_file_location(
         "crowded_node", ROOT / "bench" / "crowded_node.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def crowded_node(name: str, work: Path, args) -> None:
+    module = crowded_node_module()
     if name == "process_churn":
         module.process_churn(
             work, Agent, emit, args.churn_processes, args.churn_parallel, args.idle_s
@@ -512,6 +520,18 @@ def plugin_reload(work: Path, cycles: int) -> None:
     spec.loader.exec_module(module)
     for metric, value, unit, detail in module.reload_soak(work, cycles):
         emit(metric, value, unit, module.FAULT, **detail)
+
+
+def in_private_shm_tmpfs(size: str) -> int:
+    """This bench again, in a private mount namespace where a tmpfs of `size` is mounted on a
+    fresh directory (named to it in crowded_node.SHM_TMPFS_ENV); its exit status."""
+    with tempfile.TemporaryDirectory(prefix="ci-bench-shm-") as mount_point:
+        script = 'mount -t tmpfs -o "size=$1,mode=0700" tmpfs "$2" && shift 2 && exec "$@"'
+        argv = [sys.executable, *sys.argv]
+        return subprocess.run(
+            ["unshare", "-rm", "sh", "-c", script, "sh", size, mount_point, *argv],
+            env={**os.environ, crowded_node_module().SHM_TMPFS_ENV: mount_point},
+        ).returncode
 
 
 SCENARIOS = (
@@ -538,8 +558,14 @@ def main() -> int:
     ap.add_argument("--junk-entries", type=int, default=20_000)
     ap.add_argument("--random-ops", type=int, default=200_000)
     ap.add_argument("--idle-s", type=float, default=10.0, help="idle CPU window, seconds")
+    ap.add_argument(
+        "--shm-size",
+        help="the crowded-node faults' regions in a private tmpfs of this size (e.g. 64m)",
+    )
     ap.add_argument("--only", nargs="*", choices=SCENARIOS, default=list(SCENARIOS))
     args = ap.parse_args()
+    if args.shm_size and crowded_node_module().SHM_TMPFS_ENV not in os.environ:
+        return in_private_shm_tmpfs(args.shm_size)
     if not PLUGIN.exists():
         sys.exit(f"bench/faults: {PLUGIN} is missing; run `make build-profiler`")
     failed = []

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import msgspec
 from agent_processes import agent_process, api_get, wait_for
@@ -16,11 +20,13 @@ from e2e_sims import E2E_THRESHOLD_S, HEALTHY_THRESHOLD_S, e2e_sim_config
 from ports import free_port
 from waiting import wait_until
 
-from comminsight.agent.core.service import AgentService
+from comminsight.agent.core.service import IDLE_POLL_INTERVAL_S, AgentService
 from comminsight.agent.hangs.store import HangStore
 from comminsight.sim import run_simulation
 from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models.hang_report_v1 import Verdict
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_service_during_sim(plugin_path, home, faults, steps: int = 2, threshold_s=E2E_THRESHOLD_S):
@@ -165,3 +171,58 @@ def test_a_sleeper_is_reported_then_resolved_when_it_rejoins(plugin, tmp_path):
     again = HangStore(tmp_path)
     again.load()
     assert again.reports[stuck[0].report_id].status.value == "resolved"  # written, not only kept
+
+
+def test_the_agent_passes_at_its_interval_while_a_process_runs_and_seldom_when_none_does(
+    plugin, tmp_path
+):
+    """A node between jobs (or after hundreds of short-lived processes, all ended and their
+    records safe) has nothing for a pass to find but a region that appears, which waits in
+    shms/ with its records: the Agent passes every IDLE_POLL_INTERVAL_S then, and at its
+    configured interval again as soon as a process publishes."""
+    home = tmp_path / "home"
+    (home / "metadata").mkdir(parents=True)
+    lock = open(home / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held for the test
+    fcntl.flock(lock, fcntl.LOCK_EX)  # as the Agent does: the region stays for it to retire
+    settings = msgspec.convert({"home": str(home), "agent_poll_interval_ms": 20}, ConfigV1)
+    service = AgentService(settings)
+    assert service.poll_interval_s() == IDLE_POLL_INTERVAL_S  # nothing to follow yet
+
+    release = tmp_path / "release"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
+        "COMMINSIGHT_HOME": str(home),
+        "COMMINSIGHT_AGENT_AUTOSTART": "0",
+        "PYTHONPATH": str(ROOT / "tests"),
+        "SCENARIO_OPS": "4",
+        "SCENARIO_HOLD_FILE": str(release),
+    }
+    job = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "hostile_scenarios.py"), "train", str(plugin)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def followed() -> bool:
+            service.poll_once()
+            return bool(service.producers.producers)
+
+        wait_until(followed, 120, "the process's region")
+        assert service.poll_interval_s() == 0.02
+    finally:
+        release.touch()
+        out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+
+    def all_released() -> bool:
+        service.poll_once()
+        return all(p.released for p in service.producers.producers.values())
+
+    wait_until(all_released, 120, "the ended process's region released")
+    assert service.producers.producers  # still remembered, for diagnosis
+    assert service.poll_interval_s() == IDLE_POLL_INTERVAL_S
+    service.producers.close()
+    lock.close()

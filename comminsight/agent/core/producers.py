@@ -544,6 +544,15 @@ class ProducerSet:
             out.append(f"SHM file {name} retired: {why}")
         return out
 
+    def following(self) -> bool:
+        """Whether a process is followed: a region mapped and not yet released, or one that
+        waits to be opened (too many mapped, or still being created)."""
+        return (
+            any(not p.released for p in self.producers.values())
+            or self.regions_waiting > 0
+            or bool(self._creating_since)
+        )
+
     def close(self) -> None:
         for producer in self.producers.values():
             producer.region.close()

@@ -78,6 +78,11 @@ RECENT_EVENTS = 1000  # FIFO hang events kept for the API
 MIN_RETIRE_S = 60.0
 PRUNE_STACKS_EVERY = 600  # passes between removals of stack files of ended processes
 ENGINE_METRICS_EVERY_NS = 250_000_000  # the live engine's metrics are refreshed this often
+# With no process to follow (none, or every one ended and its records safe), a pass can only
+# find a region that appeared since, which waits in shms/ with all its records: the Agent
+# passes this seldom then (at most), so a node between jobs, or after hundreds of short-lived
+# processes, costs next to nothing. Hang events from the FIFO still wake it at once.
+IDLE_POLL_INTERVAL_S = 0.25
 
 
 class AgentService:
@@ -470,6 +475,14 @@ class AgentService:
         self.fifo.stats.evicted += keep_recent(self.hang_events, events)
         self._wake.set()  # diagnose now, not at the next tick
 
+    def poll_interval_s(self) -> float:
+        """Until the next pass: the configured interval while a process is followed, else
+        the idle one."""
+        interval_s = self.settings.agent_poll_interval_ms / 1000
+        if self.producers.following():
+            return interval_s
+        return max(interval_s, IDLE_POLL_INTERVAL_S)
+
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until stop is set; the FIFO is held open for the whole run."""
         self.hangs.load()
@@ -482,7 +495,6 @@ class AgentService:
         except FifoError as e:  # serve on: SHM still shows hangs, health names the FIFO
             self.fifo_error = str(e)
             log.error("hang events are not received: %s", e)
-        interval_s = self.settings.agent_poll_interval_ms / 1000
         self.publish_threshold()
         try:
             while not stop.is_set():
@@ -497,7 +509,9 @@ class AgentService:
                 stopping = asyncio.ensure_future(stop.wait())
                 woken = asyncio.ensure_future(self._wake.wait())
                 await asyncio.wait(
-                    {stopping, woken}, timeout=interval_s, return_when=asyncio.FIRST_COMPLETED
+                    {stopping, woken},
+                    timeout=self.poll_interval_s(),
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
                 for task in (stopping, woken):
                     task.cancel()

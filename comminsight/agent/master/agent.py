@@ -101,6 +101,10 @@ class MasterAgentService(AgentService):
             )
         )
 
+    def poll_interval_s(self) -> float:
+        """The configured interval, always: the job's other nodes are followed too."""
+        return self.settings.agent_poll_interval_ms / 1000
+
     def _local_metric_totals(self) -> pb.NodeMetricTotals:
         totals = node_metric_totals(self.metrics)
         # this agent's open hangs are the job's diagnosis (comminsight_hangs_open), not a
