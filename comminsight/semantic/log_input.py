@@ -48,6 +48,7 @@ from comminsight.semantic.op_batch import (
     SegmentTable,
     from_engine_ops,
     func_code,
+    plain_func_name,
 )
 from comminsight.semantic.op_times import op_times
 from comminsight.semantic.ops import EngineOp
@@ -333,7 +334,7 @@ class _SegmentReader:
         rows, rest = native.scan(
             data, offset, self.headers, self.funcs, seal is not None, _scan_scratch()
         )
-        self._learn_interned()
+        self._learn_interned(path)
         ops = np.flatnonzero(rows["status"] == native.LINE_OP)
         # a header C took but the schema does not (a wrong type): Python names the problem
         refused = ops[self.comm_of_header[rows["header"][ops]] < 0]
@@ -380,6 +381,8 @@ class _SegmentReader:
             op = _op(decoded, anchor, position, gpu_offset)
             if op is not None:
                 py_ops.append((r, op))
+                if (plain := plain_func_name(op.func)) != op.func:
+                    problems.append(f"{path}:{line_no + 1}: {_renamed(op.func, plain)}")
             elif (unread := _unread(decoded)) is not None:
                 problems.append(f"{path}:{line_no + 1}: {unread}; left out")
         if no_seal and rest < len(data) and not path.name.endswith(".partial"):
@@ -411,7 +414,7 @@ class _SegmentReader:
                 lost_after += count
         return batch, lost_after
 
-    def _learn_interned(self) -> None:
+    def _learn_interned(self, path: Path) -> None:
         ids = []
         for raw in self.headers.new_entries():
             try:
@@ -426,7 +429,11 @@ class _SegmentReader:
             self.comm_of_header = np.concatenate((self.comm_of_header, ids)).astype(np.int64)
         new_funcs = self.funcs.new_entries()
         if new_funcs:
-            codes = [func_code(f.decode()) for f in new_funcs]
+            names = [f.decode("utf-8", "replace") for f in new_funcs]
+            for name in names:
+                if (plain := plain_func_name(name)) != name:
+                    self._problem_list().append(f"{path}: {_renamed(name, plain)}")
+            codes = [func_code(name) for name in names]
             self.code_of_func = np.concatenate((self.code_of_func, codes)).astype(np.int64)
 
     def _columns(
@@ -661,6 +668,10 @@ def _nvidia_op(line: EngineLine, position: LogPosition) -> EngineOp | None:
         ring_seq=None,
         position=position,
     )
+
+
+def _renamed(name: str, plain: str) -> str:
+    return f"op name {name!r} read as {plain!r} (functions are named by ASCII letters and digits)"
 
 
 # NVIDIA Inspector's spellings -> NCCL profiler's (what templates and summaries use)

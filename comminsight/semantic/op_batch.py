@@ -9,6 +9,7 @@ one op as an `EngineOp` where a single op is wanted (a Step's first op, trace ex
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -27,7 +28,21 @@ FUNCS: list[str] = []
 _FUNC_CODES: dict[str, int] = {}
 
 
+_PLAIN_FUNC = re.compile(r"[A-Za-z][A-Za-z0-9]{0,31}")
+
+
+def plain_func_name(name: str) -> str:
+    """`name` as a step summary carries an op's function: ASCII letters and digits, a letter
+    first, at most 32. NCCL's own names are so already; a stand-in's or a damaged log's may
+    not be ("All-Reduce", "Ünïcode"), and are kept, as the nearest plain name."""
+    if _PLAIN_FUNC.fullmatch(name):
+        return name
+    kept = "".join(c for c in name if c.isascii() and c.isalnum()).lstrip("0123456789")
+    return kept[:32] or "Unknown"
+
+
 def func_code(name: str) -> int:
+    name = plain_func_name(name)
     code = _FUNC_CODES.get(name)
     if code is None:
         code = _FUNC_CODES[name] = len(FUNCS)

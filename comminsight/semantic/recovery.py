@@ -197,5 +197,5 @@ class PeriodRunner:
 
 def func_role(func: str) -> str:
     """A role name for period mode, where there are no template roles: the function."""
-    name = "".join(c for c in func.lower() if c.isalnum())
+    name = "".join(c for c in func.lower() if c.isascii() and c.isalnum())
     return name if name[:1].isalpha() else "op"

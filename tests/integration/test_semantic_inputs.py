@@ -201,6 +201,42 @@ def test_the_cli_names_problems_and_still_writes_summaries(logs, tmp_path):
     assert "ci-vm-7-1000-000000.jsonl:1: not an inspector-log line" in unread.stderr
 
 
+@pytest.mark.parametrize(
+    ("name", "plain"), [("All-Reduce", "AllReduce"), ("Ünïcode", "ncode"), ("9", "Unknown")]
+)
+def test_an_op_name_a_summary_cannot_carry_is_named_and_its_op_kept(logs, tmp_path, name, plain):
+    """A stand-in's (or a damaged log's) function name outside ASCII letters and digits: the
+    summaries written must still be readable (the CLI reads back what it wrote), the op kept
+    under the nearest plain name, the file named."""
+    logs_dir, _ = logs
+    segment = rank0_segments(logs_dir)[1]
+    lines = segment.read_bytes().split(b"\n")
+    victim = op_lines(segment)[1]
+    lines[victim] = lines[victim].replace(b'"coll":"AllReduce"', f'"coll":"{name}"'.encode())
+    segment.write_bytes(b"\n".join(lines))
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "comminsight.cli", "steps", str(logs_dir), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert f"op name {name!r} read as {plain!r}" in run.stderr and str(segment) in run.stderr
+    funcs = [
+        op["func"]
+        for path in out.glob("*.jsonl")
+        for summary in map(json.loads, path.read_text().splitlines())
+        for op in (summary["first_op"], summary["last_op"], summary["slowest_op"])
+        if op
+    ]
+    assert name not in funcs or name == plain
+    result = recover_steps(logs_dir)
+    assert len(steps_of(result, 0)) == STEPS + 1  # the renamed op still in its Step
+
+
 def test_a_users_template_is_used_without_code_changes(tmp_path, logs):
     """A template file dropped into a directory: a DDP variant named for the user's job, of
     higher priority than the built-in one it copies, wins the tie."""
