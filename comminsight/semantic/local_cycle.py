@@ -529,7 +529,9 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
                     if not updates:
                         continue  # a communicator that shows no optimizer shows no Step
                 else:
-                    cyc = after_optimizer(cyc, el.small, el.comm_func, el.gathers, keys)
+                    cyc = after_optimizer(
+                        cyc, el.small, el.comm_func, el.gathers, keys, el.reductions
+                    )
                 found = _follow_cost(keys, cyc, op_cost)
                 if found is not None:
                     cost, starts, on_cycle, coverage, whole, fragments = found
@@ -677,6 +679,7 @@ def after_optimizer(
     comm_func: np.ndarray,
     gathers: np.ndarray,
     stream: np.ndarray | None = None,
+    reductions: np.ndarray | None = None,
 ) -> np.ndarray:
     """The cycle rotated to begin where a Step begins, when its ops show it: a Step ends
     with its optimizer, whose scalar reductions (gradient norm, found-inf, a success flag,
@@ -691,9 +694,14 @@ def after_optimizer(
     gradient norms and gathers. A gather that follows the optimizer whatever it did (the
     flag alone, or the norms and other gathers) is the next Step's parameter fetch (ZeRO-3
     prefetching a whole small model before the forward, which leaves the backward none to
-    gather): `stream`, the element keys in order, shows which ops each gather follows."""
+    gather): `stream`, the element keys in order, shows which ops each gather follows.
+
+    With no scalar reduction at all, a sharded optimizer still shows its update
+    (`reductions`: per element key, a gradient reduction): see _after_sharded_update."""
     p = len(cyc)
     is_small = small[cyc]
+    if p >= 2 and not is_small.any() and reductions is not None:
+        return _after_sharded_update(cyc, comm_func, gathers, reductions)
     if p < 2 or not is_small.any() or is_small.all():
         return cyc
     uses = Counter(cyc.tolist())
@@ -717,6 +725,37 @@ def after_optimizer(
     if not fetch and any(cf_uses[c] != n for c, n in update.items()):
         k = (last + 1) % p
     return np.roll(cyc, -k)
+
+
+def _after_sharded_update(
+    cyc: np.ndarray, comm_func: np.ndarray, gathers: np.ndarray, reductions: np.ndarray
+) -> np.ndarray:
+    """The cycle rotated to begin after a sharded optimizer's update, when the cycle shows
+    one and only one: a gradient reduction on a communicator, then at once the parameter
+    all-gathers (or broadcasts) of the updated shards on the same communicator, and that
+    communicator's reductions and gathers nowhere else in the cycle (Megatron's distributed
+    optimizer, ZeRO-1/2: the gathers end `optimizer.step()`, so they end the Step). Without
+    it the rotation the idle gaps chose stays: two idle times of about the same length,
+    before the reduction (the other stages' backward drains) and after the gathers, would
+    leave the phase to chance. Sharded parameters gathered layer by layer (FSDP, ZeRO-3,
+    sequence parallelism) use their communicator all through the cycle: no rotation."""
+    p = len(cyc)
+    comm = comm_func[cyc] >> 8
+    red, gat = reductions[cyc], gathers[cyc]
+    blocks = []
+    for i in np.flatnonzero(red).tolist():
+        j = i + 1
+        while j < i + p and gat[j % p] and comm[j % p] == comm[i]:
+            j += 1
+        if j == i + 1:
+            continue
+        block = {k % p for k in range(i, j)}
+        same_comm = np.flatnonzero((comm == comm[i]) & (red | gat)).tolist()
+        if set(same_comm) <= block:
+            blocks.append(j % p)
+    if len(blocks) != 1:
+        return cyc
+    return np.roll(cyc, -blocks[0])
 
 
 def _follows_anything(key: int, stream: np.ndarray | None) -> bool:

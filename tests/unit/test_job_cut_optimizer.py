@@ -151,6 +151,30 @@ def test_gathers_after_the_flag_whatever_the_update_did_begin_the_next_step():
     assert after_optimizer(update, small, comm_func, gathers, zero1).tolist() == [0, 1, 2, 3, 4]
 
 
+def test_a_sharded_update_without_scalars_ends_the_step_it_finishes():
+    """Megatron's distributed optimizer (or ZeRO-1/2) with no gradient-norm or found-inf
+    reduction: the data-parallel reduce-scatter of the gradients, then at once the
+    all-gather of the updated parameters, end `optimizer.step()`: the cycle begins after
+    them, whichever idle time the sampled run found longer."""
+    comm = 1 << 8
+    # keys: 0 tensor-parallel all-reduce (comm 1), 1 pipeline send/recv, 2 data-parallel
+    # reduce-scatter (comm 2), 3 its all-gather (comm 2)
+    comm_func = np.array([comm | 1, 3 * comm, 2 * comm | 2, 2 * comm | 3])
+    small = np.zeros(4, bool)
+    gathers = np.array([False, False, False, True])
+    reductions = np.array([True, False, True, False])
+    for rotation in range(5):
+        cyc = np.roll(np.array([0, 0, 1, 0, 0, 2, 3]), -rotation)
+        got = after_optimizer(cyc, small, comm_func, gathers, None, reductions)
+        assert got.tolist() == [0, 0, 1, 0, 0, 2, 3], rotation
+    # parameters gathered and gradients reduced layer by layer on one communicator (FSDP,
+    # ZeRO-3, sequence parallelism): no update to tell the phase by, the rotation stays
+    fsdp = np.array([3, 0, 3, 0, 2, 3, 2])
+    fsdp_comm_func = np.array([comm | 1, 3 * comm, 2 * comm | 2, 2 * comm | 3])
+    got = after_optimizer(fsdp, small, fsdp_comm_func, gathers, None, reductions)
+    assert got.tolist() == fsdp.tolist()
+
+
 # ---- RL --------------------------------------------------------------------------------
 
 LAYERS = 4
