@@ -277,6 +277,8 @@ class _SegmentReader:
         self.segments = SegmentTable()
         self.comm_of_header = np.empty(0, np.int64)  # interned header -> comms index
         self.code_of_func = np.empty(0, np.int64)  # interned function name -> FUNCS code
+        # interned function names read as another (plain_func_name): id -> (name, plain)
+        self._renamed: dict[int, tuple[str, str]] = {}
         # segments read whole before their turn: (what `read` gives, the problems found)
         self._ahead: dict[str, tuple[tuple[OpBatch, int], list[str]]] = {}
         self._problems: list[str] | None = None  # where problems go, when not the log's
@@ -334,11 +336,16 @@ class _SegmentReader:
         rows, rest = native.scan(
             data, offset, self.headers, self.funcs, seal is not None, _scan_scratch()
         )
-        self._learn_interned(path)
+        self._learn_interned()
         ops = np.flatnonzero(rows["status"] == native.LINE_OP)
         # a header C took but the schema does not (a wrong type): Python names the problem
         refused = ops[self.comm_of_header[rows["header"][ops]] < 0]
         rows["status"][refused] = native.LINE_OTHER
+        for fid, (name, plain) in self._renamed.items():
+            at = ops[rows["func"][ops] == fid]
+            if len(at):
+                more = f" (and {len(at) - 1} more lines here)" if len(at) > 1 else ""
+                problems.append(f"{path}:{record + int(at[0]) + 1}: {_renamed(name, plain)}{more}")
         ends = rows["end"]
         n = len(rows)
         gpu_offset = native.gpu_offset(rows, ops)
@@ -414,7 +421,7 @@ class _SegmentReader:
                 lost_after += count
         return batch, lost_after
 
-    def _learn_interned(self, path: Path) -> None:
+    def _learn_interned(self) -> None:
         ids = []
         for raw in self.headers.new_entries():
             try:
@@ -430,9 +437,9 @@ class _SegmentReader:
         new_funcs = self.funcs.new_entries()
         if new_funcs:
             names = [f.decode("utf-8", "replace") for f in new_funcs]
-            for name in names:
+            for fid, name in enumerate(names, start=len(self.code_of_func)):
                 if (plain := plain_func_name(name)) != name:
-                    self._problem_list().append(f"{path}: {_renamed(name, plain)}")
+                    self._renamed[fid] = (name, plain)
             codes = [func_code(name) for name in names]
             self.code_of_func = np.concatenate((self.code_of_func, codes)).astype(np.int64)
 
