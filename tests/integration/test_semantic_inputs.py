@@ -62,6 +62,18 @@ def op_lines(path) -> list[int]:
     return [i for i, line in enumerate(lines) if b'"kind":"coll"' in line]
 
 
+def steps_cli(*args) -> subprocess.CompletedProcess:
+    """`comminsight steps ARGS...` in a process of its own, no COMMINSIGHT_ setting inherited."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "comminsight.cli", "steps", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
 def steps_of(result, rank: int):
     return next(g for g in result.gpus if g.gpu.global_rank == rank).summaries
 
@@ -154,48 +166,19 @@ def test_the_cli_names_problems_and_still_writes_summaries(logs, tmp_path):
     lines[op_lines(segment)[0]] = b"garbage"
     segment.write_bytes(b"\n".join(lines))
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "comminsight.cli",
-            "steps",
-            str(logs_dir),
-            "--out",
-            str(out),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    run = steps_cli(logs_dir, "--out", out, "--format", "json")
     assert run.returncode == 0, run.stderr
     assert f"{segment}:" in run.stderr and "not an inspector-log line" in run.stderr
     records = json.loads(run.stdout)["items"]
     assert {r["global_rank"] for r in records} == {0, 1}
     assert sum(len(p.read_text().splitlines()) for p in out.glob("*.jsonl")) == len(records)
-    empty = subprocess.run(
-        [sys.executable, "-m", "comminsight.cli", "steps", str(tmp_path / "none")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    empty = steps_cli(tmp_path / "none")
     assert empty.returncode == 1 and "not a directory" in empty.stderr
     # segments none of whose lines is an op line: no "0 Steps" answer, an error naming why
     junk = tmp_path / "junk" / "inspector_logs"
     junk.mkdir(parents=True)
     (junk / "ci-vm-7-1000-000000.jsonl").write_bytes(b"garbage\n")
-    unread = subprocess.run(
-        [sys.executable, "-m", "comminsight.cli", "steps", str(junk)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    unread = steps_cli(junk)
     assert unread.returncode == 1, unread.stdout
     assert f"no op could be read from {junk} (1 process;" in unread.stderr
     assert "ci-vm-7-1000-000000.jsonl:1: not an inspector-log line" in unread.stderr
@@ -215,14 +198,7 @@ def test_an_op_name_a_summary_cannot_carry_is_named_and_its_op_kept(logs, tmp_pa
     lines[victim] = lines[victim].replace(b'"coll":"AllReduce"', f'"coll":"{name}"'.encode())
     segment.write_bytes(b"\n".join(lines))
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
-    run = subprocess.run(
-        [sys.executable, "-m", "comminsight.cli", "steps", str(logs_dir), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    run = steps_cli(logs_dir, "--out", out)
     assert run.returncode == 0, run.stderr
     assert f"{segment}:{victim + 1}: op name {name!r} read as {plain!r}" in run.stderr
     funcs = [
