@@ -24,3 +24,14 @@ def in_private_tmpfs(directory: Path, size: str, script: str) -> list[str]:
     """The command line that runs the shell `script` with `size` of tmpfs on `directory`."""
     mount = f"mount -t tmpfs -o size={size},mode=0700 tmpfs {shlex.quote(str(directory))}"
     return ["unshare", "-rm", "sh", "-c", f"{mount} && {script}"]
+
+
+def popen_in_private_tmpfs(directory: Path, size: str, argv: list[str], env: dict):
+    """`argv` started with `size` of tmpfs on `directory`, its output captured as text."""
+    return subprocess.Popen(
+        in_private_tmpfs(directory, size, "exec " + shlex.join(argv)),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

@@ -10,9 +10,7 @@ link is gone and nothing is refused.
 from __future__ import annotations
 
 import os
-import shlex
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +18,7 @@ import httpx
 import pytest
 from agent_processes import agent_process, api_get
 from ports import free_port
-from private_tmpfs import in_private_tmpfs, skip_without_private_tmpfs
+from private_tmpfs import popen_in_private_tmpfs, skip_without_private_tmpfs
 from profiler_builds import builds
 from waiting import wait_until
 
@@ -51,14 +49,8 @@ def test_an_agent_reads_a_region_that_lives_in_its_process_memory(tmp_path):
             "SCENARIO_HOLD_FILE": str(release),
             **builds()["plain"].env,
         }
-        train = f"{shlex.quote(sys.executable)} {SCENARIOS} train {builds()['plain'].path}"
-        job = subprocess.Popen(
-            in_private_tmpfs(shm_dir, "64k", f"exec {train}"),
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        train = [sys.executable, str(SCENARIOS), "train", str(builds()["plain"].path)]
+        job = popen_in_private_tmpfs(shm_dir, "64k", train, env)
 
         def ops_seen():
             page = httpx.get(f"http://{listen}/api/v1/communicators", timeout=5).json()

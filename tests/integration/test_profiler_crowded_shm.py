@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from private_tmpfs import in_private_tmpfs, skip_without_private_tmpfs
+from private_tmpfs import in_private_tmpfs, popen_in_private_tmpfs, skip_without_private_tmpfs
 from profiler_builds import builds
 from waiting import wait_until
 
@@ -127,18 +127,12 @@ def test_a_memfd_link_left_by_an_earlier_process_of_the_pid_is_not_read_twice(tm
     the same descriptor number, that old link would lead to the new process's region, which
     its own link names already. The region says which link is its own."""
     release = tmp_path / "release"
-    one = f"{shlex.quote(sys.executable)} {SCENARIOS} train {builds()['plain'].path}"
+    one = [sys.executable, str(SCENARIOS), "train", str(builds()["plain"].path)]
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
     skip_without_private_tmpfs(shm_dir)
     env = {**scenario_env(tmp_path / "home", shm_dir), "SCENARIO_HOLD_FILE": str(release)}
-    job = subprocess.Popen(
-        in_private_tmpfs(shm_dir, "64k", f"exec {one}"),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    job = popen_in_private_tmpfs(shm_dir, "64k", one, env)
     try:
         shms = tmp_path / "home" / "shms"
         wait_until(lambda: list(shms.glob("*.shm")), 120, "the process's region link")
