@@ -742,16 +742,16 @@ def _after_sharded_update(
     p = len(cyc)
     comm = comm_func[cyc] >> 8
     red, gat = reductions[cyc], gathers[cyc]
+    # per communicator, its reductions and gathers in the cycle: a block holding all of them
+    # is as long as their count
+    comms, counts = np.unique(comm[red | gat], return_counts=True)
+    on_comm = dict(zip(comms.tolist(), counts.tolist(), strict=True))
     blocks = []
     for i in np.flatnonzero(red).tolist():
         j = i + 1
         while j < i + p and gat[j % p] and comm[j % p] == comm[i]:
             j += 1
-        if j == i + 1:
-            continue
-        block = {k % p for k in range(i, j)}
-        same_comm = np.flatnonzero((comm == comm[i]) & (red | gat)).tolist()
-        if set(same_comm) <= block:
+        if j > i + 1 and on_comm[int(comm[i])] == j - i:
             blocks.append(j % p)
     if len(blocks) != 1:
         return cyc
