@@ -40,7 +40,7 @@ GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 ATOMIC = tmp="$@.tmp.$$$$"; trap 'rm -rf "$$tmp"' EXIT;
 ATOMIC_DONE = && mv -f "$$tmp" "$@"
 
-.PHONY: build-profiler build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults build-engine
+.PHONY: build-profiler build-sim build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults build-engine
 .PHONY: all build venv generate verify-generated check-schemas check-compat headers test test-contract \
         test-unit lint bench demo install uninstall wheel-manylinux clean
 
@@ -54,7 +54,7 @@ help:
 all: build
 
 ## build: the wheel, the generated headers compiled, the Profiler, the engine's C core and Inject's wheel
-build: $(WHEEL) headers build-profiler build-engine build-inject
+build: $(WHEEL) headers build-profiler build-sim build-engine build-inject
 
 # ---- Inject: a dependency-free wheel for the training environment (.pth + comminsight/inject) ----
 .PHONY: build-inject
@@ -135,6 +135,18 @@ $(ENGINE_SO): $(ENGINE_SRC) $(ENGINE_HEADERS)
 	$(ATOMIC) $(CC) -std=gnu11 -Wall -Wextra -Werror -O2 -g -fPIC -shared -ffp-contract=off \
 	  -Igenerated/c/include $< -o "$$tmp" $(ATOMIC_DONE)
 
+# ---- the simulated NCCL's per-channel event loops (loaded with cffi; see comminsight/sim/abi.py) ----
+SIM_SO := $(BUILD)/sim/libcisim.so
+SIM_SRC := comminsight/sim/sim_channels.c
+
+## build-sim: the simulated NCCL's C part, build/sim/libcisim.so (without it the simulator makes the same calls from Python, at several times the CPU)
+build-sim: $(SIM_SO)
+
+$(SIM_SO): $(SIM_SRC) $(GEN_HEADERS)
+	@mkdir -p $(@D)
+	$(ATOMIC) $(CC) -std=c11 -Wall -Wextra -Werror -O2 -g -fPIC -shared -Igenerated/c/include \
+	  $< -o "$$tmp" $(ATOMIC_DONE)
+
 ## debian-packages: the Debian packages the build and tests use (scripts/debian-packages.txt), installed if missing
 .PHONY: debian-packages
 debian-packages:
@@ -210,7 +222,7 @@ $(WHEEL): $(VENV_STAMP) $(ENGINE_SO) $(shell find comminsight generated/python -
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 test: debian-packages
 	$(MAKE) --no-print-directory -j$(NPROC) -Otarget verify-generated check-compat headers lint \
-	  build-profiler build-profiler-sanitizers $(ENGINE_SO) test-contract test-bytecode
+	  build-profiler $(SIM_SO) build-profiler-sanitizers $(ENGINE_SO) test-contract test-bytecode
 	$(MAKE) --no-print-directory test-suites
 
 ## test-bytecode: collect the tests once (no test runs), so that pytest's rewritten test modules are cached before the workers start
@@ -249,7 +261,7 @@ PYTEST_XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist 
 
 ## test-suites: tests/unit, tests/integration and tests/e2e in one pytest run (PYTEST_ARGS=... to select)
 .PHONY: test-suites test-integration test-e2e
-test-suites: $(VENV_STAMP) $(ENGINE_SO) build-profiler
+test-suites: $(VENV_STAMP) $(ENGINE_SO) build-profiler $(SIM_SO)
 	$(VPY) -m pytest tests $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 ## test-unit: tests/unit, in-process tests of one module or class each (no plugin, no Agent process), under a minute
@@ -257,11 +269,11 @@ test-unit: $(VENV_STAMP) $(ENGINE_SO)
 	$(VPY) -m pytest tests/unit $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 ## test-integration: tests/integration, the real plugin under the simulated NCCL, the CLI, the generators and packaging (no long-running Agent beside a job)
-test-integration: $(VENV_STAMP) $(ENGINE_SO) build-profiler
+test-integration: $(VENV_STAMP) $(ENGINE_SO) build-profiler $(SIM_SO)
 	$(VPY) -m pytest tests/integration $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 ## test-e2e: tests/e2e, simulated jobs through the real plugin with a real Agent (and master, slaves) beside them
-test-e2e: $(VENV_STAMP) $(ENGINE_SO) build-profiler
+test-e2e: $(VENV_STAMP) $(ENGINE_SO) build-profiler $(SIM_SO)
 	$(VPY) -m pytest tests/e2e $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 ## check-deploy: promtool checks of deploy/prometheus (alert rules, their unit tests, the example config); make test also checks the dashboard against a real /metrics page
@@ -272,27 +284,27 @@ check-deploy: debian-packages
 	promtool check config deploy/prometheus/prometheus.yml
 
 ## bench: CPU benchmarks, one JSON line per metric
-bench: $(VENV_STAMP) build-profiler $(ENGINE_SO)
+bench: $(VENV_STAMP) build-profiler $(SIM_SO) $(ENGINE_SO)
 	@for b in bench/*.py; do $(VPY) $$b || exit 1; done
 
 ## bench-agent: the Agent's SHM ingest on one core, real plugin producers (budget >= 2 M records/s, lag < 100 ms)
-bench-agent: $(VENV_STAMP) build-profiler $(ENGINE_SO)
+bench-agent: $(VENV_STAMP) build-profiler $(SIM_SO) $(ENGINE_SO)
 	$(VPY) bench/agent_ingest.py
 
 ## bench-engine: the Semantic Engine's offline parse + step recovery on one core (budget >= 1 M records/s)
-bench-engine: $(VENV_STAMP) build-profiler $(ENGINE_SO)
+bench-engine: $(VENV_STAMP) build-profiler $(SIM_SO) $(ENGINE_SO)
 	$(VPY) bench/engine_parse.py
 
 ## bench-engine-soak: 8 simulated ranks (TP 2 x PP 2 x DP 2) through a real Agent and the live engine for 10 simulated minutes: Agent RSS growth, engine lag, Steps recovered (SOAK_ARGS="--minutes 1" for a quick check)
-bench-engine-soak: $(VENV_STAMP) build-profiler $(ENGINE_SO)
+bench-engine-soak: $(VENV_STAMP) build-profiler $(SIM_SO) $(ENGINE_SO)
 	$(VPY) bench/engine_soak.py $(SOAK_ARGS)
 
 ## bench-accuracy: Steps recovered against ground truth over the accuracy suite (every family, NULL and Inject names)
-bench-accuracy: $(VENV_STAMP) build-profiler $(ENGINE_SO)
+bench-accuracy: $(VENV_STAMP) build-profiler $(SIM_SO) $(ENGINE_SO)
 	$(VPY) bench/step_accuracy.py
 
 ## bench-faults: faults on real parts (Agent SIGKILL x5, rank SIGKILL, disk full, read-only home, forged hang events, 1,100 half-open connections): ops lost, Agent memory, health latency (root for the tmpfs cases)
-bench-faults: $(VENV_STAMP) build-profiler
+bench-faults: $(VENV_STAMP) build-profiler $(SIM_SO)
 	$(VPY) bench/faults.py $(FAULTS_ARGS)
 
 ## bench-master-scale: one master Agent fed by simulated slaves (64 and 256 nodes x 8 ranks): CPU, memory, fault-to-verdict
@@ -300,11 +312,11 @@ bench-master-scale: $(VENV_STAMP)
 	$(VPY) bench/master_scale.py
 
 ## bench-profiler: the Profiler's hot path over an empty plugin (architecture §8: <= 1.25x, 150 ns on a fast core)
-bench-profiler: $(VENV_STAMP) build-profiler
+bench-profiler: $(VENV_STAMP) build-profiler $(SIM_SO)
 	$(VPY) bench/profiler_hot_path.py
 
 ## demo: the main job on an embedded default
-demo: debian-packages $(VENV_STAMP) build-profiler $(ENGINE_SO)
+demo: debian-packages $(VENV_STAMP) build-profiler $(SIM_SO) $(ENGINE_SO)
 	$(VENV)/bin/comminsight demo
 
 ## install: the Agent in its own venv under INSTALL_PREFIX (lib/comminsight/venv from requirements/runtime.txt, installed by the dev venv's pinned uv, else pip; bin/comminsight-agent, bin/comminsight), the plugin, headers, config, systemd unit, Inject's wheel (share/comminsight); TRAINING_PYTHON=/path/to/python also puts Inject, and nothing else, into that environment

@@ -15,8 +15,10 @@ reads garbage instead of silently working.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import cffi
 
@@ -24,6 +26,10 @@ from comminsight_gen.abi import nccl_profiler_v4, nccl_profiler_v5, nccl_profile
 from comminsight_gen.abi.nccl_profiler_v5 import EventState, EventType
 
 _MODULES = {4: nccl_profiler_v4, 5: nccl_profiler_v5, 6: nccl_profiler_v6}
+# states NCCL records with no arguments (as ints: an Enum's hash runs in Python)
+_ARGLESS_STATES = frozenset(
+    int(s) for s in (EventState.GROUP_START_API_STOP, EventState.GROUP_END_API_START)
+)
 POISON = b"?"
 
 # NCCL's activation mask is a static of libnccl: it outlives the plugin's threads, which read it
@@ -33,6 +39,23 @@ POISON = b"?"
 _LIBC_FFI = cffi.FFI()
 _LIBC_FFI.cdef("void *calloc(size_t nmemb, size_t size);")
 _LIBC = _LIBC_FFI.dlopen(None)
+
+
+# the simulated NCCL's C part (sim_channels.c), built by `make build-sim` into the checkout's
+# build/; without it (an installed package, or COMMINSIGHT_SIM_NATIVE=0) the same calls are
+# made from Python
+NATIVE_LIBRARY = Path(__file__).resolve().parents[2] / "build" / "sim" / "libcisim.so"
+NATIVE_SWITCH = "COMMINSIGHT_SIM_NATIVE"
+
+
+def _native_cdef(version: int) -> str:
+    plugin = f"const ci_nccl_profiler_v{version}_t *"
+    return (
+        f"int ci_sim_start_kernel_channels_v{version}({plugin}, void *, void *, int,"
+        " const uint64_t *, void **);\n"
+        f"int ci_sim_stop_kernel_channels_v{version}({plugin}, int, void * const *,"
+        " const uint64_t *);\n"
+    )
 
 
 @functools.cache
@@ -45,6 +68,7 @@ def abi_ffi(version: int) -> cffi.FFI:
     ffi.cdef(
         _MODULES[version].CDEF
         + f"\nextern ci_nccl_profiler_v{version}_t ncclProfiler_v{version};\n"
+        + _native_cdef(version)
     )
     for ctype in (
         f"ci_nccl_event_descr_v{version}_t *",
@@ -52,10 +76,23 @@ def abi_ffi(version: int) -> cffi.FFI:
         "char[]",
         "void **",
         "void *",
+        "void *[]",
+        "uint64_t[]",
         "int32_t *",
     ):
         ffi.typeof(ctype)
     return ffi
+
+
+@functools.cache
+def _native_library(version: int):
+    """The C part, opened in abi_ffi(version); None where it is not built or switched off."""
+    if os.environ.get(NATIVE_SWITCH, "1") == "0" or not NATIVE_LIBRARY.is_file():
+        return None
+    try:
+        return abi_ffi(version).dlopen(str(NATIVE_LIBRARY))
+    except OSError:
+        return None  # a build for another machine: the Python calls do the same
 
 
 class PluginLoadError(RuntimeError):
@@ -108,8 +145,16 @@ class ProfilerAbi:
             self._plugin = self.ffi.addressof(self._lib, symbol)
         except (AttributeError, cffi.FFIError) as e:
             raise PluginLoadError(f"{path} does not export {symbol}: {e}") from None
-        self._descr_type = f"ci_nccl_event_descr_v{self.version}_t *"
-        self._state_type = f"ci_nccl_state_args_v{self.version}_t *"
+        # the types themselves, not their names: ffi.new looks a name up on every call
+        self._descr_type = self.ffi.typeof(f"ci_nccl_event_descr_v{self.version}_t *")
+        self._state_type = self.ffi.typeof(f"ci_nccl_state_args_v{self.version}_t *")
+        self._handle_type = self.ffi.typeof("void **")
+        self._null = self.ffi.NULL
+        native = _native_library(self.version)
+        self._native_start = self._native_stop = None
+        if native is not None:
+            self._native_start = getattr(native, f"ci_sim_start_kernel_channels_v{self.version}")
+            self._native_stop = getattr(native, f"ci_sim_stop_kernel_channels_v{self.version}")
         raw_name = self._plugin.name
         self.name = (
             ""
@@ -217,6 +262,62 @@ class ProfilerAbi:
 
         return self._start(context, EventType.KERNEL_CH, parent, 0, fill)
 
+    def start_kernel_channels(self, context, parent, ptimers: list[int]):
+        """start_kernel_ch for channels 0, 1, ... of one kernel, at their ticks: the same
+        calls, in one loop (in C where it is built). The channels' handles, for
+        stop_kernel_channels; len() is the number of channels."""
+        if self._native_start is not None:
+            handles = self.ffi.new("void *[]", len(ptimers))
+            nonzero = self._native_start(
+                self._plugin,
+                self._null if context is None else context,
+                self._null if parent is None else parent,
+                len(ptimers),
+                ptimers,
+                handles,
+            )
+            for _ in range(nonzero):
+                self._count_nonzero()
+            return handles
+        # As in NCCL, whose descriptor is a variable of the calling function, one descriptor
+        # serves every call, filled afresh for each
+        descr = self.ffi.new(self._descr_type)
+        descr.type = int(EventType.KERNEL_CH)
+        descr.parentObj = self._null if parent is None else parent
+        descr.rank = 0
+        channel_descr = descr.u.kernelCh
+        out = self.ffi.new(self._handle_type)
+        start, null, handles = self._plugin.startEvent, self._null, []
+        for channel, ptimer in enumerate(ptimers):
+            channel_descr.channelId = channel
+            channel_descr.pTimer = ptimer
+            out[0] = null
+            if start(context, out, descr):
+                self._count_nonzero()
+            handle = out[0]
+            handles.append(None if handle == null else handle)
+        return handles
+
+    def stop_kernel_channels(self, handles, ptimers: list[int]) -> None:
+        """Per channel, KernelChStop at its end tick, then its stop: the calls NCCL's proxy
+        makes as each channel of a kernel finishes. `handles`: start_kernel_channels'."""
+        if self._native_stop is not None:
+            nonzero = self._native_stop(self._plugin, len(ptimers), handles, ptimers)
+            for _ in range(nonzero):
+                self._count_nonzero()
+            return
+        args = self.ffi.new(self._state_type)
+        record, stop = self._plugin.recordEventState, self._plugin.stopEvent
+        state = int(EventState.KERNEL_CH_STOP)
+        for handle, ptimer in zip(handles, ptimers, strict=True):
+            if handle is None:
+                continue
+            args.kernelCh.pTimer = ptimer
+            if record(handle, state, args):
+                self._count_nonzero()
+            if stop(handle):
+                self._count_nonzero()
+
     def stop(self, handle) -> None:
         if handle is not None:
             self._check(self._plugin.stopEvent(handle))
@@ -224,8 +325,8 @@ class ProfilerAbi:
     def record_state(self, handle, state: EventState, *, ptimer=None, trans_size=None) -> None:
         if handle is None:
             return
-        if state in (EventState.GROUP_START_API_STOP, EventState.GROUP_END_API_START):
-            args = self.ffi.NULL  # NCCL passes no arguments with the Group API states
+        if state in _ARGLESS_STATES:
+            args = self._null  # NCCL passes no arguments with the Group API states
         else:
             args = self.ffi.new(self._state_type)
             if ptimer is not None:
@@ -239,10 +340,10 @@ class ProfilerAbi:
     def _start(self, context, event_type: EventType, parent, rank: int, fill):
         descr = self.ffi.new(self._descr_type)
         descr.type = int(event_type)
-        descr.parentObj = self.ffi.NULL if parent is None else parent
+        descr.parentObj = self._null if parent is None else parent
         descr.rank = rank
         strings = _CallStrings(self.ffi)
-        handle = self.ffi.new("void **")
+        handle = self.ffi.new(self._handle_type)
         try:
             fill(descr, strings)
             self._check(self._plugin.startEvent(context, handle, descr))
@@ -250,12 +351,15 @@ class ProfilerAbi:
             strings.release()
             self.ffi.release(descr)
         value = handle[0]
-        return None if value == self.ffi.NULL else value
+        return None if value == self._null else value
 
     def _check(self, result: int) -> None:
         if result != 0:
-            with self._count_lock:
-                self.nonzero_returns += 1
+            self._count_nonzero()
+
+    def _count_nonzero(self) -> None:
+        with self._count_lock:
+            self.nonzero_returns += 1
 
     def _task_parent(self, api_parent, group):
         raise NotImplementedError
@@ -318,7 +422,7 @@ class ProfilerAbiV4(ProfilerAbi):
         return self._plugin.init(context, mask, name, comm_id, nnodes, nranks, rank, self.ffi.NULL)
 
     def record_state(self, handle, state: EventState, *, ptimer=None, trans_size=None) -> None:
-        if state in (EventState.GROUP_START_API_STOP, EventState.GROUP_END_API_START):
+        if state in _ARGLESS_STATES:
             return  # v4 has no Group API states; NCCL's adapter drops them
         super().record_state(handle, state, ptimer=ptimer, trans_size=trans_size)
 

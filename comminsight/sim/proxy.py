@@ -220,11 +220,11 @@ class _KernelOp:
     def start_channels(self) -> None:
         thread, issued = self.thread, self.issued
         if starts(EventType.KERNEL_CH, issued.mask):
-            for ch in range(issued.n_channels):
-                tick = thread._tick(self.gpu_start + ch * CHANNEL_SKEW_NS)
-                self.channels.append(
-                    thread.abi.start_kernel_ch(issued.comm.context, issued.task, ch, tick)
-                )
+            first = thread._tick(self.gpu_start)
+            ticks = [first + ch * CHANNEL_SKEW_NS for ch in range(issued.n_channels)]
+            self.channels = thread.abi.start_kernel_channels(
+                issued.comm.context, issued.task, ticks
+            )
             issued.record["kernel_ch_events"] = len(self.channels)
         issued.record["gpu_start_tick"] = thread._tick(self.gpu_start)
         if self.network:
@@ -251,12 +251,17 @@ class _KernelOp:
     def complete(self) -> None:
         thread, issued = self.thread, self.issued
         n, end = issued.n_channels, self.end
-        for ch, handle in enumerate(self.channels):
-            stop = max(
-                self.gpu_start + ch * CHANNEL_SKEW_NS + 1, end - (n - 1 - ch) * CHANNEL_SKEW_NS
-            )
-            thread.abi.record_state(handle, EventState.KERNEL_CH_STOP, ptimer=thread._tick(stop))
-            thread.abi.stop(handle)
+        if self.channels:
+            stops = [
+                thread._tick(
+                    max(
+                        self.gpu_start + ch * CHANNEL_SKEW_NS + 1,
+                        end - (n - 1 - ch) * CHANNEL_SKEW_NS,
+                    )
+                )
+                for ch in range(len(self.channels))
+            ]
+            thread.abi.stop_kernel_channels(self.channels, stops)
         if self.network:
             self.network.stop_ops()
         issued.record["gpu_end_tick"] = thread._tick(end)
