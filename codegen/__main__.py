@@ -38,6 +38,7 @@ from codegen.context import Context
 from codegen.errors import SchemaError
 from codegen.registry import Protocol, load
 from codegen.templating import render
+from codegen.tool_worker import ToolWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATORS = {
@@ -80,18 +81,21 @@ def _stage(root: Path, registry: str, stage: Path) -> list[str]:
     """Everything codegen writes, under stage (a mirror of the repository root)."""
     protocols = load(root, Path(registry))
 
-    def one(p: Protocol) -> list[str]:
-        ctx = Context(root=root, stage=stage)
+    def one(p: Protocol, worker: ToolWorker) -> list[str]:
+        ctx = Context(root=root, stage=stage, worker=worker)
         GENERATORS[p.kind](p, ctx)
         _check_outputs(p, ctx.written)
         return ctx.written
 
     # Protocols generate side by side: most of the time is spent waiting for the generator
-    # tools' own processes (datamodel-codegen, openapi-python-client, protoc), one after the
-    # other otherwise. Each writes files of its own under the stage; results keep the
-    # registry's order, and the first protocol (in that order) that failed is the error.
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
-        futures = [pool.submit(one, p) for p in protocols]
+    # tools' own processes (datamodel-codegen's worker, openapi-python-client, protoc), one
+    # after the other otherwise. Each writes files of its own under the stage; results keep
+    # the registry's order, and the first protocol (in that order) that failed is the error.
+    with (
+        ToolWorker(root) as worker,
+        ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool,
+    ):
+        futures = [pool.submit(one, p, worker) for p in protocols]
     written: list[str] = []
     for future in futures:
         written += future.result()

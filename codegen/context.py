@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codegen.errors import SchemaError
+from codegen.tool_worker import TOOL as WORKER_TOOL
+from codegen.tool_worker import ToolWorker
 
 
 @dataclass
@@ -15,6 +17,7 @@ class Context:
     root: Path  # repository root; generators read sources relative to it
     stage: Path  # mirror of the repository root holding only generated/
     written: list[str] = field(default_factory=list)  # repo-relative paths, in write order
+    worker: ToolWorker | None = None  # runs datamodel-codegen where given, else a process each
 
     def write(self, rel: str, text: str) -> None:
         target = self.stage / rel
@@ -31,9 +34,13 @@ class Context:
 
     def run_tool(self, source: str, args: list[str]) -> None:
         """Run `python -m <tool>` from the repo root; a failure names the protocol source."""
-        proc = subprocess.run(
-            [sys.executable, "-m", *args], cwd=self.root, capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            detail = (proc.stderr or proc.stdout).strip().splitlines()
+        if self.worker is not None and args[0] == WORKER_TOOL:
+            status, output = self.worker.run(args[1:])
+        else:
+            proc = subprocess.run(
+                [sys.executable, "-m", *args], cwd=self.root, capture_output=True, text=True
+            )
+            status, output = proc.returncode, proc.stderr or proc.stdout
+        if status != 0:
+            detail = output.strip().splitlines()
             raise SchemaError(source, "", f"{args[0]} failed: " + "\n  ".join(detail[-15:]))
