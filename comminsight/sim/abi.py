@@ -39,11 +39,12 @@ POISON = b"?"
 _LIBC_FFI = cffi.FFI()
 _LIBC_FFI.cdef("void *calloc(size_t nmemb, size_t size);")
 _LIBC = _LIBC_FFI.dlopen(None)
+_LIBC_FFI.typeof("uintptr_t")  # parsed here, once, not by each process new_activation_mask runs in
 
 
 # the simulated NCCL's C part (sim_channels.c), built by `make build-sim` into the checkout's
-# build/; without it (an installed package, or COMMINSIGHT_SIM_NATIVE=0) the same calls are
-# made from Python
+# build/; without it (an installed package), or where a process's COMMINSIGHT_SIM_NATIVE is
+# 0, the same calls are made from Python
 NATIVE_LIBRARY = Path(__file__).resolve().parents[2] / "build" / "sim" / "libcisim.so"
 NATIVE_SWITCH = "COMMINSIGHT_SIM_NATIVE"
 
@@ -63,7 +64,8 @@ def abi_ffi(version: int) -> cffi.FFI:
     """The FFI of one ABI version (the generated CDEF and the plugin's symbol), its types
     parsed: one per process, shared by every plugin it opens. Parsing the CDEF (pycparser)
     costs a rank process more CPU than its start-up, so the simulator's fork parent parses it
-    once for all the ranks it forks (forks)."""
+    once for all the ranks it forks (forks). So does every type named by a string here: cffi
+    parses each on its first use, with every typedef of the CDEF, a tenth of a second."""
     ffi = cffi.FFI()
     ffi.cdef(
         _MODULES[version].CDEF
@@ -78,6 +80,7 @@ def abi_ffi(version: int) -> cffi.FFI:
         "void *",
         "void *[]",
         "uint64_t[]",
+        "int32_t",
         "int32_t *",
     ):
         ffi.typeof(ctype)
@@ -85,14 +88,19 @@ def abi_ffi(version: int) -> cffi.FFI:
 
 
 @functools.cache
-def _native_library(version: int):
-    """The C part, opened in abi_ffi(version); None where it is not built or switched off."""
-    if os.environ.get(NATIVE_SWITCH, "1") == "0" or not NATIVE_LIBRARY.is_file():
+def native_functions(version: int):
+    """The C part's start and stop loops for one ABI version, opened in abi_ffi(version);
+    None where it is not built. The fork parent opens them for the ranks it forks."""
+    if not NATIVE_LIBRARY.is_file():
         return None
     try:
-        return abi_ffi(version).dlopen(str(NATIVE_LIBRARY))
+        library = abi_ffi(version).dlopen(str(NATIVE_LIBRARY))
     except OSError:
         return None  # a build for another machine: the Python calls do the same
+    return (
+        getattr(library, f"ci_sim_start_kernel_channels_v{version}"),
+        getattr(library, f"ci_sim_stop_kernel_channels_v{version}"),
+    )
 
 
 class PluginLoadError(RuntimeError):
@@ -150,11 +158,8 @@ class ProfilerAbi:
         self._state_type = self.ffi.typeof(f"ci_nccl_state_args_v{self.version}_t *")
         self._handle_type = self.ffi.typeof("void **")
         self._null = self.ffi.NULL
-        native = _native_library(self.version)
-        self._native_start = self._native_stop = None
-        if native is not None:
-            self._native_start = getattr(native, f"ci_sim_start_kernel_channels_v{self.version}")
-            self._native_stop = getattr(native, f"ci_sim_stop_kernel_channels_v{self.version}")
+        native = None if os.environ.get(NATIVE_SWITCH) == "0" else native_functions(self.version)
+        self._native_start, self._native_stop = native or (None, None)
         raw_name = self._plugin.name
         self.name = (
             ""

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from comminsight.sim import rank_process
-from comminsight.sim.abi import abi_ffi
+from comminsight.sim.abi import abi_ffi, native_functions
 
 # The parent imports numpy and the simulator before its first fork: seconds on a loaded
 # machine, never minutes
@@ -308,11 +308,12 @@ def _become(request: dict) -> list[str]:
 
 
 def _prepare() -> None:
-    """What every child would otherwise do for itself: parse the ABI declarations. The
-    objects made so far are frozen out of the collector's reach, so no child's collections
-    walk (and copy, page by page) the parent's heap."""
+    """What every child would otherwise do for itself: parse the ABI declarations, open the
+    simulator's C part. The objects made so far are frozen out of the collector's reach, so
+    no child's collections walk (and copy, page by page) the parent's heap."""
     for version in (4, 5, 6):
         abi_ffi(version)
+        native_functions(version)
     gc.collect()
     gc.freeze()
 

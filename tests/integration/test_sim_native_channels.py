@@ -95,14 +95,8 @@ def test_c_and_python_channel_loops_make_the_same_calls(recording_plugin, tmp_pa
 def test_the_switch_leaves_the_c_loops_unused(recording_plugin, monkeypatch):
     """COMMINSIGHT_SIM_NATIVE=0 leaves the C functions unused (so the comparison above
     compares two paths), and without it they are used."""
-    from comminsight.sim import abi as abi_module
-
-    try:
-        for switch, used in (("0", False), ("1", True)):
-            monkeypatch.setenv(NATIVE_SWITCH, switch)
-            abi_module._native_library.cache_clear()
-            plugin = ProfilerAbiV5(str(recording_plugin))
-            assert (plugin._native_start is not None) == used, switch
-            assert (plugin._native_stop is not None) == used, switch
-    finally:
-        abi_module._native_library.cache_clear()
+    for switch, used in (("0", False), ("1", True)):
+        monkeypatch.setenv(NATIVE_SWITCH, switch)
+        plugin = ProfilerAbiV5(str(recording_plugin))
+        assert (plugin._native_start is not None) == used, switch
+        assert (plugin._native_stop is not None) == used, switch
