@@ -254,7 +254,7 @@ def test_megabytes_of_magic_are_read_between_api_requests(tmp_path):
 
 
 def test_a_flood_of_forged_events_is_held_in_a_bounded_store(tmp_path):
-    n = 100_000
+    n = 20 * RECENT_EVENTS  # the store's bound, many times over
     rng = np.random.default_rng(7)
     events = np.zeros(n, dtype=fifo_event_v1.EVENT_DTYPE)
     events["magic"] = fifo_event_v1.MAGIC
