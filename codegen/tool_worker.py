@@ -6,7 +6,10 @@ once and runs each request as the command line would (`main(argv)`), one at a ti
 own output captured; its answer is the exit status and that output.
 
 Protocol, one JSON line each way: the request is the argument list after `-m <tool>`'s tool
-name, the answer `{"status": N, "output": "..."}`.
+name, the answer `{"status": N, "output": "..."}`. The worker keeps the two pipes to itself:
+a run sees /dev/null as its standard input (a tool reading it meets its end, not the next
+request) and its standard error as its standard output (a stray write cannot break an answer).
+The worker is this file run as a script, so it needs no package but the tool's.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ class ToolWorker:
 
     def __init__(self, root: Path) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "codegen.tool_worker"],
-            cwd=root,
+            [sys.executable, str(Path(__file__).resolve())],
+            cwd=root,  # sources are named relative to the tree being generated
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -47,9 +50,18 @@ class ToolWorker:
             except (BrokenPipeError, ValueError):
                 line = ""
             if not line:
-                return 1, f"the {TOOL} worker exited with status {self._proc.poll()}"
-            answer = json.loads(line)
-            return int(answer["status"]), str(answer["output"])
+                return 1, f"the {TOOL} worker exited with status {self._ended()}"
+            try:
+                answer = json.loads(line)
+                return int(answer["status"]), str(answer["output"])
+            except (ValueError, KeyError, TypeError):
+                return 1, f"the {TOOL} worker answered {line[:200]!r}, not a status"
+
+    def _ended(self) -> int | None:
+        try:
+            return self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return None
 
     def close(self) -> None:
         with self._lock:
@@ -73,7 +85,7 @@ def _run_one(args: list[str]) -> tuple[int, str]:
         try:
             status = int(tool_main(args))
         except SystemExit as e:  # argparse's errors, and tools that exit rather than return
-            status = e.code if isinstance(e.code, int) else 1
+            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except Exception:
             traceback.print_exc()
             status = 1
@@ -81,8 +93,13 @@ def _run_one(args: list[str]) -> tuple[int, str]:
 
 
 def main() -> int:
-    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    for line in sys.stdin:
+    requests = os.fdopen(os.dup(0), "r")
+    answers = os.fdopen(os.dup(1), "w")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    for line in requests:
         if not line.strip():
             continue
         status, output = _run_one(json.loads(line))

@@ -3,11 +3,15 @@ the tool's own, whose failures say what failed, and which never hangs a generati
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from codegen.jsonschema_models import DATAMODEL_FLAGS
+import pytest
+
+from codegen.jsonschema_models import DATAMODEL_FLAGS, closed_models
 from codegen.tool_worker import TOOL, ToolWorker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +23,13 @@ SCHEMAS = [
 
 
 def _args(source: str, out: Path) -> list[str]:
-    return ["--input", source, "--input-file-type", "jsonschema", "--output", str(out)]
+    """What generate_models passes, but the flags: its extra template data too."""
+    extra = out.with_suffix(".extra.json")
+    extra.write_text(json.dumps(closed_models(json.loads((ROOT / source).read_text()))))
+    return [
+        *("--input", source, "--input-file-type", "jsonschema", "--output", str(out)),
+        *("--extra-template-data", str(extra)),
+    ]
 
 
 def test_runs_in_one_worker_write_what_the_tool_alone_writes(tmp_path):
@@ -43,7 +53,7 @@ def test_runs_in_one_worker_write_what_the_tool_alone_writes(tmp_path):
 
 def test_a_failed_run_returns_its_status_and_words_and_the_worker_goes_on(tmp_path):
     with ToolWorker(ROOT) as worker:
-        status, output = worker.run(_args("protocols/no-such-schema.json", tmp_path / "x.py"))
+        status, output = worker.run(["--input", "protocols/no-such-schema.json"])
         assert status != 0
         assert "no-such-schema.json" in output
         status, output = worker.run(["--no-such-option"])
@@ -61,3 +71,26 @@ def test_a_dead_worker_is_an_error_not_a_hang(tmp_path):
     assert status != 0
     assert f"the {TOOL} worker exited" in output
     worker.close()
+
+
+@pytest.mark.timeout(120)  # the failure this guards against is a generation that never ends
+def test_a_run_that_reads_standard_input_meets_its_end_not_the_next_request(tmp_path):
+    """Without --input the tool reads its standard input: an empty one, not the worker's
+    pipe of requests (which it would wait on for ever, the generation holding the lock)."""
+    with ToolWorker(ROOT) as worker:
+        status, output = worker.run(["--output", str(tmp_path / "x.py"), *DATAMODEL_FLAGS])
+        assert status != 0, output
+        status, output = worker.run([*_args(SCHEMAS[0], tmp_path / "ok.py"), *DATAMODEL_FLAGS])
+        assert status == 0, output
+
+
+def test_a_tree_without_codegen_generates_from_its_own_root(tmp_path):
+    """`codegen --root` names another tree: the worker runs from there, with sources relative
+    to it, whether or not that tree holds codegen."""
+    tree = tmp_path / "tree"
+    (tree / SCHEMAS[0]).parent.mkdir(parents=True)
+    shutil.copy(ROOT / SCHEMAS[0], tree / SCHEMAS[0])
+    with ToolWorker(tree) as worker:
+        status, output = worker.run([*_args(SCHEMAS[0], tmp_path / "x.py"), *DATAMODEL_FLAGS])
+    assert status == 0, output
+    assert "class " in (tmp_path / "x.py").read_text()
