@@ -160,6 +160,8 @@ class ProfilerAbi:
         self._null = self.ffi.NULL
         native = None if os.environ.get(NATIVE_SWITCH) == "0" else native_functions(self.version)
         self._native_start, self._native_stop = native or (None, None)
+        # which loop makes the KernelCh calls, for the run's ground truth
+        self.kernel_channels = "c" if native else "python"
         raw_name = self._plugin.name
         self.name = (
             ""
@@ -285,17 +287,19 @@ class ProfilerAbi:
                 self._count_nonzero()
             return handles
         # As in NCCL, whose descriptor is a variable of the calling function, one descriptor
-        # serves every call, filled afresh for each
+        # serves every call, zeroed and filled afresh for each (as the C loop does: the plugin
+        # may write into it)
         descr = self.ffi.new(self._descr_type)
-        descr.type = int(EventType.KERNEL_CH)
-        descr.parentObj = self._null if parent is None else parent
-        descr.rank = 0
-        channel_descr = descr.u.kernelCh
+        size, zeros = self.ffi.sizeof(descr[0]), bytes(self.ffi.sizeof(descr[0]))
+        parent = self._null if parent is None else parent
         out = self.ffi.new(self._handle_type)
         start, null, handles = self._plugin.startEvent, self._null, []
+        kernel_ch = int(EventType.KERNEL_CH)
         for channel, ptimer in enumerate(ptimers):
-            channel_descr.channelId = channel
-            channel_descr.pTimer = ptimer
+            self.ffi.memmove(descr, zeros, size)
+            descr.type, descr.parentObj, descr.rank = kernel_ch, parent, 0
+            descr.u.kernelCh.channelId = channel
+            descr.u.kernelCh.pTimer = ptimer
             out[0] = null
             if start(context, out, descr):
                 self._count_nonzero()
@@ -312,11 +316,13 @@ class ProfilerAbi:
                 self._count_nonzero()
             return
         args = self.ffi.new(self._state_type)
+        size, zeros = self.ffi.sizeof(args[0]), bytes(self.ffi.sizeof(args[0]))
         record, stop = self._plugin.recordEventState, self._plugin.stopEvent
         state = int(EventState.KERNEL_CH_STOP)
         for handle, ptimer in zip(handles, ptimers, strict=True):
             if handle is None:
                 continue
+            self.ffi.memmove(args, zeros, size)
             args.kernelCh.pTimer = ptimer
             if record(handle, state, args):
                 self._count_nonzero()

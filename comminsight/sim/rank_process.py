@@ -151,6 +151,7 @@ class RankRunner:
             abi=self.config.abi,
             plugin=self.config.plugin,
             plugin_name=abi.name,
+            kernel_channels=abi.kernel_channels,  # "c" or "python": which loop makes them
             seed=self.config.seed,
             time_scale=self.scale,
             gpu_tick_offset_ns=tick_offset,

@@ -44,6 +44,30 @@ def _channel_calls(proc: ProcessCalls) -> list[tuple]:
     return shape
 
 
+def _kernels_in_order(proc: ProcessCalls) -> int:
+    """Checks that each kernel's channel calls are made as NCCL's proxy makes them, on one
+    thread: its n starts back to back in channel order, and later, back to back, KernelChStop
+    then stop for channel 0, then channel 1, ...; returns how many kernels were checked."""
+    checked = 0
+    for task in proc.tasks():
+        channels = proc.kernel_channels(task)
+        if not channels:
+            continue
+        handles = [ch["h"] for ch in channels]
+        (tid,) = {ch["tid"] for ch in channels}
+        on_thread = [c for c in proc.calls if c.get("tid") == tid]
+        position = {id(c): i for i, c in enumerate(on_thread)}
+        starts = [position[id(ch)] for ch in channels]
+        assert starts == list(range(starts[0], starts[0] + len(starts))), task
+        ends = []
+        for h in handles:
+            ends += [position[id(proc.states[h][0])], position[id(proc.stops[h][0])]]
+        assert ends == list(range(ends[0], ends[0] + len(ends))), task
+        assert ends[0] > starts[-1], task
+        checked += 1
+    return checked
+
+
 def _call_kinds(proc: ProcessCalls) -> list[tuple[str, str]]:
     """The process's calls as (call, event type or state): the order of everything."""
     types = {c["h"]: c["type"] for c in proc.of("start")}
@@ -74,12 +98,16 @@ def test_c_and_python_channel_loops_make_the_same_calls(recording_plugin, tmp_pa
             abi=abi,
         )
     c_run, python_run = runs["1"], runs["0"]
-    for run in (c_run, python_run):
+    for run, loop in ((c_run, "c"), (python_run, "python")):
         assert run.summary["status"] == "completed", run.summary
+        # each path is the one its run meant to take (a C part that failed to load would
+        # leave both runs on the Python loop, and the comparison below empty of meaning)
+        assert {t.run["kernel_channels"] for t in run.truths} == {loop}
     assert sorted(c_run.calls) == sorted(python_run.calls) == [0, 1, 2, 3]
     for rank, c_proc in c_run.calls.items():
         python_proc = python_run.calls[rank]
         assert_well_formed(c_proc, abi=abi)
+        assert _kernels_in_order(c_proc) == _kernels_in_order(python_proc) > 0, f"rank {rank}"
         c_shape = _channel_calls(c_proc)
         assert c_shape == _channel_calls(python_proc), f"rank {rank}"
         assert any(channels for _, channels in c_shape), "no KernelCh event was made"
