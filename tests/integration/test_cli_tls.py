@@ -36,6 +36,8 @@ def _self_signed(where: Path) -> tuple[Path, Path]:
 def test_only_plain_http_urls_go_without_a_verifying_context():
     assert tls_options("http://127.0.0.1:9464") == {"verify_ssl": False}
     assert tls_options("https://agent.example:9464") == {}
+    assert tls_options("HTTPS://agent.example") == {}
+    assert tls_options("http://[::1") == {"verify_ssl": False}  # malformed: said where used
 
 
 def test_an_https_agent_with_an_untrusted_certificate_is_refused(tmp_path):
