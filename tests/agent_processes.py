@@ -1,5 +1,6 @@
 """A real `comminsight-agent` process for a test, waiting for what it makes, and the
-`comminsight` CLI run as a user runs it."""
+`comminsight` CLI run as a user runs it (both forked from a parent that has imported their
+code: forked_python)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import forked_python
 import httpx
 from e2e_sims import E2E_THRESHOLD_S
 from ports import free_port
@@ -15,7 +17,7 @@ from waiting import wait_until
 
 def agent_process(home, **env):
     env.setdefault("COMMINSIGHT_AGENT_LISTEN", f"127.0.0.1:{free_port()}")
-    return subprocess.Popen(
+    return forked_python.popen(
         [sys.executable, "-m", "comminsight.agent.main"],
         env={
             **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
@@ -57,4 +59,4 @@ def cli(*args, url=None):
     command = [sys.executable, "-m", "comminsight.cli", *args]
     if url:
         command += ["--url", url]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    return forked_python.run(command, capture_output=True, text=True, env=env, timeout=60)

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import forked_python
 import httpx
 from ports import free_port
 from waiting import wait_until
@@ -61,7 +62,7 @@ class AgentProc:
     def start(self) -> AgentProc:
         log = open(self.home / f"agent-{len(self.logs)}.log", "w")  # noqa: SIM115
         self.logs.append(log.name)
-        self.proc = subprocess.Popen(
+        self.proc = forked_python.popen(
             [sys.executable, "-m", "comminsight.agent.main"],
             env=agent_env(self.home, self.mode, self.node, self.listen, **self.extra),
             stdout=log,

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import forked_python
+
 ROOT = Path(__file__).resolve().parent.parent
 PLAIN = ROOT / "dist" / "libnccl-profiler-comminsight.so"
 ASAN = ROOT / "build" / "asan" / "libnccl-profiler-comminsight.so"
@@ -97,7 +99,7 @@ def hot_path_driver(out_dir: Path, optimize: str = "-O2") -> Path:
 
 
 def run_scenario(scenario: str, build: str, home: Path, script: Path = SCENARIOS, **env) -> dict:
-    """Run one scenario of `script` (plugin_scenarios.py by default) in a fresh interpreter;
+    """Run one scenario of `script` (plugin_scenarios.py by default) in a process of its own;
     its JSON result."""
     b = builds()[build]
     full_env = {
@@ -112,7 +114,7 @@ def run_scenario(scenario: str, build: str, home: Path, script: Path = SCENARIOS
         **b.env,
         **env,
     }
-    proc = subprocess.run(
+    proc = forked_python.run(  # a sanitizer's build (LD_PRELOAD) gets a new interpreter
         [sys.executable, str(script), scenario, str(b.path)],
         env=full_env,
         capture_output=True,

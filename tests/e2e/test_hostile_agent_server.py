@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked_python
 import grpc
 import httpx
 import msgspec
@@ -81,17 +82,13 @@ class Agent:
         self.listen = self.env["COMMINSIGHT_AGENT_LISTEN"]
         self.log = home.parent / f"{home.name}-agent.log"
 
-        def limit():
-            if nofile is not None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
+            self.proc = forked_python.popen(
                 [sys.executable, "-m", "comminsight.agent.main"],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=limit,
+                rlimits={} if nofile is None else {resource.RLIMIT_NOFILE: (nofile, nofile)},
             )
 
     def text(self) -> str:

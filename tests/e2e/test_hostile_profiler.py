@@ -21,6 +21,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import forked_python
 import numpy as np
 import pytest
 from profiler_builds import builds
@@ -69,7 +70,7 @@ def start(
     scenario: str, home: Path, tmp_path: Path, build: str = "plain", cwd=None, pass_fds=(), **env
 ):
     b = builds()[build]
-    return subprocess.Popen(
+    return forked_python.popen(
         [sys.executable, str(SCENARIOS), scenario, str(b.path)],
         env={**scenario_env(home, tmp_path, **env), **b.env},
         stdout=subprocess.PIPE,
