@@ -14,8 +14,8 @@ exception).
 What a fork cannot be is a process whose interpreter or dynamic loader reads, as it starts,
 other values than this process's (LD_PRELOAD of a sanitizer's runtime, MALLOC_*, PYTHON*
 other than PYTHONPATH): `popen` starts those, and any argv that is not `sys.executable -m
-MODULE` or `sys.executable SCRIPT`, or that passes more descriptors, with subprocess.Popen. Tests of start-up itself (the
-console script, an import that fails) use subprocess directly.
+MODULE` or `sys.executable SCRIPT`, or that passes more descriptors, with subprocess.Popen.
+Tests of start-up itself (the console script, an import that fails) use subprocess directly.
 
 The parent forks only while it runs no thread but its main one (a child would inherit locks
 held by threads that do not exist in it): it checks that after its imports and before every
