@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
+import forked_python
 import msgspec
 import pytest
 from agent_home import hold_agent_lock, run_sim
@@ -121,7 +121,7 @@ def test_incidents_root_first_consequences_folded_tree_and_one(agent):
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
 
     def narrow(*args: str) -> str:
-        done = subprocess.run(
+        done = forked_python.run(
             [sys.executable, "-m", "comminsight.cli", "incidents", *args, "--url", live.base_url],
             capture_output=True,
             text=True,

@@ -705,7 +705,7 @@ def test_a_non_utf8_template_is_named_and_the_agent_serves_on(tmp_path):
         agent.stop()
     logs = tmp_path / "logs"
     logs.mkdir()
-    out = subprocess.run(
+    out = forked_python.run(
         [
             sys.executable,
             "-m",

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import forked_python
 import pytest
 from profiler_builds import builds
 
@@ -24,7 +25,7 @@ EVERY = 7  # checkpoint every 7 ops: many checkpoints, kills land between and du
 def cli(logs, out):
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
     env["COLUMNS"] = "250"
-    return subprocess.Popen(
+    return forked_python.popen(
         [
             sys.executable,
             "-m",

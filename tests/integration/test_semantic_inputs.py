@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_python
 import pytest
 from profiler_builds import builds
 
@@ -65,7 +66,7 @@ def op_lines(path) -> list[int]:
 def steps_cli(*args) -> subprocess.CompletedProcess:
     """`comminsight steps ARGS...` in a process of its own, no COMMINSIGHT_ setting inherited."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
-    return subprocess.run(
+    return forked_python.run(
         [sys.executable, "-m", "comminsight.cli", "steps", *map(str, args)],
         capture_output=True,
         text=True,

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import forked_python
 import pytest
 from engine_inputs import tp_pp_dp_logs
 
@@ -24,7 +24,7 @@ def traced(tmp_path_factory):
     home = tmp_path_factory.mktemp("trace")
     logs = tp_pp_dp_logs(home, ranks=4, steps=6)
     out = home / "trace.json"
-    proc = subprocess.run(
+    proc = forked_python.run(
         [sys.executable, "-m", "comminsight.cli", "trace", str(logs), "-o", str(out)],
         capture_output=True,
         text=True,

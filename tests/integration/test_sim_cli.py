@@ -8,13 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_python
 from sim_recording import build_recording_plugin, load_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def sim(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return forked_python.run(
         [sys.executable, "-m", "comminsight.cli", "sim", *args],
         capture_output=True,
         text=True,
