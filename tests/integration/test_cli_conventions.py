@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_python
 import pytest
 from cli_in_process import run_cli
 from ports import free_port
@@ -43,7 +44,7 @@ def cli(*args: str, env: dict | None = None, process: bool = False) -> subproces
     and the status it exits with."""
     if not process:
         return run_cli(args, env or clean_env(), cwd=ROOT)
-    return subprocess.run(
+    return forked_python.run(
         [sys.executable, "-m", "comminsight.cli", *args],
         capture_output=True,
         text=True,
