@@ -195,8 +195,9 @@ def _cuda_runtime(config: SimConfig, run_dir: Path) -> str:
 
 def _start_ranks(config: SimConfig, run_dir: Path) -> list:
     """One process per group of ranks_per_process ranks (its log is named by its first):
-    forked from one parent that has imported the simulator (forks), or, for a process run
-    under a prefix (another namespace), a new interpreter of its own."""
+    forked from one parent that has imported the simulator (forks), started with the ranks'
+    start-up variables, or, for a process run under a prefix (another namespace), a new
+    interpreter of its own."""
     procs = []
     for process in range(config.processes):
         ranks = config.ranks_of_process(process)
@@ -204,22 +205,27 @@ def _start_ranks(config: SimConfig, run_dir: Path) -> list:
         os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT, 0o600))
         args = [str(run_dir), *map(str, ranks)]
         env = _process_env(config, process)
-        if config.prefix_of(process) or not _forkable(config, env):
+        if config.prefix_of(process) or not _forkable(env):
             procs.append(_interpreter(config.prefix_of(process), args, env, log_path))
             continue
-        parent = ForkParent.shared({**os.environ, "PYTHONPATH": _python_path()})
+        parent = ForkParent.shared({**os.environ, **_startup_env(config)})
         procs.append(parent.start(args, env, log_path))
     return procs
 
 
-def _forkable(config: SimConfig, env: dict[str, str]) -> bool:
-    """Whether a process may be forked from a parent started with the launcher's environment:
-    not when config.env sets what a process reads as it starts (STARTUP_VARIABLES), nor when
-    its interpreter would run start-up code (a sitecustomize or usercustomize on its
+def _startup_env(config: SimConfig) -> dict[str, str]:
+    """What a rank process reads as it starts, its fork parent too: config.env's start-up
+    variables (a sanitizer's LD_PRELOAD and options: its runtime is in the parent from the
+    start, and so in every child) and the path to this code."""
+    own = {k: v for k, v in config.env if k.startswith(STARTUP_VARIABLES)}
+    return {**own, "PYTHONPATH": _python_path()}
+
+
+def _forkable(env: dict[str, str]) -> bool:
+    """Whether a process may be forked from a parent that has imported the simulator: not
+    when its interpreter would run start-up code (a sitecustomize or usercustomize on its
     PYTHONPATH, as Inject is loaded in tests), which must see the process's own environment
     and pid, as in a training process."""
-    if any(key.startswith(STARTUP_VARIABLES) for key, _ in config.env):
-        return False
     for directory in env.get("PYTHONPATH", "").split(os.pathsep):
         for name in ("sitecustomize", "usercustomize"):
             if directory and (
