@@ -11,11 +11,12 @@ files, passed over a UNIX socket), argv, sys.path[0], fresh random seeds; it end
 interpreter ends (exit handlers run, buffers flushed, a traceback and status 1 for an uncaught
 exception).
 
-What a fork cannot be is a process whose interpreter or dynamic loader reads, as it starts,
-other values than this process's (LD_PRELOAD of a sanitizer's runtime, MALLOC_*, PYTHON*
-other than PYTHONPATH): `popen` starts those, and any argv that is not `sys.executable -m
-MODULE` or `sys.executable SCRIPT`, or that passes more descriptors, with subprocess.Popen.
-Tests of start-up itself (the console script, an import that fails) use subprocess directly.
+What a process reads only as it starts (LD_PRELOAD of a sanitizer's runtime and its options,
+MALLOC_*, PYTHON* but PYTHONPATH) is its parent's: each set of those values gets a parent of
+its own, started with them (up to MAX_PARENTS; past that, a new interpreter). Any argv that
+is not `sys.executable -m MODULE` or `sys.executable SCRIPT`, or that passes more
+descriptors, is started with subprocess.Popen. Tests of start-up itself (the console script,
+an import that fails) use subprocess directly.
 
 The parent forks only while it runs no thread but its main one (a child would inherit locks
 held by threads that do not exist in it): it checks that after its imports and before every
@@ -277,26 +278,25 @@ class _Parent:
             self._cond.notify_all()
 
 
-_parent: _Parent | None = None
-_parent_lock = threading.Lock()
+# Parents by their start-up variables: this process's own and a sanitizer build's or two
+MAX_PARENTS = 3
+_parents: dict[tuple, _Parent] = {}
+_parents_lock = threading.Lock()
 
 
 def _parent_for(env: dict[str, str]) -> _Parent | None:
-    """This process's forking parent, for a child whose start-up variables are this
-    process's own (anything else is a new interpreter's to read: None)."""
-    global _parent
+    """The forking parent started with `env`'s start-up variables (None: a new interpreter
+    instead, once MAX_PARENTS sets of them have parents)."""
     startup = _startup_part(env)
-    if startup != _startup_part(dict(os.environ)):
-        return None
-    with _parent_lock:
-        parent = _parent
-        if (
-            parent is None
-            or parent.gone
-            or parent.owner != os.getpid()
-            or parent.startup != startup
-        ):
-            parent = _parent = _Parent(startup)
+    key = tuple(sorted(startup.items()))
+    with _parents_lock:
+        for k in [k for k, p in _parents.items() if p.gone or p.owner != os.getpid()]:
+            del _parents[k]  # ended, or a parent of the process this one was forked from
+        parent = _parents.get(key)
+        if parent is None:
+            if len(_parents) >= MAX_PARENTS:
+                return None
+            parent = _parents[key] = _Parent(startup)
     return parent if parent.wait_until_ready() else None
 
 

@@ -152,12 +152,30 @@ def test_a_signal_reaches_the_process_and_its_status_comes_back(tmp_path):
     assert proc.wait(60) == -signal.SIGTERM
 
 
-def test_a_start_up_a_fork_cannot_make_gets_a_new_interpreter(probe):
-    for argv, extra in (
-        ([sys.executable, str(probe)], {"LD_BIND_NOW": "1"}),  # read by the dynamic loader
-        ([sys.executable, "-c", "print(1)"], {}),
-        (["/bin/echo", "x"], {}),
-    ):
-        proc = forked_python.popen(argv, env=env(**extra), stdout=subprocess.DEVNULL)
+def test_what_a_process_reads_as_it_starts_is_its_parents(tmp_path):
+    """LD_BIND_NOW (read by the dynamic loader as a process starts) reaches a child only
+    through a parent started with it: the environment its process began with."""
+    script = tmp_path / "environ.py"
+    script.write_text(
+        "print(b'LD_BIND_NOW=1' in open('/proc/self/environ', 'rb').read().split(b'\\0'))"
+    )
+    for extra, began_with in (({}, False), ({"LD_BIND_NOW": "1"}, True)):
+        proc = forked_python.popen(
+            [sys.executable, str(script)], env=env(**extra), stdout=subprocess.PIPE, text=True
+        )
+        out, _ = proc.communicate(timeout=60)
+        assert isinstance(proc, forked_python.ForkedPopen)
+        assert out == f"{began_with}\n"
+
+
+def test_what_a_fork_cannot_be_gets_a_new_interpreter(probe, monkeypatch):
+    for argv in ([sys.executable, "-c", "print(1)"], ["/bin/echo", "x"]):
+        proc = forked_python.popen(argv, env=env(), stdout=subprocess.DEVNULL)
         assert type(proc) is subprocess.Popen
         assert proc.wait(60) == 0
+    monkeypatch.setattr(forked_python, "MAX_PARENTS", 0)  # every set of start-up values has one
+    proc = forked_python.popen(
+        [sys.executable, str(probe)], env=env(MALLOC_ARENA_MAX="1"), stdout=subprocess.DEVNULL
+    )
+    assert type(proc) is subprocess.Popen
+    assert proc.wait(60) == 0
