@@ -9,10 +9,21 @@ import numpy as np
 
 from comminsight_gen.abi import shm_v1
 
+# The enum members as plain ints: numpy compares an array with an int directly, while each use
+# of an IntEnum member goes through the enum's attribute lookup (a live engine fed small
+# batches spent a fifth of its time here)
+_KERNEL_GPU = int(shm_v1.TimingSource.KERNEL_GPU)
+_ALL_REDUCE = int(shm_v1.Func.ALL_REDUCE)
+_GATHERED = (
+    int(shm_v1.Func.ALL_GATHER),
+    int(shm_v1.Func.REDUCE_SCATTER),
+    int(shm_v1.Func.ALL_TO_ALL),
+)
+
 
 def durations_s(records: np.ndarray) -> np.ndarray:
     """GPU span where the record has one, else host enqueue to completion."""
-    gpu = records["timing_source"] == shm_v1.TimingSource.KERNEL_GPU
+    gpu = records["timing_source"] == _KERNEL_GPU
     span = np.where(
         gpu,
         records["gpu_end_ticks"] - records["gpu_start_ticks"],
@@ -26,15 +37,9 @@ def bus_bandwidth_gbs(records: np.ndarray, seconds: np.ndarray) -> np.ndarray:
     n = np.maximum(records["nranks"].astype(np.float64), 1.0)
     func = records["func"]
     traffic = records["bytes"].astype(np.float64)
-    gathered = (
-        (func == shm_v1.Func.ALL_GATHER)
-        | (func == shm_v1.Func.REDUCE_SCATTER)
-        | (func == shm_v1.Func.ALL_TO_ALL)
-    )
+    gathered = (func == _GATHERED[0]) | (func == _GATHERED[1]) | (func == _GATHERED[2])
     traffic = np.where(gathered, traffic * n, traffic)
-    factor = np.where(
-        func == shm_v1.Func.ALL_REDUCE, 2 * (n - 1) / n, np.where(gathered, (n - 1) / n, 1.0)
-    )
+    factor = np.where(func == _ALL_REDUCE, 2 * (n - 1) / n, np.where(gathered, (n - 1) / n, 1.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where(seconds > 0, traffic / 1e9 / seconds, 0.0)
     return algbw * factor
