@@ -22,7 +22,7 @@ The parent forks only while it runs no thread but its main one (a child would in
 held by threads that do not exist in it): it checks that after its imports and before every
 fork, and refuses (the caller then starts real interpreters) rather than fork otherwise.
 
-    python tests/forked_python.py FD     # the parent: requests arrive on socket FD
+    python tests/forked_python.py FD [--services]   # a parent: requests come on socket FD
 """
 
 from __future__ import annotations
@@ -43,9 +43,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# What the processes tests start import: the Agent (its service, API server and readers), the
-# CLI (its API client and tables), the plugin scenarios (the SHM reader, the ABI)
-PRELOAD = (
+# What the processes tests start import: the plugin scenarios (the SHM reader, the ABI); the
+# Agent (its service, API server and readers) and the CLI (its API client and tables), which
+# only a parent of this process's own start-up imports (a sanitizer's runtime makes every
+# import several times dearer, and only scenarios run under one)
+SCENARIO_PRELOAD = (
+    "comminsight.shm_reader",
+    "comminsight.sim.abi",
+    "plugin_scenarios",
+    "hostile_scenarios",
+    "hang_evidence_scenarios",
+)
+SERVICE_PRELOAD = (
     "comminsight.agent.main",
     "comminsight.agent.core.service",
     "comminsight.agent.api.server",
@@ -53,11 +62,6 @@ PRELOAD = (
     "comminsight.cli.command_line",
     "comminsight.cli.client",
     "comminsight.cli.output",
-    "comminsight.shm_reader",
-    "comminsight.sim.abi",
-    "plugin_scenarios",
-    "hostile_scenarios",
-    "hang_evidence_scenarios",
 )
 
 # Read once, as a process starts, by the dynamic loader, the C library, a sanitizer's runtime
@@ -173,7 +177,7 @@ class ForkedPopen:
 class _Parent:
     """The forking parent of this process, and the thread that reads its reports."""
 
-    def __init__(self, startup: dict[str, str]) -> None:
+    def __init__(self, startup: dict[str, str], services: bool) -> None:
         self.startup = startup
         self.owner = os.getpid()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -185,7 +189,12 @@ class _Parent:
             "OMP_NUM_THREADS": "1",
         }
         self._proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), str(theirs.fileno())],
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                str(theirs.fileno()),
+                *(["--services"] if services else []),
+            ],
             env=env,
             stdin=subprocess.DEVNULL,
             pass_fds=(theirs.fileno(),),
@@ -296,7 +305,8 @@ def _parent_for(env: dict[str, str]) -> _Parent | None:
         if parent is None:
             if len(_parents) >= MAX_PARENTS:
                 return None
-            parent = _parents[key] = _Parent(startup)
+            own = startup == _startup_part(dict(os.environ))
+            parent = _parents[key] = _Parent(startup, services=own)
     return parent if parent.wait_until_ready() else None
 
 
@@ -433,11 +443,11 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _prepare() -> str | None:
+def _prepare(services: bool) -> str | None:
     """Import what the children will; why the parent cannot fork, if it cannot."""
     import importlib
 
-    for name in PRELOAD:
+    for name in SCENARIO_PRELOAD + (SERVICE_PRELOAD if services else ()):
         importlib.import_module(name)
     from comminsight.sim.abi import abi_ffi
 
@@ -538,7 +548,7 @@ def _become(request: dict, fds: list[int]) -> None:
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     try:
-        refusal = _prepare()
+        refusal = _prepare(services="--services" in sys.argv[2:])
     except Exception as e:  # an import that fails here fails in the child too, visibly
         refusal = f"refused: {type(e).__name__}: {e}"
     if refusal is not None:
