@@ -41,6 +41,8 @@ import threading
 import time
 from pathlib import Path
 
+from comminsight.sim.forks import current_umask, runs_start_up_code
+
 HERE = Path(__file__).resolve().parent
 
 # What the processes tests start import: the plugin scenarios (the SHM reader, the ABI); the
@@ -72,6 +74,21 @@ STARTUP_PREFIXES = ("LD_", "GLIBC_", "MALLOC_", "ASAN_", "TSAN_", "UBSAN_", "LSA
 START_DEADLINE_S = 120.0
 
 _MAX_REQUEST = 1 << 20
+
+# The limits a child inherits from its caller, as they are when it starts
+INHERITED_LIMITS = (
+    resource.RLIMIT_NOFILE,
+    resource.RLIMIT_CORE,
+    resource.RLIMIT_FSIZE,
+    resource.RLIMIT_AS,
+    resource.RLIMIT_DATA,
+    resource.RLIMIT_STACK,
+    resource.RLIMIT_NPROC,
+)
+
+# FORKED_PYTHON=0: every process a new interpreter, as before (what a fork would hide of a
+# start-up, such as a module used but never imported, shows then)
+SWITCH = "FORKED_PYTHON"
 
 
 def _startup_part(env: dict[str, str]) -> dict[str, str]:
@@ -197,6 +214,7 @@ class _Parent:
             ],
             env=env,
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # a child's buffering follows its own fd 1, not this
             pass_fds=(theirs.fileno(),),
         )
         theirs.close()
@@ -214,17 +232,18 @@ class _Parent:
     def start(self, argv, target, env, cwd, fds: list[int], session: bool, rlimits) -> int | str:
         """The forked child's pid, or why there is none."""
         request_id = next(self._ids)
-        umask = os.umask(0)
-        os.umask(umask)
         request = {
             "id": request_id,
             "argv": argv,
             "target": target,
             "env": env,
             "cwd": str(cwd) if cwd is not None else os.getcwd(),
-            "umask": umask,
+            "umask": current_umask(),
             "session": session,
-            "rlimits": [[which, *values] for which, values in rlimits.items()],
+            # the caller's limits as they are now (it may have changed them since the parent
+            # started), then the ones asked for
+            "rlimits": [[which, *resource.getrlimit(which)] for which in INHERITED_LIMITS]
+            + [[which, *values] for which, values in rlimits.items()],
         }
         with self._send_lock:
             try:
@@ -268,7 +287,7 @@ class _Parent:
             with self._cond:
                 if words[0] == "ready":
                     self.ready = True
-                elif words[0] == "refused":
+                elif words[0].startswith("refused"):
                     self.ready = False
                     print(f"forked_python: {data.decode()}", file=sys.stderr)
                 elif words[0] == "started" and len(words) == 3:
@@ -290,6 +309,7 @@ class _Parent:
 # Parents by their start-up variables: this process's own and a sanitizer build's or two
 MAX_PARENTS = 3
 _parents: dict[tuple, _Parent] = {}
+_refused: set[tuple] = set()  # start-ups whose parent could not fork: not asked again
 _parents_lock = threading.Lock()
 
 
@@ -298,6 +318,8 @@ def _parent_for(env: dict[str, str]) -> _Parent | None:
     instead, once MAX_PARENTS sets of them have parents)."""
     startup = _startup_part(env)
     key = tuple(sorted(startup.items()))
+    if key in _refused:
+        return None
     with _parents_lock:
         for k in [k for k, p in _parents.items() if p.gone or p.owner != os.getpid()]:
             del _parents[k]  # ended, or a parent of the process this one was forked from
@@ -307,7 +329,10 @@ def _parent_for(env: dict[str, str]) -> _Parent | None:
                 return None
             own = startup == _startup_part(dict(os.environ))
             parent = _parents[key] = _Parent(startup, services=own)
-    return parent if parent.wait_until_ready() else None
+    if parent.wait_until_ready():
+        return parent
+    _refused.add(key)
+    return None
 
 
 def _stdio(spec, n: int, stdout_fd: int | None, keep: list, pipes: dict, text: bool) -> int:
@@ -350,42 +375,49 @@ def popen(
     argv = [str(a) for a in argv]
     env = dict(os.environ if env is None else env)
     target = _target(argv)
-    parent = _parent_for(env) if target is not None and not pass_fds else None
-    if parent is None:
-
-        def limit() -> None:
-            for which, values in (rlimits or {}).items():
-                resource.setrlimit(which, values)
-
-        return subprocess.Popen(
-            argv,
-            env=env,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            cwd=cwd,
-            text=text,
-            start_new_session=start_new_session,
-            preexec_fn=limit if rlimits else None,
-            pass_fds=pass_fds,
-        )
-    keep: list[int] = []
-    pipes: dict = {}
-    try:
-        fds = [_stdio(stdin, 0, None, keep, pipes, text)]
-        fds.append(_stdio(stdout, 1, None, keep, pipes, text))
-        fds.append(_stdio(stderr, 2, fds[1], keep, pipes, text))
-        answer = parent.start(argv, target, env, cwd, fds, start_new_session, rlimits or {})
-    finally:
-        for fd in keep:
-            os.close(fd)
-    if isinstance(answer, str):
-        for p in pipes.values():
+    forkable = (
+        target is not None
+        and not pass_fds
+        and os.environ.get(SWITCH) != "0"
+        and (cwd is None or os.path.isdir(cwd))  # else Popen's own error
+        and not runs_start_up_code(env)
+    )
+    parent = _parent_for(env) if forkable else None
+    if parent is not None:
+        keep: list[int] = []
+        pipes: dict = {}
+        try:
+            fds = [_stdio(stdin, 0, None, keep, pipes, text)]
+            fds.append(_stdio(stdout, 1, None, keep, pipes, text))
+            fds.append(_stdio(stderr, 2, fds[1], keep, pipes, text))
+            answer = parent.start(argv, target, env, cwd, fds, start_new_session, rlimits or {})
+        finally:
+            for fd in keep:
+                os.close(fd)
+        if not isinstance(answer, str):
+            child = ForkedPopen(parent, argv, answer, pipes)
+            parent.adopt(child)
+            return child
+        for p in pipes.values():  # the parent could not fork: a new interpreter
             p.close()
-        raise OSError(f"forked_python: could not start {argv}: {answer}")
-    child = ForkedPopen(parent, argv, answer, pipes)
-    parent.adopt(child)
-    return child
+        print(f"forked_python: {argv}: {answer}; a new interpreter instead", file=sys.stderr)
+
+    def limit() -> None:
+        for which, values in (rlimits or {}).items():
+            resource.setrlimit(which, values)
+
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=cwd,
+        text=text,
+        start_new_session=start_new_session,
+        preexec_fn=limit if rlimits else None,
+        pass_fds=pass_fds,
+    )
 
 
 def run(
@@ -528,11 +560,15 @@ def _become(request: dict, fds: list[int]) -> None:
     if request["session"]:
         os.setsid()
     for which, soft, hard in request["rlimits"]:
-        resource.setrlimit(which, (soft, hard))
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (ValueError, OSError) as e:  # a hard limit above the parent's, unprivileged
+            print(f"forked_python: setrlimit({which}, {(soft, hard)}): {e}", file=sys.stderr)
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     os.umask(request["umask"])
+    sys.stdout.reconfigure(line_buffering=os.isatty(1))  # as the interpreter makes it
     random.seed()
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()
@@ -564,6 +600,8 @@ def main() -> None:
 
     kind, name = request["target"]
     if kind == "module":
+        # as `-m` finds it: not yet imported (runpy warns of a module run that already is)
+        sys.modules.pop(name, None)
         runpy.run_module(name, run_name="__main__", alter_sys=True)
     else:
         runpy.run_path(name, run_name="__main__")

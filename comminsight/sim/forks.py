@@ -128,8 +128,7 @@ class ForkParent:
 
     def start(self, argv: list[str], env: dict[str, str], log: Path) -> ForkedProcess:
         request_id = next(self._ids)
-        umask = os.umask(0)
-        os.umask(umask)
+        umask = current_umask()
         request = {
             "id": request_id,
             "argv": argv,
@@ -196,6 +195,35 @@ class ForkParent:
         with self._cond:
             self.gone = True
             self._cond.notify_all()
+
+
+def runs_start_up_code(env: dict[str, str]) -> bool:
+    """Whether a new interpreter with `env` would run a sitecustomize or usercustomize found
+    on its PYTHONPATH: code a fork of a started parent never runs."""
+    for directory in env.get("PYTHONPATH", "").split(os.pathsep):
+        for name in ("sitecustomize", "usercustomize"):
+            if directory and (
+                os.path.exists(os.path.join(directory, name + ".py"))
+                or os.path.isdir(os.path.join(directory, name))
+            ):
+                return True
+    return False
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it: os.umask can only read it by setting
+    another, and a file another thread creates meanwhile would get that one (0: writable by
+    anyone)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o077)  # no /proc: set a strict one for the instant it takes
+    os.umask(umask)
+    return umask
 
 
 def _alive(pid: int) -> bool:

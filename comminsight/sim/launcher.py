@@ -28,7 +28,7 @@ import comminsight_gen
 from comminsight.sim.board import R_PROGRESS, R_SINCE, R_STATE, Board, RankState, shared_clock_ns
 from comminsight.sim.config import SimConfig, SimConfigError
 from comminsight.sim.cuda_runtime import SIM_RUNTIME, build_sim_runtime
-from comminsight.sim.forks import STARTUP_VARIABLES, ForkParent
+from comminsight.sim.forks import STARTUP_VARIABLES, ForkParent, runs_start_up_code
 from comminsight.sim.plan import WorkloadPlan
 from comminsight.sim.workloads import build_plan
 
@@ -226,14 +226,7 @@ def _forkable(env: dict[str, str]) -> bool:
     when its interpreter would run start-up code (a sitecustomize or usercustomize on its
     PYTHONPATH, as Inject is loaded in tests), which must see the process's own environment
     and pid, as in a training process."""
-    for directory in env.get("PYTHONPATH", "").split(os.pathsep):
-        for name in ("sitecustomize", "usercustomize"):
-            if directory and (
-                os.path.exists(os.path.join(directory, name + ".py"))
-                or os.path.isdir(os.path.join(directory, name))
-            ):
-                return False
-    return True
+    return not runs_start_up_code(env)
 
 
 def _interpreter(

@@ -88,7 +88,15 @@ def test_a_script_sees_what_a_new_interpreter_sees(probe, tmp_path):
 def test_a_module_sees_what_python_dash_m_sees(probe, tmp_path):
     forked, real = both([sys.executable, "-m", "pkg.probe", "--flag"], env=env(), cwd=tmp_path)
     assert view(forked) == view(real)
+    assert forked.stderr == real.stderr == "to stderr\n"
     assert view(forked)["argv"] == [str(probe), "--flag"] and view(forked)["name"] == "__main__"
+    # a module the parent has imported runs as `-m` runs it, not imported: no runpy warning
+    forked, real = both([sys.executable, "-m", "comminsight.agent.main", "--version"], env=env())
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        real.returncode,
+        real.stdout,
+        real.stderr,
+    )
 
 
 @pytest.mark.parametrize(
@@ -121,6 +129,19 @@ def test_umask_and_limits_are_its_own(probe):
     assert isinstance(proc, forked_python.ForkedPopen)
     assert err is None and out.endswith(b"to stderr\n")  # stderr went where stdout did
     assert json.loads(out.splitlines()[0])["nofile"] == 100
+
+
+def test_limits_the_caller_set_after_its_parent_started_are_the_childs(probe):
+    forked_python.run([sys.executable, str(probe)], env=env(), capture_output=True, timeout=60)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+    try:
+        forked = forked_python.run(
+            [sys.executable, str(probe)], env=env(), capture_output=True, text=True, timeout=60
+        )
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert view(forked)["nofile"] == 200
 
 
 def test_children_do_not_share_random_state(probe):
@@ -170,11 +191,26 @@ def test_what_a_process_reads_as_it_starts_is_its_parents(tmp_path, monkeypatch)
         assert out == f"{began_with}\n"
 
 
-def test_what_a_fork_cannot_be_gets_a_new_interpreter(probe, monkeypatch):
+def test_what_a_fork_cannot_be_gets_a_new_interpreter(probe, monkeypatch, tmp_path):
     for argv in ([sys.executable, "-c", "print(1)"], ["/bin/echo", "x"]):
         proc = forked_python.popen(argv, env=env(), stdout=subprocess.DEVNULL)
         assert type(proc) is subprocess.Popen
         assert proc.wait(60) == 0
+    hooked = tmp_path / "hooks"  # a sitecustomize runs as an interpreter starts: not in a fork
+    hooked.mkdir()
+    (hooked / "sitecustomize.py").write_text("print('customized')\n")
+    proc = forked_python.popen(
+        [sys.executable, str(probe)], env=env(PYTHONPATH=str(hooked)), stdout=subprocess.PIPE
+    )
+    assert type(proc) is subprocess.Popen
+    assert proc.communicate(timeout=60)[0].startswith(b"customized\n")
+    with pytest.raises(FileNotFoundError):  # as Popen says it
+        forked_python.popen([sys.executable, str(probe)], env=env(), cwd=tmp_path / "nowhere")
+    monkeypatch.setenv(forked_python.SWITCH, "0")
+    proc = forked_python.popen([sys.executable, str(probe)], env=env(), stdout=subprocess.DEVNULL)
+    assert type(proc) is subprocess.Popen
+    assert proc.wait(60) == 0
+    monkeypatch.delenv(forked_python.SWITCH)
     monkeypatch.setattr(forked_python, "MAX_PARENTS", 0)  # every set of start-up values has one
     proc = forked_python.popen(
         [sys.executable, str(probe)], env=env(MALLOC_ARENA_MAX="1"), stdout=subprocess.DEVNULL

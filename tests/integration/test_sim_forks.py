@@ -30,6 +30,15 @@ def test_a_forked_process_writes_to_its_log_and_reports_its_exit_status(tmp_path
     assert usage.poll() == 2
 
 
+def test_the_umask_is_read_without_being_changed():
+    old = os.umask(0o027)
+    try:
+        assert forks.current_umask() == 0o027
+        assert os.umask(0o027) == 0o027  # still what it was
+    finally:
+        os.umask(old)
+
+
 def test_ranks_are_forked_unless_their_start_up_runs_code_of_its_own(tmp_path):
     env = {"PYTHONPATH": _python_path()}
     assert _forkable(env)
