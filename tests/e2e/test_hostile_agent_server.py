@@ -348,6 +348,15 @@ def test_slow_bodies_on_every_connection_do_not_lock_other_clients_out(tmp_path)
         # stopping Agent waiting for it, here until the test's stop gives up and kills it)
         (other,) = held = open_connections(agent.listen, 1)
         other.sendall(slow_resolve())
+        # its request read (busy, as the request for /metrics itself is) before the flood: an
+        # idle connection is rightly closed first
+        wait_until(
+            lambda: (
+                metric(agent.get("/metrics").text, "comminsight_agent_http_connections_busy") >= 2
+            ),
+            DEADLINE_S,
+            "the Agent to read the slow request",
+        )
         # one client with the token fills every connection the limit (256) allows with a
         # resolve whose body never ends: each a request in progress, none idle
         flood = open_connections(agent.listen, 256, source="127.0.0.2")

@@ -228,6 +228,12 @@ class ConnectionGuard:
             "HTTP connections open now",
             value=len(self.open),
         )
+        yield GaugeMetricFamily(
+            "comminsight_agent_http_connections_busy",
+            "HTTP connections open now with a request being read or handled (the rest are "
+            "idle: closed first over the connection limit)",
+            value=sum(not _idle(handler) for handler in self.open),
+        )
         errors = CounterMetricFamily(
             "comminsight_agent_http_accept_errors",
             "accept() calls of the API that failed for lack of descriptors or memory",
