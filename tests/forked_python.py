@@ -41,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-from comminsight.sim.forks import current_umask, runs_start_up_code
+from comminsight.sim.forks import ChildReports, ForkedProcess, current_umask, runs_start_up_code
 
 HERE = Path(__file__).resolve().parent
 
@@ -109,45 +109,19 @@ def _target(argv: list[str]) -> tuple[str, str] | None:
 # ---- the caller's side ---------------------------------------------------------------------
 
 
-class ForkedPopen:
-    """A forked process, with the part of subprocess.Popen tests use."""
+class ForkedPopen(ForkedProcess):
+    """A forked process, with the part of subprocess.Popen tests use (the simulator's forked
+    rank process's, and its standard streams)."""
 
     def __init__(self, parent: _Parent, args: list[str], pid: int, pipes: dict) -> None:
-        self._parent = parent
+        super().__init__(parent, pid)
         self.args = args
-        self.pid = pid
-        self.returncode: int | None = None
         self.stdin = pipes.get(0)
         self.stdout = pipes.get(1)
         self.stderr = pipes.get(2)
 
-    def poll(self) -> int | None:
-        if self.returncode is None and self._parent.gone and not _alive(self.pid):
-            self.returncode = 255  # its parent died: its status went with it
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            if self._parent.gone:
-                time.sleep(0.05)  # an orphan: no report will come
-            else:
-                self._parent.wait_for_exit(self, left)
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
     def communicate(self, input=None, timeout: float | None = None):
         """What the process wrote to its piped stdout and stderr once it has ended (and closed
@@ -191,10 +165,11 @@ class ForkedPopen:
         self.wait()
 
 
-class _Parent:
+class _Parent(ChildReports):
     """The forking parent of this process, and the thread that reads its reports."""
 
     def __init__(self, startup: dict[str, str], services: bool) -> None:
+        super().__init__()
         self.startup = startup
         self.owner = os.getpid()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -221,12 +196,8 @@ class _Parent:
         self._sock = mine
         self._ids = iter(range(1, 1 << 62))
         self._send_lock = threading.Lock()
-        self._cond = threading.Condition()
         self._started: dict[int, str] = {}
-        self._exits: dict[int, int] = {}
-        self._children: dict[int, ForkedPopen] = {}
         self.ready: bool | None = None  # None until the parent says whether it can fork
-        self.gone = False
         threading.Thread(target=self._read, name="forked-python-reports", daemon=True).start()
 
     def start(self, argv, target, env, cwd, fds: list[int], session: bool, rlimits) -> int | str:
@@ -262,18 +233,12 @@ class _Parent:
 
     def adopt(self, child: ForkedPopen) -> None:
         with self._cond:
-            self._children[child.pid] = child
-            if child.pid in self._exits:  # it ended before its start was read here
-                child.returncode = self._exits.pop(child.pid)
+            self._adopt(child)
 
     def wait_until_ready(self) -> bool:
         with self._cond:
             self._cond.wait_for(lambda: self.ready is not None or self.gone, START_DEADLINE_S)
             return bool(self.ready) and not self.gone
-
-    def wait_for_exit(self, child: ForkedPopen, timeout: float | None) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: child.returncode is not None or self.gone, timeout)
 
     def _read(self) -> None:
         while True:
@@ -293,17 +258,10 @@ class _Parent:
                 elif words[0] == "started" and len(words) == 3:
                     self._started[int(words[1])] = words[2]
                 elif words[0] == "exited" and len(words) == 3:
-                    pid, status = int(words[1]), int(words[2])
-                    child = self._children.pop(pid, None)
-                    if child is None:
-                        self._exits[pid] = status
-                    else:
-                        child.returncode = status
+                    self._exited(int(words[1]), int(words[2]))
                 self._cond.notify_all()
         self._proc.wait()
-        with self._cond:
-            self.gone = True
-            self._cond.notify_all()
+        self._ended()
 
 
 # Parents by their start-up variables: this process's own and a sanitizer build's or two
@@ -455,16 +413,6 @@ def run(
     if check:
         result.check_returncode()
     return result
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ---- the parent process --------------------------------------------------------------------

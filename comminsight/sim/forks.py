@@ -50,13 +50,15 @@ def startup_part(env: dict[str, str]) -> dict[str, str]:
 class ForkedProcess:
     """One forked rank process, with the part of subprocess.Popen the launcher uses."""
 
-    def __init__(self, parent: ForkParent, pid: int) -> None:
+    args: object = "rank process"  # what a TimeoutExpired names
+
+    def __init__(self, parent: ChildReports, pid: int) -> None:
         self._parent = parent
         self.pid = pid
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self.returncode is None and self._parent.gone and not _alive(self.pid):
+        if self.returncode is None and self._parent.gone and not alive(self.pid):
             self.returncode = 255  # its parent was killed: its status went with it
         return self.returncode
 
@@ -65,22 +67,61 @@ class ForkedProcess:
         while self.poll() is None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired("rank process", timeout)
+                raise subprocess.TimeoutExpired(self.args, timeout)
             if self._parent.gone:  # an orphan: no report will come
                 time.sleep(0.05)
             else:
                 self._parent.wait_for_exit(self, left)
         return self.returncode
 
-    def kill(self) -> None:
+    def send_signal(self, sig: int) -> None:
         if self.poll() is None:
             try:
-                os.kill(self.pid, signal.SIGKILL)
+                os.kill(self.pid, sig)
             except ProcessLookupError:
                 pass
 
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
-class ForkParent:
+
+class ChildReports:
+    """What a launcher learns of the children a fork parent made, from the parent's reports:
+    each one's exit status (reported before or after its start was read here), and whether
+    the parent is gone (no more reports will come)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._exits: dict[int, int] = {}  # pid -> status, for pids not yet known here
+        self._children: dict[int, ForkedProcess] = {}
+        self.gone = False  # the parent has exited: no more reports
+
+    def _adopt(self, child: ForkedProcess) -> None:
+        """(self._cond held) `child` is known here now."""
+        self._children[child.pid] = child
+        if child.pid in self._exits:  # it ended before its start was read here
+            child.returncode = self._exits.pop(child.pid)
+
+    def _exited(self, pid: int, status: int) -> None:
+        """(self._cond held) the parent reported `pid`'s exit."""
+        child = self._children.pop(pid, None)
+        if child is None:
+            self._exits[pid] = status
+        else:
+            child.returncode = status
+
+    def _ended(self) -> None:
+        with self._cond:
+            self.gone = True
+            self._cond.notify_all()
+
+    def wait_for_exit(self, child: ForkedProcess, timeout: float | None) -> None:
+        """Until `child`'s exit is reported, the parent is gone, or `timeout` passes."""
+        with self._cond:
+            self._cond.wait_for(lambda: child.returncode is not None or self.gone, timeout)
+
+
+class ForkParent(ChildReports):
     """The launcher's side: requests go to the parent's stdin, reports come from its stdout
     (read by a thread of its own, so any thread may start and wait for processes)."""
 
@@ -104,6 +145,7 @@ class ForkParent:
             return parent
 
     def __init__(self, env: dict[str, str]) -> None:
+        super().__init__()
         # numpy's BLAS would start a thread of its own in the parent at import: none, so that
         # the parent forks with no thread but its main one
         env = {**env, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -118,11 +160,7 @@ class ForkParent:
         )
         self._ids = itertools.count(1)
         self._write_lock = threading.Lock()
-        self._cond = threading.Condition()
         self._started: dict[int, str] = {}  # request id -> its reply
-        self._exits: dict[int, int] = {}  # pid -> status, for pids not yet known here
-        self._children: dict[int, ForkedProcess] = {}
-        self.gone = False  # the parent has exited: no more reports
         self._reader = threading.Thread(target=self._read, name="sim-fork-reports", daemon=True)
         self._reader.start()
 
@@ -162,20 +200,13 @@ class ForkParent:
             if not reply.isdigit():
                 raise RuntimeError(f"the simulator's fork parent could not fork: {reply}")
             child = ForkedProcess(self, int(reply))
-            self._children[child.pid] = child
-            if child.pid in self._exits:  # it ended before its start was read here
-                child.returncode = self._exits.pop(child.pid)
+            self._adopt(child)
         return child
 
     def close(self) -> None:
         """No more requests: the parent ends once every child has."""
         with self._write_lock:
             self._proc.stdin.close()
-
-    def wait_for_exit(self, child: ForkedProcess, timeout: float | None) -> None:
-        """Until `child`'s exit is reported, the parent is gone, or `timeout` passes."""
-        with self._cond:
-            self._cond.wait_for(lambda: child.returncode is not None or self.gone, timeout)
 
     def _read(self) -> None:
         for raw in self._proc.stdout:
@@ -184,17 +215,10 @@ class ForkParent:
                 if words[:1] == ["started"] and len(words) == 3:
                     self._started[int(words[1])] = words[2].strip()
                 elif words[:1] == ["exited"] and len(words) == 3:
-                    pid, status = int(words[1]), int(words[2])
-                    child = self._children.pop(pid, None)
-                    if child is None:
-                        self._exits[pid] = status
-                    else:
-                        child.returncode = status
+                    self._exited(int(words[1]), int(words[2]))
                 self._cond.notify_all()
         self._proc.wait()
-        with self._cond:
-            self.gone = True
-            self._cond.notify_all()
+        self._ended()
 
 
 def runs_start_up_code(env: dict[str, str]) -> bool:
@@ -226,7 +250,7 @@ def current_umask() -> int:
     return umask
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
