@@ -41,7 +41,13 @@ import threading
 import time
 from pathlib import Path
 
-from comminsight.sim.forks import ChildReports, ForkedProcess, current_umask, runs_start_up_code
+from comminsight.sim.forks import (
+    ChildReports,
+    ForkedProcess,
+    current_umask,
+    reap_children,
+    runs_start_up_code,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -439,19 +445,6 @@ def _prepare(services: bool) -> str | None:
     return None if n == 1 else f"refused: {n} threads after the imports"
 
 
-def _reap(sock: socket.socket) -> int:
-    reaped = 0
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return reaped
-        if pid == 0:
-            return reaped
-        sock.send(f"exited {pid} {os.waitstatus_to_exitcode(status)}".encode())
-        reaped += 1
-
-
 def _serve(sock: socket.socket) -> tuple[dict, list[int]] | None:
     """Fork a child per request until the caller closes the socket. Returns in a child (its
     request and stdio fds), None in the parent."""
@@ -466,7 +459,7 @@ def _serve(sock: socket.socket) -> tuple[dict, list[int]] | None:
             ready = []
         if wake_r in ready:
             os.read(wake_r, 1 << 12)
-        _reap(sock)
+        reap_children(lambda line: sock.send(line.encode()))
         if sock not in ready:
             continue
         data, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)

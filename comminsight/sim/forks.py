@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from comminsight.sim import rank_process
@@ -283,8 +284,10 @@ class _Requests:
         return [json.loads(line) for line in lines if line.strip()]
 
 
-def _reap() -> int:
-    """Report every child that has ended; how many."""
+def reap_children(report: Callable[[str], None] | None = None) -> int:
+    """Report every child that has ended ("exited PID STATUS", the status as
+    subprocess.Popen gives it: -N for a signal), to the launcher by default; how many."""
+    report = report or _report
     reaped = 0
     while True:
         try:
@@ -293,7 +296,7 @@ def _reap() -> int:
             return reaped
         if pid == 0:
             return reaped
-        _report(f"exited {pid} {os.waitstatus_to_exitcode(status)}")
+        report(f"exited {pid} {os.waitstatus_to_exitcode(status)}")
         reaped += 1
 
 
@@ -313,7 +316,7 @@ def _serve() -> dict | None:
             ready = []
         if wake_r in ready:
             os.read(wake_r, 1 << 12)
-        children -= _reap()
+        children -= reap_children()
         if 0 not in ready:
             continue
         for request in requests.read():
