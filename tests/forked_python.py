@@ -12,17 +12,19 @@ interpreter ends (exit handlers run, buffers flushed, a traceback and status 1 f
 exception).
 
 What a process reads only as it starts (LD_PRELOAD of a sanitizer's runtime and its options,
-MALLOC_*, PYTHON* but PYTHONPATH) is its parent's: each set of those values gets a parent of
-its own, started with them (up to MAX_PARENTS; past that, a new interpreter). Any argv that
-is not `sys.executable -m MODULE` or `sys.executable SCRIPT`, or that passes more
-descriptors, is started with subprocess.Popen. Tests of start-up itself (the console script,
-an import that fails) use subprocess directly.
+MALLOC_*, PYTHON* but PYTHONPATH) is its parent's, so a process whose values differ from the
+caller's is a new interpreter (subprocess.Popen). That includes a sanitizer build's
+scenarios: one that forks while the plugin's threads allocate can leave the child stuck on
+ASan's allocator lock, and in a child of a forked parent it did (1 run in 25 of the
+fork-after-init scenario; 0 in 40 as new interpreters). So is any argv that is not
+`sys.executable -m MODULE` or `sys.executable SCRIPT`, or that passes more descriptors.
+Tests of start-up itself (the console script, an import that fails) use subprocess directly.
 
 The parent forks only while it runs no thread but its main one (a child would inherit locks
 held by threads that do not exist in it): it checks that after its imports and before every
 fork, and refuses (the caller then starts real interpreters) rather than fork otherwise.
 
-    python tests/forked_python.py FD [--services]   # a parent: requests come on socket FD
+    python tests/forked_python.py FD     # the parent: requests arrive on socket FD
 """
 
 from __future__ import annotations
@@ -51,18 +53,9 @@ from comminsight.sim.forks import (
 
 HERE = Path(__file__).resolve().parent
 
-# What the processes tests start import: the plugin scenarios (the SHM reader, the ABI); the
-# Agent (its service, API server and readers) and the CLI (its API client and tables), which
-# only a parent of this process's own start-up imports (a sanitizer's runtime makes every
-# import several times dearer, and only scenarios run under one)
-SCENARIO_PRELOAD = (
-    "comminsight.shm_reader",
-    "comminsight.sim.abi",
-    "plugin_scenarios",
-    "hostile_scenarios",
-    "hang_evidence_scenarios",
-)
-SERVICE_PRELOAD = (
+# What the processes tests start import: the Agent (its service, API server and readers), the
+# CLI (its API client and tables), the plugin scenarios (the SHM reader, the ABI)
+PRELOAD = (
     "comminsight.agent.main",
     "comminsight.agent.core.service",
     "comminsight.agent.api.server",
@@ -70,6 +63,11 @@ SERVICE_PRELOAD = (
     "comminsight.cli.command_line",
     "comminsight.cli.client",
     "comminsight.cli.output",
+    "comminsight.shm_reader",
+    "comminsight.sim.abi",
+    "plugin_scenarios",
+    "hostile_scenarios",
+    "hang_evidence_scenarios",
 )
 
 # Read once, as a process starts, by the dynamic loader, the C library, a sanitizer's runtime
@@ -174,7 +172,7 @@ class ForkedPopen(ForkedProcess):
 class _Parent(ChildReports):
     """The forking parent of this process, and the thread that reads its reports."""
 
-    def __init__(self, startup: dict[str, str], services: bool) -> None:
+    def __init__(self, startup: dict[str, str]) -> None:
         super().__init__()
         self.startup = startup
         self.owner = os.getpid()
@@ -187,12 +185,7 @@ class _Parent(ChildReports):
             "OMP_NUM_THREADS": "1",
         }
         self._proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                str(theirs.fileno()),
-                *(["--services"] if services else []),
-            ],
+            [sys.executable, str(Path(__file__).resolve()), str(theirs.fileno())],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,  # a child's buffering follows its own fd 1, not this
@@ -270,32 +263,25 @@ class _Parent(ChildReports):
         self._ended()
 
 
-# Parents by their start-up variables: this process's own and a sanitizer build's or two
-MAX_PARENTS = 3
-_parents: dict[tuple, _Parent] = {}
-_refused: set[tuple] = set()  # start-ups whose parent could not fork: not asked again
-_parents_lock = threading.Lock()
+_parent: _Parent | None = None
+_refused = False  # the parent could not fork: not asked again
+_parent_lock = threading.Lock()
 
 
 def _parent_for(env: dict[str, str]) -> _Parent | None:
-    """The forking parent started with `env`'s start-up variables (None: a new interpreter
-    instead, once MAX_PARENTS sets of them have parents)."""
+    """This process's forking parent, for a child whose start-up variables are this
+    process's own (None: a new interpreter's to read them)."""
+    global _parent, _refused
     startup = _startup_part(env)
-    key = tuple(sorted(startup.items()))
-    if key in _refused:
+    if _refused or startup != _startup_part(dict(os.environ)):
         return None
-    with _parents_lock:
-        for k in [k for k, p in _parents.items() if p.gone or p.owner != os.getpid()]:
-            del _parents[k]  # ended, or a parent of the process this one was forked from
-        parent = _parents.get(key)
-        if parent is None:
-            if len(_parents) >= MAX_PARENTS:
-                return None
-            own = startup == _startup_part(dict(os.environ))
-            parent = _parents[key] = _Parent(startup, services=own)
+    with _parent_lock:
+        parent = _parent
+        if parent is None or parent.gone or parent.owner != os.getpid():
+            parent = _parent = _Parent(startup)
     if parent.wait_until_ready():
         return parent
-    _refused.add(key)
+    _refused = True
     return None
 
 
@@ -429,11 +415,11 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _prepare(services: bool) -> str | None:
+def _prepare() -> str | None:
     """Import what the children will; why the parent cannot fork, if it cannot."""
     import importlib
 
-    for name in SCENARIO_PRELOAD + (SERVICE_PRELOAD if services else ()):
+    for name in PRELOAD:
         importlib.import_module(name)
     from comminsight.sim.abi import abi_ffi
 
@@ -525,7 +511,7 @@ def _become(request: dict, fds: list[int]) -> None:
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     try:
-        refusal = _prepare(services="--services" in sys.argv[2:])
+        refusal = _prepare()
     except Exception as e:  # an import that fails here fails in the child too, visibly
         refusal = f"refused: {type(e).__name__}: {e}"
     if refusal is not None:

@@ -137,7 +137,8 @@ def test_a_memfd_link_left_by_an_earlier_process_of_the_pid_is_not_read_twice(tm
         shms = tmp_path / "home" / "shms"
         wait_until(lambda: list(shms.glob("*.shm")), 120, "the process's region link")
         (own,) = shms.glob("*.shm")
-        assert ShmRegion(own).header["pid"] > 0  # its own link: read
+        # its own link: read, once the region is made (the link comes first)
+        assert wait_until(lambda: ShmRegion(own).header["pid"], 120, "its region made") > 0
         pid = own.name.split("-")[-2]
         earlier = shms / f"ci-vm-{pid}-1.shm"  # an earlier process's name, the same target
         earlier.symlink_to(os.readlink(own))
