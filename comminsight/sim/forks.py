@@ -59,7 +59,7 @@ class ForkedProcess:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self.returncode is None and self._parent.gone and not alive(self.pid):
+        if self.returncode is None and self._parent.gone and not _alive(self.pid):
             self.returncode = 255  # its parent was killed: its status went with it
         return self.returncode
 
@@ -251,7 +251,7 @@ def current_umask() -> int:
     return umask
 
 
-def alive(pid: int) -> bool:
+def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
