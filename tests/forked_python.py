@@ -44,14 +44,14 @@ import time
 from pathlib import Path
 
 from comminsight.sim.forks import (
+    STARTUP_VARIABLES,
     ChildReports,
     ForkedProcess,
     current_umask,
     reap_children,
     runs_start_up_code,
+    startup_part,
 )
-
-HERE = Path(__file__).resolve().parent
 
 # What the processes tests start import: the Agent (its service, API server and readers), the
 # CLI (its API client and tables), the plugin scenarios (the SHM reader, the ABI)
@@ -69,10 +69,6 @@ PRELOAD = (
     "hostile_scenarios",
     "hang_evidence_scenarios",
 )
-
-# Read once, as a process starts, by the dynamic loader, the C library, a sanitizer's runtime
-# or the interpreter (PYTHONPATH is applied to each child's sys.path instead)
-STARTUP_PREFIXES = ("LD_", "GLIBC_", "MALLOC_", "ASAN_", "TSAN_", "UBSAN_", "LSAN_", "PYTHON")
 
 # A parent imports for seconds on a loaded machine, never minutes
 START_DEADLINE_S = 120.0
@@ -96,7 +92,9 @@ SWITCH = "FORKED_PYTHON"
 
 
 def _startup_part(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) and k != "PYTHONPATH"}
+    """What of `env` a process reads only as it starts (PYTHONPATH is applied to each child's
+    sys.path instead)."""
+    return {k: v for k, v in startup_part(env).items() if k != "PYTHONPATH"}
 
 
 def _target(argv: list[str]) -> tuple[str, str] | None:
@@ -178,7 +176,7 @@ class _Parent(ChildReports):
         self.owner = os.getpid()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(STARTUP_PREFIXES)},
+            **{k: v for k, v in os.environ.items() if not k.startswith(STARTUP_VARIABLES)},
             **startup,
             # numpy's BLAS would start threads in the parent at import: none
             "OPENBLAS_NUM_THREADS": "1",
