@@ -181,6 +181,33 @@ def test_a_divergence_between_two_ranks_is_decided_by_the_rhythm():
     assert report.op.count == 8396800  # the call rank 0 should have made
 
 
+@pytest.mark.parametrize("waiting", [0, 1])
+@pytest.mark.parametrize("odd", [0, 1])
+def test_the_op_one_rank_waits_in_against_the_other_s_completed_op_decides(odd, waiting):
+    """One rank issued the Step's first bucket with twice the count; NCCL completed it on one
+    side and that rank moved on, while the other still waits in its own op at that index. The
+    completed windows stop one op short on the waiting side: the op it waits in is its side
+    of the first difference, and the rhythm names the odd rank, whichever side waits."""
+    history = ddp_history()
+    n = len(history)
+    count = {odd: 2 * STEP[0], 1 - odd: STEP[0]}
+    done = 1 - waiting
+    snap = snapshot(
+        at(waiting, n, count[waiting], nranks=2),
+        member(done, enqueued=n + 1, completed=n + 1, nranks=2),
+    )
+    completed = {
+        waiting: dict(history),
+        done: {**history, n: op(n, NOW - 5 * S, count=count[done])},
+    }
+    report = valid(only(diagnose(snap, NOW, THRESHOLD, completed_ops=lambda m: completed[m.rank])))
+    assert report.verdict is Verdict.op_mismatch
+    assert culprit_ranks(report) == [odd], report.summary
+    assert report.culprit_basis is CulpritBasis.rhythm
+    assert f"first differ at op #{n}" in report.summary
+    assert report.op.count == STEP[0]  # the call the odd rank should have made
+
+
 # ---- nothing decides: no culprit, both sides shown ----
 
 

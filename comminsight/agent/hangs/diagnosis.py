@@ -604,7 +604,9 @@ def diverged(
     )
     culprits: dict[int, str] = {}
     first = (
-        first_difference(comm, completed_ops, step_cycles) if completed_ops is not None else None
+        first_difference(comm, _with_waited_op(completed_ops, stuck, op_index), step_cycles)
+        if completed_ops is not None
+        else None
     )
     if first is None:
         summary += "; no completed ops of the ranks show where: no culprit named"
@@ -638,6 +640,29 @@ def diverged(
         joined_index=op_index,
         culprit_basis=basis,
     )
+
+
+def _with_waited_op(
+    completed_ops: CompletedOps, stuck: list[CommMember], op_index: int
+) -> CompletedOps:
+    """The stuck ranks' windows with the op they wait in as their op op_index: the odd call
+    can be that very op (a rank issued it with another count, NCCL completed it on the other
+    rank's side), and once the other rank has moved on only this pairing shows it. The op in
+    the window's form: a collective's root only where the function has one."""
+    waited = {
+        id(m): dataclasses.replace(
+            m.inflight,
+            peer=None if m.inflight.is_coll and m.inflight.func not in ROOTED_FUNCS
+            else m.inflight.peer,
+        )
+        for m in stuck
+    }
+
+    def window(m: CommMember) -> dict[int, InflightOp]:
+        ops = completed_ops(m)
+        return {**ops, op_index: waited[id(m)]} if id(m) in waited else ops
+
+    return window
 
 
 def first_difference(
