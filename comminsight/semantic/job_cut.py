@@ -232,7 +232,10 @@ def _steps_by_idle_time(u: LocalUnits, gaps: np.ndarray, n: int) -> np.ndarray |
     begin at the backward's all-reduces, while the optimizer and the next batch leave the
     GPU idle before the forward's first): the few longest gaps, clearly apart from all the
     others, at the same place of the cycle every time, every same number of repetitions (at
-    least two), with no extra op just before them (an evaluation every few Steps)."""
+    least two), at least GROUP_MIN_STEPS of them (two long gaps are one interval: no
+    "every"), with no extra op just before them (an evaluation every few Steps). Gaps at the
+    units' own starts are not this case: _group_units has judged those and found no clear
+    groups (on a loaded machine a few Steps start late; that makes them no larger Steps)."""
     lo = int(u.starts[0])
     if n - lo < 8 or len(u.starts) < 2 * GROUP_MIN_STEPS:
         return None
@@ -240,12 +243,15 @@ def _steps_by_idle_time(u: LocalUnits, gaps: np.ndarray, n: int) -> np.ndarray |
     ranked = np.argsort(-gaps[positions], kind="stable")[: len(u.starts)]
     top = gaps[positions[ranked]].astype(np.float64)
     ratios = (top[:-1] + 1.0) / (top[1:] + 1.0)
-    if len(ratios) < 2:
+    if len(ratios) < GROUP_MIN_STEPS:
         return None
-    j = int(np.argmax(ratios[1:])) + 1  # at least two long gaps
-    if ratios[j] < GROUP_GAP_RATIO or j + 1 < GROUP_MIN_STEPS - 1:
+    # the split after the j+1 longest gaps, at least GROUP_MIN_STEPS of them
+    j = int(np.argmax(ratios[GROUP_MIN_STEPS - 1 :])) + GROUP_MIN_STEPS - 1
+    if ratios[j] < GROUP_GAP_RATIO:
         return None
     big = np.sort(positions[ranked[: j + 1]])
+    if np.isin(big, u.starts).all():
+        return None
     keys = u.keys[big]
     units_between = np.diff(np.searchsorted(u.starts, big, side="right"))
     if (
