@@ -652,7 +652,8 @@ def _with_waited_op(
     waited = {
         id(m): dataclasses.replace(
             m.inflight,
-            peer=None if m.inflight.is_coll and m.inflight.func not in ROOTED_FUNCS
+            peer=None
+            if m.inflight.is_coll and m.inflight.func not in ROOTED_FUNCS
             else m.inflight.peer,
         )
         for m in stuck
