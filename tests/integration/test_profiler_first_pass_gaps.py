@@ -74,9 +74,12 @@ def test_records_overwritten_before_the_first_pass_are_in_a_gap_line(driver, tmp
     assert len(set(logged)) == len(logged) and len(set(lost)) == len(lost)
     assert not set(logged) & set(lost)
     assert set(logged) | set(lost) == set(range(1, RECORDS + 1))
-    # the first pass came after the inits and the burst, perhaps after the finalizes too: the
-    # ring held only its last RING_SLOTS records then, the first ones were lost (the two
-    # communicator inits among them), and nothing after that pass
-    assert set(lost) == set(range(1, len(lost) + 1))
+    # the first pass came after the inits and the burst: the ring held only its last
+    # RING_SLOTS of those records then, the first ones were lost (the two communicator inits
+    # among them). The two finalizes race with that pass: one may overwrite a slot the pass
+    # has not read yet (a record lost there too, seen once in a loaded run), but no record a
+    # full ring still held after the last one, and nothing after that pass
+    assert set(range(1, BURST + 2 - RING_SLOTS + 1)) <= set(lost)
+    assert max(lost) <= RECORDS - RING_SLOTS
     assert BURST + 2 - RING_SLOTS <= len(lost) <= RECORDS - RING_SLOTS
     assert sum(s["lost_count"] for s in seals) == len(lost)
