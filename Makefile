@@ -40,7 +40,7 @@ GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 ATOMIC = tmp="$@.tmp.$$$$"; trap 'rm -rf "$$tmp"' EXIT;
 ATOMIC_DONE = && mv -f "$$tmp" "$@"
 
-.PHONY: build-profiler build-sim build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults build-engine
+.PHONY: build-profiler build-sim build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults bench-metrics build-engine
 .PHONY: all build venv generate verify-generated check-schemas check-compat headers test test-contract \
         test-unit lint bench demo install uninstall wheel-manylinux clean
 
@@ -310,6 +310,10 @@ bench-faults: $(VENV_STAMP) build-profiler $(SIM_SO)
 ## bench-master-scale: one master Agent fed by simulated slaves (64 and 256 nodes x 8 ranks): CPU, memory, fault-to-verdict
 bench-master-scale: $(VENV_STAMP)
 	$(VPY) bench/master_scale.py
+
+## bench-metrics: /metrics series per rank at metrics level job (the default) and rank, simulated Megatron jobs of 64 and 8 ranks through the real plugin and the Agent's ingest; page bytes plain and gzip
+bench-metrics: $(VENV_STAMP) build-profiler $(SIM_SO)
+	$(VPY) bench/metrics_series.py
 
 ## bench-profiler: the Profiler's hot path over an empty plugin (architecture §8: <= 1.25x, 150 ns on a fast core)
 bench-profiler: $(VENV_STAMP) build-profiler $(SIM_SO)

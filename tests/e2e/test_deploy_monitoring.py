@@ -354,6 +354,112 @@ def test_example_prometheus_config_passes_promtool_check():
     run_promtool("check", "config", str(PROMETHEUS_CONFIG))
 
 
+def hung_job_rule_test(rules: Path, nodes: int = 128, per_node: int = 8) -> dict:
+    """A promtool test of a hang of nodes x per_node ranks: every rank's oldest op in flight
+    past the threshold (series at metrics level rank, the most a fleet could send), every
+    node Agent holding an inconclusive incident (it waits for ranks on other nodes), the
+    culprit's node and the master holding the conclusive one (rank 1013 never joined)."""
+    series = []
+    for node in range(nodes):
+        host = f"node-{node:03d}"
+        instance = f"{host}:19102"
+        for local in range(per_node):
+            rank = node * per_node + local
+            series.append(
+                {
+                    "series": "comminsight_inflight_age_seconds{"
+                    f'job="comminsight-agent", instance="{instance}", job_id="job-big", '
+                    f'host="{host}", rank="{rank}", local_rank="{local}", gpu="{local}", '
+                    f'UUID="", comm="default_pg:0"' + "}",
+                    "values": "0+60x10",
+                }
+            )
+        series.append(
+            {
+                "series": "comminsight_incident_open{"
+                f'job="comminsight-agent", instance="{instance}", incident_id="inc-{node}", '
+                'job_id="job-big", verdict="inconclusive", comm="default_pg:0", root_rank="", '
+                'root_host=""}',
+                "values": "_ _ 1x8",
+            }
+        )
+    culprit = {"root_rank": "1013", "root_host": "node-126"}
+    for instance in ("node-126:19102", "master:19102"):
+        series.append(
+            {
+                "series": "comminsight_incident_open{"
+                f'job="comminsight-agent", instance="{instance}", incident_id="inc-{instance}", '
+                'job_id="job-big", verdict="rank_not_joined", comm="default_pg:0", '
+                'root_rank="1013", root_host="node-126"}',
+                "values": "_ _ 1x8",
+            }
+        )
+    suspected = {"severity": "critical", "job_id": "job-big"}
+    diagnosed = {
+        "severity": "critical",
+        "job_id": "job-big",
+        "verdict": "rank_not_joined",
+        "comm": "default_pg:0",
+        **culprit,
+    }
+
+    def annotations(labels: dict) -> dict:
+        if "verdict" not in labels:
+            return {
+                "summary": "Job job-big: an operation has been in flight for 7m 0s",
+                "description": "The oldest NCCL operation in flight in job job-big has not "
+                "completed for longer than the hang threshold (300 s, the default of "
+                "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S). The Agents' diagnosis names the rank "
+                "to blame: `comminsight incidents`, or the CommInsightHangDiagnosed alert.",
+            }
+        return {
+            "summary": "Job job-big: rank_not_joined on default_pg:0, rank 1013 on node-126 "
+            "to blame",
+            "description": "CommInsight diagnosed a hang of job job-big (rank_not_joined) on "
+            "communicator default_pg:0; the root cause is rank 1013 on node-126. The incident "
+            "carries the operation, every waiting rank and the evidence: `comminsight "
+            "incidents`.",
+        }
+
+    return {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {
+                        "eval_time": "7m",
+                        "alertname": "CommInsightHangSuspected",
+                        "exp_alerts": [
+                            {"exp_labels": suspected, "exp_annotations": annotations(suspected)}
+                        ],
+                    },
+                    {
+                        "eval_time": "7m",
+                        "alertname": "CommInsightHangDiagnosed",
+                        "exp_alerts": [
+                            {"exp_labels": diagnosed, "exp_annotations": annotations(diagnosed)}
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+
+
+def test_a_hang_of_1024_ranks_is_one_suspected_and_one_diagnosed_alert(tmp_path):
+    """One fault of a 1,024-rank job: 1,024 ranks waiting, 128 node Agents and a master
+    holding incidents of it; one CommInsightHangSuspected and one CommInsightHangDiagnosed
+    (promtool fails a test on any alert it does not expect)."""
+    case = hung_job_rule_test(RULES)
+    assert sum(", rank=" in s["series"] for s in case["tests"][0]["input_series"]) == 1024
+    test_file = tmp_path / "hang-1024.test.yml"
+    test_file.write_text(yaml.safe_dump(case, sort_keys=False))
+    run_promtool("test", "rules", str(test_file))
+
+
 def test_every_alert_says_how_long_how_bad_and_what():
     rules = load_rules()
     alerts = {r["alert"]: r for r in rules if "alert" in r}
@@ -482,8 +588,10 @@ def test_a_name_label_or_value_the_page_lacks_is_a_problem():
 # series the hang and the healthy job's Steps must have given samples, with these labels
 LABELED_ON_THE_PAGE = (
     ("comminsight_incidents_open", "verdict"),
-    ("comminsight_inflight_age_seconds", "rank"),
-    ("comminsight_step_duration_seconds_count", "rank"),
+    ("comminsight_incident_open", "root_rank"),
+    ("comminsight_inflight_age_seconds", "comm"),
+    ("comminsight_rank_op_seconds_total", "rank"),
+    ("comminsight_step_duration_seconds_count", "job_id"),
 )
 
 
@@ -552,3 +660,14 @@ def test_every_metric_the_dashboard_and_rules_name_is_on_a_real_page(hung_job_pa
     # the hang happened on the page: the series the hang panels and alerts read had samples
     for name, label in LABELED_ON_THE_PAGE:
         assert hung_job_page.labels[name][label], (name, label)
+
+
+@pytest.mark.slow
+def test_the_hung_jobs_incident_series_names_the_rank_that_skipped_the_op(hung_job_page):
+    """rank 1 skipped op 5 (the hung run's fault): the incident series the alert pages from
+    names it as the root, with its host and communicator."""
+    labels = hung_job_page.labels["comminsight_incident_open"]
+    assert "1" in labels["root_rank"], labels
+    # it waits outside NCCL while the others wait in op 5
+    assert labels["verdict"] <= {"rank_not_joined", "stuck_outside_nccl"}, labels
+    assert all(labels["comm"]) and all(labels["root_host"]), labels

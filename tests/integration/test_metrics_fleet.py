@@ -1,14 +1,18 @@
-"""/metrics for a fleet: every process's series says whose it is (job, host, ranks, GPU and
-its UUID), two jobs' communicators of one name stay apart, series of processes and
+"""/metrics for a fleet: at metrics level rank every process's series says whose it is (job,
+host, ranks, GPU and its UUID); at level job (the default) a node's ranks of a job fold into
+series that do not grow with the ranks, one per-rank series kept; two jobs' communicators of
+one name stay apart, series of processes and
 communicators that ended expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S (timed by the
 passes' clock, which the tests set), drop totals stay exact while producers come and go, and
-the route serves build info, process metrics, OpenMetrics on request and HEAD.
+the route serves build info, process metrics, OpenMetrics on request, gzip on request and
+HEAD.
 
 Producers are SHM regions this test writes itself (header, communicator table, ring), read
 by the Agent's own ProducerSet and ingest pass."""
 
 from __future__ import annotations
 
+import gzip
 import mmap
 import os
 import shutil
@@ -35,6 +39,7 @@ from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.metrics.build_info import UNKNOWN, git_commit
 from comminsight.agent.metrics.job import JobMetrics
+from comminsight.agent.metrics.level import JOB, RANK
 from comminsight.agent.metrics.node import NodeMetrics, update_from_producers, wants_openmetrics
 from comminsight.agent.metrics.process_labels import uuid_text
 from comminsight.agent.metrics.totals import node_metric_totals
@@ -169,11 +174,14 @@ class FakeProducer:
 
 
 class Node:
-    """The Agent's ingest of one home, pass by pass, on the test's clock."""
+    """The Agent's ingest of one home, pass by pass, on the test's clock; at metrics level
+    rank unless told (most tests here are about each process's labels)."""
 
-    def __init__(self, home: Path, expire_s: float = 60.0, retire_after_s: float = 0.0) -> None:
+    def __init__(
+        self, home: Path, expire_s: float = 60.0, retire_after_s: float = 0.0, level: str = RANK
+    ) -> None:
         self.producers = ProducerSet(home)
-        self.metrics = NodeMetrics(expire_after_s=expire_s)
+        self.metrics = NodeMetrics(expire_after_s=expire_s, level=level)
         self.retire_after_ns = int(retire_after_s * S)
 
     def run_pass(self, now: int) -> None:
@@ -287,6 +295,112 @@ def test_a_process_driving_several_gpus_labels_each_members_gpu(tmp_path, node):
     node.run_pass(T0)
     by_gpu = {(k[4], k[5]): v for k, v in node.ops().items()}
     assert by_gpu == {("0", UUID_A_TEXT): 2, ("1", uuid_text(UUID_B)): 5}
+
+
+# ---- metrics level job (the default) ----
+
+
+def eight_ranks(home: Path, job_id: str = "job-1", ranks: int = 8) -> list[FakeProducer]:
+    """A node's ranks of one job: each in the job's tensor-parallel communicator and its own
+    data-parallel one, the latter with an op in flight rank seconds old."""
+    out = []
+    for rank in range(ranks):
+        p = FakeProducer(home, f"{job_id}-r{rank}.shm", job_id=job_id, rank=rank, device=rank)
+        p.add_comm(0, 0x7000, "tp:0", rank=rank)
+        p.add_comm(1, 0x8000 + rank, f"dp:{rank}", rank=0)
+        p.publish(0x7000, 3, nbytes=1 << 20, rank=rank)
+        p.publish(0x8000 + rank, 2, nbytes=64 << 20, rank=0)
+        p.comms["inflight_count"][1] = 1
+        p.comms["inflight_kind"][1] = shm_v1.RecordKind.COLL
+        p.comms["inflight_enqueue_mono_ns"][1] = T0 - (rank + 1) * S
+        out.append(p)
+    return out
+
+
+def family_labels(node: Node, name: str) -> set[frozenset]:
+    return {frozenset(s.labels) - {"le"} for s in node.samples(name)}
+
+
+def test_at_the_default_level_a_nodes_ranks_of_a_job_fold_into_its_series(tmp_path):
+    node = Node(tmp_path, level=JOB)
+    eight_ranks(tmp_path)
+    node.run_pass(T0)
+    ops = {
+        (s.labels["job_id"], s.labels["host"], s.labels["comm"]): s.value
+        for s in node.samples("comminsight_ops_total")
+    }
+    assert ops[("job-1", "node-a", "tp:0")] == 8 * 3  # the eight ranks' ops of one comm
+    assert ops[("job-1", "node-a", "dp:5")] == 2
+    assert family_labels(node, "comminsight_ops_total") == {
+        frozenset({"job_id", "host", "comm", "op_type"})
+    }
+    # histograms per job and op type: no rank, no communicator
+    assert family_labels(node, "comminsight_op_latency_seconds_bucket") == {
+        frozenset({"job_id", "host", "op_type"})
+    }
+    (count,) = node.samples("comminsight_op_latency_seconds_count")
+    assert count.value == 8 * 5
+    busbw = {s.labels["size"] for s in node.samples("comminsight_op_busbw_gbs_count")}
+    assert busbw == {"le_1MiB", "le_256MiB"}
+    # the oldest op in flight of the node's ranks, per communicator
+    ages = {s.labels["comm"]: s.value for s in node.samples("comminsight_inflight_age_seconds")}
+    assert ages["dp:7"] == 8.0 and ages["dp:0"] == 1.0 and "tp:0" not in ages
+    # and one series per rank: its seconds in NCCL
+    seconds = node.samples("comminsight_rank_op_seconds_total")
+    assert sorted(int(s.labels["rank"]) for s in seconds) == list(range(8))
+    assert family_labels(node, "comminsight_rank_op_seconds_total") == {
+        frozenset({"job_id", "host", "rank"})
+    }
+
+
+def test_at_the_default_level_two_jobs_stay_apart(tmp_path):
+    node = Node(tmp_path, level=JOB)
+    eight_ranks(tmp_path, "job-a", ranks=2)
+    eight_ranks(tmp_path, "job-b", ranks=3)
+    node.run_pass(T0)
+    counts = {
+        s.labels["job_id"]: s.value for s in node.samples("comminsight_op_latency_seconds_count")
+    }
+    assert counts == {"job-a": 2 * 5, "job-b": 3 * 5}
+
+
+def op_series(
+    node: Node, level_names=("comminsight_op_latency_seconds", "comminsight_op_busbw_gbs")
+) -> int:
+    text = node.metrics.render().decode()
+    return sum(
+        len(f.samples) for f in text_string_to_metric_families(text) if f.name in level_names
+    )
+
+
+def test_the_histograms_do_not_grow_with_the_ranks_at_the_default_level(tmp_path):
+    """The histograms are most of a page: per job and op type at level job, so a node of 8
+    ranks has as many as a node of 2; at level rank 4 times as many."""
+    sizes = {}
+    for level in (JOB, RANK):
+        for ranks in (2, 8):
+            home = tmp_path / f"{level}-{ranks}"
+            node = Node(home, level=level)
+            eight_ranks(home, ranks=ranks)
+            node.run_pass(T0)
+            sizes[(level, ranks)] = op_series(node)
+            node.close()
+    assert sizes[(JOB, 8)] == sizes[(JOB, 2)] > 0
+    assert sizes[(RANK, 8)] == 4 * sizes[(RANK, 2)]
+
+
+def test_the_level_key_refuses_other_values(tmp_path):
+    env = {"COMMINSIGHT_HOME": str(tmp_path)}
+    assert load_settings(env).agent_metrics_level == "job"
+    assert (
+        load_settings({**env, "COMMINSIGHT_AGENT_METRICS_LEVEL": "rank"}).agent_metrics_level
+        == "rank"
+    )
+    for bad in ("", "gpu", "Rank", "job "):
+        with pytest.raises(ConfigError, match="COMMINSIGHT_AGENT_METRICS_LEVEL"):
+            load_settings({**env, "COMMINSIGHT_AGENT_METRICS_LEVEL": bad})
+    with pytest.raises(ValueError, match="metrics level 'gpu'"):
+        NodeMetrics(level="gpu")
 
 
 def test_uuid_text_is_what_nvidia_smi_prints_and_empty_when_unknown():
@@ -688,12 +802,13 @@ def test_the_route_serves_the_text_format_by_default_and_it_passes_promtool(live
         for s in f.samples
         if s.name == "comminsight_ops_total"
     ]
-    assert (ops.labels["job_id"], ops.labels["host"], ops.labels["UUID"], ops.value) == (
-        "job-a",
-        "gpu-1",
-        UUID_A_TEXT,
-        6,
-    )
+    assert ops.labels == {
+        "job_id": "job-a",
+        "host": "gpu-1",
+        "comm": "default_pg:0",
+        "op_type": "AllReduce",
+    }
+    assert ops.value == 6
     promtool_check(response.text)
 
 
@@ -710,7 +825,7 @@ def test_the_route_serves_openmetrics_when_asked(live):
     families = {f.name: f for f in openmetrics_families(response.text)}
     assert families["comminsight_build_info"].samples[0].value == 1
     (ops,) = families["comminsight_ops"].samples
-    assert (ops.labels["job_id"], ops.labels["rank"], ops.value) == ("job-a", "3", 6)
+    assert (ops.labels["job_id"], ops.labels["comm"], ops.value) == ("job-a", "default_pg:0", 6)
     # and the same samples as the text format
     text = httpx.get(f"{live.base_url}/metrics").text
     text_ops = [
@@ -720,6 +835,37 @@ def test_the_route_serves_openmetrics_when_asked(live):
         if s.name == "comminsight_ops_total"
     ]
     assert [(s.labels, s.value) for s in text_ops] == [(ops.labels, ops.value)]
+
+
+@pytest.mark.parametrize(
+    ("accept_encoding", "gzipped"),
+    [
+        ("gzip", True),
+        ("deflate, gzip;q=0.5", True),
+        ("*", True),
+        ("identity", False),
+        ("gzip;q=0", False),
+        ("gzip;q=zero", False),
+        ("*;q=0.5, gzip;q=0", False),
+        ("deflate", False),
+    ],
+)
+def test_the_route_gzips_when_the_client_accepts_it(live, accept_encoding, gzipped):
+    url = f"{live.base_url}/metrics"
+    with httpx.Client() as client:
+        plain = client.get(url, headers={"Accept-Encoding": "identity"})
+        request = client.build_request("GET", url, headers={"Accept-Encoding": accept_encoding})
+        response = client.send(request, stream=True)
+        raw = b"".join(response.iter_raw())
+        response.close()
+    assert response.status_code == 200
+    assert (response.headers.get("content-encoding") == "gzip") is gzipped
+    body = gzip.decompress(raw) if gzipped else raw
+    if gzipped:
+        assert len(raw) < len(body)
+    # the same page either way (the process metrics' values move between two scrapes)
+    names = {f.name for f in text_string_to_metric_families(body.decode())}
+    assert names == {f.name for f in text_string_to_metric_families(plain.text)}
 
 
 def test_head_answers_the_headers_without_a_body(live):

@@ -1,5 +1,6 @@
 """comminsight_step_duration_seconds: each GPU's Steps as a histogram under its process's
-labels, taken from the engine's thread once per pass, expiring with the process's series."""
+labels (metrics level rank), or the node's GPUs of a job together (level job, the default),
+taken from the engine's thread once per pass, expiring with the process's series."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from comminsight.agent.metrics.level import RANK
 from comminsight.agent.metrics.node import NodeMetrics
 from comminsight.agent.metrics.process_labels import ProcessLabels
 from comminsight.agent.metrics.steps import StepDurations
@@ -36,7 +38,7 @@ def test_steps_are_taken_once_and_binned_by_duration():
     new.add(RANK0, [0.2, 0.3, 12.0])
     new.add(RANK1, [0.2])
     new.add(RANK1, [])
-    metrics = NodeMetrics()
+    metrics = NodeMetrics(level=RANK)
     metrics.add_steps(new.take(), now_mono_ns=1 * S)
     assert new.take() == {}  # taken: a second pass adds nothing again
     metrics.add_steps(new.take(), now_mono_ns=2 * S)
@@ -47,6 +49,30 @@ def test_steps_are_taken_once_and_binned_by_duration():
     assert got[("bucket", "0", "10.0")] == 2
     assert got[("bucket", "0", "30.0")] == 3 and got[("bucket", "0", "+Inf")] == 3
     assert got[("count", "1", None)] == 1
+
+
+def test_at_the_default_level_the_node_s_gpus_of_a_job_are_one_histogram():
+    new = StepDurations()
+    new.add(RANK0, [0.2, 0.3, 12.0])
+    new.add(RANK1, [0.2])
+    new.add(ProcessLabels("job-b", "node1", "2", "2", "2", ""), [1.0])
+    metrics = NodeMetrics()
+    metrics.add_steps(new.take(), now_mono_ns=1 * S)
+    text = metrics.render().decode()
+    (family,) = [
+        f
+        for f in text_string_to_metric_families(text)
+        if f.name == "comminsight_step_duration_seconds"
+    ]
+    got = {
+        (s.name.rsplit("_", 1)[-1], s.labels["job_id"], s.labels.get("le")): s.value
+        for s in family.samples
+    }
+    assert {frozenset(s.labels) - {"le"} for s in family.samples} == {frozenset({"job_id", "host"})}
+    assert got[("count", "job-a", None)] == 4
+    assert got[("sum", "job-a", None)] == pytest.approx(12.7)
+    assert got[("bucket", "job-a", "0.25")] == 2
+    assert got[("count", "job-b", None)] == 1
 
 
 def test_a_gpus_series_expires_with_its_process():

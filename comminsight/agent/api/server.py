@@ -461,7 +461,28 @@ class AgentApi:
         # OpenMetrics for a client that asks for it (Prometheus does, by default), the text
         # format 0.0.4 for everyone else
         body, content_type = self.service.metrics.exposition(request.headers.get("Accept"))
-        return web.Response(body=body, headers={"Content-Type": content_type})
+        response = web.Response(body=body, headers={"Content-Type": content_type})
+        if accepts_gzip(request.headers.get("Accept-Encoding")):
+            # a page of a big node is megabytes of repetitive text: gzip makes it a tenth
+            response.enable_compression(web.ContentCoding.gzip)
+        return response
+
+
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """Whether an Accept-Encoding header accepts gzip: named with q > 0, or else `*` with
+    q > 0 (RFC 9110 12.5.3). A malformed q refuses."""
+    weights: dict[str, float] = {}
+    for item in (accept_encoding or "").split(","):
+        coding, *params = (p.strip().lower() for p in item.split(";"))
+        q = next((p.split("=", 1)[1] for p in params if p.startswith("q=")), "1")
+        try:
+            weights[coding] = float(q)
+        except ValueError:
+            weights[coding] = 0.0
+    for coding in ("gzip", "x-gzip", "*"):
+        if coding in weights:
+            return weights[coding] > 0
+    return False
 
 
 async def _resolve_note(request: web.Request, model, timeout_s: float) -> str | None:

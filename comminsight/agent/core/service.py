@@ -111,7 +111,9 @@ class AgentService:
         self.producers = ProducerSet(
             self.home, batch_max=settings.agent_batch_max, shm_dir=settings.profiler_shm_dir
         )
-        self.metrics = NodeMetrics(expire_after_s=settings.agent_metrics_expire_s)
+        self.metrics = NodeMetrics(
+            expire_after_s=settings.agent_metrics_expire_s, level=settings.agent_metrics_level
+        )
         if self.archiver is not None:
             self.metrics.registry.register(self.archiver)
         self.ingest = NodeIngest(
@@ -220,6 +222,7 @@ class AgentService:
             r.verdict.value for r in self.hangs.reports.values() if r.status is ReportStatus.open
         )
         self.metrics.open_incidents = self.incidents.open_by_verdict()
+        self.metrics.open_incident_roots = self.incidents.open_incidents()
         self.metrics.incidents_opened = self.incidents.opened_total
         self.passes += 1
         if self.passes % PRUNE_STACKS_EVERY == 0:

@@ -112,10 +112,11 @@ class IncidentStore:
             return incident
         return self._put(_resolved(incident, Resolution.operator, now_mono_ns, now_real_ns, note))
 
+    def open_incidents(self) -> list[Incident]:
+        return [i for i in self.incidents.values() if i.status is IncidentStatus.open]
+
     def open_by_verdict(self) -> Counter[str]:
-        return Counter(
-            i.root.verdict.value for i in self.incidents.values() if i.status is IncidentStatus.open
-        )
+        return Counter(i.root.verdict.value for i in self.open_incidents())
 
     def report_ids(self, incident: Incident) -> list[str]:
         """The root first, then the consequences in the incident's order."""

@@ -31,6 +31,8 @@ from comminsight.agent.core.producer_clock import on_reader_clock
 from comminsight.agent.metrics import engine as engine_metrics
 from comminsight.agent.metrics import inputs as input_metrics
 from comminsight.agent.metrics.build_info import build_info_family
+from comminsight.agent.metrics.incidents import incident_family
+from comminsight.agent.metrics.level import JOB, JOB_LABEL_NAMES, RANK, check_level, fold
 from comminsight.agent.metrics.process_labels import (
     LABEL_NAMES,
     NO_PROCESS,
@@ -42,6 +44,7 @@ from comminsight.agent.metrics.steps import STEP_BUCKETS_S, StepTimes
 from comminsight.shm_reader import COMM, op_records, record_text
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
+from comminsight_gen.models.hang_report_v1 import Incident
 
 LATENCY_BUCKETS_S = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
 BUSBW_BUCKETS_GBS = (1, 5, 10, 25, 50, 100, 200, 300, 400, 600, 900)
@@ -108,8 +111,9 @@ class _Series:
 class NodeMetrics:
     """Accumulates ingest results; `render()` gives the Prometheus text exposition."""
 
-    def __init__(self, expire_after_s: float = DEFAULT_EXPIRE_S) -> None:
+    def __init__(self, expire_after_s: float = DEFAULT_EXPIRE_S, level: str = JOB) -> None:
         self.expire_after_ns = int(expire_after_s * 1e9)
+        self.level = check_level(level)
         self.series: dict[SeriesKey, _Series] = {}
         self.comm_names: dict[int, str] = {}
         # (process labels..., comm label) -> age of its oldest op in flight
@@ -125,6 +129,7 @@ class NodeMetrics:
         self.lag_s = 0.0
         self.open_hangs: dict[str, int] = {}  # verdict -> open hang reports
         self.open_incidents: dict[str, int] = {}  # root verdict -> open incidents
+        self.open_incident_roots: list[Incident] = []  # the open incidents themselves
         self.incidents_opened: dict[str, int] = {}  # root verdict -> incidents opened
         # the Semantic Engine's counters (None while it is off)
         self.engine_steps: int | None = None
@@ -240,53 +245,10 @@ class NodeMetrics:
 
     def collect(self) -> Iterable:
         yield build_info_family()
-        labels = [*LABEL_NAMES, "comm", "op_type"]
-        ops = CounterMetricFamily("comminsight_ops", "Completed NCCL operations", labels=labels)
-        nbytes = CounterMetricFamily(
-            "comminsight_op_bytes", "Message bytes of completed operations", labels=labels
-        )
-        latency = HistogramMetricFamily(
-            "comminsight_op_latency_seconds",
-            "Operation duration (GPU span where measured)",
-            labels=labels,
-        )
-        busbw = HistogramMetricFamily(
-            "comminsight_op_busbw_gbs",
-            "Bus bandwidth per operation (GB/s)",
-            labels=[*labels, "size"],
-        )
-        for key, s in sorted(self.labelled_series().items()):
-            values = list(key)
-            ops.add_metric(values, s.ops)
-            nbytes.add_metric(values, s.bytes)
-            latency.add_metric(values, _buckets(LATENCY_BUCKETS_S, s.latency), s.latency_sum)
-            for b, (_, size_name) in enumerate(SIZE_BUCKETS):
-                if s.busbw[b].sum():
-                    busbw.add_metric(
-                        [*values, size_name],
-                        _buckets(BUSBW_BUCKETS_GBS, s.busbw[b]),
-                        float(s.busbw_sum[b]),
-                    )
-        yield from (ops, nbytes, latency, busbw)
-        age = GaugeMetricFamily(
-            "comminsight_inflight_age_seconds",
-            "Age of the oldest operation in flight",
-            labels=[*LABEL_NAMES, "comm"],
-        )
-        for key, value in sorted(self.inflight_age_s.items()):
-            age.add_metric(list(key), value)
-        yield age
-        steps = HistogramMetricFamily(
-            "comminsight_step_duration_seconds",
-            "Training Steps the live Semantic Engine recovered, by duration (first op's start "
-            "to last op's end), per profiled GPU",
-            labels=list(LABEL_NAMES),
-        )
-        for labels, times in sorted(self.steps.items()):
-            steps.add_metric(
-                list(labels.values()), _buckets(STEP_BUCKETS_S, times.buckets), times.sum_s
-            )
-        yield steps
+        yield from self._op_families()
+        yield self._rank_seconds_family()
+        yield self._inflight_family()
+        yield self._steps_family()
         drops = CounterMetricFamily(
             "comminsight_profiler_drops",
             "What the Profilers of this node dropped and counted",
@@ -326,6 +288,7 @@ class NodeMetrics:
         for verdict, count in sorted(self.open_incidents.items()):
             incidents.add_metric([verdict], count)
         yield incidents
+        yield incident_family(self.open_incident_roots)
         opened = CounterMetricFamily(
             "comminsight_incidents",
             "Incidents opened by this Agent by their root report's verdict (consequences "
@@ -360,6 +323,102 @@ class NodeMetrics:
             "Completion-to-ingest delay of the newest record read",
             value=self.lag_s,
         )
+
+    def _op_families(self) -> Iterable:
+        """Operations, bytes, latency and bus bandwidth: per process at level rank; at level
+        job the node's ranks of a job folded, the histograms per op type alone."""
+        series = self.labelled_series()  # (*process labels, comm, op type)
+        if self.level == RANK:
+            who, counted, timed, timed_by = list(LABEL_NAMES), series, series, ["comm"]
+        else:
+            who, timed_by = list(JOB_LABEL_NAMES), []
+            counted = fold(series, lambda k: (k[0], k[1], k[-2], k[-1]))
+            timed = fold(series, lambda k: (k[0], k[1], k[-1]))
+        labels = [*who, "comm", "op_type"]
+        ops = CounterMetricFamily("comminsight_ops", "Completed NCCL operations", labels=labels)
+        nbytes = CounterMetricFamily(
+            "comminsight_op_bytes", "Message bytes of completed operations", labels=labels
+        )
+        for key, s in sorted(counted.items()):
+            ops.add_metric(list(key), s.ops)
+            nbytes.add_metric(list(key), s.bytes)
+        latency = HistogramMetricFamily(
+            "comminsight_op_latency_seconds",
+            "Operation duration (GPU span where measured)",
+            labels=[*who, *timed_by, "op_type"],
+        )
+        busbw = HistogramMetricFamily(
+            "comminsight_op_busbw_gbs",
+            "Bus bandwidth per operation (GB/s)",
+            labels=[*who, *timed_by, "op_type", "size"],
+        )
+        # at level job the bandwidth histogram keeps its sum and count alone (the +Inf
+        # bucket): the mean per size bucket is what the rules and the dashboard read, and its
+        # buckets were half of a node's series
+        busbw_edges = BUSBW_BUCKETS_GBS if self.level == RANK else ()
+        for key, s in sorted(timed.items()):
+            values = list(key)
+            latency.add_metric(values, _buckets(LATENCY_BUCKETS_S, s.latency), s.latency_sum)
+            for b, (_, size_name) in enumerate(SIZE_BUCKETS):
+                counts = s.busbw[b] if busbw_edges else s.busbw[b].sum(keepdims=True)
+                if counts.sum():
+                    busbw.add_metric(
+                        [*values, size_name],
+                        _buckets(busbw_edges, counts),
+                        float(s.busbw_sum[b]),
+                    )
+        yield from (ops, nbytes, latency, busbw)
+
+    def _rank_seconds_family(self) -> CounterMetricFamily:
+        """Each rank's seconds in completed operations, at every level: the one per-rank
+        series a fleet keeps, enough to see which rank is slow."""
+        family = CounterMetricFamily(
+            "comminsight_rank_op_seconds",
+            "Seconds a rank spent in completed NCCL operations (the sum of their durations "
+            "over its communicators)",
+            labels=["job_id", "host", "rank"],
+        )
+        seconds: dict[tuple[str, str, str], float] = {}
+        for (process, _, _), s in self.series.items():
+            key = (process.job_id, process.host, process.rank)
+            seconds[key] = seconds.get(key, 0.0) + s.latency_sum
+        for key, value in sorted(seconds.items()):
+            family.add_metric(list(key), value)
+        return family
+
+    def _inflight_family(self) -> GaugeMetricFamily:
+        who = LABEL_NAMES if self.level == RANK else JOB_LABEL_NAMES
+        age = GaugeMetricFamily(
+            "comminsight_inflight_age_seconds",
+            "Age of the oldest operation in flight",
+            labels=[*who, "comm"],
+        )
+        ages = self.inflight_age_s  # (*process labels, comm)
+        if self.level == JOB:
+            folded: dict[tuple[str, ...], float] = {}
+            for key, value in ages.items():
+                short = (key[0], key[1], key[-1])
+                folded[short] = max(folded.get(short, 0.0), value)
+            ages = folded
+        for key, value in sorted(ages.items()):
+            age.add_metric(list(key), value)
+        return age
+
+    def _steps_family(self) -> HistogramMetricFamily:
+        who = LABEL_NAMES if self.level == RANK else JOB_LABEL_NAMES
+        steps = HistogramMetricFamily(
+            "comminsight_step_duration_seconds",
+            "Training Steps the live Semantic Engine recovered, by duration (first op's start "
+            "to last op's end): per profiled GPU at metrics level rank, the node's GPUs of a "
+            "job together at level job",
+            labels=list(who),
+        )
+        times = {labels.values(): t for labels, t in self.steps.items()}
+        if self.level == JOB:
+            times = fold(times, lambda k: (k[0], k[1]))
+        for key, t in sorted(times.items()):
+            steps.add_metric(list(key), _buckets(STEP_BUCKETS_S, t.buckets), t.sum_s)
+        return steps
 
     def render(self) -> bytes:
         """The Prometheus text format 0.0.4."""

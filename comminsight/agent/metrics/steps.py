@@ -39,6 +39,15 @@ class StepTimes:
             np.searchsorted(_EDGES, d, side="left"), minlength=len(self.buckets)
         )
 
+    def plus(self, other: StepTimes) -> StepTimes:
+        """A new histogram, the sum of both (GPUs of one job at scrape time)."""
+        return StepTimes(
+            self.count + other.count,
+            self.sum_s + other.sum_s,
+            self.buckets + other.buckets,
+            max(self.seen_mono_ns, other.seen_mono_ns),
+        )
+
     def merge(self, other: StepTimes) -> None:
         self.count += other.count
         self.sum_s += other.sum_s

@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #define CI_CONFIG_V1_KEY_PREFIX "COMMINSIGHT_"
-#define CI_CONFIG_V1_KEY_COUNT 63
+#define CI_CONFIG_V1_KEY_COUNT 64
 
 /* Value types of keys (ci_config_v1_key_t.type). */
 #define CI_CONFIG_V1_TYPE_STRING 0
@@ -207,9 +207,15 @@
 #define CI_CONFIG_V1_AGENT_METRICS_EXPIRE_S_MIN 1.0
 #define CI_CONFIG_V1_AGENT_METRICS_EXPIRE_S_MAX 604800.0
 
+/* COMMINSIGHT_AGENT_METRICS_LEVEL (string): How much detail /metrics carries. job: the node's operations per job, communicator and op type, their latency and bus bandwidth per job and op type, one series per rank (its seconds in NCCL), so a node's series grow with its jobs and communicators, not with its ranks. rank: every series also per profiled GPU (rank, local_rank, gpu, UUID labels), communicator and op type: for a small job or a rank under investigation. */
+#define CI_CONFIG_V1_AGENT_METRICS_LEVEL_KEY "COMMINSIGHT_AGENT_METRICS_LEVEL"
+#define CI_CONFIG_V1_AGENT_METRICS_LEVEL_INDEX 27
+#define CI_CONFIG_V1_AGENT_METRICS_LEVEL_DEFAULT_TEXT "job"
+#define CI_CONFIG_V1_AGENT_METRICS_LEVEL_DEFAULT "job"
+
 /* COMMINSIGHT_AGENT_RECENT_OPS (integer, records): Completed ops kept in memory per process for /api/v1/ops/recent. */
 #define CI_CONFIG_V1_AGENT_RECENT_OPS_KEY "COMMINSIGHT_AGENT_RECENT_OPS"
-#define CI_CONFIG_V1_AGENT_RECENT_OPS_INDEX 27
+#define CI_CONFIG_V1_AGENT_RECENT_OPS_INDEX 28
 #define CI_CONFIG_V1_AGENT_RECENT_OPS_DEFAULT_TEXT "4096"
 #define CI_CONFIG_V1_AGENT_RECENT_OPS_DEFAULT 4096LL
 #define CI_CONFIG_V1_AGENT_RECENT_OPS_MIN 0LL
@@ -217,7 +223,7 @@
 
 /* COMMINSIGHT_AGENT_HEARTBEAT_STALE_MS (integer, ms): A producer whose SHM heartbeat is older than this is considered stuck or dead (checked with its pid). */
 #define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_KEY "COMMINSIGHT_AGENT_HEARTBEAT_STALE_MS"
-#define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_INDEX 28
+#define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_INDEX 29
 #define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_DEFAULT_TEXT "10000"
 #define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_DEFAULT 10000LL
 #define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_MIN 100LL
@@ -225,7 +231,7 @@
 
 /* COMMINSIGHT_AGENT_STRAGGLER_FACTOR (number, ratio): A rank whose op latency exceeds the median of its peers by this factor is reported as a straggler. */
 #define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_KEY "COMMINSIGHT_AGENT_STRAGGLER_FACTOR"
-#define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_INDEX 29
+#define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_INDEX 30
 #define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_DEFAULT_TEXT "3.0"
 #define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_DEFAULT 3.0
 #define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_MIN 1.0
@@ -233,13 +239,13 @@
 
 /* COMMINSIGHT_AGENT_LOG_LEVEL (string): Agent log level. */
 #define CI_CONFIG_V1_AGENT_LOG_LEVEL_KEY "COMMINSIGHT_AGENT_LOG_LEVEL"
-#define CI_CONFIG_V1_AGENT_LOG_LEVEL_INDEX 30
+#define CI_CONFIG_V1_AGENT_LOG_LEVEL_INDEX 31
 #define CI_CONFIG_V1_AGENT_LOG_LEVEL_DEFAULT_TEXT "info"
 #define CI_CONFIG_V1_AGENT_LOG_LEVEL_DEFAULT "info"
 
 /* COMMINSIGHT_AGENT_STACK_INTERVAL_S (number, s): The Agent sends a process the stack signal (COMMINSIGHT_INJECT_STACK_SIGNAL) at most once in this long; a request within it gets the answer to the last signal (or its late arrival) instead of a new signal. */
 #define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_KEY "COMMINSIGHT_AGENT_STACK_INTERVAL_S"
-#define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_INDEX 31
+#define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_INDEX 32
 #define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_DEFAULT_TEXT "30.0"
 #define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_DEFAULT 30.0
 #define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_MIN 1.0
@@ -247,7 +253,7 @@
 
 /* COMMINSIGHT_AGENT_STACK_TIMEOUT_S (number, s): How long the Agent waits for a process to write its Python stacks after the signal; past it the stack is reported unavailable (timed out). A process whose main thread is blocked inside a C call answers only when the call returns. */
 #define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_KEY "COMMINSIGHT_AGENT_STACK_TIMEOUT_S"
-#define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_INDEX 32
+#define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_INDEX 33
 #define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_DEFAULT_TEXT "2.0"
 #define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_DEFAULT 2.0
 #define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_MIN 0.05
@@ -255,7 +261,7 @@
 
 /* COMMINSIGHT_PROFILER_EVENT_MASK (integer, bitmask): NCCL activation mask (nccl-profiler event_type bits). Default Coll|P2p|KernelCh = 70: ops with GPU timing. 6 turns GPU timing off. */
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_KEY "COMMINSIGHT_PROFILER_EVENT_MASK"
-#define CI_CONFIG_V1_PROFILER_EVENT_MASK_INDEX 33
+#define CI_CONFIG_V1_PROFILER_EVENT_MASK_INDEX 34
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_DEFAULT_TEXT "70"
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_DEFAULT 70LL
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_MIN 0LL
@@ -263,7 +269,7 @@
 
 /* COMMINSIGHT_PROFILER_HANG_TIMEOUT_S (number, s): An op in flight longer than this is a hang. One value per job, the Agent's: it decides every verdict (0 turns hang diagnosis off), and the Agent publishes it in <home>/metadata/agent-settings, which every Profiler's watchdog follows from its next heartbeat (0 turns the watchdog off). A rank keeps its own value only where this key is set in its own environment; the Agent's health names the processes whose watchdog uses another value (that one, or a Profiler that started before the Agent published, or an older one), and the verdict still uses the Agent's. A missing or invalid published file leaves a Profiler on its own value. */
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_KEY "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S"
-#define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_INDEX 34
+#define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_INDEX 35
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_DEFAULT_TEXT "300.0"
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_DEFAULT 300.0
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_MIN 0.0
@@ -271,13 +277,13 @@
 
 /* COMMINSIGHT_PROFILER_HANG_EVIDENCE (boolean): When the watchdog suspects a hang, raise the activation mask by ProxyOp|ProxyStep for the process and record the flagged communicator's network proxy progress per channel into SHM, until the op completes, the communicator is finalized or COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S passes; then back to the normal mask. NCCL fixes each op's mask when the op is issued, so the op already in flight gets no proxy events: the evidence comes from the ops issued after the raise. 0: the mask never changes on a hang. */
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_KEY "COMMINSIGHT_PROFILER_HANG_EVIDENCE"
-#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_INDEX 35
+#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_INDEX 36
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_DEFAULT 1
 
 /* COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S (number, s): The longest the mask stays raised for one flagged op that does not complete; after it the normal mask is back and the evidence entry is kept (end_reason BOUND_REACHED). */
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_KEY "COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S"
-#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_INDEX 36
+#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_INDEX 37
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_DEFAULT_TEXT "600.0"
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_DEFAULT 600.0
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_MIN 1.0
@@ -285,7 +291,7 @@
 
 /* COMMINSIGHT_PROFILER_RING_SLOTS (integer, records): Op records in each process's SHM ring; a power of two. */
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_KEY "COMMINSIGHT_PROFILER_RING_SLOTS"
-#define CI_CONFIG_V1_PROFILER_RING_SLOTS_INDEX 37
+#define CI_CONFIG_V1_PROFILER_RING_SLOTS_INDEX 38
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_DEFAULT_TEXT "65536"
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_DEFAULT 65536LL
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_MIN 64LL
@@ -293,7 +299,7 @@
 
 /* COMMINSIGHT_PROFILER_COMM_SLOTS (integer, communicators): Communicators each process's SHM comm table holds; more are counted as dropped. */
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_KEY "COMMINSIGHT_PROFILER_COMM_SLOTS"
-#define CI_CONFIG_V1_PROFILER_COMM_SLOTS_INDEX 38
+#define CI_CONFIG_V1_PROFILER_COMM_SLOTS_INDEX 39
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_DEFAULT_TEXT "256"
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_DEFAULT 256LL
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_MIN 1LL
@@ -301,7 +307,7 @@
 
 /* COMMINSIGHT_PROFILER_EVENT_POOL (integer, events): Preallocated in-flight event handles per process (ops and their channel events); when exhausted, events are dropped and counted. */
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_KEY "COMMINSIGHT_PROFILER_EVENT_POOL"
-#define CI_CONFIG_V1_PROFILER_EVENT_POOL_INDEX 39
+#define CI_CONFIG_V1_PROFILER_EVENT_POOL_INDEX 40
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_DEFAULT_TEXT "16384"
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_DEFAULT 16384LL
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_MIN 64LL
@@ -309,7 +315,7 @@
 
 /* COMMINSIGHT_PROFILER_HEARTBEAT_MS (integer, ms): Period of the SHM heartbeat and of the watchdog's scan. */
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_KEY "COMMINSIGHT_PROFILER_HEARTBEAT_MS"
-#define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_INDEX 40
+#define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_INDEX 41
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_DEFAULT_TEXT "1000"
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_DEFAULT 1000LL
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_MIN 10LL
@@ -317,19 +323,19 @@
 
 /* COMMINSIGHT_PROFILER_SHM_ENABLE (boolean): Publish op records to SHM for the Agent. */
 #define CI_CONFIG_V1_PROFILER_SHM_ENABLE_KEY "COMMINSIGHT_PROFILER_SHM_ENABLE"
-#define CI_CONFIG_V1_PROFILER_SHM_ENABLE_INDEX 41
+#define CI_CONFIG_V1_PROFILER_SHM_ENABLE_INDEX 42
 #define CI_CONFIG_V1_PROFILER_SHM_ENABLE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_SHM_ENABLE_DEFAULT 1
 
 /* COMMINSIGHT_PROFILER_SHM_DIR (string, path): Memory-backed directory (tmpfs) holding each process's SHM region; <COMMINSIGHT_HOME>/shms/ gets a symbolic link to it. A disk-backed mapping would make the kernel write the ring back to disk and fault on the hot path. Empty, or not a usable directory: the region is a file in shms/ itself. */
 #define CI_CONFIG_V1_PROFILER_SHM_DIR_KEY "COMMINSIGHT_PROFILER_SHM_DIR"
-#define CI_CONFIG_V1_PROFILER_SHM_DIR_INDEX 42
+#define CI_CONFIG_V1_PROFILER_SHM_DIR_INDEX 43
 #define CI_CONFIG_V1_PROFILER_SHM_DIR_DEFAULT_TEXT "/dev/shm"
 #define CI_CONFIG_V1_PROFILER_SHM_DIR_DEFAULT "/dev/shm"
 
 /* COMMINSIGHT_PROFILER_STALE_REGION_GRACE_S (integer, s): A dead process's SHM region still linked from its home is kept for its Agent to recover what only SHM holds; once its last heartbeat is older than this, the next Profiler on the host removes it anyway, so regions nobody will read do not fill the tmpfs. */
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_KEY "COMMINSIGHT_PROFILER_STALE_REGION_GRACE_S"
-#define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_INDEX 43
+#define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_INDEX 44
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_DEFAULT_TEXT "86400"
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_DEFAULT 86400LL
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_MIN 0LL
@@ -337,13 +343,13 @@
 
 /* COMMINSIGHT_PROFILER_LOG_ENABLE (boolean): Write raw records to inspector_logs. */
 #define CI_CONFIG_V1_PROFILER_LOG_ENABLE_KEY "COMMINSIGHT_PROFILER_LOG_ENABLE"
-#define CI_CONFIG_V1_PROFILER_LOG_ENABLE_INDEX 44
+#define CI_CONFIG_V1_PROFILER_LOG_ENABLE_INDEX 45
 #define CI_CONFIG_V1_PROFILER_LOG_ENABLE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_LOG_ENABLE_DEFAULT 1
 
 /* COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES (integer, bytes): An inspector_logs segment is sealed once it reaches this size. */
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_KEY "COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES"
-#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_INDEX 45
+#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_INDEX 46
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_DEFAULT_TEXT "67108864"
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_DEFAULT 67108864LL
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_MIN 4096LL
@@ -351,7 +357,7 @@
 
 /* COMMINSIGHT_PROFILER_LOG_SEGMENT_S (number, s): An open inspector_logs segment is sealed after this long even if small. */
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_KEY "COMMINSIGHT_PROFILER_LOG_SEGMENT_S"
-#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_INDEX 46
+#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_INDEX 47
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_DEFAULT_TEXT "300.0"
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_DEFAULT 300.0
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_MIN 1.0
@@ -359,7 +365,7 @@
 
 /* COMMINSIGHT_PROFILER_LOG_FLUSH_MS (integer, ms): How often the log writer drains the ring and writes. */
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_KEY "COMMINSIGHT_PROFILER_LOG_FLUSH_MS"
-#define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_INDEX 47
+#define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_INDEX 48
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_DEFAULT_TEXT "200"
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_DEFAULT 200LL
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_MIN 1LL
@@ -367,37 +373,37 @@
 
 /* COMMINSIGHT_PROFILER_AGENT_BIN (string, path): Agent executable the Profiler autostarts (looked up on PATH when not absolute). Only the environment can set this key: a value in the configuration file is ignored with a warning, because a file that others may write must never choose what the training process executes. The executable must not be writable by group or others. */
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_KEY "COMMINSIGHT_PROFILER_AGENT_BIN"
-#define CI_CONFIG_V1_PROFILER_AGENT_BIN_INDEX 48
+#define CI_CONFIG_V1_PROFILER_AGENT_BIN_INDEX 49
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_DEFAULT_TEXT "comminsight-agent"
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_DEFAULT "comminsight-agent"
 
 /* COMMINSIGHT_JOB_ID (string, name): Job this training process belongs to, as the Profiler writes it into the SHM header and the inspector-log lines (truncated to 63 bytes). Empty means the first set of TORCHELASTIC_RUN_ID (unless torchrun's default 'none'), SLURM_JOB_ID, JOB_ID and a Kubernetes Indexed Job's name (JOB_COMPLETION_INDEX set and the pod's host name <job>-<index>); other Kubernetes workloads set it through the downward API. Only the environment can set this key: each job exports its own, while a configuration file is shared by every job of the host. */
 #define CI_CONFIG_V1_JOB_ID_KEY "COMMINSIGHT_JOB_ID"
-#define CI_CONFIG_V1_JOB_ID_INDEX 49
+#define CI_CONFIG_V1_JOB_ID_INDEX 50
 #define CI_CONFIG_V1_JOB_ID_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_JOB_ID_DEFAULT ""
 
 /* COMMINSIGHT_PROFILER_DEBUG (boolean): Log Profiler decisions through NCCL's logger (INFO level). */
 #define CI_CONFIG_V1_PROFILER_DEBUG_KEY "COMMINSIGHT_PROFILER_DEBUG"
-#define CI_CONFIG_V1_PROFILER_DEBUG_INDEX 50
+#define CI_CONFIG_V1_PROFILER_DEBUG_INDEX 51
 #define CI_CONFIG_V1_PROFILER_DEBUG_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_PROFILER_DEBUG_DEFAULT 0
 
 /* COMMINSIGHT_SEMANTIC_ENABLE (boolean): Run the Semantic Engine on completed ops in the Agent. */
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_KEY "COMMINSIGHT_SEMANTIC_ENABLE"
-#define CI_CONFIG_V1_SEMANTIC_ENABLE_INDEX 51
+#define CI_CONFIG_V1_SEMANTIC_ENABLE_INDEX 52
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_DEFAULT 1
 
 /* COMMINSIGHT_SEMANTIC_TEMPLATE_DIRS (string, path list): Extra directories (colon-separated) of step templates, added to the built-in ones. */
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_KEY "COMMINSIGHT_SEMANTIC_TEMPLATE_DIRS"
-#define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_INDEX 52
+#define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_INDEX 53
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_DEFAULT ""
 
 /* COMMINSIGHT_SEMANTIC_CHECKPOINT_S (number, s): How often the engine checkpoints its state. */
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_KEY "COMMINSIGHT_SEMANTIC_CHECKPOINT_S"
-#define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_INDEX 53
+#define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_INDEX 54
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_DEFAULT_TEXT "10.0"
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_DEFAULT 10.0
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_MIN 0.1
@@ -405,13 +411,13 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_URL (string, url): Where sealed logs and summaries are archived: a directory path or an fsspec URL (s3://..., file://...). Empty means <COMMINSIGHT_HOME>/archives. An unknown scheme or a malformed URL turns archiving off (named in health); a destination that cannot be reached is an upload failure, retried and reported. */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_KEY "COMMINSIGHT_COMMON_ARCHIVE_URL"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_URL_INDEX 54
+#define CI_CONFIG_V1_COMMON_ARCHIVE_URL_INDEX 55
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_DEFAULT ""
 
 /* COMMINSIGHT_COMMON_ARCHIVE_ZSTD_LEVEL (integer, level): zstd compression level of archived files. */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_KEY "COMMINSIGHT_COMMON_ARCHIVE_ZSTD_LEVEL"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_INDEX 55
+#define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_INDEX 56
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_DEFAULT_TEXT "3"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_DEFAULT 3LL
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_MIN 1LL
@@ -419,7 +425,7 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_RETRY_MAX (integer, attempts): Upload attempts before an archive error is reported (with exponential backoff). */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_KEY "COMMINSIGHT_COMMON_ARCHIVE_RETRY_MAX"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_INDEX 56
+#define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_INDEX 57
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_DEFAULT_TEXT "8"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_DEFAULT 8LL
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_MIN 1LL
@@ -427,7 +433,7 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S (number, s): How often the Agent looks for sealed files to archive (a flush through the API archives at once). */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_KEY "COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_INDEX 57
+#define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_INDEX 58
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_DEFAULT_TEXT "30.0"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_DEFAULT 30.0
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_MIN 0.1
@@ -435,7 +441,7 @@
 
 /* COMMINSIGHT_COMMON_DISK_BUDGET_BYTES (integer, bytes): Local inspector_logs and summaries are deleted, oldest first and only once archived, to stay under this size. 0 disables deletion. */
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_KEY "COMMINSIGHT_COMMON_DISK_BUDGET_BYTES"
-#define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_INDEX 58
+#define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_INDEX 59
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_DEFAULT_TEXT "10737418240"
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_DEFAULT 10737418240LL
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_MIN 0LL
@@ -443,25 +449,25 @@
 
 /* COMMINSIGHT_INJECT_DISABLE (boolean): Turn Inject off entirely. */
 #define CI_CONFIG_V1_INJECT_DISABLE_KEY "COMMINSIGHT_INJECT_DISABLE"
-#define CI_CONFIG_V1_INJECT_DISABLE_INDEX 59
+#define CI_CONFIG_V1_INJECT_DISABLE_INDEX 60
 #define CI_CONFIG_V1_INJECT_DISABLE_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_INJECT_DISABLE_DEFAULT 0
 
 /* COMMINSIGHT_INJECT_STEP_MARKERS (boolean): Record optimizer-step timestamps to metadata/ as ground truth for the Semantic Engine. */
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_KEY "COMMINSIGHT_INJECT_STEP_MARKERS"
-#define CI_CONFIG_V1_INJECT_STEP_MARKERS_INDEX 60
+#define CI_CONFIG_V1_INJECT_STEP_MARKERS_INDEX 61
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT 0
 
 /* COMMINSIGHT_INJECT_STACKS (boolean): Let the Agent ask this process for its threads' Python stacks: Inject registers a handler for COMMINSIGHT_INJECT_STACK_SIGNAL when the process makes its first process group, unless the signal already has a handler. 0 registers nothing. */
 #define CI_CONFIG_V1_INJECT_STACKS_KEY "COMMINSIGHT_INJECT_STACKS"
-#define CI_CONFIG_V1_INJECT_STACKS_INDEX 61
+#define CI_CONFIG_V1_INJECT_STACKS_INDEX 62
 #define CI_CONFIG_V1_INJECT_STACKS_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_INJECT_STACKS_DEFAULT 1
 
 /* COMMINSIGHT_INJECT_STACK_SIGNAL (string): The signal on which Inject writes the process's Python stacks to metadata/stacks/. SIGUSR2 by default: PyTorch, torchrun and NCCL install no handler for it (SIGUSR1 is the one batch schedulers and PyTorch Lightning use); a real-time signal SIGRTMIN+N is the way out if the application uses it. */
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_KEY "COMMINSIGHT_INJECT_STACK_SIGNAL"
-#define CI_CONFIG_V1_INJECT_STACK_SIGNAL_INDEX 62
+#define CI_CONFIG_V1_INJECT_STACK_SIGNAL_INDEX 63
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_DEFAULT_TEXT "SIGUSR2"
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_DEFAULT "SIGUSR2"
 
@@ -506,6 +512,7 @@ static inline const ci_config_v1_key_t* ci_config_v1_keys(size_t* count) {
         { "COMMINSIGHT_AGENT_POLL_INTERVAL_MS", CI_CONFIG_V1_TYPE_INTEGER, "20", 1, 1, 1, 10000, NULL, NULL },
         { "COMMINSIGHT_AGENT_BATCH_MAX", CI_CONFIG_V1_TYPE_INTEGER, "65536", 1, 1, 1, 16777216, NULL, NULL },
         { "COMMINSIGHT_AGENT_METRICS_EXPIRE_S", CI_CONFIG_V1_TYPE_NUMBER, "600.0", 1, 1, 1.0, 604800.0, NULL, NULL },
+        { "COMMINSIGHT_AGENT_METRICS_LEVEL", CI_CONFIG_V1_TYPE_STRING, "job", 0, 0, 0, 0, "job|rank", NULL },
         { "COMMINSIGHT_AGENT_RECENT_OPS", CI_CONFIG_V1_TYPE_INTEGER, "4096", 1, 1, 0, 1048576, NULL, NULL },
         { "COMMINSIGHT_AGENT_HEARTBEAT_STALE_MS", CI_CONFIG_V1_TYPE_INTEGER, "10000", 1, 1, 100, 3600000, NULL, NULL },
         { "COMMINSIGHT_AGENT_STRAGGLER_FACTOR", CI_CONFIG_V1_TYPE_NUMBER, "3.0", 1, 1, 1.0, 1000.0, NULL, NULL },

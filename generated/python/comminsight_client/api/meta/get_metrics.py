@@ -57,15 +57,20 @@ def sync_detailed(
 ) -> Response[str]:
     """ Prometheus metrics (text exposition format 0.0.4, or OpenMetrics 1.0.0)
 
-     Per process, communicator and op type: counts (`comminsight_ops_total`), bytes,
-    latency histograms, bus bandwidth, in-flight age; the node's drops and agent lag; the
-    Agent's build (`comminsight_build_info`) and process (`process_*`) metrics. A process's
-    series carry `job_id`, `host`, `rank`, `local_rank`, `gpu` (CUDA device ordinal) and
-    `UUID` (the GPU's, as DCGM's exporter labels it). Label sets are bounded (size
-    buckets, no pid or sequence number); series of ended processes and communicators
-    expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served when the
-    request's Accept header asks for `application/openmetrics-text`; HEAD answers the
-    same headers without a body.
+     Per job, communicator and op type: counts (`comminsight_ops_total`), bytes; per job
+    and op type: latency histograms, bus bandwidth; per job and communicator: in-flight
+    age; per rank: seconds in completed operations (`comminsight_rank_op_seconds_total`);
+    one `comminsight_incident_open` series per open incident (job, root verdict,
+    communicator, root rank and host); the node's drops and agent lag; the Agent's build
+    (`comminsight_build_info`) and process (`process_*`) metrics. Series carry `job_id`
+    and `host`; COMMINSIGHT_AGENT_METRICS_LEVEL=rank puts every series per process as
+    well, with `rank`, `local_rank`, `gpu` (CUDA device ordinal) and `UUID` (the GPU's,
+    as DCGM's exporter labels it), and the histograms per communicator. Label sets are
+    bounded (size buckets, no pid or sequence number); series of ended processes and
+    communicators expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served
+    when the request's Accept header asks for `application/openmetrics-text`; the body
+    is gzip-compressed (`Content-Encoding: gzip`) when Accept-Encoding accepts gzip;
+    HEAD answers the same headers without a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -93,15 +98,20 @@ def sync(
 ) -> str | None:
     """ Prometheus metrics (text exposition format 0.0.4, or OpenMetrics 1.0.0)
 
-     Per process, communicator and op type: counts (`comminsight_ops_total`), bytes,
-    latency histograms, bus bandwidth, in-flight age; the node's drops and agent lag; the
-    Agent's build (`comminsight_build_info`) and process (`process_*`) metrics. A process's
-    series carry `job_id`, `host`, `rank`, `local_rank`, `gpu` (CUDA device ordinal) and
-    `UUID` (the GPU's, as DCGM's exporter labels it). Label sets are bounded (size
-    buckets, no pid or sequence number); series of ended processes and communicators
-    expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served when the
-    request's Accept header asks for `application/openmetrics-text`; HEAD answers the
-    same headers without a body.
+     Per job, communicator and op type: counts (`comminsight_ops_total`), bytes; per job
+    and op type: latency histograms, bus bandwidth; per job and communicator: in-flight
+    age; per rank: seconds in completed operations (`comminsight_rank_op_seconds_total`);
+    one `comminsight_incident_open` series per open incident (job, root verdict,
+    communicator, root rank and host); the node's drops and agent lag; the Agent's build
+    (`comminsight_build_info`) and process (`process_*`) metrics. Series carry `job_id`
+    and `host`; COMMINSIGHT_AGENT_METRICS_LEVEL=rank puts every series per process as
+    well, with `rank`, `local_rank`, `gpu` (CUDA device ordinal) and `UUID` (the GPU's,
+    as DCGM's exporter labels it), and the histograms per communicator. Label sets are
+    bounded (size buckets, no pid or sequence number); series of ended processes and
+    communicators expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served
+    when the request's Accept header asks for `application/openmetrics-text`; the body
+    is gzip-compressed (`Content-Encoding: gzip`) when Accept-Encoding accepts gzip;
+    HEAD answers the same headers without a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -124,15 +134,20 @@ async def asyncio_detailed(
 ) -> Response[str]:
     """ Prometheus metrics (text exposition format 0.0.4, or OpenMetrics 1.0.0)
 
-     Per process, communicator and op type: counts (`comminsight_ops_total`), bytes,
-    latency histograms, bus bandwidth, in-flight age; the node's drops and agent lag; the
-    Agent's build (`comminsight_build_info`) and process (`process_*`) metrics. A process's
-    series carry `job_id`, `host`, `rank`, `local_rank`, `gpu` (CUDA device ordinal) and
-    `UUID` (the GPU's, as DCGM's exporter labels it). Label sets are bounded (size
-    buckets, no pid or sequence number); series of ended processes and communicators
-    expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served when the
-    request's Accept header asks for `application/openmetrics-text`; HEAD answers the
-    same headers without a body.
+     Per job, communicator and op type: counts (`comminsight_ops_total`), bytes; per job
+    and op type: latency histograms, bus bandwidth; per job and communicator: in-flight
+    age; per rank: seconds in completed operations (`comminsight_rank_op_seconds_total`);
+    one `comminsight_incident_open` series per open incident (job, root verdict,
+    communicator, root rank and host); the node's drops and agent lag; the Agent's build
+    (`comminsight_build_info`) and process (`process_*`) metrics. Series carry `job_id`
+    and `host`; COMMINSIGHT_AGENT_METRICS_LEVEL=rank puts every series per process as
+    well, with `rank`, `local_rank`, `gpu` (CUDA device ordinal) and `UUID` (the GPU's,
+    as DCGM's exporter labels it), and the histograms per communicator. Label sets are
+    bounded (size buckets, no pid or sequence number); series of ended processes and
+    communicators expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served
+    when the request's Accept header asks for `application/openmetrics-text`; the body
+    is gzip-compressed (`Content-Encoding: gzip`) when Accept-Encoding accepts gzip;
+    HEAD answers the same headers without a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -160,15 +175,20 @@ async def asyncio(
 ) -> str | None:
     """ Prometheus metrics (text exposition format 0.0.4, or OpenMetrics 1.0.0)
 
-     Per process, communicator and op type: counts (`comminsight_ops_total`), bytes,
-    latency histograms, bus bandwidth, in-flight age; the node's drops and agent lag; the
-    Agent's build (`comminsight_build_info`) and process (`process_*`) metrics. A process's
-    series carry `job_id`, `host`, `rank`, `local_rank`, `gpu` (CUDA device ordinal) and
-    `UUID` (the GPU's, as DCGM's exporter labels it). Label sets are bounded (size
-    buckets, no pid or sequence number); series of ended processes and communicators
-    expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served when the
-    request's Accept header asks for `application/openmetrics-text`; HEAD answers the
-    same headers without a body.
+     Per job, communicator and op type: counts (`comminsight_ops_total`), bytes; per job
+    and op type: latency histograms, bus bandwidth; per job and communicator: in-flight
+    age; per rank: seconds in completed operations (`comminsight_rank_op_seconds_total`);
+    one `comminsight_incident_open` series per open incident (job, root verdict,
+    communicator, root rank and host); the node's drops and agent lag; the Agent's build
+    (`comminsight_build_info`) and process (`process_*`) metrics. Series carry `job_id`
+    and `host`; COMMINSIGHT_AGENT_METRICS_LEVEL=rank puts every series per process as
+    well, with `rank`, `local_rank`, `gpu` (CUDA device ordinal) and `UUID` (the GPU's,
+    as DCGM's exporter labels it), and the histograms per communicator. Label sets are
+    bounded (size buckets, no pid or sequence number); series of ended processes and
+    communicators expire after COMMINSIGHT_AGENT_METRICS_EXPIRE_S. OpenMetrics is served
+    when the request's Accept header asks for `application/openmetrics-text`; the body
+    is gzip-compressed (`Content-Encoding: gzip`) when Accept-Encoding accepts gzip;
+    HEAD answers the same headers without a body.
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

@@ -1,0 +1,47 @@
+"""`comminsight_incident_open`: one series per open incident, labelled with what a page needs
+(the job, the root's verdict and communicator, the rank to blame and its host), so the alert
+fires once per incident however many ranks wait behind it. The series goes when the incident
+resolves; the open incidents of a node are few, so the label set stays small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from msgspec import UNSET
+from prometheus_client.core import GaugeMetricFamily
+
+from comminsight_gen.models.hang_report_v1 import Incident
+
+LABELS = ["incident_id", "job_id", "verdict", "comm", "root_rank", "root_host"]
+
+
+def incident_labels(incident: Incident) -> list[str]:
+    """The incident's labels; root_rank is the lowest culprit's global rank (its rank in the
+    communicator, `comm rank N`, where the global rank is unknown), "" with no culprit."""
+    root = incident.root
+    comm = root.comm.comm_name if root.comm.comm_name is not UNSET else root.comm.comm_id
+    culprit = min(root.culprits, key=lambda c: c.comm_rank, default=None)
+    if culprit is None:
+        rank = host = ""
+    else:
+        rank = (
+            str(culprit.global_rank)
+            if culprit.global_rank is not UNSET
+            else f"comm rank {culprit.comm_rank}"
+        )
+        host = culprit.host if culprit.host is not UNSET else ""
+    job = incident.job_id if incident.job_id is not UNSET else ""
+    return [incident.incident_id, job, root.verdict.value, comm, rank, host]
+
+
+def incident_family(incidents: Iterable[Incident]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "comminsight_incident_open",
+        "1 for each open incident: alert on this, once per incident (its job, root verdict, "
+        "communicator, the rank to blame and its host)",
+        labels=LABELS,
+    )
+    for labels in sorted(incident_labels(i) for i in incidents):
+        family.add_metric(labels, 1)
+    return family
