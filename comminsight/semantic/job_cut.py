@@ -234,8 +234,10 @@ def _steps_by_idle_time(u: LocalUnits, gaps: np.ndarray, n: int) -> np.ndarray |
     others, at the same place of the cycle every time, every same number of repetitions (at
     least two), at least GROUP_MIN_STEPS of them (two long gaps are one interval: no
     "every"), with no extra op just before them (an evaluation every few Steps). Gaps at the
-    units' own starts are not this case: _group_units has judged those and found no clear
-    groups (on a loaded machine a few Steps start late; that makes them no larger Steps)."""
+    units' own starts are the ones _group_units judged and found no clear groups in: from
+    those, twice as many long gaps are asked (a long run of micro-batches with one checkpoint
+    pause among its Steps is still told; a loaded machine's few late Steps, spaced evenly by
+    chance, make no larger Steps)."""
     lo = int(u.starts[0])
     if n - lo < 8 or len(u.starts) < 2 * GROUP_MIN_STEPS:
         return None
@@ -250,7 +252,7 @@ def _steps_by_idle_time(u: LocalUnits, gaps: np.ndarray, n: int) -> np.ndarray |
     if ratios[j] < GROUP_GAP_RATIO:
         return None
     big = np.sort(positions[ranked[: j + 1]])
-    if np.isin(big, u.starts).all():
+    if np.isin(big, u.starts).all() and len(big) < 2 * GROUP_MIN_STEPS:
         return None
     keys = u.keys[big]
     units_between = np.diff(np.searchsorted(u.starts, big, side="right"))

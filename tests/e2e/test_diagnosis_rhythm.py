@@ -208,6 +208,20 @@ def test_the_op_one_rank_waits_in_against_the_other_s_completed_op_decides(odd, 
     assert report.op.count == STEP[0]  # the call the odd rank should have made
 
 
+def test_a_waiting_rank_without_its_own_history_is_not_blamed_by_the_other_side_s():
+    """The waiting rank's window is empty (a rank of another node, as a master sees it): its
+    op alone against the other side's whole history decides nothing."""
+    history = ddp_history()
+    n = len(history)
+    snap = snapshot(
+        at(0, n, STEP[0], nranks=2), member(1, enqueued=n + 1, completed=n + 1, nranks=2)
+    )
+    completed = {0: {}, 1: {**history, n: op(n, NOW - 5 * S, count=2 * STEP[0])}}
+    report = valid(only(diagnose(snap, NOW, THRESHOLD, completed_ops=lambda m: completed[m.rank])))
+    assert report.verdict is Verdict.op_mismatch
+    assert report.culprits == [] and report.culprit_basis is CulpritBasis.undecided
+
+
 # ---- nothing decides: no culprit, both sides shown ----
 
 

@@ -476,6 +476,48 @@ def test_a_finalized_communicator_of_a_running_process_expires(tmp_path):
     node.close()
 
 
+@pytest.mark.parametrize("level", [JOB, RANK])
+def test_a_sum_never_falls_when_a_part_of_it_expires(tmp_path, level):
+    """A rank's seconds sum its communicators, and at level job the histograms sum the node's
+    ranks: a communicator finalized in a running process, and a rank that ended while the
+    job's other rank runs on, expire, yet every series that stays keeps counting them (a
+    counter that fell would read as a reset: rate() would spike). Once the job has nothing
+    live on the node, its series go."""
+    node = Node(tmp_path, expire_s=30, level=level)
+    a = FakeProducer(tmp_path, "a.shm", rank=0)
+    b = FakeProducer(tmp_path, "b.shm", rank=1, local_rank=1, device=1)
+    a.add_comm(0, 0x1, "short-lived")
+    a.add_comm(1, 0x2, "default_pg:0")
+    b.add_comm(0, 0x2, "default_pg:0", rank=1)
+    a.publish(0x1, 3)
+    a.publish(0x2, 4)
+    b.publish(0x2, 5, rank=1)
+
+    def values() -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for name in ("comminsight_rank_op_seconds_total", "comminsight_op_latency_seconds_count"):
+            out[name] = {tuple(sorted(s.labels.items())): s.value for s in node.samples(name)}
+        return out
+
+    node.run_pass(T0)
+    before = values()
+    a.finalize(0)
+    b.end()
+    node.run_pass(T0 + 31 * S)  # short-lived and rank 1's process are past the expiry
+    after = values()
+    assert after["comminsight_rank_op_seconds_total"], after
+    for name, series in after.items():
+        for key, value in series.items():
+            assert value >= before[name].get(key, 0), (name, key, before[name].get(key), value)
+    if level == JOB:  # the job's latency series still counts all 12 ops
+        assert list(after["comminsight_op_latency_seconds_count"].values()) == [12]
+    a.end()
+    node.run_pass(T0 + 62 * S)
+    assert node.samples("comminsight_rank_op_seconds_total") == []
+    assert node.metrics.retired == {}
+    node.close()
+
+
 def test_a_communicator_named_late_leaves_no_series_under_its_id(tmp_path):
     node = Node(tmp_path, expire_s=30)
     p = FakeProducer(tmp_path, "a.shm")

@@ -39,9 +39,10 @@ def test_a_few_steps_that_start_late_are_no_larger_steps():
 
 
 def test_steps_that_start_late_at_a_regular_spacing_are_still_the_cycle_s_steps():
-    """Every other Step starts late: long gaps at the cycle's own start, at a regular
+    """Every other Step starts late: three long gaps at the cycle's own start, at a regular
     spacing, yet the gaps before the repetitions are no two clear sizes with the same number
-    between (the first Step's is short); idle time alone does not group the repetitions."""
+    between (the first Step's is short); three long gaps at the repetitions' own starts are
+    too few for idle time alone to group the repetitions."""
     streams = [loaded_tp_stream({1: 300, 3: 320, 5: 310}) for _ in range(2)]
     cut, labels = labels_of(streams, {WORLD: 2})
     assert cut.steps == 6, cut.reasons

@@ -647,8 +647,9 @@ def _with_waited_op(
 ) -> CompletedOps:
     """The stuck ranks' windows with the op they wait in as their op op_index: the odd call
     can be that very op (a rank issued it with another count, NCCL completed it on the other
-    rank's side), and once the other rank has moved on only this pairing shows it. The op in
-    the window's form: a collective's root only where the function has one."""
+    rank's side), and once the other rank has moved on only this pairing shows it. Added to
+    a window that holds the op before it, in the window's form: a collective's root only
+    where the function has one."""
     waited = {
         id(m): dataclasses.replace(
             m.inflight,
@@ -661,7 +662,12 @@ def _with_waited_op(
 
     def window(m: CommMember) -> dict[int, InflightOp]:
         ops = completed_ops(m)
-        return {**ops, op_index: waited[id(m)]} if id(m) in waited else ops
+        # only right after the rank's own completed ops: a window that ends earlier (or is
+        # empty: a rank of another node) would compare the waited op alone and let the other
+        # side's history decide
+        if id(m) in waited and op_index - 1 in ops:
+            return {**ops, op_index: waited[id(m)]}
+        return ops
 
     return window
 

@@ -17,8 +17,9 @@ LABELS = ["incident_id", "job_id", "verdict", "comm", "root_rank", "root_host"]
 
 
 def incident_labels(incident: Incident) -> list[str]:
-    """The incident's labels; root_rank is the lowest culprit's global rank (its rank in the
-    communicator, `comm rank N`, where the global rank is unknown), "" with no culprit."""
+    """The incident's labels. The root rank is the culprit with the lowest rank in the
+    communicator: its global rank (`comm rank N` where that is unknown) and its host (the
+    node whose Agent saw it where the process never said); both "" with no culprit."""
     root = incident.root
     comm = root.comm.comm_name if root.comm.comm_name is not UNSET else root.comm.comm_id
     culprit = min(root.culprits, key=lambda c: c.comm_rank, default=None)
@@ -30,7 +31,7 @@ def incident_labels(incident: Incident) -> list[str]:
             if culprit.global_rank is not UNSET
             else f"comm rank {culprit.comm_rank}"
         )
-        host = culprit.host if culprit.host is not UNSET else ""
+        host = culprit.host if culprit.host is not UNSET else culprit.node_name
     job = incident.job_id if incident.job_id is not UNSET else ""
     return [incident.incident_id, job, root.verdict.value, comm, rank, host]
 

@@ -15,19 +15,27 @@ communicator on the histograms: for a small job, or a node under investigation.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
+from types import MappingProxyType
 
 JOB, RANK = "job", "rank"
 LEVELS = (JOB, RANK)
 JOB_LABEL_NAMES = ("job_id", "host")
+EMPTY: Mapping = MappingProxyType({})
 
 
-def fold(series: Mapping, key: Callable[[tuple], Hashable]) -> dict:
-    """The series (anything with plus(): _Series, StepTimes) summed by a coarser key."""
+def fold(series: Mapping, key: Callable[[tuple], Hashable], retired: Mapping = EMPTY) -> dict:
+    """The series (anything with plus(): _Series, StepTimes) summed by a coarser key, with
+    the retired parts (expired series, by the same label values) added to the sums that
+    still have a live part: a sum then never falls while it is exposed."""
     out: dict = {}
     for k, s in series.items():
         coarse = key(k)
         same = out.get(coarse)
         out[coarse] = s if same is None else same.plus(s)
+    for k, s in retired.items():
+        coarse = key(k)
+        if coarse in out:
+            out[coarse] = out[coarse].plus(s)
     return out
 
 

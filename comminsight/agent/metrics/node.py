@@ -121,6 +121,12 @@ class NodeMetrics:
         # op type -> what the expired series counted, so the node's totals for the master
         # (metric_totals) keep growing when series go
         self.expired: dict[str, _Series] = {}
+        # Expired parts of a sum that goes on (a rank's seconds over its communicators; at
+        # level job a node's ranks of a job): kept in that sum while it has a live part, so
+        # a counter never goes back (Prometheus reads a fall as a reset). By label values;
+        # dropped once their job has no live series on this node.
+        self.retired: dict[tuple[str, ...], _Series] = {}
+        self.retired_steps: dict[tuple[str, ...], StepTimes] = {}
         self.drops = ProfilerDropTotals(PROFILER_COUNTERS)
         self.profiler_counters: dict[str, int] = dict.fromkeys(PROFILER_COUNTERS, 0)
         self.records_lost = 0
@@ -221,12 +227,24 @@ class NodeMetrics:
             expired.ops += s.ops
             expired.bytes += s.bytes
             expired.latency_sum += s.latency_sum
+            labelled = (*key[0].values(), self.comm_label(key[1]), key[2])
+            before = self.retired.get(labelled)
+            self.retired[labelled] = s if before is None else before.plus(s)
         running = {labels for labels, _ in live}
         for labels, times in list(self.steps.items()):
             if labels in running:
                 times.seen_mono_ns = now_mono_ns
             elif now_mono_ns - times.seen_mono_ns > self.expire_after_ns:
                 del self.steps[labels]
+                ended = labels.values()
+                before = self.retired_steps.get(ended)
+                self.retired_steps[ended] = times if before is None else before.plus(times)
+        jobs = {(p.job_id, p.host) for p, _, _ in self.series}
+        self.retired = {k: v for k, v in self.retired.items() if (k[0], k[1]) in jobs}
+        step_jobs = {(labels.job_id, labels.host) for labels in self.steps}
+        self.retired_steps = {
+            k: v for k, v in self.retired_steps.items() if (k[0], k[1]) in step_jobs
+        }
         used = {comm_id for _, comm_id, _ in self.series} | {comm_id for _, comm_id in live}
         for comm_id in self.comm_names.keys() - used:
             del self.comm_names[comm_id]
@@ -332,8 +350,8 @@ class NodeMetrics:
             who, counted, timed, timed_by = list(LABEL_NAMES), series, series, ["comm"]
         else:
             who, timed_by = list(JOB_LABEL_NAMES), []
-            counted = fold(series, lambda k: (k[0], k[1], k[-2], k[-1]))
-            timed = fold(series, lambda k: (k[0], k[1], k[-1]))
+            counted = fold(series, lambda k: (k[0], k[1], k[-2], k[-1]), self.retired)
+            timed = fold(series, lambda k: (k[0], k[1], k[-1]), self.retired)
         labels = [*who, "comm", "op_type"]
         ops = CounterMetricFamily("comminsight_ops", "Completed NCCL operations", labels=labels)
         nbytes = CounterMetricFamily(
@@ -378,12 +396,9 @@ class NodeMetrics:
             "over its communicators)",
             labels=["job_id", "host", "rank"],
         )
-        seconds: dict[tuple[str, str, str], float] = {}
-        for (process, _, _), s in self.series.items():
-            key = (process.job_id, process.host, process.rank)
-            seconds[key] = seconds.get(key, 0.0) + s.latency_sum
-        for key, value in sorted(seconds.items()):
-            family.add_metric(list(key), value)
+        per_rank = fold(self.labelled_series(), lambda k: (k[0], k[1], k[2]), self.retired)
+        for key, s in sorted(per_rank.items()):
+            family.add_metric(list(key), s.latency_sum)
         return family
 
     def _inflight_family(self) -> GaugeMetricFamily:
@@ -415,7 +430,7 @@ class NodeMetrics:
         )
         times = {labels.values(): t for labels, t in self.steps.items()}
         if self.level == JOB:
-            times = fold(times, lambda k: (k[0], k[1]))
+            times = fold(times, lambda k: (k[0], k[1]), self.retired_steps)
         for key, t in sorted(times.items()):
             steps.add_metric(list(key), _buckets(STEP_BUCKETS_S, t.buckets), t.sum_s)
         return steps
