@@ -507,6 +507,21 @@ def test_a_flood_of_malformed_requests_logs_a_bounded_number_of_lines(token_agen
     assert len(text.splitlines()) < 20, text
 
 
+def test_a_request_aiohttp_cannot_parse_gets_the_api_s_json_error_body(token_agent):
+    """A request line past aiohttp's limit (a fuzzer's long cursor) is answered 400 with the
+    API's one error body, as the OpenAPI document says every 400 is, not aiohttp's text."""
+    (s,) = open_connections(token_agent.listen, 1)
+    s.sendall(b"GET /api/v1/nodes?cursor=" + b"%C3%BE" * 2000 + b" HTTP/1.1\r\nHost: a\r\n\r\n")
+    answer = read_answer(s)
+    s.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 400"), head
+    assert b"content-type: application/json" in head.lower(), head
+    error = msgspec.json.decode(body)
+    assert error["code"] == "invalid_parameter" and error["details"] == [], error
+    assert error["message"].startswith("the request could not be parsed"), error
+
+
 # ---- settings --------------------------------------------------------------------------------
 
 

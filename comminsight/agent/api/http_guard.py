@@ -21,8 +21,9 @@ So each connection is admitted here first:
 - at most `max_pipelined` requests of a connection are read ahead of its answers (aiohttp
   reads 32): a client that sends requests and never reads costs a few parsed requests;
 - a request aiohttp cannot parse (a bad request line or header, bytes that are not HTTP) is
-  answered 400 and its connection closed, as aiohttp does, but counted and logged one line
-  per period instead of aiohttp's traceback each: garbage sent in a loop cannot fill the log;
+  answered 400 (in the API's JSON error body) and its connection closed, as aiohttp does,
+  but counted and logged one line per period instead of aiohttp's traceback each: garbage
+  sent in a loop cannot fill the log;
 - asyncio already backs off accept() for a second when it fails with EMFILE or ENFILE; its
   report of that (a traceback every second) becomes a count and one log line per
   PERSISTENT_PERIOD_S.
@@ -40,6 +41,7 @@ import socket
 import time
 from collections import Counter
 
+import msgspec
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.http_parser import HttpRequestParser
@@ -48,6 +50,7 @@ from aiohttp.web_request import BaseRequest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
+from comminsight_gen.models.agent_master_api_v1 import Error, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -305,9 +308,17 @@ class GuardedRequestHandler(RequestHandler):
     ) -> web.StreamResponse:
         if not isinstance(exc, HttpProcessingError):
             return super().handle_error(request, status, exc, message)
-        # what aiohttp answers, without its traceback for every request it could not parse
+        # what aiohttp answers, without its traceback for every request it could not parse,
+        # in the API's one error body (a request line past its limit, a header with a NUL)
         self._guard.bad_request(request.remote or "", exc)
-        response = web.Response(status=status, text=message, content_type="text/plain")
+        body = Error(
+            code=ErrorCode.invalid_parameter,
+            message=f"the request could not be parsed: {message or exc}"[:2048],
+            details=[],
+        )
+        response = web.Response(
+            status=status, body=msgspec.json.encode(body), content_type="application/json"
+        )
         response.force_close()
         return response
 
