@@ -518,6 +518,24 @@ def test_a_sum_never_falls_when_a_part_of_it_expires(tmp_path, level):
     node.close()
 
 
+def test_a_communicator_recreated_under_its_old_name_keeps_counting_the_old_one(tmp_path):
+    """At level rank a process's communicators of one name are one series: when the
+    destroyed one expires, the series keeps its ops (a fall would read as a reset)."""
+    node = Node(tmp_path, expire_s=30)
+    p = FakeProducer(tmp_path, "a.shm")
+    p.add_comm(0, 0x1, "default_pg:0")
+    p.publish(0x1, 3)
+    node.run_pass(T0)
+    p.finalize(0)
+    p.add_comm(1, 0x2, "default_pg:0")
+    p.publish(0x2, 4)
+    node.run_pass(T0 + 10 * S)
+    assert {k[-1]: v for k, v in node.ops().items()} == {"default_pg:0": 7}
+    node.run_pass(T0 + 31 * S)  # the destroyed one is past the expiry
+    assert {k[-1]: v for k, v in node.ops().items()} == {"default_pg:0": 7}
+    node.close()
+
+
 def test_a_communicator_named_late_leaves_no_series_under_its_id(tmp_path):
     node = Node(tmp_path, expire_s=30)
     p = FakeProducer(tmp_path, "a.shm")

@@ -347,7 +347,9 @@ class NodeMetrics:
         job the node's ranks of a job folded, the histograms per op type alone."""
         series = self.labelled_series()  # (*process labels, comm, op type)
         if self.level == RANK:
-            who, counted, timed, timed_by = list(LABEL_NAMES), series, series, ["comm"]
+            # a communicator recreated under its old name is one series with the expired one
+            counted = timed = fold(series, lambda k: k, self.retired)
+            who, timed_by = list(LABEL_NAMES), ["comm"]
         else:
             who, timed_by = list(JOB_LABEL_NAMES), []
             counted = fold(series, lambda k: (k[0], k[1], k[-2], k[-1]), self.retired)
