@@ -62,6 +62,8 @@ import msgspec
 import numpy as np
 import zstandard
 
+from comminsight.log_segments import read_segment, sealed_paths, segment_name
+from comminsight.log_segments import segments_in as segments_in_dir
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.faults import parse_fault
 from comminsight.sim.truth import read_ground_truth
@@ -128,12 +130,12 @@ def count_logged(segments: list[tuple[str, bytes]]) -> tuple[int, int, int]:
 
 
 def segments_in(directory: Path) -> list[tuple[str, bytes]]:
-    """Every segment under `directory` (sealed or not), recursively."""
-    return [
-        (p.name, p.read_bytes())
-        for p in sorted(directory.rglob("*"))
-        if p.is_file() and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.partial"))
-    ]
+    """Every segment under `directory` (sealed, compressed or not, or open), recursively, by
+    its uncompressed name: one entry per segment."""
+    files = [p for p in sorted(directory.rglob("*")) if p.is_file()]
+    sealed = sealed_paths(files)
+    partial = [p for p in files if p.name.endswith(".jsonl.partial")]
+    return [(segment_name(p), read_segment(p)) for p in sealed + partial]
 
 
 def archived_segments(home: Path) -> list[tuple[str, bytes]]:
@@ -332,7 +334,7 @@ def rank_sigkill(home: Path) -> None:
 
 def recovered(logs: Path) -> bool:
     """Whether a segment the Agent wrote from a dead process's SHM is sealed in `logs`."""
-    return any(b'"reason":"recovered"' in p.read_bytes()[-512:] for p in logs.glob("*.jsonl"))
+    return any(b'"reason":"recovered"' in read_segment(p)[-512:] for p in segments_in_dir(logs))
 
 
 @contextlib.contextmanager

@@ -4,6 +4,14 @@ A sealed segment `<name>.jsonl` ends with a seal line giving the number of lines
 before it and their CRC-32; `verify_segment` recomputes both and decodes every line through
 the generated msgspec model, so a truncated, edited or half-written file is reported with
 the file and line at fault. Open segments (`.jsonl.partial`) have no seal yet.
+
+A sealed segment may be stored compressed: the Profiler's writer replaces `<name>.jsonl` by
+`<name>.jsonl.zst` (one zstd frame of the same bytes) once the compressed copy is durable,
+so for a moment both exist. `segments_in` lists one path per segment (the uncompressed one
+while both exist) and `read_segment` returns a segment's bytes either way, within the same
+size bound; a segment listed uncompressed and compressed before it was opened is read from
+its `.zst`. Positions in a segment are offsets in its uncompressed bytes, and a segment is
+named by its uncompressed name (`segment_name`), whichever file holds it.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+import zstandard
 
 from comminsight.safe_open import read_regular
 from comminsight.untrusted_json import NOT_JSON
@@ -50,9 +59,57 @@ def decode_lines(path: Path, data: bytes) -> list[InspectorLogRecord]:
     return records
 
 
+COMPRESSED_SUFFIX = ".zst"
+SEALED_SUFFIXES = (".jsonl", ".jsonl" + COMPRESSED_SUFFIX)
+
+
+def is_compressed(path: str | Path) -> bool:
+    return str(path).endswith(COMPRESSED_SUFFIX)
+
+
+def segment_name(path: str | Path) -> str:
+    """The segment's name as the Profiler wrote it (`.jsonl` or `.jsonl.partial`), whichever
+    file holds it now."""
+    return Path(path).name.removesuffix(COMPRESSED_SUFFIX)
+
+
+def read_segment(path: str | Path, max_bytes: int = SEGMENT_BYTES_MAX) -> bytes:
+    """A segment's bytes, decompressed when it is stored compressed. A sealed `.jsonl` that
+    is gone is looked for as `.jsonl.zst` (compressed since it was listed). A compressed file
+    that is not one whole zstd frame, or that would decompress past max_bytes, is a
+    SegmentError naming it."""
+    path = Path(path)
+    if not is_compressed(path):
+        try:
+            return read_regular(path, max_bytes)
+        except FileNotFoundError:
+            if not path.name.endswith(".jsonl"):
+                raise
+            compressed = path.with_name(path.name + COMPRESSED_SUFFIX)
+            if not compressed.exists():
+                raise
+            path = compressed
+    return _decompressed(path, max_bytes)
+
+
+def _decompressed(path: Path, max_bytes: int) -> bytes:
+    # compressed, a segment is smaller than it is whole: the same bound holds for the file
+    data = read_regular(path, max_bytes)
+    try:
+        size = zstandard.frame_content_size(data)
+        if size > max_bytes:
+            raise SegmentError(
+                f"{path}: its frame says {size} bytes, more than the {max_bytes} a segment may hold"
+            )
+        # content size unknown (-1): decompressing stops at the bound instead
+        return zstandard.ZstdDecompressor().decompress(data, max_output_size=max_bytes)
+    except zstandard.ZstdError as e:
+        raise SegmentError(f"{path}: not a complete zstd-compressed segment: {e}") from None
+
+
 def verify_segment(path: str | Path) -> Segment:
     path = Path(path)
-    data = read_regular(path, SEGMENT_BYTES_MAX)
+    data = read_segment(path)
     if path.name.endswith(".partial"):
         return Segment(path, decode_lines(path, data), None)
     body, _, last = data.rstrip(b"\n").rpartition(b"\n")
@@ -74,8 +131,24 @@ def verify_segment(path: str | Path) -> Segment:
 
 
 def segments_in(directory: str | Path, include_open: bool = False) -> list[Path]:
+    """The sealed segments of `directory` in name order, one path each (see the module
+    docstring), then with include_open the open ones."""
     directory = Path(directory)
-    paths = sorted(directory.glob("*.jsonl"))
+    paths = sealed_paths(directory.glob("*.jsonl*"))
     if include_open:
         paths += sorted(directory.glob("*.jsonl.partial"))
     return paths
+
+
+def sealed_paths(paths) -> list[Path]:
+    """Of `paths`, the sealed segments (`.jsonl`, `.jsonl.zst`) in the order of their
+    segment names, one path per segment: the uncompressed one when both are there."""
+    chosen: dict[str, Path] = {}
+    for path in paths:
+        path = Path(path)
+        if not path.name.endswith(SEALED_SUFFIXES):
+            continue
+        name = segment_name(path)
+        if name not in chosen or not is_compressed(path):
+            chosen[name] = path
+    return [chosen[name] for name in sorted(chosen)]

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from log_files import segment_data
 from plugin_scenarios import Driver, home, snapshot
 from waiting import wait_until
 
@@ -134,7 +135,10 @@ def disk_fill(d: Driver) -> dict:
     logs = home() / "inspector_logs"
 
     def gap_on_disk() -> bool:
-        return any(b'"kind":"gap"' in p.read_bytes() for p in logs.iterdir())
+        try:  # segments are sealed, compressed and renamed meanwhile: asked again if one goes
+            return any(b'"kind":"gap"' in data for _, data in segment_data(logs))
+        except FileNotFoundError:
+            return False
 
     wait_until(gap_on_disk, DEADLINE_S, "a gap line once space returned")
     burst(100)
@@ -152,6 +156,8 @@ def log_counters(r: ShmRegion) -> dict:
         "log_records_lost",
         "log_write_errors",
         "log_segments_sealed",
+        "log_segments_compressed",
+        "log_compress_errors",
         "records_dropped_busy",
     )
     return {c: r.counter(c) for c in names}
@@ -197,6 +203,40 @@ def read_only_after_a_segment(d: Driver) -> dict:
     return {"written_before": written_before, "pid": os.getpid(), "counters": log_counters(r)}
 
 
+def blocked_compression(d: Driver) -> dict:
+    """Small segments (SCENARIO: COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES) whose compression is
+    blocked for some: a non-empty directory where segment 0's `.jsonl.zst` goes (the rename
+    fails), a directory where segment 1's `.jsonl.zst.partial` goes (it cannot be created),
+    and a file left at segment 2's `.jsonl.zst.partial` (a killed process's, to be replaced)."""
+    res = d.init(0xC9, name="dp:0")
+    r = own_region()
+    host = bytes(r.header["hostname"]).split(b"\0")[0].decode()
+    stem = f"ci-{host}-{os.getpid()}-{int(r.header['start_mono_ns'])}"
+    logs = home() / "inspector_logs"
+    planted = {
+        "dir_at_final_name": logs / f"{stem}-000000.jsonl.zst",
+        "dir_at_partial_name": logs / f"{stem}-000001.jsonl.zst.partial",
+        "file_at_partial_name": logs / f"{stem}-000002.jsonl.zst.partial",
+    }
+    wait_until(logs.is_dir, DEADLINE_S, "the log writer's first pass")  # it makes the directory
+    planted["dir_at_final_name"].mkdir()
+    (planted["dir_at_final_name"] / "keep").write_text("not the Profiler's\n")
+    planted["dir_at_partial_name"].mkdir()
+    planted["file_at_partial_name"].write_bytes(b"half a frame")
+    seq = 0
+    while r.counter("log_segments_sealed") < 4:
+        for _ in range(20):
+            d.coll(res.context, seq)
+            seq += 1
+        wait_until(lambda: r.counter("log_records_written") >= seq, DEADLINE_S, "the log writer")
+    d.abi.finalize(res.context)
+    planted_now = {
+        k: "dir" if p.is_dir() else "file" if p.exists() else "gone" for k, p in planted.items()
+    }
+    names = {k: str(p) for k, p in planted.items()}
+    return {"ops_issued": seq, "counters": log_counters(r), "planted": planted_now, "names": names}
+
+
 def killed(d: Driver) -> dict:
     """Dies by SIGKILL after init: no exit handler runs, its region stays behind."""
     import signal
@@ -218,6 +258,7 @@ SCENARIOS = {
         disk_fill,
         full_at_finalize,
         read_only_after_a_segment,
+        blocked_compression,
         killed,
     )
 }

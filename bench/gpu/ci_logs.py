@@ -10,7 +10,10 @@ Checks per sealed segment: the file ends with a newline, its last line is a seal
 before the seal line number byte_count, hold record_count lines and have CRC-32 crc32
 (zlib.crc32), op_count matches the op lines, and last_ring_seq - first_ring_seq + 1 =
 ring_record_count + lost_count. A `.partial` file is an unsealed segment (counted, its lines
-still read except a possibly truncated last one).
+still read except a possibly truncated last one). A sealed segment the Profiler compressed
+(`.jsonl.zst`) is decompressed with the standard library's zstd (Python 3.14) or the
+zstandard package, whichever is there; while both forms of a segment exist the uncompressed
+one is read.
 """
 
 from __future__ import annotations
@@ -201,16 +204,46 @@ def _add_op(s: LogSummary, obj: dict, proc: ProcessStats | None) -> None:
         cs.channels_short += 1
 
 
+def _zstd_decompress(data: bytes) -> bytes:
+    try:
+        from compression import zstd  # Python 3.14
+
+        return zstd.decompress(data)
+    except ImportError:
+        pass
+    try:
+        import zstandard
+    except ImportError:
+        raise SystemExit(
+            "compressed inspector_logs segments (.jsonl.zst) need Python 3.14 or the zstandard "
+            "package; or run with COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL=0"
+        ) from None
+    return zstandard.ZstdDecompressor().decompress(data)
+
+
+def segment_paths(logdir: Path) -> list[Path]:
+    """Sealed segments (one file each: the uncompressed one while both forms exist), then the
+    open ones."""
+    sealed: dict[str, Path] = {}
+    for path in sorted(logdir.glob("*.jsonl")) + sorted(logdir.glob("*.jsonl.zst")):
+        sealed.setdefault(path.name.removesuffix(".zst"), path)
+    return [sealed[n] for n in sorted(sealed)] + sorted(logdir.glob("*.jsonl.partial"))
+
+
+def segment_bytes(path: Path) -> bytes:
+    data = path.read_bytes()
+    return _zstd_decompress(data) if path.name.endswith(".zst") else data
+
+
 def read_home(home: str | Path) -> LogSummary:
     """Reads every segment under <home>/inspector_logs and aggregates it."""
     home = Path(home)
     s = LogSummary(home=str(home))
     logdir = home / "inspector_logs"
-    paths = sorted(logdir.glob("*.jsonl")) + sorted(logdir.glob("*.jsonl.partial"))
-    for path in paths:
+    for path in segment_paths(logdir):
         s.files += 1
-        data = path.read_bytes()
-        sealed = path.name.endswith(".jsonl")
+        data = segment_bytes(path)
+        sealed = not path.name.endswith(".partial")
         seal: dict | None = None
         if sealed:
             seal, problem = _verify_seal(data, path.name)
@@ -279,8 +312,8 @@ def comm_inits(home: str | Path) -> list[dict]:
     sealed segments and unsealed alike, unchecked (a line that is not JSON is skipped)."""
     marker = f'"{V.COMM_INIT}"'
     out = []
-    for path in sorted((Path(home) / "inspector_logs").rglob("*.jsonl*")):
-        for line in path.read_text(errors="replace").splitlines():
+    for path in segment_paths(Path(home) / "inspector_logs"):
+        for line in segment_bytes(path).decode(errors="replace").splitlines():
             if marker not in line:
                 continue
             try:

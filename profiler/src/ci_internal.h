@@ -85,6 +85,7 @@ typedef struct ci_config {
     uint64_t log_segment_bytes;
     double log_segment_s;
     uint32_t log_flush_ms;
+    uint32_t log_zstd_level; /* 0: sealed segments stay uncompressed */
     char agent_bin[CI_PATH_MAX];
     bool debug;
     uint64_t stale_region_grace_s; /* a dead process's region still linked is kept this long */
@@ -370,6 +371,10 @@ void ci_threads_forget_after_fork(void);
 void ci_logwriter_run_once(bool final, const char* seal_reason); /* writer thread's step */
 uint64_t ci_logwriter_cursor(void);
 void ci_logwriter_reset(void); /* close its files and free its buffer, the segment left as it is */
+/* Sealed segments compressed in slices on the writer thread (segment_zstd.c). */
+void ci_zstd_enqueue(const char* sealed_name);
+void ci_zstd_work(int dir_fd, uint64_t budget_ns, bool final);
+void ci_zstd_reset(void); /* in a forked child: forget the parent's compression */
 void ci_watchdog_scan(uint64_t now);
 
 /* What the watchdog (or a finalize) saw of one communicator, copied under a lock so that the

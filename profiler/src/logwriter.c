@@ -84,6 +84,7 @@ uint64_t ci_logwriter_cursor(void) {
 
 /* In a forked child: forget the parent's segment without touching it. */
 void ci_logwriter_reset(void) {
+    ci_zstd_reset();
     if (w.seg.fd >= 0) close(w.seg.fd);
     if (w.dir_fd >= 0) close(w.dir_fd);
     free(w.buf);
@@ -531,6 +532,7 @@ static void segment_seal(const char* reason) {
     close(s->fd);
     s->fd = -1;
     w.seal_due = NULL;
+    ci_zstd_enqueue(final_name);
 }
 
 static void flush_gap(void);
@@ -739,4 +741,7 @@ void ci_logwriter_run_once(bool final, const char* seal_reason) {
         (double)(now - w.seg.opened_mono) >= ci_g.cfg.log_segment_s * 1e9)
         segment_seal(V(AGE));
     if (final) segment_seal(seal_reason);
+    /* compressing sealed segments takes at most a quarter of the period: draining comes first */
+    uint64_t slice_ns = (uint64_t)ci_g.cfg.log_flush_ms * 1000000ull / 4;
+    ci_zstd_work(w.dir_fd, slice_ns > 2000000ull ? slice_ns : 2000000ull, final);
 }

@@ -18,6 +18,7 @@ import threading
 
 from agent_processes import agent_process, api_get, cli, wait_for
 from e2e_sims import E2E_ENV, e2e_sim_config
+from log_files import segment_data
 from ports import free_port
 from waiting import wait_until
 
@@ -95,8 +96,8 @@ class AgentAndJob:
 def hang_evidence_thresholds(home) -> set[int]:
     """threshold_ns of every hang_evidence line the ranks' watchdogs wrote."""
     out = set()
-    for path in (p for p in (home / "inspector_logs").rglob("*") if p.is_file()):
-        for line in path.read_text(errors="replace").splitlines():
+    for _, data in segment_data(home / "inspector_logs"):
+        for line in data.decode(errors="replace").splitlines():
             if '"hang_evidence"' in line:
                 out.add(json.loads(line)["ci"]["threshold_ns"])
     return out

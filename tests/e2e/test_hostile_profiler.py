@@ -98,7 +98,7 @@ def private_homes(tmp_path: Path) -> list[Path]:
 
 
 def ops_in(log_dir: Path) -> list:
-    assert not list(log_dir.glob("*.partial")), "a segment was left unsealed"
+    assert not list(log_dir.glob("*.jsonl.partial")), "a segment was left unsealed"
     return [
         r
         for p in segments_in(log_dir)
@@ -764,7 +764,14 @@ def coverage(log_dir: Path, include_open: bool = False) -> dict:
     ("ranks", "env"),
     [
         (1, {}),
-        (2, {"COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES": "65536"}),  # seals while full
+        # seals while full; uncompressed, so that the sealed segments fill the disk at all
+        (
+            2,
+            {
+                "COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES": "65536",
+                "COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL": "0",
+            },
+        ),
         (1, {"SCENARIO_END_AT_ONCE": "1"}),  # training ends as space returns
     ],
     ids=["one-rank", "two-ranks-small-segments", "ends-as-space-returns"],
@@ -1163,3 +1170,35 @@ def test_a_home_this_user_cannot_write_logs_every_op_in_the_private_directory(
         range(OPS)
     )
     assert tree(home) == before
+
+
+# ---- 9. compressing sealed segments ----
+
+
+def test_segments_whose_compression_is_blocked_stay_whole_and_the_others_are_compressed(tmp_path):
+    """Names planted where a segment's compressed copy goes make that compression fail: the
+    segment stays as it was sealed, counted and said once, the planted entries are left as they
+    are, a leftover .zst.partial file of the Profiler's own naming is replaced, and every op is
+    read back from the two forms."""
+    home = tmp_path / "home"
+    out, err = run(
+        "blocked_compression", home, tmp_path, COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES="4096"
+    )
+    c, logs = out["counters"], home / "inspector_logs"
+    assert out["planted"] == {
+        "dir_at_final_name": "dir",
+        "dir_at_partial_name": "dir",
+        "file_at_partial_name": "gone",  # replaced, then renamed to its .jsonl.zst
+    }
+    assert (Path(out["names"]["dir_at_final_name"]) / "keep").read_text() == "not the Profiler's\n"
+    assert c["log_compress_errors"] == 2
+    assert c["log_segments_compressed"] == c["log_segments_sealed"] - 2 >= 2
+    stem = Path(out["names"]["dir_at_final_name"]).name.removesuffix("-000000.jsonl.zst")
+    raw = sorted(p.name for p in logs.glob("*.jsonl"))
+    assert raw == [f"{stem}-000000.jsonl", f"{stem}-000001.jsonl"]
+    compressed = sorted(p.name for p in logs.glob("*.jsonl.zst") if p.is_file())
+    assert len(compressed) == c["log_segments_compressed"]
+    assert f"{stem}-000002.jsonl.zst" in compressed
+    assert not [p for p in logs.glob("*.zst.partial") if p.is_file()]
+    assert len(said(err, r"cannot compress inspector_logs/\S+")) == 1, err
+    assert sorted(r.coll_perf.coll_sn for r in ops_in(logs)) == list(range(out["ops_issued"]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from inject_named_comms import run_named_comms
+from log_files import segment_data
 
 
 def test_injected_name_reaches_the_plugin_shm_and_logs(tmp_path):
@@ -25,8 +26,8 @@ def test_injected_name_reaches_the_plugin_shm_and_logs(tmp_path):
         "0x3333": ["", NameSource.NONE],
     }
     inits = {}
-    for path in (home / "inspector_logs").rglob("*.jsonl*"):
-        for line in path.read_text().splitlines():
+    for _, data in segment_data(home / "inspector_logs"):
+        for line in data.decode().splitlines():
             ci = json.loads(line).get("ci", {})
             if ci.get("kind") == "comm_init":
                 inits[ci["comm"]["comm_id"]] = ci["comm"].get("comm_name")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from agent_home import hold_agent_lock
+from log_files import segment_data
 from profiler_builds import builds
 from sim_pipeline import log_key, logs_by_rank, simulate, truth_key
 from sim_recording import assert_well_formed, host_sequence, run_sim
@@ -307,8 +308,7 @@ def test_the_engine_inputs_carry_the_ids(grouped):
 
 def test_every_reading_of_a_line_gives_its_group_id(grouped):
     """The C scanner's writer-layout path, its JSON walker and the Python decoder agree."""
-    for path in sorted((grouped.home / "inspector_logs").glob("*.jsonl")):
-        data = path.read_bytes()
+    for _, data in segment_data(grouped.home / "inspector_logs"):
         columns = {}
         for trusted in (True, False):
             rows, _ = native.scan(
@@ -328,8 +328,8 @@ def test_a_line_without_a_group_reads_as_unknown(grouped):
     line = grouped.logs[0][0]
     raw = next(
         raw
-        for path in sorted((grouped.home / "inspector_logs").glob("*.jsonl"))
-        for raw in path.read_bytes().split(b"\n")
+        for _, data in segment_data(grouped.home / "inspector_logs")
+        for raw in data.split(b"\n")
         if b'"group_id":' in raw
     )
     without = raw.replace(b'"group_id":', b'"x":', 1)  # an older writer, or an unknown group

@@ -22,6 +22,7 @@ from profiler_builds import builds, c_driver
 from waiting import wait_until
 
 from comminsight.agent.core.producers import ProducerSet
+from comminsight.log_segments import read_segment, segments_in
 from comminsight.shm_reader import ShmRegion
 from comminsight_gen.abi import shm_v1
 
@@ -90,8 +91,8 @@ def assert_process_flat(first: dict, last: dict) -> None:
 
 def coll_lines(home: Path) -> int:
     n = 0
-    for path in (home / "inspector_logs").glob("*.jsonl"):
-        for raw in path.read_bytes().splitlines():
+    for path in segments_in(home / "inspector_logs"):
+        for raw in read_segment(path).splitlines():
             n += json.loads(raw).get("ci", {}).get("kind") == "coll"
     return n
 

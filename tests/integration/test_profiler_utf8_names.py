@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import run_cli
+from log_files import segment_data
 from plugin_scenarios import BYTE_NAMES
 from profiler_builds import run_scenario
 
+from comminsight.log_segments import segment_name
 from comminsight.semantic.offline import recover_steps
 
 FIELD_BYTES = 127  # the SHM name field holds 128 bytes, NUL included
@@ -30,8 +32,8 @@ def cut_between_characters(name: str) -> bytes:
 def log_lines(home: Path) -> list[tuple[Path, int, dict]]:
     """Every line of every segment, each of which must be UTF-8 JSON."""
     out = []
-    for path in sorted((home / "inspector_logs").iterdir()):
-        for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+    for path, data in segment_data(home / "inspector_logs"):
+        for number, raw in enumerate(data.splitlines(), 1):
             try:
                 out.append((path, number, json.loads(raw.decode("utf-8"))))
             except ValueError as e:
@@ -73,8 +75,9 @@ def test_a_reader_names_each_bad_line_and_reads_on(tmp_path):
     good = tmp_path / "good"
     good.mkdir()
     run_scenario("odd_bytes_names", "plain", good)
-    (segment,) = sorted((good / "inspector_logs").iterdir())
-    lines = segment.read_bytes().splitlines(keepends=True)
+    ((stored, data),) = segment_data(good / "inspector_logs")
+    segment = stored.with_name(segment_name(stored))
+    lines = data.splitlines(keepends=True)
     colls = [n for n, line in enumerate(lines, 1) if b'"kind":"coll"' in line]
     cut, garbled = colls[0], colls[-1]
     name_at = lines[cut - 1].index(b'"comm_name":"') + len(b'"comm_name":"')

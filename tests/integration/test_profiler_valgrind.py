@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from profiler_builds import builds, hot_path_driver
 
+from comminsight.log_segments import segments_in
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -60,4 +62,4 @@ def test_memcheck_clean(driver, mode, tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert list((tmp_path / "inspector_logs").glob("*.jsonl")), "the run left no sealed log"
+    assert segments_in(tmp_path / "inspector_logs"), "the run left no sealed log"

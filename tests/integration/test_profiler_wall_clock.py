@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from agent_home import hold_agent_lock
+from log_files import segment_data
 from profiler_builds import builds, c_driver
 from waiting import wait_until
 
@@ -58,8 +59,8 @@ class StandIn:
 
 def log_lines(home: Path) -> list[dict]:
     lines = []
-    for path in sorted((home / "inspector_logs").glob("*.jsonl*")):
-        for raw in path.read_bytes().splitlines():
+    for _, data in segment_data(home / "inspector_logs"):
+        for raw in data.splitlines():
             try:
                 lines.append(json.loads(raw))
             except ValueError:

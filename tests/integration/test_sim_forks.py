@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from comminsight.log_segments import segments_in
 from comminsight.sim import SimConfig, forks, rank_process, run_simulation
 from comminsight.sim.forks import ForkParent
 from comminsight.sim.launcher import _forkable, _python_path, _startup_env
@@ -84,7 +85,7 @@ def test_a_forked_job_runs_every_rank_with_its_own_environment(plugin, tmp_path)
     assert not result.errors and result.exit_codes == [0, 0, 0, 0]
     # each node's ranks logged under their own node's home (COMMINSIGHT_HOME per process)
     for node in ("n0", "n1"):
-        assert len(list((tmp_path / node / "inspector_logs").glob("ci-*.jsonl"))) == 2, node
+        assert len(segments_in(tmp_path / node / "inspector_logs")) == 2, node
 
 
 def test_a_fork_parent_that_starts_nothing_is_killed_and_named(tmp_path, monkeypatch):

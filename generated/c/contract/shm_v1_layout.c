@@ -81,6 +81,8 @@ int main(void) {
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"evidence_no_slot\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, evidence_no_slot), sizeof(((ci_shm_header_v1_t*)0)->evidence_no_slot));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"agent_settings_refused\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, agent_settings_refused), sizeof(((ci_shm_header_v1_t*)0)->agent_settings_refused));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"link_path\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, link_path), sizeof(((ci_shm_header_v1_t*)0)->link_path));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"log_segments_compressed\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, log_segments_compressed), sizeof(((ci_shm_header_v1_t*)0)->log_segments_compressed));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"log_compress_errors\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, log_compress_errors), sizeof(((ci_shm_header_v1_t*)0)->log_compress_errors));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved4\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved4), sizeof(((ci_shm_header_v1_t*)0)->reserved4));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"size\":%zu,\"align\":%zu}\n", sizeof(ci_shm_comm_entry_v1_t), alignof(ci_shm_comm_entry_v1_t));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"state\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, state), sizeof(((ci_shm_comm_entry_v1_t*)0)->state));

@@ -307,7 +307,9 @@ struct ci_shm_header_v1 {
     uint64_t evidence_no_slot; /* @752: Flagged communicators that got no evidence entry because all EVIDENCE_SLOTS were recording. */
     uint64_t agent_settings_refused; /* @760: Reads of <home>/metadata/agent-settings that changed nothing because the file was refused (a link, another owner, not a regular file, writable by others) or held no valid COMMINSIGHT_PROFILER_HANG_TIMEOUT_S; each changed version of the file is read, and counted, once. */
     char link_path[3072]; /* @768: The symbolic link by which the Agent finds this file (<COMMINSIGHT_HOME>/shms/<name>.shm, or the private directory's when the home was refused), NUL-terminated; empty if the file is not linked or the path does not fit (files of older producers too). A later Profiler removes a dead producer's file only once this link is gone (its Agent retired it) or its heartbeat is older than the grace period. Readers may ignore it. */
-    uint8_t reserved4[256]; /* @3840: Zero; room to grow the header within v1. */
+    uint64_t log_segments_compressed; /* @3840: Sealed inspector_logs segments replaced by their zstd-compressed form (<name>.jsonl.zst); zero in files of older producers. */
+    uint64_t log_compress_errors; /* @3848: Sealed segments left uncompressed because compressing failed (no libzstd, a full disk, a read or write error); the uncompressed segment stays and is read as before. */
+    uint8_t reserved4[240]; /* @3856: Zero; room to grow the header within v1. */
 };
 CI_SHM_V1_STATIC_ASSERT(sizeof(ci_shm_header_v1_t) == 4096, "sizeof ci_shm_header_v1_t");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, magic) == 0, "offsetof ci_shm_header_v1_t.magic");
@@ -381,7 +383,9 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_raises) == 744, "o
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_no_slot) == 752, "offsetof ci_shm_header_v1_t.evidence_no_slot");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, agent_settings_refused) == 760, "offsetof ci_shm_header_v1_t.agent_settings_refused");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, link_path) == 768, "offsetof ci_shm_header_v1_t.link_path");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved4) == 3840, "offsetof ci_shm_header_v1_t.reserved4");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_segments_compressed) == 3840, "offsetof ci_shm_header_v1_t.log_segments_compressed");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_compress_errors) == 3848, "offsetof ci_shm_header_v1_t.log_compress_errors");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved4) == 3856, "offsetof ci_shm_header_v1_t.reserved4");
 
 /* One communicator of this process. Identity (first 256 bytes) is written before state becomes ACTIVE; progress (last 256 bytes) changes with every op and is read under progress_seqlock. (512 bytes) */
 struct ci_shm_comm_entry_v1 {
