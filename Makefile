@@ -40,7 +40,7 @@ GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 ATOMIC = tmp="$@.tmp.$$$$"; trap 'rm -rf "$$tmp"' EXIT;
 ATOMIC_DONE = && mv -f "$$tmp" "$@"
 
-.PHONY: build-profiler build-sim build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults bench-metrics build-engine
+.PHONY: build-profiler build-sim build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults bench-metrics bench-log-bytes build-engine
 .PHONY: all build venv generate verify-generated check-schemas check-compat headers test test-contract \
         test-unit lint bench demo install uninstall wheel-manylinux clean
 
@@ -314,6 +314,10 @@ bench-master-scale: $(VENV_STAMP)
 ## bench-metrics: /metrics series per rank at metrics level job (the default) and rank, simulated Megatron jobs of 64 and 8 ranks through the real plugin and the Agent's ingest; page bytes plain and gzip
 bench-metrics: $(VENV_STAMP) build-profiler $(SIM_SO)
 	$(VPY) bench/metrics_series.py
+
+## bench-log-bytes: inspector_logs bytes per op raw and sealed (zstd), simulated jobs through the real plugin and real H200 segments; compression speed
+bench-log-bytes: $(VENV_STAMP) build-profiler $(SIM_SO)
+	$(VPY) bench/log_bytes.py
 
 ## bench-profiler: the Profiler's hot path over an empty plugin (architecture §8: <= 1.25x, 150 ns on a fast core)
 bench-profiler: $(VENV_STAMP) build-profiler $(SIM_SO)

@@ -64,6 +64,7 @@ PROFILER_COUNTERS = (
     "log_records_lost",
     "log_records_dropped",
     "log_write_errors",
+    "log_compress_errors",
 )
 
 _FUNC_LABELS = {int(k): v for k, v in shm_v1.FUNC_LABELS.items()}

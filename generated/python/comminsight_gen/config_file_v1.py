@@ -65,7 +65,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "COMMINSIGHT_PROFILER_LOG_ENABLE": ("boolean", "1"),
     "COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES": ("integer", "67108864"),
     "COMMINSIGHT_PROFILER_LOG_SEGMENT_S": ("number", "300.0"),
-    "COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL": ("integer", "3"),
+    "COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL": ("integer", "1"),
     "COMMINSIGHT_PROFILER_LOG_FLUSH_MS": ("integer", "200"),
     "COMMINSIGHT_PROFILER_AGENT_BIN": ("string", "comminsight-agent"),
     "COMMINSIGHT_JOB_ID": ("string", ""),

@@ -539,9 +539,9 @@ KEYS: tuple[ConfigKey, ...] = (
         name="COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL",
         field="profiler_log_zstd_level",
         type="integer",
-        default=3,
+        default=1,
         unit="",
-        description="zstd level at which the log writer compresses each sealed inspector_logs segment into \u003cname\u003e.jsonl.zst, in slices between its drains; 0 leaves sealed segments uncompressed. Without libzstd.so.1 they stay uncompressed too, with one warning. Every reader reads both forms.",
+        description="zstd level at which the log writer compresses each sealed inspector_logs segment into \u003cname\u003e.jsonl.zst, in slices between its drains; 0 leaves sealed segments uncompressed. Without libzstd.so.1 they stay uncompressed too, with one warning. Every reader reads both forms. Level 1 is both the fastest and, on these JSON lines, the smallest of levels 1 to 6 (make bench-log-bytes).",
         components=("profiler",),
         minimum=0,
         maximum=19,
@@ -759,7 +759,7 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     profiler_log_enable: Annotated[bool, msgspec.Meta(description="Write raw records to inspector_logs.")] = True
     profiler_log_segment_bytes: Annotated[int, msgspec.Meta(ge=4096, le=17179869184, description="An inspector_logs segment is sealed once it reaches this size.")] = 67108864
     profiler_log_segment_s: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0, description="An open inspector_logs segment is sealed after this long even if small.")] = 300.0
-    profiler_log_zstd_level: Annotated[int, msgspec.Meta(ge=0, le=19, description="zstd level at which the log writer compresses each sealed inspector_logs segment into \u003cname\u003e.jsonl.zst, in slices between its drains; 0 leaves sealed segments uncompressed. Without libzstd.so.1 they stay uncompressed too, with one warning. Every reader reads both forms.")] = 3
+    profiler_log_zstd_level: Annotated[int, msgspec.Meta(ge=0, le=19, description="zstd level at which the log writer compresses each sealed inspector_logs segment into \u003cname\u003e.jsonl.zst, in slices between its drains; 0 leaves sealed segments uncompressed. Without libzstd.so.1 they stay uncompressed too, with one warning. Every reader reads both forms. Level 1 is both the fastest and, on these JSON lines, the smallest of levels 1 to 6 (make bench-log-bytes).")] = 1
     profiler_log_flush_ms: Annotated[int, msgspec.Meta(ge=1, le=60000, description="How often the log writer drains the ring and writes.")] = 200
     profiler_agent_bin: Annotated[str, msgspec.Meta(min_length=1, description="Agent executable the Profiler autostarts (looked up on PATH when not absolute). Only the environment can set this key: a value in the configuration file is ignored with a warning, because a file that others may write must never choose what the training process executes. The executable must not be writable by group or others.")] = 'comminsight-agent'
     job_id: Annotated[str, msgspec.Meta(description="Job this training process belongs to, as the Profiler writes it into the SHM header and the inspector-log lines (truncated to 63 bytes). Empty means the first set of TORCHELASTIC_RUN_ID (unless torchrun\u0027s default \u0027none\u0027), SLURM_JOB_ID, JOB_ID and a Kubernetes Indexed Job\u0027s name (JOB_COMPLETION_INDEX set and the pod\u0027s host name \u003cjob\u003e-\u003cindex\u003e); other Kubernetes workloads set it through the downward API. Only the environment can set this key: each job exports its own, while a configuration file is shared by every job of the host.")] = ''

@@ -363,11 +363,11 @@
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_MIN 1.0
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_MAX 86400.0
 
-/* COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL (integer): zstd level at which the log writer compresses each sealed inspector_logs segment into <name>.jsonl.zst, in slices between its drains; 0 leaves sealed segments uncompressed. Without libzstd.so.1 they stay uncompressed too, with one warning. Every reader reads both forms. */
+/* COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL (integer): zstd level at which the log writer compresses each sealed inspector_logs segment into <name>.jsonl.zst, in slices between its drains; 0 leaves sealed segments uncompressed. Without libzstd.so.1 they stay uncompressed too, with one warning. Every reader reads both forms. Level 1 is both the fastest and, on these JSON lines, the smallest of levels 1 to 6 (make bench-log-bytes). */
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_KEY "COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL"
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_INDEX 48
-#define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_DEFAULT_TEXT "3"
-#define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_DEFAULT 3LL
+#define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_DEFAULT_TEXT "1"
+#define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_DEFAULT 1LL
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_MIN 0LL
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_MAX 19LL
 
@@ -541,7 +541,7 @@ static inline const ci_config_v1_key_t* ci_config_v1_keys(size_t* count) {
         { "COMMINSIGHT_PROFILER_LOG_ENABLE", CI_CONFIG_V1_TYPE_BOOLEAN, "1", 0, 0, 0, 0, NULL, NULL },
         { "COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES", CI_CONFIG_V1_TYPE_INTEGER, "67108864", 1, 1, 4096, 17179869184, NULL, NULL },
         { "COMMINSIGHT_PROFILER_LOG_SEGMENT_S", CI_CONFIG_V1_TYPE_NUMBER, "300.0", 1, 1, 1.0, 86400.0, NULL, NULL },
-        { "COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL", CI_CONFIG_V1_TYPE_INTEGER, "3", 1, 1, 0, 19, NULL, NULL },
+        { "COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL", CI_CONFIG_V1_TYPE_INTEGER, "1", 1, 1, 0, 19, NULL, NULL },
         { "COMMINSIGHT_PROFILER_LOG_FLUSH_MS", CI_CONFIG_V1_TYPE_INTEGER, "200", 1, 1, 1, 60000, NULL, NULL },
         { "COMMINSIGHT_PROFILER_AGENT_BIN", CI_CONFIG_V1_TYPE_STRING, "comminsight-agent", 0, 0, 0, 0, NULL, NULL },
         { "COMMINSIGHT_JOB_ID", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, NULL },
