@@ -228,7 +228,9 @@ def blocked_compression(d: Driver) -> dict:
         for _ in range(20):
             d.coll(res.context, seq)
             seq += 1
-        wait_until(lambda: r.counter("log_records_written") >= seq, DEADLINE_S, "the log writer")
+        wait_until(
+            lambda n=seq: r.counter("log_records_written") >= n, DEADLINE_S, "the log writer"
+        )
     d.abi.finalize(res.context)
     planted_now = {
         k: "dir" if p.is_dir() else "file" if p.exists() else "gone" for k, p in planted.items()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from comminsight.log_segments import read_segment, segments_in
+from comminsight.log_segments import read_segment, segment_name, segments_in
 
 
 def segment_data(logs: Path) -> list[tuple[Path, bytes]]:
@@ -18,3 +18,11 @@ def segment_data(logs: Path) -> list[tuple[Path, bytes]]:
 
 def segment_lines(logs: Path) -> list[bytes]:
     return [line for _, data in segment_data(logs) for line in data.splitlines()]
+
+
+def decompress_all(logs: Path) -> None:
+    """Every compressed segment of `logs` back to its uncompressed `.jsonl` (tests that damage
+    segments byte by byte work on the form the writer first seals)."""
+    for path in sorted(logs.glob("*.jsonl.zst")):
+        path.with_name(segment_name(path)).write_bytes(read_segment(path))
+        path.unlink()

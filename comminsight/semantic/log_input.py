@@ -6,6 +6,12 @@ ends with a seal (line and byte counts, CRC-32). `read_gpu_logs` groups the file
 and `GpuLog.ops()` yields its Coll/P2P lines as `EngineOp`s in file order, each with its
 position (segment, byte offset, line index) so a checkpoint can resume after it.
 
+A sealed segment may be stored compressed (`.jsonl.zst`, log_segments): it is the same
+segment, read decompressed, and the uncompressed file is preferred while both exist. A
+position names a segment by its uncompressed name and an offset in its uncompressed bytes, so
+one taken while a segment was open or uncompressed still holds once it is compressed; a file
+listed a moment ago and sealed or compressed since is read where it went (`segment_files`).
+
 A process that drives several GPUs (JAX, ncclCommInitAll) is split into one GpuLog per GPU,
 named `<process stream>.dev<N>`, by the communicator member each op belongs to
 (`process_gpus` has the rule). Its GPUs read the process's segments once between them
@@ -36,7 +42,13 @@ import msgspec
 import numpy as np
 from isal.isal_zlib import crc32  # zlib's CRC-32, with PCLMUL: 4x faster
 
-from comminsight.log_segments import SEGMENT_BYTES_MAX
+from comminsight.log_segments import (
+    SEGMENT_BYTES_MAX,
+    SegmentError,
+    is_compressed,
+    read_segment,
+    segment_name,
+)
 from comminsight.safe_open import open_regular, read_regular
 from comminsight.semantic import native
 from comminsight.semantic.native import NONE
@@ -53,12 +65,21 @@ from comminsight.semantic.op_batch import (
 from comminsight.semantic.op_times import op_times
 from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.positions import LogPosition
-from comminsight.semantic.process_gpus import GpuOfProcess, ProcessMembers, split_process
+from comminsight.semantic.process_gpus import (
+    GpuOfProcess,
+    ProcessMembers,
+    segment_files,
+    split_process,
+)
 from comminsight.untrusted_json import NOT_JSON, decode_mending_utf8
 from comminsight_gen.inspector_log_v1_fields import V
 from comminsight_gen.models.inspector_log_v1_lean import EngineHeader, EngineLine
 
-SEGMENT_NAME = re.compile(r"^(?P<stream>.+)-(?P<index>\d{6,})\.jsonl(?P<partial>\.partial)?$")
+# a segment: open (.partial), sealed, or sealed and compressed (.zst); never a compression
+# still being written (.jsonl.zst.partial)
+SEGMENT_NAME = re.compile(
+    r"^(?P<stream>.+)-(?P<index>\d{6,})\.jsonl(?:(?P<partial>\.partial)|(?P<zst>\.zst))?$"
+)
 
 
 _DECODER = msgspec.json.Decoder(EngineLine)
@@ -307,18 +328,25 @@ class _SegmentReader:
             return ahead[0]
         problems = self._problem_list()
         empty = OpBatch.empty(self.comms, self.segments)
-        try:
-            contents = _SegmentBytes(path)
-        except FileNotFoundError:  # sealed (renamed) since the listing: try the sealed name
-            sealed = path.with_name(path.name.removesuffix(".partial"))
+        # sealed (renamed) or compressed since the listing: read where it went
+        candidates = segment_files(path) if _segment_index(path) is not None else [path]
+        gone: OSError | None = None
+        for candidate in candidates:
             try:
-                contents = _SegmentBytes(sealed)
-                path = sealed
-            except OSError as e:
-                problems.append(f"{path}: cannot read: {e}")
+                contents = _SegmentBytes(candidate)
+            except FileNotFoundError as e:
+                gone = e
+                continue
+            except SegmentError as e:  # a compressed segment that does not decompress
+                problems.append(f"{e}; its ops were not read")
                 return empty, 0
-        except OSError as e:
-            problems.append(f"{path}: cannot read: {e}")
+            except OSError as e:
+                problems.append(f"{candidate}: cannot read: {e}")
+                return empty, 0
+            path = candidate
+            break
+        else:
+            problems.append(f"{path}: cannot read: {gone}")
             return empty, 0
         with contents as data:
             return self._read(path, data, offset, record, others)
@@ -331,7 +359,8 @@ class _SegmentReader:
     ) -> tuple[OpBatch, int]:
         problems = self._problem_list()
         anchor = self.log._anchor(data)  # the clock pair of the segment_start line
-        seg = self.segments.add(path.name, _segment_index(path))
+        name = segment_name(path)  # positions name the segment, not the file holding it
+        seg = self.segments.add(name, _segment_index(path))
         seal = _seal_checksum(data) if not path.name.endswith(".partial") else None
         rows, rest = native.scan(
             data, offset, self.headers, self.funcs, seal is not None, _scan_scratch()
@@ -383,7 +412,7 @@ class _SegmentReader:
                 gaps.append((r, ci.lost_count or 0))
                 continue
             position = LogPosition(
-                path.name, _segment_index(path), start, line_no, ci.ring_seq if ci else None, end
+                name, _segment_index(path), start, line_no, ci.ring_seq if ci else None, end
             )
             op = _op(decoded, anchor, position, gpu_offset)
             if op is not None:
@@ -485,10 +514,14 @@ class _SegmentBytes:
     """A segment's bytes, as a context manager. A sealed segment never changes: it is mapped
     and prefaulted in one call (copying it would cost as much as checksumming it). An open
     one (.partial) is still growing, and a mapping of a file that changes size is unsafe: it
-    is read."""
+    is read. A compressed one is read decompressed (a SegmentError when it does not
+    decompress)."""
 
     def __init__(self, path: Path) -> None:
         self._map = None
+        if is_compressed(path):
+            self.data = read_segment(path, SEGMENT_BYTES_MAX)
+            return
         if path.name.endswith(".partial") or not hasattr(mmap, "MAP_POPULATE"):
             self.data = read_regular(path, SEGMENT_BYTES_MAX)
             return
@@ -730,7 +763,16 @@ def _name(stream: str, index: int) -> str:
 
 
 def _base(name: str) -> str:
-    return name.removesuffix(".partial")
+    """A segment's name whichever file holds it: open, sealed or compressed."""
+    return segment_name(name).removesuffix(".partial")
+
+
+def _preference(path: Path) -> int:
+    """Which file of a segment index is read (the lowest): the sealed file, then its
+    compressed copy (the same bytes), then a leftover open one."""
+    if path.name.endswith(".partial"):
+        return 2
+    return 1 if is_compressed(path) else 0
 
 
 def read_gpu_logs(directory: str | Path) -> tuple[list[GpuLog], list[str]]:
@@ -758,8 +800,8 @@ def read_gpu_logs(directory: str | Path) -> tuple[list[GpuLog], list[str]]:
         streams.setdefault(m["stream"], []).append((int(m["index"]), path))
     for stream, files in sorted(streams.items()):
         by_index: dict[int, Path] = {}
-        for index, path in files:  # a sealed file wins over a leftover .partial of it
-            if index not in by_index or not path.name.endswith(".partial"):
+        for index, path in files:  # sealed over compressed over a leftover .partial
+            if index not in by_index or _preference(path) < _preference(by_index[index]):
                 by_index[index] = path
         logs += gpu_logs_of_process(stream, [by_index[i] for i in sorted(by_index)], problems)
     return logs, problems

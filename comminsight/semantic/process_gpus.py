@@ -38,7 +38,12 @@ from pathlib import Path
 
 import msgspec
 
-from comminsight.log_segments import SEGMENT_BYTES_MAX
+from comminsight.log_segments import (
+    COMPRESSED_SUFFIX,
+    SEGMENT_BYTES_MAX,
+    is_compressed,
+    read_segment,
+)
 from comminsight.safe_open import open_regular, read_regular
 from comminsight.semantic import native
 from comminsight.untrusted_json import NOT_JSON, decode_mending_utf8
@@ -117,17 +122,34 @@ def scan_members(segments: list[Path], read_lines: ReadLines | None = None) -> P
     return found
 
 
+def segment_files(path: Path) -> list[Path]:
+    """Where a listed segment's bytes are, in the order to try them: the file listed, then
+    what the Profiler may have made of it since (an open segment sealed by renaming
+    `.jsonl.partial` to `.jsonl`, a sealed one compressed to `.jsonl.zst` and removed)."""
+    files = [path]
+    name = path.name
+    if name.endswith(".partial"):
+        name = name.removesuffix(".partial")
+        files.append(path.with_name(name))
+    if name.endswith(".jsonl"):
+        files.append(path.with_name(name + COMPRESSED_SUFFIX))
+    return files
+
+
 def _contents(path: Path):
-    """The segment's bytes (a sealed one mapped), or None when it cannot be read."""
-    for candidate in (path, path.with_name(path.name.removesuffix(".partial"))):
+    """The segment's bytes (a sealed one mapped, a compressed one decompressed), or None
+    when it cannot be read."""
+    for candidate in segment_files(path):
         try:
             if candidate.name.endswith(".partial"):
                 return read_regular(candidate, SEGMENT_BYTES_MAX)
+            if is_compressed(candidate):
+                return read_segment(candidate, SEGMENT_BYTES_MAX)
             with open_regular(candidate, SEGMENT_BYTES_MAX) as f:
                 if os.fstat(f.fileno()).st_size == 0:
                     return b""
                 return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
-        except FileNotFoundError:  # a .partial sealed (renamed) since the listing
+        except FileNotFoundError:  # sealed (renamed) or compressed since the listing
             continue
         except (OSError, ValueError):
             return None

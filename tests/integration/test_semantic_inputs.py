@@ -12,6 +12,7 @@ from pathlib import Path
 
 import forked_python
 import pytest
+from log_files import decompress_all
 from profiler_builds import builds
 
 from comminsight.semantic.offline import recover_steps
@@ -49,6 +50,7 @@ def logs(sim_logs, tmp_path):
     src, truths = sim_logs
     dst = tmp_path / "inspector_logs"
     shutil.copytree(src, dst)
+    decompress_all(dst)  # the damage below is done to segments as the writer seals them
     return dst, truths
 
 

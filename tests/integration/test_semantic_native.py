@@ -15,6 +15,7 @@ import msgspec
 import numpy as np
 import pytest
 from engine_inputs import tp_pp_dp_logs
+from log_files import segment_data
 
 from comminsight.semantic import native
 from comminsight.semantic.log_input import _DECODER, BAD_JSON, _float, _Header
@@ -22,9 +23,9 @@ from comminsight.semantic.log_input import _DECODER, BAD_JSON, _float, _Header
 
 @pytest.fixture(scope="module")
 def segments(tmp_path_factory):
-    paths = sorted(tp_pp_dp_logs(tmp_path_factory.mktemp("native"), 4, 4).glob("*.jsonl"))
-    assert paths
-    return [p.read_bytes() for p in paths]
+    data = [d for _, d in segment_data(tp_pp_dp_logs(tmp_path_factory.mktemp("native"), 4, 4))]
+    assert data
+    return data
 
 
 def expected(line: bytes):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from log_files import segment_data
 from profiler_builds import builds
 
 from comminsight.semantic.offline import recover_steps
@@ -31,8 +32,8 @@ def as_nvidia(src_dir, dst_dir, lines_per_dump: int) -> None:
     a line."""
     dst_dir.mkdir()
     by_process: dict[tuple, list[str]] = {}
-    for segment in sorted(src_dir.glob("*.jsonl")):
-        for line in segment.read_text().splitlines():
+    for _, data in segment_data(src_dir):
+        for line in data.decode().splitlines():
             record = json.loads(line)
             if "header" not in record:
                 continue
