@@ -97,14 +97,22 @@ def _decompressed(path: Path, max_bytes: int) -> bytes:
     data = read_regular(path, max_bytes)
     try:
         size = zstandard.frame_content_size(data)
-        if size > max_bytes:
+        if size < 0 or size > max_bytes:
+            # the Profiler writes the size in the frame: one without it is not its segment
+            said = "no size" if size < 0 else f"{size} bytes"
             raise SegmentError(
-                f"{path}: its frame says {size} bytes, more than the {max_bytes} a segment may hold"
+                f"{path}: its zstd frame gives {said}; a segment's gives its size, at most "
+                f"{max_bytes} bytes"
             )
-        # content size unknown (-1): decompressing stops at the bound instead
-        return zstandard.ZstdDecompressor().decompress(data, max_output_size=max_bytes)
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        out = frame.decompress(data)
     except zstandard.ZstdError as e:
         raise SegmentError(f"{path}: not a complete zstd-compressed segment: {e}") from None
+    if not frame.eof or len(out) != size:
+        raise SegmentError(f"{path}: not a complete zstd-compressed segment: it is cut short")
+    if frame.unused_data:
+        raise SegmentError(f"{path}: {len(frame.unused_data)} bytes follow its zstd frame")
+    return out
 
 
 def verify_segment(path: str | Path) -> Segment:

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_until
 
 from comminsight.agent.api.params import openapi_document
+from comminsight.log_segments import segments_in
 from comminsight_gen.models.hang_report_v1 import HangReport
 
 TOKEN = "s3cret-token"
@@ -304,7 +305,7 @@ def test_archive_status_and_flush(agent):
     status = get(live, "/api/v1/archive").json()
     home = live.service.home
     # sealed segments and the engine's sealed step summaries (the ranks have exited)
-    sealed = list((home / "inspector_logs").glob("*.jsonl"))
+    sealed = segments_in(home / "inspector_logs")
     sealed += list((home / "semantics" / "step").glob("*.jsonl"))
     assert status["provider"] == "local"
     assert status["url"] == str(live.service.home / "archives")

@@ -15,6 +15,7 @@ from ports import free_port
 from waiting import wait_until
 
 from comminsight.agent.archive.ledger import ArchiveLedger
+from comminsight.log_segments import read_segment, segment_name, segments_in
 from comminsight.sim import SimConfig, run_simulation
 
 TOKEN = "restart-token"
@@ -89,18 +90,20 @@ def test_agent_killed_mid_run_then_restarted_archives_every_segment_once(plugin,
             first.kill()
         sim.join(timeout=300)
 
-    segments = sorted((tmp_path / "inspector_logs").glob("*.jsonl"))
+    segments = segments_in(tmp_path / "inspector_logs")  # sealed, compressed or not
     print(f"{len(before_restart)} of {len(segments)} segments archived before the kill")
     assert len(segments) > len(before_restart) >= 3
     objects = archived_objects(tmp_path)
-    expected = {tmp_path / "archives" / NODE / "inspector_logs" / f"{s.name}.zst" for s in segments}
+    archived_as = {s: f"{segment_name(s)}.zst" for s in segments}  # a .zst is sent as it is
+    expected = {tmp_path / "archives" / NODE / "inspector_logs" / n for n in archived_as.values()}
     assert set(objects) == expected  # every sealed segment, nothing else (no temporaries)
     # nothing the killed agent committed was sent again
     assert all(objects[p] == identity for p, identity in before_restart.items())
     decompress = zstandard.ZstdDecompressor()
     for segment in segments:
-        archived = tmp_path / "archives" / NODE / "inspector_logs" / f"{segment.name}.zst"
-        assert decompress.decompressobj().decompress(archived.read_bytes()) == segment.read_bytes()
+        archived = tmp_path / "archives" / NODE / "inspector_logs" / archived_as[segment]
+        assert decompress.decompressobj().decompress(archived.read_bytes()) == read_segment(segment)
     entries = ArchiveLedger(tmp_path / "metadata" / "archive-ledger").entries()
-    assert sorted(e.source for e in entries) == [f"inspector_logs/{s.name}" for s in segments]
+    sources = [f"inspector_logs/{segment_name(s)}" for s in segments]
+    assert sorted(e.source for e in entries) == sources
     assert status["uploaded_files_total"] == len(segments) and status["last_error"] is None

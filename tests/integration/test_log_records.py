@@ -7,7 +7,6 @@ stay on after the processes exit, with every record: the ring is larger than the
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import numpy as np
@@ -24,6 +23,7 @@ from comminsight.agent.steps.log_records import (
     op_slots,
     process_segments,
 )
+from comminsight.log_segments import read_segment, segment_name
 from comminsight.shm_reader import op_records
 from comminsight_gen.abi import shm_v1
 
@@ -131,5 +131,7 @@ def test_cut_lines_foreign_lines_and_records_met_twice_are_passed_over(run, tmp_
 
 
 def copied(path, directory):
-    """path copied into directory."""
-    return shutil.copy(path, directory / path.name) and directory / path.name
+    """path copied into directory, uncompressed (the lines appended to it must be read)."""
+    copy = directory / segment_name(path)
+    copy.write_bytes(read_segment(path))
+    return copy

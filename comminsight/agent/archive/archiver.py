@@ -3,13 +3,21 @@
 One pass (`Archiver.run_once`, synchronous; the agent's loop calls it through
 `asyncio.to_thread`):
 
-1. find complete local files of every registered kind (sealed inspector_logs segments, step
-   summaries); open segments (`*.partial`) are never touched;
-2. upload each file the ledger does not list: compress with zstd into a temporary object,
-   commit it to its final name, check its size, then record it in the ledger (size + sha256);
-   failed attempts are retried with exponential backoff up to COMMINSIGHT_COMMON_ARCHIVE_RETRY_MAX;
-3. delete archived local files, oldest first, until local data fits
-   COMMINSIGHT_COMMON_DISK_BUDGET_BYTES (0: never delete).
+1. find complete local files of every registered kind (sealed inspector_logs segments, as
+   `.jsonl` or as the Profiler compressed them, `.jsonl.zst`; step summaries); open segments
+   (`*.partial`) are never touched;
+2. upload each file the ledger does not list: compress with zstd into a temporary object (a
+   file already compressed is checked to be one whole zstd frame and sent as it is; a damaged
+   one is refused, never archived), commit it to its final name, check its size, then record
+   it in the ledger (size + sha256); failed attempts are retried with exponential backoff up
+   to COMMINSIGHT_COMMON_ARCHIVE_RETRY_MAX;
+3. delete archived local files (with their compressed copy, if both are there), oldest first,
+   until local data fits COMMINSIGHT_COMMON_DISK_BUDGET_BYTES (0: never delete).
+
+A segment is one file for the archive whichever form it is in: its ledger key is its
+uncompressed name (`inspector_logs/<name>.jsonl`) and its object `<prefix>/inspector_logs/
+<name>.jsonl.zst` either way, so a segment archived as `.jsonl` and compressed since is not
+sent again.
 
 Exactly once across crashes: a crash before the commit leaves only a temporary object, which
 the next pass overwrites; a crash after the commit but before the ledger write leaves a final
@@ -44,7 +52,7 @@ from comminsight.agent.archive.providers import (
     Provider,
     provider_for_url,
 )
-from comminsight.agent.archive.upload import ZstdUploader
+from comminsight.agent.archive.upload import DamagedFile, ZstdUploader
 from comminsight.backoff import Backoff
 from comminsight.safe_open import UntrustedFile
 from comminsight_gen.config_v1 import ConfigV1
@@ -304,7 +312,10 @@ class Archiver:
                 # If this write fails, the retry finds the committed object and adopts it.
                 self.ledger.record(entry)
             except UntrustedFile as e:  # swapped for a link after the scan: never retried
-                self.local.refuse(local.source, e.why)
+                self.local.refuse(local.name, e.why)
+                return True
+            except DamagedFile as e:  # a compressed file that is no whole zstd frame
+                self.local.refuse_damaged(local, e.why)
                 return True
             except FileNotFoundError as e:
                 if not local.path.exists():
@@ -342,12 +353,13 @@ class Archiver:
         )
         for local in doomed:
             try:
-                local.path.unlink(missing_ok=True)
+                for path in (local.path, *local.copies):
+                    path.unlink(missing_ok=True)
             except OSError as e:
                 log.warning("archive: cannot delete %s: %s", local.path, e)
                 continue
             self.ledger.mark_local_deleted(local.source, self._clock_ns())
-            used -= local.size
+            used -= local.size + local.copies_bytes
             report.deleted_files += 1
-            report.deleted_bytes += local.size
+            report.deleted_bytes += local.size + local.copies_bytes
         report.disk_used_bytes = used

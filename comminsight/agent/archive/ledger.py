@@ -26,13 +26,15 @@ ENTRY_BYTES_MAX = 1 << 20  # an entry is a few hundred bytes; a bigger file is n
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    source: str  # path relative to home, e.g. inspector_logs/ci-host-1-2-000000.jsonl
+    # path relative to home, e.g. inspector_logs/ci-host-1-2-000000.jsonl: a segment's
+    # uncompressed name, also when its `.jsonl.zst` was archived
+    source: str
     remote: str  # object name in the archive
-    source_bytes: int
+    source_bytes: int  # of the uncompressed content
     source_sha256: str
     archived_bytes: int  # compressed size, checked against the archive after the commit
     archived_sha256: str
-    zstd_level: int
+    zstd_level: int  # 0: a file sent as its writer compressed it (a `.jsonl.zst` segment)
     uploaded_real_ns: int
     adopted: bool = False  # found already complete in the archive after a crash; not re-sent
     local_deleted_real_ns: int | None = None  # set when the disk budget removed the local file

@@ -1,5 +1,11 @@
 """The local side of archiving: which files under home are archivable, how much disk CommInsight
 data takes, and which archived files the disk budget removes.
+
+A kind's files may be stored compressed by their writer (ArchiveKind.compressed_suffix: the
+Profiler replaces a sealed `<name>.jsonl` by `<name>.jsonl.zst`, one zstd frame of the same
+bytes, and for a moment both exist). Either file is the same file for the archive: one
+LocalFile per source, the source (the ledger key) being the uncompressed name, its path the
+uncompressed file while there is one; the other copy is removed with it.
 """
 
 from __future__ import annotations
@@ -9,10 +15,11 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
 
 from comminsight.agent.dir_listing import DirectoryListing
+from comminsight.log_segments import COMPRESSED_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +34,15 @@ class ArchiveKind:
     Writers must create these files under another name and rename them into place (as the
     Profiler does for segments: `.jsonl.partial` -> `.jsonl`), so a match is never a file
     still being written, and a file never changes once it matches.
+
+    `compressed_suffix`: a complete file may also be stored compressed as
+    `<name><compressed_suffix>` (one zstd frame of its bytes, renamed into place once whole);
+    such a file is archived as it is, under the same source and object name as `<name>`.
     """
 
     name: str
     glob: str
+    compressed_suffix: str = ""
 
     @property
     def directory(self) -> str | None:
@@ -42,11 +54,23 @@ class ArchiveKind:
         return directory
 
     def complete_files(self, home: Path) -> list[Path]:
+        globs = [self.glob]
+        if self.compressed_suffix:
+            globs.append(self.glob + self.compressed_suffix)
         return [
             p
-            for p in home.glob(self.glob)
+            for g in globs
+            for p in home.glob(g)
             if p.is_file() and not p.name.endswith(_INCOMPLETE_SUFFIXES)
         ]
+
+    def source_name(self, name: str) -> tuple[str, bool]:
+        """(the name a file of the kind is archived as, whether the file is compressed)."""
+        if self.compressed_suffix and name.endswith(self.compressed_suffix):
+            stem = name.removesuffix(self.compressed_suffix)
+            if fnmatch.fnmatchcase(stem, self.glob.rpartition("/")[2]):
+                return stem, True
+        return name, False
 
     def open_files(self, home: Path) -> list[Path]:
         """Files still being written: counted in disk use, never archived or deleted."""
@@ -58,7 +82,8 @@ def _has_wildcard(text: str) -> bool:
 
 
 DEFAULT_KINDS = (
-    ArchiveKind("inspector_logs", "inspector_logs/*.jsonl"),
+    # sealed segments, and those the Profiler compressed (`.jsonl.zst`)
+    ArchiveKind("inspector_logs", "inspector_logs/*.jsonl", COMPRESSED_SUFFIX),
     ArchiveKind("step_summaries", "semantics/step/*.jsonl"),
 )
 
@@ -68,24 +93,31 @@ class _Found:
     """A file of a kind as its directory's listing found it."""
 
     path: Path
-    source: str  # path relative to home
+    source: str  # path relative to home (of the uncompressed file, for a compressed one)
     lstat: os.stat_result | None  # None: an open file (its size is read when counted)
+    compressed: bool = False
 
 
-def _kind_entry(directory: str, pattern: str) -> Callable[[os.DirEntry], _Found | None]:
-    """What a listing of the kind's directory keeps of an entry: complete files (never
-    changed once they match, so their lstat stays true while the listing does) and open ones."""
+def _kind_entry(kind: ArchiveKind, directory: str) -> Callable[[os.DirEntry], _Found | None]:
+    """What a listing of the kind's directory keeps of an entry: complete files, compressed
+    or not (never changed once they match, so their lstat stays true while the listing does)
+    and open ones."""
+    pattern = kind.glob.rpartition("/")[2]
+    suffix = kind.compressed_suffix
 
     def keep(entry: os.DirEntry) -> _Found | None:
         name = entry.name
-        if fnmatch.fnmatchcase(name, pattern):
+        if fnmatch.fnmatchcase(name, pattern) or (
+            suffix and fnmatch.fnmatchcase(name, pattern + suffix)
+        ):
             if name.endswith(_INCOMPLETE_SUFFIXES) or not entry.is_file():
                 return None
             try:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 return None  # deleted while listed
-            return _Found(Path(entry.path), f"{directory}/{name}", st)
+            source, compressed = kind.source_name(name)
+            return _Found(Path(entry.path), f"{directory}/{source}", st, compressed)
         if fnmatch.fnmatchcase(name, pattern + ".partial") and entry.is_file():
             return _Found(Path(entry.path), f"{directory}/{name}", None)
         return None
@@ -99,6 +131,16 @@ class LocalFile:
     source: str  # path relative to home: the ledger key and the stem of the object name
     size: int
     mtime_ns: int
+    compressed: bool = False  # path is the file zstd-compressed by its writer: sent as it is
+    # the other copy of the same content while both are there (the compressed one, written
+    # before the uncompressed one is removed): deleted with it, counted in disk use
+    copies: tuple[Path, ...] = ()
+    copies_bytes: int = 0
+
+    @property
+    def name(self) -> str:
+        """The file's own path relative to home (its source but for a compressed file)."""
+        return _relative(self.source, self.path)
 
 
 class LocalData:
@@ -116,34 +158,38 @@ class LocalData:
         self.refused_total = 0
         self._refused_seen: set[tuple[str, str]] = set()
         self._listings: dict[str, DirectoryListing[_Found]] = {}  # kind name -> its listing
+        # compressed files found damaged when read (no whole zstd frame): path -> (its
+        # identity then, why); refused while they stay the same file
+        self._damaged: dict[Path, tuple[tuple[int, int, int], str]] = {}
 
     def add_kind(self, kind: ArchiveKind) -> None:
         self.kinds += (kind,)
 
     def complete_files(self) -> list[LocalFile]:
-        files = {}
+        files: dict[str, LocalFile] = {}
         refused: dict[str, str] = {}
         under_link: dict[Path, str | None] = {}  # directory -> why, for this call
+        seen: set[Path] = set()
         for kind in self.kinds:
-            for path, source, st in self._complete(kind):
-                why = self.untrusted(path, st, under_link)
+            for found in self._complete(kind):
+                path, source, st = found.path, found.source, found.lstat
+                seen.add(path)
+                why = self.untrusted(path, st, under_link) or self._damaged_why(path, st)
                 if why is not None:
-                    refused[source] = why
+                    refused[_relative(found.source, path)] = why
                     continue
-                files[source] = LocalFile(path, source, st.st_size, st.st_mtime_ns)
+                local = LocalFile(path, source, st.st_size, st.st_mtime_ns, found.compressed)
+                files[source] = _one_of(files[source], local) if source in files else local
         self._note_refused(refused)
+        self._damaged = {p: known for p, known in self._damaged.items() if p in seen}
         # Oldest first: upload in the order data was produced, delete the oldest first.
         return sorted(files.values(), key=lambda f: (f.mtime_ns, f.source))
 
-    def _complete(self, kind: ArchiveKind) -> Iterable[tuple[Path, str, os.stat_result]]:
-        """The kind's complete files: (path, source, lstat)."""
+    def _complete(self, kind: ArchiveKind) -> Iterable[_Found]:
+        """The kind's complete files (with their lstat)."""
         directory = kind.directory
         if directory is not None:
-            return [
-                (f.path, f.source, f.lstat)
-                for f in self._found(kind, directory)
-                if f.lstat is not None
-            ]
+            return [f for f in self._found(kind, directory) if f.lstat is not None]
         found = []
         for path in kind.complete_files(self.home):
             if self._excluded(path):
@@ -152,8 +198,29 @@ class LocalData:
                 st = os.lstat(path)
             except FileNotFoundError:
                 continue  # deleted between glob and stat
-            found.append((path, path.relative_to(self.home).as_posix(), st))
+            name, compressed = kind.source_name(path.name)
+            source = path.with_name(name).relative_to(self.home).as_posix()
+            found.append(_Found(path, source, st, compressed))
         return found
+
+    def refuse_damaged(self, local: LocalFile, why: str) -> None:
+        """A compressed file found damaged when it was read (not one whole zstd frame):
+        refused, and not read again while it stays the same file."""
+        try:
+            st = os.lstat(local.path)
+        except OSError:
+            return  # gone: nothing to refuse
+        self._damaged[local.path] = (_identity(st), why)
+        self.refuse(local.name, why)
+
+    def _damaged_why(self, path: Path, st: os.stat_result) -> str | None:
+        known = self._damaged.get(path)
+        if known is None:
+            return None
+        if known[0] != _identity(st):
+            del self._damaged[path]  # another file now: read again
+            return None
+        return known[1]
 
     def _open(self, kind: ArchiveKind) -> Iterable[Path]:
         directory = kind.directory
@@ -173,10 +240,7 @@ class LocalData:
             return []
         listing = self._listings.get(kind.name)
         if listing is None:
-            pattern = kind.glob.rpartition("/")[2]
-            listing = self._listings[kind.name] = DirectoryListing(
-                d, _kind_entry(directory, pattern)
-            )
+            listing = self._listings[kind.name] = DirectoryListing(d, _kind_entry(kind, directory))
         try:
             return listing.entries()
         except OSError:  # not there yet (or no directory): nothing of this kind
@@ -224,7 +288,7 @@ class LocalData:
     def used_bytes(self, complete: list[LocalFile] | None = None) -> int:
         if complete is None:
             complete = self.complete_files()
-        total = sum(f.size for f in complete)
+        total = sum(f.size + f.copies_bytes for f in complete)
         for kind in self.kinds:
             for path in self._open(kind):
                 try:
@@ -256,5 +320,26 @@ class DiskBudget:
                 break
             if is_archived(f):
                 chosen.append(f)
-                used_bytes -= f.size
+                used_bytes -= f.size + f.copies_bytes
         return chosen
+
+
+def _relative(source: str, path: Path) -> str:
+    """The path relative to home of `path`, a file of `source` (itself or its compressed
+    copy, beside it)."""
+    return PurePosixPath(source).with_name(path.name).as_posix()
+
+
+def _one_of(a: LocalFile, b: LocalFile) -> LocalFile:
+    """One LocalFile for two copies of the same source: the uncompressed one, the other
+    among its copies."""
+    keep, other = (b, a) if a.compressed and not b.compressed else (a, b)
+    return replace(
+        keep,
+        copies=keep.copies + (other.path,) + other.copies,
+        copies_bytes=keep.copies_bytes + other.size + other.copies_bytes,
+    )
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)

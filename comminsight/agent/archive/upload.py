@@ -1,5 +1,11 @@
 """Put one local file into the archive: zstd-compressed, under a temporary name, then committed
 and checked, giving the LedgerEntry that records it. Retries and the ledger are the caller's.
+
+A file its writer stored compressed (LocalFile.compressed: a `.jsonl.zst` segment) is not
+compressed again: it is first checked to be one whole zstd frame (decompressed through, its
+checksum verified; DamagedFile otherwise, never archived), then sent byte for byte. Its entry
+gives the uncompressed size and hash as source, like that of a file compressed here, so either
+form of a file is recognized as the same content (adopting an object committed before a crash).
 """
 
 from __future__ import annotations
@@ -9,22 +15,38 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import zstandard
 
 from comminsight.agent.archive.ledger import LedgerEntry
 from comminsight.agent.archive.local import LocalFile
 from comminsight.agent.archive.providers import Provider
+from comminsight.log_segments import SEGMENT_BYTES_MAX
 from comminsight.safe_open import open_checked
 
 log = logging.getLogger(__name__)
 TEMP_SUFFIX = ".uploading"
 _CHUNK = 1 << 20
+# what one compressed chunk read is decompressed at a time: its output stays a few MiB for the
+# lines of a segment
+_FRAME_CHUNK = 64 << 10
+# a compressed file decompresses to no more than this (the size of the largest segment): a
+# planted frame of repeated bytes is refused rather than read through for ever
+COMPRESSED_CONTENT_MAX = SEGMENT_BYTES_MAX
 
 
 class UploadVerificationError(OSError):
     """The committed object does not have the size that was written."""
+
+
+class DamagedFile(ValueError):
+    """A local compressed file is not one whole zstd frame (truncated, corrupt, or followed
+    by other bytes): it is not archived. The message names the file; `why` says the rest."""
+
+    def __init__(self, path, why: str):
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = path, why
 
 
 class ZstdUploader:
@@ -36,9 +58,11 @@ class ZstdUploader:
     def upload(self, local: LocalFile, remote: str) -> LedgerEntry:
         """Archive `local` as `remote`. If `remote` already exists (committed just before a
         crash, so it has no ledger entry), it is adopted when it holds exactly this file, and
-        overwritten otherwise."""
+        overwritten otherwise. A compressed local file is checked first (DamagedFile)."""
+        if local.compressed:
+            return self._upload_compressed(local, remote)
         if self.provider.size(remote) is not None:
-            adopted = self._adopt(local, remote)
+            adopted = self._adopt(local, remote, _content_of(local.path))
             if adopted is not None:
                 return adopted
         temp = remote + TEMP_SUFFIX
@@ -66,12 +90,39 @@ class ZstdUploader:
             )
         return self._entry(local, remote, source_bytes, source_hash, archived_bytes, archived_hash)
 
-    def _adopt(self, local: LocalFile, remote: str) -> LedgerEntry | None:
-        source_hash, source_bytes = hashlib.sha256(), 0
-        with _open_source(local.path) as src:
-            while chunk := src.read(_CHUNK):
-                source_hash.update(chunk)
-                source_bytes += len(chunk)
+    def _upload_compressed(self, local: LocalFile, remote: str) -> LedgerEntry:
+        """Send a file its writer compressed as it is, once it proved one whole zstd frame."""
+        source_bytes, source_hash, frame_hash = _verified_frame(local.path)
+        if self.provider.size(remote) is not None:
+            adopted = self._adopt(local, remote, (source_bytes, source_hash))
+            if adopted is not None:
+                return adopted
+        temp = remote + TEMP_SUFFIX
+        archived_hash, archived_bytes = hashlib.sha256(), 0
+        try:
+            with _open_source(local.path) as src, self.provider.open_for_write(temp) as out:
+                while chunk := src.read(_CHUNK):
+                    archived_hash.update(chunk)
+                    archived_bytes += len(chunk)
+                    out.write(chunk)
+            if archived_hash.digest() != frame_hash.digest():
+                raise UploadVerificationError(f"{local.path} changed while it was archived")
+            self.provider.commit(temp, remote)
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.provider.remove(temp)
+            raise
+        stored = self.provider.size(remote)
+        if stored != archived_bytes:
+            raise UploadVerificationError(
+                f"{remote}: the archive holds {stored} bytes, {archived_bytes} were written"
+            )
+        return self._entry(local, remote, source_bytes, source_hash, archived_bytes, archived_hash)
+
+    def _adopt(self, local: LocalFile, remote: str, content: tuple[int, Any]) -> LedgerEntry | None:
+        """The entry of `remote` when it decompresses to `content` (the local file's size and
+        hash, uncompressed), else None."""
+        source_bytes, source_hash = content
         archived_hash, content_hash = hashlib.sha256(), hashlib.sha256()
         try:
             with self.provider.open_for_read(remote) as obj:
@@ -100,10 +151,51 @@ class ZstdUploader:
             source_sha256=source_hash.hexdigest(),
             archived_bytes=archived_bytes,
             archived_sha256=archived_hash.hexdigest(),
-            zstd_level=self.level,
+            # 0: sent as its writer compressed it, at a level the archive did not choose
+            zstd_level=0 if local.compressed else self.level,
             uploaded_real_ns=self._clock_ns(),
             **kw,
         )
+
+
+def _content_of(path) -> tuple[int, Any]:
+    """The size and sha256 of a local file's bytes."""
+    source_hash, source_bytes = hashlib.sha256(), 0
+    with _open_source(path) as src:
+        while chunk := src.read(_CHUNK):
+            source_hash.update(chunk)
+            source_bytes += len(chunk)
+    return source_bytes, source_hash
+
+
+def _verified_frame(path) -> tuple[int, Any, Any]:
+    """(size, sha256) of what a compressed local file decompresses to, and the sha256 of the
+    file itself, once it proved one whole zstd frame (its checksum, when it has one, and its
+    content size, when its header gives one, verified by zstd); DamagedFile otherwise."""
+    content_hash, content_bytes, frame_hash = hashlib.sha256(), 0, hashlib.sha256()
+    decompressor = zstandard.ZstdDecompressor().decompressobj()
+    with _open_source(path) as src:
+        try:
+            while chunk := src.read(_FRAME_CHUNK):
+                frame_hash.update(chunk)
+                if decompressor.eof:
+                    raise DamagedFile(path, "bytes follow its zstd frame")
+                out = decompressor.decompress(chunk)
+                content_hash.update(out)
+                content_bytes += len(out)
+                if content_bytes > COMPRESSED_CONTENT_MAX:
+                    raise DamagedFile(
+                        path,
+                        f"decompresses past the {COMPRESSED_CONTENT_MAX} bytes a compressed "
+                        "file may hold",
+                    )
+        except zstandard.ZstdError as e:
+            raise DamagedFile(path, f"is not a whole zstd frame: {e}") from None
+    if not decompressor.eof:
+        raise DamagedFile(path, "is not a whole zstd frame: it ends inside it (truncated)")
+    if decompressor.unused_data:
+        raise DamagedFile(path, "bytes follow its zstd frame")
+    return content_bytes, content_hash, frame_hash
 
 
 def _open_source(path) -> BinaryIO:

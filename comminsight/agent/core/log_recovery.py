@@ -10,9 +10,14 @@ never completed, sealed like every segment and with seal reason `recovered`. The
 `.partial` the writer left is not touched (readers already ignore its cut last line); the
 recovered segment starts where its last whole line ends.
 
-Segment files are `ci-<host>-<pid>-<start_mono_ns>-<index:06d>.jsonl[.partial]`; the new one
-takes the next index. A process dead before its writer's first pass leaves no logs directory
-(in a fresh home there is none yet): the recovery makes it, through the home's trust checks
+Segment files are `ci-<host>-<pid>-<start_mono_ns>-<index:06d>.jsonl[.partial]`, a sealed one
+possibly stored compressed as `.jsonl.zst` (log_segments); the new one takes the index after
+every one of them. What they account for is read from their ends: a compressed segment's end
+is reached by decompressing it whole, so only those that can still raise the answer are read
+(segments follow ring order: one after a segment whose end was read accounts for more).
+
+A process dead before its writer's first pass leaves no logs directory (in a fresh home there
+is none yet): the recovery makes it, through the home's trust checks
 (home_check.make_trusted_dirs: no link of another user followed, nobody else's directory
 written into); a failure for want of space is retried like the segment's own.
 """
@@ -29,10 +34,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+import zstandard
 
 from comminsight.agent.core.home_check import HomeError, make_trusted_dirs
 from comminsight.agent.core.inspector_lines import ProcessLines
 from comminsight.durable_files import fsync_directory
+from comminsight.log_segments import (
+    COMPRESSED_SUFFIX,
+    SEGMENT_BYTES_MAX,
+    SegmentError,
+    read_segment,
+)
+from comminsight.safe_open import open_regular
 from comminsight.shm_reader import ShmRegion, record_text
 from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.abi import shm_v1
@@ -79,23 +92,45 @@ def logged_through(logs: Path, prefix: str) -> tuple[int, int]:
     """(the highest ring seq the process's segments account for, the next segment index)."""
     last, next_index = 0, 0
     # an index of more digits than the writer makes (a planted name) is not a segment of ours
-    pattern = re.compile(re.escape(prefix) + r"(\d{1,9})\.jsonl(\.partial)?$")
+    pattern = re.compile(re.escape(prefix) + r"(\d{1,9})\.jsonl(\.partial|\.zst)?$")
     try:
         names = os.listdir(logs)
     except FileNotFoundError:
         return 0, 0
+    read_through = -1  # the highest index whose end said what it accounts for
+    compressed: dict[int, Path] = {}
     for name in names:
         m = pattern.match(name)
         if not m:
             continue
-        next_index = max(next_index, int(m.group(1)) + 1)
-        last = max(last, _last_ring_seq(logs / name, m.group(2) is not None))
+        index = int(m.group(1))
+        next_index = max(next_index, index + 1)
+        if m.group(2) == COMPRESSED_SUFFIX:
+            compressed[index] = logs / name
+            continue
+        seq = _last_ring_seq(logs / name, m.group(2) is not None)
+        if seq is None:  # sealed or compressed since it was listed
+            sealed = logs / name.removesuffix(".partial")
+            seq = _last_ring_seq(sealed, False)
+            if seq is None:
+                compressed[index] = sealed.with_name(sealed.name + COMPRESSED_SUFFIX)
+                continue
+        last = max(last, seq)
+        if seq > 0:
+            read_through = max(read_through, index)
+    # those after every segment read, newest first, up to the first that says something
+    for index in sorted((i for i in compressed if i > read_through), reverse=True):
+        seq = _last_ring_seq_compressed(compressed[index])
+        last = max(last, seq)
+        if seq > 0:
+            break
     return last, next_index
 
 
-def _last_ring_seq(path: Path, partial: bool) -> int:
+def _last_ring_seq(path: Path, partial: bool) -> int | None:
     """What one segment accounts for: its seal's last_ring_seq, or for an unsealed one the
-    ring seq of its last whole line that decodes (the one after it may be cut).
+    ring seq of its last whole line that decodes (the one after it may be cut). None where
+    the file is gone.
 
     The work is bounded whatever the file holds (this runs in the Agent's pass): the end is
     read back in growing windows up to MAX_TAIL_BYTES, and at most MAX_TAIL_LINES lines are
@@ -104,6 +139,8 @@ def _last_ring_seq(path: Path, partial: bool) -> int:
     may hold beyond that is written again, never lost."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
     except OSError:
         return 0
     try:
@@ -131,9 +168,47 @@ def _last_ring_seq(path: Path, partial: bool) -> int:
         os.close(fd)
 
 
+def _last_ring_seq_compressed(path: Path) -> int:
+    """What a sealed segment stored compressed accounts for: its seal's last_ring_seq (the
+    frame is decompressed whole, within the bound every segment has). One that is no whole
+    zstd frame, or whose last line is no seal, accounts for what its first line says it
+    starts after, as a garbled uncompressed one does: what it held is written again, never
+    lost."""
+    try:
+        data = read_segment(path)
+    except SegmentError as e:  # the message names the file
+        log.warning("%s; taken to hold only what its first line says", e)
+        return _first_line_after(_compressed_head(path))
+    except OSError:
+        return 0
+    found = _last_seq_in(data, whole_first=True, sealed=True)
+    if found is not None:
+        return found
+    log.warning("%s: no seal line at its end; taken to hold only what its first line says", path)
+    return _first_line_after(data[:TAIL_BYTES])
+
+
+def _compressed_head(path: Path) -> bytes:
+    """As much of a damaged compressed segment's start as decompresses (TAIL_BYTES at most)."""
+    head = b""
+    try:
+        with open_regular(path, SEGMENT_BYTES_MAX) as f:
+            reader = zstandard.ZstdDecompressor().stream_reader(f)
+            while len(head) < TAIL_BYTES and (chunk := reader.read(TAIL_BYTES - len(head))):
+                head += chunk
+    except (OSError, zstandard.ZstdError):
+        pass
+    return head
+
+
 def _starts_after(fd: int) -> int:
     """The ring seq a segment's first line (its segment_start) says came before it."""
-    head = os.pread(fd, TAIL_BYTES, 0)
+    return _first_line_after(os.pread(fd, TAIL_BYTES, 0))
+
+
+def _first_line_after(head: bytes) -> int:
+    """The ring seq the segment_start line `head` begins with says came before it; 0 where
+    it begins with none."""
     line = head[: head.find(b"\n")] if b"\n" in head else b""
     try:
         ci = _DECODER.decode(line).ci
@@ -179,6 +254,7 @@ def recover(region: ShmRegion, logs: Path) -> Recovered:
     if not int(h["flags"]) & shm_v1.HeaderFlags.LOGS_ENABLED:
         return Recovered(None)
     prefix = segment_prefix(region)
+    _remove_unfinished_frames(logs, prefix)
     last, index = logged_through(logs, prefix)
     head = int(h["ring_head"])
     if head <= last:
@@ -221,6 +297,28 @@ def recover(region: ShmRegion, logs: Path) -> Recovered:
         f", {done.lost} lost" if done.lost else "",
     )
     return done
+
+
+def _remove_unfinished_frames(logs: Path, prefix: str) -> None:
+    """A process killed while its writer compressed a sealed segment leaves the frame half
+    written (`<name>.jsonl.zst.partial`) beside the segment it was made from, which stays
+    whole: nobody finishes the frame, so it goes. Only regular files of this process's own
+    naming are removed; anything else there (a directory planted under such a name) stays."""
+    try:
+        entries = list(os.scandir(logs))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if not (entry.name.startswith(prefix) and entry.name.endswith(".jsonl.zst.partial")):
+            continue
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            os.unlink(entry.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning("cannot remove %s, left unfinished by a dead writer: %s", entry.path, e)
 
 
 def _write_sealed(

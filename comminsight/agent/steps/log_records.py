@@ -9,10 +9,14 @@ clocks, timing source, group). Turned back into op_slot records they go through 
 path as the ring's (shm_input.engine_batch), so the Steps recovered from them are the ones,
 byte for byte, that the ring would have given.
 
-Segments are `ci-<host>-<pid>-<start_mono_ns>-<index:06d>.jsonl[.partial]`; a process is
-told apart from another of the same pid by its segment_start's start_real_ns. A line that
-does not decode (the cut last line of an unsealed segment) is skipped; a ring seq met twice
-is taken once.
+Segments are `ci-<host>-<pid>-<start_mono_ns>-<index:06d>.jsonl[.partial]`, a sealed one
+possibly stored compressed as `.jsonl.zst` (log_segments); one file is read per index: the
+sealed `.jsonl`, else its `.jsonl.zst`, else the open `.partial`. A file listed that is gone
+when opened was sealed or compressed meanwhile: its later form is read. A process is told
+apart from another of the same pid by its segment_start's start_real_ns. A line that does
+not decode (the cut last line of an unsealed segment) is skipped; a ring seq met twice is
+taken once; a segment that cannot be read (a compressed one that is no whole zstd frame) is
+named in a warning and the others are read.
 
 The same records fill the gap a running process's ring leaves when it overwrote records after
 the checkpoint while no Agent ran: the writer read them before the ring lapped (or wrote a gap
@@ -27,13 +31,21 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 import numpy as np
+import zstandard
 from msgspec import UnsetType
 
 from comminsight.line_reader import complete_lines
-from comminsight.log_segments import SEGMENT_BYTES_MAX
+from comminsight.log_segments import (
+    COMPRESSED_SUFFIX,
+    SEGMENT_BYTES_MAX,
+    SegmentError,
+    is_compressed,
+    read_segment,
+)
 from comminsight.safe_open import open_regular
 from comminsight.semantic.shm_input import CommInfo
 from comminsight.untrusted_json import NOT_JSON
@@ -71,21 +83,48 @@ class ProcessSegments:
 
 def process_segments(logs: Path, pid: int, start_real_ns: int) -> ProcessSegments | None:
     """The segments of the process `pid` that started at `start_real_ns`; None if none."""
-    pattern = re.compile(rf"ci-.+-{pid}-(\d+)-(\d{{1,9}})\.jsonl(\.partial)?$")
+    pattern = re.compile(rf"ci-.+-{pid}-(\d+)-(\d{{1,9}})\.jsonl(\.partial|\.zst)?$")
     try:
         names = os.listdir(logs)
     except OSError:
         return None
-    by_start: dict[int, list[tuple[int, Path]]] = {}
+    by_start: dict[int, dict[int, Path]] = {}
     for name in names:
         m = pattern.match(name)
         if m:
-            by_start.setdefault(int(m.group(1)), []).append((int(m.group(2)), logs / name))
-    for start_mono, found in sorted(by_start.items()):
-        paths = [p for _, p in sorted(found)]
+            by_index = by_start.setdefault(int(m.group(1)), {})
+            keep_segment(by_index, int(m.group(2)), logs / name)
+    for start_mono, by_index in sorted(by_start.items()):
+        paths = [p for _, p in sorted(by_index.items())]
         if _started_at(paths[0]) == start_real_ns:
             return ProcessSegments(start_mono, paths)
     return None
+
+
+def _form_rank(path: Path) -> int:
+    """Which of a segment's files is read: the sealed `.jsonl` (0), its compressed copy (1),
+    the open `.partial` (2), the first there."""
+    name = path.name
+    return 2 if name.endswith(".partial") else 1 if is_compressed(name) else 0
+
+
+def keep_segment(by_index: dict[int, Path], index: int, path: Path) -> None:
+    """Keep `path` as the file of segment `index` unless a better form of it is kept."""
+    kept = by_index.get(index)
+    if kept is None or _form_rank(path) < _form_rank(kept):
+        by_index[index] = path
+
+
+def segment_forms(path: Path) -> list[Path]:
+    """Where a segment listed as `path` is, in the order it moves on: an open `.partial` is
+    sealed (renamed `.jsonl`), and a sealed `.jsonl` compressed (`.jsonl.zst`)."""
+    name = path.name
+    if name.endswith(".jsonl.partial"):
+        sealed = path.with_name(name.removesuffix(".partial"))
+        return [path, sealed, sealed.with_name(sealed.name + COMPRESSED_SUFFIX)]
+    if name.endswith(".jsonl"):
+        return [path, path.with_name(name + COMPRESSED_SUFFIX)]
+    return [path]
 
 
 def _started_at(path: Path) -> int | None:
@@ -95,14 +134,42 @@ def _started_at(path: Path) -> int | None:
 
 
 def segment_start(path: Path) -> CiSegmentStart | None:
-    """The segment's first line, its segment_start; None where it is not one."""
+    """The segment's first line, its segment_start; None where it is not one (or the
+    segment cannot be read)."""
     try:
-        with open_regular(path, SEGMENT_BYTES_MAX) as f:
-            line = f.readline(LINE_BYTES_MAX)
-        ci = _DECODER.decode(line).ci
-    except (OSError, *NOT_JSON):
+        ci = _DECODER.decode(_first_line(path)).ci
+    except (OSError, zstandard.ZstdError, *NOT_JSON):
         return None
     return ci if isinstance(ci, CiSegmentStart) else None
+
+
+def _first_line(path: Path) -> bytes:
+    """The first line of a segment (at most LINE_BYTES_MAX bytes of it): of a compressed one,
+    only as much of it is decompressed."""
+    candidate, f = _open_form(path)
+    with f:
+        if not is_compressed(candidate):
+            return f.readline(LINE_BYTES_MAX)
+        reader = zstandard.ZstdDecompressor().stream_reader(f, read_size=1 << 16)
+        head = b""
+        while b"\n" not in head and len(head) < LINE_BYTES_MAX:
+            chunk = reader.read(min(1 << 16, LINE_BYTES_MAX - len(head)))
+            if not chunk:
+                break
+            head += chunk
+        return head.split(b"\n", 1)[0]
+
+
+def _open_form(path: Path) -> tuple[Path, BinaryIO]:
+    """The file that holds the segment listed as `path` now (see segment_forms), opened
+    (open_regular); FileNotFoundError where none does."""
+    forms = segment_forms(path)
+    for candidate in forms[:-1]:
+        try:
+            return candidate, open_regular(candidate, SEGMENT_BYTES_MAX)
+        except FileNotFoundError:
+            continue  # sealed or compressed since it was listed
+    return forms[-1], open_regular(forms[-1], SEGMENT_BYTES_MAX)
 
 
 def op_slots(
@@ -189,12 +256,9 @@ def covered_through(segments: ProcessSegments) -> int:
 
 def _last_covered(path: Path) -> int | None:
     try:
-        with open_regular(path, SEGMENT_BYTES_MAX) as f:
-            size = os.fstat(f.fileno()).st_size
-            start = max(0, size - TAIL_BYTES)
-            data = os.pread(f.fileno(), size - start, start)
-    except OSError:
-        return None
+        data, start = _tail(path)
+    except (OSError, SegmentError):
+        return None  # (a segment that cannot be read is named where its lines are read)
     lines = data.split(b"\n")[:-1]  # what follows the last newline is still being written
     if start:
         lines = lines[1:]  # the tail began inside this one
@@ -206,6 +270,20 @@ def _last_covered(path: Path) -> int | None:
         if seq is not None:
             return seq
     return None
+
+
+def _tail(path: Path) -> tuple[bytes, int]:
+    """The last TAIL_BYTES of a segment and where they start in it (a compressed segment is
+    decompressed whole: a zstd frame is read from its start)."""
+    candidate, f = _open_form(path)
+    with f:
+        if not is_compressed(candidate):
+            size = os.fstat(f.fileno()).st_size
+            start = max(0, size - TAIL_BYTES)
+            return os.pread(f.fileno(), size - start, start), start
+    data = read_segment(candidate)
+    start = max(0, len(data) - TAIL_BYTES)
+    return data[start:], start
 
 
 def _covers(ci) -> int | None:
@@ -258,24 +336,50 @@ def _rows(path: Path) -> Iterator[tuple[int, tuple | None, tuple[int, CommInfo] 
     """(ring seq, op_slot row, communicator) of each line that is a ring record; row and
     communicator None for one that is no op."""
     try:
-        f = open_regular(path, SEGMENT_BYTES_MAX)
+        lines = _lines(path)
+    except SegmentError as e:  # the message names the file
+        log.warning("semantic engine: a segment cannot be read back: %s", e)
+        return
     except OSError as e:
         log.warning("semantic engine: %s cannot be read back (%s)", path, e)
         return
+    for data in lines:
+        if not data:
+            continue
+        try:
+            record = _DECODER.decode(data)
+        except NOT_JSON:
+            continue  # a line cut by a writer that died, or no line of ours
+        row = _row(record)
+        if row is not None:
+            yield row[0][0], *row
+        elif isinstance(record.ci, (CiCommInit, CiCommFinalize, CiHangEvidence)):
+            yield record.ci.ring_seq, None, None
+
+
+def _lines(path: Path) -> Iterator[bytes | None]:
+    """The complete lines of a segment (None for one longer than LINE_BYTES_MAX), from the
+    file that holds it now; opened (and a compressed one decompressed, SegmentError where it
+    is no whole zstd frame) before this returns."""
+    candidate, f = _open_form(path)
+    if not is_compressed(candidate):
+        return _file_lines(f)
+    f.close()
+    return _lines_of(read_segment(candidate))
+
+
+def _file_lines(f) -> Iterator[bytes | None]:
     with f:
         size = os.fstat(f.fileno()).st_size
         for line in complete_lines(f.fileno(), 0, size, LINE_BYTES_MAX):
-            if not line.data:
-                continue
-            try:
-                record = _DECODER.decode(line.data)
-            except NOT_JSON:
-                continue  # a line cut by a writer that died, or no line of ours
-            row = _row(record)
-            if row is not None:
-                yield row[0][0], *row
-            elif isinstance(record.ci, (CiCommInit, CiCommFinalize, CiHangEvidence)):
-                yield record.ci.ring_seq, None, None
+            yield line.data
+
+
+def _lines_of(data: bytes) -> Iterator[bytes | None]:
+    at = 0
+    while (end := data.find(b"\n", at)) >= 0:
+        yield data[at:end] if end - at <= LINE_BYTES_MAX else None
+        at = end + 1
 
 
 def _row(r: InspectorLogRecord) -> tuple[tuple, tuple[int, CommInfo]] | None:

@@ -6,10 +6,15 @@ while no Agent runs is never seen live at all. Their logs hold every op they ran
 Agent finds them here and recovers their Steps from them (semantic_hook), as an Agent that
 never stopped would have written them.
 
-Segments are `ci-<host>-<pid>-<start_mono_ns>-<index>.jsonl[.partial]`: one process is one
-(pid, start_mono_ns), and its first segment's segment_start line says who it is. A process
-counts as having run after `since_real_ns` when one of its segments was written or renamed
-(sealed) after it.
+Segments are `ci-<host>-<pid>-<start_mono_ns>-<index>.jsonl[.partial]`, a sealed one possibly
+stored compressed as `.jsonl.zst` (one file per index is kept: log_records.keep_segment): one
+process is one (pid, start_mono_ns), and its first segment's segment_start line says who it
+is. A process counts as having run after `since_real_ns` when one of its segments was written
+or renamed (sealed) after it. A compressed copy's times are those of its compression, later
+than the seal: the answer stays the same, since the process's own log writer compresses its
+segments while it runs (at its end too, and never after): a copy made after `since_real_ns`
+was made by a process still running then, and one whose segment was sealed after it was
+compressed later still.
 """
 
 from __future__ import annotations
@@ -22,13 +27,18 @@ from pathlib import Path
 
 from msgspec import UnsetType
 
-from comminsight.agent.steps.log_records import ProcessSegments, segment_start
+from comminsight.agent.steps.log_records import (
+    ProcessSegments,
+    keep_segment,
+    segment_forms,
+    segment_start,
+)
 from comminsight.shm_reader import REGION_NAME
 from comminsight_gen.models.inspector_log_v1 import CiSegmentStart
 
 log = logging.getLogger(__name__)
 
-SEGMENT_NAME = re.compile(r"ci-.+-(\d+)-(\d+)-(\d{1,9})\.jsonl(\.partial)?$")
+SEGMENT_NAME = re.compile(r"ci-.+-(\d+)-(\d+)-(\d{1,9})\.jsonl(\.partial|\.zst)?$")
 
 
 @dataclass(frozen=True)
@@ -64,15 +74,13 @@ def logged_since(logs: Path, since_real_ns: int, limit: int) -> tuple[list[Logge
         m = SEGMENT_NAME.match(entry.name)
         if m is None:
             continue
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
+        listed = _stat(Path(entry.path), entry)
+        if listed is None:
             continue  # removed while listed
+        path, st = listed
         key = (int(m.group(1)), int(m.group(2)))
-        by_index = groups.setdefault(key, {})
-        index = int(m.group(3))
-        if index not in by_index or not entry.name.endswith(".partial"):
-            by_index[index] = Path(entry.path)  # a sealed segment wins over its .partial
+        # a sealed segment wins over its .partial, and over its compressed copy
+        keep_segment(groups.setdefault(key, {}), int(m.group(3)), path)
         latest[key] = max(latest.get(key, 0), st.st_mtime_ns, st.st_ctime_ns)
     recent = sorted((t, key) for key, t in latest.items() if t >= since_real_ns)
     skipped = max(0, len(recent) - limit)
@@ -89,6 +97,21 @@ def logged_since(logs: Path, since_real_ns: int, limit: int) -> tuple[list[Logge
             )
         )
     return found, skipped
+
+
+def _stat(path: Path, entry: os.DirEntry) -> tuple[Path, os.stat_result] | None:
+    """The segment listed as `path` and its stat: where it is gone, the form it took since
+    (sealed, or compressed: segment_forms); None where there is none."""
+    try:
+        return path, entry.stat(follow_symlinks=False)
+    except OSError:
+        pass
+    for later in segment_forms(path)[1:]:
+        try:
+            return later, os.stat(later, follow_symlinks=False)
+        except OSError:
+            continue
+    return None
 
 
 def running_pids(shm_files: frozenset[str] | set[str]) -> set[int]:
