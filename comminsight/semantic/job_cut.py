@@ -39,7 +39,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from comminsight.semantic.job_ops import P2P, GpuOps, JobOps
+from comminsight.semantic.cut_order import (
+    CutStep,
+    LabelRuns,
+    PivotFacts,
+    carried_labels,
+    label_runs,
+    plan_cut,
+    rank_instances,
+)
+from comminsight.semantic.job_ops import P2P, GpuOps, JobOps, instance_keys
 from comminsight.semantic.local_cycle import SCALAR_BYTES, LocalUnits, local_units, startup_prefix
 from comminsight.semantic.op_batch import func_code
 
@@ -51,7 +60,6 @@ GROUP_HINT_RATIO = 2.0  # a separation this large already casts doubt on one rep
 GROUP_MIN_STEPS = 3
 SUPER_CYCLE_CONFIDENCE = 0.7
 GROUP_REGULAR = 0.8  # share of Steps with the most common number of micro-batches
-MIN_COVERAGE = 0.5
 FRAGMENTS_CONFIDENCE = 0.8  # warm-up Steps that the cycle does not describe
 OPTIMIZERS_CONFIDENCE = 0.6  # Steps told by their optimizers alone, no cycle
 UPDATES_CONFIDENCE = 0.85  # Steps told by several optimizers in a repetition, not by its start
@@ -87,80 +95,106 @@ class JobCut:
 
 
 def cut_job(job: JobOps) -> JobCut:
-    """Label every op of every GPU with its Step (see the module docstring)."""
-    job.match()
+    """Label every op of every GPU with its Step (see the module docstring), in the order
+    cut_order plans, in this process."""
     gpus = job.gpus
+    keys = [instance_keys(g) for g in gpus]
     units = [local_units(g) for g in gpus]
-    inst_label = np.full(job.instances, UNKNOWN, np.int64)
+    plan = plan_cut(
+        [rank_instances(*k) for k in keys],
+        [pivot_facts(g, u) for g, u in zip(gpus, units, strict=True)],
+    )
+    runs = [LabelRuns.empty()] * len(gpus)
     cuts: list[RankCut | None] = [None] * len(gpus)
+    outcomes: list[RankOutcome | None] = [None] * len(gpus)
+    for step in plan:
+        i = step.gpu
+        cut, outcome, runs[i] = cut_rank(
+            gpus[i], units[i], keys[i], step, [runs[p] for p in step.providers]
+        )
+        cuts[i], outcomes[i] = cut, outcome
+    return JobCut(cuts, *job_verdict(plan, outcomes))
+
+
+def pivot_facts(g: GpuOps, u: LocalUnits) -> PivotFacts:
+    return PivotFacts(u.found, u.coverage, u.period, len(g), g.rank)
+
+
+@dataclass
+class RankOutcome:
+    """What the job's confidence, reasons and Step count need of one rank's cut."""
+
+    stream: str
+    pivot_confidence: float  # of its own cycle, when it is a pivot
+    pivot_reasons: list[str]
+    reasons: list[str]  # the carried cut's doubts, sorted
+    step_count: int
+    warmup_steps: int
+    has_ops: bool
+
+
+def cut_rank(
+    g: GpuOps,
+    u: LocalUnits,
+    keys: tuple[np.ndarray, np.ndarray],
+    step: CutStep,
+    provided: list[LabelRuns],
+) -> tuple[RankCut, RankOutcome, LabelRuns]:
+    """One rank's cut as the plan's step says (a pivot, or labels carried from the providers'
+    runs), what the job's verdict needs of it, and its runs for the ranks after it."""
+    if step.pivot:
+        cut, confidence, why = _pivot_cut(g, u)
+    else:
+        cut, confidence, why = _carried_cut(g, carried_labels(*keys, provided, UNKNOWN), u), 1.0, []
+    cut.component = step.component
+    outcome = RankOutcome(
+        g.stream,
+        confidence,
+        why,
+        sorted(cut.reasons),
+        _step_count(cut.label),
+        cut.warmup_steps,
+        len(g) > 0,
+    )
+    return cut, outcome, label_runs(*keys, cut.label, step.new)
+
+
+def job_verdict(
+    plan: list[CutStep], outcomes: list[RankOutcome]
+) -> tuple[float, list[str], int, list[str], int]:
+    """(confidence, reasons, Steps, pivots, warm-up Steps) of the job from its ranks' cuts."""
     reasons: list[str] = []
     pivots: list[str] = []
     confidence = 1.0
     steps = 0
-    while any(c is None for c in cuts):
-        known = [
-            int((inst_label[g.instance] != UNKNOWN).sum()) if cuts[i] is None else -1
-            for i, g in enumerate(gpus)
-        ]
-        best = int(np.argmax(known))
-        if known[best] <= 0:
-            pivot = _choose_pivot([i for i, c in enumerate(cuts) if c is None], units, gpus)
-            cut, pivot_conf, why = _pivot_cut(gpus[pivot], units[pivot])
-            pivots.append(gpus[pivot].stream)
-            confidence = min(confidence, pivot_conf)
-            reasons += why
-            cut.component = len(pivots) - 1
-            cuts[pivot] = cut
-            steps = max(steps, _step_count(cut.label))
-            _spread(inst_label, gpus[pivot], cut.label)
-            continue
-        g = gpus[best]
-        cut = _carried_cut(g, inst_label[g.instance], units[best])
-        cut.component = len(pivots) - 1  # ranks share ops only within their component
-        cuts[best] = cut
-        _spread(inst_label, g, cut.label)
-    for cut in cuts:
-        for why in sorted(cut.reasons):
-            reasons.append(f"{cut.gpu.stream}: {why}")
-    if any(c.reasons for c in cuts):
+    for step in plan:
+        if step.pivot:
+            o = outcomes[step.gpu]
+            pivots.append(o.stream)
+            confidence = min(confidence, o.pivot_confidence)
+            reasons += o.pivot_reasons
+            steps = max(steps, o.step_count)
+    for o in outcomes:
+        reasons += [f"{o.stream}: {why}" for why in o.reasons]
+    if any(o.reasons for o in outcomes):
         confidence = min(confidence, 0.6)
+    component = {step.gpu: step.component for step in plan}
     # ranks that share no op (two jobs' logs in one directory) need not agree
-    for component in range(len(pivots)):
-        mine = [c for c in cuts if c.component == component and len(c.gpu)]
-        if len({_step_count(c.label) for c in mine}) > 1:
+    for c in range(len(pivots)):
+        mine = [o for i, o in enumerate(outcomes) if component[i] == c and o.has_ops]
+        if len({o.step_count for o in mine}) > 1:
             confidence = min(confidence, 0.5)
             reasons.append(
                 "ranks report different numbers of Steps: "
-                + ", ".join(f"{c.gpu.stream} {_step_count(c.label)}" for c in mine)
+                + ", ".join(f"{o.stream} {o.step_count}" for o in mine)
             )
-    warmup = max((c.warmup_steps for c in cuts), default=0)
-    return JobCut(cuts, confidence, reasons, steps, pivots, warmup)
+    warmup = max((o.warmup_steps for o in outcomes), default=0)
+    return confidence, reasons, steps, pivots, warmup
 
 
 def _step_count(label: np.ndarray) -> int:
     inside = label[(label >= 0) & (label != TAIL)]
     return int(inside.max()) + 1 if len(inside) else 0
-
-
-def _spread(inst_label: np.ndarray, g: GpuOps, label: np.ndarray) -> None:
-    unset = inst_label[g.instance] == UNKNOWN
-    inst_label[g.instance[unset]] = label[unset]
-
-
-def _choose_pivot(candidates: list[int], units: list[LocalUnits], gpus: list[GpuOps]) -> int:
-    """The coarsest well-covered cycle (most ops per repetition); among equals the GPU with
-    the most ops (the others lost some: a cut or missing segment) and the best coverage;
-    else the GPU with the most ops."""
-    good = [i for i in candidates if units[i].found and units[i].coverage >= MIN_COVERAGE]
-    if good:
-        return min(
-            good,
-            key=lambda i: (-units[i].period, -len(gpus[i]), -units[i].coverage, gpus[i].rank),
-        )
-    found = [i for i in candidates if units[i].found]
-    if found:
-        return max(found, key=lambda i: (units[i].coverage, -gpus[i].rank))
-    return max(candidates, key=lambda i: (len(gpus[i]), -gpus[i].rank))
 
 
 # ---- the pivot ---------------------------------------------------------------------------

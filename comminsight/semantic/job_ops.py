@@ -181,21 +181,7 @@ class JobOps:
 
     def match(self) -> None:
         """Number every op's instance (see the module docstring)."""
-        parts = []
-        for g in self.gpus:
-            p2p = g.kind == P2P
-            send = p2p & (g.func == func_code("Send"))
-            sender = np.where(send, g.comm_rank, g.peer)
-            receiver = np.where(send, g.peer, g.comm_rank)
-            # a P2P op's n-th message between its sender and receiver on its communicator
-            pair = (g.comm << 40) | ((sender & 0xFFFFF) << 20) | (receiver & 0xFFFFF)
-            nth = np.zeros(len(g), np.int64)
-            if p2p.any():
-                idx = np.flatnonzero(p2p)
-                nth[idx] = _occurrence(pair[idx] * 2 + send[idx])
-            hi = np.where(p2p, pair | (1 << 62), (g.comm << 40) | g.func)
-            lo = np.where(p2p, nth, g.seq)
-            parts.append((hi, lo))
+        parts = [instance_keys(g) for g in self.gpus]
         if not parts:
             return
         hi = np.concatenate([p[0] for p in parts])
@@ -212,6 +198,26 @@ class JobOps:
         for g in self.gpus:
             g.instance = ids[at : at + len(g)]
             at += len(g)
+
+
+def instance_keys(g: GpuOps) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's instance as (family, number): the same pair on every rank that takes part.
+    A collective's family is its communicator and function, its number the sequence number;
+    a point-to-point message's family is its communicator, sender and receiver, its number
+    how many messages went that way before it."""
+    p2p = g.kind == P2P
+    send = p2p & (g.func == func_code("Send"))
+    sender = np.where(send, g.comm_rank, g.peer)
+    receiver = np.where(send, g.peer, g.comm_rank)
+    # a P2P op's n-th message between its sender and receiver on its communicator
+    pair = (g.comm << 40) | ((sender & 0xFFFFF) << 20) | (receiver & 0xFFFFF)
+    nth = np.zeros(len(g), np.int64)
+    if p2p.any():
+        idx = np.flatnonzero(p2p)
+        nth[idx] = _occurrence(pair[idx] * 2 + send[idx])
+    family = np.where(p2p, pair | (1 << 62), (g.comm << 40) | g.func)
+    number = np.where(p2p, nth, g.seq)
+    return family, number
 
 
 def _occurrence(values: np.ndarray) -> np.ndarray:
