@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from log_files import segment_lines
 from profiler_builds import builds, c_driver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,12 +49,8 @@ def run_burst(driver: Path, home: Path) -> list[dict]:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     logs = home / "inspector_logs"
-    assert not list(logs.glob("*.partial")), "every segment is sealed at the last finalize"
-    return [
-        json.loads(raw)
-        for path in sorted(logs.glob("*.jsonl"))
-        for raw in path.read_bytes().splitlines()
-    ]
+    assert not list(logs.glob("*.jsonl.partial")), "every segment is sealed at the last finalize"
+    return [json.loads(raw) for raw in segment_lines(logs)]
 
 
 def test_records_overwritten_before_the_first_pass_are_in_a_gap_line(driver, tmp_path):
