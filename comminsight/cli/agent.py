@@ -277,6 +277,22 @@ def add_agent_commands(sub: argparse._SubParsersAction) -> None:
         help="offline: where to write the summaries (default: <logs>/../semantics/step/offline)",
     )
     add_offline_arguments(steps)
+    steps.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="offline: recover over a local Dask cluster of this many worker processes; 0: in "
+        "this process alone, with checkpoints (default: one per core for a job of several "
+        "processes and 256 MiB of logs or more, else 0)",
+    )
+    steps.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="offline: recover over the Dask cluster of this scheduler (tcp://host:8786, or "
+        "its scheduler file), whose workers see LOGS and --out at the same paths "
+        "(default: --workers decides)",
+    )
 
     steps.set_defaults(func=steps_func)
     job_steps = command(
@@ -369,7 +385,13 @@ STEPS_AGENT_ONLY = {
     "--url": None,
     "--token": None,
 }
-STEPS_OFFLINE_ONLY = {"--out": None, "--checkpoint-every-ops": 100_000, "--templates": None}
+STEPS_OFFLINE_ONLY = {
+    "--out": None,
+    "--checkpoint-every-ops": 100_000,
+    "--templates": None,
+    "--workers": None,
+    "--scheduler": None,
+}
 
 
 def steps_func(args: argparse.Namespace, console) -> int:
@@ -395,7 +417,8 @@ def add_offline_arguments(p: argparse.ArgumentParser) -> None:
         "--checkpoint-every-ops",
         type=int,
         default=100_000,
-        help="offline: checkpoint the engines this often (ops); a killed run resumes from it",
+        help="offline: checkpoint the engines this often (ops); a killed run resumes from it "
+        "(in this process alone: a run over workers starts again)",
     )
     add_template_argument(p)
 

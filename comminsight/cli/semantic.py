@@ -59,9 +59,18 @@ def _recover(
     # the engine is imported only by the commands that run it: `comminsight --help` and the
     # agent commands start without loading it
     from comminsight.agent.core.home_check import make_trusted_dirs
+    from comminsight.semantic.dask_cluster import auto_workers, dask_client
+    from comminsight.semantic.distributed_steps import recover_steps_distributed
     from comminsight.semantic.offline import recover_steps
 
     logs = Path(args.logs)
+    scheduler = getattr(args, "scheduler", None)
+    workers = getattr(args, "workers", 0)
+    if workers is None:
+        workers = auto_workers(logs) if scheduler is None else 0
+    if workers < 0:
+        error(f"--workers {workers}: a number of worker processes, 0 or more")
+        return None
     err = stderr_console()
     # on stderr (when it is a terminal): stdout may be a pipe that wants only the result
     with terminal_progress(
@@ -72,15 +81,26 @@ def _recover(
         TimeElapsedColumn(),
     ) as progress:
         task = progress.add_task(f"recovering steps from {logs}", total=None)
-        result = recover_steps(
-            logs,
-            args.templates or "",
-            on_ops=lambda n: progress.advance(task, n),
-            keep_ops=keep_ops,
-            out_dir=out,
-            checkpoint_every_ops=getattr(args, "checkpoint_every_ops", 0) if out else 0,
-            make_out_dir=make_trusted_dirs,
-        )
+        with dask_client(workers, scheduler) as client:
+            if client is None:
+                result = recover_steps(
+                    logs,
+                    args.templates or "",
+                    on_ops=lambda n: progress.advance(task, n),
+                    keep_ops=keep_ops,
+                    out_dir=out,
+                    checkpoint_every_ops=getattr(args, "checkpoint_every_ops", 0) if out else 0,
+                    make_out_dir=make_trusted_dirs,
+                )
+            else:
+                result = recover_steps_distributed(
+                    logs,
+                    client,
+                    args.templates or "",
+                    out_dir=out,
+                    make_out_dir=make_trusted_dirs,
+                    on_ops=lambda n: progress.advance(task, n),
+                )
     for problem in result.problems + result.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(problem)}", highlight=False, soft_wrap=True)
     if not result.gpus:  # (a resumed run that was already complete reads no ops: fine)

@@ -775,14 +775,33 @@ def _preference(path: Path) -> int:
     return 1 if is_compressed(path) else 0
 
 
-def read_gpu_logs(directory: str | Path) -> tuple[list[GpuLog], list[str]]:
-    """The processes whose segments are in `directory`, and what could not be used."""
+@dataclass(frozen=True)
+class ProcessFiles:
+    """One process's segments as a listing finds them (or one NVIDIA Inspector file, with
+    whose it is), before any op is read."""
+
+    stream: str
+    segments: tuple[Path, ...]
+    nvidia: Identity | None = None
+
+    def gpu_logs(self, problems: list[str]) -> list[GpuLog]:
+        """Its GpuLogs: one, or one per GPU it drives (what telling them apart met goes to
+        problems)."""
+        if self.nvidia is not None:
+            return [GpuLog(self.stream, list(self.segments), identity=self.nvidia)]
+        return gpu_logs_of_process(self.stream, list(self.segments), problems)
+
+
+def list_job(directory: str | Path) -> tuple[list[ProcessFiles], list[str]]:
+    """The processes whose segments are in `directory`, in the order their GPUs are the
+    job's (NVIDIA Inspector files first, then the processes by name), and what could not be
+    used."""
     directory = Path(directory)
     problems: list[str] = []
     if not directory.is_dir():
         return [], [f"{directory}: not a directory"]
     streams: dict[str, list[tuple[int, Path]]] = {}
-    logs = []
+    processes = []
     for path in sorted(directory.iterdir()):
         m = SEGMENT_NAME.match(path.name)
         if m is None:
@@ -795,7 +814,7 @@ def read_gpu_logs(directory: str | Path) -> tuple[list[GpuLog], list[str]]:
                     "skipped"
                 )
                 continue
-            logs.append(GpuLog(path.stem, [path], identity=identity))
+            processes.append(ProcessFiles(path.stem, (path,), identity))
             continue
         streams.setdefault(m["stream"], []).append((int(m["index"]), path))
     for stream, files in sorted(streams.items()):
@@ -803,7 +822,16 @@ def read_gpu_logs(directory: str | Path) -> tuple[list[GpuLog], list[str]]:
         for index, path in files:  # sealed over compressed over a leftover .partial
             if index not in by_index or _preference(path) < _preference(by_index[index]):
                 by_index[index] = path
-        logs += gpu_logs_of_process(stream, [by_index[i] for i in sorted(by_index)], problems)
+        processes.append(ProcessFiles(stream, tuple(by_index[i] for i in sorted(by_index))))
+    return processes, problems
+
+
+def read_gpu_logs(directory: str | Path) -> tuple[list[GpuLog], list[str]]:
+    """The GPUs whose segments are in `directory`, and what could not be used."""
+    processes, problems = list_job(directory)
+    logs = []
+    for process in processes:
+        logs += process.gpu_logs(problems)
     return logs, problems
 
 

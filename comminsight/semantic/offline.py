@@ -398,6 +398,16 @@ class _Run:
         self.checkpoint.save(self.states)
 
 
+def place_gpu(
+    log: GpuLog, index: int, job: JobInput, templates: TemplateSet, out_dir: Path | None
+) -> GpuResult:
+    """One GPU's Steps placed as the job's cut says and written to out_dir, as recover_steps
+    places each GPU's (no checkpoint): what a worker of distributed_steps runs."""
+    run = _Run(templates, out_dir, None, 0, {}, None, False, job)
+    with _collector_paused():
+        return run.gpu(log, index)
+
+
 def role_template(templates: TemplateSet, batches: list[OpBatch]):
     """The template whose roles fit the GPU's ops best (templates name roles; where Steps
     begin is the job cut's), or None when none fits."""
@@ -513,6 +523,6 @@ def step_warnings(result: OfflineResult) -> list[str]:
     if cut is not None and cut.confidence < 1.0:
         warnings.append(
             f"Step boundaries have confidence {cut.confidence:.2f} across the job's "
-            f"{len(cut.ranks)} GPUs: " + "; ".join(cut.reasons[:8])
+            f"{len(result.gpus)} GPUs: " + "; ".join(cut.reasons[:8])
         )
     return warnings

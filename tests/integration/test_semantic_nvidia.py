@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from log_files import segment_data
+from nvidia_logs import as_nvidia
 from profiler_builds import builds
 
 from comminsight.semantic.offline import recover_steps
@@ -19,45 +19,10 @@ from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.step_accuracy import op_identity
 from comminsight.sim.truth import read_ground_truth
 
-DUMP_INTERVAL_US = 100_000
 # ops a simulated dump writes: dumps a few Steps apart, some beating with the Steps (one
 # begins at the same op every few Steps, which once merged FSDP's Steps 1-5 into one), and
 # dumps inside the Steps
 LINES_PER_DUMP = (16, 48, 64, 90)
-
-
-def as_nvidia(src_dir, dst_dir, lines_per_dump: int) -> None:
-    """One NVIDIA-style file per process, its op lines in the order they were written, a
-    dump every `lines_per_dump` lines, DUMP_INTERVAL_US after the one before, a microsecond
-    a line."""
-    dst_dir.mkdir()
-    by_process: dict[tuple, list[str]] = {}
-    for _, data in segment_data(src_dir):
-        for line in data.decode().splitlines():
-            record = json.loads(line)
-            if "header" not in record:
-                continue
-            record.pop("ci")
-            perf = record.get("coll_perf")
-            if perf is not None and perf["coll"] == "AlltoAll":
-                perf["coll"] = "All2All"
-            if perf is not None and perf["coll_busbw_gbs"] == 0:
-                perf["coll_busbw_gbs"] = "nan"  # as NVIDIA's writer does for 0/0
-            if record["header"]["comm_name"] is None:
-                record["header"]["comm_name"] = "unknown"
-            meta = record["metadata"]
-            lines = by_process.setdefault((meta["hostname"], meta["pid"]), [])
-            lines.append(json.dumps(_dumped(record, len(lines), lines_per_dump)))
-    for (host, pid), lines in by_process.items():
-        (dst_dir / f"nccl-inspector-{host}-pid{pid}.log").write_text("\n".join(lines) + "\n")
-
-
-def _dumped(record: dict, line: int, lines_per_dump: int) -> dict:
-    dump, in_dump = divmod(line, lines_per_dump)
-    record["metadata"]["dump_timestamp_us"] = (
-        1_700_000_000_000_000 + dump * DUMP_INTERVAL_US + in_dump
-    )
-    return record
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,343 @@
+"""Offline Step recovery over Dask workers: the same step files as recover_steps in one
+process, byte for byte, with no process holding more than one process's ops.
+
+The job's work, in four rounds over the GPUs (job_cut has the method; these are its parts):
+1. **Communicators** (a task per process): its logs read, each GPU's communicators in the
+   order reading met them. The client numbers them as one process reading the GPUs in turn
+   would (job_ops.CommIds): every later step reads those numbers.
+2. **Facts** (a task per GPU): its ops in issue order and its own cycle (local_cycle), and
+   what the plan needs of it: its op instances as intervals, its cycle's facts (cut_order).
+3. **The cut**: the client plans the order in which ranks are fixed and whose labels each
+   reads (cut_order.plan_cut); a task per GPU cuts it once those ranks are cut, handed only
+   their label runs. The client reduces the ranks' outcomes to the job's confidence,
+   reasons and Step count (job_cut.job_verdict).
+4. **Placement** (a task per GPU): the GPU's engine places its ops into the Steps its cut
+   says and writes its step file (offline.place_gpu).
+
+A worker keeps what rounds 2 and 3 made of a GPU in its local directory for the next round
+(a GPU's later tasks are asked to run where its first ran); a task that finds nothing there
+(another worker took it) makes it again from the logs, so any worker can run any task. What
+travels is communicator lists, instance intervals, label runs and step summaries; the
+files are read where they lie, so every worker must see the logs (and the output directory)
+at the same path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import pickle
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from comminsight.durable_files import make_private_dirs
+from comminsight.semantic.cut_order import (
+    CutStep,
+    Instances,
+    LabelRuns,
+    PivotFacts,
+    plan_cut,
+    rank_instances,
+)
+from comminsight.semantic.job_cut import (
+    JobCut,
+    RankCut,
+    RankOutcome,
+    cut_rank,
+    job_verdict,
+    pivot_facts,
+)
+from comminsight.semantic.job_ops import CommIds, GpuOps, gpu_ops, instance_keys
+from comminsight.semantic.local_cycle import LocalUnits, local_units
+from comminsight.semantic.log_input import GpuLog, ProcessFiles, list_job
+from comminsight.semantic.offline import (
+    GpuResult,
+    JobInput,
+    OfflineResult,
+    identity_of,
+    place_gpu,
+    step_warnings,
+)
+from comminsight.semantic.templates import TemplateSet, load_templates
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    """Where a GPU's ops are: its process's files and which of its GPUs it is."""
+
+    index: int  # the GPU's place in the job (read_gpu_logs' order)
+    process: ProcessFiles
+    gpu: int  # among the process's GPUs
+
+    def log(self) -> GpuLog:
+        return self.process.gpu_logs([])[self.gpu]
+
+
+@dataclass
+class GpuComms:
+    """Round 1's answer for one GPU: its communicators as reading met them (id, size, the
+    name first seen, a name seen later where the first was none)."""
+
+    comms: list[tuple[str, int, str | None, str | None]]
+
+
+@dataclass
+class GpuFacts:
+    """Round 2's answer for one GPU."""
+
+    instances: Instances
+    pivot: PivotFacts
+    worker: str | None  # where its ops and cycle are kept
+
+
+@dataclass
+class GpuCut:
+    """Round 3's answer for one GPU."""
+
+    outcome: RankOutcome
+    runs: LabelRuns
+    worker: str | None
+
+
+@dataclass
+class _Kept:
+    """What rounds 2 and 3 made of one GPU, kept on its worker for the next round."""
+
+    ops: GpuOps
+    units: LocalUnits
+    keys: tuple
+    cut: RankCut | None = None
+
+
+# ---- on a worker --------------------------------------------------------------------------
+
+
+def describe_process(process: ProcessFiles) -> tuple[list[GpuComms], list[str]]:
+    """Round 1."""
+    problems: list[str] = []
+    out = []
+    for log in process.gpu_logs(problems):
+        seen: dict[str, list] = {}
+        for batch in log.batches():
+            if not len(batch):
+                continue  # gpu_ops passes over an empty batch without its table
+            for c in batch.comms.comms:
+                known = seen.get(c.comm_id)
+                if known is None:
+                    seen[c.comm_id] = [c.comm_id, c.nranks, c.name, None]
+                elif known[2] is None and known[3] is None and c.name is not None:
+                    known[3] = c.name
+        out.append(GpuComms([tuple(v) for v in seen.values()]))
+    return out, problems
+
+
+def gpu_facts(run: str, ref: GpuRef, comms: CommIds) -> GpuFacts:
+    """Round 2."""
+    kept = _made(ref, comms)
+    _keep(run, ref.index, kept)
+    return GpuFacts(rank_instances(*kept.keys), pivot_facts(kept.ops, kept.units), _address())
+
+
+def gpu_cut(run: str, ref: GpuRef, comms: CommIds, step: CutStep, *provided: GpuCut) -> GpuCut:
+    """Round 3: the GPU cut as its step of the plan says, with its providers' label runs."""
+    kept, outcome, runs = _cut(run, ref, comms, step, provided)
+    _keep(run, ref.index, kept)
+    return GpuCut(outcome, runs, _address())
+
+
+def gpu_steps(
+    run: str,
+    ref: GpuRef,
+    comms: CommIds,
+    verdict: tuple,
+    out_dir: str | None,
+    template_dirs: str,
+    step: CutStep,
+    *provided: GpuCut,
+) -> tuple[GpuResult, list[str]]:
+    """Round 4: the GPU's Steps, written to out_dir, and what reading its logs met."""
+    kept = _load(run, ref.index)
+    if kept is None or kept.cut is None:
+        kept, _, _ = _cut(run, ref, comms, step, provided)
+    log = ref.log()
+    batches = list(log.batches())
+    job = JobInput(
+        JobCut([], *verdict),
+        comms,
+        {log.stream: kept.cut},
+        {log.stream: batches},
+        {log.stream: list(log.problems)},
+    )
+    result = place_gpu(log, ref.index, job, _templates(template_dirs), _path(out_dir))
+    _kept_path(run, ref.index).unlink(missing_ok=True)
+    return result, list(log.problems)
+
+
+def forget_run(run: str) -> None:
+    """What a run kept on this worker, removed."""
+    shutil.rmtree(_scratch(run), ignore_errors=True)
+
+
+def _made(ref: GpuRef, comms: CommIds) -> _Kept:
+    log = ref.log()
+    g = gpu_ops(log.stream, identity_of(log, ref.index).global_rank, list(log.batches()), comms)
+    return _Kept(g, local_units(g), instance_keys(g))
+
+
+def _cut(run: str, ref: GpuRef, comms: CommIds, step: CutStep, provided) -> tuple:
+    kept = _load(run, ref.index) or _made(ref, comms)
+    kept.cut, outcome, runs = cut_rank(
+        kept.ops, kept.units, kept.keys, step, [p.runs for p in provided]
+    )
+    return kept, outcome, runs
+
+
+@functools.lru_cache(maxsize=4)
+def _templates(template_dirs: str) -> TemplateSet:
+    return load_templates(template_dirs)
+
+
+def _path(text: str | None) -> Path | None:
+    return Path(text) if text is not None else None
+
+
+def _scratch(run: str) -> Path:
+    try:
+        from distributed import get_worker
+
+        base = Path(get_worker().local_directory)
+    except ValueError:  # not on a worker (the client's own clean-up)
+        base = Path(os.environ.get("TMPDIR", "/tmp"))
+    return base / f"comminsight-steps-{run}"
+
+
+def _kept_path(run: str, index: int) -> Path:
+    return _scratch(run) / f"gpu-{index}.pickle"
+
+
+def _load(run: str, index: int) -> _Kept | None:
+    try:
+        with open(_kept_path(run, index), "rb") as f:
+            return pickle.load(f)  # noqa: S301 - this run's own file, in its worker's directory
+    except FileNotFoundError:
+        return None
+
+
+def _keep(run: str, index: int, kept: _Kept) -> None:
+    path = _kept_path(run, index)
+    make_private_dirs(path.parent)
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(kept, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+
+
+def _address() -> str | None:
+    from distributed import get_worker
+
+    try:
+        return get_worker().address
+    except ValueError:
+        return None
+
+
+# ---- on the client ------------------------------------------------------------------------
+
+
+def numbered_comms(gpus: list[GpuComms]) -> CommIds:
+    """The job's communicator numbers, as one process reading the GPUs in turn gives them."""
+    comms = CommIds()
+    for gpu in gpus:
+        for comm_id, nranks, name, later in gpu.comms:
+            comms.code(comm_id, nranks, name)
+            if later is not None:
+                comms.code(comm_id, nranks, later)
+    return comms
+
+
+def recover_steps_distributed(
+    logs_dir: str | Path,
+    client,
+    template_dirs: str = "",
+    out_dir: str | Path | None = None,
+    make_out_dir: Callable[[Path], object] = make_private_dirs,
+    on_ops: Callable[[int], None] | None = None,
+) -> OfflineResult:
+    """recover_steps' answer (Steps cut job-wide, no checkpoint), worked out by the workers
+    of `client` (a distributed.Client); see the module docstring."""
+    run = uuid.uuid4().hex
+    try:
+        return _recover(client, run, logs_dir, template_dirs, out_dir, make_out_dir, on_ops)
+    finally:
+        with contextlib.suppress(Exception):  # a worker gone: its directory went with it
+            client.run(forget_run, run)
+
+
+def _recover(client, run, logs_dir, template_dirs, out_dir, make_out_dir, on_ops):
+    processes, problems = list_job(logs_dir)
+    templates = _templates(template_dirs)
+    described = client.gather(client.map(describe_process, processes, pure=False))
+    refs: list[GpuRef] = []
+    gpus: list[GpuComms] = []
+    for process, (process_gpus, split_problems) in zip(processes, described, strict=True):
+        problems += split_problems
+        refs += [GpuRef(len(refs) + k, process, k) for k in range(len(process_gpus))]
+        gpus += process_gpus
+    comms = numbered_comms(gpus)
+    shared = client.scatter(comms, broadcast=True)
+    facts = client.gather([client.submit(gpu_facts, run, r, shared, pure=False) for r in refs])
+    plan = plan_cut([f.instances for f in facts], [f.pivot for f in facts])
+    cuts: list = [None] * len(refs)
+    for step in plan:
+        i = step.gpu
+        cuts[i] = client.submit(
+            gpu_cut,
+            run,
+            refs[i],
+            shared,
+            step,
+            *[cuts[p] for p in step.providers],
+            **_near(facts[i].worker),
+        )
+    done = client.gather(cuts)
+    verdict = job_verdict(plan, [d.outcome for d in done])
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None and refs:
+        make_out_dir(out)
+    steps = {s.gpu: s for s in plan}
+    placed = [
+        client.submit(
+            gpu_steps,
+            run,
+            ref,
+            shared,
+            verdict,
+            str(out) if out is not None else None,
+            template_dirs,
+            steps[ref.index],
+            *[cuts[p] for p in steps[ref.index].providers],
+            **_near(done[ref.index].worker),
+        )
+        for ref in refs
+    ]
+    result = OfflineResult(problems=problems + templates.problems)
+    result.cut = JobCut([], *verdict)
+    for gpu, gpu_problems in client.gather(placed):
+        result.gpus.append(gpu)
+        result.problems += gpu_problems
+        if on_ops is not None:
+            on_ops(gpu.ops)
+    result.gpus.sort(key=lambda g: (g.gpu.host, g.gpu.global_rank, g.stream))
+    result.warnings = step_warnings(result)
+    return result
+
+
+def _near(worker: str | None) -> dict:
+    """Submit options: run where the GPU's earlier round ran, else anywhere."""
+    if worker is None:
+        return {"pure": False}
+    return {"pure": False, "workers": [worker], "allow_other_workers": True}

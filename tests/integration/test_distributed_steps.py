@@ -1,0 +1,201 @@
+"""Step recovery over Dask workers against the same recovery in one process: byte-identical
+step files, the same problems, warnings and job cut, for jobs of several layouts (a pipeline
+across two nodes, RL, ZeRO-3, a process driving two GPUs, NVIDIA Inspector files, damaged
+segments), through the API and through `comminsight steps --workers/--scheduler`; and a
+round that finds nothing its worker kept (another worker took the GPU) makes it again."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from cli_in_process import run_cli
+from log_files import decompress_all
+from nvidia_logs import as_nvidia
+from profiler_builds import builds
+
+from comminsight.semantic import distributed_steps as ds
+from comminsight.semantic.cut_order import plan_cut
+from comminsight.semantic.log_input import list_job
+from comminsight.semantic.offline import recover_steps
+from comminsight.sim import SimConfig, run_simulation
+
+pytestmark = pytest.mark.slow
+
+ENV = (
+    ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
+    ("COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES", "65536"),
+)
+JOBS = {
+    "megatron-2-nodes": dict(workload="megatron", ranks=8, tp=2, pp=2, nodes=2),
+    "rl": dict(workload="rl", ranks=4),
+    "zero3": dict(workload="zero", ranks=4, zero_stage=3),
+    "two-gpus-a-process": dict(
+        workload="ddp", ranks=4, ranks_per_process=2, cuda_runtime="sim", grad_accum=2
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+    )
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def simulate(home, **shape):
+    config = SimConfig(
+        plugin=str(builds()["plain"].path),
+        home=str(home),
+        steps=5,
+        time_scale=0.01,
+        env=ENV,
+        **shape,
+    )
+    sim = run_simulation(config)
+    assert not sim.errors, sim.errors
+    return home / "inspector_logs"
+
+
+def files(directory) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def assert_same_recovery(logs, tmp_path, client):
+    one = recover_steps(logs, out_dir=tmp_path / "one")
+    many = ds.recover_steps_distributed(logs, client, out_dir=tmp_path / "many")
+    expected = {n: b for n, b in files(tmp_path / "one").items() if not n.startswith("engine.")}
+    assert expected and files(tmp_path / "many") == expected
+    assert many.problems == one.problems
+    assert many.warnings == one.warnings
+    assert (many.cut.confidence, many.cut.reasons, many.cut.steps, many.cut.pivots) == (
+        one.cut.confidence,
+        one.cut.reasons,
+        one.cut.steps,
+        one.cut.pivots,
+    )
+    assert [(g.stream, g.ops, g.method, len(g.summaries)) for g in many.gpus] == [
+        (g.stream, g.ops, g.method, len(g.summaries)) for g in one.gpus
+    ]
+    return one
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_workers_write_the_step_files_one_process_writes(job, tmp_path, client):
+    logs = simulate(tmp_path / "home", **JOBS[job])
+    one = assert_same_recovery(logs, tmp_path, client)
+    assert sum(len(g.summaries) for g in one.gpus) > 0
+
+
+def test_damaged_segments_are_named_alike_and_the_rest_recovered_alike(tmp_path, client):
+    logs = simulate(tmp_path / "home", workload="tp-pp-dp", ranks=8)
+    decompress_all(logs)
+    segments = sorted(logs.glob("*.jsonl"))
+    segments[3].write_bytes(segments[3].read_bytes()[:-200])  # its seal cut off
+    segments[-2].unlink()  # a missing segment
+    with segments[7].open("ab") as f:
+        f.write(b"not a line\n")
+    one = assert_same_recovery(logs, tmp_path, client)
+    assert len(one.problems) >= 2
+
+
+def test_nvidia_inspector_files_are_read_alike(tmp_path, client):
+    logs = simulate(tmp_path / "home", workload="ddp", ranks=4)
+    nvidia = tmp_path / "nvidia"
+    as_nvidia(logs, nvidia, lines_per_dump=20)
+    assert_same_recovery(nvidia, tmp_path, client)
+
+
+def test_a_round_whose_worker_kept_nothing_makes_it_again(tmp_path):
+    """Rounds run here, in this process; what round 2 kept is removed before round 3 and
+    the cut must come out the same, then round 4 without round 3's either."""
+    logs = simulate(tmp_path / "home", workload="megatron", ranks=8, tp=2, pp=2)
+    processes, _ = list_job(logs)
+    refs, gpus = [], []
+    for process in processes:
+        described, _ = ds.describe_process(process)
+        refs += [ds.GpuRef(len(refs) + k, process, k) for k in range(len(described))]
+        gpus += described
+    comms = ds.numbered_comms(gpus)
+    kept, fresh = uuid.uuid4().hex, uuid.uuid4().hex
+    facts = [ds.gpu_facts(kept, ref, comms) for ref in refs]
+    plan = plan_cut([f.instances for f in facts], [f.pivot for f in facts])
+    try:
+        for run in (kept, fresh):  # fresh: nothing kept, every round made from the logs
+            cuts = [None] * len(refs)
+            for step in plan:
+                cuts[step.gpu] = ds.gpu_cut(
+                    run, refs[step.gpu], comms, step, *[cuts[p] for p in step.providers]
+                )
+            if run == kept:
+                first = cuts
+            else:
+                assert [c.runs.label.tolist() for c in cuts] == [
+                    c.runs.label.tolist() for c in first
+                ]
+                assert [c.outcome for c in cuts] == [c.outcome for c in first]
+        verdict = ds.job_verdict(plan, [c.outcome for c in first])
+        steps = {s.gpu: s for s in plan}
+        placed = {}
+        for run in (kept, uuid.uuid4().hex):
+            out = tmp_path / f"steps-{run}"
+            for ref in refs:
+                step = steps[ref.index]
+                ds.gpu_steps(
+                    run,
+                    ref,
+                    comms,
+                    verdict,
+                    str(out),
+                    "",
+                    step,
+                    *[first[p] for p in step.providers],
+                )
+            placed[run] = files(out)
+        assert len(set(map(repr, placed.values()))) == 1
+    finally:
+        for run in (kept, fresh):
+            ds.forget_run(run)
+
+
+def test_the_command_over_workers_answers_as_in_one_process(tmp_path, client):
+    logs = simulate(tmp_path / "home", workload="megatron", ranks=8, tp=2, pp=2)
+    answers = {}
+    for how, options in {
+        "alone": ["--workers", "0"],
+        "workers": ["--workers", "2"],
+        "scheduler": ["--scheduler", client.scheduler.address],
+    }.items():
+        out = tmp_path / how
+        done = run_cli(
+            ["steps", str(logs), "--out", str(out), "--format", "json", *options],
+            {"COLUMNS": "200"},
+        )
+        assert done.returncode == 0, done.stderr
+        answers[how] = (
+            json.loads(done.stdout),
+            {n: b for n, b in files(out).items() if not n.startswith("engine.")},
+        )
+    assert answers["workers"] == answers["alone"] == answers["scheduler"]
+    assert answers["alone"][0]["total"] > 0
+
+
+def test_a_negative_number_of_workers_is_refused(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    done = run_cli(["steps", str(logs), "--workers", "-1"], {})
+    assert done.returncode == 1 and "--workers -1" in done.stderr
+
+
+def test_worker_options_do_not_apply_to_the_agent():
+    done = run_cli(["steps", "--workers", "2"], {})
+    assert done.returncode == 2 and "--workers" in done.stderr
