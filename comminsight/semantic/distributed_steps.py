@@ -14,18 +14,20 @@ The job's work, in four rounds over the GPUs (job_cut has the method; these are 
 4. **Placement** (a task per GPU): the GPU's engine places its ops into the Steps its cut
    says and writes its step file (offline.place_gpu).
 
-A worker keeps what rounds 2 and 3 made of a GPU in its local directory for the next round
-(a GPU's later tasks are asked to run where its first ran); a task that finds nothing there
+The logs are read once: a worker keeps what each round made of a GPU (its ops as read, then
+its ops in issue order and its cycle, then its cut) in its local directory for the next round,
+and a GPU's later tasks are asked to run where its first ran. A task that finds nothing kept
 (another worker took it) makes it again from the logs, so any worker can run any task. What
-travels is communicator lists, instance intervals, label runs and step summaries; the
-files are read where they lie, so every worker must see the logs (and the output directory)
-at the same path.
+travels is communicator lists, instance intervals, label runs and step summaries; the files
+are read where they lie, so every worker must see the logs (and the output directory) at the
+same paths.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import pickle
 import shutil
@@ -72,6 +74,7 @@ class GpuRef:
     index: int  # the GPU's place in the job (read_gpu_logs' order)
     process: ProcessFiles
     gpu: int  # among the process's GPUs
+    stream: str  # its GpuLog's (what names what is kept of it)
 
     def log(self) -> GpuLog:
         return self.process.gpu_logs([])[self.gpu]
@@ -82,7 +85,22 @@ class GpuComms:
     """Round 1's answer for one GPU: its communicators as reading met them (id, size, the
     name first seen, a name seen later where the first was none)."""
 
+    stream: str
     comms: list[tuple[str, int, str | None, str | None]]
+    worker: str | None  # where its ops are kept
+
+
+@dataclass
+class _Read:
+    """A GPU's ops as reading gave them, and what else reading learnt of it."""
+
+    batches: list
+    identity: object
+    problems: list[str]
+
+    def log(self, ref: GpuRef) -> GpuLog:
+        """A GpuLog of the GPU that needs no more reading: its batches are these."""
+        return GpuLog(ref.stream, list(ref.process.segments), list(self.problems), self.identity)
 
 
 @dataclass
@@ -116,13 +134,16 @@ class _Kept:
 # ---- on a worker --------------------------------------------------------------------------
 
 
-def describe_process(process: ProcessFiles) -> tuple[list[GpuComms], list[str]]:
-    """Round 1."""
+def describe_process(run: str, process: ProcessFiles) -> tuple[list[GpuComms], list[str]]:
+    """Round 1: each GPU's ops read (and kept), its communicators in the order met."""
     problems: list[str] = []
     out = []
     for log in process.gpu_logs(problems):
+        # concrete: a lazy batch refers to its source through closures, which do not pickle
+        batches = [b.make_concrete() for b in log.batches()]
+        _keep(run, log.stream, "read", _Read(batches, log.identity, list(log.problems)))
         seen: dict[str, list] = {}
-        for batch in log.batches():
+        for batch in batches:
             if not len(batch):
                 continue  # gpu_ops passes over an empty batch without its table
             for c in batch.comms.comms:
@@ -131,21 +152,21 @@ def describe_process(process: ProcessFiles) -> tuple[list[GpuComms], list[str]]:
                     seen[c.comm_id] = [c.comm_id, c.nranks, c.name, None]
                 elif known[2] is None and known[3] is None and c.name is not None:
                     known[3] = c.name
-        out.append(GpuComms([tuple(v) for v in seen.values()]))
+        out.append(GpuComms(log.stream, [tuple(v) for v in seen.values()], _address()))
     return out, problems
 
 
 def gpu_facts(run: str, ref: GpuRef, comms: CommIds) -> GpuFacts:
     """Round 2."""
-    kept = _made(ref, comms)
-    _keep(run, ref.index, kept)
+    kept = _made(run, ref, comms)
+    _keep(run, ref.stream, "facts", kept)
     return GpuFacts(rank_instances(*kept.keys), pivot_facts(kept.ops, kept.units), _address())
 
 
 def gpu_cut(run: str, ref: GpuRef, comms: CommIds, step: CutStep, *provided: GpuCut) -> GpuCut:
     """Round 3: the GPU cut as its step of the plan says, with its providers' label runs."""
     kept, outcome, runs = _cut(run, ref, comms, step, provided)
-    _keep(run, ref.index, kept)
+    _keep(run, ref.stream, "cut", kept.cut)
     return GpuCut(outcome, runs, _address())
 
 
@@ -160,21 +181,22 @@ def gpu_steps(
     *provided: GpuCut,
 ) -> tuple[GpuResult, list[str]]:
     """Round 4: the GPU's Steps, written to out_dir, and what reading its logs met."""
-    kept = _load(run, ref.index)
-    if kept is None or kept.cut is None:
-        kept, _, _ = _cut(run, ref, comms, step, provided)
-    log = ref.log()
-    batches = list(log.batches())
+    cut = _load(run, ref.stream, "cut")
+    if cut is None:  # cut by another worker: cut again here
+        cut = _cut(run, ref, comms, step, provided)[0].cut
+    read = _read(run, ref)
+    log = read.log(ref)
     job = JobInput(
         JobCut([], *verdict),
         comms,
-        {log.stream: kept.cut},
-        {log.stream: batches},
-        {log.stream: list(log.problems)},
+        {log.stream: cut},
+        {log.stream: read.batches},
+        {log.stream: list(read.problems)},
     )
     result = place_gpu(log, ref.index, job, _templates(template_dirs), _path(out_dir))
-    _kept_path(run, ref.index).unlink(missing_ok=True)
-    return result, list(log.problems)
+    for stage in ("read", "facts", "cut"):
+        _kept_path(run, ref.stream, stage).unlink(missing_ok=True)
+    return result, list(read.problems)
 
 
 def forget_run(run: str) -> None:
@@ -182,14 +204,24 @@ def forget_run(run: str) -> None:
     shutil.rmtree(_scratch(run), ignore_errors=True)
 
 
-def _made(ref: GpuRef, comms: CommIds) -> _Kept:
-    log = ref.log()
-    g = gpu_ops(log.stream, identity_of(log, ref.index).global_rank, list(log.batches()), comms)
+def _read(run: str, ref: GpuRef) -> _Read:
+    read = _load(run, ref.stream, "read")
+    if read is None:  # read by another worker: read here
+        log = ref.log()
+        batches = list(log.batches())
+        read = _Read(batches, log.identity, list(log.problems))
+    return read
+
+
+def _made(run: str, ref: GpuRef, comms: CommIds) -> _Kept:
+    read = _read(run, ref)
+    log = read.log(ref)
+    g = gpu_ops(log.stream, identity_of(log, ref.index).global_rank, read.batches, comms)
     return _Kept(g, local_units(g), instance_keys(g))
 
 
 def _cut(run: str, ref: GpuRef, comms: CommIds, step: CutStep, provided) -> tuple:
-    kept = _load(run, ref.index) or _made(ref, comms)
+    kept = _load(run, ref.stream, "facts") or _made(run, ref, comms)
     kept.cut, outcome, runs = cut_rank(
         kept.ops, kept.units, kept.keys, step, [p.runs for p in provided]
     )
@@ -215,24 +247,26 @@ def _scratch(run: str) -> Path:
     return base / f"comminsight-steps-{run}"
 
 
-def _kept_path(run: str, index: int) -> Path:
-    return _scratch(run) / f"gpu-{index}.pickle"
+def _kept_path(run: str, stream: str, stage: str) -> Path:
+    # a stream is a file name's stem; hashed all the same, so no name can leave the directory
+    name = hashlib.sha256(stream.encode()).hexdigest()[:32]
+    return _scratch(run) / f"{name}.{stage}.pickle"
 
 
-def _load(run: str, index: int) -> _Kept | None:
+def _load(run: str, stream: str, stage: str):
     try:
-        with open(_kept_path(run, index), "rb") as f:
+        with open(_kept_path(run, stream, stage), "rb") as f:
             return pickle.load(f)  # noqa: S301 - this run's own file, in its worker's directory
     except FileNotFoundError:
         return None
 
 
-def _keep(run: str, index: int, kept: _Kept) -> None:
-    path = _kept_path(run, index)
+def _keep(run: str, stream: str, stage: str, value) -> None:
+    path = _kept_path(run, stream, stage)
     make_private_dirs(path.parent)
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
     with open(tmp, "wb") as f:
-        pickle.dump(kept, f, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, path)
 
 
@@ -280,16 +314,21 @@ def recover_steps_distributed(
 def _recover(client, run, logs_dir, template_dirs, out_dir, make_out_dir, on_ops):
     processes, problems = list_job(logs_dir)
     templates = _templates(template_dirs)
-    described = client.gather(client.map(describe_process, processes, pure=False))
+    described = client.gather(
+        [client.submit(describe_process, run, p, pure=False) for p in processes]
+    )
     refs: list[GpuRef] = []
     gpus: list[GpuComms] = []
     for process, (process_gpus, split_problems) in zip(processes, described, strict=True):
         problems += split_problems
-        refs += [GpuRef(len(refs) + k, process, k) for k in range(len(process_gpus))]
+        first = len(refs)
+        refs += [GpuRef(first + k, process, k, g.stream) for k, g in enumerate(process_gpus)]
         gpus += process_gpus
     comms = numbered_comms(gpus)
     shared = client.scatter(comms, broadcast=True)
-    facts = client.gather([client.submit(gpu_facts, run, r, shared, pure=False) for r in refs])
+    facts = client.gather(
+        [client.submit(gpu_facts, run, r, shared, **_near(gpus[r.index].worker)) for r in refs]
+    )
     plan = plan_cut([f.instances for f in facts], [f.pivot for f in facts])
     cuts: list = [None] * len(refs)
     for step in plan:

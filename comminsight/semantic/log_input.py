@@ -265,6 +265,10 @@ class _SharedReading:
         return kept[0]
 
 
+# Ops a process's reader keeps from compressed segments read ahead while its GPUs are told
+# apart (about 200 bytes each): past this, such a segment is decompressed twice instead
+AHEAD_OPS = 2_000_000
+
 # Ops a multi-GPU process's reading keeps for its other GPUs (~200 bytes each): the job-wide
 # cut holds every op anyway; this bounds what reading GPU by GPU (per_gpu) holds besides.
 MAX_SHARED_OPS = 2_000_000
@@ -302,12 +306,17 @@ class _SegmentReader:
         self._renamed: dict[int, tuple[str, str]] = {}
         # segments read whole before their turn: (what `read` gives, the problems found)
         self._ahead: dict[str, tuple[tuple[OpBatch, int], list[str]]] = {}
+        self._ahead_ops = 0  # ops of the segments read ahead
         self._problems: list[str] | None = None  # where problems go, when not the log's
 
-    def read_ahead(self, path: Path) -> list[bytes]:
+    def read_ahead(self, path: Path, optional: bool = False) -> list[bytes] | None:
         """Read a whole segment now, for `read` to give later (its problems are reported
         then, in their place), and return its lines that are not op lines (what a GPU split
-        needs): the segment is then read once, not searched as well."""
+        needs): the segment is then read once, not searched as well. An optional reading
+        (a compressed segment, which would be decompressed twice otherwise) is declined
+        with None once AHEAD_OPS ops are kept: what is kept waits in memory for its turn."""
+        if optional and self._ahead_ops >= AHEAD_OPS:
+            return None
         others: list[bytes] = []
         self._problems = problems = []
         try:
@@ -315,6 +324,7 @@ class _SegmentReader:
         finally:
             self._problems = None
         self._ahead[path.name] = (result, problems)
+        self._ahead_ops += len(result[0])
         return others
 
     def read(
@@ -323,6 +333,8 @@ class _SegmentReader:
         """The ops of one segment from a byte offset, and the records lost after its last op
         (with `others`, the lines that are not op lines are added to it)."""
         ahead = self._ahead.pop(path.name, None)
+        if ahead is not None:
+            self._ahead_ops -= len(ahead[0][0])
         if ahead is not None and offset == 0 and record == 0:
             self.log.problems += ahead[1]
             return ahead[0]

@@ -52,7 +52,9 @@ from comminsight_gen.models.inspector_log_v1_lean import MembersCi, MembersCommI
 
 _DECODER = msgspec.json.Decoder(MembersLine)
 # reads a segment whole (for the op reader) and gives the lines of it that are not op lines
-ReadLines = Callable[[Path], list[bytes]]
+# reads a whole segment for the op reader and gives the lines it left to Python; with
+# optional=True it may decline (None)
+ReadLines = Callable[..., list[bytes] | None]
 # as the Profiler writes it (compact JSON), without the quotes around it: the search filters
 # on a needle's first and last bytes, and quotes are everywhere in JSON
 _COMM_INIT = f'{F.KIND}":"{V.COMM_INIT}'.encode()
@@ -111,6 +113,11 @@ def scan_members(segments: list[Path], read_lines: ReadLines | None = None) -> P
     Python (comm_init among them): the search through the segment is then saved."""
     found = ProcessMembers()
     for path in segments:
+        # a compressed segment is read for the op reader now if it takes it: decompressed once
+        lines = read_lines(path, optional=True) if read_lines and is_compressed(path) else None
+        if lines is not None:
+            _scan_lines(lines, found)
+            continue
         data = _contents(path)
         if data is None:
             continue
@@ -157,14 +164,7 @@ def _contents(path: Path):
 
 
 def _scan_segment(data, found: ProcessMembers, lines: Callable[[], list] | None = None) -> None:
-    start = _decode(data, 0)
-    if start is not None and start.kind == V.SEGMENT_START:
-        p = start.process
-        if p is not None and found.host is None:
-            found.host, found.pid = p.host, p.pid
-            found.global_rank, found.local_rank = p.global_rank, p.local_rank
-        for m in start.communicators or ():
-            found.add(m)
+    _found_start(_decode(data, 0), found)
     if _only_ops(data):
         return
     if lines is not None:
@@ -175,6 +175,25 @@ def _scan_segment(data, found: ProcessMembers, lines: Callable[[], list] | None 
     # a search for the few comm_init lines costs far less than decoding all
     for at in native.find_all(data, _COMM_INIT):
         _add_comm_init(_decode(data, data.rfind(b"\n", 0, at) + 1), found)
+
+
+def _scan_lines(lines: list[bytes], found: ProcessMembers) -> None:
+    """_scan_segment over the lines of a segment that are not op lines, in file order."""
+    if lines:
+        _found_start(_decode(lines[0], 0), found)
+    for line in lines:
+        if _COMM_INIT in line:
+            _add_comm_init(_decode(line, 0), found)
+
+
+def _found_start(start: MembersCi | None, found: ProcessMembers) -> None:
+    if start is not None and start.kind == V.SEGMENT_START:
+        p = start.process
+        if p is not None and found.host is None:
+            found.host, found.pid = p.host, p.pid
+            found.global_rank, found.local_rank = p.global_rank, p.local_rank
+        for m in start.communicators or ():
+            found.add(m)
 
 
 def _add_comm_init(ci: MembersCi | None, found: ProcessMembers) -> None:

@@ -116,17 +116,19 @@ def test_nvidia_inspector_files_are_read_alike(tmp_path, client):
 
 
 def test_a_round_whose_worker_kept_nothing_makes_it_again(tmp_path):
-    """Rounds run here, in this process; what round 2 kept is removed before round 3 and
-    the cut must come out the same, then round 4 without round 3's either."""
+    """Rounds run here, in this process: once with what each round keeps, once under a run
+    that kept nothing (every round makes what it needs from the logs), the same cut and the
+    same step files."""
     logs = simulate(tmp_path / "home", workload="megatron", ranks=8, tp=2, pp=2)
     processes, _ = list_job(logs)
+    kept, fresh = uuid.uuid4().hex, uuid.uuid4().hex
     refs, gpus = [], []
     for process in processes:
-        described, _ = ds.describe_process(process)
-        refs += [ds.GpuRef(len(refs) + k, process, k) for k in range(len(described))]
+        described, _ = ds.describe_process(kept, process)
+        first = len(refs)
+        refs += [ds.GpuRef(first + k, process, k, g.stream) for k, g in enumerate(described)]
         gpus += described
     comms = ds.numbered_comms(gpus)
-    kept, fresh = uuid.uuid4().hex, uuid.uuid4().hex
     facts = [ds.gpu_facts(kept, ref, comms) for ref in refs]
     plan = plan_cut([f.instances for f in facts], [f.pivot for f in facts])
     try:
