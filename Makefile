@@ -40,7 +40,7 @@ GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 ATOMIC = tmp="$@.tmp.$$$$"; trap 'rm -rf "$$tmp"' EXIT;
 ATOMIC_DONE = && mv -f "$$tmp" "$@"
 
-.PHONY: build-profiler build-sim build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults bench-metrics bench-log-bytes build-engine
+.PHONY: build-profiler build-sim build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults bench-metrics bench-log-bytes bench-engine-distributed build-engine
 .PHONY: all build venv generate verify-generated check-schemas check-compat headers test test-contract \
         test-unit lint bench demo install uninstall wheel-manylinux clean
 
@@ -314,6 +314,10 @@ bench-master-scale: $(VENV_STAMP)
 ## bench-metrics: /metrics series per rank at metrics level job (the default) and rank, simulated Megatron jobs of 64 and 8 ranks through the real plugin and the Agent's ingest; page bytes plain and gzip
 bench-metrics: $(VENV_STAMP) build-profiler $(SIM_SO)
 	$(VPY) bench/metrics_series.py
+
+## bench-engine-distributed: offline Step recovery over Dask workers on a synthetic job of 1,024 ranks and 100 M records (generated once under build/), 1 and 2 workers: records/s, scaling, worker memory at two job sizes, reduce bytes per rank
+bench-engine-distributed: $(VENV_STAMP) $(ENGINE_SO)
+	$(VPY) bench/engine_distributed.py
 
 ## bench-log-bytes: inspector_logs bytes per op raw and sealed (zstd), simulated jobs through the real plugin and real H200 segments; compression speed
 bench-log-bytes: $(VENV_STAMP) build-profiler $(SIM_SO)

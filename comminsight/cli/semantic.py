@@ -100,6 +100,7 @@ def _recover(
                     out_dir=out,
                     make_out_dir=make_trusted_dirs,
                     on_ops=lambda n: progress.advance(task, n),
+                    keep_summaries=False,  # read back from the files as they are printed
                 )
     for problem in result.problems + result.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(problem)}", highlight=False, soft_wrap=True)
@@ -133,11 +134,13 @@ def cmd_steps_offline(args: argparse.Namespace, console: Console) -> int:
     if out.json:
         # the records as the step-summary protocol encodes them, in one document
         encoder = msgspec.json.Encoder()
-        items = [json.loads(encoder.encode(s)) for gpu in result.gpus for s in gpu.summaries]
+        items = [
+            json.loads(encoder.encode(s)) for gpu in result.gpus for s in summaries_of(gpu, out_dir)
+        ]
         out.json_value({"items": items, "total": len(items)})
         return 0
     for gpu in result.gpus:
-        out.table(rank_table(gpu))
+        out.table(rank_table(gpu, summaries_of(gpu, out_dir)))
     if out.format == "table":  # repeated below the tables, where a reader of them looks
         for warning in result.warnings:
             out.line(f"warning: {warning}", markup=False)
@@ -145,14 +148,25 @@ def cmd_steps_offline(args: argparse.Namespace, console: Console) -> int:
         f", resumed {result.resumed} from {out_dir / CHECKPOINT_NAME}" if result.resumed else ""
     )
     out.line(
-        f"{sum(len(g.summaries) for g in result.gpus)} step summaries in {out_dir}/ "
+        f"{sum(g.steps for g in result.gpus)} step summaries in {out_dir}/ "
         f"({len(result.gpus)} files, {result.ops:,} ops read{resumed})",
         markup=False,
     )
     return 0
 
 
-def rank_table(gpu):
+def summaries_of(gpu, out_dir: Path) -> list:
+    """A GPU's summaries: those its result holds, or, where workers wrote them and sent
+    back their count (GpuResult.written), read back from its step file one GPU at a time."""
+    if gpu.written is None:
+        return gpu.summaries
+    from comminsight.semantic.offline import read_summaries
+
+    return read_summaries(out_dir / f"{gpu.stream}.jsonl")
+
+
+def rank_table(gpu, summaries: list | None = None):
+    summaries = gpu.summaries if summaries is None else summaries
     how = gpu.method or "no Step recognized: see the warning"
     columns = (
         "step",
@@ -167,11 +181,11 @@ def rank_table(gpu):
     )
     table = new_table(
         f"rank {gpu.gpu.global_rank} ({gpu.gpu.host}, pid {gpu.gpu.pid}): "
-        f"{len(gpu.summaries)} steps, {gpu.ops:,} ops, by {how}",
+        f"{len(summaries)} steps, {gpu.ops:,} ops, by {how}",
         columns,
         right=columns[:-1],
     )
-    for s in gpu.summaries:
+    for s in summaries:
         start = datetime.fromtimestamp(s.start_real_ns / 1e9, tz=timezone.utc)
         period = s.period_ns if isinstance(s.period_ns, int) else None
         table.add_row(

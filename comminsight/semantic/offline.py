@@ -57,6 +57,13 @@ class GpuResult:
     ops: int  # ops read in this run
     method: str | None  # template name, "period", or None when no Step was found
     kept_ops: list[EngineOp] | None = None  # every op, when asked for (trace export)
+    # Steps in its step file, when `summaries` was left empty (a distributed run over a big
+    # job hands back counts, not every summary); None: `summaries` holds them all
+    written: int | None = None
+
+    @property
+    def steps(self) -> int:
+        return len(self.summaries) if self.written is None else self.written
 
 
 @dataclass
@@ -517,7 +524,7 @@ def step_warnings(result: OfflineResult) -> list[str]:
     warnings = [
         f"{g.stream} (rank {g.gpu.global_rank}): {g.ops:,} ops and no Step recognized"
         for g in result.gpus
-        if not g.summaries and g.ops >= MANY_OPS
+        if not g.steps and g.ops >= MANY_OPS
     ]
     cut = result.cut
     if cut is not None and cut.confidence < 1.0:

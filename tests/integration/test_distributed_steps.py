@@ -160,6 +160,7 @@ def test_a_round_whose_worker_kept_nothing_makes_it_again(tmp_path):
                     str(out),
                     "",
                     step,
+                    True,
                     *[first[p] for p in step.providers],
                 )
             placed[run] = files(out)
@@ -177,18 +178,19 @@ def test_the_command_over_workers_answers_as_in_one_process(tmp_path, client):
         "workers": ["--workers", "2"],
         "scheduler": ["--scheduler", client.scheduler.address],
     }.items():
-        out = tmp_path / how
-        done = run_cli(
-            ["steps", str(logs), "--out", str(out), "--format", "json", *options],
-            {"COLUMNS": "200"},
-        )
-        assert done.returncode == 0, done.stderr
-        answers[how] = (
-            json.loads(done.stdout),
-            {n: b for n, b in files(out).items() if not n.startswith("engine.")},
-        )
+        said = {}
+        for form in ("json", "plain"):
+            out = tmp_path / f"{how}-{form}"
+            done = run_cli(
+                ["steps", str(logs), "--out", str(out), "--format", form, *options],
+                {"COLUMNS": "200"},
+            )
+            assert done.returncode == 0, done.stderr
+            said[form] = done.stdout.replace(str(out), "OUT")
+        written = {n: b for n, b in files(out).items() if not n.startswith("engine.")}
+        answers[how] = (json.loads(said["json"]), said["plain"], written)
     assert answers["workers"] == answers["alone"] == answers["scheduler"]
-    assert answers["alone"][0]["total"] > 0
+    assert answers["alone"][0]["total"] > 0 and "step summaries in OUT/" in answers["alone"][1]
 
 
 def test_a_negative_number_of_workers_is_refused(tmp_path):
