@@ -95,24 +95,56 @@ def read_segment(path: str | Path, max_bytes: int = SEGMENT_BYTES_MAX) -> bytes:
 def _decompressed(path: Path, max_bytes: int) -> bytes:
     # compressed, a segment is smaller than it is whole: the same bound holds for the file
     data = read_regular(path, max_bytes)
+    return decompress_segment(data, path, max_bytes)
+
+
+def decompress_segment(data: bytes, where, max_bytes: int = SEGMENT_BYTES_MAX) -> bytes:
+    """A compressed segment's bytes: one whole zstd frame, nothing after it, at most
+    max_bytes once decompressed (a SegmentError naming `where` otherwise). The Profiler's
+    frames give their size; the archive's (compressed as a stream) do not, and are
+    decompressed a little at a time up to the bound."""
     try:
         size = zstandard.frame_content_size(data)
-        if size < 0 or size > max_bytes:
-            # the Profiler writes the size in the frame: one without it is not its segment
-            said = "no size" if size < 0 else f"{size} bytes"
+        if size > max_bytes:
             raise SegmentError(
-                f"{path}: its zstd frame gives {said}; a segment's gives its size, at most "
-                f"{max_bytes} bytes"
+                f"{where}: its zstd frame gives {size} bytes, more than the {max_bytes} a "
+                "segment may hold"
             )
+        if size < 0:
+            return _decompressed_unsized(data, where, max_bytes)
         frame = zstandard.ZstdDecompressor().decompressobj()
         out = frame.decompress(data)
     except zstandard.ZstdError as e:
-        raise SegmentError(f"{path}: not a complete zstd-compressed segment: {e}") from None
+        raise SegmentError(f"{where}: not a complete zstd-compressed segment: {e}") from None
     if not frame.eof or len(out) != size:
-        raise SegmentError(f"{path}: not a complete zstd-compressed segment: it is cut short")
+        raise SegmentError(f"{where}: not a complete zstd-compressed segment: it is cut short")
     if frame.unused_data:
-        raise SegmentError(f"{path}: {len(frame.unused_data)} bytes follow its zstd frame")
+        raise SegmentError(f"{where}: {len(frame.unused_data)} bytes follow its zstd frame")
     return out
+
+
+_UNSIZED_STEP = 4096
+
+
+def _decompressed_unsized(data: bytes, where, max_bytes: int) -> bytes:
+    # fed a little at a time, so that no step decompresses far past the bound (a frame of a
+    # few bytes may stand for gigabytes)
+    frame = zstandard.ZstdDecompressor().decompressobj()
+    view = memoryview(data)
+    chunks, total, fed = [], 0, 0
+    while fed < len(data) and not frame.eof:
+        chunk = frame.decompress(view[fed : fed + _UNSIZED_STEP])
+        fed = min(len(data), fed + _UNSIZED_STEP)
+        total += len(chunk)
+        if total > max_bytes:
+            raise SegmentError(f"{where}: decompresses past the {max_bytes} bytes allowed")
+        chunks.append(chunk)
+    if not frame.eof:
+        raise SegmentError(f"{where}: not a complete zstd-compressed segment: it is cut short")
+    rest = len(frame.unused_data) + len(data) - fed
+    if rest:
+        raise SegmentError(f"{where}: {rest} bytes follow its zstd frame")
+    return b"".join(chunks)
 
 
 def verify_segment(path: str | Path) -> Segment:
