@@ -98,11 +98,22 @@ def _decompressed(path: Path, max_bytes: int) -> bytes:
     return decompress_segment(data, path, max_bytes)
 
 
+def decompressed_bound(compressed_bytes: int, max_bytes: int = SEGMENT_BYTES_MAX) -> int:
+    """The most a compressed segment of this size may decompress to: what a segment may hold,
+    and no more than MAX_RATIO times its size (inspector-log lines compress 15-40 times; a
+    frame of repeated bytes planted in a home, thousands of times: refused, not held)."""
+    return min(max_bytes, max(compressed_bytes, 4096) * MAX_RATIO)
+
+
+MAX_RATIO = 1000
+
+
 def decompress_segment(data: bytes, where, max_bytes: int = SEGMENT_BYTES_MAX) -> bytes:
     """A compressed segment's bytes: one whole zstd frame, nothing after it, at most
-    max_bytes once decompressed (a SegmentError naming `where` otherwise). The Profiler's
-    frames give their size; the archive's (compressed as a stream) do not, and are
+    decompressed_bound once decompressed (a SegmentError naming `where` otherwise). The
+    Profiler's frames give their size; the archive's (compressed as a stream) do not, and are
     decompressed a little at a time up to the bound."""
+    max_bytes = decompressed_bound(len(data), max_bytes)
     try:
         size = zstandard.frame_content_size(data)
         if size > max_bytes:
@@ -123,7 +134,7 @@ def decompress_segment(data: bytes, where, max_bytes: int = SEGMENT_BYTES_MAX) -
     return out
 
 
-_UNSIZED_STEP = 4096
+_UNSIZED_STEP = 1024  # at most ~32 MiB decompressed by one step, however crafted
 
 
 def _decompressed_unsized(data: bytes, where, max_bytes: int) -> bytes:

@@ -53,23 +53,57 @@ def refused_place(e: Exception, what: str, hint: str | None = None) -> int:
     return 1
 
 
+CHECKPOINT_DEFAULT = 100_000  # --checkpoint-every-ops when not given
+
+
+def where_to_run(args) -> tuple[int, str | None]:
+    """(local workers, scheduler) for `steps LOGS`: 0 and None run in this process. A
+    ValueError names the options that cannot go together."""
+    from comminsight.semantic.dask_cluster import auto_workers, usable_cores
+    from comminsight.semantic.remote_logs import is_url
+
+    scheduler, workers = args.scheduler, args.workers
+    checkpoints = args.checkpoint_every_ops != CHECKPOINT_DEFAULT  # asked for
+    remote = is_url(args.logs)
+    if workers is not None and scheduler is not None:
+        raise ValueError("--workers and --scheduler: a local cluster or that one, not both")
+    if workers is not None and workers < 0:
+        raise ValueError(f"--workers {workers}: a number of worker processes, 0 or more")
+    if checkpoints and (scheduler is not None or (workers or 0) > 0):
+        raise ValueError(
+            "--checkpoint-every-ops: a run over workers keeps no checkpoint (it starts "
+            "again); --workers 0 keeps them"
+        )
+    if workers is None and scheduler is None:
+        if checkpoints:
+            workers = 0
+        else:
+            workers = usable_cores() if remote else auto_workers(Path(args.logs))
+    if remote and not workers and scheduler is None:
+        raise ValueError(
+            f"{args.logs}: logs at a URL are read by workers, each fetching one process's: "
+            "--workers 1 or more, or --scheduler (or copy them into a directory)"
+        )
+    return workers or 0, scheduler
+
+
 def _recover(
-    args, console: Console, keep_ops: bool, out: Path | None = None
+    args,
+    console: Console,
+    keep_ops: bool,
+    out: Path | None = None,
+    workers: int = 0,
+    scheduler: str | None = None,
 ) -> OfflineResult | None:
     # the engine is imported only by the commands that run it: `comminsight --help` and the
     # agent commands start without loading it
-    from comminsight.agent.core.home_check import make_trusted_dirs
-    from comminsight.semantic.dask_cluster import auto_workers, dask_client
-    from comminsight.semantic.distributed_steps import recover_steps_distributed
-    from comminsight.semantic.offline import recover_steps
+    from comminsight.semantic.dask_cluster import ClusterError
+    from comminsight.semantic.remote_logs import is_url
 
-    logs = Path(args.logs)
-    scheduler = getattr(args, "scheduler", None)
-    workers = getattr(args, "workers", 0)
-    if workers is None:
-        workers = auto_workers(logs) if scheduler is None else 0
-    if workers < 0:
-        error(f"--workers {workers}: a number of worker processes, 0 or more")
+    remote = is_url(args.logs)
+    logs = args.logs if remote else Path(args.logs)
+    if remote and keep_ops:
+        error(f"{args.logs}: a trace is made from a directory of logs, not from a URL")
         return None
     err = stderr_console()
     # on stderr (when it is a terminal): stdout may be a pipe that wants only the result
@@ -81,27 +115,13 @@ def _recover(
         TimeElapsedColumn(),
     ) as progress:
         task = progress.add_task(f"recovering steps from {logs}", total=None)
-        with dask_client(workers, scheduler) as client:
-            if client is None:
-                result = recover_steps(
-                    logs,
-                    args.templates or "",
-                    on_ops=lambda n: progress.advance(task, n),
-                    keep_ops=keep_ops,
-                    out_dir=out,
-                    checkpoint_every_ops=getattr(args, "checkpoint_every_ops", 0) if out else 0,
-                    make_out_dir=make_trusted_dirs,
-                )
-            else:
-                result = recover_steps_distributed(
-                    logs,
-                    client,
-                    args.templates or "",
-                    out_dir=out,
-                    make_out_dir=make_trusted_dirs,
-                    on_ops=lambda n: progress.advance(task, n),
-                    keep_summaries=False,  # read back from the files as they are printed
-                )
+        try:
+            result = _run(
+                args, logs, keep_ops, out, workers, scheduler, lambda n: progress.advance(task, n)
+            )
+        except ClusterError as e:
+            error(str(e))
+            return None
     for problem in result.problems + result.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(problem)}", highlight=False, soft_wrap=True)
     if not result.gpus:  # (a resumed run that was already complete reads no ops: fine)
@@ -118,14 +138,54 @@ def _recover(
     return result
 
 
+def _run(args, logs, keep_ops, out, workers, scheduler, on_ops) -> OfflineResult:
+    from comminsight.agent.core.home_check import make_trusted_dirs
+    from comminsight.semantic.dask_cluster import dask_client
+    from comminsight.semantic.distributed_steps import recover_steps_distributed
+    from comminsight.semantic.offline import recover_steps
+
+    with dask_client(workers, scheduler) as client:
+        if client is None:
+            return recover_steps(
+                logs,
+                args.templates or "",
+                on_ops=on_ops,
+                keep_ops=keep_ops,
+                out_dir=out,
+                checkpoint_every_ops=getattr(args, "checkpoint_every_ops", 0) if out else 0,
+                make_out_dir=make_trusted_dirs,
+            )
+        return recover_steps_distributed(
+            logs,
+            client,
+            args.templates or "",
+            out_dir=out,
+            make_out_dir=make_trusted_dirs,
+            on_ops=on_ops,
+            keep_summaries=False,  # read back from the files as they are printed
+        )
+
+
 def cmd_steps_offline(args: argparse.Namespace, console: Console) -> int:
     from comminsight.agent.core.home_check import HomeError
     from comminsight.semantic.offline import CHECKPOINT_NAME
+    from comminsight.semantic.remote_logs import is_url
 
+    try:
+        workers, scheduler = where_to_run(args)
+    except ValueError as e:
+        error(str(e))
+        return 2
     hint = None if args.out else "choose where they go with --out"
+    if not args.out and is_url(args.logs):
+        error(
+            f"{args.logs}: logs at a URL have no directory beside them: say where the "
+            "summaries go with --out"
+        )
+        return 1
     try:
         out_dir = Path(args.out) if args.out else default_out(Path(args.logs))
-        result = _recover(args, console, keep_ops=False, out=out_dir)
+        result = _recover(args, console, False, out_dir, workers, scheduler)
     except HomeError as e:
         return refused_place(e, "the step summaries", hint)
     if result is None:

@@ -11,8 +11,11 @@ logs and the output directory at the same paths as this process.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,33 +48,87 @@ def auto_workers(logs: Path) -> int:
     return usable_cores()
 
 
+class ClusterError(RuntimeError):
+    """The cluster cannot be used: its scheduler unreachable, a worker that died on a task
+    and would again (KilledWorker), the connection lost. The message says which."""
+
+
 @contextmanager
 def dask_client(workers: int, scheduler: str | None) -> Iterator[object | None]:
     """A distributed.Client on the scheduler, or on a LocalCluster of `workers` processes; None
-    (no cluster) for workers 0 and no scheduler. Closed on the way out."""
+    (no cluster) for workers 0 and no scheduler. Closed on the way out; what goes wrong with
+    the cluster while it is used is a ClusterError."""
     if scheduler is None and workers == 0:
         yield None
         return
-    from distributed import Client, LocalCluster
+    from distributed import Client
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
 
+    lost = (KilledWorker, CommClosedError, TimeoutError)
     if scheduler is not None:
-        if Path(scheduler).is_file():
-            client = Client(scheduler_file=scheduler)
-        else:
-            client = Client(scheduler)
+        address = _address_of(scheduler)
+        try:
+            client = Client(address, timeout=CONNECT_S)
+        except (OSError, TimeoutError, ValueError) as e:
+            raise ClusterError(f"cannot use the Dask scheduler {scheduler}: {e}") from None
         try:
             yield client
+        except lost as e:
+            raise ClusterError(f"the Dask cluster of {scheduler} failed: {e!r}") from None
         finally:
             client.close()
         return
+    with _local_cluster(workers) as client:
+        try:
+            yield client
+        except lost as e:
+            raise ClusterError(f"the local Dask cluster failed: {e!r}") from None
+
+
+CONNECT_S = 30  # for the scheduler to answer
+
+
+def _address_of(scheduler: str) -> str:
+    """The scheduler's address: given, or read from its scheduler file (JSON whose
+    `address` it is, as `dask scheduler --scheduler-file` and dask-jobqueue write it)."""
+    path = Path(scheduler)
+    if not path.is_file():
+        return scheduler
+    try:
+        address = json.loads(path.read_text())["address"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ClusterError(
+            f"cannot use the Dask scheduler {scheduler}: not a scheduler file (JSON giving "
+            f"its address): {e!r}"
+        ) from None
+    if not isinstance(address, str):
+        raise ClusterError(f"cannot use the Dask scheduler {scheduler}: its address is no text")
+    return address
+
+
+@contextmanager
+def _local_cluster(workers: int) -> Iterator[object]:
+    from distributed import Client, LocalCluster
+
+    # the workers' own directory (what they keep between rounds): this user's alone, made
+    # here, so nobody else can plant or swap what they read back
+    scratch = tempfile.mkdtemp(prefix="comminsight-dask-")
     cluster = LocalCluster(
         n_workers=workers,
         threads_per_worker=1,  # the work is numpy and C per GPU: processes, not threads
         processes=True,
         # nothing of it reachable from other hosts: its scheduler, and the HTTP pages it
-        # serves even without a dashboard, on this host's loopback, at ports free now
+        # serves even without a dashboard, on this host's loopback, at ports free now; TLS
+        # with certificates made for this cluster alone, so no other user of the host can
+        # join it and run code as this one
         host="127.0.0.1",
         dashboard_address="127.0.0.1:0",
+        security=True,
+        # one process's ops may need more than an even share of the memory: no worker is
+        # restarted for its size (the machine's own limits still hold)
+        memory_limit=0,
+        local_directory=scratch,
         silence_logs=logging.ERROR,
     )
     try:
@@ -79,3 +136,4 @@ def dask_client(workers: int, scheduler: str | None) -> Iterator[object | None]:
             yield client
     finally:
         cluster.close()
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -39,6 +39,7 @@ from pathlib import Path
 import zstandard
 
 from comminsight.durable_files import make_private_dirs
+from comminsight.safe_open import open_checked
 from comminsight.semantic.cut_order import (
     CutStep,
     Instances,
@@ -66,6 +67,7 @@ from comminsight.semantic.offline import (
     place_gpu,
     step_warnings,
 )
+from comminsight.semantic.remote_logs import RemoteProcess, is_url, list_url
 from comminsight.semantic.templates import TemplateSet, load_templates
 
 KEPT_LEVEL = 1
@@ -76,12 +78,12 @@ class GpuRef:
     """Where a GPU's ops are: its process's files and which of its GPUs it is."""
 
     index: int  # the GPU's place in the job (read_gpu_logs' order)
-    process: ProcessFiles
+    process: ProcessFiles | RemoteProcess
     gpu: int  # among the process's GPUs
     stream: str  # its GpuLog's (what names what is kept of it)
 
-    def log(self) -> GpuLog:
-        return self.process.gpu_logs([])[self.gpu]
+    def log(self, run: str) -> GpuLog:
+        return _local(run, self.process).gpu_logs([])[self.gpu]
 
 
 @dataclass
@@ -104,7 +106,7 @@ class _Read:
 
     def log(self, ref: GpuRef) -> GpuLog:
         """A GpuLog of the GPU that needs no more reading: its batches are these."""
-        return GpuLog(ref.stream, list(ref.process.segments), list(self.problems), self.identity)
+        return GpuLog(ref.stream, [], list(self.problems), self.identity)
 
 
 @dataclass
@@ -138,11 +140,14 @@ class _Kept:
 # ---- on a worker --------------------------------------------------------------------------
 
 
-def describe_process(run: str, process: ProcessFiles) -> tuple[list[GpuComms], list[str]]:
+def describe_process(
+    run: str, process: ProcessFiles | RemoteProcess
+) -> tuple[list[GpuComms], list[str]]:
     """Round 1: each GPU's ops read (and kept), its communicators in the order met."""
     problems: list[str] = []
     out = []
-    for log in process.gpu_logs(problems):
+    local = _local(run, process)
+    for log in local.gpu_logs(problems):
         # concrete: a lazy batch refers to its source through closures, which do not pickle
         batches = [b.make_concrete() for b in log.batches()]
         _keep(run, log.stream, "read", _Read(batches, log.identity, list(log.problems)))
@@ -157,6 +162,8 @@ def describe_process(run: str, process: ProcessFiles) -> tuple[list[GpuComms], l
                 elif known[2] is None and known[3] is None and c.name is not None:
                     known[3] = c.name
         out.append(GpuComms(log.stream, [tuple(v) for v in seen.values()], _address()))
+    if local is not process and local.segments:  # fetched: what was read is kept
+        shutil.rmtree(local.segments[0].parent, ignore_errors=True)
     return out, problems
 
 
@@ -187,7 +194,7 @@ def gpu_steps(
     comms: CommIds,
     verdict: tuple,
     out_dir: str | None,
-    template_dirs: str,
+    templates: TemplateSet,
     step: CutStep,
     keep_summaries: bool,
     *provided: GpuCut,
@@ -209,7 +216,7 @@ def gpu_steps(
         {log.stream: read.batches},
         {log.stream: list(read.problems)},
     )
-    result = place_gpu(log, ref.index, job, _templates(template_dirs), _path(out_dir))
+    result = place_gpu(log, ref.index, job, templates, _path(out_dir))
     if not keep_summaries:
         result.written, result.summaries = len(result.summaries), []
     for stage in ("read", "facts", "cut"):
@@ -222,10 +229,18 @@ def forget_run(run: str) -> None:
     shutil.rmtree(_scratch(run), ignore_errors=True)
 
 
+def _local(run: str, process: ProcessFiles | RemoteProcess) -> ProcessFiles:
+    """The process's files on this worker: fetched into its directory when they lie
+    elsewhere."""
+    if isinstance(process, RemoteProcess):
+        return process.fetched(_scratch(run) / "fetched")
+    return process
+
+
 def _read(run: str, ref: GpuRef) -> _Read:
     read = _load(run, ref.stream, "read")
     if read is None:  # read by another worker: read here
-        log = ref.log()
+        log = ref.log(run)
         batches = list(log.batches())
         read = _Read(batches, log.identity, list(log.problems))
     return read
@@ -246,11 +261,6 @@ def _cut(run: str, ref: GpuRef, comms: CommIds, step: CutStep, provided) -> tupl
     return kept, outcome, runs
 
 
-@functools.lru_cache(maxsize=4)
-def _templates(template_dirs: str) -> TemplateSet:
-    return load_templates(template_dirs)
-
-
 def _path(text: str | None) -> Path | None:
     return Path(text) if text is not None else None
 
@@ -265,18 +275,35 @@ def _scratch(run: str) -> Path:
     return base / f"comminsight-steps-{run}"
 
 
+def stream_key(stream: str) -> str:
+    """A file name for a stream (a file name's stem, maybe not UTF-8): hashed, so no name
+    can leave the directory it is put in."""
+    return hashlib.sha256(os.fsencode(stream)).hexdigest()[:32]
+
+
 def _kept_path(run: str, stream: str, stage: str) -> Path:
-    # a stream is a file name's stem; hashed all the same, so no name can leave the directory
-    name = hashlib.sha256(stream.encode()).hexdigest()[:32]
-    return _scratch(run) / f"{name}.{stage}.pickle"
+    return _scratch(run) / f"{stream_key(stream)}.{stage}.pickle"
+
+
+def _private_dir(path: Path) -> Path:
+    """`path`, made if need be, refused unless it is a directory of this user's that nobody
+    else may write: what is unpickled from it is trusted."""
+    make_private_dirs(path)
+    fd, _ = open_checked(path, "directory", os.O_RDONLY | os.O_DIRECTORY, shared_ok=False)
+    os.close(fd)
+    return path
 
 
 def _load(run: str, stream: str, stage: str):
+    path = _kept_path(run, stream, stage)
     try:
-        data = _kept_path(run, stream, stage).read_bytes()
+        _private_dir(path.parent)
+        fd, _ = open_checked(path, "regular file", shared_ok=False)
     except FileNotFoundError:
         return None
-    # this run's own file, in its worker's own directory
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    # this run's own file, in a directory only this user may write
     return pickle.loads(zstandard.ZstdDecompressor().decompress(data))  # noqa: S301
 
 
@@ -284,10 +311,12 @@ def _keep(run: str, stream: str, stage: str, value) -> None:
     """Kept compressed: a worker keeps every GPU it read until its Steps are placed, and a
     GPU's ops pickle to ~180 bytes each, ~40 once compressed (zstd level 1, ~0.4 µs an op)."""
     path = _kept_path(run, stream, stage)
-    make_private_dirs(path.parent)
+    _private_dir(path.parent)
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
     data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    tmp.write_bytes(zstandard.ZstdCompressor(level=KEPT_LEVEL).compress(data))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(zstandard.ZstdCompressor(level=KEPT_LEVEL).compress(data))
     os.replace(tmp, path)
 
 
@@ -350,8 +379,11 @@ def _gather(client, received: dict[str, int] | None, round_name: str, futures) -
 
 
 def _recover(client, gather, run, logs_dir, template_dirs, out_dir, make_out_dir, on_ops, keep):
-    processes, problems = list_job(logs_dir)
-    templates = _templates(template_dirs)
+    processes, problems = list_url(logs_dir) if is_url(logs_dir) else list_job(logs_dir)
+    # loaded here and sent: the workers need not see the template directories, and a
+    # long-lived worker never places Steps with templates an earlier run loaded
+    templates = load_templates(template_dirs)
+    shared_templates = client.scatter(templates, broadcast=True)
     described = gather(
         "communicators", [client.submit(describe_process, run, p, pure=False) for p in processes]
     )
@@ -395,7 +427,7 @@ def _recover(client, gather, run, logs_dir, template_dirs, out_dir, make_out_dir
             shared,
             verdict,
             str(out) if out is not None else None,
-            template_dirs,
+            shared_templates,
             steps[ref.index],
             keep,
             *[cuts[p] for p in steps[ref.index].providers],

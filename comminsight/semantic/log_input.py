@@ -779,12 +779,18 @@ def _base(name: str) -> str:
     return segment_name(name).removesuffix(".partial")
 
 
-def _preference(path: Path) -> int:
+def _preference(path: Path | str) -> int:
     """Which file of a segment index is read (the lowest): the sealed file, then its
     compressed copy (the same bytes), then a leftover open one."""
-    if path.name.endswith(".partial"):
+    name = str(path)
+    if name.endswith(".partial"):
         return 2
-    return 1 if is_compressed(path) else 0
+    return 1 if is_compressed(name) else 0
+
+
+def preferred_file(path: Path | str, than: Path | str) -> bool:
+    """Whether `path` is read rather than `than`, two files of one segment index."""
+    return _preference(path) < _preference(than)
 
 
 @dataclass(frozen=True)
@@ -832,7 +838,7 @@ def list_job(directory: str | Path) -> tuple[list[ProcessFiles], list[str]]:
     for stream, files in sorted(streams.items()):
         by_index: dict[int, Path] = {}
         for index, path in files:  # sealed over compressed over a leftover .partial
-            if index not in by_index or _preference(path) < _preference(by_index[index]):
+            if index not in by_index or preferred_file(path, by_index[index]):
                 by_index[index] = path
         processes.append(ProcessFiles(stream, tuple(by_index[i] for i in sorted(by_index))))
     return processes, problems

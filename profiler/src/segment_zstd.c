@@ -27,7 +27,8 @@
 
 #define CHUNK (128u * 1024u)    /* bytes read and written per compression call */
 #define QUEUE 8                 /* sealed segments waiting; past this a new one stays raw */
-#define FINAL_BYTES (32u << 20) /* the last pass compresses this much at most: exit is not delayed long */
+#define FINAL_BYTES (32u << 20) /* the last pass compresses this much at most, */
+#define FINAL_NS 500000000ull   /* and for this long: exit is not delayed long at any level */
 #define NAME_MAX_LEN 256
 
 /* zstd's stable API (zstd.h, 1.4.0 on): the opaque context, the two buffer structs and the
@@ -135,7 +136,9 @@ static bool job_start(int dir_fd, const char* name) {
     snprintf(j->name, sizeof(j->name), "%s", name);
     snprintf(j->tmp, sizeof(j->tmp), "%s.zst.partial", name);
     z.active = true;
-    j->in_fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* non-blocking: a FIFO swapped in under the sealed name must not hold the writer (and
+     * with it the last communicator's destroy) for ever; fstat then refuses it */
+    j->in_fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     if (j->in_fd < 0 || fstat(j->in_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         job_fail(dir_fd, "open", j->in_fd < 0 ? strerror(errno) : "not a regular file");
@@ -241,11 +244,17 @@ static void job_finish(int dir_fd) {
     ci_counter_add(&ci_g.hdr->log_segments_compressed, 1);
 }
 
+/* A sealed segment that stays uncompressed although compression is on: counted. */
+static void left_raw(void) { ci_counter_add(&ci_g.hdr->log_compress_errors, 1); }
+
 void ci_zstd_enqueue(const char* sealed_name) {
-    if (ci_g.cfg.log_zstd_level == 0 || (z.loaded && z.unavailable)) return;
-    if (strlen(sealed_name) >= NAME_MAX_LEN) return;
+    if (ci_g.cfg.log_zstd_level == 0) return;
+    if ((z.loaded && z.unavailable) || strlen(sealed_name) >= NAME_MAX_LEN) {
+        left_raw();
+        return;
+    }
     if (z.count == QUEUE) { /* writing outpaces compressing: this one stays as it is */
-        ci_counter_add(&ci_g.hdr->log_compress_errors, 1);
+        left_raw();
         if (!z.warned) ci_warn("compression of sealed inspector_logs segments fell behind: %s stays uncompressed", sealed_name);
         z.warned = true;
         return;
@@ -257,10 +266,10 @@ void ci_zstd_enqueue(const char* sealed_name) {
 void ci_zstd_work(int dir_fd, uint64_t budget_ns, bool final) {
     if (!z.active && !z.count) return;
     if (!load_api()) {
-        z.count = 0;
+        for (; z.count; z.count--) left_raw();
         return;
     }
-    uint64_t until = ci_now_mono() + budget_ns, spent = 0;
+    uint64_t until = ci_now_mono() + (final ? FINAL_NS : budget_ns), spent = 0;
     for (;;) {
         if (!z.active) {
             if (!z.count) return;
@@ -270,9 +279,11 @@ void ci_zstd_work(int dir_fd, uint64_t budget_ns, bool final) {
             z.count--;
             if (!job_start(dir_fd, name)) continue;
         }
-        if (final && spent >= FINAL_BYTES) { /* the rest stays uncompressed, and whole */
+        if (final && (spent >= FINAL_BYTES || ci_now_mono() >= until)) {
+            /* the rest stays uncompressed, and whole, counted */
             job_close(dir_fd, false);
-            z.count = 0;
+            left_raw();
+            for (; z.count; z.count--) left_raw();
             return;
         }
         uint64_t before = z.job.read;

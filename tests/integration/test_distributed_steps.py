@@ -6,10 +6,13 @@ round that finds nothing its worker kept (another worker took the GPU) makes it 
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import uuid
 
 import pytest
+import zstandard
 from cli_in_process import run_cli
 from log_files import decompress_all
 from nvidia_logs import as_nvidia
@@ -19,6 +22,7 @@ from comminsight.semantic import distributed_steps as ds
 from comminsight.semantic.cut_order import plan_cut
 from comminsight.semantic.log_input import list_job
 from comminsight.semantic.offline import recover_steps
+from comminsight.semantic.templates import load_templates
 from comminsight.sim import SimConfig, run_simulation
 
 pytestmark = pytest.mark.slow
@@ -129,6 +133,7 @@ def test_a_round_whose_worker_kept_nothing_makes_it_again(tmp_path):
         refs += [ds.GpuRef(first + k, process, k, g.stream) for k, g in enumerate(described)]
         gpus += described
     comms = ds.numbered_comms(gpus)
+    templates = load_templates("")
     facts = [ds.gpu_facts(kept, ref, comms) for ref in refs]
     plan = plan_cut([f.instances for f in facts], [f.pivot for f in facts])
     try:
@@ -158,7 +163,7 @@ def test_a_round_whose_worker_kept_nothing_makes_it_again(tmp_path):
                     comms,
                     verdict,
                     str(out),
-                    "",
+                    templates,
                     step,
                     True,
                     *[first[p] for p in step.providers],
@@ -193,11 +198,87 @@ def test_the_command_over_workers_answers_as_in_one_process(tmp_path, client):
     assert answers["alone"][0]["total"] > 0 and "step summaries in OUT/" in answers["alone"][1]
 
 
+def test_logs_at_a_url_laid_out_as_the_archive_keeps_them_are_read_where_they_lie(tmp_path, client):
+    """The segments under an fsspec URL, each node's in `<node>/inspector_logs/` as the
+    archive keeps them (some compressed as a stream, as the archive does, some as the
+    Profiler does, some not at all), with other files beside them: the same Steps as from
+    one local directory."""
+    logs = simulate(tmp_path / "home", workload="megatron", ranks=8, tp=2, pp=2)
+    decompress_all(logs)
+    archive = tmp_path / "archive"
+    for i, path in enumerate(sorted(logs.glob("*.jsonl"))):
+        node = archive / f"node-{int(path.name.split('-')[2]) % 2}" / "inspector_logs"
+        node.mkdir(parents=True, exist_ok=True)
+        data = path.read_bytes()
+        if i % 3 == 0:  # as the archive compresses: a stream, no size in the frame
+            out = io.BytesIO()
+            zstandard.ZstdCompressor(level=3).copy_stream(io.BytesIO(data), out)
+            (node / f"{path.name}.zst").write_bytes(out.getvalue())
+        elif i % 3 == 1:  # as the Profiler compresses
+            (node / f"{path.name}.zst").write_bytes(zstandard.ZstdCompressor().compress(data))
+        else:
+            (node / path.name).write_bytes(data)
+    # the archive keeps the live engine's step files beside: named like segments, not read
+    steps = archive / "node-0" / "semantics" / "step"
+    steps.mkdir(parents=True)
+    (steps / "live-node-0-4242-1796000000000000000.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(b'{"step_index":0}\n')
+    )
+    one = recover_steps(logs, out_dir=tmp_path / "one")
+    url = f"file://{archive}"
+    many = ds.recover_steps_distributed(url, client, out_dir=tmp_path / "many")
+    expected = {n: b for n, b in files(tmp_path / "one").items() if not n.startswith("engine.")}
+    assert files(tmp_path / "many") == expected and many.problems == one.problems == []
+    done = run_cli(["steps", url, "--out", str(tmp_path / "cli"), "--workers", "2"], {})
+    assert done.returncode == 0, done.stderr
+    assert {n: b for n, b in files(tmp_path / "cli").items()} == expected
+
+
+def test_logs_at_a_url_need_workers_and_a_place_for_the_summaries(tmp_path):
+    url = f"file://{tmp_path}"
+    done = run_cli(["steps", url, "--workers", "2"], {})
+    assert done.returncode == 1 and "--out" in done.stderr
+    done = run_cli(["steps", url, "--out", str(tmp_path / "o"), "--workers", "0"], {})
+    assert done.returncode == 2 and "read by workers" in done.stderr
+
+
+def test_a_stream_whose_name_is_not_utf8_is_read_alike(tmp_path, client):
+    """A file name is bytes: a host with a byte that is not UTF-8 gives a stream name with
+    surrogates, which the workers keep their files by all the same."""
+    logs = simulate(tmp_path / "home", workload="ddp", ranks=4)
+    odd = os.fsdecode(b"n\xffde")
+    for path in logs.iterdir():
+        path.rename(path.with_name(path.name.replace("-vm-", f"-{odd}-", 1)))
+    assert_same_recovery(logs, tmp_path, client)
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--workers", "2", "--scheduler", "tcp://127.0.0.1:9"], "not both"),
+        (["--workers", "2", "--checkpoint-every-ops", "10"], "keeps no checkpoint"),
+    ],
+    ids=["workers-and-scheduler", "checkpoints-over-workers"],
+)
+def test_options_that_cannot_go_together_are_refused(options, said, tmp_path):
+    done = run_cli(["steps", str(tmp_path), "--out", str(tmp_path / "o"), *options], {})
+    assert done.returncode == 2 and said in done.stderr
+
+
+def test_a_scheduler_file_that_says_nothing_is_named(tmp_path):
+    bad = tmp_path / "scheduler.json"
+    bad.write_text("not json")
+    done = run_cli(
+        ["steps", str(tmp_path), "--out", str(tmp_path / "o"), "--scheduler", str(bad)], {}
+    )
+    assert done.returncode == 1 and f"cannot use the Dask scheduler {bad}" in done.stderr
+
+
 def test_a_negative_number_of_workers_is_refused(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     done = run_cli(["steps", str(logs), "--workers", "-1"], {})
-    assert done.returncode == 1 and "--workers -1" in done.stderr
+    assert done.returncode == 2 and "--workers -1" in done.stderr
 
 
 def test_worker_options_do_not_apply_to_the_agent():

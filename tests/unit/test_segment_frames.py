@@ -37,7 +37,7 @@ def test_a_whole_frame_reads_back_the_segment(frame, tmp_path):
     [
         (lambda z: z[:-40], "cut short|not a complete"),
         (lambda z: z + b"x" * 5000, "5000 bytes follow its zstd frame"),
-        (lambda z: z[:9] + bytes([z[9] ^ 0xFF]) + z[10:], "not a complete"),
+        (lambda z: z[:9] + bytes([z[9] ^ 0xFF]) + z[10:], "not a complete|more than the"),
     ],
     ids=["cut", "trailing", "flipped"],
 )
@@ -55,3 +55,13 @@ def test_a_frame_past_the_bound_is_refused_before_it_is_decompressed_whole(frame
     path.write_bytes(frame(b"\0" * (64 << 20)))  # 64 MiB of zeros: a few KiB compressed
     with pytest.raises(SegmentError, match="more than the|past the"):
         read_segment(path, max_bytes=1 << 20)
+
+
+@pytest.mark.parametrize("frame", [sized, streamed], ids=["sized", "streamed"])
+def test_a_frame_that_compresses_past_what_log_lines_do_is_refused(frame, tmp_path):
+    """64 MiB of one byte is a few KiB compressed: within what a segment may hold, far past
+    what inspector-log lines compress to (MAX_RATIO)."""
+    path = tmp_path / "s-000000.jsonl.zst"
+    path.write_bytes(frame(b"\0" * (64 << 20)))
+    with pytest.raises(SegmentError, match="more than the|past the"):
+        read_segment(path)

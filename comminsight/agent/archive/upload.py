@@ -22,18 +22,15 @@ import zstandard
 from comminsight.agent.archive.ledger import LedgerEntry
 from comminsight.agent.archive.local import LocalFile
 from comminsight.agent.archive.providers import Provider
-from comminsight.log_segments import SEGMENT_BYTES_MAX
+from comminsight.log_segments import decompressed_bound
 from comminsight.safe_open import open_checked
 
 log = logging.getLogger(__name__)
 TEMP_SUFFIX = ".uploading"
 _CHUNK = 1 << 20
-# what one compressed chunk read is decompressed at a time: its output stays a few MiB for the
-# lines of a segment
-_FRAME_CHUNK = 64 << 10
-# a compressed file decompresses to no more than this (the size of the largest segment): a
-# planted frame of repeated bytes is refused rather than read through for ever
-COMPRESSED_CONTENT_MAX = SEGMENT_BYTES_MAX
+# what one compressed chunk read is decompressed at a time: a few MiB at most of output, even
+# from a crafted frame (a zstd block of 128 KiB can be told in a few bytes)
+_FRAME_CHUNK = 1024
 
 
 class UploadVerificationError(OSError):
@@ -175,6 +172,9 @@ def _verified_frame(path) -> tuple[int, Any, Any]:
     content_hash, content_bytes, frame_hash = hashlib.sha256(), 0, hashlib.sha256()
     decompressor = zstandard.ZstdDecompressor().decompressobj()
     with _open_source(path) as src:
+        # no more than a segment holds, nor more than log segments compress to (a frame of
+        # repeated bytes planted in the home is refused rather than read through)
+        bound = decompressed_bound(os.fstat(src.fileno()).st_size)
         try:
             while chunk := src.read(_FRAME_CHUNK):
                 frame_hash.update(chunk)
@@ -183,11 +183,9 @@ def _verified_frame(path) -> tuple[int, Any, Any]:
                 out = decompressor.decompress(chunk)
                 content_hash.update(out)
                 content_bytes += len(out)
-                if content_bytes > COMPRESSED_CONTENT_MAX:
+                if content_bytes > bound:
                     raise DamagedFile(
-                        path,
-                        f"decompresses past the {COMPRESSED_CONTENT_MAX} bytes a compressed "
-                        "file may hold",
+                        path, f"decompresses past the {bound} bytes a file of its size may hold"
                     )
         except zstandard.ZstdError as e:
             raise DamagedFile(path, f"is not a whole zstd frame: {e}") from None

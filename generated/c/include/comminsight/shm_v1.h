@@ -308,7 +308,7 @@ struct ci_shm_header_v1 {
     uint64_t agent_settings_refused; /* @760: Reads of <home>/metadata/agent-settings that changed nothing because the file was refused (a link, another owner, not a regular file, writable by others) or held no valid COMMINSIGHT_PROFILER_HANG_TIMEOUT_S; each changed version of the file is read, and counted, once. */
     char link_path[3072]; /* @768: The symbolic link by which the Agent finds this file (<COMMINSIGHT_HOME>/shms/<name>.shm, or the private directory's when the home was refused), NUL-terminated; empty if the file is not linked or the path does not fit (files of older producers too). A later Profiler removes a dead producer's file only once this link is gone (its Agent retired it) or its heartbeat is older than the grace period. Readers may ignore it. */
     uint64_t log_segments_compressed; /* @3840: Sealed inspector_logs segments replaced by their zstd-compressed form (<name>.jsonl.zst); zero in files of older producers. */
-    uint64_t log_compress_errors; /* @3848: Sealed segments left uncompressed because compressing failed (no libzstd, a full disk, a read or write error); the uncompressed segment stays and is read as before. */
+    uint64_t log_compress_errors; /* @3848: Sealed segments left uncompressed although compression is on: compressing failed (no libzstd, a full disk, a read or write error), fell behind the writing, or was cut short at exit; the uncompressed segment stays and is read as before. */
     uint8_t reserved4[240]; /* @3856: Zero; room to grow the header within v1. */
 };
 CI_SHM_V1_STATIC_ASSERT(sizeof(ci_shm_header_v1_t) == 4096, "sizeof ci_shm_header_v1_t");
