@@ -216,8 +216,13 @@ def instance_keys(g: GpuOps) -> tuple[np.ndarray, np.ndarray]:
         idx = np.flatnonzero(p2p)
         nth[idx] = _occurrence(pair[idx] * 2 + send[idx])
     family = np.where(p2p, pair | (1 << 62), (g.comm << 40) | g.func)
-    number = np.where(p2p, nth, g.seq)
+    # below 2^62, so that an interval of numbers (cut_order) never ends past int64's range
+    # (NCCL counts from 0: only a forged log reaches that far)
+    number = np.where(p2p, nth, g.seq) & NUMBER_MASK
     return family, number
+
+
+NUMBER_MASK = (1 << 62) - 1
 
 
 def _occurrence(values: np.ndarray) -> np.ndarray:

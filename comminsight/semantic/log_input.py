@@ -265,9 +265,19 @@ class _SharedReading:
         return kept[0]
 
 
-# Ops a process's reader keeps from compressed segments read ahead while its GPUs are told
-# apart (about 200 bytes each): past this, such a segment is decompressed twice instead
+# Ops the readers of one listing keep from compressed segments read ahead while each
+# process's GPUs are told apart (about 200 bytes each): past this, such a segment is
+# decompressed twice instead
 AHEAD_OPS = 2_000_000
+
+
+@dataclass
+class AheadBudget:
+    """The ops read ahead and not yet taken, shared by the readers of one listing (every
+    process is split before any is read)."""
+
+    ops: int = 0
+
 
 # Ops a multi-GPU process's reading keeps for its other GPUs (~200 bytes each): the job-wide
 # cut holds every op anyway; this bounds what reading GPU by GPU (per_gpu) holds besides.
@@ -294,8 +304,9 @@ class _SegmentReader:
     """Reads one process's segments into OpBatches: op lines through the C scanner
     (native.scan), every other line through msgspec, as `_op` describes."""
 
-    def __init__(self, log: GpuLog) -> None:
+    def __init__(self, log: GpuLog, ahead: AheadBudget | None = None) -> None:
         self.log = log
+        self._ahead_budget = ahead if ahead is not None else AheadBudget()
         self.headers = native.InternTable()
         self.funcs = native.InternTable(cap=256, arena=1 << 14)
         self.comms = CommTable()
@@ -306,7 +317,6 @@ class _SegmentReader:
         self._renamed: dict[int, tuple[str, str]] = {}
         # segments read whole before their turn: (what `read` gives, the problems found)
         self._ahead: dict[str, tuple[tuple[OpBatch, int], list[str]]] = {}
-        self._ahead_ops = 0  # ops of the segments read ahead
         self._problems: list[str] | None = None  # where problems go, when not the log's
 
     def read_ahead(self, path: Path, optional: bool = False) -> list[bytes] | None:
@@ -315,7 +325,7 @@ class _SegmentReader:
         needs): the segment is then read once, not searched as well. An optional reading
         (a compressed segment, which would be decompressed twice otherwise) is declined
         with None once AHEAD_OPS ops are kept: what is kept waits in memory for its turn."""
-        if optional and self._ahead_ops >= AHEAD_OPS:
+        if optional and self._ahead_budget.ops >= AHEAD_OPS:
             return None
         others: list[bytes] = []
         self._problems = problems = []
@@ -324,7 +334,7 @@ class _SegmentReader:
         finally:
             self._problems = None
         self._ahead[path.name] = (result, problems)
-        self._ahead_ops += len(result[0])
+        self._ahead_budget.ops += len(result[0])
         return others
 
     def read(
@@ -334,7 +344,7 @@ class _SegmentReader:
         (with `others`, the lines that are not op lines are added to it)."""
         ahead = self._ahead.pop(path.name, None)
         if ahead is not None:
-            self._ahead_ops -= len(ahead[0][0])
+            self._ahead_budget.ops -= len(ahead[0][0])
         if ahead is not None and offset == 0 and record == 0:
             self.log.problems += ahead[1]
             return ahead[0]
@@ -802,12 +812,12 @@ class ProcessFiles:
     segments: tuple[Path, ...]
     nvidia: Identity | None = None
 
-    def gpu_logs(self, problems: list[str]) -> list[GpuLog]:
+    def gpu_logs(self, problems: list[str], ahead: AheadBudget | None = None) -> list[GpuLog]:
         """Its GpuLogs: one, or one per GPU it drives (what telling them apart met goes to
         problems)."""
         if self.nvidia is not None:
             return [GpuLog(self.stream, list(self.segments), identity=self.nvidia)]
-        return gpu_logs_of_process(self.stream, list(self.segments), problems)
+        return gpu_logs_of_process(self.stream, list(self.segments), problems, ahead)
 
 
 def list_job(directory: str | Path) -> tuple[list[ProcessFiles], list[str]]:
@@ -848,15 +858,18 @@ def read_gpu_logs(directory: str | Path) -> tuple[list[GpuLog], list[str]]:
     """The GPUs whose segments are in `directory`, and what could not be used."""
     processes, problems = list_job(directory)
     logs = []
+    ahead = AheadBudget()  # every process is split before any is read: one bound for all
     for process in processes:
-        logs += process.gpu_logs(problems)
+        logs += process.gpu_logs(problems, ahead)
     return logs, problems
 
 
-def gpu_logs_of_process(stream: str, segments: list[Path], problems: list[str]) -> list[GpuLog]:
+def gpu_logs_of_process(
+    stream: str, segments: list[Path], problems: list[str], ahead: AheadBudget | None = None
+) -> list[GpuLog]:
     """A process's GpuLogs: one, or one per GPU when it drives several (process_gpus)."""
     log = GpuLog(stream, segments)
-    reader = _SegmentReader(log)
+    reader = _SegmentReader(log, ahead)
     split = split_process(segments, reader.read_ahead)
     problems += split.problems
     who = split.process

@@ -121,8 +121,10 @@ def scan_members(segments: list[Path], read_lines: ReadLines | None = None) -> P
         data = _contents(path)
         if data is None:
             continue
+        # a compressed one the reader declined (its bound reached) is searched, not kept
+        ahead = read_lines if read_lines and not is_compressed(path) else None
         try:
-            _scan_segment(data, found, read_lines and (lambda path=path: read_lines(path)))
+            _scan_segment(data, found, ahead and (lambda path=path, ahead=ahead: ahead(path)))
         finally:
             if isinstance(data, mmap.mmap):
                 data.close()

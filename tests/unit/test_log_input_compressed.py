@@ -15,7 +15,8 @@ import msgspec
 import pytest
 import zstandard
 
-from comminsight.log_segments import verify_segment
+from comminsight.log_segments import read_segment, verify_segment
+from comminsight.semantic import log_input
 from comminsight.semantic.log_input import read_gpu_logs
 from comminsight.semantic.offline import CHECKPOINT_NAME, recover_steps
 from comminsight.semantic.process_gpus import split_process
@@ -321,3 +322,22 @@ def test_a_checkpoint_taken_before_compression_resumes_after_it(plain, logs, tmp
     again = recover_steps(logs, out_dir=out, checkpoint_every_ops=EVERY)
     assert again.problems == [] and again.resumed == 1
     assert {p.name: p.read_bytes() for p in out.glob("*.jsonl")} == expected
+
+
+def test_what_is_read_ahead_is_bounded_over_the_whole_listing(logs, reference, monkeypatch):
+    """Every process is split before any is read: what their readers keep of compressed
+    segments read ahead is one bound for all of them, and past it a segment is read in its
+    turn, with the same ops."""
+    for path in sorted(logs.glob("*.jsonl")):
+        compress(path)
+    one_segment = max(
+        sum(1 for line in read_segment(p).splitlines() if b'"kind":"coll"' in line)
+        for p in logs.glob("*.jsonl.zst")
+    )
+    monkeypatch.setattr(log_input, "AHEAD_OPS", 1)
+    listed, _ = read_gpu_logs(logs)
+    kept = {id(log.reader._ahead_budget): log.reader._ahead_budget.ops for log in listed}
+    assert len(kept) == 1  # one budget for the listing
+    assert next(iter(kept.values())) <= 1 + one_segment  # the first read ahead passes it
+    ops, problems = ops_of(logs)
+    assert problems == [] and ops == reference[0]
