@@ -62,30 +62,22 @@ class ZstdUploader:
             adopted = self._adopt(local, remote, _content_of(local.path))
             if adopted is not None:
                 return adopted
-        temp = remote + TEMP_SUFFIX
         source_hash, archived_hash = hashlib.sha256(), hashlib.sha256()
         compressor = zstandard.ZstdCompressor(level=self.level, write_checksum=True)
-        try:
-            with _open_source(local.path) as src, self.provider.open_for_write(temp) as out:
-                source_bytes, archived_bytes = compressor.copy_stream(
+        sizes = []
+
+        def write(out: BinaryIO) -> int:
+            with _open_source(local.path) as src:
+                sizes[:] = compressor.copy_stream(
                     _HashingReader(src, source_hash),
                     _HashingWriter(out, archived_hash),
                     read_size=_CHUNK,
                     write_size=_CHUNK,
                 )
-            self.provider.commit(temp, remote)
-        except Exception:
-            # Best effort, so a file that never makes it leaves no stray temporary object.
-            # (A crash skips this; the next attempt overwrites the same temporary name.)
-            with contextlib.suppress(Exception):
-                self.provider.remove(temp)
-            raise
-        stored = self.provider.size(remote)
-        if stored != archived_bytes:
-            raise UploadVerificationError(
-                f"{remote}: the archive holds {stored} bytes, {archived_bytes} were written"
-            )
-        return self._entry(local, remote, source_bytes, source_hash, archived_bytes, archived_hash)
+            return sizes[1]
+
+        archived_bytes = self._put(remote, write)
+        return self._entry(local, remote, sizes[0], source_hash, archived_bytes, archived_hash)
 
     def _upload_compressed(self, local: LocalFile, remote: str) -> LedgerEntry:
         """Send a file its writer compressed as it is, once it proved one whole zstd frame."""
@@ -94,27 +86,42 @@ class ZstdUploader:
             adopted = self._adopt(local, remote, (source_bytes, source_hash))
             if adopted is not None:
                 return adopted
-        temp = remote + TEMP_SUFFIX
-        archived_hash, archived_bytes = hashlib.sha256(), 0
-        try:
-            with _open_source(local.path) as src, self.provider.open_for_write(temp) as out:
+        archived_hash = hashlib.sha256()
+
+        def write(out: BinaryIO) -> int:
+            written = 0
+            with _open_source(local.path) as src:
                 while chunk := src.read(_CHUNK):
                     archived_hash.update(chunk)
-                    archived_bytes += len(chunk)
+                    written += len(chunk)
                     out.write(chunk)
             if archived_hash.digest() != frame_hash.digest():
                 raise UploadVerificationError(f"{local.path} changed while it was archived")
+            return written
+
+        archived_bytes = self._put(remote, write)
+        return self._entry(local, remote, source_bytes, source_hash, archived_bytes, archived_hash)
+
+    def _put(self, remote: str, write: Callable[[BinaryIO], int]) -> int:
+        """An object made by `write` (which gives the bytes it wrote) under a temporary name,
+        committed as `remote` and checked to hold them all; the bytes."""
+        temp = remote + TEMP_SUFFIX
+        try:
+            with self.provider.open_for_write(temp) as out:
+                written = write(out)
             self.provider.commit(temp, remote)
         except Exception:
+            # Best effort, so a file that never makes it leaves no stray temporary object.
+            # (A crash skips this; the next attempt overwrites the same temporary name.)
             with contextlib.suppress(Exception):
                 self.provider.remove(temp)
             raise
         stored = self.provider.size(remote)
-        if stored != archived_bytes:
+        if stored != written:
             raise UploadVerificationError(
-                f"{remote}: the archive holds {stored} bytes, {archived_bytes} were written"
+                f"{remote}: the archive holds {stored} bytes, {written} were written"
             )
-        return self._entry(local, remote, source_bytes, source_hash, archived_bytes, archived_hash)
+        return written
 
     def _adopt(self, local: LocalFile, remote: str, content: tuple[int, Any]) -> LedgerEntry | None:
         """The entry of `remote` when it decompresses to `content` (the local file's size and
