@@ -20,6 +20,7 @@ twice, as its ops do.
 from __future__ import annotations
 
 import bisect
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -173,17 +174,23 @@ def plan_cut(instances: list[Instances], facts: list[PivotFacts]) -> list[CutSte
     for i, fam in enumerate(families):
         for f in fam:
             holders.setdefault(f, []).append(i)
-    known = np.zeros(n, np.int64)  # each unfixed rank's ops whose instance is labelled
-    fixed = np.zeros(n, bool)
+    known = [0] * n  # each unfixed rank's ops whose instance is labelled
+    fixed = [False] * n
+    # (-known, rank) of the ranks whose count rose, stale entries left in and passed over:
+    # the next rank is found in log time, not by a pass over every rank
+    rising: list[tuple[int, int]] = []
     coverage = _Coverage()
     steps: list[CutStep] = []
     component = -1
     for _ in range(n):
-        best = int(np.argmax(np.where(fixed, -1, known)))
-        pivot = known[best] <= 0
+        while rising and (fixed[rising[0][1]] or -rising[0][0] != known[rising[0][1]]):
+            heapq.heappop(rising)
+        pivot = not rising
         if pivot:
             best = choose_pivot([i for i in range(n) if not fixed[i]], facts)
             component += 1
+        else:
+            best = heapq.heappop(rising)[1]
         providers: set[int] = set()
         new_f, new_lo, new_hi = [], [], []
         for f, spans in families[best].items():
@@ -202,7 +209,10 @@ def plan_cut(instances: list[Instances], facts: list[PivotFacts]) -> list[CutSte
         for f, spans in new.by_family().items():
             for i in holders[f]:
                 if not fixed[i]:
-                    known[i] += _count(instances[i], f, spans)
+                    more = _count(instances[i], f, spans)
+                    if more:
+                        known[i] += more
+                        heapq.heappush(rising, (-known[i], i))
     return steps
 
 
