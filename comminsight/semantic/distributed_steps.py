@@ -370,11 +370,47 @@ def recover_steps_distributed(
             client.run(forget_run, run)
 
 
-def _gather(client, received: dict[str, int] | None, round_name: str, futures) -> list:
-    values = client.gather(futures)
+def _gather(client, received: dict[str, int] | None, round_name: str, futures, made=None) -> list:
+    """The values of `futures`, or of the tasks `futures` makes when it is a list of
+    callables: a few at a time, so that a worker is handed no more than it can run soon (a
+    task handed over waits in its memory with its arguments, however long the round)."""
+    if futures and callable(futures[0]):
+        values = _a_few_at_a_time(client, futures, made)
+    else:
+        values = client.gather(futures)
     if received is not None:
         size = len(pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL))
         received[round_name] = received.get(round_name, 0) + size
+    return values
+
+
+def _a_few_at_a_time(client, makers: list, made: list | None = None) -> list:
+    """Each maker's task run, no more than a few at once, in the makers' order (a task may
+    take earlier ones' futures, which `made` then keeps: their values stay on the workers)."""
+    from distributed import as_completed
+
+    window = max(4, 2 * sum(client.nthreads().values()))
+    values: list = [None] * len(makers)
+    index: dict[str, int] = {}
+    running = as_completed()
+    upcoming = iter(range(len(makers)))
+
+    def submit_next() -> None:
+        i = next(upcoming, None)
+        if i is not None:
+            future = makers[i]()
+            index[future.key] = i
+            running.add(future)
+            if made is not None:
+                made[i] = future
+
+    for _ in range(window):
+        submit_next()
+    for future in running:
+        values[index.pop(future.key)] = future.result()
+        if made is None:
+            future.release()
+        submit_next()
     return values
 
 
@@ -385,7 +421,8 @@ def _recover(client, gather, run, logs_dir, template_dirs, out_dir, make_out_dir
     templates = load_templates(template_dirs)
     shared_templates = client.scatter(templates, broadcast=True)
     described = gather(
-        "communicators", [client.submit(describe_process, run, p, pure=False) for p in processes]
+        "communicators",
+        [functools.partial(client.submit, describe_process, run, p, pure=False) for p in processes],
     )
     refs: list[GpuRef] = []
     gpus: list[GpuComms] = []
@@ -398,29 +435,37 @@ def _recover(client, gather, run, logs_dir, template_dirs, out_dir, make_out_dir
     shared = client.scatter(comms, broadcast=True)
     facts = gather(
         "facts",
-        [client.submit(gpu_facts, run, r, shared, **_near(gpus[r.index].worker)) for r in refs],
+        [
+            functools.partial(
+                client.submit, gpu_facts, run, r, shared, **_near(gpus[r.index].worker)
+            )
+            for r in refs
+        ],
     )
     plan = plan_cut([f.instances for f in facts], [f.pivot for f in facts])
-    cuts: list = [None] * len(refs)
-    for step in plan:
+    cuts: list = [None] * len(refs)  # futures, by GPU: their values stay for round 4
+
+    def cut(step: CutStep):
         i = step.gpu
+        provided = [cuts[p] for p in step.providers]  # submitted already: earlier in the plan
         cuts[i] = client.submit(
-            gpu_cut,
-            run,
-            refs[i],
-            shared,
-            step,
-            *[cuts[p] for p in step.providers],
-            **_near(facts[i].worker),
+            gpu_cut, run, refs[i], shared, step, *provided, **_near(facts[i].worker)
         )
-    done = gather("cut", cuts)
+        return cuts[i]
+
+    kept: list = [None] * len(plan)  # not released: round 4 takes them
+    by_step = gather("cut", [functools.partial(cut, step) for step in plan], kept)
+    done: list = [None] * len(refs)
+    for step, value in zip(plan, by_step, strict=True):
+        done[step.gpu] = value
     verdict = job_verdict(plan, [d.outcome for d in done])
     out = Path(out_dir) if out_dir is not None else None
     if out is not None and refs:
         make_out_dir(out)
     steps = {s.gpu: s for s in plan}
     placed = [
-        client.submit(
+        functools.partial(
+            client.submit,
             gpu_steps,
             run,
             ref,
