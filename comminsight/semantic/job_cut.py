@@ -116,6 +116,12 @@ def cut_job(job: JobOps) -> JobCut:
     return JobCut(cuts, *job_verdict(plan, outcomes))
 
 
+def shown(stream: str) -> str:
+    """A stream's name as text a summary can carry: a file name that is not UTF-8 keeps its
+    odd bytes as \\xNN (a reason quoting it must still encode)."""
+    return stream.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def pivot_facts(g: GpuOps, u: LocalUnits) -> PivotFacts:
     return PivotFacts(u.found, u.coverage, u.period, len(g), g.rank)
 
@@ -175,7 +181,7 @@ def job_verdict(
             reasons += o.pivot_reasons
             steps = max(steps, o.step_count)
     for o in outcomes:
-        reasons += [f"{o.stream}: {why}" for why in o.reasons]
+        reasons += [f"{shown(o.stream)}: {why}" for why in o.reasons]
     if any(o.reasons for o in outcomes):
         confidence = min(confidence, 0.6)
     component = {step.gpu: step.component for step in plan}
@@ -186,7 +192,7 @@ def job_verdict(
             confidence = min(confidence, 0.5)
             reasons.append(
                 "ranks report different numbers of Steps: "
-                + ", ".join(f"{o.stream} {o.step_count}" for o in mine)
+                + ", ".join(f"{shown(o.stream)} {o.step_count}" for o in mine)
             )
     warmup = max((o.warmup_steps for o in outcomes), default=0)
     return confidence, reasons, steps, pivots, warmup
@@ -202,25 +208,24 @@ def _step_count(label: np.ndarray) -> int:
 
 def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     n = len(g)
+    who = shown(g.stream)
     label = np.full(n, STARTUP, np.int64)
     if not u.found:
-        why = [f"{g.stream}: no repeating op pattern: its ops are in no Step"] if n else []
+        why = [f"{who}: no repeating op pattern: its ops are in no Step"] if n else []
         return RankCut(g, label), 0.0 if n else 1.0, why
     gaps = g.idle_gaps()
     reasons: list[str] = []
     confidence = 1.0
     if u.coverage < 0.9:
         confidence = min(confidence, u.coverage)
-        reasons.append(
-            f"{g.stream}: its op cycle ({u.period} ops) covers {u.coverage:.0%} of its ops"
-        )
+        reasons.append(f"{who}: its op cycle ({u.period} ops) covers {u.coverage:.0%} of its ops")
     if u.doubt is not None:
         confidence = min(confidence, SUPER_CYCLE_CONFIDENCE)
-        reasons.append(f"{g.stream}: {u.doubt}")
+        reasons.append(f"{who}: {u.doubt}")
     if u.fragments:
         confidence = min(confidence, FRAGMENTS_CONFIDENCE)
         reasons.append(
-            f"{g.stream}: {u.fragments} fragments of its {u.period}-op cycle before the first "
+            f"{who}: {u.fragments} fragments of its {u.period}-op cycle before the first "
             "whole repetition: the Steps there are unlike the later ones"
         )
     starts = u.starts
@@ -228,7 +233,7 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
         step_starts, micro, hinted = _after_idle(u.step_starts, u.on_cycle, gaps), None, False
         cap = OPTIMIZERS_CONFIDENCE if u.optimizers_only else UPDATES_CONFIDENCE
         confidence = min(confidence, cap)
-        reasons.append(f"{g.stream}: {u.note}")
+        reasons.append(f"{who}: {u.note}")
     else:
         step_starts, micro, hinted = _group_units(starts, gaps)
     if micro is None and u.step_starts is None:
@@ -240,12 +245,12 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     if micro is not None:
         confidence = min(confidence, 0.85)
         reasons.append(
-            f"{g.stream}: Steps of {int(np.median(micro))} repetitions told apart by idle time"
+            f"{who}: Steps of {int(np.median(micro))} repetitions told apart by idle time"
         )
     elif hinted:
         confidence = min(confidence, 0.7)
         reasons.append(
-            f"{g.stream}: idle time hints that its {u.period}-op repetitions group into Steps "
+            f"{who}: idle time hints that its {u.period}-op repetitions group into Steps "
             "(micro-batches), without a regular pattern: each repetition is taken as a Step"
         )
     warmup_end = _warmup_by_optimizer(g, u, gaps, step_starts)

@@ -33,7 +33,7 @@ from comminsight.semantic.checkpoint import (
 )
 from comminsight.semantic.cut_runner import CutRunner
 from comminsight.semantic.engine import GpuEngine, evaluate
-from comminsight.semantic.job_cut import JobCut, RankCut, cut_job
+from comminsight.semantic.job_cut import JobCut, RankCut, cut_job, shown
 from comminsight.semantic.job_ops import CommIds, JobOps, gpu_ops
 from comminsight.semantic.log_input import GpuLog, read_gpu_logs
 from comminsight.semantic.op_batch import OpBatch
@@ -522,7 +522,7 @@ def step_warnings(result: OfflineResult) -> list[str]:
     """Steps that cannot be trusted as they are, said once: GPUs with many ops and no Step,
     and the reasons the job cut's confidence fell."""
     warnings = [
-        f"{g.stream} (rank {g.gpu.global_rank}): {g.ops:,} ops and no Step recognized"
+        f"{shown(g.stream)} (rank {g.gpu.global_rank}): {g.ops:,} ops and no Step recognized"
         for g in result.gpus
         if not g.steps and g.ops >= MANY_OPS
     ]

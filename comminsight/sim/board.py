@@ -141,11 +141,16 @@ class Board:
 
     def arrivals_of(self, instance: int, participants: tuple[int, ...]) -> list[int] | None:
         """Every participant's arrival, or None while one is missing or the op is poisoned."""
-        if self.poisoned[instance]:
-            return None
         row = self.arrivals[instance]
         values = [int(row[p]) for p in participants]
-        return None if 0 in values else values
+        if 0 in values:
+            return None
+        # read after the arrivals: a mismatched rank poisons before it arrives, so once its
+        # arrival is seen its poison is too (x86 keeps stores, and loads, in order); read
+        # before them, a peer could miss the poison and then see every rank arrived
+        if self.poisoned[instance]:
+            return None
+        return values
 
     # ---- abort ----
 

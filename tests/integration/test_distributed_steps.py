@@ -245,11 +245,14 @@ def test_logs_at_a_url_need_workers_and_a_place_for_the_summaries(tmp_path):
 def test_a_stream_whose_name_is_not_utf8_is_read_alike(tmp_path, client):
     """A file name is bytes: a host with a byte that is not UTF-8 gives a stream name with
     surrogates, which the workers keep their files by all the same."""
-    logs = simulate(tmp_path / "home", workload="ddp", ranks=4)
+    # a layout whose cut gives reasons, which name the streams and go into the summaries
+    logs = simulate(tmp_path / "home", workload="megatron", ranks=8, tp=2, pp=2)
     odd = os.fsdecode(b"n\xffde")
     for path in logs.iterdir():
         path.rename(path.with_name(path.name.replace("-vm-", f"-{odd}-", 1)))
-    assert_same_recovery(logs, tmp_path, client)
+    one = assert_same_recovery(logs, tmp_path, client)
+    assert all("\udcff" not in r for r in one.cut.reasons)
+    assert any("n\\xffde" in r for r in one.cut.reasons) or one.cut.confidence == 1.0
 
 
 @pytest.mark.parametrize(
