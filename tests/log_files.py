@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import zstandard
+
 from comminsight.log_segments import read_segment, segment_name, segments_in
 
 
@@ -26,3 +28,15 @@ def decompress_all(logs: Path) -> None:
     for path in sorted(logs.glob("*.jsonl.zst")):
         path.with_name(segment_name(path)).write_bytes(read_segment(path))
         path.unlink()
+
+
+def compress(path: Path, keep: bool = False) -> Path:
+    """A sealed segment compressed as the Profiler compresses it (`<name>.jsonl.zst`, one
+    frame with its content size and checksum); the `.jsonl` removed unless kept."""
+    data = path.read_bytes()
+    packed = path.with_name(path.name + ".zst")
+    packed.write_bytes(zstandard.ZstdCompressor(write_checksum=True).compress(data))
+    assert zstandard.frame_content_size(packed.read_bytes()) == len(data)
+    if not keep:
+        path.unlink()
+    return packed

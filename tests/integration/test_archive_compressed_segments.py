@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import zstandard
 from home_files import write_segment
+from log_files import compress
 
 from comminsight.agent.archive.archiver import (
     Archiver,
@@ -58,15 +59,6 @@ def provider(tmp_path: Path, where: str) -> Recording:
 def archiver(home: Path, p: Provider, **kw) -> Archiver:
     kw.setdefault("sleep", lambda s: None)
     return Archiver(home, p, prefix="node-a", **kw)
-
-
-def compress(path: Path, keep: bool = False) -> Path:
-    """The Profiler's compression of a sealed segment: `<name>.zst`, then the raw one goes."""
-    packed = path.with_name(path.name + ".zst")
-    packed.write_bytes(zstandard.ZstdCompressor(write_checksum=True).compress(path.read_bytes()))
-    if not keep:
-        path.unlink()
-    return packed
 
 
 def stored(p: Provider, name: str) -> bytes:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import zstandard
 from home_files import write_segment
+from log_files import compress
 
 from comminsight.agent.core import log_recovery
 from comminsight.agent.core.log_recovery import logged_through, recover, segment_prefix
@@ -91,15 +92,6 @@ def write_logs(logs: Path, segments: int = 3) -> list[Path]:
         ring.publish((k + 1) * PER_SEGMENT)
         paths.append(recover(ring, logs).path)
     return paths
-
-
-def compress(path: Path, keep: bool = False) -> Path:
-    """The Profiler's compression of a sealed segment: `<name>.zst`, then the raw one goes."""
-    packed = path.with_name(path.name + ".zst")
-    packed.write_bytes(zstandard.ZstdCompressor(write_checksum=True).compress(path.read_bytes()))
-    if not keep:
-        path.unlink()
-    return packed
 
 
 def truncate(path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-import zstandard
+from log_files import compress
 
 from comminsight.log_segments import read_segment, verify_segment
 from comminsight.semantic import log_input
@@ -83,18 +83,6 @@ def logs(plain, tmp_path) -> Path:
     dest = tmp_path / "inspector_logs"
     shutil.copytree(plain, dest)
     return dest
-
-
-def compress(path: Path, *, keep: bool = False) -> Path:
-    """`<name>.jsonl.zst` as the Profiler makes it (one frame, its content size in the
-    header); the `.jsonl` removed unless kept."""
-    data = path.read_bytes()
-    packed = path.with_name(path.name + ".zst")
-    packed.write_bytes(zstandard.ZstdCompressor(write_checksum=True).compress(data))
-    assert zstandard.frame_content_size(packed.read_bytes()) == len(data)
-    if not keep:
-        path.unlink()
-    return packed
 
 
 def ops_of(directory: Path) -> tuple[dict[str, list], list[str]]:
