@@ -119,8 +119,8 @@ def multinode_problem(settings) -> str | None:
     """What a master or slave cannot run without (architecture §7), named by key."""
     if settings.agent_mode == "standalone":
         return None
-    if settings.agent_mode == "slave" and not settings.agent_master_addr:
-        return "COMMINSIGHT_AGENT_MODE=slave needs COMMINSIGHT_AGENT_MASTER_ADDR"
+    if settings.agent_mode in ("slave", "relay") and not settings.agent_master_addr:
+        return f"COMMINSIGHT_AGENT_MODE={settings.agent_mode} needs COMMINSIGHT_AGENT_MASTER_ADDR"
     if not settings.agent_token:
         return (
             f"COMMINSIGHT_AGENT_MODE={settings.agent_mode} needs COMMINSIGHT_AGENT_TOKEN "
@@ -128,7 +128,7 @@ def multinode_problem(settings) -> str | None:
         )
     if bool(settings.agent_tls_cert) != bool(settings.agent_tls_key):
         return "COMMINSIGHT_AGENT_TLS_CERT and COMMINSIGHT_AGENT_TLS_KEY go together"
-    if settings.agent_mode == "master" and settings.agent_tls_client_ca:
+    if settings.agent_mode in ("master", "relay") and settings.agent_tls_client_ca:
         if not settings.agent_tls_cert:
             return (
                 "COMMINSIGHT_AGENT_TLS_CLIENT_CA needs COMMINSIGHT_AGENT_TLS_CERT and "
@@ -138,6 +138,14 @@ def multinode_problem(settings) -> str | None:
         return (
             "COMMINSIGHT_AGENT_TLS_CERT on a slave is its client certificate, presented over "
             "TLS: it needs COMMINSIGHT_AGENT_TLS_CA (the CA that signed the master's)"
+        )
+    if settings.agent_mode == "relay" and bool(settings.agent_tls_cert) != bool(
+        settings.agent_tls_ca
+    ):
+        return (
+            "a relay serves its children and dials its master with one TLS setting: "
+            "COMMINSIGHT_AGENT_TLS_CERT (its certificate, both ways) and "
+            "COMMINSIGHT_AGENT_TLS_CA (the CA that signed its master's) go together"
         )
     for key, path in (
         ("COMMINSIGHT_AGENT_TLS_CERT", settings.agent_tls_cert),
@@ -164,6 +172,10 @@ def service_for(settings) -> AgentService:
         from comminsight.agent.slave.agent import SlaveAgentService
 
         return SlaveAgentService(settings)
+    if settings.agent_mode == "relay":
+        from comminsight.agent.relay.agent import RelayAgentService
+
+        return RelayAgentService(settings)
     from comminsight.agent.core.service import AgentService
 
     return AgentService(settings)

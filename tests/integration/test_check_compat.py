@@ -308,10 +308,10 @@ def test_removed_openapi_path_breaks(base: Path, work: Path) -> None:
 
 
 def test_renumbered_protobuf_field_breaks(base: Path, work: Path) -> None:
-    edit(work, PROTO, "  string api_url = 7;\n", "  string api_url = 9;\n")
+    edit(work, PROTO, "  string api_url = 7;\n", "  string api_url = 19;\n")
     changes = compat.compare_protobuf(base, PROTO, work, PROTO)
     assert [f"{w}: {m}" for w, m in changes] == [
-        "messages.NodeIdentity.fields.api_url: number 7 -> 9"
+        "messages.NodeIdentity.fields.api_url: number 7 -> 19"
     ]
 
 

@@ -14,6 +14,7 @@ start_mono_ns) pair of the process's header, shifted alike.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import socket
 import time
 import weakref
@@ -23,6 +24,7 @@ from functools import cached_property
 
 from comminsight.agent.core.liveness import process_runs
 from comminsight.agent.core.producer_clock import on_reader_clock
+from comminsight.agent.core.rank_runs import EMPTY, RankRuns
 from comminsight.agent.hangs.proxy_evidence import EvidenceView, evidence_by_row
 from comminsight.agent.hangs.runs import current_run
 from comminsight.shm_reader import ShmRegion, enum_label, record_text
@@ -125,6 +127,21 @@ class CommMember:
     # proxy progress the Profiler recorded with the mask raised for this row (proxy_evidence)
     hang_evidence: EvidenceView | None = field(default=None, repr=False)
     finalize_mono_ns: int = 0  # when a FINALIZED row was finalized; 0 for an ACTIVE one
+    # A row a relay passed up as its class's representative: the class's other ranks, in the
+    # same state (relay.classes); empty for a rank's own row
+    stands_for: RankRuns = field(default=EMPTY, repr=False)
+
+    @property
+    def size(self) -> int:
+        """Ranks this row speaks for: its own, and its class's others."""
+        return 1 + len(self.stands_for)
+
+    def ranks(self) -> RankRuns:
+        return (
+            RankRuns.of((self.rank,)).union(self.stands_for)
+            if self.stands_for
+            else (RankRuns.of((self.rank,)))
+        )
 
     @property
     def last_activity_mono_ns(self) -> int:
@@ -149,13 +166,22 @@ class CommView:
         return f"{self.comm_id:016x}"
 
     def member(self, rank: int) -> CommMember | None:
-        return next((m for m in self.members if m.rank == rank), None)
+        """The row of `rank`, or of the class that holds it."""
+        return next((m for m in self.members if m.rank == rank or rank in m.stands_for), None)
+
+    @cached_property
+    def ranks_present(self) -> int:
+        """Ranks the members speak for (a class row speaks for all of its class)."""
+        return sum(m.size for m in self.members)
 
     # Cached (a frozen view never changes): a master's diagnosis asks these of every
     # communicator of every snapshot in its history, thousands of ranks each.
     @cached_property
     def missing_ranks(self) -> list[int]:
         present = {m.rank for m in self.members}
+        classes = [m.stands_for for m in self.members if m.stands_for]
+        if classes:
+            present |= set(functools.reduce(RankRuns.union, classes))
         return [r for r in range(self.nranks) if r not in present]
 
     @cached_property

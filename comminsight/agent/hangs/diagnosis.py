@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 from msgspec import UNSET
 
+from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.agent.hangs.left_comm import MembersSeen, left_members
 from comminsight.agent.hangs.odd_ranks import OddRanks, odd_ranks, rhythm_reason
@@ -250,7 +251,10 @@ def diagnose_comm(
             comm, now, threshold_ns
         )
     op_index = min(m.inflight.op_index for m in waiting)
-    stuck_op = majority_op([m.inflight for m in waiting if m.inflight.op_index == op_index])
+    stuck_op = majority_op(
+        [m.inflight for m in waiting if m.inflight.op_index == op_index],
+        [m.size for m in waiting if m.inflight.op_index == op_index],
+    )
     wait_s = max(now - m.inflight.enqueue_mono_ns for m in waiting) / 1e9
     return (
         process_died(comm, waiting, op_index, stuck_op, wait_s)
@@ -302,7 +306,7 @@ def process_died(
         comm,
         key=f"{op_index}:r" + ".".join(str(m.rank) for m in dead),
         summary=(
-            f"{_who(dead)} died ({reasons[dead[0].rank]}); {len(waiters)} rank(s) wait in "
+            f"{_who(dead)} died ({reasons[dead[0].rank]}); {_count(waiters)} rank(s) wait in "
             f"{op.func} #{op_index} (seq {op.seq}) on {_comm_label(comm)} for {wait_s:.1f} s"
         ),
         culprits=reasons,
@@ -344,7 +348,7 @@ def left_comm(
     left = left_members(comm, seen, op_index, wait_began, now, threshold_ns)
     if not left:
         return None
-    op = majority_op([m.inflight for m in stuck])
+    op = majority_op([m.inflight for m in stuck], [m.size for m in stuck])
     wait_s = max(now - m.inflight.enqueue_mono_ns for m in waiting) / 1e9
     waiters = ", ".join(str(m.rank) for m in stuck)
     label = _comm_label(comm)
@@ -363,7 +367,10 @@ def left_comm(
     # the completed window does not, and the same op must not read as a different one
     if any(rhythm_key(o) != rhythm_key(op) for o in issued.values()):
         ops = {**{m.rank: m.inflight for m in stuck}, **issued}
-        decided = odd_ranks(ops, lambda: rhythm_at(comm, op_index, completed_ops, step_cycles))
+        weights = {m.rank: m.size for m in stuck if m.stands_for}
+        decided = odd_ranks(
+            ops, lambda: rhythm_at(comm, op_index, completed_ops, step_cycles), weights
+        )
         if decided.odd and decided.odd <= set(issued):
             culprits = {
                 r: f"issued {_op_text(issued[r])} as op #{op_index} where rank(s) {waiters} "
@@ -389,7 +396,7 @@ def left_comm(
         view,
         key=f"{op_index}:left:r" + ".".join(str(m.rank) for m in left),
         summary=(
-            f"{_who(left)} {left_what(left, comm, label)}: {len(stuck)} rank(s) wait in "
+            f"{_who(left)} {left_what(left, comm, label)}: {_count(stuck)} rank(s) wait in "
             f"{op.func} #{op_index} (seq {op.seq}) for {wait_s:.1f} s, which can never complete"
         ),
         culprits=reasons,
@@ -442,7 +449,8 @@ def op_mismatch(
     if all(m.inflight.signature() == majority.signature() for m in at_index):
         return None
     ops = {m.rank: m.inflight for m in at_index}
-    decided = odd_ranks(ops, lambda: rhythm_at(comm, op_index, completed_ops, step_cycles))
+    weights = {m.rank: m.size for m in at_index if m.stands_for}
+    decided = odd_ranks(ops, lambda: rhythm_at(comm, op_index, completed_ops, step_cycles), weights)
     label = f"op #{op_index} on {_comm_label(comm)} differs across ranks"
     if decided.basis is CulpritBasis.undecided:
         return Finding(
@@ -535,7 +543,7 @@ def not_joined(
         comm,
         key=str(op_index),
         summary=(
-            f"{_who(absent)} {where}: {len(comm.members) - len(absent)} rank(s) wait in "
+            f"{_who(absent)} {where}: {comm.ranks_present - _count(absent)} rank(s) wait in "
             f"{op.func} #{op_index} (seq {op.seq}) on {_comm_label(comm)} for {wait_s:.1f} s"
         ),
         culprits=reasons,
@@ -694,7 +702,8 @@ def first_difference(
             cycles = [step_cycles(m) for m in comm.members] if step_cycles is not None else []
             return expected_op(history, index, cycles)
 
-        return index, ops, odd_ranks(ops, expect)
+        weights = {m.rank: m.size for m in comm.members if m.stands_for}
+        return index, ops, odd_ranks(ops, expect, weights)
     return None
 
 
@@ -758,7 +767,7 @@ def uninitialized(comm: CommView, op_index: int, op: InflightOp, wait_s: float) 
         comm,
         key=str(op_index),
         summary=(
-            f"ranks {missing} {what}: {len(comm.members)} rank(s) wait in {op.func} "
+            f"ranks {_runs(missing)} {what}: {comm.ranks_present} rank(s) wait in {op.func} "
             f"#{op_index} (seq {op.seq}) for {wait_s:.1f} s"
         ),
         culprits={r: no_row_reason(comm) for r in missing},
@@ -792,7 +801,7 @@ def inconclusive(comm: CommView, op_index: int, op: InflightOp, wait_s: float) -
         comm,
         key=str(op_index),
         summary=(
-            f"{len(comm.members)} local rank(s) wait in {op.func} #{op_index} (seq {op.seq}) "
+            f"{comm.ranks_present} local rank(s) wait in {op.func} #{op_index} (seq {op.seq}) "
             f"on {_comm_label(comm)} for {wait_s:.1f} s; ranks {comm.missing_ranks} are on "
             "other nodes"
         ),
@@ -1024,7 +1033,7 @@ def comm_init_stuck(comm: CommView, now: int, threshold_ns: int) -> Finding | No
         key="init",
         summary=(
             f"{_comm_label(comm)}: ranks {missing} have not initialized the communicator; "
-            f"{len(comm.members)} of {comm.nranks} waiting for {waited_ns / 1e9:.1f} s"
+            f"{comm.ranks_present} of {comm.nranks} waiting for {waited_ns / 1e9:.1f} s"
         ),
         culprits={r: "no communicator row on this node (init not reached)" for r in missing},
     )
@@ -1094,9 +1103,12 @@ def find_straggler(
 # ---- building the report ----
 
 
-def majority_op(ops: list[InflightOp]) -> InflightOp:
-    """The op as most ranks enqueued it (ties: the one of the lowest rank's order)."""
-    counts = Counter(op.signature() for op in ops)
+def majority_op(ops: list[InflightOp], sizes: list[int] | None = None) -> InflightOp:
+    """The op as most ranks enqueued it (ties: the one of the lowest rank's order); sizes:
+    the ranks each op stands for (a relay's class), one each by default."""
+    counts: Counter = Counter()
+    for op, size in zip(ops, sizes or [1] * len(ops), strict=True):
+        counts[op.signature()] += size
     best = max(counts.values())
     return next(op for op in ops if counts[op.signature()] == best)
 
@@ -1275,10 +1287,29 @@ def _root_peer(op: InflightOp):
 
 
 def _who(members: list[CommMember]) -> str:
+    """Each member by rank, node and pid; a class a relay passed up also by the ranks it
+    stands for."""
     return ", ".join(
         f"rank {m.rank} ({m.process.node_name or m.process.host or '?'}, pid {m.process.pid})"
+        + (
+            f" and {len(m.stands_for)} more in its state ({_runs(m.stands_for)})"
+            if m.stands_for
+            else ""
+        )
         for m in members
     )
+
+
+def _count(members: list[CommMember]) -> int:
+    """Ranks the members speak for (a class row, all of its class)."""
+    return sum(m.size for m in members)
+
+
+def _runs(ranks) -> str:
+    """A few ranks as a list; many as runs ('[0-6,8-99999]'): a list of 100,000 would be the
+    whole report."""
+    ranks = sorted(ranks)
+    return str(ranks) if len(ranks) <= 16 else "[" + RankRuns.of(ranks).text() + "]"
 
 
 def _comm_label(comm: CommView) -> str:

@@ -31,11 +31,16 @@ class OddRanks:
 
 
 def odd_ranks(
-    ops: Mapping[int, InflightOp], expect: Callable[[], Expectation | Unknown]
+    ops: Mapping[int, InflightOp],
+    expect: Callable[[], Expectation | Unknown],
+    weights: Mapping[int, int] | None = None,
 ) -> OddRanks:
     """ops: each rank's op at one index, of at least two different signatures. expect is
-    asked only on a tie (reading what the rhythm rests on costs more than counting)."""
-    counts = Counter(o.signature() for o in ops.values())
+    asked only on a tie (reading what the rhythm rests on costs more than counting).
+    weights: ranks a rank's op counts for (a relay's class, all the ranks in its state)."""
+    counts: Counter = Counter()
+    for r, o in ops.items():
+        counts[o.signature()] += weights.get(r, 1) if weights else 1
     (top, n_top), *rest = counts.most_common()
     if rest and n_top > rest[0][1]:
         right = next(o for _, o in sorted(ops.items()) if o.signature() == top)

@@ -37,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from comminsight import __version__
 from comminsight.agent.core.fifo_reader import EVENT_SIZE, MAGIC_BYTES
 from comminsight.agent.core.node_state import row_key
+from comminsight.agent.core.rank_runs import BadRuns, RankRuns
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.master.rejects import PROTOCOL_VERSION, REJECT_KEY, STATUS_OF, reason_name
@@ -84,6 +85,7 @@ class AgentMasterServer:
         stale_ms: int,
         on_events: Callable[[str, list[bytes]], None],
         max_concurrent_rpcs: int = DEFAULT_MAX_CONCURRENT_RPCS,
+        on_steps: Callable[[list[tuple[str, bytes]]], None] | None = None,
     ) -> None:
         self.nodes = nodes
         self.max_concurrent_rpcs = max_concurrent_rpcs
@@ -92,6 +94,7 @@ class AgentMasterServer:
         self.max_batch_bytes = max_batch_bytes
         self.stale_ms = stale_ms
         self.on_events = on_events
+        self.on_steps = on_steps  # new step summaries, (origin node, JSON), once applied
         self.instance_id = secrets.randbits(64) or 1
         self.sessions: dict[int, NodeRecord] = {}
         self.shutting_down = False
@@ -344,6 +347,9 @@ class AgentMasterServer:
             )
         if record is None:
             record = self.nodes[node.node_name] = NodeRecord(node.node_name, api.AgentMode.slave)
+        record.mode = api.AgentMode.relay if node.relay else api.AgentMode.slave
+        if record.is_relay and not node.relay:  # a relay's name reused by a slave: no classes
+            record.classes, record.subtree = [], {}
         self.sessions.pop(record.session_id, None)  # a restarted slave replaces its session
         record.session_id = secrets.randbits(64) or 1
         self.sessions[record.session_id] = record
@@ -432,16 +438,27 @@ class AgentMasterServer:
                 f"batch {seq} does not follow batch {last} of epoch {record.epoch:016x}",
                 **({"last_applied_batch_seq": last} if last is not None else {}),
             )
-        hang_events = [(self._hang_record(e), e.read_real_ns) for e in batch.hang_events]
-        steps = [self._step(s) for s in batch.step_summaries]
+        hang_events = [
+            (self._hang_record(e), e.read_real_ns, self._origin(record, e.origin_node))
+            for e in batch.hang_events
+        ]
+        steps = [
+            (*self._step(s), self._origin(record, s.origin_node)) for s in batch.step_summaries
+        ]
+        check_reduction(record, batch)
         apply_rows(record, batch)
         committed = self.store.commit(record.name, record.epoch, seq, hang_events, steps)
         self.duplicates_dropped += committed.duplicates
         record.last_applied = seq
         self.batches_applied += 1
         self.version += 1
-        if committed.hang_events:
-            self.on_events(record.name, committed.hang_events)
+        by_origin: dict[str, list[bytes]] = {}
+        for origin, event in zip(committed.hang_origins, committed.hang_events, strict=True):
+            by_origin.setdefault(origin, []).append(event)
+        for origin, events in by_origin.items():
+            self.on_events(origin, events)
+        if committed.step_lines and self.on_steps is not None:
+            self.on_steps(committed.step_lines)
         return pb.BatchAck(
             last_applied_batch_seq=seq,
             master_clock=clock(),
@@ -463,6 +480,23 @@ class AgentMasterServer:
                 f"(EVENT_SIZE {EVENT_SIZE}, magic 'CIFE')",
             )
         return record
+
+    def _origin(self, record: NodeRecord, origin: str) -> str:
+        """The node an event came from: the sender's own, or one below a relay."""
+        if not origin or origin == record.name:
+            return record.name
+        if not record.is_relay:
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED,
+                f"an event from node {origin!r} sent by {record.name!r}, which registered as "
+                "a slave (only a relay passes on other nodes' events)",
+            )
+        if not NODE_NAME.fullmatch(origin):
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED,
+                f"origin_node {origin[:300]!r} does not match {NODE_NAME.pattern}",
+            )
+        return origin
 
     def _step(self, s: pb.StepSummaryRecord) -> tuple[StepSummary, bytes]:
         if s.step_summary_version != 1:
@@ -510,7 +544,14 @@ class AgentMasterServer:
         record = self.nodes.get(node_name)
         identity = record.identity if record is not None else None
         host = (identity.host if identity is not None else "") or node_name
-        return await self.stacks.request(node_name, host, pid, rank, timeout_s)
+        via = None
+        if node_name not in self.stacks.streams:  # a node below a relay: asked through it
+            for relay in self.nodes.values():
+                below = relay.subtree.get(node_name) if relay.is_relay else None
+                if below is not None and relay.state is api.NodeState.connected:
+                    via, host = relay.name, below.host or host
+                    break
+        return await self.stacks.request(node_name, host, pid, rank, timeout_s, via)
 
     async def watch_stacks(self, raw: bytes, context):
         record = None
@@ -620,6 +661,15 @@ def apply_rows(record: NodeRecord, batch: pb.NodeStateBatch) -> None:
         rows.progress[key] = g
         if batch.full_state:
             keys.add(("g", *key))
+    if batch.full_state and (batch.rank_classes or batch.subtree_nodes or record.is_relay):
+        if record.pending_classes is None:
+            record.pending_classes, record.pending_subtree = [], {}
+        record.pending_classes.extend(batch.rank_classes)
+        for n in batch.subtree_nodes:
+            record.pending_subtree[n.node_name] = n
+        if batch.full_state_last:
+            record.classes, record.subtree = record.pending_classes, record.pending_subtree
+            record.pending_classes = record.pending_subtree = None
     if batch.HasField("agent_counters"):
         record.counters = batch.agent_counters
     if batch.HasField("metric_totals"):
@@ -630,3 +680,44 @@ def apply_rows(record: NodeRecord, batch: pb.NodeStateBatch) -> None:
         rows.progress = {k: g for k, g in rows.progress.items() if ("g", *k) in keys}
         record.full_state_keys = None
         record.has_state = True
+
+
+def check_reduction(record: NodeRecord, batch: pb.NodeStateBatch) -> None:
+    """A relay's classes and node list: only from a relay, only in a full state, with rank
+    runs inside their communicator and names a node may have."""
+    if not (batch.rank_classes or batch.subtree_nodes):
+        return
+    if not record.is_relay:
+        raise Refusal(
+            pb.REJECT_REASON_MALFORMED,
+            f"rank classes from {record.name!r}, which registered as a slave, not a relay",
+        )
+    if not batch.full_state:
+        raise Refusal(
+            pb.REJECT_REASON_MALFORMED, "rank classes outside a full_state batch (they are whole)"
+        )
+    for rc in batch.rank_classes:
+        try:
+            runs = RankRuns.from_flat(rc.rank_runs, rc.member.nranks)
+        except BadRuns as e:
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED,
+                f"rank class of communicator {rc.member.comm_id:016x}: {e}",
+            ) from None
+        if rc.member.comm_rank >= rc.member.nranks or rc.member.comm_rank in runs:
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED,
+                f"rank class of communicator {rc.member.comm_id:016x}: representative rank "
+                f"{rc.member.comm_rank} is outside its {rc.member.nranks} ranks or in its runs",
+            )
+        if not NODE_NAME.fullmatch(rc.node_name):
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED,
+                f"rank class node_name {rc.node_name[:300]!r} does not match {NODE_NAME.pattern}",
+            )
+    for n in batch.subtree_nodes:
+        if not NODE_NAME.fullmatch(n.node_name) or len(n.via) > 16:
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED,
+                f"subtree node {n.node_name[:300]!r}: a bad name or more than 16 relays on its way",
+            )

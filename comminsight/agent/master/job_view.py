@@ -15,10 +15,12 @@ nothing new to say, sends nothing; real time is never compared across nodes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from comminsight.agent.core.node_state import NodeRows
+from comminsight.agent.core.rank_runs import BadRuns, RankRuns
 from comminsight.agent.core.snapshot import (
     CommMember,
     InflightOp,
@@ -64,6 +66,12 @@ class NodeRecord:
     metric_totals: pb.NodeMetricTotals | None = None  # the latest the node sent
     has_state: bool = False  # rows are the node's (a full state arrived since master start)
     full_state_keys: set | None = None  # keys of a full state spanning several batches
+    # a relay's reduction of the nodes below it (agent-master-slave RankClass, SubtreeNode),
+    # replaced whole by each full state; the pending ones while a full state spans batches
+    classes: list[pb.RankClass] = field(default_factory=list)
+    subtree: dict[str, pb.SubtreeNode] = field(default_factory=dict)
+    pending_classes: list[pb.RankClass] | None = None
+    pending_subtree: dict[str, pb.SubtreeNode] | None = None
 
     def clock_sample(self, sample: pb.ClockSample, master_mono_ns: int) -> None:
         offset = master_mono_ns - sample.mono_ns
@@ -80,16 +88,28 @@ class NodeRecord:
     def host(self) -> str:
         return self.identity.host if self.identity is not None else ""
 
+    @property
+    def is_relay(self) -> bool:
+        return self.identity is not None and self.identity.relay
+
 
 # ---- the job-wide snapshot for hang diagnosis ---------------------------------------------
 
 
-def process_view(node: NodeRecord, p: pb.ProcessInfo, now: int, stale_ns: int) -> ProcessView:
+def process_view(
+    node: NodeRecord,
+    p: pb.ProcessInfo,
+    now: int,
+    stale_ns: int,
+    node_name: str | None = None,
+    host: str | None = None,
+) -> ProcessView:
+    """node_name, host: where the process runs when `node` is the relay that passed it up."""
     hb = node.to_master(p.heartbeat_mono_ns)
     age = max(0, now - hb) if hb else 0
     return ProcessView(
         pid=p.pid,
-        host=node.host,
+        host=node.host if host is None else host,
         global_rank=p.global_rank if p.HasField("global_rank") else None,
         local_rank=p.local_rank if p.HasField("local_rank") else None,
         job_id=p.job_id,
@@ -102,7 +122,7 @@ def process_view(node: NodeRecord, p: pb.ProcessInfo, now: int, stale_ns: int) -
         # The slave probed the pid (its node's process table); DRAINING means it is gone.
         pid_exists=p.ingest_state == pb.INGEST_STATE_ACTIVE,
         heartbeat_fresh=age <= stale_ns,
-        node_name=node.name,
+        node_name=node.name if node_name is None else node_name,
     )
 
 
@@ -154,15 +174,43 @@ def comm_member(
     )
 
 
+def counted_sources(nodes: Iterable[NodeRecord]) -> tuple[list[NodeRecord], set[str]]:
+    """The records whose rows and classes a job view counts, and the node names left out
+    meanwhile. A node is counted once, where it reports now: a slave that went quiet keeps its
+    rows (its ranks are still the job's) unless it reports through a relay now; a relay that
+    went quiet keeps its classes until every node below it is heard again, directly or
+    through another relay, and until then the new rows of the nodes that moved are left out,
+    so that no rank is counted twice, in its old class and in its new row. (Nodes that moved
+    to another relay are in both that relay's classes and the old ones meanwhile.)"""
+    nodes = list(nodes)
+    reporting = {n.name for n in nodes if n.state in (api.NodeState.local, api.NodeState.connected)}
+    below_relays = set().union(
+        *(n.subtree.keys() for n in nodes if n.is_relay and n.name in reporting)
+    )
+    heard = reporting | below_relays
+    kept, shadowed = [], set()
+    for n in nodes:
+        if n.name in reporting:
+            kept.append(n)
+        elif n.is_relay:
+            if n.classes and not n.subtree.keys() <= heard:
+                kept.append(n)
+                shadowed |= n.subtree.keys() & reporting
+        elif n.name not in below_relays:
+            kept.append(n)
+    return [n for n in kept if n.name not in shadowed], shadowed
+
+
 def job_snapshot(
     nodes: Iterable[NodeRecord], master_name: str, now_mono: int, now_real: int, stale_ns: int
 ) -> NodeSnapshot:
     """Like snapshot.build_snapshot, over every node: only ACTIVE rows are members, a
     communicator some rank finalized is kept apart as torn down (its FINALIZED rows the ranks
     that left), and of the rows of one communicator id only the latest run's count (a reused
-    home's earlier run)."""
+    home's earlier run). A relay's classes count as their representatives' rows, each standing
+    for its class's other ranks."""
     processes, members, finalized = [], [], []
-    for node in nodes:
+    for node in counted_sources(nodes)[0]:
         views = {}
         for pid, p in node.rows.processes.items():
             views[pid] = process_view(node, p, now_mono, stale_ns)
@@ -173,6 +221,19 @@ def job_snapshot(
             if g is None or proc is None:
                 continue
             (finalized if m.finalize_mono_ns else members).append(comm_member(node, m, g, proc))
+        class_views: dict[tuple[str, int], ProcessView] = {}
+        for rc in node.classes:
+            where = (rc.node_name, rc.process.pid)
+            proc = class_views.get(where)
+            if proc is None:
+                below = node.subtree.get(rc.node_name)
+                host = below.host if below is not None else ""
+                proc = process_view(node, rc.process, now_mono, stale_ns, rc.node_name, host)
+                class_views[where] = proc
+                processes.append(proc)
+            m = comm_member(node, rc.member, rc.progress, proc)
+            m = dataclasses.replace(m, stands_for=class_runs(rc))
+            (finalized if rc.member.finalize_mono_ns else members).append(m)
     # kept apart, not dropped: a rank whose peers wait on it after it left is named by them
     comms, torn_down = snapshot_communicators(members, finalized, stale_ns)
     return NodeSnapshot(
@@ -184,6 +245,14 @@ def job_snapshot(
         comms=comms,
         torn_down=torn_down,
     )
+
+
+def class_runs(rc: pb.RankClass) -> RankRuns:
+    """The class's other ranks (checked when its batch was applied)."""
+    try:
+        return RankRuns.from_flat(rc.rank_runs, rc.member.nranks)
+    except BadRuns:
+        return RankRuns()
 
 
 # ---- API models ---------------------------------------------------------------------------

@@ -87,30 +87,39 @@ class StackRequests:
     # ---- the master's side ---------------------------------------------------------------
 
     async def request(
-        self, node: str, host: str, pid: int, rank: int | None, timeout_s: float
+        self,
+        node: str,
+        host: str,
+        pid: int,
+        rank: int | None,
+        timeout_s: float,
+        via: str | None = None,
     ) -> PythonStack:
-        outcome, stack = await self._request(node, host, pid, rank, timeout_s)
+        """via: the relay whose stream carries the request down to `node` (None: the node's
+        own stream)."""
+        outcome, stack = await self._request(node, host, pid, rank, timeout_s, via)
         self.outcomes[outcome] += 1
         return stack
 
     async def _request(
-        self, node: str, host: str, pid: int, rank: int | None, timeout_s: float
+        self, node: str, host: str, pid: int, rank: int | None, timeout_s: float, via: str | None
     ) -> tuple[str, PythonStack]:
-        queue = self.streams.get(node)
+        stream = via or node
+        queue = self.streams.get(stream)
         if queue is None:
-            reason = f"node {node} has no stack request stream (not connected)"
+            reason = f"node {stream} has no stack request stream (not connected)"
             return "not_connected", unavailable(host, pid, rank, reason)
         if len(self.open) >= MAX_OPEN:
             return "busy", unavailable(host, pid, rank, f"{MAX_OPEN} stack requests already open")
         request_id = secrets.randbits(64) or 1
         future = asyncio.get_running_loop().create_future()
-        self.open[request_id] = (node, future)
-        message = pb.StackRequest(request_id=request_id, pid=pid)
+        self.open[request_id] = (stream, future)
+        message = pb.StackRequest(request_id=request_id, pid=pid, node_name=node if via else "")
         if rank is not None:
             message.global_rank = rank
         try:
             if not _put(queue, message):
-                reason = f"node {node} has {QUEUE_MAX} requests queued"
+                reason = f"node {stream} has {QUEUE_MAX} requests queued"
                 return "busy", unavailable(host, pid, rank, reason)
             stack = await asyncio.wait_for(asyncio.shield(future), timeout_s)
         except TimeoutError:

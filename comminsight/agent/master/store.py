@@ -72,7 +72,11 @@ def step_key(s: StepSummary) -> tuple[int, int, int]:
 @dataclass
 class Committed:
     hang_events: list[bytes] = field(default_factory=list)
+    # the node each new hang event came from (the sender's, or the one a relay names)
+    hang_origins: list[str] = field(default_factory=list)
     steps: int = 0
+    # the new step summaries, as (origin node, JSON): what a relay passes up
+    step_lines: list[tuple[str, bytes]] = field(default_factory=list)
     duplicates: int = 0
 
 
@@ -124,41 +128,47 @@ class MasterStore:
         node: str,
         epoch: int,
         seq: int,
-        hang_events: list[tuple[bytes, int]],
-        steps: list[tuple[StepSummary, bytes]],
+        hang_events: list[tuple],
+        steps: list[tuple],
     ) -> Committed:
-        """Append the events not seen before, then move the node's cursor to (epoch, seq)."""
+        """Append the events not seen before, then move the node's cursor to (epoch, seq).
+        hang_events: (record, read_real_ns[, origin node]); steps: (summary, JSON[, origin
+        node]). An event is kept and deduplicated under its origin (default: `node`), the node
+        whose FIFO or engine it came from, whichever relay passed it on."""
         out = Committed()
-        hang_keys = self.hang_keys.setdefault(node, set())
-        lines = []
-        for record, read_real_ns in hang_events:
+        lines: dict[str, list[bytes]] = {}
+        for record, read_real_ns, *origin in hang_events:
+            where = origin[0] if origin and origin[0] else node
             key = hang_event_key(record)
-            if key in hang_keys:
+            keys = self.hang_keys.setdefault(where, set())
+            if key in keys:
                 out.duplicates += 1
                 continue
-            hang_keys.add(key)
+            keys.add(key)
             out.hang_events.append(record)
+            out.hang_origins.append(where)
             entry = {"read_real_ns": read_real_ns, "record": base64.b64encode(record).decode()}
-            lines.append(json.dumps(entry).encode())
-        step_keys = self.step_keys.setdefault(node, set())
-        step_lines = []
-        for summary, raw in steps:
+            lines.setdefault(where, []).append(json.dumps(entry).encode())
+        step_lines: dict[str, list[bytes]] = {}
+        for summary, raw, *origin in steps:
+            where = origin[0] if origin and origin[0] else node
             key = step_key(summary)
-            if key in step_keys:
+            keys = self.step_keys.setdefault(where, set())
+            if key in keys:
                 out.duplicates += 1
                 continue
-            step_keys.add(key)
-            step_lines.append(raw)
-        durable = bool(lines or step_lines)
-        if lines:
-            _append(self.dir / "hang-events" / f"{node}.jsonl", lines)
-        if step_lines:
-            _append(self.steps_dir / f"{node}.jsonl", step_lines)
-        out.steps = len(step_lines)
+            keys.add(key)
+            step_lines.setdefault(where, []).append(raw)
+            out.step_lines.append((where, raw))
+        for where, chunk in lines.items():
+            _append(self.dir / "hang-events" / f"{where}.jsonl", chunk)
+        for where, chunk in step_lines.items():
+            _append(self.steps_dir / f"{where}.jsonl", chunk)
+        out.steps = len(out.step_lines)
         self.hang_events_total += len(out.hang_events)
         self.steps_total += out.steps
         self.cursors[node] = Cursor(epoch, seq)
-        if durable:
+        if lines or step_lines:
             self._write_cursor(node, fsync=True)
         else:
             self.unwritten.add(node)

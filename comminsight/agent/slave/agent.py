@@ -233,17 +233,27 @@ def _everything(rows: NodeRows) -> RowChanges:
 
 
 def split_batches(
-    changes, events, steps, full: bool, budget: int, totals: pb.NodeMetricTotals | None = None
+    changes,
+    events,
+    steps,
+    full: bool,
+    budget: int,
+    totals: pb.NodeMetricTotals | None = None,
+    reduction: tuple[list[pb.RankClass], list[pb.SubtreeNode]] | None = None,
 ) -> list[pb.NodeStateBatch]:
     """Rows and events packed into batches of at most about `budget` bytes each. A full state
     that spans batches marks them all full_state and the last one full_state_last. The
-    metric totals (bounded to a few KiB) go whole into the first batch."""
+    metric totals (bounded to a few KiB) go whole into the first batch. A relay's reduction
+    (its rank classes and subtree nodes) is state like rows."""
     items: list[tuple[str, object]] = [("hang_events", e) for e in events]
     items += [("step_summaries", s) for s in steps]
     if changes is not None:
         items += [("processes", p) for p in changes.processes]
         items += [("communicators", m) for m in changes.members]
         items += [("progress", g) for g in changes.progress]
+    if reduction is not None:
+        items += [("rank_classes", c) for c in reduction[0]]
+        items += [("subtree_nodes", n) for n in reduction[1]]
     batches = [pb.NodeStateBatch()]
     size = 0
     if totals is not None:

@@ -17,6 +17,12 @@ goes on without it.
 The session id is the connection's, not the batch's: batches are stored without it and sent
 as the serialized session id followed by the stored bytes (protobuf merges concatenated
 messages), so a resend never re-encodes a batch.
+
+Parents: COMMINSIGHT_AGENT_MASTER_ADDR may list several, in order (a relay, then the master
+behind it). A session that fails moves the link to the next at once; the backoff applies only
+once every parent has failed in a row. A new parent does not know this epoch, takes the first
+batch it receives as its start and asks for a full state: nothing the outbox holds is lost,
+and events the former parent already passed on are dropped upstream by their natural keys.
 """
 
 from __future__ import annotations
@@ -66,7 +72,8 @@ class SlaveLink:
         heartbeat_s: float,
         answer_stacks: Callable[[pb.StackRequest], Awaitable[bytes]] | None = None,
     ) -> None:
-        self.master_addr = master_addr
+        self.parents = [a.strip() for a in master_addr.split(",") if a.strip()] or [master_addr]
+        self.parent_index = 0
         self.token = token
         self.tls = tls
         self.outbox = outbox
@@ -85,6 +92,11 @@ class SlaveLink:
         self.last_reject: pb.Reject | None = None
         self._wake = asyncio.Event()
 
+    @property
+    def master_addr(self) -> str:
+        """The parent dialed now."""
+        return self.parents[self.parent_index]
+
     def notify(self) -> None:
         """New batches are in the outbox."""
         self._wake.set()
@@ -97,6 +109,7 @@ class SlaveLink:
             began = time.monotonic()
             failures += 1
             wait = RECONNECT.delay(failures)
+            parent = self.parent_index
             try:
                 await self._session(stop)
             except _NewEpoch:
@@ -132,6 +145,13 @@ class SlaveLink:
             if time.monotonic() - began > 5 * RECONNECT.cap_s:
                 failures = 1  # the session lasted: this is the first failure of a new outage
                 wait = RECONNECT.delay(failures)
+            if len(self.parents) > 1:
+                self.parent_index = (parent + 1) % len(self.parents)
+                self.full_state_wanted = True  # the next parent has none of this node's rows
+                if self.parent_index != 0:
+                    wait = 0  # the next parent at once; the backoff after a whole round
+                    failures -= 1
+                log.info("trying parent %s next", self.master_addr)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=jitter(wait))
             except TimeoutError:

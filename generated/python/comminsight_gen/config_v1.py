@@ -145,9 +145,9 @@ KEYS: tuple[ConfigKey, ...] = (
         type="string",
         default='standalone',
         unit="",
-        description="standalone: one node on its own; master: also accepts slaves over gRPC and answers for the whole job; slave: streams node state to a master.",
+        description="standalone: one node on its own; master: also accepts slaves over gRPC and answers for the whole job; slave: streams node state to a master; relay: accepts slaves (or relays) like a master and streams their reduction (ranks in the same state as one class) to its own master, so that a master of a very large job hears from relays, not from every node.",
         components=("agent",),
-        choices=("standalone","master","slave",),
+        choices=("standalone","master","slave","relay",),
     ),
     ConfigKey(
         name="COMMINSIGHT_AGENT_MASTER_LISTEN",
@@ -165,9 +165,9 @@ KEYS: tuple[ConfigKey, ...] = (
         type="string",
         default='',
         unit="host:port",
-        description="Where a slave dials its master. Required in slave mode.",
+        description="Where a slave (or a relay) dials its master: host:port, or several separated by commas, tried in order: when the one in use fails the next is dialed (a relay, then the master behind it), and the list starts over after the last. Required in slave and relay modes.",
         components=("agent",),
-        pattern="^$|^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$",
+        pattern="^$|^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}(,(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}){0,15}$",
     ),
     ConfigKey(
         name="COMMINSIGHT_AGENT_NODE_NAME",
@@ -721,9 +721,9 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_http_max_pipelined: Annotated[int, msgspec.Meta(ge=1, le=32, description="Requests one HTTP connection may have received and not yet been answered; the Agent reads no more from it until earlier answers are written.")] = 4
     agent_http_idle_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=86400.0, description="A kept-alive HTTP connection with no request for this long is closed (it also bounds a later request\u0027s header on that connection).")] = 60.0
     agent_autostart: Annotated[bool, msgspec.Meta(description="The local-rank-0 Profiler starts comminsight-agent if none runs for this home.")] = True
-    agent_mode: Annotated[Literal["standalone", "master", "slave"], msgspec.Meta(description="standalone: one node on its own; master: also accepts slaves over gRPC and answers for the whole job; slave: streams node state to a master.")] = 'standalone'
+    agent_mode: Annotated[Literal["standalone", "master", "slave", "relay"], msgspec.Meta(description="standalone: one node on its own; master: also accepts slaves over gRPC and answers for the whole job; slave: streams node state to a master; relay: accepts slaves (or relays) like a master and streams their reduction (ranks in the same state as one class) to its own master, so that a master of a very large job hears from relays, not from every node.")] = 'standalone'
     agent_master_listen: Annotated[str, msgspec.Meta(pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Where a master accepts slaves\u0027 gRPC connections.")] = '0.0.0.0:19103'
-    agent_master_addr: Annotated[str, msgspec.Meta(pattern="^$|^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Where a slave dials its master. Required in slave mode.")] = ''
+    agent_master_addr: Annotated[str, msgspec.Meta(pattern="^$|^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}(,(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}){0,15}$", description="Where a slave (or a relay) dials its master: host:port, or several separated by commas, tried in order: when the one in use fails the next is dialed (a relay, then the master behind it), and the list starts over after the last. Required in slave and relay modes.")] = ''
     agent_node_name: Annotated[str, msgspec.Meta(pattern="^$|^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=63, description="Name of this node in a multi-node job, and the prefix of its objects in the archive. Letters, digits and \u0027.\u0027, \u0027_\u0027, \u0027-\u0027, starting with a letter or digit (what a master accepts from a slave). Empty means the host name.")] = ''
     agent_token: Annotated[str, msgspec.Meta(pattern="^[ -~]*$", description="Bearer token required by mutating API endpoints and shared between slaves and master. Empty: mutating endpoints are refused. Printable ASCII only (what an HTTP header and gRPC metadata carry): a CR or LF would let it split the header it is sent in.")] = ''
     agent_tls_cert: Annotated[str, msgspec.Meta(description="This Agent\u0027s PEM certificate. A master serves it on its gRPC listener (TLS is off when empty); a slave presents it to a master that requires client certificates (COMMINSIGHT_AGENT_TLS_CLIENT_CA).")] = ''

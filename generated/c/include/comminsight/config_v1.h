@@ -89,7 +89,7 @@
 #define CI_CONFIG_V1_AGENT_AUTOSTART_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_AGENT_AUTOSTART_DEFAULT 1
 
-/* COMMINSIGHT_AGENT_MODE (string): standalone: one node on its own; master: also accepts slaves over gRPC and answers for the whole job; slave: streams node state to a master. */
+/* COMMINSIGHT_AGENT_MODE (string): standalone: one node on its own; master: also accepts slaves over gRPC and answers for the whole job; slave: streams node state to a master; relay: accepts slaves (or relays) like a master and streams their reduction (ranks in the same state as one class) to its own master, so that a master of a very large job hears from relays, not from every node. */
 #define CI_CONFIG_V1_AGENT_MODE_KEY "COMMINSIGHT_AGENT_MODE"
 #define CI_CONFIG_V1_AGENT_MODE_INDEX 10
 #define CI_CONFIG_V1_AGENT_MODE_DEFAULT_TEXT "standalone"
@@ -101,7 +101,7 @@
 #define CI_CONFIG_V1_AGENT_MASTER_LISTEN_DEFAULT_TEXT "0.0.0.0:19103"
 #define CI_CONFIG_V1_AGENT_MASTER_LISTEN_DEFAULT "0.0.0.0:19103"
 
-/* COMMINSIGHT_AGENT_MASTER_ADDR (string, host:port): Where a slave dials its master. Required in slave mode. */
+/* COMMINSIGHT_AGENT_MASTER_ADDR (string, host:port): Where a slave (or a relay) dials its master: host:port, or several separated by commas, tried in order: when the one in use fails the next is dialed (a relay, then the master behind it), and the list starts over after the last. Required in slave and relay modes. */
 #define CI_CONFIG_V1_AGENT_MASTER_ADDR_KEY "COMMINSIGHT_AGENT_MASTER_ADDR"
 #define CI_CONFIG_V1_AGENT_MASTER_ADDR_INDEX 12
 #define CI_CONFIG_V1_AGENT_MASTER_ADDR_DEFAULT_TEXT ""
@@ -503,9 +503,9 @@ static inline const ci_config_v1_key_t* ci_config_v1_keys(size_t* count) {
         { "COMMINSIGHT_AGENT_HTTP_MAX_PIPELINED", CI_CONFIG_V1_TYPE_INTEGER, "4", 1, 1, 1, 32, NULL, NULL },
         { "COMMINSIGHT_AGENT_HTTP_IDLE_TIMEOUT_S", CI_CONFIG_V1_TYPE_NUMBER, "60.0", 1, 1, 0.01, 86400.0, NULL, NULL },
         { "COMMINSIGHT_AGENT_AUTOSTART", CI_CONFIG_V1_TYPE_BOOLEAN, "1", 0, 0, 0, 0, NULL, NULL },
-        { "COMMINSIGHT_AGENT_MODE", CI_CONFIG_V1_TYPE_STRING, "standalone", 0, 0, 0, 0, "standalone|master|slave", NULL },
+        { "COMMINSIGHT_AGENT_MODE", CI_CONFIG_V1_TYPE_STRING, "standalone", 0, 0, 0, 0, "standalone|master|slave|relay", NULL },
         { "COMMINSIGHT_AGENT_MASTER_LISTEN", CI_CONFIG_V1_TYPE_STRING, "0.0.0.0:19103", 0, 0, 0, 0, NULL, "^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$" },
-        { "COMMINSIGHT_AGENT_MASTER_ADDR", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, "^$|^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$" },
+        { "COMMINSIGHT_AGENT_MASTER_ADDR", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, "^$|^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}(,(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}){0,15}$" },
         { "COMMINSIGHT_AGENT_NODE_NAME", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, "^$|^[A-Za-z0-9][A-Za-z0-9._-]*$" },
         { "COMMINSIGHT_AGENT_TOKEN", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, "^[ -~]*$" },
         { "COMMINSIGHT_AGENT_TLS_CERT", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, NULL },

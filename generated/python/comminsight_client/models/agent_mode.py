@@ -2,6 +2,7 @@ from enum import StrEnum
 
 class AgentMode(StrEnum):
     MASTER = "master"
+    RELAY = "relay"
     SLAVE = "slave"
     STANDALONE = "standalone"
 

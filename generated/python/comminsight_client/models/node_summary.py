@@ -10,6 +10,7 @@ from ..types import UNSET, Unset
 
 from ..models.agent_mode import AgentMode
 from ..models.node_state import NodeState
+from ..types import UNSET, Unset
 from typing import cast
 
 if TYPE_CHECKING:
@@ -43,6 +44,9 @@ class NodeSummary:
             last_applied_batch_seq (int | None): agent-master-slave batch sequence the master applied last.
             rejects_total (int):
             last_reject (NodeReject | None):
+            via (list[str] | Unset): The relays between the node and the answering master, nearest to the master first;
+                empty for a node that streams to it directly. A node below a relay shows the
+                relay's view of it (state, last seen), and its processes only as counts.
      """
 
     node_name: str
@@ -58,6 +62,7 @@ class NodeSummary:
     last_applied_batch_seq: int | None
     rejects_total: int
     last_reject: NodeReject | None
+    via: list[str] | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -103,6 +108,12 @@ class NodeSummary:
         else:
             last_reject = self.last_reject
 
+        via: list[str] | Unset = UNSET
+        if not isinstance(self.via, Unset):
+            via = self.via
+
+
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -121,6 +132,8 @@ class NodeSummary:
             "rejects_total": rejects_total,
             "last_reject": last_reject,
         })
+        if via is not UNSET:
+            field_dict["via"] = via
 
         return field_dict
 
@@ -209,6 +222,9 @@ class NodeSummary:
         last_reject = _parse_last_reject(d.pop("last_reject"))
 
 
+        via = cast(list[str], d.pop("via", UNSET))
+
+
         node_summary = cls(
             node_name=node_name,
             host=host,
@@ -223,6 +239,7 @@ class NodeSummary:
             last_applied_batch_seq=last_applied_batch_seq,
             rejects_total=rejects_total,
             last_reject=last_reject,
+            via=via,
         )
 
 

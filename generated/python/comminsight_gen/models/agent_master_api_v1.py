@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal, TypeAlias
 
-from msgspec import UNSET, Meta, Struct, UnsetType
+from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 
 class AgentMode(Enum):
@@ -17,6 +17,7 @@ class AgentMode(Enum):
     standalone = 'standalone'
     master = 'master'
     slave = 'slave'
+    relay = 'relay'
 
 
 class AnomalyKind(Enum):
@@ -2417,6 +2418,22 @@ class NodeSummary(Struct):
     """
     rejects_total: Annotated[int, Meta(ge=0)]
     last_reject: NodeReject | None
+    via: (
+        Annotated[
+            list[NodeName],
+            Meta(
+                description="The relays between the node and the answering master, nearest to the master first;\nempty for a node that streams to it directly. A node below a relay shows the\nrelay's view of it (state, last seen), and its processes only as counts.\n",
+                max_length=16,
+            ),
+        ]
+        | UnsetType
+    ) = field(default_factory=list)
+    """
+    The relays between the node and the answering master, nearest to the master first;
+    empty for a node that streams to it directly. A node below a relay shows the
+    relay's view of it (state, last seen), and its processes only as counts.
+
+    """
 
 
 class OpRecord(Struct):

@@ -113,7 +113,7 @@ class RegisterResponse(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[int] = ..., master_instance_id: _Optional[int] = ..., last_applied_batch_seq: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., stale_after_ms: _Optional[int] = ..., master_agent_version: _Optional[str] = ..., master_clock: _Optional[_Union[ClockSample, _Mapping]] = ..., full_state_requested: _Optional[bool] = ...) -> None: ...
 
 class NodeIdentity(_message.Message):
-    __slots__ = ("node_name", "host", "boot_id", "agent_version", "agent_pid", "comminsight_home", "api_url", "agent_started_real_ns")
+    __slots__ = ("node_name", "host", "boot_id", "agent_version", "agent_pid", "comminsight_home", "api_url", "agent_started_real_ns", "relay")
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +122,7 @@ class NodeIdentity(_message.Message):
     COMMINSIGHT_HOME_FIELD_NUMBER: _ClassVar[int]
     API_URL_FIELD_NUMBER: _ClassVar[int]
     AGENT_STARTED_REAL_NS_FIELD_NUMBER: _ClassVar[int]
+    RELAY_FIELD_NUMBER: _ClassVar[int]
     node_name: str
     host: str
     boot_id: str
@@ -130,7 +131,8 @@ class NodeIdentity(_message.Message):
     comminsight_home: str
     api_url: str
     agent_started_real_ns: int
-    def __init__(self, node_name: _Optional[str] = ..., host: _Optional[str] = ..., boot_id: _Optional[str] = ..., agent_version: _Optional[str] = ..., agent_pid: _Optional[int] = ..., comminsight_home: _Optional[str] = ..., api_url: _Optional[str] = ..., agent_started_real_ns: _Optional[int] = ...) -> None: ...
+    relay: bool
+    def __init__(self, node_name: _Optional[str] = ..., host: _Optional[str] = ..., boot_id: _Optional[str] = ..., agent_version: _Optional[str] = ..., agent_pid: _Optional[int] = ..., comminsight_home: _Optional[str] = ..., api_url: _Optional[str] = ..., agent_started_real_ns: _Optional[int] = ..., relay: _Optional[bool] = ...) -> None: ...
 
 class ClockSample(_message.Message):
     __slots__ = ("mono_ns", "real_ns")
@@ -141,7 +143,7 @@ class ClockSample(_message.Message):
     def __init__(self, mono_ns: _Optional[int] = ..., real_ns: _Optional[int] = ...) -> None: ...
 
 class NodeStateBatch(_message.Message):
-    __slots__ = ("session_id", "batch_seq", "clock", "full_state", "full_state_last", "processes", "communicators", "progress", "agent_counters", "hang_events", "step_summaries", "metric_totals")
+    __slots__ = ("session_id", "batch_seq", "clock", "full_state", "full_state_last", "processes", "communicators", "progress", "agent_counters", "hang_events", "step_summaries", "metric_totals", "rank_classes", "subtree_nodes")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_SEQ_FIELD_NUMBER: _ClassVar[int]
     CLOCK_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +156,8 @@ class NodeStateBatch(_message.Message):
     HANG_EVENTS_FIELD_NUMBER: _ClassVar[int]
     STEP_SUMMARIES_FIELD_NUMBER: _ClassVar[int]
     METRIC_TOTALS_FIELD_NUMBER: _ClassVar[int]
+    RANK_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    SUBTREE_NODES_FIELD_NUMBER: _ClassVar[int]
     session_id: int
     batch_seq: int
     clock: ClockSample
@@ -166,7 +170,45 @@ class NodeStateBatch(_message.Message):
     hang_events: _containers.RepeatedCompositeFieldContainer[HangEvent]
     step_summaries: _containers.RepeatedCompositeFieldContainer[StepSummaryRecord]
     metric_totals: NodeMetricTotals
-    def __init__(self, session_id: _Optional[int] = ..., batch_seq: _Optional[int] = ..., clock: _Optional[_Union[ClockSample, _Mapping]] = ..., full_state: _Optional[bool] = ..., full_state_last: _Optional[bool] = ..., processes: _Optional[_Iterable[_Union[ProcessInfo, _Mapping]]] = ..., communicators: _Optional[_Iterable[_Union[CommunicatorMember, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., agent_counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., hang_events: _Optional[_Iterable[_Union[HangEvent, _Mapping]]] = ..., step_summaries: _Optional[_Iterable[_Union[StepSummaryRecord, _Mapping]]] = ..., metric_totals: _Optional[_Union[NodeMetricTotals, _Mapping]] = ...) -> None: ...
+    rank_classes: _containers.RepeatedCompositeFieldContainer[RankClass]
+    subtree_nodes: _containers.RepeatedCompositeFieldContainer[SubtreeNode]
+    def __init__(self, session_id: _Optional[int] = ..., batch_seq: _Optional[int] = ..., clock: _Optional[_Union[ClockSample, _Mapping]] = ..., full_state: _Optional[bool] = ..., full_state_last: _Optional[bool] = ..., processes: _Optional[_Iterable[_Union[ProcessInfo, _Mapping]]] = ..., communicators: _Optional[_Iterable[_Union[CommunicatorMember, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., agent_counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., hang_events: _Optional[_Iterable[_Union[HangEvent, _Mapping]]] = ..., step_summaries: _Optional[_Iterable[_Union[StepSummaryRecord, _Mapping]]] = ..., metric_totals: _Optional[_Union[NodeMetricTotals, _Mapping]] = ..., rank_classes: _Optional[_Iterable[_Union[RankClass, _Mapping]]] = ..., subtree_nodes: _Optional[_Iterable[_Union[SubtreeNode, _Mapping]]] = ...) -> None: ...
+
+class RankClass(_message.Message):
+    __slots__ = ("member", "progress", "process", "node_name", "rank_runs", "size", "nodes")
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    RANK_RUNS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    member: CommunicatorMember
+    progress: CommProgress
+    process: ProcessInfo
+    node_name: str
+    rank_runs: _containers.RepeatedScalarFieldContainer[int]
+    size: int
+    nodes: int
+    def __init__(self, member: _Optional[_Union[CommunicatorMember, _Mapping]] = ..., progress: _Optional[_Union[CommProgress, _Mapping]] = ..., process: _Optional[_Union[ProcessInfo, _Mapping]] = ..., node_name: _Optional[str] = ..., rank_runs: _Optional[_Iterable[int]] = ..., size: _Optional[int] = ..., nodes: _Optional[int] = ...) -> None: ...
+
+class SubtreeNode(_message.Message):
+    __slots__ = ("node_name", "host", "state", "last_seen_age_ms", "processes", "mode", "via")
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    VIA_FIELD_NUMBER: _ClassVar[int]
+    node_name: str
+    host: str
+    state: str
+    last_seen_age_ms: int
+    processes: int
+    mode: str
+    via: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node_name: _Optional[str] = ..., host: _Optional[str] = ..., state: _Optional[str] = ..., last_seen_age_ms: _Optional[int] = ..., processes: _Optional[int] = ..., mode: _Optional[str] = ..., via: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BatchAck(_message.Message):
     __slots__ = ("last_applied_batch_seq", "master_clock", "full_state_requested")
@@ -347,22 +389,26 @@ class InflightOp(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., kind: _Optional[_Union[OpKind, str]] = ..., func: _Optional[str] = ..., datatype: _Optional[str] = ..., algo: _Optional[str] = ..., proto: _Optional[str] = ..., peer_or_root: _Optional[int] = ..., count: _Optional[int] = ..., size_bytes: _Optional[int] = ..., channels_started: _Optional[int] = ..., channels_completed: _Optional[int] = ..., enqueued_mono_ns: _Optional[int] = ..., gpu_started_mono_ns: _Optional[int] = ..., n_channels: _Optional[int] = ..., op_index: _Optional[int] = ...) -> None: ...
 
 class HangEvent(_message.Message):
-    __slots__ = ("fifo_event_abi_version", "record", "read_real_ns")
+    __slots__ = ("fifo_event_abi_version", "record", "read_real_ns", "origin_node")
     FIFO_EVENT_ABI_VERSION_FIELD_NUMBER: _ClassVar[int]
     RECORD_FIELD_NUMBER: _ClassVar[int]
     READ_REAL_NS_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_NODE_FIELD_NUMBER: _ClassVar[int]
     fifo_event_abi_version: int
     record: bytes
     read_real_ns: int
-    def __init__(self, fifo_event_abi_version: _Optional[int] = ..., record: _Optional[bytes] = ..., read_real_ns: _Optional[int] = ...) -> None: ...
+    origin_node: str
+    def __init__(self, fifo_event_abi_version: _Optional[int] = ..., record: _Optional[bytes] = ..., read_real_ns: _Optional[int] = ..., origin_node: _Optional[str] = ...) -> None: ...
 
 class StepSummaryRecord(_message.Message):
-    __slots__ = ("step_summary_version", "json")
+    __slots__ = ("step_summary_version", "json", "origin_node")
     STEP_SUMMARY_VERSION_FIELD_NUMBER: _ClassVar[int]
     JSON_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_NODE_FIELD_NUMBER: _ClassVar[int]
     step_summary_version: int
     json: bytes
-    def __init__(self, step_summary_version: _Optional[int] = ..., json: _Optional[bytes] = ...) -> None: ...
+    origin_node: str
+    def __init__(self, step_summary_version: _Optional[int] = ..., json: _Optional[bytes] = ..., origin_node: _Optional[str] = ...) -> None: ...
 
 class NodeMetricTotals(_message.Message):
     __slots__ = ("comm_ops", "profiler_drops", "records_lost_total", "hangs_open", "comms_folded")
@@ -453,14 +499,16 @@ class WatchStackRequestsRequest(_message.Message):
     def __init__(self, session_id: _Optional[int] = ...) -> None: ...
 
 class StackRequest(_message.Message):
-    __slots__ = ("request_id", "pid", "global_rank")
+    __slots__ = ("request_id", "pid", "global_rank", "node_name")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     pid: int
     global_rank: int
-    def __init__(self, request_id: _Optional[int] = ..., pid: _Optional[int] = ..., global_rank: _Optional[int] = ...) -> None: ...
+    node_name: str
+    def __init__(self, request_id: _Optional[int] = ..., pid: _Optional[int] = ..., global_rank: _Optional[int] = ..., node_name: _Optional[str] = ...) -> None: ...
 
 class StackReport(_message.Message):
     __slots__ = ("session_id", "request_id", "python_stack_version", "json")

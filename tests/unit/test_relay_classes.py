@@ -1,0 +1,221 @@
+"""A relay's reduction (ranks in the same state as one class) and the master's verdict from it:
+the same verdict and culprits as from every rank's rows, in a fraction of the rows."""
+
+from __future__ import annotations
+
+import pytest
+from relay_jobs import (
+    NOW,
+    OPS,
+    RANKS_PER_NODE,
+    REAL,
+    STALE,
+    THRESHOLD,
+    WORLD,
+    job_nodes,
+    node_comm,
+    relay_of,
+)
+
+from comminsight.agent.core.rank_runs import BadRuns, RankRuns
+from comminsight.agent.hangs.diagnosis import diagnose
+from comminsight.agent.master.grpc_service import Refusal, apply_rows, check_reduction
+from comminsight.agent.master.job_view import counted_sources, job_snapshot
+from comminsight.agent.relay.classes import rank_classes
+from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
+from comminsight_gen.models import agent_master_api_v1 as api
+
+
+def verdicts(nodes) -> list[tuple]:
+    """(verdict, communicator, culprits as (rank, node, pid)) of the master's diagnosis."""
+    snap = job_snapshot(nodes, "master", NOW, REAL, STALE)
+    return sorted(
+        (
+            r.verdict.value,
+            r.comm.comm_id,
+            tuple((c.comm_rank, c.node_name, c.pid) for c in r.culprits),
+        )
+        for r in diagnose(snap, NOW, THRESHOLD, now_real_ns=REAL)
+    )
+
+
+# ---- rank runs ----------------------------------------------------------------------------
+
+
+def test_runs_hold_ranks_compactly_and_answer_membership():
+    runs = RankRuns.of([5, 0, 1, 2, 3, 9, 4])
+    assert (runs.starts, runs.ends) == ((0, 9), (6, 10))
+    assert runs.flat() == [0, 6, 9, 1] and len(runs) == 7
+    assert 4 in runs and 6 not in runs and 9 in runs and "4" not in runs
+    assert RankRuns.from_flat(runs.flat(), 10) == runs
+    assert runs.union(RankRuns.of([6, 7, 8])).flat() == [0, 10]
+    assert runs.text() == "0-5,9"
+
+
+@pytest.mark.parametrize(
+    "flat, limit, why",
+    [
+        ([0], 8, "pairs"),
+        ([0, 0], 8, "empty run"),
+        ([4, 2, 2, 1], 8, "not after"),
+        ([4, 2, 5, 1], 8, "not after"),
+        ([6, 4], 8, "passes the communicator"),
+        ([0, 1] * ((1 << 17) + 1), 1 << 40, r"runs \(at most"),
+    ],
+)
+def test_runs_a_peer_sends_are_checked(flat, limit, why):
+    with pytest.raises(BadRuns, match=why):
+        RankRuns.from_flat(flat, limit)
+
+
+# ---- the reduction ------------------------------------------------------------------------
+
+
+def test_a_healthy_job_is_one_class_per_communicator():
+    nodes = job_nodes(16)
+    classes = rank_classes(nodes, NOW, STALE)
+    world = [c for c in classes if c.member.comm_id == WORLD]
+    assert len(world) == 1 and world[0].size == 16 * RANKS_PER_NODE and world[0].nodes == 16
+    assert RankRuns.from_flat(world[0].rank_runs).flat() == [1, 127]
+    assert len(classes) == 1 + 16  # the world, and each node's own communicator
+    # the representative is the rank that waited longest: local rank 0 of some node
+    assert world[0].member.comm_rank % RANKS_PER_NODE == 0
+
+
+def test_the_representative_s_times_are_moved_onto_the_relay_s_clock():
+    offset = 7 * 1_000_000_000
+    nodes = job_nodes(2, offsets={0: offset, 1: offset})
+    (world,) = [c for c in rank_classes(nodes, NOW, STALE) if c.member.comm_id == WORLD]
+    # a node's own clock is `offset` behind; the class carries the relay's (here the master's)
+    assert world.progress.oldest_inflight.enqueued_mono_ns == NOW - 3 * 1_000_000_000
+    assert world.process.heartbeat_mono_ns == NOW
+
+
+def test_an_outlier_s_process_travels_rank_by_rank():
+    nodes = job_nodes(8, stalled=frozenset({13}))
+    classes = rank_classes(nodes, NOW, STALE)
+    alone = [c for c in classes if c.process.global_rank == 13]
+    # its world row and its node-communicator row, each a class of one
+    assert sorted(c.member.comm_id for c in alone) == sorted([WORLD, node_comm(1)])
+    assert all(c.size == 1 and not c.rank_runs for c in alone)
+    world = [c for c in classes if c.member.comm_id == WORLD]
+    assert sum(c.size for c in world) == 64
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"stalled": frozenset({13})},
+        {"stalled": frozenset(range(16, 24))},  # a whole node never joined
+        {"dead": frozenset({40})},
+        {"mismatched": frozenset({7})},
+        {"wait_s": 0.2},
+    ],
+    ids=["one-rank-stalled", "a-node-stalled", "a-process-died", "a-mismatched-call", "healthy"],
+)
+def test_the_verdict_from_classes_is_the_verdict_from_every_row(fault):
+    nodes = job_nodes(8, **fault)
+    flat = verdicts(nodes)
+    tree = verdicts([relay_of("relay-a", nodes[:4]), relay_of("relay-b", nodes[4:])])
+    assert tree == flat
+    assert bool(flat) == ("wait_s" not in fault)
+
+
+def test_a_relay_of_relays_gives_the_same_verdict_and_culprit():
+    nodes = job_nodes(12, stalled=frozenset({50}))
+    middle = [relay_of(f"relay-{i}", nodes[i * 4 : i * 4 + 4]) for i in range(3)]
+    top = relay_of("relay-top", middle, offset=3 * 1_000_000_000)
+    assert verdicts([top]) == verdicts(nodes)
+    assert top.subtree["node-00006"].via == ["relay-1"]
+    (world,) = [v for v in verdicts([top]) if v[1] == f"{WORLD:016x}"]
+    assert world[2] == ((50, "node-00006", 1050),)
+
+
+def test_the_master_holds_classes_not_rows():
+    nodes = job_nodes(64, stalled=frozenset({77}))
+    relays = [relay_of(f"relay-{i}", nodes[i * 16 : i * 16 + 16]) for i in range(4)]
+    snap = job_snapshot(relays, "master", NOW, REAL, STALE)
+    world = snap.comms[WORLD]
+    assert world.ranks_present == 64 * RANKS_PER_NODE and not world.missing_ranks
+    assert len(world.members) <= 4 * 3  # per relay: the waiting class, the culprit's, a split
+    assert world.member(300) is not None and world.member(77).rank == 77
+    (report,) = [
+        r
+        for r in diagnose(snap, NOW, THRESHOLD, now_real_ns=REAL)
+        if r.comm.comm_id == f"{WORLD:016x}"
+    ]
+    assert f"{OPS}" in report.summary and "511 rank(s) wait" in report.summary
+
+
+# ---- the master's side of a relay ---------------------------------------------------------
+
+
+def _relay_batch(relay, **fields) -> pb.NodeStateBatch:
+    return pb.NodeStateBatch(
+        batch_seq=1,
+        full_state=True,
+        full_state_last=True,
+        rank_classes=relay.classes,
+        subtree_nodes=list(relay.subtree.values()),
+        **fields,
+    )
+
+
+def test_a_relay_s_full_state_replaces_its_classes_whole():
+    relay = relay_of("relay-a", job_nodes(4))
+    at_master = relay_of("relay-a", [])
+    apply_rows(at_master, _relay_batch(relay))
+    assert len(at_master.classes) == len(relay.classes) and len(at_master.subtree) == 4
+    apply_rows(at_master, _relay_batch(relay_of("relay-a", job_nodes(1))))
+    assert len(at_master.subtree) == 1
+
+
+@pytest.mark.parametrize(
+    "corrupt, why",
+    [
+        (lambda b: b.rank_classes[0].rank_runs.extend([0, 1]), "not after"),
+        (lambda b: b.rank_classes[0].rank_runs.extend([10**6, 1]), "passes the communicator"),
+        (lambda b: setattr(b.rank_classes[0].member, "comm_rank", 1), "in its runs"),
+        (lambda b: setattr(b.rank_classes[0], "node_name", "../x"), "does not match"),
+        (lambda b: setattr(b, "full_state", False), "outside a full_state"),
+        (lambda b: b.subtree_nodes[0].via.extend(["r"] * 17), "more than 16 relays"),
+    ],
+)
+def test_a_relay_s_bad_reduction_is_refused_by_name(corrupt, why):
+    relay = relay_of("relay-a", job_nodes(2))
+    batch = _relay_batch(relay)
+    corrupt(batch)
+    with pytest.raises(Refusal, match=why) as e:
+        check_reduction(relay, batch)
+    assert e.value.reject.reason == pb.REJECT_REASON_MALFORMED
+
+
+def test_classes_from_a_slave_are_refused():
+    slave = job_nodes(1)[0]
+    batch = _relay_batch(relay_of("relay-a", job_nodes(1)))
+    with pytest.raises(Refusal, match="registered as a slave"):
+        check_reduction(slave, batch)
+
+
+def test_a_relay_that_died_counts_until_its_nodes_are_heard_again():
+    nodes = job_nodes(4, stalled=frozenset({5}))
+    relay = relay_of("relay-a", nodes)
+    relay.state = api.NodeState.disconnected
+    for n in nodes:
+        n.state = api.NodeState.disconnected
+    # half its nodes came to the master directly: the old classes still count, the moved
+    # nodes' new rows wait, so that no rank is counted twice
+    nodes[0].state = nodes[1].state = api.NodeState.connected
+    kept, shadowed = counted_sources([relay, *nodes[:2]])
+    assert kept == [relay] and shadowed == {"node-00000", "node-00001"}
+    assert verdicts([relay, *nodes[:2]]) == verdicts(nodes)
+    # all of them moved: the relay's classes go
+    for n in nodes:
+        n.state = api.NodeState.connected
+    kept, shadowed = counted_sources([relay, *nodes])
+    assert kept == nodes and not shadowed
+    # a slave whose rows the master kept from before now reports through a relay
+    nodes[3].state = api.NodeState.disconnected
+    live = relay_of("relay-b", nodes[2:])
+    kept, _ = counted_sources([live, *nodes])
+    assert nodes[3] not in kept and live in kept
