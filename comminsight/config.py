@@ -111,7 +111,8 @@ def _check_addresses(settings: ConfigV1, raw: dict[str, tuple[str, Origin]]) -> 
         value = getattr(settings, KEY_BY_NAME[name].field)
         if not value:
             continue
-        problem = address_problem(value, min_port)
+        # COMMINSIGHT_AGENT_MASTER_ADDR may list parents, each checked
+        problem = next((p for a in value.split(",") if (p := address_problem(a, min_port))), None)
         if problem:
             origin = raw[name][1].text if name in raw else "default"
             raise ConfigError(f"{name}={shown_raw(name, value)!r} ({origin}): {problem}")

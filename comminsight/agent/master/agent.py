@@ -286,9 +286,13 @@ class MasterApi(AgentApi):
     async def nodes(self, request, values):
         self._ready()
         now, real = time.monotonic_ns(), time.time_ns()
+        records = list(self.service.nodes.values())
+        every = [job_view.node_summary(n, now, real) for n in records]
         items = [
-            job_view.node_summary(n, now, real)
-            for n in sorted(self.service.nodes.values(), key=lambda n: n.name)
+            n
+            for n in sorted(
+                [*every, *job_view.below_relays(records, real)], key=lambda n: n.node_name
+            )
             if values["state"] in ("all", n.state.value)
         ]
         total = len(items)

@@ -340,6 +340,42 @@ def node_summary(node: NodeRecord, now_mono: int, now_real: int) -> api.NodeSumm
     )
 
 
+def below_relays(nodes: Iterable[NodeRecord], now_real: int) -> list[api.NodeSummary]:
+    """The nodes below the relays that report now, as the relays see them, less any node that
+    reports to this master directly (its own record says more)."""
+    nodes = list(nodes)
+    direct = {n.name for n in nodes if n.state in (api.NodeState.local, api.NodeState.connected)}
+    out: dict[str, api.NodeSummary] = {}
+    for relay in nodes:
+        if not relay.is_relay or relay.state is not api.NodeState.connected:
+            continue
+        for below in relay.subtree.values():
+            if below.node_name in direct or below.node_name in out:
+                continue
+            age = below.last_seen_age_ms if below.HasField("last_seen_age_ms") else None
+            out[below.node_name] = api.NodeSummary(
+                node_name=below.node_name,
+                host=below.host[:253] or None,
+                mode=_MODE.get(below.mode, api.AgentMode.slave),
+                state=_NODE_STATE.get(below.state, api.NodeState.disconnected),
+                agent_version=None,
+                processes_alive=0,
+                processes_total=below.processes,
+                global_ranks=[],
+                last_seen_real_ns=now_real - age * MS if age is not None else None,
+                last_seen_age_ms=age,
+                last_applied_batch_seq=None,
+                rejects_total=0,
+                last_reject=None,
+                via=[relay.name, *below.via[:15]],
+            )
+    return list(out.values())
+
+
+_MODE = {m.value: m for m in api.AgentMode}
+_NODE_STATE = {s.value: s for s in api.NodeState}
+
+
 def _seq(n: int) -> int | None:
     return n - 1 if n > 0 else None
 

@@ -23,6 +23,9 @@ behind it). A session that fails moves the link to the next at once; the backoff
 once every parent has failed in a row. A new parent does not know this epoch, takes the first
 batch it receives as its start and asks for a full state: nothing the outbox holds is lost,
 and events the former parent already passed on are dropped upstream by their natural keys.
+A link on a later parent checks the first every PREFERRED_RETRY_S (jittered) and goes back
+to it once it answers: a relay that restarts gets its nodes back instead of leaving them on
+the master for good.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ WINDOW = 32  # batches sent and not yet acknowledged
 RECONNECT = Backoff(base_s=0.2, cap_s=10.0)
 FATAL_RETRY_S = 30.0  # a refusal a retry cannot fix: try again rarely, for a corrected master
 RPC_TIMEOUT_S = 10.0
+PREFERRED_RETRY_S = 60.0
+PROBE_TIMEOUT_S = 2.0
 
 
 def clock() -> pb.ClockSample:
@@ -56,6 +61,10 @@ def clock() -> pb.ClockSample:
 
 class _NewEpoch(Exception):
     """The outbox started a new epoch: register again at once."""
+
+
+class _BackToPreferred(Exception):
+    """The first parent answers again: end this session and go back to it."""
 
 
 class SlaveLink:
@@ -113,6 +122,13 @@ class SlaveLink:
             try:
                 await self._session(stop)
             except _NewEpoch:
+                continue
+            except _BackToPreferred:
+                log.info("parent %s answers again: going back to it", self.parents[0])
+                self.connected = False
+                self.parent_index = 0
+                self.full_state_wanted = True
+                failures = 0
                 continue
             except Rejected as e:
                 self.last_reject = e.reject
@@ -291,7 +307,12 @@ class SlaveLink:
         async def stack_requests() -> None:
             await self._stack_requests(stub, metadata, stop)
 
-        tasks = [asyncio.ensure_future(t()) for t in (send, receive, heartbeat, stack_requests)]
+        async def prefer() -> None:
+            await self._wait_for_preferred(stop)
+
+        tasks = [
+            asyncio.ensure_future(t()) for t in (send, receive, heartbeat, stack_requests, prefer)
+        ]
         try:
             done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -303,6 +324,25 @@ class SlaveLink:
             for task in tasks:
                 task.cancel()
             call.cancel()
+
+    async def _wait_for_preferred(self, stop: asyncio.Event) -> None:
+        """On a later parent: returns (ending the session) only at stop, or raises
+        _BackToPreferred once the first parent accepts a connection."""
+        if self.parent_index == 0:
+            await stop.wait()
+            return
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=jitter(PREFERRED_RETRY_S))
+                return
+            except TimeoutError:
+                pass
+            async with slave_tls.channel(self.parents[0], self.tls) as channel:
+                try:
+                    await asyncio.wait_for(channel.channel_ready(), PROBE_TIMEOUT_S)
+                except (TimeoutError, grpc.RpcError):
+                    continue
+            raise _BackToPreferred()
 
     async def _stack_requests(self, stub, metadata, stop: asyncio.Event) -> None:
         """Answer the master's stack requests until the session ends; returns only at stop
