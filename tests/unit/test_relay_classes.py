@@ -219,3 +219,49 @@ def test_a_relay_that_died_counts_until_its_nodes_are_heard_again():
     live = relay_of("relay-b", nodes[2:])
     kept, _ = counted_sources([live, *nodes])
     assert nodes[3] not in kept and live in kept
+
+
+# ---- the API through a relay --------------------------------------------------------------
+
+
+def test_the_master_s_communicator_view_counts_every_rank_of_its_classes():
+    from comminsight.agent.master.job_view import communicators, job_rows
+
+    nodes = job_nodes(16, stalled=frozenset({77}))
+    flat = {c.comm_id: c for c in communicators(job_rows(nodes), {}, full=True, now=NOW)}
+    relays = [relay_of("relay-a", nodes[:8]), relay_of("relay-b", nodes[8:])]
+    tree = {c.comm_id: c for c in communicators(job_rows(relays), {}, full=True, now=NOW)}
+    assert tree.keys() == flat.keys()
+    for comm_id, c in tree.items():
+        f = flat[comm_id]
+        assert (c.ranks_seen, c.complete) == (f.ranks_seen, f.complete)
+        assert set(c.nodes) <= set(f.nodes)  # the representatives' nodes
+        assert (c.ops_completed_total, c.ranks_inflight) == (
+            f.ops_completed_total,
+            f.ranks_inflight,
+        )
+        assert sum(r.same_state_count for r in c.ranks) == len(f.ranks)
+    world = tree[f"{WORLD:016x}"]
+    assert len(world.ranks) < len(flat[f"{WORLD:016x}"].ranks) // 10
+    (alone,) = [r for r in world.ranks if r.comm_rank == 77]
+    assert alone.same_state_count == 1 and alone.same_state_ranks is None
+    assert alone.node_name == "node-00009"
+
+
+def test_a_report_through_relays_has_an_entry_per_class_not_per_rank():
+    nodes = job_nodes(16, stalled=frozenset({77}))
+    relays = [relay_of("relay-a", nodes[:8]), relay_of("relay-b", nodes[8:])]
+    snap = job_snapshot(relays, "master", NOW, REAL, STALE)
+    (report,) = [
+        r
+        for r in diagnose(snap, NOW, THRESHOLD, now_real_ns=REAL)
+        if r.comm.comm_id == f"{WORLD:016x}"
+    ]
+    counts = [
+        e.same_state_count if isinstance(e.same_state_count, int) else 1 for e in report.evidence
+    ]
+    assert sum(counts) == 128 and len(report.evidence) < 10
+    (culprit,) = [e for e in report.evidence if e.comm_rank == 77]
+    assert culprit.joined is False and not isinstance(culprit.same_state_count, int)
+    classes = [e for e in report.evidence if isinstance(e.same_state_count, int)]
+    assert all(e.joined and e.same_state_ranks for e in classes)

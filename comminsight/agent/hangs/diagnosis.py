@@ -1143,9 +1143,11 @@ def to_report(
         op=op_info(f.op) if f.op is not None else _unset(),
         culprits=[culprit(r, reason, members.get(r), node) for r, reason in f.culprits.items()],
         culprit_basis=f.culprit_basis if f.culprit_basis is not None else _unset(),
+        # one entry per rank, but a relay's class is one entry for all its ranks
         evidence=[
             rank_evidence(r, members.get(r), f, node, now_mono, data_age)
-            for r in range(f.comm.nranks)
+            for r in sorted({*members, *f.comm.missing_ranks})
+            if r < f.comm.nranks
         ]
         or [RankEvidence(comm_rank=0, node_name=node, process_state=ProcessState.unknown)],
         threshold_ms=max(1, (f.threshold_ns or threshold_ns) // MS),
@@ -1227,6 +1229,8 @@ def rank_evidence(
         inflight=inflight_evidence(m.inflight, now) if m.inflight else _unset(),
         inflight_count=m.inflight_count,
         hang_evidence=proxy_evidence(m, now),
+        same_state_ranks=m.stands_for.text(max_runs=256)[:4096] if m.stands_for else _unset(),
+        same_state_count=m.size if m.stands_for else _unset(),
     )
 
 

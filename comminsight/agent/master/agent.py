@@ -252,19 +252,23 @@ class MasterAgentService(AgentService):
             )
         procs = [p for n in self.nodes.values() for p in n.rows.processes.values()]
         comms = {m.comm_id for n in self.nodes.values() for m in n.rows.members.values()}
+        comms |= {c.member.comm_id for n in self.nodes.values() for c in n.classes}
+        # below the relays that report: the processes they count for each node
+        below = job_view.below_relays(self.nodes.values(), time.time_ns())
         return msgspec.structs.replace(
             base,
             status=api.HealthStatus.degraded if reasons else api.HealthStatus.ok,
             reasons=reasons,
             processes_alive=sum(1 for p in procs if p.alive),
-            processes_total=len(procs),
+            processes_total=len(procs) + sum(n.processes_total for n in below),
             communicators_total=len(comms),
             nodes_connected=sum(
                 1
                 for n in self.nodes.values()
                 if n.state in (api.NodeState.local, api.NodeState.connected)
-            ),
-            nodes_total=len(self.nodes),
+            )
+            + sum(1 for n in below if n.state is api.NodeState.connected),
+            nodes_total=len(self.nodes) + len(below),
         )
 
 
@@ -281,6 +285,8 @@ class MasterApi(AgentApi):
         for node in self.service.nodes.values():
             for p in node.rows.processes.values():
                 nodes.setdefault(p.job_id or None, set()).add(node.name)
+            for rc in node.classes:  # below a relay: the nodes of its classes' representatives
+                nodes.setdefault(rc.process.job_id or None, set()).add(rc.node_name)
         return {job: frozenset(names) for job, names in nodes.items()}
 
     async def nodes(self, request, values):

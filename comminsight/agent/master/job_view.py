@@ -260,22 +260,48 @@ def class_runs(rc: pb.RankClass) -> RankRuns:
 
 @dataclass(frozen=True)
 class JobRow:
-    """One communicator row of one process on one node."""
+    """One communicator row of one process on one node; or a class a relay passed up, its
+    representative's rows standing for the class's other ranks."""
 
     node: NodeRecord
     process: pb.ProcessInfo
     member: pb.CommunicatorMember
     progress: pb.CommProgress
+    origin: str | None = None  # the node that runs it, when `node` is the relay that sent it
+    stands_for: RankRuns = RankRuns()
+    ops_completed: int | None = None  # the class's sums, when a class
+    bytes_completed: int | None = None
+
+    @property
+    def node_name(self) -> str:
+        return self.origin or self.node.name
+
+    @property
+    def size(self) -> int:
+        return 1 + len(self.stands_for)
 
 
 def job_rows(nodes: Iterable[NodeRecord]) -> list[JobRow]:
     out = []
-    for node in nodes:
+    for node in counted_sources(nodes)[0]:
         for key, m in node.rows.members.items():
             p = node.rows.processes.get(m.pid)
             g = node.rows.progress.get(key)
             if p is not None and g is not None:
                 out.append(JobRow(node, p, m, g))
+        for rc in node.classes:
+            out.append(
+                JobRow(
+                    node,
+                    rc.process,
+                    rc.member,
+                    rc.progress,
+                    origin=rc.node_name,
+                    stands_for=class_runs(rc),
+                    ops_completed=rc.ops_completed_sum,
+                    bytes_completed=rc.bytes_completed_sum,
+                )
+            )
     return out
 
 
@@ -408,7 +434,7 @@ def inflight_model(row: JobRow, now: int) -> api.InflightOp | None:
         comm_id=f"{row.member.comm_id:016x}",
         comm_rank=row.member.comm_rank,
         global_rank=_opt(p, "global_rank"),
-        node_name=node.name,
+        node_name=row.node_name,
         pid=max(1, p.pid),
         seq=op.seq,
         kind=api.OpKind.coll if is_coll else api.OpKind.p2p,
@@ -469,12 +495,14 @@ def comm_rank(row: JobRow, now: int) -> api.CommRank:
         comm_rank=m.comm_rank,
         global_rank=_opt(p, "global_rank"),
         local_rank=_opt(m, "local_rank"),
-        node_name=row.node.name,
+        node_name=row.node_name,
         pid=max(1, p.pid),
         cuda_device=_opt(m, "cuda_device"),
         device_uuid=p.device_uuid or None,
         alive=p.alive,
         progress=comm_progress(row, now),
+        same_state_ranks=row.stands_for.text(max_runs=256)[:4096] if row.stands_for else None,
+        same_state_count=row.size,
     )
 
 
@@ -486,8 +514,12 @@ def communicator(
     named = next((r.member for r in rows if r.member.name), None)
     finalized = all(r.member.finalize_mono_ns for r in rows)
     nranks = max(1, first.nranks)
-    ranks_seen = sorted({r.member.comm_rank for r in rows})
-    inflight = [op for r in rows if (op := inflight_model(r, now)) is not None]
+    seen = RankRuns.of(r.member.comm_rank for r in rows)
+    for r in rows:
+        if r.stands_for:
+            seen = seen.union(r.stands_for)
+    ranks_seen = list(seen)
+    inflight = [(r, op) for r in rows if (op := inflight_model(r, now)) is not None]
     finalize_times = [
         to_real(r.node, r.process, r.member.finalize_mono_ns)
         for r in rows
@@ -503,14 +535,20 @@ def communicator(
         nnodes=first.nnodes or None,
         state=api.CommunicatorState.finalized if finalized else api.CommunicatorState.active,
         ranks_seen=ranks_seen,
-        complete=set(ranks_seen) >= set(range(nranks)),
-        nodes=sorted({r.node.name for r in rows}),
+        complete=len(seen) >= nranks and seen.starts[:1] == (0,) and len(seen.starts) == 1,
+        nodes=sorted({r.node_name for r in rows}),
         created_real_ns=min(r.member.init_real_ns for r in rows),
         finalized_real_ns=max(finalize_times) if finalized and finalize_times else None,
-        ops_completed_total=sum(r.progress.ops_completed_total for r in rows),
-        bytes_completed_total=sum(r.progress.bytes_completed_total for r in rows),
-        ranks_inflight=len({op.comm_rank for op in inflight}),
-        oldest_inflight_age_ms=max((op.age_ms for op in inflight), default=None),
+        ops_completed_total=sum(
+            r.progress.ops_completed_total if r.ops_completed is None else r.ops_completed
+            for r in rows
+        ),
+        bytes_completed_total=sum(
+            r.progress.bytes_completed_total if r.bytes_completed is None else r.bytes_completed
+            for r in rows
+        ),
+        ranks_inflight=sum(r.size for r in {op.comm_rank: r for r, op in inflight}.values()),
+        oldest_inflight_age_ms=max((op.age_ms for _, op in inflight), default=None),
         open_hang_report_ids=sorted(report_ids),
         ranks=[comm_rank(r, now) for r in rows] if full else None,
     )

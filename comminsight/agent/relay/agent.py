@@ -46,6 +46,9 @@ from comminsight_gen.models import agent_master_api_v1 as api
 log = logging.getLogger(__name__)
 
 MS = 1_000_000
+# a report (its reduction) may take at most 1/REDUCE_COST_SHARE of the relay's time: at a
+# thousand nodes below, reducing every report interval would take half a core
+REDUCE_COST_SHARE = 3
 
 
 class RelayAgentService(MasterAgentService):
@@ -75,6 +78,7 @@ class RelayAgentService(MasterAgentService):
         self.steps_waiting: list[pb.StepSummaryRecord] = []
         self._next_report_ns = 0
         self.classes_sent = 0  # in the latest report
+        self.reduce_cost_ns = 0  # what the latest report's reduction took
 
     # ---- this node: diagnosed as a node Agent does; the subtree only reduced ----------------
 
@@ -146,15 +150,21 @@ class RelayAgentService(MasterAgentService):
         events, self.events_waiting = self.events_waiting, []
         steps, steps_sent, reduction, totals = [], {}, None, None
         if due:
-            self._next_report_ns = now + self.report_ns
             steps, steps_sent = SlaveAgentService._new_steps(self)
             steps += self.steps_waiting
             self.steps_waiting = []
+            began = time.perf_counter_ns()
             if self.link.connected or self.link.full_state_wanted:
                 self.link.full_state_wanted = False
                 reduction = self.reduction(now)
                 totals = self.subtree_totals()
                 self.classes_sent = len(reduction[0])
+            # the reduction grows with the rows below: at most 1/REDUCE_COST_SHARE of the
+            # relay's time, the rest for its children's batches
+            self.reduce_cost_ns = time.perf_counter_ns() - began
+            self._next_report_ns = now + max(
+                self.report_ns, REDUCE_COST_SHARE * self.reduce_cost_ns
+            )
         if not (events or steps or reduction):
             return
         counters = pb.AgentCounters(

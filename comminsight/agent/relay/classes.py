@@ -10,9 +10,8 @@ classes already: each is folded in as it is, its ranks joining a class of the sa
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from comminsight.agent.core.rank_runs import BadRuns, RankRuns
 from comminsight.agent.master.job_view import NodeRecord
@@ -69,55 +68,48 @@ def state_key(
     )
 
 
-@dataclass
-class _Class:
-    """A class being built: its representative (rows, the node record that sent them and the
-    node that runs it) and every rank in it."""
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """One rank's row, or a class a relay below sent, on its way into a class here."""
 
-    node: NodeRecord
-    origin: str
+    order: tuple[int, int]  # (when its oldest op was enqueued on the relay's clock, rank)
+    node: NodeRecord  # the record that sent it
+    origin: str  # the node that runs it
     member: pb.CommunicatorMember
     progress: pb.CommProgress
     process: pb.ProcessInfo
-    singles: list[int]  # ranks of slave rows
-    folded: list[RankRuns] = field(default_factory=list)  # ranks of classes folded in
-    nodes: set[str] = field(default_factory=set)  # nodes of slave rows, by name
-    node_count: int = 0  # nodes of classes folded in (each counted by the relay below)
-    # (node, pid) of every rank's own row in it; classes folded in from below add none
-    processes: set[tuple[str, int]] = field(default_factory=set)
+    runs: RankRuns | None  # a folded class's other ranks; None for a rank's own row
+    node_count: int  # nodes of a folded class (counted by the relay below)
+    sums: tuple[int, int] | None  # a folded class's ops and bytes completed, all its ranks
 
+    @property
+    def where(self) -> tuple[str, int] | None:
+        """(node, pid) of a rank's own row; None for a folded class of several processes."""
+        return (self.origin, self.process.pid) if not self.runs else None
+
+    @property
     def size(self) -> int:
-        return len(self.singles) + sum(len(r) for r in self.folded)
+        return 1 + len(self.runs) if self.runs else 1
 
-    def copy(self) -> _Class:
-        return dataclasses.replace(
-            self,
-            singles=list(self.singles),
-            folded=list(self.folded),
-            nodes=set(self.nodes),
-            processes=set(self.processes),
-        )
+    @property
+    def ops_completed(self) -> int:
+        return self.sums[0] if self.sums else self.progress.ops_completed_total
 
-    def wait_since(self) -> int:
-        """When the representative's oldest op was enqueued, on the relay's clock; ops not
-        in flight sort last."""
-        g = self.progress
-        if not g.HasField("oldest_inflight"):
-            return 1 << 64
-        return self.node.to_master(g.oldest_inflight.enqueued_mono_ns)
+    @property
+    def bytes_completed(self) -> int:
+        return self.sums[1] if self.sums else self.progress.bytes_completed_total
 
-    def take(self, other: _Class) -> None:
-        """Fold `other` in; it represents the class when it waited longer (else when its
-        rank is lower)."""
-        self.singles += other.singles
-        self.folded += other.folded
-        self.nodes |= other.nodes
-        self.processes |= other.processes
-        self.node_count += other.node_count
-        mine = (self.wait_since(), self.member.comm_rank)
-        if (other.wait_since(), other.member.comm_rank) < mine:
-            self.node, self.origin = other.node, other.origin
-            self.member, self.progress, self.process = other.member, other.progress, other.process
+
+NOT_IN_FLIGHT = 1 << 64  # sorts after every enqueue time
+
+
+def _unit(node: NodeRecord, origin: str, m, g, p, runs=None, node_count=0, sums=None) -> _Unit:
+    since = (
+        node.to_master(g.oldest_inflight.enqueued_mono_ns)
+        if g.HasField("oldest_inflight")
+        else NOT_IN_FLIGHT
+    )
+    return _Unit((since, m.comm_rank), node, origin, m, g, p, runs, node_count, sums)
 
 
 # A class this small that is not its communicator's largest is an outlier (a culprit, the
@@ -131,90 +123,81 @@ def rank_classes(
 ) -> list[pb.RankClass]:
     """The classes of every node's rows (slaves', the relay's own) and of the classes relays
     below sent, ordered by communicator and lowest rank. The rows of an outlier's process are
-    classes of one rank each (OUTLIER_MAX)."""
-    units = list(_units(nodes, now_mono_ns, stale_ns))
-    classes = _grouped(units, alone=set())
+    classes of one rank each (OUTLIER_MAX). The representative of a class is the rank that
+    waited longest in its oldest op (else the lowest rank)."""
+    groups: dict[tuple, list[_Unit]] = {}
+    for key, unit in _units(nodes, now_mono_ns, stale_ns):
+        groups.setdefault(key, []).append(unit)
+    sizes = {key: sum(u.size for u in units) for key, units in groups.items()}
     largest: dict[int, int] = {}
-    for c in classes.values():
-        comm = c.member.comm_id
-        largest[comm] = max(largest.get(comm, 0), c.size())
+    for key, size in sizes.items():
+        largest[key[0]] = max(largest.get(key[0], 0), size)
     alone = {
-        where
-        for c in classes.values()
-        if c.size() <= OUTLIER_MAX and c.size() < largest[c.member.comm_id]
-        for where in c.processes
+        u.where
+        for key, units in groups.items()
+        if sizes[key] <= OUTLIER_MAX and sizes[key] < largest[key[0]]
+        for u in units
+        if u.where is not None
     }
-    if alone:
-        classes = _grouped(units, alone)
-    built = [(c, _ranks(c)) for c in classes.values()]
-    built.sort(key=lambda b: (b[0].member.comm_id, b[1].starts[0]))
-    return [_message(c, ranks) for c, ranks in built]
+    classes: list[list[_Unit]] = []
+    for units in groups.values():
+        kept = [u for u in units if u.where not in alone] if alone else units
+        classes += [[u] for u in units if u.where in alone] if alone else []
+        if kept:
+            classes.append(kept)
+    built = [(units, _ranks(units)) for units in classes]
+    built.sort(key=lambda b: (b[0][0].member.comm_id, b[1].starts[0]))
+    return [_message(units, ranks) for units, ranks in built]
 
 
 def _units(nodes: Iterable[NodeRecord], now_mono_ns: int, stale_ns: int):
-    """(state key, a class of the one row or folded class) for every row and class below."""
+    """(state key, unit) for every row and class below."""
     for node in nodes:
-        for key, m in node.rows.members.items():
-            g = node.rows.progress.get(key)
-            p = node.rows.processes.get(m.pid)
+        rows = node.rows
+        for key, m in rows.members.items():
+            g = rows.progress.get(key)
+            p = rows.processes.get(m.pid)
             if g is None or p is None:
                 continue
             fresh = now_mono_ns - node.to_master(p.heartbeat_mono_ns) <= stale_ns
-            one = _Class(node, node.name, m, g, p, [m.comm_rank], nodes={node.name})
-            one.processes = {(node.name, m.pid)}
-            yield state_key(m, g, p, fresh), one
+            yield state_key(m, g, p, fresh), _unit(node, node.name, m, g, p)
         for rc in node.classes:
             fresh = now_mono_ns - node.to_master(rc.process.heartbeat_mono_ns) <= stale_ns
             try:
-                others = RankRuns.from_flat(rc.rank_runs, rc.member.nranks)
+                runs = RankRuns.from_flat(rc.rank_runs, rc.member.nranks)
             except BadRuns:  # checked when the batch was applied; never folded unchecked
                 continue
-            folded = _Class(
-                node,
-                rc.node_name,
-                rc.member,
-                rc.progress,
-                rc.process,
-                [rc.member.comm_rank],
-                [others],
-                node_count=rc.nodes,
+            sums = (rc.ops_completed_sum, rc.bytes_completed_sum)
+            unit = _unit(
+                node, rc.node_name, rc.member, rc.progress, rc.process, runs, rc.nodes, sums
             )
-            # a class of one is a rank's own row: its process can be told apart
-            folded.processes = {(rc.node_name, rc.process.pid)} if not others else set()
-            yield state_key(rc.member, rc.progress, rc.process, fresh), folded
+            yield state_key(rc.member, rc.progress, rc.process, fresh), unit
 
 
-def _grouped(units: list[tuple[tuple, _Class]], alone: set[tuple[str, int]]) -> dict:
-    """Units of one state folded together, except the rows of processes in `alone`."""
-    classes: dict[tuple, _Class] = {}
-    for i, (key, unit) in enumerate(units):
-        if unit.processes & alone:
-            key = (*key, i)  # a class of its own
-        found = classes.get(key)
-        if found is None:
-            classes[key] = unit.copy()
-        else:
-            found.take(unit)
-    return classes
-
-
-def _ranks(c: _Class) -> RankRuns:
-    ranks = RankRuns.of(c.singles)
-    for runs in c.folded:
-        ranks = ranks.union(runs)
+def _ranks(units: list[_Unit]) -> RankRuns:
+    ranks = RankRuns.of(u.member.comm_rank for u in units)
+    for u in units:
+        if u.runs:
+            ranks = ranks.union(u.runs)
     return ranks
 
 
-def _message(c: _Class, ranks: RankRuns) -> pb.RankClass:
-    runs = _without(ranks, c.member.comm_rank)
+def _message(units: list[_Unit], ranks: RankRuns) -> pb.RankClass:
+    rep = min(units, key=lambda u: u.order)
+    runs = _without(ranks, rep.member.comm_rank)
+    nodes = len({u.origin for u in units if not u.runs}) + sum(u.node_count for u in units)
+    ops = sum(u.ops_completed for u in units)
+    nbytes = sum(u.bytes_completed for u in units)
     return pb.RankClass(
-        member=_moved_member(c.node, c.member),
-        progress=_moved_progress(c.node, c.progress),
-        process=_moved_process(c.node, c.process),
-        node_name=c.origin,
+        ops_completed_sum=ops,
+        bytes_completed_sum=nbytes,
+        member=_moved_member(rep.node, rep.member),
+        progress=_moved_progress(rep.node, rep.progress),
+        process=_moved_process(rep.node, rep.process),
+        node_name=rep.origin,
         rank_runs=runs.flat(),
         size=len(runs) + 1,
-        nodes=len(c.nodes) + c.node_count,
+        nodes=nodes,
     )
 
 

@@ -8,6 +8,7 @@ from attrs import field as _attrs_field
 
 from ..types import UNSET, Unset
 
+from ..types import UNSET, Unset
 from typing import cast
 
 if TYPE_CHECKING:
@@ -38,6 +39,12 @@ class CommRank:
                 (shm v1 comm_entry). Collectives and point-to-point ops are counted separately because
                 only collective sequence numbers line up across all ranks of a communicator; hang
                 diagnosis compares `collectives` across ranks and `p2p` between peers.
+            same_state_ranks (None | str | Unset): On a master fed through relays: the other ranks this entry stands for,
+                which a relay
+                found in the same state (same counts, same op in flight), as runs ("0-6,8-99999");
+                null for a rank's own entry. Their own rows stay on their nodes' Agents.
+            same_state_count (int | Unset): Ranks this entry stands for, itself included (1 for a rank's own entry).
+                Default: 1.
      """
 
     comm_rank: int
@@ -49,6 +56,8 @@ class CommRank:
     device_uuid: None | str
     alive: bool
     progress: CommProgress
+    same_state_ranks: None | str | Unset = UNSET
+    same_state_count: int | Unset = 1
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -79,6 +88,14 @@ class CommRank:
 
         progress = self.progress.to_dict()
 
+        same_state_ranks: None | str | Unset
+        if isinstance(self.same_state_ranks, Unset):
+            same_state_ranks = UNSET
+        else:
+            same_state_ranks = self.same_state_ranks
+
+        same_state_count = self.same_state_count
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -93,6 +110,10 @@ class CommRank:
             "alive": alive,
             "progress": progress,
         })
+        if same_state_ranks is not UNSET:
+            field_dict["same_state_ranks"] = same_state_ranks
+        if same_state_count is not UNSET:
+            field_dict["same_state_count"] = same_state_count
 
         return field_dict
 
@@ -147,6 +168,18 @@ class CommRank:
 
 
 
+        def _parse_same_state_ranks(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        same_state_ranks = _parse_same_state_ranks(d.pop("same_state_ranks", UNSET))
+
+
+        same_state_count = d.pop("same_state_count", UNSET)
+
         comm_rank = cls(
             comm_rank=comm_rank,
             global_rank=global_rank,
@@ -157,6 +190,8 @@ class CommRank:
             device_uuid=device_uuid,
             alive=alive,
             progress=progress,
+            same_state_ranks=same_state_ranks,
+            same_state_count=same_state_count,
         )
 
 

@@ -41,7 +41,9 @@ class Communicator:
                 finalized (on every rank seen).
             ranks_seen (list[int]): comm ranks whose data reaches this agent, ascending.
             complete (bool): ranks_seen covers all nranks (hang diagnosis across the whole communicator is possible).
-            nodes (list[str]): Nodes holding ranks_seen, ascending.
+            nodes (list[str]): Nodes holding ranks_seen, ascending. On a master fed through relays, only the nodes of the
+                entries it holds (a rank's own, or a class's representative, see CommRank.same_state_ranks); ask a relay for the
+                nodes below it.
             created_real_ns (int): First init of the communicator seen on any rank.
             finalized_real_ns (int | None):
             ops_completed_total (int): Summed over ranks_seen.

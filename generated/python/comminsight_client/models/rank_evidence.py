@@ -56,6 +56,10 @@ class RankEvidence:
                 flagged this communicator and raised the activation mask by ProxyOp|ProxyStep. NCCL fixes an op's mask when the
                 op is issued, so the op that was in flight at the raise gets no proxy events: the channels describe the
                 communicator's ops issued after it (first_proxy_op..last_proxy_op), which queue behind the stuck one.
+            same_state_ranks (str | Unset): On a master fed through relays: the other ranks this entry stands for, which a
+                relay found in the same state, as runs ("0-6,8-99999"); they have no entry of their own. Absent for a rank's own
+                entry.
+            same_state_count (int | Unset): Ranks this entry stands for, itself included; absent for a rank's own entry.
      """
 
     comm_rank: int
@@ -74,6 +78,8 @@ class RankEvidence:
     inflight: InflightEvidence | Unset = UNSET
     inflight_count: int | Unset = UNSET
     hang_evidence: HangEvidence | Unset = UNSET
+    same_state_ranks: str | Unset = UNSET
+    same_state_count: int | Unset = UNSET
 
 
 
@@ -125,6 +131,10 @@ class RankEvidence:
         if not isinstance(self.hang_evidence, Unset):
             hang_evidence = self.hang_evidence.to_dict()
 
+        same_state_ranks = self.same_state_ranks
+
+        same_state_count = self.same_state_count
+
 
         field_dict: dict[str, Any] = {}
 
@@ -159,6 +169,10 @@ class RankEvidence:
             field_dict["inflight_count"] = inflight_count
         if hang_evidence is not UNSET:
             field_dict["hang_evidence"] = hang_evidence
+        if same_state_ranks is not UNSET:
+            field_dict["same_state_ranks"] = same_state_ranks
+        if same_state_count is not UNSET:
+            field_dict["same_state_count"] = same_state_count
 
         return field_dict
 
@@ -245,6 +259,10 @@ class RankEvidence:
 
 
 
+        same_state_ranks = d.pop("same_state_ranks", UNSET)
+
+        same_state_count = d.pop("same_state_count", UNSET)
+
         rank_evidence = cls(
             comm_rank=comm_rank,
             node_name=node_name,
@@ -262,6 +280,8 @@ class RankEvidence:
             inflight=inflight,
             inflight_count=inflight_count,
             hang_evidence=hang_evidence,
+            same_state_ranks=same_state_ranks,
+            same_state_count=same_state_count,
         )
 
         return rank_evidence

@@ -3001,6 +3001,32 @@ class RankEvidence(Struct, forbid_unknown_fields=True):
     """
     Proxy progress the rank's Profiler recorded with the mask raised for this communicator; absent when it raised none.
     """
+    same_state_ranks: (
+        Annotated[
+            str,
+            Meta(
+                description='On a master fed through relays: the other ranks this entry stands for, which a relay found in the same state, as runs ("0-6,8-99999"); they have no entry of their own. Absent for a rank\'s own entry.',
+                max_length=4096,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    On a master fed through relays: the other ranks this entry stands for, which a relay found in the same state, as runs ("0-6,8-99999"); they have no entry of their own. Absent for a rank's own entry.
+    """
+    same_state_count: (
+        Annotated[
+            int,
+            Meta(
+                description="Ranks this entry stands for, itself included; absent for a rank's own entry.",
+                ge=2,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Ranks this entry stands for, itself included; absent for a rank's own entry.
+    """
 
 
 class Recovery(Struct, forbid_unknown_fields=True):
@@ -3591,6 +3617,36 @@ class CommRank(Struct):
     device_uuid: Annotated[str, Meta(max_length=64)] | None
     alive: bool
     progress: CommProgress
+    same_state_ranks: (
+        Annotated[
+            str,
+            Meta(
+                description='On a master fed through relays: the other ranks this entry stands for, which a relay\nfound in the same state (same counts, same op in flight), as runs ("0-6,8-99999");\nnull for a rank\'s own entry. Their own rows stay on their nodes\' Agents.\n',
+                max_length=4096,
+            ),
+        ]
+        | None
+        | UnsetType
+    ) = UNSET
+    """
+    On a master fed through relays: the other ranks this entry stands for, which a relay
+    found in the same state (same counts, same op in flight), as runs ("0-6,8-99999");
+    null for a rank's own entry. Their own rows stay on their nodes' Agents.
+
+    """
+    same_state_count: (
+        Annotated[
+            int,
+            Meta(
+                description="Ranks this entry stands for, itself included (1 for a rank's own entry).",
+                ge=1,
+            ),
+        ]
+        | UnsetType
+    ) = 1
+    """
+    Ranks this entry stands for, itself included (1 for a rank's own entry).
+    """
 
 
 class Communicator(Struct):
@@ -3653,10 +3709,13 @@ class Communicator(Struct):
     ranks_seen covers all nranks (hang diagnosis across the whole communicator is possible).
     """
     nodes: Annotated[
-        list[NodeName], Meta(description='Nodes holding ranks_seen, ascending.')
+        list[NodeName],
+        Meta(
+            description="Nodes holding ranks_seen, ascending. On a master fed through relays, only the nodes of the entries it holds (a rank's own, or a class's representative, see CommRank.same_state_ranks); ask a relay for the nodes below it."
+        ),
     ]
     """
-    Nodes holding ranks_seen, ascending.
+    Nodes holding ranks_seen, ascending. On a master fed through relays, only the nodes of the entries it holds (a rank's own, or a class's representative, see CommRank.same_state_ranks); ask a relay for the nodes below it.
     """
     created_real_ns: Annotated[
         int, Meta(description='First init of the communicator seen on any rank.', ge=0)

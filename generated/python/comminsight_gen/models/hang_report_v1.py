@@ -845,6 +845,32 @@ class RankEvidence(Struct, forbid_unknown_fields=True):
     """
     Proxy progress the rank's Profiler recorded with the mask raised for this communicator; absent when it raised none.
     """
+    same_state_ranks: (
+        Annotated[
+            str,
+            Meta(
+                description='On a master fed through relays: the other ranks this entry stands for, which a relay found in the same state, as runs ("0-6,8-99999"); they have no entry of their own. Absent for a rank\'s own entry.',
+                max_length=4096,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    On a master fed through relays: the other ranks this entry stands for, which a relay found in the same state, as runs ("0-6,8-99999"); they have no entry of their own. Absent for a rank's own entry.
+    """
+    same_state_count: (
+        Annotated[
+            int,
+            Meta(
+                description="Ranks this entry stands for, itself included; absent for a rank's own entry.",
+                ge=2,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Ranks this entry stands for, itself included; absent for a rank's own entry.
+    """
 
 
 class IncidentStatus(Enum):

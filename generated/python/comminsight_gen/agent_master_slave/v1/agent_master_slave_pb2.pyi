@@ -175,7 +175,7 @@ class NodeStateBatch(_message.Message):
     def __init__(self, session_id: _Optional[int] = ..., batch_seq: _Optional[int] = ..., clock: _Optional[_Union[ClockSample, _Mapping]] = ..., full_state: _Optional[bool] = ..., full_state_last: _Optional[bool] = ..., processes: _Optional[_Iterable[_Union[ProcessInfo, _Mapping]]] = ..., communicators: _Optional[_Iterable[_Union[CommunicatorMember, _Mapping]]] = ..., progress: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., agent_counters: _Optional[_Union[AgentCounters, _Mapping]] = ..., hang_events: _Optional[_Iterable[_Union[HangEvent, _Mapping]]] = ..., step_summaries: _Optional[_Iterable[_Union[StepSummaryRecord, _Mapping]]] = ..., metric_totals: _Optional[_Union[NodeMetricTotals, _Mapping]] = ..., rank_classes: _Optional[_Iterable[_Union[RankClass, _Mapping]]] = ..., subtree_nodes: _Optional[_Iterable[_Union[SubtreeNode, _Mapping]]] = ...) -> None: ...
 
 class RankClass(_message.Message):
-    __slots__ = ("member", "progress", "process", "node_name", "rank_runs", "size", "nodes")
+    __slots__ = ("member", "progress", "process", "node_name", "rank_runs", "size", "nodes", "ops_completed_sum", "bytes_completed_sum")
     MEMBER_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     PROCESS_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +183,8 @@ class RankClass(_message.Message):
     RANK_RUNS_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    OPS_COMPLETED_SUM_FIELD_NUMBER: _ClassVar[int]
+    BYTES_COMPLETED_SUM_FIELD_NUMBER: _ClassVar[int]
     member: CommunicatorMember
     progress: CommProgress
     process: ProcessInfo
@@ -190,7 +192,9 @@ class RankClass(_message.Message):
     rank_runs: _containers.RepeatedScalarFieldContainer[int]
     size: int
     nodes: int
-    def __init__(self, member: _Optional[_Union[CommunicatorMember, _Mapping]] = ..., progress: _Optional[_Union[CommProgress, _Mapping]] = ..., process: _Optional[_Union[ProcessInfo, _Mapping]] = ..., node_name: _Optional[str] = ..., rank_runs: _Optional[_Iterable[int]] = ..., size: _Optional[int] = ..., nodes: _Optional[int] = ...) -> None: ...
+    ops_completed_sum: int
+    bytes_completed_sum: int
+    def __init__(self, member: _Optional[_Union[CommunicatorMember, _Mapping]] = ..., progress: _Optional[_Union[CommProgress, _Mapping]] = ..., process: _Optional[_Union[ProcessInfo, _Mapping]] = ..., node_name: _Optional[str] = ..., rank_runs: _Optional[_Iterable[int]] = ..., size: _Optional[int] = ..., nodes: _Optional[int] = ..., ops_completed_sum: _Optional[int] = ..., bytes_completed_sum: _Optional[int] = ...) -> None: ...
 
 class SubtreeNode(_message.Message):
     __slots__ = ("node_name", "host", "state", "last_seen_age_ms", "processes", "mode", "via")
