@@ -6,7 +6,7 @@ process that died in it, a rank that called another function (mismatched)."""
 
 from __future__ import annotations
 
-from comminsight.agent.master.job_view import NodeRecord
+from comminsight.agent.master.job_view import NodeRecord, class_runs
 from comminsight.agent.relay.classes import rank_classes
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
@@ -135,6 +135,7 @@ def relay_of(name: str, children: list[NodeRecord], offset: int = 0) -> NodeReco
     for rc in classes:
         _shift(rc, -offset)
     rec.classes = classes
+    rec.class_runs = [class_runs(rc) for rc in classes]
     for child in children:
         rec.subtree[child.name] = pb.SubtreeNode(node_name=child.name, host=child.host)
         for below in child.subtree.values():

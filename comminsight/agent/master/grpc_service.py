@@ -39,7 +39,7 @@ from comminsight.agent.core.fifo_reader import EVENT_SIZE, MAGIC_BYTES
 from comminsight.agent.core.node_state import row_key
 from comminsight.agent.core.rank_runs import BadRuns, RankRuns
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
-from comminsight.agent.master.job_view import NodeRecord
+from comminsight.agent.master.job_view import NodeRecord, class_runs
 from comminsight.agent.master.rejects import PROTOCOL_VERSION, REJECT_KEY, STATUS_OF, reason_name
 from comminsight.agent.master.stacks import StackRequests
 from comminsight.agent.master.store import MasterStore
@@ -349,7 +349,7 @@ class AgentMasterServer:
             record = self.nodes[node.node_name] = NodeRecord(node.node_name, api.AgentMode.slave)
         record.mode = api.AgentMode.relay if node.relay else api.AgentMode.slave
         if record.is_relay and not node.relay:  # a relay's name reused by a slave: no classes
-            record.classes, record.subtree = [], {}
+            record.classes, record.class_runs, record.subtree = [], [], {}
         self.sessions.pop(record.session_id, None)  # a restarted slave replaces its session
         record.session_id = secrets.randbits(64) or 1
         self.sessions[record.session_id] = record
@@ -669,6 +669,7 @@ def apply_rows(record: NodeRecord, batch: pb.NodeStateBatch) -> None:
             record.pending_subtree[n.node_name] = n
         if batch.full_state_last:
             record.classes, record.subtree = record.pending_classes, record.pending_subtree
+            record.class_runs = [class_runs(rc) for rc in record.classes]
             record.pending_classes = record.pending_subtree = None
     if batch.HasField("agent_counters"):
         record.counters = batch.agent_counters

@@ -15,12 +15,11 @@ nothing new to say, sends nothing; real time is never compared across nodes.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from comminsight.agent.core.node_state import NodeRows
-from comminsight.agent.core.rank_runs import BadRuns, RankRuns
+from comminsight.agent.core.rank_runs import EMPTY, BadRuns, RankRuns
 from comminsight.agent.core.snapshot import (
     CommMember,
     InflightOp,
@@ -69,6 +68,7 @@ class NodeRecord:
     # a relay's reduction of the nodes below it (agent-master-slave RankClass, SubtreeNode),
     # replaced whole by each full state; the pending ones while a full state spans batches
     classes: list[pb.RankClass] = field(default_factory=list)
+    class_runs: list[RankRuns] = field(default_factory=list)  # each class's, parsed once
     subtree: dict[str, pb.SubtreeNode] = field(default_factory=dict)
     pending_classes: list[pb.RankClass] | None = None
     pending_subtree: dict[str, pb.SubtreeNode] | None = None
@@ -145,7 +145,11 @@ def inflight_of(node: NodeRecord, op: pb.InflightOp) -> InflightOp:
 
 
 def comm_member(
-    node: NodeRecord, m: pb.CommunicatorMember, g: pb.CommProgress, proc: ProcessView
+    node: NodeRecord,
+    m: pb.CommunicatorMember,
+    g: pb.CommProgress,
+    proc: ProcessView,
+    stands_for: RankRuns = EMPTY,
 ) -> CommMember:
     c, p2p = g.collectives, g.p2p
     return CommMember(
@@ -171,6 +175,7 @@ def comm_member(
         # when it left, on the master's clock: whether it left before its peers' wait
         # reached the threshold (a hang's cause) or after (a teardown) (left_comm)
         finalize_mono_ns=node.to_master(m.finalize_mono_ns),
+        stands_for=stands_for,
     )
 
 
@@ -222,7 +227,7 @@ def job_snapshot(
                 continue
             (finalized if m.finalize_mono_ns else members).append(comm_member(node, m, g, proc))
         class_views: dict[tuple[str, int], ProcessView] = {}
-        for rc in node.classes:
+        for rc, runs in zip(node.classes, node.class_runs, strict=True):
             where = (rc.node_name, rc.process.pid)
             proc = class_views.get(where)
             if proc is None:
@@ -231,8 +236,7 @@ def job_snapshot(
                 proc = process_view(node, rc.process, now_mono, stale_ns, rc.node_name, host)
                 class_views[where] = proc
                 processes.append(proc)
-            m = comm_member(node, rc.member, rc.progress, proc)
-            m = dataclasses.replace(m, stands_for=class_runs(rc))
+            m = comm_member(node, rc.member, rc.progress, proc, runs)
             (finalized if rc.member.finalize_mono_ns else members).append(m)
     # kept apart, not dropped: a rank whose peers wait on it after it left is named by them
     comms, torn_down = snapshot_communicators(members, finalized, stale_ns)
@@ -289,7 +293,7 @@ def job_rows(nodes: Iterable[NodeRecord]) -> list[JobRow]:
             g = node.rows.progress.get(key)
             if p is not None and g is not None:
                 out.append(JobRow(node, p, m, g))
-        for rc in node.classes:
+        for rc, runs in zip(node.classes, node.class_runs, strict=True):
             out.append(
                 JobRow(
                     node,
@@ -297,7 +301,7 @@ def job_rows(nodes: Iterable[NodeRecord]) -> list[JobRow]:
                     rc.member,
                     rc.progress,
                     origin=rc.node_name,
-                    stands_for=class_runs(rc),
+                    stands_for=runs,
                     ops_completed=rc.ops_completed_sum,
                     bytes_completed=rc.bytes_completed_sum,
                 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from comminsight.agent.core.rank_runs import BadRuns, RankRuns
+from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 
@@ -161,12 +161,8 @@ def _units(nodes: Iterable[NodeRecord], now_mono_ns: int, stale_ns: int):
                 continue
             fresh = now_mono_ns - node.to_master(p.heartbeat_mono_ns) <= stale_ns
             yield state_key(m, g, p, fresh), _unit(node, node.name, m, g, p)
-        for rc in node.classes:
+        for rc, runs in zip(node.classes, node.class_runs, strict=True):
             fresh = now_mono_ns - node.to_master(rc.process.heartbeat_mono_ns) <= stale_ns
-            try:
-                runs = RankRuns.from_flat(rc.rank_runs, rc.member.nranks)
-            except BadRuns:  # checked when the batch was applied; never folded unchecked
-                continue
             sums = (rc.ops_completed_sum, rc.bytes_completed_sum)
             unit = _unit(
                 node, rc.node_name, rc.member, rc.progress, rc.process, runs, rc.nodes, sums
