@@ -265,3 +265,10 @@ def test_a_report_through_relays_has_an_entry_per_class_not_per_rank():
     assert culprit.joined is False and not isinstance(culprit.same_state_count, int)
     classes = [e for e in report.evidence if isinstance(e.same_state_count, int)]
     assert all(e.joined and e.same_state_ranks for e in classes)
+
+
+def test_the_ranks_missing_from_runs():
+    runs = RankRuns.of([0, 1, 2, 5, 9])
+    assert list(runs.missing(12)) == [3, 4, 6, 7, 8, 10, 11]
+    assert list(runs.missing(3)) == [] and list(RankRuns().missing(2)) == [0, 1]
+    assert list(RankRuns.of([4]).missing(3)) == [0, 1, 2]

@@ -94,6 +94,23 @@ class RankRuns:
                 ends.append(end)
         return RankRuns(tuple(starts), tuple(ends))
 
+    def missing(self, limit: int) -> RankRuns:
+        """The ranks in 0..limit-1 that are not in this set."""
+        starts: list[int] = []
+        ends: list[int] = []
+        at = 0
+        for start, end in zip(self.starts, self.ends, strict=True):
+            if start >= limit:
+                break
+            if start > at:
+                starts.append(at)
+                ends.append(start)
+            at = max(at, end)
+        if at < limit:
+            starts.append(at)
+            ends.append(limit)
+        return RankRuns(tuple(starts), tuple(ends))
+
     def text(self, max_runs: int = 8) -> str:
         """'0-6,8-99999', the runs past max_runs summarized by count."""
         parts = [

@@ -178,11 +178,15 @@ class CommView:
     # communicator of every snapshot in its history, thousands of ranks each.
     @cached_property
     def missing_ranks(self) -> list[int]:
-        present = {m.rank for m in self.members}
         classes = [m.stands_for for m in self.members if m.stands_for]
-        if classes:
-            present |= set(functools.reduce(RankRuns.union, classes))
-        return [r for r in range(self.nranks) if r not in present]
+        if not classes:
+            present = {m.rank for m in self.members}
+            return [r for r in range(self.nranks) if r not in present]
+        # runs, not a set of every rank: a class of a relay may stand for 100,000
+        present = functools.reduce(
+            RankRuns.union, classes, RankRuns.of(m.rank for m in self.members)
+        )
+        return list(present.missing(self.nranks))
 
     @cached_property
     def join_points(self) -> tuple[tuple[int, dict[int, int]], ...]:
