@@ -137,7 +137,9 @@ def relay_of(name: str, children: list[NodeRecord], offset: int = 0) -> NodeReco
     rec.classes = classes
     rec.class_runs = [class_runs(rc) for rc in classes]
     for child in children:
-        rec.subtree[child.name] = pb.SubtreeNode(node_name=child.name, host=child.host)
+        rec.subtree[child.name] = pb.SubtreeNode(
+            node_name=child.name, host=child.host, state=child.state.value
+        )
         for below in child.subtree.values():
             moved = pb.SubtreeNode()
             moved.CopyFrom(below)

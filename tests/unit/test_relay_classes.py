@@ -19,7 +19,12 @@ from relay_jobs import (
 
 from comminsight.agent.core.rank_runs import BadRuns, RankRuns
 from comminsight.agent.hangs.diagnosis import diagnose
-from comminsight.agent.master.grpc_service import Refusal, apply_rows, check_reduction
+from comminsight.agent.master.grpc_service import (
+    MAX_SUBTREE_NODES,
+    Refusal,
+    apply_rows,
+    check_reduction,
+)
 from comminsight.agent.master.job_view import counted_sources, job_snapshot
 from comminsight.agent.relay.classes import rank_classes
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
@@ -173,21 +178,47 @@ def test_a_relay_s_full_state_replaces_its_classes_whole():
 @pytest.mark.parametrize(
     "corrupt, why",
     [
-        (lambda b: b.rank_classes[0].rank_runs.extend([0, 1]), "not after"),
-        (lambda b: b.rank_classes[0].rank_runs.extend([10**6, 1]), "passes the communicator"),
-        (lambda b: setattr(b.rank_classes[0].member, "comm_rank", 1), "in its runs"),
         (lambda b: setattr(b.rank_classes[0], "node_name", "../x"), "does not match"),
         (lambda b: setattr(b, "full_state", False), "outside a full_state"),
         (lambda b: b.subtree_nodes[0].via.extend(["r"] * 17), "more than 16 relays"),
+        (lambda b: b.subtree_nodes[0].via.append("../up"), "a bad name on its way"),
     ],
 )
-def test_a_relay_s_bad_reduction_is_refused_by_name(corrupt, why):
+def test_a_relay_s_bad_batch_is_refused_by_name(corrupt, why):
     relay = relay_of("relay-a", job_nodes(2))
     batch = _relay_batch(relay)
     corrupt(batch)
     with pytest.raises(Refusal, match=why) as e:
         check_reduction(relay, batch)
     assert e.value.reject.reason == pb.REJECT_REASON_MALFORMED
+
+
+@pytest.mark.parametrize(
+    "corrupt, why",
+    [
+        (lambda c: c.rank_runs.extend([0, 1]), "not after"),
+        (lambda c: c.rank_runs.extend([10**6, 1]), "passes the communicator"),
+        (lambda c: setattr(c.member, "comm_rank", 1), "in its runs"),
+        (lambda c: setattr(c.member, "nranks", 0), "passes the communicator"),
+    ],
+)
+def test_a_relay_s_bad_class_is_dropped_by_name_and_the_rest_applied(corrupt, why):
+    relay = relay_of("relay-a", job_nodes(2))
+    batch = _relay_batch(relay)
+    (world,) = [c for c in batch.rank_classes if c.member.comm_id == WORLD]
+    corrupt(world)
+    (reason,) = check_reduction(relay, batch)
+    assert why in reason and f"{WORLD:016x}" in reason
+    assert len(batch.rank_classes) == len(relay.classes) - 1
+    assert all(c.member.comm_id != WORLD for c in batch.rank_classes)
+
+
+def test_a_relay_s_oversized_full_state_is_refused():
+    relay = relay_of("relay-a", job_nodes(1))
+    batch = _relay_batch(relay)
+    batch.subtree_nodes.extend(pb.SubtreeNode(node_name=f"n{i}") for i in range(MAX_SUBTREE_NODES))
+    with pytest.raises(Refusal, match="subtree nodes"):
+        check_reduction(relay, batch)
 
 
 def test_classes_from_a_slave_are_refused():
@@ -215,8 +246,8 @@ def test_a_relay_that_died_counts_until_its_nodes_are_heard_again():
     kept, shadowed = counted_sources([relay, *nodes])
     assert kept == nodes and not shadowed
     # a slave whose rows the master kept from before now reports through a relay
+    live = relay_of("relay-b", nodes[2:])  # it hears node 3, which the master lost
     nodes[3].state = api.NodeState.disconnected
-    live = relay_of("relay-b", nodes[2:])
     kept, _ = counted_sources([live, *nodes])
     assert nodes[3] not in kept and live in kept
 
@@ -272,3 +303,133 @@ def test_the_ranks_missing_from_runs():
     assert list(runs.missing(12)) == [3, 4, 6, 7, 8, 10, 11]
     assert list(runs.missing(3)) == [] and list(RankRuns().missing(2)) == [0, 1]
     assert list(RankRuns.of([4]).missing(3)) == [0, 1, 2]
+
+
+def test_a_quiet_relay_s_classes_go_after_a_while_and_the_master_s_node_is_never_left_out():
+    from comminsight.agent.master.job_view import QUIET_RELAY_KEPT_NS
+
+    nodes = job_nodes(3)
+    relay = relay_of("relay-a", nodes)
+    relay.state, relay.last_seen_mono_ns = api.NodeState.disconnected, NOW
+    nodes[2].state = api.NodeState.disconnected  # died with its relay: never heard again
+    nodes[0].local = True
+    nodes[0].state = api.NodeState.local  # a relay claims the master's own node
+    kept, shadowed = counted_sources([relay, *nodes], NOW + 1)
+    assert relay in kept and nodes[0] in kept and "node-00000" not in shadowed
+    kept, shadowed = counted_sources([relay, *nodes], NOW + QUIET_RELAY_KEPT_NS)
+    assert relay not in kept and not shadowed
+
+
+# ---- what diagnosis asks beyond a rank's own row --------------------------------------------
+
+
+def _advanced(ops: int, late_rank: int, late_ns: int) -> list:
+    """A job of 4 nodes (world communicator only) `ops` collectives on, every rank joining
+    at the same instant but late_rank, which joins late_ns after them."""
+    nodes = job_nodes(4, wait_s=0.2)
+    for n in nodes:
+        for key in [k for k in n.rows.members if k[0] != WORLD]:
+            del n.rows.members[key], n.rows.progress[key]
+        for key, g in n.rows.progress.items():
+            c = g.collectives
+            c.enqueued, c.gpu_started, c.completed = (
+                c.enqueued + ops,
+                c.gpu_started + ops,
+                c.completed + ops,
+            )
+            g.oldest_inflight.op_index += ops
+            g.oldest_inflight.seq += ops
+            at = NOW - 400_000_000 + (late_ns if key[1] == 1000 + late_rank else 0)
+            g.oldest_inflight.enqueued_mono_ns = c.enqueued_mono_ns = at
+    return nodes
+
+
+@pytest.mark.parametrize("relays", [1, 2])
+def test_a_straggler_stays_apart_from_its_class(relays):
+    def view(nodes):
+        return [
+            relay_of(f"relay-{i}", nodes[i * 4 // relays : (i + 1) * 4 // relays])
+            for i in range(relays)
+        ]
+
+    found = {}
+    for label, shape in (("flat", lambda ns: ns), ("tree", view)):
+        history = []
+        for k in range(7):
+            snap = job_snapshot(shape(_advanced(k, 13, 300_000_000)), "master", NOW, REAL, STALE)
+            reports = diagnose(snap, NOW, THRESHOLD, history=history, now_real_ns=REAL)
+            history.append(snap)
+        found[label] = [(r.verdict.value, [c.comm_rank for c in r.culprits]) for r in reports]
+    assert found["tree"] == found["flat"] == [("straggler", [13])]
+
+
+def test_a_pipeline_wait_names_the_peer_inside_a_class():
+    from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
+
+    pp = 0x5050000000000001
+    nodes = job_nodes(8, wait_s=0.2)
+    for n, rec in enumerate(nodes):  # one pipeline rank per node: idle but rank 3
+        pid = 1000 + n * RANKS_PER_NODE
+        key = (pp, pid, n, 1)
+        rec.rows.members[key] = pb.CommunicatorMember(
+            comm_id=pp, pid=pid, generation=1, comm_rank=n, nranks=8, nnodes=8,
+            init_mono_ns=NOW - 500 * 10**9,
+        )  # fmt: skip
+        g = rec.rows.progress[key] = pb.CommProgress(
+            comm_id=pp, pid=pid, generation=1, comm_rank=n,
+            p2p=pb.StageCounters(enqueued=10, completed=10, enqueued_mono_ns=NOW - 60 * 10**9,
+                                 completed_mono_ns=NOW - 60 * 10**9),
+        )  # fmt: skip
+        if n == 3:  # waits in a receive from rank 2, which is busy in the world collective
+            at = NOW - 5 * 10**9
+            g.p2p.enqueued, g.p2p.enqueued_mono_ns, g.inflight_count = 11, at, 1
+            g.oldest_inflight.CopyFrom(
+                pb.InflightOp(
+                    seq=10, kind=pb.OP_KIND_P2P, func="Recv", datatype="ncclFloat32", count=1024,
+                    size_bytes=4096, peer_or_root=2, enqueued_mono_ns=at, op_index=10,
+                    n_channels=1,
+                )
+            )  # fmt: skip
+
+    def culprits(view):
+        snap = job_snapshot(view, "master", NOW, REAL, STALE)
+        return [
+            (r.verdict.value, [c.comm_rank for c in r.culprits])
+            for r in diagnose(snap, NOW, THRESHOLD, now_real_ns=REAL)
+            if r.comm.comm_id == f"{pp:016x}"
+        ]
+
+    assert culprits(nodes) == [("rank_not_joined", [2])]
+    assert culprits([relay_of("relay-a", nodes)]) == culprits(nodes)
+    assert culprits([relay_of("relay-a", nodes[:4]), relay_of("relay-b", nodes[4:])]) == culprits(
+        nodes
+    )
+
+
+def test_many_ranks_missing_an_op_while_busy_elsewhere_are_not_stuck_outside_nccl():
+    """24 ranks never joined the world collective, each busy in its node's communicator:
+    more than an outlier class, yet its representative's other rows still reach the master."""
+    stalled = frozenset(range(16, 40))
+    nodes = job_nodes(8, stalled=stalled)
+    for n in nodes:  # the stalled ranks wait in their node communicator instead
+        for key, g in n.rows.progress.items():
+            if key[0] != WORLD and 1000 + 16 <= key[1] < 1000 + 40:
+                c = g.collectives
+                c.enqueued = OPS + 1
+                g.inflight_count = 1
+                g.oldest_inflight.CopyFrom(
+                    pb.InflightOp(
+                        seq=OPS, kind=pb.OP_KIND_COLL, func="AllGather", datatype="ncclFloat32",
+                        count=8, size_bytes=32, enqueued_mono_ns=NOW - 2 * 10**9, op_index=OPS,
+                        n_channels=1,
+                    )
+                )  # fmt: skip
+    world = f"{WORLD:016x}"
+    flat = [v for v in verdicts(nodes) if v[1] == world]
+    tree = [
+        v
+        for v in verdicts([relay_of("relay-a", nodes[:4]), relay_of("relay-b", nodes[4:])])
+        if v[1] == world
+    ]
+    assert [v[0] for v in tree] == [v[0] for v in flat] == ["rank_not_joined"]
+    assert set(r for r, _, _ in tree[0][2]) <= stalled

@@ -503,9 +503,14 @@ class AgentService:
             while not stop.is_set():
                 try:
                     self.poll_once()
-                except OSError as e:  # EMFILE, an unreadable directory: the next pass retries
+                except Exception as e:  # noqa: BLE001 - an Agent beside training fails open
+                    # EMFILE, an unreadable directory, or a bug some input reached: counted,
+                    # said in health and the log, and the next pass retries
+                    said = f"{type(e).__name__}: {e}"[:300]
+                    if not isinstance(e, OSError) and said != self._last_pass_error:
+                        log.exception("a pass failed")  # its trace once, not every pass
                     self.pass_errors += 1
-                    self._last_pass_error = f"{type(e).__name__}: {e}"[:300]
+                    self._last_pass_error = said
                     self._last_pass_error_mono_s = time.monotonic()
                     self._pass_error_log.note(str(e))
                 self._wake.clear()

@@ -14,7 +14,6 @@ start_mono_ns) pair of the process's header, shifted alike.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import socket
 import time
 import weakref
@@ -183,9 +182,7 @@ class CommView:
             present = {m.rank for m in self.members}
             return [r for r in range(self.nranks) if r not in present]
         # runs, not a set of every rank: a class of a relay may stand for 100,000
-        present = functools.reduce(
-            RankRuns.union, classes, RankRuns.of(m.rank for m in self.members)
-        )
+        present = RankRuns.union_all([RankRuns.of(m.rank for m in self.members), *classes])
         return list(present.missing(self.nranks))
 
     @cached_property

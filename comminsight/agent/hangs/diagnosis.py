@@ -1074,6 +1074,8 @@ def find_straggler(
     slow = {}
     for rank, lag in median.items():
         peers = [v for r, v in median.items() if r != rank]
+        if not peers:  # one member: a relay's class of every rank, late to nobody
+            continue
         limit = max(int(factor * statistics.median(peers)), min_lag_ns)
         if lag > limit:
             slow[rank] = (lag, limit)

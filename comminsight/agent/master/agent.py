@@ -221,7 +221,7 @@ class MasterAgentService(AgentService):
     # ---- what the API reads --------------------------------------------------------------
 
     def job_rows(self) -> list[job_view.JobRow]:
-        return job_view.job_rows(self.nodes.values())
+        return job_view.job_rows(self.nodes.values(), time.monotonic_ns())
 
     def health(self) -> api.Health:
         base = super().health()

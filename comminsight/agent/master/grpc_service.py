@@ -348,6 +348,8 @@ class AgentMasterServer:
         if record is None:
             record = self.nodes[node.node_name] = NodeRecord(node.node_name, api.AgentMode.slave)
         record.mode = api.AgentMode.relay if node.relay else api.AgentMode.slave
+        # a full state the last session cut short is not the start of this session's
+        record.pending_classes = record.pending_subtree = record.full_state_keys = None
         if record.is_relay and not node.relay:  # a relay's name reused by a slave: no classes
             record.classes, record.class_runs, record.subtree = [], [], {}
         self.sessions.pop(record.session_id, None)  # a restarted slave replaces its session
@@ -445,7 +447,9 @@ class AgentMasterServer:
         steps = [
             (*self._step(s), self._origin(record, s.origin_node)) for s in batch.step_summaries
         ]
-        check_reduction(record, batch)
+        dropped = check_reduction(record, batch)
+        if dropped:
+            self._note_dropped_classes(record, dropped)
         apply_rows(record, batch)
         committed = self.store.commit(record.name, record.epoch, seq, hang_events, steps)
         self.duplicates_dropped += committed.duplicates
@@ -481,6 +485,19 @@ class AgentMasterServer:
             )
         return record
 
+    def _note_dropped_classes(self, record: NodeRecord, dropped: list[str]) -> None:
+        """Classes taken out of a relay's batch: on the relay's record (/api/v1/nodes) and
+        in the log, the rest of its batch applied."""
+        message = f"{len(dropped)} rank classes dropped, the first: {dropped[0]}"
+        log.error("relay %s: %s", record.name, message)
+        record.rejects_total += 1
+        record.last_reject = api.NodeReject(
+            reason=reason_name(pb.REJECT_REASON_MALFORMED),
+            message=message[:1024],
+            at_real_ns=time.time_ns(),
+            peer="",
+        )
+
     def _origin(self, record: NodeRecord, origin: str) -> str:
         """The node an event came from: the sender's own, or one below a relay."""
         if not origin or origin == record.name:
@@ -490,6 +507,12 @@ class AgentMasterServer:
                 pb.REJECT_REASON_MALFORMED,
                 f"an event from node {origin!r} sent by {record.name!r}, which registered as "
                 "a slave (only a relay passes on other nodes' events)",
+            )
+        below = self.nodes.get(origin)
+        if below is not None and below.local:
+            raise Refusal(
+                pb.REJECT_REASON_MALFORMED,
+                f"an event from node {origin!r}, the master's own, sent by relay {record.name!r}",
             )
         if not NODE_NAME.fullmatch(origin):
             raise Refusal(
@@ -683,42 +706,70 @@ def apply_rows(record: NodeRecord, batch: pb.NodeStateBatch) -> None:
         record.has_state = True
 
 
-def check_reduction(record: NodeRecord, batch: pb.NodeStateBatch) -> None:
-    """A relay's classes and node list: only from a relay, only in a full state, with rank
-    runs inside their communicator and names a node may have."""
+# a real relay of a thousand nodes sends about a thousand classes and as many node names
+MAX_SUBTREE_NODES = 1 << 17
+MAX_RANK_CLASSES = 1 << 20
+
+
+def check_reduction(record: NodeRecord, batch: pb.NodeStateBatch) -> list[str]:
+    """A relay's classes and node list: only from a relay, only in a full state, within
+    bounds, with names a node may have (else the batch is refused). A class whose ranks do not
+    fit its communicator is taken out of the batch, the rest applied: what it says is one bad
+    row below the relay, not the relay's whole subtree. Returns why each one was taken out."""
     if not (batch.rank_classes or batch.subtree_nodes):
-        return
+        return []
     if not record.is_relay:
         raise Refusal(
             pb.REJECT_REASON_MALFORMED,
-            f"rank classes from {record.name!r}, which registered as a slave, not a relay",
+            f"rank classes or subtree nodes from {record.name!r}, which registered as a slave, "
+            "not a relay",
         )
     if not batch.full_state:
         raise Refusal(
             pb.REJECT_REASON_MALFORMED, "rank classes outside a full_state batch (they are whole)"
         )
+    pending_classes = len(record.pending_classes or ()) + len(batch.rank_classes)
+    pending_nodes = len(record.pending_subtree or ()) + len(batch.subtree_nodes)
+    if pending_classes > MAX_RANK_CLASSES or pending_nodes > MAX_SUBTREE_NODES:
+        raise Refusal(
+            pb.REJECT_REASON_MALFORMED,
+            f"a full state of {pending_classes} rank classes and {pending_nodes} subtree nodes "
+            f"(at most {MAX_RANK_CLASSES} and {MAX_SUBTREE_NODES})",
+        )
     for rc in batch.rank_classes:
-        try:
-            runs = RankRuns.from_flat(rc.rank_runs, rc.member.nranks)
-        except BadRuns as e:
-            raise Refusal(
-                pb.REJECT_REASON_MALFORMED,
-                f"rank class of communicator {rc.member.comm_id:016x}: {e}",
-            ) from None
-        if rc.member.comm_rank >= rc.member.nranks or rc.member.comm_rank in runs:
-            raise Refusal(
-                pb.REJECT_REASON_MALFORMED,
-                f"rank class of communicator {rc.member.comm_id:016x}: representative rank "
-                f"{rc.member.comm_rank} is outside its {rc.member.nranks} ranks or in its runs",
-            )
         if not NODE_NAME.fullmatch(rc.node_name):
             raise Refusal(
                 pb.REJECT_REASON_MALFORMED,
                 f"rank class node_name {rc.node_name[:300]!r} does not match {NODE_NAME.pattern}",
             )
     for n in batch.subtree_nodes:
-        if not NODE_NAME.fullmatch(n.node_name) or len(n.via) > 16:
+        names = [n.node_name, *n.via]
+        if len(n.via) > 16 or not all(NODE_NAME.fullmatch(name) for name in names):
             raise Refusal(
                 pb.REJECT_REASON_MALFORMED,
-                f"subtree node {n.node_name[:300]!r}: a bad name or more than 16 relays on its way",
+                f"subtree node {n.node_name[:300]!r}: a bad name on its way or more than 16 relays",
             )
+    dropped, kept = [], []
+    for rc in batch.rank_classes:
+        problem = _class_problem(rc)
+        if problem is None:
+            kept.append(rc)
+        else:
+            dropped.append(f"rank class of communicator {rc.member.comm_id:016x}: {problem}")
+    if dropped:
+        del batch.rank_classes[:]
+        batch.rank_classes.extend(kept)
+    return dropped
+
+
+def _class_problem(rc: pb.RankClass) -> str | None:
+    try:
+        runs = RankRuns.from_flat(rc.rank_runs, rc.member.nranks)
+    except BadRuns as e:
+        return str(e)
+    if rc.member.comm_rank >= rc.member.nranks or rc.member.comm_rank in runs:
+        return (
+            f"representative rank {rc.member.comm_rank} is outside its {rc.member.nranks} ranks "
+            "or in its runs"
+        )
+    return None

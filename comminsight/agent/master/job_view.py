@@ -179,28 +179,47 @@ def comm_member(
     )
 
 
-def counted_sources(nodes: Iterable[NodeRecord]) -> tuple[list[NodeRecord], set[str]]:
+# How long the classes of a relay that went quiet keep counting for nodes not heard again
+# elsewhere (a node that died with it never is): then they go, like any silent data
+QUIET_RELAY_KEPT_NS = 60_000_000_000
+_HEARD = ("connected", "stale")  # SubtreeNode states of a node its relay still counts
+
+
+def counted_sources(
+    nodes: Iterable[NodeRecord], now_mono_ns: int | None = None
+) -> tuple[list[NodeRecord], set[str]]:
     """The records whose rows and classes a job view counts, and the node names left out
     meanwhile. A node is counted once, where it reports now: a slave that went quiet keeps its
     rows (its ranks are still the job's) unless it reports through a relay now; a relay that
     went quiet keeps its classes until every node below it is heard again, directly or
-    through another relay, and until then the new rows of the nodes that moved are left out,
-    so that no rank is counted twice, in its old class and in its new row. (Nodes that moved
-    to another relay are in both that relay's classes and the old ones meanwhile.)"""
+    through another relay, or for QUIET_RELAY_KEPT_NS, and until then the new rows of the
+    nodes that moved are left out, so that no rank is counted twice, in its old class and in
+    its new row. The master's own node is never left out. (Nodes that moved to another relay
+    are in both that relay's classes and the old ones meanwhile.)"""
     nodes = list(nodes)
+    local = {n.name for n in nodes if n.local}
     reporting = {n.name for n in nodes if n.state in (api.NodeState.local, api.NodeState.connected)}
-    below_relays = set().union(
-        *(n.subtree.keys() for n in nodes if n.is_relay and n.name in reporting)
-    )
+    below_relays = {
+        name
+        for n in nodes
+        if n.is_relay and n.name in reporting
+        for name, below in n.subtree.items()
+        if below.state in _HEARD and name not in local
+    }
     heard = reporting | below_relays
     kept, shadowed = [], set()
     for n in nodes:
         if n.name in reporting:
             kept.append(n)
         elif n.is_relay:
-            if n.classes and not n.subtree.keys() <= heard:
+            quiet_ns = (
+                now_mono_ns - n.last_seen_mono_ns
+                if now_mono_ns is not None and n.last_seen_mono_ns is not None
+                else 0
+            )
+            if n.classes and not n.subtree.keys() <= heard and quiet_ns < QUIET_RELAY_KEPT_NS:
                 kept.append(n)
-                shadowed |= n.subtree.keys() & reporting
+                shadowed |= (n.subtree.keys() & reporting) - local
         elif n.name not in below_relays:
             kept.append(n)
     return [n for n in kept if n.name not in shadowed], shadowed
@@ -215,7 +234,7 @@ def job_snapshot(
     home's earlier run). A relay's classes count as their representatives' rows, each standing
     for its class's other ranks."""
     processes, members, finalized = [], [], []
-    for node in counted_sources(nodes)[0]:
+    for node in counted_sources(nodes, now_mono)[0]:
         views = {}
         for pid, p in node.rows.processes.items():
             views[pid] = process_view(node, p, now_mono, stale_ns)
@@ -285,9 +304,9 @@ class JobRow:
         return 1 + len(self.stands_for)
 
 
-def job_rows(nodes: Iterable[NodeRecord]) -> list[JobRow]:
+def job_rows(nodes: Iterable[NodeRecord], now_mono_ns: int | None = None) -> list[JobRow]:
     out = []
-    for node in counted_sources(nodes)[0]:
+    for node in counted_sources(nodes, now_mono_ns)[0]:
         for key, m in node.rows.members.items():
             p = node.rows.processes.get(m.pid)
             g = node.rows.progress.get(key)
@@ -518,10 +537,9 @@ def communicator(
     named = next((r.member for r in rows if r.member.name), None)
     finalized = all(r.member.finalize_mono_ns for r in rows)
     nranks = max(1, first.nranks)
-    seen = RankRuns.of(r.member.comm_rank for r in rows)
-    for r in rows:
-        if r.stands_for:
-            seen = seen.union(r.stands_for)
+    seen = RankRuns.union_all(
+        [RankRuns.of(r.member.comm_rank for r in rows), *(r.stands_for for r in rows)]
+    )
     ranks_seen = list(seen)
     inflight = [(r, op) for r in rows if (op := inflight_model(r, now)) is not None]
     finalize_times = [

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from comminsight.agent.master.job_view import NodeRecord
+from comminsight.agent.master.job_view import NodeRecord, counted_sources
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
 
@@ -62,8 +62,12 @@ class JobMetrics:
         self.now_mono_ns = now_mono_ns
 
     def _totals(self) -> Iterable[tuple[str, pb.NodeMetricTotals]]:
+        # a node counted once: one that reports through a relay now is in the relay's totals
+        counted = {n.name for n in counted_sources(self.nodes.values(), self.now_mono_ns())[0]}
         for name in sorted(self.nodes):
             node = self.nodes[name]
+            if name not in counted:
+                continue
             totals = self.local_totals() if node.local else node.metric_totals
             if totals is not None:
                 yield name, totals

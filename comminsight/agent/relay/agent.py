@@ -176,15 +176,29 @@ class RelayAgentService(MasterAgentService):
         budget = int(self.link.max_batch_bytes * BATCH_FILL)
         full = reduction is not None
         batches = split_batches(None, events, steps, full, budget, totals, reduction)
-        for i, batch in enumerate(batches):
-            batch.clock.CopyFrom(clock())
-            batch.agent_counters.CopyFrom(counters)
-            self.outbox.append(batch, steps_sent if i == len(batches) - 1 else None)
+        try:
+            for i, batch in enumerate(batches):
+                batch.clock.CopyFrom(clock())
+                batch.agent_counters.CopyFrom(counters)
+                self.outbox.append(batch, steps_sent if i == len(batches) - 1 else None)
+        except OSError:
+            # the children have these acknowledged already: kept for the next try, never
+            # dropped (a batch that did reach the outbox repeats them; the master drops
+            # repeats by key)
+            self.events_waiting[:0] = events
+            self.steps_waiting[:0] = [s for s in steps if s.origin_node]
+            raise
         self.link.notify()
 
     def reduction(self, now: int) -> tuple[list[pb.RankClass], list[pb.SubtreeNode]]:
+        """The classes of this node and of the children that report (a child whose stream
+        ended may be reporting elsewhere already: its ranks would count twice), and every
+        child in the node list, with its state."""
         children = [n for n in self.nodes.values() if not n.local and n.identity is not None]
-        sources = [self.local, *children]
+        reporting = [
+            n for n in children if n.state in (api.NodeState.connected, api.NodeState.stale)
+        ]
+        sources = [self.local, *reporting]
         return rank_classes(sources, now, self.stale_ns), self.subtree_nodes(children, now)
 
     def subtree_nodes(self, children: list[NodeRecord], now: int) -> list[pb.SubtreeNode]:

@@ -40,13 +40,25 @@ def _inflight_state(g: pb.CommProgress) -> tuple | None:
     )
 
 
+# Ranks whose latest collective was enqueued in different spans of this length are different
+# classes: a rank that joins ops this much later than its peers (the straggler verdict's
+# least lag) stays apart from them, so the master still sees it join late
+JOIN_SPAN_NS = 50_000_000
+
+
 def state_key(
-    m: pb.CommunicatorMember, g: pb.CommProgress, p: pb.ProcessInfo, fresh: bool
+    m: pb.CommunicatorMember,
+    g: pb.CommProgress,
+    p: pb.ProcessInfo,
+    fresh: bool,
+    joined_span: int = 0,
 ) -> tuple:
-    """Everything two ranks of a communicator must share to be one class."""
+    """Everything two ranks of a communicator must share to be one class. joined_span: when
+    the latest collective was enqueued, in JOIN_SPAN_NS (on the relay's clock)."""
     c, p2p = g.collectives, g.p2p
     return (
         m.comm_id,
+        joined_span,
         m.nranks,
         m.nnodes,
         m.name,
@@ -122,32 +134,91 @@ def rank_classes(
     nodes: Iterable[NodeRecord], now_mono_ns: int, stale_ns: int
 ) -> list[pb.RankClass]:
     """The classes of every node's rows (slaves', the relay's own) and of the classes relays
-    below sent, ordered by communicator and lowest rank. The rows of an outlier's process are
-    classes of one rank each (OUTLIER_MAX). The representative of a class is the rank that
-    waited longest in its oldest op (else the lowest rank)."""
+    below sent, ordered by communicator and lowest rank. The representative of a class is the
+    rank that waited longest in its oldest op (else the lowest rank).
+
+    What diagnosis asks of a rank beyond its own row is kept whole, rank by rank: every row of
+    a process in a small minority class (OUTLIER_MAX: a culprit, a node that died), of a
+    process whose rank is the peer of a send or receive in flight, and of the process that
+    represents any other minority class (whether it waits elsewhere is what tells a rank
+    stuck outside NCCL from one busy in another communicator)."""
     groups: dict[tuple, list[_Unit]] = {}
     for key, unit in _units(nodes, now_mono_ns, stale_ns):
         groups.setdefault(key, []).append(unit)
-    sizes = {key: sum(u.size for u in units) for key, units in groups.items()}
-    largest: dict[int, int] = {}
-    for key, size in sizes.items():
-        largest[key[0]] = max(largest.get(key[0], 0), size)
+    largest = _largest(groups.values())
     alone = {
         u.where
-        for key, units in groups.items()
-        if sizes[key] <= OUTLIER_MAX and sizes[key] < largest[key[0]]
+        for units in groups.values()
+        if _minority(units, largest) and sum(u.size for u in units) <= OUTLIER_MAX
         for u in units
         if u.where is not None
     }
-    classes: list[list[_Unit]] = []
-    for units in groups.values():
-        kept = [u for u in units if u.where not in alone] if alone else units
-        classes += [[u] for u in units if u.where in alone] if alone else []
-        if kept:
-            classes.append(kept)
+    alone |= _p2p_peers(groups.values())
+    classes = _split(groups.values(), alone, set())
+    # the representatives of the minority classes left: their other rows alone too
+    largest = _largest(classes)
+    represented = {
+        (rep.where, rep.member.comm_id)
+        for units in classes
+        if _minority(units, largest) and (rep := min(units, key=_order)).where is not None
+    }
+    if represented:
+        classes = _split(classes, {where for where, _ in represented}, represented)
     built = [(units, _ranks(units)) for units in classes]
     built.sort(key=lambda b: (b[0][0].member.comm_id, b[1].starts[0]))
     return [_message(units, ranks) for units, ranks in built]
+
+
+def _order(u: _Unit) -> tuple[int, int]:
+    return u.order
+
+
+def _largest(classes: Iterable[list[_Unit]]) -> dict[int, int]:
+    """Per communicator, the size of its largest class."""
+    out: dict[int, int] = {}
+    for units in classes:
+        comm = units[0].member.comm_id
+        out[comm] = max(out.get(comm, 0), sum(u.size for u in units))
+    return out
+
+
+def _minority(units: list[_Unit], largest: dict[int, int]) -> bool:
+    return sum(u.size for u in units) < largest[units[0].member.comm_id]
+
+
+def _p2p_peers(classes: Iterable[list[_Unit]]) -> set[tuple[str, int]]:
+    """(node, pid) of every rank that a rank of its communicator sends to or receives from
+    with the op in flight: a pipeline wait names its peer, whose own rows must be seen."""
+    by_rank: dict[tuple[int, int], tuple[str, int]] = {}
+    wanted: set[tuple[int, int]] = set()
+    for units in classes:
+        for u in units:
+            if u.where is not None:
+                by_rank[(u.member.comm_id, u.member.comm_rank)] = u.where
+            g = u.progress
+            if g.HasField("oldest_inflight"):
+                op = g.oldest_inflight
+                if op.kind == pb.OP_KIND_P2P and op.HasField("peer_or_root"):
+                    wanted.add((u.member.comm_id, op.peer_or_root))
+    return {by_rank[w] for w in wanted if w in by_rank}
+
+
+def _split(
+    classes: Iterable[list[_Unit]], alone: set, kept_rows: set[tuple[tuple[str, int], int]]
+) -> list[list[_Unit]]:
+    """Classes less the rows of the processes in `alone`, each of which becomes a class of
+    its own, but for the rows in kept_rows ((node, pid), comm_id)."""
+    out: list[list[_Unit]] = []
+    for units in classes:
+        kept = []
+        for u in units:
+            if u.where in alone and (u.where, u.member.comm_id) not in kept_rows:
+                out.append([u])
+            else:
+                kept.append(u)
+        if kept:
+            out.append(kept)
+    return out
 
 
 def _units(nodes: Iterable[NodeRecord], now_mono_ns: int, stale_ns: int):
@@ -157,25 +228,24 @@ def _units(nodes: Iterable[NodeRecord], now_mono_ns: int, stale_ns: int):
         for key, m in rows.members.items():
             g = rows.progress.get(key)
             p = rows.processes.get(m.pid)
-            if g is None or p is None:
-                continue
+            if g is None or p is None or m.comm_rank >= m.nranks:
+                continue  # a rank outside its communicator has no place in a rank set
             fresh = now_mono_ns - node.to_master(p.heartbeat_mono_ns) <= stale_ns
-            yield state_key(m, g, p, fresh), _unit(node, node.name, m, g, p)
+            span = node.to_master(g.collectives.enqueued_mono_ns) // JOIN_SPAN_NS
+            yield state_key(m, g, p, fresh, span), _unit(node, node.name, m, g, p)
         for rc, runs in zip(node.classes, node.class_runs, strict=True):
             fresh = now_mono_ns - node.to_master(rc.process.heartbeat_mono_ns) <= stale_ns
             sums = (rc.ops_completed_sum, rc.bytes_completed_sum)
             unit = _unit(
                 node, rc.node_name, rc.member, rc.progress, rc.process, runs, rc.nodes, sums
             )
-            yield state_key(rc.member, rc.progress, rc.process, fresh), unit
+            span = node.to_master(rc.progress.collectives.enqueued_mono_ns) // JOIN_SPAN_NS
+            yield state_key(rc.member, rc.progress, rc.process, fresh, span), unit
 
 
 def _ranks(units: list[_Unit]) -> RankRuns:
     ranks = RankRuns.of(u.member.comm_rank for u in units)
-    for u in units:
-        if u.runs:
-            ranks = ranks.union(u.runs)
-    return ranks
+    return RankRuns.union_all([ranks, *(u.runs for u in units if u.runs)])
 
 
 def _message(units: list[_Unit], ranks: RankRuns) -> pb.RankClass:

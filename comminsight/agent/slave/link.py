@@ -128,8 +128,8 @@ class SlaveLink:
                 self.connected = False
                 self.parent_index = 0
                 self.full_state_wanted = True
-                failures = 0
-                continue
+                continue  # the backoff stays: a first parent that answers yet refuses
+                # registration is tried again only at the next probe
             except Rejected as e:
                 self.last_reject = e.reject
                 self._failed(f"refused by the master at {self.master_addr}: {e}", error=True)
