@@ -49,6 +49,10 @@ MS = 1_000_000
 # a report (its reduction) may take at most 1/REDUCE_COST_SHARE of the relay's time: at a
 # thousand nodes below, reducing every report interval would take half a core
 REDUCE_COST_SHARE = 3
+# a parent this many batches behind gets no new reduction until it catches up: each one
+# supersedes the last, and piling them up would fill the outbox, which then drops its
+# oldest batches with the events in them
+UNACKED_BATCHES_MAX = 8
 
 
 class RelayAgentService(MasterAgentService):
@@ -154,7 +158,8 @@ class RelayAgentService(MasterAgentService):
             steps += self.steps_waiting
             self.steps_waiting = []
             began = time.perf_counter_ns()
-            if self.link.connected or self.link.full_state_wanted:
+            behind = len(self.outbox.sizes) > UNACKED_BATCHES_MAX
+            if (self.link.connected or self.link.full_state_wanted) and not behind:
                 self.link.full_state_wanted = False
                 reduction = self.reduction(now)
                 totals = self.subtree_totals()
@@ -211,7 +216,8 @@ class RelayAgentService(MasterAgentService):
                     host=n.host,
                     state=n.state.value,
                     last_seen_age_ms=max(0, now - seen) // MS if seen is not None else None,
-                    processes=len(n.rows.processes) + len({c.process.pid for c in n.classes}),
+                    # a relay child's own: the processes of the nodes below it are theirs
+                    processes=len(n.rows.processes),
                     mode=n.mode.value,
                 )
             )

@@ -274,9 +274,11 @@ class SlaveLink:
                     state["sent"] = seq
                 progressed.clear()
                 waits = [asyncio.ensure_future(e.wait()) for e in (self._wake, progressed, stop)]
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                for w in waits:
-                    w.cancel()
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:  # a session cancelled here leaves no waiting task behind
+                    for w in waits:
+                        w.cancel()
             await call.done_writing()
 
         async def receive() -> None:
