@@ -32,7 +32,13 @@ from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.metrics.totals import node_metric_totals
 from comminsight.agent.relay.classes import rank_classes
 from comminsight.agent.relay.summed_totals import summed_totals
-from comminsight.agent.slave.agent import BATCH_FILL, SlaveAgentService, split_batches
+from comminsight.agent.slave.agent import (
+    BATCH_FILL,
+    SlaveAgentService,
+    serve_with_link,
+    split_batches,
+    with_link_health,
+)
 from comminsight.agent.slave.link import SlaveLink, clock
 from comminsight.agent.slave.outbox import SlaveOutbox
 from comminsight.agent.slave.tls import SlaveTls
@@ -247,22 +253,7 @@ class RelayAgentService(MasterAgentService):
         return await SlaveAgentService.answer_stack_request(self, request)
 
     def health(self):
-        base = super().health()
-        if self.link.connected or self.link.last_error is None:
-            return base
-        return msgspec.structs.replace(
-            base,
-            status=api.HealthStatus.degraded,
-            reasons=[*base.reasons, f"not connected to its master: {self.link.last_error}"],
-        )
+        return with_link_health(super().health(), self.link)
 
     async def run(self, stop: asyncio.Event) -> None:
-        self.outbox.load()
-        link = asyncio.ensure_future(self.link.run(stop))
-        try:
-            await super().run(stop)
-        finally:
-            try:
-                await asyncio.wait_for(link, timeout=15)
-            except (TimeoutError, asyncio.CancelledError):
-                link.cancel()
+        await serve_with_link(self.link, self.outbox, super().run(stop), stop)

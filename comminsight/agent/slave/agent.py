@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable
 
 import msgspec
 
@@ -94,16 +95,7 @@ class SlaveAgentService(AgentService):
         return msgspec.json.encode(stack)
 
     def health(self):
-        """Degraded, with the reason, while the link to the master is down: a refusal or a TLS
-        mismatch is a configuration error the node's own API should name."""
-        base = super().health()
-        if self.link.connected or self.link.last_error is None:
-            return base
-        return msgspec.structs.replace(
-            base,
-            status=api.HealthStatus.degraded,
-            reasons=[*base.reasons, f"not connected to the master: {self.link.last_error}"],
-        )
+        return with_link_health(super().health(), self.link)
 
     def inventory(self) -> tuple[list, list]:
         rows = read_node_rows(
@@ -208,15 +200,35 @@ class SlaveAgentService(AgentService):
         return out, moved
 
     async def run(self, stop: asyncio.Event) -> None:
-        self.outbox.load()
-        link = asyncio.ensure_future(self.link.run(stop))
+        await serve_with_link(self.link, self.outbox, super().run(stop), stop)
+
+
+def with_link_health(base: api.Health, link: SlaveLink) -> api.Health:
+    """Degraded, with the reason, while the link to the master is down: a refusal or a TLS
+    mismatch is a configuration error the node's own API should name."""
+    if link.connected or link.last_error is None:
+        return base
+    return msgspec.structs.replace(
+        base,
+        status=api.HealthStatus.degraded,
+        reasons=[*base.reasons, f"not connected to the master: {link.last_error}"],
+    )
+
+
+async def serve_with_link(
+    link: SlaveLink, outbox: SlaveOutbox, serve: Awaitable[None], stop: asyncio.Event
+) -> None:
+    """The Agent's own service with its link upward beside it; at stop the link has a few
+    seconds for its last acknowledgements and its goodbye."""
+    outbox.load()
+    running = asyncio.ensure_future(link.run(stop))
+    try:
+        await serve
+    finally:
         try:
-            await super().run(stop)
-        finally:
-            try:
-                await asyncio.wait_for(link, timeout=15)
-            except (TimeoutError, asyncio.CancelledError):
-                link.cancel()
+            await asyncio.wait_for(running, timeout=15)
+        except (TimeoutError, asyncio.CancelledError):
+            running.cancel()
 
 
 def _pid(s) -> int:
