@@ -207,9 +207,9 @@ def test_a_relay_s_bad_class_is_dropped_by_name_and_the_rest_applied(corrupt, wh
     batch = _relay_batch(relay)
     (world,) = [c for c in batch.rank_classes if c.member.comm_id == WORLD]
     corrupt(world)
-    (reason,) = check_reduction(relay, batch)
+    (reason,), runs = check_reduction(relay, batch)
     assert why in reason and f"{WORLD:016x}" in reason
-    assert len(batch.rank_classes) == len(relay.classes) - 1
+    assert len(batch.rank_classes) == len(runs) == len(relay.classes) - 1
     assert all(c.member.comm_id != WORLD for c in batch.rank_classes)
 
 
@@ -433,3 +433,13 @@ def test_many_ranks_missing_an_op_while_busy_elsewhere_are_not_stuck_outside_ncc
     ]
     assert [v[0] for v in tree] == [v[0] for v in flat] == ["rank_not_joined"]
     assert set(r for r, _, _ in tree[0][2]) <= stalled
+
+
+def test_the_master_rebuilds_when_an_op_in_flight_crosses_the_threshold():
+    from comminsight.agent.master.agent import next_crossing
+
+    snap = job_snapshot(job_nodes(2, wait_s=0.2), "master", NOW, REAL, STALE)
+    # every rank enqueued 0.2 s ago (the lowest local rank earliest): the first crossing
+    assert next_crossing(snap, NOW, THRESHOLD) == NOW - 200_000_000 + THRESHOLD
+    assert next_crossing(snap, NOW + THRESHOLD, THRESHOLD) == 1 << 63  # all crossed already
+    assert next_crossing(snap, NOW, 0) == 1 << 63  # no threshold, no hang diagnosis

@@ -44,10 +44,27 @@ REBUILD_MAX_NS = 500_000_000
 # A rebuild and its diagnosis may take at most 1/REBUILD_COST_SHARE of the master's time: the
 # rest is for the slaves' batches (see take_snapshot)
 REBUILD_COST_SHARE = 3
-CURSOR_FLUSH_NS = 1_000_000_000
+# how often the cursors of batches that carried no event are written: each is a file
+# replaced, a third of a core each second at a thousand children, and one lost to a crash
+# costs only a full state (master.store)
+CURSOR_FLUSH_NS = 10_000_000_000
 # refusals of peers without the token keep health degraded this long after the latest
 RECENT_REFUSAL_NS = 300 * 1_000_000_000
 SLAVE_ANSWER_MARGIN_S = 3.0  # the slave waits its own timeout, then answers over the network
+
+
+def next_crossing(snapshot: NodeSnapshot, now_mono_ns: int, threshold_ns: int) -> int:
+    """The first moment after now when a collective in flight in the snapshot will have
+    waited past the threshold (never, without one)."""
+    if not threshold_ns:
+        return 1 << 63
+    times = [
+        m.inflight.enqueue_mono_ns + threshold_ns
+        for c in snapshot.comms.values()
+        for m in c.members
+        if m.inflight is not None
+    ]
+    return min((t for t in times if t > now_mono_ns), default=1 << 63)
 
 
 class JobStepFiles(StepFiles):
@@ -91,6 +108,9 @@ class MasterAgentService(AgentService):
         self._rebuild_now = False
         self._rebuild_cost_ns = 0  # wall time of the last pass that rebuilt and diagnosed
         self._cursors_flushed_ns = 0
+        # when an op in flight in the last snapshot waits past the hang threshold: a rebuild
+        # is due then, however costly the last one (its verdict should not wait for spacing)
+        self._next_crossing_ns = 1 << 63
         self.stale_ns = settings.agent_heartbeat_stale_ms * MS
         self.metrics.registry.register(
             JobMetrics(
@@ -141,7 +161,8 @@ class MasterAgentService(AgentService):
             except OSError as e:  # only a later restart's resend is at stake: go on serving
                 log.error("cannot write slave cursors under %s: %s", self.store.dir, e)
         cached = self._snapshot
-        if cached is not None and not self._rebuild_now:
+        crossing = now_mono_ns >= self._next_crossing_ns
+        if cached is not None and not self._rebuild_now and not crossing:
             age = now_mono_ns - cached.taken_mono_ns
             changed = self._snapshot_version != self.server.version or self.local.rows.processes
             spacing = max(REBUILD_MIN_NS, REBUILD_COST_SHARE * self._rebuild_cost_ns)
@@ -152,6 +173,7 @@ class MasterAgentService(AgentService):
         self._snapshot = job_view.job_snapshot(
             self.nodes.values(), self.node_name, now_mono_ns, time.time_ns(), self.stale_ns
         )
+        self._next_crossing_ns = next_crossing(self._snapshot, now_mono_ns, self.threshold_ns)
         return self._snapshot
 
     def ask_stack(self, culprit):

@@ -350,6 +350,7 @@ class AgentMasterServer:
         record.mode = api.AgentMode.relay if node.relay else api.AgentMode.slave
         # a full state the last session cut short is not the start of this session's
         record.pending_classes = record.pending_subtree = record.full_state_keys = None
+        record.pending_runs = None
         if record.is_relay and not node.relay:  # a relay's name reused by a slave: no classes
             record.classes, record.class_runs, record.subtree = [], [], {}
         self.sessions.pop(record.session_id, None)  # a restarted slave replaces its session
@@ -447,10 +448,10 @@ class AgentMasterServer:
         steps = [
             (*self._step(s), self._origin(record, s.origin_node)) for s in batch.step_summaries
         ]
-        dropped = check_reduction(record, batch)
+        dropped, runs = check_reduction(record, batch)
         if dropped:
             self._note_dropped_classes(record, dropped)
-        apply_rows(record, batch)
+        apply_rows(record, batch, runs)
         committed = self.store.commit(record.name, record.epoch, seq, hang_events, steps)
         self.duplicates_dropped += committed.duplicates
         record.last_applied = seq
@@ -656,10 +657,12 @@ def _parse(message_type, raw: bytes, what: str):
         ) from None
 
 
-def apply_rows(record: NodeRecord, batch: pb.NodeStateBatch) -> None:
+def apply_rows(
+    record: NodeRecord, batch: pb.NodeStateBatch, runs: list[RankRuns] | None = None
+) -> None:
     """State rows replace the rows with their keys; a RETIRED process takes its rows with it;
     a full state (possibly spanning batches) drops, at its last batch, every row it did not
-    name."""
+    name. runs: the batch's rank classes' runs, when check_reduction parsed them already."""
     rows = record.rows
     keys = record.full_state_keys
     if batch.full_state and keys is None:
@@ -686,14 +689,17 @@ def apply_rows(record: NodeRecord, batch: pb.NodeStateBatch) -> None:
             keys.add(("g", *key))
     if batch.full_state and (batch.rank_classes or batch.subtree_nodes or record.is_relay):
         if record.pending_classes is None:
-            record.pending_classes, record.pending_subtree = [], {}
+            record.pending_classes, record.pending_subtree, record.pending_runs = [], {}, []
         record.pending_classes.extend(batch.rank_classes)
+        record.pending_runs.extend(
+            runs if runs is not None else [class_runs(rc) for rc in batch.rank_classes]
+        )
         for n in batch.subtree_nodes:
             record.pending_subtree[n.node_name] = n
         if batch.full_state_last:
             record.classes, record.subtree = record.pending_classes, record.pending_subtree
-            record.class_runs = [class_runs(rc) for rc in record.classes]
-            record.pending_classes = record.pending_subtree = None
+            record.class_runs = record.pending_runs
+            record.pending_classes = record.pending_subtree = record.pending_runs = None
     if batch.HasField("agent_counters"):
         record.counters = batch.agent_counters
     if batch.HasField("metric_totals"):
@@ -711,13 +717,16 @@ MAX_SUBTREE_NODES = 1 << 17
 MAX_RANK_CLASSES = 1 << 20
 
 
-def check_reduction(record: NodeRecord, batch: pb.NodeStateBatch) -> list[str]:
+def check_reduction(
+    record: NodeRecord, batch: pb.NodeStateBatch
+) -> tuple[list[str], list[RankRuns]]:
     """A relay's classes and node list: only from a relay, only in a full state, within
     bounds, with names a node may have (else the batch is refused). A class whose ranks do not
     fit its communicator is taken out of the batch, the rest applied: what it says is one bad
-    row below the relay, not the relay's whole subtree. Returns why each one was taken out."""
+    row below the relay, not the relay's whole subtree. Returns why each one was taken out,
+    and the runs of those kept, parsed."""
     if not (batch.rank_classes or batch.subtree_nodes):
-        return []
+        return [], []
     if not record.is_relay:
         raise Refusal(
             pb.REJECT_REASON_MALFORMED,
@@ -749,20 +758,22 @@ def check_reduction(record: NodeRecord, batch: pb.NodeStateBatch) -> list[str]:
                 pb.REJECT_REASON_MALFORMED,
                 f"subtree node {n.node_name[:300]!r}: a bad name on its way or more than 16 relays",
             )
-    dropped, kept = [], []
+    dropped, kept, runs = [], [], []
     for rc in batch.rank_classes:
-        problem = _class_problem(rc)
-        if problem is None:
+        parsed = _class_runs(rc)
+        if isinstance(parsed, RankRuns):
             kept.append(rc)
+            runs.append(parsed)
         else:
-            dropped.append(f"rank class of communicator {rc.member.comm_id:016x}: {problem}")
+            dropped.append(f"rank class of communicator {rc.member.comm_id:016x}: {parsed}")
     if dropped:
         del batch.rank_classes[:]
         batch.rank_classes.extend(kept)
-    return dropped
+    return dropped, runs
 
 
-def _class_problem(rc: pb.RankClass) -> str | None:
+def _class_runs(rc: pb.RankClass) -> RankRuns | str:
+    """The class's other ranks, or why they do not fit its communicator."""
     try:
         runs = RankRuns.from_flat(rc.rank_runs, rc.member.nranks)
     except BadRuns as e:
@@ -772,4 +783,4 @@ def _class_problem(rc: pb.RankClass) -> str | None:
             f"representative rank {rc.member.comm_rank} is outside its {rc.member.nranks} ranks "
             "or in its runs"
         )
-    return None
+    return runs

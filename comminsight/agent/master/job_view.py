@@ -72,6 +72,7 @@ class NodeRecord:
     subtree: dict[str, pb.SubtreeNode] = field(default_factory=dict)
     pending_classes: list[pb.RankClass] | None = None
     pending_subtree: dict[str, pb.SubtreeNode] | None = None
+    pending_runs: list[RankRuns] | None = None
 
     def clock_sample(self, sample: pb.ClockSample, master_mono_ns: int) -> None:
         offset = master_mono_ns - sample.mono_ns

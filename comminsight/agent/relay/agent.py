@@ -27,7 +27,11 @@ from comminsight.agent.core.fifo_reader import HangEvent
 from comminsight.agent.core.node_state import read_node_rows
 from comminsight.agent.core.service import AgentService
 from comminsight.agent.core.snapshot import NodeSnapshot
-from comminsight.agent.master.agent import SLAVE_ANSWER_MARGIN_S, MasterAgentService
+from comminsight.agent.master.agent import (
+    CURSOR_FLUSH_NS,
+    SLAVE_ANSWER_MARGIN_S,
+    MasterAgentService,
+)
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.metrics.totals import node_metric_totals
 from comminsight.agent.relay.classes import rank_classes
@@ -102,7 +106,7 @@ class RelayAgentService(MasterAgentService):
         return AgentService.take_snapshot(self, now_mono_ns)
 
     def _flush_cursors(self, now_mono_ns: int) -> None:
-        if now_mono_ns - self._cursors_flushed_ns < 1_000_000_000:
+        if now_mono_ns - self._cursors_flushed_ns < CURSOR_FLUSH_NS:
             return
         self._cursors_flushed_ns = now_mono_ns
         try:
@@ -173,8 +177,11 @@ class RelayAgentService(MasterAgentService):
             # the reduction grows with the rows below: at most 1/REDUCE_COST_SHARE of the
             # relay's time, the rest for its children's batches
             self.reduce_cost_ns = time.perf_counter_ns() - began
-            self._next_report_ns = now + max(
-                self.report_ns, REDUCE_COST_SHARE * self.reduce_cost_ns
+            # from when it was due, not from now: passes and cursor writes would make every
+            # report later than the last; but never sooner than the cost allows
+            self._next_report_ns = max(
+                self._next_report_ns + self.report_ns,
+                now + REDUCE_COST_SHARE * self.reduce_cost_ns,
             )
         if not (events or steps or reduction):
             return
