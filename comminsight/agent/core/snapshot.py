@@ -177,6 +177,11 @@ class CommView:
     # communicator of every snapshot in its history, thousands of ranks each.
     @cached_property
     def missing_ranks(self) -> list[int]:
+        only = self.members[0] if len(self.members) == 1 else None
+        if only is not None and only.size == self.nranks and only.rank < self.nranks:
+            # one class of every rank (a relay's healthy communicator): its runs never hold its
+            # representative (checked when they arrived), so it is the whole of 0..nranks-1
+            return []
         classes = [m.stands_for for m in self.members if m.stands_for]
         if not classes:
             present = {m.rank for m in self.members}
