@@ -93,15 +93,9 @@ class _Unit:
     runs: RankRuns | None  # a folded class's other ranks; None for a rank's own row
     node_count: int  # nodes of a folded class (counted by the relay below)
     sums: tuple[int, int] | None  # a folded class's ops and bytes completed, all its ranks
-
-    @property
-    def where(self) -> tuple[str, int] | None:
-        """(node, pid) of a rank's own row; None for a folded class of several processes."""
-        return (self.origin, self.process.pid) if not self.runs else None
-
-    @property
-    def size(self) -> int:
-        return 1 + len(self.runs) if self.runs else 1
+    # (node, pid) of a rank's own row; None for a folded class of several processes
+    where: tuple[str, int] | None
+    size: int  # ranks in it
 
     @property
     def ops_completed(self) -> int:
@@ -121,7 +115,9 @@ def _unit(node: NodeRecord, origin: str, m, g, p, runs=None, node_count=0, sums=
         if g.HasField("oldest_inflight")
         else NOT_IN_FLIGHT
     )
-    return _Unit((since, m.comm_rank), node, origin, m, g, p, runs, node_count, sums)
+    where = (origin, p.pid) if not runs else None
+    size = 1 + len(runs) if runs else 1
+    return _Unit((since, m.comm_rank), node, origin, m, g, p, runs, node_count, sums, where, size)
 
 
 # A class this small that is not its communicator's largest is an outlier (a culprit, the
@@ -145,22 +141,27 @@ def rank_classes(
     groups: dict[tuple, list[_Unit]] = {}
     for key, unit in _units(nodes, now_mono_ns, stale_ns):
         groups.setdefault(key, []).append(unit)
-    largest = _largest(groups.values())
+    classes = list(groups.values())
+    sizes = [sum(u.size for u in units) for units in classes]
+    largest = _largest(classes, sizes)
     alone = {
         u.where
-        for units in groups.values()
-        if _minority(units, largest) and sum(u.size for u in units) <= OUTLIER_MAX
+        for units, size in zip(classes, sizes, strict=True)
+        if size <= OUTLIER_MAX and size < largest[units[0].member.comm_id]
         for u in units
         if u.where is not None
     }
-    alone |= _p2p_peers(groups.values())
-    classes = _split(groups.values(), alone, set())
+    alone |= _p2p_peers(classes)
+    if alone:
+        classes = _split(classes, alone, set())
+        sizes = [sum(u.size for u in units) for units in classes]
+        largest = _largest(classes, sizes)
     # the representatives of the minority classes left: their other rows alone too
-    largest = _largest(classes)
     represented = {
         (rep.where, rep.member.comm_id)
-        for units in classes
-        if _minority(units, largest) and (rep := min(units, key=_order)).where is not None
+        for units, size in zip(classes, sizes, strict=True)
+        if size < largest[units[0].member.comm_id]
+        and (rep := min(units, key=_order)).where is not None
     }
     if represented:
         classes = _split(classes, {where for where, _ in represented}, represented)
@@ -173,34 +174,34 @@ def _order(u: _Unit) -> tuple[int, int]:
     return u.order
 
 
-def _largest(classes: Iterable[list[_Unit]]) -> dict[int, int]:
+def _largest(classes: list[list[_Unit]], sizes: list[int]) -> dict[int, int]:
     """Per communicator, the size of its largest class."""
     out: dict[int, int] = {}
-    for units in classes:
+    for units, size in zip(classes, sizes, strict=True):
         comm = units[0].member.comm_id
-        out[comm] = max(out.get(comm, 0), sum(u.size for u in units))
+        if size > out.get(comm, 0):
+            out[comm] = size
     return out
 
 
-def _minority(units: list[_Unit], largest: dict[int, int]) -> bool:
-    return sum(u.size for u in units) < largest[units[0].member.comm_id]
-
-
-def _p2p_peers(classes: Iterable[list[_Unit]]) -> set[tuple[str, int]]:
+def _p2p_peers(classes: list[list[_Unit]]) -> set[tuple[str, int]]:
     """(node, pid) of every rank that a rank of its communicator sends to or receives from
     with the op in flight: a pipeline wait names its peer, whose own rows must be seen."""
-    by_rank: dict[tuple[int, int], tuple[str, int]] = {}
-    wanted: set[tuple[int, int]] = set()
-    for units in classes:
-        for u in units:
-            if u.where is not None:
-                by_rank[(u.member.comm_id, u.member.comm_rank)] = u.where
-            g = u.progress
-            if g.HasField("oldest_inflight"):
-                op = g.oldest_inflight
-                if op.kind == pb.OP_KIND_P2P and op.HasField("peer_or_root"):
-                    wanted.add((u.member.comm_id, op.peer_or_root))
-    return {by_rank[w] for w in wanted if w in by_rank}
+    wanted = {
+        (u.member.comm_id, u.progress.oldest_inflight.peer_or_root)
+        for units in classes
+        for u in units
+        if u.progress.oldest_inflight.kind == pb.OP_KIND_P2P
+        and u.progress.oldest_inflight.HasField("peer_or_root")
+    }
+    if not wanted:  # nothing in flight between two ranks: no pass over every rank's rows
+        return set()
+    return {
+        u.where
+        for units in classes
+        for u in units
+        if u.where is not None and (u.member.comm_id, u.member.comm_rank) in wanted
+    }
 
 
 def _split(
