@@ -307,10 +307,10 @@ bench-accuracy: $(VENV_STAMP) build-profiler $(SIM_SO) $(ENGINE_SO)
 bench-faults: $(VENV_STAMP) build-profiler $(SIM_SO)
 	$(VPY) bench/faults.py $(FAULTS_ARGS)
 
-## bench-master-scale: the live tree at scale: a master fed by simulated slaves (64, 256 nodes), a real relay fed by simulated slaves (250-500 nodes), a master fed by 13 simulated relays (100,000 ranks); CPU, memory, fault-to-verdict per tier, the full tree as a model
+## bench-master-scale: the live tree at scale: a master fed by simulated slaves (64, 256 nodes), a real relay fed by simulated slaves (250-500 nodes), a master fed by 17 simulated relays (100,000 ranks, 736 nodes each); CPU, memory, fault-to-verdict per tier, the full tree as a model
 bench-master-scale: $(VENV_STAMP)
 	$(VPY) bench/master_scale.py --tiers flat relay master --nodes 64 256 \
-	  --relay-nodes 250 400 500 --tree-nodes 12500 --tree-relays 13 --workers 2 --seconds 10
+	  --relay-nodes 250 400 500 --tree-nodes 12500 --tree-relays 17 --workers 2 --seconds 10
 
 ## bench-metrics: /metrics series per rank at metrics level job (the default) and rank, simulated Megatron jobs of 64 and 8 ranks through the real plugin and the Agent's ingest; page bytes plain and gzip
 bench-metrics: $(VENV_STAMP) build-profiler $(SIM_SO)

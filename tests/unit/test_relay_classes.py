@@ -435,11 +435,18 @@ def test_many_ranks_missing_an_op_while_busy_elsewhere_are_not_stuck_outside_ncc
     assert set(r for r, _, _ in tree[0][2]) <= stalled
 
 
-def test_the_master_rebuilds_when_an_op_in_flight_crosses_the_threshold():
-    from comminsight.agent.master.agent import next_crossing
-
-    snap = job_snapshot(job_nodes(2, wait_s=0.2), "master", NOW, REAL, STALE)
-    # every rank enqueued 0.2 s ago (the lowest local rank earliest): the first crossing
-    assert next_crossing(snap, NOW, THRESHOLD) == NOW - 200_000_000 + THRESHOLD
-    assert next_crossing(snap, NOW + THRESHOLD, THRESHOLD) == 1 << 63  # all crossed already
-    assert next_crossing(snap, NOW, 0) == 1 << 63  # no threshold, no hang diagnosis
+def test_a_record_knows_when_its_waits_cross_the_threshold():
+    relay = relay_of("relay-a", job_nodes(2, wait_s=0.2), offset=5 * 10**9)
+    relay.note_waits()
+    # the ranks enqueued 0.2 s ago and a little later (a millisecond per local rank); on the
+    # master's clock
+    assert relay.wait_starts[0] == NOW - 200_000_000
+    crossing = NOW - 200_000_000 + THRESHOLD
+    assert relay.wait_crosses(crossing - 1, crossing, THRESHOLD)
+    assert not relay.wait_crosses(NOW, crossing - 1, THRESHOLD)  # not yet
+    assert not relay.wait_crosses(NOW + THRESHOLD, NOW + 2 * THRESHOLD, THRESHOLD)  # long past
+    healthy = job_nodes(1, wait_s=0.2)[0]
+    for g in healthy.rows.progress.values():
+        g.ClearField("oldest_inflight")
+    healthy.note_waits()
+    assert healthy.wait_starts == [] and not healthy.wait_crosses(0, NOW * 2, THRESHOLD)

@@ -53,20 +53,6 @@ RECENT_REFUSAL_NS = 300 * 1_000_000_000
 SLAVE_ANSWER_MARGIN_S = 3.0  # the slave waits its own timeout, then answers over the network
 
 
-def next_crossing(snapshot: NodeSnapshot, now_mono_ns: int, threshold_ns: int) -> int:
-    """The first moment after now when a collective in flight in the snapshot will have
-    waited past the threshold (never, without one)."""
-    if not threshold_ns:
-        return 1 << 63
-    times = [
-        m.inflight.enqueue_mono_ns + threshold_ns
-        for c in snapshot.comms.values()
-        for m in c.members
-        if m.inflight is not None
-    ]
-    return min((t for t in times if t > now_mono_ns), default=1 << 63)
-
-
 class JobStepFiles(StepFiles):
     """The master's own step summaries and those its slaves sent (master.store)."""
 
@@ -108,9 +94,6 @@ class MasterAgentService(AgentService):
         self._rebuild_now = False
         self._rebuild_cost_ns = 0  # wall time of the last pass that rebuilt and diagnosed
         self._cursors_flushed_ns = 0
-        # when an op in flight in the last snapshot waits past the hang threshold: a rebuild
-        # is due then, however costly the last one (its verdict should not wait for spacing)
-        self._next_crossing_ns = 1 << 63
         self.stale_ns = settings.agent_heartbeat_stale_ms * MS
         self.metrics.registry.register(
             JobMetrics(
@@ -160,8 +143,9 @@ class MasterAgentService(AgentService):
                 self.store.flush_cursors()
             except OSError as e:  # only a later restart's resend is at stake: go on serving
                 log.error("cannot write slave cursors under %s: %s", self.store.dir, e)
+        self.local.note_waits()
         cached = self._snapshot
-        crossing = now_mono_ns >= self._next_crossing_ns
+        crossing = cached is not None and self._wait_crossed(cached, now_mono_ns)
         if cached is not None and not self._rebuild_now and not crossing:
             age = now_mono_ns - cached.taken_mono_ns
             changed = self._snapshot_version != self.server.version or self.local.rows.processes
@@ -173,8 +157,18 @@ class MasterAgentService(AgentService):
         self._snapshot = job_view.job_snapshot(
             self.nodes.values(), self.node_name, now_mono_ns, time.time_ns(), self.stale_ns
         )
-        self._next_crossing_ns = next_crossing(self._snapshot, now_mono_ns, self.threshold_ns)
         return self._snapshot
+
+    def _wait_crossed(self, cached: NodeSnapshot, now_mono_ns: int) -> bool:
+        """Some wait in flight crossed the hang threshold since the cached snapshot was
+        taken: its verdict should not wait for the rebuilds' spacing."""
+        if not self.threshold_ns:
+            return False
+        return any(
+            n.wait_crosses(cached.taken_mono_ns, now_mono_ns, self.threshold_ns)
+            for n in self.nodes.values()
+            if n.wait_starts
+        )
 
     def ask_stack(self, culprit):
         """A culprit on another node: asked of that node's slave over gRPC (bounded: a bit

@@ -700,6 +700,7 @@ def apply_rows(
             record.classes, record.subtree = record.pending_classes, record.pending_subtree
             record.class_runs = record.pending_runs
             record.pending_classes = record.pending_subtree = record.pending_runs = None
+    record.note_waits()
     if batch.HasField("agent_counters"):
         record.counters = batch.agent_counters
     if batch.HasField("metric_totals"):

@@ -15,6 +15,7 @@ nothing new to say, sends nothing; real time is never compared across nodes.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -73,6 +74,29 @@ class NodeRecord:
     pending_classes: list[pb.RankClass] | None = None
     pending_subtree: dict[str, pb.SubtreeNode] | None = None
     pending_runs: list[RankRuns] | None = None
+    # when each of its waits in flight began (master clock, ascending), as its latest rows
+    # and classes show: when one crosses the hang threshold, the master diagnoses at once
+    wait_starts: list[int] = field(default_factory=list)
+
+    def note_waits(self) -> None:
+        waits = {
+            g.oldest_inflight.enqueued_mono_ns
+            for g in self.rows.progress.values()
+            if g.HasField("oldest_inflight")
+        }
+        waits.update(
+            c.progress.oldest_inflight.enqueued_mono_ns
+            for c in self.classes
+            if c.progress.HasField("oldest_inflight")
+        )
+        self.wait_starts = sorted(self.to_master(t) for t in waits)
+
+    def wait_crosses(self, after_ns: int, until_ns: int, threshold_ns: int) -> bool:
+        """One of its waits crosses the threshold in (after_ns, until_ns]."""
+        starts = self.wait_starts
+        return bisect.bisect_right(starts, until_ns - threshold_ns) > bisect.bisect_right(
+            starts, after_ns - threshold_ns
+        )
 
     def clock_sample(self, sample: pb.ClockSample, master_mono_ns: int) -> None:
         offset = master_mono_ns - sample.mono_ns
