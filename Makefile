@@ -40,7 +40,7 @@ GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 ATOMIC = tmp="$@.tmp.$$$$"; trap 'rm -rf "$$tmp"' EXIT;
 ATOMIC_DONE = && mv -f "$$tmp" "$@"
 
-.PHONY: build-profiler build-sim build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults bench-metrics bench-log-bytes bench-engine-distributed build-engine
+.PHONY: build-profiler build-sim build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults bench-metrics bench-log-bytes bench-engine-distributed bench-relay-soak build-engine
 .PHONY: all build venv generate verify-generated check-schemas check-compat headers test test-contract \
         test-unit lint bench demo install uninstall wheel-manylinux clean
 
@@ -311,6 +311,12 @@ bench-faults: $(VENV_STAMP) build-profiler $(SIM_SO)
 bench-master-scale: $(VENV_STAMP)
 	$(VPY) bench/master_scale.py --tiers flat relay master --nodes 64 256 \
 	  --relay-nodes 250 400 500 --tree-nodes 12500 --tree-relays 17 --workers 2 --seconds 10
+
+## bench-relay-soak: a real relay under a real master, 250 simulated nodes, followed for RELAY_SOAK_S seconds (default 900): memory at start and end and its growth per hour
+RELAY_SOAK_S ?= 900
+bench-relay-soak: $(VENV_STAMP)
+	$(VPY) bench/master_scale.py --tiers relay --relay-nodes 250 --workers 2 --seconds 10 \
+	  --soak-s $(RELAY_SOAK_S)
 
 ## bench-metrics: /metrics series per rank at metrics level job (the default) and rank, simulated Megatron jobs of 64 and 8 ranks through the real plugin and the Agent's ingest; page bytes plain and gzip
 bench-metrics: $(VENV_STAMP) build-profiler $(SIM_SO)

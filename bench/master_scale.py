@@ -562,6 +562,7 @@ class Options:
     report_s: float  # every sender's report interval (and the Agents')
     workers: int  # the relay tier's feeder processes
     profile: Path | None  # cProfile the Agents into this directory
+    soak_s: float = 0.0  # tier relay: how long to follow the Agents' memory after the window
 
 
 @dataclass
@@ -857,6 +858,7 @@ async def measure_relay(nodes: int, opts: Options) -> dict:
             window = Window(pids, [master, relay], counters)
             await window.measure(opts.seconds)
             rss = {"master": proc_rss_bytes(master.pid), "relay": proc_rss_bytes(relay.pid)}
+            soak = await follow_rss(pids, opts.soak_s) if opts.soak_s else None
             seen = connected(relay)
             job.inject_fault()
             node, rank = culprit_of(nodes)
@@ -890,6 +892,8 @@ async def measure_relay(nodes: int, opts: Options) -> dict:
     report_rate = window.applied_per_s["master"]
     emit("relay_reports_per_s", report_rate, "batches/s", nominal=1 / opts.report_s, **tag)
     emit_common(window, verdict_s, tag)
+    if soak is not None:
+        emit_soak(soak, tag)
     return {
         "nodes": nodes,
         "held": held,
@@ -898,6 +902,34 @@ async def measure_relay(nodes: int, opts: Options) -> dict:
         "relay_rss": rss["relay"],
         "verdict_s": verdict_s,
     }
+
+
+async def follow_rss(pids: dict[str, int], seconds: float) -> dict[str, list[tuple]]:
+    """(seconds since start, RSS bytes) of the master and the relay, sampled 40 times over
+    `seconds` while the job runs on."""
+    samples: dict[str, list[tuple]] = {"master": [], "relay": []}
+    began = time.monotonic()
+    for i in range(41):
+        await asyncio.sleep(max(0.0, began + i * seconds / 40 - time.monotonic()))
+        for role in samples:
+            samples[role].append((time.monotonic() - began, proc_rss_bytes(pids[role])))
+    return samples
+
+
+def emit_soak(samples: dict[str, list[tuple]], tag: dict) -> None:
+    """Memory over the soak: start and end, and the growth of its second half (after the
+    warm-up of caches and allocator arenas) as a least-squares slope per hour."""
+    for role, points in samples.items():
+        half = points[len(points) // 2 :]
+        n = len(half)
+        mean_t = sum(t for t, _ in half) / n
+        mean_r = sum(r for _, r in half) / n
+        var = sum((t - mean_t) ** 2 for t, _ in half)
+        slope = sum((t - mean_t) * (r - mean_r) for t, r in half) / var if var else 0.0
+        extra = {"soak_s": round(points[-1][0], 1), **tag}
+        emit(f"{role}_rss_soak_start", mib(points[0][1]), "MiB", **extra)
+        emit(f"{role}_rss_soak_end", mib(points[-1][1]), "MiB", **extra)
+        emit(f"{role}_rss_growth", round(slope * 3600 / 2**20, 1), "MiB/h", **extra)
 
 
 def machine_held(
@@ -1036,6 +1068,12 @@ def main() -> None:
     parser.add_argument("--tree-nodes", type=int, default=12_500, help="tier master")
     parser.add_argument("--tree-relays", type=int, default=13, help="tier master")
     parser.add_argument("--workers", type=int, default=2, help="tier relay's feeder processes")
+    parser.add_argument(
+        "--soak-s",
+        type=float,
+        default=0.0,
+        help="tier relay: follow the relay's and master's memory this long after the window",
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="CPU measurement window")
     parser.add_argument("--profile", type=Path, default=None, help="cProfile Agents into DIR")
     parser.add_argument(
@@ -1048,7 +1086,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
-    opts = Options(args.seconds, args.report_interval_s, args.workers, args.profile)
+    opts = Options(args.seconds, args.report_interval_s, args.workers, args.profile, args.soak_s)
     if "flat" in args.tiers:
         for nodes in args.nodes:
             asyncio.run(measure_flat(nodes, opts))

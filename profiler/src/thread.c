@@ -80,7 +80,12 @@ ci_thread_t* ci_thread_attach(void) {
     return t;
 }
 
-/* In a forked child the forking thread keeps its block; its tid is the child's own now. */
+/* In a forked child the forking thread keeps its block; its tid is the child's own now. Only
+ * it survives: a parent thread that was attaching or exiting at the fork held blocks_lock, and
+ * the child's own threads would wait for it forever (and a child that joins its writer at
+ * finalize with them). The blocks the parent's other threads held stay taken: nobody gives
+ * them back, and the fallback block covers the rest. */
 void ci_thread_after_fork(void) {
+    pthread_mutex_init(&blocks_lock, NULL);
     if (ci_tls && !ci_tls->shared) ci_tls->tid = (uint32_t)syscall(SYS_gettid);
 }
