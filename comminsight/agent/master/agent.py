@@ -130,8 +130,10 @@ class MasterAgentService(AgentService):
         Both grow with the job's ranks: at 8192 ranks a rebuild and its diagnosis took about
         0.4 s, so rebuilding every 200 ms left no time for the slaves' batches, and a
         verdict came 15-24 s after a fault. The spacing between rebuilds is therefore also
-        at least REBUILD_COST_SHARE times what the last one cost (hang events still rebuild
-        at once)."""
+        at least REBUILD_COST_SHARE times what the last one cost. Hang events still rebuild
+        at once, and so does a wait in flight on any node crossing the hang threshold since
+        the last rebuild (_wait_crossed): the verdict comes when it is due, not a spacing
+        later (at 100,000 ranks through relays a rebuild costs most of a second)."""
         self.local.rows = read_node_rows(
             self.producers.producers.values(), now_mono_ns, self.stale_ns, self.inject_names
         )
