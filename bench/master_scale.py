@@ -763,6 +763,26 @@ def emit_common(window: Window, verdict_s: float | None, tag: dict, **target) ->
         emit("verdict_past_threshold", round(verdict_s - THRESHOLD_S, 3), "s", **tag)
 
 
+async def measure_fed_master(master, job, counters, nodes: int, opts: Options) -> tuple:
+    """A master fed from this process (tiers flat and master): its CPU window, its RSS, the
+    senders it counts connected, and the verdict on a fault injected after the window."""
+    window = Window({"master": master.pid, "feeder": os.getpid()}, [master], [counters])
+    await window.measure(opts.seconds)
+    rss = proc_rss_bytes(master.pid)
+    seen = connected(master)
+    job.inject_fault()
+    node, rank = culprit_of(nodes)
+    verdict_s = await wait_verdict(master, rank, node_name(node), job, [counters])
+    return window, rss, seen, verdict_s
+
+
+async def stop_fed_master(master, job, tasks: list) -> None:
+    job.stop()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    master.stop()
+    all_cores()
+
+
 # ---- tier flat: one master, simulated slaves in this process -----------------------------
 
 
@@ -777,18 +797,11 @@ async def measure_flat(nodes: int, opts: Options) -> dict:
         try:
             await wait_registered([counters], nodes, "slaves")
             await asyncio.sleep(max(3.0, 4 * opts.report_s))  # every slave streaming, warm
-            window = Window({"master": master.pid, "feeder": os.getpid()}, [master], [counters])
-            await window.measure(opts.seconds)
-            rss = proc_rss_bytes(master.pid)
-            seen = connected(master)
-            job.inject_fault()
-            node, rank = culprit_of(nodes)
-            verdict_s = await wait_verdict(master, rank, node_name(node), job, [counters])
+            window, rss, seen, verdict_s = await measure_fed_master(
+                master, job, counters, nodes, opts
+            )
         finally:
-            job.stop()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            master.stop()
-            all_cores()
+            await stop_fed_master(master, job, tasks)
     tag = tags("flat", nodes, 0, opts, "simulated slaves, this process", alone)
     cpu = window.cpu["master"]
     emit("nodes_connected", seen, "nodes", **tag)
@@ -979,18 +992,11 @@ async def measure_master(nodes: int, relays: int, opts: Options) -> dict:
         try:
             await wait_registered([counters], relays, "relays")
             await asyncio.sleep(max(5.0, 6 * opts.report_s))  # every relay's classes in, warm
-            window = Window({"master": master.pid, "feeder": os.getpid()}, [master], [counters])
-            await window.measure(opts.seconds)
-            rss = proc_rss_bytes(master.pid)
-            seen = connected(master)
-            job.inject_fault()
-            node, rank = culprit_of(nodes)
-            verdict_s = await wait_verdict(master, rank, node_name(node), job, [counters])
+            window, rss, seen, verdict_s = await measure_fed_master(
+                master, job, counters, nodes, opts
+            )
         finally:
-            job.stop()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            master.stop()
-            all_cores()
+            await stop_fed_master(master, job, tasks)
     tag = tags("master", nodes, relays, opts, "simulated relays, this process", alone)
     emit("relays_connected", seen, "relays", **tag)
     emit("classes_per_relay", len(sims[0].healthy.classes), "classes", **tag)
