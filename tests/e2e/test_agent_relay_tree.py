@@ -7,9 +7,11 @@ on their own and the master goes on showing every node."""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
+from agent_processes import cli
 from multinode_job import NODES, AgentProc, Job, sim_config
 from ports import free_port
 from waiting import wait_until
@@ -111,6 +113,12 @@ def test_the_master_names_the_culprit_through_the_relay_and_survives_its_death(p
         )
         relays = [n for n in master.get("/api/v1/nodes").json()["items"] if n["mode"] == "relay"]
         assert [n["node_name"] for n in relays] == ["relay-a"]
+        # what a user runs against the master: every node, the ones below the relay too
+        out = cli("status", url=f"http://{master.listen}")
+        assert out.returncode == 0, out.stderr
+        assert all(f"node-{i}" in out.stdout for i in range(NODES)) and "relay-a" in out.stdout
+        data = json.loads(cli("status", "--json", url=f"http://{master.listen}").stdout)
+        assert {n["node_name"] for n in data["nodes"]} >= {"master", "relay-a", "node-0", "node-2"}
     finally:
         sim.join()
     relay.kill()
