@@ -450,3 +450,19 @@ def test_a_record_knows_when_its_waits_cross_the_threshold():
         g.ClearField("oldest_inflight")
     healthy.note_waits()
     assert healthy.wait_starts == [] and not healthy.wait_crosses(0, NOW * 2, THRESHOLD)
+
+
+def test_the_ranks_a_master_remembers_do_not_pile_up_as_representatives_change():
+    from comminsight.agent.hangs.left_comm import MembersSeen
+
+    seen = MembersSeen()
+    for first in range(6):  # each report another rank waited longest: another representative
+        nodes = job_nodes(4, wait_s=0.2)
+        for n in nodes:
+            for key, g in n.rows.progress.items():
+                if key[0] == WORLD and key[2] == first:
+                    g.oldest_inflight.enqueued_mono_ns -= 10**8
+                    g.collectives.enqueued_mono_ns -= 10**8
+        snap = job_snapshot([relay_of("relay-a", nodes)], "master", NOW, REAL, STALE)
+        seen.note(snap)
+        assert len(seen.of(WORLD)) == len(snap.comms[WORLD].members)

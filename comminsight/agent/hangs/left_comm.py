@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.core.snapshot import CommMember, CommView, NodeSnapshot
 from comminsight.agent.hangs.runs import current_run
 from comminsight_gen.abi import shm_v1
@@ -38,7 +39,15 @@ class MembersSeen:
         for comm_id, comm in shown.items():
             now = (*comm.members, *comm.departed)
             ranks = {m.rank for m in now}
-            before = [m for rank, m in self._rows.get(comm_id, {}).items() if rank not in ranks]
+            # a rank a relay's class stands for now is shown, though not by a row of its own:
+            # its old row (a class's former representative) is no evidence, and kept it would
+            # pile up to every rank of the job
+            classes = RankRuns.union_all([m.stands_for for m in now if m.stands_for])
+            before = [
+                m
+                for rank, m in self._rows.get(comm_id, {}).items()
+                if rank not in ranks and rank not in classes
+            ]
             # a rank remembered from an earlier run of this id (a reused home) never left
             # this one: it is forgotten once the rows shown now are another run's
             rows = current_run([*before, *now], snapshot.heartbeat_stale_ns) if before else now
