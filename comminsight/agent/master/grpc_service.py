@@ -37,9 +37,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from comminsight import __version__
 from comminsight.agent.core.fifo_reader import EVENT_SIZE, MAGIC_BYTES
 from comminsight.agent.core.node_state import row_key
-from comminsight.agent.core.rank_runs import BadRuns, RankRuns
+from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
-from comminsight.agent.master.job_view import NodeRecord, class_runs
+from comminsight.agent.master.job_view import NodeRecord, checked_runs, class_runs
 from comminsight.agent.master.rejects import PROTOCOL_VERSION, REJECT_KEY, STATUS_OF, reason_name
 from comminsight.agent.master.stacks import StackRequests
 from comminsight.agent.master.store import MasterStore
@@ -761,7 +761,7 @@ def check_reduction(
             )
     dropped, kept, runs = [], [], []
     for rc in batch.rank_classes:
-        parsed = _class_runs(rc)
+        parsed = checked_runs(rc)
         if isinstance(parsed, RankRuns):
             kept.append(rc)
             runs.append(parsed)
@@ -771,17 +771,3 @@ def check_reduction(
         del batch.rank_classes[:]
         batch.rank_classes.extend(kept)
     return dropped, runs
-
-
-def _class_runs(rc: pb.RankClass) -> RankRuns | str:
-    """The class's other ranks, or why they do not fit its communicator."""
-    try:
-        runs = RankRuns.from_flat(rc.rank_runs, rc.member.nranks)
-    except BadRuns as e:
-        return str(e)
-    if rc.member.comm_rank >= rc.member.nranks or rc.member.comm_rank in runs:
-        return (
-            f"representative rank {rc.member.comm_rank} is outside its {rc.member.nranks} ranks "
-            "or in its runs"
-        )
-    return runs

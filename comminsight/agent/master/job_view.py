@@ -295,12 +295,25 @@ def job_snapshot(
     )
 
 
-def class_runs(rc: pb.RankClass) -> RankRuns:
-    """The class's other ranks (checked when its batch was applied)."""
+def checked_runs(rc: pb.RankClass) -> RankRuns | str:
+    """The class's other ranks, or why they do not fit its communicator."""
     try:
-        return RankRuns.from_flat(rc.rank_runs, rc.member.nranks)
-    except BadRuns:
-        return RankRuns()
+        runs = RankRuns.from_flat(rc.rank_runs, rc.member.nranks)
+    except BadRuns as e:
+        return str(e)
+    if rc.member.comm_rank >= rc.member.nranks or rc.member.comm_rank in runs:
+        return (
+            f"representative rank {rc.member.comm_rank} is outside its {rc.member.nranks} ranks "
+            "or in its runs"
+        )
+    return runs
+
+
+def class_runs(rc: pb.RankClass) -> RankRuns:
+    """The class's other ranks; none for a class that does not fit (the master drops such a
+    class when its batch is checked, before this is asked)."""
+    runs = checked_runs(rc)
+    return runs if isinstance(runs, RankRuns) else EMPTY
 
 
 # ---- API models ---------------------------------------------------------------------------

@@ -155,6 +155,10 @@ class SlaveLink:
                         self._failed(
                             f"master {self.master_addr} unreachable: {e.code().name} {e.details()}"
                         )
+            except asyncio.InvalidStateError as e:
+                # grpc.aio's answer to a write on a stream the parent already ended (it died
+                # mid-batch): the session is over, like any other loss of the parent
+                self._failed(f"master {self.master_addr} ended the stream: {e}")
             except (OSError, ValueError) as e:
                 self._failed(f"link to master {self.master_addr} failed: {e}", error=True)
             self.connected = False
