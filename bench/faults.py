@@ -74,8 +74,10 @@ from comminsight_client.models import ArchiveFlush, ArchiveStatus
 from comminsight_gen.abi import fifo_event_v1, shm_v1
 from comminsight_gen.models.inspector_log_v1 import (
     CiColl,
+    CiCollCompact,
     CiGap,
     CiP2p,
+    CiP2pCompact,
     CiSegmentStart,
     InspectorLogRecord,
 )
@@ -124,6 +126,9 @@ def count_logged(segments: list[tuple[str, bytes]]) -> tuple[int, int, int]:
             elif isinstance(ci, (CiColl, CiP2p)):
                 lines += 1
                 seen.add((pid, ci.ring_seq))
+            elif isinstance(ci, (CiCollCompact, CiP2pCompact)):
+                lines += 1
+                seen.add((pid, ci.q))
             elif isinstance(ci, CiGap):
                 gaps += ci.lost_count
     return len(seen), lines - len(seen), gaps

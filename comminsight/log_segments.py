@@ -26,7 +26,17 @@ import zstandard
 from comminsight.safe_open import read_regular
 from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.config_v1 import KEY_BY_NAME
-from comminsight_gen.models.inspector_log_v1 import CiSeal, InspectorLogRecord
+from comminsight_gen.models.inspector_log_v1 import (
+    CiColl,
+    CiCollCompact,
+    CiCommFinalize,
+    CiCommInit,
+    CiHangEvidence,
+    CiP2p,
+    CiP2pCompact,
+    CiSeal,
+    InspectorLogRecord,
+)
 
 _DECODER = msgspec.json.Decoder(InspectorLogRecord)
 
@@ -45,6 +55,16 @@ class Segment:
     path: Path
     records: list[InspectorLogRecord]  # every line before the seal
     seal: CiSeal | None  # None for an open (.partial) segment
+
+
+def ring_seq_of(ci) -> int | None:
+    """The ring seq of the record a line's `ci` carries (its form's key: `q` in the compact
+    op lines); None for the lines that carry no ring record."""
+    if isinstance(ci, CiCollCompact | CiP2pCompact):
+        return ci.q
+    if isinstance(ci, CiColl | CiP2p | CiCommInit | CiCommFinalize | CiHangEvidence):
+        return ci.ring_seq
+    return None
 
 
 def decode_lines(path: Path, data: bytes) -> list[InspectorLogRecord]:

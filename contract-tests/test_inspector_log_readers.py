@@ -23,7 +23,7 @@ import msgspec.inspect as mi
 import pytest
 
 from comminsight.semantic import native
-from comminsight.semantic.log_input import _DECODER, _float, _op, read_gpu_logs
+from comminsight.semantic.log_input import _DECODER, _float, _op, _ring_seq, read_gpu_logs
 from comminsight.semantic.positions import LogPosition
 from comminsight_gen.inspector_log_v1_fields import V
 from comminsight_gen.models import inspector_log_v1 as full_model
@@ -32,8 +32,10 @@ from comminsight_gen.models.inspector_log_v1_lean import EngineHeader, EngineLin
 from contract_helpers import ROOT
 
 VALID = ROOT / "contract-tests" / "fixtures" / "json" / "inspector-log" / "v1" / "valid"
-# the writer's own layout, sealed: the scanner's layout path reads it
+# the writer's own layout, sealed: the scanner's layout path reads it (the Inspector form;
+# a compact segment, which the scanner walks, beside it)
 WRITER_SEGMENT = VALID / "writer-segment.jsonl"
+WRITER_SEGMENTS = (WRITER_SEGMENT, VALID / "writer-segment-compact.jsonl")
 SCHEMA = json.loads((ROOT / "protocols/inspector-log/v1/inspector-log.schema.json").read_text())
 FULL = msgspec.json.Decoder(full_model.InspectorLogRecord)
 
@@ -67,7 +69,11 @@ def test_the_fixtures_hold_every_kind_of_line():
     kinds = {_kind(FULL.decode(line)) for _, line in LINES}
     schema_kinds = set(SCHEMA["properties"]["ci"]["discriminator"]["mapping"])
     assert schema_kinds | {"nvidia coll", "nvidia p2p"} <= kinds
-    writer_kinds = {_kind(FULL.decode(line)) for line in WRITER_SEGMENT.read_bytes().splitlines()}
+    writer_kinds = {
+        _kind(FULL.decode(line))
+        for segment in WRITER_SEGMENTS
+        for line in segment.read_bytes().splitlines()
+    }
     assert schema_kinds <= writer_kinds  # the writer's layout of every kind, too
 
 
@@ -118,6 +124,8 @@ def c_row_of_full_model(full) -> dict | None:
     """What the C scanner must put in its row for a line, from the full model's reading; None
     for a line the scanner leaves to Python (not a CommInsight op line)."""
     ci = full.ci
+    if isinstance(ci, full_model.CiCollCompact | full_model.CiP2pCompact):
+        return c_row_of_compact(ci)
     if ci is msgspec.UNSET or ci is None or full.header is msgspec.UNSET:
         return None
     if isinstance(ci, full_model.CiColl) and full.coll_perf is not msgspec.UNSET:
@@ -151,6 +159,30 @@ def c_row_of_full_model(full) -> dict | None:
         "gpu_start": _present(ci.gpu_start_globaltimer_ns),
         "gpu_stop": _present(ci.gpu_stop_globaltimer_ns),
         "group_id": 0 if group is msgspec.UNSET else group,
+    }
+
+
+def c_row_of_compact(ci) -> dict:
+    """The row of a compact op line (kinds c and p): host and GPU times put back from their
+    offsets, no execution time."""
+    p2p = isinstance(ci, full_model.CiP2pCompact)
+    gpu = ci.g0 is not msgspec.UNSET
+    return {
+        "kind": int(p2p),
+        "header": (ci.c, ci.r, ci.n, ci.nn),
+        "func": ci.f,
+        "seq": ci.s,
+        "size": ci.b,
+        "peer": _present(ci.pe) if p2p else native.NONE,
+        "exec_us": 0.0,
+        "busbw": _float(ci.bw if ci.bw is not msgspec.UNSET else 0.0),
+        "kernel_timing": ci.ts.value == "kernel_gpu",
+        "ring_seq": ci.q,
+        "host_start": ci.h,
+        "host_complete": native.NONE if ci.hc is msgspec.UNSET else ci.h + ci.hc,
+        "gpu_start": ci.g0 if gpu else native.NONE,
+        "gpu_stop": ci.g0 + ci.gd if gpu else native.NONE,
+        "group_id": 0 if ci.gr is msgspec.UNSET else ci.gr,
     }
 
 
@@ -208,7 +240,7 @@ def _python_ops(path: Path) -> list:
             break
         if ci is not None and ci.kind == V.GAP:
             lost += ci.lost_count  # records lost count on the op after them
-        position = LogPosition(path.name, 0, start, i, ci and ci.ring_seq, end)
+        position = LogPosition(path.name, 0, start, i, _ring_seq(ci), end)
         op = _op(decoded, anchor, position, offset)
         if op is not None:
             op.lost_before, lost = lost, 0
@@ -218,19 +250,22 @@ def _python_ops(path: Path) -> list:
 
 
 def test_the_engine_reads_a_segment_as_python_alone_reads_it(tmp_path):
-    """The writer's segment (sealed: C's layout path) and every other fixture line in one
-    open segment (C's walker, and Python for what C leaves): op for op, field for field."""
+    """The writer's segments (sealed: C's layout path for the Inspector form, its walker for
+    the compact form) and every other fixture line in one open segment (C's walker, and
+    Python for what C leaves): op for op, field for field."""
     sealed = tmp_path / "ci-host-1-1-000000.jsonl"
     shutil.copyfile(WRITER_SEGMENT, sealed)
+    compact = tmp_path / "ci-host-3-3-000000.jsonl"
+    shutil.copyfile(WRITER_SEGMENTS[1], compact)
     others = tmp_path / "ci-host-2-2-000000.jsonl.partial"
     first = WRITER_SEGMENT.read_bytes().splitlines()[0]  # a segment_start: the clock anchor
-    rest = [line for name, line in LINES if not name.startswith(WRITER_SEGMENT.name)]
+    rest = [line for name, line in LINES if not name.startswith(WRITER_SEGMENT.name + ":")]
     ops_lines = [line for line in rest if c_row_of_full_model(FULL.decode(line)) is not None]
     nvidia = [line for line in rest if FULL.decode(line).ci is msgspec.UNSET]
     others.write_bytes(b"".join(line + b"\n" for line in [first, *ops_lines, *nvidia]))
     logs, problems = read_gpu_logs(tmp_path)
     assert not problems
-    for path in (sealed, others):
+    for path in (sealed, compact, others):
         (log,) = [g for g in logs if g.segments == [path]]
         engine = list(log.ops())
         python = _python_ops(path)

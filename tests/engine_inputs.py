@@ -56,8 +56,9 @@ def batches(slots: np.ndarray, size: int):
         yield slots[i : i + size]
 
 
-def tp_pp_dp_logs(home: Path, ranks: int, steps: int) -> Path:
-    """The inspector_logs of a simulated TP+PP+DP run through the real plugin."""
+def tp_pp_dp_logs(home: Path, ranks: int, steps: int, log_format: str = "compact") -> Path:
+    """The inspector_logs of a simulated TP+PP+DP run through the real plugin, its op lines
+    in `log_format` (COMMINSIGHT_PROFILER_LOG_FORMAT)."""
     sim = run_simulation(
         SimConfig(
             plugin=str(builds()["plain"].path),
@@ -66,7 +67,10 @@ def tp_pp_dp_logs(home: Path, ranks: int, steps: int) -> Path:
             ranks=ranks,
             steps=steps,
             time_scale=0.02,
-            env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
+            env=(
+                ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
+                ("COMMINSIGHT_PROFILER_LOG_FORMAT", log_format),
+            ),
         )
     )
     assert not sim.errors

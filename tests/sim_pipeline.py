@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from logged_ops import LoggedOp
 from profiler_builds import builds
 
 from comminsight.log_segments import segments_in, verify_segment
 from comminsight.sim import SimConfig, read_ground_truth, run_simulation
-from comminsight_gen.models.inspector_log_v1 import CiColl, CiSegmentStart
+from comminsight_gen.models.inspector_log_v1 import CiSegmentStart
 
 FAST = (
     ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
@@ -39,13 +40,9 @@ def truth_key(op: dict, p2p_index: int) -> tuple:
     return (int(op["comm_id"], 16), op["func"], seq, op["count"], op["bytes"])
 
 
-def log_key(line) -> tuple:
-    comm = int(line.header.id, 16)
-    if isinstance(line.ci, CiColl):
-        p = line.coll_perf
-        return (comm, p.coll, p.coll_sn, line.ci.count, p.coll_msg_size_bytes)
-    p = line.p2p_perf
-    return (comm, p.p2p, p.p2p_sn, line.ci.count, p.p2p_msg_size_bytes)
+def log_key(op: LoggedOp) -> tuple:
+    """An op line's (logged_ops.logged_op) key, as truth_key makes one of a simulated op."""
+    return (op.comm_id, op.func, op.seq, op.count, op.size)
 
 
 def simulate(home: Path, **kw):

@@ -154,7 +154,47 @@ def _verify_seal(data: bytes, name: str) -> tuple[dict | None, str | None]:
     return seal, None
 
 
+_INSPECTOR_KIND = {V.C: V.COLL, V.P: V.P2P}  # the compact form's op kinds
+
+
+def _inspector_form(ci: dict) -> dict:
+    """A compact op line (kinds c and p) as the Inspector form's objects (header, coll_perf,
+    ci), with the execution time the writer's op_timing gives: what _add_op counts."""
+    coll = ci[F.KIND] == V.C
+    timing = ci.get(F.TS)
+    if timing == V.KERNEL_GPU and F.GD in ci:
+        ns = int(ci[F.GD])
+    elif timing == V.KERNEL_CPU:
+        ns = int(ci.get(F.HC, 0))
+    else:
+        ns = int(ci.get(F.HS, 0))
+    out = {
+        F.HEADER: {F.ID: ci.get(F.C), F.RANK: ci.get(F.R, -1), F.N_RANKS: ci.get(F.N, 0)},
+        F.CI: {
+            F.KIND: V.COLL if coll else V.P2P,
+            F.DATATYPE: ci.get(F.D),
+            F.FORCED_COMPLETE: ci.get(F.FC, False),
+            F.CHANNELS_COMPLETED: ci.get(F.CC, 0),
+            F.N_CHANNELS: ci.get(F.CH, 0),
+        },
+    }
+    if F.G0 in ci and F.GD in ci:
+        out[F.CI][F.GPU_START_GLOBALTIMER_NS] = int(ci[F.G0])
+        out[F.CI][F.GPU_STOP_GLOBALTIMER_NS] = int(ci[F.G0]) + int(ci[F.GD])
+    if coll:
+        out[F.COLL_PERF] = {
+            F.COLL: ci.get(F.F),
+            F.COLL_SN: ci.get(F.S, -1),
+            F.COLL_MSG_SIZE_BYTES: ci.get(F.B, -1),
+            F.COLL_TIMING_SOURCE: timing,
+            F.COLL_EXEC_TIME_US: max(ns, 0) // 1000,
+        }
+    return out
+
+
 def _add_op(s: LogSummary, obj: dict, proc: ProcessStats | None) -> None:
+    if obj[F.CI][F.KIND] in (V.C, V.P):
+        obj = _inspector_form(obj[F.CI])
     hdr = obj.get(F.HEADER) or {}
     ci = obj[F.CI]
     key = (str(hdr.get(F.ID)), int(hdr.get(F.RANK, -1)))
@@ -269,8 +309,9 @@ def read_home(home: str | Path) -> LogSummary:
             except (ValueError, KeyError, TypeError):
                 s.bad_lines += 1
                 continue
-            s.kinds[kind] += 1
-            if kind in (V.COLL, V.P2P):
+            # an op counts under its kind whichever form it is written in
+            s.kinds[_INSPECTOR_KIND.get(kind, kind)] += 1
+            if kind in (V.COLL, V.P2P, V.C, V.P):
                 ops_seen += 1
                 _add_op(s, obj, proc)
             elif kind == V.SEGMENT_START:

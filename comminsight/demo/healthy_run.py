@@ -19,7 +19,6 @@ from comminsight.demo.log_checks import RunLogs, ops_logged_check, read_logs, se
 from comminsight.demo.sim_checks import healthy_ranks_check
 from comminsight.demo.simulation import DEMO_DIR, RANKS, STEPS, simulate
 from comminsight.demo.step_check import steps_check
-from comminsight_gen.models.inspector_log_v1 import CiColl, CiP2p
 
 NAME = "healthy run"
 
@@ -68,17 +67,10 @@ def recorded_table(logs: RunLogs):
         right=("rank", "colls", "p2p", "GiB moved", "median busbw GB/s", "GPU-timed"),
     )
     for rank in sorted(logs.by_rank):
-        colls = logs.records_of(rank, CiColl)
-        p2ps = logs.records_of(rank, CiP2p)
-        busbw = [
-            r.coll_perf.coll_busbw_gbs
-            for r in colls
-            if isinstance(r.coll_perf.coll_busbw_gbs, float)
-        ]
-        moved = sum(r.coll_perf.coll_msg_size_bytes for r in colls) + sum(
-            r.p2p_perf.p2p_msg_size_bytes for r in p2ps
-        )
-        timed = sum(r.coll_perf.coll_timing_source == "kernel_gpu" for r in colls)
+        colls, p2ps = logs.ops_of(rank, True), logs.ops_of(rank, False)
+        busbw = [op.busbw_gbs for op in colls if op.busbw_gbs is not None]
+        moved = sum(op.size_bytes for op in colls + p2ps)
+        timed = sum(op.timing_source == "kernel_gpu" for op in colls)
         table.add_row(
             str(rank),
             str(len(colls)),

@@ -5,8 +5,10 @@ the rank that skipped it)."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from comminsight.demo.checklist import Check
@@ -15,11 +17,43 @@ from comminsight.demo.simulation import SimRun
 from comminsight.log_segments import SegmentError, segments_in, verify_segment
 from comminsight_gen.models.inspector_log_v1 import (
     CiColl,
+    CiCollCompact,
     CiHangEvidence,
     CiP2p,
+    CiP2pCompact,
     CiSegmentStart,
     InspectorLogRecord,
 )
+
+
+@dataclass(frozen=True)
+class LoggedOp:
+    """What the demo shows of an op line, whichever form it was written in."""
+
+    size_bytes: int
+    busbw_gbs: float | None  # None where the line holds no finite number
+    timing_source: str
+
+
+def _logged_op(r: InspectorLogRecord) -> LoggedOp:
+    ci = r.ci
+    if isinstance(ci, (CiCollCompact, CiP2pCompact)):
+        return LoggedOp(ci.b, _finite(ci.bw), _text(ci.ts))
+    if isinstance(ci, CiColl):
+        p = r.coll_perf
+        return LoggedOp(
+            p.coll_msg_size_bytes, _finite(p.coll_busbw_gbs), _text(p.coll_timing_source)
+        )
+    p = r.p2p_perf
+    return LoggedOp(p.p2p_msg_size_bytes, _finite(p.p2p_busbw_gbs), _text(p.p2p_timing_source))
+
+
+def _finite(bw) -> float | None:
+    return float(bw) if isinstance(bw, float | int) and math.isfinite(bw) else None
+
+
+def _text(value) -> str:
+    return value.value if isinstance(value, Enum) else str(value)
 
 
 @dataclass
@@ -32,6 +66,11 @@ class RunLogs:
 
     def records_of(self, rank: int, kind: type) -> list[InspectorLogRecord]:
         return [r for r in self.by_rank.get(rank, []) if isinstance(r.ci, kind)]
+
+    def ops_of(self, rank: int, collective: bool) -> list[LoggedOp]:
+        """The rank's collective (or point-to-point) op lines, in either form."""
+        kinds = (CiColl, CiCollCompact) if collective else (CiP2p, CiP2pCompact)
+        return [_logged_op(r) for r in self.by_rank.get(rank, []) if isinstance(r.ci, kinds)]
 
 
 def read_logs(directory: Path) -> RunLogs:
@@ -84,7 +123,7 @@ def ops_logged_check(run_name: str, logs: RunLogs, run: SimRun) -> Check:
     wrong, total = [], 0
     for truth in run.truths:
         issued = truth.end["ops_issued"] if truth.end else len(truth.ops)
-        logged = len(logs.records_of(truth.rank, CiColl)) + len(logs.records_of(truth.rank, CiP2p))
+        logged = len(logs.ops_of(truth.rank, True)) + len(logs.ops_of(truth.rank, False))
         total += logged
         if logged != issued:
             wrong.append(f"rank {truth.rank}: {logged} records, {issued} ops issued")

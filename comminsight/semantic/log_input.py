@@ -37,6 +37,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -85,6 +86,7 @@ SEGMENT_NAME = re.compile(
 _DECODER = msgspec.json.Decoder(EngineLine)
 _Header = EngineHeader  # the name scripts and tests decode a header with
 _OP_KINDS = (V.COLL, V.P2P)  # the op lines' kinds, which are the engine's op kinds too
+_COMPACT_KINDS = (V.C, V.P)  # the compact form's op lines (kinds c and p)
 BAD_JSON = NOT_JSON  # what decoding a line can raise
 
 
@@ -433,9 +435,7 @@ class _SegmentReader:
             if ci is not None and ci.kind == V.GAP:
                 gaps.append((r, ci.lost_count or 0))
                 continue
-            position = LogPosition(
-                name, _segment_index(path), start, line_no, ci.ring_seq if ci else None, end
-            )
+            position = LogPosition(name, _segment_index(path), start, line_no, _ring_seq(ci), end)
             op = _op(decoded, anchor, position, gpu_offset)
             if op is not None:
                 py_ops.append((r, op))
@@ -589,6 +589,13 @@ def _comm_id(nccl_id: str) -> str:
     return comm_id
 
 
+def _ring_seq(ci) -> int | None:
+    """The ring seq a line's `ci` object carries, under its form's key."""
+    if ci is None:
+        return None
+    return ci.q if ci.kind in _COMPACT_KINDS else ci.ring_seq
+
+
 def _unread(line: EngineLine) -> str | None:
     """Why a line that gave no op is worth naming: an op kind without what an op needs, or a
     line of neither format (a key garbled); None for the lines that are no op by design."""
@@ -597,6 +604,8 @@ def _unread(line: EngineLine) -> str | None:
         return None if line.header is not None else "neither a CommInsight nor an Inspector line"
     if ci.kind in _OP_KINDS:
         return f"a {ci.kind} line without its header or perf object"
+    if ci.kind in _COMPACT_KINDS:
+        return f"a {ci.kind} line without its communicator, rank, size, function, sequence or bytes"
     return None
 
 
@@ -606,6 +615,8 @@ def _op(
     ci, h = line.ci, line.header
     if ci is None and h is not None:
         return _nvidia_op(line, position)
+    if ci is not None and ci.kind in _COMPACT_KINDS:
+        return _compact_op(ci, anchor, position, offset)
     if ci is None or h is None or ci.kind not in _OP_KINDS:
         return None
     if ci.kind == V.COLL and line.coll_perf is not None:
@@ -629,10 +640,87 @@ def _op(
     else:
         return None
     issue = ci.host_start_mono_ns or 0
-    comm_id = _comm_id(h.id)
-    complete = ci.host_complete_mono_ns or issue
-    gpu_start, gpu_stop = ci.gpu_start_globaltimer_ns, ci.gpu_stop_globaltimer_ns
-    timed = bool(timing == "kernel_gpu" and gpu_start and gpu_stop and gpu_stop >= gpu_start)
+    return EngineOp(
+        kind=ci.kind,
+        func=func,
+        comm_id=_comm_id(h.id),
+        comm_name=h.comm_name,
+        comm_nranks=h.n_ranks,
+        comm_nnodes=h.nnodes,
+        comm_rank=h.rank,
+        peer=peer,
+        seq=seq,
+        size_bytes=size,
+        issue_ns=issue,
+        busbw_gbs=_float(busbw),
+        ring_seq=ci.ring_seq,
+        position=position,
+        group_id=max(ci.group_id or 0, 0),  # as the C scanner reads it
+        **_times(
+            issue,
+            ci.host_complete_mono_ns or issue,
+            (ci.gpu_start_globaltimer_ns, ci.gpu_stop_globaltimer_ns, timing == V.KERNEL_GPU),
+            exec_us,
+            anchor,
+            offset,
+        ),
+    )
+
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def _compact_op(
+    ci, anchor: tuple[int, int], position: LogPosition, offset: int | None
+) -> EngineOp | None:
+    """A compact op line's op (kinds c and p), as the C scanner reads it: host and GPU times
+    put back from their offsets (a sum outside int64 leaves that time out), no execution time
+    (the GPU span where the kernel was timed, else the host span)."""
+    if None in (ci.c, ci.r, ci.n, ci.f, ci.s, ci.b):
+        return None
+    issue = ci.h or 0
+    complete = issue
+    if ci.hc is not None and 0 < issue + ci.hc <= _INT64_MAX:
+        complete = issue + ci.hc
+    gpu_start = gpu_stop = None
+    if ci.g0 is not None and ci.gd is not None and ci.g0 >= 0 and ci.gd >= 0:
+        if ci.g0 + ci.gd <= _INT64_MAX:
+            gpu_start, gpu_stop = ci.g0, ci.g0 + ci.gd
+    p2p = ci.kind == V.P
+    return EngineOp(
+        kind=V.P2P if p2p else V.COLL,
+        func=ci.f,
+        comm_id=_comm_id(ci.c),
+        comm_name=ci.cn,
+        comm_nranks=ci.n,
+        comm_nnodes=ci.nn,
+        comm_rank=ci.r,
+        peer=ci.pe if p2p else None,
+        seq=ci.s,
+        size_bytes=ci.b,
+        issue_ns=issue,
+        busbw_gbs=_float(ci.bw),
+        ring_seq=ci.q,
+        position=position,
+        group_id=max(ci.gr or 0, 0),
+        **_times(
+            issue, complete, (gpu_start, gpu_stop, ci.ts == V.KERNEL_GPU), 0.0, anchor, offset
+        ),
+    )
+
+
+def _times(
+    issue: int,
+    complete: int,
+    gpu: tuple[int | None, int | None, bool],
+    exec_us: float,
+    anchor: tuple[int, int],
+    offset: int | None,
+) -> dict:
+    """An op's times: the duration (the GPU span where the kernel was timed, else the
+    execution time, else the host span) and its start and end on the host clock."""
+    gpu_start, gpu_stop, kernel_timing = gpu
+    timed = bool(kernel_timing and gpu_start and gpu_stop and gpu_stop >= gpu_start)
     if timed:
         duration = gpu_stop - gpu_start
     else:
@@ -646,18 +734,7 @@ def _op(
     start_mono, complete = int(starts[0]), int(ends[0])
     mono0, real0 = anchor
     to_real = real0 - mono0 if anchor != (0, 0) else 0
-    return EngineOp(
-        kind=ci.kind,
-        func=func,
-        comm_id=comm_id,
-        comm_name=h.comm_name,
-        comm_nranks=h.n_ranks,
-        comm_nnodes=h.nnodes,
-        comm_rank=h.rank,
-        peer=peer,
-        seq=seq,
-        size_bytes=size,
-        issue_ns=issue,
+    return _OpTimes(
         start_ns=start_mono,
         end_ns=complete,
         start_real_ns=max(0, start_mono + to_real),
@@ -665,11 +742,19 @@ def _op(
         start_mono_ns=start_mono,
         end_mono_ns=complete,
         duration_ns=duration,
-        busbw_gbs=_float(busbw),
-        ring_seq=ci.ring_seq,
-        position=position,
-        group_id=max(ci.group_id or 0, 0),  # as the C scanner reads it
-    )
+    )._asdict()
+
+
+class _OpTimes(NamedTuple):
+    """An EngineOp's times (its fields of these names)."""
+
+    start_ns: int
+    end_ns: int
+    start_real_ns: int
+    end_real_ns: int
+    start_mono_ns: int
+    end_mono_ns: int
+    duration_ns: int
 
 
 _COMM_IDS: dict[str, str] = {}  # NVIDIA's "0x2b5e..." -> CommInsight's 16 digits

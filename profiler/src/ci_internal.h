@@ -86,6 +86,7 @@ typedef struct ci_config {
     double log_segment_s;
     uint32_t log_flush_ms;
     uint32_t log_zstd_level; /* 0: sealed segments stay uncompressed */
+    bool log_compact;        /* op lines in the compact form (kinds c, p), else the Inspector form */
     char agent_bin[CI_PATH_MAX];
     bool debug;
     uint64_t stale_region_grace_s; /* a dead process's region still linked is kept this long */

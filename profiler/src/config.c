@@ -303,6 +303,7 @@ void ci_config_load(ci_config_t* cfg, int home_fd) {
     cfg->log_segment_s = strtod(TEXT(PROFILER_LOG_SEGMENT_S), NULL);
     cfg->log_flush_ms = (uint32_t)as_int(TEXT(PROFILER_LOG_FLUSH_MS));
     cfg->log_zstd_level = (uint32_t)as_int(TEXT(PROFILER_LOG_ZSTD_LEVEL));
+    cfg->log_compact = strcmp(TEXT(PROFILER_LOG_FORMAT), "inspector") != 0;
     snprintf(cfg->agent_bin, sizeof(cfg->agent_bin), "%s", TEXT(PROFILER_AGENT_BIN));
     cfg->debug = as_bool(TEXT(PROFILER_DEBUG));
     cfg->stale_region_grace_s = (uint64_t)as_int(TEXT(PROFILER_STALE_REGION_GRACE_S));

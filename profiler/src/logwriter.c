@@ -248,11 +248,63 @@ static bool rooted(uint8_t func) {
            func == CI_SHM_V1_FUNC_GATHER || func == CI_SHM_V1_FUNC_SCATTER;
 }
 
+/* The compact form (kinds c and p): the same facts as the Inspector form in one object with
+ * short keys, host times relative to the enqueue and the GPU span as a length (about a third
+ * of the bytes). Optional keys are left out where the Inspector form leaves out or defaults
+ * theirs. */
+static void put_compact_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_entry_v1_t* e,
+                                uint64_t ring_seq) {
+    uint64_t exec_us;
+    double algbw, busbw;
+    op_timing(r, &exec_us, &algbw, &busbw);
+    bool coll = r->kind == CI_SHM_V1_RECORD_KIND_COLL;
+    put("{" K(CI) "{" K(KIND) "%s," K(Q) "%llu," K(C) "\"%016llx\",", coll ? Q(C) : Q(P),
+        (unsigned long long)ring_seq, (unsigned long long)r->comm_id);
+    if (e && e->name[0]) {
+        put_str(F(CN), e->name);
+        put(",");
+    }
+    put(K(R) "%d," K(N) "%d," K(NN) "%d,", r->rank, r->nranks, e ? e->nnodes : 1);
+    put_str(F(F), func_name(r));
+    put("," K(S) "%llu," K(I) "%llu," K(E) "%llu," K(B) "%llu," K(D) "\"%s\",", (unsigned long long)r->op_seq,
+        (unsigned long long)r->comm_op_index, (unsigned long long)r->count, (unsigned long long)r->bytes,
+        label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"));
+    if (coll) {
+        if (rooted(r->func) && r->peer >= 0) put(K(RT) "%d,", r->peer);
+        put(K(A) "\"%s\"," K(PT) "\"%s\"," K(CH) "%u," K(W) "%u,",
+            label_or(ci_shm_v1_algo_label(r->algo), "UNKNOWN"), label_or(ci_shm_v1_proto_label(r->proto), "UNKNOWN"),
+            r->n_channels, r->n_warps);
+    } else {
+        if (r->peer >= 0) put(K(PE) "%d,", r->peer);
+        put(K(CH) "%u,", r->n_channels);
+    }
+    if (r->stream) put(K(ST) "\"%llx\",", (unsigned long long)r->stream);
+    if (r->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) put(K(GC) "true,");
+    if (r->group_id) put(K(GR) "%llu,", (unsigned long long)r->group_id);
+    if (r->tid) put(K(T) "%u,", r->tid);
+    put(K(TS) "\"%s\",", label_or(ci_shm_v1_timing_source_label(r->timing_source), "none"));
+    if (isfinite(busbw)) put(K(BW) "%.6f,", busbw);
+    /* differences as signed 64-bit numbers: a clock read out of order stays a number */
+    put(K(H) "%llu," K(HS) "%lld,", (unsigned long long)r->host_start_mono_ns,
+        (long long)(r->host_stop_mono_ns - r->host_start_mono_ns));
+    if (r->complete_mono_ns)
+        put(K(HC) "%lld,", (long long)(r->complete_mono_ns - r->host_start_mono_ns));
+    if (r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU && r->gpu_end_ticks >= r->gpu_start_ticks)
+        put(K(G0) "%llu," K(GD) "%llu,", (unsigned long long)r->gpu_start_ticks,
+            (unsigned long long)(r->gpu_end_ticks - r->gpu_start_ticks));
+    put(K(CC) "%u", r->kernel_ch_count);
+    put((r->flags & CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE) ? "," K(FC) "true}}\n" : "}}\n");
+}
+
 static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     ci_shm_comm_entry_v1_t snapshot, *e = NULL;
     if (r->comm_index < ci_g.comm_capacity) {
         ci_seqlock_read_comm(&snapshot, &ci_g.comm_table[r->comm_index]);
         e = &snapshot;
+    }
+    if (ci_g.cfg.log_compact) {
+        put_compact_op_line(r, e, ring_seq);
+        return;
     }
     uint64_t exec_us;
     double algbw, busbw;

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import waiting
 from live_agent import LiveAgent
+from logged_ops import is_op, ring_seq
 from profiler_builds import builds
 
 from comminsight.agent.core import log_recovery
@@ -41,7 +42,7 @@ from comminsight.shm_reader import BUSY, HEADER, SLOT, RingCursor, ShmError, Shm
 from comminsight.sim import SimConfig, read_ground_truth, run_simulation
 from comminsight.sim.faults import parse_fault
 from comminsight_gen.abi import fifo_event_v1, shm_v1
-from comminsight_gen.models.inspector_log_v1 import CiColl, CiGap, CiP2p, CiSeal
+from comminsight_gen.models.inspector_log_v1 import CiGap, CiSeal
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
 NOBODY = 65534
@@ -615,12 +616,12 @@ def _logged_seqs(paths: list[Path]) -> tuple[list[int], set[int], list]:
             seals.append(verify_segment(path).seal)
         for rec in records:
             ci = rec.ci
-            if isinstance(ci, CiColl | CiP2p):
-                ops.append(ci.ring_seq)
+            if is_op(rec):
+                ops.append(ring_seq(ci))
             if isinstance(ci, CiGap):
                 covered.update(range(ci.first_lost_ring_seq, ci.last_lost_ring_seq + 1))
-            elif getattr(ci, "ring_seq", None):
-                covered.add(ci.ring_seq)
+            elif ring_seq(ci):
+                covered.add(ring_seq(ci))
     return ops, covered, seals
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import forked_python
 import numpy as np
 import pytest
+from logged_ops import is_coll, logged_ops, ring_seq
 from profiler_builds import builds
 from waiting import wait_until
 
@@ -31,7 +32,7 @@ from comminsight.log_segments import segments_in, verify_segment
 from comminsight.shm_reader import ShmRegion
 from comminsight.sim import SimConfig, read_ground_truth, run_simulation
 from comminsight_gen.abi import shm_v1
-from comminsight_gen.models.inspector_log_v1 import CiColl, CiGap
+from comminsight_gen.models.inspector_log_v1 import CiGap
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "tests" / "hostile_scenarios.py"
@@ -99,12 +100,7 @@ def private_homes(tmp_path: Path) -> list[Path]:
 
 def ops_in(log_dir: Path) -> list:
     assert not list(log_dir.glob("*.jsonl.partial")), "a segment was left unsealed"
-    return [
-        r
-        for p in segments_in(log_dir)
-        for r in verify_segment(p).records
-        if isinstance(r.ci, CiColl)
-    ]
+    return [op for p in segments_in(log_dir) for op in logged_ops(verify_segment(p).records, True)]
 
 
 def tree(path: Path) -> dict:
@@ -147,9 +143,7 @@ def test_a_home_not_ours_is_refused_and_training_goes_on(owner, mode, reason, tm
     assert out["init_result"] == 0 and out["comm_capacity"] == 256  # the planted file was not read
     (private,) = private_homes(tmp_path)
     assert stat.S_IMODE(private.stat().st_mode) == 0o700 and str(private) in refusals[0]
-    assert sorted(r.coll_perf.coll_sn for r in ops_in(private / "inspector_logs")) == list(
-        range(OPS)
-    )
+    assert sorted(r.seq for r in ops_in(private / "inspector_logs")) == list(range(OPS))
     assert tree(home) == before, "something was written into the refused home"
 
 
@@ -207,9 +201,7 @@ def test_a_home_whose_parents_others_control_is_refused(make, tmp_path):
     assert len(refusals) == 1, err
     assert out["init_result"] == 0
     (private,) = private_homes(tmp_path)
-    assert sorted(r.coll_perf.coll_sn for r in ops_in(private / "inspector_logs")) == list(
-        range(OPS)
-    )
+    assert sorted(r.seq for r in ops_in(private / "inspector_logs")) == list(range(OPS))
     assert not home.exists() or not list(home.iterdir()), "the refused home was written"
 
 
@@ -225,9 +217,9 @@ def test_a_home_under_a_sticky_directory_through_roots_links_is_used(tmp_path):
     out, err = run("train", home, tmp_path)
     assert not said(err, "refused"), err
     assert not private_homes(tmp_path)
-    assert sorted(
-        r.coll_perf.coll_sn for r in ops_in(sticky / "real" / "home" / "inspector_logs")
-    ) == (list(range(OPS)))
+    assert sorted(r.seq for r in ops_in(sticky / "real" / "home" / "inspector_logs")) == (
+        list(range(OPS))
+    )
 
 
 @pytest.mark.parametrize(
@@ -255,7 +247,7 @@ def test_a_shm_dir_others_control_is_refused_for_the_home_shms(owner, mode, thro
     assert len(refusals) == 1 and f"{home}/shms" in refusals[0], err
     assert out["init_result"] == 0
     assert not list(shm_dir.iterdir()), "a region was created in the refused directory"
-    assert sorted(r.coll_perf.coll_sn for r in ops_in(home / "inspector_logs")) == list(range(OPS))
+    assert sorted(r.seq for r in ops_in(home / "inspector_logs")) == list(range(OPS))
 
 
 def simulate(home: Path, tmp_path: Path, **env) -> tuple:
@@ -354,7 +346,7 @@ def test_a_config_file_that_is_not_a_trusted_regular_file_is_refused(make, reaso
     out, err = run("train", home, tmp_path)
     assert len(said(err, rf"{re.escape(str(conf))} refused: {reason}")) == 1, err
     assert out["comm_capacity"] == 256, "the refused file's value was used"
-    assert sorted(r.coll_perf.coll_sn for r in ops_in(home / "inspector_logs")) == list(range(OPS))
+    assert sorted(r.seq for r in ops_in(home / "inspector_logs")) == list(range(OPS))
 
 
 def test_a_huge_config_file_is_read_up_to_a_bound(tmp_path):
@@ -753,10 +745,10 @@ def coverage(log_dir: Path, include_open: bool = False) -> dict:
                 assert r.ci.lost_count == r.ci.last_lost_ring_seq - r.ci.first_lost_ring_seq + 1
                 for t in range(r.ci.first_lost_ring_seq, r.ci.last_lost_ring_seq + 1):
                     seen[pid][t] += 1
-            elif getattr(r.ci, "ring_seq", None):
-                seen[pid][r.ci.ring_seq] += 1
-                ops[pid] += isinstance(r.ci, CiColl)
-                other[pid] += not isinstance(r.ci, CiColl)
+            elif ring_seq(r.ci):
+                seen[pid][ring_seq(r.ci)] += 1
+                ops[pid] += is_coll(r)
+                other[pid] += not is_coll(r)
     return {"seen": seen, "gaps": gaps, "ops": ops, "other": other}
 
 
@@ -960,7 +952,7 @@ def test_a_region_nobody_retires_goes_after_the_grace_period(tmp_path):
     )
     assert train_out["init_result"] == 0
     sealed = [p for p in segments_in(home / "inspector_logs") if not p.name.endswith(".partial")]
-    assert sum(isinstance(r.ci, CiColl) for p in sealed for r in verify_segment(p).records) == OPS
+    assert sum(is_coll(r) for p in sealed for r in verify_segment(p).records) == OPS
     assert not left.exists() and not link.is_symlink(), "the region and its link are removed"
     assert len(said(err, r"removed 1 SHM region\(s\) of dead processes")) == 1, err
 
@@ -1030,11 +1022,11 @@ def logged_ops_by_pid(private_dirs: list[Path]) -> dict:
     ops: dict = defaultdict(list)
     for private in private_dirs:
         for path in segments_in(private / "inspector_logs"):
-            for r in verify_segment(path).records:
+            records = verify_segment(path).records
+            pid = records[0].ci.process.pid  # the segment_start's
+            for r in records:
                 assert not isinstance(r.ci, CiGap), f"a gap in {path}: {r.ci}"
-                if isinstance(r.ci, CiColl):
-                    key = (int(r.header.id, 16), r.coll_perf.coll, r.coll_perf.coll_sn)
-                    ops[r.metadata.pid].append(key)
+            ops[pid] += [(op.comm_id, op.func, op.seq) for op in logged_ops(records, True)]
     return {pid: sorted(keys) for pid, keys in ops.items()}
 
 
@@ -1076,9 +1068,7 @@ def test_a_read_only_home_moves_the_logs_cleanly_under_sanitizers(build, tmpfs_h
     assert "WARNING: ThreadSanitizer" not in err, err[-4000:]
     (private,) = private_homes(tmp_path)
     assert moved_logs(err, home, "EROFS: Read-only file system") == [str(private)], err
-    assert sorted(r.coll_perf.coll_sn for r in ops_in(private / "inspector_logs")) == list(
-        range(OPS)
-    )
+    assert sorted(r.seq for r in ops_in(private / "inspector_logs")) == list(range(OPS))
 
 
 def test_a_home_turned_read_only_after_its_first_segment_drops_and_counts(tmpfs_home, tmp_path):
@@ -1093,7 +1083,7 @@ def test_a_home_turned_read_only_after_its_first_segment_drops_and_counts(tmpfs_
         "log writing paused",
     ), err
     # the first run is in the home, sealed; the second one's records are counted as dropped
-    assert sorted(r.coll_perf.coll_sn for r in ops_in(home / "inspector_logs")) == list(range(OPS))
+    assert sorted(r.seq for r in ops_in(home / "inspector_logs")) == list(range(OPS))
     assert c["log_records_written"] == out["written_before"] == OPS + 2  # + comm init, finalize
     assert c["log_records_dropped"] == c["ring_head"] - c["log_records_written"] == OPS + 2
 
@@ -1115,9 +1105,7 @@ def test_an_immutable_home_logs_every_op_in_the_private_directory(immutable, tmp
     (private,) = private_homes(tmp_path)
     assert moved_logs(err, home, "EPERM: Operation not permitted") == [str(private)], err
     assert out["init_result"] == 0
-    assert sorted(r.coll_perf.coll_sn for r in ops_in(private / "inspector_logs")) == list(
-        range(OPS)
-    )
+    assert sorted(r.seq for r in ops_in(private / "inspector_logs")) == list(range(OPS))
     assert not list(home.rglob("*.jsonl*")), "a segment was written into the home"
 
 
@@ -1166,9 +1154,7 @@ def test_a_home_this_user_cannot_write_logs_every_op_in_the_private_directory(
     st = private.stat()
     assert st.st_uid == NOBODY and stat.S_IMODE(st.st_mode) == 0o700
     assert out["init_result"] == 0
-    assert sorted(r.coll_perf.coll_sn for r in ops_in(private / "inspector_logs")) == list(
-        range(OPS)
-    )
+    assert sorted(r.seq for r in ops_in(private / "inspector_logs")) == list(range(OPS))
     assert tree(home) == before
 
 
@@ -1201,4 +1187,4 @@ def test_segments_whose_compression_is_blocked_stay_whole_and_the_others_are_com
     assert f"{stem}-000002.jsonl.zst" in compressed
     assert not [p for p in logs.glob("*.zst.partial") if p.is_file()]
     assert len(said(err, r"cannot compress inspector_logs/\S+")) == 1, err
-    assert sorted(r.coll_perf.coll_sn for r in ops_in(logs)) == list(range(out["ops_issued"]))
+    assert sorted(r.seq for r in ops_in(logs)) == list(range(out["ops_issued"]))

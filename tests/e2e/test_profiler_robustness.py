@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from logged_ops import logged_ops
 from profiler_builds import builds
 from profiler_builds import run_scenario as run
 from waiting import wait_until
@@ -152,8 +153,8 @@ def test_disk_full_drops_counts_and_resumes(build, tmp_path):
     lines = [r for seg in sealed(tmp_path) for r in seg.records]
     gaps = [r.ci for r in lines if type(r.ci).__name__ == "CiGap"]
     assert gaps and all(g.reason.value in ("disk_full", "write_error") for g in gaps)
-    ops = [r for r in lines if type(r.ci).__name__ == "CiColl"]
-    seqs = sorted(r.coll_perf.coll_sn for r in ops)
+    ops = logged_ops(lines, coll_only=True)
+    seqs = sorted(op.seq for op in ops)
     assert seqs[:5] == [0, 1, 2, 3, 4] and seqs[-5:] == [25, 26, 27, 28, 29]  # before and after
     lost = sum(g.lost_count for g in gaps)
     assert len(ops) + lost == 30, "every op is either written or counted in a gap"

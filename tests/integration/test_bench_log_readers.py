@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import msgspec
+from logged_ops import OP_KINDS, is_coll, is_op
 from sim_pipeline import logs_by_rank, simulate
 
-from comminsight_gen.models.inspector_log_v1 import CiColl, CiGap, CiP2p, InspectorLogRecord
+from comminsight_gen.models.inspector_log_v1 import CiGap, InspectorLogRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench" / "gpu"))
@@ -34,8 +35,8 @@ def test_the_bench_readers_count_what_the_generated_reader_reads(tmp_path):
     result, truths = simulate(tmp_path, workload="tp-pp-dp", ranks=4, steps=2)
     logs = logs_by_rank(tmp_path)
     records = [r for lines in logs.values() for r in lines]
-    ops = [r for r in records if isinstance(r.ci, (CiColl, CiP2p))]
-    colls = [r for r in ops if isinstance(r.ci, CiColl)]
+    ops = [r for r in records if is_op(r)]
+    colls = [r for r in ops if is_coll(r)]
     assert len(ops) == sum(len(t.ops) for t in truths) > 50
 
     summary = ci_logs.read_home(tmp_path)
@@ -57,6 +58,6 @@ def test_the_bench_readers_count_what_the_generated_reader_reads(tmp_path):
     # a dead writer's torn last op line is that op lost, not a crash
     name, data = segments[-1]
     lines = data.splitlines(keepends=True)
-    last_op = max(i for i, line in enumerate(lines) if isinstance(_ci(line), (CiColl, CiP2p)))
+    last_op = max(i for i, line in enumerate(lines) if isinstance(_ci(line), OP_KINDS))
     torn = segments[:-1] + [(name, b"".join(lines[:last_op]) + lines[last_op][:40])]
     assert faults.count_logged(torn)[0] == distinct - 1

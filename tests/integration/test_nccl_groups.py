@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from agent_home import hold_agent_lock
 from log_files import segment_data
+from logged_ops import logged_ops
 from profiler_builds import builds
 from sim_pipeline import log_key, logs_by_rank, simulate, truth_key
 from sim_recording import assert_well_formed, host_sequence, run_sim
@@ -34,7 +35,6 @@ from comminsight.sim import SimConfig, parse_fault
 from comminsight.sim.plan import GroupEnd, GroupStart, Issue, PlanBuilder
 from comminsight.sim.workloads import build_plan
 from comminsight_gen.abi import shm_v1
-from comminsight_gen.models.inspector_log_v1 import CiColl, CiP2p
 
 ROOT = Path(__file__).resolve().parents[2]
 RANKS, LAYERS, STEPS, WARMUP = 3, 2, 1, 1
@@ -78,10 +78,7 @@ def grouped(request, tmp_path_factory) -> GroupedRun:
     home = tmp_path_factory.mktemp(f"groups-v{abi}")
     lock = hold_agent_lock(home)
     _, truths = simulate(home, abi=abi, **MOE)
-    logs = {
-        rank: [line for line in lines if isinstance(line.ci, (CiColl, CiP2p))]
-        for rank, lines in logs_by_rank(home).items()
-    }
+    logs = {rank: logged_ops(lines) for rank, lines in logs_by_rank(home).items()}
     shm = {}
     for path in (home / "shms").glob("*.shm"):
         region = ShmRegion(path)
@@ -258,11 +255,11 @@ def test_ops_of_one_group_share_an_id_in_the_logs(grouped):
         by_truth_group = defaultdict(set)
         alone = []
         for op, line in grouped.ops_with_lines(rank):
-            assert line.ci.group_id is not None and line.ci.group_id > 0, line
+            assert line.group_id is not None and line.group_id > 0, line
             if op["group"] is None:
-                alone.append(line.ci.group_id)
+                alone.append(line.group_id)
             else:
-                by_truth_group[op["group"]].add(line.ci.group_id)
+                by_truth_group[op["group"]].add(line.group_id)
         assert len(by_truth_group) == ALLTOALLS_PER_RANK  # one group per all-to-all
         assert all(len(ids) == 1 for ids in by_truth_group.values())
         grouped_ids = [next(iter(ids)) for ids in by_truth_group.values()]
@@ -270,14 +267,14 @@ def test_ops_of_one_group_share_an_id_in_the_logs(grouped):
         assert len(set(alone)) == len(alone), "an op alone has a group of its own"
         assert not set(alone) & set(grouped_ids)
         members = Counter(
-            line.ci.group_id for op, line in grouped.ops_with_lines(rank) if op["group"] is not None
+            line.group_id for op, line in grouped.ops_with_lines(rank) if op["group"] is not None
         )
         assert set(members.values()) == {2 * RANKS}  # a Send and a Recv per peer
 
 
 def test_the_shm_ring_carries_the_same_ids(grouped):
     for rank in range(RANKS):
-        by_ring_seq = {line.ci.ring_seq: line.ci.group_id for line in grouped.logs[rank]}
+        by_ring_seq = {line.ring_seq: line.group_id for line in grouped.logs[rank]}
         records = grouped.shm[rank]
         assert len(records) == len(by_ring_seq)
         for record in records:
@@ -295,7 +292,7 @@ def test_the_engine_inputs_carry_the_ids(grouped):
         ring_seq = np.concatenate([b["ring_seq"] for b in batches])
         group_id = np.concatenate([b["group_id"] for b in batches])
         rank = gpu_log.identity.global_rank  # known once its segments were read
-        want = {line.ci.ring_seq: line.ci.group_id for line in grouped.logs[rank]}
+        want = {line.ring_seq: line.group_id for line in grouped.logs[rank]}
         assert dict(zip(ring_seq.tolist(), group_id.tolist(), strict=True)) == want
         assert batches[0].op(0).group_id == want[int(batches[0]["ring_seq"][0])]
         seen += 1
@@ -318,9 +315,10 @@ def test_every_reading_of_a_line_gives_its_group_id(grouped):
         assert columns[True] == columns[False]
         for line, group_id in zip(data.split(b"\n"), columns[True], strict=False):
             decoded = _DECODER.decode(line)
-            if decoded.ci is None or decoded.ci.kind not in ("coll", "p2p"):
+            if decoded.ci is None or decoded.ci.kind not in ("coll", "p2p", "c", "p"):
                 continue
-            assert group_id == decoded.ci.group_id > 0
+            compact = decoded.ci.kind in ("c", "p")
+            assert group_id == (decoded.ci.gr if compact else decoded.ci.group_id) > 0
             assert _op(decoded, (0, 0), None).group_id == group_id
 
 
@@ -330,13 +328,14 @@ def test_a_line_without_a_group_reads_as_unknown(grouped):
         raw
         for _, data in segment_data(grouped.home / "inspector_logs")
         for raw in data.split(b"\n")
-        if b'"group_id":' in raw
+        if b'"group_id":' in raw or b'"gr":' in raw
     )
-    without = raw.replace(b'"group_id":', b'"x":', 1)  # an older writer, or an unknown group
+    # an older writer, or an unknown group
+    without = raw.replace(b'"group_id":', b'"x":', 1).replace(b'"gr":', b'"x":', 1)
     for trusted in (True, False):
         rows, _ = native.scan(
             without + b"\n", 0, native.InternTable(), native.InternTable(), trusted=trusted
         )
         assert rows["group_id"].tolist() == [0]
-    assert line.ci.group_id > 0
+    assert line.group_id > 0
     assert _op(_DECODER.decode(without), (0, 0), None).group_id == 0

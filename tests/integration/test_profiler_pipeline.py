@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from agent_home import hold_agent_lock
+from logged_ops import is_coll, logged_ops, ring_seq
 from private_tmpfs import skip_without_private_tmpfs
 from profiler_builds import builds, hot_path_driver
 from sim_pipeline import FAST, log_key, logs_by_rank, simulate, truth_key
@@ -18,11 +19,7 @@ from sim_pipeline import FAST, log_key, logs_by_rank, simulate, truth_key
 from comminsight.shm_reader import RingCursor, ShmRegion
 from comminsight.sim import SimConfig, run_simulation
 from comminsight_gen.abi import shm_v1
-from comminsight_gen.models.inspector_log_v1 import (
-    CiColl,
-    CiGap,
-    CiP2p,
-)
+from comminsight_gen.models.inspector_log_v1 import CiGap
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,10 +64,10 @@ def test_every_op_appears_exactly_once_with_its_content(workload, abi, ranks, tm
             if op["seq"] is None:
                 p2p_seen[op["comm_id"]] += 1
             expected.append(truth_key(op, index))
-        lines = [line for line in logs[truth.rank] if isinstance(line.ci, (CiColl, CiP2p))]
+        lines = logged_ops(logs[truth.rank])
         assert sorted(map(log_key, lines)) == sorted(expected), f"rank {truth.rank}: logs differ"
         assert not [line for line in logs[truth.rank] if isinstance(line.ci, CiGap)]
-        assert len({line.ci.ring_seq for line in lines}) == len(lines)
+        assert len({line.ring_seq for line in lines}) == len(lines)
         # GPU timing is the KernelCh ticks the simulation reported
         ticks = {
             truth_key(op, None)[:3]: (op["gpu_start_tick"], op["gpu_end_tick"])
@@ -78,9 +75,9 @@ def test_every_op_appears_exactly_once_with_its_content(workload, abi, ranks, tm
             if op["seq"] is not None
         }
         for line in lines:
-            if isinstance(line.ci, CiColl):
-                assert line.coll_perf.coll_timing_source == "kernel_gpu"
-                got = (line.ci.gpu_start_globaltimer_ns, line.ci.gpu_stop_globaltimer_ns)
+            if line.coll:
+                assert line.timing_source == "kernel_gpu"
+                got = (line.gpu_start_globaltimer_ns, line.gpu_stop_globaltimer_ns)
                 assert got == ticks[log_key(line)[:3]]
         # and the same ops, once each, in the SHM ring
         ring = shm_records[truth.rank]
@@ -99,9 +96,9 @@ def accounted_tickets(lines) -> tuple[set, int]:
         if isinstance(ci, CiGap):
             lost += ci.lost_count
             seen.update(range(ci.first_lost_ring_seq, ci.last_lost_ring_seq + 1))
-        elif getattr(ci, "ring_seq", None) is not None:
-            assert ci.ring_seq not in seen, f"ring_seq {ci.ring_seq} written twice"
-            seen.add(ci.ring_seq)
+        elif (seq := ring_seq(ci)) is not None:
+            assert seq not in seen, f"ring_seq {seq} written twice"
+            seen.add(seq)
     return seen, lost
 
 
@@ -127,7 +124,7 @@ def test_overrun_is_counted_exactly(tmp_path):
         seen, lost = accounted_tickets(logs[rank])
         assert seen == set(range(1, head + 1)), f"rank {rank}: tickets unaccounted"
         assert lost == region.counter("log_records_lost") > 0
-        assert head - lost == len([ln for ln in logs[rank] if getattr(ln.ci, "ring_seq", None)])
+        assert head - lost == len([ln for ln in logs[rank] if ring_seq(ln.ci)])
     lock.close()
 
 
@@ -167,9 +164,9 @@ def test_concurrent_producers(hot_path, tmp_path):
     head = int(region.header["ring_head"])
     assert seen == set(range(1, head + 1))
     assert region.counter("records_published") + region.counter("records_dropped_busy") == head
-    ops = [ln for ln in lines if isinstance(ln.ci, CiColl)]
+    ops = logged_ops(lines, coll_only=True)
     assert len(ops) + lost >= 2 * 20100  # every collective: written, or counted as lost
-    per_comm = Counter(ln.header.id for ln in ops)
+    per_comm = Counter(op.comm_id for op in ops)
     assert len(per_comm) == 2
     lock.close()
 
@@ -223,11 +220,11 @@ def test_host_times_follow_the_kernel_clock(tmp_path):
         for op in truth.ops:
             if op["completed"] and op["seq"] is not None:
                 by_key[(int(op["comm_id"], 16), op["func"], op["seq"])] = op
-        lines = [ln for ln in logs[truth.rank] if isinstance(ln.ci, CiColl)]
+        lines = logged_ops(logs[truth.rank], coll_only=True)
         assert len(lines) == len(by_key) > 20
         for line in lines:
             op = by_key[log_key(line)[:3]]
-            ci = line.ci
+            ci = line
             assert (
                 op["host_start_ns"] - tolerance_ns
                 <= ci.host_start_mono_ns
@@ -301,4 +298,4 @@ def test_a_full_tmpfs_moves_the_region_to_memory_instead_of_crashing_training(ho
     assert "SHM disabled" not in proc.stderr
     assert "no room for the SHM region" in proc.stderr and "memory instead" in proc.stderr
     (lines,) = logs_by_rank(home).values()
-    assert sum(isinstance(ln.ci, CiColl) for ln in lines) >= 1  # the logs still work
+    assert sum(is_coll(ln) for ln in lines) >= 1  # the logs still work

@@ -59,30 +59,41 @@ def test_long_multibyte_and_non_utf8_names_make_valid_lines(build, tmp_path):
     assert names[0xB3] == "grp\ufffd\ufffd:fsdp"
     starts = [line["ci"] for line in lines if line.get("ci", {}).get("kind") == "segment_start"]
     assert starts and {s["process"]["job_id"] for s in starts} == {"job-\ufffd\ufffd-7"}
-    ops = [line for line in lines if line.get("ci", {}).get("kind") == "coll"]
+    ops = [line["ci"] for line in lines if line.get("ci", {}).get("kind") == "c"]
     assert len(ops) == 3 * len(BYTE_NAMES)
-    assert {line["header"]["comm_name"] for line in ops} == set(names.values())
+    assert {ci["cn"] for ci in ops} == set(names.values())
 
     result = recover_steps(tmp_path / "inspector_logs", out_dir=tmp_path / "steps")
     assert result.problems == []
     assert result.ops == 3 * len(BYTE_NAMES)
 
 
-def test_a_reader_names_each_bad_line_and_reads_on(tmp_path):
+# each form's op line: its marker, where its communicator name begins, and its communicator
+# key (an op line without it is no op)
+FORMS = {
+    "compact": (b'"kind":"c",', b'"cn":"', b'"c":'),
+    "inspector": (b'"kind":"coll"', b'"comm_name":"', b'"header"'),
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_a_reader_names_each_bad_line_and_reads_on(tmp_path, form):
     """One segment with bad lines among good ones: a name cut inside a character (as older
-    Profilers wrote it) is read with U+FFFD, an op line whose header key is garbled is left
-    out; each is named by file and line, and every other op is read."""
+    Profilers wrote it) is read with U+FFFD, an op line whose communicator key is garbled is
+    left out; each is named by file and line, and every other op is read."""
+    marker, name_key, comm_key = FORMS[form]
     good = tmp_path / "good"
     good.mkdir()
-    run_scenario("odd_bytes_names", "plain", good)
+    run_scenario("odd_bytes_names", "plain", good, COMMINSIGHT_PROFILER_LOG_FORMAT=form)
     ((stored, data),) = segment_data(good / "inspector_logs")
     segment = stored.with_name(segment_name(stored))
     lines = data.splitlines(keepends=True)
-    colls = [n for n, line in enumerate(lines, 1) if b'"kind":"coll"' in line]
+    colls = [n for n, line in enumerate(lines, 1) if marker in line]
     cut, garbled = colls[0], colls[-1]
-    name_at = lines[cut - 1].index(b'"comm_name":"') + len(b'"comm_name":"')
+    name_at = lines[cut - 1].index(name_key) + len(name_key)
     lines[cut - 1] = lines[cut - 1][:name_at] + b"\xc3" + lines[cut - 1][name_at:]
-    lines[garbled - 1] = lines[garbled - 1].replace(b'"header"', b'"head\xffr"', 1)
+    garbled_key = comm_key[:-2] + b"\xff" + comm_key[-2:]
+    lines[garbled - 1] = lines[garbled - 1].replace(comm_key, garbled_key, 1)
     logs = tmp_path / "bad" / "inspector_logs"
     logs.mkdir(parents=True)
     bad = logs / segment.name

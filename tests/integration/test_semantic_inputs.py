@@ -24,9 +24,26 @@ STEPS = 10  # + 1 warm-up
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def sim_logs(tmp_path_factory):
-    """A 2-rank DDP run whose logs are cut into many small segments."""
+# Bytes of an op line in each form of the writer: a collective line's marker, a key whose
+# value the engine does not use, and the key of the function name; and a segment size that
+# holds fewer ops than a Step (so that one segment lost costs at most the two Steps it spans).
+FORMS = {
+    "compact": {"op": b'"kind":"c",', "unused": b'"t":', "func": b'"f":', "segment": 6144},
+    "inspector": {
+        "op": b'"kind":"coll"',
+        "unused": b'"coll_exec_time_us":',
+        "func": b'"coll":',
+        "segment": 16384,
+    },
+}
+FORM = FORMS["compact"]  # the form of the run a test is given: set by sim_logs
+
+
+@pytest.fixture(scope="module", params=sorted(FORMS))
+def sim_logs(tmp_path_factory, request):
+    """A 2-rank DDP run whose logs are cut into many small segments, in each log format."""
+    global FORM
+    FORM = FORMS[request.param]
     home = tmp_path_factory.mktemp("semantic-inputs")
     config = SimConfig(
         plugin=str(builds()["plain"].path),
@@ -37,7 +54,8 @@ def sim_logs(tmp_path_factory):
         time_scale=0.02,
         env=(
             ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
-            ("COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES", "16384"),
+            ("COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES", str(FORM["segment"])),
+            ("COMMINSIGHT_PROFILER_LOG_FORMAT", request.param),
         ),
     )
     sim = run_simulation(config)
@@ -62,7 +80,7 @@ def rank0_segments(logs_dir):
 
 def op_lines(path) -> list[int]:
     lines = path.read_bytes().split(b"\n")
-    return [i for i, line in enumerate(lines) if b'"kind":"coll"' in line]
+    return [i for i, line in enumerate(lines) if FORM["op"] in line]
 
 
 def steps_cli(*args) -> subprocess.CompletedProcess:
@@ -108,7 +126,7 @@ def test_a_wrong_checksum_is_named_and_its_ops_still_read(logs, sim_logs):
     logs_dir, _ = logs
     segment = rank0_segments(logs_dir)[2]
     data = segment.read_bytes()
-    i = data.index(b'"coll_exec_time_us":') + len(b'"coll_exec_time_us":')
+    i = data.index(FORM["unused"]) + len(FORM["unused"])
     digit = data[i : i + 1]
     segment.write_bytes(data[:i] + (b"7" if digit != b"7" else b"8") + data[i + 1 :])
     result = recover_steps(logs_dir)
@@ -198,7 +216,8 @@ def test_an_op_name_a_summary_cannot_carry_is_named_and_its_op_kept(logs, tmp_pa
     segment = rank0_segments(logs_dir)[1]
     lines = segment.read_bytes().split(b"\n")
     victim = op_lines(segment)[1]
-    lines[victim] = lines[victim].replace(b'"coll":"AllReduce"', f'"coll":"{name}"'.encode())
+    func = FORM["func"]
+    lines[victim] = lines[victim].replace(func + b'"AllReduce"', func + f'"{name}"'.encode())
     segment.write_bytes(b"\n".join(lines))
     out = tmp_path / "out"
     run = steps_cli(logs_dir, "--out", out)

@@ -21,9 +21,10 @@ from comminsight.semantic import native
 from comminsight.semantic.log_input import _DECODER, BAD_JSON, _float, _Header
 
 
-@pytest.fixture(scope="module")
-def segments(tmp_path_factory):
-    data = [d for _, d in segment_data(tp_pp_dp_logs(tmp_path_factory.mktemp("native"), 4, 4))]
+@pytest.fixture(scope="module", params=["compact", "inspector"])
+def segments(tmp_path_factory, request):
+    logs = tp_pp_dp_logs(tmp_path_factory.mktemp("native"), 4, 4, request.param)
+    data = [d for _, d in segment_data(logs)]
     assert data
     return data
 
@@ -36,6 +37,8 @@ def expected(line: bytes):
     except BAD_JSON:
         return None
     ci, h = decoded.ci, decoded.header
+    if ci is not None and ci.kind in ("c", "p"):
+        return expected_compact(ci)
     if ci is None or h is None:
         return None
     if ci.kind == "coll" and decoded.coll_perf is not None:
@@ -72,6 +75,40 @@ def expected(line: bytes):
         "host_complete": opt(ci.host_complete_mono_ns),
         "gpu_start": opt(ci.gpu_start_globaltimer_ns),
         "gpu_stop": opt(ci.gpu_stop_globaltimer_ns),
+    }
+
+
+INT64_MAX = (1 << 63) - 1
+
+
+def expected_compact(ci) -> dict | None:
+    """expected() of a compact op line (kinds c and p): host and GPU times put back from their
+    offsets, a sum outside int64 (or a negative one) left out; no execution time."""
+    if None in (ci.c, ci.r, ci.n, ci.f, ci.s, ci.b):
+        return None
+    none = native.NONE
+    start = ci.h if ci.h is not None else 0
+    complete = none
+    if ci.hc is not None and 0 <= start + ci.hc <= INT64_MAX:
+        complete = start + ci.hc
+    gpu = ci.g0 is not None and ci.gd is not None and ci.g0 >= 0 and ci.gd >= 0
+    gpu = gpu and ci.g0 + ci.gd <= INT64_MAX
+    p2p = ci.kind == "p"
+    return {
+        "kind": int(p2p),
+        "header": _Header(id=ci.c, rank=ci.r, n_ranks=ci.n, nnodes=ci.nn, comm_name=ci.cn),
+        "func": ci.f,
+        "seq": ci.s,
+        "size": ci.b,
+        "peer": ci.pe if p2p and ci.pe is not None else none,
+        "exec_us": 0.0,
+        "busbw": _float(ci.bw),
+        "kernel_timing": ci.ts == "kernel_gpu",
+        "ring_seq": none if ci.q is None else ci.q,
+        "host_start": none if ci.h is None else ci.h,
+        "host_complete": complete,
+        "gpu_start": ci.g0 if gpu else none,
+        "gpu_stop": ci.g0 + ci.gd if gpu else none,
     }
 
 
@@ -194,11 +231,18 @@ def test_lines_with_spaces_escapes_or_other_key_orders_fall_back_to_the_walker(s
         for line in data.split(b"\n")
         if (e := expected(line)) is not None and e["kind"] == 0
     )
-    variants = [
-        line.replace(b'":', b'": '),  # whitespace: not the writer's layout, still JSON
-        line.replace(b'"ci":{"kind":"coll",', b'"ci":{"schema_version":1,"kind":"coll",', 1),
-        line.replace(b'"coll_sn":', b'"extra":[1,{"a":"\\"}"}],"coll_sn":', 1),
-    ]
+    if b'"ci":{"kind":"c",' in line:  # the compact form
+        variants = [
+            line.replace(b'":', b'": '),
+            line.replace(b'"ci":{"kind":"c",', b'"ci":{"x":1,"kind":"c",', 1),
+            line.replace(b'"s":', b'"extra":[1,{"a":"\\"}"}],"s":', 1),
+        ]
+    else:
+        variants = [
+            line.replace(b'":', b'": '),  # whitespace: not the writer's layout, still JSON
+            line.replace(b'"ci":{"kind":"coll",', b'"ci":{"schema_version":1,"kind":"coll",', 1),
+            line.replace(b'"coll_sn":', b'"extra":[1,{"a":"\\"}"}],"coll_sn":', 1),
+        ]
     for variant in variants:
         assert variant != line
         for trusted in (False, True):

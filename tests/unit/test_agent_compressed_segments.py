@@ -22,6 +22,7 @@ import pytest
 import zstandard
 from home_files import write_segment
 from log_files import compress
+from logged_ops import logged_ops
 
 from comminsight.agent.core import log_recovery
 from comminsight.agent.core.log_recovery import logged_through, recover, segment_prefix
@@ -36,7 +37,6 @@ from comminsight.agent.steps.logged_processes import logged_since
 from comminsight.log_segments import verify_segment
 from comminsight.shm_reader import COMM, HEADER, SLOT
 from comminsight_gen.abi import shm_v1
-from comminsight_gen.models.inspector_log_v1 import CiColl
 
 PID, START_MONO, START_REAL = 4242, 1000, 1795985227154207755
 COMM_ID = 0xFC85C3A0C15C8FE3
@@ -286,7 +286,7 @@ def recovered_again(logs: Path, head: int):
 
 
 def ring_seqs(path: Path) -> list[int]:
-    return [r.ci.ring_seq for r in verify_segment(path).records if isinstance(r.ci, CiColl)]
+    return [op.ring_seq for op in logged_ops(verify_segment(path).records, coll_only=True)]
 
 
 def test_logged_through_reads_compressed_segments(logs):

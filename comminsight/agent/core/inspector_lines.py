@@ -9,6 +9,7 @@ writer's C header gives it); only the order they are put in is the writer's.
 
 from __future__ import annotations
 
+import math
 import zlib
 
 import msgspec
@@ -41,7 +42,7 @@ def _label(labels: dict, enum_type, code: int, fallback: str) -> str:
 class ProcessLines:
     """Line maker for one process: its header (identity, clock pair) and its comm table."""
 
-    def __init__(self, header, comms: np.ndarray) -> None:
+    def __init__(self, header, comms: np.ndarray, compact: bool = True) -> None:
         self.host = record_text(header["hostname"])
         self.pid = int(header["pid"])
         self.start_real_ns = int(header["start_real_ns"])
@@ -50,6 +51,7 @@ class ProcessLines:
         self.version = f"{version >> 16}.{(version >> 8) & 0xFF}.{version & 0xFF}"
         self.header = header
         self.comms = comms  # the whole table, indexed by op_slot.comm_index
+        self.compact = compact  # op lines in the compact form (COMMINSIGHT_PROFILER_LOG_FORMAT)
 
     def real(self, mono_ns: int) -> int:
         return (self.start_real_ns + mono_ns - self.start_mono_ns) & _U64
@@ -151,6 +153,8 @@ class ProcessLines:
         return None
 
     def op_line(self, r, ring_seq: int, now_real_ns: int) -> bytes:
+        if self.compact:
+            return self.compact_op_line(r, ring_seq)
         e = self.comm_row(int(r["comm_index"]))
         coll = int(r["kind"]) == shm_v1.RecordKind.COLL
         exec_us, algbw, busbw = _timing(r)
@@ -236,6 +240,67 @@ class ProcessLines:
         ci[F.FORCED_COMPLETE] = bool(flags & shm_v1.SlotFlags.FORCED_COMPLETE)
         line = {F.HEADER: header, F.METADATA: metadata, perf_key: perf, F.CI: ci}
         return _ENCODE(line) + b"\n"
+
+    def compact_op_line(self, r, ring_seq: int) -> bytes:
+        """The compact form of an op line (kinds c and p), key for key the writer's."""
+        e = self.comm_row(int(r["comm_index"]))
+        coll = int(r["kind"]) == shm_v1.RecordKind.COLL
+        ci: dict = {
+            F.KIND: V.C if coll else V.P,
+            F.Q: ring_seq,
+            F.C: f"{int(r['comm_id']):016x}",
+        }
+        if e is not None and record_text(e["name"]):
+            ci[F.CN] = record_text(e["name"])
+        ci[F.R] = int(r["rank"])
+        ci[F.N] = int(r["nranks"])
+        ci[F.NN] = int(e["nnodes"]) if e is not None else 1
+        func = _func_name(r)
+        ci[F.F] = func
+        ci[F.S] = int(r["op_seq"])
+        ci[F.I] = int(r["comm_op_index"])
+        ci[F.E] = int(r["count"])
+        ci[F.B] = int(r["bytes"])
+        ci[F.D] = _label(shm_v1.DATATYPE_LABELS, shm_v1.Datatype, int(r["datatype"]), "Unknown")
+        peer = int(r["peer"])
+        if coll:
+            if func in ROOTED_FUNCS and peer >= 0:
+                ci[F.RT] = peer
+            ci[F.A] = _label(shm_v1.ALGO_LABELS, shm_v1.Algo, int(r["algo"]), "UNKNOWN")
+            ci[F.PT] = _label(shm_v1.PROTO_LABELS, shm_v1.Proto, int(r["proto"]), "UNKNOWN")
+            ci[F.CH] = int(r["n_channels"])
+            ci[F.W] = int(r["n_warps"])
+        else:
+            if peer >= 0:
+                ci[F.PE] = peer
+            ci[F.CH] = int(r["n_channels"])
+        if int(r["stream"]):
+            ci[F.ST] = f"{int(r['stream']):x}"
+        flags = int(r["flags"])
+        if flags & shm_v1.SlotFlags.GRAPH_CAPTURED:
+            ci[F.GC] = True
+        if int(r["group_id"]):
+            ci[F.GR] = int(r["group_id"])
+        if int(r["tid"]):
+            ci[F.T] = int(r["tid"])
+        source = int(r["timing_source"])
+        ci[F.TS] = _label(shm_v1.TIMING_SOURCE_LABELS, shm_v1.TimingSource, source, "none")
+        _, _, busbw = _timing(r)
+        if math.isfinite(busbw):
+            ci[F.BW] = busbw
+        start = int(r["host_start_mono_ns"])
+        ci[F.H] = start
+        ci[F.HS] = _signed(int(r["host_stop_mono_ns"]) - start)
+        if int(r["complete_mono_ns"]):
+            ci[F.HC] = _signed(int(r["complete_mono_ns"]) - start)
+        g0, g1 = int(r["gpu_start_ticks"]), int(r["gpu_end_ticks"])
+        if source == shm_v1.TimingSource.KERNEL_GPU and g1 >= g0:
+            ci[F.G0] = g0
+            ci[F.GD] = g1 - g0
+        ci[F.CC] = int(r["kernel_ch_count"])
+        if flags & shm_v1.SlotFlags.FORCED_COMPLETE:
+            ci[F.FC] = True
+        return self._line(ci)
 
     def hang_line(self, r, e, ring_seq: int) -> bytes:
         detected = int(r["complete_mono_ns"])
@@ -332,6 +397,12 @@ def _func_name(r) -> str:
     if int(r["func"]) == shm_v1.Func.UNKNOWN and record_text(r["raw_name"]):
         return record_text(r["raw_name"])
     return _label(shm_v1.FUNC_LABELS, shm_v1.Func, int(r["func"]), "Unknown")
+
+
+def _signed(difference: int) -> int:
+    """A difference of two unsigned 64-bit clock reads as the writer prints it: wrapped to a
+    signed 64-bit number."""
+    return ((difference + (1 << 63)) & _U64) - (1 << 63)
 
 
 def _timing(r) -> tuple[int, float, float]:

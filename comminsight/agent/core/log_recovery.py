@@ -44,12 +44,13 @@ from comminsight.log_segments import (
     SEGMENT_BYTES_MAX,
     SegmentError,
     read_segment,
+    ring_seq_of,
 )
 from comminsight.safe_open import open_regular
 from comminsight.shm_reader import ShmRegion, record_text
 from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.abi import shm_v1
-from comminsight_gen.inspector_log_v1_fields import F, V
+from comminsight_gen.inspector_log_v1_fields import V
 from comminsight_gen.models.inspector_log_v1 import (
     CiGap,
     CiSeal,
@@ -242,14 +243,15 @@ def _last_seq_in(data: bytes, whole_first: bool, sealed: bool) -> int | None:
             return ci.last_lost_ring_seq
         if isinstance(ci, CiSegmentStart):
             return ci.next_ring_seq - 1
-        seq = getattr(ci, F.RING_SEQ, None)  # the kinds that carry one
+        seq = ring_seq_of(ci)
         if seq is not None:
             return seq
     return None
 
 
-def recover(region: ShmRegion, logs: Path) -> Recovered:
-    """Append the records the process's logs lack as one sealed, recovered segment."""
+def recover(region: ShmRegion, logs: Path, compact: bool = True) -> Recovered:
+    """Append the records the process's logs lack as one sealed, recovered segment, its op
+    lines in the compact form or (`compact` false) the Inspector form."""
     h = region.header
     if not int(h["flags"]) & shm_v1.HeaderFlags.LOGS_ENABLED:
         return Recovered(None)
@@ -260,7 +262,7 @@ def recover(region: ShmRegion, logs: Path) -> Recovered:
     if head <= last:
         return Recovered(None)
     cap = region.ring_capacity
-    lines = ProcessLines(h, region.comms.copy())
+    lines = ProcessLines(h, region.comms.copy(), compact)
     now_mono, now_real = time.monotonic_ns(), time.time_ns()
     out = [lines.segment_start(index, last + 1, now_mono, now_real)]
     done = Recovered(None, first_ring_seq=last + 1)

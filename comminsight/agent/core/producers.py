@@ -179,9 +179,11 @@ class ProducerSet:
         batch_max: int = 1 << 16,
         shm_dir: str | None = None,
         owner: int | None = -1,
+        compact_logs: bool = True,
     ) -> None:
         self.shms = Path(home) / "shms"
         self.logs = Path(home) / "inspector_logs"
+        self.compact_logs = compact_logs  # the form of the op lines a recovery writes
         self.batch_max = batch_max
         self.shm_dir = shm_dir
         self.owner = owner
@@ -447,7 +449,7 @@ class ProducerSet:
             return
         producer.recovery_attempts += 1
         try:
-            producer.recovered = recover(producer.region, self.logs)
+            producer.recovered = recover(producer.region, self.logs, self.compact_logs)
         except (RecoveryError, OSError) as e:
             self._recovery_failed(producer, str(e), e.errno in RETRYABLE_ERRNOS, now)
             return

@@ -109,7 +109,10 @@ class AgentService:
         self._archive_due_mono_ns = 0
         self.stopping = False
         self.producers = ProducerSet(
-            self.home, batch_max=settings.agent_batch_max, shm_dir=settings.profiler_shm_dir
+            self.home,
+            batch_max=settings.agent_batch_max,
+            shm_dir=settings.profiler_shm_dir,
+            compact_logs=settings.profiler_log_format == "compact",
         )
         self.metrics = NodeMetrics(
             expire_after_s=settings.agent_metrics_expire_s, level=settings.agent_metrics_level

@@ -3,11 +3,11 @@
 A process that ends while no Agent runs takes its SHM region with it (its Profiler removes
 the region at a clean exit when no Agent is there to read it), and with the region the ring
 records after the live engine's checkpoint. Its log segments hold every one of them: the
-writer drains the same ring, and each op line carries every field of its slot that the
-engine reads (ring seq, function, communicator, ranks, sequence numbers, sizes, host and GPU
-clocks, timing source, group). Turned back into op_slot records they go through the same
-path as the ring's (shm_input.engine_batch), so the Steps recovered from them are the ones,
-byte for byte, that the ring would have given.
+writer drains the same ring, and each op line (in either form, compact or Inspector) carries
+every field of its slot that the engine reads (ring seq, function, communicator, ranks,
+sequence numbers, sizes, host and GPU clocks, timing source, group). Turned back into op_slot
+records they go through the same path as the ring's (shm_input.engine_batch), so the Steps
+recovered from them are the ones, byte for byte, that the ring would have given.
 
 Segments are `ci-<host>-<pid>-<start_mono_ns>-<index:06d>.jsonl[.partial]`, a sealed one
 possibly stored compressed as `.jsonl.zst` (log_segments); one file is read per index: the
@@ -45,6 +45,7 @@ from comminsight.log_segments import (
     SegmentError,
     is_compressed,
     read_segment,
+    ring_seq_of,
 )
 from comminsight.safe_open import open_regular
 from comminsight.semantic.shm_input import CommInfo
@@ -52,11 +53,13 @@ from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.inspector_log_v1 import (
     CiColl,
+    CiCollCompact,
     CiCommFinalize,
     CiCommInit,
     CiGap,
     CiHangEvidence,
     CiP2p,
+    CiP2pCompact,
     CiSeal,
     CiSegmentStart,
     InspectorLogRecord,
@@ -68,6 +71,7 @@ LINE_BYTES_MAX = 1 << 20  # a Profiler line is about 1 KiB
 CHUNK_RECORDS = 4096  # handed on this many at a time: the memory held is bounded by it
 TAIL_BYTES = 256 << 10  # where a segment's last lines are looked for (many lines of ~1 KiB)
 _DECODER = msgspec.json.Decoder(InspectorLogRecord)
+_U64 = (1 << 64) - 1
 _ROOTED = frozenset(
     {shm_v1.Func.BROADCAST, shm_v1.Func.REDUCE, shm_v1.Func.GATHER, shm_v1.Func.SCATTER}
 )
@@ -288,8 +292,8 @@ def _tail(path: Path) -> tuple[bytes, int]:
 
 def _covers(ci) -> int | None:
     """The highest ring seq a line accounts for, if any."""
-    if isinstance(ci, (CiColl, CiP2p, CiCommInit, CiCommFinalize, CiHangEvidence)):
-        return ci.ring_seq
+    if (seq := ring_seq_of(ci)) is not None:
+        return seq
     if isinstance(ci, CiGap):
         return ci.last_lost_ring_seq
     if isinstance(ci, CiSeal):
@@ -384,6 +388,8 @@ def _lines_of(data: bytes) -> Iterator[bytes | None]:
 
 def _row(r: InspectorLogRecord) -> tuple[tuple, tuple[int, CommInfo]] | None:
     ci, h = r.ci, r.header
+    if isinstance(ci, (CiCollCompact, CiP2pCompact)):
+        return _compact_row(ci)
     if isinstance(ci, CiColl) and r.coll_perf is not None:
         perf = r.coll_perf
         kind, name, op_seq, size = shm_v1.RecordKind.COLL, perf.coll, perf.coll_sn, None
@@ -429,6 +435,42 @@ def _row(r: InspectorLogRecord) -> tuple[tuple, tuple[int, CommInfo]] | None:
     )
     comm = CommInfo(_opt(h.comm_name, None) or None, _opt(h.nnodes, None) or None)
     return row, (comm_id, comm)
+
+
+def _compact_row(ci: CiCollCompact | CiP2pCompact) -> tuple[tuple, tuple[int, CommInfo]]:
+    """A compact op line's slot: its host times put back from their offsets (the writer took
+    them modulo 2^64, so they are put back the same way)."""
+    coll = isinstance(ci, CiCollCompact)
+    func = shm_v1.FUNC_BY_LABEL.get(ci.f, shm_v1.Func.UNKNOWN)
+    raw_name = ci.f.encode()[:31] if func == shm_v1.Func.UNKNOWN else b""
+    if coll:
+        peer = _opt(ci.rt, shm_v1.NO_RANK) if func in _ROOTED else shm_v1.NO_RANK
+    else:
+        peer = _opt(ci.pe, shm_v1.NO_RANK)
+    start = ci.h
+    g0 = _opt(ci.g0, 0)
+    row = (
+        ci.q,
+        shm_v1.RecordKind.COLL if coll else shm_v1.RecordKind.P2P,
+        func,
+        shm_v1.TIMING_SOURCE_BY_LABEL.get(ci.ts.value, shm_v1.TimingSource.NONE),
+        int(ci.c, 16),
+        ci.r,
+        peer,
+        ci.s,
+        ci.e,
+        ci.b,
+        ci.n,
+        start,
+        (start + ci.hs) & _U64,
+        (start + ci.hc) & _U64 if not isinstance(ci.hc, UnsetType) else 0,
+        g0,
+        (g0 + ci.gd) & _U64 if g0 and not isinstance(ci.gd, UnsetType) else 0,
+        _opt(ci.gr, 0),
+        ci.i,
+        raw_name,
+    )
+    return row, (int(ci.c, 16), CommInfo(_opt(ci.cn, None), ci.nn))
 
 
 def _opt(value, default):

@@ -518,16 +518,113 @@ static int metadata(cur_t* c) {
     }
 }
 
+/* A raw JSON token of a line: a string's body (between its quotes) or a number's text. */
+typedef struct {
+    const char* s;
+    int64_t n;
+} span_t;
+
+/* The keys of a compact op line that the engine reads, one bit each. */
+enum {
+    CK_COMM = 1 << 0, CK_NAME = 1 << 1, CK_RANK = 1 << 2, CK_NRANKS = 1 << 3, CK_NNODES = 1 << 4, CK_FUNC = 1 << 5,
+    CK_SEQ = 1 << 6, CK_SIZE = 1 << 7, CK_PEER = 1 << 8, CK_TIMING = 1 << 9, CK_BW = 1 << 10, CK_START = 1 << 11,
+    CK_COMPLETE = 1 << 12, CK_G0 = 1 << 13, CK_GD = 1 << 14, CK_GROUP = 1 << 15,
+};
+
+/* What a compact op line (kinds c and p) holds beside the fields ci_obj_t shares with the
+ * Inspector form; `seen` has a bit per key read (a key met twice is left to Python). */
+typedef struct {
+    uint32_t seen;
+    span_t comm, name, rank, nranks, nnodes, func;
+    int64_t ring_seq, seq, size, peer, start, complete_after, gpu_start, gpu_length, group;
+    double busbw;
+    int kernel_timing;
+} compact_t;
+
 typedef struct {
     int present;
     const char* kind;
     int64_t kind_n;
     int64_t ring_seq, host_start, host_complete, gpu_start, gpu_stop, group_id;
+    compact_t compact;
 } ci_obj_t;
 
 static const json_key_t CI_INT_KEYS[] = {K(F(SEGMENT_INDEX)),  K(F(LOST_COUNT)),     K(F(RECORD_COUNT)),
                                          K(F(BYTE_COUNT)),     K(F(CRC32)),          K(F(FIRST_RING_SEQ)),
                                          K(F(LAST_RING_SEQ)), {NULL, 0}};
+
+/* An integer (not null) and the text it was read from. */
+static int int_span(cur_t* c, int64_t* v, span_t* text) {
+    ws(c);
+    text->s = c->p;
+    if (!req_int(c, v)) return 0;
+    text->n = c->p - text->s;
+    return 1;
+}
+
+/* A plain string (no escape): the engine compares its bytes. */
+static int plain_string(cur_t* c, span_t* out) {
+    int plain;
+    return string(c, &out->s, &out->n, &plain) && plain;
+}
+
+/* One key of a compact op line, k[0..kn) with kn <= 2: 1 read, 0 not readable here (the line
+ * goes to Python), -1 not a key the engine reads (skipped by the caller). Every value must
+ * have the type the lean Python struct gives its field, or the line is Python's. */
+static int compact_key(cur_t* c, const char* k, int64_t kn, compact_t* o) {
+    uint32_t bit;
+    int64_t iv;
+    span_t text;
+    char k0 = k[0], k1 = kn > 1 ? k[1] : 0;
+#define IS(lit) (kn == (int64_t)sizeof(lit) - 1 && k0 == (lit)[0] && k1 == (lit)[1])
+    if (IS(F(C))) bit = CK_COMM;
+    else if (IS(F(CN))) bit = CK_NAME;
+    else if (IS(F(R))) bit = CK_RANK;
+    else if (IS(F(N))) bit = CK_NRANKS;
+    else if (IS(F(NN))) bit = CK_NNODES;
+    else if (IS(F(F))) bit = CK_FUNC;
+    else if (IS(F(S))) bit = CK_SEQ;
+    else if (IS(F(B))) bit = CK_SIZE;
+    else if (IS(F(PE))) bit = CK_PEER;
+    else if (IS(F(TS))) bit = CK_TIMING;
+    else if (IS(F(BW))) bit = CK_BW;
+    else if (IS(F(H))) bit = CK_START;
+    else if (IS(F(HC))) bit = CK_COMPLETE;
+    else if (IS(F(G0))) bit = CK_G0;
+    else if (IS(F(GD))) bit = CK_GD;
+    else if (IS(F(GR))) bit = CK_GROUP;
+    else return -1;
+#undef IS
+    if (o->seen & bit) return 0;
+    o->seen |= bit;
+    ws(c);
+    int null = c->p < c->end && *c->p == 'n';
+    if (null) return 0; /* absent by another name: Python tells what that means */
+    switch (bit) {
+    case CK_COMM: return plain_string(c, &o->comm);
+    case CK_NAME: {
+        int plain; /* escapes stay as written: the identity is JSON text */
+        return string(c, &o->name.s, &o->name.n, &plain);
+    }
+    case CK_RANK: return int_span(c, &iv, &o->rank);
+    case CK_NRANKS: return int_span(c, &iv, &o->nranks);
+    case CK_NNODES: return int_span(c, &iv, &o->nnodes);
+    case CK_FUNC: return plain_string(c, &o->func);
+    case CK_SEQ: return req_int(c, &o->seq);
+    case CK_SIZE: return req_int(c, &o->size);
+    case CK_PEER: return req_int(c, &o->peer);
+    case CK_TIMING:
+        if (!plain_string(c, &text)) return 0;
+        o->kernel_timing = key_is(text.s, text.n, V(KERNEL_GPU));
+        return 1;
+    case CK_BW: return number(c, &iv, &o->busbw) != 0;
+    case CK_START: return req_int(c, &o->start);
+    case CK_COMPLETE: return req_int(c, &o->complete_after);
+    case CK_G0: return req_int(c, &o->gpu_start);
+    case CK_GD: return req_int(c, &o->gpu_length);
+    default: return req_int(c, &o->group);
+    }
+}
 
 static int ci_object(cur_t* c, ci_obj_t* o) {
     ws(c);
@@ -535,6 +632,8 @@ static int ci_object(cur_t* c, ci_obj_t* o) {
     if (!eat(c, '{')) return 0;
     o->ring_seq = o->host_start = o->host_complete = o->gpu_start = o->gpu_stop = NONE;
     o->group_id = 0;
+    memset(&o->compact, 0, sizeof o->compact);
+    o->compact.ring_seq = NONE;
     int have_kind = 0;
     if (!eat(c, '}')) {
         for (;;) {
@@ -543,7 +642,13 @@ static int ci_object(cur_t* c, ci_obj_t* o) {
             int plain;
             int64_t iv;
             if (!string(c, &k, &kn, &plain) || !plain || !eat(c, ':')) return 0;
-            if (key_is(k, kn, F(KIND))) {
+            int short_key = kn <= 2 && kn > 0 ? compact_key(c, k, kn, &o->compact) : -1;
+            if (short_key == 0) return 0;
+            if (short_key == 1) {
+                /* read */
+            } else if (key_is(k, kn, F(Q))) {
+                if (!opt_int(c, &o->compact.ring_seq)) return 0;
+            } else if (key_is(k, kn, F(KIND))) {
                 if (have_kind || !string(c, &o->kind, &o->kind_n, &plain) || !plain) return 0;
                 have_kind = 1;
             } else if (key_is(k, kn, F(RING_SEQ))) {
@@ -579,6 +684,62 @@ static int ci_object(cur_t* c, ci_obj_t* o) {
     if (!have_kind) return 0;
     o->present = 1;
     return 1;
+}
+
+/* Bytes appended at *at, if they fit before end. */
+static int append(char** at, const char* end, const char* s, int64_t n) {
+    if (n < 0 || n > end - *at) return 0;
+    memcpy(*at, s, (size_t)n);
+    *at += n;
+    return 1;
+}
+#define APPEND(at, end, lit) append((at), (end), (lit), (int64_t)sizeof(lit) - 1)
+
+/* A compact op line's row. Its communicator identity is interned as the Inspector form's
+ * header object would be (`{"id":..,"rank":..,"n_ranks":..,"nnodes":..,"comm_name":..}`, from
+ * the line's own text), so Python decodes each distinct one once, whichever form it came in.
+ * Host and GPU times are put back from their offsets; a sum out of int64 leaves the time out,
+ * as Python's reading does. */
+static int32_t compact_row(const compact_t* o, int kind, ci_line_t* row, ci_intern_t* headers,
+                           ci_intern_t* funcs) {
+    /* what the Python reader needs too */
+    const uint32_t needed = CK_COMM | CK_RANK | CK_NRANKS | CK_FUNC | CK_SEQ | CK_SIZE;
+    if ((o->seen & needed) != needed) return CI_LINE_OTHER;
+    char identity[512], *at = identity, *end = identity + sizeof identity;
+    int ok = APPEND(&at, end, "{\"" F(ID) "\":\"") && append(&at, end, o->comm.s, o->comm.n) &&
+             APPEND(&at, end, "\",\"" F(RANK) "\":") && append(&at, end, o->rank.s, o->rank.n) &&
+             APPEND(&at, end, ",\"" F(N_RANKS) "\":") && append(&at, end, o->nranks.s, o->nranks.n);
+    if (ok && o->nnodes.s)
+        ok = APPEND(&at, end, ",\"" F(NNODES) "\":") && append(&at, end, o->nnodes.s, o->nnodes.n);
+    if (ok && o->name.s)
+        ok = APPEND(&at, end, ",\"" F(COMM_NAME) "\":\"") && append(&at, end, o->name.s, o->name.n) &&
+             APPEND(&at, end, "\"");
+    if (!ok || !APPEND(&at, end, "}")) return CI_LINE_OTHER; /* a very long name: Python */
+    row->kind = kind;
+    row->header = intern(headers, identity, at - identity);
+    row->func = intern(funcs, o->func.s, o->func.n);
+    if (row->header < 0 || row->func < 0) return CI_LINE_OTHER;
+    row->seq = o->seq;
+    row->size = o->size;
+    row->peer = kind == KIND_P2P && (o->seen & CK_PEER) ? o->peer : NONE;
+    row->exec_us = 0.0; /* no execution time: the GPU span, else the host span */
+    row->busbw = o->busbw;
+    row->kernel_timing = o->kernel_timing;
+    row->ring_seq = o->ring_seq;
+    int64_t start = (o->seen & CK_START) ? o->start : 0;
+    row->host_start = (o->seen & CK_START) ? o->start : NONE;
+    row->host_complete = NONE;
+    int64_t sum;
+    if ((o->seen & CK_COMPLETE) && !__builtin_add_overflow(start, o->complete_after, &sum) && sum >= 0)
+        row->host_complete = sum;
+    row->gpu_start = row->gpu_stop = NONE;
+    if ((o->seen & (CK_G0 | CK_GD)) == (CK_G0 | CK_GD) && o->gpu_start >= 0 && o->gpu_length >= 0 &&
+        !__builtin_add_overflow(o->gpu_start, o->gpu_length, &sum)) {
+        row->gpu_start = o->gpu_start;
+        row->gpu_stop = sum;
+    }
+    row->group_id = (o->seen & CK_GROUP) ? o->group : 0;
+    return CI_LINE_OP;
 }
 
 static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern_t* headers,
@@ -617,7 +778,10 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern
         return CI_LINE_OTHER;
     }
     ws(&c);
-    if (c.p != c.end || !ci.present || !header) return CI_LINE_OTHER;
+    if (c.p != c.end || !ci.present) return CI_LINE_OTHER;
+    if (key_is(ci.kind, ci.kind_n, V(C))) return compact_row(&ci.compact, KIND_COLL, row, headers, funcs);
+    if (key_is(ci.kind, ci.kind_n, V(P))) return compact_row(&ci.compact, KIND_P2P, row, headers, funcs);
+    if (!header) return CI_LINE_OTHER;
     const perf_t* p;
     if (key_is(ci.kind, ci.kind_n, V(COLL)) && coll.present) {
         p = &coll;

@@ -536,6 +536,16 @@ KEYS: tuple[ConfigKey, ...] = (
         maximum=86400.0,
     ),
     ConfigKey(
+        name="COMMINSIGHT_PROFILER_LOG_FORMAT",
+        field="profiler_log_format",
+        type="string",
+        default='compact',
+        unit="",
+        description="Form of the op lines in inspector_logs. compact: one object with short keys (inspector-log kinds c and p), about 300 bytes an op before compression. inspector: NVIDIA NCCL Inspector\u0027s objects (header, metadata, coll_perf / p2p_perf) with CommInsight\u0027s beside them, about 900 bytes an op, for tools made for Inspector output. Every CommInsight reader reads both; the Agent writes a dead process\u0027s last records in this form too.",
+        components=("profiler","agent",),
+        choices=("compact","inspector",),
+    ),
+    ConfigKey(
         name="COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL",
         field="profiler_log_zstd_level",
         type="integer",
@@ -759,6 +769,7 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     profiler_log_enable: Annotated[bool, msgspec.Meta(description="Write raw records to inspector_logs.")] = True
     profiler_log_segment_bytes: Annotated[int, msgspec.Meta(ge=4096, le=17179869184, description="An inspector_logs segment is sealed once it reaches this size.")] = 67108864
     profiler_log_segment_s: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0, description="An open inspector_logs segment is sealed after this long even if small.")] = 300.0
+    profiler_log_format: Annotated[Literal["compact", "inspector"], msgspec.Meta(description="Form of the op lines in inspector_logs. compact: one object with short keys (inspector-log kinds c and p), about 300 bytes an op before compression. inspector: NVIDIA NCCL Inspector\u0027s objects (header, metadata, coll_perf / p2p_perf) with CommInsight\u0027s beside them, about 900 bytes an op, for tools made for Inspector output. Every CommInsight reader reads both; the Agent writes a dead process\u0027s last records in this form too.")] = 'compact'
     profiler_log_zstd_level: Annotated[int, msgspec.Meta(ge=0, le=19, description="zstd level at which the log writer compresses each sealed inspector_logs segment into \u003cname\u003e.jsonl.zst, in slices between its drains; 0 leaves sealed segments uncompressed. Without libzstd.so.1 they stay uncompressed too, with one warning. Every reader reads both forms. Level 1 is both the fastest and, on these JSON lines, the smallest of levels 1 to 6 (make bench-log-bytes).")] = 1
     profiler_log_flush_ms: Annotated[int, msgspec.Meta(ge=1, le=60000, description="How often the log writer drains the ring and writes.")] = 200
     profiler_agent_bin: Annotated[str, msgspec.Meta(min_length=1, description="Agent executable the Profiler autostarts (looked up on PATH when not absolute). Only the environment can set this key: a value in the configuration file is ignored with a warning, because a file that others may write must never choose what the training process executes. The executable must not be writable by group or others.")] = 'comminsight-agent'

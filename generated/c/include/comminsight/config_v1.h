@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #define CI_CONFIG_V1_KEY_PREFIX "COMMINSIGHT_"
-#define CI_CONFIG_V1_KEY_COUNT 65
+#define CI_CONFIG_V1_KEY_COUNT 66
 
 /* Value types of keys (ci_config_v1_key_t.type). */
 #define CI_CONFIG_V1_TYPE_STRING 0
@@ -363,9 +363,15 @@
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_MIN 1.0
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_MAX 86400.0
 
+/* COMMINSIGHT_PROFILER_LOG_FORMAT (string): Form of the op lines in inspector_logs. compact: one object with short keys (inspector-log kinds c and p), about 300 bytes an op before compression. inspector: NVIDIA NCCL Inspector's objects (header, metadata, coll_perf / p2p_perf) with CommInsight's beside them, about 900 bytes an op, for tools made for Inspector output. Every CommInsight reader reads both; the Agent writes a dead process's last records in this form too. */
+#define CI_CONFIG_V1_PROFILER_LOG_FORMAT_KEY "COMMINSIGHT_PROFILER_LOG_FORMAT"
+#define CI_CONFIG_V1_PROFILER_LOG_FORMAT_INDEX 48
+#define CI_CONFIG_V1_PROFILER_LOG_FORMAT_DEFAULT_TEXT "compact"
+#define CI_CONFIG_V1_PROFILER_LOG_FORMAT_DEFAULT "compact"
+
 /* COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL (integer): zstd level at which the log writer compresses each sealed inspector_logs segment into <name>.jsonl.zst, in slices between its drains; 0 leaves sealed segments uncompressed. Without libzstd.so.1 they stay uncompressed too, with one warning. Every reader reads both forms. Level 1 is both the fastest and, on these JSON lines, the smallest of levels 1 to 6 (make bench-log-bytes). */
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_KEY "COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL"
-#define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_INDEX 48
+#define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_INDEX 49
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_DEFAULT 1LL
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_MIN 0LL
@@ -373,7 +379,7 @@
 
 /* COMMINSIGHT_PROFILER_LOG_FLUSH_MS (integer, ms): How often the log writer drains the ring and writes. */
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_KEY "COMMINSIGHT_PROFILER_LOG_FLUSH_MS"
-#define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_INDEX 49
+#define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_INDEX 50
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_DEFAULT_TEXT "200"
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_DEFAULT 200LL
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_MIN 1LL
@@ -381,37 +387,37 @@
 
 /* COMMINSIGHT_PROFILER_AGENT_BIN (string, path): Agent executable the Profiler autostarts (looked up on PATH when not absolute). Only the environment can set this key: a value in the configuration file is ignored with a warning, because a file that others may write must never choose what the training process executes. The executable must not be writable by group or others. */
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_KEY "COMMINSIGHT_PROFILER_AGENT_BIN"
-#define CI_CONFIG_V1_PROFILER_AGENT_BIN_INDEX 50
+#define CI_CONFIG_V1_PROFILER_AGENT_BIN_INDEX 51
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_DEFAULT_TEXT "comminsight-agent"
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_DEFAULT "comminsight-agent"
 
 /* COMMINSIGHT_JOB_ID (string, name): Job this training process belongs to, as the Profiler writes it into the SHM header and the inspector-log lines (truncated to 63 bytes). Empty means the first set of TORCHELASTIC_RUN_ID (unless torchrun's default 'none'), SLURM_JOB_ID, JOB_ID and a Kubernetes Indexed Job's name (JOB_COMPLETION_INDEX set and the pod's host name <job>-<index>); other Kubernetes workloads set it through the downward API. Only the environment can set this key: each job exports its own, while a configuration file is shared by every job of the host. */
 #define CI_CONFIG_V1_JOB_ID_KEY "COMMINSIGHT_JOB_ID"
-#define CI_CONFIG_V1_JOB_ID_INDEX 51
+#define CI_CONFIG_V1_JOB_ID_INDEX 52
 #define CI_CONFIG_V1_JOB_ID_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_JOB_ID_DEFAULT ""
 
 /* COMMINSIGHT_PROFILER_DEBUG (boolean): Log Profiler decisions through NCCL's logger (INFO level). */
 #define CI_CONFIG_V1_PROFILER_DEBUG_KEY "COMMINSIGHT_PROFILER_DEBUG"
-#define CI_CONFIG_V1_PROFILER_DEBUG_INDEX 52
+#define CI_CONFIG_V1_PROFILER_DEBUG_INDEX 53
 #define CI_CONFIG_V1_PROFILER_DEBUG_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_PROFILER_DEBUG_DEFAULT 0
 
 /* COMMINSIGHT_SEMANTIC_ENABLE (boolean): Run the Semantic Engine on completed ops in the Agent. */
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_KEY "COMMINSIGHT_SEMANTIC_ENABLE"
-#define CI_CONFIG_V1_SEMANTIC_ENABLE_INDEX 53
+#define CI_CONFIG_V1_SEMANTIC_ENABLE_INDEX 54
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_DEFAULT 1
 
 /* COMMINSIGHT_SEMANTIC_TEMPLATE_DIRS (string, path list): Extra directories (colon-separated) of step templates, added to the built-in ones. */
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_KEY "COMMINSIGHT_SEMANTIC_TEMPLATE_DIRS"
-#define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_INDEX 54
+#define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_INDEX 55
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_DEFAULT ""
 
 /* COMMINSIGHT_SEMANTIC_CHECKPOINT_S (number, s): How often the engine checkpoints its state. */
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_KEY "COMMINSIGHT_SEMANTIC_CHECKPOINT_S"
-#define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_INDEX 55
+#define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_INDEX 56
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_DEFAULT_TEXT "10.0"
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_DEFAULT 10.0
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_MIN 0.1
@@ -419,13 +425,13 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_URL (string, url): Where sealed logs and summaries are archived: a directory path or an fsspec URL (s3://..., file://...). Empty means <COMMINSIGHT_HOME>/archives. An unknown scheme or a malformed URL turns archiving off (named in health); a destination that cannot be reached is an upload failure, retried and reported. */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_KEY "COMMINSIGHT_COMMON_ARCHIVE_URL"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_URL_INDEX 56
+#define CI_CONFIG_V1_COMMON_ARCHIVE_URL_INDEX 57
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_DEFAULT ""
 
 /* COMMINSIGHT_COMMON_ARCHIVE_ZSTD_LEVEL (integer, level): zstd compression level of archived files. */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_KEY "COMMINSIGHT_COMMON_ARCHIVE_ZSTD_LEVEL"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_INDEX 57
+#define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_INDEX 58
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_DEFAULT_TEXT "3"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_DEFAULT 3LL
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_MIN 1LL
@@ -433,7 +439,7 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_RETRY_MAX (integer, attempts): Upload attempts before an archive error is reported (with exponential backoff). */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_KEY "COMMINSIGHT_COMMON_ARCHIVE_RETRY_MAX"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_INDEX 58
+#define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_INDEX 59
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_DEFAULT_TEXT "8"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_DEFAULT 8LL
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_MIN 1LL
@@ -441,7 +447,7 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S (number, s): How often the Agent looks for sealed files to archive (a flush through the API archives at once). */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_KEY "COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_INDEX 59
+#define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_INDEX 60
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_DEFAULT_TEXT "30.0"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_DEFAULT 30.0
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_MIN 0.1
@@ -449,7 +455,7 @@
 
 /* COMMINSIGHT_COMMON_DISK_BUDGET_BYTES (integer, bytes): Local inspector_logs and summaries are deleted, oldest first and only once archived, to stay under this size. 0 disables deletion. */
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_KEY "COMMINSIGHT_COMMON_DISK_BUDGET_BYTES"
-#define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_INDEX 60
+#define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_INDEX 61
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_DEFAULT_TEXT "10737418240"
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_DEFAULT 10737418240LL
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_MIN 0LL
@@ -457,25 +463,25 @@
 
 /* COMMINSIGHT_INJECT_DISABLE (boolean): Turn Inject off entirely. */
 #define CI_CONFIG_V1_INJECT_DISABLE_KEY "COMMINSIGHT_INJECT_DISABLE"
-#define CI_CONFIG_V1_INJECT_DISABLE_INDEX 61
+#define CI_CONFIG_V1_INJECT_DISABLE_INDEX 62
 #define CI_CONFIG_V1_INJECT_DISABLE_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_INJECT_DISABLE_DEFAULT 0
 
 /* COMMINSIGHT_INJECT_STEP_MARKERS (boolean): Record optimizer-step timestamps to metadata/ as ground truth for the Semantic Engine. */
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_KEY "COMMINSIGHT_INJECT_STEP_MARKERS"
-#define CI_CONFIG_V1_INJECT_STEP_MARKERS_INDEX 62
+#define CI_CONFIG_V1_INJECT_STEP_MARKERS_INDEX 63
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT 0
 
 /* COMMINSIGHT_INJECT_STACKS (boolean): Let the Agent ask this process for its threads' Python stacks: Inject registers a handler for COMMINSIGHT_INJECT_STACK_SIGNAL when the process makes its first process group, unless the signal already has a handler. 0 registers nothing. */
 #define CI_CONFIG_V1_INJECT_STACKS_KEY "COMMINSIGHT_INJECT_STACKS"
-#define CI_CONFIG_V1_INJECT_STACKS_INDEX 63
+#define CI_CONFIG_V1_INJECT_STACKS_INDEX 64
 #define CI_CONFIG_V1_INJECT_STACKS_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_INJECT_STACKS_DEFAULT 1
 
 /* COMMINSIGHT_INJECT_STACK_SIGNAL (string): The signal on which Inject writes the process's Python stacks to metadata/stacks/. SIGUSR2 by default: PyTorch, torchrun and NCCL install no handler for it (SIGUSR1 is the one batch schedulers and PyTorch Lightning use); a real-time signal SIGRTMIN+N is the way out if the application uses it. */
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_KEY "COMMINSIGHT_INJECT_STACK_SIGNAL"
-#define CI_CONFIG_V1_INJECT_STACK_SIGNAL_INDEX 64
+#define CI_CONFIG_V1_INJECT_STACK_SIGNAL_INDEX 65
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_DEFAULT_TEXT "SIGUSR2"
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_DEFAULT "SIGUSR2"
 
@@ -541,6 +547,7 @@ static inline const ci_config_v1_key_t* ci_config_v1_keys(size_t* count) {
         { "COMMINSIGHT_PROFILER_LOG_ENABLE", CI_CONFIG_V1_TYPE_BOOLEAN, "1", 0, 0, 0, 0, NULL, NULL },
         { "COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES", CI_CONFIG_V1_TYPE_INTEGER, "67108864", 1, 1, 4096, 17179869184, NULL, NULL },
         { "COMMINSIGHT_PROFILER_LOG_SEGMENT_S", CI_CONFIG_V1_TYPE_NUMBER, "300.0", 1, 1, 1.0, 86400.0, NULL, NULL },
+        { "COMMINSIGHT_PROFILER_LOG_FORMAT", CI_CONFIG_V1_TYPE_STRING, "compact", 0, 0, 0, 0, "compact|inspector", NULL },
         { "COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL", CI_CONFIG_V1_TYPE_INTEGER, "1", 1, 1, 0, 19, NULL, NULL },
         { "COMMINSIGHT_PROFILER_LOG_FLUSH_MS", CI_CONFIG_V1_TYPE_INTEGER, "200", 1, 1, 1, 60000, NULL, NULL },
         { "COMMINSIGHT_PROFILER_AGENT_BIN", CI_CONFIG_V1_TYPE_STRING, "comminsight-agent", 0, 0, 0, 0, NULL, NULL },

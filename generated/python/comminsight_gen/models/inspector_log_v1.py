@@ -750,6 +750,626 @@ class CiP2p(Struct, forbid_unknown_fields=True, tag_field='kind', tag='p2p'):
     """
 
 
+class TimingSource(Enum):
+    """
+    Where a compact op line's duration comes from, in NCCL Inspector's coll_timing_source words: kernel_gpu = the GPU span g0 .. g0 + gd; kernel_cpu = the host span h .. h + hc up to the last kernel channel stop; collective_cpu = the host's start and stop of the op event only; none = no timing.
+    """
+
+    none = 'none'
+    collective_cpu = 'collective_cpu'
+    kernel_gpu = 'kernel_gpu'
+    kernel_cpu = 'kernel_cpu'
+
+
+class CiCollCompact(Struct, forbid_unknown_fields=True, tag_field='kind', tag='c'):
+    """
+    A collective op line in the compact form the Profiler writes by default (COMMINSIGHT_PROFILER_LOG_FORMAT=compact): the facts of an Inspector-form coll line (header, coll_perf and ci of kind coll) in one object with short keys, host times relative to the enqueue and the GPU span as a length, about a third of the bytes. The line carries no header, metadata or coll_perf. Each key's description names the Inspector-form field it stands for.
+    """
+
+    q: Annotated[
+        int,
+        Meta(
+            description="The record's SHM ring sequence number (ring_seq).",
+            ge=1,
+            title='RingSeq',
+        ),
+    ]
+    """
+    The record's SHM ring sequence number (ring_seq).
+    """
+    c: Annotated[
+        str,
+        Meta(
+            description='Communicator id (header.id of the Inspector form, as 16 hex digits).',
+            pattern='^[0-9a-f]{16}$',
+            title='CommId',
+        ),
+    ]
+    """
+    Communicator id (header.id of the Inspector form, as 16 hex digits).
+    """
+    r: Annotated[
+        int,
+        Meta(description="This member's rank in the communicator (header.rank).", ge=0),
+    ]
+    """
+    This member's rank in the communicator (header.rank).
+    """
+    n: Annotated[
+        int,
+        Meta(description='Number of ranks in the communicator (header.n_ranks).', ge=1),
+    ]
+    """
+    Number of ranks in the communicator (header.n_ranks).
+    """
+    nn: Annotated[
+        int,
+        Meta(
+            description='Number of nodes the communicator spans (header.nnodes).', ge=1
+        ),
+    ]
+    """
+    Number of nodes the communicator spans (header.nnodes).
+    """
+    f: Annotated[
+        str,
+        Meta(
+            description='Function as NCCL names it, e.g. "AllReduce", "Send" (coll_perf.coll).',
+            min_length=1,
+        ),
+    ]
+    """
+    Function as NCCL names it, e.g. "AllReduce", "Send" (coll_perf.coll).
+    """
+    s: Annotated[
+        int,
+        Meta(
+            description="NCCL's per-function collective sequence number (coll_perf.coll_sn).",
+            ge=0,
+        ),
+    ]
+    """
+    NCCL's per-function collective sequence number (coll_perf.coll_sn).
+    """
+    i: Annotated[
+        int,
+        Meta(
+            description="The op's index among its communicator's collectives (all functions, in issue order, the same on every rank) (op_index).",
+            ge=0,
+        ),
+    ]
+    """
+    The op's index among its communicator's collectives (all functions, in issue order, the same on every rank) (op_index).
+    """
+    e: Annotated[int, Meta(description='Element count NCCL reported (count).', ge=0)]
+    """
+    Element count NCCL reported (count).
+    """
+    b: Annotated[
+        int,
+        Meta(
+            description='Message size in bytes (coll_perf.coll_msg_size_bytes).', ge=0
+        ),
+    ]
+    """
+    Message size in bytes (coll_perf.coll_msg_size_bytes).
+    """
+    d: Annotated[
+        str,
+        Meta(
+            description='NCCL datatype name as NCCL reported it, e.g. "ncclBfloat16" (datatype).',
+            min_length=1,
+        ),
+    ]
+    """
+    NCCL datatype name as NCCL reported it, e.g. "ncclBfloat16" (datatype).
+    """
+    a: Annotated[
+        str,
+        Meta(
+            description='Algorithm NCCL chose, e.g. "RING", "TREE" (algo).',
+            min_length=1,
+        ),
+    ]
+    """
+    Algorithm NCCL chose, e.g. "RING", "TREE" (algo).
+    """
+    pt: Annotated[
+        str,
+        Meta(
+            description='Protocol NCCL chose, e.g. "SIMPLE", "LL128" (proto).',
+            min_length=1,
+        ),
+    ]
+    """
+    Protocol NCCL chose, e.g. "SIMPLE", "LL128" (proto).
+    """
+    ch: Annotated[
+        int,
+        Meta(description='Number of channels NCCL used (n_channels).', ge=0, le=255),
+    ]
+    """
+    Number of channels NCCL used (n_channels).
+    """
+    w: Annotated[
+        int,
+        Meta(
+            description='Number of warps per channel NCCL used (n_warps).', ge=0, le=255
+        ),
+    ]
+    """
+    Number of warps per channel NCCL used (n_warps).
+    """
+    ts: Annotated[
+        TimingSource,
+        Meta(
+            description="Where the op's duration comes from (coll_perf.coll_timing_source)."
+        ),
+    ]
+    """
+    Where the op's duration comes from (coll_perf.coll_timing_source).
+    """
+    h: Annotated[
+        int,
+        Meta(
+            description='CLOCK_MONOTONIC time NCCL started the op event, i.e. task enqueue (host_start_mono_ns). The other host times are relative to it.',
+            ge=0,
+        ),
+    ]
+    """
+    CLOCK_MONOTONIC time NCCL started the op event, i.e. task enqueue (host_start_mono_ns). The other host times are relative to it.
+    """
+    hs: Annotated[
+        int,
+        Meta(
+            description='host_stop_mono_ns - h: when NCCL stopped the op event on the host, in nanoseconds after h (negative only if the clock reads disagree).'
+        ),
+    ]
+    """
+    host_stop_mono_ns - h: when NCCL stopped the op event on the host, in nanoseconds after h (negative only if the clock reads disagree).
+    """
+    cc: Annotated[
+        int,
+        Meta(
+            description='Kernel channels whose stop the profiler saw (channels_completed).',
+            ge=0,
+            le=255,
+        ),
+    ]
+    """
+    Kernel channels whose stop the profiler saw (channels_completed).
+    """
+    cn: (
+        Annotated[
+            str,
+            Meta(
+                description='Communicator name when it has one at the time the line is written (header.comm_name).',
+                min_length=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Communicator name when it has one at the time the line is written (header.comm_name).
+    """
+    rt: (
+        Annotated[
+            int,
+            Meta(
+                description='Root rank; present for rooted collectives (Broadcast, Reduce) only (root).',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Root rank; present for rooted collectives (Broadcast, Reduce) only (root).
+    """
+    st: (
+        Annotated[
+            str,
+            Meta(
+                description='CUDA stream handle as lowercase hexadecimal without the 0x prefix (stream); absent when NCCL did not report one.',
+                pattern='^[0-9a-f]{1,16}$',
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    CUDA stream handle as lowercase hexadecimal without the 0x prefix (stream); absent when NCCL did not report one.
+    """
+    gc: (
+        Annotated[
+            bool,
+            Meta(
+                description='Present (true) only when the call was captured into a CUDA graph (graph_captured).'
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Present (true) only when the call was captured into a CUDA graph (graph_captured).
+    """
+    gr: (
+        Annotated[
+            int,
+            Meta(
+                description='Per-process id of the NCCL group the op was launched in (group_id); absent when unknown.',
+                ge=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Per-process id of the NCCL group the op was launched in (group_id); absent when unknown.
+    """
+    t: (
+        Annotated[
+            int,
+            Meta(
+                description='Kernel thread id of the thread that enqueued the op (tid); absent when unknown.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Kernel thread id of the thread that enqueued the op (tid); absent when unknown.
+    """
+    bw: (
+        Annotated[
+            float,
+            Meta(
+                description="Bus bandwidth in GB/s by NCCL Inspector's definition (coll_perf.coll_busbw_gbs); absent when it is not a finite number.",
+                ge=0.0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Bus bandwidth in GB/s by NCCL Inspector's definition (coll_perf.coll_busbw_gbs); absent when it is not a finite number.
+    """
+    hc: (
+        Annotated[
+            int,
+            Meta(
+                description='host_complete_mono_ns - h: when the profiler saw the last kernel channel stop, in nanoseconds after h; absent when no channel stop was seen.'
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    host_complete_mono_ns - h: when the profiler saw the last kernel channel stop, in nanoseconds after h; absent when no channel stop was seen.
+    """
+    g0: (
+        Annotated[
+            int,
+            Meta(
+                description='Earliest GPU globaltimer tick at which a kernel channel started (gpu_start_globaltimer_ns); present with ts kernel_gpu only.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Earliest GPU globaltimer tick at which a kernel channel started (gpu_start_globaltimer_ns); present with ts kernel_gpu only.
+    """
+    gd: (
+        Annotated[
+            int,
+            Meta(
+                description="Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns); present with g0.",
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns); present with g0.
+    """
+    fc: (
+        Annotated[
+            bool,
+            Meta(
+                description="Present (true) only when the record was completed by communicator finalize or process exit rather than by NCCL's events (forced_complete)."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Present (true) only when the record was completed by communicator finalize or process exit rather than by NCCL's events (forced_complete).
+    """
+
+
+class CiP2pCompact(Struct, forbid_unknown_fields=True, tag_field='kind', tag='p'):
+    """
+    A point-to-point op line (one Send or Recv) in the compact form: the facts of an Inspector-form p2p line (header, p2p_perf and ci of kind p2p) with short keys, as CiCollCompact describes. The line carries no header, metadata or p2p_perf.
+    """
+
+    q: Annotated[
+        int,
+        Meta(
+            description="The record's SHM ring sequence number (ring_seq).",
+            ge=1,
+            title='RingSeq',
+        ),
+    ]
+    """
+    The record's SHM ring sequence number (ring_seq).
+    """
+    c: Annotated[
+        str,
+        Meta(
+            description='Communicator id (header.id of the Inspector form, as 16 hex digits).',
+            pattern='^[0-9a-f]{16}$',
+            title='CommId',
+        ),
+    ]
+    """
+    Communicator id (header.id of the Inspector form, as 16 hex digits).
+    """
+    r: Annotated[
+        int,
+        Meta(description="This member's rank in the communicator (header.rank).", ge=0),
+    ]
+    """
+    This member's rank in the communicator (header.rank).
+    """
+    n: Annotated[
+        int,
+        Meta(description='Number of ranks in the communicator (header.n_ranks).', ge=1),
+    ]
+    """
+    Number of ranks in the communicator (header.n_ranks).
+    """
+    nn: Annotated[
+        int,
+        Meta(
+            description='Number of nodes the communicator spans (header.nnodes).', ge=1
+        ),
+    ]
+    """
+    Number of nodes the communicator spans (header.nnodes).
+    """
+    f: Annotated[
+        str,
+        Meta(
+            description='Function as NCCL names it, e.g. "AllReduce", "Send" (p2p_perf.p2p).',
+            min_length=1,
+        ),
+    ]
+    """
+    Function as NCCL names it, e.g. "AllReduce", "Send" (p2p_perf.p2p).
+    """
+    s: Annotated[
+        int,
+        Meta(
+            description='Per-communicator point-to-point counter kept by the producer (p2p_perf.p2p_sn); not comparable across ranks.',
+            ge=0,
+        ),
+    ]
+    """
+    Per-communicator point-to-point counter kept by the producer (p2p_perf.p2p_sn); not comparable across ranks.
+    """
+    i: Annotated[
+        int,
+        Meta(
+            description="The op's index among its communicator's point-to-point ops (op_index).",
+            ge=0,
+        ),
+    ]
+    """
+    The op's index among its communicator's point-to-point ops (op_index).
+    """
+    e: Annotated[int, Meta(description='Element count NCCL reported (count).', ge=0)]
+    """
+    Element count NCCL reported (count).
+    """
+    b: Annotated[
+        int,
+        Meta(description='Message size in bytes (p2p_perf.p2p_msg_size_bytes).', ge=0),
+    ]
+    """
+    Message size in bytes (p2p_perf.p2p_msg_size_bytes).
+    """
+    d: Annotated[
+        str,
+        Meta(
+            description='NCCL datatype name as NCCL reported it, e.g. "ncclBfloat16" (datatype).',
+            min_length=1,
+        ),
+    ]
+    """
+    NCCL datatype name as NCCL reported it, e.g. "ncclBfloat16" (datatype).
+    """
+    ch: Annotated[
+        int,
+        Meta(description='Number of channels NCCL used (n_channels).', ge=0, le=255),
+    ]
+    """
+    Number of channels NCCL used (n_channels).
+    """
+    ts: Annotated[
+        TimingSource,
+        Meta(
+            description="Where the op's duration comes from (p2p_perf.p2p_timing_source)."
+        ),
+    ]
+    """
+    Where the op's duration comes from (p2p_perf.p2p_timing_source).
+    """
+    h: Annotated[
+        int,
+        Meta(
+            description='CLOCK_MONOTONIC time NCCL started the op event, i.e. task enqueue (host_start_mono_ns). The other host times are relative to it.',
+            ge=0,
+        ),
+    ]
+    """
+    CLOCK_MONOTONIC time NCCL started the op event, i.e. task enqueue (host_start_mono_ns). The other host times are relative to it.
+    """
+    hs: Annotated[
+        int,
+        Meta(
+            description='host_stop_mono_ns - h: when NCCL stopped the op event on the host, in nanoseconds after h (negative only if the clock reads disagree).'
+        ),
+    ]
+    """
+    host_stop_mono_ns - h: when NCCL stopped the op event on the host, in nanoseconds after h (negative only if the clock reads disagree).
+    """
+    cc: Annotated[
+        int,
+        Meta(
+            description='Kernel channels whose stop the profiler saw (channels_completed).',
+            ge=0,
+            le=255,
+        ),
+    ]
+    """
+    Kernel channels whose stop the profiler saw (channels_completed).
+    """
+    cn: (
+        Annotated[
+            str,
+            Meta(
+                description='Communicator name when it has one at the time the line is written (header.comm_name).',
+                min_length=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Communicator name when it has one at the time the line is written (header.comm_name).
+    """
+    pe: (
+        Annotated[
+            int,
+            Meta(
+                description='Rank of the peer within the communicator (p2p_peer); absent when NCCL did not say.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Rank of the peer within the communicator (p2p_peer); absent when NCCL did not say.
+    """
+    st: (
+        Annotated[
+            str,
+            Meta(
+                description='CUDA stream handle as lowercase hexadecimal without the 0x prefix (stream); absent when NCCL did not report one.',
+                pattern='^[0-9a-f]{1,16}$',
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    CUDA stream handle as lowercase hexadecimal without the 0x prefix (stream); absent when NCCL did not report one.
+    """
+    gc: (
+        Annotated[
+            bool,
+            Meta(
+                description='Present (true) only when the call was captured into a CUDA graph (graph_captured).'
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Present (true) only when the call was captured into a CUDA graph (graph_captured).
+    """
+    gr: (
+        Annotated[
+            int,
+            Meta(
+                description='Per-process id of the NCCL group the op was launched in (group_id); absent when unknown.',
+                ge=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Per-process id of the NCCL group the op was launched in (group_id); absent when unknown.
+    """
+    t: (
+        Annotated[
+            int,
+            Meta(
+                description='Kernel thread id of the thread that enqueued the op (tid); absent when unknown.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Kernel thread id of the thread that enqueued the op (tid); absent when unknown.
+    """
+    bw: (
+        Annotated[
+            float,
+            Meta(
+                description="Bus bandwidth in GB/s by NCCL Inspector's definition (p2p_perf.p2p_busbw_gbs); absent when it is not a finite number.",
+                ge=0.0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Bus bandwidth in GB/s by NCCL Inspector's definition (p2p_perf.p2p_busbw_gbs); absent when it is not a finite number.
+    """
+    hc: (
+        Annotated[
+            int,
+            Meta(
+                description='host_complete_mono_ns - h: when the profiler saw the last kernel channel stop, in nanoseconds after h; absent when no channel stop was seen.'
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    host_complete_mono_ns - h: when the profiler saw the last kernel channel stop, in nanoseconds after h; absent when no channel stop was seen.
+    """
+    g0: (
+        Annotated[
+            int,
+            Meta(
+                description='Earliest GPU globaltimer tick at which a kernel channel started (gpu_start_globaltimer_ns); present with ts kernel_gpu only.',
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Earliest GPU globaltimer tick at which a kernel channel started (gpu_start_globaltimer_ns); present with ts kernel_gpu only.
+    """
+    gd: (
+        Annotated[
+            int,
+            Meta(
+                description="Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns); present with g0.",
+                ge=0,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns); present with g0.
+    """
+    fc: (
+        Annotated[
+            bool,
+            Meta(
+                description="Present (true) only when the record was completed by communicator finalize or process exit rather than by NCCL's events (forced_complete)."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Present (true) only when the record was completed by communicator finalize or process exit rather than by NCCL's events (forced_complete).
+    """
+
+
 class NameSource(Enum):
     """
     Where a communicator's name came from: nccl = the commName NCCL passed to init; inject = registered by CommInsight Inject (`<group_desc>:<group_name>`); none = no name.
@@ -1935,7 +2555,7 @@ class P2pPerf(Struct):
 
 class InspectorLogRecord(Struct):
     """
-    One line of an inspector_logs segment: a single JSON object followed by a newline. The line format is a superset of the JSON written by NVIDIA's NCCL Inspector profiler plugin (format v4.0), so tools built for Inspector output read CommInsight logs, and CommInsight readers read Inspector logs. NVIDIA's top-level objects (header, metadata, coll_perf, p2p_perf) keep NVIDIA's names and types and stay open to fields NVIDIA may add. CommInsight's own data lives in the closed, versioned object `ci`, a tagged union whose `kind` names the line kind. How a reader tells lines apart: a line WITH `ci` is a CommInsight line and `ci.kind` decides (coll, p2p, comm_init, comm_finalize, gap, hang_evidence, segment_start, seal); a line WITHOUT `ci` is a foreign NVIDIA Inspector line and is a collective if it has `coll_perf`, a point-to-point op if it has `p2p_perf`. CommInsight op lines (kind coll / p2p) carry header, metadata and coll_perf / p2p_perf exactly as NVIDIA's tools expect, and `ci` adds only the facts NVIDIA does not record, so no fact is written twice; all other CommInsight kinds carry `ci` alone. Segments: the first line of every segment is a segment_start line (producer identity, clock anchor, live communicators), so a segment can be read on its own; a sealed segment's last line is a seal line (record count, byte count, CRC-32 of everything before it). The writer appends the seal, fsyncs, and renames the file to drop its `.partial` suffix; a segment without a valid seal as its last line is unsealed (a crashed writer) and its last, possibly truncated, line must be ignored. Ordering: lines appear in ring_seq order of the records they carry (gap lines stand in for lost records), so a communicator's comm_init precedes its ops and its comm_finalize follows them. Line-shape rules that a code-generated model cannot express are stated in `dependentRequired` and `not` below; readers decoding with the generated model should check them too.
+    One line of an inspector_logs segment: a single JSON object followed by a newline. Op lines in the Inspector form are a superset of the JSON written by NVIDIA's NCCL Inspector profiler plugin (format v4.0), so tools built for Inspector output read CommInsight logs written in that form, and CommInsight readers read Inspector logs. NVIDIA's top-level objects (header, metadata, coll_perf, p2p_perf) keep NVIDIA's names and types and stay open to fields NVIDIA may add. CommInsight's own data lives in the closed, versioned object `ci`, a tagged union whose `kind` names the line kind. Op lines come in two forms, chosen by COMMINSIGHT_PROFILER_LOG_FORMAT: the compact form (the default; kinds c and p: one `ci` object with short keys, about 300 bytes an op) and the Inspector form (kinds coll and p2p with NVIDIA's objects, about 900 bytes an op, for NVIDIA's tools). Readers read both, and a segment may hold either. How a reader tells lines apart: a line WITH `ci` is a CommInsight line and `ci.kind` decides (c, p, coll, p2p, comm_init, comm_finalize, gap, hang_evidence, segment_start, seal); a line WITHOUT `ci` is a foreign NVIDIA Inspector line and is a collective if it has `coll_perf`, a point-to-point op if it has `p2p_perf`. CommInsight op lines (kind coll / p2p) carry header, metadata and coll_perf / p2p_perf exactly as NVIDIA's tools expect, and `ci` adds only the facts NVIDIA does not record, so no fact is written twice; all other CommInsight kinds carry `ci` alone. Segments: the first line of every segment is a segment_start line (producer identity, clock anchor, live communicators), so a segment can be read on its own; a sealed segment's last line is a seal line (record count, byte count, CRC-32 of everything before it). The writer appends the seal, fsyncs, and renames the file to drop its `.partial` suffix; a segment without a valid seal as its last line is unsealed (a crashed writer) and its last, possibly truncated, line must be ignored. Ordering: lines appear in ring_seq order of the records they carry (gap lines stand in for lost records), so a communicator's comm_init precedes its ops and its comm_finalize follows them. Line-shape rules that a code-generated model cannot express are stated in `dependentRequired` and `not` below; readers decoding with the generated model should check them too.
     """
 
     header: (
@@ -1995,7 +2615,9 @@ class InspectorLogRecord(Struct):
             | CiGap
             | CiHangEvidence
             | CiSegmentStart
-            | CiSeal,
+            | CiSeal
+            | CiCollCompact
+            | CiP2pCompact,
             Meta(
                 description="CommInsight's own part of the line, tagged by `kind`. Absent on foreign NVIDIA Inspector lines."
             ),

@@ -91,6 +91,23 @@ class EngineCi(msgspec.Struct):
     crc32: int | None = None
     first_ring_seq: int | None = None
     last_ring_seq: int | None = None
+    q: int | None = None
+    c: str | None = None
+    cn: str | None = None
+    r: int | None = None
+    n: int | None = None
+    nn: int | None = None
+    f: str | None = None
+    s: int | None = None
+    b: int | None = None
+    pe: int | None = None
+    ts: str | None = None
+    bw: float | None = None
+    h: int | None = None
+    hc: int | None = None
+    g0: int | None = None
+    gd: int | None = None
+    gr: int | None = None
 
 
 class EngineMetadata(msgspec.Struct):
