@@ -2,7 +2,9 @@
 
 The logs are real: a simulated tensor + pipeline + data parallel job on 8 ranks (TP 2 x PP 2 x
 DP 2) drives the real plugin (dist/libnccl-profiler-comminsight.so), whose writer thread
-produces the segments the engine reads in production (about 900 bytes of JSON per op). The
+produces the segments the engine reads in production: op lines in the compact form (the
+default, about 350 bytes of JSON per op), and once more in the Inspector form (about 950; the
+metrics of that run carry the suffix _inspector, so the two forms compare in one run). The
 model is 7B-class: 32 layers, so a GPU issues about 68 ops per Step (16 layers of its pipeline
 stage, two tensor-parallel all-reduces each, the pipeline sends and receives, the data
 parallel reduce-scatter and all-gather). A second, GPT-2-small-sized job (12 layers, 28 ops per
@@ -31,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from comminsight.log_segments import read_segment
 from comminsight.semantic.log_input import _DECODER, read_gpu_logs
 from comminsight.semantic.offline import recover_steps
 from comminsight.sim import SimConfig, run_simulation
@@ -45,6 +48,7 @@ def emit(metric: str, value: float, unit: str) -> None:
 
 
 JOBS = (("", 32, 1000), ("_12_layers", 12, 1000))  # metric suffix, layers, Steps
+FORMS = (("", "compact"), ("_inspector", "inspector"))  # metric suffix, log format
 
 
 def main() -> None:
@@ -57,23 +61,27 @@ def main() -> None:
         return
     if not PLUGIN.exists():
         sys.exit(f"engine_parse: {PLUGIN} is missing; run `make build-profiler`")
-    for suffix, layers, steps in JOBS:
-        with tempfile.TemporaryDirectory(prefix="ci-engine-bench-") as tmp:
-            sim = run_simulation(
-                SimConfig(
-                    plugin=str(PLUGIN),
-                    home=tmp,
-                    workload="tp-pp-dp",
-                    ranks=8,
-                    steps=steps,
-                    layers=layers,
-                    time_scale=0.005,
-                    env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
+    for job_suffix, layers, steps in JOBS:
+        for form_suffix, log_format in FORMS:
+            with tempfile.TemporaryDirectory(prefix="ci-engine-bench-") as tmp:
+                sim = run_simulation(
+                    SimConfig(
+                        plugin=str(PLUGIN),
+                        home=tmp,
+                        workload="tp-pp-dp",
+                        ranks=8,
+                        steps=steps,
+                        layers=layers,
+                        time_scale=0.005,
+                        env=(
+                            ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
+                            ("COMMINSIGHT_PROFILER_LOG_FORMAT", log_format),
+                        ),
+                    )
                 )
-            )
-            if sim.errors:
-                sys.exit(f"engine_parse: the simulation failed: {sim.errors}")
-            measure(Path(tmp) / "inspector_logs", args.repeat, suffix)
+                if sim.errors:
+                    sys.exit(f"engine_parse: the simulation failed: {sim.errors}")
+                measure(Path(tmp) / "inspector_logs", args.repeat, job_suffix + form_suffix)
 
 
 def measure(logs: Path, repeat: int, suffix: str) -> None:
@@ -94,7 +102,7 @@ def measure(logs: Path, repeat: int, suffix: str) -> None:
     t0 = time.thread_time()
     for log in read_gpu_logs(logs)[0]:
         for path in log.segments:
-            for line in path.read_bytes().splitlines():
+            for line in read_segment(path).splitlines():
                 _DECODER.decode(line)
                 lines += 1
     decode_cpu = time.thread_time() - t0

@@ -723,8 +723,13 @@ def _times(
     timed = bool(kernel_timing and gpu_start and gpu_stop and gpu_stop >= gpu_start)
     if timed:
         duration = gpu_stop - gpu_start
+    elif exec_us:
+        # as the C scanner reads it: an execution time past int64's nanoseconds (a writer's
+        # clock difference that wrapped) is no duration
+        t = exec_us * 1000
+        duration = 0 if not t >= 1 else int(t) if t < 2.0**63 else NONE
     else:
-        duration = max(0, int(exec_us * 1000)) if exec_us else max(0, complete - issue)
+        duration = max(0, complete - issue)
     starts, ends = op_times(
         *(np.array([v], np.int64) for v in (issue, complete, duration)),
         *(np.array([v or 0], np.int64) for v in (gpu_start, gpu_stop)),

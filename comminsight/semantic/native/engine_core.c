@@ -7,8 +7,12 @@
  *    non-ASCII bytes, a float where an int belongs, malformed JSON) is marked CI_LINE_OTHER
  *    and decoded by the Python (msgspec) path, which also names what is wrong with it. So C
  *    only ever takes lines that Python would take the same way.
- *    The header object and the function name repeat on every line: they are interned (an
- *    index into a table of distinct byte strings) and Python decodes each distinct one once.
+ *    Both forms of op line are taken: the Inspector form (header, coll_perf / p2p_perf, ci)
+ *    and the compact form (one ci object of kind c or p with short keys).
+ *    The communicator identity (the Inspector form's header object, or the same object made
+ *    from a compact line's keys) and the function name repeat on every line: they are
+ *    interned (an index into a table of distinct byte strings) and Python decodes each
+ *    distinct one once.
  * 2. ci_reorder: the reorder window's releases (a min-heap on (issue time, arrival); the
  *    rule is in semantic/ops.py).
  * 3. ci_decide: a runner's decision per op from a (state, role, where-in-cycle) table, with
@@ -813,8 +817,8 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern
 /* ---- the writer's own lines, in a segment whose seal checksum matched -------------------- *
  *
  * Such a line is byte for byte what profiler/src/logwriter.c wrote: valid JSON in a known key
- * order. It is read by that layout, skipping what the engine does not use (the metadata, the
- * ci fields after the timing ones) instead of walking every token. Searches are only for
+ * order (one per form). It is read by that layout, skipping what the engine does not use (the
+ * metadata, the fields it does not read) instead of walking every token. Searches are only for
  * sequences that begin with a raw quote after a '}' or ',', which cannot occur inside a JSON
  * string (a quote there is escaped), so the first match is the structural one. Anything
  * unexpected returns 0 and the line is walked as any other. */
@@ -1118,6 +1122,140 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t
     return row->header >= 0 && row->func >= 0;
 }
 
+/* A signed integer as the writer prints it (%lld): layout_int's digits after an optional
+ * minus sign. */
+static const char* layout_signed(const char* p, const char* e, int64_t* v) {
+    if (p < e && *p == '-') {
+        if (!(p = layout_int(p + 1, e, v))) return NULL;
+        *v = -*v; /* layout_int stops at INT64_MAX: no overflow */
+        return p;
+    }
+    return layout_int(p, e, v);
+}
+
+#define COMPACT_KEY(name) ",\"" F(name) "\":"
+#define COMPACT_HEAD(kind) "{\"" F(CI) "\":{\"" F(KIND) "\":\"" V(kind) "\",\"" F(Q) "\":"
+
+/* A compact op line (kinds c and p) in the writer's key order (logwriter.c:
+ * put_compact_op_line), read into what the walker would have read (compact_t) and made a row
+ * by the same compact_row. Optional keys are taken where the writer puts them; anything else
+ * returns 0 and the line is walked. */
+static int layout_compact(const char* s, const char* e, ci_line_t* row, ci_intern_t* headers,
+                          ci_intern_t* funcs) {
+    const char* p = s;
+    compact_t o;
+    memset(&o, 0, sizeof o);
+    int kind;
+    if (ACCEPT(COMPACT_HEAD(C))) kind = KIND_COLL;
+    else if (ACCEPT(COMPACT_HEAD(P))) kind = KIND_P2P;
+    else return 0;
+    int64_t skip;
+#define STR(field)                                       \
+    do {                                                 \
+        (field).s = p;                                   \
+        if (!(p = layout_str(p, e))) return 0;           \
+        (field).n = p - (field).s;                       \
+        p++;                                             \
+    } while (0)
+#define SPAN_INT(field)                                  \
+    do {                                                 \
+        (field).s = p;                                   \
+        if (!(p = layout_int(p, e, &skip))) return 0;    \
+        (field).n = p - (field).s;                       \
+    } while (0)
+    if (!(p = layout_int(p, e, &o.ring_seq))) return 0;
+    EXPECT(COMPACT_KEY(C) "\"");
+    STR(o.comm);
+    o.seen |= CK_COMM;
+    if (ACCEPT(COMPACT_KEY(CN) "\"")) {
+        STR(o.name);
+        o.seen |= CK_NAME;
+    }
+    EXPECT(COMPACT_KEY(R));
+    SPAN_INT(o.rank);
+    EXPECT(COMPACT_KEY(N));
+    SPAN_INT(o.nranks);
+    EXPECT(COMPACT_KEY(NN));
+    SPAN_INT(o.nnodes);
+    EXPECT(COMPACT_KEY(F) "\"");
+    STR(o.func);
+    EXPECT(COMPACT_KEY(S));
+    if (!(p = layout_int(p, e, &o.seq))) return 0;
+    EXPECT(COMPACT_KEY(I));
+    if (!(p = layout_skip_int(p, e))) return 0;
+    EXPECT(COMPACT_KEY(E));
+    if (!(p = layout_skip_int(p, e))) return 0;
+    EXPECT(COMPACT_KEY(B));
+    if (!(p = layout_int(p, e, &o.size))) return 0;
+    EXPECT(COMPACT_KEY(D) "\"");
+    if (!(p = layout_str(p, e))) return 0;
+    p++;
+    o.seen |= CK_RANK | CK_NRANKS | CK_NNODES | CK_FUNC | CK_SEQ | CK_SIZE;
+    if (kind == KIND_COLL) {
+        if (ACCEPT(COMPACT_KEY(RT)) && !(p = layout_skip_int(p, e))) return 0;
+        EXPECT(COMPACT_KEY(A) "\"");
+        if (!(p = layout_str(p, e))) return 0;
+        p++;
+        EXPECT(COMPACT_KEY(PT) "\"");
+        if (!(p = layout_str(p, e))) return 0;
+        p++;
+        EXPECT(COMPACT_KEY(CH));
+        if (!(p = layout_skip_int(p, e))) return 0;
+        EXPECT(COMPACT_KEY(W));
+        if (!(p = layout_skip_int(p, e))) return 0;
+    } else {
+        if (ACCEPT(COMPACT_KEY(PE))) {
+            if (!(p = layout_int(p, e, &o.peer))) return 0;
+            o.seen |= CK_PEER;
+        }
+        EXPECT(COMPACT_KEY(CH));
+        if (!(p = layout_skip_int(p, e))) return 0;
+    }
+    if (ACCEPT(COMPACT_KEY(ST) "\"")) {
+        if (!(p = layout_str(p, e))) return 0;
+        p++;
+    }
+    (void)ACCEPT(COMPACT_KEY(GC) "true");
+    if (ACCEPT(COMPACT_KEY(GR))) {
+        if (!(p = layout_int(p, e, &o.group))) return 0;
+        o.seen |= CK_GROUP;
+    }
+    if (ACCEPT(COMPACT_KEY(T)) && !(p = layout_skip_int(p, e))) return 0;
+    EXPECT(COMPACT_KEY(TS) "\"");
+    const char* timing = p;
+    if (!(p = layout_str(p, e))) return 0;
+    o.kernel_timing = key_is(timing, p - timing, V(KERNEL_GPU));
+    p++;
+    o.seen |= CK_TIMING;
+    if (ACCEPT(COMPACT_KEY(BW))) {
+        if (!(p = layout_num(p, e, &o.busbw))) return 0;
+        o.seen |= CK_BW;
+    }
+    EXPECT(COMPACT_KEY(H));
+    if (!(p = layout_int(p, e, &o.start))) return 0;
+    EXPECT(COMPACT_KEY(HS));
+    if (!(p = layout_signed(p, e, &skip))) return 0;
+    o.seen |= CK_START;
+    if (ACCEPT(COMPACT_KEY(HC))) {
+        if (!(p = layout_signed(p, e, &o.complete_after))) return 0;
+        o.seen |= CK_COMPLETE;
+    }
+    if (ACCEPT(COMPACT_KEY(G0))) {
+        if (!(p = layout_int(p, e, &o.gpu_start))) return 0;
+        EXPECT(COMPACT_KEY(GD));
+        if (!(p = layout_int(p, e, &o.gpu_length))) return 0;
+        o.seen |= CK_G0 | CK_GD;
+    }
+    EXPECT(COMPACT_KEY(CC));
+    if (!(p = layout_skip_int(p, e))) return 0;
+    (void)ACCEPT(COMPACT_KEY(FC) "true");
+    EXPECT("}}");
+#undef STR
+#undef SPAN_INT
+    if (p != e) return 0;
+    return compact_row(&o, kind, row, headers, funcs) == CI_LINE_OP;
+}
+
 /* Where `needle` (n >= 2 bytes) occurs in buf[pos..len), without overlaps: at most max
  * offsets into out; returns how many were written (max: there may be more after the last). */
 int64_t ci_find_all(const char* buf, int64_t len, int64_t pos, const char* needle, int64_t n,
@@ -1153,7 +1291,14 @@ int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_columns_t* c
         memset(&row, 0, sizeof row);
         row.start = pos;
         row.end = nl - buf + 1;
-        if (trusted && layout_line(buf + pos, nl, &row, headers, funcs)) {
+        int laid = trusted && layout_compact(buf + pos, nl, &row, headers, funcs);
+        if (trusted && !laid) {
+            memset(&row, 0, sizeof row);
+            row.start = pos;
+            row.end = nl - buf + 1;
+            laid = layout_line(buf + pos, nl, &row, headers, funcs);
+        }
+        if (laid) {
             row.status = CI_LINE_OP;
         } else {
             memset(&row, 0, sizeof row);
