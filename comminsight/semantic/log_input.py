@@ -394,11 +394,11 @@ class _SegmentReader:
         # a header C took but the schema does not (a wrong type): Python names the problem
         refused = ops[self.comm_of_header[rows["header"][ops]] < 0]
         rows["status"][refused] = native.LINE_OTHER
-        for fid, (name, plain) in self._renamed.items():
+        for fid, (func, plain) in self._renamed.items():
             at = ops[rows["func"][ops] == fid]
             if len(at):
                 more = f" (and {len(at) - 1} more lines here)" if len(at) > 1 else ""
-                problems.append(f"{path}:{record + int(at[0]) + 1}: {_renamed(name, plain)}{more}")
+                problems.append(f"{path}:{record + int(at[0]) + 1}: {_renamed(func, plain)}{more}")
         ends = rows["end"]
         n = len(rows)
         gpu_offset = native.gpu_offset(rows, ops)
@@ -602,11 +602,43 @@ def _unread(line: EngineLine) -> str | None:
     ci = line.ci
     if ci is None:
         return None if line.header is not None else "neither a CommInsight nor an Inspector line"
+    if ci.kind in _COMPACT_KINDS and _inspector_objects(line):
+        return f"a {ci.kind} line with Inspector objects (header, metadata or perf)"
+    if ci.kind in _COMPACT_KINDS + _OP_KINDS and not _numbers_fit(line):
+        return f"a {ci.kind} line with a number outside 64-bit integers (or a negative time)"
     if ci.kind in _OP_KINDS:
         return f"a {ci.kind} line without its header or perf object"
     if ci.kind in _COMPACT_KINDS:
         return f"a {ci.kind} line without its communicator, rank, size, function, sequence or bytes"
     return None
+
+
+def _inspector_objects(line: EngineLine) -> bool:
+    return any(x is not None for x in (line.header, line.metadata, line.coll_perf, line.p2p_perf))
+
+
+def _fits(*values) -> bool:
+    """Every value absent or a signed 64-bit integer, as the C scanner reads integers."""
+    return all(v is None or _INT64_MIN <= v <= _INT64_MAX for v in values)
+
+
+def _numbers_fit(line: EngineLine) -> bool:
+    """The integers an op line gives the engine are 64-bit ones (a compact line's enqueue time
+    is not negative either): a line that breaks this is no op, and is named."""
+    ci, h = line.ci, line.header
+    if ci.kind in _COMPACT_KINDS:
+        return (ci.h is None or ci.h >= 0) and _fits(
+            ci.q, ci.r, ci.n, ci.nn, ci.s, ci.b, ci.pe, ci.h, ci.hc, ci.g0, ci.gd, ci.gr
+        )
+    perf = line.coll_perf if ci.kind == V.COLL else line.p2p_perf
+    numbers = [ci.ring_seq, ci.host_start_mono_ns, ci.host_complete_mono_ns, ci.group_id]
+    numbers += [ci.gpu_start_globaltimer_ns, ci.gpu_stop_globaltimer_ns]
+    if h is not None:
+        numbers += [h.rank, h.n_ranks, h.nnodes]
+    if perf is not None:
+        numbers += [perf.coll_sn, perf.coll_msg_size_bytes] if ci.kind == V.COLL else []
+        numbers += [perf.p2p_sn, perf.p2p_msg_size_bytes, perf.p2p_peer] if ci.kind == V.P2P else []
+    return _fits(*numbers)
 
 
 def _op(
@@ -616,8 +648,10 @@ def _op(
     if ci is None and h is not None:
         return _nvidia_op(line, position)
     if ci is not None and ci.kind in _COMPACT_KINDS:
+        if _inspector_objects(line) or not _numbers_fit(line):
+            return None
         return _compact_op(ci, anchor, position, offset)
-    if ci is None or h is None or ci.kind not in _OP_KINDS:
+    if ci is None or h is None or ci.kind not in _OP_KINDS or not _numbers_fit(line):
         return None
     if ci.kind == V.COLL and line.coll_perf is not None:
         perf = line.coll_perf
@@ -668,23 +702,25 @@ def _op(
 
 
 _INT64_MAX = (1 << 63) - 1
+_INT64_MIN = -(1 << 63)
 
 
 def _compact_op(
     ci, anchor: tuple[int, int], position: LogPosition, offset: int | None
 ) -> EngineOp | None:
-    """A compact op line's op (kinds c and p), as the C scanner reads it: host and GPU times
-    put back from their offsets (a sum outside int64 leaves that time out), no execution time
-    (the GPU span where the kernel was timed, else the host span)."""
+    """A compact op line's op (kinds c and p; its numbers checked by `_numbers_fit`), as the C
+    scanner reads it: host and GPU times put back from their offsets (a sum outside int64, or
+    a negative one, leaves that time out), no execution time (the GPU span where the kernel was
+    timed, else the host span)."""
     if None in (ci.c, ci.r, ci.n, ci.f, ci.s, ci.b):
         return None
     issue = ci.h or 0
     complete = issue
     if ci.hc is not None and 0 < issue + ci.hc <= _INT64_MAX:
         complete = issue + ci.hc
-    gpu_start = gpu_stop = None
-    if ci.g0 is not None and ci.gd is not None and ci.g0 >= 0 and ci.gd >= 0:
-        if ci.g0 + ci.gd <= _INT64_MAX:
+    gpu_start = gpu_stop = None  # the span's length is negative where the GPU clock disagrees
+    if ci.g0 is not None and ci.gd is not None and ci.g0 >= 0:
+        if 0 <= ci.g0 + ci.gd <= _INT64_MAX:
             gpu_start, gpu_stop = ci.g0, ci.g0 + ci.gd
     p2p = ci.kind == V.P
     return EngineOp(

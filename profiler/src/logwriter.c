@@ -289,9 +289,9 @@ static void put_compact_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_
         (long long)(r->host_stop_mono_ns - r->host_start_mono_ns));
     if (r->complete_mono_ns)
         put(K(HC) "%lld,", (long long)(r->complete_mono_ns - r->host_start_mono_ns));
-    if (r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU && r->gpu_end_ticks >= r->gpu_start_ticks)
-        put(K(G0) "%llu," K(GD) "%llu,", (unsigned long long)r->gpu_start_ticks,
-            (unsigned long long)(r->gpu_end_ticks - r->gpu_start_ticks));
+    if (r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU) /* as the Inspector form: ticks as read */
+        put(K(G0) "%llu," K(GD) "%lld,", (unsigned long long)r->gpu_start_ticks,
+            (long long)(r->gpu_end_ticks - r->gpu_start_ticks));
     put(K(CC) "%u", r->kernel_ch_count);
     put((r->flags & CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE) ? "," K(FC) "true}}\n" : "}}\n");
 }

@@ -38,7 +38,8 @@ def expected(line: bytes):
         return None
     ci, h = decoded.ci, decoded.header
     if ci is not None and ci.kind in ("c", "p"):
-        return expected_compact(ci)
+        inspector = (decoded.header, decoded.metadata, decoded.coll_perf, decoded.p2p_perf)
+        return None if any(x is not None for x in inspector) else expected_compact(ci)
     if ci is None or h is None:
         return None
     if ci.kind == "coll" and decoded.coll_perf is not None:
@@ -82,17 +83,21 @@ INT64_MAX = (1 << 63) - 1
 
 
 def expected_compact(ci) -> dict | None:
-    """expected() of a compact op line (kinds c and p): host and GPU times put back from their
-    offsets, a sum outside int64 (or a negative one) left out; no execution time."""
-    if None in (ci.c, ci.r, ci.n, ci.f, ci.s, ci.b):
+    """expected() of a compact op line (kinds c and p; none with a number outside int64 or a
+    negative enqueue time): host and GPU times put back from their offsets, a sum outside
+    int64 (or a negative one) left out; no execution time."""
+    if None in (ci.c, ci.r, ci.n, ci.f, ci.s, ci.b) or (ci.h is not None and ci.h < 0):
+        return None
+    numbers = (ci.q, ci.r, ci.n, ci.nn, ci.s, ci.b, ci.pe, ci.h, ci.hc, ci.g0, ci.gd, ci.gr)
+    if any(v is not None and not -(2**63) <= v <= INT64_MAX for v in numbers):
         return None
     none = native.NONE
     start = ci.h if ci.h is not None else 0
     complete = none
     if ci.hc is not None and 0 <= start + ci.hc <= INT64_MAX:
         complete = start + ci.hc
-    gpu = ci.g0 is not None and ci.gd is not None and ci.g0 >= 0 and ci.gd >= 0
-    gpu = gpu and ci.g0 + ci.gd <= INT64_MAX
+    gpu = ci.g0 is not None and ci.gd is not None and ci.g0 >= 0
+    gpu = gpu and 0 <= ci.g0 + ci.gd <= INT64_MAX
     p2p = ci.kind == "p"
     return {
         "kind": int(p2p),

@@ -294,9 +294,9 @@ class ProcessLines:
         if int(r["complete_mono_ns"]):
             ci[F.HC] = _signed(int(r["complete_mono_ns"]) - start)
         g0, g1 = int(r["gpu_start_ticks"]), int(r["gpu_end_ticks"])
-        if source == shm_v1.TimingSource.KERNEL_GPU and g1 >= g0:
+        if source == shm_v1.TimingSource.KERNEL_GPU:
             ci[F.G0] = g0
-            ci[F.GD] = g1 - g0
+            ci[F.GD] = _signed(g1 - g0)
         ci[F.CC] = int(r["kernel_ch_count"])
         if flags & shm_v1.SlotFlags.FORCED_COMPLETE:
             ci[F.FC] = True

@@ -449,6 +449,7 @@ def _compact_row(ci: CiCollCompact | CiP2pCompact) -> tuple[tuple, tuple[int, Co
         peer = _opt(ci.pe, shm_v1.NO_RANK)
     start = ci.h
     g0 = _opt(ci.g0, 0)
+    gpu = not isinstance(ci.g0, UnsetType) and not isinstance(ci.gd, UnsetType)
     row = (
         ci.q,
         shm_v1.RecordKind.COLL if coll else shm_v1.RecordKind.P2P,
@@ -465,7 +466,7 @@ def _compact_row(ci: CiCollCompact | CiP2pCompact) -> tuple[tuple, tuple[int, Co
         (start + ci.hs) & _U64,
         (start + ci.hc) & _U64 if not isinstance(ci.hc, UnsetType) else 0,
         g0,
-        (g0 + ci.gd) & _U64 if g0 and not isinstance(ci.gd, UnsetType) else 0,
+        (g0 + ci.gd) & _U64 if gpu else 0,
         _opt(ci.gr, 0),
         ci.i,
         raw_name,

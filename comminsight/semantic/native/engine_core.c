@@ -730,6 +730,7 @@ static int32_t compact_row(const compact_t* o, int kind, ci_line_t* row, ci_inte
     row->busbw = o->busbw;
     row->kernel_timing = o->kernel_timing;
     row->ring_seq = o->ring_seq;
+    if ((o->seen & CK_START) && o->start < 0) return CI_LINE_OTHER; /* the schema's minimum */
     int64_t start = (o->seen & CK_START) ? o->start : 0;
     row->host_start = (o->seen & CK_START) ? o->start : NONE;
     row->host_complete = NONE;
@@ -737,8 +738,10 @@ static int32_t compact_row(const compact_t* o, int kind, ci_line_t* row, ci_inte
     if ((o->seen & CK_COMPLETE) && !__builtin_add_overflow(start, o->complete_after, &sum) && sum >= 0)
         row->host_complete = sum;
     row->gpu_start = row->gpu_stop = NONE;
-    if ((o->seen & (CK_G0 | CK_GD)) == (CK_G0 | CK_GD) && o->gpu_start >= 0 && o->gpu_length >= 0 &&
-        !__builtin_add_overflow(o->gpu_start, o->gpu_length, &sum)) {
+    /* the span's length is negative where the GPU's clock reads disagree (the Inspector form
+     * writes such ticks as they are, and so does this) */
+    if ((o->seen & (CK_G0 | CK_GD)) == (CK_G0 | CK_GD) && o->gpu_start >= 0 &&
+        !__builtin_add_overflow(o->gpu_start, o->gpu_length, &sum) && sum >= 0) {
         row->gpu_start = o->gpu_start;
         row->gpu_stop = sum;
     }
@@ -783,8 +786,14 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern
     }
     ws(&c);
     if (c.p != c.end || !ci.present) return CI_LINE_OTHER;
-    if (key_is(ci.kind, ci.kind_n, V(C))) return compact_row(&ci.compact, KIND_COLL, row, headers, funcs);
-    if (key_is(ci.kind, ci.kind_n, V(P))) return compact_row(&ci.compact, KIND_P2P, row, headers, funcs);
+    int compact_kind = key_is(ci.kind, ci.kind_n, V(C))   ? KIND_COLL
+                       : key_is(ci.kind, ci.kind_n, V(P)) ? KIND_P2P
+                                                          : -1;
+    if (compact_kind >= 0) {
+        /* a compact line carries no Inspector object: one that does is Python's to name */
+        if (seen_header || seen_meta || coll.present || p2p.present) return CI_LINE_OTHER;
+        return compact_row(&ci.compact, compact_kind, row, headers, funcs);
+    }
     if (!header) return CI_LINE_OTHER;
     const perf_t* p;
     if (key_is(ci.kind, ci.kind_n, V(COLL)) && coll.present) {
@@ -1126,8 +1135,9 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t
  * minus sign. */
 static const char* layout_signed(const char* p, const char* e, int64_t* v) {
     if (p < e && *p == '-') {
-        if (!(p = layout_int(p + 1, e, v))) return NULL;
-        *v = -*v; /* layout_int stops at INT64_MAX: no overflow */
+        /* a digit next: layout_int's fallback would take a second sign */
+        if (p + 1 >= e || (unsigned)(p[1] - '0') >= 10 || !(p = layout_int(p + 1, e, v))) return NULL;
+        *v = -*v; /* a value layout_int takes after digits is at most INT64_MAX */
         return p;
     }
     return layout_int(p, e, v);
@@ -1243,7 +1253,7 @@ static int layout_compact(const char* s, const char* e, ci_line_t* row, ci_inter
     if (ACCEPT(COMPACT_KEY(G0))) {
         if (!(p = layout_int(p, e, &o.gpu_start))) return 0;
         EXPECT(COMPACT_KEY(GD));
-        if (!(p = layout_int(p, e, &o.gpu_length))) return 0;
+        if (!(p = layout_signed(p, e, &o.gpu_length))) return 0;
         o.seen |= CK_G0 | CK_GD;
     }
     EXPECT(COMPACT_KEY(CC));

@@ -956,14 +956,14 @@ class CiCollCompact(Struct, forbid_unknown_fields=True, tag_field='kind', tag='c
         Annotated[
             int,
             Meta(
-                description='Root rank; present for rooted collectives (Broadcast, Reduce) only (root).',
+                description='Root rank; present for rooted collectives (Broadcast, Reduce, Gather, Scatter) only (root).',
                 ge=0,
             ),
         ]
         | UnsetType
     ) = UNSET
     """
-    Root rank; present for rooted collectives (Broadcast, Reduce) only (root).
+    Root rank; present for rooted collectives (Broadcast, Reduce, Gather, Scatter) only (root).
     """
     st: (
         Annotated[
@@ -1058,14 +1058,13 @@ class CiCollCompact(Struct, forbid_unknown_fields=True, tag_field='kind', tag='c
         Annotated[
             int,
             Meta(
-                description="Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns); present with g0.",
-                ge=0,
+                description="Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns), negative only where the GPU's clock reads disagree; present with g0."
             ),
         ]
         | UnsetType
     ) = UNSET
     """
-    Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns); present with g0.
+    Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns), negative only where the GPU's clock reads disagree; present with g0.
     """
     fc: (
         Annotated[
@@ -1347,14 +1346,13 @@ class CiP2pCompact(Struct, forbid_unknown_fields=True, tag_field='kind', tag='p'
         Annotated[
             int,
             Meta(
-                description="Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns); present with g0.",
-                ge=0,
+                description="Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns), negative only where the GPU's clock reads disagree; present with g0."
             ),
         ]
         | UnsetType
     ) = UNSET
     """
-    Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns); present with g0.
+    Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns), negative only where the GPU's clock reads disagree; present with g0.
     """
     fc: (
         Annotated[
