@@ -39,6 +39,7 @@ from pathlib import Path
 from distributed import Client, LocalCluster
 from synthetic_job import Shape, generate
 
+from comminsight.semantic.dask_cluster import worker_config
 from comminsight.semantic.distributed_steps import recover_steps_distributed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,15 +67,16 @@ def digest(directory: Path) -> str:
 
 
 def run(logs: Path, shape: Shape, workers: int, scratch: Path) -> dict:
-    cluster = LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",
-        silence_logs=logging.ERROR,
-        local_directory=str(scratch),
-    )
+    with worker_config():  # the workers as `comminsight steps --workers` starts them
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+            local_directory=str(scratch),
+        )
     out = scratch / f"steps-{workers}"
     try:
         with Client(cluster) as client:

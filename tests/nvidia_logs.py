@@ -13,7 +13,8 @@ DUMP_INTERVAL_US = 100_000
 def as_nvidia(src_dir, dst_dir, lines_per_dump: int) -> None:
     """One NVIDIA-style file per process, its op lines in the order they were written, a
     dump every `lines_per_dump` lines, DUMP_INTERVAL_US after the one before, a microsecond
-    a line."""
+    a line: from CommInsight logs in the Inspector form (COMMINSIGHT_PROFILER_LOG_FORMAT=
+    inspector), whose op lines are NVIDIA's objects with CommInsight's beside them."""
     dst_dir.mkdir()
     by_process: dict[tuple, list[str]] = {}
     for _, data in segment_data(src_dir):
@@ -32,6 +33,7 @@ def as_nvidia(src_dir, dst_dir, lines_per_dump: int) -> None:
             meta = record["metadata"]
             lines = by_process.setdefault((meta["hostname"], meta["pid"]), [])
             lines.append(json.dumps(_dumped(record, len(lines), lines_per_dump)))
+    assert by_process, f"no op line in the Inspector form under {src_dir}"
     for (host, pid), lines in by_process.items():
         (dst_dir / f"nccl-inspector-{host}-pid{pid}.log").write_text("\n".join(lines) + "\n")
 

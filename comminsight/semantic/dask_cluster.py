@@ -6,7 +6,9 @@ worker per core this process may use, and a small one (one process's logs, or fe
 AUTO_BYTES of segments) runs here: a cluster takes seconds to start, more than such a job
 takes. A scheduler is given as `tcp://host:8786` or as the path of its scheduler file (what
 `dask scheduler --scheduler-file` and dask-jobqueue's clusters write); its workers must see the
-logs and the output directory at the same paths as this process.
+logs and the output directory at the same paths as this process, and their memory stays flat
+in the job's size only with Dask's profiler off (`distributed.worker.profile.enabled: false`,
+as worker_config sets it for the workers started here).
 """
 
 from __future__ import annotations
@@ -114,26 +116,38 @@ def _local_cluster(workers: int) -> Iterator[object]:
     # the workers' own directory (what they keep between rounds): this user's alone, made
     # here, so nobody else can plant or swap what they read back
     scratch = tempfile.mkdtemp(prefix="comminsight-dask-")
-    cluster = LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,  # the work is numpy and C per GPU: processes, not threads
-        processes=True,
-        # nothing of it reachable from other hosts: its scheduler, and the HTTP pages it
-        # serves even without a dashboard, on this host's loopback, at ports free now; TLS
-        # with certificates made for this cluster alone, so no other user of the host can
-        # join it and run code as this one
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",
-        security=True,
-        # one process's ops may need more than an even share of the memory: no worker is
-        # restarted for its size (the machine's own limits still hold)
-        memory_limit=0,
-        local_directory=scratch,
-        silence_logs=logging.ERROR,
-    )
+    with worker_config():  # read as the workers start
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,  # the work is numpy and C per GPU: processes, not threads
+            processes=True,
+            # nothing of it reachable from other hosts: its scheduler, and the HTTP pages it
+            # serves even without a dashboard, on this host's loopback, at ports free now; TLS
+            # with certificates made for this cluster alone, so no other user of the host can
+            # join it and run code as this one
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            security=True,
+            # one process's ops may need more than an even share of the memory: no worker is
+            # restarted for its size (the machine's own limits still hold)
+            memory_limit=0,
+            local_directory=scratch,
+            silence_logs=logging.ERROR,
+        )
     try:
         with Client(cluster) as client:
             yield client
     finally:
         cluster.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
+def worker_config() -> Iterator[None]:
+    """Dask's settings for the workers of a cluster started within: without the statistical
+    profiler, whose history (a call tree a second, the last 1,000 kept) grows a worker by tens
+    of MiB over a long job, and which no run of ours reads."""
+    import dask
+
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        yield

@@ -21,11 +21,18 @@ and a GPU's later tasks are asked to run where its first ran. A task that finds 
 travels is communicator lists, instance intervals, label runs and step summaries; the files
 are read where they lie, so every worker must see the logs (and the output directory) at the
 same paths.
+
+A worker's memory does not grow with the job: it holds the GPU it works on, and of round 3's
+answers only those a cut still to be handed out reads (a GPU's label runs are let go once the
+last GPU that reads them is submitted, and live on only until that one has run). Round 4 is
+handed no label runs: the cut it places was kept on disk, and the rare task that finds none
+asks the client, which has every GPU's answer, for its providers' runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import os
@@ -198,12 +205,16 @@ def gpu_steps(
     step: CutStep,
     keep_summaries: bool,
     *provided: GpuCut,
-) -> tuple[GpuResult, list[str]]:
+) -> tuple[GpuResult, list[str]] | None:
     """Round 4: the GPU's Steps, written to out_dir, and what reading its logs met (without
-    keep_summaries, the result counts the Steps instead of carrying them)."""
-    kept = _load(run, ref.stream, "facts")
-    labels = _load(run, ref.stream, "cut") if kept is not None else None
-    if labels is None:  # cut by another worker: cut again here
+    keep_summaries, the result counts the Steps instead of carrying them). None when its cut
+    was not kept here and it reads labels it was not handed: ask again with its providers'
+    answers."""
+    labels = _load(run, ref.stream, "cut")
+    kept = _load(run, ref.stream, "facts") if labels is not None else None
+    if kept is None:  # cut by another worker: cut again here
+        if step.providers and not provided:
+            return None
         cut = _cut(run, ref, comms, step, provided)[0].cut
     else:
         cut = RankCut(kept.ops, *labels)
@@ -216,12 +227,21 @@ def gpu_steps(
         {log.stream: read.batches},
         {log.stream: list(read.problems)},
     )
-    result = place_gpu(log, ref.index, job, templates, _path(out_dir))
+    result = place_gpu(log, ref.index, job, _without_roles_met(templates), _path(out_dir))
     if not keep_summaries:
         result.written, result.summaries = len(result.summaries), []
     for stage in ("read", "facts", "cut"):
         _kept_path(run, ref.stream, stage).unlink(missing_ok=True)
     return result, list(read.problems)
+
+
+def _without_roles_met(templates: TemplateSet) -> TemplateSet:
+    """The templates, their decision tables shared, with empty caches of the roles met: a
+    template caches a role per communicator it meets, and a worker placing GPU after GPU
+    (most with communicators of their own) would keep them all."""
+    return TemplateSet(
+        [dataclasses.replace(t, _cache={}) for t in templates.templates], templates.problems
+    )
 
 
 def forget_run(run: str) -> None:
@@ -370,12 +390,12 @@ def recover_steps_distributed(
             client.run(forget_run, run)
 
 
-def _gather(client, received: dict[str, int] | None, round_name: str, futures, made=None) -> list:
+def _gather(client, received: dict[str, int] | None, round_name: str, futures) -> list:
     """The values of `futures`, or of the tasks `futures` makes when it is a list of
     callables: a few at a time, so that a worker is handed no more than it can run soon (a
     task handed over waits in its memory with its arguments, however long the round)."""
     if futures and callable(futures[0]):
-        values = _a_few_at_a_time(client, futures, made)
+        values = _a_few_at_a_time(client, futures)
     else:
         values = client.gather(futures)
     if received is not None:
@@ -384,9 +404,10 @@ def _gather(client, received: dict[str, int] | None, round_name: str, futures, m
     return values
 
 
-def _a_few_at_a_time(client, makers: list, made: list | None = None) -> list:
-    """Each maker's task run, no more than a few at once, in the makers' order (a task may
-    take earlier ones' futures, which `made` then keeps: their values stay on the workers)."""
+def _a_few_at_a_time(client, makers: list) -> list:
+    """Each maker's task run, no more than a few at once, in the makers' order. A task's value
+    stays on its worker while a future of it is held: here only until the value is fetched,
+    so a maker that hands it to later tasks keeps its own reference as long as they need it."""
     from distributed import as_completed
 
     window = max(4, 2 * sum(client.nthreads().values()))
@@ -401,15 +422,12 @@ def _a_few_at_a_time(client, makers: list, made: list | None = None) -> list:
             future = makers[i]()
             index[future.key] = i
             running.add(future)
-            if made is not None:
-                made[i] = future
 
     for _ in range(window):
         submit_next()
     for future in running:
         values[index.pop(future.key)] = future.result()
-        if made is None:
-            future.release()
+        del future  # dropped, not released: the maker's reference, if any, still holds it
         submit_next()
     return values
 
@@ -443,18 +461,25 @@ def _recover(client, gather, run, logs_dir, template_dirs, out_dir, make_out_dir
         ],
     )
     plan = plan_cut([f.instances for f in facts], [f.pivot for f in facts])
-    cuts: list = [None] * len(refs)  # futures, by GPU: their values stay for round 4
+    last_reader = {p: k for k, step in enumerate(plan) for p in step.providers}
+    read_later: dict = {}  # futures, by GPU, of the cuts that steps not yet submitted read
 
-    def cut(step: CutStep):
+    def cut(k: int):
+        step = plan[k]
         i = step.gpu
-        provided = [cuts[p] for p in step.providers]  # submitted already: earlier in the plan
-        cuts[i] = client.submit(
+        provided = [read_later[p] for p in step.providers]  # earlier in the plan
+        future = client.submit(
             gpu_cut, run, refs[i], shared, step, *provided, **_near(facts[i].worker)
         )
-        return cuts[i]
+        for p in step.providers:
+            # let go: the scheduler keeps the value for the tasks handed it until they have run
+            if last_reader[p] == k:
+                del read_later[p]
+        if i in last_reader:
+            read_later[i] = future
+        return future
 
-    kept: list = [None] * len(plan)  # not released: round 4 takes them
-    by_step = gather("cut", [functools.partial(cut, step) for step in plan], kept)
+    by_step = gather("cut", [functools.partial(cut, k) for k in range(len(plan))])
     done: list = [None] * len(refs)
     for step, value in zip(plan, by_step, strict=True):
         done[step.gpu] = value
@@ -463,26 +488,39 @@ def _recover(client, gather, run, logs_dir, template_dirs, out_dir, make_out_dir
     if out is not None and refs:
         make_out_dir(out)
     steps = {s.gpu: s for s in plan}
-    placed = [
-        functools.partial(
-            client.submit,
+    out_text = str(out) if out is not None else None
+
+    def place(ref: GpuRef, *provided: GpuCut):
+        step = steps[ref.index]
+        return client.submit(
             gpu_steps,
             run,
             ref,
             shared,
             verdict,
-            str(out) if out is not None else None,
+            out_text,
             shared_templates,
-            steps[ref.index],
+            step,
             keep,
-            *[cuts[p] for p in steps[ref.index].providers],
+            *provided,
             **_near(done[ref.index].worker),
         )
-        for ref in refs
-    ]
+
+    placed = gather("steps", [functools.partial(place, ref) for ref in refs])
+    again = [ref for ref, value in zip(refs, placed, strict=True) if value is None]
+    if again:  # cut on another worker than the one placing it: cut again there
+        retried = gather(
+            "steps",
+            [
+                functools.partial(place, ref, *[done[p] for p in steps[ref.index].providers])
+                for ref in again
+            ],
+        )
+        for ref, value in zip(again, retried, strict=True):
+            placed[ref.index] = value
     result = OfflineResult(problems=problems + templates.problems)
     result.cut = JobCut([], *verdict)
-    for gpu, gpu_problems in gather("steps", placed):
+    for gpu, gpu_problems in placed:
         result.gpus.append(gpu)
         result.problems += gpu_problems
         if on_ops is not None:

@@ -2,7 +2,8 @@
 step files, the same problems, warnings and job cut, for jobs of several layouts (a pipeline
 across two nodes, RL, ZeRO-3, a process driving two GPUs, NVIDIA Inspector files, damaged
 segments), through the API and through `comminsight steps --workers/--scheduler`; and a
-round that finds nothing its worker kept (another worker took the GPU) makes it again."""
+round that finds nothing its worker kept (another worker took the GPU) makes it again, round 4
+asking the client for the label runs it was not handed."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from profiler_builds import builds
 
 from comminsight.semantic import distributed_steps as ds
 from comminsight.semantic.cut_order import plan_cut
+from comminsight.semantic.dask_cluster import dask_client
 from comminsight.semantic.log_input import list_job
 from comminsight.semantic.offline import recover_steps
 from comminsight.semantic.templates import load_templates
@@ -29,7 +31,8 @@ pytestmark = pytest.mark.slow
 
 ENV = (
     ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
-    ("COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES", "65536"),
+    # several sealed segments a process (the compact form's ~350 bytes an op)
+    ("COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES", "24576"),
 )
 JOBS = {
     "megatron-2-nodes": dict(workload="megatron", ranks=8, tp=2, pp=2, nodes=2),
@@ -56,13 +59,13 @@ def client():
     cluster.close()
 
 
-def simulate(home, **shape):
+def simulate(home, log_format: str = "compact", **shape):
     config = SimConfig(
         plugin=str(builds()["plain"].path),
         home=str(home),
         steps=5,
         time_scale=0.01,
-        env=ENV,
+        env=(*ENV, ("COMMINSIGHT_PROFILER_LOG_FORMAT", log_format)),
         **shape,
     )
     sim = run_simulation(config)
@@ -113,7 +116,7 @@ def test_damaged_segments_are_named_alike_and_the_rest_recovered_alike(tmp_path,
 
 
 def test_nvidia_inspector_files_are_read_alike(tmp_path, client):
-    logs = simulate(tmp_path / "home", workload="ddp", ranks=4)
+    logs = simulate(tmp_path / "home", "inspector", workload="ddp", ranks=4)
     nvidia = tmp_path / "nvidia"
     as_nvidia(logs, nvidia, lines_per_dump=20)
     assert_same_recovery(nvidia, tmp_path, client)
@@ -152,27 +155,60 @@ def test_a_round_whose_worker_kept_nothing_makes_it_again(tmp_path):
                 assert [c.outcome for c in cuts] == [c.outcome for c in first]
         verdict = ds.job_verdict(plan, [c.outcome for c in first])
         steps = {s.gpu: s for s in plan}
+        assert any(s.providers for s in plan)
         placed = {}
         for run in (kept, uuid.uuid4().hex):
             out = tmp_path / f"steps-{run}"
             for ref in refs:
                 step = steps[ref.index]
-                ds.gpu_steps(
-                    run,
-                    ref,
-                    comms,
-                    verdict,
-                    str(out),
-                    templates,
-                    step,
-                    True,
-                    *[first[p] for p in step.providers],
-                )
+                args = (run, ref, comms, verdict, str(out), templates, step, True)
+                # as the client first asks: no label runs handed, the cut kept is placed
+                answer = ds.gpu_steps(*args)
+                if run != kept and step.providers:
+                    assert answer is None  # nothing kept: it asks for its providers' runs
+                    answer = ds.gpu_steps(*args, *[first[p] for p in step.providers])
+                assert answer is not None
             placed[run] = files(out)
         assert len(set(map(repr, placed.values()))) == 1
     finally:
         for run in (kept, fresh):
             ds.forget_run(run)
+
+
+def test_gpus_placed_where_their_cut_was_not_kept_are_cut_again_alike(tmp_path, monkeypatch):
+    """Workers in this process that find no cut kept when placing Steps (as where another
+    worker cut the GPU): the client hands those GPUs their providers' runs, and the step
+    files are still one process's."""
+    distributed = pytest.importorskip("distributed")
+    load = ds._load
+    asked = []
+
+    def no_cut_kept(run, stream, stage):
+        if stage == "cut":
+            asked.append(stream)
+            return None
+        return load(run, stream, stage)
+
+    monkeypatch.setattr(ds, "_load", no_cut_kept)
+    logs = simulate(tmp_path / "home", workload="megatron", ranks=8, tp=2, pp=2)
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    )
+    with cluster, distributed.Client(cluster) as client:
+        assert_same_recovery(logs, tmp_path, client)
+    assert len(asked) > len(set(asked))  # asked once without the runs, once with them
+
+
+def _profiles(dask_worker) -> bool:
+    return "profile" in dask_worker.periodic_callbacks
+
+
+def test_the_workers_a_run_starts_keep_no_profile():
+    """Dask's profiler keeps a call tree a second on each worker, which grows a worker with
+    the job's length: the workers a run starts (and the bench's) go without it."""
+    pytest.importorskip("distributed")
+    with dask_client(2, None) as client:
+        assert list(client.run(_profiles).values()) == [False, False]
 
 
 def test_the_command_over_workers_answers_as_in_one_process(tmp_path, client):

@@ -41,7 +41,10 @@ def test_nvidia_inspector_logs_give_the_same_steps(tmp_path, workload):
             plugin=str(builds()["plain"].path),
             home=str(home),
             time_scale=0.3,  # the run's own times do not reach the NVIDIA logs
-            env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
+            env=(
+                ("COMMINSIGHT_AGENT_AUTOSTART", "0"),
+                ("COMMINSIGHT_PROFILER_LOG_FORMAT", "inspector"),  # what as_nvidia rewrites
+            ),
             **workload,
         )
     )
