@@ -1019,10 +1019,11 @@ def p2p_exchange(comm: CommView, cycle: list[CommMember], op: InflightOp) -> Fin
 def comm_init_stuck(comm: CommView, now: int, threshold_ns: int) -> Finding | None:
     # Rows missing on a single-node communicator mean ranks that never initialized it; any op
     # enqueued proves init finished everywhere (NCCL init is collective), so require none.
-    missing = comm.missing_ranks
-    if comm.nnodes != 1 or not missing:
+    # cheapest first: the missing ranks of a relay's classes are computed from their runs
+    if comm.nnodes != 1 or any(m.coll_enqueued or m.p2p_enqueued for m in comm.members):
         return None
-    if any(m.coll_enqueued or m.p2p_enqueued for m in comm.members):
+    missing = comm.missing_ranks
+    if not missing:
         return None
     waited_ns = now - min(m.init_mono_ns for m in comm.members)
     if waited_ns <= threshold_ns:
@@ -1062,8 +1063,11 @@ def find_straggler(
     min_lag_ns: int,
     min_ops: int,
 ) -> Finding | None:
+    # one member (a relay's class of every rank) is late to nobody: its samples are not read
+    if comm.nranks < 2 or len(comm.members) < 2:
+        return None
     samples = join_samples(comm.comm_id, snapshots)
-    if len(samples) < min_ops or comm.nranks < 2:
+    if len(samples) < min_ops:
         return None
     delays: dict[int, list[int]] = {m.rank: [] for m in comm.members}
     for times in samples.values():

@@ -39,7 +39,7 @@ from comminsight.agent.core.fifo_reader import EVENT_SIZE, MAGIC_BYTES
 from comminsight.agent.core.node_state import row_key
 from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
-from comminsight.agent.master.job_view import NodeRecord, checked_runs, class_runs
+from comminsight.agent.master.job_view import NodeRecord, class_runs
 from comminsight.agent.master.rejects import PROTOCOL_VERSION, REJECT_KEY, STATUS_OF, reason_name
 from comminsight.agent.master.stacks import StackRequests
 from comminsight.agent.master.store import MasterStore
@@ -746,8 +746,9 @@ def check_reduction(
             f"a full state of {pending_classes} rank classes and {pending_nodes} subtree nodes "
             f"(at most {MAX_RANK_CLASSES} and {MAX_SUBTREE_NODES})",
         )
+    checked = record.checked
     for rc in batch.rank_classes:
-        if not NODE_NAME.fullmatch(rc.node_name):
+        if not checked.name_ok(rc.node_name, NODE_NAME):
             raise Refusal(
                 pb.REJECT_REASON_MALFORMED,
                 f"rank class node_name {rc.node_name[:300]!r} does not match {NODE_NAME.pattern}",
@@ -761,12 +762,13 @@ def check_reduction(
             )
     dropped, kept, runs = [], [], []
     for rc in batch.rank_classes:
-        parsed = checked_runs(rc)
+        parsed = checked.runs_of(rc)
         if isinstance(parsed, RankRuns):
             kept.append(rc)
             runs.append(parsed)
         else:
             dropped.append(f"rank class of communicator {rc.member.comm_id:016x}: {parsed}")
+    checked.bound(len(batch.rank_classes))
     if dropped:
         del batch.rank_classes[:]
         batch.rank_classes.extend(kept)

@@ -16,6 +16,7 @@ nothing new to say, sends nothing; real time is never compared across nodes.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -77,6 +78,9 @@ class NodeRecord:
     # when each of its waits in flight began (master clock, ascending), as its latest rows
     # and classes show: when one crosses the hang threshold, the master diagnoses at once
     wait_starts: list[int] = field(default_factory=list)
+    # a relay's classes as its recent full states had them, checked: most are the same from
+    # one report to the next, and are not parsed again
+    checked: CheckedClasses = field(default_factory=lambda: CheckedClasses())
 
     def note_waits(self) -> None:
         waits = {
@@ -293,6 +297,42 @@ def job_snapshot(
         comms=comms,
         torn_down=torn_down,
     )
+
+
+class CheckedClasses:
+    """What checking a relay's classes found, by what was checked (a class's runs with its
+    communicator's size and representative; a node name): a relay sends every class every
+    report interval, and at 100,000 ranks parsing them all again took a third of the master's
+    time. Bounded: emptied once it holds many more entries than one full state has."""
+
+    MIN_KEPT = 4096
+
+    def __init__(self) -> None:
+        self.runs: dict[tuple, RankRuns | str] = {}
+        self.names: set[str] = set()
+
+    def runs_of(self, rc: pb.RankClass) -> RankRuns | str:
+        key = (rc.member.nranks, rc.member.comm_rank, tuple(rc.rank_runs))
+        found = self.runs.get(key)
+        if found is None:
+            found = self.runs[key] = checked_runs(rc)
+        return found
+
+    def name_ok(self, name: str, pattern: re.Pattern) -> bool:
+        if name in self.names:
+            return True
+        if not pattern.fullmatch(name):
+            return False
+        self.names.add(name)
+        return True
+
+    def bound(self, classes: int) -> None:
+        """After a batch of `classes` classes: forget everything once it is far more."""
+        limit = max(self.MIN_KEPT, 4 * classes)
+        if len(self.runs) > limit:
+            self.runs.clear()
+        if len(self.names) > limit:
+            self.names.clear()
 
 
 def checked_runs(rc: pb.RankClass) -> RankRuns | str:
