@@ -8,9 +8,9 @@ scalar all-reduce over the world (a loss or gradient norm), after an idle gap (t
 and data loading); the GPU runs each op after the host enqueued it. Lines are the writer's
 Inspector form (profiler/src/logwriter.c, COMMINSIGHT_PROFILER_LOG_FORMAT=inspector), field
 for field and in its order, so the engine's fast scanner reads them (the compact form, the
-writer's default, is read as fast: make bench-engine); each process's segments begin with segment_start, carry a comm_init per
-communicator before its first op, end with a seal (counts and CRC-32) and are compressed with
-zstd as the Profiler leaves them (`.jsonl.zst`).
+writer's default, is read as fast: make bench-engine); each process's segments begin with
+segment_start, carry a comm_init per communicator before its first op, end with a seal
+(counts and CRC-32) and are compressed with zstd as the Profiler leaves them (`.jsonl.zst`).
 
     python bench/synthetic_job.py OUT_DIR [--ranks 1024] [--steps 2000] [--jobs 2]
 """
