@@ -386,6 +386,10 @@ class _SegmentReader:
         name = segment_name(path)  # positions name the segment, not the file holding it
         seg = self.segments.add(name, _segment_index(path))
         seal = _seal_checksum(data) if not path.name.endswith(".partial") else None
+        # the GPU clock's offset is the whole segment's (op_times), wherever reading resumes:
+        # from a checkpoint's position, the ops after it are placed as an uninterrupted run
+        # placed them
+        whole_offset = _gpu_offset_of(data, seal is not None) if offset > 0 else None
         rows, rest = native.scan(
             data, offset, self.headers, self.funcs, seal is not None, _scan_scratch()
         )
@@ -401,7 +405,7 @@ class _SegmentReader:
                 problems.append(f"{path}:{record + int(at[0]) + 1}: {_renamed(func, plain)}{more}")
         ends = rows["end"]
         n = len(rows)
-        gpu_offset = native.gpu_offset(rows, ops)
+        gpu_offset = native.gpu_offset(rows, ops) if offset == 0 else whole_offset
         # the lines C left to Python: before the seal (or the end), in order
         others = np.flatnonzero(rows["status"] != native.LINE_OP)
         if others_out is not None:
@@ -518,6 +522,15 @@ class _SegmentReader:
             seg_index << SEGMENT_SHIFT,
         )
         return OpBatch(cols, self.comms, self.segments)
+
+
+def _gpu_offset_of(data, trusted: bool) -> int | None:
+    """The GPU clock's offset over every op line of a segment (as a reading from its start
+    computes it), its lines scanned apart from the reader's tables."""
+    rows, _ = native.scan(
+        data, 0, native.InternTable(), native.InternTable(cap=256, arena=1 << 14), trusted
+    )
+    return native.gpu_offset(rows, np.flatnonzero(rows["status"] == native.LINE_OP))
 
 
 _SCRATCH = threading.local()

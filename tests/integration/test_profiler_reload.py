@@ -93,7 +93,7 @@ def coll_lines(home: Path) -> int:
     n = 0
     for path in segments_in(home / "inspector_logs"):
         for raw in read_segment(path).splitlines():
-            n += json.loads(raw).get("ci", {}).get("kind") == "coll"
+            n += json.loads(raw).get("ci", {}).get("kind") in ("c", "coll")  # either form
     return n
 
 
