@@ -4,7 +4,10 @@ A Profiler writes `ci-<host>-<pid>-<start>-<index>.jsonl` segments, sealed by re
 begins with a segment_start line (process identity, a clock anchor, the communicators) and
 ends with a seal (line and byte counts, CRC-32). `read_gpu_logs` groups the files by process
 and `GpuLog.ops()` yields its Coll/P2P lines as `EngineOp`s in file order, each with its
-position (segment, byte offset, line index) so a checkpoint can resume after it.
+position (segment, byte offset, line index) so a checkpoint can resume after it. An op line
+is in either form the writer has (COMMINSIGHT_PROFILER_LOG_FORMAT): compact (kinds c and p,
+one object with short keys) or Inspector (kinds coll and p2p beside NVIDIA's objects); a
+segment may hold either, and NVIDIA's own Inspector files are read too.
 
 A sealed segment may be stored compressed (`.jsonl.zst`, log_segments): it is the same
 segment, read decompressed, and the uncompressed file is preferred while both exist. A
