@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import uuid
 
 import pytest
@@ -323,3 +324,50 @@ def test_a_negative_number_of_workers_is_refused(tmp_path):
 def test_worker_options_do_not_apply_to_the_agent():
     done = run_cli(["steps", "--workers", "2"], {})
     assert done.returncode == 2 and "--workers" in done.stderr
+
+
+def test_logs_in_an_s3_bucket_are_read_where_they_lie(tmp_path):
+    """`comminsight steps s3://bucket/job --workers 2` against an S3 endpoint (moto's server on
+    this machine, reached through s3fs as any bucket is): the archive's layout, compressed
+    and plain segments, gives the step files one process writes from a local directory."""
+    import boto3  # dev dependencies, as moto
+    from moto.server import ThreadedMotoServer
+
+    logs = simulate(tmp_path / "home", workload="tp-pp-dp", ranks=4)
+    one = recover_steps(logs, out_dir=tmp_path / "one")
+    expected = {n: b for n, b in files(tmp_path / "one").items() if not n.startswith("engine.")}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        }
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        s3.create_bucket(Bucket="runs")
+        for path in sorted(p for p in logs.iterdir() if p.is_file()):
+            node = f"node-{int(path.name.split('-')[2]) % 2}"
+            s3.put_object(
+                Bucket="runs",
+                Key=f"job-7/{node}/inspector_logs/{path.name}",
+                Body=path.read_bytes(),
+            )
+        done = run_cli(
+            ["steps", "s3://runs/job-7", "--out", str(tmp_path / "s3"), "--workers", "2"], env
+        )
+        assert done.returncode == 0, done.stderr
+        assert files(tmp_path / "s3") == expected and one.problems == []
+    finally:
+        server.stop()
