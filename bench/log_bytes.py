@@ -65,14 +65,13 @@ def simulated(steps: int) -> None:
         raw_per_op = {}
         for lines in FORMS:
             raw_per_op[lines] = simulated_form(steps, shape, lines)
-        emit(
-            "compact_to_inspector",
-            round(raw_per_op["compact"] / raw_per_op["inspector"], 3),
-            "ratio",
-            form="raw",
-            source="simulated",
-            **shape,
-        )
+        emit_ratio(raw_per_op, source="simulated", **shape)
+
+
+def emit_ratio(raw_per_op: dict[str, float], **labels) -> None:
+    """The compact form's raw bytes per op over the Inspector form's, in one run."""
+    ratio = round(raw_per_op["compact"] / raw_per_op["inspector"], 3)
+    emit("compact_to_inspector", ratio, "ratio", form="raw", **labels)
 
 
 def simulated_form(steps: int, shape: dict, lines: str) -> float:
@@ -180,14 +179,7 @@ def real_gpu_logs() -> None:
             raw_per_op = {}
             for lines, segments in (("inspector", written), ("compact", compact)):
                 raw_per_op[lines] = real_form(run, lines, segments)
-            emit(
-                "compact_to_inspector",
-                round(raw_per_op["compact"] / raw_per_op["inspector"], 3),
-                "ratio",
-                form="raw",
-                source="h200",
-                run=run,
-            )
+            emit_ratio(raw_per_op, source="h200", run=run)
 
 
 def real_form(run: str, lines: str, segments: list[bytes]) -> float:
