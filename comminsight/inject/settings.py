@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .tenant_home import writable_home
+
 try:  # the Inject wheel's own copy (it depends on nothing)
     from . import config_file_v1 as config_file  # type: ignore[attr-defined]
 except ImportError:  # the source tree, and the CommInsight package
@@ -96,8 +98,13 @@ def load(environ: dict[str, str] | None = None) -> Settings:
         signal_name = (from_file[STACK_SIGNAL][0].strip(), from_file[STACK_SIGNAL][1])
     else:
         signal_name = (str(DEFAULTS[STACK_SIGNAL]), "default")
+    try:
+        # a node's shared home: this user's own directory in it
+        writes_into = writable_home(home)
+    except OSError as e:
+        raise SettingsError(f"{HOME}={home}: {e}") from None
     return Settings(
-        home=Path(home),
+        home=writes_into,
         disable=flag(DISABLE),
         step_markers=flag(STEP_MARKERS),
         stacks=flag(STACKS),

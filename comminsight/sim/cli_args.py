@@ -100,6 +100,14 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help="COMMINSIGHT_HOME of each simulated node's ranks, one per --nodes (multi-node "
         "agents); default: every rank uses --home",
     )
+    a(
+        "--run-as",
+        default=None,
+        metavar="UID[:GID]",
+        help="run every rank process as this user (and group; default: the uid's own number), "
+        "as another user's job on a node whose shared home one Agent serves; needs root "
+        "(default: this user)",
+    )
 
 
 def _add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -220,6 +228,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     try:
         faults = tuple(parse_fault(spec) for spec in args.fault)
         env = tuple(_env_item(item) for item in args.env)
+        run_as = _user_and_group(args.run_as) if args.run_as else None
         params = parse_param_count(args.model_params)
     except (FaultSpecError, ValueError) as e:
         raise SimConfigError(str(e)) from None
@@ -252,6 +261,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         faults=faults,
         env=env,
         node_homes=tuple(args.node_home),
+        run_as=run_as,
         **_dp_workload_settings(args),
     ).validate()
 
@@ -261,3 +271,11 @@ def _env_item(item: str) -> tuple[str, str]:
     if not eq or not key:
         raise ValueError(f"--env {item!r} is not KEY=VALUE")
     return key, value
+
+
+def _user_and_group(text: str) -> tuple[int, int]:
+    """UID[:GID] as numbers (a uid alone: the group of the same number)."""
+    uid, _, gid = text.partition(":")
+    if not uid.isdigit() or (gid and not gid.isdigit()):
+        raise ValueError(f"--run-as {text!r} is not UID[:GID] in numbers")
+    return int(uid), int(gid or uid)

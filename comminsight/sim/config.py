@@ -85,6 +85,9 @@ class SimConfig:
     # e.g. `unshare --time --monotonic N --fork --kill-child` to put a rank in a time
     # namespace of its own, as a checkpoint-restored container is
     process_prefixes: tuple[tuple[str, ...], ...] = ()
+    # the (uid, gid) every rank process runs as, the launcher being root: a job of another
+    # user on a node whose shared home one Agent serves; None: the launcher's own
+    run_as: tuple[int, int] | None = None
 
     @property
     def ranks_per_node(self) -> int:
@@ -151,6 +154,12 @@ class SimConfig:
         )
         for f in self.faults:
             need(f.rank < self.ranks, f"fault {f}: rank {f.rank} is not below --ranks")
+        if self.run_as is not None:
+            need(
+                len(self.run_as) == 2 and all(0 <= v < 2**32 - 1 for v in self.run_as),
+                "run-as: a uid and a gid, each 0 .. 4294967294",
+            )
+            need(not self.process_prefixes, "run-as: rank processes under a prefix are not forked")
         return self
 
     def _validate_dp_workloads(self, need) -> None:
@@ -206,6 +215,8 @@ class SimConfig:
         data["faults"] = tuple(Fault.from_json(f) for f in data.get("faults", ()))
         data["env"] = tuple((k, v) for k, v in data.get("env", ()))
         data["node_homes"] = tuple(data.get("node_homes", ()))
+        run_as = data.get("run_as")
+        data["run_as"] = tuple(run_as) if run_as is not None else None
         return cls(**data)
 
     @classmethod

@@ -165,7 +165,15 @@ class ForkParent(ChildReports):
         self._reader = threading.Thread(target=self._read, name="sim-fork-reports", daemon=True)
         self._reader.start()
 
-    def start(self, argv: list[str], env: dict[str, str], log: Path) -> ForkedProcess:
+    def start(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log: Path,
+        run_as: tuple[int, int] | None = None,
+    ) -> ForkedProcess:
+        """A rank process forked with `argv`, `env` and `log`, running as `run_as` (uid, gid)
+        when given (this process being root), else as this process's user."""
         request_id = next(self._ids)
         umask = current_umask()
         request = {
@@ -175,6 +183,7 @@ class ForkParent(ChildReports):
             "log": str(log),
             "cwd": os.getcwd(),
             "umask": umask,
+            "run_as": list(run_as) if run_as else None,
         }
         with self._write_lock:
             try:
@@ -358,6 +367,12 @@ def _become(request: dict) -> list[str]:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+    if request.get("run_as"):
+        uid, gid = request["run_as"]
+        # another user's job: nothing of the launcher's privileges stays with the rank
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
     sys.argv = [rank_process.__file__, *request["argv"]]
     return request["argv"]
 

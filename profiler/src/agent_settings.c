@@ -92,10 +92,12 @@ static bool threshold_in(char* text, double* out, char* why, size_t why_len) {
 
 /* 1: the Agent's value in *out; 0: no file (any more); -1: refused or invalid, why said. */
 static int read_threshold(double* out, char* why, size_t why_len) {
-    int dir = ci_home_dir("metadata", false, false, NULL, 0);
+    /* the node's home: in a shared one, its Agent publishes there for every user */
+    char dir_why[160];
+    int dir = ci_open_dir_at(ci_g.node_home_fd, "metadata", false, dir_why, sizeof(dir_why));
     if (dir < 0) {
         if (errno == ENOENT) return 0;
-        snprintf(why, why_len, "its directory metadata/ is refused or unreadable (%s)", strerror(errno));
+        snprintf(why, why_len, "its directory metadata/ is refused or unreadable (%s)", dir_why);
         return -1;
     }
     int fd = ci_open_file_at(dir, AGENT_SETTINGS, O_RDONLY, CI_KIND_FILE, true, why, why_len);
@@ -122,9 +124,9 @@ static int read_threshold(double* out, char* why, size_t why_len) {
 
 void ci_agent_settings_poll(void) {
     if (ci_g.cfg.hang_timeout_source == CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT) return;
-    if (ci_g.home_private || ci_g.home_fd < 0) return; /* no Agent publishes into a private directory */
+    if (ci_g.home_private || ci_g.node_home_fd < 0) return; /* no Agent publishes into a private directory */
     struct stat st;
-    if (fstatat(ci_g.home_fd, "metadata/" AGENT_SETTINGS, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (fstatat(ci_g.node_home_fd, "metadata/" AGENT_SETTINGS, &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (seen.present) ci_agent_settings_reset(); /* the Agent stopped: our own value again */
         return;
     }

@@ -274,7 +274,7 @@ static void watch_config(void) {
     ci_config_file(path, sizeof(path));
     const char* conf = getenv(CI_CONFIG_V1_CONF_KEY);
     bool explicit_path = conf && *conf;
-    int home_fd = ci_g.home_private ? -1 : ci_g.home_fd;
+    int home_fd = ci_g.node_home_fd;
     struct stat st; /* a stat, never an open: nothing here can block */
     if (explicit_path ? stat(path, &st) != 0
                       : home_fd < 0 || fstatat(home_fd, "etc/comminsight.conf", &st, AT_SYMLINK_NOFOLLOW) != 0)

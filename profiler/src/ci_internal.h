@@ -439,8 +439,10 @@ typedef struct ci_process {
     uint32_t live_comms;
     pid_t pid;
     char hostname[64];
-    int home_fd;       /* the home in use (trusted, or the private one); -1: none */
+    int home_fd;       /* the home in use (trusted, this user's in a shared one, or the private one); -1: none */
+    int node_home_fd;  /* the configured home, whose etc/ and metadata/ are read; -1: refused */
     bool home_private; /* the configured home was refused: FIFO and autostart are off */
+    bool home_tenant;  /* the configured home is a node's shared one: home_fd is its users/<uid>/ */
     int shms_fd;       /* the directory holding shm_path's link (or file); -1: none */
     char shm_name[256];
     uint64_t group_counter; /* the last NCCL group id a thread reserved (plugin.c); ids start at 1 */

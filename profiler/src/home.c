@@ -28,6 +28,7 @@ static pthread_mutex_t home_lock = PTHREAD_MUTEX_INITIALIZER;
 static int private_fd = -1;
 static bool private_failed; /* tried once and said why: not tried again */
 static char private_path[CI_HOME_MAX];
+static char tenant_path[CI_HOME_MAX]; /* <home>/users/<uid> in a shared home */
 
 /* A few subdirectory names, each remembered once: those already reported as refused (said
  * once per process), and those moved to the private directory (never moved twice). */
@@ -104,6 +105,64 @@ static int open_trusted_home(const char* path, char* why, size_t why_len) {
     return fd;
 }
 
+/* A node's shared home: one node Agent serves every user's Profilers. The home belongs to
+ * another user (root, who runs that Agent) and holds users/, a directory its owner made sticky
+ * so that each user may create an entry but not remove or rename another's. This process then
+ * writes under users/<euid>/, a directory of its own that nobody else can write, made here if
+ * it is missing; the Agent knows whose it is from its owner. Returns the directory's fd and
+ * its path in `path`; -2 when the home is not shared (no users/, or the home is ours); -1 with
+ * the reason when it is shared but its users/ or our entry cannot be trusted. */
+static int open_tenant_home(int home_fd, const char* home, char* path, size_t path_len, char* why,
+                            size_t why_len) {
+    struct stat home_st, st;
+    uid_t me = geteuid();
+    if (fstat(home_fd, &home_st) != 0 || home_st.st_uid == me) return -2;
+    /* O_PATH: users/ lets others in (x) but not list it (r), so that nobody sees who else
+     * runs on the node */
+    int users = openat(home_fd, "users", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (users < 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return -2;
+        snprintf(why, why_len, "its users/ cannot be opened: %s", strerror(errno));
+        return -1;
+    }
+    /* users/ may let others write only with the sticky bit, and only its home's owner or root
+     * may own it: anyone else could remove or swap our entry */
+    if (fstat(users, &st) != 0 || !S_ISDIR(st.st_mode) || (st.st_uid != 0 && st.st_uid != home_st.st_uid) ||
+        ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))) {
+        snprintf(why, why_len, "its users/ (uid %u, mode %04o) is not its owner's sticky directory",
+                 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+        close(users);
+        return -1;
+    }
+    char name[16];
+    snprintf(name, sizeof(name), "%u", (unsigned)me);
+    if (mkdirat(users, name, 0700) != 0 && errno != EEXIST) {
+        snprintf(why, why_len, "users/%s cannot be created: %s", name, strerror(errno));
+        close(users);
+        return -1;
+    }
+    int fd = openat(users, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    close(users);
+    char checked[160];
+    if (fd < 0) {
+        snprintf(why, why_len, "users/%s: %s", name, err == ELOOP || err == ENOTDIR ? "not a directory (a link?)" : strerror(err));
+        return -1;
+    }
+    /* ours alone: root may have made it for us (a SLURM prolog), but then gave it to us */
+    if (ci_check_fd(fd, CI_KIND_DIR, false, checked, sizeof(checked)) != 0) {
+        snprintf(why, why_len, "users/%s %s", name, checked);
+        close(fd);
+        return -1;
+    }
+    if ((size_t)snprintf(path, path_len, "%s/users/%s", home, name) >= path_len) {
+        snprintf(why, why_len, "users/%s: the path is longer than %zu bytes", name, path_len - 1);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 static int private_home_locked(void) {
     if (private_fd >= 0 || private_failed) return private_fd;
     const char* xdg = getenv("XDG_RUNTIME_DIR");
@@ -139,11 +198,36 @@ int ci_private_home(void) {
 
 const char* ci_private_home_path(void) { return private_path; }
 
+/* The trusted home in home_fd: keep it as the node's (its etc/ and metadata/ are read), and
+ * write into this user's directory when it is a shared one; a shared home whose entry for us
+ * is refused is said once, and the private directory takes the writing. */
+static void adopt_tenant_home(const char* path) {
+    char why[2 * CI_HOME_MAX];
+    int tenant = open_tenant_home(ci_g.home_fd, path, tenant_path, sizeof(tenant_path), why, sizeof(why));
+    ci_g.node_home_fd = tenant == -2 ? dup(ci_g.home_fd) : ci_g.home_fd;
+    if (tenant >= 0) {
+        ci_g.home_fd = tenant;
+        ci_g.home_tenant = true;
+        return;
+    }
+    if (tenant == -2) return;
+    /* the node's configuration is still its own, trusted; only where to write moves */
+    int fd = ci_private_home();
+    ci_warn("shared home %s: %s; nothing is written to it (its Agent does not see this process); inspector_logs "
+            "go to %s",
+            path, why, fd >= 0 ? private_path : "nowhere (off)");
+    ci_g.home_fd = fd >= 0 ? dup(fd) : -1;
+    ci_g.home_private = ci_g.home_fd >= 0;
+}
+
 void ci_home_open(void) {
     char path[CI_HOME_MAX], why[2 * CI_HOME_MAX];
     if (ci_g.home_fd >= 0) close(ci_g.home_fd); /* an earlier init that failed */
+    if (ci_g.node_home_fd >= 0) close(ci_g.node_home_fd);
     ci_g.home_private = false;
+    ci_g.home_tenant = false;
     ci_g.home_fd = -1;
+    ci_g.node_home_fd = -1;
     /* A home too long to name in full is not another home: the default would be one the
      * operator never chose, so it is refused like an untrusted one. */
     if (!ci_home_path(path, sizeof(path))) {
@@ -157,7 +241,10 @@ void ci_home_open(void) {
                  "directory); give an absolute one", CI_CONFIG_V1_HOME_KEY);
     } else {
         ci_g.home_fd = open_trusted_home(path, why, sizeof(why));
-        if (ci_g.home_fd >= 0) return;
+        if (ci_g.home_fd >= 0) {
+            adopt_tenant_home(path);
+            return;
+        }
     }
     int fd = ci_private_home();
     ci_warn("home %s refused: %s; nothing is read from or written to it (no config file, FIFO events or agent "
@@ -172,7 +259,9 @@ void ci_home_open(void) {
 /* After the configuration is read: the home every module writes into, by name. */
 void ci_home_adopt(ci_config_t* cfg) {
     if (ci_g.home_private) snprintf(cfg->home, sizeof(cfg->home), "%s", private_path);
-    if (ci_g.home_private) cfg->agent_autostart = false;
+    if (ci_g.home_tenant) snprintf(cfg->home, sizeof(cfg->home), "%s", tenant_path);
+    /* a private directory has no Agent; a shared home has the node's, which nobody starts */
+    if (ci_g.home_private || ci_g.home_tenant) cfg->agent_autostart = false;
 }
 
 /* The private directory's `sub`, or -1 with the reason; `path` gets its name. */
@@ -270,8 +359,12 @@ void ci_home_after_fork(void) {
  * own if it needs one. */
 void ci_home_release(void) {
     if (ci_g.home_fd >= 0) close(ci_g.home_fd);
+    if (ci_g.node_home_fd >= 0) close(ci_g.node_home_fd);
     ci_g.home_fd = -1;
+    ci_g.node_home_fd = -1;
     ci_g.home_private = false;
+    ci_g.home_tenant = false;
+    tenant_path[0] = '\0';
     if (private_fd >= 0) close(private_fd);
     private_fd = -1;
     private_failed = false;

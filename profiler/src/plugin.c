@@ -17,7 +17,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-ci_process_t ci_g = {.lock = PTHREAD_MUTEX_INITIALIZER, .table_lock = PTHREAD_MUTEX_INITIALIZER, .home_fd = -1,
+ci_process_t ci_g = {.lock = PTHREAD_MUTEX_INITIALIZER, .table_lock = PTHREAD_MUTEX_INITIALIZER, .home_fd = -1, .node_home_fd = -1,
                       .shms_fd = -1, .region_fd = -1};
 
 /* Context for communicators we could not track (comm table full): events are ignored. */
@@ -90,7 +90,7 @@ static int process_init(void) {
     if (gethostname(ci_g.hostname, sizeof(ci_g.hostname)) != 0) strcpy(ci_g.hostname, "unknown");
     ci_g.hostname[sizeof(ci_g.hostname) - 1] = '\0';
     ci_home_open(); /* before the config: only a trusted home's file is read */
-    ci_config_load(&ci_g.cfg, ci_g.home_private ? -1 : ci_g.home_fd);
+    ci_config_load(&ci_g.cfg, ci_g.node_home_fd);
     ci_home_adopt(&ci_g.cfg);
     ci_clock_init();
     ci_g.mask = ci_g.cfg.event_mask;

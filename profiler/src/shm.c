@@ -67,6 +67,11 @@ static const char* job_id(char* buf, size_t size) {
     return k8s_indexed_job(ci_g.hostname, buf, size) ? buf : "";
 }
 
+static const char* env_text(const char* name) {
+    const char* v = getenv(name);
+    return v ? v : "";
+}
+
 /* mkdir -p with 0700 for the directories we create; existing ones are left as they are. */
 int ci_mkdirs(const char* path) {
     char buf[CI_PATH_MAX];
@@ -134,6 +139,10 @@ static void fill_header(ci_shm_header_v1_t* h, size_t comm_off, size_t ring_off,
     char k8s_job[sizeof(h->job_id)];
     ci_copy_name(h->job_id, sizeof(h->job_id), job_id(k8s_job, sizeof(k8s_job)), NULL);
     process_name(h->process_name, sizeof(h->process_name));
+    /* a SLURM job's step and array place, for the labels its site joins on */
+    ci_copy_name(h->slurm_step_id, sizeof(h->slurm_step_id), env_text("SLURM_STEP_ID"), NULL);
+    ci_copy_name(h->slurm_array_job_id, sizeof(h->slurm_array_job_id), env_text("SLURM_ARRAY_JOB_ID"), NULL);
+    ci_copy_name(h->slurm_array_task_id, sizeof(h->slurm_array_task_id), env_text("SLURM_ARRAY_TASK_ID"), NULL);
     h->heartbeat_interval_ms = cfg->heartbeat_ms;
     h->heartbeat_mono_ns = h->start_mono_ns;
     h->heartbeat_real_ns = h->start_real_ns;

@@ -83,6 +83,9 @@ int main(void) {
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"link_path\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, link_path), sizeof(((ci_shm_header_v1_t*)0)->link_path));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"log_segments_compressed\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, log_segments_compressed), sizeof(((ci_shm_header_v1_t*)0)->log_segments_compressed));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"log_compress_errors\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, log_compress_errors), sizeof(((ci_shm_header_v1_t*)0)->log_compress_errors));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"slurm_step_id\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, slurm_step_id), sizeof(((ci_shm_header_v1_t*)0)->slurm_step_id));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"slurm_array_job_id\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, slurm_array_job_id), sizeof(((ci_shm_header_v1_t*)0)->slurm_array_job_id));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"slurm_array_task_id\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, slurm_array_task_id), sizeof(((ci_shm_header_v1_t*)0)->slurm_array_task_id));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved4\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved4), sizeof(((ci_shm_header_v1_t*)0)->reserved4));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"size\":%zu,\"align\":%zu}\n", sizeof(ci_shm_comm_entry_v1_t), alignof(ci_shm_comm_entry_v1_t));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"state\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, state), sizeof(((ci_shm_comm_entry_v1_t*)0)->state));

@@ -65,6 +65,25 @@ KEYS: tuple[ConfigKey, ...] = (
         pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$",
     ),
     ConfigKey(
+        name="COMMINSIGHT_AGENT_SOCKET",
+        field="agent_socket",
+        type="string",
+        default='',
+        unit="path",
+        description="Unix socket the Agent serves its API on for this node\u0027s users (the CLI\u0027s default way in). The Agent learns each caller\u0027s uid from the kernel (SO_PEERCRED) and shows a user other than root and the Agent\u0027s own only that user\u0027s processes, jobs, Steps, hang reports and incidents. Empty: \u003cCOMMINSIGHT_HOME\u003e/agent.sock. Mode 0666 in a shared home (every user may ask; each sees their own), 0600 otherwise.",
+        components=("agent",),
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_READ_AUTH",
+        field="agent_read_auth",
+        type="string",
+        default='none',
+        unit="",
+        description="What a read over TCP (COMMINSIGHT_AGENT_LISTEN) needs. none: nothing (loopback-only by default); token: the bearer token COMMINSIGHT_AGENT_TOKEN on every request except /metrics and /api/v1/health, which the cluster\u0027s Prometheus and probes reach without it. Reads over the Unix socket are judged by the caller\u0027s uid instead.",
+        components=("agent",),
+        choices=("none","token",),
+    ),
+    ConfigKey(
         name="COMMINSIGHT_AGENT_HTTP_MAX_CONNECTIONS",
         field="agent_http_max_connections",
         type="integer",
@@ -140,6 +159,15 @@ KEYS: tuple[ConfigKey, ...] = (
         components=("profiler",),
     ),
     ConfigKey(
+        name="COMMINSIGHT_AGENT_SHARED_HOME",
+        field="agent_shared_home",
+        type="boolean",
+        default=False,
+        unit="",
+        description="One node Agent serves every user\u0027s Profilers: the home is the node\u0027s (root\u0027s), each user\u0027s Profilers and Inject write under \u003chome\u003e/users/\u003cuid\u003e/ (0700, that user\u0027s own; created by the Profiler, Inject or root, never through a link), and the Agent attributes every region, log and FIFO to the uid that owns its directory, refusing a file another user owns. The Agent makes \u003chome\u003e 0711, \u003chome\u003e/users 1733 (sticky) and its socket 0666 at start. Off: a single user\u0027s home, as an autostarted Agent uses.",
+        components=("agent",),
+    ),
+    ConfigKey(
         name="COMMINSIGHT_AGENT_MODE",
         field="agent_mode",
         type="string",
@@ -179,6 +207,17 @@ KEYS: tuple[ConfigKey, ...] = (
         components=("agent",),
         pattern="^$|^[A-Za-z0-9][A-Za-z0-9._-]*$",
         max_length=63,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_KUBERNETES_NODE",
+        field="agent_kubernetes_node",
+        type="string",
+        default='',
+        unit="name",
+        description="The Kubernetes node this Agent runs on (set from the Downward API\u0027s spec.nodeName): the `node` label of every process series. Empty outside Kubernetes.",
+        components=("agent",),
+        pattern="^$|^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        max_length=253,
     ),
     ConfigKey(
         name="COMMINSIGHT_AGENT_TOKEN",
@@ -724,6 +763,8 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     home: Annotated[str, msgspec.Meta(min_length=1, description="Root of every runtime directory (inspector_logs/, shms/, fifos/, semantics/step/, metadata/, archives/, logs/, etc/). Directories are created 0700, files 0600. An absolute path: a relative one is refused (each rank and the Agent would resolve it against their own working directories).")] = '/opt/comminsight'
     conf: Annotated[str, msgspec.Meta(description="Path of the KEY=VALUE configuration file. Empty means \u003cCOMMINSIGHT_HOME\u003e/etc/comminsight.conf. Only the environment can set this key.")] = ''
     agent_listen: Annotated[str, msgspec.Meta(pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Address the Agent Master API and /metrics listen on. The default answers this host only; an address beyond loopback serves reads to anyone who can reach it (mutations always need COMMINSIGHT_AGENT_TOKEN), and the Agent warns at start when no token is set. Port 0..65535; the host is an IP address or a host name.")] = '127.0.0.1:19102'
+    agent_socket: Annotated[str, msgspec.Meta(description="Unix socket the Agent serves its API on for this node\u0027s users (the CLI\u0027s default way in). The Agent learns each caller\u0027s uid from the kernel (SO_PEERCRED) and shows a user other than root and the Agent\u0027s own only that user\u0027s processes, jobs, Steps, hang reports and incidents. Empty: \u003cCOMMINSIGHT_HOME\u003e/agent.sock. Mode 0666 in a shared home (every user may ask; each sees their own), 0600 otherwise.")] = ''
+    agent_read_auth: Annotated[Literal["none", "token"], msgspec.Meta(description="What a read over TCP (COMMINSIGHT_AGENT_LISTEN) needs. none: nothing (loopback-only by default); token: the bearer token COMMINSIGHT_AGENT_TOKEN on every request except /metrics and /api/v1/health, which the cluster\u0027s Prometheus and probes reach without it. Reads over the Unix socket are judged by the caller\u0027s uid instead.")] = 'none'
     agent_http_max_connections: Annotated[int, msgspec.Meta(ge=1, le=1048576, description="Most HTTP connections the Agent keeps open at once. A connection beyond it closes the oldest one that has no request in progress; when every one has, the oldest of the client (peer address) holding the most connections, if it holds more than one, so one client cannot lock the others out; else it is refused. Each is counted (comminsight_agent_http_connections_closed_total). Keep it well below the open-file limit (ulimit -n): the Agent warns at start when it is not.")] = 256
     agent_http_header_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600.0, description="A new HTTP connection that has not sent a complete request header within this long is closed and counted.")] = 10.0
     agent_http_body_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600.0, description="A request body (the JSON note of a resolve request) not received in full within this long of the Agent starting to read it is answered 408 and its connection closed, however slowly its bytes keep arriving.")] = 10.0
@@ -731,10 +772,12 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_http_max_pipelined: Annotated[int, msgspec.Meta(ge=1, le=32, description="Requests one HTTP connection may have received and not yet been answered; the Agent reads no more from it until earlier answers are written.")] = 4
     agent_http_idle_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=86400.0, description="A kept-alive HTTP connection with no request for this long is closed (it also bounds a later request\u0027s header on that connection).")] = 60.0
     agent_autostart: Annotated[bool, msgspec.Meta(description="The local-rank-0 Profiler starts comminsight-agent if none runs for this home.")] = True
+    agent_shared_home: Annotated[bool, msgspec.Meta(description="One node Agent serves every user\u0027s Profilers: the home is the node\u0027s (root\u0027s), each user\u0027s Profilers and Inject write under \u003chome\u003e/users/\u003cuid\u003e/ (0700, that user\u0027s own; created by the Profiler, Inject or root, never through a link), and the Agent attributes every region, log and FIFO to the uid that owns its directory, refusing a file another user owns. The Agent makes \u003chome\u003e 0711, \u003chome\u003e/users 1733 (sticky) and its socket 0666 at start. Off: a single user\u0027s home, as an autostarted Agent uses.")] = False
     agent_mode: Annotated[Literal["standalone", "master", "slave", "relay"], msgspec.Meta(description="standalone: one node on its own; master: also accepts slaves over gRPC and answers for the whole job; slave: streams node state to a master; relay: accepts slaves (or relays) like a master and streams their reduction (ranks in the same state as one class) to its own master, so that a master of a very large job hears from relays, not from every node.")] = 'standalone'
     agent_master_listen: Annotated[str, msgspec.Meta(pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Where a master accepts slaves\u0027 gRPC connections.")] = '0.0.0.0:19103'
     agent_master_addr: Annotated[str, msgspec.Meta(pattern="^$|^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}(,(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}){0,15}$", description="Where a slave (or a relay) dials its master: host:port, or several separated by commas, tried in order: when the one in use fails the next is dialed (a relay, then the master behind it), and the list starts over after the last. Required in slave and relay modes.")] = ''
     agent_node_name: Annotated[str, msgspec.Meta(pattern="^$|^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=63, description="Name of this node in a multi-node job, and the prefix of its objects in the archive. Letters, digits and \u0027.\u0027, \u0027_\u0027, \u0027-\u0027, starting with a letter or digit (what a master accepts from a slave). Empty means the host name.")] = ''
+    agent_kubernetes_node: Annotated[str, msgspec.Meta(pattern="^$|^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=253, description="The Kubernetes node this Agent runs on (set from the Downward API\u0027s spec.nodeName): the `node` label of every process series. Empty outside Kubernetes.")] = ''
     agent_token: Annotated[str, msgspec.Meta(pattern="^[ -~]*$", description="Bearer token required by mutating API endpoints and shared between slaves and master. Empty: mutating endpoints are refused. Printable ASCII only (what an HTTP header and gRPC metadata carry): a CR or LF would let it split the header it is sent in.")] = ''
     agent_tls_cert: Annotated[str, msgspec.Meta(description="This Agent\u0027s PEM certificate. A master serves it on its gRPC listener (TLS is off when empty); a slave presents it to a master that requires client certificates (COMMINSIGHT_AGENT_TLS_CLIENT_CA).")] = ''
     agent_tls_key: Annotated[str, msgspec.Meta(description="PEM private key matching COMMINSIGHT_AGENT_TLS_CERT.")] = ''

@@ -309,7 +309,10 @@ struct ci_shm_header_v1 {
     char link_path[3072]; /* @768: The symbolic link by which the Agent finds this file (<COMMINSIGHT_HOME>/shms/<name>.shm, or the private directory's when the home was refused), NUL-terminated; empty if the file is not linked or the path does not fit (files of older producers too). A later Profiler removes a dead producer's file only once this link is gone (its Agent retired it) or its heartbeat is older than the grace period. Readers may ignore it. */
     uint64_t log_segments_compressed; /* @3840: Sealed inspector_logs segments replaced by their zstd-compressed form (<name>.jsonl.zst); zero in files of older producers. */
     uint64_t log_compress_errors; /* @3848: Sealed segments left uncompressed although compression is on: compressing failed (no libzstd, a full disk, a read or write error), fell behind the writing, or was cut short at exit; the uncompressed segment stays and is read as before. */
-    uint8_t reserved4[240]; /* @3856: Zero; room to grow the header within v1. */
+    char slurm_step_id[16]; /* @3856: SLURM_STEP_ID of the process's environment (the job step srun started), NUL-terminated; empty outside SLURM (and in files of older producers). */
+    char slurm_array_job_id[16]; /* @3872: SLURM_ARRAY_JOB_ID: the array this job is a task of, NUL-terminated; empty when the job is no array task. */
+    char slurm_array_task_id[16]; /* @3888: SLURM_ARRAY_TASK_ID: the index of this job in its array, NUL-terminated; empty when the job is no array task. */
+    uint8_t reserved4[192]; /* @3904: Zero; room to grow the header within v1. */
 };
 CI_SHM_V1_STATIC_ASSERT(sizeof(ci_shm_header_v1_t) == 4096, "sizeof ci_shm_header_v1_t");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, magic) == 0, "offsetof ci_shm_header_v1_t.magic");
@@ -385,7 +388,10 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, agent_settings_refused) == 
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, link_path) == 768, "offsetof ci_shm_header_v1_t.link_path");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_segments_compressed) == 3840, "offsetof ci_shm_header_v1_t.log_segments_compressed");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, log_compress_errors) == 3848, "offsetof ci_shm_header_v1_t.log_compress_errors");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved4) == 3856, "offsetof ci_shm_header_v1_t.reserved4");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, slurm_step_id) == 3856, "offsetof ci_shm_header_v1_t.slurm_step_id");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, slurm_array_job_id) == 3872, "offsetof ci_shm_header_v1_t.slurm_array_job_id");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, slurm_array_task_id) == 3888, "offsetof ci_shm_header_v1_t.slurm_array_task_id");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved4) == 3904, "offsetof ci_shm_header_v1_t.reserved4");
 
 /* One communicator of this process. Identity (first 256 bytes) is written before state becomes ACTIVE; progress (last 256 bytes) changes with every op and is read under progress_seqlock. (512 bytes) */
 struct ci_shm_comm_entry_v1 {

@@ -191,7 +191,10 @@ struct ci_shm_header_v1 {
     char link_path[3072];
     uint64_t log_segments_compressed;
     uint64_t log_compress_errors;
-    uint8_t reserved4[240];
+    char slurm_step_id[16];
+    char slurm_array_job_id[16];
+    char slurm_array_task_id[16];
+    uint8_t reserved4[192];
 };
 struct ci_shm_comm_entry_v1 {
     uint32_t state;
@@ -566,9 +569,9 @@ class EvidenceEnd(enum.IntEnum):
 # ci_shm_header_v1_t: File header. The first cache line is immutable after state becomes LIVE.
 HEADER_DTYPE = np.dtype(
     {
-        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "own_hang_threshold_ms", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "evidence_offset", "evidence_capacity", "evidence_entry_size", "normal_event_mask", "evidence_active", "evidence_raised_mono_ns", "cuda_uuid", "hang_threshold_source", "own_hang_threshold_source", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "ring_slots_configured", "sizing_local_ranks", "shm_dir_bytes", "shm_dir_free_bytes", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "evidence_raises", "evidence_no_slot", "agent_settings_refused", "link_path", "log_segments_compressed", "log_compress_errors", "reserved4"],
-        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', '<u8', '<u4', '<u4', '<i4', '<u4', '<u8', ('<u1', (16,)), '<u1', '<u1', ('<u1', (22,)), '<u8', '<u8', '<u8', '<u4', '<u4', '<u4', '<u4', '<u8', '<u8', ('<u1', (8,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S3072', '<u8', '<u8', ('<u1', (240,))],
-        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 448, 452, 456, 460, 464, 472, 488, 489, 490, 512, 520, 528, 536, 540, 544, 548, 552, 560, 568, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 752, 760, 768, 3840, 3848, 3856],
+        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "own_hang_threshold_ms", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "evidence_offset", "evidence_capacity", "evidence_entry_size", "normal_event_mask", "evidence_active", "evidence_raised_mono_ns", "cuda_uuid", "hang_threshold_source", "own_hang_threshold_source", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "ring_slots_configured", "sizing_local_ranks", "shm_dir_bytes", "shm_dir_free_bytes", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "evidence_raises", "evidence_no_slot", "agent_settings_refused", "link_path", "log_segments_compressed", "log_compress_errors", "slurm_step_id", "slurm_array_job_id", "slurm_array_task_id", "reserved4"],
+        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', '<u8', '<u4', '<u4', '<i4', '<u4', '<u8', ('<u1', (16,)), '<u1', '<u1', ('<u1', (22,)), '<u8', '<u8', '<u8', '<u4', '<u4', '<u4', '<u4', '<u8', '<u8', ('<u1', (8,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S3072', '<u8', '<u8', 'S16', 'S16', 'S16', ('<u1', (192,))],
+        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 448, 452, 456, 460, 464, 472, 488, 489, 490, 512, 520, 528, 536, 540, 544, 548, 552, 560, 568, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 752, 760, 768, 3840, 3848, 3856, 3872, 3888, 3904],
         "itemsize": 4096,
     }
 )
@@ -703,7 +706,10 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "link_path": 768,
         "log_segments_compressed": 3840,
         "log_compress_errors": 3848,
-        "reserved4": 3856,
+        "slurm_step_id": 3856,
+        "slurm_array_job_id": 3872,
+        "slurm_array_task_id": 3888,
+        "reserved4": 3904,
     },
     "ci_shm_comm_entry_v1_t": {
         "state": 0,
