@@ -95,6 +95,7 @@ async def serve(
     service: AgentService, listen: str, named_by: str = "COMMINSIGHT_AGENT_LISTEN"
 ) -> None:
     from comminsight.agent.api.server import start_server
+    from comminsight.agent.api.unix_socket import remove_agent_socket
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -113,6 +114,8 @@ async def serve(
         await service.run(stop)
     finally:
         await runner.cleanup()
+        if service.socket_path is not None:
+            remove_agent_socket(service.socket_path)
 
 
 def multinode_problem(settings) -> str | None:

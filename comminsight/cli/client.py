@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import pwd
+import socket
+import stat
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from comminsight_client.models import Error
 from comminsight_client.types import UNSET, Unset
 
 PAGE = 1000
+SOCKET_NAME = "agent.sock"  # the agent's socket in its home (agent.api.unix_socket)
 TIMEOUT_S = 10.0
 START_HINT = (
     "start one with `comminsight-agent` (add --home DIR for a home of your own, --listen "
@@ -73,14 +76,22 @@ class AgentUnavailable(Exception):
 class Target:
     url: str
     chosen_by: str  # "--url", or the setting the local agent's address came from
+    socket: str | None = None  # the agent's Unix socket, when the request goes there
 
 
 def local_agent() -> Target:
-    """The local agent, where COMMINSIGHT_AGENT_LISTEN (environment, file or default) says."""
+    """The local agent: on its Unix socket (COMMINSIGHT_AGENT_SOCKET, default
+    <home>/agent.sock) when one of this user's or root's answers there, where it knows who
+    asks; else where COMMINSIGHT_AGENT_LISTEN (environment, file or default) says."""
     try:
-        listen = load_settings().agent_listen
+        settings = load_settings()
     except ConfigError:
-        listen = "127.0.0.1:19102"
+        settings = None
+    if settings is not None:
+        path = settings.agent_socket or os.path.join(settings.home, SOCKET_NAME)
+        if _answers(path):
+            return Target("http://localhost", f"the agent's socket {path}", path)
+    listen = settings.agent_listen if settings is not None else "127.0.0.1:19102"
     host, _, port = listen.rpartition(":")
     if host in ("0.0.0.0", "[::]", ""):
         host = "127.0.0.1"
@@ -89,6 +100,31 @@ def local_agent() -> Target:
 
 def default_url() -> str:
     return local_agent().url
+
+
+def _answers(path: str) -> bool:
+    """A socket of this user or root at path that takes a connection (an agent killed
+    outright leaves its socket file behind: then the TCP address is tried)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid not in (os.geteuid(), 0):
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def socket_transport(path: str | None) -> dict:
+    """httpx arguments that send every request to the agent's Unix socket (none: TCP)."""
+    return {"transport": httpx.HTTPTransport(uds=path)} if path else {}
 
 
 def changing_client(args: argparse.Namespace) -> Client:
@@ -101,6 +137,14 @@ def changing_client(args: argparse.Namespace) -> Client:
         except ConfigError:
             token = None
     timeout = httpx.Timeout(TIMEOUT_S)
+    through = getattr(args, "agent_socket", None)
+    if token and through:  # a socket of this user or root (local_agent checked its owner)
+        return AuthenticatedClient(
+            base_url=args.agent_url,
+            token=token,
+            timeout=timeout,
+            httpx_args={"trust_env": False, **socket_transport(through)},
+        )
     if token:
         refuse_a_foreign_listener(args.agent_url, "--token" if args.token else TOKEN_SETTING)
         # straight to the agent: a proxy named by HTTP_PROXY/ALL_PROXY (checked by no one,
@@ -112,7 +156,12 @@ def changing_client(args: argparse.Namespace) -> Client:
             httpx_args={"trust_env": False},
             **tls_options(args.agent_url),
         )
-    return Client(base_url=args.agent_url, timeout=timeout, **tls_options(args.agent_url))
+    return Client(
+        base_url=args.agent_url,
+        timeout=timeout,
+        httpx_args=socket_transport(through),
+        **tls_options(args.agent_url),
+    )
 
 
 def tls_options(url: str) -> dict:
@@ -163,8 +212,12 @@ def run(func: Callable, args: argparse.Namespace, console: Console) -> int:
     args.json = fmt == "json"
     target = Target(args.url, "--url") if args.url else local_agent()
     args.agent_url = target.url
+    args.agent_socket = target.socket
     client = Client(
-        base_url=target.url, timeout=httpx.Timeout(TIMEOUT_S), **tls_options(target.url)
+        base_url=target.url,
+        timeout=httpx.Timeout(TIMEOUT_S),
+        httpx_args=socket_transport(target.socket),
+        **tls_options(target.url),
     )
     try:
         func(client, args, Output(console, fmt))
@@ -176,8 +229,9 @@ def run(func: Callable, args: argparse.Namespace, console: Console) -> int:
             "it may be overloaded or stopped; `comminsight status` again, or check its log",
         )
     except (httpx.HTTPError, httpx.InvalidURL) as e:
-        hint = f"nothing answers at {target.url} (from {target.chosen_by}); {START_HINT}"
-        return fail(f"cannot reach the agent at {target.url}: {e}", hint)
+        where = target.socket or target.url
+        hint = f"nothing answers at {where} (from {target.chosen_by}); {START_HINT}"
+        return fail(f"cannot reach the agent at {where}: {e}", hint)
     return 0
 
 

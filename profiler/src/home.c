@@ -208,6 +208,14 @@ static void adopt_tenant_home(const char* path) {
     if (tenant >= 0) {
         ci_g.home_fd = tenant;
         ci_g.home_tenant = true;
+        /* The node's Agent cannot make our FIFO (it would be root's, closed to us): made now,
+         * so that it reads it before our first event rather than after */
+        char ignored[160];
+        int fifos = ci_open_dir_at(tenant, "fifos", true, ignored, sizeof(ignored));
+        if (fifos >= 0) {
+            (void)mkfifoat(fifos, "hang-events.fifo", 0600);
+            close(fifos);
+        }
         return;
     }
     if (tenant == -2) return;

@@ -102,7 +102,7 @@ def test_a_file_that_never_finishes_being_created_is_refused_after_the_grace(tmp
     producers = ProducerSet(tmp_path)
     producers.poll(time.monotonic_ns())
     assert producers.counters.files_refused == 0
-    assert len(producers._creating_since) == 2  # remembered, and only while they wait
+    assert len(producers.own.creating_since) == 2  # remembered, and only while they wait
     monkeypatch.setattr(producers_module, "CREATING_GRACE_NS", 0)
     producers.poll(time.monotonic_ns())
     refused = producers.counters.refused
@@ -110,4 +110,4 @@ def test_a_file_that_never_finishes_being_created_is_refused_after_the_grace(tmp
     assert "header.state: CREATING" in refused["stuck.shm"] and "for 0 s" in refused["stuck.shm"]
     assert "not yet sized" in refused["empty.shm"]
     assert (tmp_path / "shms" / "quarantine" / "stuck.shm").exists()
-    assert producers._creating_since == {}
+    assert producers.own.creating_since == {}

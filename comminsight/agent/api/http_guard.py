@@ -357,6 +357,33 @@ class GuardedSite(web.TCPSite):
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
 
 
+class GuardedUnixSite(web.BaseSite):
+    """A listening Unix socket, bound and given its mode by the caller, whose connections go
+    through a ConnectionGuard: the node's users reach the Agent here, under the same limits
+    as over TCP."""
+
+    def __init__(self, runner: web.AppRunner, sock: socket.socket, guard: ConnectionGuard):
+        super().__init__(runner)
+        self._sock = sock
+        self.guard = guard
+
+    @property
+    def name(self) -> str:
+        return f"http://unix:{self._sock.getsockname()}:"
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+
+        def handler() -> GuardedRequestHandler:
+            return GuardedRequestHandler(server, self.guard, loop=loop, **server._kwargs)
+
+        self._server = await loop.create_unix_server(
+            handler, sock=self._sock, backlog=self._backlog
+        )
+
+
 def descriptor_budget() -> int | None:
     """Connections RLIMIT_NOFILE leaves room for (None: no limit)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -8,7 +8,12 @@ unexpected exceptions, is the API's one `Error` body.
 
 Mutations (resolve_hang, resolve_incident, flush_archive) need
 `Authorization: Bearer <COMMINSIGHT_AGENT_TOKEN>`; with no token configured they are refused
-with 403, so an agent is read-only by default.
+with 403, so an agent is read-only by default. With COMMINSIGHT_AGENT_READ_AUTH=token, reads
+over TCP need it too, but for /metrics and /api/v1/health (Prometheus and probes).
+
+The same routes are served on the Agent's Unix socket (COMMINSIGHT_AGENT_SOCKET), where the
+kernel names each caller: a user other than root and the Agent's own sees only their own
+processes, communicators, operations, Steps, hang reports and incidents (readers).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -23,9 +29,23 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from comminsight.agent.api import views as api_views
-from comminsight.agent.api.http_guard import ConnectionGuard, GuardedSite, descriptor_budget
+from comminsight.agent.api.http_guard import (
+    ConnectionGuard,
+    GuardedSite,
+    GuardedUnixSite,
+    descriptor_budget,
+)
 from comminsight.agent.api.job_steps_view import JobStepsView, UnknownJob
 from comminsight.agent.api.params import OperationParams, ParamError, Problem, openapi_document
+from comminsight.agent.api.readers import (
+    EVERYTHING_OVER_TCP,
+    READER_KEY,
+    Reader,
+    View,
+    peer_uid,
+    reader_for,
+)
+from comminsight.agent.api.unix_socket import SocketError, bind_agent_socket, socket_path
 from comminsight.agent.archive.archiver import ArchiveConfigError
 from comminsight.agent.hangs.incident_store import UnknownIncident
 from comminsight.untrusted_json import NOT_JSON
@@ -52,6 +72,9 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 RETRY_AFTER_S = 1
+# what Prometheus and probes read over TCP whatever COMMINSIGHT_AGENT_READ_AUTH says
+OPEN_READS = frozenset({"/metrics", "/api/v1/health"})
+NOBODY = Reader(-1, "socket")  # a socket caller the kernel could not name: sees nothing
 _STATUS_OF = {
     ErrorCode.invalid_parameter: 400,
     ErrorCode.malformed_body: 400,
@@ -112,6 +135,7 @@ class AgentApi:
     def __init__(self, service) -> None:
         self.service = service
         self.token = service.settings.agent_token
+        self.reads_need_token = service.settings.agent_read_auth == "token"
         self._body_timeout_s = service.settings.agent_http_body_timeout_s
         self._job_steps: JobStepsView | None = None
 
@@ -151,8 +175,11 @@ class AgentApi:
 
     def _bind(self, params: OperationParams, handler: Handler):
         async def endpoint(request: web.Request) -> web.StreamResponse:
+            reader = self._reader(request)
             if params.secured:
                 self._authorize(request)
+            elif reader.via == "tcp" and self.reads_need_token and params.path not in OPEN_READS:
+                self._authorize(request, "reads over TCP")
             try:
                 values = params.parse(request.match_info, request.query)
             except ParamError as e:
@@ -187,12 +214,31 @@ class AgentApi:
             log.exception("API %s %s failed", request.method, request.path)
             return error_response(ApiError(ErrorCode.internal, "internal error; see agent log"))
 
-    def _authorize(self, request: web.Request) -> None:
+    def _reader(self, request: web.Request) -> Reader:
+        """Who asks: over the Unix socket, the user the kernel names; over TCP, anyone."""
+        reader = request.get(READER_KEY)
+        if reader is not None:
+            return reader
+        transport = request.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        reader = EVERYTHING_OVER_TCP
+        if sock is not None and sock.family == socket.AF_UNIX:
+            try:
+                reader = reader_for(peer_uid(sock), "socket")
+            except OSError:
+                reader = NOBODY
+        request[READER_KEY] = reader
+        return reader
+
+    def _view(self, request: web.Request) -> View:
+        return View(self._reader(request), self.service.owners)
+
+    def _authorize(self, request: web.Request, what: str = "mutations") -> None:
         challenge = {"WWW-Authenticate": 'Bearer realm="comminsight"'}
         if not self.token:
             raise ApiError(
                 ErrorCode.forbidden,
-                "mutations are disabled on this agent: COMMINSIGHT_AGENT_TOKEN is not set",
+                f"{what} are disabled on this agent: COMMINSIGHT_AGENT_TOKEN is not set",
             )
         header = request.headers.get("Authorization", "")
         scheme, _, presented = header.partition(" ")
@@ -229,21 +275,31 @@ class AgentApi:
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
 
-    def _live(self):
+    def _live(self, request: web.Request | None = None):
+        """The node as the reader may see it (a user: their own processes only)."""
         self._ready()
-        return self.service.live_node()
+        live = self.service.live_node()
+        if request is None:
+            return live
+        view = self._view(request)
+        return live if view.reader.sees_all else api_views.only_processes(live, view.process)
 
     # ---- health and node -------------------------------------------------------------
 
     async def health(self, request, values):
         self._ready()
-        return json_response(self.service.health())
+        health = self.service.health()
+        view = self._view(request)
+        if not view.reader.sees_all:
+            kept = [r for r in health.reasons if view.health_reason(r)]
+            health = msgspec.structs.replace(health, reasons=kept)
+        return json_response(health)
 
     async def node(self, request, values):
-        return json_response(self.service.node_model(self._live()))
+        return json_response(self.service.node_model(self._live(request)))
 
     async def nodes(self, request, values):
-        live = self._live()
+        live = self._live(request)
         summary = self.service.node_summary(live)
         wanted = values["state"] in ("all", summary.state.value)
         after = values["cursor"] is None or summary.node_name > values["cursor"]
@@ -254,7 +310,7 @@ class AgentApi:
     # ---- communicators and ops -------------------------------------------------------
 
     async def communicators(self, request, values):
-        live = self._live()
+        live = self._live(request)
         full = values["view"] == "full"
         comms = api_views.communicators(live, self.service.open_report_ids(), full)
         if values["state"] != "all":
@@ -273,7 +329,7 @@ class AgentApi:
         return json_response(CommunicatorPage(items=page, total=total, next_cursor=next_cursor))
 
     async def communicator(self, request, values):
-        live = self._live()
+        live = self._live(request)
         comm_id = values["comm_id"]
         rows = [r for r in live.rows if f"{int(r.row['comm_id']):016x}" == comm_id]
         if not rows:
@@ -287,7 +343,7 @@ class AgentApi:
         return json_response(api_views.communicator(rows, live, report_ids, full))
 
     async def inflight(self, request, values):
-        live = self._live()
+        live = self._live(request)
         ops = [
             op
             for op in api_views.inflight_ops(live)
@@ -304,11 +360,13 @@ class AgentApi:
 
     async def recent_ops(self, request, values):
         self._ready()
+        view = self._view(request)
         items = self.service.recent_ops.query(
             comm_id=int(values["comm_id"], 16) if values["comm_id"] else None,
             global_rank=values["rank"],
             func=values["func"],
             limit=values["limit"],
+            process=None if view.reader.sees_all else view.pid,
         )
         return json_response(OpRecordList(items=items))
 
@@ -316,12 +374,14 @@ class AgentApi:
 
     async def steps(self, request, values):
         self._ready()
+        view = self._view(request)
         result = await asyncio.to_thread(
             self.service.step_files.page,
             rank=values["rank"],
             since_step=values["since_step"],
             cursor=values["cursor"],
             limit=values["limit"],
+            visible=None if view.reader.sees_all else view.step_file,
         )
         return json_response(
             StepPage(items=result.items, total=result.total, next_cursor=result.next_cursor)
@@ -337,6 +397,12 @@ class AgentApi:
 
     async def job_steps(self, request, values):
         self._ready()
+        if not self._view(request).job(values["job"]):
+            raise ApiError(
+                ErrorCode.not_found,
+                f"no job {values['job']!r} of yours is known to this agent",
+                [Problem("query", "job", "no such job")],
+            )
         if self._job_steps is None:
             self._job_steps = JobStepsView(self.step_directories())
         try:
@@ -356,7 +422,9 @@ class AgentApi:
 
     async def hangs(self, request, values):
         self._ready()
-        reports = list(self.service.hangs.reports.values())
+        view = self._view(request)
+        node = self.service.node_name
+        reports = [r for r in self.service.hangs.reports.values() if view.report(r, node)]
         if values["status"] != "all":
             reports = [r for r in reports if r.status.value == values["status"]]
         if values["comm_id"] is not None:
@@ -364,9 +432,9 @@ class AgentApi:
         reports.sort(key=lambda r: (r.detected_real_ns, r.report_id), reverse=True)
         return json_response(HangReportList(items=reports[: values["limit"]], total=len(reports)))
 
-    def _report(self, report_id: str):
+    def _report(self, report_id: str, view: View):
         report = self.service.hangs.reports.get(report_id)
-        if report is None:
+        if report is None or not view.report(report, self.service.node_name):
             raise ApiError(
                 ErrorCode.not_found,
                 f"no hang report {report_id}",
@@ -376,28 +444,42 @@ class AgentApi:
 
     async def hang(self, request, values):
         self._ready()
-        return json_response(self._report(values["report_id"]))
+        return json_response(self._report(values["report_id"], self._view(request)))
 
     async def resolve_hang(self, request, values):
         self._ready()
         note = await _resolve_note(request, ResolveHangRequest, self._body_timeout_s)
-        self._report(values["report_id"])
+        self._report(values["report_id"], self._view(request))
         report = self.service.resolve_by_operator(values["report_id"], note)
         return json_response(report)
 
     # ---- incidents -------------------------------------------------------------------
 
+    def _incident_visible(self, incident, view: View) -> bool:
+        """A user's incident: one of its reports is of their communicator."""
+        if view.reader.sees_all:
+            return True
+        reports = self.service.hangs.reports
+        for report_id in self.service.incidents.report_ids(incident):
+            report = reports.get(report_id)
+            if report is not None and view.report(report, self.service.node_name):
+                return True
+        return False
+
     async def incidents(self, request, values):
         self._ready()
-        items = list(self.service.incidents.incidents.values())
+        view = self._view(request)
+        items = [
+            i for i in self.service.incidents.incidents.values() if self._incident_visible(i, view)
+        ]
         if values["status"] != "all":
             items = [i for i in items if i.status.value == values["status"]]
         items.sort(key=lambda i: (i.opened_real_ns, i.incident_id), reverse=True)
         return json_response(IncidentList(items=items[: values["limit"]], total=len(items)))
 
-    def _incident(self, incident_id: str):
+    def _incident(self, incident_id: str, view: View):
         incident = self.service.incidents.incidents.get(incident_id)
-        if incident is None:
+        if incident is None or not self._incident_visible(incident, view):
             raise ApiError(
                 ErrorCode.not_found,
                 f"no incident {incident_id}",
@@ -407,7 +489,7 @@ class AgentApi:
 
     async def incident(self, request, values):
         self._ready()
-        incident = self._incident(values["incident_id"])
+        incident = self._incident(values["incident_id"], self._view(request))
         reports = self.service.hangs.reports
         held = [
             reports[rid] for rid in self.service.incidents.report_ids(incident) if rid in reports
@@ -417,7 +499,7 @@ class AgentApi:
     async def resolve_incident(self, request, values):
         self._ready()
         note = await _resolve_note(request, ResolveIncidentRequest, self._body_timeout_s)
-        self._incident(values["incident_id"])
+        self._incident(values["incident_id"], self._view(request))
         try:
             incident = self.service.resolve_incident_by_operator(values["incident_id"], note)
         except UnknownIncident as e:  # resolved away between the check and now: not on one loop
@@ -458,6 +540,13 @@ class AgentApi:
         return web.json_response(openapi_document())
 
     async def metrics(self, request, values):
+        if not self._reader(request).sees_all:
+            # every user's series: the cluster's Prometheus reads them over TCP
+            raise ApiError(
+                ErrorCode.forbidden,
+                "/metrics holds every user's processes: it is served over TCP (to the "
+                "cluster's Prometheus) and to root, not to one user on the Agent's socket",
+            )
         # OpenMetrics for a client that asks for it (Prometheus does, by default), the text
         # format 0.0.4 for everyone else
         body, content_type = self.service.metrics.exposition(request.headers.get("Accept"))
@@ -593,4 +682,21 @@ async def start_server(service, address: str) -> web.AppRunner:
     except OSError:
         await runner.cleanup()
         raise
+    await _start_socket(runner, service, guard)
     return runner
+
+
+async def _start_socket(runner: web.AppRunner, service, guard: ConnectionGuard) -> None:
+    """The node's users' way in; without it (a path that cannot be used) the Agent serves on
+    over TCP and says why in its log and health."""
+    settings = service.settings
+    path = socket_path(settings)
+    try:
+        sock = bind_agent_socket(path, settings.agent_shared_home)
+    except SocketError as e:
+        service.socket_error = str(e)
+        log.error("the Agent's socket is off: %s", e)
+        return
+    await GuardedUnixSite(runner, sock, guard).start()
+    service.socket_path = path
+    log.info("Agent API for this node's users on %s", path)

@@ -9,8 +9,8 @@ given with every op (`InflightOp.seq`, `OpRecord.seq`), does not.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -87,6 +87,16 @@ def read_live_node(
 
 
 # ---- processes ------------------------------------------------------------------------
+
+
+def only_processes(node: LiveNode, keep: Callable[[int], bool]) -> LiveNode:
+    """The node with only the processes (and their communicator rows) of the users `keep`
+    admits, by uid."""
+    return replace(
+        node,
+        processes=[(p, v) for p, v in node.processes if keep(p.uid)],
+        rows=[r for r in node.rows if keep(r.producer.uid)],
+    )
 
 
 def process_model(producer: Producer, view: ProcessView, node: LiveNode) -> Process:
@@ -297,7 +307,9 @@ def row_name_source(live: LiveRow, inject_names: InjectNames | None) -> int:
     if inject_names is None:
         return code
     name = record_text(live.row["name"])
-    return inject_names.name_source(code, live.process.host, live.process.pid, name)
+    return inject_names.name_source(
+        code, live.process.host, live.process.pid, name, live.producer.uid
+    )
 
 
 def _name_source(code: int) -> NameSource:

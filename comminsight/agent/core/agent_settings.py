@@ -37,9 +37,11 @@ def settings_text(hang_timeout_s: float) -> str:
     )
 
 
-def publish(home: str | Path, hang_timeout_s: float) -> None:
-    """Replace the file with the Agent's value; OSError when it cannot be written."""
-    write_atomically(settings_path(home), settings_text(hang_timeout_s).encode())
+def publish(home: str | Path, hang_timeout_s: float, shared: bool = False) -> None:
+    """Replace the file with the Agent's value; OSError when it cannot be written. In a
+    shared home every user's Profilers read it: it is made readable by all (0644)."""
+    mode = 0o644 if shared else 0o600
+    write_atomically(settings_path(home), settings_text(hang_timeout_s).encode(), mode)
 
 
 def withdraw(home: str | Path) -> None:

@@ -285,10 +285,16 @@ class HangEventFifo:
     group- or world-writable one, or a symbolic link in its place would let anyone who can
     reach it forge hang events. Such a thing is refused (named in `refused`, counted, logged)
     and, where the fifos/ directory is the Agent's own, replaced by a new FIFO (mode 0600);
-    a regular file or directory there is left alone and refused (FifoError)."""
+    a regular file or directory there is left alone and refused (FifoError).
 
-    def __init__(self, home: str | os.PathLike) -> None:
+    In a user's directory of a shared home (`owner`, that user's uid) the FIFO is the user's
+    own, made by their Profilers: the Agent only reads one that user owns and nobody else can
+    write, and creates or replaces nothing there."""
+
+    def __init__(self, home: str | os.PathLike, owner: int | None = None) -> None:
         self.path = Path(home) / "fifos" / FIFO_NAME
+        self.owner = os.geteuid() if owner is None else owner
+        self.tenant = self.owner != os.geteuid()
         self.decoder = EventDecoder(str(self.path))
         self.refused: dict[str, int] = {}  # reason -> times the FIFO in place was refused
         self.last_refusal: str | None = None
@@ -306,14 +312,17 @@ class HangEventFifo:
         return self._read_fd >= 0
 
     def open(self) -> None:
-        try:
-            make_private_dirs(self.path.parent)
-        except OSError as err:
-            raise self._error("create", err) from None
+        if not self.tenant:
+            try:
+                make_private_dirs(self.path.parent)
+            except OSError as err:
+                raise self._error("create", err) from None
         try:
             self._open_ends()
         except UntrustedFile as bad:
             self._refuse(bad)
+            if self.tenant:
+                raise FifoError(errno.EPERM, f"{bad}; hang events are not received") from None
             if bad.reason == "not_fifo":
                 raise FifoError(
                     errno.EEXIST,
@@ -326,15 +335,16 @@ class HangEventFifo:
             raise self._error("open", err) from None
 
     def _open_ends(self) -> None:
+        if not self.tenant:
+            try:
+                os.mkfifo(self.path, 0o600)
+            except FileExistsError:
+                pass  # ours from an earlier run, or a Profiler's: checked on the descriptor
+            except OSError as err:
+                raise self._error("create", err) from None
         try:
-            os.mkfifo(self.path, 0o600)
-        except FileExistsError:
-            pass  # ours from an earlier run, or a Profiler's: checked on the descriptor
-        except OSError as err:
-            raise self._error("create", err) from None
-        try:
-            self._read_fd, st = open_checked(self.path, "FIFO", os.O_RDONLY)
-            self._keep_open_fd, st2 = open_checked(self.path, "FIFO", os.O_WRONLY)
+            self._read_fd, st = open_checked(self.path, "FIFO", os.O_RDONLY, self.owner)
+            self._keep_open_fd, st2 = open_checked(self.path, "FIFO", os.O_WRONLY, self.owner)
         except OSError:
             self.close()
             raise

@@ -4,7 +4,8 @@ Removing an ended process's SHM region frees its memory, which costs the kernel 
 for each 16 MiB region (2.6 ms measured on tmpfs). A node whose processes come and go by the
 hundred would spend its poll loop on that, and every other producer's records would wait
 meanwhile; this thread takes it instead. Until a file is gone it is `pending`: a reader that
-lists the directory must not take it for a new file.
+lists the directory must not take it for a new file. A file in a user's directory of a shared
+home is removed as that user (acting_as), like every change the Agent makes there.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
+from comminsight.agent.core.acting_as import files_as
+
 log = logging.getLogger(__name__)
 
 
@@ -23,17 +26,18 @@ class FileRemover:
         self.name = name
         self.failures = 0  # removals that failed for another reason than the file being gone
         self._cond = threading.Condition()
-        self._queue: deque[Path] = deque()
+        self._queue: deque[tuple[Path, int | None, int | None]] = deque()
         self._pending: set[Path] = set()
         self._closing = False
         self._thread: threading.Thread | None = None
 
-    def remove(self, paths: Iterable[Path]) -> None:
+    def remove(self, paths: Iterable[Path], uid: int | None = None, gid: int | None = None) -> None:
+        """Queue `paths` for removal, as user `uid` (group `gid`) when given."""
         with self._cond:
             for path in paths:
                 if path not in self._pending:
                     self._pending.add(path)
-                    self._queue.append(path)
+                    self._queue.append((path, uid, gid))
             if self._thread is None or not self._thread.is_alive():
                 self._closing = False
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -66,9 +70,10 @@ class FileRemover:
                     if self._closing:
                         return
                     self._cond.wait()
-                path = self._queue.popleft()
+                path, uid, gid = self._queue.popleft()
             try:
-                path.unlink()
+                with files_as(uid, gid):
+                    path.unlink()
             except FileNotFoundError:
                 pass  # removed already (by a Profiler's own sweep, or by hand)
             except OSError as e:

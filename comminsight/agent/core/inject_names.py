@@ -65,27 +65,63 @@ class _File:
     seen: tuple[int, int, int] | None = None  # (inode, size, mtime) when last read or refused
 
 
+@dataclass
+class _Dir:
+    """One home's metadata/inject/ and the user every file in it must belong to."""
+
+    path: Path
+    uid: int
+    next_first: str = ""  # the pass after a cut-short one starts past this name
+
+
+# (uid of the directory the line was in, host, pid): a line speaks only for processes of
+# the user who wrote it, so that no user can claim another user's process
+ProcessKey = tuple[int, str, int]
+
+
 class InjectNames:
     def __init__(self, home: str | Path, max_line: int = MAX_LINE) -> None:
-        self.dir = Path(home) / "metadata" / "inject"
+        self.own = _Dir(Path(home) / "metadata" / "inject", os.geteuid())
+        self.dir = self.own.path
+        self._dirs: dict[Path, _Dir] = {self.own.path: self.own}
         self.max_line = min(max_line, READ_BUDGET)  # a longer one could never be read whole
-        self._files: dict[str, _File] = {}
-        self._names: dict[tuple[str, int], set[str]] = {}
-        self._stacks: dict[tuple[str, int], InjectMetadata] = {}  # the latest `stacks` line
-        self._seen: set[tuple[str, int]] = set()  # processes with any valid line
+        self._files: dict[str, _File] = {}  # by file key (_file_key)
+        self._names: dict[ProcessKey, set[str]] = {}
+        self._stacks: dict[ProcessKey, InjectMetadata] = {}  # the latest `stacks` line
+        self._seen: set[ProcessKey] = set()  # processes with any valid line
         self.errors: dict[str, str] = {}  # file name -> the first bad line, and why
         self.rejected: dict[str, int] = {}  # reason -> lines (or files) refused
         self.bytes_read = 0  # every byte read, for tests of the bound
         self.files_opened = 0  # every open, for tests of the bound
         self.stale_ignored = 0  # files of processes long gone, never read
-        self._next_first = ""  # the pass after a cut-short one starts past this name
         self._bad_log = RateLimitedLog(log, "inject metadata refused", 60.0)
         self._decoder = msgspec.json.Decoder(InjectMetadata)
 
+    def serve(self, homes: dict[int, Path]) -> None:
+        """Read the metadata/inject/ of these users' homes (uid -> home) besides the Agent's
+        own; a directory no longer served is forgotten with what it said."""
+        wanted = {Path(home) / "metadata" / "inject": uid for uid, home in homes.items()}
+        for path in [p for p in self._dirs if p != self.own.path and p not in wanted]:
+            del self._dirs[path]
+            self._forget_dir(path)
+        for path, uid in wanted.items():
+            if path != self.own.path and (path not in self._dirs or self._dirs[path].uid != uid):
+                self._forget_dir(path)
+                self._dirs[path] = _Dir(path, uid)
+
+    def _forget_dir(self, path: Path) -> None:
+        prefix = f"{path}/"
+        for key in [k for k in self._files if k.startswith(prefix)]:
+            self._forget_file(key)
+
     def refresh(self) -> None:
         """Read what the files gained since the last call."""
+        for directory in list(self._dirs.values()):
+            self._refresh_dir(directory)
+
+    def _refresh_dir(self, directory: _Dir) -> None:
         try:
-            entries = list(os.scandir(self.dir))
+            entries = list(os.scandir(directory.path))
         except OSError:  # no Inject on this node (yet)
             return
         present = set()
@@ -94,37 +130,52 @@ class InjectNames:
             key=lambda e: e.name,
         )
         # take turns: start where the last pass that ran out of opens stopped
-        start = next((i for i, e in enumerate(files) if e.name > self._next_first), 0)
+        start = next((i for i, e in enumerate(files) if e.name > directory.next_first), 0)
         opens = 0
         for entry in files[start:] + files[:start]:
-            present.add(entry.name)
+            present.add(self._file_key(directory, entry.name))
             if opens >= FILES_PER_PASS:
                 continue  # kept (present), read on a later pass
-            if self._read(entry):
+            if self._read(directory, entry):
                 opens += 1
                 if opens == FILES_PER_PASS:
-                    self._next_first = entry.name
+                    directory.next_first = entry.name
         if opens < FILES_PER_PASS:
-            self._next_first = ""
-        for gone in set(self._files) - present:  # removed (a job cleaned up): forget it
-            for key in self._files.pop(gone).processes:
-                self._names.pop(key, None)
-                self._stacks.pop(key, None)
-                self._seen.discard(key)
-            self.errors.pop(gone, None)
+            directory.next_first = ""
+        mine = {k for k in self._files if self._in_dir(directory, k)}
+        for gone in mine - present:  # removed (a job cleaned up): forget it
+            self._forget_file(gone)
 
-    def _read(self, entry: os.DirEntry) -> bool:
+    def _file_key(self, directory: _Dir, name: str) -> str:
+        """How `errors` and the file table name a file: its name in the Agent's own home, its
+        path in a user's directory."""
+        return name if directory is self.own else f"{directory.path}/{name}"
+
+    def _in_dir(self, directory: _Dir, key: str) -> bool:
+        if directory is self.own:
+            return "/" not in key
+        return key.startswith(f"{directory.path}/")
+
+    def _forget_file(self, key: str) -> None:
+        for process in self._files.pop(key).processes:
+            self._names.pop(process, None)
+            self._stacks.pop(process, None)
+            self._seen.discard(process)
+        self.errors.pop(key, None)
+
+    def _read(self, directory: _Dir, entry: os.DirEntry) -> bool:
         """Read what the file gained; True when it was opened (the per-pass bound)."""
         try:
             st = entry.stat(follow_symlinks=False)
         except OSError:  # removed meanwhile
             return False
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
-        state = self._files.get(entry.name)
+        file = self._file_key(directory, entry.name)
+        state = self._files.get(file)
         if state is None and _stale(entry.name, st.st_mtime_ns):
             self.stale_ignored += 1
             return False
-        state = self._files.setdefault(entry.name, _File())
+        state = self._files.setdefault(file, _File())
         if state.seen == key:  # nothing new since it was last read or refused
             return False
         if state.inode != st.st_ino or st.st_size < state.offset:  # a new file by that name
@@ -135,14 +186,15 @@ class InjectNames:
         state.seen = key  # refused or read, it is looked at again only once it changes
         self.files_opened += 1
         try:
-            fd, _ = open_checked(entry.path, "regular file")
+            # another user's file in a user's directory is refused: it would speak for them
+            fd, _ = open_checked(entry.path, "regular file", owner=directory.uid)
         except OSError as e:
-            self._reject(entry.name, "unreadable", f"cannot read: {e}")
+            self._reject(file, "unreadable", f"cannot read: {e}")
             return True
         try:
             data = os.pread(fd, min(st.st_size - state.offset, READ_BUDGET), state.offset)
         except OSError as e:
-            self._reject(entry.name, "unreadable", f"cannot read: {e}")
+            self._reject(file, "unreadable", f"cannot read: {e}")
             return True
         finally:
             os.close(fd)
@@ -160,13 +212,13 @@ class InjectNames:
         for line in data[at:end].split(b"\n")[:-1] if end > at else ():
             state.line_no += 1
             if len(line) > self.max_line:
-                self._too_long(entry.name, state, len(line))
+                self._too_long(file, state, len(line))
             elif line.strip():
-                self._line(entry.name, state, line)
+                self._line(directory.uid, file, state, line)
         tail = len(data) - max(end, at)
         if tail > self.max_line:  # no newline within the limit: refuse it now, skip the rest
             state.line_no += 1
-            self._too_long(entry.name, state, tail)
+            self._too_long(file, state, tail)
             state.skipping = True
             end = len(data)
         state.offset += max(end, at)
@@ -184,13 +236,13 @@ class InjectNames:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
         self._bad(file, why)
 
-    def _line(self, file: str, state: _File, line: bytes) -> None:
+    def _line(self, uid: int, file: str, state: _File, line: bytes) -> None:
         try:
             record = self._decoder.decode(line)
         except NOT_JSON as e:
             self._reject(file, "invalid", f"line {state.line_no}: {e}")
             return
-        key = (record.host, record.pid)
+        key = (uid, record.host, record.pid)
         state.processes.add(key)
         self._seen.add(key)
         if record.kind is Kind.stacks:
@@ -205,22 +257,29 @@ class InjectNames:
     def _bad(self, file: str, why: str) -> None:
         if file not in self.errors:
             self.errors[file] = why
-            self._bad_log.note(f"{self.dir / file}: {why} (line skipped)")
+            where = self.dir / file if "/" not in file else file
+            self._bad_log.note(f"{where}: {why} (line skipped)")
 
-    def has_inject(self, host: str, pid: int) -> bool:
-        """Inject wrote at least one valid line for this process."""
-        return (host, pid) in self._seen
+    def _key(self, host: str, pid: int, uid: int | None) -> ProcessKey:
+        return (self.own.uid if uid is None else uid, host, pid)
 
-    def stacks_announcement(self, host: str, pid: int) -> InjectMetadata | None:
+    def has_inject(self, host: str, pid: int, uid: int | None = None) -> bool:
+        """Inject wrote at least one valid line for this process, in the directory of its
+        user `uid` (default: the Agent's own home)."""
+        return self._key(host, pid, uid) in self._seen
+
+    def stacks_announcement(
+        self, host: str, pid: int, uid: int | None = None
+    ) -> InjectMetadata | None:
         """The process's latest `stacks` line, if it wrote one."""
-        return self._stacks.get((host, pid))
+        return self._stacks.get(self._key(host, pid, uid))
 
-    def named_by_inject(self, host: str, pid: int, name: str) -> bool:
-        return name in self._names.get((host, pid), ())
+    def named_by_inject(self, host: str, pid: int, name: str, uid: int | None = None) -> bool:
+        return name in self._names.get(self._key(host, pid, uid), ())
 
-    def name_source(self, code: int, host: str, pid: int, name: str) -> int:
+    def name_source(self, code: int, host: str, pid: int, name: str, uid: int | None = None) -> int:
         """A Profiler row's name_source, NCCL turned INJECT where Inject set that name."""
-        if code == shm_v1.NameSource.NCCL and name and self.named_by_inject(host, pid, name):
+        if code == shm_v1.NameSource.NCCL and name and self.named_by_inject(host, pid, name, uid):
             return int(shm_v1.NameSource.INJECT)
         return code
 

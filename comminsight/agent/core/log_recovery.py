@@ -249,9 +249,12 @@ def _last_seq_in(data: bytes, whole_first: bool, sealed: bool) -> int | None:
     return None
 
 
-def recover(region: ShmRegion, logs: Path, compact: bool = True) -> Recovered:
+def recover(
+    region: ShmRegion, logs: Path, compact: bool = True, owner: int | None = None
+) -> Recovered:
     """Append the records the process's logs lack as one sealed, recovered segment, its op
-    lines in the compact form or (`compact` false) the Inspector form."""
+    lines in the compact form or (`compact` false) the Inspector form. `owner`: the user whose
+    directory `logs` is, whom the caller acts as (acting_as); default this Agent's."""
     h = region.header
     if not int(h["flags"]) & shm_v1.HeaderFlags.LOGS_ENABLED:
         return Recovered(None)
@@ -288,7 +291,9 @@ def recover(region: ShmRegion, logs: Path, compact: bool = True) -> Recovered:
     if gap_first is not None:
         out.append(lines.gap(gap_first, head, V.RING_OVERWRITE, now_mono))
         done.lost += head + 1 - gap_first
-    done.path = _write_sealed(logs, f"{prefix}{index:06d}.jsonl", index, out, done, last + 1, head)
+    done.path = _write_sealed(
+        logs, f"{prefix}{index:06d}.jsonl", index, out, done, last + 1, head, owner
+    )
     log.warning(
         "pid %d died without sealing its logs: %d records (%d ops) only its SHM region held "
         "written to %s%s",
@@ -324,7 +329,14 @@ def _remove_unfinished_frames(logs: Path, prefix: str) -> None:
 
 
 def _write_sealed(
-    logs: Path, name: str, index: int, lines: list[bytes], done: Recovered, first: int, last: int
+    logs: Path,
+    name: str,
+    index: int,
+    lines: list[bytes],
+    done: Recovered,
+    first: int,
+    last: int,
+    owner: int | None,
 ) -> Path:
     body = b"".join(lines)
     seal = ProcessLines.seal(
@@ -346,7 +358,7 @@ def _write_sealed(
         # a process that died before its writer's first pass left no logs directory (a fresh
         # home has none): made here, as the Profiler would have, through the home's checks
         made = not os.path.lexists(logs)
-        make_trusted_dirs(logs)
+        make_trusted_dirs(logs, owner)
         if made:  # the segment is durable only once the directory's own entry is
             fsync_directory(logs.parent)
     except HomeError as e:

@@ -102,15 +102,21 @@ def _stage(count: int, at: int) -> tuple[int, int]:
 
 
 def comm_rows(
-    row, pid: int, host: str = "", inject_names: InjectNames | None = None, off: int = 0
+    row,
+    pid: int,
+    host: str = "",
+    inject_names: InjectNames | None = None,
+    off: int = 0,
+    uid: int | None = None,
 ) -> tuple[pb.CommunicatorMember, pb.CommProgress]:
-    """off: the region's mono_offset_ns (its times go onto this Agent's clock)."""
+    """off: the region's mono_offset_ns (its times go onto this Agent's clock); uid: the user
+    the process's files belong to (whose Inject lines speak for it)."""
     comm_id, generation = int(row["comm_id"]), int(row["generation"])
     rank = max(0, int(row["rank"]))
     name = record_text(row["name"])[:1024]
     source = int(row["name_source"])
     if inject_names is not None:
-        source = inject_names.name_source(source, host, pid, name)
+        source = inject_names.name_source(source, host, pid, name, uid)
     member = pb.CommunicatorMember(
         comm_id=comm_id,
         pid=pid,
@@ -202,7 +208,9 @@ def read_node_rows(
         for row in region.comm_entries():
             if int(row["state"]) == shm_v1.CommState.FREE:
                 continue
-            member, progress = comm_rows(row, info.pid, host, inject_names, region.mono_offset_ns)
+            member, progress = comm_rows(
+                row, info.pid, host, inject_names, region.mono_offset_ns, producer.uid
+            )
             key = row_key(member)
             rows.members[key] = member
             rows.progress[key] = progress

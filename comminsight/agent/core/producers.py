@@ -31,16 +31,19 @@ fails for another reason lets the region go, counting and naming the records los
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from comminsight.agent.core.acting_as import files_as
 from comminsight.agent.core.file_remover import FileRemover
 from comminsight.agent.core.liveness import ProcessIdentity, process_runs
 from comminsight.agent.core.log_recovery import (
@@ -54,6 +57,7 @@ from comminsight.agent.core.producer_clock import ProducerClock, on_reader_clock
 from comminsight.agent.core.rate_limited_log import RateLimitedLog
 from comminsight.agent.core.shms_listing import ShmsListing
 from comminsight.agent.core.slot_checks import SlotRejects, check_slots
+from comminsight.agent.core.tenants import Tenant
 from comminsight.shm_reader import (
     RingCursor,
     ShmError,
@@ -95,6 +99,7 @@ class Producer:
     region: ShmRegion
     cursor: RingCursor
     clock: ProducerClock
+    source: ShmSource
     gone_since_mono_ns: int | None = None
     recovered: Recovered | None = None  # what was written for it after it died
     recovery_error: str | None = None
@@ -110,6 +115,12 @@ class Producer:
     @property
     def pid(self) -> int:
         return self.region.pid
+
+    @property
+    def uid(self) -> int:
+        """The user the process's files belong to: the owner of the directory it was found
+        in (the Agent checked every file of it against that owner), not what it says."""
+        return self.source.uid
 
     @property
     def closed(self) -> bool:
@@ -172,6 +183,40 @@ class IngestCounters:
     slots_rejected_by_reason: dict[str, int] = field(default_factory=dict)  # by field
 
 
+@dataclass(eq=False)
+class ShmSource:
+    """One home's shms/ and inspector_logs/, and the user every file in them must belong to:
+    the Agent's own home, or a user's directory of a shared home (tenants)."""
+
+    home: Path
+    uid: int
+    gid: int
+    owner: int | None  # the owner a region's file must have (None: anyone, tests only)
+    listing: ShmsListing = field(init=False)
+    refused_here: set[tuple[str, int]] = field(default_factory=set)  # (name, inode) left
+    creating_since: dict[tuple[str, int], int] = field(default_factory=dict)  # -> first seen
+
+    def __post_init__(self) -> None:
+        self.listing = ShmsListing(self.shms)
+
+    @property
+    def shms(self) -> Path:
+        return self.home / "shms"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "inspector_logs"
+
+    @property
+    def tenant(self) -> bool:
+        """A user's directory: what the Agent changes in it, it changes as that user."""
+        return self.uid != os.geteuid()
+
+    def acting(self):
+        """The block in which the Agent writes here: as the directory's user (acting_as)."""
+        return files_as(self.uid, self.gid) if self.tenant else contextlib.nullcontext()
+
+
 class ProducerSet:
     def __init__(
         self,
@@ -181,104 +226,140 @@ class ProducerSet:
         owner: int | None = -1,
         compact_logs: bool = True,
     ) -> None:
-        self.shms = Path(home) / "shms"
-        self.logs = Path(home) / "inspector_logs"
+        me = os.geteuid()
+        self.own = ShmSource(Path(home), me, os.getegid(), me if owner == -1 else owner)
+        self.sources: dict[Path, ShmSource] = {self.own.home: self.own}
+        self.shms = self.own.shms
+        self.logs = self.own.logs
         self.compact_logs = compact_logs  # the form of the op lines a recovery writes
         self.batch_max = batch_max
         self.shm_dir = shm_dir
-        self.owner = owner
         self.producers: dict[Path, Producer] = {}
         self.counters = IngestCounters()
         self.retired_in_pass: list[Producer] = []  # the producers the latest poll retired
         self.regions_waiting = 0  # in shms/, not opened yet: MAX_MAPPED_REGIONS were mapped
-        self._refused_here: set[tuple[str, int]] = set()  # (name, inode) left in shms/
-        self._creating_since: dict[tuple[str, int], int] = {}  # (name, inode) -> first seen
-        self.listing = ShmsListing(self.shms)
         # released regions' files go in a thread of their own (file_remover)
         self.remover = FileRemover("shm-remover")
         self._slot_log = RateLimitedLog(log, "ring records out of range", 60.0, logging.ERROR)
 
+    @property
+    def owner(self) -> int | None:
+        return self.own.owner
+
+    @property
+    def listing(self) -> ShmsListing:
+        return self.own.listing
+
+    def serve(self, tenants: Iterable[Tenant]) -> None:
+        """The users' directories to read besides the Agent's own home: those new are added,
+        those gone are no longer listed (their processes already found are followed to
+        their end)."""
+        wanted = {t.home: t for t in tenants if t.home != self.own.home}
+        for home in [h for h in self.sources if h != self.own.home and h not in wanted]:
+            del self.sources[home]
+        for home, t in wanted.items():
+            source = self.sources.get(home)
+            if source is None or (source.uid, source.gid) != (t.uid, t.gid):
+                self.sources[home] = ShmSource(home, t.uid, t.gid, t.uid)
+
     # ---- discovery ----
 
     def shm_names(self) -> set[str]:
-        """The names of the SHM files in shms/ now, mapped or not (a file refused, or one
-        still being created, is a process that runs all the same)."""
-        try:
-            listed = {name for name, _ in self.listing.entries()}
-        except OSError:
-            listed = set()
+        """The names of the SHM files in every shms/ now, mapped or not (a file refused, or
+        one still being created, is a process that runs all the same)."""
+        listed = set()
+        for source in self.sources.values():
+            try:
+                listed |= {name for name, _ in source.listing.entries()}
+            except OSError:
+                pass
         return listed | {path.name for path in self.producers}
 
     def discover(self) -> None:
-        """Open the regions new in shms/. An unchanged directory is not listed again
+        """Open the regions new in each shms/. An unchanged directory is not listed again
         (shms_listing): only files still being created are looked at once more."""
-        try:
-            scans = self.listing.scans
-            entries = self.listing.entries()
-        except OSError:
-            return
-        if self.listing.scans == scans:
-            for key in list(self._creating_since):
-                self._open(self.shms / key[0], key)
-            return
-        known = {path.name for path in self.producers}
-        known |= {path.name for path in self.remover.pending() if path.parent == self.shms}
-        present = set()
         mapped = sum(1 for p in self.producers.values() if not p.released)
+        waiting = 0
+        pending = {path for path in self.remover.pending()}
+        for source in list(self.sources.values()):
+            mapped, left = self._discover_in(source, mapped, pending)
+            waiting += left
+        self.regions_waiting = waiting
+        if waiting:
+            self.counters.regions_deferred += waiting
+
+    def _discover_in(self, source: ShmSource, mapped: int, pending: set[Path]) -> tuple[int, int]:
+        try:
+            scans = source.listing.scans
+            entries = source.listing.entries()
+        except OSError:
+            return mapped, 0
+        if source.listing.scans == scans:
+            for key in list(source.creating_since):
+                self._open(source, key)
+            return mapped, 0
+        known = {path.name for path in self.producers if path.parent == source.shms}
+        known |= {path.name for path in pending if path.parent == source.shms}
+        present = set()
         waiting = 0
         for key in entries:
             if key[0] in known:
                 continue
             present.add(key)
-            if key in self._refused_here:
+            if key in source.refused_here:
                 continue
             if mapped >= MAX_MAPPED_REGIONS:
                 waiting += 1
                 continue
-            self._open(self.shms / key[0], key)
-            mapped += (self.shms / key[0]) in self.producers
-        for key in self._creating_since.keys() - present:  # opened, refused or removed
-            del self._creating_since[key]
-        self._refused_here &= present  # names gone from shms/ need no remembering
-        self.regions_waiting = waiting
+            self._open(source, key)
+            mapped += (source.shms / key[0]) in self.producers
+        for key in source.creating_since.keys() - present:  # opened, refused or removed
+            del source.creating_since[key]
+        source.refused_here &= present  # names gone from shms/ need no remembering
         if waiting:
-            self.listing.forget()  # the next pass opens them as mapped ones are released
-            self.counters.regions_deferred += waiting
+            source.listing.forget()  # the next pass opens them as mapped ones are released
+        return mapped, waiting
 
-    def _open(self, path: Path, key: tuple[str, int]) -> None:
+    def _open(self, source: ShmSource, key: tuple[str, int]) -> None:
+        path = source.shms / key[0]
         try:
-            region = ShmRegion(path, shm_dir=self.shm_dir, owner=self.owner)
+            region = ShmRegion(path, shm_dir=self.shm_dir, owner=source.owner)
         except ShmError as e:
             if e.missing:  # removed meanwhile, or a link whose region a sweep removed
-                self._creating_since.pop(key, None)
+                source.creating_since.pop(key, None)
                 if path.is_symlink():
-                    _remove_link(path)
+                    with source.acting():
+                        _remove_link(path)
                 return
             reason = str(e)
             if e.not_ready:
-                if self._still_creating(key):
+                if self._still_creating(source, key):
                     return  # look again next pass
                 reason += f", for {CREATING_GRACE_NS // 1_000_000_000} s"
-            self._quarantine(path, key[1], reason, _reason_label(reason))
+            self._quarantine(source, path, key[1], reason, _reason_label(reason))
             return
-        self._creating_since.pop(key, None)
+        source.creating_since.pop(key, None)
         clock = ProducerClock(region, identity_of(region))
         region.mono_offset_ns = clock.offset_ns()
-        self.producers[path] = Producer(path, region, RingCursor(region), clock)
-        log.info("producer pid %d (%s): %s", region.pid, region.hostname, path.name)
+        self.producers[path] = Producer(path, region, RingCursor(region), clock, source)
+        log.info(
+            "producer pid %d (%s, uid %d): %s", region.pid, region.hostname, source.uid, path.name
+        )
         smaller = ring_sized_down(region.header)
         if smaller:
             log.warning("SHM file %s (pid %d): %s", path.name, region.pid, smaller)
 
-    def _still_creating(self, key: tuple[str, int]) -> bool:
+    def _still_creating(self, source: ShmSource, key: tuple[str, int]) -> bool:
         now = time.monotonic_ns()
-        first = self._creating_since.setdefault(key, now)
+        first = source.creating_since.setdefault(key, now)
         if now - first < CREATING_GRACE_NS:
             return True
-        del self._creating_since[key]
+        del source.creating_since[key]
         return False
 
-    def _quarantine(self, path: Path, inode: int, reason: str, label: str) -> None:
+    def _quarantine(
+        self, source: ShmSource, path: Path, inode: int, reason: str, label: str
+    ) -> None:
         """Move a file the agent cannot read out of the way (keeping it for inspection). A
         rename within shms/, never a copy (the file may be a FIFO or huge); where it cannot
         be moved it stays, remembered, and is not opened again."""
@@ -289,13 +370,14 @@ class ProducerSet:
         while len(self.counters.refused) > MAX_REFUSED_NAMES:
             del self.counters.refused[next(iter(self.counters.refused))]
         log.error("refusing %s: %s", path, reason)
-        target_dir = self.shms / QUARANTINE
+        target_dir = source.shms / QUARANTINE
         try:
-            _private_dir(target_dir)
-            os.rename(path, target_dir / path.name)
-            _write_private(target_dir / f"{path.name}.reason", reason + "\n")
+            with source.acting():
+                _private_dir(target_dir, source.uid)
+                os.rename(path, target_dir / path.name)
+                _write_private(target_dir / f"{path.name}.reason", reason + "\n")
         except OSError as e:
-            self._refused_here.add((path.name, inode))
+            source.refused_here.add((path.name, inode))
             log.error("cannot quarantine %s: %s", path, e.strerror or e)
             where = f"left in place, not read again (cannot quarantine it: {e.strerror or e})"
         else:
@@ -370,7 +452,7 @@ class ProducerSet:
             inode = os.lstat(path).st_ino
         except OSError:
             inode = 0  # already gone: counted and named all the same
-        self._quarantine(path, inode, why, "shrunk")
+        self._quarantine(producer.source, path, inode, why, "shrunk")
 
     def _note_gone(self, producer: Producer, now: int) -> None:
         """The process ended. Its region will not change again. Count its absence from its
@@ -414,7 +496,11 @@ class ProducerSet:
         producer.region.release()
         self.counters.regions_released += 1
         # a memfd's memory goes with its last mapping (released now): its link alone stays
-        self.remover.remove([path] if is_memfd_target(target) else [path, target])
+        self.remover.remove(
+            [path] if is_memfd_target(target) else [path, target],
+            producer.source.uid if producer.source.tenant else None,
+            producer.source.gid,
+        )
         log.info(
             "released the region of pid %d (%s): its records are safe", producer.pid, path.name
         )
@@ -449,7 +535,10 @@ class ProducerSet:
             return
         producer.recovery_attempts += 1
         try:
-            producer.recovered = recover(producer.region, self.logs, self.compact_logs)
+            with producer.source.acting():
+                producer.recovered = recover(
+                    producer.region, producer.source.logs, self.compact_logs, producer.uid
+                )
         except (RecoveryError, OSError) as e:
             self._recovery_failed(producer, str(e), e.errno in RETRYABLE_ERRNOS, now)
             return
@@ -488,7 +577,7 @@ class ProducerSet:
         space): how many, and why, stay counted and named once the region is gone."""
         head = int(producer.region.header["ring_head"])
         try:
-            last, _ = logged_through(self.logs, segment_prefix(producer.region))
+            last, _ = logged_through(producer.source.logs, segment_prefix(producer.region))
         except OSError:
             last = 0  # the logs cannot be read either: at most the whole ring
         lost = min(max(head - last, 0), producer.region.ring_capacity)
@@ -511,7 +600,7 @@ class ProducerSet:
         out = []
         if self.regions_waiting:
             out.append(
-                f"{self.regions_waiting} SHM regions in {self.shms} wait to be read: at most "
+                f"{self.regions_waiting} SHM regions in shms/ wait to be read: at most "
                 f"{MAX_MAPPED_REGIONS} are mapped at once, and processes start faster than "
                 "their ended peers' regions are drained"
             )
@@ -552,7 +641,7 @@ class ProducerSet:
         return (
             any(not p.released for p in self.producers.values())
             or self.regions_waiting > 0
-            or bool(self._creating_since)
+            or any(source.creating_since for source in self.sources.values())
         )
 
     def close(self) -> None:
@@ -605,13 +694,14 @@ def _remove_link(path: Path) -> None:
         log.error("cannot remove %s: %s", path, e.strerror)
 
 
-def _private_dir(path: Path) -> None:
+def _private_dir(path: Path, owner: int) -> None:
+    """A directory of `owner` (the Agent, or the user it acts as) at path, made 0700."""
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         st = os.lstat(path)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            raise OSError(errno.EPERM, f"{path} is not this Agent's directory") from None
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != owner:
+            raise OSError(errno.EPERM, f"{path} is not a directory of uid {owner}") from None
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,14 +71,18 @@ class RecentOps:
         global_rank: int | None = None,
         func: str | None = None,
         limit: int = 100,
+        process: Callable[[int, int], bool] | None = None,
     ) -> list[OpRecord]:
-        """The newest `limit` ops matching every given filter, newest first."""
+        """The newest `limit` ops matching every given filter, newest first; `process`
+        (pid, start_real_ns) -> whether that process's ops may be shown."""
         func_code = _func_code(func) if func is not None else None
         if func_code is False:
             return []  # no NCCL function by that name: nothing can match
         picked: list[tuple[int, Origin, np.ndarray]] = []
         for origin, window in self._windows.values():
             if global_rank is not None and origin.global_rank != global_rank:
+                continue
+            if process is not None and not process(origin.pid, origin.start_real_ns):
                 continue
             mask = np.ones(len(window), bool)
             if comm_id is not None:

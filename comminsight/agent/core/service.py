@@ -33,10 +33,12 @@ from comminsight.agent.core.fifo_reader import FifoError, HangEvent, HangEventFi
 from comminsight.agent.core.ingest import NodeIngest
 from comminsight.agent.core.inject_names import InjectNames
 from comminsight.agent.core.input_health import input_reasons
+from comminsight.agent.core.owners import Owners
 from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
 from comminsight.agent.core.recent_ops import RecentOps
 from comminsight.agent.core.snapshot import NodeSnapshot, build_snapshot
+from comminsight.agent.core.tenant_inputs import TenantInputs
 from comminsight.agent.core.threshold_health import Publication, threshold_health
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incident_stacks import IncidentStacks
@@ -131,10 +133,18 @@ class AgentService:
         self.incident_stacks = IncidentStacks(self.incidents, self.ask_stack)
         self.fifo_error: str | None = None  # why hang events are not received
         self.metrics.inputs = AgentInputs(self.fifo, self.producers, self.inject_names)
+        # a shared home: every user's directory under users/ is read too, as that user's
+        self.tenant_inputs: TenantInputs | None = None
+        if settings.agent_shared_home:
+            self.tenant_inputs = TenantInputs(
+                self.home, self.producers, self.inject_names, self.stacks, self._on_user_events
+            )
         self.history: deque[NodeSnapshot] = deque(maxlen=HISTORY)
         # every rank's last row, beyond the history: a rank whose region was retired while its
         # peers wait is a rank that left, not one on another node
         self.members_seen = MembersSeen()
+        # whose each process, communicator and job is: the API shows a user only theirs
+        self.owners = Owners()
         self._diagnosed: NodeSnapshot | None = None
         self.hang_events: deque[HangEvent] = deque(maxlen=RECENT_EVENTS)
         self.threshold_ns = int(settings.profiler_hang_timeout_s * S)
@@ -145,6 +155,8 @@ class AgentService:
         self._engine_metrics_due_ns = 0
         self._wake = asyncio.Event()
         self.http_guard = None  # the API server's ConnectionGuard, once it serves
+        self.socket_path: Path | None = None  # the Unix socket it serves on, once it does
+        self.socket_error: str | None = None  # why it does not
         self.pass_errors = 0  # passes that failed (out of descriptors, an unreadable file)
         self._pass_error_log = RateLimitedLog(
             log, "a poll pass failed", PERSISTENT_PERIOD_S, logging.ERROR
@@ -172,11 +184,14 @@ class AgentService:
     def poll_once(self, now_mono_ns: int | None = None) -> list[HangReport]:
         """One pass; the reports of this pass (also saved under metadata/hangs/)."""
         now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
+        if self.tenant_inputs is not None:
+            self.tenant_inputs.refresh()
         self.ingest.run_pass(now, retire_after_ns=self.retire_after_ns)
         self.threshold_published.note(self.producers.producers)
         self.inject_names.refresh()
         self.hangs.retry_unwritten(now)
         snapshot = self.take_snapshot(now)
+        self.owners.note(self.producers.producers.values(), snapshot)
         reports = []
         # A master hands back the same job snapshot until it rebuilds it (master.agent): there
         # is nothing new to diagnose then, and diagnosing thousands of ranks every pass is
@@ -311,7 +326,14 @@ class AgentService:
             return None
         rank = culprit.global_rank if isinstance(culprit.global_rank, int) else None
         host = culprit.host if isinstance(culprit.host, str) else socket.gethostname()
-        return self.stacks.request(host, culprit.pid, rank)
+        return self.stacks.request(host, culprit.pid, rank, self.uid_of_pid(culprit.pid))
+
+    def uid_of_pid(self, pid: int) -> int | None:
+        """The user whose directory a process of this node was found in (None: unknown)."""
+        for producer in self.producers.producers.values():
+            if producer.pid == pid:
+                return producer.uid
+        return None
 
     def _quiet_consequences(self, incidents) -> None:
         """A report that was a root and became a consequence (a better root arrived) is not
@@ -378,6 +400,10 @@ class AgentService:
         for name, why in sorted(self.incidents.errors.items()):
             reasons.append(f"incident file {name} set aside: {why}")
         reasons += input_reasons(self.fifo, self.fifo_error, self.producers, self.inject_names)
+        if self.tenant_inputs is not None:
+            reasons += self.tenant_inputs.problems(time.monotonic())
+        if self.socket_error:
+            reasons.append(f"the Agent's Unix socket is off: {self.socket_error}")
         threshold, threshold_reasons = threshold_health(
             self.producers.producers,
             int(self.settings.profiler_hang_timeout_s * 1000),
@@ -468,7 +494,11 @@ class AgentService:
         """The Agent's hang threshold into metadata/agent-settings, for the Profilers'
         watchdogs (agent_settings); a failure is said in health, the Agent serves on."""
         try:
-            agent_settings.publish(self.home, self.settings.profiler_hang_timeout_s)
+            agent_settings.publish(
+                self.home,
+                self.settings.profiler_hang_timeout_s,
+                shared=self.settings.agent_shared_home,
+            )
         except OSError as e:
             why = f"cannot write {agent_settings.settings_path(self.home)}: {e.strerror or e}"
             log.error("the hang threshold is not published to the Profilers: %s", why)
@@ -480,6 +510,11 @@ class AgentService:
     def _on_fifo_events(self, events: list[HangEvent]) -> None:
         self.fifo.stats.evicted += keep_recent(self.hang_events, events)
         self._wake.set()  # diagnose now, not at the next tick
+
+    def _on_user_events(self, fifo: HangEventFifo, events: list[HangEvent]) -> None:
+        """Hang events from a user's FIFO in a shared home."""
+        fifo.stats.evicted += keep_recent(self.hang_events, events)
+        self._wake.set()
 
     def poll_interval_s(self) -> float:
         """Until the next pass: the configured interval while a process is followed, else
@@ -501,6 +536,8 @@ class AgentService:
         except FifoError as e:  # serve on: SHM still shows hangs, health names the FIFO
             self.fifo_error = str(e)
             log.error("hang events are not received: %s", e)
+        if self.tenant_inputs is not None:
+            self.tenant_inputs.attach(asyncio.get_running_loop())
         self.publish_threshold()
         try:
             while not stop.is_set():
@@ -532,6 +569,8 @@ class AgentService:
                 with contextlib.suppress(OSError):  # stopping goes on; the next Agent replaces it
                     agent_settings.withdraw(self.home)
             self.fifo.close()
+            if self.tenant_inputs is not None:
+                self.tenant_inputs.close()
             self.producers.close()
             if isinstance(self.engine, SemanticEngineHook):
                 self.engine.stop()

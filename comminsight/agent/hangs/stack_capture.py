@@ -33,6 +33,7 @@ from pathlib import Path
 
 import msgspec
 
+from comminsight.agent.core.acting_as import files_as
 from comminsight.agent.core.inject_names import InjectNames
 from comminsight.safe_open import open_checked
 from comminsight.untrusted_json import NOT_JSON
@@ -81,6 +82,18 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
+def process_uid(pid: int) -> int | None:
+    """The real uid of a running process (/proc/<pid>/status, `Uid:`); None when unknown."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f.read(8192).splitlines():
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 @dataclass
 class _Asked:
     """The last signal sent to one process and what came of it."""
@@ -104,6 +117,9 @@ class StackCapture:
     ) -> None:
         self.home = Path(home)
         self.dir = self.home / "metadata" / "stacks"
+        self.own_uid = os.geteuid()
+        # the home of each user whose processes may be asked (a shared home's users, serve())
+        self.homes: dict[int, Path] = {self.own_uid: self.home}
         self.names = inject_names if inject_names is not None else InjectNames(self.home)
         self.interval_ns = int(interval_s * 1e9)
         self.timeout_s = timeout_s
@@ -123,6 +139,15 @@ class StackCapture:
             timeout_s=settings.agent_stack_timeout_s,
         )
 
+    def serve(self, homes: dict[int, Path]) -> None:
+        """The users' homes (uid -> home) besides the Agent's own whose processes may be asked."""
+        self.homes = {**homes, self.own_uid: self.home}
+
+    def stack_dir(self, uid: int | None) -> Path | None:
+        """Where a process of `uid` writes its stacks (None: no home of that user is served)."""
+        home = self.homes.get(self.own_uid if uid is None else uid)
+        return None if home is None else home / "metadata" / "stacks"
+
     # ---- the request -----------------------------------------------------------------------
 
     @property
@@ -130,18 +155,25 @@ class StackCapture:
         """Signals sent whose answer is still awaited (at most MAX_TRACKED processes')."""
         return sum(1 for asked in self._asked.values() if not asked.task.done())
 
-    async def request(self, host: str, pid: int, rank: int | None = None) -> PythonStack:
-        """Never raises for anything a process or a file can do; the reason is in the answer."""
-        outcome, answer = await self._request(host, pid, rank)
+    async def request(
+        self, host: str, pid: int, rank: int | None = None, uid: int | None = None
+    ) -> PythonStack:
+        """The stack of `pid`, a process of user `uid` (default: the Agent's own, in its own
+        home). Never raises for anything a process or a file can do; the reason is in the
+        answer."""
+        outcome, answer = await self._request(host, pid, rank, uid)
         self.outcomes[outcome] += 1
         return answer
 
-    async def _request(self, host: str, pid: int, rank: int | None) -> tuple[str, PythonStack]:
-        refused = self._refusal(host, pid)
+    async def _request(
+        self, host: str, pid: int, rank: int | None, uid: int | None
+    ) -> tuple[str, PythonStack]:
+        uid = self.own_uid if uid is None else uid
+        refused = self._refusal(host, pid, uid)
         if refused is not None:
             outcome, reason = refused
             return outcome, unavailable(host, pid, rank, reason)
-        ann = self.names.stacks_announcement(host, pid)
+        ann = self.names.stacks_announcement(host, pid, uid)
         ticks = int(ann.start_ticks)
         key = (pid, ticks)
         asked = self._asked.get(key)
@@ -156,12 +188,12 @@ class StackCapture:
                 reason = f"cannot signal pid {pid}: {e.strerror}"
                 return ERROR, unavailable(host, pid, rank, reason)
             self.signals_sent += 1
-            task = asyncio.ensure_future(self._answer(host, pid, ticks, sent))
+            task = asyncio.ensure_future(self._answer(host, pid, uid, ticks, sent))
             asked = self._asked[key] = _Asked(sent, sent_real, task)
             self._forget_old()
         outcome, answer = await asyncio.shield(asked.task)
         if answer.status is StackStatus.unavailable:
-            late = self._find(host, pid, asked.sent_mono_ns)  # written after the timeout
+            late = self._find(host, pid, uid, asked.sent_mono_ns)  # written after the timeout
             if late is not None and late.status is StackStatus.captured:
                 outcome, answer = CAPTURED, late
             else:
@@ -173,16 +205,19 @@ class StackCapture:
             answer, rank, asked.sent_real_ns
         )
 
-    def _refusal(self, host: str, pid: int) -> tuple[str, str] | None:
+    def _refusal(self, host: str, pid: int, uid: int) -> tuple[str, str] | None:
         """(outcome, why) this process must not be signalled; None when it may."""
         if host != self.host:
             return REFUSED, (
                 f"the process runs on {host}; this Agent on {self.host} signals its own host's"
             )
+        stacks = self.stack_dir(uid)
+        if stacks is None:
+            return REFUSED, f"no home of uid {uid} is served by this Agent"
         self.names.refresh()
-        if not self.names.has_inject(host, pid):
+        if not self.names.has_inject(host, pid, uid):
             return NO_INJECT, f"{NOT_INJECTED}: no line of metadata/inject names {host} pid {pid}"
-        ann = self.names.stacks_announcement(host, pid)
+        ann = self.names.stacks_announcement(host, pid, uid)
         if ann is None:
             return REFUSED, (
                 "Inject in this process announced no stack handler (it does when the process "
@@ -192,10 +227,10 @@ class StackCapture:
             return REFUSED, str(ann.reason or "Inject announced stacks unavailable")
         if not isinstance(ann.stack_signal, int) or not isinstance(ann.stack_dir, str):
             return REFUSED, "Inject's stacks line names no signal or directory"
-        if Path(ann.stack_dir) != self.dir:
+        if Path(ann.stack_dir) != stacks:
             return (
                 REFUSED,
-                f"Inject writes stacks to {ann.stack_dir}, not to this Agent's {self.dir}",
+                f"Inject writes stacks to {ann.stack_dir}, not to this Agent's {stacks}",
             )
         if not isinstance(ann.start_ticks, int):
             return REFUSED, (
@@ -208,14 +243,21 @@ class StackCapture:
             return PROCESS_GONE, (
                 f"pid {pid} is now another process (its start time is not the one announced)"
             )
+        owner = process_uid(pid)
+        if owner != uid:
+            # a user's lines speak for their own processes only: never signal another's
+            return (
+                REFUSED,
+                f"pid {pid} runs as uid {owner}, not as uid {uid} whose Inject announced it",
+            )
         return None
 
     async def _answer(
-        self, host: str, pid: int, ticks: int, sent_mono_ns: int
+        self, host: str, pid: int, uid: int, ticks: int, sent_mono_ns: int
     ) -> tuple[str, PythonStack]:
         deadline = time.monotonic() + self.timeout_s
         while True:
-            found = self._find(host, pid, sent_mono_ns)
+            found = self._find(host, pid, uid, sent_mono_ns)
             if found is not None:
                 outcome = CAPTURED if found.status is StackStatus.captured else ERROR
                 return outcome, found
@@ -240,12 +282,15 @@ class StackCapture:
 
     # ---- reading the answer ----------------------------------------------------------------
 
-    def _find(self, host: str, pid: int, since_mono_ns: int) -> PythonStack | None:
+    def _find(self, host: str, pid: int, uid: int, since_mono_ns: int) -> PythonStack | None:
         """The newest dump of pid written after since_mono_ns; an `unavailable` naming a file
         that cannot be used; None while there is none."""
         prefix = f"{pid}-"
+        directory = self.stack_dir(uid)
+        if directory is None:
+            return None
         try:
-            names = [e.name for e in os.scandir(self.dir) if e.name.startswith(prefix)]
+            names = [e.name for e in os.scandir(directory) if e.name.startswith(prefix)]
         except OSError:
             return None
         seqs = []
@@ -255,7 +300,7 @@ class StackCapture:
                 seqs.append(int(seq))
         if not seqs:
             return None
-        document = self._read(self.dir / f"{pid}-{max(seqs)}.json", host, pid)
+        document = self._read(directory / f"{pid}-{max(seqs)}.json", host, pid, uid)
         if document.status is StackStatus.unavailable:
             return document
         fresh = isinstance(document.captured_mono_ns, int)
@@ -263,9 +308,9 @@ class StackCapture:
             return document
         return None  # the newest is older than the signal: no answer yet
 
-    def _read(self, path: Path, host: str, pid: int) -> PythonStack:
+    def _read(self, path: Path, host: str, pid: int, uid: int) -> PythonStack:
         try:
-            fd, st = open_checked(path, "regular file")
+            fd, st = open_checked(path, "regular file", owner=uid)
         except OSError as e:
             return unavailable(host, pid, None, f"cannot read {path}: {e}")
         try:
@@ -310,18 +355,22 @@ class StackCapture:
             self._asked.pop(oldest)
 
     def prune(self) -> int:
-        """Remove stack files of processes that have ended; returns how many."""
+        """Remove stack files of processes that have ended; returns how many. In a user's
+        directory they are removed as that user (acting_as)."""
         removed = 0
-        try:
-            entries = list(os.scandir(self.dir))
-        except OSError:
-            return 0
-        for entry in entries:
-            pid = entry.name.lstrip(".").split("-", 1)[0]
-            if pid.isdigit() and start_ticks(int(pid)) is None:
-                try:
-                    os.unlink(entry.path)
-                    removed += 1
-                except OSError:
-                    pass
+        for uid, home in list(self.homes.items()):
+            directory = home / "metadata" / "stacks"
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+            for entry in entries:
+                pid = entry.name.lstrip(".").split("-", 1)[0]
+                if pid.isdigit() and start_ticks(int(pid)) is None:
+                    try:
+                        with files_as(uid):
+                            os.unlink(entry.path)
+                        removed += 1
+                    except OSError:
+                        pass
         return removed

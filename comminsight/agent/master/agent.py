@@ -291,7 +291,17 @@ class MasterAgentService(AgentService):
 
 
 class MasterApi(AgentApi):
-    """The endpoints whose answer is the job's rather than the node's."""
+    """The endpoints whose answer is the job's rather than the node's. A job's rows carry no
+    owner a master could judge a local user by: on its Unix socket they answer root and the
+    Agent's own user only (others are refused, not shown a part)."""
+
+    def _job_wide(self, request) -> None:
+        self._ready()
+        if not self._reader(request).sees_all:
+            raise ApiError(
+                api.ErrorCode.forbidden,
+                "a master answers for whole jobs: ask it over TCP, or as root or its own user",
+            )
 
     def step_directories(self) -> list:
         """Its own engine's step summaries and every slave's (master.store)."""
@@ -308,7 +318,7 @@ class MasterApi(AgentApi):
         return {job: frozenset(names) for job, names in nodes.items()}
 
     async def nodes(self, request, values):
-        self._ready()
+        self._job_wide(request)
         now, real = time.monotonic_ns(), time.time_ns()
         records = list(self.service.nodes.values())
         every = [job_view.node_summary(n, now, real) for n in records]
@@ -327,7 +337,7 @@ class MasterApi(AgentApi):
         return json_response(api.NodeList(items=page, total=total, next_cursor=next_cursor))
 
     async def communicators(self, request, values):
-        self._ready()
+        self._job_wide(request)
         now = time.monotonic_ns()
         rows = self.service.job_rows()
         full = values["view"] == "full"
@@ -353,7 +363,7 @@ class MasterApi(AgentApi):
         return json_response(api.CommunicatorPage(items=page, total=total, next_cursor=next_cursor))
 
     async def communicator(self, request, values):
-        self._ready()
+        self._job_wide(request)
         comm_id = values["comm_id"]
         rows = [r for r in self.service.job_rows() if f"{r.member.comm_id:016x}" == comm_id]
         if not rows:
@@ -367,7 +377,7 @@ class MasterApi(AgentApi):
         return json_response(job_view.communicator(rows, report_ids, full, time.monotonic_ns()))
 
     async def inflight(self, request, values):
-        self._ready()
+        self._job_wide(request)
         now = time.monotonic_ns()
         ops = [
             op

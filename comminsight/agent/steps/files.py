@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,9 @@ class _FileIndex:
     starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     invalid_lines: int = 0
+    # whose: the process and job of its first summary (a file is one process's)
+    pid: int | None = None
+    job_id: str | None = None
 
 
 class StepFiles:
@@ -74,10 +78,19 @@ class StepFiles:
         return sum(i.invalid_lines for i in self._index.values())
 
     def page(
-        self, *, rank: int | None, since_step: int, cursor: str | None, limit: int
+        self,
+        *,
+        rank: int | None,
+        since_step: int,
+        cursor: str | None,
+        limit: int,
+        visible: Callable[[int | None, str | None], bool] | None = None,
     ) -> StepPageResult:
-        """Summaries ordered by (step_index, global_rank), as /api/v1/steps pages them."""
+        """Summaries ordered by (step_index, global_rank), as /api/v1/steps pages them; only
+        those of files whose (pid, job id) `visible` admits, when given (one user's own)."""
         indexed = self._refresh()
+        if visible is not None:
+            indexed = [(p, i) for p, i in indexed if visible(i.pid, i.job_id)]
         steps = np.concatenate([i.steps for _, i in indexed] or [np.zeros(0, np.int64)])
         ranks = np.concatenate([i.ranks for _, i in indexed] or [np.zeros(0, np.int64)])
         file_of = np.concatenate(
@@ -151,6 +164,9 @@ class StepFiles:
                         if index.invalid_lines == 1:
                             log.error("%s: a line that is not a step-summary v1: %s", path, e)
                         continue
+                    if index.pid is None and index.job_id is None:
+                        index.pid = s.pid if isinstance(s.pid, int) else None
+                        index.job_id = s.job_id if isinstance(s.job_id, str) else None
                     steps.append(s.step_index)
                     ranks.append(s.global_rank)
                     starts.append(line.offset)

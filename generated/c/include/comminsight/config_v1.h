@@ -101,7 +101,7 @@
 #define CI_CONFIG_V1_AGENT_AUTOSTART_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_AGENT_AUTOSTART_DEFAULT 1
 
-/* COMMINSIGHT_AGENT_SHARED_HOME (boolean): One node Agent serves every user's Profilers: the home is the node's (root's), each user's Profilers and Inject write under <home>/users/<uid>/ (0700, that user's own; created by the Profiler, Inject or root, never through a link), and the Agent attributes every region, log and FIFO to the uid that owns its directory, refusing a file another user owns. The Agent makes <home> 0711, <home>/users 1733 (sticky) and its socket 0666 at start. Off: a single user's home, as an autostarted Agent uses. */
+/* COMMINSIGHT_AGENT_SHARED_HOME (boolean): One node Agent serves every user's Profilers: the home is the node's (root's), each user's Profilers and Inject write under <home>/users/<uid>/ (0700, that user's own; created by the Profiler, Inject or root, never through a link), and the Agent attributes every region, log and FIFO to the uid that owns its directory, refusing a file another user owns. At start the Agent makes <home>, its etc/ and metadata/ 0755 (what it keeps below them stays 0700, the published agent-settings 0644), <home>/users 1733 (sticky: users make their own entry but can neither list nor remove another's) and its socket 0666. Off: a single user's home, as an autostarted Agent uses. */
 #define CI_CONFIG_V1_AGENT_SHARED_HOME_KEY "COMMINSIGHT_AGENT_SHARED_HOME"
 #define CI_CONFIG_V1_AGENT_SHARED_HOME_INDEX 12
 #define CI_CONFIG_V1_AGENT_SHARED_HOME_DEFAULT_TEXT "0"
