@@ -15,7 +15,7 @@ from ports import free_port
 from waiting import wait_until
 
 
-def agent_process(home, **env):
+def agent_process(home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **env):
     env.setdefault("COMMINSIGHT_AGENT_LISTEN", f"127.0.0.1:{free_port()}")
     return forked_python.popen(
         [sys.executable, "-m", "comminsight.agent.main"],
@@ -27,8 +27,8 @@ def agent_process(home, **env):
             "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S": str(E2E_THRESHOLD_S),
             **env,
         },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=stdout,
+        stderr=stderr,
         text=True,
     )
 

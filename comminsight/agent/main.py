@@ -47,13 +47,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("comminsight.agent")
 
 
-def take_lock(home: Path):
+def take_lock(home: Path, shared: bool = False):
     """The Agent's hold on its home for its whole life; None when another Agent has it.
 
     Two locks: the home directory itself, which is not deleted or swapped while training
     writes into it, is what keeps a second Agent out; `agent.lock` is the Profilers' sign
-    that an Agent runs (their autostart asks it). A lock file deleted or replaced under a
-    running Agent then fools no second Agent into sharing the home."""
+    that an Agent runs (their autostart asks it, and a Profiler leaves its region for an
+    Agent that runs). A lock file deleted or replaced under a running Agent then fools no
+    second Agent into sharing the home. In a shared home every user's Profilers ask, with a
+    shared lock on a read-only descriptor: the file is readable by all (0644) there."""
     path = home / "metadata" / "agent.lock"
     make_private_dirs(path.parent)
     held = []
@@ -64,7 +66,7 @@ def take_lock(home: Path):
         # O_NOFOLLOW: a link planted here must not make the Agent create or lock another file
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         held.append(fd)
-        os.fchmod(fd, 0o600)  # a lock file an older Agent left 0644
+        os.fchmod(fd, 0o644 if shared else 0o600)  # whatever an older Agent left
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         for fd in held:
@@ -231,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(settings.home)
     try:
         check_home(home)
-        lock = take_lock(home)
+        lock = take_lock(home, settings.agent_shared_home)
     except HomeError as e:
         print(f"comminsight-agent: refusing home {home}: {e}", file=sys.stderr)
         return 1

@@ -53,7 +53,23 @@ static int open_lock(bool create) {
     return fd;
 }
 
+/* A shared home's node Agent: its lock in the node's metadata/, root's and readable by all;
+ * a shared lock taken on a read-only descriptor fails while the Agent holds its own. */
+static int node_agent_running(void) {
+    char why[160];
+    int dir = ci_open_dir_at(ci_g.node_home_fd, "metadata", false, why, sizeof(why));
+    if (dir < 0) return errno == ENOENT ? 0 : -1;
+    int fd = ci_open_file_at(dir, "agent.lock", O_RDONLY, CI_KIND_FILE, true, why, sizeof(why));
+    int err = errno;
+    close(dir);
+    if (fd < 0) return err == ENOENT ? 0 : -1;
+    bool held = flock(fd, LOCK_SH | LOCK_NB) != 0;
+    close(fd);
+    return held ? 1 : 0;
+}
+
 int ci_agent_running(void) {
+    if (ci_g.home_tenant) return node_agent_running();
     int fd = open_lock(false);
     if (fd < 0) return errno == ENOENT ? 0 : -1;
     bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;

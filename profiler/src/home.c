@@ -143,12 +143,19 @@ static int open_tenant_home(int home_fd, const char* home, char* path, size_t pa
     }
     int fd = openat(users, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     int err = errno;
-    close(users);
     char checked[160];
     if (fd < 0) {
-        snprintf(why, why_len, "users/%s: %s", name, err == ELOOP || err == ENOTDIR ? "not a directory (a link?)" : strerror(err));
+        /* say whose it is: another user may have made it before we ever ran here */
+        if (fstatat(users, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid != me)
+            snprintf(why, why_len, "users/%s is owned by uid %u, not by this process's uid %u", name,
+                     (unsigned)st.st_uid, (unsigned)me);
+        else
+            snprintf(why, why_len, "users/%s: %s", name,
+                     err == ELOOP || err == ENOTDIR ? "not a directory (a link?)" : strerror(err));
+        close(users);
         return -1;
     }
+    close(users);
     /* ours alone: root may have made it for us (a SLURM prolog), but then gave it to us */
     if (ci_check_fd(fd, CI_KIND_DIR, false, checked, sizeof(checked)) != 0) {
         snprintf(why, why_len, "users/%s %s", name, checked);

@@ -104,7 +104,7 @@ def test_the_real_shm_schema_passes(tmp_path):
             "duplicate enum value name",
         ),
         (
-            ("count: 240, offset: 3856", "count: 232, offset: 3856"),
+            ("count: 192, offset: 3904", "count: 184, offset: 3904"),
             "structs.header.size",
             "declared size 4096 but the fields lay out to 4088 bytes",
         ),
@@ -250,9 +250,9 @@ def test_verify_fails_on_a_stale_schema_and_names_the_file(tmp_path):
         (root / SHM)
         .read_text()
         .replace(
-            "      - {name: reserved4, type: u8, count: 240, offset: 3856,",
-            '      - {name: new_counter, type: u64, offset: 3856, description: "Added."}\n'
-            "      - {name: reserved4, type: u8, count: 232, offset: 3864,",
+            "      - {name: reserved4, type: u8, count: 192, offset: 3904,",
+            '      - {name: new_counter, type: u64, offset: 3904, description: "Added."}\n'
+            "      - {name: reserved4, type: u8, count: 184, offset: 3912,",
         )
     )
     (root / SHM).write_text(text)
