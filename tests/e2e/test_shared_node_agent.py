@@ -108,7 +108,9 @@ def run_job(plugin: Path, home: Path, out: Path, uid: int, job: str, seed: int, 
         "COMMINSIGHT_AGENT_AUTOSTART=0",
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def issued_ops(out: Path) -> int:
