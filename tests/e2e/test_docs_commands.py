@@ -25,6 +25,11 @@ SKIPPED = {
     ("README.md", "make demo"),  # make demo and make test, minutes each
     ("README.md", "torchrun"),  # GPUs, PyTorch and a training script
     ("README.md", "make install INSTALL_PREFIX=/opt/comminsight"),  # root, under /opt
+    ("docs/deploy-kubernetes.md", "kubectl create namespace"),  # a Kubernetes cluster
+    ("docs/deploy-slurm.md", "make install INSTALL_PREFIX=/opt"),  # root: /opt, systemctl
+    ("docs/deploy-slurm.md", "install -m 0600 -o root"),  # root: /opt, systemctl
+    ("docs/deploy-slurm.md", "install -D -m 0755 deploy/slurm/"),  # root, into /etc/slurm
+    ("docs/deploy-slurm.md", "srun --export=ALL"),  # Slurm, GPUs and a training script
 }
 
 

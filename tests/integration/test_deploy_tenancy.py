@@ -50,7 +50,9 @@ VERSION = re.search(r'^version = "(.*)"', (ROOT / "pyproject.toml").read_text(),
 API_PORT = 19102
 MASTER_GRPC_PORT = 19103
 HOME = "/run/comminsight"
-AGENT_CAPABILITIES = {"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL"}
+# read every user's directory; act as the user for each write there (setfsuid/setfsgid, so no
+# chown); the stack signal to another user's hung rank
+AGENT_CAPABILITIES = {"DAC_OVERRIDE", "SETUID", "SETGID", "KILL"}
 # the Makefile's name for the plugin, which `make install` puts in <prefix>/lib
 PLUGIN_NAME = "libnccl-profiler-comminsight.so"
 # labels Helm adds that the plain manifests do not carry
@@ -613,6 +615,12 @@ def test_documented_pod_security_violations_are_exactly_the_computed_ones():
         for lvl, control in agent:
             if lvl == level:
                 assert control in block, (level, control)
+    # and the capabilities every text names are the ones the pod adds
+    named = re.findall(r"capabilities\.add: \[(.*?)\]", DOCS_K8S.read_text())
+    (adds,) = re.findall(r"Capabilities \(adds (.*?):", comment)
+    assert len(named) == 2
+    for listed in (*named, adds):
+        assert set(listed.replace(",", " ").split()) == AGENT_CAPABILITIES, listed
 
 
 # ---- kustomize ----------------------------------------------------------------------------

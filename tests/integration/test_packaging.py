@@ -293,10 +293,24 @@ def test_kubernetes_manifests_fit_together():
     mounts = {m["mountPath"]: m["name"] for m in agent["volumeMounts"]}
     host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     assert host_paths[mounts[env["COMMINSIGHT_HOME"]]] == env["COMMINSIGHT_HOME"]
-    assert host_paths[mounts["/dev/shm"]] == "/dev/shm" == env["COMMINSIGHT_PROFILER_SHM_DIR"]
+    # the regions are files in each user's directory of the shared home, in the Agent's pod
+    # and the training pods alike: no /dev/shm is shared with anyone
+    (trainer,) = _docs("examples/training-pod.yaml")
+    (training,) = trainer["spec"]["containers"]
+    training_env = {e["name"]: e.get("value") for e in training["env"]}
+    assert env["COMMINSIGHT_PROFILER_SHM_DIR"] == training_env["COMMINSIGHT_PROFILER_SHM_DIR"] == ""
+    assert training_env["COMMINSIGHT_HOME"] == env["COMMINSIGHT_HOME"]
+    for pod_spec in (spec, trainer["spec"]):
+        paths = {v["hostPath"]["path"] for v in pod_spec["volumes"] if "hostPath" in v}
+        assert "/dev/shm" not in paths and not pod_spec.get("hostIPC")
+    # uid 0 with exactly the four capabilities the shared node Agent uses: read every user's
+    # directory, act as the user for writes there (setfsuid/setfsgid), signal a hung rank
     sc = agent["securityContext"]
-    assert spec["securityContext"]["runAsNonRoot"] and not sc["allowPrivilegeEscalation"]
-    assert sc["readOnlyRootFilesystem"] and sc["capabilities"]["drop"] == ["ALL"]
+    seccomp = sc.get("seccompProfile") or spec["securityContext"]["seccompProfile"]
+    assert seccomp["type"] == "RuntimeDefault"
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sorted(sc["capabilities"]["add"]) == ["DAC_OVERRIDE", "KILL", "SETGID", "SETUID"]
     assert agent["resources"]["requests"] and agent["resources"]["limits"]
 
 
