@@ -36,6 +36,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import comminsight
 from comminsight.agent.core.producers import ProducerSet
+from comminsight.agent.core.workload_identity import Workload
+from comminsight.agent.metrics.placement import Placement
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.metrics.build_info import UNKNOWN, git_commit
 from comminsight.agent.metrics.job import JobMetrics
@@ -178,10 +180,16 @@ class Node:
     rank unless told (most tests here are about each process's labels)."""
 
     def __init__(
-        self, home: Path, expire_s: float = 60.0, retire_after_s: float = 0.0, level: str = RANK
+        self,
+        home: Path,
+        expire_s: float = 60.0,
+        retire_after_s: float = 0.0,
+        level: str = RANK,
+        placement: Placement | None = None,
     ) -> None:
         self.producers = ProducerSet(home)
         self.metrics = NodeMetrics(expire_after_s=expire_s, level=level)
+        self.metrics.placement = placement
         self.retire_after_ns = int(retire_after_s * S)
 
     def run_pass(self, now: int) -> None:
@@ -198,7 +206,7 @@ class Node:
         ]
 
     def ops(self) -> dict[tuple, float]:
-        keys = ("job_id", "host", "rank", "local_rank", "gpu", "UUID", "comm")
+        keys = ("job_id", "host", "rank", "local_rank", "cuda_device", "UUID", "comm")
         return {
             tuple(s.labels[k] for k in keys): s.value for s in self.samples("comminsight_ops_total")
         }
@@ -217,22 +225,61 @@ def node(tmp_path):
 UUID_A_TEXT = "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
 
 
-def test_a_process_series_carries_its_job_host_ranks_gpu_and_uuid(tmp_path, node):
-    p = FakeProducer(tmp_path, "a.shm", job_id="slurm-4242", host="gpu-17", rank=9, local_rank=1)
+class FakeGpus:
+    """The node's GPU indexes as DCGM numbers them, by UUID (gpu_index's answer)."""
+
+    def __init__(self, indexes: dict[str, str]) -> None:
+        self.indexes = indexes
+
+    def index_of(self, uuid: str) -> str:
+        return self.indexes.get(uuid, "")
+
+
+class FakeWorkloads:
+    """Every process in one pod (workload_identity's answer)."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self.asked: list[tuple[int, int, int]] = []
+
+    def of_pid(self, pid: int, start_ticks: int = 0, pid_namespace: int = 0) -> Workload:
+        self.asked.append((pid, start_ticks, pid_namespace))
+        return self.workload
+
+
+def test_a_process_series_carries_its_job_node_pod_ranks_gpu_and_uuid(tmp_path):
+    pod = Workload(pod="train-0", namespace="team-a", container="trainer")
+    placement = Placement(
+        "node-7", "k8s-node-7", FakeWorkloads(pod), FakeGpus({UUID_A_TEXT: "3"})
+    )
+    node = Node(tmp_path, placement=placement)
+    p = FakeProducer(tmp_path, "a.shm", job_id="slurm-4242", host="train-0", rank=9, local_rank=1)
+    p.header["slurm_step_id"] = b"2"
+    p.header["slurm_array_task_id"] = b"17"
     p.add_comm(0, 0xABC, "default_pg:0")
     p.publish(0xABC, 5)
     node.run_pass(T0)
     (sample,) = node.samples("comminsight_ops_total")
     assert sample.labels == {
         "job_id": "slurm-4242",
-        "host": "gpu-17",
+        "step_id": "2",
+        "array_index": "17",
+        # the node, not the process's own host name (in Kubernetes its pod's)
+        "host": "node-7",
+        "node": "k8s-node-7",
+        "namespace": "team-a",
+        "pod": "train-0",
+        "container": "trainer",
         "rank": "9",
         "local_rank": "1",
-        "gpu": "0",
+        # DCGM's index of the GPU on the node; the CUDA ordinal inside the process apart
+        "gpu": "3",
+        "cuda_device": "0",
         "UUID": UUID_A_TEXT,
         "comm": "default_pg:0",
         "op_type": "AllReduce",
     }
+    node.close()
     assert sample.value == 5
     for name in ("comminsight_op_bytes_total", "comminsight_op_latency_seconds_count"):
         (s,) = node.samples(name)
@@ -248,7 +295,7 @@ def test_the_age_of_an_op_in_flight_is_per_process(tmp_path, node):
         p.comms["inflight_enqueue_mono_ns"][0] = T0 - (rank + 1) * S
     node.run_pass(T0)
     ages = {
-        (s.labels["rank"], s.labels["gpu"], s.labels["comm"]): s.value
+        (s.labels["rank"], s.labels["cuda_device"], s.labels["comm"]): s.value
         for s in node.samples("comminsight_inflight_age_seconds")
     }
     assert ages == {("0", "0", "default_pg:0"): 1.0, ("1", "1", "default_pg:0"): 2.0}
@@ -260,7 +307,8 @@ def test_unset_ranks_and_an_unknown_gpu_are_empty_labels(tmp_path, node):
     p.publish(7, 2)
     node.run_pass(T0)
     (sample,) = node.samples("comminsight_ops_total")
-    assert [sample.labels[k] for k in ("rank", "local_rank", "gpu", "UUID")] == ["", "", "", ""]
+    unknown = ("rank", "local_rank", "gpu", "cuda_device", "UUID", "pod")
+    assert [sample.labels[k] for k in unknown] == [""] * len(unknown)
     assert sample.labels["comm"] == f"{7:016x}"  # no name: its id
 
 
@@ -332,11 +380,11 @@ def test_at_the_default_level_a_nodes_ranks_of_a_job_fold_into_its_series(tmp_pa
     assert ops[("job-1", "node-a", "tp:0")] == 8 * 3  # the eight ranks' ops of one comm
     assert ops[("job-1", "node-a", "dp:5")] == 2
     assert family_labels(node, "comminsight_ops_total") == {
-        frozenset({"job_id", "host", "comm", "op_type"})
+        frozenset({"job_id", "step_id", "array_index", "host", "node", "namespace", "comm", "op_type"})
     }
     # histograms per job and op type: no rank, no communicator
     assert family_labels(node, "comminsight_op_latency_seconds_bucket") == {
-        frozenset({"job_id", "host", "op_type"})
+        frozenset({"job_id", "step_id", "array_index", "host", "node", "namespace", "op_type"})
     }
     (count,) = node.samples("comminsight_op_latency_seconds_count")
     assert count.value == 8 * 5
@@ -349,7 +397,7 @@ def test_at_the_default_level_a_nodes_ranks_of_a_job_fold_into_its_series(tmp_pa
     seconds = node.samples("comminsight_rank_op_seconds_total")
     assert sorted(int(s.labels["rank"]) for s in seconds) == list(range(8))
     assert family_labels(node, "comminsight_rank_op_seconds_total") == {
-        frozenset({"job_id", "host", "rank"})
+        frozenset({"job_id", "step_id", "array_index", "host", "node", "namespace", "pod", "container", "rank"})
     }
 
 
@@ -864,7 +912,12 @@ def test_the_route_serves_the_text_format_by_default_and_it_passes_promtool(live
     ]
     assert ops.labels == {
         "job_id": "job-a",
-        "host": "gpu-1",
+        "step_id": "",
+        "array_index": "",
+        # the Agent's node (its COMMINSIGHT_AGENT_NODE_NAME), whatever the process calls itself
+        "host": live.service.node_name,
+        "node": "",
+        "namespace": "",
         "comm": "default_pg:0",
         "op_type": "AllReduce",
     }

@@ -16,8 +16,15 @@ from comminsight.agent.metrics.process_labels import ProcessLabels
 from comminsight.agent.metrics.steps import StepDurations
 
 S = 1_000_000_000
-RANK0 = ProcessLabels("job-a", "node1", "0", "0", "0", "GPU-00000000-0000-0000-0000-000000000001")
-RANK1 = ProcessLabels("job-a", "node1", "1", "1", "1", "")
+RANK0 = ProcessLabels(
+    job_id="job-a",
+    host="node1",
+    rank="0",
+    local_rank="0",
+    cuda_device="0",
+    uuid="GPU-00000000-0000-0000-0000-000000000001",
+)
+RANK1 = ProcessLabels(job_id="job-a", host="node1", rank="1", local_rank="1", cuda_device="1")
 
 
 def samples(metrics: NodeMetrics) -> dict[tuple, float]:
@@ -55,7 +62,10 @@ def test_at_the_default_level_the_node_s_gpus_of_a_job_are_one_histogram():
     new = StepDurations()
     new.add(RANK0, [0.2, 0.3, 12.0])
     new.add(RANK1, [0.2])
-    new.add(ProcessLabels("job-b", "node1", "2", "2", "2", ""), [1.0])
+    new.add(
+        ProcessLabels(job_id="job-b", host="node1", rank="2", local_rank="2", cuda_device="2"),
+        [1.0],
+    )
     metrics = NodeMetrics()
     metrics.add_steps(new.take(), now_mono_ns=1 * S)
     text = metrics.render().decode()
@@ -68,7 +78,8 @@ def test_at_the_default_level_the_node_s_gpus_of_a_job_are_one_histogram():
         (s.name.rsplit("_", 1)[-1], s.labels["job_id"], s.labels.get("le")): s.value
         for s in family.samples
     }
-    assert {frozenset(s.labels) - {"le"} for s in family.samples} == {frozenset({"job_id", "host"})}
+    job = {"job_id", "step_id", "array_index", "host", "node", "namespace"}
+    assert {frozenset(s.labels) - {"le"} for s in family.samples} == {frozenset(job)}
     assert got[("count", "job-a", None)] == 4
     assert got[("sum", "job-a", None)] == pytest.approx(12.7)
     assert got[("bucket", "job-a", "0.25")] == 2

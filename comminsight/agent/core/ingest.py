@@ -133,7 +133,7 @@ class NodeIngest:
             local_rank=rank_or_none(int(h["local_rank"])),
             job_id=record_text(h["job_id"]) or None,
             shm_file=producer.path.name,
-            labels=header_labels(h),
+            labels=header_labels(h, self.metrics.placement),
         )
 
     def _gpu_stream(self, producer: Producer, g: GpuOfProcess) -> GpuStream:
@@ -148,8 +148,9 @@ class NodeIngest:
                 whole.labels,
                 rank=index_label(g.global_rank),
                 local_rank=index_label(g.local_rank),
-                gpu=index_label(g.device),
-                # the header's UUID is its first device's
+                cuda_device=index_label(g.device),
+                # the header's UUID (and so the node's index of it) is its first device's
+                gpu=whole.labels.gpu if g.device == whole.cuda_device else "",
                 uuid=whole.labels.uuid if g.device == whole.cuda_device else "",
             ),
         )

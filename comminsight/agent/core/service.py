@@ -52,6 +52,7 @@ from comminsight.agent.hangs.store import HangStore
 from comminsight.agent.metrics.engine import engine_metrics
 from comminsight.agent.metrics.inputs import AgentInputs
 from comminsight.agent.metrics.node import NodeMetrics
+from comminsight.agent.metrics.placement import Placement
 from comminsight.agent.metrics.stacks import StackCaptureMetrics
 from comminsight.agent.steps.engine_hook import EngineHook, PassThroughEngine
 from comminsight.agent.steps.files import StepFiles
@@ -118,6 +119,9 @@ class AgentService:
         )
         self.metrics = NodeMetrics(
             expire_after_s=settings.agent_metrics_expire_s, level=settings.agent_metrics_level
+        )
+        self.metrics.placement = Placement.of_node(
+            self.node_name, settings.agent_kubernetes_node
         )
         if self.archiver is not None:
             self.metrics.registry.register(self.archiver)

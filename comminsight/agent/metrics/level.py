@@ -5,11 +5,14 @@ communicator, op type and histogram bucket is millions of series. At this level 
 ranks of one job fold together: operations and bytes per (job, host, communicator, op type),
 latency histograms and the mean bus bandwidth (the histogram's sum and count, no buckets) per
 (job, host, op type and, for bandwidth, message-size bucket), the oldest op in flight per
-(job, host, communicator), Step durations per (job, host). Each rank keeps one series, the
-seconds it spent in completed operations, which is what tells a slow rank apart.
+(job, host, communicator), Step durations per (job, host); a job's labels are its SLURM step
+and array index, the node and Kubernetes namespace as well (process_labels.JOB_LABELS), which
+its ranks on one node share. Each rank keeps one series, the seconds it spent in completed
+operations, with its pod and container too: that tells a slow rank apart.
 
-`rank` adds the rank, local_rank, gpu and UUID labels to every series and keeps the
-communicator on the histograms: for a small job, or a node under investigation.
+`rank` adds the pod, container, rank, local_rank, gpu, cuda_device and UUID labels to every
+series and keeps the communicator on the histograms: for a small job, or a node under
+investigation.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from types import MappingProxyType
 
+from comminsight.agent.metrics.process_labels import JOB_LABELS, LABEL_NAMES
+
 JOB, RANK = "job", "rank"
 LEVELS = (JOB, RANK)
-JOB_LABEL_NAMES = ("job_id", "host")
+JOB_LABEL_NAMES = LABEL_NAMES[:JOB_LABELS]
 EMPTY: Mapping = MappingProxyType({})
 
 

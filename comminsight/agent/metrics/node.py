@@ -33,9 +33,12 @@ from comminsight.agent.metrics import inputs as input_metrics
 from comminsight.agent.metrics.build_info import build_info_family
 from comminsight.agent.metrics.incidents import incident_family
 from comminsight.agent.metrics.level import JOB, JOB_LABEL_NAMES, RANK, check_level, fold
+from comminsight.agent.metrics.placement import Placement
 from comminsight.agent.metrics.process_labels import (
+    JOB_LABELS,
     LABEL_NAMES,
     NO_PROCESS,
+    RANK_LABELS,
     ProcessLabels,
     ProducerLabels,
 )
@@ -115,6 +118,9 @@ class NodeMetrics:
     def __init__(self, expire_after_s: float = DEFAULT_EXPIRE_S, level: str = JOB) -> None:
         self.expire_after_ns = int(expire_after_s * 1e9)
         self.level = check_level(level)
+        # where the node's processes run (node, pod, GPU index): none, the labels the headers
+        # give alone; the Agent sets its node's
+        self.placement: Placement | None = None
         self.series: dict[SeriesKey, _Series] = {}
         self.comm_names: dict[int, str] = {}
         # (process labels..., comm label) -> age of its oldest op in flight
@@ -240,11 +246,11 @@ class NodeMetrics:
                 ended = labels.values()
                 before = self.retired_steps.get(ended)
                 self.retired_steps[ended] = times if before is None else before.plus(times)
-        jobs = {(p.job_id, p.host) for p, _, _ in self.series}
-        self.retired = {k: v for k, v in self.retired.items() if (k[0], k[1]) in jobs}
-        step_jobs = {(labels.job_id, labels.host) for labels in self.steps}
+        jobs = {p.job() for p, _, _ in self.series}
+        self.retired = {k: v for k, v in self.retired.items() if k[:JOB_LABELS] in jobs}
+        step_jobs = {labels.job() for labels in self.steps}
         self.retired_steps = {
-            k: v for k, v in self.retired_steps.items() if (k[0], k[1]) in step_jobs
+            k: v for k, v in self.retired_steps.items() if k[:JOB_LABELS] in step_jobs
         }
         used = {comm_id for _, comm_id, _ in self.series} | {comm_id for _, comm_id in live}
         for comm_id in self.comm_names.keys() - used:
@@ -353,8 +359,8 @@ class NodeMetrics:
             who, timed_by = list(LABEL_NAMES), ["comm"]
         else:
             who, timed_by = list(JOB_LABEL_NAMES), []
-            counted = fold(series, lambda k: (k[0], k[1], k[-2], k[-1]), self.retired)
-            timed = fold(series, lambda k: (k[0], k[1], k[-1]), self.retired)
+            counted = fold(series, lambda k: (*k[:JOB_LABELS], k[-2], k[-1]), self.retired)
+            timed = fold(series, lambda k: (*k[:JOB_LABELS], k[-1]), self.retired)
         labels = [*who, "comm", "op_type"]
         ops = CounterMetricFamily("comminsight_ops", "Completed NCCL operations", labels=labels)
         nbytes = CounterMetricFamily(
@@ -397,9 +403,9 @@ class NodeMetrics:
             "comminsight_rank_op_seconds",
             "Seconds a rank spent in completed NCCL operations (the sum of their durations "
             "over its communicators)",
-            labels=["job_id", "host", "rank"],
+            labels=list(LABEL_NAMES[:RANK_LABELS]),
         )
-        per_rank = fold(self.labelled_series(), lambda k: (k[0], k[1], k[2]), self.retired)
+        per_rank = fold(self.labelled_series(), lambda k: k[:RANK_LABELS], self.retired)
         for key, s in sorted(per_rank.items()):
             family.add_metric(list(key), s.latency_sum)
         return family
@@ -415,7 +421,7 @@ class NodeMetrics:
         if self.level == JOB:
             folded: dict[tuple[str, ...], float] = {}
             for key, value in ages.items():
-                short = (key[0], key[1], key[-1])
+                short = (*key[:JOB_LABELS], key[-1])
                 folded[short] = max(folded.get(short, 0.0), value)
             ages = folded
         for key, value in sorted(ages.items()):
@@ -433,7 +439,7 @@ class NodeMetrics:
         )
         times = {labels.values(): t for labels, t in self.steps.items()}
         if self.level == JOB:
-            times = fold(times, lambda k: (k[0], k[1]), self.retired_steps)
+            times = fold(times, lambda k: k[:JOB_LABELS], self.retired_steps)
         for key, t in sorted(times.items()):
             steps.add_metric(list(key), _buckets(STEP_BUCKETS_S, t.buckets), t.sum_s)
         return steps
@@ -491,9 +497,9 @@ class _ProducerView:
     members: tuple[tuple[ProcessLabels, int, int | None], ...]
 
 
-def _producer_view(producer) -> _ProducerView:
+def _producer_view(producer, placement: Placement | None) -> _ProducerView:
     rows = producer.region.comm_entries()
-    who = ProducerLabels(producer.region.header, rows)
+    who = ProducerLabels(producer.region.header, rows, placement)
     offset = producer.region.mono_offset_ns
     names, members = [], []
     for row in rows:
@@ -528,7 +534,7 @@ def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns:
     for producer in producers.producers.values():
         view = _RELEASED_VIEWS.get(producer.region) if producer.released else None
         if view is None:
-            view = _producer_view(producer)
+            view = _producer_view(producer, metrics.placement)
             if producer.released:  # nothing in it changes again
                 _RELEASED_VIEWS[producer.region] = view
         labels_of[id(producer)] = view.labels
@@ -546,7 +552,11 @@ def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns:
         who = labels_of.get(id(batch.producer))
         if who is None:  # retired by this very pass (a broken ring): its header's copy
             header = batch.producer.final_header
-            who = ProducerLabels(header, _NO_ROWS) if header is not None else None
+            who = (
+                ProducerLabels(header, _NO_ROWS, metrics.placement)
+                if header is not None
+                else None
+            )
         parts = who.partition(batch.records) if who else [(NO_PROCESS, batch.records)]
         for labels, records in parts:
             metrics.add_records(records, labels, now_mono_ns)

@@ -1266,7 +1266,7 @@ def _labelled_stream(gpu: GpuStream, host: str) -> GpuStream:
         host=host,
         rank=index_label(gpu.global_rank),
         local_rank=index_label(gpu.local_rank),
-        gpu=index_label(gpu.cuda_device),
+        cuda_device=index_label(gpu.cuda_device),
     )
     return replace(gpu, labels=labels)
 
