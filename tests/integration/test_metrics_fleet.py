@@ -36,13 +36,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import comminsight
 from comminsight.agent.core.producers import ProducerSet
-from comminsight.agent.core.workload_identity import Workload
-from comminsight.agent.metrics.placement import Placement
+from comminsight.agent.core.workload_identity import Workload, WorkloadLookup
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.metrics.build_info import UNKNOWN, git_commit
 from comminsight.agent.metrics.job import JobMetrics
 from comminsight.agent.metrics.level import JOB, RANK
 from comminsight.agent.metrics.node import NodeMetrics, update_from_producers, wants_openmetrics
+from comminsight.agent.metrics.placement import Placement
 from comminsight.agent.metrics.process_labels import uuid_text
 from comminsight.agent.metrics.totals import node_metric_totals
 from comminsight.config import ConfigError, load_settings
@@ -52,6 +52,8 @@ from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
 
 S = 1_000_000_000
+# what the ranks of one job on one node share (process_labels.JOB_LABELS)
+JOB_LABELS = ("job_id", "step_id", "array_index", "host", "node", "namespace")
 T0 = 10**15  # the passes' clock: any monotonic time, far from this machine's
 UUID_A = bytes(range(16))
 UUID_B = bytes(range(16, 32))
@@ -249,9 +251,7 @@ class FakeWorkloads:
 
 def test_a_process_series_carries_its_job_node_pod_ranks_gpu_and_uuid(tmp_path):
     pod = Workload(pod="train-0", namespace="team-a", container="trainer")
-    placement = Placement(
-        "node-7", "k8s-node-7", FakeWorkloads(pod), FakeGpus({UUID_A_TEXT: "3"})
-    )
+    placement = Placement("node-7", "k8s-node-7", FakeWorkloads(pod), FakeGpus({UUID_A_TEXT: "3"}))
     node = Node(tmp_path, placement=placement)
     p = FakeProducer(tmp_path, "a.shm", job_id="slurm-4242", host="train-0", rank=9, local_rank=1)
     p.header["slurm_step_id"] = b"2"
@@ -284,6 +284,76 @@ def test_a_process_series_carries_its_job_node_pod_ranks_gpu_and_uuid(tmp_path):
     for name in ("comminsight_op_bytes_total", "comminsight_op_latency_seconds_count"):
         (s,) = node.samples(name)
         assert s.labels["job_id"] == "slurm-4242" and s.labels["UUID"] == UUID_A_TEXT
+
+
+def test_in_a_kubernetes_pod_the_series_names_pod_namespace_container_and_node(tmp_path):
+    """The node as the DaemonSet sets it up: the Downward API's node name in the Agent's
+    environment, the host's /proc (hostPID) and the kubelet's log tree, here fake trees."""
+    pod_uid = "6d2d4a8c-9f0e-4c1b-8a3e-2f5b7c9d1e0f"
+    container_id = "a" * 64
+    proc, logs = tmp_path / "proc", tmp_path / "log"
+    cgroup = proc / str(os.getpid()) / "cgroup"
+    cgroup.parent.mkdir(parents=True)
+    # this process stands for the producer: its start time is the one the region records
+    (cgroup.parent / "stat").write_bytes(Path(f"/proc/{os.getpid()}/stat").read_bytes())
+    slice_ = "kubepods.slice/kubepods-burstable.slice"
+    cgroup.write_text(
+        f"0::/{slice_}/kubepods-burstable-pod{pod_uid.replace('-', '_')}.slice/"
+        f"cri-containerd-{container_id}.scope\n"
+    )
+    (logs / "containers").mkdir(parents=True)
+    (logs / "containers" / f"llama-worker-3_team-a_trainer-{container_id}.log").symlink_to(
+        f"/var/log/pods/team-a_llama-worker-3_{pod_uid}/trainer/0.log"
+    )
+    (logs / "pods" / f"team-a_llama-worker-3_{pod_uid}").mkdir(parents=True)
+    (tmp_path / "comminsight.conf").write_text("")
+    settings = load_settings(
+        env={
+            "COMMINSIGHT_HOME": str(tmp_path / "home"),
+            "COMMINSIGHT_AGENT_NODE_NAME": "gpu-node-7",
+            "COMMINSIGHT_AGENT_KUBERNETES_NODE": "gpu-node-7.cluster.local",
+        },
+        conf_path=(tmp_path / "comminsight.conf"),
+    )
+    placement = Placement(
+        settings.agent_node_name,
+        settings.agent_kubernetes_node,
+        WorkloadLookup(proc_root=proc, log_root=logs, relist_after_s=0),
+        FakeGpus({UUID_A_TEXT: "5"}),
+    )
+    node = Node(tmp_path / "home", level=JOB, placement=placement)
+    p = FakeProducer(tmp_path / "home", "a.shm", host="llama-worker-3")
+    p.add_comm(0, 0xABC, "default_pg:0")
+    p.publish(0xABC, 4)
+    node.run_pass(T0)
+    (seconds,) = node.samples("comminsight_rank_op_seconds_total")
+    assert {k: seconds.labels[k] for k in ("host", "node", "namespace", "pod", "container")} == {
+        "host": "gpu-node-7",
+        "node": "gpu-node-7.cluster.local",
+        "namespace": "team-a",
+        "pod": "llama-worker-3",
+        "container": "trainer",
+    }
+    (ops,) = node.samples("comminsight_ops_total")  # a job's series: its namespace and node
+    assert ops.labels["namespace"] == "team-a" and ops.labels["node"] == "gpu-node-7.cluster.local"
+    assert "pod" not in ops.labels  # pods of one job fold at the default level
+    node.close()
+
+
+def test_outside_kubernetes_the_workload_labels_are_empty_not_guessed(tmp_path):
+    proc = tmp_path / "proc"
+    (proc / str(os.getpid())).mkdir(parents=True)
+    (proc / str(os.getpid()) / "cgroup").write_text("0::/user.slice/user-1000.slice/session-3\n")
+    placement = Placement("node-a", "", WorkloadLookup(proc, tmp_path / "log"), FakeGpus({}))
+    node = Node(tmp_path / "home", placement=placement)
+    p = FakeProducer(tmp_path / "home", "a.shm")
+    p.add_comm(0, 7, "pg")
+    p.publish(7, 1)
+    node.run_pass(T0)
+    (sample,) = node.samples("comminsight_ops_total")
+    assert [sample.labels[k] for k in ("node", "namespace", "pod", "container", "gpu")] == [""] * 5
+    assert sample.labels["cuda_device"] == "0" and sample.labels["UUID"] == UUID_A_TEXT
+    node.close()
 
 
 def test_the_age_of_an_op_in_flight_is_per_process(tmp_path, node):
@@ -380,11 +450,11 @@ def test_at_the_default_level_a_nodes_ranks_of_a_job_fold_into_its_series(tmp_pa
     assert ops[("job-1", "node-a", "tp:0")] == 8 * 3  # the eight ranks' ops of one comm
     assert ops[("job-1", "node-a", "dp:5")] == 2
     assert family_labels(node, "comminsight_ops_total") == {
-        frozenset({"job_id", "step_id", "array_index", "host", "node", "namespace", "comm", "op_type"})
+        frozenset({*JOB_LABELS, "comm", "op_type"})
     }
     # histograms per job and op type: no rank, no communicator
     assert family_labels(node, "comminsight_op_latency_seconds_bucket") == {
-        frozenset({"job_id", "step_id", "array_index", "host", "node", "namespace", "op_type"})
+        frozenset({*JOB_LABELS, "op_type"})
     }
     (count,) = node.samples("comminsight_op_latency_seconds_count")
     assert count.value == 8 * 5
@@ -397,7 +467,7 @@ def test_at_the_default_level_a_nodes_ranks_of_a_job_fold_into_its_series(tmp_pa
     seconds = node.samples("comminsight_rank_op_seconds_total")
     assert sorted(int(s.labels["rank"]) for s in seconds) == list(range(8))
     assert family_labels(node, "comminsight_rank_op_seconds_total") == {
-        frozenset({"job_id", "step_id", "array_index", "host", "node", "namespace", "pod", "container", "rank"})
+        frozenset({*JOB_LABELS, "pod", "container", "rank"})
     }
 
 
