@@ -45,7 +45,8 @@ class LiveAgent:
         self._stop = asyncio.Event()
         runner = await start_server(self.service, self.settings.agent_listen)
         host, port = runner.addresses[0][:2]
-        self.base_url = f"http://{host}:{port}"
+        scheme = "https" if self.settings.agent_http_tls_cert else "http"
+        self.base_url = f"{scheme}://{host}:{port}"
         if self.polling:
             task = asyncio.ensure_future(self.service.run(self._stop))
         else:

@@ -111,7 +111,8 @@ async def serve(
         runner = await start_server(service, listen)
     except OSError as e:
         raise ListenError(f"cannot listen on {listen} ({named_by}): {e}") from e
-    log.info("Agent Master API and /metrics on http://%s", listen)
+    scheme = "https" if service.settings.agent_http_tls_cert else "http"
+    log.info("Agent Master API and /metrics on %s://%s", scheme, listen)
     try:
         await service.run(stop)
     finally:
@@ -161,6 +162,23 @@ def multinode_problem(settings) -> str | None:
         if path:
             try:
                 read_pem(key, path)
+            except TlsFileError as e:
+                return str(e)
+    return None
+
+
+def http_tls_problem(settings) -> str | None:
+    """What serving the API over TLS cannot start with, named by key."""
+    cert, key = settings.agent_http_tls_cert, settings.agent_http_tls_key
+    if bool(cert) != bool(key):
+        return "COMMINSIGHT_AGENT_HTTP_TLS_CERT and COMMINSIGHT_AGENT_HTTP_TLS_KEY go together"
+    for name, path in (
+        ("COMMINSIGHT_AGENT_HTTP_TLS_CERT", cert),
+        ("COMMINSIGHT_AGENT_HTTP_TLS_KEY", key),
+    ):
+        if path:
+            try:
+                read_pem(name, path)
             except TlsFileError as e:
                 return str(e)
     return None
@@ -221,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, HomeError) as e:
         print(f"comminsight-agent: configuration error: {e}", file=sys.stderr)
         return 2
-    problem = multinode_problem(settings)
+    problem = multinode_problem(settings) or http_tls_problem(settings)
     if problem:
         print(f"comminsight-agent: configuration error: {problem}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ import argparse
 import os
 import pwd
 import socket
+import ssl
 import stat
 import typing
 from collections.abc import Callable
@@ -41,8 +42,9 @@ START_HINT = (
     "HOST:PORT for another address), or point --url at a running agent"
 )
 STATUS_HINTS = {
-    401: "this change needs the agent's token: pass --token or set COMMINSIGHT_AGENT_TOKEN to "
-    "the value the agent was started with",
+    401: "this needs the agent's token (every change; reads too where the agent has "
+    "COMMINSIGHT_AGENT_READ_AUTH=token): pass --token or set COMMINSIGHT_AGENT_TOKEN to the "
+    "value the agent was started with",
     403: "the agent was started without COMMINSIGHT_AGENT_TOKEN, so it refuses every change; "
     "restart it with a token set",
     503: "the agent is starting or stopping, or lacks what this needs (see the message); "
@@ -165,11 +167,19 @@ def changing_client(args: argparse.Namespace) -> Client:
 
 
 def tls_options(url: str) -> dict:
-    """The client's TLS setting for `url`: verified for https, as httpx does by default; for a
-    plain-http URL, which never uses TLS (no redirect is followed), none, so that the CA
-    bundle a verifying context loads (a tenth of a second of every command) is not read. The
-    scheme is read without parsing the rest: a malformed URL is reported where it is used."""
-    return {} if url.partition("://")[0].lower() == "https" else {"verify_ssl": False}
+    """The client's TLS setting for `url`: verified for https, as httpx does by default, with
+    the CAs of SSL_CERT_FILE / SSL_CERT_DIR where they are set (an agent's certificate from a
+    site CA), also for a request that ignores the rest of the environment (one with the
+    token); for a plain-http URL, which never uses TLS (no redirect is followed), none, so
+    that the CA bundle a verifying context loads (a tenth of a second of every command) is
+    not read. The scheme is read without parsing the rest: a malformed URL is reported where
+    it is used."""
+    if url.partition("://")[0].lower() != "https":
+        return {"verify_ssl": False}
+    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    if cafile or capath:
+        return {"verify_ssl": ssl.create_default_context(cafile=cafile, capath=capath)}
+    return {}
 
 
 def refuse_a_foreign_listener(url: str, token_from: str) -> None:
@@ -213,13 +223,8 @@ def run(func: Callable, args: argparse.Namespace, console: Console) -> int:
     target = Target(args.url, "--url") if args.url else local_agent()
     args.agent_url = target.url
     args.agent_socket = target.socket
-    client = Client(
-        base_url=target.url,
-        timeout=httpx.Timeout(TIMEOUT_S),
-        httpx_args=socket_transport(target.socket),
-        **tls_options(target.url),
-    )
     try:
+        client = reading_client(args, target)
         func(client, args, Output(console, fmt))
     except AgentUnavailable as e:
         return fail(str(e), e.hint)
@@ -233,6 +238,39 @@ def run(func: Callable, args: argparse.Namespace, console: Console) -> int:
         hint = f"nothing answers at {where} (from {target.chosen_by}); {START_HINT}"
         return fail(f"cannot reach the agent at {where}: {e}", hint)
     return 0
+
+
+def reading_client(args: argparse.Namespace, target: Target) -> Client:
+    """The client for reads. An agent's socket knows who asks: no token. Over TCP an agent may
+    need one for reads too (COMMINSIGHT_AGENT_READ_AUTH=token): --token is sent wherever
+    --url says; the configured token only to the local agent, and only when the process
+    listening there runs as this user or root (refuse_a_foreign_listener)."""
+    plain = Client(
+        base_url=target.url,
+        timeout=httpx.Timeout(TIMEOUT_S),
+        httpx_args=socket_transport(target.socket),
+        **tls_options(target.url),
+    )
+    if target.socket:
+        return plain
+    token = getattr(args, "token", None)
+    named_by = "--token"
+    if not token and not args.url:
+        try:
+            token = load_settings().agent_token
+        except ConfigError:
+            token = None
+        named_by = TOKEN_SETTING
+    if not token:
+        return plain
+    refuse_a_foreign_listener(target.url, named_by)
+    return AuthenticatedClient(
+        base_url=target.url,
+        token=token,
+        timeout=httpx.Timeout(TIMEOUT_S),
+        httpx_args={"trust_env": False},
+        **tls_options(target.url),
+    )
 
 
 def fail(message: str, hint: str | None) -> int:

@@ -43,15 +43,18 @@ def add_agent_options(p: argparse.ArgumentParser, nested: bool = False) -> None:
         "--url",
         default=default(None),
         metavar="URL",
-        help="the agent's API base URL, e.g. http://node7:19102 (default: the local agent, "
-        "where COMMINSIGHT_AGENT_LISTEN says)",
+        help="the agent's API base URL, e.g. http://node7:19102 (default: the local agent, on "
+        "its socket <home>/agent.sock when it answers there, else where "
+        "COMMINSIGHT_AGENT_LISTEN says)",
     )
     add_format_options(p, nested)
     p.add_argument(
         "--token",
         default=default(None),
         metavar="TOKEN",
-        help="bearer token for changes (resolve, flush) (default: COMMINSIGHT_AGENT_TOKEN)",
+        help="bearer token for changes (resolve, flush), and for reads of an agent over TCP "
+        "that needs it (COMMINSIGHT_AGENT_READ_AUTH=token) (default: COMMINSIGHT_AGENT_TOKEN, "
+        "sent with reads to the local agent only)",
     )
 
 

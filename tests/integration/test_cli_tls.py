@@ -33,11 +33,21 @@ def _self_signed(where: Path) -> tuple[Path, Path]:
     return key, cert
 
 
-def test_only_plain_http_urls_go_without_a_verifying_context():
+def test_only_plain_http_urls_go_without_a_verifying_context(monkeypatch):
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     assert tls_options("http://127.0.0.1:9464") == {"verify_ssl": False}
     assert tls_options("https://agent.example:9464") == {}
     assert tls_options("HTTPS://agent.example") == {}
     assert tls_options("http://[::1") == {"verify_ssl": False}  # malformed: said where used
+
+
+def test_the_cas_the_environment_names_verify_an_https_agent(monkeypatch, tmp_path):
+    _, cert = _self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    context = tls_options("https://127.0.0.1:9464")["verify_ssl"]
+    assert isinstance(context, ssl.SSLContext) and context.verify_mode == ssl.CERT_REQUIRED
+    assert any(c["subject"] == ((("commonName", "127.0.0.1"),),) for c in context.get_ca_certs())
 
 
 def test_an_https_agent_with_an_untrusted_certificate_is_refused(tmp_path):

@@ -38,6 +38,7 @@ import errno
 import logging
 import resource
 import socket
+import ssl
 import time
 from collections import Counter
 
@@ -334,8 +335,15 @@ class GuardedRequestHandler(RequestHandler):
 class GuardedSite(web.TCPSite):
     """A TCPSite whose connections go through a ConnectionGuard."""
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int, guard: ConnectionGuard):
-        super().__init__(runner, host, port, reuse_address=True)
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        guard: ConnectionGuard,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
+        super().__init__(runner, host, port, reuse_address=True, ssl_context=ssl_context)
         self.guard = guard
 
     async def start(self) -> None:
@@ -350,6 +358,7 @@ class GuardedSite(web.TCPSite):
             handler,
             self._host,
             self._port,
+            ssl=self._ssl_context,
             backlog=self._backlog,
             reuse_address=self._reuse_address,
         )

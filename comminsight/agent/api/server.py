@@ -22,6 +22,7 @@ import asyncio
 import hmac
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -676,7 +677,7 @@ async def start_server(service, address: str) -> web.AppRunner:
     service.http_guard = guard
     service.metrics.registry.register(guard)
     host, port = parse_listen(address)
-    site = GuardedSite(runner, host, port, guard)
+    site = GuardedSite(runner, host, port, guard, https_context(settings))
     try:
         await site.start()
     except OSError:
@@ -684,6 +685,17 @@ async def start_server(service, address: str) -> web.AppRunner:
         raise
     await _start_socket(runner, service, guard)
     return runner
+
+
+def https_context(settings) -> ssl.SSLContext | None:
+    """TLS for the API over TCP when COMMINSIGHT_AGENT_HTTP_TLS_CERT names a certificate (its
+    files were checked at start: agent.main.http_tls_problem)."""
+    if not settings.agent_http_tls_cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(settings.agent_http_tls_cert, settings.agent_http_tls_key)
+    return context
 
 
 async def _start_socket(runner: web.AppRunner, service, guard: ConnectionGuard) -> None:

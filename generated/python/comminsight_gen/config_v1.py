@@ -84,6 +84,24 @@ KEYS: tuple[ConfigKey, ...] = (
         choices=("none","token",),
     ),
     ConfigKey(
+        name="COMMINSIGHT_AGENT_HTTP_TLS_CERT",
+        field="agent_http_tls_cert",
+        type="string",
+        default='',
+        unit="path",
+        description="PEM certificate (chain) the Agent\u0027s HTTP API and /metrics serve TLS with on COMMINSIGHT_AGENT_LISTEN (https); empty: plain HTTP. Goes with COMMINSIGHT_AGENT_HTTP_TLS_KEY. The Unix socket is never TLS: the kernel names its callers.",
+        components=("agent",),
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_AGENT_HTTP_TLS_KEY",
+        field="agent_http_tls_key",
+        type="string",
+        default='',
+        unit="path",
+        description="The PEM private key of COMMINSIGHT_AGENT_HTTP_TLS_CERT.",
+        components=("agent",),
+    ),
+    ConfigKey(
         name="COMMINSIGHT_AGENT_HTTP_MAX_CONNECTIONS",
         field="agent_http_max_connections",
         type="integer",
@@ -765,6 +783,8 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_listen: Annotated[str, msgspec.Meta(pattern="^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="Address the Agent Master API and /metrics listen on. The default answers this host only; an address beyond loopback serves reads to anyone who can reach it (mutations always need COMMINSIGHT_AGENT_TOKEN), and the Agent warns at start when no token is set. Port 0..65535; the host is an IP address or a host name.")] = '127.0.0.1:19102'
     agent_socket: Annotated[str, msgspec.Meta(description="Unix socket the Agent serves its API on for this node\u0027s users (the CLI\u0027s default way in). The Agent learns each caller\u0027s uid from the kernel (SO_PEERCRED) and shows a user other than root and the Agent\u0027s own only that user\u0027s processes, jobs, Steps, hang reports and incidents. Empty: \u003cCOMMINSIGHT_HOME\u003e/agent.sock. Mode 0666 in a shared home (every user may ask; each sees their own), 0600 otherwise.")] = ''
     agent_read_auth: Annotated[Literal["none", "token"], msgspec.Meta(description="What a read over TCP (COMMINSIGHT_AGENT_LISTEN) needs. none: nothing (loopback-only by default); token: the bearer token COMMINSIGHT_AGENT_TOKEN on every request except /metrics and /api/v1/health, which the cluster\u0027s Prometheus and probes reach without it. Reads over the Unix socket are judged by the caller\u0027s uid instead.")] = 'none'
+    agent_http_tls_cert: Annotated[str, msgspec.Meta(description="PEM certificate (chain) the Agent\u0027s HTTP API and /metrics serve TLS with on COMMINSIGHT_AGENT_LISTEN (https); empty: plain HTTP. Goes with COMMINSIGHT_AGENT_HTTP_TLS_KEY. The Unix socket is never TLS: the kernel names its callers.")] = ''
+    agent_http_tls_key: Annotated[str, msgspec.Meta(description="The PEM private key of COMMINSIGHT_AGENT_HTTP_TLS_CERT.")] = ''
     agent_http_max_connections: Annotated[int, msgspec.Meta(ge=1, le=1048576, description="Most HTTP connections the Agent keeps open at once. A connection beyond it closes the oldest one that has no request in progress; when every one has, the oldest of the client (peer address) holding the most connections, if it holds more than one, so one client cannot lock the others out; else it is refused. Each is counted (comminsight_agent_http_connections_closed_total). Keep it well below the open-file limit (ulimit -n): the Agent warns at start when it is not.")] = 256
     agent_http_header_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600.0, description="A new HTTP connection that has not sent a complete request header within this long is closed and counted.")] = 10.0
     agent_http_body_timeout_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600.0, description="A request body (the JSON note of a resolve request) not received in full within this long of the Agent starting to read it is answered 408 and its connection closed, however slowly its bytes keep arriving.")] = 10.0

@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #define CI_CONFIG_V1_KEY_PREFIX "COMMINSIGHT_"
-#define CI_CONFIG_V1_KEY_COUNT 70
+#define CI_CONFIG_V1_KEY_COUNT 72
 
 /* Value types of keys (ci_config_v1_key_t.type). */
 #define CI_CONFIG_V1_TYPE_STRING 0
@@ -47,9 +47,21 @@
 #define CI_CONFIG_V1_AGENT_READ_AUTH_DEFAULT_TEXT "none"
 #define CI_CONFIG_V1_AGENT_READ_AUTH_DEFAULT "none"
 
+/* COMMINSIGHT_AGENT_HTTP_TLS_CERT (string, path): PEM certificate (chain) the Agent's HTTP API and /metrics serve TLS with on COMMINSIGHT_AGENT_LISTEN (https); empty: plain HTTP. Goes with COMMINSIGHT_AGENT_HTTP_TLS_KEY. The Unix socket is never TLS: the kernel names its callers. */
+#define CI_CONFIG_V1_AGENT_HTTP_TLS_CERT_KEY "COMMINSIGHT_AGENT_HTTP_TLS_CERT"
+#define CI_CONFIG_V1_AGENT_HTTP_TLS_CERT_INDEX 5
+#define CI_CONFIG_V1_AGENT_HTTP_TLS_CERT_DEFAULT_TEXT ""
+#define CI_CONFIG_V1_AGENT_HTTP_TLS_CERT_DEFAULT ""
+
+/* COMMINSIGHT_AGENT_HTTP_TLS_KEY (string, path): The PEM private key of COMMINSIGHT_AGENT_HTTP_TLS_CERT. */
+#define CI_CONFIG_V1_AGENT_HTTP_TLS_KEY_KEY "COMMINSIGHT_AGENT_HTTP_TLS_KEY"
+#define CI_CONFIG_V1_AGENT_HTTP_TLS_KEY_INDEX 6
+#define CI_CONFIG_V1_AGENT_HTTP_TLS_KEY_DEFAULT_TEXT ""
+#define CI_CONFIG_V1_AGENT_HTTP_TLS_KEY_DEFAULT ""
+
 /* COMMINSIGHT_AGENT_HTTP_MAX_CONNECTIONS (integer, connections): Most HTTP connections the Agent keeps open at once. A connection beyond it closes the oldest one that has no request in progress; when every one has, the oldest of the client (peer address) holding the most connections, if it holds more than one, so one client cannot lock the others out; else it is refused. Each is counted (comminsight_agent_http_connections_closed_total). Keep it well below the open-file limit (ulimit -n): the Agent warns at start when it is not. */
 #define CI_CONFIG_V1_AGENT_HTTP_MAX_CONNECTIONS_KEY "COMMINSIGHT_AGENT_HTTP_MAX_CONNECTIONS"
-#define CI_CONFIG_V1_AGENT_HTTP_MAX_CONNECTIONS_INDEX 5
+#define CI_CONFIG_V1_AGENT_HTTP_MAX_CONNECTIONS_INDEX 7
 #define CI_CONFIG_V1_AGENT_HTTP_MAX_CONNECTIONS_DEFAULT_TEXT "256"
 #define CI_CONFIG_V1_AGENT_HTTP_MAX_CONNECTIONS_DEFAULT 256LL
 #define CI_CONFIG_V1_AGENT_HTTP_MAX_CONNECTIONS_MIN 1LL
@@ -57,7 +69,7 @@
 
 /* COMMINSIGHT_AGENT_HTTP_HEADER_TIMEOUT_S (number, s): A new HTTP connection that has not sent a complete request header within this long is closed and counted. */
 #define CI_CONFIG_V1_AGENT_HTTP_HEADER_TIMEOUT_S_KEY "COMMINSIGHT_AGENT_HTTP_HEADER_TIMEOUT_S"
-#define CI_CONFIG_V1_AGENT_HTTP_HEADER_TIMEOUT_S_INDEX 6
+#define CI_CONFIG_V1_AGENT_HTTP_HEADER_TIMEOUT_S_INDEX 8
 #define CI_CONFIG_V1_AGENT_HTTP_HEADER_TIMEOUT_S_DEFAULT_TEXT "10.0"
 #define CI_CONFIG_V1_AGENT_HTTP_HEADER_TIMEOUT_S_DEFAULT 10.0
 #define CI_CONFIG_V1_AGENT_HTTP_HEADER_TIMEOUT_S_MIN 0.01
@@ -65,7 +77,7 @@
 
 /* COMMINSIGHT_AGENT_HTTP_BODY_TIMEOUT_S (number, s): A request body (the JSON note of a resolve request) not received in full within this long of the Agent starting to read it is answered 408 and its connection closed, however slowly its bytes keep arriving. */
 #define CI_CONFIG_V1_AGENT_HTTP_BODY_TIMEOUT_S_KEY "COMMINSIGHT_AGENT_HTTP_BODY_TIMEOUT_S"
-#define CI_CONFIG_V1_AGENT_HTTP_BODY_TIMEOUT_S_INDEX 7
+#define CI_CONFIG_V1_AGENT_HTTP_BODY_TIMEOUT_S_INDEX 9
 #define CI_CONFIG_V1_AGENT_HTTP_BODY_TIMEOUT_S_DEFAULT_TEXT "10.0"
 #define CI_CONFIG_V1_AGENT_HTTP_BODY_TIMEOUT_S_DEFAULT 10.0
 #define CI_CONFIG_V1_AGENT_HTTP_BODY_TIMEOUT_S_MIN 0.01
@@ -73,7 +85,7 @@
 
 /* COMMINSIGHT_AGENT_HTTP_WRITE_TIMEOUT_S (number, s): An HTTP connection whose client has not read the Agent's answer (more than the socket's write buffer waiting) for this long is closed and counted (comminsight_agent_http_connections_closed_total{reason="write_stalled"}); over the connection limit such a connection is closed first. */
 #define CI_CONFIG_V1_AGENT_HTTP_WRITE_TIMEOUT_S_KEY "COMMINSIGHT_AGENT_HTTP_WRITE_TIMEOUT_S"
-#define CI_CONFIG_V1_AGENT_HTTP_WRITE_TIMEOUT_S_INDEX 8
+#define CI_CONFIG_V1_AGENT_HTTP_WRITE_TIMEOUT_S_INDEX 10
 #define CI_CONFIG_V1_AGENT_HTTP_WRITE_TIMEOUT_S_DEFAULT_TEXT "10.0"
 #define CI_CONFIG_V1_AGENT_HTTP_WRITE_TIMEOUT_S_DEFAULT 10.0
 #define CI_CONFIG_V1_AGENT_HTTP_WRITE_TIMEOUT_S_MIN 0.01
@@ -81,7 +93,7 @@
 
 /* COMMINSIGHT_AGENT_HTTP_MAX_PIPELINED (integer, requests): Requests one HTTP connection may have received and not yet been answered; the Agent reads no more from it until earlier answers are written. */
 #define CI_CONFIG_V1_AGENT_HTTP_MAX_PIPELINED_KEY "COMMINSIGHT_AGENT_HTTP_MAX_PIPELINED"
-#define CI_CONFIG_V1_AGENT_HTTP_MAX_PIPELINED_INDEX 9
+#define CI_CONFIG_V1_AGENT_HTTP_MAX_PIPELINED_INDEX 11
 #define CI_CONFIG_V1_AGENT_HTTP_MAX_PIPELINED_DEFAULT_TEXT "4"
 #define CI_CONFIG_V1_AGENT_HTTP_MAX_PIPELINED_DEFAULT 4LL
 #define CI_CONFIG_V1_AGENT_HTTP_MAX_PIPELINED_MIN 1LL
@@ -89,7 +101,7 @@
 
 /* COMMINSIGHT_AGENT_HTTP_IDLE_TIMEOUT_S (number, s): A kept-alive HTTP connection with no request for this long is closed (it also bounds a later request's header on that connection). */
 #define CI_CONFIG_V1_AGENT_HTTP_IDLE_TIMEOUT_S_KEY "COMMINSIGHT_AGENT_HTTP_IDLE_TIMEOUT_S"
-#define CI_CONFIG_V1_AGENT_HTTP_IDLE_TIMEOUT_S_INDEX 10
+#define CI_CONFIG_V1_AGENT_HTTP_IDLE_TIMEOUT_S_INDEX 12
 #define CI_CONFIG_V1_AGENT_HTTP_IDLE_TIMEOUT_S_DEFAULT_TEXT "60.0"
 #define CI_CONFIG_V1_AGENT_HTTP_IDLE_TIMEOUT_S_DEFAULT 60.0
 #define CI_CONFIG_V1_AGENT_HTTP_IDLE_TIMEOUT_S_MIN 0.01
@@ -97,79 +109,79 @@
 
 /* COMMINSIGHT_AGENT_AUTOSTART (boolean): The local-rank-0 Profiler starts comminsight-agent if none runs for this home. */
 #define CI_CONFIG_V1_AGENT_AUTOSTART_KEY "COMMINSIGHT_AGENT_AUTOSTART"
-#define CI_CONFIG_V1_AGENT_AUTOSTART_INDEX 11
+#define CI_CONFIG_V1_AGENT_AUTOSTART_INDEX 13
 #define CI_CONFIG_V1_AGENT_AUTOSTART_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_AGENT_AUTOSTART_DEFAULT 1
 
 /* COMMINSIGHT_AGENT_SHARED_HOME (boolean): One node Agent serves every user's Profilers: the home is the node's (root's), each user's Profilers and Inject write under <home>/users/<uid>/ (0700, that user's own; created by the Profiler, Inject or root, never through a link), and the Agent attributes every region, log and FIFO to the uid that owns its directory, refusing a file another user owns. At start the Agent makes <home>, its etc/ and metadata/ 0755 (what it keeps below them stays 0700, the published agent-settings 0644), <home>/users 1733 (sticky: users make their own entry but can neither list nor remove another's) and its socket 0666. Off: a single user's home, as an autostarted Agent uses. */
 #define CI_CONFIG_V1_AGENT_SHARED_HOME_KEY "COMMINSIGHT_AGENT_SHARED_HOME"
-#define CI_CONFIG_V1_AGENT_SHARED_HOME_INDEX 12
+#define CI_CONFIG_V1_AGENT_SHARED_HOME_INDEX 14
 #define CI_CONFIG_V1_AGENT_SHARED_HOME_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_AGENT_SHARED_HOME_DEFAULT 0
 
 /* COMMINSIGHT_AGENT_MODE (string): standalone: one node on its own; master: also accepts slaves over gRPC and answers for the whole job; slave: streams node state to a master; relay: accepts slaves (or relays) like a master and streams their reduction (ranks in the same state as one class) to its own master, so that a master of a very large job hears from relays, not from every node. */
 #define CI_CONFIG_V1_AGENT_MODE_KEY "COMMINSIGHT_AGENT_MODE"
-#define CI_CONFIG_V1_AGENT_MODE_INDEX 13
+#define CI_CONFIG_V1_AGENT_MODE_INDEX 15
 #define CI_CONFIG_V1_AGENT_MODE_DEFAULT_TEXT "standalone"
 #define CI_CONFIG_V1_AGENT_MODE_DEFAULT "standalone"
 
 /* COMMINSIGHT_AGENT_MASTER_LISTEN (string, host:port): Where a master accepts slaves' gRPC connections. */
 #define CI_CONFIG_V1_AGENT_MASTER_LISTEN_KEY "COMMINSIGHT_AGENT_MASTER_LISTEN"
-#define CI_CONFIG_V1_AGENT_MASTER_LISTEN_INDEX 14
+#define CI_CONFIG_V1_AGENT_MASTER_LISTEN_INDEX 16
 #define CI_CONFIG_V1_AGENT_MASTER_LISTEN_DEFAULT_TEXT "0.0.0.0:19103"
 #define CI_CONFIG_V1_AGENT_MASTER_LISTEN_DEFAULT "0.0.0.0:19103"
 
 /* COMMINSIGHT_AGENT_MASTER_ADDR (string, host:port): Where a slave (or a relay) dials its master: host:port, or several separated by commas, tried in order: when the one in use fails the next is dialed (a relay, then the master behind it), and the list starts over after the last. Required in slave and relay modes. */
 #define CI_CONFIG_V1_AGENT_MASTER_ADDR_KEY "COMMINSIGHT_AGENT_MASTER_ADDR"
-#define CI_CONFIG_V1_AGENT_MASTER_ADDR_INDEX 15
+#define CI_CONFIG_V1_AGENT_MASTER_ADDR_INDEX 17
 #define CI_CONFIG_V1_AGENT_MASTER_ADDR_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_AGENT_MASTER_ADDR_DEFAULT ""
 
 /* COMMINSIGHT_AGENT_NODE_NAME (string, name): Name of this node in a multi-node job, and the prefix of its objects in the archive. Letters, digits and '.', '_', '-', starting with a letter or digit (what a master accepts from a slave). Empty means the host name. */
 #define CI_CONFIG_V1_AGENT_NODE_NAME_KEY "COMMINSIGHT_AGENT_NODE_NAME"
-#define CI_CONFIG_V1_AGENT_NODE_NAME_INDEX 16
+#define CI_CONFIG_V1_AGENT_NODE_NAME_INDEX 18
 #define CI_CONFIG_V1_AGENT_NODE_NAME_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_AGENT_NODE_NAME_DEFAULT ""
 
 /* COMMINSIGHT_AGENT_KUBERNETES_NODE (string, name): The Kubernetes node this Agent runs on (set from the Downward API's spec.nodeName): the `node` label of every process series. Empty outside Kubernetes. */
 #define CI_CONFIG_V1_AGENT_KUBERNETES_NODE_KEY "COMMINSIGHT_AGENT_KUBERNETES_NODE"
-#define CI_CONFIG_V1_AGENT_KUBERNETES_NODE_INDEX 17
+#define CI_CONFIG_V1_AGENT_KUBERNETES_NODE_INDEX 19
 #define CI_CONFIG_V1_AGENT_KUBERNETES_NODE_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_AGENT_KUBERNETES_NODE_DEFAULT ""
 
 /* COMMINSIGHT_AGENT_TOKEN (string, secret): Bearer token required by mutating API endpoints and shared between slaves and master. Empty: mutating endpoints are refused. Printable ASCII only (what an HTTP header and gRPC metadata carry): a CR or LF would let it split the header it is sent in. */
 #define CI_CONFIG_V1_AGENT_TOKEN_KEY "COMMINSIGHT_AGENT_TOKEN"
-#define CI_CONFIG_V1_AGENT_TOKEN_INDEX 18
+#define CI_CONFIG_V1_AGENT_TOKEN_INDEX 20
 #define CI_CONFIG_V1_AGENT_TOKEN_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_AGENT_TOKEN_DEFAULT ""
 
 /* COMMINSIGHT_AGENT_TLS_CERT (string, path): This Agent's PEM certificate. A master serves it on its gRPC listener (TLS is off when empty); a slave presents it to a master that requires client certificates (COMMINSIGHT_AGENT_TLS_CLIENT_CA). */
 #define CI_CONFIG_V1_AGENT_TLS_CERT_KEY "COMMINSIGHT_AGENT_TLS_CERT"
-#define CI_CONFIG_V1_AGENT_TLS_CERT_INDEX 19
+#define CI_CONFIG_V1_AGENT_TLS_CERT_INDEX 21
 #define CI_CONFIG_V1_AGENT_TLS_CERT_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_AGENT_TLS_CERT_DEFAULT ""
 
 /* COMMINSIGHT_AGENT_TLS_KEY (string, path): PEM private key matching COMMINSIGHT_AGENT_TLS_CERT. */
 #define CI_CONFIG_V1_AGENT_TLS_KEY_KEY "COMMINSIGHT_AGENT_TLS_KEY"
-#define CI_CONFIG_V1_AGENT_TLS_KEY_INDEX 20
+#define CI_CONFIG_V1_AGENT_TLS_KEY_INDEX 22
 #define CI_CONFIG_V1_AGENT_TLS_KEY_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_AGENT_TLS_KEY_DEFAULT ""
 
 /* COMMINSIGHT_AGENT_TLS_CA (string, path): PEM CA bundle a slave uses to verify the master (TLS is off when empty). */
 #define CI_CONFIG_V1_AGENT_TLS_CA_KEY "COMMINSIGHT_AGENT_TLS_CA"
-#define CI_CONFIG_V1_AGENT_TLS_CA_INDEX 21
+#define CI_CONFIG_V1_AGENT_TLS_CA_INDEX 23
 #define CI_CONFIG_V1_AGENT_TLS_CA_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_AGENT_TLS_CA_DEFAULT ""
 
 /* COMMINSIGHT_AGENT_TLS_CLIENT_CA (string, path): Master only: PEM CA bundle that must have signed each slave's certificate (mutual TLS: a slave without a certificate it signed is refused in the handshake, before its token is read). Needs COMMINSIGHT_AGENT_TLS_CERT; off when empty. */
 #define CI_CONFIG_V1_AGENT_TLS_CLIENT_CA_KEY "COMMINSIGHT_AGENT_TLS_CLIENT_CA"
-#define CI_CONFIG_V1_AGENT_TLS_CLIENT_CA_INDEX 22
+#define CI_CONFIG_V1_AGENT_TLS_CLIENT_CA_INDEX 24
 #define CI_CONFIG_V1_AGENT_TLS_CLIENT_CA_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_AGENT_TLS_CLIENT_CA_DEFAULT ""
 
 /* COMMINSIGHT_AGENT_REPORT_INTERVAL_MS (integer, ms): How often a slave sends the rows of its node state that changed to the master (hang events go at once). With N nodes the master receives N/interval batches a second. */
 #define CI_CONFIG_V1_AGENT_REPORT_INTERVAL_MS_KEY "COMMINSIGHT_AGENT_REPORT_INTERVAL_MS"
-#define CI_CONFIG_V1_AGENT_REPORT_INTERVAL_MS_INDEX 23
+#define CI_CONFIG_V1_AGENT_REPORT_INTERVAL_MS_INDEX 25
 #define CI_CONFIG_V1_AGENT_REPORT_INTERVAL_MS_DEFAULT_TEXT "500"
 #define CI_CONFIG_V1_AGENT_REPORT_INTERVAL_MS_DEFAULT 500LL
 #define CI_CONFIG_V1_AGENT_REPORT_INTERVAL_MS_MIN 10LL
@@ -177,7 +189,7 @@
 
 /* COMMINSIGHT_AGENT_MASTER_STALE_MS (integer, ms): A master reports a slave stale when neither a batch nor a heartbeat arrived for this long; slaves heartbeat every quarter of it. */
 #define CI_CONFIG_V1_AGENT_MASTER_STALE_MS_KEY "COMMINSIGHT_AGENT_MASTER_STALE_MS"
-#define CI_CONFIG_V1_AGENT_MASTER_STALE_MS_INDEX 24
+#define CI_CONFIG_V1_AGENT_MASTER_STALE_MS_INDEX 26
 #define CI_CONFIG_V1_AGENT_MASTER_STALE_MS_DEFAULT_TEXT "15000"
 #define CI_CONFIG_V1_AGENT_MASTER_STALE_MS_DEFAULT 15000LL
 #define CI_CONFIG_V1_AGENT_MASTER_STALE_MS_MIN 400LL
@@ -185,7 +197,7 @@
 
 /* COMMINSIGHT_AGENT_MASTER_MAX_BATCH_BYTES (integer, bytes): Largest serialized batch of node state a master accepts (announced to slaves at registration; larger ones are refused as oversized). */
 #define CI_CONFIG_V1_AGENT_MASTER_MAX_BATCH_BYTES_KEY "COMMINSIGHT_AGENT_MASTER_MAX_BATCH_BYTES"
-#define CI_CONFIG_V1_AGENT_MASTER_MAX_BATCH_BYTES_INDEX 25
+#define CI_CONFIG_V1_AGENT_MASTER_MAX_BATCH_BYTES_INDEX 27
 #define CI_CONFIG_V1_AGENT_MASTER_MAX_BATCH_BYTES_DEFAULT_TEXT "4194304"
 #define CI_CONFIG_V1_AGENT_MASTER_MAX_BATCH_BYTES_DEFAULT 4194304LL
 #define CI_CONFIG_V1_AGENT_MASTER_MAX_BATCH_BYTES_MIN 65536LL
@@ -193,7 +205,7 @@
 
 /* COMMINSIGHT_AGENT_MASTER_MAX_CONCURRENT_RPCS (integer, calls): Most gRPC calls a master serves at once; each slave holds two open. Calls beyond it are refused (RESOURCE_EXHAUSTED) before their request is read. */
 #define CI_CONFIG_V1_AGENT_MASTER_MAX_CONCURRENT_RPCS_KEY "COMMINSIGHT_AGENT_MASTER_MAX_CONCURRENT_RPCS"
-#define CI_CONFIG_V1_AGENT_MASTER_MAX_CONCURRENT_RPCS_INDEX 26
+#define CI_CONFIG_V1_AGENT_MASTER_MAX_CONCURRENT_RPCS_INDEX 28
 #define CI_CONFIG_V1_AGENT_MASTER_MAX_CONCURRENT_RPCS_DEFAULT_TEXT "4096"
 #define CI_CONFIG_V1_AGENT_MASTER_MAX_CONCURRENT_RPCS_DEFAULT 4096LL
 #define CI_CONFIG_V1_AGENT_MASTER_MAX_CONCURRENT_RPCS_MIN 16LL
@@ -201,7 +213,7 @@
 
 /* COMMINSIGHT_AGENT_OUTBOX_MAX_BYTES (integer, bytes): Bytes of unacknowledged batches a slave keeps on disk for its master; beyond it the oldest state-only batches are dropped and a full state is sent instead, and events that do not fit are dropped and counted. */
 #define CI_CONFIG_V1_AGENT_OUTBOX_MAX_BYTES_KEY "COMMINSIGHT_AGENT_OUTBOX_MAX_BYTES"
-#define CI_CONFIG_V1_AGENT_OUTBOX_MAX_BYTES_INDEX 27
+#define CI_CONFIG_V1_AGENT_OUTBOX_MAX_BYTES_INDEX 29
 #define CI_CONFIG_V1_AGENT_OUTBOX_MAX_BYTES_DEFAULT_TEXT "268435456"
 #define CI_CONFIG_V1_AGENT_OUTBOX_MAX_BYTES_DEFAULT 268435456LL
 #define CI_CONFIG_V1_AGENT_OUTBOX_MAX_BYTES_MIN 1048576LL
@@ -209,7 +221,7 @@
 
 /* COMMINSIGHT_AGENT_POLL_INTERVAL_MS (integer, ms): How often the Agent polls SHM rings for new records. */
 #define CI_CONFIG_V1_AGENT_POLL_INTERVAL_MS_KEY "COMMINSIGHT_AGENT_POLL_INTERVAL_MS"
-#define CI_CONFIG_V1_AGENT_POLL_INTERVAL_MS_INDEX 28
+#define CI_CONFIG_V1_AGENT_POLL_INTERVAL_MS_INDEX 30
 #define CI_CONFIG_V1_AGENT_POLL_INTERVAL_MS_DEFAULT_TEXT "20"
 #define CI_CONFIG_V1_AGENT_POLL_INTERVAL_MS_DEFAULT 20LL
 #define CI_CONFIG_V1_AGENT_POLL_INTERVAL_MS_MIN 1LL
@@ -217,7 +229,7 @@
 
 /* COMMINSIGHT_AGENT_BATCH_MAX (integer, records): Most records read from one ring per poll. */
 #define CI_CONFIG_V1_AGENT_BATCH_MAX_KEY "COMMINSIGHT_AGENT_BATCH_MAX"
-#define CI_CONFIG_V1_AGENT_BATCH_MAX_INDEX 29
+#define CI_CONFIG_V1_AGENT_BATCH_MAX_INDEX 31
 #define CI_CONFIG_V1_AGENT_BATCH_MAX_DEFAULT_TEXT "65536"
 #define CI_CONFIG_V1_AGENT_BATCH_MAX_DEFAULT 65536LL
 #define CI_CONFIG_V1_AGENT_BATCH_MAX_MIN 1LL
@@ -225,7 +237,7 @@
 
 /* COMMINSIGHT_AGENT_METRICS_EXPIRE_S (number, s): A /metrics series of a process that ended, or of a communicator that was finalized or renamed, is dropped this long after it was last live, so the exposition stays bounded while jobs come and go (long enough for a few scrapes to see its final values). */
 #define CI_CONFIG_V1_AGENT_METRICS_EXPIRE_S_KEY "COMMINSIGHT_AGENT_METRICS_EXPIRE_S"
-#define CI_CONFIG_V1_AGENT_METRICS_EXPIRE_S_INDEX 30
+#define CI_CONFIG_V1_AGENT_METRICS_EXPIRE_S_INDEX 32
 #define CI_CONFIG_V1_AGENT_METRICS_EXPIRE_S_DEFAULT_TEXT "600.0"
 #define CI_CONFIG_V1_AGENT_METRICS_EXPIRE_S_DEFAULT 600.0
 #define CI_CONFIG_V1_AGENT_METRICS_EXPIRE_S_MIN 1.0
@@ -233,13 +245,13 @@
 
 /* COMMINSIGHT_AGENT_METRICS_LEVEL (string): How much detail /metrics carries. job: the node's operations per job, communicator and op type, their latency and bus bandwidth per job and op type, one series per rank (its seconds in NCCL), so a node's series grow with its jobs and communicators, not with its ranks. rank: every series also per profiled GPU (rank, local_rank, gpu, UUID labels), communicator and op type: for a small job or a rank under investigation. */
 #define CI_CONFIG_V1_AGENT_METRICS_LEVEL_KEY "COMMINSIGHT_AGENT_METRICS_LEVEL"
-#define CI_CONFIG_V1_AGENT_METRICS_LEVEL_INDEX 31
+#define CI_CONFIG_V1_AGENT_METRICS_LEVEL_INDEX 33
 #define CI_CONFIG_V1_AGENT_METRICS_LEVEL_DEFAULT_TEXT "job"
 #define CI_CONFIG_V1_AGENT_METRICS_LEVEL_DEFAULT "job"
 
 /* COMMINSIGHT_AGENT_RECENT_OPS (integer, records): Completed ops kept in memory per process for /api/v1/ops/recent. */
 #define CI_CONFIG_V1_AGENT_RECENT_OPS_KEY "COMMINSIGHT_AGENT_RECENT_OPS"
-#define CI_CONFIG_V1_AGENT_RECENT_OPS_INDEX 32
+#define CI_CONFIG_V1_AGENT_RECENT_OPS_INDEX 34
 #define CI_CONFIG_V1_AGENT_RECENT_OPS_DEFAULT_TEXT "4096"
 #define CI_CONFIG_V1_AGENT_RECENT_OPS_DEFAULT 4096LL
 #define CI_CONFIG_V1_AGENT_RECENT_OPS_MIN 0LL
@@ -247,7 +259,7 @@
 
 /* COMMINSIGHT_AGENT_HEARTBEAT_STALE_MS (integer, ms): A producer whose SHM heartbeat is older than this is considered stuck or dead (checked with its pid). */
 #define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_KEY "COMMINSIGHT_AGENT_HEARTBEAT_STALE_MS"
-#define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_INDEX 33
+#define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_INDEX 35
 #define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_DEFAULT_TEXT "10000"
 #define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_DEFAULT 10000LL
 #define CI_CONFIG_V1_AGENT_HEARTBEAT_STALE_MS_MIN 100LL
@@ -255,7 +267,7 @@
 
 /* COMMINSIGHT_AGENT_STRAGGLER_FACTOR (number, ratio): A rank whose op latency exceeds the median of its peers by this factor is reported as a straggler. */
 #define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_KEY "COMMINSIGHT_AGENT_STRAGGLER_FACTOR"
-#define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_INDEX 34
+#define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_INDEX 36
 #define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_DEFAULT_TEXT "3.0"
 #define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_DEFAULT 3.0
 #define CI_CONFIG_V1_AGENT_STRAGGLER_FACTOR_MIN 1.0
@@ -263,13 +275,13 @@
 
 /* COMMINSIGHT_AGENT_LOG_LEVEL (string): Agent log level. */
 #define CI_CONFIG_V1_AGENT_LOG_LEVEL_KEY "COMMINSIGHT_AGENT_LOG_LEVEL"
-#define CI_CONFIG_V1_AGENT_LOG_LEVEL_INDEX 35
+#define CI_CONFIG_V1_AGENT_LOG_LEVEL_INDEX 37
 #define CI_CONFIG_V1_AGENT_LOG_LEVEL_DEFAULT_TEXT "info"
 #define CI_CONFIG_V1_AGENT_LOG_LEVEL_DEFAULT "info"
 
 /* COMMINSIGHT_AGENT_STACK_INTERVAL_S (number, s): The Agent sends a process the stack signal (COMMINSIGHT_INJECT_STACK_SIGNAL) at most once in this long; a request within it gets the answer to the last signal (or its late arrival) instead of a new signal. */
 #define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_KEY "COMMINSIGHT_AGENT_STACK_INTERVAL_S"
-#define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_INDEX 36
+#define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_INDEX 38
 #define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_DEFAULT_TEXT "30.0"
 #define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_DEFAULT 30.0
 #define CI_CONFIG_V1_AGENT_STACK_INTERVAL_S_MIN 1.0
@@ -277,7 +289,7 @@
 
 /* COMMINSIGHT_AGENT_STACK_TIMEOUT_S (number, s): How long the Agent waits for a process to write its Python stacks after the signal; past it the stack is reported unavailable (timed out). A process whose main thread is blocked inside a C call answers only when the call returns. */
 #define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_KEY "COMMINSIGHT_AGENT_STACK_TIMEOUT_S"
-#define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_INDEX 37
+#define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_INDEX 39
 #define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_DEFAULT_TEXT "2.0"
 #define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_DEFAULT 2.0
 #define CI_CONFIG_V1_AGENT_STACK_TIMEOUT_S_MIN 0.05
@@ -285,7 +297,7 @@
 
 /* COMMINSIGHT_PROFILER_EVENT_MASK (integer, bitmask): NCCL activation mask (nccl-profiler event_type bits). Default Coll|P2p|KernelCh = 70: ops with GPU timing. 6 turns GPU timing off. */
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_KEY "COMMINSIGHT_PROFILER_EVENT_MASK"
-#define CI_CONFIG_V1_PROFILER_EVENT_MASK_INDEX 38
+#define CI_CONFIG_V1_PROFILER_EVENT_MASK_INDEX 40
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_DEFAULT_TEXT "70"
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_DEFAULT 70LL
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_MIN 0LL
@@ -293,7 +305,7 @@
 
 /* COMMINSIGHT_PROFILER_HANG_TIMEOUT_S (number, s): An op in flight longer than this is a hang. One value per job, the Agent's: it decides every verdict (0 turns hang diagnosis off), and the Agent publishes it in <home>/metadata/agent-settings, which every Profiler's watchdog follows from its next heartbeat (0 turns the watchdog off). A rank keeps its own value only where this key is set in its own environment; the Agent's health names the processes whose watchdog uses another value (that one, or a Profiler that started before the Agent published, or an older one), and the verdict still uses the Agent's. A missing or invalid published file leaves a Profiler on its own value. */
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_KEY "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S"
-#define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_INDEX 39
+#define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_INDEX 41
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_DEFAULT_TEXT "300.0"
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_DEFAULT 300.0
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_MIN 0.0
@@ -301,13 +313,13 @@
 
 /* COMMINSIGHT_PROFILER_HANG_EVIDENCE (boolean): When the watchdog suspects a hang, raise the activation mask by ProxyOp|ProxyStep for the process and record the flagged communicator's network proxy progress per channel into SHM, until the op completes, the communicator is finalized or COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S passes; then back to the normal mask. NCCL fixes each op's mask when the op is issued, so the op already in flight gets no proxy events: the evidence comes from the ops issued after the raise. 0: the mask never changes on a hang. */
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_KEY "COMMINSIGHT_PROFILER_HANG_EVIDENCE"
-#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_INDEX 40
+#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_INDEX 42
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_DEFAULT 1
 
 /* COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S (number, s): The longest the mask stays raised for one flagged op that does not complete; after it the normal mask is back and the evidence entry is kept (end_reason BOUND_REACHED). */
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_KEY "COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S"
-#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_INDEX 41
+#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_INDEX 43
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_DEFAULT_TEXT "600.0"
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_DEFAULT 600.0
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_MIN 1.0
@@ -315,7 +327,7 @@
 
 /* COMMINSIGHT_PROFILER_RING_SLOTS (integer, records): Op records in each process's SHM ring; a power of two. */
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_KEY "COMMINSIGHT_PROFILER_RING_SLOTS"
-#define CI_CONFIG_V1_PROFILER_RING_SLOTS_INDEX 42
+#define CI_CONFIG_V1_PROFILER_RING_SLOTS_INDEX 44
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_DEFAULT_TEXT "65536"
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_DEFAULT 65536LL
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_MIN 64LL
@@ -323,7 +335,7 @@
 
 /* COMMINSIGHT_PROFILER_COMM_SLOTS (integer, communicators): Communicators each process's SHM comm table holds; more are counted as dropped. */
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_KEY "COMMINSIGHT_PROFILER_COMM_SLOTS"
-#define CI_CONFIG_V1_PROFILER_COMM_SLOTS_INDEX 43
+#define CI_CONFIG_V1_PROFILER_COMM_SLOTS_INDEX 45
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_DEFAULT_TEXT "256"
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_DEFAULT 256LL
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_MIN 1LL
@@ -331,7 +343,7 @@
 
 /* COMMINSIGHT_PROFILER_EVENT_POOL (integer, events): Preallocated in-flight event handles per process (ops and their channel events); when exhausted, events are dropped and counted. */
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_KEY "COMMINSIGHT_PROFILER_EVENT_POOL"
-#define CI_CONFIG_V1_PROFILER_EVENT_POOL_INDEX 44
+#define CI_CONFIG_V1_PROFILER_EVENT_POOL_INDEX 46
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_DEFAULT_TEXT "16384"
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_DEFAULT 16384LL
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_MIN 64LL
@@ -339,7 +351,7 @@
 
 /* COMMINSIGHT_PROFILER_HEARTBEAT_MS (integer, ms): Period of the SHM heartbeat and of the watchdog's scan. */
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_KEY "COMMINSIGHT_PROFILER_HEARTBEAT_MS"
-#define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_INDEX 45
+#define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_INDEX 47
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_DEFAULT_TEXT "1000"
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_DEFAULT 1000LL
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_MIN 10LL
@@ -347,19 +359,19 @@
 
 /* COMMINSIGHT_PROFILER_SHM_ENABLE (boolean): Publish op records to SHM for the Agent. */
 #define CI_CONFIG_V1_PROFILER_SHM_ENABLE_KEY "COMMINSIGHT_PROFILER_SHM_ENABLE"
-#define CI_CONFIG_V1_PROFILER_SHM_ENABLE_INDEX 46
+#define CI_CONFIG_V1_PROFILER_SHM_ENABLE_INDEX 48
 #define CI_CONFIG_V1_PROFILER_SHM_ENABLE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_SHM_ENABLE_DEFAULT 1
 
 /* COMMINSIGHT_PROFILER_SHM_DIR (string, path): Memory-backed directory (tmpfs) holding each process's SHM region; <COMMINSIGHT_HOME>/shms/ gets a symbolic link to it. A disk-backed mapping would make the kernel write the ring back to disk and fault on the hot path. Empty, or not a usable directory: the region is a file in shms/ itself. */
 #define CI_CONFIG_V1_PROFILER_SHM_DIR_KEY "COMMINSIGHT_PROFILER_SHM_DIR"
-#define CI_CONFIG_V1_PROFILER_SHM_DIR_INDEX 47
+#define CI_CONFIG_V1_PROFILER_SHM_DIR_INDEX 49
 #define CI_CONFIG_V1_PROFILER_SHM_DIR_DEFAULT_TEXT "/dev/shm"
 #define CI_CONFIG_V1_PROFILER_SHM_DIR_DEFAULT "/dev/shm"
 
 /* COMMINSIGHT_PROFILER_STALE_REGION_GRACE_S (integer, s): A dead process's SHM region still linked from its home is kept for its Agent to recover what only SHM holds; once its last heartbeat is older than this, the next Profiler on the host removes it anyway, so regions nobody will read do not fill the tmpfs. */
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_KEY "COMMINSIGHT_PROFILER_STALE_REGION_GRACE_S"
-#define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_INDEX 48
+#define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_INDEX 50
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_DEFAULT_TEXT "86400"
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_DEFAULT 86400LL
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_MIN 0LL
@@ -367,13 +379,13 @@
 
 /* COMMINSIGHT_PROFILER_LOG_ENABLE (boolean): Write raw records to inspector_logs. */
 #define CI_CONFIG_V1_PROFILER_LOG_ENABLE_KEY "COMMINSIGHT_PROFILER_LOG_ENABLE"
-#define CI_CONFIG_V1_PROFILER_LOG_ENABLE_INDEX 49
+#define CI_CONFIG_V1_PROFILER_LOG_ENABLE_INDEX 51
 #define CI_CONFIG_V1_PROFILER_LOG_ENABLE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_LOG_ENABLE_DEFAULT 1
 
 /* COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES (integer, bytes): An inspector_logs segment is sealed once it reaches this size. */
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_KEY "COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES"
-#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_INDEX 50
+#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_INDEX 52
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_DEFAULT_TEXT "67108864"
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_DEFAULT 67108864LL
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_MIN 4096LL
@@ -381,7 +393,7 @@
 
 /* COMMINSIGHT_PROFILER_LOG_SEGMENT_S (number, s): An open inspector_logs segment is sealed after this long even if small. */
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_KEY "COMMINSIGHT_PROFILER_LOG_SEGMENT_S"
-#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_INDEX 51
+#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_INDEX 53
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_DEFAULT_TEXT "300.0"
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_DEFAULT 300.0
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_MIN 1.0
@@ -389,13 +401,13 @@
 
 /* COMMINSIGHT_PROFILER_LOG_FORMAT (string): Form of the op lines in inspector_logs. compact: one object with short keys (inspector-log kinds c and p), about 300 bytes an op before compression. inspector: NVIDIA NCCL Inspector's objects (header, metadata, coll_perf / p2p_perf) with CommInsight's beside them, about 900 bytes an op, for tools made for Inspector output. Every CommInsight reader reads both; the Agent writes a dead process's last records in this form too. */
 #define CI_CONFIG_V1_PROFILER_LOG_FORMAT_KEY "COMMINSIGHT_PROFILER_LOG_FORMAT"
-#define CI_CONFIG_V1_PROFILER_LOG_FORMAT_INDEX 52
+#define CI_CONFIG_V1_PROFILER_LOG_FORMAT_INDEX 54
 #define CI_CONFIG_V1_PROFILER_LOG_FORMAT_DEFAULT_TEXT "compact"
 #define CI_CONFIG_V1_PROFILER_LOG_FORMAT_DEFAULT "compact"
 
 /* COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL (integer): zstd level at which the log writer compresses each sealed inspector_logs segment into <name>.jsonl.zst, in slices between its drains; 0 leaves sealed segments uncompressed. Without libzstd.so.1 they stay uncompressed too, with one warning. Every reader reads both forms. Level 1 is both the fastest and, on these JSON lines, the smallest of levels 1 to 6 (make bench-log-bytes). */
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_KEY "COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL"
-#define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_INDEX 53
+#define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_INDEX 55
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_DEFAULT 1LL
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_MIN 0LL
@@ -403,7 +415,7 @@
 
 /* COMMINSIGHT_PROFILER_LOG_FLUSH_MS (integer, ms): How often the log writer drains the ring and writes. */
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_KEY "COMMINSIGHT_PROFILER_LOG_FLUSH_MS"
-#define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_INDEX 54
+#define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_INDEX 56
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_DEFAULT_TEXT "200"
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_DEFAULT 200LL
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_MIN 1LL
@@ -411,37 +423,37 @@
 
 /* COMMINSIGHT_PROFILER_AGENT_BIN (string, path): Agent executable the Profiler autostarts (looked up on PATH when not absolute). Only the environment can set this key: a value in the configuration file is ignored with a warning, because a file that others may write must never choose what the training process executes. The executable must not be writable by group or others. */
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_KEY "COMMINSIGHT_PROFILER_AGENT_BIN"
-#define CI_CONFIG_V1_PROFILER_AGENT_BIN_INDEX 55
+#define CI_CONFIG_V1_PROFILER_AGENT_BIN_INDEX 57
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_DEFAULT_TEXT "comminsight-agent"
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_DEFAULT "comminsight-agent"
 
 /* COMMINSIGHT_JOB_ID (string, name): Job this training process belongs to, as the Profiler writes it into the SHM header and the inspector-log lines (truncated to 63 bytes). Empty means the first set of TORCHELASTIC_RUN_ID (unless torchrun's default 'none'), SLURM_JOB_ID, JOB_ID and a Kubernetes Indexed Job's name (JOB_COMPLETION_INDEX set and the pod's host name <job>-<index>); other Kubernetes workloads set it through the downward API. Only the environment can set this key: each job exports its own, while a configuration file is shared by every job of the host. */
 #define CI_CONFIG_V1_JOB_ID_KEY "COMMINSIGHT_JOB_ID"
-#define CI_CONFIG_V1_JOB_ID_INDEX 56
+#define CI_CONFIG_V1_JOB_ID_INDEX 58
 #define CI_CONFIG_V1_JOB_ID_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_JOB_ID_DEFAULT ""
 
 /* COMMINSIGHT_PROFILER_DEBUG (boolean): Log Profiler decisions through NCCL's logger (INFO level). */
 #define CI_CONFIG_V1_PROFILER_DEBUG_KEY "COMMINSIGHT_PROFILER_DEBUG"
-#define CI_CONFIG_V1_PROFILER_DEBUG_INDEX 57
+#define CI_CONFIG_V1_PROFILER_DEBUG_INDEX 59
 #define CI_CONFIG_V1_PROFILER_DEBUG_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_PROFILER_DEBUG_DEFAULT 0
 
 /* COMMINSIGHT_SEMANTIC_ENABLE (boolean): Run the Semantic Engine on completed ops in the Agent. */
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_KEY "COMMINSIGHT_SEMANTIC_ENABLE"
-#define CI_CONFIG_V1_SEMANTIC_ENABLE_INDEX 58
+#define CI_CONFIG_V1_SEMANTIC_ENABLE_INDEX 60
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_DEFAULT 1
 
 /* COMMINSIGHT_SEMANTIC_TEMPLATE_DIRS (string, path list): Extra directories (colon-separated) of step templates, added to the built-in ones. */
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_KEY "COMMINSIGHT_SEMANTIC_TEMPLATE_DIRS"
-#define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_INDEX 59
+#define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_INDEX 61
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_DEFAULT ""
 
 /* COMMINSIGHT_SEMANTIC_CHECKPOINT_S (number, s): How often the engine checkpoints its state. */
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_KEY "COMMINSIGHT_SEMANTIC_CHECKPOINT_S"
-#define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_INDEX 60
+#define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_INDEX 62
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_DEFAULT_TEXT "10.0"
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_DEFAULT 10.0
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_MIN 0.1
@@ -449,13 +461,13 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_URL (string, url): Where sealed logs and summaries are archived: a directory path or an fsspec URL (s3://..., file://...). Empty means <COMMINSIGHT_HOME>/archives. An unknown scheme or a malformed URL turns archiving off (named in health); a destination that cannot be reached is an upload failure, retried and reported. */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_KEY "COMMINSIGHT_COMMON_ARCHIVE_URL"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_URL_INDEX 61
+#define CI_CONFIG_V1_COMMON_ARCHIVE_URL_INDEX 63
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_DEFAULT ""
 
 /* COMMINSIGHT_COMMON_ARCHIVE_ZSTD_LEVEL (integer, level): zstd compression level of archived files. */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_KEY "COMMINSIGHT_COMMON_ARCHIVE_ZSTD_LEVEL"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_INDEX 62
+#define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_INDEX 64
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_DEFAULT_TEXT "3"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_DEFAULT 3LL
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_MIN 1LL
@@ -463,7 +475,7 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_RETRY_MAX (integer, attempts): Upload attempts before an archive error is reported (with exponential backoff). */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_KEY "COMMINSIGHT_COMMON_ARCHIVE_RETRY_MAX"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_INDEX 63
+#define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_INDEX 65
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_DEFAULT_TEXT "8"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_DEFAULT 8LL
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_MIN 1LL
@@ -471,7 +483,7 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S (number, s): How often the Agent looks for sealed files to archive (a flush through the API archives at once). */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_KEY "COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_INDEX 64
+#define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_INDEX 66
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_DEFAULT_TEXT "30.0"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_DEFAULT 30.0
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_MIN 0.1
@@ -479,7 +491,7 @@
 
 /* COMMINSIGHT_COMMON_DISK_BUDGET_BYTES (integer, bytes): Local inspector_logs and summaries are deleted, oldest first and only once archived, to stay under this size. 0 disables deletion. */
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_KEY "COMMINSIGHT_COMMON_DISK_BUDGET_BYTES"
-#define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_INDEX 65
+#define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_INDEX 67
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_DEFAULT_TEXT "10737418240"
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_DEFAULT 10737418240LL
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_MIN 0LL
@@ -487,25 +499,25 @@
 
 /* COMMINSIGHT_INJECT_DISABLE (boolean): Turn Inject off entirely. */
 #define CI_CONFIG_V1_INJECT_DISABLE_KEY "COMMINSIGHT_INJECT_DISABLE"
-#define CI_CONFIG_V1_INJECT_DISABLE_INDEX 66
+#define CI_CONFIG_V1_INJECT_DISABLE_INDEX 68
 #define CI_CONFIG_V1_INJECT_DISABLE_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_INJECT_DISABLE_DEFAULT 0
 
 /* COMMINSIGHT_INJECT_STEP_MARKERS (boolean): Record optimizer-step timestamps to metadata/ as ground truth for the Semantic Engine. */
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_KEY "COMMINSIGHT_INJECT_STEP_MARKERS"
-#define CI_CONFIG_V1_INJECT_STEP_MARKERS_INDEX 67
+#define CI_CONFIG_V1_INJECT_STEP_MARKERS_INDEX 69
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT 0
 
 /* COMMINSIGHT_INJECT_STACKS (boolean): Let the Agent ask this process for its threads' Python stacks: Inject registers a handler for COMMINSIGHT_INJECT_STACK_SIGNAL when the process makes its first process group, unless the signal already has a handler. 0 registers nothing. */
 #define CI_CONFIG_V1_INJECT_STACKS_KEY "COMMINSIGHT_INJECT_STACKS"
-#define CI_CONFIG_V1_INJECT_STACKS_INDEX 68
+#define CI_CONFIG_V1_INJECT_STACKS_INDEX 70
 #define CI_CONFIG_V1_INJECT_STACKS_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_INJECT_STACKS_DEFAULT 1
 
 /* COMMINSIGHT_INJECT_STACK_SIGNAL (string): The signal on which Inject writes the process's Python stacks to metadata/stacks/. SIGUSR2 by default: PyTorch, torchrun and NCCL install no handler for it (SIGUSR1 is the one batch schedulers and PyTorch Lightning use); a real-time signal SIGRTMIN+N is the way out if the application uses it. */
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_KEY "COMMINSIGHT_INJECT_STACK_SIGNAL"
-#define CI_CONFIG_V1_INJECT_STACK_SIGNAL_INDEX 69
+#define CI_CONFIG_V1_INJECT_STACK_SIGNAL_INDEX 71
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_DEFAULT_TEXT "SIGUSR2"
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_DEFAULT "SIGUSR2"
 
@@ -528,6 +540,8 @@ static inline const ci_config_v1_key_t* ci_config_v1_keys(size_t* count) {
         { "COMMINSIGHT_AGENT_LISTEN", CI_CONFIG_V1_TYPE_STRING, "127.0.0.1:19102", 0, 0, 0, 0, NULL, "^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$" },
         { "COMMINSIGHT_AGENT_SOCKET", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, NULL },
         { "COMMINSIGHT_AGENT_READ_AUTH", CI_CONFIG_V1_TYPE_STRING, "none", 0, 0, 0, 0, "none|token", NULL },
+        { "COMMINSIGHT_AGENT_HTTP_TLS_CERT", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, NULL },
+        { "COMMINSIGHT_AGENT_HTTP_TLS_KEY", CI_CONFIG_V1_TYPE_STRING, "", 0, 0, 0, 0, NULL, NULL },
         { "COMMINSIGHT_AGENT_HTTP_MAX_CONNECTIONS", CI_CONFIG_V1_TYPE_INTEGER, "256", 1, 1, 1, 1048576, NULL, NULL },
         { "COMMINSIGHT_AGENT_HTTP_HEADER_TIMEOUT_S", CI_CONFIG_V1_TYPE_NUMBER, "10.0", 1, 1, 0.01, 3600.0, NULL, NULL },
         { "COMMINSIGHT_AGENT_HTTP_BODY_TIMEOUT_S", CI_CONFIG_V1_TYPE_NUMBER, "10.0", 1, 1, 0.01, 3600.0, NULL, NULL },
