@@ -120,9 +120,7 @@ class AgentService:
         self.metrics = NodeMetrics(
             expire_after_s=settings.agent_metrics_expire_s, level=settings.agent_metrics_level
         )
-        self.metrics.placement = Placement.of_node(
-            self.node_name, settings.agent_kubernetes_node
-        )
+        self.metrics.placement = Placement.of_node(self.node_name, settings.agent_kubernetes_node)
         if self.archiver is not None:
             self.metrics.registry.register(self.archiver)
         self.ingest = NodeIngest(

@@ -553,9 +553,7 @@ def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns:
         if who is None:  # retired by this very pass (a broken ring): its header's copy
             header = batch.producer.final_header
             who = (
-                ProducerLabels(header, _NO_ROWS, metrics.placement)
-                if header is not None
-                else None
+                ProducerLabels(header, _NO_ROWS, metrics.placement) if header is not None else None
             )
         parts = who.partition(batch.records) if who else [(NO_PROCESS, batch.records)]
         for labels, records in parts:
