@@ -377,7 +377,7 @@ KEYS: tuple[ConfigKey, ...] = (
         type="string",
         default='job',
         unit="",
-        description="How much detail /metrics carries. job: the node\u0027s operations per job, communicator and op type, their latency and bus bandwidth per job and op type, one series per rank (its seconds in NCCL), so a node\u0027s series grow with its jobs and communicators, not with its ranks. rank: every series also per profiled GPU (rank, local_rank, gpu, UUID labels), communicator and op type: for a small job or a rank under investigation.",
+        description="How much detail /metrics carries. job: the node\u0027s operations per job, communicator and op type, their latency and bus bandwidth per job and op type, one series per rank (its seconds in NCCL), so a node\u0027s series grow with its jobs and communicators, not with its ranks. rank: every series also per profiled GPU (pod, container, rank, local_rank, gpu, cuda_device, UUID labels), communicator and op type: for a small job or a rank under investigation.",
         components=("agent",),
         choices=("job","rank",),
     ),
@@ -811,7 +811,7 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_poll_interval_ms: Annotated[int, msgspec.Meta(ge=1, le=10000, description="How often the Agent polls SHM rings for new records.")] = 20
     agent_batch_max: Annotated[int, msgspec.Meta(ge=1, le=16777216, description="Most records read from one ring per poll.")] = 65536
     agent_metrics_expire_s: Annotated[float, msgspec.Meta(ge=1.0, le=604800.0, description="A /metrics series of a process that ended, or of a communicator that was finalized or renamed, is dropped this long after it was last live, so the exposition stays bounded while jobs come and go (long enough for a few scrapes to see its final values).")] = 600.0
-    agent_metrics_level: Annotated[Literal["job", "rank"], msgspec.Meta(description="How much detail /metrics carries. job: the node\u0027s operations per job, communicator and op type, their latency and bus bandwidth per job and op type, one series per rank (its seconds in NCCL), so a node\u0027s series grow with its jobs and communicators, not with its ranks. rank: every series also per profiled GPU (rank, local_rank, gpu, UUID labels), communicator and op type: for a small job or a rank under investigation.")] = 'job'
+    agent_metrics_level: Annotated[Literal["job", "rank"], msgspec.Meta(description="How much detail /metrics carries. job: the node\u0027s operations per job, communicator and op type, their latency and bus bandwidth per job and op type, one series per rank (its seconds in NCCL), so a node\u0027s series grow with its jobs and communicators, not with its ranks. rank: every series also per profiled GPU (pod, container, rank, local_rank, gpu, cuda_device, UUID labels), communicator and op type: for a small job or a rank under investigation.")] = 'job'
     agent_recent_ops: Annotated[int, msgspec.Meta(ge=0, le=1048576, description="Completed ops kept in memory per process for /api/v1/ops/recent.")] = 4096
     agent_heartbeat_stale_ms: Annotated[int, msgspec.Meta(ge=100, le=3600000, description="A producer whose SHM heartbeat is older than this is considered stuck or dead (checked with its pid).")] = 10000
     agent_straggler_factor: Annotated[float, msgspec.Meta(ge=1.0, le=1000.0, description="A rank whose op latency exceeds the median of its peers by this factor is reported as a straggler.")] = 3.0

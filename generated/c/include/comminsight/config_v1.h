@@ -243,7 +243,7 @@
 #define CI_CONFIG_V1_AGENT_METRICS_EXPIRE_S_MIN 1.0
 #define CI_CONFIG_V1_AGENT_METRICS_EXPIRE_S_MAX 604800.0
 
-/* COMMINSIGHT_AGENT_METRICS_LEVEL (string): How much detail /metrics carries. job: the node's operations per job, communicator and op type, their latency and bus bandwidth per job and op type, one series per rank (its seconds in NCCL), so a node's series grow with its jobs and communicators, not with its ranks. rank: every series also per profiled GPU (rank, local_rank, gpu, UUID labels), communicator and op type: for a small job or a rank under investigation. */
+/* COMMINSIGHT_AGENT_METRICS_LEVEL (string): How much detail /metrics carries. job: the node's operations per job, communicator and op type, their latency and bus bandwidth per job and op type, one series per rank (its seconds in NCCL), so a node's series grow with its jobs and communicators, not with its ranks. rank: every series also per profiled GPU (pod, container, rank, local_rank, gpu, cuda_device, UUID labels), communicator and op type: for a small job or a rank under investigation. */
 #define CI_CONFIG_V1_AGENT_METRICS_LEVEL_KEY "COMMINSIGHT_AGENT_METRICS_LEVEL"
 #define CI_CONFIG_V1_AGENT_METRICS_LEVEL_INDEX 33
 #define CI_CONFIG_V1_AGENT_METRICS_LEVEL_DEFAULT_TEXT "job"
