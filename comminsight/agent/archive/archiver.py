@@ -40,6 +40,7 @@ from prometheus_client.core import CounterMetricFamily
 from comminsight.agent.archive.ledger import ArchiveLedger
 from comminsight.agent.archive.local import (
     DEFAULT_KINDS,
+    USERS_INSPECTOR_LOGS,
     ArchiveKind,
     DiskBudget,
     LocalData,
@@ -53,6 +54,7 @@ from comminsight.agent.archive.providers import (
     provider_for_url,
 )
 from comminsight.agent.archive.upload import DamagedFile, ZstdUploader
+from comminsight.agent.core.acting_as import files_as
 from comminsight.backoff import Backoff
 from comminsight.safe_open import UntrustedFile
 from comminsight_gen.config_v1 import ConfigV1
@@ -189,6 +191,8 @@ class Archiver:
         """An Archiver configured from COMMINSIGHT_* settings; a bad URL is ArchiveConfigError."""
         provider = provider_for_url(settings.common_archive_url, settings.home)
         kwargs.setdefault("prefix", settings.agent_node_name or socket.gethostname())
+        if settings.agent_shared_home:  # every user's segments too
+            kwargs.setdefault("kinds", (*DEFAULT_KINDS, USERS_INSPECTOR_LOGS))
         return cls(
             settings.home,
             provider,
@@ -353,8 +357,10 @@ class Archiver:
         )
         for local in doomed:
             try:
-                for path in (local.path, *local.copies):
-                    path.unlink(missing_ok=True)
+                # a user's file in a shared home is removed as that user (acting_as)
+                with files_as(None if local.owner == -1 else local.owner):
+                    for path in (local.path, *local.copies):
+                        path.unlink(missing_ok=True)
             except OSError as e:
                 log.warning("archive: cannot delete %s: %s", local.path, e)
                 continue

@@ -81,6 +81,12 @@ def _has_wildcard(text: str) -> bool:
     return any(c in text for c in "*?[")
 
 
+# In a shared home (COMMINSIGHT_AGENT_SHARED_HOME) each user's segments, under their own
+# directory: archived like the Agent's own, each checked against that user as owner.
+USERS_INSPECTOR_LOGS = ArchiveKind(
+    "users_inspector_logs", "users/*/inspector_logs/*.jsonl", COMPRESSED_SUFFIX
+)
+
 DEFAULT_KINDS = (
     # sealed segments, and those the Profiler compressed (`.jsonl.zst`)
     ArchiveKind("inspector_logs", "inspector_logs/*.jsonl", COMPRESSED_SUFFIX),
@@ -136,6 +142,7 @@ class LocalFile:
     # before the uncompressed one is removed): deleted with it, counted in disk use
     copies: tuple[Path, ...] = ()
     copies_bytes: int = 0
+    owner: int = -1  # the user it must belong to: a user's in a shared home; -1 this Agent's
 
     @property
     def name(self) -> str:
@@ -174,11 +181,14 @@ class LocalData:
             for found in self._complete(kind):
                 path, source, st = found.path, found.source, found.lstat
                 seen.add(path)
-                why = self.untrusted(path, st, under_link) or self._damaged_why(path, st)
+                owner = self.owner_of(source)
+                why = self.untrusted(path, st, under_link, owner) or self._damaged_why(path, st)
                 if why is not None:
                     refused[_relative(found.source, path)] = why
                     continue
-                local = LocalFile(path, source, st.st_size, st.st_mtime_ns, found.compressed)
+                local = LocalFile(
+                    path, source, st.st_size, st.st_mtime_ns, found.compressed, owner=owner
+                )
                 files[source] = _one_of(files[source], local) if source in files else local
         self._note_refused(refused)
         self._damaged = {p: known for p, known in self._damaged.items() if p in seen}
@@ -246,17 +256,33 @@ class LocalData:
         except OSError:  # not there yet (or no directory): nothing of this kind
             return []
 
+    @staticmethod
+    def owner_of(source: str) -> int:
+        """Who a file must belong to, by where it is under home: in `users/<uid>/`, that user
+        (USERS_INSPECTOR_LOGS); elsewhere this Agent's user (-1)."""
+        parts = PurePosixPath(source).parts
+        if len(parts) > 2 and parts[0] == "users" and parts[1].isdigit():
+            return int(parts[1])
+        return -1
+
     def untrusted(
-        self, path: Path, st: os.stat_result, under_link: dict[Path, str | None] | None = None
+        self,
+        path: Path,
+        st: os.stat_result,
+        under_link: dict[Path, str | None] | None = None,
+        owner: int = -1,
     ) -> str | None:
         """Why the file at path (lstat: st) must not be archived, or None. under_link: what
-        is known of its directories so far (they are looked at once per scan)."""
+        is known of its directories so far (they are looked at once per scan); owner: the
+        user it must belong to (-1: this Agent's)."""
         if stat.S_ISLNK(st.st_mode):
             return "is a symbolic link"
         if not stat.S_ISREG(st.st_mode):
             return "is not a regular file"
-        if st.st_uid != os.geteuid():
-            return f"is owned by uid {st.st_uid}, not by this Agent's uid {os.geteuid()}"
+        expected = os.geteuid() if owner == -1 else owner
+        if st.st_uid != expected:
+            whose = "this Agent's" if owner == -1 else "its directory's"
+            return f"is owned by uid {st.st_uid}, not by {whose} uid {expected}"
         known = {} if under_link is None else under_link
         directory = path.parent
         if directory not in known:

@@ -59,7 +59,7 @@ class ZstdUploader:
         if local.compressed:
             return self._upload_compressed(local, remote)
         if self.provider.size(remote) is not None:
-            adopted = self._adopt(local, remote, _content_of(local.path))
+            adopted = self._adopt(local, remote, _content_of(local.path, local.owner))
             if adopted is not None:
                 return adopted
         source_hash, archived_hash = hashlib.sha256(), hashlib.sha256()
@@ -67,7 +67,7 @@ class ZstdUploader:
         sizes = []
 
         def write(out: BinaryIO) -> int:
-            with _open_source(local.path) as src:
+            with _open_source(local.path, local.owner) as src:
                 sizes[:] = compressor.copy_stream(
                     _HashingReader(src, source_hash),
                     _HashingWriter(out, archived_hash),
@@ -81,7 +81,7 @@ class ZstdUploader:
 
     def _upload_compressed(self, local: LocalFile, remote: str) -> LedgerEntry:
         """Send a file its writer compressed as it is, once it proved one whole zstd frame."""
-        source_bytes, source_hash, frame_hash = _verified_frame(local.path)
+        source_bytes, source_hash, frame_hash = _verified_frame(local.path, local.owner)
         if self.provider.size(remote) is not None:
             adopted = self._adopt(local, remote, (source_bytes, source_hash))
             if adopted is not None:
@@ -90,7 +90,7 @@ class ZstdUploader:
 
         def write(out: BinaryIO) -> int:
             written = 0
-            with _open_source(local.path) as src:
+            with _open_source(local.path, local.owner) as src:
                 while chunk := src.read(_CHUNK):
                     archived_hash.update(chunk)
                     written += len(chunk)
@@ -162,23 +162,23 @@ class ZstdUploader:
         )
 
 
-def _content_of(path) -> tuple[int, Any]:
+def _content_of(path, owner: int = -1) -> tuple[int, Any]:
     """The size and sha256 of a local file's bytes."""
     source_hash, source_bytes = hashlib.sha256(), 0
-    with _open_source(path) as src:
+    with _open_source(path, owner) as src:
         while chunk := src.read(_CHUNK):
             source_hash.update(chunk)
             source_bytes += len(chunk)
     return source_bytes, source_hash
 
 
-def _verified_frame(path) -> tuple[int, Any, Any]:
+def _verified_frame(path, owner: int = -1) -> tuple[int, Any, Any]:
     """(size, sha256) of what a compressed local file decompresses to, and the sha256 of the
     file itself, once it proved one whole zstd frame (its checksum, when it has one, and its
     content size, when its header gives one, verified by zstd); DamagedFile otherwise."""
     content_hash, content_bytes, frame_hash = hashlib.sha256(), 0, hashlib.sha256()
     decompressor = zstandard.ZstdDecompressor().decompressobj()
-    with _open_source(path) as src:
+    with _open_source(path, owner) as src:
         # no more than a segment holds, nor more than log segments compress to (a frame of
         # repeated bytes planted in the home is refused rather than read through)
         bound = decompressed_bound(os.fstat(src.fileno()).st_size)
@@ -203,11 +203,12 @@ def _verified_frame(path) -> tuple[int, Any, Any]:
     return content_bytes, content_hash, frame_hash
 
 
-def _open_source(path) -> BinaryIO:
+def _open_source(path, owner: int = -1) -> BinaryIO:
     """The local file to archive, opened without following a symbolic link and checked on
-    its descriptor to be a regular file of this user's (UntrustedFile otherwise): the scan's
-    check of the path could be raced by a link swapped in after it."""
-    fd, _ = open_checked(path, "regular file")
+    its descriptor to be a regular file of its owner's (-1: this Agent's user; a user's in a
+    shared home; UntrustedFile otherwise): the scan's check of the path could be raced by a
+    link swapped in after it."""
+    fd, _ = open_checked(path, "regular file", owner=owner)
     return os.fdopen(fd, "rb")
 
 
