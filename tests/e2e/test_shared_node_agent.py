@@ -80,7 +80,8 @@ def node_agent(shared_root):
 
 
 def run_job(plugin: Path, home: Path, out: Path, uid: int, job: str, seed: int, **extra):
-    """A simulated job of `uid` (two ranks), its ranks' environment naming the job."""
+    """A simulated job of `uid` (two ranks), its ranks' environment naming the job (and, as
+    srun sets them, its SLURM step and array index)."""
     out.mkdir(parents=True, exist_ok=True)
     args = [
         sys.executable,
@@ -106,6 +107,7 @@ def run_job(plugin: Path, home: Path, out: Path, uid: int, job: str, seed: int, 
         f"COMMINSIGHT_JOB_ID={job}",
         "--env",
         "COMMINSIGHT_AGENT_AUTOSTART=0",
+        *(f"--env={k}={v}" for k, v in extra.pop("env", {}).items()),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
     return subprocess.Popen(
@@ -168,7 +170,11 @@ def test_two_users_jobs_arrive_whole_and_each_user_sees_only_their_own(
         ALICE: ("job-alice", shared_root / "out-alice", 11),
         BOB: ("job-bob", shared_root / "out-bob", 12),
     }
-    running = [run_job(plugin, home, out, uid, job, seed) for uid, (job, out, seed) in jobs.items()]
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "3", "SLURM_ARRAY_TASK_ID": "7"}
+    running = [
+        run_job(plugin, home, out, uid, job, seed, env=slurm if uid == ALICE else {})
+        for uid, (job, out, seed) in jobs.items()
+    ]
     summaries = [finished(p) for p in running]
     assert all(s["ok"] for s in summaries)
 
@@ -193,6 +199,12 @@ def test_two_users_jobs_arrive_whole_and_each_user_sees_only_their_own(
         # the whole node's series are not one user's to read
         refused = as_user(uid, "metrics", home=home)
         assert refused.returncode == 1 and "/metrics" in refused.stderr
+
+    # the SLURM step and array task of Alice's job label its series
+    text = httpx.get(f"http://{listen}/metrics", timeout=10).text
+    alice_series = [line for line in text.splitlines() if 'job_id="job-alice"' in line]
+    assert alice_series and all('step_id="3"' in line for line in alice_series)
+    assert all('array_index="7"' in line for line in alice_series)
 
     every = httpx.get(f"http://{listen}/api/v1/node", timeout=10).json()["processes"]
     assert {p["job_id"] for p in every} == {"job-alice", "job-bob"}
