@@ -130,6 +130,11 @@ def finished(proc: subprocess.Popen) -> dict:
     return json.loads(stdout)
 
 
+def shell_as(uid: int, script: str) -> list[str]:
+    """The command line that runs a shell script as `uid`, with no privilege of root's."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sh", "-c", script]
+
+
 def as_user(uid: int, *args: str, home: Path) -> subprocess.CompletedProcess:
     """`comminsight ARGS` run by `uid` (see the module's note on its one capability)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")}
@@ -233,18 +238,7 @@ def test_a_region_one_user_plants_in_anothers_directory_is_refused_and_named(
     os.chmod(bob_shms, 0o777)
     planted = bob_shms / "planted.shm"
     header = bytes(shm_v1.HEADER_DTYPE.itemsize)
-    subprocess.run(
-        [
-            "setpriv",
-            f"--reuid={ALICE}",
-            f"--regid={ALICE}",
-            "--clear-groups",
-            "sh",
-            "-c",
-            f"head -c {len(header)} /dev/zero > {planted}",
-        ],
-        check=True,
-    )
+    subprocess.run(shell_as(ALICE, f"head -c {len(header)} /dev/zero > {planted}"), check=True)
     assert planted.stat().st_uid == ALICE
 
     def refusal():
@@ -264,19 +258,7 @@ def test_an_entry_squatted_under_anothers_uid_is_refused_by_agent_and_profiler(
 ):
     home, listen = node_agent
     # Alice makes users/<Bob's uid> before Bob ever ran: hers, so nothing in it is Bob's
-    subprocess.run(
-        [
-            "setpriv",
-            f"--reuid={ALICE}",
-            f"--regid={ALICE}",
-            "--clear-groups",
-            "mkdir",
-            "-m",
-            "0700",
-            str(home / "users" / str(BOB)),
-        ],
-        check=True,
-    )
+    subprocess.run(shell_as(ALICE, f"mkdir -m 0700 {home / 'users' / str(BOB)}"), check=True)
 
     def named():
         reasons = httpx.get(f"http://{listen}/api/v1/health", timeout=10).json()["reasons"]
@@ -302,20 +284,9 @@ def test_one_users_flood_neither_blocks_nor_loses_anothers_job(plugin, shared_ro
         f"for i in $(seq 1 300); do head -c 64 /dev/urandom > {alice}/shms/junk-$i.shm; done && "
         f"mkfifo -m 0600 {alice}/fifos/hang-events.fifo"
     )
-    subprocess.run(
-        ["setpriv", f"--reuid={ALICE}", f"--regid={ALICE}", "--clear-groups", "sh", "-c", flood],
-        check=True,
-    )
+    subprocess.run(shell_as(ALICE, flood), check=True)
     writer = subprocess.Popen(
-        [
-            "setpriv",
-            f"--reuid={ALICE}",
-            f"--regid={ALICE}",
-            "--clear-groups",
-            "sh",
-            "-c",
-            f"exec head -c 50000000 /dev/urandom > {alice}/fifos/hang-events.fifo",
-        ]
+        shell_as(ALICE, f"exec head -c 50000000 /dev/urandom > {alice}/fifos/hang-events.fifo")
     )
     try:
         out = shared_root / "out-bob"

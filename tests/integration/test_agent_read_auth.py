@@ -6,7 +6,6 @@ with it (given by --token, or the local agent's configured one)."""
 from __future__ import annotations
 
 import os
-import shutil
 import ssl
 import subprocess
 import sys
@@ -14,27 +13,12 @@ import sys
 import httpx
 import pytest
 from live_agent import LiveAgent
+from self_signed import self_signed
 
 from comminsight.agent.main import http_tls_problem
 from comminsight.config import load_settings
 
 TOKEN = "s3cret-token"
-
-
-def self_signed(where):
-    if shutil.which("openssl") is None:
-        pytest.fail("the openssl command is required to make the test certificate")
-    key, cert = where / "key.pem", where / "cert.pem"
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt"),
-            *("ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"),
-            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return key, cert
 
 
 @pytest.fixture

@@ -4,33 +4,15 @@ they never use; an https URL must not lose verification with it)."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import ssl
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
-import pytest
+from self_signed import self_signed
 
 from comminsight.cli.client import tls_options
-
-
-def _self_signed(where: Path) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.fail("the openssl command is required to make the test certificate")
-    key, cert = where / "key.pem", where / "cert.pem"
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt"),
-            *("ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"),
-            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return key, cert
 
 
 def test_only_plain_http_urls_go_without_a_verifying_context(monkeypatch):
@@ -43,7 +25,7 @@ def test_only_plain_http_urls_go_without_a_verifying_context(monkeypatch):
 
 
 def test_the_cas_the_environment_names_verify_an_https_agent(monkeypatch, tmp_path):
-    _, cert = _self_signed(tmp_path)
+    _, cert = self_signed(tmp_path)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     context = tls_options("https://127.0.0.1:9464")["verify_ssl"]
     assert isinstance(context, ssl.SSLContext) and context.verify_mode == ssl.CERT_REQUIRED
@@ -51,7 +33,7 @@ def test_the_cas_the_environment_names_verify_an_https_agent(monkeypatch, tmp_pa
 
 
 def test_an_https_agent_with_an_untrusted_certificate_is_refused(tmp_path):
-    key, cert = _self_signed(tmp_path)
+    key, cert = self_signed(tmp_path)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     server = socket.create_server(("127.0.0.1", 0))
