@@ -1,8 +1,9 @@
 """The Profilers of this node, as the Agent sees them through their SHM files.
 
-`ProducerSet.poll()` is one ingest pass: it discovers new files under <home>/shms/, maps them
-(refusing, with one log line and a quarantine, a file that is not a regular file of this
-Agent's user, has another ABI version or a corrupt header, while the others go on), reads
+`ProducerSet.poll()` is one ingest pass: it discovers new files under <home>/shms/ (and, for a
+shared node Agent, under each user's `users/<uid>/shms/`: `serve`), maps them (refusing, with
+one log line and a quarantine, a file that is not a regular file of its directory's user, has
+another ABI version or a corrupt header, while the others go on), reads
 every producer's new ring records in one batch each, and retires a producer whose process is
 gone once its ring is drained. What it read comes back as a list of `Batch`es for the
 metrics, the engine hook and the API's recent-ops view. shms/ is listed again only when it
