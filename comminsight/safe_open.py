@@ -88,7 +88,8 @@ def open_checked(
     if owner == -1:
         owner = os.geteuid()
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        # O_NOCTTY: a terminal put where a file belongs never becomes the Agent's own
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as e:
         if e.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
             raise UntrustedFile(path, "symlink", "is a symbolic link", errno.ELOOP) from None

@@ -152,7 +152,9 @@ def _open_memfd(path: Path, link: str, owner: int | None) -> int:
     be the Profiler's region: a regular file of the owner, named as the Profiler names it (a
     descriptor number the process closed and reused for another file is not)."""
     try:
-        fd = os.open(link, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # O_NOCTTY: the link a user wrote may lead to a terminal, which must not become the
+        # Agent's controlling one
+        fd = os.open(link, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as e:
         missing = isinstance(e, FileNotFoundError)
         raise ShmError(f"{path} -> {link}: cannot open: {e.strerror}", missing) from None

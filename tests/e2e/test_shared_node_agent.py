@@ -34,6 +34,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 ALICE, BOB = 41001, 41002
+TOKEN = "node-token"
 DEADLINE_S = 240.0  # a loaded machine is slow, not stuck
 
 
@@ -72,7 +73,12 @@ def stop_agent(proc: subprocess.Popen) -> None:
 @pytest.fixture
 def node_agent(shared_root):
     home = shared_root / "home"
-    proc = start_agent(home, shared_root / "agent.log", COMMINSIGHT_AGENT_SHARED_HOME="1")
+    proc = start_agent(
+        home,
+        shared_root / "agent.log",
+        COMMINSIGHT_AGENT_SHARED_HOME="1",
+        COMMINSIGHT_AGENT_TOKEN=TOKEN,
+    )
     try:
         yield home, proc.listen
     finally:
@@ -211,7 +217,12 @@ def test_two_users_jobs_arrive_whole_and_each_user_sees_only_their_own(
     assert alice_series and all('step_id="3"' in line for line in alice_series)
     assert all('array_index="7"' in line for line in alice_series)
 
-    every = httpx.get(f"http://{listen}/api/v1/node", timeout=10).json()["processes"]
+    # over TCP in a shared home every read but /metrics and health needs the token: a local
+    # user would otherwise read everyone's past the socket's per-user view
+    assert httpx.get(f"http://{listen}/api/v1/node", timeout=10).status_code == 401
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    every = httpx.get(f"http://{listen}/api/v1/node", headers=bearer, timeout=10).json()
+    every = every["processes"]
     assert {p["job_id"] for p in every} == {"job-alice", "job-bob"}
     root_view = subprocess.run(
         [sys.executable, "-m", "comminsight.cli", "processes", "--json"],

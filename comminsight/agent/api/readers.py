@@ -8,7 +8,9 @@ hang reports of their communicators and the incidents of those reports. Over TCP
 is whoever holds the network path (and the token, where reads need it): everything.
 
 A user's view must not be told apart from a node where others run nothing: what they may not
-see is left out of lists and answered as unknown by name, never as forbidden.
+see is left out of lists and answered as unknown by name, never as forbidden. A job,
+communicator or pid seen with two users (one named theirs as the other's) is shown to
+neither: only root and the Agent's user see it.
 """
 
 from __future__ import annotations
@@ -72,9 +74,10 @@ class View:
         self.owners = owners
 
     def _mine(self, uids: frozenset[int]) -> bool:
-        # a thing seen with several users (a pid reused, a job id two users chose) is shown
-        # to each of them: they share its name, not each other's processes
-        return self.reader.uid in uids
+        # a name seen with several users (a job id, a communicator id or a pid another user
+        # chose to be this one's, or a pid the kernel reused) is shown to none of them: a
+        # user must not read another's by naming something of theirs the same
+        return uids == frozenset({self.reader.uid})
 
     def process(self, uid: int) -> bool:
         return self.reader.sees_all or uid == self.reader.uid

@@ -136,7 +136,10 @@ class AgentApi:
     def __init__(self, service) -> None:
         self.service = service
         self.token = service.settings.agent_token
-        self.reads_need_token = service.settings.agent_read_auth == "token"
+        settings = service.settings
+        # a shared home's local users would read everyone's data over loopback TCP, past the
+        # socket's per-user view: there, reads over TCP always need the token
+        self.reads_need_token = settings.agent_read_auth == "token" or settings.agent_shared_home
         self._body_timeout_s = service.settings.agent_http_body_timeout_s
         self._job_steps: JobStepsView | None = None
 
@@ -292,8 +295,7 @@ class AgentApi:
         health = self.service.health()
         view = self._view(request)
         if not view.reader.sees_all:
-            kept = [r for r in health.reasons if view.health_reason(r)]
-            health = msgspec.structs.replace(health, reasons=kept)
+            health = _health_for(health, view)
         return json_response(health)
 
     async def node(self, request, values):
@@ -416,8 +418,10 @@ class AgentApi:
                 job_nodes=self.job_nodes(),
             )
         except UnknownJob as e:
+            # the message names the jobs the Agent knows: every user's, for root's eyes only
+            said = str(e) if self._reader(request).sees_all else f"no job {values['job']!r}"
             raise ApiError(
-                ErrorCode.not_found, str(e), [Problem("query", "job", "no such job")]
+                ErrorCode.not_found, said, [Problem("query", "job", "no such job")]
             ) from None
         return json_response(page)
 
@@ -685,6 +689,19 @@ async def start_server(service, address: str) -> web.AppRunner:
         raise
     await _start_socket(runner, service, guard)
     return runner
+
+
+def _health_for(health, view: View):
+    """Health as one user may see it: reasons, and processes whose watchdog differs, about
+    what is theirs alone."""
+    kept = [r for r in health.reasons if view.health_reason(r)]
+    threshold = health.hang_threshold
+    if threshold not in (None, msgspec.UNSET):
+        mine = [d for d in threshold.differing if view.pid(d.pid)]
+        threshold = msgspec.structs.replace(
+            threshold, differing=mine, processes_differing=len(mine)
+        )
+    return msgspec.structs.replace(health, reasons=kept, hang_threshold=threshold)
 
 
 def https_context(settings) -> ssl.SSLContext | None:

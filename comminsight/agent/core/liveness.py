@@ -59,6 +59,30 @@ def process_runs(pid: int, identity: ProcessIdentity | None = None) -> bool:
     return identity is None or _same_process(pid, fields, identity)
 
 
+def process_uid(pid: int) -> int | None:
+    """The real uid of a running process (/proc/<pid>/status, `Uid:`); None when unknown."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f.read(8192).splitlines():
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def runs_as(pid: int, identity: ProcessIdentity) -> int | None:
+    """The uid the region's producer runs as, where this Agent can tell it is that process
+    (its pid in our namespace, running, and the process the region names, not a later one
+    with its pid); None where it cannot be told."""
+    if pid <= 0 or (identity.pid_namespace and identity.pid_namespace != own_pid_namespace()):
+        return None
+    fields = _stat_fields(pid)
+    if fields is None or fields[_STATE] in ("Z", "X") or not _same_process(pid, fields, identity):
+        return None
+    return process_uid(pid)
+
+
 def _same_process(pid: int, fields: list[str], identity: ProcessIdentity) -> bool:
     try:
         start_ticks = int(fields[_START_TICKS])

@@ -5,8 +5,10 @@ The API shows a user only what is theirs (api.readers). Live answers are filtere
 producers themselves; hang reports, incidents and Step summaries outlive their processes, so
 the users of their communicators, jobs and pids are remembered here, learned every pass, at
 most LIMIT of each (the oldest forgotten first). What this Agent never saw a user run (a
-report written by an earlier Agent for a process gone before this one started) belongs to
-nobody it can name: only root and the Agent's own user see it.
+report written by an earlier Agent for a process gone before this one started), and a pid of a
+region whose process the Agent could not see run as its directory's user (in another PID
+namespace, or gone), belong to nobody it can name: only root and the Agent's own user see
+them.
 """
 
 from __future__ import annotations
@@ -56,12 +58,15 @@ class Owners:
         for producer in producers:
             header = producer.region.header
             uid = producer.uid
-            uid_of_pid[producer.pid] = uid
-            self.pids.note(producer.pid, uid)
-            self.pids.note((producer.pid, int(header["start_real_ns"])), uid)
             job = record_text(header["job_id"])
             if job:
                 self.jobs.note(job, uid)
+            # a pid the region's writer could not be seen to run names nobody's process
+            if not producer.pid_verified:
+                continue
+            uid_of_pid[producer.pid] = uid
+            self.pids.note(producer.pid, uid)
+            self.pids.note((producer.pid, int(header["start_real_ns"])), uid)
         if snapshot is None:
             return
         for comm in (*snapshot.comms.values(), *snapshot.torn_down.values()):

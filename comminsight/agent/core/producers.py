@@ -46,7 +46,7 @@ import numpy as np
 
 from comminsight.agent.core.acting_as import files_as
 from comminsight.agent.core.file_remover import FileRemover
-from comminsight.agent.core.liveness import ProcessIdentity, process_runs
+from comminsight.agent.core.liveness import ProcessIdentity, process_runs, runs_as
 from comminsight.agent.core.log_recovery import (
     Recovered,
     RecoveryError,
@@ -110,6 +110,9 @@ class Producer:
     recovery_retry_at_ns: int = 0
     slots_rejected: int = 0  # ring records dropped: a field out of its range
     slot_problem: str | None = None  # the latest one, named
+    # its pid was seen to run as its directory's user (a region of the Agent's own home is
+    # the Agent's user's): only then does the pid name the user's process (owners)
+    pid_verified: bool = True
     # the header as it was when the region was retired: its final counters stay readable
     final_header: np.ndarray | None = None
 
@@ -340,9 +343,25 @@ class ProducerSet:
             self._quarantine(source, path, key[1], reason, _reason_label(reason))
             return
         source.creating_since.pop(key, None)
-        clock = ProducerClock(region, identity_of(region))
+        identity = identity_of(region)
+        verified = True
+        if source.tenant:
+            # a user writes their region's header: its pid must be a process of theirs
+            runs = runs_as(region.pid, identity)
+            if runs is not None and runs != source.uid:
+                region.close()
+                why = (
+                    f"names pid {region.pid}, a process of uid {runs}, not of uid {source.uid} "
+                    "whose directory it is in"
+                )
+                self._quarantine(source, path, key[1], why, "other_users_pid")
+                return
+            verified = runs is not None
+        clock = ProducerClock(region, identity)
         region.mono_offset_ns = clock.offset_ns()
-        self.producers[path] = Producer(path, region, RingCursor(region), clock, source)
+        self.producers[path] = Producer(
+            path, region, RingCursor(region), clock, source, pid_verified=verified
+        )
         log.info(
             "producer pid %d (%s, uid %d): %s", region.pid, region.hostname, source.uid, path.name
         )

@@ -35,6 +35,7 @@ import msgspec
 
 from comminsight.agent.core.acting_as import files_as
 from comminsight.agent.core.inject_names import InjectNames
+from comminsight.agent.core.liveness import process_uid
 from comminsight.safe_open import open_checked
 from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.models.inject_metadata_v1 import Stacks
@@ -80,18 +81,6 @@ def start_ticks(pid: int) -> int | None:
         return int(text[text.rindex(b")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def process_uid(pid: int) -> int | None:
-    """The real uid of a running process (/proc/<pid>/status, `Uid:`); None when unknown."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f.read(8192).splitlines():
-                if line.startswith(b"Uid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 @dataclass

@@ -41,7 +41,7 @@
 #define CI_CONFIG_V1_AGENT_SOCKET_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_AGENT_SOCKET_DEFAULT ""
 
-/* COMMINSIGHT_AGENT_READ_AUTH (string): What a read over TCP (COMMINSIGHT_AGENT_LISTEN) needs. none: nothing (loopback-only by default); token: the bearer token COMMINSIGHT_AGENT_TOKEN on every request except /metrics and /api/v1/health, which the cluster's Prometheus and probes reach without it. Reads over the Unix socket are judged by the caller's uid instead. */
+/* COMMINSIGHT_AGENT_READ_AUTH (string): What a read over TCP (COMMINSIGHT_AGENT_LISTEN) needs. none: nothing (loopback-only by default); token: the bearer token COMMINSIGHT_AGENT_TOKEN on every request except /metrics and /api/v1/health, which the cluster's Prometheus and probes reach without it. In a shared home (COMMINSIGHT_AGENT_SHARED_HOME) TCP reads need the token whatever this says: any local user could otherwise read every user's data over loopback, past the socket's per-user view. Reads over the Unix socket are judged by the caller's uid instead. */
 #define CI_CONFIG_V1_AGENT_READ_AUTH_KEY "COMMINSIGHT_AGENT_READ_AUTH"
 #define CI_CONFIG_V1_AGENT_READ_AUTH_INDEX 4
 #define CI_CONFIG_V1_AGENT_READ_AUTH_DEFAULT_TEXT "none"
