@@ -54,19 +54,26 @@ def take_lock(home: Path, shared: bool = False):
     writes into it, is what keeps a second Agent out; `agent.lock` is the Profilers' sign
     that an Agent runs (their autostart asks it, and a Profiler leaves its region for an
     Agent that runs). A lock file deleted or replaced under a running Agent then fools no
-    second Agent into sharing the home. In a shared home every user's Profilers ask, with a
-    shared lock on a read-only descriptor: the file is readable by all (0644) there."""
+    second Agent into sharing the home. In a shared home, whose directory every user may
+    open (and so lock), the first lock is on `metadata/agent.d/` (0700) instead, and every
+    user's Profilers ask the Agent's socket rather than the lock file: no user can hold
+    either and keep the node's Agent out."""
     path = home / "metadata" / "agent.lock"
     make_private_dirs(path.parent)
+    held_dir = home
+    if shared:
+        held_dir = home / "metadata" / "agent.d"
+        make_private_dirs(held_dir)
+        os.chmod(held_dir, 0o700, follow_symlinks=False)
     held = []
     try:
-        directory = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        directory = os.open(held_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         held.append(directory)
         fcntl.flock(directory, fcntl.LOCK_EX | fcntl.LOCK_NB)
         # O_NOFOLLOW: a link planted here must not make the Agent create or lock another file
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         held.append(fd)
-        os.fchmod(fd, 0o644 if shared else 0o600)  # whatever an older Agent left
+        os.fchmod(fd, 0o600)  # whatever an older Agent left
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         for fd in held:
@@ -111,8 +118,9 @@ async def serve(
         runner = await start_server(service, listen)
     except OSError as e:
         raise ListenError(f"cannot listen on {listen} ({named_by}): {e}") from e
-    scheme = "https" if service.settings.agent_http_tls_cert else "http"
-    log.info("Agent Master API and /metrics on %s://%s", scheme, listen)
+    if service.listen_error is None:
+        scheme = "https" if service.settings.agent_http_tls_cert else "http"
+        log.info("Agent Master API and /metrics on %s://%s", scheme, listen)
     try:
         await service.run(stop)
     finally:

@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,19 +55,22 @@ static int open_lock(bool create) {
     return fd;
 }
 
-/* A shared home's node Agent: its lock in the node's metadata/, root's and readable by all;
- * a shared lock taken on a read-only descriptor fails while the Agent holds its own. */
+/* A shared home's node Agent: whether it listens on its socket, <home>/agent.sock. Its lock
+ * is closed to users (anyone who could open it could hold it and keep the Agent out), and the
+ * socket is in the home's root-owned directory, where nobody else can make one. */
 static int node_agent_running(void) {
-    char why[160];
-    int dir = ci_open_dir_at(ci_g.node_home_fd, "metadata", false, why, sizeof(why));
-    if (dir < 0) return errno == ENOENT ? 0 : -1;
-    int fd = ci_open_file_at(dir, "agent.lock", O_RDONLY, CI_KIND_FILE, true, why, sizeof(why));
+    char home[CI_HOME_MAX];
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (!ci_home_path(home, sizeof(home)) ||
+        (size_t)snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/agent.sock", home) >= sizeof(addr.sun_path))
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int rc = connect(fd, (struct sockaddr*)&addr, sizeof(addr));
     int err = errno;
-    close(dir);
-    if (fd < 0) return err == ENOENT ? 0 : -1;
-    bool held = flock(fd, LOCK_SH | LOCK_NB) != 0;
     close(fd);
-    return held ? 1 : 0;
+    if (rc == 0 || err == EAGAIN) return 1; /* EAGAIN: it listens, its backlog is full */
+    return err == ECONNREFUSED || err == ENOENT ? 0 : -1;
 }
 
 int ci_agent_running(void) {

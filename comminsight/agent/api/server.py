@@ -684,9 +684,14 @@ async def start_server(service, address: str) -> web.AppRunner:
     site = GuardedSite(runner, host, port, guard, https_context(settings))
     try:
         await site.start()
-    except OSError:
-        await runner.cleanup()
-        raise
+    except OSError as e:
+        if not settings.agent_shared_home:
+            await runner.cleanup()
+            raise
+        # any local user may take the port first: the node's users still reach the Agent on
+        # its socket, and the Agent says what it cannot serve
+        service.listen_error = f"cannot listen on {address}: {e.strerror or e}"
+        log.error("the Agent serves on its socket only: %s", service.listen_error)
     await _start_socket(runner, service, guard)
     return runner
 

@@ -89,6 +89,9 @@ MAX_ENDED_REMEMBERED = 64
 # wait in shms/ for the next passes, counted, instead of taking the Agent to its descriptor
 # limit.
 MAX_MAPPED_REGIONS = 256
+# Of those, one user of a shared home maps at most this many (a node's GPUs' processes several
+# times over): a user who keeps regions open cannot take the others' turn.
+MAX_MAPPED_PER_USER = 64
 RETRYABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
@@ -306,17 +309,21 @@ class ProducerSet:
         known |= {path.name for path in pending if path.parent == source.shms}
         present = set()
         waiting = 0
+        mine = sum(1 for p in self.producers.values() if p.source is source and not p.released)
+        cap = MAX_MAPPED_PER_USER if source.tenant else MAX_MAPPED_REGIONS
         for key in entries:
             if key[0] in known:
                 continue
             present.add(key)
             if key in source.refused_here:
                 continue
-            if mapped >= MAX_MAPPED_REGIONS:
+            if mapped >= MAX_MAPPED_REGIONS or mine >= cap:
                 waiting += 1
                 continue
             self._open(source, key)
-            mapped += (source.shms / key[0]) in self.producers
+            opened = (source.shms / key[0]) in self.producers
+            mapped += opened
+            mine += opened
         for key in source.creating_since.keys() - present:  # opened, refused or removed
             del source.creating_since[key]
         source.refused_here &= present  # names gone from shms/ need no remembering

@@ -159,6 +159,7 @@ class AgentService:
         self.http_guard = None  # the API server's ConnectionGuard, once it serves
         self.socket_path: Path | None = None  # the Unix socket it serves on, once it does
         self.socket_error: str | None = None  # why it does not
+        self.listen_error: str | None = None  # why a shared Agent serves no TCP
         self.pass_errors = 0  # passes that failed (out of descriptors, an unreadable file)
         self._pass_error_log = RateLimitedLog(
             log, "a poll pass failed", PERSISTENT_PERIOD_S, logging.ERROR
@@ -406,6 +407,8 @@ class AgentService:
             reasons += self.tenant_inputs.problems(time.monotonic())
         if self.socket_error:
             reasons.append(f"the Agent's Unix socket is off: {self.socket_error}")
+        if self.listen_error:
+            reasons.append(f"the Agent's TCP listener is off: {self.listen_error}")
         threshold, threshold_reasons = threshold_health(
             self.producers.producers,
             int(self.settings.profiler_hang_timeout_s * 1000),
