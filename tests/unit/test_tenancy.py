@@ -265,3 +265,20 @@ def test_another_users_socket_is_not_replaced(tmp_path):
     os.chown(path, ALICE, ALICE, follow_symlinks=False)
     with pytest.raises(SocketError, match=f"uid {ALICE}"):
         bind_agent_socket(path, False)
+
+
+def test_a_shared_agents_lock_is_on_what_no_user_can_open(tmp_path):
+    from comminsight.agent.main import take_lock
+
+    home = shared_home(tmp_path)
+    held = take_lock(home, shared=True)
+    try:
+        assert held is not None
+        lock_dir = home / "metadata" / "agent.d"
+        assert stat.S_IMODE(lock_dir.stat().st_mode) == 0o700
+        assert stat.S_IMODE((home / "metadata" / "agent.lock").stat().st_mode) == 0o600
+        assert take_lock(home, shared=True) is None  # a second Agent of the home is kept out
+    finally:
+        if held is not None:
+            os.close(held.directory_fd)
+            held.lock_file.close()
