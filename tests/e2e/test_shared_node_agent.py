@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -328,3 +329,31 @@ def test_the_socket_is_open_to_users_in_a_shared_home_and_private_otherwise(tmp_
         assert not (own / "users").exists()
     finally:
         stop_agent(proc)
+
+
+def test_a_port_a_user_took_first_leaves_the_agent_serving_on_its_socket(shared_root):
+    home = shared_root / "home"
+    squatter = socket.create_server(("127.0.0.1", 0))  # whoever bound the Agent's port first
+    port = squatter.getsockname()[1]
+    try:
+        proc = start_agent(
+            home,
+            shared_root / "agent.log",
+            COMMINSIGHT_AGENT_SHARED_HOME="1",
+            COMMINSIGHT_AGENT_LISTEN=f"127.0.0.1:{port}",
+        )
+        try:
+            health = subprocess.run(
+                [sys.executable, "-m", "comminsight.cli", "health", "--json"],
+                env={**os.environ, "COMMINSIGHT_HOME": str(home)},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert health.returncode == 0, health.stderr
+            reasons = json.loads(health.stdout)["reasons"]
+            assert any("TCP listener is off" in r and str(port) in r for r in reasons)
+        finally:
+            stop_agent(proc)
+    finally:
+        squatter.close()
