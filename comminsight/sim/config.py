@@ -12,7 +12,19 @@ from pathlib import Path
 
 from comminsight.sim.faults import Fault
 
-WORKLOADS = ("ddp", "fsdp", "tp-pp-dp", "moe", "tp-dp", "zero", "rl", "pp", "megatron")
+# workload name -> its module under comminsight.sim.workloads
+WORKLOAD_MODULES = {
+    "ddp": "ddp",
+    "fsdp": "fsdp",
+    "tp-pp-dp": "tp_pp_dp",
+    "moe": "moe",
+    "tp-dp": "tp_dp",
+    "zero": "zero",
+    "rl": "rl",
+    "pp": "pp",
+    "megatron": "megatron",
+}
+WORKLOADS = tuple(WORKLOAD_MODULES)
 ABI_VERSIONS = (4, 5, 6)
 TP_DP_DATA_PARALLEL = ("fsdp2", "ddp")  # tp-dp: what shards or replicates over the dp mesh dim
 ZERO_STAGES = (1, 2, 3)
@@ -20,6 +32,11 @@ PRECISIONS = ("fp16", "bf16")  # pp, megatron: the training precision
 # How the MoE workload issues its all-to-alls: one ncclAlltoAll collective each, or as
 # PyTorch's NCCL backend issues all_to_all_single: a Send and a Recv per peer in one group
 MOE_ALLTOALL_MODES = ("collective", "grouped-p2p")
+# How host time is modeled: "modeled" (each action's cost, jittered +-5 %), "noisy" (jittered
+# +-60 %: a loaded host, a data loader that stalls now and then), "flat" (every action the
+# same time: idle time tells nothing of where a Step begins)
+TIMINGS = ("modeled", "noisy", "flat")
+FLAT_COMPUTE_NS = 2_000_000
 
 
 class SimConfigError(ValueError):
@@ -88,6 +105,10 @@ class SimConfig:
     # the (uid, gid) every rank process runs as, the launcher being root: a job of another
     # user on a node whose shared home one Agent serves; None: the launcher's own
     run_as: tuple[int, int] | None = None
+    timing: str = "modeled"  # one of TIMINGS
+    # framework behaviours a workload turns on by name (each workload names the ones it knows
+    # in its VARIANTS and refuses the others)
+    variants: tuple[str, ...] = ()
 
     @property
     def ranks_per_node(self) -> int:
@@ -141,6 +162,14 @@ class SimConfig:
             f"moe-alltoall must be one of {', '.join(MOE_ALLTOALL_MODES)}",
         )
         need(self.time_scale > 0, "time-scale must be positive")
+        need(self.timing in TIMINGS, f"timing must be one of {', '.join(TIMINGS)}")
+        known = _workload_variants(self.workload)
+        unknown = sorted(set(self.variants) - known)
+        need(
+            not unknown,
+            f"variants {unknown} are not known to workload {self.workload} "
+            f"(known: {', '.join(sorted(known)) or 'none'})",
+        )
         need(self.hang_hold_s >= 0 and self.timeout_s > 0, "hang-hold >= 0 and timeout > 0")
         if self.workload == "tp-pp-dp":
             need(self.tp >= 1 and self.pp >= 1, "tp and pp must be at least 1")
@@ -215,6 +244,7 @@ class SimConfig:
         data["faults"] = tuple(Fault.from_json(f) for f in data.get("faults", ()))
         data["env"] = tuple((k, v) for k, v in data.get("env", ()))
         data["node_homes"] = tuple(data.get("node_homes", ()))
+        data["variants"] = tuple(data.get("variants", ()))
         run_as = data.get("run_as")
         data["run_as"] = tuple(run_as) if run_as is not None else None
         return cls(**data)
@@ -222,3 +252,12 @@ class SimConfig:
     @classmethod
     def load(cls, path: Path) -> SimConfig:
         return cls.from_json(path.read_text())
+
+
+def _workload_variants(workload: str) -> set[str]:
+    """The variant names a workload's module declares (VARIANTS), none where it declares none."""
+    from importlib import import_module
+
+    module = import_module(f"comminsight.sim.workloads.{WORKLOAD_MODULES[workload]}")
+    return set(getattr(module, "VARIANTS", ()))
+

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from comminsight.sim import cost_model
-from comminsight.sim.config import SimConfig
+from comminsight.sim.config import FLAT_COMPUTE_NS, SimConfig
 
 
 @dataclass(frozen=True)
@@ -178,9 +178,15 @@ class PlanBuilder:
     # ---- program actions ----
 
     def compute(self, rank: int, ns: float, label: str) -> None:
-        """Host-side time before the next call, jittered per rank (±5 %)."""
+        """Host-side time before the next call, as the config's timing models it: jittered
+        per rank (±5 %, or ±60 % when noisy), or the same for every action when flat."""
         if ns > 0:
-            jitter = 1.0 + self._host_rngs[rank].uniform(-0.05, 0.05)
+            timing = self.config.timing
+            if timing == "flat":
+                ns, jitter = FLAT_COMPUTE_NS, 1.0
+            else:
+                spread = 0.6 if timing == "noisy" else 0.05
+                jitter = 1.0 + self._host_rngs[rank].uniform(-spread, spread)
             self.programs[rank].append(Compute(int(ns * jitter), label))
 
     def barrier(self, rank: int, comm: CommSpec) -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from comminsight.semantic.offline import OfflineResult, recover_steps
+from comminsight.sim.accuracy_case import Case
+from comminsight.sim.accuracy_variants import VARIANT_CASES
 from comminsight.sim.config import SimConfig
 from comminsight.sim.launcher import run_simulation
 from comminsight.sim.truth import RankTruth, read_ground_truth
@@ -24,17 +26,7 @@ CONFIDENT = 0.9
 ENV = (("COMMINSIGHT_AGENT_AUTOSTART", "0"),)
 
 
-@dataclass(frozen=True)
-class Case:
-    name: str  # the workload name in bench lines: exact_fraction_<name>
-    config: dict  # SimConfig fields besides plugin, home, comm_names
-    known_gap: str | None = None  # why the engine is not exact here yet (never confidently wrong)
-    # modeled durations x this: a case whose Steps only idle time tells apart runs slower,
-    # so that its gaps stand above the jitter of a loaded machine
-    time_scale: float = 0.02
-
-
-SUITE: list[Case] = [
+BASE_SUITE: list[Case] = [
     # PyTorch DDP: evaluation barriers, accumulation (no_sync), a varying number of
     # micro-batches, fp16 steps whose update GradScaler skips
     Case("ddp", dict(workload="ddp", ranks=4, steps=8, extra_ops_every=3)),
@@ -107,6 +99,9 @@ SUITE: list[Case] = [
         time_scale=0.1,
     ),
 ]
+
+# the frameworks' own variants of each family, built from their sources (accuracy_variants)
+SUITE: list[Case] = BASE_SUITE + VARIANT_CASES
 
 
 def op_identity(truth: RankTruth) -> dict[int, tuple]:
