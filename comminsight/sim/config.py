@@ -260,4 +260,3 @@ def _workload_variants(workload: str) -> set[str]:
 
     module = import_module(f"comminsight.sim.workloads.{WORKLOAD_MODULES[workload]}")
     return set(getattr(module, "VARIANTS", ()))
-
