@@ -122,6 +122,12 @@ def shown(stream: str) -> str:
     return stream.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def gpu_name(g: GpuOps) -> str:
+    """How reasons name a GPU: by its global rank, which the live cut and the offline one
+    both know (their streams are named differently), else by its stream."""
+    return f"rank {g.rank}" if g.rank >= 0 else shown(g.stream)
+
+
 def pivot_facts(g: GpuOps, u: LocalUnits) -> PivotFacts:
     return PivotFacts(u.found, u.coverage, u.period, len(g), g.rank)
 
@@ -131,6 +137,7 @@ class RankOutcome:
     """What the job's confidence, reasons and Step count need of one rank's cut."""
 
     stream: str
+    who: str  # the GPU as reasons name it (gpu_name)
     pivot_confidence: float  # of its own cycle, when it is a pivot
     pivot_reasons: list[str]
     reasons: list[str]  # the carried cut's doubts, sorted
@@ -155,6 +162,7 @@ def cut_rank(
     cut.component = step.component
     outcome = RankOutcome(
         g.stream,
+        gpu_name(g),
         confidence,
         why,
         sorted(cut.reasons),
@@ -181,7 +189,7 @@ def job_verdict(
             reasons += o.pivot_reasons
             steps = max(steps, o.step_count)
     for o in outcomes:
-        reasons += [f"{shown(o.stream)}: {why}" for why in o.reasons]
+        reasons += [f"{o.who}: {why}" for why in o.reasons]
     if any(o.reasons for o in outcomes):
         confidence = min(confidence, 0.6)
     component = {step.gpu: step.component for step in plan}
@@ -192,7 +200,7 @@ def job_verdict(
             confidence = min(confidence, 0.5)
             reasons.append(
                 "ranks report different numbers of Steps: "
-                + ", ".join(f"{shown(o.stream)} {o.step_count}" for o in mine)
+                + ", ".join(f"{o.who} {o.step_count}" for o in mine)
             )
     warmup = max((o.warmup_steps for o in outcomes), default=0)
     return confidence, reasons, steps, pivots, warmup
@@ -208,7 +216,7 @@ def _step_count(label: np.ndarray) -> int:
 
 def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     n = len(g)
-    who = shown(g.stream)
+    who = gpu_name(g)
     label = np.full(n, STARTUP, np.int64)
     if not u.found:
         why = [f"{who}: no repeating op pattern: its ops are in no Step"] if n else []

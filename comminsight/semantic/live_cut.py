@@ -287,6 +287,12 @@ class LiveJobCut:
                     g = self._gpus[k]
                     g.previous = labels[k][_context_len(g) :]
                 return {}
+            for k in members:
+                # the first cut sees the run from its start, as the offline cut does: the
+                # warm-up Steps it tells are the run's (a GPU restored from a checkpoint is
+                # past them)
+                if not self._gpus[k].engine.next_step_index:
+                    self._gpus[k].engine.runner.warmup_steps = result.warmup_steps
         # the last Step begun on every GPU may still grow: settle the Steps before it
         tops = []
         for k in members:
