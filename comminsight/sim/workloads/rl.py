@@ -52,6 +52,18 @@ an FSDP2 forward and backward reduce-scattering every time (veRL accumulates sha
 no `no_sync`), the host reading the loss metrics; then `fsdp2_clip_grad_norm_` (one fp32
 all-reduce), `torch.isfinite(grad_norm)` on the host, the optimizer.
 Advantages, rewards and the data itself move between workers through Ray, not NCCL.
+
+Variants (`cfg.variants`; none: all of the above, unchanged):
+- `verl_sync_after_update`: veRL's checkpoint engine (verl/checkpoint_engine,
+  `CheckpointEngineManager.update_weights` in ray_trainer.py `fit`): the weights go to the
+  rollout once before the loop (start-up, no Step) and then right after each iteration's
+  actor update, not at the next rollout. The sync after an update still feeds the next
+  iteration, so it begins that iteration's first Step; the one after the last update belongs
+  to no Step.
+- `ppo_epochs_2`: `actor.ppo_epochs: 2` (dp_actor.py `update_policy`: for each epoch, for
+  each mini-batch, one optimizer step): 2 x `ppo_mini_batches` Steps per rollout.
+- `openrlhf`: OpenRLHF with separate vLLM engines (rl_openrlhf.py).
+- `trl_grpo`: TRL's GRPOTrainer with colocated vLLM under accelerate DDP (rl_trl.py).
 """
 
 from __future__ import annotations
@@ -78,6 +90,8 @@ MAX_BATCHED_TOKENS = 8192  # vLLM's max_num_batched_tokens as veRL sets it
 CUDA_GRAPH_MAX_BATCH = 512  # the largest batch vLLM captures a decode graph for
 DECODE_STEP_OVERHEAD_NS = 1_500_000  # vLLM's scheduler and sampler on the host, eager
 CLIPPED_RESPONSES = 0.05  # responses that reach response_length
+DRIVER_BETWEEN_ITERATIONS_NS = 20_000_000
+VARIANTS = ("verl_sync_after_update", "ppo_epochs_2", "openrlhf", "trl_grpo")
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,14 @@ class RolloutComms:
 
 def build(b: PlanBuilder, model: ModelShape) -> None:
     cfg = b.config
+    if "openrlhf" in cfg.variants:
+        from comminsight.sim.workloads import rl_openrlhf
+
+        return rl_openrlhf.build(b, model)
+    if "trl_grpo" in cfg.variants:
+        from comminsight.sim.workloads import rl_trl
+
+        return rl_trl.build(b, model)
     world = b.add_comm("world", "default_pg", tuple(range(cfg.ranks)))
     rollout = rollout_comms(b, world)
     params = decoder_parameters(model)
@@ -155,18 +177,39 @@ class RlRank:
 
     def run(self) -> None:
         cfg = self.b.config
+        sync_after = "verl_sync_after_update" in cfg.variants
+        per_rollout = cfg.ppo_mini_batches * (2 if "ppo_epochs_2" in cfg.variants else 1)
         self._startup()
+        if sync_after:  # CheckpointEngineManager.update_weights before the loop
+            self._push_weights({"phase": "weight_sync", "step": None})
         step = iteration = 0
+        begun = None  # a Step the sync after the last update already began
         while step < cfg.total_steps:
-            updates = min(cfg.ppo_mini_batches, cfg.total_steps - step)
+            updates = min(per_rollout, cfg.total_steps - step)
             for k in range(updates):
-                self.b.step_begin(self.rank, step + k, step + k < cfg.warmup_steps)
+                if begun != step + k:
+                    self.b.step_begin(self.rank, step + k, step + k < cfg.warmup_steps)
                 if k == 0:
-                    self._make_experience(iteration, step)
+                    self._make_experience(iteration, step, push=not sync_after)
                 self._ppo_update(step + k)
                 self.b.step_end(self.rank, step + k)
+            if sync_after and updates == per_rollout:
+                begun = self._sync_after_update(step + updates)
             step += updates
             iteration += 1
+
+    def _sync_after_update(self, next_step: int) -> int | None:
+        """veRL's checkpoint engine: the weights leave right after the update; they feed the
+        next iteration, whose first Step they begin (none: the last update's)."""
+        cfg = self.b.config
+        if next_step >= cfg.total_steps:
+            self._push_weights({"phase": "weight_sync", "step": None})
+            return None
+        self.b.step_begin(self.rank, next_step, next_step < cfg.warmup_steps)
+        self._push_weights({"phase": "weight_sync", "step": next_step})
+        # the driver: metrics, the next batch of prompts, the rollout replicas woken up
+        self.b.compute(self.rank, DRIVER_BETWEEN_ITERATIONS_NS, "driver between iterations")
+        return next_step
 
     # ---- start-up ----
 
@@ -185,8 +228,9 @@ class RlRank:
 
     # ---- the rollout and the experience ----
 
-    def _make_experience(self, iteration: int, step: int) -> None:
-        self._push_weights({"phase": "weight_sync", "step": step})
+    def _make_experience(self, iteration: int, step: int, push: bool = True) -> None:
+        if push:
+            self._push_weights({"phase": "weight_sync", "step": step})
         where = {"phase": "rollout", "step": step}
         self._gather_prompts(iteration, where)
         self._generate(iteration, where)

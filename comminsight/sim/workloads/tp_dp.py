@@ -39,6 +39,12 @@ backward, `no_sync()` before.
 Optimizer: `clip_grad_norm_` over DTensor gradients materializes the total norm with
 `full_tensor()`: one scalar all-reduce per mesh dimension the norm is Partial on (dp then tp
 with FSDP2; tp with DDP, whose gradients are already reduced), then the optimizer.
+
+Variants (`cfg.variants`; none: all of the above, unchanged):
+- `no_clip`: no gradient clipping (the PyTorch TP tutorial's loop, torchtitan with
+  `max_norm` off): `optimizer.step()` issues nothing, so with tp alone a Step's end shows
+  in no collective; only the optimizer's and the data loader's idle time tells a Step's
+  last micro-batch from the others.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ FP32, FP32_BYTES = "ncclFloat32", 4
 SEED_BYTES = 8  # torchtitan broadcasts torch.get_rng_state()[:8]; NCCL's uint8 is sent as int8
 ATTENTION_COLWISE = 3  # wq, wk, wv
 MLP_COLWISE = 2  # w1, w3
+VARIANTS = ("no_clip",)
 
 
 @dataclass(frozen=True)
@@ -293,6 +300,8 @@ class TpDpRank:
         where = {"phase": "clip_grad_norm", "step": step}
         partial_dims = [self.mesh.dp_comm] if self.fsdp else []
         partial_dims.append(self.mesh.tp_comm)
+        if "no_clip" in self.b.config.variants:
+            partial_dims = []
         for comm in partial_dims:
             if comm is not None:
                 b.collective(rank, comm, "AllReduce", 1, FP32, **where)
