@@ -15,12 +15,17 @@ found-inf flags on the host (`.item()`, after the all-reduced gradients were uns
 skips `optimizer.step()` when there were any, so an overflow Step issues the same collectives
 and only lacks the optimizer's compute; which Steps overflow follows GradScaler.update
 (`loss_scale`, seeded, growth interval `loss_scale_window`).
+
+Variants (`SimConfig.variants`, see torch_ddp.py): PyTorch 2.x DDP as its source issues it:
+the construction-time checks, the first iteration's single bucket, the bucket rebuild's two
+broadcasts at the second iteration's forward, buffer broadcasts, find_unused_parameters'
+used-map all-reduce, an evaluation pass every 5 Steps.
 """
 
 from __future__ import annotations
 
 from comminsight.sim.plan import PlanBuilder
-from comminsight.sim.workloads import accumulation
+from comminsight.sim.workloads import accumulation, torch_ddp
 from comminsight.sim.workloads.host_sync import wait_for_gpu
 from comminsight.sim.workloads.loss_scale import grad_scaler_overflows
 from comminsight.sim.workloads.model import ModelShape
@@ -29,6 +34,8 @@ FIRST_BUCKET_BYTES = 1 << 20
 BUCKET_BYTES = 25 << 20
 BROADCAST_BYTES = 250 << 20
 GRAD_DTYPE, GRAD_BYTES = "ncclFloat32", 4
+# PyTorch 2.x DDP op for op (torch_ddp.py): any of these replaces the model above
+VARIANTS = torch_ddp.VARIANTS
 
 
 def bucket_sizes(total_bytes: int, first: int, rest: int) -> list[int]:
@@ -42,6 +49,9 @@ def bucket_sizes(total_bytes: int, first: int, rest: int) -> list[int]:
 
 def build(b: PlanBuilder, model: ModelShape) -> None:
     cfg = b.config
+    if cfg.variants:
+        torch_ddp.build(b, model)
+        return
     world = b.add_comm("world", "default_pg", tuple(range(cfg.ranks)))
     grad_bytes = model.params * GRAD_BYTES
     buckets = bucket_sizes(grad_bytes, FIRST_BUCKET_BYTES, BUCKET_BYTES)

@@ -6,19 +6,29 @@ computing it; backward all-gathers them again, computes, and reduce-scatters the
 gradients. With gradient accumulation the reduce-scatters happen only in the last
 micro-batch's backward. AllGather and ReduceScatter count their sequence numbers separately,
 as NCCL does per function.
+
+Variants (`SimConfig.variants`, see torch_fsdp2.py): FSDP2's `fully_shard` with a root unit
+that is not resharded after forward, clip_grad_norm_, reshard_after_forward=False, HSDP,
+torchtitan's training loop and loss logging.
 """
 
 from __future__ import annotations
 
 from comminsight.sim.plan import PlanBuilder
+from comminsight.sim.workloads import torch_fsdp2
 from comminsight.sim.workloads.model import ModelShape
 
 PARAM_DTYPE = "ncclBfloat16"
 REDUCE_DTYPE = "ncclFloat32"
+# FSDP2 as PyTorch and torchtitan issue it (torch_fsdp2.py): any of these replaces the above
+VARIANTS = torch_fsdp2.VARIANTS
 
 
 def build(b: PlanBuilder, model: ModelShape) -> None:
     cfg = b.config
+    if cfg.variants:
+        torch_fsdp2.build(b, model)
+        return
     world = b.add_comm("world", "default_pg", tuple(range(cfg.ranks)))
     shard = max(1, model.layer_params // cfg.ranks)
     for rank in range(cfg.ranks):

@@ -38,6 +38,11 @@ class Fsdp2Model:
     shards: int
     reshard_last_block: bool = True
     unsharded: set = field(default_factory=set)
+    # fully_shard(block, reshard_after_forward=False): blocks stay unsharded until backward
+    reshard_after_forward: bool = True
+    # HSDP: the replicate dimension's communicator; each reduce-scatter's output is then
+    # all-reduced across the replicas (foreach_reduce, all_reduce_group)
+    replicate: CommSpec | None = None
 
     @property
     def block_shard(self) -> int:
@@ -54,6 +59,8 @@ class Fsdp2Model:
 
     def _reduce(self, count: int, where: dict) -> None:
         self.b.collective(self.rank, self.comm, "ReduceScatter", count, REDUCE_DTYPE, **where)
+        if self.replicate is not None:
+            self.b.collective(self.rank, self.replicate, "AllReduce", count, REDUCE_DTYPE, **where)
 
     # ---- the hooks, in the order FSDP2 runs them ----
 
@@ -64,6 +71,8 @@ class Fsdp2Model:
         self._gather(layer, self.block_shard, where)
 
     def block_post_forward(self, layer: int) -> None:
+        if not self.reshard_after_forward:
+            return
         if layer < self.model.layers - 1 or self.reshard_last_block:
             self.unsharded.discard(layer)
 
