@@ -32,6 +32,19 @@ from comminsight.sim.workloads.megatron_lm import Flavour, build_megatron
 from comminsight.sim.workloads.model import ModelShape
 
 FLAVOUR = Flavour(distributed_optimizer=True, overlap_grad_reduce=True)
+# framework behaviours a config turns on by name (`megatron_lm` says what each one issues)
+VARIANTS = (
+    "overlap_param_gather",
+    "fp16_overflow",
+    "overflow_spikes",
+    "no_clip",
+    "log_num_zeros",
+    "timers_l1",
+    "log_interval_2",
+    "log_interval_3",
+    "log_interval_4",
+    "ddp_bucket_10m",
+)
 
 
 def build(b: PlanBuilder, model: ModelShape) -> None:

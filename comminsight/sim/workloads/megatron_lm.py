@@ -50,6 +50,45 @@ backward as soon as its gradients are complete, except in the first iteration, w
 are launched at `finish_grad_sync`.
 
 Groups of one rank issue nothing here (NCCL is not called for them in this simulation).
+
+Framework variants (`SimConfig.variants`, named in `megatron.VARIANTS`; none of them is on by
+default), from Megatron-LM core_v0.15.0:
+
+- `overlap_param_gather` (--overlap-param-gather, distributed optimizer):
+  `DistributedOptimizer.step_with_ready_grads` launches no all-gather; `train()` keeps DDP's
+  forward pre-hooks off until the first iteration whose update succeeded
+  (`should_disable_forward_pre_hook`, `enable_forward_pre_hook`), and from the next iteration
+  on each bucket group's pre-hook (`finish_param_sync`) dispatches its all-gather
+  (`start_param_sync`, async `_coalescing_manager`) right before the first module using it
+  runs in the first micro-batch's forward (--align-param-gather, the default, skips the
+  next-bucket prefetch in the 1F1B schedule); `finish_grad_sync` re-arms them every
+  iteration. After the last iteration `disable_forward_pre_hook(model)` all-gathers every
+  bucket group synchronously (param_sync=True): a tail outside any Step.
+- `fp16_overflow` (fp16 with --initial-loss-scale 65536) and `overflow_spikes` (gradient spikes
+  in one step of four): `MixedPrecisionOptimizer.step` returns right after
+  `prepare_grads`' found-inf all-reduce when it finds inf/NaN: no gradient norm, no count of
+  zeros, no parameter all-gather; `train_step`'s model-parallel reductions and the loss
+  all-reduce still run.
+- `no_clip` (--clip-grad 0): `step` skips `clip_grad_norm`, so `get_grad_norm_fp32`'s
+  all-reduce is not issued.
+- `log_num_zeros` (--log-num-zeros-in-grad): `count_zeros_fp32` all-reduces the zero count on
+  the grad-stats group after the norm, and `train_step` reduces it over model-parallel (MAX).
+- `timers_l1` (--timing-log-level 1, --barrier-with-L1-time is the default): every level-1
+  timer's `start(barrier=True)` is a `torch.distributed.barrier()` on the world: at
+  `forward_backward_func`'s start ('forward-backward'), in `finalize_model_grads`
+  ('all-grads-sync', 'conditional-embedder-grads-all-reduce',
+  'non-tensor-parallel-grads-all-reduce', 'embedding-grads-all-reduce'), before
+  `optimizer.step()` ('optimizer') and inside it ('optimizer-copy-to-main-grad',
+  'optimizer-unscale-and-check-inf' with fp16, then after the found-inf check
+  'optimizer-clip-main-grad', 'optimizer-count-zeros', 'optimizer-inner-step',
+  'optimizer-copy-main-to-model-params', 'params-all-gather').
+- `log_interval_<N>` (--log-interval N): `training_log` on every iteration whose 1-based number
+  is a multiple of N: `timers('interval-time').elapsed(barrier=True)` (a world barrier), then
+  `timers.log(timers_to_log)` all-gathers each rank's 24 timer values (float32, world,
+  `_get_elapsed_time_all_ranks`) and reads them back; after the iteration's `train_step`,
+  before evaluation.
+- `ddp_bucket_10m` (--ddp-bucket-size 10000000): the first stage's first chunk is cut into
+  10M-parameter buckets, so more reduce-scatters and parameter all-gathers per iteration.
 """
 
 from __future__ import annotations
@@ -59,6 +98,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from comminsight.sim.plan import CommSpec, HostSync, PlanBuilder
+from comminsight.sim.workloads.loss_scale import megatron_overflows
 from comminsight.sim.workloads.model import MICRO_BATCH, SEQ_LEN, ModelShape
 from comminsight.sim.workloads.pipeline_schedule import (
     Backward,
@@ -98,6 +138,42 @@ class Flavour:
 
     distributed_optimizer: bool  # --use-distributed-optimizer
     overlap_grad_reduce: bool  # --overlap-grad-reduce (with the default --align-grad-reduce)
+
+
+TIMERS_TO_LOG = 24  # training_log's timers_to_log (core_v0.15.0), each rank's all-gather count
+FINALIZE_TIMERS = 4  # finalize_model_grads' level-1 timers, each started with a barrier
+SPIKY_RATE = 0.25  # overflow_spikes: a step in four has a gradient spike
+VARIANT_BUCKET_PARAMS = {"ddp_bucket_10m": 10_000_000}
+
+
+@dataclass(frozen=True)
+class Options:
+    """The variants this workload knows, read from the config's names (see the docstring)."""
+
+    overlap_param_gather: bool = False
+    fp16_overflow: bool = False
+    overflow_spikes: bool = False
+    clip: bool = True
+    log_num_zeros: bool = False
+    l1_barriers: bool = False
+    log_interval: int = 0
+    bucket_params: int | None = None
+
+    @classmethod
+    def of(cls, variants: tuple[str, ...]) -> Options:
+        v = set(variants)
+        interval = [int(n.rsplit("_", 1)[1]) for n in v if n.startswith("log_interval_")]
+        buckets = [VARIANT_BUCKET_PARAMS[n] for n in v if n in VARIANT_BUCKET_PARAMS]
+        return cls(
+            overlap_param_gather="overlap_param_gather" in v,
+            fp16_overflow="fp16_overflow" in v or "overflow_spikes" in v,
+            overflow_spikes="overflow_spikes" in v,
+            clip="no_clip" not in v,
+            log_num_zeros="log_num_zeros" in v,
+            l1_barriers="timers_l1" in v,
+            log_interval=min(interval) if interval else 0,
+            bucket_params=min(buckets) if buckets else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -296,8 +372,22 @@ class MegatronRank:
         vocab = math.ceil(VOCAB_SIZE / (VOCAB_DIVISOR * par.tp)) * VOCAB_DIVISOR * par.tp
         self.embedding_params = vocab * self.hidden // par.tp
         self.chunks = [self._chunk_model(c, cfg.layers) for c in range(par.chunks)]
+        self.opts = Options.of(cfg.variants)
         self.buckets = [self._chunk_buckets(c) for c in self.chunks]
         self.launched: set[tuple[int, int]] = set()  # (chunk, bucket) reduced this step
+        self.overlap_param_gather = self.opts.overlap_param_gather and flavour.distributed_optimizer
+        self.pre_hooks = False  # DDP's forward pre-hooks (overlap_param_gather) are enabled
+        self.param_gathered: set[tuple[int, int]] = set()  # (chunk, bucket) this iteration
+        self.overflows = (
+            megatron_overflows(
+                cfg.seed,
+                cfg.total_steps,
+                cfg.loss_scale_window,
+                spike_rate=SPIKY_RATE if self.opts.overflow_spikes else 0.03,
+            )
+            if self.opts.fp16_overflow and self.fp16
+            else [False] * cfg.total_steps
+        )
 
     # ---- shapes ----
 
@@ -314,6 +404,8 @@ class MegatronRank:
     def _chunk_buckets(self, chunk: ChunkModel) -> list[Bucket]:
         cut = self.flavour.overlap_grad_reduce and self.first and chunk.chunk == 0
         size = max(MIN_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * self.par.dp) if cut else None
+        if cut and self.opts.bucket_params:
+            size = self.opts.bucket_params
         pieces = chunk.backward_pieces(self.layer_params, self.embedding_params)
         return buckets_of(pieces, size, self.par.dp, self.flavour.distributed_optimizer)
 
@@ -340,6 +432,10 @@ class MegatronRank:
             self.b.step_begin(self.rank, step, step < cfg.warmup_steps)
             self.training_step(step)
             self.b.step_end(self.rank, step)
+        if self.pre_hooks:  # disable_forward_pre_hook(model): a synchronous all-gather each
+            for chunk, buckets in enumerate(self.buckets):
+                for index in range(len(buckets)):
+                    self.param_gather(chunk, index, None)
 
     def setup(self) -> None:
         b, rank, world = self.b, self.rank, self.world
@@ -355,6 +451,8 @@ class MegatronRank:
     def training_step(self, step: int) -> None:
         warmup = step < self.b.config.warmup_steps
         self.launched = set()
+        self.param_gathered = set()
+        self.l1_barrier(step)  # 'forward-backward'
         for work in self.schedule:
             if isinstance(work, Forward):
                 self.forward(work, step, warmup)
@@ -369,6 +467,7 @@ class MegatronRank:
         self.finalize_model_grads(step)
         self.optimizer_step(step)
         self.train_step_reductions(step)
+        self.training_log(step)
         self.b.extra_ops(self.rank, self.world, step)
 
     # ---- micro-batches ----
@@ -377,19 +476,25 @@ class MegatronRank:
         chunk = self.chunks[work.chunk]
         where = {"phase": "forward", "step": step, "micro_batch": work.micro}
         self.batch_broadcasts(chunk, where)
+        # the backward piece of each module this forward runs, in forward order
+        offset = 1 if chunk.output and chunk.tied_copy else 0
         if chunk.embedding:
+            self.forward_pre_hook(work.chunk, offset + chunk.layers, step)
             lookup_ns = (
                 self.model.forward_ns(self.embedding_params, warmup) * EMBEDDING_LOOKUP_SHARE
             )
             self.compute(lookup_ns, "forward")
             self.tp_reduce(where)
         layer_ns = self.model.forward_ns(self.layer_params, warmup)
-        for _ in range(chunk.layers):
+        for layer in range(chunk.layers):
+            self.forward_pre_hook(work.chunk, offset + chunk.layers - 1 - layer, step)
             for share in (ATTENTION_SHARE, 1 - ATTENTION_SHARE):
                 self.tp_gather(where)
                 self.compute(layer_ns * share, "forward")
                 self.tp_reduce(where)
         if chunk.output:
+            if chunk.tied_copy:
+                self.forward_pre_hook(work.chunk, 0, step)
             self.tp_gather(where)
             self.compute(self.model.forward_ns(self.embedding_params, warmup), "forward")
             for _ in range(3):  # vocab_parallel_cross_entropy: max, target logit, sum of exp
@@ -501,8 +606,11 @@ class MegatronRank:
     # ---- after the schedule ----
 
     def finalize_model_grads(self, step: int) -> None:
+        self.l1_barrier(step)  # 'all-grads-sync'
         for chunk in range(self.par.chunks):  # finish_grad_sync launches what is left
             self.reduce_buckets(chunk, step)
+        for _ in range(FINALIZE_TIMERS - 1):  # the conditional embedder, non-TP, embedding
+            self.l1_barrier(step)
         if self.sequence_parallel:
             params = sum(c.layers for c in self.chunks) * LAYERNORM_PARAMS_PER_HIDDEN
             if any(c.output for c in self.chunks):
@@ -521,29 +629,79 @@ class MegatronRank:
             )
 
     def optimizer_step(self, step: int) -> None:
-        stats = self.stats_comm
+        stats, opts = self.stats_comm, self.opts
+        self.l1_barrier(step, 2)  # 'optimizer', 'optimizer-copy-to-main-grad'
+        if self.fp16:
+            self.l1_barrier(step)  # 'optimizer-unscale-and-check-inf'
         if stats and self.fp16:  # the dynamic loss scaler: found_inf.item()
             self._coll(stats, "AllReduce", 1, "ncclFloat32", "optimizer", step, sync=True)
-        if stats:  # get_grad_norm_fp32: the squared norm, summed
+        if self.overflows[step]:
+            return  # skipped: step() returns False, None, None
+        self.l1_barrier(step)  # 'optimizer-clip-main-grad'
+        if stats and opts.clip:  # get_grad_norm_fp32: the squared norm, summed
             self._coll(stats, "AllReduce", 1, "ncclFloat32", "optimizer", step)
+        self.l1_barrier(step)  # 'optimizer-count-zeros'
+        if stats and opts.log_num_zeros:  # count_zeros_fp32
+            self._coll(stats, "AllReduce", 1, "ncclFloat32", "optimizer", step)
+        self.l1_barrier(step)  # 'optimizer-inner-step'
         params = sum(sum(bk.params for bk in buckets) for buckets in self.buckets)
         if self.flavour.distributed_optimizer:
             params //= self.par.dp
         self.compute(self.model.optimizer_ns(params), "optimizer")
+        self.l1_barrier(step)  # 'optimizer-copy-main-to-model-params'
+        if self.flavour.distributed_optimizer:
+            self.l1_barrier(step)  # 'params-all-gather'
+        if self.overlap_param_gather:
+            self.pre_hooks = True  # enabled after the first iteration that updated
+            return
         if self.flavour.distributed_optimizer and self.dp_comm:
-            for buckets in self.buckets:  # start_param_sync, bucket group by bucket group
-                for bucket in buckets:
-                    with self.b.nccl_group(self.rank):
-                        count = bucket.params // self.par.dp
-                        self._coll(
-                            self.dp_comm, "AllGather", count, self.act_dtype, "param_gather", step
-                        )
+            for chunk, buckets in enumerate(self.buckets):  # start_param_sync, group by group
+                for index in range(len(buckets)):
+                    self.param_gather(chunk, index, step)
+
+    def param_gather(self, chunk: int, index: int, step: int | None) -> None:
+        """A bucket group's start_param_sync: its own _coalescing_manager (NCCL group)."""
+        if self.dp_comm is None:
+            return
+        with self.b.nccl_group(self.rank):
+            count = self.buckets[chunk][index].params // self.par.dp
+            self._coll(self.dp_comm, "AllGather", count, self.act_dtype, "param_gather", step)
+
+    def forward_pre_hook(self, chunk: int, piece: int, step: int) -> None:
+        """overlap_param_gather: finish_param_sync of the bucket group holding the module's
+        parameters dispatches its all-gather the first time this iteration."""
+        if not self.pre_hooks:
+            return
+        for index, bucket in enumerate(self.buckets[chunk]):
+            first = index == 0 or self.buckets[chunk][index - 1].ready_after < piece
+            if first and bucket.ready_after >= piece and (chunk, index) not in self.param_gathered:
+                self.param_gathered.add((chunk, index))
+                self.param_gather(chunk, index, step)
+
+    def l1_barrier(self, step: int, times: int = 1) -> None:
+        """timers(name, log_level=1).start(barrier=True): torch.distributed.barrier()."""
+        if self.opts.l1_barriers:
+            for _ in range(times):
+                self._coll(self.world, "AllReduce", 1, "ncclFloat32", "barrier", step, sync=True)
+
+    def training_log(self, step: int) -> None:
+        """--log-interval: the interval timer's barrier, then timers.log's all-gather."""
+        every = self.opts.log_interval
+        if every and (step + 1) % every == 0:
+            self._coll(self.world, "AllReduce", 1, "ncclFloat32", "barrier", step, sync=True)
+            self._coll(
+                self.world, "AllGather", TIMERS_TO_LOG, "ncclFloat32", "log", step, sync=True
+            )
 
     def train_step_reductions(self, step: int) -> None:
         if self.mp_comm:
             # logical_and_across_model_parallel_group, then the grad norm's max; both .item()
             self._coll(self.mp_comm, "AllReduce", 1, "ncclInt32", "optimizer", step, sync=True)
             self._coll(self.mp_comm, "AllReduce", 1, "ncclFloat32", "optimizer", step, sync=True)
+            if self.opts.log_num_zeros:  # reduce_max_stat_across_model_parallel_group
+                self._coll(
+                    self.mp_comm, "AllReduce", 1, "ncclFloat32", "optimizer", step, sync=True
+                )
         if self.last and self.dp_comm:  # the loss and its token count, over data-parallel
             self._coll(self.dp_comm, "AllReduce", 2, "ncclFloat32", "loss", step)
 

@@ -34,6 +34,31 @@ host. On overflow the update is skipped: no gradient norm, no all-gather, the lo
 all-reduced (one fp32 scalar each), the optimizer runs on the local partition, and stage 1/2
 all-gather the updated fp16 partitions (`all_gather_dp_groups`, one per group) while stage 3
 gathers its persistent parameters (`_post_step`).
+
+Framework variants (`SimConfig.variants`, none on by default; DeepSpeed master,
+deepspeed/runtime/zero/stage_1_and_2.py and deepspeed/runtime/utils.py):
+
+- `single_param_group`: DeepSpeed given `model.parameters()` (one optimizer group, no Hugging
+  Face Trainer): one flat buffer, one gradient-norm all-reduce, one parameter all-gather.
+- `legacy_allgather`: `all_gather_dp_groups` where `dist.has_all_gather_into_tensor()` is
+  false (older torch): each group's partition is gathered in
+  max(1, partition x dp // allgather_bucket_size) shards, each a `dist.all_gather`, the shard
+  size rounded down to `nccl_start_alignment_factor` and the last taking the rest;
+  allgather_bucket_size is taken equal to reduce_bucket_size, as DeepSpeed's example configs
+  and Hugging Face's "auto" set them.
+- `no_multi_rank_bucket` (use_multi_rank_bucket_allreduce: false): `average_tensor` buckets
+  the slices by destination partition and `allreduce_no_retain(rank=dst)` reduces each to its
+  owner: one ncclReduce (root = the partition's rank) per destination, in the order the
+  destinations first appear, cut at reduce_bucket_size.
+- `no_reduce_scatter` (reduce_scatter: false): `average_tensor` all-reduces the whole bucket
+  (`gradient_reduction_w_predivide`): one ncclAllReduce of the bucket's elements.
+- `overlap_comm` (overlap_comm: true, as Hugging Face's ZeRO configs set it): stage 1 then has
+  gradient hooks too (`create_reduce_and_remove_grad_hooks` runs when partition_gradients or
+  overlap_comm), which fill and reduce buckets in backward order during the boundary
+  micro-batch's backward; `reduce_gradients` then only reduces what is left. Stage 2 issues the
+  same calls either way.
+- `overflow_spikes`: a gradient spike in one step of four, so that overflow steps also come
+  in the middle of training and not only while the scale settles.
 """
 
 from __future__ import annotations
@@ -59,13 +84,24 @@ FLAG_DTYPE = "ncclInt8"  # the overflow flag is a uint8 tensor; the sim has no n
 INDEX_DTYPE = "ncclInt64"
 ALIGNMENT = 2  # nccl_start_alignment_factor: each group's flat buffer is padded to 2 x world
 STAGE3_INIT_BARRIERS = 3
+# framework behaviours a config turns on by name (see the docstring)
+VARIANTS = (
+    "single_param_group",
+    "legacy_allgather",
+    "no_multi_rank_bucket",
+    "no_reduce_scatter",
+    "overlap_comm",
+    "overflow_spikes",
+)
+SPIKY_RATE = 0.25  # overflow_spikes: a step in four has a gradient spike
 
 
 def build(b: PlanBuilder, model: ModelShape) -> None:
     cfg = b.config
     world = b.add_comm("world", "default_pg", tuple(range(cfg.ranks)))
     params = decoder_parameters(model)
-    overflows = deepspeed_overflows(cfg.seed, cfg.total_steps, cfg.loss_scale_window)
+    spikes = {"spike_rate": SPIKY_RATE} if "overflow_spikes" in cfg.variants else {}
+    overflows = deepspeed_overflows(cfg.seed, cfg.total_steps, cfg.loss_scale_window, **spikes)
     for rank in range(cfg.ranks):
         ZeroRank(b, model, rank, world, params, overflows).run()
 
@@ -142,6 +178,39 @@ class FlatPartitions:
                 pending = 0
         return counts + ([pending] if pending else [])
 
+    def reduce_counts(self, params: list[ParamTensor], bucket_size: int) -> list[tuple[int, int]]:
+        """average_tensor without the multi-rank bucket: (destination, elements) of each
+        dist.reduce, the slices bound for one partition together (allreduce_no_retain)."""
+        by_dst: dict[int, list[int]] = {}
+        last = None
+        for p in params:
+            for partition, elements in self.slices(p):
+                slices = by_dst.setdefault(partition, [])
+                if partition == last:
+                    slices[-1] += elements
+                else:
+                    slices.append(elements)
+                last = partition
+        reduces = []
+        for dst, slices in by_dst.items():
+            pending = 0
+            for elements in slices:
+                pending += elements
+                if pending > bucket_size:
+                    reduces.append((dst, pending))
+                    pending = 0
+            if pending:
+                reduces.append((dst, pending))
+        return reduces
+
+
+def legacy_allgather_counts(partition: int, dp: int, bucket_size: int) -> list[int]:
+    """all_gather_dp_groups without all_gather_into_tensor: one group's shards."""
+    shards = max(1, partition * dp // bucket_size)
+    size = partition // shards
+    size -= size % ALIGNMENT
+    return [size] * (shards - 1) + [partition - (shards - 1) * size]
+
 
 @dataclass
 class ZeroRank:
@@ -155,7 +224,9 @@ class ZeroRank:
     def __post_init__(self) -> None:
         cfg = self.b.config
         self.stage = cfg.zero_stage
-        self.groups = param_groups(self.params)
+        self.variants = set(cfg.variants)
+        single = "single_param_group" in self.variants
+        self.groups = [list(self.params)] if single else param_groups(self.params)
         self.modules = owning_modules(self.params)
         self.bucket = GradientBucket(cfg.reduce_bucket_size)
         self.partitions = FlatPartitions(self.groups, self.dp)
@@ -170,6 +241,11 @@ class ZeroRank:
     @property
     def dp(self) -> int:
         return self.world.nranks
+
+    @property
+    def hooks(self) -> bool:
+        """Stage 1 reduces from gradient hooks too with overlap_comm."""
+        return "overlap_comm" in self.variants
 
     def coll(self, func: str, count: int, dtype: str, **where) -> None:
         self.b.collective(self.rank, self.world, func, count, dtype, **where)
@@ -227,10 +303,10 @@ class ZeroRank:
             self._fetch(module, bwd)
             self.b.compute(self.rank, self._compute_ns(module, True, warmup), "backward")
             self._release(module)
-            if self.stage >= 2:  # the gradient hooks reduce as gradients appear
-                for p in module.params:
+            if self.stage >= 2 or (self.stage == 1 and boundary and self.hooks):
+                for p in module.params:  # the gradient hooks reduce as gradients appear
                     self._add_to_bucket(p, bwd)
-        if self.stage == 1 and boundary:  # reduce_gradients, in parameter order
+        if self.stage == 1 and boundary and not self.hooks:  # reduce_gradients, param order
             for group in self.groups:
                 for p in group:
                     self._add_to_bucket(p, bwd)
@@ -273,6 +349,13 @@ class ZeroRank:
             count = sum(math.ceil(p.numel / self.dp) for p in params)
             self.coll("ReduceScatter", count, FP16, **where)
             return
+        if "no_reduce_scatter" in self.variants:  # gradient_reduction_w_predivide
+            self.coll("AllReduce", sum(p.numel for p in params), FP16, **where)
+            return
+        if "no_multi_rank_bucket" in self.variants:  # a reduce to each partition's owner
+            for dst, count in self.partitions.reduce_counts(params, self.bucket.size):
+                self.coll("Reduce", count, FP16, root=dst, **where)
+            return
         for count in self.partitions.all_reduce_counts(params, self.bucket.size):
             self.coll("AllReduce", count, FP16, **where)
 
@@ -297,4 +380,8 @@ class ZeroRank:
         for group in self.groups:
             flat = sum(p.numel for p in group)
             partition = math.ceil(flat / (ALIGNMENT * self.dp)) * ALIGNMENT
-            self.coll("AllGather", partition, FP16, phase="param_allgather", **where)
+            counts = [partition]
+            if "legacy_allgather" in self.variants:
+                counts = legacy_allgather_counts(partition, self.dp, self.bucket.size)
+            for count in counts:
+                self.coll("AllGather", count, FP16, phase="param_allgather", **where)
