@@ -116,7 +116,9 @@ class CutRunner:
         doubtful = self.rank.doubtful_steps
         flags = [i in doubtful for i in indices]
         made = {
-            flag: recovery_of("job", None, None, **self.recovery(indices[flags.index(flag)]))
+            flag: recovery_of(
+                self.job.method, None, None, **self.recovery(indices[flags.index(flag)])
+            )
             for flag in set(flags)
         }
         return list(map(made.__getitem__, flags))
@@ -152,12 +154,14 @@ class LiveCutRunner(CutRunner):
         self.warmup_steps = 0
         self.given: np.ndarray | None = None  # the labels of the ops being placed
         self._judged: dict[int, dict] = {}  # Step -> its recovery, until the Step closes
-        self._latest: dict = {"confidence": 0.0}  # before any cut: nothing is known
+        self._latest: dict = {"method": "job", "confidence": 0.0}  # before any cut: nothing
 
-    def give(self, steps: np.ndarray, confidence: float, reasons: list[str]) -> None:
+    def give(
+        self, steps: np.ndarray, confidence: float, reasons: list[str], method: str = "job"
+    ) -> None:
         # no job_steps: while training runs, how many Steps the job will have is not known
         self.given = steps
-        recovery: dict = {"confidence": round(confidence, 4)}
+        recovery: dict = {"method": method, "confidence": round(confidence, 4)}
         if self.template is not None:
             recovery["template_name"] = self.template.name
         if confidence < 1.0 and reasons:
@@ -174,7 +178,11 @@ class LiveCutRunner(CutRunner):
         return CutLabels(role, steps)
 
     def recoveries(self, indices: list[int]) -> list[Recovery]:
-        return [recovery_of("job", None, None, **self.recovery(i)) for i in indices]
+        out = []
+        for i in indices:
+            made = dict(self.recovery(i))
+            out.append(recovery_of(made.pop("method"), None, None, **made))
+        return out
 
     def recovery(self, step_index: int) -> dict:
         made = self._judged.pop(step_index, None)

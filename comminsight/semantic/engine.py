@@ -274,7 +274,12 @@ class GpuEngine:
         return self._take(held.take(np.lexsort((held["arrival"], held["issue"]))), final)
 
     def place_cut(
-        self, count: int, steps: np.ndarray, confidence: float, reasons: list[str]
+        self,
+        count: int,
+        steps: np.ndarray,
+        confidence: float,
+        reasons: list[str],
+        method: str = "job",
     ) -> list[StepSummary]:
         """Place the first `count` ops held for the node's cut (LiveCutRunner), `steps` being
         their Steps as the cut labelled them."""
@@ -282,7 +287,7 @@ class GpuEngine:
         part = pending.take(slice(0, count))
         rest = pending.take(slice(count, None))
         self.pending = rest if len(rest) else None
-        self.runner.give(steps, confidence, reasons)
+        self.runner.give(steps, confidence, reasons, method)
         try:
             return self._place(part)
         finally:

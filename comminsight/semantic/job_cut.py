@@ -51,6 +51,7 @@ from comminsight.semantic.cut_order import (
 from comminsight.semantic.job_ops import P2P, GpuOps, JobOps, instance_keys
 from comminsight.semantic.local_cycle import SCALAR_BYTES, LocalUnits, local_units, startup_prefix
 from comminsight.semantic.op_batch import func_code
+from comminsight.semantic.step_markers import marker_step_starts
 
 UNKNOWN = -(1 << 40)
 STARTUP = -1
@@ -76,6 +77,7 @@ class RankCut:
     reasons: set[str] = field(default_factory=set)
     doubtful_steps: set[int] = field(default_factory=set)
     component: int = 0  # GPUs linked by shared ops (one job) have the same component
+    by_markers: bool = False  # a pivot whose Steps its optimizer-step markers placed
 
 
 @dataclass
@@ -86,6 +88,7 @@ class JobCut:
     steps: int  # Steps of the job (the most any component has)
     pivots: list[str]  # streams whose cycles decided the boundaries
     warmup_steps: int = 0  # Steps before the pivot's first steady repetition
+    method: str = "job"  # "marker" when every pivot's Steps came from its step markers
 
     def step_confidence(self, rank: RankCut, step: int) -> float:
         c = self.confidence
@@ -144,6 +147,7 @@ class RankOutcome:
     step_count: int
     warmup_steps: int
     has_ops: bool
+    by_markers: bool = False
 
 
 def cut_rank(
@@ -169,14 +173,16 @@ def cut_rank(
         _step_count(cut.label),
         cut.warmup_steps,
         len(g) > 0,
+        cut.by_markers,
     )
     return cut, outcome, label_runs(*keys, cut.label, step.new)
 
 
 def job_verdict(
     plan: list[CutStep], outcomes: list[RankOutcome]
-) -> tuple[float, list[str], int, list[str], int]:
-    """(confidence, reasons, Steps, pivots, warm-up Steps) of the job from its ranks' cuts."""
+) -> tuple[float, list[str], int, list[str], int, str]:
+    """(confidence, reasons, Steps, pivots, warm-up Steps, method) of the job from its
+    ranks' cuts."""
     reasons: list[str] = []
     pivots: list[str] = []
     confidence = 1.0
@@ -203,7 +209,9 @@ def job_verdict(
                 + ", ".join(f"{o.who} {o.step_count}" for o in mine)
             )
     warmup = max((o.warmup_steps for o in outcomes), default=0)
-    return confidence, reasons, steps, pivots, warmup
+    marked = [outcomes[step.gpu].by_markers for step in plan if step.pivot]
+    method = "marker" if marked and all(marked) else "job"
+    return confidence, reasons, steps, pivots, warmup, method
 
 
 def _step_count(label: np.ndarray) -> int:
@@ -222,6 +230,10 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
         why = [f"{who}: no repeating op pattern: its ops are in no Step"] if n else []
         return RankCut(g, label), 0.0 if n else 1.0, why
     gaps = g.idle_gaps()
+    if g.markers is not None:
+        marked = marker_step_starts(g, g.markers, startup_prefix(g))
+        if marked is not None:
+            return _marker_cut(g, u, marked), 1.0, []
     reasons: list[str] = []
     confidence = 1.0
     if u.coverage < 0.9:
@@ -271,6 +283,50 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     label[:] = np.searchsorted(all_starts, np.arange(n), side="right") - 1
     label[_last_step_end(u, n) :] = TAIL
     return RankCut(g, label, warmup_steps=len(warmup)), confidence, reasons
+
+
+def _marker_cut(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> RankCut:
+    """The pivot's Steps from its optimizer-step markers (step_markers): each begins after
+    a marker, past its update's gathers. A Step whose update was skipped has no marker: where
+    the op cycle repeats more often between two markers than it does between the others,
+    each of its repetitions there is a Step too, begun at the place in the cycle the markers
+    show. Ops after the last Step's are the tail, unless they hold as many ops as a Step
+    has at least half of (the run stopped inside a Step)."""
+    n = len(g)
+    if u.found and len(u.starts) >= 2:
+        starts = _skipped_updates(u, starts)
+    label = np.searchsorted(starts, np.arange(n), side="right") - 1
+    label = np.where(label < 0, STARTUP, label).astype(np.int64)
+    sizes = np.diff(starts)
+    if len(sizes) and n - int(starts[-1]) < 0.5 * float(np.median(sizes)):
+        label[int(starts[-1]) :] = TAIL
+    return RankCut(g, label, by_markers=True)
+
+
+def _skipped_updates(u: LocalUnits, starts: np.ndarray) -> np.ndarray:
+    """Marker starts, with a Step added at each repetition of the cycle that passed without
+    a marker (see _marker_cut)."""
+    unit_of = np.searchsorted(u.starts, starts, side="right") - 1
+    placed = unit_of >= 0
+    if placed.sum() < 2:
+        return starts
+    offsets = (starts - u.starts[np.maximum(unit_of, 0)])[placed]
+    values, counts = np.unique(offsets, return_counts=True)
+    offset = int(values[np.argmax(counts)])
+    key = int(np.bincount(u.keys[starts[placed]]).argmax())
+    units_between = np.diff(unit_of)
+    typical = int(np.median(units_between)) if len(units_between) else 1
+    if typical != 1:
+        return starts
+    extra = []
+    # the repetitions after each marker's up to the next one's, and after the last marker's
+    bounds = np.append(unit_of, len(u.starts)).tolist()
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        for j in range(a + 1, b):
+            at = int(u.starts[j]) + offset
+            if at < len(u.keys) and int(u.keys[at]) == key:
+                extra.append(at)
+    return np.unique(np.concatenate([starts, np.array(extra, np.int64)]))
 
 
 def _steps_by_idle_time(u: LocalUnits, gaps: np.ndarray, n: int) -> np.ndarray | None:

@@ -102,6 +102,9 @@ class GpuOps:
     arrival: np.ndarray  # each op's place in the order its batches came in
     instance: np.ndarray = field(default=None)  # set by JobOps.match
     key: np.ndarray = field(default=None)  # op_keys, in op order
+    # the host times its process's optimizer steps returned (Inject's step markers), sorted;
+    # None without markers
+    markers: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.kind)

@@ -84,6 +84,7 @@ class LiveJobCut:
         max_context: int = MAX_CONTEXT_OPS,
         end_wait_s: float = END_WAIT_S,
         role_template: Callable[[list[OpBatch]], CompiledTemplate | None] | None = None,
+        markers_of: Callable[[object], np.ndarray | None] | None = None,
     ) -> None:
         """`role_template(batches)`: the template whose roles fit a GPU's first ops best
         (tried once per GPU, on the ops of its first cut)."""
@@ -95,6 +96,8 @@ class LiveJobCut:
         self.max_context = max_context
         self.end_wait_s = end_wait_s
         self.role_template = role_template
+        # a GPU's optimizer-step markers so far (Inject's, by its key), or None
+        self.markers_of = markers_of
         self.comms = CommIds()
         self.stats = LiveCutStats()
         self.reasons: list[str] = []  # the latest cut's, for health
@@ -216,13 +219,14 @@ class LiveJobCut:
             return out
         windows = {k: _window(self._gpus[k]) for k in keys}
         streams = [str(i) for i in range(len(keys))]
-        job = JobOps(
-            [
-                gpu_ops(s, self._gpus[k].rank, windows[k], self.comms)
-                for s, k in zip(streams, keys, strict=True)
-            ],
-            self.comms,
-        )
+        gpus = [
+            gpu_ops(s, self._gpus[k].rank, windows[k], self.comms)
+            for s, k in zip(streams, keys, strict=True)
+        ]
+        if self.markers_of is not None:
+            for g, k in zip(gpus, keys, strict=True):
+                g.markers = self.markers_of(k)
+        job = JobOps(gpus, self.comms)
         result = cut_job(job)
         self.stats.cuts += 1
         self.reasons = list(result.reasons)
@@ -321,7 +325,7 @@ class LiveJobCut:
                 g.unconfirmed = count < settled
             g.previous = steps[count:]
             if count:
-                out[k] = self._place(k, count, steps[:count], confidence, reasons)
+                out[k] = self._place(k, count, steps[:count], confidence, reasons, result.method)
         return out
 
     def _fresh_offset(self, members, labels, final: bool) -> dict | None:
@@ -344,14 +348,14 @@ class LiveJobCut:
             offsets.setdefault(k, resumed[len(resumed) // 2] if resumed else 0)
         return offsets
 
-    def _place(self, key, count: int, steps, confidence, reasons) -> list:
+    def _place(self, key, count: int, steps, confidence, reasons, method: str = "job") -> list:
         g = self._gpus[key]
         if not g.roles_named and self.role_template is not None:
             g.roles_named = True
             g.engine.runner.template = self.role_template([g.engine.pending])
         placed = g.engine.pending.take(slice(0, count))
         self._note_placed(key, placed)
-        summaries = g.engine.place_cut(count, steps, confidence, reasons)
+        summaries = g.engine.place_cut(count, steps, confidence, reasons, method)
         self.stats.ops_settled += count
         # concrete: the context must not keep the engine's batches alive
         g.context.append(placed.make_concrete())

@@ -14,6 +14,7 @@ from comminsight.semantic.engine import GpuEngine
 from comminsight.semantic.live_cut import LiveJobCut
 from comminsight.semantic.log_input import read_gpu_logs
 from comminsight.semantic.offline import GpuResult, OfflineResult, identity_of, role_template
+from comminsight.semantic.step_markers import markers_dir, read_markers
 from comminsight.semantic.templates import TemplateSet, load_templates
 from comminsight_gen.models.semantic_engine_v1 import ProducerMode
 
@@ -27,6 +28,11 @@ def replay_live(
     templates = templates if templates is not None else load_templates()
     logs, problems = read_gpu_logs(directory)
     cut = live_cut if live_cut is not None else LiveJobCut()
+    markers, marker_problems = read_markers(markers_dir(directory))
+    problems += marker_problems
+    process_of = {log.stream: identity_of(log, i) for i, log in enumerate(logs)}
+    if markers:
+        cut.markers_of = lambda key: markers.get((process_of[key].host, process_of[key].pid))
     cut.role_template = lambda batches: role_template(templates, batches)
     engines, pending, out = {}, {}, {}
     for index, log in enumerate(logs):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from comminsight.durable_files import fsync_directory, make_private_dirs
 from comminsight.line_reader import complete_lines
@@ -39,6 +40,7 @@ from comminsight.semantic.log_input import GpuLog, read_gpu_logs
 from comminsight.semantic.op_batch import OpBatch
 from comminsight.semantic.ops import EngineOp
 from comminsight.semantic.step_builder import GpuIdentity
+from comminsight.semantic.step_markers import ProcessKey, markers_dir, read_markers
 from comminsight.semantic.templates import TemplateSet, load_templates
 from comminsight.step_file_bounds import STEP_FILE_BYTES_MAX, STEP_LINE_BYTES_MAX
 from comminsight.untrusted_json import NOT_JSON
@@ -283,14 +285,18 @@ class JobInput:
     problems: dict[str, list[str]]
 
 
-def read_job(logs: list[GpuLog]) -> JobInput:
+def read_job(logs: list[GpuLog], markers: dict[ProcessKey, np.ndarray] | None = None) -> JobInput:
+    """Every GPU's ops, cut job-wide; `markers`: Inject's optimizer-step markers by process."""
     comms = CommIds()
     gpus, batches, problems = [], {}, {}
     for index, log in enumerate(logs):
         kept = list(log.batches())
         batches[log.stream] = kept
         problems[log.stream] = list(log.problems)
-        gpus.append(gpu_ops(log.stream, identity_of(log, index).global_rank, kept, comms))
+        ident = identity_of(log, index)
+        g = gpu_ops(log.stream, ident.global_rank, kept, comms)
+        g.markers = (markers or {}).get((ident.host, ident.pid))
+        gpus.append(g)
     cut = cut_job(JobOps(gpus, comms))
     return JobInput(cut, comms, {r.gpu.stream: r for r in cut.ranks}, batches, problems)
 
@@ -490,7 +496,11 @@ def recover_steps(
     if out is not None and checkpoint_every_ops > 0:
         checkpoint = CheckpointFile(out / CHECKPOINT_NAME, templates.digest(), ProducerMode.offline)
         states = checkpoint.load()
-    job = None if per_gpu else read_job(logs)
+    job = None
+    if not per_gpu:
+        markers, marker_problems = read_markers(markers_dir(logs_dir))
+        problems += marker_problems
+        job = read_job(logs, markers)
     run = _Run(
         templates,
         out,

@@ -106,6 +106,9 @@ class SimConfig:
     # user on a node whose shared home one Agent serves; None: the launcher's own
     run_as: tuple[int, int] | None = None
     timing: str = "modeled"  # one of TIMINGS
+    # each rank writes Inject's optimizer-step markers (metadata/inject/<host>.<pid>.jsonl)
+    # when its optimizer's compute ends: where torch's optimizer.step() returns
+    step_markers: bool = False
     # framework behaviours a workload turns on by name (each workload names the ones it knows
     # in its VARIANTS and refuses the others)
     variants: tuple[str, ...] = ()

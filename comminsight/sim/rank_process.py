@@ -30,6 +30,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from comminsight.inject.metadata import MetadataFile
+from comminsight.inject.step_markers import StepMarkers
 from comminsight.sim.abi import ProfilerAbi, load_plugin
 from comminsight.sim.board import Board, RankState, RunAborted
 from comminsight.sim.config import SimConfig
@@ -92,6 +94,13 @@ class SharedProcess:
 _PREBUILT: dict[str, object] = {}
 
 
+class AdamW:
+    """What the simulated training steps: its class name is what Inject's markers record."""
+
+
+_OPTIMIZER = AdamW()
+
+
 def prebuild_plan(run_dir: str) -> bool:
     """In the fork parent: build the run's plan once, for the rank processes it forks; whether
     the plan held changed. A config that cannot be read or planned is left to the ranks,
@@ -120,6 +129,10 @@ class RankRunner:
         self.faults = [f for f in self.config.faults if f.rank == rank]
         self.scale = self.config.time_scale
         self.step_start: dict[int, int] = {}
+        self.markers: StepMarkers | None = None
+        if self.config.step_markers and rank % self.config.ranks_per_process == 0:
+            # one process's markers, however many ranks it drives (one optimizer step)
+            self.markers = StepMarkers(MetadataFile(Path(self.config.home_of(rank))))
         self.current_step: StepBegin | None = None
         # this rank's op indices by step, for each step's record (gathered once: scanning the
         # whole program at every step's end made long runs quadratic)
@@ -208,6 +221,8 @@ class RankRunner:
                 raise RunAborted()
             if isinstance(action, Compute):
                 self._sleep(action.ns * self.scale / 1e9)
+                if action.label == "optimizer" and self.markers is not None:
+                    self.markers.on_step(_OPTIMIZER, (), {})
             elif isinstance(action, Issue):
                 self._issue(action.op)
             elif isinstance(action, GroupStart):

@@ -29,7 +29,8 @@ class Recovery:
             method (RecoveryMethod): template: a template's FSM placed the boundaries; period: no template fit and the
                 engine found the repeating period of the op sequence itself; job: the boundaries are a consistent cut of the
                 whole job, decided on the GPU whose ops show them best and carried to this GPU through the ops it shares with
-                other ranks.
+                other ranks; marker: as job, with the phase taken from Inject's optimizer-step markers (every rank's
+                optimizer.step() returned where its Step ends, past the update's own gathers).
             confidence (float): How sure the boundaries are: 1 = the evidence is unambiguous (and, with method job, every
                 rank agrees), 0 = no fit. Below 1, `reasons` says why.
             template_name (str | Unset): Name of the template used; present when method is template.

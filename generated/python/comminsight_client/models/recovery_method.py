@@ -2,6 +2,7 @@ from enum import StrEnum
 
 class RecoveryMethod(StrEnum):
     JOB = "job"
+    MARKER = "marker"
     PERIOD = "period"
     TEMPLATE = "template"
 

@@ -1,0 +1,161 @@
+"""Inject's optimizer-step markers as evidence of where Steps end.
+
+With COMMINSIGHT_INJECT_STEP_MARKERS on, Inject appends a `step` line to
+`<home>/metadata/inject/<host>.<pid>.jsonl` each time a torch optimizer's `step()` returns,
+stamped with the host's CLOCK_MONOTONIC: the clock the Profiler stamps each op's issue with.
+So the ops a process issued before a marker are its Step's or earlier ones', and those issued
+after it are the next Step's, but for what the optimizer's wrapper still issues once the
+torch optimizer returned: ZeRO-1/2 and Megatron's distributed optimizer all-gather the
+updated parameters after their inner optimizer steps (`past_update`). A Step whose update
+was skipped (fp16 overflow: the scaler never calls the inner optimizer) has no marker: the
+op cycle tells it (job_cut).
+
+Where several optimizer classes step in one process (a GAN's two, an MoE router's own), the
+class that stepped most often marks the Steps.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import Counter
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from comminsight.semantic.job_ops import P2P, GpuOps
+from comminsight.semantic.local_cycle import SCALAR_BYTES
+from comminsight.semantic.op_batch import func_code
+from comminsight_gen.models.inject_metadata_v1 import InjectMetadata, Kind
+
+MIN_MARKERS = 3  # fewer markers than this say nothing of a cycle's phase
+MAX_FILE_BYTES = 256 << 20  # a metadata file larger than this is not Inject's
+MAX_LINE_BYTES = 1 << 20
+
+ProcessKey = tuple[str, int]  # (host, pid)
+_DECODER = msgspec.json.Decoder(InjectMetadata)
+
+
+def markers_dir(logs_dir: str | Path) -> Path:
+    """Where Inject's metadata lies beside a home's inspector_logs."""
+    return Path(logs_dir).parent / "metadata" / "inject"
+
+
+def read_markers(directory: str | Path) -> tuple[dict[ProcessKey, np.ndarray], list[str]]:
+    """Per process, its Steps' marker times (sorted), from every `*.jsonl` of `directory`
+    (Inject's metadata/inject/); and what could not be read, named by file and line. A
+    missing directory is no problem: most jobs run without markers."""
+    times: dict[ProcessKey, dict[str, list[int]]] = {}
+    problems: list[str] = []
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return {}, []
+    except OSError as e:
+        return {}, [f"{directory}: cannot list the step markers: {e.strerror}"]
+    for name in names:
+        if name.endswith(".jsonl"):
+            _read_file(Path(directory) / name, times, problems)
+    return {key: _one_optimizer(by_class) for key, by_class in times.items()}, problems
+
+
+def _read_file(path: Path, times: dict, problems: list[str]) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        problems.append(f"{path}: cannot open: {e.strerror}")
+        return
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
+            problems.append(f"{path}: not a regular file of at most {MAX_FILE_BYTES} bytes")
+            return
+        for number, line in enumerate(f, 1):
+            if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
+                continue  # a line too long is not Inject's; one without newline is still written
+            if b'"step"' not in line:
+                continue
+            try:
+                record = _DECODER.decode(line)
+            except (msgspec.DecodeError, UnicodeDecodeError) as e:
+                problems.append(f"{path}: line {number}: not an inject-metadata v1 line: {e}")
+                continue
+            if record.kind is Kind.step and record.optimizer is not msgspec.UNSET:
+                by_class = times.setdefault((record.host, record.pid), {})
+                by_class.setdefault(record.optimizer, []).append(record.mono_ns)
+
+
+def _one_optimizer(by_class: dict[str, list[int]]) -> np.ndarray:
+    counts = Counter({name: len(t) for name, t in by_class.items()})
+    name = min(counts, key=lambda n: (-counts[n], n))
+    return np.unique(np.array(by_class[name], np.int64))
+
+
+def marker_step_starts(g: GpuOps, markers: np.ndarray, first: int) -> np.ndarray | None:
+    """Where this GPU's Steps begin by its markers: at `first` (the first op after the
+    start-up), then after each marker that has ops on both sides, past the update the
+    optimizer's wrapper still issued. None when fewer than MIN_MARKERS fall among its ops or
+    its ops carry no host issue time (NVIDIA Inspector logs)."""
+    n = len(g)
+    if n < 2 or first >= n or not g.host_issue[first:].all():
+        return None
+    inside = markers[(markers > g.issue[first]) & (markers < g.issue[-1])]
+    if len(inside) < MIN_MARKERS:
+        return None
+    after = np.unique(np.searchsorted(g.issue, inside, side="right"))
+    after = after[(after > first) & (after < n)]
+    if len(after) < MIN_MARKERS:
+        return None
+    bounds = np.concatenate([[first], after, [n]]).tolist()
+    starts = [first]
+    for k in range(1, len(bounds) - 1):
+        starts.append(past_update(g, bounds[k - 1], bounds[k], bounds[k + 1]))
+    starts = np.unique(np.array(starts, np.int64))
+    return starts[starts < n]  # a last marker followed by its Step's ops alone: the tail
+
+
+def past_update(g: GpuOps, before: int, at: int, until: int) -> int:
+    """The first op of the next Step, from op `at` (the first issued after a marker): past
+    what the Step still issues once its torch optimizer returned. That is, in turn:
+
+    - the all-gathers (or broadcasts) of the updated parameters that a sharded optimizer
+      issues once its inner optimizer returned (ZeRO-1/2, Megatron's distributed optimizer):
+      gathers right at the marker, on a communicator that reduced gradients in the Step
+      before (ops before..at) and gathers nowhere else in it nor in the rest of the next
+      Step (at..until), moving a tenth of those gradients' bytes at least (parameters
+      gathered for compute — FSDP, ZeRO-3, an overlapped gather — are gathered all through
+      a Step; DDP's rebuilt bucket indices, broadcast as the next forward begins, are a few
+      integers per parameter tensor);
+    - all-reductions of a few scalars: the training loop's bookkeeping of the Step (its
+      loss averaged over the data-parallel ranks, Megatron's update-successful and
+      zero-count reductions). A Step's forward begins with no scalar reduction."""
+    at = _past_gathers(g, before, at, until)
+    scalar = (g.kind != P2P) & (g.func == func_code("AllReduce")) & (g.size <= SCALAR_BYTES)
+    while at < until and scalar[at]:
+        at += 1
+    return at
+
+
+def _past_gathers(g: GpuOps, before: int, at: int, until: int) -> int:
+    collective = g.kind != P2P
+    gather = collective & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
+    reduction = (
+        collective
+        & np.isin(g.func, [func_code("AllReduce"), func_code("ReduceScatter")])
+        & (g.size > SCALAR_BYTES)
+    )
+    end = at
+    while end < until and gather[end] and g.comm[end] == g.comm[at]:
+        end += 1
+    if end == at:
+        return at
+    comm = g.comm[at]
+    mine = g.comm[before:at] == comm
+    reduced_bytes = int(g.size[before:at][reduction[before:at] & mine].sum())
+    gathered_before = bool((gather[before:at] & mine).any())
+    gathered_after = bool((gather[end:until] & (g.comm[end:until] == comm)).any())
+    heavy = int(g.size[at:end].sum()) * 10 >= reduced_bytes
+    if reduced_bytes and heavy and not gathered_before and not gathered_after:
+        return end
+    return at
