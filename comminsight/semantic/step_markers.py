@@ -110,9 +110,27 @@ def marker_step_starts(g: GpuOps, markers: np.ndarray, first: int) -> np.ndarray
     bounds = np.concatenate([[first], after, [n]]).tolist()
     starts = [first]
     for k in range(1, len(bounds) - 1):
-        starts.append(past_update(g, bounds[k - 1], bounds[k], bounds[k + 1]))
+        starts.append(past_update(g, starts[-1], bounds[k], bounds[k + 1]))
     starts = np.unique(np.array(starts, np.int64))
-    return starts[starts < n]  # a last marker followed by its Step's ops alone: the tail
+    starts = starts[starts < n]  # a last marker followed by its Step's ops alone: the tail
+    starts[0] = _first_step_start(g, first, starts)
+    return starts
+
+
+def _first_step_start(g: GpuOps, first: int, starts: np.ndarray) -> int:
+    """Where the first Step begins: with the op the later Steps begin with, where it comes
+    before the first marker (ops before it are the start-up's: Megatron's embedding
+    all-reduce, a barrier), else right after the start-up."""
+    if len(starts) < 3:
+        return first
+    _, shape = np.unique(np.stack([g.kind, g.comm, g.func, g.size]), axis=1, return_inverse=True)
+    shape = shape.reshape(-1)
+    values, counts = np.unique(shape[starts[1:]], return_counts=True)
+    opening = values[np.argmax(counts)]
+    if counts.max() * 2 <= len(starts) - 1:
+        return first
+    at = np.flatnonzero(shape[first : starts[1]] == opening)
+    return first + int(at[0]) if len(at) else first
 
 
 def past_update(g: GpuOps, before: int, at: int, until: int) -> int:
