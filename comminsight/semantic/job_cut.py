@@ -49,8 +49,14 @@ from comminsight.semantic.cut_order import (
     rank_instances,
 )
 from comminsight.semantic.job_ops import P2P, GpuOps, JobOps, instance_keys
-from comminsight.semantic.local_cycle import SCALAR_BYTES, LocalUnits, local_units, startup_prefix
-from comminsight.semantic.op_batch import func_code
+from comminsight.semantic.local_cycle import (
+    SCALAR_BYTES,
+    LocalUnits,
+    local_units,
+    reduces,
+    startup_prefix,
+)
+from comminsight.semantic.phase_evidence import judge_phase
 from comminsight.semantic.step_markers import marker_step_starts
 
 UNKNOWN = -(1 << 40)
@@ -281,7 +287,12 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     step_starts[0] = steady_start
     all_starts = np.concatenate([warmup, step_starts]).astype(np.int64)
     label[:] = np.searchsorted(all_starts, np.arange(n), side="right") - 1
-    label[_last_step_end(u, n) :] = TAIL
+    end = _last_step_end(u, n)
+    label[end:] = TAIL
+    steady = step_starts[step_starts < end]
+    verdict = judge_phase(g, np.append(steady, end), bool(g.host_issue.any()))
+    confidence = min(confidence, verdict.confidence())
+    reasons += verdict.reasons(who)
     return RankCut(g, label, warmup_steps=len(warmup)), confidence, reasons
 
 
@@ -437,11 +448,7 @@ def _warmup_by_optimizer(
     if first == 0 or len(step_starts) < 3:
         return None
     small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
-    reduction = (
-        (g.kind != P2P)
-        & np.isin(g.func, [func_code("AllReduce"), func_code("ReduceScatter")])
-        & ~small
-    )
+    reduction = (g.kind != P2P) & reduces(g.func) & ~small
     cf = (g.comm << 8) | g.func
     end_keys, tail_keys, last_reductions = set(), set(), set()
     for a, b in zip(step_starts[:-1].tolist(), step_starts[1:].tolist(), strict=True):

@@ -45,7 +45,15 @@ MIN_OPS_VARYING = 8
 ONE_COMM_BELOW = 0.9  # a GPU's best cycle covering less than this: try one communicator
 ONE_COMM_COVERAGE = 0.9  # a communicator's own cycle covers this much of its ops
 ONE_COMM_MIN_OPS = 32
-OPTIMIZERS_BELOW = 0.5  # no cycle covers even this much: Steps by their optimizers alone
+OPTIMIZERS_BELOW = 0.5  # no cycle covers even this much: Steps by their optimizer alone
+# the collectives that reduce gradients: all-reduce, reduce-scatter, and reduce to each
+# partition's owner (DeepSpeed ZeRO-1/2 without its multi-rank bucket all-reduce)
+GRADIENT_FUNCS = ("AllReduce", "ReduceScatter", "Reduce")
+
+
+def reduces(func: np.ndarray) -> np.ndarray:
+    """Per op (function codes): a collective of a kind that reduces gradients."""
+    return np.isin(func, [func_code(f) for f in GRADIENT_FUNCS])
 
 
 @dataclass
@@ -281,11 +289,7 @@ def _units_by_optimizers(g: GpuOps) -> LocalUnits | None:
         sub = _subset(g, g.comm == comm)
         keys = key_codes(sub)
         small = (sub.kind != P2P) & (sub.size <= SCALAR_BYTES)
-        red = (
-            (sub.kind != P2P)
-            & np.isin(sub.func, [func_code("AllReduce"), func_code("ReduceScatter")])
-            & ~small
-        )
+        red = (sub.kind != P2P) & reduces(sub.func) & ~small
         scalar_reduction = small & (sub.func == func_code("AllReduce"))
         first = startup_prefix(sub)
         after = _only_after(keys[first:])  # a barrier of the start-up is no gradient norm
@@ -474,11 +478,7 @@ def _optimizers(g: GpuOps, u: LocalUnits) -> int:
     if len(on) < 2:
         return 0
     small = (g.kind[on] != P2P) & (g.size[on] <= SCALAR_BYTES)
-    red = (
-        (g.kind[on] != P2P)
-        & np.isin(g.func[on], [func_code("AllReduce"), func_code("ReduceScatter")])
-        & ~small
-    )
+    red = (g.kind[on] != P2P) & reduces(g.func[on]) & ~small
     return int((small[1:] & red[:-1]).sum())
 
 
@@ -496,11 +496,7 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
         return none
     small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
     gather = (g.kind != P2P) & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
-    reduction = (
-        (g.kind != P2P)
-        & np.isin(g.func, [func_code("AllReduce"), func_code("ReduceScatter")])
-        & ~small
-    )
+    reduction = (g.kind != P2P) & reduces(g.func) & ~small
     el = Elements(op_keys, g.group, small, (g.comm << 8) | g.func, gather, reduction)
     timed = bool(g.host_issue.any())  # else idle gaps are not measured (NVIDIA logs)
     skip = int(np.searchsorted(el.first, startup_prefix(g)))  # elements of the start-up
@@ -530,7 +526,13 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
                         continue  # a communicator that shows no optimizer shows no Step
                 else:
                     cyc = after_optimizer(
-                        cyc, el.small, el.comm_func, el.gathers, keys, el.reductions
+                        cyc,
+                        el.small,
+                        el.comm_func,
+                        el.gathers,
+                        keys,
+                        el.reductions,
+                        el_gaps if timed else None,
                     )
                 found = _follow_cost(keys, cyc, op_cost)
                 if found is not None:
@@ -680,6 +682,7 @@ def after_optimizer(
     gathers: np.ndarray,
     stream: np.ndarray | None = None,
     reductions: np.ndarray | None = None,
+    gaps: np.ndarray | None = None,
 ) -> np.ndarray:
     """The cycle rotated to begin where a Step begins, when its ops show it: a Step ends
     with its optimizer, whose scalar reductions (gradient norm, found-inf, a success flag,
@@ -697,7 +700,13 @@ def after_optimizer(
     gather): `stream`, the element keys in order, shows which ops each gather follows.
 
     With no scalar reduction at all, a sharded optimizer still shows its update
-    (`reductions`: per element key, a gradient reduction): see _after_sharded_update."""
+    (`reductions`: per element key, a gradient reduction): see _after_sharded_update.
+
+    An update's gathers follow its optimizer at once, and the next forward comes after them
+    (data loading, compute); parameters FSDP keeps through the backward are gathered as the
+    next forward begins, after that idle time. With `gaps` (the idle time before each
+    element of `stream`), gathers that come IDLE_RATIO times later after the optimizer than
+    the op after them does after them are the next Step's."""
     p = len(cyc)
     is_small = small[cyc]
     if p >= 2 and not is_small.any() and reductions is not None:
@@ -724,7 +733,24 @@ def after_optimizer(
     # next Step's first gathers
     if not fetch and any(cf_uses[c] != n for c, n in update.items()):
         k = (last + 1) % p
+    first = (last + 1) % p
+    if k != first and _idles_before(int(cyc[first]), int(cyc[k]), stream, gaps):
+        k = first
     return np.roll(cyc, -k)
+
+
+IDLE_RATIO = 3.0  # idle time that tells the next forward's gathers from an update's
+
+
+def _idles_before(gather: int, after: int, stream, gaps) -> bool:
+    """Whether the GPU idles IDLE_RATIO times longer before element `gather` than before
+    `after` (medians over `stream`)."""
+    if gaps is None or stream is None or gather == after:
+        return False
+    before_gather, before_after = gaps[stream == gather], gaps[stream == after]
+    if not len(before_gather) or not len(before_after):
+        return False
+    return float(np.median(before_gather)) >= IDLE_RATIO * (float(np.median(before_after)) + 1.0)
 
 
 def _after_sharded_update(
@@ -759,10 +785,12 @@ def _after_sharded_update(
 
 
 def _follows_anything(key: int, stream: np.ndarray | None) -> bool:
-    """Whether the element `key` follows more than one kind of element in `stream`."""
+    """Whether the element `key` follows more than one kind of element in `stream` (itself
+    aside: an update gathers bucket after bucket of one size)."""
     if stream is None or len(stream) < 2:
         return False
     before = stream[:-1][stream[1:] == key]
+    before = before[before != key]
     return len(before) > 1 and bool((before != before[0]).any())
 
 
