@@ -278,6 +278,12 @@ def add_agent_commands(sub: argparse._SubParsersAction) -> None:
     )
     add_offline_arguments(steps)
     steps.add_argument(
+        "--no-markers",
+        action="store_true",
+        help="offline: leave Inject's optimizer-step markers (metadata/inject/ beside LOGS) "
+        "unread: Steps from the ops alone (default: markers place Steps where there are any)",
+    )
+    steps.add_argument(
         "--workers",
         type=int,
         default=None,

@@ -154,6 +154,7 @@ def _run(args, logs, keep_ops, out, workers, scheduler, on_ops) -> OfflineResult
                 out_dir=out,
                 checkpoint_every_ops=getattr(args, "checkpoint_every_ops", 0) if out else 0,
                 make_out_dir=make_trusted_dirs,
+                markers=not getattr(args, "no_markers", False),
             )
         return recover_steps_distributed(
             logs,
@@ -163,6 +164,7 @@ def _run(args, logs, keep_ops, out, workers, scheduler, on_ops) -> OfflineResult
             make_out_dir=make_trusted_dirs,
             on_ops=on_ops,
             keep_summaries=False,  # read back from the files as they are printed
+            markers=not getattr(args, "no_markers", False),
         )
 
 

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import zstandard
 
 from comminsight.durable_files import make_private_dirs
@@ -75,6 +76,7 @@ from comminsight.semantic.offline import (
     step_warnings,
 )
 from comminsight.semantic.remote_logs import RemoteProcess, is_url, list_url
+from comminsight.semantic.step_markers import markers_dir, process_of_stream, read_markers
 from comminsight.semantic.templates import TemplateSet, load_templates
 
 KEPT_LEVEL = 1
@@ -88,6 +90,7 @@ class GpuRef:
     process: ProcessFiles | RemoteProcess
     gpu: int  # among the process's GPUs
     stream: str  # its GpuLog's (what names what is kept of it)
+    markers: np.ndarray | None = None  # its process's optimizer-step markers (step_markers)
 
     def log(self, run: str) -> GpuLog:
         return _local(run, self.process).gpu_logs([])[self.gpu]
@@ -270,6 +273,7 @@ def _made(run: str, ref: GpuRef, comms: CommIds) -> _Kept:
     read = _read(run, ref)
     log = read.log(ref)
     g = gpu_ops(log.stream, identity_of(log, ref.index).global_rank, read.batches, comms)
+    g.markers = ref.markers
     return _Kept(g, local_units(g), instance_keys(g))
 
 
@@ -372,6 +376,7 @@ def recover_steps_distributed(
     on_ops: Callable[[int], None] | None = None,
     received: dict[str, int] | None = None,
     keep_summaries: bool = True,
+    markers: bool = True,
 ) -> OfflineResult:
     """recover_steps' answer (Steps cut job-wide, no checkpoint), worked out by the workers
     of `client` (a distributed.Client); see the module docstring. Without keep_summaries
@@ -383,7 +388,16 @@ def recover_steps_distributed(
     keep = keep_summaries or out_dir is None
     try:
         return _recover(
-            client, gather, run, logs_dir, template_dirs, out_dir, make_out_dir, on_ops, keep
+            client,
+            gather,
+            run,
+            logs_dir,
+            template_dirs,
+            out_dir,
+            make_out_dir,
+            on_ops,
+            keep,
+            markers,
         )
     finally:
         with contextlib.suppress(Exception):  # a worker gone: its directory went with it
@@ -432,7 +446,9 @@ def _a_few_at_a_time(client, makers: list) -> list:
     return values
 
 
-def _recover(client, gather, run, logs_dir, template_dirs, out_dir, make_out_dir, on_ops, keep):
+def _recover(
+    client, gather, run, logs_dir, template_dirs, out_dir, make_out_dir, on_ops, keep, markers
+):
     processes, problems = list_url(logs_dir) if is_url(logs_dir) else list_job(logs_dir)
     # loaded here and sent: the workers need not see the template directories, and a
     # long-lived worker never places Steps with templates an earlier run loaded
@@ -442,12 +458,17 @@ def _recover(client, gather, run, logs_dir, template_dirs, out_dir, make_out_dir
         "communicators",
         [functools.partial(client.submit, describe_process, run, p, pure=False) for p in processes],
     )
+    marked: dict = {}
+    if markers and not is_url(logs_dir):
+        marked, marker_problems = read_markers(markers_dir(logs_dir))
+        problems += marker_problems
     refs: list[GpuRef] = []
     gpus: list[GpuComms] = []
     for process, (process_gpus, split_problems) in zip(processes, described, strict=True):
         problems += split_problems
         first = len(refs)
-        refs += [GpuRef(first + k, process, k, g.stream) for k, g in enumerate(process_gpus)]
+        mine = marked.get(process_of_stream(process.stream))
+        refs += [GpuRef(first + k, process, k, g.stream, mine) for k, g in enumerate(process_gpus)]
         gpus += process_gpus
     comms = numbered_comms(gpus)
     shared = client.scatter(comms, broadcast=True)

@@ -24,15 +24,16 @@ def replay_live(
     chunk: int = 97,
     templates: TemplateSet | None = None,
     live_cut: LiveJobCut | None = None,
+    markers: bool = True,
 ) -> OfflineResult:
     templates = templates if templates is not None else load_templates()
     logs, problems = read_gpu_logs(directory)
     cut = live_cut if live_cut is not None else LiveJobCut()
-    markers, marker_problems = read_markers(markers_dir(directory))
+    marked, marker_problems = read_markers(markers_dir(directory)) if markers else ({}, [])
     problems += marker_problems
     process_of = {log.stream: identity_of(log, i) for i, log in enumerate(logs)}
-    if markers:
-        cut.markers_of = lambda key: markers.get((process_of[key].host, process_of[key].pid))
+    if marked:
+        cut.markers_of = lambda key: marked.get((process_of[key].host, process_of[key].pid))
     cut.role_template = lambda batches: role_template(templates, batches)
     engines, pending, out = {}, {}, {}
     for index, log in enumerate(logs):

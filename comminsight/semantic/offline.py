@@ -480,13 +480,16 @@ def recover_steps(
     checkpoint_every_ops: int = 0,
     per_gpu: bool = False,
     make_out_dir: Callable[[Path], object] = make_private_dirs,
+    markers: bool = True,
 ) -> OfflineResult:
     """Steps of every GPU in `logs_dir`, with the built-in templates plus `template_dirs`
     (or exactly `templates` when given); see the module docstring for out_dir and
     checkpoints. Boundaries are cut job-wide (job_cut) unless `per_gpu` asks for each GPU
     decided alone by the templates and its own period. `make_out_dir(out_dir)` makes the
     output directory before the first file is written there (the CLI passes the home's trust
-    walk: run as root over another user's logs, it must not write where their links point)."""
+    walk: run as root over another user's logs, it must not write where their links point).
+    With `markers`, Inject's optimizer-step markers beside the logs (metadata/inject/) place
+    the Steps where they are; without, the ops alone do."""
     if templates is None:
         templates = load_templates(template_dirs)
     logs, problems = read_gpu_logs(logs_dir)
@@ -498,9 +501,9 @@ def recover_steps(
         states = checkpoint.load()
     job = None
     if not per_gpu:
-        markers, marker_problems = read_markers(markers_dir(logs_dir))
+        marked, marker_problems = read_markers(markers_dir(logs_dir)) if markers else ({}, [])
         problems += marker_problems
-        job = read_job(logs, markers)
+        job = read_job(logs, marked)
     run = _Run(
         templates,
         out,

@@ -42,6 +42,16 @@ def markers_dir(logs_dir: str | Path) -> Path:
     return Path(logs_dir).parent / "metadata" / "inject"
 
 
+def process_of_stream(stream: str) -> ProcessKey | None:
+    """(host, pid) from the Profiler's file-name stem `ci-<host>-<pid>-<start>`, None for
+    other names (NVIDIA Inspector's files)."""
+    head, _, rest = stream.partition("ci-")
+    parts = rest.rsplit("-", 2)
+    if head or len(parts) != 3 or not parts[0] or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
+
+
 def read_markers(directory: str | Path) -> tuple[dict[ProcessKey, np.ndarray], list[str]]:
     """Per process, its Steps' marker times (sorted), from every `*.jsonl` of `directory`
     (Inject's metadata/inject/); and what could not be read, named by file and line. A
