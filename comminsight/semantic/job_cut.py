@@ -35,6 +35,7 @@ than by where it begins; each cause is named in `reasons`.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,7 @@ from comminsight.semantic.local_cycle import (
     reduces,
     startup_prefix,
 )
+from comminsight.semantic.op_batch import func_code
 from comminsight.semantic.phase_evidence import judge_phase
 from comminsight.semantic.step_markers import marker_step_starts
 
@@ -285,7 +287,8 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     warmup, steady_start = warmup_end
     step_starts = step_starts.copy()
     step_starts[0] = steady_start
-    all_starts = np.concatenate([warmup, step_starts]).astype(np.int64)
+    all_starts = _after_broadcasts(g, np.concatenate([warmup, step_starts]).astype(np.int64))
+    step_starts = all_starts[len(warmup) :]
     label[:] = np.searchsorted(all_starts, np.arange(n), side="right") - 1
     end = _last_step_end(u, n)
     label[end:] = TAIL
@@ -294,6 +297,34 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     confidence = min(confidence, verdict.confidence())
     reasons += verdict.reasons(who)
     return RankCut(g, label, warmup_steps=len(warmup)), confidence, reasons
+
+
+def _after_broadcasts(g: GpuOps, starts: np.ndarray) -> np.ndarray:
+    """Each Step start moved back over the broadcasts right before it: a broadcast begins
+    an iteration (DDP's rebuilt bucket indices and its buffers at the forward), never ends
+    the one before."""
+    broadcast = (g.kind != P2P) & (g.func == func_code("Broadcast"))
+    out = starts.copy()
+    for i in range(1, len(out)):
+        while out[i] - 1 > out[i - 1] and broadcast[out[i] - 1]:
+            out[i] -= 1
+    if len(out) > 1:
+        # the first Step's only as many as later Steps begin with, alike: the start-up's
+        # broadcasts before them (the model and its buffers sent from rank 0) begin no Step
+        runs: Counter = Counter()
+        for j in out[1:].tolist():
+            run = []
+            while j < len(g) and broadcast[j]:
+                run.append((int(g.comm[j]), int(g.size[j])))
+                j += 1
+            runs[tuple(run)] += 1
+        run, _ = runs.most_common(1)[0]
+        r, a = len(run), int(out[0])
+        if r and a >= r and broadcast[a - 1]:
+            before = tuple((int(g.comm[j]), int(g.size[j])) for j in range(a - r, a))
+            if before == run:
+                out[0] = a - r
+    return out
 
 
 def _marker_cut(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> RankCut:

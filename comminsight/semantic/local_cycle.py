@@ -191,6 +191,7 @@ class Elements:
         cf: np.ndarray,
         gather: np.ndarray,
         reduction: np.ndarray,
+        broadcast: np.ndarray | None = None,
     ) -> None:
         """Per op: `small`, a collective of a few scalars; `cf`, its (communicator,
         function) code; `gather`, an all-gather or broadcast. Per element key: `small` and
@@ -205,6 +206,7 @@ class Elements:
         self.small = every_member(small)
         self.gathers = every_member(gather)
         self.reductions = every_member(reduction)
+        self.broadcasts = every_member(broadcast if broadcast is not None else np.zeros_like(small))
         self.comm_func = np.zeros(n_keys, np.int64)
         self.comm_func[self.keys] = cf[self.first]
 
@@ -497,7 +499,8 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
     small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
     gather = (g.kind != P2P) & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
     reduction = (g.kind != P2P) & reduces(g.func) & ~small
-    el = Elements(op_keys, g.group, small, (g.comm << 8) | g.func, gather, reduction)
+    broadcast = (g.kind != P2P) & (g.func == func_code("Broadcast"))
+    el = Elements(op_keys, g.group, small, (g.comm << 8) | g.func, gather, reduction, broadcast)
     timed = bool(g.host_issue.any())  # else idle gaps are not measured (NVIDIA logs)
     skip = int(np.searchsorted(el.first, startup_prefix(g)))  # elements of the start-up
     keys, el_gaps, m = el.keys[skip:], gaps[el.first[skip:]], len(el.keys) - skip
@@ -534,6 +537,7 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
                         el.reductions,
                         el_gaps if timed else None,
                     )
+                    cyc = broadcasts_first(cyc, el.broadcasts)
                 found = _follow_cost(keys, cyc, op_cost)
                 if found is not None:
                     cost, starts, on_cycle, coverage, whole, fragments = found
@@ -782,6 +786,19 @@ def _after_sharded_update(
     if len(blocks) != 1:
         return cyc
     return np.roll(cyc, -blocks[0])
+
+
+def broadcasts_first(cyc: np.ndarray, broadcasts: np.ndarray) -> np.ndarray:
+    """The cycle rotated so that the broadcasts it ends with begin it instead: a broadcast
+    begins an iteration, not ends one (a batch sent from the first tensor-parallel rank,
+    DDP's buffers at each forward, weights synced to a rollout engine). A cycle of
+    broadcasts alone stays as it is."""
+    p = len(cyc)
+    is_broadcast = broadcasts[cyc]
+    if p < 2 or is_broadcast.all() or not is_broadcast[-1]:
+        return cyc
+    trailing = int(np.argmin(is_broadcast[::-1]))
+    return np.roll(cyc, trailing)
 
 
 def _follows_anything(key: int, stream: np.ndarray | None) -> bool:
