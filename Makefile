@@ -40,7 +40,7 @@ GEN_HEADERS := $(wildcard generated/c/include/comminsight/*.h)
 ATOMIC = tmp="$@.tmp.$$$$"; trap 'rm -rf "$$tmp"' EXIT;
 ATOMIC_DONE = && mv -f "$$tmp" "$@"
 
-.PHONY: build-profiler build-sim build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults bench-metrics bench-log-bytes bench-engine-distributed bench-relay-soak build-engine
+.PHONY: build-profiler build-sim build-profiler-sanitizers bench-profiler bench-agent bench-engine bench-engine-soak bench-master-scale bench-faults bench-metrics bench-log-bytes bench-engine-distributed bench-relay-soak bench-inject-markers build-engine
 .PHONY: all build venv generate verify-generated check-schemas check-compat headers test test-contract \
         test-unit lint bench demo install uninstall wheel-manylinux clean
 
@@ -333,6 +333,10 @@ bench-log-bytes: $(VENV_STAMP) build-profiler $(SIM_SO)
 ## bench-profiler: the Profiler's hot path over an empty plugin (architecture §8: <= 1.25x, 150 ns on a fast core)
 bench-profiler: $(VENV_STAMP) build-profiler $(SIM_SO)
 	$(VPY) bench/profiler_hot_path.py
+
+## bench-inject-markers: what Inject's optimizer-step marker (on by default) costs: the hook writing its line to disk, hot and right after a real optimizer step, and its share of a 10 ms, 100 ms and 1 s Step
+bench-inject-markers: $(VENV_STAMP)
+	$(VPY) bench/inject_step_markers.py
 
 ## demo: the main job on an embedded default
 demo: debian-packages $(VENV_STAMP) build-profiler $(SIM_SO) $(ENGINE_SO)

@@ -42,6 +42,9 @@ class Settings:
     disable: bool
     step_markers: bool
     stacks: bool = True
+    # step_markers came from the environment or the file: a torch without the global step
+    # hook then gets a warning, where the default alone leaves markers off without a word
+    step_markers_asked: bool = False
     stack_signal: str = "SIGUSR2"  # a name; stack_dump turns it into a number
 
 
@@ -109,6 +112,7 @@ def load(environ: dict[str, str] | None = None) -> Settings:
         step_markers=flag(STEP_MARKERS),
         stacks=flag(STACKS),
         stack_signal=parse_signal_name(*signal_name),
+        step_markers_asked=STEP_MARKERS in env or STEP_MARKERS in from_file,
     )
 
 

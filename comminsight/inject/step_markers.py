@@ -1,5 +1,5 @@
-"""Opt-in optimizer-step markers (COMMINSIGHT_INJECT_STEP_MARKERS=1): ground truth for scoring
-the Semantic Engine, which never reads them.
+"""Optimizer-step markers (COMMINSIGHT_INJECT_STEP_MARKERS, on by default): the Semantic
+Engine's strongest evidence of where a Step ends (comminsight/semantic/step_markers.py).
 
 A global post-hook on every `torch.optim.Optimizer.step` appends a `step` line with
 CLOCK_MONOTONIC (`time.monotonic_ns`, the clock the Profiler stamps ops with) taken on the host

@@ -4,7 +4,7 @@
 executed. It checks the torch version and the two functions it wraps (group_naming.py says
 why these two), replaces them in `distributed_c10d` and in every loaded torch.distributed
 module that imported them by name (device_mesh does), records each group to metadata/, and
-installs step markers when asked.
+installs step markers (on by default, where torch has the global optimizer step hook).
 
 Safety: a wrapper first prepares (names the options), then calls torch's function, then
 records. Any exception of Inject's own in preparing or recording turns Inject off with one
@@ -30,6 +30,7 @@ SPLIT = "split_group"
 HELPER_PARAMS = {"group_size", "group_rank", "global_ranks_in_group", "backend", "group_name"}
 HELPER_OPTIONS = "backend_options"
 SPLIT_PARAMS = {"parent_pg", "split_ranks", "pg_options", "group_desc"}
+OPTIMIZER_MODULE = "torch.optim.optimizer"
 
 
 def torch_version(text: str) -> tuple[int, int] | None:
@@ -51,6 +52,7 @@ class Adapter:
         self.plans: list[group_naming.Plan] = []  # what tests and the process can inspect
         self.lock = threading.Lock()
         self.markers: StepMarkers | None = None
+        self.markers_asked = False  # the user set the flag: a torch without the hook is news
         self.stacks: StackAnnouncer | None = None
 
     # ---- installing and removing ----
@@ -100,9 +102,17 @@ class Adapter:
             self.markers.remove()
 
     def install_markers(self, optim_module) -> None:
-        if self.markers is not None and not state.disabled():
-            if not self.markers.install(optim_module):
-                state.warn_once("step-markers", "this torch has no global optimizer step hook")
+        if self.markers is None or state.disabled():
+            return
+        if self.markers.install(optim_module):
+            # `import torch` imports the optimizers before any group exists, so the process
+            # line, written with the file's first line, still says what is really on
+            if self.sink is not None:
+                self.sink.process[F.STEP_MARKERS] = True
+            return
+        self.markers = None
+        if self.markers_asked:
+            state.warn_once("step-markers", "this torch has no global optimizer step hook")
 
     def fail(self, what: str, error: BaseException) -> None:
         state.disable(f"{what}: {type(error).__name__}: {error}")
@@ -228,7 +238,7 @@ def activate(distributed, environ: dict[str, str] | None = None) -> Adapter | No
         F.TORCH_TESTED: version in TESTED_TORCH,
         F.NCCL_BUILD: bool(getattr(c10d, "_NCCL_AVAILABLE", False)),
         F.RANK: global_rank(),
-        F.STEP_MARKERS: conf.step_markers,
+        F.STEP_MARKERS: False,  # until the optimizer hook is in place (install_markers)
     }
     sink = MetadataFile(conf.home, process)
     adapter = Adapter(torch, c10d, sink)
@@ -239,7 +249,8 @@ def activate(distributed, environ: dict[str, str] | None = None) -> Adapter | No
             # torch.distributed is imported halfway through `import torch`: importing the
             # optimizers from here would run torch's own imports out of order, so wait for them
             adapter.markers = StepMarkers(sink)
-            startup.after_import("torch.optim.optimizer", adapter.install_markers)
+            adapter.markers_asked = conf.step_markers_asked
+            startup.after_import(OPTIMIZER_MODULE, adapter.install_markers)
     except Exception as e:
         adapter.fail("installing", e)
         return None
@@ -251,8 +262,20 @@ def deactivate_for_tests() -> None:
     global _active
     if _active is not None:
         _active.uninstall()
+        _active.markers = None
+        forget_pending_markers(_active)
         if _active.stacks is not None:  # only here: a live process keeps its announced handler
             _active.stacks.uninstall()
         if _active.sink is not None:
             _active.sink.close()
     _active = None
+
+
+def forget_pending_markers(adapter: Adapter) -> None:
+    """Drop a still-waiting `after_import` of the optimizers (a test's fake torch never imports
+    them): a later real import must not install the hook of an adapter that is gone."""
+    for finder in list(sys.meta_path):
+        if isinstance(finder, startup.TorchDistributedHook):
+            callback = finder.targets.get(OPTIMIZER_MODULE)
+            if getattr(callback, "__self__", None) is adapter:
+                finder.done(OPTIMIZER_MODULE)

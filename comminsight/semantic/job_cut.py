@@ -281,6 +281,8 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
             f"{who}: idle time hints that its {u.period}-op repetitions group into Steps "
             "(micro-batches), without a regular pattern: each repetition is taken as a Step"
         )
+    if u.step_starts is None:
+        step_starts = _past_extra_work(g, u, step_starts)
     warmup_end = _warmup_by_optimizer(g, u, gaps, step_starts)
     if warmup_end is None:
         warmup_end = _warmup_starts(g, u, gaps, int(step_starts[0]), len(step_starts), n)
@@ -297,6 +299,33 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     confidence = min(confidence, verdict.confidence())
     reasons += verdict.reasons(who)
     return RankCut(g, label, warmup_steps=len(warmup)), confidence, reasons
+
+
+def _past_extra_work(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> np.ndarray:
+    """Step starts moved past extra work that came before the Step's first gradient
+    reduction: an evaluation every few Steps runs forwards of its own (DDP broadcasts its
+    buffers for the first, as a training Step begins) and reduces its loss or waits at a
+    barrier (ops off the cycle, scalars among them) before training goes on; it belongs to
+    the Step it follows."""
+    small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
+    gradient = (g.kind != P2P) & reduces(g.func) & ~small
+    # extra work of the training loop's, on the communicators it trains with (ops of other
+    # communicators off the cycle are another engine's: a rollout's generation)
+    small &= np.isin(g.comm, np.unique(g.comm[u.on_cycle]))
+    out = starts.copy()
+    keep = np.ones(len(starts), bool)
+    for i, s in enumerate(starts.tolist()):
+        end = int(starts[i + 1]) if i + 1 < len(starts) else len(g)
+        grads = np.flatnonzero(gradient[s:end])
+        lead = slice(s, s + int(grads[0]) if len(grads) else end)
+        extra = np.flatnonzero(~u.on_cycle[lead])
+        if not len(extra) or not small[lead][extra].any():
+            continue
+        if len(grads):
+            out[i] = s + int(extra[-1]) + 1
+        elif i and end == len(g):
+            keep[i] = False  # the run ended with extra work after its last Step: that Step's
+    return out[keep]
 
 
 def _after_broadcasts(g: GpuOps, starts: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Inject with real PyTorch (the CPU build, gloo): the built wheel's .pth at a real interpreter
 start, groups made by init_process_group, new_group, new_subgroups and a 2-D DeviceMesh in a
-2-rank job, their names in metadata/, step markers, and the off switch."""
+2-rank job, their names in metadata/, step markers (on by default) and the off switches."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ports import free_port
 # process that collects the module seconds of CPU
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed"),
-    pytest.mark.slow,  # two 2-rank torch jobs
+    pytest.mark.slow,  # three 2-rank torch jobs
 ]
 TORCH_VERSION = importlib.metadata.version("torch") if importlib.util.find_spec("torch") else None
 
@@ -147,7 +147,7 @@ def run_job(python: Path, tmp_path: Path, **env) -> tuple[dict, list[dict]]:
 
 
 def test_every_group_of_every_rank_gets_torchs_own_name(inject_env, tmp_path):
-    result, lines = run_job(inject_env, tmp_path, COMMINSIGHT_INJECT_STEP_MARKERS="1")
+    result, lines = run_job(inject_env, tmp_path)  # step markers on by default
     assert "comminsight-inject" not in result["stderr"]
     groups = [x for x in lines if x["kind"] == "group"]
     for rank, expected in result["expected"].items():
@@ -165,6 +165,7 @@ def test_every_group_of_every_rank_gets_torchs_own_name(inject_env, tmp_path):
     assert apis == {"new_process_group"}
     processes = [x for x in lines if x["kind"] == "process"]
     assert len(processes) == 2 and all(p["torch_version"] == TORCH_VERSION for p in processes)
+    assert all(p["step_markers"] is True for p in processes)
     steps = [x for x in lines if x["kind"] == "step"]
     assert sorted((s["rank"], s["index"]) for s in steps) == [
         (r, i) for r in (0, 1) for i in range(3)
@@ -172,6 +173,14 @@ def test_every_group_of_every_rank_gets_torchs_own_name(inject_env, tmp_path):
     for rank in (0, 1):
         times = [s["mono_ns"] for s in steps if s["rank"] == rank]
         assert times == sorted(times)
+
+
+def test_step_markers_off_writes_no_step_and_says_so(inject_env, tmp_path):
+    result, lines = run_job(inject_env, tmp_path, COMMINSIGHT_INJECT_STEP_MARKERS="0")
+    assert "comminsight-inject" not in result["stderr"]
+    assert [x for x in lines if x["kind"] == "step"] == []
+    processes = [x for x in lines if x["kind"] == "process"]
+    assert len(processes) == 2 and all(p["step_markers"] is False for p in processes)
 
 
 def test_disabled_inject_leaves_no_trace(inject_env, tmp_path):

@@ -53,13 +53,19 @@ def _fresh_state():
 
 def test_settings_environment_beats_file_beats_default(tmp_path):
     conf = tmp_path / "c.conf"
-    conf.write_text("COMMINSIGHT_INJECT_STEP_MARKERS=yes\nCOMMINSIGHT_OTHER_KEY=x\n")
+    conf.write_text("COMMINSIGHT_INJECT_STEP_MARKERS=no\nCOMMINSIGHT_OTHER_KEY=x\n")
     env = {"COMMINSIGHT_HOME": str(tmp_path), "COMMINSIGHT_CONF": str(conf)}
     s = settings.load(env)
-    assert (s.home, s.disable, s.step_markers) == (tmp_path, False, True)
-    s = settings.load({**env, "COMMINSIGHT_INJECT_STEP_MARKERS": "0"})
-    assert s.step_markers is False
-    assert settings.load({"COMMINSIGHT_HOME": str(tmp_path / "none")}).step_markers is False
+    assert (s.home, s.disable, s.step_markers, s.step_markers_asked) == (
+        tmp_path,
+        False,
+        False,
+        True,
+    )
+    s = settings.load({**env, "COMMINSIGHT_INJECT_STEP_MARKERS": "1"})
+    assert (s.step_markers, s.step_markers_asked) == (True, True)
+    s = settings.load({"COMMINSIGHT_HOME": str(tmp_path / "none")})
+    assert (s.step_markers, s.step_markers_asked) == (True, False)  # on unless turned off
 
 
 def test_settings_bad_value_names_the_key_and_origin(tmp_path):
@@ -310,7 +316,16 @@ def run_python(code: str, tmp_path: Path, *flags: str, **env) -> subprocess.Comp
 
 
 FAKE_TORCH = {
-    "torch/__init__.py": "__version__ = '2.13.0'\nimport torch.distributed\n",
+    # as real torch: torch.distributed first, the optimizers (step markers' hook) later
+    "torch/__init__.py": "__version__ = '2.13.0'\nimport torch.distributed\nimport torch.optim\n",
+    "torch/optim/__init__.py": "from . import optimizer\n",
+    "torch/optim/optimizer.py": textwrap.dedent(
+        """
+        HOOKS = []
+        def register_optimizer_step_post_hook(hook):
+            HOOKS.append(hook)
+        """
+    ),
     "torch/distributed/__init__.py": "from . import distributed_c10d\nLOADED = True\n",
     "torch/distributed/distributed_c10d.py": textwrap.dedent(
         """
@@ -366,6 +381,8 @@ def test_hook_is_lazy_and_fires_when_torch_distributed_is_imported(tmp_path):
     print("hook left", any(isinstance(f, startup.TorchDistributedHook) for f in sys.meta_path))
     c10d._new_process_group_helper(1, 0, [], "gloo", None, "0", timeout=5, group_desc="d")
     print("plans", [p.comm_name for p in torch_adapter.active().plans])
+    import torch.optim.optimizer as optimizer
+    print("step hooks", len(optimizer.HOOKS))
     """,
         tmp_path,
         COMMINSIGHT_HOME=str(tmp_path / "home"),
@@ -377,6 +394,7 @@ def test_hook_is_lazy_and_fires_when_torch_distributed_is_imported(tmp_path):
         "loader SourceFileLoader",
         "hook left False",
         "plans ['d:0']",
+        "step hooks 1",
     ]
     assert out.stderr == ""
 
@@ -579,6 +597,71 @@ def test_modules_that_imported_the_function_by_name_are_rebound(fake_torch, monk
     assert getattr(user._new_process_group_helper, "__comminsight_inject__", False)
     torch_adapter.deactivate_for_tests()
     assert not hasattr(user._new_process_group_helper, "__comminsight_inject__")
+
+
+def fake_optimizers(with_hook: bool) -> tuple[types.ModuleType, list]:
+    """A `torch.optim.optimizer` with (or without) the global step post-hook."""
+    optim = types.ModuleType("torch.optim.optimizer")
+    hooks = []
+    if with_hook:
+
+        def register_optimizer_step_post_hook(hook):
+            hooks.append(hook)
+            return types.SimpleNamespace(remove=lambda: hooks.remove(hook))
+
+        optim.register_optimizer_step_post_hook = register_optimizer_step_post_hook
+    return optim, hooks
+
+
+def inject_lines() -> list[dict]:
+    home = Path(os.environ["COMMINSIGHT_HOME"]) / "metadata" / "inject"
+    return [json.loads(x) for p in sorted(home.glob("*.jsonl")) for x in p.read_text().split()]
+
+
+@pytest.mark.parametrize(
+    "flag, with_hook, expect_steps, warning",
+    [
+        (None, True, True, False),  # the default: on where torch has the hook
+        ("0", True, False, False),
+        (None, False, False, False),  # the default on a torch without it: off, no word
+        ("1", False, False, True),  # asked for and impossible: one warning
+    ],
+)
+def test_step_markers_default_on_where_torch_has_the_hook(
+    fake_torch, monkeypatch, capsys, flag, with_hook, expect_steps, warning
+):
+    if flag is not None:
+        monkeypatch.setenv("COMMINSIGHT_INJECT_STEP_MARKERS", flag)
+    optim, hooks = fake_optimizers(with_hook)
+    monkeypatch.setitem(sys.modules, optim.__name__, optim)  # imported: installed at once
+    distributed, c10d, _ = fake_torch()
+    adapter = torch_adapter.activate(distributed)
+    assert adapter is not None
+    assert len(hooks) == int(expect_steps)
+    for hook in list(hooks):
+        hook(types.SimpleNamespace(), (), {})
+    c10d._new_process_group_helper(1, 0, [], "gloo", None, "0", timeout=5)
+    lines = inject_lines()
+    (process,) = [x for x in lines if x["kind"] == "process"]
+    assert process["step_markers"] is expect_steps  # what is really on, not what was asked
+    assert [x["index"] for x in lines if x["kind"] == "step"] == ([0] if expect_steps else [])
+    err = capsys.readouterr().err
+    assert ("no global optimizer step hook" in err) is warning
+    assert err.count("comminsight-inject:") == int(warning)
+
+
+def test_step_markers_wait_for_the_optimizers_and_leave_no_hook_behind(fake_torch, monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch.optim.optimizer", raising=False)
+    distributed, _, _ = fake_torch()
+    adapter = torch_adapter.activate(distributed)
+    waiting = [f for f in sys.meta_path if isinstance(f, startup.TorchDistributedHook)]
+    assert any(f.targets.get("torch.optim.optimizer") is not None for f in waiting)
+    assert adapter.sink.process["step_markers"] is False  # not yet installed
+    torch_adapter.deactivate_for_tests()
+    assert not any(
+        isinstance(f, startup.TorchDistributedHook) and "torch.optim.optimizer" in f.targets
+        for f in sys.meta_path
+    )
 
 
 def test_startup_module_imports_nothing_new(inject_wheel, tmp_path):

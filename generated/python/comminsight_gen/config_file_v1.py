@@ -86,7 +86,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S": ("number", "30.0"),
     "COMMINSIGHT_COMMON_DISK_BUDGET_BYTES": ("integer", "10737418240"),
     "COMMINSIGHT_INJECT_DISABLE": ("boolean", "0"),
-    "COMMINSIGHT_INJECT_STEP_MARKERS": ("boolean", "0"),
+    "COMMINSIGHT_INJECT_STEP_MARKERS": ("boolean", "1"),
     "COMMINSIGHT_INJECT_STACKS": ("boolean", "1"),
     "COMMINSIGHT_INJECT_STACK_SIGNAL": ("string", "SIGUSR2"),
 }

@@ -747,9 +747,9 @@ KEYS: tuple[ConfigKey, ...] = (
         name="COMMINSIGHT_INJECT_STEP_MARKERS",
         field="inject_step_markers",
         type="boolean",
-        default=False,
+        default=True,
         unit="",
-        description="Record optimizer-step timestamps to metadata/ as ground truth for the Semantic Engine.",
+        description="Append a `step` line (CLOCK_MONOTONIC) to metadata/inject/ each time a torch optimizer\u0027s step() returns: the Semantic Engine\u0027s strongest evidence of where Steps end. On where torch has the global optimizer step hook (torch.optim.optimizer.register_optimizer_step_post_hook), silently off where it has none; 0 turns it off.",
         components=("inject",),
     ),
     ConfigKey(
@@ -847,6 +847,6 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     common_archive_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=86400.0, description="How often the Agent looks for sealed files to archive (a flush through the API archives at once).")] = 30.0
     common_disk_budget_bytes: Annotated[int, msgspec.Meta(ge=0, le=1125899906842624, description="Local inspector_logs and summaries are deleted, oldest first and only once archived, to stay under this size. 0 disables deletion.")] = 10737418240
     inject_disable: Annotated[bool, msgspec.Meta(description="Turn Inject off entirely.")] = False
-    inject_step_markers: Annotated[bool, msgspec.Meta(description="Record optimizer-step timestamps to metadata/ as ground truth for the Semantic Engine.")] = False
+    inject_step_markers: Annotated[bool, msgspec.Meta(description="Append a `step` line (CLOCK_MONOTONIC) to metadata/inject/ each time a torch optimizer\u0027s step() returns: the Semantic Engine\u0027s strongest evidence of where Steps end. On where torch has the global optimizer step hook (torch.optim.optimizer.register_optimizer_step_post_hook), silently off where it has none; 0 turns it off.")] = True
     inject_stacks: Annotated[bool, msgspec.Meta(description="Let the Agent ask this process for its threads\u0027 Python stacks: Inject registers a handler for COMMINSIGHT_INJECT_STACK_SIGNAL when the process makes its first process group, unless the signal already has a handler. 0 registers nothing.")] = True
     inject_stack_signal: Annotated[str, msgspec.Meta(pattern="^SIG(USR1|USR2|RTMIN\\+[0-9]{1,2})$", description="The signal on which Inject writes the process\u0027s Python stacks to metadata/stacks/. SIGUSR2 by default: PyTorch, torchrun and NCCL install no handler for it (SIGUSR1 is the one batch schedulers and PyTorch Lightning use); a real-time signal SIGRTMIN+N is the way out if the application uses it.")] = 'SIGUSR2'

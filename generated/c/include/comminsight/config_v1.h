@@ -503,11 +503,11 @@
 #define CI_CONFIG_V1_INJECT_DISABLE_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_INJECT_DISABLE_DEFAULT 0
 
-/* COMMINSIGHT_INJECT_STEP_MARKERS (boolean): Record optimizer-step timestamps to metadata/ as ground truth for the Semantic Engine. */
+/* COMMINSIGHT_INJECT_STEP_MARKERS (boolean): Append a `step` line (CLOCK_MONOTONIC) to metadata/inject/ each time a torch optimizer's step() returns: the Semantic Engine's strongest evidence of where Steps end. On where torch has the global optimizer step hook (torch.optim.optimizer.register_optimizer_step_post_hook), silently off where it has none; 0 turns it off. */
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_KEY "COMMINSIGHT_INJECT_STEP_MARKERS"
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_INDEX 69
-#define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT_TEXT "0"
-#define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT 0
+#define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT_TEXT "1"
+#define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT 1
 
 /* COMMINSIGHT_INJECT_STACKS (boolean): Let the Agent ask this process for its threads' Python stacks: Inject registers a handler for COMMINSIGHT_INJECT_STACK_SIGNAL when the process makes its first process group, unless the signal already has a handler. 0 registers nothing. */
 #define CI_CONFIG_V1_INJECT_STACKS_KEY "COMMINSIGHT_INJECT_STACKS"
@@ -604,7 +604,7 @@ static inline const ci_config_v1_key_t* ci_config_v1_keys(size_t* count) {
         { "COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S", CI_CONFIG_V1_TYPE_NUMBER, "30.0", 1, 1, 0.1, 86400.0, NULL, NULL },
         { "COMMINSIGHT_COMMON_DISK_BUDGET_BYTES", CI_CONFIG_V1_TYPE_INTEGER, "10737418240", 1, 1, 0, 1125899906842624, NULL, NULL },
         { "COMMINSIGHT_INJECT_DISABLE", CI_CONFIG_V1_TYPE_BOOLEAN, "0", 0, 0, 0, 0, NULL, NULL },
-        { "COMMINSIGHT_INJECT_STEP_MARKERS", CI_CONFIG_V1_TYPE_BOOLEAN, "0", 0, 0, 0, 0, NULL, NULL },
+        { "COMMINSIGHT_INJECT_STEP_MARKERS", CI_CONFIG_V1_TYPE_BOOLEAN, "1", 0, 0, 0, 0, NULL, NULL },
         { "COMMINSIGHT_INJECT_STACKS", CI_CONFIG_V1_TYPE_BOOLEAN, "1", 0, 0, 0, 0, NULL, NULL },
         { "COMMINSIGHT_INJECT_STACK_SIGNAL", CI_CONFIG_V1_TYPE_STRING, "SIGUSR2", 0, 0, 0, 0, NULL, "^SIG(USR1|USR2|RTMIN\\+[0-9]{1,2})$" },
     };
