@@ -461,6 +461,16 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
     return units
 
 
+def _optimizers_in(g: GpuOps, small: np.ndarray, reduction: np.ndarray) -> int:
+    """How many times a gradient reduction is followed at once by a scalar all-reduce."""
+    scalar = small & (g.func == func_code("AllReduce"))
+    return int((reduction[:-1] & scalar[1:]).sum()) if len(g) > 1 else 0
+
+
+def _any_optimizer(g: GpuOps, candidates: list) -> bool:
+    return any(_holds_optimizer(g, c[2]) for c in candidates)
+
+
 def _holds_scalar(g: GpuOps, u: LocalUnits) -> bool:
     """Whether any op on the cycle is a collective of a few scalars."""
     on = u.on_cycle
@@ -509,8 +519,11 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
     candidates: list[tuple[float, LocalUnits]] = []
     learned: set[tuple] = set()
     # Cycles are learned from a probe of the first ops after the start-up (learning costs
-    # probe length x longest period), grown until one covers the GPU's ops well, and then
-    # followed over every op.
+    # probe length x longest period), grown until one covers the GPU's ops well (and, where
+    # the ops show optimizers, one holds an optimizer: a Step of tensor-parallel
+    # micro-batches is longer than the first probe, and a micro-batch's cycle covers nearly
+    # every op), and then followed over every op.
+    optimized = _optimizers_in(g, small, reduction) > MIN_REPEATS
     probe = min(m, FIRST_PROBE)
     while True:
         for floor in key_floors(np.bincount(keys[:probe], minlength=len(ids)), probe):
@@ -551,7 +564,8 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
                             "steps (gradient reductions, then a scalar reduction): a Step each"
                         )
                     candidates.append((cost, whole, units))
-        if probe >= m or max((c[2].coverage for c in candidates), default=0.0) >= 0.9:
+        covered = max((c[2].coverage for c in candidates), default=0.0) >= 0.9
+        if probe >= m or (covered and (not optimized or _any_optimizer(g, candidates))):
             break
         probe = min(m, probe * 4)
     if not candidates:
