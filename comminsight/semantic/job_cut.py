@@ -72,6 +72,7 @@ GROUP_REGULAR = 0.8  # share of Steps with the most common number of micro-batch
 FRAGMENTS_CONFIDENCE = 0.8  # warm-up Steps that the cycle does not describe
 OPTIMIZERS_CONFIDENCE = 0.6  # Steps told by their optimizers alone, no cycle
 UPDATES_CONFIDENCE = 0.85  # Steps told by several optimizers in a repetition, not by its start
+ALIKE_CONFIDENCE = 0.5  # every op one shape, evenly spaced: each taken as a Step
 
 
 @dataclass
@@ -270,6 +271,20 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
             units_at = np.searchsorted(starts, by_gaps)
             micro = np.append(np.diff(units_at), max(1, len(starts) - int(units_at[-1])))
             step_starts, hinted = by_gaps, False
+    if micro is None and u.step_starts is None and _one_shape(u):
+        spread = _gap_spread(gaps, starts)
+        if hinted or spread >= GROUP_HINT_RATIO:
+            why = (
+                f"{who}: its ops are all alike ({len(starts)} of one shape) and idle time "
+                f"varies between them ({spread:.1f}x) without telling Steps apart: they may "
+                "be a tensor-parallel job's layers and micro-batches; no Step is placed"
+            )
+            return RankCut(g, label), 0.0, [why]
+        confidence = min(confidence, ALIKE_CONFIDENCE)
+        reasons.append(
+            f"{who}: its ops are all alike and come evenly spaced: each is taken as a Step "
+            "(one gradient bucket a Step), though each may as well be a layer or micro-batch"
+        )
     if micro is not None:
         confidence = min(confidence, 0.85)
         reasons.append(
@@ -326,6 +341,20 @@ def _past_extra_work(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> np.ndarray
         elif i and end == len(g):
             keep[i] = False  # the run ended with extra work after its last Step: that Step's
     return out[keep]
+
+
+def _one_shape(u: LocalUnits) -> bool:
+    """Whether the cycle is one op shape repeated (every repetition a single op)."""
+    return u.period == 1 and len(u.starts) > 1
+
+
+def _gap_spread(gaps: np.ndarray, starts: np.ndarray) -> float:
+    """How unevenly the GPU idles before the repetitions: the 95th percentile of the idle
+    times over their median."""
+    before = gaps[starts[1:]].astype(np.float64)
+    if not len(before):
+        return 1.0
+    return float((np.percentile(before, 95) + 1.0) / (np.median(before) + 1.0))
 
 
 def _after_broadcasts(g: GpuOps, starts: np.ndarray) -> np.ndarray:
