@@ -53,6 +53,7 @@ from comminsight.semantic.job_ops import P2P, GpuOps, JobOps, instance_keys
 from comminsight.semantic.local_cycle import (
     SCALAR_BYTES,
     LocalUnits,
+    holds_optimizer,
     local_units,
     reduces,
     startup_prefix,
@@ -267,6 +268,8 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
         step_starts, micro, hinted = _group_units(starts, gaps)
     if micro is None and u.step_starts is None:
         by_gaps = _steps_by_idle_time(u, gaps, n)
+        if by_gaps is None and not holds_optimizer(g, u) and not _extra_ops_between(u):
+            by_gaps = _steps_by_idle_period(u, gaps)
         if by_gaps is not None:
             units_at = np.searchsorted(starts, by_gaps)
             micro = np.append(np.diff(units_at), max(1, len(starts) - int(units_at[-1])))
@@ -341,6 +344,44 @@ def _past_extra_work(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> np.ndarray
         elif i and end == len(g):
             keep[i] = False  # the run ended with extra work after its last Step: that Step's
     return out[keep]
+
+
+PERIOD_PROBE = 4096  # repetitions the idle time's period is looked for in
+
+
+def _steps_by_idle_period(u: LocalUnits, gaps: np.ndarray) -> np.ndarray | None:
+    """Step starts where the idle time before the repetitions repeats with a period of its
+    own: every L-th repetition, from the o-th, idles GROUP_GAP_RATIO times longer than any
+    other place of the period does (medians over the periods: a stall now and then on a
+    loaded machine, or a Step that waited, does not count). The smallest such L of at least
+    two repetitions, seen GROUP_MIN_STEPS times at least, with no extra op just before
+    those repetitions (an evaluation every few Steps idles long after it too); None if there
+    is none (a varying number of micro-batches per Step has no period)."""
+    starts = u.starts
+    before = gaps[starts[: PERIOD_PROBE + 1]].astype(np.float64)[1:]
+    m = len(before)
+    for period in range(2, m // GROUP_MIN_STEPS + 1):
+        k = m // period
+        med = np.median(before[: k * period].reshape(k, period), axis=0)
+        at = int(np.argmax(med))
+        rest = np.delete(med, at)
+        if med[at] + 1.0 >= GROUP_GAP_RATIO * (float(rest.max()) + 1.0):
+            first = (at + 1) % period  # before[i] is the idle time before starts[i + 1]
+            chosen = starts[first::period] if first else starts[period::period]
+            if not len(chosen) or not u.on_cycle[chosen - 1].all():
+                return None
+            lead = starts[:1] if chosen[0] != starts[0] else starts[:0]
+            return np.concatenate([lead, chosen]).astype(np.int64)
+    return None
+
+
+def _extra_ops_between(u: LocalUnits) -> bool:
+    """Whether ops off the cycle come in some of its repetitions, not in most (an
+    evaluation or a barrier every few Steps, whose idle time would pass for a period of
+    Steps)."""
+    off = np.add.reduceat((~u.on_cycle).astype(np.int64), u.starts)
+    with_extra = float((off > 0).mean())
+    return 0.0 < with_extra <= 0.5
 
 
 def _one_shape(u: LocalUnits) -> bool:

@@ -453,7 +453,7 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
         if alone is not None:
             return alone
     if units.coverage < OPTIMIZERS_BELOW or (
-        units.coverage < ONE_COMM_BELOW and not _holds_optimizer(g, units)
+        units.coverage < ONE_COMM_BELOW and not holds_optimizer(g, units)
     ):
         ended = _units_by_optimizers(g)
         if ended is not None:
@@ -468,7 +468,7 @@ def _optimizers_in(g: GpuOps, small: np.ndarray, reduction: np.ndarray) -> int:
 
 
 def _any_optimizer(g: GpuOps, candidates: list) -> bool:
-    return any(_holds_optimizer(g, c[2]) for c in candidates)
+    return any(holds_optimizer(g, c[2]) for c in candidates)
 
 
 def _holds_scalar(g: GpuOps, u: LocalUnits) -> bool:
@@ -477,7 +477,7 @@ def _holds_scalar(g: GpuOps, u: LocalUnits) -> bool:
     return bool(((g.kind[on] != P2P) & (g.size[on] <= SCALAR_BYTES)).any())
 
 
-def _holds_optimizer(g: GpuOps, u: LocalUnits) -> bool:
+def holds_optimizer(g: GpuOps, u: LocalUnits) -> bool:
     """Whether the cycle's ops hold a gradient reduction followed by a scalar reduction
     (a per-token cycle of generation does not)."""
     return _optimizers(g, u) > 0
