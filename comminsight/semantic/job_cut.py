@@ -401,12 +401,23 @@ def _gap_spread(gaps: np.ndarray, starts: np.ndarray) -> float:
 def _after_broadcasts(g: GpuOps, starts: np.ndarray) -> np.ndarray:
     """Each Step start moved back over the broadcasts right before it: a broadcast begins
     an iteration (DDP's rebuilt bucket indices and its buffers at the forward), never ends
-    the one before."""
+    the one before; and over a pipeline's transfers between the previous Step's optimizer
+    and it (the first micro-batch's activations received)."""
     broadcast = (g.kind != P2P) & (g.func == func_code("Broadcast"))
+    leading = broadcast | (g.kind == P2P)
+    after_optimizer = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
     out = starts.copy()
     for i in range(1, len(out)):
-        while out[i] - 1 > out[i - 1] and broadcast[out[i] - 1]:
-            out[i] -= 1
+        a = int(out[i])
+        while a - 1 > out[i - 1] and leading[a - 1]:
+            a -= 1
+        if not after_optimizer[a - 1]:
+            # a pipeline's receives and sends are the Step's only where they come right
+            # after the previous Step's optimizer (its last scalars); broadcasts always are
+            a = int(out[i])
+            while a - 1 > out[i - 1] and broadcast[a - 1]:
+                a -= 1
+        out[i] = a
     if len(out) > 1:
         # the first Step's only as many as later Steps begin with, alike: the start-up's
         # broadcasts before them (the model and its buffers sent from rank 0) begin no Step
