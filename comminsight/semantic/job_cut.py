@@ -398,7 +398,7 @@ def _gap_spread(gaps: np.ndarray, starts: np.ndarray) -> float:
     return float((np.percentile(before, 95) + 1.0) / (np.median(before) + 1.0))
 
 
-def _after_broadcasts(g: GpuOps, starts: np.ndarray) -> np.ndarray:
+def _after_broadcasts(g: GpuOps, starts: np.ndarray, first: bool = True) -> np.ndarray:
     """Each Step start moved back over the broadcasts right before it: a broadcast begins
     an iteration (DDP's rebuilt bucket indices and its buffers at the forward), never ends
     the one before; and over a pipeline's transfers between the previous Step's optimizer
@@ -418,22 +418,30 @@ def _after_broadcasts(g: GpuOps, starts: np.ndarray) -> np.ndarray:
             while a - 1 > out[i - 1] and broadcast[a - 1]:
                 a -= 1
         out[i] = a
-    if len(out) > 1:
-        # the first Step's only as many as later Steps begin with, alike: the start-up's
-        # broadcasts before them (the model and its buffers sent from rank 0) begin no Step
+    if first and len(out) > 1:
+        # the first Step's only as later Steps begin, alike: the start-up's broadcasts
+        # before it (the model and its buffers sent from rank 0) begin no Step
+        def shape(j: int) -> tuple[int, int, int]:
+            return int(g.comm[j]), int(g.func[j]), int(g.size[j])
+
         runs: Counter = Counter()
         for j in out[1:].tolist():
             run = []
-            while j < len(g) and broadcast[j]:
-                run.append((int(g.comm[j]), int(g.size[j])))
+            while j < len(g) and leading[j]:
+                run.append(shape(j))
                 j += 1
             runs[tuple(run)] += 1
         run, _ = runs.most_common(1)[0]
-        r, a = len(run), int(out[0])
-        if r and a >= r and broadcast[a - 1]:
-            before = tuple((int(g.comm[j]), int(g.size[j])) for j in range(a - r, a))
-            if before == run:
-                out[0] = a - r
+        a = int(out[0])
+        # the first Step begins where the run later Steps begin with does: it may begin
+        # before the place taken (all of the run right before it, or the part of it that
+        # comes before the op there)
+        for k in range(len(run), 0, -1):
+            if a < k or not all(shape(a - k + t) == run[t] for t in range(k)):
+                continue
+            if k == len(run) or (a < len(g) and shape(a) == run[k]):
+                out[0] = a - k
+                break
     return out
 
 
@@ -735,9 +743,26 @@ def _carried_cut(g: GpuOps, carried: np.ndarray, u: LocalUnits) -> RankCut:
         label[:] = STARTUP
         return cut
     _fill_runs(cut, known, gaps, unit_start)
+    _lead_filled(g, label, known)
     if u.found:
         _check_local(cut, u)
     return cut
+
+
+def _lead_filled(g: GpuOps, label: np.ndarray, known: np.ndarray) -> None:
+    """Boundaries the fill placed, moved back as _after_broadcasts moves a pivot's: over the
+    broadcasts and the pipeline transfers that begin the Step, where no op carried from
+    other ranks says otherwise."""
+    inside = (label >= 0) & (label != TAIL)
+    begins = np.flatnonzero(inside[1:] & inside[:-1] & (label[1:] > label[:-1])) + 1
+    if not len(begins):
+        return
+    carried = np.zeros(len(g), bool)
+    carried[known] = True
+    moved = _after_broadcasts(g, np.concatenate([[0], begins]), first=False)[1:]
+    for b, a in zip(begins.tolist(), moved.tolist(), strict=True):
+        if a < b and not carried[a:b].any():
+            label[a:b] = label[b]
 
 
 def _fill_runs(cut: RankCut, known: np.ndarray, gaps: np.ndarray, unit_start: np.ndarray) -> None:
