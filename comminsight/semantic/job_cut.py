@@ -754,12 +754,14 @@ def _lead_filled(g: GpuOps, label: np.ndarray, known: np.ndarray) -> None:
     broadcasts and the pipeline transfers that begin the Step, where no op carried from
     other ranks says otherwise."""
     inside = (label >= 0) & (label != TAIL)
-    begins = np.flatnonzero(inside[1:] & inside[:-1] & (label[1:] > label[:-1])) + 1
-    if not len(begins):
+    into = inside[1:] & (label[1:] != label[:-1]) & ((label[:-1] == STARTUP) | inside[:-1])
+    begins = np.flatnonzero(into) + 1
+    if len(begins) < 2:
         return
     carried = np.zeros(len(g), bool)
     carried[known] = True
-    moved = _after_broadcasts(g, np.concatenate([[0], begins]), first=False)[1:]
+    first = label[begins[0] - 1] == STARTUP  # the first Step begins there
+    moved = _after_broadcasts(g, begins, first=bool(first))
     for b, a in zip(begins.tolist(), moved.tolist(), strict=True):
         if a < b and not carried[a:b].any():
             label[a:b] = label[b]
