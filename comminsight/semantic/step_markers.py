@@ -82,8 +82,11 @@ def _read_file(path: Path, times: dict, problems: list[str]) -> None:
             problems.append(f"{path}: not a regular file of at most {MAX_FILE_BYTES} bytes")
             return
         for number, line in enumerate(f, 1):
-            if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
-                continue  # a line too long is not Inject's; one without newline is still written
+            if len(line) > MAX_LINE_BYTES:
+                problems.append(f"{path}: line {number}: longer than {MAX_LINE_BYTES} bytes")
+                continue
+            if not line.endswith(b"\n"):
+                continue  # still being written
             if b'"step"' not in line:
                 continue
             try:
@@ -140,7 +143,11 @@ def _first_step_start(g: GpuOps, first: int, starts: np.ndarray) -> int:
     if counts.max() * 2 <= len(starts) - 1:
         return first
     at = np.flatnonzero(shape[first : starts[1]] == opening)
-    return first + int(at[0]) if len(at) else first
+    # only past a few ops of the start-up's: a first Step that opens otherwise than the
+    # later ones (DDP's first buckets, before it rebuilds them) is no start-up
+    if not len(at) or 2 * int(at[0]) >= float(np.median(np.diff(starts[1:]))):
+        return first
+    return first + int(at[0])
 
 
 def past_update(g: GpuOps, before: int, at: int, until: int) -> int:

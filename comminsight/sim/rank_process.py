@@ -99,6 +99,8 @@ class AdamW:
 
 
 _OPTIMIZER = AdamW()
+# the host compute after which torch's optimizer.step() returns, as workloads label it
+OPTIMIZER_LABELS = ("optimizer", "adam")
 
 
 def prebuild_plan(run_dir: str) -> bool:
@@ -221,7 +223,7 @@ class RankRunner:
                 raise RunAborted()
             if isinstance(action, Compute):
                 self._sleep(action.ns * self.scale / 1e9)
-                if action.label == "optimizer" and self.markers is not None:
+                if action.label in OPTIMIZER_LABELS and self.markers is not None:
                     self.markers.on_step(_OPTIMIZER, (), {})
             elif isinstance(action, Issue):
                 self._issue(action.op)
