@@ -60,7 +60,7 @@ from comminsight.semantic.local_cycle import (
 )
 from comminsight.semantic.op_batch import func_code
 from comminsight.semantic.phase_evidence import judge_phase
-from comminsight.semantic.step_markers import marker_step_starts
+from comminsight.semantic.step_markers import marker_step_starts, markers_disagree
 
 UNKNOWN = -(1 << 40)
 STARTUP = -1
@@ -74,6 +74,7 @@ FRAGMENTS_CONFIDENCE = 0.8  # warm-up Steps that the cycle does not describe
 OPTIMIZERS_CONFIDENCE = 0.6  # Steps told by their optimizers alone, no cycle
 UPDATES_CONFIDENCE = 0.85  # Steps told by several optimizers in a repetition, not by its start
 ALIKE_CONFIDENCE = 0.5  # every op one shape, evenly spaced: each taken as a Step
+MARKER_OVER_CYCLE_CONFIDENCE = 0.85  # markers that disagree with the op cycle's Steps
 
 
 @dataclass
@@ -173,6 +174,11 @@ def cut_rank(
         cut, confidence, why = _pivot_cut(g, u)
     else:
         cut, confidence, why = _carried_cut(g, carried_labels(*keys, provided, UNKNOWN), u), 1.0, []
+        if g.markers is not None and _step_count(cut.label) > 1:
+            if not markers_disagree(g, cut.label, g.markers):
+                # its own optimizer-step markers confirm what was carried to it
+                cut.reasons.clear()
+                cut.doubtful_steps.clear()
     cut.component = step.component
     outcome = RankOutcome(
         g.stream,
@@ -240,10 +246,34 @@ def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
         why = [f"{who}: no repeating op pattern: its ops are in no Step"] if n else []
         return RankCut(g, label), 0.0 if n else 1.0, why
     gaps = g.idle_gaps()
-    if g.markers is not None:
-        marked = marker_step_starts(g, g.markers, startup_prefix(g))
-        if marked is not None:
-            return _marker_cut(g, u, marked), 1.0, []
+    cut, confidence, reasons = _cycle_cut(g, u, gaps, who)
+    if g.markers is None:
+        return cut, confidence, reasons
+    marked = marker_step_starts(g, g.markers, startup_prefix(g))
+    if marked is None:
+        return cut, confidence, reasons
+    disagreeing = markers_disagree(g, cut.label, g.markers)
+    if _step_count(cut.label) < 2:
+        disagreeing = "the ops alone place no Steps"
+    if not disagreeing:
+        # the optimizer-step markers confirm the cut: each Step holds its optimizer's
+        # return (or none, where the update was skipped), after its gradient reductions
+        cut.by_markers = True
+        return cut, 1.0, []
+    return (
+        _marker_cut(g, u, marked),
+        MARKER_OVER_CYCLE_CONFIDENCE,
+        [
+            f"{who}: the optimizer-step markers disagree with the op cycle's Steps "
+            f"({disagreeing}): Steps follow the markers"
+        ],
+    )
+
+
+def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
+    """The pivot's Steps from its op cycle (the module docstring, step 2)."""
+    n = len(g)
+    label = np.full(n, STARTUP, np.int64)
     reasons: list[str] = []
     confidence = 1.0
     if u.coverage < 0.9:

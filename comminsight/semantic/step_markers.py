@@ -190,3 +190,48 @@ def _past_gathers(g: GpuOps, before: int, at: int, until: int) -> int:
     if reduced_bytes and heavy and not gathered_before and not gathered_after:
         return end
     return at
+
+
+def markers_disagree(g: GpuOps, label: np.ndarray, markers: np.ndarray) -> str | None:
+    """Why Steps labelled so (`label`: each op's Step, negative or huge outside Steps)
+    disagree with the GPU's markers, or None when they agree: every Step but the last holds
+    at most one marker (none where its update was skipped), issued after its last gradient
+    reduction, and no marker falls between Steps' ops where it would end no Step."""
+    n = len(g)
+    if n < 2 or not g.host_issue.all():
+        return None
+    steps = np.unique(label[(label >= 0) & (label < 1 << 40)])
+    if len(steps) < 2:
+        return None
+    small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
+    gradient = (g.kind != P2P) & reduces(g.func) & ~small
+    # an optimizer's first scalar right after the gradients (found-inf, a norm): a Step
+    # holding two has passed over the boundary of a Step whose update was skipped
+    optimizer = np.zeros(n, bool)
+    optimizer[1:] = gradient[:-1] & small[1:] & (g.func[1:] == func_code("AllReduce"))
+    order = np.arange(n)
+    several = early = merged = 0
+    for k in steps[:-1].tolist():
+        mine = order[label == k]
+        nxt = order[label > k]
+        nxt = nxt[nxt > mine[-1]]
+        lo = g.issue[mine[0]]
+        hi = g.issue[nxt[0]] if len(nxt) else g.issue[-1]
+        inside = markers[(markers > lo) & (markers < hi)]
+        if len(inside) > 1:
+            several += 1
+        grads = mine[gradient[mine]]
+        if len(inside) and len(grads) and inside[0] < g.issue[grads[-1]]:
+            early += 1
+        if int(optimizer[mine].sum()) > 1 and len(inside) <= 1:
+            merged += 1
+    if not several and not early and not merged:
+        return None
+    said = []
+    if several:
+        said.append(f"{several} Steps hold several optimizer steps")
+    if early:
+        said.append(f"{early} Steps end their optimizer before their last gradient reduction")
+    if merged:
+        said.append(f"{merged} Steps hold two optimizers and at most one marker")
+    return ", ".join(said)
