@@ -337,6 +337,7 @@ def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
     warmup, steady_start = warmup_end
     step_starts = step_starts.copy()
     step_starts[0] = steady_start
+    step_starts = _skipped_update_steps(g, step_starts, _last_step_end(u, n))
     all_starts = _after_broadcasts(g, np.concatenate([warmup, step_starts]).astype(np.int64))
     step_starts = all_starts[len(warmup) :]
     label[:] = np.searchsorted(all_starts, np.arange(n), side="right") - 1
@@ -412,6 +413,35 @@ def _extra_ops_between(u: LocalUnits) -> bool:
     off = np.add.reduceat((~u.on_cycle).astype(np.int64), u.starts)
     with_extra = float((off > 0).mean())
     return 0.0 < with_extra <= 0.5
+
+
+def _skipped_update_steps(g: GpuOps, starts: np.ndarray, end: int) -> np.ndarray:
+    """Step starts with a Step added after each optimizer but the last in a Step that holds
+    several and is far longer than the median Step: an fp16 Step whose update was skipped
+    (its found-inf flag right after its gradients, and nothing after) is a shorter
+    repetition than the cycle's, which the cycle took into the next one. An optimizer here
+    is a gradient reduction followed at once by a scalar all-reduce, with the scalars right
+    after it (norms)."""
+    if len(starts) < 3:
+        return starts
+    small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
+    gradient = (g.kind != P2P) & reduces(g.func) & ~small
+    scalar = small & (g.func == func_code("AllReduce"))
+    bounds = np.append(starts, max(end, int(starts[-1]) + 1))
+    sizes = np.diff(bounds)
+    typical = float(np.median(sizes))
+    extra = []
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if b - a < 1.5 * typical:
+            continue
+        ends = [i for i in range(a + 1, b) if scalar[i] and gradient[i - 1]]
+        for i in ends[:-1]:
+            while i + 1 < b and scalar[i + 1]:
+                i += 1
+            extra.append(i + 1)
+    if not extra:
+        return starts
+    return np.unique(np.concatenate([starts, np.array(extra, np.int64)]))
 
 
 def _one_shape(u: LocalUnits) -> bool:

@@ -302,16 +302,14 @@ def _units_by_optimizers(g: GpuOps) -> LocalUnits | None:
             opening.add(int(keys[i + 1]))
             e = i + 1
             # the norms of every parameter group, and scalars that come only after them
-            # (the norms after a found-inf flag) end the Step too; a gather that only ever
-            # follows them may as well begin the next Step (the weights synced to a rollout
-            # engine) as be the update's
+            # (the norms after a found-inf flag) end the Step too
             while (
                 e + 1 < len(keys)
                 and scalar_reduction[e + 1]
                 and (keys[e + 1] == keys[e] or after.get(int(keys[e + 1])) == int(keys[e]))
             ):
                 e += 1
-            ends.append(int(e))
+            ends.append(_past_update_gathers(g, at, sub, e, red))
         if len(ends) <= MIN_REPEATS or len(opening) != 1:
             continue
         if best is None or len(ends) > len(best[1]):
@@ -338,6 +336,21 @@ def _units_by_optimizers(g: GpuOps) -> LocalUnits | None:
             "gradient reduction, then a scalar reduction) on one communicator"
         ),
     )
+
+
+def _past_update_gathers(g: GpuOps, at: np.ndarray, sub: GpuOps, e: int, red: np.ndarray) -> int:
+    """Where an optimizer ends on one communicator's ops (`sub`, at positions `at` of the
+    GPU's), from its last scalar `e`: past the gathers right after it when the GPU's very
+    next op is that communicator's next gradient reduction (a sharded update's gathers,
+    ZeRO-1/2: the forward between issues no collective). Gathers followed by other work
+    (the weights synced to a rollout engine, then its generation) begin the next Step."""
+    gather = (sub.kind != P2P) & np.isin(sub.func, [func_code("AllGather"), func_code("Broadcast")])
+    end = e
+    while end + 1 < len(sub) and gather[end + 1]:
+        end += 1
+    if end == e or end + 1 >= len(sub) or not red[end + 1]:
+        return e
+    return end if at[end + 1] == at[end] + 1 else e
 
 
 def _only_after(keys: np.ndarray) -> dict[int, int]:
