@@ -276,19 +276,23 @@ def _units_on_one_comm(g: GpuOps, gaps: np.ndarray, final: bool) -> LocalUnits |
     )
 
 
-def _units_by_optimizers(g: GpuOps) -> LocalUnits | None:
+def _units_by_optimizers(g: GpuOps, across: bool = False) -> LocalUnits | None:
     """Steps where nothing repeats whole, not even on one communicator (RL training whose
     PPO updates accumulate a data-dependent number of micro-batches, as veRL's dynamic
     batch sizes make them): each ends with its optimizer, a gradient reduction followed by
     the scalar reduction of the gradient norm (one per parameter group), and the next begins
     after it. Of the GPU's communicators, the one with the most such optimizers, all alike
-    and at least MIN_REPEATS + 1 of them; the first Step begins after its start-up."""
+    and at least MIN_REPEATS + 1 of them; the first Step begins after its start-up. With
+    `across`, the GPU's ops of every communicator together are tried too (Megatron's
+    tensor-parallel ranks reduce their gradients' statistics on groups of their own)."""
     best = None
-    for comm in np.unique(g.comm).tolist():
-        at = np.flatnonzero(g.comm == comm)
+    comms: list = np.unique(g.comm).tolist() + ([None] if across else [])
+    for comm in comms:
+        mine = np.ones(len(g), bool) if comm is None else g.comm == comm
+        at = np.flatnonzero(mine)
         if len(at) < ONE_COMM_MIN_OPS:
             continue
-        sub = _subset(g, g.comm == comm)
+        sub = _subset(g, mine)
         keys = key_codes(sub)
         small = (sub.kind != P2P) & (sub.size <= SCALAR_BYTES)
         red = (sub.kind != P2P) & reduces(sub.func) & ~small
@@ -471,7 +475,19 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
         ended = _units_by_optimizers(g)
         if ended is not None:
             return ended
+    if units.found and _tensor_parallel_alone(g, units) and not holds_optimizer(g, units):
+        # micro-batches of tensor parallelism alone, whose Step ends with the optimizer's
+        # scalars on groups of their own: the optimizers tell Steps where idle time may not
+        ended = _units_by_optimizers(g, across=True)
+        if ended is not None and len(ended.starts) * 2 <= len(units.starts):
+            return ended
     return units
+
+
+def _tensor_parallel_alone(g: GpuOps, u: LocalUnits) -> bool:
+    """Whether the cycle's ops are one communicator's collectives and the GPU sends and
+    receives nothing (no pipeline)."""
+    return not (g.kind == P2P).any() and len(np.unique(g.comm[u.on_cycle])) == 1
 
 
 def _optimizers_in(g: GpuOps, small: np.ndarray, reduction: np.ndarray) -> int:
