@@ -157,7 +157,9 @@ def _continues_update(ops: _Ops, a: int, b: int, tail: np.ndarray | None) -> boo
     """Whether the Step after a..b begins with gathers on the communicator whose gradients
     the Step reduced, right after its optimizer's scalars, that gather nowhere else in it."""
     g = ops.g
-    if tail is None or b >= len(g) or not ops.gather[b] or ops.gather[tail].any():
+    if tail is None or b >= len(g) or not ops.gather[b] or ops.broadcast[b]:
+        return False  # (a broadcast begins an iteration)
+    if ops.gather[tail].any():
         return False
     comm = g.comm[b]
     if not (ops.gradient[a:b] & (g.comm[a:b] == comm)).any():
