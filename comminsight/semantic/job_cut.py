@@ -52,6 +52,7 @@ from comminsight.semantic.cut_order import (
 from comminsight.semantic.job_ops import P2P, GpuOps, JobOps, instance_keys
 from comminsight.semantic.local_cycle import (
     SCALAR_BYTES,
+    STARTUP_SMALL_BYTES,
     LocalUnits,
     holds_optimizer,
     local_units,
@@ -480,14 +481,19 @@ def _after_broadcasts(g: GpuOps, starts: np.ndarray, first: bool = True) -> np.n
         out[i] = a
     if first and len(out) > 1:
         # the first Step's only as later Steps begin, alike: the start-up's broadcasts
-        # before it (the model and its buffers sent from rank 0) begin no Step
+        # before it (the model and its buffers sent from rank 0) begin no Step. Its run
+        # counts the few bytes gathered as an iteration begins too (a rollout's rewards and
+        # completions), by kind: objects pickled vary in size
+        opening = leading | ((g.kind != P2P) & (g.size <= STARTUP_SMALL_BYTES))
+
         def shape(j: int) -> tuple[int, int, int]:
-            return int(g.comm[j]), int(g.func[j]), int(g.size[j])
+            small = g.kind[j] != P2P and g.size[j] <= STARTUP_SMALL_BYTES
+            return int(g.comm[j]), int(g.func[j]), -1 if small else int(g.size[j])
 
         runs: Counter = Counter()
         for j in out[1:].tolist():
             run = []
-            while j < len(g) and leading[j]:
+            while j < len(g) and opening[j]:
                 run.append(shape(j))
                 j += 1
             runs[tuple(run)] += 1

@@ -539,7 +539,10 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
     gather = (g.kind != P2P) & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
     reduction = (g.kind != P2P) & reduces(g.func) & ~small
     broadcast = (g.kind != P2P) & (g.func == func_code("Broadcast"))
-    el = Elements(op_keys, g.group, small, (g.comm << 8) | g.func, gather, reduction, broadcast)
+    # an optimizer's scalars are reductions (a norm, a found-inf flag); a few bytes gathered
+    # are objects and metrics (all_gather_object's sizes, a rollout's rewards)
+    scalar = small & reduces(g.func)
+    el = Elements(op_keys, g.group, scalar, (g.comm << 8) | g.func, gather, reduction, broadcast)
     timed = bool(g.host_issue.any())  # else idle gaps are not measured (NVIDIA logs)
     skip = int(np.searchsorted(el.first, startup_prefix(g)))  # elements of the start-up
     keys, el_gaps, m = el.keys[skip:], gaps[el.first[skip:]], len(el.keys) - skip
