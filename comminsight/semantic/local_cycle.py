@@ -485,9 +485,18 @@ def local_units(g: GpuOps, gaps: np.ndarray | None = None, final: bool = True) -
 
 
 def _tensor_parallel_alone(g: GpuOps, u: LocalUnits) -> bool:
-    """Whether the cycle's ops are one communicator's collectives and the GPU sends and
-    receives nothing (no pipeline)."""
-    return not (g.kind == P2P).any() and len(np.unique(g.comm[u.on_cycle])) == 1
+    """Whether the cycle's ops are one communicator's all-reduces (and broadcasts of the
+    batch), the GPU sends and receives nothing (no pipeline), and its scalar reductions
+    come on other communicators (the optimizer's grad-stats groups: a barrier on the
+    cycle's communicator every few Steps is no optimizer)."""
+    on = u.on_cycle
+    comms = np.unique(g.comm[on])
+    if (g.kind == P2P).any() or len(comms) != 1:
+        return False
+    if not np.isin(g.func[on], [func_code("AllReduce"), func_code("Broadcast")]).all():
+        return False
+    scalar = (g.size <= SCALAR_BYTES) & reduces(g.func)
+    return bool(scalar.any()) and not (scalar & (g.comm == comms[0])).any()
 
 
 def _optimizers_in(g: GpuOps, small: np.ndarray, reduction: np.ndarray) -> int:
