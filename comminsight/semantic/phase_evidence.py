@@ -113,7 +113,9 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
             f"the GPU idles far longer before {ops.name(elsewhere)}, {elsewhere - int(starts[1])} "
             "ops into each Step, than before its first op: the Step may instead begin there"
         )
-    first, last_op = int(starts[1]), int(starts[1]) - 1
+    first = int(starts[1])
+    named = _last_training_op(ops, int(starts[0]), first)
+    last_op = first - 1 if named is None else named  # the op the doubts below name
     if starts_update >= SHARE * k:
         verdict.doubts.append(
             f"each Step begins with the all-gathers of the update before it ({ops.name(first)}): "
