@@ -764,9 +764,14 @@ def _last_step_end(u: LocalUnits, n: int) -> int:
     if not len(on) or not _complete(u):
         return n
     end = last + int(on[-1]) + 1
-    # ops of a kind earlier Steps held besides their cycle (an evaluation barrier at the end
-    # of every few Steps) still belong to the last one
-    inside = np.unique(u.keys[int(u.starts[0]) : last][~u.on_cycle[int(u.starts[0]) : last]])
+    # ops of a kind earlier Steps held besides their cycle after it (an evaluation barrier
+    # at the end of every few Steps) still belong to the last one
+    trailing = []
+    for a, b in zip(u.starts[:-1].tolist(), u.starts[1:].tolist(), strict=True):
+        on_here = np.flatnonzero(u.on_cycle[a:b])
+        if len(on_here):
+            trailing.append(u.keys[a + int(on_here[-1]) + 1 : b])
+    inside = np.unique(np.concatenate(trailing)) if trailing else np.zeros(0, np.int64)
     more = np.isin(u.keys[end:], inside)
     return end + (int(np.argmin(more)) if not more.all() else len(more))
 
@@ -811,8 +816,19 @@ def _carried_cut(g: GpuOps, carried: np.ndarray, u: LocalUnits) -> RankCut:
     _fill_runs(cut, known, gaps, unit_start)
     _lead_filled(g, label, known)
     if u.found:
+        _tail_filled(label, known, _last_step_end(u, n))
+    if u.found:
         _check_local(cut, u)
     return cut
+
+
+def _tail_filled(label: np.ndarray, known: np.ndarray, end: int) -> None:
+    """Ops after the last one carried from other ranks that the fill gave the last Step,
+    past where the GPU's own last whole repetition ends: the tail (Megatron gathers every
+    bucket once more after its loop), as a pivot's are."""
+    after = max(end, int(known[-1]) + 1)
+    if after < len(label):
+        label[after:] = np.where(label[after:] >= 0, TAIL, label[after:])
 
 
 def _lead_filled(g: GpuOps, label: np.ndarray, known: np.ndarray) -> None:
