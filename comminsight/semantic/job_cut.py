@@ -75,6 +75,7 @@ FRAGMENTS_CONFIDENCE = 0.8  # warm-up Steps that the cycle does not describe
 OPTIMIZERS_CONFIDENCE = 0.6  # Steps told by their optimizers alone, no cycle
 UPDATES_CONFIDENCE = 0.85  # Steps told by several optimizers in a repetition, not by its start
 ALIKE_CONFIDENCE = 0.5  # every op one shape, evenly spaced: each taken as a Step
+FEW_STARTUP_OPS = 8  # start-up ops the first Step's start may be moved past
 MARKER_OVER_CYCLE_CONFIDENCE = 0.85  # markers that disagree with the op cycle's Steps
 
 
@@ -498,7 +499,7 @@ def _after_broadcasts(g: GpuOps, starts: np.ndarray, first: bool = True) -> np.n
                 j += 1
             runs[tuple(run)] += 1
         run, _ = runs.most_common(1)[0]
-        a = int(out[0])
+        a = out[0] = _to_opening(g, out, shape)
         # the first Step begins where the run later Steps begin with does: it may begin
         # before the place taken (all of the run right before it, or the part of it that
         # comes before the op there)
@@ -820,6 +821,23 @@ def _carried_cut(g: GpuOps, carried: np.ndarray, u: LocalUnits) -> RankCut:
     if u.found:
         _check_local(cut, u)
     return cut
+
+
+def _to_opening(g: GpuOps, out: np.ndarray, shape) -> int:
+    """The first Step's start moved on to the first op like the one later Steps open with,
+    when it comes within a few ops of other groups (Megatron's start-up ends with an
+    embedding all-reduce and a world barrier before the first batch is broadcast)."""
+    a = int(out[0])
+    opening = Counter(shape(int(j)) for j in out[1:].tolist()).most_common(1)[0][0]
+    if shape(a) == opening:
+        return a
+    near = min(FEW_STARTUP_OPS, int(np.median(np.diff(out))) // 4)
+    for j in range(a + 1, min(a + near + 1, int(out[1]))):
+        if shape(j) == opening:
+            # only past ops of other groups than the one Steps open on (a world barrier,
+            # the embedding's): on that one they are the first Step's (ZeRO-3's trace check)
+            return j if not (g.comm[a:j] == opening[0]).any() else a
+    return a
 
 
 def _tail_filled(label: np.ndarray, known: np.ndarray, end: int) -> None:
