@@ -172,7 +172,8 @@ def score(truths: list[RankTruth], result: OfflineResult) -> Score:
         for k, want in expected.items():
             if got.get(k) != want:
                 right_everywhere[k] = False
-        s.step_counts[truth.rank] = len(got)
+        if expected:  # (a rollout engine's ranks take no Step: they count only if wrong)
+            s.step_counts[truth.rank] = len(got)
     s.true_steps = len(right_everywhere)
     s.exact_steps = sum(right_everywhere.values())
     return s
