@@ -87,7 +87,7 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
         return verdict
     ops = _Ops(g)
     steps = list(zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True))
-    ends_opt = starts_update = ends_start = ends_fetch = untold = 0
+    ends_opt = starts_update = ends_start = ends_fetch = untold = lone = 0
     gaps = g.idle_gaps().astype(np.float64) if timed else None
     for a, b in steps:
         if _gathers_untold(ops, a, b, gaps):
@@ -95,6 +95,7 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
         tail = _optimizer_tail(ops, a, b)
         if tail is not None and not _continues_update(ops, a, b, tail):
             ends_opt += 1
+            lone += int(int(ops.scalar_reduction[tail].sum()) == 1 and not ops.gather[tail].any())
         if _continues_update(ops, a, b, tail):
             starts_update += 1
         last = _last_training_op(ops, a, b)
@@ -107,6 +108,13 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
         verdict.supports.append("optimizer_end: each Step ends with its optimizer")
     if timed and _idle_before(g, steps) >= SHARE * k:
         verdict.supports.append("idle: the longest idle time comes before each Step")
+    idle = any(s.startswith("idle") for s in verdict.supports)
+    if lone >= SHARE * k and not idle:
+        verdict.doubts.append(
+            "a lone scalar reduction ends each Step: an optimizer's (a gradient norm) or the "
+            "next iteration's first (a count agreed on before its forward, as veRL's dynamic "
+            "batches do), and idle time does not tell: the Step may instead begin with it"
+        )
     elsewhere = _idle_elsewhere(g, steps) if timed else None
     if elsewhere is not None:
         verdict.doubts.append(
