@@ -145,7 +145,7 @@ def _first_step_start(g: GpuOps, first: int, starts: np.ndarray) -> int:
     at = np.flatnonzero(shape[first : starts[1]] == opening)
     # only past a few ops of the start-up's: a first Step that opens otherwise than the
     # later ones (DDP's first buckets, before it rebuilds them) is no start-up
-    if not len(at) or 2 * int(at[0]) >= float(np.median(np.diff(starts[1:]))):
+    if not len(at) or 2 * int(at[0]) > float(np.median(np.diff(starts[1:]))):
         return first
     return first + int(at[0])
 

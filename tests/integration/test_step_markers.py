@@ -22,25 +22,18 @@ from comminsight.sim.step_accuracy import SUITE, score, simulate_case
 from comminsight.sim.truth import RankTruth
 
 BY_NAME = {c.name: c for c in SUITE}
-# the simulator marks where a workload's host compute labelled "optimizer" ends; its ZeRO and
-# RL workloads label theirs "adam" (DeepSpeed's and the PPO trainer's own step), so they run
-# without markers until the simulator marks those too
-NO_MARKERS_WRITTEN = "the simulator writes no markers for this workload (its optimizer is 'adam')"
-# DDP's first iteration reduces its initial buckets (a 25 MiB first bucket), later ones the
-# rebuilt buckets (1 MiB first); with the first two updates skipped (fp16 overflow) the first
-# marker follows Step 1, and the first Step is taken to begin at Step 1's opening op
-FIRST_STEP_LOST = "the first Step is lost and every index shifted when its update was skipped"
+# families whose Steps the markers confirm: DDP (and its skipped fp16 updates, which have no
+# marker), FSDP2, ZeRO-1 and ZeRO-3, Megatron 3D, a 1F1B pipeline, RL's several optimizer
+# steps per rollout
 CASES = [
     "ddp",
-    pytest.param(
-        "ddp_dynamic_accum_skipped", marks=pytest.mark.xfail(strict=True, reason=FIRST_STEP_LOST)
-    ),
+    "ddp_dynamic_accum_skipped",
     "fsdp2",
-    pytest.param("zero1", marks=pytest.mark.xfail(strict=True, reason=NO_MARKERS_WRITTEN)),
-    pytest.param("zero3", marks=pytest.mark.xfail(strict=True, reason=NO_MARKERS_WRITTEN)),
+    "zero1",
+    "zero3",
     "megatron_3d",
     "pp_1f1b_m4",
-    pytest.param("rl", marks=pytest.mark.xfail(strict=True, reason=NO_MARKERS_WRITTEN)),
+    "rl",
 ]
 
 
@@ -165,10 +158,6 @@ def test_a_line_too_long_does_not_count_and_the_other_markers_do(ddp_copy):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="read_markers skips a line longer than MAX_LINE_BYTES without naming it in problems",
-)
 def test_a_line_too_long_is_named(ddp_copy):
     home, _ = ddp_copy
     damaged = marker_files(home)[0]

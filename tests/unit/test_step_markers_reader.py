@@ -121,10 +121,6 @@ def test_a_line_too_long_does_not_count_and_the_others_do(tmp_path):
     assert markers[("h", 7)].tolist() == [1, 3]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="read_markers skips a line longer than MAX_LINE_BYTES without naming it in problems",
-)
 def test_a_line_too_long_is_named(tmp_path):
     huge = line(mono_ns=2, optimizer="A" * MAX_LINE_BYTES)
     write(tmp_path / "h.7.jsonl", line(mono_ns=1), huge, line(mono_ns=3))
