@@ -729,9 +729,13 @@ def _warmup_starts(
     material = np.flatnonzero(np.isin(cf[:first], cycle_pairs) & ~small)
     # a warm-up Step begins with the pair steady Steps begin with: ops of other cycle pairs
     # before the first such op are the start-up's (Megatron's embedding all-reduce)
-    opening = material[u.keys[material] == u.keys[first]]  # same size too, where it recurs
+    # (a repetition that opens with a few scalars gathered, as HF Trainer's token counts do:
+    # its first op that moves more stands for it)
+    big = np.flatnonzero(~((g.kind[first:n] != P2P) & (g.size[first:n] <= SCALAR_BYTES)))
+    ref = first + int(big[0]) if len(big) else first
+    opening = material[u.keys[material] == u.keys[ref]]  # same size too, where it recurs
     if not len(opening):
-        opening = material[cf[material] == cf[first]]
+        opening = material[cf[material] == cf[ref]]
     if not len(opening):
         return none, first
     material = material[material >= opening[0]]
@@ -746,7 +750,7 @@ def _warmup_starts(
     # the first warm-up Step begins at its first op; the others after the longest gaps
     # before an op of the pair steady Steps begin with (else any of its ops)
     rest = material[1:]
-    begins = rest[cf[rest] == cf[first]]
+    begins = rest[cf[rest] == cf[ref]]
     pool = begins if len(begins) >= count - 1 else rest
     chosen = pool[np.argsort(-gaps[pool], kind="stable")[: count - 1]] if count > 1 else pool[:0]
     starts = np.sort(np.concatenate([[w0], chosen])).astype(np.int64)
