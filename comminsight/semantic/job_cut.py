@@ -75,6 +75,7 @@ FRAGMENTS_CONFIDENCE = 0.8  # warm-up Steps that the cycle does not describe
 OPTIMIZERS_CONFIDENCE = 0.6  # Steps told by their optimizers alone, no cycle
 UPDATES_CONFIDENCE = 0.85  # Steps told by several optimizers in a repetition, not by its start
 ALIKE_CONFIDENCE = 0.5  # every op one shape, evenly spaced: each taken as a Step
+LOST_FIRST_CONFIDENCE = 0.6  # gradients reduced before the first Step
 FEW_STARTUP_OPS = 8  # start-up ops the first Step's start may be moved past
 MARKER_OVER_CYCLE_CONFIDENCE = 0.85  # markers that disagree with the op cycle's Steps
 
@@ -345,6 +346,10 @@ def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
     label[:] = np.searchsorted(all_starts, np.arange(n), side="right") - 1
     end = _last_step_end(u, n)
     label[end:] = TAIL
+    lost = _step_before_first(g, label)
+    if lost:
+        confidence = min(confidence, LOST_FIRST_CONFIDENCE)
+        reasons.append(f"{who}: {lost}")
     steady = step_starts[step_starts < end]
     verdict = judge_phase(g, np.append(steady, end), bool(g.host_issue.any()))
     confidence = min(confidence, verdict.confidence())
@@ -825,6 +830,28 @@ def _carried_cut(g: GpuOps, carried: np.ndarray, u: LocalUnits) -> RankCut:
     if u.found:
         _check_local(cut, u)
     return cut
+
+
+def _step_before_first(g: GpuOps, label: np.ndarray) -> str | None:
+    """Why the ops before the first Step may hold one (every index after it then one too
+    low), or None: past the start-up's broadcasts and small collectives, they reduce at
+    least half the gradient bytes a Step does."""
+    steps = label[(label >= 0) & (label != TAIL)]
+    if not len(steps):
+        return None
+    small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
+    gradient = (g.kind != P2P) & reduces(g.func) & ~small
+    first = int(np.argmax((label >= 0) & (label != TAIL)))
+    lo = startup_prefix(g)
+    before = int(g.size[lo:first][gradient[lo:first]].sum())
+    inside = (label >= 0) & (label != TAIL) & gradient
+    per_step = float(g.size[inside].sum()) / (int(steps.max()) + 1)
+    if not per_step or before < 0.5 * per_step:
+        return None
+    return (
+        f"the ops before its first Step reduce {before / per_step:.1f} Steps' worth of "
+        "gradients: a first Step may be missing, and every index after it one too low"
+    )
 
 
 def _to_opening(g: GpuOps, out: np.ndarray, shape) -> int:
