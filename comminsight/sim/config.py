@@ -23,6 +23,8 @@ WORKLOAD_MODULES = {
     "rl": "rl",
     "pp": "pp",
     "megatron": "megatron",
+    "training-loops": "training_loops",
+    "fsdp1": "fsdp1",
 }
 WORKLOADS = tuple(WORKLOAD_MODULES)
 ABI_VERSIONS = (4, 5, 6)

@@ -5,8 +5,18 @@ each can grow on its own."""
 from __future__ import annotations
 
 from comminsight.sim.accuracy_case import Case
-from comminsight.sim.accuracy_variants import data_parallel, rl, sharded_optimizer, tensor_parallel
+from comminsight.sim.accuracy_variants import (
+    data_parallel,
+    rl,
+    sharded_optimizer,
+    tensor_parallel,
+    training_loops,
+)
 
 VARIANT_CASES: list[Case] = (
-    sharded_optimizer.CASES + data_parallel.CASES + rl.CASES + tensor_parallel.CASES
+    sharded_optimizer.CASES
+    + data_parallel.CASES
+    + rl.CASES
+    + tensor_parallel.CASES
+    + training_loops.CASES
 )

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from comminsight.sim.config import SimConfig
 from comminsight.sim.plan import PlanBuilder, WorkloadPlan
-from comminsight.sim.workloads import ddp, fsdp, megatron, moe, pp, rl, tp_dp, tp_pp_dp, zero
+from comminsight.sim.workloads import (
+    ddp,
+    fsdp,
+    fsdp1,
+    megatron,
+    moe,
+    pp,
+    rl,
+    tp_dp,
+    tp_pp_dp,
+    training_loops,
+    zero,
+)
 from comminsight.sim.workloads.model import ModelShape
 
 BUILDERS = {
@@ -17,6 +29,8 @@ BUILDERS = {
     "tp-dp": tp_dp.build,
     "zero": zero.build,
     "rl": rl.build,
+    "training-loops": training_loops.build,
+    "fsdp1": fsdp1.build,
 }
 
 

@@ -10,7 +10,7 @@
   `model.clip_grad_norm_` (FSDP1's: all-reduce of the local norm^2, fp32 1 element) and the
   optimizer on the local shard. The Step's first op is its forward's all-gather, which comes
   right after the previous Step's optimizer scalar.
-- verl_max_micro: veRL's dynamic batch size (see adv_loops): an int64 MAX all-reduce of the
+- verl_max_micro: veRL's dynamic batch size (see training_loops): an int64 MAX all-reduce of the
   micro-batch count, read back, before the Step's first forward.
 - no_clip: no clip_grad_norm_.
 - mbs8: micro-batch 8.
@@ -55,7 +55,7 @@ def build(b: PlanBuilder, model: ModelShape) -> None:
             if "verl_max_micro" in v:
                 coll(rank, "AllReduce", 1, "ncclInt64", "max_micro_batches", step)
                 b.programs[rank].append(HostSync("num_micro_batches .item()"))
-            for i, unit in enumerate(units):
+            for unit in units:
                 coll(rank, "AllGather", unit // n, BF16, "forward_unshard", step)
                 b.compute(rank, mbs * model.forward_ns(unit, warmup), "forward")
             for i, unit in reversed(list(enumerate(units))):

@@ -1,5 +1,6 @@
-"""Adversarial training loops (attack on the Semantic Engine's Step cut): DDP-style data
-parallelism wrapped by the loops real trainers run, each behaviour a variant.
+"""Training loops as real trainers run them around DDP-style data parallelism (HF Trainer,
+Lightning, older Megatron-LM, veRL's actor), each behaviour a variant: the extra
+collectives they issue at a Step's edges are what tell, or hide, where Steps begin.
 
 - hf_num_items: transformers Trainer (>= 4.46) `get_batch_samples`: at the start of every
   accumulation cycle, before the first forward, `self.accelerator.gather(num_items_in_batch)`
@@ -12,7 +13,7 @@ parallelism wrapped by the loops real trainers run, each behaviour a variant.
   .mean().item()` (fp32 all-gather of 1, host waits); belongs to the Step it follows.
 - hf_eval_every_3: evaluation_loop: per eval batch a DDP forward under no_grad and
   `gather_function(losses.repeat(bs))` (fp32 all-gather of bs); belongs to the Step before.
-- lightning_ckpt_every_4: Lightning ModelCheckpoint(every_n_train_steps): 
+- lightning_ckpt_every_4: Lightning ModelCheckpoint(every_n_train_steps):
   `strategy.reduce_boolean_decision` (int64 all-reduce of 1, .item()) then
   `Trainer.save_checkpoint` -> `strategy.barrier("Trainer.save_checkpoint")`.
 - mlm_loss_per_micro: Megatron-LM (<= core 0.5) pretrain_gpt loss_func
@@ -108,7 +109,8 @@ def build(b: PlanBuilder, model: ModelShape) -> None:
                 killed_here = "killed" in v and last and grad_sync
                 for size in buckets[: len(buckets) // 2] if killed_here else buckets:
                     share = size / grad_bytes
-                    b.compute(rank, mbs * model.backward_ns(model.params, warmup) * share, "backward")
+                    backward = mbs * model.backward_ns(model.params, warmup) * share
+                    b.compute(rank, backward, "backward")
                     if grad_sync:
                         coll(rank, "AllReduce", size // 4, FP32, "backward", step, micro)
             if "killed" in v and last:

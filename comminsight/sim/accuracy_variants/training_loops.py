@@ -1,0 +1,46 @@
+"""Training loops around data parallelism, as trainers run them (workloads/training_loops.py,
+workloads/fsdp1.py): HF Trainer's token counts gathered as a Step begins and its loss and
+evaluation gathers after it, Lightning's checkpoint decisions, older Megatron-LM's loss
+all-reduced per micro-batch, veRL's micro-batch count agreed on before each optimizer step,
+a data loader that stalls, slow first Steps, short and killed runs, and FSDP1 with one flat
+parameter or one unit per layer."""
+
+from __future__ import annotations
+
+from comminsight.sim.accuracy_case import Case
+
+
+def _loops(name: str, variants: tuple[str, ...], timing: str = "modeled", **more) -> Case:
+    config = dict(workload="training-loops", ranks=4, steps=6, variants=variants, timing=timing)
+    return Case(name, {**config, **more})
+
+
+def _fsdp1(name: str, variants: tuple[str, ...], timing: str = "modeled", **more) -> Case:
+    config = dict(workload="fsdp1", ranks=4, steps=6, layers=4, variants=variants, timing=timing)
+    return Case(name, {**config, **more})
+
+
+CASES: list[Case] = [
+    _loops("hf_num_items", ("hf_num_items",)),
+    _loops("hf_num_items_accum_noisy", ("hf_num_items",), "noisy", grad_accum=4),
+    _loops(
+        "hf_full_accum",
+        ("hf_num_items", "hf_log_every_2", "hf_eval_every_3", "lightning_ckpt_every_4"),
+        grad_accum=2,
+        steps=9,
+    ),
+    _loops("hf_tokens_seen_accum_flat", ("hf_tokens_seen", "hf_log_every_2"), "flat", grad_accum=3),
+    _loops("hf_log_eval_noisy", ("hf_log_every_2", "hf_eval_every_3"), "noisy", steps=9),
+    _loops("mlm_loss_per_micro", ("mlm_loss_per_micro",), grad_accum=4),
+    _loops("mlm_loss_per_micro_flat", ("mlm_loss_per_micro",), "flat", grad_accum=4),
+    _loops("lightning_ckpt", ("lightning_ckpt_every_4",), steps=8),
+    _loops("stall_every_3", ("stall_every_3", "hf_log_every_2"), steps=9),
+    _loops("slow_first_3", ("hf_num_items",), warmup_steps=3, steps=3),
+    _loops("three_steps", (), warmup_steps=0, steps=3),
+    _loops("killed_mid_step", ("killed", "hf_num_items"), steps=4),
+    _loops("verl_max_micro", ("verl_max_micro",)),
+    _loops("verl_max_micro_flat", ("verl_max_micro",), "flat", grad_accum=2),
+    _fsdp1("fsdp1_single", ("fsdp1_single",)),
+    _fsdp1("fsdp1_single_flat", ("fsdp1_single",), "flat"),
+    _fsdp1("fsdp1_per_layer", ("per_layer",)),
+]
