@@ -385,6 +385,7 @@ def _past_extra_work(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> np.ndarray
 
 
 PERIOD_PROBE = 4096  # repetitions the idle time's period is looked for in
+PERIODS_SEEN = 2 * GROUP_MIN_STEPS  # periods a period of idle time must be seen over
 
 
 def _steps_by_idle_period(u: LocalUnits, gaps: np.ndarray) -> np.ndarray | None:
@@ -392,13 +393,14 @@ def _steps_by_idle_period(u: LocalUnits, gaps: np.ndarray) -> np.ndarray | None:
     own: every L-th repetition, from the o-th, idles GROUP_GAP_RATIO times longer than any
     other place of the period does (medians over the periods: a stall now and then on a
     loaded machine, or a Step that waited, does not count). The smallest such L of at least
-    two repetitions, seen GROUP_MIN_STEPS times at least, with no extra op just before
+    two repetitions, seen PERIODS_SEEN times at least (fewer leave a loaded machine's stalls
+    a chance to look periodic), with no extra op just before
     those repetitions (an evaluation every few Steps idles long after it too); None if there
     is none (a varying number of micro-batches per Step has no period)."""
     starts = u.starts
     before = gaps[starts[: PERIOD_PROBE + 1]].astype(np.float64)[1:]
     m = len(before)
-    for period in range(2, m // GROUP_MIN_STEPS + 1):
+    for period in range(2, m // PERIODS_SEEN + 1):
         k = m // period
         med = np.median(before[: k * period].reshape(k, period), axis=0)
         at = int(np.argmax(med))
