@@ -7,6 +7,12 @@ from __future__ import annotations
 
 from comminsight.sim.accuracy_case import Case
 
+SYNC_AFTER_UPDATE = (
+    "weights synced right after the last update of an iteration (OpenRLHF, veRL's checkpoint "
+    "engine) are taken into that Step rather than the next iteration's (never at confidence "
+    "0.9 or more)"
+)
+
 CASES: list[Case] = [
     # OpenRLHF: actor (FSDP2) on ranks 0-1, one vLLM engine (TP 2) on ranks 2-3; the
     # weights leave actor rank 0 right after training, the actor then idles while the
@@ -14,6 +20,7 @@ CASES: list[Case] = [
     Case(
         "rl_openrlhf",
         dict(workload="rl", ranks=4, rollout_tp=2, steps=4, variants=("openrlhf",)),
+        known_gap=SYNC_AFTER_UPDATE,
     ),
     # two engines (TP 2), four actor ranks, accumulation 2, noisy host
     Case(
@@ -27,11 +34,13 @@ CASES: list[Case] = [
             timing="noisy",
             variants=("openrlhf",),
         ),
+        known_gap=SYNC_AFTER_UPDATE,
     ),
     # veRL's checkpoint engine: the sync right after the update, then the driver's gap
     Case(
         "rl_verl_sync_after_update",
         dict(workload="rl", ranks=4, steps=5, variants=("verl_sync_after_update",)),
+        known_gap=SYNC_AFTER_UPDATE,
     ),
     # veRL ppo_epochs 2 x 2 mini-batches (clip on), dynamic micro-batches, flat host time
     Case(

@@ -20,17 +20,19 @@ def _tp(steps: int = 5, accum: int = 2, **more) -> dict:
 
 CASES: list[Case] = [
     # the outside finding: 2 ranks, DTensor TP, accumulation 2, no clipping
-    Case("tp_only_no_clip_accum2", _tp(variants=("no_clip",)), time_scale=0.3),
+    Case("tp_only_no_clip_accum2", _tp(variants=("no_clip",)), time_scale=0.3, timing_told=True),
     Case(
         "tp_only_no_clip_accum4_noisy",
         _tp(accum=4, timing="noisy", variants=("no_clip",)),
         time_scale=0.3,
+        timing_told=True,
     ),
     # the PyTorch TP tutorial: no loss_parallel (the head all-gathers the logits), no clip
     Case(
         "tp_only_tutorial_no_clip",
         _tp(loss_parallel=False, variants=("no_clip",)),
         time_scale=0.3,
+        timing_told=True,
     ),
     Case(
         "tp_only_no_clip_flat",
@@ -42,11 +44,12 @@ CASES: list[Case] = [
     Case("tp_only_clip_accum4_noisy", _tp(accum=4, timing="noisy"), time_scale=0.3),
     Case("tp_only_clip_accum2_flat", _tp(timing="flat"), time_scale=0.3),
     # torchtitan's plan: SequenceParallel (all-gathers and reduce-scatters), clip on / off
-    Case("tp_only_sp_accum2", _tp(sequence_parallel=True), time_scale=0.3),
+    Case("tp_only_sp_accum2", _tp(sequence_parallel=True), time_scale=0.3, timing_told=True),
     Case(
         "tp_only_sp_no_clip_accum4",
         _tp(accum=4, sequence_parallel=True, variants=("no_clip",)),
         time_scale=0.3,
+        timing_told=True,
     ),
     # Megatron-LM, TP 2 alone (pp 1, dp 1): get_batch broadcasts, fused QKV/FC1, vocab-
     # parallel cross-entropy, clip_grads' norm over the model-parallel group
