@@ -349,6 +349,8 @@ def _past_update_gathers(g: GpuOps, at: np.ndarray, sub: GpuOps, e: int, red: np
     ZeRO-1/2: the forward between issues no collective). Gathers followed by other work
     (the weights synced to a rollout engine, then its generation) begin the next Step."""
     gather = (sub.kind != P2P) & np.isin(sub.func, [func_code("AllGather"), func_code("Broadcast")])
+    if (red[:-1] & gather[1:]).any():
+        return e  # it gathers right after reducing too: parameters fetched all through (FSDP)
     end = e
     while end + 1 < len(sub) and gather[end + 1]:
         end += 1
