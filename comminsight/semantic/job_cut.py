@@ -75,6 +75,9 @@ FRAGMENTS_CONFIDENCE = 0.8  # warm-up Steps that the cycle does not describe
 OPTIMIZERS_CONFIDENCE = 0.6  # Steps told by their optimizers alone, no cycle
 UPDATES_CONFIDENCE = 0.85  # Steps told by several optimizers in a repetition, not by its start
 ALIKE_CONFIDENCE = 0.5  # every op one shape, evenly spaced: each taken as a Step
+# share of a GPU's ops its one shape must hold for them to be all alike (DDP's first and last
+# buckets differ from the others: a few Steps of DDP hold a tenth of other shapes)
+ALIKE_SHARE = 0.95
 LOST_FIRST_CONFIDENCE = 0.6  # gradients reduced before the first Step
 FEW_STARTUP_OPS = 8  # start-up ops the first Step's start may be moved past
 MARKER_OVER_CYCLE_CONFIDENCE = 0.85  # markers that disagree with the op cycle's Steps
@@ -307,7 +310,7 @@ def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
             units_at = np.searchsorted(starts, by_gaps)
             micro = np.append(np.diff(units_at), max(1, len(starts) - int(units_at[-1])))
             step_starts, hinted = by_gaps, False
-    if micro is None and u.step_starts is None and _one_shape(u):
+    if micro is None and u.step_starts is None and _one_shape(u) and u.coverage >= ALIKE_SHARE:
         spread = _gap_spread(gaps, starts)
         if hinted or spread >= GROUP_HINT_RATIO:
             why = (

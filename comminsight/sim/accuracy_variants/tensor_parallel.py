@@ -57,6 +57,7 @@ CASES: list[Case] = [
         "tp_only_megatron_accum2",
         dict(workload="megatron", ranks=2, tp=2, pp=1, steps=5, grad_accum=2, precision="bf16"),
         time_scale=0.3,
+        timing_told=True,
     ),
     Case(
         "tp_only_megatron_accum4_flat",
