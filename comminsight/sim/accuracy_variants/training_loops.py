@@ -29,7 +29,8 @@ AGREED_COUNT = (
 )
 
 
-def _loops(
+def _case(
+    workload: str,
     name: str,
     variants: tuple[str, ...],
     timing: str = "modeled",
@@ -37,20 +38,16 @@ def _loops(
     timing_told: bool = False,
     **more,
 ) -> Case:
-    config = dict(workload="training-loops", ranks=4, steps=6, variants=variants, timing=timing)
+    config = dict(workload=workload, ranks=4, steps=6, variants=variants, timing=timing)
     return Case(name, {**config, **more}, known_gap=known_gap, timing_told=timing_told)
 
 
-def _fsdp1(
-    name: str,
-    variants: tuple[str, ...],
-    timing: str = "modeled",
-    known_gap: str | None = None,
-    timing_told: bool = False,
-    **more,
-) -> Case:
-    config = dict(workload="fsdp1", ranks=4, steps=6, layers=4, variants=variants, timing=timing)
-    return Case(name, {**config, **more}, known_gap=known_gap, timing_told=timing_told)
+def _loops(name: str, variants: tuple[str, ...], *args, **more) -> Case:
+    return _case("training-loops", name, variants, *args, **more)
+
+
+def _fsdp1(name: str, variants: tuple[str, ...], *args, **more) -> Case:
+    return _case("fsdp1", name, variants, *args, layers=4, **more)
 
 
 CASES: list[Case] = [
