@@ -89,15 +89,17 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
     steps = list(zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True))
     ends_opt = starts_update = ends_start = ends_fetch = untold = lone = 0
     gaps = g.idle_gaps().astype(np.float64) if timed else None
-    for a, b in steps:
+    # each Step with where the next one ends (the search for an update's gathers stops there)
+    ends = starts[2:].tolist() + [len(g)]
+    for (a, b), c in zip(steps, ends, strict=True):
         if _gathers_untold(ops, a, b, gaps):
             untold += 1
         tail = _optimizer_tail(ops, a, b)
-        if tail is not None and not _continues_update(ops, a, b, tail):
+        continues = _continues_update(ops, a, b, tail, c)
+        if tail is not None and not continues:
             ends_opt += 1
             lone += int(int(ops.scalar_reduction[tail].sum()) == 1 and not ops.gather[tail].any())
-        if _continues_update(ops, a, b, tail):
-            starts_update += 1
+        starts_update += int(continues)
         last = _last_training_op(ops, a, b)
         if last is not None and ops.broadcast[last]:
             ends_start += 1
@@ -106,7 +108,7 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
     k = len(steps)
     if ends_opt >= SHARE * k:
         verdict.supports.append("optimizer_end: each Step ends with its optimizer")
-    if timed and _idle_before(g, steps) >= SHARE * k:
+    if gaps is not None and _idle_before(gaps, steps) >= SHARE * k:
         verdict.supports.append("idle: the longest idle time comes before each Step")
     idle = any(s.startswith("idle") for s in verdict.supports)
     if lone >= SHARE * k and not idle:
@@ -115,7 +117,7 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
             "next iteration's first (a count agreed on before its forward, as veRL's dynamic "
             "batches do), and idle time does not tell: the Step may instead begin with it"
         )
-    elsewhere = _idle_elsewhere(g, steps) if timed else None
+    elsewhere = _idle_elsewhere(gaps, steps) if gaps is not None else None
     if elsewhere is not None:
         verdict.doubts.append(
             f"the GPU idles far longer before {ops.name(elsewhere)}, {elsewhere - int(starts[1])} "
@@ -163,9 +165,10 @@ def _optimizer_tail(ops: _Ops, a: int, b: int) -> np.ndarray | None:
     return tail
 
 
-def _continues_update(ops: _Ops, a: int, b: int, tail: np.ndarray | None) -> bool:
-    """Whether the Step after a..b begins with gathers on the communicator whose gradients
-    the Step reduced, right after its optimizer's scalars, that gather nowhere else in it."""
+def _continues_update(ops: _Ops, a: int, b: int, tail: np.ndarray | None, c: int) -> bool:
+    """Whether the Step after a..b (b..c) begins with gathers on the communicator whose
+    gradients the Step reduced, right after its optimizer's scalars, that gather nowhere else
+    in it."""
     g = ops.g
     if tail is None or b >= len(g) or not ops.gather[b] or ops.broadcast[b]:
         return False  # (a broadcast begins an iteration)
@@ -177,8 +180,9 @@ def _continues_update(ops: _Ops, a: int, b: int, tail: np.ndarray | None) -> boo
     run = b
     while run < len(g) and ops.gather[run] and g.comm[run] == comm:
         run += 1
-    nxt = np.flatnonzero(ops.gradient[run:] & (g.comm[run:] == comm))
-    until = run + int(nxt[0]) if len(nxt) else len(g)
+    c = max(c, run)
+    nxt = np.flatnonzero(ops.gradient[run:c] & (g.comm[run:c] == comm))
+    until = run + int(nxt[0]) if len(nxt) else c
     return not (ops.gather[run:until] & (g.comm[run:until] == comm)).any()
 
 
@@ -199,9 +203,9 @@ def _gathers_all_through(ops: _Ops, comm: int, a: int, b: int) -> bool:
     return bool((ops.gather[before] & (g.comm[before] == comm)).any())
 
 
-def _idle_before(g: GpuOps, steps: list[tuple[int, int]]) -> int:
-    """How many Steps idle before their first op IDLE_RATIO times longer than anywhere inside."""
-    gaps = g.idle_gaps().astype(np.float64)
+def _idle_before(gaps: np.ndarray, steps: list[tuple[int, int]]) -> int:
+    """How many Steps idle before their first op IDLE_RATIO times longer than anywhere inside
+    (`gaps`: the idle time before each op)."""
     count = 0
     for a, b in steps:
         inside = gaps[a + 1 : b]  # a Step of one op says nothing of where Steps begin
@@ -210,10 +214,9 @@ def _idle_before(g: GpuOps, steps: list[tuple[int, int]]) -> int:
     return count
 
 
-def _idle_elsewhere(g: GpuOps, steps: list[tuple[int, int]]) -> int | None:
+def _idle_elsewhere(gaps: np.ndarray, steps: list[tuple[int, int]]) -> int | None:
     """The op (of the second Step) before which the GPU idles IDLE_RATIO times longer than
     before the Step's first op, at the same place in nearly every Step; None if none."""
-    gaps = g.idle_gaps().astype(np.float64)
     places = []
     for a, b in steps:
         inside = gaps[a + 1 : b]

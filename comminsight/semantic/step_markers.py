@@ -209,22 +209,33 @@ def markers_disagree(g: GpuOps, label: np.ndarray, markers: np.ndarray) -> str |
     # holding two has passed over the boundary of a Step whose update was skipped
     optimizer = np.zeros(n, bool)
     optimizer[1:] = gradient[:-1] & small[1:] & (g.func[1:] == func_code("AllReduce"))
-    order = np.arange(n)
-    several = early = merged = 0
-    for k in steps[:-1].tolist():
-        mine = order[label == k]
-        nxt = order[label > k]
-        nxt = nxt[nxt > mine[-1]]
-        lo = g.issue[mine[0]]
-        hi = g.issue[nxt[0]] if len(nxt) else g.issue[-1]
-        inside = markers[(markers > lo) & (markers < hi)]
-        if len(inside) > 1:
-            several += 1
-        grads = mine[gradient[mine]]
-        if len(inside) and len(grads) and inside[0] < g.issue[grads[-1]]:
-            early += 1
-        if int(optimizer[mine].sum()) > 1 and len(inside) <= 1:
-            merged += 1
+    # per Step (in one pass over the ops: a long run has many): its first and last op, its
+    # last gradient reduction, how many optimizers it holds
+    at = np.flatnonzero((label >= 0) & (label < 1 << 40))
+    which = np.searchsorted(steps, label[at])
+    k = len(steps)
+    first = np.full(k, n, np.int64)
+    last = np.full(k, -1, np.int64)
+    last_grad = np.full(k, -1, np.int64)
+    optimizers = np.zeros(k, np.int64)
+    np.minimum.at(first, which, at)
+    np.maximum.at(last, which, at)
+    np.maximum.at(last_grad, which[gradient[at]], at[gradient[at]])
+    np.add.at(optimizers, which, optimizer[at].astype(np.int64))
+    # where the next Step's ops begin after this one's last (the earliest first op of any
+    # later Step, where that comes after it)
+    later_first = np.minimum.accumulate(first[::-1])[::-1]
+    nxt = np.append(later_first[1:], n)
+    nxt = np.where(nxt > last, nxt, last + 1)
+    lo = g.issue[first[:-1]]
+    hi = g.issue[np.minimum(nxt[:-1], n - 1)]
+    left = np.searchsorted(markers, lo, side="right")
+    count = np.searchsorted(markers, hi, side="left") - left
+    first_marker = markers[np.minimum(left, len(markers) - 1)] if len(markers) else lo
+    grads = last_grad[:-1]
+    several = int((count > 1).sum())
+    early = int(((count > 0) & (grads >= 0) & (first_marker < g.issue[np.maximum(grads, 0)])).sum())
+    merged = int(((optimizers[:-1] > 1) & (count <= 1)).sum())
     if not several and not early and not merged:
         return None
     said = []

@@ -5,39 +5,9 @@ place when there is evidence against."""
 from __future__ import annotations
 
 import numpy as np
+from hand_built_ops import MIB, gpu_ops
 
-from comminsight.semantic.job_ops import GpuOps
-from comminsight.semantic.op_batch import KINDS, func_code
 from comminsight.semantic.phase_evidence import DOUBT_CONFIDENCE, judge_phase
-
-MIB = 1 << 20
-COLL = KINDS.index("coll") if "coll" in KINDS else 0
-
-
-def gpu_ops(ops: list[tuple[str, int, int]], gaps: list[int] | None = None) -> GpuOps:
-    """One GPU's ops from (function, communicator, bytes); `gaps`: the host's time before
-    each op in microseconds (10 µs each by default), GPU time 1 µs each."""
-    n = len(ops)
-    gaps = gaps if gaps is not None else [10] * n
-    issue = np.cumsum(np.array(gaps, np.int64) * 1000) + 1000
-    return GpuOps(
-        stream="ci-h-7-1",
-        rank=0,
-        kind=np.full(n, COLL, np.int64),
-        func=np.array([func_code(f) for f, _, _ in ops], np.int64),
-        comm=np.array([c for _, c, _ in ops], np.int64),
-        comm_rank=np.zeros(n, np.int64),
-        peer=np.full(n, -1, np.int64),
-        seq=np.arange(n, dtype=np.int64),
-        size=np.array([s for _, _, s in ops], np.int64),
-        start=issue + 100,
-        end=issue + 1100,
-        issue=issue,
-        lost_before=np.zeros(n, np.int64),
-        group=np.zeros(n, np.int64),
-        host_issue=np.ones(n, bool),
-        arrival=np.arange(n, dtype=np.int64),
-    )
 
 
 def starts_of(step_len: int, count: int) -> np.ndarray:

@@ -9,21 +9,20 @@ import os
 
 import numpy as np
 import pytest
+from hand_built_ops import MIB, gpu_ops
 
 from comminsight.semantic.job_ops import P2P, GpuOps
 from comminsight.semantic.local_cycle import SCALAR_BYTES
-from comminsight.semantic.op_batch import KINDS, func_code
 from comminsight.semantic.step_markers import (
+    MAX_FILE_BYTES,
     MAX_LINE_BYTES,
     marker_step_starts,
     markers_dir,
+    markers_disagree,
     past_update,
     process_of_stream,
     read_markers,
 )
-
-COLL = KINDS.index("coll")
-MIB = 1 << 20
 
 
 def line(kind: str = "step", pid: int = 7, mono_ns: int = 0, host: str = "h", **fields) -> str:
@@ -174,34 +173,6 @@ def test_process_of_stream(stream, expected):
 # ---------------------------------------------------------------------------- where Steps begin
 
 
-def gpu_ops(ops: list[tuple[str, int, int]], host_issue: bool = True) -> GpuOps:
-    """One GPU's ops from (function, communicator, bytes), issued 1,000 ns apart."""
-    n = len(ops)
-    func = np.array([func_code(f) for f, _, _ in ops], np.int64)
-    issue = np.arange(n, dtype=np.int64) * 1000 + 1000
-    seq = np.zeros(n, np.int64)
-    for i, (f, c, _) in enumerate(ops):
-        seq[i] = sum(1 for g, d, _ in ops[:i] if (g, d) == (f, c))
-    return GpuOps(
-        stream="ci-h-7-1",
-        rank=0,
-        kind=np.full(n, COLL, np.int64),
-        func=func,
-        comm=np.array([c for _, c, _ in ops], np.int64),
-        comm_rank=np.zeros(n, np.int64),
-        peer=np.full(n, -1, np.int64),
-        seq=seq,
-        size=np.array([s for _, _, s in ops], np.int64),
-        start=issue + 100,
-        end=issue + 600,
-        issue=issue,
-        lost_before=np.zeros(n, np.int64),
-        group=np.zeros(n, np.int64),
-        host_issue=np.full(n, host_issue),
-        arrival=np.arange(n, dtype=np.int64),
-    )
-
-
 def after(g: GpuOps, op: int) -> int:
     """A marker between op `op` and the next one."""
     return int(g.issue[op]) + 500
@@ -313,3 +284,42 @@ def test_p2p_ops_are_no_gathers_nor_scalars():
     g.kind[1::3] = P2P
     g.kind[2::3] = P2P
     assert past_update(g, 0, 1, 3) == 1
+
+
+def test_markers_agree_with_steps_that_hold_one_each_after_their_gradients():
+    step = [("AllReduce", 0, 64 * MIB), ("AllReduce", 0, 64 * MIB), ("AllReduce", 0, 4)]
+    g = gpu_ops(steps(step, 5))
+    label = np.repeat(np.arange(5), 3)
+    markers = np.array([after(g, 3 * k + 2) for k in range(5)])
+    assert markers_disagree(g, label, markers) is None
+    # a Step whose update was skipped has no marker: still agreeing
+    assert markers_disagree(g, label, np.delete(markers, 1)) is None
+
+
+def test_markers_disagree_with_steps_that_hold_two_or_end_too_soon():
+    step = [("AllReduce", 0, 64 * MIB), ("AllReduce", 0, 64 * MIB), ("AllReduce", 0, 4)]
+    g = gpu_ops(steps(step, 6))
+    markers = np.array([after(g, 3 * k + 2) for k in range(6)])
+    pairs = np.repeat(np.arange(3), 6)  # two iterations taken as one Step
+    assert "2 Steps hold several optimizer steps" in markers_disagree(g, pairs, markers)
+    early = np.repeat(np.arange(6), 3)
+    shifted = np.array([after(g, 3 * k) for k in range(6)])  # before the last reduction
+    assert "end their optimizer before" in markers_disagree(g, early, shifted)
+
+
+def test_a_step_of_two_optimizers_and_one_marker_passed_over_a_skipped_update():
+    step = [("AllReduce", 0, 64 * MIB), ("AllReduce", 0, 4)]
+    g = gpu_ops(steps(step, 6))
+    label = np.repeat(np.arange(3), 4)
+    markers = np.array([after(g, 4 * k + 3) for k in range(3)])  # the first of each pair skipped
+    assert "hold two optimizers and at most one marker" in markers_disagree(g, label, markers)
+
+
+def test_a_file_too_large_to_be_injects_is_named_and_not_read(tmp_path):
+    huge = tmp_path / "h.8.jsonl"
+    with open(huge, "wb") as f:  # sparse: no disk is spent
+        f.truncate(MAX_FILE_BYTES + 1)
+    write(tmp_path / "h.7.jsonl", line(mono_ns=1))
+    markers, problems = read_markers(tmp_path)
+    assert markers[("h", 7)].tolist() == [1]
+    assert any("h.8.jsonl" in p for p in problems)
