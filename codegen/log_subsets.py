@@ -97,6 +97,7 @@ SUBSETS: dict[str, dict] = {
                 "gpu_start_globaltimer_ns": OPT,
                 "gpu_stop_globaltimer_ns": OPT,
                 "group_id": OPT,
+                "datatype": OPT,
                 "lost_count": OPT,
                 "record_count": OPT,
                 "byte_count": OPT,
@@ -121,6 +122,7 @@ SUBSETS: dict[str, dict] = {
                 "g0": OPT,
                 "gd": OPT,
                 "gr": OPT,
+                "d": OPT,
             },
             "Metadata": {"dump_timestamp_us": default(0), "hostname": OPT, "pid": OPT},
             "Line": {

@@ -20,11 +20,15 @@ class Stream:
     the Step the truth puts it in (STARTUP for the start-up)."""
 
     def __init__(self) -> None:
-        self.ops: list[tuple[str, str, int, float, int]] = []
+        self.ops: list[tuple[str, str, int, float, int, int]] = []
         self.step = STARTUP
+        self.timed = False  # host issue times as well (the idle time before each op)
 
-    def op(self, func: str, size: int, gap_ms: float = 0.05, comm: str = WORLD) -> None:
-        self.ops.append((comm, func, size, gap_ms, self.step))
+    def op(
+        self, func: str, size: int, gap_ms: float = 0.05, comm: str = WORLD, datatype: int = 0
+    ) -> None:
+        """`datatype`: the shm protocol's code of the op's element type (0: unknown)."""
+        self.ops.append((comm, func, size, gap_ms, self.step, datatype))
 
     def truth(self) -> np.ndarray:
         return np.array([o[4] for o in self.ops], np.int64)
@@ -34,7 +38,7 @@ class Stream:
         seq: dict[tuple, int] = defaultdict(int)
         cols = defaultdict(list)
         t = 0
-        for comm, func, size, gap_ms, _ in self.ops:
+        for comm, func, size, gap_ms, _, datatype in self.ops:
             code = comms.code(comm, nranks[comm], None)
             cols["comm"].append(code)
             cols["func"].append(func_code(func))
@@ -45,6 +49,7 @@ class Stream:
             cols["start"].append(t)
             t += 20_000
             cols["end"].append(t)
+            cols["datatype"].append(datatype)
         zeros = np.zeros(n, np.int64)
         arr = {k: np.array(v, np.int64) for k, v in cols.items()}
         g = GpuOps(
@@ -62,8 +67,9 @@ class Stream:
             issue=arr["start"].copy(),
             lost_before=zeros.copy(),
             group=zeros.copy(),
-            host_issue=np.zeros(n, bool),
+            host_issue=np.full(n, self.timed),
             arrival=np.arange(n, dtype=np.int64),
+            datatype=arr["datatype"],
         )
         g.key = op_keys(g.kind, g.comm, g.func, g.seq)
         return g

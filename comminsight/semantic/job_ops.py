@@ -105,6 +105,12 @@ class GpuOps:
     # the host times its process's optimizer steps returned (Inject's step markers), sorted;
     # None without markers
     markers: np.ndarray | None = None
+    # each op's element type, the shm protocol's code (0: unknown, as NVIDIA's logs leave it)
+    datatype: np.ndarray = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.datatype is None:
+            self.datatype = np.zeros(len(self.kind), np.int64)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -129,7 +135,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
     cols: dict[str, list[np.ndarray]] = {
         k: [] for k in ("kind", "func", "comm", "comm_rank", "peer", "seq", "size")
     }
-    for k in ("start", "end", "issue", "arrival", "lost_before", "group", "host_issue"):
+    for k in ("start", "end", "issue", "arrival", "lost_before", "group", "host_issue", "datatype"):
         cols[k] = []
     arrival = 0
     for batch in batches:
@@ -144,6 +150,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
             cols[k].append(np.asarray(c[k], np.int64))
         cols["arrival"].append(np.arange(arrival, arrival + len(batch), dtype=np.int64))
         cols["group"].append(np.asarray(c["group_id"], np.int64))
+        cols["datatype"].append(np.asarray(c["datatype"], np.int64))
         cols["host_issue"].append(np.asarray(c["end_mono"]) != NONE)
         arrival += len(batch)
     joined = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
@@ -170,6 +177,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
         take["group"],
         take["host_issue"].astype(bool),
         take["arrival"],
+        datatype=take["datatype"],
     )
     ops.key = op_keys(ops.kind, ops.comm, ops.func, ops.seq)
     return ops

@@ -29,6 +29,7 @@ from comminsight.semantic import native
 from comminsight.semantic.cycle import MIN_REPEATS, Cycle, learn_cycles_codes, rare_key_floors
 from comminsight.semantic.job_ops import P2P, GpuOps
 from comminsight.semantic.op_batch import func_code
+from comminsight.semantic.ops import counts_of
 
 OFF = 1 << 30  # the key code of an op that is on no position of the cycle
 MAX_FLOORS = 8
@@ -39,6 +40,7 @@ SUPER_CYCLE_EXTRAS = 0.25  # extra ops of a cycle of several Steps, at most, per
 SUPER_CYCLE_IDLE = 0.5  # idle before each Step, at least, against before each super-cycle
 FIRST_PROBE = 1024  # elements the first cycle probe holds (x4 while none covers well)
 SCALAR_BYTES = 64  # a few scalars: a gradient norm, a found-inf flag, a loss
+COUNT_GATHER_BYTES = 8  # one 64-bit integer a rank
 STARTUP_SMALL_BYTES = 4096  # barriers, object gathers (sizes, then small pickles)
 LOCAL_SPAN = 0.3  # sizes whose recurrences span less of the run than this vary (module docstring)
 MIN_OPS_VARYING = 8
@@ -54,6 +56,17 @@ GRADIENT_FUNCS = ("AllReduce", "ReduceScatter", "Reduce")
 def reduces(func: np.ndarray) -> np.ndarray:
     """Per op (function codes): a collective of a kind that reduces gradients."""
     return np.isin(func, [func_code(f) for f in GRADIENT_FUNCS])
+
+
+def counts(g: GpuOps) -> np.ndarray:
+    """Per op, whether it is a count an iteration agrees on before its forward: a scalar
+    reduction of integers (veRL's micro-batch count, torchtitan's tokens), or an all-gather
+    of one 64-bit integer per rank (HF Trainer's num_items_in_batch and tokens seen; the
+    loss it gathers to log is one float)."""
+    coll = g.kind != P2P
+    small_reduction = coll & (g.size <= SCALAR_BYTES) & reduces(g.func)
+    gathered = coll & (g.func == func_code("AllGather")) & (g.size == COUNT_GATHER_BYTES)
+    return (small_reduction & counts_of(g.datatype)) | gathered
 
 
 @dataclass
@@ -84,11 +97,13 @@ def key_codes(g: GpuOps) -> np.ndarray:
     if not n:
         return np.zeros(0, np.int64)
     peer = np.where(g.kind == P2P, g.peer & 0xFFFFF, 0)
-    first, shape = native.shapes(g.comm, (g.func << 1) | g.kind, peer, g.size)
-    # per shape: its (kind, communicator, function, peer) and size
+    # a count (see `counts`) keeps a key of its own where the other sizes of its function
+    # vary: the count HF Trainer gathers is not the loss it gathers to log
+    func = (g.func << 2) | (counts(g).astype(np.int64) << 1) | g.kind
+    first, shape = native.shapes(g.comm, func, peer, g.size)
+    # per shape: its (kind, communicator, function, count or not, peer) and size
     _, kcf = np.unique(
-        (g.comm[first] << 28) | (peer[first] << 8) | (g.func[first] << 1) | g.kind[first],
-        return_inverse=True,
+        (g.comm[first] << 40) | (peer[first] << 16) | func[first], return_inverse=True
     )
     kcf = kcf.reshape(-1)
     varying = _sizes_vary(kcf, shape, first, n)
@@ -192,10 +207,13 @@ class Elements:
         gather: np.ndarray,
         reduction: np.ndarray,
         broadcast: np.ndarray | None = None,
+        count: np.ndarray | None = None,
+        few_bytes: np.ndarray | None = None,
     ) -> None:
-        """Per op: `small`, a collective of a few scalars; `cf`, its (communicator,
-        function) code; `gather`, an all-gather or broadcast. Per element key: `small` and
-        `gathers` (every member so), `comm_func` (its first member's)."""
+        """Per op: `small`, a scalar reduction; `cf`, its (communicator, function) code;
+        `gather`, an all-gather or broadcast; `count`, a count (see `counts`); `few_bytes`, a
+        collective of a few scalars, of any function. Per element key: `small`, `gathers`,
+        `counts`, `few_bytes` (every member so), `comm_func` (its first member's)."""
         self._init(keys, group)
         n_keys = int(self.keys.max()) + 1 if len(self.keys) else 0
         self.key_of_op = self.keys[self.of_op]  # each op's element key
@@ -207,6 +225,8 @@ class Elements:
         self.gathers = every_member(gather)
         self.reductions = every_member(reduction)
         self.broadcasts = every_member(broadcast if broadcast is not None else np.zeros_like(small))
+        self.counts = every_member(count if count is not None else np.zeros_like(small))
+        self.few_bytes = every_member(few_bytes if few_bytes is not None else small)
         self.comm_func = np.zeros(n_keys, np.int64)
         self.comm_func[self.keys] = cf[self.first]
 
@@ -296,7 +316,8 @@ def _units_by_optimizers(g: GpuOps, across: bool = False) -> LocalUnits | None:
         keys = key_codes(sub)
         small = (sub.kind != P2P) & (sub.size <= SCALAR_BYTES)
         red = (sub.kind != P2P) & reduces(sub.func) & ~small
-        scalar_reduction = small & (sub.func == func_code("AllReduce"))
+        # a count agreed on before the forward (integers) is no gradient norm
+        scalar_reduction = small & (sub.func == func_code("AllReduce")) & ~counts_of(sub.datatype)
         first = startup_prefix(sub)
         after = _only_after(keys[first:])  # a barrier of the start-up is no gradient norm
         ends, opening = [], set()
@@ -502,8 +523,9 @@ def _tensor_parallel_alone(g: GpuOps, u: LocalUnits) -> bool:
 
 
 def _optimizers_in(g: GpuOps, small: np.ndarray, reduction: np.ndarray) -> int:
-    """How many times a gradient reduction is followed at once by a scalar all-reduce."""
-    scalar = small & (g.func == func_code("AllReduce"))
+    """How many times a gradient reduction is followed at once by a scalar all-reduce (of
+    no count)."""
+    scalar = small & (g.func == func_code("AllReduce")) & ~counts_of(g.datatype)
     return int((reduction[:-1] & scalar[1:]).sum()) if len(g) > 1 else 0
 
 
@@ -525,13 +547,19 @@ def holds_optimizer(g: GpuOps, u: LocalUnits) -> bool:
 
 def _optimizers(g: GpuOps, u: LocalUnits) -> int:
     """How many times, over the ops on the cycle, a gradient reduction is followed by a
-    scalar reduction."""
+    scalar reduction (of no count)."""
     on = np.flatnonzero(u.on_cycle)
     if len(on) < 2:
         return 0
     small = (g.kind[on] != P2P) & (g.size[on] <= SCALAR_BYTES)
     red = (g.kind[on] != P2P) & reduces(g.func[on]) & ~small
+    small &= ~counts_of(g.datatype[on])
     return int((small[1:] & red[:-1]).sum())
+
+
+def _one_count_each(g: GpuOps, u: LocalUnits) -> bool:
+    """Whether the cycle holds one count (see `counts`) a repetition."""
+    return len(u.starts) > 0 and int(counts(g)[u.on_cycle].sum()) == len(u.starts)
 
 
 def _one_optimizer_each(g: GpuOps, u: LocalUnits) -> bool:
@@ -547,13 +575,18 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
     if n < 2:
         return none
     small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
+    # (an update's or a forward's parameters: never a few bytes)
     gather = (g.kind != P2P) & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
+    gather &= ~small
     reduction = (g.kind != P2P) & reduces(g.func) & ~small
     broadcast = (g.kind != P2P) & (g.func == func_code("Broadcast"))
     # an optimizer's scalars are reductions (a norm, a found-inf flag); a few bytes gathered
     # are objects and metrics (all_gather_object's sizes, a rollout's rewards)
     scalar = small & reduces(g.func)
-    el = Elements(op_keys, g.group, scalar, (g.comm << 8) | g.func, gather, reduction, broadcast)
+    count = counts(g)
+    el = Elements(
+        op_keys, g.group, scalar, (g.comm << 8) | g.func, gather, reduction, broadcast, count, small
+    )
     timed = bool(g.host_issue.any())  # else idle gaps are not measured (NVIDIA logs)
     skip = int(np.searchsorted(el.first, startup_prefix(g)))  # elements of the start-up
     keys, el_gaps, m = el.keys[skip:], gaps[el.first[skip:]], len(el.keys) - skip
@@ -577,7 +610,7 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
                 learned.add(cycle.keys)
                 cyc = np.array(cycle.keys, np.int64)
                 if not timed:
-                    cyc = after_reductions(cyc, el.reductions, keys)
+                    cyc = after_reductions(cyc, el.reductions | el.few_bytes, keys)
                 updates: list[int] = []
                 if one_comm:
                     cyc, updates = after_last_update(cyc, el.small, el.reductions)
@@ -592,7 +625,9 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
                         keys,
                         el.reductions,
                         el_gaps if timed else None,
+                        el.counts,
                     )
+                    cyc = counts_first(cyc, el)
                     cyc = broadcasts_first(cyc, el.broadcasts)
                 found = _follow_cost(keys, cyc, op_cost)
                 if found is not None:
@@ -665,18 +700,23 @@ def _shortest_covering(
     if not eligible:
         return min(candidates, key=lambda c: (c[0], c[2].period))[2]
     shortest = min(eligible, key=lambda c: (c[2].period, c[0]))
-    if g is not None and not _holds_scalar(g, shortest[2]):
-        # a Step ends with its optimizer: a cycle with no scalar reduction at all, where a
-        # cycle that holds one optimizer a repetition (gradient reductions, then a scalar
-        # reduction) covers the ops better still, is a part of the Step (the layers'
-        # tensor-parallel all-reduces alone cover nearly every op of a TP-only job)
-        better = [
-            c
-            for c in eligible
-            if c[2].coverage > shortest[2].coverage and _one_optimizer_each(g, c[2])
-        ]
-        if better:
-            return min(better, key=lambda c: (c[2].period, c[0]))[2]
+    if g is None:
+        return shortest[2]
+    # a Step ends with its optimizer: a cycle with no scalar reduction at all, where a
+    # cycle that holds one optimizer a repetition (gradient reductions, then a scalar
+    # reduction) covers the ops better still, is a part of the Step (the layers'
+    # tensor-parallel all-reduces alone cover nearly every op of a TP-only job); so is one
+    # without the count an iteration agrees on before its forward
+    holds_scalar = _holds_scalar(g, shortest[2])
+    if holds_scalar and _one_count_each(g, shortest[2]):
+        return shortest[2]
+
+    def whole_step(u: LocalUnits) -> bool:
+        return _one_count_each(g, u) or (not holds_scalar and _one_optimizer_each(g, u))
+
+    better = [c for c in eligible if c[2].coverage > shortest[2].coverage and whole_step(c[2])]
+    if better:
+        return min(better, key=lambda c: (c[2].period, c[0]))[2]
     return shortest[2]
 
 
@@ -744,6 +784,7 @@ def after_optimizer(
     stream: np.ndarray | None = None,
     reductions: np.ndarray | None = None,
     gaps: np.ndarray | None = None,
+    counts: np.ndarray | None = None,
 ) -> np.ndarray:
     """The cycle rotated to begin where a Step begins, when its ops show it: a Step ends
     with its optimizer, whose scalar reductions (gradient norm, found-inf, a success flag,
@@ -767,7 +808,11 @@ def after_optimizer(
     (data loading, compute); parameters FSDP keeps through the backward are gathered as the
     next forward begins, after that idle time. With `gaps` (the idle time before each
     element of `stream`), gathers that come IDLE_RATIO times later after the optimizer than
-    the op after them does after them are the next Step's."""
+    the op after them does after them are the next Step's.
+
+    Counts reduced last (`counts`, per element key) are what the next iteration agrees on
+    before its forward (veRL's dynamic micro-batch count, the tokens torchtitan averages a
+    loss over): they begin the next Step."""
     p = len(cyc)
     is_small = small[cyc]
     if p >= 2 and not is_small.any() and reductions is not None:
@@ -779,6 +824,8 @@ def after_optimizer(
     last = _last_scalar(is_small, once)
     if last is None:
         return cyc
+    if counts is not None:
+        last = _before_counts(last, is_small, counts[cyc])
     cf = comm_func[cyc]
     cf_uses = Counter(cf.tolist())
     k = (last + 1) % p
@@ -845,6 +892,36 @@ def _after_sharded_update(
     return np.roll(cyc, -blocks[0])
 
 
+def counts_first(cyc: np.ndarray, el: Elements) -> np.ndarray:
+    """The cycle rotated to begin with the counts an iteration agrees on before its forward
+    (HF Trainer's num_items_in_batch, veRL's micro-batch count: `el.counts`), where it has
+    them in one place, right after the previous Step's end (its gradient reductions or
+    optimizer scalars, and at most one op of a few bytes: the loss it logged) and followed by
+    the forward's work, not by a scalar reduction. (all_gather_object gathers sizes as such
+    counts, among the objects it gathers.)"""
+    p = len(cyc)
+    is_count, is_small = el.counts[cyc], el.small[cyc]
+    red, few = el.reductions[cyc], el.few_bytes[cyc]
+    if p < 2 or not is_count.any() or is_count.all():
+        return cyc
+    firsts = np.flatnonzero(is_count & ~np.roll(is_count, 1))
+    if len(firsts) != 1:
+        return cyc
+    first = int(firsts[0])
+    b = first
+    while is_count[b % p]:
+        b += 1
+    if is_small[b % p]:
+        return cyc
+
+    def ends_step(k: int) -> bool:
+        return bool(red[k % p] or is_small[k % p])
+
+    if not (ends_step(first - 1) or (few[(first - 1) % p] and ends_step(first - 2))):
+        return cyc
+    return np.roll(cyc, -first)
+
+
 def broadcasts_first(cyc: np.ndarray, broadcasts: np.ndarray) -> np.ndarray:
     """The cycle rotated so that the broadcasts it ends with begin it instead: a broadcast
     begins an iteration, not ends one (a batch sent from the first tensor-parallel rank,
@@ -870,11 +947,11 @@ def _follows_anything(key: int, stream: np.ndarray | None) -> bool:
 
 def after_reductions(cyc: np.ndarray, reductions: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Without measured idle time, the cycle rotated to begin the longest stretch free of
-    gradient reductions (all-reduces and reduce-scatters of more than a few scalars): a
-    Step's forward pass (parameter gathers, expert all-to-alls), after the previous Step's
-    backward reduced its gradients. A cycle of reductions only (DDP's buckets) begins after
-    the op the run ended with, when that op has one place in the cycle: a run ends with a
-    whole Step."""
+    gradient reductions (all-reduces and reduce-scatters of more than a few scalars) and
+    scalars (`reductions` marks both): a Step's forward pass (parameter gathers, expert
+    all-to-alls), after the previous Step's backward reduced its gradients and its loop
+    logged or counted. A cycle of those only (DDP's buckets) begins after the op the run
+    ended with, when that op has one place in the cycle: a run ends with a whole Step."""
     red = reductions[cyc]
     if red.all():
         on = keys[np.isin(keys, cyc)]
@@ -892,6 +969,18 @@ def after_reductions(cyc: np.ndarray, reductions: np.ndarray, keys: np.ndarray) 
         if best_len < run <= p:
             best_len, best = run, (k - run + 1) % p
     return np.roll(cyc, -best)
+
+
+def _before_counts(last: int, is_small: np.ndarray, is_count: np.ndarray) -> int:
+    """Where the optimizer's scalars end when the run of scalars ending at `last` ends with
+    counts: before them (at the norm or flag they follow, or at the op before the run)."""
+    p = len(is_small)
+    j = last
+    while is_count[j] and (j - 1) % p != last:
+        j = (j - 1) % p
+        if not is_small[j]:
+            break
+    return j
 
 
 def _last_scalar(is_small: np.ndarray, once: np.ndarray) -> int | None:

@@ -67,7 +67,7 @@ from comminsight.semantic.op_batch import (
     plain_func_name,
 )
 from comminsight.semantic.op_times import op_times
-from comminsight.semantic.ops import EngineOp
+from comminsight.semantic.ops import EngineOp, datatype_code
 from comminsight.semantic.positions import LogPosition
 from comminsight.semantic.process_gpus import (
     GpuOfProcess,
@@ -706,6 +706,7 @@ def _op(
         ring_seq=ci.ring_seq,
         position=position,
         group_id=max(ci.group_id or 0, 0),  # as the C scanner reads it
+        datatype=datatype_code(ci.datatype),
         **_times(
             issue,
             ci.host_complete_mono_ns or issue,
@@ -755,6 +756,7 @@ def _compact_op(
         ring_seq=ci.q,
         position=position,
         group_id=max(ci.gr or 0, 0),
+        datatype=datatype_code(ci.d),
         **_times(
             issue, complete, (gpu_start, gpu_stop, ci.ts == V.KERNEL_GPU), 0.0, anchor, offset
         ),

@@ -102,7 +102,7 @@ class SegmentTable:
 INT_COLUMNS = (
     "kind", "func", "comm", "peer", "seq", "size", "issue", "start", "end", "start_real",
     "end_real", "end_mono", "duration", "ring_seq", "lost_before", "pos_seg", "pos_offset",
-    "pos_record", "pos_end", "order", "arrival", "group_id",
+    "pos_record", "pos_end", "order", "arrival", "group_id", "datatype",
 )  # fmt: skip
 COLUMNS = INT_COLUMNS + ("busbw",)
 
@@ -153,7 +153,8 @@ class OpBatch:
     """n ops of one GPU in columns (all int64 but busbw). end_mono is NONE for ops without a
     monotonic clock (NVIDIA logs; start_mono is then None too), peer and ring_seq NONE when
     absent. order is the input order of the op's position (checkpoints), arrival the
-    engine's arrival counter, group_id the op's NCCL group (0: unknown)."""
+    engine's arrival counter, group_id the op's NCCL group (0: unknown), datatype the shm
+    protocol's code of its element type (0: unknown)."""
 
     __slots__ = ("cols", "comms", "segments", "n", "_shapes")
 
@@ -275,6 +276,7 @@ class OpBatch:
             position=self.position(i),
             arrival=int(c["arrival"][i]),
             group_id=int(c["group_id"][i]),
+            datatype=int(c["datatype"][i]),
         )
 
     def shape(self, i: int) -> OpShape:
@@ -357,6 +359,7 @@ def from_engine_ops(ops: list[EngineOp], comms: CommTable, segments: SegmentTabl
         "order": col(order_key(p) for p in positions),
         "arrival": np.zeros(len(ops), np.int64),
         "group_id": col(op.group_id for op in ops),
+        "datatype": col(op.datatype for op in ops),
     }
     return OpBatch(cols, comms, segments)
 

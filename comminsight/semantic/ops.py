@@ -15,8 +15,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from comminsight_gen.abi.shm_v1 import DATATYPE_BY_LABEL, Datatype
+
 # More than the ops one process can have in flight at once across its streams.
 WINDOW = 256
+
+
+def datatype_code(label: str | None) -> int:
+    """The shm protocol's code of a datatype as logs spell it (UNKNOWN for any other)."""
+    return int(DATATYPE_BY_LABEL.get(label, Datatype.UNKNOWN)) if label else 0
+
+
+# 64-bit integers: counts (samples, tokens, micro-batches), as PyTorch makes them by default
+# (a sum of a mask, torch.tensor of an int); a narrower integer is a flag (Megatron's
+# update-successful, DeepSpeed's overflow) or Megatron's token count reduced with the gradients
+_COUNT_TYPES = np.array([Datatype.INT64, Datatype.UINT64], np.int64)
+
+
+def counts_of(datatype: np.ndarray) -> np.ndarray:
+    """Per op, whether its elements are counts (64-bit integers). NCCL hands all-gathers and
+    broadcasts over as bytes: only a reduction can show its type."""
+    return np.isin(datatype, _COUNT_TYPES)
 
 
 @dataclass(slots=True)
@@ -45,6 +66,7 @@ class EngineOp:
     position: object = None  # the input position of the op (for checkpoints)
     arrival: int = 0  # arrival counter, set by the buffer: a stable tie-break
     group_id: int = 0  # per-process id of the NCCL group the op was launched in; 0: unknown
+    datatype: int = 0  # the shm protocol's code of the element type; 0: unknown
 
     def key(self) -> tuple:
         """What repeats from one Step to the next: where, what and how big."""

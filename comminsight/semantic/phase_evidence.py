@@ -18,6 +18,10 @@ the ops show only through what frameworks issue around an iteration's edges:
 - **update begins a Step** (against): all-gathers right after the optimizer's scalars, on
   the communicator that reduced the gradients and gathers nowhere else, are the update's:
   a Step that begins with them has taken the previous one's last ops.
+- **count begins a Step** (against, unless idle time agrees): a count agreed on before the
+  forward (HF Trainer's num_items_in_batch gathered, veRL's micro-batch count reduced)
+  begins an iteration, but the same few bytes could be the previous Step's bookkeeping (an
+  object's size gathered to log it).
 
 Confidence 0.9 or more needs evidence for the phase and none against it (`PhaseVerdict`);
 the reasons name what was weighed and, where the evidence disagrees, both places.
@@ -30,8 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from comminsight.semantic.job_ops import P2P, GpuOps
-from comminsight.semantic.local_cycle import SCALAR_BYTES, reduces
+from comminsight.semantic.local_cycle import SCALAR_BYTES, counts, reduces
 from comminsight.semantic.op_batch import FUNCS, func_code
+from comminsight.semantic.ops import counts_of
 
 SHARE = 0.8  # of the boundaries, at least, a piece of evidence must hold at
 IDLE_RATIO = 3.0  # the idle time before a Step against the longest inside it
@@ -69,11 +74,14 @@ class _Ops:
         coll = g.kind != P2P
         self.g = g
         self.scalar = coll & (g.size <= SCALAR_BYTES)
+        # (a count the next iteration agrees on is no optimizer's)
         self.scalar_reduction = self.scalar & (g.func == func_code("AllReduce"))
+        self.scalar_reduction &= ~counts_of(g.datatype)
         self.gradient = coll & reduces(g.func) & ~self.scalar
         self.gather = coll & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
         self.gather &= ~self.scalar
         self.broadcast = coll & (g.func == func_code("Broadcast"))
+        self.count = counts(g)
 
     def name(self, i: int) -> str:
         return f"{FUNCS[int(self.g.func[i])]} of {int(self.g.size[i])} bytes"
@@ -87,7 +95,7 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
         return verdict
     ops = _Ops(g)
     steps = list(zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True))
-    ends_opt = starts_update = ends_start = ends_fetch = untold = lone = 0
+    ends_opt = starts_update = ends_start = ends_fetch = untold = lone = begins_count = 0
     gaps = g.idle_gaps().astype(np.float64) if timed else None
     # each Step with where the next one ends (the search for an update's gathers stops there)
     ends = starts[2:].tolist() + [len(g)]
@@ -100,6 +108,7 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
             ends_opt += 1
             lone += int(int(ops.scalar_reduction[tail].sum()) == 1 and not ops.gather[tail].any())
         starts_update += int(continues)
+        begins_count += int(ops.count[a])
         last = _last_training_op(ops, a, b)
         if last is not None and ops.broadcast[last]:
             ends_start += 1
@@ -116,6 +125,13 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
             "a lone scalar reduction ends each Step: an optimizer's (a gradient norm) or the "
             "next iteration's first (a count agreed on before its forward, as veRL's dynamic "
             "batches do), and idle time does not tell: the Step may instead begin with it"
+        )
+    if begins_count >= SHARE * k and not idle:
+        verdict.doubts.append(
+            f"each Step begins with a count ({ops.name(int(starts[1]))}): the next iteration's, "
+            "agreed on before its forward (HF Trainer's num_items_in_batch, veRL's micro-batch "
+            "count), or the previous Step's bookkeeping, and idle time does not tell: the Step "
+            "may instead end with it"
         )
     elsewhere = _idle_elsewhere(gaps, steps) if gaps is not None else None
     if elsewhere is not None:

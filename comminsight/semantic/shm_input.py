@@ -78,6 +78,7 @@ def engine_batch(
         "order": ring,
         "arrival": np.zeros(n, np.int64),
         "group_id": records["group_id"].astype(np.int64),
+        "datatype": records["datatype"].astype(np.int64),
     }
     return OpBatch(cols, table, segments)
 

@@ -19,6 +19,7 @@ from log_files import segment_data
 
 from comminsight.semantic import native
 from comminsight.semantic.log_input import _DECODER, BAD_JSON, _float, _Header
+from comminsight_gen.abi import shm_v1
 
 
 @pytest.fixture(scope="module", params=["compact", "inspector"])
@@ -76,10 +77,16 @@ def expected(line: bytes):
         "host_complete": opt(ci.host_complete_mono_ns),
         "gpu_start": opt(ci.gpu_start_globaltimer_ns),
         "gpu_stop": opt(ci.gpu_stop_globaltimer_ns),
+        "datatype": _datatype(ci.datatype),
     }
 
 
 INT64_MAX = (1 << 63) - 1
+
+
+def _datatype(name: str | None) -> int:
+    """The shm protocol's code of a datatype's name, 0 for none or an unknown one."""
+    return int(shm_v1.DATATYPE_BY_LABEL.get(name, 0)) if name else 0
 
 
 def expected_compact(ci) -> dict | None:
@@ -114,6 +121,7 @@ def expected_compact(ci) -> dict | None:
         "host_complete": complete,
         "gpu_start": ci.g0 if gpu else none,
         "gpu_stop": ci.g0 + ci.gd if gpu else none,
+        "datatype": _datatype(ci.d),
     }
 
 
@@ -134,6 +142,7 @@ def got(row, headers: list[bytes], funcs: list[bytes]):
         "host_complete": int(row["host_complete"]),
         "gpu_start": int(row["gpu_start"]),
         "gpu_stop": int(row["gpu_stop"]),
+        "datatype": int(row["datatype"]),
     }
 
 

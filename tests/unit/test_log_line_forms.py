@@ -155,6 +155,7 @@ def test_the_c_scanner_takes_every_compact_line_as_python_reads_it(pairs):
         assert int(row["ring_seq"]) == op.ring_seq
         assert int(row["host_start"]) == op.issue_ns
         assert float(row["busbw"]) == op.busbw_gbs
+        assert int(row["datatype"]) == op.datatype
 
 
 def test_the_compact_form_is_the_smaller(pairs):

@@ -5,9 +5,9 @@ the region at a clean exit when no Agent is there to read it), and with the regi
 records after the live engine's checkpoint. Its log segments hold every one of them: the
 writer drains the same ring, and each op line (in either form, compact or Inspector) carries
 every field of its slot that the engine reads (ring seq, function, communicator, ranks,
-sequence numbers, sizes, host and GPU clocks, timing source, group). Turned back into op_slot
-records they go through the same path as the ring's (shm_input.engine_batch), so the Steps
-recovered from them are the ones, byte for byte, that the ring would have given.
+sequence numbers, sizes, datatype, host and GPU clocks, timing source, group). Turned back
+into op_slot records they go through the same path as the ring's (shm_input.engine_batch), so
+the Steps recovered from them are the ones, byte for byte, that the ring would have given.
 
 Segments are `ci-<host>-<pid>-<start_mono_ns>-<index:06d>.jsonl[.partial]`, a sealed one
 possibly stored compressed as `.jsonl.zst` (log_segments); one file is read per index: the
@@ -322,6 +322,7 @@ _FIELDS = (
     "gpu_end_ticks",
     "group_id",
     "comm_op_index",
+    "datatype",
 )
 
 
@@ -431,6 +432,7 @@ def _row(r: InspectorLogRecord) -> tuple[tuple, tuple[int, CommInfo]] | None:
         _opt(ci.gpu_stop_globaltimer_ns, 0),
         _opt(ci.group_id, 0),
         _opt(ci.op_index, 0),
+        _datatype(ci.datatype),
         raw_name,
     )
     comm = CommInfo(_opt(h.comm_name, None) or None, _opt(h.nnodes, None) or None)
@@ -469,9 +471,14 @@ def _compact_row(ci: CiCollCompact | CiP2pCompact) -> tuple[tuple, tuple[int, Co
         (g0 + ci.gd) & _U64 if gpu else 0,
         _opt(ci.gr, 0),
         ci.i,
+        _datatype(ci.d),
         raw_name,
     )
     return row, (int(ci.c, 16), CommInfo(_opt(ci.cn, None), ci.nn))
+
+
+def _datatype(label) -> int:
+    return shm_v1.DATATYPE_BY_LABEL.get(_opt(label, ""), shm_v1.Datatype.UNKNOWN)
 
 
 def _opt(value, default):

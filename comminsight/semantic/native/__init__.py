@@ -42,12 +42,12 @@ typedef struct ci_columns {
     int64_t *start, *end, *seq, *size, *peer, *ring_seq;
     int64_t *host_start, *host_complete, *gpu_start, *gpu_stop, *group_id;
     double *exec_us, *busbw;
-    int32_t *status, *kind, *header, *func, *kernel_timing;
+    int32_t *status, *kind, *header, *func, *kernel_timing, *datatype;
 } ci_columns_t;
 typedef struct ci_ops {
     int64_t *kind, *func, *comm, *peer, *seq, *size, *issue, *start, *end, *start_real;
     int64_t *end_real, *end_mono, *duration, *ring_seq, *lost_before, *pos_seg, *pos_offset;
-    int64_t *pos_record, *pos_end, *order, *arrival, *group_id;
+    int64_t *pos_record, *pos_end, *order, *arrival, *group_id, *datatype;
     double* busbw;
 } ci_ops_t;
 typedef struct ci_step {
@@ -114,7 +114,7 @@ LINE_COLUMNS = {
     **{f: np.int64 for f in _INT_LINE_COLUMNS},
     "exec_us": np.float64,
     "busbw": np.float64,
-    **{f: np.int32 for f in ("status", "kind", "header", "func", "kernel_timing")},
+    **{f: np.int32 for f in ("status", "kind", "header", "func", "kernel_timing", "datatype")},
 }
 STEP_DTYPE = np.dtype(
     [(f, "<i8") for f in ("first", "last", "next_start", "op_count", "micro", "unexpected")]
@@ -265,7 +265,7 @@ def gpu_offset(rows: Lines, idx: np.ndarray) -> int | None:
 OP_COLUMNS = (
     "kind", "func", "comm", "peer", "seq", "size", "issue", "start", "end", "start_real",
     "end_real", "end_mono", "duration", "busbw", "ring_seq", "lost_before", "pos_seg",
-    "pos_offset", "pos_record", "pos_end", "order", "arrival", "group_id",
+    "pos_offset", "pos_record", "pos_end", "order", "arrival", "group_id", "datatype",
 )  # fmt: skip
 
 

@@ -34,6 +34,7 @@
 #endif
 
 #include "comminsight/inspector_log_v1.h"
+#include "comminsight/shm_v1.h"
 
 #define NONE INT64_MIN
 /* The schema's spelling of a property name (F) and of a string value (V), from the header the
@@ -394,7 +395,8 @@ typedef struct ci_line {
     int64_t host_start, host_complete, gpu_start, gpu_stop;
     int64_t group_id; /* the op's NCCL group, 0 when the line has none */
     double exec_us, busbw;
-    int32_t status, kind, header, func, kernel_timing, pad;
+    int32_t status, kind, header, func, kernel_timing;
+    int32_t datatype; /* the shm protocol's datatype code; UNKNOWN when the line names none */
 } ci_line_t;
 
 typedef struct {
@@ -532,14 +534,14 @@ typedef struct {
 enum {
     CK_COMM = 1 << 0, CK_NAME = 1 << 1, CK_RANK = 1 << 2, CK_NRANKS = 1 << 3, CK_NNODES = 1 << 4, CK_FUNC = 1 << 5,
     CK_SEQ = 1 << 6, CK_SIZE = 1 << 7, CK_PEER = 1 << 8, CK_TIMING = 1 << 9, CK_BW = 1 << 10, CK_START = 1 << 11,
-    CK_COMPLETE = 1 << 12, CK_G0 = 1 << 13, CK_GD = 1 << 14, CK_GROUP = 1 << 15,
+    CK_COMPLETE = 1 << 12, CK_G0 = 1 << 13, CK_GD = 1 << 14, CK_GROUP = 1 << 15, CK_DATATYPE = 1 << 16,
 };
 
 /* What a compact op line (kinds c and p) holds beside the fields ci_obj_t shares with the
  * Inspector form; `seen` has a bit per key read (a key met twice is left to Python). */
 typedef struct {
     uint32_t seen;
-    span_t comm, name, rank, nranks, nnodes, func;
+    span_t comm, name, rank, nranks, nnodes, func, datatype;
     int64_t ring_seq, seq, size, peer, start, complete_after, gpu_start, gpu_length, group;
     double busbw;
     int kernel_timing;
@@ -550,6 +552,7 @@ typedef struct {
     const char* kind;
     int64_t kind_n;
     int64_t ring_seq, host_start, host_complete, gpu_start, gpu_stop, group_id;
+    span_t datatype;
     compact_t compact;
 } ci_obj_t;
 
@@ -597,6 +600,7 @@ static int compact_key(cur_t* c, const char* k, int64_t kn, compact_t* o) {
     else if (IS(F(G0))) bit = CK_G0;
     else if (IS(F(GD))) bit = CK_GD;
     else if (IS(F(GR))) bit = CK_GROUP;
+    else if (IS(F(D))) bit = CK_DATATYPE;
     else return -1;
 #undef IS
     if (o->seen & bit) return 0;
@@ -626,6 +630,7 @@ static int compact_key(cur_t* c, const char* k, int64_t kn, compact_t* o) {
     case CK_COMPLETE: return req_int(c, &o->complete_after);
     case CK_G0: return req_int(c, &o->gpu_start);
     case CK_GD: return req_int(c, &o->gpu_length);
+    case CK_DATATYPE: return plain_string(c, &o->datatype);
     default: return req_int(c, &o->group);
     }
 }
@@ -665,6 +670,8 @@ static int ci_object(cur_t* c, ci_obj_t* o) {
                 if (!opt_int(c, &o->gpu_start)) return 0;
             } else if (key_is(k, kn, F(GPU_STOP_GLOBALTIMER_NS))) {
                 if (!opt_int(c, &o->gpu_stop)) return 0;
+            } else if (key_is(k, kn, F(DATATYPE))) {
+                if (o->datatype.s || !plain_string(c, &o->datatype)) return 0;
             } else if (key_is(k, kn, F(GROUP_ID))) {
                 if (!opt_int(c, &o->group_id)) return 0;
                 if (o->group_id < 0) o->group_id = 0; /* null: unknown */
@@ -688,6 +695,17 @@ static int ci_object(cur_t* c, ci_obj_t* o) {
     if (!have_kind) return 0;
     o->present = 1;
     return 1;
+}
+
+/* The shm protocol's code of a datatype name as the writer spells it (its label), UNKNOWN for
+ * a name it has none for or no name: the engine tells counts from values by it. */
+static int32_t datatype_code(const char* s, int64_t n) {
+    if (!s) return CI_SHM_V1_DATATYPE_UNKNOWN;
+    for (int32_t v = CI_SHM_V1_DATATYPE_INT8; v <= CI_SHM_V1_DATATYPE_FLOAT8_E5M2; v++) {
+        const char* label = ci_shm_v1_datatype_label((uint8_t)v);
+        if (label && key_n(s, n, label, (int64_t)strlen(label))) return v;
+    }
+    return CI_SHM_V1_DATATYPE_UNKNOWN;
 }
 
 /* Bytes appended at *at, if they fit before end. */
@@ -746,6 +764,7 @@ static int32_t compact_row(const compact_t* o, int kind, ci_line_t* row, ci_inte
         row->gpu_stop = sum;
     }
     row->group_id = (o->seen & CK_GROUP) ? o->group : 0;
+    row->datatype = (o->seen & CK_DATATYPE) ? datatype_code(o->datatype.s, o->datatype.n) : CI_SHM_V1_DATATYPE_UNKNOWN;
     return CI_LINE_OP;
 }
 
@@ -820,6 +839,7 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern
     row->gpu_start = ci.gpu_start;
     row->gpu_stop = ci.gpu_stop;
     row->group_id = ci.group_id;
+    row->datatype = datatype_code(ci.datatype.s, ci.datatype.n);
     return CI_LINE_OP;
 }
 
@@ -1101,6 +1121,15 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t
     const char *func, *fe;
     p = p2p ? layout_perf(p, e, row, &func, &fe, 1) : layout_perf(p, e, row, &func, &fe, 0);
     if (!p || !(p = layout_int(p, e, &row->ring_seq))) return 0;
+    EXPECT(KEY_AFTER_COMMA(OP_INDEX));
+    if (!(p = layout_skip_int(p, e))) return 0;
+    EXPECT(KEY_AFTER_COMMA(COUNT));
+    if (!(p = layout_skip_int(p, e))) return 0;
+    EXPECT(KEY_AFTER_COMMA(DATATYPE) "\"");
+    const char* datatype = p;
+    if (!(p = layout_str(p, e))) return 0;
+    row->datatype = datatype_code(datatype, p - datatype);
+    p++;
     /* the timing fields follow "tid"; before it only the group id is used */
     q = find_pair(p, e, KEY_AFTER_COMMA(TID), sizeof(KEY_AFTER_COMMA(TID)) - 1);
     if (!q) return 0;
@@ -1198,9 +1227,8 @@ static int layout_compact(const char* s, const char* e, ci_line_t* row, ci_inter
     EXPECT(COMPACT_KEY(B));
     if (!(p = layout_int(p, e, &o.size))) return 0;
     EXPECT(COMPACT_KEY(D) "\"");
-    if (!(p = layout_str(p, e))) return 0;
-    p++;
-    o.seen |= CK_RANK | CK_NRANKS | CK_NNODES | CK_FUNC | CK_SEQ | CK_SIZE;
+    STR(o.datatype);
+    o.seen |= CK_RANK | CK_NRANKS | CK_NNODES | CK_FUNC | CK_SEQ | CK_SIZE | CK_DATATYPE;
     if (kind == KIND_COLL) {
         if (ACCEPT(COMPACT_KEY(RT)) && !(p = layout_skip_int(p, e))) return 0;
         EXPECT(COMPACT_KEY(A) "\"");
@@ -1284,7 +1312,7 @@ typedef struct ci_columns {
     int64_t *start, *end, *seq, *size, *peer, *ring_seq;
     int64_t *host_start, *host_complete, *gpu_start, *gpu_stop, *group_id;
     double *exec_us, *busbw;
-    int32_t *status, *kind, *header, *func, *kernel_timing;
+    int32_t *status, *kind, *header, *func, *kernel_timing, *datatype;
 } ci_columns_t;
 
 /* The lines of buf[pos..len), at most max_lines, into `cols`; a last line without its '\n' is
@@ -1334,6 +1362,7 @@ int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_columns_t* c
         cols->header[n] = row.header;
         cols->func[n] = row.func;
         cols->kernel_timing[n] = row.kernel_timing;
+        cols->datatype[n] = row.datatype;
         pos = row.end;
         n++;
     }
@@ -1373,7 +1402,7 @@ int32_t ci_gpu_offset(int64_t n, const int64_t* idx, const ci_columns_t* in, int
 typedef struct ci_ops {
     int64_t *kind, *func, *comm, *peer, *seq, *size, *issue, *start, *end, *start_real;
     int64_t *end_real, *end_mono, *duration, *ring_seq, *lost_before, *pos_seg, *pos_offset;
-    int64_t *pos_record, *pos_end, *order, *arrival, *group_id;
+    int64_t *pos_record, *pos_end, *order, *arrival, *group_id, *datatype;
     double* busbw;
 } ci_ops_t;
 
@@ -1432,6 +1461,7 @@ void ci_op_columns(int64_t n, const int64_t* idx, const ci_columns_t* in, const 
         out->order[k] = order_base | in->start[i];
         out->arrival[k] = 0;
         out->group_id[k] = max64(in->group_id[i], 0);
+        out->datatype[k] = in->datatype[i];
     }
 }
 

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from comminsight.sim.accuracy_case import Case
 
-GATHERED_COUNT = (
-    "a few bytes gathered as each Step begins (HF Trainer's token counts) are taken for the "
-    "end of the Step before: Steps begin one op late (never at confidence 0.9 or more)"
-)
 LOSS_PER_MICRO = (
     "a loss all-reduced after each micro-batch's forward passes for an optimizer's scalar: "
     "Steps begin one op off (never at confidence 0.9 or more)"
@@ -21,11 +17,6 @@ FLAT_FORWARD_GATHER = (
     "FSDP1 with one flat parameter under flat host time: the forward's gather right after the "
     "optimizer's norm looks like a sharded update's, and idle time cannot tell (never at "
     "confidence 0.9 or more)"
-)
-AGREED_COUNT = (
-    "a micro-batch count agreed on before each optimizer step (veRL's dynamic batches) passes "
-    "for the previous Step's gradient norm: Steps begin one op late (never at confidence 0.9 "
-    "or more)"
 )
 
 
@@ -51,29 +42,29 @@ def _fsdp1(name: str, variants: tuple[str, ...], *args, **more) -> Case:
 
 
 CASES: list[Case] = [
-    _loops("hf_num_items", ("hf_num_items",), known_gap=GATHERED_COUNT),
+    _loops("hf_num_items", ("hf_num_items",)),
     _loops(
         "hf_num_items_accum_noisy",
         ("hf_num_items",),
         "noisy",
         grad_accum=4,
-        known_gap=GATHERED_COUNT,
     ),
     _loops(
         "hf_full_accum",
         ("hf_num_items", "hf_log_every_2", "hf_eval_every_3", "lightning_ckpt_every_4"),
         grad_accum=2,
         steps=9,
-        known_gap=GATHERED_COUNT,
     ),
     _loops(
         "hf_tokens_seen_accum_flat",
         ("hf_tokens_seen", "hf_log_every_2"),
         "flat",
         grad_accum=3,
-        known_gap=GATHERED_COUNT,
     ),
     _loops("hf_log_eval_noisy", ("hf_log_every_2", "hf_eval_every_3"), "noisy", steps=9),
+    # the loss logged every Step after it, the token count gathered before the next
+    _loops("hf_num_items_log_every_1_flat", ("hf_num_items", "hf_log_every_1"), "flat"),
+    _loops("hf_log_every_1_flat", ("hf_log_every_1",), "flat"),
     _loops("mlm_loss_per_micro", ("mlm_loss_per_micro",), grad_accum=4, known_gap=LOSS_PER_MICRO),
     _loops(
         "mlm_loss_per_micro_flat",
@@ -84,15 +75,15 @@ CASES: list[Case] = [
     ),
     _loops("lightning_ckpt", ("lightning_ckpt_every_4",), steps=8),
     _loops("stall_every_3", ("stall_every_3", "hf_log_every_2"), steps=9, timing_told=True),
-    _loops("slow_first_3", ("hf_num_items",), warmup_steps=3, steps=3, known_gap=GATHERED_COUNT),
+    _loops("slow_first_3", ("hf_num_items",), warmup_steps=3, steps=3),
     _loops("three_steps", (), warmup_steps=0, steps=3),
     _loops("killed_mid_step", ("killed", "hf_num_items"), steps=4),
-    _loops("verl_max_micro", ("verl_max_micro",), known_gap=AGREED_COUNT),
-    _loops(
-        "verl_max_micro_flat", ("verl_max_micro",), "flat", grad_accum=2, known_gap=AGREED_COUNT
-    ),
+    _loops("verl_max_micro", ("verl_max_micro",)),
+    _loops("verl_max_micro_flat", ("verl_max_micro",), "flat", grad_accum=2),
     # its forward's gather after the optimizer is told from an update's by idle time alone
     _fsdp1("fsdp1_single", ("fsdp1_single",), timing_told=True),
     _fsdp1("fsdp1_single_flat", ("fsdp1_single",), "flat", known_gap=FLAT_FORWARD_GATHER),
     _fsdp1("fsdp1_per_layer", ("per_layer",)),
+    # veRL's actor: its count agreed on after the previous Step's clipped norm
+    _fsdp1("fsdp1_verl_max_micro", ("per_layer", "verl_max_micro"), grad_accum=2),
 ]

@@ -11,6 +11,7 @@ collectives they issue at a Step's edges are what tell, or hide, where Steps beg
   waits). Begins (or is inside) its Step.
 - hf_log_every_2: `_maybe_log_save_evaluate` every logging_steps: `_nested_gather(tr_loss)
   .mean().item()` (fp32 all-gather of 1, host waits); belongs to the Step it follows.
+- hf_log_every_1: the same with logging_steps=1 (every Step).
 - hf_eval_every_3: evaluation_loop: per eval batch a DDP forward under no_grad and
   `gather_function(losses.repeat(bs))` (fp32 all-gather of bs); belongs to the Step before.
 - lightning_ckpt_every_4: Lightning ModelCheckpoint(every_n_train_steps):
@@ -46,6 +47,7 @@ VARIANTS = (
     "hf_num_items",
     "hf_tokens_seen",
     "hf_log_every_2",
+    "hf_log_every_1",
     "hf_eval_every_3",
     "lightning_ckpt_every_4",
     "mlm_loss_per_micro",
@@ -116,7 +118,7 @@ def build(b: PlanBuilder, model: ModelShape) -> None:
             if "killed" in v and last:
                 continue
             b.compute(rank, model.optimizer_ns(model.params), "optimizer")
-            if "hf_log_every_2" in v and step % 2 == 1:
+            if ("hf_log_every_2" in v and step % 2 == 1) or "hf_log_every_1" in v:
                 coll(rank, "AllGather", 1, FP32, "log_loss", step)
                 sync(rank, "tr_loss .item()")
             if "hf_eval_every_3" in v and steady >= 0 and steady % 3 == 2:

@@ -85,6 +85,7 @@ class EngineCi(msgspec.Struct):
     gpu_start_globaltimer_ns: int | None = None
     gpu_stop_globaltimer_ns: int | None = None
     group_id: int | None = None
+    datatype: str | None = None
     lost_count: int | None = None
     record_count: int | None = None
     byte_count: int | None = None
@@ -108,6 +109,7 @@ class EngineCi(msgspec.Struct):
     g0: int | None = None
     gd: int | None = None
     gr: int | None = None
+    d: str | None = None
 
 
 class EngineMetadata(msgspec.Struct):
