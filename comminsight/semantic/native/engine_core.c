@@ -700,10 +700,14 @@ static int ci_object(cur_t* c, ci_obj_t* o) {
 /* The shm protocol's code of a datatype name as the writer spells it (its label), UNKNOWN for
  * a name it has none for or no name: the engine tells counts from values by it. */
 static int32_t datatype_code(const char* s, int64_t n) {
+    /* a run's ops mostly share a few types: the one found last is tried first */
+    static _Thread_local int32_t last = CI_SHM_V1_DATATYPE_FLOAT32;
     if (!s) return CI_SHM_V1_DATATYPE_UNKNOWN;
+    const char* label = ci_shm_v1_datatype_label((uint8_t)last);
+    if (label && key_n(s, n, label, (int64_t)strlen(label))) return last;
     for (int32_t v = CI_SHM_V1_DATATYPE_INT8; v <= CI_SHM_V1_DATATYPE_FLOAT8_E5M2; v++) {
-        const char* label = ci_shm_v1_datatype_label((uint8_t)v);
-        if (label && key_n(s, n, label, (int64_t)strlen(label))) return v;
+        label = ci_shm_v1_datatype_label((uint8_t)v);
+        if (label && key_n(s, n, label, (int64_t)strlen(label))) return last = v;
     }
     return CI_SHM_V1_DATATYPE_UNKNOWN;
 }
