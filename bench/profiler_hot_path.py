@@ -8,7 +8,8 @@ median over rounds; "over empty" is the median of the per-round differences. arc
 <= 150 ns per collective above the empty plugin, 24 channel events included.
 
 Prints JSON lines {"bench","metric","value","unit"}; the headline is
-ns_per_collective_over_empty (mask Coll|P2p|KernelCh, one communicator thread). Supporting:
+ns_per_collective_over_empty (mask Coll|P2p|KernelCh, one communicator thread) and
+ns_per_collective_ratio_over_empty (the plugin's time over the empty one's). Supporting:
 the same without KernelCh in the mask, with two communicator threads at once, with KernelCh
 events from a proxy thread, process CPU (the plugin's background threads included), and, when
 valgrind is installed, instructions per collective (noise-free).
@@ -122,6 +123,7 @@ class Comparison:
     plugin: float
     over: float  # median of per-round differences
     process_over: float
+    ratio: float  # median of per-round ratios plugin / empty
 
 
 def compare(
@@ -147,6 +149,7 @@ def compare(
         plugin=med(lambda e, p: p[key]),
         over=med(lambda e, p: p[key] - e[key]),
         process_over=med(lambda e, p: p[proc] - e[proc]),
+        ratio=med(lambda e, p: p[key] / e[key]),
     )
 
 
@@ -198,6 +201,7 @@ def report(name: str, c: Comparison) -> None:
     emit(f"ns_per_collective_empty{name}", c.empty, "ns")
     emit(f"ns_per_collective_plugin{name}", c.plugin, "ns")
     emit(f"ns_per_collective_over_empty{name}", c.over, "ns")
+    emit(f"ns_per_collective_ratio_over_empty{name}", c.ratio, "ratio")
 
 
 def main() -> None:
