@@ -25,6 +25,7 @@ import pytest
 from comminsight.semantic import native
 from comminsight.semantic.log_input import _DECODER, _float, _op, _ring_seq, read_gpu_logs
 from comminsight.semantic.positions import LogPosition
+from comminsight_gen.abi import shm_v1
 from comminsight_gen.inspector_log_v1_fields import V
 from comminsight_gen.models import inspector_log_v1 as full_model
 from comminsight_gen.models.inspector_log_v1_lean import EngineHeader, EngineLine, MembersLine
@@ -120,6 +121,13 @@ def _present(value):
     return native.NONE if value is msgspec.UNSET or value is None else value
 
 
+def _datatype(name) -> int:
+    """The shm protocol's code of a datatype name (0: none, or one it has no code for)."""
+    if name is msgspec.UNSET or not name:
+        return 0
+    return int(shm_v1.DATATYPE_BY_LABEL.get(name, shm_v1.Datatype.UNKNOWN))
+
+
 def c_row_of_full_model(full) -> dict | None:
     """What the C scanner must put in its row for a line, from the full model's reading; None
     for a line the scanner leaves to Python (not a CommInsight op line)."""
@@ -159,6 +167,7 @@ def c_row_of_full_model(full) -> dict | None:
         "gpu_start": _present(ci.gpu_start_globaltimer_ns),
         "gpu_stop": _present(ci.gpu_stop_globaltimer_ns),
         "group_id": 0 if group is msgspec.UNSET else group,
+        "datatype": _datatype(ci.datatype),
     }
 
 
@@ -183,6 +192,7 @@ def c_row_of_compact(ci) -> dict:
         "gpu_start": ci.g0 if gpu else native.NONE,
         "gpu_stop": ci.g0 + ci.gd if gpu else native.NONE,
         "group_id": 0 if ci.gr is msgspec.UNSET else ci.gr,
+        "datatype": _datatype(ci.d),
     }
 
 
