@@ -54,6 +54,7 @@ from comminsight.semantic.local_cycle import (
     SCALAR_BYTES,
     STARTUP_SMALL_BYTES,
     LocalUnits,
+    counts,
     holds_optimizer,
     local_units,
     reduces,
@@ -345,6 +346,7 @@ def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
     step_starts[0] = steady_start
     step_starts = _skipped_update_steps(g, step_starts, _last_step_end(u, n))
     all_starts = _after_broadcasts(g, np.concatenate([warmup, step_starts]).astype(np.int64))
+    all_starts[0] = _head_before_first(g, u, all_starts)
     step_starts = all_starts[len(warmup) :]
     label[:] = np.searchsorted(all_starts, np.arange(n), side="right") - 1
     end = _last_step_end(u, n)
@@ -358,6 +360,24 @@ def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
     confidence = min(confidence, verdict.confidence())
     reasons += verdict.reasons(who)
     return RankCut(g, label, warmup_steps=len(warmup)), confidence, reasons
+
+
+def _head_before_first(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> int:
+    """The first Step's start moved back over the ops right before it that repeat how the
+    second Step opens, from a count on (HF Trainer's num_items_in_batch and the forward's
+    first gathers): a count of a few bytes at the very start looks like the start-up's small
+    collectives, which the first Step's start is placed after."""
+    a = int(starts[0])
+    if len(starts) < 2 or a == 0:
+        return a
+    second, third = int(starts[1]), int(starts[2]) if len(starts) > 2 else len(g)
+    if not counts(g)[second]:
+        return a
+    head = u.keys[second:third]
+    for m in range(min(a, len(head) - 1), 0, -1):  # (a whole Step before it is no head)
+        if np.array_equal(u.keys[a - m : a], head[:m]):
+            return a - m
+    return a
 
 
 def _past_extra_work(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> np.ndarray:

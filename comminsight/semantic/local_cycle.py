@@ -62,11 +62,17 @@ def counts(g: GpuOps) -> np.ndarray:
     """Per op, whether it is a count an iteration agrees on before its forward: a scalar
     reduction of integers (veRL's micro-batch count, torchtitan's tokens), or an all-gather
     of one 64-bit integer per rank (HF Trainer's num_items_in_batch and tokens seen; the
-    loss it gathers to log is one float)."""
+    loss it gathers to log is one float) that no object gather follows."""
     coll = g.kind != P2P
     small_reduction = coll & (g.size <= SCALAR_BYTES) & reduces(g.func)
-    gathered = coll & (g.func == func_code("AllGather")) & (g.size == COUNT_GATHER_BYTES)
-    return (small_reduction & counts_of(g.datatype)) | gathered
+    gather = coll & (g.func == func_code("AllGather"))
+    gathered = gather & (g.size == COUNT_GATHER_BYTES)
+    # all_gather_object gathers each rank's size so, then at once the pickled objects
+    objects = np.zeros(len(g), bool)
+    if len(g) > 1:
+        objects[:-1] = gather[1:] & (g.comm[1:] == g.comm[:-1]) & (g.size[1:] != COUNT_GATHER_BYTES)
+        objects[:-1] &= g.size[1:] <= STARTUP_SMALL_BYTES
+    return (small_reduction & counts_of(g.datatype)) | (gathered & ~objects)
 
 
 @dataclass

@@ -9,7 +9,9 @@ the ops show only through what frameworks issue around an iteration's edges:
   that reduced the gradients (ZeRO-1/2, Megatron's distributed optimizer), then maybe the
   loop's scalar bookkeeping (the loss averaged, timers). The next Step begins with neither.
 - **idle** (for): the GPU idles longest before the Step's first op (optimizer, data
-  loading, a host sync), far longer than anywhere inside the Step, Step after Step.
+  loading, a host sync), far longer than anywhere inside the Step, Step after Step; that op
+  is the forward's work, not a few bytes of bookkeeping (after an optimizer run on the host,
+  the longest idle comes before the loop's bookkeeping, inside the Step).
 - **start signal ends a Step** (against): a broadcast (a batch sent to the tensor-parallel
   ranks, DDP's buffers or rebuilt buckets, weights synced to a rollout engine) begins an
   iteration; a Step that ends with one has taken the next one's first op.
@@ -18,10 +20,10 @@ the ops show only through what frameworks issue around an iteration's edges:
 - **update begins a Step** (against): all-gathers right after the optimizer's scalars, on
   the communicator that reduced the gradients and gathers nowhere else, are the update's:
   a Step that begins with them has taken the previous one's last ops.
-- **count begins a Step** (against, unless idle time agrees): a count agreed on before the
-  forward (HF Trainer's num_items_in_batch gathered, veRL's micro-batch count reduced)
-  begins an iteration, but the same few bytes could be the previous Step's bookkeeping (an
-  object's size gathered to log it).
+- **count begins a Step** (against): a count agreed on before the forward (HF Trainer's
+  num_items_in_batch gathered, veRL's micro-batch count reduced) begins an iteration, but
+  the same few bytes could be the previous Step's bookkeeping (tokens counted for the log,
+  a callback's decision), and idle time before it may be a host optimizer's.
 
 Confidence 0.9 or more needs evidence for the phase and none against it (`PhaseVerdict`);
 the reasons name what was weighed and, where the evidence disagrees, both places.
@@ -117,7 +119,7 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
     k = len(steps)
     if ends_opt >= SHARE * k:
         verdict.supports.append("optimizer_end: each Step ends with its optimizer")
-    if gaps is not None and _idle_before(gaps, steps) >= SHARE * k:
+    if gaps is not None and _idle_before(gaps, steps, ops) >= SHARE * k:
         verdict.supports.append("idle: the longest idle time comes before each Step")
     idle = any(s.startswith("idle") for s in verdict.supports)
     if lone >= SHARE * k and not idle:
@@ -126,12 +128,12 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
             "next iteration's first (a count agreed on before its forward, as veRL's dynamic "
             "batches do), and idle time does not tell: the Step may instead begin with it"
         )
-    if begins_count >= SHARE * k and not idle:
+    if begins_count >= SHARE * k:
         verdict.doubts.append(
             f"each Step begins with a count ({ops.name(int(starts[1]))}): the next iteration's, "
             "agreed on before its forward (HF Trainer's num_items_in_batch, veRL's micro-batch "
-            "count), or the previous Step's bookkeeping, and idle time does not tell: the Step "
-            "may instead end with it"
+            "count), or the previous Step's bookkeeping (tokens counted for the log, a "
+            "callback's decision): the Step may instead end with it"
         )
     elsewhere = _idle_elsewhere(gaps, steps) if gaps is not None else None
     if elsewhere is not None:
@@ -219,11 +221,15 @@ def _gathers_all_through(ops: _Ops, comm: int, a: int, b: int) -> bool:
     return bool((ops.gather[before] & (g.comm[before] == comm)).any())
 
 
-def _idle_before(gaps: np.ndarray, steps: list[tuple[int, int]]) -> int:
+def _idle_before(gaps: np.ndarray, steps: list[tuple[int, int]], ops: _Ops) -> int:
     """How many Steps idle before their first op IDLE_RATIO times longer than anywhere inside
-    (`gaps`: the idle time before each op)."""
+    (`gaps`: the idle time before each op), that op being the forward's work: an optimizer
+    run on the host (CPU offload) idles the GPU longest before the loop's bookkeeping of a
+    few bytes after it, inside the Step."""
     count = 0
     for a, b in steps:
+        if ops.scalar[a]:
+            continue
         inside = gaps[a + 1 : b]  # a Step of one op says nothing of where Steps begin
         if len(inside) and gaps[a] >= IDLE_RATIO * (float(inside.max()) + 1.0):
             count += 1
