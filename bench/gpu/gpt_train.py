@@ -20,7 +20,13 @@ takes each rank for a host of its own and joins them over sockets (run the job w
 NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1; shared/reference/nccl-profiler-abi.md "Two ranks on
 one GPU").
 
-Every optimizer step ends with `loss.item()` (the usual logging sync). Each rank writes
+Every optimizer step ends with `loss.item()` (the usual logging sync). `--loop` adds what a
+trainer issues around it (ddp and fsdp): `hf` as transformers' Trainer does with
+average_tokens_across_devices (its default since 4.54): the Step's target tokens gathered
+(an int64 all-gather, `.item()`) before the first forward, and the loss gathered to log (an
+fp32 all-gather, `.item()`) after the optimizer; `verl` as veRL's actor with dynamic batch
+sizes: the micro-batch count all-reduced with MAX (int64, `.item()`) before the forward, and
+the gradient norm clipped (`clip_grad_norm_`) before the optimizer. Each rank writes
 <out>/rank<R>.json: per-step wall times (host CLOCK_MONOTONIC after the sync), the host time
 at which `opt.step()` returned (the same instant Inject's step markers stamp), the job's own
 collective count where it issues them itself (tpdp), and throughput over the steps after
@@ -247,6 +253,12 @@ def main() -> None:
         action="store_true",
         help="ranks share GPUs, one NCCL host each (automatic on a machine of one GPU)",
     )
+    ap.add_argument(
+        "--loop",
+        choices=["plain", "hf", "verl"],
+        default="plain",
+        help="the training loop's own collectives (module docstring)",
+    )
     ap.add_argument("--turns", default="", help="take turns with other jobs (module docstring)")
     ap.add_argument("--turn-job", type=int, default=0)
     ap.add_argument("--turn-jobs", type=int, default=1)
@@ -343,6 +355,15 @@ def main() -> None:
             # waiting for the turn is not the job's time: the block's clock starts here
             t_prev = gate.wait(block_of_step[step])
             blocks.append({"block": block_of_step[step], "first_step": step, "seen_ns": t_prev})
+        if args.loop == "hf":
+            items = torch.tensor(args.accum * args.batch * args.seq, device=device)
+            gathered = torch.empty(world, dtype=items.dtype, device=device)
+            dist.all_gather_into_tensor(gathered, items.reshape(1))
+            gathered.sum().item()
+        elif args.loop == "verl":
+            count = torch.tensor([args.accum], device=device)
+            dist.all_reduce(count, op=dist.ReduceOp.MAX)
+            count.item()
         for _ in range(args.accum):
             batch = data[micro % data.shape[0]]
             micro += 1
@@ -352,10 +373,16 @@ def main() -> None:
             (loss / args.accum).backward()
         if args.mode == "tpdp":
             dp_allreduce(net.parameters(), dp_group, issued)
+        if args.loop == "verl":
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         opt_returned.append(time.monotonic_ns())
         opt.zero_grad(set_to_none=True)
         lv = loss.item()
+        if args.loop == "hf":
+            logged = torch.empty(world, dtype=torch.float32, device=device)
+            dist.all_gather_into_tensor(logged, loss.detach().float().reshape(1))
+            logged.mean().item()
         now = time.monotonic_ns()
         step_done.append(now - t_prev)
         t_prev = now

@@ -10,7 +10,9 @@
 # NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1), as shared/reference/nccl-profiler-abi.md says.
 # Carry from the dev machine: the Inject wheel, built by `make build-inject` or by hand into
 # INJECT_WHEEL_DIR (default build/gpu-steps-jobwide, else dist/).
-# Knobs: JOBS (ddp,fsdp,tpdp_tp2,tpdp_dp2,pp_1f1b,pp_gpipe), STEPS (40), ACCUM (4),
+# ddp_hf and fsdp_verl add a trainer's own collectives (gpt_train.py --loop: HF Trainer's token
+# count and logged loss, veRL's micro-batch count and clipped norm).
+# Knobs: JOBS (ddp,fsdp,tpdp_tp2,tpdp_dp2,pp_1f1b,pp_gpipe,ddp_hf,fsdp_verl), STEPS (40), ACCUM (4),
 # MICRO (4), GPT_ARGS (the model of gpt_train.py and pp_train.py), JOB_TIMEOUT_S (150),
 # DEADLINE_S (420: no job starts past it).
 # Results under $OUT: run.log, versions.json, jobs.jsonl (rc and seconds per job),
@@ -77,6 +79,8 @@ args_of() {
   case "$1" in
     ddp) echo "gpt_train.py --mode ddp --steps $STEPS $GPT_ARGS" ;;
     fsdp) echo "gpt_train.py --mode fsdp --steps $STEPS $GPT_ARGS" ;;
+    ddp_hf) echo "gpt_train.py --mode ddp --loop hf --accum $ACCUM --steps $STEPS $GPT_ARGS" ;;
+    fsdp_verl) echo "gpt_train.py --mode fsdp --loop verl --accum $ACCUM --steps $STEPS $GPT_ARGS" ;;
     tpdp_tp2) echo "gpt_train.py --mode tpdp --tp 2 --accum $ACCUM --steps $STEPS $GPT_ARGS" ;;
     tpdp_dp2) echo "gpt_train.py --mode tpdp --tp 1 --accum $ACCUM --steps $STEPS $GPT_ARGS" ;;
     pp_1f1b) echo "pp_train.py --schedule 1f1b --microbatches $MICRO --steps $STEPS $GPT_ARGS" ;;
