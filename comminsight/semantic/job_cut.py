@@ -344,12 +344,12 @@ def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
     warmup, steady_start = warmup_end
     step_starts = step_starts.copy()
     step_starts[0] = steady_start
-    step_starts = _skipped_update_steps(g, step_starts, _last_step_end(u, n))
+    step_starts = _skipped_update_steps(g, step_starts, _last_step_end(g, u))
     all_starts = _after_broadcasts(g, np.concatenate([warmup, step_starts]).astype(np.int64))
     all_starts[0] = _head_before_first(g, u, all_starts)
     step_starts = all_starts[len(warmup) :]
     label[:] = np.searchsorted(all_starts, np.arange(n), side="right") - 1
-    end = _last_step_end(u, n)
+    end = _last_step_end(g, u)
     label[end:] = TAIL
     lost = _step_before_first(g, label)
     if lost:
@@ -789,15 +789,20 @@ def _warmup_starts(
     return starts, steady_start
 
 
-def _last_step_end(u: LocalUnits, n: int) -> int:
+def _last_step_end(g: GpuOps, u: LocalUnits) -> int:
     """Where the last Step ends: after its last repetition's final on-cycle op when that
     repetition is whole (ops after it are the tail: a final barrier, a checkpoint, unless
     earlier Steps held ops like them), else at the end of input (the job stopped inside
-    it)."""
+    it); but a last repetition cut short, of the cycle's ops alone, that reduces no
+    gradients where every earlier one does, trained nothing: it is the tail (a weight sync
+    to a rollout engine after the last update; an evaluation after the last Step, off the
+    cycle, is that Step's)."""
+    n = len(g)
     last = int(u.starts[-1])
     on = np.flatnonzero(u.on_cycle[last:])
     if not len(on) or not _complete(u):
-        return n
+        synced = bool(u.on_cycle[last:].all()) and _trains_before_not_after(g, u.starts)
+        return last if synced else n
     end = last + int(on[-1]) + 1
     # ops of a kind earlier Steps held besides their cycle after it (an evaluation barrier
     # at the end of every few Steps) still belong to the last one
@@ -809,6 +814,15 @@ def _last_step_end(u: LocalUnits, n: int) -> int:
     inside = np.unique(np.concatenate(trailing)) if trailing else np.zeros(0, np.int64)
     more = np.isin(u.keys[end:], inside)
     return end + (int(np.argmin(more)) if not more.all() else len(more))
+
+
+def _trains_before_not_after(g: GpuOps, starts: np.ndarray) -> bool:
+    """Whether every repetition but the last reduces gradients, and the last none."""
+    gradient = (g.kind != P2P) & reduces(g.func) & (g.size > SCALAR_BYTES)
+    if len(starts) < 2:
+        return False
+    per = np.add.reduceat(gradient.astype(np.int64), starts)
+    return bool((per[:-1] > 0).all() and per[-1] == 0)
 
 
 def _complete(u: LocalUnits) -> bool:
@@ -851,7 +865,7 @@ def _carried_cut(g: GpuOps, carried: np.ndarray, u: LocalUnits) -> RankCut:
     _fill_runs(cut, known, gaps, unit_start)
     _lead_filled(g, label, known)
     if u.found:
-        _tail_filled(label, known, _last_step_end(u, n))
+        _tail_filled(label, known, _last_step_end(g, u))
     if u.found:
         _check_local(cut, u)
     return cut

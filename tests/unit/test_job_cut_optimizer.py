@@ -216,3 +216,33 @@ def test_a_cycle_of_several_updates_begins_after_the_last():
     assert rotated.tolist() == [0, 1, 2, 3, 4, 2, 3, 4]
     assert ends == [4, 7]
     assert after_last_update(np.array([0, 1, 2]), small, reductions)[1] == []
+
+
+def test_a_last_weight_sync_that_trains_nothing_is_no_step():
+    """Weights synced to a rollout engine right after each iteration's update (OpenRLHF,
+    veRL's checkpoint engine) begin the next iteration; the one after the run's last update
+    feeds no iteration: it is no Step. An evaluation after the last Step (off the cycle)
+    stays that Step's."""
+    streams = []
+    for _ in range(2):
+        s = Stream()
+        s.timed = True
+        s.op("AllReduce", 4)  # a start-up barrier
+        for step in range(6):
+            s.step = step
+            for k in range(3 if step else 0):  # the weights, to the engine (loaded at first)
+                s.op("Broadcast", 64 << 20, gap_ms=30 if k == 0 else 0.2, comm=TP)
+            for k in range(4):  # the experience's forward, then training
+                s.op("AllGather", 40 << 20, gap_ms=0.3 if k or step else 30)
+            for _layer in range(4):
+                s.op("AllGather", 40 << 20, gap_ms=1.5)
+                s.op("ReduceScatter", 80 << 20, gap_ms=0.2)
+            s.op("AllReduce", 4, gap_ms=1)  # the gradient norm
+        s.step = -1
+        for k in range(3):
+            s.op("Broadcast", 64 << 20, gap_ms=30 if k == 0 else 0.2, comm=TP)
+        streams.append(s)
+    cut, labels = labels_of(streams, {WORLD: 2, TP: 2})
+    assert cut.steps == 6
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
