@@ -346,7 +346,7 @@ def main() -> None:
         gate.ready()
     blocks = []
 
-    step_done, opt_returned = [], []
+    step_done, opt_returned, iteration_end = [], [], []
     t_prev = time.monotonic_ns()
     t0 = t_prev
     micro = 0
@@ -384,6 +384,7 @@ def main() -> None:
             dist.all_gather_into_tensor(logged, loss.detach().float().reshape(1))
             logged.mean().item()
         now = time.monotonic_ns()
+        iteration_end.append(now)
         step_done.append(now - t_prev)
         t_prev = now
         if gate is not None and step in last_of_block:
@@ -422,6 +423,10 @@ def main() -> None:
                 "end_mono_ns": end,
                 "step_ns": step_done,
                 "opt_step_returned_mono_ns": opt_returned,
+                "loop": args.loop,
+                # where each iteration of the loop ended (after what it logs): the Step's end,
+                # where ops issued after opt.step() returned still belong to it
+                "iteration_end_mono_ns": iteration_end,
                 "issued_by_script": issued[0],
                 "timed_s": elapsed_s,
                 "median_step_ms": statistics.median(timed) / 1e6,

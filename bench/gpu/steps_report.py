@@ -65,7 +65,16 @@ def jsonl(path: Path) -> list[dict]:
 
 
 def ground_truth(run_dir: Path) -> tuple[str, dict[int, list[int]], str]:
-    """(job name, rank -> marker times in step order, where they came from)."""
+    """(job name, rank -> the times Steps ended, in step order, where they came from). A loop
+    that issues collectives after `opt.step()` returns (the loss gathered to log) ends its
+    Steps after them: its own iteration ends are the truth then, not the step markers."""
+    loops = {}
+    for p in sorted((run_dir / "job").glob("rank*.json")):
+        j = json.loads(p.read_text())
+        if j.get("loop", "plain") != "plain" and j.get("iteration_end_mono_ns"):
+            loops[int(p.stem.removeprefix("rank"))] = j["iteration_end_mono_ns"]
+    if loops:
+        return run_dir.name, loops, "iterations"
     own = sorted((run_dir / "markers").glob("markers.rank*.json"))
     if own:
         out, mode = {}, run_dir.name
