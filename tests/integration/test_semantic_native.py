@@ -265,6 +265,39 @@ def test_lines_with_spaces_escapes_or_other_key_orders_fall_back_to_the_walker(s
             assert check_line(scanner, variant + b"\n", rows[0])  # taken: Python's values
 
 
+@pytest.mark.parametrize(
+    "name",
+    [b"ncclBfloat16", b"ncclInt64", b"ncclFloat128", b"", rb"ncclInt\u0036\u0034", b"x" * 4096],
+    ids=["known", "a-count", "unknown", "empty", "escaped", "huge"],
+)
+def test_an_op_lines_datatype_reads_as_python_reads_it_whatever_it_names(segments, name):
+    """A datatype the shm protocol has no code for (a newer NCCL's, none, a huge string)
+    reads as 0, and one spelled with escapes as Python decodes it: C takes only the lines it
+    reads as Python does, in both forms."""
+    line = next(
+        line
+        for data in segments
+        for line in data.split(b"\n")
+        if (e := expected(line)) is not None and e["kind"] == 0
+    )
+    key = b'"d":"' if b'"ci":{"kind":"c",' in line else b'"datatype":"'
+    at = line.index(key) + len(key)
+    variant = line[:at] + name + line[line.index(b'"', at) :]
+    want = expected(variant + b"\n")
+    assert want is not None
+    assert want["datatype"] == (
+        int(shm_v1.Datatype.INT64) if b"\\u" in name else _datatype(name.decode())
+    )
+    for trusted in (False, True):
+        scanner = Scanner()
+        rows = scanner.scan(variant + b"\n", trusted)
+        taken = rows[0]["status"] == native.LINE_OP
+        # the walker takes every plain name; an escape is Python's to decode
+        assert taken or trusted or b"\\u" in name
+        if taken:
+            assert check_line(scanner, variant + b"\n", rows[0])
+
+
 class ReorderReference:
     """The reorder rule in plain Python: sorted by (issue, arrival); each op past the window
     releases the smallest."""
