@@ -58,6 +58,13 @@ def reduces(func: np.ndarray) -> np.ndarray:
     return np.isin(func, [func_code(f) for f in GRADIENT_FUNCS])
 
 
+def optimizer_scalars(g: GpuOps) -> np.ndarray:
+    """Per op, a scalar all-reduce of no count: what an optimizer reduces (a gradient norm,
+    a found-inf flag), not what the next iteration agrees on before its forward."""
+    small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
+    return small & (g.func == func_code("AllReduce")) & ~counts_of(g.datatype)
+
+
 def counts(g: GpuOps) -> np.ndarray:
     """Per op, whether it is a count an iteration agrees on before its forward: a scalar
     reduction of integers (veRL's micro-batch count, torchtitan's tokens), or an all-gather
@@ -322,8 +329,7 @@ def _units_by_optimizers(g: GpuOps, across: bool = False) -> LocalUnits | None:
         keys = key_codes(sub)
         small = (sub.kind != P2P) & (sub.size <= SCALAR_BYTES)
         red = (sub.kind != P2P) & reduces(sub.func) & ~small
-        # a count agreed on before the forward (integers) is no gradient norm
-        scalar_reduction = small & (sub.func == func_code("AllReduce")) & ~counts_of(sub.datatype)
+        scalar_reduction = optimizer_scalars(sub)
         first = startup_prefix(sub)
         after = _only_after(keys[first:])  # a barrier of the start-up is no gradient norm
         ends, opening = [], set()
@@ -528,10 +534,9 @@ def _tensor_parallel_alone(g: GpuOps, u: LocalUnits) -> bool:
     return bool(scalar.any()) and not (scalar & (g.comm == comms[0])).any()
 
 
-def _optimizers_in(g: GpuOps, small: np.ndarray, reduction: np.ndarray) -> int:
-    """How many times a gradient reduction is followed at once by a scalar all-reduce (of
-    no count)."""
-    scalar = small & (g.func == func_code("AllReduce")) & ~counts_of(g.datatype)
+def _optimizers_in(g: GpuOps, reduction: np.ndarray) -> int:
+    """How many times a gradient reduction is followed at once by an optimizer's scalar."""
+    scalar = optimizer_scalars(g)
     return int((reduction[:-1] & scalar[1:]).sum()) if len(g) > 1 else 0
 
 
@@ -605,7 +610,7 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
     # the ops show optimizers, one holds an optimizer: a Step of tensor-parallel
     # micro-batches is longer than the first probe, and a micro-batch's cycle covers nearly
     # every op), and then followed over every op.
-    optimized = _optimizers_in(g, small, reduction) > MIN_REPEATS
+    optimized = _optimizers_in(g, reduction) > MIN_REPEATS
     probe = min(m, FIRST_PROBE)
     while True:
         for floor in key_floors(np.bincount(keys[:probe], minlength=len(ids)), probe):

@@ -36,9 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from comminsight.semantic.job_ops import P2P, GpuOps
-from comminsight.semantic.local_cycle import SCALAR_BYTES, counts, reduces
+from comminsight.semantic.local_cycle import SCALAR_BYTES, counts, optimizer_scalars, reduces
 from comminsight.semantic.op_batch import FUNCS, func_code
-from comminsight.semantic.ops import counts_of
 
 SHARE = 0.8  # of the boundaries, at least, a piece of evidence must hold at
 IDLE_RATIO = 3.0  # the idle time before a Step against the longest inside it
@@ -76,9 +75,7 @@ class _Ops:
         coll = g.kind != P2P
         self.g = g
         self.scalar = coll & (g.size <= SCALAR_BYTES)
-        # (a count the next iteration agrees on is no optimizer's)
-        self.scalar_reduction = self.scalar & (g.func == func_code("AllReduce"))
-        self.scalar_reduction &= ~counts_of(g.datatype)
+        self.scalar_reduction = optimizer_scalars(g)
         self.gradient = coll & reduces(g.func) & ~self.scalar
         self.gather = coll & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
         self.gather &= ~self.scalar
