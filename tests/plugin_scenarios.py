@@ -23,6 +23,7 @@ from waiting import wait_until
 
 from comminsight.shm_reader import RingCursor, ShmRegion
 from comminsight.sim.abi import load_plugin
+from comminsight_gen.abi.nccl_profiler_v5 import EventType
 
 COLL = {
     "seq": 0,
@@ -141,6 +142,49 @@ def odd_strings(d: Driver) -> dict:
     d.coll(ctx, 2, func="Gather", datatype="ncclBfloat16")
     out = snapshot(settled(region()))
     out["name"] = bytes(region().comms[0]["name"]).split(b"\0")[0].decode()
+    d.abi.finalize(ctx)
+    return out
+
+
+def names_at_page_end(d: Driver) -> dict:
+    """One name buffer rewritten between ops (same pointer, new text), at the very end of a
+    readable page with an unreadable page after it, and 26 bytes before that end: the plugin
+    confirms a cached pointer's text and must never read past the page."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    area = mmap.mmap(-1, 2 * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(area))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    if libc.mprotect(base + page, page, 0) != 0:  # PROT_NONE: a read there faults
+        raise OSError(ctypes.get_errno(), "mprotect")
+    ctx = d.init(0xA2).context
+    ffi = d.abi.ffi
+    names = ["AllReduce", "Broadcast", "AllGather", "AllReduce", "Broadcast"]  # 9 bytes each
+    for seq, name in enumerate(names * 2):
+        end = page if seq < len(names) else page - 16
+        at = end - len(name) - 1
+        area[at : at + len(name) + 1] = name.encode() + b"\0"
+        dt = "ncclInt8" if seq % 2 else "ncclFloat32"
+        dt_at = end - 64 - len(dt) - 1
+        area[dt_at : dt_at + len(dt) + 1] = dt.encode() + b"\0"
+
+        def fill(desc, s, seq=seq, at=at, dt_at=dt_at):
+            c = desc.u.coll
+            c.seqNumber = seq
+            c.func = ffi.cast("char *", base + at)
+            c.datatype = ffi.cast("char *", base + dt_at)
+            c.count = 1024
+            c.nChannels = 1
+            c.algo = s("RING")
+            c.proto = s("SIMPLE")
+
+        op = d.abi._start(ctx, EventType.COLL, None, 0, fill)
+        d.abi.stop(op)
+        d.channels(ctx, op, 1, base=1000 * (seq + 1))
+    out = snapshot(settled(region()))
     d.abi.finalize(ctx)
     return out
 
@@ -531,6 +575,7 @@ SCENARIOS = {
     f.__name__: f
     for f in (
         odd_strings,
+        names_at_page_end,
         odd_bytes_names,
         unknown_events,
         stop_without_start,

@@ -330,9 +330,8 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
                   const char* datatype, int peer, int n_channels /* < 0: unknown */, uint8_t n_warps,
                   const char* algo, const char* proto, ci_api_info_t api, uint64_t group_id /* 0: unknown */);
 void ci_op_stop(ci_op_t* op);
-void* ci_channel_start(const void* parent_handle, uint8_t channel, uint64_t ptimer);
-void ci_channel_record_stop(ci_op_t* op, uint64_t ptimer);
-void ci_channel_stop(ci_op_t* op);
+void ci_channel_first(ci_op_t* op);    /* out of line: the first channel of an op */
+void ci_channels_complete(ci_op_t* op); /* out of line: the last channel of an op stopped */
 /* The op a handle names, or NULL if the handle is not ours or its op has been recycled since:
  * the pool bumps an entry's generation when it is freed, so a stale handle never matches. */
 extern ci_op_t* ci_pool_ops;
@@ -345,6 +344,33 @@ static inline ci_op_t* ci_op_from_handle(const void* handle) {
         return NULL;
     return op;
 }
+/* KernelCh events are 72 of a 24-channel collective's ~80 calls, so their work is inline and
+ * the least correctness needs: find the op (one bounds test, one generation compare), fold the
+ * GPU tick in, count. Channel fields have one writer, NCCL's proxy thread (ops.c). */
+static inline void* ci_channel_start(const void* parent, uint8_t channel, uint64_t ptimer) {
+    ci_op_t* op = ci_op_from_handle(parent);
+    if (CI_UNLIKELY(!op)) return NULL;
+    uint32_t started = __atomic_load_n(&op->ch_started, __ATOMIC_RELAXED);
+    if (CI_UNLIKELY(started == 0)) ci_channel_first(op);
+    __atomic_store_n(&op->ch_started, started + 1, __ATOMIC_RELAXED);
+    uint64_t cur = __atomic_load_n(&op->gpu_start_ticks, __ATOMIC_RELAXED);
+    if (ptimer && (cur == 0 || ptimer < cur)) __atomic_store_n(&op->gpu_start_ticks, ptimer, __ATOMIC_RELAXED);
+    /* the parent's handle with the channel's kind and number: same index, same generation */
+    return (void*)((uintptr_t)parent + ((uintptr_t)(CI_HANDLE_CHANNEL - CI_HANDLE_OP) << 24) +
+                   ((uintptr_t)channel << 32));
+}
+
+static inline void ci_channel_record_stop(ci_op_t* op, uint64_t ptimer) {
+    if (ptimer > __atomic_load_n(&op->gpu_end_ticks, __ATOMIC_RELAXED))
+        __atomic_store_n(&op->gpu_end_ticks, ptimer, __ATOMIC_RELAXED);
+}
+
+static inline void ci_channel_stop(ci_op_t* op) {
+    uint32_t stopped = __atomic_load_n(&op->ch_stopped, __ATOMIC_RELAXED) + 1;
+    __atomic_store_n(&op->ch_stopped, stopped, __ATOMIC_RELAXED);
+    if (CI_UNLIKELY(stopped == op->expect_channels)) ci_channels_complete(op);
+}
+
 /* Complete ops that will get no more events: quiescent ones (all started channels stopped for
  * a while) and, when `comm` is given, every op of that communicator (finalize). */
 void ci_ops_sweep(ci_comm_t* finalizing, uint64_t now, uint64_t quiet_ns);

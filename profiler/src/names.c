@@ -22,6 +22,9 @@ typedef struct name_table {
     bool ignore_case;
     uint64_t cache[CACHE_SLOTS];
     const char* labels[256]; /* label of each value, filled on first use */
+    /* a label of under 16 bytes with its NUL, as two words, and which of their bytes it fills:
+     * a cache hit is confirmed with two loads instead of a loop over the characters */
+    uint64_t words[256][2], masks[256][2];
     uint32_t ready;
 } name_table_t;
 
@@ -29,9 +32,23 @@ static bool same(const name_table_t* t, const char* a, const char* b) {
     return t->ignore_case ? strcasecmp(a, b) == 0 : strcmp(a, b) == 0;
 }
 
+static void fill_words(name_table_t* t, uint8_t v, const char* label) {
+    size_t n = label ? strlen(label) + 1 : 0; /* with the NUL */
+    unsigned char bytes[16] = {0}, mask[16] = {0};
+    if (n == 0 || n > sizeof(bytes)) return; /* mask stays 0: confirmed by the loop */
+    memcpy(bytes, label, n);
+    memset(mask, 0xFF, n);
+    memcpy(t->words[v], bytes, sizeof(bytes));
+    memcpy(t->masks[v], mask, sizeof(mask));
+}
+
 static uint8_t slow_lookup(name_table_t* t, const char* name) {
     if (!__atomic_load_n(&t->ready, __ATOMIC_ACQUIRE)) {
-        for (unsigned v = 0; v <= t->max_value; v++) __atomic_store_n(&t->labels[v], t->label((uint8_t)v), __ATOMIC_RELAXED);
+        for (unsigned v = 0; v <= t->max_value; v++) {
+            const char* l = t->label((uint8_t)v);
+            fill_words(t, (uint8_t)v, l);
+            __atomic_store_n(&t->labels[v], l, __ATOMIC_RELAXED);
+        }
         __atomic_store_n(&t->ready, 1, __ATOMIC_RELEASE);
     }
     for (uint8_t v = 1; v <= t->max_value; v++) {
@@ -50,20 +67,39 @@ static inline bool equal(const char* a, const char* b) {
     return *a == *b;
 }
 
+/* Whether the text at `name` is value v's label, by its first 16 bytes. Those may run past the
+ * string's NUL, but never off its page (the caller checks), so the load cannot fault; the mask
+ * keeps only the label's own bytes. Sanitizers would report the bytes past the NUL. */
+__attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined)) static inline bool same_words(const name_table_t* t, uint8_t v,
+                                                                    const char* name) {
+    uint64_t a, b;
+    __builtin_memcpy(&a, name, 8);
+    __builtin_memcpy(&b, name + 8, 8);
+    return (((a ^ t->words[v][0]) & t->masks[v][0]) | ((b ^ t->words[v][1]) & t->masks[v][1])) == 0;
+}
+
+#define PAGE_SAFE(p) (((p) & 4095u) <= 4096u - 16u) /* 16 bytes from p stay on p's 4 KiB page */
+
 static uint8_t lookup(name_table_t* t, const char* name) {
-    if (CI_UNLIKELY(!name || !*name)) return 0;
+    if (CI_UNLIKELY(!name)) return 0;
     uintptr_t p = (uintptr_t)name;
     uint64_t* slot = &t->cache[(p >> 3) % CACHE_SLOTS];
-    uint64_t entry = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    uint64_t entry = __atomic_load_n(slot, __ATOMIC_ACQUIRE); /* with the words it was cached after */
     if (CI_LIKELY(entry >> 8 == (uint64_t)p)) {
+        /* same pointer: still the same text? (a caller may reuse a buffer for another name) */
         uint8_t v = (uint8_t)entry;
-        const char* l = __atomic_load_n(&t->labels[v], __ATOMIC_RELAXED);
-        if (CI_LIKELY(l && equal(l, name))) return v; /* same pointer, still the same text */
+        if (CI_LIKELY(t->masks[v][0] && PAGE_SAFE(p))) {
+            if (CI_LIKELY(same_words(t, v, name))) return v;
+        } else {
+            const char* l = __atomic_load_n(&t->labels[v], __ATOMIC_RELAXED);
+            if (l && equal(l, name)) return v;
+        }
     }
+    if (!*name) return 0;
     uint8_t v = slow_lookup(t, name);
     /* cache only exact spellings, so that a hit can be confirmed with an exact compare */
     if (v && (uint64_t)p < (1ull << 56) && equal(t->label(v), name))
-        __atomic_store_n(slot, (uint64_t)p << 8 | v, __ATOMIC_RELAXED);
+        __atomic_store_n(slot, (uint64_t)p << 8 | v, __ATOMIC_RELEASE);
     return v;
 }
 

@@ -170,24 +170,7 @@ void ci_op_stop(ci_op_t* op) {
 
 /* The first channel of an op: the GPU has started it. No clock read here (a clock read costs
  * ~20 ns of the 150 ns budget); the background thread stamps the time when it sees it. */
-static __attribute__((noinline)) void first_channel(ci_op_t* op) { ci_comm_note_started(op->comm, op); }
-
-void* ci_channel_start(const void* parent, uint8_t channel, uint64_t ptimer) {
-    ci_op_t* op = ci_op_from_handle(parent);
-    if (CI_UNLIKELY(!op)) return NULL;
-    uint32_t started = LOAD(&op->ch_started);
-    if (CI_UNLIKELY(started == 0)) first_channel(op);
-    STORE(&op->ch_started, started + 1);
-    if (ptimer) {
-        uint64_t cur = LOAD(&op->gpu_start_ticks);
-        if (cur == 0 || ptimer < cur) STORE(&op->gpu_start_ticks, ptimer);
-    }
-    return ci_handle_make(CI_HANDLE_CHANNEL, op->index, ci_handle_generation(parent), channel);
-}
-
-void ci_channel_record_stop(ci_op_t* op, uint64_t ptimer) {
-    if (ptimer > LOAD(&op->gpu_end_ticks)) STORE(&op->gpu_end_ticks, ptimer);
-}
+__attribute__((noinline)) void ci_channel_first(ci_op_t* op) { ci_comm_note_started(op->comm, op); }
 
 /* When the op completed, in host time. A clock read costs ~20 ns of the budget, so with GPU
  * ticks and a measured GPU-to-host offset it is derived from the last stop tick; one op in 64
@@ -209,10 +192,7 @@ static uint64_t completion_time(ci_op_t* op) {
     return now;
 }
 
-void ci_channel_stop(ci_op_t* op) {
-    uint32_t stopped = LOAD(&op->ch_stopped) + 1;
-    STORE(&op->ch_stopped, stopped);
-    if (stopped != op->expect_channels) return;
+__attribute__((noinline)) void ci_channels_complete(ci_op_t* op) {
     STORE(&op->complete_mono_ns, completion_time(op));
     uint32_t old = __atomic_fetch_or(&op->gate, GATE_CHANNELS, __ATOMIC_ACQ_REL);
     if ((old & GATE_HOST) && !(old & (GATE_CHANNELS | GATE_FORCED))) publish(op, 0);

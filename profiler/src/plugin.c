@@ -277,7 +277,8 @@ static uint32_t init_v5(void** context, uint64_t comm_id, int32_t* mask, const c
     return init_common(context, comm_id, mask, name, nnodes, nranks, rank, (void*)logfn, 5);
 }
 
-static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t* d) {
+/* Every event but KernelCh. */
+static __attribute__((noinline)) uint32_t start_other_v5(void* context, void** handle, ci_nccl_event_descr_v5_t* d) {
     if (!handle) return CI_NCCL_V5_RESULT_SUCCESS;
     *handle = NULL;
     if (CI_UNLIKELY(!d || !tracked(context))) {
@@ -285,10 +286,6 @@ static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t*
         return CI_NCCL_V5_RESULT_SUCCESS;
     }
     ci_comm_t* comm = context;
-    if (CI_LIKELY(d->type == CI_EV_KERNEL_CH)) { /* 24 of every ~80 events: first */
-        *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
-        return CI_NCCL_V5_RESULT_SUCCESS;
-    }
     switch (d->type) {
     case CI_EV_COLL:
         *handle = ci_op_start(comm, CI_SHM_V1_RECORD_KIND_COLL, d->u.coll.func, d->u.coll.seqNumber,
@@ -326,34 +323,56 @@ static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t*
     return CI_NCCL_V5_RESULT_SUCCESS;
 }
 
-static uint32_t stop_common(void* handle) {
-    /* API and Group handles hold nothing, proxy handles name evidence (one range test: this
-     * runs for every channel too) */
-    if (CI_UNLIKELY(ci_handle_kind(handle) - CI_HANDLE_API <= CI_HANDLE_PROXY_STEP - CI_HANDLE_API)) {
-        if (ci_handle_kind(handle) >= CI_HANDLE_PROXY_OP) ci_evidence_proxy_stop(handle);
+/* KernelCh first, in a function small enough to need no stack frame: 24 of a collective's
+ * ~28 starts. A channel's parent names the op, so no context test is needed: a parent that is
+ * not a live op of ours (an untracked communicator's NULL, a recycled entry, no pool) gives
+ * no handle. */
+static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t* d) {
+    if (CI_LIKELY(handle && d && d->type == CI_EV_KERNEL_CH)) {
+        *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
+        return CI_NCCL_V5_RESULT_SUCCESS;
+    }
+    return start_other_v5(context, handle, d);
+}
+
+/* Every handle but a channel's. */
+static __attribute__((noinline)) uint32_t stop_other(void* handle) {
+    /* API and Group handles hold nothing, proxy handles name evidence */
+    uint32_t kind = ci_handle_kind(handle);
+    if (CI_UNLIKELY(kind - CI_HANDLE_API <= CI_HANDLE_PROXY_STEP - CI_HANDLE_API)) {
+        if (kind >= CI_HANDLE_PROXY_OP) ci_evidence_proxy_stop(handle);
         return CI_NCCL_V5_RESULT_SUCCESS;
     }
     ci_op_t* op = ci_op_from_handle(handle); /* NULL for NULL, foreign and stale handles */
-    if (CI_UNLIKELY(!op)) {
-        if (handle) on_unknown_event();
-        return CI_NCCL_V5_RESULT_SUCCESS;
-    }
-    uint32_t kind = ci_handle_kind(handle);
-    if (CI_LIKELY(kind == CI_HANDLE_CHANNEL)) ci_channel_stop(op);
-    else if (kind == CI_HANDLE_OP) ci_op_stop(op);
-    else on_unknown_event();
+    if (CI_LIKELY(op && kind == CI_HANDLE_OP)) ci_op_stop(op);
+    else if (handle) on_unknown_event();
     return CI_NCCL_V5_RESULT_SUCCESS;
 }
 
-static void record_state(void* handle, uint32_t state, const uint64_t* ptimer) {
-    if (CI_UNLIKELY(state != CI_STATE_KERNEL_CH_STOP)) {
-        /* NCCL passes NULL args for GroupApi states, and we hand out no handle for those */
-        if (ci_handle_kind(handle) == CI_HANDLE_PROXY_STEP) ci_evidence_proxy_state(handle, state);
+static inline __attribute__((always_inline)) uint32_t stop_common(void* handle) {
+    if (CI_LIKELY(ci_handle_kind(handle) == CI_HANDLE_CHANNEL)) {
+        ci_op_t* op = ci_op_from_handle(handle); /* NULL once its op is recycled */
+        if (CI_LIKELY(op != NULL)) ci_channel_stop(op);
+        else on_unknown_event();
+        return CI_NCCL_V5_RESULT_SUCCESS;
+    }
+    return stop_other(handle);
+}
+
+/* GroupApi states come with NULL args, and we hand out no handle for those; ProxyStep states
+ * are hang evidence. */
+static __attribute__((noinline)) void record_other(void* handle, uint32_t state) {
+    if (state != CI_STATE_KERNEL_CH_STOP && ci_handle_kind(handle) == CI_HANDLE_PROXY_STEP)
+        ci_evidence_proxy_state(handle, state);
+}
+
+static inline __attribute__((always_inline)) void record_state(void* handle, uint32_t state, const uint64_t* ptimer) {
+    if (CI_LIKELY(state == CI_STATE_KERNEL_CH_STOP && ptimer && ci_handle_kind(handle) == CI_HANDLE_CHANNEL)) {
+        ci_op_t* op = ci_op_from_handle(handle);
+        if (CI_LIKELY(op != NULL)) ci_channel_record_stop(op, *ptimer);
         return;
     }
-    if (!ptimer || ci_handle_kind(handle) != CI_HANDLE_CHANNEL) return;
-    ci_op_t* op = ci_op_from_handle(handle);
-    if (CI_LIKELY(op != NULL)) ci_channel_record_stop(op, *ptimer);
+    record_other(handle, state);
 }
 
 static uint32_t record_v5(void* handle, uint32_t state, ci_nccl_state_args_v5_t* args) {
@@ -476,11 +495,15 @@ _Static_assert(offsetof(ci_nccl_state_args_v6_t, kernelCh.pTimer) == offsetof(ci
 #define CE_EVENTS (CI_NCCL_V6_EVENT_TYPE_CE_COLL | CI_NCCL_V6_EVENT_TYPE_CE_SYNC | CI_NCCL_V6_EVENT_TYPE_CE_BATCH)
 
 static uint32_t start_v6(void* context, void** handle, ci_nccl_event_descr_v6_t* d) {
+    if (CI_LIKELY(handle && d && d->type == CI_EV_KERNEL_CH)) {
+        *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
+        return CI_NCCL_V6_RESULT_SUCCESS;
+    }
     if (d && (d->type & CE_EVENTS) && !(d->type & (d->type - 1))) { /* known, not tracked */
         if (handle) *handle = NULL;
         return CI_NCCL_V6_RESULT_SUCCESS;
     }
-    return start_v5(context, handle, (ci_nccl_event_descr_v5_t*)(void*)d);
+    return start_other_v5(context, handle, (ci_nccl_event_descr_v5_t*)(void*)d);
 }
 
 static uint32_t record_v6(void* handle, uint32_t state, ci_nccl_state_args_v6_t* args) {

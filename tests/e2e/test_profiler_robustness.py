@@ -48,6 +48,18 @@ def test_null_and_odd_strings(build, tmp_path):
 
 
 @pytest.mark.parametrize("build", BUILDS)
+def test_names_in_a_reused_buffer_at_a_page_end(build, tmp_path):
+    """The same pointer holds another name at the next op, and the name's NUL is the last
+    readable byte: every op gets its own name, and nothing past the page is read."""
+    out = run("names_at_page_end", build, tmp_path)
+    F, D = shm_v1.Func, shm_v1.Datatype
+    names = [F.ALL_REDUCE, F.BROADCAST, F.ALL_GATHER, F.ALL_REDUCE, F.BROADCAST]
+    assert out["kinds"][1:] == [shm_v1.RecordKind.COLL] * 10
+    assert out["funcs"][1:] == names * 2
+    assert out["datatypes"][1:] == [D.INT8 if i % 2 else D.FLOAT32 for i in range(10)]
+
+
+@pytest.mark.parametrize("build", BUILDS)
 def test_unknown_event_types_are_counted_and_ignored(build, tmp_path):
     out = run("unknown_events", build, tmp_path)
     assert out["counters"]["events_unknown"] == 3
