@@ -43,6 +43,7 @@ VARIANT_ORDER = [
     "none",
     "empty_mask70",
     "comminsight_mask70",
+    "comminsight_sampled",
     "comminsight_mask6",
     "empty_mask6",
     "inspector",
@@ -53,6 +54,8 @@ RATIOS = [
     ("comminsight_mask6", "empty_mask6", "ratio_comminsight_over_empty_mask6"),
     ("empty_mask70", "none", "ratio_empty_mask70_over_none"),
     ("comminsight_mask70", "none", "ratio_comminsight_mask70_over_none"),
+    ("comminsight_sampled", "none", "ratio_comminsight_sampled_over_none"),
+    ("comminsight_sampled", "empty_mask70", "ratio_comminsight_sampled_over_empty_mask70"),
     # NVIDIA's NCCL Inspector (mask Coll|KernelCh = 66) against the empty plugin with its mask:
     # its own cost, as comminsight/empty_mask70 is ours; then against nothing and against us.
     ("inspector", "empty_mask66", "ratio_inspector_over_empty_mask66"),
@@ -335,6 +338,7 @@ def main() -> int:
             if not vals:
                 continue
             med[(variant, size)] = m = statistics.median(vals)
+            q1, _q2, q3 = statistics.quantiles(vals, n=4) if len(vals) > 1 else (m, m, m)
             emit(
                 f"us_per_iter_{variant}_{size}",
                 round(m, 3),
@@ -342,6 +346,9 @@ def main() -> int:
                 n=len(vals),
                 min=round(min(vals), 3),
                 max=round(max(vals), 3),
+                q1=round(q1, 3),
+                q3=round(q3, 3),
+                iqr=round(q3 - q1, 3),
             )
     for num, den, name in RATIOS:
         for size in sizes:

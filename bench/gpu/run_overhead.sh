@@ -12,7 +12,8 @@
 #      prints NCCL's profiler-plugin lines (which ncclProfiler_vN NCCL picked);
 #   3. alternates the variants round after round, rotating their order, so that drift and
 #      noise hit all alike: none (NCCL_PROFILER_PLUGIN=none), empty_mask70,
-#      comminsight_mask70 (default mask), comminsight_mask6 (GPU timing off), empty_mask6,
+#      comminsight_mask70 (default mask), comminsight_sampled (default mask, GPU timing
+#      sampled), comminsight_mask6 (GPU timing off), empty_mask6,
 #      and when the Inspector was built inspector (NCCL_INSPECTOR_ENABLE=1) and empty_mask66
 #      (the empty plugin with the Inspector's mask Coll|KernelCh); each CommInsight run gets a
 #      fresh COMMINSIGHT_HOME, each Inspector run a fresh NCCL_INSPECTOR_DUMP_DIR, whose
@@ -27,6 +28,7 @@
 # DEADLINE_S (no new outer round starts once it would end past this many seconds, 300),
 # KEEP_HOMES=1 (keep the CommInsight homes, the Inspector's dump dirs and $WORK),
 # BUILD_ONLY=1 (step 1 only), NO_PROBE=1, VARIANTS (space-separated, default all of step 3),
+# HOSTLEAN_ARGS (extra arguments of every hostlean_allreduce run, e.g. --procs 2),
 # INSPECTOR_SRC, INSPECTOR_INTERVAL_US (the Inspector's
 # NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS, 500 as in its README), CXX (g++).
 # OUT defaults to build/gpu/out when not run through the device tool.
@@ -46,6 +48,9 @@ PY="${PYTHON:-python3}"
 CC="${CC:-gcc}"
 CXX="${CXX:-g++}"
 INSPECTOR_SRC="${INSPECTOR_SRC:-$ROOT/build/nccl-inspector-src/ext-profiler/inspector}"
+# extra hostlean_allreduce arguments, e.g. "--procs 2 --model-us 40 --model-gbs 1.5" for two
+# ranks on one GPU (with NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 in the environment)
+HOSTLEAN_ARGS="${HOSTLEAN_ARGS:-}"
 # NCCL v2.28.9's inspector.cc sleeps {interval / 10^6 s, interval % 10^6 ns} between dumps:
 # below one second the "microseconds" are nanoseconds, so 500 makes its dump thread wake every
 # ~0.5 µs plus the dump itself. 0 (its default when unset) starts no dump thread: the Inspector
@@ -165,6 +170,9 @@ variant_env() {
       echo "NCCL_PROFILER_PLUGIN=$CI_SO COMMINSIGHT_PROFILER_EVENT_MASK=70 COMMINSIGHT_HOME=$dir" ;;
     comminsight_mask6)
       echo "NCCL_PROFILER_PLUGIN=$CI_SO COMMINSIGHT_PROFILER_EVENT_MASK=6 COMMINSIGHT_HOME=$dir" ;;
+    comminsight_sampled)
+      echo "NCCL_PROFILER_PLUGIN=$CI_SO COMMINSIGHT_PROFILER_EVENT_MASK=70" \
+        "COMMINSIGHT_PROFILER_GPU_TIMING=sampled COMMINSIGHT_HOME=$dir" ;;
     inspector)
       echo "NCCL_PROFILER_PLUGIN=$INSPECTOR_SO NCCL_INSPECTOR_ENABLE=1" \
         "NCCL_INSPECTOR_DUMP_DIR=$dir" \
@@ -174,7 +182,7 @@ variant_env() {
 }
 
 # Which variants run (VARIANTS, space-separated), checked before anything runs.
-DEFAULT_VARIANTS="none empty_mask70 comminsight_mask70 comminsight_mask6 empty_mask6"
+DEFAULT_VARIANTS="none empty_mask70 comminsight_mask70 comminsight_sampled comminsight_mask6 empty_mask6"
 KNOWN_VARIANTS="$DEFAULT_VARIANTS inspector empty_mask66"
 ((HAVE_INSPECTOR)) && DEFAULT_VARIANTS+=" inspector empty_mask66"
 read -r -a RUN_VARIANTS <<<"${VARIANTS:-$DEFAULT_VARIANTS}"
@@ -229,7 +237,7 @@ if [[ "${NO_PROBE:-0}" != 1 ]]; then
       echo "==== probe $v ===="
       # shellcheck disable=SC2046
       env $(variant_env "$v" "$home") NCCL_DEBUG=INFO COMMINSIGHT_PROFILER_DEBUG=1 \
-        "$HOSTLEAN" --variant "probe_$v" --rounds 1 --target-s 0.02 --sizes 8,1048576 2>&1
+        "$HOSTLEAN" --variant "probe_$v" --rounds 1 --target-s 0.02 --sizes 8,1048576 $HOSTLEAN_ARGS 2>&1
       echo "==== rc=$? ===="
       [[ "$v" == inspector ]] && echo "==== inspector wrote: $(inspector_counts "$home") ===="
     } >>"$PROBE_LOG"
@@ -263,7 +271,7 @@ for ((r = 0; r < ROUNDS; r++)); do
     # shellcheck disable=SC2046
     env $(variant_env "$v" "${home:-$dump}") \
       "$HOSTLEAN" --variant "$v" --rounds "$INNER_ROUNDS" --target-s "$TARGET_S" \
-      --sizes "$SIZES" >"$out" 2>&1
+      --sizes "$SIZES" $HOSTLEAN_ARGS >"$out" 2>&1
     rc=$?
     extra=""
     if [[ -n "$dump" ]]; then

@@ -22,10 +22,15 @@ from pathlib import Path
 
 import cffi
 
-from comminsight_gen.abi import nccl_profiler_v4, nccl_profiler_v5, nccl_profiler_v6
+from comminsight_gen.abi import (
+    nccl_profiler_v4,
+    nccl_profiler_v5,
+    nccl_profiler_v6,
+    nccl_profiler_v7,
+)
 from comminsight_gen.abi.nccl_profiler_v5 import EventState, EventType
 
-_MODULES = {4: nccl_profiler_v4, 5: nccl_profiler_v5, 6: nccl_profiler_v6}
+_MODULES = {4: nccl_profiler_v4, 5: nccl_profiler_v5, 6: nccl_profiler_v6, 7: nccl_profiler_v7}
 # states NCCL records with no arguments (as ints: an Enum's hash runs in Python)
 _ARGLESS_STATES = frozenset(
     int(s) for s in (EventState.GROUP_START_API_STOP, EventState.GROUP_END_API_START)
@@ -229,6 +234,7 @@ class ProfilerAbi:
             c.algo = s(coll["algo"])
             c.proto = s(coll["proto"])
             self._set_parent_group(c, group)
+            self._fill_coll_v7(c, s, coll)
 
         return self._start(
             context, EventType.COLL, self._task_parent(api_parent, group), rank, fill
@@ -244,6 +250,7 @@ class ProfilerAbi:
             p.peer = p2p["peer"]
             p.nChannels = self._p2p_channels(p2p["n_channels"])
             self._set_parent_group(p, group)
+            self._fill_p2p_v7(p, s, p2p)
 
         return self._start(context, EventType.P2P, self._task_parent(api_parent, group), rank, fill)
 
@@ -381,6 +388,12 @@ class ProfilerAbi:
     def _p2p_channels(self, n_channels: int) -> int:
         return n_channels
 
+    def _fill_coll_v7(self, c, s, coll: dict) -> None:
+        pass  # fields of ABI v7 only
+
+    def _fill_p2p_v7(self, p, s, p2p: dict) -> None:
+        pass
+
 
 class ProfilerAbiV5(ProfilerAbi):
     version = 5
@@ -453,6 +466,42 @@ class ProfilerAbiV6(ProfilerAbiV5):
     version = 6
 
 
+class ProfilerAbiV7(ProfilerAbiV5):
+    """NCCL 2.31+: v5's calls; tasks and API calls carry the call's user tag, collectives the
+    kernel variant NCCL picked and whether it is a symmetric-memory kernel."""
+
+    version = 7
+
+    def start_coll_api(self, context, parent, func, count, datatype, root, stream, user_tag=0):
+        def fill(d, s):
+            a = d.u.collApi
+            a.func, a.count, a.datatype, a.root = s(func), count, s(datatype), root
+            a.stream = self.ffi.cast("void *", stream)
+            a.graphCaptured = False
+            a.userTag = user_tag
+
+        return self._start(context, EventType.COLL_API, parent, 0, fill)
+
+    def start_p2p_api(self, context, parent, func, count, datatype, stream, user_tag=0):
+        def fill(d, s):
+            a = d.u.p2pApi
+            a.func, a.count, a.datatype = s(func), count, s(datatype)
+            a.stream = self.ffi.cast("void *", stream)
+            a.graphCaptured = False
+            a.userTag = user_tag
+
+        return self._start(context, EventType.P2P_API, parent, 0, fill)
+
+    def _fill_coll_v7(self, c, s, coll: dict) -> None:
+        c.userTag = coll.get("user_tag", 0)
+        variant = coll.get("kernel_variant")
+        c.kernelVariant = self.ffi.NULL if variant is None else s(variant)
+        c.isSymColl = bool(coll.get("sym_coll", False))
+
+    def _fill_p2p_v7(self, p, s, p2p: dict) -> None:
+        p.userTag = p2p.get("user_tag", 0)
+
+
 def load_plugin(path: str, version: int) -> ProfilerAbi:
-    cls = {4: ProfilerAbiV4, 5: ProfilerAbiV5, 6: ProfilerAbiV6}[version]
+    cls = {4: ProfilerAbiV4, 5: ProfilerAbiV5, 6: ProfilerAbiV6, 7: ProfilerAbiV7}[version]
     return cls(path)

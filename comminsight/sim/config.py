@@ -27,7 +27,7 @@ WORKLOAD_MODULES = {
     "fsdp1": "fsdp1",
 }
 WORKLOADS = tuple(WORKLOAD_MODULES)
-ABI_VERSIONS = (4, 5, 6)
+ABI_VERSIONS = (4, 5, 6, 7)
 TP_DP_DATA_PARALLEL = ("fsdp2", "ddp")  # tp-dp: what shards or replicates over the dp mesh dim
 ZERO_STAGES = (1, 2, 3)
 PRECISIONS = ("fp16", "bf16")  # pp, megatron: the training precision

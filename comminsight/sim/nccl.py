@@ -17,9 +17,10 @@ runs the API events of every op as it is called, and launches at ncclGroupEnd:
 
 The Coll stops microseconds after it starts, when the op is enqueued; the GPU work is reported
 later by the proxy thread (`proxy.py`) through KernelCh events whose parent is the Coll. The
-activation mask is read at each op's call, and every event of that op uses that value, as NCCL
-stores it in the task. Sequence numbers count per communicator and per function, whether or
-not a plugin listens.
+activation mask is read at each op's call, once for its API events and again, after its
+CollApi/P2pApi event, for the task (taskAppend), and every event of the task uses that second
+value, as NCCL stores it in the task. Sequence numbers count per communicator and per
+function, whether or not a plugin listens.
 """
 
 from __future__ import annotations
@@ -215,9 +216,12 @@ class SimNccl:
                 if starts(EventType.COLL_API, mask)
                 else None
             )
+        # taskAppend reads the mask again for the task, after its CollApi/P2pApi event: a
+        # plugin may set it per op there (the Profiler's GPU timing samples do)
+        task_mask = int(self.mask[0]) if ctx is not None else 0
         abi.stop(api)
         issued = IssuedOp(
-            op, comm, instance, mask, None, 0, record["n_channels"], bool(mismatched), record
+            op, comm, instance, task_mask, None, 0, record["n_channels"], bool(mismatched), record
         )
         group.ops.append(issued)
         group.api_of[id(issued)] = api

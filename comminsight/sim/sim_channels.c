@@ -20,6 +20,7 @@
 #include "comminsight/nccl_profiler_v4.h"
 #include "comminsight/nccl_profiler_v5.h"
 #include "comminsight/nccl_profiler_v6.h"
+#include "comminsight/nccl_profiler_v7.h"
 
 #define CI_SIM_KERNEL_CHANNELS(V)                                                              \
     int ci_sim_start_kernel_channels_v##V(const ci_nccl_profiler_v##V##_t* plugin,            \
@@ -59,3 +60,4 @@
 CI_SIM_KERNEL_CHANNELS(4)
 CI_SIM_KERNEL_CHANNELS(5)
 CI_SIM_KERNEL_CHANNELS(6)
+CI_SIM_KERNEL_CHANNELS(7)

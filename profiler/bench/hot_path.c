@@ -10,7 +10,9 @@
  * transport/profiler.cc), so the plugin sees the calls it will see in production:
  *   - An event is started when its own bit, or the bit of any event that hangs below it, is in
  *     the mask (e.g. mask Coll|KernelCh still yields GroupApi, CollApi and Group events).
- *   - The mask is re-read (relaxed) once per API call; children use the value read then.
+ *   - The mask is read (relaxed) at the GroupApi start, for the API events, and again for the
+ *     task in taskAppend, right after its CollApi event: the task's Group, Coll and KernelCh
+ *     events follow that second value (so a plugin may set the mask per op at CollApi start).
  *   - On the user's thread: GroupApi start, GroupApi GROUP_START_API_STOP, CollApi start and
  *     stop, GroupApi GROUP_END_API_START, KernelLaunch start/stop, then (host work after the
  *     launch) Group start, Coll start (parentObj = CollApi handle, coll.parentGroup = Group
@@ -199,6 +201,7 @@ struct comm {
     uint64_t wall_ns; /* user thread: wall time of the loop */
     uint64_t busy_ns; /* what the report counts as this thread's hot-path time */
     uint64_t proxy_busy_ns, proxy_calls, measured_calls, measured_wait_ns;
+    uint64_t gpu_timed, measured_gpu_timed; /* collectives whose task mask had KernelCh */
 };
 
 /* Stand-ins for NCCL's static strings and for user pointers: constant per communicator, as
@@ -374,18 +377,20 @@ static void stop_if(struct comm* c, void* h) {
 }
 
 static void replay_collective(struct comm* c) {
-    int32_t mask = read_mask(); /* once per API call, as NCCL does */
+    int32_t mask = read_mask(); /* at GroupApi start: the API events follow this value */
     void* group_api = start_group_api(c, mask);
     void* coll_api_h = coll_api(c, mask, group_api);
+    int32_t task_mask = read_mask(); /* taskAppend, after the CollApi event: the task's own */
     if (group_api) {
         c->prof->recordEventState(group_api, CI_NCCL_V5_EVENT_STATE_GROUP_END_API_START, NULL);
         c->calls++;
     }
     kernel_launch(c, mask, group_api);
-    void* group = start_group(c, mask);
-    void* coll = start_coll(c, mask, coll_api_h, group);
+    void* group = start_group(c, task_mask);
+    void* coll = start_coll(c, task_mask, coll_api_h, group);
     c->seq++; /* NCCL bumps seqNumber whether or not the plugin is on */
-    struct kernelch_work w = {coll, mask, c->gpu_clock};
+    struct kernelch_work w = {coll, task_mask, c->gpu_clock};
+    if (task_mask & GATE_KERNEL_CH) c->gpu_timed++;
     c->gpu_clock += GPU_STRIDE_NS;
     /* here NCCL uploads the proxy ops that will produce the KernelCh events */
     if (c->kernelch_thread && (mask & GATE_KERNEL_CH)) handoff_push(c, &w);
@@ -450,13 +455,14 @@ static void* worker_main(void* arg) {
         busy0 = atomic_load(&c->queue->busy_ns);
         pcalls0 = atomic_load(&c->queue->calls);
     }
-    uint64_t calls0 = c->calls, wait0 = c->wait_ns;
+    uint64_t calls0 = c->calls, wait0 = c->wait_ns, timed0 = c->gpu_timed;
     pthread_barrier_wait(w->start);
     uint64_t cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = now_ns(CLOCK_MONOTONIC);
     measured_loop(c, w->opt->n);
     c->cpu_ns = now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
     c->wall_ns = now_ns(CLOCK_MONOTONIC) - wall0;
     c->measured_calls = c->calls - calls0;
+    c->measured_gpu_timed = c->gpu_timed - timed0;
     c->measured_wait_ns = c->wait_ns - wait0;
     /* Inline: thread CPU time, immune to preemption. With a proxy thread the user thread also
      * waits, and a wait is known only in wall time, so both sides are counted in wall time:
@@ -501,7 +507,7 @@ static bool init_comm(struct comm* c, const ci_nccl_profiler_v5_t* prof, int ind
 /* ---- report ---- */
 
 struct totals {
-    uint64_t busy_ns, cpu_ns, wait_ns, proxy_busy_ns, calls, wall_max_ns;
+    uint64_t busy_ns, cpu_ns, wait_ns, proxy_busy_ns, calls, wall_max_ns, gpu_timed;
 };
 
 static struct totals sum_workers(const struct worker* w, int n) {
@@ -513,6 +519,7 @@ static struct totals sum_workers(const struct worker* w, int n) {
         t.wait_ns += c->measured_wait_ns;
         t.proxy_busy_ns += c->proxy_busy_ns;
         t.calls += c->measured_calls + c->proxy_calls;
+        t.gpu_timed += c->measured_gpu_timed;
         if (c->wall_ns > t.wall_max_ns) t.wall_max_ns = c->wall_ns;
     }
     return t;
@@ -528,11 +535,12 @@ static void print_json(const struct options* o, const char* name, const struct t
            "\"cpu_ns_per_collective\":%.2f,\"user_thread_ns_per_collective\":%.2f,"
            "\"user_thread_cpu_ns_per_collective\":%.2f,"
            "\"proxy_busy_ns_per_collective\":%.2f,\"wait_ns_per_collective\":%.2f,"
-           "\"wall_ns_per_collective\":%.2f,\"process_cpu_ns_per_collective\":%.2f}\n",
+           "\"wall_ns_per_collective\":%.2f,\"process_cpu_ns_per_collective\":%.2f,"
+           "\"gpu_timed_fraction\":%.4f}\n",
            o->plugin_path, name ? name : "", read_mask(), o->threads,
            o->kernelch_thread ? "true" : "false", o->n, o->warmup, (double)t->calls / colls,
            host + proxy, host, (double)t->cpu_ns / colls, proxy, (double)t->wait_ns / colls,
-           (double)t->wall_max_ns / (double)o->n, (double)process_cpu_ns / colls);
+           (double)t->wall_max_ns / (double)o->n, (double)process_cpu_ns / colls, (double)t->gpu_timed / colls);
 }
 
 /* ---- main ---- */

@@ -220,6 +220,7 @@ void ci_watchdog_scan(uint64_t now) {
         ci_comm_t* comm = &ci_g.comms[i];
         if (!__atomic_load_n(&comm->in_use, __ATOMIC_ACQUIRE)) continue;
         ci_comm_refresh(comm, now);
+        ci_gpu_timing_tick(comm, now);
         if (threshold_ns == 0) continue;
         ci_shm_comm_entry_v1_t* e = comm->entry;
         /* An op enqueued after `now` (on another core, a few ns later) is young, not 584 years
@@ -254,6 +255,21 @@ void ci_watchdog_scan(uint64_t now) {
     for (uint32_t i = 0; i < n; i++) report_hang(&reports[i], now, threshold_ns);
 }
 
+/* Someone else wrote NCCL's activation mask: theirs wins (gpu_timing.c); say so once per value. */
+static void report_override(ci_shm_header_v1_t* h) {
+    if (!__atomic_load_n(&ci_g.mask_overridden, __ATOMIC_RELAXED)) return;
+    int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
+    if (nccl_mask) __atomic_store_n(&ci_g.overriding_mask, __atomic_load_n(nccl_mask, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    int32_t theirs = __atomic_load_n(&ci_g.overriding_mask, __ATOMIC_RELAXED);
+    bool first = !__atomic_load_n(&h->mask_overridden, __ATOMIC_RELAXED);
+    if (first || __atomic_load_n(&h->overriding_event_mask, __ATOMIC_RELAXED) != theirs)
+        ci_warn("NCCL's activation mask was set to 0x%x by someone else (an operator's override, e.g. ncclras): "
+                "it is left as it is, and ops are timed on the GPU as it says",
+                theirs);
+    __atomic_store_n(&h->overriding_event_mask, theirs, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->mask_overridden, 1, __ATOMIC_RELAXED);
+}
+
 static void heartbeat(uint64_t now) {
     ci_shm_header_v1_t* h = ci_g.hdr;
     __atomic_store_n(&h->heartbeat_real_ns, ci_now_real(), __ATOMIC_RELAXED);
@@ -261,7 +277,25 @@ static void heartbeat(uint64_t now) {
     __atomic_add_fetch(&h->heartbeat_count, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&h->event_mask, ci_mask_effective(), __ATOMIC_RELAXED);
     __atomic_store_n(&h->normal_event_mask, __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    __atomic_store_n(&h->gpu_timing, __atomic_load_n(&ci_g.gpu_timing, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    ci_mask_check();
+    report_override(h);
     ci_update_published_count();
+}
+
+/* Run-time GPU timing changes: the sample settings take effect from the next op. */
+static void follow_gpu_timing(const ci_config_t* fresh, const char* path) {
+    ci_config_t* cfg = &ci_g.cfg;
+    if (fresh->gpu_timing_all == cfg->gpu_timing_all && fresh->gpu_timing_every == cfg->gpu_timing_every &&
+        fresh->gpu_timing_period_ms == cfg->gpu_timing_period_ms)
+        return;
+    __atomic_store_n(&cfg->gpu_timing_every, fresh->gpu_timing_every, __ATOMIC_RELAXED);
+    __atomic_store_n(&cfg->gpu_timing_period_ms, fresh->gpu_timing_period_ms, __ATOMIC_RELAXED);
+    cfg->gpu_timing_all = fresh->gpu_timing_all;
+    __atomic_store_n(&ci_g.gpu_timing, ci_gpu_timing_mode(ci_g.abi), __ATOMIC_RELAXED);
+    ci_mask_rewrite();
+    ci_warn("GPU timing now %s, one op in %u of each shape (%s)", fresh->gpu_timing_all ? "all" : "sampled",
+            fresh->gpu_timing_every, path);
 }
 
 /* Run-time mask changes: an operator edits COMMINSIGHT_PROFILER_EVENT_MASK in the config file
@@ -282,14 +316,17 @@ static void watch_config(void) {
     bool changed = primed && (st.st_mtim.tv_sec != seen.tv_sec || st.st_mtim.tv_nsec != seen.tv_nsec);
     seen = st.st_mtim;
     primed = true;
-    if (!changed || getenv(CI_CONFIG_V1_PROFILER_EVENT_MASK_KEY)) return;
+    if (!changed) return;
     ci_config_t fresh;
     ci_config_load(&fresh, home_fd);
+    follow_gpu_timing(&fresh, path);
+    if (getenv(CI_CONFIG_V1_PROFILER_EVENT_MASK_KEY)) return;
     int32_t old = __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED);
     if (fresh.event_mask == old) return;
     __atomic_store_n(&ci_g.mask, fresh.event_mask, __ATOMIC_RELAXED);
-    int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
-    if (nccl_mask) __atomic_store_n(nccl_mask, ci_mask_effective(), __ATOMIC_RELAXED); /* raised bits stay */
+    ci_g.cfg.event_mask = fresh.event_mask;
+    __atomic_store_n(&ci_g.gpu_timing, ci_gpu_timing_mode(ci_g.abi), __ATOMIC_RELAXED);
+    ci_mask_rewrite(); /* raised bits stay */
     ci_warn("activation mask changed from 0x%x to 0x%x (%s)", old, fresh.event_mask, path);
 }
 

@@ -40,6 +40,8 @@
 #define CI_STATE_KERNEL_CH_STOP 22
 
 #define CI_WINDOW 64 /* in-flight ops remembered per communicator and kind */
+#define CI_SHAPE_FUNCS 16 /* op shapes for GPU timing samples: shm v1 func values ... */
+#define CI_SHAPE_SIZES 16 /* ... times size classes of a power of four bytes */
 /* Buffer sizes chosen so that every path we build provably fits (gcc checks, -Werror): a
  * home of up to CI_HOME_MAX - 1 bytes, its subdirectories, then file names inside them. */
 #define CI_HOME_MAX 3072
@@ -91,6 +93,9 @@ typedef struct ci_config {
     bool debug;
     uint64_t stale_region_grace_s; /* a dead process's region still linked is kept this long */
     bool hang_evidence;            /* raise the mask and record proxy progress on a suspected hang */
+    bool gpu_timing_all;           /* COMMINSIGHT_PROFILER_GPU_TIMING=all: every op timed on the GPU */
+    uint32_t gpu_timing_every;     /* sampled: one op in this many of each shape */
+    uint32_t gpu_timing_period_ms; /* sampled: a communicator's next op after this long untimed */
     double hang_evidence_max_s;    /* the longest the mask stays raised for one flagged op */
 } ci_config_t;
 
@@ -181,6 +186,7 @@ size_t ci_utf8_trim_tail(const char* s, size_t n);
 typedef struct ci_api_info {
     uint64_t stream;
     bool graph_captured;
+    int8_t gpu_timed; /* whether NCCL was asked to time the call's task on the GPU; -1: not known */
 } ci_api_info_t;
 
 typedef struct ci_thread {
@@ -229,6 +235,12 @@ typedef struct ci_op {
     uint16_t flags;           /* ci_shm slot_flags */
     uint8_t kind, func, datatype, algo, proto, n_channels, n_warps;
     char raw_name[32];
+    uint64_t user_tag;       /* ABI v7: the call's userProfilerTag, 0 = none */
+    /* ops of each kind the communicator had issued before this op's NCCL group: all done
+     * once this op's kernel starts (a communicator's kernels run in order) */
+    uint64_t coll_before, p2p_before;
+    bool unproven; /* not timed by choice (GPU timing sampled): done only once a later op starts */
+    char kernel_variant[32]; /* ABI v7: the kernel variant's name, else empty */
     /* written by the proxy thread's channel events (single writer, relaxed atomics) */
     _Alignas(64) uint64_t gpu_start_ticks; /* min over channels */
     uint64_t gpu_end_ticks;                /* max over channels */
@@ -288,6 +300,15 @@ static inline uint64_t ci_group_of(const void* h) {
 }
 
 /* ---- communicators (comm.c) ---- */
+/* An op that is recorded but not known done, as the hang view shows it. `guard` is odd while
+ * the entry is written (a seqlock of its own). */
+typedef struct ci_untimed_view {
+    uint32_t guard;
+    int32_t peer;
+    uint64_t op_seq, op_index, count, bytes, host_start_mono_ns;
+    uint8_t kind, func, datatype, algo, proto, n_channels;
+} ci_untimed_view_t;
+
 typedef struct ci_comm {
     /* identity: written at open (under ci_g.table_lock), read everywhere */
     uint32_t index;
@@ -305,11 +326,25 @@ typedef struct ci_comm {
      * (NCCL's rule). */
     _Alignas(64) uint64_t coll_counter;
     uint64_t p2p_counter;
+    /* gpu_timing.c, enqueue side: ops of each shape (operation x size class) left before the
+     * next one is timed; whether the next op is timed whatever its shape; ops timed so far */
+    uint16_t shape_left[CI_SHAPE_FUNCS * CI_SHAPE_SIZES];
+    uint32_t timing_due;
+    uint64_t timed_ops;
+    /* ops.c: the NCCL group of the last op, and the ops of each kind issued before it */
+    uint64_t base_group, group_coll_base, group_p2p_base;
+    /* comm.c: the last op recorded untimed, 1 + its index by kind (0: none): presumed done
+     * once the next op is issued (the GPU keeps up with the host unless something is off) */
+    uint64_t tail_coll, tail_p2p;
+    /* comm.c: what the hang view needs of ops recorded before anything proved them done (GPU
+     * timing sampled), by index % CI_WINDOW per kind; written where they are recorded */
+    ci_untimed_view_t untimed[2][CI_WINDOW];
     /* completion side */
     _Alignas(64) uint64_t completions; /* sampling counter for completion clock reads */
     /* background thread */
     _Alignas(64) uint64_t seen_coll_started, seen_p2p_started; /* last values stamped */
     uint64_t offset_window_start;                               /* clock offset restarts */
+    uint64_t timing_checked_mono_ns, timed_ops_seen;            /* gpu_timing.c's periods */
     /* in-flight ops by index % CI_WINDOW: set at enqueue, cleared at completion */
     _Alignas(64) uint64_t coll_inflight[CI_WINDOW];
     uint64_t p2p_inflight[CI_WINDOW];
@@ -319,6 +354,7 @@ ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nran
                         uint32_t abi);
 void ci_comm_close(ci_comm_t* comm);
 void ci_comm_note_enqueued(ci_comm_t* comm, ci_op_t* op, void* handle);
+void ci_comm_presume_tail_done(ci_comm_t* comm); /* a new op is issued after an untimed one */
 void ci_comm_note_started(ci_comm_t* comm, const ci_op_t* op);
 void ci_comm_note_completed(ci_comm_t* comm, const ci_op_t* op, uint64_t now);
 void ci_comm_note_clock(ci_comm_t* comm, uint64_t host_mono_ns, uint64_t gpu_ticks);
@@ -326,9 +362,17 @@ void ci_comm_note_clock(ci_comm_t* comm, uint64_t host_mono_ns, uint64_t gpu_tic
 void ci_comm_refresh(ci_comm_t* comm, uint64_t now);
 
 /* ---- op life cycle (ops.c) ---- */
+/* What ABI v7 adds to a Coll or P2p event (all zero before v7). */
+typedef struct ci_op_v7 {
+    uint64_t user_tag;
+    const char* kernel_variant;
+    bool sym_coll;
+} ci_op_v7_t;
+
 void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq, uint64_t count,
                   const char* datatype, int peer, int n_channels /* < 0: unknown */, uint8_t n_warps,
-                  const char* algo, const char* proto, ci_api_info_t api, uint64_t group_id /* 0: unknown */);
+                  const char* algo, const char* proto, ci_api_info_t api, uint64_t group_id /* 0: unknown */,
+                  ci_op_v7_t v7);
 void ci_op_stop(ci_op_t* op);
 void ci_channel_first(ci_op_t* op);    /* out of line: the first channel of an op */
 void ci_channels_complete(ci_op_t* op); /* out of line: the last channel of an op stopped */
@@ -444,6 +488,10 @@ typedef struct ci_process {
     int32_t mask;       /* the activation mask the configuration asks for (the normal mask) */
     int32_t evidence_bits; /* bits added to it while hang evidence is raised, else 0 */
     int32_t* nccl_mask; /* NCCL's one process-global int, re-read per task (from init) */
+    uint32_t abi;       /* the ABI of the first init: 4, 5 or 6 */
+    uint8_t gpu_timing; /* CI_SHM_V1_GPU_TIMING_*: which ops are timed on the GPU (gpu_timing.c) */
+    uint32_t mask_overridden; /* 1 once someone else wrote NCCL's mask: it is theirs from then on */
+    int32_t overriding_mask;  /* the value they wrote */
     /* the SHM region (file-backed, or anonymous memory when the file cannot be made) */
     void* region;
     size_t region_size;
@@ -480,5 +528,16 @@ typedef struct ci_process {
 extern ci_process_t ci_g;
 
 static inline uint64_t ci_hang_threshold_ns(void) { return __atomic_load_n(&ci_g.hang_threshold_ns, __ATOMIC_RELAXED); }
+
+/* ---- GPU timing sampled through the activation mask (gpu_timing.c) ---- */
+uint8_t ci_gpu_timing_mode(uint32_t abi); /* CI_SHM_V1_GPU_TIMING_* for this configuration */
+/* At a CollApi/P2pApi start: whether the task NCCL appends next is timed (mask written so). */
+bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype);
+void ci_gpu_timing_tick(ci_comm_t* comm, uint64_t now); /* background, each heartbeat */
+void ci_mask_first_write(int32_t* nccl_mask, bool kernel_ch); /* init: NCCL hands its mask over */
+void ci_mask_rewrite(void); /* the wanted mask changed (configuration, hang evidence) */
+void ci_mask_forget(void);  /* the process lets go of NCCL (unload) */
+void ci_mask_check(void);   /* background, each heartbeat: has someone else written the mask? */
+void ci_gpu_timing_after_fork(void);
 
 #endif /* CI_INTERNAL_H */

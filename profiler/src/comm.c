@@ -51,6 +51,9 @@ ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nran
     memset((char*)e + sizeof(e->state), 0, sizeof(*e) - sizeof(e->state));
     e->generation = generation;
     memset(comm->coll_inflight, 0, sizeof(comm->coll_inflight));
+    memset(comm->untimed, 0, sizeof(comm->untimed));
+    comm->tail_coll = comm->tail_p2p = 0;
+    comm->base_group = comm->group_coll_base = comm->group_p2p_base = 0;
     memset(comm->p2p_inflight, 0, sizeof(comm->p2p_inflight));
     comm->comm_id = comm_id;
     comm->rank = rank;
@@ -59,6 +62,10 @@ ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nran
     comm->abi = abi;
     comm->coll_counter = comm->p2p_counter = 0;
     comm->completions = 0;
+    memset(comm->shape_left, 0, sizeof(comm->shape_left)); /* the first op of each shape is timed */
+    comm->timing_due = 0;
+    comm->timed_ops = comm->timed_ops_seen = 0;
+    comm->timing_checked_mono_ns = ci_now_mono();
     comm->offset_window_start = ci_now_mono();
     comm->finalize_ticket = UINT64_MAX;
     e->comm_id = comm_id;
@@ -110,10 +117,61 @@ void ci_comm_note_enqueued(ci_comm_t* comm, ci_op_t* op, void* handle) {
     }
 }
 
+/* *counter = max(*counter, value): its writers are NCCL's threads, one at a time in practice */
+static void raise_to(uint64_t* counter, uint64_t value) {
+    if (value > LOAD(counter)) STORE(counter, value);
+}
+
 void ci_comm_note_started(ci_comm_t* comm, const ci_op_t* op) {
     ci_shm_comm_entry_v1_t* e = comm->entry;
     uint64_t* started = op->kind == CI_SHM_V1_RECORD_KIND_COLL ? &e->coll_started : &e->p2p_started;
-    if (op->op_index + 1 > LOAD(started)) STORE(started, op->op_index + 1);
+    raise_to(started, op->op_index + 1);
+    if (LOAD(&ci_g.gpu_timing) != CI_SHM_V1_GPU_TIMING_SAMPLED) return; /* every op has its own */
+    /* its kernel started, so every op issued before its group ran to the end: the ones the
+     * GPU timing sample left untimed are done now */
+    raise_to(&e->coll_started, op->coll_before);
+    raise_to(&e->p2p_started, op->p2p_before);
+    raise_to(&e->coll_completed, op->coll_before);
+    raise_to(&e->p2p_completed, op->p2p_before);
+}
+
+/* Ops left untimed by the sample are presumed done once another op is issued after them: the
+ * op the communicator may be stuck in is its last one (with GPU timing, the one that never
+ * started or never finished). Only the enqueuing thread writes the tails. */
+void ci_comm_presume_tail_done(ci_comm_t* comm) {
+    ci_shm_comm_entry_v1_t* e = comm->entry;
+    uint64_t coll = LOAD(&comm->tail_coll), p2p = LOAD(&comm->tail_p2p);
+    if (coll) {
+        raise_to(&e->coll_completed, coll);
+        STORE(&comm->tail_coll, 0);
+    }
+    if (p2p) {
+        raise_to(&e->p2p_completed, p2p);
+        STORE(&comm->tail_p2p, 0);
+    }
+}
+
+/* An op recorded before it is known done: kept for the hang view until something proves it. */
+static void note_unproven(ci_comm_t* comm, const ci_op_t* op) {
+    bool coll = op->kind == CI_SHM_V1_RECORD_KIND_COLL;
+    STORE(coll ? &comm->tail_coll : &comm->tail_p2p, op->op_index + 1);
+    ci_untimed_view_t* v = &comm->untimed[coll ? 0 : 1][op->op_index % CI_WINDOW];
+    uint32_t guard = LOAD(&v->guard);
+    STORE(&v->guard, guard + 1);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    STORE(&v->op_seq, op->op_seq);
+    STORE(&v->op_index, op->op_index);
+    STORE(&v->count, op->count);
+    STORE(&v->bytes, op->bytes);
+    STORE(&v->host_start_mono_ns, op->host_start_mono_ns);
+    STORE(&v->peer, op->peer);
+    STORE(&v->kind, op->kind);
+    STORE(&v->func, op->func);
+    STORE(&v->datatype, op->datatype);
+    STORE(&v->algo, op->algo);
+    STORE(&v->proto, op->proto);
+    STORE(&v->n_channels, op->n_channels);
+    __atomic_store_n(&v->guard, guard + 2, __ATOMIC_RELEASE);
 }
 
 void ci_comm_note_completed(ci_comm_t* comm, const ci_op_t* op, uint64_t now) {
@@ -123,12 +181,16 @@ void ci_comm_note_completed(ci_comm_t* comm, const ci_op_t* op, uint64_t now) {
     uint64_t expected = LOAD(slot);
     if (ci_op_from_handle((void*)(uintptr_t)expected) == op)
         __atomic_compare_exchange_n(slot, &expected, 0, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&e->bytes_total, op->bytes, __ATOMIC_RELAXED);
+    if (op->unproven) {
+        note_unproven(comm, op);
+        return;
+    }
     uint64_t* completed = coll ? &e->coll_completed : &e->p2p_completed;
     /* Ops of one communicator complete in order (one stream), so the count is the last seq + 1;
      * a forced completion out of order must not move it backwards. */
-    if (op->op_index + 1 > LOAD(completed)) STORE(completed, op->op_index + 1);
+    raise_to(completed, op->op_index + 1);
     STORE(coll ? &e->coll_completed_mono_ns : &e->p2p_completed_mono_ns, now);
-    __atomic_add_fetch(&e->bytes_total, op->bytes, __ATOMIC_RELAXED);
 }
 
 void ci_comm_note_clock(ci_comm_t* comm, uint64_t host_mono_ns, uint64_t gpu_ticks) {
@@ -195,17 +257,49 @@ static void show_inflight(ci_shm_comm_entry_v1_t* e, const inflight_view_t* op, 
     e->inflight_enqueue_mono_ns = op->host_start_mono_ns;
 }
 
-/* The oldest op still in flight, collectives first (they are what peers wait on together). */
+/* A recorded op that nothing has proved done yet (GPU timing sampled), as the hang view shows
+ * it; false if its entry holds another op now, or was being written. */
+static bool unproven_view(const ci_untimed_view_t* u, uint64_t completed, uint64_t enqueued, inflight_view_t* v) {
+    uint32_t guard = __atomic_load_n(&u->guard, __ATOMIC_ACQUIRE);
+    if (guard == 0 || (guard & 1)) return false;
+    *v = (inflight_view_t){.op_seq = LOAD(&u->op_seq),
+                           .op_index = LOAD(&u->op_index),
+                           .count = LOAD(&u->count),
+                           .bytes = LOAD(&u->bytes),
+                           .host_start_mono_ns = LOAD(&u->host_start_mono_ns),
+                           .peer = LOAD(&u->peer),
+                           .kind = LOAD(&u->kind),
+                           .func = LOAD(&u->func),
+                           .datatype = LOAD(&u->datatype),
+                           .algo = LOAD(&u->algo),
+                           .proto = LOAD(&u->proto),
+                           .n_channels = LOAD(&u->n_channels)};
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (LOAD(&u->guard) != guard) return false;
+    return v->op_index >= completed && v->op_index < enqueued;
+}
+
+/* The oldest op still in flight, collectives first (they are what peers wait on together):
+ * live ops, and ops recorded without GPU timing that no later op has proved done. */
 static bool oldest_inflight(const ci_comm_t* comm, inflight_view_t* best) {
+    const ci_shm_comm_entry_v1_t* e = comm->entry;
     bool found = false;
     for (int pass = 0; pass < 2 && !found; pass++) {
         const uint64_t* window = pass == 0 ? comm->coll_inflight : comm->p2p_inflight;
+        uint64_t completed = LOAD(pass == 0 ? &e->coll_completed : &e->p2p_completed);
+        uint64_t enqueued = LOAD(pass == 0 ? &e->coll_enqueued : &e->p2p_enqueued);
         for (int i = 0; i < CI_WINDOW; i++) {
             uint64_t h = LOAD(&window[i]);
             inflight_view_t v;
-            if (!h || !view_of(h, &v)) continue;
-            if (!found || v.op_index < best->op_index) *best = v;
-            found = true;
+            if (h && view_of(h, &v) && (!found || v.op_index < best->op_index)) {
+                *best = v;
+                found = true;
+            }
+            if (unproven_view(&comm->untimed[pass][i], completed, enqueued, &v) &&
+                (!found || v.op_index < best->op_index)) {
+                *best = v;
+                found = true;
+            }
         }
     }
     return found;

@@ -309,6 +309,9 @@ void ci_config_load(ci_config_t* cfg, int home_fd) {
     cfg->stale_region_grace_s = (uint64_t)as_int(TEXT(PROFILER_STALE_REGION_GRACE_S));
     cfg->hang_evidence = as_bool(TEXT(PROFILER_HANG_EVIDENCE));
     cfg->hang_evidence_max_s = strtod(TEXT(PROFILER_HANG_EVIDENCE_MAX_S), NULL);
+    cfg->gpu_timing_all = strcmp(TEXT(PROFILER_GPU_TIMING), "all") == 0;
+    cfg->gpu_timing_every = (uint32_t)as_int(TEXT(PROFILER_GPU_TIMING_EVERY));
+    cfg->gpu_timing_period_ms = (uint32_t)as_int(TEXT(PROFILER_GPU_TIMING_PERIOD_MS));
 #undef TEXT
     /* The ring index is a mask: round a non-power-of-two up, and say so. */
     uint32_t slots = 1;

@@ -123,8 +123,7 @@ static void apply_mask(uint32_t recording, uint64_t now) {
         }
     }
     int32_t want = ci_mask_effective();
-    int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
-    if (nccl_mask && __atomic_load_n(nccl_mask, __ATOMIC_RELAXED) != want) __atomic_store_n(nccl_mask, want, __ATOMIC_RELAXED);
+    ci_mask_rewrite();
     if (header) STORE(&header->event_mask, want);
     if (bits != before)
         ci_warn("activation mask %s to 0x%x (%u communicator(s) suspected hung)", bits ? "raised" : "back", want,

@@ -238,6 +238,15 @@ static void op_timing(const ci_shm_op_slot_v1_t* r, uint64_t* exec_us, double* a
     *busbw = *algbw * factor;
 }
 
+/* A fixed-size text field of a record as a C string, even where no NUL ends it. */
+static const char* fixed_text(const char* field, size_t size) {
+    static char text[64]; /* the log writer's thread only */
+    size_t n = strnlen(field, size < sizeof(text) ? size : sizeof(text) - 1);
+    memcpy(text, field, n);
+    text[n] = '\0';
+    return text;
+}
+
 static const char* func_name(const ci_shm_op_slot_v1_t* r) {
     if (r->func == CI_SHM_V1_FUNC_UNKNOWN && r->raw_name[0]) return r->raw_name;
     return label_or(ci_shm_v1_func_label(r->func), "Unknown");
@@ -281,6 +290,12 @@ static void put_compact_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_
     if (r->stream) put(K(ST) "\"%llx\",", (unsigned long long)r->stream);
     if (r->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) put(K(GC) "true,");
     if (r->group_id) put(K(GR) "%llu,", (unsigned long long)r->group_id);
+    if (r->user_tag) put(K(UT) "%llu,", (unsigned long long)r->user_tag);
+    if (r->kernel_variant[0]) {
+        put_str(F(KV), fixed_text(r->kernel_variant, sizeof(r->kernel_variant)));
+        put(",");
+    }
+    if (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL) put(K(SY) "true,");
     if (r->tid) put(K(T) "%u,", r->tid);
     put(K(TS) "\"%s\",", label_or(ci_shm_v1_timing_source_label(r->timing_source), "none"));
     if (isfinite(busbw)) put(K(BW) "%.6f,", busbw);
@@ -348,6 +363,12 @@ static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     if (r->stream) put(K(STREAM) "\"0x%llx\",", (unsigned long long)r->stream);
     put(K(GRAPH_CAPTURED) "%s,", (r->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) ? "true" : "false");
     if (r->group_id) put(K(GROUP_ID) "%llu,", (unsigned long long)r->group_id);
+    if (r->user_tag) put(K(USER_TAG) "%llu,", (unsigned long long)r->user_tag);
+    if (r->kernel_variant[0]) {
+        put_str(F(KERNEL_VARIANT), fixed_text(r->kernel_variant, sizeof(r->kernel_variant)));
+        put(",");
+    }
+    if (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL) put(K(SYM_COLL) "true,");
     put(K(TID) "%u," K(HOST_START_MONO_NS) "%llu," K(HOST_STOP_MONO_NS) "%llu,", r->tid,
         (unsigned long long)r->host_start_mono_ns, (unsigned long long)r->host_stop_mono_ns);
     if (r->complete_mono_ns) put(K(HOST_COMPLETE_MONO_NS) "%llu,", (unsigned long long)r->complete_mono_ns);

@@ -31,9 +31,17 @@ static uint32_t thread_id(void) {
 #define LOAD(p) __atomic_load_n(p, __ATOMIC_RELAXED)
 #define STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELAXED)
 
+/* Whether NCCL times the op on the GPU: as decided at its API call, else (ABI v4, a call the
+ * thread's API ring no longer holds) as NCCL's mask says now. */
+static bool gpu_timed(ci_api_info_t api) {
+    if (CI_LIKELY(api.gpu_timed >= 0)) return api.gpu_timed != 0;
+    const int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
+    return ((nccl_mask ? LOAD(nccl_mask) : LOAD(&ci_g.mask)) & CI_EV_KERNEL_CH) != 0;
+}
+
 void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq, uint64_t count,
                   const char* datatype, int peer, int n_channels, uint8_t n_warps, const char* algo,
-                  const char* proto, ci_api_info_t api, uint64_t group_id) {
+                  const char* proto, ci_api_info_t api, uint64_t group_id, ci_op_v7_t v7) {
     ci_op_t* op = ci_pool_get();
     if (CI_UNLIKELY(!op)) {
         ci_counter_add(&ci_g.hdr->events_dropped_pool, 1);
@@ -57,6 +65,16 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
     STORE(&op->algo, ci_algo_of(algo));
     STORE(&op->proto, ci_proto_of(proto));
     STORE(&op->op_seq, seq);
+    if (CI_UNLIKELY(comm->tail_coll | comm->tail_p2p)) ci_comm_presume_tail_done(comm);
+    /* the first op of a group notes what the communicator had issued before the group (ops
+     * of one group share a kernel, so one of them starting proves none of the others done) */
+    if (group_id == 0 || group_id != comm->base_group) {
+        comm->base_group = group_id;
+        comm->group_coll_base = LOAD(&comm->coll_counter);
+        comm->group_p2p_base = LOAD(&comm->p2p_counter);
+    }
+    STORE(&op->coll_before, comm->group_coll_base);
+    STORE(&op->p2p_before, comm->group_p2p_base);
     uint64_t* counter = kind == CI_SHM_V1_RECORD_KIND_COLL ? &comm->coll_counter : &comm->p2p_counter;
     uint64_t index = LOAD(counter);
     STORE(counter, index + 1);
@@ -69,10 +87,19 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
     op->stream = api.stream;
     op->group_id = group_id;
     op->tid = thread_id();
+    op->user_tag = v7.user_tag;
+    if (CI_UNLIKELY(v7.kernel_variant != NULL)) ci_copy_name(op->kernel_variant, sizeof(op->kernel_variant), v7.kernel_variant, NULL);
+    else op->kernel_variant[0] = '\0';
+    if (v7.sym_coll) op->flags |= CI_SHM_V1_SLOT_FLAGS_SYM_COLL;
     /* n_channels < 0: NCCL did not say (v4 P2P); the background sweep completes such ops once
      * their channels have gone quiet. */
     uint32_t expect = n_channels < 0 ? UINT32_MAX : (uint32_t)n_channels;
-    STORE(&op->expect_channels, (LOAD(&ci_g.mask) & CI_EV_KERNEL_CH) ? expect : 0u);
+    bool timed = gpu_timed(api);
+    STORE(&op->expect_channels, timed ? expect : 0u);
+    /* left untimed by the sample: done when a later op of the communicator starts on the GPU,
+     * not when NCCL stops it on the host (otherwise the watchdog could not see it hang) */
+    op->unproven = !timed && LOAD(&ci_g.gpu_timing) == CI_SHM_V1_GPU_TIMING_SAMPLED &&
+                   !LOAD(&ci_g.mask_overridden);
     STORE(&op->host_start_mono_ns, ci_now_mono());
     STORE(&op->host_stop_mono_ns, 0);
     STORE(&op->gpu_start_ticks, 0);
@@ -128,6 +155,8 @@ __attribute__((noinline)) void ci_seqlock_fill_op_slot(ci_shm_op_slot_v1_t* s, c
     s->reserved0 = 0;
     s->hang_threshold_ms = 0;
     s->comm_op_index = op->op_index;
+    s->user_tag = op->user_tag;
+    memcpy(s->kernel_variant, op->kernel_variant, sizeof(s->kernel_variant));
     memset(s->reserved, 0, sizeof(s->reserved));
 }
 
@@ -207,6 +236,12 @@ static bool force_claim(ci_op_t* op) {
     return true;
 }
 
+static bool passed_on_gpu(const ci_op_t* op) {
+    const ci_shm_comm_entry_v1_t* e = LOAD(&op->comm)->entry;
+    uint64_t started = LOAD(op->kind == CI_SHM_V1_RECORD_KIND_COLL ? &e->coll_started : &e->p2p_started);
+    return started > LOAD(&op->op_index) + 1;
+}
+
 void ci_ops_sweep(ci_comm_t* finalizing, uint64_t now, uint64_t quiet_ns) {
     uint32_t n = ci_pool_size();
     for (uint32_t i = 0; i < n; i++) {
@@ -221,6 +256,17 @@ void ci_ops_sweep(ci_comm_t* finalizing, uint64_t now, uint64_t quiet_ns) {
         /* Only the background thread runs this branch, so the sweep_* fields are its own. */
         if (!(gate & GATE_HOST) || LOAD(&op->expect_channels) == 0) continue;
         uint32_t started = LOAD(&op->ch_started), stopped = LOAD(&op->ch_stopped);
+        if (started == 0 && passed_on_gpu(op)) {
+            /* NCCL was not asked to time it after all (another thread's op changed the mask
+             * between the decision and NCCL's read): a later op of its communicator began on
+             * the GPU, which runs a communicator's kernels in order, so this one is done */
+            if (!force_claim(op)) continue;
+            STORE(&op->expect_channels, 0u);
+            op->unproven = false; /* the later op proved it */
+            STORE(&op->complete_mono_ns, LOAD(&op->host_stop_mono_ns));
+            publish(op, 0);
+            continue;
+        }
         uint32_t events = started + stopped;
         if (events != LOAD(&op->sweep_events) || LOAD(&op->sweep_seen_mono_ns) == 0) {
             STORE(&op->sweep_events, events);

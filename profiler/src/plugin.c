@@ -1,4 +1,4 @@
-/* NCCL entry points: ncclProfiler_v5 and ncclProfiler_v4 over one implementation.
+/* NCCL entry points: ncclProfiler_v7, v6, v5 and v4 over one implementation.
  *
  * The two ABIs differ only in layout (descriptor type width, union members, init argument
  * order); each adapter reads its own generated descriptor type and calls the same core. Every
@@ -14,6 +14,7 @@
 #include "comminsight/nccl_profiler_v4.h"
 #include "comminsight/nccl_profiler_v5.h"
 #include "comminsight/nccl_profiler_v6.h"
+#include "comminsight/nccl_profiler_v7.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -39,6 +40,7 @@ static void process_release(void) {
     ci_g.comms = NULL;
     ci_g.comm_capacity = 0;
     ci_g.nccl_mask = NULL;
+    ci_mask_forget();
     ci_home_release();
 }
 
@@ -68,6 +70,7 @@ static void after_fork_in_child(void) {
     pthread_mutex_init(&ci_g.lock, NULL);
     pthread_mutex_init(&ci_g.table_lock, NULL);
     ci_threads_forget_after_fork();
+    ci_gpu_timing_after_fork();
     ci_thread_after_fork();
     ci_logwriter_reset();
     ci_shm_detach_after_fork();
@@ -83,7 +86,7 @@ static void after_fork_in_child(void) {
 }
 
 /* Called with ci_g.lock held. */
-static int process_init(void) {
+static int process_init(uint32_t abi) {
     if (ci_g.initialized) return 0;
     static bool hooks_installed;
     ci_g.pid = getpid();
@@ -94,6 +97,8 @@ static int process_init(void) {
     ci_home_adopt(&ci_g.cfg);
     ci_clock_init();
     ci_g.mask = ci_g.cfg.event_mask;
+    ci_g.abi = abi;
+    ci_g.gpu_timing = ci_gpu_timing_mode(abi);
     if (ci_pool_init(ci_g.cfg.event_pool) != 0 || ci_shm_open() != 0) {
         ci_warn("cannot allocate the event pool or the record ring; profiling disabled");
         ci_pool_destroy();
@@ -128,7 +133,7 @@ static uint32_t init_common(void** context, uint64_t comm_id, int* mask, const c
     if (context) *context = NULL;
     ci_log_set_nccl_logger(logfn);
     pthread_mutex_lock(&ci_g.lock);
-    if (process_init() != 0) {
+    if (process_init(abi) != 0) {
         pthread_mutex_unlock(&ci_g.lock);
         return CI_NCCL_V5_RESULT_INTERNAL_ERROR; /* NCCL disables the plugin for this comm */
     }
@@ -141,13 +146,10 @@ static uint32_t init_common(void** context, uint64_t comm_id, int* mask, const c
     ci_g.live_comms++;
     ci_threads_start();
     pthread_mutex_unlock(&ci_g.lock);
-    /* One process-global int that NCCL re-reads per task: we own its value from now on, and
-     * keep its address so the mask can change at run time (background.c, hang_evidence.c:
-     * raised while a hang is suspected, which this store keeps). */
-    if (mask) {
-        __atomic_store_n(mask, ci_mask_effective(), __ATOMIC_RELAXED);
-        __atomic_store_n(&ci_g.nccl_mask, mask, __ATOMIC_RELEASE);
-    }
+    /* One process-global int that NCCL re-reads per task: ours from now on (until someone
+     * else writes it), its address kept so the mask can change at run time: per op for GPU
+     * timing samples, while a hang is suspected, on a configuration change (gpu_timing.c). */
+    if (mask) ci_mask_first_write(mask, true);
     if (context) *context = comm ? comm : &untracked;
     return CI_NCCL_V5_RESULT_SUCCESS;
 }
@@ -178,12 +180,14 @@ static bool tracked(void* context) {
     return context && context != &untracked && CI_LIKELY(ci_g.initialized);
 }
 
+#define NO_V7 ((ci_op_v7_t){0, NULL, false})
+
 static void* start_p2p(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype, int peer,
-                       int n_channels, ci_api_info_t api, uint64_t group_id) {
+                       int n_channels, ci_api_info_t api, uint64_t group_id, ci_op_v7_t v7) {
     /* NCCL gives P2P no sequence number: its seq is its index among the comm's P2P ops */
     uint64_t seq = __atomic_load_n(&comm->p2p_counter, __ATOMIC_RELAXED);
     return ci_op_start(comm, CI_SHM_V1_RECORD_KIND_P2P, func, seq, count, datatype, peer, n_channels, 0, NULL,
-                       NULL, api, group_id);
+                       NULL, api, group_id, v7);
 }
 
 /* NCCL groups: which ops were launched together (one ncclGroupStart..End, or an op alone in
@@ -241,16 +245,21 @@ static void* start_group(void) {
  * before the task and names it as the task's parent. Its stream and graph flag are kept in a
  * small per-thread ring, found again through the handle; no allocation, no clock read (the
  * API start time is not recorded: it would cost a clock read per op). */
-static void* start_api(uint64_t stream, bool graph_captured) {
+static void* start_api(ci_comm_t* comm, uint64_t stream, bool graph_captured, const char* func, uint64_t count,
+                       const char* datatype) {
     ci_thread_t* t = ci_thread();
     uint32_t i = t->api_next++ & 0xFFFFFu;
     void* handle = ci_handle_make(CI_HANDLE_API, i, 0, 0);
+    /* NCCL appends this call's task next, reading the mask: decide its GPU timing now */
+    bool timed = ci_gpu_timing_decide(comm, func, count, datatype);
     if (!t->shared) {
         t->api_ring[i % CI_API_RING].handle = (uintptr_t)handle;
-        t->api_ring[i % CI_API_RING].info = (ci_api_info_t){stream, graph_captured};
+        t->api_ring[i % CI_API_RING].info = (ci_api_info_t){stream, graph_captured, timed};
     }
     return handle;
 }
+
+#define NO_API_INFO ((ci_api_info_t){0, false, -1})
 
 static ci_api_info_t api_of(const void* parent) {
     if (parent && ci_handle_kind(parent) == CI_HANDLE_API) {
@@ -258,7 +267,7 @@ static ci_api_info_t api_of(const void* parent) {
         uint32_t i = (uint32_t)ci_handle_index(parent) % CI_API_RING;
         if (!t->shared && t->api_ring[i].handle == (uintptr_t)parent) return t->api_ring[i].info;
     }
-    return (ci_api_info_t){0, false};
+    return NO_API_INFO;
 }
 
 /* Event types we know and deliberately do not track: no handle, no counting. (ProxyOp and
@@ -291,11 +300,11 @@ static __attribute__((noinline)) uint32_t start_other_v5(void* context, void** h
         *handle = ci_op_start(comm, CI_SHM_V1_RECORD_KIND_COLL, d->u.coll.func, d->u.coll.seqNumber,
                               d->u.coll.count, d->u.coll.datatype, d->u.coll.root, d->u.coll.nChannels,
                               d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto, api_of(d->parentObj),
-                              ci_group_of(d->u.coll.parentGroup));
+                              ci_group_of(d->u.coll.parentGroup), NO_V7);
         break;
     case CI_EV_P2P:
         *handle = start_p2p(comm, d->u.p2p.func, d->u.p2p.count, d->u.p2p.datatype, d->u.p2p.peer,
-                            d->u.p2p.nChannels, api_of(d->parentObj), ci_group_of(d->u.p2p.parentGroup));
+                            d->u.p2p.nChannels, api_of(d->parentObj), ci_group_of(d->u.p2p.parentGroup), NO_V7);
         break;
     case CI_NCCL_V5_EVENT_TYPE_GROUP_API:
         start_group_api(); /* no handle: see start_group_api */
@@ -304,10 +313,12 @@ static __attribute__((noinline)) uint32_t start_other_v5(void* context, void** h
         *handle = start_group();
         break;
     case CI_NCCL_V5_EVENT_TYPE_COLL_API:
-        *handle = start_api((uint64_t)(uintptr_t)d->u.collApi.stream, d->u.collApi.graphCaptured);
+        *handle = start_api(comm, (uint64_t)(uintptr_t)d->u.collApi.stream, d->u.collApi.graphCaptured,
+                            d->u.collApi.func, d->u.collApi.count, d->u.collApi.datatype);
         break;
     case CI_NCCL_V5_EVENT_TYPE_P2P_API:
-        *handle = start_api((uint64_t)(uintptr_t)d->u.p2pApi.stream, d->u.p2pApi.graphCaptured);
+        *handle = start_api(comm, (uint64_t)(uintptr_t)d->u.p2pApi.stream, d->u.p2pApi.graphCaptured,
+                            d->u.p2pApi.func, d->u.p2pApi.count, d->u.p2pApi.datatype);
         break;
     case CI_EV_PROXY_OP:
         *handle = ci_evidence_proxy_op_start(comm, d->parentObj, d->u.proxyOp.channelId, d->u.proxyOp.peer,
@@ -409,13 +420,13 @@ static uint32_t start_v4(void* context, void** handle, ci_nccl_event_descr_v4_t*
     case CI_EV_COLL:
         *handle = ci_op_start(comm, CI_SHM_V1_RECORD_KIND_COLL, d->u.coll.func, d->u.coll.seqNumber,
                               d->u.coll.count, d->u.coll.datatype, d->u.coll.root, d->u.coll.nChannels,
-                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto, (ci_api_info_t){0, false},
-                              ci_group_of(d->parentObj));
+                              d->u.coll.nWarps, d->u.coll.algo, d->u.coll.proto, NO_API_INFO,
+                              ci_group_of(d->parentObj), NO_V7);
         break;
     case CI_EV_P2P:
         /* NCCL leaves p2p.nChannels unset for v4 plugins: the channel count is unknown */
         *handle = start_p2p(comm, d->u.p2p.func, d->u.p2p.count, d->u.p2p.datatype, d->u.p2p.peer, -1,
-                            (ci_api_info_t){0, false}, ci_group_of(d->parentObj));
+                            NO_API_INFO, ci_group_of(d->parentObj), NO_V7);
         break;
     case CI_EV_KERNEL_CH:
         *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
@@ -521,5 +532,98 @@ EXPORT ci_nccl_profiler_v6_t ncclProfiler_v6 = {
     .startEvent = start_v6,
     .stopEvent = stop_v5,
     .recordEventState = record_v6,
+    .finalize = finalize_v5,
+};
+
+/* ---------------------------------------------------------------------------------------- v7 */
+/* v7 (NCCL 2.31+) appends to v6's descriptors and moves nothing: the v5 adapter reads v7 events
+ * at the same offsets (asserted here). What v7 adds that we keep: the call's userTag on Coll and
+ * P2p, and a Coll's kernelVariant and isSymColl. KernelPhase events (a KernelCh's children) are
+ * never asked for; any that come get no handle. */
+#define SAME_OFFSET_V7(member)                                                                             \
+    _Static_assert(offsetof(ci_nccl_event_descr_v7_t, member) == offsetof(ci_nccl_event_descr_v5_t, member), \
+                   "v7 moved " #member)
+SAME_OFFSET_V7(type);
+SAME_OFFSET_V7(parentObj);
+SAME_OFFSET_V7(u.coll.seqNumber);
+SAME_OFFSET_V7(u.coll.func);
+SAME_OFFSET_V7(u.coll.count);
+SAME_OFFSET_V7(u.coll.root);
+SAME_OFFSET_V7(u.coll.datatype);
+SAME_OFFSET_V7(u.coll.nChannels);
+SAME_OFFSET_V7(u.coll.nWarps);
+SAME_OFFSET_V7(u.coll.algo);
+SAME_OFFSET_V7(u.coll.proto);
+SAME_OFFSET_V7(u.coll.parentGroup);
+SAME_OFFSET_V7(u.p2p.func);
+SAME_OFFSET_V7(u.p2p.datatype);
+SAME_OFFSET_V7(u.p2p.count);
+SAME_OFFSET_V7(u.p2p.peer);
+SAME_OFFSET_V7(u.p2p.nChannels);
+SAME_OFFSET_V7(u.p2p.parentGroup);
+SAME_OFFSET_V7(u.kernelCh.channelId);
+SAME_OFFSET_V7(u.kernelCh.pTimer);
+SAME_OFFSET_V7(u.collApi.func);
+SAME_OFFSET_V7(u.collApi.count);
+SAME_OFFSET_V7(u.collApi.datatype);
+SAME_OFFSET_V7(u.collApi.stream);
+SAME_OFFSET_V7(u.collApi.graphCaptured);
+SAME_OFFSET_V7(u.p2pApi.func);
+SAME_OFFSET_V7(u.p2pApi.count);
+SAME_OFFSET_V7(u.p2pApi.datatype);
+SAME_OFFSET_V7(u.p2pApi.stream);
+SAME_OFFSET_V7(u.p2pApi.graphCaptured);
+SAME_OFFSET_V7(u.proxyOp.channelId);
+SAME_OFFSET_V7(u.proxyOp.peer);
+SAME_OFFSET_V7(u.proxyOp.nSteps);
+SAME_OFFSET_V7(u.proxyOp.isSend);
+_Static_assert(sizeof(ci_nccl_state_args_v7_t) == sizeof(ci_nccl_state_args_v5_t), "v7 state args differ");
+_Static_assert(offsetof(ci_nccl_state_args_v7_t, kernelCh.pTimer) == offsetof(ci_nccl_state_args_v5_t, kernelCh.pTimer),
+               "v7 moved kernelCh.pTimer");
+
+#define NOT_TRACKED_V7 (CE_EVENTS | CI_NCCL_V7_EVENT_TYPE_KERNEL_PHASE)
+
+static __attribute__((noinline)) void* start_task_v7(ci_comm_t* comm, const ci_nccl_event_descr_v7_t* d) {
+    if (d->type == CI_EV_COLL) {
+        ci_op_v7_t v7 = {d->u.coll.userTag, d->u.coll.kernelVariant, d->u.coll.isSymColl};
+        return ci_op_start(comm, CI_SHM_V1_RECORD_KIND_COLL, d->u.coll.func, d->u.coll.seqNumber, d->u.coll.count,
+                           d->u.coll.datatype, d->u.coll.root, d->u.coll.nChannels, d->u.coll.nWarps, d->u.coll.algo,
+                           d->u.coll.proto, api_of(d->parentObj), ci_group_of(d->u.coll.parentGroup), v7);
+    }
+    return start_p2p(comm, d->u.p2p.func, d->u.p2p.count, d->u.p2p.datatype, d->u.p2p.peer, d->u.p2p.nChannels,
+                     api_of(d->parentObj), ci_group_of(d->u.p2p.parentGroup), (ci_op_v7_t){d->u.p2p.userTag, NULL, false});
+}
+
+static uint32_t start_v7(void* context, void** handle, ci_nccl_event_descr_v7_t* d) {
+    if (CI_LIKELY(handle && d && d->type == CI_EV_KERNEL_CH)) {
+        *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
+        return CI_NCCL_V7_RESULT_SUCCESS;
+    }
+    if (handle && d && (d->type == CI_EV_COLL || d->type == CI_EV_P2P)) {
+        *handle = tracked(context) ? start_task_v7(context, d) : NULL;
+        return CI_NCCL_V7_RESULT_SUCCESS;
+    }
+    if (d && (d->type & NOT_TRACKED_V7) && !(d->type & (d->type - 1))) { /* known, not tracked */
+        if (handle) *handle = NULL;
+        return CI_NCCL_V7_RESULT_SUCCESS;
+    }
+    return start_other_v5(context, handle, (ci_nccl_event_descr_v5_t*)(void*)d);
+}
+
+static uint32_t record_v7(void* handle, uint32_t state, ci_nccl_state_args_v7_t* args) {
+    return record_v5(handle, state, (ci_nccl_state_args_v5_t*)(void*)args);
+}
+
+static uint32_t init_v7(void** context, uint64_t comm_id, int32_t* mask, const char* name, int32_t nnodes,
+                        int32_t nranks, int32_t rank, ci_nccl_debug_logger_v7_fn logfn) {
+    return init_common(context, comm_id, mask, name, nnodes, nranks, rank, (void*)logfn, 7);
+}
+
+EXPORT ci_nccl_profiler_v7_t ncclProfiler_v7 = {
+    .name = CI_PLUGIN_NAME,
+    .init = init_v7,
+    .startEvent = start_v7,
+    .stopEvent = stop_v5,
+    .recordEventState = record_v7,
     .finalize = finalize_v5,
 };

@@ -38,7 +38,7 @@ BASELINE = "protocols/compat-baseline"
 RANK = "{name: rank, type: i32, offset: 32, "
 PEER = "{name: peer, type: i32, offset: 36, "
 SLOT_RESERVED = (
-    '{name: reserved, type: u8, count: 72, offset: 184, description: "Zero; room for fields."}'
+    '{name: reserved, type: u8, count: 32, offset: 224, description: "Zero; room for fields."}'
 )
 
 
@@ -227,8 +227,8 @@ def test_new_field_in_reserved_bytes_is_compatible(base: Path, work: Path) -> No
         work,
         SHM,
         SLOT_RESERVED,
-        '{name: retries, type: u64, offset: 184, description: "New."}\n'
-        '      - {name: reserved, type: u8, count: 64, offset: 192, description: "Zero."}',
+        '{name: retries, type: u64, offset: 224, description: "New."}\n'
+        '      - {name: reserved, type: u8, count: 24, offset: 232, description: "Zero."}',
     )
     edit(
         work,
@@ -245,7 +245,7 @@ def test_cabi_struct_that_grows_breaks(base: Path, work: Path) -> None:
         work,
         SHM,
         SLOT_RESERVED,
-        '{name: reserved, type: u8, count: 136, offset: 184, description: "Zero."}',
+        '{name: reserved, type: u8, count: 96, offset: 224, description: "Zero."}',
     )
     edit(work, SHM, "  - name: op_slot\n    size: 256\n", "  - name: op_slot\n    size: 320\n")
     assert cabi(base, work) == ["structs.op_slot: size 256 -> 320"]
@@ -388,8 +388,8 @@ def test_compatible_addition_passes(clone: Path) -> None:
         clone,
         SHM,
         SLOT_RESERVED,
-        '{name: retries, type: u64, offset: 184, description: "New."}\n'
-        '      - {name: reserved, type: u8, count: 64, offset: 192, description: "Zero."}',
+        '{name: retries, type: u64, offset: 224, description: "New."}\n'
+        '      - {name: reserved, type: u8, count: 24, offset: 232, description: "Zero."}',
     )
     proc = check_compat(clone)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -51,6 +51,9 @@ int main(void) {
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"cuda_uuid\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, cuda_uuid), sizeof(((ci_shm_header_v1_t*)0)->cuda_uuid));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"hang_threshold_source\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, hang_threshold_source), sizeof(((ci_shm_header_v1_t*)0)->hang_threshold_source));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"own_hang_threshold_source\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, own_hang_threshold_source), sizeof(((ci_shm_header_v1_t*)0)->own_hang_threshold_source));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"gpu_timing\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, gpu_timing), sizeof(((ci_shm_header_v1_t*)0)->gpu_timing));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"mask_overridden\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, mask_overridden), sizeof(((ci_shm_header_v1_t*)0)->mask_overridden));
+    printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"overriding_event_mask\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, overriding_event_mask), sizeof(((ci_shm_header_v1_t*)0)->overriding_event_mask));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"reserved1\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, reserved1), sizeof(((ci_shm_header_v1_t*)0)->reserved1));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"heartbeat_mono_ns\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, heartbeat_mono_ns), sizeof(((ci_shm_header_v1_t*)0)->heartbeat_mono_ns));
     printf("{\"type\":\"ci_shm_header_v1_t\",\"field\":\"heartbeat_real_ns\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_header_v1_t, heartbeat_real_ns), sizeof(((ci_shm_header_v1_t*)0)->heartbeat_real_ns));
@@ -178,6 +181,8 @@ int main(void) {
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"reserved0\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, reserved0), sizeof(((ci_shm_op_slot_v1_t*)0)->reserved0));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"hang_threshold_ms\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, hang_threshold_ms), sizeof(((ci_shm_op_slot_v1_t*)0)->hang_threshold_ms));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"comm_op_index\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, comm_op_index), sizeof(((ci_shm_op_slot_v1_t*)0)->comm_op_index));
+    printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"user_tag\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, user_tag), sizeof(((ci_shm_op_slot_v1_t*)0)->user_tag));
+    printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"kernel_variant\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, kernel_variant), sizeof(((ci_shm_op_slot_v1_t*)0)->kernel_variant));
     printf("{\"type\":\"ci_shm_op_slot_v1_t\",\"field\":\"reserved\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_op_slot_v1_t, reserved), sizeof(((ci_shm_op_slot_v1_t*)0)->reserved));
     printf("{\"type\":\"ci_shm_channel_progress_v1_t\",\"size\":%zu,\"align\":%zu}\n", sizeof(ci_shm_channel_progress_v1_t), alignof(ci_shm_channel_progress_v1_t));
     printf("{\"type\":\"ci_shm_channel_progress_v1_t\",\"field\":\"peer\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_channel_progress_v1_t, peer), sizeof(((ci_shm_channel_progress_v1_t*)0)->peer));
@@ -286,11 +291,16 @@ int main(void) {
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED);
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE);
     printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN);
+    printf("{\"macro\":\"CI_SHM_V1_SLOT_FLAGS_SYM_COLL\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_SLOT_FLAGS_SYM_COLL);
     printf("{\"macro\":\"CI_SHM_V1_THRESHOLD_SOURCE_UNKNOWN\",\"value\":%lld}\n", (long long)CI_SHM_V1_THRESHOLD_SOURCE_UNKNOWN);
     printf("{\"macro\":\"CI_SHM_V1_THRESHOLD_SOURCE_DEFAULT\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_THRESHOLD_SOURCE_DEFAULT);
     printf("{\"macro\":\"CI_SHM_V1_THRESHOLD_SOURCE_FILE\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_THRESHOLD_SOURCE_FILE);
     printf("{\"macro\":\"CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT);
     printf("{\"macro\":\"CI_SHM_V1_THRESHOLD_SOURCE_AGENT\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_THRESHOLD_SOURCE_AGENT);
+    printf("{\"macro\":\"CI_SHM_V1_GPU_TIMING_UNKNOWN\",\"value\":%lld}\n", (long long)CI_SHM_V1_GPU_TIMING_UNKNOWN);
+    printf("{\"macro\":\"CI_SHM_V1_GPU_TIMING_OFF\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_GPU_TIMING_OFF);
+    printf("{\"macro\":\"CI_SHM_V1_GPU_TIMING_SAMPLED\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_GPU_TIMING_SAMPLED);
+    printf("{\"macro\":\"CI_SHM_V1_GPU_TIMING_ALL\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_GPU_TIMING_ALL);
     printf("{\"macro\":\"CI_SHM_V1_COMM_STATE_FREE\",\"value\":%lld}\n", (long long)CI_SHM_V1_COMM_STATE_FREE);
     printf("{\"macro\":\"CI_SHM_V1_COMM_STATE_ACTIVE\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_COMM_STATE_ACTIVE);
     printf("{\"macro\":\"CI_SHM_V1_COMM_STATE_FINALIZED\",\"value\":%llu}\n", (unsigned long long)CI_SHM_V1_COMM_STATE_FINALIZED);

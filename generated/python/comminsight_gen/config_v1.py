@@ -458,6 +458,38 @@ KEYS: tuple[ConfigKey, ...] = (
         maximum=2147483647,
     ),
     ConfigKey(
+        name="COMMINSIGHT_PROFILER_GPU_TIMING",
+        field="profiler_gpu_timing",
+        type="string",
+        default='all',
+        unit="",
+        description="Which ops NCCL is asked to time on the GPU (KernelCh events, when the event mask has them). all (the default): every op. sampled: NCCL\u0027s own cost of that timing is per op and on the GPU (about 4 us on a small all-reduce on H200), so only a sample is timed: the first op of each shape (communicator, operation, size class), then one in COMMINSIGHT_PROFILER_GPU_TIMING_EVERY of that shape, the next op of a communicator that had none timed for COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS, and every op while a hang is suspected. Every op is recorded either way, with host times where it has no GPU times (timing_source). With sampled, an untimed op counts as in flight until a later op of its communicator starts on the GPU or another op is issued after it: the watchdog still sees a communicator stuck in its last op, but cannot tell that op from the host code after it, so a rank stuck outside NCCL right after an untimed op reads as waiting in that op. ABI v4 (NCCL 2.25-2.26) has no API events to decide by: it times every op.",
+        components=("profiler",),
+        choices=("sampled","all",),
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_PROFILER_GPU_TIMING_EVERY",
+        field="profiler_gpu_timing_every",
+        type="integer",
+        default=64,
+        unit="",
+        description="With COMMINSIGHT_PROFILER_GPU_TIMING=sampled: one op in this many of each shape (communicator, operation, size class of a power of four bytes) is timed on the GPU, the first of each shape included. 1 times every op.",
+        components=("profiler",),
+        minimum=1,
+        maximum=65536,
+    ),
+    ConfigKey(
+        name="COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS",
+        field="profiler_gpu_timing_period_ms",
+        type="integer",
+        default=1000,
+        unit="ms",
+        description="With COMMINSIGHT_PROFILER_GPU_TIMING=sampled: a communicator none of whose ops was timed on the GPU for this long has its next op timed, so that every busy communicator has a recent GPU time and an op the watchdog can follow. 0: no such op.",
+        components=("profiler",),
+        minimum=0,
+        maximum=3600000,
+    ),
+    ConfigKey(
         name="COMMINSIGHT_PROFILER_HANG_TIMEOUT_S",
         field="profiler_hang_timeout_s",
         type="number",
@@ -819,6 +851,9 @@ class ConfigV1(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     agent_stack_interval_s: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0, description="The Agent sends a process the stack signal (COMMINSIGHT_INJECT_STACK_SIGNAL) at most once in this long; a request within it gets the answer to the last signal (or its late arrival) instead of a new signal.")] = 30.0
     agent_stack_timeout_s: Annotated[float, msgspec.Meta(ge=0.05, le=600.0, description="How long the Agent waits for a process to write its Python stacks after the signal; past it the stack is reported unavailable (timed out). A process whose main thread is blocked inside a C call answers only when the call returns.")] = 2.0
     profiler_event_mask: Annotated[int, msgspec.Meta(ge=0, le=2147483647, description="NCCL activation mask (nccl-profiler event_type bits). Default Coll|P2p|KernelCh = 70: ops with GPU timing. 6 turns GPU timing off.")] = 70
+    profiler_gpu_timing: Annotated[Literal["sampled", "all"], msgspec.Meta(description="Which ops NCCL is asked to time on the GPU (KernelCh events, when the event mask has them). all (the default): every op. sampled: NCCL\u0027s own cost of that timing is per op and on the GPU (about 4 us on a small all-reduce on H200), so only a sample is timed: the first op of each shape (communicator, operation, size class), then one in COMMINSIGHT_PROFILER_GPU_TIMING_EVERY of that shape, the next op of a communicator that had none timed for COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS, and every op while a hang is suspected. Every op is recorded either way, with host times where it has no GPU times (timing_source). With sampled, an untimed op counts as in flight until a later op of its communicator starts on the GPU or another op is issued after it: the watchdog still sees a communicator stuck in its last op, but cannot tell that op from the host code after it, so a rank stuck outside NCCL right after an untimed op reads as waiting in that op. ABI v4 (NCCL 2.25-2.26) has no API events to decide by: it times every op.")] = 'all'
+    profiler_gpu_timing_every: Annotated[int, msgspec.Meta(ge=1, le=65536, description="With COMMINSIGHT_PROFILER_GPU_TIMING=sampled: one op in this many of each shape (communicator, operation, size class of a power of four bytes) is timed on the GPU, the first of each shape included. 1 times every op.")] = 64
+    profiler_gpu_timing_period_ms: Annotated[int, msgspec.Meta(ge=0, le=3600000, description="With COMMINSIGHT_PROFILER_GPU_TIMING=sampled: a communicator none of whose ops was timed on the GPU for this long has its next op timed, so that every busy communicator has a recent GPU time and an op the watchdog can follow. 0: no such op.")] = 1000
     profiler_hang_timeout_s: Annotated[float, msgspec.Meta(ge=0.0, le=86400.0, description="An op in flight longer than this is a hang. One value per job, the Agent\u0027s: it decides every verdict (0 turns hang diagnosis off), and the Agent publishes it in \u003chome\u003e/metadata/agent-settings, which every Profiler\u0027s watchdog follows from its next heartbeat (0 turns the watchdog off). A rank keeps its own value only where this key is set in its own environment; the Agent\u0027s health names the processes whose watchdog uses another value (that one, or a Profiler that started before the Agent published, or an older one), and the verdict still uses the Agent\u0027s. A missing or invalid published file leaves a Profiler on its own value.")] = 300.0
     profiler_hang_evidence: Annotated[bool, msgspec.Meta(description="When the watchdog suspects a hang, raise the activation mask by ProxyOp|ProxyStep for the process and record the flagged communicator\u0027s network proxy progress per channel into SHM, until the op completes, the communicator is finalized or COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S passes; then back to the normal mask. NCCL fixes each op\u0027s mask when the op is issued, so the op already in flight gets no proxy events: the evidence comes from the ops issued after the raise. 0: the mask never changes on a hang.")] = True
     profiler_hang_evidence_max_s: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0, description="The longest the mask stays raised for one flagged op that does not complete; after it the normal mask is back and the evidence entry is kept (end_reason BOUND_REACHED).")] = 600.0

@@ -21,6 +21,7 @@ PROTOCOLS: tuple[ProtocolInfo, ...] = (
     ProtocolInfo("nccl-profiler", 4, "c-abi", "live", "NCCL", ("profiler", "sim", ), "NCCL profiler plugin ABI v4 (NCCL 2.27), consumed by the Profiler.", "protocols/nccl-profiler/v4/nccl-profiler.abi.yaml"),
     ProtocolInfo("nccl-profiler", 5, "c-abi", "live", "NCCL", ("profiler", "sim", ), "NCCL profiler plugin ABI v5 (NCCL 2.28+), consumed by the Profiler.", "protocols/nccl-profiler/v5/nccl-profiler.abi.yaml"),
     ProtocolInfo("nccl-profiler", 6, "c-abi", "live", "NCCL", ("profiler", "sim", ), "NCCL profiler plugin ABI v6 (NCCL 2.29+, copy-engine collectives), consumed by the Profiler.", "protocols/nccl-profiler/v6/nccl-profiler.abi.yaml"),
+    ProtocolInfo("nccl-profiler", 7, "c-abi", "live", "NCCL", ("profiler", "sim", ), "NCCL profiler plugin ABI v7 (NCCL 2.31+, per-call user tags, kernel variants, kernel phases), consumed by the Profiler.", "protocols/nccl-profiler/v7/nccl-profiler.abi.yaml"),
     ProtocolInfo("shm", 1, "c-abi", "live", "profiler", ("agent", ), "Per-process shared memory - header, communicator table with live progress, op ring.", "protocols/shm/v1/shm.abi.yaml"),
     ProtocolInfo("fifo-event", 1, "c-abi", "live", "profiler", ("agent", ), "Fixed-size hang events written atomically to a FIFO.", "protocols/fifo-event/v1/fifo-event.abi.yaml"),
     ProtocolInfo("config", 1, "json-schema", "live", "users (file and environment)", ("profiler", "agent", "engine", "inject", ), "Every configuration key with type, default, unit and description.", "protocols/config/v1/config.schema.json"),

@@ -198,6 +198,7 @@ static inline const char* ci_shm_v1_timing_source_label(uint8_t value) {
 #define CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED 4 /* raw_name was truncated. */
 #define CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE 8 /* Completed by finalize or process exit rather than by NCCL's events. */
 #define CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN 16 /* HANG records: the matching fifo-event reached the Agent's FIFO (else it was dropped: no reader). */
+#define CI_SHM_V1_SLOT_FLAGS_SYM_COLL 32 /* The collective ran a symmetric-memory kernel (ABI v7 isSymColl). */
 
 /* ---- enum threshold_source (stored as uint8_t): Where a hang threshold in the header came from. */
 #define CI_SHM_V1_THRESHOLD_SOURCE_UNKNOWN 0 /* Not said: a file of an older producer, whose hang_threshold_ms is its own value and never follows the Agent's. */
@@ -205,6 +206,12 @@ static inline const char* ci_shm_v1_timing_source_label(uint8_t value) {
 #define CI_SHM_V1_THRESHOLD_SOURCE_FILE 2 /* The configuration file (COMMINSIGHT_CONF, else <home>/etc/comminsight.conf). */
 #define CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT 3 /* COMMINSIGHT_PROFILER_HANG_TIMEOUT_S in the process's environment: the process keeps it whatever the Agent publishes. */
 #define CI_SHM_V1_THRESHOLD_SOURCE_AGENT 4 /* The Agent's value, published in <home>/metadata/agent-settings, which the watchdog follows. */
+
+/* ---- enum gpu_timing (stored as uint8_t): Which ops a producer asks NCCL to time on the GPU (KernelCh events), in header.gpu_timing. */
+#define CI_SHM_V1_GPU_TIMING_UNKNOWN 0 /* Not said: a file of an older producer (which timed every op its event mask allowed). */
+#define CI_SHM_V1_GPU_TIMING_OFF 1 /* No op: the event mask has no KernelCh bit; every record has host times. */
+#define CI_SHM_V1_GPU_TIMING_SAMPLED 2 /* A sample per communicator and op shape, and every op while a hang is suspected or the Agent asks (COMMINSIGHT_PROFILER_GPU_TIMING=sampled); the other ops' records have host times. */
+#define CI_SHM_V1_GPU_TIMING_ALL 3 /* Every op (COMMINSIGHT_PROFILER_GPU_TIMING=all, or ABI v4, which has no API events to sample by). */
 
 /* ---- enum comm_state (stored as uint32_t): State of a comm table entry. */
 #define CI_SHM_V1_COMM_STATE_FREE 0 /* Unused entry. */
@@ -277,7 +284,10 @@ struct ci_shm_header_v1 {
     uint8_t cuda_uuid[16]; /* @472: UUID of the physical GPU of cuda_device (the CUDA driver's cuDeviceGetUuid: the GPU's own even under MIG), the 16 bytes nvidia-smi and DCGM print as GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx; all zero if unknown (no CUDA driver in the process at first init, or a file of an older producer). */
     uint8_t hang_threshold_source; /* @488: Where hang_threshold_ms comes from: AGENT while the watchdog follows the Agent's published value, else own_hang_threshold_source; UNKNOWN in files of older producers. */
     uint8_t own_hang_threshold_source; /* @489: Where own_hang_threshold_ms comes from (DEFAULT, FILE or ENVIRONMENT); UNKNOWN in files of older producers. */
-    uint8_t reserved1[22]; /* @490: Zero; room for identity fields. */
+    uint8_t gpu_timing; /* @490: Which ops the producer asks NCCL to time on the GPU (COMMINSIGHT_PROFILER_GPU_TIMING): SAMPLED or ALL, or OFF when its event mask has no KernelCh; UNKNOWN in files of older producers. */
+    uint8_t mask_overridden; /* @491: 1 once NCCL's activation mask held a value the producer did not write (an operator's override, e.g. ncclras CONTROL PROFILER_MASK on NCCL 2.31): from then on the producer leaves the mask alone, and overriding_event_mask is that value. 0 otherwise. */
+    int32_t overriding_event_mask; /* @492: The activation mask found in NCCL when mask_overridden became 1 (the latest such value); 0 otherwise. */
+    uint8_t reserved1[16]; /* @496: Zero; room for identity fields. */
     uint64_t heartbeat_mono_ns; /* @512: CLOCK_MONOTONIC of the last heartbeat of the producer's background thread. */
     uint64_t heartbeat_real_ns; /* @520: CLOCK_REALTIME of the same heartbeat. */
     uint64_t heartbeat_count; /* @528: Heartbeats so far. */
@@ -356,7 +366,10 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, evidence_raised_mono_ns) ==
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, cuda_uuid) == 472, "offsetof ci_shm_header_v1_t.cuda_uuid");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, hang_threshold_source) == 488, "offsetof ci_shm_header_v1_t.hang_threshold_source");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, own_hang_threshold_source) == 489, "offsetof ci_shm_header_v1_t.own_hang_threshold_source");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved1) == 490, "offsetof ci_shm_header_v1_t.reserved1");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, gpu_timing) == 490, "offsetof ci_shm_header_v1_t.gpu_timing");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, mask_overridden) == 491, "offsetof ci_shm_header_v1_t.mask_overridden");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, overriding_event_mask) == 492, "offsetof ci_shm_header_v1_t.overriding_event_mask");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, reserved1) == 496, "offsetof ci_shm_header_v1_t.reserved1");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_mono_ns) == 512, "offsetof ci_shm_header_v1_t.heartbeat_mono_ns");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_real_ns) == 520, "offsetof ci_shm_header_v1_t.heartbeat_real_ns");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_header_v1_t, heartbeat_count) == 528, "offsetof ci_shm_header_v1_t.heartbeat_count");
@@ -544,7 +557,9 @@ struct ci_shm_op_slot_v1 {
     uint8_t reserved0; /* @171: Zero. */
     uint32_t hang_threshold_ms; /* @172: HANG records: the threshold the op exceeded; 0 otherwise. */
     uint64_t comm_op_index; /* @176: The op's index among the communicator's collectives (all functions, issue order; the same on every rank) or among its P2P ops. */
-    uint8_t reserved[72]; /* @184: Zero; room for fields. */
+    uint64_t user_tag; /* @184: The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); 0 = untagged or not reported. */
+    char kernel_variant[32]; /* @192: Name of the kernel variant NCCL launched for a collective (ABI v7; NUL-terminated, cut on a character boundary if longer), else empty. */
+    uint8_t reserved[32]; /* @224: Zero; room for fields. */
 };
 CI_SHM_V1_STATIC_ASSERT(sizeof(ci_shm_op_slot_v1_t) == 256, "sizeof ci_shm_op_slot_v1_t");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, seq) == 0, "offsetof ci_shm_op_slot_v1_t.seq");
@@ -581,7 +596,9 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, hang_op_kind) == 170, "off
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved0) == 171, "offsetof ci_shm_op_slot_v1_t.reserved0");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, hang_threshold_ms) == 172, "offsetof ci_shm_op_slot_v1_t.hang_threshold_ms");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, comm_op_index) == 176, "offsetof ci_shm_op_slot_v1_t.comm_op_index");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved) == 184, "offsetof ci_shm_op_slot_v1_t.reserved");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, user_tag) == 184, "offsetof ci_shm_op_slot_v1_t.user_tag");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, kernel_variant) == 192, "offsetof ci_shm_op_slot_v1_t.kernel_variant");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_op_slot_v1_t, reserved) == 224, "offsetof ci_shm_op_slot_v1_t.reserved");
 
 /* Network proxy progress of one channel in one direction, summed over every ProxyOp of the communicator NCCL reported on it since the entry was raised. Step counters follow NCCL's proxy: a send step is posted (buffer offered to the GPU, SendGPUWait), arrived (the GPU filled it, SendPeerWait), transmitted (handed to the network, SendWait) and done (the network completed it, stop); a receive step is posted (receive posted, RecvWait), arrived (data came from the network, RecvFlushWait), transmitted (handed to the GPU, RecvGPUWait) and done (the GPU consumed it, stop). Each counter has one writer (NCCL's proxy thread); a reader may see them a step apart. (32 bytes) */
 struct ci_shm_channel_progress_v1 {

@@ -94,11 +94,16 @@ CDEF = r"""
 #define CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED 4
 #define CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE 8
 #define CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN 16
+#define CI_SHM_V1_SLOT_FLAGS_SYM_COLL 32
 #define CI_SHM_V1_THRESHOLD_SOURCE_UNKNOWN 0
 #define CI_SHM_V1_THRESHOLD_SOURCE_DEFAULT 1
 #define CI_SHM_V1_THRESHOLD_SOURCE_FILE 2
 #define CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT 3
 #define CI_SHM_V1_THRESHOLD_SOURCE_AGENT 4
+#define CI_SHM_V1_GPU_TIMING_UNKNOWN 0
+#define CI_SHM_V1_GPU_TIMING_OFF 1
+#define CI_SHM_V1_GPU_TIMING_SAMPLED 2
+#define CI_SHM_V1_GPU_TIMING_ALL 3
 #define CI_SHM_V1_COMM_STATE_FREE 0
 #define CI_SHM_V1_COMM_STATE_ACTIVE 1
 #define CI_SHM_V1_COMM_STATE_FINALIZED 2
@@ -159,7 +164,10 @@ struct ci_shm_header_v1 {
     uint8_t cuda_uuid[16];
     uint8_t hang_threshold_source;
     uint8_t own_hang_threshold_source;
-    uint8_t reserved1[22];
+    uint8_t gpu_timing;
+    uint8_t mask_overridden;
+    int32_t overriding_event_mask;
+    uint8_t reserved1[16];
     uint64_t heartbeat_mono_ns;
     uint64_t heartbeat_real_ns;
     uint64_t heartbeat_count;
@@ -288,7 +296,9 @@ struct ci_shm_op_slot_v1 {
     uint8_t reserved0;
     uint32_t hang_threshold_ms;
     uint64_t comm_op_index;
-    uint8_t reserved[72];
+    uint64_t user_tag;
+    char kernel_variant[32];
+    uint8_t reserved[32];
 };
 struct ci_shm_channel_progress_v1 {
     int32_t peer;
@@ -520,6 +530,7 @@ class SlotFlags(enum.IntFlag):
     NAME_TRUNCATED = 4  # raw_name was truncated.
     FORCED_COMPLETE = 8  # Completed by finalize or process exit rather than by NCCL's events.
     FIFO_WRITTEN = 16  # HANG records: the matching fifo-event reached the Agent's FIFO (else it was dropped: no reader).
+    SYM_COLL = 32  # The collective ran a symmetric-memory kernel (ABI v7 isSymColl).
 
 
 class ThresholdSource(enum.IntEnum):
@@ -530,6 +541,15 @@ class ThresholdSource(enum.IntEnum):
     FILE = 2  # The configuration file (COMMINSIGHT_CONF, else <home>/etc/comminsight.conf).
     ENVIRONMENT = 3  # COMMINSIGHT_PROFILER_HANG_TIMEOUT_S in the process's environment: the process keeps it whatever the Agent publishes.
     AGENT = 4  # The Agent's value, published in <home>/metadata/agent-settings, which the watchdog follows.
+
+
+class GpuTiming(enum.IntEnum):
+    """Which ops a producer asks NCCL to time on the GPU (KernelCh events), in header.gpu_timing. (stored as uint8_t)"""
+
+    UNKNOWN = 0  # Not said: a file of an older producer (which timed every op its event mask allowed).
+    OFF = 1  # No op: the event mask has no KernelCh bit; every record has host times.
+    SAMPLED = 2  # A sample per communicator and op shape, and every op while a hang is suspected or the Agent asks (COMMINSIGHT_PROFILER_GPU_TIMING=sampled); the other ops' records have host times.
+    ALL = 3  # Every op (COMMINSIGHT_PROFILER_GPU_TIMING=all, or ABI v4, which has no API events to sample by).
 
 
 class CommState(enum.IntEnum):
@@ -569,9 +589,9 @@ class EvidenceEnd(enum.IntEnum):
 # ci_shm_header_v1_t: File header. The first cache line is immutable after state becomes LIVE.
 HEADER_DTYPE = np.dtype(
     {
-        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "own_hang_threshold_ms", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "evidence_offset", "evidence_capacity", "evidence_entry_size", "normal_event_mask", "evidence_active", "evidence_raised_mono_ns", "cuda_uuid", "hang_threshold_source", "own_hang_threshold_source", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "ring_slots_configured", "sizing_local_ranks", "shm_dir_bytes", "shm_dir_free_bytes", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "evidence_raises", "evidence_no_slot", "agent_settings_refused", "link_path", "log_segments_compressed", "log_compress_errors", "slurm_step_id", "slurm_array_job_id", "slurm_array_task_id", "reserved4"],
-        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', '<u8', '<u4', '<u4', '<i4', '<u4', '<u8', ('<u1', (16,)), '<u1', '<u1', ('<u1', (22,)), '<u8', '<u8', '<u8', '<u4', '<u4', '<u4', '<u4', '<u8', '<u8', ('<u1', (8,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S3072', '<u8', '<u8', 'S16', 'S16', 'S16', ('<u1', (192,))],
-        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 448, 452, 456, 460, 464, 472, 488, 489, 490, 512, 520, 528, 536, 540, 544, 548, 552, 560, 568, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 752, 760, 768, 3840, 3848, 3856, 3872, 3888, 3904],
+        "names": ["magic", "abi_version", "header_size", "file_size", "state", "flags", "comm_table_offset", "comm_capacity", "comm_entry_size", "ring_offset", "ring_capacity", "slot_size", "pid", "uid", "rank", "local_rank", "world_size", "local_world_size", "cuda_device", "nccl_abi_version", "start_real_ns", "start_mono_ns", "plugin_version", "event_mask", "hang_threshold_ms", "own_hang_threshold_ms", "hostname", "job_id", "process_name", "process_start_ticks", "pid_namespace", "boot_id", "evidence_offset", "evidence_capacity", "evidence_entry_size", "normal_event_mask", "evidence_active", "evidence_raised_mono_ns", "cuda_uuid", "hang_threshold_source", "own_hang_threshold_source", "gpu_timing", "mask_overridden", "overriding_event_mask", "reserved1", "heartbeat_mono_ns", "heartbeat_real_ns", "heartbeat_count", "heartbeat_interval_ms", "comms_active", "ring_slots_configured", "sizing_local_ranks", "shm_dir_bytes", "shm_dir_free_bytes", "reserved2", "ring_head", "reserved3", "records_published", "records_dropped_busy", "events_dropped_pool", "comms_dropped", "events_unknown", "fifo_events_written", "fifo_events_dropped", "hangs_flagged", "log_records_written", "log_records_lost", "log_records_dropped", "log_segments_sealed", "log_write_errors", "evidence_raises", "evidence_no_slot", "agent_settings_refused", "link_path", "log_segments_compressed", "log_compress_errors", "slurm_step_id", "slurm_array_job_id", "slurm_array_task_id", "reserved4"],
+        "formats": ['<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<u8', '<u4', '<u4', '<i4', '<u4', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u4', '<i4', '<u4', '<u4', 'S64', 'S64', 'S128', '<u8', '<u8', 'S40', '<u8', '<u4', '<u4', '<i4', '<u4', '<u8', ('<u1', (16,)), '<u1', '<u1', '<u1', '<u1', '<i4', ('<u1', (16,)), '<u8', '<u8', '<u8', '<u4', '<u4', '<u4', '<u4', '<u8', '<u8', ('<u1', (8,)), '<u8', ('<u1', (56,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S3072', '<u8', '<u8', 'S16', 'S16', 'S16', ('<u1', (192,))],
+        "offsets": [0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 104, 112, 116, 120, 124, 128, 192, 256, 384, 392, 400, 440, 448, 452, 456, 460, 464, 472, 488, 489, 490, 491, 492, 496, 512, 520, 528, 536, 540, 544, 548, 552, 560, 568, 576, 584, 640, 648, 656, 664, 672, 680, 688, 696, 704, 712, 720, 728, 736, 744, 752, 760, 768, 3840, 3848, 3856, 3872, 3888, 3904],
         "itemsize": 4096,
     }
 )
@@ -589,9 +609,9 @@ COMM_ENTRY_DTYPE = np.dtype(
 # ci_shm_op_slot_v1_t: One ring record. Producers claim ticket t with a fetch-add on header.ring_head, set seq = (t + 1) | SLOT_BUSY_BIT, write the payload, then store seq = t + 1 (release). A reader accepts the slot for ticket t only if seq == t + 1 before and after copying it; seq > t + 1 means the ring overwrote it.
 OP_SLOT_DTYPE = np.dtype(
     {
-        "names": ["seq", "kind", "func", "datatype", "algo", "proto", "timing_source", "n_channels", "n_warps", "flags", "kernel_ch_count", "comm_index", "comm_id", "rank", "peer", "op_seq", "count", "bytes", "stream", "tid", "nranks", "host_start_mono_ns", "host_stop_mono_ns", "complete_mono_ns", "gpu_start_ticks", "gpu_end_ticks", "api_start_mono_ns", "group_id", "raw_name", "channels_started", "hang_op_kind", "reserved0", "hang_threshold_ms", "comm_op_index", "reserved"],
-        "formats": ['<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u2', '<u2', '<u4', '<u8', '<i4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S32', '<u2', '<u1', '<u1', '<u4', '<u8', ('<u1', (72,))],
-        "offsets": [0, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 24, 32, 36, 40, 48, 56, 64, 72, 76, 80, 88, 96, 104, 112, 120, 128, 136, 168, 170, 171, 172, 176, 184],
+        "names": ["seq", "kind", "func", "datatype", "algo", "proto", "timing_source", "n_channels", "n_warps", "flags", "kernel_ch_count", "comm_index", "comm_id", "rank", "peer", "op_seq", "count", "bytes", "stream", "tid", "nranks", "host_start_mono_ns", "host_stop_mono_ns", "complete_mono_ns", "gpu_start_ticks", "gpu_end_ticks", "api_start_mono_ns", "group_id", "raw_name", "channels_started", "hang_op_kind", "reserved0", "hang_threshold_ms", "comm_op_index", "user_tag", "kernel_variant", "reserved"],
+        "formats": ['<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u2', '<u2', '<u4', '<u8', '<i4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u4', '<i4', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', 'S32', '<u2', '<u1', '<u1', '<u4', '<u8', '<u8', 'S32', ('<u1', (32,))],
+        "offsets": [0, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 24, 32, 36, 40, 48, 56, 64, 72, 76, 80, 88, 96, 104, 112, 120, 128, 136, 168, 170, 171, 172, 176, 184, 192, 224],
         "itemsize": 256,
     }
 )
@@ -674,7 +694,10 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "cuda_uuid": 472,
         "hang_threshold_source": 488,
         "own_hang_threshold_source": 489,
-        "reserved1": 490,
+        "gpu_timing": 490,
+        "mask_overridden": 491,
+        "overriding_event_mask": 492,
+        "reserved1": 496,
         "heartbeat_mono_ns": 512,
         "heartbeat_real_ns": 520,
         "heartbeat_count": 528,
@@ -803,7 +826,9 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "reserved0": 171,
         "hang_threshold_ms": 172,
         "comm_op_index": 176,
-        "reserved": 184,
+        "user_tag": 184,
+        "kernel_variant": 192,
+        "reserved": 224,
     },
     "ci_shm_channel_progress_v1_t": {
         "peer": 0,
@@ -924,11 +949,16 @@ MACROS: dict[str, int] = {
     "CI_SHM_V1_SLOT_FLAGS_NAME_TRUNCATED": 4,
     "CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE": 8,
     "CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN": 16,
+    "CI_SHM_V1_SLOT_FLAGS_SYM_COLL": 32,
     "CI_SHM_V1_THRESHOLD_SOURCE_UNKNOWN": 0,
     "CI_SHM_V1_THRESHOLD_SOURCE_DEFAULT": 1,
     "CI_SHM_V1_THRESHOLD_SOURCE_FILE": 2,
     "CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT": 3,
     "CI_SHM_V1_THRESHOLD_SOURCE_AGENT": 4,
+    "CI_SHM_V1_GPU_TIMING_UNKNOWN": 0,
+    "CI_SHM_V1_GPU_TIMING_OFF": 1,
+    "CI_SHM_V1_GPU_TIMING_SAMPLED": 2,
+    "CI_SHM_V1_GPU_TIMING_ALL": 3,
     "CI_SHM_V1_COMM_STATE_FREE": 0,
     "CI_SHM_V1_COMM_STATE_ACTIVE": 1,
     "CI_SHM_V1_COMM_STATE_FINALIZED": 2,

@@ -452,6 +452,44 @@ class CiColl(Struct, forbid_unknown_fields=True, tag_field='kind', tag='coll'):
     """
     Per-process id of the NCCL group the op was launched in; ops of one group share it. Absent when unknown.
     """
+    user_tag: (
+        Annotated[
+            int,
+            Meta(
+                description="The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); absent when untagged or not reported. Values with the top bit set are NCCL's own.",
+                ge=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); absent when untagged or not reported. Values with the top bit set are NCCL's own.
+    """
+    kernel_variant: (
+        Annotated[
+            str,
+            Meta(
+                description='Name of the kernel variant NCCL launched (profiler ABI v7), cut to 31 bytes on a character boundary; absent when not reported.',
+                min_length=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Name of the kernel variant NCCL launched (profiler ABI v7), cut to 31 bytes on a character boundary; absent when not reported.
+    """
+    sym_coll: (
+        Annotated[
+            bool,
+            Meta(
+                description='Present (true) only when the collective ran a symmetric-memory kernel (profiler ABI v7 isSymColl).'
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Present (true) only when the collective ran a symmetric-memory kernel (profiler ABI v7 isSymColl).
+    """
     tid: (
         Annotated[
             int,
@@ -658,6 +696,19 @@ class CiP2p(Struct, forbid_unknown_fields=True, tag_field='kind', tag='p2p'):
     ) = UNSET
     """
     Per-process id of the NCCL group the op was launched in (the sends and receives of one pipeline exchange share it); absent when unknown.
+    """
+    user_tag: (
+        Annotated[
+            int,
+            Meta(
+                description="The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); absent when untagged or not reported. Values with the top bit set are NCCL's own.",
+                ge=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); absent when untagged or not reported. Values with the top bit set are NCCL's own.
     """
     tid: (
         Annotated[
@@ -1003,6 +1054,44 @@ class CiCollCompact(Struct, forbid_unknown_fields=True, tag_field='kind', tag='c
     """
     Per-process id of the NCCL group the op was launched in (group_id); absent when unknown.
     """
+    ut: (
+        Annotated[
+            int,
+            Meta(
+                description='The tag the application gave the NCCL call (user_tag); absent when untagged or not reported.',
+                ge=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The tag the application gave the NCCL call (user_tag); absent when untagged or not reported.
+    """
+    kv: (
+        Annotated[
+            str,
+            Meta(
+                description='Name of the kernel variant NCCL launched (kernel_variant); absent when not reported.',
+                min_length=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Name of the kernel variant NCCL launched (kernel_variant); absent when not reported.
+    """
+    sy: (
+        Annotated[
+            bool,
+            Meta(
+                description='Present (true) only when the collective ran a symmetric-memory kernel (sym_coll).'
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Present (true) only when the collective ran a symmetric-memory kernel (sym_coll).
+    """
     t: (
         Annotated[
             int,
@@ -1290,6 +1379,19 @@ class CiP2pCompact(Struct, forbid_unknown_fields=True, tag_field='kind', tag='p'
     ) = UNSET
     """
     Per-process id of the NCCL group the op was launched in (group_id); absent when unknown.
+    """
+    ut: (
+        Annotated[
+            int,
+            Meta(
+                description='The tag the application gave the NCCL call (user_tag); absent when untagged or not reported.',
+                ge=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The tag the application gave the NCCL call (user_tag); absent when untagged or not reported.
     """
     t: (
         Annotated[

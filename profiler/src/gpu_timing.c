@@ -1,0 +1,161 @@
+/* Which ops NCCL is asked to time on the GPU: the KernelCh bit of the activation mask, per op.
+ *
+ * NCCL's cost of GPU timing is its own, per op and on the GPU (the kernel reports every
+ * channel's start and end to the proxy thread: +4.4 us on an 8-byte all-reduce on H200, where
+ * the op takes 15 us). So by default only a sample of ops is timed, and every op whenever
+ * something is off (COMMINSIGHT_PROFILER_GPU_TIMING).
+ *
+ * When NCCL reads the mask (NCCL 2.27-2.31, enqueue.cc): once per task, on the enqueuing
+ * thread, in taskAppend, which runs right after the CollApi/P2pApi event of the same call. So
+ * the decision is made at that event (gpu_timing_decide), the mask written if it differs from
+ * what NCCL holds, and the decision kept with the API call (plugin.c's per-thread API ring),
+ * where the task's Coll/P2p start finds it and knows whether channel events will come. Two
+ * threads enqueuing at once may read each other's choice; ops.c's sweep settles an op that
+ * waited for channels that never came, and channels that come unasked are ignored.
+ *
+ * The mask is written only under mask_lock, and only where it still holds the value this
+ * plugin last wrote: any other value was put there by someone else (an operator, e.g. through
+ * NCCL 2.31's `ncclras CONTROL PROFILER_MASK`). Such an override wins: from then on the plugin
+ * never writes the mask again, decides nothing, and reports it (SHM header). The hot path only
+ * ever tries the lock, so it never waits: if another thread holds it, the op takes the mask as
+ * it is.
+ */
+#include <pthread.h>
+
+#include "ci_internal.h"
+
+#define LOAD(p) __atomic_load_n(p, __ATOMIC_RELAXED)
+#define STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELAXED)
+
+static pthread_mutex_t mask_lock = PTHREAD_MUTEX_INITIALIZER;
+static int32_t mask_written; /* what this plugin last wrote into NCCL's mask */
+
+void ci_gpu_timing_after_fork(void) { pthread_mutex_init(&mask_lock, NULL); }
+
+/* From the configuration and the ABI: OFF without KernelCh, ALL where NCCL gives no API events
+ * to decide by (v4), else what COMMINSIGHT_PROFILER_GPU_TIMING says. */
+uint8_t ci_gpu_timing_mode(uint32_t abi) {
+    if (!(ci_g.cfg.event_mask & CI_EV_KERNEL_CH)) return CI_SHM_V1_GPU_TIMING_OFF;
+    if (abi == 4 || ci_g.cfg.gpu_timing_all) return CI_SHM_V1_GPU_TIMING_ALL;
+    return CI_SHM_V1_GPU_TIMING_SAMPLED;
+}
+
+/* The value the plugin wants NCCL to hold, its KernelCh bit as `kernel_ch` says. */
+static int32_t wanted(bool kernel_ch) {
+    int32_t m = ci_mask_effective();
+    return kernel_ch ? m : m & ~(int32_t)CI_EV_KERNEL_CH;
+}
+
+/* With mask_lock held: false (and the override noted) where NCCL's mask holds a value this
+ * plugin did not write. */
+static bool still_ours(const int32_t* nccl_mask) {
+    int32_t found = LOAD(nccl_mask);
+    if (found == mask_written) return true;
+    STORE(&ci_g.overriding_mask, found);
+    STORE(&ci_g.mask_overridden, 1u);
+    return false;
+}
+
+void ci_mask_first_write(int32_t* nccl_mask, bool kernel_ch) {
+    pthread_mutex_lock(&mask_lock);
+    if (!LOAD(&ci_g.mask_overridden)) {
+        /* the first communicator's init: NCCL's initial value is not an override */
+        int32_t* known = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
+        if (known != nccl_mask || still_ours(nccl_mask)) {
+            mask_written = wanted(kernel_ch);
+            STORE(nccl_mask, mask_written);
+        }
+    }
+    __atomic_store_n(&ci_g.nccl_mask, nccl_mask, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&mask_lock);
+}
+
+void ci_mask_rewrite(void) {
+    int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
+    if (!nccl_mask) return;
+    pthread_mutex_lock(&mask_lock);
+    if (!LOAD(&ci_g.mask_overridden) && still_ours(nccl_mask)) {
+        /* keep the KernelCh bit the last op's decision left: the next op decides it again */
+        int32_t want = wanted(ci_gpu_timing_mode(ci_g.abi) != CI_SHM_V1_GPU_TIMING_SAMPLED ||
+                              (mask_written & CI_EV_KERNEL_CH));
+        if (want != mask_written) {
+            mask_written = want;
+            STORE(nccl_mask, want);
+        }
+    }
+    pthread_mutex_unlock(&mask_lock);
+}
+
+void ci_mask_check(void) {
+    int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
+    if (!nccl_mask || LOAD(&ci_g.mask_overridden)) return;
+    pthread_mutex_lock(&mask_lock);
+    if (!LOAD(&ci_g.mask_overridden)) (void)still_ours(nccl_mask);
+    pthread_mutex_unlock(&mask_lock);
+}
+
+void ci_mask_forget(void) {
+    mask_written = 0;
+    STORE(&ci_g.mask_overridden, 0u);
+    STORE(&ci_g.overriding_mask, 0);
+}
+
+/* Whether NCCL's mask has KernelCh for the task the calling thread is about to append: the
+ * bit set as asked where the mask is this plugin's and its lock free now, else as found. */
+static bool set_kernel_ch(bool on) {
+    int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
+    if (CI_UNLIKELY(!nccl_mask)) return on;
+    int32_t found = LOAD(nccl_mask);
+    if (((found & CI_EV_KERNEL_CH) != 0) == on || LOAD(&ci_g.mask_overridden) ||
+        pthread_mutex_trylock(&mask_lock) != 0)
+        return (found & CI_EV_KERNEL_CH) != 0;
+    bool result = on;
+    if (still_ours(nccl_mask)) {
+        mask_written = on ? mask_written | CI_EV_KERNEL_CH : mask_written & ~(int32_t)CI_EV_KERNEL_CH;
+        STORE(nccl_mask, mask_written);
+    } else {
+        result = (LOAD(nccl_mask) & CI_EV_KERNEL_CH) != 0;
+    }
+    pthread_mutex_unlock(&mask_lock);
+    return result;
+}
+
+/* Size classes of a power of four bytes: 0 (< 4 B), 1 (4 B..), ... up to 15 (>= 1 GiB). */
+static inline uint32_t size_class(uint64_t bytes) {
+    if (bytes < 4) return 0;
+    uint32_t c = (uint32_t)(63 - __builtin_clzll(bytes)) / 2;
+    return c > CI_SHAPE_SIZES - 1 ? CI_SHAPE_SIZES - 1 : c;
+}
+
+bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype) {
+    uint8_t mode = LOAD(&ci_g.gpu_timing);
+    if (CI_UNLIKELY(mode != CI_SHM_V1_GPU_TIMING_SAMPLED)) return mode == CI_SHM_V1_GPU_TIMING_ALL;
+    bool timed;
+    if (CI_UNLIKELY(LOAD(&ci_g.evidence_bits) != 0)) {
+        timed = true; /* a hang is suspected: every op */
+    } else {
+        uint8_t f = ci_func_of(func);
+        uint64_t bytes = count * ci_datatype_size(ci_datatype_of(datatype));
+        uint16_t* left = &comm->shape_left[(f % CI_SHAPE_FUNCS) * CI_SHAPE_SIZES + size_class(bytes)];
+        /* one enqueuing thread per communicator at a time (NCCL's rule): plain counters */
+        timed = *left == 0 || LOAD(&comm->timing_due);
+        *left = *left == 0 ? (uint16_t)(ci_g.cfg.gpu_timing_every - 1) : (uint16_t)(*left - 1);
+    }
+    timed = set_kernel_ch(timed);
+    if (timed) {
+        STORE(&comm->timing_due, 0u);
+        STORE(&comm->timed_ops, LOAD(&comm->timed_ops) + 1);
+    }
+    return timed;
+}
+
+/* Background thread, each heartbeat: a communicator with no op timed for a period has its
+ * next op timed (the first op after a quiet spell, or one op of a long busy one). */
+void ci_gpu_timing_tick(ci_comm_t* comm, uint64_t now) {
+    uint64_t period = (uint64_t)ci_g.cfg.gpu_timing_period_ms * 1000000ull;
+    if (period == 0 || now - comm->timing_checked_mono_ns < period) return;
+    comm->timing_checked_mono_ns = now;
+    uint64_t timed = LOAD(&comm->timed_ops);
+    if (timed == comm->timed_ops_seen) STORE(&comm->timing_due, 1u);
+    comm->timed_ops_seen = timed;
+}

@@ -1,0 +1,157 @@
+"""GPU timing scenarios for the Profiler plugin, each run in a fresh process.
+
+    python tests/gpu_timing_scenarios.py SCENARIO PLUGIN.so
+
+Each op goes the way NCCL 2.28-2.31 takes it: its CollApi event, then NCCL reads the activation
+mask for the task (taskAppend), then the Coll event, and KernelCh events only where that mask
+had the KernelCh bit. Each scenario prints one JSON object: what the SHM ring and header show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from plugin_scenarios import COLL, Driver, region, settled, snapshot
+
+from comminsight.shm_reader import RingCursor
+from comminsight_gen.abi import shm_v1
+from comminsight_gen.abi.nccl_profiler_v7 import EventType as EventTypeV7
+
+KERNEL_CH = 0x40
+
+
+def api(d: Driver, ctx, func: str = "AllReduce", count: int = 1024, **v7):
+    """The op's CollApi event; then the mask its task reads, as NCCL reads it."""
+    handle = d.abi.start_coll_api(ctx, None, func, count, "ncclFloat32", 0, 0x77, **v7)
+    d.abi.stop(handle)
+    return handle, int(d.mask[0])
+
+
+def task(d: Driver, ctx, handle, task_mask: int, seq: int, count: int = 1024, **fields) -> bool:
+    """The op's Coll event and, where its mask asked for them, its channels; whether timed."""
+    coll = {**COLL, "seq": seq, "count": count, **fields}
+    op = d.abi.start_coll(ctx, handle, None, 0, coll)
+    d.abi.stop(op)
+    timed = bool(task_mask & KERNEL_CH)
+    if timed:
+        d.channels(ctx, op, coll["n_channels"], base=1_000_000 * (seq + 1))
+    return timed
+
+
+def op(d: Driver, ctx, seq: int, count: int = 1024, **fields) -> bool:
+    handle, task_mask = api(d, ctx, count=count)
+    return task(d, ctx, handle, task_mask, seq, count, **fields)
+
+
+def header(r) -> dict:
+    return {
+        "gpu_timing": r.counter("gpu_timing"),
+        "mask_overridden": r.counter("mask_overridden"),
+        "overriding_event_mask": r.counter("overriding_event_mask"),
+    }
+
+
+def records() -> list[dict]:
+    ring = RingCursor(region()).poll()
+    return [
+        {
+            "seq": int(r["op_seq"]),
+            "count": int(r["count"]),
+            "timing": int(r["timing_source"]),
+            "flags": int(r["flags"]),
+            "channels": int(r["kernel_ch_count"]),
+            "user_tag": int(r["user_tag"]),
+            "kernel_variant": bytes(r["kernel_variant"]).split(b"\0")[0].decode(),
+        }
+        for r in ring
+        if r["kind"] in (shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P)
+    ]
+
+
+def sampled(d: Driver) -> dict:
+    """Two shapes on one communicator (4 KiB and 4 MiB all-reduces), one in EVERY timed."""
+    ctx = d.init(0xC1).context
+    timed = [op(d, ctx, seq, count=1024 if seq % 3 else 1 << 20) for seq in range(12)]
+    out = {"timed": timed, "records": records(), **header(settled(region()))}
+    out["mask_after"] = int(d.mask[0])
+    d.abi.finalize(ctx)
+    return out
+
+
+def decided_then_overwritten(d: Driver) -> dict:
+    """Two communicators' calls interleave (two enqueuing threads): the first call asks for
+    timing, the second for none before the first's task reads the mask. The first op then
+    waits for channels that never come, until a later op of its communicator starts on the
+    GPU; it is recorded with host times, and nothing is left in flight."""
+    a = d.init(0xC2).context
+    b = d.init(0xC3).context
+    op(d, b, 0)  # b's only shape is seen: its next op of that shape is not timed
+    a_api, _ = api(d, a)  # a's first op: timed
+    b_api, _ = api(d, b)  # b's second: not timed, and NCCL's mask says so from now on
+    shared_mask = int(d.mask[0])
+    task(d, a, a_api, shared_mask, 0)  # a's task read b's choice: no channels come
+    task(d, b, b_api, shared_mask, 1)
+    handle, task_mask = api(d, a, count=1 << 22)  # a new shape on a: timed
+    late = task(d, a, handle, task_mask, 1, count=1 << 22)
+    r = settled(settled(region()))
+    out = {"late_timed": late, "records": records(), "in_flight": int(r.comms[0]["inflight_count"])}
+    d.abi.finalize(a)
+    d.abi.finalize(b)
+    return out
+
+
+def overridden(d: Driver) -> dict:
+    """An operator sets NCCL's mask (as ncclras CONTROL PROFILER_MASK does): it stays as set,
+    every op is timed as it says, and the header reports it."""
+    ctx = d.init(0xC4).context
+    op(d, ctx, 0)
+    theirs = 0x46 | 0x8  # KernelCh kept, ProxyOp added
+    d.mask[0] = theirs
+    timed = [op(d, ctx, seq) for seq in range(1, 9)]
+    r = settled(region())
+    out = {"timed": timed, "mask_after": int(d.mask[0]), "theirs": theirs, **header(r)}
+    out["records"] = records()
+    d.abi.finalize(ctx)
+    return out
+
+
+def all_ops(d: Driver) -> dict:
+    """COMMINSIGHT_PROFILER_GPU_TIMING=all: every op's mask has KernelCh."""
+    ctx = d.init(0xC5).context
+    timed = [op(d, ctx, seq) for seq in range(6)]
+    out = {"timed": timed, **header(settled(region()))}
+    d.abi.finalize(ctx)
+    return out
+
+
+def v7_tags(d: Driver) -> dict:
+    """ABI v7: a call's user tag, kernel variant and symmetric flag reach the record; a kernel
+    phase gets no handle and is no unknown event."""
+    ctx = d.init(0xC7).context
+    variant = "AllReduce_Sum_f32_RING_LL_with_a_long_name"
+    for seq, tag in enumerate((7, 7, 8, 0)):
+        handle, task_mask = api(d, ctx, user_tag=tag)
+        fields = {"user_tag": tag, "kernel_variant": variant, "sym_coll": seq == 1}
+        task(d, ctx, handle, task_mask, seq, **fields)
+    ffi = d.abi.ffi
+    descr = ffi.new("ci_nccl_event_descr_v7_t *")
+    descr.type = int(EventTypeV7.KERNEL_PHASE)
+    phase = ffi.new("void **")
+    rc = d.abi._plugin.startEvent(ctx, phase, descr)
+    out = {"records": records(), "phase_rc": rc, "phase_handle": phase[0] != ffi.NULL}
+    out["events_unknown"] = snapshot(settled(region()))["counters"]["events_unknown"]
+    d.abi.finalize(ctx)
+    return out
+
+
+SCENARIOS = {
+    f.__name__: f for f in (sampled, decided_then_overwritten, overridden, all_ops, v7_tags)
+}
+
+if __name__ == "__main__":
+    scenario, plugin = sys.argv[1], sys.argv[2]
+    version = int(os.environ.get("SCENARIO_ABI", "5"))
+    print(json.dumps(SCENARIOS[scenario](Driver(plugin, version))))
+    sys.stdout.flush()

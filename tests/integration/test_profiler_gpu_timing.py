@@ -1,0 +1,113 @@
+"""Which ops the Profiler asks NCCL to time on the GPU, and what it does when NCCL's mask is
+not what it asked for (tests/gpu_timing_scenarios.py drives the calls as NCCL makes them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from profiler_builds import run_scenario
+
+from comminsight_gen.abi import shm_v1
+
+SCRIPT = Path(__file__).resolve().parents[1] / "gpu_timing_scenarios.py"
+BUILDS = ["plain", "asan", "tsan"]
+T = shm_v1.TimingSource
+KERNEL_CH = 0x40
+
+
+def run(scenario: str, build: str, home: Path, **env) -> dict:
+    env = {"COMMINSIGHT_PROFILER_GPU_TIMING": "sampled", **env}
+    return run_scenario(scenario, build, home, script=SCRIPT, **env)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_one_op_in_every_of_each_shape_is_timed_and_every_op_recorded(build, tmp_path):
+    out = run(
+        "sampled",
+        build,
+        tmp_path,
+        COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="2",
+        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
+    )
+    # shape 4 MiB: ops 0, 3, 6, 9; shape 4 KiB: ops 1, 2, 4, 5, 7, 8, 10, 11; first of each timed
+    big = [0, 3, 6, 9]
+    small = [1, 2, 4, 5, 7, 8, 10, 11]
+    want = [False] * 12
+    for shape in (big, small):
+        for n, seq in enumerate(shape):
+            want[seq] = n % 2 == 0
+    assert out["timed"] == want
+    recs = {r["seq"]: r for r in out["records"]}
+    assert sorted(recs) == list(range(12))
+    for seq, timed in enumerate(want):
+        assert recs[seq]["timing"] == (T.KERNEL_GPU if timed else T.COLLECTIVE_CPU), seq
+        assert recs[seq]["channels"] == (COLL_CHANNELS if timed else 0)
+        assert not recs[seq]["flags"] & shm_v1.SlotFlags.CHANNELS_INCOMPLETE
+    assert out["gpu_timing"] == shm_v1.GpuTiming.SAMPLED
+    assert out["mask_overridden"] == 0
+
+
+COLL_CHANNELS = 4
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_an_op_whose_task_read_another_calls_choice_completes_when_a_later_op_starts(
+    build, tmp_path
+):
+    out = run(
+        "decided_then_overwritten", build, tmp_path, COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0"
+    )
+    assert out["late_timed"]
+    recs = [(r["count"], r["timing"]) for r in out["records"]]
+    assert (1024, T.COLLECTIVE_CPU) in recs  # a's first op, with host times
+    assert (1 << 22, T.KERNEL_GPU) in recs
+    assert len(out["records"]) == 4
+    assert out["in_flight"] == 0
+
+
+# not under TSan: the scenario's own write of the mask (Python, no atomics) is what it reports
+@pytest.mark.parametrize("build", ["plain", "asan"])
+@pytest.mark.parametrize("timing", ["sampled", "all"])
+def test_an_operators_mask_wins_and_is_reported(build, timing, tmp_path):
+    out = run(
+        "overridden",
+        build,
+        tmp_path,
+        COMMINSIGHT_PROFILER_GPU_TIMING=timing,
+        COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="1000",
+    )
+    assert out["mask_after"] == out["theirs"]  # never written over
+    assert out["timed"] == [True] * 8  # their mask has KernelCh: every op is timed
+    assert out["mask_overridden"] == 1
+    assert out["overriding_event_mask"] == out["theirs"]
+    assert all(r["timing"] == T.KERNEL_GPU for r in out["records"])
+
+
+def test_every_op_is_timed_by_default(tmp_path):
+    out = run_scenario("all_ops", "plain", tmp_path, script=SCRIPT)
+    assert out["timed"] == [True] * 6
+    assert out["gpu_timing"] == shm_v1.GpuTiming.ALL
+
+
+def test_no_op_is_timed_without_kernel_ch_in_the_mask(tmp_path):
+    out = run("all_ops", "plain", tmp_path, COMMINSIGHT_PROFILER_EVENT_MASK="6")
+    assert out["timed"] == [False] * 6
+    assert out["gpu_timing"] == shm_v1.GpuTiming.OFF
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_abi_v7_user_tags_and_kernel_variants_reach_the_record(build, tmp_path):
+    out = run("v7_tags", build, tmp_path, SCENARIO_ABI="7")
+    recs = out["records"]
+    assert [r["user_tag"] for r in recs] == [7, 7, 8, 0]
+    assert [bool(r["flags"] & shm_v1.SlotFlags.SYM_COLL) for r in recs] == [
+        False,
+        True,
+        False,
+        False,
+    ]
+    variant = "AllReduce_Sum_f32_RING_LL_with_a_long_name"
+    assert all(r["kernel_variant"] == variant[:31] for r in recs)
+    assert out["phase_rc"] == 0 and not out["phase_handle"]
+    assert out["events_unknown"] == 0
