@@ -56,9 +56,12 @@ def batches(slots: np.ndarray, size: int):
         yield slots[i : i + size]
 
 
-def tp_pp_dp_logs(home: Path, ranks: int, steps: int, log_format: str = "compact") -> Path:
+def tp_pp_dp_logs(
+    home: Path, ranks: int, steps: int, log_format: str = "compact", abi: int = 5
+) -> Path:
     """The inspector_logs of a simulated TP+PP+DP run through the real plugin, its op lines
-    in `log_format` (COMMINSIGHT_PROFILER_LOG_FORMAT)."""
+    in `log_format` (COMMINSIGHT_PROFILER_LOG_FORMAT); with abi 7, every call tagged with its
+    step and every collective with a kernel variant (user_tag, kernel_variant)."""
     sim = run_simulation(
         SimConfig(
             plugin=str(builds()["plain"].path),
@@ -66,6 +69,8 @@ def tp_pp_dp_logs(home: Path, ranks: int, steps: int, log_format: str = "compact
             workload="tp-pp-dp",
             ranks=ranks,
             steps=steps,
+            abi=abi,
+            user_tags=abi >= 7,
             time_scale=0.02,
             env=(
                 ("COMMINSIGHT_AGENT_AUTOSTART", "0"),

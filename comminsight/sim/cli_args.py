@@ -51,6 +51,11 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     a("--layers", type=int, default=12, help="transformer layers of the model")
     a("--abi", type=int, choices=ABI_VERSIONS, default=5, help="profiler ABI to drive")
     a(
+        "--user-tags",
+        action="store_true",
+        help="ABI 7: tag every call 1 + its training step, as userProfilerTag (default: untagged)",
+    )
+    a(
         "--seed",
         type=int,
         default=0,
@@ -252,6 +257,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         model_params=params,
         layers=args.layers,
         abi=args.abi,
+        user_tags=args.user_tags,
         seed=args.seed,
         time_scale=args.time_scale,
         hang_hold_s=args.hang_hold,

@@ -62,6 +62,7 @@ class SimConfig:
     layers: int = 12
     moe_alltoall: str = "collective"  # moe only: one of MOE_ALLTOALL_MODES
     abi: int = 5
+    user_tags: bool = False  # ABI 7: every call tagged 1 + its step (userProfilerTag)
     seed: int = 0
     time_scale: float = 1.0  # every modeled duration (host and GPU) is multiplied by this
     hang_hold_s: float = 10.0
@@ -150,7 +151,8 @@ class SimConfig:
                 raise SimConfigError(message)
 
         need(self.workload in WORKLOADS, f"workload must be one of {', '.join(WORKLOADS)}")
-        need(self.abi in ABI_VERSIONS, "abi must be 4, 5 or 6")
+        need(self.abi in ABI_VERSIONS, "abi must be 4, 5, 6 or 7")
+        need(not self.user_tags or self.abi >= 7, "user_tags needs abi 7 (NCCL 2.31+)")
         need(self.ranks >= 1, "ranks must be at least 1")
         need(self.nodes >= 1 and self.ranks % self.nodes == 0, "nodes must divide ranks")
         need(

@@ -110,8 +110,12 @@ class SimNccl:
         mask=None,
         cuda: CudaRuntime | None = None,
         cuda_device: int = 0,
+        user_tags: bool = False,
     ):
         self.abi, self.rank, self.truth = abi, rank, truth
+        # ABI v7: each call tagged 1 + its training step (0, untagged, for set-up ops), as a
+        # framework would through ncclCollConfig_t.userProfilerTag
+        self._user_tags = user_tags
         self._specs, self._instances, self._comm_names = comms, instances, comm_names
         # ONE int for the whole process, as in NCCL: shared by the ranks of a process
         self.mask = mask if mask is not None else abi.new_activation_mask()
@@ -204,15 +208,16 @@ class SimNccl:
             group.api = abi.start_group_api(ctx, group.depth)
             group.api_started = True
             abi.record_state(group.api, EventState.GROUP_START_API_STOP)
+        tag = {"user_tag": self._tag(op)} if self._user_tags else {}
         if op.func in cost_model.P2P_FUNCS:
             api = (
-                abi.start_p2p_api(ctx, group.api, op.func, op.count, op.datatype, 0)
+                abi.start_p2p_api(ctx, group.api, op.func, op.count, op.datatype, 0, **tag)
                 if starts(EventType.P2P_API, mask)
                 else None
             )
         else:
             api = (
-                abi.start_coll_api(ctx, group.api, op.func, op.count, op.datatype, op.root, 0)
+                abi.start_coll_api(ctx, group.api, op.func, op.count, op.datatype, op.root, 0, **tag)
                 if starts(EventType.COLL_API, mask)
                 else None
             )
@@ -264,6 +269,10 @@ class SimNccl:
             issued.record["host_stop_ns"] = time.monotonic_ns()
         abi.stop(plan_group)
 
+    @staticmethod
+    def _tag(op: RankOp) -> int:
+        return 0 if op.step is None else op.step + 1
+
     def _start_task(self, comm: SimComm, op: RankOp, record: dict, api, group, mask: int):
         buffers = BUFFER_BASE + (op.op_index << 24)
         if op.func in cost_model.P2P_FUNCS:
@@ -276,6 +285,7 @@ class SimNccl:
                 "count": record["count"],
                 "peer": op.peer,
                 "n_channels": record["n_channels"],
+                "user_tag": self._tag(op) if self._user_tags else 0,
             }
             return self.abi.start_p2p(comm.context, api, group, comm.rank, p2p)
         # NCCL numbers collectives per function, plugin or not (RAS relies on it too)
@@ -295,7 +305,10 @@ class SimNccl:
             "n_warps": record["n_warps"],
             "algo": record["algo"],
             "proto": record["proto"],
+            "user_tag": self._tag(op) if self._user_tags else 0,
         }
+        if self.abi.version >= 7:  # the kernel NCCL 2.31+ names, and symmetric kernels never
+            coll["kernel_variant"] = f"{op.func}_{record['algo']}_{record['proto']}"
         return self.abi.start_coll(comm.context, api, group, comm.rank, coll)
 
     def _record(self, op: RankOp, comm: SimComm, instance: OpInstance, mismatched) -> dict:

@@ -187,6 +187,7 @@ class RankRunner:
             mask=process.mask,
             cuda=process.cuda,
             cuda_device=self.config.cuda_device_of(self.rank),
+            user_tags=self.config.user_tags,
         )
         self.nccl.proxy.start()
         status = "done"

@@ -22,9 +22,11 @@ from comminsight.semantic.log_input import _DECODER, BAD_JSON, _float, _Header
 from comminsight_gen.abi import shm_v1
 
 
-@pytest.fixture(scope="module", params=["compact", "inspector"])
+# abi 7: lines that also carry user tags and kernel variants (ut/kv, user_tag/kernel_variant)
+@pytest.fixture(scope="module", params=["compact", "inspector", "compact-v7", "inspector-v7"])
 def segments(tmp_path_factory, request):
-    logs = tp_pp_dp_logs(tmp_path_factory.mktemp("native"), 4, 4, request.param)
+    form, _, v7 = request.param.partition("-")
+    logs = tp_pp_dp_logs(tmp_path_factory.mktemp("native"), 4, 4, form, abi=7 if v7 else 5)
     data = [d for _, d in segment_data(logs)]
     assert data
     return data

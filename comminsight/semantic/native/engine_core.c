@@ -1026,16 +1026,18 @@ static const char* layout_str(const char* p, const char* e) {
     return NULL;
 }
 
-/* The group id the writer puts right before ",\"tid\":" at q (`"group_id":N`), or 0 when the
- * line has none: read backwards from q, no further than `from`. */
-static int64_t layout_group_before(const char* from, const char* q) {
+/* The group id the writer puts between the datatype (from) and ",\"tid\":" (q), followed
+ * there by nothing or by the ABI v7 fields (user_tag, kernel_variant, sym_coll), or 0 when the
+ * line has none. The key cannot occur inside a string value in between: the writer escapes
+ * every quote there. */
+static int64_t layout_group_between(const char* from, const char* q) {
     static const char key[] = KEY_AFTER_COMMA(GROUP_ID);
-    const int64_t key_n = sizeof(key) - 1;
-    const char* d = q;
-    while (d > from && q - d < 20 && (unsigned)(d[-1] - '0') < 10) d--;
-    if (d == q || d - from < key_n || memcmp(d - key_n, key, (size_t)key_n) != 0) return 0;
+    const size_t key_n = sizeof(key) - 1;
+    const char* k = find_pair(from, q, key, key_n);
+    if (!k) return 0;
     int64_t v;
-    return layout_int(d, q, &v) == q ? v : 0;
+    const char* end = layout_int(k + key_n, q, &v);
+    return end && (end == q || *end == ',') ? v : 0;
 }
 
 /* the literal is next: step over it (1), or stay (0) */
@@ -1137,7 +1139,7 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t
     /* the timing fields follow "tid"; before it only the group id is used */
     q = find_pair(p, e, KEY_AFTER_COMMA(TID), sizeof(KEY_AFTER_COMMA(TID)) - 1);
     if (!q) return 0;
-    row->group_id = layout_group_before(p, q);
+    row->group_id = layout_group_between(p, q);
     p = q + sizeof(KEY_AFTER_COMMA(TID)) - 1;
     if (!(p = layout_skip_int(p, e))) return 0; /* tid */
     row->host_start = row->host_complete = row->gpu_start = row->gpu_stop = NONE;
@@ -1262,6 +1264,13 @@ static int layout_compact(const char* s, const char* e, ci_line_t* row, ci_inter
         if (!(p = layout_int(p, e, &o.group))) return 0;
         o.seen |= CK_GROUP;
     }
+    /* ABI v7: the call's tag and the kernel's variant, not read by the engine */
+    if (ACCEPT(COMPACT_KEY(UT)) && !(p = layout_skip_int(p, e))) return 0;
+    if (ACCEPT(COMPACT_KEY(KV) "\"")) {
+        if (!(p = layout_str(p, e))) return 0;
+        p++;
+    }
+    (void)ACCEPT(COMPACT_KEY(SY) "true");
     if (ACCEPT(COMPACT_KEY(T)) && !(p = layout_skip_int(p, e))) return 0;
     EXPECT(COMPACT_KEY(TS) "\"");
     const char* timing = p;
