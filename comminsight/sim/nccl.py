@@ -217,7 +217,9 @@ class SimNccl:
             )
         else:
             api = (
-                abi.start_coll_api(ctx, group.api, op.func, op.count, op.datatype, op.root, 0, **tag)
+                abi.start_coll_api(
+                    ctx, group.api, op.func, op.count, op.datatype, op.root, 0, **tag
+                )
                 if starts(EventType.COLL_API, mask)
                 else None
             )

@@ -118,7 +118,8 @@ def test_tuning_follows_observed_nccl_choices():
         ({"workload": "tp-pp-dp", "ranks": 6, "tp": 4, "pp": 1}, "tp\\*pp must divide ranks"),
         ({"workload": "ddp", "ranks": 3, "nodes": 2}, "nodes must divide ranks"),
         ({"workload": "zero-infinity"}, "workload must be one of"),
-        ({"workload": "ddp", "abi": 3}, "abi must be 4, 5 or 6"),
+        ({"workload": "ddp", "abi": 3}, "abi must be 4, 5, 6 or 7"),
+        ({"workload": "ddp", "abi": 6, "user_tags": True}, "user_tags needs abi 7"),
     ],
 )
 def test_impossible_shapes_are_refused(settings, message):
