@@ -13,7 +13,8 @@ import json
 import os
 import sys
 
-from plugin_scenarios import COLL, Driver, region, settled, snapshot
+from plugin_scenarios import COLL, DEADLINE_S, Driver, region, settled, snapshot
+from waiting import wait_until
 
 from comminsight.shm_reader import RingCursor
 from comminsight_gen.abi import shm_v1
@@ -57,6 +58,7 @@ def records() -> list[dict]:
     ring = RingCursor(region()).poll()
     return [
         {
+            "comm": int(r["comm_id"]),
             "seq": int(r["op_seq"]),
             "count": int(r["count"]),
             "timing": int(r["timing_source"]),
@@ -146,8 +148,60 @@ def v7_tags(d: Driver) -> dict:
     return out
 
 
+def kernel_ch_taken_out(d: Driver) -> dict:
+    """Every op timed (the default), then an operator takes KernelCh out of NCCL's mask: the
+    later ops get no channels, and none of them is left in flight."""
+    ctx = d.init(0xC8).context
+    op(d, ctx, 0)
+    d.mask[0] = 0x06  # Coll|P2p
+    timed = [op(d, ctx, seq) for seq in range(1, 6)]
+    wait_until(lambda: len(records()) == 6, DEADLINE_S, "every op recorded")
+    r = settled(region())
+    out = {"timed": timed, "records": records(), "in_flight": int(r.comms[0]["inflight_count"])}
+    out.update(header(r))
+    d.abi.finalize(ctx)
+    return out
+
+
+def one_kernel_two_choices(d: Driver) -> dict:
+    """X and Y are one NCCL group of one communicator, so one kernel. X's task read another
+    thread's choice and gets no channels; Y's channels start and the kernel runs on: X is not
+    done while it runs (only a later group's kernel proves it)."""
+    a = d.init(0xC9).context
+    b = d.init(0xCA).context
+    op(d, b, 0)
+    d.abi.start_group_api(a, 1)
+    x_api, _ = api(d, a)  # X: the first of its shape, timed
+    b_api, _ = api(d, b)  # b's second op of its shape: untimed, the mask's bit goes
+    x_mask = int(d.mask[0])
+    y_api, y_mask = api(d, a, count=1 << 22)  # Y: a new shape, timed
+    group = d.abi.start_group(a)
+    x = d.abi.start_coll(a, x_api, group, 0, {**COLL, "seq": 0})
+    y = d.abi.start_coll(a, y_api, group, 0, {**COLL, "seq": 1, "count": 1 << 22})
+    d.abi.stop(x)
+    d.abi.stop(y)
+    for c in range(COLL["n_channels"]):  # Y's kernel starts, and does not end
+        d.abi.start_kernel_ch(a, y, c, 5000 + c)
+    r = settled(settled(settled(region())))
+    out = {"x_asked": bool(x_mask & KERNEL_CH), "y_asked": bool(y_mask & KERNEL_CH)}
+    out["recorded_on_a"] = [rec["count"] for rec in records() if rec["comm"] == 0xC9]
+    out["in_flight"] = int(r.comms[0]["inflight_count"])
+    d.abi.finalize(a)
+    d.abi.finalize(b)
+    return out
+
+
 SCENARIOS = {
-    f.__name__: f for f in (sampled, decided_then_overwritten, overridden, all_ops, v7_tags)
+    f.__name__: f
+    for f in (
+        sampled,
+        decided_then_overwritten,
+        overridden,
+        all_ops,
+        v7_tags,
+        kernel_ch_taken_out,
+        one_kernel_two_choices,
+    )
 }
 
 if __name__ == "__main__":

@@ -333,9 +333,8 @@ typedef struct ci_comm {
     uint64_t timed_ops;
     /* ops.c: the NCCL group of the last op, and the ops of each kind issued before it */
     uint64_t base_group, group_coll_base, group_p2p_base;
-    /* comm.c: the last op recorded untimed, 1 + its index by kind (0: none): presumed done
-     * once the next op is issued (the GPU keeps up with the host unless something is off) */
-    uint64_t tail_coll, tail_p2p;
+    /* comm.c: ops of each kind that a kernel start proved done (all issued before its group) */
+    uint64_t proved_coll, proved_p2p;
     /* comm.c: what the hang view needs of ops recorded before anything proved them done (GPU
      * timing sampled), by index % CI_WINDOW per kind; written where they are recorded */
     ci_untimed_view_t untimed[2][CI_WINDOW];
@@ -354,7 +353,6 @@ ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nran
                         uint32_t abi);
 void ci_comm_close(ci_comm_t* comm);
 void ci_comm_note_enqueued(ci_comm_t* comm, ci_op_t* op, void* handle);
-void ci_comm_presume_tail_done(ci_comm_t* comm); /* a new op is issued after an untimed one */
 void ci_comm_note_started(ci_comm_t* comm, const ci_op_t* op);
 void ci_comm_note_completed(ci_comm_t* comm, const ci_op_t* op, uint64_t now);
 void ci_comm_note_clock(ci_comm_t* comm, uint64_t host_mono_ns, uint64_t gpu_ticks);
@@ -374,7 +372,6 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
                   const char* algo, const char* proto, ci_api_info_t api, uint64_t group_id /* 0: unknown */,
                   ci_op_v7_t v7);
 void ci_op_stop(ci_op_t* op);
-void ci_channel_first(ci_op_t* op);    /* out of line: the first channel of an op */
 void ci_channels_complete(ci_op_t* op); /* out of line: the last channel of an op stopped */
 /* The op a handle names, or NULL if the handle is not ours or its op has been recycled since:
  * the pool bumps an entry's generation when it is freed, so a stale handle never matches. */
@@ -391,17 +388,47 @@ static inline ci_op_t* ci_op_from_handle(const void* handle) {
 /* KernelCh events are 72 of a 24-channel collective's ~80 calls, so their work is inline and
  * the least correctness needs: find the op (one bounds test, one generation compare), fold the
  * GPU tick in, count. Channel fields have one writer, NCCL's proxy thread (ops.c). */
-static inline void* ci_channel_start(const void* parent, uint8_t channel, uint64_t ptimer) {
-    ci_op_t* op = ci_op_from_handle(parent);
-    if (CI_UNLIKELY(!op)) return NULL;
-    uint32_t started = __atomic_load_n(&op->ch_started, __ATOMIC_RELAXED);
-    if (CI_UNLIKELY(started == 0)) ci_channel_first(op);
+static inline void ci_channel_fold_start(ci_op_t* op, uint32_t started, uint64_t ptimer) {
     __atomic_store_n(&op->ch_started, started + 1, __ATOMIC_RELAXED);
     uint64_t cur = __atomic_load_n(&op->gpu_start_ticks, __ATOMIC_RELAXED);
     if (ptimer && (cur == 0 || ptimer < cur)) __atomic_store_n(&op->gpu_start_ticks, ptimer, __ATOMIC_RELAXED);
-    /* the parent's handle with the channel's kind and number: same index, same generation */
+}
+
+/* the parent's handle with the channel's kind and number: same index, same generation */
+static inline void* ci_channel_handle(const void* parent, uint8_t channel) {
     return (void*)((uintptr_t)parent + ((uintptr_t)(CI_HANDLE_CHANNEL - CI_HANDLE_OP) << 24) +
                    ((uintptr_t)channel << 32));
+}
+
+/* A channel's start: *handle set, 0 returned (NCCL's success), so that a caller can return it
+ * as a tail call and need no stack frame; the first channel of an op goes out of line. */
+uint32_t ci_channel_start_first(void** handle, ci_op_t* op, const void* parent, uint8_t channel, uint64_t ptimer);
+
+static inline uint32_t ci_channel_start_into(void** handle, const void* parent, uint8_t channel, uint64_t ptimer) {
+    uint32_t index = (uint32_t)((uintptr_t)parent & 0xFFFFFFu) - 1u;
+    if (CI_UNLIKELY(index >= ci_pool_n)) {
+        *handle = NULL; /* not an op of ours */
+        return 0;
+    }
+    ci_op_t* op = &ci_pool_ops[index];
+    /* a recycled entry, or an op NCCL was not asked to time (published at its host stop, its
+     * entry maybe reused already): no handle, so nothing of it reaches another op */
+    if (CI_UNLIKELY((__atomic_load_n(&op->generation, __ATOMIC_ACQUIRE) & 0xFFFFFFu) != ci_handle_generation(parent) ||
+                    __atomic_load_n(&op->expect_channels, __ATOMIC_RELAXED) == 0)) {
+        *handle = NULL;
+        return 0;
+    }
+    uint32_t started = __atomic_load_n(&op->ch_started, __ATOMIC_RELAXED);
+    if (CI_UNLIKELY(started == 0)) return ci_channel_start_first(handle, op, parent, channel, ptimer);
+    ci_channel_fold_start(op, started, ptimer);
+    *handle = ci_channel_handle(parent, channel);
+    return 0;
+}
+
+static inline void* ci_channel_start(const void* parent, uint8_t channel, uint64_t ptimer) {
+    void* handle;
+    (void)ci_channel_start_into(&handle, parent, channel, ptimer);
+    return handle;
 }
 
 static inline void ci_channel_record_stop(ci_op_t* op, uint64_t ptimer) {

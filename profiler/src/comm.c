@@ -52,7 +52,7 @@ ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nran
     e->generation = generation;
     memset(comm->coll_inflight, 0, sizeof(comm->coll_inflight));
     memset(comm->untimed, 0, sizeof(comm->untimed));
-    comm->tail_coll = comm->tail_p2p = 0;
+    comm->proved_coll = comm->proved_p2p = 0;
     comm->base_group = comm->group_coll_base = comm->group_p2p_base = 0;
     memset(comm->p2p_inflight, 0, sizeof(comm->p2p_inflight));
     comm->comm_id = comm_id;
@@ -117,44 +117,40 @@ void ci_comm_note_enqueued(ci_comm_t* comm, ci_op_t* op, void* handle) {
     }
 }
 
-/* *counter = max(*counter, value): its writers are NCCL's threads, one at a time in practice */
+/* *counter = max(*counter, value), for the once-per-op completion counts: their writer is the
+ * thread that completes ops, NCCL's proxy thread in practice, and a plain store keeps the hot
+ * path free of a locked instruction. */
 static void raise_to(uint64_t* counter, uint64_t value) {
     if (value > LOAD(counter)) STORE(counter, value);
+}
+
+/* The same where another thread may raise the counter at once (a kernel start proving earlier
+ * ops done): a compare-and-swap, and only when the value grows, so it is never lowered. */
+static void raise_shared(uint64_t* counter, uint64_t value) {
+    uint64_t cur = LOAD(counter);
+    while (value > cur &&
+           !__atomic_compare_exchange_n(counter, &cur, value, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
 }
 
 void ci_comm_note_started(ci_comm_t* comm, const ci_op_t* op) {
     ci_shm_comm_entry_v1_t* e = comm->entry;
     uint64_t* started = op->kind == CI_SHM_V1_RECORD_KIND_COLL ? &e->coll_started : &e->p2p_started;
     raise_to(started, op->op_index + 1);
+    /* its kernel started, so every op issued before its group ran to the end */
+    raise_shared(&comm->proved_coll, op->coll_before);
+    raise_shared(&comm->proved_p2p, op->p2p_before);
     if (LOAD(&ci_g.gpu_timing) != CI_SHM_V1_GPU_TIMING_SAMPLED) return; /* every op has its own */
-    /* its kernel started, so every op issued before its group ran to the end: the ones the
-     * GPU timing sample left untimed are done now */
-    raise_to(&e->coll_started, op->coll_before);
-    raise_to(&e->p2p_started, op->p2p_before);
-    raise_to(&e->coll_completed, op->coll_before);
-    raise_to(&e->p2p_completed, op->p2p_before);
-}
-
-/* Ops left untimed by the sample are presumed done once another op is issued after them: the
- * op the communicator may be stuck in is its last one (with GPU timing, the one that never
- * started or never finished). Only the enqueuing thread writes the tails. */
-void ci_comm_presume_tail_done(ci_comm_t* comm) {
-    ci_shm_comm_entry_v1_t* e = comm->entry;
-    uint64_t coll = LOAD(&comm->tail_coll), p2p = LOAD(&comm->tail_p2p);
-    if (coll) {
-        raise_to(&e->coll_completed, coll);
-        STORE(&comm->tail_coll, 0);
-    }
-    if (p2p) {
-        raise_to(&e->p2p_completed, p2p);
-        STORE(&comm->tail_p2p, 0);
-    }
+    /* the ones the GPU timing sample left untimed are done now */
+    raise_shared(&e->coll_started, op->coll_before);
+    raise_shared(&e->p2p_started, op->p2p_before);
+    raise_shared(&e->coll_completed, op->coll_before);
+    raise_shared(&e->p2p_completed, op->p2p_before);
 }
 
 /* An op recorded before it is known done: kept for the hang view until something proves it. */
 static void note_unproven(ci_comm_t* comm, const ci_op_t* op) {
     bool coll = op->kind == CI_SHM_V1_RECORD_KIND_COLL;
-    STORE(coll ? &comm->tail_coll : &comm->tail_p2p, op->op_index + 1);
     ci_untimed_view_t* v = &comm->untimed[coll ? 0 : 1][op->op_index % CI_WINDOW];
     uint32_t guard = LOAD(&v->guard);
     STORE(&v->guard, guard + 1);

@@ -28,7 +28,9 @@
 #define STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELAXED)
 
 static pthread_mutex_t mask_lock = PTHREAD_MUTEX_INITIALIZER;
-static int32_t mask_written; /* what this plugin last wrote into NCCL's mask */
+/* what this plugin last wrote into NCCL's mask: written under mask_lock, read without it by the
+ * heartbeat's check */
+static int32_t mask_written;
 
 void ci_gpu_timing_after_fork(void) { pthread_mutex_init(&mask_lock, NULL); }
 
@@ -46,13 +48,31 @@ static int32_t wanted(bool kernel_ch) {
     return kernel_ch ? m : m & ~(int32_t)CI_EV_KERNEL_CH;
 }
 
+static void note_override(int32_t found) {
+    STORE(&ci_g.overriding_mask, found);
+    STORE(&ci_g.mask_overridden, 1u);
+}
+
 /* With mask_lock held: false (and the override noted) where NCCL's mask holds a value this
  * plugin did not write. */
 static bool still_ours(const int32_t* nccl_mask) {
     int32_t found = LOAD(nccl_mask);
     if (found == mask_written) return true;
-    STORE(&ci_g.overriding_mask, found);
-    STORE(&ci_g.mask_overridden, 1u);
+    note_override(found);
+    return false;
+}
+
+/* With mask_lock held: NCCL's mask from what this plugin last wrote to `want`, in one
+ * compare-and-swap, so that an operator's write between our read and our write is never
+ * lost (it fails the swap, and is their override). An override equal to mask_written cannot
+ * be told from our own value. */
+static bool write_mask(int32_t* nccl_mask, int32_t want) {
+    int32_t expected = mask_written;
+    if (__atomic_compare_exchange_n(nccl_mask, &expected, want, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        STORE(&mask_written, want);
+        return true;
+    }
+    note_override(expected);
     return false;
 }
 
@@ -61,9 +81,11 @@ void ci_mask_first_write(int32_t* nccl_mask, bool kernel_ch) {
     if (!LOAD(&ci_g.mask_overridden)) {
         /* the first communicator's init: NCCL's initial value is not an override */
         int32_t* known = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
-        if (known != nccl_mask || still_ours(nccl_mask)) {
-            mask_written = wanted(kernel_ch);
+        if (known != nccl_mask) {
+            STORE(&mask_written, wanted(kernel_ch));
             STORE(nccl_mask, mask_written);
+        } else {
+            (void)write_mask(nccl_mask, wanted(kernel_ch));
         }
     }
     __atomic_store_n(&ci_g.nccl_mask, nccl_mask, __ATOMIC_RELEASE);
@@ -74,14 +96,12 @@ void ci_mask_rewrite(void) {
     int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
     if (!nccl_mask) return;
     pthread_mutex_lock(&mask_lock);
-    if (!LOAD(&ci_g.mask_overridden) && still_ours(nccl_mask)) {
+    if (!LOAD(&ci_g.mask_overridden)) {
         /* keep the KernelCh bit the last op's decision left: the next op decides it again */
         int32_t want = wanted(ci_gpu_timing_mode(ci_g.abi) != CI_SHM_V1_GPU_TIMING_SAMPLED ||
                               (mask_written & CI_EV_KERNEL_CH));
-        if (want != mask_written) {
-            mask_written = want;
-            STORE(nccl_mask, want);
-        }
+        if (want != mask_written) (void)write_mask(nccl_mask, want);
+        else (void)still_ours(nccl_mask);
     }
     pthread_mutex_unlock(&mask_lock);
 }
@@ -89,13 +109,16 @@ void ci_mask_rewrite(void) {
 void ci_mask_check(void) {
     int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
     if (!nccl_mask || LOAD(&ci_g.mask_overridden)) return;
+    /* the lock only when the two differ (someone wrote, or a write is under way), so that the
+     * hot path's trylock almost never meets it */
+    if (LOAD(nccl_mask) == LOAD(&mask_written)) return;
     pthread_mutex_lock(&mask_lock);
     if (!LOAD(&ci_g.mask_overridden)) (void)still_ours(nccl_mask);
     pthread_mutex_unlock(&mask_lock);
 }
 
 void ci_mask_forget(void) {
-    mask_written = 0;
+    STORE(&mask_written, 0);
     STORE(&ci_g.mask_overridden, 0u);
     STORE(&ci_g.overriding_mask, 0);
 }
@@ -109,13 +132,8 @@ static bool set_kernel_ch(bool on) {
     if (((found & CI_EV_KERNEL_CH) != 0) == on || LOAD(&ci_g.mask_overridden) ||
         pthread_mutex_trylock(&mask_lock) != 0)
         return (found & CI_EV_KERNEL_CH) != 0;
-    bool result = on;
-    if (still_ours(nccl_mask)) {
-        mask_written = on ? mask_written | CI_EV_KERNEL_CH : mask_written & ~(int32_t)CI_EV_KERNEL_CH;
-        STORE(nccl_mask, mask_written);
-    } else {
-        result = (LOAD(nccl_mask) & CI_EV_KERNEL_CH) != 0;
-    }
+    int32_t want = on ? mask_written | CI_EV_KERNEL_CH : mask_written & ~(int32_t)CI_EV_KERNEL_CH;
+    bool result = write_mask(nccl_mask, want) ? on : (LOAD(nccl_mask) & CI_EV_KERNEL_CH) != 0;
     pthread_mutex_unlock(&mask_lock);
     return result;
 }
@@ -129,7 +147,12 @@ static inline uint32_t size_class(uint64_t bytes) {
 
 bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype) {
     uint8_t mode = LOAD(&ci_g.gpu_timing);
-    if (CI_UNLIKELY(mode != CI_SHM_V1_GPU_TIMING_SAMPLED)) return mode == CI_SHM_V1_GPU_TIMING_ALL;
+    if (CI_UNLIKELY(mode != CI_SHM_V1_GPU_TIMING_SAMPLED)) {
+        /* nothing to decide: the task is timed as NCCL's mask says (an operator may have
+         * taken KernelCh out of it, or put it in) */
+        const int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
+        return nccl_mask ? (LOAD(nccl_mask) & CI_EV_KERNEL_CH) != 0 : mode == CI_SHM_V1_GPU_TIMING_ALL;
+    }
     bool timed;
     if (CI_UNLIKELY(LOAD(&ci_g.evidence_bits) != 0)) {
         timed = true; /* a hang is suspected: every op */

@@ -291,11 +291,11 @@ static void put_compact_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_
     if (r->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) put(K(GC) "true,");
     if (r->group_id) put(K(GR) "%llu,", (unsigned long long)r->group_id);
     if (r->user_tag) put(K(UT) "%llu,", (unsigned long long)r->user_tag);
-    if (r->kernel_variant[0]) {
+    if (coll && r->kernel_variant[0]) { /* collectives' only */
         put_str(F(KV), fixed_text(r->kernel_variant, sizeof(r->kernel_variant)));
         put(",");
     }
-    if (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL) put(K(SY) "true,");
+    if (coll && (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL)) put(K(SY) "true,");
     if (r->tid) put(K(T) "%u,", r->tid);
     put(K(TS) "\"%s\",", label_or(ci_shm_v1_timing_source_label(r->timing_source), "none"));
     if (isfinite(busbw)) put(K(BW) "%.6f,", busbw);
@@ -364,11 +364,11 @@ static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     put(K(GRAPH_CAPTURED) "%s,", (r->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) ? "true" : "false");
     if (r->group_id) put(K(GROUP_ID) "%llu,", (unsigned long long)r->group_id);
     if (r->user_tag) put(K(USER_TAG) "%llu,", (unsigned long long)r->user_tag);
-    if (r->kernel_variant[0]) {
+    if (coll && r->kernel_variant[0]) { /* collectives' only */
         put_str(F(KERNEL_VARIANT), fixed_text(r->kernel_variant, sizeof(r->kernel_variant)));
         put(",");
     }
-    if (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL) put(K(SYM_COLL) "true,");
+    if (coll && (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL)) put(K(SYM_COLL) "true,");
     put(K(TID) "%u," K(HOST_START_MONO_NS) "%llu," K(HOST_STOP_MONO_NS) "%llu,", r->tid,
         (unsigned long long)r->host_start_mono_ns, (unsigned long long)r->host_stop_mono_ns);
     if (r->complete_mono_ns) put(K(HOST_COMPLETE_MONO_NS) "%llu,", (unsigned long long)r->complete_mono_ns);

@@ -65,7 +65,6 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
     STORE(&op->algo, ci_algo_of(algo));
     STORE(&op->proto, ci_proto_of(proto));
     STORE(&op->op_seq, seq);
-    if (CI_UNLIKELY(comm->tail_coll | comm->tail_p2p)) ci_comm_presume_tail_done(comm);
     /* the first op of a group notes what the communicator had issued before the group (ops
      * of one group share a kernel, so one of them starting proves none of the others done) */
     if (group_id == 0 || group_id != comm->base_group) {
@@ -199,7 +198,19 @@ void ci_op_stop(ci_op_t* op) {
 
 /* The first channel of an op: the GPU has started it. No clock read here (a clock read costs
  * ~20 ns of the 150 ns budget); the background thread stamps the time when it sees it. */
-__attribute__((noinline)) void ci_channel_first(ci_op_t* op) { ci_comm_note_started(op->comm, op); }
+__attribute__((noinline)) uint32_t ci_channel_start_first(void** handle, ci_op_t* op, const void* parent,
+                                                           uint8_t channel, uint64_t ptimer) {
+    /* the entry must still be this op when its proof is taken (a forced completion may have
+     * recycled it since the caller's test) */
+    if ((__atomic_load_n(&op->generation, __ATOMIC_ACQUIRE) & 0xFFFFFFu) != ci_handle_generation(parent)) {
+        *handle = NULL;
+        return 0;
+    }
+    ci_comm_note_started(op->comm, op);
+    ci_channel_fold_start(op, 0, ptimer);
+    *handle = ci_channel_handle(parent, channel);
+    return 0;
+}
 
 /* When the op completed, in host time. A clock read costs ~20 ns of the budget, so with GPU
  * ticks and a measured GPU-to-host offset it is derived from the last stop tick; one op in 64
@@ -236,10 +247,20 @@ static bool force_claim(ci_op_t* op) {
     return true;
 }
 
+/* An op that waited quietly for channels while NCCL's mask has no KernelCh (an operator took
+ * it out between the op's decision and NCCL's read): none will come. */
+static bool untimed_now(const ci_op_t* op, uint64_t now, uint64_t quiet_ns) {
+    const int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
+    uint64_t stopped = LOAD(&op->host_stop_mono_ns);
+    return nccl_mask && !(LOAD(nccl_mask) & CI_EV_KERNEL_CH) && stopped && now > stopped &&
+           now - stopped >= quiet_ns;
+}
+
+/* Whether a later kernel of its communicator, of another NCCL group, has started. */
 static bool passed_on_gpu(const ci_op_t* op) {
-    const ci_shm_comm_entry_v1_t* e = LOAD(&op->comm)->entry;
-    uint64_t started = LOAD(op->kind == CI_SHM_V1_RECORD_KIND_COLL ? &e->coll_started : &e->p2p_started);
-    return started > LOAD(&op->op_index) + 1;
+    const ci_comm_t* comm = LOAD(&op->comm);
+    uint64_t proved = LOAD(op->kind == CI_SHM_V1_RECORD_KIND_COLL ? &comm->proved_coll : &comm->proved_p2p);
+    return proved > LOAD(&op->op_index);
 }
 
 void ci_ops_sweep(ci_comm_t* finalizing, uint64_t now, uint64_t quiet_ns) {
@@ -256,10 +277,11 @@ void ci_ops_sweep(ci_comm_t* finalizing, uint64_t now, uint64_t quiet_ns) {
         /* Only the background thread runs this branch, so the sweep_* fields are its own. */
         if (!(gate & GATE_HOST) || LOAD(&op->expect_channels) == 0) continue;
         uint32_t started = LOAD(&op->ch_started), stopped = LOAD(&op->ch_stopped);
-        if (started == 0 && passed_on_gpu(op)) {
-            /* NCCL was not asked to time it after all (another thread's op changed the mask
-             * between the decision and NCCL's read): a later op of its communicator began on
-             * the GPU, which runs a communicator's kernels in order, so this one is done */
+        if (started == 0 && (passed_on_gpu(op) || untimed_now(op, now, quiet_ns))) {
+            /* NCCL was not asked to time it after all (another thread's op, or an operator,
+             * changed the mask between the decision and NCCL's read): a later op of its
+             * communicator began on the GPU, which runs a communicator's kernels in order, so
+             * this one is done; or no channel will come while the mask lacks KernelCh */
             if (!force_claim(op)) continue;
             STORE(&op->expect_channels, 0u);
             op->unproven = false; /* the later op proved it */

@@ -339,10 +339,8 @@ static __attribute__((noinline)) uint32_t start_other_v5(void* context, void** h
  * not a live op of ours (an untracked communicator's NULL, a recycled entry, no pool) gives
  * no handle. */
 static uint32_t start_v5(void* context, void** handle, ci_nccl_event_descr_v5_t* d) {
-    if (CI_LIKELY(handle && d && d->type == CI_EV_KERNEL_CH)) {
-        *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
-        return CI_NCCL_V5_RESULT_SUCCESS;
-    }
+    if (CI_LIKELY(handle && d && d->type == CI_EV_KERNEL_CH))
+        return ci_channel_start_into(handle, d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
     return start_other_v5(context, handle, d);
 }
 
@@ -506,10 +504,8 @@ _Static_assert(offsetof(ci_nccl_state_args_v6_t, kernelCh.pTimer) == offsetof(ci
 #define CE_EVENTS (CI_NCCL_V6_EVENT_TYPE_CE_COLL | CI_NCCL_V6_EVENT_TYPE_CE_SYNC | CI_NCCL_V6_EVENT_TYPE_CE_BATCH)
 
 static uint32_t start_v6(void* context, void** handle, ci_nccl_event_descr_v6_t* d) {
-    if (CI_LIKELY(handle && d && d->type == CI_EV_KERNEL_CH)) {
-        *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
-        return CI_NCCL_V6_RESULT_SUCCESS;
-    }
+    if (CI_LIKELY(handle && d && d->type == CI_EV_KERNEL_CH))
+        return ci_channel_start_into(handle, d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
     if (d && (d->type & CE_EVENTS) && !(d->type & (d->type - 1))) { /* known, not tracked */
         if (handle) *handle = NULL;
         return CI_NCCL_V6_RESULT_SUCCESS;
@@ -595,10 +591,8 @@ static __attribute__((noinline)) void* start_task_v7(ci_comm_t* comm, const ci_n
 }
 
 static uint32_t start_v7(void* context, void** handle, ci_nccl_event_descr_v7_t* d) {
-    if (CI_LIKELY(handle && d && d->type == CI_EV_KERNEL_CH)) {
-        *handle = ci_channel_start(d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
-        return CI_NCCL_V7_RESULT_SUCCESS;
-    }
+    if (CI_LIKELY(handle && d && d->type == CI_EV_KERNEL_CH))
+        return ci_channel_start_into(handle, d->parentObj, d->u.kernelCh.channelId, d->u.kernelCh.pTimer);
     if (handle && d && (d->type == CI_EV_COLL || d->type == CI_EV_P2P)) {
         *handle = tracked(context) ? start_task_v7(context, d) : NULL;
         return CI_NCCL_V7_RESULT_SUCCESS;

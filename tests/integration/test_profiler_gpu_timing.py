@@ -111,3 +111,22 @@ def test_abi_v7_user_tags_and_kernel_variants_reach_the_record(build, tmp_path):
     assert all(r["kernel_variant"] == variant[:31] for r in recs)
     assert out["phase_rc"] == 0 and not out["phase_handle"]
     assert out["events_unknown"] == 0
+
+
+@pytest.mark.parametrize("build", ["plain", "asan"])
+def test_ops_after_an_operator_takes_kernel_ch_out_are_recorded_not_left_in_flight(build, tmp_path):
+    out = run_scenario("kernel_ch_taken_out", build, tmp_path, script=SCRIPT)  # default: all
+    assert out["timed"] == [False] * 5
+    assert [r["timing"] for r in out["records"]] == [T.KERNEL_GPU] + [T.COLLECTIVE_CPU] * 5
+    assert out["in_flight"] == 0
+    assert out["mask_overridden"] == 1 and out["overriding_event_mask"] == 0x06
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_an_untimed_op_is_not_done_while_its_own_kernel_runs(build, tmp_path):
+    out = run(
+        "one_kernel_two_choices", build, tmp_path, COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0"
+    )
+    assert out["x_asked"] is False and out["y_asked"] is True
+    assert out["recorded_on_a"] == []  # X is not done while the kernel (Y) runs
+    assert out["in_flight"] == 2

@@ -80,6 +80,13 @@ def random_slot(rng: random.Random, lines: ProcessLines, seq: int):
     s["flags"] = rng.choice([0, 1, 2, 3]) & (
         shm_v1.SlotFlags.GRAPH_CAPTURED | shm_v1.SlotFlags.FORCED_COMPLETE
     )
+    # ABI v7: a call's tag (up to 2^64 - 1), a kernel variant's name (escapes, non-ASCII,
+    # the field's full 31 bytes), a symmetric kernel
+    s["user_tag"] = rng.choice([0, rng.randrange(1, 1 << 20), (1 << 64) - 1])
+    variant = rng.choice(["", "AllReduce_Sum_bf16_RING_LL128", 'q"uo\\te', "ñame", "x" * 31])
+    s["kernel_variant"] = variant.encode() if coll else b""
+    if coll and rng.random() < 0.2:
+        s["flags"] |= shm_v1.SlotFlags.SYM_COLL
     return s
 
 

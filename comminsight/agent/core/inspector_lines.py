@@ -228,6 +228,12 @@ class ProcessLines:
         ci[F.GRAPH_CAPTURED] = bool(flags & shm_v1.SlotFlags.GRAPH_CAPTURED)
         if int(r["group_id"]):
             ci[F.GROUP_ID] = int(r["group_id"])
+        if int(r["user_tag"]):
+            ci[F.USER_TAG] = int(r["user_tag"])
+        if coll and record_text(r["kernel_variant"]):  # collectives' only
+            ci[F.KERNEL_VARIANT] = record_text(r["kernel_variant"])
+        if coll and flags & shm_v1.SlotFlags.SYM_COLL:
+            ci[F.SYM_COLL] = True
         ci[F.TID] = int(r["tid"])
         ci[F.HOST_START_MONO_NS] = int(r["host_start_mono_ns"])
         ci[F.HOST_STOP_MONO_NS] = int(r["host_stop_mono_ns"])
@@ -281,6 +287,12 @@ class ProcessLines:
             ci[F.GC] = True
         if int(r["group_id"]):
             ci[F.GR] = int(r["group_id"])
+        if int(r["user_tag"]):
+            ci[F.UT] = int(r["user_tag"])
+        if coll and record_text(r["kernel_variant"]):  # collectives' only
+            ci[F.KV] = record_text(r["kernel_variant"])
+        if coll and flags & shm_v1.SlotFlags.SYM_COLL:
+            ci[F.SY] = True
         if int(r["tid"]):
             ci[F.T] = int(r["tid"])
         source = int(r["timing_source"])
