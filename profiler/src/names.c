@@ -80,20 +80,15 @@ __attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined)) 
 
 #define PAGE_SAFE(p) (((p) & 4095u) <= 4096u - 16u) /* 16 bytes from p stay on p's 4 KiB page */
 
-static uint8_t lookup(name_table_t* t, const char* name) {
-    if (CI_UNLIKELY(!name)) return 0;
+/* Everything but a cache hit that two words confirm: kept out of line, so that the hit needs
+ * no stack frame. */
+static __attribute__((noinline)) uint8_t lookup_slow(name_table_t* t, const char* name, uint64_t* slot,
+                                                     uint64_t entry) {
     uintptr_t p = (uintptr_t)name;
-    uint64_t* slot = &t->cache[(p >> 3) % CACHE_SLOTS];
-    uint64_t entry = __atomic_load_n(slot, __ATOMIC_ACQUIRE); /* with the words it was cached after */
-    if (CI_LIKELY(entry >> 8 == (uint64_t)p)) {
-        /* same pointer: still the same text? (a caller may reuse a buffer for another name) */
+    if (entry >> 8 == (uint64_t)p) { /* a cached pointer whose label the words cannot confirm */
         uint8_t v = (uint8_t)entry;
-        if (CI_LIKELY(t->masks[v][0] && PAGE_SAFE(p))) {
-            if (CI_LIKELY(same_words(t, v, name))) return v;
-        } else {
-            const char* l = __atomic_load_n(&t->labels[v], __ATOMIC_RELAXED);
-            if (l && equal(l, name)) return v;
-        }
+        const char* l = __atomic_load_n(&t->labels[v], __ATOMIC_RELAXED);
+        if (l && equal(l, name)) return v;
     }
     if (!*name) return 0;
     uint8_t v = slow_lookup(t, name);
@@ -101,6 +96,17 @@ static uint8_t lookup(name_table_t* t, const char* name) {
     if (v && (uint64_t)p < (1ull << 56) && equal(t->label(v), name))
         __atomic_store_n(slot, (uint64_t)p << 8 | v, __ATOMIC_RELEASE);
     return v;
+}
+
+static inline uint8_t lookup(name_table_t* t, const char* name) {
+    if (CI_UNLIKELY(!name)) return 0;
+    uintptr_t p = (uintptr_t)name;
+    uint64_t* slot = &t->cache[(p >> 3) % CACHE_SLOTS];
+    uint64_t entry = __atomic_load_n(slot, __ATOMIC_ACQUIRE); /* with the words it was cached after */
+    /* same pointer: still the same text? (a caller may reuse a buffer for another name) */
+    uint8_t v = (uint8_t)entry;
+    if (CI_LIKELY(entry >> 8 == (uint64_t)p && t->masks[v][0] && PAGE_SAFE(p) && same_words(t, v, name))) return v;
+    return lookup_slow(t, name, slot, entry);
 }
 
 static const char* func_label(uint8_t v) { return ci_shm_v1_func_label(v); }

@@ -259,7 +259,7 @@ static bool untimed_now(const ci_op_t* op, uint64_t now, uint64_t quiet_ns) {
 /* Whether a later kernel of its communicator, of another NCCL group, has started. */
 static bool passed_on_gpu(const ci_op_t* op) {
     const ci_comm_t* comm = LOAD(&op->comm);
-    uint64_t proved = LOAD(op->kind == CI_SHM_V1_RECORD_KIND_COLL ? &comm->proved_coll : &comm->proved_p2p);
+    uint64_t proved = LOAD(LOAD(&op->kind) == CI_SHM_V1_RECORD_KIND_COLL ? &comm->proved_coll : &comm->proved_p2p);
     return proved > LOAD(&op->op_index);
 }
 
