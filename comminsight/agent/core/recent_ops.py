@@ -187,6 +187,9 @@ def op_record(row: np.void, origin: Origin) -> OpRecord:
         algbw_gbs=algbw,
         busbw_gbs=busbw,
         step=None,  # the Semantic Engine assigns steps (its own issue)
+        user_tag=int(row["user_tag"]) or None,
+        kernel_variant=(record_text(row["kernel_variant"]) or None) if is_coll else None,
+        sym_coll=is_coll and bool(flags & shm_v1.SlotFlags.SYM_COLL),
     )
 
 

@@ -10,6 +10,7 @@ from ..types import UNSET, Unset
 
 from ..models.op_kind import OpKind
 from ..models.timing_source import TimingSource
+from ..types import UNSET, Unset
 from typing import cast
 
 
@@ -64,6 +65,12 @@ class OpRecord:
             algbw_gbs (float | None): size_bytes / duration in GB/s (1e9 bytes/s); null without a duration.
             busbw_gbs (float | None): Bus bandwidth in GB/s with NCCL's per-function factor; null without a duration.
             step (int | None): Step index the Semantic Engine assigned the op to; null until it has.
+            user_tag (int | None | Unset): The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag,
+                profiler ABI v7, NCCL 2.31+); null when untagged or not reported.
+            kernel_variant (None | str | Unset): Name of the kernel variant NCCL launched for a collective (profiler ABI
+                v7); null when not reported.
+            sym_coll (bool | Unset): The collective ran a symmetric-memory kernel (profiler ABI v7 isSymColl); false when
+                not reported.
      """
 
     comm_id: str
@@ -96,6 +103,9 @@ class OpRecord:
     algbw_gbs: float | None
     busbw_gbs: float | None
     step: int | None
+    user_tag: int | None | Unset = UNSET
+    kernel_variant: None | str | Unset = UNSET
+    sym_coll: bool | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -177,6 +187,20 @@ class OpRecord:
         step: int | None
         step = self.step
 
+        user_tag: int | None | Unset
+        if isinstance(self.user_tag, Unset):
+            user_tag = UNSET
+        else:
+            user_tag = self.user_tag
+
+        kernel_variant: None | str | Unset
+        if isinstance(self.kernel_variant, Unset):
+            kernel_variant = UNSET
+        else:
+            kernel_variant = self.kernel_variant
+
+        sym_coll = self.sym_coll
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -212,6 +236,12 @@ class OpRecord:
             "busbw_gbs": busbw_gbs,
             "step": step,
         })
+        if user_tag is not UNSET:
+            field_dict["user_tag"] = user_tag
+        if kernel_variant is not UNSET:
+            field_dict["kernel_variant"] = kernel_variant
+        if sym_coll is not UNSET:
+            field_dict["sym_coll"] = sym_coll
 
         return field_dict
 
@@ -370,6 +400,28 @@ class OpRecord:
         step = _parse_step(d.pop("step"))
 
 
+        def _parse_user_tag(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        user_tag = _parse_user_tag(d.pop("user_tag", UNSET))
+
+
+        def _parse_kernel_variant(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        kernel_variant = _parse_kernel_variant(d.pop("kernel_variant", UNSET))
+
+
+        sym_coll = d.pop("sym_coll", UNSET)
+
         op_record = cls(
             comm_id=comm_id,
             comm_rank=comm_rank,
@@ -401,6 +453,9 @@ class OpRecord:
             algbw_gbs=algbw_gbs,
             busbw_gbs=busbw_gbs,
             step=step,
+            user_tag=user_tag,
+            kernel_variant=kernel_variant,
+            sym_coll=sym_coll,
         )
 
 

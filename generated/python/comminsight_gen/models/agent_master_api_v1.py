@@ -2631,6 +2631,46 @@ class OpRecord(Struct):
     """
     Step index the Semantic Engine assigned the op to; null until it has.
     """
+    user_tag: (
+        Annotated[
+            int,
+            Meta(
+                description='The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); null when untagged or not reported.',
+                ge=1,
+            ),
+        ]
+        | None
+        | UnsetType
+    ) = UNSET
+    """
+    The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); null when untagged or not reported.
+    """
+    kernel_variant: (
+        Annotated[
+            str,
+            Meta(
+                description='Name of the kernel variant NCCL launched for a collective (profiler ABI v7); null when not reported.',
+                max_length=32,
+            ),
+        ]
+        | None
+        | UnsetType
+    ) = UNSET
+    """
+    Name of the kernel variant NCCL launched for a collective (profiler ABI v7); null when not reported.
+    """
+    sym_coll: (
+        Annotated[
+            bool,
+            Meta(
+                description='The collective ran a symmetric-memory kernel (profiler ABI v7 isSymColl); false when not reported.'
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    The collective ran a symmetric-memory kernel (profiler ABI v7 isSymColl); false when not reported.
+    """
 
 
 class OpRecordList(Struct):
