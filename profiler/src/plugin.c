@@ -465,38 +465,46 @@ EXPORT ci_nccl_profiler_v4_t ncclProfiler_v4 = {
 
 /* ---------------------------------------------------------------------------------------- v6 */
 /* v6 (NCCL 2.29+) adds copy-engine events and moves nothing: every field the v5 adapter reads is
- * at the same offset, asserted here, so v6 events go through it. CE events are not tracked. */
-#define SAME_OFFSET(member)                                                                                \
-    _Static_assert(offsetof(ci_nccl_event_descr_v6_t, member) == offsetof(ci_nccl_event_descr_v5_t, member), \
-                   "v6 moved " #member)
-SAME_OFFSET(type);
-SAME_OFFSET(parentObj);
-SAME_OFFSET(u.coll.seqNumber);
-SAME_OFFSET(u.coll.func);
-SAME_OFFSET(u.coll.count);
-SAME_OFFSET(u.coll.root);
-SAME_OFFSET(u.coll.datatype);
-SAME_OFFSET(u.coll.nChannels);
-SAME_OFFSET(u.coll.nWarps);
-SAME_OFFSET(u.coll.algo);
-SAME_OFFSET(u.coll.proto);
-SAME_OFFSET(u.p2p.func);
-SAME_OFFSET(u.p2p.datatype);
-SAME_OFFSET(u.p2p.count);
-SAME_OFFSET(u.p2p.peer);
-SAME_OFFSET(u.p2p.nChannels);
-SAME_OFFSET(u.kernelCh.channelId);
-SAME_OFFSET(u.kernelCh.pTimer);
-SAME_OFFSET(u.collApi.stream);
-SAME_OFFSET(u.collApi.graphCaptured);
-SAME_OFFSET(u.p2pApi.stream);
-SAME_OFFSET(u.p2pApi.graphCaptured);
-SAME_OFFSET(u.coll.parentGroup);
-SAME_OFFSET(u.p2p.parentGroup);
-SAME_OFFSET(u.proxyOp.channelId);
-SAME_OFFSET(u.proxyOp.peer);
-SAME_OFFSET(u.proxyOp.nSteps);
-SAME_OFFSET(u.proxyOp.isSend);
+ * at the same offset (asserted for each descriptor type T that goes through it: v6, v7), so v6
+ * events go through it. CE events are not tracked. */
+#define SAME_OFFSET(T, member)                                                                   \
+    _Static_assert(offsetof(T, member) == offsetof(ci_nccl_event_descr_v5_t, member), #T " moved " #member)
+#define READS_AS_V5(T)                                                                           \
+    SAME_OFFSET(T, type);                                                                        \
+    SAME_OFFSET(T, parentObj);                                                                   \
+    SAME_OFFSET(T, u.coll.seqNumber);                                                            \
+    SAME_OFFSET(T, u.coll.func);                                                                 \
+    SAME_OFFSET(T, u.coll.count);                                                                \
+    SAME_OFFSET(T, u.coll.root);                                                                 \
+    SAME_OFFSET(T, u.coll.datatype);                                                             \
+    SAME_OFFSET(T, u.coll.nChannels);                                                            \
+    SAME_OFFSET(T, u.coll.nWarps);                                                               \
+    SAME_OFFSET(T, u.coll.algo);                                                                 \
+    SAME_OFFSET(T, u.coll.proto);                                                                \
+    SAME_OFFSET(T, u.coll.parentGroup);                                                          \
+    SAME_OFFSET(T, u.p2p.func);                                                                  \
+    SAME_OFFSET(T, u.p2p.datatype);                                                              \
+    SAME_OFFSET(T, u.p2p.count);                                                                 \
+    SAME_OFFSET(T, u.p2p.peer);                                                                  \
+    SAME_OFFSET(T, u.p2p.nChannels);                                                             \
+    SAME_OFFSET(T, u.p2p.parentGroup);                                                           \
+    SAME_OFFSET(T, u.kernelCh.channelId);                                                        \
+    SAME_OFFSET(T, u.kernelCh.pTimer);                                                           \
+    SAME_OFFSET(T, u.collApi.func);                                                              \
+    SAME_OFFSET(T, u.collApi.count);                                                             \
+    SAME_OFFSET(T, u.collApi.datatype);                                                          \
+    SAME_OFFSET(T, u.collApi.stream);                                                            \
+    SAME_OFFSET(T, u.collApi.graphCaptured);                                                     \
+    SAME_OFFSET(T, u.p2pApi.func);                                                               \
+    SAME_OFFSET(T, u.p2pApi.count);                                                              \
+    SAME_OFFSET(T, u.p2pApi.datatype);                                                           \
+    SAME_OFFSET(T, u.p2pApi.stream);                                                             \
+    SAME_OFFSET(T, u.p2pApi.graphCaptured);                                                      \
+    SAME_OFFSET(T, u.proxyOp.channelId);                                                         \
+    SAME_OFFSET(T, u.proxyOp.peer);                                                              \
+    SAME_OFFSET(T, u.proxyOp.nSteps);                                                            \
+    SAME_OFFSET(T, u.proxyOp.isSend)
+READS_AS_V5(ci_nccl_event_descr_v6_t);
 _Static_assert(sizeof(ci_nccl_state_args_v6_t) == sizeof(ci_nccl_state_args_v5_t), "v6 state args differ");
 _Static_assert(offsetof(ci_nccl_state_args_v6_t, kernelCh.pTimer) == offsetof(ci_nccl_state_args_v5_t, kernelCh.pTimer),
                "v6 moved kernelCh.pTimer");
@@ -533,46 +541,10 @@ EXPORT ci_nccl_profiler_v6_t ncclProfiler_v6 = {
 
 /* ---------------------------------------------------------------------------------------- v7 */
 /* v7 (NCCL 2.31+) appends to v6's descriptors and moves nothing: the v5 adapter reads v7 events
- * at the same offsets (asserted here). What v7 adds that we keep: the call's userTag on Coll and
- * P2p, and a Coll's kernelVariant and isSymColl. KernelPhase events (a KernelCh's children) are
- * never asked for; any that come get no handle. */
-#define SAME_OFFSET_V7(member)                                                                             \
-    _Static_assert(offsetof(ci_nccl_event_descr_v7_t, member) == offsetof(ci_nccl_event_descr_v5_t, member), \
-                   "v7 moved " #member)
-SAME_OFFSET_V7(type);
-SAME_OFFSET_V7(parentObj);
-SAME_OFFSET_V7(u.coll.seqNumber);
-SAME_OFFSET_V7(u.coll.func);
-SAME_OFFSET_V7(u.coll.count);
-SAME_OFFSET_V7(u.coll.root);
-SAME_OFFSET_V7(u.coll.datatype);
-SAME_OFFSET_V7(u.coll.nChannels);
-SAME_OFFSET_V7(u.coll.nWarps);
-SAME_OFFSET_V7(u.coll.algo);
-SAME_OFFSET_V7(u.coll.proto);
-SAME_OFFSET_V7(u.coll.parentGroup);
-SAME_OFFSET_V7(u.p2p.func);
-SAME_OFFSET_V7(u.p2p.datatype);
-SAME_OFFSET_V7(u.p2p.count);
-SAME_OFFSET_V7(u.p2p.peer);
-SAME_OFFSET_V7(u.p2p.nChannels);
-SAME_OFFSET_V7(u.p2p.parentGroup);
-SAME_OFFSET_V7(u.kernelCh.channelId);
-SAME_OFFSET_V7(u.kernelCh.pTimer);
-SAME_OFFSET_V7(u.collApi.func);
-SAME_OFFSET_V7(u.collApi.count);
-SAME_OFFSET_V7(u.collApi.datatype);
-SAME_OFFSET_V7(u.collApi.stream);
-SAME_OFFSET_V7(u.collApi.graphCaptured);
-SAME_OFFSET_V7(u.p2pApi.func);
-SAME_OFFSET_V7(u.p2pApi.count);
-SAME_OFFSET_V7(u.p2pApi.datatype);
-SAME_OFFSET_V7(u.p2pApi.stream);
-SAME_OFFSET_V7(u.p2pApi.graphCaptured);
-SAME_OFFSET_V7(u.proxyOp.channelId);
-SAME_OFFSET_V7(u.proxyOp.peer);
-SAME_OFFSET_V7(u.proxyOp.nSteps);
-SAME_OFFSET_V7(u.proxyOp.isSend);
+ * at the same offsets (asserted by READS_AS_V5). What v7 adds that we keep: the call's userTag
+ * on Coll and P2p, and a Coll's kernelVariant and isSymColl. KernelPhase events (a KernelCh's
+ * children) are never asked for; any that come get no handle. */
+READS_AS_V5(ci_nccl_event_descr_v7_t);
 _Static_assert(sizeof(ci_nccl_state_args_v7_t) == sizeof(ci_nccl_state_args_v5_t), "v7 state args differ");
 _Static_assert(offsetof(ci_nccl_state_args_v7_t, kernelCh.pTimer) == offsetof(ci_nccl_state_args_v5_t, kernelCh.pTimer),
                "v7 moved kernelCh.pTimer");
