@@ -61,6 +61,8 @@ mkdir -p "$OUT" "$BUILD" "$WORK"
 # NVLink multicast stays off on the shared GPU machines (device KINDS.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export COMMINSIGHT_AGENT_AUTOSTART=0
+# sealed segments stay uncompressed: the GPU image's Python can read no zstd (before 3.14)
+export COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL=0
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
 
 log() { echo "[run_overhead] $*" >&2; }
