@@ -191,6 +191,22 @@ def one_kernel_two_choices(d: Driver) -> dict:
     return out
 
 
+def due_survives_a_call_without_task(d: Driver) -> dict:
+    """A communicator with no op timed for a period has its next op timed; a call that makes
+    no task (a copy-engine collective, an empty one) does not use that up."""
+    ctx = d.init(0xCB).context
+    first = op(d, ctx, 0)  # the first of its shape: timed
+    second = op(d, ctx, 1)  # not timed (one in EVERY)
+    r = region()
+    beat = r.counter("heartbeat_count")  # a period (2 heartbeats here) passes with none timed
+    wait_until(lambda: r.counter("heartbeat_count") >= beat + 6, DEADLINE_S, "heartbeats")
+    api(d, ctx)  # a call that yields no task
+    third = op(d, ctx, 2)
+    out = {"timed": [first, second, third]}
+    d.abi.finalize(ctx)
+    return out
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
@@ -201,6 +217,7 @@ SCENARIOS = {
         v7_tags,
         kernel_ch_taken_out,
         one_kernel_two_choices,
+        due_survives_a_call_without_task,
     )
 }
 

@@ -561,6 +561,7 @@ uint8_t ci_gpu_timing_mode(uint32_t abi); /* CI_SHM_V1_GPU_TIMING_* for this con
 /* At a CollApi/P2pApi start: whether the task NCCL appends next is timed (mask written so). */
 bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype);
 void ci_gpu_timing_tick(ci_comm_t* comm, uint64_t now); /* background, each heartbeat */
+void ci_gpu_timing_taken(ci_comm_t* comm);                /* a timed task has started */
 void ci_mask_first_write(int32_t* nccl_mask, bool kernel_ch); /* init: NCCL hands its mask over */
 void ci_mask_rewrite(void); /* the wanted mask changed (configuration, hang evidence) */
 void ci_mask_forget(void);  /* the process lets go of NCCL (unload) */

@@ -164,12 +164,14 @@ bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, con
         timed = *left == 0 || LOAD(&comm->timing_due);
         *left = *left == 0 ? (uint16_t)(ci_g.cfg.gpu_timing_every - 1) : (uint16_t)(*left - 1);
     }
-    timed = set_kernel_ch(timed);
-    if (timed) {
-        STORE(&comm->timing_due, 0u);
-        STORE(&comm->timed_ops, LOAD(&comm->timed_ops) + 1);
-    }
-    return timed;
+    return set_kernel_ch(timed);
+}
+
+/* A task NCCL was asked to time has started: the sample is taken (a call that yields no task,
+ * a copy-engine collective or an empty one, takes none, and the next op is asked again). */
+void ci_gpu_timing_taken(ci_comm_t* comm) {
+    STORE(&comm->timing_due, 0u);
+    STORE(&comm->timed_ops, LOAD(&comm->timed_ops) + 1);
 }
 
 /* Background thread, each heartbeat: a communicator with no op timed for a period has its

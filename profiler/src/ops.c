@@ -94,6 +94,7 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
      * their channels have gone quiet. */
     uint32_t expect = n_channels < 0 ? UINT32_MAX : (uint32_t)n_channels;
     bool timed = gpu_timed(api);
+    if (api.gpu_timed > 0) ci_gpu_timing_taken(comm);
     STORE(&op->expect_channels, timed ? expect : 0u);
     /* left untimed by the sample: done when a later op of the communicator starts on the GPU,
      * not when NCCL stops it on the host (otherwise the watchdog could not see it hang) */

@@ -130,3 +130,14 @@ def test_an_untimed_op_is_not_done_while_its_own_kernel_runs(build, tmp_path):
     assert out["x_asked"] is False and out["y_asked"] is True
     assert out["recorded_on_a"] == []  # X is not done while the kernel (Y) runs
     assert out["in_flight"] == 2
+
+
+def test_a_period_without_timing_times_the_next_task_not_a_call_without_one(tmp_path):
+    out = run(
+        "due_survives_a_call_without_task",
+        "plain",
+        tmp_path,
+        COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="1000",
+        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="100",  # 2 heartbeats of the tests' 50 ms
+    )
+    assert out["timed"] == [True, False, True]
