@@ -3,10 +3,14 @@ not what it asked for (tests/gpu_timing_scenarios.py drives the calls as NCCL ma
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from profiler_builds import run_scenario
+from profiler_builds import builds, run_scenario
 
 from comminsight_gen.abi import shm_v1
 
@@ -141,3 +145,32 @@ def test_a_period_without_timing_times_the_next_task_not_a_call_without_one(tmp_
         COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="100",  # 2 heartbeats of the tests' 50 ms
     )
     assert out["timed"] == [True, False, True]
+
+
+def test_bad_gpu_timing_values_fall_back_to_the_defaults_and_are_named(tmp_path):
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
+        "COMMINSIGHT_HOME": str(tmp_path),
+        "COMMINSIGHT_AGENT_AUTOSTART": "0",
+        "COMMINSIGHT_PROFILER_HEARTBEAT_MS": "50",
+        "COMMINSIGHT_PROFILER_GPU_TIMING": "sometimes",
+        "COMMINSIGHT_PROFILER_GPU_TIMING_EVERY": "0",
+        "COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS": "soon",
+        "PYTHONPATH": str(SCRIPT.parent),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "all_ops", str(builds()["plain"].path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["gpu_timing"] == shm_v1.GpuTiming.ALL and out["timed"] == [True] * 6
+    for said in (
+        "COMMINSIGHT_PROFILER_GPU_TIMING='sometimes' (environment)",
+        "COMMINSIGHT_PROFILER_GPU_TIMING_EVERY='0' (environment): out of range",
+        "COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS='soon' (environment): expected an integer",
+    ):
+        assert said in proc.stderr, proc.stderr
