@@ -207,6 +207,24 @@ def due_survives_a_call_without_task(d: Driver) -> dict:
     return out
 
 
+def timed_op_stuck_while_sampling(d: Driver) -> dict:
+    """A timed op whose kernel never starts stays in flight, though the next op's choice took
+    KernelCh out of NCCL's mask: while sampling, a mask without it says nothing for good."""
+    ctx = d.init(0xCC).context
+    handle, task_mask = api(d, ctx)  # the first of its shape: timed
+    stuck = d.abi.start_coll(ctx, handle, None, 0, {**COLL, "seq": 0})
+    d.abi.stop(stuck)  # enqueued; its kernel never starts
+    later = op(d, ctx, 1)  # the same shape again: not timed, the mask's bit goes
+    r = region()
+    beat = r.counter("heartbeat_count")  # past the sweep's 2 s of quiet (50 ms heartbeats)
+    wait_until(lambda: r.counter("heartbeat_count") >= beat + 60, DEADLINE_S, "heartbeats")
+    out = {"asked": bool(task_mask & KERNEL_CH), "later": later, "mask": int(d.mask[0])}
+    out["recorded_seqs"] = [rec["seq"] for rec in records()]
+    out["in_flight"] = int(settled(r).comms[0]["inflight_count"])
+    d.abi.finalize(ctx)
+    return out
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
@@ -218,6 +236,7 @@ SCENARIOS = {
         kernel_ch_taken_out,
         one_kernel_two_choices,
         due_survives_a_call_without_task,
+        timed_op_stuck_while_sampling,
     )
 }
 

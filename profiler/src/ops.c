@@ -87,8 +87,10 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
     op->group_id = group_id;
     op->tid = thread_id();
     op->user_tag = v7.user_tag;
-    if (CI_UNLIKELY(v7.kernel_variant != NULL)) ci_copy_name(op->kernel_variant, sizeof(op->kernel_variant), v7.kernel_variant, NULL);
-    else op->kernel_variant[0] = '\0';
+    if (CI_UNLIKELY(v7.kernel_variant != NULL))
+        ci_copy_name(op->kernel_variant, sizeof(op->kernel_variant), v7.kernel_variant, NULL);
+    else
+        op->kernel_variant[0] = '\0';
     if (v7.sym_coll) op->flags |= CI_SHM_V1_SLOT_FLAGS_SYM_COLL;
     /* n_channels < 0: NCCL did not say (v4 P2P); the background sweep completes such ops once
      * their channels have gone quiet. */
@@ -248,19 +250,22 @@ static bool force_claim(ci_op_t* op) {
     return true;
 }
 
-/* An op that waited quietly for channels while NCCL's mask has no KernelCh (an operator took
- * it out between the op's decision and NCCL's read): none will come. */
+/* An op that waited quietly for channels while NCCL's mask has no KernelCh for good (an
+ * operator took it out between the op's decision and NCCL's read): none will come. Not while
+ * sampling, where the bit comes and goes op by op and a quiet timed op may be a stuck one. */
 static bool untimed_now(const ci_op_t* op, uint64_t now, uint64_t quiet_ns) {
     const int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
+    bool sampling = LOAD(&ci_g.gpu_timing) == CI_SHM_V1_GPU_TIMING_SAMPLED && !LOAD(&ci_g.mask_overridden);
     uint64_t stopped = LOAD(&op->host_stop_mono_ns);
-    return nccl_mask && !(LOAD(nccl_mask) & CI_EV_KERNEL_CH) && stopped && now > stopped &&
+    return !sampling && nccl_mask && !(LOAD(nccl_mask) & CI_EV_KERNEL_CH) && stopped && now > stopped &&
            now - stopped >= quiet_ns;
 }
 
 /* Whether a later kernel of its communicator, of another NCCL group, has started. */
 static bool passed_on_gpu(const ci_op_t* op) {
     const ci_comm_t* comm = LOAD(&op->comm);
-    uint64_t proved = LOAD(LOAD(&op->kind) == CI_SHM_V1_RECORD_KIND_COLL ? &comm->proved_coll : &comm->proved_p2p);
+    bool coll = LOAD(&op->kind) == CI_SHM_V1_RECORD_KIND_COLL;
+    uint64_t proved = LOAD(coll ? &comm->proved_coll : &comm->proved_p2p);
     return proved > LOAD(&op->op_index);
 }
 

@@ -147,6 +147,18 @@ def test_a_period_without_timing_times_the_next_task_not_a_call_without_one(tmp_
     assert out["timed"] == [True, False, True]
 
 
+def test_a_stuck_timed_op_stays_in_flight_while_sampling_clears_the_mask(tmp_path):
+    out = run(
+        "timed_op_stuck_while_sampling",
+        "plain",
+        tmp_path,
+        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
+    )
+    assert out["asked"] and not out["later"] and not out["mask"] & KERNEL_CH
+    assert 0 not in out["recorded_seqs"]
+    assert out["in_flight"] >= 1
+
+
 def test_bad_gpu_timing_values_fall_back_to_the_defaults_and_are_named(tmp_path):
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("COMMINSIGHT_")},
