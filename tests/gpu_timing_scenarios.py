@@ -225,9 +225,37 @@ def timed_op_stuck_while_sampling(d: Driver) -> dict:
     return out
 
 
+def untimed_shown_unproven(d: Driver) -> dict:
+    """The oldest op in flight is one the sample left untimed: the communicator's row says
+    so (it may be done); once a later kernel starts, nothing is in flight and the flag goes.
+    Point-to-point ops are asked for every time, the same shape again included."""
+    ctx = d.init(0xCD).context
+    first = op(d, ctx, 0)  # the first of its shape: timed, its channels start and stop
+    second = op(d, ctx, 1)  # not timed: stays in flight, unproven
+    r = settled(settled(region()))
+    row = r.comms[0]
+    out = {"first": first, "second": second, "in_flight": int(row["inflight_count"])}
+    out["shown_index"] = int(row["inflight_op_index"])
+    out["shown_unproven"] = int(row["inflight_unproven"])
+    sends = []
+    for _ in range(3):
+        handle = d.abi.start_p2p_api(ctx, None, "Send", 256, "ncclFloat32", 0x77)
+        d.abi.stop(handle)
+        sends.append(bool(int(d.mask[0]) & KERNEL_CH))
+    out["sends_asked"] = sends
+    handle, task_mask = api(d, ctx, count=1 << 22)  # a new shape: timed, its kernel proves op 1
+    out["third"] = task(d, ctx, handle, task_mask, 2, count=1 << 22)
+    row = settled(settled(region())).comms[0]
+    out["in_flight_after"] = int(row["inflight_count"])
+    out["unproven_after"] = int(row["inflight_unproven"])
+    d.abi.finalize(ctx)
+    return out
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
+        untimed_shown_unproven,
         sampled,
         decided_then_overwritten,
         overridden,

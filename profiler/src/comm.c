@@ -204,6 +204,7 @@ typedef struct inflight_view {
     uint32_t ch_started, ch_stopped;
     int32_t peer;
     uint8_t kind, func, datatype, algo, proto, n_channels;
+    bool unproven; /* not GPU-timed, and no later kernel has started: maybe done already */
 } inflight_view_t;
 
 static bool view_of(uint64_t handle, inflight_view_t* v) {
@@ -225,6 +226,7 @@ static bool view_of(uint64_t handle, inflight_view_t* v) {
     v->algo = LOAD(&op->algo);
     v->proto = LOAD(&op->proto);
     v->n_channels = LOAD(&op->n_channels);
+    v->unproven = LOAD(&op->unproven);
     return ci_op_from_handle((void*)(uintptr_t)handle) == op; /* not recycled meanwhile */
 }
 
@@ -240,6 +242,7 @@ static void show_inflight(ci_shm_comm_entry_v1_t* e, const inflight_view_t* op, 
     e->inflight_seq = op->op_seq;
     e->inflight_op_index = op->op_index;
     e->inflight_n_channels = op->n_channels;
+    e->inflight_unproven = op->unproven;
     e->inflight_kind = op->kind;
     e->inflight_func = op->func;
     e->inflight_datatype = op->datatype;
@@ -269,7 +272,8 @@ static bool unproven_view(const ci_untimed_view_t* u, uint64_t completed, uint64
                            .datatype = LOAD(&u->datatype),
                            .algo = LOAD(&u->algo),
                            .proto = LOAD(&u->proto),
-                           .n_channels = LOAD(&u->n_channels)};
+                           .n_channels = LOAD(&u->n_channels),
+                           .unproven = true};
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (LOAD(&u->guard) != guard) return false;
     return v->op_index >= completed && v->op_index < enqueued;
@@ -335,6 +339,9 @@ void ci_comm_refresh(ci_comm_t* comm, uint64_t now) {
     e->inflight_count = (uint32_t)((int64_t)(colls + p2ps) > 0 ? colls + p2ps : 0);
     e->ops_total = LOAD(&e->coll_completed) + LOAD(&e->p2p_completed);
     if (any) show_inflight(e, &oldest, now);
-    else e->inflight_kind = CI_SHM_V1_RECORD_KIND_NONE;
+    else {
+        e->inflight_kind = CI_SHM_V1_RECORD_KIND_NONE;
+        e->inflight_unproven = 0;
+    }
     __atomic_add_fetch(&e->progress_seqlock, 1, __ATOMIC_RELEASE); /* even: consistent */
 }

@@ -154,10 +154,15 @@ bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, con
         return nccl_mask ? (LOAD(nccl_mask) & CI_EV_KERNEL_CH) != 0 : mode == CI_SHM_V1_GPU_TIMING_ALL;
     }
     bool timed;
+    uint8_t f = ci_func_of(func);
     if (CI_UNLIKELY(LOAD(&ci_g.evidence_bits) != 0)) {
         timed = true; /* a hang is suspected: every op */
+    } else if (f == CI_SHM_V1_FUNC_SEND || f == CI_SHM_V1_FUNC_RECV || f == CI_SHM_V1_FUNC_SEND_RECV) {
+        /* Point-to-point ops are always timed: they run on a channel or two (little to save),
+         * and a pair's hang has no shared op index that peers could vouch for, so only their
+         * own kernel can say whether they finished. */
+        timed = true;
     } else {
-        uint8_t f = ci_func_of(func);
         uint64_t bytes = count * ci_datatype_size(ci_datatype_of(datatype));
         uint16_t* left = &comm->shape_left[(f % CI_SHAPE_FUNCS) * CI_SHAPE_SIZES + size_class(bytes)];
         /* one enqueuing thread per communicator at a time (NCCL's rule): plain counters */

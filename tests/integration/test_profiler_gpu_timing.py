@@ -186,3 +186,14 @@ def test_bad_gpu_timing_values_fall_back_to_the_defaults_and_are_named(tmp_path)
         "COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS='soon' (environment): expected an integer",
     ):
         assert said in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_an_untimed_op_in_flight_is_shown_unproven_and_p2p_ops_are_always_timed(build, tmp_path):
+    out = run("untimed_shown_unproven", build, tmp_path, COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0")
+    assert (out["first"], out["second"]) == (True, False)
+    assert out["in_flight"] == 1
+    assert (out["shown_index"], out["shown_unproven"]) == (1, 1)
+    assert out["sends_asked"] == [True, True, True]
+    assert out["third"] is True
+    assert (out["in_flight_after"], out["unproven_after"]) == (0, 0)

@@ -184,6 +184,7 @@ def comm_rows(
             gpu_started_mono_ns=op.start_mono_ns or 0,
             n_channels=op.n_channels,
             op_index=op.op_index,
+            unproven=op.unproven,
         )
         if op.peer is not None:
             inflight.peer_or_root = op.peer

@@ -90,6 +90,9 @@ class InflightOp:
     channels_stopped: int
     enqueue_mono_ns: int
     start_mono_ns: int | None  # GPU kernel start in host time; None until started
+    # not GPU-timed (GPU timing sampled) and no later kernel has started: maybe done already,
+    # as may the untimed ops enqueued after it (shm v1 inflight_unproven)
+    unproven: bool = False
 
     @property
     def is_coll(self) -> bool:
@@ -307,6 +310,7 @@ def inflight_op(row, off: int = 0) -> InflightOp | None:
         channels_stopped=int(row["inflight_channels_stopped"]),
         enqueue_mono_ns=on_reader_clock(int(row["inflight_enqueue_mono_ns"]), off),
         start_mono_ns=start or None,
+        unproven=bool(row["inflight_unproven"]),
     )
 
 

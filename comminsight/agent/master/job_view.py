@@ -170,6 +170,7 @@ def inflight_of(node: NodeRecord, op: pb.InflightOp) -> InflightOp:
         channels_stopped=op.channels_completed,
         enqueue_mono_ns=node.to_master(op.enqueued_mono_ns),
         start_mono_ns=node.to_master(op.gpu_started_mono_ns) or None,
+        unproven=op.unproven,
     )
 
 

@@ -130,6 +130,7 @@ int main(void) {
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_algo\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_algo), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_algo));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_proto\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_proto), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_proto));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_n_channels\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_n_channels), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_n_channels));
+    printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_unproven\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_unproven), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_unproven));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"reserved1\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, reserved1), sizeof(((ci_shm_comm_entry_v1_t*)0)->reserved1));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_peer\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_peer), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_peer));
     printf("{\"type\":\"ci_shm_comm_entry_v1_t\",\"field\":\"inflight_channels_started\",\"offset\":%zu,\"size\":%zu}\n", offsetof(ci_shm_comm_entry_v1_t, inflight_channels_started), sizeof(((ci_shm_comm_entry_v1_t*)0)->inflight_channels_started));

@@ -447,7 +447,8 @@ struct ci_shm_comm_entry_v1 {
     uint8_t inflight_algo; /* @395: algo of the oldest op in flight. */
     uint8_t inflight_proto; /* @396: proto of the oldest op in flight. */
     uint8_t inflight_n_channels; /* @397: Channels NCCL announced for the oldest op in flight. */
-    uint8_t reserved1[2]; /* @398: Zero. */
+    uint8_t inflight_unproven; /* @398: 1 when the oldest op in flight was not timed on the GPU (GPU timing sampled) and no later kernel of the communicator has started yet: it, and the untimed ops enqueued after it, may have finished already; nothing has proved it. 0 for an op NCCL times, and in files of older producers. */
+    uint8_t reserved1[1]; /* @399: Zero. */
     int32_t inflight_peer; /* @400: Root (collectives) or peer (P2P) of the oldest op in flight, NO_RANK if none. */
     uint16_t inflight_channels_started; /* @404: KernelCh events started for the oldest op in flight. */
     uint16_t inflight_channels_stopped; /* @406: KernelCh events stopped for it. */
@@ -504,7 +505,8 @@ CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_datatype) == 3
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_algo) == 395, "offsetof ci_shm_comm_entry_v1_t.inflight_algo");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_proto) == 396, "offsetof ci_shm_comm_entry_v1_t.inflight_proto");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_n_channels) == 397, "offsetof ci_shm_comm_entry_v1_t.inflight_n_channels");
-CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved1) == 398, "offsetof ci_shm_comm_entry_v1_t.reserved1");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_unproven) == 398, "offsetof ci_shm_comm_entry_v1_t.inflight_unproven");
+CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, reserved1) == 399, "offsetof ci_shm_comm_entry_v1_t.reserved1");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_peer) == 400, "offsetof ci_shm_comm_entry_v1_t.inflight_peer");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_channels_started) == 404, "offsetof ci_shm_comm_entry_v1_t.inflight_channels_started");
 CI_SHM_V1_STATIC_ASSERT(offsetof(ci_shm_comm_entry_v1_t, inflight_channels_stopped) == 406, "offsetof ci_shm_comm_entry_v1_t.inflight_channels_stopped");

@@ -244,7 +244,8 @@ struct ci_shm_comm_entry_v1 {
     uint8_t inflight_algo;
     uint8_t inflight_proto;
     uint8_t inflight_n_channels;
-    uint8_t reserved1[2];
+    uint8_t inflight_unproven;
+    uint8_t reserved1[1];
     int32_t inflight_peer;
     uint16_t inflight_channels_started;
     uint16_t inflight_channels_stopped;
@@ -599,9 +600,9 @@ HEADER_DTYPE = np.dtype(
 # ci_shm_comm_entry_v1_t: One communicator of this process. Identity (first 256 bytes) is written before state becomes ACTIVE; progress (last 256 bytes) changes with every op and is read under progress_seqlock.
 COMM_ENTRY_DTYPE = np.dtype(
     {
-        "names": ["state", "generation", "comm_id", "rank", "nranks", "nnodes", "local_rank", "cuda_device", "nccl_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns", "name", "name_source", "reserved0", "cuda_uuid", "reserved_identity", "progress_seqlock", "inflight_count", "coll_enqueued", "coll_enqueued_mono_ns", "p2p_enqueued", "p2p_enqueued_mono_ns", "reserved_enqueue", "coll_started", "coll_completed", "coll_completed_mono_ns", "p2p_started", "p2p_completed", "p2p_completed_mono_ns", "bytes_total", "gpu_clock_offset_ns", "inflight_seq", "inflight_kind", "inflight_func", "inflight_datatype", "inflight_algo", "inflight_proto", "inflight_n_channels", "reserved1", "inflight_peer", "inflight_channels_started", "inflight_channels_stopped", "inflight_count_elems", "inflight_bytes", "inflight_enqueue_mono_ns", "inflight_start_mono_ns", "reserved_inflight", "inflight_op_index", "coll_started_mono_ns", "p2p_started_mono_ns", "hang_flagged_seq", "hang_flagged_mono_ns", "ops_total", "reserved2"],
-        "formats": ['<u4', '<u4', '<u8', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u8', 'S128', '<u1', ('<u1', (7,)), ('<u1', (16,)), ('<u1', (40,)), '<u4', '<u4', '<u8', '<u8', '<u8', '<u8', ('<u1', (24,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<i8', '<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', ('<u1', (2,)), '<i4', '<u2', '<u2', '<u8', '<u8', '<u8', '<u8', ('<u1', (8,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u1', (16,))],
-        "offsets": [0, 4, 8, 16, 20, 24, 28, 32, 36, 40, 48, 56, 64, 192, 193, 200, 216, 256, 260, 264, 272, 280, 288, 296, 320, 328, 336, 344, 352, 360, 368, 376, 384, 392, 393, 394, 395, 396, 397, 398, 400, 404, 406, 408, 416, 424, 432, 440, 448, 456, 464, 472, 480, 488, 496],
+        "names": ["state", "generation", "comm_id", "rank", "nranks", "nnodes", "local_rank", "cuda_device", "nccl_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns", "name", "name_source", "reserved0", "cuda_uuid", "reserved_identity", "progress_seqlock", "inflight_count", "coll_enqueued", "coll_enqueued_mono_ns", "p2p_enqueued", "p2p_enqueued_mono_ns", "reserved_enqueue", "coll_started", "coll_completed", "coll_completed_mono_ns", "p2p_started", "p2p_completed", "p2p_completed_mono_ns", "bytes_total", "gpu_clock_offset_ns", "inflight_seq", "inflight_kind", "inflight_func", "inflight_datatype", "inflight_algo", "inflight_proto", "inflight_n_channels", "inflight_unproven", "reserved1", "inflight_peer", "inflight_channels_started", "inflight_channels_stopped", "inflight_count_elems", "inflight_bytes", "inflight_enqueue_mono_ns", "inflight_start_mono_ns", "reserved_inflight", "inflight_op_index", "coll_started_mono_ns", "p2p_started_mono_ns", "hang_flagged_seq", "hang_flagged_mono_ns", "ops_total", "reserved2"],
+        "formats": ['<u4', '<u4', '<u8', '<i4', '<i4', '<i4', '<i4', '<i4', '<u4', '<u8', '<u8', '<u8', 'S128', '<u1', ('<u1', (7,)), ('<u1', (16,)), ('<u1', (40,)), '<u4', '<u4', '<u8', '<u8', '<u8', '<u8', ('<u1', (24,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', '<i8', '<u8', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', '<u1', ('<u1', (1,)), '<i4', '<u2', '<u2', '<u8', '<u8', '<u8', '<u8', ('<u1', (8,)), '<u8', '<u8', '<u8', '<u8', '<u8', '<u8', ('<u1', (16,))],
+        "offsets": [0, 4, 8, 16, 20, 24, 28, 32, 36, 40, 48, 56, 64, 192, 193, 200, 216, 256, 260, 264, 272, 280, 288, 296, 320, 328, 336, 344, 352, 360, 368, 376, 384, 392, 393, 394, 395, 396, 397, 398, 399, 400, 404, 406, 408, 416, 424, 432, 440, 448, 456, 464, 472, 480, 488, 496],
         "itemsize": 512,
     }
 )
@@ -774,7 +775,8 @@ OFFSETOF: dict[str, dict[str, int]] = {
         "inflight_algo": 395,
         "inflight_proto": 396,
         "inflight_n_channels": 397,
-        "reserved1": 398,
+        "inflight_unproven": 398,
+        "reserved1": 399,
         "inflight_peer": 400,
         "inflight_channels_started": 404,
         "inflight_channels_stopped": 406,

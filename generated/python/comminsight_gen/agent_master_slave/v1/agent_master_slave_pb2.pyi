@@ -359,7 +359,7 @@ class StageCounters(_message.Message):
     def __init__(self, enqueued: _Optional[int] = ..., enqueued_mono_ns: _Optional[int] = ..., gpu_started: _Optional[int] = ..., gpu_started_mono_ns: _Optional[int] = ..., completed: _Optional[int] = ..., completed_mono_ns: _Optional[int] = ...) -> None: ...
 
 class InflightOp(_message.Message):
-    __slots__ = ("seq", "kind", "func", "datatype", "algo", "proto", "peer_or_root", "count", "size_bytes", "channels_started", "channels_completed", "enqueued_mono_ns", "gpu_started_mono_ns", "n_channels", "op_index")
+    __slots__ = ("seq", "kind", "func", "datatype", "algo", "proto", "peer_or_root", "count", "size_bytes", "channels_started", "channels_completed", "enqueued_mono_ns", "gpu_started_mono_ns", "n_channels", "op_index", "unproven")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     FUNC_FIELD_NUMBER: _ClassVar[int]
@@ -375,6 +375,7 @@ class InflightOp(_message.Message):
     GPU_STARTED_MONO_NS_FIELD_NUMBER: _ClassVar[int]
     N_CHANNELS_FIELD_NUMBER: _ClassVar[int]
     OP_INDEX_FIELD_NUMBER: _ClassVar[int]
+    UNPROVEN_FIELD_NUMBER: _ClassVar[int]
     seq: int
     kind: OpKind
     func: str
@@ -390,7 +391,8 @@ class InflightOp(_message.Message):
     gpu_started_mono_ns: int
     n_channels: int
     op_index: int
-    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[_Union[OpKind, str]] = ..., func: _Optional[str] = ..., datatype: _Optional[str] = ..., algo: _Optional[str] = ..., proto: _Optional[str] = ..., peer_or_root: _Optional[int] = ..., count: _Optional[int] = ..., size_bytes: _Optional[int] = ..., channels_started: _Optional[int] = ..., channels_completed: _Optional[int] = ..., enqueued_mono_ns: _Optional[int] = ..., gpu_started_mono_ns: _Optional[int] = ..., n_channels: _Optional[int] = ..., op_index: _Optional[int] = ...) -> None: ...
+    unproven: bool
+    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[_Union[OpKind, str]] = ..., func: _Optional[str] = ..., datatype: _Optional[str] = ..., algo: _Optional[str] = ..., proto: _Optional[str] = ..., peer_or_root: _Optional[int] = ..., count: _Optional[int] = ..., size_bytes: _Optional[int] = ..., channels_started: _Optional[int] = ..., channels_completed: _Optional[int] = ..., enqueued_mono_ns: _Optional[int] = ..., gpu_started_mono_ns: _Optional[int] = ..., n_channels: _Optional[int] = ..., op_index: _Optional[int] = ..., unproven: _Optional[bool] = ...) -> None: ...
 
 class HangEvent(_message.Message):
     __slots__ = ("fifo_event_abi_version", "record", "read_real_ns", "origin_node")
