@@ -2,9 +2,10 @@
 
     python tests/gpu_timing_scenarios.py SCENARIO PLUGIN.so
 
-Each op goes the way NCCL 2.28-2.31 takes it: its CollApi event, then NCCL reads the activation
-mask for the task (taskAppend), then the Coll event, and KernelCh events only where that mask
-had the KernelCh bit. Each scenario prints one JSON object: what the SHM ring and header show.
+Each op goes the way NCCL 2.28-2.32 takes it: NCCL reads the activation mask for the call's
+task (the start of taskAppend), then gives its CollApi event, then the Coll event, and
+KernelCh events only where that mask had the KernelCh bit. So what the plugin writes at an
+API event is the next call's mask. Each scenario prints one JSON object: what the SHM ring and header show.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ KERNEL_CH = 0x40
 
 
 def api(d: Driver, ctx, func: str = "AllReduce", count: int = 1024, **v7):
-    """The op's CollApi event; then the mask its task reads, as NCCL reads it."""
+    """The mask the call's task reads, as NCCL reads it; then the op's CollApi event."""
+    task_mask = int(d.mask[0])
     handle = d.abi.start_coll_api(ctx, None, func, count, "ncclFloat32", 0, 0x77, **v7)
     d.abi.stop(handle)
-    return handle, int(d.mask[0])
+    return handle, task_mask
 
 
 def task(d: Driver, ctx, handle, task_mask: int, seq: int, count: int = 1024, **fields) -> bool:
@@ -82,23 +84,47 @@ def sampled(d: Driver) -> dict:
     return out
 
 
+def read_mask(d: Driver) -> int:
+    """The mask a call's task gets: NCCL reads it first, before the call's API event."""
+    return int(d.mask[0])
+
+
+def api_event(d: Driver, ctx, count: int = 1024):
+    handle = d.abi.start_coll_api(ctx, None, "AllReduce", count, "ncclFloat32", 0, 0x77)
+    d.abi.stop(handle)
+    return handle
+
+
+def untimed_mask_then_asked(d: Driver, a, b) -> int:
+    """Leave NCCL's mask without KernelCh (b's second op of its shape), and return it as the
+    task of a's next call reads it; then b's call of a new shape asks for timing before a's
+    API event, which so finds KernelCh that a's task lacks."""
+    op(d, b, 0)  # timed (the mask set at init); the first of its shape asks for the next
+    op(d, b, 1)  # timed as asked; the second of its shape asks for none
+    a_mask = read_mask(d)
+    b_mask = read_mask(d)
+    b_api = api_event(d, b, count=1 << 20)  # b's new shape asks for timing
+    task(d, b, b_api, b_mask, 2, count=1 << 20)
+    return a_mask
+
+
 def decided_then_overwritten(d: Driver) -> dict:
-    """Two communicators' calls interleave (two enqueuing threads): the first call asks for
-    timing, the second for none before the first's task reads the mask. The first op then
-    waits for channels that never come, until a later op of its communicator starts on the
-    GPU; it is recorded with host times, and nothing is left in flight."""
+    """Two communicators' calls interleave (two enqueuing threads): a's task read a mask
+    without KernelCh, then b's call asked for timing before a's API event, where the plugin
+    takes a's op for a timed one. It then waits for channels that never come, until a later
+    op of its communicator starts on the GPU; it is recorded with host times, and nothing is
+    left in flight."""
     a = d.init(0xC2).context
     b = d.init(0xC3).context
-    op(d, b, 0)  # b's only shape is seen: its next op of that shape is not timed
-    a_api, _ = api(d, a)  # a's first op: timed
-    b_api, _ = api(d, b)  # b's second: not timed, and NCCL's mask says so from now on
-    shared_mask = int(d.mask[0])
-    task(d, a, a_api, shared_mask, 0)  # a's task read b's choice: no channels come
-    task(d, b, b_api, shared_mask, 1)
-    handle, task_mask = api(d, a, count=1 << 22)  # a new shape on a: timed
-    late = task(d, a, handle, task_mask, 1, count=1 << 22)
+    a_mask = untimed_mask_then_asked(d, a, b)
+    a_api = api_event(d, a)
+    task(d, a, a_api, a_mask, 0)  # no channels come
+    late_mask = read_mask(d)  # a's first op asked for timing: a new shape follows
+    handle = api_event(d, a, count=1 << 22)
+    late = task(d, a, handle, late_mask, 1, count=1 << 22)
     r = settled(settled(region()))
-    out = {"late_timed": late, "records": records(), "in_flight": int(r.comms[0]["inflight_count"])}
+    out = {"a_asked": bool(a_mask & KERNEL_CH), "late_timed": late, "records": records()}
+    out["in_flight"] = int(r.comms[0]["inflight_count"])
     d.abi.finalize(a)
     d.abi.finalize(b)
     return out
@@ -164,17 +190,17 @@ def kernel_ch_taken_out(d: Driver) -> dict:
 
 
 def one_kernel_two_choices(d: Driver) -> dict:
-    """X and Y are one NCCL group of one communicator, so one kernel. X's task read another
-    thread's choice and gets no channels; Y's channels start and the kernel runs on: X is not
-    done while it runs (only a later group's kernel proves it)."""
+    """X and Y are one NCCL group of one communicator, so one kernel. X's task read a mask
+    without KernelCh and gets no channels, though the plugin took it for timed (another
+    thread's call asked for timing in between); Y's channels start and the kernel runs on: X
+    is not done while it runs (only a later group's kernel proves it)."""
     a = d.init(0xC9).context
     b = d.init(0xCA).context
-    op(d, b, 0)
     d.abi.start_group_api(a, 1)
-    x_api, _ = api(d, a)  # X: the first of its shape, timed
-    b_api, _ = api(d, b)  # b's second op of its shape: untimed, the mask's bit goes
-    x_mask = int(d.mask[0])
-    y_api, y_mask = api(d, a, count=1 << 22)  # Y: a new shape, timed
+    x_mask = untimed_mask_then_asked(d, a, b)
+    x_api = api_event(d, a)  # X: the first of its shape, asks for the next call
+    y_mask = read_mask(d)
+    y_api = api_event(d, a, count=1 << 22)  # Y
     group = d.abi.start_group(a)
     x = d.abi.start_coll(a, x_api, group, 0, {**COLL, "seq": 0})
     y = d.abi.start_coll(a, y_api, group, 0, {**COLL, "seq": 1, "count": 1 << 22})
@@ -195,12 +221,13 @@ def due_survives_a_call_without_task(d: Driver) -> dict:
     """A communicator with no op timed for a period has its next op timed; a call that makes
     no task (a copy-engine collective, an empty one) does not use that up."""
     ctx = d.init(0xCB).context
-    first = op(d, ctx, 0)  # the first of its shape: timed
-    second = op(d, ctx, 1)  # not timed (one in EVERY)
+    first = op(d, ctx, 0)  # timed: the mask set at init; the first of its shape asks next
+    second = op(d, ctx, 1)  # timed as asked; asks for none (one in EVERY)
     r = region()
     beat = r.counter("heartbeat_count")  # a period (2 heartbeats here) passes with none timed
     wait_until(lambda: r.counter("heartbeat_count") >= beat + 6, DEADLINE_S, "heartbeats")
-    api(d, ctx)  # a call that yields no task
+    api(d, ctx)  # a call that yields no task: asks for the next call, the sample still due
+    api(d, ctx)  # another: asks again, as the sample is still due
     third = op(d, ctx, 2)
     out = {"timed": [first, second, third]}
     d.abi.finalize(ctx)
@@ -211,10 +238,11 @@ def timed_op_stuck_while_sampling(d: Driver) -> dict:
     """A timed op whose kernel never starts stays in flight, though the next op's choice took
     KernelCh out of NCCL's mask: while sampling, a mask without it says nothing for good."""
     ctx = d.init(0xCC).context
-    handle, task_mask = api(d, ctx)  # the first of its shape: timed
-    stuck = d.abi.start_coll(ctx, handle, None, 0, {**COLL, "seq": 0})
+    op(d, ctx, 0)  # timed (the mask set at init), and the first of its shape asks for the next
+    handle, task_mask = api(d, ctx)  # timed as asked; the second of its shape asks for none
+    stuck = d.abi.start_coll(ctx, handle, None, 0, {**COLL, "seq": 1})
     d.abi.stop(stuck)  # enqueued; its kernel never starts
-    later = op(d, ctx, 1)  # the same shape again: not timed, the mask's bit goes
+    later = op(d, ctx, 2)  # not timed, and the mask's bit stays out
     r = region()
     beat = r.counter("heartbeat_count")  # past the sweep's 2 s of quiet (50 ms heartbeats)
     wait_until(lambda: r.counter("heartbeat_count") >= beat + 60, DEADLINE_S, "heartbeats")
@@ -230,21 +258,21 @@ def untimed_shown_unproven(d: Driver) -> dict:
     so (it may be done); once a later kernel starts, nothing is in flight and the flag goes.
     Point-to-point ops are asked for every time, the same shape again included."""
     ctx = d.init(0xCD).context
-    first = op(d, ctx, 0)  # the first of its shape: timed, its channels start and stop
-    second = op(d, ctx, 1)  # not timed: stays in flight, unproven
+    timed = [op(d, ctx, seq) for seq in range(3)]  # the third, asked for none, stays in flight
     r = settled(settled(region()))
     row = r.comms[0]
-    out = {"first": first, "second": second, "in_flight": int(row["inflight_count"])}
+    out = {"timed": timed, "in_flight": int(row["inflight_count"])}
     out["shown_index"] = int(row["inflight_op_index"])
     out["shown_unproven"] = int(row["inflight_unproven"])
     sends = []
     for _ in range(3):
+        sends.append(bool(int(d.mask[0]) & KERNEL_CH))
         handle = d.abi.start_p2p_api(ctx, None, "Send", 256, "ncclFloat32", 0x77)
         d.abi.stop(handle)
-        sends.append(bool(int(d.mask[0]) & KERNEL_CH))
+    sends.append(bool(int(d.mask[0]) & KERNEL_CH))  # what the call after the last Send reads
     out["sends_asked"] = sends
     handle, task_mask = api(d, ctx, count=1 << 22)  # a new shape: timed, its kernel proves op 1
-    out["third"] = task(d, ctx, handle, task_mask, 2, count=1 << 22)
+    out["later"] = task(d, ctx, handle, task_mask, 3, count=1 << 22)
     row = settled(settled(region())).comms[0]
     out["in_flight_after"] = int(row["inflight_count"])
     out["unproven_after"] = int(row["inflight_unproven"])

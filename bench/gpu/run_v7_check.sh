@@ -61,6 +61,8 @@ for timing in all sampled; do
     "$WORK/hostlean_v7" --variant "v7_$timing" --procs 2 --user-tags 1 --rounds 2 --target-s 0.05 \
     --sizes 8,1048576 --model-us 40 --model-gbs 2 >"$OUT/v7_$timing.log" 2>&1
   rc=$?
+  seg="$(find "$home/inspector_logs" -name '*.jsonl*' ! -name '*.zst' 2>/dev/null | sort | head -1)"
+  [[ -n "$seg" ]] && head -c 20000 "$seg" >"$OUT/v7_${timing}_log_head.jsonl"
   python3 - "$home" "$OUT/v7_$timing.log" "$timing" "$rc" <<'EOF' | tee -a "$OUT/v7_check.jsonl"
 import json, pathlib, re, sys
 from collections import Counter

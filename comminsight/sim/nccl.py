@@ -17,9 +17,10 @@ runs the API events of every op as it is called, and launches at ncclGroupEnd:
 
 The Coll stops microseconds after it starts, when the op is enqueued; the GPU work is reported
 later by the proxy thread (`proxy.py`) through KernelCh events whose parent is the Coll. The
-activation mask is read at each op's call, once for its API events and again, after its
-CollApi/P2pApi event, for the task (taskAppend), and every event of the task uses that second
-value, as NCCL stores it in the task. Sequence numbers count per communicator and per
+activation mask is read once at each op's call, at the start of taskAppend, before its
+GroupApi and CollApi/P2pApi events (NCCL 2.28 on: ncclProfilerStartGroupApiEvent keeps it for
+the call), and every event of the call and its task uses that value, as NCCL stores it in the
+task: a plugin that changes the mask at the API event changes the next call's. Sequence numbers count per communicator and per
 function, whether or not a plugin listens.
 """
 
@@ -197,7 +198,7 @@ class SimNccl:
     def _api_call(self, group: _OpenGroup, op: RankOp, mismatched: dict | None) -> None:
         """The part of an op NCCL runs at its call (taskAppend): the group's GroupApi at the
         first op whose mask wants it, then the op's CollApi/P2pApi. The task keeps the mask
-        read here."""
+        read here, before them."""
         comm = self.comm(op.comm)
         ctx, abi = comm.context, self.abi
         mask = int(self.mask[0]) if ctx is not None else 0
@@ -223,9 +224,7 @@ class SimNccl:
                 if starts(EventType.COLL_API, mask)
                 else None
             )
-        # taskAppend reads the mask again for the task, after its CollApi/P2pApi event: a
-        # plugin may set it per op there (the Profiler's GPU timing samples do)
-        task_mask = int(self.mask[0]) if ctx is not None else 0
+        task_mask = mask
         abi.stop(api)
         issued = IssuedOp(
             op, comm, instance, task_mask, None, 0, record["n_channels"], bool(mismatched), record

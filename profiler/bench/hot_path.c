@@ -10,9 +10,9 @@
  * transport/profiler.cc), so the plugin sees the calls it will see in production:
  *   - An event is started when its own bit, or the bit of any event that hangs below it, is in
  *     the mask (e.g. mask Coll|KernelCh still yields GroupApi, CollApi and Group events).
- *   - The mask is read (relaxed) at the GroupApi start, for the API events, and again for the
- *     task in taskAppend, right after its CollApi event: the task's Group, Coll and KernelCh
- *     events follow that second value (so a plugin may set the mask per op at CollApi start).
+ *   - The mask is read (relaxed) once per call, at the start of taskAppend, before the
+ *     GroupApi and CollApi events, and kept for the call's task: its Group, Coll and KernelCh
+ *     events follow it (so a plugin that sets the mask at CollApi start sets the next call's).
  *   - On the user's thread: GroupApi start, GroupApi GROUP_START_API_STOP, CollApi start and
  *     stop, GroupApi GROUP_END_API_START, KernelLaunch start/stop, then (host work after the
  *     launch) Group start, Coll start (parentObj = CollApi handle, coll.parentGroup = Group
@@ -377,10 +377,10 @@ static void stop_if(struct comm* c, void* h) {
 }
 
 static void replay_collective(struct comm* c) {
-    int32_t mask = read_mask(); /* at GroupApi start: the API events follow this value */
+    int32_t mask = read_mask(); /* taskAppend: the API events and the task follow this value */
     void* group_api = start_group_api(c, mask);
     void* coll_api_h = coll_api(c, mask, group_api);
-    int32_t task_mask = read_mask(); /* taskAppend, after the CollApi event: the task's own */
+    int32_t task_mask = mask;
     if (group_api) {
         c->prof->recordEventState(group_api, CI_NCCL_V5_EVENT_STATE_GROUP_END_API_START, NULL);
         c->calls++;

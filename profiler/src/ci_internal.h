@@ -517,6 +517,9 @@ typedef struct ci_process {
     int32_t* nccl_mask; /* NCCL's one process-global int, re-read per task (from init) */
     uint32_t abi;       /* the ABI of the first init: 4, 5 or 6 */
     uint8_t gpu_timing; /* CI_SHM_V1_GPU_TIMING_*: which ops are timed on the GPU (gpu_timing.c) */
+    /* NCCL reads the mask for a call's task before the call's API event (2.28 on), not after
+     * it (2.26-2.27): a decision at the event is then the next call's (gpu_timing.c) */
+    uint8_t mask_read_before_api;
     uint32_t mask_overridden; /* 1 once someone else wrote NCCL's mask: it is theirs from then on */
     int32_t overriding_mask;  /* the value they wrote */
     /* the SHM region (file-backed, or anonymous memory when the file cannot be made) */
@@ -560,6 +563,7 @@ static inline uint64_t ci_hang_threshold_ns(void) { return __atomic_load_n(&ci_g
 uint8_t ci_gpu_timing_mode(uint32_t abi); /* CI_SHM_V1_GPU_TIMING_* for this configuration */
 /* At a CollApi/P2pApi start: whether the task NCCL appends next is timed (mask written so). */
 bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype);
+void ci_gpu_timing_learn_nccl(uint32_t abi);
 void ci_gpu_timing_tick(ci_comm_t* comm, uint64_t now); /* background, each heartbeat */
 void ci_gpu_timing_taken(ci_comm_t* comm);                /* a timed task has started */
 void ci_mask_first_write(int32_t* nccl_mask, bool kernel_ch); /* init: NCCL hands its mask over */

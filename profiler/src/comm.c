@@ -178,7 +178,7 @@ void ci_comm_note_completed(ci_comm_t* comm, const ci_op_t* op, uint64_t now) {
     if (ci_op_from_handle((void*)(uintptr_t)expected) == op)
         __atomic_compare_exchange_n(slot, &expected, 0, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     __atomic_add_fetch(&e->bytes_total, op->bytes, __ATOMIC_RELAXED);
-    if (op->unproven) {
+    if (LOAD(&op->unproven)) {
         note_unproven(comm, op);
         return;
     }

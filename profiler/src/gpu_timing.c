@@ -5,13 +5,18 @@
  * the op takes 15 us). So by default only a sample of ops is timed, and every op whenever
  * something is off (COMMINSIGHT_PROFILER_GPU_TIMING).
  *
- * When NCCL reads the mask (NCCL 2.27-2.31, enqueue.cc): once per task, on the enqueuing
- * thread, in taskAppend, which runs right after the CollApi/P2pApi event of the same call. So
- * the decision is made at that event (gpu_timing_decide), the mask written if it differs from
- * what NCCL holds, and the decision kept with the API call (plugin.c's per-thread API ring),
- * where the task's Coll/P2p start finds it and knows whether channel events will come. Two
- * threads enqueuing at once may read each other's choice; ops.c's sweep settles an op that
- * waited for channels that never came, and channels that come unasked are ignored.
+ * When NCCL reads the mask (enqueue.cc), on the enqueuing thread, once per call:
+ * - from 2.28 on, at the start of the call's taskAppend, before its GroupApi and CollApi/P2pApi
+ *   events (ncclProfilerStartGroupApiEvent keeps it for the call's task). So at the API event
+ *   the mask already says whether this call's task is timed; the decision made there (by the
+ *   shape of this op, which predicts the next) is written for the next call.
+ * - in 2.26 and 2.27, in taskAppend right after the API event: the decision at the event is
+ *   this call's own.
+ * Which one is learned from ncclGetVersion at the first init (ABI v6 and v7 are 2.29 on).
+ * What this call's task got is kept with the API call (plugin.c's per-thread API ring), where
+ * the task's Coll/P2p start finds it and knows whether channel events will come. Two threads
+ * enqueuing at once may read each other's choice; ops.c's sweep settles an op that waited for
+ * channels that never came, and channels that come unasked are ignored.
  *
  * The mask is written only under mask_lock, and only where it still holds the value this
  * plugin last wrote: any other value was put there by someone else (an operator, e.g. through
@@ -20,6 +25,7 @@
  * ever tries the lock, so it never waits: if another thread holds it, the op takes the mask as
  * it is.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 
 #include "ci_internal.h"
@@ -145,14 +151,33 @@ static inline uint32_t size_class(uint64_t bytes) {
     return c > CI_SHAPE_SIZES - 1 ? CI_SHAPE_SIZES - 1 : c;
 }
 
+void ci_gpu_timing_learn_nccl(uint32_t abi) {
+    bool before = true; /* NCCL 2.28 on, and any NCCL that does not say */
+    if (abi == 5) {
+        int (*get_version)(int*) = NULL;
+        *(void**)(&get_version) = dlsym(RTLD_DEFAULT, "ncclGetVersion");
+        int version = 0;
+        if (get_version && get_version(&version) == 0 && version > 0 && version < 22800) before = false;
+    }
+    STORE(&ci_g.mask_read_before_api, (uint8_t)before);
+}
+
+/* Whether NCCL's mask has KernelCh now. */
+static bool mask_has_kernel_ch(bool otherwise) {
+    const int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
+    return nccl_mask ? (LOAD(nccl_mask) & CI_EV_KERNEL_CH) != 0 : otherwise;
+}
+
 bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype) {
     uint8_t mode = LOAD(&ci_g.gpu_timing);
     if (CI_UNLIKELY(mode != CI_SHM_V1_GPU_TIMING_SAMPLED)) {
         /* nothing to decide: the task is timed as NCCL's mask says (an operator may have
          * taken KernelCh out of it, or put it in) */
-        const int32_t* nccl_mask = __atomic_load_n(&ci_g.nccl_mask, __ATOMIC_ACQUIRE);
-        return nccl_mask ? (LOAD(nccl_mask) & CI_EV_KERNEL_CH) != 0 : mode == CI_SHM_V1_GPU_TIMING_ALL;
+        return mask_has_kernel_ch(mode == CI_SHM_V1_GPU_TIMING_ALL);
     }
+    /* NCCL 2.28 on: this call's task read the mask already */
+    bool before = LOAD(&ci_g.mask_read_before_api);
+    bool read = before && mask_has_kernel_ch(true);
     bool timed;
     uint8_t f = ci_func_of(func);
     if (CI_UNLIKELY(LOAD(&ci_g.evidence_bits) != 0)) {
@@ -169,7 +194,8 @@ bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, con
         timed = *left == 0 || LOAD(&comm->timing_due);
         *left = *left == 0 ? (uint16_t)(ci_g.cfg.gpu_timing_every - 1) : (uint16_t)(*left - 1);
     }
-    return set_kernel_ch(timed);
+    bool set = set_kernel_ch(timed);
+    return before ? read : set;
 }
 
 /* A task NCCL was asked to time has started: the sample is taken (a call that yields no task,

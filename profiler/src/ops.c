@@ -100,8 +100,8 @@ void* ci_op_start(ci_comm_t* comm, uint8_t kind, const char* func, uint64_t seq,
     STORE(&op->expect_channels, timed ? expect : 0u);
     /* left untimed by the sample: done when a later op of the communicator starts on the GPU,
      * not when NCCL stops it on the host (otherwise the watchdog could not see it hang) */
-    op->unproven = !timed && LOAD(&ci_g.gpu_timing) == CI_SHM_V1_GPU_TIMING_SAMPLED &&
-                   !LOAD(&ci_g.mask_overridden);
+    STORE(&op->unproven,
+          !timed && LOAD(&ci_g.gpu_timing) == CI_SHM_V1_GPU_TIMING_SAMPLED && !LOAD(&ci_g.mask_overridden));
     STORE(&op->host_start_mono_ns, ci_now_mono());
     STORE(&op->host_stop_mono_ns, 0);
     STORE(&op->gpu_start_ticks, 0);
@@ -290,7 +290,7 @@ void ci_ops_sweep(ci_comm_t* finalizing, uint64_t now, uint64_t quiet_ns) {
              * this one is done; or no channel will come while the mask lacks KernelCh */
             if (!force_claim(op)) continue;
             STORE(&op->expect_channels, 0u);
-            op->unproven = false; /* the later op proved it */
+            STORE(&op->unproven, false); /* the later op proved it */
             STORE(&op->complete_mono_ns, LOAD(&op->host_stop_mono_ns));
             publish(op, 0);
             continue;

@@ -137,7 +137,10 @@ static uint32_t init_common(void** context, uint64_t comm_id, int* mask, const c
         pthread_mutex_unlock(&ci_g.lock);
         return CI_NCCL_V5_RESULT_INTERNAL_ERROR; /* NCCL disables the plugin for this comm */
     }
-    if (ci_g.hdr->nccl_abi_version == 0) ci_g.hdr->nccl_abi_version = abi;
+    if (ci_g.hdr->nccl_abi_version == 0) {
+        ci_g.hdr->nccl_abi_version = abi;
+        ci_gpu_timing_learn_nccl(abi);
+    }
     pthread_mutex_lock(&ci_g.table_lock);
     ci_comm_t* comm = ci_comm_open(comm_id, name, nnodes, nranks, rank, abi);
     pthread_mutex_unlock(&ci_g.table_lock);
