@@ -5,7 +5,8 @@
 Each op goes the way NCCL 2.28-2.32 takes it: NCCL reads the activation mask for the call's
 task (the start of taskAppend), then gives its CollApi event, then the Coll event, and
 KernelCh events only where that mask had the KernelCh bit. So what the plugin writes at an
-API event is the next call's mask. Each scenario prints one JSON object: what the SHM ring and header show.
+API event is the next call's mask. Each scenario prints one JSON object: what the SHM ring
+and header show.
 """
 
 from __future__ import annotations

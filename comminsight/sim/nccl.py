@@ -20,8 +20,8 @@ later by the proxy thread (`proxy.py`) through KernelCh events whose parent is t
 activation mask is read once at each op's call, at the start of taskAppend, before its
 GroupApi and CollApi/P2pApi events (NCCL 2.28 on: ncclProfilerStartGroupApiEvent keeps it for
 the call), and every event of the call and its task uses that value, as NCCL stores it in the
-task: a plugin that changes the mask at the API event changes the next call's. Sequence numbers count per communicator and per
-function, whether or not a plugin listens.
+task: a plugin that changes the mask at the API event changes the next call's. Sequence
+numbers count per communicator and per function, whether or not a plugin listens.
 """
 
 from __future__ import annotations

@@ -194,7 +194,9 @@ def test_bad_gpu_timing_values_fall_back_to_the_defaults_and_are_named(tmp_path)
 
 @pytest.mark.parametrize("build", BUILDS)
 def test_an_untimed_op_in_flight_is_shown_unproven_and_p2p_ops_are_always_timed(build, tmp_path):
-    out = run("untimed_shown_unproven", build, tmp_path, COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0")
+    out = run(
+        "untimed_shown_unproven", build, tmp_path, COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0"
+    )
     # the first call's task reads the mask set at init; each later one, what the call
     # before it asked for (the first of a shape does, the second does not)
     assert out["timed"] == [True, True, False]
