@@ -13,6 +13,10 @@
 # Output: $OUT/v7_check.jsonl (one JSON line per variant: NCCL version, the profiler version
 # NCCL reports loading, op lines, tagged lines, distinct tags, kernel variants, timing
 # sources) and the runs' logs under $OUT/v7_*.log.
+#
+# V7_VARIANTS (default "all sampled") lists the runs, each TIMING[:EVERY[:PERIOD_MS]] (the GPU
+# timing settings); V7_USER_TAGS=0 runs an NCCL before 2.32 (no ncclAllReduceConfig), e.g.
+# the image's own with NCCL_V7_DIR a folder of links to its include/ and lib/libnccl.so.2.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -54,15 +58,22 @@ make -s build-profiler >/dev/null 2>&1 || [[ -f "$CI_SO" ]] ||
     -Igenerated/c/include profiler/src/*.c -o "$CI_SO" -lm -ldl || die "plugin build failed"
 
 export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_NVLS_ENABLE=0 COMMINSIGHT_AGENT_AUTOSTART=0
-for timing in all sampled; do
+for variant in ${V7_VARIANTS:-all sampled}; do
+  IFS=: read -r mode every period <<<"$variant"
+  timing="${variant//:/_}"
   home="$WORK/home_$timing"
-  NCCL_PROFILER_PLUGIN="$CI_SO" COMMINSIGHT_HOME="$home" COMMINSIGHT_PROFILER_GPU_TIMING="$timing" \
+  NCCL_PROFILER_PLUGIN="$CI_SO" COMMINSIGHT_HOME="$home" COMMINSIGHT_PROFILER_GPU_TIMING="$mode" \
+    COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="${every:-64}" COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="${period:-1000}" \
     COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV \
-    "$WORK/hostlean_v7" --variant "v7_$timing" --procs 2 --user-tags 1 --rounds 2 --target-s 0.05 \
+    "$WORK/hostlean_v7" --variant "v7_$timing" --procs 2 --user-tags "${V7_USER_TAGS:-1}" --rounds 2 --target-s 0.05 \
     --sizes 8,1048576 --model-us 40 --model-gbs 2 >"$OUT/v7_$timing.log" 2>&1
   rc=$?
   seg="$(find "$home/inspector_logs" -name '*.jsonl*' ! -name '*.zst' 2>/dev/null | sort | head -1)"
   [[ -n "$seg" ]] && head -c 20000 "$seg" >"$OUT/v7_${timing}_log_head.jsonl"
+  # every op's timing source and op index, in order, per process (the sample's pattern)
+  find "$home/inspector_logs" -name '*.jsonl*' ! -name '*.zst' -print0 2>/dev/null | sort -z |
+    xargs -0 -r grep -ho '"i":[0-9]*,[^}]*"ts":"[a-z_]*"' | sed 's/"i":\([0-9]*\),.*"ts":"\([a-z_]*\)"/\1 \2/' \
+    >"$OUT/v7_${timing}_timing.txt" || true
   python3 - "$home" "$OUT/v7_$timing.log" "$timing" "$rc" <<'EOF' | tee -a "$OUT/v7_check.jsonl"
 import json, pathlib, re, sys
 from collections import Counter

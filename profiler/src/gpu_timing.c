@@ -183,9 +183,9 @@ bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, con
     if (CI_UNLIKELY(LOAD(&ci_g.evidence_bits) != 0)) {
         timed = true; /* a hang is suspected: every op */
     } else if (f == CI_SHM_V1_FUNC_SEND || f == CI_SHM_V1_FUNC_RECV || f == CI_SHM_V1_FUNC_SEND_RECV) {
-        /* Point-to-point ops are always timed: they run on a channel or two (little to save),
-         * and a pair's hang has no shared op index that peers could vouch for, so only their
-         * own kernel can say whether they finished. */
+        /* A point-to-point op always asks (for the next call, on NCCL 2.28 on): they run on a
+         * channel or two (little to save), and a pair's hang has no shared op index that peers
+         * could vouch for, so only their own kernel can say whether they finished. */
         timed = true;
     } else {
         uint64_t bytes = count * ci_datatype_size(ci_datatype_of(datatype));
