@@ -98,6 +98,7 @@ SUBSETS: dict[str, dict] = {
                 "gpu_stop_globaltimer_ns": OPT,
                 "group_id": OPT,
                 "datatype": OPT,
+                "user_tag": OPT,
                 "lost_count": OPT,
                 "record_count": OPT,
                 "byte_count": OPT,
@@ -123,6 +124,7 @@ SUBSETS: dict[str, dict] = {
                 "gd": OPT,
                 "gr": OPT,
                 "d": OPT,
+                "ut": OPT,
             },
             "Metadata": {"dump_timestamp_us": default(0), "hostname": OPT, "pid": OPT},
             "Line": {

@@ -63,6 +63,7 @@ from comminsight.semantic.local_cycle import (
 from comminsight.semantic.op_batch import func_code
 from comminsight.semantic.phase_evidence import judge_phase
 from comminsight.semantic.step_markers import marker_step_starts, markers_disagree
+from comminsight.semantic.step_tags import tag_step_starts
 
 UNKNOWN = -(1 << 40)
 STARTUP = -1
@@ -96,6 +97,7 @@ class RankCut:
     doubtful_steps: set[int] = field(default_factory=set)
     component: int = 0  # GPUs linked by shared ops (one job) have the same component
     by_markers: bool = False  # a pivot whose Steps its optimizer-step markers placed
+    by_tags: bool = False  # a pivot whose Steps its calls' user tags named (step_tags)
 
 
 @dataclass
@@ -106,7 +108,9 @@ class JobCut:
     steps: int  # Steps of the job (the most any component has)
     pivots: list[str]  # streams whose cycles decided the boundaries
     warmup_steps: int = 0  # Steps before the pivot's first steady repetition
-    method: str = "job"  # "marker" when every pivot's Steps came from its step markers
+    # "user_tag" when every pivot's Steps came from its calls' user tags, "marker" when from
+    # its optimizer-step markers
+    method: str = "job"
 
     def step_confidence(self, rank: RankCut, step: int) -> float:
         c = self.confidence
@@ -166,6 +170,7 @@ class RankOutcome:
     warmup_steps: int
     has_ops: bool
     by_markers: bool = False
+    by_tags: bool = False
 
 
 def cut_rank(
@@ -186,6 +191,12 @@ def cut_rank(
                 # its own optimizer-step markers confirm what was carried to it
                 cut.reasons.clear()
                 cut.doubtful_steps.clear()
+        tagged, _ = tag_step_starts(g)
+        if tagged is not None and np.array_equal(_labels_from(tagged, len(g)), cut.label):
+            # its own calls' user tags name the Steps carried to it
+            cut.reasons.clear()
+            cut.doubtful_steps.clear()
+            cut.by_tags = True
     cut.component = step.component
     outcome = RankOutcome(
         g.stream,
@@ -197,6 +208,7 @@ def cut_rank(
         cut.warmup_steps,
         len(g) > 0,
         cut.by_markers,
+        cut.by_tags,
     )
     return cut, outcome, label_runs(*keys, cut.label, step.new)
 
@@ -233,7 +245,12 @@ def job_verdict(
             )
     warmup = max((o.warmup_steps for o in outcomes), default=0)
     marked = [outcomes[step.gpu].by_markers for step in plan if step.pivot]
-    method = "marker" if marked and all(marked) else "job"
+    tagged = [outcomes[step.gpu].by_tags for step in plan if step.pivot]
+    method = "job"
+    if tagged and all(tagged):
+        method = "user_tag"
+    elif marked and all(marked):
+        method = "marker"
     return confidence, reasons, steps, pivots, warmup, method
 
 
@@ -248,12 +265,17 @@ def _step_count(label: np.ndarray) -> int:
 def _pivot_cut(g: GpuOps, u: LocalUnits) -> tuple[RankCut, float, list[str]]:
     n = len(g)
     who = gpu_name(g)
+    tagged, not_steps = tag_step_starts(g)
+    if tagged is not None:  # the framework named its Steps: the strongest evidence there is
+        return _tag_cut(g, tagged), 1.0, []
     label = np.full(n, STARTUP, np.int64)
     if not u.found:
         why = [f"{who}: no repeating op pattern: its ops are in no Step"] if n else []
         return RankCut(g, label), 0.0 if n else 1.0, why
     gaps = g.idle_gaps()
     cut, confidence, reasons = _cycle_cut(g, u, gaps, who)
+    if not_steps:
+        reasons = [*reasons, f"{who}: {not_steps}"]
     if g.markers is None:
         return cut, confidence, reasons
     marked = marker_step_starts(g, g.markers, startup_prefix(g))
@@ -542,6 +564,23 @@ def _after_broadcasts(g: GpuOps, starts: np.ndarray, first: bool = True) -> np.n
     return out
 
 
+def _labels_from(starts: np.ndarray, n: int) -> np.ndarray:
+    """Each op's Step where Steps begin at `starts`: STARTUP before the first; the ops after
+    the last start are the tail, unless they hold as many ops as a Step has at least half of
+    (the run stopped inside a Step)."""
+    label = np.searchsorted(starts, np.arange(n), side="right") - 1
+    label = np.where(label < 0, STARTUP, label).astype(np.int64)
+    sizes = np.diff(starts)
+    if len(sizes) and n - int(starts[-1]) < 0.5 * float(np.median(sizes)):
+        label[int(starts[-1]) :] = TAIL
+    return label
+
+
+def _tag_cut(g: GpuOps, starts: np.ndarray) -> RankCut:
+    """The pivot's Steps as its calls' user tags name them (step_tags)."""
+    return RankCut(g, _labels_from(starts, len(g)), by_tags=True)
+
+
 def _marker_cut(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> RankCut:
     """The pivot's Steps from its optimizer-step markers (step_markers): each begins after
     a marker, past its update's gathers. A Step whose update was skipped has no marker: where
@@ -549,15 +588,9 @@ def _marker_cut(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> RankCut:
     each of its repetitions there is a Step too, begun at the place in the cycle the markers
     show. Ops after the last Step's are the tail, unless they hold as many ops as a Step
     has at least half of (the run stopped inside a Step)."""
-    n = len(g)
     if u.found and len(u.starts) >= 2:
         starts = _skipped_updates(u, starts)
-    label = np.searchsorted(starts, np.arange(n), side="right") - 1
-    label = np.where(label < 0, STARTUP, label).astype(np.int64)
-    sizes = np.diff(starts)
-    if len(sizes) and n - int(starts[-1]) < 0.5 * float(np.median(sizes)):
-        label[int(starts[-1]) :] = TAIL
-    return RankCut(g, label, by_markers=True)
+    return RankCut(g, _labels_from(starts, len(g)), by_markers=True)
 
 
 def _skipped_updates(u: LocalUnits, starts: np.ndarray) -> np.ndarray:

@@ -107,10 +107,14 @@ class GpuOps:
     markers: np.ndarray | None = None
     # each op's element type, the shm protocol's code (0: unknown, as NVIDIA's logs leave it)
     datatype: np.ndarray = field(default=None)
+    # each op's call's userProfilerTag (NCCL 2.31+, ABI v7): 0 where the call had none
+    user_tag: np.ndarray = field(default=None)
 
     def __post_init__(self) -> None:
         if self.datatype is None:
             self.datatype = np.zeros(len(self.kind), np.int64)
+        if self.user_tag is None:
+            self.user_tag = np.zeros(len(self.kind), np.int64)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -135,7 +139,17 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
     cols: dict[str, list[np.ndarray]] = {
         k: [] for k in ("kind", "func", "comm", "comm_rank", "peer", "seq", "size")
     }
-    for k in ("start", "end", "issue", "arrival", "lost_before", "group", "host_issue", "datatype"):
+    for k in (
+        "start",
+        "end",
+        "issue",
+        "arrival",
+        "lost_before",
+        "group",
+        "host_issue",
+        "datatype",
+        "user_tag",
+    ):
         cols[k] = []
     arrival = 0
     for batch in batches:
@@ -151,6 +165,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
         cols["arrival"].append(np.arange(arrival, arrival + len(batch), dtype=np.int64))
         cols["group"].append(np.asarray(c["group_id"], np.int64))
         cols["datatype"].append(np.asarray(c["datatype"], np.int64))
+        cols["user_tag"].append(np.asarray(c["user_tag"], np.int64))
         cols["host_issue"].append(np.asarray(c["end_mono"]) != NONE)
         arrival += len(batch)
     joined = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
@@ -178,6 +193,7 @@ def gpu_ops(stream: str, rank: int, batches: list[OpBatch], comms: CommIds) -> G
         take["host_issue"].astype(bool),
         take["arrival"],
         datatype=take["datatype"],
+        user_tag=take["user_tag"],
     )
     ops.key = op_keys(ops.kind, ops.comm, ops.func, ops.seq)
     return ops

@@ -707,6 +707,7 @@ def _op(
         position=position,
         group_id=max(ci.group_id or 0, 0),  # as the C scanner reads it
         datatype=datatype_code(ci.datatype),
+        user_tag=_user_tag(ci.user_tag),
         **_times(
             issue,
             ci.host_complete_mono_ns or issue,
@@ -720,6 +721,12 @@ def _op(
 
 _INT64_MAX = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)
+
+
+def _user_tag(tag) -> int:
+    """A call's userProfilerTag as the engine keeps it: 0 for none, and for the values NCCL
+    reserves (the top bit set) or that no writer gives (negative, not an integer)."""
+    return tag if isinstance(tag, int) and 0 < tag <= _INT64_MAX else 0
 
 
 def _compact_op(
@@ -757,6 +764,7 @@ def _compact_op(
         position=position,
         group_id=max(ci.gr or 0, 0),
         datatype=datatype_code(ci.d),
+        user_tag=_user_tag(ci.ut),
         **_times(
             issue, complete, (gpu_start, gpu_stop, ci.ts == V.KERNEL_GPU), 0.0, anchor, offset
         ),

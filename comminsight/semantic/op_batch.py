@@ -102,7 +102,7 @@ class SegmentTable:
 INT_COLUMNS = (
     "kind", "func", "comm", "peer", "seq", "size", "issue", "start", "end", "start_real",
     "end_real", "end_mono", "duration", "ring_seq", "lost_before", "pos_seg", "pos_offset",
-    "pos_record", "pos_end", "order", "arrival", "group_id", "datatype",
+    "pos_record", "pos_end", "order", "arrival", "group_id", "datatype", "user_tag",
 )  # fmt: skip
 COLUMNS = INT_COLUMNS + ("busbw",)
 
@@ -154,7 +154,8 @@ class OpBatch:
     monotonic clock (NVIDIA logs; start_mono is then None too), peer and ring_seq NONE when
     absent. order is the input order of the op's position (checkpoints), arrival the
     engine's arrival counter, group_id the op's NCCL group (0: unknown), datatype the shm
-    protocol's code of its element type (0: unknown)."""
+    protocol's code of its element type (0: unknown), user_tag the call's userProfilerTag
+    (0: none)."""
 
     __slots__ = ("cols", "comms", "segments", "n", "_shapes")
 
@@ -277,6 +278,7 @@ class OpBatch:
             arrival=int(c["arrival"][i]),
             group_id=int(c["group_id"][i]),
             datatype=int(c["datatype"][i]),
+            user_tag=int(c["user_tag"][i]),
         )
 
     def shape(self, i: int) -> OpShape:
@@ -360,6 +362,7 @@ def from_engine_ops(ops: list[EngineOp], comms: CommTable, segments: SegmentTabl
         "arrival": np.zeros(len(ops), np.int64),
         "group_id": col(op.group_id for op in ops),
         "datatype": col(op.datatype for op in ops),
+        "user_tag": col(op.user_tag for op in ops),
     }
     return OpBatch(cols, comms, segments)
 

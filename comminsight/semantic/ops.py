@@ -67,6 +67,7 @@ class EngineOp:
     arrival: int = 0  # arrival counter, set by the buffer: a stable tie-break
     group_id: int = 0  # per-process id of the NCCL group the op was launched in; 0: unknown
     datatype: int = 0  # the shm protocol's code of the element type; 0: unknown
+    user_tag: int = 0  # the call's userProfilerTag (NCCL 2.31+ ABI v7); 0: none
 
     def key(self) -> tuple:
         """What repeats from one Step to the next: where, what and how big."""

@@ -22,6 +22,7 @@ _FUNC_LABELS = {int(k): v for k, v in shm_v1.FUNC_LABELS.items()}
 # Up to this many ops, a batch's functions and communicators are told apart in Python: an
 # Agent's pass often hands a GPU a few ops, and np.unique costs tens of microseconds a call
 SMALL_BATCH = 256
+_INT64_MAX = (1 << 63) - 1  # a tag above it is one NCCL reserves: none, as logs read it
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,10 @@ def engine_batch(
         "arrival": np.zeros(n, np.int64),
         "group_id": records["group_id"].astype(np.int64),
         "datatype": records["datatype"].astype(np.int64),
+        # a uint64 in the ring: NCCL's reserved tags (the top bit) are none here, as in logs
+        "user_tag": np.where(
+            records["user_tag"] > np.uint64(_INT64_MAX), np.uint64(0), records["user_tag"]
+        ).astype(np.int64),
     }
     return OpBatch(cols, table, segments)
 

@@ -80,10 +80,17 @@ def expected(line: bytes):
         "gpu_start": opt(ci.gpu_start_globaltimer_ns),
         "gpu_stop": opt(ci.gpu_stop_globaltimer_ns),
         "datatype": _datatype(ci.datatype),
+        "user_tag": _tag(ci.user_tag),
     }
 
 
 INT64_MAX = (1 << 63) - 1
+
+
+def _tag(tag) -> int:
+    """A call's userProfilerTag as the engine keeps it: 0 for none, and for a value NCCL
+    reserves (the top bit set) or no writer gives."""
+    return tag if type(tag) is int and 0 < tag < 2**63 else 0
 
 
 def _datatype(name: str | None) -> int:
@@ -124,6 +131,7 @@ def expected_compact(ci) -> dict | None:
         "gpu_start": ci.g0 if gpu else none,
         "gpu_stop": ci.g0 + ci.gd if gpu else none,
         "datatype": _datatype(ci.d),
+        "user_tag": _tag(ci.ut),
     }
 
 
@@ -145,6 +153,7 @@ def got(row, headers: list[bytes], funcs: list[bytes]):
         "gpu_start": int(row["gpu_start"]),
         "gpu_stop": int(row["gpu_stop"]),
         "datatype": int(row["datatype"]),
+        "user_tag": int(row["user_tag"]),
     }
 
 
@@ -396,3 +405,37 @@ def test_window_medians_of_a_sliding_window_are_statistics_median():
     got = native.window_medians(series, starts[keep], ends[keep])
     for s, e, m in zip(starts[keep].tolist(), ends[keep].tolist(), got.tolist(), strict=True):
         assert m == statistics.median(series[s:e].tolist())
+
+
+@pytest.mark.parametrize(
+    "tag",
+    [b"0", b"7", b"9223372036854775807", b"9223372036854775808", b"18446744073709551615",
+     b"18446744073709551616", b"-1", b"1.5", b"007", b"null"],
+    ids=["zero", "small", "int64-max", "reserved-low", "reserved-max", "past-64-bits",
+         "negative", "fraction", "leading-zeros", "null"],
+)  # fmt: skip
+def test_an_op_lines_user_tag_reads_as_python_reads_it_whatever_it_holds(segments, tag):
+    """A call's tag (ABI v7) in either form: C takes the line only where it reads the tag as
+    Python does (NCCL's reserved values, the top bit set, are no tag), else leaves it."""
+    line = next(
+        line
+        for data in segments
+        for line in data.split(b"\n")
+        if b'"ut"' not in line
+        and b'"user_tag"' not in line
+        and (b',"gr":' in line or b',"group_id":' in line)
+        and (e := expected(line)) is not None
+        and e["kind"] == 0
+    )
+    compact = b',"gr":' in line
+    at = line.index(b',"gr":' if compact else b',"group_id":')
+    end = line.index(b",", at + 1)
+    variant = line[:end] + (b',"ut":' if compact else b',"user_tag":') + tag + line[end:] + b"\n"
+    want = expected(variant)
+    for trusted in (False, True):
+        scanner = Scanner()
+        rows = scanner.scan(variant, trusted)
+        taken = check_line(scanner, variant, rows[0], trusted)
+        if tag in (b"0", b"7", b"9223372036854775808", b"18446744073709551615"):
+            assert want is not None and taken, (trusted, variant)
+            assert rows[0]["user_tag"] == (7 if tag == b"7" else 0)

@@ -5,7 +5,7 @@ the region at a clean exit when no Agent is there to read it), and with the regi
 records after the live engine's checkpoint. Its log segments hold every one of them: the
 writer drains the same ring, and each op line (in either form, compact or Inspector) carries
 every field of its slot that the engine reads (ring seq, function, communicator, ranks,
-sequence numbers, sizes, datatype, host and GPU clocks, timing source, group). Turned back
+sequence numbers, sizes, datatype, host and GPU clocks, timing source, group, user tag). Turned back
 into op_slot records they go through the same path as the ring's (shm_input.engine_batch), so
 the Steps recovered from them are the ones, byte for byte, that the ring would have given.
 
@@ -323,6 +323,7 @@ _FIELDS = (
     "group_id",
     "comm_op_index",
     "datatype",
+    "user_tag",
 )
 
 
@@ -433,6 +434,7 @@ def _row(r: InspectorLogRecord) -> tuple[tuple, tuple[int, CommInfo]] | None:
         _opt(ci.group_id, 0),
         _opt(ci.op_index, 0),
         _datatype(ci.datatype),
+        _opt(ci.user_tag, 0),
         raw_name,
     )
     comm = CommInfo(_opt(h.comm_name, None) or None, _opt(h.nnodes, None) or None)
@@ -472,6 +474,7 @@ def _compact_row(ci: CiCollCompact | CiP2pCompact) -> tuple[tuple, tuple[int, Co
         _opt(ci.gr, 0),
         ci.i,
         _datatype(ci.d),
+        _opt(ci.ut, 0),
         raw_name,
     )
     return row, (int(ci.c, 16), CommInfo(_opt(ci.cn, None), ci.nn))

@@ -40,14 +40,14 @@ _CDEF = """
 typedef struct ci_intern ci_intern_t;
 typedef struct ci_columns {
     int64_t *start, *end, *seq, *size, *peer, *ring_seq;
-    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop, *group_id;
+    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop, *group_id, *user_tag;
     double *exec_us, *busbw;
     int32_t *status, *kind, *header, *func, *kernel_timing, *datatype;
 } ci_columns_t;
 typedef struct ci_ops {
     int64_t *kind, *func, *comm, *peer, *seq, *size, *issue, *start, *end, *start_real;
     int64_t *end_real, *end_mono, *duration, *ring_seq, *lost_before, *pos_seg, *pos_offset;
-    int64_t *pos_record, *pos_end, *order, *arrival, *group_id, *datatype;
+    int64_t *pos_record, *pos_end, *order, *arrival, *group_id, *datatype, *user_tag;
     double* busbw;
 } ci_ops_t;
 typedef struct ci_step {
@@ -108,7 +108,7 @@ WHERE = {None: 0, "start": 1, "in": 2, "off": 3}
 # ci_scan's columns, one entry per line
 _INT_LINE_COLUMNS = (
     "start", "end", "seq", "size", "peer", "ring_seq", "host_start", "host_complete",
-    "gpu_start", "gpu_stop", "group_id",
+    "gpu_start", "gpu_stop", "group_id", "user_tag",
 )  # fmt: skip
 LINE_COLUMNS = {
     **{f: np.int64 for f in _INT_LINE_COLUMNS},
@@ -266,6 +266,7 @@ OP_COLUMNS = (
     "kind", "func", "comm", "peer", "seq", "size", "issue", "start", "end", "start_real",
     "end_real", "end_mono", "duration", "busbw", "ring_seq", "lost_before", "pos_seg",
     "pos_offset", "pos_record", "pos_end", "order", "arrival", "group_id", "datatype",
+    "user_tag",
 )  # fmt: skip
 
 

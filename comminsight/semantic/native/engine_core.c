@@ -384,6 +384,27 @@ static int opt_int(cur_t* c, int64_t* v) {
 
 static int req_int(cur_t* c, int64_t* v) { return number(c, v, NULL) == NUM_INT; }
 
+/* A call's userProfilerTag as the engine keeps it (log_input._user_tag): the integer, or 0 for
+ * one NCCL reserves (the top bit set: above INT64_MAX, up to UINT64_MAX). Anything else (a
+ * sign, a fraction, more than 64 bits) is not read here: the line is Python's. */
+static int tag_int(cur_t* c, int64_t* v) {
+    ws(c);
+    const char* q = c->p;
+    uint64_t mag = 0;
+    if (q >= c->end || *q < '0' || *q > '9') return 0;
+    if (*q == '0' && q + 1 < c->end && q[1] >= '0' && q[1] <= '9') return 0;
+    while (q < c->end && *q >= '0' && *q <= '9') {
+        unsigned d = (unsigned)(*q - '0');
+        if (mag > (UINT64_MAX - d) / 10) return 0;
+        mag = mag * 10 + d;
+        q++;
+    }
+    if (q < c->end && (*q == '.' || *q == 'e' || *q == 'E')) return 0;
+    c->p = q;
+    *v = mag > (uint64_t)INT64_MAX ? 0 : (int64_t)mag;
+    return 1;
+}
+
 /* ---- one line -> one row ---------------------------------------------------------------- */
 
 enum { CI_LINE_OP = 0, CI_LINE_OTHER = 1 };
@@ -394,6 +415,7 @@ typedef struct ci_line {
     int64_t seq, size, peer, ring_seq;
     int64_t host_start, host_complete, gpu_start, gpu_stop;
     int64_t group_id; /* the op's NCCL group, 0 when the line has none */
+    int64_t user_tag; /* the call's userProfilerTag (ABI v7), 0 when the line has none */
     double exec_us, busbw;
     int32_t status, kind, header, func, kernel_timing;
     int32_t datatype; /* the shm protocol's datatype code; UNKNOWN when the line names none */
@@ -535,6 +557,7 @@ enum {
     CK_COMM = 1 << 0, CK_NAME = 1 << 1, CK_RANK = 1 << 2, CK_NRANKS = 1 << 3, CK_NNODES = 1 << 4, CK_FUNC = 1 << 5,
     CK_SEQ = 1 << 6, CK_SIZE = 1 << 7, CK_PEER = 1 << 8, CK_TIMING = 1 << 9, CK_BW = 1 << 10, CK_START = 1 << 11,
     CK_COMPLETE = 1 << 12, CK_G0 = 1 << 13, CK_GD = 1 << 14, CK_GROUP = 1 << 15, CK_DATATYPE = 1 << 16,
+    CK_USER_TAG = 1 << 17,
 };
 
 /* What a compact op line (kinds c and p) holds beside the fields ci_obj_t shares with the
@@ -542,7 +565,7 @@ enum {
 typedef struct {
     uint32_t seen;
     span_t comm, name, rank, nranks, nnodes, func, datatype;
-    int64_t ring_seq, seq, size, peer, start, complete_after, gpu_start, gpu_length, group;
+    int64_t ring_seq, seq, size, peer, start, complete_after, gpu_start, gpu_length, group, user_tag;
     double busbw;
     int kernel_timing;
 } compact_t;
@@ -551,7 +574,7 @@ typedef struct {
     int present;
     const char* kind;
     int64_t kind_n;
-    int64_t ring_seq, host_start, host_complete, gpu_start, gpu_stop, group_id;
+    int64_t ring_seq, host_start, host_complete, gpu_start, gpu_stop, group_id, user_tag;
     span_t datatype;
     compact_t compact;
 } ci_obj_t;
@@ -601,6 +624,7 @@ static int compact_key(cur_t* c, const char* k, int64_t kn, compact_t* o) {
     else if (IS(F(GD))) bit = CK_GD;
     else if (IS(F(GR))) bit = CK_GROUP;
     else if (IS(F(D))) bit = CK_DATATYPE;
+    else if (IS(F(UT))) bit = CK_USER_TAG;
     else return -1;
 #undef IS
     if (o->seen & bit) return 0;
@@ -631,6 +655,7 @@ static int compact_key(cur_t* c, const char* k, int64_t kn, compact_t* o) {
     case CK_G0: return req_int(c, &o->gpu_start);
     case CK_GD: return req_int(c, &o->gpu_length);
     case CK_DATATYPE: return plain_string(c, &o->datatype);
+    case CK_USER_TAG: return tag_int(c, &o->user_tag);
     default: return req_int(c, &o->group);
     }
 }
@@ -640,7 +665,7 @@ static int ci_object(cur_t* c, ci_obj_t* o) {
     if (c->p < c->end && *c->p == 'n') return literal(c, "null");
     if (!eat(c, '{')) return 0;
     o->ring_seq = o->host_start = o->host_complete = o->gpu_start = o->gpu_stop = NONE;
-    o->group_id = 0;
+    o->group_id = o->user_tag = 0;
     memset(&o->compact, 0, sizeof o->compact);
     o->compact.ring_seq = NONE;
     int have_kind = 0;
@@ -675,6 +700,13 @@ static int ci_object(cur_t* c, ci_obj_t* o) {
             } else if (key_is(k, kn, F(GROUP_ID))) {
                 if (!opt_int(c, &o->group_id)) return 0;
                 if (o->group_id < 0) o->group_id = 0; /* null: unknown */
+            } else if (key_is(k, kn, F(USER_TAG))) {
+                ws(c);
+                if (c->p < c->end && *c->p == 'n') {
+                    if (!literal(c, "null")) return 0;
+                } else if (!tag_int(c, &o->user_tag)) {
+                    return 0;
+                }
             } else if (key_is(k, kn, F(PROCESS)) || key_is(k, kn, F(CLOCK))) {
                 if (!literal(c, "null")) return 0; /* segment_start: Python */
             } else {
@@ -768,6 +800,7 @@ static int32_t compact_row(const compact_t* o, int kind, ci_line_t* row, ci_inte
         row->gpu_stop = sum;
     }
     row->group_id = (o->seen & CK_GROUP) ? o->group : 0;
+    row->user_tag = (o->seen & CK_USER_TAG) ? o->user_tag : 0;
     row->datatype = (o->seen & CK_DATATYPE) ? datatype_code(o->datatype.s, o->datatype.n) : CI_SHM_V1_DATATYPE_UNKNOWN;
     return CI_LINE_OP;
 }
@@ -843,6 +876,7 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern
     row->gpu_start = ci.gpu_start;
     row->gpu_stop = ci.gpu_stop;
     row->group_id = ci.group_id;
+    row->user_tag = ci.user_tag;
     row->datatype = datatype_code(ci.datatype.s, ci.datatype.n);
     return CI_LINE_OP;
 }
@@ -1026,19 +1060,22 @@ static const char* layout_str(const char* p, const char* e) {
     return NULL;
 }
 
-/* The group id the writer puts between the datatype (from) and ",\"tid\":" (q), followed
- * there by nothing or by the ABI v7 fields (user_tag, kernel_variant, sym_coll), or 0 when the
- * line has none. The key cannot occur inside a string value in between: the writer escapes
- * every quote there. */
-static int64_t layout_group_between(const char* from, const char* q) {
-    static const char key[] = KEY_AFTER_COMMA(GROUP_ID);
-    const size_t key_n = sizeof(key) - 1;
+/* An integer field the writer may put between the datatype (from) and ",\"tid\":" (q): the
+ * group id, then the ABI v7 fields (user_tag, kernel_variant, sym_coll); 0 when the line has
+ * none, or one this reader leaves to Python (*python set, where given). The key cannot occur inside a
+ * string value in between: the writer escapes every quote there. */
+static int64_t layout_int_between(const char* from, const char* q, const char* key, size_t key_n, int* python) {
     const char* k = find_pair(from, q, key, key_n);
     if (!k) return 0;
     int64_t v;
     const char* end = layout_int(k + key_n, q, &v);
-    return end && (end == q || *end == ',') ? v : 0;
+    if (end && (end == q || *end == ',')) return v;
+    if (python) *python = 1;
+    return 0;
 }
+
+#define LAYOUT_INT_BETWEEN(from, q, KEY, python) \
+    layout_int_between(from, q, KEY_AFTER_COMMA(KEY), sizeof(KEY_AFTER_COMMA(KEY)) - 1, python)
 
 /* the literal is next: step over it (1), or stay (0) */
 #define ACCEPT(lit) (LIT(p, e, lit) ? (p += sizeof(lit) - 1, 1) : 0)
@@ -1139,7 +1176,10 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t
     /* the timing fields follow "tid"; before it only the group id is used */
     q = find_pair(p, e, KEY_AFTER_COMMA(TID), sizeof(KEY_AFTER_COMMA(TID)) - 1);
     if (!q) return 0;
-    row->group_id = layout_group_between(p, q);
+    int python = 0;
+    row->group_id = LAYOUT_INT_BETWEEN(p, q, GROUP_ID, NULL); /* one it cannot read: none */
+    row->user_tag = LAYOUT_INT_BETWEEN(p, q, USER_TAG, &python);
+    if (python || row->user_tag < 0) return 0; /* NCCL's reserved tags (or garbage): Python */
     p = q + sizeof(KEY_AFTER_COMMA(TID)) - 1;
     if (!(p = layout_skip_int(p, e))) return 0; /* tid */
     row->host_start = row->host_complete = row->gpu_start = row->gpu_stop = NONE;
@@ -1264,8 +1304,11 @@ static int layout_compact(const char* s, const char* e, ci_line_t* row, ci_inter
         if (!(p = layout_int(p, e, &o.group))) return 0;
         o.seen |= CK_GROUP;
     }
-    /* ABI v7: the call's tag and the kernel's variant, not read by the engine */
-    if (ACCEPT(COMPACT_KEY(UT)) && !(p = layout_skip_int(p, e))) return 0;
+    /* ABI v7: the call's tag (Step evidence), and the kernel's variant, not read by the engine */
+    if (ACCEPT(COMPACT_KEY(UT))) {
+        if (!(p = layout_int(p, e, &o.user_tag)) || o.user_tag < 0) return 0;
+        o.seen |= CK_USER_TAG;
+    }
     if (ACCEPT(COMPACT_KEY(KV) "\"")) {
         if (!(p = layout_str(p, e))) return 0;
         p++;
@@ -1323,7 +1366,7 @@ int64_t ci_find_all(const char* buf, int64_t len, int64_t pos, const char* needl
  * without striding over whole rows. */
 typedef struct ci_columns {
     int64_t *start, *end, *seq, *size, *peer, *ring_seq;
-    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop, *group_id;
+    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop, *group_id, *user_tag;
     double *exec_us, *busbw;
     int32_t *status, *kind, *header, *func, *kernel_timing, *datatype;
 } ci_columns_t;
@@ -1368,6 +1411,7 @@ int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_columns_t* c
         cols->gpu_start[n] = row.gpu_start;
         cols->gpu_stop[n] = row.gpu_stop;
         cols->group_id[n] = row.group_id;
+        cols->user_tag[n] = row.user_tag;
         cols->exec_us[n] = row.exec_us;
         cols->busbw[n] = row.busbw;
         cols->status[n] = row.status;
@@ -1415,7 +1459,7 @@ int32_t ci_gpu_offset(int64_t n, const int64_t* idx, const ci_columns_t* in, int
 typedef struct ci_ops {
     int64_t *kind, *func, *comm, *peer, *seq, *size, *issue, *start, *end, *start_real;
     int64_t *end_real, *end_mono, *duration, *ring_seq, *lost_before, *pos_seg, *pos_offset;
-    int64_t *pos_record, *pos_end, *order, *arrival, *group_id, *datatype;
+    int64_t *pos_record, *pos_end, *order, *arrival, *group_id, *datatype, *user_tag;
     double* busbw;
 } ci_ops_t;
 
@@ -1475,6 +1519,7 @@ void ci_op_columns(int64_t n, const int64_t* idx, const ci_columns_t* in, const 
         out->arrival[k] = 0;
         out->group_id[k] = max64(in->group_id[i], 0);
         out->datatype[k] = in->datatype[i];
+        out->user_tag[k] = in->user_tag[i];
     }
 }
 

@@ -30,7 +30,8 @@ class Recovery:
                 engine found the repeating period of the op sequence itself; job: the boundaries are a consistent cut of the
                 whole job, decided on the GPU whose ops show them best and carried to this GPU through the ops it shares with
                 other ranks; marker: as job, with the phase taken from Inject's optimizer-step markers (every rank's
-                optimizer.step() returned where its Step ends, past the update's own gathers).
+                optimizer.step() returned where its Step ends, past the update's own gathers); user_tag: as job, each Step the
+                ops whose calls carried one userProfilerTag (NCCL 2.31+, ABI v7), the framework's own Step id.
             confidence (float): How sure the boundaries are: 1 = the evidence is unambiguous (and, with method job, every
                 rank agrees), 0 = no fit. Below 1, `reasons` says why.
             template_name (str | Unset): Name of the template used; present when method is template.

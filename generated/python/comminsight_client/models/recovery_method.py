@@ -5,6 +5,7 @@ class RecoveryMethod(StrEnum):
     MARKER = "marker"
     PERIOD = "period"
     TEMPLATE = "template"
+    USER_TAG = "user_tag"
 
     def __str__(self) -> str:
         return str(self.value)

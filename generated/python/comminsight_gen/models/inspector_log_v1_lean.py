@@ -86,6 +86,7 @@ class EngineCi(msgspec.Struct):
     gpu_stop_globaltimer_ns: int | None = None
     group_id: int | None = None
     datatype: str | None = None
+    user_tag: int | None = None
     lost_count: int | None = None
     record_count: int | None = None
     byte_count: int | None = None
@@ -110,6 +111,7 @@ class EngineCi(msgspec.Struct):
     gd: int | None = None
     gr: int | None = None
     d: str | None = None
+    ut: int | None = None
 
 
 class EngineMetadata(msgspec.Struct):

@@ -318,13 +318,14 @@ class Anomaly(Struct, forbid_unknown_fields=True):
 
 class RecoveryMethod(Enum):
     """
-    template: a template's FSM placed the boundaries; period: no template fit and the engine found the repeating period of the op sequence itself; job: the boundaries are a consistent cut of the whole job, decided on the GPU whose ops show them best and carried to this GPU through the ops it shares with other ranks; marker: as job, with the phase taken from Inject's optimizer-step markers (every rank's optimizer.step() returned where its Step ends, past the update's own gathers).
+    template: a template's FSM placed the boundaries; period: no template fit and the engine found the repeating period of the op sequence itself; job: the boundaries are a consistent cut of the whole job, decided on the GPU whose ops show them best and carried to this GPU through the ops it shares with other ranks; marker: as job, with the phase taken from Inject's optimizer-step markers (every rank's optimizer.step() returned where its Step ends, past the update's own gathers); user_tag: as job, each Step the ops whose calls carried one userProfilerTag (NCCL 2.31+, ABI v7), the framework's own Step id.
     """
 
     template = 'template'
     period = 'period'
     job = 'job'
     marker = 'marker'
+    user_tag = 'user_tag'
 
 
 Reason: TypeAlias = Annotated[str, Meta(max_length=1000, min_length=1)]
