@@ -168,6 +168,7 @@ def c_row_of_full_model(full) -> dict | None:
         "gpu_stop": _present(ci.gpu_stop_globaltimer_ns),
         "group_id": 0 if group is msgspec.UNSET else group,
         "datatype": _datatype(ci.datatype),
+        "user_tag": _tag(ci.user_tag),
     }
 
 
@@ -193,7 +194,14 @@ def c_row_of_compact(ci) -> dict:
         "gpu_stop": ci.g0 + ci.gd if gpu else native.NONE,
         "group_id": 0 if ci.gr is msgspec.UNSET else ci.gr,
         "datatype": _datatype(ci.d),
+        "user_tag": _tag(ci.ut),
     }
+
+
+def _tag(tag) -> int:
+    """A call's userProfilerTag as the engine keeps it: none (0) where the line has none or
+    NCCL reserves the value (its top bit set)."""
+    return tag if isinstance(tag, int) and 0 < tag < 2**63 else 0
 
 
 def scanned(data: bytes, trusted: bool) -> list[dict]:
