@@ -255,11 +255,12 @@ def timed_op_stuck_while_sampling(d: Driver) -> dict:
 
 
 def untimed_shown_unproven(d: Driver) -> dict:
-    """The oldest op in flight is one the sample left untimed: the communicator's row says
-    so (it may be done); once a later kernel starts, nothing is in flight and the flag goes.
-    Point-to-point ops are asked for every time, the same shape again included."""
+    """Only ops the sample left untimed are in flight: the communicator's row shows the
+    newest of them and says it may be done; once a later kernel starts, nothing is in flight
+    and the flag goes. Point-to-point ops are asked for every time, the same shape again
+    included."""
     ctx = d.init(0xCD).context
-    timed = [op(d, ctx, seq) for seq in range(3)]  # the third, asked for none, stays in flight
+    timed = [op(d, ctx, seq) for seq in range(5)]  # the last three, asked for none, stay
     r = settled(settled(region()))
     row = r.comms[0]
     out = {"timed": timed, "in_flight": int(row["inflight_count"])}
@@ -272,8 +273,8 @@ def untimed_shown_unproven(d: Driver) -> dict:
         d.abi.stop(handle)
     sends.append(bool(int(d.mask[0]) & KERNEL_CH))  # what the call after the last Send reads
     out["sends_asked"] = sends
-    handle, task_mask = api(d, ctx, count=1 << 22)  # a new shape: timed, its kernel proves op 1
-    out["later"] = task(d, ctx, handle, task_mask, 3, count=1 << 22)
+    handle, task_mask = api(d, ctx, count=1 << 22)  # a new shape: timed, its kernel proves
+    out["later"] = task(d, ctx, handle, task_mask, 5, count=1 << 22)  # the untimed ones done
     row = settled(settled(region())).comms[0]
     out["in_flight_after"] = int(row["inflight_count"])
     out["unproven_after"] = int(row["inflight_unproven"])
@@ -281,9 +282,34 @@ def untimed_shown_unproven(d: Driver) -> dict:
     return out
 
 
+def untimed_past_the_threshold(d: Driver) -> dict:
+    """Untimed ops stay in flight, unproven, past the hang threshold: the watchdog flags
+    nothing (only peers can tell whether they are done). A timed op whose kernel never
+    starts is flagged."""
+    ctx = d.init(0xCE).context
+    timed = [op(d, ctx, seq) for seq in range(4)]  # the last two untimed: in flight
+    r = region()
+    beat = r.counter("heartbeat_count")  # well past the threshold (50 ms heartbeats)
+    wait_until(lambda: r.counter("heartbeat_count") >= beat + 20, DEADLINE_S, "heartbeats")
+    row = settled(r).comms[0]
+    out = {"timed": timed, "in_flight": int(row["inflight_count"])}
+    out["unproven"] = int(row["inflight_unproven"])
+    out["flagged_untimed"] = r.counter("hangs_flagged")
+    api(d, ctx, count=1 << 22)  # a call of a new shape that makes no task asks for the next
+    handle, task_mask = api(d, ctx, count=1 << 22)  # timed as asked
+    stuck = d.abi.start_coll(ctx, handle, None, 0, {**COLL, "seq": 4, "count": 1 << 22})
+    d.abi.stop(stuck)  # its kernel never starts
+    out["stuck_timed"] = bool(task_mask & KERNEL_CH)
+    wait_until(lambda: r.counter("hangs_flagged") >= 1, DEADLINE_S, "the timed op flagged")
+    out["flagged_index"] = int(settled(r).comms[0]["hang_flagged_seq"])
+    d.abi.finalize(ctx)
+    return out
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
+        untimed_past_the_threshold,
         untimed_shown_unproven,
         sampled,
         decided_then_overwritten,

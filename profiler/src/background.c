@@ -226,8 +226,11 @@ void ci_watchdog_scan(uint64_t now) {
         /* An op enqueued after `now` (on another core, a few ns later) is young, not 584 years
          * old as an unsigned difference would make it. */
         uint64_t enqueued = e->inflight_enqueue_mono_ns;
+        /* An op NCCL did not time (GPU timing sampled) may be long done: only peers can tell
+         * (the Agent's diagnosis), and a flag here would put hang evidence on a rank that
+         * merely stopped after it, the very rank the others wait for. */
         bool stuck = e->inflight_count > 0 && e->inflight_kind != CI_SHM_V1_RECORD_KIND_NONE &&
-                     enqueued < now && now - enqueued > threshold_ns;
+                     !e->inflight_unproven && enqueued < now && now - enqueued > threshold_ns;
         uint16_t type = 0;
         if (stuck && e->hang_flagged_seq != e->inflight_op_index) {
             e->hang_flagged_seq = e->inflight_op_index;

@@ -92,10 +92,29 @@ ci_comm_t* ci_comm_open(uint64_t comm_id, const char* name, int nnodes, int nran
     return comm;
 }
 
+/* *counter = max(*counter, value), for the once-per-op completion counts: their writer is the
+ * thread that completes ops, NCCL's proxy thread in practice, and a plain store keeps the hot
+ * path free of a locked instruction. */
+static void raise_to(uint64_t* counter, uint64_t value) {
+    if (value > LOAD(counter)) STORE(counter, value);
+}
+
+/* The same where another thread may raise the counter at once (a kernel start proving earlier
+ * ops done): a compare-and-swap, and only when the value grows, so it is never lowered. */
+static void raise_shared(uint64_t* counter, uint64_t value) {
+    uint64_t cur = LOAD(counter);
+    while (value > cur &&
+           !__atomic_compare_exchange_n(counter, &cur, value, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
 /* Called with ci_g.lock held. */
 void ci_comm_close(ci_comm_t* comm) {
     ci_ops_sweep(comm, ci_now_mono(), 0); /* ops NCCL will never finish for this comm */
     ci_shm_comm_entry_v1_t* e = comm->entry;
+    /* and those recorded untimed (GPU timing sampled) that nothing proved: over as well */
+    raise_shared(&e->coll_completed, LOAD(&e->coll_enqueued));
+    raise_shared(&e->p2p_completed, LOAD(&e->p2p_enqueued));
     e->finalize_mono_ns = ci_now_mono();
     publish_comm_record(comm, CI_SHM_V1_RECORD_KIND_COMM_FINALIZE);
     __atomic_store_n(&e->state, CI_SHM_V1_COMM_STATE_FINALIZED, __ATOMIC_RELEASE);
@@ -114,22 +133,6 @@ void ci_comm_note_enqueued(ci_comm_t* comm, ci_op_t* op, void* handle) {
         STORE(&e->p2p_enqueued, op->op_index + 1);
         STORE(&e->p2p_enqueued_mono_ns, now);
         STORE(&comm->p2p_inflight[op->op_index % CI_WINDOW], (uint64_t)(uintptr_t)handle);
-    }
-}
-
-/* *counter = max(*counter, value), for the once-per-op completion counts: their writer is the
- * thread that completes ops, NCCL's proxy thread in practice, and a plain store keeps the hot
- * path free of a locked instruction. */
-static void raise_to(uint64_t* counter, uint64_t value) {
-    if (value > LOAD(counter)) STORE(counter, value);
-}
-
-/* The same where another thread may raise the counter at once (a kernel start proving earlier
- * ops done): a compare-and-swap, and only when the value grows, so it is never lowered. */
-static void raise_shared(uint64_t* counter, uint64_t value) {
-    uint64_t cur = LOAD(counter);
-    while (value > cur &&
-           !__atomic_compare_exchange_n(counter, &cur, value, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
 }
 
@@ -279,30 +282,39 @@ static bool unproven_view(const ci_untimed_view_t* u, uint64_t completed, uint64
     return v->op_index >= completed && v->op_index < enqueued;
 }
 
-/* The oldest op still in flight, collectives first (they are what peers wait on together):
- * live ops, and ops recorded without GPU timing that no later op has proved done. */
+/* The op the hang view shows, collectives first (they are what peers wait on together): the
+ * oldest live op; where there is none, the newest op recorded without GPU timing that no later
+ * op has proved done. Untimed ops may all be done already, and a communicator's ops complete
+ * in order: if the newest is done, all are, and it is the one a peer that stopped early never
+ * joined. Showing the oldest would name an op every peer joined and hide the one they did not. */
 static bool oldest_inflight(const ci_comm_t* comm, inflight_view_t* best) {
     const ci_shm_comm_entry_v1_t* e = comm->entry;
-    bool found = false;
-    for (int pass = 0; pass < 2 && !found; pass++) {
+    for (int pass = 0; pass < 2; pass++) {
         const uint64_t* window = pass == 0 ? comm->coll_inflight : comm->p2p_inflight;
         uint64_t completed = LOAD(pass == 0 ? &e->coll_completed : &e->p2p_completed);
         uint64_t enqueued = LOAD(pass == 0 ? &e->coll_enqueued : &e->p2p_enqueued);
+        bool live = false, untimed = false;
+        inflight_view_t newest_untimed;
         for (int i = 0; i < CI_WINDOW; i++) {
             uint64_t h = LOAD(&window[i]);
             inflight_view_t v;
-            if (h && view_of(h, &v) && (!found || v.op_index < best->op_index)) {
+            if (h && view_of(h, &v) && (!live || v.op_index < best->op_index)) {
                 *best = v;
-                found = true;
+                live = true;
             }
             if (unproven_view(&comm->untimed[pass][i], completed, enqueued, &v) &&
-                (!found || v.op_index < best->op_index)) {
-                *best = v;
-                found = true;
+                (!untimed || v.op_index > newest_untimed.op_index)) {
+                newest_untimed = v;
+                untimed = true;
             }
         }
+        if (live) return true;
+        if (untimed) {
+            *best = newest_untimed;
+            return true;
+        }
     }
-    return found;
+    return false;
 }
 
 /* GPU starts are noted without a clock read; stamp them here, at heartbeat resolution. */

@@ -118,7 +118,7 @@ def test_agent_killed_mid_run_resumes_its_engines_without_losing_or_repeating_a_
             f"rank {summaries[0].global_rank}: {len(got)} Steps written, {len(expected)} true",
             f"missed {missed[:20]}, extra {extra[:20]}",
             f"written {got[:3]}, true {expected[:3]}",
-            [(s.step_index, s.confidence, s.reasons) for s in summaries[:3]],
+            [(s.step_index, s.recovery.confidence, s.recovery.reasons) for s in summaries[:3]],
             logs,
         )
         assert [s.step_index for s in summaries] == list(range(len(got)))

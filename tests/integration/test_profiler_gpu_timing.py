@@ -199,10 +199,28 @@ def test_an_untimed_op_in_flight_is_shown_unproven_and_p2p_ops_are_always_timed(
     )
     # the first call's task reads the mask set at init; each later one, what the call
     # before it asked for (the first of a shape does, the second does not)
-    assert out["timed"] == [True, True, False]
-    assert out["in_flight"] == 1
-    assert (out["shown_index"], out["shown_unproven"]) == (2, 1)
+    assert out["timed"] == [True, True, False, False, False]
+    assert out["in_flight"] == 3
+    # the newest untimed op: if it is done, all are, and it is the one a peer may not have
+    # joined (the oldest would name an op every peer joined)
+    assert (out["shown_index"], out["shown_unproven"]) == (4, 1)
     # a Send asks for the call after it, whatever its shape has had
     assert out["sends_asked"] == [False, True, True, True]
     assert out["later"] is True
     assert (out["in_flight_after"], out["unproven_after"]) == (0, 0)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_the_watchdog_flags_a_timed_op_past_the_threshold_never_an_untimed_one(build, tmp_path):
+    out = run(
+        "untimed_past_the_threshold",
+        build,
+        tmp_path,
+        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
+        COMMINSIGHT_PROFILER_HANG_TIMEOUT_S="0.2",
+    )
+    assert out["timed"] == [True, True, False, False]
+    assert (out["in_flight"], out["unproven"]) == (2, 1)
+    assert out["flagged_untimed"] == 0
+    assert out["stuck_timed"] is True
+    assert out["flagged_index"] == 4

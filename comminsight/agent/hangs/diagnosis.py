@@ -33,6 +33,11 @@ less precise description of the same stall):
   straggler        no hang, but a rank joins ops consistently later than its peers (needs
                    earlier snapshots: `history`)
 
+Before the verdicts, ops that were not timed on the GPU (GPU timing sampled) are presumed
+done where nothing shows them still running, and a rank that ran on past the op it waits in
+is put back in that op (untimed_ops). A kernel that hangs with every rank in it is then seen
+only where it was timed: nothing tells an untimed one from a finished one.
+
 Op indexes (comm_entry.coll_enqueued/inflight_op_index) identify an op across ranks; NCCL's
 per-function seq is reported alongside as OpInfo.seq. ProgressMark.seq carries op indexes.
 """
@@ -62,6 +67,7 @@ from comminsight.agent.hangs.op_rhythm import (
     rhythm_key,
 )
 from comminsight.agent.hangs.proxy_evidence import hang_evidence
+from comminsight.agent.hangs.untimed_ops import presume_untimed_done
 from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import (
@@ -139,6 +145,7 @@ def diagnose(
     """
     real = now_real_ns if now_real_ns is not None else _mono_to_real(snapshot, now_mono_ns)
     seen = members_seen or MembersSeen.from_snapshots([*history, snapshot])
+    snapshot = presume_untimed_done(snapshot, completed_ops)
     findings = []
     for comm in sorted(snapshot.torn_down.values(), key=lambda c: c.comm_id):
         # a teardown waits for nobody: only a rank still waiting on one that left is a hang
@@ -828,6 +835,7 @@ def p2p_wait(comm: CommView, snapshot: NodeSnapshot, now: int, threshold_ns: int
         if m.inflight is not None
         and not m.inflight.is_coll
         and m.inflight.peer is not None
+        and not m.inflight.unproven  # untimed: nothing shows it still runs
         and not m.process.ended  # see waiting_members
         and now - m.inflight.enqueue_mono_ns > threshold_ns
     ]
@@ -1276,6 +1284,7 @@ def inflight_evidence(op: InflightOp, now: int) -> InflightEvidence:
         channels_completed=min(op.channels_stopped, 255),
         root=root,
         peer=peer,
+        gpu_timed=False if op.unproven else _unset(),
     )
 
 

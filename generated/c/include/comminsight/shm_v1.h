@@ -447,7 +447,7 @@ struct ci_shm_comm_entry_v1 {
     uint8_t inflight_algo; /* @395: algo of the oldest op in flight. */
     uint8_t inflight_proto; /* @396: proto of the oldest op in flight. */
     uint8_t inflight_n_channels; /* @397: Channels NCCL announced for the oldest op in flight. */
-    uint8_t inflight_unproven; /* @398: 1 when the oldest op in flight was not timed on the GPU (GPU timing sampled) and no later kernel of the communicator has started yet: it, and the untimed ops enqueued after it, may have finished already; nothing has proved it. 0 for an op NCCL times, and in files of older producers. */
+    uint8_t inflight_unproven; /* @398: 1 when the op shown in flight (inflight_*) was not timed on the GPU (GPU timing sampled) and no later kernel of the communicator has started yet: it, and the untimed ops enqueued before it, may have finished already; nothing has proved it. Where no GPU-timed op is in flight, the op shown is the newest such untimed op (if it is done, all before it are), not the oldest. 0 for an op NCCL times, and in files of older producers. */
     uint8_t reserved1[1]; /* @399: Zero. */
     int32_t inflight_peer; /* @400: Root (collectives) or peer (P2P) of the oldest op in flight, NO_RANK if none. */
     uint16_t inflight_channels_started; /* @404: KernelCh events started for the oldest op in flight. */

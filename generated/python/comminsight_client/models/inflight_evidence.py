@@ -42,6 +42,9 @@ class InflightEvidence:
             peer (int | Unset): Peer rank of a send/receive; absent otherwise.
             proxy (list[ProxyProgress] | Unset): Proxy progress per channel and peer; absent when proxy events were not
                 enabled.
+            gpu_timed (bool | Unset): false: NCCL was not asked to time this op on the GPU
+                (COMMINSIGHT_PROFILER_GPU_TIMING=sampled) and no later kernel of its communicator has started on this rank, so
+                it may have completed already: 'in flight' is then only unproven. Absent where the op is GPU-timed.
      """
 
     kind: OpClass
@@ -57,6 +60,7 @@ class InflightEvidence:
     root: int | Unset = UNSET
     peer: int | Unset = UNSET
     proxy: list[ProxyProgress] | Unset = UNSET
+    gpu_timed: bool | Unset = UNSET
 
 
 
@@ -97,6 +101,8 @@ class InflightEvidence:
 
 
 
+        gpu_timed = self.gpu_timed
+
 
         field_dict: dict[str, Any] = {}
 
@@ -118,6 +124,8 @@ class InflightEvidence:
             field_dict["peer"] = peer
         if proxy is not UNSET:
             field_dict["proxy"] = proxy
+        if gpu_timed is not UNSET:
+            field_dict["gpu_timed"] = gpu_timed
 
         return field_dict
 
@@ -166,6 +174,8 @@ class InflightEvidence:
                 proxy.append(proxy_item)
 
 
+        gpu_timed = d.pop("gpu_timed", UNSET)
+
         inflight_evidence = cls(
             kind=kind,
             func=func,
@@ -180,6 +190,7 @@ class InflightEvidence:
             root=root,
             peer=peer,
             proxy=proxy,
+            gpu_timed=gpu_timed,
         )
 
         return inflight_evidence

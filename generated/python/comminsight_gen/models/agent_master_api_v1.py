@@ -1977,6 +1977,18 @@ class InflightEvidence(Struct, forbid_unknown_fields=True):
     """
     Proxy progress per channel and peer; absent when proxy events were not enabled.
     """
+    gpu_timed: (
+        Annotated[
+            bool,
+            Meta(
+                description="false: NCCL was not asked to time this op on the GPU (COMMINSIGHT_PROFILER_GPU_TIMING=sampled) and no later kernel of its communicator has started on this rank, so it may have completed already: 'in flight' is then only unproven. Absent where the op is GPU-timed."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    false: NCCL was not asked to time this op on the GPU (COMMINSIGHT_PROFILER_GPU_TIMING=sampled) and no later kernel of its communicator has started on this rank, so it may have completed already: 'in flight' is then only unproven. Absent where the op is GPU-timed.
+    """
 
 
 class InflightOp(Struct):

@@ -1,0 +1,179 @@
+"""Ops in flight that were not timed on the GPU, presumed done where the job's progress
+shows them done, and the op a rank really waits in found past them.
+
+With COMMINSIGHT_PROFILER_GPU_TIMING=sampled NCCL times only some ops on the GPU. An untimed
+op has no kernel events: the Profiler counts it in flight until the kernel of a later NCCL
+group of its communicator starts, and marks it `unproven` (shm comm_entry
+inflight_unproven). Where a rank has no GPU-timed op in flight, its Profiler shows its newest
+untimed op (ops of a communicator complete in order: if that one is done, all are). Such ops
+may have completed long ago: the last op of a communicator used once per Step (an embedding
+group), or the last ops before a rank stops in its own code, would read as hangs of their own
+and hide where the job is really stuck; and a rank that ran on past an op a peer never joined
+shows a later op than the one it waits in.
+
+Per communicator, untimed ops before a bound B count as done, where B is the first op index
+that
+  - some rank never enqueued (a collective cannot complete without every rank),
+  - a rank shows a GPU-timed op in flight at (its kernel is not done: nor is anything after),
+  - the ranks' recent records disagree at (a mismatched call: see diagnosis.diverged), or
+  - a rank enqueued behind a wait of its process on another communicator (a process's ops
+    run in order: queued behind a stuck op, it cannot have run).
+Below B, nothing shows a kernel still running; another rank's completion proves it, where
+one completed. A rank with untimed ops at B or past it waits in op B, described from its
+recent records (the Agent's window) where they hold it, else as its Profiler showed it.
+The last rule depends on the waits the others leave, so the bounds are found again until
+they stop moving.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
+from comminsight.agent.hangs.op_rhythm import rhythm_key
+from comminsight.shm_reader import ROOTED_FUNCS
+
+# A member's recently recorded collectives on its communicator, by op index
+# (diagnosis.CompletedOps; untimed ops are recorded when NCCL stops them on the host).
+RecordedOps = Callable[[CommMember], dict[int, InflightOp]]
+# (pid, node) -> (communicator id, enqueue time) of each collective its process waits in
+Waits = dict[tuple[int, str | None], list[tuple[int, int]]]
+
+# Rounds of the fixed point; each only withdraws presumptions, so it settles fast (a chain of
+# communicators each queued behind the next needs one round per link).
+MAX_ROUNDS = 8
+
+
+def presume_untimed_done(
+    snapshot: NodeSnapshot, recorded_ops: RecordedOps | None = None
+) -> NodeSnapshot:
+    """The snapshot with untimed ops presumed done where the ranks' progress allows, and
+    each rank's op in flight the one it waits in."""
+    views = (*snapshot.comms.values(), *snapshot.torn_down.values())
+    if not any(_unproven(m) for c in views for m in c.members):
+        return snapshot
+    records = recorded_ops or (lambda m: {})
+    waits: Waits = {}
+    comms = snapshot.comms
+    for _ in range(MAX_ROUNDS):
+        comms = {cid: _presumed(c, records, waits) for cid, c in snapshot.comms.items()}
+        settled = _waits_of(comms.values())
+        if settled == waits:
+            break
+        waits = settled
+    torn_down = {cid: _presumed(c, records, waits) for cid, c in snapshot.torn_down.items()}
+    return dataclasses.replace(snapshot, comms=comms, torn_down=torn_down)
+
+
+def _unproven(m: CommMember) -> bool:
+    return m.inflight is not None and m.inflight.unproven and m.inflight.is_coll
+
+
+def _waits_of(comms) -> Waits:
+    """Per process, the collectives it still waits in after the presumptions: (comm id,
+    enqueue time)."""
+    out: Waits = {}
+    for c in comms:
+        for m in c.members:
+            if m.inflight is not None and m.inflight.is_coll:
+                key = (m.process.pid, m.process.node_name)
+                out.setdefault(key, []).append((c.comm_id, m.inflight.enqueue_mono_ns))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _presumed(comm: CommView, records: RecordedOps, waits: Waits) -> CommView:
+    members = comm.members
+    if not any(_unproven(m) for m in members):
+        return comm
+    bound = _bound(comm, records, waits)
+    presumed = tuple(_presume(m, bound, records) for m in members)
+    if all(a is b for a, b in zip(presumed, members, strict=True)):
+        return comm
+    return dataclasses.replace(comm, members=presumed)
+
+
+def _bound(comm: CommView, records: RecordedOps, waits: Waits) -> int:
+    members = comm.members
+    proven = max(m.coll_completed for m in members)  # every op before it is done everywhere
+    # a rank that left the communicator joins nothing more
+    bound = min(m.coll_enqueued for m in (*members, *comm.departed))
+    for m in members:
+        if m.inflight is not None and m.inflight.is_coll and not m.inflight.unproven:
+            bound = min(bound, m.inflight.op_index)
+    shown: dict[int, set[tuple]] = {}
+    for m in members:
+        if _unproven(m):
+            shown.setdefault(m.inflight.op_index, set()).add(rhythm_key(m.inflight))
+        if _queued_behind(m, comm.comm_id, waits):
+            bound = min(bound, proven)
+    for index, keys in shown.items():
+        if len(keys) > 1:  # the ranks enqueued different ops there
+            bound = min(bound, index)
+    bound = _first_difference(members, records, proven, bound)
+    return max(bound, proven)
+
+
+def _queued_behind(m: CommMember, comm_id: int, waits: Waits) -> bool:
+    """m's process waits in an op of another communicator that it enqueued before its
+    untimed op here."""
+    if not _unproven(m):
+        return False
+    mine = m.inflight.enqueue_mono_ns
+    return any(
+        cid != comm_id and at < mine
+        for cid, at in waits.get((m.process.pid, m.process.node_name), ())
+    )
+
+
+def _first_difference(
+    members: tuple[CommMember, ...], records: RecordedOps, low: int, high: int
+) -> int:
+    """The first index in [low, high) at which every rank's records hold an op and they
+    differ; high where none does."""
+    if high <= low:
+        return high
+    windows = [records(m) for m in members]
+    for index in range(low, high):
+        ops = [w.get(index) for w in windows]
+        if all(o is not None for o in ops) and len({rhythm_key(o) for o in ops}) > 1:
+            return index
+    return high
+
+
+def _presume(m: CommMember, bound: int, records: RecordedOps) -> CommMember:
+    if not _unproven(m):
+        return m
+    shown = m.inflight
+    if m.coll_enqueued <= bound:  # every op it issued is below the bound
+        return dataclasses.replace(
+            m, coll_completed=max(m.coll_completed, m.coll_enqueued), inflight=None
+        )
+    if shown.op_index == bound:
+        return m
+    waited = _described(m, bound, records)
+    if shown.op_index > bound:
+        # it ran on past the op it waits in; where its records do not hold that op, the
+        # Profiler's newer one stands for it (the right op index is lost, not the wait)
+        return dataclasses.replace(m, inflight=waited) if waited is not None else m
+    # its ops past the bound are not described where its records lack the one at the bound:
+    # it then waits in nothing the diagnosis can name, and its counters still say it is busy
+    return dataclasses.replace(m, coll_completed=max(m.coll_completed, bound), inflight=waited)
+
+
+def _described(m: CommMember, index: int, records: RecordedOps) -> InflightOp | None:
+    """m's op at index from its records, as the Profiler's in-flight view would show it."""
+    op = records(m).get(index)
+    if op is None:
+        return None
+    # the in-flight view carries NCCL's root argument of every collective, the records only
+    # that of rooted ones: take the shown op's for the others, so both read alike
+    peer = op.peer if op.func in ROOTED_FUNCS else m.inflight.peer
+    return dataclasses.replace(
+        op,
+        peer=peer,
+        unproven=True,
+        channels_started=0,
+        channels_stopped=0,
+        start_mono_ns=None,
+    )

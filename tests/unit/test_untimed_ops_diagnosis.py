@@ -1,0 +1,249 @@
+"""Hang diagnosis with ops NCCL did not time on the GPU (GPU timing sampled): an untimed op
+is presumed done where nothing shows it still runs, never where a rank has not joined it,
+where the ranks' records differ, or where its rank enqueued it behind a wait elsewhere; a
+rank that ran on past the op it waits in is put back in that op."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from comminsight.agent.core.snapshot import group_by_comm
+from comminsight.agent.hangs.diagnosis import diagnose
+from comminsight_gen.abi import shm_v1
+from comminsight_gen.models.hang_report_v1 import Verdict
+from tests.hang_snapshots import (
+    COMM,
+    MS,
+    NOW,
+    THRESHOLD,
+    S,
+    culprit_ranks,
+    member,
+    only,
+    op,
+    p2p,
+    proc,
+    snapshot,
+)
+
+TP, DP, EMB = 0x1111, 0x2222, 0x5555
+
+
+def untimed(index: int, enqueued_at: int, **kw):
+    """An op NCCL was not asked to time: no channel ever starts, the Profiler marks it."""
+    return dataclasses.replace(op(index, enqueued_at, started=False, **kw), unproven=True)
+
+
+def waits_untimed(rank: int, index: int, age: int = 3 * S, *, at=None, **kw):
+    enqueued_at = NOW - age
+    return member(rank, index + 1, index, untimed(index, enqueued_at), at=at or enqueued_at, **kw)
+
+
+def test_an_untimed_op_a_peer_completed_is_done():
+    # the embedding group's one all-reduce a Step: timed on rank 1, untimed on rank 0
+    reports = diagnose(
+        snapshot(
+            waits_untimed(0, 1, comm_id=EMB, nranks=2),
+            member(1, 2, 2, comm_id=EMB, nranks=2),
+        ),
+        NOW,
+        THRESHOLD,
+    )
+    assert reports == []
+
+
+def test_the_same_op_timed_and_unfinished_on_one_rank_is_a_hang():
+    reports = diagnose(
+        snapshot(
+            member(0, 2, 1, op(1, NOW - 3 * S, started=True), nranks=2),
+            waits_untimed(1, 1, nranks=2),
+        ),
+        NOW,
+        THRESHOLD,
+    )
+    report = only(reports)
+    assert report.verdict is Verdict.all_joined_none_complete
+    gpu_timed = {e.comm_rank: e.inflight.gpu_timed for e in report.evidence}
+    assert gpu_timed[1] is False and gpu_timed[0] is not False
+
+
+def quiet_job(*extra):
+    """Two ranks that joined an untimed all-reduce 10 s ago and issued nothing since on
+    this communicator; `extra` are their rows of other communicators."""
+    return snapshot(
+        waits_untimed(0, 4, 10 * S, nranks=2),
+        waits_untimed(1, 4, 10 * S, nranks=2),
+        *extra,
+    )
+
+
+def test_untimed_ops_every_rank_joined_are_no_hang_however_quiet_the_job():
+    # a checkpoint after the last all-reduce, or the job's end: nothing shows a kernel running
+    assert diagnose(quiet_job(), NOW, THRESHOLD) == []
+
+
+def test_a_proven_hang_is_reported_alone_beside_untimed_waits():
+    # rank 1 never joined the data-parallel all-reduce rank 0 waits in (a timed one); its
+    # only op in flight is the untimed one every rank joined, which nothing shows running:
+    # it sits in its own code
+    dp = [
+        member(0, 8, 7, op(7, NOW - 5 * S), comm_id=DP, nranks=2, at=NOW - 5 * S),
+        member(1, 7, 7, comm_id=DP, nranks=2, at=NOW - 9 * S),
+    ]
+    report = only(diagnose(quiet_job(*dp), NOW, THRESHOLD))
+    assert report.verdict is Verdict.stuck_outside_nccl, report.summary
+    assert report.comm.comm_id == f"{DP:016x}"
+    assert culprit_ranks(report) == [1]
+
+
+def test_an_untimed_op_a_rank_never_joined_still_waits_for_it():
+    reports = diagnose(
+        snapshot(
+            waits_untimed(0, 6, nranks=2),
+            member(1, 6, 6, nranks=2, at=NOW - 9 * S),
+        ),
+        NOW,
+        THRESHOLD,
+    )
+    report = only(reports)
+    assert report.verdict is Verdict.stuck_outside_nccl
+    assert culprit_ranks(report) == [1]
+
+
+def test_untimed_ops_that_differ_at_one_index_are_a_mismatch():
+    report = only(
+        diagnose(
+            snapshot(
+                waits_untimed(0, 3, nranks=3),
+                waits_untimed(1, 3, nranks=3),
+                member(2, 4, 3, untimed(3, NOW - 3 * S, count=7), nranks=3, at=NOW - 3 * S),
+            ),
+            NOW,
+            THRESHOLD,
+        )
+    )
+    assert report.verdict is Verdict.op_mismatch
+    assert culprit_ranks(report) == [2]
+
+
+def test_an_untimed_point_to_point_op_is_not_a_wait():
+    send = dataclasses.replace(p2p("Send", 1), unproven=True, channels_started=0)
+    recv = dataclasses.replace(p2p("Recv", 0), unproven=True, channels_started=0)
+    reports = diagnose(
+        snapshot(
+            member(0, 0, 0, send, nranks=2, p2p_enqueued=8, p2p_completed=7),
+            member(1, 0, 0, recv, nranks=2, p2p_enqueued=8, p2p_completed=7),
+        ),
+        NOW,
+        THRESHOLD,
+    )
+    assert reports == []
+
+
+def test_a_rank_that_skipped_an_untimed_op_is_found_past_the_untimed_ops_all_joined():
+    # rank 0 enqueued #3..#5 untimed and shows its newest (#5); rank 1 stopped after #4 in
+    # its own code: #4 is presumed done on both, and rank 1 never joined #5
+    reports = diagnose(
+        snapshot(
+            member(0, 6, 3, untimed(5, NOW - 3 * S), nranks=2, at=NOW - 3 * S),
+            member(1, 5, 3, untimed(4, NOW - 4 * S), nranks=2, at=NOW - 4 * S),
+        ),
+        NOW,
+        THRESHOLD,
+    )
+    report = only(reports)
+    assert report.verdict is Verdict.stuck_outside_nccl, report.summary
+    assert report.op.index == 5 and culprit_ranks(report) == [1]
+
+
+def test_a_timed_op_one_rank_waits_in_shows_past_a_peers_untimed_ops():
+    reports = diagnose(
+        snapshot(
+            member(0, 6, 3, op(5, NOW - 3 * S, started=False), nranks=2, at=NOW - 3 * S),
+            member(1, 5, 3, untimed(4, NOW - 4 * S), nranks=2, at=NOW - 4 * S),
+        ),
+        NOW,
+        THRESHOLD,
+    )
+    report = only(reports)
+    assert report.verdict is Verdict.stuck_outside_nccl, report.summary
+    assert report.op.index == 5 and culprit_ranks(report) == [1]
+
+
+def ran_on_past_a_skip():
+    """Rank 1 stopped in its own code after #4; rank 0 enqueued #5 (which rank 1 never
+    issued) and went on to #26, all untimed: its Profiler shows #26."""
+    return snapshot(
+        member(0, 27, 3, untimed(26, NOW - 2 * S), nranks=2, at=NOW - 2 * S),
+        member(1, 5, 3, untimed(4, NOW - 9 * S), nranks=2, at=NOW - 9 * S),
+    )
+
+
+def records_of(ops_by_rank: dict[int, dict[int, object]]):
+    return lambda m: ops_by_rank.get(m.rank, {})
+
+
+def test_a_rank_that_ran_on_waits_in_the_op_its_peer_never_issued():
+    records = {0: {i: untimed(i, NOW - 8 * S + i * MS) for i in range(0, 27)}}
+    report = only(diagnose(ran_on_past_a_skip(), NOW, THRESHOLD, completed_ops=records_of(records)))
+    assert report.verdict is Verdict.stuck_outside_nccl, report.summary
+    assert report.op.index == 5 and culprit_ranks(report) == [1]
+    # where its records no longer hold that op, the newer one it shows stands for it
+    report = only(diagnose(ran_on_past_a_skip(), NOW, THRESHOLD))
+    assert report.op.index == 26 and culprit_ranks(report) == [1]
+
+
+def test_untimed_ops_the_ranks_records_show_different_are_a_mismatch():
+    # three ranks ran on to #10; at #6 rank 2 issued another count (its records say so)
+    rows = [member(r, 11, 5, untimed(10, NOW - 2 * S), nranks=3, at=NOW - 2 * S) for r in range(3)]
+    records = {
+        r: {i: untimed(i, NOW - 5 * S, count=7 if (r, i) == (2, 6) else 1024) for i in range(11)}
+        for r in range(3)
+    }
+    report = only(diagnose(snapshot(*rows), NOW, THRESHOLD, completed_ops=records_of(records)))
+    assert report.verdict is Verdict.op_mismatch, report.summary
+    assert report.op.index == 6 and culprit_ranks(report) == [2]
+    # records that agree: the untimed ops are presumed done
+    agree = {r: {i: untimed(i, NOW - 5 * S) for i in range(11)} for r in range(3)}
+    assert diagnose(snapshot(*rows), NOW, THRESHOLD, completed_ops=records_of(agree)) == []
+
+
+def test_untimed_ops_enqueued_behind_a_wait_elsewhere_wait_too():
+    # rank 0 waits in a tensor-parallel all-reduce its peer (pid 1002) never issued, then
+    # enqueued a data-parallel all-reduce untimed behind it; its data-parallel peer did too
+    tp = [
+        member(0, 6, 5, op(5, NOW - 5 * S, started=False), comm_id=TP, nranks=2),
+        member(1, 5, 5, comm_id=TP, nranks=2, process=proc(2), at=NOW - 9 * S),
+    ]
+    dp = [
+        member(0, 8, 7, untimed(7, NOW - 4 * S), comm_id=DP, nranks=2, at=NOW - 4 * S),
+        member(1, 8, 7, untimed(7, NOW - 4 * S), comm_id=DP, nranks=2, process=proc(1)),
+    ]
+    reports = diagnose(snapshot(*tp, *dp), NOW, THRESHOLD)
+    by_comm = {r.comm.comm_id: r for r in reports}
+    assert set(by_comm) == {f"{TP:016x}", f"{DP:016x}"}, [r.summary for r in reports]
+    assert by_comm[f"{TP:016x}"].verdict is Verdict.stuck_outside_nccl
+    dp_report = by_comm[f"{DP:016x}"]
+    assert dp_report.op.index == 7 and "follows from" in dp_report.summary
+
+
+def test_a_rank_that_ran_on_past_a_peer_that_left_waits_in_the_op_after_its_last():
+    # rank 1 destroyed the communicator after #34; rank 0 enqueued #35..#44 untimed
+    waiter = member(0, 45, 30, untimed(44, NOW - 2 * S), nranks=2, at=NOW - 2 * S)
+    left = member(
+        1,
+        35,
+        35,
+        None,
+        nranks=2,
+        state=shm_v1.CommState.FINALIZED,
+        finalize_mono_ns=NOW - 3 * S,
+        process=proc(1, exists=False),
+    )
+    snap = snapshot(waiter, left)
+    view = dataclasses.replace(group_by_comm([waiter])[COMM], departed=(left,))
+    snap = dataclasses.replace(snap, comms={}, torn_down={COMM: view})
+    records = {0: {i: untimed(i, NOW - 3 * S + i * MS) for i in range(30, 45)}}
+    report = only(diagnose(snap, NOW, THRESHOLD, completed_ops=records_of(records)))
+    assert report.verdict is Verdict.rank_left, report.summary
+    assert report.op.index == 35 and culprit_ranks(report) == [1]
