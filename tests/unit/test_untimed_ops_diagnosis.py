@@ -247,3 +247,16 @@ def test_a_rank_that_ran_on_past_a_peer_that_left_waits_in_the_op_after_its_last
     report = only(diagnose(snap, NOW, THRESHOLD, completed_ops=records_of(records)))
     assert report.verdict is Verdict.rank_left, report.summary
     assert report.op.index == 35 and culprit_ranks(report) == [1]
+
+
+def test_a_timed_op_shown_past_untimed_ones_a_peer_never_joined_waits_in_the_first():
+    # rank 0's #5..#8 were untimed, #9 timed (the period's sample): its row shows #9, and
+    # has completed nothing since #4; rank 1 never issued #5
+    rows = [
+        member(0, 10, 5, op(9, NOW - 2 * S, started=False), nranks=2, at=NOW - 2 * S),
+        member(1, 5, 5, nranks=2, at=NOW - 9 * S),
+    ]
+    records = {0: {i: untimed(i, NOW - 3 * S + i * MS) for i in range(5, 9)}}
+    report = only(diagnose(snapshot(*rows), NOW, THRESHOLD, completed_ops=records_of(records)))
+    assert report.verdict is Verdict.stuck_outside_nccl, report.summary
+    assert report.op.index == 5 and culprit_ranks(report) == [1]

@@ -20,7 +20,9 @@ that
     run in order: queued behind a stuck op, it cannot have run).
 Below B, nothing shows a kernel still running; another rank's completion proves it, where
 one completed. A rank with untimed ops at B or past it waits in op B, described from its
-recent records (the Agent's window) where they hold it, else as its Profiler showed it.
+recent records (the Agent's window) where they hold it, else as its Profiler showed it; so
+does a rank that shows a timed op past B (its Profiler shows a timed op in flight before any
+untimed one: the untimed ones before it, B among them, are hidden behind it).
 The last rule depends on the waits the others leave, so the bounds are found again until
 they stop moving.
 """
@@ -51,7 +53,7 @@ def presume_untimed_done(
     """The snapshot with untimed ops presumed done where the ranks' progress allows, and
     each rank's op in flight the one it waits in."""
     views = (*snapshot.comms.values(), *snapshot.torn_down.values())
-    if not any(_unproven(m) for c in views for m in c.members):
+    if not any(_hides_untimed(m) for c in views for m in c.members):
         return snapshot
     records = recorded_ops or (lambda m: {})
     waits: Waits = {}
@@ -70,6 +72,13 @@ def _unproven(m: CommMember) -> bool:
     return m.inflight is not None and m.inflight.unproven and m.inflight.is_coll
 
 
+def _hides_untimed(m: CommMember) -> bool:
+    """Its row shows an untimed collective, or a timed one past ops it has not completed:
+    untimed ones, which the Profiler does not show while a timed op is in flight."""
+    op = m.inflight
+    return op is not None and op.is_coll and (op.unproven or op.op_index > m.coll_completed)
+
+
 def _waits_of(comms) -> Waits:
     """Per process, the collectives it still waits in after the presumptions: (comm id,
     enqueue time)."""
@@ -84,7 +93,7 @@ def _waits_of(comms) -> Waits:
 
 def _presumed(comm: CommView, records: RecordedOps, waits: Waits) -> CommView:
     members = comm.members
-    if not any(_unproven(m) for m in members):
+    if not any(_hides_untimed(m) for m in members):
         return comm
     bound = _bound(comm, records, waits)
     presumed = tuple(_presume(m, bound, records) for m in members)
@@ -142,9 +151,15 @@ def _first_difference(
 
 
 def _presume(m: CommMember, bound: int, records: RecordedOps) -> CommMember:
-    if not _unproven(m):
+    if not _hides_untimed(m):
         return m
     shown = m.inflight
+    if not shown.unproven:
+        if shown.op_index <= bound:
+            return m
+        # a timed op, queued behind untimed ones that did not finish: it waits in the first
+        waited = _described(m, bound, records)
+        return dataclasses.replace(m, inflight=waited) if waited is not None else m
     if m.coll_enqueued <= bound:  # every op it issued is below the bound
         return dataclasses.replace(
             m, coll_completed=max(m.coll_completed, m.coll_enqueued), inflight=None
