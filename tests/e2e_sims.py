@@ -23,12 +23,16 @@ def e2e_sim_config(
     steps: int = 2,
     time_scale: float = 0.02,
     threshold_s: float = E2E_THRESHOLD_S,
+    gpu_timing: str | None = None,
 ) -> SimConfig:
-    """Four DDP ranks with the fast heartbeat and (by default) 0.5 s hang threshold of E2E_ENV."""
+    """Four DDP ranks with the fast heartbeat and (by default) 0.5 s hang threshold of E2E_ENV;
+    gpu_timing: the Profiler's COMMINSIGHT_PROFILER_GPU_TIMING, where not its default."""
     env = tuple(
         (k, str(threshold_s)) if k == "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S" else (k, v)
         for k, v in E2E_ENV
     )
+    if gpu_timing is not None:
+        env += (("COMMINSIGHT_PROFILER_GPU_TIMING", gpu_timing),)
     return SimConfig(
         plugin=str(plugin),
         home=str(home),

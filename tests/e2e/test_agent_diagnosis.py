@@ -195,12 +195,13 @@ def run_and_diagnose(
     steps: int = 2,
     time_scale: float = 0.02,
     threshold_s: float = E2E_THRESHOLD_S,
+    gpu_timing: str | None = None,
 ):
     """Run the sim in a thread and diagnose every 100 ms; returns every poll's reports."""
     (home / "metadata").mkdir(parents=True, exist_ok=True)
     lock = open(home / "metadata" / "agent.lock", "w")  # noqa: SIM115 - held for the run
     fcntl.flock(lock, fcntl.LOCK_EX)  # so the plugin leaves its SHM files for us
-    config = e2e_sim_config(plugin, home, faults, steps, time_scale, threshold_s)
+    config = e2e_sim_config(plugin, home, faults, steps, time_scale, threshold_s, gpu_timing)
     result = {}
     sim = threading.Thread(target=lambda: result.setdefault("sim", run_simulation(config)))
     sim.start()
@@ -291,6 +292,42 @@ def test_e2e_die_is_process_died_naming_the_rank(plugin, tmp_path, latencies):
     report = first_report(polls, Verdict.process_died)
     assert_detected(report, 2, latencies)
     assert report.evidence[2].process_state.value == "exited"
+
+
+@pytest.mark.parametrize(
+    ("fault", "verdict", "rank"),
+    [
+        ("skip:rank=1,op=5", Verdict.stuck_outside_nccl, 1),
+        ("sleep:rank=0,op=5,seconds=2", Verdict.stuck_outside_nccl, 0),
+        ("die:rank=2,op=5", Verdict.process_died, 2),
+    ],
+)
+def test_e2e_with_gpu_timing_sampled_the_culprit_is_named_and_nothing_else(
+    plugin, tmp_path, latencies, fault, verdict, rank
+):
+    """Most ops untimed: the ranks' last ops before the fault, and every op of the ranks that
+    ran on, are only presumed done; the one rank at fault is still named, alone."""
+    polls = run_and_diagnose(plugin, tmp_path, (fault,), gpu_timing="sampled")
+    report = first_report(polls, verdict)
+    assert_detected(report, rank, latencies)
+    assert {r.verdict for _, reports in polls for r in reports} == {verdict}
+
+
+def test_e2e_healthy_run_with_gpu_timing_sampled_gives_no_report(plugin, tmp_path):
+    polls = run_and_diagnose(
+        plugin,
+        tmp_path,
+        (),
+        steps=40,
+        time_scale=0.1,
+        threshold_s=HEALTHY_THRESHOLD_S,
+        gpu_timing="sampled",
+    )
+    assert sum(1 for snap, _ in polls if snap.comms) >= 3, f"only {len(polls)} polls"
+    hangs = [
+        r.summary for _, reports in polls for r in reports if r.verdict is not Verdict.straggler
+    ]
+    assert hangs == []
 
 
 @pytest.mark.parametrize("field", ["count", "func"])
