@@ -260,3 +260,35 @@ def test_a_timed_op_shown_past_untimed_ones_a_peer_never_joined_waits_in_the_fir
     report = only(diagnose(snapshot(*rows), NOW, THRESHOLD, completed_ops=records_of(records)))
     assert report.verdict is Verdict.stuck_outside_nccl, report.summary
     assert report.op.index == 5 and culprit_ranks(report) == [1]
+
+
+def test_a_rank_that_died_after_an_untimed_op_its_peers_wait_in_is_named():
+    # an OOM kill while its peers block: nothing says the dead rank ran its untimed op
+    for dead in (proc(1, exists=False), proc(1, hb_age=25 * S)):
+        rows = [
+            waits_untimed(0, 5, 30 * S, nranks=2),
+            waits_untimed(1, 5, 30 * S, nranks=2, process=dead),
+        ]
+        report = only(diagnose(snapshot(*rows), NOW, THRESHOLD))
+        assert report.verdict is Verdict.process_died, report.summary
+        assert report.op.index == 5 and culprit_ranks(report) == [1]
+
+
+def test_a_rank_of_another_node_may_not_have_joined_an_untimed_op():
+    # a node's view of a data-parallel group with one rank per node: only a master can tell
+    row = waits_untimed(0, 5, 30 * S, comm_id=DP, nranks=2, nnodes=2)
+    report = only(diagnose(snapshot(row), NOW, THRESHOLD))
+    assert report.verdict is Verdict.inconclusive and report.op.index == 5
+
+
+def test_an_untimed_op_enqueued_behind_a_healthy_wait_elsewhere_is_no_hang():
+    # a timed all-reduce queued on a busy GPU for 0.5 s, an untimed embedding all-reduce
+    # enqueued after it on both ranks: the embedding group's last proven op is a minute old,
+    # but only its newest op is queued behind the wait, and that one is young
+    tp = [member(r, 6, 5, op(5, NOW - S // 2, started=False), comm_id=TP, nranks=2) for r in (0, 1)]
+    emb = [
+        member(r, 10, 3, untimed(9, NOW - S // 3), comm_id=EMB, nranks=2, at=NOW - S // 3)
+        for r in (0, 1)
+    ]
+    records = {r: {i: untimed(i, NOW - 60 * S + i * 6 * S) for i in range(10)} for r in (0, 1)}
+    assert diagnose(snapshot(*tp, *emb), NOW, THRESHOLD, completed_ops=records_of(records)) == []

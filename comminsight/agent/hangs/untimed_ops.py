@@ -13,18 +13,27 @@ shows a later op than the one it waits in.
 
 Per communicator, untimed ops before a bound B count as done, where B is the first op index
 that
-  - some rank never enqueued (a collective cannot complete without every rank),
+  - some rank never enqueued, or a rank that left never will (a collective cannot complete
+    without every rank),
   - a rank shows a GPU-timed op in flight at (its kernel is not done: nor is anything after),
   - the ranks' recent records disagree at (a mismatched call: see diagnosis.diverged), or
-  - a rank enqueued behind a wait of its process on another communicator (a process's ops
-    run in order: queued behind a stuck op, it cannot have run).
-Below B, nothing shows a kernel still running; another rank's completion proves it, where
-one completed. A rank with untimed ops at B or past it waits in op B, described from its
-recent records (the Agent's window) where they hold it, else as its Profiler showed it; so
-does a rank that shows a timed op past B (its Profiler shows a timed op in flight before any
-untimed one: the untimed ones before it, B among them, are hidden behind it).
-The last rule depends on the waits the others leave, so the bounds are found again until
-they stop moving.
+  - a rank enqueued after its process began to wait in an op of another communicator (a
+    process's ops run in order: queued behind a stuck op, it cannot have run).
+Where a rank is out of view (on another node: only a master sees all) or its process is dead
+or frozen, nothing says it ran its untimed ops: B is then the first op no rank completed.
+Another rank's completion always proves the ops before it. A rank with untimed ops at B or
+past it waits in op B, described from its recent records (the Agent's window of what each
+process recorded, untimed ops included from the moment NCCL stopped them on the host) where
+they hold it, else as its Profiler showed it, or, where it showed an older op, as waiting in
+nothing the diagnosis can name; so does a rank that shows a timed op past B (its Profiler
+shows a timed op in flight before any untimed one: the untimed ones before it, B among them,
+are hidden behind it). The fourth rule depends on the waits the others leave, so the bounds
+are found again until they stop moving (MAX_ROUNDS; each round only lowers them, and the
+last round's stand).
+
+Not seen: a rank that aborted its communicator in the middle of an untimed op looks like
+one that finished it and left (its Profiler counts its ops done at finalize, as NCCL's
+destroy waits for them); its peers' wait is then taken for done.
 """
 
 from __future__ import annotations
@@ -105,6 +114,11 @@ def _presumed(comm: CommView, records: RecordedOps, waits: Waits) -> CommView:
 def _bound(comm: CommView, records: RecordedOps, waits: Waits) -> int:
     members = comm.members
     proven = max(m.coll_completed for m in members)  # every op before it is done everywhere
+    out_of_view = set(comm.missing_ranks) - {m.rank for m in comm.departed}
+    if out_of_view or any(not m.process.alive for m in members):
+        # ranks out of view (other nodes: only a master sees whether they joined), or a rank
+        # dead or frozen: nothing says it ran its untimed ops, and its peers may wait in them
+        return proven
     # a rank that left the communicator joins nothing more
     bound = min(m.coll_enqueued for m in (*members, *comm.departed))
     for m in members:
@@ -114,8 +128,9 @@ def _bound(comm: CommView, records: RecordedOps, waits: Waits) -> int:
     for m in members:
         if _unproven(m):
             shown.setdefault(m.inflight.op_index, set()).add(rhythm_key(m.inflight))
-        if _queued_behind(m, comm.comm_id, waits):
-            bound = min(bound, proven)
+            behind = _first_queued_behind(m, comm.comm_id, waits, records)
+            if behind is not None:
+                bound = min(bound, behind)
     for index, keys in shown.items():
         if len(keys) > 1:  # the ranks enqueued different ops there
             bound = min(bound, index)
@@ -123,16 +138,26 @@ def _bound(comm: CommView, records: RecordedOps, waits: Waits) -> int:
     return max(bound, proven)
 
 
-def _queued_behind(m: CommMember, comm_id: int, waits: Waits) -> bool:
-    """m's process waits in an op of another communicator that it enqueued before its
-    untimed op here."""
-    if not _unproven(m):
-        return False
-    mine = m.inflight.enqueue_mono_ns
-    return any(
-        cid != comm_id and at < mine
-        for cid, at in waits.get((m.process.pid, m.process.node_name), ())
+def _first_queued_behind(
+    m: CommMember, comm_id: int, waits: Waits, records: RecordedOps
+) -> int | None:
+    """The first op of m here that its process enqueued after it began to wait in an op of
+    another communicator (queued behind that wait, it cannot have run); None where it waits
+    nowhere else, or began to only after its ops here."""
+    shown = m.inflight
+    began = min(
+        (at for cid, at in waits.get((m.process.pid, m.process.node_name), ()) if cid != comm_id),
+        default=None,
     )
+    if began is None or shown.enqueue_mono_ns <= began:
+        return None
+    # its records say which op came first after that; without them, the one its row shows
+    after = [
+        index
+        for index, op in records(m).items()
+        if m.coll_completed <= index < shown.op_index and op.enqueue_mono_ns > began
+    ]
+    return min(after, default=shown.op_index)
 
 
 def _first_difference(
@@ -143,9 +168,13 @@ def _first_difference(
     if high <= low:
         return high
     windows = [records(m) for m in members]
-    for index in range(low, high):
-        ops = [w.get(index) for w in windows]
-        if all(o is not None for o in ops) and len({rhythm_key(o) for o in ops}) > 1:
+    if not all(windows):
+        return high
+    # only the indexes every window holds: a window is the Agent's last few thousand records
+    # of a process, however far apart low and high are
+    held = set.intersection(*(set(w) for w in windows))
+    for index in sorted(i for i in held if low <= i < high):
+        if len({rhythm_key(w[index]) for w in windows}) > 1:
             return index
     return high
 
