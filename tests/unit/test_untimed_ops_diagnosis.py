@@ -292,3 +292,21 @@ def test_an_untimed_op_enqueued_behind_a_healthy_wait_elsewhere_is_no_hang():
     ]
     records = {r: {i: untimed(i, NOW - 60 * S + i * 6 * S) for i in range(10)} for r in (0, 1)}
     assert diagnose(snapshot(*tp, *emb), NOW, THRESHOLD, completed_ops=records_of(records)) == []
+
+
+def test_receives_facing_each_other_behind_untimed_ops_elsewhere_blame_no_call_order():
+    # a pipeline pair's batched exchange does not finish; each rank also has an untimed
+    # all-reduce of another group in flight, whose row shows the newest (enqueued later):
+    # an older untimed one may be what the exchange is queued behind
+    pp = [
+        member(r, 0, 0, p2p("Recv", 1 - r, age=5 * S), nranks=2, p2p_enqueued=4, p2p_completed=2)
+        for r in (0, 1)
+    ]
+    dp = [
+        member(r, 10, 3, untimed(9, NOW - 4 * S), comm_id=DP, nranks=2, at=NOW - 4 * S)
+        for r in (0, 1)
+    ]
+    reports = diagnose(snapshot(*pp, *dp), NOW, THRESHOLD)
+    report = only(reports)
+    assert report.verdict is Verdict.all_joined_none_complete, report.summary
+    assert report.culprits == []

@@ -145,6 +145,7 @@ def diagnose(
     """
     real = now_real_ns if now_real_ns is not None else _mono_to_real(snapshot, now_mono_ns)
     seen = members_seen or MembersSeen.from_snapshots([*history, snapshot])
+    as_shown = snapshot
     snapshot = presume_untimed_done(snapshot, completed_ops)
     findings = []
     for comm in sorted(snapshot.torn_down.values(), key=lambda c: c.comm_id):
@@ -157,7 +158,7 @@ def diagnose(
             findings.append(finding)
     for comm in sorted(snapshot.comms.values(), key=lambda c: c.comm_id):
         finding = diagnose_comm(
-            comm, snapshot, now_mono_ns, threshold_ns, completed_ops, step_cycles, seen
+            comm, snapshot, now_mono_ns, threshold_ns, completed_ops, step_cycles, seen, as_shown
         ) or find_straggler(
             comm,
             [*history, snapshot],
@@ -251,10 +252,13 @@ def diagnose_comm(
     completed_ops: CompletedOps | None = None,
     step_cycles: StepCycleOf | None = None,
     seen: MembersSeen | None = None,
+    as_shown: NodeSnapshot | None = None,
 ) -> Finding | None:
+    """as_shown: the snapshot before untimed ops were presumed done (diagnose), where a
+    point-to-point verdict that would name culprits asks what else their ranks may wait in."""
     waiting = waiting_members(comm, now, threshold_ns)
     if not waiting:
-        return p2p_wait(comm, snapshot, now, threshold_ns) or comm_init_stuck(
+        return p2p_wait(comm, snapshot, now, threshold_ns, as_shown) or comm_init_stuck(
             comm, now, threshold_ns
         )
     op_index = min(m.inflight.op_index for m in waiting)
@@ -818,7 +822,13 @@ def inconclusive(comm: CommView, op_index: int, op: InflightOp, wait_s: float) -
     )
 
 
-def p2p_wait(comm: CommView, snapshot: NodeSnapshot, now: int, threshold_ns: int) -> Finding | None:
+def p2p_wait(
+    comm: CommView,
+    snapshot: NodeSnapshot,
+    now: int,
+    threshold_ns: int,
+    as_shown: NodeSnapshot | None = None,
+) -> Finding | None:
     """A rank waits past the threshold in a Send or Recv (a pipeline stage waiting for its
     neighbour's activations, say). Its peer is the rank to look at, and if that peer itself
     waits in a point-to-point op on this communicator, the peer's peer, down the chain of
@@ -859,7 +869,10 @@ def p2p_wait(comm: CommView, snapshot: NodeSnapshot, now: int, threshold_ns: int
             # a batched exchange that cannot finish: behind another op, or with a rank whose
             # process ended (its other ops are no longer in view) - not a proven call order
             if all(m.p2p_enqueued - m.p2p_completed > 1 for m in cycle) and any(
-                m.process.ended or blocked_elsewhere(m, snapshot) for m in cycle
+                # an untimed op of another communicator, presumed done, may still be what
+                # it waits in first: no call order is proven wrong while it may
+                m.process.ended or blocked_elsewhere(m, as_shown or snapshot)
+                for m in cycle
             ):
                 return p2p_exchange(comm, cycle, op)
             return p2p_cycle(comm, cycle, op)
@@ -988,11 +1001,17 @@ def p2p_cycle(comm: CommView, cycle: list[CommMember], op: InflightOp) -> Findin
 def blocked_elsewhere(m: CommMember, snapshot: NodeSnapshot) -> bool:
     """m's process has an op of another communicator in flight that was enqueued before m's
     or whose kernel runs on the GPU and does not finish: what it waits in first (a batched
-    exchange queued behind it, or beside it on the GPU, cannot finish either)."""
+    exchange queued behind it, or beside it on the GPU, cannot finish either). An untimed op
+    counts whenever it was enqueued: its row shows the newest of the untimed ops, and an older
+    one may be the first."""
     mine = m.inflight.enqueue_mono_ns
     return any(
         other.inflight is not None
-        and (other.inflight.enqueue_mono_ns < mine or other.inflight.channels_started > 0)
+        and (
+            other.inflight.enqueue_mono_ns < mine
+            or other.inflight.channels_started > 0
+            or other.inflight.unproven
+        )
         for view in snapshot.comms.values()
         if view.comm_id != m.comm_id
         for other in view.members
