@@ -110,14 +110,16 @@ static void raise_shared(uint64_t* counter, uint64_t value) {
 
 /* Called with ci_g.lock held. */
 void ci_comm_close(ci_comm_t* comm) {
-    ci_ops_sweep(comm, ci_now_mono(), 0); /* ops NCCL will never finish for this comm */
     ci_shm_comm_entry_v1_t* e = comm->entry;
+    /* FINALIZED before the counters move: a reader must never see an active row that
+     * completed what its peers still wait in (a divergence that never happened) */
+    e->finalize_mono_ns = ci_now_mono();
+    __atomic_store_n(&e->state, CI_SHM_V1_COMM_STATE_FINALIZED, __ATOMIC_RELEASE);
+    ci_ops_sweep(comm, ci_now_mono(), 0); /* ops NCCL will never finish for this comm */
     /* and those recorded untimed (GPU timing sampled) that nothing proved: over as well */
     raise_shared(&e->coll_completed, LOAD(&e->coll_enqueued));
     raise_shared(&e->p2p_completed, LOAD(&e->p2p_enqueued));
-    e->finalize_mono_ns = ci_now_mono();
     publish_comm_record(comm, CI_SHM_V1_RECORD_KIND_COMM_FINALIZE);
-    __atomic_store_n(&e->state, CI_SHM_V1_COMM_STATE_FINALIZED, __ATOMIC_RELEASE);
     __atomic_sub_fetch(&ci_g.hdr->comms_active, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&comm->in_use, 0, __ATOMIC_RELEASE);
 }
