@@ -64,7 +64,7 @@ def presume_untimed_done(
     views = (*snapshot.comms.values(), *snapshot.torn_down.values())
     if not any(_hides_untimed(m) for c in views for m in c.members):
         return snapshot
-    records = recorded_ops or (lambda m: {})
+    records = _once_each(recorded_ops) if recorded_ops is not None else (lambda m: {})
     waits: Waits = {}
     comms = snapshot.comms
     for _ in range(MAX_ROUNDS):
@@ -75,6 +75,20 @@ def presume_untimed_done(
         waits = settled
     torn_down = {cid: _presumed(c, records, waits) for cid, c in snapshot.torn_down.items()}
     return dataclasses.replace(snapshot, comms=comms, torn_down=torn_down)
+
+
+def _once_each(recorded_ops: RecordedOps) -> RecordedOps:
+    """recorded_ops asked once per row: each round asks again for the same windows, and a
+    window is thousands of records turned into ops."""
+    seen: dict[tuple, dict[int, InflightOp]] = {}
+
+    def records(m: CommMember) -> dict[int, InflightOp]:
+        key = (m.process.node_name, m.process.pid, m.process.start_real_ns, m.comm_id)
+        if key not in seen:
+            seen[key] = recorded_ops(m)
+        return seen[key]
+
+    return records
 
 
 def _unproven(m: CommMember) -> bool:
