@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from plugin_scenarios import COLL, DEADLINE_S, Driver, region, settled, snapshot
 from waiting import wait_until
@@ -306,9 +307,27 @@ def untimed_past_the_threshold(d: Driver) -> dict:
     return out
 
 
+def pause_edges(d: Driver) -> dict:
+    """Three runs of five calls with a pause of PAUSE_S after each (a training loop's Steps
+    with the optimizer and data loading between them), then one call."""
+    ctx = d.init(0xCF).context
+    timed = []
+    for run in range(3):
+        timed += [op(d, ctx, 5 * run + i) for i in range(5)]
+        time.sleep(PAUSE_S)
+    timed.append(op(d, ctx, 15))
+    out = {"timed": timed, "records": records()}
+    d.abi.finalize(ctx)
+    return out
+
+
+PAUSE_S = 0.6  # the test sets the pause threshold to a third of it
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
+        pause_edges,
         untimed_past_the_threshold,
         untimed_shown_unproven,
         sampled,

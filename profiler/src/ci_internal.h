@@ -96,6 +96,7 @@ typedef struct ci_config {
     bool gpu_timing_all;           /* COMMINSIGHT_PROFILER_GPU_TIMING=all: every op timed on the GPU */
     uint32_t gpu_timing_every;     /* sampled: one op in this many of each shape */
     uint32_t gpu_timing_period_ms; /* sampled: a communicator's next op after this long untimed */
+    uint64_t gpu_timing_quiet_ns;  /* sampled: the ops on either side of a pause this long */
     double hang_evidence_max_s;    /* the longest the mask stays raised for one flagged op */
 } ci_config_t;
 
@@ -208,6 +209,10 @@ typedef struct ci_thread {
         uintptr_t handle;
         ci_api_info_t info;
     } api_ring[CI_API_RING];
+    /* gpu_timing.c: this thread's runs of calls between pauses (the last call's time, the
+     * place of the current call in its run, the length of the run before it) */
+    uint64_t last_call_mono_ns;
+    uint32_t run_pos, run_len;
 } ci_thread_t;
 
 extern __thread ci_thread_t* ci_tls __attribute__((tls_model("initial-exec")));
@@ -562,7 +567,7 @@ static inline uint64_t ci_hang_threshold_ns(void) { return __atomic_load_n(&ci_g
 /* ---- GPU timing sampled through the activation mask (gpu_timing.c) ---- */
 uint8_t ci_gpu_timing_mode(uint32_t abi); /* CI_SHM_V1_GPU_TIMING_* for this configuration */
 /* At a CollApi/P2pApi start: whether the task NCCL appends next is timed (mask written so). */
-bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype);
+bool ci_gpu_timing_decide(ci_thread_t* t, ci_comm_t* comm, const char* func, uint64_t count, const char* datatype);
 void ci_gpu_timing_learn_nccl(uint32_t abi);
 void ci_gpu_timing_tick(ci_comm_t* comm, uint64_t now); /* background, each heartbeat */
 void ci_gpu_timing_taken(ci_comm_t* comm);                /* a timed task has started */

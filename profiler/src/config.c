@@ -312,6 +312,7 @@ void ci_config_load(ci_config_t* cfg, int home_fd) {
     cfg->gpu_timing_all = strcmp(TEXT(PROFILER_GPU_TIMING), "all") == 0;
     cfg->gpu_timing_every = (uint32_t)as_int(TEXT(PROFILER_GPU_TIMING_EVERY));
     cfg->gpu_timing_period_ms = (uint32_t)as_int(TEXT(PROFILER_GPU_TIMING_PERIOD_MS));
+    cfg->gpu_timing_quiet_ns = (uint64_t)as_int(TEXT(PROFILER_GPU_TIMING_QUIET_US)) * 1000u;
 #undef TEXT
     /* The ring index is a mask: round a non-power-of-two up, and say so. */
     uint32_t slots = 1;

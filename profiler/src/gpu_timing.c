@@ -168,7 +168,34 @@ static bool mask_has_kernel_ch(bool otherwise) {
     return nccl_mask ? (LOAD(nccl_mask) & CI_EV_KERNEL_CH) != 0 : otherwise;
 }
 
-bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, const char* datatype) {
+/* Whether the call whose task reads NCCL's mask next is at the edge of a pause: the first call
+ * after one, or the last before the next one as predicted by the length of the run of calls
+ * between the last two pauses (a training loop issues the same calls Step after Step, and the
+ * optimizer, data loading or a host sync pause the host between them). A Step's first and last
+ * op are then timed on the GPU, which gives its time and the GPU's idle time before it. At most
+ * two ops per pause are timed this way: NCCL's GPU cost of a few microseconds each against a
+ * pause of at least quiet_ns. One clock read per call, taken only while sampling.
+ * `next`: the mask is read before this call's API event (NCCL 2.28 on), so the decision made
+ * now is the next call's. A thread sharing the fallback block keeps no runs. */
+static bool at_pause_edge(ci_thread_t* t, bool next) {
+    uint64_t quiet = ci_g.cfg.gpu_timing_quiet_ns;
+    if (quiet == 0 || t->shared) return false;
+    uint64_t now = ci_now_mono();
+    bool paused = now - t->last_call_mono_ns >= quiet;
+    t->last_call_mono_ns = now;
+    if (paused) {
+        t->run_len = t->run_pos;
+        t->run_pos = 0;
+    }
+    uint32_t place = t->run_pos++ + (next ? 1u : 0u);
+    if (place == 0) return true; /* this call, the first after a pause (NCCL before 2.28) */
+    uint32_t n = t->run_len;
+    /* the predicted last call of this run, or the one after it: the next run's first */
+    return n != 0 && (place == n - 1 || place == n);
+}
+
+bool ci_gpu_timing_decide(ci_thread_t* t, ci_comm_t* comm, const char* func, uint64_t count,
+                          const char* datatype) {
     uint8_t mode = LOAD(&ci_g.gpu_timing);
     if (CI_UNLIKELY(mode != CI_SHM_V1_GPU_TIMING_SAMPLED)) {
         /* nothing to decide: the task is timed as NCCL's mask says (an operator may have
@@ -180,6 +207,7 @@ bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, con
     bool read = before && mask_has_kernel_ch(true);
     bool timed;
     uint8_t f = ci_func_of(func);
+    bool edge = at_pause_edge(t, before);
     if (CI_UNLIKELY(LOAD(&ci_g.evidence_bits) != 0)) {
         timed = true; /* a hang is suspected: every op */
     } else if (f == CI_SHM_V1_FUNC_SEND || f == CI_SHM_V1_FUNC_RECV || f == CI_SHM_V1_FUNC_SEND_RECV) {
@@ -191,7 +219,7 @@ bool ci_gpu_timing_decide(ci_comm_t* comm, const char* func, uint64_t count, con
         uint64_t bytes = count * ci_datatype_size(ci_datatype_of(datatype));
         uint16_t* left = &comm->shape_left[(f % CI_SHAPE_FUNCS) * CI_SHAPE_SIZES + size_class(bytes)];
         /* one enqueuing thread per communicator at a time (NCCL's rule): plain counters */
-        timed = *left == 0 || LOAD(&comm->timing_due);
+        timed = *left == 0 || edge || LOAD(&comm->timing_due);
         *left = *left == 0 ? (uint16_t)(ci_g.cfg.gpu_timing_every - 1) : (uint16_t)(*left - 1);
     }
     bool set = set_kernel_ch(timed);

@@ -254,7 +254,7 @@ static void* start_api(ci_comm_t* comm, uint64_t stream, bool graph_captured, co
     uint32_t i = t->api_next++ & 0xFFFFFu;
     void* handle = ci_handle_make(CI_HANDLE_API, i, 0, 0);
     /* NCCL appends this call's task next, reading the mask: decide its GPU timing now */
-    bool timed = ci_gpu_timing_decide(comm, func, count, datatype);
+    bool timed = ci_gpu_timing_decide(t, comm, func, count, datatype);
     if (!t->shared) {
         t->api_ring[i % CI_API_RING].handle = (uintptr_t)handle;
         t->api_ring[i % CI_API_RING].info = (ci_api_info_t){stream, graph_captured, timed};

@@ -21,7 +21,12 @@ KERNEL_CH = 0x40
 
 
 def run(scenario: str, build: str, home: Path, **env) -> dict:
-    env = {"COMMINSIGHT_PROFILER_GPU_TIMING": "sampled", **env}
+    # no pause rule unless a test asks for it: a loaded machine may pause between any calls
+    env = {
+        "COMMINSIGHT_PROFILER_GPU_TIMING": "sampled",
+        "COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US": "0",
+        **env,
+    }
     return run_scenario(scenario, build, home, script=SCRIPT, **env)
 
 
@@ -224,3 +229,41 @@ def test_the_watchdog_flags_a_timed_op_past_the_threshold_never_an_untimed_one(b
     assert out["flagged_untimed"] == 0
     assert out["stuck_timed"] is True
     assert out["flagged_index"] == 4
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_the_ops_on_either_side_of_a_pause_are_timed(build, tmp_path):
+    """Runs of calls between pauses of the host: once a run's length is known, the last call
+    of the next run and the first after it are timed (NCCL 2.28 on reads the mask before the
+    call's API event, so each is decided at the call before it)."""
+    out = run(
+        "pause_edges",
+        build,
+        tmp_path,
+        COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="1000",
+        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
+        COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US="200000",  # a third of the scenario's pause
+    )
+    want = [False] * 16
+    want[0] = True  # the mask the plugin set at init
+    want[1] = True  # asked by the first op of its shape
+    # the first run ends unforeseen (no run length yet), and so the second begins untimed;
+    # the second run's last call (9) and the third's first (10) are foreseen, as are the
+    # third's last (14) and the call after the last pause (15)
+    for i in (9, 10, 14, 15):
+        want[i] = True
+    assert out["timed"] == want
+    recs = {r["seq"]: r["timing"] for r in out["records"]}
+    assert [recs[i] == T.KERNEL_GPU for i in range(16)] == want
+
+
+@pytest.mark.parametrize("build", ["plain"])
+def test_no_op_is_timed_for_a_pause_when_the_rule_is_off(build, tmp_path):
+    out = run(
+        "pause_edges",
+        build,
+        tmp_path,
+        COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="1000",
+        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
+    )
+    assert out["timed"] == [True, True] + [False] * 14

@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #define CI_CONFIG_V1_KEY_PREFIX "COMMINSIGHT_"
-#define CI_CONFIG_V1_KEY_COUNT 75
+#define CI_CONFIG_V1_KEY_COUNT 76
 
 /* Value types of keys (ci_config_v1_key_t.type). */
 #define CI_CONFIG_V1_TYPE_STRING 0
@@ -303,7 +303,7 @@
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_MIN 0LL
 #define CI_CONFIG_V1_PROFILER_EVENT_MASK_MAX 2147483647LL
 
-/* COMMINSIGHT_PROFILER_GPU_TIMING (string): Which ops NCCL is asked to time on the GPU (KernelCh events, when the event mask has them). all (the default): every op. sampled: NCCL's own cost of that timing is per op and on the GPU (about 4 us on a small all-reduce on H200), so only a sample is timed: the first op of each shape (communicator, operation, size class), then one in COMMINSIGHT_PROFILER_GPU_TIMING_EVERY of that shape, the next op of a communicator that had none timed for COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS, and every op while a hang is suspected. Every op is recorded either way, with host times where it has no GPU times (timing_source). With sampled, an untimed op counts as in flight until the kernel of a later NCCL group of its communicator starts: the watchdog still sees where a communicator is stuck, but an untimed op right before a long pause of the host (a checkpoint, a rank stuck in its own code) reads as in flight until the next timed op starts; hence all is the default. ABI v4 (NCCL 2.25-2.26) has no API events to decide by: it times every op. */
+/* COMMINSIGHT_PROFILER_GPU_TIMING (string): Which ops NCCL is asked to time on the GPU (KernelCh events, when the event mask has them). all (the default): every op. sampled: NCCL's own cost of that timing is per op and on the GPU (about 4 us on a small all-reduce on H200), so only a sample is timed: the first op of each shape (communicator, operation, size class), then one in COMMINSIGHT_PROFILER_GPU_TIMING_EVERY of that shape, the next op of a communicator that had none timed for COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS, the ops on either side of a pause of the host (COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US: a Step's first and last), and every op while a hang is suspected. Every op is recorded either way, with host times where it has no GPU times (timing_source). With sampled, an untimed op counts as in flight until the kernel of a later NCCL group of its communicator starts: the watchdog still sees where a communicator is stuck, but an untimed op right before a long pause of the host (a checkpoint, a rank stuck in its own code) reads as in flight until the next timed op starts; hence all is the default. ABI v4 (NCCL 2.25-2.26) has no API events to decide by: it times every op. */
 #define CI_CONFIG_V1_PROFILER_GPU_TIMING_KEY "COMMINSIGHT_PROFILER_GPU_TIMING"
 #define CI_CONFIG_V1_PROFILER_GPU_TIMING_INDEX 41
 #define CI_CONFIG_V1_PROFILER_GPU_TIMING_DEFAULT_TEXT "all"
@@ -325,9 +325,17 @@
 #define CI_CONFIG_V1_PROFILER_GPU_TIMING_PERIOD_MS_MIN 0LL
 #define CI_CONFIG_V1_PROFILER_GPU_TIMING_PERIOD_MS_MAX 3600000LL
 
+/* COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US (integer, us): With COMMINSIGHT_PROFILER_GPU_TIMING=sampled: a pause of at least this long between two NCCL calls of a thread (the optimizer, data loading, a host sync between iterations) makes the ops on either side of it timed on the GPU: the first call after the pause, and the last call before the next pause where the calls between pauses come in runs of the same length (a training loop's), so that each Step's first and last op have GPU times. This costs at most two timed ops per pause: NCCL's GPU cost of timing (about 4 us per op) against at least this long of pause. 0: no such ops. */
+#define CI_CONFIG_V1_PROFILER_GPU_TIMING_QUIET_US_KEY "COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US"
+#define CI_CONFIG_V1_PROFILER_GPU_TIMING_QUIET_US_INDEX 44
+#define CI_CONFIG_V1_PROFILER_GPU_TIMING_QUIET_US_DEFAULT_TEXT "1000"
+#define CI_CONFIG_V1_PROFILER_GPU_TIMING_QUIET_US_DEFAULT 1000LL
+#define CI_CONFIG_V1_PROFILER_GPU_TIMING_QUIET_US_MIN 0LL
+#define CI_CONFIG_V1_PROFILER_GPU_TIMING_QUIET_US_MAX 60000000LL
+
 /* COMMINSIGHT_PROFILER_HANG_TIMEOUT_S (number, s): An op in flight longer than this is a hang. One value per job, the Agent's: it decides every verdict (0 turns hang diagnosis off), and the Agent publishes it in <home>/metadata/agent-settings, which every Profiler's watchdog follows from its next heartbeat (0 turns the watchdog off). A rank keeps its own value only where this key is set in its own environment; the Agent's health names the processes whose watchdog uses another value (that one, or a Profiler that started before the Agent published, or an older one), and the verdict still uses the Agent's. A missing or invalid published file leaves a Profiler on its own value. */
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_KEY "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S"
-#define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_INDEX 44
+#define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_INDEX 45
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_DEFAULT_TEXT "300.0"
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_DEFAULT 300.0
 #define CI_CONFIG_V1_PROFILER_HANG_TIMEOUT_S_MIN 0.0
@@ -335,13 +343,13 @@
 
 /* COMMINSIGHT_PROFILER_HANG_EVIDENCE (boolean): When the watchdog suspects a hang, raise the activation mask by ProxyOp|ProxyStep for the process and record the flagged communicator's network proxy progress per channel into SHM, until the op completes, the communicator is finalized or COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S passes; then back to the normal mask. NCCL fixes each op's mask when the op is issued, so the op already in flight gets no proxy events: the evidence comes from the ops issued after the raise. 0: the mask never changes on a hang. */
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_KEY "COMMINSIGHT_PROFILER_HANG_EVIDENCE"
-#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_INDEX 45
+#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_INDEX 46
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_DEFAULT 1
 
 /* COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S (number, s): The longest the mask stays raised for one flagged op that does not complete; after it the normal mask is back and the evidence entry is kept (end_reason BOUND_REACHED). */
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_KEY "COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S"
-#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_INDEX 46
+#define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_INDEX 47
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_DEFAULT_TEXT "600.0"
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_DEFAULT 600.0
 #define CI_CONFIG_V1_PROFILER_HANG_EVIDENCE_MAX_S_MIN 1.0
@@ -349,7 +357,7 @@
 
 /* COMMINSIGHT_PROFILER_RING_SLOTS (integer, records): Op records in each process's SHM ring; a power of two. */
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_KEY "COMMINSIGHT_PROFILER_RING_SLOTS"
-#define CI_CONFIG_V1_PROFILER_RING_SLOTS_INDEX 47
+#define CI_CONFIG_V1_PROFILER_RING_SLOTS_INDEX 48
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_DEFAULT_TEXT "65536"
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_DEFAULT 65536LL
 #define CI_CONFIG_V1_PROFILER_RING_SLOTS_MIN 64LL
@@ -357,7 +365,7 @@
 
 /* COMMINSIGHT_PROFILER_COMM_SLOTS (integer, communicators): Communicators each process's SHM comm table holds; more are counted as dropped. */
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_KEY "COMMINSIGHT_PROFILER_COMM_SLOTS"
-#define CI_CONFIG_V1_PROFILER_COMM_SLOTS_INDEX 48
+#define CI_CONFIG_V1_PROFILER_COMM_SLOTS_INDEX 49
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_DEFAULT_TEXT "256"
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_DEFAULT 256LL
 #define CI_CONFIG_V1_PROFILER_COMM_SLOTS_MIN 1LL
@@ -365,7 +373,7 @@
 
 /* COMMINSIGHT_PROFILER_EVENT_POOL (integer, events): Preallocated in-flight event handles per process (ops and their channel events); when exhausted, events are dropped and counted. */
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_KEY "COMMINSIGHT_PROFILER_EVENT_POOL"
-#define CI_CONFIG_V1_PROFILER_EVENT_POOL_INDEX 49
+#define CI_CONFIG_V1_PROFILER_EVENT_POOL_INDEX 50
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_DEFAULT_TEXT "16384"
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_DEFAULT 16384LL
 #define CI_CONFIG_V1_PROFILER_EVENT_POOL_MIN 64LL
@@ -373,7 +381,7 @@
 
 /* COMMINSIGHT_PROFILER_HEARTBEAT_MS (integer, ms): Period of the SHM heartbeat and of the watchdog's scan. */
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_KEY "COMMINSIGHT_PROFILER_HEARTBEAT_MS"
-#define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_INDEX 50
+#define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_INDEX 51
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_DEFAULT_TEXT "1000"
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_DEFAULT 1000LL
 #define CI_CONFIG_V1_PROFILER_HEARTBEAT_MS_MIN 10LL
@@ -381,19 +389,19 @@
 
 /* COMMINSIGHT_PROFILER_SHM_ENABLE (boolean): Publish op records to SHM for the Agent. */
 #define CI_CONFIG_V1_PROFILER_SHM_ENABLE_KEY "COMMINSIGHT_PROFILER_SHM_ENABLE"
-#define CI_CONFIG_V1_PROFILER_SHM_ENABLE_INDEX 51
+#define CI_CONFIG_V1_PROFILER_SHM_ENABLE_INDEX 52
 #define CI_CONFIG_V1_PROFILER_SHM_ENABLE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_SHM_ENABLE_DEFAULT 1
 
 /* COMMINSIGHT_PROFILER_SHM_DIR (string, path): Memory-backed directory (tmpfs) holding each process's SHM region; <COMMINSIGHT_HOME>/shms/ gets a symbolic link to it. A disk-backed mapping would make the kernel write the ring back to disk and fault on the hot path. Empty, or not a usable directory: the region is a file in shms/ itself. */
 #define CI_CONFIG_V1_PROFILER_SHM_DIR_KEY "COMMINSIGHT_PROFILER_SHM_DIR"
-#define CI_CONFIG_V1_PROFILER_SHM_DIR_INDEX 52
+#define CI_CONFIG_V1_PROFILER_SHM_DIR_INDEX 53
 #define CI_CONFIG_V1_PROFILER_SHM_DIR_DEFAULT_TEXT "/dev/shm"
 #define CI_CONFIG_V1_PROFILER_SHM_DIR_DEFAULT "/dev/shm"
 
 /* COMMINSIGHT_PROFILER_STALE_REGION_GRACE_S (integer, s): A dead process's SHM region still linked from its home is kept for its Agent to recover what only SHM holds; once its last heartbeat is older than this, the next Profiler on the host removes it anyway, so regions nobody will read do not fill the tmpfs. */
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_KEY "COMMINSIGHT_PROFILER_STALE_REGION_GRACE_S"
-#define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_INDEX 53
+#define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_INDEX 54
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_DEFAULT_TEXT "86400"
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_DEFAULT 86400LL
 #define CI_CONFIG_V1_PROFILER_STALE_REGION_GRACE_S_MIN 0LL
@@ -401,13 +409,13 @@
 
 /* COMMINSIGHT_PROFILER_LOG_ENABLE (boolean): Write raw records to inspector_logs. */
 #define CI_CONFIG_V1_PROFILER_LOG_ENABLE_KEY "COMMINSIGHT_PROFILER_LOG_ENABLE"
-#define CI_CONFIG_V1_PROFILER_LOG_ENABLE_INDEX 54
+#define CI_CONFIG_V1_PROFILER_LOG_ENABLE_INDEX 55
 #define CI_CONFIG_V1_PROFILER_LOG_ENABLE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_LOG_ENABLE_DEFAULT 1
 
 /* COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES (integer, bytes): An inspector_logs segment is sealed once it reaches this size. */
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_KEY "COMMINSIGHT_PROFILER_LOG_SEGMENT_BYTES"
-#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_INDEX 55
+#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_INDEX 56
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_DEFAULT_TEXT "67108864"
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_DEFAULT 67108864LL
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_BYTES_MIN 4096LL
@@ -415,7 +423,7 @@
 
 /* COMMINSIGHT_PROFILER_LOG_SEGMENT_S (number, s): An open inspector_logs segment is sealed after this long even if small. */
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_KEY "COMMINSIGHT_PROFILER_LOG_SEGMENT_S"
-#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_INDEX 56
+#define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_INDEX 57
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_DEFAULT_TEXT "300.0"
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_DEFAULT 300.0
 #define CI_CONFIG_V1_PROFILER_LOG_SEGMENT_S_MIN 1.0
@@ -423,13 +431,13 @@
 
 /* COMMINSIGHT_PROFILER_LOG_FORMAT (string): Form of the op lines in inspector_logs. compact: one object with short keys (inspector-log kinds c and p), about 300 bytes an op before compression. inspector: NVIDIA NCCL Inspector's objects (header, metadata, coll_perf / p2p_perf) with CommInsight's beside them, about 900 bytes an op, for tools made for Inspector output. Every CommInsight reader reads both; the Agent writes a dead process's last records in this form too. */
 #define CI_CONFIG_V1_PROFILER_LOG_FORMAT_KEY "COMMINSIGHT_PROFILER_LOG_FORMAT"
-#define CI_CONFIG_V1_PROFILER_LOG_FORMAT_INDEX 57
+#define CI_CONFIG_V1_PROFILER_LOG_FORMAT_INDEX 58
 #define CI_CONFIG_V1_PROFILER_LOG_FORMAT_DEFAULT_TEXT "compact"
 #define CI_CONFIG_V1_PROFILER_LOG_FORMAT_DEFAULT "compact"
 
 /* COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL (integer): zstd level at which the log writer compresses each sealed inspector_logs segment into <name>.jsonl.zst, in slices between its drains; 0 leaves sealed segments uncompressed. Without libzstd.so.1 they stay uncompressed too, with one warning. Every reader reads both forms. Level 1 is both the fastest and, on these JSON lines, the smallest of levels 1 to 6 (make bench-log-bytes). */
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_KEY "COMMINSIGHT_PROFILER_LOG_ZSTD_LEVEL"
-#define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_INDEX 58
+#define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_INDEX 59
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_DEFAULT 1LL
 #define CI_CONFIG_V1_PROFILER_LOG_ZSTD_LEVEL_MIN 0LL
@@ -437,7 +445,7 @@
 
 /* COMMINSIGHT_PROFILER_LOG_FLUSH_MS (integer, ms): How often the log writer drains the ring and writes. */
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_KEY "COMMINSIGHT_PROFILER_LOG_FLUSH_MS"
-#define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_INDEX 59
+#define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_INDEX 60
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_DEFAULT_TEXT "200"
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_DEFAULT 200LL
 #define CI_CONFIG_V1_PROFILER_LOG_FLUSH_MS_MIN 1LL
@@ -445,37 +453,37 @@
 
 /* COMMINSIGHT_PROFILER_AGENT_BIN (string, path): Agent executable the Profiler autostarts (looked up on PATH when not absolute). Only the environment can set this key: a value in the configuration file is ignored with a warning, because a file that others may write must never choose what the training process executes. The executable must not be writable by group or others. */
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_KEY "COMMINSIGHT_PROFILER_AGENT_BIN"
-#define CI_CONFIG_V1_PROFILER_AGENT_BIN_INDEX 60
+#define CI_CONFIG_V1_PROFILER_AGENT_BIN_INDEX 61
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_DEFAULT_TEXT "comminsight-agent"
 #define CI_CONFIG_V1_PROFILER_AGENT_BIN_DEFAULT "comminsight-agent"
 
 /* COMMINSIGHT_JOB_ID (string, name): Job this training process belongs to, as the Profiler writes it into the SHM header and the inspector-log lines (truncated to 63 bytes). Empty means the first set of TORCHELASTIC_RUN_ID (unless torchrun's default 'none'), SLURM_JOB_ID, JOB_ID and a Kubernetes Indexed Job's name (JOB_COMPLETION_INDEX set and the pod's host name <job>-<index>); other Kubernetes workloads set it through the downward API. Only the environment can set this key: each job exports its own, while a configuration file is shared by every job of the host. */
 #define CI_CONFIG_V1_JOB_ID_KEY "COMMINSIGHT_JOB_ID"
-#define CI_CONFIG_V1_JOB_ID_INDEX 61
+#define CI_CONFIG_V1_JOB_ID_INDEX 62
 #define CI_CONFIG_V1_JOB_ID_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_JOB_ID_DEFAULT ""
 
 /* COMMINSIGHT_PROFILER_DEBUG (boolean): Log Profiler decisions through NCCL's logger (INFO level). */
 #define CI_CONFIG_V1_PROFILER_DEBUG_KEY "COMMINSIGHT_PROFILER_DEBUG"
-#define CI_CONFIG_V1_PROFILER_DEBUG_INDEX 62
+#define CI_CONFIG_V1_PROFILER_DEBUG_INDEX 63
 #define CI_CONFIG_V1_PROFILER_DEBUG_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_PROFILER_DEBUG_DEFAULT 0
 
 /* COMMINSIGHT_SEMANTIC_ENABLE (boolean): Run the Semantic Engine on completed ops in the Agent. */
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_KEY "COMMINSIGHT_SEMANTIC_ENABLE"
-#define CI_CONFIG_V1_SEMANTIC_ENABLE_INDEX 63
+#define CI_CONFIG_V1_SEMANTIC_ENABLE_INDEX 64
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_SEMANTIC_ENABLE_DEFAULT 1
 
 /* COMMINSIGHT_SEMANTIC_TEMPLATE_DIRS (string, path list): Extra directories (colon-separated) of step templates, added to the built-in ones. */
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_KEY "COMMINSIGHT_SEMANTIC_TEMPLATE_DIRS"
-#define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_INDEX 64
+#define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_INDEX 65
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_SEMANTIC_TEMPLATE_DIRS_DEFAULT ""
 
 /* COMMINSIGHT_SEMANTIC_CHECKPOINT_S (number, s): How often the engine checkpoints its state. */
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_KEY "COMMINSIGHT_SEMANTIC_CHECKPOINT_S"
-#define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_INDEX 65
+#define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_INDEX 66
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_DEFAULT_TEXT "10.0"
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_DEFAULT 10.0
 #define CI_CONFIG_V1_SEMANTIC_CHECKPOINT_S_MIN 0.1
@@ -483,13 +491,13 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_URL (string, url): Where sealed logs and summaries are archived: a directory path or an fsspec URL (s3://..., file://...). Empty means <COMMINSIGHT_HOME>/archives. An unknown scheme or a malformed URL turns archiving off (named in health); a destination that cannot be reached is an upload failure, retried and reported. */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_KEY "COMMINSIGHT_COMMON_ARCHIVE_URL"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_URL_INDEX 66
+#define CI_CONFIG_V1_COMMON_ARCHIVE_URL_INDEX 67
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_DEFAULT_TEXT ""
 #define CI_CONFIG_V1_COMMON_ARCHIVE_URL_DEFAULT ""
 
 /* COMMINSIGHT_COMMON_ARCHIVE_ZSTD_LEVEL (integer, level): zstd compression level of archived files. */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_KEY "COMMINSIGHT_COMMON_ARCHIVE_ZSTD_LEVEL"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_INDEX 67
+#define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_INDEX 68
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_DEFAULT_TEXT "3"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_DEFAULT 3LL
 #define CI_CONFIG_V1_COMMON_ARCHIVE_ZSTD_LEVEL_MIN 1LL
@@ -497,7 +505,7 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_RETRY_MAX (integer, attempts): Upload attempts before an archive error is reported (with exponential backoff). */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_KEY "COMMINSIGHT_COMMON_ARCHIVE_RETRY_MAX"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_INDEX 68
+#define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_INDEX 69
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_DEFAULT_TEXT "8"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_DEFAULT 8LL
 #define CI_CONFIG_V1_COMMON_ARCHIVE_RETRY_MAX_MIN 1LL
@@ -505,7 +513,7 @@
 
 /* COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S (number, s): How often the Agent looks for sealed files to archive (a flush through the API archives at once). */
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_KEY "COMMINSIGHT_COMMON_ARCHIVE_INTERVAL_S"
-#define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_INDEX 69
+#define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_INDEX 70
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_DEFAULT_TEXT "30.0"
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_DEFAULT 30.0
 #define CI_CONFIG_V1_COMMON_ARCHIVE_INTERVAL_S_MIN 0.1
@@ -513,7 +521,7 @@
 
 /* COMMINSIGHT_COMMON_DISK_BUDGET_BYTES (integer, bytes): Local inspector_logs and summaries are deleted, oldest first and only once archived, to stay under this size. 0 disables deletion. */
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_KEY "COMMINSIGHT_COMMON_DISK_BUDGET_BYTES"
-#define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_INDEX 70
+#define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_INDEX 71
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_DEFAULT_TEXT "10737418240"
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_DEFAULT 10737418240LL
 #define CI_CONFIG_V1_COMMON_DISK_BUDGET_BYTES_MIN 0LL
@@ -521,25 +529,25 @@
 
 /* COMMINSIGHT_INJECT_DISABLE (boolean): Turn Inject off entirely. */
 #define CI_CONFIG_V1_INJECT_DISABLE_KEY "COMMINSIGHT_INJECT_DISABLE"
-#define CI_CONFIG_V1_INJECT_DISABLE_INDEX 71
+#define CI_CONFIG_V1_INJECT_DISABLE_INDEX 72
 #define CI_CONFIG_V1_INJECT_DISABLE_DEFAULT_TEXT "0"
 #define CI_CONFIG_V1_INJECT_DISABLE_DEFAULT 0
 
 /* COMMINSIGHT_INJECT_STEP_MARKERS (boolean): Append a `step` line (CLOCK_MONOTONIC) to metadata/inject/ each time a torch optimizer's step() returns: the Semantic Engine's strongest evidence of where Steps end. On where torch has the global optimizer step hook (torch.optim.optimizer.register_optimizer_step_post_hook), silently off where it has none; 0 turns it off. */
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_KEY "COMMINSIGHT_INJECT_STEP_MARKERS"
-#define CI_CONFIG_V1_INJECT_STEP_MARKERS_INDEX 72
+#define CI_CONFIG_V1_INJECT_STEP_MARKERS_INDEX 73
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_INJECT_STEP_MARKERS_DEFAULT 1
 
 /* COMMINSIGHT_INJECT_STACKS (boolean): Let the Agent ask this process for its threads' Python stacks: Inject registers a handler for COMMINSIGHT_INJECT_STACK_SIGNAL when the process makes its first process group, unless the signal already has a handler. 0 registers nothing. */
 #define CI_CONFIG_V1_INJECT_STACKS_KEY "COMMINSIGHT_INJECT_STACKS"
-#define CI_CONFIG_V1_INJECT_STACKS_INDEX 73
+#define CI_CONFIG_V1_INJECT_STACKS_INDEX 74
 #define CI_CONFIG_V1_INJECT_STACKS_DEFAULT_TEXT "1"
 #define CI_CONFIG_V1_INJECT_STACKS_DEFAULT 1
 
 /* COMMINSIGHT_INJECT_STACK_SIGNAL (string): The signal on which Inject writes the process's Python stacks to metadata/stacks/. SIGUSR2 by default: PyTorch, torchrun and NCCL install no handler for it (SIGUSR1 is the one batch schedulers and PyTorch Lightning use); a real-time signal SIGRTMIN+N is the way out if the application uses it. */
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_KEY "COMMINSIGHT_INJECT_STACK_SIGNAL"
-#define CI_CONFIG_V1_INJECT_STACK_SIGNAL_INDEX 74
+#define CI_CONFIG_V1_INJECT_STACK_SIGNAL_INDEX 75
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_DEFAULT_TEXT "SIGUSR2"
 #define CI_CONFIG_V1_INJECT_STACK_SIGNAL_DEFAULT "SIGUSR2"
 
@@ -601,6 +609,7 @@ static inline const ci_config_v1_key_t* ci_config_v1_keys(size_t* count) {
         { "COMMINSIGHT_PROFILER_GPU_TIMING", CI_CONFIG_V1_TYPE_STRING, "all", 0, 0, 0, 0, "sampled|all", NULL },
         { "COMMINSIGHT_PROFILER_GPU_TIMING_EVERY", CI_CONFIG_V1_TYPE_INTEGER, "64", 1, 1, 1, 65536, NULL, NULL },
         { "COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS", CI_CONFIG_V1_TYPE_INTEGER, "1000", 1, 1, 0, 3600000, NULL, NULL },
+        { "COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US", CI_CONFIG_V1_TYPE_INTEGER, "1000", 1, 1, 0, 60000000, NULL, NULL },
         { "COMMINSIGHT_PROFILER_HANG_TIMEOUT_S", CI_CONFIG_V1_TYPE_NUMBER, "300.0", 1, 1, 0.0, 86400.0, NULL, NULL },
         { "COMMINSIGHT_PROFILER_HANG_EVIDENCE", CI_CONFIG_V1_TYPE_BOOLEAN, "1", 0, 0, 0, 0, NULL, NULL },
         { "COMMINSIGHT_PROFILER_HANG_EVIDENCE_MAX_S", CI_CONFIG_V1_TYPE_NUMBER, "600.0", 1, 1, 1.0, 86400.0, NULL, NULL },
