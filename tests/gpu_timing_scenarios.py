@@ -321,13 +321,30 @@ def pause_edges(d: Driver) -> dict:
     return out
 
 
-PAUSE_S = 0.6  # the test sets the pause threshold to a third of it
+def pause_irregular(d: Driver) -> dict:
+    """Runs of 3, 5 and 2 calls with a pause of PAUSE_S after each, then one call: no run
+    foretells the next."""
+    ctx = d.init(0xD0).context
+    timed, seq = [], 0
+    for length in (3, 5, 2):
+        for _ in range(length):
+            timed.append(op(d, ctx, seq))
+            seq += 1
+        time.sleep(PAUSE_S)
+    timed.append(op(d, ctx, seq))
+    out = {"timed": timed, "records": records()}
+    d.abi.finalize(ctx)
+    return out
+
+
+PAUSE_S = 0.6  # the tests set the pause threshold to a third of it
 
 
 SCENARIOS = {
     f.__name__: f
     for f in (
         pause_edges,
+        pause_irregular,
         untimed_past_the_threshold,
         untimed_shown_unproven,
         sampled,

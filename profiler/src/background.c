@@ -345,6 +345,7 @@ static void* bg_main(void* arg) {
         ci_agent_settings_poll();
         ci_ops_sweep(NULL, now, quiet_ns);
         ci_watchdog_scan(now);
+        ci_gpu_timing_pause_check(now);
         if (!ci_g.autostart_done) {
             ci_g.autostart_done = true;
             ci_autostart_agent();

@@ -525,6 +525,7 @@ typedef struct ci_process {
     /* NCCL reads the mask for a call's task before the call's API event (2.28 on), not after
      * it (2.26-2.27): a decision at the event is then the next call's (gpu_timing.c) */
     uint8_t mask_read_before_api;
+    uint64_t last_call_mono_ns; /* sampled: the last API call of any thread (gpu_timing.c) */
     uint32_t mask_overridden; /* 1 once someone else wrote NCCL's mask: it is theirs from then on */
     int32_t overriding_mask;  /* the value they wrote */
     /* the SHM region (file-backed, or anonymous memory when the file cannot be made) */
@@ -571,6 +572,7 @@ bool ci_gpu_timing_decide(ci_thread_t* t, ci_comm_t* comm, const char* func, uin
 void ci_gpu_timing_learn_nccl(uint32_t abi);
 void ci_gpu_timing_tick(ci_comm_t* comm, uint64_t now); /* background, each heartbeat */
 void ci_gpu_timing_taken(ci_comm_t* comm);                /* a timed task has started */
+void ci_gpu_timing_pause_check(uint64_t now);             /* background, each heartbeat */
 void ci_mask_first_write(int32_t* nccl_mask, bool kernel_ch); /* init: NCCL hands its mask over */
 void ci_mask_rewrite(void); /* the wanted mask changed (configuration, hang evidence) */
 void ci_mask_forget(void);  /* the process lets go of NCCL (unload) */

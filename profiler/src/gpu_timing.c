@@ -183,6 +183,7 @@ static bool at_pause_edge(ci_thread_t* t, bool next) {
     uint64_t now = ci_now_mono();
     bool paused = now - t->last_call_mono_ns >= quiet;
     t->last_call_mono_ns = now;
+    STORE(&ci_g.last_call_mono_ns, now);
     if (paused) {
         t->run_len = t->run_pos;
         t->run_pos = 0;
@@ -242,4 +243,14 @@ void ci_gpu_timing_tick(ci_comm_t* comm, uint64_t now) {
     uint64_t timed = LOAD(&comm->timed_ops);
     if (timed == comm->timed_ops_seen) STORE(&comm->timing_due, 1u);
     comm->timed_ops_seen = timed;
+}
+
+/* Background thread, each heartbeat: a process none of whose threads made an NCCL call for a
+ * pause has its next call timed, whatever the runs foretold (a checkpoint, an evaluation, a
+ * Step of another length). Only pauses that a heartbeat falls in are seen this way. */
+void ci_gpu_timing_pause_check(uint64_t now) {
+    uint64_t quiet = ci_g.cfg.gpu_timing_quiet_ns;
+    uint64_t last = LOAD(&ci_g.last_call_mono_ns);
+    if (quiet == 0 || last == 0 || LOAD(&ci_g.gpu_timing) != CI_SHM_V1_GPU_TIMING_SAMPLED) return;
+    if (now > last && now - last >= quiet) (void)set_kernel_ch(true);
 }

@@ -243,6 +243,8 @@ def test_the_ops_on_either_side_of_a_pause_are_timed(build, tmp_path):
         COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="1000",
         COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
         COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US="200000",  # a third of the scenario's pause
+        # no heartbeat after the first within the scenario: the foresight alone
+        COMMINSIGHT_PROFILER_HEARTBEAT_MS="10000",
     )
     want = [False] * 16
     want[0] = True  # the mask the plugin set at init
@@ -267,3 +269,23 @@ def test_no_op_is_timed_for_a_pause_when_the_rule_is_off(build, tmp_path):
         COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
     )
     assert out["timed"] == [True, True] + [False] * 14
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_a_pause_a_heartbeat_falls_in_has_the_next_call_timed(build, tmp_path):
+    """Runs of 3, 5 and 2 calls: no run foretells the next, but the background thread sees
+    each pause (50 ms heartbeats in a pause of 600 ms) and has the call after it timed."""
+    out = run(
+        "pause_irregular",
+        build,
+        tmp_path,
+        COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="1000",
+        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
+        COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US="200000",
+    )
+    # 0: init's mask; 1: the first op of its shape; 3, 8, 10: after a pause, by the heartbeat;
+    # 5, 6: the run of 3 before foretold a last call at 5 (and 6 as the next run's first)
+    want = [True, True, False, True, False, True, True, False, True, False, True]
+    assert out["timed"] == want
+    recs = {r["seq"]: r["timing"] for r in out["records"]}
+    assert [recs[i] == T.KERNEL_GPU for i in range(11)] == want

@@ -325,7 +325,7 @@
 #define CI_CONFIG_V1_PROFILER_GPU_TIMING_PERIOD_MS_MIN 0LL
 #define CI_CONFIG_V1_PROFILER_GPU_TIMING_PERIOD_MS_MAX 3600000LL
 
-/* COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US (integer, us): With COMMINSIGHT_PROFILER_GPU_TIMING=sampled: a pause of at least this long between two NCCL calls of a thread (the optimizer, data loading, a host sync between iterations) makes the ops on either side of it timed on the GPU: the first call after the pause, and the last call before the next pause where the calls between pauses come in runs of the same length (a training loop's), so that each Step's first and last op have GPU times. This costs at most two timed ops per pause: NCCL's GPU cost of timing (about 4 us per op) against at least this long of pause. 0: no such ops. */
+/* COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US (integer, us): With COMMINSIGHT_PROFILER_GPU_TIMING=sampled: a pause of at least this long between two NCCL calls of a thread (the optimizer, data loading, a host sync between iterations) makes the ops on either side of it timed on the GPU: the first call after the pause (foretold, or seen by a heartbeat that falls in the pause), and the last call before the next pause where the calls between pauses come in runs of the same length (a training loop's), so that each Step's first and last op have GPU times. This costs at most two timed ops per pause: NCCL's GPU cost of timing (about 4 us per op) against at least this long of pause. 0: no such ops. */
 #define CI_CONFIG_V1_PROFILER_GPU_TIMING_QUIET_US_KEY "COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US"
 #define CI_CONFIG_V1_PROFILER_GPU_TIMING_QUIET_US_INDEX 44
 #define CI_CONFIG_V1_PROFILER_GPU_TIMING_QUIET_US_DEFAULT_TEXT "1000"
