@@ -12,7 +12,7 @@ from collections import Counter
 import httpx
 import msgspec
 import pytest
-from agent_home import hold_agent_lock, run_sim
+from agent_home import ENV, hold_agent_lock, run_sim
 from home_files import FIXTURES
 from live_agent import LiveAgent
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,8 +38,10 @@ def idle_agent(tmp_path_factory):
 def agent(tmp_path_factory):
     home = tmp_path_factory.mktemp("api-home")
     lock = hold_agent_lock(home)  # producers leave their SHM files to an agent
-    # Steps enough for the job's cycle to show (two Steps after a warm-up one do not)
-    truths = run_sim(home, steps=6)
+    # Steps enough for the job's cycle to show (two Steps after a warm-up one do not); every
+    # op timed on the GPU, whatever the default: the recent ops are checked against the
+    # simulated kernels' spans to the nanosecond, in the order the kernels completed
+    truths = run_sim(home, steps=6, env=(*ENV, ("COMMINSIGHT_PROFILER_GPU_TIMING", "all")))
     # a garbage file and a truncated copy of a real one, among the real ones
     real = sorted((home / "shms").glob("*.shm"))[0]
     (home / "shms" / "ci-garbage-1-1.shm").write_bytes(b"not a profiler region" * 300)

@@ -29,14 +29,16 @@ from hang_snapshots import (
 )
 from waiting import wait_until
 
+from comminsight.agent.core.recent_ops import Origin, RecentOps
 from comminsight.agent.core.snapshot import (
     CommMember,
     InflightOp,
     NodeSnapshot,
     build_snapshot,
+    rank_or_none,
 )
 from comminsight.agent.hangs.diagnosis import diagnose
-from comminsight.shm_reader import ShmError, ShmRegion
+from comminsight.shm_reader import RingCursor, ShmError, ShmRegion, op_records
 from comminsight.sim import run_simulation
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import HangReport, Verdict
@@ -174,13 +176,45 @@ def test_one_late_join_is_not_a_straggler():
 # ---- end to end: simulated NCCL -> real plugin -> SHM -> snapshot -> diagnose ----
 
 
-def poll_once(home: Path) -> NodeSnapshot:
+class RingWindows:
+    """Each region's recently completed ops, read from its ring as the Agent's ingest reads
+    them (the Agent's recent-ops window, which diagnosis compares ranks' records by)."""
+
+    def __init__(self) -> None:
+        self.recent = RecentOps(per_process=4096)
+        self._cursors: dict[Path, RingCursor] = {}
+
+    def read(self, path: Path, region: ShmRegion) -> None:
+        cursor = self._cursors.get(path)
+        if cursor is None:
+            cursor = self._cursors[path] = RingCursor(region)
+        cursor.region = region  # the region is mapped afresh each poll
+        ops = op_records(cursor.poll())
+        h = region.header
+        origin = Origin(
+            int(h["pid"]),
+            rank_or_none(int(h["rank"])),
+            "test-node",
+            int(h["start_real_ns"]),
+            int(h["start_mono_ns"]),
+        )
+        self.recent.add(origin, ops)
+
+    def completed_ops(self, member) -> dict:
+        p = member.process
+        return self.recent.collectives(p.pid, p.start_real_ns, member.comm_id)
+
+
+def poll_once(home: Path, windows: RingWindows | None = None) -> NodeSnapshot:
     regions = []
     for path in sorted((home / "shms").glob("*.shm")):
         try:
-            regions.append(ShmRegion(path))
+            region = ShmRegion(path)
         except ShmError:
             continue  # still being created
+        regions.append(region)
+        if windows is not None:
+            windows.read(path, region)
     try:
         return build_snapshot(regions, node_name="test-node", heartbeat_stale_ms=1000)
     finally:
@@ -207,14 +241,21 @@ def run_and_diagnose(
     sim.start()
     polls: list[tuple[NodeSnapshot, list[HangReport]]] = []
     history: list[NodeSnapshot] = []
+    windows = RingWindows()
 
     def poll_until_the_end() -> bool:  # at most 100 ms apart, as the Agent polls
         nonlocal history
         if not sim.is_alive():
             return True
         if (home / "shms").is_dir():
-            snap = poll_once(home)
-            reports = diagnose(snap, time.monotonic_ns(), int(threshold_s * S), history=history)
+            snap = poll_once(home, windows)
+            reports = diagnose(
+                snap,
+                time.monotonic_ns(),
+                int(threshold_s * S),
+                history=history,
+                completed_ops=windows.completed_ops,
+            )
             polls.append((snap, reports))
             history = [*history[-50:], snap]
         return False
