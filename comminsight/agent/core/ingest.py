@@ -134,6 +134,8 @@ class NodeIngest:
             job_id=record_text(h["job_id"]) or None,
             shm_file=producer.path.name,
             labels=header_labels(h, self.metrics.placement),
+            host=record_text(h["hostname"]),
+            uid=producer.uid,
         )
 
     def _gpu_stream(self, producer: Producer, g: GpuOfProcess) -> GpuStream:

@@ -8,7 +8,10 @@ each line, as a host name may hold dots): the Agent reports those names' source 
 
 Its `stacks` lines (the latest per process) say whether the process takes the stack signal,
 which `stack_capture` reads before it ever sends one (`stacks_announcement`); any line at
-all says that Inject is in the process (`has_inject`).
+all says that Inject is in the process (`has_inject`). Its `step` lines are the process's
+optimizer-step markers, which the live Semantic Engine weighs as the strongest evidence of
+where Steps end (`step_markers`, read from the engine's thread); the newest MARKERS_KEPT of
+each optimizer class are kept.
 
 Files are read incrementally (each pass reads what was appended since the last; Inject writes
 whole lines with one O_APPEND write each, so a line without its newline is waited for). A line
@@ -33,14 +36,18 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from comminsight.agent.core.rate_limited_log import RateLimitedLog
 from comminsight.safe_open import open_checked
+from comminsight.semantic.step_markers import one_optimizer
 from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.inject_metadata_v1 import InjectMetadata, Kind, Naming
@@ -53,6 +60,10 @@ MAX_LINE = 1 << 20  # bytes; a longer line is refused
 READ_BUDGET = 4 << 20  # bytes read from one file per pass
 FILES_PER_PASS = 128  # files opened and read per pass; the others wait their turn
 STALE_S = 3600.0  # a file of a process that is gone, untouched this long, is not read
+# step markers kept per process and optimizer class: far more Steps than the live engine's
+# window of ops spans, and a bounded memory however long the job runs
+MARKERS_KEPT = 4096
+MARKER_CLASSES = 8  # optimizer classes kept per process (a GAN has two); lines of more are not
 
 
 @dataclass
@@ -89,6 +100,10 @@ class InjectNames:
         self._names: dict[ProcessKey, set[str]] = {}
         self._stacks: dict[ProcessKey, InjectMetadata] = {}  # the latest `stacks` line
         self._seen: set[ProcessKey] = set()  # processes with any valid line
+        # per process and optimizer class, the host times its step() returned; read by the
+        # engine's thread, hence the lock
+        self._markers: dict[ProcessKey, dict[str, deque[int]]] = {}
+        self._markers_lock = threading.Lock()
         self.errors: dict[str, str] = {}  # file name -> the first bad line, and why
         self.rejected: dict[str, int] = {}  # reason -> lines (or files) refused
         self.bytes_read = 0  # every byte read, for tests of the bound
@@ -161,6 +176,8 @@ class InjectNames:
             self._names.pop(process, None)
             self._stacks.pop(process, None)
             self._seen.discard(process)
+            with self._markers_lock:
+                self._markers.pop(process, None)
         self.errors.pop(key, None)
 
     def _read(self, directory: _Dir, entry: os.DirEntry) -> bool:
@@ -248,6 +265,18 @@ class InjectNames:
         if record.kind is Kind.stacks:
             self._stacks[key] = record
         if (
+            record.kind is Kind.step
+            and isinstance(record.optimizer, str)
+            and isinstance(record.mono_ns, int)
+        ):
+            with self._markers_lock:
+                by_class = self._markers.setdefault(key, {})
+                times = by_class.get(record.optimizer)
+                if times is None and len(by_class) < MARKER_CLASSES:
+                    times = by_class[record.optimizer] = deque(maxlen=MARKERS_KEPT)
+                if times is not None:
+                    times.append(record.mono_ns)
+        if (
             record.kind is Kind.group
             and record.naming in SET_BY_INJECT
             and isinstance(record.comm_name, str)
@@ -273,6 +302,16 @@ class InjectNames:
     ) -> InjectMetadata | None:
         """The process's latest `stacks` line, if it wrote one."""
         return self._stacks.get(self._key(host, pid, uid))
+
+    def step_markers(self, host: str, pid: int, uid: int | None = None) -> np.ndarray | None:
+        """The process's optimizer-step markers so far (sorted host times of the optimizer
+        class that stepped most, as the offline reader takes them), or None without any."""
+        with self._markers_lock:
+            by_class = self._markers.get(self._key(host, pid, uid))
+            if not by_class:
+                return None
+            copied = {name: list(times) for name, times in by_class.items()}
+        return one_optimizer(copied)
 
     def named_by_inject(self, host: str, pid: int, name: str, uid: int | None = None) -> bool:
         return name in self._names.get(self._key(host, pid, uid), ())

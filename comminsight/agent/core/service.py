@@ -24,6 +24,7 @@ from collections import Counter, deque
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from comminsight import __version__
 from comminsight.agent.api import views as api_views
@@ -182,6 +183,7 @@ class AgentService:
             templates,
             checkpoint_s=settings.semantic_checkpoint_s,
             node_name=self.node_name,
+            markers_of=self._step_markers,
         )
 
     def poll_once(self, now_mono_ns: int | None = None) -> list[HangReport]:
@@ -189,9 +191,10 @@ class AgentService:
         now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
         if self.tenant_inputs is not None:
             self.tenant_inputs.refresh()
+        # Inject's lines first: the step markers of the ops this pass hands the engine
+        self.inject_names.refresh()
         self.ingest.run_pass(now, retire_after_ns=self.retire_after_ns)
         self.threshold_published.note(self.producers.producers)
-        self.inject_names.refresh()
         self.hangs.retry_unwritten(now)
         snapshot = self.take_snapshot(now)
         self.owners.note(self.producers.producers.values(), snapshot)
@@ -250,6 +253,10 @@ class AgentService:
             self.stacks.prune()
         self._maybe_archive(now)
         return reports
+
+    def _step_markers(self, gpu) -> np.ndarray | None:
+        """Inject's optimizer-step markers of a GPU's process (the engine's thread asks)."""
+        return self.inject_names.step_markers(gpu.host, gpu.pid, gpu.uid)
 
     def _completed_ops(self, member) -> dict:
         """A member's recent completed collectives (this node's processes only)."""

@@ -39,6 +39,10 @@ class GpuStream:
     suffix: str = ""
     # the GPU's /metrics labels (job, host, ranks, device, UUID)
     labels: ProcessLabels = field(default=NO_PROCESS, compare=False)
+    # the process's host name as it gives it (Inject's lines name the process by it) and the
+    # user whose directory it was found in (None: the Agent's own home)
+    host: str = field(default="", compare=False)
+    uid: int | None = field(default=None, compare=False)
 
 
 class EngineHook(Protocol):

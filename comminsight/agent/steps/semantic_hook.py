@@ -50,6 +50,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -245,7 +246,10 @@ class SemanticEngineHook:
         replay_max: int = DEFAULT_MAX_RECORDS,
         heap_trim: HeapTrim | None = None,
         node_name: str | None = None,
+        markers_of: Callable[[GpuStream], np.ndarray | None] | None = None,
     ) -> None:
+        """markers_of(gpu): its process's optimizer-step markers so far (Inject's), or None;
+        called from the engine's thread at each cut."""
         self.out_dir = Path(home) / "semantics" / "step"
         self.node_name = node_name or socket.gethostname()  # the Agent's: in summary names
         self.templates = templates
@@ -292,7 +296,9 @@ class SemanticEngineHook:
         self._last_checkpoint = time.monotonic()
         self._next_checkpoint = self._last_checkpoint + checkpoint_s
         # Steps are cut over every GPU of the node at once (one answer for a job's ranks)
-        self.live_cut = LiveJobCut(role_template=lambda batches: role_template(templates, batches))
+        self.live_cut = LiveJobCut(
+            role_template=lambda batches: role_template(templates, batches), markers_of=markers_of
+        )
         # what the worker frees goes back to the system (see heap_trim)
         self.heap_trim = heap_trim if heap_trim is not None else HeapTrim()
         self._thread = threading.Thread(target=self._run, name="semantic-engine", daemon=True)
