@@ -324,3 +324,42 @@ def test_each_rows_records_are_read_once_however_many_rounds():
 
     presume_untimed_done(snapshot(*rows), counted)
     assert asked and len(asked) == len(set(asked)), asked
+
+
+def pipeline_pair(sender_completed: int, receiver_enqueued: int):
+    """A pipeline pair: rank 0's timed Send to rank 1 waits; rank 1's row shows an untimed
+    Recv from rank 0, with `receiver_enqueued` point-to-point ops issued; rank 0 completed
+    `sender_completed` of its own."""
+    send = p2p("Send", 1, index=5, age=4 * S)
+    recv = dataclasses.replace(p2p("Recv", 0, index=4, age=6 * S), unproven=True)
+    recv = dataclasses.replace(recv, channels_started=0, start_mono_ns=None)
+    return snapshot(
+        member(
+            0,
+            0,
+            0,
+            send,
+            nranks=2,
+            p2p_enqueued=sender_completed + 2,
+            p2p_completed=sender_completed,
+        ),
+        member(1, 0, 0, recv, nranks=2, p2p_enqueued=receiver_enqueued, p2p_completed=3),
+    )
+
+
+def test_an_untimed_receive_its_pair_peer_completed_the_partner_of_is_done():
+    # rank 0 completed 5 ops, each with a partner among rank 1's 5: all of rank 1's are done,
+    # and its Send waits on a rank with nothing in flight toward it (as with every op timed)
+    snap = pipeline_pair(sender_completed=5, receiver_enqueued=5)
+    presumed = presume_untimed_done(snap)
+    row = presumed.comms[COMM].member(1)
+    assert row.inflight is None and row.p2p_completed == 5
+    report = only(diagnose(snap, NOW, THRESHOLD))
+    assert report.verdict is Verdict.stuck_outside_nccl, report.summary
+    assert culprit_ranks(report) == [1]
+
+
+def test_an_untimed_receive_past_what_its_pair_peer_completed_stays_in_flight():
+    # rank 1 issued 6: its sixth has no completed partner, so it may still run
+    snap = pipeline_pair(sender_completed=5, receiver_enqueued=6)
+    assert presume_untimed_done(snap).comms[COMM].member(1).inflight is not None
