@@ -231,21 +231,32 @@ def test_the_watchdog_flags_a_timed_op_past_the_threshold_never_an_untimed_one(b
     assert out["flagged_index"] == 4
 
 
+def run_pauses(scenario: str, build: str, home: Path, **env) -> dict:
+    """A pause scenario with no op timed by its shape past the first, nor by the period, and
+    a pause of at least a third of the scenario's."""
+    env = {
+        "COMMINSIGHT_PROFILER_GPU_TIMING_EVERY": "1000",
+        "COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS": "0",
+        "COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US": "200000",
+        **env,
+    }
+    return run(scenario, build, home, **env)
+
+
+def assert_timed(out: dict, want: list[bool]) -> None:
+    """Which calls NCCL was asked to time, and that their records say so."""
+    assert out["timed"] == want
+    recs = {r["seq"]: r["timing"] for r in out["records"]}
+    assert [recs[i] == T.KERNEL_GPU for i in range(len(want))] == want
+
+
 @pytest.mark.parametrize("build", BUILDS)
 def test_the_ops_on_either_side_of_a_pause_are_timed(build, tmp_path):
     """Runs of calls between pauses of the host: once a run's length is known, the last call
     of the next run and the first after it are timed (NCCL 2.28 on reads the mask before the
     call's API event, so each is decided at the call before it)."""
-    out = run(
-        "pause_edges",
-        build,
-        tmp_path,
-        COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="1000",
-        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
-        COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US="200000",  # a third of the scenario's pause
-        # no heartbeat after the first within the scenario: the foresight alone
-        COMMINSIGHT_PROFILER_HEARTBEAT_MS="10000",
-    )
+    # no heartbeat after the first within the scenario: the foresight alone
+    out = run_pauses("pause_edges", build, tmp_path, COMMINSIGHT_PROFILER_HEARTBEAT_MS="10000")
     want = [False] * 16
     want[0] = True  # the mask the plugin set at init
     want[1] = True  # asked by the first op of its shape
@@ -254,38 +265,21 @@ def test_the_ops_on_either_side_of_a_pause_are_timed(build, tmp_path):
     # third's last (14) and the call after the last pause (15)
     for i in (9, 10, 14, 15):
         want[i] = True
-    assert out["timed"] == want
-    recs = {r["seq"]: r["timing"] for r in out["records"]}
-    assert [recs[i] == T.KERNEL_GPU for i in range(16)] == want
+    assert_timed(out, want)
 
 
 @pytest.mark.parametrize("build", ["plain"])
 def test_no_op_is_timed_for_a_pause_when_the_rule_is_off(build, tmp_path):
-    out = run(
-        "pause_edges",
-        build,
-        tmp_path,
-        COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="1000",
-        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
-    )
-    assert out["timed"] == [True, True] + [False] * 14
+    out = run_pauses("pause_edges", build, tmp_path, COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US="0")
+    assert_timed(out, [True, True] + [False] * 14)
 
 
 @pytest.mark.parametrize("build", BUILDS)
 def test_a_pause_a_heartbeat_falls_in_has_the_next_call_timed(build, tmp_path):
     """Runs of 3, 5 and 2 calls: no run foretells the next, but the background thread sees
     each pause (50 ms heartbeats in a pause of 600 ms) and has the call after it timed."""
-    out = run(
-        "pause_irregular",
-        build,
-        tmp_path,
-        COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="1000",
-        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
-        COMMINSIGHT_PROFILER_GPU_TIMING_QUIET_US="200000",
-    )
+    out = run_pauses("pause_irregular", build, tmp_path)
     # 0: init's mask; 1: the first op of its shape; 3, 8, 10: after a pause, by the heartbeat;
     # 5, 6: the run of 3 before foretold a last call at 5 (and 6 as the next run's first)
     want = [True, True, False, True, False, True, True, False, True, False, True]
-    assert out["timed"] == want
-    recs = {r["seq"]: r["timing"] for r in out["records"]}
-    assert [recs[i] == T.KERNEL_GPU for i in range(11)] == want
+    assert_timed(out, want)
