@@ -825,7 +825,8 @@ def _warmup_starts(
 def _last_step_end(g: GpuOps, u: LocalUnits) -> int:
     """Where the last Step ends: after its last repetition's final on-cycle op when that
     repetition is whole (ops after it are the tail: a final barrier, a checkpoint, unless
-    earlier Steps held ops like them), else at the end of input (the job stopped inside
+    earlier Steps held ops like them after their cycle or after their last gradient
+    reduction), else at the end of input (the job stopped inside
     it); but a last repetition cut short, of the cycle's ops alone, that reduces no
     gradients where every earlier one does, trained nothing: it is the tail (a weight sync
     to a rollout engine after the last update; an evaluation after the last Step, off the
@@ -838,12 +839,18 @@ def _last_step_end(g: GpuOps, u: LocalUnits) -> int:
         return last if synced else n
     end = last + int(on[-1]) + 1
     # ops of a kind earlier Steps held besides their cycle after it (an evaluation barrier
-    # at the end of every few Steps) still belong to the last one
+    # at the end of every few Steps), or after their last gradient reduction (the update's
+    # gathers of a sharded optimizer, off the cycle where fp16 overflow skipped updates:
+    # Steps cut by their optimizers), still belong to the last one
+    gradient = (g.kind != P2P) & reduces(g.func) & (g.size > SCALAR_BYTES)
     trailing = []
     for a, b in zip(u.starts[:-1].tolist(), u.starts[1:].tolist(), strict=True):
         on_here = np.flatnonzero(u.on_cycle[a:b])
         if len(on_here):
             trailing.append(u.keys[a + int(on_here[-1]) + 1 : b])
+        grads = np.flatnonzero(gradient[a:b])
+        if len(grads):
+            trailing.append(u.keys[a + int(grads[-1]) + 1 : b])
     inside = np.unique(np.concatenate(trailing)) if trailing else np.zeros(0, np.int64)
     more = np.isin(u.keys[end:], inside)
     return end + (int(np.argmin(more)) if not more.all() else len(more))

@@ -13,10 +13,6 @@ from __future__ import annotations
 
 from comminsight.sim.accuracy_case import Case
 
-ZERO_LEGACY_DYNAMIC = (
-    "ZeRO-2's legacy all-gather with a varying number of micro-batches: one Step in seven is "
-    "cut inside its gradient reductions (never at confidence 0.9 or more)"
-)
 TIMERS_SUPER_CYCLE = (
     "Megatron's timer barriers on every timer and its timers' all-gather every two Steps make "
     "the cycle two Steps long (never at confidence 0.9 or more)"
@@ -102,7 +98,6 @@ CASES: list[Case] = [
             reduce_bucket_size=50_000_000,
             variants=("single_param_group", "legacy_allgather"),
         ),
-        known_gap=ZERO_LEGACY_DYNAMIC,
     ),
     Case(
         "zero2_accum_reduce_flat",
