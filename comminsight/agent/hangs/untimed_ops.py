@@ -31,12 +31,6 @@ are hidden behind it). The fourth rule depends on the waits the others leave, so
 are found again until they stop moving (MAX_ROUNDS; each round only lowers them, and the
 last round's stand).
 
-Point-to-point ops have no index peers share, but on a communicator of two ranks (a
-pipeline's pair) every op of one rank is matched by one of the other, and a send or receive
-completes only once its partner ran: where one rank completed at least as many as the other
-enqueued, the other's untimed ones are done too (`_pair_presumed`). On larger communicators
-they stay as shown.
-
 Not seen: a rank that aborted its communicator in the middle of an untimed op looks like
 one that finished it and left (its Profiler counts its ops done at finalize, as NCCL's
 destroy waits for them); its peers' wait is then taken for done.
@@ -67,9 +61,6 @@ def presume_untimed_done(
 ) -> NodeSnapshot:
     """The snapshot with untimed ops presumed done where the ranks' progress allows, and
     each rank's op in flight the one it waits in."""
-    paired = {cid: _pair_presumed(c) for cid, c in snapshot.comms.items()}
-    if any(paired[cid] is not c for cid, c in snapshot.comms.items()):
-        snapshot = dataclasses.replace(snapshot, comms=paired)
     views = (*snapshot.comms.values(), *snapshot.torn_down.values())
     if not any(_hides_untimed(m) for c in views for m in c.members):
         return snapshot
@@ -98,30 +89,6 @@ def _once_each(recorded_ops: RecordedOps) -> RecordedOps:
         return seen[key]
 
     return records
-
-
-def _unproven_p2p(m: CommMember) -> bool:
-    return m.inflight is not None and m.inflight.unproven and not m.inflight.is_coll
-
-
-def _pair_presumed(comm: CommView) -> CommView:
-    """A two-rank communicator whose rank shows an untimed send or receive that its peer's
-    completed ops prove done (each of the peer's completions had a partner among its ops)."""
-    members = comm.members
-    if len(members) != 2 or comm.nranks != 2 or not any(_unproven_p2p(m) for m in members):
-        return comm
-    if any(not m.process.alive for m in members):
-        return comm  # a dead or frozen rank's counters say nothing more of it
-    a, b = members
-    presumed = tuple(
-        dataclasses.replace(m, p2p_completed=m.p2p_enqueued, inflight=None)
-        if _unproven_p2p(m) and peer.p2p_completed >= m.p2p_enqueued
-        else m
-        for m, peer in ((a, b), (b, a))
-    )
-    if all(x is y for x, y in zip(presumed, members, strict=True)):
-        return comm
-    return dataclasses.replace(comm, members=presumed)
 
 
 def _unproven(m: CommMember) -> bool:
