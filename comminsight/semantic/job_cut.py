@@ -369,10 +369,9 @@ def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
     step_starts = _skipped_update_steps(g, step_starts, _last_step_end(g, u))
     all_starts = _after_broadcasts(g, np.concatenate([warmup, step_starts]).astype(np.int64))
     all_starts[0] = _head_before_first(g, u, all_starts)
-    end = _last_step_end(g, u)
-    all_starts[0] = _past_first_sync(u, all_starts, end)
     step_starts = all_starts[len(warmup) :]
     label[:] = np.searchsorted(all_starts, np.arange(n), side="right") - 1
+    end = _last_step_end(g, u)
     label[end:] = TAIL
     lost = _step_before_first(g, label)
     if lost:
@@ -383,21 +382,6 @@ def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
     confidence = min(confidence, verdict.confidence())
     reasons += verdict.reasons(who)
     return RankCut(g, label, warmup_steps=len(warmup)), confidence, reasons
-
-
-def _past_first_sync(u: LocalUnits, starts: np.ndarray, end: int) -> int:
-    """The first Step's start moved past a weight sync like the one the run ends with: where
-    the last repetition is such a sync after the last update (the tail: weights sent to a
-    rollout engine as soon as an update is done, veRL's checkpoint engine), every sync
-    follows an update, and the first, with no update before it, is the start-up's."""
-    a = int(starts[0])
-    if len(starts) < 2 or not u.found or end != int(u.starts[-1]):
-        return a
-    sync = u.keys[end:]
-    m = len(sync)
-    if not m or a + m >= int(starts[1]) or not np.array_equal(u.keys[a : a + m], sync):
-        return a
-    return a + m
 
 
 def _head_before_first(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> int:
@@ -914,9 +898,7 @@ def _carried_cut(g: GpuOps, carried: np.ndarray, u: LocalUnits) -> RankCut:
     gaps = g.idle_gaps()
     unit_start = np.zeros(n + 1, bool)
     if u.found:
-        starts = u.starts.copy()
-        starts[0] = _past_first_sync(u, starts, _last_step_end(g, u))
-        unit_start[starts] = True
+        unit_start[u.starts] = True
     if not len(known):
         label[:] = STARTUP
         return cut

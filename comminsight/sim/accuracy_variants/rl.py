@@ -40,6 +40,7 @@ CASES: list[Case] = [
     Case(
         "rl_verl_sync_after_update",
         dict(workload="rl", ranks=4, steps=5, variants=("verl_sync_after_update",)),
+        known_gap=SYNC_AFTER_UPDATE,
     ),
     # veRL ppo_epochs 2 x 2 mini-batches (clip on), dynamic micro-batches, flat host time
     Case(
