@@ -839,10 +839,13 @@ def _last_step_end(g: GpuOps, u: LocalUnits) -> int:
         return last if synced else n
     end = last + int(on[-1]) + 1
     # ops of a kind earlier Steps held besides their cycle after it (an evaluation barrier
-    # at the end of every few Steps), or after their last gradient reduction (the update's
-    # gathers of a sharded optimizer, off the cycle where fp16 overflow skipped updates:
-    # Steps cut by their optimizers), still belong to the last one
-    gradient = (g.kind != P2P) & reduces(g.func) & (g.size > SCALAR_BYTES)
+    # at the end of every few Steps), or gathers of parameters they held after their last
+    # gradient reduction (the update's, of a sharded optimizer, off the cycle where fp16
+    # overflow skipped updates: Steps cut by their optimizers), still belong to the last one;
+    # scalars after the gradients are no such evidence (a final barrier is one)
+    big = (g.kind != P2P) & (g.size > SCALAR_BYTES)
+    gradient = big & reduces(g.func)
+    update = big & (g.func == func_code("AllGather"))
     trailing = []
     for a, b in zip(u.starts[:-1].tolist(), u.starts[1:].tolist(), strict=True):
         on_here = np.flatnonzero(u.on_cycle[a:b])
@@ -850,7 +853,8 @@ def _last_step_end(g: GpuOps, u: LocalUnits) -> int:
             trailing.append(u.keys[a + int(on_here[-1]) + 1 : b])
         grads = np.flatnonzero(gradient[a:b])
         if len(grads):
-            trailing.append(u.keys[a + int(grads[-1]) + 1 : b])
+            after = np.arange(a + int(grads[-1]) + 1, b)
+            trailing.append(u.keys[after[update[after]]])
     inside = np.unique(np.concatenate(trailing)) if trailing else np.zeros(0, np.int64)
     more = np.isin(u.keys[end:], inside)
     return end + (int(np.argmin(more)) if not more.all() else len(more))
