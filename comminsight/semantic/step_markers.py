@@ -67,7 +67,7 @@ def read_markers(directory: str | Path) -> tuple[dict[ProcessKey, np.ndarray], l
     for name in names:
         if name.endswith(".jsonl"):
             _read_file(Path(directory) / name, times, problems)
-    return {key: one_optimizer(by_class) for key, by_class in times.items()}, problems
+    return {key: _one_optimizer(by_class) for key, by_class in times.items()}, problems
 
 
 def _read_file(path: Path, times: dict, problems: list[str]) -> None:
@@ -99,9 +99,7 @@ def _read_file(path: Path, times: dict, problems: list[str]) -> None:
                 by_class.setdefault(record.optimizer, []).append(record.mono_ns)
 
 
-def one_optimizer(by_class: dict[str, list[int]]) -> np.ndarray:
-    """The marker times of the optimizer class that stepped most (ties: the first name),
-    sorted, each once."""
+def _one_optimizer(by_class: dict[str, list[int]]) -> np.ndarray:
     counts = Counter({name: len(t) for name, t in by_class.items()})
     name = min(counts, key=lambda n: (-counts[n], n))
     return np.unique(np.array(by_class[name], np.int64))

@@ -5,17 +5,21 @@ its true first and last op; the same job without markers is cut from its ops alo
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from agent_home import ENV, hold_agent_lock
 from live_agent import LiveAgent
 from profiler_builds import builds
 from waiting import wait_until
 
+from comminsight.agent.core import step_marker_store as store
+from comminsight.agent.core.inject_names import InjectNames
 from comminsight.semantic.offline import read_summaries
 from comminsight.sim import SimConfig, read_ground_truth, run_simulation
 from comminsight.sim.step_accuracy import SUITE, score
@@ -79,27 +83,53 @@ def test_without_markers_the_live_agent_cuts_steps_from_the_ops(tmp_path):
     assert "marker" not in methods(result), methods(result)
 
 
-def test_the_agent_keeps_a_bounded_number_of_markers_per_process(tmp_path):
-    from comminsight.agent.core.inject_names import MARKER_CLASSES, MARKERS_KEPT, InjectNames
+def step_line(pid: int, t: int, optimizer: str) -> str:
+    record = {
+        "schema": "comminsight.inject-metadata.v1",
+        "kind": "step",
+        "pid": pid,
+        "host": "h",
+        "mono_ns": t,
+        "real_ns": 1,
+        "rank": None,
+        "optimizer": optimizer,
+        "index": 0,
+    }
+    return json.dumps(record, separators=(",", ":"))
 
+
+def test_the_agent_keeps_a_bounded_number_of_markers(tmp_path):
     inject = tmp_path / "metadata" / "inject"
     inject.mkdir(parents=True)
-    lines = [
-        '{"schema":"comminsight.inject-metadata.v1","kind":"step","pid":7,"host":"h",'
-        f'"mono_ns":{t},"real_ns":1,"rank":null,"optimizer":"Adam","index":{t}}}'
-        for t in range(1, MARKERS_KEPT + 101)
-    ]
-    lines += [
-        '{"schema":"comminsight.inject-metadata.v1","kind":"step","pid":7,"host":"h",'
-        f'"mono_ns":5,"real_ns":1,"rank":null,"optimizer":"Opt{k}","index":0}}'
-        for k in range(MARKER_CLASSES + 5)
-    ]
-    (inject / "h.7.jsonl").write_text("\n".join(lines) + "\n")
     names = InjectNames(tmp_path)
+    # more processes than are kept, one marker each
+    many = [step_line(100 + p, 1, "SGD") for p in range(store.MARKER_PROCESSES + 10)]
+    (inject / "h.many.jsonl").write_text("\n".join(many) + "\n")
+    names.refresh()
+    assert len(names._markers) == store.MARKER_PROCESSES
+    assert names.step_markers("h", 100) is None  # the least recent let go
+    # AdamW steps every Step, Adam (a second model's) every fourth: far more lines of each
+    # than are kept, and more classes than are kept
+    lines = []
+    for t in range(1, 4 * store.MARKERS_KEPT + 1):
+        lines.append(step_line(7, t, "AdamW"))
+        if t % 4 == 0:
+            lines.append(step_line(7, t, "Adam"))
+    lines += [step_line(7, 5, f"Opt{k}") for k in range(store.MARKER_CLASSES + 5)]
+    (inject / "h.7.jsonl").write_text("\n".join(lines) + "\n")
     names.refresh()
     assert names.errors == {}
+    # the class that stepped most, its newest MARKERS_KEPT, though both classes hold as many
     marks = names.step_markers("h", 7)
-    # the class that stepped most, its newest MARKERS_KEPT
-    assert len(marks) == MARKERS_KEPT and marks[0] == 101 and marks[-1] == MARKERS_KEPT + 100
-    assert len(names._markers[next(iter(names._markers))]) == MARKER_CLASSES
+    assert np.array_equal(marks, np.arange(3 * store.MARKERS_KEPT + 1, 4 * store.MARKERS_KEPT + 1))
+    assert len(names._markers) == store.MARKER_PROCESSES
     assert names.step_markers("h", 8) is None and names.step_markers("other", 7) is None
+
+
+def test_a_user_flooding_processes_lets_go_of_their_own_markers_only():
+    markers = store.StepMarkerStore()
+    markers.add("alice", ("alice", 1), "AdamW", 10)
+    for p in range(store.MARKER_PROCESSES + 50):
+        markers.add("mallory", ("mallory", p), "SGD", 1)
+    assert markers.owned("mallory") == store.MARKER_PROCESSES
+    assert list(markers.markers(("alice", 1))) == [10]

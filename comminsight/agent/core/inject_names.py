@@ -10,8 +10,8 @@ Its `stacks` lines (the latest per process) say whether the process takes the st
 which `stack_capture` reads before it ever sends one (`stacks_announcement`); any line at
 all says that Inject is in the process (`has_inject`). Its `step` lines are the process's
 optimizer-step markers, which the live Semantic Engine weighs as the strongest evidence of
-where Steps end (`step_markers`, read from the engine's thread); the newest MARKERS_KEPT of
-each optimizer class are kept.
+where Steps end (`step_markers`, read from the engine's thread; kept bounded by
+step_marker_store).
 
 Files are read incrementally (each pass reads what was appended since the last; Inject writes
 whole lines with one O_APPEND write each, so a line without its newline is waited for). A line
@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,8 +44,8 @@ import msgspec
 import numpy as np
 
 from comminsight.agent.core.rate_limited_log import RateLimitedLog
+from comminsight.agent.core.step_marker_store import StepMarkerStore
 from comminsight.safe_open import open_checked
-from comminsight.semantic.step_markers import one_optimizer
 from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.inject_metadata_v1 import InjectMetadata, Kind, Naming
@@ -60,10 +58,6 @@ MAX_LINE = 1 << 20  # bytes; a longer line is refused
 READ_BUDGET = 4 << 20  # bytes read from one file per pass
 FILES_PER_PASS = 128  # files opened and read per pass; the others wait their turn
 STALE_S = 3600.0  # a file of a process that is gone, untouched this long, is not read
-# step markers kept per process and optimizer class: far more Steps than the live engine's
-# window of ops spans, and a bounded memory however long the job runs
-MARKERS_KEPT = 4096
-MARKER_CLASSES = 8  # optimizer classes kept per process (a GAN has two); lines of more are not
 
 
 @dataclass
@@ -100,10 +94,7 @@ class InjectNames:
         self._names: dict[ProcessKey, set[str]] = {}
         self._stacks: dict[ProcessKey, InjectMetadata] = {}  # the latest `stacks` line
         self._seen: set[ProcessKey] = set()  # processes with any valid line
-        # per process and optimizer class, the host times its step() returned; read by the
-        # engine's thread, hence the lock
-        self._markers: dict[ProcessKey, dict[str, deque[int]]] = {}
-        self._markers_lock = threading.Lock()
+        self._markers = StepMarkerStore()  # the host times each process's step() returned
         self.errors: dict[str, str] = {}  # file name -> the first bad line, and why
         self.rejected: dict[str, int] = {}  # reason -> lines (or files) refused
         self.bytes_read = 0  # every byte read, for tests of the bound
@@ -176,8 +167,7 @@ class InjectNames:
             self._names.pop(process, None)
             self._stacks.pop(process, None)
             self._seen.discard(process)
-            with self._markers_lock:
-                self._markers.pop(process, None)
+            self._markers.forget(process)
         self.errors.pop(key, None)
 
     def _read(self, directory: _Dir, entry: os.DirEntry) -> bool:
@@ -269,13 +259,7 @@ class InjectNames:
             and isinstance(record.optimizer, str)
             and isinstance(record.mono_ns, int)
         ):
-            with self._markers_lock:
-                by_class = self._markers.setdefault(key, {})
-                times = by_class.get(record.optimizer)
-                if times is None and len(by_class) < MARKER_CLASSES:
-                    times = by_class[record.optimizer] = deque(maxlen=MARKERS_KEPT)
-                if times is not None:
-                    times.append(record.mono_ns)
+            self._markers.add(uid, key, record.optimizer, record.mono_ns)
         if (
             record.kind is Kind.group
             and record.naming in SET_BY_INJECT
@@ -306,12 +290,7 @@ class InjectNames:
     def step_markers(self, host: str, pid: int, uid: int | None = None) -> np.ndarray | None:
         """The process's optimizer-step markers so far (sorted host times of the optimizer
         class that stepped most, as the offline reader takes them), or None without any."""
-        with self._markers_lock:
-            by_class = self._markers.get(self._key(host, pid, uid))
-            if not by_class:
-                return None
-            copied = {name: list(times) for name, times in by_class.items()}
-        return one_optimizer(copied)
+        return self._markers.markers(self._key(host, pid, uid))
 
     def named_by_inject(self, host: str, pid: int, name: str, uid: int | None = None) -> bool:
         return name in self._names.get(self._key(host, pid, uid), ())
