@@ -720,6 +720,7 @@ class SemanticEngineHook:
                 start_mono_ns=p.segments.start_mono_ns,
                 local_rank=p.local_rank,
                 job_id=p.job_id,
+                host=p.first.process.host,  # Inject's lines name the process by it
             ),
             host=p.first.process.host,
         )
@@ -1299,5 +1300,6 @@ def _stream_of(state: GpuState) -> GpuStream | None:
         local_rank=local_rank,
         job_id=job_id,
         shm_file=position.shm_file,
+        host=key.host,  # Inject's lines name the process by it
     )
     return _labelled_stream(gpu, key.host)
