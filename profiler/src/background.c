@@ -290,9 +290,11 @@ static void heartbeat(uint64_t now) {
 static void follow_gpu_timing(const ci_config_t* fresh, const char* path) {
     ci_config_t* cfg = &ci_g.cfg;
     if (fresh->gpu_timing_all == cfg->gpu_timing_all && fresh->gpu_timing_every == cfg->gpu_timing_every &&
-        fresh->gpu_timing_period_ms == cfg->gpu_timing_period_ms)
+        fresh->gpu_timing_period_ms == cfg->gpu_timing_period_ms &&
+        fresh->gpu_timing_quiet_ns == cfg->gpu_timing_quiet_ns)
         return;
     __atomic_store_n(&cfg->gpu_timing_every, fresh->gpu_timing_every, __ATOMIC_RELAXED);
+    __atomic_store_n(&cfg->gpu_timing_quiet_ns, fresh->gpu_timing_quiet_ns, __ATOMIC_RELAXED);
     __atomic_store_n(&cfg->gpu_timing_period_ms, fresh->gpu_timing_period_ms, __ATOMIC_RELAXED);
     cfg->gpu_timing_all = fresh->gpu_timing_all;
     __atomic_store_n(&ci_g.gpu_timing, ci_gpu_timing_mode(ci_g.abi), __ATOMIC_RELAXED);

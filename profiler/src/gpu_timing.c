@@ -178,12 +178,15 @@ static bool mask_has_kernel_ch(bool otherwise) {
  * `next`: the mask is read before this call's API event (NCCL 2.28 on), so the decision made
  * now is the next call's. A thread sharing the fallback block keeps no runs. */
 static bool at_pause_edge(ci_thread_t* t, bool next) {
-    uint64_t quiet = ci_g.cfg.gpu_timing_quiet_ns;
+    uint64_t quiet = LOAD(&ci_g.cfg.gpu_timing_quiet_ns); /* the config file may change it */
     if (quiet == 0 || t->shared) return false;
     uint64_t now = ci_now_mono();
-    bool paused = now - t->last_call_mono_ns >= quiet;
+    /* signed: a clock read a little behind the last (ci_now_mono's fallback) is no pause */
+    bool paused = (int64_t)(now - t->last_call_mono_ns) >= (int64_t)quiet;
     t->last_call_mono_ns = now;
-    STORE(&ci_g.last_call_mono_ns, now);
+    /* the process-wide time only when it moved by a quarter pause: every thread's store would
+     * bounce the cache line the hot path reads NCCL's mask from */
+    if (now - LOAD(&ci_g.last_call_mono_ns) > quiet / 4) STORE(&ci_g.last_call_mono_ns, now);
     if (paused) {
         t->run_len = t->run_pos;
         t->run_pos = 0;
@@ -249,8 +252,9 @@ void ci_gpu_timing_tick(ci_comm_t* comm, uint64_t now) {
  * pause has its next call timed, whatever the runs foretold (a checkpoint, an evaluation, a
  * Step of another length). Only pauses that a heartbeat falls in are seen this way. */
 void ci_gpu_timing_pause_check(uint64_t now) {
-    uint64_t quiet = ci_g.cfg.gpu_timing_quiet_ns;
+    uint64_t quiet = LOAD(&ci_g.cfg.gpu_timing_quiet_ns);
     uint64_t last = LOAD(&ci_g.last_call_mono_ns);
     if (quiet == 0 || last == 0 || LOAD(&ci_g.gpu_timing) != CI_SHM_V1_GPU_TIMING_SAMPLED) return;
-    if (now > last && now - last >= quiet) (void)set_kernel_ch(true);
+    /* the stored time may be a quarter pause older than the last call (at_pause_edge) */
+    if (now > last && now - last >= quiet + quiet / 4) (void)set_kernel_ch(true);
 }
