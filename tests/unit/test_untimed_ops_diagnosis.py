@@ -11,9 +11,10 @@ import pytest
 
 from comminsight.agent.core.snapshot import group_by_comm
 from comminsight.agent.hangs.diagnosis import diagnose
+from comminsight.agent.hangs.incidents import group_reports
 from comminsight.agent.hangs.untimed_ops import presume_untimed_done
 from comminsight_gen.abi import shm_v1
-from comminsight_gen.models.hang_report_v1 import Verdict
+from comminsight_gen.models.hang_report_v1 import CauseLink, Verdict
 from tests.hang_snapshots import (
     COMM,
     MS,
@@ -29,7 +30,7 @@ from tests.hang_snapshots import (
     snapshot,
 )
 
-TP, DP, EMB = 0x1111, 0x2222, 0x5555
+TP, DP, EMB, PP = 0x1111, 0x2222, 0x5555, 0x3333
 
 
 def untimed(index: int, enqueued_at: int, **kw):
@@ -324,3 +325,43 @@ def test_each_rows_records_are_read_once_however_many_rounds():
 
     presume_untimed_done(snapshot(*rows), counted)
     assert asked and len(asked) == len(set(asked)), asked
+
+
+def test_a_culprit_shown_in_an_untimed_exchange_is_the_root_of_its_own_hang():
+    """Rank 3 never joins a tensor-parallel all-reduce its peer waits in (untimed); its
+    pipeline peer's Send toward it waits too, and rank 3's row there shows an untimed Recv,
+    perhaps long done. The all-reduce's report, which blames rank 3, is the root: the
+    exchange's untimed Recv does not show rank 3 stuck in it."""
+    r1, r2, r3 = proc(1), proc(2), proc(3)
+    recv = dataclasses.replace(p2p("Recv", 0, index=4, age=6 * S), unproven=True)
+    recv = dataclasses.replace(recv, channels_started=0, start_mono_ns=None)
+    snap = snapshot(
+        waits_untimed(0, 25, 5 * S, comm_id=TP, name="tp:23", nranks=2, process=r2),
+        member(1, 25, 25, comm_id=TP, name="tp:23", nranks=2, process=r3),
+        member(0, 0, 0, p2p("Send", 1, index=5, age=4 * S), comm_id=PP, name="pp:27",
+               nranks=2, process=r1, p2p_enqueued=7, p2p_completed=5),
+        member(1, 0, 0, recv, comm_id=PP, name="pp:27", nranks=2, process=r3,
+               p2p_enqueued=5, p2p_completed=3),
+    )  # fmt: skip
+    reports = {r.comm.comm_name: r for r in diagnose(snap, NOW, THRESHOLD)}
+    assert culprit_ranks(reports["tp:23"]) == [1], reports["tp:23"].summary
+    roots = {g.root.comm.comm_name for g in group_reports(reports.values())}
+    assert "tp:23" in roots, roots
+
+
+def test_an_untimed_wait_a_report_blames_someone_for_still_holds_its_rank():
+    """Rank 0 waits (untimed) in an all-reduce rank 1 never joined; its later all-reduce on
+    another group, whose kernel never started, blames rank 0: it follows from the first."""
+    r0, r1, r2 = proc(0), proc(1), proc(2)
+    snap = snapshot(
+        waits_untimed(0, 5, 4 * S, comm_id=TP, name="tp:1", nranks=2, process=r0),
+        member(1, 5, 5, comm_id=TP, name="tp:1", nranks=2, process=r1),
+        member(0, 1, 0, op(0, NOW - 3 * S, started=False), comm_id=DP, name="dp:2",
+               nranks=2, process=r0),
+        member(1, 1, 0, op(0, NOW - 3 * S), comm_id=DP, name="dp:2", nranks=2, process=r2),
+    )  # fmt: skip
+    reports = {r.comm.comm_name: r for r in diagnose(snap, NOW, THRESHOLD)}
+    (group,) = group_reports(reports.values())
+    assert group.root.comm.comm_name == "tp:1"
+    [(behind, cause)] = group.consequences
+    assert behind.comm.comm_name == "dp:2" and cause.link is CauseLink.culprit_waits

@@ -6,7 +6,10 @@ communicator. `group_reports` decides which report explains the others, by causa
 from the reports' own evidence (never by which came first):
 
 - culprit_waits / p2p_peer: the ranks a report blames wait in another report's op; a rank
-  stuck there cannot issue ops on this communicator (or answer this send/receive).
+  stuck there cannot issue ops on this communicator (or answer this send/receive). An op not
+  timed on the GPU (GPU timing sampled) that the other report shows is no such proof unless
+  that report blames someone for it: it may have ended, and the rank may be stuck in its own
+  code (as the blaming report says).
 - same_culprit: two reports blame the same process; the more precise verdict explains it.
 - waited_there_first: a report that blames no one, whose waiting ranks are stuck in another
   report's op: their kernel there runs and does not finish while their kernel here never
@@ -83,6 +86,8 @@ class Wait:
     enqueued_ns: int  # on the diagnosing Agent's clock: detection time minus the op's age
     started: bool  # some channel's kernel started on the GPU
     label: str  # the rank as a person reads it
+    # timed on the GPU, or held by the report's culprits: not an untimed op that may have ended
+    proven: bool = True
 
     def sort_key(self) -> tuple:
         # where a process is stuck: the op whose kernel runs and does not finish; ops whose
@@ -201,6 +206,7 @@ class _Index:
                             r.detected_mono_ns - e.inflight.age_ms * MS,
                             e.inflight.channels_started > 0,
                             _who(e),
+                            e.inflight.gpu_timed is not False or bool(r.culprits),
                         )
                     )
             culprits = []
@@ -218,9 +224,12 @@ class _Index:
             self.unknown[r.report_id] = sorted(unknown)
             self.job_processes.setdefault(_job(r), set()).update(members)
 
-    def stuck_in(self, p: Process, besides: str) -> Wait | None:
-        """The op process p is stuck in, of the reports other than `besides`."""
-        waits = [w for w in self.waits.get(p, ()) if w.report_id != besides]
+    def stuck_in(self, p: Process, besides: str, proven: bool = False) -> Wait | None:
+        """The op process p is stuck in, of the reports other than `besides` (`proven`: of
+        the ops timed on the GPU only)."""
+        waits = [
+            w for w in self.waits.get(p, ()) if w.report_id != besides and (w.proven or not proven)
+        ]
         return min(waits, key=Wait.sort_key, default=None)
 
 
@@ -234,7 +243,7 @@ def _culprit_waits(r: HangReport, index: _Index) -> Cause | None:
         return None
     waits = []
     for p, who in culprits:
-        w = index.stuck_in(p, besides=r.report_id)
+        w = index.stuck_in(p, besides=r.report_id, proven=True)
         if w is None:
             return None  # this culprit is blocked by nothing reported: r explains itself
         waits.append((w, who))
