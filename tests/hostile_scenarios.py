@@ -122,6 +122,14 @@ def disk_fill(d: Driver) -> dict:
         "the writer to reach the ring head",
     )
     dropped_while_full = r.counter("log_records_dropped")
+    # space returns once every rank has seen the disk full: a rank still filling it when
+    # another freed the space would fill it again, for good, before its own end
+    ranks = int(os.environ.get("SCENARIO_RANKS", "1"))
+    full_seen = Path(os.environ.get("SCENARIO_FULL_SEEN", filler.parent.parent))
+    (full_seen / f"full-{os.getpid()}").touch()
+    wait_until(
+        lambda: len(list(full_seen.glob("full-*"))) >= ranks, DEADLINE_S, "every rank's disk full"
+    )
     filler.unlink(missing_ok=True)  # space returns (the first of several ranks frees it)
     out = {
         "ops_issued": seq,

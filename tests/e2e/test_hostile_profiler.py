@@ -770,8 +770,19 @@ def coverage(log_dir: Path, include_open: bool = False) -> dict:
 )
 def test_disk_full_gap_lines_cover_every_lost_op_exactly(ranks, env, small_disk, tmp_path):
     home, filler = small_disk
+    seen = tmp_path / "full-seen"  # outside the small disk, where a file can still be made
+    seen.mkdir()
     procs = [
-        start("disk_fill", home, tmp_path, SCENARIO_FILLER=str(filler), **env) for _ in range(ranks)
+        start(
+            "disk_fill",
+            home,
+            tmp_path,
+            SCENARIO_FILLER=str(filler),
+            SCENARIO_RANKS=str(ranks),
+            SCENARIO_FULL_SEEN=str(seen),
+            **env,
+        )
+        for _ in range(ranks)
     ]
     results = [finish(p) for p in procs]
     cov = coverage(home / "inspector_logs")
