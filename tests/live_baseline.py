@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from comminsight.agent.core.inject_names import InjectNames
 from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.log_records import op_slots, process_segments
 from comminsight.agent.steps.semantic_hook import SemanticEngineHook
@@ -24,8 +25,16 @@ def comparable(line: bytes) -> dict:
 
 def uninterrupted(home: Path, files: list[Path], out: Path) -> dict[str, list[bytes]]:
     """What the live engine writes over the same records when it never stops: every rank's
-    records from its logs, fed a chunk at a time, rank after rank."""
-    hook = SemanticEngineHook(out, load_templates(), checkpoint_s=3600)
+    records from its logs, fed a chunk at a time, rank after rank, with the optimizer-step
+    markers Inject wrote in the home (as a live Agent reads them)."""
+    inject = InjectNames(home)
+    inject.refresh()
+    hook = SemanticEngineHook(
+        out,
+        load_templates(),
+        checkpoint_s=3600,
+        markers_of=lambda gpu: inject.step_markers(gpu.host, gpu.pid, gpu.uid),
+    )
     feeds = {}
     for path in files:
         first = json.loads(path.read_bytes().splitlines()[0])
@@ -41,6 +50,7 @@ def uninterrupted(home: Path, files: list[Path], out: Path) -> dict[str, list[by
             start_mono_ns=segments.start_mono_ns,
             local_rank=first.get("local_rank"),
             job_id=first.get("job_id"),
+            host=first["host"],
         )
         feeds[gpu] = [
             (slots[i : i + 500], comms)

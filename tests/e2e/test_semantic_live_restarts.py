@@ -69,6 +69,9 @@ def test_live_summaries_across_killed_and_stopped_agents_are_an_uninterrupted_ru
         steps=STEPS,
         time_scale=0.5,
         seed=SEED,
+        # Inject's optimizer-step markers tell DDP's Steps however loaded the machine is: idle
+        # time alone, which a busy machine hides, tells them otherwise
+        step_markers=True,
         env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
     )
     stops = stop_points(random.Random(SEED))

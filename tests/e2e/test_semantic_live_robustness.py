@@ -420,6 +420,7 @@ def test_a_live_agent_reports_an_engine_failure_and_loses_no_step_of_a_simulated
         ranks=2,
         steps=200,  # past the template selection (512 ops) with Steps to spare
         time_scale=0.2,
+        step_markers=True,  # DDP's Steps told however loaded the machine (idle time is not)
         env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"),),
     )
     with LiveAgent(tmp_path, semantic_checkpoint_s=0.2) as agent:

@@ -45,6 +45,9 @@ def job(plugin: Path, home: Path, job_id: str, seed: int) -> SimConfig:
         steps=STEPS[job_id],
         time_scale=SCALE[job_id],
         seed=seed,
+        # Inject's optimizer-step markers tell DDP's Steps however loaded the machine is: idle
+        # time alone, which a busy machine hides, tells them otherwise
+        step_markers=True,
         env=(("COMMINSIGHT_AGENT_AUTOSTART", "0"), ("COMMINSIGHT_JOB_ID", job_id)),
     )
 
