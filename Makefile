@@ -243,10 +243,11 @@ FRESH_BOOT_UPTIME_S ?= 120
 test-fresh-boot:
 	scripts/as-if-booted.sh $(FRESH_BOOT_UPTIME_S) $(MAKE) --no-print-directory test
 
-## lint: ruff on the hand-written Python (generated/ is excluded)
+## lint: ruff on the hand-written Python (generated/ is excluded), and import-linter's contracts (pyproject.toml: the Agent's layers import only downward)
 lint: $(VENV_STAMP)
 	$(VPY) -m ruff check comminsight codegen tests contract-tests bench
 	$(VPY) -m ruff format --check comminsight codegen tests contract-tests bench
+	$(VENV)/bin/lint-imports --no-cache --config pyproject.toml
 
 ## test-contract: the cross-language contract tests (contract-tests/: C, cffi, numpy and the generated readers on the same fixtures)
 test-contract: $(VENV_STAMP) $(ENGINE_SO)

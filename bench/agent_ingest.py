@@ -3,7 +3,7 @@
 Producers are real: the C driver of profiler/bench/hot_path.c replays NCCL's event trees into
 the real plugin (dist/libnccl-profiler-comminsight.so), which publishes op records into its
 SHM ring exactly as under NCCL. The consumer is the Agent's own ingest pass
-(comminsight.agent.core.ingest.NodeIngest.run_pass), in this process on one thread: discover
+(comminsight.agent.node.ingest.NodeIngest.run_pass), in this process on one thread: discover
 files, read new slots in batches through the generated numpy dtype, count overwritten slots,
 fold the batches into the Prometheus collector's state, keep the API's recent-ops window
 (COMMINSIGHT_AGENT_RECENT_OPS per process, default) and hand the ops per GPU to the engine
@@ -36,10 +36,10 @@ from pathlib import Path
 import numpy as np
 from profiler_hot_path import DEFAULT_PLUGIN, build_tools, ensure_plugin, plugin_env
 
-from comminsight.agent.core.ingest import NodeIngest
 from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.core.recent_ops import RecentOps
 from comminsight.agent.metrics.node import NodeMetrics
+from comminsight.agent.node.ingest import NodeIngest
 from comminsight.agent.steps.engine_hook import PassThroughEngine
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.config_v1 import ConfigV1

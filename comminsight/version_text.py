@@ -9,7 +9,7 @@ import sys
 
 
 def version_text(prog: str) -> str:
-    from comminsight.agent.metrics.build_info import PROTOCOL_LABELS, UNKNOWN, build_labels
+    from comminsight.build_identity import PROTOCOL_LABELS, UNKNOWN, build_labels
 
     labels = build_labels()
     commit = labels["git_commit"]

@@ -57,7 +57,7 @@ from comminsight.sim.forks import (
 # CLI (its API client and tables), the plugin scenarios (the SHM reader, the ABI)
 PRELOAD = (
     "comminsight.agent.main",
-    "comminsight.agent.core.service",
+    "comminsight.agent.node.service",
     "comminsight.agent.api.server",
     "comminsight.agent.core.fifo_reader",
     "comminsight.cli.command_line",

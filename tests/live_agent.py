@@ -10,7 +10,7 @@ import msgspec
 from waiting import wait_until, wait_until_async
 
 from comminsight.agent.api.server import start_server
-from comminsight.agent.core.service import AgentService
+from comminsight.agent.node.service import AgentService
 from comminsight_gen.config_v1 import ConfigV1
 
 START_S = 120.0  # bounds a first pass that went wrong (a loaded machine is slow, not stuck)

@@ -42,7 +42,7 @@ from comminsight.redaction import shown_value
 from comminsight_gen.config_v1 import KEYS
 
 if TYPE_CHECKING:
-    from comminsight.agent.core.service import AgentService
+    from comminsight.agent.node.service import AgentService
 
 log = logging.getLogger("comminsight.agent")
 
@@ -207,7 +207,7 @@ def service_for(settings) -> AgentService:
         from comminsight.agent.relay.agent import RelayAgentService
 
         return RelayAgentService(settings)
-    from comminsight.agent.core.service import AgentService
+    from comminsight.agent.node.service import AgentService
 
     return AgentService(settings)
 

@@ -20,8 +20,8 @@ from e2e_sims import E2E_THRESHOLD_S, HEALTHY_THRESHOLD_S, e2e_sim_config
 from ports import free_port
 from waiting import wait_until
 
-from comminsight.agent.core.service import IDLE_POLL_INTERVAL_S, AgentService
 from comminsight.agent.hangs.store import HangStore
+from comminsight.agent.node.service import IDLE_POLL_INTERVAL_S, AgentService
 from comminsight.sim import run_simulation
 from comminsight_gen.config_v1 import ConfigV1
 from comminsight_gen.models.hang_report_v1 import Verdict

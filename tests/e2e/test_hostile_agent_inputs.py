@@ -34,8 +34,8 @@ from comminsight.agent.core.home_check import HomeError, check_config_file, chec
 from comminsight.agent.core.inject_names import READ_BUDGET, InjectNames
 from comminsight.agent.core.log_recovery import recover, segment_prefix
 from comminsight.agent.core.producers import QUARANTINE, ProducerSet
-from comminsight.agent.core.service import RECENT_EVENTS
 from comminsight.agent.hangs.store import HangStore
+from comminsight.agent.node.service import RECENT_EVENTS
 from comminsight.config import ConfigError, load_settings
 from comminsight.log_segments import verify_segment
 from comminsight.shm_reader import BUSY, HEADER, SLOT, RingCursor, ShmError, ShmRegion

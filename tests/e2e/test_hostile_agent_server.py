@@ -797,7 +797,7 @@ def test_a_segment_swapped_for_a_link_after_the_scan_is_refused_when_opened(tmp_
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 def test_a_segment_owned_by_another_user_is_refused_and_named_in_health(tmp_path):
-    from comminsight.agent.core.service import AgentService
+    from comminsight.agent.node.service import AgentService
 
     home = tmp_path / "home"
     logs = home / "inspector_logs"

@@ -153,7 +153,7 @@ def test_queued_batches_are_merged_per_gpu_in_order_without_crossing_a_loss():
 
 
 def test_without_its_c_core_the_agent_serves_on_and_says_the_engine_is_off(tmp_path, monkeypatch):
-    from comminsight.agent.core.service import AgentService
+    from comminsight.agent.node.service import AgentService
     from comminsight.agent.steps.engine_hook import PassThroughEngine
     from comminsight.semantic import native
     from comminsight_gen.config_v1 import ConfigV1

@@ -199,7 +199,7 @@ def fail_next_feed(hook: SemanticEngineHook, error: Exception) -> None:
 def test_an_engine_failure_is_reported_and_it_resumes_from_its_checkpoint_losing_no_step(
     tmp_path,
 ):
-    from comminsight.agent.core.service import AgentService
+    from comminsight.agent.node.service import AgentService
 
     slots = ddp_slots(300)
     expected = reference(tmp_path, slots)

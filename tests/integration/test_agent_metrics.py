@@ -14,6 +14,7 @@ import pytest
 from agent_home import hold_agent_lock, run_sim
 from prometheus_client.parser import text_string_to_metric_families
 
+from comminsight.agent.core.process_labels import NO_PROCESS
 from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.metrics.node import (
     BUSBW_BUCKETS_GBS,
@@ -22,7 +23,6 @@ from comminsight.agent.metrics.node import (
     size_bucket,
     update_from_producers,
 )
-from comminsight.agent.metrics.process_labels import NO_PROCESS
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
 

@@ -14,10 +14,10 @@ from engine_inputs import COMMS, TEMPLATES, ddp_slots
 from profiler_builds import builds
 from waiting import wait_until
 
-from comminsight.agent.core.ingest import NodeIngest
 from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.core.recent_ops import RecentOps
 from comminsight.agent.metrics.node import NodeMetrics
+from comminsight.agent.node.ingest import NodeIngest
 from comminsight.agent.steps.engine_hook import GpuStream, PassThroughEngine
 from comminsight.agent.steps.semantic_hook import CHECKPOINT_NAME, SemanticEngineHook
 from comminsight.sim import SimConfig, run_simulation

@@ -19,7 +19,7 @@ import pytest
 from profiler_builds import run_scenario
 from waiting import wait_until
 
-from comminsight.agent.hangs.proxy_evidence import evidence_by_row, hang_evidence
+from comminsight.agent.core.proxy_evidence import evidence_by_row, hang_evidence
 from comminsight.shm_reader import EVIDENCE, HEADER, ShmRegion
 from comminsight_gen.abi import shm_v1
 

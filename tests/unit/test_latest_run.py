@@ -1,6 +1,6 @@
 """A reused home: the rows of an earlier run of a communicator id (its regions not yet retired,
 its reports on disk) never join the current run's communicator, so a verdict never names a
-process of the earlier run (hangs.runs, core.snapshot.communicators, left_comm.MembersSeen,
+process of the earlier run (core.current_run, core.snapshot.communicators, left_comm.MembersSeen,
 diagnosis.report_id)."""
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from hang_snapshots import (
     tp_then_dp,
 )
 
+from comminsight.agent.core.current_run import current_run
 from comminsight.agent.core.snapshot import NodeSnapshot, communicators
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incidents import group_reports
 from comminsight.agent.hangs.left_comm import MembersSeen
-from comminsight.agent.hangs.runs import current_run
 from comminsight.agent.master.job_view import NodeRecord, job_snapshot
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb

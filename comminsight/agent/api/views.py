@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from comminsight.agent.core.inject_names import InjectNames
+from comminsight.agent.core.process_labels import uuid_text
 from comminsight.agent.core.producer_clock import on_reader_clock
 from comminsight.agent.core.producers import Producer
 from comminsight.agent.core.snapshot import (
@@ -25,7 +26,6 @@ from comminsight.agent.core.snapshot import (
     process_view,
     rank_or_none,
 )
-from comminsight.agent.metrics.process_labels import uuid_text
 from comminsight.shm_reader import ROOTED_FUNCS, label_or_none, record_text
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.agent_master_api_v1 import (

@@ -1,3 +1,3 @@
-"""The node Agent's loop and its inputs: SHM regions of the Profilers (discovered, refused,
+"""The node Agent's inputs and its state: SHM regions of the Profilers (discovered, refused,
 read, recovered and retired), the hang-event FIFO, Inject's names, the node snapshot
 diagnosis reads."""

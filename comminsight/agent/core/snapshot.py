@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from comminsight.agent.core.current_run import current_run
 from comminsight.agent.core.liveness import process_runs
 from comminsight.agent.core.producer_clock import on_reader_clock
+from comminsight.agent.core.proxy_evidence import EvidenceView, evidence_by_row
 from comminsight.agent.core.rank_runs import EMPTY, RankRuns
-from comminsight.agent.hangs.proxy_evidence import EvidenceView, evidence_by_row
-from comminsight.agent.hangs.runs import current_run
 from comminsight.shm_reader import ShmRegion, enum_label, record_text
 from comminsight_gen.abi import shm_v1
 
@@ -435,7 +435,7 @@ def build_snapshot(
     row belongs to a communicator that was destroyed or aborted and waits for nobody, and a
     communicator that some rank has already finalized is being torn down, so it is left out
     (its remaining rows would look like members missing on other nodes). Of the rows of one
-    communicator id only the latest run's count (hangs.runs): a reused home still holds the
+    communicator id only the latest run's count (core.current_run): a reused home still holds the
     regions of an earlier run, whose ids may repeat."""
     now_mono = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
     now_real = time.time_ns() if now_real_ns is None else now_real_ns

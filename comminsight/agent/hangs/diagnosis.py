@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 from msgspec import UNSET
 
+from comminsight.agent.core.proxy_evidence import hang_evidence
 from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.agent.hangs.left_comm import MembersSeen, left_members
@@ -66,7 +67,6 @@ from comminsight.agent.hangs.op_rhythm import (
     expected_op,
     rhythm_key,
 )
-from comminsight.agent.hangs.proxy_evidence import hang_evidence
 from comminsight.agent.hangs.untimed_ops import presume_untimed_done
 from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.abi import shm_v1
@@ -1191,7 +1191,7 @@ def to_report(
 
 
 def job_of(comm: CommView) -> str | None:
-    """The job its rows' processes belong to (one: hangs.runs keeps one run's rows)."""
+    """The job its rows' processes belong to (one: core.current_run keeps one run's rows)."""
     return next(
         (m.process.job_id for m in (*comm.members, *comm.departed) if m.process.job_id), None
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from types import MappingProxyType
 
-from comminsight.agent.metrics.process_labels import JOB_LABELS, LABEL_NAMES
+from comminsight.agent.core.process_labels import JOB_LABELS, LABEL_NAMES
 
 JOB, RANK = "job", "rank"
 LEVELS = (JOB, RANK)

@@ -27,14 +27,8 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from comminsight.agent.core.producer_clock import on_reader_clock
-from comminsight.agent.metrics import engine as engine_metrics
-from comminsight.agent.metrics import inputs as input_metrics
-from comminsight.agent.metrics.build_info import build_info_family
-from comminsight.agent.metrics.incidents import incident_family
-from comminsight.agent.metrics.level import JOB, JOB_LABEL_NAMES, RANK, check_level, fold
-from comminsight.agent.metrics.placement import Placement
-from comminsight.agent.metrics.process_labels import (
+from comminsight.agent.core.placement import Placement
+from comminsight.agent.core.process_labels import (
     JOB_LABELS,
     LABEL_NAMES,
     NO_PROCESS,
@@ -42,8 +36,14 @@ from comminsight.agent.metrics.process_labels import (
     ProcessLabels,
     ProducerLabels,
 )
+from comminsight.agent.core.producer_clock import on_reader_clock
+from comminsight.agent.metrics import engine as engine_metrics
+from comminsight.agent.metrics import inputs as input_metrics
+from comminsight.agent.metrics.build_info import build_info_family
+from comminsight.agent.metrics.incidents import incident_family
+from comminsight.agent.metrics.level import JOB, JOB_LABEL_NAMES, RANK, check_level, fold
 from comminsight.agent.metrics.profiler_drops import ProfilerDropTotals
-from comminsight.agent.metrics.steps import STEP_BUCKETS_S, StepTimes
+from comminsight.agent.steps.step_durations import STEP_BUCKETS_S, StepTimes
 from comminsight.shm_reader import COMM, op_records, record_text
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
@@ -210,7 +210,7 @@ class NodeMetrics:
             s.busbw_sum += busbw_sum[i]
 
     def add_steps(self, new: dict[ProcessLabels, StepTimes], now_mono_ns: int) -> None:
-        """Steps the live engine wrote since the last pass (metrics.steps.StepDurations)."""
+        """Steps the live engine wrote since the last pass (steps.step_durations.StepDurations)."""
         for labels, times in new.items():
             series = self.steps.setdefault(labels, StepTimes())
             series.merge(times)

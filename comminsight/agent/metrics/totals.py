@@ -1,7 +1,7 @@
 """A node's /metrics counters as one agent-master-slave `NodeMetricTotals` message.
 
 A slave sends it with its state rows (slave.agent), the master keeps the latest one per node
-(NodeRecord.metric_totals) and exposes the union under a `node` label (metrics.job). The
+(NodeRecord.metric_totals) and exposes the union under a `node` label (master.job_metrics). The
 master's own node goes through the same function at scrape time.
 
 The node's metrics (metrics.NodeMetrics) keep one series per process, communicator id and

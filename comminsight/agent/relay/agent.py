@@ -25,7 +25,6 @@ import msgspec
 
 from comminsight.agent.core.fifo_reader import HangEvent
 from comminsight.agent.core.node_state import read_node_rows
-from comminsight.agent.core.service import AgentService
 from comminsight.agent.core.snapshot import NodeSnapshot
 from comminsight.agent.master.agent import (
     CURSOR_FLUSH_NS,
@@ -34,6 +33,7 @@ from comminsight.agent.master.agent import (
 )
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.metrics.totals import node_metric_totals
+from comminsight.agent.node.service import AgentService
 from comminsight.agent.relay.classes import rank_classes
 from comminsight.agent.relay.summed_totals import summed_totals
 from comminsight.agent.slave.agent import (

@@ -59,8 +59,7 @@ import numpy as np
 from msgspec import UnsetType
 
 from comminsight.agent.core.heap_trim import HeapTrim
-from comminsight.agent.metrics.process_labels import ProcessLabels, index_label
-from comminsight.agent.metrics.steps import StepDurations
+from comminsight.agent.core.process_labels import ProcessLabels, index_label
 from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.lag import GpuLag, newest_placed_end
 from comminsight.agent.steps.log_records import (
@@ -84,6 +83,7 @@ from comminsight.agent.steps.restored_context import (
     open_span,
     written_spans,
 )
+from comminsight.agent.steps.step_durations import StepDurations
 from comminsight.semantic.checkpoint import (
     CheckpointError,
     CheckpointFile,

@@ -31,15 +31,14 @@ from comminsight.agent.api import views as api_views
 from comminsight.agent.archive.archiver import ArchiveConfigError, Archiver
 from comminsight.agent.core import agent_settings
 from comminsight.agent.core.fifo_reader import FifoError, HangEvent, HangEventFifo, keep_recent
-from comminsight.agent.core.ingest import NodeIngest
 from comminsight.agent.core.inject_names import InjectNames
 from comminsight.agent.core.input_health import input_reasons
 from comminsight.agent.core.owners import Owners
+from comminsight.agent.core.placement import Placement
 from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
 from comminsight.agent.core.recent_ops import RecentOps
 from comminsight.agent.core.snapshot import NodeSnapshot, build_snapshot
-from comminsight.agent.core.tenant_inputs import TenantInputs
 from comminsight.agent.core.threshold_health import Publication, threshold_health
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incident_stacks import IncidentStacks
@@ -53,8 +52,9 @@ from comminsight.agent.hangs.store import HangStore
 from comminsight.agent.metrics.engine import engine_metrics
 from comminsight.agent.metrics.inputs import AgentInputs
 from comminsight.agent.metrics.node import NodeMetrics
-from comminsight.agent.metrics.placement import Placement
 from comminsight.agent.metrics.stacks import StackCaptureMetrics
+from comminsight.agent.node.ingest import NodeIngest
+from comminsight.agent.node.tenant_inputs import TenantInputs
 from comminsight.agent.steps.engine_hook import EngineHook, PassThroughEngine
 from comminsight.agent.steps.files import StepFiles
 from comminsight.agent.steps.health import engine_health

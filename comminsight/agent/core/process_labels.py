@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from comminsight.agent.metrics.placement import Placement
+from comminsight.agent.core.placement import Placement
 from comminsight.shm_reader import record_text
 from comminsight_gen.abi import shm_v1
 
