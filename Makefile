@@ -120,8 +120,8 @@ build-profiler-sanitizers: $(BUILD)/asan/libnccl-profiler-comminsight.so $(BUILD
 ENGINE_SO := $(BUILD)/engine/libciengine.so
 ENGINE_SRC := comminsight/semantic/native/engine_core.c
 # the log scanner spells every key as the inspector-log schema does (the writer's header), and
-# datatypes by the shm protocol's codes
-ENGINE_HEADERS := generated/c/include/comminsight/inspector_log_v1.h generated/c/include/comminsight/shm_v1.h
+# datatypes by the shm protocol's codes; its structs and prototypes are the engine-core protocol's
+ENGINE_HEADERS := generated/c/include/comminsight/engine_core_v1.h generated/c/include/comminsight/inspector_log_v1.h generated/c/include/comminsight/shm_v1.h
 # where the engine was built before it moved under build/: a copy left there would be loaded
 # by nothing now, and packaged by nothing, but it is a build output in the source tree
 ENGINE_SO_OLD := comminsight/semantic/native/libciengine.so
@@ -129,11 +129,13 @@ ENGINE_SO_OLD := comminsight/semantic/native/libciengine.so
 ## build-engine: the Semantic Engine's C core, build/engine/libciengine.so (a checkout loads it there; the wheel carries it beside the package)
 build-engine: $(ENGINE_SO)
 
-# -ffp-contract=off: Step totals must be the same float operations as the Python definition
+# -ffp-contract=off: Step totals must be the same float operations as the Python definition;
+# -Wmissing-prototypes: every function the library exports is declared by the engine-core
+# protocol's header (which its Python side loads as cffi's cdef), or the build fails
 $(ENGINE_SO): $(ENGINE_SRC) $(ENGINE_HEADERS)
 	@mkdir -p $(@D)
 	@rm -f $(ENGINE_SO_OLD)
-	$(ATOMIC) $(CC) -std=gnu11 -Wall -Wextra -Werror -O2 -g -fPIC -shared -ffp-contract=off \
+	$(ATOMIC) $(CC) -std=gnu11 -Wall -Wextra -Wmissing-prototypes -Werror -O2 -g -fPIC -shared -ffp-contract=off \
 	  -Igenerated/c/include $< -o "$$tmp" $(ATOMIC_DONE)
 
 # ---- the simulated NCCL's per-channel event loops (loaded with cffi; see comminsight/sim/abi.py) ----

@@ -26,7 +26,8 @@ what the checks below read and nothing else; descriptions, titles and comments g
 
 - c-abi: the prefix; each struct/union's kind, size, alignment and fields (name, type, count,
   offset, whether a pointer); each enum's storage, flags and values (name, value, label);
-  constants (type, value); function types as signatures.
+  constants (type, value); function types and a library's exports as signatures; the names
+  of its opaque types.
 - json-schema: the document without annotations (description, title, $comment, examples).
 - openapi: the document bundled as codegen bundles it (external schemas inlined), without
   annotations (descriptions, summaries, tags, examples, externalDocs, servers).
@@ -54,7 +55,7 @@ What counts as a break:
 - c-abi: both laid out by codegen.cabi. Records keep their size and alignment; each field keeps
   name, type, count and offset, except reserved fields (`reserved*`, `pad*`), whose bytes new
   fields may take; enums keep every value's number and label; constants their values;
-  function types their signatures; the C prefix stays.
+  function types and exports their signatures; opaque types stay; the C prefix stays.
 - json-schema: every property (through $ref, $defs, items, oneOf/anyOf/allOf) stays, with the
   same type(s); no new `required` entry, no removed enum value, no new or changed const, no
   new enum, additionalProperties not newly false, no oneOf/anyOf alternative removed; each
@@ -189,7 +190,8 @@ def _signature(f: cabi_model.Function) -> str:
     params = [f"{'const ' if p.const else ''}{p.type}{'*' * p.pointer}" for p in f.params]
     if f.variadic:
         params.append("...")
-    return f"{f.returns}({', '.join(params)})"
+    returns = f"{'const ' if f.returns_const else ''}{f.returns}{'*' * f.returns_pointer}"
+    return f"{returns}({', '.join(params)})"
 
 
 def cabi_surface(schema: cabi_model.AbiSchema) -> dict:
@@ -207,7 +209,7 @@ def cabi_surface(schema: cabi_model.AbiSchema) -> dict:
                         "type": f.type,
                         "count": f.count or 1,
                         "offset": f.offset,
-                        "pointer": _is_pointer(schema, f.type),
+                        "pointer": bool(f.pointer) or _is_pointer(schema, f.type),
                     }
                     for f in r.fields
                 ],
@@ -224,6 +226,9 @@ def cabi_surface(schema: cabi_model.AbiSchema) -> dict:
         },
         "constants": {k.name: {"type": k.type.name, "value": k.value} for k in schema.constants},
         "functions": {f.name: _signature(f) for f in schema.functions},
+        # a library's exports and opaque types, where it has them (older baselines have none)
+        **({"exports": {f.name: _signature(f) for f in schema.exports}} if schema.exports else {}),
+        **({"opaque": sorted(o.name for o in schema.opaques)} if schema.opaques else {}),
     }
 
 
@@ -332,6 +337,20 @@ def _functions(b: dict, c: dict, out: Changes) -> None:
             out.append((where, f"signature {bsig} -> {csig}"))
 
 
+def _exports(b: dict, c: dict, out: Changes) -> None:
+    # a library's callers bind every export by name and signature; an opaque type they only
+    # pass along, so it may not disappear
+    for name in sorted(b.get("exports", {})):
+        where = f"exports.{name}"
+        bsig, csig = b["exports"][name], c.get("exports", {}).get(name)
+        if csig is None:
+            out.append((where, "removed"))
+        elif csig != bsig:
+            out.append((where, f"signature {bsig} -> {csig}"))
+    for name in sorted(set(b.get("opaque", ())) - set(c.get("opaque", ()))):
+        out.append((f"opaque.{name}", "removed"))
+
+
 def compare_cabi_surfaces(b: dict, c: dict) -> Changes:
     """Incompatible changes from the C-ABI surface `b` to `c`."""
     out: Changes = []
@@ -341,6 +360,7 @@ def compare_cabi_surfaces(b: dict, c: dict) -> Changes:
     _enums(b, c, out)
     _constants(b, c, out)
     _functions(b, c, out)
+    _exports(b, c, out)
     return out
 
 

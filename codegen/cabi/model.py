@@ -94,13 +94,24 @@ class Param:
 
 @dataclass
 class Function:
-    """A function-pointer type (NCCL's plugin entry points and logger)."""
+    """A function-pointer type (NCCL's plugin entry points and logger), or, in `exports`, a
+    function a library defines (its C prototype, named as the library names it)."""
 
     name: str
     description: str
     returns: str
     params: list[Param]
     variadic: bool
+    returns_pointer: int = 0
+    returns_const: bool = False
+
+
+@dataclass
+class Opaque:
+    """A struct only one side sees inside: the other holds pointers to it."""
+
+    name: str
+    description: str
 
 
 @dataclass
@@ -110,6 +121,8 @@ class Field:
     count: int | None
     declared_offset: int | None
     description: str
+    pointer: int = 0  # levels of indirection: a pointer to `type` (an array the other side owns)
+    const: bool = False  # with pointer: the pointee is const
     # Filled in by layout():
     offset: int = -1
     size: int = -1
@@ -142,6 +155,8 @@ class AbiSchema:
     enums: list[Enum] = field(default_factory=list)
     functions: list[Function] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)  # in dependency order after layout()
+    opaques: list[Opaque] = field(default_factory=list)
+    exports: list[Function] = field(default_factory=list)  # a library's functions, by C name
 
     # ---- naming (one place, used by every template) ----
     def c_type(self, name: str) -> str:
@@ -170,6 +185,10 @@ class AbiSchema:
     @property
     def record_by_name(self) -> dict[str, Record]:
         return {r.name: r for r in self.records}
+
+    @property
+    def opaque_by_name(self) -> dict[str, Opaque]:
+        return {o.name: o for o in self.opaques}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,6 +249,8 @@ def load(path: Path) -> AbiSchema:
             "functions",
             "structs",
             "unions",
+            "opaque",
+            "exports",
         },
         path,
         "",
@@ -306,33 +327,15 @@ def load(path: Path) -> AbiSchema:
         )
 
     for i, f in enumerate(doc.get("functions") or []):
-        where = f"functions[{i}]"
-        _only_keys(f, {"name", "description", "returns", "params", "variadic"}, path, where)
-        name = _ident(_req(f, "name", path, where, str), path, f"{where}.name")
-        where = f"functions.{name}"
-        params = []
-        for j, p in enumerate(_req(f, "params", path, where, list)):
-            pwhere = f"{where}.params[{j}]"
-            _only_keys(p, {"name", "type", "pointer", "const"}, path, pwhere)
-            pname = _ident(_req(p, "name", path, pwhere, str), path, f"{pwhere}.name")
-            params.append(
-                Param(
-                    pname,
-                    _req(p, "type", path, f"{where}.params.{pname}", str),
-                    int(p.get("pointer", 0)),
-                    bool(p.get("const", False)),
-                )
-            )
-        _unique([p.name for p in params], path, f"{where}.params", "parameter")
-        schema.functions.append(
-            Function(
-                name,
-                _req(f, "description", path, where, str),
-                f.get("returns", "void"),
-                params,
-                bool(f.get("variadic", False)),
-            )
-        )
+        schema.functions.append(_function(f, path, "functions", i, exported=False))
+    for i, f in enumerate(doc.get("exports") or []):
+        schema.exports.append(_function(f, path, "exports", i, exported=True))
+    _unique([f.name for f in schema.exports], path, "exports", "export")
+    for i, o in enumerate(doc.get("opaque") or []):
+        where = f"opaque[{i}]"
+        _only_keys(o, {"name", "description"}, path, where)
+        name = _ident(_req(o, "name", path, where, str), path, f"{where}.name")
+        schema.opaques.append(Opaque(name, _req(o, "description", path, f"opaque.{name}", str)))
 
     for kind, key in (("struct", "structs"), ("union", "unions")):
         for i, r in enumerate(doc.get(key) or []):
@@ -343,7 +346,12 @@ def load(path: Path) -> AbiSchema:
             fields = []
             for j, fd in enumerate(_req(r, "fields", path, where, list)):
                 fwhere = f"{where}.fields[{j}]"
-                _only_keys(fd, {"name", "type", "count", "offset", "description"}, path, fwhere)
+                _only_keys(
+                    fd,
+                    {"name", "type", "count", "offset", "description", "pointer", "const"},
+                    path,
+                    fwhere,
+                )
                 fname = _ident(_req(fd, "name", path, fwhere, str), path, f"{fwhere}.name")
                 fwhere = f"{where}.fields.{fname}"
                 count = fd.get("count")
@@ -359,6 +367,8 @@ def load(path: Path) -> AbiSchema:
                         count,
                         offset,
                         _req(fd, "description", path, fwhere, str),
+                        _pointer_levels(fd, path, fwhere),
+                        bool(fd.get("const", False)),
                     )
                 )
             if not fields:
@@ -386,18 +396,64 @@ def load(path: Path) -> AbiSchema:
                 *(e.name for e in schema.enums),
                 *(f.name for f in schema.functions),
                 *(r.name for r in schema.records),
+                *(o.name for o in schema.opaques),
             ]
         ],
         path,
         "types",
         "type name",
     )
-    for n in [*schema.enum_by_name, *schema.function_by_name, *schema.record_by_name]:
+    for n in [
+        *schema.enum_by_name,
+        *schema.function_by_name,
+        *schema.record_by_name,
+        *schema.opaque_by_name,
+    ]:
         if n in SCALARS or n == "void":
             raise SchemaError(path, f"types.{n}", f"'{n}' shadows a built-in type")
     _check_functions(schema)
     layout(schema)
     return schema
+
+
+def _function(f: dict, path: Path, key: str, i: int, exported: bool) -> Function:
+    where = f"{key}[{i}]"
+    keys = {"name", "description", "returns", "params", "variadic"}
+    if exported:  # a prototype may return a pointer (a function-pointer type names its own)
+        keys |= {"returns_pointer", "returns_const"}
+    _only_keys(f, keys, path, where)
+    name = _ident(_req(f, "name", path, where, str), path, f"{where}.name")
+    where = f"{key}.{name}"
+    params = []
+    for j, p in enumerate(_req(f, "params", path, where, list)):
+        pwhere = f"{where}.params[{j}]"
+        _only_keys(p, {"name", "type", "pointer", "const"}, path, pwhere)
+        pname = _ident(_req(p, "name", path, pwhere, str), path, f"{pwhere}.name")
+        params.append(
+            Param(
+                pname,
+                _req(p, "type", path, f"{where}.params.{pname}", str),
+                _pointer_levels(p, path, f"{where}.params.{pname}"),
+                bool(p.get("const", False)),
+            )
+        )
+    _unique([p.name for p in params], path, f"{where}.params", "parameter")
+    return Function(
+        name,
+        _req(f, "description", path, where, str),
+        f.get("returns", "void"),
+        params,
+        bool(f.get("variadic", False)),
+        _pointer_levels(f, path, where, key="returns_pointer"),
+        bool(f.get("returns_const", False)),
+    )
+
+
+def _pointer_levels(d: dict, path: Path, where: str, key: str = "pointer") -> int:
+    levels = d.get(key, 0)
+    if not isinstance(levels, int) or isinstance(levels, bool) or not 0 <= levels <= 2:
+        raise SchemaError(path, f"{where}.{key}", "pointer levels must be 0, 1 or 2")
+    return levels
 
 
 def _int_scalar(name: str, path: Path, where: str) -> Scalar:
@@ -422,24 +478,26 @@ def _check_functions(schema: AbiSchema) -> None:
         *schema.enum_by_name,
         *schema.function_by_name,
         *schema.record_by_name,
+        *schema.opaque_by_name,
     }
-    for f in schema.functions:
-        where = f"functions.{f.name}"
-        if f.returns not in known or f.returns in schema.record_by_name:
-            raise SchemaError(
-                schema.path, f"{where}.returns", f"unknown or unsupported return type '{f.returns}'"
-            )
-        for p in f.params:
-            if p.type not in known:
-                raise SchemaError(
-                    schema.path, f"{where}.params.{p.name}.type", f"unknown type '{p.type}'"
-                )
-            if p.type == "void" and p.pointer == 0:
+    by_value = {*schema.record_by_name, *schema.opaque_by_name}  # only through a pointer
+    for key, functions in (("functions", schema.functions), ("exports", schema.exports)):
+        for f in functions:
+            where = f"{key}.{f.name}"
+            if f.returns not in known or (f.returns in by_value and not f.returns_pointer):
                 raise SchemaError(
                     schema.path,
-                    f"{where}.params.{p.name}.type",
-                    "'void' parameter needs pointer >= 1",
+                    f"{where}.returns",
+                    f"unknown or unsupported return type '{f.returns}'",
                 )
+            for p in f.params:
+                pwhere = f"{where}.params.{p.name}.type"
+                if p.type not in known:
+                    raise SchemaError(schema.path, pwhere, f"unknown type '{p.type}'")
+                if p.type == "void" and p.pointer == 0:
+                    raise SchemaError(schema.path, pwhere, "'void' parameter needs pointer >= 1")
+                if p.type in schema.opaque_by_name and p.pointer == 0:
+                    raise SchemaError(schema.path, pwhere, "an opaque type is passed by pointer")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,9 +537,25 @@ def layout(schema: AbiSchema) -> None:
         offset, align = 0, 1
         for f in r.fields:
             fwhere = f"{r.where}.fields.{f.name}"
-            if f.type == "void":
+            if f.type == "void" and not f.pointer:
                 raise SchemaError(schema.path, f"{fwhere}.type", "a field cannot be 'void'")
-            esize, ealign = type_size_align(f.type, f"{fwhere}.type")
+            if f.pointer:  # a pointer to any known type (an opaque one too), not its layout
+                pointees = (
+                    "void",
+                    *SCALARS,
+                    *schema.enum_by_name,
+                    *records,
+                    *schema.opaque_by_name,
+                )
+                if f.type not in pointees:
+                    raise SchemaError(schema.path, f"{fwhere}.type", f"unknown type '{f.type}'")
+                esize, ealign = 8, 8
+            elif f.type in schema.opaque_by_name:
+                raise SchemaError(
+                    schema.path, f"{fwhere}.type", "an opaque type needs pointer >= 1"
+                )
+            else:
+                esize, ealign = type_size_align(f.type, f"{fwhere}.type")
             f.size, f.align = esize * (f.count or 1), ealign
             if r.kind == "union":
                 f.offset = 0

@@ -12,21 +12,46 @@ def _pascal(name: str) -> str:
 
 def _field_decl(s: AbiSchema, f: Field) -> str:
     suffix = f"[{f.count}]" if f.count else ""
-    return f"{s.c_type(f.type)} {f.name}{suffix};"
+    return f"{_spelled(s, f.type, f.pointer, f.const)} {f.name}{suffix};"
+
+
+def _spelled(s: AbiSchema, type_name: str, pointer: int, const: bool) -> str:
+    return ("const " if const else "") + s.c_type(type_name) + "*" * pointer
+
+
+def _params(s: AbiSchema, fn: Function) -> str:
+    params = [f"{_spelled(s, p.type, p.pointer, p.const)} {p.name}" for p in fn.params]
+    if fn.variadic:
+        params.append("...")
+    return ", ".join(params) or "void"
 
 
 def _fn_typedef(s: AbiSchema, fn: Function) -> str:
-    params = []
-    for p in fn.params:
-        ctype = ("const " if p.const else "") + s.c_type(p.type) + "*" * p.pointer
-        params.append(f"{ctype} {p.name}")
-    if fn.variadic:
-        params.append("...")
-    return f"typedef {s.c_type(fn.returns)} (*{s.c_type(fn.name)})({', '.join(params) or 'void'});"
+    return f"typedef {s.c_type(fn.returns)} (*{s.c_type(fn.name)})({_params(s, fn)});"
+
+
+def _prototype(s: AbiSchema, fn: Function) -> str:
+    returns = _spelled(s, fn.returns, fn.returns_pointer, fn.returns_const)
+    return f"{returns} {fn.name}({_params(s, fn)});"
+
+
+def _pointee_numpy(s: AbiSchema, f: Field) -> str | None:
+    """The numpy format of what a pointer field points to (an array of it), where numpy has
+    one: the Python side allocates those arrays."""
+    if f.pointer != 1:
+        return None
+    if f.type in SCALARS and f.type not in ("ptr", "cstr", "char"):
+        return SCALARS[f.type].numpy
+    if f.type in s.enum_by_name:
+        return s.enum_by_name[f.type].storage.numpy
+    return None
 
 
 def _numpy_format(s: AbiSchema, f: Field) -> str:
     """numpy format expression (Python source) for one field."""
+    if f.pointer:
+        base = repr("<u8")
+        return f"({base}, ({f.count},))" if f.count else base
     if f.type == "char":
         return repr(f"S{f.count or 1}")
     if f.type in SCALARS:
@@ -58,16 +83,20 @@ def _record_view(s: AbiSchema, r: Record) -> dict:
                 "size": f.size,
                 "description": " ".join(f.description.split()),
                 "numpy": _numpy_format(s, f),
+                "pointee": _pointee_numpy(s, f),
             }
             for f in r.fields
         ],
+        "has_pointees": any(_pointee_numpy(s, f) for f in r.fields),
     }
 
 
 def view(s: AbiSchema, source: str) -> dict:
     """Everything the templates need, computed once, so templates hold no logic."""
     uses_bool = any(f.type == "bool" for r in s.records for f in r.fields) or any(
-        p.type == "bool" or fn.returns == "bool" for fn in s.functions for p in fn.params
+        p.type == "bool" or fn.returns == "bool"
+        for fn in (*s.functions, *s.exports)
+        for p in fn.params
     )
     return {
         "source": source,
@@ -124,6 +153,23 @@ def view(s: AbiSchema, source: str) -> dict:
             for fn in s.functions
         ],
         "records": [_record_view(s, r) for r in s.records],
+        "opaques": [
+            {
+                "name": o.name,
+                "ctype": s.c_type(o.name),
+                "tag": s.c_type(o.name)[:-2],
+                "description": " ".join(o.description.split()),
+            }
+            for o in s.opaques
+        ],
+        "exports": [
+            {
+                "name": fn.name,
+                "prototype": _prototype(s, fn),
+                "description": " ".join(fn.description.split()),
+            }
+            for fn in s.exports
+        ],
     }
 
 

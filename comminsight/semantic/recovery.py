@@ -16,7 +16,6 @@ from comminsight.semantic.cycle import Cycle
 from comminsight.semantic.op_batch import FUNCS, OpBatch
 from comminsight.semantic.templates import UNMATCHED, CompiledTemplate
 
-WHERES = (None, "start", "in", "off")
 OFF_CYCLE = 1 << 30  # the key code of an op on no position of the cycle
 
 
@@ -105,10 +104,10 @@ class TemplateRunner:
         return self._codes[role]
 
     def _build_table(self) -> np.ndarray:
-        table = np.zeros((len(self._states), len(self.names), len(WHERES)), np.int32)
+        table = np.zeros((len(self._states), len(self.names), len(native.WHERE)), np.int32)
         for s, state in enumerate(self._states):
             for r, role in enumerate(self.names):
-                for w, where in enumerate(WHERES):
+                for where, w in native.WHERE.items():  # ci_decide's codes
                     after, bits = self._decide(state, role, where)
                     table[s, r, w] = self._states.index(after) << 8 | bits
         return table.ravel()

@@ -27,6 +27,7 @@ from codegen.__main__ import main as codegen_main
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "v0.1.0"
+ENGINE_CORE = "protocols/engine-core/v1/engine-core.abi.yaml"
 SHM = "protocols/shm/v1/shm.abi.yaml"
 STEP_SUMMARY = "protocols/step-summary/v1/step-summary.schema.json"
 API = "protocols/agent-master-api/v1/agent-master-api.openapi.yaml"
@@ -249,6 +250,32 @@ def test_cabi_struct_that_grows_breaks(base: Path, work: Path) -> None:
     )
     edit(work, SHM, "  - name: op_slot\n    size: 256\n", "  - name: op_slot\n    size: 320\n")
     assert cabi(base, work) == ["structs.op_slot: size 256 -> 320"]
+
+
+def engine_core(base: Path, work: Path) -> list[str]:
+    return [f"{w}: {m}" for w, m in compat.compare_cabi(base / ENGINE_CORE, work / ENGINE_CORE)]
+
+
+def test_changed_or_removed_export_and_opaque_type_break(base: Path, work: Path) -> None:
+    edit(work, ENGINE_CORE, "{name: max_lines, type: i64}", "{name: max_lines, type: i32}")
+    edit(work, ENGINE_CORE, "  - name: ci_find_all\n", "  - name: ci_find_every\n")
+    assert engine_core(base, work) == [
+        "exports.ci_find_all: removed",
+        "exports.ci_scan: signature i64(const char*, i64, i64, const columns*, i64, intern*, "
+        "intern*, i32, i64*) -> i64(const char*, i64, i64, const columns*, i32, intern*, "
+        "intern*, i32, i64*)",
+    ]
+
+
+def test_a_pointer_field_that_becomes_a_value_breaks(base: Path, work: Path) -> None:
+    # an int64_t* in place of a double*: same size and offset, another pointee
+    edit(
+        work,
+        ENGINE_CORE,
+        "{name: exec_us, type: f64, pointer: 1,",
+        "{name: exec_us, type: i64, pointer: 1,",
+    )
+    assert engine_core(base, work) == ["structs.columns.fields.exec_us: type f64 -> i64"]
 
 
 # ---- json-schema

@@ -266,3 +266,52 @@ def test_verify_fails_on_a_stale_schema_and_names_the_file(tmp_path):
     assert run_codegen(root, "generate").returncode == 0
     after = {p: p.read_bytes() for p in (root / "generated").rglob("*") if p.is_file()}
     assert after == before
+
+
+ENGINE_CORE = ROOT / "protocols/engine-core/v1/engine-core.abi.yaml"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where", "message"),
+    [
+        (
+            "{name: start, type: i64, pointer: 1, description: \"The op's start",
+            "{name: start, type: intern, description: \"The op's start",
+            "structs.columns.fields.start.type",
+            "an opaque type needs pointer >= 1",
+        ),
+        (
+            "{name: t, type: intern, pointer: 1}",
+            "{name: t, type: intern}",
+            "exports.ci_intern_free.params.t.type",
+            "an opaque type is passed by pointer",
+        ),
+        (
+            "{name: start, type: i64, pointer: 1, description: \"The op's start",
+            "{name: start, type: i64, pointer: 3, description: \"The op's start",
+            "structs.columns.fields.start.pointer",
+            "pointer levels must be 0, 1 or 2",
+        ),
+        (
+            "    returns: intern\n    returns_pointer: 1\n",
+            "    returns: intern\n",
+            "exports.ci_intern_new.returns",
+            "unknown or unsupported return type 'intern'",
+        ),
+        (
+            "  - name: ci_intern_free\n",
+            "  - name: ci_intern_new\n",
+            "exports.ci_intern_new",
+            "duplicate export 'ci_intern_new'",
+        ),
+    ],
+    ids=["opaque-by-value", "opaque-param", "pointer-levels", "opaque-return", "duplicate-export"],
+)
+def test_malformed_exports_and_pointers_are_refused(tmp_path, old, new, where, message):
+    text = ENGINE_CORE.read_text()
+    assert text.count(old) == 1, "the test's edit no longer applies to the schema"
+    path = tmp_path / "engine-core.abi.yaml"
+    path.write_text(text.replace(old, new))
+    with pytest.raises(SchemaError) as e:
+        model.load(path)
+    assert where in str(e.value) and message in str(e.value), str(e.value)

@@ -41,6 +41,7 @@ def test_registry_module_matches_registry_yaml():
         "agent-master-slave",
         "inject-metadata",  # Inject's metadata/ lines: which communicator got which name
         "python-stack",  # a process's Python stacks, captured through Inject on request
+        "engine-core",  # the Semantic Engine's C core as its Python side loads it
     }  # the protocols of architecture §5
 
 

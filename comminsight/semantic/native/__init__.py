@@ -15,6 +15,8 @@ from typing import NamedTuple
 import cffi
 import numpy as np
 
+from comminsight_gen.abi import engine_core_v1 as abi
+
 _HERE = Path(__file__).resolve().parent
 _CHECKOUT = _HERE.parents[2]
 # `make build-engine`'s output in a development checkout: build outputs stay out of the
@@ -36,91 +38,25 @@ def _find_library() -> Path:
 
 LIBRARY = _find_library()
 
-_CDEF = """
-typedef struct ci_intern ci_intern_t;
-typedef struct ci_columns {
-    int64_t *start, *end, *seq, *size, *peer, *ring_seq;
-    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop, *group_id, *user_tag;
-    double *exec_us, *busbw;
-    int32_t *status, *kind, *header, *func, *kernel_timing, *datatype;
-} ci_columns_t;
-typedef struct ci_ops {
-    int64_t *kind, *func, *comm, *peer, *seq, *size, *issue, *start, *end, *start_real;
-    int64_t *end_real, *end_mono, *duration, *ring_seq, *lost_before, *pos_seg, *pos_offset;
-    int64_t *pos_record, *pos_end, *order, *arrival, *group_id, *datatype, *user_tag;
-    double* busbw;
-} ci_ops_t;
-typedef struct ci_step {
-    int64_t first, last, next_start;
-    int64_t op_count, micro, unexpected, lost, bytes, time_ns;
-    int64_t end_real, end_mono;
-    int64_t slowest, slowest_dur;
-    double busbw_sum;
-    int32_t closed, pad;
-} ci_step_t;
-ci_intern_t* ci_intern_new(int32_t cap, int64_t arena_cap);
-void ci_intern_free(ci_intern_t* t);
-int32_t ci_intern_count(const ci_intern_t* t);
-const char* ci_intern_bytes(const ci_intern_t* t, int32_t i, int32_t* len);
-int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_columns_t* cols,
-                int64_t max_lines, ci_intern_t* headers, ci_intern_t* funcs, int32_t trusted,
-                int64_t* next_pos);
-int32_t ci_gpu_offset(int64_t n, const int64_t* idx, const ci_columns_t* in, int64_t* offset);
-void ci_op_columns(int64_t n, const int64_t* idx, const ci_columns_t* in,
-                   const int64_t* comm_of_header, const int64_t* code_of_func,
-                   int64_t first_record, int64_t to_real, int32_t has_offset, int64_t offset,
-                   int64_t seg, int64_t order_base, const ci_ops_t* out);
-int64_t ci_find_all(const char* buf, int64_t len, int64_t pos, const char* needle, int64_t n,
-                    int64_t* out, int64_t max);
-int64_t ci_reorder(const int64_t* issue, const int64_t* arrival, int64_t n_held, int64_t n,
-                   int64_t window, int64_t* released, int64_t* held_out, int64_t* n_held_out);
-void ci_decide(int64_t n, const int32_t* role, const int32_t* ckey, const int32_t* cycle,
-               int32_t cycle_len, int32_t* cycle_pos, const int32_t* table, int32_t nroles,
-               int32_t* state, int32_t period, int32_t* started, uint8_t* out);
-int64_t ci_place(int64_t n, const uint8_t* dec, const int32_t* role, int32_t nroles,
-                 const int64_t* duration, const int64_t* size, const double* busbw,
-                 const int64_t* lost, const int64_t* end_real, const int64_t* end_mono,
-                 int32_t open_in, ci_step_t* steps, int64_t* role_count, int64_t* role_time,
-                 int64_t* role_bytes, int64_t* role_max, double* role_bw, int64_t* step_of);
-void ci_longest_runs(const int64_t* codes, int64_t n, const int64_t* periods,
-                     int64_t n_periods, int64_t* runs, int64_t* starts);
-int32_t ci_window_medians(const double* series, int64_t n, const int64_t* start,
-                          const int64_t* end, double* out);
-int64_t ci_shapes(int64_t n, const int64_t* comm, const int64_t* func, const int64_t* peer,
-                  const int64_t* size, int64_t* shape, int64_t* first);
-int32_t ci_history_medians(const double* prior, int64_t n_prior, int64_t width, int64_t k,
-                           const uint8_t* asked, const uint8_t* learns, const double* values,
-                           int64_t min_history, double* med, int64_t* size);
-int64_t ci_cut_decide(int64_t n, const int64_t* step, int64_t tail, int64_t* last_step,
-                      uint8_t* out, int64_t* begun);
-int64_t ci_spans(int64_t n, const int64_t* step_of, const int64_t* kind, const int64_t* comm,
-                 const int64_t* comm_code, int64_t ncomm, const int64_t* seq, int64_t* out_step,
-                 int64_t* out_cell, int64_t* lo, int64_t* hi, int64_t* count);
-"""
 
 NONE = np.iinfo(np.int64).min  # an absent integer (JSON null, or no value)
-LINE_OP, LINE_OTHER = 0, 1
+LINE_OP, LINE_OTHER = int(abi.LineKind.OP), int(abi.LineKind.OTHER)
 
-# Decision bits (ci_decide) and where an op is in the cycle.
-B_BEGIN, B_END, B_MASK, IN_STEP, UNEXPECTED, MICRO = 1, 2, 3, 4, 8, 16
-WHERE = {None: 0, "start": 1, "in": 2, "off": 3}
-
-# ci_scan's columns, one entry per line
-_INT_LINE_COLUMNS = (
-    "start", "end", "seq", "size", "peer", "ring_seq", "host_start", "host_complete",
-    "gpu_start", "gpu_stop", "group_id", "user_tag",
-)  # fmt: skip
-LINE_COLUMNS = {
-    **{f: np.int64 for f in _INT_LINE_COLUMNS},
-    "exec_us": np.float64,
-    "busbw": np.float64,
-    **{f: np.int32 for f in ("status", "kind", "header", "func", "kernel_timing", "datatype")},
+# Decision bits (ci_decide) and where an op is in the cycle (the engine-core protocol's).
+B_BEGIN, B_END, B_MASK = int(abi.Decision.BEGIN), int(abi.Decision.END), abi.BOUNDARY_MASK
+IN_STEP, UNEXPECTED, MICRO = (int(abi.Decision[k]) for k in ("IN_STEP", "UNEXPECTED", "MICRO"))
+WHERE = {
+    None: int(abi.Where.NONE),
+    "start": int(abi.Where.START),
+    "in": int(abi.Where.IN),
+    "off": int(abi.Where.OFF),
 }
-STEP_DTYPE = np.dtype(
-    [(f, "<i8") for f in ("first", "last", "next_start", "op_count", "micro", "unexpected")]
-    + [(f, "<i8") for f in ("lost", "bytes", "time_ns", "end_real", "end_mono", "slowest")]
-    + [("slowest_dur", "<i8"), ("busbw_sum", "<f8"), ("closed", "<i4"), ("pad", "<i4")]
-)
+
+# ci_scan's columns, one entry per line: the engine-core protocol's columns struct, field by
+# field (its numpy format)
+LINE_COLUMNS = {name: np.dtype(fmt) for name, fmt in abi.COLUMNS_POINTEES.items()}
+# ci_place's Step rows
+STEP_DTYPE = abi.STEP_DTYPE
 
 
 class NativeEngineMissing(RuntimeError):
@@ -128,7 +64,7 @@ class NativeEngineMissing(RuntimeError):
 
 
 _ffi = cffi.FFI()
-_ffi.cdef(_CDEF)
+_ffi.cdef(abi.CDEF)
 _lib = None
 
 
@@ -140,8 +76,8 @@ def lib():
                 f"{LIBRARY} is missing: build the Semantic Engine's C core with `make build-engine`"
             )
         _lib = _ffi.dlopen(str(LIBRARY))
-        if _ffi.sizeof("ci_step_t") != STEP_DTYPE.itemsize:
-            raise NativeEngineMissing(f"{LIBRARY}: ci_step_t does not match STEP_DTYPE")
+        if _ffi.sizeof("ci_engine_step_v1_t") != STEP_DTYPE.itemsize:
+            raise NativeEngineMissing(f"{LIBRARY}: ci_engine_step_v1_t does not match STEP_DTYPE")
     return _lib
 
 
@@ -228,7 +164,7 @@ def scan(
         else:
             chunk = {name: np.empty(size, dtype) for name, dtype in LINE_COLUMNS.items()}
         n = lib().ci_scan(
-            buf, len(data), pos, _struct("ci_columns_t*", chunk), size, headers._table,
+            buf, len(data), pos, _struct("ci_engine_columns_v1_t*", chunk), size, headers._table,
             funcs._table, int(trusted), next_pos,
         )  # fmt: skip
         parts.append({name: column[:n] for name, column in chunk.items()})
@@ -256,7 +192,7 @@ def gpu_offset(rows: Lines, idx: np.ndarray) -> int | None:
     idx = np.ascontiguousarray(idx, np.int64)
     out = _ffi.new("int64_t*")
     found = lib().ci_gpu_offset(
-        len(idx), _ptr("int64_t*", idx), _struct("ci_columns_t*", rows), out
+        len(idx), _ptr("int64_t*", idx), _struct("ci_engine_columns_v1_t*", rows), out
     )
     return int(out[0]) if found else None
 
@@ -268,6 +204,8 @@ OP_COLUMNS = (
     "pos_offset", "pos_record", "pos_end", "order", "arrival", "group_id", "datatype",
     "user_tag",
 )  # fmt: skip
+if set(OP_COLUMNS) != set(abi.OPS_POINTEES):  # a protocol change the Python side missed
+    raise ImportError(f"the engine-core ops struct's fields are not {OP_COLUMNS}")
 
 
 def op_columns(
@@ -284,11 +222,11 @@ def op_columns(
     """The op columns of scanned op lines idx (see ci_op_columns)."""
     n = len(idx)
     idx = np.ascontiguousarray(idx, np.int64)
-    out = {k: np.empty(n, np.float64 if k == "busbw" else np.int64) for k in OP_COLUMNS}
+    out = {k: np.empty(n, abi.OPS_POINTEES[k]) for k in OP_COLUMNS}
     lib().ci_op_columns(
         n,
         _ptr("int64_t*", idx),
-        _struct("ci_columns_t*", rows),
+        _struct("ci_engine_columns_v1_t*", rows),
         _ptr("int64_t*", np.ascontiguousarray(comm_of_header, np.int64)),
         _ptr("int64_t*", np.ascontiguousarray(code_of_func, np.int64)),
         first_record,
@@ -297,7 +235,7 @@ def op_columns(
         offset or 0,
         seg,
         order_base,
-        _struct("ci_ops_t*", out),
+        _struct("ci_engine_ops_v1_t*", out),
     )
     return out
 
@@ -437,7 +375,7 @@ def place(
         _ptr("int64_t*", c["end_real"]),
         _ptr("int64_t*", c["end_mono"]),
         int(open_step is not None),
-        _ptr("ci_step_t*", steps),
+        _ptr("ci_engine_step_v1_t*", steps),
         _ptr("int64_t*", counts),
         _ptr("int64_t*", times),
         _ptr("int64_t*", nbytes),

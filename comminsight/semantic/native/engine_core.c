@@ -33,6 +33,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "comminsight/engine_core_v1.h" /* the column structs, Step rows and every prototype below */
 #include "comminsight/inspector_log_v1.h"
 #include "comminsight/shm_v1.h"
 
@@ -46,7 +47,7 @@
 
 /* ---- interned byte strings --------------------------------------------------------------- */
 
-typedef struct ci_intern {
+struct ci_engine_intern_v1 {
     int32_t cap, count;
     uint32_t mask;       /* open addressing over 2 * cap (a power of two) slots */
     int32_t* slots;      /* entry index + 1, 0 when free */
@@ -55,9 +56,9 @@ typedef struct ci_intern {
     int32_t* lens;
     char* arena;
     int64_t arena_cap, arena_used;
-} ci_intern_t;
+};
 
-void ci_intern_free(ci_intern_t* t) {
+void ci_intern_free(ci_engine_intern_v1_t* t) {
     if (!t) return;
     free(t->slots);
     free(t->hashes);
@@ -67,8 +68,8 @@ void ci_intern_free(ci_intern_t* t) {
     free(t);
 }
 
-ci_intern_t* ci_intern_new(int32_t cap, int64_t arena_cap) {
-    ci_intern_t* t = calloc(1, sizeof *t);
+ci_engine_intern_v1_t* ci_intern_new(int32_t cap, int64_t arena_cap) {
+    ci_engine_intern_v1_t* t = calloc(1, sizeof *t);
     if (!t) return NULL;
     uint32_t slots = 1;
     while (slots < 2u * (uint32_t)cap) slots <<= 1;
@@ -87,9 +88,9 @@ ci_intern_t* ci_intern_new(int32_t cap, int64_t arena_cap) {
     return t;
 }
 
-int32_t ci_intern_count(const ci_intern_t* t) { return t->count; }
+int32_t ci_intern_count(const ci_engine_intern_v1_t* t) { return t->count; }
 
-const char* ci_intern_bytes(const ci_intern_t* t, int32_t i, int32_t* len) {
+const char* ci_intern_bytes(const ci_engine_intern_v1_t* t, int32_t i, int32_t* len) {
     *len = t->lens[i];
     return t->arena + t->offs[i];
 }
@@ -111,7 +112,7 @@ static uint64_t fnv1a(const char* s, int64_t n) {
 }
 
 /* The index of the byte string s[0..n); -1 when the table is full. */
-static int32_t intern(ci_intern_t* t, const char* s, int64_t n) {
+static int32_t intern(ci_engine_intern_v1_t* t, const char* s, int64_t n) {
     uint64_t h = fnv1a(s, n);
     for (uint32_t k = (uint32_t)h & t->mask;; k = (k + 1) & t->mask) {
         int32_t e = t->slots[k];
@@ -407,7 +408,7 @@ static int tag_int(cur_t* c, int64_t* v) {
 
 /* ---- one line -> one row ---------------------------------------------------------------- */
 
-enum { CI_LINE_OP = 0, CI_LINE_OTHER = 1 };
+enum { CI_LINE_OP = CI_ENGINE_V1_LINE_KIND_OP, CI_LINE_OTHER = CI_ENGINE_V1_LINE_KIND_OTHER };
 enum { KIND_COLL = 0, KIND_P2P = 1 };
 
 typedef struct ci_line {
@@ -758,8 +759,8 @@ static int append(char** at, const char* end, const char* s, int64_t n) {
  * the line's own text), so Python decodes each distinct one once, whichever form it came in.
  * Host and GPU times are put back from their offsets; a sum out of int64 leaves the time out,
  * as Python's reading does. */
-static int32_t compact_row(const compact_t* o, int kind, ci_line_t* row, ci_intern_t* headers,
-                           ci_intern_t* funcs) {
+static int32_t compact_row(const compact_t* o, int kind, ci_line_t* row, ci_engine_intern_v1_t* headers,
+                           ci_engine_intern_v1_t* funcs) {
     /* what the Python reader needs too */
     const uint32_t needed = CK_COMM | CK_RANK | CK_NRANKS | CK_FUNC | CK_SEQ | CK_SIZE;
     if ((o->seen & needed) != needed) return CI_LINE_OTHER;
@@ -805,8 +806,8 @@ static int32_t compact_row(const compact_t* o, int kind, ci_line_t* row, ci_inte
     return CI_LINE_OP;
 }
 
-static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_intern_t* headers,
-                         ci_intern_t* funcs) {
+static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_engine_intern_v1_t* headers,
+                         ci_engine_intern_v1_t* funcs) {
     cur_t c = {s, e, 0};
     perf_t coll = {0}, p2p = {0};
     ci_obj_t ci = {0};
@@ -1135,8 +1136,8 @@ static inline __attribute__((always_inline)) const char* layout_perf(const char*
     return p;
 }
 
-static int layout_line(const char* s, const char* e, ci_line_t* row, ci_intern_t* headers,
-                       ci_intern_t* funcs) {
+static int layout_line(const char* s, const char* e, ci_line_t* row, ci_engine_intern_v1_t* headers,
+                       ci_engine_intern_v1_t* funcs) {
     const char* p = s;
     EXPECT("{\"" F(HEADER) "\":");
     const char* header = p;
@@ -1225,8 +1226,8 @@ static const char* layout_signed(const char* p, const char* e, int64_t* v) {
  * put_compact_op_line), read into what the walker would have read (compact_t) and made a row
  * by the same compact_row. Optional keys are taken where the writer puts them; anything else
  * returns 0 and the line is walked. */
-static int layout_compact(const char* s, const char* e, ci_line_t* row, ci_intern_t* headers,
-                          ci_intern_t* funcs) {
+static int layout_compact(const char* s, const char* e, ci_line_t* row, ci_engine_intern_v1_t* headers,
+                          ci_engine_intern_v1_t* funcs) {
     const char* p = s;
     compact_t o;
     memset(&o, 0, sizeof o);
@@ -1362,20 +1363,11 @@ int64_t ci_find_all(const char* buf, int64_t len, int64_t pos, const char* needl
     return k;
 }
 
-/* Column arrays, one entry per line (what ci_line_t holds, field by field): numpy reads them
- * without striding over whole rows. */
-typedef struct ci_columns {
-    int64_t *start, *end, *seq, *size, *peer, *ring_seq;
-    int64_t *host_start, *host_complete, *gpu_start, *gpu_stop, *group_id, *user_tag;
-    double *exec_us, *busbw;
-    int32_t *status, *kind, *header, *func, *kernel_timing, *datatype;
-} ci_columns_t;
-
 /* The lines of buf[pos..len), at most max_lines, into `cols`; a last line without its '\n' is
  * left (*next_pos is where it begins). With `trusted` (the segment's seal matched), lines are
  * first read by the writer's layout. Returns the number of lines. */
-int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_columns_t* cols,
-                int64_t max_lines, ci_intern_t* headers, ci_intern_t* funcs, int32_t trusted,
+int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_engine_columns_v1_t* cols,
+                int64_t max_lines, ci_engine_intern_v1_t* headers, ci_engine_intern_v1_t* funcs, int32_t trusted,
                 int64_t* next_pos) {
     int64_t n = 0;
     ci_line_t row;
@@ -1440,7 +1432,7 @@ static inline int kernel_timed(int32_t timing, int64_t g0, int64_t g1) {
 
 /* The GPU-minus-host clock offset of semantic/op_times.py over lines idx[0..n) of `in`: 1 and
  * *offset when one of them is kernel-timed, else 0. */
-int32_t ci_gpu_offset(int64_t n, const int64_t* idx, const ci_columns_t* in, int64_t* offset) {
+int32_t ci_gpu_offset(int64_t n, const int64_t* idx, const ci_engine_columns_v1_t* in, int64_t* offset) {
     int found = 0;
     int64_t best = 0;
     for (int64_t k = 0; k < n; k++) {
@@ -1455,21 +1447,13 @@ int32_t ci_gpu_offset(int64_t n, const int64_t* idx, const ci_columns_t* in, int
     return found;
 }
 
-/* An op batch's columns (op_batch.INT_COLUMNS, and busbw), one entry per op. */
-typedef struct ci_ops {
-    int64_t *kind, *func, *comm, *peer, *seq, *size, *issue, *start, *end, *start_real;
-    int64_t *end_real, *end_mono, *duration, *ring_seq, *lost_before, *pos_seg, *pos_offset;
-    int64_t *pos_record, *pos_end, *order, *arrival, *group_id, *datatype, *user_tag;
-    double* busbw;
-} ci_ops_t;
-
 /* The ops of scanned op lines idx[0..n) (line numbers first_record + idx), as
  * log_input._SegmentReader._columns defines them: host times with absent ones filled in,
  * the duration (GPU span, else the exec time, else the host span), start and end on the host
  * clock (op_times.py; `offset` used when has_offset), real-time ones through to_real. */
-void ci_op_columns(int64_t n, const int64_t* idx, const ci_columns_t* in, const int64_t* comm_of_header,
+void ci_op_columns(int64_t n, const int64_t* idx, const ci_engine_columns_v1_t* in, const int64_t* comm_of_header,
                    const int64_t* code_of_func, int64_t first_record, int64_t to_real, int32_t has_offset,
-                   int64_t offset, int64_t seg, int64_t order_base, const ci_ops_t* out) {
+                   int64_t offset, int64_t seg, int64_t order_base, const ci_engine_ops_v1_t* out) {
     for (int64_t k = 0; k < n; k++) {
         int64_t i = idx[k];
         int64_t issue = in->host_start[i] == NONE ? 0 : in->host_start[i];
@@ -1575,8 +1559,21 @@ int64_t ci_reorder(const int64_t* issue, const int64_t* arrival, int64_t n_held,
 
 /* ---- decisions -------------------------------------------------------------------------- */
 
-enum { WHERE_NONE = 0, WHERE_START = 1, WHERE_IN = 2, WHERE_OFF = 3 };
-enum { B_BEGIN = 1, B_END = 2, B_MASK = 3, IN_STEP = 4, UNEXPECTED = 8, MICRO = 16 };
+/* the engine-core protocol's codes, by shorter names */
+enum {
+    WHERE_NONE = CI_ENGINE_V1_WHERE_NONE,
+    WHERE_START = CI_ENGINE_V1_WHERE_START,
+    WHERE_IN = CI_ENGINE_V1_WHERE_IN,
+    WHERE_OFF = CI_ENGINE_V1_WHERE_OFF,
+};
+enum {
+    B_BEGIN = CI_ENGINE_V1_DECISION_BEGIN,
+    B_END = CI_ENGINE_V1_DECISION_END,
+    B_MASK = CI_ENGINE_V1_BOUNDARY_MASK,
+    IN_STEP = CI_ENGINE_V1_DECISION_IN_STEP,
+    UNEXPECTED = CI_ENGINE_V1_DECISION_UNEXPECTED,
+    MICRO = CI_ENGINE_V1_DECISION_MICRO,
+};
 
 /* table[(state * nroles + role) * 4 + where] = next_state << 8 | decision bits (template
  * mode). ckey[i] < 0: the op's role is not in the cycle (where = none). In period mode
@@ -1622,18 +1619,6 @@ void ci_decide(int64_t n, const int32_t* role, const int32_t* ckey, const int32_
 
 /* ---- Steps ------------------------------------------------------------------------------ */
 
-typedef struct ci_step {
-    int64_t first;      /* its first op; -1: it began before this batch */
-    int64_t last;       /* its latest op; -1: none in this batch */
-    int64_t next_start; /* the op whose "begin" closed it; -1 */
-    int64_t op_count, micro, unexpected, lost, bytes, time_ns;
-    int64_t end_real, end_mono; /* end_mono NONE: no op with a monotonic time */
-    int64_t slowest;            /* op index; -1: the slowest is from before this batch */
-    int64_t slowest_dur;        /* -1 when the Step has no op yet */
-    double busbw_sum;
-    int32_t closed, pad;
-} ci_step_t;
-
 /* Places ops (with decisions `dec`) into Steps, as GpuEngine._place does one op at a time.
  * With open_in, steps[0] and its role row hold the Step left open by the previous batch and
  * are continued. Role rows are [step][role]. step_of[i] is the op's Step or -1. Returns the
@@ -1641,7 +1626,7 @@ typedef struct ci_step {
 int64_t ci_place(int64_t n, const uint8_t* dec, const int32_t* role, int32_t nroles,
                  const int64_t* duration, const int64_t* size, const double* busbw,
                  const int64_t* lost, const int64_t* end_real, const int64_t* end_mono, int32_t open_in,
-                 ci_step_t* steps, int64_t* role_count, int64_t* role_time, int64_t* role_bytes,
+                 ci_engine_step_v1_t* steps, int64_t* role_count, int64_t* role_time, int64_t* role_bytes,
                  int64_t* role_max, double* role_bw, int64_t* step_of) {
     int64_t s = 0;
     int open = open_in != 0;
@@ -1659,7 +1644,7 @@ int64_t ci_place(int64_t n, const uint8_t* dec, const int32_t* role, int32_t nro
             step_of[i] = -1;
             continue;
         }
-        ci_step_t* st = &steps[s];
+        ci_engine_step_v1_t* st = &steps[s];
         int64_t row = s * nroles;
         if (!open) {
             memset(st, 0, sizeof *st);
