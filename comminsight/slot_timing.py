@@ -1,6 +1,7 @@
 """Timing arithmetic of shm v1 op slots, for whole batches at once (numpy): how long each op
 took and its bus bandwidth. Shared by the Agent's metrics and the Semantic Engine's live input,
-so both report the same numbers for the same op.
+so both report the same numbers for the same op; the Profiler's log writer computes the same in
+C (profiler/src/op_timing.h), and contract-tests/test_op_timing.py holds the two together.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from comminsight_gen.abi import shm_v1
 # of an IntEnum member goes through the enum's attribute lookup (a live engine fed small
 # batches spent a fifth of its time here)
 _KERNEL_GPU = int(shm_v1.TimingSource.KERNEL_GPU)
+_KERNEL_CPU = int(shm_v1.TimingSource.KERNEL_CPU)
+_COLLECTIVE_CPU = int(shm_v1.TimingSource.COLLECTIVE_CPU)
 _ALL_REDUCE = int(shm_v1.Func.ALL_REDUCE)
 _GATHERED = (
     int(shm_v1.Func.ALL_GATHER),
@@ -21,15 +24,35 @@ _GATHERED = (
 )
 
 
-def durations_s(records: np.ndarray) -> np.ndarray:
-    """GPU span where the record has one, else host enqueue to completion."""
-    gpu = records["timing_source"] == _KERNEL_GPU
-    span = np.where(
-        gpu,
-        records["gpu_end_ticks"] - records["gpu_start_ticks"],
-        records["complete_mono_ns"] - records["host_start_mono_ns"],
+def _span(records: np.ndarray, start: str, end: str) -> np.ndarray:
+    """end - start, 0 where the clocks run backwards (unsigned fields would wrap)."""
+    a, b = records[start], records[end]
+    return np.where(b >= a, b - a, 0).astype(np.uint64)
+
+
+def durations_ns(records: np.ndarray) -> np.ndarray:
+    """By the shm protocol's timing_source: the GPU span of the kernel; else enqueue to the
+    host's sight of the last channel stop; else, with no kernel events, the call's host start
+    to stop (none where the host never saw it stop: swept at finalize, say); else 0."""
+    source = records["timing_source"]
+    host = np.where(
+        records["host_stop_mono_ns"] > 0,
+        _span(records, "host_start_mono_ns", "host_stop_mono_ns"),
+        0,
     )
-    return span.astype(np.float64) / 1e9
+    return np.select(
+        [source == _KERNEL_GPU, source == _KERNEL_CPU, source == _COLLECTIVE_CPU],
+        [
+            _span(records, "gpu_start_ticks", "gpu_end_ticks"),
+            _span(records, "host_start_mono_ns", "complete_mono_ns"),
+            host,
+        ],
+        0,
+    ).astype(np.uint64)
+
+
+def durations_s(records: np.ndarray) -> np.ndarray:
+    return durations_ns(records).astype(np.float64) / 1e9
 
 
 def bus_bandwidth_gbs(records: np.ndarray, seconds: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ci_internal.h"
+#include "op_timing.h"
 #include "comminsight/inspector_log_v1.h"
 
 #define BUF_SIZE (1u << 20)
@@ -213,29 +214,12 @@ static void put_inspector_prefix(const ci_shm_op_slot_v1_t* r, const ci_shm_comm
     put("," K(PID) "%d},", (int)ci_g.pid);
 }
 
-/* Execution time and bandwidth by NCCL Inspector's definitions (algbw = traffic / time; bus
- * bandwidth = algbw x the collective's factor). */
+/* Execution time (Inspector's whole microseconds) and bandwidth, by the one definition the
+ * Agent shares (op_timing.h): the bandwidths from the span in nanoseconds. */
 static void op_timing(const ci_shm_op_slot_v1_t* r, uint64_t* exec_us, double* algbw, double* busbw) {
-    uint64_t ns;
-    if (r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU) ns = r->gpu_end_ticks - r->gpu_start_ticks;
-    else if (r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_CPU) ns = r->complete_mono_ns - r->host_start_mono_ns;
-    else ns = r->host_stop_mono_ns - r->host_start_mono_ns;
+    uint64_t ns = ci_op_duration_ns(r);
     *exec_us = ns / 1000;
-    double n = r->nranks > 0 ? (double)r->nranks : 1.0;
-    double traffic = (double)r->bytes, factor = 1.0;
-    switch (r->func) {
-    case CI_SHM_V1_FUNC_ALL_REDUCE: factor = 2.0 * (n - 1.0) / n; break;
-    case CI_SHM_V1_FUNC_REDUCE_SCATTER:
-    case CI_SHM_V1_FUNC_ALL_GATHER:
-    case CI_SHM_V1_FUNC_ALL_TO_ALL:
-        traffic *= n;
-        factor = (n - 1.0) / n;
-        break;
-    default: break;
-    }
-    double secs = (double)*exec_us / 1e6;
-    *algbw = secs > 0 ? traffic / 1e9 / secs : 0.0;
-    *busbw = *algbw * factor;
+    ci_op_bandwidths_gbs(r, ns, algbw, busbw);
 }
 
 /* A fixed-size text field of a record as a C string, even where no NUL ends it. */
