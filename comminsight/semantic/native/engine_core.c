@@ -1063,15 +1063,22 @@ static const char* layout_str(const char* p, const char* e) {
 
 /* An integer field the writer may put between the datatype (from) and ",\"tid\":" (q): the
  * group id, then the ABI v7 fields (user_tag, kernel_variant, sym_coll); 0 when the line has
- * none, or one this reader leaves to Python (*python set, where given). The key cannot occur inside a
- * string value in between: the writer escapes every quote there. */
+ * none. Where the key is there but not as the writer spells it (`,"key":`: a space or another
+ * byte around it, which a line JSON allows but the writer never writes) or its value is not an
+ * integer this reader takes, the line is left to Python (*python set), which reads JSON as JSON.
+ * The key cannot occur inside a string value in between: the writer escapes every quote there.
+ * `key` is `,"name":`; its quoted name alone is searched, so one search finds either. */
 static int64_t layout_int_between(const char* from, const char* q, const char* key, size_t key_n, int* python) {
-    const char* k = find_pair(from, q, key, key_n);
+    const char* k = find_pair(from, q, key + 1, key_n - 2); /* "name" */
     if (!k) return 0;
+    if (k[-1] != ',' || k + key_n - 2 >= q || k[key_n - 2] != ':') {
+        *python = 1;
+        return 0;
+    }
     int64_t v;
-    const char* end = layout_int(k + key_n, q, &v);
+    const char* end = layout_int(k + key_n - 1, q, &v);
     if (end && (end == q || *end == ',')) return v;
-    if (python) *python = 1;
+    *python = 1;
     return 0;
 }
 
@@ -1178,7 +1185,7 @@ static int layout_line(const char* s, const char* e, ci_line_t* row, ci_engine_i
     q = find_pair(p, e, KEY_AFTER_COMMA(TID), sizeof(KEY_AFTER_COMMA(TID)) - 1);
     if (!q) return 0;
     int python = 0;
-    row->group_id = LAYOUT_INT_BETWEEN(p, q, GROUP_ID, NULL); /* one it cannot read: none */
+    row->group_id = LAYOUT_INT_BETWEEN(p, q, GROUP_ID, &python);
     row->user_tag = LAYOUT_INT_BETWEEN(p, q, USER_TAG, &python);
     if (python || row->user_tag < 0) return 0; /* NCCL's reserved tags (or garbage): Python */
     p = q + sizeof(KEY_AFTER_COMMA(TID)) - 1;
