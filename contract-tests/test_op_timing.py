@@ -13,6 +13,7 @@ import pytest
 
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_ns, durations_s
 from comminsight_gen.abi import shm_v1
+
 from contract_helpers import ROOT
 
 T = shm_v1.TimingSource
@@ -42,7 +43,11 @@ def records() -> np.ndarray:
         source, start, stop, complete, g0, g1 = times
         r["kind"] = shm_v1.RecordKind.COLL
         r["timing_source"], r["func"], r["nranks"], r["bytes"] = source, func, nranks, size
-        r["host_start_mono_ns"], r["host_stop_mono_ns"], r["complete_mono_ns"] = start, stop, complete
+        r["host_start_mono_ns"], r["host_stop_mono_ns"], r["complete_mono_ns"] = (
+            start,
+            stop,
+            complete,
+        )
         r["gpu_start_ticks"], r["gpu_end_ticks"] = g0, g1
     return out
 
@@ -51,7 +56,9 @@ def records() -> np.ndarray:
 def written(compiler, tmp_path_factory):
     """What the log writer's definition makes of records(): (ns, algbw, busbw) per record."""
     exe = compiler.build(
-        "op_timing_dump", [ROOT / "contract-tests/c/op_timing_dump.c"], [f"-I{ROOT / 'profiler/src'}"]
+        "op_timing_dump",
+        [ROOT / "contract-tests/c/op_timing_dump.c"],
+        [f"-I{ROOT / 'profiler/src'}"],
     )
     path = tmp_path_factory.mktemp("op-timing") / "slots.bin"
     path.write_bytes(records().tobytes())
@@ -74,7 +81,9 @@ def test_bus_bandwidths_agree_bit_for_bit(written):
     recs = records()
     busbw = bus_bandwidth_gbs(recs, durations_s(recs))
     differ = [
-        (i, float(b), w[2]) for i, (b, w) in enumerate(zip(busbw, written, strict=True)) if b != w[2]
+        (i, float(b), w[2])
+        for i, (b, w) in enumerate(zip(busbw, written, strict=True))
+        if b != w[2]
     ]
     assert not differ, differ[:5]
     assert any(w[2] > 0 for w in written) and any(w[2] == 0 for w in written)
