@@ -206,6 +206,7 @@ OP_COLUMNS = (
 )  # fmt: skip
 if set(OP_COLUMNS) != set(abi.OPS_POINTEES):  # a protocol change the Python side missed
     raise ImportError(f"the engine-core ops struct's fields are not {OP_COLUMNS}")
+_OP_DTYPES = {k: np.dtype(abi.OPS_POINTEES[k]) for k in OP_COLUMNS}
 
 
 def op_columns(
@@ -222,7 +223,7 @@ def op_columns(
     """The op columns of scanned op lines idx (see ci_op_columns)."""
     n = len(idx)
     idx = np.ascontiguousarray(idx, np.int64)
-    out = {k: np.empty(n, abi.OPS_POINTEES[k]) for k in OP_COLUMNS}
+    out = {k: np.empty(n, dtype) for k, dtype in _OP_DTYPES.items()}
     lib().ci_op_columns(
         n,
         _ptr("int64_t*", idx),

@@ -1067,16 +1067,18 @@ static const char* layout_str(const char* p, const char* e) {
  * byte around it, which a line JSON allows but the writer never writes) or its value is not an
  * integer this reader takes, the line is left to Python (*python set), which reads JSON as JSON.
  * The key cannot occur inside a string value in between: the writer escapes every quote there.
- * `key` is `,"name":`; its quoted name alone is searched, so one search finds either. */
+ * `key` is `,"name":`; the name alone is searched, so one search finds either. */
 static int64_t layout_int_between(const char* from, const char* q, const char* key, size_t key_n, int* python) {
-    const char* k = find_pair(from, q, key + 1, key_n - 2); /* "name" */
+    /* name" (its first letter and the closing quote: a rarer pair than two quotes or a comma
+     * and a colon, which JSON is full of) */
+    const char* k = find_pair(from, q, key + 2, key_n - 3);
     if (!k) return 0;
-    if (k[-1] != ',' || k + key_n - 2 >= q || k[key_n - 2] != ':') {
+    if (k - 2 < from || k[-1] != '"' || k[-2] != ',' || k + key_n - 3 >= q || k[key_n - 3] != ':') {
         *python = 1;
         return 0;
     }
     int64_t v;
-    const char* end = layout_int(k + key_n - 1, q, &v);
+    const char* end = layout_int(k + key_n - 2, q, &v);
     if (end && (end == q || *end == ',')) return v;
     *python = 1;
     return 0;
