@@ -304,7 +304,7 @@ def latencies():
 # regions that had filled /dev/shm, so regions were sparse and reading them took SIGBUS (fixed:
 # posix_fallocate in the Profiler; conftest releases the regions tests leave), and a skipped
 # rank judged by its idle time, which gave rank_not_joined or stuck_outside_nccl depending on
-# the poll that first saw it (fixed: diagnosis.outside_nccl judges by what is in flight).
+# the poll that first saw it (fixed: rules/not_joined.outside_nccl judges by what is in flight).
 
 
 def test_e2e_healthy_run_gives_no_report(plugin, tmp_path):

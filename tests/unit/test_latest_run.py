@@ -1,7 +1,7 @@
 """A reused home: the rows of an earlier run of a communicator id (its regions not yet retired,
 its reports on disk) never join the current run's communicator, so a verdict never names a
 process of the earlier run (core.current_run, core.snapshot.communicators, left_comm.MembersSeen,
-diagnosis.report_id)."""
+finding_report.report_id)."""
 
 from __future__ import annotations
 

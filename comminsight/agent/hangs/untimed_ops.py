@@ -16,7 +16,7 @@ that
   - some rank never enqueued, or a rank that left never will (a collective cannot complete
     without every rank),
   - a rank shows a GPU-timed op in flight at (its kernel is not done: nor is anything after),
-  - the ranks' recent records disagree at (a mismatched call: see diagnosis.diverged), or
+  - the ranks' recent records disagree at (a mismatched call: see rules/diverged.py), or
   - a rank enqueued after its process began to wait in an op of another communicator (a
     process's ops run in order: queued behind a stuck op, it cannot have run).
 Where a rank is out of view (on another node: only a master sees all) or its process is dead
@@ -46,7 +46,7 @@ from comminsight.agent.hangs.op_rhythm import rhythm_key
 from comminsight.shm_reader import ROOTED_FUNCS
 
 # A member's recently recorded collectives on its communicator, by op index
-# (diagnosis.CompletedOps; untimed ops are recorded when NCCL stops them on the host).
+# (finding.CompletedOps; untimed ops are recorded when NCCL stops them on the host).
 RecordedOps = Callable[[CommMember], dict[int, InflightOp]]
 # (pid, node) -> (communicator id, enqueue time) of each collective its process waits in
 Waits = dict[tuple[int, str | None], list[tuple[int, int]]]

@@ -1,9 +1,9 @@
 """A broken hang diagnosis, for tests/e2e/test_demo.py: with this directory on PYTHONPATH,
 every Python process (the demo, its `comminsight-agent`, the simulated ranks) imports this
 first, and the Agent's diagnosis blames the wrong rank wherever a rank has not joined an op:
-`not_joined` (comminsight/agent/hangs/diagnosis.py, which picks the ranks missing from the op
-the others wait in) names a rank that did join instead. The demo must then say that the
-faulted rank was not named, and fail.
+`not_joined` (comminsight/agent/hangs/rules/not_joined.py, which picks the ranks missing from
+the op the others wait in; verdict_rules.py looks it up there when it runs) names a rank that
+did join instead. The demo must then say that the faulted rank was not named, and fail.
 
 The module is patched when it is first imported, by an import hook: nothing is imported
 here, so processes that never load the diagnosis are untouched. When it patches, it appends
@@ -16,7 +16,7 @@ import importlib.machinery
 import os
 import sys
 
-TARGET = "comminsight.agent.hangs.diagnosis"
+TARGET = "comminsight.agent.hangs.rules.not_joined"
 
 
 def break_diagnosis(module) -> None:
