@@ -249,23 +249,24 @@ def test_corrupted_lines_are_taken_only_when_python_reads_them_the_same(segments
     assert taken > 100 and refused > 1000  # both outcomes were exercised
 
 
-@pytest.mark.parametrize("key", [b"group_id", b"user_tag"])
-@pytest.mark.parametrize(
-    "spaced", [b', "{k}":', b',"{k}" :', b',"{k}": '], ids=["before", "colon", "after"]
-)
-def test_a_trusted_line_with_a_spaced_optional_key_reads_as_python_reads_it(segments, key, spaced):
+def test_a_trusted_line_with_a_spaced_optional_key_reads_as_python_reads_it(segments):
     """Where the writer's layout is read (a sealed segment), an optional key written otherwise
     than the writer writes it (JSON allows a space around it) is read as Python reads it, or
     left to Python: never taken as absent (a fuzz case read user_tag 0 where Python read 4)."""
-    plain = b',"%s":' % key
-    lines = [ln for d in segments for ln in d.split(b"\n") if plain in ln and expected(ln)]
-    if not lines:
-        pytest.skip(f"these logs carry no {key.decode()}")
-    line = lines[0].replace(plain, spaced.replace(b"{k}", key), 1) + b"\n"
-    assert expected(line) is not None, "Python reads the spaced line"
-    scanner = Scanner()
-    (row,) = scanner.scan(line, trusted=True)
-    check_line(scanner, line, row, trusted=True)
+    checked = 0
+    for key in (b"group_id", b"user_tag"):
+        plain = b',"%s":' % key
+        lines = [ln for d in segments for ln in d.split(b"\n") if plain in ln and expected(ln)]
+        for spaced in (b', "%s":', b',"%s" :', b',"%s": '):
+            for original in lines[:3]:
+                line = original.replace(plain, spaced % key, 1) + b"\n"
+                assert expected(line) is not None, "Python reads the spaced line"
+                scanner = Scanner()
+                (row,) = scanner.scan(line, trusted=True)
+                check_line(scanner, line, row, trusted=True)
+                checked += 1
+    if not checked:
+        pytest.skip("compact lines spell their keys short: no layout path reads these keys")
 
 
 def test_lines_with_spaces_escapes_or_other_key_orders_fall_back_to_the_walker(segments):
