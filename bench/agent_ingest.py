@@ -63,7 +63,7 @@ def hold_agent_lock(home: Path):
 
 
 def start_producers(driver: Path, plugin: Path, home: Path, n: int, count: int, rate: int):
-    env = plugin_env(str(home), MASK)
+    env = plugin_env(str(home), MASK, None)  # the Profiler's default GPU timing
     env["COMMINSIGHT_PROFILER_RING_SLOTS"] = str(RING_SLOTS)
     cmd = [str(driver), str(plugin), "--n", str(count), "--warmup", "0"]
     if rate:
