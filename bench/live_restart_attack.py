@@ -16,7 +16,7 @@ A run takes minutes (8 ranks, 1,501 Steps: about 6 on 2 cores); its report is
 <out>/report.json, and its last line a bench line (ranks whose summaries differ). Usage, from
 the repository root:
 
-  PYTHONPATH=.:tests .venv/bin/python bench/live_restart_attack.py \
+  .venv/bin/python bench/live_restart_attack.py \
       --seed 1 --signals mixed --ranks 8 --steps 1501 --est-s 240 --out /tmp/restarts-1
 """
 
@@ -32,19 +32,24 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import httpx
-from live_baseline import comparable, uninterrupted
 
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.step_accuracy import op_identity
 from comminsight.sim.truth import read_ground_truth
 
-PLUGIN = "/work/main/dist/libnccl-profiler-comminsight.so"
-PY = "/work/main/.venv/bin/python"
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the uninterrupted baseline the restarts test uses
+from live_baseline import comparable, uninterrupted  # noqa: E402
+
+PLUGIN = str(ROOT / "dist" / "libnccl-profiler-comminsight.so")
+PY = sys.executable
 IN_MOVED_TO, IN_CREATE = 0x80, 0x100
 CKPT = "engine-live.checkpoint.json"
 
@@ -81,7 +86,7 @@ class Agent:
             },
             stdout=open(logdir / f"agent-{self.k:02d}.stdout", "wb"),
             stderr=open(self.err_path, "wb"),
-            cwd="/work/main",
+            cwd=str(ROOT),
         )
 
     def wait_healthy(self, timeout_s=180.0) -> float:
@@ -186,20 +191,22 @@ def index_report(indices: list[int]) -> dict:
 
 
 def main():
+    # the defaults are the documented run, so that `make bench` (every script, no arguments)
+    # runs it too
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seed", type=int, required=True)
-    ap.add_argument("--signals", choices=["mixed", "term"], required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--signals", choices=["mixed", "term"], default="mixed")
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--steps", type=int, default=1501)
     ap.add_argument("--stops", type=int, default=20)
     ap.add_argument("--workload", default="ddp")
     ap.add_argument("--time-scale", type=float, default=0.5)
-    ap.add_argument("--est-s", type=float, required=True, help="expected job duration (s)")
+    ap.add_argument("--est-s", type=float, default=240.0, help="expected job duration (s)")
     ap.add_argument("--checkpoint-s", default="2")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="a new directory for the run (default: a fresh temporary one)")
     a = ap.parse_args()
 
-    out = Path(a.out)
+    out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="ci-restart-attack-")) / "run"
     out.mkdir(parents=True, exist_ok=False)
     home, logdir = out / "home", out / "agent-logs"
     logdir.mkdir()
