@@ -55,8 +55,10 @@ def durations_s(records: np.ndarray) -> np.ndarray:
     return durations_ns(records).astype(np.float64) / 1e9
 
 
-def bus_bandwidth_gbs(records: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-    """NCCL's bus bandwidth (the Inspector's formulas), GB/s; 0 where the time is 0."""
+def bandwidths_gbs(records: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """NCCL Inspector's algorithm and bus bandwidths, GB/s; 0 where the time is 0: the
+    traffic (n x the bytes of a gathered op) over the time, and that x the collective's
+    factor."""
     n = np.maximum(records["nranks"].astype(np.float64), 1.0)
     func = records["func"]
     traffic = records["bytes"].astype(np.float64)
@@ -65,4 +67,9 @@ def bus_bandwidth_gbs(records: np.ndarray, seconds: np.ndarray) -> np.ndarray:
     factor = np.where(func == _ALL_REDUCE, 2 * (n - 1) / n, np.where(gathered, (n - 1) / n, 1.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where(seconds > 0, traffic / 1e9 / seconds, 0.0)
-    return algbw * factor
+    return algbw, algbw * factor
+
+
+def bus_bandwidth_gbs(records: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """NCCL's bus bandwidth (the Inspector's formulas), GB/s; 0 where the time is 0."""
+    return bandwidths_gbs(records, seconds)[1]

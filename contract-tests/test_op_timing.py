@@ -1,7 +1,9 @@
 """The Profiler's log writer (C, profiler/src/op_timing.h) and the Agent with the live Semantic
 Engine (numpy, comminsight/slot_timing.py) take the same duration and bus bandwidth from the
 same op records, bit for bit: every timing source, clocks that run backwards, a call the host
-never saw stop (swept at finalize), every bandwidth formula and degenerate communicator sizes."""
+never saw stop (swept at finalize), every bandwidth formula and degenerate communicator sizes;
+and the lines the Agent writes for a dead process's records (core/inspector_lines.py) carry
+what the writer prints for them."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from comminsight.agent.core.inspector_lines import _timing as recovered_timing
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_ns, durations_s
 from comminsight_gen.abi import shm_v1
 
@@ -32,8 +35,8 @@ TIMES = [
     (T.KERNEL_GPU, 0, 0, 0, 2**63, 2**64 - 1),  # the largest span
 ]
 FUNCS = [F.ALL_REDUCE, F.ALL_GATHER, F.REDUCE_SCATTER, F.ALL_TO_ALL, F.BROADCAST, F.SEND, F.RECV]
-RANKS = [0, 1, 2, 3, 8, 1_000_003]
-BYTES = [0, 1, 8, 1 << 20, 3 * (1 << 30) + 7]
+RANKS = [-5, 0, 1, 2, 3, 8, 1_000_003]
+BYTES = [0, 1, 8, 1 << 20, 3 * (1 << 30) + 7, 2**64 - 1]
 
 
 def records() -> np.ndarray:
@@ -87,3 +90,14 @@ def test_bus_bandwidths_agree_bit_for_bit(written):
     ]
     assert not differ, differ[:5]
     assert any(w[2] > 0 for w in written) and any(w[2] == 0 for w in written)
+
+
+def test_recovered_lines_print_what_the_writer_prints(written):
+    """exec_us in whole microseconds, the bandwidths as the writer's %.6f prints them."""
+    recs = records()
+    differ = [
+        (i, got, want)
+        for i, (r, (ns, alg, bus)) in enumerate(zip(recs, written, strict=True))
+        if (got := recovered_timing(r)) != (want := (ns // 1000, round(alg, 6), round(bus, 6)))
+    ]
+    assert not differ, differ[:5]

@@ -2,7 +2,8 @@
 
 The Agent hands each process's completed Coll/P2P records in ring order, with what its
 communicator table says about the communicators (name, nodes), which a slot does not repeat.
-Durations and bus bandwidth are computed for the whole batch at once (the metrics' formulas).
+Durations and bus bandwidth are computed for the whole batch at once: the bandwidth as the log
+writer and the metrics take it (slot_timing), the duration as the engine's log readers do.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from comminsight.semantic.native import NONE
 from comminsight.semantic.op_batch import Comm, CommTable, OpBatch, SegmentTable, func_code
 from comminsight.semantic.op_times import host_start
 from comminsight.shm_reader import enum_label
-from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
+from comminsight.slot_timing import bus_bandwidth_gbs, durations_ns
 from comminsight_gen.abi import shm_v1
 
 _FUNC_LABELS = {int(k): v for k, v in shm_v1.FUNC_LABELS.items()}
 # Up to this many ops, a batch's functions and communicators are told apart in Python: an
 # Agent's pass often hands a GPU a few ops, and np.unique costs tens of microseconds a call
 SMALL_BATCH = 256
+_KERNEL_GPU = int(shm_v1.TimingSource.KERNEL_GPU)
 _INT64_MAX = (1 << 63) - 1  # a tag above it is one NCCL reserves: none, as logs read it
 
 
@@ -44,12 +46,18 @@ def engine_batch(
     n = len(records)
     if not n:
         return OpBatch.empty(table, segments)
-    seconds = durations_s(records)
-    busbw = bus_bandwidth_gbs(records, seconds)
-    duration = np.maximum(np.rint(seconds * 1e9), 0).astype(np.int64)
+    span = durations_ns(records)
+    busbw = bus_bandwidth_gbs(records, span.astype(np.float64) / 1e9)  # as the log writer's
     to_real = start_real_ns - start_mono_ns
     complete = records["complete_mono_ns"].astype(np.int64)
     issue = records["host_start_mono_ns"].astype(np.int64)
+    # the engine's duration, as its log readers take it from a compact line (op_times): the
+    # GPU span where the kernel was timed, else from the enqueue to the completion seen
+    duration = np.where(
+        records["timing_source"] == _KERNEL_GPU,
+        span.astype(np.int64),
+        np.maximum(complete - issue, 0),
+    )
     # the GPU span where the kernel was timed: the slot has no GPU-to-host clock offset to place it
     start = host_start(issue, complete, duration)
     is_coll = records["kind"] == shm_v1.RecordKind.COLL

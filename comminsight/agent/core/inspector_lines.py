@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 
 from comminsight.shm_reader import ROOTED_FUNCS, record_text
+from comminsight.slot_timing import bandwidths_gbs, durations_ns
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.inspector_log_v1_fields import SCHEMA_VERSION, F, V
 
@@ -24,11 +25,6 @@ _U64 = (1 << 64) - 1
 _NAME_SOURCES = {
     int(shm_v1.NameSource.INJECT): V.INJECT,
     int(shm_v1.NameSource.NCCL): V.NCCL,
-}
-_TRAFFIC_TIMES_N = {
-    int(shm_v1.Func.REDUCE_SCATTER),
-    int(shm_v1.Func.ALL_GATHER),
-    int(shm_v1.Func.ALL_TO_ALL),
 }
 
 
@@ -418,27 +414,12 @@ def _signed(difference: int) -> int:
 
 
 def _timing(r) -> tuple[int, float, float]:
-    """Execution time (us), algorithm and bus bandwidth (GB/s), as NCCL Inspector defines
-    them (the log writer's op_timing)."""
-    source = int(r["timing_source"])
-    if source == shm_v1.TimingSource.KERNEL_GPU:
-        ns = int(r["gpu_end_ticks"]) - int(r["gpu_start_ticks"])
-    elif source == shm_v1.TimingSource.KERNEL_CPU:
-        ns = int(r["complete_mono_ns"]) - int(r["host_start_mono_ns"])
-    else:
-        ns = int(r["host_stop_mono_ns"]) - int(r["host_start_mono_ns"])
-    exec_us = (ns & _U64) // 1000
-    n = float(int(r["nranks"])) if int(r["nranks"]) > 0 else 1.0
-    traffic, factor = float(int(r["bytes"])), 1.0
-    func = int(r["func"])
-    if func == shm_v1.Func.ALL_REDUCE:
-        factor = 2.0 * (n - 1.0) / n
-    elif func in _TRAFFIC_TIMES_N:
-        traffic *= n
-        factor = (n - 1.0) / n
-    secs = exec_us / 1e6
-    algbw = traffic / 1e9 / secs if secs > 0 else 0.0
-    return exec_us, round(algbw, 6), round(algbw * factor, 6)
+    """Execution time (whole us), algorithm and bus bandwidth (GB/s), as the log writer
+    prints them: the one definition the writer and the Agent share (slot_timing)."""
+    one = np.array([r], dtype=r.dtype)
+    ns = durations_ns(one)
+    algbw, busbw = bandwidths_gbs(one, ns.astype(np.float64) / 1e9)
+    return int(ns[0]) // 1000, round(float(algbw[0]), 6), round(float(busbw[0]), 6)
 
 
 def _progress(e) -> dict:

@@ -143,7 +143,9 @@ def op_record(row: np.void, origin: Origin) -> OpRecord:
     func = int(row["func"])
     timing = int(row["timing_source"])
     completed = int(row["complete_mono_ns"])
-    has_timing = timing != shm_v1.TimingSource.NONE and completed > 0
+    # a call swept before the host saw it stop has no span (slot_timing): none, not 0
+    swept = timing == shm_v1.TimingSource.COLLECTIVE_CPU and int(row["host_stop_mono_ns"]) == 0
+    has_timing = timing != shm_v1.TimingSource.NONE and completed > 0 and not swept
     seconds = float(durations_s(one)[0]) if has_timing else None
     gpu = timing == shm_v1.TimingSource.KERNEL_GPU and int(row["gpu_end_ticks"]) > 0
     peer = rank_or_none(int(row["peer"]))

@@ -60,8 +60,9 @@ class OpRecord:
                 NCCL Inspector's coll_timing_source uses): kernel_gpu (GPU globaltimer ticks of the
                 kernel channels), kernel_cpu (host times of the kernel-channel events), collective_cpu
                 (host start/stop of the op; KernelCh events were off), none (never completed in view).
-            duration_us (float | None): kernel_gpu: earliest channel start to latest channel stop on the GPU; host: enqueue
-                to completion on the host; null when none.
+            duration_us (float | None): kernel_gpu: earliest channel start to latest channel stop on the GPU; kernel_cpu:
+                enqueue to the last channel stop as the host saw it; collective_cpu: the call's start to stop on the host (its
+                enqueue, not its GPU execution); null when none (no timing, or a call swept before the host saw it stop).
             algbw_gbs (float | None): size_bytes / duration in GB/s (1e9 bytes/s); null without a duration.
             busbw_gbs (float | None): Bus bandwidth in GB/s with NCCL's per-function factor; null without a duration.
             step (int | None): Step index the Semantic Engine assigned the op to; null until it has.

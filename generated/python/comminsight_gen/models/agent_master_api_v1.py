@@ -2596,14 +2596,14 @@ class OpRecord(Struct):
         Annotated[
             float,
             Meta(
-                description='kernel_gpu: earliest channel start to latest channel stop on the GPU; host: enqueue to completion on the host; null when none.',
+                description="kernel_gpu: earliest channel start to latest channel stop on the GPU; kernel_cpu: enqueue to the last channel stop as the host saw it; collective_cpu: the call's start to stop on the host (its enqueue, not its GPU execution); null when none (no timing, or a call swept before the host saw it stop).",
                 ge=0.0,
             ),
         ]
         | None
     )
     """
-    kernel_gpu: earliest channel start to latest channel stop on the GPU; host: enqueue to completion on the host; null when none.
+    kernel_gpu: earliest channel start to latest channel stop on the GPU; kernel_cpu: enqueue to the last channel stop as the host saw it; collective_cpu: the call's start to stop on the host (its enqueue, not its GPU execution); null when none (no timing, or a call swept before the host saw it stop).
     """
     algbw_gbs: (
         Annotated[
