@@ -25,7 +25,7 @@ always give the same bytes and a re-frozen version reads as a small diff. A surf
 what the checks below read and nothing else; descriptions, titles and comments go:
 
 - c-abi: the prefix; each struct/union's kind, size, alignment and fields (name, type, count,
-  offset, whether a pointer); each enum's storage, flags and values (name, value, label);
+  offset, pointer levels); each enum's storage, flags and values (name, value, label);
   constants (type, value); function types and a library's exports as signatures; the names
   of its opaque types.
 - json-schema: the document without annotations (description, title, $comment, examples).
@@ -209,7 +209,9 @@ def cabi_surface(schema: cabi_model.AbiSchema) -> dict:
                         "type": f.type,
                         "count": f.count or 1,
                         "offset": f.offset,
-                        "pointer": bool(f.pointer) or _is_pointer(schema, f.type),
+                        # the levels of a pointer field (i64* -> i64** breaks), else whether
+                        # its type is one (as older baselines have it)
+                        "pointer": f.pointer or _is_pointer(schema, f.type),
                     }
                     for f in r.fields
                 ],
@@ -272,6 +274,8 @@ def _records(b: dict, c: dict, out: Changes) -> None:
                 bp, cp = bf["pointer"], cf["pointer"]
                 note = f" ({'pointer' if bp else 'value'} -> {'pointer' if cp else 'value'})"
                 out.append((fw, f"type {bf['type']} -> {cf['type']}" + (note if bp != cp else "")))
+            elif int(cf["pointer"]) != int(bf["pointer"]):  # the same type, other levels
+                out.append((fw, f"pointer levels {int(bf['pointer'])} -> {int(cf['pointer'])}"))
             if cf["count"] != bf["count"]:
                 out.append((fw, f"count {bf['count']} -> {cf['count']}"))
             if cf["offset"] != bf["offset"]:

@@ -47,7 +47,8 @@ def ddp_slots(steps: int) -> np.ndarray:
     step, k = np.divmod(np.arange(n), len(BUCKETS))
     start = 1_000_000_000 + step * 100_000_000 + k * 10_000_000
     r["host_start_mono_ns"] = start
-    r["complete_mono_ns"] = start + 5_000_000
+    # untimed on the GPU (KernelCh off): the Profiler completes the op at its host stop
+    r["host_stop_mono_ns"] = r["complete_mono_ns"] = start + 5_000_000
     return r
 
 

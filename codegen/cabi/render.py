@@ -38,7 +38,7 @@ def _prototype(s: AbiSchema, fn: Function) -> str:
 def _pointee_numpy(s: AbiSchema, f: Field) -> str | None:
     """The numpy format of what a pointer field points to (an array of it), where numpy has
     one: the Python side allocates those arrays."""
-    if f.pointer != 1:
+    if f.pointer != 1 or f.count:  # an array of pointers is no one array's
         return None
     if f.type in SCALARS and f.type not in ("ptr", "cstr", "char"):
         return SCALARS[f.type].numpy
@@ -93,10 +93,11 @@ def _record_view(s: AbiSchema, r: Record) -> dict:
 
 def view(s: AbiSchema, source: str) -> dict:
     """Everything the templates need, computed once, so templates hold no logic."""
-    uses_bool = any(f.type == "bool" for r in s.records for f in r.fields) or any(
-        p.type == "bool" or fn.returns == "bool"
-        for fn in (*s.functions, *s.exports)
-        for p in fn.params
+    functions = (*s.functions, *s.exports)
+    uses_bool = (
+        any(f.type == "bool" for r in s.records for f in r.fields)
+        or any(fn.returns == "bool" for fn in functions)
+        or any(p.type == "bool" for fn in functions for p in fn.params)
     )
     return {
         "source": source,

@@ -278,6 +278,16 @@ def test_a_pointer_field_that_becomes_a_value_breaks(base: Path, work: Path) -> 
     assert engine_core(base, work) == ["structs.columns.fields.exec_us: type f64 -> i64"]
 
 
+def test_a_pointer_that_gains_a_level_breaks(base: Path, work: Path) -> None:
+    edit(
+        work,
+        ENGINE_CORE,
+        "{name: exec_us, type: f64, pointer: 1,",
+        "{name: exec_us, type: f64, pointer: 2,",
+    )
+    assert engine_core(base, work) == ["structs.columns.fields.exec_us: pointer levels 1 -> 2"]
+
+
 # ---- json-schema
 
 

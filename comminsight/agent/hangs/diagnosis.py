@@ -27,6 +27,7 @@ from comminsight.agent.core.snapshot import CommView, NodeSnapshot
 from comminsight.agent.hangs.finding import (
     MS,
     CompletedOps,
+    Finding,
     StepCycleOf,
     majority_op,
     waiting_members,
@@ -141,7 +142,7 @@ def comm_pass(
     )
 
 
-def diagnose_comm(p: CommPass):
+def diagnose_comm(p: CommPass) -> Finding | None:
     """The communicator's finding: by the collective rules where ranks wait in a collective,
     else by the idle ones; where neither finds a hang, whether a rank straggles."""
     rules = COLLECTIVE_RULES if p.waiting else IDLE_RULES
