@@ -61,10 +61,11 @@ build: $(WHEEL) headers build-profiler build-sim build-engine build-inject
 INJECT_VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' comminsight/inject/__init__.py)
 INJECT_WHEEL := $(DIST)/comminsight_inject-$(INJECT_VERSION)-py3-none-any.whl
 # what Inject's wheel ships of the generated code (the config file parser, the names of the
-# records it writes): modules of the standard library alone
+# records it writes and of the home's paths): modules of the standard library alone
 INJECT_CONFIG := generated/python/comminsight_gen/config_file_v1.py \
   generated/python/comminsight_gen/inject_metadata_v1_names.py \
-  generated/python/comminsight_gen/python_stack_v1_names.py
+  generated/python/comminsight_gen/python_stack_v1_names.py \
+  generated/python/comminsight_gen/home_v1_names.py
 INJECT_SRC := $(wildcard comminsight/inject/*.py) $(wildcard inject/*) $(INJECT_CONFIG)
 
 ## build-inject: dist/comminsight_inject-<version>-py3-none-any.whl

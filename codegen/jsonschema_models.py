@@ -123,6 +123,11 @@ def generate(p: Protocol, ctx: Context) -> None:
 
         config_gen.generate(p, doc, ctx)
         return
+    if p.role == "paths":  # a layout, not records: no model
+        from codegen import path_names
+
+        path_names.generate(p, doc, ctx)
+        return
     generate_models(
         ctx, p.source, "jsonschema", f"generated/python/comminsight_gen/models/{p.stem}.py", doc
     )

@@ -12,8 +12,9 @@ from codegen.errors import SchemaError
 KINDS = ("c-abi", "json-schema", "openapi", "protobuf")
 STATUSES = ("live", "draft", "deprecated")
 # json-schema protocols with extra, role-specific outputs; names: records a writer builds by
-# hand (Inject) get a standard-library module of their property names and constants
-ROLES = ("config", "log", "names")
+# hand (Inject) get a standard-library module of their property names and constants; paths: a
+# directory layout (objects are directories) gets its entry names for C and Python, no model
+ROLES = ("config", "log", "names", "paths")
 _KEYS = {
     "id",
     "version",

@@ -18,6 +18,7 @@ import msgspec
 
 from comminsight.redaction import shown_raw
 from comminsight_gen import config_file_v1 as config_file
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.config_v1 import KEY_BY_NAME, KEYS, ConfigKey, ConfigV1
 
 Settings = ConfigV1
@@ -103,7 +104,7 @@ def config_file_path(env: Mapping[str, str] | None = None) -> tuple[Path, bool]:
     if env.get(K.CONF):
         return Path(env[K.CONF]), True
     home = env.get(K.HOME, str(KEY_BY_NAME[K.HOME].default))
-    return Path(home) / "etc" / "comminsight.conf", False
+    return Path(home) / home_names.ETC / home_names.COMMINSIGHT_CONF, False
 
 
 def _check_addresses(settings: ConfigV1, raw: dict[str, tuple[str, Origin]]) -> None:

@@ -39,6 +39,7 @@ from comminsight.agent.tls_files import TlsFileError, read_pem
 from comminsight.config import ConfigError, config_file_path, is_loopback, load_settings
 from comminsight.durable_files import make_private_dirs
 from comminsight.redaction import shown_value
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.config_v1 import KEYS
 
 if TYPE_CHECKING:
@@ -58,11 +59,11 @@ def take_lock(home: Path, shared: bool = False):
     open (and so lock), the first lock is on `metadata/agent.d/` (0700) instead, and every
     user's Profilers ask the Agent's socket rather than the lock file: no user can hold
     either and keep the node's Agent out."""
-    path = home / "metadata" / "agent.lock"
+    path = home / home_names.METADATA / home_names.AGENT_LOCK
     make_private_dirs(path.parent)
     held_dir = home
     if shared:
-        held_dir = home / "metadata" / "agent.d"
+        held_dir = home / home_names.METADATA / home_names.AGENT_D
         make_private_dirs(held_dir)
         os.chmod(held_dir, 0o700, follow_symlinks=False)
     held = []
@@ -268,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if lock is None:
         print(
-            f"comminsight-agent: another agent holds {home / 'metadata' / 'agent.lock'}; "
-            "one agent per home",
+            f"comminsight-agent: another agent holds "
+            f"{home / home_names.METADATA / home_names.AGENT_LOCK}; one agent per home",
             file=sys.stderr,
         )
         return 1

@@ -32,6 +32,7 @@ from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from comminsight.cli.options import output_format
 from comminsight.cli.output import Output, error, new_table, stderr_console, terminal_progress
+from comminsight_gen import home_v1_names as home_names
 
 if TYPE_CHECKING:
     from comminsight.semantic.offline import OfflineResult
@@ -45,7 +46,7 @@ def default_out(logs: Path) -> Path:
     from comminsight.agent.core.home_check import check_ancestors
 
     check_ancestors(logs, os.geteuid())
-    return logs.resolve().parent / "semantics" / "step" / "offline"
+    return logs.resolve().parent / home_names.SEMANTICS / home_names.STEP / home_names.OFFLINE
 
 
 def refused_place(e: Exception, what: str, hint: str | None = None) -> int:

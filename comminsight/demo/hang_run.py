@@ -33,6 +33,7 @@ from comminsight.demo.verdict_check import (
     verdict_check,
 )
 from comminsight_client.models import Severity
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.models.inspector_log_v1 import CiHangEvidence
 
 NAME = "hang run"
@@ -49,7 +50,7 @@ def hang_run(console: Console, checks: Checklist) -> None:
         statuses = show_diagnosis(console, agent.url, diagnosis)
     fault = injected_fault(run)
     checks.add(hang_ranks_check(run, fault))
-    logs = read_logs(home / "inspector_logs")
+    logs = read_logs(home / home_names.INSPECTOR_LOGS)
     checks.add(segments_check(NAME, logs, RANKS))
     checks.add(ops_logged_check(NAME, logs, run))
     console.print(evidence_table(logs))
@@ -70,9 +71,9 @@ def hang_run(console: Console, checks: Checklist) -> None:
         )
     checks.add(commands_check(NAME, "incidents", statuses))
     checks.add(agent_stopped_check(NAME, agent.returncode, agent.log))
-    console.print(f"logs: {home / 'inspector_logs'}")
+    console.print(f"logs: {home / home_names.INSPECTOR_LOGS}")
     console.print(f"ground truth: {run.run_dir}")
-    console.print(f"hang reports and incidents: {home / 'metadata'}")
+    console.print(f"hang reports and incidents: {home / home_names.METADATA}")
 
 
 def show_diagnosis(console: Console, url: str, diagnosis: Diagnosis) -> list[int]:

@@ -19,6 +19,7 @@ from comminsight.demo.log_checks import RunLogs, ops_logged_check, read_logs, se
 from comminsight.demo.sim_checks import healthy_ranks_check
 from comminsight.demo.simulation import DEMO_DIR, RANKS, STEPS, simulate
 from comminsight.demo.step_check import steps_check
+from comminsight_gen import home_v1_names as home_names
 
 NAME = "healthy run"
 
@@ -43,7 +44,7 @@ def healthy_run(console: Console, checks: Checklist) -> None:
             "comminsight_ops_total series"
         )
     checks.add(healthy_ranks_check(run))
-    logs = read_logs(home / "inspector_logs")
+    logs = read_logs(home / home_names.INSPECTOR_LOGS)
     checks.add(segments_check(NAME, logs, RANKS))
     checks.add(ops_logged_check(NAME, logs, run))
     console.print(recorded_table(logs))
@@ -55,9 +56,9 @@ def healthy_run(console: Console, checks: Checklist) -> None:
         console.print(f"[yellow]  and {len(steps.differences) - 3} more Steps so[/yellow]")
     checks.add(commands_check(NAME, "status, comms, steps", statuses))
     checks.add(agent_stopped_check(NAME, agent.returncode, agent.log))
-    console.print(f"logs: {home / 'inspector_logs'}")
+    console.print(f"logs: {home / home_names.INSPECTOR_LOGS}")
     console.print(f"ground truth: {run.run_dir}")
-    console.print(f"Step summaries: {home / 'semantics' / 'step'}")
+    console.print(f"Step summaries: {home / home_names.SEMANTICS / home_names.STEP}")
 
 
 def recorded_table(logs: RunLogs):

@@ -13,14 +13,15 @@ from comminsight.demo.console import demo_console
 from comminsight.demo.hang_run import hang_run
 from comminsight.demo.healthy_run import healthy_run
 from comminsight.demo.simulation import DEMO_DIR, PLUGIN
+from comminsight_gen import home_v1_names as home_names
 
 # what a demo home holds once a run is over, and what it is
 KEPT = (
-    ("inspector_logs", "the Profiler's sealed logs"),
-    ("semantics/step", "Step summaries"),
-    ("metadata/hangs", "hang reports"),
-    ("metadata/incidents", "the reports grouped by cause"),
-    ("archives", "what the Agent archived"),
+    (home_names.INSPECTOR_LOGS, "the Profiler's sealed logs"),
+    (f"{home_names.SEMANTICS}/{home_names.STEP}", "Step summaries"),
+    (f"{home_names.METADATA}/{home_names.HANGS}", "hang reports"),
+    (f"{home_names.METADATA}/{home_names.INCIDENTS}", "the reports grouped by cause"),
+    (home_names.ARCHIVES, "what the Agent archived"),
     ("sim", "the simulator's ground truth, per rank"),
     ("agent.log", "the Agent's log"),
 )

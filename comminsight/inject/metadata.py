@@ -19,8 +19,10 @@ from pathlib import Path
 from . import state
 
 try:  # the Inject wheel's own copy of the generated names (the standard library only)
+    from . import home_v1_names as home_names  # type: ignore[attr-defined]
     from . import inject_metadata_v1_names as names  # type: ignore[attr-defined]
 except ImportError:  # the source tree, and the CommInsight package
+    from comminsight_gen import home_v1_names as home_names
     from comminsight_gen import inject_metadata_v1_names as names
 
 F, V = names.F, names.V
@@ -54,7 +56,7 @@ class MetadataFile:
 
     def _name_for(self, pid: int) -> None:
         self.pid = pid
-        self.path = self.home / "metadata" / "inject" / f"{self.host}.{pid}.jsonl"
+        self.path = self.home / home_names.METADATA / home_names.INJECT / f"{self.host}.{pid}.jsonl"
 
     def _open(self) -> int | None:
         if self._fixed_pid is None and os.getpid() != self.pid:

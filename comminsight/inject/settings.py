@@ -15,8 +15,10 @@ from .tenant_home import writable_home
 
 try:  # the Inject wheel's own copy (it depends on nothing)
     from . import config_file_v1 as config_file  # type: ignore[attr-defined]
+    from . import home_v1_names as home_names  # type: ignore[attr-defined]
 except ImportError:  # the source tree, and the CommInsight package
     from comminsight_gen import config_file_v1 as config_file
+    from comminsight_gen import home_v1_names as home_names
 
 K = config_file.K
 HOME = K.HOME
@@ -64,7 +66,7 @@ def disabled_by_environment(environ: dict[str, str] | None = None) -> bool:
 
 def conf_path(environ: dict[str, str], home: str) -> Path:
     explicit = environ.get(CONF, "")
-    return Path(explicit) if explicit else Path(home) / "etc" / "comminsight.conf"
+    return Path(explicit) if explicit else Path(home) / home_names.ETC / home_names.COMMINSIGHT_CONF
 
 
 def read_conf_file(path: Path, keys: set[str]) -> dict[str, tuple[str, str]]:

@@ -32,8 +32,10 @@ from pathlib import Path
 from .metadata import global_rank
 
 try:  # the Inject wheel's own copy of the generated names (the standard library only)
+    from . import home_v1_names as home_names  # type: ignore[attr-defined]
     from . import python_stack_v1_names as names  # type: ignore[attr-defined]
 except ImportError:  # the source tree, and the CommInsight package
+    from comminsight_gen import home_v1_names as home_names
     from comminsight_gen import python_stack_v1_names as names
 
 F, V = names.F, names.V
@@ -46,7 +48,7 @@ MAX_NAME = 256  # thread and function names
 MAX_BYTES = 256 * 1024
 KEEP_FILES = 4
 MIN_INTERVAL_S = 1.0
-STACK_DIR = ("metadata", "stacks")
+STACK_DIR = (home_names.METADATA, home_names.STACKS)
 
 
 def stack_dir(home: Path) -> Path:

@@ -20,6 +20,7 @@ from pathlib import Path
 from comminsight.durable_files import make_private_dirs
 from comminsight.log_segments import SEGMENT_BYTES_MAX
 from comminsight.semantic.log_input import SEGMENT_NAME, ProcessFiles, preferred_file
+from comminsight_gen import home_v1_names as home_names
 
 
 def is_url(text: str | Path) -> bool:
@@ -69,7 +70,9 @@ def list_url(url: str) -> tuple[list[RemoteProcess], list[str]]:
     for path in sorted(found):
         parent, name = posixpath.split(path)
         m = SEGMENT_NAME.match(name)
-        if m is None or not (parent == root or posixpath.basename(parent) == "inspector_logs"):
+        if m is None or not (
+            parent == root or posixpath.basename(parent) == home_names.INSPECTOR_LOGS
+        ):
             continue
         by_index = streams.setdefault(m["stream"], {})
         index = int(m["index"])

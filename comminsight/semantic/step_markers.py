@@ -27,6 +27,7 @@ import numpy as np
 from comminsight.semantic.job_ops import P2P, GpuOps
 from comminsight.semantic.local_cycle import SCALAR_BYTES, reduces
 from comminsight.semantic.op_batch import func_code
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.models.inject_metadata_v1 import InjectMetadata, Kind
 
 MIN_MARKERS = 3  # fewer markers than this say nothing of a cycle's phase
@@ -39,7 +40,7 @@ _DECODER = msgspec.json.Decoder(InjectMetadata)
 
 def markers_dir(logs_dir: str | Path) -> Path:
     """Where Inject's metadata lies beside a home's inspector_logs."""
-    return Path(logs_dir).parent / "metadata" / "inject"
+    return Path(logs_dir).parent / home_names.METADATA / home_names.INJECT
 
 
 def process_of_stream(stream: str) -> ProcessKey | None:

@@ -21,6 +21,7 @@ from comminsight.sim.accuracy_variants import VARIANT_CASES
 from comminsight.sim.config import SimConfig
 from comminsight.sim.launcher import run_simulation
 from comminsight.sim.truth import RankTruth, read_ground_truth
+from comminsight_gen import home_v1_names as home_names
 
 CONFIDENT = 0.9
 ENV = (("COMMINSIGHT_AGENT_AUTOSTART", "0"),)
@@ -185,7 +186,7 @@ def score(truths: list[RankTruth], result: OfflineResult) -> Score:
 def run_case(case: Case, plugin: str, home: Path, comm_names: bool, seed: int = 0) -> Score:
     """Simulate the case under `home`, recover its Steps from the logs, score them."""
     truths = simulate_case(case, plugin, home, comm_names, seed)
-    return score(truths, recover_steps(home / "inspector_logs"))
+    return score(truths, recover_steps(home / home_names.INSPECTOR_LOGS))
 
 
 def simulate_case(

@@ -24,7 +24,7 @@
 
 #include "ci_internal.h"
 
-#define AGENT_SETTINGS "agent-settings"
+#define AGENT_SETTINGS CI_HOME_V1_AGENT_SETTINGS
 #define AGENT_SETTINGS_MAX 4096
 
 /* What the last look found (background thread only). */
@@ -94,7 +94,7 @@ static bool threshold_in(char* text, double* out, char* why, size_t why_len) {
 static int read_threshold(double* out, char* why, size_t why_len) {
     /* the node's home: in a shared one, its Agent publishes there for every user */
     char dir_why[160];
-    int dir = ci_open_dir_at(ci_g.node_home_fd, "metadata", false, dir_why, sizeof(dir_why));
+    int dir = ci_open_dir_at(ci_g.node_home_fd, CI_HOME_V1_METADATA, false, dir_why, sizeof(dir_why));
     if (dir < 0) {
         if (errno == ENOENT) return 0;
         snprintf(why, why_len, "its directory metadata/ is refused or unreadable (%s)", dir_why);
@@ -126,7 +126,7 @@ void ci_agent_settings_poll(void) {
     if (ci_g.cfg.hang_timeout_source == CI_SHM_V1_THRESHOLD_SOURCE_ENVIRONMENT) return;
     if (ci_g.home_private || ci_g.node_home_fd < 0) return; /* no Agent publishes into a private directory */
     struct stat st;
-    if (fstatat(ci_g.node_home_fd, "metadata/" AGENT_SETTINGS, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (fstatat(ci_g.node_home_fd, CI_HOME_V1_METADATA "/" AGENT_SETTINGS, &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (seen.present) ci_agent_settings_reset(); /* the Agent stopped: our own value again */
         return;
     }
@@ -142,7 +142,7 @@ void ci_agent_settings_poll(void) {
         ci_counter_add(&ci_g.hdr->agent_settings_refused, 1);
         static bool warned;
         if (!warned)
-            ci_warn("%s/metadata/%s refused: %s; the hang watchdog keeps %.3f s", ci_g.cfg.home, AGENT_SETTINGS, why,
+            ci_warn("%s/" CI_HOME_V1_METADATA "/%s refused: %s; the hang watchdog keeps %.3f s", ci_g.cfg.home, AGENT_SETTINGS, why,
                     (double)ci_hang_threshold_ns() / 1e9);
         warned = true;
     }

@@ -39,16 +39,16 @@ static bool is_local_rank_zero(void) {
 /* <home>/metadata/agent.lock, opened safely; -1 if it cannot be (said once, by name). */
 static int open_lock(bool create) {
     if (ci_g.home_private) return -1;
-    int dir = ci_home_dir("metadata", create, false, NULL, 0);
+    int dir = ci_home_dir(CI_HOME_V1_METADATA, create, false, NULL, 0);
     if (dir < 0) return -1;
     char why[160];
-    int fd = ci_open_file_at(dir, "agent.lock", O_RDWR | (create ? O_CREAT : 0), CI_KIND_FILE, false, why,
+    int fd = ci_open_file_at(dir, CI_HOME_V1_AGENT_LOCK, O_RDWR | (create ? O_CREAT : 0), CI_KIND_FILE, false, why,
                              sizeof(why));
     int err = errno;
     close(dir);
     if (fd < 0 && err != ENOENT) {
         static bool warned;
-        if (!warned) ci_warn("%s/metadata/agent.lock refused: %s", ci_g.cfg.home, why);
+        if (!warned) ci_warn("%s/" CI_HOME_V1_METADATA "/" CI_HOME_V1_AGENT_LOCK " refused: %s", ci_g.cfg.home, why);
         warned = true;
     }
     errno = err;
@@ -208,7 +208,7 @@ static void close_inherited_fds(posix_spawn_file_actions_t* actions) {
 /* <home>/logs/agent.log for the agent's output; /dev/null when it cannot be opened safely. */
 static int open_agent_log(void) {
     char why[160] = "";
-    int dir = ci_home_dir("logs", true, false, NULL, 0);
+    int dir = ci_home_dir(CI_HOME_V1_LOGS, true, false, NULL, 0);
     int fd = dir >= 0 ? ci_open_file_at(dir, "agent.log", O_WRONLY | O_APPEND | O_CREAT, CI_KIND_FILE, false, why,
                                         sizeof(why))
                       : -1;
@@ -223,14 +223,14 @@ void ci_autostart_agent(void) {
     if (!ci_g.cfg.agent_autostart || ci_g.home_private || !is_local_rank_zero()) return;
     int fd = open_lock(true);
     if (fd < 0) {
-        ci_warn("agent autostart: cannot open %s/metadata/agent.lock; not started", ci_g.cfg.home);
+        ci_warn("agent autostart: cannot open %s/" CI_HOME_V1_METADATA "/" CI_HOME_V1_AGENT_LOCK "; not started", ci_g.cfg.home);
         return;
     }
     bool free_lock = flock(fd, LOCK_EX | LOCK_NB) == 0;
     if (free_lock) flock(fd, LOCK_UN);
     close(fd);
     if (!free_lock) {
-        ci_debug("agent autostart: an agent already holds %s/metadata/agent.lock", ci_g.cfg.home);
+        ci_debug("agent autostart: an agent already holds %s/" CI_HOME_V1_METADATA "/" CI_HOME_V1_AGENT_LOCK, ci_g.cfg.home);
         return;
     }
     char bin[CI_PATH_MAX];

@@ -76,20 +76,20 @@ static void* writer_main(void* arg) {
  * made, that nobody else can write into (a forged event) or swap for a link to a file. */
 static int open_fifo(void) {
     if (ci_g.home_private) return -1; /* no Agent reads a private directory */
-    int dir = ci_home_dir("fifos", true, false, NULL, 0);
+    int dir = ci_home_dir(CI_HOME_V1_FIFOS, true, false, NULL, 0);
     if (dir < 0) return -1;
-    if (mkfifoat(dir, "hang-events.fifo", 0600) != 0 && errno != EEXIST) {
+    if (mkfifoat(dir, CI_HOME_V1_HANG_EVENTS_FIFO, 0600) != 0 && errno != EEXIST) {
         close(dir);
         return -1;
     }
     char why[160];
-    int fd = ci_open_file_at(dir, "hang-events.fifo", O_WRONLY, CI_KIND_FIFO, false, why, sizeof(why));
+    int fd = ci_open_file_at(dir, CI_HOME_V1_HANG_EVENTS_FIFO, O_WRONLY, CI_KIND_FIFO, false, why, sizeof(why));
     int err = errno;
     close(dir);
     static bool warned;
     if (fd < 0 && err != ENXIO && !warned) { /* ENXIO: nobody reads, the usual case */
         warned = true;
-        ci_warn("%s/fifos/hang-events.fifo refused: %s; hang events are dropped and counted", ci_g.cfg.home, why);
+        ci_warn("%s/" CI_HOME_V1_FIFOS "/" CI_HOME_V1_HANG_EVENTS_FIFO " refused: %s; hang events are dropped and counted", ci_g.cfg.home, why);
     }
     return fd;
 }

@@ -20,6 +20,7 @@
 
 #include "comminsight/config_v1.h"
 #include "comminsight/fifo_event_v1.h"
+#include "comminsight/home_v1.h" /* every path of the home, by name */
 #include "comminsight/shm_v1.h"
 
 #define CI_PLUGIN_NAME "CommInsight"

@@ -218,12 +218,12 @@ static void read_explicit(const char* path, const ci_config_v1_key_t* keys, size
 static void read_home_file(int home_fd, const char* path, const ci_config_v1_key_t* keys, size_t n,
                            raw_value_t* raw) {
     char why[160];
-    int etc = ci_open_dir_at(home_fd, "etc", false, why, sizeof(why));
+    int etc = ci_open_dir_at(home_fd, CI_HOME_V1_ETC, false, why, sizeof(why));
     if (etc < 0) {
         if (errno != ENOENT) ci_warn("configuration file %s refused: its directory %s", path, why);
         return;
     }
-    int fd = ci_open_file_at(etc, "comminsight.conf", O_RDONLY, CI_KIND_FILE, true, why, sizeof(why));
+    int fd = ci_open_file_at(etc, CI_HOME_V1_COMMINSIGHT_CONF, O_RDONLY, CI_KIND_FILE, true, why, sizeof(why));
     close(etc);
     if (fd < 0) {
         if (errno != ENOENT) ci_warn("configuration file %s refused: %s; using the environment and defaults", path, why);
@@ -256,7 +256,7 @@ void ci_config_file(char* path, size_t size) {
     const char* home_env = getenv(CI_CONFIG_V1_HOME_KEY);
     const char* home = home_env && *home_env ? home_env : CI_CONFIG_V1_HOME_DEFAULT;
     if (conf && *conf) snprintf(path, size, "%s", conf);
-    else snprintf(path, size, "%.*s/etc/comminsight.conf", CI_HOME_MAX, home);
+    else snprintf(path, size, "%.*s/" CI_HOME_V1_ETC "/" CI_HOME_V1_COMMINSIGHT_CONF, CI_HOME_MAX, home);
 }
 
 void ci_config_load(ci_config_t* cfg, int home_fd) {

@@ -218,9 +218,9 @@ static void adopt_tenant_home(const char* path) {
         /* The node's Agent cannot make our FIFO (it would be root's, closed to us): made now,
          * so that it reads it before our first event rather than after */
         char ignored[160];
-        int fifos = ci_open_dir_at(tenant, "fifos", true, ignored, sizeof(ignored));
+        int fifos = ci_open_dir_at(tenant, CI_HOME_V1_FIFOS, true, ignored, sizeof(ignored));
         if (fifos >= 0) {
-            (void)mkfifoat(fifos, "hang-events.fifo", 0600);
+            (void)mkfifoat(fifos, CI_HOME_V1_HANG_EVENTS_FIFO, 0600);
             close(fifos);
         }
         return;

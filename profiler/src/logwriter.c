@@ -477,7 +477,7 @@ static void commit_pending(void) {
 static bool move_to_private_dir(int err) {
     if (w.segment_made || !ci_unwritable_errno(err)) return false;
     char dir[CI_DIR_MAX];
-    int fd = ci_home_dir_unwritable("inspector_logs", err, dir, sizeof(dir));
+    int fd = ci_home_dir_unwritable(CI_HOME_V1_INSPECTOR_LOGS, err, dir, sizeof(dir));
     if (fd < 0) return false;
     close(w.dir_fd);
     w.dir_fd = fd;
@@ -769,8 +769,8 @@ void ci_logwriter_run_once(bool final, const char* seal_reason) {
     if (!w.buf) {
         crc_init();
         w.buf = malloc(BUF_SIZE);
-        snprintf(w.dir, sizeof(w.dir), "%s/inspector_logs", ci_g.cfg.home);
-        if (w.buf) w.dir_fd = ci_home_dir("inspector_logs", true, true, w.dir, sizeof(w.dir));
+        snprintf(w.dir, sizeof(w.dir), "%s/" CI_HOME_V1_INSPECTOR_LOGS, ci_g.cfg.home);
+        if (w.buf) w.dir_fd = ci_home_dir(CI_HOME_V1_INSPECTOR_LOGS, true, true, w.dir, sizeof(w.dir));
         if (!w.buf || w.dir_fd < 0) {
             ci_warn("cannot use %s (%s): inspector_logs disabled", w.dir, strerror(errno));
             w.disabled = true;

@@ -175,7 +175,7 @@ static bool usable_dir(const char* dir) {
  * the name goes to the private directory's shms/, as the logs do. */
 static bool move_shms(int err, bool linked) {
     char dir[CI_DIR_MAX];
-    int fd = ci_home_dir_unwritable("shms", err, dir, sizeof(dir));
+    int fd = ci_home_dir_unwritable(CI_HOME_V1_SHMS, err, dir, sizeof(dir));
     if (fd < 0) return false;
     close(ci_g.shms_fd);
     ci_g.shms_fd = fd;
@@ -238,7 +238,7 @@ static void* map_memfd(size_t fixed, const char* full, int why) {
  * there is opened. */
 static void* map_file(size_t fixed) {
     char dir[CI_DIR_MAX];
-    ci_g.shms_fd = ci_home_dir("shms", true, true, dir, sizeof(dir));
+    ci_g.shms_fd = ci_home_dir(CI_HOME_V1_SHMS, true, true, dir, sizeof(dir));
     if (ci_g.shms_fd < 0) {
         ci_warn("cannot use %s/shms (%s): SHM disabled, the Agent will not see this process", ci_g.cfg.home,
                 strerror(errno));

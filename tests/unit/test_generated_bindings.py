@@ -42,6 +42,7 @@ def test_registry_module_matches_registry_yaml():
         "inject-metadata",  # Inject's metadata/ lines: which communicator got which name
         "python-stack",  # a process's Python stacks, captured through Inject on request
         "engine-core",  # the Semantic Engine's C core as its Python side loads it
+        "home",  # the home directory's layout: every entry's name
     }  # the protocols of architecture §5
 
 

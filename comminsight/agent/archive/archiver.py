@@ -57,6 +57,7 @@ from comminsight.agent.archive.upload import DamagedFile, ZstdUploader
 from comminsight.agent.core.acting_as import files_as
 from comminsight.backoff import Backoff
 from comminsight.safe_open import UntrustedFile
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.config_v1 import ConfigV1
 
 __all__ = [
@@ -176,9 +177,9 @@ class Archiver:
         self.prefix = prefix.strip("/")
         self._sleep = sleep
         self._clock_ns = clock_ns
-        self.ledger = ArchiveLedger(self.home / "metadata" / "archive-ledger")
+        self.ledger = ArchiveLedger(self.home / home_names.METADATA / home_names.ARCHIVE_LEDGER)
         self.local = LocalData(
-            self.home, kinds, exclude=(self.ledger.directory, self.home / "archives")
+            self.home, kinds, exclude=(self.ledger.directory, self.home / home_names.ARCHIVES)
         )
         self._pass_lock = threading.Lock()  # one pass at a time
         self._state_lock = threading.Lock()  # counters read by status() from another thread

@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 
 from comminsight.agent.core.dir_listing import DirectoryListing
 from comminsight.log_segments import COMPRESSED_SUFFIX
+from comminsight_gen import home_v1_names as home_names
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,8 @@ USERS_INSPECTOR_LOGS = ArchiveKind(
 
 DEFAULT_KINDS = (
     # sealed segments, and those the Profiler compressed (`.jsonl.zst`)
-    ArchiveKind("inspector_logs", "inspector_logs/*.jsonl", COMPRESSED_SUFFIX),
-    ArchiveKind("step_summaries", "semantics/step/*.jsonl"),
+    ArchiveKind("inspector_logs", f"{home_names.INSPECTOR_LOGS}/*.jsonl", COMPRESSED_SUFFIX),
+    ArchiveKind("step_summaries", f"{home_names.SEMANTICS}/{home_names.STEP}/*.jsonl"),
 )
 
 

@@ -22,6 +22,7 @@ from typing import BinaryIO
 from comminsight.durable_files import make_private_dirs
 from comminsight.redaction import redact_url, scrub_credentials
 from comminsight.safe_open import UntrustedFile, check_fd, kind_of
+from comminsight_gen import home_v1_names as home_names
 
 log = logging.getLogger(__name__)
 URL_KEY = "COMMINSIGHT_COMMON_ARCHIVE_URL"
@@ -307,7 +308,7 @@ def provider_for_url(url: str, home: str | Path) -> Provider:
     an ArchiveConfigError."""
     text = url.strip()
     if not text:
-        return LocalDirectoryProvider(Path(home) / "archives")
+        return LocalDirectoryProvider(Path(home) / home_names.ARCHIVES)
     if "://" not in text:
         if not os.path.isabs(text):
             # A relative path would depend on whatever directory the agent was started in.

@@ -18,14 +18,15 @@ import os
 from pathlib import Path
 
 from comminsight.durable_files import write_atomically
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.config_v1 import KEYS
 
-AGENT_SETTINGS = "agent-settings"
+AGENT_SETTINGS = home_names.AGENT_SETTINGS
 HANG_TIMEOUT_KEY = next(k.name for k in KEYS if k.field == "profiler_hang_timeout_s")
 
 
 def settings_path(home: str | Path) -> Path:
-    return Path(home) / "metadata" / AGENT_SETTINGS
+    return Path(home) / home_names.METADATA / AGENT_SETTINGS
 
 
 def settings_text(hang_timeout_s: float) -> str:

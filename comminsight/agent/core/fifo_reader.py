@@ -35,12 +35,13 @@ from comminsight.agent.core.snapshot import rank_or_none
 from comminsight.durable_files import make_private_dirs
 from comminsight.safe_open import UntrustedFile, open_checked
 from comminsight.shm_reader import enum_label, record_text
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.abi import fifo_event_v1, shm_v1
 
 EVENT = fifo_event_v1.EVENT_DTYPE
 EVENT_SIZE = fifo_event_v1.EVENT_SIZE
 MAGIC_BYTES = int(fifo_event_v1.MAGIC).to_bytes(4, "little")
-FIFO_NAME = "hang-events.fifo"
+FIFO_NAME = home_names.HANG_EVENTS_FIFO
 READ_CHUNK = 64 * EVENT_SIZE
 # Bytes read (and so events decoded) per event-loop callback: whatever a writer floods the
 # FIFO with, the API and the poll loop get their turn between two callbacks.
@@ -292,7 +293,7 @@ class HangEventFifo:
     write, and creates or replaces nothing there."""
 
     def __init__(self, home: str | os.PathLike, owner: int | None = None) -> None:
-        self.path = Path(home) / "fifos" / FIFO_NAME
+        self.path = Path(home) / home_names.FIFOS / FIFO_NAME
         self.owner = os.geteuid() if owner is None else owner
         self.tenant = self.owner != os.geteuid()
         self.decoder = EventDecoder(str(self.path))

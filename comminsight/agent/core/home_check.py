@@ -17,29 +17,38 @@ import stat
 from pathlib import Path
 
 from comminsight.safe_open import kind_of
+from comminsight_gen import home_v1_names as home_names
 
 # the home's own directories (architecture §7) and those the Agent keeps under them, checked
 # where they exist before the Agent creates them: a link planted in any of their places would
 # have the Agent write (hang reports, checkpoints, a slave's outbox) wherever it points
-SUBDIRS = (
-    "etc",
-    "inspector_logs",
-    "shms",
-    "shms/quarantine",
-    "fifos",
-    "semantics",
-    "semantics/step",
-    "semantics/step/offline",
-    "metadata",
-    "metadata/archive-ledger",
-    "metadata/hangs",
-    "metadata/incidents",
-    "metadata/inject",
-    "metadata/master",
-    "metadata/slave",
-    "metadata/stacks",
-    "archives",
-    "logs",
+SUBDIRS = tuple(
+    "/".join(parts)
+    for parts in (
+        (home_names.ETC,),
+        (home_names.INSPECTOR_LOGS,),
+        (home_names.SHMS,),
+        (home_names.SHMS, home_names.QUARANTINE),
+        (home_names.FIFOS,),
+        (home_names.SEMANTICS,),
+        (home_names.SEMANTICS, home_names.STEP),
+        (home_names.SEMANTICS, home_names.STEP, home_names.OFFLINE),
+        (home_names.METADATA,),
+        *(
+            (home_names.METADATA, name)
+            for name in (
+                home_names.ARCHIVE_LEDGER,
+                home_names.HANGS,
+                home_names.INCIDENTS,
+                home_names.INJECT,
+                home_names.MASTER,
+                home_names.SLAVE,
+                home_names.STACKS,
+            )
+        ),
+        (home_names.ARCHIVES,),
+        (home_names.LOGS,),
+    )
 )
 
 

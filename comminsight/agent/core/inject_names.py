@@ -47,6 +47,7 @@ from comminsight.agent.core.rate_limited_log import RateLimitedLog
 from comminsight.agent.core.step_marker_store import StepMarkerStore
 from comminsight.safe_open import open_checked
 from comminsight.untrusted_json import NOT_JSON
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.inject_metadata_v1 import InjectMetadata, Kind, Naming
 
@@ -86,7 +87,7 @@ ProcessKey = tuple[int, str, int]
 
 class InjectNames:
     def __init__(self, home: str | Path, max_line: int = MAX_LINE) -> None:
-        self.own = _Dir(Path(home) / "metadata" / "inject", os.geteuid())
+        self.own = _Dir(Path(home) / home_names.METADATA / home_names.INJECT, os.geteuid())
         self.dir = self.own.path
         self._dirs: dict[Path, _Dir] = {self.own.path: self.own}
         self.max_line = min(max_line, READ_BUDGET)  # a longer one could never be read whole
@@ -106,7 +107,9 @@ class InjectNames:
     def serve(self, homes: dict[int, Path]) -> None:
         """Read the metadata/inject/ of these users' homes (uid -> home) besides the Agent's
         own; a directory no longer served is forgotten with what it said."""
-        wanted = {Path(home) / "metadata" / "inject": uid for uid, home in homes.items()}
+        wanted = {
+            Path(home) / home_names.METADATA / home_names.INJECT: uid for uid, home in homes.items()
+        }
         for path in [p for p in self._dirs if p != self.own.path and p not in wanted]:
             del self._dirs[path]
             self._forget_dir(path)

@@ -66,11 +66,12 @@ from comminsight.shm_reader import (
     is_memfd_target,
     record_text,
 )
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.abi import shm_v1
 
 log = logging.getLogger("comminsight.agent.core.producers")
 
-QUARANTINE = "quarantine"
+QUARANTINE = home_names.QUARANTINE
 MAX_REFUSED_NAMES = 64  # refused files named in health (the count covers every one)
 # A recovery that failed for want of space is tried again after this, doubling up to the cap:
 # the region is the only copy of those records, so it stays until they are written.
@@ -208,11 +209,11 @@ class ShmSource:
 
     @property
     def shms(self) -> Path:
-        return self.home / "shms"
+        return self.home / home_names.SHMS
 
     @property
     def logs(self) -> Path:
-        return self.home / "inspector_logs"
+        return self.home / home_names.INSPECTOR_LOGS
 
     @property
     def tenant(self) -> bool:

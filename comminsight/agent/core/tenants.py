@@ -23,6 +23,7 @@ from pathlib import Path
 
 from comminsight.agent.core.dir_listing import DirectoryListing
 from comminsight.inject.tenant_home import USERS, own_dir_problem, users_dir_problem
+from comminsight_gen import home_v1_names as home_names
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,10 @@ MAX_REFUSED_NAMED = 64
 # what users of the node may read or enter in a shared home, and what they may not
 HOME_MODE = 0o755
 USERS_MODE = 0o1733  # enter and create an entry; neither list nor remove another's
-PUBLIC_DIRS = ("etc", "metadata")  # the node's config, the Agent's settings for Profilers
+PUBLIC_DIRS = (
+    home_names.ETC,
+    home_names.METADATA,
+)  # the node's config, the Agent's settings for Profilers
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from comminsight.agent.hangs.incidents import Cause, Group
 from comminsight.durable_files import make_private_dirs, write_atomically
 from comminsight.safe_open import read_regular
 from comminsight.untrusted_json import NOT_JSON
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.models.hang_report_v1 import (
     CauseLink,
     HangReport,
@@ -67,7 +68,7 @@ class UnknownIncident(KeyError):
 
 class IncidentStore:
     def __init__(self, home: str | Path, node_name: str) -> None:
-        self.dir = Path(home) / "metadata" / "incidents"
+        self.dir = Path(home) / home_names.METADATA / home_names.INCIDENTS
         self.node_name = node_name
         self.incidents: dict[str, Incident] = {}
         self.errors: dict[str, str] = {}  # file name -> why it was not loaded

@@ -38,6 +38,7 @@ from comminsight.agent.core.inject_names import InjectNames
 from comminsight.agent.core.liveness import process_uid
 from comminsight.safe_open import open_checked
 from comminsight.untrusted_json import NOT_JSON
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.models.inject_metadata_v1 import Stacks
 from comminsight_gen.models.python_stack_v1 import PythonStack, StackStatus
 
@@ -105,7 +106,7 @@ class StackCapture:
         poll_s: float = POLL_S,
     ) -> None:
         self.home = Path(home)
-        self.dir = self.home / "metadata" / "stacks"
+        self.dir = self.home / home_names.METADATA / home_names.STACKS
         self.own_uid = os.geteuid()
         # the home of each user whose processes may be asked (a shared home's users, serve())
         self.homes: dict[int, Path] = {self.own_uid: self.home}
@@ -135,7 +136,7 @@ class StackCapture:
     def stack_dir(self, uid: int | None) -> Path | None:
         """Where a process of `uid` writes its stacks (None: no home of that user is served)."""
         home = self.homes.get(self.own_uid if uid is None else uid)
-        return None if home is None else home / "metadata" / "stacks"
+        return None if home is None else home / home_names.METADATA / home_names.STACKS
 
     # ---- the request -----------------------------------------------------------------------
 
@@ -348,7 +349,7 @@ class StackCapture:
         directory they are removed as that user (acting_as)."""
         removed = 0
         for uid, home in list(self.homes.items()):
-            directory = home / "metadata" / "stacks"
+            directory = home / home_names.METADATA / home_names.STACKS
             try:
                 entries = list(os.scandir(directory))
             except OSError:

@@ -24,6 +24,7 @@ from comminsight.agent.hangs.op_rhythm import StepCycle
 from comminsight.safe_open import open_regular
 from comminsight.step_file_bounds import STEP_FILE_BYTES_MAX
 from comminsight.untrusted_json import NOT_JSON
+from comminsight_gen import home_v1_names as home_names
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class StepCycles:
     Only processes of this node (their summaries are here)."""
 
     def __init__(self, home: str | Path, node_name: str) -> None:
-        self.directory = Path(home) / "semantics" / "step"
+        self.directory = Path(home) / home_names.SEMANTICS / home_names.STEP
         self.node_name = node_name
         self._cache: dict[str, tuple[int, int, list[_Step]]] = {}
 

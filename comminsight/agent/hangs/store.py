@@ -21,6 +21,7 @@ import msgspec
 from comminsight.durable_files import make_private_dirs, write_atomically
 from comminsight.safe_open import read_regular
 from comminsight.untrusted_json import NOT_JSON
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.models.hang_report_v1 import HangReport, ReportStatus, Resolution
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def _conclusion(report: HangReport) -> tuple:
 
 class HangStore:
     def __init__(self, home: str | Path) -> None:
-        self.dir = Path(home) / "metadata" / "hangs"
+        self.dir = Path(home) / home_names.METADATA / home_names.HANGS
         self.reports: dict[str, HangReport] = {}
         self.errors: dict[str, str] = {}  # file name -> why it was not loaded
         # report id -> why its latest version is not on disk (a full disk); retried each pass

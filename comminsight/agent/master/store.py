@@ -41,6 +41,7 @@ from comminsight.line_reader import complete_lines
 from comminsight.safe_open import UntrustedFile, check_fd, open_regular, read_regular
 from comminsight.step_file_bounds import STEP_LINE_BYTES_MAX
 from comminsight.untrusted_json import NOT_JSON
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.models.step_summary_v1 import StepSummary
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class Committed:
 
 class MasterStore:
     def __init__(self, home: str | os.PathLike) -> None:
-        self.dir = Path(home) / "metadata" / "master"
+        self.dir = Path(home) / home_names.METADATA / home_names.MASTER
         self.cursors: dict[str, Cursor] = {}
         self.hang_keys: dict[str, set[tuple[int, int]]] = {}
         self.step_keys: dict[str, set[tuple[int, int, int]]] = {}

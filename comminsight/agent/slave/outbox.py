@@ -27,6 +27,7 @@ from google.protobuf.message import DecodeError
 from comminsight.durable_files import make_private_dirs, write_atomically
 from comminsight.safe_open import read_regular
 from comminsight.untrusted_json import NOT_JSON
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.config_v1 import KEY_BY_NAME
 
@@ -45,7 +46,7 @@ def _events_in(data: bytes) -> int:
 
 class SlaveOutbox:
     def __init__(self, home: str | os.PathLike, max_bytes: int) -> None:
-        self.dir = Path(home) / "metadata" / "slave"
+        self.dir = Path(home) / home_names.METADATA / home_names.SLAVE
         self.batches_dir = self.dir / "outbox"
         self.max_bytes = max_bytes
         self.epoch = 0

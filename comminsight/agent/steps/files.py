@@ -27,6 +27,7 @@ from comminsight.refusals import Refusals
 from comminsight.safe_open import UntrustedFile, open_regular
 from comminsight.step_file_bounds import STEP_FILE_BYTES_MAX, STEP_LINE_BYTES_MAX
 from comminsight.untrusted_json import NOT_JSON
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.models.step_summary_v1 import StepSummary
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class StepFiles:
 
     @property
     def directory(self) -> Path:
-        return Path(self.home) / "semantics" / "step"
+        return Path(self.home) / home_names.SEMANTICS / home_names.STEP
 
     def files(self) -> list[Path]:
         return sorted(self.directory.glob("*.jsonl")) + sorted(

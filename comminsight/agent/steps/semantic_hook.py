@@ -100,6 +100,7 @@ from comminsight.semantic.process_gpus import split_process
 from comminsight.semantic.shm_input import CommInfo, engine_batch
 from comminsight.semantic.step_builder import GpuIdentity
 from comminsight.semantic.templates import TemplateSet
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.models.semantic_engine_v1 import GpuState, ShmPosition
 from comminsight_gen.models.step_summary_v1 import ProducerMode
 
@@ -250,7 +251,7 @@ class SemanticEngineHook:
     ) -> None:
         """markers_of(gpu): its process's optimizer-step markers so far (Inject's), or None;
         called from the engine's thread at each cut."""
-        self.out_dir = Path(home) / "semantics" / "step"
+        self.out_dir = Path(home) / home_names.SEMANTICS / home_names.STEP
         self.node_name = node_name or socket.gethostname()  # the Agent's: in summary names
         self.templates = templates
         self.max_queued = max_queued
@@ -264,7 +265,7 @@ class SemanticEngineHook:
         self.ended_unfinished = 0  # resumed GPUs whose process had ended: sealed as they were
         self.resumed_from_logs = 0  # resumed GPUs whose process had ended: from their logs
         self.unseen_from_logs = 0  # ended processes no checkpoint named: from their logs
-        self.logs_dir = Path(home) / "inspector_logs"
+        self.logs_dir = Path(home) / home_names.INSPECTOR_LOGS
         self.storage_fault: StorageFault | None = None  # while writes fail
         self.storage_faults_total = 0  # writes that failed, ever
         self._storage_retry_at = float("inf")

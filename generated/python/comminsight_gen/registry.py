@@ -25,6 +25,7 @@ PROTOCOLS: tuple[ProtocolInfo, ...] = (
     ProtocolInfo("shm", 1, "c-abi", "live", "profiler", ("agent", ), "Per-process shared memory - header, communicator table with live progress, op ring.", "protocols/shm/v1/shm.abi.yaml"),
     ProtocolInfo("fifo-event", 1, "c-abi", "live", "profiler", ("agent", ), "Fixed-size hang events written atomically to a FIFO.", "protocols/fifo-event/v1/fifo-event.abi.yaml"),
     ProtocolInfo("engine-core", 1, "c-abi", "live", "engine", ("engine", ), "The Semantic Engine\u0027s C core as its Python side loads it with cffi - column structs, Step rows, exported functions.", "protocols/engine-core/v1/engine-core.abi.yaml"),
+    ProtocolInfo("home", 1, "json-schema", "live", "profiler", ("agent", "inject", "cli", ), "The home directory\u0027s layout - every entry\u0027s name, for C and Python.", "protocols/home/v1/home.schema.json"),
     ProtocolInfo("config", 1, "json-schema", "live", "users (file and environment)", ("profiler", "agent", "engine", "inject", ), "Every configuration key with type, default, unit and description.", "protocols/config/v1/config.schema.json"),
     ProtocolInfo("inspector-log", 1, "json-schema", "live", "profiler", ("agent", "engine", "users", ), "JSON-lines raw records, a superset of NVIDIA NCCL Inspector output.", "protocols/inspector-log/v1/inspector-log.schema.json"),
     ProtocolInfo("step-summary", 1, "json-schema", "live", "engine", ("agent", "users", ), "One record per recovered training Step per GPU.", "protocols/step-summary/v1/step-summary.schema.json"),
