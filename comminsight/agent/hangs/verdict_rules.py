@@ -19,6 +19,9 @@ be a less precise description of the same stall):
                    is the evidence, its own idle time is reported); rank_not_joined when one
                    is still inside NCCL (behind on this communicator, or blocked in another
                    communicator's op)
+  op_mismatch (diverged)
+                   the ranks' recent records disagree at an op before the one they wait in
+                   (a mismatched call that only the records show)
   all_joined_none_complete
                    every rank enqueued op N and all of them have it in flight past the threshold
   inconclusive     local members all wait past the threshold, the others are on other nodes
@@ -28,7 +31,7 @@ be a less precise description of the same stall):
                    earlier snapshots: `history`)
 
 Each rule is a function of its own module under rules/ that returns a Finding or nothing; the
-tables below are the only place their order is said. A rule is looked up in its module when
+tables below set their order (this list describes it). A rule is looked up in its module when
 it runs, so a test can replace one.
 """
 
