@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from comminsight.agent.core.inspector_lines import _timing as recovered_timing
+from comminsight.agent.core.inspector_lines import timings as recovered_timings
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_ns, durations_s
 from comminsight_gen.abi import shm_v1
 
@@ -95,9 +95,11 @@ def test_bus_bandwidths_agree_bit_for_bit(written):
 def test_recovered_lines_print_what_the_writer_prints(written):
     """exec_us in whole microseconds, the bandwidths as the writer's %.6f prints them."""
     recs = records()
+    one_by_one = [recovered_timings(recs[i : i + 1])[0] for i in range(len(recs))]
+    assert recovered_timings(recs) == one_by_one
     differ = [
         (i, got, want)
-        for i, (r, (ns, alg, bus)) in enumerate(zip(recs, written, strict=True))
-        if (got := recovered_timing(r)) != (want := (ns // 1000, round(alg, 6), round(bus, 6)))
+        for i, (got, (ns, alg, bus)) in enumerate(zip(one_by_one, written, strict=True))
+        if got != (want := (ns // 1000, round(alg, 6), round(bus, 6)))
     ]
     assert not differ, differ[:5]
