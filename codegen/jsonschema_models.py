@@ -128,6 +128,11 @@ def generate(p: Protocol, ctx: Context) -> None:
 
         path_names.generate(p, doc, ctx)
         return
+    if p.role == "metrics":  # families of an exposition, not records: no model
+        from codegen import metric_specs
+
+        metric_specs.generate(p, doc, ctx)
+        return
     generate_models(
         ctx, p.source, "jsonschema", f"generated/python/comminsight_gen/models/{p.stem}.py", doc
     )

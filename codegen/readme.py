@@ -11,6 +11,7 @@ from codegen.errors import SchemaError
 SECTIONS = {
     "protocols": "generated/docs/protocols.md",
     "config": "generated/docs/config_v1.md",
+    "metrics": "generated/docs/metrics_v1.md",
 }
 
 

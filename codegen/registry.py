@@ -13,8 +13,10 @@ KINDS = ("c-abi", "json-schema", "openapi", "protobuf")
 STATUSES = ("live", "draft", "deprecated")
 # json-schema protocols with extra, role-specific outputs; names: records a writer builds by
 # hand (Inject) get a standard-library module of their property names and constants; paths: a
-# directory layout (objects are directories) gets its entry names for C and Python, no model
-ROLES = ("config", "log", "names", "paths")
+# directory layout (objects are directories) gets its entry names for C and Python, no model;
+# metrics: the Prometheus families a component serves (objects are families) get their specs
+# for Python and a table for the README, no model
+ROLES = ("config", "log", "metrics", "names", "paths")
 _KEYS = {
     "id",
     "version",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jinja2
@@ -14,6 +15,37 @@ _ENV = jinja2.Environment(
     lstrip_blocks=True,
     autoescape=False,
 )
+
+
+def _wrap_text(text: str, width: int = 84) -> list[str]:
+    """A long string as pieces of at most about width characters, split after spaces, for a
+    generated Python literal that stays within the line length (adjacent literals join)."""
+    pieces, current = [], ""
+    for word in text.split(" "):
+        candidate = f"{current} {word}" if current else word
+        if current and len(_pyrepr(candidate)) > width:
+            pieces.append(current + " ")
+            current = word
+        else:
+            current = candidate
+    return [*pieces, current]
+
+
+def _pyrepr(value: object) -> str:
+    """A Python literal as the formatter writes it: strings in double quotes (a JSON string is a
+    valid Python one), tuples and lists of them alike."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, tuple):
+        inner = ", ".join(_pyrepr(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(_pyrepr(v) for v in value) + "]"
+    return repr(value)
+
+
+_ENV.filters["pyrepr"] = _pyrepr
+_ENV.filters["wrap_text"] = _wrap_text
 
 
 def render(template: str, context: dict) -> str:

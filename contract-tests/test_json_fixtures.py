@@ -19,9 +19,9 @@ FIXTURES = ROOT / "contract-tests" / "fixtures" / "json"
 # msgspec equivalent; the components enforce them in code. Everything else msgspec must reject.
 SCHEMA_ONLY_KEYWORDS = {"not", "dependentRequired"}
 
-# records only: a config file and a directory layout (role paths) have no msgspec model
+# records only: a config file, the metrics families and a directory layout have no msgspec model
 PROTOCOLS = [
-    p for p in protocols_of_kind("json-schema") if p.get("role") not in ("config", "paths")
+    p for p in protocols_of_kind("json-schema") if p.get("role") not in ("config", "metrics", "paths")
 ]
 
 

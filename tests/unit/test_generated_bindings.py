@@ -43,6 +43,7 @@ def test_registry_module_matches_registry_yaml():
         "python-stack",  # a process's Python stacks, captured through Inject on request
         "engine-core",  # the Semantic Engine's C core as its Python side loads it
         "home",  # the home directory's layout: every entry's name
+        "metrics",  # the Prometheus families the Agent serves
     }  # the protocols of architecture §5
 
 

@@ -48,9 +48,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.http_parser import HttpRequestParser
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from comminsight.agent.core.metric_family import counts_family, metric_family
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
+from comminsight_gen import metrics_v1
 from comminsight_gen.models.agent_master_api_v1 import Error, ErrorCode
 
 log = logging.getLogger(__name__)
@@ -207,15 +208,7 @@ class ConnectionGuard:
         ]
 
     def collect(self):
-        closed = CounterMetricFamily(
-            "comminsight_agent_http_connections_closed",
-            "HTTP connections the Agent closed itself: over the connection limit (the oldest "
-            "idle one, else the oldest whose client did not read, else the oldest of the "
-            "client holding the most, else the new one), no "
-            "request header in time, a client that did not read its answers in time, or a "
-            "request that could not be parsed (answered 400)",
-            labels=["reason"],
-        )
+        closed = metric_family(metrics_v1.AGENT_HTTP_CONNECTIONS_CLOSED_TOTAL)
         for reason in (
             "limit_idle",
             "limit_stalled",
@@ -227,25 +220,12 @@ class ConnectionGuard:
         ):
             closed.add_metric([reason], self.closed[reason])
         yield closed
-        yield GaugeMetricFamily(
-            "comminsight_agent_http_connections_open",
-            "HTTP connections open now",
-            value=len(self.open),
-        )
-        yield GaugeMetricFamily(
-            "comminsight_agent_http_connections_busy",
-            "HTTP connections open now with a request being read or handled (the rest are "
-            "idle: closed first over the connection limit)",
+        yield metric_family(metrics_v1.AGENT_HTTP_CONNECTIONS_OPEN, value=len(self.open))
+        yield metric_family(
+            metrics_v1.AGENT_HTTP_CONNECTIONS_BUSY,
             value=sum(not _idle(handler) for handler in self.open),
         )
-        errors = CounterMetricFamily(
-            "comminsight_agent_http_accept_errors",
-            "accept() calls of the API that failed for lack of descriptors or memory",
-            labels=["errno"],
-        )
-        for name, count in sorted(self.accept_errors.items()):
-            errors.add_metric([name], count)
-        yield errors
+        yield counts_family(metrics_v1.AGENT_HTTP_ACCEPT_ERRORS_TOTAL, self.accept_errors)
 
 
 def _idle(handler: RequestHandler) -> bool:

@@ -35,8 +35,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from prometheus_client.core import CounterMetricFamily
-
 from comminsight.agent.archive.ledger import ArchiveLedger
 from comminsight.agent.archive.local import (
     DEFAULT_KINDS,
@@ -55,9 +53,11 @@ from comminsight.agent.archive.providers import (
 )
 from comminsight.agent.archive.upload import DamagedFile, ZstdUploader
 from comminsight.agent.core.acting_as import files_as
+from comminsight.agent.core.metric_family import metric_family
 from comminsight.backoff import Backoff
 from comminsight.safe_open import UntrustedFile
 from comminsight_gen import home_v1_names as home_names
+from comminsight_gen import metrics_v1
 from comminsight_gen.config_v1 import ConfigV1
 
 __all__ = [
@@ -283,12 +283,7 @@ class Archiver:
 
     def collect(self):
         """The prometheus_client collector protocol: what the archive refused."""
-        yield CounterMetricFamily(
-            "comminsight_archive_files_refused",
-            "Files of an archived kind refused (a symbolic link, not a regular file, not this "
-            "user's): never archived",
-            value=self.local.refused_total,
-        )
+        yield metric_family(metrics_v1.ARCHIVE_FILES_REFUSED_TOTAL, value=self.local.refused_total)
 
     def refused(self) -> dict[str, str]:
         """Files of an archived kind refused as of the latest scan (source -> why): links,

@@ -12,8 +12,9 @@ CUDA ordinal inside the process, which CUDA_VISIBLE_DEVICES renumbers, is `cuda_
 None of them is a pid, so a restarted rank continues its series rather than starting a new
 one.
 
-Label values are in LABEL_NAMES' order; a job's labels (JOB_LABEL_NAMES, those every rank of
-a job on one node shares) come first, then the process's own up to its rank (RANK_LABELS).
+Label values are in LABEL_NAMES' order, the metrics protocol's: a job's labels (the first
+JOB_LABELS, those every rank of a job on one node shares) come first, then the process's own
+up to its rank (RANK_LABELS), then its GPU's.
 """
 
 from __future__ import annotations
@@ -24,29 +25,19 @@ import numpy as np
 
 from comminsight.agent.core.placement import Placement
 from comminsight.shm_reader import record_text
+from comminsight_gen import metrics_v1
 from comminsight_gen.abi import shm_v1
 
-LABEL_NAMES = (
-    "job_id",
-    "step_id",
-    "array_index",
-    "host",
-    "node",
-    "namespace",
-    "pod",
-    "container",
-    "rank",
-    "local_rank",
-    "gpu",
-    "cuda_device",
-    "UUID",
-)
-JOB_LABELS = 6  # job_id .. namespace: what the ranks of one job on one node share
-RANK_LABELS = 9  # .. pod, container, rank: one rank's process
+# the metrics protocol's process label groups, in the order of every series' label values
+_GROUPS = metrics_v1.LABEL_GROUPS
+LABEL_NAMES = (*_GROUPS["job_labels"], *_GROUPS["rank_labels"], *_GROUPS["gpu_labels"])
+JOB_LABELS = len(_GROUPS["job_labels"])  # what the ranks of one job on one node share
+RANK_LABELS = JOB_LABELS + len(_GROUPS["rank_labels"])  # .. and one rank's process
 
 
 @dataclass(frozen=True, order=True)
 class ProcessLabels:
+    # LABEL_NAMES, in their order (the UUID's field in lower case)
     job_id: str = ""
     step_id: str = ""
     array_index: str = ""

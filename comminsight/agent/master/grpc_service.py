@@ -32,10 +32,10 @@ from collections.abc import Callable
 
 import grpc
 import msgspec
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from comminsight import __version__
 from comminsight.agent.core.fifo_reader import EVENT_SIZE, MAGIC_BYTES
+from comminsight.agent.core.metric_family import metric_family
 from comminsight.agent.core.node_state import row_key
 from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
@@ -45,6 +45,7 @@ from comminsight.agent.master.stacks import StackRequests
 from comminsight.agent.master.store import MasterStore
 from comminsight.agent.tls_files import read_pem
 from comminsight.untrusted_json import NOT_JSON
+from comminsight_gen import metrics_v1
 from comminsight_gen.abi import fifo_event_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
@@ -265,27 +266,14 @@ class AgentMasterServer:
     def collect(self):
         """/metrics: refusals of peers without the token (nobody's node carries them), and
         the stack requests this master sent its slaves."""
-        yield CounterMetricFamily(
-            "comminsight_master_unauthenticated",
-            "gRPC calls to the master refused for a missing or wrong token, before their "
-            "request was read",
-            value=self.unauthenticated_rejects,
+        yield metric_family(
+            metrics_v1.MASTER_UNAUTHENTICATED_TOTAL, value=self.unauthenticated_rejects
         )
-        requests = CounterMetricFamily(
-            "comminsight_master_stack_requests",
-            "Python stack requests the master sent to its slaves, by outcome: answered (the "
-            "node sent the capture or why it has none; its own comminsight_stack_requests_total "
-            "says which), not_connected, busy, timeout, bad_answer",
-            labels=["outcome"],
-        )
+        requests = metric_family(metrics_v1.MASTER_STACK_REQUESTS_TOTAL)
         for outcome, count in self.stacks.outcomes.items():
             requests.add_metric([outcome], count)
         yield requests
-        yield GaugeMetricFamily(
-            "comminsight_master_stack_requests_open",
-            "Stack requests waiting for a slave's answer",
-            value=len(self.stacks.open),
-        )
+        yield metric_family(metrics_v1.MASTER_STACK_REQUESTS_OPEN, value=len(self.stacks.open))
 
     def _session(self, session_id: int) -> NodeRecord:
         record = self.sessions.get(session_id)

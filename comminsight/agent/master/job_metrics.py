@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
+from comminsight.agent.core.metric_family import metric_family
 from comminsight.agent.master.job_view import NodeRecord, counted_sources
+from comminsight_gen import metrics_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
 
@@ -73,37 +73,12 @@ class JobMetrics:
                 yield name, totals
 
     def collect(self) -> Iterable:
-        ops = CounterMetricFamily(
-            "comminsight_job_ops",
-            "Completed NCCL operations of each node",
-            labels=["node", "op_type"],
-        )
-        nbytes = CounterMetricFamily(
-            "comminsight_job_op_bytes",
-            "Message bytes of the completed operations of each node",
-            labels=["node", "op_type"],
-        )
-        seconds = CounterMetricFamily(
-            "comminsight_job_op_seconds",
-            "Time spent in the completed operations of each node (sum of their durations)",
-            labels=["node", "op_type"],
-        )
-        drops = CounterMetricFamily(
-            "comminsight_job_profiler_drops",
-            "What the Profilers of each node dropped and counted",
-            labels=["node", "reason"],
-        )
-        lost = CounterMetricFamily(
-            "comminsight_job_records_lost",
-            "Records each node's rings overwrote before its Agent read them",
-            labels=["node"],
-        )
-        hangs = GaugeMetricFamily(
-            "comminsight_job_node_hangs_open",
-            "Open hang reports of each slave's own diagnosis (its node's ranks only); the "
-            "job-wide diagnosis is comminsight_hangs_open",
-            labels=["node", "verdict"],
-        )
+        ops = metric_family(metrics_v1.JOB_OPS_TOTAL)
+        nbytes = metric_family(metrics_v1.JOB_OP_BYTES_TOTAL)
+        seconds = metric_family(metrics_v1.JOB_OP_SECONDS_TOTAL)
+        drops = metric_family(metrics_v1.JOB_PROFILER_DROPS_TOTAL)
+        lost = metric_family(metrics_v1.JOB_RECORDS_LOST_TOTAL)
+        hangs = metric_family(metrics_v1.JOB_NODE_HANGS_OPEN)
         comms: dict[tuple[str, int, str], dict[str, _Sums]] = {}
         for name, totals in self._totals():
             per_func: dict[str, _Sums] = {}
@@ -125,16 +100,8 @@ class JobMetrics:
         yield from self._link_families()
 
     def _comm_families(self, comms: dict[tuple[str, int, str], dict[str, _Sums]]) -> Iterable:
-        ops = CounterMetricFamily(
-            "comminsight_job_comm_ops",
-            "Completed operations of each communicator, summed over the nodes it spans",
-            labels=["job_id", "comm", "op_type"],
-        )
-        nbytes = CounterMetricFamily(
-            "comminsight_job_comm_op_bytes",
-            "Message bytes of each communicator's completed operations, summed over its nodes",
-            labels=["job_id", "comm", "op_type"],
-        )
+        ops = metric_family(metrics_v1.JOB_COMM_OPS_TOTAL)
+        nbytes = metric_family(metrics_v1.JOB_COMM_OP_BYTES_TOTAL)
         # One communicator may come with its name (or job) from one node and without from
         # another (a node that saw no name yet): one label set per comm_id, with its name and
         # job when any node knows them.
@@ -161,30 +128,16 @@ class JobMetrics:
         yield from (ops, nbytes)
 
     def _link_families(self) -> Iterable:
-        states = GaugeMetricFamily(
-            "comminsight_job_nodes", "Nodes known to the master, by state", labels=["state"]
-        )
+        states = metric_family(metrics_v1.JOB_NODES)
         counts = dict.fromkeys((s.value for s in api.NodeState), 0)
         for node in self.nodes.values():
             counts[node.state.value] += 1
         for state, count in sorted(counts.items()):
             states.add_metric([state], count)
         yield states
-        age = GaugeMetricFamily(
-            "comminsight_job_node_last_seen_age_seconds",
-            "Time since the master last heard from each node's agent",
-            labels=["node"],
-        )
-        events = CounterMetricFamily(
-            "comminsight_job_hang_events",
-            "Hang events each slave forwarded to the master (each counted once)",
-            labels=["node"],
-        )
-        dropped = CounterMetricFamily(
-            "comminsight_job_outbox_events_dropped",
-            "Events each slave dropped because its outbox for the master was full",
-            labels=["node"],
-        )
+        age = metric_family(metrics_v1.JOB_NODE_LAST_SEEN_AGE_SECONDS)
+        events = metric_family(metrics_v1.JOB_HANG_EVENTS_TOTAL)
+        dropped = metric_family(metrics_v1.JOB_OUTBOX_EVENTS_DROPPED_TOTAL)
         now = self.now_mono_ns()
         for name in sorted(self.nodes):
             node = self.nodes[name]

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 from prometheus_client.core import GaugeMetricFamily
 
+from comminsight.agent.core.metric_family import metric_family
 from comminsight.build_identity import build_labels
+from comminsight_gen import metrics_v1
 
 
 def build_info_family() -> GaugeMetricFamily:
+    spec = metrics_v1.BUILD_INFO
     labels = build_labels()
-    family = GaugeMetricFamily(
-        "comminsight_build_info",
-        "CommInsight build of this Agent (always 1): version, git commit where known, and "
-        "the versions of the protocols it speaks",
-        labels=list(labels),
-    )
-    family.add_metric(list(labels.values()), 1)
+    family = metric_family(spec)
+    family.add_metric([labels[name] for name in spec.label_names()], 1)
     return family

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from comminsight.agent.core.metric_family import counts_family, metric_family
+from comminsight_gen import metrics_v1
 
 if TYPE_CHECKING:  # metrics.py imports this module; the engine itself is optional
     from comminsight.agent.steps.semantic_hook import SemanticEngineHook
@@ -51,65 +52,18 @@ def engine_metrics(hook: SemanticEngineHook) -> SemanticEngineMetrics:
 
 
 def families(m: SemanticEngineMetrics) -> Iterator:
-    yield _by_reason(
-        "comminsight_semantic_engine_failures",
-        "Failures (exceptions) of a GPU's live Semantic Engine, by reason (exception type)",
-        m.failures,
-    )
-    yield _by_reason(
-        "comminsight_semantic_engine_restarts",
-        "Restarts of a GPU's live Semantic Engine from its checkpoint, by the failure's reason",
-        m.restarts,
-    )
-    yield GaugeMetricFamily(
-        "comminsight_semantic_engine_lag_seconds",
-        "How far the live engine trails its input, worst GPU: completion time of the newest "
-        "op ingested minus that of the newest op placed into a Step",
-        value=m.lag_s,
-    )
-    gpus = GaugeMetricFamily(
-        "comminsight_semantic_engine_gpus",
-        "GPUs (profiled processes) of the live engine, by state",
-        labels=["state"],
-    )
+    yield counts_family(metrics_v1.SEMANTIC_ENGINE_FAILURES_TOTAL, m.failures)
+    yield counts_family(metrics_v1.SEMANTIC_ENGINE_RESTARTS_TOTAL, m.restarts)
+    yield metric_family(metrics_v1.SEMANTIC_ENGINE_LAG_SECONDS, value=m.lag_s)
+    gpus = metric_family(metrics_v1.SEMANTIC_ENGINE_GPUS)
     for state in GPU_STATES:
         gpus.add_metric([state], m.gpus.get(state, 0))
     yield gpus
-    yield GaugeMetricFamily(
-        "comminsight_semantic_engine_replay_records",
-        "Op records kept to restart the engines from their checkpoints",
-        value=m.replay_records,
+    yield metric_family(metrics_v1.SEMANTIC_ENGINE_REPLAY_RECORDS, value=m.replay_records)
+    yield metric_family(metrics_v1.SEMANTIC_ENGINE_HELD_OPS, value=m.engine_ops)
+    yield metric_family(metrics_v1.SEMANTIC_ENGINE_CUTS_TOTAL, value=m.cuts)
+    yield metric_family(
+        metrics_v1.SEMANTIC_ENGINE_CUTS_CONTRADICTING_TOTAL, value=m.cuts_contradicting
     )
-    yield GaugeMetricFamily(
-        "comminsight_semantic_engine_held_ops",
-        "Ops the engines hold unplaced (reorder windows, ops waiting for the node's Step cut)",
-        value=m.engine_ops,
-    )
-    yield CounterMetricFamily(
-        "comminsight_semantic_engine_cuts",
-        "Job-wide Step cuts over the node's GPUs",
-        value=m.cuts,
-    )
-    yield CounterMetricFamily(
-        "comminsight_semantic_engine_cuts_contradicting",
-        "Node Step cuts that contradicted Steps already placed (they settle nothing unless "
-        "ops must go)",
-        value=m.cuts_contradicting,
-    )
-    yield CounterMetricFamily(
-        "comminsight_semantic_engine_ops_unsettled",
-        "Ops placed in no Step because no cut settled them before the engine's bound on held ops",
-        value=m.ops_unsettled,
-    )
-    yield GaugeMetricFamily(
-        "comminsight_semantic_engine_up",
-        "1 while the engine's worker thread runs",
-        value=1 if m.running else 0,
-    )
-
-
-def _by_reason(name: str, documentation: str, counts: dict[str, int]) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, documentation, labels=["reason"])
-    for reason, n in sorted(counts.items()):
-        family.add_metric([reason], n)
-    return family
+    yield metric_family(metrics_v1.SEMANTIC_ENGINE_OPS_UNSETTLED_TOTAL, value=m.ops_unsettled)
+    yield metric_family(metrics_v1.SEMANTIC_ENGINE_UP, value=1 if m.running else 0)

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
 from comminsight.agent.core.fifo_reader import HangEventFifo
 from comminsight.agent.core.inject_names import InjectNames
+from comminsight.agent.core.metric_family import counts_family, metric_family
 from comminsight.agent.core.producers import ProducerSet
+from comminsight_gen import metrics_v1
 
 
 @dataclass
@@ -21,85 +21,29 @@ class AgentInputs:
     inject: InjectNames
 
 
-def _by_reason(name: str, help_text: str, counts: dict[str, int]) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, help_text, labels=["reason"])
-    for reason, value in sorted(counts.items()):
-        family.add_metric([reason], value)
-    return family
-
-
 def families(inputs: AgentInputs) -> Iterable:
     stats = inputs.fifo.stats
-    yield _by_reason(
-        "comminsight_agent_fifo_events_rejected",
-        "Malformed hang-event FIFO input: bad ABI version or size, bytes without a magic",
-        stats.rejected_by_reason,
-    )
-    yield CounterMetricFamily(
-        "comminsight_agent_fifo_bytes_discarded",
-        "Bytes of hang-event FIFO input skipped to find the next event",
-        value=stats.bytes_discarded,
-    )
-    yield CounterMetricFamily(
-        "comminsight_agent_fifo_events_evicted",
-        "Hang events pushed out of the Agent's bounded store of recent events",
-        value=stats.evicted,
-    )
-    yield _by_reason(
-        "comminsight_agent_fifo_refused",
-        "Hang-event FIFOs refused: not a FIFO, another owner's, writable by others, a link",
-        inputs.fifo.refused,
-    )
+    yield counts_family(metrics_v1.AGENT_FIFO_EVENTS_REJECTED_TOTAL, stats.rejected_by_reason)
+    yield metric_family(metrics_v1.AGENT_FIFO_BYTES_DISCARDED_TOTAL, value=stats.bytes_discarded)
+    yield metric_family(metrics_v1.AGENT_FIFO_EVENTS_EVICTED_TOTAL, value=stats.evicted)
+    yield counts_family(metrics_v1.AGENT_FIFO_REFUSED_TOTAL, inputs.fifo.refused)
     counters = inputs.producers.counters
-    yield _by_reason(
-        "comminsight_agent_shm_refusals",
-        "SHM files refused and quarantined, by reason",
-        counters.refused_by_reason,
-    )
+    yield counts_family(metrics_v1.AGENT_SHM_REFUSALS_TOTAL, counters.refused_by_reason)
     producers = inputs.producers.producers.values()
-    yield GaugeMetricFamily(
-        "comminsight_agent_shm_rings_unread",
-        "Producers whose ring breaks the protocol and is no longer read",
-        value=sum(1 for p in producers if p.problem),
+    yield metric_family(
+        metrics_v1.AGENT_SHM_RINGS_UNREAD, value=sum(1 for p in producers if p.problem)
     )
-    yield GaugeMetricFamily(
-        "comminsight_agent_shm_comm_rows_invalid",
-        "Communicator table rows that break the protocol, ignored",
-        value=sum(p.region.bad_rows for p in producers),
+    yield metric_family(
+        metrics_v1.AGENT_SHM_COMM_ROWS_INVALID, value=sum(p.region.bad_rows for p in producers)
     )
-    yield CounterMetricFamily(
-        "comminsight_agent_shm_slots_copied",
-        "Ring slots the Agent copied (the work of its passes)",
-        value=counters.slots_copied,
+    yield metric_family(metrics_v1.AGENT_SHM_SLOTS_COPIED_TOTAL, value=counters.slots_copied)
+    yield metric_family(metrics_v1.AGENT_SHM_SEQS_READ_TOTAL, value=counters.seqs_read)
+    yield metric_family(metrics_v1.AGENT_RECORDS_RECOVERED_TOTAL, value=counters.records_recovered)
+    yield metric_family(metrics_v1.AGENT_RECOVERY_FAILURES_TOTAL, value=counters.recovery_failures)
+    yield metric_family(
+        metrics_v1.AGENT_RECORDS_UNRECOVERED_TOTAL, value=counters.records_unrecovered
     )
-    yield CounterMetricFamily(
-        "comminsight_agent_shm_seqs_read",
-        "Ring slot sequence words the Agent examined (the work of its passes)",
-        value=counters.seqs_read,
+    yield counts_family(
+        metrics_v1.AGENT_SHM_SLOTS_REJECTED_TOTAL, counters.slots_rejected_by_reason
     )
-    yield CounterMetricFamily(
-        "comminsight_agent_records_recovered",
-        "Ring records of dead processes written to their logs from SHM",
-        value=counters.records_recovered,
-    )
-    yield CounterMetricFamily(
-        "comminsight_agent_recovery_failures",
-        "Attempts to write dead processes' unwritten records to their logs that failed "
-        "(those failing for want of space are retried)",
-        value=counters.recovery_failures,
-    )
-    yield CounterMetricFamily(
-        "comminsight_agent_records_unrecovered",
-        "Ring records of dead processes retired without reaching their logs",
-        value=counters.records_unrecovered,
-    )
-    yield _by_reason(
-        "comminsight_agent_shm_slots_rejected",
-        "Ring records dropped because a field is out of its range, by field",
-        counters.slots_rejected_by_reason,
-    )
-    yield _by_reason(
-        "comminsight_agent_inject_lines_rejected",
-        "Inject metadata lines refused: too long, invalid, unreadable",
-        inputs.inject.rejected,
-    )
+    yield counts_family(metrics_v1.AGENT_INJECT_LINES_REJECTED_TOTAL, inputs.inject.rejected)

@@ -20,11 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from types import MappingProxyType
 
-from comminsight.agent.core.process_labels import JOB_LABELS, LABEL_NAMES
-
 JOB, RANK = "job", "rank"
 LEVELS = (JOB, RANK)
-JOB_LABEL_NAMES = LABEL_NAMES[:JOB_LABELS]
 EMPTY: Mapping = MappingProxyType({})
 
 

@@ -27,10 +27,10 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
+from comminsight.agent.core.metric_family import counts_family, metric_family
 from comminsight.agent.core.placement import Placement
 from comminsight.agent.core.process_labels import (
     JOB_LABELS,
-    LABEL_NAMES,
     NO_PROCESS,
     RANK_LABELS,
     ProcessLabels,
@@ -41,11 +41,12 @@ from comminsight.agent.metrics import engine as engine_metrics
 from comminsight.agent.metrics import inputs as input_metrics
 from comminsight.agent.metrics.build_info import build_info_family
 from comminsight.agent.metrics.incidents import incident_family
-from comminsight.agent.metrics.level import JOB, JOB_LABEL_NAMES, RANK, check_level, fold
+from comminsight.agent.metrics.level import JOB, RANK, check_level, fold
 from comminsight.agent.metrics.profiler_drops import ProfilerDropTotals
 from comminsight.agent.steps.step_durations import STEP_BUCKETS_S, StepTimes
 from comminsight.shm_reader import COMM, op_records, record_text
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
+from comminsight_gen import metrics_v1
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import Incident
 
@@ -274,80 +275,25 @@ class NodeMetrics:
         yield self._rank_seconds_family()
         yield self._inflight_family()
         yield self._steps_family()
-        drops = CounterMetricFamily(
-            "comminsight_profiler_drops",
-            "What the Profilers of this node dropped and counted",
-            labels=["reason"],
-        )
-        for reason, value in sorted(self.profiler_counters.items()):
-            drops.add_metric([reason], value)
-        yield drops
-        yield CounterMetricFamily(
-            "comminsight_agent_records_lost",
-            "Records the ring overwrote before the Agent read them",
-            value=self.records_lost,
-        )
-        yield CounterMetricFamily(
-            "comminsight_agent_shm_files_refused",
-            "SHM files refused (unknown ABI or corrupt) and quarantined",
-            value=self.files_refused,
-        )
-        yield GaugeMetricFamily(
-            "comminsight_agent_producers", "Profiler processes being read", value=self.producers
-        )
-        hangs = GaugeMetricFamily(
-            "comminsight_hangs_open",
-            "Open hang reports of this node's diagnosis, by verdict",
-            labels=["verdict"],
-        )
-        for verdict, count in sorted(self.open_hangs.items()):
-            hangs.add_metric([verdict], count)
-        yield hangs
-        incidents = GaugeMetricFamily(
-            "comminsight_incidents_open",
-            "Open incidents (one per fault) by their root report's verdict: alert on this. "
-            "Reports blocked behind a root are folded into its incident as consequences "
-            "(severity info) and do not page",
-            labels=["verdict"],
-        )
-        for verdict, count in sorted(self.open_incidents.items()):
-            incidents.add_metric([verdict], count)
-        yield incidents
+        yield counts_family(metrics_v1.PROFILER_DROPS_TOTAL, self.profiler_counters)
+        yield metric_family(metrics_v1.AGENT_RECORDS_LOST_TOTAL, value=self.records_lost)
+        yield metric_family(metrics_v1.AGENT_SHM_FILES_REFUSED_TOTAL, value=self.files_refused)
+        yield metric_family(metrics_v1.AGENT_PRODUCERS, value=self.producers)
+        yield counts_family(metrics_v1.HANGS_OPEN, self.open_hangs)
+        yield counts_family(metrics_v1.INCIDENTS_OPEN, self.open_incidents)
         yield incident_family(self.open_incident_roots)
-        opened = CounterMetricFamily(
-            "comminsight_incidents",
-            "Incidents opened by this Agent by their root report's verdict (consequences "
-            "join an incident and open none)",
-            labels=["verdict"],
-        )
-        for verdict, count in sorted(self.incidents_opened.items()):
-            opened.add_metric([verdict], count)
-        yield opened
+        yield counts_family(metrics_v1.INCIDENTS_TOTAL, self.incidents_opened)
         if self.engine_steps is not None:
-            yield CounterMetricFamily(
-                "comminsight_engine_steps",
-                "Step summaries the Semantic Engine wrote",
-                value=self.engine_steps,
+            yield metric_family(metrics_v1.ENGINE_STEPS_TOTAL, value=self.engine_steps)
+            yield metric_family(
+                metrics_v1.ENGINE_RECORDS_DROPPED_TOTAL, value=self.engine_records_dropped
             )
-            yield CounterMetricFamily(
-                "comminsight_engine_records_dropped",
-                "Op records the Semantic Engine could not take (its queue was full)",
-                value=self.engine_records_dropped,
-            )
-            yield GaugeMetricFamily(
-                "comminsight_engine_records_queued",
-                "Op records waiting for the Semantic Engine",
-                value=self.engine_records_queued,
-            )
+            yield metric_family(metrics_v1.ENGINE_RECORDS_QUEUED, value=self.engine_records_queued)
         if self.semantic is not None:
             yield from engine_metrics.families(self.semantic)
         if self.inputs is not None:
             yield from input_metrics.families(self.inputs)
-        yield GaugeMetricFamily(
-            "comminsight_agent_lag_seconds",
-            "Completion-to-ingest delay of the newest record read",
-            value=self.lag_s,
-        )
+        yield metric_family(metrics_v1.AGENT_LAG_SECONDS, value=self.lag_s)
 
     def _op_families(self) -> Iterable:
         """Operations, bytes, latency and bus bandwidth: per process at level rank; at level
@@ -356,29 +302,16 @@ class NodeMetrics:
         if self.level == RANK:
             # a communicator recreated under its old name is one series with the expired one
             counted = timed = fold(series, lambda k: k, self.retired)
-            who, timed_by = list(LABEL_NAMES), ["comm"]
         else:
-            who, timed_by = list(JOB_LABEL_NAMES), []
             counted = fold(series, lambda k: (*k[:JOB_LABELS], k[-2], k[-1]), self.retired)
             timed = fold(series, lambda k: (*k[:JOB_LABELS], k[-1]), self.retired)
-        labels = [*who, "comm", "op_type"]
-        ops = CounterMetricFamily("comminsight_ops", "Completed NCCL operations", labels=labels)
-        nbytes = CounterMetricFamily(
-            "comminsight_op_bytes", "Message bytes of completed operations", labels=labels
-        )
+        ops = metric_family(metrics_v1.OPS_TOTAL, self.level)
+        nbytes = metric_family(metrics_v1.OP_BYTES_TOTAL, self.level)
         for key, s in sorted(counted.items()):
             ops.add_metric(list(key), s.ops)
             nbytes.add_metric(list(key), s.bytes)
-        latency = HistogramMetricFamily(
-            "comminsight_op_latency_seconds",
-            "Operation duration (GPU span where measured)",
-            labels=[*who, *timed_by, "op_type"],
-        )
-        busbw = HistogramMetricFamily(
-            "comminsight_op_busbw_gbs",
-            "Bus bandwidth per operation (GB/s)",
-            labels=[*who, *timed_by, "op_type", "size"],
-        )
+        latency = metric_family(metrics_v1.OP_LATENCY_SECONDS, self.level)
+        busbw = metric_family(metrics_v1.OP_BUSBW_GBS, self.level)
         # at level job the bandwidth histogram keeps its sum and count alone (the +Inf
         # bucket): the mean per size bucket is what the rules and the dashboard read, and its
         # buckets were half of a node's series
@@ -399,24 +332,14 @@ class NodeMetrics:
     def _rank_seconds_family(self) -> CounterMetricFamily:
         """Each rank's seconds in completed operations, at every level: the one per-rank
         series a fleet keeps, enough to see which rank is slow."""
-        family = CounterMetricFamily(
-            "comminsight_rank_op_seconds",
-            "Seconds a rank spent in completed NCCL operations (the sum of their durations "
-            "over its communicators)",
-            labels=list(LABEL_NAMES[:RANK_LABELS]),
-        )
+        family = metric_family(metrics_v1.RANK_OP_SECONDS_TOTAL, self.level)
         per_rank = fold(self.labelled_series(), lambda k: k[:RANK_LABELS], self.retired)
         for key, s in sorted(per_rank.items()):
             family.add_metric(list(key), s.latency_sum)
         return family
 
     def _inflight_family(self) -> GaugeMetricFamily:
-        who = LABEL_NAMES if self.level == RANK else JOB_LABEL_NAMES
-        age = GaugeMetricFamily(
-            "comminsight_inflight_age_seconds",
-            "Age of the oldest operation in flight",
-            labels=[*who, "comm"],
-        )
+        age = metric_family(metrics_v1.INFLIGHT_AGE_SECONDS, self.level)
         ages = self.inflight_age_s  # (*process labels, comm)
         if self.level == JOB:
             folded: dict[tuple[str, ...], float] = {}
@@ -429,14 +352,7 @@ class NodeMetrics:
         return age
 
     def _steps_family(self) -> HistogramMetricFamily:
-        who = LABEL_NAMES if self.level == RANK else JOB_LABEL_NAMES
-        steps = HistogramMetricFamily(
-            "comminsight_step_duration_seconds",
-            "Training Steps the live Semantic Engine recovered, by duration (first op's start "
-            "to last op's end): per profiled GPU at metrics level rank, the node's GPUs of a "
-            "job together at level job",
-            labels=list(who),
-        )
+        steps = metric_family(metrics_v1.STEP_DURATION_SECONDS, self.level)
         times = {labels.values(): t for labels, t in self.steps.items()}
         if self.level == JOB:
             times = fold(times, lambda k: k[:JOB_LABELS], self.retired_steps)

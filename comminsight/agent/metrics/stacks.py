@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
+from comminsight.agent.core.metric_family import metric_family
 from comminsight.agent.hangs.stack_capture import OUTCOMES, StackCapture
+from comminsight_gen import metrics_v1
 
 
 class StackCaptureMetrics:
@@ -20,27 +20,9 @@ class StackCaptureMetrics:
         self.capture = capture
 
     def collect(self) -> Iterable:
-        requests = CounterMetricFamily(
-            "comminsight_stack_requests",
-            "Requests for a training process's Python stacks on this node, by outcome: "
-            "captured, rate_limited (answered from the signal sent within "
-            "COMMINSIGHT_AGENT_STACK_INTERVAL_S, no new one), unavailable_no_inject (never "
-            "signalled), refused (Inject's announcement forbids the signal), process_gone, "
-            "timeout, error",
-            labels=["outcome"],
-        )
+        requests = metric_family(metrics_v1.STACK_REQUESTS_TOTAL)
         for outcome in OUTCOMES:
             requests.add_metric([outcome], self.capture.outcomes.get(outcome, 0))
         yield requests
-        yield CounterMetricFamily(
-            "comminsight_stack_signals",
-            "Stack signals this Agent sent to training processes (at most one per process "
-            "per COMMINSIGHT_AGENT_STACK_INTERVAL_S)",
-            value=self.capture.signals_sent,
-        )
-        yield GaugeMetricFamily(
-            "comminsight_stack_requests_pending",
-            "Stack signals sent whose answer is still awaited (each for at most "
-            "COMMINSIGHT_AGENT_STACK_TIMEOUT_S)",
-            value=self.capture.pending,
-        )
+        yield metric_family(metrics_v1.STACK_SIGNALS_TOTAL, value=self.capture.signals_sent)
+        yield metric_family(metrics_v1.STACK_REQUESTS_PENDING, value=self.capture.pending)
