@@ -137,10 +137,11 @@ def generate(p: Protocol, ctx: Context) -> None:
         ctx, p.source, "jsonschema", f"generated/python/comminsight_gen/models/{p.stem}.py", doc
     )
     if p.role == "log":
-        from codegen import log_fields, log_subsets
+        from codegen import log_codec, log_fields, log_subsets
 
         log_fields.generate(p, doc, ctx)
         log_subsets.generate(p, doc, ctx)
+        log_codec.generate(p, doc, ctx)
     elif p.role == "names":
         from codegen import record_names
 

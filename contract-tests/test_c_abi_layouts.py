@@ -95,8 +95,15 @@ HEADERS = sorted((INCLUDE / "comminsight").glob("*.h"))
 @pytest.mark.parametrize("header", HEADERS, ids=[h.name for h in HEADERS])
 @pytest.mark.parametrize("std", ["c11", "c++17"])
 def test_every_generated_header_compiles_alone(header, std, tmp_path):
-    """Each header stands alone (its own includes) and is clean under -Werror, in C and C++."""
+    """Each header stands alone (its own includes) and is clean under -Werror, in C and C++;
+    an encoders' header with the appenders it asks its includer for (here, appending nothing)."""
     c = std.startswith("c1")
+    prelude = ""
+    if header.name.endswith("_codec.h"):
+        prelude = "".join(
+            f"#define CI_JSON_{name}(...) ((void)0)\n"
+            for name in ("LIT", "U64", "I64", "HEX", "F6", "STR")
+        )
     proc = subprocess.run(
         [
             "gcc" if c else "g++",
@@ -113,7 +120,7 @@ def test_every_generated_header_compiles_alone(header, std, tmp_path):
             "-o",
             str(tmp_path / "x.o"),
         ],
-        input=f'#include "comminsight/{header.name}"\ntypedef int header_check;\n',
+        input=f'{prelude}#include "comminsight/{header.name}"\ntypedef int header_check;\n',
         capture_output=True,
         text=True,
     )

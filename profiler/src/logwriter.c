@@ -144,8 +144,8 @@ static size_t utf8_char(const unsigned char* s, size_t* bad) {
  * environment, and one byte that is not UTF-8 makes the whole line unreadable to a strict
  * reader, so such bytes are written as U+FFFD. Whole characters only: the buffer's end never
  * cuts one. */
-static void put_str(const char* key, const char* s) {
-    put("\"%s\":\"", key);
+static void put_json_string(const char* s) {
+    put("\"");
     const unsigned char* p = (const unsigned char*)s;
     while (*p && w.len < BUF_SIZE - 8) {
         unsigned char c = *p;
@@ -167,6 +167,47 @@ static void put_str(const char* key, const char* s) {
         p += n;
     }
     put("\"");
+}
+
+static void put_str(const char* key, const char* s) {
+    put("\"%s\":", key);
+    put_json_string(s);
+}
+
+/* Appenders of the generated encoders (inspector_log_v1_codec.h): text and numbers copied in
+ * without a format string to interpret, what most of a compact line is made of. Like put(),
+ * they stop at the buffer's end rather than overrun it. */
+static void put_lit(const char* s, size_t n) {
+    if (n >= BUF_SIZE - w.len) return;
+    memcpy(w.buf + w.len, s, n);
+    w.len += n;
+}
+
+static void put_u64(uint64_t v) {
+    char text[20];
+    size_t n = 0;
+    do {
+        text[sizeof(text) - ++n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    put_lit(text + sizeof(text) - n, n);
+}
+
+static void put_i64(int64_t v) {
+    if (v < 0) put_lit("-", 1);
+    put_u64(v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+}
+
+static void put_hex(uint64_t v, size_t digits) {
+    char text[18];
+    size_t n = 0;
+    text[sizeof(text) - ++n] = '"';
+    do {
+        text[sizeof(text) - ++n] = "0123456789abcdef"[v & 0xF];
+        v >>= 4;
+    } while (v || n <= digits);
+    text[sizeof(text) - ++n] = '"';
+    put_lit(text + sizeof(text) - n, n);
 }
 
 static void put_bw(const char* key, double gbs) {
@@ -241,58 +282,87 @@ static bool rooted(uint8_t func) {
            func == CI_SHM_V1_FUNC_GATHER || func == CI_SHM_V1_FUNC_SCATTER;
 }
 
+/* What the generated encoders of the compact form's ci object append through. */
+#define CI_JSON_LIT(s) put_lit((s), sizeof(s) - 1)
+#define CI_JSON_U64(v) put_u64(v)
+#define CI_JSON_I64(v) put_i64(v)
+#define CI_JSON_HEX(v, digits) put_hex((v), (digits))
+#define CI_JSON_F6(v) put("%.6f", (v))
+#define CI_JSON_STR(s) put_json_string(s)
+#include "comminsight/inspector_log_v1_codec.h"
+
 /* The compact form (kinds c and p): the same facts as the Inspector form in one object with
  * short keys, host times relative to the enqueue and the GPU span as a length (about a third
  * of the bytes). Optional keys are left out where the Inspector form leaves out or defaults
- * theirs. */
+ * theirs. The keys, their order and their spelling are the schema's encoder's
+ * (inspector_log_v1_codec.h); what goes into each is decided here. */
+#define COMPACT_COMMON(v, r, e, ring_seq)                                                        \
+    do {                                                                                         \
+        (v).q = (ring_seq);                                                                      \
+        (v).c = (r)->comm_id;                                                                    \
+        (v).cn = (e) && (e)->name[0] ? (e)->name : NULL;                                         \
+        (v).r = (uint64_t)(r)->rank;                                                             \
+        (v).n = (uint64_t)(r)->nranks;                                                           \
+        (v).nn = (e) ? (uint64_t)(e)->nnodes : 1;                                                \
+        (v).f = func_name(r);                                                                    \
+        (v).s = (r)->op_seq;                                                                     \
+        (v).i = (r)->comm_op_index;                                                              \
+        (v).e = (r)->count;                                                                      \
+        (v).b = (r)->bytes;                                                                      \
+        (v).d = label_or(ci_shm_v1_datatype_label((r)->datatype), "Unknown");                    \
+        (v).ch = (r)->n_channels;                                                                \
+        (v).has_st = (r)->stream != 0;                                                           \
+        (v).st = (r)->stream;                                                                    \
+        (v).gc = ((r)->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) != 0;                        \
+        (v).has_gr = (r)->group_id != 0;                                                         \
+        (v).gr = (r)->group_id;                                                                  \
+        (v).has_ut = (r)->user_tag != 0;                                                         \
+        (v).ut = (r)->user_tag;                                                                  \
+        (v).has_t = (r)->tid != 0;                                                               \
+        (v).t = (r)->tid;                                                                        \
+        (v).ts = label_or(ci_shm_v1_timing_source_label((r)->timing_source), "none");            \
+        /* differences as signed 64-bit numbers: a clock read out of order stays a number */     \
+        (v).h = (r)->host_start_mono_ns;                                                         \
+        (v).hs = (int64_t)((r)->host_stop_mono_ns - (r)->host_start_mono_ns);                    \
+        (v).has_hc = (r)->complete_mono_ns != 0;                                                 \
+        (v).hc = (int64_t)((r)->complete_mono_ns - (r)->host_start_mono_ns);                     \
+        /* as the Inspector form: ticks as read, present for a GPU-timed op only */             \
+        (v).has_g0 = (v).has_gd = (r)->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU;      \
+        (v).g0 = (r)->gpu_start_ticks;                                                           \
+        (v).gd = (int64_t)((r)->gpu_end_ticks - (r)->gpu_start_ticks);                           \
+        (v).cc = (r)->kernel_ch_count;                                                           \
+        (v).fc = ((r)->flags & CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE) != 0;                       \
+    } while (0)
+
 static void put_compact_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_entry_v1_t* e,
                                 uint64_t ring_seq) {
     uint64_t exec_us;
     double algbw, busbw;
     op_timing(r, &exec_us, &algbw, &busbw);
-    bool coll = r->kind == CI_SHM_V1_RECORD_KIND_COLL;
-    put("{" K(CI) "{" K(KIND) "%s," K(Q) "%llu," K(C) "\"%016llx\",", coll ? Q(C) : Q(P),
-        (unsigned long long)ring_seq, (unsigned long long)r->comm_id);
-    if (e && e->name[0]) {
-        put_str(F(CN), e->name);
-        put(",");
-    }
-    put(K(R) "%d," K(N) "%d," K(NN) "%d,", r->rank, r->nranks, e ? e->nnodes : 1);
-    put_str(F(F), func_name(r));
-    put("," K(S) "%llu," K(I) "%llu," K(E) "%llu," K(B) "%llu," K(D) "\"%s\",", (unsigned long long)r->op_seq,
-        (unsigned long long)r->comm_op_index, (unsigned long long)r->count, (unsigned long long)r->bytes,
-        label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"));
-    if (coll) {
-        if (rooted(r->func) && r->peer >= 0) put(K(RT) "%d,", r->peer);
-        put(K(A) "\"%s\"," K(PT) "\"%s\"," K(CH) "%u," K(W) "%u,",
-            label_or(ci_shm_v1_algo_label(r->algo), "UNKNOWN"), label_or(ci_shm_v1_proto_label(r->proto), "UNKNOWN"),
-            r->n_channels, r->n_warps);
+    put_lit("{" K(CI), sizeof("{" K(CI)) - 1);
+    if (r->kind == CI_SHM_V1_RECORD_KIND_COLL) {
+        ci_inspector_log_v1_ci_coll_compact_t v = {0};
+        COMPACT_COMMON(v, r, e, ring_seq);
+        v.has_rt = rooted(r->func) && r->peer >= 0;
+        v.rt = (uint64_t)r->peer;
+        v.a = label_or(ci_shm_v1_algo_label(r->algo), "UNKNOWN");
+        v.pt = label_or(ci_shm_v1_proto_label(r->proto), "UNKNOWN");
+        v.w = r->n_warps;
+        v.kv = r->kernel_variant[0] ? fixed_text(r->kernel_variant, sizeof(r->kernel_variant)) : NULL;
+        v.sy = (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL) != 0;
+        v.has_bw = isfinite(busbw);
+        v.bw = busbw;
+        ci_inspector_log_v1_put_ci_coll_compact(&v);
     } else {
-        if (r->peer >= 0) put(K(PE) "%d,", r->peer);
-        put(K(CH) "%u,", r->n_channels);
+        ci_inspector_log_v1_ci_p2p_compact_t v = {0};
+        COMPACT_COMMON(v, r, e, ring_seq);
+        v.has_pe = r->peer >= 0;
+        v.pe = (uint64_t)r->peer;
+        v.has_bw = isfinite(busbw);
+        v.bw = busbw;
+        ci_inspector_log_v1_put_ci_p2p_compact(&v);
     }
-    if (r->stream) put(K(ST) "\"%llx\",", (unsigned long long)r->stream);
-    if (r->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) put(K(GC) "true,");
-    if (r->group_id) put(K(GR) "%llu,", (unsigned long long)r->group_id);
-    if (r->user_tag) put(K(UT) "%llu,", (unsigned long long)r->user_tag);
-    if (coll && r->kernel_variant[0]) { /* collectives' only */
-        put_str(F(KV), fixed_text(r->kernel_variant, sizeof(r->kernel_variant)));
-        put(",");
-    }
-    if (coll && (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL)) put(K(SY) "true,");
-    if (r->tid) put(K(T) "%u,", r->tid);
-    put(K(TS) "\"%s\",", label_or(ci_shm_v1_timing_source_label(r->timing_source), "none"));
-    if (isfinite(busbw)) put(K(BW) "%.6f,", busbw);
-    /* differences as signed 64-bit numbers: a clock read out of order stays a number */
-    put(K(H) "%llu," K(HS) "%lld,", (unsigned long long)r->host_start_mono_ns,
-        (long long)(r->host_stop_mono_ns - r->host_start_mono_ns));
-    if (r->complete_mono_ns)
-        put(K(HC) "%lld,", (long long)(r->complete_mono_ns - r->host_start_mono_ns));
-    if (r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU) /* as the Inspector form: ticks as read */
-        put(K(G0) "%llu," K(GD) "%lld,", (unsigned long long)r->gpu_start_ticks,
-            (long long)(r->gpu_end_ticks - r->gpu_start_ticks));
-    put(K(CC) "%u", r->kernel_ch_count);
-    put((r->flags & CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE) ? "," K(FC) "true}}\n" : "}}\n");
+    put_lit("}\n", 2);
 }
 
 static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {

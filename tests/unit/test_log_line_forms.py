@@ -13,6 +13,7 @@ is no Send, a Send always has its peer)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import msgspec
@@ -26,6 +27,7 @@ from comminsight.semantic.log_input import _DECODER, _op
 from comminsight.semantic.positions import LogPosition
 from comminsight.shm_reader import COMM, HEADER, SLOT
 from comminsight_gen.abi import shm_v1
+from comminsight_gen.inspector_log_v1_codec import KEYS_BY_KIND, in_order
 from comminsight_gen.models.inspector_log_v1 import InspectorLogRecord
 
 FULL = msgspec.json.Decoder(InspectorLogRecord)
@@ -114,6 +116,32 @@ def test_both_forms_are_valid_lines_of_their_kind(pairs):
         assert type(c.ci).__struct_config__.tag in ("c", "p")
         assert type(i.ci).__struct_config__.tag in ("coll", "p2p")
         assert c.header is msgspec.UNSET and c.coll_perf is msgspec.UNSET  # ci alone
+
+
+def test_the_compact_form_has_the_schema_s_keys_in_its_order(pairs):
+    """The Agent's compact lines follow the key order generated from the schema, the order
+    the Profiler's generated C encoder writes (tests/integration/test_compact_line_keys.py)."""
+    for compact, _ in pairs:
+        ci = dict(json.loads(compact, object_pairs_hook=list))["ci"]
+        keys = [k for k, _ in ci]
+        order, known, required = KEYS_BY_KIND[dict(ci)["kind"]]
+        assert set(keys) <= known and required <= set(keys), compact
+        assert keys == [k for k in order if k in keys], compact
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ({"kind": "x"}, "no encoder for an op line of kind 'x'"),
+        ({"kind": "p", "rt": 1}, "has no key ['rt']"),
+        ({"kind": "c", "q": 1}, "needs key ['a', 'b'"),
+    ],
+    ids=["unknown-kind", "a-key-of-the-other-kind", "required-missing"],
+)
+def test_values_the_schema_does_not_have_are_refused(values, said):
+    with pytest.raises(ValueError) as caught:
+        in_order(values)
+    assert said in str(caught.value)
 
 
 def test_both_forms_read_back_into_the_same_slot(pairs):

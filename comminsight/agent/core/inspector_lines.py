@@ -4,7 +4,8 @@ could (log_recovery). Field for field the writer's choices: the same names, the 
 fields left out in the same cases, the same execution time and bandwidth formulas, so a
 reader cannot tell a recovered line from a written one but by its segment's seal. Every
 field name and kind is the schema's (comminsight_gen.inspector_log_v1_fields, the names the
-writer's C header gives it); only the order they are put in is the writer's.
+writer's C header gives it); a compact line's key order is the schema's too
+(inspector_log_v1_codec), the Inspector form's the writer's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from comminsight.shm_reader import ROOTED_FUNCS, record_text
 from comminsight.slot_timing import bandwidths_gbs, durations_ns
 from comminsight_gen.abi import shm_v1
+from comminsight_gen.inspector_log_v1_codec import in_order
 from comminsight_gen.inspector_log_v1_fields import SCHEMA_VERSION, F, V
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -248,7 +250,8 @@ class ProcessLines:
         return _ENCODE(line) + b"\n"
 
     def compact_op_line(self, r, ring_seq: int, timing: Timing | None = None) -> bytes:
-        """The compact form of an op line (kinds c and p), key for key the writer's."""
+        """The compact form of an op line (kinds c and p), value for value the writer's, its
+        keys in the schema's order (the order the writer's generated encoder writes)."""
         e = self.comm_row(int(r["comm_index"]))
         coll = int(r["kind"]) == shm_v1.RecordKind.COLL
         ci: dict = {
@@ -312,7 +315,7 @@ class ProcessLines:
         ci[F.CC] = int(r["kernel_ch_count"])
         if flags & shm_v1.SlotFlags.FORCED_COMPLETE:
             ci[F.FC] = True
-        return self._line(ci)
+        return self._line(in_order(ci))
 
     def hang_line(self, r, e, ring_seq: int) -> bytes:
         detected = int(r["complete_mono_ns"])
