@@ -1120,12 +1120,12 @@ def test_the_engine_survives_a_full_disk_names_it_in_health_and_writes_once_spac
 ):
     from engine_inputs import BUCKETS, COMMS, GPU, TEMPLATES, batches, ddp_slots
 
-    from comminsight.agent.steps import semantic_hook
+    from comminsight.agent.steps import summary_disk
     from comminsight.agent.steps.health import engine_health
     from comminsight.agent.steps.semantic_hook import SemanticEngineHook
     from comminsight.semantic.live_cut import FIRST_OPS
 
-    monkeypatch.setattr(semantic_hook, "STORAGE_RETRY_S", 0.2)
+    monkeypatch.setattr(summary_disk, "STORAGE_RETRY_S", 0.2)
     home = small_disk / "home"
     hook = SemanticEngineHook(home, TEMPLATES, checkpoint_s=0.5)
     hook.live_cut.interval_s = 0.1  # no more ops come: the Steps settle by the clock

@@ -185,7 +185,7 @@ def test_a_gpu_whose_engine_keeps_failing_backs_off_after_a_few_restarts_and_the
         if g.gpu == bad:
             raise ValueError("corrupt batch")
 
-    hook._handle = handle
+    hook.engines.handle = handle
     try:
         for _ in range(3):
             hook.feed(bad, np.zeros(0, [("seq", "<u8")]), {})

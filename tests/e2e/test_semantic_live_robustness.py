@@ -103,7 +103,7 @@ def test_a_long_input_fed_one_small_batch_at_a_time_never_recurses(
     sys.setrecursionlimit(frames() + 120)
     try:
         take(hook, slots)
-        g = hook._gpus[GPU]
+        g = hook.engines.gpus[GPU]
         crossed = (hook.live_cut.stats.contexts_trimmed, g.replay.dropped)  # a checkpoint resets
         hook._save_checkpoint()  # reads the unplaced ops' positions: their rarest columns
         for batch in (g.engine.held, g.engine.pending):
@@ -164,7 +164,7 @@ def test_while_no_step_settles_what_waits_for_the_cut_is_bounded_and_so_are_its_
     first = _lazy_objects(hook)
     for part in batches(slots[2_000:], 1):
         hook._take(GPU, "ops", (part, comms))
-    g = hook._gpus[GPU]
+    g = hook.engines.gpus[GPU]
     assert hook.steps_written == 0
     assert hook.live_cut.stats.ops_unsettled > 0  # placed in no Step, and counted
     from comminsight.agent.steps.health import engine_health
@@ -188,7 +188,7 @@ def reference(tmp_path, slots: np.ndarray) -> bytes:
 
 def fail_next_feed(hook: SemanticEngineHook, error: Exception) -> None:
     """The GPU's engine raises on its next batch (a restarted engine is a new object)."""
-    engine = hook._gpus[GPU].engine
+    engine = hook.engines.gpus[GPU].engine
 
     def feed(batch):
         raise error
@@ -273,7 +273,7 @@ def test_a_gpu_that_backs_off_keeps_its_ops_and_restarts_later_losing_no_step(tm
     hook = new_hook(tmp_path / "live")
     take(hook, slots[:400], size=7)
     hook._save_checkpoint()
-    g = hook._gpus[GPU]
+    g = hook.engines.gpus[GPU]
     g.budget = RestartBudget(max_restarts=0, window_s=30.0)  # no restart for now
     fail_next_feed(hook, RuntimeError("injected"))
     take(hook, slots[400:700], size=7)
@@ -282,7 +282,7 @@ def test_a_gpu_that_backs_off_keeps_its_ops_and_restarts_later_losing_no_step(tm
     assert 0 < status.retry_in_s <= 30.0
     assert g.replay.records >= 300  # what came meanwhile waits for the restart
     g.budget = RestartBudget(max_restarts=1, window_s=30.0)
-    hook._retry_due(g.retry_at)
+    hook.restarts.retry_due(g.retry_at)
     (status,) = hook.gpu_status()
     assert status.state == "running" and status.restarts == 1
     take(hook, slots[700:], size=7)
@@ -332,13 +332,13 @@ def test_the_engine_lag_is_how_far_placed_ops_trail_ingested_ones(tmp_path):
     assert lag is not None
     assert 0 < lag <= newest - int(slots["complete_mono_ns"][-UNSETTLED_SHORT - 1])
     gate = threading.Event()
-    real_feed = hook._gpus[GPU].engine.feed
+    real_feed = hook.engines.gpus[GPU].engine.feed
 
     def slow_feed(batch):  # the worker stuck on a batch: ingest goes on, placing does not
         gate.wait(10)
         return real_feed(batch)
 
-    hook._gpus[GPU].engine.feed = slow_feed
+    hook.engines.gpus[GPU].engine.feed = slow_feed
     more = ddp_slots(len(slots) + 100)[len(slots) :]
     hook.feed(GPU, more[:5], COMMS)
     hook.feed(GPU, more[5:], COMMS)

@@ -55,9 +55,9 @@ def test_what_the_engine_keeps_does_not_grow_with_the_processes_it_has_seen(tmp_
     for pid in range(100, 160):
         gpu = process(pid)
         run_process(hook, gpu)
-        hook._finish_ended(all_ended=True)
+        hook.engines.finish_ended(all_ended=True)
         hook._take(gpu, "retired", None)
-        kept.append(len(hook._gpus))
+        kept.append(len(hook.engines.gpus))
     assert max(kept) == 0
     assert checkpointed_files(hook) == set()
     files = sealed(hook)
@@ -76,10 +76,10 @@ def test_a_gpu_retired_before_its_file_is_sealed_is_kept_until_it_is(tmp_path):
         hook._take(peer, "ops", (peer_slots[i : i + 50], COMMS))
     run_process(hook, gpu)  # its last Steps wait for its peer on the communicator
     hook._take(gpu, "retired", None)
-    assert gpu in hook._gpus and not sealed(hook)
+    assert gpu in hook.engines.gpus and not sealed(hook)
     hook._take(peer, "finished", None)
-    assert gpu not in hook._gpus and len(sealed(hook)) == 2
-    assert peer in hook._gpus  # its file is not retired yet
+    assert gpu not in hook.engines.gpus and len(sealed(hook)) == 2
+    assert peer in hook.engines.gpus  # its file is not retired yet
     hook.stop()
 
 
@@ -87,7 +87,7 @@ def test_a_gpu_not_retired_stays_in_the_checkpoint_after_it_is_sealed(tmp_path):
     hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
     gpu = process(300)
     run_process(hook, gpu)
-    hook._finish_ended(all_ended=True)
+    hook.engines.finish_ended(all_ended=True)
     # its SHM file may still be there: an Agent started now must know it is sealed
     assert checkpointed_files(hook) == set(sealed(hook))
     hook.stop()
@@ -97,7 +97,7 @@ def test_a_process_whose_file_is_sealed_already_is_not_read_again(tmp_path):
     hook = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
     gpu = process(400)
     run_process(hook, gpu)
-    hook._finish_ended(all_ended=True)
+    hook.engines.finish_ended(all_ended=True)
     hook._take(gpu, "retired", None)
     (name,) = sealed(hook)
     before = (hook.out_dir / name).read_bytes()
@@ -105,12 +105,12 @@ def test_a_process_whose_file_is_sealed_already_is_not_read_again(tmp_path):
     # its SHM file could not be removed, and a new Agent (no checkpoint entry) meets it
     again = SemanticEngineHook(tmp_path, TEMPLATES, checkpoint_s=3600)
     run_process(again, gpu)
-    again._finish_ended(all_ended=True)
+    again.engines.finish_ended(all_ended=True)
     assert (again.out_dir / name).read_bytes() == before
     assert not list(again.out_dir.glob("*.partial"))
     assert again.steps_written == 0
     again._take(gpu, "retired", None)
-    assert gpu not in again._gpus
+    assert gpu not in again.engines.gpus
     again.stop()
 
 
@@ -192,7 +192,7 @@ def test_ended_gpus_waiting_for_their_peers_hold_no_descriptor(tmp_path):
     assert open_summary_files(hook.out_dir) == 1  # the running peer's
     hook._save_checkpoint()  # a checkpoint opens none of them for good
     assert open_summary_files(hook.out_dir) == 1
-    hook._finish_ended(all_ended=True)
+    hook.engines.finish_ended(all_ended=True)
     files = sealed(hook)
     assert len(files) == 60
     lines = [(hook.out_dir / f).read_bytes().count(b"\n") for f in files]

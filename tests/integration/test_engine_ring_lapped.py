@@ -94,9 +94,9 @@ def comparable(line: bytes) -> dict:
 
 
 def killed(hook: SemanticEngineHook) -> None:
-    hook._stopping = True  # nothing more written
-    with hook._cond:
-        hook._cond.notify()
+    hook.worker._stopping = True  # nothing more written
+    with hook.worker._cond:
+        hook.worker._cond.notify()
 
 
 def stopped_at_checkpoint(home, gpus) -> None:
@@ -154,7 +154,7 @@ def test_the_ring_records_wait_until_the_log_writer_has_written_what_it_lost(job
         shutil.move(path, held / path.name)
     second = SemanticEngineHook(copy, load_templates(), checkpoint_s=3600)
     second._take(gpu, "ops", (ring, comms))
-    g = second._gpus[gpu]
+    g = second.engines.gpus[gpu]
     assert g.parked is not None and not g.replay.entries  # nothing handed on yet
     second._fill_from_logs(g, time.monotonic())
     assert g.parked is not None  # still behind
@@ -199,7 +199,7 @@ def test_an_agent_in_a_home_none_followed_before_reads_the_ring_alone(job, tmp_p
     first = SemanticEngineHook(copy, load_templates(), checkpoint_s=3600)
     gpu, (ring, comms, every) = next(iter(gpus.items()))
     first._take(gpu, "ops", (ring, comms))
-    g = first._gpus[gpu]
+    g = first.engines.gpus[gpu]
     assert g.parked is None and g.logs_checked  # its logs are not read
     assert int(g.replay.entries[0].payload[0]["seq"][0]) == int(ring["seq"][0])
     first.stop()

@@ -79,15 +79,19 @@ class HeldWorker:
     def __init__(self, hook: SemanticEngineHook, monkeypatch) -> None:
         self.held = threading.Event()
         self.release = threading.Event()
-        write = hook._write
+        write = hook.disk.write
 
         def held_write(g, summaries):
-            if summaries and threading.current_thread() is hook._thread and not self.held.is_set():
+            if (
+                summaries
+                and threading.current_thread() is hook.worker.thread
+                and not self.held.is_set()
+            ):
                 self.held.set()
                 self.release.wait()
             write(g, summaries)
 
-        monkeypatch.setattr(hook, "_write", held_write)
+        monkeypatch.setattr(hook.disk, "write", held_write)
 
 
 @pytest.mark.parametrize("worker_ends", [False, True], ids=["process_exits", "worker_ends"])

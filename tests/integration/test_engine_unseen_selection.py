@@ -29,7 +29,7 @@ def followed_home(tmp_path):
 
 def recovered(home, shm_files=frozenset()) -> tuple[int, list[str]]:
     second = hook(home)
-    second._watching_since = 0  # the segments' times, not the file system's clock, decide
+    second.checkpoint.watching_since = 0  # the segments' times, not the file system's clock, decide
     try:
         second._seal_ended_before(frozenset(shm_files))
         names = sorted(p.name for p in second.out_dir.glob("live-*"))

@@ -154,9 +154,9 @@ def cutting_hook(home) -> SemanticEngineHook:
 
 def kill(hook: SemanticEngineHook) -> None:
     """As if its Agent were SIGKILLed: nothing more is written or checkpointed."""
-    hook._stopping = True
-    with hook._cond:
-        hook._cond.notify()
+    hook.worker._stopping = True
+    with hook.worker._cond:
+        hook.worker._cond.notify()
 
 
 @pytest.mark.parametrize("overwritten", [0, 20])
@@ -181,10 +181,14 @@ def test_an_agent_restarted_from_checkpoints_at_other_steps_goes_on_from_the_con
     feed(first, 100, 140)
     # GPU's reorder window straddles the next checkpoint: it keeps the older one, PEER's is
     # some 40 Steps further on
-    current = first._current_state
-    monkeypatch.setattr(first, "_current_state", lambda g: None if g.gpu == GPU else current(g))
+    current = first.checkpoint.current_state
+    monkeypatch.setattr(
+        first.checkpoint, "current_state", lambda g: None if g.gpu == GPU else current(g)
+    )
     first._save_checkpoint()
-    written = {g.gpu.pid: g.checkpoint.output.summaries_written for g in first._gpus.values()}
+    written = {
+        g.gpu.pid: g.checkpoint.output.summaries_written for g in first.engines.gpus.values()
+    }
     assert 0 < written[GPU.pid] < written[PEER.pid]
     kill(first)
 
@@ -218,7 +222,7 @@ def test_a_process_that_ended_while_no_agent_ran_is_sealed_at_its_checkpoint(tmp
     first = cutting_hook(tmp_path)
     take(first, gpu, rank_slots(0, 150))
     first._save_checkpoint()
-    (state,) = first._checkpoint.load().values()
+    (state,) = first.checkpoint.file.load().values()
     written = state.output.summaries_written
     assert written > 0
     take(first, gpu, rank_slots(0, 200)[750:])  # Steps written after the checkpoint
@@ -232,7 +236,7 @@ def test_a_process_that_ended_while_no_agent_ran_is_sealed_at_its_checkpoint(tmp
     assert [s.step_index for s in read_summaries(path)] == list(range(written))
     assert second.ended_unfinished == 1
     second.stop()
-    assert not second._checkpoint.load()  # and forgotten
+    assert not second.checkpoint.file.load()  # and forgotten
 
 
 def test_a_process_still_running_is_not_sealed_when_the_agent_restarts(tmp_path):

@@ -9,8 +9,12 @@ and in the replay log while a failed engine backs off. All of that is lag; an id
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
+from comminsight.agent.steps.engine_hook import GpuStream
+from comminsight.agent.steps.replay import newest_end
 from comminsight.semantic.engine import GpuEngine
 from comminsight.semantic.op_batch import OpBatch
 
@@ -57,3 +61,27 @@ class GpuLag:
         if behind is None:
             return None
         return max(0, self.ingested_end_ns - behind)
+
+
+class NodeLags:
+    """The lag of each GPU whose process runs: ingest notes the ops it hands over, the
+    engine's thread those it placed, health reads both. A GPU is added by ingest and
+    forgotten by the thread when sealed, hence the lock."""
+
+    def __init__(self) -> None:
+        self._lags: dict[GpuStream, GpuLag] = {}
+        self._lock = threading.Lock()
+
+    def ingested(self, gpu: GpuStream, records: np.ndarray) -> None:
+        with self._lock:
+            lag = self._lags.get(gpu)
+            if lag is None:
+                lag = self._lags[gpu] = GpuLag()
+            lag.ingested(newest_end(records), int(records["complete_mono_ns"].min()))
+
+    def get(self, gpu: GpuStream) -> GpuLag | None:
+        return self._lags.get(gpu)
+
+    def forget(self, gpu: GpuStream) -> None:
+        with self._lock:
+            self._lags.pop(gpu, None)

@@ -3,7 +3,7 @@
 An Agent that stops before its engine's first checkpoint names a process (killed, or before
 the process placed its first op) leaves no state for it, and a process that starts and ends
 while no Agent runs is never seen live at all. Their logs hold every op they ran; the next
-Agent finds them here and recovers their Steps from them (semantic_hook), as an Agent that
+Agent finds them here and recovers their Steps from them (ended_processes), as an Agent that
 never stopped would have written them.
 
 Segments are `ci-<host>-<pid>-<start_mono_ns>-<index>.jsonl[.partial]`, a sealed one possibly

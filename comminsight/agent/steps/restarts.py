@@ -71,3 +71,10 @@ class FailureCounts:
     restarts: Counter = field(default_factory=Counter)
     last: EngineFailure | None = None
     last_pid: int | None = None
+
+    def count(self, error: BaseException, pid: int | None) -> EngineFailure:
+        """Count one failure: of a GPU's engine, or (pid None) of the worker outside any."""
+        failure = EngineFailure.of(error)
+        self.failures[failure.reason] += 1
+        self.last, self.last_pid = failure, pid
+        return failure
