@@ -21,7 +21,9 @@ SCHEMA_ONLY_KEYWORDS = {"not", "dependentRequired"}
 
 # records only: a config file, the metrics families and a directory layout have no msgspec model
 PROTOCOLS = [
-    p for p in protocols_of_kind("json-schema") if p.get("role") not in ("config", "metrics", "paths")
+    p
+    for p in protocols_of_kind("json-schema")
+    if p.get("role") not in ("config", "metrics", "paths")
 ]
 
 

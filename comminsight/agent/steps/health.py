@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 
+from comminsight.agent.steps.engine_status import GpuEngineStatus
 from comminsight.agent.steps.restarts import EngineFailure
-from comminsight.agent.steps.semantic_hook import GpuEngineStatus, SemanticEngineHook
+from comminsight.agent.steps.semantic_hook import SemanticEngineHook
 from comminsight_gen.models import agent_master_api_v1 as api
 
 RECENT_FAILURE_S = 300.0
