@@ -2,22 +2,26 @@
 in C, the Agent's lines for a dead process's records in Python), so that the keys of a line,
 their order, which of them may be left out and how each value is spelled are the schema's.
 
-The compact form's `ci` object (the kinds c and p, `CODEC_DEFS`) is written key for key in the
-order of its schema `properties`. For C, each kind gets a struct with a member per property and
-an encoder that appends the object to the writer's line through macros the includer defines
-(the header lists them), literal text joined into as few appends as the optional keys allow;
-for Python, each kind's key order and a function that orders a line's values by it, refusing
+Every object of an op line (`CODEC_DEFS`: NVIDIA's header, metadata and perf objects, the ci
+object of each op kind in both forms, and the line itself) is written key for key in the order
+of its schema `properties`. For C, each object gets a struct with a member per property and an
+encoder that appends it to the writer's line through macros the includer defines (the header
+lists them), literal text joined into as few appends as the optional keys allow; an object
+member is a pointer to its struct, and the line's `ci` (a oneOf) a pointer per op kind. For
+Python, each object's key order and a function that orders an object's values by it, refusing
 a key the schema does not have or a required one missing.
 
 How a property is spelled follows from its schema:
 - integer: unsigned where its minimum is 0 or more, else signed (a difference of clocks);
-- string of 16 hex digits (`^[0-9a-f]{16}$`: a communicator id): a uint64 in 16 zero-padded
-  lowercase hex digits; of 1 to 16 (`^[0-9a-f]{1,16}$`: a CUDA stream): in as many as it
-  takes; any other string: text, made valid JSON;
-- boolean: `true`/`false`; number: six decimals (as the Inspector form's bandwidths);
-- const: the value itself, written always and holding no member (the kind tag); an optional
-  const true is a flag: `"key":true` where the member is true, else left out.
-A property not in `required` is left out: a NULL text, or `has_<key>` false.
+- string of hex digits (`_HEX`: a communicator id, a CUDA stream, NVIDIA's 0x-prefixed id): a
+  uint64, with the prefix and zero padding its pattern asks; any other string: text, made
+  valid JSON;
+- boolean: `true`/`false`; number: six decimals (as NVIDIA's bandwidths), or, for an anyOf of
+  a number and a const text (NVIDIA's "nan"), that text where the number is not finite;
+- const: the value itself, written always and holding no member (the kind tag, a format
+  version); an optional const true is a flag: `"key":true` where the member is true;
+- an object no encoder writes (NVIDIA's event traces) is never written, and must be optional.
+A property not in `required` is left out: a NULL text or object, or `has_<key>` false.
 """
 
 from __future__ import annotations
@@ -32,8 +36,26 @@ from codegen.log_fields import _macro_part
 from codegen.registry import Protocol
 from codegen.templating import render
 
-CODEC_DEFS = ("CiCollCompact", "CiP2pCompact")
-_HEX = {"^[0-9a-f]{16}$": 16, "^[0-9a-f]{1,16}$": 1}  # pattern -> least digits
+# the objects of an op line, each before the objects that hold it; ROOT is the line itself
+ROOT = "InspectorLogRecord"
+CODEC_DEFS = (
+    "Header",
+    "Metadata",
+    "CollPerf",
+    "P2pPerf",
+    "CiColl",
+    "CiP2p",
+    "CiCollCompact",
+    "CiP2pCompact",
+    ROOT,
+)
+# hex string patterns -> (prefix, least digits)
+_HEX = {
+    "^[0-9a-f]{16}$": ("", 16),
+    "^[0-9a-f]{1,16}$": ("", 1),
+    "^0x[0-9a-f]{1,16}$": ("0x", 1),
+    "^0x[0-9a-fA-F]{1,16}$": ("0x", 1),
+}
 _C_KEYWORDS = {
     "auto",
     "break",
@@ -75,20 +97,38 @@ _C_KEYWORDS = {
 
 @dataclass(frozen=True)
 class Member:
-    key: str
-    shape: str  # const, flag, uint, int, hex, text, bool, number
+    key: str  # the JSON key
+    name: str  # the C member (the key, or key_<object> for one alternative of a oneOf)
+    shape: str  # const, flag, uint, int, hex, text, bool, number, object
     required: bool
     c_type: str
-    digits: int  # a hex string's least number of digits (zero padded); 0 for the rest
-    const: str  # a const's JSON text
     doc: str
+    const: str = ""  # a const's JSON text; a number's text where it is not finite
+    hex_prefix: str = ""
+    hex_digits: int = 0  # a hex string's least number of digits (zero padded)
+    encoder: str = ""  # an object's: the snake name of its encoder
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _alternative(key: str, name: str) -> str:
+    """The C member of one alternative of a oneOf: ci + CiColl -> ci_coll."""
+    snake = _snake(name)
+    return snake if snake.startswith(f"{key}_") else f"{key}_{snake}"
+
+
+def _ref_name(node: object) -> str | None:
+    ref = node.get("$ref", "") if isinstance(node, dict) else ""
+    return ref[8:] if ref.startswith("#/$defs/") else None
 
 
 def _resolve(doc: dict, node: dict, source: str, where: str) -> dict:
     ref = node.get("$ref")
     if ref is None:
         return node
-    if not ref.startswith("#/$defs/") or ref[8:] not in doc.get("$defs", {}):
+    if _ref_name(node) not in doc.get("$defs", {}):
         raise SchemaError(source, where, f"unresolvable $ref {ref}")
     return {**doc["$defs"][ref[8:]], **{k: v for k, v in node.items() if k != "$ref"}}
 
@@ -100,66 +140,140 @@ def _first_sentence(text: str) -> str:
     return head.replace("*/", "* /")
 
 
-def _member(doc: dict, key: str, node: dict, required: bool, source: str, where: str) -> Member:
-    if not re.fullmatch(r"[a-z_][a-z0-9_]*", key) or key in _C_KEYWORDS:
-        raise SchemaError(source, where, f"key {key!r} is no C member name")
+def _check_name(name: str, source: str, where: str) -> None:
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", name) or name in _C_KEYWORDS:
+        raise SchemaError(source, where, f"key {name!r} is no C member name")
+
+
+def _members(
+    doc: dict, prefix: str, key: str, node: dict, required: bool, source: str, where: str
+) -> list[Member]:
+    """The C members of one property: one, or one per encoded alternative of a oneOf (the
+    line's ci object), or none for an optional object no encoder writes (NVIDIA's event
+    traces: CommInsight never writes them)."""
+    _check_name(key, source, where)
+    text = _first_sentence(node.get("description", ""))
+    if "oneOf" in node:
+        names = [_ref_name(alt) for alt in node["oneOf"]]
+        if None in names:
+            raise SchemaError(source, where, "a oneOf of $refs alone can be encoded")
+        encoded = [n for n in names if n in CODEC_DEFS]
+        if required or not encoded:
+            raise SchemaError(source, where, "an optional oneOf with encoded alternatives only")
+        return [
+            Member(
+                key,
+                _alternative(key, n),
+                "object",
+                False,
+                f"const {prefix}_{_snake(n)}_t*",
+                f"{text} ({n})",
+                encoder=_snake(n),
+            )
+            for n in encoded
+        ]
+    target = _ref_name(node)
     body = _resolve(doc, node, source, where)
-    doc_text = _first_sentence(node.get("description") or body.get("description", ""))
+    text = _first_sentence(node.get("description") or body.get("description", ""))
+    if body.get("type") == "object":
+        if target in CODEC_DEFS:
+            return [
+                Member(
+                    key,
+                    key,
+                    "object",
+                    required,
+                    f"const {prefix}_{_snake(target)}_t*",
+                    text,
+                    encoder=_snake(target),
+                )
+            ]
+        if required:
+            raise SchemaError(source, where, "a required object no encoder writes")
+        return []
     if "const" in body:
-        if required:  # the kind tag: written always, no member
-            return Member(key, "const", True, "", 0, json.dumps(body["const"]), doc_text)
+        if required:  # the kind tag, a format's version: written always, no member
+            return [Member(key, key, "const", True, "", text, const=json.dumps(body["const"]))]
         if body["const"] is not True:
             raise SchemaError(source, where, "an optional const is a flag: true")
-        return Member(key, "flag", False, "bool", 0, "true", doc_text)
+        return [Member(key, key, "flag", False, "bool", text, const="true")]
     kind = body.get("type")
+    if "anyOf" in body:  # a number, or a const text where it is not finite (Inspector's "nan")
+        alts = body["anyOf"]
+        texts = [a["const"] for a in alts if isinstance(a.get("const"), str)]
+        if len(alts) != 2 or len(texts) != 1 or not any(a.get("type") == "number" for a in alts):
+            raise SchemaError(source, where, "anyOf: a number or one const text alone")
+        return [Member(key, key, "number", required, "double", text, const=json.dumps(texts[0]))]
     if kind == "integer":
         unsigned = body.get("minimum", -1) >= 0
-        return Member(
-            key,
-            "uint" if unsigned else "int",
-            required,
-            "uint64_t" if unsigned else "int64_t",
-            0,
-            "",
-            doc_text,
-        )
+        return [
+            Member(
+                key,
+                key,
+                "uint" if unsigned else "int",
+                required,
+                "uint64_t" if unsigned else "int64_t",
+                text,
+            )
+        ]
     if kind == "string":
-        digits = _HEX.get(body.get("pattern", ""))
-        if digits is not None:
-            return Member(key, "hex", required, "uint64_t", digits, "", doc_text)
-        return Member(key, "text", required, "const char*", 0, "", doc_text)
+        hexed = _HEX.get(body.get("pattern", ""))
+        if hexed is not None:
+            return [
+                Member(
+                    key,
+                    key,
+                    "hex",
+                    required,
+                    "uint64_t",
+                    text,
+                    hex_prefix=hexed[0],
+                    hex_digits=hexed[1],
+                )
+            ]
+        return [Member(key, key, "text", required, "const char*", text)]
     if kind == "boolean":
-        return Member(key, "bool", required, "bool", 0, "", doc_text)
+        return [Member(key, key, "bool", required, "bool", text)]
     if kind == "number":
-        return Member(key, "number", required, "double", 0, "", doc_text)
+        return [Member(key, key, "number", required, "double", text)]
     raise SchemaError(source, where, f"no encoder for a property of type {kind!r}")
 
 
 _APPEND = {  # shape -> the includer's macro that appends a value of it
     "uint": "CI_JSON_U64",
     "int": "CI_JSON_I64",
-    "number": "CI_JSON_F6",
     "text": "CI_JSON_STR",
 }
 
 
-def _value(m: Member) -> str:
+def _value(m: Member, prefix: str) -> str:
+    v = f"v->{m.name}"
     if m.shape == "hex":
-        return f"CI_JSON_HEX(v->{m.key}, {m.digits});"
+        return f"CI_JSON_HEX({v}, {json.dumps(m.hex_prefix)}, {m.hex_digits});"
     if m.shape == "bool":  # two literals: CI_JSON_LIT may take its text's length by sizeof
-        return f'if (v->{m.key}) CI_JSON_LIT("true"); else CI_JSON_LIT("false");'
-    return f"{_APPEND[m.shape]}(v->{m.key});"
+        return f'if ({v}) CI_JSON_LIT("true"); else CI_JSON_LIT("false");'
+    if m.shape == "number":
+        if not m.const:
+            return f"CI_JSON_F6({v});"
+        return f"if (isfinite({v})) CI_JSON_F6({v}); else CI_JSON_LIT({json.dumps(m.const)});"
+    if m.shape == "object":
+        return f"{prefix}_put_{m.encoder}({v});"
+    return f"{_APPEND[m.shape]}({v});"
 
 
-def _statements(members: list[Member]) -> list[str]:
+def _present(m: Member) -> str:
+    if m.shape in ("text", "object", "flag"):
+        return f"v->{m.name}"
+    return f"v->has_{m.name}"
+
+
+def _statements(members: list[Member], prefix: str) -> list[str]:
     """The C statements that append the object: literal text (keys, commas, constants)
-    joined into as few appends as the optional keys allow, then each value by its type."""
+    joined into as few appends as the optional keys allow, then each value by its type. An
+    object whose first key may be left out (the line itself) tracks at run time whether a
+    comma is due; the alternatives of a oneOf (one key) are an if/else chain."""
     out: list[str] = []
-    pending = ""
-
-    def literal(text: str) -> None:
-        nonlocal pending
-        pending += text
+    pending = "{"
 
     def flush() -> None:
         nonlocal pending
@@ -167,55 +281,80 @@ def _statements(members: list[Member]) -> list[str]:
             out.append(f"CI_JSON_LIT({json.dumps(pending)});")
         pending = ""
 
-    literal("{")
-    for i, m in enumerate(members):
-        key = f'{"," if i else ""}"{m.key}":'
-        if m.shape == "const":
-            literal(key + m.const)
-            continue
-        if m.shape == "flag":
-            flush()
-            out.append(f"if (v->{m.key}) CI_JSON_LIT({json.dumps(key + m.const)});")
-            continue
-        if m.required:
-            literal(key)
-            flush()
-            out.append(_value(m))
-            continue
+    groups: list[list[Member]] = []
+    for m in members:
+        if groups and groups[-1][0].key == m.key:
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    tracked = not members[0].required
+    if tracked:
         flush()
-        present = f"v->{m.key}" if m.shape == "text" else f"v->has_{m.key}"
-        out.append(f"if ({present}) {{")
-        out.append(f"    CI_JSON_LIT({json.dumps(key)});")
-        out.append(f"    {_value(m)}")
-        out.append("}")
-    literal("}")
+        out.append("int more = 0;")
+    for i, group in enumerate(groups):
+        m = group[0]
+        key = f'"{m.key}":'
+        comma = "," if i else ""
+        if tracked:
+            for j, alt in enumerate(group):
+                out.append(f"{'else ' if j else ''}if ({_present(alt)}) {{")
+                out.append('    if (more) CI_JSON_LIT(",");')
+                value = (
+                    f"CI_JSON_LIT({json.dumps(alt.const)});"
+                    if alt.shape == "flag"
+                    else (_value(alt, prefix))
+                )
+                out.append(f"    CI_JSON_LIT({json.dumps(key)});")
+                out.append(f"    {value}")
+                out.append("    more = 1;")
+                out.append("}")
+        elif m.shape == "const":
+            pending += comma + key + m.const
+        elif m.shape == "flag":
+            flush()
+            out.append(f"if (v->{m.name}) CI_JSON_LIT({json.dumps(comma + key + m.const)});")
+        elif m.required:
+            pending += comma + key
+            flush()
+            out.append(_value(m, prefix))
+        else:
+            flush()
+            for j, alt in enumerate(group):
+                out.append(f"{'else ' if j else ''}if ({_present(alt)}) {{")
+                out.append(f"    CI_JSON_LIT({json.dumps(comma + key)});")
+                out.append(f"    {_value(alt, prefix)}")
+                out.append("}")
+    pending += "}"
     flush()
     return out
 
 
-def codecs(p: Protocol, doc: dict) -> list[dict]:
+def codecs(p: Protocol, doc: dict, prefix: str = "ci") -> list[dict]:
     out = []
     for name in CODEC_DEFS:
-        where = f"$defs.{name}"
-        body = doc.get("$defs", {}).get(name)
+        where = "(root)" if name == ROOT else f"$defs.{name}"
+        body = doc if name == ROOT else doc.get("$defs", {}).get(name)
         if not isinstance(body, dict) or not isinstance(body.get("properties"), dict):
             raise SchemaError(p.source, where, "an op line's encoder needs this object")
         required = set(body.get("required", []))
         members = [
-            _member(doc, key, node, key in required, p.source, f"{where}.properties.{key}")
+            m
             for key, node in body["properties"].items()
+            for m in _members(
+                doc, prefix, key, node, key in required, p.source, f"{where}.properties.{key}"
+            )
         ]
-        if members[0].shape != "const":
-            raise SchemaError(p.source, where, "the first property must be the kind tag (const)")
-        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+        if not members:
+            raise SchemaError(p.source, where, "an object with nothing to write")
+        first = members[0]
         out.append(
             {
                 "name": name,
-                "snake": snake,
-                "kind": json.loads(members[0].const),
+                "snake": _snake(name),
+                "kind": json.loads(first.const) if first.key == "kind" else None,
                 "members": members,
-                "statements": _statements(members),
-                "key_order": tuple(m.key for m in members),
+                "statements": _statements(members, prefix),
+                "key_order": tuple(dict.fromkeys(m.key for m in members)),
                 "required_keys": tuple(m.key for m in members if m.required),
             }
         )
@@ -228,7 +367,7 @@ def generate(p: Protocol, doc: dict, ctx: Context) -> None:
         "source": p.source,
         "prefix": prefix,
         "guard": f"COMMINSIGHT_{_macro_part(p.id)}_V{p.version}_CODEC_H",
-        "codecs": codecs(p, doc),
+        "codecs": codecs(p, doc, prefix),
         "version": p.version,
     }
     ctx.write(f"generated/c/include/comminsight/{p.stem}_codec.h", render("log_codec.h.j2", view))

@@ -198,21 +198,18 @@ static void put_i64(int64_t v) {
     put_u64(v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
 }
 
-static void put_hex(uint64_t v, size_t digits) {
-    char text[18];
+static void put_hex(uint64_t v, const char* prefix, size_t prefix_len, size_t digits) {
+    char text[20];
     size_t n = 0;
     text[sizeof(text) - ++n] = '"';
     do {
         text[sizeof(text) - ++n] = "0123456789abcdef"[v & 0xF];
         v >>= 4;
     } while (v || n <= digits);
+    n += prefix_len;
+    memcpy(text + sizeof(text) - n, prefix, prefix_len);
     text[sizeof(text) - ++n] = '"';
     put_lit(text + sizeof(text) - n, n);
-}
-
-static void put_bw(const char* key, double gbs) {
-    if (isfinite(gbs)) put("\"%s\":%.6f", key, gbs);
-    else put("\"%s\":" Q(NAN), key);
 }
 
 static uint64_t mono_to_real(uint64_t mono) {
@@ -238,21 +235,6 @@ static void put_comm_identity(const ci_shm_comm_entry_v1_t* e) {
     put(K(PID) "%d,", (int)ci_g.pid);
     put_str(F(HOST), ci_g.hostname);
     put("}");
-}
-
-/* NCCL Inspector's header + metadata objects, shared by op lines. */
-static void put_inspector_prefix(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_entry_v1_t* e) {
-    put("{" K(HEADER) "{" K(ID) "\"0x%llx\",", (unsigned long long)r->comm_id);
-    if (e && e->name[0]) {
-        put_str(F(COMM_NAME), e->name);
-        put(",");
-    }
-    put(K(RANK) "%d," K(N_RANKS) "%d," K(NNODES) "%d},", r->rank, r->nranks, e ? e->nnodes : 1);
-    put(K(METADATA) "{" K(INSPECTOR_OUTPUT_FORMAT_VERSION) "\"v4.0\"," K(GIT_REV) "\"comminsight-%s\","
-        K(REC_MECHANISM) "\"nccl_profiler_interface\"," K(DUMP_TIMESTAMP_US) "%llu,",
-        CI_VERSION_STRING, (unsigned long long)(ci_now_real() / 1000));
-    put_str(F(HOSTNAME), ci_g.hostname);
-    put("," K(PID) "%d},", (int)ci_g.pid);
 }
 
 /* Execution time (Inspector's whole microseconds) and bandwidth, by the one definition the
@@ -282,11 +264,11 @@ static bool rooted(uint8_t func) {
            func == CI_SHM_V1_FUNC_GATHER || func == CI_SHM_V1_FUNC_SCATTER;
 }
 
-/* What the generated encoders of the compact form's ci object append through. */
+/* What the generated encoders of the op line's objects append through. */
 #define CI_JSON_LIT(s) put_lit((s), sizeof(s) - 1)
 #define CI_JSON_U64(v) put_u64(v)
 #define CI_JSON_I64(v) put_i64(v)
-#define CI_JSON_HEX(v, digits) put_hex((v), (digits))
+#define CI_JSON_HEX(v, prefix, digits) put_hex((v), (prefix), sizeof(prefix) - 1, (digits))
 #define CI_JSON_F6(v) put("%.6f", (v))
 #define CI_JSON_STR(s) put_json_string(s)
 #include "comminsight/inspector_log_v1_codec.h"
@@ -339,30 +321,132 @@ static void put_compact_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_
     uint64_t exec_us;
     double algbw, busbw;
     op_timing(r, &exec_us, &algbw, &busbw);
-    put_lit("{" K(CI), sizeof("{" K(CI)) - 1);
+    ci_inspector_log_v1_inspector_log_record_t line = {0};
+    ci_inspector_log_v1_ci_coll_compact_t coll = {0};
+    ci_inspector_log_v1_ci_p2p_compact_t p2p = {0};
     if (r->kind == CI_SHM_V1_RECORD_KIND_COLL) {
-        ci_inspector_log_v1_ci_coll_compact_t v = {0};
-        COMPACT_COMMON(v, r, e, ring_seq);
-        v.has_rt = rooted(r->func) && r->peer >= 0;
-        v.rt = (uint64_t)r->peer;
-        v.a = label_or(ci_shm_v1_algo_label(r->algo), "UNKNOWN");
-        v.pt = label_or(ci_shm_v1_proto_label(r->proto), "UNKNOWN");
-        v.w = r->n_warps;
-        v.kv = r->kernel_variant[0] ? fixed_text(r->kernel_variant, sizeof(r->kernel_variant)) : NULL;
-        v.sy = (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL) != 0;
-        v.has_bw = isfinite(busbw);
-        v.bw = busbw;
-        ci_inspector_log_v1_put_ci_coll_compact(&v);
+        COMPACT_COMMON(coll, r, e, ring_seq);
+        coll.has_rt = rooted(r->func) && r->peer >= 0;
+        coll.rt = (uint64_t)r->peer;
+        coll.a = label_or(ci_shm_v1_algo_label(r->algo), "UNKNOWN");
+        coll.pt = label_or(ci_shm_v1_proto_label(r->proto), "UNKNOWN");
+        coll.w = r->n_warps;
+        coll.kv = r->kernel_variant[0] ? fixed_text(r->kernel_variant, sizeof(r->kernel_variant)) : NULL;
+        coll.sy = (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL) != 0;
+        coll.has_bw = isfinite(busbw);
+        coll.bw = busbw;
+        line.ci_coll_compact = &coll;
     } else {
-        ci_inspector_log_v1_ci_p2p_compact_t v = {0};
-        COMPACT_COMMON(v, r, e, ring_seq);
-        v.has_pe = r->peer >= 0;
-        v.pe = (uint64_t)r->peer;
-        v.has_bw = isfinite(busbw);
-        v.bw = busbw;
-        ci_inspector_log_v1_put_ci_p2p_compact(&v);
+        COMPACT_COMMON(p2p, r, e, ring_seq);
+        p2p.has_pe = r->peer >= 0;
+        p2p.pe = (uint64_t)r->peer;
+        p2p.has_bw = isfinite(busbw);
+        p2p.bw = busbw;
+        line.ci_p2p_compact = &p2p;
     }
-    put_lit("}\n", 2);
+    ci_inspector_log_v1_put_inspector_log_record(&line);
+    put_lit("\n", 1);
+}
+
+/* The Inspector form: NVIDIA Inspector's header, metadata and perf objects, and CommInsight's
+ * ci object with every fact of the record (its keys, order and spelling the schema's encoders';
+ * graph_captured and forced_complete always written, as NVIDIA's readers expect fields). */
+static void put_inspector_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_entry_v1_t* e,
+                                  uint64_t ring_seq) {
+    uint64_t exec_us;
+    double algbw, busbw;
+    op_timing(r, &exec_us, &algbw, &busbw);
+    const char* timing = label_or(ci_shm_v1_timing_source_label(r->timing_source), "none");
+    const char* datatype = label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown");
+    bool coll = r->kind == CI_SHM_V1_RECORD_KIND_COLL;
+    bool gpu_timed = r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU; /* else no valid span */
+    ci_inspector_log_v1_header_t header = {
+        .id = r->comm_id,
+        .comm_name = e && e->name[0] ? e->name : NULL,
+        .rank = (uint64_t)r->rank,
+        .n_ranks = (uint64_t)r->nranks,
+        .nnodes = e ? (uint64_t)e->nnodes : 1,
+    };
+    ci_inspector_log_v1_metadata_t metadata = {
+        .inspector_output_format_version = "v4.0",
+        .git_rev = "comminsight-" CI_VERSION_STRING,
+        .rec_mechanism = "nccl_profiler_interface",
+        .dump_timestamp_us = ci_now_real() / 1000,
+        .hostname = ci_g.hostname,
+        .pid = (uint64_t)ci_g.pid,
+    };
+    ci_inspector_log_v1_inspector_log_record_t line = {.header = &header, .metadata = &metadata};
+    ci_inspector_log_v1_coll_perf_t coll_perf = {
+        .coll = func_name(r),
+        .coll_sn = r->op_seq,
+        .coll_msg_size_bytes = r->bytes,
+        .coll_exec_time_us = exec_us,
+        .coll_timing_source = timing,
+        .coll_algobw_gbs = algbw,
+        .coll_busbw_gbs = busbw,
+    };
+    ci_inspector_log_v1_p2p_perf_t p2p_perf = {
+        .p2p = func_name(r),
+        .p2p_sn = r->op_seq,
+        .p2p_peer = (uint64_t)r->peer,
+        .p2p_msg_size_bytes = r->bytes,
+        .p2p_exec_time_us = exec_us,
+        .p2p_timing_source = timing,
+        .p2p_algobw_gbs = algbw,
+        .p2p_busbw_gbs = busbw,
+    };
+    ci_inspector_log_v1_ci_coll_t ci_coll = {0};
+    ci_inspector_log_v1_ci_p2p_t ci_p2p = {0};
+#define CI_COMMON(v)                                                                          \
+    do {                                                                                      \
+        (v).ring_seq = ring_seq;                                                              \
+        (v).has_op_index = true;                                                              \
+        (v).op_index = r->comm_op_index;                                                      \
+        (v).count = r->count;                                                                 \
+        (v).datatype = datatype;                                                              \
+        (v).n_channels = r->n_channels;                                                       \
+        (v).has_stream = r->stream != 0;                                                      \
+        (v).stream = r->stream;                                                               \
+        (v).has_graph_captured = true;                                                        \
+        (v).graph_captured = (r->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) != 0;          \
+        (v).has_group_id = r->group_id != 0;                                                  \
+        (v).group_id = r->group_id;                                                           \
+        (v).has_user_tag = r->user_tag != 0;                                                  \
+        (v).user_tag = r->user_tag;                                                           \
+        (v).has_tid = true;                                                                   \
+        (v).tid = r->tid;                                                                     \
+        (v).host_start_mono_ns = r->host_start_mono_ns;                                       \
+        (v).host_stop_mono_ns = r->host_stop_mono_ns;                                         \
+        (v).has_host_complete_mono_ns = r->complete_mono_ns != 0;                             \
+        (v).host_complete_mono_ns = r->complete_mono_ns;                                      \
+        (v).has_gpu_start_globaltimer_ns = (v).has_gpu_stop_globaltimer_ns = gpu_timed;       \
+        (v).gpu_start_globaltimer_ns = r->gpu_start_ticks;                                    \
+        (v).gpu_stop_globaltimer_ns = r->gpu_end_ticks;                                       \
+        (v).has_channels_completed = true;                                                    \
+        (v).channels_completed = r->kernel_ch_count;                                          \
+        (v).has_forced_complete = true;                                                       \
+        (v).forced_complete = (r->flags & CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE) != 0;        \
+    } while (0)
+    if (coll) {
+        CI_COMMON(ci_coll);
+        ci_coll.has_root = rooted(r->func) && r->peer >= 0;
+        ci_coll.root = (uint64_t)r->peer;
+        ci_coll.algo = label_or(ci_shm_v1_algo_label(r->algo), "UNKNOWN");
+        ci_coll.proto = label_or(ci_shm_v1_proto_label(r->proto), "UNKNOWN");
+        ci_coll.n_warps = r->n_warps;
+        ci_coll.kernel_variant =
+            r->kernel_variant[0] ? fixed_text(r->kernel_variant, sizeof(r->kernel_variant)) : NULL;
+        ci_coll.sym_coll = (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL) != 0;
+        line.coll_perf = &coll_perf;
+        line.ci_coll = &ci_coll;
+    } else {
+        CI_COMMON(ci_p2p);
+        line.p2p_perf = &p2p_perf;
+        line.ci_p2p = &ci_p2p;
+    }
+#undef CI_COMMON
+    ci_inspector_log_v1_put_inspector_log_record(&line);
+    put_lit("\n", 1);
 }
 
 static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
@@ -375,62 +459,7 @@ static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
         put_compact_op_line(r, e, ring_seq);
         return;
     }
-    uint64_t exec_us;
-    double algbw, busbw;
-    op_timing(r, &exec_us, &algbw, &busbw);
-    const char* timing = label_or(ci_shm_v1_timing_source_label(r->timing_source), "none");
-    bool coll = r->kind == CI_SHM_V1_RECORD_KIND_COLL;
-    put_inspector_prefix(r, e);
-    if (coll) {
-        put(K(COLL_PERF) "{");
-        put_str(F(COLL), func_name(r));
-        put("," K(COLL_SN) "%llu," K(COLL_MSG_SIZE_BYTES) "%llu," K(COLL_EXEC_TIME_US) "%llu,"
-            K(COLL_TIMING_SOURCE) "\"%s\",",
-            (unsigned long long)r->op_seq, (unsigned long long)r->bytes, (unsigned long long)exec_us, timing);
-        put_bw(F(COLL_ALGOBW_GBS), algbw);
-        put(",");
-        put_bw(F(COLL_BUSBW_GBS), busbw);
-    } else {
-        put(K(P2P_PERF) "{");
-        put_str(F(P2P), func_name(r));
-        put("," K(P2P_SN) "%llu," K(P2P_PEER) "%d," K(P2P_MSG_SIZE_BYTES) "%llu," K(P2P_EXEC_TIME_US) "%llu,"
-            K(P2P_TIMING_SOURCE) "\"%s\",",
-            (unsigned long long)r->op_seq, r->peer, (unsigned long long)r->bytes, (unsigned long long)exec_us,
-            timing);
-        put_bw(F(P2P_ALGOBW_GBS), algbw);
-        put(",");
-        put_bw(F(P2P_BUSBW_GBS), busbw);
-    }
-    put("}," K(CI) "{" K(KIND) "\"%s\"," K(SCHEMA_VERSION) SCHEMA_V "," K(RING_SEQ) "%llu," K(OP_INDEX) "%llu,"
-        K(COUNT) "%llu," K(DATATYPE) "\"%s\",",
-        coll ? V(COLL) : V(P2P), (unsigned long long)ring_seq, (unsigned long long)r->comm_op_index,
-        (unsigned long long)r->count,
-        label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"));
-    if (coll) {
-        if (rooted(r->func) && r->peer >= 0) put(K(ROOT) "%d,", r->peer);
-        put(K(ALGO) "\"%s\"," K(PROTO) "\"%s\"," K(N_CHANNELS) "%u," K(N_WARPS) "%u,",
-            label_or(ci_shm_v1_algo_label(r->algo), "UNKNOWN"), label_or(ci_shm_v1_proto_label(r->proto), "UNKNOWN"),
-            r->n_channels, r->n_warps);
-    } else {
-        put(K(N_CHANNELS) "%u,", r->n_channels);
-    }
-    if (r->stream) put(K(STREAM) "\"0x%llx\",", (unsigned long long)r->stream);
-    put(K(GRAPH_CAPTURED) "%s,", (r->flags & CI_SHM_V1_SLOT_FLAGS_GRAPH_CAPTURED) ? "true" : "false");
-    if (r->group_id) put(K(GROUP_ID) "%llu,", (unsigned long long)r->group_id);
-    if (r->user_tag) put(K(USER_TAG) "%llu,", (unsigned long long)r->user_tag);
-    if (coll && r->kernel_variant[0]) { /* collectives' only */
-        put_str(F(KERNEL_VARIANT), fixed_text(r->kernel_variant, sizeof(r->kernel_variant)));
-        put(",");
-    }
-    if (coll && (r->flags & CI_SHM_V1_SLOT_FLAGS_SYM_COLL)) put(K(SYM_COLL) "true,");
-    put(K(TID) "%u," K(HOST_START_MONO_NS) "%llu," K(HOST_STOP_MONO_NS) "%llu,", r->tid,
-        (unsigned long long)r->host_start_mono_ns, (unsigned long long)r->host_stop_mono_ns);
-    if (r->complete_mono_ns) put(K(HOST_COMPLETE_MONO_NS) "%llu,", (unsigned long long)r->complete_mono_ns);
-    if (r->timing_source == CI_SHM_V1_TIMING_SOURCE_KERNEL_GPU) /* absent when not a valid span */
-        put(K(GPU_START_GLOBALTIMER_NS) "%llu," K(GPU_STOP_GLOBALTIMER_NS) "%llu,",
-            (unsigned long long)r->gpu_start_ticks, (unsigned long long)r->gpu_end_ticks);
-    put(K(CHANNELS_COMPLETED) "%u," K(FORCED_COMPLETE) "%s}}\n", r->kernel_ch_count,
-        (r->flags & CI_SHM_V1_SLOT_FLAGS_FORCED_COMPLETE) ? "true" : "false");
+    put_inspector_op_line(r, e, ring_seq);
 }
 
 static void put_progress(const ci_shm_comm_entry_v1_t* e) {

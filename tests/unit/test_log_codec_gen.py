@@ -19,17 +19,29 @@ PROTOCOL = next(p for p in load(ROOT, Path("protocols/registry.yaml")) if p.id =
 DOC = json.loads((ROOT / PROTOCOL.source).read_text())
 
 
-def test_the_compact_kinds_get_an_encoder_each_in_the_schema_s_order():
-    found = {c["kind"]: c for c in codecs(PROTOCOL, DOC)}
-    assert set(found) == {"c", "p"}
-    coll = found["c"]
+def test_each_object_of_an_op_line_gets_an_encoder_in_the_schema_s_order():
+    found = {c["name"]: c for c in codecs(PROTOCOL, DOC)}
+    assert list(found)[-1] == "InspectorLogRecord"  # the line itself, after what it holds
+    assert {c["kind"] for c in found.values()} == {None, "coll", "p2p", "c", "p"}
+    line = found["InspectorLogRecord"]
+    assert line["key_order"] == ("header", "metadata", "coll_perf", "p2p_perf", "ci")
+    assert [m.name for m in line["members"] if m.key == "ci"] == [
+        "ci_coll",
+        "ci_p2p",
+        "ci_coll_compact",
+        "ci_p2p_compact",
+    ]  # the op kinds of the oneOf; the line's other kinds have no encoder here
+    assert "event_trace_sn" not in found["CollPerf"]["key_order"]  # NVIDIA's, never written
+    header = {m.key: m for m in found["Header"]["members"]}
+    assert (header["id"].hex_prefix, header["id"].hex_digits) == ("0x", 1)
+    coll = found["CiCollCompact"]
     assert coll["key_order"] == tuple(DOC["$defs"]["CiCollCompact"]["properties"])
     # the kind tag and the first key in one literal, each value by its type
     assert coll["statements"][:4] == [
         'CI_JSON_LIT("{\\"kind\\":\\"c\\",\\"q\\":");',
         "CI_JSON_U64(v->q);",
         'CI_JSON_LIT(",\\"c\\":");',
-        "CI_JSON_HEX(v->c, 16);",
+        'CI_JSON_HEX(v->c, "", 16);',
     ]
     shapes = {m.key: m.shape for m in coll["members"]}
     assert shapes["hs"] == "int" and shapes["h"] == "uint" and shapes["st"] == "hex"
@@ -40,16 +52,34 @@ def _props(doc: dict, name: str = "CiP2pCompact") -> dict:
     return doc["$defs"][name]["properties"]
 
 
+def _required_object_without_encoder(doc: dict) -> None:
+    _props(doc)["o"] = {"type": "object", "properties": {}}
+    doc["$defs"]["CiP2pCompact"]["required"].append("o")
+
+
 @pytest.mark.parametrize(
     ("edit", "said"),
     [
         (lambda d: _props(d).update(x={"type": "array"}), "no encoder for a property of type"),
         (lambda d: _props(d).update({"if": {"type": "integer"}}), "is no C member name"),
         (lambda d: _props(d).update(z={"const": "yes"}), "an optional const is a flag"),
-        (lambda d: _props(d).pop("kind"), "the first property must be the kind tag"),
+        (_required_object_without_encoder, "a required object no encoder writes"),
+        (
+            lambda d: d["$defs"]["CollPerf"]["properties"]["coll_busbw_gbs"]["anyOf"].append(
+                {"const": "inf"}
+            ),
+            "a number or one const text alone",
+        ),
         (lambda d: _props(d).update(y={"$ref": "#/$defs/Nowhere"}), "unresolvable $ref"),
     ],
-    ids=["array", "c-keyword", "optional-const", "no-kind", "bad-ref"],
+    ids=[
+        "array",
+        "c-keyword",
+        "optional-const",
+        "bad-ref",
+        "object-without-encoder",
+        "two-texts-for-a-number",
+    ],
 )
 def test_a_property_no_encoder_can_spell_is_refused(edit, said):
     doc = copy.deepcopy(DOC)

@@ -27,7 +27,7 @@ from comminsight.semantic.log_input import _DECODER, _op
 from comminsight.semantic.positions import LogPosition
 from comminsight.shm_reader import COMM, HEADER, SLOT
 from comminsight_gen.abi import shm_v1
-from comminsight_gen.inspector_log_v1_codec import KEYS_BY_KIND, in_order
+from comminsight_gen.inspector_log_v1_codec import BY_KIND, KEY_ORDER, O, in_order
 from comminsight_gen.models.inspector_log_v1 import InspectorLogRecord
 
 FULL = msgspec.json.Decoder(InspectorLogRecord)
@@ -118,23 +118,38 @@ def test_both_forms_are_valid_lines_of_their_kind(pairs):
         assert c.header is msgspec.UNSET and c.coll_perf is msgspec.UNSET  # ci alone
 
 
-def test_the_compact_form_has_the_schema_s_keys_in_its_order(pairs):
-    """The Agent's compact lines follow the key order generated from the schema, the order
-    the Profiler's generated C encoder writes (tests/integration/test_compact_line_keys.py)."""
-    for compact, _ in pairs:
-        ci = dict(json.loads(compact, object_pairs_hook=list))["ci"]
-        keys = [k for k, _ in ci]
-        order, known, required = KEYS_BY_KIND[dict(ci)["kind"]]
-        assert set(keys) <= known and required <= set(keys), compact
-        assert keys == [k for k in order if k in keys], compact
+def test_both_forms_have_the_schema_s_keys_in_its_order(pairs):
+    """The Agent's lines follow the key order generated from the schema, object by object,
+    the order the Profiler's generated C encoders write (integration/test_compact_line_keys)."""
+    objects = {
+        "header": O.HEADER,
+        "metadata": O.METADATA,
+        "coll_perf": O.COLL_PERF,
+        "p2p_perf": O.P2P_PERF,
+    }
+
+    def check(name: str, pairs: list, line: bytes) -> None:
+        order, known, required = KEY_ORDER[name]
+        keys = [k for k, _ in pairs]
+        assert set(keys) <= known and required <= set(keys), (name, line)
+        assert keys == [k for k in order if k in keys], (name, line)
+        for key, value in pairs:
+            if key == "ci":
+                check(BY_KIND[dict(value)["kind"]], value, line)
+            elif key in objects:
+                check(objects[key], value, line)
+
+    for compact, inspector in pairs:
+        for line in (compact, inspector):
+            check(O.INSPECTOR_LOG_RECORD, json.loads(line, object_pairs_hook=list), line)
 
 
 @pytest.mark.parametrize(
     ("values", "said"),
     [
         ({"kind": "x"}, "no encoder for an op line of kind 'x'"),
-        ({"kind": "p", "rt": 1}, "has no key ['rt']"),
-        ({"kind": "c", "q": 1}, "needs key ['a', 'b'"),
+        ({"kind": "p", "rt": 1}, "CiP2pCompact has no key ['rt']"),
+        ({"kind": "c", "q": 1}, "CiCollCompact needs key ['a', 'b'"),
     ],
     ids=["unknown-kind", "a-key-of-the-other-kind", "required-missing"],
 )

@@ -4,8 +4,8 @@ could (log_recovery). Field for field the writer's choices: the same names, the 
 fields left out in the same cases, the same execution time and bandwidth formulas, so a
 reader cannot tell a recovered line from a written one but by its segment's seal. Every
 field name and kind is the schema's (comminsight_gen.inspector_log_v1_fields, the names the
-writer's C header gives it); a compact line's key order is the schema's too
-(inspector_log_v1_codec), the Inspector form's the writer's.
+writer's C header gives it), and so is every op line object's key order
+(comminsight_gen.inspector_log_v1_codec, the order of the writer's generated encoders).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 from comminsight.shm_reader import ROOTED_FUNCS, record_text
 from comminsight.slot_timing import bandwidths_gbs, durations_ns
 from comminsight_gen.abi import shm_v1
-from comminsight_gen.inspector_log_v1_codec import in_order
+from comminsight_gen.inspector_log_v1_codec import O, in_order, ordered
 from comminsight_gen.inspector_log_v1_fields import SCHEMA_VERSION, F, V
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -246,8 +246,13 @@ class ProcessLines:
             ci[F.GPU_STOP_GLOBALTIMER_NS] = int(r["gpu_end_ticks"])
         ci[F.CHANNELS_COMPLETED] = int(r["kernel_ch_count"])
         ci[F.FORCED_COMPLETE] = bool(flags & shm_v1.SlotFlags.FORCED_COMPLETE)
-        line = {F.HEADER: header, F.METADATA: metadata, perf_key: perf, F.CI: ci}
-        return _ENCODE(line) + b"\n"
+        line = {
+            F.HEADER: ordered(O.HEADER, header),
+            F.METADATA: ordered(O.METADATA, metadata),
+            perf_key: ordered(O.COLL_PERF if coll else O.P2P_PERF, perf),
+            F.CI: ordered(O.CI_COLL if coll else O.CI_P2P, ci),
+        }
+        return _ENCODE(ordered(O.INSPECTOR_LOG_RECORD, line)) + b"\n"
 
     def compact_op_line(self, r, ring_seq: int, timing: Timing | None = None) -> bytes:
         """The compact form of an op line (kinds c and p), value for value the writer's, its

@@ -6,14 +6,18 @@
  *   CI_JSON_LIT(s)        a string literal, as it is;
  *   CI_JSON_U64(v)        an unsigned integer in decimal;
  *   CI_JSON_I64(v)        a signed integer in decimal;
- *   CI_JSON_HEX(v, n)     "<hex>": v in lowercase hex digits, at least n of them (zero padded);
- *   CI_JSON_F6(v)         a finite double with six decimals;
+ *   CI_JSON_HEX(v, p, n)  "<p><hex>": the prefix p (a literal), then v in lowercase hex
+ *                         digits, at least n of them (zero padded);
+ *   CI_JSON_F6(v)         a finite double with six decimals (a number that may not be finite
+ *                         is written as the schema's text for it where it is not);
  *   CI_JSON_STR(s)        "<s>": any bytes made a valid JSON string.
- * An optional key is left out where its text is NULL, or its has_<key> (or flag) false.
+ * An optional key is left out where its text or object is NULL, or its has_<key> (or flag)
+ * false; of a oneOf's alternatives (one key, a member each), the first non-NULL is written.
  */
 #ifndef COMMINSIGHT_INSPECTOR_LOG_V1_CODEC_H
 #define COMMINSIGHT_INSPECTOR_LOG_V1_CODEC_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -21,6 +25,340 @@
     !defined(CI_JSON_HEX) || !defined(CI_JSON_F6) || !defined(CI_JSON_STR)
 #error "define the CI_JSON_* appenders before including this header"
 #endif
+
+/* Header. */
+typedef struct {
+    uint64_t id; /* Communicator id (NCCL commId / commHash) as lowercase hexadecimal with a 0x prefix and no zero padding (NVIDIA's form; CommInsight's own comm_id fields hold the same number as 16 zero-padded digits without prefix). */
+    const char* comm_name; /* Communicator name given to NCCL (commName); NVIDIA and CommInsight write "unknown" when NCCL passed none. */
+    uint64_t rank; /* This member's rank within the communicator. */
+    uint64_t n_ranks; /* Number of ranks in the communicator. */
+    uint64_t nnodes; /* Number of nodes the communicator spans. */
+} ci_inspector_log_v1_header_t;
+
+static inline void ci_inspector_log_v1_put_header(const ci_inspector_log_v1_header_t* v) {
+    CI_JSON_LIT("{\"id\":");
+    CI_JSON_HEX(v->id, "0x", 1);
+    if (v->comm_name) {
+        CI_JSON_LIT(",\"comm_name\":");
+        CI_JSON_STR(v->comm_name);
+    }
+    CI_JSON_LIT(",\"rank\":");
+    CI_JSON_U64(v->rank);
+    CI_JSON_LIT(",\"n_ranks\":");
+    CI_JSON_U64(v->n_ranks);
+    CI_JSON_LIT(",\"nnodes\":");
+    CI_JSON_U64(v->nnodes);
+    CI_JSON_LIT("}");
+}
+
+/* Metadata. */
+typedef struct {
+    const char* inspector_output_format_version; /* Version of the Inspector line format, e.g. "v4.0". */
+    const char* git_rev; /* Source revision of the producing plugin (may be empty). */
+    const char* rec_mechanism; /* How the record was captured, e.g. "nccl_profiler_interface". */
+    uint64_t dump_timestamp_us; /* Wall-clock time the line was written, in microseconds since the Unix epoch (CLOCK_REALTIME; NVIDIA's name, which predates CommInsight's *_real_* naming). */
+    const char* hostname; /* Host name of the producing process. */
+    uint64_t pid; /* Process id of the producing process. */
+} ci_inspector_log_v1_metadata_t;
+
+static inline void ci_inspector_log_v1_put_metadata(const ci_inspector_log_v1_metadata_t* v) {
+    CI_JSON_LIT("{\"inspector_output_format_version\":");
+    CI_JSON_STR(v->inspector_output_format_version);
+    CI_JSON_LIT(",\"git_rev\":");
+    CI_JSON_STR(v->git_rev);
+    CI_JSON_LIT(",\"rec_mechanism\":");
+    CI_JSON_STR(v->rec_mechanism);
+    CI_JSON_LIT(",\"dump_timestamp_us\":");
+    CI_JSON_U64(v->dump_timestamp_us);
+    CI_JSON_LIT(",\"hostname\":");
+    CI_JSON_STR(v->hostname);
+    CI_JSON_LIT(",\"pid\":");
+    CI_JSON_U64(v->pid);
+    CI_JSON_LIT("}");
+}
+
+/* CollPerf. */
+typedef struct {
+    const char* coll; /* Collective function name, e.g. "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce" (NVIDIA spells all-to-all "All2All"; NCCL's profiler descriptor, which CommInsight copies, spells it "AlltoAll"). */
+    uint64_t coll_sn; /* NCCL's collective sequence number within the communicator (0, 1, 2, ... per communicator); the same op has the same number on every rank. */
+    uint64_t coll_msg_size_bytes; /* Message size in bytes: element count times datatype size. */
+    uint64_t coll_exec_time_us; /* Execution time in whole microseconds, measured as coll_timing_source says. */
+    const char* coll_timing_source; /* Where the execution time came from: "kernel_gpu" (GPU globaltimer ticks of the kernel channels), "kernel_cpu" (host times of the kernel-channel events) or "collective_cpu" (host start/stop of the collective). */
+    double coll_algobw_gbs; /* Algorithm bandwidth in GB/s (10^9 bytes/s): traffic bytes / execution time, by NCCL's performance-test formulas. */
+    double coll_busbw_gbs; /* Bus bandwidth in GB/s: algorithm bandwidth times NCCL's per-collective factor (e.g. 2(n-1)/n for AllReduce); "nan" possible from NVIDIA's writer as for coll_algobw_gbs. */
+} ci_inspector_log_v1_coll_perf_t;
+
+static inline void ci_inspector_log_v1_put_coll_perf(const ci_inspector_log_v1_coll_perf_t* v) {
+    CI_JSON_LIT("{\"coll\":");
+    CI_JSON_STR(v->coll);
+    CI_JSON_LIT(",\"coll_sn\":");
+    CI_JSON_U64(v->coll_sn);
+    CI_JSON_LIT(",\"coll_msg_size_bytes\":");
+    CI_JSON_U64(v->coll_msg_size_bytes);
+    CI_JSON_LIT(",\"coll_exec_time_us\":");
+    CI_JSON_U64(v->coll_exec_time_us);
+    if (v->coll_timing_source) {
+        CI_JSON_LIT(",\"coll_timing_source\":");
+        CI_JSON_STR(v->coll_timing_source);
+    }
+    CI_JSON_LIT(",\"coll_algobw_gbs\":");
+    if (isfinite(v->coll_algobw_gbs)) CI_JSON_F6(v->coll_algobw_gbs); else CI_JSON_LIT("\"nan\"");
+    CI_JSON_LIT(",\"coll_busbw_gbs\":");
+    if (isfinite(v->coll_busbw_gbs)) CI_JSON_F6(v->coll_busbw_gbs); else CI_JSON_LIT("\"nan\"");
+    CI_JSON_LIT("}");
+}
+
+/* P2pPerf. */
+typedef struct {
+    const char* p2p; /* Point-to-point function name: "Send" or "Recv" ("SendRecv" possible). */
+    uint64_t p2p_sn; /* Per-communicator point-to-point counter kept by the producer (NCCL gives P2P events no sequence number); not comparable across ranks. */
+    uint64_t p2p_peer; /* Rank of the peer within the communicator. */
+    uint64_t p2p_msg_size_bytes; /* Message size in bytes: element count times datatype size. */
+    uint64_t p2p_exec_time_us; /* Execution time in whole microseconds, measured as p2p_timing_source says. */
+    const char* p2p_timing_source; /* "kernel_gpu", "kernel_cpu" or "collective_cpu", as for coll_timing_source. */
+    double p2p_algobw_gbs; /* Algorithm bandwidth in GB/s (bytes / execution time); "nan" possible from NVIDIA's writer as for coll_algobw_gbs. */
+    double p2p_busbw_gbs; /* Bus bandwidth in GB/s (equal to the algorithm bandwidth for point-to-point); "nan" possible from NVIDIA's writer. */
+} ci_inspector_log_v1_p2p_perf_t;
+
+static inline void ci_inspector_log_v1_put_p2p_perf(const ci_inspector_log_v1_p2p_perf_t* v) {
+    CI_JSON_LIT("{\"p2p\":");
+    CI_JSON_STR(v->p2p);
+    CI_JSON_LIT(",\"p2p_sn\":");
+    CI_JSON_U64(v->p2p_sn);
+    CI_JSON_LIT(",\"p2p_peer\":");
+    CI_JSON_U64(v->p2p_peer);
+    CI_JSON_LIT(",\"p2p_msg_size_bytes\":");
+    CI_JSON_U64(v->p2p_msg_size_bytes);
+    CI_JSON_LIT(",\"p2p_exec_time_us\":");
+    CI_JSON_U64(v->p2p_exec_time_us);
+    if (v->p2p_timing_source) {
+        CI_JSON_LIT(",\"p2p_timing_source\":");
+        CI_JSON_STR(v->p2p_timing_source);
+    }
+    CI_JSON_LIT(",\"p2p_algobw_gbs\":");
+    if (isfinite(v->p2p_algobw_gbs)) CI_JSON_F6(v->p2p_algobw_gbs); else CI_JSON_LIT("\"nan\"");
+    CI_JSON_LIT(",\"p2p_busbw_gbs\":");
+    if (isfinite(v->p2p_busbw_gbs)) CI_JSON_F6(v->p2p_busbw_gbs); else CI_JSON_LIT("\"nan\"");
+    CI_JSON_LIT("}");
+}
+
+/* CiColl: kind "coll". */
+typedef struct {
+    uint64_t ring_seq; /* The record's SHM ring sequence number. */
+    bool has_op_index;
+    uint64_t op_index; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops. */
+    uint64_t count; /* Element count NCCL reported for the collective. */
+    const char* datatype; /* NCCL datatype name as NCCL reported it, e.g. "ncclFloat32", "ncclBfloat16". */
+    bool has_root;
+    uint64_t root; /* Root rank; present for rooted collectives (Broadcast, Reduce) only. */
+    const char* algo; /* Algorithm NCCL chose, as NCCL names it, e.g. "RING", "TREE", "NVLS", "PAT". */
+    const char* proto; /* Protocol NCCL chose, as NCCL names it, e.g. "SIMPLE", "LL", "LL128". */
+    uint64_t n_channels; /* Number of channels NCCL used (nChannels). */
+    uint64_t n_warps; /* Number of warps per channel NCCL used (nWarps). */
+    bool has_stream;
+    uint64_t stream; /* CUDA stream handle of the API call as 0x-prefixed lowercase hexadecimal; absent when NCCL did not report one (profiler ABI v4, or a NULL stream). */
+    bool has_graph_captured;
+    bool graph_captured; /* True when the call was captured into a CUDA graph; absent when NCCL did not say (profiler ABI v4). */
+    bool has_group_id;
+    uint64_t group_id; /* Per-process id of the NCCL group the op was launched in; ops of one group share it. Absent when unknown. */
+    bool has_user_tag;
+    uint64_t user_tag; /* The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); absent when untagged or not reported. */
+    const char* kernel_variant; /* Name of the kernel variant NCCL launched (profiler ABI v7), cut to 31 bytes on a character boundary; absent when not reported. */
+    bool sym_coll; /* Present (true) only when the collective ran a symmetric-memory kernel (profiler ABI v7 isSymColl). */
+    bool has_tid;
+    uint64_t tid; /* Kernel thread id of the thread that enqueued the op; absent when unknown. */
+    bool has_api_start_mono_ns;
+    uint64_t api_start_mono_ns; /* CLOCK_MONOTONIC time the NCCL API call started (CollApi event, profiler ABI v5+); absent when not observed. */
+    uint64_t host_start_mono_ns; /* CLOCK_MONOTONIC time NCCL started the collective event (task enqueue). */
+    uint64_t host_stop_mono_ns; /* CLOCK_MONOTONIC time NCCL stopped the collective event on the host; typically microseconds after the start and long before the GPU finishes. */
+    bool has_host_complete_mono_ns;
+    uint64_t host_complete_mono_ns; /* CLOCK_MONOTONIC time the profiler saw the last kernel channel stop, i.e. when the host learned the op completed; absent when no channel stop was seen. */
+    bool has_gpu_start_globaltimer_ns;
+    uint64_t gpu_start_globaltimer_ns; /* Earliest GPU globaltimer tick (nanoseconds in the GPU's clock domain: neither CLOCK_MONOTONIC nor exactly CLOCK_REALTIME) at which a kernel channel started; absent without GPU timing. */
+    bool has_gpu_stop_globaltimer_ns;
+    uint64_t gpu_stop_globaltimer_ns; /* Latest GPU globaltimer tick at which a kernel channel stopped (KernelChStop); absent without GPU timing. */
+    bool has_channels_completed;
+    uint64_t channels_completed; /* Kernel channels whose stop the profiler saw; less than n_channels when channel events were lost, disabled or cut short. */
+    bool has_forced_complete;
+    bool forced_complete; /* True when the record was completed by communicator finalize or process exit rather than by NCCL's events (its times are then incomplete); absent otherwise. */
+} ci_inspector_log_v1_ci_coll_t;
+
+static inline void ci_inspector_log_v1_put_ci_coll(const ci_inspector_log_v1_ci_coll_t* v) {
+    CI_JSON_LIT("{\"kind\":\"coll\",\"schema_version\":1,\"ring_seq\":");
+    CI_JSON_U64(v->ring_seq);
+    if (v->has_op_index) {
+        CI_JSON_LIT(",\"op_index\":");
+        CI_JSON_U64(v->op_index);
+    }
+    CI_JSON_LIT(",\"count\":");
+    CI_JSON_U64(v->count);
+    CI_JSON_LIT(",\"datatype\":");
+    CI_JSON_STR(v->datatype);
+    if (v->has_root) {
+        CI_JSON_LIT(",\"root\":");
+        CI_JSON_U64(v->root);
+    }
+    CI_JSON_LIT(",\"algo\":");
+    CI_JSON_STR(v->algo);
+    CI_JSON_LIT(",\"proto\":");
+    CI_JSON_STR(v->proto);
+    CI_JSON_LIT(",\"n_channels\":");
+    CI_JSON_U64(v->n_channels);
+    CI_JSON_LIT(",\"n_warps\":");
+    CI_JSON_U64(v->n_warps);
+    if (v->has_stream) {
+        CI_JSON_LIT(",\"stream\":");
+        CI_JSON_HEX(v->stream, "0x", 1);
+    }
+    if (v->has_graph_captured) {
+        CI_JSON_LIT(",\"graph_captured\":");
+        if (v->graph_captured) CI_JSON_LIT("true"); else CI_JSON_LIT("false");
+    }
+    if (v->has_group_id) {
+        CI_JSON_LIT(",\"group_id\":");
+        CI_JSON_U64(v->group_id);
+    }
+    if (v->has_user_tag) {
+        CI_JSON_LIT(",\"user_tag\":");
+        CI_JSON_U64(v->user_tag);
+    }
+    if (v->kernel_variant) {
+        CI_JSON_LIT(",\"kernel_variant\":");
+        CI_JSON_STR(v->kernel_variant);
+    }
+    if (v->sym_coll) CI_JSON_LIT(",\"sym_coll\":true");
+    if (v->has_tid) {
+        CI_JSON_LIT(",\"tid\":");
+        CI_JSON_U64(v->tid);
+    }
+    if (v->has_api_start_mono_ns) {
+        CI_JSON_LIT(",\"api_start_mono_ns\":");
+        CI_JSON_U64(v->api_start_mono_ns);
+    }
+    CI_JSON_LIT(",\"host_start_mono_ns\":");
+    CI_JSON_U64(v->host_start_mono_ns);
+    CI_JSON_LIT(",\"host_stop_mono_ns\":");
+    CI_JSON_U64(v->host_stop_mono_ns);
+    if (v->has_host_complete_mono_ns) {
+        CI_JSON_LIT(",\"host_complete_mono_ns\":");
+        CI_JSON_U64(v->host_complete_mono_ns);
+    }
+    if (v->has_gpu_start_globaltimer_ns) {
+        CI_JSON_LIT(",\"gpu_start_globaltimer_ns\":");
+        CI_JSON_U64(v->gpu_start_globaltimer_ns);
+    }
+    if (v->has_gpu_stop_globaltimer_ns) {
+        CI_JSON_LIT(",\"gpu_stop_globaltimer_ns\":");
+        CI_JSON_U64(v->gpu_stop_globaltimer_ns);
+    }
+    if (v->has_channels_completed) {
+        CI_JSON_LIT(",\"channels_completed\":");
+        CI_JSON_U64(v->channels_completed);
+    }
+    if (v->has_forced_complete) {
+        CI_JSON_LIT(",\"forced_complete\":");
+        if (v->forced_complete) CI_JSON_LIT("true"); else CI_JSON_LIT("false");
+    }
+    CI_JSON_LIT("}");
+}
+
+/* CiP2p: kind "p2p". */
+typedef struct {
+    uint64_t ring_seq; /* The record's SHM ring sequence number. */
+    bool has_op_index;
+    uint64_t op_index; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops. */
+    uint64_t count; /* Element count NCCL reported. */
+    const char* datatype; /* NCCL datatype name as NCCL reported it, e.g. "ncclBfloat16". */
+    uint64_t n_channels; /* Number of channels NCCL used. */
+    bool has_stream;
+    uint64_t stream; /* CUDA stream handle as 0x-prefixed lowercase hexadecimal; absent when NCCL did not report one. */
+    bool has_graph_captured;
+    bool graph_captured; /* True when the call was captured into a CUDA graph; absent when NCCL did not say. */
+    bool has_group_id;
+    uint64_t group_id; /* Per-process id of the NCCL group the op was launched in (the sends and receives of one pipeline exchange share it); absent when unknown. */
+    bool has_user_tag;
+    uint64_t user_tag; /* The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); absent when untagged or not reported. */
+    bool has_tid;
+    uint64_t tid; /* Kernel thread id of the thread that enqueued the op; absent when unknown. */
+    bool has_api_start_mono_ns;
+    uint64_t api_start_mono_ns; /* CLOCK_MONOTONIC time the NCCL API call started (P2pApi event, profiler ABI v5+); absent when not observed. */
+    uint64_t host_start_mono_ns; /* CLOCK_MONOTONIC time NCCL started the P2P event (task enqueue). */
+    uint64_t host_stop_mono_ns; /* CLOCK_MONOTONIC time NCCL stopped the P2P event on the host. */
+    bool has_host_complete_mono_ns;
+    uint64_t host_complete_mono_ns; /* CLOCK_MONOTONIC time the profiler saw the last kernel channel stop; absent when no channel stop was seen. */
+    bool has_gpu_start_globaltimer_ns;
+    uint64_t gpu_start_globaltimer_ns; /* Earliest GPU globaltimer tick at which a kernel channel started; absent without GPU timing. */
+    bool has_gpu_stop_globaltimer_ns;
+    uint64_t gpu_stop_globaltimer_ns; /* Latest GPU globaltimer tick at which a kernel channel stopped; absent without GPU timing. */
+    bool has_channels_completed;
+    uint64_t channels_completed; /* Kernel channels whose stop the profiler saw. */
+    bool has_forced_complete;
+    bool forced_complete; /* True when the record was completed by communicator finalize or process exit rather than by NCCL's events; absent otherwise. */
+} ci_inspector_log_v1_ci_p2p_t;
+
+static inline void ci_inspector_log_v1_put_ci_p2p(const ci_inspector_log_v1_ci_p2p_t* v) {
+    CI_JSON_LIT("{\"kind\":\"p2p\",\"schema_version\":1,\"ring_seq\":");
+    CI_JSON_U64(v->ring_seq);
+    if (v->has_op_index) {
+        CI_JSON_LIT(",\"op_index\":");
+        CI_JSON_U64(v->op_index);
+    }
+    CI_JSON_LIT(",\"count\":");
+    CI_JSON_U64(v->count);
+    CI_JSON_LIT(",\"datatype\":");
+    CI_JSON_STR(v->datatype);
+    CI_JSON_LIT(",\"n_channels\":");
+    CI_JSON_U64(v->n_channels);
+    if (v->has_stream) {
+        CI_JSON_LIT(",\"stream\":");
+        CI_JSON_HEX(v->stream, "0x", 1);
+    }
+    if (v->has_graph_captured) {
+        CI_JSON_LIT(",\"graph_captured\":");
+        if (v->graph_captured) CI_JSON_LIT("true"); else CI_JSON_LIT("false");
+    }
+    if (v->has_group_id) {
+        CI_JSON_LIT(",\"group_id\":");
+        CI_JSON_U64(v->group_id);
+    }
+    if (v->has_user_tag) {
+        CI_JSON_LIT(",\"user_tag\":");
+        CI_JSON_U64(v->user_tag);
+    }
+    if (v->has_tid) {
+        CI_JSON_LIT(",\"tid\":");
+        CI_JSON_U64(v->tid);
+    }
+    if (v->has_api_start_mono_ns) {
+        CI_JSON_LIT(",\"api_start_mono_ns\":");
+        CI_JSON_U64(v->api_start_mono_ns);
+    }
+    CI_JSON_LIT(",\"host_start_mono_ns\":");
+    CI_JSON_U64(v->host_start_mono_ns);
+    CI_JSON_LIT(",\"host_stop_mono_ns\":");
+    CI_JSON_U64(v->host_stop_mono_ns);
+    if (v->has_host_complete_mono_ns) {
+        CI_JSON_LIT(",\"host_complete_mono_ns\":");
+        CI_JSON_U64(v->host_complete_mono_ns);
+    }
+    if (v->has_gpu_start_globaltimer_ns) {
+        CI_JSON_LIT(",\"gpu_start_globaltimer_ns\":");
+        CI_JSON_U64(v->gpu_start_globaltimer_ns);
+    }
+    if (v->has_gpu_stop_globaltimer_ns) {
+        CI_JSON_LIT(",\"gpu_stop_globaltimer_ns\":");
+        CI_JSON_U64(v->gpu_stop_globaltimer_ns);
+    }
+    if (v->has_channels_completed) {
+        CI_JSON_LIT(",\"channels_completed\":");
+        CI_JSON_U64(v->channels_completed);
+    }
+    if (v->has_forced_complete) {
+        CI_JSON_LIT(",\"forced_complete\":");
+        if (v->forced_complete) CI_JSON_LIT("true"); else CI_JSON_LIT("false");
+    }
+    CI_JSON_LIT("}");
+}
 
 /* CiCollCompact: kind "c". */
 typedef struct {
@@ -72,7 +410,7 @@ static inline void ci_inspector_log_v1_put_ci_coll_compact(const ci_inspector_lo
     CI_JSON_LIT("{\"kind\":\"c\",\"q\":");
     CI_JSON_U64(v->q);
     CI_JSON_LIT(",\"c\":");
-    CI_JSON_HEX(v->c, 16);
+    CI_JSON_HEX(v->c, "", 16);
     if (v->cn) {
         CI_JSON_LIT(",\"cn\":");
         CI_JSON_STR(v->cn);
@@ -109,7 +447,7 @@ static inline void ci_inspector_log_v1_put_ci_coll_compact(const ci_inspector_lo
     CI_JSON_U64(v->w);
     if (v->has_st) {
         CI_JSON_LIT(",\"st\":");
-        CI_JSON_HEX(v->st, 1);
+        CI_JSON_HEX(v->st, "", 1);
     }
     if (v->gc) CI_JSON_LIT(",\"gc\":true");
     if (v->has_gr) {
@@ -202,7 +540,7 @@ static inline void ci_inspector_log_v1_put_ci_p2p_compact(const ci_inspector_log
     CI_JSON_LIT("{\"kind\":\"p\",\"q\":");
     CI_JSON_U64(v->q);
     CI_JSON_LIT(",\"c\":");
-    CI_JSON_HEX(v->c, 16);
+    CI_JSON_HEX(v->c, "", 16);
     if (v->cn) {
         CI_JSON_LIT(",\"cn\":");
         CI_JSON_STR(v->cn);
@@ -233,7 +571,7 @@ static inline void ci_inspector_log_v1_put_ci_p2p_compact(const ci_inspector_log
     CI_JSON_U64(v->ch);
     if (v->has_st) {
         CI_JSON_LIT(",\"st\":");
-        CI_JSON_HEX(v->st, 1);
+        CI_JSON_HEX(v->st, "", 1);
     }
     if (v->gc) CI_JSON_LIT(",\"gc\":true");
     if (v->has_gr) {
@@ -273,6 +611,72 @@ static inline void ci_inspector_log_v1_put_ci_p2p_compact(const ci_inspector_log
     CI_JSON_LIT(",\"cc\":");
     CI_JSON_U64(v->cc);
     if (v->fc) CI_JSON_LIT(",\"fc\":true");
+    CI_JSON_LIT("}");
+}
+
+/* InspectorLogRecord. */
+typedef struct {
+    const ci_inspector_log_v1_header_t* header; /* NVIDIA Inspector communicator header. */
+    const ci_inspector_log_v1_metadata_t* metadata; /* NVIDIA Inspector producer metadata. */
+    const ci_inspector_log_v1_coll_perf_t* coll_perf; /* NVIDIA Inspector per-collective performance record. */
+    const ci_inspector_log_v1_p2p_perf_t* p2p_perf; /* NVIDIA Inspector per-send/recv performance record, the point-to-point counterpart of coll_perf. */
+    const ci_inspector_log_v1_ci_coll_t* ci_coll; /* CommInsight's own part of the line, tagged by `kind`. Absent on foreign NVIDIA Inspector lines. (CiColl) */
+    const ci_inspector_log_v1_ci_p2p_t* ci_p2p; /* CommInsight's own part of the line, tagged by `kind`. Absent on foreign NVIDIA Inspector lines. (CiP2p) */
+    const ci_inspector_log_v1_ci_coll_compact_t* ci_coll_compact; /* CommInsight's own part of the line, tagged by `kind`. Absent on foreign NVIDIA Inspector lines. (CiCollCompact) */
+    const ci_inspector_log_v1_ci_p2p_compact_t* ci_p2p_compact; /* CommInsight's own part of the line, tagged by `kind`. Absent on foreign NVIDIA Inspector lines. (CiP2pCompact) */
+} ci_inspector_log_v1_inspector_log_record_t;
+
+static inline void ci_inspector_log_v1_put_inspector_log_record(const ci_inspector_log_v1_inspector_log_record_t* v) {
+    CI_JSON_LIT("{");
+    int more = 0;
+    if (v->header) {
+        if (more) CI_JSON_LIT(",");
+        CI_JSON_LIT("\"header\":");
+        ci_inspector_log_v1_put_header(v->header);
+        more = 1;
+    }
+    if (v->metadata) {
+        if (more) CI_JSON_LIT(",");
+        CI_JSON_LIT("\"metadata\":");
+        ci_inspector_log_v1_put_metadata(v->metadata);
+        more = 1;
+    }
+    if (v->coll_perf) {
+        if (more) CI_JSON_LIT(",");
+        CI_JSON_LIT("\"coll_perf\":");
+        ci_inspector_log_v1_put_coll_perf(v->coll_perf);
+        more = 1;
+    }
+    if (v->p2p_perf) {
+        if (more) CI_JSON_LIT(",");
+        CI_JSON_LIT("\"p2p_perf\":");
+        ci_inspector_log_v1_put_p2p_perf(v->p2p_perf);
+        more = 1;
+    }
+    if (v->ci_coll) {
+        if (more) CI_JSON_LIT(",");
+        CI_JSON_LIT("\"ci\":");
+        ci_inspector_log_v1_put_ci_coll(v->ci_coll);
+        more = 1;
+    }
+    else if (v->ci_p2p) {
+        if (more) CI_JSON_LIT(",");
+        CI_JSON_LIT("\"ci\":");
+        ci_inspector_log_v1_put_ci_p2p(v->ci_p2p);
+        more = 1;
+    }
+    else if (v->ci_coll_compact) {
+        if (more) CI_JSON_LIT(",");
+        CI_JSON_LIT("\"ci\":");
+        ci_inspector_log_v1_put_ci_coll_compact(v->ci_coll_compact);
+        more = 1;
+    }
+    else if (v->ci_p2p_compact) {
+        if (more) CI_JSON_LIT(",");
+        CI_JSON_LIT("\"ci\":");
+        ci_inspector_log_v1_put_ci_p2p_compact(v->ci_p2p_compact);
+        more = 1;
+    }
     CI_JSON_LIT("}");
 }
 
