@@ -221,4 +221,5 @@ class V:
     V4: Final = "v4"
     V5: Final = "v5"
     V6: Final = "v6"
+    V7: Final = "v7"
     WRITE_ERROR: Final = "write_error"

@@ -1580,12 +1580,13 @@ class CommIdentity(Struct, forbid_unknown_fields=True):
 
 class ProfilerAbi(Enum):
     """
-    NCCL profiler ABI version NCCL used to talk to the plugin.
+    NCCL profiler ABI version NCCL used to talk to the plugin: every version of the nccl-profiler protocol the Profiler serves.
     """
 
     v4 = 'v4'
     v5 = 'v5'
     v6 = 'v6'
+    v7 = 'v7'
 
 
 class CiCommInit(Struct, forbid_unknown_fields=True, tag_field='kind', tag='comm_init'):
