@@ -1,15 +1,17 @@
-"""inspector-log: the op line's encoders, generated for both writers (the Profiler's log writer
+"""inspector-log: the line's encoders, generated for both writers (the Profiler's log writer
 in C, the Agent's lines for a dead process's records in Python), so that the keys of a line,
 their order, which of them may be left out and how each value is spelled are the schema's.
 
-Every object of an op line (`CODEC_DEFS`: NVIDIA's header, metadata and perf objects, the ci
-object of each op kind in both forms, and the line itself) is written key for key in the order
-of its schema `properties`. For C, each object gets a struct with a member per property and an
-encoder that appends it to the writer's line through macros the includer defines (the header
-lists them), literal text joined into as few appends as the optional keys allow; an object
-member is a pointer to its struct, and the line's `ci` (a oneOf) a pointer per op kind. For
-Python, each object's key order and a function that orders an object's values by it, refusing
-a key the schema does not have or a required one missing.
+Every object of a line (`CODEC_DEFS`: NVIDIA's header, metadata and perf objects, the ci object
+of every kind - op lines in both forms, communicators made and finalized, gaps, hang evidence,
+segment starts and seals - the objects they hold, and the line itself) is written key for key
+in the order of its schema `properties`. For C, each object gets a struct with a member per
+property and an encoder that appends it to the writer's line through macros the includer
+defines (the header lists them), literal text joined into as few appends as the optional keys
+allow; an object member is a pointer to its struct, the line's `ci` (a oneOf) a pointer per
+kind, and an array the writer's function that appends its items. For Python, each object's key
+order, the objects it holds, and a function that orders an object's values (nested ones too)
+by them, refusing a key the schema does not have or a required one missing.
 
 How a property is spelled follows from its schema:
 - integer: unsigned where its minimum is 0 or more, else signed (a difference of clocks);
@@ -36,7 +38,7 @@ from codegen.log_fields import _macro_part
 from codegen.registry import Protocol
 from codegen.templating import render
 
-# the objects of an op line, each before the objects that hold it; ROOT is the line itself
+# the objects of a line, each before the objects that hold it; ROOT is the line itself
 ROOT = "InspectorLogRecord"
 CODEC_DEFS = (
     "Header",
@@ -47,6 +49,17 @@ CODEC_DEFS = (
     "CiP2p",
     "CiCollCompact",
     "CiP2pCompact",
+    "CommIdentity",
+    "ProcessIdentity",
+    "ClockAnchor",
+    "SeqProgress",
+    "CommProgress",
+    "CiCommInit",
+    "CiCommFinalize",
+    "CiGap",
+    "CiHangEvidence",
+    "CiSegmentStart",
+    "CiSeal",
     ROOT,
 )
 # hex string patterns -> (prefix, least digits)
@@ -99,14 +112,15 @@ _C_KEYWORDS = {
 class Member:
     key: str  # the JSON key
     name: str  # the C member (the key, or key_<object> for one alternative of a oneOf)
-    shape: str  # const, flag, uint, int, hex, text, bool, number, object
+    shape: str  # const, flag, uint, int, hex, text, bool, number, object, array
     required: bool
     c_type: str
     doc: str
     const: str = ""  # a const's JSON text; a number's text where it is not finite
     hex_prefix: str = ""
     hex_digits: int = 0  # a hex string's least number of digits (zero padded)
-    encoder: str = ""  # an object's: the snake name of its encoder
+    encoder: str = ""  # an object's or an array's items': the snake name of their encoder
+    target: str = ""  # an object's or an array's items': the schema's name of their object
 
 
 def _snake(name: str) -> str:
@@ -169,6 +183,7 @@ def _members(
                 f"const {prefix}_{_snake(n)}_t*",
                 f"{text} ({n})",
                 encoder=_snake(n),
+                target=n,
             )
             for n in encoded
         ]
@@ -186,11 +201,30 @@ def _members(
                     f"const {prefix}_{_snake(target)}_t*",
                     text,
                     encoder=_snake(target),
+                    target=target,
                 )
             ]
         if required:
             raise SchemaError(source, where, "a required object no encoder writes")
         return []
+    if body.get("type") == "array":
+        item = _ref_name(body.get("items"))
+        if item not in CODEC_DEFS:
+            raise SchemaError(source, where, "an array of objects an encoder writes alone")
+        # the writer's own loop writes the items (their encoder, a comma between): a
+        # callback, so that no array of them need be built to write one line
+        return [
+            Member(
+                key,
+                key,
+                "array",
+                required,
+                "void (*",
+                f"{text} (writes each {item}, a comma between)",
+                encoder=_snake(item),
+                target=item,
+            )
+        ]
     if "const" in body:
         if required:  # the kind tag, a format's version: written always, no member
             return [Member(key, key, "const", True, "", text, const=json.dumps(body["const"]))]
@@ -258,11 +292,13 @@ def _value(m: Member, prefix: str) -> str:
         return f"if (isfinite({v})) CI_JSON_F6({v}); else CI_JSON_LIT({json.dumps(m.const)});"
     if m.shape == "object":
         return f"{prefix}_put_{m.encoder}({v});"
+    if m.shape == "array":
+        return f'CI_JSON_LIT("["); {v}({v}_ctx); CI_JSON_LIT("]");'
     return f"{_APPEND[m.shape]}({v});"
 
 
 def _present(m: Member) -> str:
-    if m.shape in ("text", "object", "flag"):
+    if m.shape in ("text", "object", "flag", "array"):
         return f"v->{m.name}"
     return f"v->has_{m.name}"
 
@@ -313,6 +349,11 @@ def _statements(members: list[Member], prefix: str) -> list[str]:
         elif m.shape == "flag":
             flush()
             out.append(f"if (v->{m.name}) CI_JSON_LIT({json.dumps(comma + key + m.const)});")
+        elif m.required and m.shape == "array":  # the brackets joined to the literals
+            pending += comma + key + "["
+            flush()
+            out.append(f"v->{m.name}(v->{m.name}_ctx);")
+            pending = "]"
         elif m.required:
             pending += comma + key
             flush()
@@ -335,7 +376,7 @@ def codecs(p: Protocol, doc: dict, prefix: str = "ci") -> list[dict]:
         where = "(root)" if name == ROOT else f"$defs.{name}"
         body = doc if name == ROOT else doc.get("$defs", {}).get(name)
         if not isinstance(body, dict) or not isinstance(body.get("properties"), dict):
-            raise SchemaError(p.source, where, "an op line's encoder needs this object")
+            raise SchemaError(p.source, where, "a line's encoder needs this object")
         required = set(body.get("required", []))
         members = [
             m
@@ -355,6 +396,13 @@ def codecs(p: Protocol, doc: dict, prefix: str = "ci") -> list[dict]:
                 "members": members,
                 "statements": _statements(members, prefix),
                 "key_order": tuple(dict.fromkeys(m.key for m in members)),
+                # key -> the object its value is (a list of, for an array); "" for a oneOf,
+                # told by the value's kind
+                "nested": {
+                    m.key: "" if m.name != m.key else m.target
+                    for m in members
+                    if m.shape in ("object", "array")
+                },
                 "required_keys": tuple(m.key for m in members if m.required),
             }
         )

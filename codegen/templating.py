@@ -44,7 +44,12 @@ def _pyrepr(value: object) -> str:
     return repr(value)
 
 
+def _pyrepr_dict(value: dict) -> str:
+    return "{" + ", ".join(f"{_pyrepr(k)}: {_pyrepr(v)}" for k, v in value.items()) + "}"
+
+
 _ENV.filters["pyrepr"] = _pyrepr
+_ENV.filters["pyrepr_dict"] = _pyrepr_dict
 _ENV.filters["wrap_text"] = _wrap_text
 
 

@@ -27,17 +27,10 @@
 #define RETRY_NS 1000000000ull      /* disk-full retry period */
 #define STUCK_NS 1000000000ull      /* a ticket never completed after this is lost */
 
-/* Every property name (F) and string constant (V) is the schema's spelling, from the generated
- * header, joined into the format strings at compile time. K and Q paste their argument directly
- * (no expansion first), so a name such as NAN is never taken for <math.h>'s macro. */
-#define F(name) CI_INSPECTOR_LOG_V1_F_##name
+/* Every line is written by the encoders generated from the schema (inspector_log_v1_codec.h,
+ * included below with what they append through); the string constants the writer chooses
+ * among (kinds, name sources) are the schema's spelling too. */
 #define V(name) CI_INSPECTOR_LOG_V1_V_##name
-#define K(name) "\"" CI_INSPECTOR_LOG_V1_F_##name "\":" /* `"name":` */
-#define Q(name) "\"" CI_INSPECTOR_LOG_V1_V_##name "\""  /* `"value"` */
-/* ci.schema_version's const (the generated C header has no macro for integer constants) */
-#define SCHEMA_V "1"
-/* `{"ci":{"kind":"<kind>","schema_version":1,` : how every CommInsight-only line starts */
-#define LINE_HEAD(kind) "{" K(CI) "{" K(KIND) "\"" CI_INSPECTOR_LOG_V1_V_##kind "\"," K(SCHEMA_VERSION) SCHEMA_V ","
 
 typedef struct segment {
     int fd;
@@ -169,11 +162,6 @@ static void put_json_string(const char* s) {
     put("\"");
 }
 
-static void put_str(const char* key, const char* s) {
-    put("\"%s\":", key);
-    put_json_string(s);
-}
-
 /* Appenders of the generated encoders (inspector_log_v1_codec.h): text and numbers copied in
  * without a format string to interpret, what most of a compact line is made of. Like put(),
  * they stop at the buffer's end rather than overrun it. */
@@ -219,24 +207,6 @@ static uint64_t mono_to_real(uint64_t mono) {
 
 static const char* label_or(const char* label, const char* fallback) { return label ? label : fallback; }
 
-static void put_comm_identity(const ci_shm_comm_entry_v1_t* e) {
-    put("{" K(COMM_ID) "\"%016llx\",", (unsigned long long)e->comm_id);
-    if (e->name[0]) {
-        put_str(F(COMM_NAME), e->name);
-        put(",");
-    }
-    put(K(NAME_SOURCE) "\"%s\"," K(COMM_RANK) "%d," K(NRANKS) "%d," K(NNODES) "%d,",
-        e->name_source == CI_SHM_V1_NAME_SOURCE_INJECT ? V(INJECT)
-        : e->name_source == CI_SHM_V1_NAME_SOURCE_NCCL ? V(NCCL)
-                                                       : V(NONE),
-        e->rank, e->nranks, e->nnodes);
-    if (e->local_rank >= 0) put(K(LOCAL_RANK) "%d,", e->local_rank);
-    if (e->cuda_device >= 0) put(K(CUDA_DEVICE) "%d,", e->cuda_device);
-    put(K(PID) "%d,", (int)ci_g.pid);
-    put_str(F(HOST), ci_g.hostname);
-    put("}");
-}
-
 /* Execution time (Inspector's whole microseconds) and bandwidth, by the one definition the
  * Agent shares (op_timing.h): the bandwidths from the span in nanoseconds. */
 static void op_timing(const ci_shm_op_slot_v1_t* r, uint64_t* exec_us, double* algbw, double* busbw) {
@@ -264,7 +234,7 @@ static bool rooted(uint8_t func) {
            func == CI_SHM_V1_FUNC_GATHER || func == CI_SHM_V1_FUNC_SCATTER;
 }
 
-/* What the generated encoders of the op line's objects append through. */
+/* What the generated encoders of a line's objects append through. */
 #define CI_JSON_LIT(s) put_lit((s), sizeof(s) - 1)
 #define CI_JSON_U64(v) put_u64(v)
 #define CI_JSON_I64(v) put_i64(v)
@@ -272,6 +242,37 @@ static bool rooted(uint8_t func) {
 #define CI_JSON_F6(v) put("%.6f", (v))
 #define CI_JSON_STR(s) put_json_string(s)
 #include "comminsight/inspector_log_v1_codec.h"
+
+/* One line: the line object (its ci the record's kind), then the newline. */
+static void put_line(const ci_inspector_log_v1_inspector_log_record_t* line) {
+    ci_inspector_log_v1_put_inspector_log_record(line);
+    put_lit("\n", 1);
+}
+
+static const char* name_source(uint8_t source) {
+    return source == CI_SHM_V1_NAME_SOURCE_INJECT ? V(INJECT)
+           : source == CI_SHM_V1_NAME_SOURCE_NCCL ? V(NCCL)
+                                                  : V(NONE);
+}
+
+/* A communicator member as comm_init and segment_start lines name it. */
+static ci_inspector_log_v1_comm_identity_t comm_identity(const ci_shm_comm_entry_v1_t* e) {
+    ci_inspector_log_v1_comm_identity_t v = {
+        .comm_id = e->comm_id,
+        .comm_name = e->name[0] ? e->name : NULL,
+        .name_source = name_source(e->name_source),
+        .comm_rank = (uint64_t)e->rank,
+        .nranks = (uint64_t)e->nranks,
+        .nnodes = (uint64_t)e->nnodes,
+        .has_local_rank = e->local_rank >= 0,
+        .local_rank = (uint64_t)e->local_rank,
+        .has_cuda_device = e->cuda_device >= 0,
+        .cuda_device = (uint64_t)e->cuda_device,
+        .pid = (uint64_t)ci_g.pid,
+        .host = ci_g.hostname,
+    };
+    return v;
+}
 
 /* The compact form (kinds c and p): the same facts as the Inspector form in one object with
  * short keys, host times relative to the enqueue and the GPU span as a length (about a third
@@ -462,77 +463,110 @@ static void put_op_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     put_inspector_op_line(r, e, ring_seq);
 }
 
-static void put_progress(const ci_shm_comm_entry_v1_t* e) {
-    put("{" K(COLLECTIVES) "{");
-    if (e->coll_enqueued)
-        put(K(LAST_ENQUEUED_SEQ) "%llu," K(LAST_ENQUEUED_MONO_NS) "%llu,", (unsigned long long)(e->coll_enqueued - 1),
-            (unsigned long long)e->coll_enqueued_mono_ns);
-    if (e->coll_started)
-        put(K(LAST_GPU_STARTED_SEQ) "%llu," K(LAST_GPU_STARTED_MONO_NS) "%llu,",
-            (unsigned long long)(e->coll_started - 1), (unsigned long long)e->coll_started_mono_ns);
-    if (e->coll_completed)
-        put(K(LAST_COMPLETED_SEQ) "%llu," K(LAST_COMPLETED_MONO_NS) "%llu,",
-            (unsigned long long)(e->coll_completed - 1), (unsigned long long)e->coll_completed_mono_ns);
-    if (w.buf[w.len - 1] == ',') w.len--;
-    put("}," K(P2P) "{");
-    if (e->p2p_enqueued)
-        put(K(LAST_ENQUEUED_SEQ) "%llu," K(LAST_ENQUEUED_MONO_NS) "%llu,", (unsigned long long)(e->p2p_enqueued - 1),
-            (unsigned long long)e->p2p_enqueued_mono_ns);
-    if (e->p2p_completed)
-        put(K(LAST_COMPLETED_SEQ) "%llu," K(LAST_COMPLETED_MONO_NS) "%llu,", (unsigned long long)(e->p2p_completed - 1),
-            (unsigned long long)e->p2p_completed_mono_ns);
-    if (w.buf[w.len - 1] == ',') w.len--;
-    put("}," K(INFLIGHT_COUNT) "%u}", e->inflight_count);
+/* A seq counter of the comm table as its progress object says it: the last op (0-based) and
+ * when, each left out until its first op. */
+static ci_inspector_log_v1_seq_progress_t seq_progress(uint64_t enqueued, uint64_t enqueued_ns, uint64_t started,
+                                                       uint64_t started_ns, uint64_t completed, uint64_t completed_ns) {
+    ci_inspector_log_v1_seq_progress_t v = {
+        .has_last_enqueued_seq = enqueued != 0,
+        .last_enqueued_seq = enqueued - 1,
+        .has_last_enqueued_mono_ns = enqueued != 0,
+        .last_enqueued_mono_ns = enqueued_ns,
+        .has_last_gpu_started_seq = started != 0,
+        .last_gpu_started_seq = started - 1,
+        .has_last_gpu_started_mono_ns = started != 0,
+        .last_gpu_started_mono_ns = started_ns,
+        .has_last_completed_seq = completed != 0,
+        .last_completed_seq = completed - 1,
+        .has_last_completed_mono_ns = completed != 0,
+        .last_completed_mono_ns = completed_ns,
+    };
+    return v;
 }
 
 static void put_hang_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     ci_shm_comm_entry_v1_t snapshot, *e = &snapshot;
     ci_seqlock_read_comm(&snapshot, &ci_g.comm_table[r->comm_index]);
     uint64_t detected = r->complete_mono_ns;
-    put(LINE_HEAD(HANG_EVIDENCE) K(RING_SEQ) "%llu," K(COMM_ID) "\"%016llx\","
-        K(COMM_RANK) "%d,",
-        (unsigned long long)ring_seq, (unsigned long long)r->comm_id, r->rank);
-    if (e->name[0]) {
-        put_str(F(COMM_NAME), e->name);
-        put(",");
-    }
-    put(K(OP_KIND) "\"%s\",", r->hang_op_kind == CI_SHM_V1_RECORD_KIND_P2P ? V(P2P) : V(COLL));
-    put_str(F(FUNC), func_name(r));
-    put("," K(SEQ) "%llu," K(OP_INDEX) "%llu," K(COUNT) "%llu," K(DATATYPE) "\"%s\"," K(SIZE_BYTES) "%llu,",
-        (unsigned long long)r->op_seq, (unsigned long long)r->comm_op_index,
-        (unsigned long long)r->count, label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"),
-        (unsigned long long)r->bytes);
-    if (r->peer >= 0) put("\"%s\":%d,", rooted(r->func) ? F(ROOT) : F(PEER), r->peer);
-    put(K(N_CHANNELS) "%u," K(CHANNELS_STARTED) "%u," K(CHANNELS_COMPLETED) "%u," K(ENQUEUED_MONO_NS) "%llu,",
-        r->n_channels, r->channels_started, r->kernel_ch_count, (unsigned long long)r->host_start_mono_ns);
-    if (r->host_stop_mono_ns) put(K(GPU_STARTED_MONO_NS) "%llu,", (unsigned long long)r->host_stop_mono_ns);
-    put(K(AGE_NS) "%llu," K(THRESHOLD_NS) "%llu," K(DETECTED_MONO_NS) "%llu," K(DETECTED_REAL_NS) "%llu," K(PROGRESS),
-        (unsigned long long)(detected - r->host_start_mono_ns), (unsigned long long)r->hang_threshold_ms * 1000000ull,
-        (unsigned long long)detected, (unsigned long long)mono_to_real(detected));
-    put_progress(e);
-    put("," K(FIFO_EVENT_WRITTEN) "%s}}\n", (r->flags & CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN) ? "true" : "false");
+    /* p2p progress has no GPU start: NCCL's p2p events give none */
+    ci_inspector_log_v1_seq_progress_t coll =
+        seq_progress(e->coll_enqueued, e->coll_enqueued_mono_ns, e->coll_started, e->coll_started_mono_ns,
+                     e->coll_completed, e->coll_completed_mono_ns);
+    ci_inspector_log_v1_seq_progress_t p2p =
+        seq_progress(e->p2p_enqueued, e->p2p_enqueued_mono_ns, 0, 0, e->p2p_completed, e->p2p_completed_mono_ns);
+    ci_inspector_log_v1_comm_progress_t progress = {
+        .collectives = &coll,
+        .p2p = &p2p,
+        .inflight_count = e->inflight_count,
+    };
+    ci_inspector_log_v1_ci_hang_evidence_t v = {
+        .ring_seq = ring_seq,
+        .comm_id = r->comm_id,
+        .comm_rank = (uint64_t)r->rank,
+        .comm_name = e->name[0] ? e->name : NULL,
+        .op_kind = r->hang_op_kind == CI_SHM_V1_RECORD_KIND_P2P ? V(P2P) : V(COLL),
+        .func = func_name(r),
+        .seq = r->op_seq,
+        .has_op_index = true,
+        .op_index = r->comm_op_index,
+        .count = r->count,
+        .datatype = label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"),
+        .size_bytes = r->bytes,
+        .has_root = r->peer >= 0 && rooted(r->func),
+        .root = (uint64_t)r->peer,
+        .has_peer = r->peer >= 0 && !rooted(r->func),
+        .peer = (uint64_t)r->peer,
+        .n_channels = r->n_channels,
+        .channels_started = r->channels_started,
+        .channels_completed = r->kernel_ch_count,
+        .enqueued_mono_ns = r->host_start_mono_ns,
+        .has_gpu_started_mono_ns = r->host_stop_mono_ns != 0,
+        .gpu_started_mono_ns = r->host_stop_mono_ns,
+        .age_ns = detected - r->host_start_mono_ns,
+        .threshold_ns = (uint64_t)r->hang_threshold_ms * 1000000ull,
+        .detected_mono_ns = detected,
+        .detected_real_ns = mono_to_real(detected),
+        .progress = &progress,
+        .fifo_event_written = (r->flags & CI_SHM_V1_SLOT_FLAGS_FIFO_WRITTEN) != 0,
+    };
+    ci_inspector_log_v1_inspector_log_record_t line = {.ci_hang_evidence = &v};
+    put_line(&line);
 }
 
 static void put_comm_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     ci_shm_comm_entry_v1_t snapshot, *e = &snapshot;
     ci_seqlock_read_comm(&snapshot, &ci_g.comm_table[r->comm_index]);
+    ci_inspector_log_v1_inspector_log_record_t line = {0};
     if (r->kind == CI_SHM_V1_RECORD_KIND_COMM_INIT) {
-        put(LINE_HEAD(COMM_INIT) K(RING_SEQ) "%llu," K(COMM),
-            (unsigned long long)ring_seq);
-        put_comm_identity(e);
-        put("," K(PROFILER_ABI) "\"v%u\"," K(INIT_MONO_NS) "%llu," K(INIT_REAL_NS) "%llu}}\n", e->nccl_abi_version,
-            (unsigned long long)e->init_mono_ns, (unsigned long long)e->init_real_ns);
+        char abi[16];
+        snprintf(abi, sizeof(abi), "v%u", e->nccl_abi_version);
+        ci_inspector_log_v1_comm_identity_t comm = comm_identity(e);
+        ci_inspector_log_v1_ci_comm_init_t v = {
+            .ring_seq = ring_seq,
+            .comm = &comm,
+            .profiler_abi = abi,
+            .init_mono_ns = e->init_mono_ns,
+            .init_real_ns = e->init_real_ns,
+        };
+        line.ci_comm_init = &v;
+        put_line(&line);
         return;
     }
     uint64_t at = r->host_start_mono_ns;
-    put(LINE_HEAD(COMM_FINALIZE) K(RING_SEQ) "%llu," K(COMM_ID) "\"%016llx\","
-        K(COMM_RANK) "%d," K(FINALIZE_MONO_NS) "%llu," K(FINALIZE_REAL_NS) "%llu," K(COLL_COUNT) "%llu,"
-        K(P2P_COUNT) "%llu,",
-        (unsigned long long)ring_seq, (unsigned long long)r->comm_id, r->rank, (unsigned long long)at,
-        (unsigned long long)mono_to_real(at), (unsigned long long)e->coll_completed,
-        (unsigned long long)e->p2p_completed);
-    if (e->coll_completed) put(K(LAST_COLL_SEQ) "%llu,", (unsigned long long)(e->coll_completed - 1));
-    put(K(INFLIGHT_COUNT) "%u}}\n", e->inflight_count);
+    ci_inspector_log_v1_ci_comm_finalize_t v = {
+        .ring_seq = ring_seq,
+        .comm_id = r->comm_id,
+        .comm_rank = (uint64_t)r->rank,
+        .finalize_mono_ns = at,
+        .finalize_real_ns = mono_to_real(at),
+        .coll_count = e->coll_completed,
+        .p2p_count = e->p2p_completed,
+        .has_last_coll_seq = e->coll_completed != 0,
+        .last_coll_seq = e->coll_completed - 1,
+        .inflight_count = e->inflight_count,
+    };
+    line.ci_comm_finalize = &v;
+    put_line(&line);
 }
 
 /* ---- segments ---- */
@@ -590,6 +624,21 @@ static int segment_create(const char* name) {
     return openat(w.dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
+/* The communicators live in the process, for a segment_start line: each as comm_init names it. */
+static void put_live_communicators(const void* ctx) {
+    (void)ctx;
+    bool first = true;
+    for (uint32_t i = 0; i < ci_g.comm_capacity; i++) {
+        if (__atomic_load_n(&ci_g.comm_table[i].state, __ATOMIC_ACQUIRE) != CI_SHM_V1_COMM_STATE_ACTIVE) continue;
+        ci_shm_comm_entry_v1_t e;
+        ci_seqlock_read_comm(&e, &ci_g.comm_table[i]);
+        if (!first) put_lit(",", 1);
+        ci_inspector_log_v1_comm_identity_t v = comm_identity(&e);
+        ci_inspector_log_v1_put_comm_identity(&v);
+        first = false;
+    }
+}
+
 static void segment_open(void) {
     segment_t* s = &w.seg;
     memset(s, 0, sizeof(*s));
@@ -610,34 +659,32 @@ static void segment_open(void) {
     }
     s->opened_mono = ci_now_mono();
     /* segment_start: who wrote it, the clock pair, the live communicators */
-    put(LINE_HEAD(SEGMENT_START) K(SEGMENT_INDEX) "%llu," K(PROCESS) "{",
-        (unsigned long long)s->index);
     const ci_shm_header_v1_t* h = ci_g.hdr;
-    put_str(F(HOST), ci_g.hostname);
-    put("," K(PID) "%d," K(START_REAL_NS) "%llu," K(PROFILER_VERSION) "\"%s\"", (int)ci_g.pid,
-        (unsigned long long)h->start_real_ns, CI_VERSION_STRING);
-    if (h->job_id[0]) {
-        put(",");
-        put_str(F(JOB_ID), h->job_id);
-    }
-    if (h->rank >= 0) put("," K(GLOBAL_RANK) "%d", h->rank);
-    if (h->local_rank >= 0) put("," K(LOCAL_RANK) "%d", h->local_rank);
-    if (h->world_size >= 0) put("," K(WORLD_SIZE) "%d", h->world_size);
-    put("}," K(CLOCK) "{" K(MONO_NS) "%llu," K(REAL_NS) "%llu}," K(COMMUNICATORS) "[",
-        (unsigned long long)ci_now_mono(), (unsigned long long)ci_now_real());
-    bool first = true;
-    for (uint32_t i = 0; i < ci_g.comm_capacity; i++) {
-        if (__atomic_load_n(&ci_g.comm_table[i].state, __ATOMIC_ACQUIRE) != CI_SHM_V1_COMM_STATE_ACTIVE) continue;
-        ci_shm_comm_entry_v1_t e;
-        ci_seqlock_read_comm(&e, &ci_g.comm_table[i]);
-        if (!first) put(",");
-        put_comm_identity(&e);
-        first = false;
-    }
-    /* the first ring seq this segment's lines account for: a gap still to be written comes
-     * before the next record read */
-    uint64_t next_seq = w.gap_count ? w.gap_first : w.cursor + 1;
-    put("]," K(NEXT_RING_SEQ) "%llu}}\n", (unsigned long long)next_seq);
+    ci_inspector_log_v1_process_identity_t process = {
+        .host = ci_g.hostname,
+        .pid = (uint64_t)ci_g.pid,
+        .start_real_ns = h->start_real_ns,
+        .job_id = h->job_id[0] ? h->job_id : NULL,
+        .has_global_rank = h->rank >= 0,
+        .global_rank = (uint64_t)h->rank,
+        .has_local_rank = h->local_rank >= 0,
+        .local_rank = (uint64_t)h->local_rank,
+        .has_world_size = h->world_size >= 0,
+        .world_size = (uint64_t)h->world_size,
+        .profiler_version = CI_VERSION_STRING,
+    };
+    ci_inspector_log_v1_clock_anchor_t clock = {.mono_ns = ci_now_mono(), .real_ns = ci_now_real()};
+    ci_inspector_log_v1_ci_segment_start_t start = {
+        .segment_index = s->index,
+        .process = &process,
+        .clock = &clock,
+        .communicators = put_live_communicators,
+        /* the first ring seq this segment's lines account for: a gap still to be written
+         * comes before the next record read */
+        .next_ring_seq = w.gap_count ? w.gap_first : w.cursor + 1,
+    };
+    ci_inspector_log_v1_inspector_log_record_t line = {.ci_segment_start = &start};
+    put_line(&line);
     account_line(0, false);
 }
 
@@ -649,16 +696,25 @@ static void segment_seal(const char* reason) {
     if (w.disk_full || s->fd < 0) return; /* sealed later, when the disk takes it */
     uint64_t good_bytes = s->bytes;
     uint32_t good_crc = s->crc;
-    put(LINE_HEAD(SEAL) K(SEGMENT_INDEX) "%llu," K(RECORD_COUNT) "%llu,"
-        K(BYTE_COUNT) "%llu," K(CRC32) "%u," K(OP_COUNT) "%llu," K(RING_RECORD_COUNT) "%llu," K(LOST_COUNT) "%llu,",
-        (unsigned long long)s->index, (unsigned long long)s->records, (unsigned long long)s->bytes, s->crc,
-        (unsigned long long)s->ops, (unsigned long long)s->ring_records, (unsigned long long)s->lost);
-    if (s->first_ring_seq)
-        put(K(FIRST_RING_SEQ) "%llu," K(LAST_RING_SEQ) "%llu,", (unsigned long long)s->first_ring_seq,
-            (unsigned long long)s->last_ring_seq);
     uint64_t mono = ci_now_mono();
-    put(K(REASON) "\"%s\"," K(SEALED_MONO_NS) "%llu," K(SEALED_REAL_NS) "%llu}}\n", reason,
-        (unsigned long long)mono, (unsigned long long)mono_to_real(mono));
+    ci_inspector_log_v1_ci_seal_t seal = {
+        .segment_index = s->index,
+        .record_count = s->records,
+        .byte_count = s->bytes,
+        .crc32 = s->crc,
+        .op_count = s->ops,
+        .ring_record_count = s->ring_records,
+        .lost_count = s->lost,
+        .has_first_ring_seq = s->first_ring_seq != 0,
+        .first_ring_seq = s->first_ring_seq,
+        .has_last_ring_seq = s->first_ring_seq != 0,
+        .last_ring_seq = s->last_ring_seq,
+        .reason = reason,
+        .sealed_mono_ns = mono,
+        .sealed_real_ns = mono_to_real(mono),
+    };
+    ci_inspector_log_v1_inspector_log_record_t line = {.ci_seal = &seal};
+    put_line(&line);
     write_out(); /* the seal line adds nothing to the tally */
     if (w.disk_full) return;
     char final_name[sizeof(s->name)];
@@ -762,10 +818,15 @@ static void write_out(void) {
 static void flush_gap(void) {
     if (!w.gap_count) return;
     if (w.seg.fd < 0) segment_open();
-    put(LINE_HEAD(GAP) K(REASON) "\"%s\"," K(LOST_COUNT) "%llu,"
-        K(FIRST_LOST_RING_SEQ) "%llu," K(LAST_LOST_RING_SEQ) "%llu," K(DETECTED_MONO_NS) "%llu}}\n",
-        w.gap_reason, (unsigned long long)w.gap_count, (unsigned long long)w.gap_first,
-        (unsigned long long)(w.gap_first + w.gap_count - 1), (unsigned long long)ci_now_mono());
+    ci_inspector_log_v1_ci_gap_t gap = {
+        .reason = w.gap_reason,
+        .lost_count = w.gap_count,
+        .first_lost_ring_seq = w.gap_first,
+        .last_lost_ring_seq = w.gap_first + w.gap_count - 1,
+        .detected_mono_ns = ci_now_mono(),
+    };
+    ci_inspector_log_v1_inspector_log_record_t line = {.ci_gap = &gap};
+    put_line(&line);
     w.pending.lost += w.gap_count;
     span(w.gap_first, w.gap_first + w.gap_count - 1);
     account_line(0, false);

@@ -19,7 +19,7 @@ import numpy as np
 from comminsight.shm_reader import ROOTED_FUNCS, record_text
 from comminsight.slot_timing import bandwidths_gbs, durations_ns
 from comminsight_gen.abi import shm_v1
-from comminsight_gen.inspector_log_v1_codec import O, in_order, ordered
+from comminsight_gen.inspector_log_v1_codec import O, ordered
 from comminsight_gen.inspector_log_v1_fields import SCHEMA_VERSION, F, V
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -246,17 +246,11 @@ class ProcessLines:
             ci[F.GPU_STOP_GLOBALTIMER_NS] = int(r["gpu_end_ticks"])
         ci[F.CHANNELS_COMPLETED] = int(r["kernel_ch_count"])
         ci[F.FORCED_COMPLETE] = bool(flags & shm_v1.SlotFlags.FORCED_COMPLETE)
-        line = {
-            F.HEADER: ordered(O.HEADER, header),
-            F.METADATA: ordered(O.METADATA, metadata),
-            perf_key: ordered(O.COLL_PERF if coll else O.P2P_PERF, perf),
-            F.CI: ordered(O.CI_COLL if coll else O.CI_P2P, ci),
-        }
+        line = {F.HEADER: header, F.METADATA: metadata, perf_key: perf, F.CI: ci}
         return _ENCODE(ordered(O.INSPECTOR_LOG_RECORD, line)) + b"\n"
 
     def compact_op_line(self, r, ring_seq: int, timing: Timing | None = None) -> bytes:
-        """The compact form of an op line (kinds c and p), value for value the writer's, its
-        keys in the schema's order (the order the writer's generated encoder writes)."""
+        """The compact form of an op line (kinds c and p), value for value the writer's."""
         e = self.comm_row(int(r["comm_index"]))
         coll = int(r["kind"]) == shm_v1.RecordKind.COLL
         ci: dict = {
@@ -320,7 +314,7 @@ class ProcessLines:
         ci[F.CC] = int(r["kernel_ch_count"])
         if flags & shm_v1.SlotFlags.FORCED_COMPLETE:
             ci[F.FC] = True
-        return self._line(in_order(ci))
+        return self._line(ci)
 
     def hang_line(self, r, e, ring_seq: int) -> bytes:
         detected = int(r["complete_mono_ns"])
@@ -410,7 +404,9 @@ class ProcessLines:
 
     @staticmethod
     def _line(ci: dict) -> bytes:
-        return _ENCODE({F.CI: ci}) + b"\n"
+        """A line of CommInsight's own kinds: the ci object alone, every object of it in the
+        schema's key order."""
+        return _ENCODE(ordered(O.INSPECTOR_LOG_RECORD, {F.CI: ci})) + b"\n"
 
 
 def _func_name(r) -> str:

@@ -1,8 +1,9 @@
-"""The Profiler's op lines, in both forms (COMMINSIGHT_PROFILER_LOG_FORMAT compact and
-inspector), written through the C encoders generated from the schema, carry each object's keys
-in the schema's order and no key the schema lacks: its lines of simulated jobs through the
-real plugin (collectives rooted and not, sends and receives, GPU-timed and not). The Agent's
-lines for a dead process's records are held to the same order in
+"""The Profiler's lines of every kind, op lines in both forms (COMMINSIGHT_PROFILER_LOG_FORMAT
+compact and inspector), written through the C encoders generated from the schema, carry each
+object's keys in the schema's order, nested objects too, and no key the schema lacks: its lines
+of simulated jobs through the real plugin (collectives rooted and not, sends and receives,
+GPU-timed and not, segments started and sealed, communicators made and finalized). The
+Agent's lines for a dead process's records are held to the same order in
 tests/unit/test_log_line_forms.py."""
 
 from __future__ import annotations
@@ -14,17 +15,10 @@ import zstandard
 from profiler_builds import builds
 
 from comminsight.sim import SimConfig, run_simulation
-from comminsight_gen.inspector_log_v1_codec import BY_KIND, KEY_ORDER, O
+from comminsight_gen.inspector_log_v1_codec import BY_KIND, KEY_ORDER, NESTED, O
 
 # pipeline sends and receives, expert all-to-alls, and the broadcasts DDP starts with (rooted)
 WORKLOADS = {"tp-pp-dp": {"ranks": 4}, "moe": {"ranks": 4}, "ddp": {"ranks": 2}}
-# the line's objects by their key in it (ci: by its kind)
-OBJECTS = {
-    "header": O.HEADER,
-    "metadata": O.METADATA,
-    "coll_perf": O.COLL_PERF,
-    "p2p_perf": O.P2P_PERF,
-}
 
 
 def assert_schema_order(name: str, pairs: list, line: bytes) -> set[str]:
@@ -36,17 +30,16 @@ def assert_schema_order(name: str, pairs: list, line: bytes) -> set[str]:
     assert keys == [k for k in order if k in keys], (name, line)
     seen = set(keys)
     for key, value in pairs:
-        if key == "ci":
-            seen |= assert_schema_order(BY_KIND[dict(value)["kind"]], value, line)
-        elif key in OBJECTS:
-            seen |= assert_schema_order(OBJECTS[key], value, line)
+        child = NESTED.get(name, {}).get(key)
+        if child is None:
+            continue
+        for item in (
+            value
+            if child and isinstance(value, list) and value and isinstance(value[0], list)
+            else [value]
+        ):
+            seen |= assert_schema_order(child or BY_KIND[dict(item)["kind"]], item, line)
     return seen
-
-
-def op_line(line: bytes) -> list | None:
-    pairs = json.loads(line, object_pairs_hook=list)
-    ci = dict(pairs).get("ci")
-    return pairs if ci is not None and dict(ci).get("kind") in BY_KIND else None
 
 
 @pytest.fixture(scope="module", params=["compact", "inspector"])
@@ -81,16 +74,16 @@ def test_the_profiler_writes_the_schema_s_keys_in_its_order(profiler_lines):
     form, lines = profiler_lines
     kinds, keys_seen = set(), set()
     for line in lines:
-        pairs = op_line(line)
-        if pairs is None:
-            continue
+        pairs = json.loads(line, object_pairs_hook=list)
         keys_seen |= assert_schema_order(O.INSPECTOR_LOG_RECORD, pairs, line)
         kinds.add(dict(dict(pairs)["ci"])["kind"])
+    assert {"segment_start", "seal", "comm_init", "comm_finalize"} <= kinds
+    assert {"process", "clock", "communicators", "comm"} <= keys_seen
     if form == "compact":
-        assert kinds == {"c", "p"}
+        assert {"c", "p"} <= kinds and not {"coll", "p2p"} & kinds
         assert {"rt", "pe", "g0", "gd", "hc", "bw", "cn"} <= keys_seen  # optional, present
     else:
-        assert kinds == {"coll", "p2p"}
+        assert {"coll", "p2p"} <= kinds and not {"c", "p"} & kinds
         assert {"root", "comm_name", "gpu_start_globaltimer_ns", "host_complete_mono_ns"} <= (
             keys_seen
         )
