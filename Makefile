@@ -120,9 +120,10 @@ build-profiler-sanitizers: $(BUILD)/asan/libnccl-profiler-comminsight.so $(BUILD
 # ---- the Semantic Engine's C core (loaded with cffi; see comminsight/semantic/native) ----
 ENGINE_SO := $(BUILD)/engine/libciengine.so
 ENGINE_SRC := comminsight/semantic/native/engine_core.c
-# the log scanner spells every key as the inspector-log schema does (the writer's header), and
+# the log scanner spells every key as the inspector-log schema does (the writer's header), reads
+# the writer's compact lines by the decoders generated beside the writer's encoders, and
 # datatypes by the shm protocol's codes; its structs and prototypes are the engine-core protocol's
-ENGINE_HEADERS := generated/c/include/comminsight/engine_core_v1.h generated/c/include/comminsight/inspector_log_v1.h generated/c/include/comminsight/shm_v1.h
+ENGINE_HEADERS := generated/c/include/comminsight/engine_core_v1.h generated/c/include/comminsight/inspector_log_v1.h generated/c/include/comminsight/inspector_log_v1_codec.h generated/c/include/comminsight/shm_v1.h
 # where the engine was built before it moved under build/: a copy left there would be loaded
 # by nothing now, and packaged by nothing, but it is a build output in the source tree
 ENGINE_SO_OLD := comminsight/semantic/native/libciengine.so

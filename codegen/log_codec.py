@@ -409,6 +409,88 @@ def codecs(p: Protocol, doc: dict, prefix: str = "ci") -> list[dict]:
     return out
 
 
+# the objects a reader takes in the writer's layout (the engine's C scanner: a sealed
+# segment's compact op lines), each read key for key in the schema's order
+DECODE_DEFS = ("CiCollCompact", "CiP2pCompact")
+_TAKE = {"uint": "CI_TAKE_UINT", "int": "CI_TAKE_INT", "number": "CI_TAKE_NUM"}
+# a decoder reads at most 64 integers of an object: one bit each of its `wanted`
+
+
+def _take(m: Member, want: str) -> list[str]:
+    """The statements that read one value at p (its key already taken); an integer only where
+    the reader wants it (want: its bit), else stepped over (reading digits costs)."""
+    v = f"v->{m.name}"
+    if m.shape in ("text", "hex"):  # its opening quote is in the key's literal
+        return [f"CI_TAKE_TEXT({v});"]
+    if m.shape == "bool":
+        return [f'if (CI_TRY("true")) {v} = 1;', 'else CI_TAKE("false");']
+    if m.shape in ("uint", "int"):  # the digits' text too: a reader may keep it as it is
+        skip = "CI_SKIP_UINT();" if m.shape == "uint" else "CI_SKIP_INT();"
+        return [
+            f"if (wanted & {want}) {{",
+            f"    {v}_text.s = p;",
+            f"    {_TAKE[m.shape]}({v});",
+            f"    {v}_text.n = p - {v}_text.s;",
+            "} else {",
+            f"    {skip}",
+            "}",
+        ]
+    return [f"{_TAKE[m.shape]}({v});"]
+
+
+def _want(prefix: str, snake: str, m: Member) -> str:
+    return f"{prefix.upper()}_WANT_{snake.upper()}_{m.name.upper()}"
+
+
+def _decoder(members: list[Member], source: str, name: str, prefix: str) -> list[str]:
+    """The C statements that read the object at p in the writer's layout: every literal
+    (keys, commas, constants) compared, each value read by its type; 0 returned at the first
+    byte that is not the layout."""
+    out: list[str] = []
+    pending = "{"
+
+    def flush() -> None:
+        nonlocal pending
+        if pending:
+            out.append(f"CI_TAKE({json.dumps(pending)});")
+        pending = ""
+
+    for i, m in enumerate(members):
+        if m.shape in ("object", "array"):
+            raise SchemaError(source, name, f"{m.key}: no decoder reads a nested object")
+        key = f'{"," if i else ""}"{m.key}":' + ('"' if m.shape in ("text", "hex") else "")
+        if m.shape == "const":
+            pending += key + m.const
+        elif m.shape == "flag":
+            flush()
+            out.append(f"v->{m.name} = CI_TRY({json.dumps(key + m.const)});")
+        elif m.required:
+            pending += key
+            flush()
+            out += _take(m, _want(prefix, _snake(name), m))
+        else:
+            flush()
+            out.append(f"if ((v->has_{m.name} = CI_TRY({json.dumps(key)}))) {{")
+            out += [f"    {line}" for line in _take(m, _want(prefix, _snake(name), m))]
+            out.append("}")
+    pending += "}"
+    flush()
+    return out
+
+
+def decoders(p: Protocol, codecs_: list[dict], prefix: str) -> list[dict]:
+    out = []
+    for c in codecs_:
+        if c["name"] not in DECODE_DEFS:
+            continue
+        ints = [m for m in c["members"] if m.shape in ("uint", "int")]
+        wants = [(_want(prefix, c["snake"], m), i) for i, m in enumerate(ints)]
+        out.append(
+            {**c, "take": _decoder(c["members"], p.source, c["name"], prefix), "wants": wants}
+        )
+    return out
+
+
 def generate(p: Protocol, doc: dict, ctx: Context) -> None:
     prefix = f"ci_{p.id.replace('-', '_')}_v{p.version}"
     view = {
@@ -418,6 +500,7 @@ def generate(p: Protocol, doc: dict, ctx: Context) -> None:
         "codecs": codecs(p, doc, prefix),
         "version": p.version,
     }
+    view["decoders"] = decoders(p, view["codecs"], prefix)
     ctx.write(f"generated/c/include/comminsight/{p.stem}_codec.h", render("log_codec.h.j2", view))
     ctx.write(
         f"generated/python/comminsight_gen/{p.stem}_codec.py", render("log_codec.py.j2", view)

@@ -96,7 +96,8 @@ HEADERS = sorted((INCLUDE / "comminsight").glob("*.h"))
 @pytest.mark.parametrize("std", ["c11", "c++17"])
 def test_every_generated_header_compiles_alone(header, std, tmp_path):
     """Each header stands alone (its own includes) and is clean under -Werror, in C and C++;
-    an encoders' header with the appenders it asks its includer for (here, appending nothing)."""
+    a codec header with the appenders and readers it asks its includer for (here, doing
+    nothing), so that its encoders and decoders are compiled too."""
     c = std.startswith("c1")
     prelude = ""
     if header.name.endswith("_codec.h"):
@@ -111,6 +112,12 @@ def test_every_generated_header_compiles_alone(header, std, tmp_path):
                 ("STR", "x"),
             ]
         )
+        # and the readers the decoders read through (reading nothing)
+        prelude += "".join(
+            f"#define CI_{name}(x) ((void)(x), (void)e{', 0' if name == 'TRY' else ''})\n"
+            for name in ("TAKE", "TRY", "TAKE_UINT", "TAKE_INT", "TAKE_NUM", "TAKE_TEXT")
+        )
+        prelude += "#define CI_SKIP_UINT() ((void)e)\n#define CI_SKIP_INT() ((void)e)\n"
     proc = subprocess.run(
         [
             "gcc" if c else "g++",

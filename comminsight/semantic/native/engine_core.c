@@ -1228,134 +1228,103 @@ static const char* layout_signed(const char* p, const char* e, int64_t* v) {
     return layout_int(p, e, v);
 }
 
-#define COMPACT_KEY(name) ",\"" F(name) "\":"
-#define COMPACT_HEAD(kind) "{\"" F(CI) "\":{\"" F(KIND) "\":\"" V(kind) "\",\"" F(Q) "\":"
+/* The generated decoders of a compact op line's ci object (inspector_log_v1_codec.h) read in
+ * the writer's layout, through the layout readers above. */
+/* inlined into layout_compact: its values stay in registers, not a struct in memory */
+#define CI_TAKE_INLINE static inline __attribute__((always_inline))
+#define CI_TAKE(lit) EXPECT(lit)
+#define CI_TRY(lit) ACCEPT(lit)
+#define CI_TAKE_UINT(v)                               \
+    do {                                              \
+        if (!(p = layout_int(p, e, &(v)))) return 0;  \
+    } while (0)
+#define CI_TAKE_INT(v)                                   \
+    do {                                                 \
+        if (!(p = layout_signed(p, e, &(v)))) return 0;  \
+    } while (0)
+#define CI_SKIP_UINT()                              \
+    do {                                            \
+        if (!(p = layout_skip_int(p, e))) return 0; \
+    } while (0)
+#define CI_SKIP_INT()                                      \
+    do {                                                   \
+        int64_t skipped;                                   \
+        if (!(p = layout_signed(p, e, &skipped))) return 0; \
+    } while (0)
+#define CI_TAKE_NUM(v)                                \
+    do {                                              \
+        if (!(p = layout_num(p, e, &(v)))) return 0;  \
+    } while (0)
+#define CI_TAKE_TEXT(span)                        \
+    do {                                          \
+        (span).s = p;                             \
+        if (!(p = layout_str(p, e))) return 0;    \
+        (span).n = p - (span).s;                  \
+        p++;                                      \
+    } while (0)
+#include "comminsight/inspector_log_v1_codec.h"
 
-/* A compact op line (kinds c and p) in the writer's key order (logwriter.c:
- * put_compact_op_line), read into what the walker would have read (compact_t) and made a row
- * by the same compact_row. Optional keys are taken where the writer puts them; anything else
- * returns 0 and the line is walked. */
+/* The integers the engine reads of each compact kind (the rest it steps over). */
+#define WANT(KIND, KEY) CI_INSPECTOR_LOG_V1_WANT_CI_##KIND##_COMPACT_##KEY
+#define WANTED(KIND)                                                                                  \
+    (WANT(KIND, Q) | WANT(KIND, R) | WANT(KIND, N) | WANT(KIND, NN) | WANT(KIND, S) | WANT(KIND, B) | \
+     WANT(KIND, GR) | WANT(KIND, UT) | WANT(KIND, H) | WANT(KIND, HC) | WANT(KIND, G0) | WANT(KIND, GD))
+
+static span_t span(ci_inspector_log_v1_span_t s) {
+    span_t out = {s.s, s.n};
+    return out;
+}
+
+/* What both compact kinds give the engine, as the walker would have read it (compact_t). */
+#define COMPACT_FIELDS(o, v)                                                                \
+    do {                                                                                    \
+        (o).ring_seq = (v).q;                                                               \
+        (o).comm = span((v).c);                                                             \
+        if ((v).has_cn) (o).name = span((v).cn), (o).seen |= CK_NAME;                       \
+        (o).rank = span((v).r_text);                                                        \
+        (o).nranks = span((v).n_text);                                                      \
+        (o).nnodes = span((v).nn_text);                                                     \
+        (o).func = span((v).f);                                                             \
+        (o).seq = (v).s;                                                                    \
+        (o).size = (v).b;                                                                   \
+        (o).datatype = span((v).d);                                                         \
+        (o).seen |= CK_COMM | CK_RANK | CK_NRANKS | CK_NNODES | CK_FUNC | CK_SEQ | CK_SIZE | \
+                    CK_DATATYPE | CK_TIMING | CK_START;                                     \
+        if ((v).has_gr) (o).group = (v).gr, (o).seen |= CK_GROUP;                           \
+        if ((v).has_ut) (o).user_tag = (v).ut, (o).seen |= CK_USER_TAG;                     \
+        (o).kernel_timing = key_is((v).ts.s, (v).ts.n, V(KERNEL_GPU));                      \
+        if ((v).has_bw) (o).busbw = (v).bw, (o).seen |= CK_BW;                              \
+        (o).start = (v).h;                                                                  \
+        if ((v).has_hc) (o).complete_after = (v).hc, (o).seen |= CK_COMPLETE;               \
+        if ((v).has_g0) (o).gpu_start = (v).g0, (o).seen |= CK_G0;                          \
+        if ((v).has_gd) (o).gpu_length = (v).gd, (o).seen |= CK_GD;                         \
+    } while (0)
+
+/* A compact op line (kinds c and p) in the writer's layout, read by the decoders generated
+ * from the schema into what the walker would have read (compact_t) and made a row by the same
+ * compact_row; anything else returns 0 and the line is walked. */
 static int layout_compact(const char* s, const char* e, ci_line_t* row, ci_engine_intern_v1_t* headers,
                           ci_engine_intern_v1_t* funcs) {
     const char* p = s;
     compact_t o;
     memset(&o, 0, sizeof o);
     int kind;
-    if (ACCEPT(COMPACT_HEAD(C))) kind = KIND_COLL;
-    else if (ACCEPT(COMPACT_HEAD(P))) kind = KIND_P2P;
-    else return 0;
-    int64_t skip;
-#define STR(field)                                       \
-    do {                                                 \
-        (field).s = p;                                   \
-        if (!(p = layout_str(p, e))) return 0;           \
-        (field).n = p - (field).s;                       \
-        p++;                                             \
-    } while (0)
-#define SPAN_INT(field)                                  \
-    do {                                                 \
-        (field).s = p;                                   \
-        if (!(p = layout_int(p, e, &skip))) return 0;    \
-        (field).n = p - (field).s;                       \
-    } while (0)
-    if (!(p = layout_int(p, e, &o.ring_seq))) return 0;
-    EXPECT(COMPACT_KEY(C) "\"");
-    STR(o.comm);
-    o.seen |= CK_COMM;
-    if (ACCEPT(COMPACT_KEY(CN) "\"")) {
-        STR(o.name);
-        o.seen |= CK_NAME;
-    }
-    EXPECT(COMPACT_KEY(R));
-    SPAN_INT(o.rank);
-    EXPECT(COMPACT_KEY(N));
-    SPAN_INT(o.nranks);
-    EXPECT(COMPACT_KEY(NN));
-    SPAN_INT(o.nnodes);
-    EXPECT(COMPACT_KEY(F) "\"");
-    STR(o.func);
-    EXPECT(COMPACT_KEY(S));
-    if (!(p = layout_int(p, e, &o.seq))) return 0;
-    EXPECT(COMPACT_KEY(I));
-    if (!(p = layout_skip_int(p, e))) return 0;
-    EXPECT(COMPACT_KEY(E));
-    if (!(p = layout_skip_int(p, e))) return 0;
-    EXPECT(COMPACT_KEY(B));
-    if (!(p = layout_int(p, e, &o.size))) return 0;
-    EXPECT(COMPACT_KEY(D) "\"");
-    STR(o.datatype);
-    o.seen |= CK_RANK | CK_NRANKS | CK_NNODES | CK_FUNC | CK_SEQ | CK_SIZE | CK_DATATYPE;
-    if (kind == KIND_COLL) {
-        if (ACCEPT(COMPACT_KEY(RT)) && !(p = layout_skip_int(p, e))) return 0;
-        EXPECT(COMPACT_KEY(A) "\"");
-        if (!(p = layout_str(p, e))) return 0;
-        p++;
-        EXPECT(COMPACT_KEY(PT) "\"");
-        if (!(p = layout_str(p, e))) return 0;
-        p++;
-        EXPECT(COMPACT_KEY(CH));
-        if (!(p = layout_skip_int(p, e))) return 0;
-        EXPECT(COMPACT_KEY(W));
-        if (!(p = layout_skip_int(p, e))) return 0;
+    EXPECT("{\"" F(CI) "\":");
+    ci_inspector_log_v1_ci_coll_compact_in_t coll;
+    ci_inspector_log_v1_ci_p2p_compact_in_t p2p;
+    if (ci_inspector_log_v1_take_ci_coll_compact(&p, e, WANTED(COLL), &coll)) {
+        kind = KIND_COLL;
+        COMPACT_FIELDS(o, coll);
+    } else if (ci_inspector_log_v1_take_ci_p2p_compact(&p, e, WANTED(P2P) | WANT(P2P, PE), &p2p)) {
+        kind = KIND_P2P;
+        COMPACT_FIELDS(o, p2p);
+        if (p2p.has_pe) o.peer = p2p.pe, o.seen |= CK_PEER;
     } else {
-        if (ACCEPT(COMPACT_KEY(PE))) {
-            if (!(p = layout_int(p, e, &o.peer))) return 0;
-            o.seen |= CK_PEER;
-        }
-        EXPECT(COMPACT_KEY(CH));
-        if (!(p = layout_skip_int(p, e))) return 0;
+        return 0;
     }
-    if (ACCEPT(COMPACT_KEY(ST) "\"")) {
-        if (!(p = layout_str(p, e))) return 0;
-        p++;
-    }
-    (void)ACCEPT(COMPACT_KEY(GC) "true");
-    if (ACCEPT(COMPACT_KEY(GR))) {
-        if (!(p = layout_int(p, e, &o.group))) return 0;
-        o.seen |= CK_GROUP;
-    }
-    /* ABI v7: the call's tag (Step evidence), and the kernel's variant, not read by the engine */
-    if (ACCEPT(COMPACT_KEY(UT))) {
-        if (!(p = layout_int(p, e, &o.user_tag)) || o.user_tag < 0) return 0;
-        o.seen |= CK_USER_TAG;
-    }
-    if (ACCEPT(COMPACT_KEY(KV) "\"")) {
-        if (!(p = layout_str(p, e))) return 0;
-        p++;
-    }
-    (void)ACCEPT(COMPACT_KEY(SY) "true");
-    if (ACCEPT(COMPACT_KEY(T)) && !(p = layout_skip_int(p, e))) return 0;
-    EXPECT(COMPACT_KEY(TS) "\"");
-    const char* timing = p;
-    if (!(p = layout_str(p, e))) return 0;
-    o.kernel_timing = key_is(timing, p - timing, V(KERNEL_GPU));
-    p++;
-    o.seen |= CK_TIMING;
-    if (ACCEPT(COMPACT_KEY(BW))) {
-        if (!(p = layout_num(p, e, &o.busbw))) return 0;
-        o.seen |= CK_BW;
-    }
-    EXPECT(COMPACT_KEY(H));
-    if (!(p = layout_int(p, e, &o.start))) return 0;
-    EXPECT(COMPACT_KEY(HS));
-    if (!(p = layout_signed(p, e, &skip))) return 0;
-    o.seen |= CK_START;
-    if (ACCEPT(COMPACT_KEY(HC))) {
-        if (!(p = layout_signed(p, e, &o.complete_after))) return 0;
-        o.seen |= CK_COMPLETE;
-    }
-    if (ACCEPT(COMPACT_KEY(G0))) {
-        if (!(p = layout_int(p, e, &o.gpu_start))) return 0;
-        EXPECT(COMPACT_KEY(GD));
-        if (!(p = layout_signed(p, e, &o.gpu_length))) return 0;
-        o.seen |= CK_G0 | CK_GD;
-    }
-    EXPECT(COMPACT_KEY(CC));
-    if (!(p = layout_skip_int(p, e))) return 0;
-    (void)ACCEPT(COMPACT_KEY(FC) "true");
-    EXPECT("}}");
-#undef STR
-#undef SPAN_INT
+    /* NCCL's reserved tags (or garbage): Python */
+    if ((o.seen & CK_USER_TAG) && o.user_tag < 0) return 0;
+    EXPECT("}");
     if (p != e) return 0;
     return compact_row(&o, kind, row, headers, funcs) == CI_LINE_OP;
 }
