@@ -93,12 +93,12 @@ class MasterStore:
 
     @property
     def steps_dir(self) -> Path:
-        return self.dir / "steps"
+        return self.dir / home_names.STEPS
 
     def load(self) -> None:
-        for sub in ("cursors", "hang-events", "steps"):
+        for sub in (home_names.CURSORS, home_names.HANG_EVENTS, home_names.STEPS):
             make_private_dirs(self.dir / sub)
-        for path in (self.dir / "cursors").glob("*.json"):
+        for path in (self.dir / home_names.CURSORS).glob("*.json"):
             try:
                 data = json.loads(read_regular(path, CURSOR_BYTES_MAX))
                 self.cursors[path.stem] = Cursor(int(data["epoch"]), int(data["last_applied"]))
@@ -106,7 +106,7 @@ class MasterStore:
                 # without it the slave's next batches start its epoch afresh; events are
                 # still deduplicated by key
                 log.error("master cursor %s unreadable (%s); ignored", path, e)
-        for path in (self.dir / "hang-events").glob("*.jsonl"):
+        for path in (self.dir / home_names.HANG_EVENTS).glob("*.jsonl"):
             keys = self.hang_keys.setdefault(path.stem, set())
             for line in _complete_lines(path, HANG_EVENT_LINE_BYTES_MAX):
                 try:
@@ -162,7 +162,7 @@ class MasterStore:
             step_lines.setdefault(where, []).append(raw)
             out.step_lines.append((where, raw))
         for where, chunk in lines.items():
-            _append(self.dir / "hang-events" / f"{where}.jsonl", chunk)
+            _append(self.dir / home_names.HANG_EVENTS / f"{where}.jsonl", chunk)
         for where, chunk in step_lines.items():
             _append(self.steps_dir / f"{where}.jsonl", chunk)
         out.steps = len(out.step_lines)
@@ -178,7 +178,7 @@ class MasterStore:
     def _write_cursor(self, node: str, fsync: bool) -> None:
         cursor = self.cursors[node]
         _replace(
-            self.dir / "cursors" / f"{node}.json",
+            self.dir / home_names.CURSORS / f"{node}.json",
             json.dumps({"epoch": cursor.epoch, "last_applied": cursor.last_applied}).encode(),
             fsync=fsync,
         )

@@ -47,7 +47,7 @@ def _events_in(data: bytes) -> int:
 class SlaveOutbox:
     def __init__(self, home: str | os.PathLike, max_bytes: int) -> None:
         self.dir = Path(home) / home_names.METADATA / home_names.SLAVE
-        self.batches_dir = self.dir / "outbox"
+        self.batches_dir = self.dir / home_names.OUTBOX
         self.max_bytes = max_bytes
         self.epoch = 0
         self.next_seq = 1
@@ -62,7 +62,7 @@ class SlaveOutbox:
         make_private_dirs(self.batches_dir)
         state = None
         try:
-            state = json.loads(read_regular(self.dir / "link.json", LINK_STATE_BYTES_MAX))
+            state = json.loads(read_regular(self.dir / home_names.LINK_JSON, LINK_STATE_BYTES_MAX))
             self.epoch = int(state["epoch"])
             self.next_seq = int(state["next_seq"])
             self.steps_sent = {str(k): int(v) for k, v in state.get("steps_sent", {}).items()}
@@ -88,7 +88,9 @@ class SlaveOutbox:
 
     def _save_state(self) -> None:
         state = {"epoch": self.epoch, "next_seq": self.next_seq, "steps_sent": self.steps_sent}
-        write_atomically(self.dir / "link.json", json.dumps(state, sort_keys=True).encode())
+        write_atomically(
+            self.dir / home_names.LINK_JSON, json.dumps(state, sort_keys=True).encode()
+        )
 
     def new_epoch(self) -> None:
         """Forget every pending batch and number from 1 in a fresh sequence space."""

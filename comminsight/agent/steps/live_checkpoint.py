@@ -42,12 +42,13 @@ from comminsight.semantic.offline import SummaryFile
 from comminsight.semantic.positions import RingPosition
 from comminsight.semantic.step_builder import GpuIdentity
 from comminsight.semantic.templates import TemplateSet
+from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.models.semantic_engine_v1 import GpuState, ShmPosition
 from comminsight_gen.models.step_summary_v1 import ProducerMode
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_NAME = "engine-live.checkpoint.json"
+CHECKPOINT_NAME = home_names.ENGINE_LIVE_CHECKPOINT_JSON
 # A replay log nearly full asks for a checkpoint (which trims it) ahead of time, but not more
 # often than this: a checkpoint fsyncs every GPU's summaries.
 MIN_CHECKPOINT_GAP_S = 1.0
