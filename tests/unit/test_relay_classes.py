@@ -256,7 +256,8 @@ def test_a_relay_that_died_counts_until_its_nodes_are_heard_again():
 
 
 def test_the_master_s_communicator_view_counts_every_rank_of_its_classes():
-    from comminsight.agent.master.job_view import communicators, job_rows
+    from comminsight.agent.api.views import communicators
+    from comminsight.agent.master.job_view import job_rows
 
     nodes = job_nodes(16, stalled=frozenset({77}))
     flat = {c.comm_id: c for c in communicators(job_rows(nodes), {}, full=True, now=NOW)}

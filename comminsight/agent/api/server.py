@@ -29,6 +29,7 @@ import msgspec
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
+from comminsight.agent.api import live_communicators
 from comminsight.agent.api import views as api_views
 from comminsight.agent.api.http_guard import (
     ConnectionGuard,
@@ -279,14 +280,26 @@ class AgentApi:
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
 
-    def _live(self, request: web.Request | None = None):
-        """The node as the reader may see it (a user: their own processes only)."""
-        self._ready()
-        live = self.service.live_node()
-        if request is None:
-            return live
+    def _keep(self, request: web.Request):
+        """Whose processes the reader may see, by uid (None: everyone's; a user: their own)."""
         view = self._view(request)
-        return live if view.reader.sees_all else api_views.only_processes(live, view.process)
+        return None if view.reader.sees_all else view.process
+
+    def _own(self, request: web.Request) -> api_views.OwnRows:
+        """The node's rows as the reader may see them."""
+        self._ready()
+        return self.service.own_rows(self._keep(request))
+
+    def _live(self, request: web.Request) -> live_communicators.LiveNode:
+        """The node's communicator rows in SHM as the reader may see them."""
+        self._ready()
+        return self.service.live_node(self._keep(request))
+
+    def _member_rows(self, request: web.Request) -> tuple[list[api_views.MemberRow], int, int]:
+        """The communicator rows this Agent answers for (a master: the job's), with the
+        monotonic and real time they are as of."""
+        own = self._own(request)
+        return own.member_rows(), own.now_mono_ns, own.now_real_ns
 
     # ---- health and node -------------------------------------------------------------
 
@@ -299,11 +312,10 @@ class AgentApi:
         return json_response(health)
 
     async def node(self, request, values):
-        return json_response(self.service.node_model(self._live(request)))
+        return json_response(self.service.node_model(self._own(request)))
 
     async def nodes(self, request, values):
-        live = self._live(request)
-        summary = self.service.node_summary(live)
+        summary = self.service.node_summary(self._own(request))
         wanted = values["state"] in ("all", summary.state.value)
         after = values["cursor"] is None or summary.node_name > values["cursor"]
         items = [summary] if wanted else []
@@ -315,7 +327,7 @@ class AgentApi:
     async def communicators(self, request, values):
         live = self._live(request)
         full = values["view"] == "full"
-        comms = api_views.communicators(live, self.service.open_report_ids(), full)
+        comms = live_communicators.communicators(live, self.service.open_report_ids(), full)
         if values["state"] != "all":
             comms = [c for c in comms if c.state.value == values["state"]]
         if values["name_contains"] is not None:
@@ -343,22 +355,20 @@ class AgentApi:
             )
         full = values["view"] != "summary"
         report_ids = self.service.open_report_ids().get(comm_id, [])
-        return json_response(api_views.communicator(rows, live, report_ids, full))
+        return json_response(live_communicators.communicator(rows, live, report_ids, full))
 
     async def inflight(self, request, values):
-        live = self._live(request)
+        rows, now_mono, now_real = self._member_rows(request)
         ops = [
             op
-            for op in api_views.inflight_ops(live)
+            for op in api_views.inflight_ops(rows, now_mono)
             if op.age_ms >= values["min_age_ms"]
             and values["comm_id"] in (None, op.comm_id)
             and values["rank"] in (None, op.global_rank)
             and values["node_name"] in (None, op.node_name)
         ]
         return json_response(
-            InflightOpList(
-                as_of_real_ns=live.now_real_ns, items=ops[: values["limit"]], total=len(ops)
-            )
+            InflightOpList(as_of_real_ns=now_real, items=ops[: values["limit"]], total=len(ops))
         )
 
     async def recent_ops(self, request, values):
@@ -627,7 +637,7 @@ async def _resolve_note(request: web.Request, model, timeout_s: float) -> str | 
     return None if note is msgspec.UNSET else note
 
 
-def _has_global_rank(live: api_views.LiveNode, comm_id: str, rank: int) -> bool:
+def _has_global_rank(live: live_communicators.LiveNode, comm_id: str, rank: int) -> bool:
     return any(
         f"{int(r.row['comm_id']):016x}" == comm_id and r.process.global_rank == rank
         for r in live.rows

@@ -1,335 +1,325 @@
-"""The Agent Master API's answers, built from what the Agent holds, as generated models.
+"""The Agent Master API's answers, rendered from agent-master-slave v1 rows, as generated models.
 
-Each function reads the state of one moment (`LiveNode`: the mapped SHM regions, read once
-per request) and returns agent-master-api v1 models; nothing here writes anything. Sequence
-numbers in progress (`SeqProgress`) are the communicator's op indexes, as in hang reports
-(hang-report v1 ProgressMark): they line up across ranks, whereas NCCL's per-function seq,
-given with every op (`InflightOp.seq`, `OpRecord.seq`), does not.
+The rows (`ProcessInfo`, `CommunicatorMember`, `CommProgress`: core.node_state) are the one
+model of a node's state: a node reads its own from its regions (`OwnRows`) and a master holds
+every node's (master.job_view); both answer through these functions, which write nothing.
+Sequence numbers in progress (`SeqProgress`) are the communicator's op indexes, as in hang
+reports (hang-report v1 ProgressMark): they line up across ranks, whereas NCCL's per-function
+seq, given with every op (`InflightOp.seq`), does not.
+
+Clocks: a row's `*_mono_ns` count on its node's monotonic clock, and the API shows them so;
+ages are measured on the answering Agent's clock (`NodeOfRows.to_master`: a master shifts a
+slave's times onto its own, a node's own need no shift); real times come from each process's
+own (real, monotonic) start pair, never from another node's wall clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
 
-import numpy as np
-
-from comminsight.agent.core.inject_names import InjectNames
-from comminsight.agent.core.process_labels import uuid_text
-from comminsight.agent.core.producer_clock import on_reader_clock
-from comminsight.agent.core.producers import Producer
-from comminsight.agent.core.snapshot import (
-    NO_FLAGGED_SEQ,
-    ProcessView,
-    inflight_op,
-    pid_exists,
-    process_view,
-    rank_or_none,
-)
-from comminsight.shm_reader import ROOTED_FUNCS, label_or_none, record_text
-from comminsight_gen.abi import shm_v1
-from comminsight_gen.models.agent_master_api_v1 import (
-    CommProgress,
-    CommRank,
-    Communicator,
-    CommunicatorState,
-    InflightOp,
-    InflightState,
-    IngestState,
-    NameSource,
-    OpKind,
-    Process,
-    SeqProgress,
-)
+from comminsight.agent.core.node_state import ProcessRows
+from comminsight.agent.core.rank_runs import RankRuns
+from comminsight.shm_reader import ROOTED_FUNCS
+from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
+from comminsight_gen.models import agent_master_api_v1 as api
 
 MS = 1_000_000
+_INGEST = {
+    pb.INGEST_STATE_ACTIVE: api.IngestState.active,
+    pb.INGEST_STATE_DRAINING: api.IngestState.draining,
+    pb.INGEST_STATE_RETIRED: api.IngestState.retired,
+    pb.INGEST_STATE_QUARANTINED: api.IngestState.quarantined,
+}
+_NAME_SOURCE = {
+    pb.NAME_SOURCE_NCCL: api.NameSource.nccl,
+    pb.NAME_SOURCE_INJECT: api.NameSource.inject,
+}
+
+
+class NodeOfRows(Protocol):
+    """The node rows came from (a master's NodeRecord, or OwnNode)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def to_master(self, mono_ns: int) -> int:
+        """A time of the node's clock on the answering Agent's; 0 (never) stays 0."""
+        ...
 
 
 @dataclass(frozen=True)
-class LiveRow:
-    """One non-free communicator row of one process."""
+class OwnNode:
+    """The answering Agent's own node: its rows are on its own clock already."""
 
-    row: np.void
-    process: ProcessView
-    producer: Producer
+    name: str
 
-    def mono(self, name: str) -> int:
-        """The row's time field `name` on this Agent's clock (0: never)."""
-        return on_reader_clock(int(self.row[name]), self.producer.region.mono_offset_ns)
+    def to_master(self, mono_ns: int) -> int:
+        return mono_ns
 
 
 @dataclass(frozen=True)
-class LiveNode:
-    node_name: str
+class MemberRow:
+    """One communicator row of one process on one node; or a class a relay passed up, its
+    representative's rows standing for the class's other ranks."""
+
+    node: NodeOfRows
+    process: pb.ProcessInfo
+    member: pb.CommunicatorMember
+    progress: pb.CommProgress
+    origin: str | None = None  # the node that runs it, when `node` is the relay that sent it
+    stands_for: RankRuns = RankRuns()
+    ops_completed: int | None = None  # the class's sums, when a class
+    bytes_completed: int | None = None
+
+    @property
+    def node_name(self) -> str:
+        return self.origin or self.node.name
+
+    @property
+    def size(self) -> int:
+        return 1 + len(self.stands_for)
+
+
+@dataclass(frozen=True)
+class OwnRows:
+    """The answering Agent's own node as read at one moment (now_*): each process with its
+    own rows, as read from its region, not joined by pid (ProcessRows says why)."""
+
+    node: OwnNode
+    processes: tuple[ProcessRows, ...]
     now_mono_ns: int
     now_real_ns: int
-    processes: list[tuple[Producer, ProcessView]]
-    rows: list[LiveRow]
-    inject_names: InjectNames | None = None  # names Inject set (name_source INJECT)
+
+    def member_rows(self) -> list[MemberRow]:
+        return [
+            MemberRow(self.node, read.process, member, progress)
+            for read in self.processes
+            for member, progress in read.comms
+        ]
 
 
-def read_live_node(
-    producers: Iterable[Producer],
-    node_name: str,
-    stale_ns: int,
-    now_mono_ns: int,
-    now_real_ns: int,
-    inject_names: InjectNames | None = None,
-) -> LiveNode:
-    processes, rows = [], []
-    for producer in producers:
-        view = process_view(producer.region, now_mono_ns, stale_ns, pid_exists)
-        processes.append((producer, view))
-        for row in producer.region.comm_entries():
-            if int(row["state"]) != shm_v1.CommState.FREE:
-                rows.append(LiveRow(row, view, producer))
-    return LiveNode(node_name, now_mono_ns, now_real_ns, processes, rows, inject_names)
+def _opt(msg, name: str) -> int | None:
+    return getattr(msg, name) if msg.HasField(name) else None
 
 
-# ---- processes ------------------------------------------------------------------------
+def _seq(n: int) -> int | None:
+    return n - 1 if n > 0 else None
 
 
-def only_processes(node: LiveNode, keep: Callable[[int], bool]) -> LiveNode:
-    """The node with only the processes (and their communicator rows) of the users `keep`
-    admits, by uid."""
-    return replace(
-        node,
-        processes=[(p, v) for p, v in node.processes if keep(p.uid)],
-        rows=[r for r in node.rows if keep(r.producer.uid)],
+# ---- processes ----------------------------------------------------------------------------
+
+
+def process_model(
+    node: NodeOfRows, p: pb.ProcessInfo, comm_ids: Iterable[int], now: int
+) -> api.Process:
+    """comm_ids: of the process's communicator rows."""
+    hb = node.to_master(p.heartbeat_mono_ns)
+    world = _opt(p, "world_size")
+    return api.Process(
+        pid=max(1, p.pid),
+        node_name=node.name,
+        process_name=p.process_name[:256],
+        job_id=p.job_id or None,
+        global_rank=_opt(p, "global_rank"),
+        local_rank=_opt(p, "local_rank"),
+        world_size=world if world else None,
+        cuda_device=_opt(p, "cuda_device"),
+        device_uuid=p.device_uuid or None,
+        comm_ids=sorted({f"{comm_id:016x}" for comm_id in comm_ids}),
+        shm_file=p.shm_file[:4096],
+        shm_abi_version=p.shm_abi_version,
+        ingest_state=_INGEST.get(p.ingest_state, api.IngestState.active),
+        ingest_state_reason=p.ingest_state_reason or None,
+        alive=p.alive,
+        # the node's own clock, as the API documents *_mono_ns
+        heartbeat_mono_ns=p.heartbeat_mono_ns or None,
+        heartbeat_age_ms=max(0, now - hb) // MS if hb else None,
+        started_real_ns=p.started_real_ns,
+        nccl_profiler_abi_version=p.nccl_profiler_abi_version or None,
+        event_mask=p.event_mask,
+        records_read_total=p.records_read_total,
+        records_overwritten_total=p.records_overwritten_total,
+        fifo_events_dropped_total=p.fifo_events_dropped_total,
     )
 
 
-def process_model(producer: Producer, view: ProcessView, node: LiveNode) -> Process:
-    h = producer.region.header
-    comm_ids = sorted(
-        {f"{int(r.row['comm_id']):016x}" for r in node.rows if r.producer is producer}
-    )
-    world = int(h["world_size"])
-    device = int(h["cuda_device"])
-    abi = int(h["nccl_abi_version"])
-    return Process(
-        pid=max(1, view.pid),
-        node_name=node.node_name,
-        process_name=record_text(h["process_name"])[:256],
-        job_id=view.job_id or None,
-        global_rank=view.global_rank,
-        local_rank=view.local_rank,
-        world_size=world if world > 0 else None,
-        cuda_device=device if device >= 0 else None,
-        device_uuid=uuid_text(h["cuda_uuid"]) or None,
-        comm_ids=comm_ids,
-        shm_file=str(producer.path),
-        shm_abi_version=int(h["abi_version"]),
-        ingest_state=IngestState.active
-        if producer.gone_since_mono_ns is None
-        else IngestState.draining,
-        ingest_state_reason=None,
-        alive=view.alive,
-        heartbeat_mono_ns=view.heartbeat_mono_ns or None,
-        heartbeat_age_ms=view.heartbeat_age_ns // MS if view.heartbeat_mono_ns else None,
-        started_real_ns=view.start_real_ns,
-        nccl_profiler_abi_version=abi or None,
-        event_mask=max(0, int(h["event_mask"])),
-        records_read_total=max(0, producer.cursor.next_ticket - producer.cursor.lost),
-        records_overwritten_total=producer.cursor.lost,
-        fifo_events_dropped_total=producer.region.counter("fifo_events_dropped"),
-    )
-
-
-def processes(node: LiveNode) -> list[Process]:
-    models = [process_model(p, v, node) for p, v in node.processes]
+def by_rank(models: Iterable[api.Process]) -> list[api.Process]:
+    """Processes by global rank (those without one last), then pid."""
     return sorted(models, key=lambda p: (p.global_rank is None, p.global_rank or 0, p.pid))
 
 
-# ---- progress and in-flight ops -------------------------------------------------------
-
-
-def _seq_progress(
-    enqueued: tuple[int, int], started: tuple[int, int], completed: tuple[int, int]
-) -> SeqProgress:
-    """Each stage as (ops that reached it, when the last one did); op index = count - 1."""
-
-    def seq(n: int) -> int | None:
-        return n - 1 if n > 0 else None
-
-    (started, started_at), (completed, completed_at) = started, completed
-    return SeqProgress(
-        last_enqueued_seq=seq(enqueued[0]),
-        last_enqueued_mono_ns=enqueued[1] or None,
-        last_gpu_started_seq=seq(started),
-        last_gpu_started_mono_ns=started_at or None,
-        last_completed_seq=seq(completed),
-        last_completed_mono_ns=completed_at or None,
+def own_processes(own: OwnRows) -> list[api.Process]:
+    return by_rank(
+        process_model(own.node, read.process, (m.comm_id for m, _ in read.comms), own.now_mono_ns)
+        for read in own.processes
     )
 
 
-def inflight_count(row: np.void) -> int:
-    """Ops enqueued and not completed, from the counters that move with every op (the row's
-    inflight_count is refreshed only at heartbeats)."""
-    colls = int(row["coll_enqueued"]) - int(row["coll_completed"])
-    p2ps = int(row["p2p_enqueued"]) - int(row["p2p_completed"])
-    return max(0, colls) + max(0, p2ps)
+# ---- progress and in-flight ops -----------------------------------------------------------
 
 
-def inflight_model(live: LiveRow, node: LiveNode) -> InflightOp | None:
-    row, proc = live.row, live.process
-    op = inflight_op(row, live.producer.region.mono_offset_ns)
-    if op is None:
+def seq_progress(s: pb.StageCounters) -> api.SeqProgress:
+    """Each stage's count and when the last op reached it; op index = count - 1."""
+    return api.SeqProgress(
+        last_enqueued_seq=_seq(s.enqueued),
+        last_enqueued_mono_ns=s.enqueued_mono_ns or None,
+        last_gpu_started_seq=_seq(s.gpu_started),
+        last_gpu_started_mono_ns=s.gpu_started_mono_ns or None,
+        last_completed_seq=_seq(s.completed),
+        last_completed_mono_ns=s.completed_mono_ns or None,
+    )
+
+
+def to_real(p: pb.ProcessInfo, mono_ns: int) -> int:
+    """A node monotonic time as real time, by the process's own clock pair."""
+    return max(0, p.started_real_ns + (mono_ns - p.started_mono_ns))
+
+
+def inflight_model(row: MemberRow, now: int) -> api.InflightOp | None:
+    g = row.progress
+    if not g.HasField("oldest_inflight"):
         return None
-    is_coll = op.is_coll
-    flagged = int(row["hang_flagged_seq"])
-    started = op.channels_started > 0 or op.start_mono_ns is not None
-    return InflightOp(
-        comm_id=f"{int(row['comm_id']):016x}",
-        comm_rank=max(0, int(row["rank"])),
-        global_rank=proc.global_rank,
-        node_name=node.node_name,
-        pid=max(1, proc.pid),
+    op, node, p = g.oldest_inflight, row.node, row.process
+    is_coll = op.kind == pb.OP_KIND_COLL
+    peer = op.peer_or_root if op.HasField("peer_or_root") else None
+    flagged = g.hang_flagged_seq if g.HasField("hang_flagged_seq") else None
+    return api.InflightOp(
+        comm_id=f"{row.member.comm_id:016x}",
+        comm_rank=row.member.comm_rank,
+        global_rank=_opt(p, "global_rank"),
+        node_name=row.node_name,
+        pid=max(1, p.pid),
         seq=op.seq,
-        kind=OpKind.coll if is_coll else OpKind.p2p,
+        kind=api.OpKind.coll if is_coll else api.OpKind.p2p,
         func=op.func,
-        datatype=op.datatype,
+        datatype=op.datatype[:32],
         count=op.count,
-        size_bytes=op.bytes,
-        root=op.peer if is_coll and op.func in ROOTED_FUNCS else None,
-        peer=None if is_coll else op.peer,
-        algo=label_or_none(shm_v1.ALGO_LABELS, shm_v1.Algo, int(row["inflight_algo"])),
-        proto=label_or_none(shm_v1.PROTO_LABELS, shm_v1.Proto, int(row["inflight_proto"])),
+        size_bytes=op.size_bytes,
+        root=peer if is_coll and op.func in ROOTED_FUNCS else None,
+        peer=None if is_coll else peer,
+        algo=op.algo or None,
+        proto=op.proto or None,
         n_channels=op.n_channels or None,
         channels_started=op.channels_started,
-        channels_completed=op.channels_stopped,
-        state=InflightState.gpu_started if started else InflightState.enqueued,
-        inflight_count=max(1, inflight_count(row)),
-        enqueued_mono_ns=op.enqueue_mono_ns,
-        enqueued_real_ns=proc.to_real_ns(op.enqueue_mono_ns),
-        gpu_started_mono_ns=op.start_mono_ns,
-        age_ms=max(0, node.now_mono_ns - op.enqueue_mono_ns) // MS,
-        hang_flagged=flagged != NO_FLAGGED_SEQ and flagged == op.op_index,
+        channels_completed=op.channels_completed,
+        state=api.InflightState.gpu_started
+        if op.channels_started or op.gpu_started_mono_ns
+        else api.InflightState.enqueued,
+        inflight_count=max(1, g.inflight_count),
+        enqueued_mono_ns=op.enqueued_mono_ns,
+        enqueued_real_ns=to_real(p, op.enqueued_mono_ns),
+        gpu_started_mono_ns=op.gpu_started_mono_ns or None,
+        age_ms=max(0, now - node.to_master(op.enqueued_mono_ns)) // MS,
+        hang_flagged=flagged is not None and flagged == op.op_index,
     )
 
 
-def comm_progress(live: LiveRow, node: LiveNode) -> CommProgress:
-    r = live.row
-    coll = _seq_progress(
-        (int(r["coll_enqueued"]), live.mono("coll_enqueued_mono_ns")),
-        (int(r["coll_started"]), live.mono("coll_started_mono_ns")),
-        (int(r["coll_completed"]), live.mono("coll_completed_mono_ns")),
-    )
-    p2p = _seq_progress(
-        (int(r["p2p_enqueued"]), live.mono("p2p_enqueued_mono_ns")),
-        (int(r["p2p_started"]), live.mono("p2p_started_mono_ns")),
-        (int(r["p2p_completed"]), live.mono("p2p_completed_mono_ns")),
-    )
-    last = max(
-        live.mono(f)
-        for f in (
-            "coll_enqueued_mono_ns",
-            "coll_started_mono_ns",
-            "coll_completed_mono_ns",
-            "p2p_enqueued_mono_ns",
-            "p2p_started_mono_ns",
-            "p2p_completed_mono_ns",
-        )
-    )
-    return CommProgress(
-        collectives=coll,
-        p2p=p2p,
-        last_progress_real_ns=live.process.to_real_ns(last) if last else None,
-        last_progress_age_ms=max(0, node.now_mono_ns - last) // MS if last else None,
-        inflight_count=inflight_count(r),
-        oldest_inflight=inflight_model(live, node),
-    )
-
-
-def inflight_ops(node: LiveNode) -> list[InflightOp]:
+def inflight_ops(rows: Iterable[MemberRow], now: int) -> list[api.InflightOp]:
     """One entry per process and communicator with ops in flight, oldest first."""
-    ops = [op for live in node.rows if (op := inflight_model(live, node)) is not None]
+    ops = [op for row in rows if (op := inflight_model(row, now)) is not None]
     return sorted(ops, key=lambda o: (-o.age_ms, o.comm_id, o.comm_rank))
 
 
-# ---- communicators --------------------------------------------------------------------
+def comm_progress(row: MemberRow, now: int) -> api.CommProgress:
+    g, node = row.progress, row.node
+    last = max(
+        g.collectives.enqueued_mono_ns,
+        g.collectives.gpu_started_mono_ns,
+        g.collectives.completed_mono_ns,
+        g.p2p.enqueued_mono_ns,
+        g.p2p.gpu_started_mono_ns,
+        g.p2p.completed_mono_ns,
+    )
+    return api.CommProgress(
+        collectives=seq_progress(g.collectives),
+        p2p=seq_progress(g.p2p),
+        last_progress_real_ns=to_real(row.process, last) if last else None,
+        last_progress_age_ms=max(0, now - node.to_master(last)) // MS if last else None,
+        inflight_count=g.inflight_count,
+        oldest_inflight=inflight_model(row, now),
+    )
 
 
-def communicators(node: LiveNode, open_reports: dict[str, list[str]], full: bool) -> list:
-    """Every communicator a mapped process has a row for, by comm_id; open_reports maps a
-    comm_id to its open hang report ids."""
-    by_id: dict[int, list[LiveRow]] = {}
-    for live in node.rows:
-        by_id.setdefault(int(live.row["comm_id"]), []).append(live)
-    return [
-        communicator(rows, node, open_reports.get(f"{cid:016x}", []), full)
-        for cid, rows in sorted(by_id.items())
-    ]
+# ---- communicators ------------------------------------------------------------------------
+
+
+def comm_rank(row: MemberRow, now: int) -> api.CommRank:
+    m, p = row.member, row.process
+    return api.CommRank(
+        comm_rank=m.comm_rank,
+        global_rank=_opt(p, "global_rank"),
+        local_rank=_opt(m, "local_rank"),
+        node_name=row.node_name,
+        pid=max(1, p.pid),
+        cuda_device=_opt(m, "cuda_device"),
+        # the process's (its first communicator's GPU): CommunicatorMember carries no UUID of
+        # its own, which a process that drives several GPUs has per rank
+        device_uuid=p.device_uuid or None,
+        alive=p.alive,
+        progress=comm_progress(row, now),
+        same_state_ranks=row.stands_for.text(max_runs=256)[:4096] if row.stands_for else None,
+        same_state_count=row.size,
+    )
 
 
 def communicator(
-    rows: list[LiveRow], node: LiveNode, report_ids: list[str], full: bool
-) -> Communicator:
-    rows = sorted(rows, key=lambda live: int(live.row["rank"]))
-    first = rows[0].row
-    named = next((live for live in rows if record_text(live.row["name"])), None)
-    finalized = all(int(live.row["state"]) == shm_v1.CommState.FINALIZED for live in rows)
-    nranks = max(1, int(first["nranks"]))
-    ranks_seen = sorted({int(live.row["rank"]) for live in rows if int(live.row["rank"]) >= 0})
-    inflight = [op for live in rows if (op := inflight_model(live, node)) is not None]
+    rows: list[MemberRow], report_ids: list[str], full: bool, now: int
+) -> api.Communicator:
+    rows = sorted(rows, key=lambda r: (r.member.comm_rank, r.node.name))
+    first = rows[0].member
+    named = next((r.member for r in rows if r.member.name), None)
+    finalized = all(r.member.finalize_mono_ns for r in rows)
+    nranks = max(1, first.nranks)
+    seen = RankRuns.union_all(
+        [RankRuns.of(r.member.comm_rank for r in rows), *(r.stands_for for r in rows)]
+    )
+    inflight = [(r, op) for r in rows if (op := inflight_model(r, now)) is not None]
     finalize_times = [
-        live.process.to_real_ns(live.mono("finalize_mono_ns"))
-        for live in rows
-        if int(live.row["finalize_mono_ns"])
+        to_real(r.process, r.member.finalize_mono_ns)
+        for r in rows
+        if r.member.finalize_mono_ns > 1  # 1: finalized at a time not known
     ]
-    nnodes = int(first["nnodes"])
-    return Communicator(
-        comm_id=f"{int(first['comm_id']):016x}",
-        name=record_text(named.row["name"])[:1024] if named is not None else None,
-        name_source=_name_source(row_name_source(named, node.inject_names) if named else 0),
+    return api.Communicator(
+        comm_id=f"{first.comm_id:016x}",
+        name=named.name[:1024] if named is not None else None,
+        name_source=_NAME_SOURCE.get(named.name_source, api.NameSource.none)
+        if named is not None
+        else api.NameSource.none,
         nranks=nranks,
-        nnodes=nnodes if nnodes > 0 else None,
-        state=CommunicatorState.finalized if finalized else CommunicatorState.active,
-        ranks_seen=ranks_seen,
-        complete=set(ranks_seen) >= set(range(nranks)),
-        nodes=[node.node_name],
-        created_real_ns=min(int(live.row["init_real_ns"]) for live in rows),
+        nnodes=first.nnodes or None,
+        state=api.CommunicatorState.finalized if finalized else api.CommunicatorState.active,
+        ranks_seen=list(seen),
+        # every rank 0..nranks-1 seen, whatever else a row claims
+        complete=seen.starts[:1] == (0,) and seen.ends[0] >= nranks,
+        nodes=sorted({r.node_name for r in rows}),
+        created_real_ns=min(r.member.init_real_ns for r in rows),
         finalized_real_ns=max(finalize_times) if finalized and finalize_times else None,
-        # coll/p2p_completed move with every completion; ops_total only at heartbeats
         ops_completed_total=sum(
-            int(live.row["coll_completed"]) + int(live.row["p2p_completed"]) for live in rows
+            r.progress.ops_completed_total if r.ops_completed is None else r.ops_completed
+            for r in rows
         ),
-        bytes_completed_total=sum(int(live.row["bytes_total"]) for live in rows),
-        ranks_inflight=len({op.comm_rank for op in inflight}),
-        oldest_inflight_age_ms=max((op.age_ms for op in inflight), default=None),
+        bytes_completed_total=sum(
+            r.progress.bytes_completed_total if r.bytes_completed is None else r.bytes_completed
+            for r in rows
+        ),
+        ranks_inflight=sum(r.size for r in {op.comm_rank: r for r, op in inflight}.values()),
+        oldest_inflight_age_ms=max((op.age_ms for _, op in inflight), default=None),
         open_hang_report_ids=sorted(report_ids),
-        ranks=[comm_rank(live, node) for live in rows] if full else None,
+        ranks=[comm_rank(r, now) for r in rows] if full else None,
     )
 
 
-def row_name_source(live: LiveRow, inject_names: InjectNames | None) -> int:
-    code = int(live.row["name_source"])
-    if inject_names is None:
-        return code
-    name = record_text(live.row["name"])
-    return inject_names.name_source(
-        code, live.process.host, live.process.pid, name, live.producer.uid
-    )
-
-
-def _name_source(code: int) -> NameSource:
-    try:
-        return NameSource(shm_v1.NameSource(code).name.lower())
-    except ValueError:  # a code a newer Profiler may send: where the name came from is unknown
-        return NameSource.none
-
-
-def comm_rank(live: LiveRow, node: LiveNode) -> CommRank:
-    r, proc = live.row, live.process
-    device = int(r["cuda_device"])
-    return CommRank(
-        comm_rank=max(0, int(r["rank"])),
-        global_rank=proc.global_rank,
-        local_rank=rank_or_none(int(r["local_rank"])),
-        node_name=node.node_name,
-        pid=max(1, proc.pid),
-        cuda_device=device if device >= 0 else None,
-        device_uuid=uuid_text(r["cuda_uuid"]) or None,
-        alive=proc.alive,
-        progress=comm_progress(live, node),
-    )
+def communicators(
+    rows: list[MemberRow], open_reports: dict[str, list[str]], full: bool, now: int
+) -> list[api.Communicator]:
+    """Every communicator the rows hold, by comm_id; open_reports maps a comm_id to its open
+    hang report ids."""
+    by_id: dict[int, list[MemberRow]] = {}
+    for r in rows:
+        by_id.setdefault(r.member.comm_id, []).append(r)
+    return [
+        communicator(group, open_reports.get(f"{cid:016x}", []), full, now)
+        for cid, group in sorted(by_id.items())
+    ]

@@ -7,7 +7,8 @@ slave sends only the rows that changed (each row carries absolute values and rep
 with the same key, so resending an old row can never double-count).
 
 The master's own node goes through the same function, so that every node of the job, local or
-remote, reaches the job view (job_view) in one shape.
+remote, reaches the job view (job_view) in one shape; and a node's API answers from the same
+rows, read per process (`read_process_rows`), through the master's renderers (api.views).
 """
 
 from __future__ import annotations
@@ -192,6 +193,37 @@ def comm_rows(
     return member, progress
 
 
+@dataclass(frozen=True)
+class ProcessRows:
+    """One process's rows as read from its own region: its `ProcessInfo` and, per
+    communicator row, its membership and progress. A node's own API renders from these, each
+    process with its own rows: pids repeat on a node whose processes live in PID namespaces
+    of their own (pods), where `NodeRows`, keyed by pid as the protocol is, would join them."""
+
+    process: pb.ProcessInfo
+    comms: tuple[tuple[pb.CommunicatorMember, pb.CommProgress], ...]
+
+
+def read_process_rows(
+    producer: Producer,
+    now_mono_ns: int,
+    stale_ns: int,
+    inject_names: InjectNames | None = None,
+) -> ProcessRows | None:
+    """None while the region is still being created: nothing in it can be trusted yet."""
+    region = producer.region
+    if region.state == shm_v1.FileState.CREATING:
+        return None
+    info = process_info(producer, now_mono_ns, stale_ns)
+    host = record_text(region.header["hostname"])
+    comms = tuple(
+        comm_rows(row, info.pid, host, inject_names, region.mono_offset_ns, producer.uid)
+        for row in region.comm_entries()
+        if int(row["state"]) != shm_v1.CommState.FREE
+    )
+    return ProcessRows(info, comms)
+
+
 def read_node_rows(
     producers: Iterable[Producer],
     now_mono_ns: int,
@@ -200,18 +232,11 @@ def read_node_rows(
 ) -> NodeRows:
     rows = NodeRows()
     for producer in producers:
-        region = producer.region
-        if region.state == shm_v1.FileState.CREATING:  # nothing in it can be trusted yet
+        read = read_process_rows(producer, now_mono_ns, stale_ns, inject_names)
+        if read is None:
             continue
-        info = process_info(producer, now_mono_ns, stale_ns)
-        rows.processes[info.pid] = info
-        host = record_text(region.header["hostname"])
-        for row in region.comm_entries():
-            if int(row["state"]) == shm_v1.CommState.FREE:
-                continue
-            member, progress = comm_rows(
-                row, info.pid, host, inject_names, region.mono_offset_ns, producer.uid
-            )
+        rows.processes[read.process.pid] = read.process
+        for member, progress in read.comms:
             key = row_key(member)
             rows.members[key] = member
             rows.progress[key] = progress

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 
+from comminsight.agent.api import views
 from comminsight.agent.api.params import Problem
 from comminsight.agent.api.server import AgentApi, ApiError, json_response
 from comminsight.agent.core.fifo_reader import decode_event
@@ -238,7 +239,7 @@ class MasterAgentService(AgentService):
 
     # ---- what the API reads --------------------------------------------------------------
 
-    def job_rows(self) -> list[job_view.JobRow]:
+    def job_rows(self) -> list[views.MemberRow]:
         return job_view.job_rows(self.nodes.values(), time.monotonic_ns())
 
     def health(self) -> api.Health:
@@ -303,6 +304,11 @@ class MasterApi(AgentApi):
                 "a master answers for whole jobs: ask it over TCP, or as root or its own user",
             )
 
+    def _member_rows(self, request) -> tuple[list[views.MemberRow], int, int]:
+        """The job's rows, every node's (in-flight ops)."""
+        self._job_wide(request)
+        return self.service.job_rows(), time.monotonic_ns(), time.time_ns()
+
     def step_directories(self) -> list:
         """Its own engine's step summaries and every slave's (master.store)."""
         return [self.service.step_files.directory, self.service.store.steps_dir]
@@ -341,7 +347,7 @@ class MasterApi(AgentApi):
         now = time.monotonic_ns()
         rows = self.service.job_rows()
         full = values["view"] == "full"
-        comms = job_view.communicators(rows, self.service.open_report_ids(), full, now)
+        comms = views.communicators(rows, self.service.open_report_ids(), full, now)
         if values["state"] != "all":
             comms = [c for c in comms if c.state.value == values["state"]]
         if values["name_contains"] is not None:
@@ -374,24 +380,7 @@ class MasterApi(AgentApi):
             )
         full = values["view"] != "summary"
         report_ids = self.service.open_report_ids().get(comm_id, [])
-        return json_response(job_view.communicator(rows, report_ids, full, time.monotonic_ns()))
-
-    async def inflight(self, request, values):
-        self._job_wide(request)
-        now = time.monotonic_ns()
-        ops = [
-            op
-            for op in job_view.inflight_ops(self.service.job_rows(), now)
-            if op.age_ms >= values["min_age_ms"]
-            and values["comm_id"] in (None, op.comm_id)
-            and values["rank"] in (None, op.global_rank)
-            and values["node_name"] in (None, op.node_name)
-        ]
-        return json_response(
-            api.InflightOpList(
-                as_of_real_ns=time.time_ns(), items=ops[: values["limit"]], total=len(ops)
-            )
-        )
+        return json_response(views.communicator(rows, report_ids, full, time.monotonic_ns()))
 
 
 MasterAgentService.api_class = MasterApi

@@ -4,7 +4,8 @@ Each node (the master's own, and every slave that registered) is a `NodeRecord` 
 latest agent-master-slave rows of that node. From them this module builds, for one instant:
 - the job-wide `NodeSnapshot` that hang diagnosis reads, so a verdict can name a culprit on any
   node (`ProcessView.node_name` says which);
-- the Agent Master API models for communicators, ranks, in-flight ops, processes and nodes.
+- the job's communicator rows (`MemberRow`), which the API renders as a node Agent renders its
+  own (api.views: communicators, ranks, in-flight ops), and the nodes' summaries.
 
 Clocks: a node's `*_mono_ns` count from its own boot. Every batch and heartbeat brings a clock
 sample of the slave; `offset_ns` (master monotonic minus slave monotonic at receipt) is the
@@ -20,6 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from comminsight.agent.api.views import MemberRow
 from comminsight.agent.core.node_state import NodeRows
 from comminsight.agent.core.rank_runs import EMPTY, BadRuns, RankRuns
 from comminsight.agent.core.snapshot import (
@@ -29,22 +31,11 @@ from comminsight.agent.core.snapshot import (
     ProcessView,
 )
 from comminsight.agent.core.snapshot import communicators as snapshot_communicators
-from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
 
 MS = 1_000_000
-_INGEST = {
-    pb.INGEST_STATE_ACTIVE: api.IngestState.active,
-    pb.INGEST_STATE_DRAINING: api.IngestState.draining,
-    pb.INGEST_STATE_RETIRED: api.IngestState.retired,
-    pb.INGEST_STATE_QUARANTINED: api.IngestState.quarantined,
-}
-_NAME_SOURCE = {
-    pb.NAME_SOURCE_NCCL: api.NameSource.nccl,
-    pb.NAME_SOURCE_INJECT: api.NameSource.inject,
-}
 
 
 @dataclass
@@ -357,43 +348,20 @@ def class_runs(rc: pb.RankClass) -> RankRuns:
     return runs if isinstance(runs, RankRuns) else EMPTY
 
 
-# ---- API models ---------------------------------------------------------------------------
+# ---- for the API: the job's rows (api.views renders them) and its nodes ------------------
 
 
-@dataclass(frozen=True)
-class JobRow:
-    """One communicator row of one process on one node; or a class a relay passed up, its
-    representative's rows standing for the class's other ranks."""
-
-    node: NodeRecord
-    process: pb.ProcessInfo
-    member: pb.CommunicatorMember
-    progress: pb.CommProgress
-    origin: str | None = None  # the node that runs it, when `node` is the relay that sent it
-    stands_for: RankRuns = RankRuns()
-    ops_completed: int | None = None  # the class's sums, when a class
-    bytes_completed: int | None = None
-
-    @property
-    def node_name(self) -> str:
-        return self.origin or self.node.name
-
-    @property
-    def size(self) -> int:
-        return 1 + len(self.stands_for)
-
-
-def job_rows(nodes: Iterable[NodeRecord], now_mono_ns: int | None = None) -> list[JobRow]:
+def job_rows(nodes: Iterable[NodeRecord], now_mono_ns: int | None = None) -> list[MemberRow]:
     out = []
     for node in counted_sources(nodes, now_mono_ns)[0]:
         for key, m in node.rows.members.items():
             p = node.rows.processes.get(m.pid)
             g = node.rows.progress.get(key)
             if p is not None and g is not None:
-                out.append(JobRow(node, p, m, g))
+                out.append(MemberRow(node, p, m, g))
         for rc, runs in zip(node.classes, node.class_runs, strict=True):
             out.append(
-                JobRow(
+                MemberRow(
                     node,
                     rc.process,
                     rc.member,
@@ -405,47 +373,6 @@ def job_rows(nodes: Iterable[NodeRecord], now_mono_ns: int | None = None) -> lis
                 )
             )
     return out
-
-
-def _opt(msg, name: str) -> int | None:
-    return getattr(msg, name) if msg.HasField(name) else None
-
-
-def process_model(node: NodeRecord, p: pb.ProcessInfo, now: int) -> api.Process:
-    hb = node.to_master(p.heartbeat_mono_ns)
-    comm_ids = sorted({f"{m.comm_id:016x}" for m in node.rows.members.values() if m.pid == p.pid})
-    world = _opt(p, "world_size")
-    return api.Process(
-        pid=max(1, p.pid),
-        node_name=node.name,
-        process_name=p.process_name[:256],
-        job_id=p.job_id or None,
-        global_rank=_opt(p, "global_rank"),
-        local_rank=_opt(p, "local_rank"),
-        world_size=world if world else None,
-        cuda_device=_opt(p, "cuda_device"),
-        device_uuid=p.device_uuid or None,
-        comm_ids=comm_ids,
-        shm_file=p.shm_file[:4096],
-        shm_abi_version=p.shm_abi_version,
-        ingest_state=_INGEST.get(p.ingest_state, api.IngestState.active),
-        ingest_state_reason=p.ingest_state_reason or None,
-        alive=p.alive,
-        # the node's own clock, as the API documents *_mono_ns
-        heartbeat_mono_ns=p.heartbeat_mono_ns or None,
-        heartbeat_age_ms=max(0, now - hb) // MS if hb else None,
-        started_real_ns=p.started_real_ns,
-        nccl_profiler_abi_version=p.nccl_profiler_abi_version or None,
-        event_mask=p.event_mask,
-        records_read_total=p.records_read_total,
-        records_overwritten_total=p.records_overwritten_total,
-        fifo_events_dropped_total=p.fifo_events_dropped_total,
-    )
-
-
-def processes(nodes: Iterable[NodeRecord], now: int) -> list[api.Process]:
-    models = [process_model(n, p, now) for n in nodes for p in n.rows.processes.values()]
-    return sorted(models, key=lambda p: (p.global_rank is None, p.global_rank or 0, p.pid))
 
 
 def node_summary(node: NodeRecord, now_mono: int, now_real: int) -> api.NodeSummary:
@@ -502,166 +429,3 @@ def below_relays(nodes: Iterable[NodeRecord], now_real: int) -> list[api.NodeSum
 
 _MODE = {m.value: m for m in api.AgentMode}
 _NODE_STATE = {s.value: s for s in api.NodeState}
-
-
-def _seq(n: int) -> int | None:
-    return n - 1 if n > 0 else None
-
-
-def seq_progress(node: NodeRecord, s: pb.StageCounters) -> api.SeqProgress:
-    return api.SeqProgress(
-        last_enqueued_seq=_seq(s.enqueued),
-        last_enqueued_mono_ns=s.enqueued_mono_ns or None,
-        last_gpu_started_seq=_seq(s.gpu_started),
-        last_gpu_started_mono_ns=s.gpu_started_mono_ns or None,
-        last_completed_seq=_seq(s.completed),
-        last_completed_mono_ns=s.completed_mono_ns or None,
-    )
-
-
-def to_real(node: NodeRecord, p: pb.ProcessInfo, mono_ns: int) -> int:
-    """A node monotonic time as real time, by the process's own clock pair."""
-    return max(0, p.started_real_ns + (mono_ns - p.started_mono_ns))
-
-
-def inflight_model(row: JobRow, now: int) -> api.InflightOp | None:
-    g = row.progress
-    if not g.HasField("oldest_inflight"):
-        return None
-    op, node, p = g.oldest_inflight, row.node, row.process
-    is_coll = op.kind == pb.OP_KIND_COLL
-    peer = op.peer_or_root if op.HasField("peer_or_root") else None
-    flagged = g.hang_flagged_seq if g.HasField("hang_flagged_seq") else None
-    return api.InflightOp(
-        comm_id=f"{row.member.comm_id:016x}",
-        comm_rank=row.member.comm_rank,
-        global_rank=_opt(p, "global_rank"),
-        node_name=row.node_name,
-        pid=max(1, p.pid),
-        seq=op.seq,
-        kind=api.OpKind.coll if is_coll else api.OpKind.p2p,
-        func=op.func,
-        datatype=op.datatype[:32],
-        count=op.count,
-        size_bytes=op.size_bytes,
-        root=peer if is_coll and op.func in ROOTED_FUNCS else None,
-        peer=None if is_coll else peer,
-        algo=op.algo or None,
-        proto=op.proto or None,
-        n_channels=op.n_channels or None,
-        channels_started=op.channels_started,
-        channels_completed=op.channels_completed,
-        state=api.InflightState.gpu_started
-        if op.channels_started or op.gpu_started_mono_ns
-        else api.InflightState.enqueued,
-        inflight_count=max(1, g.inflight_count),
-        enqueued_mono_ns=op.enqueued_mono_ns,
-        enqueued_real_ns=to_real(node, p, op.enqueued_mono_ns),
-        gpu_started_mono_ns=op.gpu_started_mono_ns or None,
-        age_ms=max(0, now - node.to_master(op.enqueued_mono_ns)) // MS,
-        hang_flagged=flagged is not None and flagged == op.op_index,
-    )
-
-
-def inflight_ops(rows: Iterable[JobRow], now: int) -> list[api.InflightOp]:
-    ops = [op for row in rows if (op := inflight_model(row, now)) is not None]
-    return sorted(ops, key=lambda o: (-o.age_ms, o.comm_id, o.comm_rank))
-
-
-def comm_progress(row: JobRow, now: int) -> api.CommProgress:
-    g, node = row.progress, row.node
-    last = max(
-        s
-        for s in (
-            g.collectives.enqueued_mono_ns,
-            g.collectives.gpu_started_mono_ns,
-            g.collectives.completed_mono_ns,
-            g.p2p.enqueued_mono_ns,
-            g.p2p.gpu_started_mono_ns,
-            g.p2p.completed_mono_ns,
-        )
-    )
-    return api.CommProgress(
-        collectives=seq_progress(node, g.collectives),
-        p2p=seq_progress(node, g.p2p),
-        last_progress_real_ns=to_real(node, row.process, last) if last else None,
-        last_progress_age_ms=max(0, now - node.to_master(last)) // MS if last else None,
-        inflight_count=g.inflight_count,
-        oldest_inflight=inflight_model(row, now),
-    )
-
-
-def comm_rank(row: JobRow, now: int) -> api.CommRank:
-    m, p = row.member, row.process
-    return api.CommRank(
-        comm_rank=m.comm_rank,
-        global_rank=_opt(p, "global_rank"),
-        local_rank=_opt(m, "local_rank"),
-        node_name=row.node_name,
-        pid=max(1, p.pid),
-        cuda_device=_opt(m, "cuda_device"),
-        device_uuid=p.device_uuid or None,
-        alive=p.alive,
-        progress=comm_progress(row, now),
-        same_state_ranks=row.stands_for.text(max_runs=256)[:4096] if row.stands_for else None,
-        same_state_count=row.size,
-    )
-
-
-def communicator(
-    rows: list[JobRow], report_ids: list[str], full: bool, now: int
-) -> api.Communicator:
-    rows = sorted(rows, key=lambda r: (r.member.comm_rank, r.node.name))
-    first = rows[0].member
-    named = next((r.member for r in rows if r.member.name), None)
-    finalized = all(r.member.finalize_mono_ns for r in rows)
-    nranks = max(1, first.nranks)
-    seen = RankRuns.union_all(
-        [RankRuns.of(r.member.comm_rank for r in rows), *(r.stands_for for r in rows)]
-    )
-    ranks_seen = list(seen)
-    inflight = [(r, op) for r in rows if (op := inflight_model(r, now)) is not None]
-    finalize_times = [
-        to_real(r.node, r.process, r.member.finalize_mono_ns)
-        for r in rows
-        if r.member.finalize_mono_ns > 1
-    ]
-    return api.Communicator(
-        comm_id=f"{first.comm_id:016x}",
-        name=named.name[:1024] if named is not None else None,
-        name_source=_NAME_SOURCE.get(named.name_source, api.NameSource.none)
-        if named is not None
-        else api.NameSource.none,
-        nranks=nranks,
-        nnodes=first.nnodes or None,
-        state=api.CommunicatorState.finalized if finalized else api.CommunicatorState.active,
-        ranks_seen=ranks_seen,
-        complete=len(seen) >= nranks and seen.starts[:1] == (0,) and len(seen.starts) == 1,
-        nodes=sorted({r.node_name for r in rows}),
-        created_real_ns=min(r.member.init_real_ns for r in rows),
-        finalized_real_ns=max(finalize_times) if finalized and finalize_times else None,
-        ops_completed_total=sum(
-            r.progress.ops_completed_total if r.ops_completed is None else r.ops_completed
-            for r in rows
-        ),
-        bytes_completed_total=sum(
-            r.progress.bytes_completed_total if r.bytes_completed is None else r.bytes_completed
-            for r in rows
-        ),
-        ranks_inflight=sum(r.size for r in {op.comm_rank: r for r, op in inflight}.values()),
-        oldest_inflight_age_ms=max((op.age_ms for _, op in inflight), default=None),
-        open_hang_report_ids=sorted(report_ids),
-        ranks=[comm_rank(r, now) for r in rows] if full else None,
-    )
-
-
-def communicators(
-    rows: list[JobRow], open_reports: dict[str, list[str]], full: bool, now: int
-) -> list[api.Communicator]:
-    by_id: dict[int, list[JobRow]] = {}
-    for r in rows:
-        by_id.setdefault(r.member.comm_id, []).append(r)
-    return [
-        communicator(group, open_reports.get(f"{cid:016x}", []), full, now)
-        for cid, group in sorted(by_id.items())
-    ]

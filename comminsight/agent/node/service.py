@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -28,11 +31,13 @@ import numpy as np
 
 from comminsight import __version__
 from comminsight.agent.api import views as api_views
+from comminsight.agent.api.live_communicators import LiveNode, read_live_node
 from comminsight.agent.archive.archiver import ArchiveConfigError, Archiver
 from comminsight.agent.core import agent_settings
 from comminsight.agent.core.fifo_reader import FifoError, HangEvent, HangEventFifo, keep_recent
 from comminsight.agent.core.inject_names import InjectNames
 from comminsight.agent.core.input_health import input_reasons
+from comminsight.agent.core.node_state import read_process_rows
 from comminsight.agent.core.owners import Owners
 from comminsight.agent.core.placement import Placement
 from comminsight.agent.core.producers import ProducerSet
@@ -87,6 +92,18 @@ ENGINE_METRICS_EVERY_NS = 250_000_000  # the live engine's metrics are refreshed
 # passes this seldom then (at most), so a node between jobs, or after hundreds of short-lived
 # processes, costs next to nothing. Hang events from the FIFO still wake it at once.
 IDLE_POLL_INTERVAL_S = 0.25
+# The API's reading of this node's rows serves the requests of one pass, and at most this long
+# (when passes fail, none ends)
+OWN_ROWS_REUSE_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class OwnRead:
+    """One reading of this node's rows, and the user of each process read."""
+
+    pass_no: int
+    rows: api_views.OwnRows
+    uids: tuple[int, ...]
 
 
 class AgentService:
@@ -149,6 +166,7 @@ class AgentService:
         # whose each process, communicator and job is: the API shows a user only theirs
         self.owners = Owners()
         self._diagnosed: NodeSnapshot | None = None
+        self._own_read: OwnRead | None = None  # the API's latest reading of this node's rows
         self.hang_events: deque[HangEvent] = deque(maxlen=RECENT_EVENTS)
         self.threshold_ns = int(settings.profiler_hang_timeout_s * S)
         # the threshold as published for the Profilers' watchdogs (agent_settings)
@@ -313,9 +331,49 @@ class AgentService:
         """Serving: the first pass is done and the agent is not stopping."""
         return self.passes > 0 and not self.stopping
 
-    def live_node(self) -> api_views.LiveNode:
-        return api_views.read_live_node(
-            self.producers.producers.values(),
+    def _producers(self, keep: Callable[[int], bool] | None) -> list:
+        """The node's producers of the users `keep` admits, by uid (None: everyone's)."""
+        producers = self.producers.producers.values()
+        return [p for p in producers if keep is None or keep(p.uid)]
+
+    def own_rows(self, keep: Callable[[int], bool] | None = None) -> api_views.OwnRows:
+        """This node's processes as agent-master-slave rows, each process's read from its
+        own region: what the API answers from (a master's, for its own node). Only the
+        processes of the users `keep` admits, by uid.
+
+        Read at the first request since this pass, and kept for the pass's other requests: a
+        node's API is polled, by any number of clients, on the loop that runs the passes,
+        and reading every row of a busy node costs milliseconds."""
+        now_mono = time.monotonic_ns()
+        read = self._own_read
+        if (
+            read is None
+            or read.pass_no != self.passes
+            or not 0 <= now_mono - read.rows.now_mono_ns < OWN_ROWS_REUSE_NS
+        ):
+            read = self._own_read = self._read_own_rows(now_mono)
+        if keep is None:
+            return read.rows
+        mine = [r for r, uid in zip(read.rows.processes, read.uids, strict=True) if keep(uid)]
+        return dataclasses.replace(read.rows, processes=tuple(mine))
+
+    def _read_own_rows(self, now_mono: int) -> OwnRead:
+        stale_ns = self.settings.agent_heartbeat_stale_ms * 1_000_000
+        rows, uids = [], []
+        for producer in self.producers.producers.values():
+            read = read_process_rows(producer, now_mono, stale_ns, self.inject_names)
+            if read is not None:
+                rows.append(read)
+                uids.append(producer.uid)
+        own = api_views.OwnRows(
+            api_views.OwnNode(self.node_name), tuple(rows), now_mono, time.time_ns()
+        )
+        return OwnRead(self.passes, own, tuple(uids))
+
+    def live_node(self, keep: Callable[[int], bool] | None = None) -> LiveNode:
+        """The node's communicator rows as they are in SHM now (live_communicators)."""
+        return read_live_node(
+            self._producers(keep),
             self.node_name,
             self.settings.agent_heartbeat_stale_ms * 1_000_000,
             time.monotonic_ns(),
@@ -468,7 +526,7 @@ class AgentService:
             **({"semantic_engine": semantic} if semantic is not None else {}),
         )
 
-    def node_model(self, live: api_views.LiveNode) -> api.Node:
+    def node_model(self, own: api_views.OwnRows) -> api.Node:
         return api.Node(
             node_name=self.node_name,
             host=socket.gethostname(),
@@ -478,14 +536,14 @@ class AgentService:
             agent_pid=os.getpid(),
             comminsight_home=str(self.home),
             started_real_ns=self.started_real_ns,
-            now_mono_ns=live.now_mono_ns,
-            now_real_ns=live.now_real_ns,
-            processes=api_views.processes(live),
+            now_mono_ns=own.now_mono_ns,
+            now_real_ns=own.now_real_ns,
+            processes=api_views.own_processes(own),
         )
 
-    def node_summary(self, live: api_views.LiveNode) -> api.NodeSummary:
+    def node_summary(self, own: api_views.OwnRows) -> api.NodeSummary:
         """This node as /nodes lists it (a standalone agent knows no other)."""
-        procs = api_views.processes(live)
+        procs = api_views.own_processes(own)
         return api.NodeSummary(
             node_name=self.node_name,
             host=socket.gethostname(),
@@ -495,7 +553,7 @@ class AgentService:
             processes_alive=sum(1 for p in procs if p.alive),
             processes_total=len(procs),
             global_ranks=sorted({p.global_rank for p in procs if p.global_rank is not None}),
-            last_seen_real_ns=live.now_real_ns,
+            last_seen_real_ns=own.now_real_ns,
             last_seen_age_ms=0,
             last_applied_batch_seq=None,
             rejects_total=0,
