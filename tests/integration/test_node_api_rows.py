@@ -1,7 +1,7 @@
-"""A node Agent answers /node, /nodes and /inflight from its agent-master-slave rows, as a
-master does (api.views), read from each region apart: pids repeat on a node whose training
-pods each have a PID namespace of their own, and the rows the wire keys by pid would join two
-such processes into one. One reading serves the requests of a pass."""
+"""A node Agent answers /node, /nodes, /inflight and /communicators from its agent-master-slave
+rows, as a master does (api.views), read from each region apart: pids repeat on a node whose
+training pods each have a PID namespace of their own, and the rows the wire keys by pid would
+join two such processes into one. One reading serves the requests of a pass."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from live_agent import LiveAgent
 from test_metrics_fleet import UUID_A, UUID_B, FakeProducer
 
+from comminsight.agent.core.process_labels import uuid_text
 from comminsight_gen.abi import shm_v1
 
 COMM = 0xC0
@@ -83,3 +84,19 @@ def test_one_reading_serves_the_requests_of_a_pass(two_pods):
     assert after_pass > first
     time.sleep(1.1)  # passes that fail end no pass: a reading is kept a second at most
     assert get(two_pods, "/api/v1/node")["now_mono_ns"] > after_pass
+
+
+def test_communicators_name_each_rank_by_its_own_gpu(two_pods):
+    """pod-a's process drives two GPUs: each of its ranks has its own GPU's UUID (its rows'),
+    not the process's first GPU's for both; the communicator holds the three ranks of both
+    pods."""
+    (comm,) = get(two_pods, "/api/v1/communicators?view=full")["items"]
+    ranks = {r["comm_rank"]: r for r in comm["ranks"]}
+    assert sorted(ranks) == [0, 1, 2] and comm["complete"]
+    gpu_a, gpu_b = uuid_text(UUID_A), uuid_text(UUID_B)
+    assert (ranks[0]["device_uuid"], ranks[1]["device_uuid"]) == (gpu_a, gpu_b)
+    one = get(two_pods, f"/api/v1/communicators/{COMM:016x}")
+    assert [r["device_uuid"] for r in sorted(one["ranks"], key=lambda r: r["comm_rank"])][:2] == [
+        gpu_a,
+        gpu_b,
+    ]

@@ -29,7 +29,6 @@ import msgspec
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
-from comminsight.agent.api import live_communicators
 from comminsight.agent.api import views as api_views
 from comminsight.agent.api.http_guard import (
     ConnectionGuard,
@@ -133,6 +132,8 @@ Handler = Callable[[web.Request, dict], Awaitable[web.StreamResponse]]
 
 class AgentApi:
     """Routes of one agent; `service` is the running AgentService."""
+
+    agent_kind = "agent"  # what its answers call it ("communicator ... is not known to this")
 
     def __init__(self, service) -> None:
         self.service = service
@@ -290,11 +291,6 @@ class AgentApi:
         self._ready()
         return self.service.own_rows(self._keep(request))
 
-    def _live(self, request: web.Request) -> live_communicators.LiveNode:
-        """The node's communicator rows in SHM as the reader may see them."""
-        self._ready()
-        return self.service.live_node(self._keep(request))
-
     def _member_rows(self, request: web.Request) -> tuple[list[api_views.MemberRow], int, int]:
         """The communicator rows this Agent answers for (a master: the job's), with the
         monotonic and real time they are as of."""
@@ -325,15 +321,20 @@ class AgentApi:
     # ---- communicators and ops -------------------------------------------------------
 
     async def communicators(self, request, values):
-        live = self._live(request)
+        rows, now_mono, _ = self._member_rows(request)
         full = values["view"] == "full"
-        comms = live_communicators.communicators(live, self.service.open_report_ids(), full)
+        comms = api_views.communicators(rows, self.service.open_report_ids(), full, now_mono)
         if values["state"] != "all":
             comms = [c for c in comms if c.state.value == values["state"]]
         if values["name_contains"] is not None:
             comms = [c for c in comms if c.name and values["name_contains"] in c.name]
         if values["rank"] is not None:
-            comms = [c for c in comms if _has_global_rank(live, c.comm_id, values["rank"])]
+            with_rank = {
+                f"{r.member.comm_id:016x}"
+                for r in rows
+                if r.process.HasField("global_rank") and r.process.global_rank == values["rank"]
+            }
+            comms = [c for c in comms if c.comm_id in with_rank]
         if values["node_name"] is not None:
             comms = [c for c in comms if values["node_name"] in c.nodes]
         total = len(comms)
@@ -344,18 +345,18 @@ class AgentApi:
         return json_response(CommunicatorPage(items=page, total=total, next_cursor=next_cursor))
 
     async def communicator(self, request, values):
-        live = self._live(request)
+        rows, now_mono, _ = self._member_rows(request)
         comm_id = values["comm_id"]
-        rows = [r for r in live.rows if f"{int(r.row['comm_id']):016x}" == comm_id]
+        rows = [r for r in rows if f"{r.member.comm_id:016x}" == comm_id]
         if not rows:
             raise ApiError(
                 ErrorCode.not_found,
-                f"communicator {comm_id} is not known to this agent",
+                f"communicator {comm_id} is not known to this {self.agent_kind}",
                 [Problem("path", "comm_id", "no such communicator")],
             )
         full = values["view"] != "summary"
         report_ids = self.service.open_report_ids().get(comm_id, [])
-        return json_response(live_communicators.communicator(rows, live, report_ids, full))
+        return json_response(api_views.communicator(rows, report_ids, full, now_mono))
 
     async def inflight(self, request, values):
         rows, now_mono, now_real = self._member_rows(request)
@@ -635,13 +636,6 @@ async def _resolve_note(request: web.Request, model, timeout_s: float) -> str | 
             [Problem("body", where, str(e)[:1024])],
         ) from None
     return None if note is msgspec.UNSET else note
-
-
-def _has_global_rank(live: live_communicators.LiveNode, comm_id: str, rank: int) -> bool:
-    return any(
-        f"{int(r.row['comm_id']):016x}" == comm_id and r.process.global_rank == rank
-        for r in live.rows
-    )
 
 
 def _json_pointer(message: str) -> str:

@@ -254,9 +254,9 @@ def comm_rank(row: MemberRow, now: int) -> api.CommRank:
         node_name=row.node_name,
         pid=max(1, p.pid),
         cuda_device=_opt(m, "cuda_device"),
-        # the process's (its first communicator's GPU): CommunicatorMember carries no UUID of
-        # its own, which a process that drives several GPUs has per rank
-        device_uuid=p.device_uuid or None,
+        # the rank's own GPU; a slave whose rows predate the field gave its process's (its
+        # first communicator's GPU)
+        device_uuid=m.device_uuid or p.device_uuid or None,
         alive=p.alive,
         progress=comm_progress(row, now),
         same_state_ranks=row.stands_for.text(max_runs=256)[:4096] if row.stands_for else None,

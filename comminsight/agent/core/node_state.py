@@ -132,6 +132,7 @@ def comm_rows(
         init_mono_ns=on_reader_clock(int(row["init_mono_ns"]), off),
         finalize_mono_ns=on_reader_clock(int(row["finalize_mono_ns"]), off)
         or (1 if int(row["state"]) == shm_v1.CommState.FINALIZED else 0),
+        device_uuid=uuid_text(row["cuda_uuid"]),
     )
     if (v := _opt(int(row["local_rank"]))) is not None:
         member.local_rank = v

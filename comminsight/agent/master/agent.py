@@ -19,7 +19,6 @@ from pathlib import Path
 import msgspec
 
 from comminsight.agent.api import views
-from comminsight.agent.api.params import Problem
 from comminsight.agent.api.server import AgentApi, ApiError, json_response
 from comminsight.agent.core.fifo_reader import decode_event
 from comminsight.agent.core.node_state import read_node_rows
@@ -296,6 +295,8 @@ class MasterApi(AgentApi):
     owner a master could judge a local user by: on its Unix socket they answer root and the
     Agent's own user only (others are refused, not shown a part)."""
 
+    agent_kind = "master"
+
     def _job_wide(self, request) -> None:
         self._ready()
         if not self._reader(request).sees_all:
@@ -305,7 +306,7 @@ class MasterApi(AgentApi):
             )
 
     def _member_rows(self, request) -> tuple[list[views.MemberRow], int, int]:
-        """The job's rows, every node's (in-flight ops)."""
+        """The job's rows, every node's (communicators, in-flight ops)."""
         self._job_wide(request)
         return self.service.job_rows(), time.monotonic_ns(), time.time_ns()
 
@@ -341,46 +342,6 @@ class MasterApi(AgentApi):
         page = items[: values["limit"]]
         next_cursor = page[-1].node_name if len(items) > len(page) else None
         return json_response(api.NodeList(items=page, total=total, next_cursor=next_cursor))
-
-    async def communicators(self, request, values):
-        self._job_wide(request)
-        now = time.monotonic_ns()
-        rows = self.service.job_rows()
-        full = values["view"] == "full"
-        comms = views.communicators(rows, self.service.open_report_ids(), full, now)
-        if values["state"] != "all":
-            comms = [c for c in comms if c.state.value == values["state"]]
-        if values["name_contains"] is not None:
-            comms = [c for c in comms if c.name and values["name_contains"] in c.name]
-        if values["rank"] is not None:
-            with_rank = {
-                f"{r.member.comm_id:016x}"
-                for r in rows
-                if r.process.HasField("global_rank") and r.process.global_rank == values["rank"]
-            }
-            comms = [c for c in comms if c.comm_id in with_rank]
-        if values["node_name"] is not None:
-            comms = [c for c in comms if values["node_name"] in c.nodes]
-        total = len(comms)
-        if values["cursor"] is not None:
-            comms = [c for c in comms if c.comm_id > values["cursor"]]
-        page = comms[: values["limit"]]
-        next_cursor = page[-1].comm_id if len(comms) > len(page) else None
-        return json_response(api.CommunicatorPage(items=page, total=total, next_cursor=next_cursor))
-
-    async def communicator(self, request, values):
-        self._job_wide(request)
-        comm_id = values["comm_id"]
-        rows = [r for r in self.service.job_rows() if f"{r.member.comm_id:016x}" == comm_id]
-        if not rows:
-            raise ApiError(
-                api.ErrorCode.not_found,
-                f"communicator {comm_id} is not known to this master",
-                [Problem("path", "comm_id", "no such communicator")],
-            )
-        full = values["view"] != "summary"
-        report_ids = self.service.open_report_ids().get(comm_id, [])
-        return json_response(views.communicator(rows, report_ids, full, time.monotonic_ns()))
 
 
 MasterAgentService.api_class = MasterApi

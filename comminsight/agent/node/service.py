@@ -31,7 +31,6 @@ import numpy as np
 
 from comminsight import __version__
 from comminsight.agent.api import views as api_views
-from comminsight.agent.api.live_communicators import LiveNode, read_live_node
 from comminsight.agent.archive.archiver import ArchiveConfigError, Archiver
 from comminsight.agent.core import agent_settings
 from comminsight.agent.core.fifo_reader import FifoError, HangEvent, HangEventFifo, keep_recent
@@ -369,17 +368,6 @@ class AgentService:
             api_views.OwnNode(self.node_name), tuple(rows), now_mono, time.time_ns()
         )
         return OwnRead(self.passes, own, tuple(uids))
-
-    def live_node(self, keep: Callable[[int], bool] | None = None) -> LiveNode:
-        """The node's communicator rows as they are in SHM now (live_communicators)."""
-        return read_live_node(
-            self._producers(keep),
-            self.node_name,
-            self.settings.agent_heartbeat_stale_ms * 1_000_000,
-            time.monotonic_ns(),
-            time.time_ns(),
-            self.inject_names,
-        )
 
     def open_report_ids(self) -> dict[str, list[str]]:
         by_comm: dict[str, list[str]] = {}

@@ -281,7 +281,7 @@ class ProcessInfo(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., ingest_state: _Optional[_Union[IngestState, str]] = ..., ingest_state_reason: _Optional[str] = ..., alive: _Optional[bool] = ..., heartbeat_mono_ns: _Optional[int] = ..., heartbeat_real_ns: _Optional[int] = ..., global_rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., local_world_size: _Optional[int] = ..., cuda_device: _Optional[int] = ..., device_uuid: _Optional[str] = ..., job_id: _Optional[str] = ..., process_name: _Optional[str] = ..., shm_file: _Optional[str] = ..., shm_abi_version: _Optional[int] = ..., nccl_profiler_abi_version: _Optional[int] = ..., profiler_version: _Optional[int] = ..., event_mask: _Optional[int] = ..., hang_threshold_ms: _Optional[int] = ..., started_real_ns: _Optional[int] = ..., started_mono_ns: _Optional[int] = ..., records_read_total: _Optional[int] = ..., records_overwritten_total: _Optional[int] = ..., fifo_events_dropped_total: _Optional[int] = ..., log_records_lost_total: _Optional[int] = ...) -> None: ...
 
 class CommunicatorMember(_message.Message):
-    __slots__ = ("comm_id", "pid", "generation", "comm_rank", "nranks", "nnodes", "name", "name_source", "local_rank", "cuda_device", "nccl_profiler_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns")
+    __slots__ = ("comm_id", "pid", "generation", "comm_rank", "nranks", "nnodes", "name", "name_source", "local_rank", "cuda_device", "nccl_profiler_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns", "device_uuid")
     COMM_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +296,7 @@ class CommunicatorMember(_message.Message):
     INIT_REAL_NS_FIELD_NUMBER: _ClassVar[int]
     INIT_MONO_NS_FIELD_NUMBER: _ClassVar[int]
     FINALIZE_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
     comm_id: int
     pid: int
     generation: int
@@ -310,7 +311,8 @@ class CommunicatorMember(_message.Message):
     init_real_ns: int
     init_mono_ns: int
     finalize_mono_ns: int
-    def __init__(self, comm_id: _Optional[int] = ..., pid: _Optional[int] = ..., generation: _Optional[int] = ..., comm_rank: _Optional[int] = ..., nranks: _Optional[int] = ..., nnodes: _Optional[int] = ..., name: _Optional[str] = ..., name_source: _Optional[_Union[NameSource, str]] = ..., local_rank: _Optional[int] = ..., cuda_device: _Optional[int] = ..., nccl_profiler_abi_version: _Optional[int] = ..., init_real_ns: _Optional[int] = ..., init_mono_ns: _Optional[int] = ..., finalize_mono_ns: _Optional[int] = ...) -> None: ...
+    device_uuid: str
+    def __init__(self, comm_id: _Optional[int] = ..., pid: _Optional[int] = ..., generation: _Optional[int] = ..., comm_rank: _Optional[int] = ..., nranks: _Optional[int] = ..., nnodes: _Optional[int] = ..., name: _Optional[str] = ..., name_source: _Optional[_Union[NameSource, str]] = ..., local_rank: _Optional[int] = ..., cuda_device: _Optional[int] = ..., nccl_profiler_abi_version: _Optional[int] = ..., init_real_ns: _Optional[int] = ..., init_mono_ns: _Optional[int] = ..., finalize_mono_ns: _Optional[int] = ..., device_uuid: _Optional[str] = ...) -> None: ...
 
 class CommProgress(_message.Message):
     __slots__ = ("comm_id", "pid", "generation", "comm_rank", "collectives", "p2p", "inflight_count", "oldest_inflight", "hang_flagged_seq", "hang_flagged_mono_ns", "ops_completed_total", "bytes_completed_total", "sampled_mono_ns")
