@@ -303,20 +303,30 @@ def _present(m: Member) -> str:
     return f"v->has_{m.name}"
 
 
+class _LiteralRun:
+    """Literal text (keys, commas, constants) gathered into one call of `macro` until a value
+    comes between: one compare or append for the run instead of one per piece."""
+
+    def __init__(self, macro: str, out: list[str]) -> None:
+        self.macro, self.out, self.text = macro, out, ""
+
+    def add(self, text: str) -> None:
+        self.text += text
+
+    def flush(self) -> None:
+        if self.text:
+            self.out.append(f"{self.macro}({json.dumps(self.text)});")
+        self.text = ""
+
+
 def _statements(members: list[Member], prefix: str) -> list[str]:
     """The C statements that append the object: literal text (keys, commas, constants)
     joined into as few appends as the optional keys allow, then each value by its type. An
     object whose first key may be left out (the line itself) tracks at run time whether a
     comma is due; the alternatives of a oneOf (one key) are an if/else chain."""
     out: list[str] = []
-    pending = "{"
-
-    def flush() -> None:
-        nonlocal pending
-        if pending:
-            out.append(f"CI_JSON_LIT({json.dumps(pending)});")
-        pending = ""
-
+    literal = _LiteralRun("CI_JSON_LIT", out)
+    literal.add("{")
     groups: list[list[Member]] = []
     for m in members:
         if groups and groups[-1][0].key == m.key:
@@ -325,7 +335,7 @@ def _statements(members: list[Member], prefix: str) -> list[str]:
             groups.append([m])
     tracked = not members[0].required
     if tracked:
-        flush()
+        literal.flush()
         out.append("int more = 0;")
     for i, group in enumerate(groups):
         m = group[0]
@@ -345,28 +355,28 @@ def _statements(members: list[Member], prefix: str) -> list[str]:
                 out.append("    more = 1;")
                 out.append("}")
         elif m.shape == "const":
-            pending += comma + key + m.const
+            literal.add(comma + key + m.const)
         elif m.shape == "flag":
-            flush()
+            literal.flush()
             out.append(f"if (v->{m.name}) CI_JSON_LIT({json.dumps(comma + key + m.const)});")
         elif m.required and m.shape == "array":  # the brackets joined to the literals
-            pending += comma + key + "["
-            flush()
+            literal.add(comma + key + "[")
+            literal.flush()
             out.append(f"v->{m.name}(v->{m.name}_ctx);")
-            pending = "]"
+            literal.add("]")
         elif m.required:
-            pending += comma + key
-            flush()
+            literal.add(comma + key)
+            literal.flush()
             out.append(_value(m, prefix))
         else:
-            flush()
+            literal.flush()
             for j, alt in enumerate(group):
                 out.append(f"{'else ' if j else ''}if ({_present(alt)}) {{")
                 out.append(f"    CI_JSON_LIT({json.dumps(comma + key)});")
                 out.append(f"    {_value(alt, prefix)}")
                 out.append("}")
-    pending += "}"
-    flush()
+    literal.add("}")
+    literal.flush()
     return out
 
 
@@ -447,34 +457,28 @@ def _decoder(members: list[Member], source: str, name: str, prefix: str) -> list
     (keys, commas, constants) compared, each value read by its type; 0 returned at the first
     byte that is not the layout."""
     out: list[str] = []
-    pending = "{"
-
-    def flush() -> None:
-        nonlocal pending
-        if pending:
-            out.append(f"CI_TAKE({json.dumps(pending)});")
-        pending = ""
-
+    literal = _LiteralRun("CI_TAKE", out)
+    literal.add("{")
     for i, m in enumerate(members):
         if m.shape in ("object", "array"):
             raise SchemaError(source, name, f"{m.key}: no decoder reads a nested object")
         key = f'{"," if i else ""}"{m.key}":' + ('"' if m.shape in ("text", "hex") else "")
         if m.shape == "const":
-            pending += key + m.const
+            literal.add(key + m.const)
         elif m.shape == "flag":
-            flush()
+            literal.flush()
             out.append(f"v->{m.name} = CI_TRY({json.dumps(key + m.const)});")
         elif m.required:
-            pending += key
-            flush()
+            literal.add(key)
+            literal.flush()
             out += _take(m, _want(prefix, _snake(name), m))
         else:
-            flush()
+            literal.flush()
             out.append(f"if ((v->has_{m.name} = CI_TRY({json.dumps(key)}))) {{")
             out += [f"    {line}" for line in _take(m, _want(prefix, _snake(name), m))]
             out.append("}")
-    pending += "}"
-    flush()
+    literal.add("}")
+    literal.flush()
     return out
 
 
