@@ -14,7 +14,9 @@ order, the objects it holds, and a function that orders an object's values (nest
 by them, refusing a key the schema does not have or a required one missing.
 
 How a property is spelled follows from its schema:
-- integer: unsigned where its minimum is 0 or more, else signed (a difference of clocks);
+- integer: written signed (a negative value a writer was handed stays visible, and a reader
+  refuses it where the schema's minimum is 0), unsigned where the schema's maximum passes
+  INT64_MAX (a user tag); read unsigned where the minimum is 0 or more;
 - string of hex digits (`_HEX`: a communicator id, a CUDA stream, NVIDIA's 0x-prefixed id): a
   uint64, with the prefix and zero padding its pattern asks; any other string: text, made
   valid JSON;
@@ -119,6 +121,7 @@ class Member:
     const: str = ""  # a const's JSON text; a number's text where it is not finite
     hex_prefix: str = ""
     hex_digits: int = 0  # a hex string's least number of digits (zero padded)
+    wide: bool = False  # an integer that may pass INT64_MAX: written unsigned
     encoder: str = ""  # an object's or an array's items': the snake name of their encoder
     target: str = ""  # an object's or an array's items': the schema's name of their object
 
@@ -239,15 +242,20 @@ def _members(
             raise SchemaError(source, where, "anyOf: a number or one const text alone")
         return [Member(key, key, "number", required, "double", text, const=json.dumps(texts[0]))]
     if kind == "integer":
+        # read as the schema bounds it: a reader refuses a sign where the minimum is 0; written
+        # signed unless it may pass INT64_MAX, so that a negative value a writer was handed
+        # (a rank NCCL gave as -1) reads as what it is and is refused, not as 2**64 - 1
         unsigned = body.get("minimum", -1) >= 0
+        wide = body.get("maximum", 0) > _INT64_MAX
         return [
             Member(
                 key,
                 key,
                 "uint" if unsigned else "int",
                 required,
-                "uint64_t" if unsigned else "int64_t",
+                "uint64_t" if wide else "int64_t",
                 text,
+                wide=wide,
             )
         ]
     if kind == "string":
@@ -273,11 +281,7 @@ def _members(
     raise SchemaError(source, where, f"no encoder for a property of type {kind!r}")
 
 
-_APPEND = {  # shape -> the includer's macro that appends a value of it
-    "uint": "CI_JSON_U64",
-    "int": "CI_JSON_I64",
-    "text": "CI_JSON_STR",
-}
+_INT64_MAX = (1 << 63) - 1
 
 
 def _value(m: Member, prefix: str) -> str:
@@ -290,11 +294,15 @@ def _value(m: Member, prefix: str) -> str:
         if not m.const:
             return f"CI_JSON_F6({v});"
         return f"if (isfinite({v})) CI_JSON_F6({v}); else CI_JSON_LIT({json.dumps(m.const)});"
+    if m.shape in ("uint", "int"):
+        return f"CI_JSON_U64({v});" if m.wide else f"CI_JSON_I64({v});"
+    if m.shape == "text":
+        return f"CI_JSON_STR({v});"
     if m.shape == "object":
         return f"{prefix}_put_{m.encoder}({v});"
     if m.shape == "array":
         return f'CI_JSON_LIT("["); {v}({v}_ctx); CI_JSON_LIT("]");'
-    return f"{_APPEND[m.shape]}({v});"
+    raise AssertionError(m.shape)  # every shape is spelled above
 
 
 def _present(m: Member) -> str:
@@ -433,7 +441,13 @@ def _take(m: Member, want: str) -> list[str]:
     if m.shape in ("text", "hex"):  # its opening quote is in the key's literal
         return [f"CI_TAKE_TEXT({v});"]
     if m.shape == "bool":
-        return [f'if (CI_TRY("true")) {v} = 1;', 'else CI_TAKE("false");']
+        return [
+            f'if (CI_TRY("true")) {v} = 1;',
+            "else {",
+            '    CI_TAKE("false");',
+            f"    {v} = 0;",
+            "}",
+        ]
     if m.shape in ("uint", "int"):  # the digits' text too: a reader may keep it as it is
         skip = "CI_SKIP_UINT();" if m.shape == "uint" else "CI_SKIP_INT();"
         return [
@@ -488,6 +502,10 @@ def decoders(p: Protocol, codecs_: list[dict], prefix: str) -> list[dict]:
         if c["name"] not in DECODE_DEFS:
             continue
         ints = [m for m in c["members"] if m.shape in ("uint", "int")]
+        if len(ints) > 64:
+            raise SchemaError(
+                p.source, c["name"], "a decoder's `wanted` has 64 bits: too many integers"
+            )
         wants = [(_want(prefix, c["snake"], m), i) for i, m in enumerate(ints)]
         out.append(
             {**c, "take": _decoder(c["members"], p.source, c["name"], prefix), "wants": wants}

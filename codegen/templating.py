@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jinja2
@@ -18,16 +19,16 @@ _ENV = jinja2.Environment(
 
 
 def _wrap_text(text: str, width: int = 84) -> list[str]:
-    """A long string as pieces of at most about width characters, split after spaces, for a
-    generated Python literal that stays within the line length (adjacent literals join)."""
+    """A long string as pieces of at most about width characters, each ending after a space,
+    for a generated Python literal that stays within the line length (adjacent literals join
+    back into the string, every space kept)."""
     pieces, current = [], ""
-    for word in text.split(" "):
-        candidate = f"{current} {word}" if current else word
-        if current and len(_pyrepr(candidate)) > width:
-            pieces.append(current + " ")
+    for word in re.findall(r"\S*\s*", text):  # a word with the spaces after it
+        if current and len(_pyrepr(current + word)) > width:
+            pieces.append(current)
             current = word
         else:
-            current = candidate
+            current += word
     return [*pieces, current]
 
 

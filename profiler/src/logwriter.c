@@ -261,14 +261,14 @@ static ci_inspector_log_v1_comm_identity_t comm_identity(const ci_shm_comm_entry
         .comm_id = e->comm_id,
         .comm_name = e->name[0] ? e->name : NULL,
         .name_source = name_source(e->name_source),
-        .comm_rank = (uint64_t)e->rank,
-        .nranks = (uint64_t)e->nranks,
-        .nnodes = (uint64_t)e->nnodes,
+        .comm_rank = e->rank,
+        .nranks = e->nranks,
+        .nnodes = e->nnodes,
         .has_local_rank = e->local_rank >= 0,
-        .local_rank = (uint64_t)e->local_rank,
+        .local_rank = e->local_rank,
         .has_cuda_device = e->cuda_device >= 0,
-        .cuda_device = (uint64_t)e->cuda_device,
-        .pid = (uint64_t)ci_g.pid,
+        .cuda_device = e->cuda_device,
+        .pid = ci_g.pid,
         .host = ci_g.hostname,
     };
     return v;
@@ -284,9 +284,9 @@ static ci_inspector_log_v1_comm_identity_t comm_identity(const ci_shm_comm_entry
         (v).q = (ring_seq);                                                                      \
         (v).c = (r)->comm_id;                                                                    \
         (v).cn = (e) && (e)->name[0] ? (e)->name : NULL;                                         \
-        (v).r = (uint64_t)(r)->rank;                                                             \
-        (v).n = (uint64_t)(r)->nranks;                                                           \
-        (v).nn = (e) ? (uint64_t)(e)->nnodes : 1;                                                \
+        (v).r = (r)->rank;                                                                       \
+        (v).n = (r)->nranks;                                                                     \
+        (v).nn = (e) ? (e)->nnodes : 1;                                                          \
         (v).f = func_name(r);                                                                    \
         (v).s = (r)->op_seq;                                                                     \
         (v).i = (r)->comm_op_index;                                                              \
@@ -328,7 +328,7 @@ static void put_compact_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_
     if (r->kind == CI_SHM_V1_RECORD_KIND_COLL) {
         COMPACT_COMMON(coll, r, e, ring_seq);
         coll.has_rt = rooted(r->func) && r->peer >= 0;
-        coll.rt = (uint64_t)r->peer;
+        coll.rt = r->peer;
         coll.a = label_or(ci_shm_v1_algo_label(r->algo), "UNKNOWN");
         coll.pt = label_or(ci_shm_v1_proto_label(r->proto), "UNKNOWN");
         coll.w = r->n_warps;
@@ -340,7 +340,7 @@ static void put_compact_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_comm_
     } else {
         COMPACT_COMMON(p2p, r, e, ring_seq);
         p2p.has_pe = r->peer >= 0;
-        p2p.pe = (uint64_t)r->peer;
+        p2p.pe = r->peer;
         p2p.has_bw = isfinite(busbw);
         p2p.bw = busbw;
         line.ci_p2p_compact = &p2p;
@@ -364,9 +364,9 @@ static void put_inspector_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_com
     ci_inspector_log_v1_header_t header = {
         .id = r->comm_id,
         .comm_name = e && e->name[0] ? e->name : NULL,
-        .rank = (uint64_t)r->rank,
-        .n_ranks = (uint64_t)r->nranks,
-        .nnodes = e ? (uint64_t)e->nnodes : 1,
+        .rank = r->rank,
+        .n_ranks = r->nranks,
+        .nnodes = e ? e->nnodes : 1,
     };
     ci_inspector_log_v1_metadata_t metadata = {
         .inspector_output_format_version = "v4.0",
@@ -374,7 +374,7 @@ static void put_inspector_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_com
         .rec_mechanism = "nccl_profiler_interface",
         .dump_timestamp_us = ci_now_real() / 1000,
         .hostname = ci_g.hostname,
-        .pid = (uint64_t)ci_g.pid,
+        .pid = ci_g.pid,
     };
     ci_inspector_log_v1_inspector_log_record_t line = {.header = &header, .metadata = &metadata};
     ci_inspector_log_v1_coll_perf_t coll_perf = {
@@ -389,7 +389,7 @@ static void put_inspector_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_com
     ci_inspector_log_v1_p2p_perf_t p2p_perf = {
         .p2p = func_name(r),
         .p2p_sn = r->op_seq,
-        .p2p_peer = (uint64_t)r->peer,
+        .p2p_peer = r->peer,
         .p2p_msg_size_bytes = r->bytes,
         .p2p_exec_time_us = exec_us,
         .p2p_timing_source = timing,
@@ -431,7 +431,7 @@ static void put_inspector_op_line(const ci_shm_op_slot_v1_t* r, const ci_shm_com
     if (coll) {
         CI_COMMON(ci_coll);
         ci_coll.has_root = rooted(r->func) && r->peer >= 0;
-        ci_coll.root = (uint64_t)r->peer;
+        ci_coll.root = r->peer;
         ci_coll.algo = label_or(ci_shm_v1_algo_label(r->algo), "UNKNOWN");
         ci_coll.proto = label_or(ci_shm_v1_proto_label(r->proto), "UNKNOWN");
         ci_coll.n_warps = r->n_warps;
@@ -502,7 +502,7 @@ static void put_hang_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     ci_inspector_log_v1_ci_hang_evidence_t v = {
         .ring_seq = ring_seq,
         .comm_id = r->comm_id,
-        .comm_rank = (uint64_t)r->rank,
+        .comm_rank = r->rank,
         .comm_name = e->name[0] ? e->name : NULL,
         .op_kind = r->hang_op_kind == CI_SHM_V1_RECORD_KIND_P2P ? V(P2P) : V(COLL),
         .func = func_name(r),
@@ -513,9 +513,9 @@ static void put_hang_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
         .datatype = label_or(ci_shm_v1_datatype_label(r->datatype), "Unknown"),
         .size_bytes = r->bytes,
         .has_root = r->peer >= 0 && rooted(r->func),
-        .root = (uint64_t)r->peer,
+        .root = r->peer,
         .has_peer = r->peer >= 0 && !rooted(r->func),
-        .peer = (uint64_t)r->peer,
+        .peer = r->peer,
         .n_channels = r->n_channels,
         .channels_started = r->channels_started,
         .channels_completed = r->kernel_ch_count,
@@ -556,7 +556,7 @@ static void put_comm_line(const ci_shm_op_slot_v1_t* r, uint64_t ring_seq) {
     ci_inspector_log_v1_ci_comm_finalize_t v = {
         .ring_seq = ring_seq,
         .comm_id = r->comm_id,
-        .comm_rank = (uint64_t)r->rank,
+        .comm_rank = r->rank,
         .finalize_mono_ns = at,
         .finalize_real_ns = mono_to_real(at),
         .coll_count = e->coll_completed,
@@ -662,15 +662,15 @@ static void segment_open(void) {
     const ci_shm_header_v1_t* h = ci_g.hdr;
     ci_inspector_log_v1_process_identity_t process = {
         .host = ci_g.hostname,
-        .pid = (uint64_t)ci_g.pid,
+        .pid = ci_g.pid,
         .start_real_ns = h->start_real_ns,
         .job_id = h->job_id[0] ? h->job_id : NULL,
         .has_global_rank = h->rank >= 0,
-        .global_rank = (uint64_t)h->rank,
+        .global_rank = h->rank,
         .has_local_rank = h->local_rank >= 0,
-        .local_rank = (uint64_t)h->local_rank,
+        .local_rank = h->local_rank,
         .has_world_size = h->world_size >= 0,
-        .world_size = (uint64_t)h->world_size,
+        .world_size = h->world_size,
         .profiler_version = CI_VERSION_STRING,
     };
     ci_inspector_log_v1_clock_anchor_t clock = {.mono_ns = ci_now_mono(), .real_ns = ci_now_real()};

@@ -47,10 +47,14 @@ def test_each_object_of_a_line_gets_an_encoder_in_the_schema_s_order():
     # the kind tag and the first key in one literal, each value by its type
     assert coll["statements"][:4] == [
         'CI_JSON_LIT("{\\"kind\\":\\"c\\",\\"q\\":");',
-        "CI_JSON_U64(v->q);",
+        "CI_JSON_I64(v->q);",
         'CI_JSON_LIT(",\\"c\\":");',
         'CI_JSON_HEX(v->c, "", 16);',
     ]
+    # written signed (a -1 a writer was handed reads as -1, which a reader refuses), unsigned
+    # only where the schema lets the value pass INT64_MAX (a user tag)
+    types = {m.key: m.c_type for m in coll["members"]}
+    assert types["r"] == types["b"] == types["h"] == "int64_t" and types["ut"] == "uint64_t"
     shapes = {m.key: m.shape for m in coll["members"]}
     assert shapes["hs"] == "int" and shapes["h"] == "uint" and shapes["st"] == "hex"
     assert shapes["gc"] == "flag" and shapes["bw"] == "number" and shapes["f"] == "text"

@@ -116,3 +116,23 @@ def test_a_family_prometheus_would_read_otherwise_is_refused(edit, where, said):
         metrics(PROTOCOL, doc)
     assert where in caught.value.where and said in caught.value.message, str(caught.value)
     assert caught.value.path == PROTOCOL.source
+
+
+def test_the_generated_specs_carry_the_schema_s_help_text_whole():
+    """The generated module splits a long HELP into adjacent literals: joined back, each is
+    the schema's description, every space kept."""
+    from comminsight_gen import metrics_v1
+
+    for name, spec in DOC["properties"].items():
+        assert metrics_v1.METRICS[name].help == spec["description"], name
+
+
+@pytest.mark.parametrize(
+    "text", ["", " leading", "trailing ", "two  spaces " * 20, "x" * 200, "a\tb " * 50]
+)
+def test_wrapped_text_joins_back_to_itself(text):
+    from codegen.templating import _wrap_text
+
+    pieces = _wrap_text(text, width=30)
+    assert "".join(pieces) == text
+    assert all(len(repr(p)) <= 32 or " " not in p.strip() for p in pieces)

@@ -63,9 +63,9 @@ RANKS = [
         "ml",
         f"trainer-{r}",
         "main",
-        str(r),
-        str(r),
-        str(r),
+        str(8 + r),  # rank, local rank, GPU index and CUDA ordinal all differ: a page with
+        str(r),  # two of them swapped is not the golden one
+        str(4 + r),
         "0",
         f"GPU-0000000{r}-0000-0000-0000-000000000000",
     )
@@ -285,9 +285,11 @@ def test_every_family_served_is_the_schema_s_and_every_one_is_served(tmp_path):
 
 
 def test_the_process_labels_are_the_schema_s_groups_in_order():
-    """A series' label values are ProcessLabels.values(): its fields must be the label names."""
+    """A series' label values are ProcessLabels.values(), in LABEL_NAMES' order: its fields
+    must be the label names, and values() must give them in that order."""
     fields = list(ProcessLabels.__dataclass_fields__)
     assert [f.lower() for f in LABEL_NAMES] == fields
+    assert ProcessLabels(*fields).values() == tuple(fields)
 
 
 @pytest.mark.parametrize("name", sorted(PAGES))

@@ -19,7 +19,7 @@ import numpy as np
 from comminsight.shm_reader import ROOTED_FUNCS, record_text
 from comminsight.slot_timing import bandwidths_gbs, durations_ns
 from comminsight_gen.abi import shm_v1
-from comminsight_gen.inspector_log_v1_codec import O, ordered
+from comminsight_gen.inspector_log_v1_codec import O, in_order, ordered
 from comminsight_gen.inspector_log_v1_fields import SCHEMA_VERSION, F, V
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -404,9 +404,9 @@ class ProcessLines:
 
     @staticmethod
     def _line(ci: dict) -> bytes:
-        """A line of CommInsight's own kinds: the ci object alone, every object of it in the
-        schema's key order."""
-        return _ENCODE(ordered(O.INSPECTOR_LOG_RECORD, {F.CI: ci})) + b"\n"
+        """A line of CommInsight's own kinds: the ci object alone (the line's one key), every
+        object of it in the schema's key order."""
+        return _ENCODE({F.CI: in_order(ci)}) + b"\n"
 
 
 def _func_name(r) -> str:

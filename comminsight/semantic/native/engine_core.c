@@ -1264,7 +1264,8 @@ static const char* layout_signed(const char* p, const char* e, int64_t* v) {
     } while (0)
 #include "comminsight/inspector_log_v1_codec.h"
 
-/* The integers the engine reads of each compact kind (the rest it steps over). */
+/* The integers the engine reads of each compact kind (the rest it steps over): exactly those
+ * COMPACT_FIELDS reads, since a decoder leaves an integer it was not asked for unset. */
 #define WANT(KIND, KEY) CI_INSPECTOR_LOG_V1_WANT_CI_##KIND##_COMPACT_##KEY
 #define WANTED(KIND)                                                                                  \
     (WANT(KIND, Q) | WANT(KIND, R) | WANT(KIND, N) | WANT(KIND, NN) | WANT(KIND, S) | WANT(KIND, B) | \

@@ -163,21 +163,17 @@ def ordered(name: str, values: dict) -> dict:
     """An object's values in the schema's key order, the objects it holds too; a key an
     object does not have, or a required one missing, is a ValueError naming it."""
     keys, known, required = KEY_ORDER[name]
-    unknown = values.keys() - known
-    if unknown:
-        raise ValueError(f"{name} has no key {sorted(unknown)}")
-    missing = required - values.keys()
-    if missing:
-        raise ValueError(f"{name} needs key {sorted(missing)}")
-    inner = NESTED.get(name, {})
-    out = {}
-    for key in keys:
-        if key not in values:
+    have = values.keys()
+    if not have <= known:
+        raise ValueError(f"{name} has no key {sorted(have - known)}")
+    if not have >= required:
+        raise ValueError(f"{name} needs key {sorted(required - have)}")
+    out = {key: values[key] for key in keys if key in values}
+    for key, child in NESTED.get(name, {}).items():
+        value = out.get(key)
+        if value is None:
             continue
-        value, child = values[key], inner.get(key)
-        if child is None:
-            out[key] = value
-        elif isinstance(value, list):
+        if isinstance(value, list):
             out[key] = [ordered(child, item) for item in value]
         else:
             out[key] = in_order(value) if child == "" else ordered(child, value)

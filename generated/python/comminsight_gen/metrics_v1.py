@@ -200,8 +200,8 @@ RANK_OP_SECONDS_TOTAL = MetricSpec(
     family="comminsight_rank_op_seconds",
     type="counter",
     help=(
-        "Seconds a rank spent in completed NCCL operations (the sum of their durations over "
-        "its communicators)"
+        "Seconds a rank spent in completed NCCL operations (the sum of their durations "
+        "over its communicators)"
     ),
     labels=(
         Label("job_id", ("job", "rank")),
@@ -368,8 +368,8 @@ INCIDENT_OPEN = MetricSpec(
     family="comminsight_incident_open",
     type="gauge",
     help=(
-        "1 for each open incident: alert on this, once per incident (its job, root verdict, "
-        "communicator, the rank to blame and its host)"
+        "1 for each open incident: alert on this, once per incident (its job, root "
+        "verdict, communicator, the rank to blame and its host)"
     ),
     labels=(
         Label("incident_id", ("job", "rank")),
@@ -423,8 +423,8 @@ SEMANTIC_ENGINE_LAG_SECONDS = MetricSpec(
     family="comminsight_semantic_engine_lag_seconds",
     type="gauge",
     help=(
-        "How far the live engine trails its input, worst GPU: completion time of the newest "
-        "op ingested minus that of the newest op placed into a Step"
+        "How far the live engine trails its input, worst GPU: completion time of the "
+        "newest op ingested minus that of the newest op placed into a Step"
     ),
     labels=(
     ),
@@ -705,9 +705,10 @@ AGENT_HTTP_CONNECTIONS_CLOSED_TOTAL = MetricSpec(
     type="counter",
     help=(
         "HTTP connections the Agent closed itself: over the connection limit (the oldest "
-        "idle one, else the oldest whose client did not read, else the oldest of the client "
-        "holding the most, else the new one), no request header in time, a client that did "
-        "not read its answers in time, or a request that could not be parsed (answered 400)"
+        "idle one, else the oldest whose client did not read, else the oldest of the "
+        "client holding the most, else the new one), no request header in time, a client "
+        "that did not read its answers in time, or a request that could not be parsed "
+        "(answered 400)"
     ),
     labels=(
         Label("reason", ("job", "rank")),
@@ -742,8 +743,8 @@ AGENT_HTTP_CONNECTIONS_BUSY = MetricSpec(
     family="comminsight_agent_http_connections_busy",
     type="gauge",
     help=(
-        "HTTP connections open now with a request being read or handled (the rest are idle: "
-        "closed first over the connection limit)"
+        "HTTP connections open now with a request being read or handled (the rest are "
+        "idle: closed first over the connection limit)"
     ),
     labels=(
     ),
@@ -921,8 +922,9 @@ MASTER_STACK_REQUESTS_TOTAL = MetricSpec(
     type="counter",
     help=(
         "Python stack requests the master sent to its slaves, by outcome: answered (the "
-        "node sent the capture or why it has none; its own comminsight_stack_requests_total "
-        "says which), not_connected, busy, timeout, bad_answer"
+        "node sent the capture or why it has none; its own "
+        "comminsight_stack_requests_total says which), not_connected, busy, timeout, "
+        "bad_answer"
     ),
     labels=(
         Label("outcome", ("job", "rank")),

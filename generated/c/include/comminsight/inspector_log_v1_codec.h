@@ -51,9 +51,9 @@ typedef struct {
 typedef struct {
     uint64_t id; /* Communicator id (NCCL commId / commHash) as lowercase hexadecimal with a 0x prefix and no zero padding (NVIDIA's form; CommInsight's own comm_id fields hold the same number as 16 zero-padded digits without prefix). */
     const char* comm_name; /* Communicator name given to NCCL (commName); NVIDIA and CommInsight write "unknown" when NCCL passed none. */
-    uint64_t rank; /* This member's rank within the communicator. */
-    uint64_t n_ranks; /* Number of ranks in the communicator. */
-    uint64_t nnodes; /* Number of nodes the communicator spans. */
+    int64_t rank; /* This member's rank within the communicator. */
+    int64_t n_ranks; /* Number of ranks in the communicator. */
+    int64_t nnodes; /* Number of nodes the communicator spans. */
 } ci_inspector_log_v1_header_t;
 
 static inline void ci_inspector_log_v1_put_header(const ci_inspector_log_v1_header_t* v) {
@@ -64,11 +64,11 @@ static inline void ci_inspector_log_v1_put_header(const ci_inspector_log_v1_head
         CI_JSON_STR(v->comm_name);
     }
     CI_JSON_LIT(",\"rank\":");
-    CI_JSON_U64(v->rank);
+    CI_JSON_I64(v->rank);
     CI_JSON_LIT(",\"n_ranks\":");
-    CI_JSON_U64(v->n_ranks);
+    CI_JSON_I64(v->n_ranks);
     CI_JSON_LIT(",\"nnodes\":");
-    CI_JSON_U64(v->nnodes);
+    CI_JSON_I64(v->nnodes);
     CI_JSON_LIT("}");
 }
 
@@ -77,9 +77,9 @@ typedef struct {
     const char* inspector_output_format_version; /* Version of the Inspector line format, e.g. "v4.0". */
     const char* git_rev; /* Source revision of the producing plugin (may be empty). */
     const char* rec_mechanism; /* How the record was captured, e.g. "nccl_profiler_interface". */
-    uint64_t dump_timestamp_us; /* Wall-clock time the line was written, in microseconds since the Unix epoch (CLOCK_REALTIME; NVIDIA's name, which predates CommInsight's *_real_* naming). */
+    int64_t dump_timestamp_us; /* Wall-clock time the line was written, in microseconds since the Unix epoch (CLOCK_REALTIME; NVIDIA's name, which predates CommInsight's *_real_* naming). */
     const char* hostname; /* Host name of the producing process. */
-    uint64_t pid; /* Process id of the producing process. */
+    int64_t pid; /* Process id of the producing process. */
 } ci_inspector_log_v1_metadata_t;
 
 static inline void ci_inspector_log_v1_put_metadata(const ci_inspector_log_v1_metadata_t* v) {
@@ -90,20 +90,20 @@ static inline void ci_inspector_log_v1_put_metadata(const ci_inspector_log_v1_me
     CI_JSON_LIT(",\"rec_mechanism\":");
     CI_JSON_STR(v->rec_mechanism);
     CI_JSON_LIT(",\"dump_timestamp_us\":");
-    CI_JSON_U64(v->dump_timestamp_us);
+    CI_JSON_I64(v->dump_timestamp_us);
     CI_JSON_LIT(",\"hostname\":");
     CI_JSON_STR(v->hostname);
     CI_JSON_LIT(",\"pid\":");
-    CI_JSON_U64(v->pid);
+    CI_JSON_I64(v->pid);
     CI_JSON_LIT("}");
 }
 
 /* CollPerf. */
 typedef struct {
     const char* coll; /* Collective function name, e.g. "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce" (NVIDIA spells all-to-all "All2All"; NCCL's profiler descriptor, which CommInsight copies, spells it "AlltoAll"). */
-    uint64_t coll_sn; /* NCCL's collective sequence number within the communicator (0, 1, 2, ... per communicator); the same op has the same number on every rank. */
-    uint64_t coll_msg_size_bytes; /* Message size in bytes: element count times datatype size. */
-    uint64_t coll_exec_time_us; /* Execution time in whole microseconds, measured as coll_timing_source says. */
+    int64_t coll_sn; /* NCCL's collective sequence number within the communicator (0, 1, 2, ... per communicator); the same op has the same number on every rank. */
+    int64_t coll_msg_size_bytes; /* Message size in bytes: element count times datatype size. */
+    int64_t coll_exec_time_us; /* Execution time in whole microseconds, measured as coll_timing_source says. */
     const char* coll_timing_source; /* Where the execution time came from: "kernel_gpu" (GPU globaltimer ticks of the kernel channels), "kernel_cpu" (host times of the kernel-channel events) or "collective_cpu" (host start/stop of the collective). */
     double coll_algobw_gbs; /* Algorithm bandwidth in GB/s (10^9 bytes/s): traffic bytes / execution time, by NCCL's performance-test formulas. */
     double coll_busbw_gbs; /* Bus bandwidth in GB/s: algorithm bandwidth times NCCL's per-collective factor (e.g. 2(n-1)/n for AllReduce); "nan" possible from NVIDIA's writer as for coll_algobw_gbs. */
@@ -113,11 +113,11 @@ static inline void ci_inspector_log_v1_put_coll_perf(const ci_inspector_log_v1_c
     CI_JSON_LIT("{\"coll\":");
     CI_JSON_STR(v->coll);
     CI_JSON_LIT(",\"coll_sn\":");
-    CI_JSON_U64(v->coll_sn);
+    CI_JSON_I64(v->coll_sn);
     CI_JSON_LIT(",\"coll_msg_size_bytes\":");
-    CI_JSON_U64(v->coll_msg_size_bytes);
+    CI_JSON_I64(v->coll_msg_size_bytes);
     CI_JSON_LIT(",\"coll_exec_time_us\":");
-    CI_JSON_U64(v->coll_exec_time_us);
+    CI_JSON_I64(v->coll_exec_time_us);
     if (v->coll_timing_source) {
         CI_JSON_LIT(",\"coll_timing_source\":");
         CI_JSON_STR(v->coll_timing_source);
@@ -132,10 +132,10 @@ static inline void ci_inspector_log_v1_put_coll_perf(const ci_inspector_log_v1_c
 /* P2pPerf. */
 typedef struct {
     const char* p2p; /* Point-to-point function name: "Send" or "Recv" ("SendRecv" possible). */
-    uint64_t p2p_sn; /* Per-communicator point-to-point counter kept by the producer (NCCL gives P2P events no sequence number); not comparable across ranks. */
-    uint64_t p2p_peer; /* Rank of the peer within the communicator. */
-    uint64_t p2p_msg_size_bytes; /* Message size in bytes: element count times datatype size. */
-    uint64_t p2p_exec_time_us; /* Execution time in whole microseconds, measured as p2p_timing_source says. */
+    int64_t p2p_sn; /* Per-communicator point-to-point counter kept by the producer (NCCL gives P2P events no sequence number); not comparable across ranks. */
+    int64_t p2p_peer; /* Rank of the peer within the communicator. */
+    int64_t p2p_msg_size_bytes; /* Message size in bytes: element count times datatype size. */
+    int64_t p2p_exec_time_us; /* Execution time in whole microseconds, measured as p2p_timing_source says. */
     const char* p2p_timing_source; /* "kernel_gpu", "kernel_cpu" or "collective_cpu", as for coll_timing_source. */
     double p2p_algobw_gbs; /* Algorithm bandwidth in GB/s (bytes / execution time); "nan" possible from NVIDIA's writer as for coll_algobw_gbs. */
     double p2p_busbw_gbs; /* Bus bandwidth in GB/s (equal to the algorithm bandwidth for point-to-point); "nan" possible from NVIDIA's writer. */
@@ -145,13 +145,13 @@ static inline void ci_inspector_log_v1_put_p2p_perf(const ci_inspector_log_v1_p2
     CI_JSON_LIT("{\"p2p\":");
     CI_JSON_STR(v->p2p);
     CI_JSON_LIT(",\"p2p_sn\":");
-    CI_JSON_U64(v->p2p_sn);
+    CI_JSON_I64(v->p2p_sn);
     CI_JSON_LIT(",\"p2p_peer\":");
-    CI_JSON_U64(v->p2p_peer);
+    CI_JSON_I64(v->p2p_peer);
     CI_JSON_LIT(",\"p2p_msg_size_bytes\":");
-    CI_JSON_U64(v->p2p_msg_size_bytes);
+    CI_JSON_I64(v->p2p_msg_size_bytes);
     CI_JSON_LIT(",\"p2p_exec_time_us\":");
-    CI_JSON_U64(v->p2p_exec_time_us);
+    CI_JSON_I64(v->p2p_exec_time_us);
     if (v->p2p_timing_source) {
         CI_JSON_LIT(",\"p2p_timing_source\":");
         CI_JSON_STR(v->p2p_timing_source);
@@ -165,68 +165,68 @@ static inline void ci_inspector_log_v1_put_p2p_perf(const ci_inspector_log_v1_p2
 
 /* CiColl: kind "coll". */
 typedef struct {
-    uint64_t ring_seq; /* The record's SHM ring sequence number. */
+    int64_t ring_seq; /* The record's SHM ring sequence number. */
     bool has_op_index;
-    uint64_t op_index; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops. */
-    uint64_t count; /* Element count NCCL reported for the collective. */
+    int64_t op_index; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops. */
+    int64_t count; /* Element count NCCL reported for the collective. */
     const char* datatype; /* NCCL datatype name as NCCL reported it, e.g. "ncclFloat32", "ncclBfloat16". */
     bool has_root;
-    uint64_t root; /* Root rank; present for rooted collectives (Broadcast, Reduce) only. */
+    int64_t root; /* Root rank; present for rooted collectives (Broadcast, Reduce) only. */
     const char* algo; /* Algorithm NCCL chose, as NCCL names it, e.g. "RING", "TREE", "NVLS", "PAT". */
     const char* proto; /* Protocol NCCL chose, as NCCL names it, e.g. "SIMPLE", "LL", "LL128". */
-    uint64_t n_channels; /* Number of channels NCCL used (nChannels). */
-    uint64_t n_warps; /* Number of warps per channel NCCL used (nWarps). */
+    int64_t n_channels; /* Number of channels NCCL used (nChannels). */
+    int64_t n_warps; /* Number of warps per channel NCCL used (nWarps). */
     bool has_stream;
     uint64_t stream; /* CUDA stream handle of the API call as 0x-prefixed lowercase hexadecimal; absent when NCCL did not report one (profiler ABI v4, or a NULL stream). */
     bool has_graph_captured;
     bool graph_captured; /* True when the call was captured into a CUDA graph; absent when NCCL did not say (profiler ABI v4). */
     bool has_group_id;
-    uint64_t group_id; /* Per-process id of the NCCL group the op was launched in; ops of one group share it. Absent when unknown. */
+    int64_t group_id; /* Per-process id of the NCCL group the op was launched in; ops of one group share it. Absent when unknown. */
     bool has_user_tag;
     uint64_t user_tag; /* The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); absent when untagged or not reported. */
     const char* kernel_variant; /* Name of the kernel variant NCCL launched (profiler ABI v7), cut to 31 bytes on a character boundary; absent when not reported. */
     bool sym_coll; /* Present (true) only when the collective ran a symmetric-memory kernel (profiler ABI v7 isSymColl). */
     bool has_tid;
-    uint64_t tid; /* Kernel thread id of the thread that enqueued the op; absent when unknown. */
+    int64_t tid; /* Kernel thread id of the thread that enqueued the op; absent when unknown. */
     bool has_api_start_mono_ns;
-    uint64_t api_start_mono_ns; /* CLOCK_MONOTONIC time the NCCL API call started (CollApi event, profiler ABI v5+); absent when not observed. */
-    uint64_t host_start_mono_ns; /* CLOCK_MONOTONIC time NCCL started the collective event (task enqueue). */
-    uint64_t host_stop_mono_ns; /* CLOCK_MONOTONIC time NCCL stopped the collective event on the host; typically microseconds after the start and long before the GPU finishes. */
+    int64_t api_start_mono_ns; /* CLOCK_MONOTONIC time the NCCL API call started (CollApi event, profiler ABI v5+); absent when not observed. */
+    int64_t host_start_mono_ns; /* CLOCK_MONOTONIC time NCCL started the collective event (task enqueue). */
+    int64_t host_stop_mono_ns; /* CLOCK_MONOTONIC time NCCL stopped the collective event on the host; typically microseconds after the start and long before the GPU finishes. */
     bool has_host_complete_mono_ns;
-    uint64_t host_complete_mono_ns; /* CLOCK_MONOTONIC time the profiler saw the last kernel channel stop, i.e. when the host learned the op completed; absent when no channel stop was seen. */
+    int64_t host_complete_mono_ns; /* CLOCK_MONOTONIC time the profiler saw the last kernel channel stop, i.e. when the host learned the op completed; absent when no channel stop was seen. */
     bool has_gpu_start_globaltimer_ns;
-    uint64_t gpu_start_globaltimer_ns; /* Earliest GPU globaltimer tick (nanoseconds in the GPU's clock domain: neither CLOCK_MONOTONIC nor exactly CLOCK_REALTIME) at which a kernel channel started; absent without GPU timing. */
+    int64_t gpu_start_globaltimer_ns; /* Earliest GPU globaltimer tick (nanoseconds in the GPU's clock domain: neither CLOCK_MONOTONIC nor exactly CLOCK_REALTIME) at which a kernel channel started; absent without GPU timing. */
     bool has_gpu_stop_globaltimer_ns;
-    uint64_t gpu_stop_globaltimer_ns; /* Latest GPU globaltimer tick at which a kernel channel stopped (KernelChStop); absent without GPU timing. */
+    int64_t gpu_stop_globaltimer_ns; /* Latest GPU globaltimer tick at which a kernel channel stopped (KernelChStop); absent without GPU timing. */
     bool has_channels_completed;
-    uint64_t channels_completed; /* Kernel channels whose stop the profiler saw; less than n_channels when channel events were lost, disabled or cut short. */
+    int64_t channels_completed; /* Kernel channels whose stop the profiler saw; less than n_channels when channel events were lost, disabled or cut short. */
     bool has_forced_complete;
     bool forced_complete; /* True when the record was completed by communicator finalize or process exit rather than by NCCL's events (its times are then incomplete); absent otherwise. */
 } ci_inspector_log_v1_ci_coll_t;
 
 static inline void ci_inspector_log_v1_put_ci_coll(const ci_inspector_log_v1_ci_coll_t* v) {
     CI_JSON_LIT("{\"kind\":\"coll\",\"schema_version\":1,\"ring_seq\":");
-    CI_JSON_U64(v->ring_seq);
+    CI_JSON_I64(v->ring_seq);
     if (v->has_op_index) {
         CI_JSON_LIT(",\"op_index\":");
-        CI_JSON_U64(v->op_index);
+        CI_JSON_I64(v->op_index);
     }
     CI_JSON_LIT(",\"count\":");
-    CI_JSON_U64(v->count);
+    CI_JSON_I64(v->count);
     CI_JSON_LIT(",\"datatype\":");
     CI_JSON_STR(v->datatype);
     if (v->has_root) {
         CI_JSON_LIT(",\"root\":");
-        CI_JSON_U64(v->root);
+        CI_JSON_I64(v->root);
     }
     CI_JSON_LIT(",\"algo\":");
     CI_JSON_STR(v->algo);
     CI_JSON_LIT(",\"proto\":");
     CI_JSON_STR(v->proto);
     CI_JSON_LIT(",\"n_channels\":");
-    CI_JSON_U64(v->n_channels);
+    CI_JSON_I64(v->n_channels);
     CI_JSON_LIT(",\"n_warps\":");
-    CI_JSON_U64(v->n_warps);
+    CI_JSON_I64(v->n_warps);
     if (v->has_stream) {
         CI_JSON_LIT(",\"stream\":");
         CI_JSON_HEX(v->stream, "0x", 1);
@@ -237,7 +237,7 @@ static inline void ci_inspector_log_v1_put_ci_coll(const ci_inspector_log_v1_ci_
     }
     if (v->has_group_id) {
         CI_JSON_LIT(",\"group_id\":");
-        CI_JSON_U64(v->group_id);
+        CI_JSON_I64(v->group_id);
     }
     if (v->has_user_tag) {
         CI_JSON_LIT(",\"user_tag\":");
@@ -250,31 +250,31 @@ static inline void ci_inspector_log_v1_put_ci_coll(const ci_inspector_log_v1_ci_
     if (v->sym_coll) CI_JSON_LIT(",\"sym_coll\":true");
     if (v->has_tid) {
         CI_JSON_LIT(",\"tid\":");
-        CI_JSON_U64(v->tid);
+        CI_JSON_I64(v->tid);
     }
     if (v->has_api_start_mono_ns) {
         CI_JSON_LIT(",\"api_start_mono_ns\":");
-        CI_JSON_U64(v->api_start_mono_ns);
+        CI_JSON_I64(v->api_start_mono_ns);
     }
     CI_JSON_LIT(",\"host_start_mono_ns\":");
-    CI_JSON_U64(v->host_start_mono_ns);
+    CI_JSON_I64(v->host_start_mono_ns);
     CI_JSON_LIT(",\"host_stop_mono_ns\":");
-    CI_JSON_U64(v->host_stop_mono_ns);
+    CI_JSON_I64(v->host_stop_mono_ns);
     if (v->has_host_complete_mono_ns) {
         CI_JSON_LIT(",\"host_complete_mono_ns\":");
-        CI_JSON_U64(v->host_complete_mono_ns);
+        CI_JSON_I64(v->host_complete_mono_ns);
     }
     if (v->has_gpu_start_globaltimer_ns) {
         CI_JSON_LIT(",\"gpu_start_globaltimer_ns\":");
-        CI_JSON_U64(v->gpu_start_globaltimer_ns);
+        CI_JSON_I64(v->gpu_start_globaltimer_ns);
     }
     if (v->has_gpu_stop_globaltimer_ns) {
         CI_JSON_LIT(",\"gpu_stop_globaltimer_ns\":");
-        CI_JSON_U64(v->gpu_stop_globaltimer_ns);
+        CI_JSON_I64(v->gpu_stop_globaltimer_ns);
     }
     if (v->has_channels_completed) {
         CI_JSON_LIT(",\"channels_completed\":");
-        CI_JSON_U64(v->channels_completed);
+        CI_JSON_I64(v->channels_completed);
     }
     if (v->has_forced_complete) {
         CI_JSON_LIT(",\"forced_complete\":");
@@ -285,51 +285,51 @@ static inline void ci_inspector_log_v1_put_ci_coll(const ci_inspector_log_v1_ci_
 
 /* CiP2p: kind "p2p". */
 typedef struct {
-    uint64_t ring_seq; /* The record's SHM ring sequence number. */
+    int64_t ring_seq; /* The record's SHM ring sequence number. */
     bool has_op_index;
-    uint64_t op_index; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops. */
-    uint64_t count; /* Element count NCCL reported. */
+    int64_t op_index; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops. */
+    int64_t count; /* Element count NCCL reported. */
     const char* datatype; /* NCCL datatype name as NCCL reported it, e.g. "ncclBfloat16". */
-    uint64_t n_channels; /* Number of channels NCCL used. */
+    int64_t n_channels; /* Number of channels NCCL used. */
     bool has_stream;
     uint64_t stream; /* CUDA stream handle as 0x-prefixed lowercase hexadecimal; absent when NCCL did not report one. */
     bool has_graph_captured;
     bool graph_captured; /* True when the call was captured into a CUDA graph; absent when NCCL did not say. */
     bool has_group_id;
-    uint64_t group_id; /* Per-process id of the NCCL group the op was launched in (the sends and receives of one pipeline exchange share it); absent when unknown. */
+    int64_t group_id; /* Per-process id of the NCCL group the op was launched in (the sends and receives of one pipeline exchange share it); absent when unknown. */
     bool has_user_tag;
     uint64_t user_tag; /* The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); absent when untagged or not reported. */
     bool has_tid;
-    uint64_t tid; /* Kernel thread id of the thread that enqueued the op; absent when unknown. */
+    int64_t tid; /* Kernel thread id of the thread that enqueued the op; absent when unknown. */
     bool has_api_start_mono_ns;
-    uint64_t api_start_mono_ns; /* CLOCK_MONOTONIC time the NCCL API call started (P2pApi event, profiler ABI v5+); absent when not observed. */
-    uint64_t host_start_mono_ns; /* CLOCK_MONOTONIC time NCCL started the P2P event (task enqueue). */
-    uint64_t host_stop_mono_ns; /* CLOCK_MONOTONIC time NCCL stopped the P2P event on the host. */
+    int64_t api_start_mono_ns; /* CLOCK_MONOTONIC time the NCCL API call started (P2pApi event, profiler ABI v5+); absent when not observed. */
+    int64_t host_start_mono_ns; /* CLOCK_MONOTONIC time NCCL started the P2P event (task enqueue). */
+    int64_t host_stop_mono_ns; /* CLOCK_MONOTONIC time NCCL stopped the P2P event on the host. */
     bool has_host_complete_mono_ns;
-    uint64_t host_complete_mono_ns; /* CLOCK_MONOTONIC time the profiler saw the last kernel channel stop; absent when no channel stop was seen. */
+    int64_t host_complete_mono_ns; /* CLOCK_MONOTONIC time the profiler saw the last kernel channel stop; absent when no channel stop was seen. */
     bool has_gpu_start_globaltimer_ns;
-    uint64_t gpu_start_globaltimer_ns; /* Earliest GPU globaltimer tick at which a kernel channel started; absent without GPU timing. */
+    int64_t gpu_start_globaltimer_ns; /* Earliest GPU globaltimer tick at which a kernel channel started; absent without GPU timing. */
     bool has_gpu_stop_globaltimer_ns;
-    uint64_t gpu_stop_globaltimer_ns; /* Latest GPU globaltimer tick at which a kernel channel stopped; absent without GPU timing. */
+    int64_t gpu_stop_globaltimer_ns; /* Latest GPU globaltimer tick at which a kernel channel stopped; absent without GPU timing. */
     bool has_channels_completed;
-    uint64_t channels_completed; /* Kernel channels whose stop the profiler saw. */
+    int64_t channels_completed; /* Kernel channels whose stop the profiler saw. */
     bool has_forced_complete;
     bool forced_complete; /* True when the record was completed by communicator finalize or process exit rather than by NCCL's events; absent otherwise. */
 } ci_inspector_log_v1_ci_p2p_t;
 
 static inline void ci_inspector_log_v1_put_ci_p2p(const ci_inspector_log_v1_ci_p2p_t* v) {
     CI_JSON_LIT("{\"kind\":\"p2p\",\"schema_version\":1,\"ring_seq\":");
-    CI_JSON_U64(v->ring_seq);
+    CI_JSON_I64(v->ring_seq);
     if (v->has_op_index) {
         CI_JSON_LIT(",\"op_index\":");
-        CI_JSON_U64(v->op_index);
+        CI_JSON_I64(v->op_index);
     }
     CI_JSON_LIT(",\"count\":");
-    CI_JSON_U64(v->count);
+    CI_JSON_I64(v->count);
     CI_JSON_LIT(",\"datatype\":");
     CI_JSON_STR(v->datatype);
     CI_JSON_LIT(",\"n_channels\":");
-    CI_JSON_U64(v->n_channels);
+    CI_JSON_I64(v->n_channels);
     if (v->has_stream) {
         CI_JSON_LIT(",\"stream\":");
         CI_JSON_HEX(v->stream, "0x", 1);
@@ -340,7 +340,7 @@ static inline void ci_inspector_log_v1_put_ci_p2p(const ci_inspector_log_v1_ci_p
     }
     if (v->has_group_id) {
         CI_JSON_LIT(",\"group_id\":");
-        CI_JSON_U64(v->group_id);
+        CI_JSON_I64(v->group_id);
     }
     if (v->has_user_tag) {
         CI_JSON_LIT(",\"user_tag\":");
@@ -348,31 +348,31 @@ static inline void ci_inspector_log_v1_put_ci_p2p(const ci_inspector_log_v1_ci_p
     }
     if (v->has_tid) {
         CI_JSON_LIT(",\"tid\":");
-        CI_JSON_U64(v->tid);
+        CI_JSON_I64(v->tid);
     }
     if (v->has_api_start_mono_ns) {
         CI_JSON_LIT(",\"api_start_mono_ns\":");
-        CI_JSON_U64(v->api_start_mono_ns);
+        CI_JSON_I64(v->api_start_mono_ns);
     }
     CI_JSON_LIT(",\"host_start_mono_ns\":");
-    CI_JSON_U64(v->host_start_mono_ns);
+    CI_JSON_I64(v->host_start_mono_ns);
     CI_JSON_LIT(",\"host_stop_mono_ns\":");
-    CI_JSON_U64(v->host_stop_mono_ns);
+    CI_JSON_I64(v->host_stop_mono_ns);
     if (v->has_host_complete_mono_ns) {
         CI_JSON_LIT(",\"host_complete_mono_ns\":");
-        CI_JSON_U64(v->host_complete_mono_ns);
+        CI_JSON_I64(v->host_complete_mono_ns);
     }
     if (v->has_gpu_start_globaltimer_ns) {
         CI_JSON_LIT(",\"gpu_start_globaltimer_ns\":");
-        CI_JSON_U64(v->gpu_start_globaltimer_ns);
+        CI_JSON_I64(v->gpu_start_globaltimer_ns);
     }
     if (v->has_gpu_stop_globaltimer_ns) {
         CI_JSON_LIT(",\"gpu_stop_globaltimer_ns\":");
-        CI_JSON_U64(v->gpu_stop_globaltimer_ns);
+        CI_JSON_I64(v->gpu_stop_globaltimer_ns);
     }
     if (v->has_channels_completed) {
         CI_JSON_LIT(",\"channels_completed\":");
-        CI_JSON_U64(v->channels_completed);
+        CI_JSON_I64(v->channels_completed);
     }
     if (v->has_forced_complete) {
         CI_JSON_LIT(",\"forced_complete\":");
@@ -383,53 +383,53 @@ static inline void ci_inspector_log_v1_put_ci_p2p(const ci_inspector_log_v1_ci_p
 
 /* CiCollCompact: kind "c". */
 typedef struct {
-    uint64_t q; /* The record's SHM ring sequence number (ring_seq). */
+    int64_t q; /* The record's SHM ring sequence number (ring_seq). */
     uint64_t c; /* Communicator id (header.id of the Inspector form, as 16 hex digits). */
     const char* cn; /* Communicator name when it has one at the time the line is written (header.comm_name). */
-    uint64_t r; /* This member's rank in the communicator (header.rank). */
-    uint64_t n; /* Number of ranks in the communicator (header.n_ranks). */
-    uint64_t nn; /* Number of nodes the communicator spans (header.nnodes). */
+    int64_t r; /* This member's rank in the communicator (header.rank). */
+    int64_t n; /* Number of ranks in the communicator (header.n_ranks). */
+    int64_t nn; /* Number of nodes the communicator spans (header.nnodes). */
     const char* f; /* Function as NCCL names it, e.g. "AllReduce", "Send" (coll_perf.coll). */
-    uint64_t s; /* NCCL's per-function collective sequence number (coll_perf.coll_sn). */
-    uint64_t i; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank) (op_index). */
-    uint64_t e; /* Element count NCCL reported (count). */
-    uint64_t b; /* Message size in bytes (coll_perf.coll_msg_size_bytes). */
+    int64_t s; /* NCCL's per-function collective sequence number (coll_perf.coll_sn). */
+    int64_t i; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank) (op_index). */
+    int64_t e; /* Element count NCCL reported (count). */
+    int64_t b; /* Message size in bytes (coll_perf.coll_msg_size_bytes). */
     const char* d; /* NCCL datatype name as NCCL reported it, e.g. "ncclBfloat16" (datatype). */
     bool has_rt;
-    uint64_t rt; /* Root rank; present for rooted collectives (Broadcast, Reduce, Gather, Scatter) only (root). */
+    int64_t rt; /* Root rank; present for rooted collectives (Broadcast, Reduce, Gather, Scatter) only (root). */
     const char* a; /* Algorithm NCCL chose, e.g. "RING", "TREE" (algo). */
     const char* pt; /* Protocol NCCL chose, e.g. "SIMPLE", "LL128" (proto). */
-    uint64_t ch; /* Number of channels NCCL used (n_channels). */
-    uint64_t w; /* Number of warps per channel NCCL used (n_warps). */
+    int64_t ch; /* Number of channels NCCL used (n_channels). */
+    int64_t w; /* Number of warps per channel NCCL used (n_warps). */
     bool has_st;
     uint64_t st; /* CUDA stream handle as lowercase hexadecimal without the 0x prefix (stream); absent when NCCL did not report one. */
     bool gc; /* Present (true) only when the call was captured into a CUDA graph (graph_captured). */
     bool has_gr;
-    uint64_t gr; /* Per-process id of the NCCL group the op was launched in (group_id); absent when unknown. */
+    int64_t gr; /* Per-process id of the NCCL group the op was launched in (group_id); absent when unknown. */
     bool has_ut;
     uint64_t ut; /* The tag the application gave the NCCL call (user_tag); absent when untagged or not reported. */
     const char* kv; /* Name of the kernel variant NCCL launched (kernel_variant); absent when not reported. */
     bool sy; /* Present (true) only when the collective ran a symmetric-memory kernel (sym_coll). */
     bool has_t;
-    uint64_t t; /* Kernel thread id of the thread that enqueued the op (tid); absent when unknown. */
+    int64_t t; /* Kernel thread id of the thread that enqueued the op (tid); absent when unknown. */
     const char* ts; /* Where the op's duration comes from (coll_perf.coll_timing_source). */
     bool has_bw;
     double bw; /* Bus bandwidth in GB/s by NCCL Inspector's definition (coll_perf.coll_busbw_gbs); absent when it is not a finite number. */
-    uint64_t h; /* CLOCK_MONOTONIC time NCCL started the op event, i.e. task enqueue (host_start_mono_ns). */
+    int64_t h; /* CLOCK_MONOTONIC time NCCL started the op event, i.e. task enqueue (host_start_mono_ns). */
     int64_t hs; /* host_stop_mono_ns - h: when NCCL stopped the op event on the host, in nanoseconds after h (negative only if the clock reads disagree). */
     bool has_hc;
     int64_t hc; /* host_complete_mono_ns - h: when the profiler saw the last kernel channel stop, in nanoseconds after h; absent when no channel stop was seen. */
     bool has_g0;
-    uint64_t g0; /* Earliest GPU globaltimer tick at which a kernel channel started (gpu_start_globaltimer_ns); present with ts kernel_gpu only. */
+    int64_t g0; /* Earliest GPU globaltimer tick at which a kernel channel started (gpu_start_globaltimer_ns); present with ts kernel_gpu only. */
     bool has_gd;
     int64_t gd; /* Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns), negative only where the GPU's clock reads disagree; present with g0. */
-    uint64_t cc; /* Kernel channels whose stop the profiler saw (channels_completed). */
+    int64_t cc; /* Kernel channels whose stop the profiler saw (channels_completed). */
     bool fc; /* Present (true) only when the record was completed by communicator finalize or process exit rather than by NCCL's events (forced_complete). */
 } ci_inspector_log_v1_ci_coll_compact_t;
 
 static inline void ci_inspector_log_v1_put_ci_coll_compact(const ci_inspector_log_v1_ci_coll_compact_t* v) {
     CI_JSON_LIT("{\"kind\":\"c\",\"q\":");
-    CI_JSON_U64(v->q);
+    CI_JSON_I64(v->q);
     CI_JSON_LIT(",\"c\":");
     CI_JSON_HEX(v->c, "", 16);
     if (v->cn) {
@@ -437,35 +437,35 @@ static inline void ci_inspector_log_v1_put_ci_coll_compact(const ci_inspector_lo
         CI_JSON_STR(v->cn);
     }
     CI_JSON_LIT(",\"r\":");
-    CI_JSON_U64(v->r);
+    CI_JSON_I64(v->r);
     CI_JSON_LIT(",\"n\":");
-    CI_JSON_U64(v->n);
+    CI_JSON_I64(v->n);
     CI_JSON_LIT(",\"nn\":");
-    CI_JSON_U64(v->nn);
+    CI_JSON_I64(v->nn);
     CI_JSON_LIT(",\"f\":");
     CI_JSON_STR(v->f);
     CI_JSON_LIT(",\"s\":");
-    CI_JSON_U64(v->s);
+    CI_JSON_I64(v->s);
     CI_JSON_LIT(",\"i\":");
-    CI_JSON_U64(v->i);
+    CI_JSON_I64(v->i);
     CI_JSON_LIT(",\"e\":");
-    CI_JSON_U64(v->e);
+    CI_JSON_I64(v->e);
     CI_JSON_LIT(",\"b\":");
-    CI_JSON_U64(v->b);
+    CI_JSON_I64(v->b);
     CI_JSON_LIT(",\"d\":");
     CI_JSON_STR(v->d);
     if (v->has_rt) {
         CI_JSON_LIT(",\"rt\":");
-        CI_JSON_U64(v->rt);
+        CI_JSON_I64(v->rt);
     }
     CI_JSON_LIT(",\"a\":");
     CI_JSON_STR(v->a);
     CI_JSON_LIT(",\"pt\":");
     CI_JSON_STR(v->pt);
     CI_JSON_LIT(",\"ch\":");
-    CI_JSON_U64(v->ch);
+    CI_JSON_I64(v->ch);
     CI_JSON_LIT(",\"w\":");
-    CI_JSON_U64(v->w);
+    CI_JSON_I64(v->w);
     if (v->has_st) {
         CI_JSON_LIT(",\"st\":");
         CI_JSON_HEX(v->st, "", 1);
@@ -473,7 +473,7 @@ static inline void ci_inspector_log_v1_put_ci_coll_compact(const ci_inspector_lo
     if (v->gc) CI_JSON_LIT(",\"gc\":true");
     if (v->has_gr) {
         CI_JSON_LIT(",\"gr\":");
-        CI_JSON_U64(v->gr);
+        CI_JSON_I64(v->gr);
     }
     if (v->has_ut) {
         CI_JSON_LIT(",\"ut\":");
@@ -486,7 +486,7 @@ static inline void ci_inspector_log_v1_put_ci_coll_compact(const ci_inspector_lo
     if (v->sy) CI_JSON_LIT(",\"sy\":true");
     if (v->has_t) {
         CI_JSON_LIT(",\"t\":");
-        CI_JSON_U64(v->t);
+        CI_JSON_I64(v->t);
     }
     CI_JSON_LIT(",\"ts\":");
     CI_JSON_STR(v->ts);
@@ -495,7 +495,7 @@ static inline void ci_inspector_log_v1_put_ci_coll_compact(const ci_inspector_lo
         CI_JSON_F6(v->bw);
     }
     CI_JSON_LIT(",\"h\":");
-    CI_JSON_U64(v->h);
+    CI_JSON_I64(v->h);
     CI_JSON_LIT(",\"hs\":");
     CI_JSON_I64(v->hs);
     if (v->has_hc) {
@@ -504,62 +504,62 @@ static inline void ci_inspector_log_v1_put_ci_coll_compact(const ci_inspector_lo
     }
     if (v->has_g0) {
         CI_JSON_LIT(",\"g0\":");
-        CI_JSON_U64(v->g0);
+        CI_JSON_I64(v->g0);
     }
     if (v->has_gd) {
         CI_JSON_LIT(",\"gd\":");
         CI_JSON_I64(v->gd);
     }
     CI_JSON_LIT(",\"cc\":");
-    CI_JSON_U64(v->cc);
+    CI_JSON_I64(v->cc);
     if (v->fc) CI_JSON_LIT(",\"fc\":true");
     CI_JSON_LIT("}");
 }
 
 /* CiP2pCompact: kind "p". */
 typedef struct {
-    uint64_t q; /* The record's SHM ring sequence number (ring_seq). */
+    int64_t q; /* The record's SHM ring sequence number (ring_seq). */
     uint64_t c; /* Communicator id (header.id of the Inspector form, as 16 hex digits). */
     const char* cn; /* Communicator name when it has one at the time the line is written (header.comm_name). */
-    uint64_t r; /* This member's rank in the communicator (header.rank). */
-    uint64_t n; /* Number of ranks in the communicator (header.n_ranks). */
-    uint64_t nn; /* Number of nodes the communicator spans (header.nnodes). */
+    int64_t r; /* This member's rank in the communicator (header.rank). */
+    int64_t n; /* Number of ranks in the communicator (header.n_ranks). */
+    int64_t nn; /* Number of nodes the communicator spans (header.nnodes). */
     const char* f; /* Function as NCCL names it, e.g. "AllReduce", "Send" (p2p_perf.p2p). */
-    uint64_t s; /* Per-communicator point-to-point counter kept by the producer (p2p_perf.p2p_sn); not comparable across ranks. */
-    uint64_t i; /* The op's index among its communicator's point-to-point ops (op_index). */
-    uint64_t e; /* Element count NCCL reported (count). */
-    uint64_t b; /* Message size in bytes (p2p_perf.p2p_msg_size_bytes). */
+    int64_t s; /* Per-communicator point-to-point counter kept by the producer (p2p_perf.p2p_sn); not comparable across ranks. */
+    int64_t i; /* The op's index among its communicator's point-to-point ops (op_index). */
+    int64_t e; /* Element count NCCL reported (count). */
+    int64_t b; /* Message size in bytes (p2p_perf.p2p_msg_size_bytes). */
     const char* d; /* NCCL datatype name as NCCL reported it, e.g. "ncclBfloat16" (datatype). */
     bool has_pe;
-    uint64_t pe; /* Rank of the peer within the communicator (p2p_peer); absent when NCCL did not say. */
-    uint64_t ch; /* Number of channels NCCL used (n_channels). */
+    int64_t pe; /* Rank of the peer within the communicator (p2p_peer); absent when NCCL did not say. */
+    int64_t ch; /* Number of channels NCCL used (n_channels). */
     bool has_st;
     uint64_t st; /* CUDA stream handle as lowercase hexadecimal without the 0x prefix (stream); absent when NCCL did not report one. */
     bool gc; /* Present (true) only when the call was captured into a CUDA graph (graph_captured). */
     bool has_gr;
-    uint64_t gr; /* Per-process id of the NCCL group the op was launched in (group_id); absent when unknown. */
+    int64_t gr; /* Per-process id of the NCCL group the op was launched in (group_id); absent when unknown. */
     bool has_ut;
     uint64_t ut; /* The tag the application gave the NCCL call (user_tag); absent when untagged or not reported. */
     bool has_t;
-    uint64_t t; /* Kernel thread id of the thread that enqueued the op (tid); absent when unknown. */
+    int64_t t; /* Kernel thread id of the thread that enqueued the op (tid); absent when unknown. */
     const char* ts; /* Where the op's duration comes from (p2p_perf.p2p_timing_source). */
     bool has_bw;
     double bw; /* Bus bandwidth in GB/s by NCCL Inspector's definition (p2p_perf.p2p_busbw_gbs); absent when it is not a finite number. */
-    uint64_t h; /* CLOCK_MONOTONIC time NCCL started the op event, i.e. task enqueue (host_start_mono_ns). */
+    int64_t h; /* CLOCK_MONOTONIC time NCCL started the op event, i.e. task enqueue (host_start_mono_ns). */
     int64_t hs; /* host_stop_mono_ns - h: when NCCL stopped the op event on the host, in nanoseconds after h (negative only if the clock reads disagree). */
     bool has_hc;
     int64_t hc; /* host_complete_mono_ns - h: when the profiler saw the last kernel channel stop, in nanoseconds after h; absent when no channel stop was seen. */
     bool has_g0;
-    uint64_t g0; /* Earliest GPU globaltimer tick at which a kernel channel started (gpu_start_globaltimer_ns); present with ts kernel_gpu only. */
+    int64_t g0; /* Earliest GPU globaltimer tick at which a kernel channel started (gpu_start_globaltimer_ns); present with ts kernel_gpu only. */
     bool has_gd;
     int64_t gd; /* Latest kernel channel stop minus g0 on the GPU's globaltimer (gpu_stop_globaltimer_ns - gpu_start_globaltimer_ns), negative only where the GPU's clock reads disagree; present with g0. */
-    uint64_t cc; /* Kernel channels whose stop the profiler saw (channels_completed). */
+    int64_t cc; /* Kernel channels whose stop the profiler saw (channels_completed). */
     bool fc; /* Present (true) only when the record was completed by communicator finalize or process exit rather than by NCCL's events (forced_complete). */
 } ci_inspector_log_v1_ci_p2p_compact_t;
 
 static inline void ci_inspector_log_v1_put_ci_p2p_compact(const ci_inspector_log_v1_ci_p2p_compact_t* v) {
     CI_JSON_LIT("{\"kind\":\"p\",\"q\":");
-    CI_JSON_U64(v->q);
+    CI_JSON_I64(v->q);
     CI_JSON_LIT(",\"c\":");
     CI_JSON_HEX(v->c, "", 16);
     if (v->cn) {
@@ -567,29 +567,29 @@ static inline void ci_inspector_log_v1_put_ci_p2p_compact(const ci_inspector_log
         CI_JSON_STR(v->cn);
     }
     CI_JSON_LIT(",\"r\":");
-    CI_JSON_U64(v->r);
+    CI_JSON_I64(v->r);
     CI_JSON_LIT(",\"n\":");
-    CI_JSON_U64(v->n);
+    CI_JSON_I64(v->n);
     CI_JSON_LIT(",\"nn\":");
-    CI_JSON_U64(v->nn);
+    CI_JSON_I64(v->nn);
     CI_JSON_LIT(",\"f\":");
     CI_JSON_STR(v->f);
     CI_JSON_LIT(",\"s\":");
-    CI_JSON_U64(v->s);
+    CI_JSON_I64(v->s);
     CI_JSON_LIT(",\"i\":");
-    CI_JSON_U64(v->i);
+    CI_JSON_I64(v->i);
     CI_JSON_LIT(",\"e\":");
-    CI_JSON_U64(v->e);
+    CI_JSON_I64(v->e);
     CI_JSON_LIT(",\"b\":");
-    CI_JSON_U64(v->b);
+    CI_JSON_I64(v->b);
     CI_JSON_LIT(",\"d\":");
     CI_JSON_STR(v->d);
     if (v->has_pe) {
         CI_JSON_LIT(",\"pe\":");
-        CI_JSON_U64(v->pe);
+        CI_JSON_I64(v->pe);
     }
     CI_JSON_LIT(",\"ch\":");
-    CI_JSON_U64(v->ch);
+    CI_JSON_I64(v->ch);
     if (v->has_st) {
         CI_JSON_LIT(",\"st\":");
         CI_JSON_HEX(v->st, "", 1);
@@ -597,7 +597,7 @@ static inline void ci_inspector_log_v1_put_ci_p2p_compact(const ci_inspector_log
     if (v->gc) CI_JSON_LIT(",\"gc\":true");
     if (v->has_gr) {
         CI_JSON_LIT(",\"gr\":");
-        CI_JSON_U64(v->gr);
+        CI_JSON_I64(v->gr);
     }
     if (v->has_ut) {
         CI_JSON_LIT(",\"ut\":");
@@ -605,7 +605,7 @@ static inline void ci_inspector_log_v1_put_ci_p2p_compact(const ci_inspector_log
     }
     if (v->has_t) {
         CI_JSON_LIT(",\"t\":");
-        CI_JSON_U64(v->t);
+        CI_JSON_I64(v->t);
     }
     CI_JSON_LIT(",\"ts\":");
     CI_JSON_STR(v->ts);
@@ -614,7 +614,7 @@ static inline void ci_inspector_log_v1_put_ci_p2p_compact(const ci_inspector_log
         CI_JSON_F6(v->bw);
     }
     CI_JSON_LIT(",\"h\":");
-    CI_JSON_U64(v->h);
+    CI_JSON_I64(v->h);
     CI_JSON_LIT(",\"hs\":");
     CI_JSON_I64(v->hs);
     if (v->has_hc) {
@@ -623,14 +623,14 @@ static inline void ci_inspector_log_v1_put_ci_p2p_compact(const ci_inspector_log
     }
     if (v->has_g0) {
         CI_JSON_LIT(",\"g0\":");
-        CI_JSON_U64(v->g0);
+        CI_JSON_I64(v->g0);
     }
     if (v->has_gd) {
         CI_JSON_LIT(",\"gd\":");
         CI_JSON_I64(v->gd);
     }
     CI_JSON_LIT(",\"cc\":");
-    CI_JSON_U64(v->cc);
+    CI_JSON_I64(v->cc);
     if (v->fc) CI_JSON_LIT(",\"fc\":true");
     CI_JSON_LIT("}");
 }
@@ -640,15 +640,15 @@ typedef struct {
     uint64_t comm_id; /* Communicator id. */
     const char* comm_name; /* Communicator name; absent when name_source is none. */
     const char* name_source; /* Where comm_name came from. */
-    uint64_t comm_rank; /* Rank of this member within the communicator. */
-    uint64_t nranks; /* Number of ranks in the communicator. */
-    uint64_t nnodes; /* Number of nodes the communicator spans. */
+    int64_t comm_rank; /* Rank of this member within the communicator. */
+    int64_t nranks; /* Number of ranks in the communicator. */
+    int64_t nnodes; /* Number of nodes the communicator spans. */
     bool has_local_rank;
-    uint64_t local_rank; /* Local rank of the process on its node (LOCAL_RANK); absent when unknown. */
+    int64_t local_rank; /* Local rank of the process on its node (LOCAL_RANK); absent when unknown. */
     bool has_cuda_device;
-    uint64_t cuda_device; /* CUDA device ordinal current when the communicator was initialized; absent when the CUDA runtime could not be loaded. */
+    int64_t cuda_device; /* CUDA device ordinal current when the communicator was initialized; absent when the CUDA runtime could not be loaded. */
     const char* device_uuid; /* UUID of that CUDA device as nvidia-smi prints it; absent when unknown. */
-    uint64_t pid; /* Process id of the member's process. */
+    int64_t pid; /* Process id of the member's process. */
     const char* host; /* Host name of the member's process. */
 } ci_inspector_log_v1_comm_identity_t;
 
@@ -662,25 +662,25 @@ static inline void ci_inspector_log_v1_put_comm_identity(const ci_inspector_log_
     CI_JSON_LIT(",\"name_source\":");
     CI_JSON_STR(v->name_source);
     CI_JSON_LIT(",\"comm_rank\":");
-    CI_JSON_U64(v->comm_rank);
+    CI_JSON_I64(v->comm_rank);
     CI_JSON_LIT(",\"nranks\":");
-    CI_JSON_U64(v->nranks);
+    CI_JSON_I64(v->nranks);
     CI_JSON_LIT(",\"nnodes\":");
-    CI_JSON_U64(v->nnodes);
+    CI_JSON_I64(v->nnodes);
     if (v->has_local_rank) {
         CI_JSON_LIT(",\"local_rank\":");
-        CI_JSON_U64(v->local_rank);
+        CI_JSON_I64(v->local_rank);
     }
     if (v->has_cuda_device) {
         CI_JSON_LIT(",\"cuda_device\":");
-        CI_JSON_U64(v->cuda_device);
+        CI_JSON_I64(v->cuda_device);
     }
     if (v->device_uuid) {
         CI_JSON_LIT(",\"device_uuid\":");
         CI_JSON_STR(v->device_uuid);
     }
     CI_JSON_LIT(",\"pid\":");
-    CI_JSON_U64(v->pid);
+    CI_JSON_I64(v->pid);
     CI_JSON_LIT(",\"host\":");
     CI_JSON_STR(v->host);
     CI_JSON_LIT("}");
@@ -689,15 +689,15 @@ static inline void ci_inspector_log_v1_put_comm_identity(const ci_inspector_log_
 /* ProcessIdentity. */
 typedef struct {
     const char* host; /* Host name. */
-    uint64_t pid; /* Process id. */
-    uint64_t start_real_ns; /* CLOCK_REALTIME time the profiler started in this process, nanoseconds since the Unix epoch; with host and pid it tells a reused pid apart. */
+    int64_t pid; /* Process id. */
+    int64_t start_real_ns; /* CLOCK_REALTIME time the profiler started in this process, nanoseconds since the Unix epoch; with host and pid it tells a reused pid apart. */
     const char* job_id; /* Job identifier from the launcher (e.g. SLURM_JOB_ID or TORCHELASTIC_RUN_ID); absent when unknown. */
     bool has_global_rank;
-    uint64_t global_rank; /* Global rank of the process (RANK); absent when unknown. */
+    int64_t global_rank; /* Global rank of the process (RANK); absent when unknown. */
     bool has_local_rank;
-    uint64_t local_rank; /* Local rank on the node (LOCAL_RANK); absent when unknown. */
+    int64_t local_rank; /* Local rank on the node (LOCAL_RANK); absent when unknown. */
     bool has_world_size;
-    uint64_t world_size; /* Number of processes in the job (WORLD_SIZE); absent when unknown. */
+    int64_t world_size; /* Number of processes in the job (WORLD_SIZE); absent when unknown. */
     const char* profiler_version; /* CommInsight profiler version. */
 } ci_inspector_log_v1_process_identity_t;
 
@@ -705,24 +705,24 @@ static inline void ci_inspector_log_v1_put_process_identity(const ci_inspector_l
     CI_JSON_LIT("{\"host\":");
     CI_JSON_STR(v->host);
     CI_JSON_LIT(",\"pid\":");
-    CI_JSON_U64(v->pid);
+    CI_JSON_I64(v->pid);
     CI_JSON_LIT(",\"start_real_ns\":");
-    CI_JSON_U64(v->start_real_ns);
+    CI_JSON_I64(v->start_real_ns);
     if (v->job_id) {
         CI_JSON_LIT(",\"job_id\":");
         CI_JSON_STR(v->job_id);
     }
     if (v->has_global_rank) {
         CI_JSON_LIT(",\"global_rank\":");
-        CI_JSON_U64(v->global_rank);
+        CI_JSON_I64(v->global_rank);
     }
     if (v->has_local_rank) {
         CI_JSON_LIT(",\"local_rank\":");
-        CI_JSON_U64(v->local_rank);
+        CI_JSON_I64(v->local_rank);
     }
     if (v->has_world_size) {
         CI_JSON_LIT(",\"world_size\":");
-        CI_JSON_U64(v->world_size);
+        CI_JSON_I64(v->world_size);
     }
     CI_JSON_LIT(",\"profiler_version\":");
     CI_JSON_STR(v->profiler_version);
@@ -731,32 +731,32 @@ static inline void ci_inspector_log_v1_put_process_identity(const ci_inspector_l
 
 /* ClockAnchor. */
 typedef struct {
-    uint64_t mono_ns; /* CLOCK_MONOTONIC reading. */
-    uint64_t real_ns; /* CLOCK_REALTIME reading, nanoseconds since the Unix epoch. */
+    int64_t mono_ns; /* CLOCK_MONOTONIC reading. */
+    int64_t real_ns; /* CLOCK_REALTIME reading, nanoseconds since the Unix epoch. */
 } ci_inspector_log_v1_clock_anchor_t;
 
 static inline void ci_inspector_log_v1_put_clock_anchor(const ci_inspector_log_v1_clock_anchor_t* v) {
     CI_JSON_LIT("{\"mono_ns\":");
-    CI_JSON_U64(v->mono_ns);
+    CI_JSON_I64(v->mono_ns);
     CI_JSON_LIT(",\"real_ns\":");
-    CI_JSON_U64(v->real_ns);
+    CI_JSON_I64(v->real_ns);
     CI_JSON_LIT("}");
 }
 
 /* SeqProgress. */
 typedef struct {
     bool has_last_enqueued_seq;
-    uint64_t last_enqueued_seq; /* Last op enqueued by the host. */
+    int64_t last_enqueued_seq; /* Last op enqueued by the host. */
     bool has_last_enqueued_mono_ns;
-    uint64_t last_enqueued_mono_ns; /* CLOCK_MONOTONIC time of that enqueue. */
+    int64_t last_enqueued_mono_ns; /* CLOCK_MONOTONIC time of that enqueue. */
     bool has_last_gpu_started_seq;
-    uint64_t last_gpu_started_seq; /* Last op whose first kernel channel was seen starting on the GPU. */
+    int64_t last_gpu_started_seq; /* Last op whose first kernel channel was seen starting on the GPU. */
     bool has_last_gpu_started_mono_ns;
-    uint64_t last_gpu_started_mono_ns; /* CLOCK_MONOTONIC time the profiler saw that start. */
+    int64_t last_gpu_started_mono_ns; /* CLOCK_MONOTONIC time the profiler saw that start. */
     bool has_last_completed_seq;
-    uint64_t last_completed_seq; /* Last op completed (all channels stopped). */
+    int64_t last_completed_seq; /* Last op completed (all channels stopped). */
     bool has_last_completed_mono_ns;
-    uint64_t last_completed_mono_ns; /* CLOCK_MONOTONIC time the profiler saw that completion. */
+    int64_t last_completed_mono_ns; /* CLOCK_MONOTONIC time the profiler saw that completion. */
 } ci_inspector_log_v1_seq_progress_t;
 
 static inline void ci_inspector_log_v1_put_seq_progress(const ci_inspector_log_v1_seq_progress_t* v) {
@@ -765,37 +765,37 @@ static inline void ci_inspector_log_v1_put_seq_progress(const ci_inspector_log_v
     if (v->has_last_enqueued_seq) {
         if (more) CI_JSON_LIT(",");
         CI_JSON_LIT("\"last_enqueued_seq\":");
-        CI_JSON_U64(v->last_enqueued_seq);
+        CI_JSON_I64(v->last_enqueued_seq);
         more = 1;
     }
     if (v->has_last_enqueued_mono_ns) {
         if (more) CI_JSON_LIT(",");
         CI_JSON_LIT("\"last_enqueued_mono_ns\":");
-        CI_JSON_U64(v->last_enqueued_mono_ns);
+        CI_JSON_I64(v->last_enqueued_mono_ns);
         more = 1;
     }
     if (v->has_last_gpu_started_seq) {
         if (more) CI_JSON_LIT(",");
         CI_JSON_LIT("\"last_gpu_started_seq\":");
-        CI_JSON_U64(v->last_gpu_started_seq);
+        CI_JSON_I64(v->last_gpu_started_seq);
         more = 1;
     }
     if (v->has_last_gpu_started_mono_ns) {
         if (more) CI_JSON_LIT(",");
         CI_JSON_LIT("\"last_gpu_started_mono_ns\":");
-        CI_JSON_U64(v->last_gpu_started_mono_ns);
+        CI_JSON_I64(v->last_gpu_started_mono_ns);
         more = 1;
     }
     if (v->has_last_completed_seq) {
         if (more) CI_JSON_LIT(",");
         CI_JSON_LIT("\"last_completed_seq\":");
-        CI_JSON_U64(v->last_completed_seq);
+        CI_JSON_I64(v->last_completed_seq);
         more = 1;
     }
     if (v->has_last_completed_mono_ns) {
         if (more) CI_JSON_LIT(",");
         CI_JSON_LIT("\"last_completed_mono_ns\":");
-        CI_JSON_U64(v->last_completed_mono_ns);
+        CI_JSON_I64(v->last_completed_mono_ns);
         more = 1;
     }
     CI_JSON_LIT("}");
@@ -805,7 +805,7 @@ static inline void ci_inspector_log_v1_put_seq_progress(const ci_inspector_log_v
 typedef struct {
     const ci_inspector_log_v1_seq_progress_t* collectives; /* Progress of collectives; their sequence numbers line up across all ranks. */
     const ci_inspector_log_v1_seq_progress_t* p2p; /* Progress of point-to-point ops (per-communicator counter, comparable only between peers). */
-    uint64_t inflight_count; /* Ops enqueued and not yet completed. */
+    int64_t inflight_count; /* Ops enqueued and not yet completed. */
 } ci_inspector_log_v1_comm_progress_t;
 
 static inline void ci_inspector_log_v1_put_comm_progress(const ci_inspector_log_v1_comm_progress_t* v) {
@@ -814,135 +814,135 @@ static inline void ci_inspector_log_v1_put_comm_progress(const ci_inspector_log_
     CI_JSON_LIT(",\"p2p\":");
     ci_inspector_log_v1_put_seq_progress(v->p2p);
     CI_JSON_LIT(",\"inflight_count\":");
-    CI_JSON_U64(v->inflight_count);
+    CI_JSON_I64(v->inflight_count);
     CI_JSON_LIT("}");
 }
 
 /* CiCommInit: kind "comm_init". */
 typedef struct {
-    uint64_t ring_seq; /* The record's SHM ring sequence number. */
+    int64_t ring_seq; /* The record's SHM ring sequence number. */
     const ci_inspector_log_v1_comm_identity_t* comm; /* The communicator member. */
     const char* profiler_abi; /* Profiler ABI version NCCL used for this communicator. */
-    uint64_t init_mono_ns; /* CLOCK_MONOTONIC time of init. */
-    uint64_t init_real_ns; /* CLOCK_REALTIME time of init, nanoseconds since the Unix epoch. */
+    int64_t init_mono_ns; /* CLOCK_MONOTONIC time of init. */
+    int64_t init_real_ns; /* CLOCK_REALTIME time of init, nanoseconds since the Unix epoch. */
 } ci_inspector_log_v1_ci_comm_init_t;
 
 static inline void ci_inspector_log_v1_put_ci_comm_init(const ci_inspector_log_v1_ci_comm_init_t* v) {
     CI_JSON_LIT("{\"kind\":\"comm_init\",\"schema_version\":1,\"ring_seq\":");
-    CI_JSON_U64(v->ring_seq);
+    CI_JSON_I64(v->ring_seq);
     CI_JSON_LIT(",\"comm\":");
     ci_inspector_log_v1_put_comm_identity(v->comm);
     CI_JSON_LIT(",\"profiler_abi\":");
     CI_JSON_STR(v->profiler_abi);
     CI_JSON_LIT(",\"init_mono_ns\":");
-    CI_JSON_U64(v->init_mono_ns);
+    CI_JSON_I64(v->init_mono_ns);
     CI_JSON_LIT(",\"init_real_ns\":");
-    CI_JSON_U64(v->init_real_ns);
+    CI_JSON_I64(v->init_real_ns);
     CI_JSON_LIT("}");
 }
 
 /* CiCommFinalize: kind "comm_finalize". */
 typedef struct {
-    uint64_t ring_seq; /* The record's SHM ring sequence number. */
+    int64_t ring_seq; /* The record's SHM ring sequence number. */
     uint64_t comm_id; /* Communicator id. */
-    uint64_t comm_rank; /* Rank of the finalized member within the communicator. */
-    uint64_t finalize_mono_ns; /* CLOCK_MONOTONIC time of finalize. */
-    uint64_t finalize_real_ns; /* CLOCK_REALTIME time of finalize, nanoseconds since the Unix epoch. */
-    uint64_t coll_count; /* Collectives this member completed over its lifetime. */
-    uint64_t p2p_count; /* Point-to-point ops this member completed over its lifetime. */
+    int64_t comm_rank; /* Rank of the finalized member within the communicator. */
+    int64_t finalize_mono_ns; /* CLOCK_MONOTONIC time of finalize. */
+    int64_t finalize_real_ns; /* CLOCK_REALTIME time of finalize, nanoseconds since the Unix epoch. */
+    int64_t coll_count; /* Collectives this member completed over its lifetime. */
+    int64_t p2p_count; /* Point-to-point ops this member completed over its lifetime. */
     bool has_last_coll_seq;
-    uint64_t last_coll_seq; /* Sequence number of the last completed collective; absent when none completed. */
-    uint64_t inflight_count; /* Ops still in flight at finalize; their op lines carry forced_complete. */
+    int64_t last_coll_seq; /* Sequence number of the last completed collective; absent when none completed. */
+    int64_t inflight_count; /* Ops still in flight at finalize; their op lines carry forced_complete. */
 } ci_inspector_log_v1_ci_comm_finalize_t;
 
 static inline void ci_inspector_log_v1_put_ci_comm_finalize(const ci_inspector_log_v1_ci_comm_finalize_t* v) {
     CI_JSON_LIT("{\"kind\":\"comm_finalize\",\"schema_version\":1,\"ring_seq\":");
-    CI_JSON_U64(v->ring_seq);
+    CI_JSON_I64(v->ring_seq);
     CI_JSON_LIT(",\"comm_id\":");
     CI_JSON_HEX(v->comm_id, "", 16);
     CI_JSON_LIT(",\"comm_rank\":");
-    CI_JSON_U64(v->comm_rank);
+    CI_JSON_I64(v->comm_rank);
     CI_JSON_LIT(",\"finalize_mono_ns\":");
-    CI_JSON_U64(v->finalize_mono_ns);
+    CI_JSON_I64(v->finalize_mono_ns);
     CI_JSON_LIT(",\"finalize_real_ns\":");
-    CI_JSON_U64(v->finalize_real_ns);
+    CI_JSON_I64(v->finalize_real_ns);
     CI_JSON_LIT(",\"coll_count\":");
-    CI_JSON_U64(v->coll_count);
+    CI_JSON_I64(v->coll_count);
     CI_JSON_LIT(",\"p2p_count\":");
-    CI_JSON_U64(v->p2p_count);
+    CI_JSON_I64(v->p2p_count);
     if (v->has_last_coll_seq) {
         CI_JSON_LIT(",\"last_coll_seq\":");
-        CI_JSON_U64(v->last_coll_seq);
+        CI_JSON_I64(v->last_coll_seq);
     }
     CI_JSON_LIT(",\"inflight_count\":");
-    CI_JSON_U64(v->inflight_count);
+    CI_JSON_I64(v->inflight_count);
     CI_JSON_LIT("}");
 }
 
 /* CiGap: kind "gap". */
 typedef struct {
     const char* reason; /* Why the records are missing. */
-    uint64_t lost_count; /* Number of ring records lost; equals last_lost_ring_seq - first_lost_ring_seq + 1. */
-    uint64_t first_lost_ring_seq; /* ring_seq of the first lost record. */
-    uint64_t last_lost_ring_seq; /* ring_seq of the last lost record. */
-    uint64_t detected_mono_ns; /* CLOCK_MONOTONIC time the writer detected the loss. */
+    int64_t lost_count; /* Number of ring records lost; equals last_lost_ring_seq - first_lost_ring_seq + 1. */
+    int64_t first_lost_ring_seq; /* ring_seq of the first lost record. */
+    int64_t last_lost_ring_seq; /* ring_seq of the last lost record. */
+    int64_t detected_mono_ns; /* CLOCK_MONOTONIC time the writer detected the loss. */
 } ci_inspector_log_v1_ci_gap_t;
 
 static inline void ci_inspector_log_v1_put_ci_gap(const ci_inspector_log_v1_ci_gap_t* v) {
     CI_JSON_LIT("{\"kind\":\"gap\",\"schema_version\":1,\"reason\":");
     CI_JSON_STR(v->reason);
     CI_JSON_LIT(",\"lost_count\":");
-    CI_JSON_U64(v->lost_count);
+    CI_JSON_I64(v->lost_count);
     CI_JSON_LIT(",\"first_lost_ring_seq\":");
-    CI_JSON_U64(v->first_lost_ring_seq);
+    CI_JSON_I64(v->first_lost_ring_seq);
     CI_JSON_LIT(",\"last_lost_ring_seq\":");
-    CI_JSON_U64(v->last_lost_ring_seq);
+    CI_JSON_I64(v->last_lost_ring_seq);
     CI_JSON_LIT(",\"detected_mono_ns\":");
-    CI_JSON_U64(v->detected_mono_ns);
+    CI_JSON_I64(v->detected_mono_ns);
     CI_JSON_LIT("}");
 }
 
 /* CiHangEvidence: kind "hang_evidence". */
 typedef struct {
-    uint64_t ring_seq; /* The record's SHM ring sequence number. */
+    int64_t ring_seq; /* The record's SHM ring sequence number. */
     uint64_t comm_id; /* Communicator id. */
-    uint64_t comm_rank; /* Rank of this member within the communicator. */
+    int64_t comm_rank; /* Rank of this member within the communicator. */
     const char* comm_name; /* Communicator name; absent when there is none. */
     const char* op_kind; /* Whether the stuck op is a collective or a send/receive. */
     const char* func; /* Function name as NCCL reported it, e.g. "AllReduce", "Send". */
-    uint64_t seq; /* Sequence number of the stuck op: NCCL's seqNumber (coll_sn) for a collective, the communicator's P2P counter (p2p_sn) for a send/receive. */
+    int64_t seq; /* Sequence number of the stuck op: NCCL's seqNumber (coll_sn) for a collective, the communicator's P2P counter (p2p_sn) for a send/receive. */
     bool has_op_index;
-    uint64_t op_index; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops. */
-    uint64_t count; /* Element count. */
+    int64_t op_index; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops. */
+    int64_t count; /* Element count. */
     const char* datatype; /* NCCL datatype name. */
-    uint64_t size_bytes; /* Message size: element count times datatype size. */
+    int64_t size_bytes; /* Message size: element count times datatype size. */
     bool has_root;
-    uint64_t root; /* Root rank of a rooted collective; absent otherwise. */
+    int64_t root; /* Root rank of a rooted collective; absent otherwise. */
     bool has_peer;
-    uint64_t peer; /* Peer rank of a send/receive; absent otherwise. */
+    int64_t peer; /* Peer rank of a send/receive; absent otherwise. */
     const char* algo; /* Algorithm NCCL chose; absent for send/receive or when not reported. */
     const char* proto; /* Protocol NCCL chose; absent for send/receive or when not reported. */
-    uint64_t n_channels; /* Channels NCCL assigned to the op. */
-    uint64_t channels_started; /* Channels whose kernel start the profiler saw. */
-    uint64_t channels_completed; /* Channels whose kernel stop the profiler saw. */
-    uint64_t enqueued_mono_ns; /* CLOCK_MONOTONIC time the op was enqueued. */
+    int64_t n_channels; /* Channels NCCL assigned to the op. */
+    int64_t channels_started; /* Channels whose kernel start the profiler saw. */
+    int64_t channels_completed; /* Channels whose kernel stop the profiler saw. */
+    int64_t enqueued_mono_ns; /* CLOCK_MONOTONIC time the op was enqueued. */
     bool has_gpu_started_mono_ns;
-    uint64_t gpu_started_mono_ns; /* CLOCK_MONOTONIC time its first kernel channel was seen starting; absent when none started. */
-    uint64_t age_ns; /* How long the op had been in flight when detected (detected_mono_ns - enqueued_mono_ns). */
-    uint64_t threshold_ns; /* Hang threshold in force (COMMINSIGHT_PROFILER_HANG_TIMEOUT_S in nanoseconds). */
-    uint64_t detected_mono_ns; /* CLOCK_MONOTONIC time of detection. */
-    uint64_t detected_real_ns; /* CLOCK_REALTIME time of detection, nanoseconds since the Unix epoch. */
+    int64_t gpu_started_mono_ns; /* CLOCK_MONOTONIC time its first kernel channel was seen starting; absent when none started. */
+    int64_t age_ns; /* How long the op had been in flight when detected (detected_mono_ns - enqueued_mono_ns). */
+    int64_t threshold_ns; /* Hang threshold in force (COMMINSIGHT_PROFILER_HANG_TIMEOUT_S in nanoseconds). */
+    int64_t detected_mono_ns; /* CLOCK_MONOTONIC time of detection. */
+    int64_t detected_real_ns; /* CLOCK_REALTIME time of detection, nanoseconds since the Unix epoch. */
     const ci_inspector_log_v1_comm_progress_t* progress; /* The member's progress at detection. */
     bool fifo_event_written; /* Whether the matching FIFO hang event was delivered (false: no reader or pipe full; dropped and counted). */
 } ci_inspector_log_v1_ci_hang_evidence_t;
 
 static inline void ci_inspector_log_v1_put_ci_hang_evidence(const ci_inspector_log_v1_ci_hang_evidence_t* v) {
     CI_JSON_LIT("{\"kind\":\"hang_evidence\",\"schema_version\":1,\"ring_seq\":");
-    CI_JSON_U64(v->ring_seq);
+    CI_JSON_I64(v->ring_seq);
     CI_JSON_LIT(",\"comm_id\":");
     CI_JSON_HEX(v->comm_id, "", 16);
     CI_JSON_LIT(",\"comm_rank\":");
-    CI_JSON_U64(v->comm_rank);
+    CI_JSON_I64(v->comm_rank);
     if (v->comm_name) {
         CI_JSON_LIT(",\"comm_name\":");
         CI_JSON_STR(v->comm_name);
@@ -952,24 +952,24 @@ static inline void ci_inspector_log_v1_put_ci_hang_evidence(const ci_inspector_l
     CI_JSON_LIT(",\"func\":");
     CI_JSON_STR(v->func);
     CI_JSON_LIT(",\"seq\":");
-    CI_JSON_U64(v->seq);
+    CI_JSON_I64(v->seq);
     if (v->has_op_index) {
         CI_JSON_LIT(",\"op_index\":");
-        CI_JSON_U64(v->op_index);
+        CI_JSON_I64(v->op_index);
     }
     CI_JSON_LIT(",\"count\":");
-    CI_JSON_U64(v->count);
+    CI_JSON_I64(v->count);
     CI_JSON_LIT(",\"datatype\":");
     CI_JSON_STR(v->datatype);
     CI_JSON_LIT(",\"size_bytes\":");
-    CI_JSON_U64(v->size_bytes);
+    CI_JSON_I64(v->size_bytes);
     if (v->has_root) {
         CI_JSON_LIT(",\"root\":");
-        CI_JSON_U64(v->root);
+        CI_JSON_I64(v->root);
     }
     if (v->has_peer) {
         CI_JSON_LIT(",\"peer\":");
-        CI_JSON_U64(v->peer);
+        CI_JSON_I64(v->peer);
     }
     if (v->algo) {
         CI_JSON_LIT(",\"algo\":");
@@ -980,25 +980,25 @@ static inline void ci_inspector_log_v1_put_ci_hang_evidence(const ci_inspector_l
         CI_JSON_STR(v->proto);
     }
     CI_JSON_LIT(",\"n_channels\":");
-    CI_JSON_U64(v->n_channels);
+    CI_JSON_I64(v->n_channels);
     CI_JSON_LIT(",\"channels_started\":");
-    CI_JSON_U64(v->channels_started);
+    CI_JSON_I64(v->channels_started);
     CI_JSON_LIT(",\"channels_completed\":");
-    CI_JSON_U64(v->channels_completed);
+    CI_JSON_I64(v->channels_completed);
     CI_JSON_LIT(",\"enqueued_mono_ns\":");
-    CI_JSON_U64(v->enqueued_mono_ns);
+    CI_JSON_I64(v->enqueued_mono_ns);
     if (v->has_gpu_started_mono_ns) {
         CI_JSON_LIT(",\"gpu_started_mono_ns\":");
-        CI_JSON_U64(v->gpu_started_mono_ns);
+        CI_JSON_I64(v->gpu_started_mono_ns);
     }
     CI_JSON_LIT(",\"age_ns\":");
-    CI_JSON_U64(v->age_ns);
+    CI_JSON_I64(v->age_ns);
     CI_JSON_LIT(",\"threshold_ns\":");
-    CI_JSON_U64(v->threshold_ns);
+    CI_JSON_I64(v->threshold_ns);
     CI_JSON_LIT(",\"detected_mono_ns\":");
-    CI_JSON_U64(v->detected_mono_ns);
+    CI_JSON_I64(v->detected_mono_ns);
     CI_JSON_LIT(",\"detected_real_ns\":");
-    CI_JSON_U64(v->detected_real_ns);
+    CI_JSON_I64(v->detected_real_ns);
     CI_JSON_LIT(",\"progress\":");
     ci_inspector_log_v1_put_comm_progress(v->progress);
     CI_JSON_LIT(",\"fifo_event_written\":");
@@ -1008,17 +1008,17 @@ static inline void ci_inspector_log_v1_put_ci_hang_evidence(const ci_inspector_l
 
 /* CiSegmentStart: kind "segment_start". */
 typedef struct {
-    uint64_t segment_index; /* Index of this segment among the process's segments: 0, 1, 2, ... without holes, so a missing segment is detectable. */
+    int64_t segment_index; /* Index of this segment among the process's segments: 0, 1, 2, ... without holes, so a missing segment is detectable. */
     const ci_inspector_log_v1_process_identity_t* process; /* The writing process. */
     const ci_inspector_log_v1_clock_anchor_t* clock; /* Clock anchor taken when the segment was opened. */
     void (*communicators)(const void* ctx); /* Communicator members live in the process when the segment was opened (may be empty). (writes each CommIdentity, a comma between) */
     const void* communicators_ctx;
-    uint64_t next_ring_seq; /* ring_seq of the next ring record the writer will read; the previous segment's ring records and gaps end just before it. */
+    int64_t next_ring_seq; /* ring_seq of the next ring record the writer will read; the previous segment's ring records and gaps end just before it. */
 } ci_inspector_log_v1_ci_segment_start_t;
 
 static inline void ci_inspector_log_v1_put_ci_segment_start(const ci_inspector_log_v1_ci_segment_start_t* v) {
     CI_JSON_LIT("{\"kind\":\"segment_start\",\"schema_version\":1,\"segment_index\":");
-    CI_JSON_U64(v->segment_index);
+    CI_JSON_I64(v->segment_index);
     CI_JSON_LIT(",\"process\":");
     ci_inspector_log_v1_put_process_identity(v->process);
     CI_JSON_LIT(",\"clock\":");
@@ -1026,57 +1026,57 @@ static inline void ci_inspector_log_v1_put_ci_segment_start(const ci_inspector_l
     CI_JSON_LIT(",\"communicators\":[");
     v->communicators(v->communicators_ctx);
     CI_JSON_LIT("],\"next_ring_seq\":");
-    CI_JSON_U64(v->next_ring_seq);
+    CI_JSON_I64(v->next_ring_seq);
     CI_JSON_LIT("}");
 }
 
 /* CiSeal: kind "seal". */
 typedef struct {
-    uint64_t segment_index; /* Same as the segment_start line's segment_index. */
-    uint64_t record_count; /* Number of lines before the seal line, including the segment_start line. */
-    uint64_t byte_count; /* Number of bytes before the seal line (the offset of its first byte). */
-    uint64_t crc32; /* CRC-32 (ISO-HDLC: the polynomial of zlib and Python's zlib.crc32, initial value 0) of the byte_count bytes before the seal line. */
-    uint64_t op_count; /* Op lines (kinds coll and p2p) in the segment. */
-    uint64_t ring_record_count; /* Lines that carry a ring_seq (kinds coll, p2p, comm_init, comm_finalize, hang_evidence). */
-    uint64_t lost_count; /* Sum of lost_count over the segment's gap lines. */
+    int64_t segment_index; /* Same as the segment_start line's segment_index. */
+    int64_t record_count; /* Number of lines before the seal line, including the segment_start line. */
+    int64_t byte_count; /* Number of bytes before the seal line (the offset of its first byte). */
+    int64_t crc32; /* CRC-32 (ISO-HDLC: the polynomial of zlib and Python's zlib.crc32, initial value 0) of the byte_count bytes before the seal line. */
+    int64_t op_count; /* Op lines (kinds coll and p2p) in the segment. */
+    int64_t ring_record_count; /* Lines that carry a ring_seq (kinds coll, p2p, comm_init, comm_finalize, hang_evidence). */
+    int64_t lost_count; /* Sum of lost_count over the segment's gap lines. */
     bool has_first_ring_seq;
-    uint64_t first_ring_seq; /* Lowest ring_seq a ring record or gap of the segment covers; absent when it has neither. */
+    int64_t first_ring_seq; /* Lowest ring_seq a ring record or gap of the segment covers; absent when it has neither. */
     bool has_last_ring_seq;
-    uint64_t last_ring_seq; /* Highest ring_seq a ring record or gap of the segment covers; absent when it has neither. last_ring_seq - first_ring_seq + 1 = ring_record_count + lost_count. */
+    int64_t last_ring_seq; /* Highest ring_seq a ring record or gap of the segment covers; absent when it has neither. last_ring_seq - first_ring_seq + 1 = ring_record_count + lost_count. */
     const char* reason; /* Why the segment was sealed. */
-    uint64_t sealed_mono_ns; /* CLOCK_MONOTONIC time of sealing. */
-    uint64_t sealed_real_ns; /* CLOCK_REALTIME time of sealing, nanoseconds since the Unix epoch. */
+    int64_t sealed_mono_ns; /* CLOCK_MONOTONIC time of sealing. */
+    int64_t sealed_real_ns; /* CLOCK_REALTIME time of sealing, nanoseconds since the Unix epoch. */
 } ci_inspector_log_v1_ci_seal_t;
 
 static inline void ci_inspector_log_v1_put_ci_seal(const ci_inspector_log_v1_ci_seal_t* v) {
     CI_JSON_LIT("{\"kind\":\"seal\",\"schema_version\":1,\"segment_index\":");
-    CI_JSON_U64(v->segment_index);
+    CI_JSON_I64(v->segment_index);
     CI_JSON_LIT(",\"record_count\":");
-    CI_JSON_U64(v->record_count);
+    CI_JSON_I64(v->record_count);
     CI_JSON_LIT(",\"byte_count\":");
-    CI_JSON_U64(v->byte_count);
+    CI_JSON_I64(v->byte_count);
     CI_JSON_LIT(",\"crc32\":");
-    CI_JSON_U64(v->crc32);
+    CI_JSON_I64(v->crc32);
     CI_JSON_LIT(",\"op_count\":");
-    CI_JSON_U64(v->op_count);
+    CI_JSON_I64(v->op_count);
     CI_JSON_LIT(",\"ring_record_count\":");
-    CI_JSON_U64(v->ring_record_count);
+    CI_JSON_I64(v->ring_record_count);
     CI_JSON_LIT(",\"lost_count\":");
-    CI_JSON_U64(v->lost_count);
+    CI_JSON_I64(v->lost_count);
     if (v->has_first_ring_seq) {
         CI_JSON_LIT(",\"first_ring_seq\":");
-        CI_JSON_U64(v->first_ring_seq);
+        CI_JSON_I64(v->first_ring_seq);
     }
     if (v->has_last_ring_seq) {
         CI_JSON_LIT(",\"last_ring_seq\":");
-        CI_JSON_U64(v->last_ring_seq);
+        CI_JSON_I64(v->last_ring_seq);
     }
     CI_JSON_LIT(",\"reason\":");
     CI_JSON_STR(v->reason);
     CI_JSON_LIT(",\"sealed_mono_ns\":");
-    CI_JSON_U64(v->sealed_mono_ns);
+    CI_JSON_I64(v->sealed_mono_ns);
     CI_JSON_LIT(",\"sealed_real_ns\":");
-    CI_JSON_U64(v->sealed_real_ns);
+    CI_JSON_I64(v->sealed_real_ns);
     CI_JSON_LIT("}");
 }
 
