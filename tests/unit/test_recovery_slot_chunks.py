@@ -1,8 +1,10 @@
 """A dead process's ring is read back in chunks (log_recovery._slots): every ticket once, in
-order, across chunk boundaries and the ring's wrap, each slot with its own timing."""
+order, across chunk boundaries and the ring's wrap, each slot with its own timing; and a slot
+no line can be made of loses that record alone."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,3 +28,33 @@ def test_chunks_cover_every_ticket_once_in_order_across_the_wrap():
     want = timings(ring[np.arange(first, end) % cap])
     assert [timing for _, _, timing in got] == want
     assert len({timing for _, _, timing in got}) == cap  # each slot's own
+
+
+def test_a_record_no_line_can_be_made_of_is_lost_alone(tmp_path, monkeypatch, caplog):
+    """One slot the line maker fails on (a bug, a value out of every range) is a gap of
+    reason write_error in the recovered segment; the process's other records are all there."""
+    from test_agent_compressed_segments import Ring
+
+    from comminsight.agent.core.inspector_lines import ProcessLines
+    from comminsight.log_segments import read_segment
+
+    record = ProcessLines.record
+
+    def failing(self, slot, seq, *args):
+        if seq in (5, 6):
+            raise ValueError("a value out of every range")
+        return record(self, slot, seq, *args)
+
+    monkeypatch.setattr(ProcessLines, "record", failing)
+    ring = Ring()
+    ring.publish(10)
+    done = log_recovery.recover(ring, tmp_path)
+    assert (done.records, done.lost) == (8, 2)
+    lines = [json.loads(line)["ci"] for line in read_segment(done.path).splitlines()]
+    gaps = [ci for ci in lines if ci["kind"] == "gap"]
+    assert [(g["reason"], g["first_lost_ring_seq"], g["last_lost_ring_seq"]) for g in gaps] == [
+        ("write_error", 5, 6)
+    ]
+    ops = [ci["q"] for ci in lines if ci["kind"] == "c"]
+    assert ops == [1, 2, 3, 4, 7, 8, 9, 10]
+    assert "ring seq 5 made no line" in caplog.text

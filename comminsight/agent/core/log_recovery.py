@@ -264,6 +264,31 @@ def _slots(region, first: int, end: int):
         yield from zip(tickets.tolist(), slots, timings(slots), strict=True)
 
 
+class _Gaps:
+    """Runs of ring seqs a recovered segment holds no line for, each one gap line of its
+    reason where the run ends (a new reason ends the run before it)."""
+
+    def __init__(self, lines: ProcessLines, out: list, done: Recovered, now_mono: int) -> None:
+        self.lines, self.out, self.done, self.now_mono = lines, out, done, now_mono
+        self.first: int | None = None
+        self.reason = ""
+
+    def lost(self, seq: int, reason: str) -> None:
+        """seq has no line (the run it begins or continues is one gap of its reason)."""
+        if self.first is not None and reason != self.reason:
+            self.close(seq)
+        if self.first is None:
+            self.first, self.reason = seq, reason
+
+    def close(self, end: int) -> None:
+        """The run before ring seq `end`, if any, as its gap line."""
+        if self.first is None:
+            return
+        self.out.append(self.lines.gap(self.first, end - 1, self.reason, self.now_mono))
+        self.done.lost += end - self.first
+        self.first = None
+
+
 def recover(
     region: ShmRegion, logs: Path, compact: bool = True, owner: int | None = None
 ) -> Recovered:
@@ -287,24 +312,33 @@ def recover(
     # tickets last .. head-1 carry ring seqs last+1 .. head; those older than one ring are
     # overwritten (one gap, whatever their number: the work is one ring at most)
     oldest = max(last, head - cap)
-    gap_first = last + 1 if oldest > last else None
+    gaps = _Gaps(lines, out, done, now_mono)
+    if oldest > last:
+        gaps.lost(last + 1, V.RING_OVERWRITE)
+    unmade = 0
     for ticket, slot, timing in _slots(region, oldest, head):
         seq = ticket + 1
-        line = lines.record(slot, seq, now_real, timing) if int(slot["seq"]) == seq else None
-        if line is None:
-            if gap_first is None:
-                gap_first = seq
+        if int(slot["seq"]) != seq:
+            gaps.lost(seq, V.RING_OVERWRITE)
             continue
-        if gap_first is not None:
-            out.append(lines.gap(gap_first, seq - 1, V.RING_OVERWRITE, now_mono))
-            done.lost += seq - gap_first
-            gap_first = None
+        try:
+            line = lines.record(slot, seq, now_real, timing)
+        except Exception as e:  # one record the line maker cannot take loses it alone
+            if not unmade:
+                log.error(
+                    "pid %d: ring seq %d made no line (%r); counted lost", int(h["pid"]), seq, e
+                )
+            unmade += 1
+            gaps.lost(seq, V.WRITE_ERROR)
+            continue
+        if line is None:  # a kind the writer skips too
+            gaps.lost(seq, V.RING_OVERWRITE)
+            continue
+        gaps.close(seq)
         out.append(line)
         done.records += 1
         done.ops += int(slot["kind"]) in (shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P)
-    if gap_first is not None:
-        out.append(lines.gap(gap_first, head, V.RING_OVERWRITE, now_mono))
-        done.lost += head + 1 - gap_first
+    gaps.close(head + 1)
     done.path = _write_sealed(
         logs, f"{prefix}{index:06d}.jsonl", index, out, done, last + 1, head, owner
     )
