@@ -669,7 +669,7 @@ static void segment_open(void) {
         .global_rank = h->rank,
         .has_local_rank = h->local_rank >= 0,
         .local_rank = h->local_rank,
-        .has_world_size = h->world_size >= 0,
+        .has_world_size = h->world_size >= 1, /* WORLD_SIZE=0 is no world: left out */
         .world_size = h->world_size,
         .profiler_version = CI_VERSION_STRING,
     };

@@ -58,3 +58,20 @@ def test_a_record_no_line_can_be_made_of_is_lost_alone(tmp_path, monkeypatch, ca
     ops = [ci["q"] for ci in lines if ci["kind"] == "c"]
     assert ops == [1, 2, 3, 4, 7, 8, 9, 10]
     assert "ring seq 5 made no line" in caplog.text
+
+
+def test_a_world_size_of_0_is_left_out_of_the_segment_start(tmp_path):
+    """WORLD_SIZE=0 names no world: the line leaves world_size out (the schema's minimum is
+    1), as the Profiler's writer does, and the segment_start reads."""
+    import msgspec
+    from test_agent_compressed_segments import Ring
+
+    from comminsight.log_segments import read_segment
+    from comminsight_gen.models.inspector_log_v1 import InspectorLogRecord
+
+    ring = Ring()
+    ring.header["world_size"] = 0
+    ring.publish(3)
+    first = read_segment(log_recovery.recover(ring, tmp_path).path).splitlines()[0]
+    start = msgspec.json.decode(first, type=InspectorLogRecord).ci
+    assert start.process.world_size is msgspec.UNSET and start.process.global_rank == 0

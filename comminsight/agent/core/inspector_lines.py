@@ -91,7 +91,7 @@ class ProcessLines:
         for key, field in ((F.GLOBAL_RANK, "rank"), (F.LOCAL_RANK, "local_rank")):
             if int(h[field]) >= 0:
                 process[key] = int(h[field])
-        if int(h["world_size"]) >= 0:
+        if int(h["world_size"]) >= 1:  # WORLD_SIZE=0 is no world: left out, as the writer does
             process[F.WORLD_SIZE] = int(h["world_size"])
         live = [
             self.comm_identity(e) for e in self.comms if int(e["state"]) == shm_v1.CommState.ACTIVE
