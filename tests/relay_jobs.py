@@ -103,7 +103,7 @@ def job_nodes(
         )
         for local in range(RANKS_PER_NODE):
             rank = n * RANKS_PER_NODE + local
-            rec.rows.processes[1000 + rank] = _process(rank, rank in dead, offset)
+            rec.rows.processes[(1000 + rank, 0)] = _process(rank, rank in dead, offset)
             func = "Broadcast" if rank in mismatched else "AllReduce"
             joined = rank not in stalled
             for comm, comm_rank, nranks, nnodes in (

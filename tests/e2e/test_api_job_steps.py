@@ -198,7 +198,7 @@ def test_a_master_expects_steps_from_every_node_whose_processes_run_the_job():
     for name, jobs in (("n1", ["job-7"]), ("n2", ["job-7", ""]), ("n3", [])):
         record = NodeRecord(name, AgentMode.slave)
         for pid, job_id in enumerate(jobs, 1):
-            record.rows.processes[pid] = pb.ProcessInfo(pid=pid, job_id=job_id)
+            record.rows.processes[(pid, 0)] = pb.ProcessInfo(pid=pid, job_id=job_id)
         nodes[name] = record
     api = MasterApi.__new__(MasterApi)
     api.service = SimpleNamespace(nodes=nodes)

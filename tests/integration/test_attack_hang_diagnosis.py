@@ -200,7 +200,7 @@ def _node(name: str, *, local: bool, real_skew_ns: int, ranks: list[int], op_tim
     rows = NodeRows()
     for rank in ranks:
         pid = 5000 + rank
-        rows.processes[pid] = pb.ProcessInfo(
+        rows.processes[(pid, 0)] = pb.ProcessInfo(
             pid=pid,
             ingest_state=pb.INGEST_STATE_ACTIVE,
             alive=True,
@@ -281,6 +281,46 @@ def test_two_jobs_without_job_ids_on_one_node_do_not_share_an_incident():
     assert len(groups) == 2, [
         (g.root.summary, [c.reason for _, c in g.consequences]) for g in groups
     ]
+
+
+def _pods_sharing_pids(namespaces: tuple[int, int]):
+    """Two 2-rank jobs in two pods of one node, each pod numbering its processes from the same
+    pids (its own PID namespace, namespaces[i]). In job A, rank 1 is stuck in host code and
+    rank 0 waits in all-reduce #5; in job B, rank 0 is stuck in host code and rank 1 waits in
+    #3. Job B's culprit has the pid of job A's waiting rank."""
+    pods = [
+        [dataclasses.replace(proc(r), job_id=job, pid_namespace=ns) for r in (0, 1)]
+        for job, ns in zip(("jobA", "jobB"), namespaces, strict=True)
+    ]
+    return snapshot(
+        stuck_at(0, 5, comm_id=0x1111, name="jobA:dp", nranks=2, process=pods[0][0]),
+        member(1, 5, 5, comm_id=0x1111, name="jobA:dp", nranks=2, process=pods[0][1]),
+        member(0, 3, 3, comm_id=0x2222, name="jobB:dp", nranks=2, process=pods[1][0]),
+        stuck_at(1, 3, comm_id=0x2222, name="jobB:dp", nranks=2, process=pods[1][1]),
+    )
+
+
+def test_two_pods_whose_processes_share_pids_are_two_incidents():
+    """Each job's hang is its own: job B's culprit is not 'stuck in' job A's all-reduce
+    because a process of the other pod, with its pid, waits there. The reports name each
+    process's PID namespace."""
+    reports = diagnose(_pods_sharing_pids((4026531836, 4026532999)), NOW, THRESHOLD)
+    assert len(reports) == 2, [r.summary for r in reports]
+    assert sorted({c.pid_namespace for r in reports for c in r.culprits}) == [
+        4026531836,
+        4026532999,
+    ]
+    groups = group_reports(reports)
+    assert sorted(g.root.comm.comm_name for g in groups) == ["jobA:dp", "jobB:dp"], [
+        (g.root.summary, [c.reason for _, c in g.consequences]) for g in groups
+    ]
+
+
+def test_pods_whose_namespaces_are_unknown_are_taken_for_one_process_per_pid():
+    """The same two pods from Profilers that recorded no PID namespace: the pid is all there
+    is, and job B's culprit is taken for job A's waiting rank (what the namespace prevents)."""
+    groups = group_reports(diagnose(_pods_sharing_pids((0, 0)), NOW, THRESHOLD))
+    assert len(groups) == 1
 
 
 # ---- sub-communicators and several communicators in flight ------------------------------

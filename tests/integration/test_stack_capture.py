@@ -412,6 +412,21 @@ def test_the_master_gets_a_culprits_stack_from_its_node(tmp_path):
     assert second == first and capture.signals_sent == 1  # the node's rate limit holds
 
 
+def test_the_masters_request_names_the_process_by_pid_and_namespace(tmp_path):
+    """Over the real link: the slave learns which pod's process of the pid is meant."""
+    asked = []
+
+    async def record(request):
+        asked.append((request.pid, request.pid_namespace))
+        return msgspec.json.encode(answer(request.pid))
+
+    async def body(server):
+        return await server.request_stacks("node-a", 7, 1, 60, pid_namespace=4026532999)
+
+    stack = asyncio.run(with_master_and_slave(tmp_path, record, body))
+    assert stack.status is StackStatus.captured and asked == [(7, 4026532999)]
+
+
 def test_the_masters_wait_is_bounded_and_names_the_node(tmp_path):
     never = asyncio.Event()
 

@@ -157,7 +157,7 @@ def slave_node(finalize_mono_ns: int, *, alive: bool) -> NodeRecord:
     for rank, (enqueued, completed) in enumerate([(36, 35), (35, 35)]):
         pid = 5000 + rank
         ingest = pb.INGEST_STATE_ACTIVE if rank == 0 or alive else pb.INGEST_STATE_DRAINING
-        rows.processes[pid] = pb.ProcessInfo(
+        rows.processes[(pid, 0)] = pb.ProcessInfo(
             pid=pid,
             ingest_state=ingest,
             alive=ingest == pb.INGEST_STATE_ACTIVE,
@@ -229,7 +229,7 @@ def test_the_master_remembers_a_finalized_row_once_the_slave_retired_it():
     seen = MembersSeen()
     node = slave_node(NOW - 4 * S, alive=False)
     seen.note(job_snapshot([node], "node-a", NOW, NOW, 10 * S))
-    node.rows.processes.pop(5001)
+    node.rows.processes.pop((5001, 0))
     after = job_snapshot([node], "node-a", NOW, NOW, 10 * S)
     seen.note(after)
     report = only(diagnose(after, NOW, THRESHOLD, members_seen=seen))

@@ -265,7 +265,7 @@ def test_a_masters_job_view_keeps_only_the_latest_run_of_a_communicator_id():
             (500 + rank, "job-a", 100 * S, 300 * S, pb.INGEST_STATE_DRAINING),
             (900 + rank, "job-b", 600 * S, 0, pb.INGEST_STATE_ACTIVE),
         ):
-            node.rows.processes[pid] = pb.ProcessInfo(
+            node.rows.processes[(pid, 0)] = pb.ProcessInfo(
                 pid=pid,
                 ingest_state=state,
                 job_id=job,

@@ -124,7 +124,7 @@ def test_a_later_batch_replaces_one_rank_and_keeps_the_other():
     later = progress(4200, 2, joined=True)
     later.ops_completed_total = OPS + 1
     apply_rows(node, pb.NodeStateBatch(batch_seq=2, progress=[later]))
-    totals = {key[2]: g.ops_completed_total for key, g in node.rows.progress.items()}
+    totals = {key[3]: g.ops_completed_total for key, g in node.rows.progress.items()}
     assert totals == {2: OPS + 1, 3: OPS}
 
 
@@ -136,7 +136,7 @@ def test_a_retired_process_takes_both_of_its_ranks():
 
 
 def test_the_slave_sends_each_rank_and_then_only_the_one_that_moved():
-    rows = NodeRows(processes={4200: process(4200, 1)})
+    rows = NodeRows(processes={(4200, 0): process(4200, 1)})
     for rank in (2, 3):
         rows.members[row_key(member(4200, rank))] = member(4200, rank)
         rows.progress[row_key(member(4200, rank))] = progress(4200, rank, joined=False)

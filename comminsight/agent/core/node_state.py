@@ -33,21 +33,30 @@ _NAME_SOURCES = {
 NO_DEVICE = 0xFFFFFFFF  # the shm v1 encoding of "no CUDA device" in unsigned fields
 
 
-RowKey = tuple[int, int, int, int]  # (comm_id, pid, comm_rank, generation): pid second
+ProcessKey = tuple[int, int]  # (pid, pid_namespace)
+# (comm_id, pid, pid_namespace, comm_rank, generation): the process key second and third
+RowKey = tuple[int, int, int, int, int]
+
+
+def process_key(row: pb.ProcessInfo | pb.CommunicatorMember | pb.CommProgress) -> ProcessKey:
+    """The protocol key of a process, and the process a membership or progress row belongs
+    to. The PID namespace is part of it: pods on one node number their processes each in a
+    namespace of their own, so two training processes of one node may share a pid."""
+    return row.pid, row.pid_namespace
 
 
 def row_key(row: pb.CommunicatorMember | pb.CommProgress) -> RowKey:
     """The protocol key of a membership and of its progress. The rank is part of it: a
     process that drives several GPUs holds several ranks of one communicator, each a comm
     table entry of its own whose generation counts from 1 like the others'."""
-    return row.comm_id, row.pid, row.comm_rank, row.generation
+    return row.comm_id, row.pid, row.pid_namespace, row.comm_rank, row.generation
 
 
 @dataclass
 class NodeRows:
     """State rows by their protocol keys."""
 
-    processes: dict[int, pb.ProcessInfo] = field(default_factory=dict)
+    processes: dict[ProcessKey, pb.ProcessInfo] = field(default_factory=dict)
     members: dict[RowKey, pb.CommunicatorMember] = field(default_factory=dict)
     progress: dict[RowKey, pb.CommProgress] = field(default_factory=dict)
 
@@ -85,6 +94,7 @@ def process_info(producer: Producer, now_mono_ns: int, stale_ns: int) -> pb.Proc
         records_overwritten_total=producer.cursor.lost,
         fifo_events_dropped_total=region.counter("fifo_events_dropped"),
         log_records_lost_total=region.counter("log_records_lost"),
+        pid_namespace=producer.pid_namespace,
     )
     for name, value in (
         ("global_rank", int(h["rank"])),
@@ -109,9 +119,11 @@ def comm_rows(
     inject_names: InjectNames | None = None,
     off: int = 0,
     uid: int | None = None,
+    pid_namespace: int = 0,
 ) -> tuple[pb.CommunicatorMember, pb.CommProgress]:
     """off: the region's mono_offset_ns (its times go onto this Agent's clock); uid: the user
-    the process's files belong to (whose Inject lines speak for it)."""
+    the process's files belong to (whose Inject lines speak for it); pid_namespace: the one
+    its pid is numbered in."""
     comm_id, generation = int(row["comm_id"]), int(row["generation"])
     rank = max(0, int(row["rank"]))
     name = record_text(row["name"])[:1024]
@@ -121,6 +133,7 @@ def comm_rows(
     member = pb.CommunicatorMember(
         comm_id=comm_id,
         pid=pid,
+        pid_namespace=pid_namespace,
         generation=generation,
         comm_rank=rank,
         nranks=max(0, int(row["nranks"])),
@@ -141,6 +154,7 @@ def comm_rows(
     progress = pb.CommProgress(
         comm_id=comm_id,
         pid=pid,
+        pid_namespace=pid_namespace,
         generation=generation,
         comm_rank=rank,
         collectives=pb.StageCounters(
@@ -199,7 +213,7 @@ class ProcessRows:
     """One process's rows as read from its own region: its `ProcessInfo` and, per
     communicator row, its membership and progress. A node's own API renders from these, each
     process with its own rows: pids repeat on a node whose processes live in PID namespaces
-    of their own (pods), where `NodeRows`, keyed by pid as the protocol is, would join them."""
+    of their own (pods)."""
 
     process: pb.ProcessInfo
     comms: tuple[tuple[pb.CommunicatorMember, pb.CommProgress], ...]
@@ -218,7 +232,15 @@ def read_process_rows(
     info = process_info(producer, now_mono_ns, stale_ns)
     host = record_text(region.header["hostname"])
     comms = tuple(
-        comm_rows(row, info.pid, host, inject_names, region.mono_offset_ns, producer.uid)
+        comm_rows(
+            row,
+            info.pid,
+            host,
+            inject_names,
+            region.mono_offset_ns,
+            producer.uid,
+            info.pid_namespace,
+        )
         for row in region.comm_entries()
         if int(row["state"]) != shm_v1.CommState.FREE
     )
@@ -236,7 +258,7 @@ def read_node_rows(
         read = read_process_rows(producer, now_mono_ns, stale_ns, inject_names)
         if read is None:
             continue
-        rows.processes[read.process.pid] = read.process
+        rows.processes[process_key(read.process)] = read.process
         for member, progress in read.comms:
             key = row_key(member)
             rows.members[key] = member
@@ -273,8 +295,8 @@ class RowDiff:
 
     def changes(self, rows: NodeRows) -> RowChanges:
         current: dict[tuple, tuple[bytes, object]] = {}
-        for pid, p in rows.processes.items():
-            current[("p", pid)] = (p.SerializeToString(deterministic=True), p)
+        for pkey, p in rows.processes.items():
+            current[("p", *pkey)] = (p.SerializeToString(deterministic=True), p)
         for key, m in rows.members.items():
             current[("m", *key)] = (m.SerializeToString(deterministic=True), m)
         for key, g in rows.progress.items():
@@ -285,9 +307,14 @@ class RowDiff:
             if self.sent.get(key) != data:
                 lists[key[0]].append(msg)
         gone = set(self.sent) - set(current)
-        retired = {key[1] for key in gone if key[0] == "p"}
-        for pid in sorted(retired):
-            out.processes.append(pb.ProcessInfo(pid=pid, ingest_state=pb.INGEST_STATE_RETIRED))
-        out.vanished = any(key[0] != "p" and key[2] not in retired for key in gone)
+        # ("p", pid, pid_namespace); ("m" or "g", comm_id, pid, pid_namespace, rank, generation)
+        retired = {key[1:3] for key in gone if key[0] == "p"}
+        for pid, namespace in sorted(retired):
+            out.processes.append(
+                pb.ProcessInfo(
+                    pid=pid, pid_namespace=namespace, ingest_state=pb.INGEST_STATE_RETIRED
+                )
+            )
+        out.vanished = any(key[0] != "p" and key[2:4] not in retired for key in gone)
         self.sent = {key: data for key, (data, _) in current.items()}
         return out

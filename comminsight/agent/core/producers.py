@@ -125,6 +125,16 @@ class Producer:
         return self.region.pid
 
     @property
+    def host(self) -> str:
+        """The host name the process reported (a pod's own, in a pod)."""
+        return record_text(self.region.header["hostname"])
+
+    @property
+    def pid_namespace(self) -> int:
+        """The inode of the PID namespace its pid is numbered in (0: not recorded)."""
+        return self.clock.identity.pid_namespace
+
+    @property
     def uid(self) -> int:
         """The user the process's files belong to: the owner of the directory it was found
         in (the Agent checked every file of it against that owner), not what it says."""

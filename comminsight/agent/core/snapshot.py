@@ -53,6 +53,14 @@ class ProcessView:
     # The node the process runs on, where a master's snapshot joins several; None: the
     # snapshot's own node
     node_name: str | None = None
+    # The inode of the PID namespace `pid` is numbered in (0: not recorded): pods on one node
+    # each number their own, so a pid names a process only with it
+    pid_namespace: int = 0
+
+    @property
+    def key(self) -> tuple[str | None, int, int]:
+        """The process among every process of the snapshot: its node, pid and namespace."""
+        return self.node_name, self.pid, self.pid_namespace
 
     @property
     def alive(self) -> bool:
@@ -279,6 +287,7 @@ def process_view(
         heartbeat_interval_ms=int(h["heartbeat_interval_ms"]),
         pid_exists=exists(pid),
         heartbeat_fresh=age <= stale_ns,
+        pid_namespace=int(h["pid_namespace"]) if "pid_namespace" in h.dtype.names else 0,
     )
 
 

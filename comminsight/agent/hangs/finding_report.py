@@ -116,6 +116,7 @@ def culprit(rank: int, reason: str, m: CommMember | None, node: str) -> Culprit:
         global_rank=p.global_rank if p.global_rank is not None else _unset(),
         host=p.host or _unset(),
         pid=p.pid if p.pid > 0 else _unset(),
+        pid_namespace=p.pid_namespace or _unset(),
     )
 
 
@@ -133,6 +134,7 @@ def rank_evidence(
         global_rank=p.global_rank if p.global_rank is not None else _unset(),
         host=p.host or _unset(),
         pid=p.pid if p.pid > 0 else _unset(),
+        pid_namespace=p.pid_namespace or _unset(),
         heartbeat_age_ms=p.heartbeat_age_ns // MS,
         data_age_ms=data_age_ns // MS,
         joined=m.coll_enqueued > f.joined_index if f.joined_index is not None else _unset(),

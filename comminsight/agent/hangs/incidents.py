@@ -33,8 +33,10 @@ from msgspec import UNSET
 
 from comminsight_gen.models.hang_report_v1 import (
     CauseLink,
+    Culprit,
     HangReport,
     OpClass,
+    RankEvidence,
     ReportStatus,
     Severity,
     Verdict,
@@ -55,7 +57,9 @@ PRECISION = {
     Verdict.inconclusive: 7,
 }
 
-Process = tuple[str, int]  # (node name, pid): a process anywhere in the job
+# (node name, pid, PID namespace or 0): a process anywhere in the job. The namespace tells
+# apart two pods' processes of one pid on one node.
+Process = tuple[str, int, int]
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,7 @@ class _Index:
             for e in r.evidence:
                 if e.pid is UNSET:
                     continue
-                p = (e.node_name, e.pid)
+                p = _process(e)
                 members.add(p)
                 if e.inflight is not UNSET:
                     self.waits.setdefault(p, []).append(
@@ -215,7 +219,7 @@ class _Index:
                 if c.pid is UNSET:
                     unknown.add(c.comm_rank)
                     continue
-                p = (c.node_name, c.pid)
+                p = _process(c)
                 members.add(p)
                 culprits.append((p, _who(c)))
                 self.blamed.setdefault(p, []).append(r.report_id)
@@ -363,6 +367,16 @@ def _who(x) -> str:
     rank = f"rank {x.global_rank}" if x.global_rank is not UNSET else f"comm rank {x.comm_rank}"
     where = x.host if x.host is not UNSET else x.node_name
     return f"{rank} ({where}, pid {x.pid})"
+
+
+def pid_namespace_of(x: Culprit | RankEvidence) -> int:
+    """The PID namespace of a culprit's or a rank's process; 0 where the report has none."""
+    return x.pid_namespace if isinstance(x.pid_namespace, int) else 0
+
+
+def _process(x: Culprit | RankEvidence) -> Process:
+    """Of a culprit or a rank's evidence that names its pid."""
+    return x.node_name, x.pid, pid_namespace_of(x)
 
 
 def _comm(r: HangReport) -> str:

@@ -83,7 +83,7 @@ def _once_each(recorded_ops: RecordedOps) -> RecordedOps:
     seen: dict[tuple, dict[int, InflightOp]] = {}
 
     def records(m: CommMember) -> dict[int, InflightOp]:
-        key = (m.process.node_name, m.process.pid, m.process.start_real_ns, m.comm_id)
+        key = (*m.process.key, m.process.start_real_ns, m.comm_id)
         if key not in seen:
             seen[key] = recorded_ops(m)
         return seen[key]

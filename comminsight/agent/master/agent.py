@@ -23,6 +23,7 @@ from comminsight.agent.api.server import AgentApi, ApiError, json_response
 from comminsight.agent.core.fifo_reader import decode_event
 from comminsight.agent.core.node_state import read_node_rows
 from comminsight.agent.core.snapshot import NodeSnapshot
+from comminsight.agent.hangs.incidents import pid_namespace_of
 from comminsight.agent.master import job_view
 from comminsight.agent.master.grpc_service import MAX_REFUSED_STRANGERS, AgentMasterServer
 from comminsight.agent.master.job_metrics import JobMetrics
@@ -179,7 +180,9 @@ class MasterAgentService(AgentService):
             return super().ask_stack(culprit)
         rank = culprit.global_rank if isinstance(culprit.global_rank, int) else None
         timeout_s = self.settings.agent_stack_timeout_s + SLAVE_ANSWER_MARGIN_S
-        return self.server.request_stacks(culprit.node_name, culprit.pid, rank, timeout_s)
+        return self.server.request_stacks(
+            culprit.node_name, culprit.pid, rank, timeout_s, pid_namespace_of(culprit)
+        )
 
     def poll_once(self, now_mono_ns: int | None = None):
         began = time.perf_counter_ns()

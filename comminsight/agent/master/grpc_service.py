@@ -36,7 +36,7 @@ import msgspec
 from comminsight import __version__
 from comminsight.agent.core.fifo_reader import EVENT_SIZE, MAGIC_BYTES
 from comminsight.agent.core.metric_family import metric_family
-from comminsight.agent.core.node_state import row_key
+from comminsight.agent.core.node_state import process_key, row_key
 from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
 from comminsight.agent.master.job_view import NodeRecord, class_runs
@@ -368,7 +368,7 @@ class AgentMasterServer:
             record.last_applied = None  # the first batch received starts the epoch
         record.epoch = request.stream_epoch
         for p in request.processes:
-            record.rows.processes[p.pid] = p
+            record.rows.processes[process_key(p)] = p
         for m in request.communicators:
             record.rows.members[row_key(m)] = m
         self.version += 1
@@ -549,10 +549,11 @@ class AgentMasterServer:
     # ---- Python stacks on request ----------------------------------------------------
 
     async def request_stacks(
-        self, node_name: str, pid: int, rank: int | None, timeout_s: float
+        self, node_name: str, pid: int, rank: int | None, timeout_s: float, pid_namespace: int = 0
     ) -> PythonStack:
-        """Ask the slave of `node_name` for the Python stacks of its process `pid`; always
-        returns a python-stack document (`unavailable` naming the node when it cannot)."""
+        """Ask the slave of `node_name` for the Python stacks of its process `pid` (of PID
+        namespace `pid_namespace`, 0 if unknown); always returns a python-stack document
+        (`unavailable` naming the node when it cannot)."""
         record = self.nodes.get(node_name)
         identity = record.identity if record is not None else None
         host = (identity.host if identity is not None else "") or node_name
@@ -563,7 +564,7 @@ class AgentMasterServer:
                 if below is not None and relay.state is api.NodeState.connected:
                     via, host = relay.name, below.host or host
                     break
-        return await self.stacks.request(node_name, host, pid, rank, timeout_s, via)
+        return await self.stacks.request(node_name, host, pid, rank, timeout_s, via, pid_namespace)
 
     async def watch_stacks(self, raw: bytes, context):
         record = None
@@ -656,15 +657,16 @@ def apply_rows(
     if batch.full_state and keys is None:
         keys = record.full_state_keys = set()
     for p in batch.processes:
+        pkey = process_key(p)
         if p.ingest_state == pb.INGEST_STATE_RETIRED:
-            rows.processes.pop(p.pid, None)
+            rows.processes.pop(pkey, None)
             for table in (rows.members, rows.progress):
-                for key in [k for k in table if k[1] == p.pid]:
+                for key in [k for k in table if k[1:3] == pkey]:
                     del table[key]
             continue
-        rows.processes[p.pid] = p
+        rows.processes[pkey] = p
         if batch.full_state:
-            keys.add(("p", p.pid))
+            keys.add(("p", *pkey))
     for m in batch.communicators:
         key = row_key(m)
         rows.members[key] = m
@@ -694,7 +696,7 @@ def apply_rows(
     if batch.HasField("metric_totals"):
         record.metric_totals = batch.metric_totals
     if batch.full_state and batch.full_state_last:
-        rows.processes = {pid: p for pid, p in rows.processes.items() if ("p", pid) in keys}
+        rows.processes = {k: p for k, p in rows.processes.items() if ("p", *k) in keys}
         rows.members = {k: m for k, m in rows.members.items() if ("m", *k) in keys}
         rows.progress = {k: g for k, g in rows.progress.items() if ("g", *k) in keys}
         record.full_state_keys = None

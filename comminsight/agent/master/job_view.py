@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from comminsight.agent.api.views import MemberRow
-from comminsight.agent.core.node_state import NodeRows
+from comminsight.agent.core.node_state import NodeRows, process_key
 from comminsight.agent.core.rank_runs import EMPTY, BadRuns, RankRuns
 from comminsight.agent.core.snapshot import (
     CommMember,
@@ -143,6 +143,7 @@ def process_view(
         pid_exists=p.ingest_state == pb.INGEST_STATE_ACTIVE,
         heartbeat_fresh=age <= stale_ns,
         node_name=node.name if node_name is None else node_name,
+        pid_namespace=p.pid_namespace,
     )
 
 
@@ -257,18 +258,18 @@ def job_snapshot(
     processes, members, finalized = [], [], []
     for node in counted_sources(nodes, now_mono)[0]:
         views = {}
-        for pid, p in node.rows.processes.items():
-            views[pid] = process_view(node, p, now_mono, stale_ns)
-            processes.append(views[pid])
+        for pkey, p in node.rows.processes.items():
+            views[pkey] = process_view(node, p, now_mono, stale_ns)
+            processes.append(views[pkey])
         for key, m in node.rows.members.items():
             g = node.rows.progress.get(key)
-            proc = views.get(m.pid)
+            proc = views.get(process_key(m))
             if g is None or proc is None:
                 continue
             (finalized if m.finalize_mono_ns else members).append(comm_member(node, m, g, proc))
-        class_views: dict[tuple[str, int], ProcessView] = {}
+        class_views: dict[tuple[str, int, int], ProcessView] = {}
         for rc, runs in zip(node.classes, node.class_runs, strict=True):
-            where = (rc.node_name, rc.process.pid)
+            where = (rc.node_name, *process_key(rc.process))
             proc = class_views.get(where)
             if proc is None:
                 below = node.subtree.get(rc.node_name)
@@ -355,7 +356,7 @@ def job_rows(nodes: Iterable[NodeRecord], now_mono_ns: int | None = None) -> lis
     out = []
     for node in counted_sources(nodes, now_mono_ns)[0]:
         for key, m in node.rows.members.items():
-            p = node.rows.processes.get(m.pid)
+            p = node.rows.processes.get(process_key(m))
             g = node.rows.progress.get(key)
             if p is not None and g is not None:
                 out.append(MemberRow(node, p, m, g))

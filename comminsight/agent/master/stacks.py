@@ -94,15 +94,23 @@ class StackRequests:
         rank: int | None,
         timeout_s: float,
         via: str | None = None,
+        pid_namespace: int = 0,
     ) -> PythonStack:
         """via: the relay whose stream carries the request down to `node` (None: the node's
-        own stream)."""
-        outcome, stack = await self._request(node, host, pid, rank, timeout_s, via)
+        own stream); pid_namespace: the one `pid` is numbered in (0: unknown)."""
+        outcome, stack = await self._request(node, host, pid, rank, timeout_s, via, pid_namespace)
         self.outcomes[outcome] += 1
         return stack
 
     async def _request(
-        self, node: str, host: str, pid: int, rank: int | None, timeout_s: float, via: str | None
+        self,
+        node: str,
+        host: str,
+        pid: int,
+        rank: int | None,
+        timeout_s: float,
+        via: str | None,
+        pid_namespace: int,
     ) -> tuple[str, PythonStack]:
         stream = via or node
         queue = self.streams.get(stream)
@@ -114,7 +122,12 @@ class StackRequests:
         request_id = secrets.randbits(64) or 1
         future = asyncio.get_running_loop().create_future()
         self.open[request_id] = (stream, future)
-        message = pb.StackRequest(request_id=request_id, pid=pid, node_name=node if via else "")
+        message = pb.StackRequest(
+            request_id=request_id,
+            pid=pid,
+            node_name=node if via else "",
+            pid_namespace=pid_namespace,
+        )
         if rank is not None:
             message.global_rank = rank
         try:

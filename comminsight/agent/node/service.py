@@ -39,7 +39,7 @@ from comminsight.agent.core.input_health import input_reasons
 from comminsight.agent.core.node_state import read_process_rows
 from comminsight.agent.core.owners import Owners
 from comminsight.agent.core.placement import Placement
-from comminsight.agent.core.producers import ProducerSet
+from comminsight.agent.core.producers import Producer, ProducerSet
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
 from comminsight.agent.core.recent_ops import RecentOps
 from comminsight.agent.core.snapshot import NodeSnapshot, build_snapshot
@@ -47,7 +47,7 @@ from comminsight.agent.core.threshold_health import Publication, threshold_healt
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incident_stacks import IncidentStacks
 from comminsight.agent.hangs.incident_store import IncidentStore
-from comminsight.agent.hangs.incidents import group_reports, with_roles
+from comminsight.agent.hangs.incidents import group_reports, pid_namespace_of, with_roles
 from comminsight.agent.hangs.left_comm import MembersSeen
 from comminsight.agent.hangs.resolution import resolve_cleared
 from comminsight.agent.hangs.stack_capture import StackCapture
@@ -382,14 +382,22 @@ class AgentService:
             return None
         rank = culprit.global_rank if isinstance(culprit.global_rank, int) else None
         host = culprit.host if isinstance(culprit.host, str) else socket.gethostname()
-        return self.stacks.request(host, culprit.pid, rank, self.uid_of_pid(culprit.pid))
+        producer = self.producer_of(culprit.pid, pid_namespace_of(culprit))
+        uid = producer.uid if producer is not None else None
+        return self.stacks.request(host, culprit.pid, rank, uid)
 
-    def uid_of_pid(self, pid: int) -> int | None:
-        """The user whose directory a process of this node was found in (None: unknown)."""
-        for producer in self.producers.producers.values():
-            if producer.pid == pid:
-                return producer.uid
-        return None
+    def producer_of(self, pid: int, pid_namespace: int = 0) -> Producer | None:
+        """The region of a process of this node: its pid in its PID namespace (0: any). A
+        process whose region ended gives way to a running one of its pid (the pid was
+        reused); two running ones (pods that share a pid, the namespace unknown) name none,
+        rather than one tenant's process for another's."""
+        found = [
+            p
+            for p in self.producers.producers.values()
+            if p.pid == pid and (not pid_namespace or p.pid_namespace == pid_namespace)
+        ]
+        running = [p for p in found if p.gone_since_mono_ns is None] or found
+        return running[0] if len(running) == 1 else None
 
     def _quiet_consequences(self, incidents) -> None:
         """A report that was a root and became a consequence (a better root arrived) is not

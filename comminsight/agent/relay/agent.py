@@ -254,7 +254,7 @@ class RelayAgentService(MasterAgentService):
             rank = request.global_rank if request.HasField("global_rank") else None
             timeout_s = self.settings.agent_stack_timeout_s + SLAVE_ANSWER_MARGIN_S
             stack = await self.server.request_stacks(
-                request.node_name, request.pid, rank, timeout_s
+                request.node_name, request.pid, rank, timeout_s, request.pid_namespace
             )
             return msgspec.json.encode(stack)
         return await SlaveAgentService.answer_stack_request(self, request)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from comminsight.agent.core.node_state import process_key
 from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
@@ -93,8 +94,9 @@ class _Unit:
     runs: RankRuns | None  # a folded class's other ranks; None for a rank's own row
     node_count: int  # nodes of a folded class (counted by the relay below)
     sums: tuple[int, int] | None  # a folded class's ops and bytes completed, all its ranks
-    # (node, pid) of a rank's own row; None for a folded class of several processes
-    where: tuple[str, int] | None
+    # (node, pid, pid_namespace): the process of a rank's own row; None for a folded class of
+    # several processes
+    where: tuple[str, int, int] | None
     size: int  # ranks in it
 
     @property
@@ -115,7 +117,7 @@ def _unit(node: NodeRecord, origin: str, m, g, p, runs=None, node_count=0, sums=
         if g.HasField("oldest_inflight")
         else NOT_IN_FLIGHT
     )
-    where = (origin, p.pid) if not runs else None
+    where = (origin, *process_key(p)) if not runs else None
     size = 1 + len(runs) if runs else 1
     return _Unit((since, m.comm_rank), node, origin, m, g, p, runs, node_count, sums, where, size)
 
@@ -228,7 +230,7 @@ def _units(nodes: Iterable[NodeRecord], now_mono_ns: int, stale_ns: int):
         rows = node.rows
         for key, m in rows.members.items():
             g = rows.progress.get(key)
-            p = rows.processes.get(m.pid)
+            p = rows.processes.get(process_key(m))
             if g is None or p is None or m.comm_rank >= m.nranks:
                 continue  # a rank outside its communicator has no place in a rank set
             fresh = now_mono_ns - node.to_master(p.heartbeat_mono_ns) <= stale_ns

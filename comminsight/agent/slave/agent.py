@@ -91,7 +91,10 @@ class SlaveAgentService(AgentService):
         The node's own capture (AgentService.stacks), the one its own incidents ask too: with
         a second one the process would get a signal from each within the interval."""
         rank = request.global_rank if request.HasField("global_rank") else None
-        stack = await self.stacks.request(socket.gethostname(), request.pid, rank)
+        producer = self.producer_of(request.pid, request.pid_namespace)
+        host = producer.host if producer is not None else socket.gethostname()
+        uid = producer.uid if producer is not None else None
+        stack = await self.stacks.request(host, request.pid, rank, uid)
         return msgspec.json.encode(stack)
 
     def health(self):

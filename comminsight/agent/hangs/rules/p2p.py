@@ -204,7 +204,7 @@ def blocked_elsewhere(m: CommMember, snapshot: NodeSnapshot) -> bool:
         for view in snapshot.comms.values()
         if view.comm_id != m.comm_id
         for other in view.members
-        if other.process.pid == m.process.pid and other.process.node_name == m.process.node_name
+        if other.process.key == m.process.key
     )
 
 

@@ -31,6 +31,8 @@ class Culprit:
             global_rank (int | Unset): Global rank of the process (RANK); absent when unknown.
             host (str | Unset): Host name the rank's process reported; absent when no data arrived from it.
             pid (int | Unset): Process id; absent when no data arrived from it.
+            pid_namespace (int | Unset): Inode of the PID namespace the pid is numbered in (pods on one node each have their
+                own, so a pid alone may name two processes); absent where the Profiler did not record it or no data arrived.
      """
 
     comm_rank: int
@@ -39,6 +41,7 @@ class Culprit:
     global_rank: int | Unset = UNSET
     host: str | Unset = UNSET
     pid: int | Unset = UNSET
+    pid_namespace: int | Unset = UNSET
 
 
 
@@ -57,6 +60,8 @@ class Culprit:
 
         pid = self.pid
 
+        pid_namespace = self.pid_namespace
+
 
         field_dict: dict[str, Any] = {}
 
@@ -71,6 +76,8 @@ class Culprit:
             field_dict["host"] = host
         if pid is not UNSET:
             field_dict["pid"] = pid
+        if pid_namespace is not UNSET:
+            field_dict["pid_namespace"] = pid_namespace
 
         return field_dict
 
@@ -91,6 +98,8 @@ class Culprit:
 
         pid = d.pop("pid", UNSET)
 
+        pid_namespace = d.pop("pid_namespace", UNSET)
+
         culprit = cls(
             comm_rank=comm_rank,
             node_name=node_name,
@@ -98,6 +107,7 @@ class Culprit:
             global_rank=global_rank,
             host=host,
             pid=pid,
+            pid_namespace=pid_namespace,
         )
 
         return culprit

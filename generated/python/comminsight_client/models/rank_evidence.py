@@ -39,6 +39,8 @@ class RankEvidence:
             global_rank (int | Unset): Global rank of the process; absent when unknown.
             host (str | Unset): Host name of the rank's process; absent when no data arrived.
             pid (int | Unset): Process id; absent when no data arrived.
+            pid_namespace (int | Unset): Inode of the PID namespace the pid is numbered in; absent where the Profiler did
+                not record it or no data arrived.
             heartbeat_age_ms (int | Unset): Time since the process's profiler heartbeat last advanced, in milliseconds;
                 absent when no data arrived.
             data_age_ms (int | Unset): How old this evidence was when the diagnosis was made (sampling and transport delay),
@@ -68,6 +70,7 @@ class RankEvidence:
     global_rank: int | Unset = UNSET
     host: str | Unset = UNSET
     pid: int | Unset = UNSET
+    pid_namespace: int | Unset = UNSET
     heartbeat_age_ms: int | Unset = UNSET
     data_age_ms: int | Unset = UNSET
     joined: bool | Unset = UNSET
@@ -100,6 +103,8 @@ class RankEvidence:
         host = self.host
 
         pid = self.pid
+
+        pid_namespace = self.pid_namespace
 
         heartbeat_age_ms = self.heartbeat_age_ms
 
@@ -149,6 +154,8 @@ class RankEvidence:
             field_dict["host"] = host
         if pid is not UNSET:
             field_dict["pid"] = pid
+        if pid_namespace is not UNSET:
+            field_dict["pid_namespace"] = pid_namespace
         if heartbeat_age_ms is not UNSET:
             field_dict["heartbeat_age_ms"] = heartbeat_age_ms
         if data_age_ms is not UNSET:
@@ -198,6 +205,8 @@ class RankEvidence:
         host = d.pop("host", UNSET)
 
         pid = d.pop("pid", UNSET)
+
+        pid_namespace = d.pop("pid_namespace", UNSET)
 
         heartbeat_age_ms = d.pop("heartbeat_age_ms", UNSET)
 
@@ -270,6 +279,7 @@ class RankEvidence:
             global_rank=global_rank,
             host=host,
             pid=pid,
+            pid_namespace=pid_namespace,
             heartbeat_age_ms=heartbeat_age_ms,
             data_age_ms=data_age_ms,
             joined=joined,

@@ -305,6 +305,19 @@ class Culprit(Struct, forbid_unknown_fields=True):
     """
     Process id; absent when no data arrived from it.
     """
+    pid_namespace: (
+        Annotated[
+            int,
+            Meta(
+                description='Inode of the PID namespace the pid is numbered in (pods on one node each have their own, so a pid alone may name two processes); absent where the Profiler did not record it or no data arrived.',
+                ge=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Inode of the PID namespace the pid is numbered in (pods on one node each have their own, so a pid alone may name two processes); absent where the Profiler did not record it or no data arrived.
+    """
 
 
 class CulpritBasis(Enum):
@@ -2943,6 +2956,19 @@ class RankEvidence(Struct, forbid_unknown_fields=True):
     ) = UNSET
     """
     Process id; absent when no data arrived.
+    """
+    pid_namespace: (
+        Annotated[
+            int,
+            Meta(
+                description='Inode of the PID namespace the pid is numbered in; absent where the Profiler did not record it or no data arrived.',
+                ge=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Inode of the PID namespace the pid is numbered in; absent where the Profiler did not record it or no data arrived.
     """
     heartbeat_age_ms: (
         Annotated[

@@ -225,7 +225,7 @@ class BatchAck(_message.Message):
     def __init__(self, last_applied_batch_seq: _Optional[int] = ..., master_clock: _Optional[_Union[ClockSample, _Mapping]] = ..., full_state_requested: _Optional[bool] = ...) -> None: ...
 
 class ProcessInfo(_message.Message):
-    __slots__ = ("pid", "ingest_state", "ingest_state_reason", "alive", "heartbeat_mono_ns", "heartbeat_real_ns", "global_rank", "local_rank", "world_size", "local_world_size", "cuda_device", "device_uuid", "job_id", "process_name", "shm_file", "shm_abi_version", "nccl_profiler_abi_version", "profiler_version", "event_mask", "hang_threshold_ms", "started_real_ns", "started_mono_ns", "records_read_total", "records_overwritten_total", "fifo_events_dropped_total", "log_records_lost_total")
+    __slots__ = ("pid", "ingest_state", "ingest_state_reason", "alive", "heartbeat_mono_ns", "heartbeat_real_ns", "global_rank", "local_rank", "world_size", "local_world_size", "cuda_device", "device_uuid", "job_id", "process_name", "shm_file", "shm_abi_version", "nccl_profiler_abi_version", "profiler_version", "event_mask", "hang_threshold_ms", "started_real_ns", "started_mono_ns", "records_read_total", "records_overwritten_total", "fifo_events_dropped_total", "log_records_lost_total", "pid_namespace")
     PID_FIELD_NUMBER: _ClassVar[int]
     INGEST_STATE_FIELD_NUMBER: _ClassVar[int]
     INGEST_STATE_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +252,7 @@ class ProcessInfo(_message.Message):
     RECORDS_OVERWRITTEN_TOTAL_FIELD_NUMBER: _ClassVar[int]
     FIFO_EVENTS_DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     LOG_RECORDS_LOST_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PID_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     pid: int
     ingest_state: IngestState
     ingest_state_reason: str
@@ -278,10 +279,11 @@ class ProcessInfo(_message.Message):
     records_overwritten_total: int
     fifo_events_dropped_total: int
     log_records_lost_total: int
-    def __init__(self, pid: _Optional[int] = ..., ingest_state: _Optional[_Union[IngestState, str]] = ..., ingest_state_reason: _Optional[str] = ..., alive: _Optional[bool] = ..., heartbeat_mono_ns: _Optional[int] = ..., heartbeat_real_ns: _Optional[int] = ..., global_rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., local_world_size: _Optional[int] = ..., cuda_device: _Optional[int] = ..., device_uuid: _Optional[str] = ..., job_id: _Optional[str] = ..., process_name: _Optional[str] = ..., shm_file: _Optional[str] = ..., shm_abi_version: _Optional[int] = ..., nccl_profiler_abi_version: _Optional[int] = ..., profiler_version: _Optional[int] = ..., event_mask: _Optional[int] = ..., hang_threshold_ms: _Optional[int] = ..., started_real_ns: _Optional[int] = ..., started_mono_ns: _Optional[int] = ..., records_read_total: _Optional[int] = ..., records_overwritten_total: _Optional[int] = ..., fifo_events_dropped_total: _Optional[int] = ..., log_records_lost_total: _Optional[int] = ...) -> None: ...
+    pid_namespace: int
+    def __init__(self, pid: _Optional[int] = ..., ingest_state: _Optional[_Union[IngestState, str]] = ..., ingest_state_reason: _Optional[str] = ..., alive: _Optional[bool] = ..., heartbeat_mono_ns: _Optional[int] = ..., heartbeat_real_ns: _Optional[int] = ..., global_rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., local_world_size: _Optional[int] = ..., cuda_device: _Optional[int] = ..., device_uuid: _Optional[str] = ..., job_id: _Optional[str] = ..., process_name: _Optional[str] = ..., shm_file: _Optional[str] = ..., shm_abi_version: _Optional[int] = ..., nccl_profiler_abi_version: _Optional[int] = ..., profiler_version: _Optional[int] = ..., event_mask: _Optional[int] = ..., hang_threshold_ms: _Optional[int] = ..., started_real_ns: _Optional[int] = ..., started_mono_ns: _Optional[int] = ..., records_read_total: _Optional[int] = ..., records_overwritten_total: _Optional[int] = ..., fifo_events_dropped_total: _Optional[int] = ..., log_records_lost_total: _Optional[int] = ..., pid_namespace: _Optional[int] = ...) -> None: ...
 
 class CommunicatorMember(_message.Message):
-    __slots__ = ("comm_id", "pid", "generation", "comm_rank", "nranks", "nnodes", "name", "name_source", "local_rank", "cuda_device", "nccl_profiler_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns", "device_uuid")
+    __slots__ = ("comm_id", "pid", "generation", "comm_rank", "nranks", "nnodes", "name", "name_source", "local_rank", "cuda_device", "nccl_profiler_abi_version", "init_real_ns", "init_mono_ns", "finalize_mono_ns", "device_uuid", "pid_namespace")
     COMM_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -297,6 +299,7 @@ class CommunicatorMember(_message.Message):
     INIT_MONO_NS_FIELD_NUMBER: _ClassVar[int]
     FINALIZE_MONO_NS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_UUID_FIELD_NUMBER: _ClassVar[int]
+    PID_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     comm_id: int
     pid: int
     generation: int
@@ -312,10 +315,11 @@ class CommunicatorMember(_message.Message):
     init_mono_ns: int
     finalize_mono_ns: int
     device_uuid: str
-    def __init__(self, comm_id: _Optional[int] = ..., pid: _Optional[int] = ..., generation: _Optional[int] = ..., comm_rank: _Optional[int] = ..., nranks: _Optional[int] = ..., nnodes: _Optional[int] = ..., name: _Optional[str] = ..., name_source: _Optional[_Union[NameSource, str]] = ..., local_rank: _Optional[int] = ..., cuda_device: _Optional[int] = ..., nccl_profiler_abi_version: _Optional[int] = ..., init_real_ns: _Optional[int] = ..., init_mono_ns: _Optional[int] = ..., finalize_mono_ns: _Optional[int] = ..., device_uuid: _Optional[str] = ...) -> None: ...
+    pid_namespace: int
+    def __init__(self, comm_id: _Optional[int] = ..., pid: _Optional[int] = ..., generation: _Optional[int] = ..., comm_rank: _Optional[int] = ..., nranks: _Optional[int] = ..., nnodes: _Optional[int] = ..., name: _Optional[str] = ..., name_source: _Optional[_Union[NameSource, str]] = ..., local_rank: _Optional[int] = ..., cuda_device: _Optional[int] = ..., nccl_profiler_abi_version: _Optional[int] = ..., init_real_ns: _Optional[int] = ..., init_mono_ns: _Optional[int] = ..., finalize_mono_ns: _Optional[int] = ..., device_uuid: _Optional[str] = ..., pid_namespace: _Optional[int] = ...) -> None: ...
 
 class CommProgress(_message.Message):
-    __slots__ = ("comm_id", "pid", "generation", "comm_rank", "collectives", "p2p", "inflight_count", "oldest_inflight", "hang_flagged_seq", "hang_flagged_mono_ns", "ops_completed_total", "bytes_completed_total", "sampled_mono_ns")
+    __slots__ = ("comm_id", "pid", "generation", "comm_rank", "collectives", "p2p", "inflight_count", "oldest_inflight", "hang_flagged_seq", "hang_flagged_mono_ns", "ops_completed_total", "bytes_completed_total", "sampled_mono_ns", "pid_namespace")
     COMM_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -329,6 +333,7 @@ class CommProgress(_message.Message):
     OPS_COMPLETED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     BYTES_COMPLETED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     SAMPLED_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    PID_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     comm_id: int
     pid: int
     generation: int
@@ -342,7 +347,8 @@ class CommProgress(_message.Message):
     ops_completed_total: int
     bytes_completed_total: int
     sampled_mono_ns: int
-    def __init__(self, comm_id: _Optional[int] = ..., pid: _Optional[int] = ..., generation: _Optional[int] = ..., comm_rank: _Optional[int] = ..., collectives: _Optional[_Union[StageCounters, _Mapping]] = ..., p2p: _Optional[_Union[StageCounters, _Mapping]] = ..., inflight_count: _Optional[int] = ..., oldest_inflight: _Optional[_Union[InflightOp, _Mapping]] = ..., hang_flagged_seq: _Optional[int] = ..., hang_flagged_mono_ns: _Optional[int] = ..., ops_completed_total: _Optional[int] = ..., bytes_completed_total: _Optional[int] = ..., sampled_mono_ns: _Optional[int] = ...) -> None: ...
+    pid_namespace: int
+    def __init__(self, comm_id: _Optional[int] = ..., pid: _Optional[int] = ..., generation: _Optional[int] = ..., comm_rank: _Optional[int] = ..., collectives: _Optional[_Union[StageCounters, _Mapping]] = ..., p2p: _Optional[_Union[StageCounters, _Mapping]] = ..., inflight_count: _Optional[int] = ..., oldest_inflight: _Optional[_Union[InflightOp, _Mapping]] = ..., hang_flagged_seq: _Optional[int] = ..., hang_flagged_mono_ns: _Optional[int] = ..., ops_completed_total: _Optional[int] = ..., bytes_completed_total: _Optional[int] = ..., sampled_mono_ns: _Optional[int] = ..., pid_namespace: _Optional[int] = ...) -> None: ...
 
 class StageCounters(_message.Message):
     __slots__ = ("enqueued", "enqueued_mono_ns", "gpu_started", "gpu_started_mono_ns", "completed", "completed_mono_ns")
@@ -507,16 +513,18 @@ class WatchStackRequestsRequest(_message.Message):
     def __init__(self, session_id: _Optional[int] = ...) -> None: ...
 
 class StackRequest(_message.Message):
-    __slots__ = ("request_id", "pid", "global_rank", "node_name")
+    __slots__ = ("request_id", "pid", "global_rank", "node_name", "pid_namespace")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_RANK_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    PID_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     pid: int
     global_rank: int
     node_name: str
-    def __init__(self, request_id: _Optional[int] = ..., pid: _Optional[int] = ..., global_rank: _Optional[int] = ..., node_name: _Optional[str] = ...) -> None: ...
+    pid_namespace: int
+    def __init__(self, request_id: _Optional[int] = ..., pid: _Optional[int] = ..., global_rank: _Optional[int] = ..., node_name: _Optional[str] = ..., pid_namespace: _Optional[int] = ...) -> None: ...
 
 class StackReport(_message.Message):
     __slots__ = ("session_id", "request_id", "python_stack_version", "json")
