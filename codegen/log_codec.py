@@ -428,10 +428,24 @@ def codecs(p: Protocol, doc: dict, prefix: str = "ci") -> list[dict]:
 
 
 # the objects a reader takes in the writer's layout (the engine's C scanner: a sealed
-# segment's compact op lines), each read key for key in the schema's order
-DECODE_DEFS = ("CiCollCompact", "CiP2pCompact")
+# segment's op lines in either form), each read key for key in the schema's order; the line
+# itself is read by a decoder of its own (`line_decoder`) from the objects of these it holds,
+# the alternatives of its ci oneOf tried in this order: the compact kinds first, the default
+# form's, so that most lines are read at the first try
+DECODE_DEFS = (
+    "CiCollCompact",
+    "CiP2pCompact",
+    "CiColl",
+    "CiP2p",
+    "Header",
+    "Metadata",
+    "CollPerf",
+    "P2pPerf",
+)
 _TAKE = {"uint": "CI_TAKE_UINT", "int": "CI_TAKE_INT", "number": "CI_TAKE_NUM"}
-# a decoder reads at most 64 integers of an object: one bit each of its `wanted`
+# a decoder reads at most 63 integers of an object: one bit each of its `wanted`; the line's
+# decoder steps over an object whose `wanted` has the top bit (<PREFIX>_SKIP_OBJECT)
+_WANT_BITS = 63
 
 
 def _take(m: Member, want: str) -> list[str]:
@@ -502,15 +516,78 @@ def decoders(p: Protocol, codecs_: list[dict], prefix: str) -> list[dict]:
         if c["name"] not in DECODE_DEFS:
             continue
         ints = [m for m in c["members"] if m.shape in ("uint", "int")]
-        if len(ints) > 64:
+        if len(ints) > _WANT_BITS:
             raise SchemaError(
-                p.source, c["name"], "a decoder's `wanted` has 64 bits: too many integers"
+                p.source, c["name"], "a decoder's `wanted` has 63 bits: too many integers"
             )
         wants = [(_want(prefix, c["snake"], m), i) for i, m in enumerate(ints)]
         out.append(
             {**c, "take": _decoder(c["members"], p.source, c["name"], prefix), "wants": wants}
         )
     return out
+
+
+def line_decoder(codecs_: list[dict], prefix: str, source: str) -> dict:
+    """The line's decoder: its keys in the schema's order, each optional; an object that has
+    a decoder is read by it, or stepped over whole where the reader wants nothing of it (the
+    SKIP_OBJECT bit of its `wanted`), its bytes kept as <key>_text either way (a reader may
+    keep an object as written); the alternatives of the `ci` oneOf that have one are tried in
+    DECODE_DEFS' order, the one read named by `ci_took`. A line holding any other object is
+    not read."""
+    root = next(c for c in codecs_ if c["name"] == ROOT)
+    decoded = {c["name"] for c in codecs_ if c["name"] in DECODE_DEFS}
+    keys: dict[str, list[Member]] = {}
+    for m in root["members"]:
+        if m.target in decoded:
+            keys.setdefault(m.key, []).append(m)
+    for ms in keys.values():
+        ms.sort(key=lambda m: DECODE_DEFS.index(m.target))
+    missing = sorted(set(root["key_order"]) - set(keys))
+    if missing:
+        raise SchemaError(source, "(root)", f"the line's keys {missing} have no decoder")
+    took = [
+        (f"{prefix.upper()}_TOOK_{m.name.upper()}", i + 1, m)
+        for ms in keys.values()
+        if len(ms) > 1
+        for i, m in enumerate(ms)
+    ]
+    body = ['CI_TAKE("{");', "int more = 0; /* a key was read: the next follows a comma */"]
+    for key, ms in keys.items():
+        first, rest = json.dumps(f'"{key}":'), json.dumps(f',"{key}":')
+        found = f"(more ? CI_TRY({rest}) : CI_TRY({first}))"
+        if len(ms) == 1:
+            m = ms[0]
+            take = f"{prefix}_take_{m.encoder}(&p, e, wanted->{m.name}, &v->{m.name})"
+            body += [
+                f"if ((v->has_{m.name} = {found})) {{",
+                f"    v->{m.name}_text.s = p;",
+                f"    if (wanted->{m.name} & {prefix.upper()}_SKIP_OBJECT) {{",
+                "        CI_SKIP_OBJECT();",
+                f"    }} else if (!{take}) {{",
+                "        return 0;",
+                "    }",
+                f"    v->{m.name}_text.n = p - v->{m.name}_text.s;",
+                "    more = 1;",
+                "}",
+            ]
+            continue
+        body += [f"v->{key}_took = 0;", f"if {found} {{"]
+        for i, (macro, _, m) in enumerate(t for t in took if t[2].key == key):
+            test = f"{prefix}_take_{m.encoder}(&p, e, wanted->{m.name}, &v->{m.name})"
+            body.append(f"    {'if' if i == 0 else '} else if'} ({test}) {{")
+            body.append(f"        v->{key}_took = {macro};")
+        body += ["    } else {", "        return 0;", "    }", "    more = 1;", "}"]
+    body += ["(void)more;", 'CI_TAKE("}");']
+    members = [m for ms in keys.values() for m in ms]
+    return {
+        "name": ROOT,
+        "snake": root["snake"],
+        "members": members,
+        "choices": sorted({m.key for _, _, m in took}),
+        "took": [(macro, value, m.target) for macro, value, m in took],
+        "single": [ms[0] for ms in keys.values() if len(ms) == 1],
+        "take": body,
+    }
 
 
 def generate(p: Protocol, doc: dict, ctx: Context) -> None:
@@ -523,6 +600,7 @@ def generate(p: Protocol, doc: dict, ctx: Context) -> None:
         "version": p.version,
     }
     view["decoders"] = decoders(p, view["codecs"], prefix)
+    view["line_decoder"] = line_decoder(view["codecs"], prefix, p.source)
     ctx.write(f"generated/c/include/comminsight/{p.stem}_codec.h", render("log_codec.h.j2", view))
     ctx.write(
         f"generated/python/comminsight_gen/{p.stem}_codec.py", render("log_codec.py.j2", view)

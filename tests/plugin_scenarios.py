@@ -280,6 +280,24 @@ def many_inits(d: Driver) -> dict:
     return out
 
 
+def crowded_segment_start(d: Driver) -> dict:
+    """More live communicators than a segment_start line lists within the writer's bound: each
+    named with 126 quotes (252 bytes once escaped). The first segment is sealed by its age
+    (COMMINSIGHT_PROFILER_LOG_SEGMENT_S=1), so the op after it opens a segment while every
+    communicator is live."""
+    n = int(os.environ["SCENARIO_COMMS"])
+    ctxs = [d.init(0xE0000 + i, name='"' * 126).context for i in range(n)]
+    settled(region())
+    time.sleep(1.5)
+    for seq in range(3):
+        d.coll(ctxs[0], seq, channels=1)
+    settled(region())
+    time.sleep(0.5)  # the writer flushes every COMMINSIGHT_PROFILER_LOG_FLUSH_MS
+    for ctx in ctxs:
+        d.abi.finalize(ctx)
+    return {"comms": n}
+
+
 def unusable_home(d: Driver) -> dict:
     res = d.init(0xA7)
     d.coll(res.context, 0)
@@ -582,6 +600,7 @@ SCENARIOS = {
         late_kernel_channels,
         finalize_in_flight,
         many_inits,
+        crowded_segment_start,
         unusable_home,
         mask_change,
         hang,

@@ -624,18 +624,33 @@ static int segment_create(const char* name) {
     return openat(w.dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
-/* The communicators live in the process, for a segment_start line: each as comm_init names it. */
+/* The communicators live in the process, for a segment_start line: each as comm_init names it.
+ * The line is built whole in the buffer, so the list ends where the next member would pass
+ * LIST_END (a process with thousands of communicators, a comm table of up to 65536): the
+ * members left out are counted in the line (ctx: its segment_start), and their comm_init lines
+ * name them. Past LIST_END there is room for the rest of the line and the next line before the
+ * buffer is written out. */
+#define LIST_END (FLUSH_AT - 8192)
 static void put_live_communicators(const void* ctx) {
-    (void)ctx;
+    ci_inspector_log_v1_ci_segment_start_t* start = (ci_inspector_log_v1_ci_segment_start_t*)ctx;
     bool first = true;
     for (uint32_t i = 0; i < ci_g.comm_capacity; i++) {
         if (__atomic_load_n(&ci_g.comm_table[i].state, __ATOMIC_ACQUIRE) != CI_SHM_V1_COMM_STATE_ACTIVE) continue;
-        ci_shm_comm_entry_v1_t e;
-        ci_seqlock_read_comm(&e, &ci_g.comm_table[i]);
-        if (!first) put_lit(",", 1);
-        ci_inspector_log_v1_comm_identity_t v = comm_identity(&e);
-        ci_inspector_log_v1_put_comm_identity(&v);
-        first = false;
+        size_t before = w.len;
+        if (before < LIST_END) {
+            ci_shm_comm_entry_v1_t e;
+            ci_seqlock_read_comm(&e, &ci_g.comm_table[i]);
+            if (!first) put_lit(",", 1);
+            ci_inspector_log_v1_comm_identity_t v = comm_identity(&e);
+            ci_inspector_log_v1_put_comm_identity(&v);
+            if (w.len <= LIST_END) {
+                first = false;
+                continue;
+            }
+            w.len = before; /* it passed the bound: taken back whole */
+        }
+        start->has_communicators_omitted = true;
+        start->communicators_omitted++;
     }
 }
 
@@ -679,6 +694,7 @@ static void segment_open(void) {
         .process = &process,
         .clock = &clock,
         .communicators = put_live_communicators,
+        .communicators_ctx = &start,
         /* the first ring seq this segment's lines account for: a gap still to be written
          * comes before the next record read */
         .next_ring_seq = w.gap_count ? w.gap_first : w.cursor + 1,

@@ -269,6 +269,64 @@ def test_a_trusted_line_with_a_spaced_optional_key_reads_as_python_reads_it(segm
         pytest.skip("compact lines spell their keys short: no layout path reads these keys")
 
 
+def test_the_writers_op_lines_are_read_by_the_generated_decoders(segments):
+    """In a sealed segment both forms' op lines go through the decoders generated from the
+    schema, not the walker: a raw control byte in a string the engine steps over (the
+    metadata's host name; a compact line's algorithm) is invalid JSON, which the walker and
+    Python refuse, and which the writer's layout path never looks at. (The seal's checksum
+    keeps such a line out of a sealed segment; here it only shows which path read it.)"""
+    read = 0
+    for data in segments:
+        for line in data.split(b"\n"):
+            want = expected(line)
+            if want is None:
+                continue
+            for key in (b'"hostname":"', b',"a":"'):
+                if key in line:
+                    break
+            else:
+                continue
+            variant = line.replace(key, key + b"\x01", 1) + b"\n"
+            assert expected(variant) is None  # not JSON
+            (walked,) = Scanner().scan(variant, trusted=False)
+            assert walked["status"] != native.LINE_OP
+            scanner = Scanner()
+            (laid,) = scanner.scan(variant, trusted=True)
+            assert laid["status"] == native.LINE_OP, line
+            assert got(laid, scanner.header_bytes, scanner.func_bytes) == want
+            read += 1
+            if read >= 200:
+                return
+    assert read, "no op line with a string the engine steps over"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [b"a}b", b"a},b", b'a},\\"b', b"a\\\\}", b'\\"},\\"metadata\\":{', b"}}"],
+    ids=["brace", "brace-comma", "brace-comma-quote", "backslash-brace", "forged-key", "braces"],
+)
+def test_a_communicator_name_that_looks_like_json_structure_reads_as_python_reads_it(
+    segments, name
+):
+    """The header (and a compact line's name) is stepped over in a sealed segment: braces,
+    commas and escaped quotes inside the name end nothing."""
+    for data in segments:
+        for line in data.split(b"\n"):
+            for key in (b'"comm_name":"', b'"cn":"'):
+                at = line.find(key)
+                if at < 0 or expected(line) is None:
+                    continue
+                start = at + len(key)
+                end = line.index(b'"', start)
+                variant = line[:start] + name + line[end:] + b"\n"
+                assert expected(variant) is not None, variant
+                scanner = Scanner()
+                (row,) = scanner.scan(variant, trusted=True)
+                assert check_line(scanner, variant, row, trusted=True)
+                return
+    pytest.fail("no op line names its communicator")
+
+
 def test_lines_with_spaces_escapes_or_other_key_orders_fall_back_to_the_walker(segments):
     line = next(
         line

@@ -1,6 +1,7 @@
-"""codegen's line encoders (codegen/log_codec.py): the real schema gives an encoder for every
-object of a line, in the schema's key order, literal text joined, and a property no encoder
-can spell is an error naming it."""
+"""codegen's line encoders and decoders (codegen/log_codec.py): the real schema gives an
+encoder for every object of a line, in the schema's key order, literal text joined, and a
+property no encoder can spell is an error naming it; the op line's decoder reads the line's
+keys in the schema's order, each object by its own decoder, and a key with none is refused."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from codegen.errors import SchemaError
-from codegen.log_codec import codecs
+from codegen.log_codec import DECODE_DEFS, codecs, line_decoder
 from codegen.registry import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,3 +102,32 @@ def test_a_property_no_encoder_can_spell_is_refused(edit, said):
     with pytest.raises(SchemaError) as caught:
         codecs(PROTOCOL, doc)
     assert said in caught.value.message and caught.value.path == PROTOCOL.source
+
+
+PREFIX = "ci_inspector_log_v1"
+
+
+def test_the_line_decoder_reads_the_line_s_keys_in_the_schema_s_order():
+    d = line_decoder(codecs(PROTOCOL, DOC, PREFIX), PREFIX, PROTOCOL.source)
+    keys = [m.key for m in d["single"]]
+    assert keys == ["header", "metadata", "coll_perf", "p2p_perf"] == list(DOC["properties"])[:4]
+    # the ci oneOf: every alternative that has a decoder, each told apart by a macro, the
+    # compact kinds (the default form) tried first
+    alternatives = [ref["$ref"].rsplit("/", 1)[1] for ref in DOC["properties"]["ci"]["oneOf"]]
+    took = [target for _, _, target in d["took"]]
+    assert set(took) == {a for a in alternatives if a in DECODE_DEFS}
+    assert took == ["CiCollCompact", "CiP2pCompact", "CiColl", "CiP2p"]
+    assert [value for _, value, _ in d["took"]] == [1, 2, 3, 4]  # 0 is "no ci"
+    body = "\n".join(d["take"])
+    found = [body.index(f'CI_TRY(",\\"{key}\\":")') for key in [*keys, "ci"]]
+    assert found == sorted(found)  # each key tried after the one before it
+    assert 'CI_TRY("\\"header\\":")' in body  # a first key has no comma before it
+    assert "CI_SKIP_OBJECT();" in body  # an object the reader wants nothing of
+
+
+def test_a_line_key_no_decoder_reads_is_refused():
+    doc = copy.deepcopy(DOC)
+    doc["properties"]["clock"] = {"$ref": "#/$defs/ClockAnchor"}  # encoded, never decoded
+    with pytest.raises(SchemaError) as caught:
+        line_decoder(codecs(PROTOCOL, doc, PREFIX), PREFIX, PROTOCOL.source)
+    assert "['clock'] have no decoder" in caught.value.message

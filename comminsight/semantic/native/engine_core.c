@@ -42,8 +42,6 @@
  * Profiler's log writer uses too: the scanner reads exactly what the schema says is written. */
 #define F(name) CI_INSPECTOR_LOG_V1_F_##name
 #define V(name) CI_INSPECTOR_LOG_V1_V_##name
-/* `"name":` as the writer puts it, after a comma */
-#define KEY_AFTER_COMMA(name) ",\"" F(name) "\":"
 
 /* ---- interned byte strings --------------------------------------------------------------- */
 
@@ -884,12 +882,13 @@ static int32_t scan_line(const char* s, const char* e, ci_line_t* row, ci_engine
 
 /* ---- the writer's own lines, in a segment whose seal checksum matched -------------------- *
  *
- * Such a line is byte for byte what profiler/src/logwriter.c wrote: valid JSON in a known key
- * order (one per form). It is read by that layout, skipping what the engine does not use (the
- * metadata, the fields it does not read) instead of walking every token. Searches are only for
- * sequences that begin with a raw quote after a '}' or ',', which cannot occur inside a JSON
- * string (a quote there is escaped), so the first match is the structural one. Anything
- * unexpected returns 0 and the line is walked as any other. */
+ * Such a line is byte for byte what profiler/src/logwriter.c wrote through the encoders
+ * generated from the inspector-log schema: valid JSON with its keys in the schema's order. It
+ * is read by the decoders generated from the same schema (layout_line), which compare the
+ * literal text between values and read only the values the engine uses, instead of walking
+ * every token. Searches are only for sequences that begin with a raw quote after a '}' or
+ * ',', which cannot occur inside a JSON string (a quote there is escaped), so the first match
+ * is the structural one. Anything unexpected returns 0 and the line is walked as any other. */
 
 /* Whether the n bytes at a are those at b, in word-sized compares (n is a constant at every
  * use: unrolled, no call). */
@@ -936,19 +935,6 @@ static inline __attribute__((always_inline)) const char* find_pair(const char* p
 #endif
     for (; p < stop; p++)
         if (*p == needle[0] && same(p + 1, needle + 1, n - 1)) return p;
-    return NULL;
-}
-
-/* The first `needle` in [p, e), for needles whose first byte is rare (a closing brace):
- * memchr (vectorized) for it, then a compare. */
-static inline __attribute__((always_inline)) const char* find_rare(const char* p, const char* e,
-                                                                   const char* needle, size_t n) {
-    while (e - p >= (int64_t)n) {
-        const char* q = memchr(p, needle[0], (size_t)(e - p) - n + 1);
-        if (!q) return NULL;
-        if (same(q + 1, needle + 1, n - 1)) return q;
-        p = q + 1;
-    }
     return NULL;
 }
 
@@ -1061,32 +1047,6 @@ static const char* layout_str(const char* p, const char* e) {
     return NULL;
 }
 
-/* An integer field the writer may put between the datatype (from) and ",\"tid\":" (q): the
- * group id, then the ABI v7 fields (user_tag, kernel_variant, sym_coll); 0 when the line has
- * none. Where the key is there but not as the writer spells it (`,"key":`: a space or another
- * byte around it, which a line JSON allows but the writer never writes) or its value is not an
- * integer this reader takes, the line is left to Python (*python set), which reads JSON as JSON.
- * The key cannot occur inside a string value in between: the writer escapes every quote there.
- * `key` is `,"name":`; the name alone is searched, so one search finds either. */
-static int64_t layout_int_between(const char* from, const char* q, const char* key, size_t key_n, int* python) {
-    /* name" (its first letter and the closing quote: a rarer pair than two quotes or a comma
-     * and a colon, which JSON is full of) */
-    const char* k = find_pair(from, q, key + 2, key_n - 3);
-    if (!k) return 0;
-    if (k - 2 < from || k[-1] != '"' || k[-2] != ',' || k + key_n - 3 >= q || k[key_n - 3] != ':') {
-        *python = 1;
-        return 0;
-    }
-    int64_t v;
-    const char* end = layout_int(k + key_n - 2, q, &v);
-    if (end && (end == q || *end == ',')) return v;
-    *python = 1;
-    return 0;
-}
-
-#define LAYOUT_INT_BETWEEN(from, q, KEY, python) \
-    layout_int_between(from, q, KEY_AFTER_COMMA(KEY), sizeof(KEY_AFTER_COMMA(KEY)) - 1, python)
-
 /* the literal is next: step over it (1), or stay (0) */
 #define ACCEPT(lit) (LIT(p, e, lit) ? (p += sizeof(lit) - 1, 1) : 0)
 
@@ -1095,126 +1055,6 @@ static int64_t layout_int_between(const char* from, const char* q, const char* k
         if (!LIT(p, e, lit)) return 0; \
         p += sizeof(lit) - 1;          \
     } while (0)
-
-/* The writer's literal text between the values a coll or p2p line's engine fields hold, in
- * its order (p2p has its peer after the sequence number). `p2p` is a constant where this is
- * inlined, so every literal is one (compared without a call). */
-#define EXPECT_PERF(p2p, before, FIELD, after)                                   \
-    do {                                                                         \
-        if (p2p)                                                                 \
-            EXPECT(before F(P2P##FIELD) after);                                  \
-        else                                                                     \
-            EXPECT(before F(COLL##FIELD) after);                                 \
-    } while (0)
-#define P2P_PERF_KEY "},\"" F(P2P_PERF) "\":{"
-#define COLL_PERF_KEY "},\"" F(COLL_PERF) "\":{"
-
-/* The perf object's fields, from its first key on; where its ci object's ring_seq begins, or
- * NULL when the line is not the layout. */
-static inline __attribute__((always_inline)) const char* layout_perf(const char* p, const char* e,
-                                                                     ci_line_t* row, const char** func,
-                                                                     const char** func_end, const int p2p) {
-    row->peer = NONE;
-    EXPECT_PERF(p2p, "\"", , "\":\"");
-    *func = p;
-    if (!(*func_end = layout_str(p, e))) return 0;
-    p = *func_end;
-    EXPECT_PERF(p2p, "\",\"", _SN, "\":");
-    if (!(p = layout_int(p, e, &row->seq))) return 0;
-    if (p2p) {
-        EXPECT(KEY_AFTER_COMMA(P2P_PEER));
-        if (!(p = layout_int(p, e, &row->peer))) return 0;
-    }
-    EXPECT_PERF(p2p, ",\"", _MSG_SIZE_BYTES, "\":");
-    if (!(p = layout_int(p, e, &row->size))) return 0;
-    EXPECT_PERF(p2p, ",\"", _EXEC_TIME_US, "\":");
-    if (!(p = layout_num(p, e, &row->exec_us))) return 0;
-    EXPECT_PERF(p2p, ",\"", _TIMING_SOURCE, "\":\"");
-    const char* timing = p;
-    if (!(p = layout_str(p, e))) return 0;
-    row->kernel_timing = p - timing == 10 && same(timing, "kernel_gpu", 10);
-    p++;
-    EXPECT_PERF(p2p, ",\"", _ALGOBW_GBS, "\":");
-    if (!(p = layout_num(p, e, &row->busbw))) return 0;
-    EXPECT_PERF(p2p, ",\"", _BUSBW_GBS, "\":");
-    if (!(p = layout_num(p, e, &row->busbw))) return 0;
-    if (p2p)
-        EXPECT("},\"" F(CI) "\":{\"" F(KIND) "\":\"" V(P2P) "\",\"" F(SCHEMA_VERSION) "\":1" KEY_AFTER_COMMA(RING_SEQ));
-    else
-        EXPECT("},\"" F(CI) "\":{\"" F(KIND) "\":\"" V(COLL) "\",\"" F(SCHEMA_VERSION) "\":1" KEY_AFTER_COMMA(RING_SEQ));
-    return p;
-}
-
-static int layout_line(const char* s, const char* e, ci_line_t* row, ci_engine_intern_v1_t* headers,
-                       ci_engine_intern_v1_t* funcs) {
-    const char* p = s;
-    EXPECT("{\"" F(HEADER) "\":");
-    const char* header = p;
-    static const char metadata_key[] = "},\"" F(METADATA) "\":{";
-    const char* q = find_rare(p, e, metadata_key, sizeof(metadata_key) - 1);
-    if (!q) return 0;
-    int64_t header_n = q + 1 - header;
-    p = q + sizeof(metadata_key) - 1;
-    /* the first "},\"p2p_perf\":{" or "},\"c" decides: a coll_perf object, or not the layout */
-    int p2p;
-    for (;; p = q + 3) {
-        if (!(q = find_rare(p, e, "},\"", 3))) return 0;
-        if (LIT(q, e, P2P_PERF_KEY)) {
-            p = q + sizeof(P2P_PERF_KEY) - 1;
-            p2p = 1;
-            break;
-        }
-        if (LIT(q, e, "},\"c")) { /* coll_perf, or ci: no perf object at all */
-            if (!LIT(q, e, COLL_PERF_KEY)) return 0;
-            p = q + sizeof(COLL_PERF_KEY) - 1;
-            p2p = 0;
-            break;
-        }
-    }
-    const char *func, *fe;
-    p = p2p ? layout_perf(p, e, row, &func, &fe, 1) : layout_perf(p, e, row, &func, &fe, 0);
-    if (!p || !(p = layout_int(p, e, &row->ring_seq))) return 0;
-    EXPECT(KEY_AFTER_COMMA(OP_INDEX));
-    if (!(p = layout_skip_int(p, e))) return 0;
-    EXPECT(KEY_AFTER_COMMA(COUNT));
-    if (!(p = layout_skip_int(p, e))) return 0;
-    EXPECT(KEY_AFTER_COMMA(DATATYPE) "\"");
-    const char* datatype = p;
-    if (!(p = layout_str(p, e))) return 0;
-    row->datatype = datatype_code(datatype, p - datatype);
-    p++;
-    /* the timing fields follow "tid"; before it only the group id is used */
-    q = find_pair(p, e, KEY_AFTER_COMMA(TID), sizeof(KEY_AFTER_COMMA(TID)) - 1);
-    if (!q) return 0;
-    int python = 0;
-    row->group_id = LAYOUT_INT_BETWEEN(p, q, GROUP_ID, &python);
-    row->user_tag = LAYOUT_INT_BETWEEN(p, q, USER_TAG, &python);
-    if (python || row->user_tag < 0) return 0; /* NCCL's reserved tags (or garbage): Python */
-    p = q + sizeof(KEY_AFTER_COMMA(TID)) - 1;
-    if (!(p = layout_skip_int(p, e))) return 0; /* tid */
-    row->host_start = row->host_complete = row->gpu_start = row->gpu_stop = NONE;
-    EXPECT(KEY_AFTER_COMMA(HOST_START_MONO_NS));
-    if (!(p = layout_int(p, e, &row->host_start))) return 0;
-    EXPECT(KEY_AFTER_COMMA(HOST_STOP_MONO_NS));
-    if (!(p = layout_skip_int(p, e))) return 0; /* host_stop_mono_ns */
-    if (ACCEPT(KEY_AFTER_COMMA(HOST_COMPLETE_MONO_NS))) {
-        if (!(p = layout_int(p, e, &row->host_complete))) return 0;
-    }
-    if (ACCEPT(KEY_AFTER_COMMA(GPU_START_GLOBALTIMER_NS))) {
-        if (!(p = layout_int(p, e, &row->gpu_start))) return 0;
-        EXPECT(KEY_AFTER_COMMA(GPU_STOP_GLOBALTIMER_NS));
-        if (!(p = layout_int(p, e, &row->gpu_stop))) return 0;
-    }
-    EXPECT(KEY_AFTER_COMMA(CHANNELS_COMPLETED));
-    if (!(p = layout_skip_int(p, e))) return 0; /* channels_completed */
-    if (!ACCEPT(KEY_AFTER_COMMA(FORCED_COMPLETE) "false}}") && !ACCEPT(KEY_AFTER_COMMA(FORCED_COMPLETE) "true}}"))
-        return 0;
-    if (p != e) return 0;
-    row->kind = p2p ? KIND_P2P : KIND_COLL;
-    row->header = intern(headers, header, header_n);
-    row->func = intern(funcs, func, fe - func);
-    return row->header >= 0 && row->func >= 0;
-}
 
 /* A signed integer as the writer prints it (%lld): layout_int's digits after an optional
  * minus sign. */
@@ -1228,15 +1068,54 @@ static const char* layout_signed(const char* p, const char* e, int64_t* v) {
     return layout_int(p, e, v);
 }
 
-/* The generated decoders of a compact op line's ci object (inspector_log_v1_codec.h) read in
- * the writer's layout, through the layout readers above. */
-/* inlined into layout_compact: its values stay in registers, not a struct in memory */
+/* The first `needle` in [p, e), for needles whose first byte is rare (a closing brace):
+ * memchr (vectorized) for it, then a compare. */
+static inline __attribute__((always_inline)) const char* find_rare(const char* p, const char* e,
+                                                                   const char* needle, size_t n) {
+    while (e - p >= (int64_t)n) {
+        const char* q = memchr(p, needle[0], (size_t)(e - p) - n + 1);
+        if (!q) return NULL;
+        if (same(q + 1, needle + 1, n - 1)) return q;
+        p = q + 1;
+    }
+    return NULL;
+}
+
+/* Past an object with no object or array in it, at p: its end, or NULL. Followed by a key,
+ * its end is the first '}' before `,"`, which no string holds (a quote in one is escaped);
+ * else its strings are stepped over to their closing quote (one that an odd run of
+ * backslashes escapes is not). */
+static const char* layout_skip_flat(const char* p, const char* e) {
+    if (p >= e || *p != '{') return NULL;
+    const char* end = find_rare(p, e, "},\"", 3);
+    if (end) return end + 1;
+    for (p++; p < e; p++) {
+        if (*p == '}') return p + 1;
+        if (*p == '{' || *p == '[') return NULL;
+        if (*p != '"') continue;
+        const char* open = p;
+        for (;;) {
+            const char* q = memchr(p + 1, '"', (size_t)(e - p - 1));
+            if (!q) return NULL;
+            const char* b = q;
+            while (b > open + 1 && b[-1] == '\\') b--;
+            p = q;
+            if (((q - b) & 1) == 0) break;
+        }
+    }
+    return NULL;
+}
+
+/* The generated decoders of an op line (inspector_log_v1_codec.h) read in the writer's
+ * layout, through the layout readers above; inlined into layout_line, so that the values it
+ * uses stay in registers. */
 #define CI_TAKE_INLINE static inline __attribute__((always_inline))
 #define CI_TAKE(lit) EXPECT(lit)
 #define CI_TRY(lit) ACCEPT(lit)
-#define CI_TAKE_UINT(v)                               \
-    do {                                              \
-        if (!(p = layout_int(p, e, &(v)))) return 0;  \
+/* layout_int's fallback (number()) takes a sign: a negative value is not the schema's */
+#define CI_TAKE_UINT(v)                                         \
+    do {                                                        \
+        if (!(p = layout_int(p, e, &(v))) || (v) < 0) return 0; \
     } while (0)
 #define CI_TAKE_INT(v)                                   \
     do {                                                 \
@@ -1255,6 +1134,10 @@ static const char* layout_signed(const char* p, const char* e, int64_t* v) {
     do {                                              \
         if (!(p = layout_num(p, e, &(v)))) return 0;  \
     } while (0)
+#define CI_SKIP_OBJECT()                                  \
+    do {                                                  \
+        if (!(p = layout_skip_flat(p, e))) return 0;      \
+    } while (0)
 #define CI_TAKE_TEXT(span)                        \
     do {                                          \
         (span).s = p;                             \
@@ -1264,12 +1147,30 @@ static const char* layout_signed(const char* p, const char* e, int64_t* v) {
     } while (0)
 #include "comminsight/inspector_log_v1_codec.h"
 
-/* The integers the engine reads of each compact kind (the rest it steps over): exactly those
- * COMPACT_FIELDS reads, since a decoder leaves an integer it was not asked for unset. */
-#define WANT(KIND, KEY) CI_INSPECTOR_LOG_V1_WANT_CI_##KIND##_COMPACT_##KEY
-#define WANTED(KIND)                                                                                  \
-    (WANT(KIND, Q) | WANT(KIND, R) | WANT(KIND, N) | WANT(KIND, NN) | WANT(KIND, S) | WANT(KIND, B) | \
-     WANT(KIND, GR) | WANT(KIND, UT) | WANT(KIND, H) | WANT(KIND, HC) | WANT(KIND, G0) | WANT(KIND, GD))
+/* The integers the engine reads of each object of an op line (the rest it steps over): for
+ * the compact kinds exactly those COMPACT_FIELDS reads, for the Inspector form those
+ * inspector_row reads, since a decoder leaves an integer it was not asked for unset. */
+#define WANT(OBJECT, KEY) CI_INSPECTOR_LOG_V1_WANT_##OBJECT##_##KEY
+#define COMPACT_WANTED(KIND)                                                                     \
+    (WANT(CI_##KIND##_COMPACT, Q) | WANT(CI_##KIND##_COMPACT, R) | WANT(CI_##KIND##_COMPACT, N) |    \
+     WANT(CI_##KIND##_COMPACT, NN) | WANT(CI_##KIND##_COMPACT, S) | WANT(CI_##KIND##_COMPACT, B) |   \
+     WANT(CI_##KIND##_COMPACT, GR) | WANT(CI_##KIND##_COMPACT, UT) | WANT(CI_##KIND##_COMPACT, H) |  \
+     WANT(CI_##KIND##_COMPACT, HC) | WANT(CI_##KIND##_COMPACT, G0) | WANT(CI_##KIND##_COMPACT, GD))
+#define CI_WANTED(KIND)                                                                             \
+    (WANT(CI_##KIND, RING_SEQ) | WANT(CI_##KIND, GROUP_ID) | WANT(CI_##KIND, USER_TAG) |            \
+     WANT(CI_##KIND, HOST_START_MONO_NS) | WANT(CI_##KIND, HOST_COMPLETE_MONO_NS) |                 \
+     WANT(CI_##KIND, GPU_START_GLOBALTIMER_NS) | WANT(CI_##KIND, GPU_STOP_GLOBALTIMER_NS))
+static const ci_inspector_log_v1_inspector_log_record_wants_t OP_LINE_WANTS = {
+    .header = CI_INSPECTOR_LOG_V1_SKIP_OBJECT, /* kept as its text */
+    .metadata = CI_INSPECTOR_LOG_V1_SKIP_OBJECT,
+    .coll_perf = WANT(COLL_PERF, COLL_SN) | WANT(COLL_PERF, COLL_MSG_SIZE_BYTES) | WANT(COLL_PERF, COLL_EXEC_TIME_US),
+    .p2p_perf = WANT(P2P_PERF, P2P_SN) | WANT(P2P_PERF, P2P_PEER) | WANT(P2P_PERF, P2P_MSG_SIZE_BYTES) |
+                WANT(P2P_PERF, P2P_EXEC_TIME_US),
+    .ci_coll = CI_WANTED(COLL),
+    .ci_p2p = CI_WANTED(P2P),
+    .ci_coll_compact = COMPACT_WANTED(COLL),
+    .ci_p2p_compact = COMPACT_WANTED(P2P) | WANT(CI_P2P_COMPACT, PE),
+};
 
 static span_t span(ci_inspector_log_v1_span_t s) {
     span_t out = {s.s, s.n};
@@ -1301,33 +1202,74 @@ static span_t span(ci_inspector_log_v1_span_t s) {
         if ((v).has_gd) (o).gpu_length = (v).gd, (o).seen |= CK_GD;                         \
     } while (0)
 
-/* A compact op line (kinds c and p) in the writer's layout, read by the decoders generated
- * from the schema into what the walker would have read (compact_t) and made a row by the same
- * compact_row; anything else returns 0 and the line is walked. */
-static int layout_compact(const char* s, const char* e, ci_line_t* row, ci_engine_intern_v1_t* headers,
-                          ci_engine_intern_v1_t* funcs) {
+/* What an Inspector-form op line gives the engine, as scan_line would have read it: its
+ * perf object (`P`: coll_perf or p2p_perf, keys prefixed COLL or P2P) and its ci object. */
+#define INSPECTOR_FIELDS(row, P, PREFIX, ci)                                                       \
+    do {                                                                                           \
+        (row)->seq = (P).PREFIX##_sn;                                                              \
+        (row)->size = (P).PREFIX##_msg_size_bytes;                                                 \
+        (row)->exec_us = (double)(P).PREFIX##_exec_time_us;                                        \
+        (row)->busbw = (P).PREFIX##_busbw_gbs;                                                     \
+        (row)->kernel_timing =                                                                     \
+            (P).has_##PREFIX##_timing_source &&                                                    \
+            key_is((P).PREFIX##_timing_source.s, (P).PREFIX##_timing_source.n, V(KERNEL_GPU));     \
+        (row)->ring_seq = (ci).ring_seq;                                                           \
+        (row)->host_start = (ci).host_start_mono_ns;                                               \
+        (row)->host_complete = (ci).has_host_complete_mono_ns ? (ci).host_complete_mono_ns : NONE; \
+        (row)->gpu_start = (ci).has_gpu_start_globaltimer_ns ? (ci).gpu_start_globaltimer_ns : NONE; \
+        (row)->gpu_stop = (ci).has_gpu_stop_globaltimer_ns ? (ci).gpu_stop_globaltimer_ns : NONE;  \
+        (row)->group_id = (ci).has_group_id ? (ci).group_id : 0;                                   \
+        (row)->user_tag = (ci).has_user_tag ? (ci).user_tag : 0;                                   \
+        (row)->datatype = datatype_code((ci).datatype.s, (ci).datatype.n);                         \
+    } while (0)
+
+/* An op line of either form in the writer's layout, read by the decoders generated from the
+ * schema into the row scan_line would have made (a compact one through compact_t and the same
+ * compact_row); anything else returns 0 and the line is walked. */
+static int layout_line(const char* s, const char* e, ci_line_t* row, ci_engine_intern_v1_t* headers,
+                       ci_engine_intern_v1_t* funcs) {
     const char* p = s;
+    ci_inspector_log_v1_inspector_log_record_in_t v;
+    if (!ci_inspector_log_v1_take_inspector_log_record(&p, e, &OP_LINE_WANTS, &v) || p != e) return 0;
+    const int inspector_objects = v.has_header || v.has_metadata || v.has_coll_perf || v.has_p2p_perf;
     compact_t o;
-    memset(&o, 0, sizeof o);
-    int kind;
-    EXPECT("{\"" F(CI) "\":");
-    ci_inspector_log_v1_ci_coll_compact_in_t coll;
-    ci_inspector_log_v1_ci_p2p_compact_in_t p2p;
-    if (ci_inspector_log_v1_take_ci_coll_compact(&p, e, WANTED(COLL), &coll)) {
-        kind = KIND_COLL;
-        COMPACT_FIELDS(o, coll);
-    } else if (ci_inspector_log_v1_take_ci_p2p_compact(&p, e, WANTED(P2P) | WANT(P2P, PE), &p2p)) {
-        kind = KIND_P2P;
-        COMPACT_FIELDS(o, p2p);
-        if (p2p.has_pe) o.peer = p2p.pe, o.seen |= CK_PEER;
-    } else {
+    const ci_inspector_log_v1_span_t* func;
+    switch (v.ci_took) {
+    case CI_INSPECTOR_LOG_V1_TOOK_CI_COLL_COMPACT:
+    case CI_INSPECTOR_LOG_V1_TOOK_CI_P2P_COMPACT:
+        /* a compact line carries no Inspector object: one that does is Python's to name */
+        if (inspector_objects) return 0;
+        memset(&o, 0, sizeof o);
+        if (v.ci_took == CI_INSPECTOR_LOG_V1_TOOK_CI_COLL_COMPACT) {
+            COMPACT_FIELDS(o, v.ci_coll_compact);
+        } else {
+            COMPACT_FIELDS(o, v.ci_p2p_compact);
+            if (v.ci_p2p_compact.has_pe) o.peer = v.ci_p2p_compact.pe, o.seen |= CK_PEER;
+        }
+        /* NCCL's reserved tags (or garbage): Python */
+        if ((o.seen & CK_USER_TAG) && o.user_tag < 0) return 0;
+        return compact_row(&o, v.ci_took == CI_INSPECTOR_LOG_V1_TOOK_CI_COLL_COMPACT ? KIND_COLL : KIND_P2P,
+                           row, headers, funcs) == CI_LINE_OP;
+    case CI_INSPECTOR_LOG_V1_TOOK_CI_COLL:
+        if (!v.has_header || !v.has_coll_perf) return 0;
+        row->kind = KIND_COLL;
+        row->peer = NONE;
+        func = &v.coll_perf.coll;
+        INSPECTOR_FIELDS(row, v.coll_perf, coll, v.ci_coll);
+        break;
+    case CI_INSPECTOR_LOG_V1_TOOK_CI_P2P:
+        if (!v.has_header || !v.has_p2p_perf) return 0;
+        row->kind = KIND_P2P;
+        row->peer = v.p2p_perf.p2p_peer;
+        func = &v.p2p_perf.p2p;
+        INSPECTOR_FIELDS(row, v.p2p_perf, p2p, v.ci_p2p);
+        break;
+    default:
         return 0;
     }
-    /* NCCL's reserved tags (or garbage): Python */
-    if ((o.seen & CK_USER_TAG) && o.user_tag < 0) return 0;
-    EXPECT("}");
-    if (p != e) return 0;
-    return compact_row(&o, kind, row, headers, funcs) == CI_LINE_OP;
+    row->header = intern(headers, v.header_text.s, v.header_text.n);
+    row->func = intern(funcs, func->s, func->n);
+    return row->header >= 0 && row->func >= 0;
 }
 
 /* Where `needle` (n >= 2 bytes) occurs in buf[pos..len), without overlaps: at most max
@@ -1356,14 +1298,7 @@ int64_t ci_scan(const char* buf, int64_t len, int64_t pos, const ci_engine_colum
         memset(&row, 0, sizeof row);
         row.start = pos;
         row.end = nl - buf + 1;
-        int laid = trusted && layout_compact(buf + pos, nl, &row, headers, funcs);
-        if (trusted && !laid) {
-            memset(&row, 0, sizeof row);
-            row.start = pos;
-            row.end = nl - buf + 1;
-            laid = layout_line(buf + pos, nl, &row, headers, funcs);
-        }
-        if (laid) {
+        if (trusted && layout_line(buf + pos, nl, &row, headers, funcs)) {
             row.status = CI_LINE_OP;
         } else {
             memset(&row, 0, sizeof row);

@@ -121,8 +121,8 @@ KEY_ORDER = {
         frozenset(("kind", "schema_version", "ring_seq", "comm_id", "comm_rank", "op_kind", "func", "seq", "count", "datatype", "size_bytes", "n_channels", "channels_started", "channels_completed", "enqueued_mono_ns", "age_ns", "threshold_ns", "detected_mono_ns", "detected_real_ns", "progress", "fifo_event_written")),
     ),
     "CiSegmentStart": (
-        ("kind", "schema_version", "segment_index", "process", "clock", "communicators", "next_ring_seq"),
-        frozenset(("kind", "schema_version", "segment_index", "process", "clock", "communicators", "next_ring_seq")),
+        ("kind", "schema_version", "segment_index", "process", "clock", "communicators", "communicators_omitted", "next_ring_seq"),
+        frozenset(("kind", "schema_version", "segment_index", "process", "clock", "communicators", "communicators_omitted", "next_ring_seq")),
         frozenset(("kind", "schema_version", "segment_index", "process", "clock", "communicators", "next_ring_seq")),
     ),
     "CiSeal": (

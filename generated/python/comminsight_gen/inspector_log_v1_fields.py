@@ -50,6 +50,7 @@ class F:
     COMM_NAME: Final = "comm_name"
     COMM_RANK: Final = "comm_rank"
     COMMUNICATORS: Final = "communicators"
+    COMMUNICATORS_OMITTED: Final = "communicators_omitted"
     COUNT: Final = "count"
     CRC32: Final = "crc32"
     CUDA_DEVICE: Final = "cuda_device"

@@ -44,6 +44,7 @@
 #define CI_INSPECTOR_LOG_V1_F_COMM_NAME "comm_name"
 #define CI_INSPECTOR_LOG_V1_F_COMM_RANK "comm_rank"
 #define CI_INSPECTOR_LOG_V1_F_COMMUNICATORS "communicators"
+#define CI_INSPECTOR_LOG_V1_F_COMMUNICATORS_OMITTED "communicators_omitted"
 #define CI_INSPECTOR_LOG_V1_F_COUNT "count"
 #define CI_INSPECTOR_LOG_V1_F_CRC32 "crc32"
 #define CI_INSPECTOR_LOG_V1_F_CUDA_DEVICE "cuda_device"

@@ -20,14 +20,15 @@
  * oneOf's alternatives (one key, a member each), the first non-NULL is written.
  *
  * Decoders, of the objects a reader takes in the writer's layout
- * (CiCollCompact, CiP2pCompact), where the includer defines what reads at `p`
+ * (Header, Metadata, CollPerf, P2pPerf, CiColl, CiP2p, CiCollCompact, CiP2pCompact), where the includer defines what reads at `p`
  * (before `e`), each returning 0 from the decoder where the bytes are not what it reads:
  *   CI_TAKE(lit)          the literal, or 0;          CI_TRY(lit)   1 and past it, or 0 and stay;
  *   CI_TAKE_UINT(v)       an unsigned decimal integer into the int64_t v (none past INT64_MAX);
  *   CI_TAKE_INT(v)        a decimal integer, signed;  CI_TAKE_NUM(v) a number into the double v;
  *   CI_SKIP_UINT()        past an unsigned integer;   CI_SKIP_INT()  past a signed one;
  *   CI_TAKE_TEXT(span)    a string's bytes up to its closing quote, which it steps over (the
- *                         opening one is in the literal before it).
+ *                         opening one is in the literal before it);
+ *   CI_SKIP_OBJECT()      past an object of no object or array, from its '{' to its '}'.
  * An integer is read only where the caller's `wanted` has its bit (<PREFIX>_WANT_<OBJECT>_<KEY>;
  * the others are stepped over), its text kept beside its value (<key>_text); has_<key> says
  * whether an optional key was there. A decoder that returns 1 has set every member it read
@@ -1013,6 +1014,8 @@ typedef struct {
     const ci_inspector_log_v1_clock_anchor_t* clock; /* Clock anchor taken when the segment was opened. */
     void (*communicators)(const void* ctx); /* Communicator members live in the process when the segment was opened (may be empty). (writes each CommIdentity, a comma between) */
     const void* communicators_ctx;
+    bool has_communicators_omitted;
+    int64_t communicators_omitted; /* Live communicator members the list leaves out, because the line would pass the writer's bound on a line (its buffer): their comm_init lines, in earlier segments, name them. */
     int64_t next_ring_seq; /* ring_seq of the next ring record the writer will read; the previous segment's ring records and gaps end just before it. */
 } ci_inspector_log_v1_ci_segment_start_t;
 
@@ -1025,7 +1028,12 @@ static inline void ci_inspector_log_v1_put_ci_segment_start(const ci_inspector_l
     ci_inspector_log_v1_put_clock_anchor(v->clock);
     CI_JSON_LIT(",\"communicators\":[");
     v->communicators(v->communicators_ctx);
-    CI_JSON_LIT("],\"next_ring_seq\":");
+    CI_JSON_LIT("]");
+    if (v->has_communicators_omitted) {
+        CI_JSON_LIT(",\"communicators_omitted\":");
+        CI_JSON_I64(v->communicators_omitted);
+    }
+    CI_JSON_LIT(",\"next_ring_seq\":");
     CI_JSON_I64(v->next_ring_seq);
     CI_JSON_LIT("}");
 }
@@ -1193,6 +1201,703 @@ static inline void ci_inspector_log_v1_put_inspector_log_record(const ci_inspect
 #ifndef CI_TAKE_INLINE /* how a decoder is declared: a hot reader may force it inline */
 #define CI_TAKE_INLINE static inline
 #endif
+
+/* Header, as read. */
+typedef struct {
+    ci_inspector_log_v1_span_t id; /* Communicator id (NCCL commId / commHash) as lowercase hexadecimal with a 0x prefix and no zero padding (NVIDIA's form; CommInsight's own comm_id fields hold the same number as 16 zero-padded digits without prefix). */
+    bool has_comm_name;
+    ci_inspector_log_v1_span_t comm_name; /* Communicator name given to NCCL (commName); NVIDIA and CommInsight write "unknown" when NCCL passed none. */
+    int64_t rank; /* This member's rank within the communicator. */
+    ci_inspector_log_v1_span_t rank_text;
+    int64_t n_ranks; /* Number of ranks in the communicator. */
+    ci_inspector_log_v1_span_t n_ranks_text;
+    int64_t nnodes; /* Number of nodes the communicator spans. */
+    ci_inspector_log_v1_span_t nnodes_text;
+} ci_inspector_log_v1_header_in_t;
+
+/* The integers a reader of Header wants read (the others are stepped over). */
+#define CI_INSPECTOR_LOG_V1_WANT_HEADER_RANK (1ull << 0)
+#define CI_INSPECTOR_LOG_V1_WANT_HEADER_N_RANKS (1ull << 1)
+#define CI_INSPECTOR_LOG_V1_WANT_HEADER_NNODES (1ull << 2)
+
+CI_TAKE_INLINE int ci_inspector_log_v1_take_header(const char** at, const char* e, uint64_t wanted,
+                                                  ci_inspector_log_v1_header_in_t* v) {
+    const char* p = *at;
+    CI_TAKE("{\"id\":\"");
+    CI_TAKE_TEXT(v->id);
+    if ((v->has_comm_name = CI_TRY(",\"comm_name\":\""))) {
+        CI_TAKE_TEXT(v->comm_name);
+    }
+    CI_TAKE(",\"rank\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_HEADER_RANK) {
+        v->rank_text.s = p;
+        CI_TAKE_UINT(v->rank);
+        v->rank_text.n = p - v->rank_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"n_ranks\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_HEADER_N_RANKS) {
+        v->n_ranks_text.s = p;
+        CI_TAKE_UINT(v->n_ranks);
+        v->n_ranks_text.n = p - v->n_ranks_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"nnodes\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_HEADER_NNODES) {
+        v->nnodes_text.s = p;
+        CI_TAKE_UINT(v->nnodes);
+        v->nnodes_text.n = p - v->nnodes_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE("}");
+    *at = p;
+    return 1;
+}
+
+/* Metadata, as read. */
+typedef struct {
+    ci_inspector_log_v1_span_t inspector_output_format_version; /* Version of the Inspector line format, e.g. "v4.0". */
+    ci_inspector_log_v1_span_t git_rev; /* Source revision of the producing plugin (may be empty). */
+    ci_inspector_log_v1_span_t rec_mechanism; /* How the record was captured, e.g. "nccl_profiler_interface". */
+    int64_t dump_timestamp_us; /* Wall-clock time the line was written, in microseconds since the Unix epoch (CLOCK_REALTIME; NVIDIA's name, which predates CommInsight's *_real_* naming). */
+    ci_inspector_log_v1_span_t dump_timestamp_us_text;
+    ci_inspector_log_v1_span_t hostname; /* Host name of the producing process. */
+    int64_t pid; /* Process id of the producing process. */
+    ci_inspector_log_v1_span_t pid_text;
+} ci_inspector_log_v1_metadata_in_t;
+
+/* The integers a reader of Metadata wants read (the others are stepped over). */
+#define CI_INSPECTOR_LOG_V1_WANT_METADATA_DUMP_TIMESTAMP_US (1ull << 0)
+#define CI_INSPECTOR_LOG_V1_WANT_METADATA_PID (1ull << 1)
+
+CI_TAKE_INLINE int ci_inspector_log_v1_take_metadata(const char** at, const char* e, uint64_t wanted,
+                                                    ci_inspector_log_v1_metadata_in_t* v) {
+    const char* p = *at;
+    CI_TAKE("{\"inspector_output_format_version\":\"");
+    CI_TAKE_TEXT(v->inspector_output_format_version);
+    CI_TAKE(",\"git_rev\":\"");
+    CI_TAKE_TEXT(v->git_rev);
+    CI_TAKE(",\"rec_mechanism\":\"");
+    CI_TAKE_TEXT(v->rec_mechanism);
+    CI_TAKE(",\"dump_timestamp_us\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_METADATA_DUMP_TIMESTAMP_US) {
+        v->dump_timestamp_us_text.s = p;
+        CI_TAKE_UINT(v->dump_timestamp_us);
+        v->dump_timestamp_us_text.n = p - v->dump_timestamp_us_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"hostname\":\"");
+    CI_TAKE_TEXT(v->hostname);
+    CI_TAKE(",\"pid\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_METADATA_PID) {
+        v->pid_text.s = p;
+        CI_TAKE_UINT(v->pid);
+        v->pid_text.n = p - v->pid_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE("}");
+    *at = p;
+    return 1;
+}
+
+/* CollPerf, as read. */
+typedef struct {
+    ci_inspector_log_v1_span_t coll; /* Collective function name, e.g. "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce" (NVIDIA spells all-to-all "All2All"; NCCL's profiler descriptor, which CommInsight copies, spells it "AlltoAll"). */
+    int64_t coll_sn; /* NCCL's collective sequence number within the communicator (0, 1, 2, ... per communicator); the same op has the same number on every rank. */
+    ci_inspector_log_v1_span_t coll_sn_text;
+    int64_t coll_msg_size_bytes; /* Message size in bytes: element count times datatype size. */
+    ci_inspector_log_v1_span_t coll_msg_size_bytes_text;
+    int64_t coll_exec_time_us; /* Execution time in whole microseconds, measured as coll_timing_source says. */
+    ci_inspector_log_v1_span_t coll_exec_time_us_text;
+    bool has_coll_timing_source;
+    ci_inspector_log_v1_span_t coll_timing_source; /* Where the execution time came from: "kernel_gpu" (GPU globaltimer ticks of the kernel channels), "kernel_cpu" (host times of the kernel-channel events) or "collective_cpu" (host start/stop of the collective). */
+    double coll_algobw_gbs; /* Algorithm bandwidth in GB/s (10^9 bytes/s): traffic bytes / execution time, by NCCL's performance-test formulas. */
+    double coll_busbw_gbs; /* Bus bandwidth in GB/s: algorithm bandwidth times NCCL's per-collective factor (e.g. 2(n-1)/n for AllReduce); "nan" possible from NVIDIA's writer as for coll_algobw_gbs. */
+} ci_inspector_log_v1_coll_perf_in_t;
+
+/* The integers a reader of CollPerf wants read (the others are stepped over). */
+#define CI_INSPECTOR_LOG_V1_WANT_COLL_PERF_COLL_SN (1ull << 0)
+#define CI_INSPECTOR_LOG_V1_WANT_COLL_PERF_COLL_MSG_SIZE_BYTES (1ull << 1)
+#define CI_INSPECTOR_LOG_V1_WANT_COLL_PERF_COLL_EXEC_TIME_US (1ull << 2)
+
+CI_TAKE_INLINE int ci_inspector_log_v1_take_coll_perf(const char** at, const char* e, uint64_t wanted,
+                                                     ci_inspector_log_v1_coll_perf_in_t* v) {
+    const char* p = *at;
+    CI_TAKE("{\"coll\":\"");
+    CI_TAKE_TEXT(v->coll);
+    CI_TAKE(",\"coll_sn\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_COLL_PERF_COLL_SN) {
+        v->coll_sn_text.s = p;
+        CI_TAKE_UINT(v->coll_sn);
+        v->coll_sn_text.n = p - v->coll_sn_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"coll_msg_size_bytes\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_COLL_PERF_COLL_MSG_SIZE_BYTES) {
+        v->coll_msg_size_bytes_text.s = p;
+        CI_TAKE_UINT(v->coll_msg_size_bytes);
+        v->coll_msg_size_bytes_text.n = p - v->coll_msg_size_bytes_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"coll_exec_time_us\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_COLL_PERF_COLL_EXEC_TIME_US) {
+        v->coll_exec_time_us_text.s = p;
+        CI_TAKE_UINT(v->coll_exec_time_us);
+        v->coll_exec_time_us_text.n = p - v->coll_exec_time_us_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    if ((v->has_coll_timing_source = CI_TRY(",\"coll_timing_source\":\""))) {
+        CI_TAKE_TEXT(v->coll_timing_source);
+    }
+    CI_TAKE(",\"coll_algobw_gbs\":");
+    CI_TAKE_NUM(v->coll_algobw_gbs);
+    CI_TAKE(",\"coll_busbw_gbs\":");
+    CI_TAKE_NUM(v->coll_busbw_gbs);
+    CI_TAKE("}");
+    *at = p;
+    return 1;
+}
+
+/* P2pPerf, as read. */
+typedef struct {
+    ci_inspector_log_v1_span_t p2p; /* Point-to-point function name: "Send" or "Recv" ("SendRecv" possible). */
+    int64_t p2p_sn; /* Per-communicator point-to-point counter kept by the producer (NCCL gives P2P events no sequence number); not comparable across ranks. */
+    ci_inspector_log_v1_span_t p2p_sn_text;
+    int64_t p2p_peer; /* Rank of the peer within the communicator. */
+    ci_inspector_log_v1_span_t p2p_peer_text;
+    int64_t p2p_msg_size_bytes; /* Message size in bytes: element count times datatype size. */
+    ci_inspector_log_v1_span_t p2p_msg_size_bytes_text;
+    int64_t p2p_exec_time_us; /* Execution time in whole microseconds, measured as p2p_timing_source says. */
+    ci_inspector_log_v1_span_t p2p_exec_time_us_text;
+    bool has_p2p_timing_source;
+    ci_inspector_log_v1_span_t p2p_timing_source; /* "kernel_gpu", "kernel_cpu" or "collective_cpu", as for coll_timing_source. */
+    double p2p_algobw_gbs; /* Algorithm bandwidth in GB/s (bytes / execution time); "nan" possible from NVIDIA's writer as for coll_algobw_gbs. */
+    double p2p_busbw_gbs; /* Bus bandwidth in GB/s (equal to the algorithm bandwidth for point-to-point); "nan" possible from NVIDIA's writer. */
+} ci_inspector_log_v1_p2p_perf_in_t;
+
+/* The integers a reader of P2pPerf wants read (the others are stepped over). */
+#define CI_INSPECTOR_LOG_V1_WANT_P2P_PERF_P2P_SN (1ull << 0)
+#define CI_INSPECTOR_LOG_V1_WANT_P2P_PERF_P2P_PEER (1ull << 1)
+#define CI_INSPECTOR_LOG_V1_WANT_P2P_PERF_P2P_MSG_SIZE_BYTES (1ull << 2)
+#define CI_INSPECTOR_LOG_V1_WANT_P2P_PERF_P2P_EXEC_TIME_US (1ull << 3)
+
+CI_TAKE_INLINE int ci_inspector_log_v1_take_p2p_perf(const char** at, const char* e, uint64_t wanted,
+                                                    ci_inspector_log_v1_p2p_perf_in_t* v) {
+    const char* p = *at;
+    CI_TAKE("{\"p2p\":\"");
+    CI_TAKE_TEXT(v->p2p);
+    CI_TAKE(",\"p2p_sn\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_P2P_PERF_P2P_SN) {
+        v->p2p_sn_text.s = p;
+        CI_TAKE_UINT(v->p2p_sn);
+        v->p2p_sn_text.n = p - v->p2p_sn_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"p2p_peer\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_P2P_PERF_P2P_PEER) {
+        v->p2p_peer_text.s = p;
+        CI_TAKE_UINT(v->p2p_peer);
+        v->p2p_peer_text.n = p - v->p2p_peer_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"p2p_msg_size_bytes\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_P2P_PERF_P2P_MSG_SIZE_BYTES) {
+        v->p2p_msg_size_bytes_text.s = p;
+        CI_TAKE_UINT(v->p2p_msg_size_bytes);
+        v->p2p_msg_size_bytes_text.n = p - v->p2p_msg_size_bytes_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"p2p_exec_time_us\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_P2P_PERF_P2P_EXEC_TIME_US) {
+        v->p2p_exec_time_us_text.s = p;
+        CI_TAKE_UINT(v->p2p_exec_time_us);
+        v->p2p_exec_time_us_text.n = p - v->p2p_exec_time_us_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    if ((v->has_p2p_timing_source = CI_TRY(",\"p2p_timing_source\":\""))) {
+        CI_TAKE_TEXT(v->p2p_timing_source);
+    }
+    CI_TAKE(",\"p2p_algobw_gbs\":");
+    CI_TAKE_NUM(v->p2p_algobw_gbs);
+    CI_TAKE(",\"p2p_busbw_gbs\":");
+    CI_TAKE_NUM(v->p2p_busbw_gbs);
+    CI_TAKE("}");
+    *at = p;
+    return 1;
+}
+
+/* CiColl, as read. */
+typedef struct {
+    int64_t ring_seq; /* The record's SHM ring sequence number. */
+    ci_inspector_log_v1_span_t ring_seq_text;
+    bool has_op_index;
+    int64_t op_index; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops. */
+    ci_inspector_log_v1_span_t op_index_text;
+    int64_t count; /* Element count NCCL reported for the collective. */
+    ci_inspector_log_v1_span_t count_text;
+    ci_inspector_log_v1_span_t datatype; /* NCCL datatype name as NCCL reported it, e.g. "ncclFloat32", "ncclBfloat16". */
+    bool has_root;
+    int64_t root; /* Root rank; present for rooted collectives (Broadcast, Reduce) only. */
+    ci_inspector_log_v1_span_t root_text;
+    ci_inspector_log_v1_span_t algo; /* Algorithm NCCL chose, as NCCL names it, e.g. "RING", "TREE", "NVLS", "PAT". */
+    ci_inspector_log_v1_span_t proto; /* Protocol NCCL chose, as NCCL names it, e.g. "SIMPLE", "LL", "LL128". */
+    int64_t n_channels; /* Number of channels NCCL used (nChannels). */
+    ci_inspector_log_v1_span_t n_channels_text;
+    int64_t n_warps; /* Number of warps per channel NCCL used (nWarps). */
+    ci_inspector_log_v1_span_t n_warps_text;
+    bool has_stream;
+    ci_inspector_log_v1_span_t stream; /* CUDA stream handle of the API call as 0x-prefixed lowercase hexadecimal; absent when NCCL did not report one (profiler ABI v4, or a NULL stream). */
+    bool has_graph_captured;
+    bool graph_captured; /* True when the call was captured into a CUDA graph; absent when NCCL did not say (profiler ABI v4). */
+    bool has_group_id;
+    int64_t group_id; /* Per-process id of the NCCL group the op was launched in; ops of one group share it. Absent when unknown. */
+    ci_inspector_log_v1_span_t group_id_text;
+    bool has_user_tag;
+    int64_t user_tag; /* The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); absent when untagged or not reported. */
+    ci_inspector_log_v1_span_t user_tag_text;
+    bool has_kernel_variant;
+    ci_inspector_log_v1_span_t kernel_variant; /* Name of the kernel variant NCCL launched (profiler ABI v7), cut to 31 bytes on a character boundary; absent when not reported. */
+    bool sym_coll; /* Present (true) only when the collective ran a symmetric-memory kernel (profiler ABI v7 isSymColl). */
+    bool has_tid;
+    int64_t tid; /* Kernel thread id of the thread that enqueued the op; absent when unknown. */
+    ci_inspector_log_v1_span_t tid_text;
+    bool has_api_start_mono_ns;
+    int64_t api_start_mono_ns; /* CLOCK_MONOTONIC time the NCCL API call started (CollApi event, profiler ABI v5+); absent when not observed. */
+    ci_inspector_log_v1_span_t api_start_mono_ns_text;
+    int64_t host_start_mono_ns; /* CLOCK_MONOTONIC time NCCL started the collective event (task enqueue). */
+    ci_inspector_log_v1_span_t host_start_mono_ns_text;
+    int64_t host_stop_mono_ns; /* CLOCK_MONOTONIC time NCCL stopped the collective event on the host; typically microseconds after the start and long before the GPU finishes. */
+    ci_inspector_log_v1_span_t host_stop_mono_ns_text;
+    bool has_host_complete_mono_ns;
+    int64_t host_complete_mono_ns; /* CLOCK_MONOTONIC time the profiler saw the last kernel channel stop, i.e. when the host learned the op completed; absent when no channel stop was seen. */
+    ci_inspector_log_v1_span_t host_complete_mono_ns_text;
+    bool has_gpu_start_globaltimer_ns;
+    int64_t gpu_start_globaltimer_ns; /* Earliest GPU globaltimer tick (nanoseconds in the GPU's clock domain: neither CLOCK_MONOTONIC nor exactly CLOCK_REALTIME) at which a kernel channel started; absent without GPU timing. */
+    ci_inspector_log_v1_span_t gpu_start_globaltimer_ns_text;
+    bool has_gpu_stop_globaltimer_ns;
+    int64_t gpu_stop_globaltimer_ns; /* Latest GPU globaltimer tick at which a kernel channel stopped (KernelChStop); absent without GPU timing. */
+    ci_inspector_log_v1_span_t gpu_stop_globaltimer_ns_text;
+    bool has_channels_completed;
+    int64_t channels_completed; /* Kernel channels whose stop the profiler saw; less than n_channels when channel events were lost, disabled or cut short. */
+    ci_inspector_log_v1_span_t channels_completed_text;
+    bool has_forced_complete;
+    bool forced_complete; /* True when the record was completed by communicator finalize or process exit rather than by NCCL's events (its times are then incomplete); absent otherwise. */
+} ci_inspector_log_v1_ci_coll_in_t;
+
+/* The integers a reader of CiColl wants read (the others are stepped over). */
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_RING_SEQ (1ull << 0)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_OP_INDEX (1ull << 1)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_COUNT (1ull << 2)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_ROOT (1ull << 3)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_N_CHANNELS (1ull << 4)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_N_WARPS (1ull << 5)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_GROUP_ID (1ull << 6)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_USER_TAG (1ull << 7)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_TID (1ull << 8)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_API_START_MONO_NS (1ull << 9)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_HOST_START_MONO_NS (1ull << 10)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_HOST_STOP_MONO_NS (1ull << 11)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_HOST_COMPLETE_MONO_NS (1ull << 12)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_GPU_START_GLOBALTIMER_NS (1ull << 13)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_GPU_STOP_GLOBALTIMER_NS (1ull << 14)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_COLL_CHANNELS_COMPLETED (1ull << 15)
+
+CI_TAKE_INLINE int ci_inspector_log_v1_take_ci_coll(const char** at, const char* e, uint64_t wanted,
+                                                   ci_inspector_log_v1_ci_coll_in_t* v) {
+    const char* p = *at;
+    CI_TAKE("{\"kind\":\"coll\",\"schema_version\":1,\"ring_seq\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_RING_SEQ) {
+        v->ring_seq_text.s = p;
+        CI_TAKE_UINT(v->ring_seq);
+        v->ring_seq_text.n = p - v->ring_seq_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    if ((v->has_op_index = CI_TRY(",\"op_index\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_OP_INDEX) {
+            v->op_index_text.s = p;
+            CI_TAKE_UINT(v->op_index);
+            v->op_index_text.n = p - v->op_index_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    CI_TAKE(",\"count\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_COUNT) {
+        v->count_text.s = p;
+        CI_TAKE_UINT(v->count);
+        v->count_text.n = p - v->count_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"datatype\":\"");
+    CI_TAKE_TEXT(v->datatype);
+    if ((v->has_root = CI_TRY(",\"root\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_ROOT) {
+            v->root_text.s = p;
+            CI_TAKE_UINT(v->root);
+            v->root_text.n = p - v->root_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    CI_TAKE(",\"algo\":\"");
+    CI_TAKE_TEXT(v->algo);
+    CI_TAKE(",\"proto\":\"");
+    CI_TAKE_TEXT(v->proto);
+    CI_TAKE(",\"n_channels\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_N_CHANNELS) {
+        v->n_channels_text.s = p;
+        CI_TAKE_UINT(v->n_channels);
+        v->n_channels_text.n = p - v->n_channels_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"n_warps\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_N_WARPS) {
+        v->n_warps_text.s = p;
+        CI_TAKE_UINT(v->n_warps);
+        v->n_warps_text.n = p - v->n_warps_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    if ((v->has_stream = CI_TRY(",\"stream\":\""))) {
+        CI_TAKE_TEXT(v->stream);
+    }
+    if ((v->has_graph_captured = CI_TRY(",\"graph_captured\":"))) {
+        if (CI_TRY("true")) v->graph_captured = 1;
+        else {
+            CI_TAKE("false");
+            v->graph_captured = 0;
+        }
+    }
+    if ((v->has_group_id = CI_TRY(",\"group_id\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_GROUP_ID) {
+            v->group_id_text.s = p;
+            CI_TAKE_UINT(v->group_id);
+            v->group_id_text.n = p - v->group_id_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_user_tag = CI_TRY(",\"user_tag\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_USER_TAG) {
+            v->user_tag_text.s = p;
+            CI_TAKE_UINT(v->user_tag);
+            v->user_tag_text.n = p - v->user_tag_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_kernel_variant = CI_TRY(",\"kernel_variant\":\""))) {
+        CI_TAKE_TEXT(v->kernel_variant);
+    }
+    v->sym_coll = CI_TRY(",\"sym_coll\":true");
+    if ((v->has_tid = CI_TRY(",\"tid\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_TID) {
+            v->tid_text.s = p;
+            CI_TAKE_UINT(v->tid);
+            v->tid_text.n = p - v->tid_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_api_start_mono_ns = CI_TRY(",\"api_start_mono_ns\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_API_START_MONO_NS) {
+            v->api_start_mono_ns_text.s = p;
+            CI_TAKE_UINT(v->api_start_mono_ns);
+            v->api_start_mono_ns_text.n = p - v->api_start_mono_ns_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    CI_TAKE(",\"host_start_mono_ns\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_HOST_START_MONO_NS) {
+        v->host_start_mono_ns_text.s = p;
+        CI_TAKE_UINT(v->host_start_mono_ns);
+        v->host_start_mono_ns_text.n = p - v->host_start_mono_ns_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"host_stop_mono_ns\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_HOST_STOP_MONO_NS) {
+        v->host_stop_mono_ns_text.s = p;
+        CI_TAKE_UINT(v->host_stop_mono_ns);
+        v->host_stop_mono_ns_text.n = p - v->host_stop_mono_ns_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    if ((v->has_host_complete_mono_ns = CI_TRY(",\"host_complete_mono_ns\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_HOST_COMPLETE_MONO_NS) {
+            v->host_complete_mono_ns_text.s = p;
+            CI_TAKE_UINT(v->host_complete_mono_ns);
+            v->host_complete_mono_ns_text.n = p - v->host_complete_mono_ns_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_gpu_start_globaltimer_ns = CI_TRY(",\"gpu_start_globaltimer_ns\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_GPU_START_GLOBALTIMER_NS) {
+            v->gpu_start_globaltimer_ns_text.s = p;
+            CI_TAKE_UINT(v->gpu_start_globaltimer_ns);
+            v->gpu_start_globaltimer_ns_text.n = p - v->gpu_start_globaltimer_ns_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_gpu_stop_globaltimer_ns = CI_TRY(",\"gpu_stop_globaltimer_ns\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_GPU_STOP_GLOBALTIMER_NS) {
+            v->gpu_stop_globaltimer_ns_text.s = p;
+            CI_TAKE_UINT(v->gpu_stop_globaltimer_ns);
+            v->gpu_stop_globaltimer_ns_text.n = p - v->gpu_stop_globaltimer_ns_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_channels_completed = CI_TRY(",\"channels_completed\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_COLL_CHANNELS_COMPLETED) {
+            v->channels_completed_text.s = p;
+            CI_TAKE_UINT(v->channels_completed);
+            v->channels_completed_text.n = p - v->channels_completed_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_forced_complete = CI_TRY(",\"forced_complete\":"))) {
+        if (CI_TRY("true")) v->forced_complete = 1;
+        else {
+            CI_TAKE("false");
+            v->forced_complete = 0;
+        }
+    }
+    CI_TAKE("}");
+    *at = p;
+    return 1;
+}
+
+/* CiP2p, as read. */
+typedef struct {
+    int64_t ring_seq; /* The record's SHM ring sequence number. */
+    ci_inspector_log_v1_span_t ring_seq_text;
+    bool has_op_index;
+    int64_t op_index; /* The op's index among its communicator's collectives (all functions, in issue order, the same on every rank; NCCL's coll_sn counts per function) or among its P2P ops. */
+    ci_inspector_log_v1_span_t op_index_text;
+    int64_t count; /* Element count NCCL reported. */
+    ci_inspector_log_v1_span_t count_text;
+    ci_inspector_log_v1_span_t datatype; /* NCCL datatype name as NCCL reported it, e.g. "ncclBfloat16". */
+    int64_t n_channels; /* Number of channels NCCL used. */
+    ci_inspector_log_v1_span_t n_channels_text;
+    bool has_stream;
+    ci_inspector_log_v1_span_t stream; /* CUDA stream handle as 0x-prefixed lowercase hexadecimal; absent when NCCL did not report one. */
+    bool has_graph_captured;
+    bool graph_captured; /* True when the call was captured into a CUDA graph; absent when NCCL did not say. */
+    bool has_group_id;
+    int64_t group_id; /* Per-process id of the NCCL group the op was launched in (the sends and receives of one pipeline exchange share it); absent when unknown. */
+    ci_inspector_log_v1_span_t group_id_text;
+    bool has_user_tag;
+    int64_t user_tag; /* The tag the application gave the NCCL call (ncclCollConfig_t.userProfilerTag, profiler ABI v7, NCCL 2.31+); absent when untagged or not reported. */
+    ci_inspector_log_v1_span_t user_tag_text;
+    bool has_tid;
+    int64_t tid; /* Kernel thread id of the thread that enqueued the op; absent when unknown. */
+    ci_inspector_log_v1_span_t tid_text;
+    bool has_api_start_mono_ns;
+    int64_t api_start_mono_ns; /* CLOCK_MONOTONIC time the NCCL API call started (P2pApi event, profiler ABI v5+); absent when not observed. */
+    ci_inspector_log_v1_span_t api_start_mono_ns_text;
+    int64_t host_start_mono_ns; /* CLOCK_MONOTONIC time NCCL started the P2P event (task enqueue). */
+    ci_inspector_log_v1_span_t host_start_mono_ns_text;
+    int64_t host_stop_mono_ns; /* CLOCK_MONOTONIC time NCCL stopped the P2P event on the host. */
+    ci_inspector_log_v1_span_t host_stop_mono_ns_text;
+    bool has_host_complete_mono_ns;
+    int64_t host_complete_mono_ns; /* CLOCK_MONOTONIC time the profiler saw the last kernel channel stop; absent when no channel stop was seen. */
+    ci_inspector_log_v1_span_t host_complete_mono_ns_text;
+    bool has_gpu_start_globaltimer_ns;
+    int64_t gpu_start_globaltimer_ns; /* Earliest GPU globaltimer tick at which a kernel channel started; absent without GPU timing. */
+    ci_inspector_log_v1_span_t gpu_start_globaltimer_ns_text;
+    bool has_gpu_stop_globaltimer_ns;
+    int64_t gpu_stop_globaltimer_ns; /* Latest GPU globaltimer tick at which a kernel channel stopped; absent without GPU timing. */
+    ci_inspector_log_v1_span_t gpu_stop_globaltimer_ns_text;
+    bool has_channels_completed;
+    int64_t channels_completed; /* Kernel channels whose stop the profiler saw. */
+    ci_inspector_log_v1_span_t channels_completed_text;
+    bool has_forced_complete;
+    bool forced_complete; /* True when the record was completed by communicator finalize or process exit rather than by NCCL's events; absent otherwise. */
+} ci_inspector_log_v1_ci_p2p_in_t;
+
+/* The integers a reader of CiP2p wants read (the others are stepped over). */
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_RING_SEQ (1ull << 0)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_OP_INDEX (1ull << 1)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_COUNT (1ull << 2)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_N_CHANNELS (1ull << 3)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_GROUP_ID (1ull << 4)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_USER_TAG (1ull << 5)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_TID (1ull << 6)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_API_START_MONO_NS (1ull << 7)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_HOST_START_MONO_NS (1ull << 8)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_HOST_STOP_MONO_NS (1ull << 9)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_HOST_COMPLETE_MONO_NS (1ull << 10)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_GPU_START_GLOBALTIMER_NS (1ull << 11)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_GPU_STOP_GLOBALTIMER_NS (1ull << 12)
+#define CI_INSPECTOR_LOG_V1_WANT_CI_P2P_CHANNELS_COMPLETED (1ull << 13)
+
+CI_TAKE_INLINE int ci_inspector_log_v1_take_ci_p2p(const char** at, const char* e, uint64_t wanted,
+                                                  ci_inspector_log_v1_ci_p2p_in_t* v) {
+    const char* p = *at;
+    CI_TAKE("{\"kind\":\"p2p\",\"schema_version\":1,\"ring_seq\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_RING_SEQ) {
+        v->ring_seq_text.s = p;
+        CI_TAKE_UINT(v->ring_seq);
+        v->ring_seq_text.n = p - v->ring_seq_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    if ((v->has_op_index = CI_TRY(",\"op_index\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_OP_INDEX) {
+            v->op_index_text.s = p;
+            CI_TAKE_UINT(v->op_index);
+            v->op_index_text.n = p - v->op_index_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    CI_TAKE(",\"count\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_COUNT) {
+        v->count_text.s = p;
+        CI_TAKE_UINT(v->count);
+        v->count_text.n = p - v->count_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"datatype\":\"");
+    CI_TAKE_TEXT(v->datatype);
+    CI_TAKE(",\"n_channels\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_N_CHANNELS) {
+        v->n_channels_text.s = p;
+        CI_TAKE_UINT(v->n_channels);
+        v->n_channels_text.n = p - v->n_channels_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    if ((v->has_stream = CI_TRY(",\"stream\":\""))) {
+        CI_TAKE_TEXT(v->stream);
+    }
+    if ((v->has_graph_captured = CI_TRY(",\"graph_captured\":"))) {
+        if (CI_TRY("true")) v->graph_captured = 1;
+        else {
+            CI_TAKE("false");
+            v->graph_captured = 0;
+        }
+    }
+    if ((v->has_group_id = CI_TRY(",\"group_id\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_GROUP_ID) {
+            v->group_id_text.s = p;
+            CI_TAKE_UINT(v->group_id);
+            v->group_id_text.n = p - v->group_id_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_user_tag = CI_TRY(",\"user_tag\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_USER_TAG) {
+            v->user_tag_text.s = p;
+            CI_TAKE_UINT(v->user_tag);
+            v->user_tag_text.n = p - v->user_tag_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_tid = CI_TRY(",\"tid\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_TID) {
+            v->tid_text.s = p;
+            CI_TAKE_UINT(v->tid);
+            v->tid_text.n = p - v->tid_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_api_start_mono_ns = CI_TRY(",\"api_start_mono_ns\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_API_START_MONO_NS) {
+            v->api_start_mono_ns_text.s = p;
+            CI_TAKE_UINT(v->api_start_mono_ns);
+            v->api_start_mono_ns_text.n = p - v->api_start_mono_ns_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    CI_TAKE(",\"host_start_mono_ns\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_HOST_START_MONO_NS) {
+        v->host_start_mono_ns_text.s = p;
+        CI_TAKE_UINT(v->host_start_mono_ns);
+        v->host_start_mono_ns_text.n = p - v->host_start_mono_ns_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    CI_TAKE(",\"host_stop_mono_ns\":");
+    if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_HOST_STOP_MONO_NS) {
+        v->host_stop_mono_ns_text.s = p;
+        CI_TAKE_UINT(v->host_stop_mono_ns);
+        v->host_stop_mono_ns_text.n = p - v->host_stop_mono_ns_text.s;
+    } else {
+        CI_SKIP_UINT();
+    }
+    if ((v->has_host_complete_mono_ns = CI_TRY(",\"host_complete_mono_ns\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_HOST_COMPLETE_MONO_NS) {
+            v->host_complete_mono_ns_text.s = p;
+            CI_TAKE_UINT(v->host_complete_mono_ns);
+            v->host_complete_mono_ns_text.n = p - v->host_complete_mono_ns_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_gpu_start_globaltimer_ns = CI_TRY(",\"gpu_start_globaltimer_ns\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_GPU_START_GLOBALTIMER_NS) {
+            v->gpu_start_globaltimer_ns_text.s = p;
+            CI_TAKE_UINT(v->gpu_start_globaltimer_ns);
+            v->gpu_start_globaltimer_ns_text.n = p - v->gpu_start_globaltimer_ns_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_gpu_stop_globaltimer_ns = CI_TRY(",\"gpu_stop_globaltimer_ns\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_GPU_STOP_GLOBALTIMER_NS) {
+            v->gpu_stop_globaltimer_ns_text.s = p;
+            CI_TAKE_UINT(v->gpu_stop_globaltimer_ns);
+            v->gpu_stop_globaltimer_ns_text.n = p - v->gpu_stop_globaltimer_ns_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_channels_completed = CI_TRY(",\"channels_completed\":"))) {
+        if (wanted & CI_INSPECTOR_LOG_V1_WANT_CI_P2P_CHANNELS_COMPLETED) {
+            v->channels_completed_text.s = p;
+            CI_TAKE_UINT(v->channels_completed);
+            v->channels_completed_text.n = p - v->channels_completed_text.s;
+        } else {
+            CI_SKIP_UINT();
+        }
+    }
+    if ((v->has_forced_complete = CI_TRY(",\"forced_complete\":"))) {
+        if (CI_TRY("true")) v->forced_complete = 1;
+        else {
+            CI_TAKE("false");
+            v->forced_complete = 0;
+        }
+    }
+    CI_TAKE("}");
+    *at = p;
+    return 1;
+}
 
 /* CiCollCompact, as read. */
 typedef struct {
@@ -1749,6 +2454,112 @@ CI_TAKE_INLINE int ci_inspector_log_v1_take_ci_p2p_compact(const char** at, cons
         CI_SKIP_UINT();
     }
     v->fc = CI_TRY(",\"fc\":true");
+    CI_TAKE("}");
+    *at = p;
+    return 1;
+}
+
+/* InspectorLogRecord (the line), as read: the objects above it holds. */
+#define CI_INSPECTOR_LOG_V1_TOOK_CI_COLL_COMPACT 1 /* its CiCollCompact */
+#define CI_INSPECTOR_LOG_V1_TOOK_CI_P2P_COMPACT 2 /* its CiP2pCompact */
+#define CI_INSPECTOR_LOG_V1_TOOK_CI_COLL 3 /* its CiColl */
+#define CI_INSPECTOR_LOG_V1_TOOK_CI_P2P 4 /* its CiP2p */
+typedef struct {
+    bool has_header;
+    ci_inspector_log_v1_header_in_t header; /* NVIDIA Inspector communicator header. */
+    ci_inspector_log_v1_span_t header_text;
+    bool has_metadata;
+    ci_inspector_log_v1_metadata_in_t metadata; /* NVIDIA Inspector producer metadata. */
+    ci_inspector_log_v1_span_t metadata_text;
+    bool has_coll_perf;
+    ci_inspector_log_v1_coll_perf_in_t coll_perf; /* NVIDIA Inspector per-collective performance record. */
+    ci_inspector_log_v1_span_t coll_perf_text;
+    bool has_p2p_perf;
+    ci_inspector_log_v1_p2p_perf_in_t p2p_perf; /* NVIDIA Inspector per-send/recv performance record, the point-to-point counterpart of coll_perf. */
+    ci_inspector_log_v1_span_t p2p_perf_text;
+    int ci_took; /* which of its alternatives was read (a CI_INSPECTOR_LOG_V1_TOOK_*), 0: none */
+    ci_inspector_log_v1_ci_coll_compact_in_t ci_coll_compact; /* CommInsight's own part of the line, tagged by `kind`. Absent on foreign NVIDIA Inspector lines. (CiCollCompact) */
+    ci_inspector_log_v1_ci_p2p_compact_in_t ci_p2p_compact; /* CommInsight's own part of the line, tagged by `kind`. Absent on foreign NVIDIA Inspector lines. (CiP2pCompact) */
+    ci_inspector_log_v1_ci_coll_in_t ci_coll; /* CommInsight's own part of the line, tagged by `kind`. Absent on foreign NVIDIA Inspector lines. (CiColl) */
+    ci_inspector_log_v1_ci_p2p_in_t ci_p2p; /* CommInsight's own part of the line, tagged by `kind`. Absent on foreign NVIDIA Inspector lines. (CiP2p) */
+} ci_inspector_log_v1_inspector_log_record_in_t;
+
+/* The integers a reader wants read, per object (each that object's WANT bits), or
+ * CI_INSPECTOR_LOG_V1_SKIP_OBJECT: nothing of it (its bytes alone). */
+#define CI_INSPECTOR_LOG_V1_SKIP_OBJECT (1ull << 63)
+typedef struct {
+    uint64_t header;
+    uint64_t metadata;
+    uint64_t coll_perf;
+    uint64_t p2p_perf;
+    uint64_t ci_coll_compact;
+    uint64_t ci_p2p_compact;
+    uint64_t ci_coll;
+    uint64_t ci_p2p;
+} ci_inspector_log_v1_inspector_log_record_wants_t;
+
+CI_TAKE_INLINE int ci_inspector_log_v1_take_inspector_log_record(const char** at, const char* e,
+                                                                const ci_inspector_log_v1_inspector_log_record_wants_t* wanted,
+                                                                ci_inspector_log_v1_inspector_log_record_in_t* v) {
+    const char* p = *at;
+    CI_TAKE("{");
+    int more = 0; /* a key was read: the next follows a comma */
+    if ((v->has_header = (more ? CI_TRY(",\"header\":") : CI_TRY("\"header\":")))) {
+        v->header_text.s = p;
+        if (wanted->header & CI_INSPECTOR_LOG_V1_SKIP_OBJECT) {
+            CI_SKIP_OBJECT();
+        } else if (!ci_inspector_log_v1_take_header(&p, e, wanted->header, &v->header)) {
+            return 0;
+        }
+        v->header_text.n = p - v->header_text.s;
+        more = 1;
+    }
+    if ((v->has_metadata = (more ? CI_TRY(",\"metadata\":") : CI_TRY("\"metadata\":")))) {
+        v->metadata_text.s = p;
+        if (wanted->metadata & CI_INSPECTOR_LOG_V1_SKIP_OBJECT) {
+            CI_SKIP_OBJECT();
+        } else if (!ci_inspector_log_v1_take_metadata(&p, e, wanted->metadata, &v->metadata)) {
+            return 0;
+        }
+        v->metadata_text.n = p - v->metadata_text.s;
+        more = 1;
+    }
+    if ((v->has_coll_perf = (more ? CI_TRY(",\"coll_perf\":") : CI_TRY("\"coll_perf\":")))) {
+        v->coll_perf_text.s = p;
+        if (wanted->coll_perf & CI_INSPECTOR_LOG_V1_SKIP_OBJECT) {
+            CI_SKIP_OBJECT();
+        } else if (!ci_inspector_log_v1_take_coll_perf(&p, e, wanted->coll_perf, &v->coll_perf)) {
+            return 0;
+        }
+        v->coll_perf_text.n = p - v->coll_perf_text.s;
+        more = 1;
+    }
+    if ((v->has_p2p_perf = (more ? CI_TRY(",\"p2p_perf\":") : CI_TRY("\"p2p_perf\":")))) {
+        v->p2p_perf_text.s = p;
+        if (wanted->p2p_perf & CI_INSPECTOR_LOG_V1_SKIP_OBJECT) {
+            CI_SKIP_OBJECT();
+        } else if (!ci_inspector_log_v1_take_p2p_perf(&p, e, wanted->p2p_perf, &v->p2p_perf)) {
+            return 0;
+        }
+        v->p2p_perf_text.n = p - v->p2p_perf_text.s;
+        more = 1;
+    }
+    v->ci_took = 0;
+    if (more ? CI_TRY(",\"ci\":") : CI_TRY("\"ci\":")) {
+        if (ci_inspector_log_v1_take_ci_coll_compact(&p, e, wanted->ci_coll_compact, &v->ci_coll_compact)) {
+            v->ci_took = CI_INSPECTOR_LOG_V1_TOOK_CI_COLL_COMPACT;
+        } else if (ci_inspector_log_v1_take_ci_p2p_compact(&p, e, wanted->ci_p2p_compact, &v->ci_p2p_compact)) {
+            v->ci_took = CI_INSPECTOR_LOG_V1_TOOK_CI_P2P_COMPACT;
+        } else if (ci_inspector_log_v1_take_ci_coll(&p, e, wanted->ci_coll, &v->ci_coll)) {
+            v->ci_took = CI_INSPECTOR_LOG_V1_TOOK_CI_COLL;
+        } else if (ci_inspector_log_v1_take_ci_p2p(&p, e, wanted->ci_p2p, &v->ci_p2p)) {
+            v->ci_took = CI_INSPECTOR_LOG_V1_TOOK_CI_P2P;
+        } else {
+            return 0;
+        }
+        more = 1;
+    }
+    (void)more;
     CI_TAKE("}");
     *at = p;
     return 1;

@@ -2310,6 +2310,19 @@ class CiSegmentStart(
     """
     ring_seq of the next ring record the writer will read; the previous segment's ring records and gaps end just before it.
     """
+    communicators_omitted: (
+        Annotated[
+            int,
+            Meta(
+                description="Live communicator members the list leaves out, because the line would pass the writer's bound on a line (its buffer): their comm_init lines, in earlier segments, name them. Absent when the list holds every one.",
+                ge=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Live communicator members the list leaves out, because the line would pass the writer's bound on a line (its buffer): their comm_init lines, in earlier segments, name them. Absent when the list holds every one.
+    """
 
 
 class SealReason(Enum):
