@@ -36,10 +36,10 @@ from pathlib import Path
 import numpy as np
 from profiler_hot_path import DEFAULT_PLUGIN, build_tools, ensure_plugin, plugin_env
 
-from comminsight.agent.core.producers import ProducerSet
-from comminsight.agent.core.recent_ops import RecentOps
 from comminsight.agent.metrics.node import NodeMetrics
 from comminsight.agent.node.ingest import NodeIngest
+from comminsight.agent.receivers.producers import ProducerSet
+from comminsight.agent.state.recent_ops import RecentOps
 from comminsight.agent.steps.engine_hook import PassThroughEngine
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.config_v1 import ConfigV1

@@ -63,10 +63,10 @@ from pathlib import Path
 import grpc
 import httpx
 
-from comminsight.agent.core.node_state import row_key
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.relay.classes import rank_classes
 from comminsight.agent.slave.agent import BATCH_FILL, split_batches
+from comminsight.agent.state.node_state import row_key
 from comminsight_client import Client
 from comminsight_client.api.hangs import list_hangs
 from comminsight_client.models import HangReportList

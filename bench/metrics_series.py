@@ -28,9 +28,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.metrics.level import JOB, RANK
 from comminsight.agent.metrics.node import NodeMetrics, update_from_producers
+from comminsight.agent.receivers.producers import ProducerSet
 from comminsight.sim import SimConfig, run_simulation
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -597,6 +597,11 @@ def op_records(records: np.ndarray) -> np.ndarray:
     return records if mask.all() else records[mask]
 
 
+def rank_or_none(value: int) -> int | None:
+    """A rank field of the ABIs (shm, fifo-event), where NO_RANK means none."""
+    return None if value == shm_v1.NO_RANK else value
+
+
 def record_text(value: bytes) -> str:
     """A NUL-terminated char[] field as str."""
     return _text(bytes(value))

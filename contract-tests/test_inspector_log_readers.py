@@ -297,8 +297,8 @@ def test_the_engine_reads_a_segment_as_python_alone_reads_it(tmp_path):
 SPELLERS = [
     "comminsight/semantic/log_input.py",
     "comminsight/semantic/process_gpus.py",
-    "comminsight/agent/core/inspector_lines.py",
-    "comminsight/agent/core/log_recovery.py",
+    "comminsight/agent/receivers/inspector_lines.py",
+    "comminsight/agent/receivers/log_recovery.py",
 ]
 
 

@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from comminsight.agent.core.inspector_lines import timings as recovered_timings
+from comminsight.agent.receivers.inspector_lines import timings as recovered_timings
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_ns, durations_s
 from comminsight_gen.abi import shm_v1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from comminsight.agent.core.fifo_reader import EVENT_SIZE
+from comminsight.agent.receivers.fifo_reader import EVENT_SIZE
 from comminsight_gen.abi import fifo_event_v1, shm_v1
 
 

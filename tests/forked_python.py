@@ -59,7 +59,7 @@ PRELOAD = (
     "comminsight.agent.main",
     "comminsight.agent.node.service",
     "comminsight.agent.api.server",
-    "comminsight.agent.core.fifo_reader",
+    "comminsight.agent.receivers.fifo_reader",
     "comminsight.cli.command_line",
     "comminsight.cli.client",
     "comminsight.cli.output",

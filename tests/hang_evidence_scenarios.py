@@ -21,8 +21,8 @@ import msgspec
 from plugin_scenarios import COLL, Driver, hold_agent_lock, home, region
 from waiting import wait_until
 
-from comminsight.agent.core.snapshot import build_snapshot
 from comminsight.agent.hangs.diagnosis import diagnose
+from comminsight.agent.state.snapshot import build_snapshot
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.abi.nccl_profiler_v5 import EventState, EventType
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import msgspec
 
-from comminsight.agent.core.snapshot import (
+from comminsight.agent.hangs.diagnosis import diagnose
+from comminsight.agent.hangs.incident_store import IncidentStore
+from comminsight.agent.state.snapshot import (
     CommMember,
     InflightOp,
     NodeSnapshot,
     ProcessView,
     group_by_comm,
 )
-from comminsight.agent.hangs.diagnosis import diagnose
-from comminsight.agent.hangs.incident_store import IncidentStore
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import HangReport
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from comminsight.agent.core.inject_names import InjectNames
+from comminsight.agent.receivers.inject_names import InjectNames
 from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.log_records import op_slots, process_segments
 from comminsight.agent.steps.semantic_hook import SemanticEngineHook

@@ -85,8 +85,8 @@ def agent_label(home: Path) -> str | None:
     try:
         from prometheus_client.parser import text_string_to_metric_families
 
-        from comminsight.agent.core.producers import ProducerSet
         from comminsight.agent.metrics.node import NodeMetrics, update_from_producers
+        from comminsight.agent.receivers.producers import ProducerSet
     except ImportError as e:
         emit("agent_ingest_skipped", str(e))
         return None

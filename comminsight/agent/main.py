@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from comminsight.agent.core import command_line
-from comminsight.agent.core.home_check import HomeError, check_config_file, check_home
+from comminsight.agent.receivers.home_check import HomeError, check_config_file, check_home
 from comminsight.agent.tls_files import TlsFileError, read_pem
 from comminsight.config import ConfigError, config_file_path, is_loopback, load_settings
 from comminsight.durable_files import make_private_dirs
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("%s", warning)
         print(f"comminsight-agent: WARNING: {warning}", file=sys.stderr)
     log.info("home %s: watching shms/ and fifos/hang-events.fifo", home)
-    from comminsight.agent.core.fifo_reader import FifoError
+    from comminsight.agent.receivers.fifo_reader import FifoError
 
     try:
         listen_from = flags.get("COMMINSIGHT_AGENT_LISTEN", (None, "COMMINSIGHT_AGENT_LISTEN"))[1]

@@ -43,7 +43,7 @@ def default_out(logs: Path) -> Path:
     would otherwise list every step twice). The way to the logs is walked first, as the home's
     is: where it passes another user's link or directory, that user would choose where the
     summaries go (a HomeError names it; --out chooses another place)."""
-    from comminsight.agent.core.home_check import check_ancestors
+    from comminsight.agent.receivers.home_check import check_ancestors
 
     check_ancestors(logs, os.geteuid())
     return logs.resolve().parent / home_names.SEMANTICS / home_names.STEP / home_names.OFFLINE
@@ -140,7 +140,7 @@ def _recover(
 
 
 def _run(args, logs, keep_ops, out, workers, scheduler, on_ops) -> OfflineResult:
-    from comminsight.agent.core.home_check import make_trusted_dirs
+    from comminsight.agent.receivers.home_check import make_trusted_dirs
     from comminsight.semantic.dask_cluster import dask_client
     from comminsight.semantic.distributed_steps import recover_steps_distributed
     from comminsight.semantic.offline import recover_steps
@@ -170,7 +170,7 @@ def _run(args, logs, keep_ops, out, workers, scheduler, on_ops) -> OfflineResult
 
 
 def cmd_steps_offline(args: argparse.Namespace, console: Console) -> int:
-    from comminsight.agent.core.home_check import HomeError
+    from comminsight.agent.receivers.home_check import HomeError
     from comminsight.semantic.offline import CHECKPOINT_NAME
     from comminsight.semantic.remote_logs import is_url
 
@@ -266,7 +266,7 @@ def rank_table(gpu, summaries: list | None = None):
 
 
 def cmd_trace(args: argparse.Namespace, console: Console) -> int:
-    from comminsight.agent.core.home_check import HomeError
+    from comminsight.agent.receivers.home_check import HomeError
     from comminsight.semantic.trace import gpu_events, write_trace
 
     result = _recover(args, console, keep_ops=True)
@@ -308,7 +308,7 @@ def trusted_parent(path: Path) -> None:
     """The directory a file will be written into (atomically: a new file renamed over the
     old, so what is at its own name is replaced, never followed): the trust walk over the
     way there, and the directory made as the home's are when it is missing."""
-    from comminsight.agent.core.home_check import check_ancestors, make_trusted_dirs
+    from comminsight.agent.receivers.home_check import check_ancestors, make_trusted_dirs
 
     check_ancestors(path, os.geteuid())
     parent = path.parent if path.is_absolute() else (Path.cwd() / path).parent

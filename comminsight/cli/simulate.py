@@ -19,7 +19,7 @@ from comminsight.cli.output import Output, error, new_table, terminal_progress
 
 
 def cmd_sim(args: argparse.Namespace, console: Console) -> int:
-    from comminsight.agent.core.home_check import HomeError, make_trusted_dirs
+    from comminsight.agent.receivers.home_check import HomeError, make_trusted_dirs
     from comminsight.sim import SimConfigError, SimProgress, run_simulation, summarize
     from comminsight.sim.cli_args import config_from_args
 

@@ -29,16 +29,15 @@ from hang_snapshots import (
 )
 from waiting import wait_until
 
-from comminsight.agent.core.recent_ops import Origin, RecentOps
-from comminsight.agent.core.snapshot import (
+from comminsight.agent.hangs.diagnosis import diagnose
+from comminsight.agent.state.recent_ops import Origin, RecentOps
+from comminsight.agent.state.snapshot import (
     CommMember,
     InflightOp,
     NodeSnapshot,
     build_snapshot,
-    rank_or_none,
 )
-from comminsight.agent.hangs.diagnosis import diagnose
-from comminsight.shm_reader import RingCursor, ShmError, ShmRegion, op_records
+from comminsight.shm_reader import RingCursor, ShmError, ShmRegion, op_records, rank_or_none
 from comminsight.sim import run_simulation
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import HangReport, Verdict
@@ -49,7 +48,7 @@ def test_an_inflight_view_the_counters_have_overtaken_is_not_believed(tmp_path):
     (op #0 in flight) beside counters that moved on (5 enqueued, 5 completed)."""
     import numpy as np
 
-    from comminsight.agent.core.snapshot import inflight_op
+    from comminsight.agent.state.snapshot import inflight_op
     from comminsight_gen.abi import shm_v1
 
     row = np.zeros(1, dtype=shm_v1.COMM_ENTRY_DTYPE)[0]
@@ -480,7 +479,7 @@ def test_a_divergence_without_a_standing_out_op_blames_no_one():
 def test_recent_ops_give_a_process_s_completed_collectives_by_op_index():
     import numpy as np
 
-    from comminsight.agent.core.recent_ops import Origin, RecentOps
+    from comminsight.agent.state.recent_ops import Origin, RecentOps
 
     slots = np.zeros(4, shm_v1.OP_SLOT_DTYPE)
     slots["kind"] = [shm_v1.RecordKind.COLL, shm_v1.RecordKind.COLL, shm_v1.RecordKind.P2P,

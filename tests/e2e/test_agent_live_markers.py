@@ -18,8 +18,8 @@ from live_agent import LiveAgent
 from profiler_builds import builds
 from waiting import wait_until
 
-from comminsight.agent.core import step_marker_store as store
-from comminsight.agent.core.inject_names import InjectNames
+from comminsight.agent.receivers import step_marker_store as store
+from comminsight.agent.receivers.inject_names import InjectNames
 from comminsight.semantic.offline import read_summaries
 from comminsight.sim import SimConfig, read_ground_truth, run_simulation
 from comminsight.sim.step_accuracy import SUITE, score

@@ -14,7 +14,7 @@ from live_agent import LiveAgent
 from profiler_builds import builds
 from waiting import wait_until
 
-from comminsight.agent.core.producer_gpus import ProcessGpus
+from comminsight.agent.receivers.producer_gpus import ProcessGpus
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.step_accuracy import ENV, op_identity
 from comminsight.sim.truth import read_ground_truth

@@ -14,7 +14,7 @@ import pytest
 from multinode_job import sim_config, start_job
 from waiting import wait_until
 
-from comminsight.agent.core.fifo_reader import EVENT
+from comminsight.agent.receivers.fifo_reader import EVENT
 from comminsight.shm_reader import ShmError, ShmRegion
 from comminsight.sim import run_simulation
 

@@ -34,7 +34,6 @@ from hang_snapshots import (
 )
 from live_agent import LiveAgent
 
-from comminsight.agent.core.snapshot import InflightOp
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incident_store import IncidentStore
 from comminsight.agent.hangs.incidents import group_reports, with_roles
@@ -46,6 +45,7 @@ from comminsight.agent.hangs.op_rhythm import (
     expected_op,
 )
 from comminsight.agent.hangs.step_cycles import StepCycles, cycle_in, newest_steps
+from comminsight.agent.state.snapshot import InflightOp
 from comminsight.sim import SimConfig, parse_fault, run_simulation
 from comminsight.sim.workloads import build_plan
 from comminsight_gen.models.hang_report_v1 import CulpritBasis, HangReport, Severity, Verdict

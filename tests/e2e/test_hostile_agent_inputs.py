@@ -28,14 +28,14 @@ from live_agent import LiveAgent
 from logged_ops import is_op, ring_seq
 from profiler_builds import builds
 
-from comminsight.agent.core import log_recovery
-from comminsight.agent.core.fifo_reader import EVENT_SIZE, HangEventFifo
-from comminsight.agent.core.home_check import HomeError, check_config_file, check_home
-from comminsight.agent.core.inject_names import READ_BUDGET, InjectNames
-from comminsight.agent.core.log_recovery import recover, segment_prefix
-from comminsight.agent.core.producers import QUARANTINE, ProducerSet
 from comminsight.agent.hangs.store import HangStore
 from comminsight.agent.node.service import RECENT_EVENTS
+from comminsight.agent.receivers import log_recovery
+from comminsight.agent.receivers.fifo_reader import EVENT_SIZE, HangEventFifo
+from comminsight.agent.receivers.home_check import HomeError, check_config_file, check_home
+from comminsight.agent.receivers.inject_names import READ_BUDGET, InjectNames
+from comminsight.agent.receivers.log_recovery import recover, segment_prefix
+from comminsight.agent.receivers.producers import QUARANTINE, ProducerSet
 from comminsight.config import ConfigError, load_settings
 from comminsight.log_segments import verify_segment
 from comminsight.shm_reader import BUSY, HEADER, SLOT, RingCursor, ShmError, ShmRegion
@@ -781,7 +781,7 @@ def test_exited_processes_awaiting_retirement_cost_no_table_copies(tmp_path):
         p.region.comm_entries()
     copies = sum(r.table_copies for r in regions)
     probes = []
-    import comminsight.agent.core.producers as module
+    import comminsight.agent.receivers.producers as module
 
     real = module.process_runs
     module.process_runs = lambda *a: probes.append(a) or real(*a)
@@ -1130,7 +1130,7 @@ def test_a_header_clock_of_two_to_the_64_minus_one_is_refused_by_name(
 
 
 def test_a_partial_write_before_a_genuine_event_is_skipped_and_the_event_read(tmp_path):
-    from comminsight.agent.core.fifo_reader import EventDecoder
+    from comminsight.agent.receivers.fifo_reader import EventDecoder
 
     genuine = event_bytes(pid=4242, rank=1, nranks=2, comm_id=7)
     decoder = EventDecoder("test")
@@ -1152,7 +1152,7 @@ def test_a_partial_write_before_a_genuine_event_is_skipped_and_the_event_read(tm
     ],
 )
 def test_an_event_with_impossible_fields_is_rejected_by_name(fields, reason):
-    from comminsight.agent.core.fifo_reader import EventDecoder
+    from comminsight.agent.receivers.fifo_reader import EventDecoder
 
     decoder = EventDecoder("test")
     bad = event_bytes(**{"pid": 10, "nranks": 2, **fields})
@@ -1207,7 +1207,7 @@ def test_random_ring_slots_with_a_valid_seq_are_dropped_counted_and_named(tmp_pa
 
 
 def test_thousands_of_inject_files_are_read_in_turns_once_and_logged_once(tmp_path, caplog):
-    from comminsight.agent.core.inject_names import FILES_PER_PASS
+    from comminsight.agent.receivers.inject_names import FILES_PER_PASS
 
     inject = tmp_path / "metadata" / "inject"
     inject.mkdir(parents=True)
@@ -1217,7 +1217,7 @@ def test_thousands_of_inject_files_are_read_in_turns_once_and_logged_once(tmp_pa
         (inject / f"h.{100000 + i}.jsonl").write_bytes(b"{not json\n" + good[:-1])
     (inject / "h.7.jsonl").write_bytes(good)
     names = InjectNames(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="comminsight.agent.core.inject_names"):
+    with caplog.at_level(logging.WARNING, logger="comminsight.agent.receivers.inject_names"):
         for expected in range(1, 5):
             names.refresh()
             assert names.files_opened == min(expected * FILES_PER_PASS, n + 1)

@@ -42,7 +42,7 @@ from waiting import wait_until
 from comminsight.agent.archive.archiver import Archiver, PassReport
 from comminsight.agent.archive.providers import LocalDirectoryProvider
 from comminsight.agent.archive.upload import ZstdUploader
-from comminsight.agent.core.home_check import HomeError, check_config_file, check_home
+from comminsight.agent.receivers.home_check import HomeError, check_config_file, check_home
 from comminsight.config import ConfigError, is_loopback, load_settings
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.config_v1 import ConfigV1

@@ -17,7 +17,7 @@ from live_agent import LiveAgent
 from profiler_builds import builds
 
 from comminsight.agent.core.liveness import ProcessIdentity, namespace_shift, process_runs
-from comminsight.agent.core.producer_clock import ESTIMATE_SAME_CLOCK_NS, ProducerClock
+from comminsight.agent.receivers.producer_clock import ESTIMATE_SAME_CLOCK_NS, ProducerClock
 from comminsight.sim import SimConfig, read_ground_truth, run_simulation, time_namespace
 from comminsight.sim.faults import parse_fault
 from comminsight_gen.models.hang_report_v1 import Resolution, Verdict

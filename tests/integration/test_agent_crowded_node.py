@@ -16,9 +16,9 @@ import numpy as np
 from agent_home import hold_agent_lock, run_sim
 from profiler_builds import builds
 
-from comminsight.agent.core import producers as producers_module
-from comminsight.agent.core.producers import ProducerSet
-from comminsight.agent.core.snapshot import build_snapshot
+from comminsight.agent.receivers import producers as producers_module
+from comminsight.agent.receivers.producers import ProducerSet
+from comminsight.agent.state.snapshot import build_snapshot
 from comminsight.shm_reader import op_records
 from comminsight.sim import SimConfig, run_simulation
 from comminsight.sim.faults import parse_fault
@@ -154,7 +154,7 @@ def test_descriptors_stay_bounded_while_processes_come_and_go(tmp_path):
 def test_ended_processes_remembered_are_bounded(tmp_path, monkeypatch):
     """Processes that died with live communicators are remembered for diagnosis, each
     costing every pass: past MAX_ENDED_REMEMBERED the oldest are forgotten early."""
-    import comminsight.agent.core.producers as producers_module
+    import comminsight.agent.receivers.producers as producers_module
 
     monkeypatch.setattr(producers_module, "MAX_ENDED_REMEMBERED", 2)
     lock = hold_agent_lock(tmp_path)

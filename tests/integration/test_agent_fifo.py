@@ -10,7 +10,7 @@ from fifo_events import event_bytes
 from profiler_builds import run_scenario
 from waiting import wait_until_async
 
-from comminsight.agent.core.fifo_reader import EventDecoder, FifoError, HangEventFifo
+from comminsight.agent.receivers.fifo_reader import EventDecoder, FifoError, HangEventFifo
 from comminsight_gen.abi import shm_v1
 
 

@@ -12,8 +12,8 @@ from agent_home import hold_agent_lock
 from inject_named_comms import run_named_comms
 from live_agent import LiveAgent
 
-from comminsight.agent.core.inject_names import InjectNames
-from comminsight.agent.core.node_state import read_node_rows
+from comminsight.agent.receivers.inject_names import InjectNames
+from comminsight.agent.state.node_state import read_node_rows
 from comminsight.inject.metadata import MetadataFile
 from comminsight.shm_reader import ShmRegion, record_text
 from comminsight_gen.abi.shm_v1 import NameSource
@@ -89,7 +89,7 @@ def test_bad_lines_are_named_and_the_rest_still_counts(tmp_path, caplog):
         f.write(b"\xff\xfe\n")
     group(meta, "dp:2", "nccl-config")
     names = InjectNames(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="comminsight.agent.core.inject_names"):
+    with caplog.at_level(logging.WARNING, logger="comminsight.agent.receivers.inject_names"):
         names.refresh()
     assert names.named_by_inject(HOST, 11, "tp:1") and names.named_by_inject(HOST, 11, "dp:2")
     file = meta.path.name

@@ -14,8 +14,6 @@ import pytest
 from agent_home import hold_agent_lock, run_sim
 from prometheus_client.parser import text_string_to_metric_families
 
-from comminsight.agent.core.process_labels import NO_PROCESS
-from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.metrics.node import (
     BUSBW_BUCKETS_GBS,
     LATENCY_BUCKETS_S,
@@ -23,6 +21,8 @@ from comminsight.agent.metrics.node import (
     size_bucket,
     update_from_producers,
 )
+from comminsight.agent.receivers.producers import ProducerSet
+from comminsight.agent.state.process_labels import NO_PROCESS
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
 

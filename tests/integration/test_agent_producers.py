@@ -8,7 +8,7 @@ import time
 import numpy as np
 from agent_home import hold_agent_lock, run_sim
 
-from comminsight.agent.core.producers import ProducerSet
+from comminsight.agent.receivers.producers import ProducerSet
 from comminsight_gen.abi import shm_v1
 
 
@@ -94,7 +94,7 @@ def test_a_file_still_being_created_is_waited_for_not_quarantined(tmp_path):
 
 
 def test_a_file_that_never_finishes_being_created_is_refused_after_the_grace(tmp_path, monkeypatch):
-    import comminsight.agent.core.producers as producers_module
+    import comminsight.agent.receivers.producers as producers_module
 
     (tmp_path / "shms").mkdir(mode=0o700)
     (tmp_path / "shms" / "stuck.shm").write_bytes(bytes(shm_v1.HEADER_DTYPE.itemsize * 4))

@@ -15,7 +15,7 @@ import zstandard
 from comminsight.agent.archive.archiver import Archiver
 from comminsight.agent.archive.local import DEFAULT_KINDS, USERS_INSPECTOR_LOGS
 from comminsight.agent.archive.providers import LocalDirectoryProvider
-from comminsight.agent.core.tenants import prepare_shared_home
+from comminsight.agent.receivers.tenants import prepare_shared_home
 from comminsight.config import load_settings
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="other users' files are made by chown")

@@ -33,13 +33,13 @@ from hang_snapshots import (
 from live_agent import LiveAgent
 from waiting import wait_until
 
-from comminsight.agent.core.node_state import NodeRows
-from comminsight.agent.core.snapshot import group_by_comm
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incident_store import IncidentStore
 from comminsight.agent.hangs.incidents import group_reports, with_roles
 from comminsight.agent.hangs.resolution import resolve_cleared
 from comminsight.agent.master.job_view import NodeRecord, job_snapshot
+from comminsight.agent.state.node_state import NodeRows
+from comminsight.agent.state.snapshot import group_by_comm
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api

@@ -14,10 +14,10 @@ from engine_inputs import COMMS, TEMPLATES, ddp_slots
 from profiler_builds import builds
 from waiting import wait_until
 
-from comminsight.agent.core.producers import ProducerSet
-from comminsight.agent.core.recent_ops import RecentOps
 from comminsight.agent.metrics.node import NodeMetrics
 from comminsight.agent.node.ingest import NodeIngest
+from comminsight.agent.receivers.producers import ProducerSet
+from comminsight.agent.state.recent_ops import RecentOps
 from comminsight.agent.steps.engine_hook import GpuStream, PassThroughEngine
 from comminsight.agent.steps.semantic_hook import CHECKPOINT_NAME, SemanticEngineHook
 from comminsight.sim import SimConfig, run_simulation
@@ -208,7 +208,7 @@ def test_a_process_forgotten_in_the_pass_that_read_its_last_records_is_finished_
     released them, before the loop that tells the engine of ended processes sees them: they
     are told finished, then retired, all the same. Before, their GPUs stayed open for ever:
     a churning node kept hundreds of Step files unsealed."""
-    import comminsight.agent.core.producers as producers_module
+    import comminsight.agent.receivers.producers as producers_module
 
     monkeypatch.setattr(producers_module, "MAX_ENDED_REMEMBERED", 0)
     lock = hold_agent_lock(tmp_path)

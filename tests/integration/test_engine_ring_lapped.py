@@ -15,10 +15,10 @@ import pytest
 from agent_home import hold_agent_lock, run_sim
 from log_files import segment_lines
 
-from comminsight.agent.core.producers import ProducerSet
-from comminsight.agent.core.recent_ops import RecentOps
 from comminsight.agent.metrics.node import NodeMetrics
 from comminsight.agent.node.ingest import NodeIngest, comm_infos
+from comminsight.agent.receivers.producers import ProducerSet
+from comminsight.agent.state.recent_ops import RecentOps
 from comminsight.agent.steps.engine_hook import PassThroughEngine
 from comminsight.agent.steps.log_records import op_slots, process_segments
 from comminsight.agent.steps.semantic_hook import SemanticEngineHook

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from agent_home import hold_agent_lock, run_sim
 
-from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.node.ingest import comm_infos
+from comminsight.agent.receivers.producers import ProducerSet
 from comminsight.agent.steps import log_records
 from comminsight.agent.steps.log_records import (
     _FIELDS,

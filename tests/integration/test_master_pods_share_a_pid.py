@@ -19,9 +19,9 @@ from test_node_api_rows import COMM, waiting
 
 from comminsight.agent.api.views import communicators, inflight_ops
 from comminsight.agent.core.liveness import own_pid_namespace
-from comminsight.agent.core.node_state import RowDiff, read_node_rows
 from comminsight.agent.master.grpc_service import apply_rows
 from comminsight.agent.master.job_view import NodeRecord, job_rows, job_snapshot, node_summary
+from comminsight.agent.state.node_state import RowDiff, read_node_rows
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
 

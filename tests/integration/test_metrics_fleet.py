@@ -35,15 +35,15 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 import comminsight
-from comminsight.agent.core.placement import Placement
-from comminsight.agent.core.process_labels import uuid_text
-from comminsight.agent.core.producers import ProducerSet
-from comminsight.agent.core.workload_identity import Workload, WorkloadLookup
 from comminsight.agent.master.job_metrics import JobMetrics
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.metrics.level import JOB, RANK
 from comminsight.agent.metrics.node import NodeMetrics, update_from_producers, wants_openmetrics
 from comminsight.agent.metrics.totals import node_metric_totals
+from comminsight.agent.receivers.producers import ProducerSet
+from comminsight.agent.state.placement import Placement
+from comminsight.agent.state.process_labels import uuid_text
+from comminsight.agent.state.workload_identity import Workload, WorkloadLookup
 from comminsight.build_identity import UNKNOWN, git_commit
 from comminsight.config import ConfigError, load_settings
 from comminsight.shm_reader import COMM, HEADER, SLOT, ShmRegion, record_text

@@ -12,8 +12,8 @@ import pytest
 from live_agent import LiveAgent
 from test_metrics_fleet import UUID_A, UUID_B, FakeProducer
 
-from comminsight.agent.core.process_labels import uuid_text
 from comminsight.agent.node import service as service_module
+from comminsight.agent.state.process_labels import uuid_text
 from comminsight_gen.abi import shm_v1
 
 COMM = 0xC0

@@ -19,7 +19,7 @@ import pytest
 from profiler_builds import run_scenario
 from waiting import wait_until
 
-from comminsight.agent.core.proxy_evidence import evidence_by_row, hang_evidence
+from comminsight.agent.receivers.proxy_evidence import evidence_by_row, hang_evidence
 from comminsight.shm_reader import EVIDENCE, HEADER, ShmRegion
 from comminsight_gen.abi import shm_v1
 
@@ -281,8 +281,8 @@ def test_a_simulated_hang_across_nodes_shows_proxy_progress_in_the_report(tmp_pa
 
     from profiler_builds import builds
 
-    from comminsight.agent.core.snapshot import build_snapshot
     from comminsight.agent.hangs.diagnosis import diagnose
+    from comminsight.agent.state.snapshot import build_snapshot
     from comminsight.shm_reader import ShmError
     from comminsight.sim import SimConfig, parse_fault
     from comminsight.sim.launcher import run_simulation

@@ -21,7 +21,7 @@ from agent_home import hold_agent_lock
 from profiler_builds import builds, c_driver
 from waiting import wait_until
 
-from comminsight.agent.core.producers import ProducerSet
+from comminsight.agent.receivers.producers import ProducerSet
 from comminsight.log_segments import read_segment, segments_in
 from comminsight.shm_reader import ShmRegion
 from comminsight_gen.abi import shm_v1

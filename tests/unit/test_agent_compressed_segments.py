@@ -24,8 +24,8 @@ from home_files import write_segment
 from log_files import compress
 from logged_ops import logged_ops
 
-from comminsight.agent.core import log_recovery
-from comminsight.agent.core.log_recovery import logged_through, recover, segment_prefix
+from comminsight.agent.receivers import log_recovery
+from comminsight.agent.receivers.log_recovery import logged_through, recover, segment_prefix
 from comminsight.agent.steps import logged_processes
 from comminsight.agent.steps.log_records import (
     covered_through,

@@ -27,9 +27,9 @@ from hang_snapshots import (
     stuck_at,
 )
 
-from comminsight.agent.core.snapshot import NodeSnapshot, build_snapshot, group_by_comm
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.left_comm import MembersSeen
+from comminsight.agent.state.snapshot import NodeSnapshot, build_snapshot, group_by_comm
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import CulpritBasis, ProcessState, Verdict
 

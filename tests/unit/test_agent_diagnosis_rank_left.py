@@ -22,12 +22,12 @@ from hang_snapshots import (
     stuck_at,
 )
 
-from comminsight.agent.core.node_state import NodeRows
-from comminsight.agent.core.snapshot import NodeSnapshot, group_by_comm
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incidents import group_reports
 from comminsight.agent.hangs.left_comm import MembersSeen
 from comminsight.agent.master.job_view import NodeRecord, job_snapshot
+from comminsight.agent.state.node_state import NodeRows
+from comminsight.agent.state.snapshot import NodeSnapshot, group_by_comm
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api

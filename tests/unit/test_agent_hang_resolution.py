@@ -6,8 +6,8 @@ from pathlib import Path
 
 import msgspec
 
-from comminsight.agent.core.snapshot import CommView, NodeSnapshot
 from comminsight.agent.hangs.resolution import resolve_cleared
+from comminsight.agent.state.snapshot import CommView, NodeSnapshot
 from comminsight_gen.models.hang_report_v1 import HangReport, ReportStatus, Resolution
 
 FIXTURES = Path(__file__).resolve().parents[2] / "contract-tests/fixtures/json/hang-report/v1"

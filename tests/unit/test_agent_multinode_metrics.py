@@ -14,12 +14,12 @@ from prometheus_client.core import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from comminsight.agent.core.process_labels import NO_PROCESS
 from comminsight.agent.master import job_metrics
 from comminsight.agent.master.job_metrics import JobMetrics
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.metrics.node import NodeMetrics, _Series
 from comminsight.agent.metrics.totals import MAX_COMM_OP_ROWS, node_metric_totals
+from comminsight.agent.state.process_labels import NO_PROCESS
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from comminsight.agent.archive.local import DEFAULT_KINDS, ArchiveKind, LocalData
-from comminsight.agent.core import dir_listing
+from comminsight.agent.receivers import dir_listing
 
 OLD_S = 3600  # a directory timestamp this far in the past: long settled
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from comminsight.agent.core import gpu_index
-from comminsight.agent.core.gpu_index import GpuIndex
+from comminsight.agent.state import gpu_index
+from comminsight.agent.state.gpu_index import GpuIndex
 
 A = "GPU-5cb2c9a4-7d1f-3b0e-8a21-96c0f3f0d6a1"
 B = "GPU-0e4f6a3b-91c2-4d77-b1e8-2f6a9c3d5e70"

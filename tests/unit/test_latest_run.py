@@ -24,12 +24,12 @@ from hang_snapshots import (
     tp_then_dp,
 )
 
-from comminsight.agent.core.current_run import current_run
-from comminsight.agent.core.snapshot import NodeSnapshot, communicators
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incidents import group_reports
 from comminsight.agent.hangs.left_comm import MembersSeen
 from comminsight.agent.master.job_view import NodeRecord, job_snapshot
+from comminsight.agent.state.current_run import current_run
+from comminsight.agent.state.snapshot import NodeSnapshot, communicators
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api

@@ -20,7 +20,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from comminsight.agent.core.inspector_lines import ProcessLines
+from comminsight.agent.receivers.inspector_lines import ProcessLines
 from comminsight.agent.steps.log_records import _row
 from comminsight.semantic import native
 from comminsight.semantic.log_input import _DECODER, _op

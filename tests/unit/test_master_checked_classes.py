@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.master.job_view import CheckedClasses
+from comminsight.agent.state.rank_runs import RankRuns
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")

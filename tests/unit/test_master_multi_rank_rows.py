@@ -10,10 +10,10 @@ from __future__ import annotations
 from hang_snapshots import NOW, REAL, THRESHOLD, S
 
 from comminsight.agent.api.views import communicators
-from comminsight.agent.core.node_state import NodeRows, RowDiff, row_key
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.master.grpc_service import apply_rows
 from comminsight.agent.master.job_view import NodeRecord, job_rows, job_snapshot
+from comminsight.agent.state.node_state import NodeRows, RowDiff, row_key
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
 

@@ -26,10 +26,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from comminsight.agent.api.http_guard import ConnectionGuard
 from comminsight.agent.archive.archiver import Archiver
-from comminsight.agent.core.fifo_reader import HangEventFifo
-from comminsight.agent.core.inject_names import InjectNames
-from comminsight.agent.core.process_labels import LABEL_NAMES, ProcessLabels
-from comminsight.agent.core.producers import ProducerSet
 from comminsight.agent.hangs.stack_capture import StackCapture
 from comminsight.agent.master.grpc_service import AgentMasterServer
 from comminsight.agent.master.job_metrics import JobMetrics
@@ -39,6 +35,10 @@ from comminsight.agent.metrics.inputs import AgentInputs
 from comminsight.agent.metrics.node import NodeMetrics
 from comminsight.agent.metrics.stacks import StackCaptureMetrics
 from comminsight.agent.metrics.totals import node_metric_totals
+from comminsight.agent.receivers.fifo_reader import HangEventFifo
+from comminsight.agent.receivers.inject_names import InjectNames
+from comminsight.agent.receivers.producers import ProducerSet
+from comminsight.agent.state.process_labels import LABEL_NAMES, ProcessLabels
 from comminsight.agent.steps.step_durations import StepTimes
 from comminsight_gen import metrics_v1
 from comminsight_gen.abi import shm_v1

@@ -30,7 +30,7 @@ OWN_KEYS = {
     },
     "agent/api/params.py": {"$ref"},  # JSON Schema's keyword
     "agent/core/liveness.py": {"boottime", "monotonic"},  # /proc/<pid>/timens_offsets
-    "agent/core/process_labels.py": {"gpu_labels", "job_labels", "rank_labels"},  # $defs
+    "agent/state/process_labels.py": {"gpu_labels", "job_labels", "rank_labels"},  # $defs
     "agent/master/store.py": {"epoch", "last_applied"},  # its cursor file
     "agent/slave/link.py": {"acked", "sent"},  # its counters
     "agent/slave/outbox.py": {"epoch", "next_seq"},  # its state file

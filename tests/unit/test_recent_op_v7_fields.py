@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from comminsight.agent.core.recent_ops import Origin, op_record
+from comminsight.agent.state.recent_ops import Origin, op_record
 from comminsight.shm_reader import SLOT
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.agent_master_api_v1 import OpRecord

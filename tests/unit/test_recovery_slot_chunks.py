@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from comminsight.agent.core import log_recovery
-from comminsight.agent.core.inspector_lines import timings
+from comminsight.agent.receivers import log_recovery
+from comminsight.agent.receivers.inspector_lines import timings
 from comminsight_gen.abi import shm_v1
 
 
@@ -35,7 +35,7 @@ def test_a_record_no_line_can_be_made_of_is_lost_alone(tmp_path, monkeypatch, ca
     reason write_error in the recovered segment; the process's other records are all there."""
     from test_agent_compressed_segments import Ring
 
-    from comminsight.agent.core.inspector_lines import ProcessLines
+    from comminsight.agent.receivers.inspector_lines import ProcessLines
     from comminsight.log_segments import read_segment
 
     record = ProcessLines.record

@@ -17,7 +17,6 @@ from relay_jobs import (
     relay_of,
 )
 
-from comminsight.agent.core.rank_runs import BadRuns, RankRuns
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.master.grpc_service import (
     MAX_SUBTREE_NODES,
@@ -27,6 +26,7 @@ from comminsight.agent.master.grpc_service import (
 )
 from comminsight.agent.master.job_view import counted_sources, job_snapshot
 from comminsight.agent.relay.classes import rank_classes
+from comminsight.agent.state.rank_runs import BadRuns, RankRuns
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
 

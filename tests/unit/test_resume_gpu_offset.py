@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from comminsight.agent.core.inspector_lines import ProcessLines
+from comminsight.agent.receivers.inspector_lines import ProcessLines
 from comminsight.semantic.log_input import GpuLog
 from comminsight.shm_reader import COMM, HEADER, SLOT
 from comminsight_gen.abi import shm_v1

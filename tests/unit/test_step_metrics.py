@@ -10,9 +10,9 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from comminsight.agent.core.process_labels import ProcessLabels
 from comminsight.agent.metrics.level import RANK
 from comminsight.agent.metrics.node import NodeMetrics
+from comminsight.agent.state.process_labels import ProcessLabels
 from comminsight.agent.steps.step_durations import StepDurations
 
 S = 1_000_000_000

@@ -16,9 +16,9 @@ import pytest
 
 from comminsight.agent.api.readers import Reader, View, reader_for
 from comminsight.agent.api.unix_socket import SocketError, bind_agent_socket
-from comminsight.agent.core.acting_as import ActingAsError, files_as
-from comminsight.agent.core.owners import Owners, _Remembered
-from comminsight.agent.core.tenants import TenantDirs, prepare_shared_home
+from comminsight.agent.receivers.acting_as import ActingAsError, files_as
+from comminsight.agent.receivers.tenants import TenantDirs, prepare_shared_home
+from comminsight.agent.state.owners import Owners, _Remembered
 from comminsight.inject.tenant_home import TenantHomeError, writable_home
 
 ROOT = os.geteuid() == 0

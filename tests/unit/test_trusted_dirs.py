@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from comminsight.agent.core import home_check
-from comminsight.agent.core.home_check import HomeError, make_trusted_dirs
+from comminsight.agent.receivers import home_check
+from comminsight.agent.receivers.home_check import HomeError, make_trusted_dirs
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
 NOBODY = 65534

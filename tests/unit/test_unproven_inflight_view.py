@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from comminsight.agent.core.node_state import comm_rows
-from comminsight.agent.core.snapshot import inflight_op
 from comminsight.agent.master.job_view import NodeRecord, inflight_of
+from comminsight.agent.state.node_state import comm_rows
+from comminsight.agent.state.snapshot import inflight_op
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models import agent_master_api_v1 as api
 

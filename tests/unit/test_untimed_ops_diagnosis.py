@@ -9,10 +9,10 @@ import dataclasses
 
 import pytest
 
-from comminsight.agent.core.snapshot import group_by_comm
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incidents import group_reports
 from comminsight.agent.hangs.untimed_ops import presume_untimed_done
+from comminsight.agent.state.snapshot import group_by_comm
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import CauseLink, Verdict
 from tests.hang_snapshots import (

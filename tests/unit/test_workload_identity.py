@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from comminsight.agent.core.workload_identity import (
+from comminsight.agent.state.workload_identity import (
     MAX_CGROUP_BYTES,
     PodIds,
     Workload,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from comminsight.agent.core.owners import Owners
+from comminsight.agent.state.owners import Owners
 
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid (struct ucred)
 _PID_IN_TEXT = re.compile(r"\bpids? ((?:\d+(?:, )?)+)")

@@ -17,7 +17,7 @@ import socket
 import stat
 from pathlib import Path
 
-from comminsight.agent.core.home_check import HomeError, check_ancestors
+from comminsight.agent.receivers.home_check import HomeError, check_ancestors
 
 SOCKET_NAME = "agent.sock"
 SUN_PATH_MAX = 107  # sockaddr_un's sun_path, less its NUL

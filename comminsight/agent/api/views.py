@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from comminsight.agent.core.node_state import ProcessRows
-from comminsight.agent.core.rank_runs import RankRuns
+from comminsight.agent.state.node_state import ProcessRows
+from comminsight.agent.state.rank_runs import RankRuns
 from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api

@@ -52,8 +52,8 @@ from comminsight.agent.archive.providers import (
     provider_for_url,
 )
 from comminsight.agent.archive.upload import DamagedFile, ZstdUploader
-from comminsight.agent.core.acting_as import files_as
 from comminsight.agent.core.metric_family import metric_family
+from comminsight.agent.receivers.acting_as import files_as
 from comminsight.backoff import Backoff
 from comminsight.safe_open import UntrustedFile
 from comminsight_gen import home_v1_names as home_names

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from comminsight.agent.core.dir_listing import DirectoryListing
+from comminsight.agent.receivers.dir_listing import DirectoryListing
 from comminsight.log_segments import COMPRESSED_SUFFIX
 from comminsight_gen import home_v1_names as home_names
 

@@ -1,3 +1,3 @@
-"""The node Agent's inputs and its state: SHM regions of the Profilers (discovered, refused,
-read, recovered and retired), the hang-event FIFO, Inject's names, the node snapshot
-diagnosis reads."""
+"""What every part of the Agent shares and none of them owns: its settings and command line,
+liveness of a pid, rate-limited logging, how a metric family is built from its schema, the
+hang threshold's health, giving memory back."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from comminsight.agent.core.snapshot import CommView, NodeSnapshot
 from comminsight.agent.hangs.finding import (
     MS,
     CompletedOps,
@@ -45,6 +44,7 @@ from comminsight.agent.hangs.verdict_rules import (
     Straggling,
     first_finding,
 )
+from comminsight.agent.state.snapshot import CommView, NodeSnapshot
 from comminsight_gen.models.hang_report_v1 import HangReport
 
 

@@ -7,9 +7,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from comminsight.agent.core.rank_runs import RankRuns
-from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp
 from comminsight.agent.hangs.op_rhythm import StepCycle
+from comminsight.agent.state.rank_runs import RankRuns
+from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp
 from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.models.hang_report_v1 import CulpritBasis, Verdict
 

@@ -7,9 +7,9 @@ import re
 
 from msgspec import UNSET
 
-from comminsight.agent.core.proxy_evidence import hang_evidence
-from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.agent.hangs.finding import MS, Finding
+from comminsight.agent.receivers.proxy_evidence import hang_evidence
+from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.models.hang_report_v1 import (
     CommRef,

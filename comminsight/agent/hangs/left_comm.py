@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from comminsight.agent.core.current_run import current_run
-from comminsight.agent.core.rank_runs import RankRuns
-from comminsight.agent.core.snapshot import CommMember, CommView, NodeSnapshot
+from comminsight.agent.state.current_run import current_run
+from comminsight.agent.state.rank_runs import RankRuns
+from comminsight.agent.state.snapshot import CommMember, CommView, NodeSnapshot
 from comminsight_gen.abi import shm_v1
 
 

@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from comminsight.agent.core.snapshot import InflightOp
 from comminsight.agent.hangs.op_rhythm import Expectation, Unknown, op_text, rhythm_key
+from comminsight.agent.state.snapshot import InflightOp
 from comminsight_gen.models.hang_report_v1 import CulpritBasis
 
 

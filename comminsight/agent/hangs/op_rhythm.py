@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comminsight.agent.core.snapshot import InflightOp
+from comminsight.agent.state.snapshot import InflightOp
 from comminsight.shm_reader import ROOTED_FUNCS
 
 # The cycle seen twice in a row: once shows no rhythm at all.

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from comminsight.agent.core.snapshot import NodeSnapshot
+from comminsight.agent.state.snapshot import NodeSnapshot
 from comminsight_gen.models.hang_report_v1 import HangReport, ReportStatus, Resolution
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from comminsight.agent.core.snapshot import NodeSnapshot
 from comminsight.agent.hangs.finding import Finding
+from comminsight.agent.state.snapshot import NodeSnapshot
 from comminsight_gen.models.hang_report_v1 import Verdict
 
 # Verdicts that name the rank a hang starts from.

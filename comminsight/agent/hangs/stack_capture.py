@@ -33,9 +33,9 @@ from pathlib import Path
 
 import msgspec
 
-from comminsight.agent.core.acting_as import files_as
-from comminsight.agent.core.inject_names import InjectNames
 from comminsight.agent.core.liveness import process_uid
+from comminsight.agent.receivers.acting_as import files_as
+from comminsight.agent.receivers.inject_names import InjectNames
 from comminsight.safe_open import open_checked
 from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen import home_v1_names as home_names

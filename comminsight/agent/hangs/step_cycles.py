@@ -19,8 +19,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from comminsight.agent.core.snapshot import CommMember
 from comminsight.agent.hangs.op_rhythm import StepCycle
+from comminsight.agent.state.snapshot import CommMember
 from comminsight.safe_open import open_regular
 from comminsight.step_file_bounds import STEP_FILE_BYTES_MAX
 from comminsight.untrusted_json import NOT_JSON

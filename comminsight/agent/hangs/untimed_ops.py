@@ -41,8 +41,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.agent.hangs.op_rhythm import rhythm_key
+from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.shm_reader import ROOTED_FUNCS
 
 # A member's recently recorded collectives on its communicator, by op index

@@ -40,7 +40,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.agent.hangs.finding import CompletedOps, Finding, StepCycleOf
 from comminsight.agent.hangs.left_comm import MembersSeen
 from comminsight.agent.hangs.rules import (
@@ -54,6 +53,7 @@ from comminsight.agent.hangs.rules import (
     rank_left,
     straggler,
 )
+from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 
 
 @dataclass(frozen=True)

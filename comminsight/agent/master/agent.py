@@ -20,9 +20,6 @@ import msgspec
 
 from comminsight.agent.api import views
 from comminsight.agent.api.server import AgentApi, ApiError, json_response
-from comminsight.agent.core.fifo_reader import decode_event
-from comminsight.agent.core.node_state import read_node_rows
-from comminsight.agent.core.snapshot import NodeSnapshot
 from comminsight.agent.hangs.incidents import pid_namespace_of
 from comminsight.agent.master import job_view
 from comminsight.agent.master.grpc_service import MAX_REFUSED_STRANGERS, AgentMasterServer
@@ -31,6 +28,9 @@ from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.master.store import MasterStore
 from comminsight.agent.metrics.totals import node_metric_totals
 from comminsight.agent.node.service import AgentService
+from comminsight.agent.receivers.fifo_reader import decode_event
+from comminsight.agent.state.node_state import read_node_rows
+from comminsight.agent.state.snapshot import NodeSnapshot
 from comminsight.agent.steps.engine_hook import EngineHook
 from comminsight.agent.steps.files import StepFiles
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb

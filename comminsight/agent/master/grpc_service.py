@@ -34,15 +34,15 @@ import grpc
 import msgspec
 
 from comminsight import __version__
-from comminsight.agent.core.fifo_reader import EVENT_SIZE, MAGIC_BYTES
 from comminsight.agent.core.metric_family import metric_family
-from comminsight.agent.core.node_state import process_key, row_key
-from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
 from comminsight.agent.master.job_view import NodeRecord, class_runs
 from comminsight.agent.master.rejects import PROTOCOL_VERSION, REJECT_KEY, STATUS_OF, reason_name
 from comminsight.agent.master.stacks import StackRequests
 from comminsight.agent.master.store import MasterStore
+from comminsight.agent.receivers.fifo_reader import EVENT_SIZE, MAGIC_BYTES
+from comminsight.agent.state.node_state import process_key, row_key
+from comminsight.agent.state.rank_runs import RankRuns
 from comminsight.agent.tls_files import read_pem
 from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen import metrics_v1

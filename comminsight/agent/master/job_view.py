@@ -22,15 +22,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from comminsight.agent.api.views import MemberRow
-from comminsight.agent.core.node_state import NodeRows, process_key
-from comminsight.agent.core.rank_runs import EMPTY, BadRuns, RankRuns
-from comminsight.agent.core.snapshot import (
+from comminsight.agent.state.node_state import NodeRows, process_key
+from comminsight.agent.state.rank_runs import EMPTY, BadRuns, RankRuns
+from comminsight.agent.state.snapshot import (
     CommMember,
     InflightOp,
     NodeSnapshot,
     ProcessView,
 )
-from comminsight.agent.core.snapshot import communicators as snapshot_communicators
+from comminsight.agent.state.snapshot import communicators as snapshot_communicators
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api

@@ -35,7 +35,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from comminsight.agent.core.fifo_reader import EVENT
+from comminsight.agent.receivers.fifo_reader import EVENT
 from comminsight.durable_files import make_private_dirs
 from comminsight.line_reader import complete_lines
 from comminsight.safe_open import UntrustedFile, check_fd, open_regular, read_regular

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from comminsight.agent.core.fifo_reader import HangEventFifo
-from comminsight.agent.core.inject_names import InjectNames
 from comminsight.agent.core.metric_family import counts_family, metric_family
-from comminsight.agent.core.producers import ProducerSet
+from comminsight.agent.receivers.fifo_reader import HangEventFifo
+from comminsight.agent.receivers.inject_names import InjectNames
+from comminsight.agent.receivers.producers import ProducerSet
 from comminsight_gen import metrics_v1
 
 

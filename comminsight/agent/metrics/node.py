@@ -28,21 +28,21 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.openmetrics import exposition as openmetrics
 
 from comminsight.agent.core.metric_family import counts_family, metric_family
-from comminsight.agent.core.placement import Placement
-from comminsight.agent.core.process_labels import (
-    JOB_LABELS,
-    NO_PROCESS,
-    RANK_LABELS,
-    ProcessLabels,
-    ProducerLabels,
-)
-from comminsight.agent.core.producer_clock import on_reader_clock
 from comminsight.agent.metrics import engine as engine_metrics
 from comminsight.agent.metrics import inputs as input_metrics
 from comminsight.agent.metrics.build_info import build_info_family
 from comminsight.agent.metrics.incidents import incident_family
 from comminsight.agent.metrics.level import JOB, RANK, check_level, fold
 from comminsight.agent.metrics.profiler_drops import ProfilerDropTotals
+from comminsight.agent.receivers.producer_clock import on_reader_clock
+from comminsight.agent.state.placement import Placement
+from comminsight.agent.state.process_labels import (
+    JOB_LABELS,
+    NO_PROCESS,
+    RANK_LABELS,
+    ProcessLabels,
+    ProducerLabels,
+)
 from comminsight.agent.steps.step_durations import STEP_BUCKETS_S, StepTimes
 from comminsight.shm_reader import COMM, op_records, record_text
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
@@ -442,8 +442,8 @@ _RELEASED_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def update_from_producers(metrics: NodeMetrics, producers, batches, now_mono_ns: int) -> None:
-    """Fold one ingest pass (comminsight.agent.core.producers) into the node's metrics; now_mono_ns
-    is the pass's clock, which also times the expiry of ended series."""
+    """Fold one ingest pass (comminsight.agent.receivers.producers) into the node's metrics;
+    now_mono_ns is the pass's clock, which also times the expiry of ended series."""
     ages: dict[tuple[str, ...], float] = {}
     live: set[tuple[ProcessLabels, int]] = set()  # (labels, comm) of running communicators
     labels_of: dict[int, ProducerLabels] = {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from comminsight.agent.core.producers import Producer
+from comminsight.agent.receivers.producers import Producer
 
 
 class ProfilerDropTotals:

@@ -16,16 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-from comminsight.agent.core.process_labels import header_labels, index_label
-from comminsight.agent.core.producer_gpus import ProcessGpus
-from comminsight.agent.core.producers import Batch, Producer, ProducerSet
-from comminsight.agent.core.recent_ops import Origin, RecentOps
-from comminsight.agent.core.snapshot import rank_or_none
 from comminsight.agent.metrics.node import NodeMetrics, update_from_producers
+from comminsight.agent.receivers.producer_gpus import ProcessGpus
+from comminsight.agent.receivers.producers import Batch, Producer, ProducerSet
+from comminsight.agent.state.process_labels import header_labels, index_label
+from comminsight.agent.state.recent_ops import Origin, RecentOps
 from comminsight.agent.steps.engine_hook import EngineHook, GpuStream
 from comminsight.semantic.process_gpus import GpuOfProcess
 from comminsight.semantic.shm_input import CommInfo
-from comminsight.shm_reader import op_records, record_text
+from comminsight.shm_reader import op_records, rank_or_none, record_text
 from comminsight_gen.abi import shm_v1
 
 log = logging.getLogger("comminsight.agent.node.ingest")

@@ -33,16 +33,7 @@ from comminsight import __version__
 from comminsight.agent.api import views as api_views
 from comminsight.agent.archive.archiver import ArchiveConfigError, Archiver
 from comminsight.agent.core import agent_settings
-from comminsight.agent.core.fifo_reader import FifoError, HangEvent, HangEventFifo, keep_recent
-from comminsight.agent.core.inject_names import InjectNames
-from comminsight.agent.core.input_health import input_reasons
-from comminsight.agent.core.node_state import read_process_rows
-from comminsight.agent.core.owners import Owners
-from comminsight.agent.core.placement import Placement
-from comminsight.agent.core.producers import Producer, ProducerSet
 from comminsight.agent.core.rate_limited_log import PERSISTENT_PERIOD_S, RateLimitedLog
-from comminsight.agent.core.recent_ops import RecentOps
-from comminsight.agent.core.snapshot import NodeSnapshot, build_snapshot
 from comminsight.agent.core.threshold_health import Publication, threshold_health
 from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incident_stacks import IncidentStacks
@@ -59,6 +50,15 @@ from comminsight.agent.metrics.node import NodeMetrics
 from comminsight.agent.metrics.stacks import StackCaptureMetrics
 from comminsight.agent.node.ingest import NodeIngest
 from comminsight.agent.node.tenant_inputs import TenantInputs
+from comminsight.agent.receivers.fifo_reader import FifoError, HangEvent, HangEventFifo, keep_recent
+from comminsight.agent.receivers.inject_names import InjectNames
+from comminsight.agent.receivers.input_health import input_reasons
+from comminsight.agent.receivers.producers import Producer, ProducerSet
+from comminsight.agent.state.node_state import read_process_rows
+from comminsight.agent.state.owners import Owners
+from comminsight.agent.state.placement import Placement
+from comminsight.agent.state.recent_ops import RecentOps
+from comminsight.agent.state.snapshot import NodeSnapshot, build_snapshot
 from comminsight.agent.steps.engine_hook import EngineHook, PassThroughEngine
 from comminsight.agent.steps.files import StepFiles
 from comminsight.agent.steps.health import engine_health

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from comminsight.agent.core.fifo_reader import HangEvent, HangEventFifo
-from comminsight.agent.core.inject_names import InjectNames
-from comminsight.agent.core.producers import ProducerSet
-from comminsight.agent.core.tenants import Tenant, TenantDirs, prepare_shared_home
 from comminsight.agent.hangs.stack_capture import StackCapture
+from comminsight.agent.receivers.fifo_reader import HangEvent, HangEventFifo
+from comminsight.agent.receivers.inject_names import InjectNames
+from comminsight.agent.receivers.producers import ProducerSet
+from comminsight.agent.receivers.tenants import Tenant, TenantDirs, prepare_shared_home
 
 log = logging.getLogger(__name__)
 

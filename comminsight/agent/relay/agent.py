@@ -23,9 +23,6 @@ import time
 
 import msgspec
 
-from comminsight.agent.core.fifo_reader import HangEvent
-from comminsight.agent.core.node_state import read_node_rows
-from comminsight.agent.core.snapshot import NodeSnapshot
 from comminsight.agent.master.agent import (
     CURSOR_FLUSH_NS,
     SLAVE_ANSWER_MARGIN_S,
@@ -34,6 +31,7 @@ from comminsight.agent.master.agent import (
 from comminsight.agent.master.job_view import NodeRecord
 from comminsight.agent.metrics.totals import node_metric_totals
 from comminsight.agent.node.service import AgentService
+from comminsight.agent.receivers.fifo_reader import HangEvent
 from comminsight.agent.relay.classes import rank_classes
 from comminsight.agent.relay.summed_totals import summed_totals
 from comminsight.agent.slave.agent import (
@@ -46,6 +44,8 @@ from comminsight.agent.slave.agent import (
 from comminsight.agent.slave.link import SlaveLink, clock
 from comminsight.agent.slave.outbox import SlaveOutbox
 from comminsight.agent.slave.tls import SlaveTls
+from comminsight.agent.state.node_state import read_node_rows
+from comminsight.agent.state.snapshot import NodeSnapshot
 from comminsight.agent.steps.engine_hook import EngineHook
 from comminsight.agent.steps.files import NewStepSummaries
 from comminsight_gen.abi import fifo_event_v1

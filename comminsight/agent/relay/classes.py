@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from comminsight.agent.core.node_state import process_key
-from comminsight.agent.core.rank_runs import RankRuns
 from comminsight.agent.master.job_view import NodeRecord
+from comminsight.agent.state.node_state import process_key
+from comminsight.agent.state.rank_runs import RankRuns
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 
 

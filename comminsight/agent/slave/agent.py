@@ -22,13 +22,13 @@ from collections.abc import Awaitable
 import msgspec
 
 from comminsight import __version__
-from comminsight.agent.core.fifo_reader import HangEvent
-from comminsight.agent.core.node_state import NodeRows, RowChanges, RowDiff, read_node_rows
 from comminsight.agent.metrics.totals import node_metric_totals
 from comminsight.agent.node.service import AgentService, _boot_id
+from comminsight.agent.receivers.fifo_reader import HangEvent
 from comminsight.agent.slave.link import SlaveLink, clock
 from comminsight.agent.slave.outbox import SlaveOutbox
 from comminsight.agent.slave.tls import SlaveTls
+from comminsight.agent.state.node_state import NodeRows, RowChanges, RowDiff, read_node_rows
 from comminsight.agent.steps.engine_hook import EngineHook
 from comminsight.agent.steps.files import NewStepSummaries
 from comminsight_gen.abi import fifo_event_v1

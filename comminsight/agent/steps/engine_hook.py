@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from comminsight.agent.core.process_labels import NO_PROCESS, ProcessLabels
+from comminsight.agent.state.process_labels import NO_PROCESS, ProcessLabels
 from comminsight.semantic.shm_input import CommInfo
 
 

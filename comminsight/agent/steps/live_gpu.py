@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 from msgspec import UnsetType
 
-from comminsight.agent.core.process_labels import ProcessLabels, index_label
+from comminsight.agent.state.process_labels import ProcessLabels, index_label
 from comminsight.agent.steps.engine_hook import GpuStream
 from comminsight.agent.steps.replay import ReplayEntry, ReplayLog
 from comminsight.agent.steps.restarts import EngineFailure, RestartBudget

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from comminsight.agent.core.process_labels import ProcessLabels
+from comminsight.agent.state.process_labels import ProcessLabels
 
 # training Steps last from tens of milliseconds (small models) to minutes (large ones)
 STEP_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)

@@ -3,8 +3,8 @@ where the ranks not in view are on other nodes."""
 
 from __future__ import annotations
 
-from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp
 from comminsight.agent.hangs.finding import Finding, comm_label, rank_list
+from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp
 from comminsight_gen.models.hang_report_v1 import Verdict
 
 

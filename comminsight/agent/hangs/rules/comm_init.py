@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from comminsight.agent.core.snapshot import CommView
 from comminsight.agent.hangs.finding import Finding, comm_label
+from comminsight.agent.state.snapshot import CommView
 from comminsight_gen.models.hang_report_v1 import Verdict
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp
 from comminsight.agent.hangs.finding import (
     CompletedOps,
     Finding,
@@ -16,6 +15,7 @@ from comminsight.agent.hangs.finding import (
 )
 from comminsight.agent.hangs.odd_ranks import OddRanks, odd_ranks, rhythm_reason
 from comminsight.agent.hangs.op_rhythm import Expectation, Unknown, comm_history, expected_op
+from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp
 from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.models.hang_report_v1 import CulpritBasis, Verdict
 

@@ -3,8 +3,8 @@ NCCL (nothing in flight anywhere) or not joined (still inside NCCL)."""
 
 from __future__ import annotations
 
-from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.agent.hangs.finding import Finding, comm_label, comm_label_id, member_count, who
+from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight_gen.models.hang_report_v1 import Verdict
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp
 from comminsight.agent.hangs.finding import (
     CompletedOps,
     Finding,
@@ -13,6 +12,7 @@ from comminsight.agent.hangs.finding import (
 )
 from comminsight.agent.hangs.odd_ranks import odd_ranks, rhythm_reason
 from comminsight.agent.hangs.op_rhythm import Expectation, Unknown, comm_history, expected_op
+from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp
 from comminsight_gen.models.hang_report_v1 import CulpritBasis, Verdict
 
 

@@ -3,11 +3,11 @@ joined, an exchange stalled, a cycle of sends and receives)."""
 
 from __future__ import annotations
 
-from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight.agent.hangs.finding import Finding, comm_label, comm_label_id
 from comminsight.agent.hangs.rules.all_joined import no_row_reason
 from comminsight.agent.hangs.rules.not_joined import outside_nccl
 from comminsight.agent.hangs.rules.process_died import death_reason
+from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
 from comminsight_gen.models.hang_report_v1 import Verdict
 
 

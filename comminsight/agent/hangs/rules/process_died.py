@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from comminsight.agent.core.snapshot import CommMember, CommView, InflightOp
 from comminsight.agent.hangs.finding import Finding, comm_label, member_count, who
+from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import Verdict
 

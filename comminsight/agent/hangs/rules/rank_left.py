@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from comminsight.agent.core.snapshot import CommMember, CommView
 from comminsight.agent.hangs.finding import (
     CompletedOps,
     Finding,
@@ -20,6 +19,7 @@ from comminsight.agent.hangs.left_comm import MembersSeen, left_members
 from comminsight.agent.hangs.odd_ranks import odd_ranks
 from comminsight.agent.hangs.op_rhythm import rhythm_key
 from comminsight.agent.hangs.rules.op_mismatch import rhythm_at
+from comminsight.agent.state.snapshot import CommMember, CommView
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import Verdict
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from comminsight.agent.core.snapshot import CommView, NodeSnapshot
 from comminsight.agent.hangs.finding import MS, Finding, comm_label
+from comminsight.agent.state.snapshot import CommView, NodeSnapshot
 from comminsight_gen.models.hang_report_v1 import Verdict
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import time
 
-from comminsight.agent.core.fifo_reader import HangEventFifo
-from comminsight.agent.core.inject_names import InjectNames
-from comminsight.agent.core.producers import ProducerSet
+from comminsight.agent.receivers.fifo_reader import HangEventFifo
+from comminsight.agent.receivers.inject_names import InjectNames
+from comminsight.agent.receivers.producers import ProducerSet
 
 MAX_NAMED = 16  # files named per kind of problem (the metrics count all)
 

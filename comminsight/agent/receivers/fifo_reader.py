@@ -31,10 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from comminsight.agent.core.rate_limited_log import RateLimitedLog
-from comminsight.agent.core.snapshot import rank_or_none
 from comminsight.durable_files import make_private_dirs
 from comminsight.safe_open import UntrustedFile, open_checked
-from comminsight.shm_reader import enum_label, record_text
+from comminsight.shm_reader import enum_label, rank_or_none, record_text
 from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.abi import fifo_event_v1, shm_v1
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # core.snapshot calls this module while it builds its rows
-    from comminsight.agent.core.snapshot import CommMember
+    from comminsight.agent.state.snapshot import CommMember
 
 
 def current_run(rows: Sequence[CommMember], margin_ns: int) -> list[CommMember]:

@@ -17,8 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comminsight.agent.core.snapshot import InflightOp, rank_or_none
-from comminsight.shm_reader import ROOTED_FUNCS, enum_label, label_or_none, record_text
+from comminsight.agent.state.snapshot import InflightOp
+from comminsight.shm_reader import (
+    ROOTED_FUNCS,
+    enum_label,
+    label_or_none,
+    rank_or_none,
+    record_text,
+)
 from comminsight.slot_timing import bus_bandwidth_gbs, durations_s
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.agent_master_api_v1 import OpKind, OpRecord, TimingSource

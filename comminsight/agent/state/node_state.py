@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from comminsight.agent.core.inject_names import InjectNames
-from comminsight.agent.core.process_labels import uuid_text
-from comminsight.agent.core.producer_clock import on_reader_clock
-from comminsight.agent.core.producers import Producer
-from comminsight.agent.core.snapshot import NO_FLAGGED_SEQ, inflight_op, process_view, rank_or_none
-from comminsight.shm_reader import label_or_none, record_text
+from comminsight.agent.receivers.inject_names import InjectNames
+from comminsight.agent.receivers.producer_clock import on_reader_clock
+from comminsight.agent.receivers.producers import Producer
+from comminsight.agent.state.process_labels import uuid_text
+from comminsight.agent.state.snapshot import NO_FLAGGED_SEQ, inflight_op, process_view
+from comminsight.shm_reader import label_or_none, rank_or_none, record_text
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 

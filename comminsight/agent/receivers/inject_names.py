@@ -44,7 +44,7 @@ import msgspec
 import numpy as np
 
 from comminsight.agent.core.rate_limited_log import RateLimitedLog
-from comminsight.agent.core.step_marker_store import StepMarkerStore
+from comminsight.agent.receivers.step_marker_store import StepMarkerStore
 from comminsight.safe_open import open_checked
 from comminsight.untrusted_json import NOT_JSON
 from comminsight_gen import home_v1_names as home_names

@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from comminsight.agent.core.current_run import current_run
 from comminsight.agent.core.liveness import process_runs
-from comminsight.agent.core.producer_clock import on_reader_clock
-from comminsight.agent.core.proxy_evidence import EvidenceView, evidence_by_row
-from comminsight.agent.core.rank_runs import EMPTY, RankRuns
-from comminsight.shm_reader import ShmRegion, enum_label, record_text
+from comminsight.agent.receivers.producer_clock import on_reader_clock
+from comminsight.agent.receivers.proxy_evidence import EvidenceView, evidence_by_row
+from comminsight.agent.state.current_run import current_run
+from comminsight.agent.state.rank_runs import EMPTY, RankRuns
+from comminsight.shm_reader import ShmRegion, enum_label, rank_or_none, record_text
 from comminsight_gen.abi import shm_v1
 
 NO_RANK = shm_v1.NO_RANK
@@ -258,11 +258,6 @@ class NodeSnapshot:
 
 def pid_exists(pid: int) -> bool:
     return process_runs(pid)
-
-
-def rank_or_none(value: int) -> int | None:
-    """A rank field of the ABIs, where NO_RANK means none."""
-    return None if value == NO_RANK else value
 
 
 def process_view(

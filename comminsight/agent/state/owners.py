@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 
-from comminsight.agent.core.producers import Producer
-from comminsight.agent.core.snapshot import NodeSnapshot
+from comminsight.agent.receivers.producers import Producer
+from comminsight.agent.state.snapshot import NodeSnapshot
 from comminsight.shm_reader import record_text
 
 LIMIT = 65536  # entries of each kind remembered

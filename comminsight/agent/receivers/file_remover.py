@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
-from comminsight.agent.core.acting_as import files_as
+from comminsight.agent.receivers.acting_as import files_as
 
 log = logging.getLogger(__name__)
 

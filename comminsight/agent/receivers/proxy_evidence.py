@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from msgspec import UNSET
 
-from comminsight.agent.core.producer_clock import on_reader_clock
+from comminsight.agent.receivers.producer_clock import on_reader_clock
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.models.hang_report_v1 import (
     HangEvidence,

@@ -44,21 +44,21 @@ from pathlib import Path
 
 import numpy as np
 
-from comminsight.agent.core.acting_as import files_as
-from comminsight.agent.core.file_remover import FileRemover
 from comminsight.agent.core.liveness import ProcessIdentity, process_runs, runs_as
-from comminsight.agent.core.log_recovery import (
+from comminsight.agent.core.rate_limited_log import RateLimitedLog
+from comminsight.agent.receivers.acting_as import files_as
+from comminsight.agent.receivers.file_remover import FileRemover
+from comminsight.agent.receivers.log_recovery import (
     Recovered,
     RecoveryError,
     logged_through,
     recover,
     segment_prefix,
 )
-from comminsight.agent.core.producer_clock import ProducerClock, on_reader_clock
-from comminsight.agent.core.rate_limited_log import RateLimitedLog
-from comminsight.agent.core.shms_listing import ShmsListing
-from comminsight.agent.core.slot_checks import SlotRejects, check_slots
-from comminsight.agent.core.tenants import Tenant
+from comminsight.agent.receivers.producer_clock import ProducerClock, on_reader_clock
+from comminsight.agent.receivers.shms_listing import ShmsListing
+from comminsight.agent.receivers.slot_checks import SlotRejects, check_slots
+from comminsight.agent.receivers.tenants import Tenant
 from comminsight.shm_reader import (
     RingCursor,
     ShmError,
@@ -69,7 +69,7 @@ from comminsight.shm_reader import (
 from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.abi import shm_v1
 
-log = logging.getLogger("comminsight.agent.core.producers")
+log = logging.getLogger("comminsight.agent.receivers.producers")
 
 QUARANTINE = home_names.QUARANTINE
 MAX_REFUSED_NAMES = 64  # refused files named in health (the count covers every one)

@@ -21,7 +21,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from comminsight.agent.core.dir_listing import DirectoryListing
+from comminsight.agent.receivers.dir_listing import DirectoryListing
 from comminsight.inject.tenant_home import USERS, own_dir_problem, users_dir_problem
 from comminsight_gen import home_v1_names as home_names
 

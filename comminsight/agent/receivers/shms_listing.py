@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from comminsight.agent.core.dir_listing import DirectoryListing
+from comminsight.agent.receivers.dir_listing import DirectoryListing
 
 SUFFIX = ".shm"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from comminsight.agent.core.gpu_index import GpuIndex
-from comminsight.agent.core.workload_identity import Workload, WorkloadLookup
+from comminsight.agent.state.gpu_index import GpuIndex
+from comminsight.agent.state.workload_identity import Workload, WorkloadLookup
 
 NOWHERE = Workload()
 

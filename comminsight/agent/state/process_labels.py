@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from comminsight.agent.core.placement import Placement
+from comminsight.agent.state.placement import Placement
 from comminsight.shm_reader import record_text
 from comminsight_gen import metrics_v1
 from comminsight_gen.abi import shm_v1

@@ -37,8 +37,8 @@ import msgspec
 import numpy as np
 import zstandard
 
-from comminsight.agent.core.home_check import HomeError, make_trusted_dirs
-from comminsight.agent.core.inspector_lines import ProcessLines, timings
+from comminsight.agent.receivers.home_check import HomeError, make_trusted_dirs
+from comminsight.agent.receivers.inspector_lines import ProcessLines, timings
 from comminsight.durable_files import fsync_directory
 from comminsight.log_segments import (
     COMPRESSED_SUFFIX,
