@@ -37,13 +37,14 @@ from comminsight.agent.hangs.diagnosis import diagnose
 from comminsight.agent.hangs.incident_store import IncidentStore
 from comminsight.agent.hangs.incidents import group_reports, with_roles
 from comminsight.agent.hangs.resolution import resolve_cleared
+from comminsight.agent.hangs.unnamed_jobs import jobs_by_communicator
 from comminsight.agent.master.job_view import NodeRecord, job_snapshot
 from comminsight.agent.state.node_state import NodeRows
 from comminsight.agent.state.snapshot import group_by_comm
 from comminsight_gen.abi import shm_v1
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
-from comminsight_gen.models.hang_report_v1 import Resolution, Verdict
+from comminsight_gen.models.hang_report_v1 import CauseLink, Resolution, Verdict
 
 REAL = 1_700_000_000 * S
 
@@ -251,12 +252,6 @@ def test_a_slave_whose_wall_clock_is_off_is_not_a_straggler(skew_s):
 # ---- two jobs on one node ---------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="incidents._missing_member_cause keys the job's processes by job_id; with none "
-    "(torchrun without --rdzv-id) every process on the node is one 'job', so a report "
-    "waiting for ranks without data joins another job's root (link missing_member)",
-)
 def test_two_jobs_without_job_ids_on_one_node_do_not_share_an_incident():
     """Two 2-rank jobs share a node and give no job id (no torchrun run id). Job 1's rank 1
     is stuck in host code (a root). Job 2's ranks wait in an all-reduce on a communicator
@@ -266,21 +261,58 @@ def test_two_jobs_without_job_ids_on_one_node_do_not_share_an_incident():
     # torchrun without --rdzv-id exports TORCHELASTIC_RUN_ID=none: no job id; both jobs
     # number their ranks from 0
     j2 = [dataclasses.replace(proc(r), pid=2000 + r, job_id="") for r in (0, 1)]
-    reports = diagnose(
-        snapshot(
-            stuck_at(0, 5, comm_id=0x1111, name="job1:dp", nranks=2, process=j1[0]),
-            member(1, 5, 5, comm_id=0x1111, name="job1:dp", nranks=2, process=j1[1]),
-            stuck_at(0, 3, comm_id=0x2222, name="job2:dp", nranks=4, nnodes=2, process=j2[0]),
-            stuck_at(1, 3, comm_id=0x2222, name="job2:dp", nranks=4, nnodes=2, process=j2[1]),
-        ),
-        NOW,
-        THRESHOLD,
+    snap = snapshot(
+        stuck_at(0, 5, comm_id=0x1111, name="job1:dp", nranks=2, process=j1[0]),
+        member(1, 5, 5, comm_id=0x1111, name="job1:dp", nranks=2, process=j1[1]),
+        stuck_at(0, 3, comm_id=0x2222, name="job2:dp", nranks=4, nnodes=2, process=j2[0]),
+        stuck_at(1, 3, comm_id=0x2222, name="job2:dp", nranks=4, nnodes=2, process=j2[1]),
     )
+    reports = diagnose(snap, NOW, THRESHOLD)
     assert len(reports) == 2, [r.summary for r in reports]
-    groups = group_reports(reports)
-    assert len(groups) == 2, [
-        (g.root.summary, [c.reason for _, c in g.consequences]) for g in groups
-    ]
+    for jobs in (None, lambda: jobs_by_communicator(snap)):  # reports alone; communicators
+        groups = group_reports(reports, jobs)
+        assert len(groups) == 2, [
+            (g.root.summary, [c.reason for _, c in g.consequences]) for g in groups
+        ]
+
+
+@pytest.mark.parametrize("tie", ["rank", "communicator", "nothing"])
+def test_an_unnamed_jobs_report_without_data_joins_a_root_only_when_tied_to_its_job(tie):
+    """No job id: the job is its processes that share communicators. Rank 1 of tp:1 is stuck
+    in host code; rank 0 waits there and in dp:2 with the process of rank 2. A communicator
+    whose rank 0 sent no data waits with one process. When that is rank 2's (in dp:2's
+    report), or a process that shares a healthy communicator (the world) with the job's, it
+    is of that job and the report joins tp:1's incident (`missing_member` when only the
+    communicator ties it). When nothing ties it to that job (another tenant's job could be
+    waiting for the missing rank), it stays its own root."""
+    p = {r: dataclasses.replace(proc(r), job_id="") for r in range(5)}
+    lazy = p[2] if tie == "rank" else p[4]
+    rows = [
+        stuck_at(0, 5, age=4 * S, comm_id=0x1111, name="tp:1", nranks=2, process=p[0]),
+        member(1, 5, 5, comm_id=0x1111, name="tp:1", nranks=2, process=p[1]),
+        member(0, 1, 0, op(0, NOW - 3 * S, started=False), comm_id=0x2222, name="dp:2",
+               nranks=2, process=p[0]),
+        member(1, 1, 0, op(0, NOW - 3 * S), comm_id=0x2222, name="dp:2", nranks=2,
+               process=p[2]),
+        member(1, 1, 0, op(0, NOW - 2 * S), comm_id=0x7777, name="dp:7", nranks=2,
+               process=lazy),
+    ]  # fmt: skip
+    if tie == "communicator":  # the world, every op of which completed: no report
+        rows += [
+            member(r, 3, 3, comm_id=0x9999, name="world", nranks=5, process=p[r]) for r in range(5)
+        ]
+    snap = snapshot(*rows)
+    reports = diagnose(snap, NOW, THRESHOLD)
+    groups = group_reports(reports, lambda: jobs_by_communicator(snap))
+    roots = {g.root.comm.comm_name: g for g in groups}
+    if tie == "nothing":
+        assert set(roots) == {"tp:1", "dp:7"}
+        return
+    assert set(roots) == {"tp:1"}
+    links = {r.comm.comm_name: c.link for r, c in roots["tp:1"].consequences}
+    assert set(links) == {"dp:2", "dp:7"}
+    if tie == "communicator":
+        assert links["dp:7"] is CauseLink.missing_member
 
 
 def _pods_sharing_pids(namespaces: tuple[int, int]):

@@ -25,7 +25,7 @@ becomes the root.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -99,13 +99,17 @@ class Wait:
         return (not self.started, self.enqueued_ns, self.report_id)
 
 
-def group_reports(reports: Iterable[HangReport]) -> list[Group]:
+def group_reports(
+    reports: Iterable[HangReport], jobs: Callable[[], Mapping[Process, Process]] | None = None
+) -> list[Group]:
     """Open hang reports (stragglers are no hang and stay out) grouped by root cause; groups
-    in the order of their root's report id."""
+    in the order of their root's report id. jobs: for processes a report names no job of,
+    which job each is in (unnamed_jobs: those that share a communicator are of one), asked
+    only where a report of no job waits for ranks that sent no data."""
     hangs = [
         r for r in reports if r.verdict is not Verdict.straggler and r.status is ReportStatus.open
     ]
-    index = _Index(hangs)
+    index = _Index(hangs, jobs or dict)
     causes: dict[str, Cause] = {}
     for r in hangs:
         cause = _direct_cause(r, index)
@@ -188,8 +192,12 @@ def _depth(report_id: str, causes: dict[str, Cause]) -> int:
 
 
 class _Index:
-    def __init__(self, reports: list[HangReport]) -> None:
+    def __init__(
+        self, reports: list[HangReport], jobs: Callable[[], Mapping[Process, Process]]
+    ) -> None:
         self.by_id = {r.report_id: r for r in reports}
+        self._jobs = jobs
+        self._jobs_known: Mapping[Process, Process] | None = None
         self.waits: dict[Process, list[Wait]] = {}
         self.blamed: dict[Process, list[str]] = {}  # process -> reports naming it a culprit
         self.culprits: dict[str, list[tuple[Process, str]]] = {}
@@ -227,6 +235,34 @@ class _Index:
             self.members[r.report_id] = members
             self.unknown[r.report_id] = sorted(unknown)
             self.job_processes.setdefault(_job(r), set()).update(members)
+
+    def job_of(self, r: HangReport) -> set[Process]:
+        """The processes of r's job that the reports show: those of its job id; without one
+        (a launcher that names no job, as torchrun without --rdzv-id), those of the job
+        `jobs` puts r's processes in, else those that share a report with r's, and theirs in
+        turn. Two such jobs on one node share no communicator: one is never taken for the
+        other's."""
+        job = _job(r)
+        if job is not None:
+            return self.job_processes.get(job, set())
+        found = set(self.members[r.report_id])
+        if self._jobs_known is None:
+            self._jobs_known = self._jobs()
+        jobs = self._jobs_known
+        mine = {jobs[p] for p in found if p in jobs}
+        if mine:
+            unnamed = self.job_processes.get(None, set())
+            return found | {p for p in unnamed if jobs.get(p) in mine}
+        unnamed = [rid for rid, x in self.by_id.items() if _job(x) is None]
+        grew = True
+        while grew:
+            grew = False
+            for rid in unnamed:
+                members = self.members[rid]
+                if members & found and not members <= found:
+                    found |= members
+                    grew = True
+        return found
 
     def stuck_in(self, p: Process, besides: str, proven: bool = False) -> Wait | None:
         """The op process p is stuck in, of the reports other than `besides` (`proven`: of
@@ -322,7 +358,7 @@ def _missing_member_cause(r: HangReport, index: _Index, causes: dict[str, Cause]
         for rid, unknown in index.unknown.items()
         if unknown and rid not in causes and rid != r.report_id
     }
-    candidates = index.job_processes.get(_job(r), set()) - index.members[r.report_id]
+    candidates = index.job_of(r) - index.members[r.report_id]
     roots = set()
     for p in sorted(candidates):
         placed = index.blamed.get(p) or [

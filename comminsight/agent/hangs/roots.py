@@ -56,7 +56,7 @@ def _culprits_wait_in(
         m = members.get(rank)
         if m is None:
             return None
-        rows = snapshot.members_of_process(m.process.pid, m.process.node_name)
+        rows = snapshot.members_of_process(m.process)
         busy = {r.comm_id for r in rows if r.inflight is not None and r.comm_id != f.comm.comm_id}
         there = [g for g in findings if g is not f and g.comm.comm_id in busy]
         if not there or (found is not None and there[0] is not found):
@@ -69,7 +69,7 @@ def _waited_there_first(f: Finding, roots: list[Finding], snapshot: NodeSnapshot
     for m in f.comm.members:
         if m.inflight is None:
             continue
-        rows = snapshot.members_of_process(m.process.pid, m.process.node_name)
+        rows = snapshot.members_of_process(m.process)
         for r in roots:
             for row in rows:
                 if (

@@ -44,6 +44,7 @@ from comminsight.agent.hangs.resolution import resolve_cleared
 from comminsight.agent.hangs.stack_capture import StackCapture
 from comminsight.agent.hangs.step_cycles import StepCycles
 from comminsight.agent.hangs.store import HangStore
+from comminsight.agent.hangs.unnamed_jobs import jobs_by_communicator
 from comminsight.agent.metrics.engine import engine_metrics
 from comminsight.agent.metrics.inputs import AgentInputs
 from comminsight.agent.metrics.node import NodeMetrics
@@ -236,7 +237,7 @@ class AgentService:
             self.history.append(snapshot)
             # reports an operator closed stay closed: they join no incident either
             reports = [r for r in reports if not self._closed_by_operator(r.report_id)]
-            groups = group_reports(reports)
+            groups = group_reports(reports, lambda: jobs_by_communicator(snapshot))
             ended = [g for g in groups if self.incidents.ended_rest(g)]
             groups = [g for g in groups if not self.incidents.ended_rest(g)]
             reports = with_roles(reports, groups, ended)

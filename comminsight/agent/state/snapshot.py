@@ -241,18 +241,19 @@ class NodeSnapshot:
     # left (left_comm)
     torn_down: dict[int, CommView] = field(default_factory=dict)
 
-    def members_of_process(self, pid: int, node_name: str | None = None) -> list[CommMember]:
-        """pids repeat across nodes: a master's snapshot tells processes apart by node too."""
-        return list(self._members_by_process.get((pid, node_name), ()))
+    def members_of_process(self, process: ProcessView) -> list[CommMember]:
+        """Its rows in every communicator. pids repeat across nodes, and across the PID
+        namespaces of one node's pods: a process is told apart by its key."""
+        return list(self._members_by_process.get(process.key, ()))
 
     @cached_property
-    def _members_by_process(self) -> dict[tuple[int, str | None], list[CommMember]]:
+    def _members_by_process(self) -> dict[tuple[str | None, int, int], list[CommMember]]:
         # built once per snapshot: diagnosis asks for the rows of every absent rank's process,
         # and a scan of all rows per question was quadratic (16 s for one verdict at 8192 ranks)
-        index: dict[tuple[int, str | None], list[CommMember]] = {}
+        index: dict[tuple[str | None, int, int], list[CommMember]] = {}
         for c in self.comms.values():
             for m in c.members:
-                index.setdefault((m.process.pid, m.process.node_name), []).append(m)
+                index.setdefault(m.process.key, []).append(m)
         return index
 
 

@@ -48,7 +48,7 @@ def outside_nccl(m: CommMember, snapshot: NodeSnapshot) -> bool:
     missing rank's last completion can come after its peers enqueued the op they wait in (the
     enqueue is asynchronous), so an idle-time rule gave a different verdict depending on which
     poll saw the hang first."""
-    rows = snapshot.members_of_process(m.process.pid, m.process.node_name) or [m]
+    rows = snapshot.members_of_process(m.process) or [m]
     return all(
         r.coll_enqueued <= r.coll_completed and r.p2p_enqueued <= r.p2p_completed for r in rows
     )
@@ -61,7 +61,7 @@ def absent_reason(
     idle_s = (now - m.last_activity_mono_ns) / 1e9
     elsewhere = [
         r
-        for r in snapshot.members_of_process(m.process.pid, m.process.node_name)
+        for r in snapshot.members_of_process(m.process)
         if r.comm_id != m.comm_id and r.inflight is not None
     ]
     state = (

@@ -105,7 +105,7 @@ def p2p_wait(
     else:
         elsewhere = [
             r
-            for r in snapshot.members_of_process(peer.process.pid, peer.process.node_name)
+            for r in snapshot.members_of_process(peer.process)
             if r.comm_id != comm.comm_id and r.inflight is not None
         ]
         where = (
