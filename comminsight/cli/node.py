@@ -267,15 +267,17 @@ def job_processes(node: Node, comms: list[Communicator]) -> dict[str, list[JobPr
     """Processes by node name. The API lists the processes of the master's own node (/node);
     those of other nodes appear as the ranks of their communicators (node_name, pid, rank),
     so a remote process in no communicator is only counted (NodeSummary.processes_total)."""
-    by_node: dict[str, dict[int, JobProcess]] = {}
+    # a process: its pid in its PID namespace (pods of one node share pids)
+    by_node: dict[str, dict[tuple[int, int | None], JobProcess]] = {}
     for p in node.processes:
-        by_node.setdefault(p.node_name, {})[p.pid] = JobProcess(
+        by_node.setdefault(p.node_name, {})[p.pid, p.pid_namespace] = JobProcess(
             p.global_rank, p.local_rank, p.pid, p.cuda_device, p.alive, set(p.comm_ids)
         )
     for c in comms:
         for r in c.ranks or []:
             proc = by_node.setdefault(r.node_name, {}).setdefault(
-                r.pid, JobProcess(r.global_rank, r.local_rank, r.pid, r.cuda_device, r.alive)
+                (r.pid, r.pid_namespace),
+                JobProcess(r.global_rank, r.local_rank, r.pid, r.cuda_device, r.alive),
             )
             proc.comm_ids.add(c.comm_id)
     return {

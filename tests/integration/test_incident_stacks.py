@@ -76,3 +76,23 @@ def test_outside_an_event_loop_nothing_is_fetched(tmp_path):
     (incident,) = store.update(group_reports(reports_of(*tp_then_dp())), {}, 1, 1)
     stacks.on_root(incident)  # the store's own announcement came first; neither fetches
     assert not stacks.tasks and store.incidents[incident.incident_id].stacks == []
+
+
+def test_two_pods_processes_of_one_pid_each_keep_their_stack_entry(tmp_path):
+    """Culprits in two pods of node-a share pid 4242: each has its entry (its host tells
+    them apart), and a later entry for one replaces that one only."""
+    from comminsight.agent.hangs.stack_capture import unavailable
+    from comminsight.agent.hangs.stack_incident import incident_stacks
+
+    store = store_at(tmp_path)
+    incident = opened_incident(store, 4242, "node-a")
+    store.incidents[incident.incident_id] = incident
+
+    def entries(host: str, reason: str):
+        return incident_stacks(unavailable(host, 4242, 1, reason), "node-a", 1)
+
+    store.attach_stacks(incident.incident_id, entries("pod-a", "first"), 1)
+    store.attach_stacks(incident.incident_id, entries("pod-b", "first"), 2)
+    store.attach_stacks(incident.incident_id, entries("pod-a", "again"), 3)
+    held = {(s.host, s.unavailable_reason) for s in store.incidents[incident.incident_id].stacks}
+    assert held == {("pod-a", "again"), ("pod-b", "first")}

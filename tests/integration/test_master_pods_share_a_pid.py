@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
+import msgspec
 import pytest
+from fifo_events import event_bytes
 from live_agent import LiveAgent
 from test_metrics_fleet import UUID_A, UUID_B, FakeProducer
 from test_node_api_rows import COMM, waiting
@@ -21,9 +24,11 @@ from comminsight.agent.api.views import communicators, inflight_ops
 from comminsight.agent.core.liveness import own_pid_namespace
 from comminsight.agent.master.grpc_service import apply_rows
 from comminsight.agent.master.job_view import NodeRecord, job_rows, job_snapshot, node_summary
+from comminsight.agent.master.store import MasterStore
 from comminsight.agent.state.node_state import RowDiff, read_node_rows
 from comminsight_gen.agent_master_slave.v1 import agent_master_slave_pb2 as pb
 from comminsight_gen.models import agent_master_api_v1 as api
+from comminsight_gen.models.step_summary_v1 import StepSummary
 
 STALE_NS = 60 * 10**9
 
@@ -144,3 +149,77 @@ def test_a_stack_is_asked_of_the_pod_the_namespace_names(two_pods):
     assert (a.host, b.host) == ("pod-a", "pod-b")
     assert service.producer_of(os.getpid()) is None
     assert service.producer_of(os.getpid(), 12345) is None
+
+
+STEP_FIXTURE = (
+    Path(__file__).resolve().parents[2]
+    / "contract-tests/fixtures/json/step-summary/v1/valid/ddp-warmup-anomalies.json"
+)
+
+
+def step_of(host: str, pid: int) -> tuple[StepSummary, bytes]:
+    """Step 3 of global rank 0 in a pod: two jobs' rank 0 in two pods with one pid."""
+    base = msgspec.json.decode(STEP_FIXTURE.read_bytes(), type=StepSummary)
+    summary = msgspec.structs.replace(base, host=host, pid=pid, global_rank=0, step_index=3)
+    return summary, msgspec.json.encode(summary)
+
+
+def test_the_master_keeps_each_pods_hang_events_and_steps_and_a_resent_one_once(tmp_path):
+    """Each pod's process counts its hang events from 1: the first event of two pods with
+    one pid, and their Step 3 of rank 0, are four things, not two with two duplicates; the
+    same bytes sent again (a slave's retry), before and after a master restart, are one."""
+    events = [
+        (event_bytes(pid=7, event_seq=1, hostname=host.encode(), detect_real_ns=10**18), 1)
+        for host in ("pod-a", "pod-b")
+    ]
+    steps = [step_of("pod-a", 7), step_of("pod-b", 7)]
+    store = MasterStore(tmp_path)
+    store.load()
+    first = store.commit("node-1", 1, 1, events, steps)
+    assert (len(first.hang_events), first.steps, first.duplicates) == (2, 2, 0)
+    again = store.commit("node-1", 1, 2, events[:1], steps[:1])
+    assert (len(again.hang_events), again.steps, again.duplicates) == (0, 0, 2)
+    restarted = MasterStore(tmp_path)
+    restarted.load()
+    resent = restarted.commit("node-1", 1, 3, events, steps)
+    assert (len(resent.hang_events), resent.steps, resent.duplicates) == (0, 0, 4)
+
+
+def test_a_slave_forwards_the_steps_of_each_pods_rank_apart():
+    """The slave forwards Steps past the last index it sent per GPU: two pods' rank 0 with
+    one pid are two GPUs (their hosts differ), not one whose Steps 3 were sent already."""
+    from types import SimpleNamespace
+
+    from comminsight.agent.slave.agent import SlaveAgentService
+
+    a, b = step_of("pod-a", 7)[0], step_of("pod-b", 7)[0]
+    slave = SimpleNamespace(
+        outbox=SimpleNamespace(steps_sent={"pod-a:0:7": 3}),
+        new_steps=SimpleNamespace(read=lambda: [a, b]),
+    )
+    records, moved = SlaveAgentService._new_steps(slave)
+    assert [msgspec.json.decode(r.json, type=StepSummary).host for r in records] == ["pod-b"]
+    assert moved == {"pod-b:0:7": 3}
+
+
+def test_the_api_and_the_cli_name_each_pods_process_apart(two_pods):
+    """The API gives each process and rank its PID namespace, and `comminsight job status`
+    lists two processes, not one with the ranks of both."""
+    import httpx
+
+    from comminsight.cli.node import job_processes
+    from comminsight_client.models import Communicator, Node
+
+    node = httpx.get(two_pods.base_url + "/api/v1/node", timeout=30).json()
+    assert sorted(p["pid_namespace"] for p in node["processes"]) == [
+        own_pid_namespace(),
+        own_pid_namespace() + 1,
+    ]
+    comms = httpx.get(two_pods.base_url + "/api/v1/communicators?view=full", timeout=30).json()
+    (listed,) = job_processes(
+        Node.from_dict(node), [Communicator.from_dict(c) for c in comms["items"]]
+    ).values()
+    assert sorted((p.global_rank, p.pid, len(p.comm_ids)) for p in listed) == [
+        (0, os.getpid(), 1),
+        (2, os.getpid(), 1),
+    ]

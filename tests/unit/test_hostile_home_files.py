@@ -28,7 +28,7 @@ from comminsight.agent.hangs.incident_store import IncidentStore
 from comminsight.agent.hangs.incidents import group_reports
 from comminsight.agent.hangs.step_cycles import newest_steps
 from comminsight.agent.hangs.store import HangStore
-from comminsight.agent.master.store import MasterStore
+from comminsight.agent.master.store import MasterStore, hang_event_key
 from comminsight.agent.slave.outbox import SlaveOutbox
 from comminsight.agent.steps.files import NewStepSummaries, StepFiles
 from comminsight.agent.steps.window import StepWindow
@@ -240,7 +240,7 @@ def test_a_planted_master_store_file_is_refused_and_the_node_it_holds_kept(
     again = MasterStore(home)
     again.load()
     assert again.cursors["node-b"].last_applied == 1
-    assert again.hang_keys["node-b"] == {(200, 9)}
+    assert again.hang_keys["node-b"] == {hang_event_key(event_record(200, 9))}
     if kind == "symlink":
         assert (tmp_path / "outside" / bad.name).read_bytes() == elsewhere
 

@@ -79,7 +79,8 @@ def _walk(node: object, out: set[str]) -> None:
             _walk(value, out)
 
 
-_PROTO_FIELD = re.compile(r"^\s*(?:repeated |optional )?[\w.]+ (\w+) = \d+;", re.M)
+# `type name = N;`, `repeated`/`optional` before it, or a map's `map<K, V> name = N;`
+_PROTO_FIELD = re.compile(r"^\s*(?:repeated |optional )?(?:map<[^>]*>|[\w.]+) (\w+) = \d+;", re.M)
 
 
 def protocol_names(root: Path = ROOT / "protocols") -> set[str]:
@@ -122,7 +123,7 @@ def test_the_protocols_give_the_names_of_each_kind():
     # shm v1 (C-ABI), fifo-event, inspector-log (JSON Schema), agent-master-slave (Protobuf),
     # agent-master-api (OpenAPI), config
     for name in ("heartbeat_mono_ns", "event_seq", "coll_perf", "batch_seq", "same_state_ranks",
-                 "COMMINSIGHT_AGENT_LISTEN"):  # fmt: skip
+                 "COMMINSIGHT_AGENT_LISTEN", "profiler_drops"):  # fmt: skip
         assert name in names, name
 
 

@@ -365,3 +365,29 @@ def test_an_untimed_wait_a_report_blames_someone_for_still_holds_its_rank():
     assert group.root.comm.comm_name == "tp:1"
     [(behind, cause)] = group.consequences
     assert behind.comm.comm_name == "dp:2" and cause.link is CauseLink.culprit_waits
+
+
+def _pod(rank: int, pid: int, namespace: int, job: str):
+    return dataclasses.replace(proc(rank), pid=pid, pid_namespace=namespace, job_id=job)
+
+
+@pytest.mark.parametrize("same_pid", [True, False], ids=["pids-shared", "control"])
+def test_a_wait_in_another_pod_of_the_same_pid_holds_back_no_untimed_op(same_pid):
+    """Pod A's embedding all-reduce, untimed, joined by both its ranks and quiet for 10 s:
+    no hang. Beside it pod B (another PID namespace) waits 20 s in a tensor-parallel op its
+    rank 1 never issued, in a process whose pid is pod A's rank 0's. That wait is another
+    process's: pod A's untimed op is no hang either way."""
+    emb, tp = 0x5555, 0x1111
+    pod_a = [
+        waits_untimed(r, 4, 10 * S, comm_id=emb, nranks=2, process=_pod(r, 7 + r, 111, "jobA"))
+        for r in (0, 1)
+    ]
+    pod_b = [
+        member(0, 6, 5, op(5, NOW - 20 * S, started=False), comm_id=tp, nranks=2,
+               process=_pod(0, 7 if same_pid else 70, 222, "jobB"), at=NOW - 20 * S),
+        member(1, 5, 5, comm_id=tp, nranks=2, process=_pod(1, 20, 222, "jobB"),
+               at=NOW - 30 * S),
+    ]  # fmt: skip
+    reports = diagnose(snapshot(*pod_a, *pod_b), NOW, THRESHOLD)
+    assert f"{emb:016x}" not in [r.comm.comm_id for r in reports], [r.summary for r in reports]
+    assert f"{tp:016x}" in [r.comm.comm_id for r in reports]

@@ -119,6 +119,7 @@ def process_model(
     world = _opt(p, "world_size")
     return api.Process(
         pid=max(1, p.pid),
+        pid_namespace=p.pid_namespace or None,
         node_name=node.name,
         process_name=p.process_name[:256],
         job_id=p.job_id or None,
@@ -191,6 +192,7 @@ def inflight_model(row: MemberRow, now: int) -> api.InflightOp | None:
         global_rank=_opt(p, "global_rank"),
         node_name=row.node_name,
         pid=max(1, p.pid),
+        pid_namespace=p.pid_namespace or None,
         seq=op.seq,
         kind=api.OpKind.coll if is_coll else api.OpKind.p2p,
         func=op.func,
@@ -253,6 +255,7 @@ def comm_rank(row: MemberRow, now: int) -> api.CommRank:
         local_rank=_opt(m, "local_rank"),
         node_name=row.node_name,
         pid=max(1, p.pid),
+        pid_namespace=p.pid_namespace or None,
         cuda_device=_opt(m, "cuda_device"),
         # the rank's own GPU; a slave whose rows predate the field gave its process's (its
         # first communicator's GPU)

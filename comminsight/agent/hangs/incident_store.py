@@ -465,9 +465,10 @@ def _merged_stacks(incident: Incident, merged: list[Incident]) -> list[IncidentS
 
 
 def _stack_key(s: IncidentStack) -> tuple:
+    """One thread of one process: pods of a node share pids, not their host names."""
     node = s.node_name if s.node_name is not UNSET else s.host
     thread = s.thread_id if s.thread_id is not UNSET else None
-    return node, s.pid, thread
+    return node, s.host, s.pid, thread
 
 
 def _same_but_time(a: Incident, b: Incident) -> bool:

@@ -238,30 +238,28 @@ class _Index:
 
     def job_of(self, r: HangReport) -> set[Process]:
         """The processes of r's job that the reports show: those of its job id; without one
-        (a launcher that names no job, as torchrun without --rdzv-id), those of the job
-        `jobs` puts r's processes in, else those that share a report with r's, and theirs in
-        turn. Two such jobs on one node share no communicator: one is never taken for the
+        (a launcher that names no job, as torchrun without --rdzv-id), r's, those that share
+        a communicator with one of them (`jobs`), those that share a report with one, and
+        theirs in turn. Two such jobs on one node share neither: one is never taken for the
         other's."""
         job = _job(r)
         if job is not None:
             return self.job_processes.get(job, set())
-        found = set(self.members[r.report_id])
         if self._jobs_known is None:
             self._jobs_known = self._jobs()
         jobs = self._jobs_known
-        mine = {jobs[p] for p in found if p in jobs}
-        if mine:
-            unnamed = self.job_processes.get(None, set())
-            return found | {p for p in unnamed if jobs.get(p) in mine}
-        unnamed = [rid for rid, x in self.by_id.items() if _job(x) is None]
+        unnamed_reports = [self.members[rid] for rid, x in self.by_id.items() if _job(x) is None]
+        unnamed = self.job_processes.get(None, set())
+        found = set(self.members[r.report_id])
         grew = True
         while grew:
-            grew = False
-            for rid in unnamed:
-                members = self.members[rid]
-                if members & found and not members <= found:
-                    found |= members
-                    grew = True
+            tied = {jobs[p] for p in found if p in jobs}
+            more = {p for p in unnamed if jobs.get(p) in tied}
+            for members in unnamed_reports:
+                if members & found:
+                    more |= members
+            grew = not more <= found
+            found |= more
         return found
 
     def stuck_in(self, p: Process, besides: str, proven: bool = False) -> Wait | None:

@@ -48,8 +48,8 @@ from comminsight.shm_reader import ROOTED_FUNCS
 # A member's recently recorded collectives on its communicator, by op index
 # (finding.CompletedOps; untimed ops are recorded when NCCL stops them on the host).
 RecordedOps = Callable[[CommMember], dict[int, InflightOp]]
-# (pid, node) -> (communicator id, enqueue time) of each collective its process waits in
-Waits = dict[tuple[int, str | None], list[tuple[int, int]]]
+# a process (ProcessView.key) -> (communicator id, enqueue time) of each collective it waits in
+Waits = dict[tuple[str | None, int, int], list[tuple[int, int]]]
 
 # Rounds of the fixed point; each only withdraws presumptions, so it settles fast (a chain of
 # communicators each queued behind the next needs one round per link).
@@ -109,7 +109,7 @@ def _waits_of(comms) -> Waits:
     for c in comms:
         for m in c.members:
             if m.inflight is not None and m.inflight.is_coll:
-                key = (m.process.pid, m.process.node_name)
+                key = m.process.key
                 out.setdefault(key, []).append((c.comm_id, m.inflight.enqueue_mono_ns))
     return {k: sorted(v) for k, v in out.items()}
 
@@ -160,7 +160,7 @@ def _first_queued_behind(
     nowhere else, or began to only after its ops here."""
     shown = m.inflight
     began = min(
-        (at for cid, at in waits.get((m.process.pid, m.process.node_name), ()) if cid != comm_id),
+        (at for cid, at in waits.get(m.process.key, ()) if cid != comm_id),
         default=None,
     )
     if began is None or shown.enqueue_mono_ns <= began:

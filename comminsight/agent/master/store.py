@@ -60,14 +60,18 @@ class Cursor:
     last_applied: int
 
 
-def hang_event_key(record: bytes) -> tuple[int, int]:
+def hang_event_key(record: bytes) -> tuple[bytes, int, int, int]:
+    """One event of one process: its host (a pod's own), pid, count and detection time. A
+    node's pods number their processes from the same pids and count events from 1 each; an
+    event sent twice is the same bytes."""
     e = np.frombuffer(record, dtype=EVENT, count=1)[0]
-    return int(e["pid"]), int(e["event_seq"])
+    return bytes(e["hostname"]), int(e["pid"]), int(e["event_seq"]), int(e["detect_real_ns"])
 
 
-def step_key(s: StepSummary) -> tuple[int, int, int]:
+def step_key(s: StepSummary) -> tuple[str, int, int, int]:
+    """One Step of one GPU's process: its host (a pod's own), rank, pid and Step index."""
     pid = s.pid if isinstance(s.pid, int) else 0
-    return s.global_rank, pid, s.step_index
+    return s.host, s.global_rank, pid, s.step_index
 
 
 @dataclass
@@ -86,7 +90,7 @@ class MasterStore:
         self.dir = Path(home) / home_names.METADATA / home_names.MASTER
         self.cursors: dict[str, Cursor] = {}
         self.hang_keys: dict[str, set[tuple[int, int]]] = {}
-        self.step_keys: dict[str, set[tuple[int, int, int]]] = {}
+        self.step_keys: dict[str, set[tuple[str, int, int, int]]] = {}
         self.hang_events_total = 0
         self.steps_total = 0
         self.unwritten: set[str] = set()  # nodes whose cursor moved in memory only

@@ -189,13 +189,14 @@ class SlaveAgentService(AgentService):
         self.link.notify()
 
     def _new_steps(self) -> tuple[list[pb.StepSummaryRecord], dict[str, int]]:
-        """Summaries past the highest step index forwarded for their GPU (rank and pid)."""
+        """Summaries past the highest step index forwarded for their GPU (host, rank and pid:
+        two pods' processes of one node may share a pid, and two jobs a rank)."""
         sent = dict(self.outbox.steps_sent)
         out, moved = [], {}
         summaries = self.new_steps.read()
-        summaries.sort(key=lambda s: (s.global_rank, _pid(s), s.step_index))
+        summaries.sort(key=lambda s: (s.host, s.global_rank, _pid(s), s.step_index))
         for s in summaries:
-            key = f"{s.global_rank}:{_pid(s)}"
+            key = f"{s.host}:{s.global_rank}:{_pid(s)}"
             if s.step_index <= sent.get(key, -1):
                 continue
             sent[key] = moved[key] = s.step_index

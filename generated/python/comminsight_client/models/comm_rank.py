@@ -39,6 +39,8 @@ class CommRank:
                 (shm v1 comm_entry). Collectives and point-to-point ops are counted separately because
                 only collective sequence numbers line up across all ranks of a communicator; hang
                 diagnosis compares `collectives` across ranks and `p2p` between peers.
+            pid_namespace (int | None | Unset): Inode of the PID namespace pid is numbered in: pods on one node each number
+                their own, so with pid it names the process. Null where the Profiler did not record it.
             same_state_ranks (None | str | Unset): On a master fed through relays: the other ranks this entry stands for,
                 which a relay
                 found in the same state (same counts, same op in flight), as runs ("0-6,8-99999");
@@ -56,6 +58,7 @@ class CommRank:
     device_uuid: None | str
     alive: bool
     progress: CommProgress
+    pid_namespace: int | None | Unset = UNSET
     same_state_ranks: None | str | Unset = UNSET
     same_state_count: int | Unset = 1
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
@@ -88,6 +91,12 @@ class CommRank:
 
         progress = self.progress.to_dict()
 
+        pid_namespace: int | None | Unset
+        if isinstance(self.pid_namespace, Unset):
+            pid_namespace = UNSET
+        else:
+            pid_namespace = self.pid_namespace
+
         same_state_ranks: None | str | Unset
         if isinstance(self.same_state_ranks, Unset):
             same_state_ranks = UNSET
@@ -110,6 +119,8 @@ class CommRank:
             "alive": alive,
             "progress": progress,
         })
+        if pid_namespace is not UNSET:
+            field_dict["pid_namespace"] = pid_namespace
         if same_state_ranks is not UNSET:
             field_dict["same_state_ranks"] = same_state_ranks
         if same_state_count is not UNSET:
@@ -168,6 +179,16 @@ class CommRank:
 
 
 
+        def _parse_pid_namespace(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        pid_namespace = _parse_pid_namespace(d.pop("pid_namespace", UNSET))
+
+
         def _parse_same_state_ranks(data: object) -> None | str | Unset:
             if data is None:
                 return data
@@ -190,6 +211,7 @@ class CommRank:
             device_uuid=device_uuid,
             alive=alive,
             progress=progress,
+            pid_namespace=pid_namespace,
             same_state_ranks=same_state_ranks,
             same_state_count=same_state_count,
         )

@@ -10,6 +10,7 @@ from ..types import UNSET, Unset
 
 from ..models.inflight_state import InflightState
 from ..models.op_kind import OpKind
+from ..types import UNSET, Unset
 from typing import cast
 
 
@@ -55,6 +56,8 @@ class InflightOp:
             gpu_started_mono_ns (int | None):
             age_ms (int): Time since enqueue, measured on the rank's node.
             hang_flagged (bool): The profiler's watchdog flagged this op as past the hang threshold.
+            pid_namespace (int | None | Unset): Inode of the PID namespace pid is numbered in: pods on one node each number
+                their own, so with pid it names the process. Null where the Profiler did not record it.
      """
 
     comm_id: str
@@ -82,6 +85,7 @@ class InflightOp:
     gpu_started_mono_ns: int | None
     age_ms: int
     hang_flagged: bool
+    pid_namespace: int | None | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -146,6 +150,12 @@ class InflightOp:
 
         hang_flagged = self.hang_flagged
 
+        pid_namespace: int | None | Unset
+        if isinstance(self.pid_namespace, Unset):
+            pid_namespace = UNSET
+        else:
+            pid_namespace = self.pid_namespace
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -176,6 +186,8 @@ class InflightOp:
             "age_ms": age_ms,
             "hang_flagged": hang_flagged,
         })
+        if pid_namespace is not UNSET:
+            field_dict["pid_namespace"] = pid_namespace
 
         return field_dict
 
@@ -282,6 +294,16 @@ class InflightOp:
 
         hang_flagged = d.pop("hang_flagged")
 
+        def _parse_pid_namespace(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        pid_namespace = _parse_pid_namespace(d.pop("pid_namespace", UNSET))
+
+
         inflight_op = cls(
             comm_id=comm_id,
             comm_rank=comm_rank,
@@ -308,6 +330,7 @@ class InflightOp:
             gpu_started_mono_ns=gpu_started_mono_ns,
             age_ms=age_ms,
             hang_flagged=hang_flagged,
+            pid_namespace=pid_namespace,
         )
 
 

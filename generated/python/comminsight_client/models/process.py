@@ -9,6 +9,7 @@ from attrs import field as _attrs_field
 from ..types import UNSET, Unset
 
 from ..models.ingest_state import IngestState
+from ..types import UNSET, Unset
 from typing import cast
 
 
@@ -51,6 +52,8 @@ class Process:
             records_read_total (int):
             records_overwritten_total (int): Ring slots overwritten before the agent read them.
             fifo_events_dropped_total (int): Hang events the profiler dropped because the FIFO was full or unread.
+            pid_namespace (int | None | Unset): Inode of the PID namespace pid is numbered in: pods on one node each number
+                their own, so with pid it names the process. Null where the Profiler did not record it.
      """
 
     pid: int
@@ -76,6 +79,7 @@ class Process:
     records_read_total: int
     records_overwritten_total: int
     fifo_events_dropped_total: int
+    pid_namespace: int | None | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -142,6 +146,12 @@ class Process:
 
         fifo_events_dropped_total = self.fifo_events_dropped_total
 
+        pid_namespace: int | None | Unset
+        if isinstance(self.pid_namespace, Unset):
+            pid_namespace = UNSET
+        else:
+            pid_namespace = self.pid_namespace
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -170,6 +180,8 @@ class Process:
             "records_overwritten_total": records_overwritten_total,
             "fifo_events_dropped_total": fifo_events_dropped_total,
         })
+        if pid_namespace is not UNSET:
+            field_dict["pid_namespace"] = pid_namespace
 
         return field_dict
 
@@ -294,6 +306,16 @@ class Process:
 
         fifo_events_dropped_total = d.pop("fifo_events_dropped_total")
 
+        def _parse_pid_namespace(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        pid_namespace = _parse_pid_namespace(d.pop("pid_namespace", UNSET))
+
+
         process = cls(
             pid=pid,
             node_name=node_name,
@@ -318,6 +340,7 @@ class Process:
             records_read_total=records_read_total,
             records_overwritten_total=records_overwritten_total,
             fifo_events_dropped_total=fifo_events_dropped_total,
+            pid_namespace=pid_namespace,
         )
 
 

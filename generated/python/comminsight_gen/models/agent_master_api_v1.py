@@ -2177,6 +2177,20 @@ class InflightOp(Struct):
     """
     The profiler's watchdog flagged this op as past the hang threshold.
     """
+    pid_namespace: (
+        Annotated[
+            int,
+            Meta(
+                description='Inode of the PID namespace pid is numbered in: pods on one node each number their own, so with pid it names the process. Null where the Profiler did not record it.',
+                ge=1,
+            ),
+        ]
+        | None
+        | UnsetType
+    ) = UNSET
+    """
+    Inode of the PID namespace pid is numbered in: pods on one node each number their own, so with pid it names the process. Null where the Profiler did not record it.
+    """
 
 
 class InflightOpList(Struct):
@@ -2880,6 +2894,20 @@ class Process(Struct):
     ]
     """
     Hang events the profiler dropped because the FIFO was full or unread.
+    """
+    pid_namespace: (
+        Annotated[
+            int,
+            Meta(
+                description='Inode of the PID namespace pid is numbered in: pods on one node each number their own, so with pid it names the process. Null where the Profiler did not record it.',
+                ge=1,
+            ),
+        ]
+        | None
+        | UnsetType
+    ) = UNSET
+    """
+    Inode of the PID namespace pid is numbered in: pods on one node each number their own, so with pid it names the process. Null where the Profiler did not record it.
     """
 
 
@@ -3697,6 +3725,20 @@ class CommRank(Struct):
     device_uuid: Annotated[str, Meta(max_length=64)] | None
     alive: bool
     progress: CommProgress
+    pid_namespace: (
+        Annotated[
+            int,
+            Meta(
+                description='Inode of the PID namespace pid is numbered in: pods on one node each number their own, so with pid it names the process. Null where the Profiler did not record it.',
+                ge=1,
+            ),
+        ]
+        | None
+        | UnsetType
+    ) = UNSET
+    """
+    Inode of the PID namespace pid is numbered in: pods on one node each number their own, so with pid it names the process. Null where the Profiler did not record it.
+    """
     same_state_ranks: (
         Annotated[
             str,
