@@ -190,14 +190,12 @@ def test_a_slave_forwards_the_steps_of_each_pods_rank_apart():
     one pid are two GPUs (their hosts differ), not one whose Steps 3 were sent already."""
     from types import SimpleNamespace
 
-    from comminsight.agent.slave.agent import SlaveAgentService
+    from comminsight.agent.slave.uplink import new_step_records
 
     a, b = step_of("pod-a", 7)[0], step_of("pod-b", 7)[0]
-    slave = SimpleNamespace(
-        outbox=SimpleNamespace(steps_sent={"pod-a:0:7": 3}),
-        new_steps=SimpleNamespace(read=lambda: [a, b]),
+    records, moved = new_step_records(
+        SimpleNamespace(steps_sent={"pod-a:0:7": 3}), SimpleNamespace(read=lambda: [a, b])
     )
-    records, moved = SlaveAgentService._new_steps(slave)
     assert [msgspec.json.decode(r.json, type=StepSummary).host for r in records] == ["pod-b"]
     assert moved == {"pod-b:0:7": 3}
 

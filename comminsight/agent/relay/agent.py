@@ -36,14 +36,18 @@ from comminsight.agent.relay.classes import rank_classes
 from comminsight.agent.relay.summed_totals import summed_totals
 from comminsight.agent.slave.agent import (
     BATCH_FILL,
-    SlaveAgentService,
     serve_with_link,
     split_batches,
     with_link_health,
 )
-from comminsight.agent.slave.link import SlaveLink, clock
+from comminsight.agent.slave.link import clock
 from comminsight.agent.slave.outbox import SlaveOutbox
-from comminsight.agent.slave.tls import SlaveTls
+from comminsight.agent.slave.uplink import (
+    answer_own_stack_request,
+    new_step_records,
+    node_identity,
+    parent_link,
+)
 from comminsight.agent.state.node_state import read_node_rows
 from comminsight.agent.state.snapshot import NodeSnapshot
 from comminsight.agent.steps.engine_hook import EngineHook
@@ -73,18 +77,12 @@ class RelayAgentService(MasterAgentService):
         self.server.on_steps = self._on_child_steps
         self.outbox = SlaveOutbox(self.home, settings.agent_outbox_max_bytes)
         self.report_ns = settings.agent_report_interval_ms * MS
-        identity = SlaveAgentService.identity(self)
-        identity.relay = True
-        self.link = SlaveLink(
-            master_addr=settings.agent_master_addr,
-            token=settings.agent_token,
-            tls=SlaveTls(settings.agent_tls_ca, settings.agent_tls_cert, settings.agent_tls_key),
-            outbox=self.outbox,
-            identity=identity,
-            inventory=lambda: ([], []),  # its state is its reduction, sent as a full state
-            max_batch_bytes=settings.agent_master_max_batch_bytes,
-            heartbeat_s=settings.agent_master_stale_ms / 4000,
-            answer_stacks=self.answer_stack_request,
+        self.link = parent_link(
+            self,
+            self.outbox,
+            node_identity(self, relay=True),
+            lambda: ([], []),  # its state is its reduction, sent as a full state
+            self.answer_stack_request,
         )
         # this node's own Steps, decoded once and kept by no one, as a slave's
         self.new_steps = NewStepSummaries(self.step_files.directory)
@@ -164,7 +162,7 @@ class RelayAgentService(MasterAgentService):
         events, self.events_waiting = self.events_waiting, []
         steps, steps_sent, reduction, totals = [], {}, None, None
         if due:
-            steps, steps_sent = SlaveAgentService._new_steps(self)
+            steps, steps_sent = new_step_records(self.outbox, self.new_steps)
             steps += self.steps_waiting
             self.steps_waiting = []
             began = time.perf_counter_ns()
@@ -257,7 +255,7 @@ class RelayAgentService(MasterAgentService):
                 request.node_name, request.pid, rank, timeout_s, request.pid_namespace
             )
             return msgspec.json.encode(stack)
-        return await SlaveAgentService.answer_stack_request(self, request)
+        return await answer_own_stack_request(self, request)
 
     def health(self):
         return with_link_health(super().health(), self.link)

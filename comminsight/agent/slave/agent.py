@@ -14,20 +14,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 from collections.abc import Awaitable
 
 import msgspec
 
-from comminsight import __version__
 from comminsight.agent.metrics.totals import node_metric_totals
-from comminsight.agent.node.service import AgentService, _boot_id
+from comminsight.agent.node.service import AgentService
 from comminsight.agent.receivers.fifo_reader import HangEvent
 from comminsight.agent.slave.link import SlaveLink, clock
 from comminsight.agent.slave.outbox import SlaveOutbox
-from comminsight.agent.slave.tls import SlaveTls
+from comminsight.agent.slave.uplink import (
+    answer_own_stack_request,
+    new_step_records,
+    node_identity,
+    parent_link,
+)
 from comminsight.agent.state.node_state import NodeRows, RowChanges, RowDiff, read_node_rows
 from comminsight.agent.steps.engine_hook import EngineHook
 from comminsight.agent.steps.files import NewStepSummaries
@@ -53,49 +55,16 @@ class SlaveAgentService(AgentService):
         self.diff = RowDiff()
         self.stale_ns = settings.agent_heartbeat_stale_ms * MS
         self.report_ns = settings.agent_report_interval_ms * MS
-        self.link = SlaveLink(
-            master_addr=settings.agent_master_addr,
-            token=settings.agent_token,
-            tls=SlaveTls(settings.agent_tls_ca, settings.agent_tls_cert, settings.agent_tls_key),
-            outbox=self.outbox,
-            identity=self.identity(),
-            inventory=self.inventory,
-            max_batch_bytes=settings.agent_master_max_batch_bytes,
-            heartbeat_s=settings.agent_master_stale_ms / 4000,
-            answer_stacks=self.answer_stack_request,
+        self.link = parent_link(
+            self, self.outbox, node_identity(self), self.inventory, self.answer_stack_request
         )
         self.events_waiting: list[HangEvent] = []
         self.totals_sent = b""  # the NodeMetricTotals last put in the outbox, serialized
         self._next_report_ns = 0
         self._full_state_due = False
 
-    def identity(self) -> pb.NodeIdentity:
-        listen = self.settings.agent_listen
-        host, _, port = listen.rpartition(":")
-        if host in ("0.0.0.0", "[::]", ""):
-            host = socket.gethostname()
-        return pb.NodeIdentity(
-            node_name=self.node_name,
-            host=socket.gethostname(),
-            boot_id=_boot_id() or "",
-            agent_version=__version__,
-            agent_pid=os.getpid(),
-            comminsight_home=str(self.home),
-            api_url=f"http://{host}:{port}" if port not in ("", "0") else "",
-            agent_started_real_ns=self.started_real_ns,
-        )
-
     async def answer_stack_request(self, request: pb.StackRequest) -> bytes:
-        """The master's question about a process of this node, answered by this node's rules
-        (stack_capture): only a process Inject announced, at most one signal per interval.
-        The node's own capture (AgentService.stacks), the one its own incidents ask too: with
-        a second one the process would get a signal from each within the interval."""
-        rank = request.global_rank if request.HasField("global_rank") else None
-        producer = self.producer_of(request.pid, request.pid_namespace)
-        host = producer.host if producer is not None else socket.gethostname()
-        uid = producer.uid if producer is not None else None
-        stack = await self.stacks.request(host, request.pid, rank, uid)
-        return msgspec.json.encode(stack)
+        return await answer_own_stack_request(self, request)
 
     def health(self):
         return with_link_health(super().health(), self.link)
@@ -147,7 +116,7 @@ class SlaveAgentService(AgentService):
         changes, full, totals = None, False, None
         if due:
             self._next_report_ns = now + self.report_ns
-            steps, steps_sent = self._new_steps()
+            steps, steps_sent = new_step_records(self.outbox, self.new_steps)
             if self.link.connected or self._full_state_due:
                 rows = read_node_rows(
                     self.producers.producers.values(), now, self.stale_ns, self.inject_names
@@ -188,21 +157,6 @@ class SlaveAgentService(AgentService):
             self.outbox.append(batch, steps_sent if i == len(batches) - 1 else None)
         self.link.notify()
 
-    def _new_steps(self) -> tuple[list[pb.StepSummaryRecord], dict[str, int]]:
-        """Summaries past the highest step index forwarded for their GPU (host, rank and pid:
-        two pods' processes of one node may share a pid, and two jobs a rank)."""
-        sent = dict(self.outbox.steps_sent)
-        out, moved = [], {}
-        summaries = self.new_steps.read()
-        summaries.sort(key=lambda s: (s.host, s.global_rank, _pid(s), s.step_index))
-        for s in summaries:
-            key = f"{s.host}:{s.global_rank}:{_pid(s)}"
-            if s.step_index <= sent.get(key, -1):
-                continue
-            sent[key] = moved[key] = s.step_index
-            out.append(pb.StepSummaryRecord(step_summary_version=1, json=msgspec.json.encode(s)))
-        return out, moved
-
     async def run(self, stop: asyncio.Event) -> None:
         await serve_with_link(self.link, self.outbox, super().run(stop), stop)
 
@@ -233,10 +187,6 @@ async def serve_with_link(
             await asyncio.wait_for(running, timeout=15)
         except (TimeoutError, asyncio.CancelledError):
             running.cancel()
-
-
-def _pid(s) -> int:
-    return s.pid if isinstance(s.pid, int) else 0
 
 
 def _everything(rows: NodeRows) -> RowChanges:
