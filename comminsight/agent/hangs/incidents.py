@@ -197,7 +197,7 @@ class _Index:
     ) -> None:
         self.by_id = {r.report_id: r for r in reports}
         self._jobs = jobs
-        self._jobs_known: Mapping[Process, Process] | None = None
+        self._unnamed_jobs: dict[Process, set[Process]] | None = None
         self.waits: dict[Process, list[Wait]] = {}
         self.blamed: dict[Process, list[str]] = {}  # process -> reports naming it a culprit
         self.culprits: dict[str, list[tuple[Process, str]]] = {}
@@ -245,22 +245,45 @@ class _Index:
         job = _job(r)
         if job is not None:
             return self.job_processes.get(job, set())
-        if self._jobs_known is None:
-            self._jobs_known = self._jobs()
-        jobs = self._jobs_known
-        unnamed_reports = [self.members[rid] for rid, x in self.by_id.items() if _job(x) is None]
-        unnamed = self.job_processes.get(None, set())
-        found = set(self.members[r.report_id])
-        grew = True
-        while grew:
-            tied = {jobs[p] for p in found if p in jobs}
-            more = {p for p in unnamed if jobs.get(p) in tied}
-            for members in unnamed_reports:
-                if members & found:
-                    more |= members
-            grew = not more <= found
-            found |= more
-        return found
+        if self._unnamed_jobs is None:
+            self._unnamed_jobs = self._tie_unnamed()
+        members = self.members[r.report_id]
+        if not members:
+            return set()
+        return self._unnamed_jobs[next(iter(members))]
+
+    def _tie_unnamed(self) -> dict[Process, set[Process]]:
+        """Each process of the reports of no job, and the processes of its job (one set,
+        shared by all of them): built once, as every report waiting for ranks without data
+        asks."""
+        jobs = self._jobs()
+        parent: dict[Process, Process] = {}
+
+        def root(x: Process) -> Process:
+            parent.setdefault(x, x)
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        def tie(a: Process, b: Process) -> None:
+            ra, rb = root(a), root(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+
+        by_job: dict[Process, Process] = {}
+        for rid, r in self.by_id.items():
+            if _job(r) is not None:
+                continue
+            members = sorted(self.members[rid])
+            for p in members:
+                tie(members[0], p)
+                if p in jobs:
+                    tie(by_job.setdefault(jobs[p], p), p)
+        sets: dict[Process, set[Process]] = {}
+        for p in list(parent):
+            sets.setdefault(root(p), set()).add(p)
+        return {p: sets[root(p)] for p in parent}
 
     def stuck_in(self, p: Process, besides: str, proven: bool = False) -> Wait | None:
         """The op process p is stuck in, of the reports other than `besides` (`proven`: of
