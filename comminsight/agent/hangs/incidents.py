@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import msgspec
 from msgspec import UNSET
 
+from comminsight.agent.hangs.ties import Ties
 from comminsight_gen.models.hang_report_v1 import (
     CauseLink,
     Culprit,
@@ -257,33 +258,17 @@ class _Index:
         shared by all of them): built once, as every report waiting for ranks without data
         asks."""
         jobs = self._jobs()
-        parent: dict[Process, Process] = {}
-
-        def root(x: Process) -> Process:
-            parent.setdefault(x, x)
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        def tie(a: Process, b: Process) -> None:
-            ra, rb = root(a), root(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
-
+        ties = Ties()
         by_job: dict[Process, Process] = {}
         for rid, r in self.by_id.items():
             if _job(r) is not None:
                 continue
             members = sorted(self.members[rid])
             for p in members:
-                tie(members[0], p)
+                ties.tie(members[0], p)
                 if p in jobs:
-                    tie(by_job.setdefault(jobs[p], p), p)
-        sets: dict[Process, set[Process]] = {}
-        for p in list(parent):
-            sets.setdefault(root(p), set()).add(p)
-        return {p: sets[root(p)] for p in parent}
+                    ties.tie(by_job.setdefault(jobs[p], p), p)
+        return ties.groups()
 
     def stuck_in(self, p: Process, besides: str, proven: bool = False) -> Wait | None:
         """The op process p is stuck in, of the reports other than `besides` (`proven`: of

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from comminsight.agent.hangs.finding_report import node_name
 from comminsight.agent.hangs.incidents import Process
+from comminsight.agent.hangs.ties import Ties
 from comminsight.agent.state.snapshot import NodeSnapshot, ProcessView
 
 
@@ -16,7 +17,6 @@ def jobs_by_communicator(snapshot: NodeSnapshot) -> dict[Process, Process]:
     (any of its processes, the same for all of them)."""
     node = node_name(snapshot.node_name)
     names: dict[str, str] = {}  # a master's snapshot holds a few nodes for many processes
-    parent: dict[Process, Process] = {}
 
     def key(p: ProcessView) -> Process:
         if not p.node_name:
@@ -26,18 +26,10 @@ def jobs_by_communicator(snapshot: NodeSnapshot) -> dict[Process, Process]:
             name = names[p.node_name] = node_name(p.node_name)
         return name, p.pid, p.pid_namespace
 
-    def root(x: Process) -> Process:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    ties = Ties()
     for views in (snapshot.comms.values(), snapshot.torn_down.values()):
         for comm in views:
             keys = [key(m.process) for m in (*comm.members, *comm.departed)]
             for other in keys:
-                a, b = root(keys[0]), root(other)
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
-    return {p: root(p) for p in list(parent)}
+                ties.tie(keys[0], other)
+    return ties.roots()
