@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
+import pytest
 from hang_snapshots import (
     COMM,
     MS,
@@ -235,3 +237,43 @@ def test_the_master_remembers_a_finalized_row_once_the_slave_retired_it():
     report = only(diagnose(after, NOW, THRESHOLD, members_seen=seen))
     assert report.verdict is Verdict.rank_left
     assert culprit_ranks(report) == [1]
+
+
+# ---- a rank that never reached its first collective on the world ----
+
+
+def _world(p1_busy: bool = False, world_size: int | None = 4, subgroup: bool = False):
+    """Ranks 0, 2 and 3 of a 4-rank world wait in its op #0 (the communicator is made at
+    first use); rank 1's process made only its own 1-rank communicator, where it is idle
+    (or has an op in flight: `p1_busy`). `subgroup`: the communicator's ranks are not the
+    processes' global ranks (a group, not the world)."""
+    procs = {
+        r: dataclasses.replace(proc(r), world_size=world_size, global_rank=r + 4 * subgroup)
+        for r in range(4)
+    }
+    rows = [stuck_at(r, 0, comm_id=0xAAAA, name="world", nranks=4, process=procs[r])
+            for r in (0, 2, 3)]  # fmt: skip
+    own = member(0, 4, 3 if p1_busy else 4, comm_id=0xBBBB, name="solo", nranks=1,
+                 process=procs[1])  # fmt: skip
+    return snapshot(*rows, own), procs[1]
+
+
+def test_a_rank_stuck_before_its_first_world_collective_is_named_by_its_process():
+    snap, p1 = _world()
+    (report,) = [r for r in diagnose(snap, NOW, THRESHOLD) if r.comm.comm_name == "world"]
+    assert report.verdict is Verdict.stuck_outside_nccl, report.summary
+    (culprit,) = report.culprits
+    assert (culprit.comm_rank, culprit.global_rank, culprit.pid) == (1, 1, p1.pid)
+    assert "before their first collective" in report.summary
+
+
+@pytest.mark.parametrize(
+    "case",
+    [{"p1_busy": True}, {"world_size": None}, {"subgroup": True}],
+    ids=["busy-elsewhere", "world-size-unknown", "not-the-world"],
+)
+def test_a_rank_without_a_row_is_named_only_where_the_world_tells_it(case):
+    snap, _ = _world(**case)
+    (report,) = [r for r in diagnose(snap, NOW, THRESHOLD) if r.comm.comm_name == "world"]
+    assert report.verdict is Verdict.rank_not_joined, report.summary
+    assert report.culprits[0].pid is msgspec.UNSET

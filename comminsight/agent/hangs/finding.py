@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from comminsight.agent.hangs.op_rhythm import StepCycle
 from comminsight.agent.state.rank_runs import RankRuns
-from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp
+from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp, ProcessView
 from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.models.hang_report_v1 import CulpritBasis, Verdict
 
@@ -31,6 +31,8 @@ class Finding:
     threshold_ns: int | None = None
     cause: Finding | None = None  # the hang this one follows from (see follows_from)
     culprit_basis: CulpritBasis | None = None  # op_mismatch of collectives: how it was decided
+    # the processes of culprits with no row in the communicator, where known (world_ranks)
+    culprit_processes: dict[int, ProcessView] | None = None
 
 
 # A member's recently completed collectives on its communicator, by op index

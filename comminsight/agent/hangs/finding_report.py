@@ -9,7 +9,13 @@ from msgspec import UNSET
 
 from comminsight.agent.hangs.finding import MS, Finding
 from comminsight.agent.receivers.proxy_evidence import hang_evidence
-from comminsight.agent.state.snapshot import CommMember, CommView, InflightOp, NodeSnapshot
+from comminsight.agent.state.snapshot import (
+    CommMember,
+    CommView,
+    InflightOp,
+    NodeSnapshot,
+    ProcessView,
+)
 from comminsight.shm_reader import ROOTED_FUNCS
 from comminsight_gen.models.hang_report_v1 import (
     CommRef,
@@ -55,7 +61,10 @@ def to_report(
             nnodes=f.comm.nnodes if f.comm.nnodes >= 1 else _unset(),
         ),
         op=op_info(f.op) if f.op is not None else _unset(),
-        culprits=[culprit(r, reason, members.get(r), node) for r, reason in f.culprits.items()],
+        culprits=[
+            culprit(r, reason, members.get(r), node, (f.culprit_processes or {}).get(r))
+            for r, reason in f.culprits.items()
+        ],
         culprit_basis=f.culprit_basis if f.culprit_basis is not None else _unset(),
         # one entry per rank, but a relay's class is one entry for all its ranks
         evidence=[
@@ -105,10 +114,13 @@ def op_info(op: InflightOp) -> OpInfo:
     )
 
 
-def culprit(rank: int, reason: str, m: CommMember | None, node: str) -> Culprit:
-    if m is None:
+def culprit(
+    rank: int, reason: str, m: CommMember | None, node: str, process: ProcessView | None = None
+) -> Culprit:
+    """process: the culprit's when it has no row in the communicator, where that is known."""
+    p = m.process if m is not None else process
+    if p is None:
         return Culprit(comm_rank=rank, node_name=node, reason=reason)
-    p = m.process
     return Culprit(
         comm_rank=rank,
         node_name=node_name(p.node_name) if p.node_name else node,

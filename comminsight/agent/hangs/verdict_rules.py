@@ -131,7 +131,9 @@ COLLECTIVE_RULES: tuple[Rule, ...] = (
     ),
     (
         "all_joined",
-        lambda p: all_joined.all_joined(p.comm, p.waiting, p.op_index, p.stuck_op, p.wait_s),
+        lambda p: all_joined.all_joined(
+            p.comm, p.waiting, p.op_index, p.stuck_op, p.wait_s, p.snapshot
+        ),
     ),
 )
 

@@ -144,6 +144,7 @@ def process_view(
         heartbeat_fresh=age <= stale_ns,
         node_name=node.name if node_name is None else node_name,
         pid_namespace=p.pid_namespace,
+        world_size=p.world_size if p.HasField("world_size") else None,
     )
 
 

@@ -56,6 +56,7 @@ class ProcessView:
     # The inode of the PID namespace `pid` is numbered in (0: not recorded): pods on one node
     # each number their own, so a pid names a process only with it
     pid_namespace: int = 0
+    world_size: int | None = None  # WORLD_SIZE of its launcher, None where unknown
 
     @property
     def key(self) -> tuple[str | None, int, int]:
@@ -284,6 +285,7 @@ def process_view(
         pid_exists=exists(pid),
         heartbeat_fresh=age <= stale_ns,
         pid_namespace=int(h["pid_namespace"]) if "pid_namespace" in h.dtype.names else 0,
+        world_size=int(h["world_size"]) if int(h["world_size"]) > 0 else None,
     )
 
 
