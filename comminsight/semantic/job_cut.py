@@ -767,6 +767,11 @@ def _warmup_by_optimizer(
     next_first = u.keys[bounds[0]]
     while start - 1 >= lo and u.keys[start - 1] == next_first:
         start -= 1
+    # the op the next Step begins with, met earlier in the stretch, begins this one too: the
+    # longest idle time may come inside it (a rollout's experience pass, then training)
+    opening = span[u.keys[span] == next_first]
+    if len(opening):
+        start = min(start, int(opening[0]))
     starts = np.array([start] + bounds[:-1], np.int64)
     return starts, bounds[-1]
 

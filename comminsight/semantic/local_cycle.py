@@ -823,13 +823,20 @@ def after_optimizer(
 
     Counts reduced last (`counts`, per element key) are what the next iteration agrees on
     before its forward (veRL's dynamic micro-batch count, the tokens torchtitan averages a
-    loss over): they begin the next Step."""
+    loss over): they begin the next Step.
+
+    A scalar reduced once per micro-batch (older Megatron-LM averages each micro-batch's loss
+    across data parallelism after its forward) is no optimizer's even where it follows the
+    gradient reductions: see _per_micro_scalars."""
     p = len(cyc)
     is_small = small[cyc]
     if p >= 2 and not is_small.any() and reductions is not None:
         return _after_sharded_update(cyc, comm_func, gathers, reductions)
     if p < 2 or not is_small.any() or is_small.all():
         return cyc
+    first_micro = _per_micro_scalars(cyc, is_small, reductions, stream, gaps)
+    if first_micro is not None:
+        return np.roll(cyc, -first_micro)
     uses = Counter(cyc.tolist())
     once = np.array([uses[k] == 1 for k in cyc.tolist()])
     last = _last_scalar(is_small, once)
@@ -859,6 +866,60 @@ def after_optimizer(
 
 
 IDLE_RATIO = 3.0  # idle time that tells the next forward's gathers from an update's
+# of a Step's idle time, the share a scalar repeated in it must come after to be reduced per
+# micro-batch, after each one's compute
+PER_MICRO_IDLE_SHARE = 0.25
+
+
+def _per_micro_scalars(
+    cyc: np.ndarray,
+    is_small: np.ndarray,
+    reductions: np.ndarray | None,
+    stream: np.ndarray | None,
+    gaps: np.ndarray | None,
+) -> int | None:
+    """Where the Step begins when a scalar reduction is repeated through it, once per
+    micro-batch, and the first of them follows the gradient reductions: at that first one,
+    or None when the cycle is not so.
+
+    An optimizer's scalars (a gradient norm, a found-inf flag) come together right after the
+    gradient reductions, the GPU idle only while a norm is computed. A loss averaged per
+    micro-batch comes after that micro-batch's forward, so the GPU idles before each one as
+    long as a forward and backward take: far longer than between the gradient reductions,
+    and together a good part of the Step's idle time (`gaps`, the idle time before each
+    element of `stream`). The last one's backward
+    reduces the gradients, so the Step ends there; the first begins the next Step, after the
+    optimizer, as the forward's first collective. Other scalars between the reductions and
+    it (a norm) are the optimizer's."""
+    if gaps is None or stream is None or reductions is None:
+        return None
+    red = reductions[cyc] & ~is_small
+    if not red.any():
+        return None
+    before = {int(k): gaps[stream == k] for k in np.unique(cyc)}
+    total = sum(float(np.median(before[int(k)])) for k in cyc.tolist() if len(before[int(k)]))
+    reducing = np.concatenate([before[int(k)] for k in np.unique(cyc[red])])
+    if total <= 0 or not len(reducing):
+        return None
+    between_reductions = float(np.median(reducing))
+    p = len(cyc)
+    uses = Counter(cyc[is_small].tolist())
+    k = (int(np.flatnonzero(red)[-1]) + 1) % p
+    for _ in range(p):
+        if not is_small[k]:
+            return None
+        key = int(cyc[k])
+        # each of them after long idle time, not only some (an optimizer's second norm
+        # right after its first, both after a long host step)
+        idle = float(np.quantile(before[key], 0.25)) if len(before[key]) else 0.0
+        if (
+            uses[key] >= 2
+            and idle >= IDLE_RATIO * (between_reductions + 1.0)
+            and uses[key] * idle >= PER_MICRO_IDLE_SHARE * total
+        ):
+            return k
+        k = (k + 1) % p
+    return None
 
 
 def _idles_before(gather: int, after: int, stream, gaps) -> bool:

@@ -20,7 +20,6 @@ CASES: list[Case] = [
     Case(
         "rl_openrlhf",
         dict(workload="rl", ranks=4, rollout_tp=2, steps=4, variants=("openrlhf",)),
-        known_gap=SYNC_AFTER_UPDATE,
     ),
     # two engines (TP 2), four actor ranks, accumulation 2, noisy host
     Case(

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from comminsight.sim.accuracy_case import Case
 
-LOSS_PER_MICRO = (
-    "a loss all-reduced after each micro-batch's forward passes for an optimizer's scalar: "
-    "Steps begin one op off (never at confidence 0.9 or more)"
-)
 FLAT_FORWARD_GATHER = (
     "FSDP1 with one flat parameter under flat host time: the forward's gather right after the "
     "optimizer's norm looks like a sharded update's, and idle time cannot tell (never at "
@@ -65,14 +61,11 @@ CASES: list[Case] = [
     # the loss logged every Step after it, the token count gathered before the next
     _loops("hf_num_items_log_every_1_flat", ("hf_num_items", "hf_log_every_1"), "flat"),
     _loops("hf_log_every_1_flat", ("hf_log_every_1",), "flat"),
-    _loops("mlm_loss_per_micro", ("mlm_loss_per_micro",), grad_accum=4, known_gap=LOSS_PER_MICRO),
-    _loops(
-        "mlm_loss_per_micro_flat",
-        ("mlm_loss_per_micro",),
-        "flat",
-        grad_accum=4,
-        known_gap=LOSS_PER_MICRO,
-    ),
+    # a loss all-reduced after each micro-batch's forward, which follows the gradient
+    # reductions as an optimizer's scalar would
+    _loops("mlm_loss_per_micro", ("mlm_loss_per_micro",), grad_accum=4),
+    _loops("mlm_loss_per_micro_flat", ("mlm_loss_per_micro",), "flat", grad_accum=4),
+    _loops("mlm_loss_per_micro_accum8_noisy", ("mlm_loss_per_micro",), "noisy", grad_accum=8),
     _loops("lightning_ckpt", ("lightning_ckpt_every_4",), steps=8),
     _loops("stall_every_3", ("stall_every_3", "hf_log_every_2"), steps=9, timing_told=True),
     _loops("slow_first_3", ("hf_num_items",), warmup_steps=3, steps=3),

@@ -1,0 +1,76 @@
+"""The job cut where a training loop's own collectives sit at a Step's edges: a loss
+averaged across data parallelism after every micro-batch's forward (Megatron-LM up to core
+0.5), which follows the gradient reductions as an optimizer's scalar would. Synthetic op
+streams, every rank alike."""
+
+from __future__ import annotations
+
+import pytest
+from op_streams import WORLD, Stream, labels_of
+
+BUCKETS = [1_048_576] + [26_214_400] * 6 + [877_824]
+
+
+def loss_per_micro_stream(
+    steps: int, micros: int, forward_ms: float, backward_ms: float, optimizer_ms: float
+) -> Stream:
+    """DDP with accumulation (no_sync until the last micro-batch), each micro-batch's loss
+    all-reduced (fp32, one element) after its forward, no gradient clipping."""
+    s = Stream()
+    s.timed = True
+    s.op("Broadcast", 262_144_000)  # the module's states from rank 0
+    for step in range(steps):
+        s.step = step
+        for micro in range(micros):
+            # the GPU idles for the forward (after the optimizer and data loading for the
+            # first), and for the backward of the micro-batch before (no reduction then)
+            idle = forward_ms + (optimizer_ms if micro == 0 else backward_ms)
+            s.op("AllReduce", 4, gap_ms=idle)
+        for size in BUCKETS:
+            s.op("AllReduce", size, gap_ms=backward_ms / len(BUCKETS))
+    return s
+
+
+@pytest.mark.parametrize(
+    "micros,forward_ms,backward_ms,optimizer_ms",
+    [(4, 4.0, 8.0, 3.0), (8, 2.0, 4.0, 10.0), (2, 5.0, 10.0, 1.0)],
+    ids=["accum4", "accum8_slow_optimizer", "accum2"],
+)
+def test_a_loss_averaged_per_micro_batch_begins_the_step(
+    micros, forward_ms, backward_ms, optimizer_ms
+):
+    streams = [
+        loss_per_micro_stream(6, micros, forward_ms, backward_ms, optimizer_ms) for _ in range(4)
+    ]
+    cut, labels = labels_of(streams, {WORLD: 4})
+    assert cut.steps == 6
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+    assert cut.confidence < 0.9  # no optimizer collective shows where the Step ends
+
+
+def test_two_norms_after_a_long_host_step_still_end_the_step():
+    """The control: a found-inf flag, then after a long host step two gradient norms of the
+    same key, the second right after the first (DeepSpeed's legacy ZeRO-1 with its update
+    on the host). They are the optimizer's, not a per-micro-batch loss: the Step ends with
+    them."""
+    streams = []
+    for _ in range(4):
+        s = Stream()
+        s.timed = True
+        s.op("Broadcast", 262_144_000)
+        for step in range(6):
+            s.step = step
+            for k, size in enumerate(BUCKETS):
+                s.op("Reduce", size, gap_ms=80.0 if k == 0 else 0.05)
+            s.op("AllReduce", 1)  # the overflow flag
+            s.op("AllReduce", 4, gap_ms=60.0)
+            s.op("AllReduce", 4)
+            for _ in range(4):
+                s.op("AllGather", 5_167_888)
+        streams.append(s)
+    cut, labels = labels_of(streams, {WORLD: 4})
+    assert cut.steps == 6
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+
