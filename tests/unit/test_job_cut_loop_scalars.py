@@ -73,4 +73,3 @@ def test_two_norms_after_a_long_host_step_still_end_the_step():
     assert cut.steps == 6
     for stream, label in zip(streams, labels, strict=True):
         assert label.tolist() == stream.truth().tolist()
-
