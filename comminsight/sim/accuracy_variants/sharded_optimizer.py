@@ -14,8 +14,10 @@ from __future__ import annotations
 from comminsight.sim.accuracy_case import Case
 
 TIMERS_SUPER_CYCLE = (
-    "Megatron's timer barriers on every timer and its timers' all-gather every two Steps make "
-    "the cycle two Steps long (never at confidence 0.9 or more)"
+    "Megatron's level-1 timers put a world barrier before every phase (the forward-backward "
+    "first, then one before each optimizer part), and its timers are gathered every two "
+    "Steps: the cycle comes out two Steps long and the barrier that opens a Step reads as the "
+    "optimizer's last scalar (never at confidence 0.9 or more)"
 )
 
 ZERO = dict(workload="zero", layers=4)
@@ -132,6 +134,17 @@ CASES: list[Case] = [
     Case(
         "megatron_distopt_overlap_pg_fp16",
         dict(MEGATRON, steps=8, grad_accum=4, variants=("overlap_param_gather", "fp16_overflow")),
+    ),
+    Case(
+        "megatron_distopt_timers_log",
+        dict(
+            MEGATRON,
+            steps=6,
+            grad_accum=4,
+            precision="bf16",
+            variants=("timers_l1", "log_interval_2"),
+        ),
+        known_gap=TIMERS_SUPER_CYCLE,
     ),
     Case(
         "megatron_distopt_timers_log_flat",
