@@ -717,7 +717,8 @@ def _warmup_by_optimizer(
     (ZeRO-3 gathers every module, forward and backward, while it records its trace, and
     checks that trace against rank 0's in the next Step), yet each ends with its optimizer:
     as many warm-up Steps as the stretch before the steady ones holds gradient reductions
-    followed by the scalar the steady Steps' optimizers begin with. A Step begins after the
+    followed by the scalar the steady Steps' optimizers begin with, as many of it in a row
+    as they have at least. A Step begins after the
     optimizer before it, past the ops that follow that scalar in the steady Steps (norms, an
     update's gathers); the first one after the longest idle gap from the end of the
     start-up's broadcasts and small collectives up to its first reduction, with ops like
@@ -730,6 +731,15 @@ def _warmup_by_optimizer(
     reduction = (g.kind != P2P) & reduces(g.func) & ~small
     cf = (g.comm << 8) | g.func
     end_keys, tail_keys, last_reductions = set(), set(), set()
+    steady_run = len(g)
+
+    def scalar_run(i: int) -> int:
+        """How many scalars of op i's key follow one another from it."""
+        j = i
+        while j < len(g) and small[j] and u.keys[j] == u.keys[i]:
+            j += 1
+        return j - i
+
     for a, b in zip(step_starts[:-1].tolist(), step_starts[1:].tolist(), strict=True):
         red = np.flatnonzero(reduction[a:b])
         scalars = np.flatnonzero(small[a:b])
@@ -737,6 +747,7 @@ def _warmup_by_optimizer(
         if not len(after):
             return None
         end_keys.add(int(u.keys[a + int(after[0])]))
+        steady_run = min(steady_run, scalar_run(a + int(after[0])))
         tail_keys.update(u.keys[a + int(after[0]) : b].tolist())
         last_reductions.add(int(cf[a + int(red[-1])]))
     # the gradients' reductions: on the communicator and function the steady ones end with
@@ -747,7 +758,14 @@ def _warmup_by_optimizer(
         if reduction[i]:
             if pending < 0:
                 pending = i
-        elif pending >= 0 and small[i] and int(u.keys[i]) in end_keys:
+        elif (
+            pending >= 0
+            and small[i]
+            and int(u.keys[i]) in end_keys
+            # (fewer scalars than a steady Step ends with: a micro-batch's metrics, reduced
+            # after each one's gradients as an optimizer's would be)
+            and scalar_run(i) >= steady_run
+        ):
             ends.append(i)
             reductions_at.append(pending)
             pending = -1

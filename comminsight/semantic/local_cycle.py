@@ -429,15 +429,17 @@ def after_last_update(
     is_small, red = small[cyc], reductions[cyc]
     if p < 2 or red.all():
         return cyc, []
-    ends = []
+    ends, runs = [], []
     for k in range(p):
         if is_small[k] and red[(k - 1) % p]:
             e = k
             while cyc[(e + 1) % p] == cyc[k] and (e + 1) % p != k:
                 e = (e + 1) % p  # the norms of the other parameter groups
             ends.append(e)
+            runs.append((e - k) % p + 1)
     if not ends:
         return cyc, []
+    ends = [e for e, run in zip(ends, runs, strict=True) if run >= optimizer_run(runs)]
 
     def free_after(e: int) -> int:
         run = 0
@@ -448,6 +450,27 @@ def after_last_update(
     last = max(ends, key=lambda e: (free_after(e), -e))
     start = (last + 1) % p
     return np.roll(cyc, -start), sorted((e - start) % p for e in ends)
+
+
+def optimizer_run(runs: list[int]) -> int:
+    """Of the runs of one scalar key that follow gradient reductions (their lengths), how
+    long an optimizer's is. With accumulation, a loop that reduces its metrics after every
+    micro-batch (OpenRLHF's `strategy.all_reduce(status)`, a key at a time) follows each
+    micro-batch's gradient reduction (FSDP and ZeRO reduce every micro-batch) with a run as
+    an optimizer's; the micro-batch that ends accumulation adds the clipped gradient norm,
+    of the same key (and now and then a barrier): where some runs are longer than the
+    shortest by a few, two or more of them and no more than the shortest ones, only those
+    end Steps (0: every run does)."""
+    if not runs:
+        return 0
+    shortest = min(runs)
+    longer = sum(run > shortest for run in runs)
+    if max(runs) - shortest > MAX_NORMS or not 2 <= longer <= len(runs) - longer:
+        return 0
+    return shortest + 1
+
+
+MAX_NORMS = 4  # gradient norms of an optimizer's parameter groups, at most, told apart so
 
 
 def _update_starts(el: Elements, cyc: np.ndarray, ends: list[int], units: LocalUnits) -> np.ndarray:
@@ -465,14 +488,20 @@ def _update_starts(el: Elements, cyc: np.ndarray, ends: list[int], units: LocalU
     found = np.flatnonzero(small_el[1:] & red_el[:-1] & np.isin(keys[1:], list(opening))) + 1
     first_el = el.of_op[units.starts]
     found = found[found >= first_el[0]]
-    out = [units.starts]
-    for i, j in enumerate(found.tolist()):
+    last_of = []
+    for j in found.tolist():
         e = j
         while e + 1 < len(keys) and keys[e + 1] == keys[j]:
             e += 1  # the norms of the other parameter groups
+        last_of.append(e)
+    runs = [e - j + 1 for j, e in zip(found.tolist(), last_of, strict=True)]
+    longest = optimizer_run(runs)
+    kept = [e for e, run in zip(last_of, runs, strict=True) if run >= longest]
+    out = [units.starts]
+    for i, e in enumerate(kept):
         # a Step begins after every optimizer but the run's last (what follows that one is
         # the tail: a final barrier, a checkpoint)
-        if i + 1 < len(found) or (first_el > e).any():
+        if i + 1 < len(kept) or (first_el > e).any():
             out.append(np.array([el.first[e + 1]], np.int64))
     return np.unique(np.concatenate(out)).astype(np.int64)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from op_streams import TP, WORLD, Stream, labels_of
 
-from comminsight.semantic.local_cycle import after_last_update, after_optimizer
+from comminsight.semantic.local_cycle import after_last_update, after_optimizer, optimizer_run
 
 # ---- ZeRO-3 ----------------------------------------------------------------------------
 
@@ -246,3 +246,24 @@ def test_a_last_weight_sync_that_trains_nothing_is_no_step():
     assert cut.steps == 6
     for stream, label in zip(streams, labels, strict=True):
         assert label.tolist() == stream.truth().tolist()
+
+
+def test_metrics_reduced_after_every_micro_batch_do_not_end_steps():
+    """OpenRLHF with accumulation: FSDP reduces each micro-batch's gradients, and the loop
+    all-reduces its status metrics (a key at a time, one key) after every micro-batch; the
+    micro-batch that ends accumulation adds the clipped gradient norm, of that key. Only
+    the longer runs end Steps; an evaluation barrier now and then lengthens one of them."""
+    assert optimizer_run([9, 10, 9, 10]) == 10
+    assert optimizer_run([11, 9, 10, 9]) == 10
+    assert optimizer_run([10, 10, 10]) == 0  # PPO updates, each alike: every run ends one
+    assert optimizer_run([10, 9]) == 0  # one longer run: the last update's barrier, say
+    assert optimizer_run([2, 20, 2, 20]) == 0  # no optimizer's few norms apart
+    # keys: 0 experience gather, 1 forward gather, 2 reduce-scatter, 3 scalar (status, norm)
+    small = np.array([False, False, False, True])
+    reductions = np.array([False, False, True, False])
+    micro = [1, 2] + [3] * 3
+    last_micro = [1, 2] + [3] * 4
+    cyc = np.array([0] + micro + last_micro + micro + last_micro)
+    rotated, ends = after_last_update(cyc, small, reductions)
+    assert rotated.tolist() == cyc.tolist()
+    assert ends == [len(micro) + len(last_micro), len(cyc) - 1]
