@@ -31,6 +31,9 @@ Prints JSON lines {"bench","metric","value","unit", ...}; a rank's `value` (and 
 status, through `all_exact`) says the counts agree and every Step lies inside its marker
 interval, as before; `all_steps_exact` says every Step's boundaries are exact by index, and
 `all_exact_by_index` says so of every rank. `--markdown FILE` also writes the tables.
+`--without-markers` recovers the Steps from the ops alone, as the product must where a job
+runs no Inject (the markers stay the ground truth, unseen by the engine); by default the
+engine reads them too, as it does when they are there.
 """
 
 from __future__ import annotations
@@ -157,7 +160,12 @@ def score_rank(gpu, log, ends: list[int], job: dict) -> dict:
 
 
 def report(
-    run_dir: Path, rows: list[dict], exact_all: list[bool], run: str = "", live: bool = False
+    run_dir: Path,
+    rows: list[dict],
+    exact_all: list[bool],
+    run: str = "",
+    live: bool = False,
+    use_markers: bool = True,
 ) -> bool:
     mode, markers, source = ground_truth(run_dir)
     if not any(markers.values()):
@@ -166,9 +174,9 @@ def report(
         exact_all.append(False)
         return False
     if live:
-        result = replay_live(run_dir / "inspector_logs")
+        result = replay_live(run_dir / "inspector_logs", markers=use_markers)
     else:
-        result = recover_steps(run_dir / "inspector_logs")
+        result = recover_steps(run_dir / "inspector_logs", markers=use_markers)
     ok = not result.problems
     for problem in result.problems:
         emit("problem", problem, "", run=run, job=run_dir.name)
@@ -289,6 +297,11 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="recover the Steps as the Agent's live engine would (live_replay), not offline",
     )
+    ap.add_argument(
+        "--without-markers",
+        action="store_true",
+        help="recover the Steps from the ops alone: Inject's step markers stay the truth only",
+    )
     args = ap.parse_args(argv)
     rows: list[dict] = []
     results: list[bool] = []
@@ -296,7 +309,10 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for arg in args.dirs:
             run, jobs = job_dirs(arg, Path(tmp))
-            results += [report(job, rows, exact_all, run, args.live) for job in jobs]
+            results += [
+                report(job, rows, exact_all, run, args.live, not args.without_markers)
+                for job in jobs
+            ]
     emit("all_exact_by_index", all(exact_all), "bool")
     emit("all_exact", all(results), "bool")
     if args.markdown:
