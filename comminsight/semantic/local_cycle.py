@@ -593,7 +593,8 @@ def _optimizers(g: GpuOps, u: LocalUnits) -> int:
         return 0
     small = (g.kind[on] != P2P) & (g.size[on] <= SCALAR_BYTES)
     red = (g.kind[on] != P2P) & reduces(g.func[on]) & ~small
-    small &= ~counts_of(g.datatype[on])
+    # (a loss of a few bytes gathered to log is no optimizer's)
+    small &= ~counts_of(g.datatype[on]) & reduces(g.func[on])
     return int((small[1:] & red[:-1]).sum())
 
 
@@ -644,7 +645,9 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
     while True:
         for floor in key_floors(np.bincount(keys[:probe], minlength=len(ids)), probe):
             kept = np.bincount(keys[:probe], minlength=len(ids))[keys[:probe]] >= floor
-            for cycle in _learn(keys[:probe][kept], el_gaps[:probe][kept], ids, final, one_comm):
+            learnt = _learn(keys[:probe][kept], el_gaps[:probe][kept], ids, final, one_comm)
+            halves = [h for c in learnt for h in cycle_halves(c, el.reductions, el.small)]
+            for cycle in learnt + halves:
                 if cycle.keys in learned:
                     continue
                 learned.add(cycle.keys)
@@ -773,6 +776,42 @@ def _learn(
     if final and (not cycles or one_comm):
         cycles += learn_cycles_codes(keys, gaps, ids, min_repeats=2)
     return cycles
+
+
+def cycle_halves(cycle: Cycle, reductions: np.ndarray, scalars: np.ndarray) -> list[Cycle]:
+    """The cycle of one Step where `cycle` is two of them, the second with a few extra
+    elements after it (the loop's logging every second Step: HF Trainer's loss gathered,
+    Megatron's timers), which learning does not see whole three times in a row: a window of
+    the cycle that the next window repeats, as long as can be and at least half of what
+    SUPER_CYCLE_EXTRAS leaves, begun where `cycle` begins (where idle time put it).
+
+    Two micro-batches of tensor parallelism look so too, the optimizer's scalars their
+    extras: the extras must reduce nothing (`reductions`, `scalars`: per element key, a
+    gradient and a scalar reduction), or each half hold an optimizer of its own (a gradient
+    reduction, then a scalar reduction) and the extras no gradient reduction."""
+    c = np.asarray(cycle.keys)
+    p = len(c)
+    if p < 4:
+        return []
+    c3 = np.concatenate([c, c, c])
+    shortest = max(2, int(np.ceil(p * (1 - SUPER_CYCLE_EXTRAS) / 2)))
+    for half in range(p // 2, shortest - 1, -1):
+        differs = np.concatenate([[0], np.cumsum(c3[: 2 * p] != c3[half : half + 2 * p])])
+        repeated = np.flatnonzero(differs[half : half + p] == differs[:p])
+        if not len(repeated):
+            continue
+        at = int(repeated[0])
+        window, extras = c3[at : at + half], c3[at + 2 * half : at + p]
+        optimizer = (reductions[window] & np.roll(scalars[window], -1)).any()
+        if (reductions[extras] | scalars[extras]).any() and (
+            reductions[extras].any() or not optimizer
+        ):
+            return []
+        begins = np.flatnonzero(window == c[0])
+        if len(begins):
+            window = np.roll(window, -int(begins[0]))
+        return [Cycle(tuple(window.tolist()))]
+    return []
 
 
 def _follow_cost(keys: np.ndarray, cyc: np.ndarray, op_cost: float):

@@ -1,12 +1,17 @@
 """The job cut where a training loop's own collectives sit at a Step's edges: a loss
 averaged across data parallelism after every micro-batch's forward (Megatron-LM up to core
-0.5), which follows the gradient reductions as an optimizer's scalar would. Synthetic op
-streams, every rank alike."""
+0.5), which follows the gradient reductions as an optimizer's scalar would; and a loss logged
+every second Step, which makes the op cycle two Steps long. Synthetic op streams, every rank
+alike."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from op_streams import WORLD, Stream, labels_of
+
+from comminsight.semantic.cycle import Cycle
+from comminsight.semantic.local_cycle import cycle_halves
 
 BUCKETS = [1_048_576] + [26_214_400] * 6 + [877_824]
 
@@ -73,3 +78,20 @@ def test_two_norms_after_a_long_host_step_still_end_the_step():
     assert cut.steps == 6
     for stream, label in zip(streams, labels, strict=True):
         assert label.tolist() == stream.truth().tolist()
+
+
+def test_a_cycle_of_two_steps_logged_every_second_one_halves():
+    """HF Trainer's loss gathered every second Step (logging_steps=2) makes the cycle two
+    Steps long; the Step's own cycle is its repeated half. Two micro-batches of tensor
+    parallelism, the optimizer's scalars their extras, stay one Step."""
+    # keys: 0 a bucket's all-reduce, 1 another, 2 the logged loss (a gather), 3 a scalar
+    # reduction (an optimizer's norm), 4 a tensor-parallel all-reduce
+    reductions = np.array([True, True, False, False, True])
+    scalars = np.array([False, False, False, True, False])
+    ddp = Cycle((0, 1, 1, 0, 1, 1, 2))
+    assert [c.keys for c in cycle_halves(ddp, reductions, scalars)] == [(0, 1, 1)]
+    micro_batches = Cycle((4, 4, 4, 4, 4, 4, 3))
+    assert cycle_halves(micro_batches, reductions, scalars) == []
+    # Megatron's timers: each half ends with its optimizer, the extras a barrier and a gather
+    timers = Cycle((0, 3, 1, 3, 0, 3, 1, 3, 3, 2))
+    assert [c.keys for c in cycle_halves(timers, reductions, scalars)] == [(0, 3, 1, 3)]
