@@ -51,6 +51,7 @@ from comminsight.semantic.cut_order import (
 )
 from comminsight.semantic.job_ops import P2P, GpuOps, JobOps, instance_keys
 from comminsight.semantic.local_cycle import (
+    MIN_METRICS,
     SCALAR_BYTES,
     STARTUP_SMALL_BYTES,
     LocalUnits,
@@ -762,9 +763,11 @@ def _warmup_by_optimizer(
             pending >= 0
             and small[i]
             and int(u.keys[i]) in end_keys
-            # (fewer scalars than a steady Step ends with: a micro-batch's metrics, reduced
-            # after each one's gradients as an optimizer's would be)
-            and scalar_run(i) >= steady_run
+            # (fewer scalars than a steady Step ends with, several: a micro-batch's metrics,
+            # reduced after each one's gradients as an optimizer's would be; a found-inf
+            # flag alone ends a Step whose update was skipped)
+            and not (small[i - 1] and u.keys[i - 1] == u.keys[i])  # (from a run's first)
+            and not MIN_METRICS <= scalar_run(i) < steady_run
         ):
             ends.append(i)
             reductions_at.append(pending)
@@ -786,10 +789,13 @@ def _warmup_by_optimizer(
     while start - 1 >= lo and u.keys[start - 1] == next_first:
         start -= 1
     # the op the next Step begins with, met earlier in the stretch, begins this one too: the
-    # longest idle time may come inside it (a rollout's experience pass, then training)
+    # longest idle time may come inside it (a rollout's experience pass, then training);
+    # not past a few bytes between (an evaluation before training ends with its loss)
     opening = span[u.keys[span] == next_first]
-    if len(opening):
-        start = min(start, int(opening[0]))
+    if len(opening) and int(opening[0]) < start:
+        between = slice(int(opening[0]), start)
+        if not (g.size[between] <= STARTUP_SMALL_BYTES).any():
+            start = int(opening[0])
     starts = np.array([start] + bounds[:-1], np.int64)
     return starts, bounds[-1]
 

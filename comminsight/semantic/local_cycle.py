@@ -459,18 +459,21 @@ def optimizer_run(runs: list[int]) -> int:
     micro-batch's gradient reduction (FSDP and ZeRO reduce every micro-batch) with a run as
     an optimizer's; the micro-batch that ends accumulation adds the clipped gradient norm,
     of the same key (and now and then a barrier): where some runs are longer than the
-    shortest by a few, two or more of them and no more than the shortest ones, only those
-    end Steps (0: every run does)."""
+    shortest (of MIN_METRICS or more) by a few, two or more of them and no more than the
+    shortest ones, only those end Steps (0: every run does)."""
     if not runs:
         return 0
     shortest = min(runs)
     longer = sum(run > shortest for run in runs)
-    if max(runs) - shortest > MAX_NORMS or not 2 <= longer <= len(runs) - longer:
+    if shortest < MIN_METRICS or max(runs) - shortest > MAX_NORMS:
         return 0
-    return shortest + 1
+    return shortest + 1 if 2 <= longer <= len(runs) - longer else 0
 
 
 MAX_NORMS = 4  # gradient norms of an optimizer's parameter groups, at most, told apart so
+# metrics a loop reduces after each micro-batch, at least, to be told from an optimizer's
+# norm (a lone scalar after some updates only is a barrier, which lengthens those runs)
+MIN_METRICS = 2
 
 
 def _update_starts(el: Elements, cyc: np.ndarray, ends: list[int], units: LocalUnits) -> np.ndarray:
@@ -785,10 +788,10 @@ def cycle_halves(cycle: Cycle, reductions: np.ndarray, scalars: np.ndarray) -> l
     the cycle that the next window repeats, as long as can be and at least half of what
     SUPER_CYCLE_EXTRAS leaves, begun where `cycle` begins (where idle time put it).
 
-    Two micro-batches of tensor parallelism look so too, the optimizer's scalars their
-    extras: the extras must reduce nothing (`reductions`, `scalars`: per element key, a
-    gradient and a scalar reduction), or each half hold an optimizer of its own (a gradient
-    reduction, then a scalar reduction) and the extras no gradient reduction."""
+    Micro-batches look so too, the optimizer's scalars their extras (tensor parallelism's;
+    ZeRO-2 reducing each micro-batch's gradients, then the loop's metrics, the clipped norm
+    once a Step): the extras must reduce nothing (`reductions`, `scalars`: per element key,
+    a gradient and a scalar reduction)."""
     c = np.asarray(cycle.keys)
     p = len(c)
     if p < 4:
@@ -802,10 +805,7 @@ def cycle_halves(cycle: Cycle, reductions: np.ndarray, scalars: np.ndarray) -> l
             continue
         at = int(repeated[0])
         window, extras = c3[at : at + half], c3[at + 2 * half : at + p]
-        optimizer = (reductions[window] & np.roll(scalars[window], -1)).any()
-        if (reductions[extras] | scalars[extras]).any() and (
-            reductions[extras].any() or not optimizer
-        ):
+        if (reductions[extras] | scalars[extras]).any():
             return []
         begins = np.flatnonzero(window == c[0])
         if len(begins):
@@ -984,10 +984,30 @@ def _per_micro_scalars(
             uses[key] >= 2
             and idle >= IDLE_RATIO * (between_reductions + 1.0)
             and uses[key] * idle >= PER_MICRO_IDLE_SHARE * total
+            and _backward_follows(cyc, k, red, stream, gaps, idle)
         ):
             return k
         k = (k + 1) % p
     return None
+
+
+def _backward_follows(
+    cyc: np.ndarray, k: int, red: np.ndarray, stream: np.ndarray, gaps: np.ndarray, idle: float
+) -> bool:
+    """Whether a gradient reduction follows the run of scalars from cycle position k, and
+    soon (IDLE_RATIO times sooner than they follow each other, measured where `stream` goes
+    from the run's key to it): the last micro-batch's backward, reducing as it goes. Norms
+    an optimizer computes on the host (ZeRO-Offload) are each as far apart, but its update's
+    gathers or the next Step's forward come after them."""
+    p = len(cyc)
+    key = cyc[k]
+    j = k
+    while cyc[j % p] == key and j < k + p:
+        j += 1
+    if not red[j % p]:
+        return False
+    after = gaps[1:][(stream[:-1] == key) & (stream[1:] == cyc[j % p])]
+    return len(after) > 0 and IDLE_RATIO * float(np.median(after)) < idle
 
 
 def _idles_before(gather: int, after: int, stream, gaps) -> bool:

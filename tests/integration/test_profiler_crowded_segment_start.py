@@ -44,9 +44,13 @@ def test_a_segment_start_lists_what_fits_and_counts_the_rest(build, tmp_path):
     assert comm_inits == COMMS
     crowded = [s for s in starts if s.get("communicators_omitted")]
     assert crowded, [len(s["communicators"]) for s in starts]
+    # a segment opened while the communicators were still being made (a slow, loaded
+    # machine ages the first one out during the inits) counts those live then; the one the
+    # collectives open, after every init, counts them all
+    totals = [len(s["communicators"]) + s["communicators_omitted"] for s in crowded]
+    assert max(totals) == COMMS and all(t <= COMMS for t in totals), totals
     for start in crowded:
         listed = start["communicators"]
-        assert len(listed) + start["communicators_omitted"] == COMMS
         assert len(listed) > COMMS // 2  # the bound is the buffer's, not a small number
         assert {c["comm_name"] for c in listed} == {'"' * 126}
         assert start["process"]["pid"] > 0

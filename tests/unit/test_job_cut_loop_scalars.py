@@ -1,8 +1,8 @@
 """The job cut where a training loop's own collectives sit at a Step's edges: a loss
 averaged across data parallelism after every micro-batch's forward (Megatron-LM up to core
 0.5), which follows the gradient reductions as an optimizer's scalar would; and a loss logged
-every second Step, which makes the op cycle two Steps long. Synthetic op streams, every rank
-alike."""
+every second Step, which makes the op cycle two Steps long; and what is not so (metrics after
+every micro-batch, norms computed on the host). Synthetic op streams, every rank alike."""
 
 from __future__ import annotations
 
@@ -92,6 +92,63 @@ def test_a_cycle_of_two_steps_logged_every_second_one_halves():
     assert [c.keys for c in cycle_halves(ddp, reductions, scalars)] == [(0, 1, 1)]
     micro_batches = Cycle((4, 4, 4, 4, 4, 4, 3))
     assert cycle_halves(micro_batches, reductions, scalars) == []
-    # Megatron's timers: each half ends with its optimizer, the extras a barrier and a gather
-    timers = Cycle((0, 3, 1, 3, 0, 3, 1, 3, 3, 2))
-    assert [c.keys for c in cycle_halves(timers, reductions, scalars)] == [(0, 3, 1, 3)]
+    # ZeRO-2 reducing each micro-batch's gradients, then the loop's metrics; the clipped
+    # norm once a Step: the extras reduce, the halves are micro-batches
+    zero2 = Cycle((0, 1, 3, 3, 0, 1, 3, 3, 3))
+    assert cycle_halves(zero2, reductions, scalars) == []
+
+
+def zero2_metrics_stream(buckets: int, metrics: int) -> Stream:
+    """DeepSpeed ZeRO-2 with accumulation 2: every micro-batch reduce-scatters its gradient
+    buckets, then the loop all-reduces its metrics a key at a time (OpenRLHF's status);
+    the clipped gradient norm comes once a Step, before the last micro-batch's metrics."""
+    s = Stream()
+    s.timed = True
+    s.op("Broadcast", 262_144_000)
+    for step in range(8):
+        s.step = step
+        for micro in range(2):
+            for k in range(buckets):
+                s.op("ReduceScatter", 10_000_000, gap_ms=12.0 if k == 0 else 0.5)
+            if micro == 1:
+                s.op("AllReduce", 4, gap_ms=0.4)
+            for _ in range(metrics):
+                s.op("AllReduce", 4, gap_ms=0.2)
+    return s
+
+
+@pytest.mark.parametrize("buckets,metrics", [(8, 2), (16, 5), (24, 2)])
+def test_metrics_after_every_micro_batch_do_not_halve_the_step(buckets, metrics):
+    streams = [zero2_metrics_stream(buckets, metrics) for _ in range(4)]
+    cut, labels = labels_of(streams, {WORLD: 4})
+    assert cut.steps == 8
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+
+
+@pytest.mark.parametrize("norm_ms,adam_ms", [(15, 5), (30, 5), (30, 80)])
+@pytest.mark.parametrize("flag", [True, False])
+def test_norms_computed_on_the_host_stay_the_optimizer_s(norm_ms, adam_ms, flag):
+    """ZeRO-Offload: each parameter group's norm after as long a host computation as a
+    micro-batch's forward might take, then the update's gathers: the Step still ends with
+    them (no loss averaged per micro-batch: no gradient reduction follows them soon)."""
+    streams = []
+    for _ in range(4):
+        s = Stream()
+        s.timed = True
+        s.op("Broadcast", 262_144_000)
+        for step in range(8):
+            s.step = step
+            for k in range(8):
+                s.op("ReduceScatter", 26_214_400, gap_ms=40.0 if k == 0 else 2.0)
+            if flag:
+                s.op("AllReduce", 1, gap_ms=5.0)
+            for _ in range(2):
+                s.op("AllReduce", 4, gap_ms=norm_ms)
+            for k in range(4):
+                s.op("AllGather", 13_107_200, gap_ms=adam_ms if k == 0 else 0.05)
+        streams.append(s)
+    cut, labels = labels_of(streams, {WORLD: 4})
+    assert cut.steps == 8
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()

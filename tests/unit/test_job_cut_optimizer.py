@@ -7,6 +7,7 @@ several PPO updates. Synthetic op streams, every rank alike."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from op_streams import TP, WORLD, Stream, labels_of
 
 from comminsight.semantic.local_cycle import after_last_update, after_optimizer, optimizer_run
@@ -19,7 +20,9 @@ PREFETCH = [12_800_000, 13_874_435, 13_874_435, 16_301_534]
 PERSISTENT = 3_600  # the norms, gathered back after each update
 
 
-def zero3_stream(overflows: list[bool]) -> Stream:
+def zero3_stream(overflows: list[bool], flag_bytes: int = 1, eval_on_start: bool = False) -> Stream:
+    """`flag_bytes`: the found-inf flag's size (4: a float, as the gradient norms are);
+    `eval_on_start`: an evaluation before training (forwards, then its loss gathered)."""
     s = Stream()
     for size in MODULES:  # zero.Init
         s.op("Broadcast", 2 * size)
@@ -27,6 +30,11 @@ def zero3_stream(overflows: list[bool]) -> Stream:
         s.op("AllReduce", 4)
     for size in MODULES:  # create_reduce_and_remove_grad_hooks
         s.op("AllGather", 2 * size)
+    if eval_on_start:
+        s.op("Broadcast", 8, gap_ms=30)
+        for size in MODULES:
+            s.op("AllGather", 2 * size, gap_ms=0.5)
+        s.op("AllGather", 64, gap_ms=1)  # the evaluation's losses
     persistent_gathered = False
     for step, overflow in enumerate(overflows):
         s.step = step
@@ -42,7 +50,7 @@ def zero3_stream(overflows: list[bool]) -> Stream:
                 less = PERSISTENT // 4 if persistent_gathered and k else 0
                 s.op("AllGather", 2 * (size - less), gap_ms=3 if k == 0 else 0.1)
         s.op("ReduceScatter", 113_700_808, gap_ms=12)
-        s.op("AllReduce", 1)  # the overflow flag
+        s.op("AllReduce", flag_bytes)  # the overflow flag
         persistent_gathered = not overflow
         if not overflow:
             s.op("AllReduce", 4, gap_ms=3)  # a gradient norm per parameter group
@@ -56,6 +64,34 @@ def test_zero3_traced_and_checking_steps_are_warm_up_steps_ended_by_their_optimi
     streams = [zero3_stream(overflows) for _ in range(4)]
     cut, labels = labels_of(streams, {WORLD: 4})
     assert cut.steps == len(overflows)
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+
+
+@pytest.mark.parametrize(
+    "overflows", ["TTTFFFFF", "TTFFFFFF", "TTTFFTFF"], ids=["three", "two", "three_and_one"]
+)
+@pytest.mark.parametrize("flag_bytes", [1, 4])
+def test_warm_up_steps_whose_updates_were_skipped_end_at_their_flag(overflows, flag_bytes):
+    """A skipped update's Step ends at its found-inf flag alone, a shorter run than the
+    steady Steps' flag and norms, though the flag be a float like the norms."""
+    skipped = [c == "T" for c in overflows]
+    streams = [zero3_stream(skipped, flag_bytes) for _ in range(4)]
+    cut, labels = labels_of(streams, {WORLD: 4})
+    assert cut.steps == len(skipped)
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+
+
+def test_an_evaluation_before_training_stays_in_the_start_up():
+    """HF Trainer's eval_on_start: the modules gathered for the evaluation's forwards, then
+    its losses gathered, before the first Step, which gathers them again."""
+    streams = [
+        zero3_stream([True, True, True, False, False, True, False, False], eval_on_start=True)
+        for _ in range(4)
+    ]
+    cut, labels = labels_of(streams, {WORLD: 4})
+    assert cut.steps == 8
     for stream, label in zip(streams, labels, strict=True):
         assert label.tolist() == stream.truth().tolist()
 
@@ -174,11 +210,16 @@ def test_rl_steps_follow_the_ppo_updates_between_data_dependent_generations():
     assert any("one communicator" in r for r in cut.reasons)
 
 
-def test_rl_steps_with_an_evaluation_barrier_after_some_updates():
-    streams = [rl_stream(rank, iterations=4, updates=2, barrier_every=3) for rank in range(4)]
+@pytest.mark.parametrize("updates,every", [(2, 3), (2, 2), (3, 3), (4, 2), (4, 4)])
+def test_rl_steps_with_an_evaluation_barrier_after_some_updates(updates, every):
+    """The barrier is a 4-byte all-reduce, as the gradient norm is: the updates it follows
+    end with a longer run of that key, and still every update ends a Step."""
+    streams = [
+        rl_stream(rank, iterations=4, updates=updates, barrier_every=every) for rank in range(4)
+    ]
     nranks = {WORLD: 4, TP + "0": 2, TP + "1": 2}
     cut, labels = labels_of(streams, nranks)
-    assert cut.steps == 8
+    assert cut.steps == 4 * updates
     for stream, label in zip(streams, labels, strict=True):
         assert label.tolist() == stream.truth().tolist()
 
