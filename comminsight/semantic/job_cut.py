@@ -84,6 +84,8 @@ ALIKE_SHARE = 0.95
 LOST_FIRST_CONFIDENCE = 0.6  # gradients reduced before the first Step
 FEW_STARTUP_OPS = 8  # start-up ops the first Step's start may be moved past
 MARKER_OVER_CYCLE_CONFIDENCE = 0.85  # markers that disagree with the op cycle's Steps
+EXTRA_NORM_CONFIDENCE = 0.85  # Steps of micro-batches told by the norm every k-th one holds
+DOUBT_CONFIDENCE = 0.6  # repetitions taken as Steps that may as well be micro-batches
 
 
 @dataclass
@@ -334,6 +336,27 @@ def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
             units_at = np.searchsorted(starts, by_gaps)
             micro = np.append(np.diff(units_at), max(1, len(starts) - int(units_at[-1])))
             step_starts, hinted = by_gaps, False
+    if micro is None and u.step_starts is None:
+        by_norm = _steps_by_extra_norm(g, u)
+        if by_norm is not None and by_norm[2]:
+            step_starts, k = by_norm[0], by_norm[1]
+            hinted = False
+            confidence = min(confidence, EXTRA_NORM_CONFIDENCE)
+            reasons.append(
+                f"{who}: every {k}th of its {u.period}-op repetitions holds a scalar reduction "
+                "more, between its gradient reductions and its own scalars (the clipped norm "
+                f"of an optimizer that steps every {k} micro-batches, which reduce their "
+                f"gradients and metrics each): Steps of {k} repetitions"
+            )
+        elif by_norm is not None:
+            k = by_norm[1]
+            confidence = min(confidence, DOUBT_CONFIDENCE)
+            reasons.append(
+                f"{who}: every {k}th of its {u.period}-op repetitions ends with one scalar "
+                f"reduction more: a barrier after every {k}th Step (an evaluation's), or the "
+                f"clipped norm of an optimizer stepping every {k} micro-batches, each of "
+                "which reduces its gradients and metrics: each repetition is taken as a Step"
+            )
     if micro is None and u.step_starts is None and _one_shape(u) and u.coverage >= ALIKE_SHARE:
         spread = _gap_spread(gaps, starts)
         if hinted or spread >= GROUP_HINT_RATIO:
@@ -660,6 +683,54 @@ def _steps_by_idle_time(u: LocalUnits, gaps: np.ndarray, n: int) -> np.ndarray |
     first = lo + int(np.argmax(u.keys[lo:] == keys[0]))
     starts = big if first >= big[0] else np.concatenate([[first], big])
     return starts.astype(np.int64)
+
+
+def _steps_by_extra_norm(g: GpuOps, u: LocalUnits) -> tuple[np.ndarray, int, bool] | None:
+    """(Step starts, repetitions a Step, whether that is sure) where every k-th (k >= 2)
+    repetition holds one scalar reduction more after its last gradient reduction, the
+    repetitions each ending with scalars of their own; None when they show no such pattern.
+
+    Micro-batches that reduce their gradients and then their metrics each (ZeRO-2 and FSDP
+    reduce every micro-batch; OpenRLHF all-reduces its status after each) look like Steps
+    ending with their optimizers; the gradient norm, clipped once a Step, is the one more,
+    every k-th, before the metrics. Off the cycle and before the repetition's own scalars,
+    it is the norm: Steps of k repetitions (sure). Of the key of those scalars, it may as
+    well be a barrier after every k-th Step's (an evaluation's): the repetitions stay Steps,
+    in doubt (not sure)."""
+    starts = u.starts
+    if len(starts) < 4:
+        return None
+    coll = g.kind != P2P
+    small = coll & (g.size <= SCALAR_BYTES) & reduces(g.func)
+    gradient = coll & reduces(g.func) & ~small
+    bounds = np.append(starts, len(g))
+    before_own, scalars = [], []
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        grads = np.flatnonzero(gradient[a:b] & u.on_cycle[a:b])
+        if not len(grads):
+            return None
+        tail = np.arange(a + int(grads[-1]) + 1, b)
+        own = tail[small[tail] & u.on_cycle[tail]]
+        extra = tail[small[tail] & ~u.on_cycle[tail]]
+        if not len(own):
+            return None  # a repetition that ends with no scalar of its own
+        before_own.append(bool(len(extra)) and int(extra[0]) < int(own[-1]))
+        scalars.append(int(small[tail].sum()))
+    sure = True
+    at = np.flatnonzero(before_own)
+    if len(at) < GROUP_MIN_STEPS:
+        sure = False
+        whole = np.array(scalars[:-1])  # (the last may be cut by the end of input)
+        at = np.flatnonzero(whole == whole.min() + 1) if len(whole) else whole
+        if len(at) < GROUP_MIN_STEPS or (whole > whole.min() + 1).any():
+            return None
+    steps = np.diff(at)
+    k = int(steps[0])
+    if k < 2 or not (steps == k).all() or int(at[0]) >= k:
+        return None
+    # a Step ends with each marked repetition; the first begins with the first repetition
+    ends = at[:-1] if at[-1] == len(starts) - 1 else at
+    return starts[np.concatenate([[0], ends + 1])], k, sure
 
 
 def _group_units(

@@ -98,20 +98,22 @@ def test_a_cycle_of_two_steps_logged_every_second_one_halves():
     assert cycle_halves(zero2, reductions, scalars) == []
 
 
-def zero2_metrics_stream(buckets: int, metrics: int) -> Stream:
-    """DeepSpeed ZeRO-2 with accumulation 2: every micro-batch reduce-scatters its gradient
-    buckets, then the loop all-reduces its metrics a key at a time (OpenRLHF's status);
+def zero2_metrics_stream(
+    buckets: int, metrics: int, micros: int = 2, norm_bytes: int = 4, timed: bool = True
+) -> Stream:
+    """DeepSpeed ZeRO-2 with accumulation: every micro-batch reduce-scatters its gradient
+    buckets, then the loop all-reduces its metrics a key at a time (OpenRLHF's status, fp32);
     the clipped gradient norm comes once a Step, before the last micro-batch's metrics."""
     s = Stream()
-    s.timed = True
+    s.timed = timed
     s.op("Broadcast", 262_144_000)
     for step in range(8):
         s.step = step
-        for micro in range(2):
+        for micro in range(micros):
             for k in range(buckets):
                 s.op("ReduceScatter", 10_000_000, gap_ms=12.0 if k == 0 else 0.5)
-            if micro == 1:
-                s.op("AllReduce", 4, gap_ms=0.4)
+            if micro == micros - 1:
+                s.op("AllReduce", norm_bytes, gap_ms=0.4)
             for _ in range(metrics):
                 s.op("AllReduce", 4, gap_ms=0.2)
     return s
@@ -152,3 +154,28 @@ def test_norms_computed_on_the_host_stay_the_optimizer_s(norm_ms, adam_ms, flag)
     assert cut.steps == 8
     for stream, label in zip(streams, labels, strict=True):
         assert label.tolist() == stream.truth().tolist()
+
+
+@pytest.mark.parametrize("micros", [2, 4])
+@pytest.mark.parametrize("timed", [True, False])
+def test_micro_batches_that_each_look_like_a_step_group_by_the_norm_every_kth_holds(micros, timed):
+    """Each micro-batch reduces its gradients and then one metric, as a Step would end with
+    its optimizer's norm; the clipped norm (8 bytes here: a float64) comes once a Step,
+    off the cycle, before the last micro-batch's metric: Steps of `micros` repetitions."""
+    streams = [zero2_metrics_stream(4, 1, micros, norm_bytes=8, timed=timed) for _ in range(4)]
+    cut, labels = labels_of(streams, {WORLD: 4})
+    assert cut.steps == 8
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+    if micros > 2:  # (two repetitions: the cycle learnt is the Step's own, norm and all)
+        assert cut.confidence < 0.9
+        assert any("clipped norm" in r for r in cut.reasons)
+
+
+@pytest.mark.parametrize("metrics", [1, 3])
+def test_a_scalar_more_of_the_metrics_key_every_kth_repetition_is_in_doubt(metrics):
+    """The norm of the metrics' key, once a Step: as well a barrier after every k-th Step.
+    Whatever the cut, it is not sure."""
+    streams = [zero2_metrics_stream(4, metrics, 4, timed=False) for _ in range(4)]
+    cut, _ = labels_of(streams, {WORLD: 4})
+    assert cut.confidence < 0.9
