@@ -54,26 +54,40 @@ def test_a_loss_averaged_per_micro_batch_begins_the_step(
     assert cut.confidence < 0.9  # no optimizer collective shows where the Step ends
 
 
+def host_optimizer_stream(
+    steps: int,
+    reduce: str,
+    forward_ms: float,
+    flag_ms: float | None,
+    norm_ms: tuple,
+    adam_ms: float,
+) -> Stream:
+    """Gradient buckets reduced (`reduce`) after `forward_ms`, a found-inf flag after
+    `flag_ms` (None: no flag), each parameter group's norm after its `norm_ms`, then the
+    updated partitions gathered `adam_ms` after the last norm: an optimizer with work on the
+    host between its collectives."""
+    s = Stream()
+    s.timed = True
+    s.op("Broadcast", 262_144_000)
+    for step in range(steps):
+        s.step = step
+        for k, size in enumerate(BUCKETS):
+            s.op(reduce, size, gap_ms=forward_ms if k == 0 else 0.05)
+        if flag_ms is not None:
+            s.op("AllReduce", 1, gap_ms=flag_ms)
+        for gap in norm_ms:
+            s.op("AllReduce", 4, gap_ms=gap)
+        for k in range(4):
+            s.op("AllGather", 5_167_888, gap_ms=adam_ms if k == 0 else 0.05)
+    return s
+
+
 def test_two_norms_after_a_long_host_step_still_end_the_step():
     """The control: a found-inf flag, then after a long host step two gradient norms of the
     same key, the second right after the first (DeepSpeed's legacy ZeRO-1 with its update
     on the host). They are the optimizer's, not a per-micro-batch loss: the Step ends with
     them."""
-    streams = []
-    for _ in range(4):
-        s = Stream()
-        s.timed = True
-        s.op("Broadcast", 262_144_000)
-        for step in range(6):
-            s.step = step
-            for k, size in enumerate(BUCKETS):
-                s.op("Reduce", size, gap_ms=80.0 if k == 0 else 0.05)
-            s.op("AllReduce", 1)  # the overflow flag
-            s.op("AllReduce", 4, gap_ms=60.0)
-            s.op("AllReduce", 4)
-            for _ in range(4):
-                s.op("AllGather", 5_167_888)
-        streams.append(s)
+    streams = [host_optimizer_stream(6, "Reduce", 80.0, 0.05, (60.0, 0.05), 0.05) for _ in range(4)]
     cut, labels = labels_of(streams, {WORLD: 4})
     assert cut.steps == 6
     for stream, label in zip(streams, labels, strict=True):
@@ -134,22 +148,11 @@ def test_norms_computed_on_the_host_stay_the_optimizer_s(norm_ms, adam_ms, flag)
     """ZeRO-Offload: each parameter group's norm after as long a host computation as a
     micro-batch's forward might take, then the update's gathers: the Step still ends with
     them (no loss averaged per micro-batch: no gradient reduction follows them soon)."""
-    streams = []
-    for _ in range(4):
-        s = Stream()
-        s.timed = True
-        s.op("Broadcast", 262_144_000)
-        for step in range(8):
-            s.step = step
-            for k in range(8):
-                s.op("ReduceScatter", 26_214_400, gap_ms=40.0 if k == 0 else 2.0)
-            if flag:
-                s.op("AllReduce", 1, gap_ms=5.0)
-            for _ in range(2):
-                s.op("AllReduce", 4, gap_ms=norm_ms)
-            for k in range(4):
-                s.op("AllGather", 13_107_200, gap_ms=adam_ms if k == 0 else 0.05)
-        streams.append(s)
+    flag_ms = 5.0 if flag else None
+    streams = [
+        host_optimizer_stream(8, "ReduceScatter", 40.0, flag_ms, (norm_ms, norm_ms), adam_ms)
+        for _ in range(4)
+    ]
     cut, labels = labels_of(streams, {WORLD: 4})
     assert cut.steps == 8
     for stream, label in zip(streams, labels, strict=True):

@@ -22,6 +22,10 @@ TIMERS_SUPER_CYCLE = (
 
 ZERO = dict(workload="zero", layers=4)
 MEGATRON = dict(workload="megatron", ranks=8, tp=2, pp=2)
+# level-1 timers (a barrier before every phase), the timers gathered every second Step
+TIMERS_LOG = dict(
+    MEGATRON, steps=6, grad_accum=4, precision="bf16", variants=("timers_l1", "log_interval_2")
+)
 
 CASES: list[Case] = [
     # ---- DeepSpeed ZeRO-1, fp16 with overflow steps ----
@@ -135,27 +139,10 @@ CASES: list[Case] = [
         "megatron_distopt_overlap_pg_fp16",
         dict(MEGATRON, steps=8, grad_accum=4, variants=("overlap_param_gather", "fp16_overflow")),
     ),
-    Case(
-        "megatron_distopt_timers_log",
-        dict(
-            MEGATRON,
-            steps=6,
-            grad_accum=4,
-            precision="bf16",
-            variants=("timers_l1", "log_interval_2"),
-        ),
-        known_gap=TIMERS_SUPER_CYCLE,
-    ),
+    Case("megatron_distopt_timers_log", TIMERS_LOG, known_gap=TIMERS_SUPER_CYCLE),
     Case(
         "megatron_distopt_timers_log_flat",
-        dict(
-            MEGATRON,
-            steps=6,
-            grad_accum=4,
-            precision="bf16",
-            variants=("timers_l1", "log_interval_2"),
-            timing="flat",
-        ),
+        dict(TIMERS_LOG, timing="flat"),
         known_gap=TIMERS_SUPER_CYCLE,
     ),
     Case(
