@@ -789,8 +789,8 @@ def _warmup_by_optimizer(
     (ZeRO-3 gathers every module, forward and backward, while it records its trace, and
     checks that trace against rank 0's in the next Step), yet each ends with its optimizer:
     as many warm-up Steps as the stretch before the steady ones holds gradient reductions
-    followed by the scalar the steady Steps' optimizers begin with, as many of it in a row
-    as they have at least. A Step begins after the
+    followed by the scalar the steady Steps' optimizers begin with (not a run of several
+    of it shorter than theirs: a micro-batch's metrics). A Step begins after the
     optimizer before it, past the ops that follow that scalar in the steady Steps (norms, an
     update's gathers); the first one after the longest idle gap from the end of the
     start-up's broadcasts and small collectives up to its first reduction, with ops like

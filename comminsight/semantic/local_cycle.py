@@ -452,6 +452,12 @@ def after_last_update(
     return np.roll(cyc, -start), sorted((e - start) % p for e in ends)
 
 
+MAX_NORMS = 4  # gradient norms of an optimizer's parameter groups, at most, told apart so
+# metrics a loop reduces after each micro-batch, at least, to be told from an optimizer's
+# norm (a lone scalar after some updates only is a barrier, which lengthens those runs)
+MIN_METRICS = 2
+
+
 def optimizer_run(runs: list[int]) -> int:
     """Of the runs of one scalar key that follow gradient reductions (their lengths), how
     long an optimizer's is. With accumulation, a loop that reduces its metrics after every
@@ -468,12 +474,6 @@ def optimizer_run(runs: list[int]) -> int:
     if shortest < MIN_METRICS or max(runs) - shortest > MAX_NORMS:
         return 0
     return shortest + 1 if 2 <= longer <= len(runs) - longer else 0
-
-
-MAX_NORMS = 4  # gradient norms of an optimizer's parameter groups, at most, told apart so
-# metrics a loop reduces after each micro-batch, at least, to be told from an optimizer's
-# norm (a lone scalar after some updates only is a barrier, which lengthens those runs)
-MIN_METRICS = 2
 
 
 def _update_starts(el: Elements, cyc: np.ndarray, ends: list[int], units: LocalUnits) -> np.ndarray:
@@ -783,8 +783,8 @@ def _learn(
 
 def cycle_halves(cycle: Cycle, reductions: np.ndarray, scalars: np.ndarray) -> list[Cycle]:
     """The cycle of one Step where `cycle` is two of them, the second with a few extra
-    elements after it (the loop's logging every second Step: HF Trainer's loss gathered,
-    Megatron's timers), which learning does not see whole three times in a row: a window of
+    elements after it (the loop's logging every second Step: HF Trainer's loss gathered),
+    which learning does not see whole three times in a row: a window of
     the cycle that the next window repeats, as long as can be and at least half of what
     SUPER_CYCLE_EXTRAS leaves, begun where `cycle` begins (where idle time put it).
 
@@ -955,10 +955,9 @@ def _per_micro_scalars(
     micro-batch comes after that micro-batch's forward, so the GPU idles before each one as
     long as a forward and backward take: far longer than between the gradient reductions,
     and together a good part of the Step's idle time (`gaps`, the idle time before each
-    element of `stream`). The last one's backward
-    reduces the gradients, so the Step ends there; the first begins the next Step, after the
-    optimizer, as the forward's first collective. Other scalars between the reductions and
-    it (a norm) are the optimizer's."""
+    element of `stream`). The last one's backward reduces the gradients, so the Step ends
+    there; the first begins the next Step, after the optimizer, as the forward's first
+    collective. Other scalars between the reductions and it (a norm) are the optimizer's."""
     if gaps is None or stream is None or reductions is None:
         return None
     red = reductions[cyc] & ~is_small
