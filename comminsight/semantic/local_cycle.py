@@ -963,30 +963,46 @@ def _per_micro_scalars(
     red = reductions[cyc] & ~is_small
     if not red.any():
         return None
-    before = {int(k): gaps[stream == k] for k in np.unique(cyc)}
-    total = sum(float(np.median(before[int(k)])) for k in cyc.tolist() if len(before[int(k)]))
-    reducing = np.concatenate([before[int(k)] for k in np.unique(cyc[red])])
-    if total <= 0 or not len(reducing):
-        return None
-    between_reductions = float(np.median(reducing))
     p = len(cyc)
     uses = Counter(cyc[is_small].tolist())
+    # the scalars right after the last gradient reduction that the cycle repeats (cheap to
+    # find; the idle times, over the whole stream, are read only for those)
+    candidates = []
     k = (int(np.flatnonzero(red)[-1]) + 1) % p
     for _ in range(p):
         if not is_small[k]:
-            return None
+            break
+        if uses[int(cyc[k])] >= 2:
+            candidates.append(k)
+        k = (k + 1) % p
+    if not candidates:
+        return None
+    order = np.argsort(stream, kind="stable")
+    by_key, gaps_by_key = stream[order], gaps[order]
+
+    def before(key: int) -> np.ndarray:
+        lo, hi = np.searchsorted(by_key, [key, key + 1])
+        return gaps_by_key[lo:hi]
+
+    gaps_of = {int(key): before(int(key)) for key in np.unique(cyc)}
+    total = sum(
+        float(np.median(gaps_of[int(key)])) for key in cyc.tolist() if len(gaps_of[int(key)])
+    )
+    reducing = np.concatenate([gaps_of[int(key)] for key in np.unique(cyc[red])])
+    if total <= 0 or not len(reducing):
+        return None
+    between_reductions = float(np.median(reducing))
+    for k in candidates:
         key = int(cyc[k])
         # each of them after long idle time, not only some (an optimizer's second norm
         # right after its first, both after a long host step)
-        idle = float(np.quantile(before[key], 0.25)) if len(before[key]) else 0.0
+        idle = float(np.quantile(gaps_of[key], 0.25)) if len(gaps_of[key]) else 0.0
         if (
-            uses[key] >= 2
-            and idle >= IDLE_RATIO * (between_reductions + 1.0)
+            idle >= IDLE_RATIO * (between_reductions + 1.0)
             and uses[key] * idle >= PER_MICRO_IDLE_SHARE * total
             and _backward_follows(cyc, k, red, stream, gaps, idle)
         ):
             return k
-        k = (k + 1) % p
     return None
 
 
