@@ -20,6 +20,9 @@ the ops show only through what frameworks issue around an iteration's edges:
 - **update begins a Step** (against): all-gathers right after the optimizer's scalars, on
   the communicator that reduced the gradients and gathers nowhere else, are the update's:
   a Step that begins with them has taken the previous one's last ops.
+- **Steps without the GPU's scalars** (against): Steps that hold no scalar reduction, far
+  more of them than the scalar reductions the GPU issues elsewhere (a norm on a group of
+  its own, once a Step): they may be the layers or micro-batches of a longer Step.
 - **count begins a Step** (against): a count agreed on before the forward (HF Trainer's
   num_items_in_batch gathered, veRL's micro-batch count reduced) begins an iteration, but
   the same few bytes could be the previous Step's bookkeeping (tokens counted for the log,
@@ -43,6 +46,9 @@ SHARE = 0.8  # of the boundaries, at least, a piece of evidence must hold at
 IDLE_RATIO = 3.0  # the idle time before a Step against the longest inside it
 DOUBT_CONFIDENCE = 0.6  # evidence against the phase
 UNSUPPORTED_CONFIDENCE = 0.7  # no evidence for it (and none against)
+# Steps, at least, for each of the GPU's scalar reductions that none of them holds, that
+# cast doubt on their being Steps (a barrier every few Steps is fewer of them)
+STEPS_PER_SCALAR = 8
 
 
 @dataclass
@@ -156,6 +162,14 @@ def judge_phase(g: GpuOps, starts: np.ndarray, timed: bool) -> PhaseVerdict:
             "the all-gathers next to the optimizer may be its update's (ZeRO-1/2, a "
             "distributed optimizer: they end the Step) or the next forward's (FSDP keeping "
             "parameters through the backward: they begin it), and idle time does not tell"
+        )
+    lone_steps = k - sum(bool(ops.scalar_reduction[a:b].any()) for a, b in steps)
+    scalars = int(ops.scalar_reduction.sum())
+    if scalars and lone_steps >= SHARE * k and k > STEPS_PER_SCALAR * scalars:
+        verdict.doubts.append(
+            f"its Steps hold no scalar reduction, yet the GPU reduces {scalars} in all, one "
+            f"for every {k // scalars} or more of these Steps (an optimizer's norm, on a group "
+            "of its own): each may be a layer or micro-batch of a longer Step"
         )
     if ends_fetch >= SHARE * k:
         verdict.doubts.append(
