@@ -174,12 +174,9 @@ def check_ancestors(path: Path, me: int) -> None:
             current = current.parent
             continue
         candidate = current / part
-        try:
-            st = os.lstat(candidate)
-        except FileNotFoundError:
+        st = _lstat(candidate)
+        if st is None:
             return
-        except OSError as e:
-            raise HomeError(f"{candidate}: cannot be examined: {e.strerror}") from None
         if stat.S_ISLNK(st.st_mode):
             if st.st_uid not in (me, 0):
                 where = f"{path}:" if candidate == path else f"{candidate} (on the way to {path})"
@@ -199,6 +196,16 @@ def check_ancestors(path: Path, me: int) -> None:
             return  # a file: opening fails there, with its own error; the end: the caller's
         _check_ancestor_dir(candidate, st, path, me)
         current = candidate
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    """The path's own status (a link not followed); None where it does not exist."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise HomeError(f"{path}: cannot be examined: {e.strerror}") from None
 
 
 def _check_ancestor_dir(directory: Path, st: os.stat_result, path: Path, me: int) -> None:
@@ -221,13 +228,8 @@ def _check_link_owner(path: Path, me: int) -> None:
     """A path whose last component is a symbolic link is used only when this user or root
     made the link (as the Profiler decides): another user's link would send the Agent to
     read or write wherever that user chose."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise HomeError(f"{path}: cannot be examined: {e.strerror}") from None
-    if stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
+    st = _lstat(path)
+    if st is not None and stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
         raise HomeError(
             f"{path}: is a symbolic link owned by {_user(st.st_uid)}, not by this user "
             f"({_user(me)}) or root; not followed"

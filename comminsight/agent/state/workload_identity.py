@@ -266,27 +266,27 @@ class _LogNames:
 
     def _relist(self) -> None:
         self.listings += 1
-        containers: dict[str, Workload] = {}
         ambiguous: set[str] = set()
-        for name in _entry_names(self.log_root / "containers"):
-            parsed = container_of_log_link(name)
-            if parsed is None:
-                continue
-            container_id, names = parsed
-            if containers.setdefault(container_id, names) != names:
-                ambiguous.add(container_id)
-        pods: dict[str, Workload] = {}
-        for name in _entry_names(self.log_root / "pods"):
-            parsed = pod_of_log_dir(name)
-            if parsed is None:
-                continue
-            uid, names = parsed
-            if pods.setdefault(uid, names) != names:
-                ambiguous.add(uid)
+        containers = _listing(self.log_root / "containers", container_of_log_link, ambiguous)
+        pods = _listing(self.log_root / "pods", pod_of_log_dir, ambiguous)
         for key in ambiguous:  # one id, two names: neither is told
             containers.pop(key, None)
             pods.pop(key, None)
         self._containers, self._pods = containers, pods
+
+
+def _listing(directory: Path, parse, ambiguous: set[str]) -> dict[str, Workload]:
+    """Id -> names of a directory's entries that `parse` reads; ids met with two different
+    names are added to `ambiguous`."""
+    found: dict[str, Workload] = {}
+    for name in _entry_names(directory):
+        parsed = parse(name)
+        if parsed is None:
+            continue
+        key, names = parsed
+        if found.setdefault(key, names) != names:
+            ambiguous.add(key)
+    return found
 
 
 def _entry_names(directory: Path) -> list[str]:
