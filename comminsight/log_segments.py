@@ -143,6 +143,19 @@ def decompress_segment(data: bytes, where, max_bytes: int = SEGMENT_BYTES_MAX) -
             )
         if size < 0:
             return _decompressed_unsized(data, where, max_bytes)
+        # in one call, straight into a buffer of the frame's size (a fifth faster than a
+        # decompression object, which copies its output); only a frame with bytes after it
+        # is read again, to say how many
+        try:
+            out = zstandard.ZstdDecompressor().decompress(
+                data, max_output_size=size, allow_extra_data=False
+            )
+        except zstandard.ZstdError as e:
+            if "unused data" not in str(e):
+                raise
+        else:
+            if len(out) == size:
+                return out
         frame = zstandard.ZstdDecompressor().decompressobj()
         out = frame.decompress(data)
     except zstandard.ZstdError as e:

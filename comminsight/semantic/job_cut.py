@@ -946,18 +946,34 @@ def _last_step_end(g: GpuOps, u: LocalUnits) -> int:
     big = (g.kind != P2P) & (g.size > SCALAR_BYTES)
     gradient = big & reduces(g.func)
     update = big & (g.func == func_code("AllGather"))
-    trailing = []
-    for a, b in zip(u.starts[:-1].tolist(), u.starts[1:].tolist(), strict=True):
-        on_here = np.flatnonzero(u.on_cycle[a:b])
-        if len(on_here):
-            trailing.append(u.keys[a + int(on_here[-1]) + 1 : b])
-        grads = np.flatnonzero(gradient[a:b])
-        if len(grads):
-            after = np.arange(a + int(grads[-1]) + 1, b)
-            trailing.append(u.keys[after[update[after]]])
-    inside = np.unique(np.concatenate(trailing)) if trailing else np.zeros(0, np.int64)
+    trailing = _after_last(u.starts, u.on_cycle) | (
+        _after_last(u.starts, gradient) & update[: last]
+    )
+    inside = np.unique(u.keys[: last][trailing])
     more = np.isin(u.keys[end:], inside)
     return end + (int(np.argmin(more)) if not more.all() else len(more))
+
+
+def _after_last(starts: np.ndarray, marked: np.ndarray) -> np.ndarray:
+    """Per op before the last repetition: whether it comes after the last marked op of its
+    repetition (False throughout a repetition with none marked). Repetitions are
+    starts[i]:starts[i + 1]; ops before the first belong to none."""
+    last = int(starts[-1])
+    out = np.zeros(last, bool)
+    if len(starts) < 2:
+        return out
+    lo = int(starts[0])
+    pos = np.arange(lo, last)
+    rep = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+    # the last marked position of each repetition, -1 where it has none
+    last_marked = np.full(len(starts) - 1, -1, np.int64)
+    hit = np.flatnonzero(marked[lo:last])
+    of = rep[hit]
+    final = np.ones(len(hit), bool)
+    final[:-1] = of[1:] != of[:-1]
+    last_marked[of[final]] = pos[hit[final]]
+    out[lo:] = (last_marked[rep] >= 0) & (pos > last_marked[rep])
+    return out
 
 
 def _trains_before_not_after(g: GpuOps, starts: np.ndarray) -> bool:
