@@ -359,8 +359,19 @@ SCENARIOS = {
     )
 }
 
+def nccl_version_library() -> None:
+    """With SCENARIO_NCCL_LIB (a library defining ncclGetVersion), that library loaded where
+    the plugin's dlsym(RTLD_DEFAULT) finds it, as NCCL's own is in a training process."""
+    lib = os.environ.get("SCENARIO_NCCL_LIB")
+    if lib:
+        import ctypes
+
+        ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+
+
 if __name__ == "__main__":
     scenario, plugin = sys.argv[1], sys.argv[2]
     version = int(os.environ.get("SCENARIO_ABI", "5"))
+    nccl_version_library()
     print(json.dumps(SCENARIOS[scenario](Driver(plugin, version))))
     sys.stdout.flush()

@@ -299,8 +299,10 @@ static void follow_gpu_timing(const ci_config_t* fresh, const char* path) {
     cfg->gpu_timing_all = fresh->gpu_timing_all;
     __atomic_store_n(&ci_g.gpu_timing, ci_gpu_timing_mode(ci_g.abi), __ATOMIC_RELAXED);
     ci_mask_rewrite();
-    ci_warn("GPU timing now %s, one op in %u of each shape (%s)", fresh->gpu_timing_all ? "all" : "sampled",
-            fresh->gpu_timing_every, path);
+    if (__atomic_load_n(&ci_g.gpu_timing, __ATOMIC_RELAXED) == CI_SHM_V1_GPU_TIMING_SAMPLED)
+        ci_warn("GPU timing now sampled, one op in %u of each shape (%s)", fresh->gpu_timing_every, path);
+    else
+        ci_warn("GPU timing now %s (%s)", __atomic_load_n(&ci_g.gpu_timing, __ATOMIC_RELAXED) == CI_SHM_V1_GPU_TIMING_ALL ? "all" : "off", path);
 }
 
 /* Run-time mask changes: an operator edits COMMINSIGHT_PROFILER_EVENT_MASK in the config file
@@ -327,6 +329,11 @@ static void watch_config(void) {
     follow_gpu_timing(&fresh, path);
     if (getenv(CI_CONFIG_V1_PROFILER_EVENT_MASK_KEY)) return;
     int32_t old = __atomic_load_n(&ci_g.mask, __ATOMIC_RELAXED);
+    if (ci_kernel_ch_fixed(ci_g.abi) && ((fresh.event_mask ^ old) & CI_EV_KERNEL_CH)) {
+        fresh.event_mask = (fresh.event_mask & ~(int32_t)CI_EV_KERNEL_CH) | (old & CI_EV_KERNEL_CH);
+        ci_warn("GPU timing stays %s: NCCL 2.31 on cannot change it in a running process (%s)",
+                (old & CI_EV_KERNEL_CH) ? "on" : "off", path);
+    }
     if (fresh.event_mask == old) return;
     __atomic_store_n(&ci_g.mask, fresh.event_mask, __ATOMIC_RELAXED);
     ci_g.cfg.event_mask = fresh.event_mask;

@@ -521,11 +521,12 @@ typedef struct ci_process {
     int32_t mask;       /* the activation mask the configuration asks for (the normal mask) */
     int32_t evidence_bits; /* bits added to it while hang evidence is raised, else 0 */
     int32_t* nccl_mask; /* NCCL's one process-global int, re-read per task (from init) */
-    uint32_t abi;       /* the ABI of the first init: 4, 5 or 6 */
+    uint32_t abi;       /* the ABI of the first init: 4, 5, 6 or 7 */
     uint8_t gpu_timing; /* CI_SHM_V1_GPU_TIMING_*: which ops are timed on the GPU (gpu_timing.c) */
     /* NCCL reads the mask for a call's task before the call's API event (2.28 on), not after
      * it (2.26-2.27): a decision at the event is then the next call's (gpu_timing.c) */
     uint8_t mask_read_before_api;
+    uint32_t nccl_version; /* ncclGetVersion's code (2.31.0: 23100), 0 where it does not say */
     uint64_t last_call_mono_ns; /* sampled: the last API call of any thread (gpu_timing.c) */
     uint32_t mask_overridden; /* 1 once someone else wrote NCCL's mask: it is theirs from then on */
     int32_t overriding_mask;  /* the value they wrote */
@@ -571,6 +572,7 @@ uint8_t ci_gpu_timing_mode(uint32_t abi); /* CI_SHM_V1_GPU_TIMING_* for this con
 /* At a CollApi/P2pApi start: whether the task NCCL appends next is timed (mask written so). */
 bool ci_gpu_timing_decide(ci_thread_t* t, ci_comm_t* comm, const char* func, uint64_t count, const char* datatype);
 void ci_gpu_timing_learn_nccl(uint32_t abi);
+bool ci_kernel_ch_fixed(uint32_t abi); /* NCCL 2.31 on: the KernelCh bit never changes (gpu_timing.c) */
 void ci_gpu_timing_tick(ci_comm_t* comm, uint64_t now); /* background, each heartbeat */
 void ci_gpu_timing_taken(ci_comm_t* comm);                /* a timed task has started */
 void ci_gpu_timing_pause_check(uint64_t now);             /* background, each heartbeat */

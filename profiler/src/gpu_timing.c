@@ -13,6 +13,8 @@
  * - in 2.26 and 2.27, in taskAppend right after the API event: the decision at the event is
  *   this call's own.
  * Which one is learned from ncclGetVersion at the first init (ABI v6 and v7 are 2.29 on).
+ * - from 2.31 on, a sample cannot be taken at all: the KernelCh bit stays as init left it
+ *   (ci_kernel_ch_fixed), and `sampled` times every op.
  * What this call's task got is kept with the API call (plugin.c's per-thread API ring), where
  * the task's Coll/P2p start finds it and knows whether channel events will come. Two threads
  * enqueuing at once may read each other's choice; ops.c's sweep settles an op that waited for
@@ -41,12 +43,22 @@ static int32_t mask_written;
 void ci_gpu_timing_after_fork(void) { pthread_mutex_init(&mask_lock, NULL); }
 
 /* From the configuration and the ABI: OFF without KernelCh, ALL where NCCL gives no API events
- * to decide by (v4), else what COMMINSIGHT_PROFILER_GPU_TIMING says. */
+ * to decide by (v4) or cannot time a sample (ci_kernel_ch_fixed), else what
+ * COMMINSIGHT_PROFILER_GPU_TIMING says. */
 uint8_t ci_gpu_timing_mode(uint32_t abi) {
     if (!(ci_g.cfg.event_mask & CI_EV_KERNEL_CH)) return CI_SHM_V1_GPU_TIMING_OFF;
-    if (abi == 4 || ci_g.cfg.gpu_timing_all) return CI_SHM_V1_GPU_TIMING_ALL;
+    if (abi == 4 || ci_kernel_ch_fixed(abi) || ci_g.cfg.gpu_timing_all) return CI_SHM_V1_GPU_TIMING_ALL;
     return CI_SHM_V1_GPU_TIMING_SAMPLED;
 }
+
+/* Whether NCCL's KernelCh bit must stay as it was at init. From NCCL 2.31 on (where it offers
+ * ABI v7) a dedicated profiler thread matches each channel's KernelCh events to tasks by a
+ * per-channel work counter that the host advances only for tasks whose mask has KernelCh,
+ * while the kernel advances its own for every work: once one task on a channel goes untimed,
+ * every later task on that channel is matched to the slot of an earlier work. Its KernelCh
+ * events then carry another op's GPU timestamps, or never come. (On 2.32.3 with every second
+ * op asked, ops 6, 10, 14... got the times of ops 4, 8, 12..., and ops 4, 8, 12... none.) */
+bool ci_kernel_ch_fixed(uint32_t abi) { return abi >= 7 || LOAD(&ci_g.nccl_version) >= 23100; }
 
 /* The value the plugin wants NCCL to hold, its KernelCh bit as `kernel_ch` says. */
 static int32_t wanted(bool kernel_ch) {
@@ -152,14 +164,21 @@ static inline uint32_t size_class(uint64_t bytes) {
 }
 
 void ci_gpu_timing_learn_nccl(uint32_t abi) {
-    bool before = true; /* NCCL 2.28 on, and any NCCL that does not say */
-    if (abi == 5) {
-        int (*get_version)(int*) = NULL;
-        *(void**)(&get_version) = dlsym(RTLD_DEFAULT, "ncclGetVersion");
-        int version = 0;
-        if (get_version && get_version(&version) == 0 && version > 0 && version < 22800) before = false;
-    }
+    int (*get_version)(int*) = NULL;
+    *(void**)(&get_version) = dlsym(RTLD_DEFAULT, "ncclGetVersion");
+    int version = 0;
+    if (!get_version || get_version(&version) != 0 || version < 0) version = 0;
+    STORE(&ci_g.nccl_version, (uint32_t)version);
+    /* NCCL 2.28 on, and any NCCL that does not say; ABI v6 and v7 are 2.29 on */
+    bool before = abi != 5 || version == 0 || version >= 22800;
     STORE(&ci_g.mask_read_before_api, (uint8_t)before);
+    uint8_t mode = ci_gpu_timing_mode(abi);
+    if (ci_kernel_ch_fixed(abi) && !ci_g.cfg.gpu_timing_all && mode == CI_SHM_V1_GPU_TIMING_ALL)
+        ci_warn("GPU timing sampled needs NCCL before 2.31 (this is %d, profiler ABI v%u): every op is timed "
+                "on the GPU instead, since NCCL 2.31 on gives an untimed op's channels' later timings to "
+                "other ops",
+                version, abi);
+    STORE(&ci_g.gpu_timing, mode);
 }
 
 /* Whether NCCL's mask has KernelCh now. */

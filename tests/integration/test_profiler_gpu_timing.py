@@ -109,6 +109,52 @@ def test_no_op_is_timed_without_kernel_ch_in_the_mask(tmp_path):
     assert out["gpu_timing"] == shm_v1.GpuTiming.OFF
 
 
+def nccl_reporting(version: int, tmp_path: Path) -> str:
+    """A library whose ncclGetVersion says `version` (NCCL's code: 2.31.0 is 23100)."""
+    src, lib = tmp_path / "nccl_version.c", tmp_path / "libnccl_version.so"
+    src.write_text(f"int ncclGetVersion(int* v) {{ *v = {version}; return 0; }}\n")
+    subprocess.run(["cc", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+    return str(lib)
+
+
+@pytest.mark.parametrize(
+    ("abi", "nccl"),
+    [("7", None), ("6", 23100), ("5", 23200)],
+    ids=["abi_v7", "nccl_2.31.0_abi_v6", "nccl_2.32.0_abi_v5"],
+)
+def test_sampled_times_every_op_on_nccl_231_on(abi, nccl, tmp_path):
+    # NCCL 2.31 on matches a channel's KernelCh events to tasks by a counter that only timed
+    # tasks advance: one untimed op would give later ops another op's GPU times
+    env = {"SCENARIO_NCCL_LIB": nccl_reporting(nccl, tmp_path)} if nccl else {}
+    out = run(
+        "sampled",
+        "plain",
+        tmp_path / "home",
+        SCENARIO_ABI=abi,
+        COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="2",
+        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
+        **env,
+    )
+    assert out["timed"] == [True] * 12
+    assert [r["timing"] for r in out["records"]] == [T.KERNEL_GPU] * 12
+    assert out["gpu_timing"] == shm_v1.GpuTiming.ALL
+    assert out["mask_after"] & KERNEL_CH
+
+
+def test_sampled_still_samples_on_nccl_230(tmp_path):
+    out = run(
+        "sampled",
+        "plain",
+        tmp_path / "home",
+        SCENARIO_ABI="6",
+        SCENARIO_NCCL_LIB=nccl_reporting(23007, tmp_path),
+        COMMINSIGHT_PROFILER_GPU_TIMING_EVERY="2",
+        COMMINSIGHT_PROFILER_GPU_TIMING_PERIOD_MS="0",
+    )
+    assert out["gpu_timing"] == shm_v1.GpuTiming.SAMPLED
+    assert out["timed"].count(False) == 5
+
+
 @pytest.mark.parametrize("build", BUILDS)
 def test_abi_v7_user_tags_and_kernel_variants_reach_the_record(build, tmp_path):
     out = run("v7_tags", build, tmp_path, SCENARIO_ABI="7")

@@ -211,7 +211,7 @@ static inline const char* ci_shm_v1_timing_source_label(uint8_t value) {
 #define CI_SHM_V1_GPU_TIMING_UNKNOWN 0 /* Not said: a file of an older producer (which timed every op its event mask allowed). */
 #define CI_SHM_V1_GPU_TIMING_OFF 1 /* No op: the event mask has no KernelCh bit; every record has host times. */
 #define CI_SHM_V1_GPU_TIMING_SAMPLED 2 /* A sample per communicator and op shape, and every op while a hang is suspected or the Agent asks (COMMINSIGHT_PROFILER_GPU_TIMING=sampled); the other ops' records have host times. */
-#define CI_SHM_V1_GPU_TIMING_ALL 3 /* Every op (COMMINSIGHT_PROFILER_GPU_TIMING=all, or ABI v4, which has no API events to sample by). */
+#define CI_SHM_V1_GPU_TIMING_ALL 3 /* Every op (COMMINSIGHT_PROFILER_GPU_TIMING=all; or ABI v4, which has no API events to sample by; or NCCL 2.31 and later, whose KernelCh events go to the wrong ops once an op goes untimed). */
 
 /* ---- enum comm_state (stored as uint32_t): State of a comm table entry. */
 #define CI_SHM_V1_COMM_STATE_FREE 0 /* Unused entry. */

@@ -550,7 +550,7 @@ class GpuTiming(enum.IntEnum):
     UNKNOWN = 0  # Not said: a file of an older producer (which timed every op its event mask allowed).
     OFF = 1  # No op: the event mask has no KernelCh bit; every record has host times.
     SAMPLED = 2  # A sample per communicator and op shape, and every op while a hang is suspected or the Agent asks (COMMINSIGHT_PROFILER_GPU_TIMING=sampled); the other ops' records have host times.
-    ALL = 3  # Every op (COMMINSIGHT_PROFILER_GPU_TIMING=all, or ABI v4, which has no API events to sample by).
+    ALL = 3  # Every op (COMMINSIGHT_PROFILER_GPU_TIMING=all; or ABI v4, which has no API events to sample by; or NCCL 2.31 and later, whose KernelCh events go to the wrong ops once an op goes untimed).
 
 
 class CommState(enum.IntEnum):
