@@ -474,7 +474,7 @@ def mask_reload(d: Driver) -> dict:
     before = int(d.mask[0])
     # the first pass notes the file's mtime; only a change after that is an edit
     settled(region())
-    conf.write_text("COMMINSIGHT_PROFILER_EVENT_MASK=6\n")
+    conf.write_text(f"COMMINSIGHT_PROFILER_EVENT_MASK={os.environ.get('SCENARIO_MASK', '6')}\n")
     os.utime(conf, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
     after = wait_until(
         lambda: int(d.mask[0]) != before and int(d.mask[0]), DEADLINE_S, "the new mask"

@@ -263,6 +263,22 @@ def test_mask_change_at_run_time(tmp_path):
     assert out == {"before": 70, "after": 6}
 
 
+def test_mask_change_at_run_time_keeps_kernel_ch_on_nccl_231_on(tmp_path):
+    # there KernelCh events are matched to tasks by a count that only timed tasks advance:
+    # the bit may not change in a running process (the other bits do)
+    conf = tmp_path / "comminsight.conf"
+    conf.write_text("COMMINSIGHT_PROFILER_EVENT_MASK=70\n")
+    out = run(
+        "mask_reload",
+        "plain",
+        tmp_path,
+        COMMINSIGHT_CONF=str(conf),
+        SCENARIO_ABI="7",
+        SCENARIO_MASK="14",
+    )
+    assert out == {"before": 70, "after": 14 | 64}
+
+
 def test_bad_config_values_fall_back_to_defaults(tmp_path):
     b = builds()["plain"]
     env = {
