@@ -411,17 +411,23 @@ def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
 def _head_before_first(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> int:
     """The first Step's start moved back over the ops right before it that repeat how the
     second Step opens, from a count on (HF Trainer's num_items_in_batch and the forward's
-    first gathers): a count of a few bytes at the very start looks like the start-up's small
+    first gathers), or from a barrier or broadcast on where the op there is the one that
+    follows them in the second Step (Megatron's forward-backward barrier and the batch's
+    broadcasts): ops of a few bytes at the very start look like the start-up's small
     collectives, which the first Step's start is placed after."""
     a = int(starts[0])
     if len(starts) < 2 or a == 0:
         return a
     second, third = int(starts[1]), int(starts[2]) if len(starts) > 2 else len(g)
-    if not counts(g)[second]:
+    counted = bool(counts(g)[second])
+    opens_small = g.kind[second] != P2P and (
+        g.size[second] <= STARTUP_SMALL_BYTES or g.func[second] == func_code("Broadcast")
+    )
+    if not counted and not opens_small:
         return a
     head = u.keys[second:third]
     for m in range(min(a, len(head) - 1), 0, -1):  # (a whole Step before it is no head)
-        if np.array_equal(u.keys[a - m : a], head[:m]):
+        if np.array_equal(u.keys[a - m : a], head[:m]) and (counted or u.keys[a] == head[m]):
             return a - m
     return a
 
@@ -555,6 +561,8 @@ def _after_broadcasts(g: GpuOps, starts: np.ndarray, first: bool = True) -> np.n
             a = int(out[i])
             while a - 1 > out[i - 1] and broadcast[a - 1]:
                 a -= 1
+        if leading[a] and a - 1 > out[i - 1] and _phase_barrier(g, a - 1, int(out[i - 1])):
+            a -= 1
         out[i] = a
     if first and len(out) > 1:
         # the first Step's only as later Steps begin, alike: the start-up's broadcasts
@@ -586,6 +594,37 @@ def _after_broadcasts(g: GpuOps, starts: np.ndarray, first: bool = True) -> np.n
                 out[0] = a - k
                 break
     return out
+
+
+PHASE_BARRIERS = 3  # a barrier before three phases at least besides the first
+
+
+def _phase_barrier(g: GpuOps, at: int, step: int) -> bool:
+    """Whether the scalar reduction at `at`, right before the broadcasts or transfers that
+    begin a Step, is a barrier that opens the Step's first phase, not the previous Step's
+    last scalar: the Step from `step` issues the same (communicator, size) at the start of
+    other phases too, before work at least once (Megatron's level-1 timers: a world barrier
+    before the gradients' reduction, the embedding's, the update's, and before each part of
+    the optimizer), and its communicator reduces no gradients (a loop's metrics and an
+    optimizer's norm do, or come on a group of their own fewer times)."""
+    if g.kind[at] == P2P or g.size[at] > SCALAR_BYTES or not reduces(g.func[at : at + 1])[0]:
+        return False
+    if counts(g)[at]:
+        return False
+    inside = slice(step, at)
+    same = (
+        np.flatnonzero(
+            (g.comm[inside] == g.comm[at])
+            & (g.func[inside] == g.func[at])
+            & (g.size[inside] == g.size[at])
+        )
+        + step
+    )
+    work = (g.kind == P2P) | (g.size > SCALAR_BYTES)
+    gradient = (g.kind[inside] != P2P) & (g.size[inside] > SCALAR_BYTES) & reduces(g.func[inside])
+    if len(same) < PHASE_BARRIERS or (gradient & (g.comm[inside] == g.comm[at])).any():
+        return False
+    return bool(work[same + 1].any())
 
 
 def _labels_from(starts: np.ndarray, n: int) -> np.ndarray:
@@ -946,10 +985,8 @@ def _last_step_end(g: GpuOps, u: LocalUnits) -> int:
     big = (g.kind != P2P) & (g.size > SCALAR_BYTES)
     gradient = big & reduces(g.func)
     update = big & (g.func == func_code("AllGather"))
-    trailing = _after_last(u.starts, u.on_cycle) | (
-        _after_last(u.starts, gradient) & update[: last]
-    )
-    inside = np.unique(u.keys[: last][trailing])
+    trailing = _after_last(u.starts, u.on_cycle) | (_after_last(u.starts, gradient) & update[:last])
+    inside = np.unique(u.keys[:last][trailing])
     more = np.isin(u.keys[end:], inside)
     return end + (int(np.argmin(more)) if not more.all() else len(more))
 
@@ -1018,7 +1055,9 @@ def _carried_cut(g: GpuOps, carried: np.ndarray, u: LocalUnits) -> RankCut:
     gaps = g.idle_gaps()
     unit_start = np.zeros(n + 1, bool)
     if u.found:
-        unit_start[u.starts] = True
+        # where its own repetitions begin, moved back as a pivot's Steps are (over the
+        # broadcasts, transfers and the barrier that open an iteration)
+        unit_start[_after_broadcasts(g, u.starts, first=False)] = True
     if not len(known):
         label[:] = STARTUP
         return cut

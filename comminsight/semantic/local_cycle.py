@@ -649,7 +649,7 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
         for floor in key_floors(np.bincount(keys[:probe], minlength=len(ids)), probe):
             kept = np.bincount(keys[:probe], minlength=len(ids))[keys[:probe]] >= floor
             learnt = _learn(keys[:probe][kept], el_gaps[:probe][kept], ids, final, one_comm)
-            halves = [h for c in learnt for h in cycle_halves(c, el.reductions, el.small)]
+            halves = [h for c in learnt for h in cycle_halves(c, el)]
             for cycle in learnt + halves:
                 if cycle.keys in learned:
                     continue
@@ -781,7 +781,7 @@ def _learn(
     return cycles
 
 
-def cycle_halves(cycle: Cycle, reductions: np.ndarray, scalars: np.ndarray) -> list[Cycle]:
+def cycle_halves(cycle: Cycle, el: Elements) -> list[Cycle]:
     """The cycle of one Step where `cycle` is two of them, the second with a few extra
     elements after it (the loop's logging every second Step: HF Trainer's loss gathered),
     which learning does not see whole three times in a row: a window of
@@ -790,8 +790,11 @@ def cycle_halves(cycle: Cycle, reductions: np.ndarray, scalars: np.ndarray) -> l
 
     Micro-batches look so too, the optimizer's scalars their extras (tensor parallelism's;
     ZeRO-2 reducing each micro-batch's gradients, then the loop's metrics, the clipped norm
-    once a Step): the extras must reduce nothing (`reductions`, `scalars`: per element key,
-    a gradient and a scalar reduction)."""
+    once a Step): the extras must reduce nothing, or only scalars on groups that reduce no
+    gradients in the window, where the window holds an update of its own (Megatron's log
+    interval puts a world barrier before its timers' all-gather; a norm is reduced on the
+    gradients' group or beside tensor parallelism, whose micro-batches gather nothing)."""
+    reductions, scalars = el.reductions, el.small
     c = np.asarray(cycle.keys)
     p = len(c)
     if p < 4:
@@ -805,13 +808,45 @@ def cycle_halves(cycle: Cycle, reductions: np.ndarray, scalars: np.ndarray) -> l
             continue
         at = int(repeated[0])
         window, extras = c3[at : at + half], c3[at + 2 * half : at + p]
-        if (reductions[extras] | scalars[extras]).any():
+        if reductions[extras].any() or (
+            scalars[extras].any() and not _scalars_beside_updates(window, extras, el)
+        ):
             return []
         begins = np.flatnonzero(window == c[0])
         if len(begins):
             window = np.roll(window, -int(begins[0]))
         return [Cycle(tuple(window.tolist()))]
     return []
+
+
+def _scalars_beside_updates(window: np.ndarray, extras: np.ndarray, el: Elements) -> bool:
+    """Whether the extras' scalar reductions are on groups that reduce no gradients in the
+    window, and the window updates parameters: a group's gradient reduction, then a scalar
+    reduction, then a gather on that group before it reduces again (ZeRO-1/2's and a
+    distributed optimizer's parameter all-gathers; the window read as a cycle, from
+    wherever it was cut)."""
+    comm = el.comm_func >> 8
+    scalar = el.small & ~el.reductions
+    grads = np.unique(comm[window[el.reductions[window]]])
+    if np.isin(comm[extras[scalar[extras]]], grads).any():
+        return False
+    h = len(window)
+    ww = np.concatenate([window, window])
+    for x in grads.tolist():
+        mine = comm[ww] == x
+        reduce_at = np.flatnonzero(mine & el.reductions[ww])
+        gather_at = np.flatnonzero(mine & el.gathers[ww])
+        for r in reduce_at[reduce_at < h].tolist():
+            nxt = gather_at[gather_at > r]
+            if not len(nxt) or nxt[0] - r >= h:
+                continue
+            j = int(nxt[0])
+            if (
+                not el.reductions[ww[r + 1 : j]][mine[r + 1 : j]].any()
+                and scalar[ww[r + 1 : j]].any()
+            ):
+                return True
+    return False
 
 
 def _follow_cost(keys: np.ndarray, cyc: np.ndarray, op_cost: float):
@@ -832,7 +867,9 @@ def _follow_cost(keys: np.ndarray, cyc: np.ndarray, op_cost: float):
     on_counts = counts[:-1]
     missing = int(np.maximum(0, len(cyc) - on_counts).sum())
     cost = len(cyc) + float(len(tail) - np.count_nonzero(tail) + missing) * op_cost
-    whole = float((on_counts >= len(cyc)).mean()) if len(on_counts) else 1.0
+    # (the first repetition may be a warm-up Step, unlike the steady ones: job_cut tells)
+    steady = on_counts[1:] if len(on_counts) > 2 else on_counts
+    whole = float((steady >= len(cyc)).mean()) if len(steady) else 1.0
     return cost, starts, on_cycle, coverage, whole, followed - len(starts)
 
 

@@ -6,6 +6,8 @@ every micro-batch, norms computed on the host). Synthetic op streams, every rank
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from op_streams import TP, WORLD, Stream, labels_of
@@ -99,17 +101,55 @@ def test_a_cycle_of_two_steps_logged_every_second_one_halves():
     Steps long; the Step's own cycle is its repeated half. Two micro-batches of tensor
     parallelism, the optimizer's scalars their extras, stay one Step."""
     # keys: 0 a bucket's all-reduce, 1 another, 2 the logged loss (a gather), 3 a scalar
-    # reduction (an optimizer's norm), 4 a tensor-parallel all-reduce
-    reductions = np.array([True, True, False, False, True])
-    scalars = np.array([False, False, False, True, False])
+    # reduction (an optimizer's norm), 4 a tensor-parallel all-reduce; all of one group
+    keys = element_keys(
+        reductions=[True, True, False, False, True], scalars=[False, False, False, True, False]
+    )
     ddp = Cycle((0, 1, 1, 0, 1, 1, 2))
-    assert [c.keys for c in cycle_halves(ddp, reductions, scalars)] == [(0, 1, 1)]
+    assert [c.keys for c in cycle_halves(ddp, keys)] == [(0, 1, 1)]
     micro_batches = Cycle((4, 4, 4, 4, 4, 4, 3))
-    assert cycle_halves(micro_batches, reductions, scalars) == []
+    assert cycle_halves(micro_batches, keys) == []
     # ZeRO-2 reducing each micro-batch's gradients, then the loop's metrics; the clipped
     # norm once a Step: the extras reduce, the halves are micro-batches
     zero2 = Cycle((0, 1, 3, 3, 0, 1, 3, 3, 3))
-    assert cycle_halves(zero2, reductions, scalars) == []
+    assert cycle_halves(zero2, keys) == []
+
+
+def element_keys(reductions, scalars, gathers=None, comms=None) -> SimpleNamespace:
+    """Per element key what cycle_halves reads of Elements: a gradient reduction, a scalar
+    reduction, a parameter gather, its communicator."""
+    n = len(reductions)
+    comm = np.array(comms if comms is not None else [0] * n, np.int64)
+    return SimpleNamespace(
+        reductions=np.array(reductions),
+        small=np.array(scalars),
+        gathers=np.array(gathers if gathers is not None else [False] * n),
+        comm_func=comm << 8,
+    )
+
+
+def test_two_steps_whose_extras_are_a_barrier_on_a_group_of_its_own_halve():
+    """Megatron's log interval every second Step: a world barrier, then the timers'
+    all-gather. Each Step reduce-scatters its gradients on the data-parallel group, then a
+    scalar (the norm, on a group of its own), then all-gathers the updated parameters there.
+    Without the update, or with the barrier on the gradients' group, the halves may be
+    micro-batches (a norm once a Step), and stay whole."""
+    # keys: 0 a tensor-parallel all-reduce (group 1), 1 a gradient reduce-scatter (group
+    # 2), 2 the norm (group 3), 3 the parameters' all-gather (group 2), 4 a world barrier
+    # (group 0), 5 the timers' all-gather (group 0), 6 a barrier on the gradients' group
+    keys = element_keys(
+        reductions=[True, True, False, False, False, False, False],
+        scalars=[False, False, True, False, True, False, True],
+        gathers=[False, False, False, True, False, False, False],
+        comms=[1, 2, 3, 2, 0, 0, 2],
+    )
+    step = (4, 0, 0, 1, 2, 3)
+    megatron = Cycle(step + step + (4, 5))
+    assert [c.keys for c in cycle_halves(megatron, keys)] == [step]
+    no_update = tuple(k for k in step if k != 3)
+    assert cycle_halves(Cycle(no_update + no_update + (4, 5)), keys) == []
+    gradient_group = (6, 0, 0, 1, 2, 3)
+    assert cycle_halves(Cycle(gradient_group + gradient_group + (6, 5)), keys) == []
 
 
 def zero2_metrics_stream(
@@ -213,3 +253,100 @@ def test_layers_taken_for_steps_are_never_sure(reduce_scatter_ms, all_gather_ms)
         for stream, label in zip(streams, labels, strict=True)
     )
     assert exact or cut.confidence < 0.9, cut.reasons
+
+
+DP, GRAD_STATS, DP_LOSS = "00000000000000c3", "00000000000000d4", "00000000000000e5"
+
+
+def timers_stream(
+    steps: int, log_every: int, timed: bool, layers: int = 6, barriers: bool = True
+) -> Stream:
+    """Megatron-LM with level-1 timers (a world barrier as each phase starts: the forward,
+    the gradients' synchronisation, the optimizer and its parts) and the distributed
+    optimizer, tensor parallelism of two: the batch broadcast within the tensor-parallel
+    group, the layers' all-reduces, the gradients reduce-scattered and the parameters
+    all-gathered on the data-parallel group, the norm on a group of its own, the loss
+    averaged on another; every `log_every`-th Step the interval timer's barrier and the
+    timers' all-gather. Without `barriers`, level-1 timers are off: no barrier at all."""
+    s = Stream()
+    s.timed = timed
+    s.op("Broadcast", 262_144_000, comm=TP)
+    barrier = s.op if barriers else (lambda *args, **kwargs: None)
+    for step in range(steps):
+        s.step = step
+        # (the first iteration after data loading and the model's set-up)
+        barrier("AllReduce", 4, gap_ms=2.0 if step else 30.0)  # 'forward-backward'
+        s.op("Broadcast", 16_384, gap_ms=2.5, comm=TP)
+        s.op("Broadcast", 8_192, comm=TP)
+        for _ in range(2 * layers):
+            s.op("AllReduce", 3_670_016, gap_ms=1.5, comm=TP)
+        barrier("AllReduce", 4, gap_ms=6.0)  # 'all-grads-sync'
+        s.op("ReduceScatter", 62_500_096, comm=DP)
+        s.op("ReduceScatter", 45_187_072, comm=DP)
+        for _ in range(3):  # 'optimizer', its copy and unscale
+            barrier("AllReduce", 4, gap_ms=3.0)
+        s.op("AllReduce", 4, gap_ms=2.0, comm=GRAD_STATS)  # the norm
+        for _ in range(3):  # clip, inner step, copy to the model
+            barrier("AllReduce", 4, gap_ms=3.0)
+        s.op("AllGather", 31_250_048, gap_ms=3.0, comm=DP)
+        s.op("AllGather", 22_593_536, comm=DP)
+        s.op("AllReduce", 4, gap_ms=0.5, comm=DP_LOSS)  # the loss averaged
+        s.op("AllReduce", 4, gap_ms=4.0, comm=DP_LOSS)
+        if (step + 1) % log_every == 0:
+            s.op("AllReduce", 4, gap_ms=1.5)  # 'interval-time'
+            s.op("AllGather", 96, gap_ms=2.0)  # the timers of every rank
+    return s
+
+
+@pytest.mark.parametrize("timed", [True, False], ids=["timed", "untimed"])
+@pytest.mark.parametrize("log_every", [1, 2])
+def test_a_barrier_that_opens_the_forward_begins_the_step(timed, log_every):
+    streams = [timers_stream(8, log_every, timed) for _ in range(4)]
+    nranks = {WORLD: 4, TP: 2, DP: 2, GRAD_STATS: 4, DP_LOSS: 2}
+    cut, labels = labels_of(streams, nranks)
+    assert cut.steps == 8
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+
+
+@pytest.mark.parametrize("timed", [True, False], ids=["timed", "untimed"])
+def test_the_loss_averaged_before_the_next_batch_stays_with_its_step(timed):
+    """Without level-1 timers the op before the batch's broadcast is the loss averaged
+    across data parallelism, twice a Step on a group of its own: the Step it ends."""
+    streams = [timers_stream(8, 1, timed, barriers=False) for _ in range(4)]
+    nranks = {WORLD: 4, TP: 2, DP: 2, GRAD_STATS: 4, DP_LOSS: 2}
+    cut, labels = labels_of(streams, nranks)
+    assert cut.steps == 8
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
+
+
+def metrics_then_sync_stream(steps: int, micros: int) -> Stream:
+    """RL training (OpenRLHF-like, data parallelism over the world): the new weights
+    broadcast to the rollout engine begin an iteration; each micro-batch reduce-scatters its
+    gradients and all-reduces three metrics a key at a time on the world, the last one's
+    clipped norm too. The metrics before the next sync are this Step's: their group reduces
+    gradients."""
+    s = Stream()
+    s.timed = True
+    s.op("Broadcast", 262_144_000)
+    for step in range(steps):
+        s.step = step
+        for _ in range(4):
+            s.op("Broadcast", 50_000_000, gap_ms=20.0 if _ == 0 else 0.5, comm=TP)
+        for micro in range(micros):
+            for k in range(4):
+                s.op("ReduceScatter", 10_000_000, gap_ms=12.0 if k == 0 else 0.5)
+            if micro == micros - 1:
+                s.op("AllReduce", 4, gap_ms=0.4)
+            for _ in range(3):
+                s.op("AllReduce", 4, gap_ms=0.2)
+    return s
+
+
+def test_metrics_on_the_gradients_group_before_a_sync_stay_with_their_step():
+    streams = [metrics_then_sync_stream(8, 3) for _ in range(4)]
+    cut, labels = labels_of(streams, {WORLD: 4, TP: 4})
+    assert cut.steps == 8
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()

@@ -13,13 +13,6 @@ from __future__ import annotations
 
 from comminsight.sim.accuracy_case import Case
 
-TIMERS_SUPER_CYCLE = (
-    "Megatron's level-1 timers put a world barrier before every phase (the forward-backward "
-    "first, then one before each optimizer part), and its timers are gathered every two "
-    "Steps: the cycle comes out two Steps long and the barrier that opens a Step reads as the "
-    "optimizer's last scalar (never at confidence 0.9 or more)"
-)
-
 ZERO = dict(workload="zero", layers=4)
 MEGATRON = dict(workload="megatron", ranks=8, tp=2, pp=2)
 # level-1 timers (a barrier before every phase), the timers gathered every second Step
@@ -139,11 +132,18 @@ CASES: list[Case] = [
         "megatron_distopt_overlap_pg_fp16",
         dict(MEGATRON, steps=8, grad_accum=4, variants=("overlap_param_gather", "fp16_overflow")),
     ),
-    Case("megatron_distopt_timers_log", TIMERS_LOG, known_gap=TIMERS_SUPER_CYCLE),
+    Case("megatron_distopt_timers_log", TIMERS_LOG),
+    Case("megatron_distopt_timers_log_flat", dict(TIMERS_LOG, timing="flat")),
     Case(
-        "megatron_distopt_timers_log_flat",
-        dict(TIMERS_LOG, timing="flat"),
-        known_gap=TIMERS_SUPER_CYCLE,
+        "megatron_distopt_timers_pp4_log3_noisy",
+        dict(
+            MEGATRON,
+            pp=4,
+            steps=7,
+            grad_accum=4,
+            variants=("timers_l1", "log_interval_3", "overlap_param_gather"),
+            timing="noisy",
+        ),
     ),
     Case(
         "megatron_distopt_buckets_noclip_noisy",
