@@ -359,6 +359,7 @@ SCENARIOS = {
     )
 }
 
+
 def nccl_version_library() -> None:
     """With SCENARIO_NCCL_LIB (a library defining ncclGetVersion), that library loaded where
     the plugin's dlsym(RTLD_DEFAULT) finds it, as NCCL's own is in a training process."""
