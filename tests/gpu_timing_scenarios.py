@@ -360,19 +360,24 @@ SCENARIOS = {
 }
 
 
-def nccl_version_library() -> None:
-    """With SCENARIO_NCCL_LIB (a library defining ncclGetVersion), that library loaded where
-    the plugin's dlsym(RTLD_DEFAULT) finds it, as NCCL's own is in a training process."""
+def with_nccl_library(d: Driver) -> Driver:
+    """With SCENARIO_NCCL_LIB (a library defining ncclGetVersion and a logger), that library
+    loaded as NCCL's is: in the global scope (a program linked to it), or with
+    SCENARIO_NCCL_LOCAL=1 only where its logger, handed to init, leads (PyTorch loads it as
+    a dependency of an extension module, RTLD_LOCAL)."""
     lib = os.environ.get("SCENARIO_NCCL_LIB")
     if lib:
         import ctypes
 
-        ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+        local = os.environ.get("SCENARIO_NCCL_LOCAL") == "1"
+        nccl = ctypes.CDLL(lib, mode=ctypes.RTLD_LOCAL if local else ctypes.RTLD_GLOBAL)
+        logger = ctypes.cast(nccl.ncclDebugLog, ctypes.c_void_p).value
+        d.abi.logger = d.abi.ffi.cast("void *", logger)
+    return d
 
 
 if __name__ == "__main__":
     scenario, plugin = sys.argv[1], sys.argv[2]
     version = int(os.environ.get("SCENARIO_ABI", "5"))
-    nccl_version_library()
-    print(json.dumps(SCENARIOS[scenario](Driver(plugin, version))))
+    print(json.dumps(SCENARIOS[scenario](with_nccl_library(Driver(plugin, version)))))
     sys.stdout.flush()

@@ -175,6 +175,8 @@ class ProfilerAbi:
         )
         self.nonzero_returns = 0  # entry points other than init must return success
         self._count_lock = threading.Lock()
+        # NCCL's debug logger handed to init (an address in NCCL's library), NULL by default
+        self.logger = self.ffi.NULL
 
     # ---- the activation mask and communicators ----
 
@@ -399,7 +401,7 @@ class ProfilerAbiV5(ProfilerAbi):
     version = 5
 
     def _call_init(self, context, mask, comm_id, name, nnodes, nranks, rank):
-        return self._plugin.init(context, comm_id, mask, name, nnodes, nranks, rank, self.ffi.NULL)
+        return self._plugin.init(context, comm_id, mask, name, nnodes, nranks, rank, self.logger)
 
     def start_group_api(self, context, depth: int):
         def fill(d, s):
@@ -443,7 +445,7 @@ class ProfilerAbiV4(ProfilerAbi):
     version = 4
 
     def _call_init(self, context, mask, comm_id, name, nnodes, nranks, rank):
-        return self._plugin.init(context, mask, name, comm_id, nnodes, nranks, rank, self.ffi.NULL)
+        return self._plugin.init(context, mask, name, comm_id, nnodes, nranks, rank, self.logger)
 
     def record_state(self, handle, state: EventState, *, ptimer=None, trans_size=None) -> None:
         if state in _ARGLESS_STATES:

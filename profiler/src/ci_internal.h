@@ -571,7 +571,7 @@ static inline uint64_t ci_hang_threshold_ns(void) { return __atomic_load_n(&ci_g
 uint8_t ci_gpu_timing_mode(uint32_t abi); /* CI_SHM_V1_GPU_TIMING_* for this configuration */
 /* At a CollApi/P2pApi start: whether the task NCCL appends next is timed (mask written so). */
 bool ci_gpu_timing_decide(ci_thread_t* t, ci_comm_t* comm, const char* func, uint64_t count, const char* datatype);
-void ci_gpu_timing_learn_nccl(uint32_t abi);
+void ci_gpu_timing_learn_nccl(uint32_t abi, void* logfn); /* NCCL's version, at the first init */
 bool ci_kernel_ch_fixed(uint32_t abi); /* NCCL 2.31 on: the KernelCh bit never changes (gpu_timing.c) */
 void ci_gpu_timing_tick(ci_comm_t* comm, uint64_t now); /* background, each heartbeat */
 void ci_gpu_timing_taken(ci_comm_t* comm);                /* a timed task has started */

@@ -163,9 +163,26 @@ static inline uint32_t size_class(uint64_t bytes) {
     return c > CI_SHAPE_SIZES - 1 ? CI_SHAPE_SIZES - 1 : c;
 }
 
-void ci_gpu_timing_learn_nccl(uint32_t abi) {
-    int (*get_version)(int*) = NULL;
-    *(void**)(&get_version) = dlsym(RTLD_DEFAULT, "ncclGetVersion");
+/* NCCL's ncclGetVersion: from the library that holds NCCL's logger (`logfn`, handed over at
+ * init), else from the global scope. In a PyTorch process libnccl is a dependency of an
+ * extension module loaded RTLD_LOCAL, so its symbols are not global; the library that
+ * loaded this plugin is found by an address in it instead. */
+static int (*nccl_get_version(void* logfn))(int*) {
+    int (*fn)(int*) = NULL;
+    Dl_info info;
+    if (logfn && dladdr(logfn, &info) && info.dli_fname) {
+        void* lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+        if (lib) {
+            *(void**)(&fn) = dlsym(lib, "ncclGetVersion");
+            dlclose(lib); /* NOLOAD took a reference; NCCL's own keeps it loaded */
+        }
+    }
+    if (!fn) *(void**)(&fn) = dlsym(RTLD_DEFAULT, "ncclGetVersion");
+    return fn;
+}
+
+void ci_gpu_timing_learn_nccl(uint32_t abi, void* logfn) {
+    int (*get_version)(int*) = nccl_get_version(logfn);
     int version = 0;
     if (!get_version || get_version(&version) != 0 || version < 0) version = 0;
     STORE(&ci_g.nccl_version, (uint32_t)version);

@@ -139,7 +139,7 @@ static uint32_t init_common(void** context, uint64_t comm_id, int* mask, const c
     }
     if (ci_g.hdr->nccl_abi_version == 0) {
         ci_g.hdr->nccl_abi_version = abi;
-        ci_gpu_timing_learn_nccl(abi);
+        ci_gpu_timing_learn_nccl(abi, logfn);
     }
     pthread_mutex_lock(&ci_g.table_lock);
     ci_comm_t* comm = ci_comm_open(comm_id, name, nnodes, nranks, rank, abi);

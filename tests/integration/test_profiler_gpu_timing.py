@@ -110,22 +110,29 @@ def test_no_op_is_timed_without_kernel_ch_in_the_mask(tmp_path):
 
 
 def nccl_reporting(version: int, tmp_path: Path) -> str:
-    """A library whose ncclGetVersion says `version` (NCCL's code: 2.31.0 is 23100)."""
+    """A library whose ncclGetVersion says `version` (NCCL's code: 2.31.0 is 23100), with a
+    logger as NCCL's."""
     src, lib = tmp_path / "nccl_version.c", tmp_path / "libnccl_version.so"
-    src.write_text(f"int ncclGetVersion(int* v) {{ *v = {version}; return 0; }}\n")
+    src.write_text(
+        f"int ncclGetVersion(int* v) {{ *v = {version}; return 0; }}\n"
+        "void ncclDebugLog(int level, unsigned long flags, const char* file, int line,\n"
+        "                  const char* fmt, ...) {}\n"
+    )
     subprocess.run(["cc", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
     return str(lib)
 
 
 @pytest.mark.parametrize(
-    ("abi", "nccl"),
-    [("7", None), ("6", 23100), ("5", 23200)],
-    ids=["abi_v7", "nccl_2.31.0_abi_v6", "nccl_2.32.0_abi_v5"],
+    ("abi", "nccl", "local"),
+    [("7", None, "0"), ("6", 23100, "0"), ("5", 23200, "0"), ("6", 23100, "1")],
+    ids=["abi_v7", "nccl_2.31.0_abi_v6", "nccl_2.32.0_abi_v5", "nccl_2.31.0_loaded_locally"],
 )
-def test_sampled_times_every_op_on_nccl_231_on(abi, nccl, tmp_path):
+def test_sampled_times_every_op_on_nccl_231_on(abi, nccl, local, tmp_path):
     # NCCL 2.31 on matches a channel's KernelCh events to tasks by a counter that only timed
-    # tasks advance: one untimed op would give later ops another op's GPU times
+    # tasks advance: one untimed op would give later ops another op's GPU times. NCCL's
+    # version is read from the library its logger is in where that is not global (PyTorch)
     env = {"SCENARIO_NCCL_LIB": nccl_reporting(nccl, tmp_path)} if nccl else {}
+    env["SCENARIO_NCCL_LOCAL"] = local
     out = run(
         "sampled",
         "plain",
