@@ -602,14 +602,17 @@ PHASE_BARRIERS = 3  # a barrier before three phases at least besides the first
 def _phase_barrier(g: GpuOps, at: int, step: int) -> bool:
     """Whether the scalar reduction at `at`, right before the broadcasts or transfers that
     begin a Step, is a barrier that opens the Step's first phase, not the previous Step's
-    last scalar: the Step from `step` issues the same (communicator, size) at the start of
-    other phases too, before work at least once (Megatron's level-1 timers: a world barrier
-    before the gradients' reduction, the embedding's, the update's, and before each part of
-    the optimizer), and its communicator reduces no gradients (a loop's metrics and an
-    optimizer's norm do, or come on a group of their own fewer times)."""
+    last scalar: one op, not the last of a run of its kind; the Step from `step` issues the
+    same (communicator, size) at the start of other phases too, each followed by another
+    kind of op, work at least once (Megatron's level-1 timers: a world barrier before the
+    gradients' reduction, the embedding's, the norm, the update's); and its communicator
+    reduces no gradients. A loop's metrics come in runs after each micro-batch, followed by
+    the next one's gradients alone (OpenRLHF's status on the world group, where DeepSpeed
+    reduces gradients on a clone of it); an optimizer's norm or a loss averaged on a group
+    of its own comes fewer times."""
     if g.kind[at] == P2P or g.size[at] > SCALAR_BYTES or not reduces(g.func[at : at + 1])[0]:
         return False
-    if counts(g)[at]:
+    if counts(g)[at] or _same_op(g, at - 1, at):
         return False
     inside = slice(step, at)
     same = (
@@ -624,7 +627,15 @@ def _phase_barrier(g: GpuOps, at: int, step: int) -> bool:
     gradient = (g.kind[inside] != P2P) & (g.size[inside] > SCALAR_BYTES) & reduces(g.func[inside])
     if len(same) < PHASE_BARRIERS or (gradient & (g.comm[inside] == g.comm[at])).any():
         return False
-    return bool(work[same + 1].any())
+    after = same + 1
+    after = after[~_same_op(g, after, at)]
+    kinds = {(int(g.comm[j]), int(g.func[j]), int(g.size[j])) for j in after.tolist()}
+    return len(kinds) >= 2 and bool(work[after].any())
+
+
+def _same_op(g: GpuOps, i, at: int):
+    """Whether op(s) i are of op at's (communicator, function, size)."""
+    return (g.comm[i] == g.comm[at]) & (g.func[i] == g.func[at]) & (g.size[i] == g.size[at])
 
 
 def _labels_from(starts: np.ndarray, n: int) -> np.ndarray:

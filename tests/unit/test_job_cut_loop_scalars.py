@@ -321,12 +321,13 @@ def test_the_loss_averaged_before_the_next_batch_stays_with_its_step(timed):
         assert label.tolist() == stream.truth().tolist()
 
 
-def metrics_then_sync_stream(steps: int, micros: int) -> Stream:
+def metrics_then_sync_stream(steps: int, micros: int, grads: str = WORLD) -> Stream:
     """RL training (OpenRLHF-like, data parallelism over the world): the new weights
     broadcast to the rollout engine begin an iteration; each micro-batch reduce-scatters its
-    gradients and all-reduces three metrics a key at a time on the world, the last one's
-    clipped norm too. The metrics before the next sync are this Step's: their group reduces
-    gradients."""
+    gradients (on `grads`: DeepSpeed reduces them on a clone of the world group, a
+    communicator of its own) and all-reduces three metrics a key at a time on the world, the
+    last one's clipped norm too. The metrics before the next sync are this Step's: they come
+    in runs, each followed by the next micro-batch's gradients alone."""
     s = Stream()
     s.timed = True
     s.op("Broadcast", 262_144_000)
@@ -336,17 +337,19 @@ def metrics_then_sync_stream(steps: int, micros: int) -> Stream:
             s.op("Broadcast", 50_000_000, gap_ms=20.0 if _ == 0 else 0.5, comm=TP)
         for micro in range(micros):
             for k in range(4):
-                s.op("ReduceScatter", 10_000_000, gap_ms=12.0 if k == 0 else 0.5)
+                s.op("ReduceScatter", 10_000_000, gap_ms=12.0 if k == 0 else 0.5, comm=grads)
             if micro == micros - 1:
-                s.op("AllReduce", 4, gap_ms=0.4)
+                s.op("AllReduce", 4, gap_ms=0.4, comm=grads)
             for _ in range(3):
                 s.op("AllReduce", 4, gap_ms=0.2)
     return s
 
 
-def test_metrics_on_the_gradients_group_before_a_sync_stay_with_their_step():
-    streams = [metrics_then_sync_stream(8, 3) for _ in range(4)]
-    cut, labels = labels_of(streams, {WORLD: 4, TP: 4})
+@pytest.mark.parametrize("micros", [3, 4])
+@pytest.mark.parametrize("grads", [WORLD, DP], ids=["world", "clone_of_world"])
+def test_metrics_before_a_sync_stay_with_their_step(grads, micros):
+    streams = [metrics_then_sync_stream(8, micros, grads) for _ in range(4)]
+    cut, labels = labels_of(streams, {WORLD: 4, TP: 4, DP: 4})
     assert cut.steps == 8
     for stream, label in zip(streams, labels, strict=True):
         assert label.tolist() == stream.truth().tolist()
