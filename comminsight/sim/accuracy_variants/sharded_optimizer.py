@@ -13,6 +13,19 @@ from __future__ import annotations
 
 from comminsight.sim.accuracy_case import Case
 
+TIMERS_OVERLAP_GAP = (
+    "with level-1 timers, the parameter all-gather overlapped into the forward and two "
+    "micro-batches, the start-up's embedding weight all-reduce (the group and function of "
+    "each Step's embedding gradient all-reduce) is taken for a warm-up Step's gradient "
+    "reduction, and Steps are cut at that all-reduce inside finalize_model_grads instead of "
+    "at the forward-backward barrier (never at confidence 0.9 or more)"
+)
+TIMERS_OVERFLOW_GAP = (
+    "with level-1 timers and fp16 overflow steps, a skipped update also skips the "
+    "optimizer's later timer barriers: the skipped Steps are cut elsewhere than the others "
+    "(never at confidence 0.9 or more)"
+)
+
 ZERO = dict(workload="zero", layers=4)
 MEGATRON = dict(workload="megatron", ranks=8, tp=2, pp=2)
 # level-1 timers (a barrier before every phase), the timers gathered every second Step
@@ -134,6 +147,26 @@ CASES: list[Case] = [
     ),
     Case("megatron_distopt_timers_log", TIMERS_LOG),
     Case("megatron_distopt_timers_log_flat", dict(TIMERS_LOG, timing="flat")),
+    Case(
+        "megatron_distopt_timers_overlap_pg_accum2",
+        dict(
+            TIMERS_LOG,
+            steps=8,
+            grad_accum=2,
+            variants=(*TIMERS_LOG["variants"], "overlap_param_gather"),
+        ),
+        known_gap=TIMERS_OVERLAP_GAP,
+    ),
+    Case(
+        "megatron_distopt_timers_fp16_overflow",
+        dict(
+            TIMERS_LOG,
+            steps=8,
+            precision="fp16",
+            variants=(*TIMERS_LOG["variants"], "fp16_overflow"),
+        ),
+        known_gap=TIMERS_OVERFLOW_GAP,
+    ),
     Case(
         "megatron_distopt_timers_pp4_log3_noisy",
         dict(
