@@ -29,9 +29,8 @@ TIMERS_OVERFLOW_GAP = (
 ZERO = dict(workload="zero", layers=4)
 MEGATRON = dict(workload="megatron", ranks=8, tp=2, pp=2)
 # level-1 timers (a barrier before every phase), the timers gathered every second Step
-TIMERS_LOG = dict(
-    MEGATRON, steps=6, grad_accum=4, precision="bf16", variants=("timers_l1", "log_interval_2")
-)
+TIMERS_VARIANTS = ("timers_l1", "log_interval_2")
+TIMERS_LOG = dict(MEGATRON, steps=6, grad_accum=4, precision="bf16", variants=TIMERS_VARIANTS)
 
 CASES: list[Case] = [
     # ---- DeepSpeed ZeRO-1, fp16 with overflow steps ----
@@ -153,7 +152,7 @@ CASES: list[Case] = [
             TIMERS_LOG,
             steps=8,
             grad_accum=2,
-            variants=(*TIMERS_LOG["variants"], "overlap_param_gather"),
+            variants=(*TIMERS_VARIANTS, "overlap_param_gather"),
         ),
         known_gap=TIMERS_OVERLAP_GAP,
     ),
@@ -163,7 +162,7 @@ CASES: list[Case] = [
             TIMERS_LOG,
             steps=8,
             precision="fp16",
-            variants=(*TIMERS_LOG["variants"], "fp16_overflow"),
+            variants=(*TIMERS_VARIANTS, "fp16_overflow"),
         ),
         known_gap=TIMERS_OVERFLOW_GAP,
     ),
