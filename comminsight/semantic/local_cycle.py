@@ -28,7 +28,7 @@ import numpy as np
 from comminsight.semantic import native
 from comminsight.semantic.cycle import MIN_REPEATS, Cycle, learn_cycles_codes, rare_key_floors
 from comminsight.semantic.job_ops import P2P, GpuOps
-from comminsight.semantic.op_batch import func_code
+from comminsight.semantic.op_batch import func_code, is_func
 from comminsight.semantic.ops import counts_of
 
 OFF = 1 << 30  # the key code of an op that is on no position of the cycle
@@ -55,7 +55,7 @@ GRADIENT_FUNCS = ("AllReduce", "ReduceScatter", "Reduce")
 
 def reduces(func: np.ndarray) -> np.ndarray:
     """Per op (function codes): a collective of a kind that reduces gradients."""
-    return np.isin(func, [func_code(f) for f in GRADIENT_FUNCS])
+    return is_func(func, *GRADIENT_FUNCS)
 
 
 def optimizer_scalars(g: GpuOps) -> np.ndarray:
@@ -381,7 +381,7 @@ def _past_update_gathers(g: GpuOps, at: np.ndarray, sub: GpuOps, e: int, red: np
     next op is that communicator's next gradient reduction (a sharded update's gathers,
     ZeRO-1/2: the forward between issues no collective). Gathers followed by other work
     (the weights synced to a rollout engine, then its generation) begin the next Step."""
-    gather = (sub.kind != P2P) & np.isin(sub.func, [func_code("AllGather"), func_code("Broadcast")])
+    gather = (sub.kind != P2P) & is_func(sub.func, "AllGather", "Broadcast")
     if (red[:-1] & gather[1:]).any():
         return e  # it gathers right after reducing too: parameters fetched all through (FSDP)
     end = e
@@ -560,7 +560,7 @@ def _tensor_parallel_alone(g: GpuOps, u: LocalUnits) -> bool:
     comms = np.unique(g.comm[on])
     if (g.kind == P2P).any() or len(comms) != 1:
         return False
-    if not np.isin(g.func[on], [func_code("AllReduce"), func_code("Broadcast")]).all():
+    if not is_func(g.func[on], "AllReduce", "Broadcast").all():
         return False
     scalar = (g.size <= SCALAR_BYTES) & reduces(g.func)
     return bool(scalar.any()) and not (scalar & (g.comm == comms[0])).any()
@@ -620,7 +620,7 @@ def _local_units(g: GpuOps, gaps: np.ndarray, final: bool, one_comm: bool) -> Lo
         return none
     small = (g.kind != P2P) & (g.size <= SCALAR_BYTES)
     # (an update's or a forward's parameters: never a few bytes)
-    gather = (g.kind != P2P) & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
+    gather = (g.kind != P2P) & is_func(g.func, "AllGather", "Broadcast")
     gather &= ~small
     reduction = (g.kind != P2P) & reduces(g.func) & ~small
     broadcast = (g.kind != P2P) & (g.func == func_code("Broadcast"))

@@ -37,7 +37,8 @@ _COUNT_TYPES = np.array([Datatype.INT64, Datatype.UINT64], np.int64)
 def counts_of(datatype: np.ndarray) -> np.ndarray:
     """Per op, whether its elements are counts (64-bit integers). NCCL hands all-gathers and
     broadcasts over as bytes: only a reduction can show its type."""
-    return np.isin(datatype, _COUNT_TYPES)
+    # (one type at a time: np.isin takes about five times as long over an op stream)
+    return (datatype == _COUNT_TYPES[0]) | (datatype == _COUNT_TYPES[1])
 
 
 @dataclass(slots=True)

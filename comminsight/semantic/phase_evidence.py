@@ -40,7 +40,7 @@ import numpy as np
 
 from comminsight.semantic.job_ops import P2P, GpuOps
 from comminsight.semantic.local_cycle import SCALAR_BYTES, counts, optimizer_scalars, reduces
-from comminsight.semantic.op_batch import FUNCS, func_code
+from comminsight.semantic.op_batch import FUNCS, func_code, is_func
 
 SHARE = 0.8  # of the boundaries, at least, a piece of evidence must hold at
 IDLE_RATIO = 3.0  # the idle time before a Step against the longest inside it
@@ -83,7 +83,7 @@ class _Ops:
         self.scalar = coll & (g.size <= SCALAR_BYTES)
         self.scalar_reduction = optimizer_scalars(g)
         self.gradient = coll & reduces(g.func) & ~self.scalar
-        self.gather = coll & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
+        self.gather = coll & is_func(g.func, "AllGather", "Broadcast")
         self.gather &= ~self.scalar
         self.broadcast = coll & (g.func == func_code("Broadcast"))
         self.count = counts(g)

@@ -26,7 +26,7 @@ import numpy as np
 
 from comminsight.semantic.job_ops import P2P, GpuOps
 from comminsight.semantic.local_cycle import SCALAR_BYTES, reduces
-from comminsight.semantic.op_batch import func_code
+from comminsight.semantic.op_batch import func_code, is_func
 from comminsight_gen import home_v1_names as home_names
 from comminsight_gen.models.inject_metadata_v1 import InjectMetadata, Kind
 
@@ -175,7 +175,7 @@ def past_update(g: GpuOps, before: int, at: int, until: int) -> int:
 
 def _past_gathers(g: GpuOps, before: int, at: int, until: int) -> int:
     collective = g.kind != P2P
-    gather = collective & np.isin(g.func, [func_code("AllGather"), func_code("Broadcast")])
+    gather = collective & is_func(g.func, "AllGather", "Broadcast")
     reduction = collective & reduces(g.func) & (g.size > SCALAR_BYTES)
     end = at
     while end < until and gather[end] and g.comm[end] == g.comm[at]:
