@@ -460,6 +460,7 @@ def _past_extra_work(g: GpuOps, u: LocalUnits, starts: np.ndarray) -> np.ndarray
 
 
 PERIOD_PROBE = 4096  # repetitions the idle time's period is looked for in
+IDLE_INSIDE_RATIO = 2.5  # a Step's longest idle time over a micro-batch's, anywhere in them
 PERIODS_SEEN = 2 * GROUP_MIN_STEPS  # periods a period of idle time must be seen over
 
 
@@ -473,21 +474,66 @@ def _steps_by_idle_period(u: LocalUnits, gaps: np.ndarray) -> np.ndarray | None:
     those repetitions (an evaluation every few Steps idles long after it too); None if there
     is none (a varying number of micro-batches per Step has no period)."""
     starts = u.starts
-    before = gaps[starts[: PERIOD_PROBE + 1]].astype(np.float64)[1:]
+    found = _idle_period(starts, gaps[starts[: PERIOD_PROBE + 1]].astype(np.float64)[1:])
+    if found is not None:
+        period, first = found
+        chosen = starts[first::period] if first else starts[period::period]
+        if not len(chosen) or not u.on_cycle[chosen - 1].all():
+            return None
+        lead = starts[:1] if chosen[0] != starts[0] else starts[:0]
+        return np.concatenate([lead, chosen]).astype(np.int64)
+    return _steps_by_idle_inside(u, gaps)
+
+
+def _idle_period(
+    starts: np.ndarray, before: np.ndarray, ratio: float = GROUP_GAP_RATIO
+) -> tuple[int, int] | None:
+    """(L, o) where `before` (the idle time of each repetition from the second) repeats with
+    period L, `ratio` times longest at the o-th repetition of each period
+    (_steps_by_idle_period)."""
     m = len(before)
     for period in range(2, m // PERIODS_SEEN + 1):
         k = m // period
         med = np.median(before[: k * period].reshape(k, period), axis=0)
         at = int(np.argmax(med))
         rest = np.delete(med, at)
-        if med[at] + 1.0 >= GROUP_GAP_RATIO * (float(rest.max()) + 1.0):
-            first = (at + 1) % period  # before[i] is the idle time before starts[i + 1]
-            chosen = starts[first::period] if first else starts[period::period]
-            if not len(chosen) or not u.on_cycle[chosen - 1].all():
-                return None
-            lead = starts[:1] if chosen[0] != starts[0] else starts[:0]
-            return np.concatenate([lead, chosen]).astype(np.int64)
+        if med[at] + 1.0 >= ratio * (float(rest.max()) + 1.0):
+            return period, (at + 1) % period  # before[i] is the idle time before starts[i + 1]
     return None
+
+
+def _steps_by_idle_inside(u: LocalUnits, gaps: np.ndarray) -> np.ndarray | None:
+    """Step starts where the idle time repeats with a period of repetitions, as in
+    _steps_by_idle_period, but the longest idle time of those repetitions comes inside them,
+    at one place (tensor parallelism alone: the cycle may begin at the backward's
+    all-reduces, while the GPU idles longest before the forward's first of a Step's first
+    micro-batch): the Steps begin there."""
+    starts = u.starts[: PERIOD_PROBE + 2]
+    if len(starts) < 2:
+        return None
+    bounds = starts.astype(np.int64)
+    # each whole repetition's longest idle time, anywhere in it: against the others' longest
+    # (their own micro-batch's start among them), not their starts alone, a lower ratio
+    inside = gaps[bounds[0] : bounds[-1]].astype(np.float64)
+    peak = np.maximum.reduceat(inside, bounds[:-1] - bounds[0])
+    found = _idle_period(bounds[:-1], peak[1:], IDLE_INSIDE_RATIO)
+    if found is None:
+        return None
+    period, first = found
+    chosen = np.arange(first if first else period, len(bounds) - 1, period)
+    offsets = [
+        int(np.argmax(gaps[bounds[i] : bounds[i + 1]])) for i in chosen[:PERIOD_PROBE].tolist()
+    ]
+    offset, times = Counter(offsets).most_common(1)[0]
+    if not offset or times < GROUP_REGULAR * len(offsets):
+        return None  # (at the repetitions' own starts: _steps_by_idle_period's)
+    every = u.starts[first::period] if first else u.starts[period::period]
+    steps = every + offset
+    steps = steps[steps < len(gaps)]
+    if not len(steps) or not u.on_cycle[steps - 1].all():
+        return None
+    lead = u.starts[:1] if steps[0] != u.starts[0] else u.starts[:0]
+    return np.concatenate([lead, steps]).astype(np.int64)
 
 
 def _extra_ops_between(u: LocalUnits) -> bool:

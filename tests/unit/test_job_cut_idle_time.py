@@ -72,3 +72,29 @@ def test_steps_of_micro_batches_are_told_apart_by_the_long_idle_gap_inside_the_c
     assert cut.confidence < 0.9  # idle time alone told them
     for stream, label in zip(streams, labels, strict=True):
         assert label.tolist() == stream.truth().tolist()
+
+
+NVLINK_TP = json.loads(
+    (Path(__file__).parents[1] / "data/tp2_h200x2_nvlink_idle_gaps.json").read_text()
+)
+
+
+def test_steps_whose_longest_idle_time_comes_inside_the_cycle_s_repetition():
+    """The real tensor-parallel job of the data's `what` (two GPUs over NVLink): the cycle
+    is a micro-batch begun at its backward's all-reduces, the longest idle time of every
+    fourth comes inside it (before its forward), and the micro-batches' own idle time is a
+    third of it: Steps of 4 repetitions, begun there."""
+    streams = []
+    for _ in range(2):
+        s = Stream()
+        for i, (gap_us, size) in enumerate(
+            zip(NVLINK_TP["gap_us"], NVLINK_TP["bytes"], strict=True)
+        ):
+            s.step = i // NVLINK_TP["ops_per_step"]
+            s.op(NVLINK_TP["op"], size, gap_ms=gap_us / 1000)
+        streams.append(s)
+    cut, labels = labels_of(streams, {WORLD: 2})
+    assert cut.steps == 24, cut.reasons
+    assert cut.confidence < 0.9  # idle time alone told them
+    for stream, label in zip(streams, labels, strict=True):
+        assert label.tolist() == stream.truth().tolist()
