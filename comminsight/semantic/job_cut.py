@@ -610,6 +610,9 @@ def _after_broadcasts(g: GpuOps, starts: np.ndarray, first: bool = True) -> np.n
         if leading[a] and a - 1 > out[i - 1] and _phase_barrier(g, a - 1, int(out[i - 1])):
             a -= 1
         out[i] = a
+    a = int(out[0]) if len(out) else 0
+    if not first and a > 1 and leading[a] and _phase_barrier(g, a - 1, 0):
+        out[0] = a - 1  # (a GPU's own first repetition: the barrier opens it too)
     if first and len(out) > 1:
         # the first Step's only as later Steps begin, alike: the start-up's broadcasts
         # before it (the model and its buffers sent from rank 0) begin no Step. Its run
@@ -919,13 +922,19 @@ def _warmup_by_optimizer(
         tail_keys.update(u.keys[a + int(after[0]) : b].tolist())
         last_reductions.add(int(cf[a + int(red[-1])]))
     # the gradients' reductions: on the communicator and function the steady ones end with
-    reduction &= np.isin(cf, list(last_reductions))
+    other_reduction = reduction & ~np.isin(cf, list(last_reductions))
+    reduction &= ~other_reduction
     lo = startup_prefix(g)
     ends, reductions_at, pending = [], [], -1
     for i in range(lo, first):
         if reduction[i]:
             if pending < 0:
                 pending = i
+        elif other_reduction[i]:
+            # reductions of a kind no steady Step ends with, after it: it ended no Step (the
+            # start-up's embedding weights, all-reduced where each Step's embedding gradients
+            # are, before the first Step's forward and backward)
+            pending = -1
         elif (
             pending >= 0
             and small[i]

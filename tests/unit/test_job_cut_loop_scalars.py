@@ -256,10 +256,16 @@ def test_layers_taken_for_steps_are_never_sure(reduce_scatter_ms, all_gather_ms)
 
 
 DP, GRAD_STATS, DP_LOSS = "00000000000000c3", "00000000000000d4", "00000000000000e5"
+EMBEDDING = "00000000000000f6"
 
 
 def timers_stream(
-    steps: int, log_every: int, timed: bool, layers: int = 6, barriers: bool = True
+    steps: int,
+    log_every: int,
+    timed: bool,
+    layers: int = 6,
+    barriers: bool = True,
+    embedding: bool = False,
 ) -> Stream:
     """Megatron-LM with level-1 timers (a world barrier as each phase starts: the forward,
     the gradients' synchronisation, the optimizer and its parts) and the distributed
@@ -267,10 +273,17 @@ def timers_stream(
     group, the layers' all-reduces, the gradients reduce-scattered and the parameters
     all-gathered on the data-parallel group, the norm on a group of its own, the loss
     averaged on another; every `log_every`-th Step the interval timer's barrier and the
-    timers' all-gather. Without `barriers`, level-1 timers are off: no barrier at all."""
+    timers' all-gather. Without `barriers`, level-1 timers are off: no barrier at all. With
+    `embedding` (the first and last pipeline stages), the embedding's weights all-reduced at
+    start-up on its group, and its gradients (twice the bytes, fp32) after the others."""
     s = Stream()
     s.timed = timed
-    s.op("Broadcast", 262_144_000, comm=TP)
+    # start-up as Megatron-LM's: a barrier and the seeds' check, no states broadcast
+    s.op("AllReduce", 4)
+    s.op("AllReduce", 8, gap_ms=20.0)
+    if embedding:
+        s.op("AllReduce", 45_187_072, gap_ms=5.0, comm=EMBEDDING)
+    s.op("AllReduce", 4, gap_ms=5.0)  # train(): 'interval-time' starts, with a barrier
     barrier = s.op if barriers else (lambda *args, **kwargs: None)
     for step in range(steps):
         s.step = step
@@ -283,6 +296,9 @@ def timers_stream(
         barrier("AllReduce", 4, gap_ms=6.0)  # 'all-grads-sync'
         s.op("ReduceScatter", 62_500_096, comm=DP)
         s.op("ReduceScatter", 45_187_072, comm=DP)
+        if embedding:
+            barrier("AllReduce", 4, gap_ms=1.0)  # 'embedding-grads-all-reduce'
+            s.op("AllReduce", 90_374_144, gap_ms=1.5, comm=EMBEDDING)
         for _ in range(3):  # 'optimizer', its copy and unscale
             barrier("AllReduce", 4, gap_ms=3.0)
         s.op("AllReduce", 4, gap_ms=2.0, comm=GRAD_STATS)  # the norm
@@ -298,11 +314,12 @@ def timers_stream(
     return s
 
 
+@pytest.mark.parametrize("embedding", [False, True], ids=["middle_stage", "embedding_stage"])
 @pytest.mark.parametrize("timed", [True, False], ids=["timed", "untimed"])
 @pytest.mark.parametrize("log_every", [1, 2])
-def test_a_barrier_that_opens_the_forward_begins_the_step(timed, log_every):
-    streams = [timers_stream(8, log_every, timed) for _ in range(4)]
-    nranks = {WORLD: 4, TP: 2, DP: 2, GRAD_STATS: 4, DP_LOSS: 2}
+def test_a_barrier_that_opens_the_forward_begins_the_step(timed, log_every, embedding):
+    streams = [timers_stream(8, log_every, timed, embedding=embedding) for _ in range(4)]
+    nranks = {WORLD: 4, TP: 2, DP: 2, GRAD_STATS: 4, DP_LOSS: 2, EMBEDDING: 2}
     cut, labels = labels_of(streams, nranks)
     assert cut.steps == 8
     for stream, label in zip(streams, labels, strict=True):

@@ -15,10 +15,9 @@ from comminsight.sim.accuracy_case import Case
 
 TIMERS_OVERLAP_GAP = (
     "with level-1 timers, the parameter all-gather overlapped into the forward and two "
-    "micro-batches, the start-up's embedding weight all-reduce (the group and function of "
-    "each Step's embedding gradient all-reduce) is taken for a warm-up Step's gradient "
-    "reduction, and Steps are cut at that all-reduce inside finalize_model_grads instead of "
-    "at the forward-backward barrier (never at confidence 0.9 or more)"
+    "micro-batches, the all-gather of every bucket after the loop (disable_forward_pre_hook) "
+    "is taken into the last Step: its last repetition lacks the barrier that would open the "
+    "next Step, so it reads as cut short (never at confidence 0.9 or more)"
 )
 TIMERS_OVERFLOW_GAP = (
     "with level-1 timers and fp16 overflow steps, a skipped update also skips the "
