@@ -332,6 +332,17 @@ def _cycle_cut(g: GpuOps, u: LocalUnits, gaps: np.ndarray, who: str):
         by_gaps = _steps_by_idle_time(u, gaps, n)
         if by_gaps is None and not holds_optimizer(g, u) and not _extra_ops_between(u):
             by_gaps = _steps_by_idle_period(u, gaps)
+            if by_gaps is None:
+                by_gaps = _steps_by_idle_inside(u, gaps)
+                if by_gaps is not None:
+                    confidence = min(confidence, DOUBT_CONFIDENCE)
+                    reasons.append(
+                        f"{who}: the GPU idles longest inside every few of its {u.period}-op "
+                        "repetitions, at one place: where Steps of micro-batches begin "
+                        "(gradient accumulation, the repetition begun at the backward), or a "
+                        "pause inside every few Steps (a host sync between forward and "
+                        "backward); taken as the former"
+                    )
         if by_gaps is not None:
             units_at = np.searchsorted(starts, by_gaps)
             micro = np.append(np.diff(units_at), max(1, len(starts) - int(units_at[-1])))
@@ -482,7 +493,7 @@ def _steps_by_idle_period(u: LocalUnits, gaps: np.ndarray) -> np.ndarray | None:
             return None
         lead = starts[:1] if chosen[0] != starts[0] else starts[:0]
         return np.concatenate([lead, chosen]).astype(np.int64)
-    return _steps_by_idle_inside(u, gaps)
+    return None
 
 
 def _idle_period(
@@ -507,7 +518,8 @@ def _steps_by_idle_inside(u: LocalUnits, gaps: np.ndarray) -> np.ndarray | None:
     _steps_by_idle_period, but the longest idle time of those repetitions comes inside them,
     at one place (tensor parallelism alone: the cycle may begin at the backward's
     all-reduces, while the GPU idles longest before the forward's first of a Step's first
-    micro-batch): the Steps begin there."""
+    micro-batch): the Steps begin there. A pause inside every few Steps looks the same
+    (a host sync between forward and backward): _cycle_cut says so."""
     starts = u.starts[: PERIOD_PROBE + 2]
     if len(starts) < 2:
         return None
