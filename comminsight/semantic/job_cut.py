@@ -485,7 +485,7 @@ def _steps_by_idle_period(u: LocalUnits, gaps: np.ndarray) -> np.ndarray | None:
     those repetitions (an evaluation every few Steps idles long after it too); None if there
     is none (a varying number of micro-batches per Step has no period)."""
     starts = u.starts
-    found = _idle_period(starts, gaps[starts[: PERIOD_PROBE + 1]].astype(np.float64)[1:])
+    found = _idle_period(gaps[starts[: PERIOD_PROBE + 1]].astype(np.float64)[1:])
     if found is not None:
         period, first = found
         chosen = starts[first::period] if first else starts[period::period]
@@ -496,9 +496,7 @@ def _steps_by_idle_period(u: LocalUnits, gaps: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def _idle_period(
-    starts: np.ndarray, before: np.ndarray, ratio: float = GROUP_GAP_RATIO
-) -> tuple[int, int] | None:
+def _idle_period(before: np.ndarray, ratio: float = GROUP_GAP_RATIO) -> tuple[int, int] | None:
     """(L, o) where `before` (the idle time of each repetition from the second) repeats with
     period L, `ratio` times longest at the o-th repetition of each period
     (_steps_by_idle_period)."""
@@ -509,7 +507,7 @@ def _idle_period(
         at = int(np.argmax(med))
         rest = np.delete(med, at)
         if med[at] + 1.0 >= ratio * (float(rest.max()) + 1.0):
-            return period, (at + 1) % period  # before[i] is the idle time before starts[i + 1]
+            return period, (at + 1) % period  # before[i]: the idle time before repetition i + 1
     return None
 
 
@@ -528,11 +526,13 @@ def _steps_by_idle_inside(u: LocalUnits, gaps: np.ndarray) -> np.ndarray | None:
     # (their own micro-batch's start among them), not their starts alone, a lower ratio
     inside = gaps[bounds[0] : bounds[-1]].astype(np.float64)
     peak = np.maximum.reduceat(inside, bounds[:-1] - bounds[0])
-    found = _idle_period(bounds[:-1], peak[1:], IDLE_INSIDE_RATIO)
+    found = _idle_period(peak[1:], IDLE_INSIDE_RATIO)
     if found is None:
         return None
     period, first = found
     chosen = np.arange(first if first else period, len(bounds) - 1, period)
+    if not len(chosen):
+        return None
     offsets = [
         int(np.argmax(gaps[bounds[i] : bounds[i + 1]])) for i in chosen[:PERIOD_PROBE].tolist()
     ]
