@@ -62,6 +62,7 @@ from comminsight.semantic.local_cycle import (
     startup_prefix,
 )
 from comminsight.semantic.op_batch import func_code
+from comminsight.semantic.ops import counts_of
 from comminsight.semantic.phase_evidence import judge_phase
 from comminsight.semantic.step_markers import marker_step_starts, markers_disagree
 from comminsight.semantic.step_tags import tag_step_starts
@@ -673,29 +674,25 @@ def _phase_barrier(g: GpuOps, at: int, step: int) -> bool:
     of its own comes fewer times."""
     if g.kind[at] == P2P or g.size[at] > SCALAR_BYTES or not reduces(g.func[at : at + 1])[0]:
         return False
-    if counts(g)[at] or _same_op(g, at - 1, at):
+    # (a reduction's count is told by its type alone: counts(g) over every op, once a Step,
+    # would cost the whole stream each time)
+    if counts_of(g.datatype[at : at + 1])[0] or _same_op(g, at - 1, at):
         return False
     inside = slice(step, at)
-    same = (
-        np.flatnonzero(
-            (g.comm[inside] == g.comm[at])
-            & (g.func[inside] == g.func[at])
-            & (g.size[inside] == g.size[at])
-        )
-        + step
-    )
-    work = (g.kind == P2P) | (g.size > SCALAR_BYTES)
+    same = np.flatnonzero(_same_op(g, inside, at)) + step
     gradient = (g.kind[inside] != P2P) & (g.size[inside] > SCALAR_BYTES) & reduces(g.func[inside])
     if len(same) < PHASE_BARRIERS or (gradient & (g.comm[inside] == g.comm[at])).any():
         return False
     after = same + 1
     after = after[~_same_op(g, after, at)]
     kinds = {(int(g.comm[j]), int(g.func[j]), int(g.size[j])) for j in after.tolist()}
-    return len(kinds) >= 2 and bool(work[after].any())
+    work = (g.kind[after] == P2P) | (g.size[after] > SCALAR_BYTES)
+    return len(kinds) >= 2 and bool(work.any())
 
 
 def _same_op(g: GpuOps, i, at: int):
-    """Whether op(s) i are of op at's (communicator, function, size)."""
+    """Whether op(s) i (an index, indices or a slice) are of op at's (communicator,
+    function, size)."""
     return (g.comm[i] == g.comm[at]) & (g.func[i] == g.func[at]) & (g.size[i] == g.size[at])
 
 
